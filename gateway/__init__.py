@@ -1,0 +1,1 @@
+"""An OpenAI-compatible LLM gateway that owns rendering, shielding, grammars and parsing."""

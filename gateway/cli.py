@@ -1,0 +1,70 @@
+"""The `gateway` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+from gateway.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, default_config, load_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gateway", description="OpenAI-compatible LLM gateway")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the configured models (default: the embedded SmolLM2 on a bundled worker)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--config", type=Path, help="YAML model configuration (see gateway/config.py)")
+    serve.add_argument("--model", type=Path, help="a GGUF file or Hugging Face directory to serve instead of the embedded model")
+    serve.add_argument("--model-id", help="the id clients use for --model (default: the file or directory name)")
+    serve.add_argument("--family", default="hermes", help="model family of --model (default: hermes)")
+    serve.add_argument("--backend-url", help="serve through this SGLang server instead of a bundled worker")
+    serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
+    args = parser.parse_args(argv)
+    try:
+        config = _serve_config(args)
+    except ConfigError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+    return _serve(config, args.host, args.port)
+
+
+def _serve_config(args: argparse.Namespace) -> GatewayConfig:
+    if args.config:
+        if args.model or args.backend_url:
+            raise ConfigError("--config cannot be combined with --model or --backend-url")
+        return load_config(args.config)
+    config = default_config()
+    entry = config.models[0]
+    if args.model:
+        if not args.model.exists():
+            raise ConfigError(f"--model: {args.model} does not exist")
+        entry = ModelEntry(id=args.model_id or args.model.stem, family=args.family, checkpoint=args.model.resolve())
+    elif args.model_id:
+        entry.id = args.model_id
+    entry.family = args.family
+    entry.backend = BackendConfig(type="sglang", url=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
+    return GatewayConfig(models=[entry])
+
+
+def _serve(config: GatewayConfig, host: str, port: int) -> int:
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.launch import start_models
+
+    with ExitStack() as stack:
+        try:
+            registry = start_models(config, stack)
+        except (RuntimeError, ValueError, OSError) as exc:
+            print(f"gateway: startup failed: {exc}", file=sys.stderr)
+            return 1
+        print(f"gateway: serving {', '.join(m.id for m in registry)} on http://{host}:{port}/v1", file=sys.stderr, flush=True)
+        uvicorn.run(create_app(registry), host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""A served model: its family, prompt encoder and backend, looked up by id."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from backends.base import Backend
+from backends.checkpoint import Checkpoint
+from gateway.encoding import PromptEncoder
+from gateway.families import get_family
+from gateway.families.base import ChatRequest, Family, FamilyContext
+from gateway.shield import Shielder
+
+
+@dataclass
+class ServedModel:
+    """Everything the gateway needs to serve one model id."""
+
+    id: str
+    family: Family
+    encoder: PromptEncoder
+    backend: Backend | None
+    context_length: int
+    shielder: Shielder = field(init=False)
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        self.shielder = Shielder(self.encoder.added)
+
+    @property
+    def tokenizer(self):  # tokenizers.Tokenizer
+        return self.encoder.tokenizer
+
+    def encode_chat(self, request: ChatRequest) -> tuple[str, list[int]]:
+        """The rendered prompt and exactly the ids the backend receives."""
+        shielded, shield = self.shielder.shield(request, self.family.keep_in_assistant)
+        text = self.family.render(shielded)
+        return shield.restore(text), self.encoder.encode_prompt(text, shield)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of `ids`, added tokens spelled out."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def served_model_from_checkpoint(
+    model_id: str, checkpoint: Checkpoint, family: str, backend: Backend | None, options: dict | None = None
+) -> ServedModel:
+    """Build a ServedModel for a checkpoint served by `backend` (None: tokenize-only)."""
+    context = FamilyContext(
+        tokenizer=checkpoint.tokenizer,
+        chat_template=checkpoint.chat_template,
+        bos_token=checkpoint.bos_token,
+        eos_token=checkpoint.eos_token,
+        eos_token_ids=checkpoint.eos_token_ids,
+        control_token_ids=checkpoint.control_token_ids,
+        options=dict(options or {}),
+    )
+    return ServedModel(
+        id=model_id,
+        family=get_family(family)(context),
+        encoder=PromptEncoder(checkpoint.tokenizer),
+        backend=backend,
+        context_length=checkpoint.config.context_length,
+    )
+
+
+class ModelRegistry:
+    """The models this gateway serves, by id."""
+
+    def __init__(self, models: list[ServedModel]):
+        self._models = {m.id: m for m in models}
+
+    def get(self, model_id: str) -> ServedModel | None:
+        return self._models.get(model_id)
+
+    def __iter__(self):
+        return iter(self._models.values())
+
+    async def close(self) -> None:
+        for m in self._models.values():
+            if m.backend is not None:
+                await m.backend.close()

