@@ -1,0 +1,106 @@
+"""Output grammars for the hermes family, as xgrammar structural tags.
+
+Only formats that xgrammar 0.2.7 (pinned by SGLang) already has are used:
+`tag`, `triggered_tags` (with `at_least_one` / `stop_after_first`),
+`json_schema`, `any_text`, `sequence`, `or` and `optional`.
+
+Policy:
+* tools active, tool_choice "auto": calls are lazy (free text, a call starts
+  at `<tool_call>`); "required" or a named tool: the answer is calls only
+  (after an optional reasoning block); `parallel_tool_calls=false`: one call.
+* response_format json_object / json_schema: the answer is that JSON.
+* both, with tool_choice "auto": the answer is EITHER tool calls OR the JSON
+  answer (the format describes the final answer; calls come before it).
+  With "required" / named, calls win and response_format waits for a later turn.
+* a prompt that opened `<think>` gets a reasoning block up to `</think>` first,
+  so constraints apply to the answer, never to the reasoning.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from backends.base import Grammar
+from gateway.families.base import ChatRequest
+
+from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+
+Format = dict[str, Any]
+
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def call_tag(tool: dict[str, Any]) -> Format:
+    """The tag of one call: the exact Qwen layout with the tool's name, arguments by its schema."""
+    fn = tool["function"]
+    name = json.dumps(fn["name"], ensure_ascii=False)
+    return {
+        "type": "tag",
+        "begin": f'{TOOL_CALL_START}\n{{"name": {name}, "arguments": ',
+        "content": {"type": "json_schema", "json_schema": fn.get("parameters") or _ANY_OBJECT},
+        "end": f"}}\n{TOOL_CALL_END}",
+    }
+
+
+def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema an OpenAI response_format asks for, or None for plain text."""
+    if not response_format:
+        return None
+    kind = response_format.get("type")
+    if kind == "json_object":
+        return _ANY_OBJECT
+    if kind == "json_schema":
+        return response_format.get("json_schema", {}).get("schema") or _ANY_OBJECT
+    return None
+
+
+def build_grammar(request: ChatRequest, prompt_opens_reasoning: bool) -> Grammar | None:
+    """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside `<think>`."""
+    tools = request.active_tools
+    schema = response_schema(request.response_format)
+    forced = request.tool_choice != "auto"
+    if tools:
+        calls = _calls(tools, at_least_one=forced or schema is not None, one=not request.parallel_tool_calls)
+        if schema is not None and not forced:
+            calls = {"type": "or", "elements": [calls, _json(schema)]}
+        return _structural_tag(calls, prompt_opens_reasoning, reasoning_optional=forced or schema is not None)
+    if schema is None:
+        return None
+    if prompt_opens_reasoning:
+        return _structural_tag(_json(schema), True, reasoning_optional=False)
+    return Grammar("json_schema", json.dumps(schema, ensure_ascii=False))
+
+
+def _calls(tools: list[dict[str, Any]], at_least_one: bool, one: bool) -> Format:
+    return {
+        "type": "triggered_tags",
+        "triggers": [TOOL_CALL_START],
+        "tags": [call_tag(t) for t in tools],
+        "at_least_one": at_least_one,
+        "stop_after_first": one,
+    }
+
+
+def _json(schema: dict[str, Any]) -> Format:
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _structural_tag(answer: Format, prompt_opens_reasoning: bool, reasoning_optional: bool) -> Grammar:
+    """Put the reasoning block in front of `answer` where it could otherwise be rejected.
+
+    A prompt that opened `<think>` always needs it. A strict answer (forced
+    calls, JSON) gets an optional complete `<think>…</think>` block; lazy calls
+    already allow any text, a think block included.
+    """
+    reasoning: Format | None = None
+    if prompt_opens_reasoning:
+        reasoning = _reasoning_block(begin="")
+    elif reasoning_optional:
+        reasoning = {"type": "optional", "content": _reasoning_block(begin=THINK_START)}
+    fmt = answer if reasoning is None else {"type": "sequence", "elements": [reasoning, answer]}
+    return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
+
+
+def _reasoning_block(begin: str) -> Format:
+    return {"type": "tag", "begin": begin, "content": {"type": "any_text"}, "end": f"{THINK_END}\n\n"}

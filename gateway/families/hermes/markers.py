@@ -1,0 +1,14 @@
+"""The text markers of the hermes (Qwen2.5 / Qwen3) output format."""
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+TURN_START = "<|im_start|>"
+TURN_END = "<|im_end|>"
+
+
+def prompt_opens_reasoning(prompt: str) -> bool:
+    """Whether the prompt's last turn opened a `<think>` block that the model is to continue."""
+    start = prompt.rfind(THINK_START)
+    return start > prompt.rfind(TURN_START) and prompt.rfind(THINK_END) < start

@@ -1,0 +1,289 @@
+"""Incremental parser of hermes output: `<think>` reasoning, content and `<tool_call>` JSON calls.
+
+Decisions (the gateway's documented behaviour):
+* Reasoning is a `<think>…</think>` block at the very start of the output, or
+  everything up to `</think>` when the prompt already opened `<think>`. It
+  streams as it arrives; when the output ends before `</think>` (cut by
+  max_tokens) the text stays reasoning, as the canitoolcall fixtures expect.
+  A `<tool_call>` inside reasoning is reasoning text (grammars put calls after it).
+* Content and reasoning lose their leading and trailing whitespace; whitespace
+  around and between calls is dropped. A suffix that could begin a marker is
+  held back, so content never shows part of one.
+* A call body `{"name": N, "arguments": {…}}` announces the call (index, id,
+  name) as soon as `"arguments": {` is read and then streams the arguments
+  text verbatim: the fragments concatenate to the arguments JSON. Other body
+  layouts are parsed whole at `</tool_call>`. A body that is not a call, or
+  that ends without a call header, is returned as content, markers included.
+  Arguments cut off by the end of the output stay as sent (they cannot be
+  taken back from a stream), as OpenAI does on finish_reason "length".
+* Markers are matched on text, so they work as plain text (SmolLM2) or as
+  single added tokens (Qwen); `Piece.token_id` is not needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Sequence
+from enum import Enum, auto
+from typing import Any
+
+from gateway.families.base import Delta, OutputParser, Piece
+
+from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+
+_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+_CALL_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*(?P<name>' + _JSON_STRING + r')\s*,\s*"arguments"\s*:\s*(?=\{)')
+
+
+class _State(Enum):
+    START = auto()
+    REASONING = auto()
+    CONTENT = auto()
+    CALL_HEADER = auto()
+    CALL_ARGUMENTS = auto()
+    CALL_TAIL = auto()
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style tool call id."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+def _held_marker_prefix(text: str, *markers: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of one of `markers`."""
+    longest = 0
+    for marker in markers:
+        for size in range(min(len(marker) - 1, len(text)), longest, -1):
+            if text.endswith(marker[:size]):
+                longest = size
+                break
+    return longest
+
+
+class _Trimmed:
+    """A text stream with its leading and trailing whitespace removed: trailing whitespace waits for more text."""
+
+    def __init__(self) -> None:
+        self._started = False
+        self._pending_space = ""
+
+    def push(self, text: str) -> str:
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._pending_space += text
+            return ""
+        out = self._pending_space + body
+        self._pending_space = text[len(body) :]
+        return out
+
+
+class _JsonEnd:
+    """Finds where a streamed JSON object ends, aware of strings and escapes.
+
+    A `<` outside a string also ends it: JSON never has one there, so the
+    arguments were cut short and a marker follows.
+    """
+
+    def __init__(self) -> None:
+        self.done = False
+        self._depth = 0
+        self._in_string = False
+        self._escaped = False
+
+    def scan(self, text: str) -> int:
+        """How many characters of `text` still belong to the value."""
+        for i, ch in enumerate(text):
+            if self._in_string:
+                if self._escaped:
+                    self._escaped = False
+                elif ch == "\\":
+                    self._escaped = True
+                elif ch == '"':
+                    self._in_string = False
+            elif ch == '"':
+                self._in_string = True
+            elif ch in "{[":
+                self._depth += 1
+            elif ch in "}]":
+                self._depth -= 1
+                if self._depth == 0:
+                    self.done = True
+                    return i + 1
+            elif ch == "<":
+                self.done = True
+                return i
+        return len(text)
+
+
+def parse_whole_call(body: str) -> tuple[str, str] | None:
+    """(name, arguments JSON) of a complete call body, or None if it is not a call."""
+    try:
+        call = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    arguments: Any = call.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return call["name"], json.dumps(arguments, ensure_ascii=False)
+
+
+class HermesParser(OutputParser):
+    """Streams reasoning, content and tool calls out of hermes-format output."""
+
+    def __init__(self, *, tool_calls: bool = True, in_reasoning: bool = False) -> None:
+        """`tool_calls`: parse `<tool_call>` blocks (else they are content); `in_reasoning`: the prompt opened `<think>`."""
+        self._parse_calls = tool_calls
+        self._state = _State.REASONING if in_reasoning else _State.START
+        self._buffer = ""
+        self._reasoning = _Trimmed()
+        self._content = _Trimmed()
+        self._arguments = _JsonEnd()
+        self._call_count = 0
+        self._out: list[Delta] = []
+
+    @property
+    def saw_tool_call(self) -> bool:
+        return self._call_count > 0 or self._state in (_State.CALL_ARGUMENTS, _State.CALL_TAIL)
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        self._buffer += "".join(p.text for p in pieces)
+        return self._advance(final=False)
+
+    def finish(self) -> list[Delta]:
+        return self._advance(final=True)
+
+    def _advance(self, final: bool) -> list[Delta]:
+        steps = {
+            _State.START: self._start,
+            _State.REASONING: self._in_reasoning,
+            _State.CONTENT: self._in_content,
+            _State.CALL_HEADER: self._call_header,
+            _State.CALL_ARGUMENTS: self._call_arguments,
+            _State.CALL_TAIL: self._call_tail,
+        }
+        while steps[self._state](final):
+            pass
+        out, self._out = self._out, []
+        return out
+
+    # Each step consumes what it can from the buffer; True means "state changed, go on".
+
+    def _start(self, final: bool) -> bool:
+        if self._buffer.startswith(THINK_START):
+            self._buffer = self._buffer[len(THINK_START) :]
+            self._state = _State.REASONING
+            return True
+        if THINK_START.startswith(self._buffer) and not final:
+            return False
+        self._state = _State.CONTENT
+        return True
+
+    def _in_reasoning(self, final: bool) -> bool:
+        end = self._buffer.find(THINK_END)
+        if end >= 0:
+            self._emit_reasoning(self._buffer[:end])
+            self._buffer = self._buffer[end + len(THINK_END) :]
+            self._state = _State.CONTENT
+            return True
+        self._emit_reasoning(self._take_unheld(final, THINK_END))
+        return False
+
+    def _in_content(self, final: bool) -> bool:
+        if not self._parse_calls:
+            self._emit_content(self._buffer)
+            self._buffer = ""
+            return False
+        start = self._buffer.find(TOOL_CALL_START)
+        if start >= 0:
+            self._emit_content(self._buffer[:start])
+            self._buffer = self._buffer[start + len(TOOL_CALL_START) :]
+            self._state = _State.CALL_HEADER
+            return True
+        self._emit_content(self._take_unheld(final, TOOL_CALL_START))
+        return False
+
+    def _call_header(self, final: bool) -> bool:
+        close = self._buffer.find(TOOL_CALL_END)
+        header = _CALL_HEADER.match(self._buffer)
+        if header and (close < 0 or header.end() <= close):
+            self._out.append(
+                Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=json.loads(header["name"]))
+            )
+            self._buffer = self._buffer[header.end() :]
+            self._arguments = _JsonEnd()
+            self._state = _State.CALL_ARGUMENTS
+            return True
+        if close >= 0:
+            body = self._buffer[:close]
+            self._buffer = self._buffer[close + len(TOOL_CALL_END) :]
+            self._state = _State.CONTENT
+            call = parse_whole_call(body)
+            if call is None:
+                self._emit_content(TOOL_CALL_START + body + TOOL_CALL_END)
+                return True
+            name, arguments = call
+            index = self._call_count
+            self._out.append(Delta(tool_index=index, tool_id=new_call_id(), tool_name=name))
+            self._out.append(Delta(tool_index=index, tool_arguments=arguments))
+            self._call_count += 1
+            return True
+        if final:
+            self._emit_content(TOOL_CALL_START + self._buffer)
+            self._buffer = ""
+            self._state = _State.CONTENT
+        return False
+
+    def _call_arguments(self, final: bool) -> bool:
+        size = self._arguments.scan(self._buffer)
+        if size:
+            self._out.append(Delta(tool_index=self._call_count, tool_arguments=self._buffer[:size]))
+            self._buffer = self._buffer[size:]
+        if self._arguments.done:
+            self._state = _State.CALL_TAIL
+            return True
+        return False
+
+    def _call_tail(self, final: bool) -> bool:
+        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`."""
+        close = self._buffer.find(TOOL_CALL_END)
+        reopen = self._buffer.find(TOOL_CALL_START)
+        if close >= 0 and (reopen < 0 or close < reopen):
+            self._buffer = self._buffer[close + len(TOOL_CALL_END) :]
+            self._state = _State.CONTENT
+        elif reopen >= 0:
+            self._buffer = self._buffer[reopen + len(TOOL_CALL_START) :]
+            self._state = _State.CALL_HEADER
+        else:
+            held = 0 if final else _held_marker_prefix(self._buffer, TOOL_CALL_END, TOOL_CALL_START)
+            self._buffer = self._buffer[len(self._buffer) - held :]
+            return False
+        self._call_count += 1
+        return True
+
+    def _take_unheld(self, final: bool, marker: str) -> str:
+        """Remove and return the buffer, less a suffix that could still become `marker`."""
+        held = 0 if final else _held_marker_prefix(self._buffer, marker)
+        text, self._buffer = self._buffer[: len(self._buffer) - held], self._buffer[len(self._buffer) - held :]
+        return text
+
+    def _emit_reasoning(self, text: str) -> None:
+        if out := self._reasoning.push(text):
+            self._out.append(Delta(reasoning=out))
+
+    def _emit_content(self, text: str) -> None:
+        if out := self._content.push(text):
+            self._out.append(Delta(content=out))

@@ -1,0 +1,154 @@
+"""Sandboxed rendering of Hugging Face chat templates.
+
+Templates run in Jinja2's ImmutableSandboxedEnvironment with the settings and
+helpers `transformers` gives them (trim_blocks, lstrip_blocks, loop controls,
+`raise_exception`, `tojson`, `strftime_now`, the `{% generation %}` block).
+Every failure surfaces as `TemplateError`, which the gateway answers with 400.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, ClassVar
+
+import jinja2
+from jinja2 import meta, nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+MAX_RENDERED_CHARS = 8_000_000
+"""Upper bound on a rendered prompt; a template that writes more is stopped."""
+
+
+class TemplateError(ValueError):
+    """A chat template could not be compiled or rendered (a client error: HTTP 400)."""
+
+
+class _GenerationBlock(Extension):
+    """`{% generation %}…{% endgeneration %}` marks assistant text for training masks; rendering keeps the body."""
+
+    tags: ClassVar[set[str]] = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(str(message))
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """Hugging Face's `tojson`: unlike Jinja's own, no HTML escaping and non-ASCII kept."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationBlock]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+_ENV = _environment()
+
+
+@lru_cache(maxsize=64)
+def compile_template(source: str) -> jinja2.Template:
+    """The compiled template for `source` (cached by source text)."""
+    try:
+        return _ENV.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
+
+
+def template_variables(source: str) -> frozenset[str]:
+    """Names the template reads from its context (e.g. whether it handles `tools`)."""
+    try:
+        return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
+
+
+def render_chat_template(
+    source: str,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    documents: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+    bos_token: str | None = None,
+    eos_token: str | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+    max_chars: int = MAX_RENDERED_CHARS,
+) -> str:
+    """Render a chat template the way `transformers.apply_chat_template(tokenize=False)` does.
+
+    `template_kwargs` (the request's chat_template_kwargs) are extra context
+    variables; they cannot override the named arguments. With
+    `continue_final_message` the prompt ends right after the last message's
+    content, so the model continues it.
+    """
+    if continue_final_message and add_generation_prompt:
+        raise TemplateError("continue_final_message and add_generation_prompt cannot both be set")
+    context = dict(template_kwargs or {})
+    context.update(
+        messages=messages,
+        tools=tools or None,
+        documents=documents or None,
+        add_generation_prompt=add_generation_prompt,
+        bos_token=bos_token or "",
+        eos_token=eos_token or "",
+    )
+    rendered = _render_bounded(compile_template(source), context, max_chars)
+    if continue_final_message:
+        rendered = _cut_after_final_message(rendered, messages)
+    return rendered
+
+
+def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_chars: int) -> str:
+    parts: list[str] = []
+    size = 0
+    try:
+        for part in template.generate(context):
+            size += len(part)
+            if size > max_chars:
+                raise TemplateError(f"rendered prompt exceeds {max_chars} characters")
+            parts.append(part)
+    except TemplateError:
+        raise
+    except jinja2.TemplateError as e:
+        raise TemplateError(f"chat template error: {e.message or type(e).__name__}") from None
+    except RecursionError:
+        raise TemplateError("chat template error: recursion too deep") from None
+    except Exception as e:  # noqa: BLE001 - a template may raise anything; it is still the request's fault
+        raise TemplateError(f"chat template error: {type(e).__name__}: {e}") from None
+    return "".join(parts)
+
+
+def _cut_after_final_message(rendered: str, messages: list[dict[str, Any]]) -> str:
+    content = messages[-1].get("content") if messages else None
+    if not isinstance(content, str) or not content.strip():
+        raise TemplateError("continue_final_message needs a final message with text content")
+    text = content.rstrip()
+    at = rendered.rfind(text)
+    if at < 0:
+        raise TemplateError("continue_final_message: the template does not render the final message verbatim")
+    return rendered[: at + len(text)]

@@ -1,0 +1,447 @@
+"""The hermes family: prompt rendering, stop ids, grammars (compiled by xgrammar) and the output parser."""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from itertools import pairwise
+from typing import Any
+
+import pytest
+import xgrammar as xgr
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.checkpoint import Checkpoint, load_checkpoint
+from gateway.families import FAMILIES, get_family
+from gateway.families.base import ChatRequest, Delta, FamilyContext, Piece
+from gateway.families.hermes import HermesFamily, HermesParser
+from gateway.families.hermes.markers import prompt_opens_reasoning
+
+SMOLLM_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+TOOLS_INTRO = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+)
+TOOLS_OUTRO = (
+    "</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
+    "</tool_call><|im_end|>\n"
+)
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+
+
+@cache
+def smollm2() -> Checkpoint:
+    return load_checkpoint()
+
+
+def family(**options: Any) -> HermesFamily:
+    c = smollm2()
+    ctx = FamilyContext(c.tokenizer, c.chat_template, c.bos_token, c.eos_token, c.eos_token_ids, c.control_token_ids)
+    ctx.options.update(options)
+    return HermesFamily(ctx)
+
+
+def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_registry_knows_hermes_and_names_known_families_on_error() -> None:
+    assert get_family("hermes") is HermesFamily is FAMILIES["hermes"]
+    with pytest.raises(ValueError, match="unknown model family 'nope'; known: hermes"):
+        get_family("nope")
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def test_plain_chat_keeps_smollm2_default_system_prompt() -> None:
+    prompt = family().render(ChatRequest(messages=[{"role": "user", "content": "Hi"}]))
+    assert prompt == SMOLLM_SYSTEM + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_system_message_replaces_the_default() -> None:
+    request = ChatRequest(messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])
+    assert family().render(request) == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_tools_go_into_the_system_turn() -> None:
+    request = ChatRequest(messages=[{"role": "user", "content": "Weather?"}], tools=[WEATHER, TIME])
+    assert family().render(request) == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face\n\n"
+        + TOOLS_INTRO
+        + json.dumps(WEATHER)
+        + "\n"
+        + json.dumps(TIME)
+        + "\n"
+        + TOOLS_OUTRO
+        + "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_tool_choice_none_hides_tools() -> None:
+    request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], tools=[WEATHER], tool_choice="none")
+    assert "<tools>" not in family().render(request)
+
+
+def test_assistant_tool_calls_and_tool_results_history() -> None:
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "Weather in Paris and Oslo?"},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "tool_calls": [call("a", "get_weather", {"city": "Paris"}), call("b", "get_weather", {"city": "Oslo"})],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "20C"},
+        {"role": "tool", "tool_call_id": "b", "content": "5C"},
+    ]
+    prompt = family().render(ChatRequest(messages=messages, tools=[WEATHER]))
+    assert prompt.endswith(
+        "<|im_start|>user\nWeather in Paris and Oslo?<|im_end|>\n"
+        "<|im_start|>assistant\nChecking.\n"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\n20C\n</tool_response>\n<tool_response>\n5C\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+    assert prompt.startswith("<|im_start|>system\nS\n\n# Tools\n")
+
+
+def test_reasoning_history_is_kept_only_after_the_last_user_query() -> None:
+    messages = [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "A1", "reasoning_content": "old thoughts"},
+        {"role": "user", "content": "Q2"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "\nplan\n",
+            "tool_calls": [call("c", "get_time", {})],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": "noon"},
+        {"role": "assistant", "content": "<think>\ninline\n</think>\n\nIt is noon."},
+    ]
+    prompt = family().render(ChatRequest(messages=messages, tools=[TIME], add_generation_prompt=False))
+    assert prompt.endswith(
+        "<|im_start|>user\nQ1<|im_end|>\n<|im_start|>assistant\nA1<|im_end|>\n"
+        "<|im_start|>user\nQ2<|im_end|>\n"
+        '<|im_start|>assistant\n<think>\nplan\n</think>\n\n<tool_call>\n{"name": "get_time", "arguments": {}}\n'
+        "</tool_call><|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\nnoon\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n<think>\ninline\n</think>\n\nIt is noon.<|im_end|>\n"
+    )
+
+
+def test_enable_thinking_false_closes_an_empty_think_block() -> None:
+    request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], template_kwargs={"enable_thinking": False})
+    assert family().render(request).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_chat_template_option_overrides_and_a_tool_aware_template_is_used() -> None:
+    own = "{% for m in messages %}{{ m.content }}{% endfor %}{{ tools | length }}"
+    request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], tools=[WEATHER])
+    assert family(chat_template=own).render(request) == "Hi1"
+    c = smollm2()
+    ctx = FamilyContext(c.tokenizer, own, c.bos_token, c.eos_token, c.eos_token_ids, c.control_token_ids)
+    assert HermesFamily(ctx).render(request) == "Hi1"
+
+
+def test_stop_ids_are_im_end_and_eos() -> None:
+    assert family().stop_token_ids() == [2]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "opens"),
+    [
+        ("<|im_start|>assistant\n", False),
+        ("<|im_start|>assistant\n<think>\n", True),
+        ("<|im_start|>assistant\n<think>\n\n</think>\n\n", False),
+        ("<|im_start|>user\nwhat is <think>?<|im_end|>\n<|im_start|>assistant\n", False),
+    ],
+)
+def test_prompt_opens_reasoning(prompt: str, opens: bool) -> None:
+    assert prompt_opens_reasoning(prompt) is opens
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def merge(deltas: list[Delta]) -> dict[str, Any]:
+    """The final message an OpenAI client assembles from the deltas (ids left out: they are random)."""
+    content = "".join(d.content for d in deltas)
+    reasoning = "".join(d.reasoning for d in deltas)
+    calls: dict[int, dict[str, str]] = {}
+    for d in deltas:
+        if d.tool_index is not None:
+            slot = calls.setdefault(d.tool_index, {"name": "", "arguments": ""})
+            slot["name"] += d.tool_name or ""
+            slot["arguments"] += d.tool_arguments
+    assert sorted(calls) == list(range(len(calls))), "tool indices are dense from 0"
+    return {"content": content, "reasoning": reasoning, "tool_calls": [calls[i] for i in sorted(calls)]}
+
+
+def run(text: str, splits: list[int] | None = None, **options: Any) -> tuple[list[Delta], HermesParser]:
+    parser = HermesParser(**options)
+    cuts = sorted(set(splits or []))
+    bounds = [0, *[c for c in cuts if 0 < c < len(text)], len(text)]
+    deltas: list[Delta] = []
+    for start, end in pairwise(bounds):
+        deltas += parser.feed([Piece(text[start:end])])
+    return deltas + parser.finish(), parser
+
+
+def parse(text: str, **options: Any) -> dict[str, Any]:
+    return merge(run(text, **options)[0])
+
+
+def test_plain_text_is_content() -> None:
+    assert parse("Hello there!\n") == {"content": "Hello there!", "reasoning": "", "tool_calls": []}
+
+
+def test_think_block_is_reasoning() -> None:
+    result = parse("<think>\nThe user greets.\n</think>\n\nHello!")
+    assert (result["reasoning"], result["content"]) == ("The user greets.", "Hello!")
+
+
+def test_prompt_opened_reasoning_runs_until_think_end() -> None:
+    result = parse("Simple.\n</think>\n\n2 + 2 = 4.", in_reasoning=True)
+    assert (result["reasoning"], result["content"]) == ("Simple.", "2 + 2 = 4.")
+
+
+def test_unclosed_reasoning_stays_reasoning_at_the_end() -> None:
+    assert parse("<think>\nStill thinking", in_reasoning=False)["reasoning"] == "Still thinking"
+    assert parse("Still thinking", in_reasoning=True) == {
+        "content": "",
+        "reasoning": "Still thinking",
+        "tool_calls": [],
+    }
+
+
+def test_tool_call_streams_id_and_name_once_then_argument_fragments() -> None:
+    text = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    deltas, parser = run(text, splits=list(range(len(text))))
+    calls = [d for d in deltas if d.tool_index is not None]
+    assert [d.tool_name for d in calls if d.tool_name] == ["get_weather"]
+    assert calls[0].tool_name == "get_weather" and re.fullmatch(r"call_[0-9a-f]{24}", calls[0].tool_id or "")
+    assert all(d.tool_id is None for d in calls[1:])
+    fragments = [d.tool_arguments for d in calls[1:]]
+    assert len(fragments) > 5 and "".join(fragments) == '{"city": "Paris"}'
+    assert merge(deltas)["content"] == "Let me check."
+    assert parser.saw_tool_call
+
+
+def test_parallel_calls_get_dense_indices_and_whitespace_between_is_dropped() -> None:
+    text = (
+        '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n\n'
+        '<tool_call>{"name":"get_weather","arguments":{"city":"Oslo"}}</tool_call>\n'
+    )
+    assert parse(text) == {
+        "content": "",
+        "reasoning": "",
+        "tool_calls": [
+            {"name": "get_time", "arguments": "{}"},
+            {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+        ],
+    }
+
+
+def test_markers_inside_argument_strings_are_arguments() -> None:
+    args = '{"text": "Use <tool_call> and </tool_call>, \\"}\\" too"}'
+    result = parse(f'<tool_call>\n{{"name": "echo", "arguments": {args}}}\n</tool_call>')
+    assert result["tool_calls"] == [{"name": "echo", "arguments": args}]
+    assert result["content"] == ""
+
+
+def test_other_body_layouts_are_parsed_whole() -> None:
+    result = parse('<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>')
+    assert result["tool_calls"] == [{"name": "f", "arguments": '{"x": 1}'}]
+
+
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        ("<tool_call>not valid json</tool_call> ok", "<tool_call>not valid json</tool_call> ok"),
+        ("I will check.\n<tool_call>", "I will check.\n<tool_call>"),
+        ('I will check.\n<tool_call>\n{"name": "get_', 'I will check.\n<tool_call>\n{"name": "get_'),
+        ("Almost <tool_ca", "Almost <tool_ca"),
+    ],
+)
+def test_bodies_without_a_call_are_returned_as_content(text: str, content: str) -> None:
+    deltas, parser = run(text)
+    assert merge(deltas) == {"content": content, "reasoning": "", "tool_calls": []}
+    assert not parser.saw_tool_call
+
+
+def test_partial_marker_is_held_back_until_resolved() -> None:
+    parser = HermesParser()
+    assert merge(parser.feed([Piece("Hi <tool_")])) == {"content": "Hi", "reasoning": "", "tool_calls": []}
+    assert merge(parser.feed([Piece("box>")]))["content"] == " <tool_box>"
+
+
+def test_without_active_tools_calls_are_content() -> None:
+    text = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    deltas, parser = run(text, tool_calls=False)
+    assert merge(deltas)["content"] == text and not parser.saw_tool_call
+
+
+def test_marker_tokens_with_ids_parse_like_text() -> None:
+    parser = HermesParser()
+    pieces = [
+        Piece("<tool_call>", 151657),
+        Piece('\n{"name": "f", "arguments": {"a": 1}}\n'),
+        Piece("</tool_call>", 151658),
+    ]
+    assert merge(parser.feed(pieces) + parser.finish())["tool_calls"] == [{"name": "f", "arguments": '{"a": 1}'}]
+
+
+def test_family_parser_follows_the_prompt_and_the_tools() -> None:
+    request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], tools=[TIME])
+    parser = family(chat_template="{{ '<|im_start|>assistant\\n<think>\\n' }}").parser(request)
+    assert merge(parser.feed([Piece("hmm</think>ok")]) + parser.finish())["reasoning"] == "hmm"
+    assert not family().prompt_opens_reasoning(request)
+
+
+SAMPLES = [
+    (
+        '<think>\nI should call the tools.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": '
+        '{"city": "Zürich 🌸", "unit": "c"}}\n</tool_call>\n<tool_call>\n{"name": "search", "arguments": '
+        '{"q": "café \\"best\\" </tool_call>"}}\n</tool_call>'
+    ),
+    'Sure.<tool_call>{"name": "f", "arguments": {"x": [1, {"y": null}]}}</tool_call> Done <tool_c',
+    '<thin>no</think> text <tool_call>bad</tool_call>\n<tool_call>\n{"name": "g", "arguments": {"s": "<',
+    'reasoning only</think>answer<tool_call>{"arguments": {}, "name": "late"}</tool_call>',
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(SAMPLES), st.lists(st.integers(min_value=1, max_value=400), max_size=40), st.booleans())
+def test_every_chunking_gives_the_same_answer(text: str, splits: list[int], in_reasoning: bool) -> None:
+    whole, _ = run(text, in_reasoning=in_reasoning)
+    chunked, _ = run(text, splits=splits, in_reasoning=in_reasoning)
+    assert merge(chunked) == merge(whole)
+
+
+# --------------------------------------------------------------------------- grammar
+
+
+@cache
+def compiler() -> xgr.GrammarCompiler:
+    c = smollm2()
+    control = set(c.control_token_ids)
+    vocab = ["" if i in control else token for i, token in enumerate(c.vocab)]
+    return xgr.GrammarCompiler(xgr.TokenizerInfo(vocab, xgr.VocabType.BYTE_LEVEL, stop_token_ids=[2]))
+
+
+def accepts(request: ChatRequest, output: str, fam: HermesFamily | None = None) -> bool:
+    """Whether the request's grammar accepts `output` as a complete answer (followed by the stop token)."""
+    grammar = (fam or family()).grammar(request)
+    assert grammar is not None
+    compiled = {
+        "structural_tag": compiler().compile_structural_tag,
+        "json_schema": compiler().compile_json_schema,
+    }[grammar.kind](grammar.text)
+    matcher = xgr.GrammarMatcher(compiled)
+    return matcher.accept_string(output) and matcher.accept_token(2)
+
+
+def tools_request(tool_choice: Any = "auto", parallel: bool = True, **kwargs: Any) -> ChatRequest:
+    return ChatRequest(
+        messages=[{"role": "user", "content": "Weather?"}],
+        tools=[WEATHER, TIME],
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        **kwargs,
+    )
+
+
+def tool_call(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+PARIS = tool_call("get_weather", '{"city": "Paris"}')
+NOON = tool_call("get_time", "{}")
+
+
+def test_no_tools_and_no_format_means_no_grammar() -> None:
+    assert family().grammar(ChatRequest(messages=[])) is None
+    assert family().grammar(tools_request("none")) is None
+
+
+def test_auto_allows_text_and_declared_calls_only() -> None:
+    request = tools_request()
+    assert accepts(request, "Just text, no call.")
+    assert accepts(request, "Let me look.\n" + PARIS + "\n" + NOON)
+    assert not accepts(request, tool_call("launch_rockets", "{}"))
+    assert not accepts(request, tool_call("get_weather", '{"town": "Paris"}'))
+    assert not accepts(request, tool_call("get_weather", '{"city": 3}'))
+
+
+def test_required_forces_a_call_at_the_start() -> None:
+    request = tools_request("required")
+    assert accepts(request, PARIS)
+    assert accepts(request, "<think>\nweather tool\n</think>\n\n" + PARIS + "\n" + NOON)
+    assert not accepts(request, "Free text.")
+    assert not accepts(request, "Free text first.\n" + PARIS)
+
+
+def test_named_tool_choice_allows_only_that_tool() -> None:
+    request = tools_request({"type": "function", "function": {"name": "get_time"}})
+    assert accepts(request, NOON)
+    assert not accepts(request, PARIS)
+
+
+def test_parallel_off_allows_exactly_one_call() -> None:
+    assert accepts(tools_request(parallel=False), "Checking.\n" + PARIS)
+    assert not accepts(tools_request(parallel=False), PARIS + "\n" + NOON)
+    assert accepts(tools_request("required", parallel=False), PARIS)
+    assert not accepts(tools_request("required", parallel=False), PARIS + "\n" + PARIS)
+
+
+def test_prompt_opened_reasoning_comes_before_the_constraint() -> None:
+    thinking = family(chat_template="{{ '<|im_start|>assistant\\n<think>\\n' }}")
+    assert accepts(tools_request("required"), "Need weather.\n</think>\n\n" + PARIS, thinking)
+    assert not accepts(tools_request("required"), PARIS, thinking)
+    request = ChatRequest(messages=[], response_format={"type": "json_object"})
+    assert accepts(request, 'Think.</think>\n\n{"a": 1}', thinking)
+
+
+def test_response_format_json_object_and_json_schema() -> None:
+    as_object = ChatRequest(messages=[], response_format={"type": "json_object"})
+    assert family().grammar(as_object).kind == "json_schema"
+    assert accepts(as_object, '{"any": [1, 2]}')
+    assert not accepts(as_object, "plain text")
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    as_schema = ChatRequest(
+        messages=[], response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    )
+    assert accepts(as_schema, '{"n": 3}')
+    assert not accepts(as_schema, '{"n": "three"}')
+
+
+def test_tools_with_response_format_answer_with_calls_or_the_json() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    assert accepts(tools_request(response_format=fmt), PARIS)
+    assert accepts(tools_request(response_format=fmt), '{"n": 1}')
+    assert not accepts(tools_request(response_format=fmt), "free text")
+    assert not accepts(tools_request("required", response_format=fmt), '{"n": 1}')

@@ -1,0 +1,120 @@
+"""Sandboxed chat-template rendering: HF semantics, helpers, errors and bounds."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+import pytest
+
+from backends.checkpoint import load_checkpoint
+from gateway.template import TemplateError, compile_template, render_chat_template, template_variables
+
+smollm2 = cache(load_checkpoint)
+
+
+def render(source: str, messages: list | None = None, **kwargs) -> str:
+    return render_chat_template(source, messages or [], **kwargs)
+
+
+def test_smollm2_template_renders_like_transformers() -> None:
+    source = smollm2().chat_template
+    prompt = render(source, [{"role": "user", "content": "Hi"}])
+    assert prompt == (
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def test_trim_and_lstrip_blocks_as_hf() -> None:
+    source = "{% for m in messages %}\n    {% if m.role == 'user' %}\n[{{ m.content }}]\n    {% endif %}\n{% endfor %}"
+    assert render(source, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]) == "[a]\n[b]\n"
+
+
+def test_tojson_keeps_unicode_and_markup_and_takes_hf_options() -> None:
+    value = {"b": "café <tag> & 'q'", "a": [1, 2]}
+    assert render("{{ v | tojson }}", template_kwargs={"v": value}) == '{"b": "café <tag> & \'q\'", "a": [1, 2]}'
+    assert render("{{ v | tojson(sort_keys=true, separators=(',', ':')) }}", template_kwargs={"v": value}) == (
+        '{"a":[1,2],"b":"café <tag> & \'q\'"}'
+    )
+    assert render("{{ v | tojson(indent=2) }}", template_kwargs={"v": {"a": 1}}) == '{\n  "a": 1\n}'
+
+
+def test_raise_exception_becomes_template_error_with_its_message() -> None:
+    with pytest.raises(TemplateError, match="^Conversation roles must alternate$"):
+        render("{{ raise_exception('Conversation roles must alternate') }}")
+
+
+def test_context_variables_and_helpers() -> None:
+    source = (
+        "{{ bos_token }}|{{ eos_token }}|{{ tools | length }}|{{ documents[0].title }}|"
+        "{{ add_generation_prompt }}|{{ enable_thinking }}|{{ strftime_now('%Y') }}"
+    )
+    out = render(
+        source,
+        tools=[{"type": "function"}],
+        documents=[{"title": "T"}],
+        bos_token="<s>",
+        eos_token="</s>",
+        add_generation_prompt=False,
+        template_kwargs={"enable_thinking": False},
+    )
+    bos, eos, n_tools, title, agp, thinking, year = out.split("|")
+    assert (bos, eos, n_tools, title, agp, thinking) == ("<s>", "</s>", "1", "T", "False", "False")
+    assert re.fullmatch(r"20\d\d", year)
+
+
+def test_no_tools_renders_as_none() -> None:
+    assert render("{{ 'yes' if tools else 'no' }}", tools=[]) == "no"
+
+
+def test_template_kwargs_cannot_override_named_arguments() -> None:
+    out = render("{{ messages | length }}", [{"role": "user", "content": "x"}], template_kwargs={"messages": []})
+    assert out == "1"
+
+
+def test_loop_controls_and_generation_block() -> None:
+    source = (
+        "{% for m in messages %}{% if m.skip %}{% continue %}{% endif %}"
+        "{% generation %}{{ m.content }}{% endgeneration %}{% if m.last %}{% break %}{% endif %}{% endfor %}"
+    )
+    messages = [{"content": "a"}, {"content": "b", "skip": True}, {"content": "c", "last": True}, {"content": "d"}]
+    assert render(source, messages) == "ac"
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("{% for x in %}", "syntax error at line 1"),
+        ("{{ messages.append(1) }}", "chat template error"),
+        ("{{ ''.__class__.__mro__ }}", "chat template error"),
+        ("{{ 1 / 0 }}", "ZeroDivisionError"),
+        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "chat template error"),
+    ],
+)
+def test_bad_templates_raise_template_error(source: str, message: str) -> None:
+    with pytest.raises(TemplateError, match=re.escape(message)):
+        render(source)
+
+
+def test_output_size_is_capped() -> None:
+    with pytest.raises(TemplateError, match="exceeds 1000 characters"):
+        render("{% for i in range(100000) %}xxxxxxxxxx{% endfor %}", max_chars=1000)
+
+
+def test_compiled_templates_are_cached_by_source() -> None:
+    assert compile_template("{{ 1 }}") is compile_template("{{ 1 }}")
+
+
+def test_template_variables_lists_what_the_template_reads() -> None:
+    assert "tools" in template_variables("{% if tools %}{{ tools | tojson }}{% endif %}")
+    assert "tools" not in template_variables(smollm2().chat_template)
+
+
+def test_continue_final_message_ends_after_its_content() -> None:
+    source = smollm2().chat_template
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello, I am"}]
+    prompt = render(source, messages, add_generation_prompt=False, continue_final_message=True)
+    assert prompt.endswith("<|im_start|>assistant\nHello, I am")
+    with pytest.raises(TemplateError, match="cannot both be set"):
+        render(source, messages, continue_final_message=True)
