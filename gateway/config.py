@@ -5,7 +5,8 @@ A YAML (or JSON) file:
     models:
       - id: smollm2-135m-instruct     # the id clients send as "model"
         family: hermes                # gateway/families registry name
-        checkpoint: /path/to/model    # GGUF file or HF directory; omitted = embedded SmolLM2
+        checkpoint: /path/to/model    # GGUF file, HF directory, tokenizer.json, or package:NAME
+                                      # (tokenizer.json of an installed package); omitted = embedded
         options: {}                   # family options, e.g. chat_template: <jinja text>
         backend:
           type: worker                # worker (bundled, started here) | sglang | none (tokenize only)
@@ -24,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from backends.checkpoint import EMBEDDED_MODEL_ID
+from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
 
 BACKEND_TYPES = ("worker", "sglang", "none")
 
@@ -48,7 +49,8 @@ class BackendConfig:
 class ModelEntry:
     id: str
     family: str = "hermes"
-    checkpoint: Path | None = None
+    checkpoint: Path | str | None = None
+    """A path, or a `package:NAME` reference (see backends.checkpoint.load_checkpoint)."""
     options: dict[str, Any] = field(default_factory=dict)
     backend: BackendConfig = field(default_factory=BackendConfig)
 
@@ -95,7 +97,7 @@ def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
     if backend.type == "sglang" and not backend.url:
         raise ConfigError(f"{where}.backend.url: required for type sglang")
     checkpoint = raw.get("checkpoint")
-    if checkpoint is not None:
+    if checkpoint is not None and not str(checkpoint).startswith(PACKAGE_PREFIX):
         checkpoint = (base / Path(checkpoint).expanduser()).resolve()
         if not checkpoint.exists():
             raise ConfigError(f"{where}.checkpoint: {checkpoint} does not exist")

