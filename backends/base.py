@@ -32,6 +32,8 @@ class SamplingParams:
     ignore_eos: bool = False
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    skip_special_tokens: bool = True
+    """Only the backend's own text output: False whenever tools or a grammar are in play."""
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from backends.base import Backend
 from backends.checkpoint import Checkpoint
@@ -31,6 +32,11 @@ class ServedModel:
     @property
     def tokenizer(self):  # tokenizers.Tokenizer
         return self.encoder.tokenizer
+
+    @cached_property
+    def added_ids(self) -> dict[int, str]:
+        """Added-token id → its exact spelling (what the detokenizer emits as a token Piece)."""
+        return {i: spelling for spelling, i in self.encoder.added.items()}
 
     def encode_chat(self, request: ChatRequest) -> tuple[str, list[int]]:
         """The rendered prompt and exactly the ids the backend receives."""

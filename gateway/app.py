@@ -1,0 +1,138 @@
+"""The OpenAI-compatible HTTP application."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.chat import chat_completions
+from gateway.completions import completions
+from gateway.errors import APIError
+from gateway.json_response import json_response
+from gateway.model import ModelRegistry
+from gateway.serving import DEFAULT_MAX_BODY_BYTES
+from gateway.tokens import detokenize, get_model, list_models, tokenize
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 5.0
+_CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def create_app(registry: ModelRegistry, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
+    """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends."""
+
+    async def chat(request: Request) -> Response:
+        return await chat_completions(request, registry, max_body_bytes)
+
+    async def complete(request: Request) -> Response:
+        return await completions(request, registry, max_body_bytes)
+
+    async def tokenize_route(request: Request) -> Response:
+        return await tokenize(request, registry, max_body_bytes)
+
+    async def detokenize_route(request: Request) -> Response:
+        return await detokenize(request, registry, max_body_bytes)
+
+    async def models(request: Request) -> Response:
+        return await list_models(registry)
+
+    async def model(request: Request) -> Response:
+        return await get_model(registry, request.path_params["model_id"])
+
+    async def health(request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    async def ready(request: Request) -> Response:
+        served = list(registry)
+        states = await asyncio.gather(*(_backend_ready(m.backend) for m in served))
+        status = {m.id: ok for m, ok in zip(served, states)}
+        return json_response({"ready": all(states), "models": status}, status=200 if all(states) else 503)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await registry.close()
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", complete, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", model, methods=["GET"]),
+        Route("/tokenize", tokenize_route, methods=["POST"]),
+        Route("/detokenize", detokenize_route, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/ready", ready, methods=["GET"]),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(RequestIdMiddleware)],
+        exception_handlers={APIError: _api_error, HTTPException: _http_error},
+        lifespan=lifespan,
+    )
+
+
+async def _backend_ready(backend) -> bool:
+    if backend is None:
+        return True
+    try:
+        return await asyncio.wait_for(backend.ready(), READY_TIMEOUT_S)
+    except (TimeoutError, OSError):
+        return False
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    return APIError(f"{exc.detail}: {request.method} {request.url.path}", status=exc.status_code, code=code).response()
+
+
+class RequestIdMiddleware:
+    """Every response carries `x-request-id` (the client's own when it sent a sane one); crashes become a 500 body."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        supplied = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        request_id = supplied if _CLIENT_REQUEST_ID.fullmatch(supplied) else uuid.uuid4().hex
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("request %s failed", request_id)
+            if started:
+                raise
+            await APIError("internal server error", status=500, type="server_error").response()(
+                scope, receive, send_with_id
+            )

@@ -1,0 +1,159 @@
+"""POST /v1/chat/completions: render, generate n choices, parse each with the family's parser."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import invalid
+from gateway.families.base import Delta, OutputParser
+from gateway.generation import ChoiceStep
+from gateway.logprobs import TokenTexts, chat_logprobs
+from gateway.model import ModelRegistry
+from gateway.protocol_chat import parse_chat_completion
+from gateway.responding import respond
+from gateway.serving import generate, new_id, now, read_json, sampling_params, served_model, token_budget
+from gateway.template import TemplateError
+from gateway.usage import usage
+
+
+async def chat_completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
+    parsed = parse_chat_completion(await read_json(request, max_body))
+    model = served_model(registry, parsed.model)
+    chat, settings = parsed.chat, parsed.settings
+    try:
+        _, ids = model.encode_chat(chat)
+    except TemplateError as e:
+        raise invalid(f"the messages cannot be rendered: {e}", "messages") from None
+    max_new = token_budget(model, len(ids), settings.max_tokens, "messages")
+    grammar = model.family.grammar(chat)
+    # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
+    keep_markers = grammar is not None or bool(chat.active_tools)
+    sampling = sampling_params(
+        settings, max_new, model.family.stop_token_ids(), settings.skip_special_tokens and not keep_markers
+    )
+    rid = new_id("chatcmpl")
+    events = generate(model, rid, [(ids, sampling)], settings, grammar)
+    texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
+    renderer = ChatRenderer([model.family.parser(chat) for _ in range(settings.n)], texts, len(ids))
+    envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
+    return await respond(request, events, renderer, envelope, settings, "chat.completion")
+
+
+class ChatRenderer:
+    """Choice steps → chat chunk choices (role, content / reasoning_content / tool_calls deltas, finish)."""
+
+    def __init__(self, parsers: Sequence[OutputParser], texts: TokenTexts | None, prompt_tokens: int):
+        self._parsers = parsers
+        self._texts = texts
+        self._prompt_tokens = prompt_tokens
+        self._completion_tokens = [0] * len(parsers)
+        self._cached_tokens = 0
+        self._call_ids: list[dict[int, str]] = [{} for _ in parsers]
+
+    def opening(self) -> list[dict[str, Any]]:
+        return [_choice(i, {"role": "assistant", "content": ""}) for i in range(len(self._parsers))]
+
+    def step(self, index: int, step: ChoiceStep) -> list[dict[str, Any]]:
+        parser = self._parsers[index]
+        deltas = parser.feed(step.pieces)
+        if step.finish_reason is not None:
+            deltas += parser.finish()
+        self._completion_tokens[index] = step.completion_tokens
+        self._cached_tokens = max(self._cached_tokens, step.cached_tokens)
+        out = []
+        delta = self._delta(index, deltas)
+        logprobs = {"content": chat_logprobs(step.logprobs, self._texts)} if self._texts and step.logprobs else None
+        if delta or logprobs:
+            out.append(_choice(index, delta, logprobs))
+        if step.finish_reason is not None:
+            tool_calls = step.finish_reason == "stop" and parser.saw_tool_call
+            out.append(_choice(index, {}, finish_reason="tool_calls" if tool_calls else step.finish_reason))
+        return out
+
+    def _delta(self, index: int, deltas: Sequence[Delta]) -> dict[str, Any]:
+        """One OpenAI delta for the step: text joined, each call's fragments joined under its index."""
+        content = "".join(d.content for d in deltas)
+        reasoning = "".join(d.reasoning for d in deltas)
+        calls: dict[int, dict[str, Any]] = {}
+        for d in deltas:
+            if d.tool_index is None:
+                continue
+            call = calls.get(d.tool_index)
+            if call is None:
+                call = calls[d.tool_index] = {"index": d.tool_index}
+                if d.tool_index not in self._call_ids[index]:  # the first delta of a call names it
+                    self._call_ids[index][d.tool_index] = d.tool_id or f"call_{uuid.uuid4().hex[:24]}"
+                    call.update(
+                        id=self._call_ids[index][d.tool_index], type="function", function={"name": d.tool_name or ""}
+                    )
+                call.setdefault("function", {})["arguments"] = ""
+            call["function"]["arguments"] += d.tool_arguments
+        out: dict[str, Any] = {}
+        if content:
+            out["content"] = content
+        if reasoning:
+            out["reasoning_content"] = reasoning
+        if calls:
+            out["tool_calls"] = list(calls.values())
+        return out
+
+    def fold(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        folded = [_Folded() for _ in self._parsers]
+        for chunk in chunks:
+            folded[chunk["index"]].add(chunk)
+        return [f.choice(i, self._texts is not None) for i, f in enumerate(folded)]
+
+    def usage(self) -> dict[str, Any]:
+        return usage(self._prompt_tokens, sum(self._completion_tokens), self._cached_tokens)
+
+
+def _choice(
+    index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None = None, finish_reason: str | None = None
+) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+class _Folded:
+    """One choice's chunks merged into a message."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.logprobs: list[dict[str, Any]] = []
+        self.finish_reason: str | None = None
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        delta = chunk["delta"]
+        self.content.append(delta.get("content", ""))
+        self.reasoning.append(delta.get("reasoning_content", ""))
+        for call in delta.get("tool_calls", ()):
+            merged = self.calls.setdefault(
+                call["index"], {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+            )
+            merged["id"] = call.get("id", merged["id"])
+            merged["function"]["name"] += call.get("function", {}).get("name", "")
+            merged["function"]["arguments"] += call.get("function", {}).get("arguments", "")
+        if chunk["logprobs"]:
+            self.logprobs += chunk["logprobs"]["content"]
+        self.finish_reason = chunk["finish_reason"] or self.finish_reason
+
+    def choice(self, index: int, with_logprobs: bool) -> dict[str, Any]:
+        content = "".join(self.content)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": content or (None if self.calls else ""),
+            "refusal": None,
+        }
+        reasoning = "".join(self.reasoning)
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        logprobs = {"content": self.logprobs} if with_logprobs else None
+        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": self.finish_reason}

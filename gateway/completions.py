@@ -1,0 +1,110 @@
+"""POST /v1/completions: raw prompts (text or token ids) in, text out; no chat template, no parsing."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import invalid
+from gateway.generation import ChoiceStep
+from gateway.logprobs import TokenTexts, completion_logprobs
+from gateway.model import ModelRegistry, ServedModel
+from gateway.protocol_completions import Prompt, parse_completion
+from gateway.responding import respond
+from gateway.serving import generate, new_id, now, read_json, sampling_params, served_model, token_budget
+from gateway.usage import usage
+
+
+async def completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
+    parsed = parse_completion(await read_json(request, max_body))
+    model = served_model(registry, parsed.model)
+    settings = parsed.settings
+    prompts = [
+        _prompt_ids(model, p, "prompt" if len(parsed.prompts) == 1 else f"prompt[{i}]")
+        for i, p in enumerate(parsed.prompts)
+    ]
+    stop_ids = model.family.stop_token_ids()
+    batch = [
+        (
+            ids,
+            sampling_params(
+                settings,
+                token_budget(model, len(ids), settings.max_tokens, param),
+                stop_ids,
+                settings.skip_special_tokens,
+            ),
+        )
+        for ids, param in prompts
+    ]
+    rid = new_id("cmpl")
+    events = generate(model, rid, batch, settings, None)
+    texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
+    skipped = frozenset(model.family.context.control_token_ids) if settings.skip_special_tokens else frozenset()
+    renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, sum(len(ids) for ids, _ in batch))
+    envelope = {"id": rid, "object": "text_completion", "created": now(), "model": model.id}
+    return await respond(request, events, renderer, envelope, settings, "text_completion")
+
+
+def _prompt_ids(model: ServedModel, prompt: Prompt, param: str) -> tuple[list[int], str]:
+    """Token ids of one prompt: text is encoded with added-token spellings as tokens, ids are checked."""
+    if isinstance(prompt, str):
+        return model.encoder.encode_prompt(prompt), param
+    vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
+    bad = next((t for t in prompt if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise invalid(f"'{param}' holds token id {bad}, outside this model's vocabulary of {vocab}", param)
+    return list(prompt), param
+
+
+class CompletionRenderer:
+    """Choice steps → text completion chunk choices."""
+
+    def __init__(self, choices: int, texts: TokenTexts | None, skipped: Collection[int], prompt_tokens: int):
+        self._texts = texts
+        self._skipped = skipped
+        self._prompt_tokens = prompt_tokens
+        self._completion_tokens = [0] * choices
+        self._cached_tokens = 0
+        self._offsets = [0] * choices
+
+    def opening(self) -> list[dict[str, Any]]:
+        return []
+
+    def step(self, index: int, step: ChoiceStep) -> list[dict[str, Any]]:
+        self._completion_tokens[index] = step.completion_tokens
+        self._cached_tokens = max(self._cached_tokens, step.cached_tokens)
+        text = "".join(p.text for p in step.pieces if p.token_id not in self._skipped)
+        logprobs = None
+        if self._texts and step.logprobs:
+            logprobs = completion_logprobs(step.logprobs, self._texts, self._offsets[index])
+            self._offsets[index] += sum(len(t) for t in logprobs["tokens"])
+        out = []
+        if text or logprobs:
+            out.append(_choice(index, text, logprobs))
+        if step.finish_reason is not None:
+            out.append(_choice(index, "", None, step.finish_reason))
+        return out
+
+    def fold(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        folded = [_choice(i, "", _no_logprobs() if self._texts else None) for i in range(len(self._completion_tokens))]
+        for chunk in chunks:
+            choice = folded[chunk["index"]]
+            choice["text"] += chunk["text"]
+            for key, values in (chunk["logprobs"] or {}).items():
+                choice["logprobs"][key] += values
+            choice["finish_reason"] = chunk["finish_reason"] or choice["finish_reason"]
+        return folded
+
+    def usage(self) -> dict[str, Any]:
+        return usage(self._prompt_tokens, sum(self._completion_tokens), self._cached_tokens)
+
+
+def _choice(index: int, text: str, logprobs: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def _no_logprobs() -> dict[str, list[Any]]:
+    return {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}

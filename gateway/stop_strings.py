@@ -1,0 +1,76 @@
+"""Stop strings matched on detokenized text across token and chunk boundaries.
+
+Text that might be the start of a stop string is held back until it either
+completes one (the output ends before it) or cannot (it is released), so a stop
+string never leaks into content. Stop strings match ordinary text only: an
+added/control token piece passes through untouched and releases what was held,
+since no stop string can continue across it (stop tokens are stop_token_ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gateway.families.base import Piece
+
+
+class StopMatcher:
+    """Cuts one choice's pieces at the first stop string."""
+
+    def __init__(self, stops: Sequence[str]):
+        self._stops = [s for s in stops if s]
+        self._held = ""
+        self.matched: str | None = None
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Piece]:
+        """The pieces that are certain; after a match (see `matched`) nothing more is returned."""
+        if not self._stops:
+            return list(pieces)
+        out: list[Piece] = []
+        for piece in pieces:
+            if self.matched is not None:
+                break
+            if piece.token_id is not None:
+                out += self.flush()
+                out.append(piece)
+                continue
+            text = self._held + piece.text
+            cut = self._first_match(text)
+            if cut is not None:
+                self._held = ""
+                _emit(out, text[:cut])
+                continue
+            keep = self._partial_suffix(text)
+            self._held = text[len(text) - keep :]
+            _emit(out, text[: len(text) - keep])
+        return out
+
+    def flush(self) -> list[Piece]:
+        """Release held text: the output ended (or a control token came) without completing a stop string."""
+        out: list[Piece] = []
+        _emit(out, self._held)
+        self._held = ""
+        return out
+
+    def _first_match(self, text: str) -> int | None:
+        best: int | None = None
+        for stop in self._stops:
+            i = text.find(stop)
+            if i >= 0 and (best is None or i < best):
+                best, self.matched = i, stop
+        return best
+
+    def _partial_suffix(self, text: str) -> int:
+        """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
+        longest = 0
+        for stop in self._stops:
+            for k in range(min(len(stop) - 1, len(text)), longest, -1):
+                if text.endswith(stop[:k]):
+                    longest = k
+                    break
+        return longest
+
+
+def _emit(out: list[Piece], text: str) -> None:
+    if text:
+        out.append(Piece(text))

@@ -1,0 +1,67 @@
+"""POST /tokenize and /detokenize: the exact prompt ids the backend would receive, and ids back to text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from gateway.errors import invalid
+from gateway.json_response import json_response
+from gateway.model import ModelRegistry, ServedModel
+from gateway.protocol import Fields
+from gateway.protocol_chat import parse_chat_completion
+from gateway.protocol_completions import parse_prompts
+from gateway.serving import read_json, served_model
+from gateway.template import TemplateError
+
+
+async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
+    """`{"model", "messages" (+ chat fields) | "prompt"}` → `{"tokens", "count", "max_model_len", "prompt"}`."""
+    body = await read_json(request, max_body)
+    fields = Fields(body)
+    model = served_model(registry, fields.string("model", required=True))
+    if fields.has("messages"):
+        chat = parse_chat_completion(body).chat
+        try:
+            text, ids = model.encode_chat(chat)
+        except TemplateError as e:
+            raise invalid(f"the messages cannot be rendered: {e}", "messages") from None
+    else:
+        prompts = parse_prompts(fields)
+        if len(prompts) != 1 or not isinstance(prompts[0], str):
+            raise invalid("'prompt' must be one string here", "prompt")
+        text = prompts[0]
+        ids = model.encoder.encode_prompt(text)
+    return json_response({"tokens": ids, "count": len(ids), "max_model_len": model.context_length, "prompt": text})
+
+
+async def detokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
+    """`{"model", "tokens": [ids]}` → `{"prompt": text}` with added tokens spelled out."""
+    fields = Fields(await read_json(request, max_body))
+    model = served_model(registry, fields.string("model", required=True))
+    ids = fields.array("tokens", max_len=model.context_length * 4, required=True)
+    vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
+    for i, t in enumerate(ids):
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+            raise invalid(f"'tokens[{i}]' must be a token id below {vocab}", f"tokens[{i}]")
+    return json_response({"prompt": model.decode(ids)})
+
+
+def model_card(model: ServedModel) -> dict[str, Any]:
+    return {
+        "id": model.id,
+        "object": "model",
+        "created": model.created,
+        "owned_by": "gateway",
+        "max_model_len": model.context_length,
+    }
+
+
+async def list_models(registry: ModelRegistry) -> Response:
+    return json_response({"object": "list", "data": [model_card(m) for m in registry]})
+
+
+async def get_model(registry: ModelRegistry, model_id: str) -> Response:
+    return json_response(model_card(served_model(registry, model_id)))

@@ -1,0 +1,310 @@
+"""The gateway over real HTTP, in front of the SGLang stand-in (both streaming modes)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+
+from backends.checkpoint import EMBEDDED_MODEL_ID
+from backends.sglang import SGLangBackend
+from gateway.app import create_app
+from gateway.model import ModelRegistry
+from tests.gateway.http_server import serve
+from tests.gateway.sglang_standin import Script, fake_logprob
+
+MODEL = EMBEDDED_MODEL_ID
+IM_END = 2
+WAIT_S = 30  # upper bound for an event that must happen; never a speed check
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+@pytest.fixture
+def gateway(standin, tokenize_only) -> Iterator[tuple[httpx.Client, object]]:
+    server, url = standin
+    model = dataclasses.replace(tokenize_only, backend=SGLangBackend(url, incremental=server.incremental))
+    with serve(create_app(ModelRegistry([model]))) as base, httpx.Client(base_url=base, timeout=WAIT_S) as client:
+        server.encode = model.encoder.encode_plain
+        yield client, server
+
+
+def say(server, text: str, **script) -> None:
+    """Script the stand-in to answer `text` then the end-of-turn token."""
+    ids = server.encode(text) + [IM_END]
+    server.script = lambda body: Script(ids=ids, **script)
+
+
+def sse(response: httpx.Response) -> list[dict]:
+    """The JSON events of an SSE body, checking its framing and the final [DONE]."""
+    assert response.headers["content-type"].startswith("text/event-stream")
+    blocks = response.text.split("\n\n")
+    assert blocks[-2:] == ["data: [DONE]", ""], blocks[-3:]
+    assert all(b.startswith("data: ") for b in blocks[:-1])
+    return [json.loads(b.removeprefix("data: ")) for b in blocks[:-2]]
+
+
+def chat(client: httpx.Client, **fields) -> httpx.Response:
+    return client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, **fields})
+
+
+def test_chat_answer_with_usage_and_request_id(gateway):
+    client, server = gateway
+    say(server, "It is sunny.")
+    r = chat(client, temperature=0, headers=None)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["model"] == MODEL
+    assert body["choices"] == [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "It is sunny.", "refusal": None},
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ]
+    sent = server.bodies[-1]
+    assert sent["sampling_params"]["stop_token_ids"] == [IM_END] and "structural_tag" not in sent["sampling_params"]
+    tokens = client.post("/tokenize", json={"model": MODEL, "messages": USER}).json()
+    assert tokens["tokens"] == sent["input_ids"]  # /tokenize gives exactly what the backend receives
+    usage = body["usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (
+        tokens["count"],
+        len(server.encode("It is sunny.")) + 1,
+    )
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert len(r.headers["x-request-id"]) > 8
+    mine = client.post(
+        "/v1/chat/completions", json={"model": MODEL, "messages": USER}, headers={"x-request-id": "abc-123"}
+    )
+    assert mine.headers["x-request-id"] == "abc-123"
+
+
+def test_chat_stream_chunks_and_usage(gateway):
+    client, server = gateway
+    say(server, "Sunny and 20 °C 😀.")
+    events = sse(chat(client, stream=True, stream_options={"include_usage": True}))
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(e["object"] == "chat.completion.chunk" and e["usage"] is None for e in events[:-1])
+    content = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1])
+    assert content == "Sunny and 20 °C 😀."
+    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == len(server.encode(content)) + 1
+
+
+def test_tool_call_stream_and_fold(gateway):
+    client, server = gateway
+    say(server, CALL)
+    r = chat(client, tools=[WEATHER])
+    message = r.json()["choices"][0]["message"]
+    assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert message["content"] is None
+    (call,) = message["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather" and json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    sent = server.bodies[-1]["sampling_params"]
+    assert sent["skip_special_tokens"] is False and "structural_tag" in sent
+
+    events = sse(chat(client, tools=[WEATHER], stream=True))
+    deltas = [d for e in events for d in e["choices"][0]["delta"].get("tool_calls", [])]
+    assert (
+        deltas[0]["id"].startswith("call_")
+        and deltas[0]["function"]["name"] == "get_weather"
+        and deltas[0]["index"] == 0
+    )
+    assert all("id" not in d and "name" not in d["function"] for d in deltas[1:])
+    assert json.loads("".join(d["function"]["arguments"] for d in deltas)) == {"city": "Paris"}
+    assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_n_choices_are_separate_requests(gateway):
+    client, server = gateway
+    say(server, "Yes.")
+    body = chat(client, n=3, seed=7).json()
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2]
+    assert all(c["message"]["content"] == "Yes." for c in body["choices"])
+    sent = server.bodies[-3:]
+    assert len({b["rid"] for b in sent}) == 3 and sorted(b["sampling_params"]["sampling_seed"] for b in sent) == [
+        7,
+        8,
+        9,
+    ]
+    assert body["usage"]["completion_tokens"] == 3 * (len(server.encode("Yes.")) + 1)
+    assert body["usage"]["prompt_tokens"] == len(sent[0]["input_ids"])
+
+
+def test_stop_string_cuts_and_aborts(gateway):
+    client, server = gateway
+    say(server, "Hello STOP world and more text that never comes", hold_after=6)
+    r = chat(client, stop=["STOP"], stream=True)
+    events = sse(r)
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == "Hello "  # text before the stop string, its last space included
+    assert events[-1]["choices"][0]["finish_reason"] == "stop"
+    assert server.closed[server.bodies[-1]["rid"]].wait(WAIT_S)
+
+
+def test_length_finish(gateway):
+    client, server = gateway
+    say(server, "one two three four five")
+    body = chat(client, max_completion_tokens=3).json()
+    assert body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 3
+    assert server.bodies[-1]["sampling_params"]["max_new_tokens"] == 3
+
+
+def test_logprobs_pass_through(gateway):
+    client, server = gateway
+    say(server, "Hi 世界")
+    body = chat(client, logprobs=True, top_logprobs=2).json()
+    content = body["choices"][0]["logprobs"]["content"]
+    ids = server.encode("Hi 世界") + [IM_END]
+    assert [c["logprob"] for c in content] == [fake_logprob(t) for t in ids]
+    assert bytes(b for c in content[:-1] for b in c["bytes"]).decode() == "Hi 世界"
+    assert content[-1]["token"] == "<|im_end|>" and len(content[0]["top_logprobs"]) == 2
+    assert server.bodies[-1]["return_logprob"] is True and server.bodies[-1]["top_logprobs_num"] == 2
+
+
+def test_backend_failure_mid_stream(gateway):
+    client, server = gateway
+    say(server, "partial answer here", error_after=2)
+    events = sse(chat(client, stream=True))
+    assert events[-1]["error"]["type"] == "server_error" and "scripted failure" in events[-1]["error"]["message"]
+    r = chat(client)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "backend_error"
+
+
+def test_backend_refusal_keeps_4xx(gateway):
+    client, server = gateway
+    server.script = lambda body: Script(refuse=400)
+    r = chat(client, stream=True)
+    assert r.status_code == 400 and "refused" in r.json()["error"]["message"]
+
+
+def test_stream_disconnect_aborts_backend_request(gateway):
+    client, server = gateway
+    say(server, "a long answer that the client will not wait for", hold_after=2)
+    with client.stream("POST", "/v1/chat/completions", json={"model": MODEL, "messages": USER, "stream": True}) as r:
+        lines = r.iter_lines()
+        assert "role" in next(lines)
+    rid = server.bodies[-1]["rid"]
+    assert server.closed[rid].wait(WAIT_S) and server.aborted[rid].wait(WAIT_S)
+
+
+def test_non_stream_disconnect_aborts_backend_request(gateway):
+    client, server = gateway
+    say(server, "a long answer that the client will not wait for", hold_after=2)
+    body = orjson.dumps({"model": MODEL, "messages": USER})
+    host, port = client.base_url.host, client.base_url.port
+    with socket.create_connection((host, port)) as s:
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        assert server.received.acquire(timeout=WAIT_S)
+    rid = server.bodies[-1]["rid"]
+    assert server.closed[rid].wait(WAIT_S) and server.aborted[rid].wait(WAIT_S)
+
+
+def test_completions_text_and_ids(gateway):
+    client, server = gateway
+    say(server, " Paris.")
+    body = client.post(
+        "/v1/completions", json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8}
+    ).json()
+    assert body["object"] == "text_completion"
+    assert body["choices"] == [{"index": 0, "text": " Paris.", "logprobs": None, "finish_reason": "stop"}]
+    body = client.post("/v1/completions", json={"model": MODEL, "prompt": [[5, 6], [7]], "n": 2, "logprobs": 1}).json()
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
+    assert sorted(b["input_ids"] for b in server.bodies[-4:]) == [[5, 6], [5, 6], [7], [7]]
+    assert body["usage"]["prompt_tokens"] == 3
+    assert body["choices"][0]["logprobs"]["tokens"][0] == " Paris"[: len(body["choices"][0]["logprobs"]["tokens"][0])]
+    events = sse(client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "stream": True}))
+    assert "".join(e["choices"][0]["text"] for e in events) == " Paris."
+
+
+@pytest.mark.parametrize(
+    "path, body, status, param, code",
+    [
+        ("/v1/chat/completions", {"model": "nope", "messages": USER}, 404, "model", "model_not_found"),
+        (
+            "/v1/chat/completions",
+            {"model": MODEL, "messages": USER, "max_tokens": 9000},
+            400,
+            "messages",
+            "context_length_exceeded",
+        ),
+        (
+            "/v1/chat/completions",
+            {"model": MODEL, "messages": [{"role": "user", "content": "x" * 40000}]},
+            400,
+            "messages",
+            "context_length_exceeded",
+        ),
+        ("/v1/completions", {"model": MODEL, "prompt": [49152]}, 400, "prompt", None),
+        ("/v1/chat/completions", [1], 400, None, None),
+        ("/detokenize", {"model": MODEL, "tokens": [-1]}, 400, "tokens[0]", None),
+        ("/tokenize", {"model": "nope", "prompt": "x"}, 404, "model", "model_not_found"),
+    ],
+)
+def test_request_errors(gateway, path, body, status, param, code):
+    client, _ = gateway
+    r = client.post(path, json=body)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["type"]) == (param, "invalid_request_error")
+    if code:
+        assert error["code"] == code
+    assert "x-request-id" in r.headers
+
+
+def test_invalid_json_and_unknown_route(gateway):
+    client, _ = gateway
+    r = client.post("/v1/chat/completions", content=b"{nope", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    r = client.get("/v1/nothing")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found" and "x-request-id" in r.headers
+
+
+def test_models_tokens_health(gateway):
+    client, server = gateway
+    assert [m["id"] for m in client.get("/v1/models").json()["data"]] == [MODEL]
+    assert client.get(f"/v1/models/{MODEL}").json()["max_model_len"] == 8192
+    assert client.get("/v1/models/other").status_code == 404
+    tok = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi<|im_end|>"}).json()
+    assert tok["tokens"][-1] == IM_END and tok["count"] == len(tok["tokens"])
+    assert client.post("/detokenize", json={"model": MODEL, "tokens": tok["tokens"]}).json() == {
+        "prompt": "Hi<|im_end|>"
+    }
+    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/ready").status_code == 200
+    server.healthy = False
+    assert client.get("/ready").status_code == 503
+
+
+def test_body_limit_and_unreachable_backend(tokenize_only):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    model = dataclasses.replace(tokenize_only, backend=SGLangBackend(dead))
+    with (
+        serve(create_app(ModelRegistry([model]), max_body_bytes=2048)) as base,
+        httpx.Client(base_url=base, timeout=WAIT_S) as client,
+    ):
+        r = client.post(
+            "/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "x" * 4096}]}
+        )
+        assert r.status_code == 413
+        for stream in (False, True):
+            r = chat(client, stream=stream)
+            assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+            assert r.headers["x-should-retry"] == "true"
+        assert client.get("/ready").status_code == 503

@@ -1,0 +1,83 @@
+"""Incremental detokenization with the real SmolLM2 byte-level BPE tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from gateway.detokenizer import MAX_HELD_TOKENS, Detokenizer
+from gateway.families.base import Piece
+
+IM_END = 2
+
+
+def ids_of(model, text: str) -> list[int]:
+    return model.encoder.encode_plain(text)
+
+
+def stream(model, ids: list[int], step: int = 1) -> list[Piece]:
+    detok = Detokenizer(model.tokenizer, model.added_ids)
+    out: list[Piece] = []
+    for i in range(0, len(ids), step):
+        out += detok.feed(ids[i : i + step])
+    return out + detok.flush()
+
+
+def text_of(pieces: list[Piece]) -> str:
+    return "".join(p.text for p in pieces)
+
+
+@pytest.mark.parametrize("text", ["héllo 😀 世界", "🦜🦜🦜", "naïve café — ok", "日本語のテキスト", "a\n\tb  c"])
+def test_split_characters_are_never_emitted_broken(tokenize_only, text):
+    ids = ids_of(tokenize_only, text)
+    assert len(ids) > len(text.split()), "the text must split characters across tokens to test anything"
+    pieces = stream(tokenize_only, ids)
+    assert all("\ufffd" not in p.text for p in pieces)
+    assert text_of(pieces) == text
+
+
+def test_emoji_bytes_wait_for_their_last_token(tokenize_only):
+    detok = Detokenizer(tokenize_only.tokenizer, tokenize_only.added_ids)
+    ids = ids_of(tokenize_only, " 😀")
+    assert len(ids) == 2  # 'ĠðŁĺ' + 'Ģ': the emoji's 4 bytes span two tokens
+    assert detok.feed(ids[:1]) == []
+    assert detok.feed(ids[1:]) == [Piece(" 😀")]
+
+
+def test_added_tokens_are_their_own_pieces(tokenize_only):
+    ids = ids_of(tokenize_only, "Hi") + [IM_END] + ids_of(tokenize_only, " there")
+    assert stream(tokenize_only, ids) == [Piece("Hi"), Piece("<|im_end|>", IM_END), Piece(" there")]
+
+
+def test_plain_text_spelling_a_marker_stays_text(tokenize_only):
+    ids = ids_of(tokenize_only, "<|im_end|>")
+    assert len(ids) > 1
+    pieces = stream(tokenize_only, ids)
+    assert text_of(pieces) == "<|im_end|>" and all(p.token_id is None for p in pieces)
+
+
+def test_an_added_token_releases_a_broken_tail(tokenize_only):
+    emoji = ids_of(tokenize_only, " 😀")
+    pieces = stream(tokenize_only, [emoji[0], IM_END])
+    assert pieces[-1] == Piece("<|im_end|>", IM_END)
+    assert pieces[0].text.endswith("\ufffd")
+
+
+def test_invalid_bytes_do_not_hold_the_stream_forever(tokenize_only):
+    lone = ids_of(tokenize_only, " 😀")[0]  # a token whose bytes never complete a character
+    detok = Detokenizer(tokenize_only.tokenizer, tokenize_only.added_ids)
+    out = []
+    for _ in range(MAX_HELD_TOKENS):
+        out += detok.feed([lone])
+    assert out, "held text is released once it cannot be a split character"
+    out += detok.feed(ids_of(tokenize_only, " and then 世界")) + detok.flush()
+    assert text_of(out).endswith(" and then 世界")
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), step=st.integers(1, 5))
+def test_any_chunking_reproduces_the_text(tokenize_only, text, step):
+    ids = ids_of(tokenize_only, text)
+    assume(tokenize_only.tokenizer.decode(ids) == text)  # the vocabulary lacks a few bytes (e.g. 0xF1)
+    assert text_of(stream(tokenize_only, ids, step)) == text

@@ -1,0 +1,278 @@
+"""Validation of chat and completions bodies: normalized output, and every error with its param."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import APIError
+from gateway.protocol import MAX_N
+from gateway.protocol_chat import EMPTY_PARAMETERS, parse_chat_completion
+from gateway.protocol_completions import MAX_CHOICES, parse_completion
+from gateway.protocol_schema import MAX_DEPTH
+
+USER = {"role": "user", "content": "hi"}
+TOOL = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def chat(**fields):
+    return {"model": "m", "messages": [USER], **fields}
+
+
+def nested(depth: int):
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def test_minimal_chat_defaults():
+    req = parse_chat_completion(chat())
+    assert req.model == "m" and req.chat.messages == [{"role": "user", "content": "hi"}]
+    s = req.settings
+    assert (s.n, s.max_tokens, s.stop, s.stream, s.logprobs, s.temperature) == (1, None, [], False, False, 1.0)
+    assert req.chat.tool_choice == "auto" and req.chat.tools == []
+
+
+def test_messages_are_normalized():
+    req = parse_chat_completion(
+        chat(
+            messages=[
+                {"role": "developer", "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "brief"}]},
+                USER,
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "reasoning_content": "think",
+                    "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": "42"},
+            ]
+        )
+    )
+    system, _, assistant, tool = req.chat.messages
+    assert system == {"role": "system", "content": "be brief"}
+    assert assistant["tool_calls"][0]["function"] == {"name": "f", "arguments": {"x": 1}}
+    assert assistant["content"] is None and assistant["reasoning_content"] == "think"
+    assert tool == {"role": "tool", "content": "42", "tool_call_id": "c1"}
+
+
+def test_tools_and_choices():
+    bare = {"type": "function", "function": {"name": "now"}}
+    req = parse_chat_completion(chat(tools=[TOOL, bare], tool_choice={"type": "function", "function": {"name": "now"}}))
+    assert req.chat.tools[1]["function"]["parameters"] == EMPTY_PARAMETERS
+    assert req.chat.tool_choice == {"type": "function", "function": {"name": "now"}}
+    allowed = {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": "required", "tools": [{"type": "function", "function": {"name": "now"}}]},
+    }
+    req = parse_chat_completion(chat(tools=[TOOL, bare], tool_choice=allowed))
+    assert req.chat.tool_choice == "required" and [t["function"]["name"] for t in req.chat.tools] == ["now"]
+
+
+def test_settings():
+    req = parse_chat_completion(
+        chat(
+            max_tokens=5,
+            max_completion_tokens=7,
+            n=3,
+            stop="END",
+            seed=1,
+            temperature=0,
+            top_p=0,
+            top_k=0,
+            logprobs=True,
+            top_logprobs=2,
+            stream=True,
+            stream_options={"include_usage": True},
+            ignore_eos=True,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": True},
+            },
+            reasoning_effort="low",
+            chat_template_kwargs={"enable_thinking": False},
+            user="u",
+            some_vendor_field=1,
+        )
+    )
+    s = req.settings
+    assert (s.max_tokens, s.n, s.stop, s.seed, s.top_k, s.top_p, s.top_logprobs, s.include_usage) == (
+        7,
+        3,
+        ["END"],
+        1,
+        1,
+        1.0,
+        2,
+        True,
+    )
+    assert req.chat.response_format["json_schema"]["strict"] is True
+    assert req.chat.template_kwargs == {"enable_thinking": False} and req.chat.reasoning_effort == "low"
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"messages": [USER]}, "model"),
+        (chat(messages=None), "messages"),
+        (chat(messages=[]), "messages"),
+        (chat(messages="hi"), "messages"),
+        (chat(messages=[{"content": "x"}]), "messages[0].role"),
+        (chat(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
+        (chat(messages=[{"role": "user"}]), "messages[0].content"),
+        (chat(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
+        (
+            chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+            "messages[0].content[0]",
+        ),
+        (chat(messages=[{"role": "user", "content": [{"type": "text"}]}]), "messages[0].content[0].text"),
+        (chat(messages=[{"role": "user", "content": [{"type": "mystery"}]}]), "messages[0].content[0].type"),
+        (chat(messages=[{"role": "tool", "content": "x"}]), "messages[0].tool_call_id"),
+        (
+            chat(
+                messages=[
+                    {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{bad"}}]}
+                ]
+            ),
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (
+            chat(
+                messages=[
+                    {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "[1]"}}]}
+                ]
+            ),
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (
+            chat(messages=[{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}]),
+            "messages[0].tool_calls[0].id",
+        ),
+        (chat(tools=[{"type": "web_search"}]), "tools[0].type"),
+        (chat(tools=[{"type": "function", "function": {"name": "has space"}}]), "tools[0].function.name"),
+        (chat(tools=[TOOL, TOOL]), "tools[1].function.name"),
+        (
+            chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]),
+            "tools[0].function.parameters",
+        ),
+        (
+            chat(
+                tools=[
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"properties": {"a": {"type": "strnig"}}}},
+                    }
+                ]
+            ),
+            "tools[0].function.parameters.properties.a.type",
+        ),
+        (
+            chat(tools=[{"type": "function", "function": {"name": "f", "parameters": {"required": "a"}}}]),
+            "tools[0].function.parameters.required",
+        ),
+        (
+            chat(
+                tools=[{"type": "function", "function": {"name": "f", "parameters": {"properties": nested(MAX_DEPTH)}}}]
+            ),
+            "tools[0].function.parameters",
+        ),
+        (chat(tool_choice="always"), "tool_choice"),
+        (chat(tool_choice="required"), "tool_choice"),
+        (
+            chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "nope"}}),
+            "tool_choice.function.name",
+        ),
+        (chat(tools=[TOOL], tool_choice={"type": "allowed_tools"}), "tool_choice.allowed_tools"),
+        (
+            chat(tools=[TOOL], tool_choice={"type": "allowed_tools", "allowed_tools": {"tools": []}}),
+            "tool_choice.allowed_tools.tools",
+        ),
+        (chat(response_format={"type": "yaml"}), "response_format.type"),
+        (chat(response_format={"type": "json_schema"}), "response_format.json_schema"),
+        (
+            chat(response_format={"type": "json_schema", "json_schema": {"schema": {}}}),
+            "response_format.json_schema.name",
+        ),
+        (
+            chat(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": []}}),
+            "response_format.json_schema.schema",
+        ),
+        (chat(max_tokens=0), "max_tokens"),
+        (chat(max_completion_tokens="9"), "max_completion_tokens"),
+        (chat(n=0), "n"),
+        (chat(n=MAX_N + 1), "n"),
+        (chat(stop=["a", "b", "c", "d", "e"]), "stop"),
+        (chat(stop=["a", ""]), "stop[1]"),
+        (chat(stop=7), "stop"),
+        (chat(temperature=2.5), "temperature"),
+        (chat(temperature=True), "temperature"),
+        (chat(top_p=1.5), "top_p"),
+        (chat(min_p=-0.1), "min_p"),
+        (chat(top_k=-2), "top_k"),
+        (chat(frequency_penalty=3), "frequency_penalty"),
+        (chat(presence_penalty=-3), "presence_penalty"),
+        (chat(seed=1.5), "seed"),
+        (chat(seed=1 << 64), "seed"),
+        (chat(logprobs="yes"), "logprobs"),
+        (chat(logprobs=True, top_logprobs=21), "top_logprobs"),
+        (chat(top_logprobs=2), "top_logprobs"),
+        (chat(stream="true"), "stream"),
+        (chat(stream_options={"include_usage": True}), "stream_options"),
+        (chat(stream=True, stream_options={"include_usage": 1}), "stream_options.include_usage"),
+        (chat(parallel_tool_calls="no"), "parallel_tool_calls"),
+        (chat(reasoning_effort="max"), "reasoning_effort"),
+        (chat(chat_template_kwargs=[1]), "chat_template_kwargs"),
+        (chat(chat_template_kwargs=nested(MAX_DEPTH + 1)), "chat_template_kwargs"),
+        (chat(continue_final_message=True), "continue_final_message"),
+        (chat(continue_final_message=True, add_generation_prompt=False), "continue_final_message"),
+        (chat(logit_bias={"1": 5}), "logit_bias"),
+        (chat(functions=[{"name": "f"}]), "functions"),
+        (chat(audio={"voice": "x"}), "audio"),
+        (chat(ignore_eos="y"), "ignore_eos"),
+        (chat(skip_special_tokens=0), "skip_special_tokens"),
+        ([1, 2], None),
+    ],
+)
+def test_chat_errors_name_their_param(body, param):
+    with pytest.raises(APIError) as e:
+        parse_chat_completion(body)
+    assert (e.value.status, e.value.param, e.value.type) == (400, param, "invalid_request_error")
+
+
+def test_completion_prompt_forms():
+    assert parse_completion({"model": "m", "prompt": "hi"}).prompts == ["hi"]
+    assert parse_completion({"model": "m", "prompt": ["a", "b"]}).prompts == ["a", "b"]
+    assert parse_completion({"model": "m", "prompt": [1, 2]}).prompts == [[1, 2]]
+    assert parse_completion({"model": "m", "prompt": [[1], [2, 3]]}).prompts == [[1], [2, 3]]
+    req = parse_completion({"model": "m", "prompt": "x", "logprobs": 3, "max_tokens": 4, "echo": False, "best_of": 1})
+    assert (req.settings.logprobs, req.settings.top_logprobs, req.settings.max_tokens) == (True, 3, 4)
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({}, "prompt"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": []}, "prompt"),
+        ({"prompt": [[]]}, "prompt[0]"),
+        ({"prompt": ["a", 3]}, "prompt[1]"),
+        ({"prompt": [1, "a"]}, "prompt[0]"),
+        ({"prompt": {"text": "a"}}, "prompt"),
+        ({"prompt": ["a"] * 17}, "prompt"),
+        ({"prompt": ["a"] * 8, "n": MAX_CHOICES // 8 + 1}, "n"),
+        ({"prompt": "a", "echo": True}, "echo"),
+        ({"prompt": "a", "suffix": "b"}, "suffix"),
+        ({"prompt": "a", "best_of": 2}, "best_of"),
+        ({"prompt": "a", "logprobs": 6}, "logprobs"),
+        ({"prompt": "a", "logprobs": True}, "logprobs"),
+    ],
+)
+def test_completion_errors_name_their_param(fields, param):
+    with pytest.raises(APIError) as e:
+        parse_completion({"model": "m", **fields})
+    assert (e.value.status, e.value.param) == (400, param)

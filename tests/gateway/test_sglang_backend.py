@@ -1,0 +1,143 @@
+"""SGLangBackend against a real HTTP server that speaks SGLang's published /generate contract."""
+
+from __future__ import annotations
+
+import socket
+
+import httpx
+import pytest
+
+from backends.base import BackendError, GenerateRequest, Grammar, SamplingParams
+from backends.sglang import SGLangBackend, generate_payload
+from tests.gateway.sglang_contract import ContractError, api_types
+from tests.gateway.sglang_standin import Script, fake_logprob
+
+pytestmark = pytest.mark.anyio
+WAIT_S = 30  # generous upper bound for an event that must happen; never a speed check
+
+
+def request(rid: str = "r1", **sampling) -> GenerateRequest:
+    return GenerateRequest(rid=rid, input_ids=[1, 2, 3], sampling=SamplingParams(max_new_tokens=16, **sampling))
+
+
+async def collect(backend: SGLangBackend, req: GenerateRequest):
+    return [chunk async for chunk in backend.generate(req)]
+
+
+def test_payload_uses_sglang_names_only():
+    req = GenerateRequest(
+        rid="x",
+        input_ids=[5, 6],
+        sampling=SamplingParams(
+            max_new_tokens=7, temperature=0.5, seed=42, stop_token_ids=[2], skip_special_tokens=False
+        ),
+        grammar=Grammar("structural_tag", '{"type": "structural_tag"}'),
+        logprobs=True,
+        top_logprobs=3,
+    )
+    body = generate_payload(req)
+    parsed = api_types.GenerateRequest.from_json_value(body)  # SGLang refuses unknown sampling keys
+    assert parsed.sampling_params.max_new_tokens == 7
+    assert parsed.sampling_params.sampling_seed == 42
+    assert parsed.sampling_params.structural_tag == '{"type": "structural_tag"}'
+    assert parsed.sampling_params.skip_special_tokens is False
+    assert list(parsed.sampling_params.stop_token_ids) == [2]
+    assert (parsed.input_ids, parsed.rid, parsed.stream, parsed.return_logprob, parsed.top_logprobs_num) == (
+        [5, 6],
+        "x",
+        True,
+        True,
+        3,
+    )
+
+
+def test_standin_refuses_what_sglang_refuses(standin):
+    _, url = standin
+    with pytest.raises(ContractError):
+        api_types.GenerateRequest.from_json_value({"input_ids": [1], "sampling_params": {"max_tokens": 3}})
+    r = httpx.post(
+        f"{url}/generate", json={"input_ids": [1], "stream": True, "rid": "a", "sampling_params": {"max_tokens": 3}}
+    )
+    assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+
+
+async def test_stream_yields_only_new_ids_in_both_modes(standin):
+    server, url = standin
+    server.script = lambda body: Script(ids=[10, 11, 12, 2, 99])
+    backend = SGLangBackend(url, incremental=server.incremental)
+    chunks = await collect(backend, request(stop_token_ids=[2]))
+    await backend.close()
+    assert [c.output_ids for c in chunks] == [[10], [11], [12], [2]]
+    assert [c.finish_reason for c in chunks] == [None, None, None, "stop"]
+    assert chunks[-1].matched_stop == 2
+    assert chunks[-1].completion_tokens == 4 and chunks[-1].prompt_tokens == 3
+
+
+async def test_length_finish_and_logprobs(standin):
+    server, url = standin
+    server.script = lambda body: Script(ids=[20, 21, 22, 23])
+    backend = SGLangBackend(url, incremental=server.incremental)
+    req = request()
+    req.sampling.max_new_tokens = 3
+    req.logprobs, req.top_logprobs = True, 2
+    chunks = await collect(backend, req)
+    await backend.close()
+    assert chunks[-1].finish_reason == "length"
+    entries = [e for c in chunks for e in c.logprobs]
+    assert [(e.token_id, e.logprob) for e in entries] == [(t, fake_logprob(t)) for t in (20, 21, 22)]
+    assert entries[0].top == [(20, fake_logprob(20)), (21, fake_logprob(20) - 1)]
+
+
+async def test_refusal_keeps_its_status(standin):
+    server, url = standin
+    server.script = lambda body: Script(refuse=400)
+    backend = SGLangBackend(url, incremental=server.incremental)
+    with pytest.raises(BackendError) as e:
+        await collect(backend, request())
+    await backend.close()
+    assert e.value.status == 400 and not e.value.retryable and "refused by the script" in str(e.value)
+
+
+async def test_error_event_raises(standin):
+    server, url = standin
+    server.script = lambda body: Script(ids=[1, 2, 3], error_after=1)
+    backend = SGLangBackend(url, incremental=server.incremental)
+    seen = []
+    with pytest.raises(BackendError, match="scripted failure"):
+        async for chunk in backend.generate(request()):
+            seen.append(chunk.output_ids)
+    await backend.close()
+    assert seen == [[1]]
+
+
+async def test_unreachable_backend_is_retryable():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket closes
+    backend = SGLangBackend(f"http://127.0.0.1:{port}")
+    with pytest.raises(BackendError) as e:
+        await collect(backend, request())
+    assert e.value.retryable and e.value.status == 503
+    assert await backend.ready() is False
+    await backend.close()
+
+
+async def test_closing_the_stream_aborts_the_request(standin):
+    server, url = standin
+    server.script = lambda body: Script(ids=[5, 6, 7, 8], hold_after=2)
+    backend = SGLangBackend(url, incremental=server.incremental)
+    stream = backend.generate(request(rid="held"))
+    assert (await anext(stream)).output_ids == [5]
+    await stream.aclose()
+    await backend.close()  # waits for the best-effort abort call
+    assert server.aborted["held"].wait(WAIT_S)
+    assert server.closed["held"].wait(WAIT_S)
+
+
+async def test_ready_follows_health(standin):
+    server, url = standin
+    backend = SGLangBackend(url)
+    assert await backend.ready() is True
+    server.healthy = False
+    assert await backend.ready() is False
+    await backend.close()
