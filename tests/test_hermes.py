@@ -215,7 +215,7 @@ def parse(text: str, **options: Any) -> dict[str, Any]:
 
 
 def test_plain_text_is_content() -> None:
-    assert parse("Hello there!\n") == {"content": "Hello there!", "reasoning": "", "tool_calls": []}
+    assert parse("Hello there!\n") == {"content": "Hello there!\n", "reasoning": "", "tool_calls": []}
 
 
 def test_think_block_is_reasoning() -> None:

@@ -6,8 +6,10 @@ Decisions (the gateway's documented behaviour):
   streams as it arrives; when the output ends before `</think>` (cut by
   max_tokens) the text stays reasoning, as the canitoolcall fixtures expect.
   A `<tool_call>` inside reasoning is reasoning text (grammars put calls after it).
-* Content and reasoning lose their leading and trailing whitespace; whitespace
-  around and between calls is dropped. A suffix that could begin a marker is
+* Content and reasoning lose their leading whitespace; whitespace around and
+  between calls and at the end of reasoning is dropped. Trailing content
+  whitespace is kept when the output ends without a call (text cut by a stop
+  string keeps its last space). A suffix that could begin a marker is
   held back, so content never shows part of one.
 * A call body `{"name": N, "arguments": {…}}` announces the call (index, id,
   name) as soon as `"arguments": {` is read and then streams the arguments
@@ -81,6 +83,11 @@ class _Trimmed:
             return ""
         out = self._pending_space + body
         self._pending_space = text[len(body) :]
+        return out
+
+    def flush(self) -> str:
+        """The trailing whitespace held back so far."""
+        out, self._pending_space = self._pending_space, ""
         return out
 
 
@@ -164,7 +171,10 @@ class HermesParser(OutputParser):
         return self._advance(final=False)
 
     def finish(self) -> list[Delta]:
-        return self._advance(final=True)
+        out = self._advance(final=True)
+        if self._state is _State.CONTENT and not self.saw_tool_call and (space := self._content.flush()):
+            out.append(Delta(content=space))
+        return out
 
     def _advance(self, final: bool) -> list[Delta]:
         steps = {
