@@ -1,0 +1,85 @@
+"""`python -m backends.worker`: load a model, serve SGLang's /generate, print `READY <port>` when listening."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import time
+
+import torch
+import uvicorn
+
+from backends.checkpoint import embedded_gguf_path, load_checkpoint
+from backends.worker.engine import Engine
+from backends.worker.grammar import GrammarCache, tokenizer_info
+from backends.worker.model import LlamaModel
+from backends.worker.server import WorkerState, build_app
+from backends.worker.weights import load_weights
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m backends.worker", description=__doc__)
+    parser.add_argument("--model", help="GGUF file or Hugging Face Llama directory (default: the embedded model)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch CPU threads")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--max-batch", type=int, default=8, help="KV cache slots: requests decoded together")
+    parser.add_argument("--context-length", type=int, help="tokens per slot (default: the model's)")
+    parser.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill step")
+    parser.add_argument("--weights-dtype", choices=["fp32", "bf16"], default="fp32")
+    return parser.parse_args(argv)
+
+
+def progress(message: str) -> None:
+    print(f"[worker] {message}", file=sys.stderr, flush=True)
+
+
+def build_state(args: argparse.Namespace) -> WorkerState:
+    """Load checkpoint, weights, model, grammar compiler, and start the engine thread."""
+    torch.set_num_threads(args.threads)
+    began = time.perf_counter()
+    path = args.model or str(embedded_gguf_path())
+    progress(f"loading {path}")
+    checkpoint = load_checkpoint(path)
+    weights = load_weights(checkpoint, progress)
+    context = min(args.context_length or checkpoint.config.context_length, checkpoint.config.context_length)
+    model = LlamaModel(weights, checkpoint.config, slots=args.max_batch, context=context,
+                       device=args.device, weights_dtype=args.weights_dtype)
+    del weights
+    grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
+    engine = Engine(model, checkpoint.eos_token_ids, prefill_chunk=args.prefill_chunk)
+    engine.start()
+    progress(f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {args.threads} threads, "
+             f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens)")
+    return WorkerState(checkpoint, engine, grammars, path)
+
+
+async def serve(state: WorkerState, host: str, port: int) -> None:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    config = uvicorn.Config(build_app(state), log_level="warning", timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.02)
+    if server.started:
+        print(f"READY {sock.getsockname()[1]}", flush=True)
+    await task
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    state = build_state(args)
+    try:
+        asyncio.run(serve(state, args.host, args.port))
+    finally:
+        state.engine.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Continuous batching: one thread runs prefill chunks and decode steps; requests join between steps."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+import xgrammar as xgr
+
+from backends.base import SamplingParams
+from backends.worker.grammar import BatchMasker
+from backends.worker.model import LlamaModel
+from backends.worker.sampling import RequestSampler, TokenChoice, choose_tokens, token_logprobs
+
+log = logging.getLogger(__name__)
+
+FinishType = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True)
+class Finish:
+    type: FinishType
+    matched: int | None = None
+    length: int | None = None
+    message: str | None = None
+
+
+@dataclass
+class EngineEvent:
+    """What one step produced for one request: new tokens, and how it ended if it did."""
+
+    tokens: list[TokenChoice]
+    finish: Finish | None = None
+    error: str | None = None
+
+
+@dataclass(eq=False)
+class EngineRequest:
+    """A validated request. `emit` is called on the engine thread and must not block."""
+
+    rid: str
+    input_ids: list[int]
+    params: SamplingParams
+    emit: Callable[[EngineEvent], None]
+    grammar: xgr.CompiledGrammar | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass
+class EngineStats:
+    """Cumulative timings of the engine loop (seconds)."""
+
+    decode_steps: int = 0
+    decode_tokens: int = 0
+    decode_seconds: float = 0.0
+    grammar_seconds: float = 0.0
+    prefill_tokens: int = 0
+    prefill_seconds: float = 0.0
+
+
+@dataclass(eq=False)
+class _Running:
+    request: EngineRequest
+    slot: int
+    sampler: RequestSampler
+    matcher: xgr.GrammarMatcher | None
+    stop_ids: frozenset[int]
+    prefilled: int = 0
+    generated: int = 0
+    next_input: int = -1
+
+    @property
+    def cached(self) -> int:
+        """Tokens whose keys are in the cache."""
+        return self.prefilled + max(self.generated - 1, 0)
+
+
+@dataclass
+class _Inbox:
+    submits: queue.SimpleQueue[EngineRequest] = field(default_factory=queue.SimpleQueue)
+    aborts: queue.SimpleQueue[tuple[str, str]] = field(default_factory=queue.SimpleQueue)
+    wake: threading.Event = field(default_factory=threading.Event)
+
+
+class Engine:
+    """Owns the model and its KV slots; every public method is safe to call from any thread."""
+
+    def __init__(self, model: LlamaModel, eos_token_ids: list[int], *, prefill_chunk: int = 256):
+        self.model = model
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.prefill_chunk = prefill_chunk
+        self.max_batch = model.cache.slots
+        self.context_length = model.cache.context
+        self.stats = EngineStats()
+        self._inbox = _Inbox()
+        self._waiting: deque[EngineRequest] = deque()
+        self._slots: list[_Running | None] = [None] * self.max_batch
+        self._prefilling: deque[_Running] = deque()
+        self._masker = BatchMasker(self.max_batch, model.vocab_size)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._inbox.wake.set()
+        self._thread.join()
+
+    def submit(self, request: EngineRequest) -> None:
+        self._inbox.submits.put(request)
+        self._inbox.wake.set()
+
+    def abort(self, rid: str, message: str = "aborted") -> None:
+        """Cancel a request wherever it is; it ends with an abort finish."""
+        self._inbox.aborts.put((rid, message))
+        self._inbox.wake.set()
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def active_requests(self) -> int:
+        return sum(s is not None for s in self._slots) + len(self._waiting)
+
+    # --- engine thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stopping:
+            if not self._has_work():
+                self._inbox.wake.wait()
+            self._inbox.wake.clear()
+            self._take_inbox()
+            self._admit()
+            try:
+                self._prefill_one_chunk()
+                self._decode_step()
+            except Exception as exc:  # a broken step must not kill the loop: fail its requests
+                log.exception("engine step failed")
+                for running in self._slots:
+                    if running is not None:
+                        self._finish(running, Finish("abort", message=f"engine error: {exc}"), error=str(exc))
+
+    def _has_work(self) -> bool:
+        return bool(self._waiting) or any(s is not None for s in self._slots)
+
+    def _take_inbox(self) -> None:
+        while True:
+            try:
+                self._waiting.append(self._inbox.submits.get_nowait())
+            except queue.Empty:
+                break
+        while True:
+            try:
+                rid, message = self._inbox.aborts.get_nowait()
+            except queue.Empty:
+                break
+            self._abort_now(rid, message)
+
+    def _abort_now(self, rid: str, message: str) -> None:
+        for request in list(self._waiting):
+            if request.rid == rid:
+                self._waiting.remove(request)
+                request.emit(EngineEvent([], Finish("abort", message=message)))
+        for running in self._slots:
+            if running is not None and running.request.rid == rid:
+                self._finish(running, Finish("abort", message=message))
+
+    def _admit(self) -> None:
+        while self._waiting and None in self._slots:
+            request = self._waiting.popleft()
+            if request.params.max_new_tokens == 0:
+                request.emit(EngineEvent([], Finish("length", length=0)))
+                continue
+            slot = self._slots.index(None)
+            stop_ids = set(request.params.stop_token_ids)
+            if not request.params.ignore_eos:
+                stop_ids |= self.eos_token_ids
+            matcher = xgr.GrammarMatcher(request.grammar) if request.grammar is not None else None
+            sampler = RequestSampler(request.params, self.model.vocab_size)
+            running = _Running(request, slot, sampler, matcher, frozenset(stop_ids))
+            self._slots[slot] = running
+            self._prefilling.append(running)
+
+    def _prefill_one_chunk(self) -> None:
+        if not self._prefilling:
+            return
+        running = self._prefilling[0]
+        start = running.prefilled
+        chunk = running.request.input_ids[start : start + self.prefill_chunk]
+        began = time.perf_counter()
+        positions = torch.arange(start, start + len(chunk), device=self.model.device).unsqueeze(0)
+        tokens = torch.tensor([chunk], device=self.model.device)
+        logits = self.model.forward(tokens, positions, positions, running.slot, start + len(chunk))
+        running.prefilled += len(chunk)
+        self.stats.prefill_tokens += len(chunk)
+        self.stats.prefill_seconds += time.perf_counter() - began
+        if running.prefilled == len(running.request.input_ids):
+            self._prefilling.popleft()
+            self._sample_and_emit([running], logits)
+
+    def _decode_step(self) -> None:
+        decoding = [r for r in self._slots if r is not None and r.generated > 0]
+        if not decoding:
+            return
+        began = time.perf_counter()
+        width = max(r.slot for r in decoding) + 1
+        tokens = [0] * width
+        positions = [0] * width
+        writes = [self.model.cache.scratch_position] * width
+        for r in decoding:
+            tokens[r.slot] = r.next_input
+            positions[r.slot] = writes[r.slot] = r.cached
+        device = self.model.device
+        logits = self.model.forward(
+            torch.tensor(tokens, device=device).unsqueeze(1),
+            torch.tensor(positions, device=device).unsqueeze(1),
+            torch.tensor(writes, device=device).unsqueeze(1),
+            first_slot=0,
+            key_len=max(positions) + 1,
+        )
+        rows = [r.slot for r in decoding]
+        self._sample_and_emit(decoding, logits[rows] if len(rows) < width else logits)
+        self.stats.decode_steps += 1
+        self.stats.decode_tokens += len(decoding)
+        self.stats.decode_seconds += time.perf_counter() - began
+
+    def _sample_and_emit(self, batch: list[_Running], logits: torch.Tensor) -> None:
+        raw = {i: logits[i].clone() for i, r in enumerate(batch) if r.request.logprobs}
+        began = time.perf_counter()
+        self._masker.apply(logits, [r.matcher for r in batch])
+        self.stats.grammar_seconds += time.perf_counter() - began
+        chosen = choose_tokens(logits, [r.sampler for r in batch])
+        for i, (running, token) in enumerate(zip(batch, chosen)):
+            choice = token_logprobs(raw[i], token, running.request.top_logprobs) if i in raw else TokenChoice(token)
+            self._advance(running, choice)
+
+    def _advance(self, running: _Running, choice: TokenChoice) -> None:
+        token = choice.token_id
+        running.generated += 1
+        running.next_input = token
+        running.sampler.record(token)
+        finish = None
+        if running.matcher is not None:
+            began = time.perf_counter()
+            accepted = running.matcher.accept_token(token)
+            self.stats.grammar_seconds += time.perf_counter() - began
+            if not accepted:
+                finish = Finish("abort", message=f"grammar rejected token {token}")
+            elif running.matcher.is_terminated():
+                finish = Finish("stop", matched=token)
+        if finish is None and token in running.stop_ids:
+            finish = Finish("stop", matched=token)
+        if finish is None and running.generated >= running.request.params.max_new_tokens:
+            finish = Finish("length", length=running.generated)
+        if finish is None and running.cached + 1 >= self.context_length:
+            finish = Finish("length", length=running.generated)
+        if finish is None:
+            running.request.emit(EngineEvent([choice]))
+        else:
+            self._finish(running, finish, tokens=[choice])
+
+    def _finish(self, running: _Running, finish: Finish, tokens: list[TokenChoice] | None = None,
+                error: str | None = None) -> None:
+        self._slots[running.slot] = None
+        if running in self._prefilling:
+            self._prefilling.remove(running)
+        running.request.emit(EngineEvent(tokens or [], finish, error))

@@ -1,0 +1,201 @@
+"""SGLang's native `/generate` dialect: validate a request body, shape the responses."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from backends.base import Grammar, SamplingParams
+from backends.worker.engine import Finish
+from backends.worker.sampling import TokenChoice
+
+
+class ProtocolError(ValueError):
+    """The request is malformed or asks for something this worker cannot do (HTTP 400)."""
+
+
+# Every key SGLang's SamplingParams accepts; anything else is rejected, as SGLang does.
+_SGLANG_SAMPLING_KEYS = frozenset({
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
+    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema",
+    "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
+    "no_stop_trim", "custom_params", "stream_interval", "logit_bias", "sampling_seed",
+})
+# Accepted SGLang keys this worker does not implement: allowed only at their neutral value.
+_NEUTRAL_ONLY = {
+    "stop": (None, "", []), "stop_regex": (None, "", []), "repetition_penalty": (None, 1, 1.0),
+    "min_new_tokens": (None, 0), "n": (None, 1), "custom_params": (None, {}), "logit_bias": (None, {}),
+}
+_GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
+_TOP_LEVEL_KEYS = frozenset({
+    "text", "input_ids", "sampling_params", "stream", "rid", "return_logprob", "logprob_start_len",
+    "top_logprobs_num", "return_text_in_logprobs",
+})
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+@dataclass
+class GenerateCall:
+    """A validated `/generate` request."""
+
+    rid: str
+    input_ids: list[int]
+    sampling: SamplingParams
+    grammar: Grammar | None
+    stream: bool
+    return_logprob: bool
+    top_logprobs_num: int
+    skip_special_tokens: bool
+    no_stop_trim: bool
+
+
+def parse_generate(body: Any, *, vocab_size: int, context_length: int,
+                   encode: Callable[[str], list[int]]) -> GenerateCall:
+    """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt."""
+    if not isinstance(body, dict):
+        raise ProtocolError("request body must be a JSON object")
+    _reject_unknown(body, _TOP_LEVEL_KEYS, "request")
+    input_ids = _prompt_ids(body, encode)
+    if not input_ids:
+        raise ProtocolError("the prompt is empty")
+    if any(not 0 <= i < vocab_size for i in input_ids):
+        raise ProtocolError(f"input_ids must be token ids in [0, {vocab_size})")
+    if len(input_ids) >= context_length:
+        raise ProtocolError(
+            f"the prompt has {len(input_ids)} tokens; this model's context length is {context_length}"
+        )
+    sp = body.get("sampling_params") or {}
+    if not isinstance(sp, dict):
+        raise ProtocolError("sampling_params must be an object")
+    _reject_unknown(sp, _SGLANG_SAMPLING_KEYS, "sampling_params")
+    for key, neutral in _NEUTRAL_ONLY.items():
+        if sp.get(key) not in neutral:
+            raise ProtocolError(f"sampling_params.{key} is not supported by this worker")
+    sampling = _sampling(sp)
+    grammars = [k for k in _GRAMMAR_KEYS if sp.get(k) is not None]
+    if len(grammars) > 1:
+        raise ProtocolError(f"only one of {', '.join(_GRAMMAR_KEYS)} may be set")
+    grammar = None
+    if grammars:
+        text = sp[grammars[0]]
+        if not isinstance(text, str):
+            raise ProtocolError(f"sampling_params.{grammars[0]} must be a string")
+        grammar = Grammar(grammars[0], text)
+    top_n = _int(body, "top_logprobs_num", 0, "request")
+    if top_n < 0:
+        raise ProtocolError("top_logprobs_num must be >= 0")
+    if body.get("logprob_start_len") not in (None, -1):
+        raise ProtocolError("prompt logprobs (logprob_start_len) are not supported by this worker")
+    rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str):
+        raise ProtocolError("rid must be a string")
+    return GenerateCall(
+        rid=rid or uuid.uuid4().hex,
+        input_ids=input_ids,
+        sampling=sampling,
+        grammar=grammar,
+        stream=_bool(body, "stream", False, "request"),
+        return_logprob=_bool(body, "return_logprob", False, "request"),
+        top_logprobs_num=top_n,
+        skip_special_tokens=_bool(sp, "skip_special_tokens", True),
+        no_stop_trim=_bool(sp, "no_stop_trim", False),
+    )
+
+
+def _prompt_ids(body: dict, encode: Callable[[str], list[int]]) -> list[int]:
+    ids, text = body.get("input_ids"), body.get("text")
+    if (ids is None) == (text is None):
+        raise ProtocolError("give exactly one of input_ids or text")
+    if text is not None:
+        if not isinstance(text, str):
+            raise ProtocolError("text must be a string (batches are not supported)")
+        return encode(text)
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise ProtocolError("input_ids must be a list of integers (batches are not supported)")
+    return ids
+
+
+def _sampling(sp: dict) -> SamplingParams:
+    max_new = _int(sp, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+    temperature = _float(sp, "temperature", 1.0)
+    top_p = _float(sp, "top_p", 1.0)
+    top_k = _int(sp, "top_k", -1)
+    min_p = _float(sp, "min_p", 0.0)
+    if max_new < 0:
+        raise ProtocolError("max_new_tokens must be >= 0")
+    if temperature < 0:
+        raise ProtocolError("temperature must be >= 0")
+    if not 0.0 < top_p <= 1.0:
+        raise ProtocolError("top_p must be in (0, 1]")
+    if top_k == 0 or top_k < -1:
+        raise ProtocolError("top_k must be -1 (disabled) or at least 1")
+    if not 0.0 <= min_p <= 1.0:
+        raise ProtocolError("min_p must be in [0, 1]")
+    penalties = {k: _float(sp, k, 0.0) for k in ("frequency_penalty", "presence_penalty")}
+    if any(not -2.0 <= v <= 2.0 for v in penalties.values()):
+        raise ProtocolError("frequency_penalty and presence_penalty must be in [-2, 2]")
+    stop_ids = sp.get("stop_token_ids") or []
+    if not isinstance(stop_ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in stop_ids):
+        raise ProtocolError("stop_token_ids must be a list of integers")
+    seed = sp.get("sampling_seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise ProtocolError("sampling_seed must be a non-negative integer")
+    return SamplingParams(
+        max_new_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
+        stop_token_ids=list(stop_ids), ignore_eos=_bool(sp, "ignore_eos", False), **penalties,
+    )
+
+
+def _reject_unknown(obj: dict, known: frozenset[str], where: str) -> None:
+    unknown = sorted(set(obj) - known)
+    if unknown:
+        raise ProtocolError(f"unknown {where} field(s): {', '.join(unknown)}")
+
+
+def _int(obj: dict, key: str, default: int, where: str = "sampling_params") -> int:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProtocolError(f"{where}.{key} must be an integer")
+    return value
+
+
+def _float(obj: dict, key: str, default: float) -> float:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProtocolError(f"sampling_params.{key} must be a finite number")
+    return float(value)
+
+
+def _bool(obj: dict, key: str, default: bool, where: str = "sampling_params") -> bool:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{where}.{key} must be a boolean")
+    return value
+
+
+def finish_reason(finish: Finish | None) -> dict | None:
+    """SGLang's `meta_info.finish_reason` object."""
+    if finish is None:
+        return None
+    if finish.type == "stop":
+        return {"type": "stop", "matched": finish.matched}
+    if finish.type == "length":
+        return {"type": "length", "length": finish.length}
+    return {"type": "abort", "message": finish.message}
+
+
+def logprob_fields(tokens: list[TokenChoice], top_n: int) -> dict[str, list]:
+    """`output_token_logprobs` ([logprob, id, null] per token) and, when asked, `output_top_logprobs`."""
+    fields: dict[str, list] = {"output_token_logprobs": [[t.logprob, t.token_id, None] for t in tokens]}
+    if top_n > 0:
+        fields["output_top_logprobs"] = [[[lp, i, None] for i, lp in t.top] for t in tokens]
+    return fields

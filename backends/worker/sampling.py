@@ -1,0 +1,79 @@
+"""Choose next tokens from logits with each request's own settings and random stream."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+from backends.base import SamplingParams
+
+
+@dataclass
+class TokenChoice:
+    """A sampled token, with its log-probability and the top alternatives when asked for."""
+
+    token_id: int
+    logprob: float | None = None
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+class RequestSampler:
+    """Sampling state of one request: its settings, its generator and its output-token counts."""
+
+    def __init__(self, params: SamplingParams, vocab_size: int):
+        self.params = params
+        self.greedy = params.temperature == 0.0 or params.top_k == 1
+        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        self.generator = None if self.greedy else torch.Generator().manual_seed(seed)
+        penalized = params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
+        self.counts = torch.zeros(vocab_size) if penalized else None
+
+    def penalize(self, logits: torch.Tensor) -> None:
+        """Apply frequency and presence penalties in place to this request's logits row."""
+        if self.counts is not None:
+            logits -= self.counts * self.params.frequency_penalty + (self.counts > 0) * self.params.presence_penalty
+
+    def record(self, token_id: int) -> None:
+        if self.counts is not None:
+            self.counts[token_id] += 1
+
+    def sample(self, logits: torch.Tensor) -> int:
+        """Draw one token from a (V,) logits row after temperature, top-k, min-p and top-p."""
+        p = self.params
+        scaled = logits / p.temperature
+        ids = None
+        if 0 < p.top_k < scaled.numel():
+            scaled, ids = torch.topk(scaled, p.top_k)
+        elif p.top_p < 1.0:
+            scaled, ids = torch.sort(scaled, descending=True)
+        probs = torch.softmax(scaled, dim=-1)
+        if p.min_p > 0.0:
+            probs = probs.masked_fill(probs < p.min_p * probs.max(), 0.0)
+        if p.top_p < 1.0:  # `ids` is set: probs are sorted, largest first
+            before = torch.cumsum(probs, dim=-1) - probs
+            probs = probs.masked_fill(before >= p.top_p * probs.sum(), 0.0)
+        choice = int(torch.multinomial(probs, 1, generator=self.generator))
+        return int(ids[choice]) if ids is not None else choice
+
+
+def choose_tokens(logits: torch.Tensor, samplers: list[RequestSampler]) -> list[int]:
+    """One token per row of `logits` (n, V); greedy rows share one argmax."""
+    for row, sampler in enumerate(samplers):
+        sampler.penalize(logits[row])
+    tokens = logits.argmax(dim=-1).tolist()
+    for row, sampler in enumerate(samplers):
+        if not sampler.greedy:
+            tokens[row] = sampler.sample(logits[row])
+    return tokens
+
+
+def token_logprobs(logits: torch.Tensor, token_id: int, top_n: int) -> TokenChoice:
+    """Log-probability of `token_id` under a (V,) logits row, and the `top_n` most likely tokens."""
+    logprobs = torch.log_softmax(logits, dim=-1)
+    top: list[tuple[int, float]] = []
+    if top_n > 0:
+        values, ids = torch.topk(logprobs, top_n)
+        top = list(zip(ids.tolist(), values.tolist()))
+    return TokenChoice(token_id, float(logprobs[token_id]), top)

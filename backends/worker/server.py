@@ -1,0 +1,228 @@
+"""The worker's HTTP face: SGLang's native endpoints over Starlette, fed by the engine thread."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from backends.checkpoint import Checkpoint
+from backends.worker.detokenize import IncrementalDetokenizer
+from backends.worker.engine import Engine, EngineEvent, EngineRequest
+from backends.worker.grammar import GrammarCache, GrammarError
+from backends.worker.protocol import GenerateCall, ProtocolError, finish_reason, logprob_fields, parse_generate
+
+
+@dataclass
+class WorkerState:
+    checkpoint: Checkpoint
+    engine: Engine
+    grammars: GrammarCache
+    model_path: str
+
+
+def _json(payload: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
+
+
+def _error(message: str, status: int = 400) -> Response:
+    return _json({"error": {"message": message}}, status)
+
+
+def _sse(payload: object) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+class _Generation:
+    """One request in flight: receives engine events on the event loop, shapes SGLang responses."""
+
+    def __init__(self, call: GenerateCall, state: WorkerState):
+        self.call = call
+        self.events: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        self.detokenizer = IncrementalDetokenizer(state.checkpoint.tokenizer, call.skip_special_tokens)
+        self.completion_tokens = 0
+        self.done = False
+        self.all_logprobs: dict[str, list] = {}
+
+    def payload(self, event: EngineEvent) -> dict:
+        """The SGLang object for this event's new tokens (incremental text and ids)."""
+        ids = [t.token_id for t in event.tokens]
+        self.completion_tokens += len(ids)
+        self.done = event.finish is not None
+        text_ids = ids
+        if event.finish is not None and event.finish.type == "stop" and not self.call.no_stop_trim:
+            text_ids = [i for i in ids if i != event.finish.matched]
+        meta = {
+            "id": self.call.rid,
+            "finish_reason": finish_reason(event.finish),
+            "prompt_tokens": len(self.call.input_ids),
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": 0,
+        }
+        if self.call.return_logprob:
+            fields = logprob_fields(event.tokens, self.call.top_logprobs_num)
+            meta.update(fields)
+            for key, values in fields.items():
+                self.all_logprobs.setdefault(key, []).extend(values)
+        return {"text": self.detokenizer.push(text_ids, final=self.done), "output_ids": ids, "meta_info": meta}
+
+
+def build_app(state: WorkerState) -> Starlette:
+    """The Starlette application serving `state`'s engine."""
+    active: dict[str, _Generation] = {}
+
+    async def generate(request: Request) -> Response:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            return _error(f"request body is not valid JSON: {exc}")
+        try:
+            call = parse_generate(
+                body,
+                vocab_size=state.engine.model.vocab_size,
+                context_length=state.engine.context_length,
+                encode=lambda text: state.checkpoint.tokenizer.encode(text, add_special_tokens=False).ids,
+            )
+            if call.rid in active:
+                raise ProtocolError(f"a request with rid {call.rid!r} is already running")
+            grammar = None
+            if call.grammar is not None:
+                grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
+        except (ProtocolError, GrammarError) as exc:
+            return _error(str(exc))
+        generation = _Generation(call, state)
+        loop = asyncio.get_running_loop()
+        active[call.rid] = generation
+        state.engine.submit(EngineRequest(
+            rid=call.rid, input_ids=call.input_ids, params=call.sampling, grammar=grammar,
+            logprobs=call.return_logprob, top_logprobs=call.top_logprobs_num,
+            emit=lambda event: loop.call_soon_threadsafe(generation.events.put_nowait, event),
+        ))
+        if call.stream:
+            return _EventStream(generation, lambda: _release(generation))
+        return await _collect(generation, request)
+
+    async def _collect(generation: _Generation, request: Request) -> Response:
+        disconnected = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+        text, ids, payload = [], [], {}
+        try:
+            while not generation.done:
+                event = await _next_event(generation, disconnected)
+                if event is None:
+                    return _error("client disconnected", 499)
+                if event.error is not None:
+                    return _error(event.error, 500)
+                payload = generation.payload(event)
+                text.append(payload["text"])
+                ids.extend(payload["output_ids"])
+            payload.update(text="".join(text), output_ids=ids)
+            payload["meta_info"].update(generation.all_logprobs)
+            return _json(payload)
+        finally:
+            disconnected.cancel()
+            _release(generation)
+
+    def _release(generation: _Generation) -> None:
+        active.pop(generation.call.rid, None)
+        if not generation.done:
+            state.engine.abort(generation.call.rid, "client disconnected")
+
+    async def abort_request(request: Request) -> Response:
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            body = None
+        rid = body.get("rid") if isinstance(body, dict) else None
+        if not isinstance(rid, str):
+            return _error("abort_request needs {\"rid\": str}")
+        state.engine.abort(rid, "aborted by request")
+        return Response(status_code=200)
+
+    async def health(_: Request) -> Response:
+        return Response(status_code=200 if state.engine.is_alive() else 503)
+
+    async def model_info(_: Request) -> Response:
+        return _json({"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True})
+
+    async def server_info(_: Request) -> Response:
+        stats = state.engine.stats
+        return _json({
+            "model_path": state.model_path,
+            "max_running_requests": state.engine.max_batch,
+            "context_length": state.engine.context_length,
+            "internal_states": [{
+                "running_requests": state.engine.active_requests(),
+                "decode_steps": stats.decode_steps,
+                "decode_tokens": stats.decode_tokens,
+                "decode_seconds": stats.decode_seconds,
+                "grammar_seconds": stats.grammar_seconds,
+                "prefill_tokens": stats.prefill_tokens,
+                "prefill_seconds": stats.prefill_seconds,
+            }],
+        })
+
+    return Starlette(routes=[
+        Route("/generate", generate, methods=["POST"]),
+        Route("/abort_request", abort_request, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/get_model_info", model_info, methods=["GET"]),
+        Route("/get_server_info", server_info, methods=["GET"]),
+    ])
+
+
+class _EventStream(Response):
+    """SSE of one generation that notices a client going away and always runs `release`."""
+
+    def __init__(self, generation: _Generation, release: Callable[[], None]):
+        self.status_code = 200
+        self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+        self.background = None
+        self.generation = generation
+        self.release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        disconnected = asyncio.ensure_future(_wait_for_disconnect(receive))
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            generation = self.generation
+            while not generation.done:
+                event = await _next_event(generation, disconnected)
+                if event is None:
+                    return
+                if event.error is not None:
+                    generation.done = True
+                    await _send_chunk(send, _sse({"error": {"message": event.error}}))
+                    break
+                await _send_chunk(send, _sse(generation.payload(event)))
+            await _send_chunk(send, b"data: [DONE]\n\n")
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            disconnected.cancel()
+            self.release()
+
+
+async def _send_chunk(send: Send, data: bytes) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def _next_event(generation: _Generation, disconnected: asyncio.Future) -> EngineEvent | None:
+    """The generation's next engine event, or None once the client has gone away."""
+    if not disconnected.done() and generation.events.empty():
+        getter = asyncio.ensure_future(generation.events.get())
+        await asyncio.wait({getter, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+    return None if disconnected.done() else generation.events.get_nowait()
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,140 @@
+"""Read Llama weights from a GGUF file or a Hugging Face safetensors directory as float32 tensors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from backends.checkpoint import Checkpoint, ModelConfig
+
+
+@dataclass
+class LayerWeights:
+    """One decoder block; matrices are (out_features, in_features), Q/K in Hugging Face rope layout."""
+
+    attn_norm: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    ffn_norm: torch.Tensor
+    gate: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+
+
+@dataclass
+class LlamaWeights:
+    embedding: torch.Tensor
+    layers: list[LayerWeights]
+    final_norm: torch.Tensor
+    lm_head: torch.Tensor
+    """The same tensor as `embedding` when the model ties them."""
+
+
+_LAYER_FIELDS = ("attn_norm", "q", "k", "v", "o", "ffn_norm", "gate", "up", "down")
+_GGUF_LAYER_NAMES = dict(zip(_LAYER_FIELDS, (
+    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
+)))
+_HF_LAYER_NAMES = dict(zip(_LAYER_FIELDS, (
+    "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+)))
+
+
+def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo llama.cpp's interleaved rope layout of a Q or K projection (rows grouped per head)."""
+    rows, cols = w.shape
+    return w.reshape(n_head, rows // n_head // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def load_weights(checkpoint: Checkpoint, progress: Callable[[str], None] = lambda _: None) -> LlamaWeights:
+    """Load every tensor of the checkpoint as float32 on the CPU."""
+    if checkpoint.is_gguf:
+        return _load_gguf(checkpoint.path, checkpoint.config, progress)
+    return _load_safetensors(checkpoint.path, checkpoint.config, progress)
+
+
+def _assemble(get: Callable[[str], torch.Tensor], names: dict[str, str], prefix: Callable[[int], str],
+              config: ModelConfig, top: tuple[str, str, str | None], progress: Callable[[str], None]) -> LlamaWeights:
+    embed_name, norm_name, head_name = top
+    layers = []
+    for i in range(config.n_layers):
+        layers.append(LayerWeights(**{f: get(f"{prefix(i)}{names[f]}.weight") for f in _LAYER_FIELDS}))
+        if (i + 1) % 10 == 0 or i + 1 == config.n_layers:
+            progress(f"loaded {i + 1}/{config.n_layers} layers")
+    embedding = get(embed_name)
+    lm_head = embedding if config.tied_embeddings or head_name is None else get(head_name)
+    return LlamaWeights(embedding=embedding, layers=layers, final_norm=get(norm_name), lm_head=lm_head)
+
+
+def _load_gguf(path: Path, config: ModelConfig, progress: Callable[[str], None]) -> LlamaWeights:
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    tensors = {t.name: t for t in reader.tensors}
+
+    def get(name: str) -> torch.Tensor:
+        t = tensors[name]
+        w = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if name.endswith("attn_q.weight"):
+            w = unpermute_rope_rows(w, config.n_heads)
+        elif name.endswith("attn_k.weight"):
+            w = unpermute_rope_rows(w, config.n_kv_heads)
+        return torch.from_numpy(np.array(w, dtype=np.float32, order="C"))
+
+    head = "output.weight" if "output.weight" in tensors else None
+    return _assemble(get, _GGUF_LAYER_NAMES, lambda i: f"blk.{i}.", config,
+                     ("token_embd.weight", "output_norm.weight", head), progress)
+
+
+def _load_safetensors(path: Path, config: ModelConfig, progress: Callable[[str], None]) -> LlamaWeights:
+    from safetensors import safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path}")
+    where: dict[str, Path] = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as handle:
+            where.update({k: f for k in handle.keys()})  # noqa: SIM118 (safe_open is not iterable)
+
+    def get(name: str) -> torch.Tensor:
+        with safe_open(str(where[name]), framework="pt") as handle:
+            return handle.get_tensor(name).to(torch.float32).contiguous()
+
+    head = "lm_head.weight" if "lm_head.weight" in where else None
+    return _assemble(get, _HF_LAYER_NAMES, lambda i: f"model.layers.{i}.", config,
+                     ("model.embed_tokens.weight", "model.norm.weight", head), progress)
+
+
+def save_hf_directory(checkpoint: Checkpoint, weights: LlamaWeights, out_dir: Path) -> None:
+    """Write the weights, config and tokenizer as a Hugging Face Llama directory (float32 safetensors)."""
+    from safetensors.torch import save_file
+
+    c = checkpoint.config
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = {"model.embed_tokens.weight": weights.embedding, "model.norm.weight": weights.final_norm}
+    if not c.tied_embeddings:
+        tensors["lm_head.weight"] = weights.lm_head
+    for i, layer in enumerate(weights.layers):
+        for f in _LAYER_FIELDS:
+            tensors[f"model.layers.{i}.{_HF_LAYER_NAMES[f]}.weight"] = getattr(layer, f)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out_dir / "model.safetensors"))
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": c.n_layers,
+        "hidden_size": c.hidden, "intermediate_size": c.ffn, "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads, "head_dim": c.head_dim, "rope_theta": c.rope_base,
+        "rms_norm_eps": c.rms_eps, "vocab_size": c.vocab_size, "max_position_embeddings": c.context_length,
+        "tie_word_embeddings": c.tied_embeddings, "eos_token_id": checkpoint.eos_token_ids,
+        "hidden_act": "silu", "torch_dtype": "float32",
+    }
+    (out_dir / "config.json").write_text(json.dumps(config, indent=1))
+    checkpoint.tokenizer.save(str(out_dir / "tokenizer.json"))
+    tok_cfg = {"bos_token": checkpoint.bos_token, "eos_token": checkpoint.eos_token, "chat_template": checkpoint.chat_template}
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=1))

@@ -1,0 +1,186 @@
+"""Benchmark the bundled worker against Hugging Face transformers on the same model and threads.
+
+    python bench/worker_bench.py [--threads 2] [--tokens 64]
+
+Starts the real worker process (fp32, then bf16 weights) and talks to it over HTTP; runs
+transformers `generate` in this process while the worker is idle. Needs `transformers` and
+`accelerate` (bench-only dependencies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from backends.checkpoint import embedded_gguf_path, load_checkpoint
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "The three laws of thermodynamics are",
+    "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nWhat is 17 times 23?<|im_end|>\n<|im_start|>assistant\n",
+    "Here is a list of fruits: apple, banana,",
+    "In machine learning, overfitting means",
+]
+SCHEMA = json.dumps({
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name", "age", "tags"],
+})
+
+
+@dataclass
+class Row:
+    name: str
+    decode_b1: float
+    aggregate_b8: float
+    prefill_500: float
+    grammar_ms: float | None = None
+    grammar_pct: float | None = None
+    agreement: str = "reference"
+
+
+@contextlib.contextmanager
+def worker(threads: int, weights_dtype: str):
+    cmd = [sys.executable, "-m", "backends.worker", "--port", "0", "--threads", str(threads),
+           "--max-batch", "8", "--context-length", "2048", "--weights-dtype", weights_dtype]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        if not line.startswith("READY "):
+            raise RuntimeError(f"worker failed to start: {line!r}")
+        yield f"http://127.0.0.1:{line.split()[1]}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+async def stream_times(client: httpx.AsyncClient, ids: list[int], tokens: int, **extra) -> tuple[list[float], list[int]]:
+    """Arrival time of each streamed event and all output ids."""
+    body = {"input_ids": ids, "stream": True,
+            "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True, **extra}}
+    times, out = [], []
+    async with client.stream("POST", "/generate", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data: {"):
+                times.append(time.perf_counter())
+                out += json.loads(line[6:])["output_ids"]
+    return times, out
+
+
+async def server_stats(client: httpx.AsyncClient) -> dict:
+    return (await client.get("/get_server_info")).json()["internal_states"][0]
+
+
+def delta(after: dict, before: dict) -> dict:
+    return {k: after[k] - before[k] for k in after if isinstance(after[k], (int, float))}
+
+
+async def measure_worker(url: str, name: str, prompts: list[list[int]], long_prompt: list[int], tokens: int,
+                         reference: list[list[int]] | None) -> tuple[Row, list[list[int]]]:
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        await stream_times(client, prompts[0], 4)  # warm-up
+        rates = []
+        for ids in prompts[:3]:
+            times, _ = await stream_times(client, ids, tokens)
+            rates.append((len(times) - 1) / (times[-1] - times[0]))
+        began = time.perf_counter()
+        results = await asyncio.gather(*(stream_times(client, ids, tokens) for ids in prompts))
+        aggregate = sum(len(out) for _, out in results) / (time.perf_counter() - began)
+        before = await server_stats(client)
+        await stream_times(client, long_prompt, 1)
+        prefill = delta(await server_stats(client), before)
+        before = await server_stats(client)
+        await stream_times(client, prompts[4], tokens, json_schema=SCHEMA, ignore_eos=False)
+        g = delta(await server_stats(client), before)
+        greedy = [(await stream_times(client, ids, tokens))[1] for ids in prompts]
+    step_ms = g["decode_seconds"] / g["decode_steps"] * 1e3
+    grammar_ms = g["grammar_seconds"] / g["decode_steps"] * 1e3
+    row = Row(name, statistics.median(rates), aggregate, prefill["prefill_tokens"] / prefill["prefill_seconds"],
+              grammar_ms, 100 * grammar_ms / step_ms)
+    if reference is not None:
+        row.agreement = agreement(greedy, reference)
+    return row, greedy
+
+
+def agreement(outputs: list[list[int]], reference: list[list[int]]) -> str:
+    same = sum(a == b for o, r in zip(outputs, reference) for a, b in zip(o, r))
+    total = sum(len(r) for r in reference)
+    identical = sum(o == r for o, r in zip(outputs, reference))
+    return f"{100 * same / total:.1f}% tokens, {identical}/{len(reference)} prompts identical"
+
+
+def measure_transformers(prompts: list[list[int]], long_prompt: list[int], tokens: int) -> Row:
+    from transformers import AutoModelForCausalLM
+
+    path = embedded_gguf_path()
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+
+    def generate(batch: list[list[int]], n: int) -> float:
+        width = max(map(len, batch))
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in batch])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+        began = time.perf_counter()
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                           do_sample=False, pad_token_id=0)
+        return time.perf_counter() - began
+
+    generate(prompts[:1], 4)
+    rates = [(tokens - 1) / (generate([p], tokens) - generate([p], 1)) for p in prompts[:3]]
+    aggregate = len(prompts) * tokens / generate(prompts, tokens)
+    with torch.inference_mode():
+        began = time.perf_counter()
+        model(torch.tensor([long_prompt]))
+        prefill = len(long_prompt) / (time.perf_counter() - began)
+    return Row("transformers generate (fp32)", statistics.median(rates), aggregate, prefill, agreement="n/a")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=64, help="new tokens per request")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    checkpoint = load_checkpoint(None)
+    encode = lambda text: checkpoint.tokenizer.encode(text).ids
+    prompts = [encode(p) for p in PROMPTS]
+    long_prompt = (encode(" ".join(PROMPTS)) * 20)[:500]
+
+    hf = measure_transformers(prompts, long_prompt, args.tokens)
+    with worker(args.threads, "fp32") as url:
+        fp32, reference = asyncio.run(measure_worker(url, "worker fp32", prompts, long_prompt, args.tokens, None))
+    with worker(args.threads, "bf16") as url:
+        bf16, _ = asyncio.run(measure_worker(url, "worker bf16 weights", prompts, long_prompt, args.tokens, reference))
+
+    print(f"threads={args.threads} new_tokens={args.tokens} torch={torch.__version__}")
+    print("| engine | decode tok/s (batch 1) | aggregate tok/s (8 concurrent) | prefill tok/s (500 tokens) "
+          "| grammar per step | greedy agreement vs worker fp32 |")
+    print("|---|---:|---:|---:|---:|---|")
+    for row in (hf, fp32, bf16):
+        grammar = "n/a" if row.grammar_ms is None else f"{row.grammar_ms:.2f} ms ({row.grammar_pct:.1f}%)"
+        print(f"| {row.name} | {row.decode_b1:.1f} | {row.aggregate_b8:.1f} | {row.prefill_500:.0f} | {grammar} "
+              f"| {row.agreement} |")
+    print(f"worker fp32 vs transformers at batch 1: {fp32.decode_b1 / hf.decode_b1:.2f}x (goal >= 1.5x); "
+          f"8 concurrent vs batch 1: {fp32.aggregate_b8 / fp32.decode_b1:.2f}x (goal >= 5x); "
+          f"grammar {fp32.grammar_pct:.1f}% of a step (goal <= 3%)")
+
+
+if __name__ == "__main__":
+    main()

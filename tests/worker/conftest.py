@@ -1,0 +1,82 @@
+"""Shared fixtures: the real embedded model, loaded once per test session."""
+
+from __future__ import annotations
+
+import queue
+
+import pytest
+import torch
+
+from backends.base import SamplingParams
+from backends.checkpoint import Checkpoint, load_checkpoint
+from backends.worker.engine import Engine, EngineEvent, EngineRequest
+from backends.worker.grammar import GrammarCache, tokenizer_info
+from backends.worker.model import LlamaModel
+from backends.worker.weights import LlamaWeights, load_weights
+
+SLOTS = 4
+
+
+@pytest.fixture(scope="session")
+def checkpoint() -> Checkpoint:
+    return load_checkpoint(None)
+
+
+@pytest.fixture(scope="session")
+def weights(checkpoint) -> LlamaWeights:
+    return load_weights(checkpoint)
+
+
+@pytest.fixture(scope="session")
+def model(checkpoint, weights) -> LlamaModel:
+    torch.set_num_threads(2)
+    return LlamaModel(weights, checkpoint.config, slots=SLOTS, context=1024)
+
+
+@pytest.fixture(scope="session")
+def engine(model, checkpoint):
+    engine = Engine(model, checkpoint.eos_token_ids, prefill_chunk=16)
+    engine.start()
+    yield engine
+    engine.stop()
+
+
+@pytest.fixture(scope="session")
+def grammars(checkpoint, model) -> GrammarCache:
+    return GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
+
+
+class Collector:
+    """Receives one request's engine events on a thread-safe queue."""
+
+    def __init__(self):
+        self.events: queue.Queue[EngineEvent] = queue.Queue()
+
+    def next(self) -> EngineEvent:
+        return self.events.get(timeout=120)
+
+    def wait(self) -> tuple[list[int], EngineEvent]:
+        """All token ids until the request finishes, and the finishing event."""
+        ids: list[int] = []
+        while True:
+            event = self.next()
+            ids += [t.token_id for t in event.tokens]
+            if event.finish is not None:
+                return ids, event
+
+
+def submit(engine: Engine, rid: str, input_ids: list[int], **kwargs) -> Collector:
+    """Submit a request; keyword arguments are SamplingParams fields or EngineRequest extras."""
+    extras = {k: kwargs.pop(k) for k in ("grammar", "logprobs", "top_logprobs") if k in kwargs}
+    kwargs.setdefault("temperature", 0.0)
+    collector = Collector()
+    engine.submit(EngineRequest(rid, input_ids, SamplingParams(**kwargs), collector.events.put, **extras))
+    return collector
+
+
+def prompt_ids(checkpoint: Checkpoint, text: str) -> list[int]:
+    return checkpoint.tokenizer.encode(text).ids
+
+
+def chat_ids(checkpoint: Checkpoint, user: str) -> list[int]:
+    return prompt_ids(checkpoint, f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")

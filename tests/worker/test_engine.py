@@ -1,0 +1,125 @@
+"""Continuous batching, sampling and grammars through the in-process engine on the real model."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonschema
+import pytest
+
+from backends.worker.grammar import GrammarError
+
+from .conftest import SLOTS, chat_ids, prompt_ids, submit
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time",
+    "1, 2, 3, 4,",
+]
+
+
+def test_batched_greedy_equals_alone(engine, checkpoint):
+    alone = [submit(engine, f"alone-{i}", prompt_ids(checkpoint, p), max_new_tokens=12).wait()[0]
+             for i, p in enumerate(PROMPTS)]
+    collectors = [submit(engine, f"batch-{i}", prompt_ids(checkpoint, p), max_new_tokens=12)
+                  for i, p in enumerate(PROMPTS)]
+    assert [c.wait()[0] for c in collectors] == alone
+
+
+def test_seed_reproduces_sampling(engine, checkpoint):
+    ids = prompt_ids(checkpoint, "Once upon a time")
+    params = {"max_new_tokens": 10, "temperature": 1.0, "top_p": 0.95, "top_k": 50, "min_p": 0.02}
+    first = submit(engine, "seed-a", ids, seed=1234, **params).wait()[0]
+    second = submit(engine, "seed-b", ids, seed=1234, **params).wait()[0]
+    others = {tuple(submit(engine, f"seed-{s}", ids, seed=s, **params).wait()[0]) for s in (1, 2, 3)}
+    assert first == second
+    assert len(others | {tuple(first)}) > 1
+
+
+def test_max_new_tokens_finishes_with_length(engine, checkpoint):
+    ids, event = submit(engine, "len", prompt_ids(checkpoint, "1, 2, 3, 4,"), max_new_tokens=3).wait()
+    assert len(ids) == 3
+    assert (event.finish.type, event.finish.length) == ("length", 3)
+
+
+def test_stop_token_ids_end_the_request(engine, checkpoint):
+    prompt = prompt_ids(checkpoint, "1, 2, 3, 4,")
+    free, _ = submit(engine, "free", prompt, max_new_tokens=6).wait()
+    stop = free[2]
+    ids, event = submit(engine, "stop", prompt, max_new_tokens=6, stop_token_ids=[stop]).wait()
+    assert ids == free[: free.index(stop) + 1]
+    assert (event.finish.type, event.finish.matched) == ("stop", stop)
+
+
+def test_eos_stops_unless_ignored(engine, checkpoint):
+    prompt = chat_ids(checkpoint, "Say hi.")
+    ids, event = submit(engine, "eos", prompt, max_new_tokens=40).wait()
+    assert ids[-1] == 2 and event.finish.matched == 2
+    ids, event = submit(engine, "no-eos", prompt, max_new_tokens=len(ids) + 2, ignore_eos=True).wait()
+    assert event.finish.type == "length"
+
+
+def test_logprobs_are_reported(engine, checkpoint):
+    collector = submit(engine, "lp", prompt_ids(checkpoint, "The capital of France is"), max_new_tokens=1,
+                       logprobs=True, top_logprobs=3)
+    event = collector.next()
+    token = event.tokens[0]
+    assert token.logprob <= 0 and len(token.top) == 3
+    assert token.top[0] == (token.token_id, pytest.approx(token.logprob))  # greedy picks the top one
+
+
+def test_json_schema_output_validates(engine, checkpoint, grammars):
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}, "population": {"type": "integer"}},
+        "required": ["city", "population"],
+        "additionalProperties": False,
+    }
+    grammar = grammars.compile("json_schema", json.dumps(schema))
+    prompt = chat_ids(checkpoint, "Give the largest city of France and its population as JSON.")
+    ids, event = submit(engine, "json", prompt, max_new_tokens=60, grammar=grammar).wait()
+    assert event.finish.type == "stop"
+    jsonschema.validate(json.loads(checkpoint.tokenizer.decode(ids, skip_special_tokens=True)), schema)
+
+
+def test_regex_constrains_output(engine, checkpoint, grammars):
+    grammar = grammars.compile("regex", r"(yes|no), [0-9]{2}")
+    ids, event = submit(engine, "re", chat_ids(checkpoint, "Is water wet?"), max_new_tokens=12, grammar=grammar).wait()
+    assert re.fullmatch(r"(yes|no), [0-9]{2}", checkpoint.tokenizer.decode(ids, skip_special_tokens=True))
+    assert event.finish.type == "stop"
+
+
+def test_structural_tag_forces_its_text(engine, checkpoint, grammars):
+    tag = {"type": "structural_tag", "format": {"type": "const_string", "value": "Bonjour!"}}
+    grammar = grammars.compile("structural_tag", json.dumps(tag))
+    ids, event = submit(engine, "tag", chat_ids(checkpoint, "Say hi."), max_new_tokens=12, grammar=grammar).wait()
+    assert checkpoint.tokenizer.decode(ids, skip_special_tokens=True) == "Bonjour!"
+    assert event.finish.type == "stop"
+
+
+def test_grammar_cache_and_errors(grammars):
+    assert grammars.compile("regex", "[a-z]+") is grammars.compile("regex", "[a-z]+")
+    for kind, text in [("regex", "(("), ("json_schema", "{not json"), ("ebnf", "root ::= missing"),
+                       ("structural_tag", '{"type": "structural_tag", "format": {"type": "nope"}}')]:
+        with pytest.raises(GrammarError):
+            grammars.compile(kind, text)
+
+
+def test_abort_frees_the_slot(engine, checkpoint):
+    ids = prompt_ids(checkpoint, "Once upon a time")
+    long = {"max_new_tokens": 10_000, "ignore_eos": True}
+    running = [submit(engine, f"hog-{i}", ids, **long) for i in range(SLOTS)]
+    for collector in running:
+        collector.next()  # every slot is decoding
+    waiting = submit(engine, "late", ids, max_new_tokens=2)
+    engine.abort("hog-0")
+    _, event = running[0].wait()
+    assert event.finish.type == "abort"
+    late_ids, late_event = waiting.wait()  # it got the freed slot
+    assert late_event.finish.type == "length" and len(late_ids) == 2
+    for i in range(1, SLOTS):
+        engine.abort(f"hog-{i}")
+    assert all(c.wait()[1].finish.type == "abort" for c in running[1:])
+    assert engine.active_requests() == 0

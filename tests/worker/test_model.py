@@ -1,0 +1,73 @@
+"""Weights loading and the torch forward, checked on the real embedded model."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from backends.checkpoint import load_checkpoint
+from backends.worker.model import LlamaModel
+from backends.worker.weights import load_weights, save_hf_directory, unpermute_rope_rows
+
+from .conftest import prompt_ids
+
+
+def _llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """The layout llama.cpp's converter writes: each head's rope halves interleaved."""
+    rows, cols = w.shape
+    return w.reshape(n_head, 2, rows // n_head // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def test_unpermute_inverts_llama_cpp_layout():
+    w = np.arange(9 * 64 * 5, dtype=np.float32).reshape(9 * 64, 5)
+    assert np.array_equal(unpermute_rope_rows(_llama_cpp_permute(w, 9), 9), w)
+    # Row 1 of head 0 in the GGUF layout is the first row of the second rope half.
+    assert np.array_equal(unpermute_rope_rows(w, 9)[32], w[1])
+
+
+def test_weights_shapes_match_config(weights, checkpoint):
+    c = checkpoint.config
+    layer = weights.layers[0]
+    assert len(weights.layers) == c.n_layers
+    assert layer.q.shape == (c.n_heads * c.head_dim, c.hidden)
+    assert layer.k.shape == (c.n_kv_heads * c.head_dim, c.hidden)
+    assert layer.gate.shape == (c.ffn, c.hidden) and layer.down.shape == (c.hidden, c.ffn)
+    assert weights.lm_head is weights.embedding  # tied: no output.weight in the GGUF
+
+
+def _greedy(model: LlamaModel, ids: list[int], steps: int, slot: int = 0) -> list[int]:
+    positions = torch.arange(len(ids)).unsqueeze(0)
+    logits = model.forward(torch.tensor([ids]), positions, positions, slot, len(ids))
+    out = []
+    for _ in range(steps):
+        token = int(logits[0].argmax())
+        out.append(token)
+        position = torch.tensor([[len(ids) + len(out) - 1]])
+        logits = model.forward(torch.tensor([[token]]), position, position, slot, int(position) + 1)
+    return out
+
+
+def test_greedy_text_is_sensible(model, checkpoint):
+    out = _greedy(model, prompt_ids(checkpoint, "The capital of France is"), 4)
+    assert "Paris" in checkpoint.tokenizer.decode(out)
+
+
+def test_chunked_prefill_matches_one_shot(model, checkpoint):
+    ids = prompt_ids(checkpoint, "In a quiet village by the sea, the fishermen woke before dawn to mend their nets.")
+    positions = torch.arange(len(ids)).unsqueeze(0)
+    whole = model.forward(torch.tensor([ids]), positions, positions, 1, len(ids))
+    for start in range(0, len(ids), 5):
+        chunk = ids[start : start + 5]
+        pos = torch.arange(start, start + len(chunk)).unsqueeze(0)
+        chunked = model.forward(torch.tensor([chunk]), pos, pos, 2, start + len(chunk))
+    torch.testing.assert_close(chunked, whole, atol=1e-4, rtol=1e-4)
+
+
+def test_safetensors_directory_loads_the_same_weights(tmp_path, checkpoint, weights):
+    save_hf_directory(checkpoint, weights, tmp_path)
+    hf = load_checkpoint(tmp_path)
+    assert hf.config == checkpoint.config and not hf.is_gguf
+    loaded = load_weights(hf)
+    assert torch.equal(loaded.layers[3].q, weights.layers[3].q)
+    assert torch.equal(loaded.layers[29].down, weights.layers[29].down)
+    assert torch.equal(loaded.lm_head, weights.embedding)

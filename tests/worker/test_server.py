@@ -1,0 +1,149 @@
+"""The worker as a real process on a free port, spoken to over HTTP in SGLang's dialect."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTEXT = 256
+PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
+
+
+@pytest.fixture(scope="module")
+def base_url():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backends.worker", "--port", "0", "--threads", "2", "--max-batch", "2",
+         "--context-length", str(CONTEXT)],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), f"worker did not start: {line!r}"
+        yield f"http://127.0.0.1:{int(line.split()[1])}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def client(base_url):
+    with httpx.Client(base_url=base_url, timeout=120) as c:
+        yield c
+
+
+def _sse(response: httpx.Response) -> Iterator[str]:
+    """The non-empty lines of an SSE body, as one iterator to share between readers."""
+    return (line for line in response.iter_lines() if line)
+
+
+def _first_event(lines: Iterator[str]) -> dict:
+    return json.loads(next(lines).removeprefix("data: "))
+
+
+def _events(lines: Iterator[str]) -> list:
+    """The JSON payloads of the remaining events; the stream must end with [DONE]."""
+    rest = list(lines)
+    assert rest[-1] == "data: [DONE]"
+    return [json.loads(line.removeprefix("data: ")) for line in rest[:-1]]
+
+
+def _running(client: httpx.Client) -> int:
+    return client.get("/get_server_info").json()["internal_states"][0]["running_requests"]
+
+
+def test_health_and_model_info(client):
+    assert client.get("/health").status_code == 200
+    assert client.get("/get_model_info").json()["model_path"].endswith(".gguf")
+
+
+def test_stream_sends_one_event_per_token_with_deltas(client):
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 4, "temperature": 0}, "stream": True,
+            "rid": "stream-1"}
+    with client.stream("POST", "/generate", json=body) as response:
+        assert response.status_code == 200
+        events = _events(_sse(response))
+    assert [len(e["output_ids"]) for e in events] == [1, 1, 1, 1]
+    assert [e["meta_info"]["completion_tokens"] for e in events] == [1, 2, 3, 4]
+    assert all(e["meta_info"]["finish_reason"] is None for e in events[:-1])
+    last = events[-1]["meta_info"]
+    assert last["finish_reason"] == {"type": "length", "length": 4}
+    assert (last["id"], last["prompt_tokens"], last["cached_tokens"]) == ("stream-1", 5, 0)
+    assert "Paris" in "".join(e["text"] for e in events)
+
+
+def test_non_stream_returns_everything_with_logprobs(client):
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 3, "temperature": 0},
+            "return_logprob": True, "top_logprobs_num": 2}
+    out = client.post("/generate", json=body).json()
+    meta = out["meta_info"]
+    assert len(out["output_ids"]) == 3 and "Paris" in out["text"]
+    assert [entry[1] for entry in meta["output_token_logprobs"]] == out["output_ids"]
+    assert len(meta["output_top_logprobs"]) == 3 and len(meta["output_top_logprobs"][0]) == 2
+
+
+def test_json_schema_through_http(client):
+    schema = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
+    body = {"text": "<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n",
+            "sampling_params": {"max_new_tokens": 30, "temperature": 0, "json_schema": schema}}
+    out = client.post("/generate", json=body).json()
+    assert isinstance(json.loads(out["text"])["ok"], bool)
+    assert out["meta_info"]["finish_reason"]["type"] == "stop"
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"input_ids": PROMPT, "sampling_params": {"max_tokens": 4}}, "max_tokens"),
+    ({"input_ids": PROMPT, "sampling_params": {"regex": "(("}}, "invalid regex"),
+    ({"input_ids": PROMPT, "sampling_params": {"regex": "a", "ebnf": "root ::= \"a\""}}, "only one"),
+    ({"input_ids": [1] * CONTEXT, "sampling_params": {}}, "context length"),
+    ({"input_ids": PROMPT, "sampling_params": {"temperature": -1}}, "temperature"),
+    ({"input_ids": PROMPT, "sampling_params": {"stop": ["\n"]}}, "not supported"),
+    ({"input_ids": PROMPT, "bogus": 1}, "bogus"),
+])
+def test_bad_requests_get_400(client, body, message):
+    response = client.post("/generate", json=body)
+    assert response.status_code == 400
+    assert message in response.json()["error"]["message"]
+
+
+def test_abort_request_ends_the_stream(client, base_url):
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True},
+            "stream": True, "rid": "to-abort"}
+    with client.stream("POST", "/generate", json=body) as response:
+        lines = _sse(response)
+        _first_event(lines)
+        assert httpx.post(f"{base_url}/abort_request", json={"rid": "to-abort"}).status_code == 200
+        events = _events(lines)
+    assert events[-1]["meta_info"]["finish_reason"]["type"] == "abort"
+    assert _running(client) == 0
+
+
+def _wait_until_idle(client: httpx.Client) -> int:
+    """Running requests once the worker has settled (polls; the disconnect is noticed asynchronously)."""
+    for _ in range(200):
+        if _running(client) == 0:
+            break
+        time.sleep(0.05)
+    return _running(client)
+
+
+def test_client_disconnect_cancels_stream(client, base_url):
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}, "stream": True}
+    with httpx.Client(base_url=base_url, timeout=60) as other, other.stream("POST", "/generate", json=body) as r:
+        _first_event(_sse(r))
+        assert _running(client) == 1
+    assert _wait_until_idle(client) == 0
+
+
+def test_client_disconnect_cancels_non_stream(client, base_url):
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}}
+    with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=base_url, timeout=1.0) as other:
+        other.post("/generate", json=body)
+    assert _wait_until_idle(client) == 0
