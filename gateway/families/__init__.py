@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from gateway.families.base import Family
+from gateway.families.deepseek_v41 import DeepSeekV41Family
 from gateway.families.hermes import HermesFamily
+from gateway.families.kimi_k3 import KimiK3Family
 
 FAMILIES: dict[str, type[Family]] = {
     HermesFamily.name: HermesFamily,
+    KimiK3Family.name: KimiK3Family,
+    DeepSeekV41Family.name: DeepSeekV41Family,
 }
 
 

@@ -1,0 +1,191 @@
+"""XTML argument types from a JSON schema: which `type=` attributes an argument may carry, and each value's schema.
+
+K3 writes `type="string"` with a raw body and every other type as JSON, with
+integers as `type="number"`. Local `$ref`s (`#`, `#/$defs/…`,
+`#/definitions/…`, JSON-pointer escapes) are followed with a visited set, so
+recursive definitions end; `anyOf` / `oneOf` / `type: [...]` give one
+alternative per XTML type, `allOf` merges its branches, `enum` / `const` give
+literals. A schema that names no type, or holds a pointer that does not
+resolve inside the argument's own document, is ambiguous: None.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+XTML_TYPE = {
+    "string": "string",
+    "integer": "number",
+    "number": "number",
+    "boolean": "boolean",
+    "null": "null",
+    "array": "array",
+    "object": "object",
+}
+_REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+_DEF_BLOCKS = ("$defs", "definitions")
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One way an argument can be written: its `type=` attribute and the value's JSON schema (or literals)."""
+
+    xtml_type: str
+    schema: dict[str, Any] | None = None
+    literals: tuple[Any, ...] | None = None
+
+
+class SchemaDocument:
+    """A tool's parameter schema, against which local pointers resolve."""
+
+    def __init__(self, root: dict[str, Any]):
+        self.root = root
+
+    def resolve(self, pointer: str) -> Any:
+        """The node a local pointer names, or None."""
+        if pointer in ("#", "#/"):
+            return self.root
+        if not pointer.startswith("#/"):
+            return None
+        node: Any = self.root
+        for segment in pointer[2:].split("/"):
+            key = segment.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and key in node:
+                node = node[key]
+            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            else:
+                return None
+        return node
+
+    def refs_resolve(self, schema: Any, nested: bool = False) -> bool:
+        """Whether every local pointer inside `schema` names something.
+
+        A nested pointer to the root would name the argument's own schema once it is compiled alone, so it
+        counts as unresolvable; at the top, the argument's value schema becomes the root itself.
+        """
+        if isinstance(schema, list):
+            return all(self.refs_resolve(item, True) for item in schema)
+        if not isinstance(schema, dict):
+            return True
+        for key in _REF_KEYS:
+            pointer = schema.get(key)
+            local = isinstance(pointer, str) and pointer.startswith("#")
+            if local and ((nested and pointer in ("#", "#/")) or self.resolve(pointer) is None):
+                return False
+        return all(self.refs_resolve(value, True) for value in schema.values())
+
+    def standalone(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """`schema` with the root's definition blocks merged in, so its pointers resolve when compiled alone."""
+        if not _has_local_ref(schema):
+            return schema
+        out = dict(schema)
+        for block in _DEF_BLOCKS:
+            root_block = self.root.get(block)
+            if isinstance(root_block, dict):
+                own = out.get(block)
+                out[block] = {**root_block, **own} if isinstance(own, dict) else root_block
+        return out
+
+    def alternatives(self, schema: Any) -> list[Alternative] | None:
+        """The XTML alternatives of an argument schema, or None when it is ambiguous."""
+        if schema is True or schema == {}:
+            return None
+        if not isinstance(schema, dict) or not self.refs_resolve(schema):
+            return None
+        found = self._alternatives(schema, frozenset())
+        if not found:
+            return None
+        return _grouped(found)
+
+    def _alternatives(self, schema: dict[str, Any], seen: frozenset[str]) -> list[Alternative]:
+        merged = self._merged(schema, seen)
+        if merged is None:
+            return []
+        schema, seen = merged
+        if "const" in schema:
+            return [_literal(schema["const"])]
+        if isinstance(schema.get("enum"), list) and schema["enum"]:
+            return [_literal(v) for v in schema["enum"]]
+        for key in ("anyOf", "oneOf"):
+            branches = schema.get(key)
+            if isinstance(branches, list) and branches:
+                found = [alt for b in branches if isinstance(b, dict) for alt in self._alternatives(b, seen)]
+                return found if all(isinstance(b, dict) and self._alternatives(b, seen) for b in branches) else []
+        kinds = schema.get("type")
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not isinstance(kinds, list) or not all(k in XTML_TYPE for k in kinds):
+            return []
+        base = {k: v for k, v in schema.items() if k not in ("type", "anyOf", "oneOf", "allOf", *_REF_KEYS)}
+        return [Alternative(XTML_TYPE[k], {**base, "type": k}) for k in kinds]
+
+    def _merged(self, schema: dict[str, Any], seen: frozenset[str]) -> tuple[dict[str, Any], frozenset[str]] | None:
+        """`schema` with its `$ref` target and `allOf` branches folded in (its own keywords win)."""
+        pointer = next((schema[k] for k in _REF_KEYS if isinstance(schema.get(k), str)), None)
+        if pointer is not None:
+            if pointer in seen:
+                return None
+            target = self.resolve(pointer)
+            if not isinstance(target, dict):
+                return None
+            inner = self._merged(target, seen | {pointer})
+            if inner is None:
+                return None
+            own = {k: v for k, v in schema.items() if k not in _REF_KEYS}
+            schema, seen = {**inner[0], **own}, inner[1]
+        branches = schema.get("allOf")
+        if isinstance(branches, list):
+            folded: dict[str, Any] = {}
+            for branch in branches:
+                inner = self._merged(branch, seen) if isinstance(branch, dict) else None
+                if inner is None:
+                    return None
+                folded.update(inner[0])
+            schema = {**folded, **{k: v for k, v in schema.items() if k != "allOf"}}
+        return schema, seen
+
+
+def _literal(value: Any) -> Alternative:
+    if isinstance(value, bool):
+        kind = "boolean"
+    elif value is None:
+        kind = "null"
+    elif isinstance(value, (int, float)):
+        kind = "number"
+    elif isinstance(value, str):
+        kind = "string"
+    else:
+        kind = "object" if isinstance(value, dict) else "array"
+    return Alternative(kind, literals=(value,))
+
+
+def _grouped(found: list[Alternative]) -> list[Alternative]:
+    """One alternative per XTML type: literals joined, schemas joined under `anyOf`."""
+    out: dict[str, Alternative] = {}
+    for alt in found:
+        prev = out.get(alt.xtml_type)
+        if prev is None:
+            out[alt.xtml_type] = alt
+        elif prev.literals is not None and alt.literals is not None:
+            out[alt.xtml_type] = Alternative(alt.xtml_type, literals=prev.literals + alt.literals)
+        else:
+            schemas = [a.schema if a.schema is not None else {"enum": list(a.literals or ())} for a in (prev, alt)]
+            out[alt.xtml_type] = Alternative(alt.xtml_type, {"anyOf": schemas})
+    return list(out.values())
+
+
+def _has_local_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        if any(isinstance(schema.get(k), str) and schema[k].startswith("#") for k in _REF_KEYS):
+            return True
+        return any(_has_local_ref(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_local_ref(v) for v in schema)
+    return False
+
+
+def literal_text(value: Any) -> str:
+    """How a literal is written as an argument body: strings raw, others JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

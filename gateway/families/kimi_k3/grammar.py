@@ -1,0 +1,198 @@
+"""Output grammars for Kimi K3, as xgrammar structural tags written for xgrammar 0.2.7 / 0.2.8 / 0.2.9.
+
+Markers are `token` formats by integer id (vLLM validates tags without a
+tokenizer and accepts only ids), so a grammar can never be satisfied by text
+that merely spells `<|open|>`; text regions are `any_tokens` that exclude the
+four control tokens. Formats used: sequence, or, optional, star, plus,
+const_string, regex, json_schema, token, exclude_token, any_tokens.
+
+Policy (the K3 grammar-hardening rules):
+* The skeleton follows the prompt: reasoning up to `<|close|>think<|sep|>`
+  when it opened `think`, an optional `response` channel, then the tools
+  section, `<|close|>message<|sep|>` and `<|end_of_msg|>`. Reasoning and
+  response text are unconstrained.
+* tool_choice "auto": the tools section is optional, so guidance starts only
+  once the model opens `<|open|>tools<|sep|>`; "required" / named: it must
+  come. Named: only that tool. The response channel can never carry a call
+  (its text excludes the control tokens, so a call spelled there is text).
+* A call names a declared tool, with `index="[1-9][0-9]*"`; one call when
+  parallel_tool_calls is false, one or more otherwise.
+* Arguments (strict omitted or true): required ones in the schema's
+  `required` order, typed, strings non-empty; then any number of complete
+  declared optional argument tags (never a required key again). `integer`
+  is written `type="number"`; unions give one tag alternative per type.
+  Ambiguous schemas, explicit `strict: false` and tools without declared
+  properties get the parser-compatible XTML fallback: any argument tags.
+* response_format json: the response channel holds that JSON (optional
+  when a tools section may follow instead).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from backends.base import Grammar
+from gateway.families.base import ChatRequest
+
+from .argument_types import Alternative, SchemaDocument, literal_text
+from .markers import CLOSE, END_OF_MSG, OPEN, SEP, escape_attr
+
+Format = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ControlIds:
+    """The token ids of K3's control tokens in the served vocabulary."""
+
+    open: int
+    close: int
+    sep: int
+    end_of_msg: int
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> ControlIds:
+        """The ids from a `tokenizers.Tokenizer`; ValueError when the vocabulary lacks one."""
+        ids = [tokenizer.token_to_id(t) for t in (OPEN, CLOSE, SEP, END_OF_MSG)]
+        if None in ids:
+            raise ValueError("the tokenizer lacks Kimi K3 control tokens")
+        return cls(*ids)
+
+    @property
+    def all(self) -> list[int]:
+        return [self.open, self.close, self.sep, self.end_of_msg]
+
+
+class _Builder:
+    """Formats for one vocabulary's control ids."""
+
+    def __init__(self, ids: ControlIds):
+        self.ids = ids
+
+    def token(self, token_id: int) -> Format:
+        return {"type": "token", "token": token_id}
+
+    def text(self, nonempty: bool = False) -> Format:
+        """Any text without control tokens; `nonempty`: at least one token."""
+        rest: Format = {"type": "any_tokens", "exclude_tokens": self.ids.all}
+        if not nonempty:
+            return rest
+        return {"type": "sequence", "elements": [{"type": "exclude_token", "exclude_tokens": self.ids.all}, rest]}
+
+    def open_tag(self, head: str) -> list[Format]:
+        return [self.token(self.ids.open), _const(head), self.token(self.ids.sep)]
+
+    def close_tag(self, name: str) -> list[Format]:
+        return [self.token(self.ids.close), _const(name), self.token(self.ids.sep)]
+
+    def element(self, head: str, content: Format, name: str) -> Format:
+        return _seq(*self.open_tag(head), content, *self.close_tag(name))
+
+    def argument(self, key: str, alt: Alternative, document: SchemaDocument, required: bool) -> Format:
+        head = f'argument key="{escape_attr(key)}" type="{alt.xtml_type}"'
+        return self.element(head, self.value(alt, document, required), "argument")
+
+    def value(self, alt: Alternative, document: SchemaDocument, required: bool) -> Format:
+        if alt.literals is not None:
+            return _or([_const(literal_text(v)) for v in alt.literals])
+        if alt.xtml_type == "string":
+            return self.text(nonempty=required)
+        if alt.xtml_type == "null":
+            return _const("null")
+        return {"type": "json_schema", "json_schema": document.standalone(alt.schema or {})}
+
+    def loose_argument(self) -> Format:
+        """Any well-formed argument tag: the parser-compatible fallback."""
+        head = {"type": "regex", "pattern": r'argument key="[^"<>]*" type="(string|number|boolean|null|array|object)"'}
+        return _seq(self.token(self.ids.open), head, self.token(self.ids.sep), self.text(), *self.close_tag("argument"))
+
+    def arguments(self, function: dict[str, Any]) -> Format:
+        """The argument tags of one call of `function`."""
+        params = function.get("parameters") or {}
+        properties = params.get("properties")
+        if function.get("strict") is False or not isinstance(properties, dict) or not properties:
+            return _star(self.loose_argument())
+        document = SchemaDocument(params)
+        required = [k for k in dict.fromkeys(params.get("required") or []) if isinstance(k, str)]
+        shapes = {key: document.alternatives(properties.get(key, {})) for key in {*properties, *required}}
+        if any(alts is None for alts in shapes.values()):
+            return _star(self.loose_argument())
+        elements = [_or([self.argument(k, alt, document, True) for alt in shapes[k]]) for k in required]
+        optional = [
+            self.argument(k, alt, document, False) for k in properties if k not in required for alt in shapes[k]
+        ]
+        if optional:
+            elements.append(_star(_or(optional)))
+        return _seq(*elements) if elements else _const("")
+
+    def call(self, function: dict[str, Any]) -> Format:
+        head = [self.token(self.ids.open), _const(f'call tool="{escape_attr(function["name"])}" index="')]
+        index = {"type": "regex", "pattern": r"[1-9][0-9]*"}
+        return _seq(
+            *head, index, _const('"'), self.token(self.ids.sep), self.arguments(function), *self.close_tag("call")
+        )
+
+    def tools_section(self, functions: list[dict[str, Any]], parallel: bool) -> Format:
+        call = _or([self.call(fn) for fn in functions])
+        calls = {"type": "plus", "content": call} if parallel else call
+        return self.element("tools", calls, "tools")
+
+    def answer(self, channel: str, tools: Format | None, tools_required: bool, response: Format | None) -> Format:
+        """Everything after the generation prompt, which left `channel` ("think" or "response") open."""
+        response_channel = [response or self.text(), *self.close_tag("response")]
+        if channel == "think":
+            opened = _seq(*self.open_tag("response"), *response_channel)
+            head = [self.text(), *self.close_tag("think"), opened if tools is None else _optional(opened)]
+        else:
+            head = response_channel
+        if tools is not None:
+            head.append(tools if tools_required else _optional(tools))
+        return _seq(*head, _optional(_seq(*self.close_tag("message"))), _optional(self.token(self.ids.end_of_msg)))
+
+
+def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The JSON schema an OpenAI response_format asks for, or None for plain text."""
+    kind = (response_format or {}).get("type")
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema":
+        return (response_format or {}).get("json_schema", {}).get("schema") or {"type": "object"}
+    return None
+
+
+def build_grammar(request: ChatRequest, channel: str, ids: ControlIds) -> Grammar | None:
+    """The structural tag for `request`, whose prompt left `channel` ("think" or "response") open."""
+    functions = [t["function"] for t in request.active_tools]
+    schema = response_schema(request.response_format)
+    if not functions and schema is None:
+        return None
+    builder = _Builder(ids)
+    tools = builder.tools_section(functions, request.parallel_tool_calls) if functions else None
+    forced = bool(functions) and request.tool_choice != "auto"
+    response = None
+    if schema is not None and not forced:
+        json_value: Format = {"type": "json_schema", "json_schema": schema}
+        response = _optional(json_value) if tools is not None else json_value
+    fmt = builder.answer(channel, tools, forced, response)
+    return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
+
+
+def _const(value: str) -> Format:
+    return {"type": "const_string", "value": value}
+
+
+def _seq(*elements: Format) -> Format:
+    return elements[0] if len(elements) == 1 else {"type": "sequence", "elements": list(elements)}
+
+
+def _star(content: Format) -> Format:
+    return {"type": "star", "content": content}
+
+
+def _optional(content: Format) -> Format:
+    return {"type": "optional", "content": content}
+
+
+def _or(elements: list[Format]) -> Format:
+    return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}

@@ -1,0 +1,220 @@
+"""canitoolcall adapter that replays Kimi K3 fixtures through the gateway's K3 parser.
+
+The fixtures' ids are real K3 ids, and the K3 vocabulary (a tiktoken rank
+file) is not available offline. What the parser needs from an id is whether
+it is one of the XTML control tokens (known ids: `<|open|>`=163587,
+`<|close|>`=163588, `<|sep|>`=163589) and, for the others, their text. So the
+ids are decoded by alignment with `raw_output`: the text is cut into
+ordinary-token runs and control-token spellings such that every run of n
+ordinary ids spells at least n UTF-8 bytes (nothing when n = 0) and every id
+whose text is known spells exactly that text. Texts are learnt from the K3
+fixtures themselves: an id that alone fills a run between two control tokens
+(`argument`, `call`, `tools`, ...) spells that run; learning repeats until
+nothing new aligns. Every K3 fixture must then align in exactly one way
+(`k3-control-marker-text-in-value`, whose value spells
+`<|close|>argument<|sep|>` with ordinary ids, needs the learnt `argument`).
+Within a run, known ids take their text and the other bytes are shared out
+evenly, decoded incrementally; control tokens are atomic, as in every engine,
+and ordinary token boundaries are partly synthetic.
+
+Run the K3 fixtures with:
+    python -m canitoolcall run --engine tests.canitoolcall_kimi_adapter:KimiK3Adapter \
+        --family kimi --id 'kimi/k3-*'
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Collection, Sequence
+from functools import cache, cached_property
+from typing import Any
+
+from canitoolcall.adapters.base import Adapter, ReplayInput, Support, ToolSpec
+from canitoolcall.fixtures import load_fixtures
+from canitoolcall.results import ParseResult, StreamAccumulator
+
+from gateway.families.base import Piece
+from gateway.families.kimi_k3.markers import CLOSE, OPEN, SEP
+from gateway.families.kimi_k3.parser import KimiK3Parser
+
+K3_MODEL = "moonshotai/Kimi-K3"
+CONTROL_IDS: dict[int, str] = {163587: OPEN, 163588: CLOSE, 163589: SEP}
+
+
+class AlignmentError(ValueError):
+    """The ids cannot be matched to the text in exactly one way."""
+
+
+def _runs(ids: Sequence[int]) -> tuple[list[list[int]], list[bytes]]:
+    """The ordinary-id runs of `ids` and the control spellings between them (one run more than controls)."""
+    runs: list[list[int]] = [[]]
+    spellings: list[bytes] = []
+    for token in ids:
+        if token in CONTROL_IDS:
+            spellings.append(CONTROL_IDS[token].encode())
+            runs.append([])
+        else:
+            runs[-1].append(token)
+    return runs, spellings
+
+
+def _groups(run: Sequence[int], known: dict[int, bytes]) -> list[tuple[bytes | None, int]]:
+    """`run` as (known text, 1) for each known id and (None, count) for each stretch of unknown ids."""
+    groups: list[tuple[bytes | None, int]] = []
+    for token in run:
+        if token in known:
+            groups.append((known[token], 1))
+        elif groups and groups[-1][0] is None:
+            groups[-1] = (None, groups[-1][1] + 1)
+        else:
+            groups.append((None, 1))
+    return groups
+
+
+def _pattern(groups: list[tuple[bytes | None, int]]) -> re.Pattern[bytes]:
+    """Bytes a run can spell: a known id its own text, a stretch of n unknown ids at least n bytes."""
+    return re.compile(
+        b"".join(b"(.{%d,})" % n if text is None else b"(" + re.escape(text) + b")" for text, n in groups), re.DOTALL
+    )
+
+
+class Vocabulary:
+    """Texts of ordinary K3 ids learnt from the fixtures: an id that alone fills a run spells that run."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, bytes] = {}
+
+    def learn(self, samples: Sequence[tuple[str, Sequence[int]]]) -> None:
+        """Align every (text, ids) sample that aligns uniquely and keep its one-id runs, until nothing new."""
+        while True:
+            before = len(self.known)
+            for text, ids in samples:
+                try:
+                    runs, pieces = self.split(text, ids)
+                except AlignmentError:
+                    continue
+                self.known.update((run[0], piece) for run, piece in zip(runs, pieces, strict=True) if len(run) == 1)
+            if len(self.known) == before:
+                return
+
+    def split(self, text: str, ids: Sequence[int]) -> tuple[list[list[int]], list[bytes]]:
+        """The ordinary-id runs of `ids` and the bytes each spells, when exactly one alignment fits."""
+        runs, spellings = _runs(ids)
+        data = text.encode()
+        patterns = [_pattern(_groups(run, self.known)) for run in runs]
+
+        @cache
+        def solutions(segment: int, start: int) -> tuple[tuple[int, ...], ...]:
+            if segment == len(spellings):
+                return ((len(data),),) if patterns[segment].fullmatch(data, start) else ()
+            found: list[tuple[int, ...]] = []
+            at = data.find(spellings[segment], start)
+            while at != -1 and len(found) < 2:
+                if patterns[segment].fullmatch(data, start, at):
+                    found += [(at, *rest) for rest in solutions(segment + 1, at + len(spellings[segment]))]
+                at = data.find(spellings[segment], at + 1) if runs[segment] else -1
+            return tuple(found[:2])
+
+        found = solutions(0, 0)
+        if len(found) != 1:
+            raise AlignmentError(f"{len(found)} alignments of the ids with the text")
+        ends = found[0]
+        starts = (0, *(cut + len(s) for cut, s in zip(ends, spellings)))
+        return runs, [data[lo:hi] for lo, hi in zip(starts, ends, strict=True)]
+
+    def texts(self, text: str, ids: Sequence[int]) -> list[str]:
+        """The text of each id, decoded incrementally as a detokenizer would."""
+        runs, pieces = self.split(text, ids)
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        control = iter(t for t in ids if t in CONTROL_IDS)
+        out: list[str] = []
+        for i, (run, piece) in enumerate(zip(runs, pieces, strict=True)):
+            out += [decoder.decode(b) for b in self._share(run, piece)]
+            if i < len(runs) - 1:
+                out.append(CONTROL_IDS[next(control)])
+        return out
+
+    def _share(self, run: Sequence[int], data: bytes) -> list[bytes]:
+        """`data` cut among the ids of `run`: known ids take their text, unknown stretches share evenly."""
+        groups = _groups(run, self.known)
+        match = _pattern(groups).fullmatch(data)
+        if match is None:
+            raise AlignmentError("a run does not spell its aligned text")
+        out: list[bytes] = []
+        for (_, count), part in zip(groups, match.groups(), strict=True):
+            out += [part[len(part) * i // count : len(part) * (i + 1) // count] for i in range(count)]
+        return out
+
+
+class KimiK3Adapter(Adapter):
+    """The gateway's Kimi K3 parser, fed Pieces the way the gateway's detokenizer produces them."""
+
+    name = "llm-gateway-kimi-k3"
+    pinned_version = "0.1.0"
+    tokens_per_step = "many"
+
+    def version(self) -> str:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("llm-gateway")
+        except PackageNotFoundError:
+            return self.pinned_version
+
+    def supports(self, family: str, model: str) -> Support:
+        if family == "kimi" and model == K3_MODEL:
+            return Support(True)
+        return Support(False, "the kimi_k3 family parses Kimi K3 XTML only")
+
+    def parser_config(self, raw: ReplayInput) -> dict[str, Any]:
+        return {"parser": "gateway.families.kimi_k3.KimiK3Parser", "channel": _channel(raw), "ids": "aligned"}
+
+    def units(self, raw: ReplayInput) -> list[int]:
+        if raw.token_ids is None:
+            raise AlignmentError(f"{raw.fixture_id} has no token ids and the K3 vocabulary is not available")
+        return list(raw.token_ids)
+
+    def special_token_ids(self, raw: ReplayInput) -> Collection[int]:
+        return frozenset(CONTROL_IDS)
+
+    def parse(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> ParseResult:
+        return self.parse_stream(raw, [self.units(raw)], tools)
+
+    @cached_property
+    def vocabulary(self) -> Vocabulary:
+        """Ordinary K3 id texts learnt from every K3 fixture that has ids."""
+        vocabulary = Vocabulary()
+        fixtures = load_fixtures(None, families=["kimi"])
+        vocabulary.learn(
+            [
+                (f.raw_output, f.output_token_ids)
+                for f in fixtures
+                if f.reference_model == K3_MODEL and f.output_token_ids
+            ]
+        )
+        return vocabulary
+
+    def parse_stream(self, raw: ReplayInput, chunks: Sequence[Sequence[int]], tools: Sequence[ToolSpec]) -> ParseResult:
+        texts = iter(self.vocabulary.texts(raw.text, self.units(raw)))
+        parser = KimiK3Parser(channel=_channel(raw))
+        acc = StreamAccumulator()
+        for chunk in chunks:
+            pieces = [Piece(next(texts), token_id if token_id in CONTROL_IDS else None) for token_id in chunk]
+            _accumulate(acc, parser.feed(pieces))
+        _accumulate(acc, parser.finish())
+        return acc.result()
+
+
+def _channel(raw: ReplayInput) -> str:
+    """The channel the generation prompt left open."""
+    prompt = raw.generation_prompt or ""
+    return "response" if prompt.endswith(f"{OPEN}response{SEP}") or raw.thinking is False else "think"
+
+
+def _accumulate(acc: StreamAccumulator, deltas) -> None:
+    for d in deltas:
+        acc.add_content(d.content)
+        acc.add_reasoning(d.reasoning)
+        if d.tool_index is not None:
+            acc.add_tool_call(d.tool_index, d.tool_name, d.tool_arguments)

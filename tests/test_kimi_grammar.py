@@ -1,0 +1,423 @@
+"""Kimi K3 structural tags, checked with xgrammar on a synthetic Kimi vocabulary whose control tokens are real added tokens."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import xgrammar as xg
+
+from gateway.encoding import PromptEncoder
+from gateway.families.base import ChatRequest
+from gateway.families.kimi_k3.grammar import ControlIds, build_grammar
+from gateway.families.kimi_k3.markers import CLOSE, END_OF_MSG, OPEN, SEP
+from gateway.families.kimi_k3.tokenizer import load_kimi_tokenizer
+from tests.test_kimi_tokenizer import write_synthetic_checkpoint
+
+_CONTROL = re.compile("(" + "|".join(map(re.escape, (OPEN, CLOSE, SEP, END_OF_MSG))) + ")")
+
+
+class Spelled(str):
+    """Text that spells markers with ordinary tokens."""
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory: pytest.TempPathFactory) -> tuple[PromptEncoder, xg.GrammarCompiler, ControlIds, int]:
+    directory: Path = tmp_path_factory.mktemp("kimi-grammar")
+    specials = write_synthetic_checkpoint(directory)
+    tokenizer = load_kimi_tokenizer(directory)
+    size = tokenizer.get_vocab_size()
+    strings = [tokenizer.id_to_token(i) for i in range(size)]
+    info = xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[specials["[EOS]"]])
+    return PromptEncoder(tokenizer), xg.GrammarCompiler(info), ControlIds.of(tokenizer), specials["[EOS]"]
+
+
+def tool(name: str, parameters: dict[str, Any], strict: bool | None = None) -> dict[str, Any]:
+    fn: dict[str, Any] = {"name": name, "parameters": parameters}
+    if strict is not None:
+        fn["strict"] = strict
+    return {"type": "function", "function": fn}
+
+
+WEATHER = tool(
+    "get_weather",
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer"},
+            "units": {"type": "string", "enum": ["c", "f"]},
+        },
+        "required": ["city", "days"],
+    },
+)
+TIME = tool("get_time", {"type": "object", "properties": {}})
+
+
+def request(*tools: dict[str, Any], **kwargs: Any) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=list(tools), **kwargs)
+
+
+def ids_of(encoder: PromptEncoder, *parts: str) -> list[int]:
+    """Control tokens where a str spells a marker; a `Spelled` part is all ordinary tokens."""
+    out: list[int] = []
+    for part in parts:
+        if isinstance(part, Spelled):
+            out += encoder.encode_plain(part)
+            continue
+        for chunk in _CONTROL.split(part):
+            if chunk in encoder.added:
+                out.append(encoder.added[chunk])
+            elif chunk:
+                out += encoder.encode_plain(chunk)
+    return out
+
+
+def accepts(vocab, req: ChatRequest, *parts: str, channel: str = "response") -> bool:
+    """Whether the grammar for `req` takes exactly this output (then the end of generation)."""
+    encoder, compiler, ids, eos = vocab
+    grammar = build_grammar(req, channel, ids)
+    assert grammar is not None and grammar.kind == "structural_tag"
+    matcher = xg.GrammarMatcher(compiler.compile_structural_tag(grammar.text))
+    return all(matcher.accept_token(t) for t in ids_of(encoder, *parts)) and matcher.accept_token(eos)
+
+
+def call(name: str, *arguments: str, index: str = "1") -> str:
+    return f'{OPEN}call tool="{name}" index="{index}"{SEP}' + "".join(arguments) + f"{CLOSE}call{SEP}"
+
+
+def arg(key: str, kind: str, value: str) -> str:
+    return f'{OPEN}argument key="{key}" type="{kind}"{SEP}{value}{CLOSE}argument{SEP}'
+
+
+def section(*calls: str) -> str:
+    return f"{OPEN}tools{SEP}" + "".join(calls) + f"{CLOSE}tools{SEP}"
+
+
+END = f"{CLOSE}message{SEP}{END_OF_MSG}"
+PARIS = call("get_weather", arg("city", "string", "Paris"), arg("days", "number", "3"))
+
+
+def test_no_tools_no_format_means_no_grammar(vocab) -> None:
+    assert build_grammar(request(), "think", vocab[2]) is None
+    assert build_grammar(request(WEATHER, tool_choice="none"), "think", vocab[2]) is None
+
+
+def test_auto_leaves_ordinary_text_unconstrained(vocab) -> None:
+    text = Spelled(f"Any text {{at all}} even {OPEN}tools{SEP} spelled out, 你好 😀")
+    assert accepts(vocab, request(WEATHER), text, f"{CLOSE}response{SEP}", END)
+    assert accepts(
+        vocab,
+        request(WEATHER),
+        "reasoning ",
+        text,
+        f"{CLOSE}think{SEP}{OPEN}response{SEP}",
+        text,
+        f"{CLOSE}response{SEP}",
+        END,
+        channel="think",
+    )
+    assert accepts(vocab, request(WEATHER), f"plain{CLOSE}response{SEP}")
+
+
+def test_auto_activates_after_the_tools_marker(vocab) -> None:
+    assert accepts(vocab, request(WEATHER), f"Let me check.{CLOSE}response{SEP}", section(PARIS), END)
+    assert accepts(
+        vocab,
+        request(WEATHER),
+        f"why{CLOSE}think{SEP}{OPEN}response{SEP}{CLOSE}response{SEP}",
+        section(PARIS),
+        END,
+        channel="think",
+    )
+    assert accepts(vocab, request(WEATHER), f"why{CLOSE}think{SEP}", section(PARIS), END, channel="think")
+    assert not accepts(vocab, request(WEATHER), f"x{CLOSE}response{SEP}{OPEN}tools{SEP}nonsense{CLOSE}tools{SEP}")
+
+
+def test_spelled_markers_cannot_stand_for_control_tokens(vocab) -> None:
+    assert not accepts(vocab, request(WEATHER), f"x{CLOSE}response{SEP}", Spelled(section(PARIS)), f"{CLOSE}tools{SEP}")
+    spelled_close = Spelled(f"Paris{CLOSE}argument{SEP}")
+    assert not accepts(
+        vocab,
+        request(WEATHER),
+        f'{CLOSE}response{SEP}{OPEN}tools{SEP}{OPEN}call tool="get_weather" index="1"{SEP}{OPEN}argument key="city" type="string"{SEP}',
+        spelled_close,
+        arg("days", "number", "3"),
+        f"{CLOSE}call{SEP}{CLOSE}tools{SEP}",
+    )
+
+
+def test_only_declared_tools_with_positive_indices(vocab) -> None:
+    head = f"{CLOSE}response{SEP}"
+    assert not accepts(
+        vocab,
+        request(WEATHER),
+        head,
+        section(call("get_wether", arg("city", "string", "Paris"), arg("days", "number", "3"))),
+    )
+    assert not accepts(
+        vocab,
+        request(WEATHER),
+        head,
+        section(call("get_weather", arg("city", "string", "P"), arg("days", "number", "3"), index="0")),
+    )
+    assert accepts(
+        vocab,
+        request(WEATHER),
+        head,
+        section(call("get_weather", arg("city", "string", "P"), arg("days", "number", "3"), index="12")),
+    )
+
+
+def test_parallel_tool_calls(vocab) -> None:
+    head = f"{CLOSE}response{SEP}"
+    assert accepts(vocab, request(WEATHER, TIME), head, section(PARIS, call("get_time")))
+    assert not accepts(vocab, request(WEATHER, TIME, parallel_tool_calls=False), head, section(PARIS, call("get_time")))
+    assert accepts(vocab, request(WEATHER, TIME, parallel_tool_calls=False), head, section(call("get_time")))
+
+
+def test_required_strings_are_non_empty_optional_ones_may_be_empty(vocab) -> None:
+    head = f"{CLOSE}response{SEP}"
+    assert not accepts(
+        vocab,
+        request(WEATHER),
+        head,
+        section(call("get_weather", arg("city", "string", ""), arg("days", "number", "3"))),
+    )
+    notes = tool(
+        "note",
+        {"type": "object", "properties": {"text": {"type": "string"}, "tag": {"type": "string"}}, "required": ["text"]},
+    )
+    assert accepts(
+        vocab, request(notes), head, section(call("note", arg("text", "string", "x"), arg("tag", "string", "")))
+    )
+
+
+@pytest.mark.parametrize(
+    ("schema", "kind", "value", "ok"),
+    [
+        ({"type": "integer"}, "number", "15", True),
+        ({"type": "integer"}, "number", "1.5", False),
+        ({"type": "integer"}, "integer", "15", False),
+        ({"type": "integer"}, "string", "15", False),
+        ({"type": "number", "minimum": 0}, "number", "21.5", True),
+        ({"type": "number", "minimum": 0}, "number", "-1", False),
+        ({"type": "boolean"}, "boolean", "false", True),
+        ({"type": "boolean"}, "boolean", "no", False),
+        ({"type": "null"}, "null", "null", True),
+        ({"type": "array", "items": {"type": "string"}}, "array", '["a", "b"]', True),
+        ({"type": "array", "items": {"type": "string"}}, "array", "[1]", False),
+        (
+            {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+            "object",
+            '{"lat": 47.3}',
+            True,
+        ),
+        ({"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]}, "object", "{}", False),
+        ({"type": ["integer", "null"]}, "null", "null", True),
+        ({"type": ["integer", "null"]}, "number", "5", True),
+        ({"type": ["integer", "null"]}, "string", "5", False),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}]}, "string", "x", True),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}]}, "null", "null", True),
+        ({"oneOf": [{"type": "integer"}, {"type": "boolean"}]}, "boolean", "true", True),
+        ({"enum": ["c", "f"]}, "string", "c", True),
+        ({"enum": ["c", "f"]}, "string", "k", False),
+        ({"enum": [1, "one"]}, "number", "1", True),
+        ({"const": "fixed"}, "string", "fixed", True),
+        ({"const": "fixed"}, "string", "other", False),
+        ({"allOf": [{"type": "integer"}, {"maximum": 9}]}, "number", "7", True),
+        ({"allOf": [{"type": "integer"}, {"maximum": 9}]}, "number", "70", False),
+    ],
+)
+def test_typed_arguments(vocab, schema: dict, kind: str, value: str, ok: bool) -> None:
+    f = tool("f", {"type": "object", "properties": {"x": schema}, "required": ["x"]})
+    assert accepts(vocab, request(f), f"{CLOSE}response{SEP}", section(call("f", arg("x", kind, value)))) is ok
+
+
+DEFS = {
+    "type": "object",
+    "$defs": {
+        "Address": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "Node": {
+            "type": "object",
+            "properties": {
+                "value": {"type": "string"},
+                "next": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/Node"}]},
+            },
+        },
+        "Unit": {"enum": ["c", "f"]},
+    },
+    "definitions": {"Count": {"type": "integer", "minimum": 1}},
+    "properties": {
+        "address": {"$ref": "#/$defs/Address"},
+        "node": {"$ref": "#/$defs/Node"},
+        "unit": {"$ref": "#/$defs/Unit"},
+        "count": {"$ref": "#/definitions/Count"},
+        "tags": {"type": "array", "items": {"$ref": "#/$defs/Unit"}},
+    },
+    "required": ["address", "node", "unit", "count", "tags"],
+}
+
+
+def test_refs_defs_and_recursive_definitions(vocab) -> None:
+    args = [
+        arg("address", "object", '{"city": "Rome"}'),
+        arg("node", "object", '{"value": "a", "next": {"value": "b", "next": null}}'),
+        arg("unit", "string", "c"),
+        arg("count", "number", "2"),
+        arg("tags", "array", '["c", "f"]'),
+    ]
+    f = tool("f", DEFS)
+    assert accepts(vocab, request(f), f"{CLOSE}response{SEP}", section(call("f", *args)))
+    bad = [*args[:3], arg("count", "number", "0"), args[4]]
+    assert not accepts(vocab, request(f), f"{CLOSE}response{SEP}", section(call("f", *bad)))
+    assert not accepts(
+        vocab, request(f), f"{CLOSE}response{SEP}", section(call("f", *args[:2], arg("unit", "string", "k"), *args[3:]))
+    )
+
+
+def test_root_pointer_and_dangling_pointers(vocab) -> None:
+    tree = tool(
+        "tree",
+        {"type": "object", "properties": {"name": {"type": "string"}, "child": {"$ref": "#"}}, "required": ["name"]},
+    )
+    nested = '{"name": "leaf", "child": {"name": "leaf2"}}'
+    assert accepts(
+        vocab,
+        request(tree),
+        f"{CLOSE}response{SEP}",
+        section(call("tree", arg("name", "string", "root"), arg("child", "object", nested))),
+    )
+    assert not accepts(
+        vocab,
+        request(tree),
+        f"{CLOSE}response{SEP}",
+        section(call("tree", arg("name", "string", "root"), arg("child", "object", '{"child": {}}'))),
+    )
+    assert not accepts(
+        vocab,
+        request(tree),
+        f"{CLOSE}response{SEP}",
+        section(call("tree", arg("name", "string", "root"), arg("child", "string", "leaf"))),
+    )
+    dangling = tool(
+        "d",
+        {
+            "type": "object",
+            "properties": {"x": {"type": "array", "items": {"$ref": "#/$defs/Missing"}}},
+            "required": ["x"],
+        },
+    )
+    assert accepts(
+        vocab,
+        request(dangling),
+        f"{CLOSE}response{SEP}",
+        section(call("d", arg("x", "array", "[1]"), arg("y", "string", "loose"))),
+    )
+
+
+def test_required_arguments_in_canonical_order_and_no_duplicate_required_key(vocab) -> None:
+    f = tool(
+        "f",
+        {
+            "type": "object",
+            "properties": {"a": {"type": "string"}, "b": {"type": "string"}, "c": {"type": "number"}},
+            "required": ["b", "a"],
+        },
+    )
+    head = f"{CLOSE}response{SEP}"
+    assert accepts(
+        vocab,
+        request(f),
+        head,
+        section(call("f", arg("b", "string", "1"), arg("a", "string", "2"), arg("c", "number", "3"))),
+    )
+    assert not accepts(vocab, request(f), head, section(call("f", arg("a", "string", "2"), arg("b", "string", "1"))))
+    assert not accepts(
+        vocab,
+        request(f),
+        head,
+        section(call("f", arg("b", "string", "1"), arg("a", "string", "2"), arg("b", "string", "again"))),
+    )
+    assert not accepts(
+        vocab,
+        request(f),
+        head,
+        section(call("f", arg("b", "string", "1"), arg("a", "string", "2"), arg("zzz", "string", "?"))),
+    )
+
+
+def test_optional_only_schema_may_have_an_empty_body(vocab) -> None:
+    f = tool("f", {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "boolean"}}})
+    head = f"{CLOSE}response{SEP}"
+    assert accepts(vocab, request(f), head, section(call("f")))
+    assert accepts(vocab, request(f), head, section(call("f", arg("b", "boolean", "true"), arg("a", "string", "x"))))
+    assert accepts(vocab, request(TIME), head, section(call("get_time")))
+
+
+def test_ambiguous_schema_falls_back_to_parser_compatible_xtml(vocab) -> None:
+    f = tool(
+        "f", {"type": "object", "properties": {"anything": {}, "text": {"type": "string"}}, "required": ["anything"]}
+    )
+    head = f"{CLOSE}response{SEP}"
+    assert accepts(
+        vocab, request(f), head, section(call("f", arg("anything", "object", '{"k": 1}'), arg("other", "number", "2")))
+    )
+    assert not accepts(vocab, request(f), head, section(call("f", f'{OPEN}argument key="a"{SEP}v{CLOSE}argument{SEP}')))
+
+
+def test_named_tool_choice(vocab) -> None:
+    named = {"type": "function", "function": {"name": "get_time"}}
+    req = request(WEATHER, TIME, tool_choice=named)
+    assert accepts(vocab, req, f"{CLOSE}response{SEP}", section(call("get_time")), END)
+    assert accepts(
+        vocab,
+        req,
+        f"ok{CLOSE}think{SEP}{OPEN}response{SEP}",
+        Spelled(section(PARIS)),
+        f"{CLOSE}response{SEP}",
+        section(call("get_time")),
+        channel="think",
+    )
+    assert not accepts(vocab, req, f"{CLOSE}response{SEP}", section(PARIS))
+    assert not accepts(vocab, req, f"no call{CLOSE}response{SEP}", END)
+
+
+def test_required_tool_choice_forces_a_call(vocab) -> None:
+    req = request(WEATHER, TIME, tool_choice="required")
+    assert not accepts(vocab, req, f"just text{CLOSE}response{SEP}", END)
+    assert accepts(vocab, req, f"think{CLOSE}think{SEP}", section(PARIS), END, channel="think")
+
+
+def test_strict_policy(vocab) -> None:
+    wrong = section(call("get_weather", arg("city", "number", "1"), arg("days", "string", "three")))
+    relaxed = tool("get_weather", WEATHER["function"]["parameters"], strict=False)
+    declared = tool("get_weather", WEATHER["function"]["parameters"], strict=True)
+    assert accepts(vocab, request(relaxed), f"{CLOSE}response{SEP}", wrong)
+    assert not accepts(vocab, request(declared), f"{CLOSE}response{SEP}", wrong)
+    assert not accepts(vocab, request(WEATHER), f"{CLOSE}response{SEP}", wrong)
+    assert not accepts(vocab, request(relaxed), f"{CLOSE}response{SEP}", section(call("other")))
+
+
+def test_response_format_json(vocab) -> None:
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "a",
+            "schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+        },
+    }
+    assert accepts(vocab, request(response_format=fmt), f'{{"n": 1}}{CLOSE}response{SEP}', END)
+    assert not accepts(vocab, request(response_format=fmt), f"hello{CLOSE}response{SEP}")
+    assert accepts(vocab, request(WEATHER, response_format=fmt), f"{CLOSE}response{SEP}", section(PARIS))
+
+
+def test_grammar_uses_integer_token_ids_only(vocab) -> None:
+    text = build_grammar(request(WEATHER, tool_choice="required"), "think", vocab[2]).text
+    tokens = re.findall(r'"token": ([^,}]+)', text)
+    assert tokens and all(t.strip().isdigit() for t in tokens)
+    assert OPEN not in text and SEP not in text
+    assert json.loads(text)["type"] == "structural_tag"
