@@ -26,11 +26,11 @@ async def chat_completions(request: Request, registry: ModelRegistry, max_body: 
     model = served_model(registry, parsed.model)
     chat, settings = parsed.chat, parsed.settings
     try:
-        _, ids = model.encode_chat(chat)
+        prompt, ids = model.encode_chat(chat)
     except TemplateError as e:
         raise invalid(f"the messages cannot be rendered: {e}", "messages") from None
     max_new = token_budget(model, len(ids), settings.max_tokens, "messages")
-    grammar = model.family.grammar(chat)
+    grammar = model.family.grammar(chat, prompt)
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
     keep_markers = grammar is not None or bool(chat.active_tools)
     sampling = sampling_params(
@@ -39,7 +39,7 @@ async def chat_completions(request: Request, registry: ModelRegistry, max_body: 
     rid = new_id("chatcmpl")
     events = generate(model, rid, [(ids, sampling)], settings, grammar)
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
-    renderer = ChatRenderer([model.family.parser(chat) for _ in range(settings.n)], texts, len(ids))
+    renderer = ChatRenderer([model.family.parser(chat, prompt) for _ in range(settings.n)], texts, len(ids))
     envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, settings, "chat.completion")
 

@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--family", default="hermes", help="model family of --model (default: hermes)")
     serve.add_argument("--backend-url", help="serve through this SGLang server instead of a bundled worker")
     serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
+    serve.add_argument(
+        "--default-max-tokens", type=int, help="max_tokens for requests that name none (default: the context left)"
+    )
     args = parser.parse_args(argv)
     try:
         config = _serve_config(args)
@@ -45,6 +48,7 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     elif args.model_id:
         entry.id = args.model_id
     entry.family = args.family
+    entry.default_max_tokens = args.default_max_tokens
     entry.backend = BackendConfig(type="sglang", url=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
     return GatewayConfig(models=[entry])
 

@@ -8,6 +8,7 @@ A YAML (or JSON) file:
         checkpoint: /path/to/model    # GGUF file, HF directory, tokenizer.json, or package:NAME
                                       # (tokenizer.json of an installed package); omitted = embedded
         options: {}                   # family options, e.g. chat_template: <jinja text>
+        default_max_tokens: 1024      # for requests that name no max_tokens (default: the context left)
         backend:
           type: worker                # worker (bundled, started here) | sglang | none (tokenize only)
           threads: 2                  # worker only
@@ -52,6 +53,7 @@ class ModelEntry:
     checkpoint: Path | str | None = None
     """A path, or a `package:NAME` reference (see backends.checkpoint.load_checkpoint)."""
     options: dict[str, Any] = field(default_factory=dict)
+    default_max_tokens: int | None = None
     backend: BackendConfig = field(default_factory=BackendConfig)
 
 
@@ -84,7 +86,7 @@ def load_config(path: str | Path) -> GatewayConfig:
 def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping")
-    _only(raw, {"id", "family", "checkpoint", "options", "backend"}, where)
+    _only(raw, {"id", "family", "checkpoint", "options", "default_max_tokens", "backend"}, where)
     if not isinstance(raw.get("id"), str) or not raw["id"]:
         raise ConfigError(f"{where}.id: a non-empty string is required")
     backend_raw = raw.get("backend") or {}
@@ -101,10 +103,20 @@ def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
         checkpoint = (base / Path(checkpoint).expanduser()).resolve()
         if not checkpoint.exists():
             raise ConfigError(f"{where}.checkpoint: {checkpoint} does not exist")
+    default_max_tokens = raw.get("default_max_tokens")
+    if default_max_tokens is not None and (not isinstance(default_max_tokens, int) or default_max_tokens < 1):
+        raise ConfigError(f"{where}.default_max_tokens: a positive integer is required")
     options = raw.get("options") or {}
     if not isinstance(options, dict):
         raise ConfigError(f"{where}.options: expected a mapping")
-    return ModelEntry(id=raw["id"], family=raw.get("family", "hermes"), checkpoint=checkpoint, options=options, backend=backend)
+    return ModelEntry(
+        id=raw["id"],
+        family=raw.get("family", "hermes"),
+        checkpoint=checkpoint,
+        options=options,
+        default_max_tokens=default_max_tokens,
+        backend=backend,
+    )
 
 
 def _only(raw: dict, allowed: set[str], where: str) -> None:

@@ -26,7 +26,9 @@ def _start_model(entry: ModelEntry, stack: ExitStack) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load_checkpoint(entry.checkpoint)
     backend = _start_backend(entry, stack)
-    return served_model_from_checkpoint(entry.id, checkpoint, entry.family, backend, entry.options)
+    return served_model_from_checkpoint(
+        entry.id, checkpoint, entry.family, backend, entry.options, entry.default_max_tokens
+    )
 
 
 def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:

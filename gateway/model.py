@@ -23,6 +23,8 @@ class ServedModel:
     encoder: PromptEncoder
     backend: Backend | None
     context_length: int
+    default_max_tokens: int | None = None
+    """max_tokens of a request that names none; None: all the context leaves."""
     shielder: Shielder = field(init=False)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -50,7 +52,12 @@ class ServedModel:
 
 
 def served_model_from_checkpoint(
-    model_id: str, checkpoint: Checkpoint, family: str, backend: Backend | None, options: dict | None = None
+    model_id: str,
+    checkpoint: Checkpoint,
+    family: str,
+    backend: Backend | None,
+    options: dict | None = None,
+    default_max_tokens: int | None = None,
 ) -> ServedModel:
     """Build a ServedModel for a checkpoint served by `backend` (None: tokenize-only)."""
     context = FamilyContext(
@@ -68,6 +75,7 @@ def served_model_from_checkpoint(
         encoder=PromptEncoder(checkpoint.tokenizer),
         backend=backend,
         context_length=checkpoint.config.context_length,
+        default_max_tokens=default_max_tokens,
     )
 
 

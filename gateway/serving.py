@@ -49,7 +49,8 @@ def served_model(registry: ModelRegistry, model_id: str) -> ServedModel:
 
 
 def token_budget(model: ServedModel, prompt_tokens: int, max_tokens: int | None, param: str) -> int:
-    """max_new_tokens for a prompt: what was asked, or all the context leaves; 400 when it does not fit."""
+    """max_new_tokens for a prompt: what was asked, else the model's default capped by the room the
+    context leaves; 400 when it does not fit."""
     room = model.context_length - prompt_tokens
     if room < 1:
         raise invalid(
@@ -64,7 +65,9 @@ def token_budget(model: ServedModel, prompt_tokens: int, max_tokens: int | None,
             param,
             "context_length_exceeded",
         )
-    return max_tokens or room
+    if max_tokens is not None:
+        return max_tokens
+    return min(room, model.default_max_tokens or room)
 
 
 def sampling_params(

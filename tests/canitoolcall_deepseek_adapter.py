@@ -88,7 +88,7 @@ class DeepSeekAdapter(Adapter):
         request = ChatRequest(
             messages=[{"role": "user", "content": ""}], tools=list(tools), template_kwargs={"thinking": _thinking(raw)}
         )
-        parser = self.family.parser(request)
+        parser = self.family.parser(request, self.family.render(request))
         detokenizer = Detokenizer(self.checkpoint.tokenizer, self.added_tokens)
         deltas: list[Delta] = []
         for chunk in chunks:

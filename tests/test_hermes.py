@@ -316,9 +316,12 @@ def test_marker_tokens_with_ids_parse_like_text() -> None:
 
 def test_family_parser_follows_the_prompt_and_the_tools() -> None:
     request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], tools=[TIME])
-    parser = family(chat_template="{{ '<|im_start|>assistant\\n<think>\\n' }}").parser(request)
+    thinking = family(chat_template="{{ '<|im_start|>assistant\\n<think>\\n' }}")
+    parser = thinking.parser(request, thinking.render(request))
     assert merge(parser.feed([Piece("hmm</think>ok")]) + parser.finish())["reasoning"] == "hmm"
-    assert not family().prompt_opens_reasoning(request)
+    plain = family()
+    parser = plain.parser(request, plain.render(request))
+    assert merge(parser.feed([Piece("hmm</think>ok")]) + parser.finish())["content"] == "hmm</think>ok"
 
 
 SAMPLES = [
@@ -354,7 +357,8 @@ def compiler() -> xgr.GrammarCompiler:
 
 def accepts(request: ChatRequest, output: str, fam: HermesFamily | None = None) -> bool:
     """Whether the request's grammar accepts `output` as a complete answer (followed by the stop token)."""
-    grammar = (fam or family()).grammar(request)
+    fam = fam or family()
+    grammar = fam.grammar(request, fam.render(request))
     assert grammar is not None
     compiled = {
         "structural_tag": compiler().compile_structural_tag,
@@ -383,8 +387,8 @@ NOON = tool_call("get_time", "{}")
 
 
 def test_no_tools_and_no_format_means_no_grammar() -> None:
-    assert family().grammar(ChatRequest(messages=[])) is None
-    assert family().grammar(tools_request("none")) is None
+    for request in (ChatRequest(messages=[]), tools_request("none")):
+        assert family().grammar(request, family().render(request)) is None
 
 
 def test_auto_allows_text_and_declared_calls_only() -> None:
@@ -427,7 +431,7 @@ def test_prompt_opened_reasoning_comes_before_the_constraint() -> None:
 
 def test_response_format_json_object_and_json_schema() -> None:
     as_object = ChatRequest(messages=[], response_format={"type": "json_object"})
-    assert family().grammar(as_object).kind == "json_schema"
+    assert family().grammar(as_object, family().render(as_object)).kind == "json_schema"
     assert accepts(as_object, '{"any": [1, 2]}')
     assert not accepts(as_object, "plain text")
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}

@@ -222,9 +222,10 @@ def test_family_is_registered_and_wired(family: KimiK3Family) -> None:
     end, eos = family.context.tokenizer.token_to_id("<|end_of_msg|>"), family.context.eos_token_ids[0]
     assert family.stop_token_ids() == [end, eos]
     req = chat({"role": "user", "content": "hi"}, tools=[WEATHER])
-    assert isinstance(family.parser(req), KimiK3Parser)
-    assert family.grammar(req).kind == "structural_tag"
-    assert family.grammar(chat({"role": "user", "content": "hi"})) is None
+    assert isinstance(family.parser(req, family.render(req)), KimiK3Parser)
+    assert family.grammar(req, family.render(req)).kind == "structural_tag"
+    plain = chat({"role": "user", "content": "hi"})
+    assert family.grammar(plain, family.render(plain)) is None
 
 
 def test_client_text_spelling_markers_never_becomes_control_tokens(family: KimiK3Family) -> None:

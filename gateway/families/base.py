@@ -119,9 +119,13 @@ class Family(ABC):
         """Token ids that end an assistant turn."""
 
     @abstractmethod
-    def grammar(self, request: ChatRequest) -> Grammar | None:
-        """The output constraint for this request's tools / response_format, or None."""
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        """The output constraint for this request's tools / response_format, or None.
+
+        `prompt` is the rendered prompt (what `render` gave, client text spelled back), so a
+        family can see what its generation prompt already opened (a think block, a channel).
+        """
 
     @abstractmethod
-    def parser(self, request: ChatRequest) -> OutputParser:
-        """A fresh incremental parser for one choice of this request."""
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        """A fresh incremental parser for one choice of this request; `prompt` as for `grammar`."""

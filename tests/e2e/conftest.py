@@ -74,7 +74,8 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.fixture(scope="session")
 def gateway() -> GatewayProcess:
-    proc = GatewayProcess()
+    # The probe names no max_tokens; a 135M model can ramble to the end of its 8K context.
+    proc = GatewayProcess("--default-max-tokens", "256")
     yield proc
     proc.stop()
 

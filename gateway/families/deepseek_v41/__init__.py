@@ -29,10 +29,10 @@ class DeepSeekV41Family(Family):
         eos = self.context.tokenizer.token_to_id(EOS)
         return sorted({*self.context.eos_token_ids, *([eos] if eos is not None else [])})
 
-    def grammar(self, request: ChatRequest) -> Grammar | None:
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self._in_reasoning(request))
 
-    def parser(self, request: ChatRequest) -> OutputParser:
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return DsmlParser(self._in_reasoning(request))
 
     def _thinking(self, request: ChatRequest) -> bool:

@@ -69,12 +69,13 @@ class HermesFamily(Family):
         ids = ([turn_end] if turn_end is not None else []) + list(self.context.eos_token_ids)
         return list(dict.fromkeys(ids))
 
-    def grammar(self, request: ChatRequest) -> Grammar | None:
-        return build_grammar(request, self.prompt_opens_reasoning(request))
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        return build_grammar(request, self._opens_reasoning(request, prompt))
 
-    def parser(self, request: ChatRequest) -> OutputParser:
-        return HermesParser(tool_calls=bool(request.active_tools), in_reasoning=self.prompt_opens_reasoning(request))
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        return HermesParser(tool_calls=bool(request.active_tools), in_reasoning=self._opens_reasoning(request, prompt))
 
-    def prompt_opens_reasoning(self, request: ChatRequest) -> bool:
-        """Whether this request's prompt ends inside `<think>` (e.g. a thinking model's generation prompt)."""
-        return request.add_generation_prompt and prompt_opens_reasoning(self.render(request))
+    @staticmethod
+    def _opens_reasoning(request: ChatRequest, prompt: str) -> bool:
+        """Whether the prompt ends inside `<think>` (e.g. a thinking model's generation prompt)."""
+        return request.add_generation_prompt and prompt_opens_reasoning(prompt)

@@ -30,8 +30,8 @@ class KimiK3Family(Family):
         ids = ([end] if end is not None else []) + list(self.context.eos_token_ids)
         return list(dict.fromkeys(ids))
 
-    def grammar(self, request: ChatRequest) -> Grammar | None:
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, open_channel(request), self.control_ids)
 
-    def parser(self, request: ChatRequest) -> OutputParser:
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return KimiK3Parser(channel=open_channel(request))
