@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 EMBEDDED_MODEL_ID = "smollm2-135m-instruct"
 """The stable id under which the embedded default model is served."""
@@ -141,7 +141,7 @@ def _load_gguf(path: Path) -> Checkpoint:
         context_length=int(meta.get(f"{arch}.context_length", 4096)),
         tied_embeddings="output.weight" not in names,
     )
-    field_value = lambda key: reader.fields[key].contents() if key in reader.fields else None  # noqa: E731
+    field_value = lambda key: reader.fields[key].contents() if key in reader.fields else None
     bos_id, eos_id = field_value("tokenizer.ggml.bos_token_id"), field_value("tokenizer.ggml.eos_token_id")
     return Checkpoint(
         path=path,

@@ -9,15 +9,23 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.errors import invalid
 from gateway.families.base import Delta, OutputParser
 from gateway.generation import ChoiceStep
 from gateway.logprobs import TokenTexts, chat_logprobs
 from gateway.model import ModelRegistry
 from gateway.protocol_chat import parse_chat_completion
 from gateway.responding import respond
-from gateway.serving import generate, new_id, now, read_json, sampling_params, served_model, token_budget
-from gateway.template import TemplateError
+from gateway.serving import (
+    chat_grammar,
+    encode_chat,
+    generate,
+    new_id,
+    now,
+    read_json,
+    sampling_params,
+    served_model,
+    token_budget,
+)
 from gateway.usage import usage
 
 
@@ -25,12 +33,9 @@ async def chat_completions(request: Request, registry: ModelRegistry, max_body: 
     parsed = parse_chat_completion(await read_json(request, max_body))
     model = served_model(registry, parsed.model)
     chat, settings = parsed.chat, parsed.settings
-    try:
-        prompt, ids = model.encode_chat(chat)
-    except TemplateError as e:
-        raise invalid(f"the messages cannot be rendered: {e}", "messages") from None
+    prompt, ids = encode_chat(model, chat)
     max_new = token_budget(model, len(ids), settings.max_tokens, "messages")
-    grammar = model.family.grammar(chat, prompt)
+    grammar = chat_grammar(model, chat, prompt)
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
     keep_markers = grammar is not None or bool(chat.active_tools)
     sampling = sampling_params(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -13,11 +14,15 @@ from gateway.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gateway", description="OpenAI-compatible LLM gateway")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve the configured models (default: the embedded SmolLM2 on a bundled worker)")
+    serve = sub.add_parser(
+        "serve", help="serve the configured models (default: the embedded SmolLM2 on a bundled worker)"
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--config", type=Path, help="YAML model configuration (see gateway/config.py)")
-    serve.add_argument("--model", type=Path, help="a GGUF file or Hugging Face directory to serve instead of the embedded model")
+    serve.add_argument(
+        "--model", type=Path, help="a GGUF file or Hugging Face directory to serve instead of the embedded model"
+    )
     serve.add_argument("--model-id", help="the id clients use for --model (default: the file or directory name)")
     serve.add_argument("--family", default="hermes", help="model family of --model (default: hermes)")
     serve.add_argument("--backend-url", help="serve through this SGLang server instead of a bundled worker")
@@ -49,8 +54,15 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
         entry.id = args.model_id
     entry.family = args.family
     entry.default_max_tokens = args.default_max_tokens
-    entry.backend = BackendConfig(type="sglang", url=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
+    entry.backend = (
+        BackendConfig(type="sglang", url=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
+    )
     return GatewayConfig(models=[entry])
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM / SIGINT outside uvicorn (while loading, or re-raised by uvicorn after its drain)."""
+    raise SystemExit(0)
 
 
 def _serve(config: GatewayConfig, host: str, port: int) -> int:
@@ -59,13 +71,19 @@ def _serve(config: GatewayConfig, host: str, port: int) -> int:
     from gateway.app import create_app
     from gateway.launch import start_models
 
-    with ExitStack() as stack:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
+    with ExitStack() as stack:  # stops the workers on every way out
         try:
             registry = start_models(config, stack)
         except (RuntimeError, ValueError, OSError) as exc:
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
             return 1
-        print(f"gateway: serving {', '.join(m.id for m in registry)} on http://{host}:{port}/v1", file=sys.stderr, flush=True)
+        print(
+            f"gateway: serving {', '.join(m.id for m in registry)} on http://{host}:{port}/v1",
+            file=sys.stderr,
+            flush=True,
+        )
         uvicorn.run(create_app(registry), host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
     return 0
 

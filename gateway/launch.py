@@ -48,5 +48,6 @@ def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:
         )
     )
     stack.callback(worker.stop)
-    _say(f"{entry.id}: worker ready at {worker.url} (pid {worker.pid})")
-    return SGLangBackend(worker.url, incremental=True)
+    url = worker.wait_ready()
+    _say(f"{entry.id}: worker ready at {url} (pid {worker.pid})")
+    return SGLangBackend(url, incremental=True)

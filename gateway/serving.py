@@ -14,9 +14,12 @@ from starlette.requests import Request
 from backends.base import GenerateRequest, Grammar, SamplingParams
 from gateway.detokenizer import Detokenizer
 from gateway.errors import APIError, invalid
+from gateway.families.base import ChatRequest
 from gateway.generation import ChoiceStep, choice_steps, merge
+from gateway.json_grammar import SchemaGrammarError
 from gateway.model import ModelRegistry, ServedModel
 from gateway.protocol import GenerationSettings
+from gateway.template import TemplateError
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
@@ -127,3 +130,19 @@ def _nth_seed(seed: int | None, j: int) -> int | None:
 
 def now() -> int:
     return int(time.time())
+
+
+def encode_chat(model: ServedModel, chat: ChatRequest) -> tuple[str, list[int]]:
+    """The rendered prompt and its ids; a template that refuses the messages is a 400."""
+    try:
+        return model.encode_chat(chat)
+    except TemplateError as e:
+        raise invalid(f"the messages cannot be rendered: {e}", "messages") from None
+
+
+def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
+    """The family's grammar for the request; a schema that cannot be enforced is a 400."""
+    try:
+        return model.family.grammar(chat, prompt)
+    except SchemaGrammarError as e:
+        raise invalid(str(e), e.param) from None

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
+"""Loaded here, in the parent: the child between fork and exec must not import or load anything."""
 
 
 @dataclass
@@ -39,22 +41,27 @@ class WorkerSpec:
 
 
 class WorkerProcess:
-    """A started worker: its URL, and a clean stop that leaves no orphan."""
+    """A started worker: `wait_ready()` gives its URL; `stop()` leaves no orphan."""
 
-    def __init__(self, spec: WorkerSpec, startup_timeout: float = 600.0):
+    def __init__(self, spec: WorkerSpec):
         self._proc = subprocess.Popen(
             spec.argv(),
             stdout=subprocess.PIPE,
             stderr=None,  # progress lines go straight to the terminal
             text=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only makes two system calls
             cwd=Path(__file__).resolve().parent.parent,
         )
-        self.port = self._wait_ready(startup_timeout)
-        self.url = f"http://127.0.0.1:{self.port}"
-        threading.Thread(target=self._drain_stdout, daemon=True).start()
+        self.url: str | None = None
 
-    def _wait_ready(self, timeout: float) -> int:
+    def wait_ready(self, timeout: float = 600.0) -> str:
+        """Block until the worker prints `READY <port>`; its base URL."""
+        port = self._read_ready_line(timeout)
+        self.url = f"http://127.0.0.1:{port}"
+        threading.Thread(target=self._drain_stdout, daemon=True).start()
+        return self.url
+
+    def _read_ready_line(self, timeout: float) -> int:
         ready: list[int] = []
         done = threading.Event()
 
@@ -99,6 +106,6 @@ class WorkerProcess:
 
 def _die_with_parent() -> None:
     """In the child: get SIGTERM when the parent dies, so a killed gateway leaves no worker behind."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     os.setpgrp()  # Ctrl-C on the terminal reaches the gateway only; it stops the worker itself

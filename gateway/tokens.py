@@ -13,8 +13,7 @@ from gateway.model import ModelRegistry, ServedModel
 from gateway.protocol import Fields
 from gateway.protocol_chat import parse_chat_completion
 from gateway.protocol_completions import parse_prompts
-from gateway.serving import read_json, served_model
-from gateway.template import TemplateError
+from gateway.serving import encode_chat, read_json, served_model
 
 
 async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
@@ -24,10 +23,7 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
     model = served_model(registry, fields.string("model", required=True))
     if fields.has("messages"):
         chat = parse_chat_completion(body).chat
-        try:
-            text, ids = model.encode_chat(chat)
-        except TemplateError as e:
-            raise invalid(f"the messages cannot be rendered: {e}", "messages") from None
+        text, ids = encode_chat(model, chat)
     else:
         prompts = parse_prompts(fields)
         if len(prompts) != 1 or not isinstance(prompts[0], str):

@@ -52,7 +52,9 @@ class GatewayProcess:
 
     def children(self) -> list[int]:
         """Pids of processes whose parent is the gateway."""
-        out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True, text=True)
+        out = subprocess.run(
+            ["ps", "-o", "pid=", "--ppid", str(self.proc.pid)], capture_output=True, text=True, check=False
+        )
         return [int(p) for p in out.stdout.split()]
 
     def stop(self, timeout: float = 30.0) -> int:

@@ -18,9 +18,27 @@ from tests.e2e.conftest import ROOT
 def test_probe(gateway, model_id, tmp_path):
     report_path = tmp_path / "probe.json"
     out = subprocess.run(
-        [sys.executable, "-m", "canitoolcall", "probe", "--base-url", f"{gateway.base_url}/v1", "--model", model_id,
-         "--timeout", "120", "--concurrency", "2", "--json", str(report_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "canitoolcall",
+            "probe",
+            "--base-url",
+            f"{gateway.base_url}/v1",
+            "--model",
+            model_id,
+            "--timeout",
+            "120",
+            "--concurrency",
+            "2",
+            "--json",
+            str(report_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     print(out.stdout)
     assert out.returncode in (0, 1), out.stderr  # 1: some scenario failed; anything else is a harness error

@@ -29,7 +29,12 @@ def test_bad_config_is_a_clear_error(tmp_path):
     cfg = tmp_path / "bad.yaml"
     cfg.write_text("models:\n  - id: m\n    backend: {type: teleport}\n")
     out = subprocess.run(
-        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 2
     assert "backend.type" in out.stderr and "teleport" in out.stderr

@@ -58,7 +58,13 @@ def merge_stream(chunks) -> dict:
                     slot["name"] = tc.function.name
                 slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
             finish = choice.finish_reason or finish
-    return {"content": content, "reasoning": reasoning, "calls": [calls[i] for i in sorted(calls)], "finish": finish, "usage": usage}
+    return {
+        "content": content,
+        "reasoning": reasoning,
+        "calls": [calls[i] for i in sorted(calls)],
+        "finish": finish,
+        "usage": usage,
+    }
 
 
 def test_models_lists_the_embedded_model(client, model_id):
@@ -116,7 +122,10 @@ def test_forced_tool_call_has_schema_valid_arguments(client, model_id, stream):
 
 def test_named_tool_choice_calls_that_tool_once(client, model_id):
     r = chat(
-        client, model_id, tools=[WEATHER_TOOL, TIME_TOOL], max_tokens=60,
+        client,
+        model_id,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        max_tokens=60,
         tool_choice={"type": "function", "function": {"name": "get_time"}},
     )
     calls = r.choices[0].message.tool_calls
@@ -132,7 +141,9 @@ def test_json_schema_response_format(client, model_id):
         "additionalProperties": False,
     }
     r = chat(
-        client, model_id, max_tokens=60,
+        client,
+        model_id,
+        max_tokens=60,
         messages=[{"role": "user", "content": "Give the largest city of France and its population as JSON."}],
         response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": schema, "strict": True}},
     )
@@ -147,7 +158,11 @@ def test_stop_string_ends_output_before_it(client, model_id):
     cut = full.index(stop)
     for stream in (False, True):
         r = chat(client, model_id, max_tokens=40, stop=[stop], stream=stream)
-        got = merge_stream(r) if stream else {"content": r.choices[0].message.content, "finish": r.choices[0].finish_reason}
+        got = (
+            merge_stream(r)
+            if stream
+            else {"content": r.choices[0].message.content, "finish": r.choices[0].finish_reason}
+        )
         assert got["content"] == full[:cut]
         assert got["finish"] == "stop"
 
@@ -177,7 +192,22 @@ def test_unknown_model_is_404(client):
         ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
         ({"max_tokens": -1}, "max_tokens"),
         ({"temperature": 9}, "temperature"),
-        ({"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        (
+            {"tools": [WEATHER_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice.function.name",
+        ),
+        (
+            {"tools": [TIME_TOOL, {"type": "function", "function": {"name": "f", "parameters": {"$ref": "#/nope"}}}]},
+            "tools[1].function.parameters",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "wizard"}}}},
+            "response_format.json_schema.schema.type",
+        ),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/nope"}}}},
+            "response_format.json_schema.schema",
+        ),
     ],
 )
 def test_bad_requests_are_400_with_param(client, model_id, kwargs, param):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.families.base import ChatRequest
+from gateway.json_grammar import response_schema
 
 from .markers import (
     ASSISTANT,
@@ -37,7 +38,6 @@ from .markers import (
     invoke_open,
     parameter_open,
 )
-from .response_format import response_schema
 
 _EFFORT_LINE = "Reasoning Effort: {budget} (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
 _RESPONSE_FORMAT = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{schema}"

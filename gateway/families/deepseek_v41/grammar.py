@@ -25,6 +25,7 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.families.base import ChatRequest
+from gateway.json_grammar import response_schema
 
 from .markers import (
     CALLS_CLOSE,
@@ -37,7 +38,6 @@ from .markers import (
     invoke_open,
     parameter_open,
 )
-from .response_format import response_schema
 
 Format = dict[str, Any]
 

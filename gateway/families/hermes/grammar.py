@@ -2,7 +2,9 @@
 
 Only formats that xgrammar 0.2.7 (pinned by SGLang) already has are used:
 `tag`, `triggered_tags` (with `at_least_one` / `stop_after_first`),
-`json_schema`, `any_text`, `sequence`, `or` and `optional`.
+`grammar` (EBNF), `any_text`, `sequence`, `or` and `optional`. JSON is compact
+(one line, ", " and ": "; gateway/json_grammar.py), so a weak model cannot fill
+its budget with whitespace inside arguments.
 
 Policy:
 * tools active, tool_choice "auto": calls are lazy (free text, a call starts
@@ -23,67 +25,62 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.families.base import ChatRequest
+from gateway.json_grammar import (
+    ANY_OBJECT,
+    RESPONSE_SCHEMA_PARAM,
+    compact_json_format,
+    compact_json_grammar,
+    response_schema,
+)
 
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 Format = dict[str, Any]
 
-_ANY_OBJECT: dict[str, Any] = {"type": "object"}
-
-
-def call_tag(tool: dict[str, Any]) -> Format:
+def call_tag(tool: dict[str, Any], param: str) -> Format:
     """The tag of one call: the exact Qwen layout with the tool's name, arguments by its schema."""
     fn = tool["function"]
     name = json.dumps(fn["name"], ensure_ascii=False)
     return {
         "type": "tag",
         "begin": f'{TOOL_CALL_START}\n{{"name": {name}, "arguments": ',
-        "content": {"type": "json_schema", "json_schema": fn.get("parameters") or _ANY_OBJECT},
+        "content": compact_json_format(fn.get("parameters") or ANY_OBJECT, param),
         "end": f"}}\n{TOOL_CALL_END}",
     }
-
-
-def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The JSON schema an OpenAI response_format asks for, or None for plain text."""
-    if not response_format:
-        return None
-    kind = response_format.get("type")
-    if kind == "json_object":
-        return _ANY_OBJECT
-    if kind == "json_schema":
-        return response_format.get("json_schema", {}).get("schema") or _ANY_OBJECT
-    return None
 
 
 def build_grammar(request: ChatRequest, prompt_opens_reasoning: bool) -> Grammar | None:
     """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside `<think>`."""
     tools = request.active_tools
     schema = response_schema(request.response_format)
+    if schema is not None:
+        answer = compact_json_format(schema, RESPONSE_SCHEMA_PARAM)
     forced = request.tool_choice != "auto"
     if tools:
-        calls = _calls(tools, at_least_one=forced or schema is not None, one=not request.parallel_tool_calls)
+        calls = _calls(request, at_least_one=forced or schema is not None, one=not request.parallel_tool_calls)
         if schema is not None and not forced:
-            calls = {"type": "or", "elements": [calls, _json(schema)]}
+            calls = {"type": "or", "elements": [calls, answer]}
         return _structural_tag(calls, prompt_opens_reasoning, reasoning_optional=forced or schema is not None)
     if schema is None:
         return None
     if prompt_opens_reasoning:
-        return _structural_tag(_json(schema), True, reasoning_optional=False)
-    return Grammar("json_schema", json.dumps(schema, ensure_ascii=False))
+        return _structural_tag(answer, True, reasoning_optional=False)
+    return compact_json_grammar(schema, RESPONSE_SCHEMA_PARAM)
 
 
-def _calls(tools: list[dict[str, Any]], at_least_one: bool, one: bool) -> Format:
+def _calls(request: ChatRequest, at_least_one: bool, one: bool) -> Format:
+    active = {t["function"]["name"] for t in request.active_tools}
     return {
         "type": "triggered_tags",
         "triggers": [TOOL_CALL_START],
-        "tags": [call_tag(t) for t in tools],
+        "tags": [
+            call_tag(t, f"tools[{i}].function.parameters")
+            for i, t in enumerate(request.tools)
+            if t["function"]["name"] in active
+        ],
         "at_least_one": at_least_one,
         "stop_after_first": one,
     }
-
-
-def _json(schema: dict[str, Any]) -> Format:
-    return {"type": "json_schema", "json_schema": schema}
 
 
 def _structural_tag(answer: Format, prompt_opens_reasoning: bool, reasoning_optional: bool) -> Grammar:

@@ -35,6 +35,7 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.families.base import ChatRequest
+from gateway.json_grammar import response_schema
 
 from .argument_types import Alternative, SchemaDocument, literal_text
 from .markers import CLOSE, END_OF_MSG, OPEN, SEP, escape_attr
@@ -149,16 +150,6 @@ class _Builder:
         if tools is not None:
             head.append(tools if tools_required else _optional(tools))
         return _seq(*head, _optional(_seq(*self.close_tag("message"))), _optional(self.token(self.ids.end_of_msg)))
-
-
-def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The JSON schema an OpenAI response_format asks for, or None for plain text."""
-    kind = (response_format or {}).get("type")
-    if kind == "json_object":
-        return {"type": "object"}
-    if kind == "json_schema":
-        return (response_format or {}).get("json_schema", {}).get("schema") or {"type": "object"}
-    return None
 
 
 def build_grammar(request: ChatRequest, channel: str, ids: ControlIds) -> Grammar | None:

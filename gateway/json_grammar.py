@@ -1,0 +1,67 @@
+"""JSON grammars shared by the families: the schema a response_format asks for, and compact JSON.
+
+xgrammar's `json_schema` format lets any amount of whitespace between tokens, and a small
+model can spend its whole budget on it (`{\\n   \\n   …` until max_tokens). The grammars here
+are xgrammar's own schema conversion with fixed separators (", " and ": ", one line), sent as
+EBNF: every backend's xgrammar takes it, and a schema xgrammar cannot use fails here, as a
+400, instead of on the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+import xgrammar as xgr
+
+from backends.base import Grammar
+
+ANY_OBJECT: dict[str, Any] = {"type": "object"}
+RESPONSE_SCHEMA_PARAM = "response_format.json_schema.schema"
+_XGRAMMAR_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[04:12:08] /project/cpp/x.cc:94: "
+
+
+class SchemaGrammarError(ValueError):
+    """A client schema that cannot become a grammar; `param` names where it came from."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The schema of a json_object / json_schema response_format; None for plain text."""
+    kind = (response_format or {}).get("type")
+    if kind == "json_object":
+        return ANY_OBJECT
+    if kind == "json_schema":
+        return response_format.get("json_schema", {}).get("schema") or ANY_OBJECT
+    return None
+
+
+def compact_json_ebnf(schema: Any, param: str) -> str:
+    """EBNF for one-line JSON matching `schema`; SchemaGrammarError (with `param`) if it has none."""
+    try:
+        return _ebnf(json.dumps(schema, sort_keys=True, ensure_ascii=False))
+    except (RuntimeError, ValueError, TypeError) as exc:
+        reason = _XGRAMMAR_LOCATION.sub(
+            "", str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        )
+        raise SchemaGrammarError(f"the JSON schema cannot be enforced: {reason}", param) from None
+
+
+def compact_json_format(schema: Any, param: str) -> dict[str, Any]:
+    """A structural-tag format for compact JSON matching `schema`."""
+    return {"type": "grammar", "grammar": compact_json_ebnf(schema, param)}
+
+
+def compact_json_grammar(schema: Any, param: str) -> Grammar:
+    """A whole-output grammar for compact JSON matching `schema`."""
+    return Grammar("ebnf", compact_json_ebnf(schema, param))
+
+
+@lru_cache(maxsize=1024)
+def _ebnf(schema_json: str) -> str:
+    return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False))
