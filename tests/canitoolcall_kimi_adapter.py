@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from functools import cache, cached_property
 from typing import Any
 
-from canitoolcall.adapters.base import Adapter, ReplayInput, Support, ToolSpec
+from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 from canitoolcall.fixtures import load_fixtures
-from canitoolcall.results import ParseResult, StreamAccumulator
 
 from gateway.families.base import Piece
 from gateway.families.kimi_k3.markers import CLOSE, OPEN, SEP
 from gateway.families.kimi_k3.parser import KimiK3Parser
+from tests.canitoolcall_common import GatewayAdapter
 
 K3_MODEL = "moonshotai/Kimi-K3"
 CONTROL_IDS: dict[int, str] = {163587: OPEN, 163588: CLOSE, 163589: SEP}
@@ -147,20 +147,24 @@ class Vocabulary:
         return out
 
 
-class KimiK3Adapter(Adapter):
+class AlignedPieces:
+    """Stand-in for the gateway's detokenizer: each id becomes a Piece of its aligned text, control ids marked."""
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self._texts = iter(texts)
+
+    def feed(self, ids: Sequence[int]) -> list[Piece]:
+        return [Piece(next(self._texts), token_id if token_id in CONTROL_IDS else None) for token_id in ids]
+
+    def flush(self) -> list[Piece]:
+        return []
+
+
+class KimiK3Adapter(GatewayAdapter):
     """The gateway's Kimi K3 parser, fed Pieces the way the gateway's detokenizer produces them."""
 
     name = "llm-gateway-kimi-k3"
-    pinned_version = "0.1.0"
     tokens_per_step = "many"
-
-    def version(self) -> str:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            return version("llm-gateway")
-        except PackageNotFoundError:
-            return self.pinned_version
 
     def supports(self, family: str, model: str) -> Support:
         if family == "kimi" and model == K3_MODEL:
@@ -178,9 +182,6 @@ class KimiK3Adapter(Adapter):
     def special_token_ids(self, raw: ReplayInput) -> Collection[int]:
         return frozenset(CONTROL_IDS)
 
-    def parse(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> ParseResult:
-        return self.parse_stream(raw, [self.units(raw)], tools)
-
     @cached_property
     def vocabulary(self) -> Vocabulary:
         """Ordinary K3 id texts learnt from every K3 fixture that has ids."""
@@ -195,26 +196,14 @@ class KimiK3Adapter(Adapter):
         )
         return vocabulary
 
-    def parse_stream(self, raw: ReplayInput, chunks: Sequence[Sequence[int]], tools: Sequence[ToolSpec]) -> ParseResult:
-        texts = iter(self.vocabulary.texts(raw.text, self.units(raw)))
-        parser = KimiK3Parser(channel=_channel(raw))
-        acc = StreamAccumulator()
-        for chunk in chunks:
-            pieces = [Piece(next(texts), token_id if token_id in CONTROL_IDS else None) for token_id in chunk]
-            _accumulate(acc, parser.feed(pieces))
-        _accumulate(acc, parser.finish())
-        return acc.result()
+    def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> KimiK3Parser:
+        return KimiK3Parser(channel=_channel(raw))
+
+    def pieces(self, raw: ReplayInput) -> AlignedPieces:
+        return AlignedPieces(self.vocabulary.texts(raw.text, self.units(raw)))
 
 
 def _channel(raw: ReplayInput) -> str:
     """The channel the generation prompt left open."""
     prompt = raw.generation_prompt or ""
     return "response" if prompt.endswith(f"{OPEN}response{SEP}") or raw.thinking is False else "think"
-
-
-def _accumulate(acc: StreamAccumulator, deltas) -> None:
-    for d in deltas:
-        acc.add_content(d.content)
-        acc.add_reasoning(d.reasoning)
-        if d.tool_index is not None:
-            acc.add_tool_call(d.tool_index, d.tool_name, d.tool_arguments)

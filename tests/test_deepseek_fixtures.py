@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from canitoolcall.chunking import DEFAULT_STRATEGIES
 from canitoolcall.fixtures import load_fixtures
 from canitoolcall.results import RunResults, Status
-from canitoolcall.runner import RunConfig, run
 
 from backends.checkpoint import load_checkpoint
+from tests.canitoolcall_common import case_of, failing_checks, run_fixtures
 from tests.canitoolcall_deepseek_adapter import CHECKPOINT, MODELS
 
-REPO = Path(__file__).resolve().parents[1]
 FIXTURES = [f for f in load_fixtures(None, families=["deepseek"]) if f.reference_model in MODELS]
 V41, V4 = MODELS
 
 
 @pytest.fixture(scope="module")
 def results() -> RunResults:
-    config = RunConfig(
-        engine="tests.canitoolcall_deepseek_adapter:DeepSeekAdapter",
-        families=["deepseek"],
-        ids=[f.id for f in FIXTURES],
-        strategies=DEFAULT_STRATEGIES,
-        env={"PYTHONPATH": str(REPO)},
-        include_observed="failures",
-    )
-    return run(config)
+    return run_fixtures("tests.canitoolcall_deepseek_adapter:DeepSeekAdapter", "deepseek", [f.id for f in FIXTURES])
 
 
 def test_all_v41_and_v4_fixtures_are_run(results: RunResults) -> None:
@@ -41,9 +30,8 @@ def test_all_v41_and_v4_fixtures_are_run(results: RunResults) -> None:
 @pytest.mark.parametrize("fixture_id", [f.id for f in FIXTURES])
 def test_fixture_passes(results: RunResults, fixture_id: str) -> None:
     """Measured: all 39 pass strictly in every strategy (no soft passes); no regression below that."""
-    case = next(c for c in results.cases if c.fixture_id == fixture_id)
-    failing = [c.to_dict() for c in case.checks if c.status is not Status.PASS]
-    assert case.status is Status.PASS, case.harness_error or failing
+    case = case_of(results, fixture_id)
+    assert case.status is Status.PASS, case.harness_error or failing_checks(case)
     assert not case.skipped_strategies
 
 

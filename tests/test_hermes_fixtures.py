@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from functools import cache
 from pathlib import Path
 
 import pytest
-from canitoolcall.adapters.worker import replay
-from canitoolcall.chunking import DEFAULT_STRATEGIES
-from canitoolcall.fixtures import load_fixtures
 from canitoolcall.results import CaseResult, Status
-from canitoolcall.runner import evaluate, family_for
 
-from tests.canitoolcall_adapter import FAMILY, HermesAdapter
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.canitoolcall_adapter import FAMILY
+from tests.canitoolcall_common import REPO, cases_by_file, run_fixtures, status_counts
 
 BASELINE_PASSES: dict[str, int] = {
     "basic.jsonl": 8,
@@ -44,13 +39,7 @@ BASELINE_PASSES: dict[str, int] = {
 @cache
 def results() -> dict[str, list[CaseResult]]:
     """Case results by fixture file name."""
-    adapter = HermesAdapter()
-    by_file: dict[str, list[CaseResult]] = defaultdict(list)
-    for fixture in load_fixtures(families=[FAMILY]):
-        family = family_for(fixture)
-        reply = replay(adapter, fixture, family, DEFAULT_STRATEGIES)
-        by_file[fixture.source.name].append(evaluate(fixture, family, reply))
-    return by_file
+    return cases_by_file(run_fixtures("tests.canitoolcall_adapter:HermesAdapter", FAMILY), FAMILY)
 
 
 def test_every_fixture_file_is_in_the_baseline() -> None:
@@ -60,7 +49,7 @@ def test_every_fixture_file_is_in_the_baseline() -> None:
 @pytest.mark.parametrize("file", sorted(BASELINE_PASSES))
 def test_no_regression_below_the_measured_pass_count(file: str) -> None:
     cases = results()[file]
-    statuses = Counter(c.status for c in cases)
+    statuses = status_counts(cases)
     passed = statuses[Status.PASS] + statuses[Status.SOFT_PASS]
     failing = {
         c.fixture_id: sorted({f"{r.check}@{r.strategy}: {r.detail}" for r in c.checks if r.status is Status.FAIL})[:3]

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from canitoolcall.chunking import DEFAULT_STRATEGIES
 from canitoolcall.fixtures import load_fixtures
 from canitoolcall.results import RunResults, Status
-from canitoolcall.runner import RunConfig, run
 
 from gateway.families.kimi_k3.markers import CLOSE, SEP
+from tests.canitoolcall_common import case_of, failing_checks, run_fixtures
 from tests.canitoolcall_kimi_adapter import CONTROL_IDS, K3_MODEL, KimiK3Adapter
 
-REPO = Path(__file__).resolve().parents[1]
 K3_FIXTURES = [f for f in load_fixtures(None, families=["kimi"]) if f.reference_model == K3_MODEL]
 
 
 @pytest.fixture(scope="module")
 def results() -> RunResults:
-    config = RunConfig(
-        engine="tests.canitoolcall_kimi_adapter:KimiK3Adapter",
-        families=["kimi"],
-        ids=["kimi/k3-*"],
-        strategies=DEFAULT_STRATEGIES,
-        env={"PYTHONPATH": str(REPO)},
-        include_observed="failures",
-    )
-    return run(config)
+    return run_fixtures("tests.canitoolcall_kimi_adapter:KimiK3Adapter", "kimi", ["kimi/k3-*"])
 
 
 def test_all_k3_fixtures_are_run(results: RunResults) -> None:
@@ -38,9 +27,8 @@ def test_all_k3_fixtures_are_run(results: RunResults) -> None:
 
 @pytest.mark.parametrize("fixture_id", [f.id for f in K3_FIXTURES])
 def test_fixture_passes(results: RunResults, fixture_id: str) -> None:
-    case = next(c for c in results.cases if c.fixture_id == fixture_id)
-    failing = [c.to_dict() for c in case.checks if c.status is not Status.PASS]
-    assert case.status is Status.PASS, case.harness_error or failing
+    case = case_of(results, fixture_id)
+    assert case.status is Status.PASS, case.harness_error or failing_checks(case)
     assert not case.skipped_strategies
 
 
