@@ -11,7 +11,8 @@ A YAML (or JSON) file:
         default_max_tokens: 1024      # for requests that name no max_tokens (default: the context left)
         backend:
           type: worker                # worker (bundled, started here) | sglang | none (tokenize only)
-          threads: 2                  # worker only
+          threads: 2                  # worker only (also max_batch, weights_dtype, device,
+          context_length: 4096        #   context_length: KV cache per slot; default the model's)
           url: http://host:30000      # sglang only
           incremental: false          # sglang: server runs with --incremental-streaming-output
 
@@ -44,6 +45,7 @@ class BackendConfig:
     device: str | None = None
     max_batch: int | None = None
     weights_dtype: str | None = None
+    context_length: int | None = None
 
 
 @dataclass

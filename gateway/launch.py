@@ -26,9 +26,12 @@ def _start_model(entry: ModelEntry, stack: ExitStack) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load_checkpoint(entry.checkpoint)
     backend = _start_backend(entry, stack)
-    return served_model_from_checkpoint(
+    model = served_model_from_checkpoint(
         entry.id, checkpoint, entry.family, backend, entry.options, entry.default_max_tokens
     )
+    if entry.backend.context_length:
+        model.context_length = min(model.context_length, entry.backend.context_length)
+    return model
 
 
 def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:
@@ -45,6 +48,7 @@ def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:
             device=cfg.device,
             max_batch=cfg.max_batch,
             weights_dtype=cfg.weights_dtype,
+            context_length=cfg.context_length,
         )
     )
     stack.callback(worker.stop)

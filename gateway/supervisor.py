@@ -25,6 +25,7 @@ class WorkerSpec:
     device: str | None = None
     max_batch: int | None = None
     weights_dtype: str | None = None
+    context_length: int | None = None
 
     def argv(self) -> list[str]:
         args = [sys.executable, "-m", "backends.worker", "--host", "127.0.0.1", "--port", "0"]
@@ -34,6 +35,7 @@ class WorkerSpec:
             ("--device", self.device),
             ("--max-batch", self.max_batch),
             ("--weights-dtype", self.weights_dtype),
+            ("--context-length", self.context_length),
         ):
             if value is not None:
                 args += [flag, str(value)]

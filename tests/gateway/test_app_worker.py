@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +15,7 @@ from backends.checkpoint import EMBEDDED_MODEL_ID
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
 from gateway.model import ModelRegistry, served_model_from_checkpoint
+from gateway.supervisor import WorkerProcess, WorkerSpec
 from tests.gateway.http_server import serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,31 +33,11 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def worker_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "backends.worker",
-            "--port",
-            "0",
-            "--threads",
-            "2",
-            "--max-batch",
-            "4",
-            "--context-length",
-            "1024",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=4, context_length=1024))
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("READY "), f"worker did not start: {line!r}"
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
+        yield worker.wait_ready()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        worker.stop()
 
 
 @pytest.fixture(scope="module")

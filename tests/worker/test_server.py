@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from gateway.supervisor import WorkerProcess, WorkerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 256
@@ -19,18 +19,11 @@ PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 
 @pytest.fixture(scope="module")
 def base_url():
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "backends.worker", "--port", "0", "--threads", "2", "--max-batch", "2",
-         "--context-length", str(CONTEXT)],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
-    )
+    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=2, context_length=CONTEXT))
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("READY "), f"worker did not start: {line!r}"
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
+        yield worker.wait_ready()
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        worker.stop()
 
 
 @pytest.fixture
@@ -65,8 +58,12 @@ def test_health_and_model_info(client):
 
 
 def test_stream_sends_one_event_per_token_with_deltas(client):
-    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 4, "temperature": 0}, "stream": True,
-            "rid": "stream-1"}
+    body = {
+        "input_ids": PROMPT,
+        "sampling_params": {"max_new_tokens": 4, "temperature": 0},
+        "stream": True,
+        "rid": "stream-1",
+    }
     with client.stream("POST", "/generate", json=body) as response:
         assert response.status_code == 200
         events = _events(_sse(response))
@@ -80,8 +77,12 @@ def test_stream_sends_one_event_per_token_with_deltas(client):
 
 
 def test_non_stream_returns_everything_with_logprobs(client):
-    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 3, "temperature": 0},
-            "return_logprob": True, "top_logprobs_num": 2}
+    body = {
+        "input_ids": PROMPT,
+        "sampling_params": {"max_new_tokens": 3, "temperature": 0},
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+    }
     out = client.post("/generate", json=body).json()
     meta = out["meta_info"]
     assert len(out["output_ids"]) == 3 and "Paris" in out["text"]
@@ -91,22 +92,27 @@ def test_non_stream_returns_everything_with_logprobs(client):
 
 def test_json_schema_through_http(client):
     schema = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
-    body = {"text": "<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n",
-            "sampling_params": {"max_new_tokens": 30, "temperature": 0, "json_schema": schema}}
+    body = {
+        "text": "<|im_start|>user\nAnswer in JSON.<|im_end|>\n<|im_start|>assistant\n",
+        "sampling_params": {"max_new_tokens": 30, "temperature": 0, "json_schema": schema},
+    }
     out = client.post("/generate", json=body).json()
     assert isinstance(json.loads(out["text"])["ok"], bool)
     assert out["meta_info"]["finish_reason"]["type"] == "stop"
 
 
-@pytest.mark.parametrize("body, message", [
-    ({"input_ids": PROMPT, "sampling_params": {"max_tokens": 4}}, "max_tokens"),
-    ({"input_ids": PROMPT, "sampling_params": {"regex": "(("}}, "invalid regex"),
-    ({"input_ids": PROMPT, "sampling_params": {"regex": "a", "ebnf": "root ::= \"a\""}}, "only one"),
-    ({"input_ids": [1] * CONTEXT, "sampling_params": {}}, "context length"),
-    ({"input_ids": PROMPT, "sampling_params": {"temperature": -1}}, "temperature"),
-    ({"input_ids": PROMPT, "sampling_params": {"stop": ["\n"]}}, "not supported"),
-    ({"input_ids": PROMPT, "bogus": 1}, "bogus"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"input_ids": PROMPT, "sampling_params": {"max_tokens": 4}}, "max_tokens"),
+        ({"input_ids": PROMPT, "sampling_params": {"regex": "(("}}, "invalid regex"),
+        ({"input_ids": PROMPT, "sampling_params": {"regex": "a", "ebnf": 'root ::= "a"'}}, "only one"),
+        ({"input_ids": [1] * CONTEXT, "sampling_params": {}}, "context length"),
+        ({"input_ids": PROMPT, "sampling_params": {"temperature": -1}}, "temperature"),
+        ({"input_ids": PROMPT, "sampling_params": {"stop": ["\n"]}}, "not supported"),
+        ({"input_ids": PROMPT, "bogus": 1}, "bogus"),
+    ],
+)
 def test_bad_requests_get_400(client, body, message):
     response = client.post("/generate", json=body)
     assert response.status_code == 400
@@ -114,8 +120,12 @@ def test_bad_requests_get_400(client, body, message):
 
 
 def test_abort_request_ends_the_stream(client, base_url):
-    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True},
-            "stream": True, "rid": "to-abort"}
+    body = {
+        "input_ids": PROMPT,
+        "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True},
+        "stream": True,
+        "rid": "to-abort",
+    }
     with client.stream("POST", "/generate", json=body) as response:
         lines = _sse(response)
         _first_event(lines)
