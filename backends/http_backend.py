@@ -1,0 +1,77 @@
+"""What the HTTP backend clients share: a keep-alive pool, streamed POSTs with errors mapped, health."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import orjson
+
+from backends.base import Backend, BackendError
+
+SSE_DATA = "data:"
+SSE_DONE = "[DONE]"
+_JSON = {"content-type": "application/json"}
+
+
+class HTTPBackend(Backend):
+    """A backend server at `base_url`, reached over a keep-alive HTTP/1.1 pool."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        connect_timeout: float = 5.0,
+        health_timeout: float = 5.0,
+        max_connections: int = 256,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self._health_timeout = health_timeout
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(None, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport,
+        )
+
+    @asynccontextmanager
+    async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[str]]:
+        """POST `body` and give the response's lines; entered only once the server accepted (200).
+
+        A refusal is a BackendError with the server's status; a connection that fails before or
+        during the stream is a retryable 503.
+        """
+        try:
+            async with self._client.stream("POST", path, content=body, headers=_JSON) as response:
+                if response.status_code != 200:
+                    raise http_error(response.status_code, await response.aread())
+                yield response.aiter_lines()
+        except httpx.ConnectError as e:
+            raise BackendError(f"backend {self.base_url} unreachable: {e!r}", status=503, retryable=True) from e
+        except httpx.TransportError as e:
+            raise BackendError(f"backend {self.base_url} failed: {e!r}", status=503, retryable=True) from e
+
+    async def ready(self) -> bool:
+        try:
+            response = await self._client.get("/health", timeout=self._health_timeout)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+def http_error(status: int, body: bytes) -> BackendError:
+    """A non-200 answer as a BackendError carrying the server's status and message."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        parsed = None
+    message = body.decode("utf-8", "replace")[:500]
+    if isinstance(parsed, dict):
+        error = parsed.get("error", parsed)
+        message = str(error.get("message", message)) if isinstance(error, dict) else str(error)
+    return BackendError(f"backend refused the request ({status}): {message}", status=status, retryable=status >= 500)
