@@ -76,10 +76,10 @@ def ids_of(encoder: PromptEncoder, *parts: str) -> list[int]:
     return out
 
 
-def accepts(vocab, req: ChatRequest, *parts: str, channel: str = "response") -> bool:
+def accepts(vocab, req: ChatRequest, *parts: str, channel: str = "response", always_strict: bool = False) -> bool:
     """Whether the grammar for `req` takes exactly this output (then the end of generation)."""
     encoder, compiler, ids, eos = vocab
-    grammar = build_grammar(req, channel, ids)
+    grammar = build_grammar(req, channel, ids, always_strict)
     assert grammar is not None and grammar.kind == "structural_tag"
     matcher = xg.GrammarMatcher(compiler.compile_structural_tag(grammar.text))
     return all(matcher.accept_token(t) for t in ids_of(encoder, *parts)) and matcher.accept_token(eos)
@@ -400,6 +400,8 @@ def test_strict_policy(vocab) -> None:
     assert not accepts(vocab, request(declared), f"{CLOSE}response{SEP}", wrong)
     assert not accepts(vocab, request(WEATHER), f"{CLOSE}response{SEP}", wrong)
     assert not accepts(vocab, request(relaxed), f"{CLOSE}response{SEP}", section(call("other")))
+    # the operator's strict mode overrides a tool's strict: false
+    assert not accepts(vocab, request(relaxed), f"{CLOSE}response{SEP}", wrong, always_strict=True)
 
 
 def test_response_format_json(vocab) -> None:

@@ -14,7 +14,11 @@ from .prompt import open_channel, render_prompt
 
 
 class KimiK3Family(Family):
-    """XTML messages; `think` → reasoning, `response` → content, `tools` → calls; stop at `<|end_of_msg|>`."""
+    """XTML messages; `think` → reasoning, `response` → content, `tools` → calls; stop at `<|end_of_msg|>`.
+
+    Option `strict_tools: true` (model config `options`): enforce declared argument schemas even for
+    tools that say `strict: false`.
+    """
 
     name = "kimi_k3"
 
@@ -31,7 +35,8 @@ class KimiK3Family(Family):
         return list(dict.fromkeys(ids))
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, open_channel(request), self.control_ids)
+        always_strict = bool(self.context.options.get("strict_tools", False))
+        return build_grammar(request, open_channel(request), self.control_ids, always_strict)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return KimiK3Parser(channel=open_channel(request))

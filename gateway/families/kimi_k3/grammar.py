@@ -68,8 +68,9 @@ class ControlIds:
 class _Builder:
     """Formats for one vocabulary's control ids."""
 
-    def __init__(self, ids: ControlIds):
+    def __init__(self, ids: ControlIds, always_strict: bool = False):
         self.ids = ids
+        self.always_strict = always_strict
 
     def token(self, token_id: int) -> Format:
         return {"type": "token", "token": token_id}
@@ -112,7 +113,8 @@ class _Builder:
         """The argument tags of one call of `function`."""
         params = function.get("parameters") or {}
         properties = params.get("properties")
-        if function.get("strict") is False or not isinstance(properties, dict) or not properties:
+        relaxed = function.get("strict") is False and not self.always_strict
+        if relaxed or not isinstance(properties, dict) or not properties:
             return _star(self.loose_argument())
         document = SchemaDocument(params)
         required = [k for k in dict.fromkeys(params.get("required") or []) if isinstance(k, str)]
@@ -152,13 +154,16 @@ class _Builder:
         return _seq(*head, _optional(_seq(*self.close_tag("message"))), _optional(self.token(self.ids.end_of_msg)))
 
 
-def build_grammar(request: ChatRequest, channel: str, ids: ControlIds) -> Grammar | None:
-    """The structural tag for `request`, whose prompt left `channel` ("think" or "response") open."""
+def build_grammar(request: ChatRequest, channel: str, ids: ControlIds, always_strict: bool = False) -> Grammar | None:
+    """The structural tag for `request`, whose prompt left `channel` ("think" or "response") open.
+
+    `always_strict`: the operator's strict mode; declared schemas apply even to `strict: false` tools.
+    """
     functions = [t["function"] for t in request.active_tools]
     schema = response_schema(request.response_format)
     if not functions and schema is None:
         return None
-    builder = _Builder(ids)
+    builder = _Builder(ids, always_strict)
     tools = builder.tools_section(functions, request.parallel_tool_calls) if functions else None
     forced = bool(functions) and request.tool_choice != "auto"
     response = None
