@@ -2,12 +2,13 @@
 
 Before rendering, every added-token spelling inside client-written strings
 (message content, reasoning, names, tool results, tool-call arguments and keys,
-tool definitions) is replaced by a marker `@GW<nonce>:<n>@`. The nonce is
-random per request and re-drawn until no request string contains its prefix,
-so a client who types marker syntax gets plain text back. After rendering, the
-encoder cuts only at spellings the template wrote; markers are spelled back
-inside the plain-text regions between cuts, which are encoded with no added
-token matched.
+tool definitions) is replaced by a marker `@GW<nonce>:<n>@`, one marker per
+distinct spelling, so equal client strings stay equal for the template. The
+nonce is random per request and re-drawn until no request string contains its
+prefix, so a client who types marker syntax gets plain text back. After
+rendering, the encoder cuts only at spellings the template wrote; markers are
+spelled back inside the plain-text regions between cuts, which are encoded with
+no added token matched.
 """
 
 from __future__ import annotations
@@ -16,11 +17,43 @@ import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
+
+import orjson
 
 from gateway.families.base import ChatRequest
 
 _ASSISTANT_KEEP_FIELDS = ("content", "reasoning_content")
+_JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
+"""Characters a JSON dump (orjson) writes as escapes; every other character is written as itself."""
+
+
+def spelling_pattern(spellings: Iterable[str]) -> re.Pattern[str] | None:
+    """A regex finding `spellings` leftmost first, the longest one at a position; None for none.
+
+    Built as a trie (shared prefixes written once), so a scan costs about the same
+    for thousands of spellings as for a few.
+    """
+    trie: dict[str, dict] = {}
+    for spelling in set(spellings):
+        if spelling:
+            node = trie
+            for char in spelling:
+                node = node.setdefault(char, {})
+            node[""] = {}
+    return re.compile(_trie_regex(trie)) if trie else None
+
+
+def _trie_regex(node: dict[str, dict]) -> str:
+    """The regex of a trie node; a spelling that ends here is tried after every longer one."""
+    branches = [re.escape(char) + _trie_regex(child) for char, child in node.items() if char]
+    ends_here = "" in node
+    if not branches:
+        return ""
+    if len(branches) == 1 and not ends_here:
+        return branches[0]
+    return "(?:" + "|".join(branches) + ("|)" if ends_here else ")")
 
 
 @dataclass
@@ -29,7 +62,10 @@ class Shield:
 
     prefix: str
     originals: list[str]
-    _pattern: re.Pattern[str]
+
+    @cached_property
+    def _pattern(self) -> re.Pattern[str]:
+        return re.compile(re.escape(self.prefix) + r"(\d+)@")
 
     def restore(self, text: str) -> str:
         """`text` with every marker replaced by the spelling it hides."""
@@ -38,29 +74,50 @@ class Shield:
         return self._pattern.sub(lambda m: self.originals[int(m.group(1))], text)
 
 
+class _PrefixTaken(Exception):
+    """A request string holds the drawn marker prefix: draw another."""
+
+
 class Shielder:
     """Replaces added-token spellings in client strings by markers, for one tokenizer."""
 
     def __init__(self, spellings: Iterable[str]):
-        ordered = sorted(set(spellings), key=len, reverse=True)
-        self._spelling = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        spellings = set(spellings)
+        self._spelling = spelling_pattern(spellings)
+        # A JSON dump spells out every spelling its strings hold unless a spelling has a char JSON escapes.
+        self._dump_holds_spellings = not any(_JSON_ESCAPED.search(s) for s in spellings)
 
-    def shield(self, request: ChatRequest, keep_in_assistant: frozenset[str] = frozenset()) -> tuple[ChatRequest, Shield]:
-        """A copy of `request` whose client strings spell no added token, and its Shield."""
-        prefix = _fresh_prefix(request)
-        originals: list[str] = []
+    def shield(
+        self, request: ChatRequest, keep_in_assistant: frozenset[str] = frozenset()
+    ) -> tuple[ChatRequest, Shield]:
+        """`request` with client strings that spell no added token (itself when none does), and its Shield."""
+        while True:
+            try:
+                return self._shield(request, keep_in_assistant, f"@GW{secrets.token_hex(8)}:")
+            except _PrefixTaken:
+                continue
+
+    def _shield(
+        self, request: ChatRequest, keep_in_assistant: frozenset[str], prefix: str
+    ) -> tuple[ChatRequest, Shield]:
+        if self._spells_nothing(
+            (request.messages, request.tools, request.response_format, request.template_kwargs), prefix
+        ):
+            return request, Shield(prefix, [])
+        markers: dict[str, str] = {}
+
+        def marker(spelling: str) -> str:
+            found = markers.get(spelling)
+            if found is None:
+                found = markers[spelling] = f"{prefix}{len(markers)}@"
+            return found
 
         def mark(text: str, keep: frozenset[str] = frozenset()) -> str:
+            if prefix in text:
+                raise _PrefixTaken
             if self._spelling is None:
                 return text
-
-            def one(m: re.Match[str]) -> str:
-                if m.group() in keep:
-                    return m.group()
-                originals.append(m.group())
-                return f"{prefix}{len(originals) - 1}@"
-
-            return self._spelling.sub(one, text)
+            return self._spelling.sub(lambda m: m.group() if m.group() in keep else marker(m.group()), text)
 
         def deep(value: Any) -> Any:
             if isinstance(value, str):
@@ -90,14 +147,14 @@ class Shielder:
             response_format=deep(request.response_format),
             template_kwargs=deep(request.template_kwargs),
         )
-        pattern = re.compile(re.escape(prefix) + r"(\d+)@")
-        return shielded, Shield(prefix, originals, pattern)
+        return shielded, Shield(prefix, list(markers))
 
-
-def _fresh_prefix(request: ChatRequest) -> str:
-    """A marker prefix that no string in the request contains."""
-    haystack = repr((request.messages, request.tools, request.response_format, request.template_kwargs))
-    while True:
-        prefix = f"@GW{secrets.token_hex(8)}:"
-        if prefix not in haystack:
-            return prefix
+    def _spells_nothing(self, value: Any, prefix: str) -> bool:
+        """Whether no string in `value` can hold an added-token spelling or `prefix`, from one scan of its JSON dump."""
+        if not self._dump_holds_spellings:
+            return False
+        try:
+            dump = orjson.dumps(value).decode()
+        except orjson.JSONEncodeError:  # e.g. a non-str key, an int past 64 bits, a lone surrogate
+            return False
+        return prefix not in dump and (self._spelling is None or self._spelling.search(dump) is None)
