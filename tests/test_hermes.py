@@ -406,12 +406,15 @@ def test_required_forces_a_call_at_the_start() -> None:
     assert accepts(request, "<think>\nweather tool\n</think>\n\n" + PARIS + "\n" + NOON)
     assert not accepts(request, "Free text.")
     assert not accepts(request, "Free text first.\n" + PARIS)
+    assert not accepts(request, PARIS + "\nThe weather in Paris is sunny.")  # nothing but calls
 
 
 def test_named_tool_choice_allows_only_that_tool() -> None:
     request = tools_request({"type": "function", "function": {"name": "get_time"}})
     assert accepts(request, NOON)
     assert not accepts(request, PARIS)
+    assert not accepts(request, NOON + "\nDone.")
+    assert not accepts(request, NOON + "\n" + NOON)  # a named tool is called once
 
 
 def test_parallel_off_allows_exactly_one_call() -> None:

@@ -105,15 +105,26 @@ def test_stream_usage_with_include_usage(client, model_id):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_forced_tool_call_has_schema_valid_arguments(client, model_id, stream):
-    r = chat(client, model_id, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice="required", max_tokens=60, stream=stream)
+    # one call, so the grammar ends the answer: a 135M model, free to go on, repeats calls to max_tokens
+    r = chat(
+        client,
+        model_id,
+        tools=[WEATHER_TOOL, TIME_TOOL],
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=60,
+        stream=stream,
+    )
     if stream:
         merged = merge_stream(r)
         calls, finish = [(c["id"], c["name"], c["arguments"]) for c in merged["calls"]], merged["finish"]
+        content = merged["content"]
     else:
         msg = r.choices[0].message
         calls = [(c.id, c.function.name, c.function.arguments) for c in msg.tool_calls]
-        finish = r.choices[0].finish_reason
+        finish, content = r.choices[0].finish_reason, msg.content
     assert calls and finish == "tool_calls"
+    assert not content  # a forced call leaves no room for free text
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER_TOOL, TIME_TOOL)}
     for call_id, name, arguments in calls:
         assert call_id

