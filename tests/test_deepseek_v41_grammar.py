@@ -9,6 +9,7 @@ import xgrammar as xgr
 from canitoolcall.fixtures import load_fixtures
 
 from backends.checkpoint import Checkpoint, load_checkpoint
+from backends.worker.grammar import tokenizer_info
 from gateway.families.base import ChatRequest
 from gateway.families.deepseek_v41.grammar import build_grammar
 from gateway.families.deepseek_v41.markers import CALLS_CLOSE, CALLS_OPEN, EOS, INVOKE_CLOSE, PARAMETER_CLOSE, THINK_END
@@ -49,13 +50,8 @@ def checkpoint() -> Checkpoint:
 
 @pytest.fixture(scope="module")
 def compiler(checkpoint: Checkpoint) -> xgr.GrammarCompiler:
-    """Special added tokens (BOS/EOS, placeholders, grounding) are never text; EOS stops."""
-    control = set(checkpoint.control_token_ids)
-    vocab = ["" if i in control else token for i, token in enumerate(checkpoint.vocab)]
-    info = xgr.TokenizerInfo(
-        vocab, xgr.VocabType.BYTE_LEVEL, vocab_size=len(vocab), stop_token_ids=checkpoint.eos_token_ids
-    )
-    return xgr.GrammarCompiler(info)
+    """The vocabulary as the worker gives it to xgrammar: special added tokens are never text; EOS stops."""
+    return xgr.GrammarCompiler(tokenizer_info(checkpoint, len(checkpoint.vocab)))
 
 
 def request(**kwargs) -> ChatRequest:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.checkpoint import Checkpoint, load_checkpoint
+from backends.worker.grammar import tokenizer_info
 from gateway.families import FAMILIES, get_family
 from gateway.families.base import ChatRequest, Delta, FamilyContext, Piece
 from gateway.families.hermes import HermesFamily, HermesParser
@@ -349,10 +350,9 @@ def test_every_chunking_gives_the_same_answer(text: str, splits: list[int], in_r
 
 @cache
 def compiler() -> xgr.GrammarCompiler:
+    """The vocabulary as the worker gives it to xgrammar."""
     c = smollm2()
-    control = set(c.control_token_ids)
-    vocab = ["" if i in control else token for i, token in enumerate(c.vocab)]
-    return xgr.GrammarCompiler(xgr.TokenizerInfo(vocab, xgr.VocabType.BYTE_LEVEL, stop_token_ids=[2]))
+    return xgr.GrammarCompiler(tokenizer_info(c, c.config.vocab_size))
 
 
 def accepts(request: ChatRequest, output: str, fam: HermesFamily | None = None) -> bool:
