@@ -15,6 +15,8 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from backends.kimi_tokenizer import load_kimi_tokenizer
+
 EMBEDDED_MODEL_ID = "smollm2-135m-instruct"
 """The stable id under which the embedded default model is served."""
 
@@ -44,7 +46,11 @@ def _package_file(package: str, name: str, install_hint: str = "") -> Path:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Architecture hyper-parameters of a Llama-family model."""
+    """Architecture hyper-parameters; only a "llama" one has layers the bundled worker can run.
+
+    Any other architecture (a Kimi or DeepSeek checkpoint served by SGLang or vLLM, or a bare
+    tokenizer) gives the gateway its tokenizer, template and context; its layer fields are zero.
+    """
 
     n_layers: int
     hidden: int
@@ -57,6 +63,25 @@ class ModelConfig:
     vocab_size: int
     context_length: int
     tied_embeddings: bool
+    architecture: str = "llama"
+
+
+def _not_runnable(architecture: str, vocab_size: int, context_length: int) -> ModelConfig:
+    """The config of a checkpoint the gateway only tokenizes for (no layers the worker can run)."""
+    return ModelConfig(
+        n_layers=0,
+        hidden=0,
+        ffn=0,
+        n_heads=0,
+        n_kv_heads=0,
+        head_dim=0,
+        rope_base=0.0,
+        rms_eps=0.0,
+        vocab_size=vocab_size,
+        context_length=context_length,
+        tied_embeddings=False,
+        architecture=architecture,
+    )
 
 
 @dataclass
@@ -155,7 +180,9 @@ def _load_gguf(path: Path) -> Checkpoint:
     )
 
 
-def _byte_level_bpe(tokens: list[str], merges: list[tuple[str, str]], types: list[int], split_digits: bool) -> Tokenizer:
+def _byte_level_bpe(
+    tokens: list[str], merges: list[tuple[str, str]], types: list[int], split_digits: bool
+) -> Tokenizer:
     """Build a `tokenizers` byte-level BPE equal to the Hugging Face one the GGUF came from."""
     special = {i for i, t in enumerate(types) if t in (_GGUF_CONTROL, _GGUF_USER_DEFINED)}
     vocab = {tok: i for i, tok in enumerate(tokens)}
@@ -164,16 +191,17 @@ def _byte_level_bpe(tokens: list[str], merges: list[tuple[str, str]], types: lis
     splitters.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
     tok.pre_tokenizer = pre_tokenizers.Sequence(splitters)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken(tokens[i], special=types[i] == _GGUF_CONTROL, normalized=False) for i in sorted(special)])
+    tok.add_special_tokens(
+        [AddedToken(tokens[i], special=types[i] == _GGUF_CONTROL, normalized=False) for i in sorted(special)]
+    )
     return tok
 
 
 def _load_hf_dir(path: Path) -> Checkpoint:
     cfg = json.loads((path / "config.json").read_text())
     archs = cfg.get("architectures") or []
-    if cfg.get("model_type") not in (None, "llama") and not any("Llama" in a for a in archs):
-        raise ValueError(f"unsupported architecture {archs or cfg.get('model_type')!r} (Llama only)")
-    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    is_llama = cfg.get("model_type") in (None, "llama") or any("Llama" in a for a in archs)
+    tokenizer = _dir_tokenizer(path)
     tok_cfg: dict[str, Any] = {}
     if (path / "tokenizer_config.json").is_file():
         tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
@@ -182,20 +210,14 @@ def _load_hf_dir(path: Path) -> Checkpoint:
         template = (path / "chat_template.jinja").read_text()
     if isinstance(template, list):  # named templates: take "default"
         template = next((t["template"] for t in template if t.get("name") == "default"), None)
-    n_heads = int(cfg["num_attention_heads"])
-    hidden = int(cfg["hidden_size"])
-    config = ModelConfig(
-        n_layers=int(cfg["num_hidden_layers"]),
-        hidden=hidden,
-        ffn=int(cfg["intermediate_size"]),
-        n_heads=n_heads,
-        n_kv_heads=int(cfg.get("num_key_value_heads", n_heads)),
-        head_dim=int(cfg.get("head_dim") or hidden // n_heads),
-        rope_base=float(cfg.get("rope_theta", 10000.0)),
-        rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        vocab_size=int(cfg["vocab_size"]),
-        context_length=int(cfg.get("max_position_embeddings", 4096)),
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+    config = (
+        _llama_config(cfg)
+        if is_llama
+        else _not_runnable(
+            str(cfg.get("model_type") or (archs[0] if archs else "unknown")),
+            int(cfg.get("vocab_size") or tokenizer.get_vocab_size(with_added_tokens=True)),
+            int(cfg.get("max_position_embeddings", 4096)),
+        )
     )
     bos, eos = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
     eos_ids = cfg.get("eos_token_id")
@@ -212,6 +234,33 @@ def _load_hf_dir(path: Path) -> Checkpoint:
         eos_token_ids=eos_list,
         control_token_ids=sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special),
     )
+
+
+def _llama_config(cfg: dict[str, Any]) -> ModelConfig:
+    n_heads = int(cfg["num_attention_heads"])
+    hidden = int(cfg["hidden_size"])
+    return ModelConfig(
+        n_layers=int(cfg["num_hidden_layers"]),
+        hidden=hidden,
+        ffn=int(cfg["intermediate_size"]),
+        n_heads=n_heads,
+        n_kv_heads=int(cfg.get("num_key_value_heads", n_heads)),
+        head_dim=int(cfg.get("head_dim") or hidden // n_heads),
+        rope_base=float(cfg.get("rope_theta", 10000.0)),
+        rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        vocab_size=int(cfg["vocab_size"]),
+        context_length=int(cfg.get("max_position_embeddings", 4096)),
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+    )
+
+
+def _dir_tokenizer(path: Path) -> Tokenizer:
+    """A directory's tokenizer: `tokenizer.json`, else a Kimi-style `tiktoken.model` rank file."""
+    if (path / "tokenizer.json").is_file():
+        return Tokenizer.from_file(str(path / "tokenizer.json"))
+    if (path / "tiktoken.model").is_file():
+        return load_kimi_tokenizer(path)
+    raise FileNotFoundError(f"{path}: no tokenizer.json or tiktoken.model")
 
 
 def _token_text(value: Any) -> str | None:
@@ -231,12 +280,7 @@ def load_tokenizer_checkpoint(tokenizer_json: str | Path) -> Checkpoint:
     bos, eos = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
     eos_id = tokenizer.token_to_id(eos) if eos is not None else None
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
-    config = ModelConfig(
-        n_layers=0, hidden=0, ffn=0, n_heads=0, n_kv_heads=0, head_dim=0, rope_base=0.0, rms_eps=0.0,
-        vocab_size=vocab_size,
-        context_length=int(tok_cfg.get("model_max_length") or 4096),
-        tied_embeddings=False,
-    )
+    config = _not_runnable("tokenizer-only", vocab_size, int(tok_cfg.get("model_max_length") or 4096))
     return Checkpoint(
         path=path,
         config=config,

@@ -15,8 +15,12 @@ import tiktoken
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from backends.checkpoint import load_checkpoint
+from backends.kimi_tokenizer import KIMI_PATTERN, load_kimi_tokenizer, read_ranks
+from backends.worker.weights import load_weights
 from gateway.encoding import PromptEncoder
-from gateway.families.kimi_k3.tokenizer import KIMI_PATTERN, load_kimi_tokenizer, read_ranks
+from gateway.families.base import ChatRequest
+from gateway.model import served_model_from_checkpoint
 
 CORPUS = (
     """The quick brown fox jumps over the lazy dog. It's what they'd call "a test", isn't it?
@@ -158,3 +162,20 @@ def test_prompt_cuts_only_at_spelled_control_tokens(encoder: PromptEncoder, refe
     ids = encoder.encode_prompt(prompt)
     assert ids == reference.encode(prompt, allowed_special="all")
     assert encoder.tokenizer.decode(ids, skip_special_tokens=False) == prompt
+
+
+def test_a_kimi_checkpoint_directory_loads_for_the_gateway_not_the_worker(tmp_path: Path) -> None:
+    ids = write_synthetic_checkpoint(tmp_path)
+    config = {"architectures": ["KimiK3ForCausalLM"], "model_type": "kimi_k3", "max_position_embeddings": 262144}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "eos_token_id": ids["[EOS]"]}), encoding="utf-8")
+    checkpoint = load_checkpoint(tmp_path)
+    assert checkpoint.config.architecture == "kimi_k3" and checkpoint.config.n_layers == 0
+    assert checkpoint.config.context_length == 262144 and checkpoint.eos_token_ids == [ids["[EOS]"]]
+    assert checkpoint.tokenizer.to_str() == load_kimi_tokenizer(tmp_path).to_str()
+    model = served_model_from_checkpoint("k3", checkpoint, "kimi_k3", None)
+    _, prompt = model.encode_chat(ChatRequest(messages=[{"role": "user", "content": "<|open|>hi"}]))
+    assert prompt.count(ids["<|open|>"]) == model.encode_chat(
+        ChatRequest(messages=[{"role": "user", "content": "hi"}])
+    )[1].count(ids["<|open|>"])
+    with pytest.raises(ValueError, match="Llama only"):
+        load_weights(checkpoint)

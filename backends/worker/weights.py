@@ -38,13 +38,38 @@ class LlamaWeights:
 
 
 _LAYER_FIELDS = ("attn_norm", "q", "k", "v", "o", "ffn_norm", "gate", "up", "down")
-_GGUF_LAYER_NAMES = dict(zip(_LAYER_FIELDS, (
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-)))
-_HF_LAYER_NAMES = dict(zip(_LAYER_FIELDS, (
-    "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-)))
+_GGUF_LAYER_NAMES = dict(
+    zip(
+        _LAYER_FIELDS,
+        (
+            "attn_norm",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_norm",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ),
+    )
+)
+_HF_LAYER_NAMES = dict(
+    zip(
+        _LAYER_FIELDS,
+        (
+            "input_layernorm",
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "post_attention_layernorm",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        ),
+    )
+)
 
 
 def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -55,13 +80,24 @@ def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
 
 def load_weights(checkpoint: Checkpoint, progress: Callable[[str], None] = lambda _: None) -> LlamaWeights:
     """Load every tensor of the checkpoint as float32 on the CPU."""
+    if checkpoint.config.architecture != "llama" or not checkpoint.config.n_layers:
+        raise ValueError(
+            f"{checkpoint.path}: architecture {checkpoint.config.architecture!r} cannot run on the bundled worker "
+            "(Llama only); serve it through SGLang or vLLM"
+        )
     if checkpoint.is_gguf:
         return _load_gguf(checkpoint.path, checkpoint.config, progress)
     return _load_safetensors(checkpoint.path, checkpoint.config, progress)
 
 
-def _assemble(get: Callable[[str], torch.Tensor], names: dict[str, str], prefix: Callable[[int], str],
-              config: ModelConfig, top: tuple[str, str, str | None], progress: Callable[[str], None]) -> LlamaWeights:
+def _assemble(
+    get: Callable[[str], torch.Tensor],
+    names: dict[str, str],
+    prefix: Callable[[int], str],
+    config: ModelConfig,
+    top: tuple[str, str, str | None],
+    progress: Callable[[str], None],
+) -> LlamaWeights:
     embed_name, norm_name, head_name = top
     layers = []
     for i in range(config.n_layers):
@@ -89,8 +125,14 @@ def _load_gguf(path: Path, config: ModelConfig, progress: Callable[[str], None])
         return torch.from_numpy(np.array(w, dtype=np.float32, order="C"))
 
     head = "output.weight" if "output.weight" in tensors else None
-    return _assemble(get, _GGUF_LAYER_NAMES, lambda i: f"blk.{i}.", config,
-                     ("token_embd.weight", "output_norm.weight", head), progress)
+    return _assemble(
+        get,
+        _GGUF_LAYER_NAMES,
+        lambda i: f"blk.{i}.",
+        config,
+        ("token_embd.weight", "output_norm.weight", head),
+        progress,
+    )
 
 
 def _load_safetensors(path: Path, config: ModelConfig, progress: Callable[[str], None]) -> LlamaWeights:
@@ -109,8 +151,14 @@ def _load_safetensors(path: Path, config: ModelConfig, progress: Callable[[str],
             return handle.get_tensor(name).to(torch.float32).contiguous()
 
     head = "lm_head.weight" if "lm_head.weight" in where else None
-    return _assemble(get, _HF_LAYER_NAMES, lambda i: f"model.layers.{i}.", config,
-                     ("model.embed_tokens.weight", "model.norm.weight", head), progress)
+    return _assemble(
+        get,
+        _HF_LAYER_NAMES,
+        lambda i: f"model.layers.{i}.",
+        config,
+        ("model.embed_tokens.weight", "model.norm.weight", head),
+        progress,
+    )
 
 
 def save_hf_directory(checkpoint: Checkpoint, weights: LlamaWeights, out_dir: Path) -> None:
@@ -127,14 +175,28 @@ def save_hf_directory(checkpoint: Checkpoint, weights: LlamaWeights, out_dir: Pa
             tensors[f"model.layers.{i}.{_HF_LAYER_NAMES[f]}.weight"] = getattr(layer, f)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(out_dir / "model.safetensors"))
     config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": c.n_layers,
-        "hidden_size": c.hidden, "intermediate_size": c.ffn, "num_attention_heads": c.n_heads,
-        "num_key_value_heads": c.n_kv_heads, "head_dim": c.head_dim, "rope_theta": c.rope_base,
-        "rms_norm_eps": c.rms_eps, "vocab_size": c.vocab_size, "max_position_embeddings": c.context_length,
-        "tie_word_embeddings": c.tied_embeddings, "eos_token_id": checkpoint.eos_token_ids,
-        "hidden_act": "silu", "torch_dtype": "float32",
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": c.n_layers,
+        "hidden_size": c.hidden,
+        "intermediate_size": c.ffn,
+        "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads,
+        "head_dim": c.head_dim,
+        "rope_theta": c.rope_base,
+        "rms_norm_eps": c.rms_eps,
+        "vocab_size": c.vocab_size,
+        "max_position_embeddings": c.context_length,
+        "tie_word_embeddings": c.tied_embeddings,
+        "eos_token_id": checkpoint.eos_token_ids,
+        "hidden_act": "silu",
+        "torch_dtype": "float32",
     }
     (out_dir / "config.json").write_text(json.dumps(config, indent=1))
     checkpoint.tokenizer.save(str(out_dir / "tokenizer.json"))
-    tok_cfg = {"bos_token": checkpoint.bos_token, "eos_token": checkpoint.eos_token, "chat_template": checkpoint.chat_template}
+    tok_cfg = {
+        "bos_token": checkpoint.bos_token,
+        "eos_token": checkpoint.eos_token,
+        "chat_template": checkpoint.chat_template,
+    }
     (out_dir / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=1))
