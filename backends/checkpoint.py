@@ -291,3 +291,35 @@ def load_tokenizer_checkpoint(tokenizer_json: str | Path) -> Checkpoint:
         eos_token_ids=[eos_id] if eos_id is not None else [],
         control_token_ids=sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special),
     )
+
+
+def write_hf_metadata(checkpoint: Checkpoint, out_dir: Path) -> None:
+    """Write a Llama checkpoint's config.json, tokenizer.json and tokenizer_config.json (no weights)."""
+    c = checkpoint.config
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": c.n_layers,
+        "hidden_size": c.hidden,
+        "intermediate_size": c.ffn,
+        "num_attention_heads": c.n_heads,
+        "num_key_value_heads": c.n_kv_heads,
+        "head_dim": c.head_dim,
+        "rope_theta": c.rope_base,
+        "rms_norm_eps": c.rms_eps,
+        "vocab_size": c.vocab_size,
+        "max_position_embeddings": c.context_length,
+        "tie_word_embeddings": c.tied_embeddings,
+        "eos_token_id": checkpoint.eos_token_ids,
+        "hidden_act": "silu",
+        "torch_dtype": "float32",
+    }
+    (out_dir / "config.json").write_text(json.dumps(config, indent=1))
+    checkpoint.tokenizer.save(str(out_dir / "tokenizer.json"))
+    tok_cfg = {
+        "bos_token": checkpoint.bos_token,
+        "eos_token": checkpoint.eos_token,
+        "chat_template": checkpoint.chat_template,
+    }
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=1))

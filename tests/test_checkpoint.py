@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from backends.checkpoint import load_checkpoint
+from backends.checkpoint import load_checkpoint, write_hf_metadata
 
 SAMPLES = ["Hello world 12345!", "<|im_start|>user\nhi<|im_end|>", "  héllo\n\n  x", "café 2026 🙂"]
 
@@ -28,35 +26,11 @@ def test_embedded_gguf(embedded):
 
 
 def test_hf_directory_loads_like_the_gguf(embedded, tmp_path):
-    c = embedded.config
-    (tmp_path / "config.json").write_text(
-        json.dumps(
-            {
-                "architectures": ["LlamaForCausalLM"],
-                "model_type": "llama",
-                "num_hidden_layers": c.n_layers,
-                "hidden_size": c.hidden,
-                "intermediate_size": c.ffn,
-                "num_attention_heads": c.n_heads,
-                "num_key_value_heads": c.n_kv_heads,
-                "rope_theta": c.rope_base,
-                "rms_norm_eps": c.rms_eps,
-                "vocab_size": c.vocab_size,
-                "max_position_embeddings": c.context_length,
-                "tie_word_embeddings": True,
-                "eos_token_id": 2,
-            }
-        )
-    )
-    embedded.tokenizer.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "chat_template.jinja").write_text(embedded.chat_template)
-    (tmp_path / "tokenizer_config.json").write_text(
-        json.dumps({"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"})
-    )
+    write_hf_metadata(embedded, tmp_path)
     hf = load_checkpoint(tmp_path)
     assert hf.config == embedded.config
     assert hf.chat_template == embedded.chat_template
-    assert (hf.bos_token, hf.eos_token, hf.eos_token_ids) == ("<|im_start|>", "<|im_end|>", [2])
+    assert (hf.bos_token, hf.eos_token, hf.eos_token_ids) == (embedded.bos_token, embedded.eos_token, [2])
     assert hf.control_token_ids == embedded.control_token_ids
     for text in SAMPLES:
         assert hf.tokenizer.encode(text).ids == embedded.tokenizer.encode(text).ids

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backends.checkpoint import Checkpoint, ModelConfig
+from backends.checkpoint import Checkpoint, ModelConfig, write_hf_metadata
 
 
 @dataclass
@@ -174,29 +173,4 @@ def save_hf_directory(checkpoint: Checkpoint, weights: LlamaWeights, out_dir: Pa
         for f in _LAYER_FIELDS:
             tensors[f"model.layers.{i}.{_HF_LAYER_NAMES[f]}.weight"] = getattr(layer, f)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(out_dir / "model.safetensors"))
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "num_hidden_layers": c.n_layers,
-        "hidden_size": c.hidden,
-        "intermediate_size": c.ffn,
-        "num_attention_heads": c.n_heads,
-        "num_key_value_heads": c.n_kv_heads,
-        "head_dim": c.head_dim,
-        "rope_theta": c.rope_base,
-        "rms_norm_eps": c.rms_eps,
-        "vocab_size": c.vocab_size,
-        "max_position_embeddings": c.context_length,
-        "tie_word_embeddings": c.tied_embeddings,
-        "eos_token_id": checkpoint.eos_token_ids,
-        "hidden_act": "silu",
-        "torch_dtype": "float32",
-    }
-    (out_dir / "config.json").write_text(json.dumps(config, indent=1))
-    checkpoint.tokenizer.save(str(out_dir / "tokenizer.json"))
-    tok_cfg = {
-        "bos_token": checkpoint.bos_token,
-        "eos_token": checkpoint.eos_token,
-        "chat_template": checkpoint.chat_template,
-    }
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=1))
+    write_hf_metadata(checkpoint, out_dir)
