@@ -44,7 +44,8 @@ def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | 
 def compact_json_ebnf(schema: Any, param: str) -> str:
     """EBNF for one-line JSON matching `schema`; SchemaGrammarError (with `param`) if it has none."""
     try:
-        return _ebnf(json.dumps(schema, sort_keys=True, ensure_ascii=False))
+        # key order is kept: the grammar writes properties in the schema's declared order
+        return _ebnf(json.dumps(schema, ensure_ascii=False))
     except (RuntimeError, ValueError, TypeError) as exc:
         reason = _XGRAMMAR_LOCATION.sub(
             "", str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
