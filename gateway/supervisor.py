@@ -91,9 +91,6 @@ class WorkerProcess:
     def pid(self) -> int:
         return self._proc.pid
 
-    def alive(self) -> bool:
-        return self._proc.poll() is None
-
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds."""
         if self._proc.poll() is not None:
