@@ -71,10 +71,22 @@ class GenerateChunk:
 class BackendError(Exception):
     """The backend failed: unreachable, refused the request, or broke the protocol."""
 
-    def __init__(self, message: str, status: int = 502, retryable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        status: int = 502,
+        retryable: bool = False,
+        *,
+        code: str | None = None,
+        retry_after: int | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        """Another replica (or a later try) may succeed."""
+        self.code = code
+        self.retry_after = retry_after
+        """Seconds a client should wait before trying again, when known."""
 
 
 class Backend(ABC):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 
 import httpx
 import orjson
@@ -47,7 +47,8 @@ class HTTPBackend(Backend):
             async with self._client.stream("POST", path, content=body, headers=_JSON) as response:
                 if response.status_code != 200:
                     raise http_error(response.status_code, await response.aread())
-                yield response.aiter_lines()
+                async with aclosing(response.aiter_lines()) as lines:
+                    yield lines
         except httpx.ConnectError as e:
             raise BackendError(f"backend {self.base_url} unreachable: {e!r}", status=503, retryable=True) from e
         except httpx.TransportError as e:
@@ -74,4 +75,5 @@ def http_error(status: int, body: bytes) -> BackendError:
     if isinstance(parsed, dict):
         error = parsed.get("error", parsed)
         message = str(error.get("message", message)) if isinstance(error, dict) else str(error)
-    return BackendError(f"backend refused the request ({status}): {message}", status=status, retryable=status >= 500)
+    retryable = status >= 500 or status == 429
+    return BackendError(f"backend refused the request ({status}): {message}", status=status, retryable=retryable)

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.chat import chat_completions
 from gateway.completions import completions
+from gateway.draining import DrainState
 from gateway.errors import APIError
 from gateway.json_response import json_response
 from gateway.model import ModelRegistry
@@ -31,8 +32,12 @@ READY_TIMEOUT_S = 5.0
 _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
-def create_app(registry: ModelRegistry, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
-    """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends."""
+def create_app(
+    registry: ModelRegistry, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, drain: DrainState | None = None
+) -> Starlette:
+    """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
+    While `drain` says so, /ready answers 503 (requests are still served)."""
+    drain = drain or DrainState()
 
     async def chat(request: Request) -> Response:
         return await chat_completions(request, registry, max_body_bytes)
@@ -59,7 +64,9 @@ def create_app(registry: ModelRegistry, *, max_body_bytes: int = DEFAULT_MAX_BOD
         served = list(registry)
         states = await asyncio.gather(*(_backend_ready(m.backend) for m in served))
         status = {m.id: ok for m, ok in zip(served, states)}
-        return json_response({"ready": all(states), "models": status}, status=200 if all(states) else 503)
+        ok = all(states) and not drain.draining
+        body = {"ready": ok, "draining": drain.draining, "models": status}
+        return json_response(body, status=200 if ok else 503)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

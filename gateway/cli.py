@@ -25,7 +25,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--model-id", help="the id clients use for --model (default: the file or directory name)")
     serve.add_argument("--family", default="hermes", help="model family of --model (default: hermes)")
-    serve.add_argument("--backend-url", help="serve through this SGLang server instead of a bundled worker")
+    serve.add_argument(
+        "--backend-url",
+        action="append",
+        help="serve through this SGLang server instead of a bundled worker (repeat it for replicas)",
+    )
+    serve.add_argument(
+        "--request-timeout", type=_positive, default=600.0, help="deadline of one request in seconds (default: 600)"
+    )
+    serve.add_argument(
+        "--drain-delay",
+        type=_non_negative,
+        default=0.0,
+        help="on SIGTERM, seconds to keep serving new requests while /ready says 503 (default: 0)",
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=_non_negative,
+        default=30.0,
+        help="on SIGTERM, seconds in-flight requests get to finish before they are cut (default: 30)",
+    )
     serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
     serve.add_argument(
         "--default-max-tokens", type=int, help="max_tokens for requests that name none (default: the context left)"
@@ -36,7 +55,21 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
-    return _serve(config, args.host, args.port)
+    return _serve(config, args.host, args.port, args.drain_delay, args.drain_timeout)
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number >= 0")
+    return value
 
 
 def _serve_config(args: argparse.Namespace) -> GatewayConfig:
@@ -55,8 +88,9 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     entry.family = args.family
     entry.default_max_tokens = args.default_max_tokens
     entry.backend = (
-        BackendConfig(type="sglang", url=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
+        BackendConfig(type="sglang", urls=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
     )
+    entry.backend.request_timeout_s = args.request_timeout
     return GatewayConfig(models=[entry])
 
 
@@ -65,10 +99,11 @@ def _stop(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _serve(config: GatewayConfig, host: str, port: int) -> int:
+def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drain_timeout: float) -> int:
     import uvicorn
 
     from gateway.app import create_app
+    from gateway.draining import DrainingServer, DrainState
     from gateway.launch import start_models
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -84,7 +119,12 @@ def _serve(config: GatewayConfig, host: str, port: int) -> int:
             file=sys.stderr,
             flush=True,
         )
-        uvicorn.run(create_app(registry), host=host, port=port, log_level="warning", timeout_graceful_shutdown=10)
+        drain = DrainState()
+        app = create_app(registry, drain=drain)
+        server_config = uvicorn.Config(
+            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=drain_timeout
+        )
+        DrainingServer(server_config, drain, drain_delay).run()
     return 0
 
 

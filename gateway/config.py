@@ -13,7 +13,15 @@ A YAML (or JSON) file:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
           threads: 2                  # worker only (also max_batch, weights_dtype, device,
           context_length: 4096        #   context_length: KV cache per slot; default the model's)
-          url: http://host:30000      # sglang and vllm
+          url: http://host:30000      # sglang and vllm: one replica, or several:
+          urls: [http://a:30000, http://b:30000]
+          dns: {host: sglang.ns.svc.cluster.local, port: 30000, scheme: http, refresh_s: 10}
+                                      #   or every address of a DNS name (a Kubernetes headless service)
+          request_timeout_s: 600      # deadline of one request, first try to last token (null: none)
+          max_attempts: 3             # replicas tried before the first token (connect failure, 429, 5xx)
+          health_interval_s: 5        # active GET /health of every replica
+          xgrammar: 0.2.7             # the backend's xgrammar (default: sglang 0.2.7, vllm 0.2.8, worker
+                                      #   the installed one); a grammar it would ignore is refused
           incremental: false          # sglang: server runs with --incremental-streaming-output
           api: completions            # vllm: completions (/v1/completions) | generate (/inference/v1/generate,
                                       #   a server started with --tokens-only)
@@ -24,6 +32,7 @@ With no file, the gateway serves the embedded model on a bundled worker.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +43,9 @@ from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
 
 BACKEND_TYPES = ("worker", "sglang", "vllm", "none")
 VLLM_APIS = ("completions", "generate")
+PINNED_XGRAMMAR = {"sglang": "0.2.7", "vllm": "0.2.8"}
+"""What SGLang 0.5.23 and vLLM 0.33 pin (shared/REFERENCE.md)."""
+_XGRAMMAR_VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 
 class ConfigError(ValueError):
@@ -41,9 +53,23 @@ class ConfigError(ValueError):
 
 
 @dataclass
+class DNSConfig:
+    host: str
+    port: int
+    scheme: str = "http"
+    refresh_s: float = 10.0
+
+
+@dataclass
 class BackendConfig:
     type: str = "worker"
     url: str | None = None
+    urls: list[str] = field(default_factory=list)
+    dns: DNSConfig | None = None
+    request_timeout_s: float | None = 600.0
+    max_attempts: int = 3
+    health_interval_s: float = 5.0
+    xgrammar: str | None = None
     incremental: bool = False
     api: str = "completions"
     model: str | None = None
@@ -100,14 +126,7 @@ def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
     backend_raw = raw.get("backend") or {}
     if not isinstance(backend_raw, dict):
         raise ConfigError(f"{where}.backend: expected a mapping")
-    _only(backend_raw, set(BackendConfig.__dataclass_fields__), f"{where}.backend")
-    backend = BackendConfig(**backend_raw)
-    if backend.type not in BACKEND_TYPES:
-        raise ConfigError(f"{where}.backend.type: {backend.type!r} is not one of {BACKEND_TYPES}")
-    if backend.type in ("sglang", "vllm") and not backend.url:
-        raise ConfigError(f"{where}.backend.url: required for type {backend.type}")
-    if backend.api not in VLLM_APIS:
-        raise ConfigError(f"{where}.backend.api: {backend.api!r} is not one of {VLLM_APIS}")
+    backend = _backend(backend_raw, f"{where}.backend")
     checkpoint = raw.get("checkpoint")
     if checkpoint is not None and not str(checkpoint).startswith(PACKAGE_PREFIX):
         checkpoint = (base / Path(checkpoint).expanduser()).resolve()
@@ -127,6 +146,41 @@ def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
         default_max_tokens=default_max_tokens,
         backend=backend,
     )
+
+
+def _backend(raw: dict, where: str) -> BackendConfig:
+    _only(raw, set(BackendConfig.__dataclass_fields__), where)
+    dns = raw.get("dns")
+    if dns is not None:
+        if not isinstance(dns, dict):
+            raise ConfigError(f"{where}.dns: expected a mapping")
+        _only(dns, set(DNSConfig.__dataclass_fields__), f"{where}.dns")
+        if not isinstance(dns.get("host"), str) or not isinstance(dns.get("port"), int):
+            raise ConfigError(f"{where}.dns: a host (string) and a port (integer) are required")
+        raw = {**raw, "dns": DNSConfig(**dns)}
+    backend = BackendConfig(**raw)
+    if backend.type not in BACKEND_TYPES:
+        raise ConfigError(f"{where}.type: {backend.type!r} is not one of {BACKEND_TYPES}")
+    if not isinstance(backend.urls, list) or not all(isinstance(u, str) and u for u in backend.urls):
+        raise ConfigError(f"{where}.urls: expected a list of URLs")
+    sources = sum((bool(backend.url), bool(backend.urls), backend.dns is not None))
+    if backend.type in ("sglang", "vllm") and sources != 1:
+        raise ConfigError(f"{where}: type {backend.type} needs exactly one of url, urls or dns")
+    if backend.type not in ("sglang", "vllm") and sources:
+        raise ConfigError(f"{where}: url, urls and dns are for sglang and vllm backends")
+    if backend.api not in VLLM_APIS:
+        raise ConfigError(f"{where}.api: {backend.api!r} is not one of {VLLM_APIS}")
+    for name in ("request_timeout_s", "health_interval_s"):
+        value = getattr(backend, name)
+        if value is not None and (not isinstance(value, int | float) or value <= 0):
+            raise ConfigError(f"{where}.{name}: a positive number of seconds is required")
+    if backend.health_interval_s is None:
+        raise ConfigError(f"{where}.health_interval_s: a positive number of seconds is required")
+    if not isinstance(backend.max_attempts, int) or backend.max_attempts < 1:
+        raise ConfigError(f"{where}.max_attempts: a positive integer is required")
+    if backend.xgrammar is not None and not _XGRAMMAR_VERSION.fullmatch(str(backend.xgrammar)):
+        raise ConfigError(f"{where}.xgrammar: a version like 0.2.7 is required")
+    return backend
 
 
 def _only(raw: dict, allowed: set[str], where: str) -> None:

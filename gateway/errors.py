@@ -22,6 +22,7 @@ class APIError(Exception):
         code: str | None = None,
         type: str = "invalid_request_error",
         retryable: bool | None = None,
+        retry_after: int | None = None,
     ):
         super().__init__(message)
         self.message = message
@@ -30,6 +31,7 @@ class APIError(Exception):
         self.code = code
         self.type = type
         self.retryable = retryable
+        self.retry_after = retry_after
 
     def body(self) -> dict[str, Any]:
         """The JSON body OpenAI clients parse."""
@@ -37,6 +39,8 @@ class APIError(Exception):
 
     def response(self) -> Response:
         headers = {} if self.retryable is None else {"x-should-retry": "true" if self.retryable else "false"}
+        if self.retry_after is not None:
+            headers["retry-after"] = str(self.retry_after)
         return json_response(self.body(), status=self.status, headers=headers)
 
 
@@ -46,8 +50,18 @@ def invalid(message: str, param: str | None, code: str | None = None) -> APIErro
 
 
 def from_backend(error: BackendError) -> APIError:
-    """Map a backend failure: its 4xx refusals stay 4xx, everything else is a retryable 5xx."""
+    """Map a backend failure: its 4xx refusals stay 4xx, a deadline is a 504, everything else a 5xx
+    (503 when a later try may succeed)."""
     if 400 <= error.status < 500:
-        return APIError(str(error), status=error.status, code="backend_rejected")
-    status = 503 if error.retryable else error.status
-    return APIError(str(error), status=status, type="server_error", code="backend_error", retryable=error.retryable)
+        return APIError(
+            str(error), status=error.status, code=error.code or "backend_rejected", retry_after=error.retry_after
+        )
+    status = error.status if error.status == 504 or not error.retryable else 503
+    return APIError(
+        str(error),
+        status=status,
+        type="server_error",
+        code=error.code or "backend_error",
+        retryable=error.retryable or status == 504,
+        retry_after=error.retry_after,
+    )

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
+from importlib.metadata import version
 
 from backends.base import Backend
 from backends.checkpoint import load_checkpoint
+from backends.discovery import DNSService
+from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from backends.vllm import VLLMBackend
-from gateway.config import GatewayConfig, ModelEntry
+from gateway.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig, ModelEntry
 from gateway.model import ModelRegistry, ServedModel, served_model_from_checkpoint
 from gateway.supervisor import WorkerProcess, WorkerSpec
 
@@ -32,6 +36,7 @@ def _start_model(entry: ModelEntry, stack: ExitStack) -> ServedModel:
     )
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)
+    model.grammar_target = entry.backend.xgrammar or PINNED_XGRAMMAR.get(entry.backend.type) or version("xgrammar")
     return model
 
 
@@ -40,9 +45,29 @@ def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:
     if cfg.type == "none":
         return None
     if cfg.type == "sglang":
-        return SGLangBackend(cfg.url, incremental=cfg.incremental)
+        return _router(cfg, lambda url: SGLangBackend(url, incremental=cfg.incremental))
     if cfg.type == "vllm":
-        return VLLMBackend(cfg.url, api=cfg.api, model=cfg.model)
+        return _router(cfg, lambda url: VLLMBackend(url, api=cfg.api, model=cfg.model))
+    worker_url = _start_worker(entry, stack)
+    return _router(cfg, lambda url: SGLangBackend(url, incremental=True), [worker_url])
+
+
+def _router(cfg: BackendConfig, make_backend: Callable[[str], Backend], urls: list[str] | None = None) -> Router:
+    """The model's replicas (`urls`, else the configured url, urls or DNS name) behind one Router."""
+    policy = RoutingPolicy(
+        max_attempts=cfg.max_attempts,
+        request_timeout_s=cfg.request_timeout_s,
+        health_interval_s=cfg.health_interval_s,
+    )
+    if cfg.dns is not None:
+        dns = DNSService(cfg.dns.host, cfg.dns.port, cfg.dns.scheme, cfg.dns.refresh_s)
+        return Router(make_backend, dns=dns, policy=policy)
+    return Router(make_backend, urls=urls or cfg.urls or [cfg.url], policy=policy)
+
+
+def _start_worker(entry: ModelEntry, stack: ExitStack) -> str:
+    """Start the bundled worker for `entry`; its URL once it serves."""
+    cfg = entry.backend
     _say(f"{entry.id}: starting the bundled worker")
     worker = WorkerProcess(
         WorkerSpec(
@@ -57,4 +82,4 @@ def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:
     stack.callback(worker.stop)
     url = worker.wait_ready()
     _say(f"{entry.id}: worker ready at {url} (pid {worker.pid})")
-    return SGLangBackend(url, incremental=True)
+    return url

@@ -11,6 +11,7 @@ from backends.checkpoint import Checkpoint
 from gateway.encoding import PromptEncoder
 from gateway.families import get_family
 from gateway.families.base import ChatRequest, Family, FamilyContext
+from gateway.grammar_compat import OLDEST_PINNED
 from gateway.shield import Shielder
 
 
@@ -25,6 +26,8 @@ class ServedModel:
     context_length: int
     default_max_tokens: int | None = None
     """max_tokens of a request that names none; None: all the context leaves."""
+    grammar_target: str = OLDEST_PINNED
+    """The backend's xgrammar version: grammars with features it would ignore are refused."""
     shielder: Shielder = field(init=False)
     created: int = field(default_factory=lambda: int(time.time()))
 

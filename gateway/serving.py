@@ -16,6 +16,7 @@ from gateway.detokenizer import Detokenizer
 from gateway.errors import APIError, invalid
 from gateway.families.base import ChatRequest
 from gateway.generation import ChoiceStep, choice_steps, merge
+from gateway.grammar_compat import newer_features
 from gateway.json_grammar import SchemaGrammarError
 from gateway.model import ModelRegistry, ServedModel
 from gateway.protocol import GenerationSettings
@@ -141,8 +142,19 @@ def encode_chat(model: ServedModel, chat: ChatRequest) -> tuple[str, list[int]]:
 
 
 def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
-    """The family's grammar for the request; a schema that cannot be enforced is a 400."""
+    """The family's grammar for the request; a schema that cannot be enforced, by xgrammar or by the
+    backend's older xgrammar, is a 400."""
     try:
-        return model.family.grammar(chat, prompt)
+        grammar = model.family.grammar(chat, prompt)
     except SchemaGrammarError as e:
         raise invalid(str(e), e.param) from None
+    unsupported = newer_features(grammar, model.grammar_target)
+    if unsupported:
+        param = "tools" if chat.active_tools else "response_format"
+        raise invalid(
+            f"this model's backend runs xgrammar {model.grammar_target}, which would silently ignore "
+            f"{', '.join(unsupported)} in the grammar this request needs",
+            param,
+            "grammar_unsupported_by_backend",
+        )
+    return grammar

@@ -12,11 +12,11 @@ import uvicorn
 
 
 @contextmanager
-def serve(app, *, lifespan: str = "on") -> Iterator[str]:
-    """Serve `app` until the block ends; yields its base URL."""
+def serve(app, *, lifespan: str = "on", host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve `app` on `host` (any 127.x.y.z works on Linux) until the block ends; yields its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((host, port))
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, lifespan=lifespan, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -26,7 +26,7 @@ def serve(app, *, lifespan: str = "on") -> Iterator[str]:
             raise RuntimeError("the test server did not start")
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://{host}:{port}"
     finally:
         server.should_exit = True
         thread.join()

@@ -1,0 +1,58 @@
+"""Configuration files: replicas, DNS and routing settings are read and checked with clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import ConfigError, DNSConfig, load_config
+
+
+def config(tmp_path, backend: str):
+    path = tmp_path / "gateway.yaml"
+    path.write_text(f"models:\n  - id: m\n    backend: {backend}\n")
+    return load_config(path)
+
+
+def test_replicas_and_routing_settings(tmp_path):
+    backend = (
+        config(
+            tmp_path,
+            "{type: sglang, urls: [http://a:1, http://b:1], request_timeout_s: 30, max_attempts: 2, "
+            "health_interval_s: 1.5, xgrammar: 0.2.7}",
+        )
+        .models[0]
+        .backend
+    )
+    assert backend.urls == ["http://a:1", "http://b:1"]
+    assert (backend.request_timeout_s, backend.max_attempts, backend.health_interval_s) == (30, 2, 1.5)
+    assert backend.xgrammar == "0.2.7"
+
+
+def test_dns_service(tmp_path):
+    backend = config(tmp_path, "{type: vllm, dns: {host: vllm.ns.svc, port: 8000, refresh_s: 5}}").models[0].backend
+    assert backend.dns == DNSConfig(host="vllm.ns.svc", port=8000, refresh_s=5)
+    assert (
+        config(tmp_path, "{type: sglang, url: http://a:1, request_timeout_s: null}").models[0].backend.request_timeout_s
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("backend", "message"),
+    [
+        ("{type: sglang}", "exactly one of url, urls or dns"),
+        ("{type: sglang, url: http://a:1, urls: [http://b:1]}", "exactly one of url, urls or dns"),
+        ("{type: worker, urls: [http://b:1]}", "for sglang and vllm backends"),
+        ("{type: sglang, urls: http://a:1}", "backend.urls: expected a list"),
+        ("{type: sglang, dns: {host: x}}", "a host (string) and a port (integer)"),
+        ("{type: sglang, dns: {host: x, port: 1, ttl: 3}}", "backend.dns: unknown keys ['ttl']"),
+        ("{type: sglang, url: http://a:1, request_timeout_s: 0}", "request_timeout_s: a positive number"),
+        ("{type: sglang, url: http://a:1, health_interval_s: fast}", "health_interval_s: a positive number"),
+        ("{type: sglang, url: http://a:1, max_attempts: 0}", "max_attempts: a positive integer"),
+        ("{type: sglang, url: http://a:1, xgrammar: latest}", "xgrammar: a version like 0.2.7"),
+    ],
+)
+def test_bad_backend_settings_say_where(tmp_path, backend, message):
+    with pytest.raises(ConfigError) as info:
+        config(tmp_path, backend)
+    assert message in str(info.value) and "models[0].backend" in str(info.value)
