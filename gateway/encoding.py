@@ -2,21 +2,43 @@
 
 Each added-token spelling in the rendered prompt is a cut and becomes its token;
 the text between cuts is encoded with no added token matched at all, so a
-region can never turn into a control token by accident. Regions are memoized:
-a conversation that grows by one message re-encodes only what is new, and the
-new regions of one prompt are encoded together in one batch.
+region can never turn into a control token by accident. A family whose
+reference encoder tokenizes finer pieces renders a `SegmentedText`: its cuts
+split regions further and emit nothing. Regions are memoized: a conversation
+that grows by one message re-encodes only what is new, and the new regions of
+one prompt are encoded together in one batch.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import Self
 
 from tokenizers import Tokenizer
 
 from gateway.shield import Shield, spelling_pattern
+
+
+class SegmentedText(str):
+    """Rendered text that also says where its plain text is encoded piece by piece: `cuts`, sorted offsets."""
+
+    cuts: tuple[int, ...]
+
+    def __new__(cls, pieces: Iterable[str]) -> Self:
+        """The concatenation of `pieces`, cut between every two of them."""
+        pieces = list(pieces)
+        text = super().__new__(cls, "".join(pieces))
+        ends, offset = [], 0
+        for piece in pieces[:-1]:
+            offset += len(piece)
+            ends.append(offset)
+        text.cuts = tuple(dict.fromkeys(ends))
+        return text
 
 
 class PromptEncoder:
@@ -38,17 +60,22 @@ class PromptEncoder:
         With a `shield`, markers in `text` are spelled back as the client's plain text.
         """
         parts = self._split.split(text) if self._split else [text]
-        regions = parts[::2] if shield is None or not shield.originals else [shield.restore(r) for r in parts[::2]]
-        known = self._encoded(regions)
-        ids = list(known[regions[0]])
+        regions = _pieces(parts[::2], parts[1::2], getattr(text, "cuts", ()))
+        if shield is not None and shield.originals:
+            regions = [[shield.restore(p) for p in region] for region in regions]
+        known = self._encoded(p for region in regions for p in region)
+        ids: list[int] = []
+        for piece in regions[0]:
+            ids += known[piece]
         for spelling, region in zip(parts[1::2], regions[1:]):
             ids.append(self.added[spelling])
-            ids += known[region]
+            for piece in region:
+                ids += known[piece]
         return ids
 
     def encode_plain(self, text: str) -> list[int]:
-        """Ids of `text` with no added token matched (client text is always encoded this way)."""
-        return self._encoded((text,))[text]
+        """Ids of `text` with no added token matched (client text is always encoded this way); a fresh list."""
+        return list(self._encoded((text,))[text])
 
     def _encoded(self, texts: Iterable[str]) -> dict[str, list[int]]:
         """Ids of each distinct text: memo hits, and the misses encoded in one batch and memoized."""
@@ -70,6 +97,20 @@ class PromptEncoder:
         while len(self._memo) > self._memo_size:
             self._memo.popitem(last=False)
         return known
+
+
+def _pieces(regions: list[str], spellings: list[str], cuts: tuple[int, ...]) -> list[list[str]]:
+    """Each region as the pieces `cuts` (offsets into the whole text) make of it; one piece when none falls inside."""
+    if not cuts:
+        return [[region] for region in regions]
+    out, start = [], 0
+    for region, spelling in zip(regions, [*spellings, ""]):
+        end = start + len(region)
+        inner = cuts[bisect.bisect_right(cuts, start) : bisect.bisect_left(cuts, end)]
+        bounds = [start, *inner, end]
+        out.append([region[a - start : b - start] for a, b in itertools.pairwise(bounds)])
+        start = end + len(spelling)
+    return out
 
 
 def _without_added_tokens(tokenizer: Tokenizer) -> Tokenizer:

@@ -24,9 +24,17 @@ class Spelled(str):
     """Text that spells markers with ordinary tokens."""
 
 
+Vocab = tuple[PromptEncoder, xg.GrammarCompiler, ControlIds, int]
+
+
 @pytest.fixture(scope="module")
-def vocab(tmp_path_factory: pytest.TempPathFactory) -> tuple[PromptEncoder, xg.GrammarCompiler, ControlIds, int]:
-    directory: Path = tmp_path_factory.mktemp("kimi-grammar")
+def vocab(tmp_path_factory: pytest.TempPathFactory) -> Vocab:
+    return synthetic_vocab(tmp_path_factory.mktemp("kimi-grammar"))
+
+
+def synthetic_vocab(directory: Path) -> Vocab:
+    """The encoder, an xgrammar compiler (control tokens are text to it, as SGLang's and vLLM's), the control
+    ids and the stop id of a synthetic Kimi checkpoint written to `directory`."""
     specials = write_synthetic_checkpoint(directory)
     tokenizer = load_kimi_tokenizer(directory)
     size = tokenizer.get_vocab_size()
@@ -418,8 +426,10 @@ def test_response_format_json(vocab) -> None:
 
 
 def test_grammar_uses_integer_token_ids_only(vocab) -> None:
+    """Markers are token ids; a spelling appears only in the exclusion lists of text regions."""
     text = build_grammar(request(WEATHER, tool_choice="required"), "think", vocab[2]).text
     tokens = re.findall(r'"token": ([^,}]+)', text)
     assert tokens and all(t.strip().isdigit() for t in tokens)
-    assert OPEN not in text and SEP not in text
     assert json.loads(text)["type"] == "structural_tag"
+    outside_exclusions = re.sub(r"excludes=\(.*?\)\)", "", text)
+    assert "excludes=" in text and not any(s in outside_exclusions for s in (OPEN, CLOSE, SEP, END_OF_MSG))

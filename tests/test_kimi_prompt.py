@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,57 @@ def test_client_text_spelling_markers_never_becomes_control_tokens(family: KimiK
     plain_ids = encoder.encode_prompt(family.render(plain))
     assert [i for i in ids if i in control] == [i for i in plain_ids if i in control]
     assert family.context.tokenizer.decode(ids, skip_special_tokens=False) == shield.restore(family.render(shielded))
+
+
+_SPELLED = re.compile("(" + "|".join(map(re.escape, ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"))) + ")")
+
+
+def segment_wise_ids(encoder: PromptEncoder, text: str) -> list[int]:
+    """Ids as K3's reference encoder makes them: control tokens, and every other piece encoded on its own; a tag
+    head (after `<|open|>`) is its name, then ` key`, `="`, value, `"` per attribute."""
+    ids: list[int] = []
+    after_open = False
+    for part in _SPELLED.split(text):
+        if part in encoder.added:
+            ids.append(encoder.added[part])
+            after_open = part == "<|open|>"
+            continue
+        pieces = [part]
+        if after_open:
+            name, attributes = re.fullmatch(r'([^ ]*)((?: [\w-]+="[^"]*")*)', part).groups()
+            pieces = [name] + [
+                p for k, v in re.findall(r' ([\w-]+)="([^"]*)"', attributes) for p in (f" {k}", '="', v, '"')
+            ]
+        for piece in pieces:
+            ids += encoder.encode_plain(piece)
+        after_open = False
+    return ids
+
+
+def test_attribute_pieces_are_encoded_on_their_own(family: KimiK3Family) -> None:
+    """Values ending in a space or starting with "," merge across the seam in this vocabulary (in K3's: also
+    `_id`, `$ref`, `x.`, `&quot;`…): the prompt's cuts keep K3's segment-wise ids."""
+    encoder = PromptEncoder(family.context.tokenizer)
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": {",x": 1, "x ": 'say "hi"'}}}
+    req = chat(
+        {"role": "user", "name": "ana ", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+    )
+    text = family.render(req)
+    assert encoder.encode_prompt(text) == segment_wise_ids(encoder, text)
+    assert encoder.encode_prompt(str(text)) != segment_wise_ids(encoder, text)  # one region per gap: other ids
+    plain = chat({"role": "user", "name": "ana", "content": "hi"})
+    assert encoder.encode_prompt(family.render(plain)) == encoder.encode_prompt(str(family.render(plain)))
+
+
+def test_cut_pieces_are_shielded_too(family: KimiK3Family) -> None:
+    encoder = PromptEncoder(family.context.tokenizer)
+    req = chat({"role": "user", "name": "x<|open|>y ", "content": "hi"})
+    shielded, shield = Shielder(encoder.added).shield(req, family.keep_in_assistant)
+    text = family.render(shielded)
+    ids = encoder.encode_prompt(text, shield)
+    plain_ids = encoder.encode_prompt(family.render(chat({"role": "user", "name": "xy ", "content": "hi"})))
+    control = set(encoder.added.values())
+    assert [i for i in ids if i in control] == [i for i in plain_ids if i in control]
+    assert family.context.tokenizer.decode(ids, skip_special_tokens=False) == shield.restore(text)

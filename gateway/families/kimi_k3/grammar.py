@@ -2,9 +2,12 @@
 
 Markers are `token` formats by integer id (vLLM validates tags without a
 tokenizer and accepts only ids), so a grammar can never be satisfied by text
-that merely spells `<|open|>`; text regions are `any_tokens` that exclude the
-four control tokens. Formats used: sequence, or, optional, star, plus,
-const_string, regex, json_schema, token, exclude_token, any_tokens.
+that merely spells `<|open|>`; free text regions are `any_tokens` that exclude
+the four control tokens. Typed values are text grammars (values.py), which
+backends match against the control tokens' spelling, so they exclude the
+spellings themselves. Formats used: sequence, or, optional, star, plus,
+const_string, regex, grammar (EBNF), token, exclude_token, any_tokens,
+any_text (`excludes`, `max_chars`).
 
 Policy (the K3 grammar-hardening rules):
 * The skeleton follows the prompt: reasoning up to `<|close|>think<|sep|>`
@@ -23,6 +26,11 @@ Policy (the K3 grammar-hardening rules):
   is written `type="number"`; unions give one tag alternative per type.
   Ambiguous schemas, explicit `strict: false` and tools without declared
   properties get the parser-compatible XTML fallback: any argument tags.
+* Values: JSON ones are compact one-line JSON; raw strings keep their
+  `pattern` / `minLength` / `maxLength` where that is sound and cheap
+  (values.py). A schema xgrammar cannot use is a 400 naming it when the tool
+  says `strict: true`; otherwise that value is free text without control
+  tokens, so guidance never turns a valid request into an error.
 * response_format json: the response channel holds that JSON (optional
   when a tools section may follow instead).
 """
@@ -35,10 +43,15 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.families.base import ChatRequest
-from gateway.json_grammar import response_schema
+from gateway.json_grammar import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 
 from .argument_types import Alternative, SchemaDocument, literal_text
-from .markers import CLOSE, END_OF_MSG, OPEN, SEP, escape_attr
+from .markers import CLOSE, END_OF_MSG, OPEN, SEP, SPELLINGS, escape_attr
+from .values import json_value_ebnf, length_body, pattern_ebnf
+
+MAX_CHAR_BUDGETS = 2
+"""Distinct `maxLength` budgets enforced per grammar: xgrammar compiles each `max_chars` in about 0.5 s at a
+130k vocabulary (0.2.7 and 0.2.9 alike); further bounded strings keep the unbounded safe body."""
 
 Format = dict[str, Any]
 
@@ -65,12 +78,21 @@ class ControlIds:
         return [self.open, self.close, self.sep, self.end_of_msg]
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where a schema sits in the request (the 400 `param`), and whether its tool asked for `strict`."""
+
+    param: str
+    strict: bool
+
+
 class _Builder:
-    """Formats for one vocabulary's control ids."""
+    """Formats for one vocabulary's control ids (one builder per grammar: it keeps the grammar's budgets)."""
 
     def __init__(self, ids: ControlIds, always_strict: bool = False):
         self.ids = ids
         self.always_strict = always_strict
+        self.char_budgets: set[int] = set()
 
     def token(self, token_id: int) -> Format:
         return {"type": "token", "token": token_id}
@@ -91,26 +113,58 @@ class _Builder:
     def element(self, head: str, content: Format, name: str) -> Format:
         return _seq(*self.open_tag(head), content, *self.close_tag(name))
 
-    def argument(self, key: str, alt: Alternative, document: SchemaDocument, required: bool) -> Format:
+    def argument(self, key: str, alt: Alternative, document: SchemaDocument, required: bool, where: Where) -> Format:
         head = f'argument key="{escape_attr(key)}" type="{alt.xtml_type}"'
-        return self.element(head, self.value(alt, document, required), "argument")
+        value = self.value(alt, document, required, Where(f"{where.param}.properties.{key}", where.strict))
+        return self.element(head, value, "argument")
 
-    def value(self, alt: Alternative, document: SchemaDocument, required: bool) -> Format:
+    def value(self, alt: Alternative, document: SchemaDocument, required: bool, where: Where) -> Format:
         if alt.literals is not None:
-            return _or([_const(literal_text(v)) for v in alt.literals])
+            texts = [literal_text(v) for v in alt.literals]
+            safe = [t for t in texts if not any(s in t for s in SPELLINGS)]
+            return _or([_const(t) for t in safe]) if safe else self.text(nonempty=required)
         if alt.xtml_type == "string":
-            return self.text(nonempty=required)
+            return self.string(alt.schema or {}, required, where)
         if alt.xtml_type == "null":
             return _const("null")
-        return {"type": "json_schema", "json_schema": document.standalone(alt.schema or {})}
+        return self.json_value(document.standalone(alt.schema or {}), required, where)
+
+    def json_value(self, schema: Any, required: bool, where: Where) -> Format:
+        """Compact JSON matching `schema`; safe text when it has no spelling-free grammar, or when xgrammar cannot
+        use it and the client did not ask for `strict` (then it is a 400)."""
+        try:
+            ebnf = json_value_ebnf(schema, where.param, where.strict)
+        except SchemaGrammarError:
+            if where.strict:
+                raise
+            ebnf = None
+        return {"type": "grammar", "grammar": ebnf} if ebnf is not None else self.text(nonempty=required)
+
+    def string(self, schema: dict[str, Any], required: bool, where: Where) -> Format:
+        """A raw string body: its pattern when that can be enforced, else its length bounds, else any text."""
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str):
+            ebnf = pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
+            if ebnf is not None:
+                return {"type": "grammar", "grammar": ebnf}
+        low, high = _length_bounds(schema, required, where)
+        if high is None and low <= 1:
+            return self.text(nonempty=low == 1)
+        body = length_body(low, high)
+        chars = body[-1].get("max_chars") if body else None
+        if chars is not None and chars not in self.char_budgets:
+            if len(self.char_budgets) >= MAX_CHAR_BUDGETS:
+                return self.string({"minLength": low}, required, where)
+            self.char_budgets.add(chars)
+        return _seq(*body) if body else _const("")
 
     def loose_argument(self) -> Format:
         """Any well-formed argument tag: the parser-compatible fallback."""
         head = {"type": "regex", "pattern": r'argument key="[^"<>]*" type="(string|number|boolean|null|array|object)"'}
         return _seq(self.token(self.ids.open), head, self.token(self.ids.sep), self.text(), *self.close_tag("argument"))
 
-    def arguments(self, function: dict[str, Any]) -> Format:
-        """The argument tags of one call of `function`."""
+    def arguments(self, function: dict[str, Any], param: str) -> Format:
+        """The argument tags of one call of `function`, whose parameters the request names `param`."""
         params = function.get("parameters") or {}
         properties = params.get("properties")
         relaxed = function.get("strict") is False and not self.always_strict
@@ -121,23 +175,30 @@ class _Builder:
         shapes = {key: document.alternatives(properties.get(key, {})) for key in {*properties, *required}}
         if any(alts is None for alts in shapes.values()):
             return _star(self.loose_argument())
-        elements = [_or([self.argument(k, alt, document, True) for alt in shapes[k]]) for k in required]
+        where = Where(param, function.get("strict") is True)
+        elements = [_or([self.argument(k, alt, document, True, where) for alt in shapes[k]]) for k in required]
         optional = [
-            self.argument(k, alt, document, False) for k in properties if k not in required for alt in shapes[k]
+            self.argument(k, alt, document, False, where) for k in properties if k not in required for alt in shapes[k]
         ]
         if optional:
             elements.append(_star(_or(optional)))
         return _seq(*elements) if elements else _const("")
 
-    def call(self, function: dict[str, Any]) -> Format:
+    def call(self, function: dict[str, Any], param: str) -> Format:
         head = [self.token(self.ids.open), _const(f'call tool="{escape_attr(function["name"])}" index="')]
         index = {"type": "regex", "pattern": r"[1-9][0-9]*"}
         return _seq(
-            *head, index, _const('"'), self.token(self.ids.sep), self.arguments(function), *self.close_tag("call")
+            *head,
+            index,
+            _const('"'),
+            self.token(self.ids.sep),
+            self.arguments(function, param),
+            *self.close_tag("call"),
         )
 
-    def tools_section(self, functions: list[dict[str, Any]], parallel: bool) -> Format:
-        call = _or([self.call(fn) for fn in functions])
+    def tools_section(self, functions: list[tuple[str, dict[str, Any]]], parallel: bool) -> Format:
+        """The tools section for `functions`, each with the request path of its parameters."""
+        call = _or([self.call(fn, param) for param, fn in functions])
         calls = {"type": "plus", "content": call} if parallel else call
         return self.element("tools", calls, "tools")
 
@@ -159,7 +220,12 @@ def build_grammar(request: ChatRequest, channel: str, ids: ControlIds, always_st
 
     `always_strict`: the operator's strict mode; declared schemas apply even to `strict: false` tools.
     """
-    functions = [t["function"] for t in request.active_tools]
+    active = request.active_tools
+    functions = [
+        (f"tools[{i}].function.parameters", t["function"])
+        for i, t in enumerate(request.tools)
+        if any(t is a for a in active)
+    ]
     schema = response_schema(request.response_format)
     if not functions and schema is None:
         return None
@@ -168,7 +234,8 @@ def build_grammar(request: ChatRequest, channel: str, ids: ControlIds, always_st
     forced = bool(functions) and request.tool_choice != "auto"
     response = None
     if schema is not None and not forced:
-        json_value: Format = {"type": "json_schema", "json_schema": schema}
+        strict = ((request.response_format or {}).get("json_schema") or {}).get("strict") is True
+        json_value = builder.json_value(schema, True, Where(RESPONSE_SCHEMA_PARAM, strict))
         response = _optional(json_value) if tools is not None else json_value
     fmt = builder.answer(channel, tools, forced, response)
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
@@ -184,6 +251,24 @@ def _seq(*elements: Format) -> Format:
 
 def _star(content: Format) -> Format:
     return {"type": "star", "content": content}
+
+
+def _length_bounds(schema: dict[str, Any], required: bool, where: Where) -> tuple[int, int | None]:
+    """(minLength, maxLength) of a string schema, a required one at least 1 long; out-of-range bounds are
+    ignored, and so is a maxLength below minLength (SchemaGrammarError when `strict`)."""
+    low, high = (schema.get(k) for k in ("minLength", "maxLength"))
+    low = low if _count(low) else 0
+    high = high if _count(high) else None
+    if high is not None and high < low and where.strict:
+        raise SchemaGrammarError(
+            f"the string cannot be enforced: minLength {low} is greater than maxLength {high}", where.param
+        )
+    low = max(low, 1 if required else 0)
+    return low, high if high is None or high >= low else None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
 def _optional(content: Format) -> Format:

@@ -9,6 +9,8 @@ END_OF_MSG = "<|end_of_msg|>"
 
 MARKERS = frozenset({OPEN, CLOSE, SEP})
 """The three structural control tokens; only their token ids are structure, never their spelling."""
+SPELLINGS = (OPEN, CLOSE, SEP, END_OF_MSG)
+"""Every control token a grammar must keep out of its text regions."""
 
 
 def escape_attr(value: str) -> str:

@@ -3,9 +3,11 @@
 Control tokens are written spelled out (`<|open|>`, `<|close|>`, `<|sep|>`,
 `<|end_of_msg|>`); everything else — tag names, attribute pieces, message
 text — is plain text that the gateway encodes with no added token matched.
-K3 encodes each attribute piece (` role`, `="`, value, `"`) on its own; the
-Kimi pre-tokenizer splits at the same places unless a value begins or ends
-with punctuation or whitespace, which tool names and roles do not.
+The prompt is built as K3's segments and rendered as a `SegmentedText`, so
+each piece is encoded on its own as K3 does: a tag name, then per attribute
+` key`, `="`, the value and `"`. (Encoded as one region, the Kimi
+pre-tokenizer would merge across those seams when a value begins or ends with
+punctuation or ends with whitespace: `_id`, `$ref`, `a&quot;`, `x `.)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gateway import encoding  # a module reference: gateway.encoding imports the families package
 from gateway.families.base import ChatRequest
 from gateway.template import TemplateError
 
@@ -57,17 +60,24 @@ def open_channel(request: ChatRequest) -> str:
     return "think" if thinking_of(request).enabled else "response"
 
 
-def open_tag(name: str, *attributes: tuple[str, Any]) -> str:
-    return OPEN + name + "".join(f' {key}="{escape_attr(str(value))}"' for key, value in attributes) + SEP
+Segments = list[str]
+"""Prompt pieces in order, each encoded on its own (control-token spellings are pieces of their own)."""
 
 
-def close_tag(name: str) -> str:
-    return CLOSE + name + SEP
+def open_tag(name: str, *attributes: tuple[str, Any]) -> Segments:
+    pieces = [OPEN, name]
+    for key, value in attributes:
+        pieces += [f" {key}", '="', escape_attr(str(value)), '"']
+    return [*pieces, SEP]
 
 
-def message(body: str, *attributes: tuple[str, Any]) -> str:
+def close_tag(name: str) -> Segments:
+    return [CLOSE, name, SEP]
+
+
+def message(body: Segments, *attributes: tuple[str, Any]) -> Segments:
     """One complete message: `<|open|>message …<|sep|>body<|close|>message<|sep|><|end_of_msg|>`."""
-    return open_tag("message", *attributes) + body + close_tag("message") + END_OF_MSG
+    return [*open_tag("message", *attributes), *body, *close_tag("message"), END_OF_MSG]
 
 
 def compact_json(value: Any) -> str:
@@ -83,17 +93,17 @@ def deep_sorted(value: Any) -> Any:
     return value
 
 
-def system_directive(kind: str, body: str) -> str:
+def system_directive(kind: str, body: str) -> Segments:
     """An internal system message such as `type="tool-choice"`."""
-    return message(body.strip(), ("role", "system"), ("type", kind))
+    return message([body.strip()], ("role", "system"), ("type", kind))
 
 
-def tool_declaration(tools: list[dict[str, Any]]) -> str:
+def tool_declaration(tools: list[dict[str, Any]]) -> Segments:
     body = f"# Tools\nHere are the available tools, described in JSONSchema.\n\n```json\n{compact_json(deep_sorted(tools))}\n```"
     return system_directive("tool-declare", body)
 
 
-def effort_directive(effort: str) -> str:
+def effort_directive(effort: str) -> Segments:
     return system_directive(
         "thinking-effort",
         "`thinking_effort` guides on how much to think in your thinking channel (not including the response "
@@ -102,7 +112,7 @@ def effort_directive(effort: str) -> str:
     )
 
 
-def tool_choice_directive(tool_choice: str | dict[str, Any]) -> str:
+def tool_choice_directive(tool_choice: str | dict[str, Any]) -> Segments:
     if tool_choice == "required":
         return system_directive(
             "tool-choice",
@@ -113,13 +123,13 @@ def tool_choice_directive(tool_choice: str | dict[str, Any]) -> str:
             "tool-choice",
             "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next message.",
         )
-    return ""
+    return []
 
 
 _RAW_JSON = "Your response must be raw JSON data without markdown code blocks (```json) or any additional formatting."
 
 
-def response_format_directive(response_format: dict[str, Any] | None) -> str:
+def response_format_directive(response_format: dict[str, Any] | None) -> Segments:
     kind = (response_format or {}).get("type")
     if kind == "json_object":
         return system_directive(
@@ -132,7 +142,7 @@ def response_format_directive(response_format: dict[str, Any] | None) -> str:
             f"The system is invoked with `response_format=json_schema`.\n{_RAW_JSON}\n"
             f"The JSON data must match the following schema:\n```json\n{schema}\n```",
         )
-    return ""
+    return []
 
 
 def xtml_type(value: Any) -> str:
@@ -153,39 +163,39 @@ def xtml_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def tool_calls_block(tool_calls: list[dict[str, Any]]) -> str:
-    calls = []
+def tool_calls_block(tool_calls: list[dict[str, Any]]) -> Segments:
+    block = open_tag("tools")
     for index, tool_call in enumerate(tool_calls, start=1):
         fn = tool_call["function"]
-        arguments = "".join(
-            open_tag("argument", ("key", key), ("type", xtml_type(value))) + xtml_value(value) + close_tag("argument")
-            for key, value in fn.get("arguments", {}).items()
-        )
-        calls.append(open_tag("call", ("tool", fn["name"]), ("index", index)) + arguments + close_tag("call"))
-    return open_tag("tools") + "".join(calls) + close_tag("tools")
+        block += open_tag("call", ("tool", fn["name"]), ("index", index))
+        for key, value in fn.get("arguments", {}).items():
+            block += [*open_tag("argument", ("key", key), ("type", xtml_type(value))), xtml_value(value)]
+            block += close_tag("argument")
+        block += close_tag("call")
+    return block + close_tag("tools")
 
 
-def assistant_body(msg: dict[str, Any], thinking: bool) -> str:
+def assistant_body(msg: dict[str, Any], thinking: bool) -> Segments:
     """The channels of a past assistant message: think (thinking mode only), response, tools."""
-    body = ""
+    body: Segments = []
     if thinking:
         reasoning = msg.get("reasoning_content") or ""
-        body += open_tag("think") + (reasoning if reasoning.strip() else "") + close_tag("think")
-    body += open_tag("response") + (msg.get("content") or "") + close_tag("response")
+        body += [*open_tag("think"), reasoning if reasoning.strip() else "", *close_tag("think")]
+    body += [*open_tag("response"), msg.get("content") or "", *close_tag("response")]
     if msg.get("tool_calls"):
         body += tool_calls_block(msg["tool_calls"])
     return body
 
 
-def continued_assistant(msg: dict[str, Any], channel: str, thinking: bool) -> str:
+def continued_assistant(msg: dict[str, Any], channel: str, thinking: bool) -> Segments:
     """The final assistant message left open in `channel` for the model to continue."""
     head = open_tag("message", *_named(msg, "assistant"))
     reasoning = msg.get("reasoning_content") or ""
     if channel == "think":
-        return head + open_tag("think") + reasoning
+        return [*head, *open_tag("think"), reasoning]
     if thinking:
-        head += open_tag("think") + (reasoning if reasoning.strip() else "") + close_tag("think")
-    return head + open_tag("response") + (msg.get("content") or "")
+        head += [*open_tag("think"), reasoning if reasoning.strip() else "", *close_tag("think")]
+    return [*head, *open_tag("response"), msg.get("content") or ""]
 
 
 def _named(msg: dict[str, Any], role: str) -> list[tuple[str, Any]]:
@@ -224,35 +234,35 @@ def ordered_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def render_prompt(request: ChatRequest) -> str:
+def render_prompt(request: ChatRequest) -> encoding.SegmentedText:
     """The K3 prompt of `request`, ending with the generation prompt (or the continued final message)."""
     thinking = thinking_of(request)
     messages = ordered_tool_results(request.messages)
     continued = request.continue_final_message and bool(messages) and messages[-1].get("role") == "assistant"
     history = messages[:-1] if continued else messages
-    parts = [tool_declaration(request.tools)] if request.tools else []
+    parts = tool_declaration(request.tools) if request.tools else []
     if thinking.effort:
-        parts.append(effort_directive(thinking.effort))
+        parts += effort_directive(thinking.effort)
     tool_calls: list[dict[str, Any]] = []
     tool_index = 0
     for msg in history:
         role = msg["role"]
         if role in ("user", "system", "developer"):
-            parts.append(message(msg.get("content") or "", *_named(msg, "user" if role == "user" else "system")))
+            parts += message([msg.get("content") or ""], *_named(msg, "user" if role == "user" else "system"))
         elif role == "assistant":
             tool_calls, tool_index = msg.get("tool_calls") or [], 0
-            parts.append(message(assistant_body(msg, thinking.enabled), *_named(msg, "assistant")))
+            parts += message(assistant_body(msg, thinking.enabled), *_named(msg, "assistant"))
         elif role == "tool":
             tool_index += 1
             name = msg.get("name") or _positional_name(tool_calls, tool_index)
-            parts.append(message(msg.get("content") or "", ("role", "tool"), ("tool", name), ("index", tool_index)))
-    parts.append(tool_choice_directive(request.tool_choice))
-    parts.append(response_format_directive(request.response_format))
+            parts += message([msg.get("content") or ""], ("role", "tool"), ("tool", name), ("index", tool_index))
+    parts += tool_choice_directive(request.tool_choice)
+    parts += response_format_directive(request.response_format)
     if continued:
-        parts.append(continued_assistant(messages[-1], open_channel(request), thinking.enabled))
+        parts += continued_assistant(messages[-1], open_channel(request), thinking.enabled)
     elif request.add_generation_prompt:
-        parts.append(open_tag("message", ("role", "assistant")) + open_tag("think" if thinking.enabled else "response"))
-    return "".join(parts)
+        parts += [*open_tag("message", ("role", "assistant")), *open_tag("think" if thinking.enabled else "response")]
+    return encoding.SegmentedText(parts)
 
 
 def _positional_name(tool_calls: list[dict[str, Any]], index: int) -> str:
