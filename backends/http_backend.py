@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import aclosing, asynccontextmanager, contextmanager
+from typing import Any
 
 import httpx
 import orjson
@@ -77,3 +78,46 @@ def http_error(status: int, body: bytes) -> BackendError:
         message = str(error.get("message", message)) if isinstance(error, dict) else str(error)
     retryable = status >= 500 or status == 429
     return BackendError(f"backend refused the request ({status}): {message}", status=status, retryable=retryable)
+
+
+def event_error(error: Any) -> BackendError:
+    """A mid-stream `{"error": ...}` event."""
+    message = error.get("message", error) if isinstance(error, dict) else error
+    return BackendError(f"backend failed: {message}")
+
+
+def stream_event(line: str, on_error: Callable[[Any], BackendError] = event_error) -> dict[str, Any] | str | None:
+    """One SSE line of a backend stream: None for a line with no data, SSE_DONE, or the event object.
+
+    Invalid JSON, a non-object and an `error` event (mapped by `on_error`) are BackendErrors.
+    """
+    if not line.startswith(SSE_DATA):
+        return None
+    data = line[len(SSE_DATA) :].strip()
+    if data == SSE_DONE:
+        return SSE_DONE
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise BackendError(f"backend sent invalid JSON in its stream: {e}") from None
+    if not isinstance(event, dict):
+        raise BackendError("backend sent a stream event that is not an object")
+    if "error" in event:
+        raise on_error(event["error"])
+    return event
+
+
+@contextmanager
+def event_shape() -> Iterator[None]:
+    """Reading an event's fields: a field of the wrong type is a BackendError, not a crash."""
+    try:
+        yield
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
+        raise BackendError(f"backend sent a stream event of the wrong shape: {e!r}") from None
+
+
+def token_ids(value: Any, field: str) -> list[int]:
+    """`value` as a list of token ids; anything else is a BackendError."""
+    if not isinstance(value, list) or not all(type(i) is int for i in value):
+        raise BackendError(f"backend sent {field} that is not a list of token ids")
+    return value

@@ -142,12 +142,14 @@ class Router(Backend):
                             status=504,
                             code="timeout",
                         ) from None
+                    if chunk is None or chunk.finish_reason is not None:
+                        verdict = True  # the caller may close the stream once it has the finish
                     if chunk is None:
-                        verdict = True
                         return
                     yield chunk
         except BackendError as e:
-            verdict = verdict if verdict is not None else not (e.status >= 500 or e.status == 429)
+            if verdict is None and e.status != 429:  # overloaded is not broken: no verdict
+                verdict = e.status < 500
             raise
         finally:
             replica.outstanding -= 1

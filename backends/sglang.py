@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob
-from backends.http_backend import SSE_DATA, SSE_DONE, HTTPBackend
+from backends.http_backend import SSE_DONE, HTTPBackend, event_shape, stream_event, token_ids
 
 log = logging.getLogger(__name__)
 
@@ -108,25 +108,19 @@ class _StreamReader:
         self._seen_logprobs = 0
 
     def line(self, line: str) -> GenerateChunk | None:
-        if not line.startswith(SSE_DATA):
-            return None
-        data = line[len(SSE_DATA) :].strip()
-        if data == SSE_DONE:
+        event = stream_event(line)
+        if event == SSE_DONE:
             self.done = True
-            return None
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError as e:
-            raise BackendError(f"backend sent invalid JSON in its stream: {e}") from None
         if not isinstance(event, dict):
-            raise BackendError("backend sent a stream event that is not an object")
-        if "error" in event:
-            raise _event_error(event["error"])
-        return self._chunk(event)
+            return None
+        with event_shape():
+            return self._chunk(event)
 
     def _chunk(self, event: dict[str, Any]) -> GenerateChunk:
         meta = event.get("meta_info") or {}
-        ids = self._new(event.get("output_ids") or [], "_seen_ids")
+        if not isinstance(meta, dict):
+            raise BackendError("backend sent meta_info that is not an object")
+        ids = self._new(token_ids(event.get("output_ids") or [], "output_ids"), "_seen_ids")
         finish = meta.get("finish_reason")
         reason, matched = None, None
         if isinstance(finish, dict):
@@ -179,8 +173,3 @@ class _StreamReader:
                 )
             )
         return out
-
-
-def _event_error(error: Any) -> BackendError:
-    message = error.get("message", error) if isinstance(error, dict) else error
-    return BackendError(f"backend failed: {message}")

@@ -17,7 +17,7 @@ import httpx
 import orjson
 
 from backends.base import BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
-from backends.http_backend import SSE_DATA, SSE_DONE, HTTPBackend, http_error
+from backends.http_backend import SSE_DONE, HTTPBackend, event_shape, http_error, stream_event, token_ids
 
 VLLMApi = Literal["completions", "generate"]
 
@@ -159,24 +159,17 @@ class _StreamReader:
 
     def line(self, line: str) -> list[GenerateChunk]:
         """The chunks ready after this line (none, one, or the held finishing chunk)."""
-        if not line.startswith(SSE_DATA):
-            return []
-        data = line[len(SSE_DATA) :].strip()
-        if data == SSE_DONE:
+        event = stream_event(line, _event_error)
+        if event == SSE_DONE:
             self.done = True
             return self.end()
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError as e:
-            raise BackendError(f"backend sent invalid JSON in its stream: {e}") from None
         if not isinstance(event, dict):
-            raise BackendError("backend sent a stream event that is not an object")
-        if "error" in event:
-            raise _event_error(event["error"])
-        if isinstance(event.get("usage"), dict) and not event.get("choices"):
-            self._usage(event["usage"])
             return []
-        return [chunk for choice in event.get("choices") or () if (chunk := self._choice(choice)) is not None]
+        with event_shape():
+            if isinstance(event.get("usage"), dict) and not event.get("choices"):
+                self._usage(event["usage"])
+                return []
+            return [chunk for choice in event.get("choices") or () if (chunk := self._choice(choice)) is not None]
 
     def end(self) -> list[GenerateChunk]:
         """At the end of the stream: the held finishing chunk; without one the stream broke off."""
@@ -190,9 +183,9 @@ class _StreamReader:
             raise BackendError("backend sent a choice this single-choice request did not ask for")
         if self._finished is not None:
             raise BackendError("backend sent output after the finish reason")
-        ids = choice.get("token_ids")
-        if not isinstance(ids, list):
+        if "token_ids" not in choice:
             raise BackendError("backend sent no token_ids (needs vLLM with return_token_ids)")
+        ids = token_ids(choice["token_ids"], "token_ids")
         self._completion_tokens += len(ids)
         if ids:
             self._last_id = ids[-1]
