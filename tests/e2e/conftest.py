@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,30 +26,42 @@ def free_port() -> int:
 
 
 class GatewayProcess:
-    """`gateway serve` on a free port; `stop()` sends SIGTERM like an operator would."""
+    """`gateway serve` on a free port; `stop()` sends SIGTERM like an operator would.
 
-    def __init__(self, *args: str, startup_timeout: float = 300.0):
+    With `config` it serves that file (`--threads`, for the default bundled worker, is left out);
+    it counts as started once `ready_path` answers 200.
+    """
+
+    def __init__(
+        self, *args: str, config: Path | None = None, ready_path: str = "/ready", startup_timeout: float = 300.0
+    ):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open while it runs; a pipe could fill up
+        models = ["--config", str(config)] if config else ["--threads", "2"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port), "--threads", "2", *args],
+            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port), *models, *args],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
+            stderr=self._stderr,
         )
         deadline = time.monotonic() + startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited early:\n{self.proc.stderr.read()}")
+                raise RuntimeError(f"gateway exited early:\n{self.stderr()}")
             try:
-                if httpx.get(f"{self.base_url}/ready", timeout=2).status_code == 200:
+                if httpx.get(f"{self.base_url}{ready_path}", timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
         self.stop()
         raise RuntimeError("gateway did not become ready")
+
+    def stderr(self) -> str:
+        """What the gateway wrote to stderr so far (read without moving the offset the gateway writes at)."""
+        fd = self._stderr.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def children(self) -> list[int]:
         """Pids of processes whose parent is the gateway."""

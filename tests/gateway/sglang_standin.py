@@ -9,6 +9,7 @@ generates is scripted per test: a list of token ids, played back one per event.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
@@ -33,12 +34,33 @@ class Script:
     """Send this many tokens, then nothing more until the client goes away."""
     error_after: int | None = None
     """Send this many tokens, then an error event."""
+    garbage_after: int | None = None
+    """Send this many tokens, then `garbage` (bytes no contract checks), then end the stream."""
+    garbage: bytes = b"data: {not json\n\n"
+    cut_after: int | None = None
+    """Send this many tokens, then drop the connection: no finish, no end of the HTTP body."""
+    delay: float = 0.0
+    """Seconds to wait before each token."""
     refuse: int | None = None
     """Answer with this HTTP status and an error body instead of a stream."""
 
 
+class ConnectionCut(Exception):
+    """Raised inside a stream to make uvicorn drop the connection mid-body."""
+
+
+class _QuietCuts(logging.Filter):
+    """Keeps uvicorn from logging the scripted `ConnectionCut` as an application error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], ConnectionCut))
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietCuts())
+
+
 class SGLangStandIn:
-    """The server's state: the script to play, and what it saw (bodies, aborts, closed streams)."""
+    """The server's state: the script to play, and what it saw (bodies, aborts, closed and open streams)."""
 
     def __init__(self, incremental: bool):
         self.incremental = incremental
@@ -49,6 +71,8 @@ class SGLangStandIn:
         """Released once per accepted /generate request."""
         self.aborted: defaultdict[str, threading.Event] = defaultdict(threading.Event)
         self.closed: defaultdict[str, threading.Event] = defaultdict(threading.Event)
+        self.streaming: set[str] = set()
+        """Rids whose stream is open now."""
         self.app = Starlette(
             routes=[
                 Route("/generate", self._generate, methods=["POST"]),
@@ -83,6 +107,7 @@ class SGLangStandIn:
         params = request.sampling_params
         stop_ids = set() if params.ignore_eos else set(params.stop_token_ids or ())
         sent: list[int] = []
+        self.streaming.add(request.rid)
         try:
             for token in script.ids[: params.max_new_tokens]:
                 if script.hold_after is not None and len(sent) == script.hold_after:
@@ -90,6 +115,12 @@ class SGLangStandIn:
                 if script.error_after is not None and len(sent) == script.error_after:
                     yield _event(api_types.GenerateStreamError, {"error": {"message": "scripted failure"}})
                     return
+                if script.garbage_after is not None and len(sent) == script.garbage_after:
+                    yield script.garbage
+                    return
+                if script.cut_after is not None and len(sent) == script.cut_after:
+                    raise ConnectionCut(request.rid)
+                await asyncio.sleep(script.delay)
                 sent.append(token)
                 finish = None
                 if token in stop_ids:
@@ -103,6 +134,7 @@ class SGLangStandIn:
                 yield self._output(request, sent, {"type": "stop", "matched": None}, new=0)
             yield b"data: [DONE]\n\n"
         finally:
+            self.streaming.discard(request.rid)
             self.closed[request.rid].set()
 
     def _output(self, request: Any, sent: list[int], finish: dict | None, new: int = 1) -> bytes:
