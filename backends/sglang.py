@@ -62,10 +62,11 @@ class SGLangBackend(HTTPBackend):
         self._aborts: set[asyncio.Task[None]] = set()
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        live = False  # the server may be working on `rid`: abort it unless it finished, refused or was never reached
+        live = True  # the server may be working on `rid`: abort it unless it finished, refused or was never reached
+        accepted = False
         try:
             async with self._stream_lines("/generate", orjson.dumps(generate_payload(request))) as lines:
-                live = True
+                accepted = True
                 reader = _StreamReader(self.incremental)
                 async for line in lines:
                     chunk = reader.line(line)
@@ -76,6 +77,9 @@ class SGLangBackend(HTTPBackend):
                         break
                 if live:
                     raise BackendError("backend stream ended without a finish reason", retryable=True)
+        except BackendError:
+            live = live and accepted  # a refusal or a failed connection leaves nothing running there
+            raise
         finally:
             if live:
                 self._abort_later(request.rid)
