@@ -7,7 +7,7 @@ the four control tokens. Typed values are text grammars (values.py), which
 backends match against the control tokens' spelling, so they exclude the
 spellings themselves. Formats used: sequence, or, optional, star, plus,
 const_string, regex, grammar (EBNF), token, exclude_token, any_tokens,
-any_text (`excludes`, `max_chars`).
+any_text (`excludes`; never `max_chars`, see below).
 
 Policy (the K3 grammar-hardening rules):
 * The skeleton follows the prompt: reasoning up to `<|close|>think<|sep|>`
@@ -27,8 +27,10 @@ Policy (the K3 grammar-hardening rules):
   Ambiguous schemas, explicit `strict: false` and tools without declared
   properties get the parser-compatible XTML fallback: any argument tags.
 * Values: JSON ones are compact one-line JSON; raw strings keep their
-  `pattern` / `minLength` / `maxLength` where that is sound and cheap
-  (values.py). A schema xgrammar cannot use is a 400 naming it when the tool
+  `pattern` / `minLength` where that is sound and cheap (values.py). Their
+  `maxLength` is not enforced: xgrammar's `max_chars` makes every free-text
+  token's mask about 40 ms at a 129K vocabulary (bench/RESULTS.md), and a
+  bounded regex compiles in about a second. A schema xgrammar cannot use is a 400 naming it when the tool
   says `strict: true`; otherwise that value is free text without control
   tokens, so guidance never turns a valid request into an error.
 * response_format json: the response channel holds that JSON (optional
@@ -47,11 +49,7 @@ from gateway.json_grammar import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, resp
 
 from .argument_types import Alternative, SchemaDocument, literal_text
 from .markers import CLOSE, END_OF_MSG, OPEN, SEP, SPELLINGS, escape_attr
-from .values import json_value_ebnf, length_body, pattern_ebnf
-
-MAX_CHAR_BUDGETS = 2
-"""Distinct `maxLength` budgets enforced per grammar: xgrammar compiles each `max_chars` in about 0.5 s at a
-130k vocabulary (0.2.7 and 0.2.9 alike); further bounded strings keep the unbounded safe body."""
+from .values import json_value_ebnf, min_length_body, pattern_ebnf
 
 Format = dict[str, Any]
 
@@ -87,12 +85,11 @@ class Where:
 
 
 class _Builder:
-    """Formats for one vocabulary's control ids (one builder per grammar: it keeps the grammar's budgets)."""
+    """Formats for one vocabulary's control ids."""
 
     def __init__(self, ids: ControlIds, always_strict: bool = False):
         self.ids = ids
         self.always_strict = always_strict
-        self.char_budgets: set[int] = set()
 
     def token(self, token_id: int) -> Format:
         return {"type": "token", "token": token_id}
@@ -141,22 +138,14 @@ class _Builder:
         return {"type": "grammar", "grammar": ebnf} if ebnf is not None else self.text(nonempty=required)
 
     def string(self, schema: dict[str, Any], required: bool, where: Where) -> Format:
-        """A raw string body: its pattern when that can be enforced, else its length bounds, else any text."""
+        """A raw string body: its pattern when that can be enforced, else its minLength, else any text."""
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
             ebnf = pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
             if ebnf is not None:
                 return {"type": "grammar", "grammar": ebnf}
-        low, high = _length_bounds(schema, required, where)
-        if high is None and low <= 1:
-            return self.text(nonempty=low == 1)
-        body = length_body(low, high)
-        chars = body[-1].get("max_chars") if body else None
-        if chars is not None and chars not in self.char_budgets:
-            if len(self.char_budgets) >= MAX_CHAR_BUDGETS:
-                return self.string({"minLength": low}, required, where)
-            self.char_budgets.add(chars)
-        return _seq(*body) if body else _const("")
+        low = _min_length(schema, required, where)
+        return self.text(nonempty=low == 1) if low <= 1 else _seq(*min_length_body(low))
 
     def loose_argument(self) -> Format:
         """Any well-formed argument tag: the parser-compatible fallback."""
@@ -253,18 +242,16 @@ def _star(content: Format) -> Format:
     return {"type": "star", "content": content}
 
 
-def _length_bounds(schema: dict[str, Any], required: bool, where: Where) -> tuple[int, int | None]:
-    """(minLength, maxLength) of a string schema, a required one at least 1 long; out-of-range bounds are
-    ignored, and so is a maxLength below minLength (SchemaGrammarError when `strict`)."""
+def _min_length(schema: dict[str, Any], required: bool, where: Where) -> int:
+    """minLength of a string schema, a required one at least 1; an out-of-range bound is ignored, and a
+    minLength above maxLength is a SchemaGrammarError when `strict` (nothing could satisfy it)."""
     low, high = (schema.get(k) for k in ("minLength", "maxLength"))
     low = low if _count(low) else 0
-    high = high if _count(high) else None
-    if high is not None and high < low and where.strict:
+    if _count(high) and high < low and where.strict:
         raise SchemaGrammarError(
             f"the string cannot be enforced: minLength {low} is greater than maxLength {high}", where.param
         )
-    low = max(low, 1 if required else 0)
-    return low, high if high is None or high >= low else None
+    return max(low, 1 if required else 0)
 
 
 def _count(value: Any) -> bool:

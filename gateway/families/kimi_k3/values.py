@@ -19,8 +19,9 @@ spellings:
   safe JSON grammar (None).
 * Raw string bodies (K3 writes `type="string"` values unquoted, with no escape)
   enforce a `pattern` only when it is anchored (`^…$`), cannot match `<` and is
-  cheap enough; length bounds use `any_text` with `max_chars`, excluding the
-  spellings without their leading `<` so that none can straddle into it.
+  cheap enough; a `minLength` is a counted regex prefix, then `any_text`
+  excluding the spellings without their leading `<` so that none can straddle
+  into it. `maxLength` is not enforced (see grammar.py).
 """
 
 from __future__ import annotations
@@ -170,19 +171,12 @@ def _regex_grammar(pattern: str) -> str:
     return str(xgr.Grammar.from_regex(pattern))
 
 
-def length_body(min_length: int, max_length: int | None) -> list[Format]:
-    """A raw body of `min_length` to `max_length` characters (None: no upper bound), free of the spellings.
+def min_length_body(min_length: int) -> list[Format]:
+    """A raw body of at least `min_length` characters, free of the spellings.
 
     The first characters before the last counted one cannot be `<`; the counted last one can, and the
     rest excludes `TAILS`, so no spelling starts in the counted part and ends after it.
     """
     counted = min(min_length, MAX_MIN_LENGTH)
-    body: list[Format] = []
-    if counted:
-        lead = f"[^<]{{{counted - 1}}}" if counted > 1 else ""
-        body.append({"type": "regex", "pattern": lead + r"[\s\S]"})
-    if max_length is None:
-        body.append({"type": "any_text", "excludes": list(TAILS)})
-    elif max_length > counted:
-        body.append({"type": "any_text", "excludes": list(TAILS), "max_chars": max_length - counted})
-    return body
+    lead = f"[^<]{{{counted - 1}}}" if counted > 1 else ""
+    return [{"type": "regex", "pattern": lead + r"[\s\S]"}, {"type": "any_text", "excludes": list(TAILS)}]
