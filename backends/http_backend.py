@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import aclosing, asynccontextmanager, contextmanager
+from contextlib import aclosing, asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import httpx
@@ -33,7 +34,11 @@ class HTTPBackend(Backend):
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(None, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            # idle connections go before the servers' own 5 s keep-alive (uvicorn, SGLang, vLLM) closes them, so
+            # a request never goes out on a connection the server is closing
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=4.0
+            ),
             transport=transport,
         )
 
@@ -84,6 +89,18 @@ def event_error(error: Any) -> BackendError:
     """A mid-stream `{"error": ...}` event."""
     message = error.get("message", error) if isinstance(error, dict) else error
     return BackendError(f"backend failed: {message}")
+
+
+async def read_to_end(lines: AsyncIterator[str], max_lines: int = 8, timeout: float = 1.0) -> None:
+    """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused.
+
+    A server that sends more, or takes longer, loses the connection instead of holding the answer.
+    """
+    with suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(timeout):
+            for _ in range(max_lines):
+                if await anext(lines, None) is None:
+                    return
 
 
 def stream_event(line: str, on_error: Callable[[Any], BackendError] = event_error) -> dict[str, Any] | str | None:

@@ -16,7 +16,7 @@ import httpx
 import orjson
 
 from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob
-from backends.http_backend import SSE_DONE, HTTPBackend, event_shape, stream_event, token_ids
+from backends.http_backend import SSE_DONE, HTTPBackend, event_shape, read_to_end, stream_event, token_ids
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ class SGLangBackend(HTTPBackend):
                     chunk = reader.line(line)
                     if chunk is not None and live:
                         live = chunk.finish_reason is None
+                        if not live:
+                            await read_to_end(lines)  # the caller may stop at the finish: keep the connection
                         yield chunk
                     if reader.done:
                         break

@@ -17,7 +17,15 @@ import httpx
 import orjson
 
 from backends.base import BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
-from backends.http_backend import SSE_DONE, HTTPBackend, event_shape, http_error, stream_event, token_ids
+from backends.http_backend import (
+    SSE_DONE,
+    HTTPBackend,
+    event_shape,
+    http_error,
+    read_to_end,
+    stream_event,
+    token_ids,
+)
 
 VLLMApi = Literal["completions", "generate"]
 
@@ -115,7 +123,10 @@ class VLLMBackend(HTTPBackend):
         reader = _StreamReader(self.api, request)
         async with self._stream_lines(_PATHS[self.api], body) as lines:
             async for line in lines:
-                for chunk in reader.line(line):
+                chunks = reader.line(line)
+                if reader.done:
+                    await read_to_end(lines)  # the caller may stop at the finish: keep the connection
+                for chunk in chunks:
                     yield chunk
                 if reader.done:
                     return

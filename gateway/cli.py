@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 from contextlib import ExitStack
@@ -114,6 +115,8 @@ def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drai
         except (RuntimeError, ValueError, OSError) as exc:
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
             return 1
+        gc.collect()
+        gc.freeze()  # the tokenizers and tables loaded above: full collections need not walk them again
         print(
             f"gateway: serving {', '.join(m.id for m in registry)} on http://{host}:{port}/v1",
             file=sys.stderr,

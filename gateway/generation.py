@@ -69,6 +69,11 @@ async def merge(streams: Sequence[AsyncIterator[T]], buffer: int = 16) -> AsyncI
     The first failure is raised here and the other streams are cancelled;
     closing this iterator early cancels (and so closes) every stream.
     """
+    if len(streams) == 1:  # the common case needs no queue and no task
+        async with aclosing(streams[0]) as only:
+            async for item in only:
+                yield 0, item
+        return
     queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue(maxsize=buffer)
 
     async def pump(index: int, stream: AsyncIterator[T]) -> None:

@@ -14,7 +14,7 @@ import uvicorn
 @contextmanager
 def serve(app, *, lifespan: str = "on", host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve `app` on `host` (any 127.x.y.z works on Linux) until the block ends; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     port = sock.getsockname()[1]
