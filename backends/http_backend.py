@@ -4,61 +4,48 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import aclosing, asynccontextmanager, contextmanager, suppress
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any
 
 import httpx
 import orjson
 
 from backends.base import Backend, BackendError
+from backends.http_stream import HTTPStatusError, StreamPool
 
-SSE_DATA = "data:"
+SSE_DATA = b"data:"
 SSE_DONE = "[DONE]"
-_JSON = {"content-type": "application/json"}
+"""What stream_event gives for the stream's `data: [DONE]` line."""
+_DONE = SSE_DONE.encode()
 
 
 class HTTPBackend(Backend):
-    """A backend server at `base_url`, reached over a keep-alive HTTP/1.1 pool."""
+    """A backend server at `base_url`: streamed generations on a lean keep-alive pool (backends/http_stream.py),
+    health checks and other small calls through httpx."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        connect_timeout: float = 5.0,
-        health_timeout: float = 5.0,
-        max_connections: int = 256,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ):
+    def __init__(self, base_url: str, *, connect_timeout: float = 5.0, health_timeout: float = 5.0):
         self.base_url = base_url.rstrip("/")
         self._health_timeout = health_timeout
+        self._streams = StreamPool(self.base_url, connect_timeout=connect_timeout)
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             timeout=httpx.Timeout(None, connect=connect_timeout),
-            # idle connections go before the servers' own 5 s keep-alive (uvicorn, SGLang, vLLM) closes them, so
-            # a request never goes out on a connection the server is closing
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=4.0
-            ),
-            transport=transport,
+            # idle connections go before the servers' own 5 s keep-alive (uvicorn, SGLang, vLLM) closes them
+            limits=httpx.Limits(max_connections=32, keepalive_expiry=4.0),
         )
 
     @asynccontextmanager
-    async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[str]]:
+    async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[bytes]]:
         """POST `body` and give the response's lines; entered only once the server accepted (200).
 
         A refusal is a BackendError with the server's status; a connection that fails before or
         during the stream is a retryable 503.
         """
         try:
-            async with self._client.stream("POST", path, content=body, headers=_JSON) as response:
-                if response.status_code != 200:
-                    raise http_error(response.status_code, await response.aread())
-                async with aclosing(response.aiter_lines()) as lines:
-                    yield lines
-        except httpx.ConnectError as e:
-            raise BackendError(f"backend {self.base_url} unreachable: {e!r}", status=503, retryable=True) from e
-        except httpx.TransportError as e:
-            raise BackendError(f"backend {self.base_url} failed: {e!r}", status=503, retryable=True) from e
+            async with self._streams.post_lines(path, body) as lines:
+                yield lines
+        except HTTPStatusError as e:
+            raise http_error(e.status, e.body) from None
 
     async def ready(self) -> bool:
         try:
@@ -68,6 +55,7 @@ class HTTPBackend(Backend):
         return response.status_code == 200
 
     async def close(self) -> None:
+        await self._streams.close()
         await self._client.aclose()
 
 
@@ -91,19 +79,19 @@ def event_error(error: Any) -> BackendError:
     return BackendError(f"backend failed: {message}")
 
 
-async def read_to_end(lines: AsyncIterator[str], max_lines: int = 8, timeout: float = 1.0) -> None:
+async def read_to_end(lines: AsyncIterator[bytes], max_lines: int = 8, timeout: float = 1.0) -> None:
     """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused.
 
     A server that sends more, or takes longer, loses the connection instead of holding the answer.
     """
-    with suppress(TimeoutError, httpx.HTTPError):
+    with suppress(TimeoutError, BackendError):
         async with asyncio.timeout(timeout):
             for _ in range(max_lines):
                 if await anext(lines, None) is None:
                     return
 
 
-def stream_event(line: str, on_error: Callable[[Any], BackendError] = event_error) -> dict[str, Any] | str | None:
+def stream_event(line: bytes, on_error: Callable[[Any], BackendError] = event_error) -> dict[str, Any] | str | None:
     """One SSE line of a backend stream: None for a line with no data, SSE_DONE, or the event object.
 
     Invalid JSON, a non-object and an `error` event (mapped by `on_error`) are BackendErrors.
@@ -111,7 +99,7 @@ def stream_event(line: str, on_error: Callable[[Any], BackendError] = event_erro
     if not line.startswith(SSE_DATA):
         return None
     data = line[len(SSE_DATA) :].strip()
-    if data == SSE_DONE:
+    if data == _DONE:
         return SSE_DONE
     try:
         event = orjson.loads(data)

@@ -113,7 +113,7 @@ class _StreamReader:
         self._seen_ids = 0
         self._seen_logprobs = 0
 
-    def line(self, line: str) -> GenerateChunk | None:
+    def line(self, line: bytes) -> GenerateChunk | None:
         event = stream_event(line)
         if event == SSE_DONE:
             self.done = True

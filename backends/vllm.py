@@ -168,7 +168,7 @@ class _StreamReader:
         self._last_id: int | None = None
         self._finished: GenerateChunk | None = None
 
-    def line(self, line: str) -> list[GenerateChunk]:
+    def line(self, line: bytes) -> list[GenerateChunk]:
         """The chunks ready after this line (none, one, or the held finishing chunk)."""
         event = stream_event(line, _event_error)
         if event == SSE_DONE:

@@ -48,14 +48,22 @@ def build_state(args: argparse.Namespace) -> WorkerState:
     checkpoint = load_checkpoint(path)
     weights = load_weights(checkpoint, progress)
     context = min(args.context_length or checkpoint.config.context_length, checkpoint.config.context_length)
-    model = LlamaModel(weights, checkpoint.config, slots=args.max_batch, context=context,
-                       device=args.device, weights_dtype=args.weights_dtype)
+    model = LlamaModel(
+        weights,
+        checkpoint.config,
+        slots=args.max_batch,
+        context=context,
+        device=args.device,
+        weights_dtype=args.weights_dtype,
+    )
     del weights
     grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
     engine = Engine(model, checkpoint.eos_token_ids, prefill_chunk=args.prefill_chunk)
     engine.start()
-    progress(f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {args.threads} threads, "
-             f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens)")
+    progress(
+        f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {args.threads} threads, "
+        f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens)"
+    )
     return WorkerState(checkpoint, engine, grammars, path)
 
 

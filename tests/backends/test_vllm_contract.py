@@ -162,8 +162,8 @@ def test_worker_models_and_errors_are_vllms(oracle, worker_url):
     assert "send token ids" in httpx.post(f"{worker_url}/v1/completions", json={"prompt": "hi"}).text
 
 
-def _lines(*events: dict) -> list[str]:
-    return [f"data: {orjson.dumps(e).decode()}" for e in events] + ["data: [DONE]"]
+def _lines(*events: dict) -> list[bytes]:
+    return [b"data: " + orjson.dumps(e) for e in events] + [b"data: [DONE]"]
 
 
 def _chunk(ids: list[int], finish: str | None = None, stop_reason: int | None = None) -> dict:
@@ -181,7 +181,7 @@ def _usage(cached: int) -> dict:
     return {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m", "choices": [], "usage": usage}
 
 
-def _read(lines: list[str]) -> list:
+def _read(lines: list[bytes]) -> list:
     reader = _StreamReader("completions", request())
     return [chunk for line in lines for chunk in reader.line(line)]
 
