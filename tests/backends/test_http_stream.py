@@ -1,0 +1,213 @@
+"""The lean streaming client against raw TCP servers that answer with exactly the bytes a test scripts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from backends.base import BackendError
+from backends.http_stream import HTTPStatusError, StreamPool
+
+pytestmark = pytest.mark.anyio
+Answer = Callable[[int, bytes], list[bytes] | None]
+"""(connection's request number, request bytes) → the byte pieces to send, or None to close."""
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def raw_server(answer: Answer, *, close_after: bool = False) -> AsyncIterator[tuple[str, list[int]]]:
+    """A TCP server on a free port; yields its URL and the number of requests each connection carried."""
+    per_connection: list[int] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = len(per_connection)
+        per_connection.append(0)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(
+                    next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+                )
+                request = head + await reader.readexactly(length)
+                per_connection[index] += 1
+                pieces = answer(per_connection[index], request)
+                if pieces is None:
+                    break
+                for piece in pieces:
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0)
+                if close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", per_connection
+    finally:
+        server.close()
+
+
+def chunked(*pieces: bytes, head: bytes = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n") -> list[bytes]:
+    return [head, *(f"{len(p):x}\r\n".encode() + p + b"\r\n" for p in pieces), b"0\r\n\r\n"]
+
+
+async def lines_of(pool: StreamPool, body: bytes = b"{}") -> list[bytes]:
+    async with pool.post_lines("/generate", body) as lines:
+        return [line async for line in lines]
+
+
+async def test_chunked_lines_split_anywhere_and_connections_are_reused():
+    events = [b'data: {"a": 1}\r\n\r\n', b"data: {", b'"b": 2}\n', b"\ndata: [DONE]\n\n"]
+    async with raw_server(lambda n, req: chunked(*events)) as (url, per_connection):
+        pool = StreamPool(url)
+        for _ in range(3):
+            assert await lines_of(pool) == [b'data: {"a": 1}', b"", b'data: {"b": 2}', b"", b"data: [DONE]", b""]
+        await pool.close()
+    assert per_connection == [3]
+
+
+async def test_request_line_headers_and_body_on_the_wire():
+    seen: list[bytes] = []
+
+    def answer(n: int, request: bytes) -> list[bytes]:
+        seen.append(request)
+        return chunked(b"data: [DONE]\n")
+
+    async with raw_server(answer) as (url, _):
+        pool = StreamPool(url + "/prefix/")
+        await lines_of(pool, b'{"x": 1}')
+        await pool.close()
+    head, body = seen[0].split(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == b"POST /prefix/generate HTTP/1.1"
+    assert b"Content-Length: 8" in head and b"Content-Type: application/json" in head and body == b'{"x": 1}'
+
+
+async def test_chunk_extensions_and_trailers():
+    pieces = [
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n",
+        b"5;ext=1\r\nab\ncd\r\n",
+        b"0\r\nX-T: 1\r\n\r\n",
+    ]
+    async with raw_server(lambda n, req: pieces) as (url, per_connection):
+        pool = StreamPool(url)
+        assert await lines_of(pool) == [b"ab", b"cd"]
+        assert await lines_of(pool) == [b"ab", b"cd"]
+        await pool.close()
+    assert per_connection == [2]
+
+
+async def test_sized_and_close_delimited_bodies():
+    sized = [b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n", b"data: 1\n", b"x\ny\n"]
+    async with raw_server(lambda n, req: sized) as (url, per_connection):
+        pool = StreamPool(url)
+        assert await lines_of(pool) == [b"data: 1", b"x", b"y"]
+        assert await lines_of(pool) == [b"data: 1", b"x", b"y"]
+        await pool.close()
+    assert per_connection == [2]
+    unsized = [b"HTTP/1.0 200 OK\r\n\r\n", b"data: 1\n", b"tail"]
+    async with raw_server(lambda n, req: unsized, close_after=True) as (url, per_connection):
+        pool = StreamPool(url)
+        assert await lines_of(pool) == [b"data: 1", b"tail"]
+        assert await lines_of(pool) == [b"data: 1", b"tail"]
+        await pool.close()
+    assert per_connection == [1, 1]  # no length, no reuse
+
+
+async def test_connection_close_header_is_honoured():
+    pieces = chunked(b"x\n", head=b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    async with raw_server(lambda n, req: pieces, close_after=True) as (url, per_connection):
+        pool = StreamPool(url)
+        await lines_of(pool)
+        await lines_of(pool)
+        await pool.close()
+    assert per_connection == [1, 1]
+
+
+async def test_refusal_carries_status_and_body_and_keeps_the_connection():
+    refusal = [b"HTTP/1.1 400 Bad Request\r\nContent-Length: 20\r\n\r\n", b'{"error": "no such"}']
+
+    def answer(n: int, request: bytes) -> list[bytes]:
+        return refusal if n == 1 else chunked(b"ok\n")
+
+    async with raw_server(answer) as (url, per_connection):
+        pool = StreamPool(url)
+        with pytest.raises(HTTPStatusError) as info:
+            await lines_of(pool)
+        assert (info.value.status, info.value.body) == (400, b'{"error": "no such"}')
+        assert await lines_of(pool) == [b"ok"]
+        await pool.close()
+    assert per_connection == [2]
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced():
+    def answer(n: int, request: bytes) -> list[bytes] | None:
+        return chunked(b"ok\n") if n == 1 else None  # each connection serves one request, then closes when asked again
+
+    async with raw_server(answer) as (url, per_connection):
+        pool = StreamPool(url)
+        assert await lines_of(pool) == [b"ok"]
+        assert await lines_of(pool) == [b"ok"]  # the idle connection is dead: a fresh one, no error
+        await pool.close()
+    assert per_connection == [2, 1]  # the second request went out on the kept one, then on a fresh one
+
+
+async def test_an_expired_idle_connection_is_not_used():
+    async with raw_server(lambda n, req: chunked(b"ok\n")) as (url, per_connection):
+        pool = StreamPool(url, keepalive_s=0.05)
+        await lines_of(pool)
+        await asyncio.sleep(0.1)
+        await lines_of(pool)
+        await pool.close()
+    assert per_connection == [1, 1]
+
+
+async def test_broken_streams_are_retryable_backend_errors():
+    truncated = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"20\r\ndata: short"]
+    garbage = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"zz\r\n"]
+    for pieces in (truncated, garbage):
+        async with raw_server(lambda n, req, p=pieces: p, close_after=True) as (url, _):
+            pool = StreamPool(url)
+            with pytest.raises(BackendError) as info:
+                await lines_of(pool)
+            assert info.value.status == 503 and info.value.retryable
+            await pool.close()
+
+
+async def test_unreachable_and_unanswered():
+    async with raw_server(lambda n, req: None) as (url, _):
+        pool = StreamPool(url)
+        with pytest.raises(BackendError) as info:  # closed before any answer on a fresh connection
+            await lines_of(pool)
+        assert info.value.status == 503
+        await pool.close()
+    pool = StreamPool(url)  # the server is gone: connection refused
+    with pytest.raises(BackendError) as info:
+        await lines_of(pool)
+    assert "unreachable" in str(info.value) and info.value.retryable
+
+
+async def test_leaving_early_closes_the_connection():
+    async with raw_server(lambda n, req: chunked(b"a\n", b"b\n", b"c\n")) as (url, per_connection):
+        pool = StreamPool(url)
+        async with pool.post_lines("/generate", b"{}") as lines:
+            assert await anext(lines) == b"a"
+        assert await lines_of(pool) == [b"a", b"b", b"c"]
+        await pool.close()
+    assert per_connection == [1, 1]
+
+
+def test_only_http_urls():
+    with pytest.raises(ValueError):
+        StreamPool("unix:///tmp/x")
