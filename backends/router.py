@@ -238,6 +238,10 @@ class Router(Backend):
         if urls is not None:
             self._sync(urls)
 
+    def set_urls(self, urls: list[str]) -> None:
+        """The replicas are now `urls` (e.g. a restarted worker's new port); the others drain."""
+        self._sync(urls)
+
     def _sync(self, urls: list[str]) -> None:
         """Make the replica set `urls`: new ones join, missing ones drain."""
         known = {r.url: r for r in self._replicas}

@@ -70,9 +70,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(work()) for work in registry.background]
         try:
             yield
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await registry.close()
 
     routes = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from importlib.metadata import version
 
@@ -15,7 +15,7 @@ from backends.sglang import SGLangBackend
 from backends.vllm import VLLMBackend
 from gateway.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig, ModelEntry
 from gateway.model import ModelRegistry, ServedModel, served_model_from_checkpoint
-from gateway.supervisor import WorkerProcess, WorkerSpec
+from gateway.supervisor import WorkerSpec, WorkerSupervisor
 
 
 def _say(message: str) -> None:
@@ -23,14 +23,16 @@ def _say(message: str) -> None:
 
 
 def start_models(config: GatewayConfig, stack: ExitStack) -> ModelRegistry:
-    """Load every configured model; workers started here are stopped when `stack` closes."""
-    return ModelRegistry([_start_model(entry, stack) for entry in config.models])
+    """Load every configured model; workers started here are stopped when `stack` closes, and
+    restarted by the registry's background tasks if they die."""
+    background: list[Callable[[], Awaitable[None]]] = []
+    return ModelRegistry([_start_model(entry, stack, background) for entry in config.models], background)
 
 
-def _start_model(entry: ModelEntry, stack: ExitStack) -> ServedModel:
+def _start_model(entry: ModelEntry, stack: ExitStack, background: list[Callable[[], Awaitable[None]]]) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load_checkpoint(entry.checkpoint)
-    backend = _start_backend(entry, stack)
+    backend = _start_backend(entry, stack, background)
     model = served_model_from_checkpoint(
         entry.id, checkpoint, entry.family, backend, entry.options, entry.default_max_tokens
     )
@@ -40,7 +42,9 @@ def _start_model(entry: ModelEntry, stack: ExitStack) -> ServedModel:
     return model
 
 
-def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:
+def _start_backend(
+    entry: ModelEntry, stack: ExitStack, background: list[Callable[[], Awaitable[None]]]
+) -> Backend | None:
     cfg = entry.backend
     if cfg.type == "none":
         return None
@@ -48,8 +52,12 @@ def _start_backend(entry: ModelEntry, stack: ExitStack) -> Backend | None:
         return _router(cfg, lambda url: SGLangBackend(url, incremental=cfg.incremental))
     if cfg.type == "vllm":
         return _router(cfg, lambda url: VLLMBackend(url, api=cfg.api, model=cfg.model))
-    worker_url = _start_worker(entry, stack)
-    return _router(cfg, lambda url: SGLangBackend(url, incremental=True), [worker_url])
+    supervisor = _start_worker(entry, stack)
+    assert supervisor.worker is not None and supervisor.worker.url is not None
+    router = _router(cfg, lambda url: SGLangBackend(url, incremental=True), [supervisor.worker.url])
+    supervisor.on_ready = lambda url: router.set_urls([url])
+    background.append(supervisor.watch)
+    return router
 
 
 def _router(cfg: BackendConfig, make_backend: Callable[[str], Backend], urls: list[str] | None = None) -> Router:
@@ -65,21 +73,21 @@ def _router(cfg: BackendConfig, make_backend: Callable[[str], Backend], urls: li
     return Router(make_backend, urls=urls or cfg.urls or [cfg.url], policy=policy)
 
 
-def _start_worker(entry: ModelEntry, stack: ExitStack) -> str:
-    """Start the bundled worker for `entry`; its URL once it serves."""
+def _start_worker(entry: ModelEntry, stack: ExitStack) -> WorkerSupervisor:
+    """Start the bundled worker for `entry` and wait until it serves."""
     cfg = entry.backend
     _say(f"{entry.id}: starting the bundled worker")
-    worker = WorkerProcess(
-        WorkerSpec(
-            checkpoint=entry.checkpoint,
-            threads=cfg.threads,
-            device=cfg.device,
-            max_batch=cfg.max_batch,
-            weights_dtype=cfg.weights_dtype,
-            context_length=cfg.context_length,
-        )
+    spec = WorkerSpec(
+        checkpoint=entry.checkpoint,
+        threads=cfg.threads,
+        device=cfg.device,
+        max_batch=cfg.max_batch,
+        weights_dtype=cfg.weights_dtype,
+        context_length=cfg.context_length,
     )
-    stack.callback(worker.stop)
-    url = worker.wait_ready()
-    _say(f"{entry.id}: worker ready at {url} (pid {worker.pid})")
-    return url
+    supervisor = WorkerSupervisor(spec, on_ready=lambda url: None, name=f"{entry.id} worker")
+    stack.callback(supervisor.stop)
+    url = supervisor.start()
+    assert supervisor.worker is not None
+    _say(f"{entry.id}: worker ready at {url} (pid {supervisor.worker.pid})")
+    return supervisor

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -83,10 +84,11 @@ def served_model_from_checkpoint(
 
 
 class ModelRegistry:
-    """The models this gateway serves, by id."""
+    """The models this gateway serves, by id; `background`: tasks to run while it serves (worker supervision)."""
 
-    def __init__(self, models: list[ServedModel]):
+    def __init__(self, models: list[ServedModel], background: list[Callable[[], Awaitable[None]]] | None = None):
         self._models = {m.id: m for m in models}
+        self.background = list(background or [])
 
     def get(self, model_id: str) -> ServedModel | None:
         return self._models.get(model_id)

@@ -1,15 +1,20 @@
-"""Run the bundled torch worker as a child process and wait until it serves."""
+"""Run the bundled torch worker as a child process, wait until it serves, and restart it if it dies."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("linux") else None
@@ -91,6 +96,10 @@ class WorkerProcess:
     def pid(self) -> int:
         return self._proc.pid
 
+    def exit_code(self) -> int | None:
+        """None while it runs."""
+        return self._proc.poll()
+
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds."""
         if self._proc.poll() is not None:
@@ -101,6 +110,53 @@ class WorkerProcess:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+
+
+class WorkerSupervisor:
+    """Keeps one bundled worker serving: when it dies unasked, a new one starts (with a growing pause
+    between tries) and `on_ready` gets its URL."""
+
+    def __init__(self, spec: WorkerSpec, on_ready: Callable[[str], None], name: str = "worker"):
+        self.spec = spec
+        self.on_ready = on_ready
+        self.name = name
+        self.worker: WorkerProcess | None = None
+        self.restarts = 0
+        self._stopping = False
+
+    def start(self) -> str:
+        """Start the first worker and wait until it serves (blocking); its URL."""
+        self.worker = WorkerProcess(self.spec)
+        return self.worker.wait_ready()
+
+    async def watch(self, poll_s: float = 0.5, max_pause_s: float = 30.0) -> None:
+        """Until cancelled: restart the worker whenever it has exited."""
+        pause = 1.0
+        while True:
+            await asyncio.sleep(poll_s)
+            if self._stopping or self.worker is None or self.worker.exit_code() is None:
+                continue
+            log.error(
+                "%s (pid %d) exited with %s; starting a new one", self.name, self.worker.pid, self.worker.exit_code()
+            )
+            try:
+                self.worker = WorkerProcess(self.spec)
+                url = await asyncio.to_thread(self.worker.wait_ready)
+            except (RuntimeError, OSError) as e:
+                log.error("%s did not start: %s; next try in %.0f s", self.name, e, pause)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, max_pause_s)
+                continue
+            pause = 1.0
+            self.restarts += 1
+            log.warning("%s ready again at %s (pid %d)", self.name, url, self.worker.pid)
+            self.on_ready(url)
+
+    def stop(self) -> None:
+        """Stop the current worker for good."""
+        self._stopping = True
+        if self.worker is not None:
+            self.worker.stop()
 
 
 def _die_with_parent() -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 
+import httpx
 import pytest
 
+from backends.checkpoint import EMBEDDED_MODEL_ID
 from tests.e2e.conftest import ROOT, GatewayProcess, pid_alive
 
 
@@ -38,3 +41,25 @@ def test_bad_config_is_a_clear_error(tmp_path):
     )
     assert out.returncode == 2
     assert "backend.type" in out.stderr and "teleport" in out.stderr
+
+
+def test_a_worker_that_dies_is_restarted():
+    gw = GatewayProcess()
+    try:
+        (first,) = gw.children()
+        os.kill(first, signal.SIGKILL)
+        body = {"model": EMBEDDED_MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+        deadline = time.monotonic() + 300  # a bound for an event that must happen, not a speed check
+        while True:
+            assert time.monotonic() < deadline, f"no worker came back:\n{gw.stderr()}"
+            workers = [p for p in gw.children() if p != first]
+            if workers and httpx.post(f"{gw.base_url}/v1/chat/completions", json=body, timeout=60).status_code == 200:
+                break
+            time.sleep(0.5)
+        assert not pid_alive(first)
+    finally:
+        assert gw.stop() == 0
+    deadline = time.monotonic() + 15
+    while pid_alive(workers[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(workers[0]), "the restarted worker outlived the gateway"
