@@ -7,7 +7,9 @@
   replica fed by the outcome of real requests.
 - Retries: a connection failure, a 429 or a 5xx moves the request to another replica, but only while
   nothing has been yielded; after the first chunk a failure goes to the caller.
-- Deadlines: `request_timeout_s` bounds a request from its first try to its last chunk.
+- Deadlines: `request_timeout_s` bounds a request from its first try to its last chunk, and once a
+  stream has started, `stall_timeout_s` bounds the silence between two chunks (a hung replica that
+  keeps its connection open).
 - Drain: a replica that leaves the DNS answer takes no new requests and is closed once its own finish.
 """
 
@@ -40,6 +42,8 @@ class RoutingPolicy:
     """Failed requests in a row that open a replica's circuit breaker."""
     cooldown_s: float = 2.0
     """How long an open breaker waits before its trial request (doubling, up to a minute)."""
+    stall_timeout_s: float | None = 60.0
+    """Once a stream has started, the longest silence before it counts as stalled (the replica failed)."""
     affinity_min_tokens: int = 256
     affinity_block_tokens: int = 64
     affinity_slack: int = 2
@@ -129,26 +133,26 @@ class Router(Backend):
         replica.outstanding += 1
         replica.breaker.acquire()
         verdict: bool | None = None
+        loop = asyncio.get_running_loop()
+        stall = self.policy.stall_timeout_s
         try:
             async with aclosing(replica.backend.generate(request)) as chunks:
+                limit = deadline
                 while True:
                     try:
-                        async with asyncio.timeout_at(deadline):
+                        async with asyncio.timeout_at(limit):
                             chunk = await anext(chunks, None)
                     except TimeoutError:
-                        verdict = True  # slow is not broken: the breaker is for failures
-                        raise BackendError(
-                            f"the request ran past its deadline of {self.policy.request_timeout_s} s",
-                            status=504,
-                            code="timeout",
-                        ) from None
+                        raise self._timed_out(limit != deadline) from None
+                    if stall is not None:  # from the first chunk on, a silent backend is a stalled one
+                        limit = loop.time() + stall if deadline is None else min(deadline, loop.time() + stall)
                     if chunk is None or chunk.finish_reason is not None:
                         verdict = True  # the caller may close the stream once it has the finish
                     if chunk is None:
                         return
                     yield chunk
         except BackendError as e:
-            if verdict is None and e.status != 429:  # overloaded is not broken: no verdict
+            if verdict is None and e.status not in (429, 504):  # overloaded or slow is not broken: no verdict
                 verdict = e.status < 500
             raise
         finally:
@@ -161,6 +165,18 @@ class Router(Backend):
                 replica.breaker.released()
             if replica.draining and replica.outstanding == 0:
                 self._retire(replica)
+
+    def _timed_out(self, stalled: bool) -> BackendError:
+        """A stream gone silent (502: its replica failed) or a request past its deadline (504: only slow)."""
+        if stalled:
+            return BackendError(
+                f"the backend sent nothing for {self.policy.stall_timeout_s} s in the middle of the answer",
+                status=502,
+                code="backend_stalled",
+            )
+        return BackendError(
+            f"the request ran past its deadline of {self.policy.request_timeout_s} s", status=504, code="timeout"
+        )
 
     def _choose(self, hashes: list[int], tried: list[Replica]) -> Replica | None:
         pool = [r for r in self._replicas if r not in tried and r.eligible()]

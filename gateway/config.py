@@ -18,6 +18,8 @@ A YAML (or JSON) file:
           dns: {host: sglang.ns.svc.cluster.local, port: 30000, scheme: http, refresh_s: 10}
                                       #   or every address of a DNS name (a Kubernetes headless service)
           request_timeout_s: 600      # deadline of one request, first try to last token (null: none)
+          stall_timeout_s: 60         # once output started, the longest silence before the replica counts
+                                      #   as failed (null: none)
           max_attempts: 3             # replicas tried before the first token (connect failure, 429, 5xx)
           health_interval_s: 5        # active GET /health of every replica
           xgrammar: 0.2.7             # the backend's xgrammar (default: sglang 0.2.7, vllm 0.2.8, worker
@@ -67,6 +69,7 @@ class BackendConfig:
     urls: list[str] = field(default_factory=list)
     dns: DNSConfig | None = None
     request_timeout_s: float | None = 600.0
+    stall_timeout_s: float | None = 60.0
     max_attempts: int = 3
     health_interval_s: float = 5.0
     xgrammar: str | None = None
@@ -170,7 +173,7 @@ def _backend(raw: dict, where: str) -> BackendConfig:
         raise ConfigError(f"{where}: url, urls and dns are for sglang and vllm backends")
     if backend.api not in VLLM_APIS:
         raise ConfigError(f"{where}.api: {backend.api!r} is not one of {VLLM_APIS}")
-    for name in ("request_timeout_s", "health_interval_s"):
+    for name in ("request_timeout_s", "stall_timeout_s", "health_interval_s"):
         value = getattr(backend, name)
         if value is not None and (not isinstance(value, int | float) or value <= 0):
             raise ConfigError(f"{where}.{name}: a positive number of seconds is required")

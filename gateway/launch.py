@@ -65,6 +65,7 @@ def _router(cfg: BackendConfig, make_backend: Callable[[str], Backend], urls: li
     policy = RoutingPolicy(
         max_attempts=cfg.max_attempts,
         request_timeout_s=cfg.request_timeout_s,
+        stall_timeout_s=cfg.stall_timeout_s,
         health_interval_s=cfg.health_interval_s,
     )
     if cfg.dns is not None:

@@ -204,6 +204,34 @@ async def test_deadline_mid_stream_ends_the_stream(standins):
         await r.close()
 
 
+async def test_a_stream_gone_silent_is_a_failure_of_its_replica(standins):
+    server, url = standins[0]
+    server.script = lambda body: Script(ids=IDS, hold_after=2)
+    r = router([url], RoutingPolicy(stall_timeout_s=0.3, failure_threshold=1, health_interval_s=60))
+    got: list[int] = []
+    try:
+        with pytest.raises(BackendError) as info:
+            async for chunk in r.generate(request("hung")):
+                got += chunk.output_ids
+        assert got == IDS[:2] and (info.value.status, info.value.code) == (502, "backend_stalled")
+        assert await asyncio.to_thread(server.aborted["hung"].wait, 30)
+        assert not r.replicas[0].breaker.available()
+    finally:
+        await r.close()
+
+
+async def test_waiting_for_the_first_token_is_not_a_stall(standins):
+    server, url = standins[0]
+    server.script = lambda body: Script(ids=IDS, hold_after=0)  # queued on the backend, say
+    r = router([url], RoutingPolicy(request_timeout_s=0.6, stall_timeout_s=0.2, health_interval_s=60))
+    try:
+        with pytest.raises(BackendError) as info:
+            await output(r, request("queued"))
+        assert info.value.code == "timeout" and r.replicas[0].breaker.available()
+    finally:
+        await r.close()
+
+
 async def test_all_replicas_down_is_503_with_retry_after():
     r = router([dead_url(), dead_url()], RoutingPolicy(health_interval_s=3))
     try:
