@@ -13,6 +13,17 @@ from gateway.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = _serve_config(args)
+    except ConfigError as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
+    return _serve(config, args.host, args.port, args.drain_delay, args.drain_timeout)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: `gateway serve [options]`."""
     parser = argparse.ArgumentParser(prog="gateway", description="OpenAI-compatible LLM gateway")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
@@ -50,13 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--default-max-tokens", type=int, help="max_tokens for requests that name none (default: the context left)"
     )
-    args = parser.parse_args(argv)
-    try:
-        config = _serve_config(args)
-    except ConfigError as exc:
-        print(f"gateway: {exc}", file=sys.stderr)
-        return 2
-    return _serve(config, args.host, args.port, args.drain_delay, args.drain_timeout)
+    return parser
 
 
 def _positive(text: str) -> float:

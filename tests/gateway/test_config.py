@@ -56,3 +56,15 @@ def test_bad_backend_settings_say_where(tmp_path, backend, message):
     with pytest.raises(ConfigError) as info:
         config(tmp_path, backend)
     assert message in str(info.value) and "models[0].backend" in str(info.value)
+
+
+def test_cli_backend_urls_become_replicas():
+    from gateway.cli import _serve_config, build_parser
+
+    args = build_parser().parse_args(
+        ["serve", "--backend-url", "http://a:1", "--backend-url", "http://b:1", "--request-timeout", "30"]
+    )
+    backend = _serve_config(args).models[0].backend
+    assert (backend.type, backend.urls, backend.request_timeout_s) == ("sglang", ["http://a:1", "http://b:1"], 30)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--request-timeout", "0"])
