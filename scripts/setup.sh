@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 stamp=.venv/.setup-stamp
-want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)$extras"
+want="$(cat pyproject.toml scripts/setup.sh tests/backends/setup_vllm_contract.sh | sha256sum | cut -d' ' -f1)$extras"
 if [ -f "$stamp" ] && { [ "$(cat "$stamp")" = "$want" ] || { [ -z "$extras" ] && grep -q "^${want}\[test\]$" "$stamp"; }; }; then
   exit 0
 fi

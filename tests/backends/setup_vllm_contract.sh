@@ -16,9 +16,12 @@ wheel = next((root / "wheel").glob("vllm-0.33.0-*.whl"))
 with zipfile.ZipFile(wheel) as z:
     z.extractall(root / "src", [n for n in z.namelist() if n.startswith("vllm/") and n.endswith(".py")])
 PYEOF
+# Pinned to the versions the contract tests last passed with (a new release must not change them unseen).
 "$PY" -m pip install --quiet --no-deps --upgrade --target "$DIR/deps" \
-    aiohappyeyeballs aiohttp aiosignal cachetools cbor2 cloudpickle fastapi frozenlist multidict openai-harmony \
-    opentelemetry-api opentelemetry-sdk opentelemetry-semantic-conventions pillow prometheus-client propcache \
-    py-cpuinfo pybase64 pyzmq uvloop yarl partial-json-parser llguidance psutil
+    aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 cachetools==8.0.2 cbor2==6.3.0 cloudpickle==3.1.3 \
+    fastapi==0.165.0 frozenlist==1.8.0 multidict==7.2.1 openai-harmony==0.0.8 opentelemetry-api==1.45.2 \
+    opentelemetry-sdk==1.45.2 opentelemetry-semantic-conventions==0.66b2 pillow==13.0.0 prometheus-client==0.26.0 \
+    propcache==0.5.4 py-cpuinfo==9.0.0 pybase64==1.5.1 pyzmq==27.3.0 uvloop==0.23.0 yarl==1.25.1 \
+    partial-json-parser==0.2.1.1.post7 llguidance==1.9.1 psutil==7.2.2
 echo "$STAMP" > "$DIR/.complete"
 echo "$DIR"
