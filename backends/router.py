@@ -10,7 +10,7 @@
 - Deadlines: `request_timeout_s` bounds a request from its first try to its last chunk, and once a
   stream has started, `stall_timeout_s` bounds the silence between two chunks (a hung replica that
   keeps its connection open).
-- Drain: a replica that leaves the DNS answer takes no new requests and is closed once its own finish.
+- Drain: a replica that leaves the DNS answer takes no new requests and is closed once its own requests finish.
 """
 
 from __future__ import annotations
