@@ -123,7 +123,7 @@ class StreamPool:
     async def _finish_refusal(self, connection: _Connection, response: _Response) -> bytes:
         try:
             body = await response.read_all(MAX_ERROR_BODY)
-        except (BackendError, *_BROKEN):
+        except _BROKEN:
             body = b""
         self._done(connection, response)
         return body

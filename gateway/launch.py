@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
@@ -52,11 +53,9 @@ def _start_backend(
         return _router(cfg, lambda url: SGLangBackend(url, incremental=cfg.incremental))
     if cfg.type == "vllm":
         return _router(cfg, lambda url: VLLMBackend(url, api=cfg.api, model=cfg.model))
-    supervisor = _start_worker(entry, stack)
-    assert supervisor.worker is not None and supervisor.worker.url is not None
-    router = _router(cfg, lambda url: SGLangBackend(url, incremental=True), [supervisor.worker.url])
-    supervisor.on_ready = lambda url: router.set_urls([url])
-    background.append(supervisor.watch)
+    supervisor, worker_url = _start_worker(entry, stack)
+    router = _router(cfg, lambda url: SGLangBackend(url, incremental=True), [worker_url])
+    background.append(functools.partial(supervisor.watch, lambda url: router.set_urls([url])))
     return router
 
 
@@ -74,8 +73,8 @@ def _router(cfg: BackendConfig, make_backend: Callable[[str], Backend], urls: li
     return Router(make_backend, urls=urls or cfg.urls or [cfg.url], policy=policy)
 
 
-def _start_worker(entry: ModelEntry, stack: ExitStack) -> WorkerSupervisor:
-    """Start the bundled worker for `entry` and wait until it serves."""
+def _start_worker(entry: ModelEntry, stack: ExitStack) -> tuple[WorkerSupervisor, str]:
+    """Start the bundled worker for `entry` and wait until it serves; its supervisor and URL."""
     cfg = entry.backend
     _say(f"{entry.id}: starting the bundled worker")
     spec = WorkerSpec(
@@ -86,9 +85,8 @@ def _start_worker(entry: ModelEntry, stack: ExitStack) -> WorkerSupervisor:
         weights_dtype=cfg.weights_dtype,
         context_length=cfg.context_length,
     )
-    supervisor = WorkerSupervisor(spec, on_ready=lambda url: None, name=f"{entry.id} worker")
+    supervisor = WorkerSupervisor(spec, name=f"{entry.id} worker")
     stack.callback(supervisor.stop)
     url = supervisor.start()
-    assert supervisor.worker is not None
     _say(f"{entry.id}: worker ready at {url} (pid {supervisor.worker.pid})")
-    return supervisor
+    return supervisor, url

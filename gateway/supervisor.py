@@ -114,14 +114,12 @@ class WorkerProcess:
 
 class WorkerSupervisor:
     """Keeps one bundled worker serving: when it dies unasked, a new one starts (with a growing pause
-    between tries) and `on_ready` gets its URL."""
+    between tries)."""
 
-    def __init__(self, spec: WorkerSpec, on_ready: Callable[[str], None], name: str = "worker"):
+    def __init__(self, spec: WorkerSpec, name: str = "worker"):
         self.spec = spec
-        self.on_ready = on_ready
         self.name = name
         self.worker: WorkerProcess | None = None
-        self.restarts = 0
         self._stopping = False
 
     def start(self) -> str:
@@ -129,8 +127,8 @@ class WorkerSupervisor:
         self.worker = WorkerProcess(self.spec)
         return self.worker.wait_ready()
 
-    async def watch(self, poll_s: float = 0.5, max_pause_s: float = 30.0) -> None:
-        """Until cancelled: restart the worker whenever it has exited."""
+    async def watch(self, on_ready: Callable[[str], None], poll_s: float = 0.5, max_pause_s: float = 30.0) -> None:
+        """Until cancelled: restart the worker whenever it has exited; `on_ready` gets each new one's URL."""
         pause = 1.0
         while True:
             await asyncio.sleep(poll_s)
@@ -148,9 +146,8 @@ class WorkerSupervisor:
                 pause = min(pause * 2, max_pause_s)
                 continue
             pause = 1.0
-            self.restarts += 1
             log.warning("%s ready again at %s (pid %d)", self.name, url, self.worker.pid)
-            self.on_ready(url)
+            on_ready(url)
 
     def stop(self) -> None:
         """Stop the current worker for good."""
