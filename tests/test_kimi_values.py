@@ -27,7 +27,7 @@ from gateway.json_grammar import SchemaGrammarError
 from gateway.model import served_model_from_checkpoint
 from gateway.serving import chat_grammar
 from tests.test_grammar_compat import kimi_directory
-from tests.test_kimi_grammar import Spelled, Vocab, accepts, arg, call, ids_of, request, section, synthetic_vocab, tool
+from tests.test_kimi_grammar import Spelled, Vocab, accepts, ids_of, request, synthetic_vocab, tool
 
 HEAD = f"{CLOSE}response{SEP}"
 

@@ -13,7 +13,7 @@ from backends.base import BackendError, GenerateRequest, SamplingParams
 from backends.discovery import DNSService
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
-from tests.gateway.http_server import serve
+from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 
 pytestmark = pytest.mark.anyio
@@ -48,13 +48,6 @@ def request(rid: str, prompt: list[int] | None = None, max_new_tokens: int = 16)
 
 async def output(r: Router, req: GenerateRequest) -> list[int]:
     return [i async for chunk in r.generate(req) for i in chunk.output_ids]
-
-
-def dead_url() -> str:
-    """A local port nobody listens on: connections are refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 async def test_spreads_by_least_outstanding(standins):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import time
 
 import httpx
@@ -14,6 +13,7 @@ from backends.base import BackendError, GenerateChunk, GenerateRequest, Grammar,
 from backends.sglang import SGLangBackend
 from backends.vllm import VLLMBackend
 from tests.backends.conftest import CONTEXT
+from tests.gateway.http_server import dead_url
 
 pytestmark = pytest.mark.anyio
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
@@ -155,11 +155,9 @@ async def test_model_is_discovered_once_and_ready_follows_health(worker_url):
 
 
 async def test_unreachable_backend_is_retryable():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once the socket closes
-    for backend in (VLLMBackend(f"http://127.0.0.1:{port}"), VLLMBackend(f"http://127.0.0.1:{port}", model="m")):
+    dead = dead_url()
+    for backend in (VLLMBackend(dead), VLLMBackend(dead, model="m")):
         with pytest.raises(BackendError) as e:
             await collect(backend, request())
         assert e.value.retryable and e.value.status == 503
-    assert await VLLMBackend(f"http://127.0.0.1:{port}").ready() is False
+    assert await VLLMBackend(dead).ready() is False

@@ -31,3 +31,10 @@ def serve(app, *, lifespan: str = "on", host: str = "127.0.0.1", port: int = 0) 
         server.should_exit = True
         thread.join()
         sock.close()
+
+
+def dead_url() -> str:
+    """A local URL nobody listens on: connections to it are refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"

@@ -15,7 +15,7 @@ from backends.checkpoint import EMBEDDED_MODEL_ID
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
 from gateway.model import ModelRegistry
-from tests.gateway.http_server import serve
+from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, fake_logprob
 
 MODEL = EMBEDDED_MODEL_ID
@@ -291,10 +291,7 @@ def test_models_tokens_health(gateway):
 
 
 def test_body_limit_and_unreachable_backend(tokenize_only):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
-    model = dataclasses.replace(tokenize_only, backend=SGLangBackend(dead))
+    model = dataclasses.replace(tokenize_only, backend=SGLangBackend(dead_url()))
     with (
         serve(create_app(ModelRegistry([model]), max_body_bytes=2048)) as base,
         httpx.Client(base_url=base, timeout=WAIT_S) as client,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 
 import httpx
 import pytest
@@ -18,17 +17,11 @@ from gateway.errors import APIError
 from gateway.families.base import ChatRequest
 from gateway.model import ModelRegistry
 from gateway.serving import chat_grammar
-from tests.gateway.http_server import serve
+from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 from tests.gateway.test_app import USER, chat, sse
 
 WAIT_S = 30
-
-
-def dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 def gateway_for(model, urls: list[str], policy: RoutingPolicy, drain: DrainState | None = None):

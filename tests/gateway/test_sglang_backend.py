@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 
 from backends.base import BackendError, GenerateRequest, Grammar, SamplingParams
 from backends.sglang import SGLangBackend, generate_payload
+from tests.gateway.http_server import dead_url
 from tests.gateway.sglang_contract import ContractError, api_types
 from tests.gateway.sglang_standin import Script, fake_logprob
 
@@ -111,10 +110,7 @@ async def test_error_event_raises(standin):
 
 
 async def test_unreachable_backend_is_retryable():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once the socket closes
-    backend = SGLangBackend(f"http://127.0.0.1:{port}")
+    backend = SGLangBackend(dead_url())
     with pytest.raises(BackendError) as e:
         await collect(backend, request())
     assert e.value.retryable and e.value.status == 503
