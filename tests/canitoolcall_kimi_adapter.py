@@ -33,9 +33,9 @@ from typing import Any
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 from canitoolcall.fixtures import load_fixtures
 
-from gateway.families.base import Piece
 from gateway.families.kimi_k3.markers import CLOSE, OPEN, SEP
 from gateway.families.kimi_k3.parser import KimiK3Parser
+from gateway.types import Piece
 from tests.canitoolcall_common import GatewayAdapter
 
 K3_MODEL = "moonshotai/Kimi-K3"

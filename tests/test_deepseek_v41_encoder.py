@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.families.base import ChatRequest
-from gateway.families.deepseek_v41.encoder import prompt_ends_in_reasoning, render_prompt
 from gateway.families.deepseek_v41.modes import effort_budget, thinking_enabled
+from gateway.families.deepseek_v41.prompt import prompt_ends_in_reasoning, render_prompt
+from gateway.types import ChatRequest
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
 EFFORT = "Reasoning Effort: {} (range 1-100, the higher the value, the more thorough the reasoning)\n\n"

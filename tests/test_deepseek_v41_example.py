@@ -5,9 +5,9 @@ from __future__ import annotations
 from contextlib import ExitStack
 from pathlib import Path
 
-from gateway.config import load_config
-from gateway.families.base import ChatRequest
-from gateway.launch import start_models
+from gateway.process.config import load_config
+from gateway.process.launch import start_models
+from gateway.types import ChatRequest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "deepseek-v41.yaml"
 

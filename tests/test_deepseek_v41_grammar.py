@@ -10,9 +10,9 @@ from canitoolcall.fixtures import load_fixtures
 
 from backends.checkpoint import Checkpoint, load_checkpoint
 from backends.worker.grammar import tokenizer_info
-from gateway.families.base import ChatRequest
 from gateway.families.deepseek_v41.grammar import build_grammar
 from gateway.families.deepseek_v41.markers import CALLS_CLOSE, CALLS_OPEN, EOS, INVOKE_CLOSE, PARAMETER_CLOSE, THINK_END
+from gateway.types import ChatRequest
 
 WEATHER = {
     "type": "function",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backends.checkpoint import load_checkpoint
-from gateway.families.base import ChatRequest
-from gateway.model import ServedModel, served_model_from_checkpoint
+from gateway.models.registry import ServedModel, served_model_from_checkpoint
+from gateway.types import ChatRequest
 
 USER, ASSISTANT, THINK_END, DSML, REF, BOX = 128803, 128804, 128822, 128825, 129278, 129276
 

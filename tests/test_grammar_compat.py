@@ -9,9 +9,9 @@ import pytest
 
 from backends.base import Grammar
 from backends.checkpoint import load_checkpoint
-from gateway.families.base import ChatRequest
-from gateway.grammar_compat import newer_features
-from gateway.model import served_model_from_checkpoint
+from gateway.grammars.compat import newer_features
+from gateway.models.registry import served_model_from_checkpoint
+from gateway.types import ChatRequest
 from tests.test_kimi_tokenizer import write_synthetic_checkpoint
 
 TOOLS = [

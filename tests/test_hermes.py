@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from backends.checkpoint import Checkpoint, load_checkpoint
 from backends.worker.grammar import tokenizer_info
-from gateway.families import FAMILIES, get_family
-from gateway.families.base import ChatRequest, Delta, FamilyContext, Piece
+from gateway.families import families, get_family
+from gateway.families.base import FamilyContext
 from gateway.families.hermes import HermesFamily, HermesParser
 from gateway.families.hermes.markers import prompt_opens_reasoning
+from gateway.types import ChatRequest, Delta, Piece
 
 SMOLLM_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
 TOOLS_INTRO = (
@@ -65,7 +66,7 @@ def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_registry_knows_hermes_and_names_known_families_on_error() -> None:
-    assert get_family("hermes") is HermesFamily is FAMILIES["hermes"]
+    assert get_family("hermes") is HermesFamily is families()["hermes"]
     with pytest.raises(ValueError, match="unknown model family 'nope'; known: .*hermes"):
         get_family("nope")
 

@@ -7,7 +7,7 @@ import xgrammar as xgr
 
 from backends.checkpoint import load_checkpoint
 from backends.worker.grammar import tokenizer_info
-from gateway.json_grammar import SchemaGrammarError, compact_json_grammar
+from gateway.grammars.json import SchemaGrammarError, compact_json_grammar
 
 
 @pytest.fixture(scope="module")

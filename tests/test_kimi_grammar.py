@@ -11,10 +11,10 @@ import pytest
 import xgrammar as xg
 
 from backends.kimi_tokenizer import load_kimi_tokenizer
-from gateway.encoding import PromptEncoder
-from gateway.families.base import ChatRequest
 from gateway.families.kimi_k3.grammar import ControlIds, build_grammar
 from gateway.families.kimi_k3.markers import CLOSE, END_OF_MSG, OPEN, SEP
+from gateway.prompts.encoding import PromptEncoder
+from gateway.types import ChatRequest
 from tests.test_kimi_tokenizer import write_synthetic_checkpoint
 
 _CONTROL = re.compile("(" + "|".join(map(re.escape, (OPEN, CLOSE, SEP, END_OF_MSG))) + ")")

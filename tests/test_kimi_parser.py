@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.families.base import Delta, Piece
 from gateway.families.kimi_k3.markers import CLOSE, OPEN, SEP
 from gateway.families.kimi_k3.parser import KimiK3Parser
+from gateway.types import Delta, Piece
 
 _CONTROL = re.compile("(" + "|".join(map(re.escape, (OPEN, CLOSE, SEP))) + ")")
 _IDS = {OPEN: 163587, CLOSE: 163588, SEP: 163589}

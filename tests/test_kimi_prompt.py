@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from gateway.encoding import PromptEncoder
 from gateway.families import get_family
-from gateway.families.base import ChatRequest, FamilyContext
+from gateway.families.base import FamilyContext
 from gateway.families.kimi_k3 import KimiK3Family, KimiK3Parser, load_kimi_tokenizer
 from gateway.families.kimi_k3.prompt import open_channel, render_prompt
-from gateway.shield import Shielder
-from gateway.template import TemplateError
+from gateway.prompts.encoding import PromptEncoder
+from gateway.prompts.shield import Shielder
+from gateway.prompts.template import TemplateError
+from gateway.types import ChatRequest
 from tests.test_kimi_tokenizer import write_synthetic_checkpoint
 
 EFFORT_MAX = (

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 from backends.checkpoint import load_checkpoint
 from backends.kimi_tokenizer import KIMI_PATTERN, load_kimi_tokenizer, read_ranks
 from backends.worker.weights import load_weights
-from gateway.encoding import PromptEncoder
-from gateway.families.base import ChatRequest
-from gateway.model import served_model_from_checkpoint
+from gateway.models.registry import served_model_from_checkpoint
+from gateway.prompts.encoding import PromptEncoder
+from gateway.types import ChatRequest
 
 CORPUS = (
     """The quick brown fox jumps over the lazy dog. It's what they'd call "a test", isn't it?

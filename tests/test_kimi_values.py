@@ -17,15 +17,15 @@ import xgrammar as xg
 from backends.base import Grammar
 from backends.checkpoint import load_checkpoint
 from gateway.errors import APIError
-from gateway.families.base import ChatRequest
 from gateway.families.kimi_k3.grammar import build_grammar
 from gateway.families.kimi_k3.markers import CLOSE, END_OF_MSG, OPEN, SEP
 from gateway.families.kimi_k3.patterns import scan
 from gateway.families.kimi_k3.values import MAX_MIN_LENGTH, json_value_ebnf, pattern_ebnf
-from gateway.grammar_compat import newer_features
-from gateway.json_grammar import SchemaGrammarError
-from gateway.model import served_model_from_checkpoint
-from gateway.serving import chat_grammar
+from gateway.grammars.compat import newer_features
+from gateway.grammars.json import SchemaGrammarError
+from gateway.models.planning import chat_grammar
+from gateway.models.registry import served_model_from_checkpoint
+from gateway.types import ChatRequest
 from tests.test_grammar_compat import kimi_directory
 from tests.test_kimi_grammar import Spelled, Vocab, accepts, ids_of, request, synthetic_vocab, tool
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from backends.checkpoint import load_checkpoint
-from gateway.encoding import PromptEncoder
-from gateway.families.base import ChatRequest
-from gateway.shield import Shielder
+from gateway.prompts.encoding import PromptEncoder
+from gateway.prompts.shield import Shielder
+from gateway.types import ChatRequest
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from backends.checkpoint import EMBEDDED_MODEL_ID, load_checkpoint
 from gateway.app import create_app
-from gateway.families.base import ChatRequest
-from gateway.model import ModelRegistry, ServedModel, served_model_from_checkpoint
-from gateway.protocol_chat import parse_chat_completion
-from gateway.shield import spelling_pattern
+from gateway.models.registry import ModelRegistry, ServedModel, served_model_from_checkpoint
+from gateway.prompts.shield import spelling_pattern
+from gateway.types import ChatRequest
+from gateway.validation.chat import parse_chat_completion
 from tests.gateway.http_server import serve
 
 SMOL, DS = EMBEDDED_MODEL_ID, "deepseek-v4.1"

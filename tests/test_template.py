@@ -8,7 +8,7 @@ from functools import cache
 import pytest
 
 from backends.checkpoint import load_checkpoint
-from gateway.template import TemplateError, compile_template, render_chat_template, template_variables
+from gateway.prompts.template import TemplateError, compile_template, render_chat_template, template_variables
 
 smollm2 = cache(load_checkpoint)
 

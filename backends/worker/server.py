@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import orjson
 from starlette.applications import Starlette
@@ -13,19 +12,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from backends.checkpoint import Checkpoint
-from backends.worker.detokenize import IncrementalDetokenizer
-from backends.worker.engine import Engine, EngineEvent, EngineRequest
-from backends.worker.grammar import GrammarCache, GrammarError
-from backends.worker.protocol import GenerateCall, ProtocolError, finish_reason, logprob_fields, parse_generate
-
-
-@dataclass
-class WorkerState:
-    checkpoint: Checkpoint
-    engine: Engine
-    grammars: GrammarCache
-    model_path: str
+from backends.worker.engine import EngineEvent, EngineRequest
+from backends.worker.generations import Generation, WorkerState
+from backends.worker.grammar import GrammarError
+from backends.worker.protocol import ProtocolError, parse_generate
+from backends.worker.vllm_api import vllm_routes
 
 
 def _json(payload: object, status: int = 200) -> Response:
@@ -36,59 +27,13 @@ def _error(message: str, status: int = 400) -> Response:
     return _json({"error": {"message": message}}, status)
 
 
-def _sse(payload: object) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-class _Generation:
-    """One request in flight: receives engine events on the event loop, shapes SGLang responses."""
-
-    def __init__(self, call: GenerateCall, state: WorkerState):
-        self.call = call
-        self.events: asyncio.Queue[EngineEvent] = asyncio.Queue()
-        self.detokenizer = IncrementalDetokenizer(state.checkpoint.tokenizer, call.skip_special_tokens)
-        self.completion_tokens = 0
-        self.done = False
-        self.all_logprobs: dict[str, list] = {}
-
-    def payload(self, event: EngineEvent) -> dict:
-        """The SGLang object for this event's new tokens (incremental text and ids)."""
-        ids = [t.token_id for t in event.tokens]
-        self.completion_tokens += len(ids)
-        self.done = event.finish is not None
-        text_ids = ids
-        if event.finish is not None and event.finish.type == "stop" and not self.call.no_stop_trim:
-            text_ids = [i for i in ids if i != event.finish.matched]
-        meta = {
-            "id": self.call.rid,
-            "finish_reason": finish_reason(event.finish),
-            "prompt_tokens": len(self.call.input_ids),
-            "completion_tokens": self.completion_tokens,
-            "cached_tokens": 0,
-        }
-        if self.call.return_logprob:
-            fields = logprob_fields(event.tokens, self.call.top_logprobs_num)
-            meta.update(fields)
-            for key, values in fields.items():
-                self.all_logprobs.setdefault(key, []).extend(values)
-        return {"text": self.detokenizer.push(text_ids, final=self.done), "output_ids": ids, "meta_info": meta}
-
-    def frames(self, event: EngineEvent) -> bytes:
-        """The SSE bytes sent for one engine event."""
-        return _sse(self.payload(event))
-
-    def error_frame(self, message: str) -> bytes:
-        """The SSE bytes of a mid-stream error."""
-        return _sse({"error": {"message": message}})
-
 
 def build_app(state: WorkerState) -> Starlette:
     """The Starlette application serving `state`'s engine."""
-    from backends.worker.vllm_api import vllm_routes  # vllm_api builds on this module's generations
 
-    active: dict[str, _Generation] = {}
+    active: dict[str, Generation] = {}
 
-    async def start(generation: _Generation) -> None:
+    async def start(generation: Generation) -> None:
         """Compile the grammar, then hand the call to the engine; raises ProtocolError or GrammarError."""
         call = generation.call
         if call.rid in active:
@@ -116,7 +61,7 @@ def build_app(state: WorkerState) -> Starlette:
                 context_length=state.engine.context_length,
                 encode=lambda text: state.checkpoint.tokenizer.encode(text, add_special_tokens=False).ids,
             )
-            generation = _Generation(call, state)
+            generation = Generation(call, state)
             await start(generation)
         except (ProtocolError, GrammarError) as exc:
             return _error(str(exc))
@@ -124,7 +69,7 @@ def build_app(state: WorkerState) -> Starlette:
             return _EventStream(generation, lambda: _release(generation))
         return await _collect(generation, request)
 
-    async def _collect(generation: _Generation, request: Request) -> Response:
+    async def _collect(generation: Generation, request: Request) -> Response:
         disconnected = asyncio.ensure_future(_wait_for_disconnect(request.receive))
         text, ids, payload = [], [], {}
         try:
@@ -144,7 +89,7 @@ def build_app(state: WorkerState) -> Starlette:
             disconnected.cancel()
             _release(generation)
 
-    def _release(generation: _Generation) -> None:
+    def _release(generation: Generation) -> None:
         active.pop(generation.call.rid, None)
         if not generation.done:
             state.engine.abort(generation.call.rid, "client disconnected")
@@ -196,7 +141,7 @@ def build_app(state: WorkerState) -> Starlette:
 class _EventStream(Response):
     """SSE of one generation that notices a client going away and always runs `release`."""
 
-    def __init__(self, generation: _Generation, release: Callable[[], None]):
+    def __init__(self, generation: Generation, release: Callable[[], None]):
         self.status_code = 200
         self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
         self.background = None
@@ -228,7 +173,7 @@ async def _send_chunk(send: Send, data: bytes) -> None:
     await send({"type": "http.response.body", "body": data, "more_body": True})
 
 
-async def _next_event(generation: _Generation, disconnected: asyncio.Future) -> EngineEvent | None:
+async def _next_event(generation: Generation, disconnected: asyncio.Future) -> EngineEvent | None:
     """The generation's next engine event, or None once the client has gone away."""
     if not disconnected.done() and generation.events.empty():
         getter = asyncio.ensure_future(generation.events.get())

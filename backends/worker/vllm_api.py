@@ -21,13 +21,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from backends.worker.engine import EngineEvent, Finish
+from backends.worker.generations import Generation, WorkerState, sse_frame
 from backends.worker.grammar import GrammarError
 from backends.worker.protocol import GenerateCall, ProtocolError, parse_generate
 from backends.worker.sampling import TokenChoice
-from backends.worker.server import WorkerState, _Generation, _sse
 
-Start = Callable[[_Generation], Awaitable[None]]
-Stream = Callable[[_Generation], Response]
+Start = Callable[[Generation], Awaitable[None]]
+Stream = Callable[[Generation], Response]
 
 # vLLM sampling names this worker implements -> the SGLang name parse_generate validates.
 _SAMPLING = {
@@ -74,7 +74,7 @@ class ResponseOptions:
     ids_as_tokens: bool
 
 
-class VLLMGeneration(_Generation, ABC):
+class VLLMGeneration(Generation, ABC):
     """One vLLM-dialect request: each engine event's SGLang payload reshaped into vLLM chunks."""
 
     def __init__(self, call: GenerateCall, state: WorkerState, options: ResponseOptions):
@@ -97,16 +97,16 @@ class VLLMGeneration(_Generation, ABC):
         if self.options.return_token_ids and not self._prompt_sent:
             self.prompt_ids(chunk, choice)
             self._prompt_sent = True
-        frames = _sse(chunk)
+        frames = sse_frame(chunk)
         if self.done and self.options.include_usage:
             prompt = len(self.call.input_ids)
             usage = {"prompt_tokens": prompt, "completion_tokens": self.completion_tokens,
                      "total_tokens": prompt + self.completion_tokens}
-            frames += _sse(self.envelope([], usage=usage))
+            frames += sse_frame(self.envelope([], usage=usage))
         return frames
 
     def error_frame(self, message: str) -> bytes:
-        return _sse(error_body(message, 500, "InternalServerError"))
+        return sse_frame(error_body(message, 500, "InternalServerError"))
 
     @abstractmethod
     def chunk(self, choice: dict[str, Any], text: str, ids: list[int], tokens: list[TokenChoice]) -> dict[str, Any]:

@@ -14,60 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from backends.base import Grammar
-
-
-@dataclass
-class ChatRequest:
-    """A validated chat request, normalized so that families need not re-check it.
-
-    messages: each a dict with "role" and, where present, "content" (str, text
-    parts already joined; or None), "reasoning_content" (str), "name",
-    "tool_call_id", "tool_calls" ([{"id", "type": "function", "function":
-    {"name", "arguments": dict}}], arguments parsed from their JSON string).
-    tools: [{"type": "function", "function": {"name", "description"?,
-    "parameters" (dict, default {"type": "object", "properties": {}}), "strict"?}}].
-    tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": N}}.
-    """
-
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_choice: str | dict[str, Any] = "auto"
-    parallel_tool_calls: bool = True
-    response_format: dict[str, Any] | None = None
-    template_kwargs: dict[str, Any] = field(default_factory=dict)
-    reasoning_effort: str | None = None
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
-
-    @property
-    def active_tools(self) -> list[dict[str, Any]]:
-        """Tools the model may call: none when tool_choice is "none", the named one when named."""
-        if self.tool_choice == "none":
-            return []
-        if isinstance(self.tool_choice, dict):
-            name = self.tool_choice["function"]["name"]
-            return [t for t in self.tools if t["function"]["name"] == name]
-        return self.tools
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A run of detokenized output text; `token_id` is set when the piece is one added/control token."""
-
-    text: str
-    token_id: int | None = None
-
-
-@dataclass
-class Delta:
-    """One OpenAI delta: content, reasoning, or a fragment of tool call `tool_index`."""
-
-    content: str = ""
-    reasoning: str = ""
-    tool_index: int | None = None
-    tool_id: str | None = None
-    tool_name: str | None = None
-    tool_arguments: str = ""
+from gateway.types import ChatRequest, Delta, Piece
 
 
 class OutputParser(ABC):

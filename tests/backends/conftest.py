@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from backends.checkpoint import load_checkpoint
-from gateway.supervisor import WorkerProcess, WorkerSpec
+from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.backends.vllm_contract import VLLMOracle
 
 ROOT = Path(__file__).resolve().parents[2]

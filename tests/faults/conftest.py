@@ -1,7 +1,7 @@
 """Real processes for the fault tests, helpers to talk to them, and the check that nothing leaked.
 
 Processes: the bundled worker (`python -m backends.worker`) and fault backends (fault_backend.py),
-each on a port picked beforehand, printing `READY <port>`, run through gateway/supervisor.py's
+each on a port picked beforehand, printing `READY <port>`, run through gateway/process/supervisor.py's
 WorkerProcess; and `gateway serve --config` over them (tests/e2e's GatewayProcess), which can start
 alongside them.
 
@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from backends.checkpoint import load_checkpoint, write_hf_metadata
-from gateway.supervisor import WorkerProcess, WorkerSpec
+from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.e2e.conftest import free_port, pid_alive
 
 STARTUP_S = 120.0
@@ -140,7 +140,7 @@ def replicas(model_id: str, checkpoint: Path, urls: list[str], **backend: Any) -
 
 
 def write_config(path: Path, models: list[dict[str, Any]]) -> Path:
-    """A gateway config file (gateway/config.py) serving `models`."""
+    """A gateway config file (gateway/process/config.py) serving `models`."""
     path.write_text(yaml.safe_dump({"models": models}))
     return path
 

@@ -19,8 +19,8 @@ import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.app import create_app
-from gateway.config import load_config
-from gateway.launch import start_models
+from gateway.process.config import load_config
+from gateway.process.launch import start_models
 from tests.e2e.conftest import free_port
 from tests.faults.conftest import (
     WAIT_S,

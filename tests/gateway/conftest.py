@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from backends.checkpoint import EMBEDDED_MODEL_ID, Checkpoint, load_checkpoint
-from gateway.model import ServedModel, served_model_from_checkpoint
+from gateway.models.registry import ServedModel, served_model_from_checkpoint
 from tests.gateway.http_server import serve
 from tests.gateway.sglang_standin import SGLangStandIn
 

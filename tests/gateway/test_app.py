@@ -14,7 +14,7 @@ import pytest
 from backends.checkpoint import EMBEDDED_MODEL_ID
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
-from gateway.model import ModelRegistry
+from gateway.models.registry import ModelRegistry
 from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, fake_logprob
 

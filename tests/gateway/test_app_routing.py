@@ -12,11 +12,11 @@ from backends.base import Grammar
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
-from gateway.draining import DrainState
 from gateway.errors import APIError
-from gateway.families.base import ChatRequest
-from gateway.model import ModelRegistry
-from gateway.serving import chat_grammar
+from gateway.models.planning import chat_grammar
+from gateway.models.registry import ModelRegistry
+from gateway.process.draining import DrainState
+from gateway.types import ChatRequest
 from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 from tests.gateway.test_app import USER, chat, sse

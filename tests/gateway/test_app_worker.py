@@ -14,8 +14,8 @@ import pytest
 from backends.checkpoint import EMBEDDED_MODEL_ID
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
-from gateway.model import ModelRegistry, served_model_from_checkpoint
-from gateway.supervisor import WorkerProcess, WorkerSpec
+from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
+from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.gateway.http_server import serve
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import ConfigError, DNSConfig, load_config
+from gateway.process.config import ConfigError, DNSConfig, load_config
 
 
 def config(tmp_path, backend: str):

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.detokenizer import MAX_HELD_TOKENS, Detokenizer
-from gateway.families.base import Piece
+from gateway.generation.detokenizer import MAX_HELD_TOKENS, Detokenizer
+from gateway.types import Piece
 
 IM_END = 2
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import APIError
-from gateway.protocol import MAX_N
-from gateway.protocol_chat import EMPTY_PARAMETERS, parse_chat_completion
-from gateway.protocol_completions import MAX_CHOICES, parse_completion
-from gateway.protocol_schema import MAX_DEPTH
+from gateway.validation.chat import EMPTY_PARAMETERS, parse_chat_completion
+from gateway.validation.completions import MAX_CHOICES, parse_completion
+from gateway.validation.fields import MAX_N
+from gateway.validation.schema_bounds import MAX_DEPTH
 
 USER = {"role": "user", "content": "hi"}
 TOOL = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.sse import DONE, event
+from gateway.api.sse import DONE, event
 
 
 def test_event_is_one_data_line():

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.families.base import Piece
-from gateway.stop_strings import StopMatcher
+from gateway.generation.stop_strings import StopMatcher
+from gateway.types import Piece
 
 
 def run(stops: list[str], chunks: list[str]) -> tuple[str, str | None]:

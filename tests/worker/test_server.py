@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.supervisor import WorkerProcess, WorkerSpec
+from gateway.process.supervisor import WorkerProcess, WorkerSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 256

@@ -24,8 +24,8 @@ from functools import lru_cache
 from typing import Any
 
 from backends.base import Grammar
-from gateway.families.base import ChatRequest
-from gateway.json_grammar import response_schema
+from gateway.grammars.json import response_schema
+from gateway.types import ChatRequest
 
 from .markers import (
     CALLS_CLOSE,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from gateway.families.base import Piece
+from gateway.types import Piece
 
 from .markers import DSML
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.families.base import ChatRequest
+from gateway.types import ChatRequest
 
 EFFORT_BUDGETS = {"low": 50, "high": 75, "xhigh": 75, "max": 100}
 DEFAULT_EFFORT = EFFORT_BUDGETS["high"]

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import Delta, OutputParser, Piece
+from gateway.families.base import OutputParser
+from gateway.types import Delta, Piece
 
 from .lexer import Event, Lexer, Tag, Token
 from .markers import EOS, THINK_END, THINK_START

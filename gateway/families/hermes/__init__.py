@@ -1,6 +1,7 @@
-"""The hermes model family (ChatML, `<think>` reasoning, `<tool_call>` JSON calls)."""
+"""Hermes (ChatML): the checkpoint's or our tool-aware template, `<think>` reasoning, `<tool_call>` JSON calls."""
 
 from .family import HermesFamily
 from .parser import HermesParser
 
-__all__ = ["HermesFamily", "HermesParser"]
+FAMILY = HermesFamily
+__all__ = ["FAMILY", "HermesFamily", "HermesParser"]

@@ -7,8 +7,9 @@ from functools import cached_property
 from importlib.resources import files
 
 from backends.base import Grammar
-from gateway.families.base import ChatRequest, Family, OutputParser
-from gateway.template import render_chat_template, template_variables
+from gateway.families.base import Family, OutputParser
+from gateway.prompts.template import render_chat_template, template_variables
+from gateway.types import ChatRequest
 
 from .grammar import build_grammar
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START, TURN_END, prompt_opens_reasoning

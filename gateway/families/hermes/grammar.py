@@ -3,7 +3,7 @@
 Only formats that xgrammar 0.2.7 (pinned by SGLang) already has are used:
 `tag`, `triggered_tags` (lazy calls), `tags_with_separator` (forced calls: nothing but calls),
 `grammar` (EBNF), `any_text`, `sequence`, `or` and `optional`. JSON is compact
-(one line, ", " and ": "; gateway/json_grammar.py), so a weak model cannot fill
+(one line, ", " and ": "; gateway/grammars/json.py), so a weak model cannot fill
 its budget with whitespace inside arguments.
 
 Policy:
@@ -25,14 +25,14 @@ import json
 from typing import Any
 
 from backends.base import Grammar
-from gateway.families.base import ChatRequest
-from gateway.json_grammar import (
+from gateway.grammars.json import (
     ANY_OBJECT,
     RESPONSE_SCHEMA_PARAM,
     compact_json_format,
     compact_json_grammar,
     response_schema,
 )
+from gateway.types import ChatRequest
 
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 

@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import Delta, OutputParser, Piece
+from gateway.families.base import OutputParser
+from gateway.types import Delta, Piece
 
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 

@@ -1,8 +1,9 @@
-"""Kimi K3 (XTML): prompt encoder, tiktoken loader, token-aware parser and structural tags."""
+"""Kimi K3 (XTML): native prompt encoder, token-aware parser and structural tags bound to token ids."""
 
 from backends.kimi_tokenizer import load_kimi_tokenizer
 
 from .family import KimiK3Family
 from .parser import KimiK3Parser
 
-__all__ = ["KimiK3Family", "KimiK3Parser", "load_kimi_tokenizer"]
+FAMILY = KimiK3Family
+__all__ = ["FAMILY", "KimiK3Family", "KimiK3Parser", "load_kimi_tokenizer"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from functools import cached_property
 
 from backends.base import Grammar
-from gateway.families.base import ChatRequest, Family, OutputParser
+from gateway.families.base import Family, OutputParser
+from gateway.types import ChatRequest
 
 from .grammar import ControlIds, build_grammar
 from .markers import END_OF_MSG

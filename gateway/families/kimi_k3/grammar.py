@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar
-from gateway.families.base import ChatRequest
-from gateway.json_grammar import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
+from gateway.types import ChatRequest
 
 from .argument_types import Alternative, SchemaDocument, literal_text
 from .markers import CLOSE, END_OF_MSG, OPEN, SEP, SPELLINGS, escape_attr

@@ -31,7 +31,8 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gateway.families.base import Delta, OutputParser, Piece
+from gateway.families.base import OutputParser
+from gateway.types import Delta, Piece
 
 from .markers import CLOSE, MARKERS, OPEN, SEP, unescape_attr
 

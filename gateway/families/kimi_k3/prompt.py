@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gateway import encoding  # a module reference: gateway.encoding imports the families package
-from gateway.families.base import ChatRequest
-from gateway.template import TemplateError
+from gateway.prompts.encoding import SegmentedText
+from gateway.prompts.template import TemplateError
+from gateway.types import ChatRequest
 
 from .markers import CLOSE, END_OF_MSG, OPEN, SEP, escape_attr
 
@@ -234,7 +234,7 @@ def ordered_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def render_prompt(request: ChatRequest) -> encoding.SegmentedText:
+def render_prompt(request: ChatRequest) -> SegmentedText:
     """The K3 prompt of `request`, ending with the generation prompt (or the continued final message)."""
     thinking = thinking_of(request)
     messages = ordered_tool_results(request.messages)
@@ -262,7 +262,7 @@ def render_prompt(request: ChatRequest) -> encoding.SegmentedText:
         parts += continued_assistant(messages[-1], open_channel(request), thinking.enabled)
     elif request.add_generation_prompt:
         parts += [*open_tag("message", ("role", "assistant")), *open_tag("think" if thinking.enabled else "response")]
-    return encoding.SegmentedText(parts)
+    return SegmentedText(parts)
 
 
 def _positional_name(tool_calls: list[dict[str, Any]], index: int) -> str:

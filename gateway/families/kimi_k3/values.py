@@ -9,7 +9,7 @@ which the token-aware parser reads as structure while the grammar is still
 inside the string. The grammars here keep every text region free of the
 spellings:
 
-* JSON values are compact one-line JSON (`gateway.json_grammar`, the layout K3
+* JSON values are compact one-line JSON (`gateway.grammars.json`, the layout K3
   writes: `", "` and `": "`) whose string content is an xgrammar `TagDispatch`
   that excludes the spellings (a JSON string can still hold them escaped, as
   `\\u003c|open|>`); length-bounded strings take `<` only as an escape.
@@ -33,7 +33,7 @@ from typing import Any
 
 import xgrammar as xgr
 
-from gateway.json_grammar import SchemaGrammarError, compact_json_ebnf
+from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 
 from .markers import SPELLINGS
 from .patterns import scan

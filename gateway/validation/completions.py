@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.errors import invalid
-from gateway.protocol import Fields, GenerationSettings, parse_model, parse_settings
+from gateway.validation.fields import Fields, GenerationSettings, parse_model, parse_settings
 
 MAX_PROMPTS = 16
 MAX_CHOICES = 64

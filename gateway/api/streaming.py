@@ -11,11 +11,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.base import BackendError
+from gateway.api.disconnect import ClientDisconnected, unless_disconnected
+from gateway.api.json_response import json_response
+from gateway.api.sse import DONE, event, sse_response
 from gateway.errors import APIError, from_backend
-from gateway.generation import ChoiceStep, ClientDisconnected, unless_disconnected
-from gateway.json_response import json_response
-from gateway.protocol import GenerationSettings
-from gateway.sse import DONE, event, sse_response
+from gateway.types import ChoiceStep
+from gateway.validation.fields import GenerationSettings
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.families.base import ChatRequest
-from gateway.json_grammar import response_schema
+from gateway.grammars.json import response_schema
+from gateway.types import ChatRequest
 
 from .markers import (
     ASSISTANT,

@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 
 from gateway.errors import invalid
-from gateway.families.base import ChatRequest
-from gateway.protocol import MAX_TOP_LOGPROBS, Fields, GenerationSettings, parse_model, parse_settings
-from gateway.protocol_schema import check_bounded, check_schema
+from gateway.types import ChatRequest
+from gateway.validation.fields import MAX_TOP_LOGPROBS, Fields, GenerationSettings, parse_model, parse_settings
+from gateway.validation.schema_bounds import check_bounded, check_schema
 
 MAX_MESSAGES = 10_000
 MAX_TOOLS = 128

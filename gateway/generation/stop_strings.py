@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.families.base import Piece
+from gateway.types import Piece
 
 
 class StopMatcher:

@@ -9,11 +9,13 @@ from functools import cached_property
 
 from backends.base import Backend
 from backends.checkpoint import Checkpoint
-from gateway.encoding import PromptEncoder
+from gateway.errors import APIError
 from gateway.families import get_family
-from gateway.families.base import ChatRequest, Family, FamilyContext
-from gateway.grammar_compat import OLDEST_PINNED
-from gateway.shield import Shielder
+from gateway.families.base import Family, FamilyContext
+from gateway.grammars.compat import OLDEST_PINNED
+from gateway.prompts.encoding import PromptEncoder
+from gateway.prompts.shield import Shielder
+from gateway.types import ChatRequest
 
 
 @dataclass
@@ -81,6 +83,14 @@ def served_model_from_checkpoint(
         context_length=checkpoint.config.context_length,
         default_max_tokens=default_max_tokens,
     )
+
+
+def served_model(registry: ModelRegistry, model_id: str) -> ServedModel:
+    """The model `model_id`; 404 `model_not_found` when this registry has none by that id."""
+    model = registry.get(model_id)
+    if model is None:
+        raise APIError(f"the model {model_id!r} does not exist", status=404, param="model", code="model_not_found")
+    return model
 
 
 class ModelRegistry:

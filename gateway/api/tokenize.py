@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api.bodies import read_json
+from gateway.api.json_response import json_response
 from gateway.errors import invalid
-from gateway.json_response import json_response
-from gateway.model import ModelRegistry, ServedModel
-from gateway.protocol import Fields
-from gateway.protocol_chat import parse_chat_completion
-from gateway.protocol_completions import parse_prompts
-from gateway.serving import encode_chat, read_json, served_model
+from gateway.models.planning import encode_chat
+from gateway.models.registry import ModelRegistry, served_model
+from gateway.validation.chat import parse_chat_completion
+from gateway.validation.completions import parse_prompts
+from gateway.validation.fields import Fields
 
 
 async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
@@ -43,21 +42,3 @@ async def detokenize(request: Request, registry: ModelRegistry, max_body: int) -
         if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
             raise invalid(f"'tokens[{i}]' must be a token id below {vocab}", f"tokens[{i}]")
     return json_response({"prompt": model.decode(ids)})
-
-
-def model_card(model: ServedModel) -> dict[str, Any]:
-    return {
-        "id": model.id,
-        "object": "model",
-        "created": model.created,
-        "owned_by": "gateway",
-        "max_model_len": model.context_length,
-    }
-
-
-async def list_models(registry: ModelRegistry) -> Response:
-    return json_response({"object": "list", "data": [model_card(m) for m in registry]})
-
-
-async def get_model(registry: ModelRegistry, model_id: str) -> Response:
-    return json_response(model_card(served_model(registry, model_id)))

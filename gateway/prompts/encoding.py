@@ -21,7 +21,7 @@ from typing import Self
 
 from tokenizers import Tokenizer
 
-from gateway.shield import Shield, spelling_pattern
+from gateway.prompts.shield import Shield, spelling_pattern
 
 
 class SegmentedText(str):

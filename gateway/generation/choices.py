@@ -1,34 +1,22 @@
-"""One choice's output as it streams: backend chunks → detokenized pieces → stop strings; n choices merged."""
+"""A request's choices as they stream: backend chunks → detokenized pieces → stop strings; n choices merged."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Sequence
+import dataclasses
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import TypeVar
 
-from starlette.requests import Request
-
-from backends.base import Backend, BackendError, GenerateRequest, TokenLogprob
-from gateway.detokenizer import Detokenizer
-from gateway.families.base import Piece
-from gateway.stop_strings import StopMatcher
+from backends.base import Backend, BackendError, GenerateRequest, Grammar, SamplingParams
+from gateway.errors import APIError
+from gateway.generation.detokenizer import Detokenizer
+from gateway.generation.stop_strings import StopMatcher
+from gateway.models.registry import ServedModel
+from gateway.types import ChoiceStep, FinishReason
+from gateway.validation.fields import GenerationSettings
 
 T = TypeVar("T")
-FinishReason = Literal["stop", "length"]
-
-
-@dataclass
-class ChoiceStep:
-    """What one backend chunk added to a choice; `finish_reason` is set on its last step."""
-
-    pieces: list[Piece]
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: FinishReason | None = None
-    completion_tokens: int = 0
-    """Output tokens so far (the backend's, a stop token included)."""
-    cached_tokens: int = 0
 
 
 async def choice_steps(
@@ -101,27 +89,34 @@ async def merge(streams: Sequence[AsyncIterator[T]], buffer: int = 16) -> AsyncI
             task.cancel()
 
 
-class ClientDisconnected(Exception):
-    """The client went away before its answer was ready."""
+def generate(
+    model: ServedModel,
+    rid: str,
+    prompts: Sequence[tuple[list[int], SamplingParams]],
+    settings: GenerationSettings,
+    grammar: Grammar | None,
+) -> AsyncIterator[tuple[int, ChoiceStep]]:
+    """Every choice's steps, merged: choice `p * n + j` is sample j of prompt p (seeds differ per sample)."""
+    if model.backend is None:
+        raise APIError(
+            f"the model {model.id!r} only tokenizes; it has no backend", param="model", code="model_not_generative"
+        )
+    streams = []
+    for p, (ids, sampling) in enumerate(prompts):
+        for j in range(settings.n):
+            request = GenerateRequest(
+                rid=f"{rid}-{p * settings.n + j}",
+                input_ids=list(ids),
+                sampling=dataclasses.replace(sampling, seed=_nth_seed(sampling.seed, j)),
+                grammar=grammar,
+                logprobs=settings.logprobs,
+                top_logprobs=settings.top_logprobs,
+            )
+            detokenizer = Detokenizer(model.tokenizer, model.added_ids)
+            streams.append(choice_steps(model.backend, request, detokenizer, settings.stop))
+    return merge(streams)
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it (and raising ClientDisconnected) if the client disconnects first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.create_task(_disconnect(request))
-    try:
-        done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if task in done:
-        return task.result()
-    task.cancel()
-    raise ClientDisconnected()
-
-
-async def _disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+def _nth_seed(seed: int | None, j: int) -> int | None:
+    """Sample j's seed: the request's seed for the first, distinct ones (still in int64) for the others."""
+    return None if seed is None else (seed + j + (1 << 63)) % (1 << 64) - (1 << 63)

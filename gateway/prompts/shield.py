@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from gateway.families.base import ChatRequest
+from gateway.types import ChatRequest
 
 _ASSISTANT_KEEP_FIELDS = ("content", "reasoning_content")
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from tokenizers import Tokenizer
 
-from gateway.families.base import Piece
+from gateway.types import Piece
 
 _REPLACEMENT = "\ufffd"
 MAX_HELD_TOKENS = 4

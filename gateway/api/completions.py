@@ -8,14 +8,17 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api.bodies import read_json
+from gateway.api.ids import new_id, now
+from gateway.api.logprobs import TokenTexts, completion_logprobs
+from gateway.api.streaming import respond
+from gateway.api.usage import usage
 from gateway.errors import invalid
-from gateway.generation import ChoiceStep
-from gateway.logprobs import TokenTexts, completion_logprobs
-from gateway.model import ModelRegistry, ServedModel
-from gateway.protocol_completions import Prompt, parse_completion
-from gateway.responding import respond
-from gateway.serving import generate, new_id, now, read_json, sampling_params, served_model, token_budget
-from gateway.usage import usage
+from gateway.generation.choices import generate
+from gateway.models.planning import sampling_params, token_budget
+from gateway.models.registry import ModelRegistry, ServedModel, served_model
+from gateway.types import ChoiceStep
+from gateway.validation.completions import Prompt, parse_completion
 
 
 async def completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:

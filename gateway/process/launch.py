@@ -14,9 +14,9 @@ from backends.discovery import DNSService
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from backends.vllm import VLLMBackend
-from gateway.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig, ModelEntry
-from gateway.model import ModelRegistry, ServedModel, served_model_from_checkpoint
-from gateway.supervisor import WorkerSpec, WorkerSupervisor
+from gateway.models.registry import ModelRegistry, ServedModel, served_model_from_checkpoint
+from gateway.process.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig, ModelEntry
+from gateway.process.supervisor import WorkerSpec, WorkerSupervisor
 
 
 def _say(message: str) -> None:

@@ -9,42 +9,28 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.families.base import Delta, OutputParser
-from gateway.generation import ChoiceStep
-from gateway.logprobs import TokenTexts, chat_logprobs
-from gateway.model import ModelRegistry
-from gateway.protocol_chat import parse_chat_completion
-from gateway.responding import respond
-from gateway.serving import (
-    chat_grammar,
-    encode_chat,
-    generate,
-    new_id,
-    now,
-    read_json,
-    sampling_params,
-    served_model,
-    token_budget,
-)
-from gateway.usage import usage
+from gateway.api.bodies import read_json
+from gateway.api.ids import new_id, now
+from gateway.api.logprobs import TokenTexts, chat_logprobs
+from gateway.api.streaming import respond
+from gateway.api.usage import usage
+from gateway.families.base import OutputParser
+from gateway.generation.choices import generate
+from gateway.models.planning import plan_chat
+from gateway.models.registry import ModelRegistry, served_model
+from gateway.types import ChoiceStep, Delta
+from gateway.validation.chat import parse_chat_completion
 
 
 async def chat_completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
     parsed = parse_chat_completion(await read_json(request, max_body))
     model = served_model(registry, parsed.model)
     chat, settings = parsed.chat, parsed.settings
-    prompt, ids = encode_chat(model, chat)
-    max_new = token_budget(model, len(ids), settings.max_tokens, "messages")
-    grammar = chat_grammar(model, chat, prompt)
-    # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
-    keep_markers = grammar is not None or bool(chat.active_tools)
-    sampling = sampling_params(
-        settings, max_new, model.family.stop_token_ids(), settings.skip_special_tokens and not keep_markers
-    )
+    plan = plan_chat(model, chat, settings)
     rid = new_id("chatcmpl")
-    events = generate(model, rid, [(ids, sampling)], settings, grammar)
+    events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar)
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
-    renderer = ChatRenderer([model.family.parser(chat, prompt) for _ in range(settings.n)], texts, len(ids))
+    renderer = ChatRenderer([model.family.parser(chat, plan.prompt) for _ in range(settings.n)], texts, len(plan.ids))
     envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, settings, "chat.completion")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from starlette.responses import StreamingResponse
 
-from gateway.json_response import dumps
+from gateway.api.json_response import dumps
 
 DONE = b"data: [DONE]\n\n"
 

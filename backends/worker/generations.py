@@ -1,0 +1,68 @@
+"""A request in flight on the worker: engine events in, SSE frames of SGLang's dialect out (vLLM's builds on it)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import orjson
+
+from backends.checkpoint import Checkpoint
+from backends.worker.detokenize import IncrementalDetokenizer
+from backends.worker.engine import Engine, EngineEvent
+from backends.worker.grammar import GrammarCache
+from backends.worker.protocol import GenerateCall, finish_reason, logprob_fields
+
+
+@dataclass
+class WorkerState:
+    checkpoint: Checkpoint
+    engine: Engine
+    grammars: GrammarCache
+    model_path: str
+
+
+def sse_frame(payload: object) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+class Generation:
+    """One request in flight: receives engine events on the event loop, shapes SGLang responses."""
+
+    def __init__(self, call: GenerateCall, state: WorkerState):
+        self.call = call
+        self.events: asyncio.Queue[EngineEvent] = asyncio.Queue()
+        self.detokenizer = IncrementalDetokenizer(state.checkpoint.tokenizer, call.skip_special_tokens)
+        self.completion_tokens = 0
+        self.done = False
+        self.all_logprobs: dict[str, list] = {}
+
+    def payload(self, event: EngineEvent) -> dict:
+        """The SGLang object for this event's new tokens (incremental text and ids)."""
+        ids = [t.token_id for t in event.tokens]
+        self.completion_tokens += len(ids)
+        self.done = event.finish is not None
+        text_ids = ids
+        if event.finish is not None and event.finish.type == "stop" and not self.call.no_stop_trim:
+            text_ids = [i for i in ids if i != event.finish.matched]
+        meta = {
+            "id": self.call.rid,
+            "finish_reason": finish_reason(event.finish),
+            "prompt_tokens": len(self.call.input_ids),
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": 0,
+        }
+        if self.call.return_logprob:
+            fields = logprob_fields(event.tokens, self.call.top_logprobs_num)
+            meta.update(fields)
+            for key, values in fields.items():
+                self.all_logprobs.setdefault(key, []).extend(values)
+        return {"text": self.detokenizer.push(text_ids, final=self.done), "output_ids": ids, "meta_info": meta}
+
+    def frames(self, event: EngineEvent) -> bytes:
+        """The SSE bytes sent for one engine event."""
+        return sse_frame(self.payload(event))
+
+    def error_frame(self, message: str) -> bytes:
+        """The SSE bytes of a mid-stream error."""
+        return sse_frame({"error": {"message": message}})

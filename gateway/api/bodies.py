@@ -1,0 +1,34 @@
+"""Request bodies: read up to a byte limit, parsed as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from gateway.errors import APIError, invalid
+
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request's JSON body; 413 past `limit` bytes, 400 when it is not JSON."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise invalid(f"the body is not valid JSON: {e}", None, "invalid_json") from None
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(f"the body is larger than {limit} bytes", status=413, code="request_too_large")
+
+

@@ -1,0 +1,1 @@
+"""Served models: the registry by id, and the plan a request needs before it reaches a backend."""

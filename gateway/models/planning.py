@@ -1,0 +1,104 @@
+"""What a request for a served model needs before it reaches a backend: prompt ids, token budget,
+grammar and sampling parameters, each refused with a 400 naming the field at fault."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.base import Grammar, SamplingParams
+from gateway.errors import invalid
+from gateway.grammars.compat import newer_features
+from gateway.grammars.json import SchemaGrammarError
+from gateway.models.registry import ServedModel
+from gateway.prompts.template import TemplateError
+from gateway.types import ChatRequest
+from gateway.validation.fields import GenerationSettings
+
+
+@dataclass
+class ChatPlan:
+    """A chat request made ready for the backend: the rendered prompt, its ids, grammar and sampling."""
+
+    prompt: str
+    ids: list[int]
+    grammar: Grammar | None
+    sampling: SamplingParams
+
+
+def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSettings, param: str = "messages") -> ChatPlan:
+    """Render, shield and encode `chat`, fit its token budget, build its grammar and sampling parameters.
+    `param` names the field a prompt that does not fit is blamed on."""
+    prompt, ids = encode_chat(model, chat)
+    max_new = token_budget(model, len(ids), settings.max_tokens, param)
+    grammar = chat_grammar(model, chat, prompt)
+    # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
+    keep_markers = grammar is not None or bool(chat.active_tools)
+    skip_special = settings.skip_special_tokens and not keep_markers
+    return ChatPlan(prompt, ids, grammar, sampling_params(settings, max_new, model.family.stop_token_ids(), skip_special))
+
+
+def token_budget(model: ServedModel, prompt_tokens: int, max_tokens: int | None, param: str) -> int:
+    """max_new_tokens for a prompt: what was asked, else the model's default capped by the room the
+    context leaves; 400 when it does not fit."""
+    room = model.context_length - prompt_tokens
+    if room < 1:
+        raise invalid(
+            f"the prompt is {prompt_tokens} tokens; this model's context is {model.context_length} tokens",
+            param,
+            "context_length_exceeded",
+        )
+    if max_tokens is not None and max_tokens > room:
+        raise invalid(
+            f"the prompt ({prompt_tokens} tokens) plus max tokens ({max_tokens}) exceeds this model's context "
+            f"of {model.context_length} tokens",
+            param,
+            "context_length_exceeded",
+        )
+    if max_tokens is not None:
+        return max_tokens
+    return min(room, model.default_max_tokens or room)
+
+
+def sampling_params(
+    settings: GenerationSettings, max_new_tokens: int, stop_token_ids: list[int], skip_special_tokens: bool
+) -> SamplingParams:
+    return SamplingParams(
+        max_new_tokens=max_new_tokens,
+        temperature=settings.temperature,
+        top_p=settings.top_p,
+        top_k=settings.top_k,
+        min_p=settings.min_p,
+        seed=settings.seed,
+        stop_token_ids=[] if settings.ignore_eos else list(stop_token_ids),
+        ignore_eos=settings.ignore_eos,
+        frequency_penalty=settings.frequency_penalty,
+        presence_penalty=settings.presence_penalty,
+        skip_special_tokens=skip_special_tokens,
+    )
+
+
+def encode_chat(model: ServedModel, chat: ChatRequest) -> tuple[str, list[int]]:
+    """The rendered prompt and its ids; a template that refuses the messages is a 400."""
+    try:
+        return model.encode_chat(chat)
+    except TemplateError as e:
+        raise invalid(f"the messages cannot be rendered: {e}", "messages") from None
+
+
+def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
+    """The family's grammar for the request; a schema that cannot be enforced, by xgrammar or by the
+    backend's older xgrammar, is a 400."""
+    try:
+        grammar = model.family.grammar(chat, prompt)
+    except SchemaGrammarError as e:
+        raise invalid(str(e), e.param) from None
+    unsupported = newer_features(grammar, model.grammar_target)
+    if unsupported:
+        param = "tools" if chat.active_tools else "response_format"
+        raise invalid(
+            f"this model's backend runs xgrammar {model.grammar_target}, which would silently ignore "
+            f"{', '.join(unsupported)} in the grammar this request needs",
+            param,
+            "grammar_unsupported_by_backend",
+        )
+    return grammar
