@@ -1,5 +1,6 @@
-"""Registry of model families, found by name. Each family is a subpackage that exports `FAMILY`, its
-`Family` class; the registry discovers them, so adding a family touches no other file."""
+"""Registry of model families, found by name. Each family is a subpackage that exports `FAMILIES`, its
+`Family` classes (one per variant of its format); the registry discovers them, so adding a family
+touches no other file."""
 
 from __future__ import annotations
 
@@ -12,15 +13,15 @@ from gateway.families.base import Family
 
 @cache
 def families() -> dict[str, type[Family]]:
-    """Every family package's `FAMILY`, by name (imported on first use)."""
+    """Every family package's `FAMILIES`, by name (imported on first use)."""
     found: dict[str, type[Family]] = {}
     for info in pkgutil.iter_modules(__path__):
         if not info.ispkg:
             continue
-        family = importlib.import_module(f"{__name__}.{info.name}").FAMILY
-        if family.name in found:
-            raise RuntimeError(f"two families are named {family.name!r}")
-        found[family.name] = family
+        for family in importlib.import_module(f"{__name__}.{info.name}").FAMILIES:
+            if family.name in found:
+                raise RuntimeError(f"two families are named {family.name!r}")
+            found[family.name] = family
     return dict(sorted(found.items()))
 
 

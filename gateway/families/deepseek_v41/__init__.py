@@ -3,5 +3,5 @@
 from .family import DeepSeekV41Family
 from .parser import DsmlParser
 
-FAMILY = DeepSeekV41Family
-__all__ = ["FAMILY", "DeepSeekV41Family", "DsmlParser"]
+FAMILIES = (DeepSeekV41Family,)
+__all__ = ["FAMILIES", "DeepSeekV41Family", "DsmlParser"]

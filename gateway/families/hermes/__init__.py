@@ -3,5 +3,5 @@
 from .family import HermesFamily
 from .parser import HermesParser
 
-FAMILY = HermesFamily
-__all__ = ["FAMILY", "HermesFamily", "HermesParser"]
+FAMILIES = (HermesFamily,)
+__all__ = ["FAMILIES", "HermesFamily", "HermesParser"]

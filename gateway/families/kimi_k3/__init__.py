@@ -5,5 +5,5 @@ from backends.kimi_tokenizer import load_kimi_tokenizer
 from .family import KimiK3Family
 from .parser import KimiK3Parser
 
-FAMILY = KimiK3Family
-__all__ = ["FAMILY", "KimiK3Family", "KimiK3Parser", "load_kimi_tokenizer"]
+FAMILIES = (KimiK3Family,)
+__all__ = ["FAMILIES", "KimiK3Family", "KimiK3Parser", "load_kimi_tokenizer"]
