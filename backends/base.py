@@ -48,6 +48,10 @@ class GenerateRequest:
     top_logprobs: int = 0
 
 
+LOGPROB_FLOOR = -9999.0
+"""The least logprob reported (OpenAI's and vLLM's floor for -inf), so that JSON never carries -Infinity."""
+
+
 @dataclass
 class TokenLogprob:
     token_id: int

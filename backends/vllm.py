@@ -16,7 +16,7 @@ from typing import Any, Literal
 import httpx
 import orjson
 
-from backends.base import BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
+from backends.base import LOGPROB_FLOOR, BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
 from backends.http_backend import (
     SSE_DONE,
     HTTPBackend,
@@ -278,7 +278,7 @@ def _token_id(key: str) -> int:
 
 def _logprob(value: Any) -> float:
     """A logprob; vLLM sends null where it has none and floors -inf at -9999."""
-    return float(value) if value is not None else -9999.0
+    return float(value) if value is not None else LOGPROB_FLOOR
 
 
 def _event_error(error: Any) -> BackendError:

@@ -17,10 +17,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backends.asgi import json_response
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.api.chat import chat_completions
 from gateway.api.completions import completions
-from gateway.api.json_response import json_response
 from gateway.api.models import get_model, list_models
 from gateway.api.tokenize import detokenize, tokenize
 from gateway.errors import APIError

@@ -6,8 +6,8 @@ from typing import Any
 
 from starlette.responses import Response
 
+from backends.asgi import json_response
 from backends.base import BackendError
-from gateway.api.json_response import json_response
 
 
 class APIError(Exception):

@@ -1,4 +1,7 @@
-"""The core types every stage passes along: a chat request, output pieces, parsed deltas, choice steps."""
+"""The core types every stage passes along: a chat request, output pieces, parsed deltas, choice steps.
+
+`Piece` is defined beside the detokenizer in backends/ (the bundled worker shares it) and is re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from backends.base import TokenLogprob
+from backends.detokenizer import Piece
+
+__all__ = ["ChatRequest", "ChoiceStep", "Delta", "FinishReason", "Piece"]
 
 FinishReason = Literal["stop", "length"]
 
@@ -42,14 +48,6 @@ class ChatRequest:
             name = self.tool_choice["function"]["name"]
             return [t for t in self.tools if t["function"]["name"] == name]
         return self.tools
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A run of detokenized output text; `token_id` is set when the piece is one added/control token."""
-
-    text: str
-    token_id: int | None = None
 
 
 @dataclass

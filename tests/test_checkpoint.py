@@ -44,7 +44,13 @@ def test_tokenizer_only_references(embedded, tmp_path):
     assert deepseek.tokenizer.token_to_id("<｜User｜>") == 128803
 
 
-@pytest.mark.parametrize("ref", ["/no/such/model.gguf.txt", "package:no_such_package_here"])
-def test_bad_references_are_clear_errors(ref):
-    with pytest.raises((ValueError, FileNotFoundError)):
+@pytest.mark.parametrize(
+    ("ref", "error", "message"),
+    [
+        ("/no/such/model.gguf.txt", ValueError, r"not a GGUF file, Hugging Face directory.*: /no/such/model\.gguf\.txt$"),
+        ("package:no_such_package_here", FileNotFoundError, r"^package no_such_package_here is not installed$"),
+    ],
+)
+def test_bad_references_are_clear_errors(ref, error, message):
+    with pytest.raises(error, match=message):
         load_checkpoint(ref)

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.checkpoint import load_checkpoint
+from backends.detokenizer import Detokenizer
 from gateway.families.deepseek_v41.markers import DSML, EOS, THINK_END
 from gateway.families.deepseek_v41.parser import DsmlParser
 from gateway.families.deepseek_v41.prompt import render_calls
-from gateway.generation.detokenizer import Detokenizer
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import Delta
 

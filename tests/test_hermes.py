@@ -168,8 +168,12 @@ def test_chat_template_option_overrides_and_a_tool_aware_template_is_used() -> N
     assert HermesFamily(ctx).render(request) == "Hi1"
 
 
-def test_stop_ids_are_im_end_and_eos() -> None:
-    assert family().stop_token_ids() == [2]
+def test_stop_ids_are_im_end_then_eos_without_repeats() -> None:
+    c = smollm2()
+    assert c.tokenizer.token_to_id("<|im_end|>") == 2 and c.eos_token_ids == [2]
+    assert family().stop_token_ids() == [2]  # SmolLM2's eos is <|im_end|> itself: named once
+    ctx = FamilyContext(c.tokenizer, c.chat_template, c.bos_token, "<|endoftext|>", [0], c.control_token_ids)
+    assert HermesFamily(ctx).stop_token_ids() == [2, 0]
 
 
 @pytest.mark.parametrize(

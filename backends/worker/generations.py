@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-import orjson
-
+from backends.asgi import sse_frame
 from backends.checkpoint import Checkpoint
-from backends.worker.detokenize import IncrementalDetokenizer
+from backends.detokenizer import Detokenizer, added_tokens
 from backends.worker.engine import Engine, EngineEvent
 from backends.worker.grammar import GrammarCache
 from backends.worker.protocol import GenerateCall, finish_reason, logprob_fields
@@ -22,17 +21,15 @@ class WorkerState:
     model_path: str
 
 
-def sse_frame(payload: object) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
 class Generation:
     """One request in flight: receives engine events on the event loop, shapes SGLang responses."""
 
     def __init__(self, call: GenerateCall, state: WorkerState):
         self.call = call
         self.events: asyncio.Queue[EngineEvent] = asyncio.Queue()
-        self.detokenizer = IncrementalDetokenizer(state.checkpoint.tokenizer, call.skip_special_tokens)
+        added, special = added_tokens(state.checkpoint.tokenizer)
+        self.detokenizer = Detokenizer(state.checkpoint.tokenizer, added)
+        self.skipped = special if call.skip_special_tokens else frozenset()
         self.completion_tokens = 0
         self.done = False
         self.all_logprobs: dict[str, list] = {}
@@ -57,7 +54,13 @@ class Generation:
             meta.update(fields)
             for key, values in fields.items():
                 self.all_logprobs.setdefault(key, []).extend(values)
-        return {"text": self.detokenizer.push(text_ids, final=self.done), "output_ids": ids, "meta_info": meta}
+        return {"text": self._text(text_ids), "output_ids": ids, "meta_info": meta}
+
+    def _text(self, ids: list[int]) -> str:
+        """The text `ids` complete (all that is held back once the generation is done), special tokens skipped
+        when the request asked."""
+        pieces = self.detokenizer.feed(ids) + (self.detokenizer.flush() if self.done else [])
+        return "".join(p.text for p in pieces if p.token_id not in self.skipped)
 
     def frames(self, event: EngineEvent) -> bytes:
         """The SSE bytes sent for one engine event."""

@@ -57,7 +57,7 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int,
     """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt."""
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
-    _reject_unknown(body, _TOP_LEVEL_KEYS, "request")
+    reject_unknown(body, _TOP_LEVEL_KEYS, "request")
     input_ids = _prompt_ids(body, encode)
     if not input_ids:
         raise ProtocolError("the prompt is empty")
@@ -70,7 +70,7 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int,
     sp = body.get("sampling_params") or {}
     if not isinstance(sp, dict):
         raise ProtocolError("sampling_params must be an object")
-    _reject_unknown(sp, _SGLANG_SAMPLING_KEYS, "sampling_params")
+    reject_unknown(sp, _SGLANG_SAMPLING_KEYS, "sampling_params")
     for key, neutral in _NEUTRAL_ONLY.items():
         if sp.get(key) not in neutral:
             raise ProtocolError(f"sampling_params.{key} is not supported by this worker")
@@ -149,10 +149,11 @@ def _sampling(sp: dict) -> SamplingParams:
     )
 
 
-def _reject_unknown(obj: dict, known: frozenset[str], where: str) -> None:
+def reject_unknown(obj: dict, known: frozenset[str], where: str) -> None:
+    """ProtocolError naming the fields of `obj` outside `known` (the dialects refuse what they cannot honour)."""
     unknown = sorted(set(obj) - known)
     if unknown:
-        raise ProtocolError(f"unknown {where} field(s): {', '.join(unknown)}")
+        raise ProtocolError(f"unknown or unsupported {where} field(s): {', '.join(unknown)}")
 
 
 def _int(obj: dict, key: str, default: int, where: str = "sampling_params") -> int:

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from backends.asgi import DONE_FRAME, json_response, wait_for_disconnect
 from backends.worker.engine import EngineEvent, EngineRequest
 from backends.worker.generations import Generation, WorkerState
 from backends.worker.grammar import GrammarError
@@ -19,12 +20,8 @@ from backends.worker.protocol import ProtocolError, parse_generate
 from backends.worker.vllm_api import vllm_routes
 
 
-def _json(payload: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json")
-
-
 def _error(message: str, status: int = 400) -> Response:
-    return _json({"error": {"message": message}}, status)
+    return json_response({"error": {"message": message}}, status)
 
 
 
@@ -70,7 +67,7 @@ def build_app(state: WorkerState) -> Starlette:
         return await _collect(generation, request)
 
     async def _collect(generation: Generation, request: Request) -> Response:
-        disconnected = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+        disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive))
         text, ids, payload = [], [], {}
         try:
             while not generation.done:
@@ -84,7 +81,7 @@ def build_app(state: WorkerState) -> Starlette:
                 ids.extend(payload["output_ids"])
             payload.update(text="".join(text), output_ids=ids)
             payload["meta_info"].update(generation.all_logprobs)
-            return _json(payload)
+            return json_response(payload)
         finally:
             disconnected.cancel()
             _release(generation)
@@ -109,11 +106,11 @@ def build_app(state: WorkerState) -> Starlette:
         return Response(status_code=200 if state.engine.is_alive() else 503)
 
     async def model_info(_: Request) -> Response:
-        return _json({"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True})
+        return json_response({"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True})
 
     async def server_info(_: Request) -> Response:
         stats = state.engine.stats
-        return _json({
+        return json_response({
             "model_path": state.model_path,
             "max_running_requests": state.engine.max_batch,
             "context_length": state.engine.context_length,
@@ -149,7 +146,7 @@ class _EventStream(Response):
         self.release = release
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        disconnected = asyncio.ensure_future(_wait_for_disconnect(receive))
+        disconnected = asyncio.ensure_future(wait_for_disconnect(receive))
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             generation = self.generation
@@ -162,7 +159,7 @@ class _EventStream(Response):
                     await _send_chunk(send, generation.error_frame(event.error))
                     break
                 await _send_chunk(send, generation.frames(event))
-            await _send_chunk(send, b"data: [DONE]\n\n")
+            await _send_chunk(send, DONE_FRAME)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             disconnected.cancel()
@@ -182,8 +179,3 @@ async def _next_event(generation: Generation, disconnected: asyncio.Future) -> E
             return getter.result()
         getter.cancel()
     return None if disconnected.done() else generation.events.get_nowait()
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass

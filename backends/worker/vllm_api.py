@@ -20,10 +20,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from backends.asgi import json_response, sse_frame
 from backends.worker.engine import EngineEvent, Finish
-from backends.worker.generations import Generation, WorkerState, sse_frame
+from backends.worker.generations import Generation, WorkerState
 from backends.worker.grammar import GrammarError
-from backends.worker.protocol import GenerateCall, ProtocolError, parse_generate
+from backends.worker.protocol import GenerateCall, ProtocolError, parse_generate, reject_unknown
 from backends.worker.sampling import TokenChoice
 
 Start = Callable[[Generation], Awaitable[None]]
@@ -196,8 +197,7 @@ def error_body(message: str, status: int, kind: str = "BadRequestError") -> dict
 
 
 def _error(message: str, status: int = 400, kind: str = "BadRequestError") -> Response:
-    return Response(orjson.dumps(error_body(message, status, kind)), status_code=status,
-                    media_type="application/json")
+    return json_response(error_body(message, status, kind), status)
 
 
 def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]:
@@ -231,7 +231,7 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
     async def models(_: Request) -> Response:
         card = {"id": model, "object": "model", "created": int(time.time()), "owned_by": "worker", "root": model,
                 "max_model_len": state.engine.context_length}
-        return Response(orjson.dumps({"object": "list", "data": [card]}), media_type="application/json")
+        return json_response({"object": "list", "data": [card]})
 
     return [
         Route("/v1/completions", completions, methods=["POST"]),
@@ -243,7 +243,7 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
 def parse_completion(body: Any, state: WorkerState) -> CompletionGeneration:
     """Validate a `/v1/completions` body (token-id prompt, streamed)."""
     body = _object(body, "request body")
-    _only(body, _COMPLETION_KEYS, "request")
+    reject_unknown(body, _COMPLETION_KEYS, "request")
     prompt = body.get("prompt")
     if isinstance(prompt, str) or (isinstance(prompt, list) and any(isinstance(p, str) for p in prompt)):
         raise ProtocolError("this worker does not tokenize text prompts: send token ids")
@@ -256,11 +256,11 @@ def parse_completion(body: Any, state: WorkerState) -> CompletionGeneration:
 def parse_tokens(body: Any, state: WorkerState) -> TokensGeneration:
     """Validate an `/inference/v1/generate` body (tokens in, tokens out, streamed)."""
     body = _object(body, "request body")
-    _only(body, _GENERATE_KEYS, "request")
+    reject_unknown(body, _GENERATE_KEYS, "request")
     if body.get("output_mode", "tokens") != "tokens":
         raise ProtocolError("only output_mode 'tokens' is supported by this worker")
     sampling = _object(body.get("sampling_params"), "sampling_params")
-    _only(sampling, _SAMPLING_KEYS, "sampling_params")
+    reject_unknown(sampling, _SAMPLING_KEYS, "sampling_params")
     prompt = body.get("token_ids")
     rid = f"generate-tokens-{_request_id(body)}"
     remaining = state.engine.context_length - len(prompt) if isinstance(prompt, list) else 0
@@ -314,7 +314,7 @@ def _grammar(structured: Any) -> tuple[str, str] | None:
     if structured is None:
         return None
     structured = _object(structured, "structured_outputs")
-    _only(structured, _STRUCTURED_KEYS, "structured_outputs")
+    reject_unknown(structured, _STRUCTURED_KEYS, "structured_outputs")
     if structured.get("whitespace_pattern") is not None or any(
         structured.get(k) for k in ("disable_any_whitespace", "disable_additional_properties")
     ):
@@ -344,12 +344,6 @@ def _object(value: Any, where: str) -> dict:
     if not isinstance(value, dict):
         raise ProtocolError(f"{where} must be a JSON object")
     return value
-
-
-def _only(obj: dict, known: frozenset[str], where: str) -> None:
-    unknown = sorted(set(obj) - known)
-    if unknown:
-        raise ProtocolError(f"unknown or unsupported {where} field(s): {', '.join(unknown)}")
 
 
 def _no_text(text: str) -> list[int]:

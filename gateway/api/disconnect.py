@@ -8,6 +8,8 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
+from backends.asgi import wait_for_disconnect
+
 T = TypeVar("T")
 
 
@@ -18,7 +20,7 @@ class ClientDisconnected(Exception):
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     """Await `work`, cancelling it (and raising ClientDisconnected) if the client disconnects first."""
     task = asyncio.ensure_future(work)
-    watcher = asyncio.create_task(_disconnect(request))
+    watcher = asyncio.create_task(wait_for_disconnect(request.receive))
     try:
         done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
@@ -30,8 +32,3 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         return task.result()
     task.cancel()
     raise ClientDisconnected()
-
-
-async def _disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

@@ -8,9 +8,8 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders
 
-from backends.base import TokenLogprob
+from backends.base import LOGPROB_FLOOR, TokenLogprob
 
-_FLOOR = -9999.0
 """What OpenAI reports for a probability of zero (JSON has no -inf)."""
 
 
@@ -51,7 +50,7 @@ class TokenTexts:
 
 
 def _logprob(value: float) -> float:
-    return max(value, _FLOOR)
+    return max(value, LOGPROB_FLOOR)
 
 
 def chat_logprobs(entries: Sequence[TokenLogprob], texts: TokenTexts) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from gateway.api.json_response import json_response
+from backends.asgi import json_response
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 
 

@@ -10,10 +10,10 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
+from backends.asgi import DONE_FRAME, json_response, sse_frame
 from backends.base import BackendError
 from gateway.api.disconnect import ClientDisconnected, unless_disconnected
-from gateway.api.json_response import json_response
-from gateway.api.sse import DONE, event, sse_response
+from gateway.api.sse import sse_response
 from gateway.errors import APIError, from_backend
 from gateway.types import ChoiceStep
 from gateway.validation.fields import GenerationSettings
@@ -82,19 +82,19 @@ async def _stream(
     usage_field = {"usage": None} if include_usage else {}
     try:
         for choice in renderer.opening():
-            yield event({**envelope, "choices": [choice], **usage_field})
+            yield sse_frame({**envelope, "choices": [choice], **usage_field})
         item = first
         while item is not None:
             for choice in renderer.step(*item):
-                yield event({**envelope, "choices": [choice], **usage_field})
+                yield sse_frame({**envelope, "choices": [choice], **usage_field})
             item = await anext(events, None)
         if include_usage:
-            yield event({**envelope, "choices": [], "usage": renderer.usage()})
+            yield sse_frame({**envelope, "choices": [], "usage": renderer.usage()})
     except BackendError as e:
-        yield event(from_backend(e).body())
+        yield sse_frame(from_backend(e).body())
     except Exception:
         log.exception("stream %s failed", envelope.get("id"))
-        yield event(APIError("internal error while streaming", status=500, type="server_error").body())
+        yield sse_frame(APIError("internal error while streaming", status=500, type="server_error").body())
     finally:
         await events.aclose()
-    yield DONE
+    yield DONE_FRAME

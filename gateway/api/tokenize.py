@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from backends.asgi import json_response
 from gateway.api.bodies import read_json
-from gateway.api.json_response import json_response
 from gateway.errors import invalid
 from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model

@@ -9,8 +9,8 @@ from contextlib import aclosing
 from typing import TypeVar
 
 from backends.base import Backend, BackendError, GenerateRequest, Grammar, SamplingParams
+from backends.detokenizer import Detokenizer
 from gateway.errors import APIError
-from gateway.generation.detokenizer import Detokenizer
 from gateway.generation.stop_strings import StopMatcher
 from gateway.models.registry import ServedModel
 from gateway.types import ChoiceStep, FinishReason

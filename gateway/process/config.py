@@ -46,7 +46,7 @@ from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
 BACKEND_TYPES = ("worker", "sglang", "vllm", "none")
 VLLM_APIS = ("completions", "generate")
 PINNED_XGRAMMAR = {"sglang": "0.2.7", "vllm": "0.2.8"}
-"""What SGLang 0.5.23 and vLLM 0.33 pin (shared/REFERENCE.md)."""
+"""The xgrammar versions SGLang 0.5.23 and vLLM 0.33.0 pin in their own requirements."""
 _XGRAMMAR_VERSION = re.compile(r"\d+\.\d+\.\d+")
 
 

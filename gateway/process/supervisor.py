@@ -47,6 +47,10 @@ class WorkerSpec:
         return args
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""Where workers start, so that `python -m backends.worker` finds its package without an install."""
+
+
 class WorkerProcess:
     """A started worker: `wait_ready()` gives its URL; `stop()` leaves no orphan."""
 
@@ -57,7 +61,7 @@ class WorkerProcess:
             stderr=None,  # progress lines go straight to the terminal
             text=True,
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only makes two system calls
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=REPO_ROOT,
         )
         self.url: str | None = None
 

@@ -226,7 +226,9 @@ def test_completions_text_and_ids(gateway):
     assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
     assert sorted(b["input_ids"] for b in server.bodies[-4:]) == [[5, 6], [5, 6], [7], [7]]
     assert body["usage"]["prompt_tokens"] == 3
-    assert body["choices"][0]["logprobs"]["tokens"][0] == " Paris"[: len(body["choices"][0]["logprobs"]["tokens"][0])]
+    for choice in body["choices"]:  # one entry per output token: the text's tokens, then the stop token's
+        assert choice["text"] == " Paris."
+        assert choice["logprobs"]["tokens"] == [" Paris", ".", "<|im_end|>"]
     events = sse(client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "stream": True}))
     assert "".join(e["choices"][0]["text"] for e in events) == " Paris."
 

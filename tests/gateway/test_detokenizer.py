@@ -6,8 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gateway.generation.detokenizer import MAX_HELD_TOKENS, Detokenizer
-from gateway.types import Piece
+from backends.detokenizer import MAX_HELD_TOKENS, Detokenizer, Piece
 
 IM_END = 2
 

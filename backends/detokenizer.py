@@ -1,4 +1,4 @@
-"""Incremental detokenization of output ids into Pieces.
+"""Incremental detokenization of output ids into Pieces: the gateway's and the bundled worker's one detokenizer.
 
 Added (control) tokens become their own Piece, spelled exactly, with token_id
 set. Ordinary tokens are decoded with prefix offsets: the text of the window
@@ -12,12 +12,20 @@ released as U+FFFD after MAX_HELD_TOKENS tokens and decoding starts afresh.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from gateway.types import Piece
-
 _REPLACEMENT = "\ufffd"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A run of detokenized output text; `token_id` is set when the piece is one added/control token."""
+
+    text: str
+    token_id: int | None = None
+
 MAX_HELD_TOKENS = 4
 """A UTF-8 character has at most 4 bytes: a tail still broken after this many tokens is invalid output, not a split."""
 
@@ -79,3 +87,9 @@ def _append_text(out: list[Piece], text: str) -> None:
         out[-1] = Piece(out[-1].text + text)
     else:
         out.append(Piece(text))
+
+
+def added_tokens(tokenizer: Tokenizer) -> tuple[dict[int, str], frozenset[int]]:
+    """The tokenizer's added tokens (id → exact spelling) and, of those, the ones marked special."""
+    decoder = tokenizer.get_added_tokens_decoder()
+    return {i: t.content for i, t in decoder.items()}, frozenset(i for i, t in decoder.items() if t.special)
