@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar, SamplingParams
+from backends.json_types import is_integer, is_number, is_token_ids
 from backends.worker.engine import Finish
 from backends.worker.sampling import TokenChoice
 
@@ -113,7 +113,7 @@ def _prompt_ids(body: dict, encode: Callable[[str], list[int]]) -> list[int]:
         if not isinstance(text, str):
             raise ProtocolError("text must be a string (batches are not supported)")
         return encode(text)
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+    if not is_token_ids(ids):
         raise ProtocolError("input_ids must be a list of integers (batches are not supported)")
     return ids
 
@@ -138,10 +138,10 @@ def _sampling(sp: dict) -> SamplingParams:
     if any(not -2.0 <= v <= 2.0 for v in penalties.values()):
         raise ProtocolError("frequency_penalty and presence_penalty must be in [-2, 2]")
     stop_ids = sp.get("stop_token_ids") or []
-    if not isinstance(stop_ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in stop_ids):
+    if not is_token_ids(stop_ids):
         raise ProtocolError("stop_token_ids must be a list of integers")
     seed = sp.get("sampling_seed")
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+    if seed is not None and (not is_integer(seed) or seed < 0):
         raise ProtocolError("sampling_seed must be a non-negative integer")
     return SamplingParams(
         max_new_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
@@ -160,7 +160,7 @@ def _int(obj: dict, key: str, default: int, where: str = "sampling_params") -> i
     value = obj.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_integer(value):
         raise ProtocolError(f"{where}.{key} must be an integer")
     return value
 
@@ -169,7 +169,7 @@ def _float(obj: dict, key: str, default: float) -> float:
     value = obj.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value):
         raise ProtocolError(f"sampling_params.{key} must be a finite number")
     return float(value)
 

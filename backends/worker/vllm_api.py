@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from backends.asgi import json_response, sse_frame
+from backends.json_types import is_integer
 from backends.worker.engine import EngineEvent, Finish
 from backends.worker.generations import Generation, WorkerState
 from backends.worker.grammar import GrammarError
@@ -298,7 +299,7 @@ def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str,
     if grammar is not None:
         params[grammar[0]] = grammar[1]
     logprobs = sampling.get("logprobs")
-    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int) or logprobs < 0):
+    if logprobs is not None and (not is_integer(logprobs) or logprobs < 0):
         raise ProtocolError("logprobs must be a non-negative integer")
     return parse_generate(
         {"input_ids": prompt, "sampling_params": params, "rid": rid, "stream": True,

@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.asgi import json_response
+from backends.json_types import is_integer
 from gateway.api.bodies import read_json
 from gateway.errors import invalid
 from gateway.models.planning import encode_chat
@@ -39,6 +40,6 @@ async def detokenize(request: Request, registry: ModelRegistry, max_body: int) -
     ids = fields.array("tokens", max_len=model.context_length * 4, required=True)
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
     for i, t in enumerate(ids):
-        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab:
+        if not is_integer(t) or not 0 <= t < vocab:
             raise invalid(f"'tokens[{i}]' must be a token id below {vocab}", f"tokens[{i}]")
     return json_response({"prompt": model.decode(ids)})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from backends.json_types import is_token_ids
 from gateway.errors import invalid
 from gateway.validation.fields import Fields, GenerationSettings, parse_model, parse_settings
 
@@ -62,4 +63,4 @@ def parse_prompts(fields: Fields) -> list[Prompt]:
 
 
 def _is_ids(v: Any) -> bool:
-    return isinstance(v, list) and bool(v) and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+    return bool(v) and is_token_ids(v)

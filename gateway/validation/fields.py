@@ -9,10 +9,10 @@ means "not given" for every optional field.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from backends.json_types import is_integer, is_number
 from gateway.errors import invalid
 
 MAX_N = 16
@@ -72,7 +72,7 @@ class Fields:
         v = self.value.get(key)
         if v is None:
             return default
-        if isinstance(v, bool) or not isinstance(v, int):
+        if not is_integer(v):
             raise invalid(f"'{self.param(key)}' must be an integer", self.param(key))
         if not lo <= v <= hi:
             raise invalid(f"'{self.param(key)}' must be between {lo} and {hi}, got {v}", self.param(key))
@@ -82,7 +82,7 @@ class Fields:
         v = self.value.get(key)
         if v is None:
             return default
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        if not is_number(v):
             raise invalid(f"'{self.param(key)}' must be a number", self.param(key))
         if not lo <= v <= hi:
             raise invalid(f"'{self.param(key)}' must be between {lo} and {hi}, got {v}", self.param(key))

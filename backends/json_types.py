@@ -1,0 +1,22 @@
+"""JSON value kinds as request validators read them: the one definition of what counts as an integer, a number,
+a boolean or a list of token ids, shared by the gateway's validation and the worker's dialects."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def is_integer(value: Any) -> bool:
+    """An integer that is not a boolean (JSON `true` is not 1 here)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A finite integer or float that is not a boolean."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_token_ids(value: Any) -> bool:
+    """A list of integers (it may be empty)."""
+    return isinstance(value, list) and all(is_integer(i) for i in value)
