@@ -100,7 +100,9 @@ def test_services_and_budgets_select_their_pods(values: str):
     docs = render(values)
     templates = [t for _, t in pod_templates(docs)]
     for service in find(docs, "Service"):
-        chosen = [t for t in templates if selects({"matchLabels": service["spec"]["selector"]}, t["metadata"]["labels"])]
+        chosen = [
+            t for t in templates if selects({"matchLabels": service["spec"]["selector"]}, t["metadata"]["labels"])
+        ]
         assert len(chosen) == 1, f"{values}: Service {service['metadata']['name']} selects {len(chosen)} workloads"
         names = {p["name"] for c in chosen[0]["spec"]["containers"] for p in c["ports"]}
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= names
@@ -152,7 +154,9 @@ def test_network_policies_select_the_pods_they_mean(values: str):
         sources = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
         pod_peers = [p for p in sources if "podSelector" in p and "namespaceSelector" not in p]
         assert pod_peers and all(selected(p["podSelector"]) == {"gateway"} for p in pod_peers)
-        own_ports = {p["containerPort"] for t in templates[component] for c in t["spec"]["containers"] for p in c["ports"]}
+        own_ports = {
+            p["containerPort"] for t in templates[component] for c in t["spec"]["containers"] for p in c["ports"]
+        }
         assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == own_ports
 
     gateway_policy = next(p for p in policies if _component(p["metadata"]["labels"]) == "gateway")
@@ -161,9 +165,16 @@ def test_network_policies_select_the_pods_they_mean(values: str):
     assert any({p["port"] for p in rule["ports"]} == {53} and rule.get("to") for rule in egress), "DNS"
     for component in ("worker", "redis"):
         if component in templates:
-            rules = [r for r in egress for peer in r.get("to", []) if selected(peer.get("podSelector", {"x": 1})) >= {component}]
+            rules = [
+                r
+                for r in egress
+                for peer in r.get("to", [])
+                if selected(peer.get("podSelector", {"x": 1})) >= {component}
+            ]
             assert rules, f"{values}: the gateway cannot reach its {component} pods"
-            ports = {p["containerPort"] for t in templates[component] for c in t["spec"]["containers"] for p in c["ports"]}
+            ports = {
+                p["containerPort"] for t in templates[component] for c in t["spec"]["containers"] for p in c["ports"]
+            }
             assert ports <= {p["port"] for r in rules for p in r["ports"]}
     assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
 
@@ -231,10 +242,14 @@ def test_no_raw_key_reaches_a_manifest():
             if doc["metadata"]["name"].endswith("-policies"):
                 for body in (doc.get("data") or doc.get("stringData")).values():
                     for key in (yaml.safe_load(body) or {}).get("keys", []):
-                        assert set(key) <= {"id", "sha256", "expires"} and re.fullmatch("[0-9a-fA-F]{64}", key["sha256"])
+                        assert set(key) <= {"id", "sha256", "expires"} and re.fullmatch(
+                            "[0-9a-fA-F]{64}", key["sha256"]
+                        )
     raw = "sk-live-0123456789abcdefghijklmnopqrstuv"
     for name in ("raw-key.yaml", "raw-key-as-hash.yaml"):
-        done = helm("template", "r", str(CHART), "--skip-schema-validation", "-f", str(VALUES / "invalid" / name), check=False)
+        done = helm(
+            "template", "r", str(CHART), "--skip-schema-validation", "-f", str(VALUES / "invalid" / name), check=False
+        )
         assert done.returncode != 0 and "policies.tenants.acme.keys[0]" in done.stderr
         assert raw not in done.stdout + done.stderr
 
@@ -275,4 +290,6 @@ def test_autoscaling_owns_the_replica_count():
     hpa = one(docs, "HorizontalPodAutoscaler")
     assert hpa["spec"]["scaleTargetRef"]["name"] == gateway_deployment(docs)["metadata"]["name"]
     assert {m["type"] for m in hpa["spec"]["metrics"]} == {"Resource", "Pods"}
-    assert one(docs, "StatefulSet")["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    assert (
+        one(docs, "StatefulSet")["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    )
