@@ -55,7 +55,8 @@ def render_text(values: str | None = None, *sets: str, release: str = RELEASE, e
 
 def render(values: str | None = None, *sets: str, release: str = RELEASE, extra: str = "") -> list[dict]:
     """The rendered manifests as dicts (a fresh copy each call)."""
-    return [doc for doc in yaml.safe_load_all(render_text(values, *sets, release=release, extra=extra)) if doc]
+    text = render_text(values, *sets, release=release, extra=extra)
+    return [doc for doc in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if doc]
 
 
 def find(docs: list[dict], kind: str, name: str | None = None) -> list[dict]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from tests.helm.chart import CHART, CRD_MODELS, INVALID, KUBECTL, MISSING_TOOLS, VALID, VALUES, helm, render
 
@@ -82,3 +83,20 @@ def test_custom_resources_valid_against_their_crds():
     assert [r for r in results if r["error"]] == []
     assert len(results) == len(docs)
     assert "interval" in (refused["error"] or ""), "the validator must refuse what the CRD refuses"
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_install_notes_tell_how_to_make_a_first_request(values: str):
+    """`helm install --dry-run=client` (offline) renders NOTES.txt: the endpoint and a first request."""
+    done = helm("install", "llm", str(CHART), "--dry-run=client", "--namespace", "llm", "-f", str(VALUES / values))
+    notes = done.stdout.split("NOTES:", 1)[1]
+    config = yaml.safe_load((VALUES / values).read_text()) or {}
+    first_model = (config.get("models") or [{"id": "smollm2-135m-instruct"}])[0]["id"]
+    assert f'"model": "{first_model}"' in notes and "/v1/chat/completions" in notes
+    policies = config.get("policies", {}).get("enabled", False)
+    assert ("authorization: Bearer" in notes) == policies
+    assert ("WARNING: no tenant policies" in notes) != policies
+    if config.get("ingress", {}).get("enabled"):
+        assert "https://llm.example.com/v1" in notes
+    elif not config.get("httpRoute", {}).get("enabled"):
+        assert "port-forward svc/llm-llm-gateway 8000:80" in notes
