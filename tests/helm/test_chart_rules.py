@@ -178,6 +178,15 @@ def test_network_policies_select_the_pods_they_mean(values: str):
                 p["containerPort"] for t in templates[component] for c in t["spec"]["containers"] for p in c["ports"]
             }
             assert ports <= {p["port"] for r in rules for p in r["ports"]}
+    for service in find(docs, "Service"):  # headless Services the chart makes over external backend pods
+        if _component(service["metadata"]["labels"]) == "backend":
+            selector = {"matchLabels": service["spec"]["selector"]}
+            port = service["spec"]["ports"][0]["targetPort"]
+            assert any(
+                peer.get("podSelector") == selector and [p["port"] for p in rule["ports"]] == [port]
+                for rule in egress
+                for peer in rule.get("to", [])
+            ), f"{values}: the gateway cannot reach the pods behind {service['metadata']['name']}"
     assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
 
 

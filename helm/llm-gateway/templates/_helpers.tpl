@@ -116,27 +116,25 @@ llm-gateway/worker: {{ . }}
 {{- toYaml (dict "models" $models) }}
 {{- end }}
 
-{{/* Ports of the external backends, for the NetworkPolicy: one per url, urls entry or service. */}}
-{{- define "llm-gateway.backendPorts" -}}
-{{- $ports := list }}
+{{/* The external backends, for the NetworkPolicy: {port, selector} per url, urls entry or service (selector: the
+pods of a backend.service with a selector, in the release namespace). */}}
+{{- define "llm-gateway.externalBackends" -}}
+{{- $out := list }}
 {{- range $model := .Values.models }}
 {{- $b := $model.backend }}
 {{- if has $b.type (list "sglang" "vllm") }}
 {{- if $b.service }}
-{{- $ports = append $ports (int $b.service.port) }}
+{{- $out = append $out (dict "port" (int ($b.service.targetPort | default $b.service.port)) "selector" ($b.service.selector | default dict)) }}
 {{- end }}
 {{- range $url := concat (list) ($b.urls | default list) (ternary (list $b.url) (list) (not (empty $b.url))) }}
 {{- $u := urlParse $url }}
 {{- $hostPort := splitList ":" $u.host }}
-{{- if gt (len $hostPort) 1 }}
-{{- $ports = append $ports (int (last $hostPort)) }}
-{{- else }}
-{{- $ports = append $ports (ternary 443 80 (eq $u.scheme "https")) }}
+{{- $port := ternary (last $hostPort) (ternary "443" "80" (eq $u.scheme "https")) (gt (len $hostPort) 1) }}
+{{- $out = append $out (dict "port" (int $port) "selector" dict) }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- end }}
-{{- toYaml (dict "ports" ($ports | uniq)) }}
+{{- toYaml (dict "backends" ($out | uniq)) }}
 {{- end }}
 
 {{/* Whether a Redis URL reaches the gateway (external URL, existing Secret or the in-chart Redis). */}}
