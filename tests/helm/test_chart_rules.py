@@ -5,6 +5,7 @@ that fit 63 characters."""
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -187,6 +188,10 @@ def test_network_policies_select_the_pods_they_mean(values: str):
                 for rule in egress
                 for peer in rule.get("to", [])
             ), f"{values}: the gateway cannot reach the pods behind {service['metadata']['name']}"
+    args = gateway_container(docs)["args"]
+    if "--otlp-endpoint" in args:
+        port = urlsplit(args[args.index("--otlp-endpoint") + 1]).port
+        assert any(p["port"] == port for rule in egress for p in rule["ports"]), "the OTLP collector is unreachable"
     assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
 
 
