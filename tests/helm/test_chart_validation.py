@@ -4,6 +4,7 @@ values, and every rendered manifest validated against Kubernetes 1.35's schemas 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -104,3 +105,14 @@ def test_install_notes_tell_how_to_make_a_first_request(values: str):
         assert "https://llm.example.com/v1" in notes
     elif not config.get("httpRoute", {}).get("enabled"):
         assert "port-forward svc/llm-llm-gateway 8000:80" in notes
+
+
+def test_the_guide_examples_render(tmp_path: Path):
+    """Every values example in docs/kubernetes.md passes the schema and renders."""
+    guide = (CHART.parents[1] / "docs" / "kubernetes.md").read_text()
+    examples = re.findall(r"```yaml\n(.*?)```", guide, re.DOTALL)
+    assert len(examples) >= 2
+    for i, example in enumerate(examples):
+        path = tmp_path / f"example-{i}.yaml"
+        path.write_text(example)
+        helm("template", "r", str(CHART), "-f", str(path))
