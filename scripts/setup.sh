@@ -11,6 +11,8 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $python" >&2
   "$python" -m venv .venv
 fi
+# Kubernetes tools for tests/helm (helm, kubectl, CRD schemas) live outside .venv; instant when present.
+if [ -n "$extras" ]; then bash scripts/setup_k8s_tools.sh; fi
 stamp=.venv/.setup-stamp
 want="$(cat pyproject.toml scripts/setup.sh tests/backends/setup_vllm_contract.sh | sha256sum | cut -d' ' -f1)$extras"
 if [ -f "$stamp" ] && { [ "$(cat "$stamp")" = "$want" ] || { [ -z "$extras" ] && grep -q "^${want}\[test\]$" "$stamp"; }; }; then

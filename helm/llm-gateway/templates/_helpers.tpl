@@ -1,0 +1,221 @@
+{{/* Names, labels and the pieces several templates share. */}}
+
+{{- define "llm-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The prefix of every resource name: at most 40 characters, so that "-" + a suffix of up to 22 still fits 63. */}}
+{{- define "llm-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "llm-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object; call with (dict "ctx" $ "component" "gateway"). */}}
+{{- define "llm-gateway.labels" -}}
+helm.sh/chart: {{ include "llm-gateway.chart" .ctx }}
+{{ include "llm-gateway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: {{ include "llm-gateway.name" .ctx }}
+{{- end }}
+
+{{/* Selector labels; (dict "ctx" $ "component" "worker" "model" "name") adds the worker's model. */}}
+{{- define "llm-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "llm-gateway.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- with .model }}
+llm-gateway/worker: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "llm-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "llm-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* repository:tag or repository@digest; call with (dict "image" .Values.image "ctx" $). */}}
+{{- define "llm-gateway.image" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* A model id as a DNS label piece: lower case, [a-z0-9-], at most 22 characters. */}}
+{{- define "llm-gateway.modelSlug" -}}
+{{- regexReplaceAll "[^a-z0-9]+" (lower .) "-" | trunc 22 | trimAll "-" }}
+{{- end }}
+
+{{/* Name of a model's bundled worker Deployment and headless Service; call with (dict "ctx" $ "model" $model). */}}
+{{- define "llm-gateway.workerName" -}}
+{{- $worker := .model.worker | default dict }}
+{{- printf "%s-%s" (include "llm-gateway.fullname" .ctx) (default (include "llm-gateway.modelSlug" .model.id) $worker.nameSuffix) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The settings of a model's worker: the `worker` defaults overridden by the model's own mapping. */}}
+{{- define "llm-gateway.workerSettings" -}}
+{{- toYaml (mergeOverwrite (deepCopy .ctx.Values.worker) (deepCopy (.model.worker | default dict))) }}
+{{- end }}
+
+{{/* The xgrammar the worker image has (pyproject.toml pins it; a test keeps the two equal). */}}
+{{- define "llm-gateway.workerXgrammar" -}}0.2.9{{- end }}
+
+{{/* The gateway configuration file (gateway/process/config.py), from .Values.models. */}}
+{{- define "llm-gateway.config" -}}
+{{- $models := list }}
+{{- range $model := .Values.models }}
+{{- $backend := $model.backend }}
+{{- $out := dict "id" $model.id }}
+{{- with $model.family }}{{ $_ := set $out "family" . }}{{ end }}
+{{- with $model.checkpoint }}{{ $_ := set $out "checkpoint" . }}{{ end }}
+{{- with $model.options }}{{ $_ := set $out "options" . }}{{ end }}
+{{- with $model.defaultMaxTokens }}{{ $_ := set $out "default_max_tokens" . }}{{ end }}
+{{- $cfg := dict "request_timeout_s" $.Values.gateway.requestTimeoutSeconds }}
+{{- if eq $backend.type "worker" }}
+{{- $w := include "llm-gateway.workerSettings" (dict "ctx" $ "model" $model) | fromYaml }}
+{{- $host := printf "%s.%s.svc.%s" (include "llm-gateway.workerName" (dict "ctx" $ "model" $model)) $.Release.Namespace $.Values.clusterDomain }}
+{{- $_ := merge $cfg (dict "type" "sglang" "incremental" true "xgrammar" (include "llm-gateway.workerXgrammar" $) "dns" (dict "host" $host "port" $w.port "scheme" "http")) }}
+{{- else if eq $backend.type "embedded" }}
+{{- $_ := set $cfg "type" "worker" }}
+{{- else if has $backend.type (list "sglang" "vllm") }}
+{{- $_ := set $cfg "type" $backend.type }}
+{{- if $backend.url }}
+{{- $_ := set $cfg "url" $backend.url }}
+{{- else if $backend.urls }}
+{{- $_ := set $cfg "urls" $backend.urls }}
+{{- else if $backend.service }}
+{{- $svc := $backend.service }}
+{{- $host := printf "%s.%s.svc.%s" $svc.name (default $.Release.Namespace $svc.namespace) $.Values.clusterDomain }}
+{{- $_ := set $cfg "dns" (dict "host" $host "port" $svc.port "scheme" (default "http" $svc.scheme) "refresh_s" (default 10 $svc.refreshSeconds)) }}
+{{- else }}
+{{- fail (printf "models: %s: backend type %s needs url, urls or service" $model.id $backend.type) }}
+{{- end }}
+{{- else }}
+{{- $cfg = dict "type" "none" }}
+{{- end }}
+{{- $_ := set $out "backend" (mergeOverwrite $cfg (deepCopy ($backend.settings | default dict))) }}
+{{- $models = append $models $out }}
+{{- end }}
+{{- toYaml (dict "models" $models) }}
+{{- end }}
+
+{{/* The external backends, for the NetworkPolicy: {port, selector} per url, urls entry or service (selector: the
+pods of a backend.service with a selector, in the release namespace). */}}
+{{- define "llm-gateway.externalBackends" -}}
+{{- $out := list }}
+{{- range $model := .Values.models }}
+{{- $b := $model.backend }}
+{{- if has $b.type (list "sglang" "vllm") }}
+{{- if $b.service }}
+{{- $out = append $out (dict "port" (int ($b.service.targetPort | default $b.service.port)) "selector" ($b.service.selector | default dict)) }}
+{{- end }}
+{{- range $url := concat (list) ($b.urls | default list) (ternary (list $b.url) (list) (not (empty $b.url))) }}
+{{- $u := urlParse $url }}
+{{- $hostPort := splitList ":" $u.host }}
+{{- $port := ternary (last $hostPort) (ternary "443" "80" (eq $u.scheme "https")) (gt (len $hostPort) 1) }}
+{{- $out = append $out (dict "port" (int $port) "selector" dict) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml (dict "backends" ($out | uniq)) }}
+{{- end }}
+
+{{/* Whether a Redis URL reaches the gateway (external URL, existing Secret or the in-chart Redis). */}}
+{{- define "llm-gateway.redisEnabled" -}}
+{{- if or .Values.redis.enabled .Values.redis.url .Values.redis.existingSecret }}true{{ end }}
+{{- end }}
+
+{{- define "llm-gateway.redisSecretName" -}}
+{{- default (printf "%s-redis-url" (include "llm-gateway.fullname" .)) .Values.redis.existingSecret }}
+{{- end }}
+
+{{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. */}}
+{{- define "llm-gateway.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .uid }}
+runAsGroup: {{ .uid }}
+fsGroup: {{ .uid }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "llm-gateway.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}
+
+{{/* HTTP probes; call with (dict "probe" .Values.gateway.probes.liveness "path" "/health" "port" "http"). */}}
+{{- define "llm-gateway.probe" -}}
+httpGet:
+  path: {{ .path }}
+  port: {{ .port }}
+{{- toYaml .probe | nindent 0 }}
+{{- end }}
+
+{{- define "llm-gateway.redisURL" -}}
+{{- if and .Values.redis.enabled .Values.redis.url }}
+{{- fail "redis: set either redis.enabled (the in-chart Redis) or redis.url (an external one), not both" }}
+{{- end }}
+{{- if .Values.redis.enabled }}
+{{- printf "redis://%s-redis.%s.svc.%s:%d/0" (include "llm-gateway.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) }}
+{{- else }}
+{{- .Values.redis.url }}
+{{- end }}
+{{- end }}
+
+{{/* The gateway's `gateway serve` arguments. */}}
+{{- define "llm-gateway.args" -}}
+{{- $g := .Values.gateway }}
+{{- $args := list "serve" "--host" "0.0.0.0" "--port" (toString $g.port) "--config" "/etc/llm-gateway/config/gateway.yaml" }}
+{{- $args = concat $args (list "--drain-delay" (toString $g.drain.delaySeconds) "--drain-timeout" (toString $g.drain.timeoutSeconds)) }}
+{{- $args = concat $args (list "--log-level" $g.logLevel) }}
+{{- if .Values.policies.enabled }}
+{{- $args = concat $args (list "--policies" .Values.policies.mountPath) }}
+{{- else if $g.allowUnauthenticated }}
+{{- $args = append $args "--allow-unauthenticated" }}
+{{- else }}
+{{- fail "gateway: without policies.enabled the gateway refuses to serve other hosts; enable policies or set gateway.allowUnauthenticated=true" }}
+{{- end }}
+{{- if include "llm-gateway.redisEnabled" . }}
+{{- $args = concat $args (list "--redis" "$(REDIS_URL)") }}
+{{- end }}
+{{- with $g.auditLogFile }}{{ $args = concat $args (list "--audit-log" .) }}{{ end }}
+{{- with $g.otlpEndpoint }}{{ $args = concat $args (list "--otlp-endpoint" .) }}{{ end }}
+{{- if not (kindIs "invalid" $g.maxBodyBytes) }}{{ $args = concat $args (list "--max-body-bytes" (toString (int64 $g.maxBodyBytes))) }}{{ end }}
+{{- if not (kindIs "invalid" $g.maxConcurrency) }}{{ $args = concat $args (list "--max-concurrency" (toString (int64 $g.maxConcurrency))) }}{{ end }}
+{{- if not (kindIs "invalid" $g.headerTimeoutSeconds) }}{{ $args = concat $args (list "--header-timeout" (toString $g.headerTimeoutSeconds)) }}{{ end }}
+{{- toYaml (concat $args $g.extraArgs) }}
+{{- end }}
+
+{{/* The volume source of the model files: an existing claim or the given source. */}}
+{{- define "llm-gateway.modelVolume" -}}
+{{- if .Values.modelStorage.existingClaim }}
+persistentVolumeClaim:
+  claimName: {{ .Values.modelStorage.existingClaim }}
+  readOnly: true
+{{- else if .Values.modelStorage.volume }}
+{{- toYaml .Values.modelStorage.volume }}
+{{- else }}
+{{- fail "modelStorage.enabled needs modelStorage.existingClaim or modelStorage.volume" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,1 @@
+"""Tests of the Helm chart and the container images."""

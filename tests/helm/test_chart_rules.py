@@ -1,0 +1,311 @@
+"""helm-unittest-style checks over the rendered YAML: restricted pods, probes, drain timing, selectors that match,
+NetworkPolicies that mean what they say, checksums that roll pods for config but not for policies, no raw key, names
+that fit 63 characters."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from tests.helm.chart import (
+    CHART,
+    LONG_RELEASE,
+    VALID,
+    VALUES,
+    find,
+    gateway_config,
+    gateway_container,
+    gateway_deployment,
+    helm,
+    one,
+    pod_templates,
+    render,
+    render_text,
+    selects,
+)
+
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _enabled(values: str, section: str) -> bool:
+    return bool((yaml.safe_load((VALUES / values).read_text()) or {}).get(section, {}).get("enabled"))
+
+
+WITH_NETWORK_POLICY = [v for v in VALID if _enabled(v, "networkPolicy")]
+
+
+def _arg(container: dict, flag: str) -> str:
+    args = container["args"]
+    return args[args.index(flag) + 1]
+
+
+def _component(labels: dict) -> str:
+    return labels["app.kubernetes.io/component"]
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_every_pod_is_restricted(values: str):
+    """Non-root, read-only root filesystem, no capabilities, RuntimeDefault seccomp, no host namespaces, no token."""
+    for workload, template in pod_templates(render(values)):
+        where = f"{values}: {workload['kind']} {workload['metadata']['name']}"
+        spec = template["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True, where
+        assert spec["securityContext"]["runAsUser"] > 0, where
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        assert not any(spec.get(k) for k in ("hostIPC", "hostPID", "hostNetwork")), where
+        assert spec["automountServiceAccountToken"] is False, where
+        for container in spec["containers"] + spec.get("initContainers", []):
+            sc = container["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"] == {"drop": ["ALL"]}, where
+            assert not sc.get("privileged"), where
+        writable = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
+        writable |= {c["metadata"]["name"] for c in workload["spec"].get("volumeClaimTemplates", [])}
+        for container in spec["containers"]:
+            for mount in container.get("volumeMounts", []):
+                if mount["name"] not in writable:
+                    assert mount.get("readOnly") is True, f"{where}: {mount['mountPath']} is writable"
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_probes_on_the_right_paths_and_ports(values: str):
+    for workload, template in pod_templates(render(values)):
+        container = template["spec"]["containers"][0]
+        component = _component(template["metadata"]["labels"])
+        if component == "redis":
+            assert container["readinessProbe"]["exec"]["command"][-1] == "ping"
+            continue
+        ready = {"gateway": "/ready", "worker": "/health"}[component]
+        expected = {"startupProbe": "/health", "livenessProbe": "/health", "readinessProbe": ready}
+        for probe, path in expected.items():
+            assert container[probe]["httpGet"] == {"path": path, "port": "http"}, f"{values}: {component} {probe}"
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["http"] == int(_arg(container, "--port")), f"{values}: {component} listens elsewhere"
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_termination_grace_covers_the_drain(values: str):
+    docs = render(values)
+    container = gateway_container(docs)
+    drain = float(_arg(container, "--drain-delay")) + float(_arg(container, "--drain-timeout"))
+    grace = gateway_deployment(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= drain + 5, f"{values}: SIGKILL after {grace}s would cut a {drain}s drain"
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_services_and_budgets_select_their_pods(values: str):
+    docs = render(values)
+    templates = [t for _, t in pod_templates(docs)]
+    for service in find(docs, "Service"):
+        if _component(service["metadata"]["labels"]) == "backend":  # over pods outside the release
+            continue
+        chosen = [
+            t for t in templates if selects({"matchLabels": service["spec"]["selector"]}, t["metadata"]["labels"])
+        ]
+        assert len(chosen) == 1, f"{values}: Service {service['metadata']['name']} selects {len(chosen)} workloads"
+        names = {p["name"] for c in chosen[0]["spec"]["containers"] for p in c["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= names
+    for pdb in find(docs, "PodDisruptionBudget"):
+        chosen = [t for t in templates if selects(pdb["spec"]["selector"], t["metadata"]["labels"])]
+        assert [_component(t["metadata"]["labels"]) for t in chosen] == ["gateway"]
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_gateway_reaches_bundled_workers_through_their_headless_service(values: str):
+    docs = render(values)
+    config = yaml.safe_load(gateway_config(docs))
+    services = {s["metadata"]["name"]: s for s in find(docs, "Service")}
+    workers = [d for d in find(docs, "Deployment") if _component(d["metadata"]["labels"]) == "worker"]
+    dns_hosts = [m["backend"]["dns"] for m in config["models"] if m["backend"].get("incremental")]
+    assert len(dns_hosts) == len(workers)
+    for dns in dns_hosts:
+        name, namespace = dns["host"].split(".")[:2]
+        assert namespace == "llm" and dns["host"].endswith(".svc.cluster.local")
+        service = services[name]
+        assert service["spec"]["clusterIP"] == "None", "the gateway needs every pod address, not a virtual IP"
+        assert service["spec"]["ports"][0]["port"] == dns["port"]
+
+
+@pytest.mark.parametrize("values", WITH_NETWORK_POLICY)
+def test_network_policies_select_the_pods_they_mean(values: str):
+    docs = render(values)
+    templates = {_component(t["metadata"]["labels"]): [] for _, t in pod_templates(docs)}
+    for _, t in pod_templates(docs):
+        templates[_component(t["metadata"]["labels"])].append(t)
+    policies = find(docs, "NetworkPolicy")
+    gateway_labels = templates["gateway"][0]["metadata"]["labels"]
+
+    def selected(selector: dict) -> set[str]:
+        return {c for c, ts in templates.items() for t in ts if selects(selector, t["metadata"]["labels"])}
+
+    for component, ts in templates.items():  # every pod is covered by exactly one policy, made for it
+        covering = [p for p in policies if any(selects(p["spec"]["podSelector"], t["metadata"]["labels"]) for t in ts)]
+        assert len(covering) == 1, f"{values}: {component} pods are under {len(covering)} policies"
+        assert selected(covering[0]["spec"]["podSelector"]) == {component}
+        assert set(covering[0]["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+
+    for policy in policies:
+        component = _component(policy["metadata"]["labels"])
+        if component == "gateway":
+            continue
+        # workers and Redis: ingress from the gateway pods only (and Prometheus peers), no egress at all
+        assert policy["spec"]["egress"] == []
+        sources = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+        pod_peers = [p for p in sources if "podSelector" in p and "namespaceSelector" not in p]
+        assert pod_peers and all(selected(p["podSelector"]) == {"gateway"} for p in pod_peers)
+        own_ports = {
+            p["containerPort"] for t in templates[component] for c in t["spec"]["containers"] for p in c["ports"]
+        }
+        assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == own_ports
+
+    gateway_policy = next(p for p in policies if _component(p["metadata"]["labels"]) == "gateway")
+    assert selects(gateway_policy["spec"]["podSelector"], gateway_labels)
+    egress = gateway_policy["spec"]["egress"]
+    assert any({p["port"] for p in rule["ports"]} == {53} and rule.get("to") for rule in egress), "DNS"
+    for component in ("worker", "redis"):
+        if component in templates:
+            rules = [
+                r
+                for r in egress
+                for peer in r.get("to", [])
+                if selected(peer.get("podSelector", {"x": 1})) >= {component}
+            ]
+            assert rules, f"{values}: the gateway cannot reach its {component} pods"
+            ports = {
+                p["containerPort"] for t in templates[component] for c in t["spec"]["containers"] for p in c["ports"]
+            }
+            assert ports <= {p["port"] for r in rules for p in r["ports"]}
+    for service in find(docs, "Service"):  # headless Services the chart makes over external backend pods
+        if _component(service["metadata"]["labels"]) == "backend":
+            selector = {"matchLabels": service["spec"]["selector"]}
+            port = service["spec"]["ports"][0]["targetPort"]
+            assert any(
+                peer.get("podSelector") == selector and [p["port"] for p in rule["ports"]] == [port]
+                for rule in egress
+                for peer in rule.get("to", [])
+            ), f"{values}: the gateway cannot reach the pods behind {service['metadata']['name']}"
+    args = gateway_container(docs)["args"]
+    if "--otlp-endpoint" in args:
+        port = urlsplit(args[args.index("--otlp-endpoint") + 1]).port
+        assert any(p["port"] == port for rule in egress for p in rule["ports"]), "the OTLP collector is unreachable"
+    assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
+
+
+@pytest.mark.parametrize("values", [v for v in VALID if v not in WITH_NETWORK_POLICY])
+def test_no_network_policy_unless_enabled(values: str):
+    assert find(render(values), "NetworkPolicy") == []
+
+
+def _pod_template(docs: list[dict]) -> dict:
+    return gateway_deployment(docs)["spec"]["template"]
+
+
+def _policies_object(docs: list[dict]) -> dict:
+    return next(d for d in docs if d["metadata"]["name"].endswith("-policies"))
+
+
+@pytest.mark.parametrize("values", ["cpu-demo.yaml", "config-secret.yaml"])
+def test_config_changes_roll_the_pods_policy_changes_do_not(values: str):
+    base = render(values)
+    models = yaml.safe_load((VALUES / values).read_text()).get("models") or [
+        {"id": "smollm2-135m-instruct", "family": "hermes", "backend": {"type": "embedded"}}
+    ]
+    changed = yaml.safe_dump({"models": [{**models[0], "defaultMaxTokens": 128}] + models[1:]})
+    config_changed = render(values, extra=changed)
+    assert gateway_config(config_changed) != gateway_config(base)
+    assert (
+        _pod_template(config_changed)["metadata"]["annotations"]["checksum/config"]
+        != _pod_template(base)["metadata"]["annotations"]["checksum/config"]
+    )
+
+    tenants = yaml.safe_load((VALUES / values).read_text())["policies"]["tenants"]
+    tenant_name, tenant = next(iter(tenants.items()))
+    new_key = {"id": "rotated", "sha256": "ab" * 32}
+    edited = {**tenant, "keys": tenant["keys"] + [new_key], "limits": {"requests_per_minute": 5}}
+    policies_changed = render(values, extra=yaml.safe_dump({"policies": {"tenants": {tenant_name: edited}}}))
+    assert _policies_object(policies_changed) != _policies_object(base), "the policy edit must reach the cluster"
+    assert _pod_template(policies_changed) == _pod_template(base), "a policy edit must not restart pods"
+
+
+def test_redis_url_changes_roll_the_pods():
+    base = _pod_template(render("redis-external.yaml"))["metadata"]["annotations"]
+    moved = _pod_template(render("redis-external.yaml", "redis.url=redis://redis-2.data:6379/0"))["metadata"]
+    assert moved["annotations"]["checksum/redis-url"] != base["checksum/redis-url"]
+    assert moved["annotations"]["checksum/config"] == base["checksum/config"]
+
+
+@pytest.mark.parametrize("values", [v for v in VALID if _enabled(v, "policies")])
+def test_policies_are_a_directory_mount_the_gateway_watches(values: str):
+    docs = render(values)
+    container = gateway_container(docs)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "policies")
+    assert "subPath" not in mount, "files mounted with subPath never see updates"
+    assert mount["mountPath"] == _arg(container, "--policies")
+    assert not any("polic" in k for k in _pod_template(docs)["metadata"].get("annotations", {}))
+
+
+def test_no_raw_key_reaches_a_manifest():
+    """Key entries carry only id, sha256 (a SHA-256) and expires in every render; the templates refuse anything
+    else even with the schema skipped, without echoing the key."""
+    for values in VALID:
+        text = render_text(values)
+        assert not re.search(r"\bsk-[A-Za-z0-9_-]{8,}", text)
+        for doc in render(values):
+            if doc["metadata"]["name"].endswith("-policies"):
+                for body in (doc.get("data") or doc.get("stringData")).values():
+                    for key in (yaml.safe_load(body) or {}).get("keys", []):
+                        assert set(key) <= {"id", "sha256", "expires"} and re.fullmatch(
+                            "[0-9a-fA-F]{64}", key["sha256"]
+                        )
+    raw = "sk-live-0123456789abcdefghijklmnopqrstuv"
+    for name in ("raw-key.yaml", "raw-key-as-hash.yaml"):
+        done = helm(
+            "template", "r", str(CHART), "--skip-schema-validation", "-f", str(VALUES / "invalid" / name), check=False
+        )
+        assert done.returncode != 0 and "policies.tenants.acme.keys[0]" in done.stderr
+        assert raw not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_names_fit_63_characters_with_the_longest_release_name(values: str):
+    for doc in render(values, release=LONG_RELEASE):
+        name = doc["metadata"]["name"]
+        assert len(name) <= 63 and DNS_LABEL.match(name), f"{values}: {doc['kind']} {name!r}"
+        for _, template in pod_templates([doc]):
+            labels = {**doc["metadata"]["labels"], **template["metadata"]["labels"]}
+            assert all(len(str(v)) <= 63 for v in labels.values()), labels
+    config = yaml.safe_load(gateway_config(render(values, release=LONG_RELEASE)))
+    for model in config["models"]:
+        if "dns" in model["backend"]:
+            assert len(model["backend"]["dns"]["host"].split(".")[0]) <= 63
+
+
+def test_bundled_gpu_worker():
+    docs = render("gpu-worker.yaml")
+    worker = one(docs, "Deployment", "gw-llm-gateway-llama-3-2-1b-instruct")
+    spec = worker["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert worker["spec"]["replicas"] == 2
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert _arg(container, "--device") == "cuda" and _arg(container, "--model") == "/models/llama-3.2-1b-instruct"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "models-ro", "readOnly": True}
+    assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+
+
+def test_autoscaling_owns_the_replica_count():
+    docs = render("redis-inchart.yaml")
+    assert "replicas" not in gateway_deployment(docs)["spec"]
+    hpa = one(docs, "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == gateway_deployment(docs)["metadata"]["name"]
+    assert {m["type"] for m in hpa["spec"]["metrics"]} == {"Resource", "Pods"}
+    assert (
+        one(docs, "StatefulSet")["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    )

@@ -1,0 +1,118 @@
+"""The chart through the real helm: `helm lint --strict` and `helm template` over the values matrix, refusals of bad
+values, and every rendered manifest validated against Kubernetes 1.35's schemas (CRDs against their own)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helm.chart import CHART, CRD_MODELS, INVALID, KUBECTL, MISSING_TOOLS, VALID, VALUES, helm, render
+
+try:
+    import kubernetes_validate
+except ImportError as exc:  # a test dependency: say how to get it
+    raise ImportError("kubernetes-validate is missing: run scripts/setup.sh --test") from exc
+
+KUBERNETES = "1.35.0"
+CRD_KINDS = {"ServiceMonitor": "monitoring.coreos.com/v1", "HTTPRoute": "gateway.networking.k8s.io/v1"}
+VALIDATOR = Path(__file__).resolve().parent / "validate_crds.mjs"
+
+
+def test_the_real_tools_are_the_pinned_versions():
+    assert "v4.1.4" in helm("version", "--short").stdout
+    assert KUBECTL.is_file(), f"kubectl {MISSING_TOOLS}"
+    client = subprocess.run([str(KUBECTL), "version", "--client"], capture_output=True, text=True, check=True)
+    assert "v1.35.2" in client.stdout
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_lint_strict(values: str):
+    done = helm("lint", "--strict", str(CHART), "-f", str(VALUES / values), "--namespace", "llm")
+    assert "0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("values", INVALID)
+def test_schema_and_templates_refuse_bad_values(values: str):
+    """Each file under values/invalid/ starts with `# expect: <part of the error>`. Schema errors fail `helm lint`
+    too; a template's `fail` (checks a schema cannot express) fails rendering, which lint only reports as INFO."""
+    path = VALUES / "invalid" / values
+    expected = path.read_text().splitlines()[0].removeprefix("# expect:").strip()
+    assert expected, f"{values}: first line must be '# expect: ...'"
+    schema_error = expected.startswith("at '") or "additional properties" in expected
+    commands = [["template", "r", str(CHART)]] + ([["lint", "--strict", str(CHART)]] if schema_error else [])
+    for command in commands:
+        done = helm(*command, "-f", str(path), check=False)
+        assert done.returncode != 0, f"helm {command[0]} accepted {values}"
+        assert expected in done.stdout + done.stderr, f"{values}: {done.stdout}{done.stderr}"
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_manifests_valid_for_kubernetes_1_35(values: str):
+    docs = render(values)
+    assert docs
+    for doc in docs:
+        if doc["kind"] in CRD_KINDS:
+            continue  # validated against their CRDs below
+        try:
+            kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{values}: {doc['kind']} {doc['metadata']['name']}: {exc.message} at {list(exc.path)}")
+
+
+def test_custom_resources_valid_against_their_crds():
+    """ServiceMonitor (Prometheus Operator) and HTTPRoute (Gateway API v1), from every values file that makes them."""
+    if not (CRD_MODELS / "@kubernetes-models").is_dir():
+        pytest.fail(f"CRD schema models {MISSING_TOOLS}")
+    node = shutil.which("node")
+    assert node, "node is needed to run the CRD validators (scripts/setup.sh --test needs npm, hence node)"
+    docs = [doc for values in VALID for doc in render(values) if doc["kind"] in CRD_KINDS]
+    assert {doc["kind"] for doc in docs} == set(CRD_KINDS)
+    assert all(doc["apiVersion"] == CRD_KINDS[doc["kind"]] for doc in docs)
+    monitor = next(doc for doc in docs if doc["kind"] == "ServiceMonitor")
+    broken = [{**monitor, "spec": {**monitor["spec"], "endpoints": [{"port": "http", "interval": "often"}]}}]
+    done = subprocess.run(
+        [node, str(VALIDATOR), str(CRD_MODELS)],
+        input=json.dumps(docs + broken),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    *results, refused = json.loads(done.stdout)
+    assert [r for r in results if r["error"]] == []
+    assert len(results) == len(docs)
+    assert "interval" in (refused["error"] or ""), "the validator must refuse what the CRD refuses"
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_install_notes_tell_how_to_make_a_first_request(values: str):
+    """`helm install --dry-run=client` (offline) renders NOTES.txt: the endpoint and a first request."""
+    done = helm("install", "llm", str(CHART), "--dry-run=client", "--namespace", "llm", "-f", str(VALUES / values))
+    notes = done.stdout.split("NOTES:", 1)[1]
+    config = yaml.safe_load((VALUES / values).read_text()) or {}
+    first_model = (config.get("models") or [{"id": "smollm2-135m-instruct"}])[0]["id"]
+    assert f'"model": "{first_model}"' in notes and "/v1/chat/completions" in notes
+    policies = config.get("policies", {}).get("enabled", False)
+    assert ("authorization: Bearer" in notes) == policies
+    assert ("WARNING: no tenant policies" in notes) != policies
+    if config.get("ingress", {}).get("enabled"):
+        assert "https://llm.example.com/v1" in notes
+    elif not config.get("httpRoute", {}).get("enabled"):
+        assert "port-forward svc/llm-llm-gateway 8000:80" in notes
+
+
+def test_the_guide_examples_render(tmp_path: Path):
+    """Every values example in docs/kubernetes.md passes the schema and renders."""
+    guide = (CHART.parents[1] / "docs" / "kubernetes.md").read_text()
+    examples = re.findall(r"```yaml\n(.*?)```", guide, re.DOTALL)
+    assert len(examples) >= 2
+    for i, example in enumerate(examples):
+        path = tmp_path / f"example-{i}.yaml"
+        path.write_text(example)
+        helm("template", "r", str(CHART), "-f", str(path))
