@@ -21,8 +21,8 @@ from typing import Any
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 
 from gateway.families.base import FamilyContext
-from gateway.families.deepseek_v41 import DeepSeekV41Family
-from gateway.families.deepseek_v41.markers import THINK_START
+from gateway.families.deepseek import DeepSeekV41Family
+from gateway.families.deepseek.markers import THINK_START
 from gateway.types import ChatRequest
 from tests.canitoolcall_common import CheckpointAdapter, FamilyParser
 
@@ -51,7 +51,7 @@ class DeepSeekAdapter(CheckpointAdapter):
 
     def parser_config(self, raw: ReplayInput) -> dict[str, Any]:
         return {
-            "family": "gateway.families.deepseek_v41.DeepSeekV41Family",
+            "family": "gateway.families.deepseek.DeepSeekV41Family",
             "thinking": _thinking(raw),
             "units": "fixture output_token_ids (DeepSeek V4 ids)"
             if raw.token_ids

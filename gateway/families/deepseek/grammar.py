@@ -1,4 +1,4 @@
-"""Output grammars for DeepSeek V4.1 as xgrammar structural tags (text markers, xgrammar ≥ 0.2.7).
+"""Output grammars for DeepSeek V3.2 / V4 / V4.1 (DSML, each in its own tag words) as xgrammar structural tags (text markers, xgrammar ≥ 0.2.7).
 
 Policy (the same as the hermes family's):
 * tools active, tool_choice "auto": calls are lazy — free text, and a calls
@@ -27,27 +27,18 @@ from backends.base import Grammar
 from gateway.grammars.json import response_schema
 from gateway.types import ChatRequest
 
-from .markers import (
-    CALLS_CLOSE,
-    CALLS_OPEN,
-    INVOKE_CLOSE,
-    PARAMETER_CLOSE,
-    PARAMETER_NAMED,
-    THINK_END,
-    THINK_START,
-    invoke_open,
-    parameter_open,
-)
+from .markers import THINK_END, THINK_START, V4, V32, V41, Dialect
 
 Format = dict[str, Any]
 
 _CALLS_LEAD = "\n\n"
 _THINK_TOKENS = [THINK_START, THINK_END]
 _SCHEMA_DEFINITIONS = ("$defs", "definitions")
+_DIALECTS = (V32, V4, V41)
 
 
-def build_grammar(request: ChatRequest, in_reasoning: bool) -> Grammar | None:
-    """The grammar for `request`; `in_reasoning` says the prompt ends inside `<think>`."""
+def build_grammar(request: ChatRequest, in_reasoning: bool, dialect: Dialect = V41) -> Grammar | None:
+    """The grammar for `request` in `dialect`'s tags; `in_reasoning` says the prompt ends inside `<think>`."""
     key = json.dumps(
         [
             request.active_tools,
@@ -55,6 +46,7 @@ def build_grammar(request: ChatRequest, in_reasoning: bool) -> Grammar | None:
             request.parallel_tool_calls,
             response_schema(request.response_format),
             in_reasoning,
+            _DIALECTS.index(dialect),
         ],
         ensure_ascii=False,
     )
@@ -64,12 +56,13 @@ def build_grammar(request: ChatRequest, in_reasoning: bool) -> Grammar | None:
 @lru_cache(maxsize=256)
 def _grammar(key: str) -> Grammar | None:
     """Built once per distinct input: equal requests share one Grammar text (one compile in the backend)."""
-    tools, choice, parallel, schema, in_reasoning = json.loads(key)
+    tools, choice, parallel, schema, in_reasoning, dialect = json.loads(key)
+    dialect = _DIALECTS[dialect]
     if tools:
-        block = _calls_block(tools, one=not parallel)
+        block = _calls_block(tools, one=not parallel, dialect=dialect)
         if choice == "auto":
             answer = (
-                _lazy_calls(block)
+                _lazy_calls(block, dialect)
                 if schema is None
                 else {"type": "or", "elements": [_eager_calls(block), _json(schema)]}
             )
@@ -86,26 +79,26 @@ def _grammar(key: str) -> Grammar | None:
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": answer}, ensure_ascii=False))
 
 
-def _calls_block(tools: list[dict[str, Any]], one: bool) -> Format:
+def _calls_block(tools: list[dict[str, Any]], one: bool, dialect: Dialect) -> Format:
     """`<｜DSML｜ calls>` … `</｜DSML｜ calls>` holding one or more invokes of the declared tools."""
     return {
         "type": "tag",
-        "begin": CALLS_OPEN + "\n",
+        "begin": dialect.calls_open + "\n",
         "content": {
             "type": "tags_with_separator",
-            "tags": [_invoke(tool["function"]) for tool in tools],
+            "tags": [_invoke(tool["function"], dialect) for tool in tools],
             "separator": "\n",
             "at_least_one": True,
             "stop_after_first": one,
         },
-        "end": "\n" + CALLS_CLOSE,
+        "end": "\n" + dialect.calls_close,
     }
 
 
-def _lazy_calls(block: Format) -> Format:
+def _lazy_calls(block: Format, dialect: Dialect) -> Format:
     return {
         "type": "triggered_tags",
-        "triggers": [CALLS_OPEN],
+        "triggers": [dialect.calls_open],
         "tags": [block],
         "excludes": _THINK_TOKENS,
         "at_least_one": False,
@@ -125,7 +118,7 @@ def _json(schema: Any) -> Format:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def _invoke(function: dict[str, Any]) -> Format:
+def _invoke(function: dict[str, Any], dialect: Dialect) -> Format:
     """One call: parameters in schema order, each line ending in a newline; none at all is one newline."""
     schema = function.get("parameters") or {}
     properties = schema.get("properties") or {}
@@ -133,37 +126,42 @@ def _invoke(function: dict[str, Any]) -> Format:
     if properties:
         definitions = {k: schema[k] for k in _SCHEMA_DEFINITIONS if k in schema}
         lines = [
-            _parameter(name, {**definitions, **prop} if isinstance(prop, dict) else prop, name in required)
+            _parameter(name, {**definitions, **prop} if isinstance(prop, dict) else prop, name in required, dialect)
             for name, prop in properties.items()
         ]
         content: Format = {"type": "sequence", "elements": lines}
         if not required:
             content = {"type": "or", "elements": [_const("\n"), content]}
     elif schema.get("additionalProperties", True) is not False:
-        content = {"type": "or", "elements": [_const("\n"), {"type": "plus", "content": _any_parameter()}]}
+        content = {"type": "or", "elements": [_const("\n"), {"type": "plus", "content": _any_parameter(dialect)}]}
     else:
         content = _const("\n")
-    return {"type": "tag", "begin": invoke_open(function["name"]) + "\n", "content": content, "end": INVOKE_CLOSE}
+    return {
+        "type": "tag",
+        "begin": dialect.invoke_open(function["name"]) + "\n",
+        "content": content,
+        "end": dialect.invoke_close,
+    }
 
 
-def _parameter(name: str, schema: Any, required: bool) -> Format:
+def _parameter(name: str, schema: Any, required: bool, dialect: Dialect) -> Format:
     as_string, as_json = _value_kinds(schema)
     variants = []
     if as_string:
-        variants.append(_tag(parameter_open(name, True), _string_value(schema)))
+        variants.append(_tag(dialect.parameter_open(name, True), _string_value(schema), dialect))
     if as_json:
-        variants.append(_tag(parameter_open(name, False), _json(schema)))
+        variants.append(_tag(dialect.parameter_open(name, False), _json(schema), dialect))
     line = variants[0] if len(variants) == 1 else {"type": "or", "elements": variants}
     return line if required else {"type": "optional", "content": line}
 
 
-def _any_parameter() -> Format:
+def _any_parameter(dialect: Dialect) -> Format:
     """A parameter of a free-form object: any name, any value."""
-    return _tag(PARAMETER_NAMED, {"type": "any_text"})
+    return _tag(dialect.parameter_named, {"type": "any_text"}, dialect)
 
 
-def _tag(begin: str, content: Format) -> Format:
-    return {"type": "tag", "begin": begin, "content": content, "end": PARAMETER_CLOSE + "\n"}
+def _tag(begin: str, content: Format, dialect: Dialect) -> Format:
+    return {"type": "tag", "begin": begin, "content": content, "end": dialect.parameter_close + "\n"}
 
 
 def _string_value(schema: Any) -> Format:

@@ -20,50 +20,33 @@ from typing import Any
 from gateway.grammars.json import response_schema
 from gateway.types import ChatRequest
 
-from .markers import (
-    ASSISTANT,
-    BOS,
-    CALLS_CLOSE,
-    CALLS_OPEN,
-    DSML,
-    EOS,
-    INVOKE,
-    INVOKE_CLOSE,
-    PARAMETER,
-    PARAMETER_CLOSE,
-    SYSTEM,
-    THINK_END,
-    THINK_START,
-    USER,
-    invoke_open,
-    parameter_open,
-)
+from .markers import ASSISTANT, BOS, EOS, SYSTEM, THINK_END, THINK_START, USER, V41, Dialect
 
 _EFFORT_LINE = "Reasoning Effort: {budget} (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
 _RESPONSE_FORMAT = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{schema}"
-_TOOLS = f"""## Tools
+_TOOLS = """## Tools
 
-You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "{CALLS_OPEN}" block like the following:
+You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "{calls_open}" block like the following:
 
-{CALLS_OPEN}
-<{DSML}{INVOKE} name="$TOOL_NAME">
-<{DSML}{PARAMETER} name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE{PARAMETER_CLOSE}
+{calls_open}
+{invoke_open}
+{parameter_open}$PARAMETER_VALUE{parameter_close}
 ...
-{INVOKE_CLOSE}
-<{DSML}{INVOKE} name="$TOOL_NAME2">
+{invoke_close}
+{invoke_open2}
 ...
-{INVOKE_CLOSE}
-{CALLS_CLOSE}
+{invoke_close}
+{calls_close}
 
 String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
 
-If thinking_mode is enabled (triggered by {THINK_START}), you MUST output your complete reasoning inside {THINK_START}...{THINK_END} BEFORE any tool calls or final response.
+If thinking_mode is enabled (triggered by {think_start}), you MUST output your complete reasoning inside {think_start}...{think_end} BEFORE any tool calls or final response.
 
-Otherwise, output directly after {THINK_END} with tool calls or final response.
+Otherwise, output directly after {think_end} with tool calls or final response.
 
 ### Available Tool Schemas
 
-{{schemas}}
+{schemas}
 
 You MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.
 """
@@ -85,13 +68,13 @@ class _Turn:
     """The system turn: the `## Tools` and `## Response Format:` blocks."""
 
 
-def render_prompt(request: ChatRequest, thinking: bool, effort: int) -> str:
-    """The full prompt text of `request`; control tokens appear spelled out."""
+def render_prompt(request: ChatRequest, thinking: bool, effort: int, dialect: Dialect = V41) -> str:
+    """The full prompt text of `request` with `dialect`'s tags; control tokens appear spelled out."""
     messages = list(request.messages)
     prefill = messages.pop() if _continues_final(request) else None
     turns = _merge_tool_results(messages)
     tools = request.tools if request.tool_choice != "none" else []
-    declarations = _declarations(tools, response_schema(request.response_format))
+    declarations = _declarations(tools, response_schema(request.response_format), dialect)
     if declarations:
         if not turns or turns[0].role != "system":
             turns.insert(0, _Turn("system"))
@@ -107,7 +90,7 @@ def render_prompt(request: ChatRequest, thinking: bool, effort: int) -> str:
         elif index == 0 and turn.role == "system":
             out.append(SYSTEM)
         keep_reasoning = thinking and (not drop_old_reasoning or index > last_user)
-        out.append(_render_turn(turn, index, keep_reasoning))
+        out.append(_render_turn(turn, index, keep_reasoning, dialect))
         is_last = index == len(turns) - 1
         answered = (
             turns[index + 1].role == "assistant"
@@ -129,17 +112,17 @@ def prompt_ends_in_reasoning(request: ChatRequest, thinking: bool) -> bool:
     return not (_continues_final(request) and request.messages[-1].get("content"))
 
 
-def render_calls(tool_calls: list[dict[str, Any]]) -> str:
+def render_calls(tool_calls: list[dict[str, Any]], dialect: Dialect = V41) -> str:
     """The DSML block of an assistant's calls (arguments already parsed into dicts)."""
     invokes = []
     for call in tool_calls:
         fn = call["function"]
         arguments = "\n".join(
-            parameter_open(key, isinstance(value, str)) + _value_text(value) + PARAMETER_CLOSE
+            dialect.parameter_open(key, isinstance(value, str)) + _value_text(value) + dialect.parameter_close
             for key, value in fn["arguments"].items()
         )
-        invokes.append(f"{invoke_open(fn['name'])}\n{arguments}\n{INVOKE_CLOSE}")
-    return f"{CALLS_OPEN}\n" + "\n".join(invokes) + f"\n{CALLS_CLOSE}"
+        invokes.append(f"{dialect.invoke_open(fn['name'])}\n{arguments}\n{dialect.invoke_close}")
+    return f"{dialect.calls_open}\n" + "\n".join(invokes) + f"\n{dialect.calls_close}"
 
 
 def _continues_final(request: ChatRequest) -> bool:
@@ -154,13 +137,29 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _declarations(tools: list[dict[str, Any]], schema: dict[str, Any] | None) -> str:
+def _declarations(tools: list[dict[str, Any]], schema: dict[str, Any] | None, dialect: Dialect) -> str:
     blocks = []
     if tools:
-        blocks.append(_TOOLS.format(schemas="\n".join(_json(_ordered_function(t["function"])) for t in tools)))
+        schemas = "\n".join(_json(_ordered_function(t["function"])) for t in tools)
+        blocks.append(_tools_block(schemas, dialect))
     if schema is not None:
         blocks.append(_RESPONSE_FORMAT.format(schema=_json(schema)))
     return "".join("\n\n" + block for block in blocks)
+
+
+def _tools_block(schemas: str, dialect: Dialect) -> str:
+    return _TOOLS.format(
+        calls_open=dialect.calls_open,
+        calls_close=dialect.calls_close,
+        invoke_open=dialect.invoke_open("$TOOL_NAME"),
+        invoke_open2=dialect.invoke_open("$TOOL_NAME2"),
+        invoke_close=dialect.invoke_close,
+        parameter_open=dialect.parameter_named + '$PARAMETER_NAME" string="true|false">',
+        parameter_close=dialect.parameter_close,
+        think_start=THINK_START,
+        think_end=THINK_END,
+        schemas=schemas,
+    )
 
 
 def _ordered_function(function: dict[str, Any]) -> dict[str, Any]:
@@ -233,7 +232,7 @@ def _without_old_reasoning(turns: list[_Turn]) -> list[_Turn]:
     return kept
 
 
-def _render_turn(turn: _Turn, index: int, keep_reasoning: bool) -> str:
+def _render_turn(turn: _Turn, index: int, keep_reasoning: bool, dialect: Dialect) -> str:
     if turn.role == "system":
         return (SYSTEM if index > 0 else "") + turn.content + turn.declarations
     if turn.role == "developer":
@@ -242,9 +241,9 @@ def _render_turn(turn: _Turn, index: int, keep_reasoning: bool) -> str:
         return USER + "\n\n".join(text for text, _ in turn.parts)
     if turn.role == "assistant":
         reasoning = turn.reasoning + THINK_END if keep_reasoning else ""
-        calls = "\n\n" + render_calls(turn.tool_calls) if turn.tool_calls else ""
+        calls = "\n\n" + render_calls(turn.tool_calls, dialect) if turn.tool_calls else ""
         return reasoning + turn.content + calls + EOS
-    raise ValueError(f"deepseek_v41 cannot render role {turn.role!r}")
+    raise ValueError(f"the deepseek families cannot render role {turn.role!r}")
 
 
 def _render_prefill(message: dict[str, Any], thinking: bool) -> str:

@@ -1,9 +1,13 @@
-"""Incremental parser of DeepSeek V4.1 output: reasoning, content and DSML tool calls.
+"""Incremental parsers of DeepSeek output: DSML tool calls (V3.2 / V4 / V4.1) and V3 / V3.1 tool-call sections.
+
+V3 and V3.1 use `gateway.families.token_sections.SectionParser` with their own
+call layouts (`split_v3_call`, `split_v31_call`). The rest of this note is the
+DSML parser's.
 
 Decisions (the gateway's documented behaviour):
 * Markers count only as tokens (see lexer.py): `</think>` ends the reasoning
   when the prompt opened it; a calls block starts at `<｜DSML｜ calls>`
-  (V4's `<｜DSML｜tool_calls>` too). Text spelling a marker is plain text.
+  (V4's `<｜DSML｜tool_calls>` and V3.2's `<｜DSML｜function_calls>` too). Text spelling a marker is plain text.
 * Reasoning streams as it arrives; output cut before `</think>` stays reasoning.
 * Whitespace before a calls block is dropped (the encoder writes `\\n\\n`), so
   content holds back trailing whitespace until more text follows.
@@ -28,13 +32,23 @@ from enum import Enum, auto
 from typing import Any
 
 from gateway.families.base import OutputParser
+from gateway.families.token_sections import SectionMarkers, SectionParser
 from gateway.types import Delta, Piece
 
 from .lexer import Event, Lexer, Tag, Token
-from .markers import EOS, THINK_END, THINK_START
+from .markers import (
+    EOS,
+    THINK_END,
+    THINK_START,
+    TOOL_CALL_BEGIN,
+    TOOL_CALL_END,
+    TOOL_CALLS_BEGIN,
+    TOOL_CALLS_END,
+    TOOL_SEP,
+)
 
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
-_CALLS_NAMES = ("calls", "tool_calls")
+_CALLS_NAMES = ("calls", "tool_calls", "function_calls")
 
 
 class _Mode(Enum):
@@ -43,6 +57,32 @@ class _Mode(Enum):
     CALLS = auto()
     INVOKE = auto()
     VALUE = auto()
+
+
+SECTIONS = SectionMarkers(
+    TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_SEP, ignored=frozenset({EOS})
+)
+"""V3 / V3.1 calls: `<｜tool▁calls▁begin｜>` (`<｜tool▁call▁begin｜>` … `<｜tool▁sep｜>` … `<｜tool▁call▁end｜>`)+."""
+_FENCED = re.compile(r"([^\n]*)\n```(?:json)?[ \t]*\n(.*?)\s*```\s*", re.DOTALL)
+
+
+def split_v3_call(header: str, body: str) -> tuple[str, str] | None:
+    """V3: `function<｜tool▁sep｜>NAME` then the arguments fenced as ```json; None when the fence is missing."""
+    match = _FENCED.fullmatch(body)
+    return (match.group(1).strip(), match.group(2)) if match else None
+
+
+def split_v31_call(header: str, body: str) -> tuple[str, str]:
+    """V3.1: `NAME<｜tool▁sep｜>` then the bare JSON arguments."""
+    return header.strip(), body
+
+
+def v3_parser(in_reasoning: bool) -> SectionParser:
+    return SectionParser(SECTIONS, split_v3_call, in_reasoning)
+
+
+def v31_parser(in_reasoning: bool) -> SectionParser:
+    return SectionParser(SECTIONS, split_v31_call, in_reasoning)
 
 
 def new_call_id() -> str:

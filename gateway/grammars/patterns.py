@@ -1,7 +1,7 @@
 """What a JSON-schema `pattern` can produce, read from its source without running it.
 
-The K3 grammars need one fact about a pattern before they let xgrammar enforce
-it as text: whether any string it matches can hold `<`, the first character of
+The grammars that keep control tokens out of values (safe_json.py) need one
+fact about a pattern before they let xgrammar enforce it as text: whether any string it matches can hold `<`, the first character of
 every control-token spelling (a pattern that cannot write `<` cannot write a
 control token either). The scan over-approximates: every character class, `.`,
 escape and literal counts wherever it appears, so "cannot hold `<`" is never
