@@ -7,7 +7,7 @@ are detokenized with `gateway.generation.detokenizer.Detokenizer`, the gateway's
 incremental detokenizer, and fed to `HermesParser` as the gateway feeds it.
 
 Run the whole family with:
-    python -m canitoolcall run --engine tests.canitoolcall_adapter:HermesAdapter --family qwen3-hermes
+    python -m canitoolcall run --engine tests.conformance.adapters.qwen3_hermes:Adapter --family qwen3-hermes
 """
 
 from __future__ import annotations
@@ -21,12 +21,24 @@ from canitoolcall.results import ParseResult
 from gateway.families.hermes import HermesParser
 from gateway.families.hermes.markers import prompt_opens_reasoning
 from gateway.types import Piece
-from tests.canitoolcall_common import CheckpointAdapter, accumulate
+from tests.conformance.common import CheckpointAdapter, accumulate
 
 FAMILY = "qwen3-hermes"
+ENGINE = "tests.conformance.adapters.qwen3_hermes:Adapter"
+_CUT_CALL = (
+    "a call cut off by the end of the output: the hermes parser streams the call's name and argument fragments "
+    "as they arrive and cannot take them back, while the fixture expects no call"
+)
+EXPECTED_FAILURES: dict[str, str] = {
+    "qwen3-hermes/bug-sglang-30480-truncated-mid-arguments": _CUT_CALL,
+    "qwen3-hermes/vllm-invalid-json-missing-brace": _CUT_CALL,
+    "qwen3-hermes/truncated-mid-arguments-no-thinking": _CUT_CALL,
+    "qwen3-hermes/truncated-mid-arguments-thinking": _CUT_CALL,
+    "qwen3-hermes/truncated-second-parallel-call": _CUT_CALL,
+}
 
 
-class HermesAdapter(CheckpointAdapter):
+class Adapter(CheckpointAdapter):
     """The gateway's hermes family parser, driven the way the gateway drives it."""
 
     name = "llm-gateway-hermes"
