@@ -1,5 +1,7 @@
 """Incremental parser of Kimi K3 XTML output: think → reasoning, response → content, tools → calls.
 
+(Kimi K2 output is `gateway.families.token_sections.SectionParser` with `split_k2_call`.)
+
 Decisions (the gateway's documented behaviour):
 * Structure is read from token ids only: `<|open|>`, `<|close|>` and `<|sep|>`
   are markers when they arrive as their control tokens (a Piece with
@@ -38,6 +40,15 @@ from .markers import CLOSE, MARKERS, OPEN, SEP, unescape_attr
 
 _ATTRIBUTE = re.compile(r'([\w-]+)="([^"]*)"')
 _CHANNELS = frozenset({"think", "response", "tools", "message"})
+
+
+_K2_CALL_ID = re.compile(r"\s*(?:functions\.)?(.+?)(?::\d+)?\s*", re.DOTALL)
+
+
+def split_k2_call(header: str, body: str) -> tuple[str, str] | None:
+    """K2: the call id `functions.NAME:IDX` (prefix and index optional) names the tool; the body is its JSON."""
+    match = _K2_CALL_ID.fullmatch(header)
+    return (match.group(1), body) if match else None
 
 
 def new_call_id() -> str:

@@ -1,4 +1,5 @@
-"""The kimi_k3 family: Kimi K3's XTML prompts, control-token channels and tool calls."""
+"""The Kimi families: `kimi_k3` (K3's XTML prompts, control-token channels and tool calls) and `kimi_k2`
+(K2 / K2-Instruct / K2.6: the checkpoint's chat template, `<think>` reasoning and tool-call sections)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ from functools import cached_property
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
+from gateway.families.section_grammar import CallLayout
+from gateway.families.templated import TemplatedSectionFamily
 from gateway.types import ChatRequest
 
 from .grammar import ControlIds, build_grammar
-from .markers import END_OF_MSG
-from .parser import KimiK3Parser
+from .markers import END_OF_MSG, IM_END, K2_SECTIONS
+from .parser import KimiK3Parser, split_k2_call
 from .prompt import open_channel, render_prompt
 
 
@@ -41,3 +44,17 @@ class KimiK3Family(Family):
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return KimiK3Parser(channel=open_channel(request))
+
+
+class KimiK2Family(TemplatedSectionFamily):
+    """Kimi K2 / K2-Instruct / K2.6: `<|tool_calls_section_begin|>` sections, the call id naming the tool."""
+
+    name = "kimi_k2"
+    markers = K2_SECTIONS
+    stop_tokens = (IM_END,)
+
+    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
+        return split_k2_call(header, body)
+
+    def call_layout(self) -> CallLayout:
+        return CallLayout(header="functions.{name}:", index=True)
