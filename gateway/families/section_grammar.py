@@ -2,7 +2,7 @@
 
 Markers are `token` formats by integer id (vLLM validates tags without a
 tokenizer and accepts only ids), so text that spells a marker never satisfies
-one; free text is `any_tokens` excluding the section's control tokens.
+one; free text is `any_tokens` excluding the section's and `<think>`'s control tokens.
 Formats used: sequence, or, optional, plus, const_string, regex, grammar,
 token, any_tokens.
 
@@ -55,6 +55,7 @@ class SectionIds:
     call_begin: int
     call_end: int
     arguments_begin: int
+    think_start: int | None
     think_end: int | None
     spellings: tuple[str, ...]
 
@@ -66,11 +67,14 @@ class SectionIds:
         if None in ids:
             raise ValueError(f"the tokenizer lacks the tool-call tokens {', '.join(names)}")
         spellings = (*names, markers.arguments_begin, markers.think_start, markers.think_end)
-        return cls(*ids, tokenizer.token_to_id(markers.think_end), spellings)
+        think = [tokenizer.token_to_id(markers.think_start), tokenizer.token_to_id(markers.think_end)]
+        return cls(*ids, *think, spellings)
 
     @property
     def control(self) -> list[int]:
-        return [self.section_begin, self.section_end, self.call_begin, self.call_end, self.arguments_begin]
+        """The tokens free text never takes: the section's and reasoning's markers."""
+        section = [self.section_begin, self.section_end, self.call_begin, self.call_end, self.arguments_begin]
+        return section + [i for i in (self.think_start, self.think_end) if i is not None]
 
 
 def build_section_grammar(

@@ -77,13 +77,30 @@ def json_value_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict:
 @lru_cache(maxsize=1024)
 def _json_value_ebnf(schema_json: str, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
     schema = _spell_safe(json.loads(schema_json), param, strict)
-    if schema is None:
-        return None
+    if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
+        return None  # a property name, enum or const value spells a control token
     ebnf = compact_json_ebnf(schema, param)
     if any(s in ebnf for s in spellings) or len(_STRING_SUB.findall(ebnf)) != 1:
         return None  # a literal (property name, enum, const) spells a control token, or xgrammar's rules changed
     ebnf = _STRING_SUB.sub(lambda _: _safe_string_sub(spellings), ebnf)
     return _BOUNDED_CHARS.sub(lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\<] | ("\\\\" basic_escape))', ebnf)
+
+
+def _literals(schema: Any) -> list[str]:
+    """Every string a grammar for `schema` may write verbatim: property names, `const` and `enum` values."""
+    found: list[str] = []
+    if isinstance(schema, list):
+        for item in schema:
+            found += _literals(item)
+    elif isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in ("const", "enum"):
+                found += [json.dumps(value, ensure_ascii=False)]
+            elif key == "properties" and isinstance(value, dict):
+                found += list(value)
+            if isinstance(value, (dict, list)) and key not in ("const", "enum"):
+                found += _literals(value)
+    return found
 
 
 def _spell_safe(schema: Any, path: str, strict: bool) -> Any:
