@@ -22,7 +22,8 @@ from .grammar import build_grammar
 from .markers import EOS, GROUNDING, V4, V32, V41, Dialect
 from .modes import effort_budget, thinking_enabled
 from .parser import SECTIONS, DsmlParser, split_v3_call, split_v31_call
-from .prompt import prompt_ends_in_reasoning, render_prompt
+from .prompt import V4_STYLE, V41_STYLE, Style, prompt_ends_in_reasoning, render_prompt
+from .prompt_v32 import render_prompt_v32
 
 
 class DeepSeekV41Family(Family):
@@ -31,9 +32,10 @@ class DeepSeekV41Family(Family):
     name = "deepseek_v41"
     keep_in_assistant = GROUNDING
     dialect: ClassVar[Dialect] = V41
+    style: ClassVar[Style] = V41_STYLE
 
     def render(self, request: ChatRequest) -> str:
-        return render_prompt(request, self._thinking(request), effort_budget(request), self.dialect)
+        return render_prompt(request, self._thinking(request), effort_budget(request), self.style)
 
     def stop_token_ids(self) -> list[int]:
         eos = self.context.tokenizer.token_to_id(EOS)
@@ -57,6 +59,7 @@ class DeepSeekV4Family(DeepSeekV41Family):
 
     name = "deepseek_v4"
     dialect = V4
+    style = V4_STYLE
 
 
 class DeepSeekV32Family(DeepSeekV41Family):
@@ -64,6 +67,9 @@ class DeepSeekV32Family(DeepSeekV41Family):
 
     name = "deepseek_v32"
     dialect = V32
+
+    def render(self, request: ChatRequest) -> str:
+        return render_prompt_v32(request, self._thinking(request))
 
 
 class DeepSeekV3Family(TemplatedSectionFamily):

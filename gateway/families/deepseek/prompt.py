@@ -1,4 +1,4 @@
-"""Native DeepSeek V4.1 prompt encoder (the model ships Python, not a Jinja template).
+"""Native DeepSeek V4.1 and V4 prompt encoder (the models ship Python, not a Jinja template).
 
 Layout: BOS; the system turn `<｜System｜>` + content + `## Tools` block (one
 JSON object per tool and line) + `## Response Format:` block; user turns
@@ -9,20 +9,32 @@ turn that an assistant answers, `<｜Assistant｜><think>` (thinking) or
 `<｜Assistant｜></think>` (chat). In thinking mode the first turn is preceded
 by a reasoning-effort line, and without tools the reasoning of assistant turns
 before the last user turn is dropped.
+
+V4 (`V4_STYLE`) differs only in: `<｜DSML｜tool_calls>` tags, no `<｜System｜>`
+token, a system turn after the first is not answered, and the effort text is
+V4's ("max" only). V3.2 has its own encoder (prompt_v32.py).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.grammars.json import response_schema
 from gateway.types import ChatRequest
 
-from .markers import ASSISTANT, BOS, EOS, SYSTEM, THINK_END, THINK_START, USER, V41, Dialect
+from .markers import ASSISTANT, BOS, EOS, SYSTEM, THINK_END, THINK_START, USER, V4, V41, Dialect
 
 _EFFORT_LINE = "Reasoning Effort: {budget} (range 1-100, the higher the value, the more thorough the reasoning)\n\n"
+_V4_MAX_EFFORT = (
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the root cause, "
+    "rigorously stress-testing your logic against all potential paths, edge cases, and adversarial scenarios.\n"
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, considered "
+    "alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n"
+)
 _RESPONSE_FORMAT = "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n{schema}"
 _TOOLS = """## Tools
 
@@ -68,10 +80,29 @@ class _Turn:
     """The system turn: the `## Tools` and `## Response Format:` blocks."""
 
 
-def render_prompt(request: ChatRequest, thinking: bool, effort: int, dialect: Dialect = V41) -> str:
-    """The full prompt text of `request` with `dialect`'s tags; control tokens appear spelled out."""
+@dataclass(frozen=True)
+class Style:
+    """What differs between the V4 and V4.1 encoders."""
+
+    dialect: Dialect
+    system_token: str
+    """Written before the system turn's content (V4.1's `<｜System｜>`; V4 has none)."""
+    effort_prefix: Callable[[int], str]
+    """The first turn's reasoning-effort text in thinking mode, from the 1–100 budget."""
+    system_asks: bool
+    """Whether a system turn after the first is answered like a user turn (V4.1)."""
+
+
+V41_STYLE = Style(V41, SYSTEM, lambda budget: _EFFORT_LINE.format(budget=budget), True)
+V4_STYLE = Style(V4, "", lambda budget: _V4_MAX_EFFORT if budget >= 100 else "", False)
+"""V4 (the "preview" effort profile): only `max` adds an effort text."""
+
+
+def render_prompt(request: ChatRequest, thinking: bool, effort: int, style: Style = V41_STYLE) -> str:
+    """The full prompt text of `request` in `style`; control tokens appear spelled out."""
+    dialect = style.dialect
     messages = list(request.messages)
-    prefill = messages.pop() if _continues_final(request) else None
+    prefill = messages.pop() if continues_final(request) else None
     turns = _merge_tool_results(messages)
     tools = request.tools if request.tool_choice != "none" else []
     declarations = _declarations(tools, response_schema(request.response_format), dialect)
@@ -81,27 +112,26 @@ def render_prompt(request: ChatRequest, thinking: bool, effort: int, dialect: Di
         turns[0].declarations = declarations
     drop_old_reasoning = thinking and not tools
     if drop_old_reasoning:
-        turns = _without_old_reasoning(turns)
-    last_user = _last_user_index(turns)
+        turns = _without_old_reasoning(turns, style.system_asks)
+    last_user = _last_user_index(turns, style.system_asks)
     out = [BOS]
     for index, turn in enumerate(turns):
-        if index == 0 and thinking:
-            out.append(SYSTEM + _EFFORT_LINE.format(budget=effort))
-        elif index == 0 and turn.role == "system":
-            out.append(SYSTEM)
+        prefix = style.effort_prefix(effort) if thinking else ""
+        if index == 0 and (prefix or turn.role == "system"):
+            out.append(style.system_token + prefix)
         keep_reasoning = thinking and (not drop_old_reasoning or index > last_user)
-        out.append(_render_turn(turn, index, keep_reasoning, dialect))
+        out.append(_render_turn(turn, index, keep_reasoning, style))
         is_last = index == len(turns) - 1
         answered = (
             turns[index + 1].role == "assistant"
             if not is_last
             else request.add_generation_prompt or prefill is not None
         )
-        if answered and (turn.role in _ASKS_FOR_ANSWER or (turn.role == "system" and index > 0)):
+        if answered and _asks(turn, index, style.system_asks):
             opens_reasoning = thinking and (not drop_old_reasoning or index >= last_user)
             out.append(ASSISTANT + (THINK_START if opens_reasoning else THINK_END))
     if prefill is not None:
-        out.append(_render_prefill(prefill, thinking))
+        out.append(render_prefill(prefill, thinking))
     return "".join(out)
 
 
@@ -109,7 +139,7 @@ def prompt_ends_in_reasoning(request: ChatRequest, thinking: bool) -> bool:
     """Whether the model's output starts inside the reasoning block."""
     if not thinking:
         return False
-    return not (_continues_final(request) and request.messages[-1].get("content"))
+    return not (continues_final(request) and request.messages[-1].get("content"))
 
 
 def render_calls(tool_calls: list[dict[str, Any]], dialect: Dialect = V41) -> str:
@@ -125,7 +155,7 @@ def render_calls(tool_calls: list[dict[str, Any]], dialect: Dialect = V41) -> st
     return f"{dialect.calls_open}\n" + "\n".join(invokes) + f"\n{dialect.calls_close}"
 
 
-def _continues_final(request: ChatRequest) -> bool:
+def continues_final(request: ChatRequest) -> bool:
     return request.continue_final_message and bool(request.messages) and request.messages[-1]["role"] == "assistant"
 
 
@@ -212,17 +242,21 @@ def _sort_results(turns: list[_Turn], call_order: dict[str, int]) -> None:
         parts[slot] = part
 
 
-def _last_user_index(turns: list[_Turn]) -> int:
+def _asks(turn: _Turn, index: int, system_asks: bool) -> bool:
+    """Whether an assistant answers this turn (user, developer, and with V4.1 a later system turn)."""
+    return turn.role in _ASKS_FOR_ANSWER or (system_asks and turn.role == "system" and index > 0)
+
+
+def _last_user_index(turns: list[_Turn], system_asks: bool) -> int:
     for index in range(len(turns) - 1, -1, -1):
-        role = turns[index].role
-        if role in _ASKS_FOR_ANSWER or (role == "system" and index > 0):
+        if _asks(turns[index], index, system_asks):
             return index
     return -1
 
 
-def _without_old_reasoning(turns: list[_Turn]) -> list[_Turn]:
+def _without_old_reasoning(turns: list[_Turn], system_asks: bool) -> list[_Turn]:
     """Before the last user turn: assistants lose their reasoning, developer turns go."""
-    last_user = _last_user_index(turns)
+    last_user = _last_user_index(turns, system_asks)
     kept = []
     for index, turn in enumerate(turns):
         if index >= last_user or turn.role in ("user", "system"):
@@ -232,21 +266,21 @@ def _without_old_reasoning(turns: list[_Turn]) -> list[_Turn]:
     return kept
 
 
-def _render_turn(turn: _Turn, index: int, keep_reasoning: bool, dialect: Dialect) -> str:
+def _render_turn(turn: _Turn, index: int, keep_reasoning: bool, style: Style) -> str:
     if turn.role == "system":
-        return (SYSTEM if index > 0 else "") + turn.content + turn.declarations
+        return (style.system_token if index > 0 else "") + turn.content + turn.declarations
     if turn.role == "developer":
         return USER + turn.content + turn.declarations
     if turn.role == "user":
         return USER + "\n\n".join(text for text, _ in turn.parts)
     if turn.role == "assistant":
         reasoning = turn.reasoning + THINK_END if keep_reasoning else ""
-        calls = "\n\n" + render_calls(turn.tool_calls, dialect) if turn.tool_calls else ""
+        calls = "\n\n" + render_calls(turn.tool_calls, style.dialect) if turn.tool_calls else ""
         return reasoning + turn.content + calls + EOS
     raise ValueError(f"the deepseek families cannot render role {turn.role!r}")
 
 
-def _render_prefill(message: dict[str, Any], thinking: bool) -> str:
+def render_prefill(message: dict[str, Any], thinking: bool) -> str:
     """The start of the answer the model continues (continue_final_message)."""
     content = message.get("content") or ""
     if not thinking:
