@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from gateway.families.base import OutputParser
+from gateway.families.base import OutputParser, new_call_id
 from gateway.types import Delta, Piece
 
 _QUOTE_OR_ESCAPE = re.compile(r'["\\]')
@@ -50,11 +49,6 @@ class SectionMarkers:
 
 CallSplitter = Callable[[str, str], "tuple[str, str] | None"]
 """(header, body) of one call → (tool name, JSON arguments text), or None when the call is malformed."""
-
-
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
 
 
 class _Mode(Enum):

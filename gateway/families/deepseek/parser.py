@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import OutputParser
+from gateway.families.base import OutputParser, new_call_id
 from gateway.families.token_sections import SectionMarkers, SectionParser
 from gateway.types import Delta, Piece
 
@@ -48,6 +47,7 @@ from .markers import (
 )
 
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\u2028\u2029]')
 _CALLS_NAMES = ("calls", "tool_calls", "function_calls")
 
 
@@ -83,11 +83,6 @@ def v3_parser(in_reasoning: bool) -> SectionParser:
 
 def v31_parser(in_reasoning: bool) -> SectionParser:
     return SectionParser(SECTIONS, split_v31_call, in_reasoning)
-
-
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
 
 
 @dataclass
@@ -248,7 +243,12 @@ class DsmlParser(OutputParser):
         )
 
     def _arguments(self, fragment: str) -> None:
-        if fragment:
+        if not fragment:
+            return
+        last = self._out[-1] if self._out else None
+        if last is not None and last.tool_id is None and last.tool_index == self._call.index:
+            last.tool_arguments += fragment
+        else:
             self._out.append(Delta(tool_index=self._call.index, tool_arguments=fragment))
 
 
@@ -265,8 +265,8 @@ def _json(value: Any) -> str:
 
 
 def _escaped(text: str) -> str:
-    """`text` as the inside of a JSON string."""
-    return _json(text)[1:-1]
+    """`text` as the inside of a JSON string (most text needs no escape and is returned as it is)."""
+    return _json(text)[1:-1] if _NEEDS_ESCAPE.search(text) else text
 
 
 def _json_value(text: str, is_json: bool) -> str:

@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gateway.families.base import OutputParser
+from gateway.families.base import OutputParser, new_call_id
 from gateway.types import Delta, Piece
 
 from .markers import CLOSE, MARKERS, OPEN, SEP, unescape_attr
@@ -49,11 +48,6 @@ def split_k2_call(header: str, body: str) -> tuple[str, str] | None:
     """K2: the call id `functions.NAME:IDX` (prefix and index optional) names the tool; the body is its JSON."""
     match = _K2_CALL_ID.fullmatch(header)
     return (match.group(1), body) if match else None
-
-
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
 
 
 def json_fragment(text: str) -> str:
