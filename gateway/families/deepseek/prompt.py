@@ -114,9 +114,9 @@ def render_prompt(request: ChatRequest, thinking: bool, effort: int, style: Styl
     if drop_old_reasoning:
         turns = _without_old_reasoning(turns, style.system_asks)
     last_user = _last_user_index(turns, style.system_asks)
+    prefix = style.effort_prefix(effort) if thinking else ""
     out = [BOS]
     for index, turn in enumerate(turns):
-        prefix = style.effort_prefix(effort) if thinking else ""
         if index == 0 and (prefix or turn.role == "system"):
             out.append(style.system_token + prefix)
         keep_reasoning = thinking and (not drop_old_reasoning or index > last_user)
