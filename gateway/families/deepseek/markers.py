@@ -7,6 +7,7 @@ tags, each opened with `<` or `</` and the `｜DSML｜` token; the versions diff
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
@@ -32,23 +33,23 @@ class Dialect:
     invoke: str
     parameter: str
 
-    @property
+    @cached_property
     def calls_open(self) -> str:
         return f"<{DSML}{self.calls}>"
 
-    @property
+    @cached_property
     def calls_close(self) -> str:
         return f"</{DSML}{self.calls}>"
 
-    @property
+    @cached_property
     def invoke_close(self) -> str:
         return f"</{DSML}{self.invoke}>"
 
-    @property
+    @cached_property
     def parameter_close(self) -> str:
         return f"</{DSML}{self.parameter}>"
 
-    @property
+    @cached_property
     def parameter_named(self) -> str:
         """The start of every argument's opening tag, up to its name."""
         return f'<{DSML}{self.parameter} name="'

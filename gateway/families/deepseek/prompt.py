@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from gateway.grammars.json import response_schema
@@ -178,6 +179,12 @@ def _declarations(tools: list[dict[str, Any]], schema: dict[str, Any] | None, di
 
 
 def _tools_block(schemas: str, dialect: Dialect) -> str:
+    return _tools_template(dialect).format(schemas=schemas)
+
+
+@cache
+def _tools_template(dialect: Dialect) -> str:
+    """The tools block in `dialect`'s tags, with `{schemas}` still to fill."""
     return _TOOLS.format(
         calls_open=dialect.calls_open,
         calls_close=dialect.calls_close,
@@ -188,7 +195,7 @@ def _tools_block(schemas: str, dialect: Dialect) -> str:
         parameter_close=dialect.parameter_close,
         think_start=THINK_START,
         think_end=THINK_END,
-        schemas=schemas,
+        schemas="{schemas}",
     )
 
 
