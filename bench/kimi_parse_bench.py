@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gateway.families.kimi_k3.markers import CLOSE, OPEN, SEP
-from gateway.families.kimi_k3.parser import KimiK3Parser
+from gateway.families.kimi.markers import CLOSE, OPEN, SEP
+from gateway.families.kimi.parser import KimiK3Parser
 from gateway.types import Piece
 
 IDS = {OPEN: 163587, CLOSE: 163588, SEP: 163589}

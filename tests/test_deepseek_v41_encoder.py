@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.families.deepseek_v41.modes import effort_budget, thinking_enabled
-from gateway.families.deepseek_v41.prompt import prompt_ends_in_reasoning, render_prompt
+from gateway.families.deepseek.modes import effort_budget, thinking_enabled
+from gateway.families.deepseek.prompt import prompt_ends_in_reasoning, render_prompt
 from gateway.types import ChatRequest
 
 BOS, EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"

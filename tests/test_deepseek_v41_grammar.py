@@ -10,8 +10,8 @@ from canitoolcall.fixtures import load_fixtures
 
 from backends.checkpoint import Checkpoint, load_checkpoint
 from backends.worker.grammar import tokenizer_info
-from gateway.families.deepseek_v41.grammar import build_grammar
-from gateway.families.deepseek_v41.markers import CALLS_CLOSE, CALLS_OPEN, EOS, INVOKE_CLOSE, PARAMETER_CLOSE, THINK_END
+from gateway.families.deepseek.grammar import build_grammar
+from gateway.families.deepseek.markers import CALLS_CLOSE, CALLS_OPEN, EOS, INVOKE_CLOSE, PARAMETER_CLOSE, THINK_END
 from gateway.types import ChatRequest
 
 WEATHER = {

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from backends.checkpoint import load_checkpoint
 from backends.detokenizer import Detokenizer
-from gateway.families.deepseek_v41.markers import DSML, EOS, THINK_END
-from gateway.families.deepseek_v41.parser import DsmlParser
-from gateway.families.deepseek_v41.prompt import render_calls
+from gateway.families.deepseek.markers import DSML, EOS, THINK_END
+from gateway.families.deepseek.parser import DsmlParser
+from gateway.families.deepseek.prompt import render_calls
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import Delta
 

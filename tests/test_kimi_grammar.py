@@ -11,8 +11,8 @@ import pytest
 import xgrammar as xg
 
 from backends.kimi_tokenizer import load_kimi_tokenizer
-from gateway.families.kimi_k3.grammar import ControlIds, build_grammar
-from gateway.families.kimi_k3.markers import CLOSE, END_OF_MSG, OPEN, SEP
+from gateway.families.kimi.grammar import ControlIds, build_grammar
+from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import ChatRequest
 from tests.test_kimi_tokenizer import write_synthetic_checkpoint

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.families.kimi_k3.markers import CLOSE, OPEN, SEP
-from gateway.families.kimi_k3.parser import KimiK3Parser
+from gateway.families.kimi.markers import CLOSE, OPEN, SEP
+from gateway.families.kimi.parser import KimiK3Parser
 from gateway.types import Delta, Piece
 
 _CONTROL = re.compile("(" + "|".join(map(re.escape, (OPEN, CLOSE, SEP))) + ")")

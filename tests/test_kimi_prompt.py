@@ -9,8 +9,8 @@ import pytest
 
 from gateway.families import get_family
 from gateway.families.base import FamilyContext
-from gateway.families.kimi_k3 import KimiK3Family, KimiK3Parser, load_kimi_tokenizer
-from gateway.families.kimi_k3.prompt import open_channel, render_prompt
+from gateway.families.kimi import KimiK3Family, KimiK3Parser, load_kimi_tokenizer
+from gateway.families.kimi.prompt import open_channel, render_prompt
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
 from gateway.prompts.template import TemplateError

@@ -17,12 +17,12 @@ import xgrammar as xg
 from backends.base import Grammar
 from backends.checkpoint import load_checkpoint
 from gateway.errors import APIError
-from gateway.families.kimi_k3.grammar import build_grammar
-from gateway.families.kimi_k3.markers import CLOSE, END_OF_MSG, OPEN, SEP
-from gateway.families.kimi_k3.patterns import scan
-from gateway.families.kimi_k3.values import MAX_MIN_LENGTH, json_value_ebnf, pattern_ebnf
+from gateway.families.kimi.grammar import build_grammar
+from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
+from gateway.families.kimi.values import MAX_MIN_LENGTH, json_value_ebnf, pattern_ebnf
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.patterns import scan
 from gateway.models.planning import chat_grammar
 from gateway.models.registry import served_model_from_checkpoint
 from gateway.types import ChatRequest

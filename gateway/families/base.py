@@ -8,6 +8,7 @@ turns output back into OpenAI content / reasoning / tool-call deltas.
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,11 @@ from typing import Any, ClassVar
 
 from backends.base import Grammar
 from gateway.types import ChatRequest, Delta, Piece
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style tool call id."""
+    return f"call_{secrets.token_hex(12)}"
 
 
 class OutputParser(ABC):

@@ -1,0 +1,305 @@
+"""Incremental parsers of DeepSeek output: DSML tool calls (V3.2 / V4 / V4.1) and V3 / V3.1 tool-call sections.
+
+V3 and V3.1 use `gateway.families.token_sections.SectionParser` with their own
+call layouts (`split_v3_call`, `split_v31_call`). The rest of this note is the
+DSML parser's.
+
+Decisions (the gateway's documented behaviour):
+* Markers count only as tokens (see lexer.py): `</think>` ends the reasoning
+  when the prompt opened it; a calls block starts at `<｜DSML｜ calls>`
+  (V4's `<｜DSML｜tool_calls>` and V3.2's `<｜DSML｜function_calls>` too). Text spelling a marker is plain text.
+* Reasoning streams as it arrives; output cut before `</think>` stays reasoning.
+* Whitespace before a calls block is dropped (the encoder writes `\\n\\n`), so
+  content holds back trailing whitespace until more text follows.
+* Inside a value only `</｜DSML｜ parameter>` ends it; any other tag or token
+  there is value text. `string="false"` values are JSON (re-serialized; not
+  valid JSON → the raw text as a string), other values are raw strings.
+* A call is announced (dense index, `call_…` id, name) when its first argument
+  is complete or its invoke closes, so output cut inside a call's first
+  argument yields no call. From then on string values stream as they arrive;
+  the argument fragments concatenate to the call's JSON arguments. A call
+  cut after its announcement stays as sent, as OpenAI does on "length".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum, auto
+from typing import Any
+
+from gateway.families.base import OutputParser, new_call_id
+from gateway.families.token_sections import SectionMarkers, SectionParser
+from gateway.types import Delta, Piece
+
+from .lexer import Event, Lexer, Tag, Token
+from .markers import (
+    EOS,
+    THINK_END,
+    THINK_START,
+    TOOL_CALL_BEGIN,
+    TOOL_CALL_END,
+    TOOL_CALLS_BEGIN,
+    TOOL_CALLS_END,
+    TOOL_SEP,
+)
+
+_ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\u2028\u2029]')
+_CALLS_NAMES = ("calls", "tool_calls", "function_calls")
+
+
+class _Mode(Enum):
+    REASONING = auto()
+    CONTENT = auto()
+    CALLS = auto()
+    INVOKE = auto()
+    VALUE = auto()
+
+
+SECTIONS = SectionMarkers(
+    TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_SEP, ignored=frozenset({EOS})
+)
+"""V3 / V3.1 calls: `<｜tool▁calls▁begin｜>` (`<｜tool▁call▁begin｜>` … `<｜tool▁sep｜>` … `<｜tool▁call▁end｜>`)+."""
+_FENCED = re.compile(r"([^\n]*)\n```(?:json)?[ \t]*\n(.*?)\s*```\s*", re.DOTALL)
+
+
+def split_v3_call(header: str, body: str) -> tuple[str, str] | None:
+    """V3: `function<｜tool▁sep｜>NAME` then the arguments fenced as ```json; None when the fence is missing."""
+    match = _FENCED.fullmatch(body)
+    return (match.group(1).strip(), match.group(2)) if match else None
+
+
+def split_v31_call(header: str, body: str) -> tuple[str, str]:
+    """V3.1: `NAME<｜tool▁sep｜>` then the bare JSON arguments."""
+    return header.strip(), body
+
+
+def v3_parser(in_reasoning: bool) -> SectionParser:
+    return SectionParser(SECTIONS, split_v3_call, in_reasoning)
+
+
+def v31_parser(in_reasoning: bool) -> SectionParser:
+    return SectionParser(SECTIONS, split_v31_call, in_reasoning)
+
+
+@dataclass
+class _Call:
+    name: str
+    index: int | None = None
+    """Set once the call is announced."""
+    arguments: int = 0
+
+
+@dataclass
+class _Value:
+    key: str
+    is_json: bool
+    text: list[str] = field(default_factory=list)
+    streaming: bool = False
+
+
+class DsmlParser(OutputParser):
+    """One choice's parser; `in_reasoning` says the prompt ended inside `<think>`."""
+
+    def __init__(self, in_reasoning: bool):
+        self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
+        self._lexer = Lexer()
+        self._out: list[Delta] = []
+        self._held_space = ""
+        self._calls = 0
+        self._call: _Call | None = None
+        self._value: _Value | None = None
+        self._reasoning_started = False
+        self._handlers = {
+            _Mode.REASONING: self._in_reasoning,
+            _Mode.CONTENT: self._in_content,
+            _Mode.CALLS: self._in_calls,
+            _Mode.INVOKE: self._in_invoke,
+            _Mode.VALUE: self._in_value,
+        }
+
+    @property
+    def saw_tool_call(self) -> bool:
+        return self._calls > 0
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        for piece in pieces:
+            self._events(self._lexer.feed(piece))
+        return self._take()
+
+    def finish(self) -> list[Delta]:
+        self._events(self._lexer.finish())
+        if self._mode is _Mode.CONTENT and self._held_space:
+            self._content(self._held_space)
+            self._held_space = ""
+        return self._take()
+
+    def _take(self) -> list[Delta]:
+        out, self._out = _merged(self._out), []
+        return out
+
+    def _events(self, events: Iterable[Event]) -> None:
+        for event in events:
+            if isinstance(event, Token) and event.text == EOS:
+                continue
+            self._handlers[self._mode](event)
+
+    def _in_reasoning(self, event: Event) -> None:
+        if isinstance(event, Token) and event.text == THINK_END:
+            self._mode = _Mode.CONTENT
+        elif isinstance(event, Token) and event.text == THINK_START and not self._reasoning_started:
+            return
+        else:
+            self._reasoning_started = True
+            self._out.append(Delta(reasoning=_spelling(event)))
+
+    def _in_content(self, event: Event) -> None:
+        if isinstance(event, Tag) and not event.closing and event.name in _CALLS_NAMES:
+            self._held_space = ""
+            self._mode = _Mode.CALLS
+            return
+        text = self._held_space + _spelling(event)
+        body = text.rstrip()
+        self._held_space = text[len(body) :]
+        self._content(body)
+
+    def _content(self, text: str) -> None:
+        if text:
+            self._out.append(Delta(content=text))
+
+    def _in_calls(self, event: Event) -> None:
+        if not isinstance(event, Tag):
+            return
+        if event.closing and event.name in _CALLS_NAMES:
+            self._mode = _Mode.CONTENT
+        elif not event.closing and event.name == "invoke":
+            self._call = _Call(_attributes(event).get("name", ""))
+            self._mode = _Mode.INVOKE
+            if event.self_closing:
+                self._end_call()
+
+    def _in_invoke(self, event: Event) -> None:
+        if not isinstance(event, Tag):
+            return
+        if not event.closing and event.name == "parameter":
+            attributes = _attributes(event)
+            self._value = _Value(attributes.get("name", ""), attributes.get("string") == "false")
+            self._mode = _Mode.VALUE
+            if self._call.index is not None and not self._value.is_json:
+                self._value.streaming = True
+                self._arguments(self._key_prefix(self._value.key) + '"')
+        elif event.closing and event.name == "invoke":
+            self._end_call()
+        elif event.closing and event.name in _CALLS_NAMES:
+            self._end_call()
+            self._mode = _Mode.CONTENT
+
+    def _in_value(self, event: Event) -> None:
+        value = self._value
+        if isinstance(event, Tag) and event.closing and event.name == "parameter":
+            self._end_value()
+            return
+        text = _spelling(event)
+        if value.streaming:
+            self._arguments(_escaped(text))
+        else:
+            value.text.append(text)
+
+    def _end_value(self) -> None:
+        value, call = self._value, self._call
+        self._value = None
+        self._mode = _Mode.INVOKE
+        if value.streaming:
+            self._arguments('"')
+        else:
+            fragment = self._key_prefix(value.key) + _json_value("".join(value.text), value.is_json)
+            if call.index is None:
+                self._announce(fragment)
+            else:
+                self._arguments(fragment)
+        call.arguments += 1
+
+    def _end_call(self) -> None:
+        call = self._call
+        if call.index is None:
+            self._announce("{}")
+        else:
+            self._arguments("}")
+        self._call = None
+        self._mode = _Mode.CALLS
+
+    def _key_prefix(self, key: str) -> str:
+        return ("{" if self._call.arguments == 0 else ", ") + _json(key) + ": "
+
+    def _announce(self, arguments: str) -> None:
+        call = self._call
+        call.index = self._calls
+        self._calls += 1
+        self._out.append(
+            Delta(tool_index=call.index, tool_id=new_call_id(), tool_name=call.name, tool_arguments=arguments)
+        )
+
+    def _arguments(self, fragment: str) -> None:
+        if not fragment:
+            return
+        last = self._out[-1] if self._out else None
+        if last is not None and last.tool_id is None and last.tool_index == self._call.index:
+            last.tool_arguments += fragment
+        else:
+            self._out.append(Delta(tool_index=self._call.index, tool_arguments=fragment))
+
+
+def _spelling(event: Event) -> str:
+    return event.raw if isinstance(event, Tag) else event.text
+
+
+def _attributes(tag: Tag) -> dict[str, str]:
+    return dict(_ATTRIBUTE.findall(tag.body))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _escaped(text: str) -> str:
+    """`text` as the inside of a JSON string (most text needs no escape and is returned as it is)."""
+    return _json(text)[1:-1] if _NEEDS_ESCAPE.search(text) else text
+
+
+def _json_value(text: str, is_json: bool) -> str:
+    """A value's JSON: `string="false"` text re-serialized if it is JSON, else the text as a string."""
+    if is_json:
+        try:
+            return _json(json.loads(text, parse_constant=_reject))
+        except ValueError:
+            pass
+    return _json(text)
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _merged(deltas: list[Delta]) -> list[Delta]:
+    """Adjacent content, reasoning or same-call argument deltas joined into one."""
+    out: list[Delta] = []
+    for delta in deltas:
+        last = out[-1] if out else None
+        if last is not None and _joinable(last, delta):
+            last.content += delta.content
+            last.reasoning += delta.reasoning
+            last.tool_arguments += delta.tool_arguments
+        else:
+            out.append(delta)
+    return out
+
+
+def _joinable(a: Delta, b: Delta) -> bool:
+    if b.tool_id is not None:
+        return False
+    if a.tool_index is not None or b.tool_index is not None:
+        return a.tool_index == b.tool_index
+    return bool(a.content) == bool(b.content) and bool(a.reasoning) == bool(b.reasoning)

@@ -1,0 +1,60 @@
+"""The Kimi families: `kimi_k3` (K3's XTML prompts, control-token channels and tool calls) and `kimi_k2`
+(K2 / K2-Instruct / K2.6: the checkpoint's chat template, `<think>` reasoning and tool-call sections)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from backends.base import Grammar
+from gateway.families.base import Family, OutputParser
+from gateway.families.section_grammar import CallLayout
+from gateway.families.templated import TemplatedSectionFamily
+from gateway.types import ChatRequest
+
+from .grammar import ControlIds, build_grammar
+from .markers import END_OF_MSG, IM_END, K2_SECTIONS
+from .parser import KimiK3Parser, split_k2_call
+from .prompt import open_channel, render_prompt
+
+
+class KimiK3Family(Family):
+    """XTML messages; `think` → reasoning, `response` → content, `tools` → calls; stop at `<|end_of_msg|>`.
+
+    Option `strict_tools: true` (model config `options`): enforce declared argument schemas even for
+    tools that say `strict: false`.
+    """
+
+    name = "kimi_k3"
+
+    @cached_property
+    def control_ids(self) -> ControlIds:
+        return ControlIds.of(self.context.tokenizer)
+
+    def render(self, request: ChatRequest) -> str:
+        return render_prompt(request)
+
+    def stop_token_ids(self) -> list[int]:
+        end = self.context.tokenizer.token_to_id(END_OF_MSG)
+        ids = ([end] if end is not None else []) + list(self.context.eos_token_ids)
+        return list(dict.fromkeys(ids))
+
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        always_strict = bool(self.context.options.get("strict_tools", False))
+        return build_grammar(request, open_channel(request), self.control_ids, always_strict)
+
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        return KimiK3Parser(channel=open_channel(request))
+
+
+class KimiK2Family(TemplatedSectionFamily):
+    """Kimi K2 / K2-Instruct / K2.6: `<|tool_calls_section_begin|>` sections, the call id naming the tool."""
+
+    name = "kimi_k2"
+    markers = K2_SECTIONS
+    stop_tokens = (IM_END,)
+
+    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
+        return split_k2_call(header, body)
+
+    def call_layout(self) -> CallLayout:
+        return CallLayout(header="functions.{name}:", index=True)

@@ -1,0 +1,380 @@
+"""Incremental, token-aware parser of Qwen's XML tool calls.
+
+`<think>`, `</think>`, `<tool_call>` and `</tool_call>` are structure only as
+their added tokens (a Piece with `token_id`); spelled with ordinary tokens, or
+inside a parameter value, they are text. Inside a call the tags are text:
+`<function=NAME>`, then `<parameter=KEY>` VALUE `</parameter>` per argument,
+then `</function>`.
+
+Decisions:
+* Reasoning runs to `</think>` (from the output's `<think>`, or from the start
+  when the prompt opened it); a `<tool_call>` token also ends it. Output cut
+  inside reasoning stays reasoning.
+* A value loses one leading and one trailing newline, nothing else. It ends
+  at `</parameter>` followed (after whitespace) by `<parameter=` or
+  `</function>`, or at a newline followed by either (a missing
+  `</parameter>`); other tag spellings inside a value are its text.
+* Values are typed by the tool's schema (`values.convert`); a plain string
+  parameter streams as a JSON string while it arrives, others when complete.
+* A call is held back until its first argument (or `</function>`) is
+  complete, then sent with the arguments so far and streamed; a call cut off
+  before that is no call. A `<function=NAME>` in content, NAME an offered
+  tool, opens a call without `<tool_call>` (Qwen3-Coder sometimes omits it).
+* Content and reasoning lose leading and trailing whitespace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from enum import Enum, auto
+from typing import Any
+
+from gateway.families.base import OutputParser
+from gateway.types import Delta, Piece
+
+from .markers import (
+    FUNCTION_CLOSE,
+    FUNCTION_OPEN,
+    PARAMETER_CLOSE,
+    PARAMETER_OPEN,
+    THINK_END,
+    THINK_START,
+    TOKEN_MARKERS,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+)
+from .values import convert, is_plain_string, schema_types
+
+_FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
+_PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
+_FUNCTION_END = re.compile(r"\s*</function>")
+_VALUE_END = re.compile(
+    r"\n?</parameter>(?=\s*(?:<parameter=[^>\n]*>|</function>))|\n(?=<parameter=[^>\n]*>|</function>)"
+)
+_NEXT_TAGS = (PARAMETER_OPEN, FUNCTION_CLOSE)
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style tool call id."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+def _could_become(text: str, literals: Iterable[str]) -> bool:
+    """Whether more text could still make `text` one of the tags `literals` open (a prefix, or an unclosed tag)."""
+    return any(lit.startswith(text) or (text.startswith(lit) and not {">", "\n"} & set(text)) for lit in literals)
+
+
+def _value_end_could_start(text: str) -> bool:
+    """Whether `text` (the tail of a value) could grow into a value end (`_VALUE_END` with its lookahead)."""
+    body = text.removeprefix("\n")
+    if PARAMETER_CLOSE.startswith(body):
+        return True
+    if body.startswith(PARAMETER_CLOSE):
+        rest = body[len(PARAMETER_CLOSE) :].lstrip()
+        return _tag_prefix(rest)
+    return text.startswith("\n") and _tag_prefix(body)
+
+
+def _tag_prefix(text: str) -> bool:
+    """`text` is a prefix of `<parameter=NAME>` (name unclosed) or of `</function>`."""
+    if FUNCTION_CLOSE.startswith(text) or PARAMETER_OPEN.startswith(text):
+        return True
+    return text.startswith(PARAMETER_OPEN) and not any(c in text[len(PARAMETER_OPEN) :] for c in ">\n")
+
+
+class _State(Enum):
+    START = auto()
+    REASONING = auto()
+    CONTENT = auto()
+    CALL = auto()  # after <tool_call>: expecting <function=NAME>
+    BODY = auto()  # inside <function>: expecting <parameter=KEY> or </function>
+    VALUE = auto()
+    AFTER = auto()  # after </function>: expecting </tool_call>
+
+
+class _Trimmed:
+    """A text stream without leading and trailing whitespace: trailing whitespace waits for more text."""
+
+    def __init__(self) -> None:
+        self._started = False
+        self._pending = ""
+
+    def push(self, text: str) -> str:
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._pending += text
+            return ""
+        out, self._pending = self._pending + body, text[len(body) :]
+        return out
+
+
+class Qwen3XmlParser(OutputParser):
+    """Streams reasoning, content and tool calls out of Qwen XML output."""
+
+    def __init__(
+        self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
+    ) -> None:
+        """`tools`: the request's tools (names and parameter schemas); `in_reasoning`: the prompt opened `<think>`."""
+        self._schemas = {
+            fn["name"]: (fn.get("parameters") or {}).get("properties") or {}
+            for fn in (t.get("function", t) for t in tools)
+            if isinstance(fn, Mapping) and isinstance(fn.get("name"), str)
+        }
+        self._parse_calls = tool_calls
+        self._state = _State.REASONING if in_reasoning else _State.START
+        self._buffer = ""
+        self._reasoning = _Trimmed()
+        self._content = _Trimmed()
+        self._out: list[Delta] = []
+        self._calls = 0
+        self._held: list[Delta] | None = None
+        self._sent = False
+        self._function = ""
+        self._arguments = 0  # arguments written in the current call
+        self._types: frozenset[str] = frozenset()
+        self._value = ""  # a typed value's text so far
+        self._value_started = False
+
+    @property
+    def saw_tool_call(self) -> bool:
+        return self._sent
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        for piece in pieces:
+            if piece.token_id is not None and piece.text in TOKEN_MARKERS:
+                self._advance(final=False)
+                if self._state is not _State.VALUE:  # inside a value a marker token is text
+                    self._marker(piece.text)
+                    continue
+            self._buffer += piece.text
+        self._advance(final=False)
+        out, self._out = self._out, []
+        return out
+
+    def finish(self) -> list[Delta]:
+        self._advance(final=True)
+        if self._state is _State.VALUE and self._sent:
+            self._flush_value_text(self._buffer)
+        elif self._state is _State.CONTENT and self._buffer:
+            self._emit_content(self._buffer)
+        self._buffer = ""
+        self._held = None  # a call cut off before its first argument was complete is no call
+        out, self._out = self._out, []
+        return out
+
+    # markers (added tokens outside values)
+
+    def _marker(self, marker: str) -> None:
+        state = self._state
+        if state is _State.START:
+            if marker == THINK_START:
+                self._state = _State.REASONING
+                return
+            self._state = state = _State.CONTENT
+        if state is _State.REASONING:
+            if marker == THINK_END:
+                self._state = _State.CONTENT
+            elif marker == TOOL_CALL_START and self._parse_calls:
+                self._state = _State.CALL
+            else:
+                self._emit_reasoning(marker)
+        elif state is _State.CONTENT:
+            if marker == TOOL_CALL_START and self._parse_calls:
+                self._emit_content(self._buffer)
+                self._buffer = ""
+                self._state = _State.CALL
+            elif marker != TOOL_CALL_END or not self._parse_calls:
+                self._buffer += marker
+        elif state is _State.AFTER:
+            self._state = _State.CALL if marker == TOOL_CALL_START else _State.CONTENT
+        elif marker == TOOL_CALL_END and state is _State.BODY:
+            self._end_function()
+            self._state = _State.CONTENT
+        elif marker == TOOL_CALL_END:  # a call that never named its function
+            self._buffer = ""
+            self._state = _State.CONTENT
+
+    # text
+
+    def _advance(self, final: bool) -> None:
+        steps = {
+            _State.START: self._start,
+            _State.REASONING: self._in_reasoning,
+            _State.CONTENT: self._in_content,
+            _State.CALL: self._in_call,
+            _State.BODY: self._in_body,
+            _State.VALUE: self._in_value,
+            _State.AFTER: self._after_function,
+        }
+        while self._buffer and steps[self._state](final):
+            pass
+
+    def _start(self, final: bool) -> bool:
+        if self._buffer.strip() or final:
+            self._state = _State.CONTENT
+            return True
+        return False
+
+    def _in_reasoning(self, final: bool) -> bool:
+        self._emit_reasoning(self._buffer)
+        self._buffer = ""
+        return False
+
+    def _in_content(self, final: bool) -> bool:
+        if not self._parse_calls or not self._schemas:
+            self._emit_content(self._buffer)
+            self._buffer = ""
+            return False
+        for match in re.finditer(re.escape(FUNCTION_OPEN), self._buffer):
+            head = _FUNCTION.match(self._buffer, match.start())
+            if head and head[1] in self._schemas:
+                self._emit_content(self._buffer[: match.start()])
+                self._buffer = self._buffer[match.start() :]
+                self._state = _State.CALL
+                return True
+        held = 0 if final else self._held_function_prefix()
+        self._emit_content(self._buffer[: len(self._buffer) - held])
+        self._buffer = self._buffer[len(self._buffer) - held :]
+        return False
+
+    def _held_function_prefix(self) -> int:
+        """Length of the buffer's tail that could still become `<function=NAME>` for an offered NAME."""
+        at = self._buffer.rfind("<")
+        if at < 0:
+            return 0
+        tail = self._buffer[at:]
+        if FUNCTION_OPEN.startswith(tail):
+            return len(tail)
+        name = tail[len(FUNCTION_OPEN) :]
+        if tail.startswith(FUNCTION_OPEN) and any(n.startswith(name) for n in self._schemas):
+            return len(tail)
+        return 0
+
+    def _in_call(self, final: bool) -> bool:
+        head = _FUNCTION.match(self._buffer)
+        if head is None:
+            if not final and _could_become(self._buffer.lstrip(), [FUNCTION_OPEN]):
+                return False
+            self._buffer = ""  # not a call: dropped with its markers
+            self._state = _State.CONTENT
+            return False
+        self._buffer = self._buffer[head.end() :]
+        self._function = head[1]
+        self._held = [Delta(tool_index=self._calls, tool_id=new_call_id(), tool_name=head[1])]
+        self._arguments = 0
+        self._state = _State.BODY
+        return True
+
+    def _in_body(self, final: bool) -> bool:
+        parameter = _PARAMETER.match(self._buffer)
+        if parameter:
+            self._buffer = self._buffer[parameter.end() :]
+            self._start_value(parameter[1])
+            return True
+        end = _FUNCTION_END.match(self._buffer)
+        if end:
+            self._buffer = self._buffer[end.end() :]
+            self._end_function()
+            self._state = _State.AFTER
+            return True
+        if not final and _could_become(self._buffer.lstrip(), _NEXT_TAGS):
+            return False
+        stray = self._buffer.find("<", 1)  # stray text between arguments: skipped up to the next tag
+        self._buffer = self._buffer[stray:] if stray > 0 else ""
+        return True
+
+    def _in_value(self, final: bool) -> bool:
+        if not self._value_started:
+            if self._buffer == "\n" and not final:
+                return False
+            self._buffer = self._buffer.removeprefix("\n")
+            self._value_started = True
+        end = _VALUE_END.search(self._buffer)
+        if end:
+            self._flush_value_text(self._buffer[: end.start()])
+            self._buffer = self._buffer[end.end() :]
+            self._end_value()
+            self._state = _State.BODY
+            return True
+        keep = 0 if final else self._held_value_tail()
+        self._flush_value_text(self._buffer[: len(self._buffer) - keep])
+        self._buffer = self._buffer[len(self._buffer) - keep :]
+        return False
+
+    def _held_value_tail(self) -> int:
+        """Length of the buffer's tail that could still grow into the value's end."""
+        for at, ch in enumerate(self._buffer):
+            if ch in "\n<" and _value_end_could_start(self._buffer[at:]):
+                return len(self._buffer) - at
+        return 0
+
+    def _after_function(self, final: bool) -> bool:
+        text = self._buffer.lstrip()
+        if not text:
+            self._buffer = ""
+            return False
+        self._buffer = text
+        self._state = _State.CONTENT
+        return True
+
+    # calls
+
+    def _send(self, fragment: str) -> None:
+        delta = Delta(tool_index=self._calls, tool_arguments=fragment)
+        if self._held is not None:
+            self._held.append(delta)
+        else:
+            self._out.append(delta)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            self._out += self._held
+            self._held = None
+            self._sent = True
+
+    def _start_value(self, key: str) -> None:
+        self._types = schema_types(self._schemas.get(self._function, {}).get(key))
+        prefix = "{" if self._arguments == 0 else ", "
+        self._send(prefix + json.dumps(key, ensure_ascii=False) + ": " + ('"' if is_plain_string(self._types) else ""))
+        self._arguments += 1
+        self._value = ""
+        self._value_started = False
+        self._state = _State.VALUE
+
+    def _flush_value_text(self, text: str) -> None:
+        if not text:
+            return
+        if is_plain_string(self._types):
+            self._send(json.dumps(text, ensure_ascii=False)[1:-1])
+        else:
+            self._value += text
+
+    def _end_value(self) -> None:
+        if is_plain_string(self._types):
+            self._send('"')
+        else:
+            self._send(json.dumps(convert(self._value, self._types), ensure_ascii=False))
+        self._release()
+
+    def _end_function(self) -> None:
+        self._send("{}" if self._arguments == 0 else "}")
+        self._release()
+        self._calls += 1
+
+    # content and reasoning
+
+    def _emit_reasoning(self, text: str) -> None:
+        if out := self._reasoning.push(text):
+            self._out.append(Delta(reasoning=out))
+
+    def _emit_content(self, text: str) -> None:
+        if out := self._content.push(text):
+            self._out.append(Delta(content=out))

@@ -1,0 +1,75 @@
+"""A family base for checkpoints that ship a Jinja chat template and write token-section tool calls
+(DeepSeek V3 / V3.1, Kimi K2): the prompt is the checkpoint's own template, the parser
+`token_sections.SectionParser`, the grammar `section_grammar.build_section_grammar`.
+
+Options (model entry `options`): `chat_template` (a template to use instead of the checkpoint's).
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from functools import cached_property
+from typing import ClassVar
+
+from backends.base import Grammar
+from gateway.families.base import Family, OutputParser
+from gateway.families.section_grammar import CallLayout, SectionIds, build_section_grammar
+from gateway.families.token_sections import SectionMarkers, SectionParser
+from gateway.prompts.template import TemplateError, render_chat_template
+from gateway.types import ChatRequest
+
+
+class TemplatedSectionFamily(Family):
+    """The checkpoint's chat template in, token-section tool calls out."""
+
+    markers: ClassVar[SectionMarkers]
+    stop_tokens: ClassVar[tuple[str, ...]]
+    """Spellings of the tokens that end an assistant turn (besides the checkpoint's eos ids)."""
+
+    @abstractmethod
+    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
+        """(header, body) of one call → (tool name, JSON arguments), or None when malformed."""
+
+    @abstractmethod
+    def call_layout(self) -> CallLayout:
+        """How the grammar writes one call of a named tool."""
+
+    @cached_property
+    def template(self) -> str:
+        template = self.context.options.get("chat_template") or self.context.chat_template
+        if not template:
+            raise TemplateError(
+                f"the {self.name} family renders the checkpoint's chat template and this checkpoint has none; "
+                "set the model's options.chat_template"
+            )
+        return template
+
+    @cached_property
+    def ids(self) -> SectionIds:
+        return SectionIds.of(self.context.tokenizer, self.markers)
+
+    def render(self, request: ChatRequest) -> str:
+        return render_chat_template(
+            self.template,
+            request.messages,
+            tools=request.tools if request.tool_choice != "none" else None,
+            add_generation_prompt=request.add_generation_prompt,
+            continue_final_message=request.continue_final_message,
+            bos_token=self.context.bos_token,
+            eos_token=self.context.eos_token,
+            template_kwargs=dict(request.template_kwargs),
+        )
+
+    def stop_token_ids(self) -> list[int]:
+        own = [self.context.tokenizer.token_to_id(t) for t in self.stop_tokens]
+        return list(dict.fromkeys([*(i for i in own if i is not None), *self.context.eos_token_ids]))
+
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        return build_section_grammar(request, self.in_reasoning(prompt), self.ids, self.call_layout())
+
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        return SectionParser(self.markers, self.split_call, self.in_reasoning(prompt))
+
+    def in_reasoning(self, prompt: str) -> bool:
+        """Whether the prompt ends inside a `<think>` block (a thinking generation prompt)."""
+        return prompt.endswith(self.markers.think_start)

@@ -1,0 +1,198 @@
+"""Incremental parser of tool calls held in token-delimited sections with JSON arguments (DeepSeek V3 / V3.1,
+Kimi K2): `SECTION_BEGIN (CALL_BEGIN header ARGS_BEGIN body CALL_END)* SECTION_END`, plus `<think>` reasoning.
+
+Decisions (the gateway's documented behaviour):
+* Markers count only when they arrive as their tokens (a Piece with `token_id`);
+  text that spells them is text. Inside a call's body every token but the
+  call's end is body text, and the end token counts only outside a JSON
+  string, so a value that holds the end marker (the tokenizer makes it a
+  token there too) does not cut the call.
+* A call is emitted whole, when its end token arrives (or the output ends
+  after a body that is complete): name and id and the re-serialized JSON
+  arguments in one delta. A body that is not a JSON object, or a header with
+  no name, is no call. So output cut inside a call, or a malformed call,
+  yields no call, however the output is chunked.
+* Text outside a section is content, verbatim; text inside a section but
+  outside a call is dropped. Reasoning runs from the start (when the prompt
+  opened `<think>`, or the output opens it first) to the `</think>` token;
+  output cut inside reasoning stays reasoning.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum, auto
+
+from gateway.families.base import OutputParser, new_call_id
+from gateway.types import Delta, Piece
+
+_QUOTE_OR_ESCAPE = re.compile(r'["\\]')
+
+
+@dataclass(frozen=True)
+class SectionMarkers:
+    """The control-token spellings of one section format."""
+
+    section_begin: str
+    section_end: str
+    call_begin: str
+    call_end: str
+    arguments_begin: str
+    think_start: str = "<think>"
+    think_end: str = "</think>"
+    ignored: frozenset[str] = frozenset()
+    """Tokens dropped wherever they appear (end-of-turn tokens a backend may pass through)."""
+
+
+CallSplitter = Callable[[str, str], "tuple[str, str] | None"]
+"""(header, body) of one call → (tool name, JSON arguments text), or None when the call is malformed."""
+
+
+class _Mode(Enum):
+    REASONING = auto()
+    CONTENT = auto()
+    SECTION = auto()
+    HEADER = auto()
+    BODY = auto()
+
+
+@dataclass
+class _Body:
+    """A call's body text and whether its JSON scan ends inside a string."""
+
+    parts: list[str] = field(default_factory=list)
+    in_string: bool = False
+    escaped: bool = False
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+        skip = 0  # the character after a backslash in a string is taken whatever it is
+        if self.escaped and text:
+            self.escaped, skip = False, 1
+        for match in _QUOTE_OR_ESCAPE.finditer(text, skip):
+            at = match.start()
+            if at < skip:
+                continue
+            if match.group() == '"':
+                self.in_string = not self.in_string
+            elif self.in_string:
+                skip = at + 2
+                self.escaped = skip > len(text)
+
+
+class SectionParser(OutputParser):
+    """One choice's parser; `in_reasoning` says the prompt ended inside `<think>`."""
+
+    def __init__(self, markers: SectionMarkers, split_call: CallSplitter, in_reasoning: bool):
+        self._markers = markers
+        self._split = split_call
+        self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
+        self._started = False
+        self._header: list[str] = []
+        self._body: _Body | None = None
+        self._calls = 0
+        self._out: list[Delta] = []
+
+    @property
+    def saw_tool_call(self) -> bool:
+        return self._calls > 0
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        for piece in pieces:
+            if piece.token_id is None:
+                self._text(piece.text)
+            elif piece.text not in self._markers.ignored:
+                self._token(piece.text)
+        return self._take()
+
+    def finish(self) -> list[Delta]:
+        if self._mode is _Mode.BODY and not self._body.in_string:
+            self._end_call()
+        self._mode = _Mode.CONTENT
+        return self._take()
+
+    def _take(self) -> list[Delta]:
+        out, self._out = self._out, []
+        return out
+
+    def _text(self, text: str) -> None:
+        mode = self._mode
+        if mode is _Mode.REASONING:
+            self._emit(reasoning=text)
+        elif mode is _Mode.CONTENT:
+            self._emit(content=text)
+        elif mode is _Mode.HEADER:
+            self._header.append(text)
+        elif mode is _Mode.BODY:
+            self._body.add(text)
+
+    def _token(self, spelling: str) -> None:
+        m, mode = self._markers, self._mode
+        if mode is _Mode.BODY:
+            if spelling == m.call_end and not self._body.in_string:
+                self._end_call()
+                self._mode = _Mode.SECTION
+            else:
+                self._body.add(spelling)
+        elif mode is _Mode.HEADER:
+            if spelling == m.arguments_begin:
+                self._body = _Body()
+                self._mode = _Mode.BODY
+            elif spelling == m.section_end:
+                self._mode = _Mode.CONTENT
+            elif spelling != m.call_begin:
+                self._header.append(spelling)
+        elif mode is _Mode.SECTION:
+            if spelling == m.call_begin:
+                self._header = []
+                self._mode = _Mode.HEADER
+            elif spelling == m.section_end:
+                self._mode = _Mode.CONTENT
+        elif mode is _Mode.REASONING:
+            if spelling == m.think_end:
+                self._mode = _Mode.CONTENT
+            elif not (spelling == m.think_start and not self._started):
+                self._emit(reasoning=spelling)
+        elif spelling in (m.section_begin, m.call_begin):
+            self._mode = _Mode.SECTION if spelling == m.section_begin else _Mode.HEADER
+            self._header = []
+        elif spelling == m.think_start and not self._started:
+            self._mode = _Mode.REASONING
+        else:
+            self._emit(content=spelling)
+
+    def _end_call(self) -> None:
+        body, self._body = self._body, None
+        split = self._split("".join(self._header), "".join(body.parts))
+        if split is None:
+            return
+        name, arguments = split
+        try:
+            value = json.loads(arguments)
+        except ValueError:
+            return
+        if not name or not isinstance(value, dict):
+            return
+        self._out.append(
+            Delta(
+                tool_index=self._calls,
+                tool_id=new_call_id(),
+                tool_name=name,
+                tool_arguments=json.dumps(value, ensure_ascii=False),
+            )
+        )
+        self._calls += 1
+
+    def _emit(self, content: str = "", reasoning: str = "") -> None:
+        if not (content or reasoning):
+            return
+        self._started = True
+        last = self._out[-1] if self._out else None
+        if last is not None and last.tool_index is None and bool(last.content) == bool(content):
+            last.content += content
+            last.reasoning += reasoning
+        else:
+            self._out.append(Delta(content=content, reasoning=reasoning))

@@ -1,0 +1,180 @@
+"""What a JSON-schema `pattern` can produce, read from its source without running it.
+
+The grammars that keep control tokens out of values (safe_json.py) need one
+fact about a pattern before they let xgrammar enforce it as text: whether any string it matches can hold `<`, the first character of
+every control-token spelling (a pattern that cannot write `<` cannot write a
+control token either). The scan over-approximates: every character class, `.`,
+escape and literal counts wherever it appears, so "cannot hold `<`" is never
+wrong; a pattern it does not understand is reported as None. It also reports
+whether the pattern is anchored at both ends (`^…$` with no top-level `|`,
+which is how JSON Schema's search semantics become xgrammar's full match) and
+the largest repetition count (`{n}`, `{n,m}`), which drives compile cost.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+LT = 0x3C
+_CLASS_ESCAPES = {"d": False, "w": False, "s": False, "D": True, "W": True, "S": True}
+"""Class escapes and whether they match `<`."""
+_CONTROL_POINTS = {"n": 10, "r": 13, "t": 9, "f": 12, "v": 11, "0": 0, "b": 8}
+_CONTROL_ESCAPES = frozenset("nrtfv0")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+
+
+@dataclass(frozen=True)
+class PatternFacts:
+    anchored: bool
+    """`^` first, an unescaped `$` last, no `|` outside groups."""
+    may_match_lt: bool
+    """Some string the pattern matches may contain `<`."""
+    largest_count: int
+    """The largest bound of a counted repetition (0 when there is none)."""
+
+
+class _Unknown(Exception):
+    """Syntax the scan does not follow."""
+
+
+def scan(pattern: str) -> PatternFacts | None:
+    """The facts of `pattern`; None when its syntax is not understood."""
+    try:
+        return _Scanner(pattern).run()
+    except _Unknown:
+        return None
+
+
+class _Scanner:
+    def __init__(self, pattern: str):
+        self.p = pattern
+        self.i = 0
+        self.lt = False
+        self.count = 0
+        self.depth = 0
+        self.top_level_or = False
+        self.inner_anchor = False
+
+    def run(self) -> PatternFacts:
+        p = self.p
+        starts = ends = False
+        while self.i < len(p):
+            c = p[self.i]
+            self.i += 1
+            if c == "\\":
+                self.lt |= self._escape(in_class=False)[1]
+            elif c == "[":
+                self.lt |= self._char_class()
+            elif c == ".":
+                self.lt = True
+            elif c == "(":
+                self.depth += 1
+                self._group_head()
+            elif c == ")":
+                self.depth -= 1
+                if self.depth < 0:
+                    raise _Unknown
+            elif c == "|":
+                self.top_level_or |= self.depth == 0
+            elif c == "{":
+                self._counted()
+            elif c == "^" and self.i == 1:
+                starts = True
+            elif c == "$" and self.i == len(p):
+                ends = self.i > 1
+            elif c in "^$":
+                self.inner_anchor = True
+            else:
+                self.lt |= c == "<"
+        if self.depth:
+            raise _Unknown
+        anchored = starts and ends and not self.top_level_or and not self.inner_anchor
+        return PatternFacts(anchored, self.lt, self.count)
+
+    def _group_head(self) -> None:
+        """Consumes `?:` or `?<name>` after `(`; lookarounds and other `(?` forms are not followed."""
+        p, i = self.p, self.i
+        if not p.startswith("?", i):
+            return
+        if p.startswith("?:", i):
+            self.i = i + 2
+        elif p.startswith("?<", i) and not p.startswith(("?<=", "?<!"), i) and p.find(">", i) > 0:
+            self.i = p.find(">", i) + 1
+        else:
+            raise _Unknown
+
+    def _counted(self) -> None:
+        m = _QUANTIFIER.match(self.p, self.i - 1)
+        if m is None:  # a literal "{"
+            return
+        self.count = max(self.count, int(m.group(1)), int(m.group(2) or 0))
+        self.i = m.end()
+
+    def _escape(self, in_class: bool) -> tuple[int | None, bool]:
+        """The escape after a backslash at `self.i`: (its code point, None for a class escape; whether it can
+        match `<`). Consumes it."""
+        if self.i >= len(self.p):
+            raise _Unknown
+        c = self.p[self.i]
+        self.i += 1
+        if c in _CLASS_ESCAPES:
+            return None, _CLASS_ESCAPES[c]
+        if c in "xu":
+            point = self._code_point(c)
+            return point, point == LT
+        if c in _CONTROL_ESCAPES or (c == "b" and in_class):
+            return _CONTROL_POINTS[c], False
+        if c == "c" and self.i < len(self.p) and self.p[self.i].isascii() and self.p[self.i].isalpha():
+            self.i += 1
+            return ord(self.p[self.i - 1]) % 32, False
+        if c.isalnum():  # \b \B \p{…} \k<…> \1 …: assertions and escapes the scan does not model
+            raise _Unknown
+        return ord(c), c == "<"
+
+    def _code_point(self, kind: str) -> int:
+        """The code point of a `\\xHH`, `\\uHHHH` or `\\u{H…}` escape, after its letter; consumes it."""
+        p, i = self.p, self.i
+        if kind == "u" and p.startswith("{", i):
+            end = p.find("}", i)
+            if end < 0:
+                raise _Unknown
+            digits, self.i = p[i + 1 : end], end + 1
+        else:
+            width = 2 if kind == "x" else 4
+            digits, self.i = p[i : i + width], i + width
+            if len(digits) != width:
+                raise _Unknown
+        if not digits or any(ch not in _HEX for ch in digits):
+            raise _Unknown
+        return int(digits, 16)
+
+    def _class_atom(self) -> tuple[int | None, bool]:
+        """One class member at `self.i`: (its code point, None for a class escape; whether it matches `<`)."""
+        c = self.p[self.i]
+        self.i += 1
+        if c == "\\":
+            return self._escape(in_class=True)
+        return ord(c), c == "<"
+
+    def _char_class(self) -> bool:
+        """Whether the class after `[` can match `<` (`[]` matches nothing, `[^]` anything); consumes it."""
+        p = self.p
+        negated = p.startswith("^", self.i)
+        self.i += negated
+        listed_lt = False
+        while True:
+            if self.i >= len(p):
+                raise _Unknown
+            if p[self.i] == "]":
+                self.i += 1
+                return listed_lt != negated
+            low, matches = self._class_atom()
+            if low is not None and p.startswith("-", self.i) and self.i + 1 < len(p) and p[self.i + 1] != "]":
+                self.i += 1
+                high, _ = self._class_atom()
+                if high is None or high < low:
+                    raise _Unknown
+                matches = low <= LT <= high
+            listed_lt |= matches

@@ -1,0 +1,149 @@
+"""Compact JSON grammars whose strings can never hold a control token's spelling.
+
+SGLang and vLLM build xgrammar's vocabulary with `TokenizerInfo.from_huggingface`,
+where control tokens (`<|open|>`, `<｜tool▁call▁end｜>`, …) are tokens whose text
+is their spelling (xgrammar treats only empty-string tokens as special), so a
+text region (JSON, a regex) accepts the control TOKEN wherever it accepts its
+spelling, and a token-aware parser then reads structure inside a value. Here
+JSON values are compact one-line JSON (`gateway.grammars.json`: `", "` and
+`": "`) whose string content is an xgrammar `TagDispatch` that excludes the
+spellings (a JSON string can still hold them escaped, as `\\u003c…`);
+length-bounded strings take `<` only as an escape. `pattern`s that could match
+`<` and the formats whose grammar can write `<` are dropped from the schema; a
+schema with a literal that spells a control token, or a `patternProperties` key
+pattern that could match `<`, has no safe JSON grammar (None). Every spelling
+must start with `<`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
+from gateway.grammars.patterns import scan
+
+UNSAFE_FORMATS = frozenset({"email", "idn-email", "json-pointer", "relative-json-pointer"})
+"""String formats whose xgrammar 0.2.9 grammar can write `<` (email's quoted local part, JSON pointers)."""
+
+_SUBSCHEMAS = (
+    "items",
+    "prefixItems",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "additionalProperties",
+    "additionalItems",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
+"""Keywords whose value is a schema or a list of schemas."""
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
+_BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
+
+
+def _safe_string_sub(spellings: tuple[str, ...]) -> str:
+    """JSON string content (after the opening quote) as a TagDispatch: escapes allowed, the spellings excluded."""
+    return (
+        'basic_string_sub ::= safe_string_text "\\""\n'
+        'safe_string_text ::= TagDispatch(("\\\\", basic_escape), loop_after_dispatch=true, excludes=("\\"", '
+        + "".join(f'"\\x{i:02x}", ' for i in range(1, 32))  # NUL cannot be an exclude string; strict JSON rejects it
+        + ", ".join(json.dumps(s) for s in spellings)
+        + "))"
+    )
+
+
+def json_value_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
+    """Compact JSON matching `schema` with none of `spellings` (each starting with `<`) in any string; None
+    when there is none.
+
+    Raises SchemaGrammarError (with `param`, or the path of the offending pattern) when xgrammar cannot use the
+    schema; a pattern it cannot use is dropped instead, unless `strict`.
+    """
+    if not all(s.startswith("<") for s in spellings):
+        raise ValueError("every excluded spelling must start with '<'")
+    return _json_value_ebnf(json.dumps(schema, ensure_ascii=False), spellings, param, strict)
+
+
+@lru_cache(maxsize=1024)
+def _json_value_ebnf(schema_json: str, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
+    schema = _spell_safe(json.loads(schema_json), param, strict)
+    if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
+        return None  # a property name, enum or const value spells a control token
+    ebnf = compact_json_ebnf(schema, param)
+    if any(s in ebnf for s in spellings) or len(_STRING_SUB.findall(ebnf)) != 1:
+        return None  # a literal (property name, enum, const) spells a control token, or xgrammar's rules changed
+    ebnf = _STRING_SUB.sub(lambda _: _safe_string_sub(spellings), ebnf)
+    return _BOUNDED_CHARS.sub(lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\<] | ("\\\\" basic_escape))', ebnf)
+
+
+def _literals(schema: Any) -> list[str]:
+    """Every string a grammar for `schema` may write verbatim: property names, `const` and `enum` values."""
+    found: list[str] = []
+    if isinstance(schema, list):
+        for item in schema:
+            found += _literals(item)
+    elif isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in ("const", "enum"):
+                found += [json.dumps(value, ensure_ascii=False)]
+            elif key == "properties" and isinstance(value, dict):
+                found += list(value)
+            if isinstance(value, (dict, list)) and key not in ("const", "enum"):
+                found += _literals(value)
+    return found
+
+
+def _spell_safe(schema: Any, path: str, strict: bool) -> Any:
+    """`schema` without the string keywords whose grammar could write `<`; None when a key pattern could."""
+    if isinstance(schema, list):
+        items = [_spell_safe(s, f"{path}[{i}]", strict) for i, s in enumerate(schema)]
+        return None if any(i is None for i in items) else items
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    pattern = out.get("pattern")
+    if isinstance(pattern, str) and (not usable_pattern(pattern, f"{path}.pattern", strict) or may_write_lt(pattern)):
+        del out["pattern"]
+    if out.get("format") in UNSAFE_FORMATS:
+        del out["format"]
+    if isinstance(out.get("patternProperties"), dict) and any(map(may_write_lt, out["patternProperties"])):
+        return None
+    for key in _SUBSCHEMAS:
+        if isinstance(out.get(key), (dict, list)):
+            out[key] = _spell_safe(out[key], f"{path}.{key}", strict)
+            if out[key] is None:
+                return None
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            mapped = {k: _spell_safe(v, f"{path}.{key}.{k}", strict) for k, v in out[key].items()}
+            if any(v is None for v in mapped.values()):
+                return None
+            out[key] = mapped
+    return out
+
+
+def usable_pattern(pattern: str, param: str, strict: bool) -> bool:
+    """Whether xgrammar's schema converter takes `pattern`; when it does not and `strict`, SchemaGrammarError."""
+    try:
+        compact_json_ebnf({"type": "string", "pattern": pattern}, param)
+    except SchemaGrammarError as exc:
+        if strict:
+            raise SchemaGrammarError(str(exc).replace("JSON schema", "pattern"), param) from None
+        return False
+    return True
+
+
+def may_write_lt(pattern: str) -> bool:
+    """Whether a string matching `pattern` may contain `<` (True when the pattern is not understood)."""
+    facts = scan(pattern)
+    return facts is None or facts.may_match_lt

