@@ -320,7 +320,11 @@ class ResponsesDoor:
         reasoning = min(output, self._count_tokens("".join(self._reasoning))) if self._reasoning else 0
         return {
             "input_tokens": chat["prompt_tokens"],
-            "input_tokens_details": {"cached_tokens": chat["prompt_tokens_details"]["cached_tokens"]},
+            # backends report cache hits only; writing the prefix cache is not billed apart here
+            "input_tokens_details": {
+                "cached_tokens": chat["prompt_tokens_details"]["cached_tokens"],
+                "cache_write_tokens": 0,
+            },
             "output_tokens": output,
             "output_tokens_details": {"reasoning_tokens": reasoning},
             "total_tokens": chat["total_tokens"],
@@ -335,4 +339,6 @@ class ResponsesDoor:
         return b"event: " + item["type"].encode() + b"\n" + event(item)
 
     def failure(self, error: APIError) -> bytes:
-        return self.frame(self._event("error", code=error.code, message=error.message, param=error.param))
+        """OpenAI's error event (code, message, param) that also carries OpenResponses' `error` payload."""
+        fields = {"code": error.code, "message": error.message, "param": error.param}
+        return self.frame(self._event("error", **fields, error={"type": error.type, **fields}))
