@@ -21,6 +21,7 @@ from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.api.chat import chat_completions
 from gateway.api.completions import completions
 from gateway.api.json_response import json_response
+from gateway.api.messages import count_tokens, create_message
 from gateway.api.models import get_model, list_models
 from gateway.api.response_store import MemoryStore, ResponseStore
 from gateway.api.responses import create_response, delete_response, get_response, list_input_items
@@ -65,6 +66,12 @@ def create_app(
     async def input_items(request: Request) -> Response:
         return await list_input_items(request, store)
 
+    async def messages(request: Request) -> Response:
+        return await create_message(request, registry, max_body_bytes)
+
+    async def messages_tokens(request: Request) -> Response:
+        return await count_tokens(request, registry, max_body_bytes)
+
     async def tokenize_route(request: Request) -> Response:
         return await tokenize(request, registry, max_body_bytes)
 
@@ -106,6 +113,8 @@ def create_app(
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
         Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages_tokens, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", model, methods=["GET"]),
         Route("/tokenize", tokenize_route, methods=["POST"]),
