@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import orjson
+
+from gateway.errors import APIError
 
 Record = dict[str, Any]
 """{"id", "owner", "response", "input_items", "history"} as JSON-ready data."""
@@ -85,7 +88,7 @@ class MemoryStore:
 
 
 class RedisStore:
-    """Records in Redis under `prefix` + id, each expiring after `ttl_s` seconds."""
+    """Records in Redis under `prefix` + id, each expiring after `ttl_s` seconds; Redis down is a 503."""
 
     def __init__(self, url: str, ttl_s: int = 30 * DAY_S, prefix: str = "gateway:response:"):
         import redis.asyncio
@@ -94,10 +97,12 @@ class RedisStore:
         self.ttl_s, self.prefix = ttl_s, prefix
 
     async def put(self, record: Record) -> None:
-        await self._redis.set(self.prefix + record["id"], orjson.dumps(record), ex=self.ttl_s)
+        async with _reachable():
+            await self._redis.set(self.prefix + record["id"], orjson.dumps(record), ex=self.ttl_s)
 
     async def get(self, rid: str, owner: str | None) -> Record | None:
-        data = await self._redis.get(self.prefix + rid)
+        async with _reachable():
+            data = await self._redis.get(self.prefix + rid)
         if data is None:
             return None
         record = orjson.loads(data)
@@ -106,7 +111,24 @@ class RedisStore:
     async def delete(self, rid: str, owner: str | None) -> bool:
         if await self.get(rid, owner) is None:
             return False
-        return bool(await self._redis.delete(self.prefix + rid))
+        async with _reachable():
+            return bool(await self._redis.delete(self.prefix + rid))
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+@asynccontextmanager
+async def _reachable() -> AsyncIterator[None]:
+    from redis.exceptions import RedisError
+
+    try:
+        yield
+    except (RedisError, OSError) as e:
+        raise APIError(
+            f"the response store is unavailable: {e}",
+            status=503,
+            type="server_error",
+            code="store_unavailable",
+            retryable=True,
+        ) from None

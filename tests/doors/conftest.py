@@ -20,10 +20,15 @@ IM_END = 2
 class Door:
     """The gateway's URL and the stand-in behind it; `say` scripts the next answers."""
 
-    def __init__(self, url: str, server: SGLangStandIn, model):
+    def __init__(self, url: str, server: SGLangStandIn, model, backend_url: str):
         self.url = url
         self.server = server
         self.model = model
+        self.backend_url = backend_url
+
+    def another_model(self):
+        """The model with a backend client of its own (a client belongs to the event loop that uses it)."""
+        return dataclasses.replace(self.model, backend=SGLangBackend(self.backend_url, incremental=True))
 
     def say(self, text: str, **script) -> None:
         ids = self.model.encoder.encode_plain(text) + [IM_END]
@@ -41,4 +46,4 @@ def door() -> Iterator[Door]:
         model = served_model_from_checkpoint(EMBEDDED_MODEL_ID, load_checkpoint(), "hermes", None)
         model = dataclasses.replace(model, backend=SGLangBackend(backend_url, incremental=True))
         with serve(create_app(ModelRegistry([model]))) as url:
-            yield Door(url, server, model)
+            yield Door(url, server, model, backend_url)
