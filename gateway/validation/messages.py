@@ -16,7 +16,7 @@ from gateway.validation.fields import (
     parse_stop,
     parse_top_p_top_k,
 )
-from gateway.validation.schema_bounds import check_bounded
+from gateway.validation.schema_bounds import check_bounded, check_schema
 
 _UNSUPPORTED_BLOCKS = {"image": "image", "document": "document", "search_result": "search result"}
 THINKING_EFFORT = ((4096, "low"), (16384, "medium"))
@@ -52,14 +52,17 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
     template_kwargs, effort = _thinking(fields)
+    output = fields.obj("output_config")
+    response_format, output_effort = _output_config(output) if output else (None, None)
     messages = _system(fields) + _messages(fields)
     chat = ChatRequest(
         messages=messages,
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
+        response_format=response_format,
         template_kwargs=template_kwargs,
-        reasoning_effort=effort,
+        reasoning_effort=output_effort or effort,
     )
     return MessagesRequest(model=model, chat=chat, settings=settings)
 
@@ -213,3 +216,18 @@ def _thinking(fields: Fields) -> tuple[dict[str, Any], str | None]:
             )
         effort = next((e for bound, e in THINKING_EFFORT if budget < bound), "high")
     return {"enable_thinking": True, "thinking": True}, effort
+
+
+def _output_config(output: Fields) -> tuple[dict[str, Any] | None, str | None]:
+    """`output_config`: a JSON schema the answer must follow (through chat's json_schema grammar) and an effort."""
+    effort = output.string("effort", choices=("low", "medium", "high", "xhigh", "max"))
+    fmt = output.obj("format")
+    if fmt is None:
+        return None, {"max": "xhigh"}.get(effort or "", effort)
+    fmt.string("type", required=True, choices=("json_schema",))
+    schema = fmt.get("schema")
+    if schema is None:
+        raise invalid(f"'{fmt.param('schema')}' is required", fmt.param("schema"), "missing_required_parameter")
+    check_schema(schema, fmt.param("schema"), object_root=False)
+    spec = {"name": "output", "schema": schema, "strict": True}
+    return {"type": "json_schema", "json_schema": spec}, {"max": "xhigh"}.get(effort or "", effort)

@@ -237,3 +237,20 @@ def test_typed_control_tokens_stay_text_in_every_field(door):
     assert json.dumps(typed)[1:-1] in prompt
     assert ids.count(IM_END) == prompt.count("<|im_end|>") - 5
     assert ids.count(IM_START) == prompt.count("<|im_start|>") - 5
+
+
+def test_output_config_json_schema_reaches_the_grammar(door, client):
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    door.say('{"city": "Paris"}')
+    message = client.messages.create(
+        model=door.model.id,
+        max_tokens=64,
+        messages=USER,
+        output_config={"format": {"type": "json_schema", "schema": schema}, "effort": "low"},
+    )
+    assert json.loads(message.content[0].text) == {"city": "Paris"}
+    sent = door.server.bodies[-1]["sampling_params"]
+    (kind,) = {"json_schema", "ebnf", "regex", "structural_tag"} & set(sent)
+    assert "city" in sent[kind]
+    r = post(door, messages=USER, output_config={"format": {"type": "json_schema", "schema": {"type": "nope"}}})
+    assert r.status_code == 400 and "output_config.format.schema" in r.json()["error"]["message"]
