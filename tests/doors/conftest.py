@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -47,3 +48,16 @@ def door() -> Iterator[Door]:
         model = dataclasses.replace(model, backend=SGLangBackend(backend_url, incremental=True))
         with serve(create_app(ModelRegistry([model]))) as url:
             yield Door(url, server, model, backend_url)
+
+
+def named_events(response) -> list[dict]:
+    """The JSON events of an SSE body whose every event names its type (`event: T`, then `data: {"type": T}`)."""
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = []
+    for block in response.text.split("\n\n")[:-1]:
+        name, data = block.split("\n")
+        event = json.loads(data.removeprefix("data: "))
+        assert name == f"event: {event['type']}"
+        events.append(event)
+    return events

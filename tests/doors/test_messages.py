@@ -11,6 +11,8 @@ import pytest
 from anthropic.types import ErrorResponse, Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
+from tests.doors.conftest import named_events
+
 WEATHER = {
     "name": "get_weather",
     "description": "Weather of a city",
@@ -39,18 +41,12 @@ def create(door, **body) -> dict:
 
 
 def stream(door, **body) -> list[dict]:
-    r = post(door, stream=True, **body)
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
-    events = []
-    for block in r.text.split("\n\n")[:-1]:
-        name, data = block.split("\n")
-        event = json.loads(data.removeprefix("data: "))
-        assert name == f"event: {event['type']}"
+    events = named_events(post(door, stream=True, **body))
+    for event in events:
         if event["type"] == "error":
             ErrorResponse.model_validate(event)
         elif event["type"] != "ping":  # ping has no type of its own in the client; it skips them
             _EVENT.validate_python(event)
-        events.append(event)
     return events
 
 

@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from tests.doors.conftest import named_events
 from tests.doors.published_types import check_event, check_response
 
 WEATHER = {
@@ -35,14 +36,9 @@ def create(door, **body) -> dict:
 def stream(door, **body) -> list[dict]:
     """The events of a streamed response, each checked; their sequence numbers count up from 0."""
     r = httpx.post(f"{door.url}/v1/responses", json={"model": door.model.id, "stream": True, **body}, timeout=30)
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
-    events = []
-    for block in r.text.split("\n\n")[:-1]:
-        name, data = block.split("\n")
-        event = json.loads(data.removeprefix("data: "))
-        assert name == f"event: {event['type']}"
+    events = named_events(r)
+    for event in events:
         check_event(event)
-        events.append(event)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     return events
 

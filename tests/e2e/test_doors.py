@@ -12,6 +12,7 @@ import jsonschema
 import openai
 import pytest
 
+from tests.doors.conftest import named_events
 from tests.doors.published_types import check_event, check_response
 
 WEATHER = {
@@ -40,7 +41,7 @@ def test_response_and_its_stream(gateway, client, model_id):
         json={"model": model_id, "input": ASK, "temperature": 0, "max_output_tokens": 24, "stream": True},
         timeout=120,
     )
-    events = [json.loads(b.split("\n")[1].removeprefix("data: ")) for b in r.text.split("\n\n")[:-1]]
+    events = named_events(r)
     for event in events:
         check_event(event)
     final = events[-1]["response"]
