@@ -250,3 +250,18 @@ def test_output_config_json_schema_reaches_the_grammar(door, client):
     assert "city" in sent[kind]
     r = post(door, messages=USER, output_config={"format": {"type": "json_schema", "schema": {"type": "nope"}}})
     assert r.status_code == 400 and "output_config.format.schema" in r.json()["error"]["message"]
+
+
+def test_client_stream_accumulates_thinking_and_tool_use(door, client):
+    door.say("<think>Weighing it.</think>" + CALL)
+    with client.messages.stream(
+        model=door.model.id,
+        max_tokens=64,
+        messages=USER,
+        tools=[WEATHER],
+        tool_choice={"type": "any"},
+        thinking={"type": "enabled", "budget_tokens": 2048},
+    ) as s:
+        final = s.get_final_message()
+    thinking, use = final.content
+    assert thinking.thinking == "Weighing it." and use.input == {"city": "Paris"} and final.stop_reason == "tool_use"

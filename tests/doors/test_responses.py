@@ -260,3 +260,64 @@ def test_typed_control_tokens_stay_text_in_every_field(door):
     # each of the 6 typed copies is text: the ids hold only the markers the template wrote
     assert ids.count(IM_END) == prompt.count("<|im_end|>") - 6
     assert ids.count(IM_START) == prompt.count("<|im_start|>") - 6
+
+
+def test_openai_stream_helper_accumulates_our_events(door, client):
+    door.say("<think>Weighing it.</think>" + CALL)
+    with client.responses.stream(model=door.model.id, input="Weather?", tools=[WEATHER], tool_choice="required") as s:
+        kinds = [event.type for event in s]
+        final = s.get_final_response()
+    assert "response.reasoning_summary_text.delta" in kinds and "response.function_call_arguments.delta" in kinds
+    reasoning, call = final.output
+    assert reasoning.summary[0].text == "Weighing it." and json.loads(call.arguments) == {"city": "Paris"}
+
+
+def test_logprobs_when_included(door):
+    from tests.gateway.sglang_standin import fake_logprob
+
+    door.say("Hi there")
+    body = create(door, input="hi", include=["message.output_text.logprobs"], top_logprobs=2)
+    (part,) = body["output"][0]["content"]
+    ids = door.model.encoder.encode_plain("Hi there") + [IM_END]
+    assert [lp["logprob"] for lp in part["logprobs"]] == [fake_logprob(t) for t in ids]
+    assert len(part["logprobs"][0]["top_logprobs"]) == 2 and door.server.bodies[-1]["return_logprob"] is True
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
+def test_agents_sdk_loop(door, streamed):
+    import asyncio
+
+    from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
+    from agents.models.openai_responses import OpenAIResponsesModel
+
+    from tests.gateway.sglang_standin import Script
+
+    set_tracing_disabled(True)
+    answers = iter([CALL, "It is sunny in Paris."])
+    door.server.script = lambda body: Script(ids=door.model.encoder.encode_plain(next(answers)) + [IM_END])
+    cities = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Weather of a city."""
+        cities.append(city)
+        return f"sunny in {city}"
+
+    async def run():
+        client = openai.AsyncOpenAI(base_url=f"{door.url}/v1", api_key="unused", max_retries=0)
+        agent = Agent(
+            name="weather",
+            tools=[get_weather],
+            model=OpenAIResponsesModel(model=door.model.id, openai_client=client),
+            model_settings=ModelSettings(tool_choice="get_weather"),
+        )
+        if not streamed:
+            return await Runner.run(agent, "Weather in Paris?", max_turns=3)
+        result = Runner.run_streamed(agent, "Weather in Paris?", max_turns=3)
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    result = asyncio.run(run())
+    assert cities == ["Paris"] and result.final_output == "It is sunny in Paris."
+    assert "sunny in Paris" in door.prompt()  # the tool's output was fed back
