@@ -32,8 +32,14 @@ MAX_LIST = 100
 
 
 def request_owner(request: Request) -> str | None:
-    """Whose stored responses this request may see: its tenant (set by tenant policies), None when open."""
-    return getattr(request.state, "tenant", None)
+    """Whose stored responses this request may see: its tenant's name, None when the gateway runs open.
+
+    Tenant policies put the request's tenant in `scope["state"]["tenant"]` (a name, or their request
+    context whose `caller.policy.tenant` is the name)."""
+    tenant = request.scope.get("state", {}).get("tenant")
+    if tenant is None or isinstance(tenant, str):
+        return tenant
+    return tenant.caller.policy.tenant
 
 
 async def create_response(request: Request, registry: ModelRegistry, store: ResponseStore, max_body: int) -> Response:

@@ -89,6 +89,8 @@ async def _stream(first: tuple[int, ChoiceStep] | None, events: Events, door: Do
             yield door.frame(item)
     except BackendError as e:
         yield door.failure(from_backend(e))
+    except APIError as e:  # e.g. the response store is down when the stream ends
+        yield door.failure(e)
     except Exception:
         log.exception("stream failed")
         yield door.failure(APIError("internal error while streaming", status=500, type="server_error"))

@@ -108,3 +108,49 @@ def test_a_conversation_continues_on_another_replica(door, two_gateways):
     assert httpx.get(f"{b}/v1/responses/{first['id']}").json() == first
     assert httpx.delete(f"{b}/v1/responses/{first['id']}").json()["deleted"] is True
     assert httpx.get(f"{a}/v1/responses/{first['id']}").status_code == 404
+
+
+def as_tenant(app):
+    """The app behind a stand-in for tenant policies: `x-test-tenant` names the request's tenant."""
+
+    async def wrapped(scope, receive, send):
+        name = dict(scope.get("headers", [])).get(b"x-test-tenant")
+        if scope["type"] == "http" and name:
+            scope.setdefault("state", {})["tenant"] = name.decode()
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def test_a_stored_response_belongs_to_its_tenant(door):
+    with serve(as_tenant(create_app(ModelRegistry([door.another_model()])))) as url:
+        door.say("Hello")
+        body = {"model": door.model.id, "input": "hi"}
+        made = httpx.post(f"{url}/v1/responses", json=body, headers={"x-test-tenant": "a"}, timeout=30).json()
+        rid = made["id"]
+        for tenant, status in (("a", 200), ("b", 404), (None, 404)):
+            headers = {"x-test-tenant": tenant} if tenant else {}
+            assert httpx.get(f"{url}/v1/responses/{rid}", headers=headers).status_code == status
+            assert httpx.get(f"{url}/v1/responses/{rid}/input_items", headers=headers).status_code == status
+        follow = {**body, "previous_response_id": rid}
+        r = httpx.post(f"{url}/v1/responses", json=follow, headers={"x-test-tenant": "b"}, timeout=30)
+        assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
+        assert httpx.delete(f"{url}/v1/responses/{rid}", headers={"x-test-tenant": "b"}).status_code == 404
+        assert httpx.delete(f"{url}/v1/responses/{rid}", headers={"x-test-tenant": "a"}).status_code == 200
+
+
+def test_redis_down_is_a_503_or_an_error_event(door):
+    from tests.doors.conftest import named_events
+
+    with serve(
+        create_app(ModelRegistry([door.another_model()]), response_store=RedisStore("redis://127.0.0.1:1/0"))
+    ) as url:
+        body = {"model": door.model.id, "input": "hi"}
+        door.say("Hello")
+        r = httpx.post(f"{url}/v1/responses", json=body, timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
+        door.say("Hello")
+        events = named_events(httpx.post(f"{url}/v1/responses", json={**body, "stream": True}, timeout=30))
+        assert events[-1]["type"] == "error" and events[-1]["code"] == "store_unavailable"
+        door.say("Hello")
+        assert httpx.post(f"{url}/v1/responses", json={**body, "store": False}, timeout=30).status_code == 200
