@@ -221,13 +221,13 @@ def _thinking(fields: Fields) -> tuple[dict[str, Any], str | None]:
 def _output_config(output: Fields) -> tuple[dict[str, Any] | None, str | None]:
     """`output_config`: a JSON schema the answer must follow (through chat's json_schema grammar) and an effort."""
     effort = output.string("effort", choices=("low", "medium", "high", "xhigh", "max"))
+    effort = "xhigh" if effort == "max" else effort
     fmt = output.obj("format")
     if fmt is None:
-        return None, {"max": "xhigh"}.get(effort or "", effort)
+        return None, effort
     fmt.string("type", required=True, choices=("json_schema",))
     schema = fmt.get("schema")
     if schema is None:
         raise invalid(f"'{fmt.param('schema')}' is required", fmt.param("schema"), "missing_required_parameter")
     check_schema(schema, fmt.param("schema"), object_root=False)
-    spec = {"name": "output", "schema": schema, "strict": True}
-    return {"type": "json_schema", "json_schema": spec}, {"max": "xhigh"}.get(effort or "", effort)
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}, effort

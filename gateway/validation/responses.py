@@ -32,6 +32,7 @@ from gateway.validation.fields import (
 )
 
 MAX_METADATA = 16
+MAX_INCLUDE = 16
 INCLUDABLE = ("message.output_text.logprobs", "reasoning.encrypted_content")
 """`include` values that apply here (reasoning items always carry their text; nothing is encrypted)."""
 _ROLES = ("user", "system", "developer", "assistant")
@@ -180,8 +181,7 @@ def _item(f: Fields) -> dict[str, Any]:
 
 
 def _message_item(role: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-    item = {"type": "message", "id": item_id("msg"), "role": role, "content": content, "status": "completed"}
-    return item
+    return {"type": "message", "id": item_id("msg"), "role": role, "content": content, "status": "completed"}
 
 
 def _parts(f: Fields, key: str, text_type: str) -> list[dict[str, Any]]:
@@ -274,7 +274,7 @@ def _tool_echo(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def _include(fields: Fields) -> list[str]:
-    raw = fields.array("include", max_len=len(INCLUDABLE) * 4) or []
+    raw = fields.array("include", max_len=MAX_INCLUDE) or []
     for i, value in enumerate(raw):
         if value not in INCLUDABLE:
             raise invalid(
