@@ -29,7 +29,7 @@ ZERO = {"temperature": 0}
 def respond(client, model_id, **kw):
     kw.setdefault("input", ASK)
     kw.setdefault("temperature", 0)
-    kw.setdefault("max_output_tokens", 24)
+    kw.setdefault("max_output_tokens", 16)
     return client.responses.create(model=model_id, **kw)
 
 
@@ -38,7 +38,7 @@ def test_response_and_its_stream(gateway, client, model_id):
     assert response.status in ("completed", "incomplete") and response.output_text
     r = httpx.post(
         f"{gateway.base_url}/v1/responses",
-        json={"model": model_id, "input": ASK, "temperature": 0, "max_output_tokens": 24, "stream": True},
+        json={"model": model_id, "input": ASK, "temperature": 0, "max_output_tokens": 16, "stream": True},
         timeout=120,
     )
     events = named_events(r)
@@ -127,9 +127,9 @@ def claude(gateway) -> anthropic.Anthropic:
 
 def test_anthropic_message_stream_and_tool_use(claude, model_id):
     ask = [{"role": "user", "content": ASK}]
-    message = claude.messages.create(model=model_id, max_tokens=24, messages=ask, extra_body=ZERO)
+    message = claude.messages.create(model=model_id, max_tokens=16, messages=ask, extra_body=ZERO)
     assert message.content[0].type == "text" and message.stop_reason in ("end_turn", "max_tokens")
-    with claude.messages.stream(model=model_id, max_tokens=24, messages=ask, extra_body=ZERO) as s:
+    with claude.messages.stream(model=model_id, max_tokens=16, messages=ask, extra_body=ZERO) as s:
         assert "".join(s.text_stream) == message.content[0].text
 
     tool = {"name": "get_weather", "input_schema": WEATHER["parameters"]}
