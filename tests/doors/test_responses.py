@@ -321,3 +321,27 @@ def test_agents_sdk_loop(door, streamed):
     result = asyncio.run(run())
     assert cities == ["Paris"] and result.final_output == "It is sunny in Paris."
     assert "sunny in Paris" in door.prompt()  # the tool's output was fed back
+
+
+def test_input_items_of_every_kind_match_the_published_list_type(door):
+    from openai.types.responses import ResponseItemList
+
+    door.say("ok")
+    items = [
+        {"role": "developer", "content": "dev"},
+        {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"role": "assistant", "content": "calling"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+    ]
+    made = create(door, input=items, tools=[WEATHER])
+    page = httpx.get(f"{door.url}/v1/responses/{made['id']}/input_items", params={"order": "asc", "limit": 4}).json()
+    ResponseItemList.model_validate(page)
+    assert [i["type"] for i in page["data"]] == ["message", "message", "reasoning", "message"]
+    assert page["has_more"] is True
+    rest = httpx.get(
+        f"{door.url}/v1/responses/{made['id']}/input_items", params={"order": "asc", "after": page["last_id"]}
+    ).json()
+    ResponseItemList.model_validate(rest)
+    assert [i["type"] for i in rest["data"]] == ["function_call", "function_call_output"] and not rest["has_more"]
