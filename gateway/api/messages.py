@@ -14,13 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.bodies import read_json
-from gateway.api.chat import ChatRenderer
+from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.json_response import json_response
 from gateway.api.sse import event
 from gateway.api.streaming import respond_door
 from gateway.errors import APIError
-from gateway.generation.choices import generate
-from gateway.models.planning import encode_chat, plan_chat
+from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChoiceStep
 from gateway.validation.messages import parse_messages_request
@@ -55,10 +54,8 @@ async def create_message(request: Request, registry: ModelRegistry, max_body: in
     try:
         parsed = parse_messages_request(await read_json(request, max_body))
         model = served_model(registry, parsed.model)
-        plan = plan_chat(model, parsed.chat, parsed.settings)
         rid = item_id("msg")
-        events = generate(model, rid, [(plan.ids, plan.sampling)], parsed.settings, plan.grammar)
-        renderer = ChatRenderer([model.family.parser(parsed.chat, plan.prompt)], None, len(plan.ids))
+        events, renderer = await start_chat(model, parsed.chat, parsed.settings, rid)
         door = MessagesDoor(renderer, rid, model.id)
         return await respond_door(request, events, door, parsed.settings.stream)
     except APIError as e:

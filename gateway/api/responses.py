@@ -14,15 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway.api.bodies import read_json
-from gateway.api.chat import ChatRenderer
+from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.json_response import json_response
-from gateway.api.logprobs import TokenTexts
 from gateway.api.response_store import ResponseStore
 from gateway.api.sse import event
 from gateway.api.streaming import respond_door
 from gateway.errors import APIError, invalid
-from gateway.generation.choices import generate
-from gateway.models.planning import plan_chat
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChatRequest, ChoiceStep
 from gateway.validation.fields import Fields
@@ -62,11 +59,8 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     )
     if not chat.messages:
         raise invalid("'input' must hold at least one item", "input")
-    plan = plan_chat(model, chat, parsed.settings, param="input")
     rid = item_id("resp")
-    events = generate(model, rid, [(plan.ids, plan.sampling)], parsed.settings, plan.grammar)
-    texts = TokenTexts(model.tokenizer, model.added_ids) if parsed.settings.logprobs else None
-    renderer = ChatRenderer([model.family.parser(chat, plan.prompt)], texts, len(plan.ids))
+    events, renderer = await start_chat(model, chat, parsed.settings, rid, param="input")
 
     async def keep(response: dict[str, Any], output: list[dict[str, Any]]) -> None:
         if parsed.store:
