@@ -11,6 +11,7 @@ import pytest
 
 from tests.doors.conftest import named_events
 from tests.doors.published_types import check_event, check_response
+from tests.doors.weather_agent import run_weather_agent
 
 WEATHER = {
     "type": "function",
@@ -285,42 +286,13 @@ def test_logprobs_when_included(door):
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 def test_agents_sdk_loop(door, streamed):
-    import asyncio
-
-    from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
-    from agents.models.openai_responses import OpenAIResponsesModel
-
     from tests.gateway.sglang_standin import Script
 
-    set_tracing_disabled(True)
     answers = iter([CALL, "It is sunny in Paris."])
     door.server.script = lambda body: Script(ids=door.model.encoder.encode_plain(next(answers)) + [IM_END])
-    cities = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Weather of a city."""
-        cities.append(city)
-        return f"sunny in {city}"
-
-    async def run():
-        client = openai.AsyncOpenAI(base_url=f"{door.url}/v1", api_key="unused", max_retries=0)
-        agent = Agent(
-            name="weather",
-            tools=[get_weather],
-            model=OpenAIResponsesModel(model=door.model.id, openai_client=client),
-            model_settings=ModelSettings(tool_choice="get_weather"),
-        )
-        if not streamed:
-            return await Runner.run(agent, "Weather in Paris?", max_turns=3)
-        result = Runner.run_streamed(agent, "Weather in Paris?", max_turns=3)
-        async for _ in result.stream_events():
-            pass
-        return result
-
-    result = asyncio.run(run())
+    result, cities = run_weather_agent(door.url, door.model.id, "Weather in Paris?", streamed=streamed)
     assert cities == ["Paris"] and result.final_output == "It is sunny in Paris."
-    assert "sunny in Paris" in door.prompt()  # the tool's output was fed back
+    assert "sunny and 21 C in Paris" in door.prompt()  # the tool's output was fed back
 
 
 def test_input_items_of_every_kind_match_the_published_list_type(door):

@@ -3,7 +3,6 @@ OpenAI Agents SDK) and the Anthropic Messages API (the official anthropic client
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import anthropic
@@ -14,6 +13,7 @@ import pytest
 
 from tests.doors.conftest import named_events
 from tests.doors.published_types import check_event, check_response
+from tests.doors.weather_agent import run_weather_agent
 
 WEATHER = {
     "type": "function",
@@ -89,32 +89,9 @@ def test_three_turn_chain_and_stored_response(gateway, client, model_id):
 
 
 def test_agents_sdk_loop_calls_the_tool_and_answers(gateway, model_id):
-    from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
-    from agents.models.openai_responses import OpenAIResponsesModel
-
-    set_tracing_disabled(True)
-    calls = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """Get the current weather for a city."""
-        calls.append(city)
-        return f"It is sunny and 21 C in {city}."
-
-    async def run():
-        client = openai.AsyncOpenAI(base_url=f"{gateway.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
-        agent = Agent(
-            name="weather",
-            instructions="You answer questions about the weather using the tool.",
-            tools=[get_weather],
-            # the 135M model would not choose the tool itself; the SDK resets the choice after the call
-            model=OpenAIResponsesModel(model=model_id, openai_client=client),
-            model_settings=ModelSettings(tool_choice="get_weather", temperature=0, max_tokens=48),
-        )
-        return await Runner.run(agent, ASK, max_turns=4)
-
-    result = asyncio.run(run())
-    assert len(calls) >= 1
+    # the 135M model would not choose the tool itself: the first turn forces it
+    result, cities = run_weather_agent(gateway.base_url, model_id, ASK, temperature=0, max_tokens=48)
+    assert len(cities) >= 1
     kinds = [item.type for item in result.new_items]
     assert kinds[:2] == ["tool_call_item", "tool_call_output_item"] and kinds[-1] == "message_output_item"
     assert isinstance(result.final_output, str) and result.final_output
