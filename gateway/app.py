@@ -21,7 +21,10 @@ from backends.asgi import json_response
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.api.chat import chat_completions
 from gateway.api.completions import completions
+from gateway.api.messages import count_tokens, create_message
 from gateway.api.models import get_model, list_models
+from gateway.api.response_store import MemoryStore, ResponseStore
+from gateway.api.responses import create_response, delete_response, get_response, list_input_items
 from gateway.api.tokenize import detokenize, tokenize
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
@@ -34,17 +37,40 @@ _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def create_app(
-    registry: ModelRegistry, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, drain: DrainState | None = None
+    registry: ModelRegistry,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    drain: DrainState | None = None,
+    response_store: ResponseStore | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
-    While `drain` says so, /ready answers 503 (requests are still served)."""
+    While `drain` says so, /ready answers 503 (requests are still served). Stored Responses live in
+    `response_store` (default: in this process's memory)."""
     drain = drain or DrainState()
+    store = response_store or MemoryStore()
 
     async def chat(request: Request) -> Response:
         return await chat_completions(request, registry, max_body_bytes)
 
     async def complete(request: Request) -> Response:
         return await completions(request, registry, max_body_bytes)
+
+    async def responses(request: Request) -> Response:
+        return await create_response(request, registry, store, max_body_bytes)
+
+    async def stored_response(request: Request) -> Response:
+        if request.method == "DELETE":
+            return await delete_response(request, store)
+        return await get_response(request, store)
+
+    async def input_items(request: Request) -> Response:
+        return await list_input_items(request, store)
+
+    async def messages(request: Request) -> Response:
+        return await create_message(request, registry, max_body_bytes)
+
+    async def messages_tokens(request: Request) -> Response:
+        return await count_tokens(request, registry, max_body_bytes)
 
     async def tokenize_route(request: Request) -> Response:
         return await tokenize(request, registry, max_body_bytes)
@@ -79,10 +105,16 @@ def create_app(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await registry.close()
+            await store.close()
 
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", complete, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", messages_tokens, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", model, methods=["GET"]),
         Route("/tokenize", tokenize_route, methods=["POST"]),

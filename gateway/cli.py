@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
-    return _serve(config, args.host, args.port, args.drain_delay, args.drain_timeout)
+    return _serve(config, args.host, args.port, args.drain_delay, args.drain_timeout, args.redis)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
     serve.add_argument(
         "--default-max-tokens", type=int, help="max_tokens for requests that name none (default: the context left)"
+    )
+    serve.add_argument(
+        "--redis", metavar="URL", help="keep shared state (stored Responses) in this Redis, e.g. redis://host:6379/0"
     )
     return parser
 
@@ -105,9 +108,12 @@ def _stop(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drain_timeout: float) -> int:
+def _serve(
+    config: GatewayConfig, host: str, port: int, drain_delay: float, drain_timeout: float, redis: str | None = None
+) -> int:
     import uvicorn
 
+    from gateway.api.response_store import RedisStore
     from gateway.app import create_app
     from gateway.process.draining import DrainingServer, DrainState
     from gateway.process.launch import start_models
@@ -128,7 +134,7 @@ def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drai
             flush=True,
         )
         drain = DrainState()
-        app = create_app(registry, drain=drain)
+        app = create_app(registry, drain=drain, response_store=RedisStore(redis) if redis else None)
         server_config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=drain_timeout
         )

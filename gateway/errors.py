@@ -37,11 +37,15 @@ class APIError(Exception):
         """The JSON body OpenAI clients parse."""
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
-    def response(self) -> Response:
+    def headers(self) -> dict[str, str]:
+        """Retry hints for clients: x-should-retry and retry-after."""
         headers = {} if self.retryable is None else {"x-should-retry": "true" if self.retryable else "false"}
         if self.retry_after is not None:
             headers["retry-after"] = str(self.retry_after)
-        return json_response(self.body(), status=self.status, headers=headers)
+        return headers
+
+    def response(self) -> Response:
+        return json_response(self.body(), status=self.status, headers=self.headers())
 
 
 def invalid(message: str, param: str | None, code: str | None = None) -> APIError:

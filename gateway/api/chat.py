@@ -12,27 +12,40 @@ from starlette.responses import Response
 from gateway.api.bodies import read_json
 from gateway.api.ids import new_id, now
 from gateway.api.logprobs import TokenTexts, chat_logprobs
-from gateway.api.streaming import respond
+from gateway.api.streaming import Events, respond
 from gateway.api.usage import usage
 from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
 from gateway.models.planning import plan_chat
-from gateway.models.registry import ModelRegistry, served_model
-from gateway.types import ChoiceStep, Delta
+from gateway.models.registry import ModelRegistry, ServedModel, served_model
+from gateway.types import ChatRequest, ChoiceStep, Delta
 from gateway.validation.chat import parse_chat_completion
+from gateway.validation.fields import GenerationSettings
 
 
 async def chat_completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
     parsed = parse_chat_completion(await read_json(request, max_body))
     model = served_model(registry, parsed.model)
-    chat, settings = parsed.chat, parsed.settings
-    plan = plan_chat(model, chat, settings)
     rid = new_id("chatcmpl")
+    events, renderer = await start_chat(model, parsed.chat, parsed.settings, rid)
+    envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
+    return await respond(request, events, renderer, envelope, parsed.settings, "chat.completion")
+
+
+async def start_chat(
+    model: ServedModel,
+    chat: ChatRequest,
+    settings: GenerationSettings,
+    rid: str,
+    param: str = "messages",
+) -> tuple[Events, ChatRenderer]:
+    """The one path every door takes from a chat request to its choices' steps and their renderer
+    (render, shield, encode, grammar, backend); `param` names the door's field for the prompt."""
+    plan = plan_chat(model, chat, settings, param)
     events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar)
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     renderer = ChatRenderer([model.family.parser(chat, plan.prompt) for _ in range(settings.n)], texts, len(plan.ids))
-    envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
-    return await respond(request, events, renderer, envelope, settings, "chat.completion")
+    return events, renderer
 
 
 class ChatRenderer:

@@ -1,4 +1,8 @@
-"""Answering from merged choice steps: an SSE stream of chunks, or the same chunks folded into one body."""
+"""Answering from merged choice steps: an SSE stream of events, or the same events folded into one body.
+
+A `Door` is one endpoint's wire format (chat chunks, Responses events, Anthropic events); `respond_door`
+streams or folds any door the same way, and `respond` is the chat / completions door over a `Renderer`.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,76 @@ CLIENT_CLOSED = 499
 """nginx's status for a client that left; nobody reads it, it only shows in logs."""
 
 
+class Door(Protocol):
+    """One endpoint's events: what it sends before, during and after the output, how they frame and fold."""
+
+    end: bytes
+    """What closes the stream (chat's `[DONE]`; nothing for event-typed streams)."""
+
+    def opening(self) -> list[Any]:
+        """Events before any output."""
+
+    def step(self, index: int, step: ChoiceStep) -> list[Any]:
+        """Events for one step of choice `index`."""
+
+    async def closing(self) -> list[Any]:
+        """Events after the last step (for a stored response, once it is stored)."""
+
+    def fold(self, events: list[Any]) -> Any:
+        """The non-stream body: every event, folded."""
+
+    def frame(self, item: Any) -> bytes:
+        """One event as SSE bytes."""
+
+    def failure(self, error: APIError) -> bytes:
+        """The event that reports a failure after the stream started."""
+
+
+async def respond_door(request: Request, events: Events, door: Door, stream: bool) -> Response:
+    """Stream (SSE) or fold `events`; a client that disconnects cancels its backend requests."""
+    try:
+        if not stream:
+            return json_response(door.fold(await unless_disconnected(request, _collect(events, door))))
+        # Wait for the first output so that a backend that is down or refuses gets a real HTTP status.
+        first = await unless_disconnected(request, anext(events, None))
+    except ClientDisconnected:
+        return Response(status_code=CLIENT_CLOSED)
+    except BackendError as e:
+        raise from_backend(e) from None
+    return sse_response(_stream(first, events, door))
+
+
+async def _collect(events: Events, door: Door) -> list[Any]:
+    out = door.opening()
+    async with aclosing(events):
+        async for index, step in events:
+            out += door.step(index, step)
+    return out + await door.closing()
+
+
+async def _stream(first: tuple[int, ChoiceStep] | None, events: Events, door: Door) -> AsyncIterator[bytes]:
+    try:
+        for item in door.opening():
+            yield door.frame(item)
+        current = first
+        while current is not None:
+            for item in door.step(*current):
+                yield door.frame(item)
+            current = await anext(events, None)
+        for item in await door.closing():
+            yield door.frame(item)
+    except BackendError as e:
+        yield door.failure(from_backend(e))
+    except APIError as e:  # e.g. the response store is down when the stream ends
+        yield door.failure(e)
+    except Exception:
+        log.exception("stream failed")
+        yield door.failure(APIError("internal error while streaming", status=500, type="server_error"))
+    finally:
+        await events.aclose()
+    yield door.end
+
+
 class Renderer(Protocol):
     """One endpoint's view of choice steps: the chunk choices it streams and how they fold."""
 
@@ -49,52 +123,43 @@ async def respond(
     settings: GenerationSettings,
     final_object: str,
 ) -> Response:
-    """Stream (SSE) or fold `events`; a client that disconnects cancels its backend requests."""
-    try:
-        if not settings.stream:
-            chunks = await unless_disconnected(request, _collect(events, renderer))
-            body = {**envelope, "object": final_object, "choices": renderer.fold(chunks), "usage": renderer.usage()}
-            return json_response(body)
-        # Wait for the first output so that a backend that is down or refuses gets a real HTTP status.
-        first = await unless_disconnected(request, anext(events, None))
-    except ClientDisconnected:
-        return Response(status_code=CLIENT_CLOSED)
-    except BackendError as e:
-        raise from_backend(e) from None
-    return sse_response(_stream(first, events, renderer, envelope, settings.include_usage))
+    """Chat / completions chunks: each chunk choice in the envelope; `[DONE]` at the end."""
+    door = _ChunkDoor(renderer, envelope, settings.stream and settings.include_usage, final_object)
+    return await respond_door(request, events, door, settings.stream)
 
 
-async def _collect(events: Events, renderer: Renderer) -> list[dict[str, Any]]:
-    chunks = renderer.opening()
-    async with aclosing(events):
-        async for index, step in events:
-            chunks += renderer.step(index, step)
-    return chunks
+class _ChunkDoor:
+    """Chunk choices framed as `chat.completion.chunk` / `text_completion` events."""
 
+    end = DONE_FRAME
+    _USAGE = None
+    """The closing event that carries usage (streams with include_usage only)."""
 
-async def _stream(
-    first: tuple[int, ChoiceStep] | None,
-    events: Events,
-    renderer: Renderer,
-    envelope: dict[str, Any],
-    include_usage: bool,
-) -> AsyncIterator[bytes]:
-    usage_field = {"usage": None} if include_usage else {}
-    try:
-        for choice in renderer.opening():
-            yield sse_frame({**envelope, "choices": [choice], **usage_field})
-        item = first
-        while item is not None:
-            for choice in renderer.step(*item):
-                yield sse_frame({**envelope, "choices": [choice], **usage_field})
-            item = await anext(events, None)
-        if include_usage:
-            yield sse_frame({**envelope, "choices": [], "usage": renderer.usage()})
-    except BackendError as e:
-        yield sse_frame(from_backend(e).body())
-    except Exception:
-        log.exception("stream %s failed", envelope.get("id"))
-        yield sse_frame(APIError("internal error while streaming", status=500, type="server_error").body())
-    finally:
-        await events.aclose()
-    yield DONE_FRAME
+    def __init__(self, renderer: Renderer, envelope: dict[str, Any], include_usage: bool, final_object: str):
+        self._renderer = renderer
+        self._envelope = envelope
+        self._include_usage = include_usage
+        self._final_object = final_object
+
+    def opening(self) -> list[Any]:
+        return self._renderer.opening()
+
+    def step(self, index: int, step: ChoiceStep) -> list[Any]:
+        return self._renderer.step(index, step)
+
+    async def closing(self) -> list[Any]:
+        return [self._USAGE] if self._include_usage else []
+
+    def fold(self, events: list[Any]) -> dict[str, Any]:
+        choices = self._renderer.fold([e for e in events if e is not self._USAGE])
+        return {**self._envelope, "object": self._final_object, "choices": choices, "usage": self._renderer.usage()}
+
+    def frame(self, item: Any) -> bytes:
+        if item is self._USAGE:
+            return sse_frame({**self._envelope, "choices": [], "usage": self._renderer.usage()})
+        usage_field = {"usage": None} if self._include_usage else {}
+        return sse_frame({**self._envelope, "choices": [item], **usage_field})
+
+    def failure(self, error: APIError) -> bytes:
+        log.warning("stream %s failed: %s", self._envelope.get("id"), error.message)
+        return sse_frame(error.body())

@@ -40,7 +40,7 @@ async def choice_steps(
                 pieces += matcher.flush()
             if matcher.matched is not None:
                 finish = "stop"
-            step = ChoiceStep(pieces, chunk.logprobs or [], finish, count, chunk.cached_tokens)
+            step = ChoiceStep(pieces, chunk.logprobs or [], finish, count, chunk.cached_tokens, matcher.matched)
             if step.pieces or step.logprobs or finish is not None:
                 yield step
             if finish is not None:

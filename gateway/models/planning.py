@@ -27,8 +27,8 @@ class ChatPlan:
 
 def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSettings, param: str = "messages") -> ChatPlan:
     """Render, shield and encode `chat`, fit its token budget, build its grammar and sampling parameters.
-    `param` names the field a prompt that does not fit is blamed on."""
-    prompt, ids = encode_chat(model, chat)
+    `param` names the field a prompt that does not fit, or cannot be rendered, is blamed on."""
+    prompt, ids = encode_chat(model, chat, param)
     max_new = token_budget(model, len(ids), settings.max_tokens, param)
     grammar = chat_grammar(model, chat, prompt)
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
@@ -79,12 +79,12 @@ def sampling_params(
     )
 
 
-def encode_chat(model: ServedModel, chat: ChatRequest) -> tuple[str, list[int]]:
-    """The rendered prompt and its ids; a template that refuses the messages is a 400."""
+def encode_chat(model: ServedModel, chat: ChatRequest, param: str = "messages") -> tuple[str, list[int]]:
+    """The rendered prompt and its ids; a template that refuses the messages is a 400 about `param`."""
     try:
         return model.encode_chat(chat)
     except TemplateError as e:
-        raise invalid(f"the messages cannot be rendered: {e}", "messages") from None
+        raise invalid(f"the messages cannot be rendered: {e}", param) from None
 
 
 def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:

@@ -130,13 +130,13 @@ def _tool_calls(m: Fields) -> list[dict[str, Any]]:
             {
                 "id": call.string("id", required=True),
                 "type": "function",
-                "function": {"name": fn.string("name", required=True), "arguments": _arguments(fn)},
+                "function": {"name": fn.string("name", required=True), "arguments": parse_arguments(fn)},
             }
         )
     return calls
 
 
-def _arguments(fn: Fields) -> dict[str, Any]:
+def parse_arguments(fn: Fields) -> dict[str, Any]:
     """Tool call arguments: a JSON string holding an object (an object itself is accepted too)."""
     param = fn.param("arguments")
     raw = fn.get("arguments")
@@ -155,41 +155,49 @@ def _arguments(fn: Fields) -> dict[str, Any]:
     return value
 
 
-def parse_tools(fields: Fields) -> list[dict[str, Any]]:
+def parse_tools(fields: Fields, *, flat: bool = False) -> list[dict[str, Any]]:
+    """Function tools; `flat`: the Responses shape, name and parameters on the tool itself."""
     raw = fields.array("tools", max_len=MAX_TOOLS) or []
-    tools, names = [], set()
+    tools: list[dict[str, Any]] = []
     for i, item in enumerate(raw):
         tool = Fields(item, f"tools[{i}]")
         kind = tool.string("type", required=True)
         if kind != "function":
             raise invalid(f"tool type {kind!r} is not supported; only 'function' tools are", tool.param("type"))
-        fn = tool.obj("function")
+        fn = tool if flat else tool.obj("function")
         if fn is None:
             raise invalid(
                 f"'{tool.param('function')}' is required", tool.param("function"), "missing_required_parameter"
             )
-        name = fn.string("name", required=True)
-        if not TOOL_NAME.fullmatch(name):
-            raise invalid(f"'{fn.param('name')}' must be 1-64 letters, digits, '_', '-', '.' or ':'", fn.param("name"))
-        if name in names:
-            raise invalid(f"tool name {name!r} is declared twice", fn.param("name"))
-        names.add(name)
-        parameters = fn.get("parameters")
-        if parameters is None:
-            parameters = dict(EMPTY_PARAMETERS)
-        check_schema(parameters, fn.param("parameters"), object_root=True)
-        spec: dict[str, Any] = {"name": name, "parameters": parameters}
-        description = fn.string("description")
-        if description is not None:
-            spec["description"] = description
-        if fn.has("strict"):
-            spec["strict"] = fn.boolean("strict", False)
-        tools.append({"type": "function", "function": spec})
+        tools.append({"type": "function", "function": function_spec(fn, tools)})
     return tools
 
 
-def parse_tool_choice(fields: Fields, tools: list[dict[str, Any]]) -> tuple[str | dict[str, Any], list[dict[str, Any]]]:
-    """The tool choice and the tools the prompt declares; allowed_tools narrows the declared tools."""
+def function_spec(fn: Fields, declared: list[dict[str, Any]], parameters_key: str = "parameters") -> dict[str, Any]:
+    """One function's name, description, parameters schema and strict flag; its name new among `declared`."""
+    name = fn.string("name", required=True)
+    if not TOOL_NAME.fullmatch(name):
+        raise invalid(f"'{fn.param('name')}' must be 1-64 letters, digits, '_', '-', '.' or ':'", fn.param("name"))
+    if any(t["function"]["name"] == name for t in declared):
+        raise invalid(f"tool name {name!r} is declared twice", fn.param("name"))
+    parameters = fn.get(parameters_key)
+    if parameters is None:
+        parameters = dict(EMPTY_PARAMETERS)
+    check_schema(parameters, fn.param(parameters_key), object_root=True)
+    spec: dict[str, Any] = {"name": name, "parameters": parameters}
+    description = fn.string("description")
+    if description is not None:
+        spec["description"] = description
+    if fn.has("strict"):
+        spec["strict"] = fn.boolean("strict", False)
+    return spec
+
+
+def parse_tool_choice(
+    fields: Fields, tools: list[dict[str, Any]], *, flat: bool = False
+) -> tuple[str | dict[str, Any], list[dict[str, Any]]]:
+    """The tool choice and the tools the prompt declares; allowed_tools narrows the declared tools.
+    `flat`: the Responses shape ({"type": "function", "name"}, allowed_tools' mode and tools on the choice)."""
     v = fields.get("tool_choice")
     names = [t["function"]["name"] for t in tools]
     if v is None:
@@ -202,27 +210,21 @@ def parse_tool_choice(fields: Fields, tools: list[dict[str, Any]]) -> tuple[str 
     tc = Fields(v, "tool_choice")
     kind = tc.string("type", required=True, choices=("function", "allowed_tools"))
     if kind == "function":
-        name = _named(tc.obj("function"), "tool_choice.function", names)
-        return {"type": "function", "function": {"name": name}}, tools
-    allowed = tc.obj("allowed_tools")
+        fn = tc if flat else tc.obj("function")
+        return {"type": "function", "function": {"name": _named(fn, "tool_choice.function", names)}}, tools
+    allowed = tc if flat else tc.obj("allowed_tools")
     if allowed is None:
         raise invalid(
             "'tool_choice.allowed_tools' is required", "tool_choice.allowed_tools", "missing_required_parameter"
         )
     mode = allowed.string("mode", "auto", choices=("auto", "required"))
     listed = allowed.array("tools", max_len=MAX_TOOLS, required=True)
-    keep = {
-        _named(
-            Fields(t, f"tool_choice.allowed_tools.tools[{i}]").obj("function"),
-            f"tool_choice.allowed_tools.tools[{i}].function",
-            names,
-        )
-        for i, t in enumerate(listed)
-    }
+    keep = set()
+    for i, t in enumerate(listed):
+        item = Fields(t, f"{allowed.param('tools')}[{i}]")
+        keep.add(_named(item if flat else item.obj("function"), item.param("function"), names))
     if not keep:
-        raise invalid(
-            "'tool_choice.allowed_tools.tools' must name at least one tool", "tool_choice.allowed_tools.tools"
-        )
+        raise invalid(f"'{allowed.param('tools')}' must name at least one tool", allowed.param("tools"))
     return mode, [t for t in tools if t["function"]["name"] in keep]
 
 
@@ -249,11 +251,14 @@ def parse_response_format(fields: Fields) -> dict[str, Any] | None:
         raise invalid(
             "'response_format.json_schema' is required", "response_format.json_schema", "missing_required_parameter"
         )
+    return {"type": "json_schema", "json_schema": json_schema_format(js)}
+
+
+def json_schema_format(js: Fields) -> dict[str, Any]:
+    """A json_schema format's name, schema, strict flag and description."""
     name = js.string("name", required=True)
     if not TOOL_NAME.fullmatch(name):
-        raise invalid(
-            "'response_format.json_schema.name' must be 1-64 letters, digits, '_', '-', '.' or ':'", js.param("name")
-        )
+        raise invalid(f"'{js.param('name')}' must be 1-64 letters, digits, '_', '-', '.' or ':'", js.param("name"))
     schema = js.get("schema")
     if schema is None:
         schema = {}
@@ -262,7 +267,7 @@ def parse_response_format(fields: Fields) -> dict[str, Any] | None:
     description = js.string("description")
     if description is not None:
         out["description"] = description
-    return {"type": "json_schema", "json_schema": out}
+    return out
 
 
 def _template_kwargs(fields: Fields) -> dict[str, Any]:

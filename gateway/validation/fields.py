@@ -150,16 +150,14 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     options = fields.obj("stream_options")
     if options is not None and not stream:
         raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
-    top_p = fields.number("top_p", 1.0, 0.0, 1.0)
-    top_k = fields.integer("top_k", -1, -1, 1 << 30)
+    top_p, top_k = parse_top_p_top_k(fields)
     return GenerationSettings(
         max_tokens=max_tokens,
         n=fields.integer("n", 1, 1, MAX_N),
-        stop=_stop(fields),
+        stop=parse_stop(fields, "stop"),
         temperature=fields.number("temperature", 1.0, 0.0, 2.0),
-        # top_p 0 means "only the most likely token": SGLang needs top_p > 0, so say it with top_k.
-        top_p=top_p or 1.0,
-        top_k=1 if top_p == 0 else (-1 if top_k == 0 else top_k),
+        top_p=top_p,
+        top_k=top_k,
         min_p=fields.number("min_p", 0.0, 0.0, 1.0),
         seed=fields.integer("seed", None, -_INT64, _INT64 - 1),
         frequency_penalty=fields.number("frequency_penalty", 0.0, -2.0, 2.0),
@@ -171,13 +169,22 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     )
 
 
-def _stop(fields: Fields) -> list[str]:
-    v = fields.get("stop")
+def parse_top_p_top_k(fields: Fields, top_k_min: int = -1) -> tuple[float, int]:
+    """`top_p` and `top_k` as the backend takes them (top_k -1: off)."""
+    top_p = fields.number("top_p", 1.0, 0.0, 1.0)
+    top_k = fields.integer("top_k", -1, top_k_min, 1 << 30)
+    # top_p 0 means "only the most likely token": SGLang needs top_p > 0, so say it with top_k.
+    return top_p or 1.0, 1 if top_p == 0 else (-1 if top_k == 0 else top_k)
+
+
+def parse_stop(fields: Fields, key: str) -> list[str]:
+    """Stop strings: one string or an array of at most MAX_STOP non-empty ones."""
+    v = fields.get(key)
     if v is None:
         return []
-    items = [v] if isinstance(v, str) else fields.array("stop", max_len=MAX_STOP)
+    items = [v] if isinstance(v, str) else fields.array(key, max_len=MAX_STOP)
     for i, s in enumerate(items):
-        param = "stop" if isinstance(v, str) else f"stop[{i}]"
+        param = fields.param(key) if isinstance(v, str) else f"{fields.param(key)}[{i}]"
         if not isinstance(s, str) or not s:
             raise invalid(f"'{param}' must be a non-empty string", param)
         if len(s) > MAX_STOP_CHARS:

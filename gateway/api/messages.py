@@ -1,0 +1,194 @@
+"""Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens.
+
+A request becomes the same chat request as /v1/chat/completions; `MessagesDoor` turns the chat chunks
+that `ChatRenderer` makes into Anthropic's stream events, and the body is those events folded.
+Errors take Anthropic's shape: {"type": "error", "error": {"type", "message"}}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from backends.asgi import json_response, sse_frame
+from gateway.api.bodies import read_json
+from gateway.api.chat import ChatRenderer, start_chat
+from gateway.api.streaming import respond_door
+from gateway.errors import APIError
+from gateway.models.planning import encode_chat
+from gateway.models.registry import ModelRegistry, served_model
+from gateway.types import ChoiceStep
+from gateway.validation.messages import parse_messages_request
+from gateway.validation.responses import item_id
+
+_TEXT_BLOCKS = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinking_delta")}
+"""Block type → the field its text is in and the type of its deltas."""
+_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error(error: APIError) -> dict[str, Any]:
+    """The error body Anthropic clients parse; the param at fault is named in the message."""
+    kind = _ERROR_TYPES.get(error.status) or ("api_error" if error.status >= 500 else "invalid_request_error")
+    message = f"{error.param}: {error.message}" if error.param and error.param not in error.message else error.message
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _error_response(error: APIError) -> Response:
+    return json_response(anthropic_error(error), status=error.status, headers=error.headers())
+
+
+async def create_message(request: Request, registry: ModelRegistry, max_body: int) -> Response:
+    try:
+        parsed = parse_messages_request(await read_json(request, max_body))
+        model = served_model(registry, parsed.model)
+        rid = item_id("msg")
+        events, renderer = await start_chat(model, parsed.chat, parsed.settings, rid)
+        door = MessagesDoor(renderer, rid, model.id)
+        return await respond_door(request, events, door, parsed.settings.stream)
+    except APIError as e:
+        return _error_response(e)
+
+
+async def count_tokens(request: Request, registry: ModelRegistry, max_body: int) -> Response:
+    try:
+        parsed = parse_messages_request(await read_json(request, max_body), count_only=True)
+        _, ids = encode_chat(served_model(registry, parsed.model), parsed.chat)
+    except APIError as e:
+        return _error_response(e)
+    return json_response({"input_tokens": len(ids)})
+
+
+class MessagesDoor:
+    """Chat chunks of one choice → Anthropic stream events (content blocks by index); folded into a Message."""
+
+    end = b""
+
+    def __init__(self, renderer: ChatRenderer, rid: str, model: str):
+        self._renderer = renderer
+        self._rid = rid
+        self._model = model
+        self._blocks = 0
+        self._open: str | None = None
+        self._finish: str | None = None
+        self._stop_string: str | None = None
+
+    def opening(self) -> list[Any]:
+        usage = self._usage()
+        message = {
+            "id": self._rid,
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": self._model,
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {**usage, "output_tokens": 0},
+        }
+        return [{"type": "message_start", "message": message}, {"type": "ping"}]
+
+    def step(self, index: int, step: ChoiceStep) -> list[Any]:
+        out: list[dict[str, Any]] = []
+        for chunk in self._renderer.step(index, step):
+            delta = chunk["delta"]
+            if delta.get("reasoning_content"):
+                out += self._delta("thinking", delta["reasoning_content"])
+            if delta.get("content"):
+                out += self._delta("text", delta["content"])
+            for call in delta.get("tool_calls", ()):
+                if "id" in call:
+                    block = {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}}
+                    out += self._start("tool_use", block)
+                fragment = call["function"].get("arguments", "")
+                if fragment:
+                    out.append(self._block_delta({"type": "input_json_delta", "partial_json": fragment}))
+            if chunk["finish_reason"]:
+                self._finish = chunk["finish_reason"]
+        self._stop_string = step.stop_string or self._stop_string
+        return out
+
+    def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
+        field, delta_type = _TEXT_BLOCKS[kind]
+        out = [] if self._open == kind else self._start(kind, {"type": kind, field: "", **self._signature(kind)})
+        return out + [self._block_delta({"type": delta_type, field: text})]
+
+    @staticmethod
+    def _signature(kind: str) -> dict[str, str]:
+        return {"signature": ""} if kind == "thinking" else {}
+
+    def _start(self, kind: str, block: dict[str, Any]) -> list[dict[str, Any]]:
+        out = self._stop()
+        self._open = kind
+        return out + [{"type": "content_block_start", "index": self._blocks, "content_block": block}]
+
+    def _block_delta(self, delta: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": self._blocks, "delta": delta}
+
+    def _stop(self) -> list[dict[str, Any]]:
+        if self._open is None:
+            return []
+        self._open = None
+        self._blocks += 1
+        return [{"type": "content_block_stop", "index": self._blocks - 1}]
+
+    async def closing(self) -> list[Any]:
+        if self._finish == "length":
+            reason = "max_tokens"
+        elif self._finish == "tool_calls":
+            reason = "tool_use"
+        else:
+            reason = "stop_sequence" if self._stop_string is not None else "end_turn"
+        delta = {"stop_reason": reason, "stop_sequence": self._stop_string}
+        return [
+            *self._stop(),
+            {"type": "message_delta", "delta": delta, "usage": self._usage()},
+            {"type": "message_stop"},
+        ]
+
+    def _usage(self) -> dict[str, Any]:
+        chat = self._renderer.usage()
+        cached = chat["prompt_tokens_details"]["cached_tokens"]
+        return {
+            "input_tokens": chat["prompt_tokens"] - cached,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached,
+            "output_tokens": chat["completion_tokens"],
+        }
+
+    def fold(self, events: list[Any]) -> dict[str, Any]:
+        """message_start's message, its content built from the block events, message_delta's stop and usage."""
+        message = dict(events[0]["message"])
+        blocks: list[dict[str, Any]] = []
+        partial: dict[int, list[str]] = {}
+        for e in events:
+            if e["type"] == "content_block_start":
+                blocks.append(dict(e["content_block"]))
+            elif e["type"] == "content_block_delta":
+                delta, block = e["delta"], blocks[e["index"]]
+                if delta["type"] == "input_json_delta":
+                    partial.setdefault(e["index"], []).append(delta["partial_json"])
+                else:
+                    field = "text" if delta["type"] == "text_delta" else "thinking"
+                    block[field] += delta[field]
+            elif e["type"] == "message_delta":
+                message.update(e["delta"], usage=e["usage"])
+        for index, fragments in partial.items():
+            blocks[index]["input"] = orjson.loads("".join(fragments))
+        return {**message, "content": blocks}
+
+    def frame(self, item: Any) -> bytes:
+        return b"event: " + item["type"].encode() + b"\n" + sse_frame(item)
+
+    def failure(self, error: APIError) -> bytes:
+        return self.frame(anthropic_error(error))

@@ -1,0 +1,343 @@
+"""The OpenAI Responses API: POST /v1/responses and the stored responses' GET, DELETE and input_items.
+
+A request becomes the same chat request as /v1/chat/completions; `ResponsesDoor` turns the chat
+chunks that `ChatRenderer` makes into Responses events, and the body is those events folded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from backends.asgi import json_response, sse_frame
+from gateway.api.bodies import read_json
+from gateway.api.chat import ChatRenderer, start_chat
+from gateway.api.response_store import ResponseStore
+from gateway.api.streaming import respond_door
+from gateway.errors import APIError, invalid
+from gateway.models.registry import ModelRegistry, served_model
+from gateway.types import ChatRequest, ChoiceStep
+from gateway.validation.fields import Fields
+from gateway.validation.responses import ResponsesRequest, item_id, items_to_messages, parse_responses_request
+
+MAX_LIST = 100
+
+
+def request_owner(request: Request) -> str | None:
+    """Whose stored responses this request may see: its tenant's name, None when the gateway runs open.
+
+    Tenant policies put the request's tenant in `scope["state"]["tenant"]` (a name, or their request
+    context whose `caller.policy.tenant` is the name)."""
+    tenant = request.scope.get("state", {}).get("tenant")
+    if tenant is None or isinstance(tenant, str):
+        return tenant
+    return tenant.caller.policy.tenant
+
+
+async def create_response(request: Request, registry: ModelRegistry, store: ResponseStore, max_body: int) -> Response:
+    parsed = parse_responses_request(await read_json(request, max_body))
+    model = served_model(registry, parsed.model)
+    owner = request_owner(request)
+    history: list[dict[str, Any]] = []
+    if parsed.previous_response_id is not None:
+        previous = await store.get(parsed.previous_response_id, owner)
+        if previous is None:
+            raise _not_found(parsed.previous_response_id, "previous_response_id")
+        history = previous["history"]
+    chat = ChatRequest(
+        messages=items_to_messages(history + parsed.items, parsed.instructions),
+        tools=parsed.tools,
+        tool_choice=parsed.tool_choice,
+        parallel_tool_calls=parsed.parallel_tool_calls,
+        response_format=parsed.response_format,
+        reasoning_effort=parsed.reasoning_effort,
+    )
+    if not chat.messages:
+        raise invalid("'input' must hold at least one item", "input")
+    rid = item_id("resp")
+    events, renderer = await start_chat(model, chat, parsed.settings, rid, param="input")
+
+    async def keep(response: dict[str, Any], output: list[dict[str, Any]]) -> None:
+        if parsed.store:
+            record = {"id": rid, "owner": owner, "response": response, "input_items": parsed.items}
+            await store.put({**record, "history": history + parsed.items + output})
+
+    def count_tokens(text: str) -> int:
+        return len(model.tokenizer.encode(text, add_special_tokens=False).ids)
+
+    door = ResponsesDoor(renderer, _response(rid, model.id, parsed), keep, count_tokens)
+    return await respond_door(request, events, door, parsed.settings.stream)
+
+
+async def get_response(request: Request, store: ResponseStore) -> Response:
+    rid = request.path_params["response_id"]
+    record = await store.get(rid, request_owner(request))
+    if record is None:
+        raise _not_found(rid, "response_id")
+    return json_response(record["response"])
+
+
+async def delete_response(request: Request, store: ResponseStore) -> Response:
+    rid = request.path_params["response_id"]
+    if not await store.delete(rid, request_owner(request)):
+        raise _not_found(rid, "response_id")
+    return json_response({"id": rid, "object": "response.deleted", "deleted": True})
+
+
+async def list_input_items(request: Request, store: ResponseStore) -> Response:
+    """A stored response's input items, newest first unless `order=asc`; `after` and `limit` page them."""
+    rid = request.path_params["response_id"]
+    record = await store.get(rid, request_owner(request))
+    if record is None:
+        raise _not_found(rid, "response_id")
+    query = Fields(dict(request.query_params))
+    order = query.string("order", "desc", choices=("asc", "desc"))
+    limit_text = query.string("limit", "20")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIST:
+        raise invalid(f"'limit' must be an integer between 1 and {MAX_LIST}", "limit")
+    items = record["input_items"] if order == "asc" else record["input_items"][::-1]
+    after = query.string("after")
+    if after is not None:
+        ids = [i["id"] for i in items]
+        if after not in ids:
+            raise invalid(f"'after' names no input item of {rid!r}", "after")
+        items = items[ids.index(after) + 1 :]
+    page = items[: int(limit_text)]
+    return json_response(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > len(page),
+        }
+    )
+
+
+def _not_found(rid: str, param: str) -> APIError:
+    return APIError(f"no stored response with id {rid!r}", status=404, param=param, code="response_not_found")
+
+
+def _response(rid: str, model: str, parsed: ResponsesRequest) -> dict[str, Any]:
+    """The Response object before any output: everything the request fixed."""
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "completed_at": None,
+        "status": "in_progress",
+        "error": None,
+        "incomplete_details": None,
+        "instructions": parsed.instructions,
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": parsed.parallel_tool_calls,
+        "previous_response_id": parsed.previous_response_id,
+        "store": parsed.store,
+        "metadata": parsed.metadata,
+        "max_tool_calls": None,
+        "background": False,
+        "service_tier": "default",
+        "safety_identifier": None,
+        "prompt_cache_key": None,
+        "usage": None,
+        **parsed.echo,
+    }
+
+
+class _OpenItem:
+    """The output item being streamed: its index, the item and the text it has gathered."""
+
+    def __init__(self, index: int, item: dict[str, Any]):
+        self.index = index
+        self.item = item
+        self.text: list[str] = []
+        self.logprobs: list[dict[str, Any]] = []
+
+
+class ResponsesDoor:
+    """Chat chunks of one choice → Responses stream events with sequence numbers; folded into a Response."""
+
+    end = b""
+
+    def __init__(
+        self,
+        renderer: ChatRenderer,
+        response: dict[str, Any],
+        keep: Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[None]],
+        count_tokens: Callable[[str], int],
+    ):
+        self._renderer = renderer
+        self._response = response
+        self._keep = keep
+        self._count_tokens = count_tokens
+        self._seq = 0
+        self._output: list[dict[str, Any]] = []
+        self._open: _OpenItem | None = None
+        self._finish_reason: str | None = None
+        self._reasoning: list[str] = []
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        out = {"type": kind, "sequence_number": self._seq, **fields}
+        self._seq += 1
+        return out
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {**self._response, "output": list(self._output)}
+
+    def opening(self) -> list[Any]:
+        return [
+            self._event("response.created", response=self._snapshot()),
+            self._event("response.in_progress", response=self._snapshot()),
+        ]
+
+    def step(self, index: int, step: ChoiceStep) -> list[Any]:
+        out: list[dict[str, Any]] = []
+        for chunk in self._renderer.step(index, step):
+            delta = chunk["delta"]
+            if delta.get("reasoning_content"):
+                out += self._reasoning_delta(delta["reasoning_content"])
+            logprobs = (chunk["logprobs"] or {}).get("content") or []
+            if delta.get("content"):
+                out += self._text_delta(delta["content"], logprobs)
+            elif logprobs and self._open is not None and self._open.item["type"] == "message":
+                self._open.logprobs += logprobs
+            for call in delta.get("tool_calls", ()):
+                out += self._call_delta(call)
+            self._finish_reason = chunk["finish_reason"] or self._finish_reason
+        return out
+
+    def _start(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        out = self._close()
+        self._open = _OpenItem(len(self._output), item)
+        return out + [self._event("response.output_item.added", output_index=self._open.index, item=dict(item))]
+
+    def _where(self) -> dict[str, Any]:
+        assert self._open is not None
+        return {"item_id": self._open.item["id"], "output_index": self._open.index}
+
+    def _text_delta(self, text: str, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = []
+        if self._open is None or self._open.item["type"] != "message":
+            item = {
+                "id": item_id("msg"),
+                "type": "message",
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
+            out += self._start(item)
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            out.append(self._event("response.content_part.added", **self._where(), content_index=0, part=part))
+        self._open.text.append(text)
+        self._open.logprobs += logprobs
+        out.append(
+            self._event("response.output_text.delta", **self._where(), content_index=0, delta=text, logprobs=logprobs)
+        )
+        return out
+
+    def _reasoning_delta(self, text: str) -> list[dict[str, Any]]:
+        out = []
+        self._reasoning.append(text)
+        if self._open is None or self._open.item["type"] != "reasoning":
+            out += self._start({"id": item_id("rs"), "type": "reasoning", "summary": []})
+            part = {"type": "summary_text", "text": ""}
+            out.append(
+                self._event("response.reasoning_summary_part.added", **self._where(), summary_index=0, part=part)
+            )
+        self._open.text.append(text)
+        out.append(self._event("response.reasoning_summary_text.delta", **self._where(), summary_index=0, delta=text))
+        return out
+
+    def _call_delta(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        out = []
+        if "id" in call:  # the first fragment of a call names it
+            item = {
+                "id": item_id("fc"),
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": call["id"],
+                "name": call["function"]["name"],
+                "arguments": "",
+            }
+            out += self._start(item)
+        fragment = call["function"].get("arguments", "")
+        if fragment and self._open is not None:
+            self._open.text.append(fragment)
+            out.append(self._event("response.function_call_arguments.delta", **self._where(), delta=fragment))
+        return out
+
+    def _close(self) -> list[dict[str, Any]]:
+        """The `.done` events of the open item; it joins the output."""
+        current, self._open = self._open, None
+        if current is None:
+            return []
+        where = {"item_id": current.item["id"], "output_index": current.index}
+        text = "".join(current.text)
+        item = current.item
+        out = []
+        if item["type"] == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": current.logprobs}
+            out.append(
+                self._event("response.output_text.done", **where, content_index=0, text=text, logprobs=current.logprobs)
+            )
+            out.append(self._event("response.content_part.done", **where, content_index=0, part=part))
+            item = {**item, "status": "completed", "content": [part]}
+        elif item["type"] == "reasoning":
+            part = {"type": "summary_text", "text": text}
+            out.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=text))
+            out.append(self._event("response.reasoning_summary_part.done", **where, summary_index=0, part=part))
+            item = {**item, "summary": [part]}
+        else:
+            out.append(self._event("response.function_call_arguments.done", **where, name=item["name"], arguments=text))
+            item = {**item, "status": "completed", "arguments": text}
+        self._output.append(item)
+        out.append(self._event("response.output_item.done", output_index=current.index, item=item))
+        return out
+
+    async def closing(self) -> list[Any]:
+        out = self._close()
+        response = self._snapshot()
+        incomplete = self._finish_reason == "length"
+        response.update(
+            status="incomplete" if incomplete else "completed",
+            incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
+            completed_at=None if incomplete else int(time.time()),
+            usage=self._usage(),
+        )
+        await self._keep(response, self._output)
+        out.append(self._event("response.incomplete" if incomplete else "response.completed", response=response))
+        return out
+
+    def _usage(self) -> dict[str, Any]:
+        chat = self._renderer.usage()
+        output = chat["completion_tokens"]
+        reasoning = min(output, self._count_tokens("".join(self._reasoning))) if self._reasoning else 0
+        return {
+            "input_tokens": chat["prompt_tokens"],
+            # backends report cache hits only; writing the prefix cache is not billed apart here
+            "input_tokens_details": {
+                "cached_tokens": chat["prompt_tokens_details"]["cached_tokens"],
+                "cache_write_tokens": 0,
+            },
+            "output_tokens": output,
+            "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": chat["total_tokens"],
+        }
+
+    def fold(self, events: list[Any]) -> dict[str, Any]:
+        """The Response of the terminal event, its output rebuilt from the `output_item.done` events."""
+        done = [e for e in events if e["type"] == "response.output_item.done"]
+        return {**events[-1]["response"], "output": [e["item"] for e in sorted(done, key=lambda e: e["output_index"])]}
+
+    def frame(self, item: Any) -> bytes:
+        return b"event: " + item["type"].encode() + b"\n" + sse_frame(item)
+
+    def failure(self, error: APIError) -> bytes:
+        """OpenAI's error event (code, message, param) that also carries OpenResponses' `error` payload."""
+        fields = {"code": error.code, "message": error.message, "param": error.param}
+        return self.frame(self._event("error", **fields, error={"type": error.type, **fields}))

@@ -1,0 +1,156 @@
+"""Stored Responses: the in-memory store's bounds and owners, the Redis store on a real redis-server,
+and two gateways sharing one Redis (a conversation started on one continues on the other)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import redis
+
+from gateway.api.response_store import MemoryStore, RedisStore
+from gateway.app import create_app
+from gateway.errors import APIError
+from gateway.models.registry import ModelRegistry
+from tests.doors.redis_server import redis_server
+from tests.gateway.http_server import serve
+
+
+def record(rid: str, owner: str | None = None, size: int = 10) -> dict:
+    return {"id": rid, "owner": owner, "response": {"id": rid}, "input_items": [], "history": ["x" * size]}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
+        yield url
+
+
+def test_memory_store_drops_the_oldest_past_its_count():
+    store = MemoryStore(max_count=2)
+    for rid in ("a", "b", "c"):
+        run(store.put(record(rid)))
+    assert run(store.get("a", None)) is None and run(store.get("c", None))["id"] == "c" and len(store) == 2
+
+
+def test_memory_store_bounds_bytes_and_never_keeps_an_oversized_record():
+    store = MemoryStore(max_bytes=400)
+    run(store.put(record("a", size=150)))
+    run(store.put(record("b", size=150)))
+    assert run(store.get("a", None)) is None and run(store.get("b", None)) is not None
+    assert store.bytes <= 400
+    run(store.put(record("huge", size=1000)))
+    assert run(store.get("huge", None)) is None and run(store.get("b", None)) is not None
+
+
+def test_memory_store_expires_records():
+    now = [0.0]
+    store = MemoryStore(ttl_s=60, clock=lambda: now[0])
+    run(store.put(record("a")))
+    now[0] = 59
+    assert run(store.get("a", None)) is not None
+    now[0] = 60
+    assert run(store.get("a", None)) is None and len(store) == 0 and store.bytes == 0
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_another_owners_record_is_missing(kind, redis_url):
+    async def check():
+        store = MemoryStore() if kind == "memory" else RedisStore(redis_url, ttl_s=120)
+        await store.put(record("r1", owner="tenant-a"))
+        assert (await store.get("r1", "tenant-a"))["owner"] == "tenant-a"
+        assert await store.get("r1", "tenant-b") is None and await store.get("r1", None) is None
+        assert not await store.delete("r1", "tenant-b")
+        assert await store.delete("r1", "tenant-a") and await store.get("r1", "tenant-a") is None
+        await store.close()
+
+    run(check())
+
+
+def test_redis_records_expire(redis_url):
+    run(RedisStore(redis_url, ttl_s=120, prefix="t:").put(record("r2")))
+    assert 0 < redis.Redis.from_url(redis_url).ttl("t:r2") <= 120
+
+
+def test_redis_down_is_a_503():
+    store = RedisStore("redis://127.0.0.1:1/0")
+    with pytest.raises(APIError) as e:
+        run(store.get("x", None))
+    assert e.value.status == 503 and e.value.code == "store_unavailable"
+
+
+@pytest.fixture(scope="module")
+def two_gateways(door, redis_url) -> Iterator[tuple[str, str]]:
+    """Two gateways (replicas) over the same backend, sharing one Redis."""
+
+    def replica():
+        return serve(create_app(ModelRegistry([door.another_model()]), response_store=RedisStore(redis_url)))
+
+    with replica() as a, replica() as b:
+        yield a, b
+
+
+def test_a_conversation_continues_on_another_replica(door, two_gateways):
+    a, b = two_gateways
+    door.say("I am the first answer.")
+    first = httpx.post(f"{a}/v1/responses", json={"model": door.model.id, "input": "Hello"}, timeout=30).json()
+    door.say("Second.")
+    body = {"model": door.model.id, "input": "Again", "previous_response_id": first["id"]}
+    second = httpx.post(f"{b}/v1/responses", json=body, timeout=30)
+    assert second.status_code == 200, second.text
+    assert "I am the first answer." in door.prompt()
+    assert httpx.get(f"{b}/v1/responses/{first['id']}").json() == first
+    assert httpx.delete(f"{b}/v1/responses/{first['id']}").json()["deleted"] is True
+    assert httpx.get(f"{a}/v1/responses/{first['id']}").status_code == 404
+
+
+def as_tenant(app):
+    """The app behind a stand-in for tenant policies: `x-test-tenant` names the request's tenant."""
+
+    async def wrapped(scope, receive, send):
+        name = dict(scope.get("headers", [])).get(b"x-test-tenant")
+        if scope["type"] == "http" and name:
+            scope.setdefault("state", {})["tenant"] = name.decode()
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def test_a_stored_response_belongs_to_its_tenant(door):
+    with serve(as_tenant(create_app(ModelRegistry([door.another_model()])))) as url:
+        door.say("Hello")
+        body = {"model": door.model.id, "input": "hi"}
+        made = httpx.post(f"{url}/v1/responses", json=body, headers={"x-test-tenant": "a"}, timeout=30).json()
+        rid = made["id"]
+        for tenant, status in (("a", 200), ("b", 404), (None, 404)):
+            headers = {"x-test-tenant": tenant} if tenant else {}
+            assert httpx.get(f"{url}/v1/responses/{rid}", headers=headers).status_code == status
+            assert httpx.get(f"{url}/v1/responses/{rid}/input_items", headers=headers).status_code == status
+        follow = {**body, "previous_response_id": rid}
+        r = httpx.post(f"{url}/v1/responses", json=follow, headers={"x-test-tenant": "b"}, timeout=30)
+        assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
+        assert httpx.delete(f"{url}/v1/responses/{rid}", headers={"x-test-tenant": "b"}).status_code == 404
+        assert httpx.delete(f"{url}/v1/responses/{rid}", headers={"x-test-tenant": "a"}).status_code == 200
+
+
+def test_redis_down_is_a_503_or_an_error_event(door):
+    from tests.doors.conftest import named_events
+
+    with serve(
+        create_app(ModelRegistry([door.another_model()]), response_store=RedisStore("redis://127.0.0.1:1/0"))
+    ) as url:
+        body = {"model": door.model.id, "input": "hi"}
+        door.say("Hello")
+        r = httpx.post(f"{url}/v1/responses", json=body, timeout=30)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_unavailable"
+        door.say("Hello")
+        events = named_events(httpx.post(f"{url}/v1/responses", json={**body, "stream": True}, timeout=30))
+        assert events[-1]["type"] == "error" and events[-1]["code"] == "store_unavailable"
+        door.say("Hello")
+        assert httpx.post(f"{url}/v1/responses", json={**body, "store": False}, timeout=30).status_code == 200

@@ -1,0 +1,158 @@
+"""The doors' translations into the one internal chat request, without HTTP."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import APIError
+from gateway.validation.messages import parse_messages_request
+from gateway.validation.responses import items_to_messages, parse_responses_request
+
+CALL_ARGS = '{"city": "Paris"}'
+
+
+def responses(**body):
+    return parse_responses_request({"model": "m", **body})
+
+
+def test_input_string_is_one_user_message():
+    parsed = responses(input="hi", instructions="Be brief.")
+    assert items_to_messages(parsed.items, parsed.instructions) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+    ]
+
+
+def test_items_become_chat_turns():
+    parsed = responses(
+        input=[
+            {"role": "developer", "content": "dev"},
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}],
+            },
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
+            {"role": "assistant", "content": "Let me look."},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": CALL_ARGS},
+            {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "rain"}]},
+        ]
+    )
+    assert items_to_messages(parsed.items, None) == [
+        {"role": "system", "content": "dev"},
+        {"role": "user", "content": "ab"},
+        {
+            "role": "assistant",
+            "content": "Let me look.",
+            "reasoning_content": "thinking",
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+                {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": {}}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "c2", "content": "rain"},
+    ]
+    assert all(item["id"] for item in parsed.items)
+
+
+def test_a_call_without_a_message_before_it_opens_an_assistant_turn():
+    parsed = responses(input=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])
+    assert items_to_messages(parsed.items, None) == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}],
+        }
+    ]
+
+
+def test_responses_fields_map_to_chat_and_settings():
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}
+    parsed = responses(
+        input="x",
+        tools=[tool, {**tool, "name": "g"}],
+        tool_choice={"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "g"}]},
+        parallel_tool_calls=False,
+        text={"format": {"type": "json_object"}},
+        reasoning={"effort": "low"},
+        max_output_tokens=7,
+        temperature=0.5,
+        top_p=0,
+        include=["message.output_text.logprobs"],
+        metadata={"k": "v"},
+        store=False,
+    )
+    assert [t["function"]["name"] for t in parsed.tools] == ["g"] and parsed.tool_choice == "required"
+    assert parsed.parallel_tool_calls is False and parsed.response_format == {"type": "json_object"}
+    assert parsed.reasoning_effort == "low" and parsed.store is False and parsed.metadata == {"k": "v"}
+    s = parsed.settings
+    assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.logprobs) == (7, 0.5, 1.0, 1, True)
+    assert [t["name"] for t in parsed.echo["tools"]] == ["f", "g"] and parsed.echo["top_p"] == 0
+
+
+def test_anthropic_request_maps_to_chat():
+    parsed = parse_messages_request(
+        {
+            "model": "m",
+            "max_tokens": 10,
+            "system": [{"type": "text", "text": "sys"}],
+            "stop_sequences": ["END"],
+            "top_k": 5,
+            "thinking": {"type": "enabled", "budget_tokens": 20_000},
+            "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+            "messages": [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "hm", "signature": "s"},
+                        {"type": "text", "text": "Calling."},
+                        {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "ok"}]},
+                        {"type": "text", "text": "and?"},
+                    ],
+                },
+            ],
+        }
+    )
+    chat, settings = parsed.chat, parsed.settings
+    assert chat.messages == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q"},
+        {
+            "role": "assistant",
+            "content": "Calling.",
+            "reasoning_content": "hm",
+            "tool_calls": [{"id": "t1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "ok"},
+        {"role": "user", "content": "and?"},
+    ]
+    assert chat.tool_choice == "required" and chat.parallel_tool_calls is False
+    assert chat.template_kwargs == {"enable_thinking": True, "thinking": True} and chat.reasoning_effort == "high"
+    assert (settings.max_tokens, settings.stop, settings.top_k) == (10, ["END"], 5)
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ({"input": None}, "input"),
+        ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
+        ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+        ({"metadata": {"k": 1}}, "metadata"),
+        ({"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}, "tools[1].name"),
+    ],
+)
+def test_responses_errors_name_the_param(body, param):
+    with pytest.raises(APIError) as e:
+        responses(**{"input": "x", **body})
+    assert e.value.status == 400 and e.value.param == param
