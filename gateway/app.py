@@ -22,6 +22,7 @@ from gateway.api.chat import chat_completions
 from gateway.api.completions import completions
 from gateway.api.json_response import json_response
 from gateway.api.models import get_model, list_models
+from gateway.api.tenancy import PolicyGate, TenantMiddleware, models_for
 from gateway.api.tokenize import detokenize, tokenize
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
@@ -34,29 +35,34 @@ _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def create_app(
-    registry: ModelRegistry, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, drain: DrainState | None = None
+    registry: ModelRegistry,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    drain: DrainState | None = None,
+    gate: PolicyGate | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
-    While `drain` says so, /ready answers 503 (requests are still served)."""
+    While `drain` says so, /ready answers 503 (requests are still served). With a policy `gate`, every
+    request but the probes needs a tenant's key and sees only that tenant's models."""
     drain = drain or DrainState()
 
     async def chat(request: Request) -> Response:
-        return await chat_completions(request, registry, max_body_bytes)
+        return await chat_completions(request, models_for(request, registry), max_body_bytes)
 
     async def complete(request: Request) -> Response:
-        return await completions(request, registry, max_body_bytes)
+        return await completions(request, models_for(request, registry), max_body_bytes)
 
     async def tokenize_route(request: Request) -> Response:
-        return await tokenize(request, registry, max_body_bytes)
+        return await tokenize(request, models_for(request, registry), max_body_bytes)
 
     async def detokenize_route(request: Request) -> Response:
-        return await detokenize(request, registry, max_body_bytes)
+        return await detokenize(request, models_for(request, registry), max_body_bytes)
 
     async def models(request: Request) -> Response:
-        return await list_models(registry)
+        return await list_models(models_for(request, registry))
 
     async def model(request: Request) -> Response:
-        return await get_model(registry, request.path_params["model_id"])
+        return await get_model(models_for(request, registry), request.path_params["model_id"])
 
     async def health(request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -67,11 +73,14 @@ def create_app(
         status = {m.id: ok for m, ok in zip(served, states)}
         ok = all(states) and not drain.draining
         body = {"ready": ok, "draining": drain.draining, "models": status}
+        if gate is not None:
+            body["policies"] = gate.state()
         return json_response(body, status=200 if ok else 503)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(work()) for work in registry.background]
+        background = [*registry.background, *([gate.watcher.run] if gate else [])]
+        tasks = [asyncio.create_task(work()) for work in background]
         try:
             yield
         finally:
@@ -79,6 +88,8 @@ def create_app(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await registry.close()
+            if gate is not None:
+                await gate.limiter.close()
 
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
@@ -92,7 +103,7 @@ def create_app(
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RequestIdMiddleware)],
+        middleware=[Middleware(RequestIdMiddleware), *([Middleware(TenantMiddleware, gate=gate)] if gate else [])],
         exception_handlers={APIError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )
@@ -130,6 +141,7 @@ class RequestIdMiddleware:
             return
         supplied = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         request_id = supplied if _CLIENT_REQUEST_ID.fullmatch(supplied) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
         started = False
 
         async def send_with_id(message: Message) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.api.ids import new_id, now
 from gateway.api.logprobs import TokenTexts, chat_logprobs
@@ -23,16 +24,34 @@ from gateway.validation.chat import parse_chat_completion
 
 
 async def chat_completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    parsed = parse_chat_completion(await read_json(request, max_body))
+    body = await read_json(request, max_body)
+    parsed = parse_chat_completion(body)
     model = served_model(registry, parsed.model)
-    chat, settings = parsed.chat, parsed.settings
+    policy = request_policy(request)
+    chat, settings = policy.check_tools(parsed.chat), parsed.settings
+    policy.check_max_tokens(settings.max_tokens, _max_tokens_param(body))
     plan = plan_chat(model, chat, settings)
+    plan.sampling.max_new_tokens = policy.cap(plan.sampling.max_new_tokens)
     rid = new_id("chatcmpl")
-    events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar)
+    queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)
+    events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar, queued)
+    events = await policy.admit(
+        model,
+        len(plan.ids),
+        settings.n * plan.sampling.max_new_tokens,
+        events,
+        prompt_param="messages",
+        prompt=plan.prompt,
+    )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     renderer = ChatRenderer([model.family.parser(chat, plan.prompt) for _ in range(settings.n)], texts, len(plan.ids))
     envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, settings, "chat.completion")
+
+
+def _max_tokens_param(body: dict[str, Any]) -> str:
+    """The field a request's max tokens came from (the newer name wins, as in parse_settings)."""
+    return "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
 
 
 class ChatRenderer:

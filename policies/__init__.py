@@ -1,0 +1,1 @@
+"""Tenant policies: policy files, their loading and hot reload, authentication, audit and limits."""
