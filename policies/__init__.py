@@ -1,1 +1,1 @@
-"""Tenant policies: policy files, their loading and hot reload, authentication, audit and limits."""
+"""Tenant policies: who may call, which models and tools, and the limits and fair queues that govern them."""

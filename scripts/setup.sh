@@ -11,6 +11,11 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $python" >&2
   "$python" -m venv .venv
 fi
+if [ -n "$extras" ] && ! command -v redis-server >/dev/null; then
+  # A real Redis for the tests of limits shared across gateway replicas (tests/redis_server.py starts it).
+  sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq redis-server >/dev/null
+fi
 stamp=.venv/.setup-stamp
 want="$(cat pyproject.toml scripts/setup.sh tests/backends/setup_vllm_contract.sh | sha256sum | cut -d' ' -f1)$extras"
 if [ -f "$stamp" ] && { [ "$(cat "$stamp")" = "$want" ] || { [ -z "$extras" ] && grep -q "^${want}\[test\]$" "$stamp"; }; }; then

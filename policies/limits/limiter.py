@@ -1,0 +1,88 @@
+"""The one Limiter interface both stores share: admit (all or nothing) and settle (shielded, idempotent)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from abc import ABC, abstractmethod
+
+from .headers import rate_limit_headers
+from .model import Admission, Limits, Verdict
+
+log = logging.getLogger("policies.limits")
+
+
+class StoreUnavailable(Exception):
+    """The limiter's store could not be reached or did not answer."""
+
+
+class Limiter(ABC):
+    """Reserve-then-settle admission against a tenant's limits; one implementation per store."""
+
+    def __init__(self) -> None:
+        self.store_healthy = True
+        self.store_errors = 0
+        self._settling: set[asyncio.Task] = set()
+
+    async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
+        """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
+
+        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved).
+        """
+        holder = uuid.uuid4().hex
+        try:
+            verdict = await self._admit(tenant, limits, charge_id, max(0, int(tokens)), holder)
+        except StoreUnavailable as exc:
+            self._store_failed("admit", tenant, exc)
+            if limits.on_store_error == "open":
+                return Admission(True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id)
+            return Admission(False, "store", 1.0, {"retry-after": "1"}, status=503, store_error=True,
+                             tenant=tenant, charge_id=charge_id)
+        self.store_healthy = True
+        retry = None if verdict.allowed or verdict.retry_ms is None else verdict.retry_ms / 1000
+        return Admission(
+            allowed=verdict.allowed,
+            limit=verdict.limit,
+            retry_after_s=retry,
+            headers=rate_limit_headers(limits, verdict),
+            status=200 if verdict.allowed else 429,
+            tenant=tenant,
+            charge_id=charge_id,
+            holder=holder if verdict.allowed else "",
+        )
+
+    async def settle(self, admission: Admission, used_tokens: int) -> None:
+        """Replace the reservation with real usage and release the slot; idempotent; survives cancellation."""
+        if not admission.holder:
+            return
+        task = asyncio.ensure_future(self._settle_logged(admission, max(0, int(used_tokens))))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+        await asyncio.shield(task)
+
+    async def _settle_logged(self, admission: Admission, used_tokens: int) -> None:
+        try:
+            await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens)
+        except StoreUnavailable as exc:
+            self._store_failed("settle", admission.tenant, exc)
+        else:
+            self.store_healthy = True
+
+    def _store_failed(self, operation: str, tenant: str, exc: Exception) -> None:
+        self.store_healthy = False
+        self.store_errors += 1
+        log.warning("limiter store error during %s for tenant %s: %s", operation, tenant, exc)
+
+    @abstractmethod
+    async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
+        """Check every limit and reserve, atomically; raise StoreUnavailable when the store cannot answer."""
+
+    @abstractmethod
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int) -> None:
+        """Settle this holder of the charge once; raise StoreUnavailable when the store cannot answer."""
+
+    async def close(self) -> None:
+        """Wait for settlements in flight and release the store's resources."""
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
