@@ -7,6 +7,8 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
+from policies.limits import Limits as LimiterLimits
+
 PRIORITY_WEIGHTS = {"interactive": 4, "batch": 1}
 """Shares of a model's fair queue: an interactive tenant gets four times a batch tenant's tokens."""
 DEFAULT_QUEUE_TIMEOUT_S = 30.0
@@ -69,6 +71,18 @@ class Policy:
     on_store_error: str = "closed"
     source: str = ""
     """The file it came from."""
+    limiter_limits: LimiterLimits = field(init=False, repr=False, compare=False)
+    """What the limiter counts for this tenant."""
+
+    def __post_init__(self) -> None:
+        limits = LimiterLimits(
+            requests_per_minute=self.limits.requests_per_minute,
+            tokens_per_minute=self.limits.tokens_per_minute,
+            concurrent_requests=self.limits.concurrent_requests,
+            tokens_per_day=self.limits.tokens_per_day,
+            on_store_error=self.on_store_error,
+        )
+        object.__setattr__(self, "limiter_limits", limits)
 
     @property
     def weight(self) -> int:

@@ -37,8 +37,16 @@ class Limiter(ABC):
             self._store_failed("admit", tenant, exc)
             if limits.on_store_error == "open":
                 return Admission(True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id)
-            return Admission(False, "store", 1.0, {"retry-after": "1"}, status=503, store_error=True,
-                             tenant=tenant, charge_id=charge_id)
+            return Admission(
+                False,
+                "store",
+                1.0,
+                {"retry-after": "1"},
+                status=503,
+                store_error=True,
+                tenant=tenant,
+                charge_id=charge_id,
+            )
         self.store_healthy = True
         retry = None if verdict.allowed or verdict.retry_ms is None else verdict.retry_ms / 1000
         return Admission(
