@@ -17,6 +17,8 @@ import yaml
 
 from policies.policy import DEFAULT_QUEUE_TIMEOUT_S, Globs, Key, Limits, Policy
 
+FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
+"""Checks `format: date` (keys[].expires), which the schema's users must enable too."""
 SCHEMA_PATH = Path(__file__).with_name("policy.schema.json")
 DEFAULTS_FILE = "_defaults.yaml"
 SUFFIXES = (".yaml", ".yml")
@@ -113,7 +115,10 @@ def _build(loader: yaml.SafeLoader, node: yaml.Node, path: FieldPath, file: str,
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, item, (*path, i), file, marks, errors) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+    try:
+        return loader.construct_object(node, deep=True)
+    except ValueError:  # a timestamp-looking scalar that is no date (2027-13-45): the schema says why
+        return node.value
 
 
 def merged(defaults: Marked | None, own: Marked) -> Marked:
@@ -153,7 +158,7 @@ def _jsonable(value: Any) -> Any:
 
 def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
     """What policy.schema.json says is wrong with `doc`, each at the line of the field at fault."""
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = jsonschema.Draft202012Validator(schema(), format_checker=FORMAT_CHECKER)
     out = []
     for error in validator.iter_errors(_jsonable(doc.value)):
         path: FieldPath = tuple(error.absolute_path)
@@ -170,12 +175,13 @@ def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
             continue
         if error.validator == "pattern" and path and path[-1] == "sha256":
             message = "must be 64 hex digits: the SHA-256 of the key (gateway policy hash-key prints it)"
-        elif error.validator == "pattern" and path and path[-1] == "expires":
+        elif error.validator in ("pattern", "format") and path and path[-1] == "expires":
             message = f"must be a date like 2027-06-30, not {error.instance!r}"
         elif error.validator == "oneOf" and path == ("audit",):
             message = "must be true, false or {prompts: true|false}"
         out.append(_at(doc, file, path, message))
-    return sorted(out, key=lambda e: (e.line or 0, e.field or ""))
+    unique = {(e.file, e.field): e for e in reversed(out)}  # one error per field (pattern and format agree)
+    return sorted(unique.values(), key=lambda e: (e.line or 0, e.field or ""))
 
 
 def _at(doc: Marked, file: str, path: FieldPath, message: str, where: FieldPath | None = None) -> PolicyError:
@@ -191,13 +197,9 @@ def load_policy(path: Path, defaults: Marked | None) -> Policy:
     doc = merged(defaults, read_marked(path))
     errors = schema_errors(doc, str(path))
     value = doc.value
-    for i, key in enumerate(value.get("keys", []) if not errors else []):
-        expires = key.get("expires")
-        if isinstance(expires, str):
-            try:
-                key["expires"] = dt.date.fromisoformat(expires)
-            except ValueError:
-                errors.append(_at(doc, str(path), ("keys", i, "expires"), f"{expires!r} is not a date"))
+    for key in value.get("keys", []) if not errors else []:
+        if isinstance(key.get("expires"), str):
+            key["expires"] = dt.date.fromisoformat(key["expires"])
     ids = [k["id"] for k in value.get("keys", [])] if not errors else []
     for i, key_id in enumerate(ids):
         if key_id in ids[:i]:
