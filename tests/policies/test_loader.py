@@ -178,17 +178,24 @@ def test_policy_check_command(tmp_path):
     run = subprocess.run(
         [sys.executable, "-m", "gateway.cli", "policy", "check", str(tmp_path)],
         capture_output=True,
+        check=False,
         text=True,
         cwd=ROOT,
     )
     assert run.returncode == 1
     assert run.stderr.splitlines() == [
-        f"{tmp_path / 'bad.yaml'}:4: keys[0].sha256: must be 64 hex digits: the SHA-256 of the key "
-        "(gateway policy hash-key prints it)",
-        f"{tmp_path / 'bad.yaml'}:6: extra: unknown field; allowed: audit, keys, limits, models, on_store_error, "
-        "priority, tenant, tools",
+        (
+            f"{tmp_path / 'bad.yaml'}:4: keys[0].sha256: must be 64 hex digits: the SHA-256 of the key "
+            "(gateway policy hash-key prints it)"
+        ),
+        (
+            f"{tmp_path / 'bad.yaml'}:6: extra: unknown field; allowed: audit, keys, limits, models, on_store_error, "
+            "priority, tenant, tools"
+        ),
     ]
-    examples = subprocess.run([sys.executable, "-m", "gateway.cli", "policy", "check", str(EXAMPLES)], cwd=ROOT)
+    examples = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "policy", "check", str(EXAMPLES)], cwd=ROOT, check=False
+    )
     assert examples.returncode == 0
 
 
@@ -197,6 +204,7 @@ def test_hash_key_command_reads_stdin():
         [sys.executable, "-m", "gateway.cli", "policy", "hash-key"],
         input="k1\n",
         capture_output=True,
+        check=False,
         text=True,
         cwd=ROOT,
     )
