@@ -5,10 +5,11 @@ usage when the answer ends however it ends. Without policies every step is a no-
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,27 +78,30 @@ class RequestPolicy:
         if self.tenant is None or queue is None:
             return None
         tenant, policy = self.tenant, self.tenant.caller.policy
+        share = self._gate.share(model.id, policy.tenant)
+        deadline_s = policy.limits.queue_timeout_s
 
         async def in_queue(steps: Steps) -> Steps:
             started = time.monotonic()
-            try:
-                slot = queue.slot(policy.tenant, policy.weight, tokens, policy.limits.queue_timeout_s)
-                await slot.__aenter__()
-            except QueueTimeout:
-                raise BackendError(
-                    f"the model {model.id!r} is saturated: no slot within this API key's "
-                    f"{policy.limits.queue_timeout_s:g} s queue deadline",
-                    status=429,
-                    code="rate_limit_exceeded",
-                    retry_after=1,
-                ) from None
-            tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
-            try:
+            async with AsyncExitStack() as held:
+                try:
+                    async with asyncio.timeout(deadline_s):
+                        await share.acquire()
+                    held.callback(share.release)
+                    left = max(0.0, deadline_s - (time.monotonic() - started))
+                    await held.enter_async_context(queue.slot(policy.tenant, policy.weight, tokens, left))
+                except (TimeoutError, QueueTimeout):
+                    raise BackendError(
+                        f"the model {model.id!r} is saturated: no slot within this API key's {deadline_s:g} s "
+                        "queue deadline",
+                        status=429,
+                        code="rate_limit_exceeded",
+                        retry_after=1,
+                    ) from None
+                tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
                 async with aclosing(steps):
                     async for step in steps:
                         yield step
-            finally:
-                await slot.__aexit__(None, None, None)
 
         return in_queue
 

@@ -4,6 +4,7 @@ when the request ends (settling whatever it still holds)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -40,6 +41,18 @@ class PolicyGate:
 
     def __post_init__(self) -> None:
         self.watcher = PolicyWatcher(self.store)
+        self._shares: dict[tuple[str, str], asyncio.Semaphore] = {}
+
+    def share(self, model_id: str, tenant: str) -> asyncio.Semaphore | None:
+        """The slots of a model's queue one tenant may hold at once: all but one (so that another tenant
+        arriving never waits for a whole wave of the first one's choices); None when the model has no queue."""
+        queue = self.queues.get(model_id)
+        if queue is None:
+            return None
+        key = (model_id, tenant)
+        if key not in self._shares:
+            self._shares[key] = asyncio.Semaphore(max(1, queue.capacity - 1))
+        return self._shares[key]
 
     def state(self) -> dict[str, Any]:
         """What /ready shows of the policies: tenants, problems of the last reload, the limits store."""
