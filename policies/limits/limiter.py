@@ -24,6 +24,7 @@ class Limiter(ABC):
         self.store_healthy = True
         self.store_errors = 0
         self._settling: set[asyncio.Task] = set()
+        self.settle_retry_delays_s: tuple[float, ...] = (0.5, 1.0, 2.0)
 
     async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
@@ -53,21 +54,37 @@ class Limiter(ABC):
         )
 
     async def settle(self, admission: Admission, used_tokens: int) -> None:
-        """Replace the reservation with real usage and release the slot; idempotent; survives cancellation."""
+        """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
+
+        Returns after the first try; when the store is unreachable, tries again in the background after each of
+        `settle_retry_delays_s` (a settle is idempotent, so a try whose answer was lost does no harm).
+        """
         if not admission.holder:
             return
-        task = asyncio.ensure_future(self._settle_logged(admission, max(0, int(used_tokens))))
+        first_try = asyncio.get_running_loop().create_future()
+        task = asyncio.ensure_future(self._settle_with_retries(admission, max(0, int(used_tokens)), first_try))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
-        await asyncio.shield(task)
+        await asyncio.shield(first_try)
 
-    async def _settle_logged(self, admission: Admission, used_tokens: int) -> None:
+    async def _settle_with_retries(self, admission: Admission, used_tokens: int, first_try: asyncio.Future) -> None:
         try:
-            await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens)
-        except StoreUnavailable as exc:
-            self._store_failed("settle", admission.tenant, exc)
-        else:
-            self.store_healthy = True
+            for delay in (0.0, *self.settle_retry_delays_s):
+                await asyncio.sleep(delay)
+                try:
+                    await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens)
+                except StoreUnavailable as exc:
+                    self._store_failed("settle", admission.tenant, exc)
+                    if not first_try.done():
+                        first_try.set_result(None)
+                else:
+                    self.store_healthy = True
+                    return
+            log.error("settlement lost for tenant %s charge %s: the store stayed unreachable",
+                      admission.tenant, admission.charge_id)
+        finally:
+            if not first_try.done():
+                first_try.set_result(None)
 
     def _store_failed(self, operation: str, tenant: str, exc: Exception) -> None:
         self.store_healthy = False

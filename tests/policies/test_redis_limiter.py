@@ -69,6 +69,7 @@ async def test_every_key_expires_by_itself(redis_server):
 @pytest.mark.parametrize("on_store_error", ["open", "closed"])
 async def test_a_dead_store_applies_the_tenants_choice_and_recovery_is_automatic(own_redis_server, on_store_error):
     limiter = RedisLimiter(own_redis_server.url, timeout_s=0.2)
+    limiter.settle_retry_delays_s = ()  # counted errors stay exact
     limits = Limits(requests_per_minute=2, on_store_error=on_store_error)
     before = await limiter.admit("acme", limits, "a", 1)
     assert before.allowed and limiter.store_healthy
@@ -96,3 +97,22 @@ async def test_scripts_flushed_are_reloaded(redis_server):
     assert (await limiter.admit(tenant, Limits(), "b", 1)).allowed and limiter.store_errors == 0
     await client.aclose()
     await limiter.close()
+
+
+async def test_a_settle_the_store_missed_is_retried(redis_server):
+    limiter = RedisLimiter(redis_server.url, timeout_s=0.1)
+    limiter.settle_retry_delays_s = (0.3, 0.3)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(concurrent_requests=1, tokens_per_minute=1000)
+    admission = await limiter.admit(tenant, limits, "a", 500)
+    client = redis.Redis.from_url(redis_server.url)
+    await client.execute_command("CLIENT", "PAUSE", 200, "WRITE")  # scripts that write wait: the settle times out
+    await limiter.settle(admission, 100)
+    assert limiter.store_errors == 1 and not limiter.store_healthy
+    await limiter.close()  # waits for the retries
+    assert limiter.store_healthy
+    prober = RedisLimiter(redis_server.url)
+    probe = await prober.admit(tenant, limits, "b", 0)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "900"
+    await prober.close()
+    await client.aclose()
