@@ -27,8 +27,9 @@ class RedisLimiter(Limiter):
 
     Each admit and settle is one Lua script (atomic), on the server's clock, so replicas agree whatever their own
     clocks say. Every key expires by itself: windows a second after their newest entry leaves, day counters a day
-    after their day, charges and concurrency slots after `lease_s` (a replica that dies mid-request frees its slots
-    then). Reconnects by itself; scripts are reloaded when the server lost them (NOSCRIPT). `timeout_s` bounds each
+    after their day, concurrency slots after `lease_s` (a replica that dies mid-request frees its slots then; a
+    request that runs longer than `lease_s` no longer counts against `concurrent_requests`), open charges after two
+    days (a settled charge is deleted). Reconnects by itself; scripts are reloaded when the server lost them (NOSCRIPT). `timeout_s` bounds each
     call. `clock` (seconds) replaces the server's clock: a test hook.
     """
 

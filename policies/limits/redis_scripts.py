@@ -94,7 +94,7 @@ redis.call('PEXPIRE', KEYS[4], lease)
 redis.call('INCRBY', day_key, tokens)
 redis.call('PEXPIREAT', day_key, (day + 2) * DAY)
 redis.call('HSET', KEYS[5], 'm', holder, 'r', tokens, 'd', day, 's', 0, 'n', 1, 'h:' .. holder, 1)
-redis.call('PEXPIRE', KEYS[5], lease)
+redis.call('PEXPIRE', KEYS[5], math.max(lease, 2 * DAY))  -- a long request still settles its day
 return {1, '', -1, count + 1, sum + tokens, WINDOW, holder}
 """
 

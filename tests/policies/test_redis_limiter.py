@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -116,3 +117,15 @@ async def test_a_settle_the_store_missed_is_retried(redis_server):
     assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "900"
     await prober.close()
     await client.aclose()
+
+
+async def test_a_dead_replicas_slots_expire_with_their_lease(redis_server):
+    now = [time.time()]
+    limiter = RedisLimiter(redis_server.url, lease_s=30, clock=lambda: now[0])
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(concurrent_requests=1)
+    assert (await limiter.admit(tenant, limits, "a", 1)).allowed  # never settled: its replica died
+    assert not (await limiter.admit(tenant, limits, "b", 1)).allowed
+    now[0] += 30
+    assert (await limiter.admit(tenant, limits, "b", 1)).allowed
+    await limiter.close()
