@@ -65,25 +65,23 @@ async def test_a_tenant_arriving_during_a_flood_starts_at_the_next_free_slot():
     assert load.queue.waiting == {"a": 15} and load.queue.running == {"a": 1, "b": 1}
 
 
-async def test_weights_share_starts_in_proportion():
+@pytest.mark.parametrize(
+    ("a", "b", "starts", "round_", "per_round"),
+    [
+        pytest.param({"weight": 3.0}, {"weight": 1.0}, 32, 4, {"a": 3, "b": 1}, id="weights 3:1"),
+        pytest.param({"cost": 1000}, {"cost": 100}, 22, 11, {"a": 1, "b": 10}, id="tokens not requests"),
+    ],
+)
+async def test_service_is_shared_in_proportion_in_every_round(a, b, starts, round_, per_round):
     load = Load(capacity=1)
     await load.submit("x", 1)  # holds the slot while both queues fill
-    await load.submit("a", 40, weight=3.0)
-    await load.submit("b", 40, weight=1.0)
-    await load.finish(32)
+    await load.submit("a", 40, **a)
+    await load.submit("b", 40, **b)
+    await load.finish(starts)
     shares = load.tenants_started(skip=1)
-    assert (shares.count("a"), shares.count("b")) == (24, 8)
-    assert all(shares[i:i + 4].count("b") == 1 for i in range(0, 32, 4))  # 3:1 in every round, not in bursts
-
-
-async def test_tokens_not_requests_are_shared():
-    load = Load(capacity=1)
-    await load.submit("x", 1)
-    await load.submit("a", 10, cost=1000)
-    await load.submit("b", 40, cost=100)
-    await load.finish(22)
-    shares = load.tenants_started(skip=1)
-    assert (shares.count("a"), shares.count("b")) == (2, 20)  # 2000 tokens each
+    assert len(shares) == starts
+    for i in range(0, starts, round_):  # in every round, not in bursts
+        assert {t: shares[i:i + round_].count(t) for t in "ab"} == per_round
 
 
 async def test_a_tenant_runs_its_requests_in_arrival_order():
