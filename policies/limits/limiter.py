@@ -6,11 +6,20 @@ import asyncio
 import logging
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Coroutine
+from typing import Any
 
 from .headers import rate_limit_headers
 from .model import Admission, Limits, Verdict
 
 log = logging.getLogger("policies.limits")
+
+
+MAX_TOKENS = 2**50  # hostile counts stay within Redis's 64-bit integers and Lua's exact doubles
+
+
+def _bounded(tokens: int) -> int:
+    return min(MAX_TOKENS, max(0, int(tokens)))
 
 
 class StoreUnavailable(Exception):
@@ -29,11 +38,17 @@ class Limiter(ABC):
     async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
 
-        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved).
+        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved). When the caller is
+        cancelled while the store answers, whatever the store reserved is settled with nothing used.
         """
         holder = uuid.uuid4().hex
+        attempt = asyncio.ensure_future(self._admit(tenant, limits, charge_id, _bounded(tokens), holder))
         try:
-            verdict = await self._admit(tenant, limits, charge_id, max(0, int(tokens)), holder)
+            verdict = await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            self._track(self._undo(attempt, Admission(True, None, None, tenant=tenant, charge_id=charge_id,
+                                                      holder=holder)))
+            raise
         except StoreUnavailable as exc:
             self._store_failed("admit", tenant, exc)
             if limits.on_store_error == "open":
@@ -53,6 +68,15 @@ class Limiter(ABC):
             holder=holder if verdict.allowed else "",
         )
 
+    async def _undo(self, attempt: asyncio.Future, admission: Admission) -> None:
+        try:
+            verdict = await attempt
+        except StoreUnavailable as exc:
+            self._store_failed("admit", admission.tenant, exc)
+            return
+        if verdict.allowed:
+            await self._settle_with_retries(admission, 0)
+
     async def settle(self, admission: Admission, used_tokens: int) -> None:
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
 
@@ -62,12 +86,18 @@ class Limiter(ABC):
         if not admission.holder:
             return
         first_try = asyncio.get_running_loop().create_future()
-        task = asyncio.ensure_future(self._settle_with_retries(admission, max(0, int(used_tokens)), first_try))
-        self._settling.add(task)
-        task.add_done_callback(self._settling.discard)
+        self._track(self._settle_with_retries(admission, _bounded(used_tokens), first_try))
         await asyncio.shield(first_try)
 
-    async def _settle_with_retries(self, admission: Admission, used_tokens: int, first_try: asyncio.Future) -> None:
+    def _track(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` to its end whatever happens to its caller; `close()` waits for it."""
+        task = asyncio.ensure_future(work)
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle_with_retries(
+        self, admission: Admission, used_tokens: int, first_try: asyncio.Future | None = None
+    ) -> None:
         try:
             for delay in (0.0, *self.settle_retry_delays_s):
                 await asyncio.sleep(delay)
@@ -75,7 +105,7 @@ class Limiter(ABC):
                     await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens)
                 except StoreUnavailable as exc:
                     self._store_failed("settle", admission.tenant, exc)
-                    if not first_try.done():
+                    if first_try is not None and not first_try.done():
                         first_try.set_result(None)
                 else:
                     self.store_healthy = True
@@ -83,7 +113,7 @@ class Limiter(ABC):
             log.error("settlement lost for tenant %s charge %s: the store stayed unreachable",
                       admission.tenant, admission.charge_id)
         finally:
-            if not first_try.done():
+            if first_try is not None and not first_try.done():
                 first_try.set_result(None)
 
     def _store_failed(self, operation: str, tenant: str, exc: Exception) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -129,3 +130,26 @@ async def test_a_dead_replicas_slots_expire_with_their_lease(redis_server):
     now[0] += 30
     assert (await limiter.admit(tenant, limits, "b", 1)).allowed
     await limiter.close()
+
+
+async def test_an_admit_cancelled_while_redis_answers_leaves_no_trace(redis_server):
+    limiter = RedisLimiter(redis_server.url, timeout_s=2.0)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(concurrent_requests=1, tokens_per_minute=1000)
+    client = redis.Redis.from_url(redis_server.url)
+    await client.execute_command("CLIENT", "PAUSE", 100, "WRITE")  # the script waits in Redis; the caller leaves
+    admitting = asyncio.create_task(limiter.admit(tenant, limits, "a", 500))
+    await asyncio.sleep(0.02)
+    admitting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await admitting
+    for _ in range(500):  # until the script ran, after the pause
+        if await client.exists(f"gw:limits:{{{tenant}}}:w"):
+            break
+        await asyncio.sleep(0.01)
+    await limiter.close()  # its reservation was settled with nothing used
+    prober = RedisLimiter(redis_server.url)
+    probe = await prober.admit(tenant, limits, "b", 0)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "1000"
+    await prober.close()
+    await client.aclose()
