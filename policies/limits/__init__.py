@@ -3,13 +3,15 @@
 The API (a contract with the policy engine):
 
 - `Limits(requests_per_minute, tokens_per_minute, concurrent_requests, tokens_per_day, on_store_error="closed")`,
-  frozen; each limit `int | None` (None: unlimited).
+  frozen; each limit `int | None` (None: unlimited; anything but a whole number >= 0 is a ValueError).
 - `Limiter`, one interface for two stores: `MemoryLimiter(clock=time.time)` (one process) and
   `RedisLimiter(url, prefix=..., lease_s=900, timeout_s=0.5)` (exact across replicas: one Lua script per call,
   atomic, on the server's clock, keys that expire by themselves).
   - `await limiter.admit(tenant, limits, charge_id, tokens) -> Admission`: reserves one request, one concurrency
     slot and `tokens` (prompt tokens + the request's max tokens) against every limit at once, or nothing. An admit
     whose `charge_id` names a charge still open (a retry on another replica) joins it and reserves nothing more.
+    Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
+    answers, whatever was reserved is settled with nothing used.
   - `await limiter.settle(admission, used_tokens)`: replaces the reservation with real usage (prompt + completion
     tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a refused
     admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the charge.
