@@ -121,6 +121,19 @@ class Limiter(ABC):
         self.store_errors += 1
         log.warning("limiter store error during %s for tenant %s: %s", operation, tenant, exc)
 
+    async def probe_store(self) -> bool:
+        """Ask the store whether it answers (for readiness checks between requests); updates `store_healthy`."""
+        try:
+            await self._ping()
+        except StoreUnavailable as exc:
+            self._store_failed("probe", "-", exc)
+        else:
+            self.store_healthy = True
+        return self.store_healthy
+
+    async def _ping(self) -> None:
+        """Raise StoreUnavailable when the store does not answer (a store in this process always does)."""
+
     @abstractmethod
     async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
         """Check every limit and reserve, atomically; raise StoreUnavailable when the store cannot answer."""

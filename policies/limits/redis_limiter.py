@@ -91,6 +91,12 @@ class RedisLimiter(Limiter):
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
 
+    async def _ping(self) -> None:
+        try:
+            await self._redis.ping()
+        except RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
     async def close(self) -> None:
         """Wait for settlements in flight, then close the connections."""
         await super().close()

@@ -79,15 +79,17 @@ async def test_a_dead_store_applies_the_tenants_choice_and_recovery_is_automatic
     during = await limiter.admit("acme", limits, "b", 1)
     await limiter.settle(before, 1)  # lost with the server: logged and counted, never raised
     assert during.store_error and not limiter.store_healthy and limiter.store_errors == 2
+    assert not await limiter.probe_store() and limiter.store_errors == 3
     if on_store_error == "open":
         assert (during.allowed, during.status, during.holder) == (True, 200, "")
     else:
         assert (during.allowed, during.status, during.limit) == (False, 503, "store")
     await limiter.settle(during, 1)  # nothing was reserved: a no-op
     own_redis_server.start()  # empty, without the scripts: NOSCRIPT, reloaded
+    assert await limiter.probe_store() and limiter.store_healthy
     after = [await limiter.admit("acme", limits, c, 1) for c in "cde"]
     assert [a.allowed for a in after] == [True, True, False] and limiter.store_healthy
-    assert limiter.store_errors == 2
+    assert limiter.store_errors == 3
 
 
 async def test_scripts_flushed_are_reloaded(redis_server):
