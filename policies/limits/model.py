@@ -22,6 +22,14 @@ class Limits:
     tokens_per_day: int | None = None
     on_store_error: Literal["open", "closed"] = "closed"
 
+    def __post_init__(self) -> None:
+        for name in ("requests_per_minute", "tokens_per_minute", "concurrent_requests", "tokens_per_day"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} must be a whole number >= 0 or None, not {value!r}")
+        if self.on_store_error not in ("open", "closed"):
+            raise ValueError(f"on_store_error must be 'open' or 'closed', not {self.on_store_error!r}")
+
 
 @dataclass(frozen=True)
 class Verdict:

@@ -27,8 +27,9 @@ class RedisLimiter(Limiter):
 
     Each admit and settle is one Lua script (atomic), on the server's clock, so replicas agree whatever their own
     clocks say. Every key expires by itself: windows a second after their newest entry leaves, day counters a day
-    after their day, charges and concurrency slots after `lease_s` (a replica that dies mid-request frees its slots
-    then). Reconnects by itself; scripts are reloaded when the server lost them (NOSCRIPT). `timeout_s` bounds each
+    after their day, concurrency slots after `lease_s` (a replica that dies mid-request frees its slots then; a
+    request that runs longer than `lease_s` no longer counts against `concurrent_requests`), open charges after two
+    days (a settled charge is deleted). Reconnects by itself; scripts are reloaded when the server lost them (NOSCRIPT). `timeout_s` bounds each
     call. `clock` (seconds) replaces the server's clock: a test hook.
     """
 
@@ -64,14 +65,8 @@ class RedisLimiter(Limiter):
 
     async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
         args = [
-            self._now_arg(),
-            tokens,
-            _arg(limits.requests_per_minute),
-            _arg(limits.tokens_per_minute),
-            _arg(limits.concurrent_requests),
-            _arg(limits.tokens_per_day),
-            holder,
-            self._lease_ms,
+            self._now_arg(), tokens, _arg(limits.requests_per_minute), _arg(limits.tokens_per_minute),
+            _arg(limits.concurrent_requests), _arg(limits.tokens_per_day), holder, self._lease_ms,
             CONCURRENCY_RETRY_MS,
         ]
         try:
@@ -93,6 +88,12 @@ class RedisLimiter(Limiter):
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int) -> None:
         try:
             await self._settle_script(self._keys(tenant, charge_id), [self._now_arg(), holder, used_tokens])
+        except RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def _ping(self) -> None:
+        try:
+            await self._redis.ping()
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 
 from .model import CONCURRENCY_RETRY_MS, DAY_MS, WINDOW_MS, LimitName, Limits
 
 
-def free_at(entries: Iterable[tuple[int, int]], need: int, now: int) -> int:
+def free_at(entries: Iterable[Sequence[int]], need: int, now: int) -> int:
     """Milliseconds until the oldest (ts, weight) entries of the window have freed `need` weight."""
     freed = 0
     for ts, weight in entries:
@@ -18,7 +18,8 @@ def free_at(entries: Iterable[tuple[int, int]], need: int, now: int) -> int:
 
 
 def worst_refusal(
-    limits: Limits, tokens: int, now: int, log: list[tuple[int, int]], window_tokens: int, slots: int, day_used: int
+    limits: Limits, tokens: int, now: int, log: Collection[Sequence[int]], window_tokens: int, slots: int,
+    day_used: int,
 ) -> tuple[LimitName, int | None] | None:
     """The limit that refuses this request for longest (None retry: never fits), or None when every limit admits.
 

@@ -7,6 +7,11 @@ import pytest
 from tests.redis_server import RedisServer
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     with RedisServer(tmp_path_factory.mktemp("redis")) as server:
