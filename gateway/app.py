@@ -74,7 +74,7 @@ def create_app(
         ok = all(states) and not drain.draining
         body = {"ready": ok, "draining": drain.draining, "models": status}
         if gate is not None:
-            body["policies"] = gate.state()
+            body["policies"] = await gate.state()
         return json_response(body, status=200 if ok else 503)
 
     @asynccontextmanager

@@ -54,13 +54,14 @@ class PolicyGate:
             self._shares[key] = asyncio.Semaphore(max(1, queue.capacity - 1))
         return self._shares[key]
 
-    def state(self) -> dict[str, Any]:
-        """What /ready shows of the policies: tenants, problems of the last reload, the limits store."""
+    async def state(self) -> dict[str, Any]:
+        """What /ready shows of the policies: tenants, problems of the last reload, the limits store
+        (asked now)."""
         return {
             "tenants": len(self.store.tenants),
             "errors": [str(e) for e in self.store.errors],
             "store": "redis" if self.redis_url else "memory",
-            "store_reachable": self.limiter.store_healthy,
+            "store_reachable": await self.limiter.probe_store(),
         }
 
 
