@@ -20,6 +20,7 @@ from gateway.api.tenancy import PolicyGate, TenantRequest, tenant_of
 from gateway.errors import APIError, invalid
 from gateway.models.registry import ServedModel
 from gateway.types import ChatRequest, ChoiceStep
+from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
@@ -140,7 +141,7 @@ class RequestPolicy:
         )
         tenant.headers = dict(verdict.headers)
         if not verdict.allowed:
-            raise _refusal(verdict.status, verdict.limit)
+            raise _refusal(verdict, reserved)
         counted = _Usage(prompt_tokens)
 
         async def release() -> None:
@@ -176,12 +177,22 @@ async def _settled(events: Events, usage: _Usage, tenant: TenantRequest) -> Even
             await tenant.release()
 
 
-def _refusal(status: int, limit: str | None) -> APIError:
-    if status == 503:
+def _refusal(verdict: LimiterAdmission, reserved: int) -> APIError:
+    """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a
+    token limit: it would never fit), else 429 with OpenAI's code and type."""
+    if verdict.status == 503:
         return APIError(
             "the rate-limit store is unreachable and this API key's policy fails closed",
             status=503,
             code="rate_limit_store_unavailable",
             type="server_error",
         )
-    return APIError(f"rate limit reached: {limit}", status=429, code="rate_limit_exceeded", type="requests")
+    if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
+        return invalid(
+            f"this request needs up to {reserved} tokens (prompt + max tokens), more than this API key's "
+            f"{verdict.limit} allows: lower max_tokens",
+            "max_tokens",
+            "tokens_exceed_limit",
+        )
+    kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"
+    return APIError(f"rate limit reached: {verdict.limit}", status=429, code="rate_limit_exceeded", type=kind)

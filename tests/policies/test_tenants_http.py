@@ -57,6 +57,7 @@ def deployment(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     write_tenant(policies, "rpm20", models=["m-shared"], limits={"requests_per_minute": 20})
     write_tenant(policies, "tpm", models=["m-shared"], limits={"tokens_per_minute": 10000, "max_tokens": 64})
     write_tenant(policies, "quiet", models=["m-shared"], audit=False)
+    write_tenant(policies, "tiny", models=["m-shared"], limits={"tokens_per_minute": 60})
     expired = write_tenant(policies, "expired", models=["m-*"])
     expired.write_text(expired.read_text().replace("  sha256", "  expires: 2020-01-31\n  sha256"))
     audit = root / "audit.jsonl"
@@ -170,6 +171,14 @@ def test_max_tokens_ceiling_default_and_prompt_size(client):
     assert response.status_code == 400 and response.json()["error"]["param"] == "prompt", response.text
 
 
+def test_a_request_that_can_never_fit_a_token_limit_is_a_400(client):
+    fits = client.post("/v1/completions", headers=auth("tiny"), json={"model": "m-shared", "prompt": "fox"})
+    assert fits.status_code == 200, fits.text
+    never = client.post("/v1/completions", headers=auth("tiny"), json={"model": "m-shared", "prompt": "fox " * 80})
+    assert never.status_code == 400 and never.json()["error"]["code"] == "tokens_exceed_limit", never.text
+    assert "retry-after" not in never.headers
+
+
 def test_rate_limit_headers_on_success(client):
     response = client.post("/v1/chat/completions", headers=auth("rpm20"), json=chat("m-shared"))
     assert response.status_code == 200
@@ -250,4 +259,4 @@ def test_audit_lines_name_tenant_and_key_id_never_the_key(deployment, client):
 def test_ready_shows_the_policy_store(client):
     body = client.get("/ready").json()
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 7 and body["policies"]["errors"] == []
+    assert body["policies"]["tenants"] == 8 and body["policies"]["errors"] == []
