@@ -25,6 +25,8 @@ from policies.limits import QueueTimeout
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
 Steps = AsyncIterator[ChoiceStep]
+NO_DEADLINE_S = 1e9
+"""The fair queue's own timeout, unused: the request's queue deadline (lifted once it runs) bounds the wait."""
 
 
 def request_policy(request: Request) -> RequestPolicy:
@@ -74,23 +76,33 @@ class RequestPolicy:
     def queued(self, model: ServedModel, tokens: int) -> Callable[[Steps], Steps] | None:
         """A wrapper giving each choice (of up to `tokens`: prompt + its max tokens) a slot of the model's
         fair queue before it reaches the backend, released when it ends; None when nothing queues.
-        A choice that waits past the tenant's queue deadline fails with a 429."""
+        The tenant's queue deadline bounds the wait until the request's first choice runs (then a 429);
+        its other choices then wait for their turn as long as the request runs."""
         queue = self._gate and self._gate.queues.get(model.id)
         if self.tenant is None or queue is None:
             return None
         tenant, policy = self.tenant, self.tenant.caller.policy
         share = self._gate.share(model.id, policy.tenant)
         deadline_s = policy.limits.queue_timeout_s
+        deadlines: set[asyncio.Timeout] = set()
+        """One per choice still waiting: the first choice to get a slot lifts them all (the request runs)."""
 
         async def in_queue(steps: Steps) -> Steps:
             started = time.monotonic()
             async with AsyncExitStack() as held:
                 try:
-                    async with asyncio.timeout(deadline_s):
-                        await share.acquire()
-                    held.callback(share.release)
-                    left = max(0.0, deadline_s - (time.monotonic() - started))
-                    await held.enter_async_context(queue.slot(policy.tenant, policy.weight, tokens, left))
+                    async with asyncio.timeout(deadline_s) as deadline:
+                        deadlines.add(deadline)
+                        try:
+                            await share.acquire()
+                            held.callback(share.release)
+                            slot = queue.slot(policy.tenant, policy.weight, tokens, NO_DEADLINE_S)
+                            await held.enter_async_context(slot)
+                        finally:
+                            deadlines.discard(deadline)
+                    for waiting in deadlines:
+                        if not waiting.expired():
+                            waiting.reschedule(None)
                 except (TimeoutError, QueueTimeout):
                     raise BackendError(
                         f"the model {model.id!r} is saturated: no slot within this API key's {deadline_s:g} s "
