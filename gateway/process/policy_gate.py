@@ -3,7 +3,6 @@ in Redis, a fair queue per model whose backend slots are known, and the audit lo
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from gateway.api.tenancy import PolicyGate
@@ -12,8 +11,6 @@ from policies.audit import AuditLog
 from policies.limits import FairQueue, Limiter, MemoryLimiter, RedisLimiter
 from policies.store import PolicyStore
 
-log = logging.getLogger(__name__)
-
 WORKER_SLOTS = 8
 """The bundled worker's default max_batch (backends/worker/__main__.py)."""
 
@@ -21,8 +18,7 @@ WORKER_SLOTS = 8
 def policy_gate(directory: Path, redis_url: str | None, audit_path: Path | None, config: GatewayConfig) -> PolicyGate:
     """Load the policies (a bad file is logged and skipped, as on every reload) and build the gate."""
     store = PolicyStore(directory)
-    for error in store.reload():
-        print(f"gateway: policy rejected: {error}", flush=True)
+    store.reload()
     limiter: Limiter = RedisLimiter(redis_url) if redis_url else MemoryLimiter()
     queues = {m.id: FairQueue(slots) for m in config.models if (slots := backend_slots(m))}
     return PolicyGate(store, limiter, queues, AuditLog(audit_path), redis_url)
