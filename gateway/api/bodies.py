@@ -30,3 +30,5 @@ async def read_json(request: Request, limit: int) -> Any:
 
 def _too_large(limit: int) -> APIError:
     return APIError(f"the body is larger than {limit} bytes", status=413, code="request_too_large")
+
+

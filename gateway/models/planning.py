@@ -34,9 +34,7 @@ def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSetting
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
     keep_markers = grammar is not None or bool(chat.active_tools)
     skip_special = settings.skip_special_tokens and not keep_markers
-    return ChatPlan(
-        prompt, ids, grammar, sampling_params(settings, max_new, model.family.stop_token_ids(), skip_special)
-    )
+    return ChatPlan(prompt, ids, grammar, sampling_params(settings, max_new, model.family.stop_token_ids(), skip_special))
 
 
 def token_budget(model: ServedModel, prompt_tokens: int, max_tokens: int | None, param: str) -> int:
