@@ -26,9 +26,12 @@ def deployment(smollm2: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa
     policies.mkdir()
     write_tenant(policies, "flood", models=["m"], priority="batch")
     write_tenant(policies, "other", models=["m"])
-    write_tenant(policies, "third", models=["m"])
+    write_tenant(policies, "third", models=["m", "solo"])
+    write_tenant(policies, "impatient", models=["solo"], limits={"queue_timeout_s": 0.5})
     with fault_backend(smollm2) as backend:
         config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"], max_running=CAPACITY)
+        solo = models_config(root / "solo.yaml", smollm2, backend.url, ["solo"], max_running=1)
+        config.write_text(config.read_text() + solo.read_text().removeprefix("models:\n"))
         with policy_gateway(config, policies, "--audit-log", str(root / "audit")) as gateway:
             yield gateway, backend
 
@@ -93,3 +96,22 @@ def test_a_flooding_tenant_does_not_crowd_out_another(deployment, capsys):
             f"\nfirst token of B while A floods: {free_slot:.3f} s (a slot A may not take), {next_slot:.3f} s "
             "(the next slot to free; one choice of A takes 2.5 s)"
         )
+
+
+def test_a_request_that_waits_past_its_queue_deadline_is_a_429(deployment):
+    gateway, backend = deployment
+    backend.set(mode="ok", delay=0.2)  # the one slot of `solo` is busy for 2 s
+    try:
+        with httpx.Client(base_url=gateway.base_url, timeout=WAIT_S) as client:
+            body = chat("solo", max_tokens=10, stream=True)
+            with client.stream("POST", "/v1/chat/completions", headers=auth("third"), json=body) as holder:
+                assert holder.status_code == 200
+                lines = holder.iter_lines()
+                next(lines)  # it holds the slot
+                refused = client.post("/v1/chat/completions", headers=auth("impatient"), json=chat("solo"))
+                for _ in lines:
+                    pass
+    finally:
+        backend.set(mode="ok")
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded" and refused.headers["retry-after"] == "1"
