@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,9 +16,11 @@ import yaml
 
 from policies.auth import hash_key
 from tests.e2e.conftest import GatewayProcess
-from tests.faults.conftest import USER, FaultBackend, replicas, start, write_config
+from tests.faults.conftest import USER, FaultBackend, replicas, sse, start, write_config
 
 STARTUP_S = 120.0
+SETTLE_S = 10.0
+"""Upper bound for a request to settle after its client left; never a speed check."""
 
 
 def key_of(tenant: str) -> str:
@@ -79,3 +82,22 @@ async def burst(base_url: str, requests: list[tuple[dict[str, str], dict[str, An
         return await asyncio.gather(
             *(client.post("/v1/chat/completions", headers=h, json=body) for h, body in requests)
         )
+
+
+def wait_for_audit(path: Path, request_ids: list[str]) -> list[dict[str, Any]]:
+    """The audit lines of `request_ids` (written once each request has settled), waiting SETTLE_S at most."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        by_id = {line["request_id"]: line for line in audit_lines(path)} if path.exists() else {}
+        if all(rid in by_id for rid in request_ids) or time.monotonic() > deadline:
+            return [by_id[rid] for rid in request_ids]
+        time.sleep(0.05)
+
+
+def cut_stream(client: httpx.Client, headers: dict[str, str], body: dict[str, Any]) -> None:
+    """Stream a chat request and leave once text arrived, as a client that goes away mid-stream."""
+    with client.stream("POST", "/v1/chat/completions", headers=headers, json=body) as response:
+        assert response.status_code == 200
+        for event in sse(response):
+            if isinstance(event, dict) and any(c["delta"].get("content") for c in event["choices"]):
+                return

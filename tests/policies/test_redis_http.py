@@ -15,7 +15,17 @@ import httpx
 import pytest
 
 from tests.faults.conftest import smollm2  # noqa: F401 - a fixture used here
-from tests.policies.deployment import auth, burst, chat, fault_backend, models_config, policy_gateway, write_tenant
+from tests.policies.deployment import (
+    auth,
+    burst,
+    chat,
+    cut_stream,
+    fault_backend,
+    models_config,
+    policy_gateway,
+    wait_for_audit,
+    write_tenant,
+)
 from tests.redis_server import RedisServer
 
 RECOVER_S = 10.0
@@ -36,17 +46,21 @@ def gateways(smollm2: Path, redis: RedisServer, tmp_path_factory: pytest.TempPat
     write_tenant(policies, "rpm20", models=["m"], limits={"requests_per_minute": 20})
     write_tenant(policies, "opened", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="open")
     write_tenant(policies, "closed", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="closed")
+    write_tenant(policies, "tpm", models=["m"], limits={"tokens_per_minute": 10000})
     with fault_backend(smollm2) as backend, ExitStack() as stack:
         config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
-        yield [
+        replicas = [
             stack.enter_context(
                 policy_gateway(config, policies, "--redis", redis.url, "--audit-log", str(root / f"{i}"))
             )
             for i in range(2)
         ]
+        yield replicas, backend, root
 
 
 def test_fifty_clients_on_two_replicas_against_20_requests_per_minute_get_exactly_20(gateways):
+    gateways = gateways[0]
+
     async def both():
         halves = [burst(g.base_url, [(auth("rpm20"), chat("m"))] * 25) for g in gateways]
         return [r for half in await asyncio.gather(*halves) for r in half]
@@ -55,7 +69,26 @@ def test_fifty_clients_on_two_replicas_against_20_requests_per_minute_get_exactl
     assert statuses == {200: 20, 429: 30}
 
 
+def test_streams_cut_on_one_replica_are_settled_as_produced_for_both(gateways):
+    gateways, backend, root = gateways
+    backend.set(mode="slow", after=3)
+    ids = [f"cut-{i}-{time.monotonic_ns()}" for i in range(2)]
+    try:
+        with httpx.Client(base_url=gateways[0].base_url, timeout=30) as client:
+            for rid in ids:
+                cut_stream(client, {**auth("tpm"), "x-request-id": rid}, chat("m", max_tokens=40, stream=True))
+    finally:
+        backend.set(mode="ok")
+    lines = wait_for_audit(root / "0", ids)
+    assert [line["completion_tokens"] for line in lines] == [3, 3]
+    prompt = lines[0]["prompt_tokens"]
+    probe = httpx.post(f"{gateways[1].base_url}/v1/chat/completions", headers=auth("tpm"), json=chat("m", max_tokens=1))
+    assert probe.status_code == 200 and probe.json()["usage"]["prompt_tokens"] == prompt
+    assert int(probe.headers["x-ratelimit-remaining-tokens"]) == 10000 - 2 * (prompt + 3) - (prompt + 1)
+
+
 def test_redis_killed_and_restarted_under_load(gateways, redis):
+    gateways = gateways[0]
     seen: dict[str, Counter] = {"opened": Counter(), "closed": Counter()}
     stop = threading.Event()
 

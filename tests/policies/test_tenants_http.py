@@ -12,16 +12,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.conftest import smollm2, sse  # noqa: F401 - a fixture used here
+from tests.faults.conftest import smollm2  # noqa: F401 - a fixture used here
 from tests.policies.deployment import (
-    audit_lines,
     auth,
     burst,
     chat,
+    cut_stream,
     fault_backend,
     key_of,
     models_config,
     policy_gateway,
+    wait_for_audit,
     write_tenant,
 )
 
@@ -31,7 +32,6 @@ TOOLS = ["get_weather", "search", "delete_all"]
 ALLOWED_MODELS = {"alpha": {"m-alpha", "m-shared"}, "beta": {"m-beta", "m-shared"}, "gamma": set(MODELS)}
 ALLOWED_TOOLS = {"alpha": {"get_weather"}, "beta": {"search"}, "gamma": set(TOOLS)}
 CEILING = 3
-SETTLE_S = 10.0
 
 
 class Deployment:
@@ -209,11 +209,7 @@ def test_tokens_of_streams_cut_mid_way_are_settled_as_produced(deployment, clien
         for rid in ids:
             headers = {**auth("tpm"), "x-request-id": rid}
             body = chat("m-shared", max_tokens=40, stream=True)
-            with client.stream("POST", "/v1/chat/completions", headers=headers, json=body) as response:
-                assert response.status_code == 200
-                for event in sse(response):
-                    if isinstance(event, dict) and any(c["delta"].get("content") for c in event["choices"]):
-                        break  # the client leaves mid-stream
+            cut_stream(client, headers, body)
     finally:
         deployment.backend.set(mode="ok")
     lines = wait_for_audit(deployment.audit, ids)
@@ -224,15 +220,6 @@ def test_tokens_of_streams_cut_mid_way_are_settled_as_produced(deployment, clien
     assert probe.json()["usage"]["prompt_tokens"] == prompt
     used = 3 * (prompt + 3) + (prompt + 1)  # the cut streams as produced, the probe as reserved
     assert int(probe.headers["x-ratelimit-remaining-tokens"]) == 10000 - used
-
-
-def wait_for_audit(path: Path, request_ids: list[str]) -> list[dict]:
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        by_id = {line["request_id"]: line for line in audit_lines(path)}
-        if all(rid in by_id for rid in request_ids) or time.monotonic() > deadline:
-            return [by_id[rid] for rid in request_ids]
-        time.sleep(0.05)
 
 
 def test_audit_lines_name_tenant_and_key_id_never_the_key(deployment, client):
