@@ -16,7 +16,7 @@ import yaml
 
 from policies.auth import hash_key
 from tests.e2e.conftest import GatewayProcess
-from tests.faults.conftest import USER, FaultBackend, replicas, sse, start, write_config
+from tests.faults.conftest import USER, replicas, sse, write_config
 
 STARTUP_S = 120.0
 SETTLE_S = 10.0
@@ -38,16 +38,6 @@ def write_tenant(directory: Path, tenant: str, **fields: Any) -> Path:
     path = directory / f"{tenant}.yaml"
     path.write_text(yaml.safe_dump(body, sort_keys=False))
     return path
-
-
-@contextmanager
-def fault_backend(checkpoint: Path) -> Iterator[FaultBackend]:
-    backend = FaultBackend(checkpoint)
-    try:
-        start(backend)
-        yield backend
-    finally:
-        backend.stop()
 
 
 def models_config(path: Path, checkpoint: Path, url: str, ids: list[str], **entry: Any) -> Path:

@@ -12,15 +12,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.conftest import smollm2  # noqa: F401 - a fixture used here
-from tests.policies.deployment import auth, burst, chat, fault_backend, models_config, policy_gateway, write_tenant
+from tests.faults.conftest import FaultBackend
+from tests.policies.deployment import auth, burst, chat, models_config, policy_gateway, write_tenant
 
 CAPACITY = 2
 WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def deployment(smollm2: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def deployment(smollm2: Path, standin_backend: FaultBackend, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("fairness")
     policies = root / "policies"
     policies.mkdir()
@@ -28,12 +28,12 @@ def deployment(smollm2: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa
     write_tenant(policies, "other", models=["m"])
     write_tenant(policies, "third", models=["m", "solo"])
     write_tenant(policies, "impatient", models=["solo"], limits={"queue_timeout_s": 0.5})
-    with fault_backend(smollm2) as backend:
-        config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"], max_running=CAPACITY)
-        solo = models_config(root / "solo.yaml", smollm2, backend.url, ["solo"], max_running=1)
-        config.write_text(config.read_text() + solo.read_text().removeprefix("models:\n"))
-        with policy_gateway(config, policies, "--audit-log", str(root / "audit")) as gateway:
-            yield gateway, backend
+    backend = standin_backend
+    config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"], max_running=CAPACITY)
+    solo = models_config(root / "solo.yaml", smollm2, backend.url, ["solo"], max_running=1)
+    config.write_text(config.read_text() + solo.read_text().removeprefix("models:\n"))
+    with policy_gateway(config, policies, "--audit-log", str(root / "audit")) as gateway:
+        yield gateway, backend
 
 
 def started(backend) -> int:

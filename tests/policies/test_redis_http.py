@@ -14,13 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.conftest import smollm2  # noqa: F401 - a fixture used here
+from tests.faults.conftest import FaultBackend
 from tests.policies.deployment import (
     auth,
     burst,
     chat,
     cut_stream,
-    fault_backend,
     models_config,
     policy_gateway,
     wait_for_audit,
@@ -39,7 +38,9 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="module")
-def gateways(smollm2: Path, redis: RedisServer, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def gateways(
+    smollm2: Path, standin_backend: FaultBackend, redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
+):
     root = tmp_path_factory.mktemp("replicas")
     policies = root / "policies"
     policies.mkdir()
@@ -47,7 +48,8 @@ def gateways(smollm2: Path, redis: RedisServer, tmp_path_factory: pytest.TempPat
     write_tenant(policies, "opened", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="open")
     write_tenant(policies, "closed", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="closed")
     write_tenant(policies, "tpm", models=["m"], limits={"tokens_per_minute": 10000})
-    with fault_backend(smollm2) as backend, ExitStack() as stack:
+    backend = standin_backend
+    with ExitStack() as stack:
         config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
         replicas = [
             stack.enter_context(

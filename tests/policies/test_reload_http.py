@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.conftest import smollm2, sse  # noqa: F401 - a fixture used here
-from tests.policies.deployment import auth, chat, fault_backend, models_config, policy_gateway, write_tenant
+from tests.faults.conftest import FaultBackend, sse
+from tests.policies.deployment import auth, chat, models_config, policy_gateway, write_tenant
 
 RELOAD_S = 10.0
 """Upper bound for a change to take effect (measured: see docs/tenants.md); never a speed check."""
@@ -58,17 +58,17 @@ class ConfigMapDir:
 
 
 @pytest.fixture(scope="module")
-def deployment(smollm2: Path, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def deployment(smollm2: Path, standin_backend: FaultBackend, tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("reload")
     mount = ConfigMapDir(root / "mount", root / "staging")
     write_tenant(mount.staging, "steady", models=["m"], limits={"max_tokens": 2})
     write_tenant(mount.staging, "leaver", models=["m"])
     write_tenant(mount.staging, "hup", models=["m"])
     mount.publish()
-    with fault_backend(smollm2) as backend:
-        config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
-        with policy_gateway(config, mount.root, "--audit-log", str(root / "audit")) as gateway:
-            yield gateway, mount, backend
+    backend = standin_backend
+    config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
+    with policy_gateway(config, mount.root, "--audit-log", str(root / "audit")) as gateway:
+        yield gateway, mount, backend
 
 
 @pytest.fixture

@@ -12,13 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.faults.conftest import smollm2  # noqa: F401 - a fixture used here
+from tests.faults.conftest import FaultBackend
 from tests.policies.deployment import (
     auth,
     burst,
     chat,
     cut_stream,
-    fault_backend,
     key_of,
     models_config,
     policy_gateway,
@@ -46,7 +45,9 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:  # noqa: F811
+def deployment(
+    smollm2: Path, standin_backend: FaultBackend, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("tenants")
     policies = root / "policies"
     policies.mkdir()
@@ -61,10 +62,10 @@ def deployment(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     expired = write_tenant(policies, "expired", models=["m-*"])
     expired.write_text(expired.read_text().replace("  sha256", "  expires: 2020-01-31\n  sha256"))
     audit = root / "audit.jsonl"
-    with fault_backend(smollm2) as backend:
-        config = models_config(root / "gateway.yaml", smollm2, backend.url, MODELS)
-        with policy_gateway(config, policies, "--audit-log", str(audit)) as gateway:
-            yield Deployment(gateway.base_url, audit, backend, gateway)
+    backend = standin_backend
+    config = models_config(root / "gateway.yaml", smollm2, backend.url, MODELS)
+    with policy_gateway(config, policies, "--audit-log", str(audit)) as gateway:
+        yield Deployment(gateway.base_url, audit, backend, gateway)
 
 
 @pytest.fixture

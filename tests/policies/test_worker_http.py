@@ -15,6 +15,7 @@ from tests.faults.conftest import sse
 from tests.policies.deployment import audit_lines, auth, chat, write_tenant
 
 WAIT_S = 300.0
+BULK_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
@@ -40,31 +41,31 @@ def test_tenants_on_the_real_worker(gateway, capsys):
         hidden = client.post("/v1/chat/completions", headers=auth("elsewhere"), json=chat(EMBEDDED_MODEL_ID))
         assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "model_not_found"
 
-        small, small_latency, bulk = small_while_bulk_runs(client, auth("bulk"), auth("chatty"))
+        small, small_latency, bulk = small_while_bulk_runs(client, auth("bulk"), auth("chatty"), BULK_TOKENS)
     assert small.status_code == 200 and small.json()["usage"]["completion_tokens"] == 1
-    assert bulk["tokens"] == 16 * 24
+    assert bulk["tokens"] == 16 * BULK_TOKENS
     lines = {line["request_id"]: line for line in audit_lines(audit)}
     assert lines["worker-small"]["completion_tokens"] == 1 and lines["worker-small"]["tenant"] == "chatty"
     bulk_line = next(line for line in lines.values() if line["tenant"] == "bulk")
-    assert bulk_line["completion_tokens"] == 16 * 24 and bulk_line["queue_wait_ms"] > 0
+    assert bulk_line["completion_tokens"] == 16 * BULK_TOKENS and bulk_line["queue_wait_ms"] > 0
     with capsys.disabled():
         print(
-            f"\n1-token request while another tenant's n=16 x 24 tokens runs: {small_latency:.2f} s "
+            f"\n1-token request while another tenant's n=16 x {BULK_TOKENS} tokens runs: {small_latency:.2f} s "
             f"(the n=16 request took {bulk['latency']:.2f} s; its later choices queued {bulk_line['queue_wait_ms']:.0f} ms)"
         )
 
 
 def small_while_bulk_runs(
-    client: httpx.Client, bulk_headers: dict[str, str], small_headers: dict[str, str]
+    client: httpx.Client, bulk_headers: dict[str, str], small_headers: dict[str, str], tokens: int = 24
 ) -> tuple[httpx.Response, float, dict[str, float]]:
-    """Stream one `n: 16` request; once 7 of its choices decode, send a 1-token request: its response,
-    the seconds it took, and the bulk request's latency and completion tokens."""
+    """Stream one `n: 16` request of `tokens` tokens each; once 7 of its choices decode, send a 1-token
+    request: its response, the seconds it took, and the bulk request's latency and completion tokens."""
     bulk: dict[str, float] = {}
     decoding = threading.Event()
 
     def flood() -> None:
         begun = time.monotonic()
-        body = chat(EMBEDDED_MODEL_ID, max_tokens=24, n=16, ignore_eos=True, temperature=1.0, stream=True)
+        body = chat(EMBEDDED_MODEL_ID, max_tokens=tokens, n=16, ignore_eos=True, temperature=1.0, stream=True)
         body["stream_options"] = {"include_usage": True}
         seen: set[int] = set()
         with client.stream("POST", "/v1/chat/completions", headers=bulk_headers, json=body) as response:
