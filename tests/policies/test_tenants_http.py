@@ -247,4 +247,4 @@ def test_audit_lines_name_tenant_and_key_id_never_the_key(deployment, client):
 def test_ready_shows_the_policy_store(client):
     body = client.get("/ready").json()
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 8 and body["policies"]["errors"] == []
+    assert body["policies"]["tenants"] == 8 and body["policies"]["problems"] == 0
