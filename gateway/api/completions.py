@@ -8,6 +8,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.api.ids import new_id, now
 from gateway.api.logprobs import TokenTexts, completion_logprobs
@@ -25,6 +26,8 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     parsed = parse_completion(await read_json(request, max_body))
     model = served_model(registry, parsed.model)
     settings = parsed.settings
+    policy = request_policy(request)
+    policy.check_max_tokens(settings.max_tokens, "max_tokens")
     prompts = [
         _prompt_ids(model, p, "prompt" if len(parsed.prompts) == 1 else f"prompt[{i}]")
         for i, p in enumerate(parsed.prompts)
@@ -35,7 +38,7 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
             ids,
             sampling_params(
                 settings,
-                token_budget(model, len(ids), settings.max_tokens, param),
+                policy.cap(token_budget(model, len(ids), settings.max_tokens, param)),
                 stop_ids,
                 settings.skip_special_tokens,
             ),
@@ -43,10 +46,14 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
         for ids, param in prompts
     ]
     rid = new_id("cmpl")
-    events = generate(model, rid, batch, settings, None)
+    longest = max(len(ids) + sampling.max_new_tokens for ids, sampling in batch)
+    events = generate(model, rid, batch, settings, None, policy.queued(model, longest))
+    prompt_tokens = sum(len(ids) for ids, _ in batch)
+    budget = settings.n * sum(sampling.max_new_tokens for _, sampling in batch)
+    events = await policy.admit(model, prompt_tokens, budget, events, prompt_param="prompt", prompt=parsed.prompts)
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     skipped = frozenset(model.family.context.control_token_ids) if settings.skip_special_tokens else frozenset()
-    renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, sum(len(ids) for ids, _ in batch))
+    renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, prompt_tokens)
     envelope = {"id": rid, "object": "text_completion", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, settings, "text_completion")
 

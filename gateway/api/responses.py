@@ -18,6 +18,7 @@ from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.response_store import ResponseStore
 from gateway.api.streaming import respond_door
+from gateway.api.tenancy import tenant_of
 from gateway.errors import APIError, invalid
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChatRequest, ChoiceStep
@@ -28,14 +29,9 @@ MAX_LIST = 100
 
 
 def request_owner(request: Request) -> str | None:
-    """Whose stored responses this request may see: its tenant's name, None when the gateway runs open.
-
-    Tenant policies put the request's tenant in `scope["state"]["tenant"]` (a name, or their request
-    context whose `caller.policy.tenant` is the name)."""
-    tenant = request.scope.get("state", {}).get("tenant")
-    if tenant is None or isinstance(tenant, str):
-        return tenant
-    return tenant.caller.policy.tenant
+    """Whose stored responses this request may see: its tenant's name, None when the gateway runs open."""
+    tenant = tenant_of(request)
+    return None if tenant is None else tenant.caller.policy.tenant
 
 
 async def create_response(request: Request, registry: ModelRegistry, store: ResponseStore, max_body: int) -> Response:
@@ -59,7 +55,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     if not chat.messages:
         raise invalid("'input' must hold at least one item", "input")
     rid = item_id("resp")
-    events, renderer = await start_chat(model, chat, parsed.settings, rid, param="input")
+    events, renderer = await start_chat(request, model, chat, parsed.settings, rid, param="input", max_tokens_param="max_output_tokens")
 
     async def keep(response: dict[str, Any], output: list[dict[str, Any]]) -> None:
         if parsed.store:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from typing import TypeVar
 
@@ -95,8 +95,10 @@ def generate(
     prompts: Sequence[tuple[list[int], SamplingParams]],
     settings: GenerationSettings,
     grammar: Grammar | None,
+    each: Callable[[AsyncIterator[ChoiceStep]], AsyncIterator[ChoiceStep]] | None = None,
 ) -> AsyncIterator[tuple[int, ChoiceStep]]:
-    """Every choice's steps, merged: choice `p * n + j` is sample j of prompt p (seeds differ per sample)."""
+    """Every choice's steps, merged: choice `p * n + j` is sample j of prompt p (seeds differ per sample).
+    `each` wraps every choice's stream (a fair queue's slot per choice)."""
     if model.backend is None:
         raise APIError(
             f"the model {model.id!r} only tokenizes; it has no backend", param="model", code="model_not_generative"
@@ -113,7 +115,8 @@ def generate(
                 top_logprobs=settings.top_logprobs,
             )
             detokenizer = Detokenizer(model.tokenizer, model.added_ids)
-            streams.append(choice_steps(model.backend, request, detokenizer, settings.stop))
+            steps = choice_steps(model.backend, request, detokenizer, settings.stop)
+            streams.append(each(steps) if each else steps)
     return merge(streams)
 
 

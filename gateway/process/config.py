@@ -9,6 +9,8 @@ A YAML (or JSON) file:
                                       # (tokenizer.json of an installed package); omitted = embedded
         options: {}                   # family options, e.g. chat_template: <jinja text>
         default_max_tokens: 1024      # for requests that name no max_tokens (default: the context left)
+        max_running: 8                # with --policies: choices sent to the backend at once; more wait in the
+                                      #   model's fair queue (default: a bundled worker's max_batch, else none)
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
           threads: 2                  # worker only (also max_batch, weights_dtype, device,
@@ -92,6 +94,7 @@ class ModelEntry:
     options: dict[str, Any] = field(default_factory=dict)
     default_max_tokens: int | None = None
     backend: BackendConfig = field(default_factory=BackendConfig)
+    max_running: int | None = None
 
 
 @dataclass
@@ -123,7 +126,7 @@ def load_config(path: str | Path) -> GatewayConfig:
 def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping")
-    _only(raw, {"id", "family", "checkpoint", "options", "default_max_tokens", "backend"}, where)
+    _only(raw, {"id", "family", "checkpoint", "options", "default_max_tokens", "backend", "max_running"}, where)
     if not isinstance(raw.get("id"), str) or not raw["id"]:
         raise ConfigError(f"{where}.id: a non-empty string is required")
     backend_raw = raw.get("backend") or {}
@@ -138,6 +141,11 @@ def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
     default_max_tokens = raw.get("default_max_tokens")
     if default_max_tokens is not None and (not isinstance(default_max_tokens, int) or default_max_tokens < 1):
         raise ConfigError(f"{where}.default_max_tokens: a positive integer is required")
+    max_running = raw.get("max_running")
+    if max_running is not None and (
+        isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1
+    ):
+        raise ConfigError(f"{where}.max_running: a positive integer is required")
     options = raw.get("options") or {}
     if not isinstance(options, dict):
         raise ConfigError(f"{where}.options: expected a mapping")
@@ -148,6 +156,7 @@ def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
         options=options,
         default_max_tokens=default_max_tokens,
         backend=backend,
+        max_running=max_running,
     )
 
 

@@ -4,6 +4,7 @@ and two gateways sharing one Redis (a conversation started on one continues on t
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Iterator
 
 import httpx
@@ -11,11 +12,15 @@ import pytest
 import redis
 
 from gateway.api.response_store import MemoryStore, RedisStore
+from gateway.api.tenancy import PolicyGate
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
-from tests.doors.redis_server import redis_server
+from policies.audit import AuditLog
+from policies.limits import MemoryLimiter
+from policies.store import PolicyStore
 from tests.gateway.http_server import serve
+from tests.redis_server import RedisServer
 
 
 def record(rid: str, owner: str | None = None, size: int = 10) -> dict:
@@ -27,9 +32,9 @@ def run(coro):
 
 
 @pytest.fixture(scope="module")
-def redis_url() -> Iterator[str]:
-    with redis_server() as url:
-        yield url
+def redis_url(tmp_path_factory) -> Iterator[str]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield f"{server.url}/0"
 
 
 def test_memory_store_drops_the_oldest_past_its_count():
@@ -110,33 +115,39 @@ def test_a_conversation_continues_on_another_replica(door, two_gateways):
     assert httpx.get(f"{a}/v1/responses/{first['id']}").status_code == 404
 
 
-def as_tenant(app):
-    """The app behind a stand-in for tenant policies: `x-test-tenant` names the request's tenant."""
-
-    async def wrapped(scope, receive, send):
-        name = dict(scope.get("headers", [])).get(b"x-test-tenant")
-        if scope["type"] == "http" and name:
-            scope.setdefault("state", {})["tenant"] = name.decode()
-        await app(scope, receive, send)
-
-    return wrapped
+KEYS = {"a": "key-of-tenant-a", "b": "key-of-tenant-b"}
 
 
-def test_a_stored_response_belongs_to_its_tenant(door):
-    with serve(as_tenant(create_app(ModelRegistry([door.another_model()])))) as url:
+@pytest.fixture
+def tenant_gate(tmp_path):
+    """Real tenant policies: tenants `a` and `b`, each with its key, both allowed every model."""
+    for tenant, key in KEYS.items():
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        (tmp_path / f"{tenant}.yaml").write_text(
+            f"tenant: {tenant}\nkeys:\n  - id: {tenant}-key\n    sha256: {digest}\nmodels: ['*']\n"
+        )
+    store = PolicyStore(tmp_path)
+    store.reload()
+    return PolicyGate(store, MemoryLimiter(), {}, AuditLog(tmp_path / "audit.jsonl"))
+
+
+def test_a_stored_response_belongs_to_its_tenant(door, tenant_gate):
+    with serve(create_app(ModelRegistry([door.another_model()]), gate=tenant_gate)) as url:
         door.say("Hello")
         body = {"model": door.model.id, "input": "hi"}
-        made = httpx.post(f"{url}/v1/responses", json=body, headers={"x-test-tenant": "a"}, timeout=30).json()
+        as_a = {"authorization": f"Bearer {KEYS['a']}"}
+        as_b = {"authorization": f"Bearer {KEYS['b']}"}
+        made = httpx.post(f"{url}/v1/responses", json=body, headers=as_a, timeout=30).json()
         rid = made["id"]
-        for tenant, status in (("a", 200), ("b", 404), (None, 404)):
-            headers = {"x-test-tenant": tenant} if tenant else {}
+        for headers, status in ((as_a, 200), (as_b, 404)):
             assert httpx.get(f"{url}/v1/responses/{rid}", headers=headers).status_code == status
             assert httpx.get(f"{url}/v1/responses/{rid}/input_items", headers=headers).status_code == status
+        assert httpx.get(f"{url}/v1/responses/{rid}").status_code == 401, "no key, no answer"
         follow = {**body, "previous_response_id": rid}
-        r = httpx.post(f"{url}/v1/responses", json=follow, headers={"x-test-tenant": "b"}, timeout=30)
+        r = httpx.post(f"{url}/v1/responses", json=follow, headers=as_b, timeout=30)
         assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
-        assert httpx.delete(f"{url}/v1/responses/{rid}", headers={"x-test-tenant": "b"}).status_code == 404
-        assert httpx.delete(f"{url}/v1/responses/{rid}", headers={"x-test-tenant": "a"}).status_code == 200
+        assert httpx.delete(f"{url}/v1/responses/{rid}", headers=as_b).status_code == 404
+        assert httpx.delete(f"{url}/v1/responses/{rid}", headers=as_a).status_code == 200
 
 
 def test_redis_down_is_a_503_or_an_error_event(door):

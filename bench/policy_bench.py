@@ -1,0 +1,101 @@
+"""Policy overhead: the latency admit + settle adds to one request, in memory and with a local redis-server.
+
+Each request is `admit` (all four limits set, high enough never to refuse) followed by `settle`, timed together
+with `time.perf_counter_ns`, on uvloop when installed (the gateway's loop). Two loads per store: one request at a time
+(the latency a lone request pays) and --concurrency requests in flight (each request's own latency while others
+run: in memory that is mostly waiting for the loop's other clients), over --tenants tenants; and the client's CPU
+time per request (this process: the whole cost in memory, the client side with Redis). Redis is a real `redis-server` on 127.0.0.1 started for the run (no persistence).
+The sliding windows fill as they would under load: every admission stays in its tenant's window for a minute.
+
+    python bench/policy_bench.py [--requests 20000] [--concurrency 16] [--tenants 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from policies.limits import Limiter, Limits, MemoryLimiter, RedisLimiter
+from tests.redis_server import RedisServer
+
+LIMITS = Limits(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=10**6,
+                tokens_per_day=10**15)
+_charges = itertools.count()
+
+
+async def _one(limiter: Limiter, tenant: str) -> int:
+    start = time.perf_counter_ns()
+    admission = await limiter.admit(tenant, LIMITS, f"charge-{next(_charges)}", 1200)
+    await limiter.settle(admission, 700)
+    elapsed = time.perf_counter_ns() - start
+    if not admission.allowed:
+        raise RuntimeError(f"refused: {admission.limit}")
+    return elapsed
+
+
+async def _run(limiter: Limiter, requests: int, concurrency: int, tenants: int) -> list[int]:
+    names = [f"tenant-{i}" for i in range(tenants)]
+    latencies: list[int] = []
+
+    async def client(k: int) -> None:
+        for i in range(k, requests, concurrency):
+            latencies.append(await _one(limiter, names[i % tenants]))
+
+    await asyncio.gather(*(client(k) for k in range(concurrency)))
+    return latencies
+
+
+def _row(store: str, load: str, latencies: list[int], wall_s: float, cpu_s: float) -> str:
+    ms = sorted(n / 1e6 for n in latencies)
+    p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
+    return (f"| {store} | {load} | {len(ms)} | {statistics.median(ms):.3f} | {p99:.3f} | {len(ms) / wall_s:,.0f} "
+            f"| {cpu_s / len(ms) * 1e6:.0f} |")
+
+
+async def _bench(limiter: Limiter, store: str, args: argparse.Namespace) -> list[str]:
+    await _run(limiter, min(2000, args.requests), args.concurrency, args.tenants)  # warm-up (connections, scripts)
+    rows = []
+    for load, concurrency in (("1 at a time", 1), (f"{args.concurrency} in flight", args.concurrency)):
+        start, cpu = time.perf_counter(), time.process_time()
+        latencies = await _run(limiter, args.requests, concurrency, args.tenants)
+        rows.append(_row(store, load, latencies, time.perf_counter() - start, time.process_time() - cpu))
+    return rows
+
+
+async def main(args: argparse.Namespace) -> None:
+    rows = await _bench(MemoryLimiter(), "memory", args)
+    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as server:
+        limiter = RedisLimiter(server.url)
+        rows += await _bench(limiter, "redis (local)", args)
+        await limiter.close()
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    load_avg = Path("/proc/loadavg").read_text().split()[0]
+    print(f"admit + settle per request; {args.tenants} tenants; Python {platform.python_version()}, loop {loop}; "
+          f"load average {load_avg} on {os.cpu_count()} CPUs")
+    print("| store | load | requests | p50 ms | p99 ms | requests/s | client CPU µs/request |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--tenants", type=int, default=8)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main(parser.parse_args()))
+    else:
+        uvloop.run(main(parser.parse_args()))

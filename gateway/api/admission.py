@@ -1,0 +1,210 @@
+"""The one admission step every generating endpoint takes, after planning (prompt tokens known) and
+before the backend: the tenant's caps (max tokens, prompt size, tools), the limiter's reservation
+(429 with retry-after on refusal), a slot in the model's fair queue, and settlement with the real
+usage when the answer ends however it ends. Without policies every step is a no-op."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+
+from backends.base import BackendError
+from gateway.api.tenancy import PolicyGate, TenantRequest, tenant_of
+from gateway.errors import APIError, invalid
+from gateway.models.registry import ServedModel
+from gateway.types import ChatRequest, ChoiceStep
+from policies.limits import Admission as LimiterAdmission
+from policies.limits import QueueTimeout
+
+Events = AsyncIterator[tuple[int, ChoiceStep]]
+Steps = AsyncIterator[ChoiceStep]
+NO_DEADLINE_S = 1e9
+"""The fair queue's own timeout, unused: the request's queue deadline (lifted once it runs) bounds the wait."""
+
+
+def request_policy(request: Request) -> RequestPolicy:
+    """The policy step of `request` (inert when the gateway runs without policies)."""
+    return RequestPolicy(tenant_of(request), request.scope.get("state", {}).get("gate"))
+
+
+class RequestPolicy:
+    """What the caller's policy asks of one request, in the order an endpoint needs it."""
+
+    def __init__(self, tenant: TenantRequest | None, gate: PolicyGate | None):
+        self.tenant = tenant
+        self._gate = gate
+
+    def check_max_tokens(self, requested: int | None, param: str) -> None:
+        """A request's max tokens above the tenant's ceiling is a 400 naming `param`."""
+        ceiling = self.tenant and self.tenant.caller.policy.limits.max_tokens
+        if ceiling is not None and requested is not None and requested > ceiling:
+            raise invalid(f"'{param}' is {requested}; this API key allows at most {ceiling}", param)
+
+    def cap(self, max_new_tokens: int) -> int:
+        """The tenant's max-tokens ceiling as the default (and bound) of a request's token budget."""
+        ceiling = self.tenant and self.tenant.caller.policy.limits.max_tokens
+        return max_new_tokens if ceiling is None else min(max_new_tokens, ceiling)
+
+    def check_tools(self, chat: ChatRequest) -> ChatRequest:
+        """403 naming the first declared tool outside `tools.allow`; `tools.strict` always/never applied."""
+        if self.tenant is None:
+            return chat
+        policy = self.tenant.caller.policy
+        for i, tool in enumerate(chat.tools):
+            name = tool["function"]["name"]
+            if policy.tools_allow is not None and not policy.tools_allow.match(name):
+                raise APIError(
+                    f"the tool {name!r} is not allowed for this API key",
+                    status=403,
+                    param=f"tools[{i}].function.name",
+                    code="tool_not_allowed",
+                    type="permission_error",
+                )
+        if policy.tools_strict == "client" or not chat.tools:
+            return chat
+        strict = policy.tools_strict == "always"
+        tools = [{**t, "function": {**t["function"], "strict": strict}} for t in chat.tools]
+        return dataclasses.replace(chat, tools=tools)
+
+    def queued(self, model: ServedModel, tokens: int) -> Callable[[Steps], Steps] | None:
+        """A wrapper giving each choice (of up to `tokens`: prompt + its max tokens) a slot of the model's
+        fair queue before it reaches the backend, released when it ends; None when nothing queues.
+        The tenant's queue deadline bounds the wait until the request's first choice runs (then a 429);
+        its other choices then wait for their turn as long as the request runs."""
+        queue = self._gate and self._gate.queues.get(model.id)
+        if self.tenant is None or queue is None:
+            return None
+        tenant, policy = self.tenant, self.tenant.caller.policy
+        share = self._gate.share(model.id, policy.tenant)
+        deadline_s = policy.limits.queue_timeout_s
+        deadlines: set[asyncio.Timeout] = set()
+        """One per choice still waiting: the first choice to get a slot lifts them all (the request runs)."""
+
+        async def in_queue(steps: Steps) -> Steps:
+            started = time.monotonic()
+            async with AsyncExitStack() as held:
+                try:
+                    async with asyncio.timeout(deadline_s) as deadline:
+                        deadlines.add(deadline)
+                        try:
+                            await share.acquire()
+                            held.callback(share.release)
+                            slot = queue.slot(policy.tenant, policy.weight, tokens, NO_DEADLINE_S)
+                            await held.enter_async_context(slot)
+                        finally:
+                            deadlines.discard(deadline)
+                    for waiting in deadlines:
+                        if not waiting.expired():
+                            waiting.reschedule(None)
+                except (TimeoutError, QueueTimeout):
+                    raise BackendError(
+                        f"the model {model.id!r} is saturated: no slot within this API key's {deadline_s:g} s "
+                        "queue deadline",
+                        status=429,
+                        code="rate_limit_exceeded",
+                        retry_after=1,
+                    ) from None
+                tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
+                async with aclosing(steps):
+                    async for step in steps:
+                        yield step
+
+        return in_queue
+
+    async def admit(
+        self,
+        model: ServedModel,
+        prompt_tokens: int,
+        completion_tokens: int,
+        events: Events,
+        *,
+        prompt_param: str,
+        prompt: Any = None,
+    ) -> Events:
+        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all choices):
+        400 over max_prompt_tokens, 429 (or 503 when the store is down and the tenant fails closed)
+        when the limiter refuses. Returns `events`, settling the
+        real usage when they end; call it before anything reaches the backend."""
+        tenant = self.tenant
+        if tenant is None or self._gate is None:
+            return events
+        policy = tenant.caller.policy
+        tenant.model = model.id
+        tenant.prompt_tokens = prompt_tokens
+        if policy.audit_prompts:
+            tenant.prompt = prompt
+        if policy.limits.max_prompt_tokens is not None and prompt_tokens > policy.limits.max_prompt_tokens:
+            raise invalid(
+                f"the prompt is {prompt_tokens} tokens; this API key allows at most {policy.limits.max_prompt_tokens}",
+                prompt_param,
+                "prompt_too_long",
+            )
+        reserved = prompt_tokens + completion_tokens
+        limiter = self._gate.limiter
+        verdict = await limiter.admit(
+            policy.tenant, policy.limiter_limits, f"{policy.tenant}:{tenant.request_id}", reserved
+        )
+        tenant.headers = dict(verdict.headers)
+        if not verdict.allowed:
+            raise _refusal(verdict, reserved)
+        counted = _Usage(prompt_tokens)
+
+        async def release() -> None:
+            tenant.release = None
+            tenant.completion_tokens = sum(counted.completion)
+            await limiter.settle(verdict, prompt_tokens + tenant.completion_tokens)
+
+        tenant.release = release
+        return _settled(events, counted, tenant)
+
+
+@dataclass
+class _Usage:
+    prompt: int
+    completion: list[int] = field(default_factory=list)
+
+
+async def _settled(events: Events, usage: _Usage, tenant: TenantRequest) -> Events:
+    """`events`, counting each choice's completion tokens; settles when they end (finished, stopped,
+    failed, or closed early by a client that left)."""
+    try:
+        async for index, step in events:
+            if index >= len(usage.completion):
+                usage.completion += [0] * (index + 1 - len(usage.completion))
+            usage.completion[index] = step.completion_tokens
+            tenant.cached_tokens = max(tenant.cached_tokens, step.cached_tokens)
+            if step.finish_reason is not None:
+                tenant.finish_reason = step.finish_reason
+            yield index, step
+    finally:
+        await events.aclose()
+        if tenant.release is not None:
+            await tenant.release()
+
+
+def _refusal(verdict: LimiterAdmission, reserved: int) -> APIError:
+    """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a
+    token limit: it would never fit), else 429 with OpenAI's code and type."""
+    if verdict.status == 503:
+        return APIError(
+            "the rate-limit store is unreachable and this API key's policy fails closed",
+            status=503,
+            code="rate_limit_store_unavailable",
+            type="server_error",
+        )
+    if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
+        return invalid(
+            f"this request needs up to {reserved} tokens (prompt + max tokens), more than this API key's "
+            f"{verdict.limit} allows: lower max_tokens",
+            "max_tokens",
+            "tokens_exceed_limit",
+        )
+    kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"
+    return APIError(f"rate limit reached: {verdict.limit}", status=429, code="rate_limit_exceeded", type=kind)

@@ -1,0 +1,33 @@
+"""The policy gate of `gateway serve --policies DIR`: the store loaded from DIR, a limiter in memory or
+in Redis, a fair queue per model whose backend slots are known, and the audit log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.api.tenancy import PolicyGate
+from gateway.process.config import GatewayConfig, ModelEntry
+from policies.audit import AuditLog
+from policies.limits import FairQueue, Limiter, MemoryLimiter, RedisLimiter
+from policies.store import PolicyStore
+
+WORKER_SLOTS = 8
+"""The bundled worker's default max_batch (backends/worker/__main__.py)."""
+
+
+def policy_gate(directory: Path, redis_url: str | None, audit_path: Path | None, config: GatewayConfig) -> PolicyGate:
+    """Load the policies (a bad file is logged and skipped, as on every reload) and build the gate."""
+    store = PolicyStore(directory)
+    store.reload()
+    limiter: Limiter = RedisLimiter(redis_url) if redis_url else MemoryLimiter()
+    queues = {m.id: FairQueue(slots) for m in config.models if (slots := backend_slots(m))}
+    return PolicyGate(store, limiter, queues, AuditLog(audit_path), redis_url)
+
+
+def backend_slots(entry: ModelEntry) -> int | None:
+    """How many choices the model's backends run at once: `max_running`, else a bundled worker's batch."""
+    if entry.max_running is not None:
+        return entry.max_running
+    if entry.backend.type == "worker":
+        return entry.backend.max_batch or WORKER_SLOTS
+    return None

@@ -1,0 +1,52 @@
+"""Tenant limits: reserve-then-settle limiters (in memory or in Redis) and fair queues per model.
+
+The API (a contract with the policy engine):
+
+- `Limits(requests_per_minute, tokens_per_minute, concurrent_requests, tokens_per_day, on_store_error="closed")`,
+  frozen; each limit `int | None` (None: unlimited; anything but a whole number >= 0 is a ValueError).
+- `Limiter`, one interface for two stores: `MemoryLimiter(clock=time.time)` (one process) and
+  `RedisLimiter(url, prefix=..., lease_s=900, timeout_s=0.5)` (exact across replicas: one Lua script per call,
+  atomic, on the server's clock, keys that expire by themselves).
+  - `await limiter.admit(tenant, limits, charge_id, tokens) -> Admission`: reserves one request, one concurrency
+    slot and `tokens` (prompt tokens + the request's max tokens) against every limit at once, or nothing. An admit
+    whose `charge_id` names a charge still open (a retry on another replica) joins it and reserves nothing more.
+    Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
+    answers, whatever was reserved is settled with nothing used.
+  - `await limiter.settle(admission, used_tokens)`: replaces the reservation with real usage (prompt + completion
+    tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a refused
+    admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the charge.
+    When the store is unreachable it returns after the first try and retries in the background
+    (`limiter.settle_retry_delays_s`); `await limiter.close()` waits for settlements in flight.
+  - `Admission`: `allowed`, `limit` (the refusing limit's name, "store" when the store is down, else None),
+    `retry_after_s` (exact: when enough of the window frees; None when the request alone exceeds the limit and
+    never fits; 1 s for a concurrency refusal, whose end no store can predict), `headers` (OpenAI's
+    `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the per-minute limits the tenant has, `retry-after`
+    and `retry-after-ms` on a refusal), `status` (200, 429, or 503 for a closed store error), `store_error`.
+  - Store errors: `on_store_error="open"` admits (logged, counted), "closed" refuses with status 503; both count in
+    `limiter.store_errors` and set `limiter.store_healthy` False until a call succeeds again;
+    `await limiter.probe_store()` asks the store now (for `/ready` between requests).
+- `FairQueue(capacity)`: `async with queue.slot(tenant, weight, cost_tokens, timeout_s)`, start-time fair queuing
+  across tenants by tokens / weight, FIFO per tenant, `QueueTimeout` after `timeout_s`; `waiting` and `running`
+  per tenant. One process: each replica shares fairly what it sends.
+
+How limits are counted: per-minute limits are sliding logs (every admission counts for exactly 60 s from its
+admission, with its settled tokens), so a limit of N admits N in any 60 s and never fires early; the per-day quota
+is a fixed UTC day (tokens are charged to the day of admission).
+"""
+
+from .fair_queue import FairQueue, QueueTimeout
+from .limiter import Limiter, StoreUnavailable
+from .memory import MemoryLimiter
+from .model import Admission, Limits
+from .redis_limiter import RedisLimiter
+
+__all__ = [
+    "Admission",
+    "FairQueue",
+    "Limiter",
+    "Limits",
+    "MemoryLimiter",
+    "QueueTimeout",
+    "RedisLimiter",
+    "StoreUnavailable",
+]

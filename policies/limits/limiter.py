@@ -1,0 +1,148 @@
+"""The one Limiter interface both stores share: admit (all or nothing) and settle (shielded, idempotent)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Coroutine
+from typing import Any
+
+from .headers import rate_limit_headers
+from .model import Admission, Limits, Verdict
+
+log = logging.getLogger("policies.limits")
+
+
+MAX_TOKENS = 2**50  # hostile counts stay within Redis's 64-bit integers and Lua's exact doubles
+
+
+def _bounded(tokens: int) -> int:
+    return min(MAX_TOKENS, max(0, int(tokens)))
+
+
+class StoreUnavailable(Exception):
+    """The limiter's store could not be reached or did not answer."""
+
+
+class Limiter(ABC):
+    """Reserve-then-settle admission against a tenant's limits; one implementation per store."""
+
+    def __init__(self) -> None:
+        self.store_healthy = True
+        self.store_errors = 0
+        self._settling: set[asyncio.Task] = set()
+        self.settle_retry_delays_s: tuple[float, ...] = (0.5, 1.0, 2.0)
+
+    async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
+        """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
+
+        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved). When the caller is
+        cancelled while the store answers, whatever the store reserved is settled with nothing used.
+        """
+        holder = uuid.uuid4().hex
+        attempt = asyncio.ensure_future(self._admit(tenant, limits, charge_id, _bounded(tokens), holder))
+        try:
+            verdict = await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            self._track(self._undo(attempt, Admission(True, None, None, tenant=tenant, charge_id=charge_id,
+                                                      holder=holder)))
+            raise
+        except StoreUnavailable as exc:
+            self._store_failed("admit", tenant, exc)
+            if limits.on_store_error == "open":
+                return Admission(True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id)
+            return Admission(False, "store", 1.0, {"retry-after": "1"}, status=503, store_error=True,
+                             tenant=tenant, charge_id=charge_id)
+        self.store_healthy = True
+        retry = None if verdict.allowed or verdict.retry_ms is None else verdict.retry_ms / 1000
+        return Admission(
+            allowed=verdict.allowed,
+            limit=verdict.limit,
+            retry_after_s=retry,
+            headers=rate_limit_headers(limits, verdict),
+            status=200 if verdict.allowed else 429,
+            tenant=tenant,
+            charge_id=charge_id,
+            holder=holder if verdict.allowed else "",
+        )
+
+    async def _undo(self, attempt: asyncio.Future, admission: Admission) -> None:
+        try:
+            verdict = await attempt
+        except StoreUnavailable as exc:
+            self._store_failed("admit", admission.tenant, exc)
+            return
+        if verdict.allowed:
+            await self._settle_with_retries(admission, 0)
+
+    async def settle(self, admission: Admission, used_tokens: int) -> None:
+        """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
+
+        Returns after the first try; when the store is unreachable, tries again in the background after each of
+        `settle_retry_delays_s` (a settle is idempotent, so a try whose answer was lost does no harm).
+        """
+        if not admission.holder:
+            return
+        first_try = asyncio.get_running_loop().create_future()
+        self._track(self._settle_with_retries(admission, _bounded(used_tokens), first_try))
+        await asyncio.shield(first_try)
+
+    def _track(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` to its end whatever happens to its caller; `close()` waits for it."""
+        task = asyncio.ensure_future(work)
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle_with_retries(
+        self, admission: Admission, used_tokens: int, first_try: asyncio.Future | None = None
+    ) -> None:
+        try:
+            for delay in (0.0, *self.settle_retry_delays_s):
+                await asyncio.sleep(delay)
+                try:
+                    await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens)
+                except StoreUnavailable as exc:
+                    self._store_failed("settle", admission.tenant, exc)
+                    if first_try is not None and not first_try.done():
+                        first_try.set_result(None)
+                else:
+                    self.store_healthy = True
+                    return
+            log.error("settlement lost for tenant %s charge %s: the store stayed unreachable",
+                      admission.tenant, admission.charge_id)
+        finally:
+            if first_try is not None and not first_try.done():
+                first_try.set_result(None)
+
+    def _store_failed(self, operation: str, tenant: str, exc: Exception) -> None:
+        self.store_healthy = False
+        self.store_errors += 1
+        log.warning("limiter store error during %s for tenant %s: %s", operation, tenant, exc)
+
+    async def probe_store(self) -> bool:
+        """Ask the store whether it answers (for readiness checks between requests); updates `store_healthy`."""
+        try:
+            await self._ping()
+        except StoreUnavailable as exc:
+            self._store_failed("probe", "-", exc)
+        else:
+            self.store_healthy = True
+        return self.store_healthy
+
+    async def _ping(self) -> None:
+        """Raise StoreUnavailable when the store does not answer (a store in this process always does)."""
+
+    @abstractmethod
+    async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
+        """Check every limit and reserve, atomically; raise StoreUnavailable when the store cannot answer."""
+
+    @abstractmethod
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int) -> None:
+        """Settle this holder of the charge once; raise StoreUnavailable when the store cannot answer."""
+
+    async def close(self) -> None:
+        """Wait for settlements in flight and release the store's resources."""
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)

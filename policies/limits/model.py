@@ -1,0 +1,63 @@
+"""What a limiter is asked (Limits) and what it answers (Admission, Verdict)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+WINDOW_MS = 60_000
+DAY_MS = 86_400_000
+CONCURRENCY_RETRY_MS = 1000  # a concurrency slot frees when a request ends, which no store can predict
+
+LimitName = Literal["requests_per_minute", "tokens_per_minute", "concurrent_requests", "tokens_per_day", "store"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A tenant's limits; None means unlimited."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    concurrent_requests: int | None = None
+    tokens_per_day: int | None = None
+    on_store_error: Literal["open", "closed"] = "closed"
+
+    def __post_init__(self) -> None:
+        for name in ("requests_per_minute", "tokens_per_minute", "concurrent_requests", "tokens_per_day"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ValueError(f"{name} must be a whole number >= 0 or None, not {value!r}")
+        if self.on_store_error not in ("open", "closed"):
+            raise ValueError(f"on_store_error must be 'open' or 'closed', not {self.on_store_error!r}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A store's raw answer to one admit, in integer milliseconds (the same shape for every store).
+
+    `retry_ms` is None when the request can never fit (it alone exceeds the limit); `requests` and `tokens` are what
+    the window holds after this admission (before it, on a refusal); `reset_ms` is when the window is empty again.
+    """
+
+    allowed: bool
+    limit: LimitName | None
+    retry_ms: int | None
+    requests: int
+    tokens: int
+    reset_ms: int
+    member: str = ""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The answer to `Limiter.admit`: allowed or refused (which limit, when to retry), with OpenAI's headers."""
+
+    allowed: bool
+    limit: LimitName | None
+    retry_after_s: float | None
+    headers: dict[str, str] = field(default_factory=dict)
+    status: int = 200  # 429 when a limit refused, 503 when the store is unreachable and the tenant fails closed
+    store_error: bool = False  # the store was unreachable (admitted open, or refused closed)
+    tenant: str = ""
+    charge_id: str = ""
+    holder: str = ""  # this admit's handle on the charge; "" when nothing was reserved (settle is then a no-op)

@@ -1,0 +1,103 @@
+"""RedisLimiter: limits exact across gateway replicas, checked and reserved atomically in Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import redis.asyncio as redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from .limiter import Limiter, StoreUnavailable
+from .model import CONCURRENCY_RETRY_MS, Limits, Verdict
+from .redis_scripts import ADMIT, SETTLE
+
+
+def _arg(limit: int | None) -> int:
+    return -1 if limit is None else limit
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisLimiter(Limiter):
+    """The MemoryLimiter's windows, slots and day counters in Redis, shared by every replica that uses `url`.
+
+    Each admit and settle is one Lua script (atomic), on the server's clock, so replicas agree whatever their own
+    clocks say. Every key expires by itself: windows a second after their newest entry leaves, day counters a day
+    after their day, concurrency slots after `lease_s` (a replica that dies mid-request frees its slots then; a
+    request that runs longer than `lease_s` no longer counts against `concurrent_requests`), open charges after two
+    days (a settled charge is deleted). Reconnects by itself; scripts are reloaded when the server lost them (NOSCRIPT). `timeout_s` bounds each
+    call. `clock` (seconds) replaces the server's clock: a test hook.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "gw:limits",
+        lease_s: float = 900.0,
+        timeout_s: float = 0.5,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__()
+        self._redis = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1),  # one immediate retry: a pooled connection the server dropped
+            health_check_interval=0,
+        )
+        self._prefix = prefix
+        self._lease_ms = int(lease_s * 1000)
+        self._clock = clock
+        self._admit_script = self._redis.register_script(ADMIT)
+        self._settle_script = self._redis.register_script(SETTLE)
+
+    def _keys(self, tenant: str, charge_id: str) -> list[str]:
+        base = f"{self._prefix}:{{{tenant}}}"
+        return [f"{base}:w", f"{base}:wa", f"{base}:wt", f"{base}:slots", f"{base}:c:{charge_id}", f"{base}:d:"]
+
+    def _now_arg(self) -> str:
+        return "" if self._clock is None else str(int(self._clock() * 1000))
+
+    async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
+        args = [
+            self._now_arg(), tokens, _arg(limits.requests_per_minute), _arg(limits.tokens_per_minute),
+            _arg(limits.concurrent_requests), _arg(limits.tokens_per_day), holder, self._lease_ms,
+            CONCURRENCY_RETRY_MS,
+        ]
+        try:
+            allowed, limit, retry, requests, tokens_used, reset, member = await self._admit_script(
+                self._keys(tenant, charge_id), args
+            )
+        except RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+        return Verdict(
+            allowed=bool(allowed),
+            limit=_text(limit) or None,
+            retry_ms=None if retry == -1 or allowed else retry,
+            requests=requests,
+            tokens=tokens_used,
+            reset_ms=reset,
+            member=_text(member),
+        )
+
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int) -> None:
+        try:
+            await self._settle_script(self._keys(tenant, charge_id), [self._now_arg(), holder, used_tokens])
+        except RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def _ping(self) -> None:
+        try:
+            await self._redis.ping()
+        except RedisError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def close(self) -> None:
+        """Wait for settlements in flight, then close the connections."""
+        await super().close()
+        await self._redis.aclose()

@@ -1,0 +1,285 @@
+"""Policy files → Policy objects: YAML read with line marks, `_defaults.yaml` deep-merged under each
+tenant, checked against policy.schema.json and then for what a schema cannot say (real dates, unique
+tenants, key ids and key hashes). Every error names its file, line and field."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from policies.policy import DEFAULT_QUEUE_TIMEOUT_S, Globs, Key, Limits, Policy
+
+FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
+"""Checks `format: date` (keys[].expires), which the schema's users must enable too."""
+SCHEMA_PATH = Path(__file__).with_name("policy.schema.json")
+DEFAULTS_FILE = "_defaults.yaml"
+SUFFIXES = (".yaml", ".yml")
+FieldPath = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class PolicyError:
+    """One problem in one file; `line` is 1-based, `field` a dotted path like `keys[0].sha256`."""
+
+    file: str
+    line: int | None
+    field: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+
+
+class PolicyFileError(Exception):
+    """A file that cannot be used; `errors` says every reason."""
+
+    def __init__(self, errors: list[PolicyError]):
+        super().__init__("\n".join(map(str, errors)))
+        self.errors = errors
+
+
+@dataclass
+class Marked:
+    """A YAML document as plain data, with the file and line every field came from."""
+
+    value: Any
+    marks: dict[FieldPath, tuple[str, int]]
+
+
+def field_name(path: Iterable[str | int]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+@cache
+def schema() -> dict[str, Any]:
+    """The JSON Schema of a policy file (after defaults are merged in)."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def read_marked(path: Path) -> Marked:
+    """Parse one YAML file, keeping each field's line; duplicate keys and non-string keys are errors."""
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolicyFileError([PolicyError(name, None, None, f"cannot be read: {exc}")]) from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        marks: dict[FieldPath, tuple[str, int]] = {}
+        errors: list[PolicyError] = []
+        value = _build(loader, node, (), name, marks, errors) if node is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PolicyFileError(
+            [PolicyError(name, mark.line + 1 if mark else None, None, f"not YAML: {problem}")]
+        ) from None
+    finally:
+        loader.dispose()
+    if errors:
+        raise PolicyFileError(errors)
+    if not isinstance(value, dict):
+        raise PolicyFileError([PolicyError(name, 1, None, "must be a mapping of fields")])
+    return Marked(value, marks)
+
+
+def _build(loader: yaml.SafeLoader, node: yaml.Node, path: FieldPath, file: str, marks, errors) -> Any:
+    marks[path] = (file, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, str):
+                errors.append(
+                    PolicyError(file, line, field_name(path) or None, f"field names are strings, not {key!r}")
+                )
+            elif key in out:
+                errors.append(PolicyError(file, line, field_name((*path, key)), "appears twice"))
+            else:
+                out[key] = _build(loader, value_node, (*path, key), file, marks, errors)
+                marks[(*path, key)] = (file, line)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(loader, item, (*path, i), file, marks, errors) for i, item in enumerate(node.value)]
+    try:
+        return loader.construct_object(node, deep=True)
+    except ValueError:  # a timestamp-looking scalar that is no date (2027-13-45): the schema says why
+        return node.value
+
+
+def merged(defaults: Marked | None, own: Marked) -> Marked:
+    """`own` deep-merged over `defaults`: mappings merge, anything else (lists too) is replaced."""
+    if defaults is None:
+        return own
+    marks = dict(defaults.marks)
+
+    def merge(base: Any, top: Any, path: FieldPath) -> Any:
+        if isinstance(base, dict) and isinstance(top, dict):
+            out = dict(base)
+            for key, value in top.items():
+                out[key] = merge(base.get(key), value, (*path, key))
+            return out
+        for p in [p for p in marks if p[: len(path)] == path and len(p) > len(path)]:
+            del marks[p]  # the default's sub-fields are gone
+        marks.update({p: m for p, m in own.marks.items() if p[: len(path)] == path})
+        return top
+
+    value = merge(defaults.value, own.value, ())
+    marks.update(own.marks)
+    return Marked(value, marks)
+
+
+def _jsonable(value: Any) -> Any:
+    """YAML dates as ISO strings (what the schema describes); datetimes stay as they are (and fail)."""
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value.isoformat()
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    return value
+
+
+def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
+    """What policy.schema.json says is wrong with `doc`, each at the line of the field at fault."""
+    validator = jsonschema.Draft202012Validator(schema(), format_checker=FORMAT_CHECKER)
+    out = []
+    for error in validator.iter_errors(_jsonable(doc.value)):
+        path: FieldPath = tuple(error.absolute_path)
+        message = error.message
+        if error.validator == "additionalProperties":
+            allowed = set(error.schema.get("properties", {}))
+            for extra in sorted(set(error.instance) - allowed):
+                out.append(_at(doc, file, (*path, extra), f"unknown field; allowed: {', '.join(sorted(allowed))}"))
+            continue
+        if error.validator == "required":
+            missing = [r for r in error.validator_value if r not in error.instance]
+            for name in missing:
+                out.append(_at(doc, file, (*path, name), "is required", where=path))
+            continue
+        if error.validator == "pattern" and path and path[-1] == "sha256":
+            message = "must be 64 hex digits: the SHA-256 of the key (gateway policy hash-key prints it)"
+        elif error.validator in ("pattern", "format") and path and path[-1] == "expires":
+            message = f"must be a date like 2027-06-30, not {error.instance!r}"
+        elif error.validator == "oneOf" and path == ("audit",):
+            message = "must be true, false or {prompts: true|false}"
+        out.append(_at(doc, file, path, message))
+    unique = {(e.file, e.field): e for e in reversed(out)}  # one error per field (pattern and format agree)
+    return sorted(unique.values(), key=lambda e: (e.line or 0, e.field or ""))
+
+
+def _at(doc: Marked, file: str, path: FieldPath, message: str, where: FieldPath | None = None) -> PolicyError:
+    probe = where if where is not None else path
+    while probe not in doc.marks and probe:
+        probe = probe[:-1]
+    source, line = doc.marks.get(probe, (file, None))
+    return PolicyError(source, line, field_name(path) or None, message)
+
+
+def load_policy(path: Path, defaults: Marked | None) -> Policy:
+    """One tenant file (with the directory's defaults) as a Policy; PolicyFileError says every problem."""
+    doc = merged(defaults, read_marked(path))
+    errors = schema_errors(doc, str(path))
+    value = doc.value
+    for key in value.get("keys", []) if not errors else []:
+        if isinstance(key.get("expires"), str):
+            key["expires"] = dt.date.fromisoformat(key["expires"])
+    ids = [k["id"] for k in value.get("keys", [])] if not errors else []
+    for i, key_id in enumerate(ids):
+        if key_id in ids[:i]:
+            errors.append(_at(doc, str(path), ("keys", i, "id"), f"the key id {key_id!r} appears twice"))
+    if errors:
+        raise PolicyFileError(errors)
+    return _policy(value, str(path))
+
+
+def _policy(value: dict[str, Any], source: str) -> Policy:
+    limits = dict(value.get("limits", {}))
+    limits.setdefault("queue_timeout_s", DEFAULT_QUEUE_TIMEOUT_S)
+    tools = value.get("tools", {})
+    audit = value.get("audit", True)
+    return Policy(
+        tenant=value["tenant"],
+        keys=tuple(Key(k["id"], k["sha256"].lower(), k.get("expires")) for k in value["keys"]),
+        models=Globs(tuple(value.get("models", ()))),
+        limits=Limits(**{k: float(v) if k == "queue_timeout_s" else v for k, v in limits.items()}),
+        tools_allow=Globs(tuple(tools["allow"])) if "allow" in tools else None,
+        tools_strict=tools.get("strict", "client"),
+        priority=value.get("priority", "interactive"),
+        audit=bool(audit) if isinstance(audit, bool) else True,
+        audit_prompts=isinstance(audit, dict) and audit["prompts"],
+        on_store_error=value.get("on_store_error", "closed"),
+        source=source,
+    )
+
+
+def policy_files(directory: Path) -> list[Path]:
+    """The tenant files of a directory: YAML files not starting with `_` or `.`, sorted by name."""
+    return sorted(
+        p for p in directory.iterdir() if p.suffix in SUFFIXES and not p.name.startswith(("_", ".")) and p.is_file()
+    )
+
+
+def read_defaults(directory: Path) -> Marked | None:
+    """`_defaults.yaml` of a directory, or None when it has none."""
+    path = directory / DEFAULTS_FILE
+    return read_marked(path) if path.is_file() else None
+
+
+def conflicts(policies: dict[str, Policy], order: Iterable[str]) -> dict[str, PolicyError]:
+    """Files (taken in `order`, the first keeps its claim) whose tenant name or a key hash an earlier
+    file already holds: file → the error that rejects it."""
+    tenants: dict[str, str] = {}
+    hashes: dict[str, str] = {}
+    out: dict[str, PolicyError] = {}
+    for file in order:
+        policy = policies[file]
+        if policy.tenant in tenants:
+            out[file] = PolicyError(
+                file, None, "tenant", f"{policy.tenant!r} is already the tenant of {tenants[policy.tenant]}"
+            )
+            continue
+        taken = next((k for k in policy.keys if k.sha256 in hashes), None)
+        if taken is not None:
+            out[file] = PolicyError(file, None, "keys", f"the key {taken.id!r} is also a key of {hashes[taken.sha256]}")
+            continue
+        tenants[policy.tenant] = file
+        hashes.update((k.sha256, file) for k in policy.keys)
+    return out
+
+
+def check_directory(directory: Path) -> tuple[dict[str, Policy], list[PolicyError]]:
+    """Load every tenant file of `directory`: the good ones by file name, and every error."""
+    if not directory.is_dir():
+        return {}, [PolicyError(str(directory), None, None, "is not a directory")]
+    try:
+        defaults = read_defaults(directory)
+    except PolicyFileError as exc:
+        return {}, exc.errors
+    good: dict[str, Policy] = {}
+    errors: list[PolicyError] = []
+    for path in policy_files(directory):
+        try:
+            good[str(path)] = load_policy(path, defaults)
+        except PolicyFileError as exc:
+            errors += exc.errors
+    for file, error in conflicts(good, sorted(good)).items():
+        del good[file]
+        errors.append(error)
+    return good, errors

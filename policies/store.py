@@ -1,0 +1,77 @@
+"""The policies in force: loaded from a directory, reloaded in place (a broken file keeps its tenant's
+last good version), and looked up by key hash."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from policies.loader import PolicyError, PolicyFileError, conflicts, load_policy, policy_files, read_defaults
+from policies.policy import Key, Policy
+
+log = logging.getLogger(__name__)
+
+
+class PolicyStore:
+    """The tenants of one policy directory. `reload()` swaps in a new key index at once: a request
+    keeps the Policy object it was admitted under, so requests in flight are not affected."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self._files: dict[str, Policy] = {}
+        self._by_hash: dict[str, tuple[Policy, Key]] = {}
+        self.errors: list[PolicyError] = []
+        """The problems of the last reload (files rejected, their last good version kept)."""
+        self.reloads = 0
+
+    def reload(self) -> list[PolicyError]:
+        """Read the directory again; apply every good file, keep the last good version of a broken one,
+        drop removed files. Returns (and logs) the problems."""
+        errors: list[PolicyError] = []
+        try:
+            defaults = read_defaults(self.directory)
+            paths = policy_files(self.directory)
+        except PolicyFileError as exc:  # every tenant depends on the defaults: keep everything as it is
+            return self._report(exc.errors)
+        except OSError as exc:
+            return self._report([PolicyError(str(self.directory), None, None, f"cannot be read: {exc}")])
+        files: dict[str, Policy] = {}
+        changed: list[str] = []
+        for path in paths:
+            name = str(path)
+            try:
+                files[name] = load_policy(path, defaults)
+            except PolicyFileError as exc:
+                errors += exc.errors
+                if name in self._files:
+                    files[name] = self._files[name]
+                continue
+            if files[name] != self._files.get(name):
+                changed.append(name)
+        unchanged = [f for f in sorted(files) if f not in changed]
+        for name, error in conflicts(files, unchanged + changed).items():
+            errors.append(error)
+            if name in self._files:
+                files[name] = self._files[name]
+            else:
+                del files[name]
+        for name in conflicts(files, unchanged + changed):  # a last good version that clashes as well
+            del files[name]
+        self._files = files
+        self._by_hash = {k.sha256: (p, k) for p in files.values() for k in p.keys}
+        self.reloads += 1
+        return self._report(errors)
+
+    def _report(self, errors: list[PolicyError]) -> list[PolicyError]:
+        for error in errors:
+            log.error("policy rejected (the last good version stays): %s", error)
+        self.errors = errors
+        return errors
+
+    def lookup(self, key_sha256: str) -> tuple[Policy, Key] | None:
+        """The tenant and key whose hash is `key_sha256` (lower-case hex)."""
+        return self._by_hash.get(key_sha256)
+
+    @property
+    def tenants(self) -> dict[str, Policy]:
+        return {p.tenant: p for p in self._files.values()}

@@ -1,0 +1,77 @@
+"""Hot reload: poll a policy directory (names, mtimes, sizes, and the `..data` link a Kubernetes
+ConfigMap or Secret mount swaps atomically) and reload the store when anything changed; SIGHUP reloads
+at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from pathlib import Path
+
+from policies.store import PolicyStore
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5
+
+
+def snapshot(directory: Path) -> tuple:
+    """What a change of any policy file changes."""
+    entries = []
+    try:
+        with os.scandir(directory) as it:
+            for entry in it:
+                try:
+                    st = entry.stat()  # follows links: a ConfigMap's files are links into ..data
+                except OSError:
+                    continue
+                entries.append((entry.name, st.st_mtime_ns, st.st_size, st.st_ino))
+        data = os.path.realpath(directory / "..data") if (directory / "..data").exists() else None
+    except OSError:
+        return ("unreadable",)
+    return (data, tuple(sorted(entries)))
+
+
+class PolicyWatcher:
+    """Runs as a background task of the app: `run()` polls until cancelled."""
+
+    def __init__(self, store: PolicyStore, poll_s: float = POLL_S):
+        self.store = store
+        self.poll_s = poll_s
+        self._wake = asyncio.Event()
+
+    def request_reload(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+        except (RuntimeError, ValueError):  # not the main thread (tests serving in a thread)
+            pass
+        seen = snapshot(self.store.directory)
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.poll_s)
+                except TimeoutError:
+                    pass
+                forced = self._wake.is_set()
+                self._wake.clear()
+                now = snapshot(self.store.directory)
+                if forced or now != seen:
+                    seen = now
+                    errors = self.store.reload()
+                    log.warning(
+                        "policies reloaded from %s: %d tenants, %d problems",
+                        self.store.directory,
+                        len(self.store.tenants),
+                        len(errors),
+                    )
+        finally:
+            try:
+                loop.remove_signal_handler(signal.SIGHUP)
+            except (RuntimeError, ValueError):
+                pass

@@ -1,0 +1,67 @@
+"""The admission step's rules on their own: tools.strict rewrites every tool's strict flag, tools.allow
+names the first tool outside it, caps and defaults of max tokens; and the step is inert without policies."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.api.admission import RequestPolicy
+from gateway.api.tenancy import TenantRequest
+from gateway.errors import APIError
+from gateway.types import ChatRequest
+from policies.auth import Caller
+from policies.policy import Globs, Key, Limits, Policy
+
+
+def policy_with(**fields) -> RequestPolicy:
+    policy = Policy(tenant="t", keys=(Key("k", "0" * 64),), models=Globs(("*",)), **fields)
+    return RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), "rid"), None)
+
+
+def chat_with(*tools: tuple[str, bool | None]) -> ChatRequest:
+    specs = []
+    for name, strict in tools:
+        function = {"name": name, "parameters": {"type": "object", "properties": {}}}
+        if strict is not None:
+            function["strict"] = strict
+        specs.append({"type": "function", "function": function})
+    return ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=specs)
+
+
+def strict_flags(chat: ChatRequest) -> list:
+    return [t["function"].get("strict") for t in chat.tools]
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"), [("client", [True, False, None]), ("always", [True] * 3), ("never", [False] * 3)]
+)
+def test_tools_strict(mode, expected):
+    chat = chat_with(("a", True), ("b", False), ("c", None))
+    assert strict_flags(policy_with(tools_strict=mode).check_tools(chat)) == expected
+    assert strict_flags(chat) == [True, False, None]  # the request itself is left as it was
+
+
+def test_tools_allow_names_the_first_tool_outside_it():
+    rules = policy_with(tools_allow=Globs(("get_*", "search")))
+    assert rules.check_tools(chat_with(("get_weather", None), ("search", None))).tools
+    with pytest.raises(APIError) as caught:
+        rules.check_tools(chat_with(("get_weather", None), ("search", None), ("rm_rf", None), ("x", None)))
+    error = caught.value
+    assert (error.status, error.param, error.code) == (403, "tools[2].function.name", "tool_not_allowed")
+
+
+def test_max_tokens_ceiling_and_default():
+    rules = policy_with(limits=Limits(max_tokens=100))
+    rules.check_max_tokens(100, "max_tokens")
+    rules.check_max_tokens(None, "max_tokens")
+    with pytest.raises(APIError) as caught:
+        rules.check_max_tokens(101, "max_completion_tokens")
+    assert (caught.value.status, caught.value.param) == (400, "max_completion_tokens")
+    assert (rules.cap(5000), rules.cap(7)) == (100, 7)
+
+
+def test_inert_without_policies():
+    rules = RequestPolicy(None, None)
+    chat = chat_with(("anything", False))
+    assert rules.check_tools(chat) is chat and rules.cap(5000) == 5000 and rules.queued(None, 1) is None
+    rules.check_max_tokens(10**6, "max_tokens")

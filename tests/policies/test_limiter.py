@@ -1,0 +1,215 @@
+"""The limiter engine against both stores (in memory, and a real redis-server), on a clock the tests move."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from policies.limits import Limits, MemoryLimiter, RedisLimiter
+from policies.limits.headers import duration
+
+pytestmark = pytest.mark.anyio
+
+T0 = 20_834 * 86_400.0 + 3600  # 01:00 UTC on 2027-01-16: far from midnight
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def limiter(request, clock):
+    if request.param == "memory":
+        made = MemoryLimiter(clock=clock)
+    else:
+        made = RedisLimiter(request.getfixturevalue("redis_server").url, clock=clock)
+    yield made
+    await made.close()
+
+
+@pytest.fixture
+def tenant():
+    return f"t-{uuid.uuid4().hex[:8]}"
+
+
+def charge() -> str:
+    return uuid.uuid4().hex
+
+
+async def test_50_parallel_admits_against_20_per_minute_admit_exactly_20(limiter, tenant):
+    limits = Limits(requests_per_minute=20)
+    answers = await asyncio.gather(*(limiter.admit(tenant, limits, charge(), 10) for _ in range(50)))
+    assert sum(a.allowed for a in answers) == 20
+    refused = [a for a in answers if not a.allowed]
+    assert {(a.limit, a.status, a.retry_after_s) for a in refused} == {("requests_per_minute", 429, 60.0)}
+    assert all(a.headers["x-ratelimit-remaining-requests"] == "0" for a in refused)
+
+
+async def test_the_window_slides_and_retry_after_is_exact(limiter, tenant, clock):
+    limits = Limits(requests_per_minute=3)
+    for _ in range(3):
+        assert (await limiter.admit(tenant, limits, charge(), 1)).allowed
+        clock.now += 10  # admitted at +0, +10, +20
+    clock.now = T0 + 45
+    refused = await limiter.admit(tenant, limits, charge(), 1)
+    assert (refused.allowed, refused.retry_after_s) == (False, 15.0)  # the first admission leaves at +60
+    assert refused.headers["retry-after"] == "15" and refused.headers["retry-after-ms"] == "15000"
+    clock.now = T0 + 59.999
+    assert not (await limiter.admit(tenant, limits, charge(), 1)).allowed
+    clock.now = T0 + 60
+    assert (await limiter.admit(tenant, limits, charge(), 1)).allowed
+    # No fixed-window doubling: 3 admitted in [+10, +60] and a new minute changes nothing.
+    clock.now = T0 + 61
+    assert (await limiter.admit(tenant, limits, charge(), 1)).retry_after_s == 9.0
+
+
+async def test_settled_tokens_replace_the_reservation(limiter, tenant, clock):
+    limits = Limits(tokens_per_minute=1000)
+    first = await limiter.admit(tenant, limits, charge(), 600)
+    assert first.allowed and first.headers["x-ratelimit-remaining-tokens"] == "400"
+    clock.now += 5
+    second_charge = charge()
+    refused = await limiter.admit(tenant, limits, second_charge, 600)
+    assert (refused.limit, refused.retry_after_s) == ("tokens_per_minute", 55.0)
+    assert refused.headers["x-ratelimit-remaining-tokens"] == "400"  # a refusal reserves nothing
+    await limiter.settle(first, 100)  # a short answer frees 500 tokens at once
+    second = await limiter.admit(tenant, limits, second_charge, 600)
+    assert second.allowed and second.headers["x-ratelimit-remaining-tokens"] == "300"
+    await limiter.settle(second, 900)  # more than reserved: charged as used
+    clock.now += 1
+    refused = await limiter.admit(tenant, limits, charge(), 100)
+    assert (refused.limit, refused.retry_after_s) == ("tokens_per_minute", 54.0)  # the first 100 leave at +60
+    refused = await limiter.admit(tenant, limits, charge(), 101)
+    assert (refused.limit, refused.retry_after_s) == ("tokens_per_minute", 59.0)  # 101 needs the 900 gone too
+
+
+async def test_a_request_over_the_limit_alone_never_fits(limiter, tenant):
+    refused = await limiter.admit(tenant, Limits(tokens_per_minute=100, tokens_per_day=1000), charge(), 101)
+    assert (refused.allowed, refused.limit, refused.retry_after_s) == (False, "tokens_per_minute", None)
+    assert "retry-after" not in refused.headers
+    refused = await limiter.admit(tenant, Limits(tokens_per_day=100), charge(), 101)
+    assert (refused.limit, refused.retry_after_s) == ("tokens_per_day", None)
+
+
+async def test_a_charge_id_is_charged_once(limiter, tenant):
+    limits = Limits(requests_per_minute=5, tokens_per_minute=1000, concurrent_requests=1)
+    charge_id = charge()
+    first = await limiter.admit(tenant, limits, charge_id, 300)
+    retry = await limiter.admit(tenant, limits, charge_id, 300)  # the same request, retried on another replica
+    assert first.allowed and retry.allowed and first.holder != retry.holder
+    assert retry.headers["x-ratelimit-remaining-requests"] == "4"
+    assert retry.headers["x-ratelimit-remaining-tokens"] == "700"
+    await limiter.settle(first, 50)
+    await limiter.settle(first, 50)  # idempotent
+    assert not (await limiter.admit(tenant, limits, charge(), 1)).allowed  # the retry still holds the slot
+    await limiter.settle(retry, 20)  # the retry's real usage adds to the charge
+    probe = await limiter.admit(tenant, limits, charge(), 0)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "930"
+    assert probe.headers["x-ratelimit-remaining-requests"] == "3"
+
+
+async def test_concurrency_slots_are_released_on_settle(limiter, tenant):
+    limits = Limits(concurrent_requests=2)
+    held = [await limiter.admit(tenant, limits, charge(), 1) for _ in range(2)]
+    assert all(a.allowed for a in held)
+    refused = await limiter.admit(tenant, limits, charge(), 1)
+    assert (refused.limit, refused.retry_after_s) == ("concurrent_requests", 1.0)
+    await limiter.settle(held[0], 1)
+    assert (await limiter.admit(tenant, limits, charge(), 1)).allowed
+    assert not (await limiter.admit(tenant, limits, charge(), 1)).allowed
+
+
+async def test_the_daily_quota_is_a_utc_day(limiter, tenant, clock):
+    limits = Limits(tokens_per_day=1000)
+    first = await limiter.admit(tenant, limits, charge(), 900)
+    await limiter.settle(first, 800)
+    clock.now += 3600  # 02:00 UTC: the per-minute window is empty, the day is not
+    refused = await limiter.admit(tenant, limits, charge(), 201)
+    assert (refused.limit, refused.retry_after_s) == ("tokens_per_day", 22 * 3600.0)
+    assert (await limiter.admit(tenant, limits, charge(), 200)).allowed
+    clock.now += 22 * 3600  # midnight UTC
+    assert (await limiter.admit(tenant, limits, charge(), 1000)).allowed
+
+
+async def test_the_longest_refusal_is_reported(limiter, tenant, clock):
+    limits = Limits(requests_per_minute=1, tokens_per_day=10)
+    await limiter.admit(tenant, limits, charge(), 10)
+    refused = await limiter.admit(tenant, limits, charge(), 1)
+    assert refused.limit == "tokens_per_day"  # the minute frees in 60 s, the day in 23 h
+
+
+async def test_settle_survives_the_cancellation_of_its_caller(limiter, tenant):
+    limits = Limits(concurrent_requests=1, tokens_per_minute=1000)
+    started = asyncio.Event()
+
+    async def request() -> None:
+        admission = await limiter.admit(tenant, limits, charge(), 500)
+        try:
+            started.set()
+            await asyncio.Event().wait()  # streaming, until the client disconnects
+        finally:
+            await limiter.settle(admission, 120)
+
+    task = asyncio.create_task(request())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    probe = await limiter.admit(tenant, limits, charge(), 0)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "880"
+
+
+async def test_a_settle_cancelled_midway_still_lands(limiter, tenant):
+    limits = Limits(concurrent_requests=1)
+    admission = await limiter.admit(tenant, limits, charge(), 5)
+    settling = asyncio.create_task(limiter.settle(admission, 5))
+    await asyncio.sleep(0)
+    settling.cancel()
+    await limiter.close()  # waits for settlements in flight
+    assert (await limiter.admit(tenant, limits, charge(), 5)).allowed
+
+
+async def test_headers_name_only_the_limits_a_tenant_has(limiter, tenant):
+    allowed = await limiter.admit(tenant, Limits(requests_per_minute=10), charge(), 5)
+    assert allowed.headers == {
+        "x-ratelimit-limit-requests": "10",
+        "x-ratelimit-remaining-requests": "9",
+        "x-ratelimit-reset-requests": "1m0s",
+    }
+    assert (await limiter.admit(tenant, Limits(), charge(), 5)).headers == {}
+
+
+def test_durations_are_written_as_openai_writes_them():
+    assert [duration(ms) for ms in (0, 17, 999, 1000, 1500, 59_999, 360_000, 61_250, 3_600_000)] == [
+        "0s", "17ms", "999ms", "1s", "1.5s", "59.999s", "6m0s", "1m1.25s", "1h0m0s",
+    ]
+
+
+async def test_hostile_token_counts_are_bounded(limiter, tenant):
+    admitted = await limiter.admit(tenant, Limits(concurrent_requests=5), charge(), 10**30)
+    assert admitted.allowed and limiter.store_healthy
+    await limiter.settle(admitted, 10**40)
+    refused = await limiter.admit(tenant, Limits(tokens_per_minute=10**6), charge(), 10**30)
+    assert (refused.limit, refused.retry_after_s) == ("tokens_per_minute", None) and limiter.store_errors == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"requests_per_minute": -1}, {"tokens_per_minute": 1.5}, {"concurrent_requests": True},
+     {"tokens_per_day": "10"}, {"on_store_error": "maybe"}],
+)
+def test_limits_refuse_nonsense(fields):
+    with pytest.raises(ValueError, match=next(iter(fields))):
+        Limits(**fields)

@@ -1,0 +1,205 @@
+"""Policy files: the examples load, every kind of mistake is reported with file, line and field, the
+loader and policy.schema.json agree, defaults are inherited, directories are checked as a whole."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from policies.auth import hash_key
+from policies.loader import FORMAT_CHECKER, SCHEMA_PATH, PolicyFileError, check_directory, load_policy, read_defaults
+from policies.store import PolicyStore
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "policies" / "examples"
+HASH = hash_key("k1")
+GOOD = f"""tenant: t
+keys:
+  - id: k1
+    sha256: {HASH}
+models: ["m-*"]
+"""
+
+# (file text, line, field, words of the message)
+INVALID = {
+    "unknown top-level field": (GOOD + "modles: [a]\n", 6, "modles", "unknown field"),
+    "unknown limit": (GOOD + "limits:\n  requets_per_minute: 5\n", 7, "limits.requets_per_minute", "unknown field"),
+    "key not hex": (GOOD.replace(HASH, "xyz"), 4, "keys[0].sha256", "64 hex digits"),
+    "key is a raw key": (GOOD.replace(HASH, "sk-" + "a" * 61), 4, "keys[0].sha256", "64 hex digits"),
+    "no such date": (GOOD + "", None, None, None),  # replaced below
+    "zero max_tokens": (GOOD + "limits:\n  max_tokens: 0\n", 7, "limits.max_tokens", "minimum"),
+    "max_tokens not a number": (GOOD + "limits:\n  max_tokens: lots\n", 7, "limits.max_tokens", "integer"),
+    "strict mode": (GOOD + "tools:\n  strict: sometimes\n", 7, "tools.strict", "sometimes"),
+    "priority": (GOOD + "priority: urgent\n", 6, "priority", "urgent"),
+    "audit shape": (GOOD + "audit:\n  prompt: true\n", 6, "audit", "prompts"),
+    "store error mode": (GOOD + "on_store_error: maybe\n", 6, "on_store_error", "maybe"),
+    "missing keys": ("tenant: t\nmodels: [a]\n", 1, "keys", "required"),
+    "key without id": (f"tenant: t\nkeys:\n  - sha256: {HASH}\n", 3, "keys[0].id", "required"),
+    "models not a list": (GOOD.replace('["m-*"]', "m-*"), 5, "models", "array"),
+}
+INVALID["no such date"] = (
+    GOOD.replace(f"sha256: {HASH}", f"sha256: {HASH}\n    expires: 2027-13-45"),
+    5,
+    "keys[0].expires",
+    "date",
+)
+LOADER_ONLY = {
+    "YAML syntax": ("tenant: t\nkeys: [\n", 3, None, "not YAML"),
+    "field twice": (GOOD + "tenant: u\n", 6, "tenant", "twice"),
+    "key id twice": (
+        GOOD.replace("models", f"  - id: k1\n    sha256: {hash_key('k2')}\nmodels"),
+        5,
+        "keys[1].id",
+        "twice",
+    ),
+}
+"""Mistakes a JSON Schema cannot see (YAML itself, and uniqueness inside a list of objects)."""
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+def raw(text: str):
+    """A YAML document as the JSON the schema describes (dates as ISO strings)."""
+
+    def plain(value):
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value.isoformat() if isinstance(value, dt.date) else value
+
+    try:
+        return plain(yaml.safe_load(text))
+    except ValueError:  # PyYAML cannot build 2027-13-45; the schema sees the text
+        return plain(yaml.load(text, Loader=yaml.BaseLoader))
+
+
+def schema_accepts(text: str) -> bool:
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()), format_checker=FORMAT_CHECKER)
+    return validator.is_valid(raw(text))
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("[!_]*.yaml")), ids=lambda p: p.name)
+def test_every_example_loads_and_the_schema_accepts_it(path):
+    defaults = read_defaults(EXAMPLES)
+    policy = load_policy(path, defaults)
+    merged = {**yaml.safe_load((EXAMPLES / "_defaults.yaml").read_text()), **yaml.safe_load(path.read_text())}
+    assert schema_accepts(yaml.safe_dump(merged))
+    assert policy.keys and all(len(k.sha256) == 64 for k in policy.keys)
+
+
+CASES = {**{k: (*v, True) for k, v in INVALID.items()}, **{k: (*v, False) for k, v in LOADER_ONLY.items()}}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_mistakes_are_named_by_file_line_and_field_and_the_schema_agrees(tmp_path, case):
+    text, line, field, words, schema_sees_it = CASES[case]
+    path = write(tmp_path, "t.yaml", text)
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy(path, None)
+    errors = caught.value.errors
+    assert [(e.file, e.line, e.field) for e in errors] == [(str(path), line, field)], errors
+    assert words in errors[0].message, errors[0]
+    if schema_sees_it:
+        assert not schema_accepts(text)
+
+
+def test_good_file_passes_the_schema_and_loads(tmp_path):
+    assert schema_accepts(GOOD)
+    policy = load_policy(write(tmp_path, "t.yaml", GOOD), None)
+    assert policy.tenant == "t" and policy.models.match("m-1") and not policy.models.match("x")
+    assert policy.tools_allow is None and policy.tools_strict == "client" and policy.priority == "interactive"
+
+
+def test_every_error_of_a_file_is_reported(tmp_path):
+    path = write(tmp_path, "t.yaml", GOOD.replace(HASH, "nope") + "priority: urgent\nlimits: {max_tokens: -1}\n")
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy(path, None)
+    assert [e.field for e in caught.value.errors] == ["keys[0].sha256", "priority", "limits.max_tokens"]
+
+
+def test_defaults_are_deep_merged_and_their_mistakes_point_into_the_defaults_file(tmp_path):
+    write(tmp_path, "_defaults.yaml", "limits:\n  max_tokens: 100\n  requests_per_minute: 5\naudit: {prompts: true}\n")
+    path = write(tmp_path, "t.yaml", GOOD + "limits:\n  max_tokens: 50\n")
+    policy = load_policy(path, read_defaults(tmp_path))
+    assert (policy.limits.max_tokens, policy.limits.requests_per_minute) == (50, 5)
+    assert policy.audit and policy.audit_prompts
+    write(tmp_path, "_defaults.yaml", "priority: batch\nlimits:\n  max_tokns: 100\n")
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy(path, read_defaults(tmp_path))
+    [error] = caught.value.errors
+    assert (error.file, error.line, error.field) == (str(tmp_path / "_defaults.yaml"), 3, "limits.max_tokns")
+
+
+def test_a_directory_rejects_clashing_tenants_and_shared_keys(tmp_path):
+    write(tmp_path, "a.yaml", GOOD)
+    write(tmp_path, "b.yaml", GOOD.replace("k1\n", "k9\n"))  # same tenant, same key hash
+    other = GOOD.replace("tenant: t", "tenant: u")
+    write(tmp_path, "c.yaml", other)  # another tenant holding a's key
+    write(tmp_path, "_notes.yaml", "not: a tenant\n")
+    write(tmp_path, "readme.txt", "ignored")
+    good, errors = check_directory(tmp_path)
+    assert sorted(Path(f).name for f in good) == ["a.yaml"]
+    assert [(Path(e.file).name, e.field) for e in errors] == [("b.yaml", "tenant"), ("c.yaml", "keys")]
+
+
+def test_a_reload_keeps_the_last_good_version_of_a_broken_file(tmp_path):
+    path = write(tmp_path, "t.yaml", GOOD)
+    store = PolicyStore(tmp_path)
+    assert store.reload() == [] and store.lookup(HASH)[0].tenant == "t"
+    write(tmp_path, "t.yaml", GOOD + "priority: urgent\n")
+    [error] = store.reload()
+    assert (error.file, error.line, error.field) == (str(path), 6, "priority")
+    assert store.lookup(HASH)[0].tenant == "t"
+    path.unlink()
+    assert store.reload() == [] and store.lookup(HASH) is None
+
+
+def test_policy_check_command(tmp_path):
+    write(tmp_path, "good.yaml", GOOD)
+    write(tmp_path, "bad.yaml", GOOD.replace("tenant: t", "tenant: u").replace(HASH, "f" * 63) + "extra: 1\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "policy", "check", str(tmp_path)],
+        capture_output=True,
+        check=False,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == [
+        (
+            f"{tmp_path / 'bad.yaml'}:4: keys[0].sha256: must be 64 hex digits: the SHA-256 of the key "
+            "(gateway policy hash-key prints it)"
+        ),
+        (
+            f"{tmp_path / 'bad.yaml'}:6: extra: unknown field; allowed: audit, keys, limits, models, on_store_error, "
+            "priority, tenant, tools"
+        ),
+    ]
+    examples = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "policy", "check", str(EXAMPLES)], cwd=ROOT, check=False
+    )
+    assert examples.returncode == 0
+
+
+def test_hash_key_command_reads_stdin():
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "policy", "hash-key"],
+        input="k1\n",
+        capture_output=True,
+        check=False,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0 and run.stdout.strip() == HASH

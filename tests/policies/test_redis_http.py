@@ -1,0 +1,129 @@
+"""Two `gateway serve --policies --redis` processes sharing one real redis-server: limits exact across
+replicas, and Redis killed and restarted under load (each tenant's on_store_error, visible in /ready)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.faults.conftest import FaultBackend
+from tests.policies.deployment import (
+    auth,
+    burst,
+    chat,
+    cut_stream,
+    models_config,
+    policy_gateway,
+    wait_for_audit,
+    write_tenant,
+)
+from tests.redis_server import RedisServer
+
+RECOVER_S = 10.0
+"""Upper bound for the gateways to use Redis again once it is back; never a speed check."""
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def gateways(
+    smollm2: Path, standin_backend: FaultBackend, redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
+):
+    root = tmp_path_factory.mktemp("replicas")
+    policies = root / "policies"
+    policies.mkdir()
+    write_tenant(policies, "rpm20", models=["m"], limits={"requests_per_minute": 20})
+    write_tenant(policies, "opened", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="open")
+    write_tenant(policies, "closed", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="closed")
+    write_tenant(policies, "tpm", models=["m"], limits={"tokens_per_minute": 10000})
+    backend = standin_backend
+    with ExitStack() as stack:
+        config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
+        replicas = [
+            stack.enter_context(
+                policy_gateway(config, policies, "--redis", redis.url, "--audit-log", str(root / f"{i}"))
+            )
+            for i in range(2)
+        ]
+        yield replicas, backend, root
+
+
+def test_fifty_clients_on_two_replicas_against_20_requests_per_minute_get_exactly_20(gateways):
+    gateways = gateways[0]
+
+    async def both():
+        halves = [burst(g.base_url, [(auth("rpm20"), chat("m"))] * 25) for g in gateways]
+        return [r for half in await asyncio.gather(*halves) for r in half]
+
+    statuses = Counter(r.status_code for r in asyncio.run(both()))
+    assert statuses == {200: 20, 429: 30}
+
+
+def test_streams_cut_on_one_replica_are_settled_as_produced_for_both(gateways):
+    gateways, backend, root = gateways
+    backend.set(mode="slow", after=3)
+    ids = [f"cut-{i}-{time.monotonic_ns()}" for i in range(2)]
+    try:
+        with httpx.Client(base_url=gateways[0].base_url, timeout=30) as client:
+            for rid in ids:
+                cut_stream(client, {**auth("tpm"), "x-request-id": rid}, chat("m", max_tokens=40, stream=True))
+    finally:
+        backend.set(mode="ok")
+    lines = wait_for_audit(root / "0", ids)
+    assert [line["completion_tokens"] for line in lines] == [3, 3]
+    prompt = lines[0]["prompt_tokens"]
+    probe = httpx.post(f"{gateways[1].base_url}/v1/chat/completions", headers=auth("tpm"), json=chat("m", max_tokens=1))
+    assert probe.status_code == 200 and probe.json()["usage"]["prompt_tokens"] == prompt
+    assert int(probe.headers["x-ratelimit-remaining-tokens"]) == 10000 - 2 * (prompt + 3) - (prompt + 1)
+
+
+def test_redis_killed_and_restarted_under_load(gateways, redis):
+    gateways = gateways[0]
+    seen: dict[str, Counter] = {"opened": Counter(), "closed": Counter()}
+    stop = threading.Event()
+
+    def load(tenant: str, base_url: str) -> None:
+        with httpx.Client(base_url=base_url, timeout=30) as client:
+            while not stop.is_set():
+                seen[tenant][client.post("/v1/chat/completions", headers=auth(tenant), json=chat("m")).status_code] += 1
+
+    threads = [threading.Thread(target=load, args=(t, g.base_url)) for t in seen for g in gateways]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: seen["closed"][200] >= 4)
+        redis.kill()
+        wait_until(lambda: seen["closed"][503] >= 4 and seen["opened"][200] >= 20)
+        for gateway in gateways:
+            assert httpx.get(f"{gateway.base_url}/ready").json()["policies"]["store_reachable"] is False
+        before = seen["closed"][200]
+        redis.start()
+        wait_until(lambda: seen["closed"][200] >= before + 4)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert set(seen["opened"]) == {200}, seen  # fails open: never refused
+    assert set(seen["closed"]) == {200, 503}, seen  # fails closed: 503 while Redis is away, never a 500
+    for gateway in gateways:
+        assert httpx.get(f"{gateway.base_url}/ready").json()["policies"]["store_reachable"] is True
+        assert "limiter store error" in gateway.stderr()
+
+
+def wait_until(condition, timeout: float = RECOVER_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not hold in time"
+        time.sleep(0.05)

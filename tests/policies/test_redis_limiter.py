@@ -1,0 +1,157 @@
+"""What only the Redis store has: replicas in separate processes, the server's clock, a server that dies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis as sync_redis
+import redis.asyncio as redis
+
+from policies.limits import Limits, RedisLimiter
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_two_replicas_admit_exactly_20_of_50(redis_server):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    replicas = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.policies.admit_worker", redis_server.url, tenant, "25", "20"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for replica in replicas:
+            assert replica.stdout.readline().strip() == "ready"
+        sync_redis.Redis.from_url(redis_server.url).set(f"go:{tenant}", 1)
+        counts = [int(replica.stdout.readline()) for replica in replicas]
+    finally:
+        for replica in replicas:
+            replica.wait(timeout=60)
+    assert sum(counts) == 20  # each replica alone would admit 20 of its 25: a per-replica count gives 40
+
+
+async def test_the_server_clock_counts(redis_server):
+    limiter = RedisLimiter(redis_server.url)  # no test clock: the scripts read TIME
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(requests_per_minute=1)
+    assert (await limiter.admit(tenant, limits, "a", 1)).allowed
+    refused = await limiter.admit(tenant, limits, "b", 1)
+    assert refused.limit == "requests_per_minute" and 59 < refused.retry_after_s <= 60
+    await limiter.close()
+
+
+async def test_every_key_expires_by_itself(redis_server):
+    limiter = RedisLimiter(redis_server.url, prefix="ttl-test")
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    admission = await limiter.admit(tenant, Limits(tokens_per_day=10**6), "c", 10)
+    client = redis.Redis.from_url(redis_server.url)
+
+    async def ttls() -> list[int]:
+        return [await client.pttl(key) for key in await client.keys(f"ttl-test:{{{tenant}}}:*")]
+
+    assert len(await ttls()) == 6 and min(await ttls()) > 0  # window (3), slots, charge, day
+    await limiter.settle(admission, 5)
+    assert len(await ttls()) == 4 and min(await ttls()) > 0  # the charge and the emptied slots set are gone
+    await client.aclose()
+    await limiter.close()
+
+
+@pytest.mark.parametrize("on_store_error", ["open", "closed"])
+async def test_a_dead_store_applies_the_tenants_choice_and_recovery_is_automatic(own_redis_server, on_store_error):
+    limiter = RedisLimiter(own_redis_server.url, timeout_s=0.2)
+    limiter.settle_retry_delays_s = ()  # counted errors stay exact
+    limits = Limits(requests_per_minute=2, on_store_error=on_store_error)
+    before = await limiter.admit("acme", limits, "a", 1)
+    assert before.allowed and limiter.store_healthy
+    own_redis_server.kill()
+    during = await limiter.admit("acme", limits, "b", 1)
+    await limiter.settle(before, 1)  # lost with the server: logged and counted, never raised
+    assert during.store_error and not limiter.store_healthy and limiter.store_errors == 2
+    assert not await limiter.probe_store() and limiter.store_errors == 3
+    if on_store_error == "open":
+        assert (during.allowed, during.status, during.holder) == (True, 200, "")
+    else:
+        assert (during.allowed, during.status, during.limit) == (False, 503, "store")
+    await limiter.settle(during, 1)  # nothing was reserved: a no-op
+    own_redis_server.start()  # empty, without the scripts: NOSCRIPT, reloaded
+    assert await limiter.probe_store() and limiter.store_healthy
+    after = [await limiter.admit("acme", limits, c, 1) for c in "cde"]
+    assert [a.allowed for a in after] == [True, True, False] and limiter.store_healthy
+    assert limiter.store_errors == 3
+
+
+async def test_scripts_flushed_are_reloaded(redis_server):
+    limiter = RedisLimiter(redis_server.url)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    await limiter.admit(tenant, Limits(), "a", 1)
+    client = redis.Redis.from_url(redis_server.url)
+    await client.script_flush()
+    assert (await limiter.admit(tenant, Limits(), "b", 1)).allowed and limiter.store_errors == 0
+    await client.aclose()
+    await limiter.close()
+
+
+async def test_a_settle_the_store_missed_is_retried(redis_server):
+    limiter = RedisLimiter(redis_server.url, timeout_s=0.1)
+    limiter.settle_retry_delays_s = (0.3, 0.3)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(concurrent_requests=1, tokens_per_minute=1000)
+    admission = await limiter.admit(tenant, limits, "a", 500)
+    client = redis.Redis.from_url(redis_server.url)
+    await client.execute_command("CLIENT", "PAUSE", 200, "WRITE")  # scripts that write wait: the settle times out
+    await limiter.settle(admission, 100)
+    assert limiter.store_errors == 1 and not limiter.store_healthy
+    await limiter.close()  # waits for the retries
+    assert limiter.store_healthy
+    prober = RedisLimiter(redis_server.url)
+    probe = await prober.admit(tenant, limits, "b", 0)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "900"
+    await prober.close()
+    await client.aclose()
+
+
+async def test_a_dead_replicas_slots_expire_with_their_lease(redis_server):
+    now = [time.time()]
+    limiter = RedisLimiter(redis_server.url, lease_s=30, clock=lambda: now[0])
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(concurrent_requests=1)
+    assert (await limiter.admit(tenant, limits, "a", 1)).allowed  # never settled: its replica died
+    assert not (await limiter.admit(tenant, limits, "b", 1)).allowed
+    now[0] += 30
+    assert (await limiter.admit(tenant, limits, "b", 1)).allowed
+    await limiter.close()
+
+
+async def test_an_admit_cancelled_while_redis_answers_leaves_no_trace(redis_server):
+    limiter = RedisLimiter(redis_server.url, timeout_s=2.0)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(concurrent_requests=1, tokens_per_minute=1000)
+    client = redis.Redis.from_url(redis_server.url)
+    await client.execute_command("CLIENT", "PAUSE", 100, "WRITE")  # the script waits in Redis; the caller leaves
+    admitting = asyncio.create_task(limiter.admit(tenant, limits, "a", 500))
+    await asyncio.sleep(0.02)
+    admitting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await admitting
+    for _ in range(500):  # until the script ran, after the pause
+        if await client.exists(f"gw:limits:{{{tenant}}}:w"):
+            break
+        await asyncio.sleep(0.01)
+    await limiter.close()  # its reservation was settled with nothing used
+    prober = RedisLimiter(redis_server.url)
+    probe = await prober.admit(tenant, limits, "b", 0)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "1000"
+    await prober.close()
+    await client.aclose()

@@ -1,0 +1,72 @@
+"""The two stores are one algorithm: random sequences of admits, settles and clock moves get the same answers from
+the in-memory limiter and the Lua scripts in Redis, and never more than the limit in any 60 s."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies.limits import Limits, MemoryLimiter, RedisLimiter
+
+T0 = 20_834 * 86_400.0 + 86_400 - 90  # 90 s before a UTC midnight: the day quota turns over in some runs
+
+limits_st = st.builds(
+    Limits,
+    requests_per_minute=st.none() | st.integers(0, 6),
+    tokens_per_minute=st.none() | st.integers(0, 400),
+    concurrent_requests=st.none() | st.integers(0, 4),
+    tokens_per_day=st.none() | st.integers(0, 900),
+)
+op_st = st.one_of(
+    st.tuples(st.just("admit"), st.integers(0, 5), st.integers(0, 250)),  # charge id (reused: joins), tokens
+    st.tuples(st.just("settle"), st.integers(0, 20), st.integers(0, 300)),  # which earlier admission, used tokens
+    st.tuples(st.just("wait"), st.floats(0, 40).map(lambda s: round(s, 3)), st.just(0)),
+)
+
+
+def _answer(admission) -> tuple:
+    return admission.allowed, admission.limit, admission.retry_after_s, admission.headers, admission.status
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(limits=limits_st, ops=st.lists(op_st, max_size=30))
+def test_memory_and_redis_answer_alike(redis_server, limits, ops):
+    asyncio.run(_lockstep(redis_server.url, limits, ops))
+
+
+async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
+    now = [T0]
+    memory, redis = MemoryLimiter(clock=lambda: now[0]), RedisLimiter(url, clock=lambda: now[0])
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    admitted: list[tuple] = []  # (charge id, memory's admission, redis's admission)
+    open_holders: dict[str, int] = {}  # charge id -> admissions not yet settled
+    fresh_at: list[float] = []  # when each admission that was not a join was admitted
+    try:
+        for kind, a, b in ops:
+            if kind == "wait":
+                now[0] += a
+            elif kind == "admit":
+                charge_id = f"c{a}"
+                m, r = await memory.admit(tenant, limits, charge_id, b), await redis.admit(tenant, limits, charge_id, b)
+                assert _answer(m) == _answer(r)
+                if m.allowed:
+                    if not open_holders.get(charge_id):
+                        fresh_at.append(now[0])
+                    open_holders[charge_id] = open_holders.get(charge_id, 0) + 1
+                    admitted.append((charge_id, m, r))
+            elif admitted:
+                charge_id, m, r = admitted.pop(a % len(admitted))
+                await memory.settle(m, b)
+                await redis.settle(r, b)
+                open_holders[charge_id] -= 1
+        if limits.requests_per_minute is not None:
+            for start in fresh_at:
+                assert sum(start <= t < start + 60 for t in fresh_at) <= limits.requests_per_minute
+        if limits.concurrent_requests is not None:
+            assert sum(1 for n in open_holders.values() if n) <= limits.concurrent_requests
+        assert memory.store_errors == redis.store_errors == 0
+    finally:
+        await redis.close()
