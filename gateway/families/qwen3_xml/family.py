@@ -11,7 +11,7 @@ from gateway.types import ChatRequest
 from .grammar import build_grammar
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START, TURN_END, prompt_opens_reasoning
 from .parser import Qwen3XmlParser
-from .prompt import choose_template, render_prompt
+from .prompt import BUILTIN_TEMPLATE, choose_template, render_prompt
 
 
 class Qwen3XmlFamily(Family):
@@ -22,7 +22,7 @@ class Qwen3XmlFamily(Family):
 
     @cached_property
     def template(self) -> str:
-        return choose_template(self.context.chat_template, self.context.options.get("chat_template"))
+        return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
 
     def render(self, request: ChatRequest) -> str:
         return render_prompt(self.template, request, self.context.bos_token, self.context.eos_token)

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum, auto
 from typing import Any
 
 from gateway.families.base import OutputParser
+from gateway.families.streams import Trimmed, json_fragment, new_call_id
+from gateway.families.values import convert, is_plain_string, schema_types
 from gateway.types import Delta, Piece
 
 from .markers import (
@@ -46,7 +47,6 @@ from .markers import (
     TOOL_CALL_END,
     TOOL_CALL_START,
 )
-from .values import convert, is_plain_string, schema_types
 
 _FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
@@ -55,11 +55,6 @@ _VALUE_END = re.compile(
     r"\n?</parameter>(?=\s*(?:<parameter=[^>\n]*>|</function>))|\n(?=<parameter=[^>\n]*>|</function>)"
 )
 _NEXT_TAGS = (PARAMETER_OPEN, FUNCTION_CLOSE)
-
-
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
 
 
 def _could_become(text: str, literals: Iterable[str]) -> bool:
@@ -95,27 +90,6 @@ class _State(Enum):
     AFTER = auto()  # after </function>: expecting </tool_call>
 
 
-class _Trimmed:
-    """A text stream without leading and trailing whitespace: trailing whitespace waits for more text."""
-
-    def __init__(self) -> None:
-        self._started = False
-        self._pending = ""
-
-    def push(self, text: str) -> str:
-        if not self._started:
-            text = text.lstrip()
-            if not text:
-                return ""
-            self._started = True
-        body = text.rstrip()
-        if not body:
-            self._pending += text
-            return ""
-        out, self._pending = self._pending + body, text[len(body) :]
-        return out
-
-
 class Qwen3XmlParser(OutputParser):
     """Streams reasoning, content and tool calls out of Qwen XML output."""
 
@@ -131,8 +105,8 @@ class Qwen3XmlParser(OutputParser):
         self._parse_calls = tool_calls
         self._state = _State.REASONING if in_reasoning else _State.START
         self._buffer = ""
-        self._reasoning = _Trimmed()
-        self._content = _Trimmed()
+        self._reasoning = Trimmed()
+        self._content = Trimmed()
         self._out: list[Delta] = []
         self._calls = 0
         self._held: list[Delta] | None = None
@@ -353,7 +327,7 @@ class Qwen3XmlParser(OutputParser):
         if not text:
             return
         if is_plain_string(self._types):
-            self._send(json.dumps(text, ensure_ascii=False)[1:-1])
+            self._send(json_fragment(text))
         else:
             self._value += text
 

@@ -1,4 +1,4 @@
-"""Parameter values: Qwen's XML writes every value as raw text; the tool's schema says what JSON it stands for."""
+"""Argument values written as raw text (Qwen XML, GLM): the tool's schema says what JSON each stands for."""
 
 from __future__ import annotations
 
