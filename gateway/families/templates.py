@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.prompts.template import template_variables
+from gateway.prompts.template import render_chat_template, template_variables
+from gateway.types import ChatRequest
 
 
 def choose_template(own: str | None, builtin: str, override: str | None = None) -> str:
@@ -37,3 +38,22 @@ def _decoded(call: dict[str, Any]) -> dict[str, Any]:
     except ValueError:
         return call
     return {**call, "function": {**fn, "arguments": arguments}} if isinstance(arguments, dict) else call
+
+
+def render_request(
+    template: str, request: ChatRequest, bos_token: str | None, eos_token: str | None, **variables: Any
+) -> str:
+    """The prompt text of `request` (tools hidden when tool_choice is "none"); `variables` are set for the
+    template after the request's own template kwargs."""
+    kwargs = {**request.template_kwargs, **variables}
+    return render_chat_template(
+        template,
+        with_argument_objects(request.messages),
+        tools=request.tools if request.tool_choice != "none" else None,
+        documents=kwargs.pop("documents", None),
+        add_generation_prompt=request.add_generation_prompt,
+        continue_final_message=request.continue_final_message,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        template_kwargs=kwargs,
+    )

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
-from gateway.families.templates import choose_template
+from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
@@ -26,7 +26,7 @@ from .markers import (
     prompt_opens_reasoning,
 )
 from .parser import GlmParser
-from .prompt import BUILTIN_TEMPLATE, render_prompt
+from .prompt import BUILTIN_TEMPLATE
 
 
 class Glm45Family(Family):
@@ -44,7 +44,9 @@ class Glm45Family(Family):
         return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
 
     def render(self, request: ChatRequest) -> str:
-        return render_prompt(self.template, request, self.compact, self.context.bos_token, self.context.eos_token)
+        return render_request(
+            self.template, request, self.context.bos_token, self.context.eos_token, compact=self.compact
+        )
 
     def stop_token_ids(self) -> list[int]:
         ids = [self.context.tokenizer.token_to_id(t) for t in (END_OF_TEXT, USER, OBSERVATION)]

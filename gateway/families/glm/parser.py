@@ -17,14 +17,13 @@ Decisions:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from enum import Enum, auto
 from typing import Any
 
 from gateway.families.base import OutputParser
-from gateway.families.streams import Trimmed, json_fragment, new_call_id
-from gateway.families.values import convert, is_plain_string, schema_types
+from gateway.families.streams import CallOutput
+from gateway.families.values import schema_types, tool_schemas
 from gateway.types import Delta, Piece
 
 from .markers import (
@@ -58,29 +57,17 @@ class GlmParser(OutputParser):
         self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
     ) -> None:
         """`tools`: the request's tools (parameter schemas type the values); `in_reasoning`: the prompt opened it."""
-        self._schemas = {
-            fn["name"]: (fn.get("parameters") or {}).get("properties") or {}
-            for fn in (t.get("function", t) for t in tools)
-            if isinstance(fn, Mapping) and isinstance(fn.get("name"), str)
-        }
+        self._schemas = tool_schemas(tools)
         self._parse_calls = tool_calls
         self._state = _State.REASONING if in_reasoning else _State.START
-        self._reasoning = Trimmed()
-        self._content = Trimmed()
-        self._out: list[Delta] = []
-        self._calls = 0
-        self._held: list[Delta] | None = None
-        self._sent = False
+        self._out = CallOutput()
         self._name = ""
         self._call_open = False
         self._key = ""
-        self._arguments = 0
-        self._types: frozenset[str] = frozenset()
-        self._value = ""
 
     @property
     def saw_tool_call(self) -> bool:
-        return self._sent
+        return self._out.sent_call
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
         for piece in pieces:
@@ -88,16 +75,14 @@ class GlmParser(OutputParser):
                 self._marker(piece.text)
             else:
                 self._text(piece.text)
-        out, self._out = self._out, []
-        return out
+        return self._out.take()
 
     def finish(self) -> list[Delta]:
         if self._state is _State.VALUE_OR_END:  # the output ended right after it: the call's end
             self._end_value()
             self._end_call()
-        self._held = None  # a call cut off before its first argument was complete is no call
-        out, self._out = self._out, []
-        return out
+        self._out.drop_held_call()
+        return self._out.take()
 
     def _marker(self, marker: str) -> None:
         state = self._state
@@ -107,7 +92,7 @@ class GlmParser(OutputParser):
                 self._end_call()
                 self._state = _State.CONTENT
             else:
-                self._value_text(TOOL_CALL_END)
+                self._out.argument_text(TOOL_CALL_END)
                 self._state = state = _State.VALUE
         if state is _State.START:
             if marker == THINK_START:
@@ -118,13 +103,13 @@ class GlmParser(OutputParser):
             if marker == THINK_END:
                 self._state = _State.CONTENT
             else:
-                self._emit_reasoning(marker)
+                self._out.reasoning(marker)
         elif state is _State.CONTENT:
             if marker == TOOL_CALL_START and self._parse_calls:
-                self._name, self._arguments = "", 0
+                self._name = ""
                 self._state = _State.NAME
             else:
-                self._emit_content(marker)
+                self._out.content(marker)
         elif state is _State.VALUE:
             if marker == ARG_VALUE_END:
                 self._end_value()
@@ -132,7 +117,7 @@ class GlmParser(OutputParser):
             elif marker == TOOL_CALL_END:
                 self._state = _State.VALUE_OR_END
             else:
-                self._value_text(marker)
+                self._out.argument_text(marker)
         elif state is _State.KEY:
             if marker == ARG_KEY_END:
                 self._state = _State.BETWEEN
@@ -141,7 +126,11 @@ class GlmParser(OutputParser):
             self._key = ""
             self._state = _State.KEY
         elif marker == ARG_VALUE_START and self._key:
-            self._start_value()
+            name = self._name.strip()
+            self._out.start_argument(
+                self._key.strip(), schema_types(self._schemas.get(name, {}).get(self._key.strip()))
+            )
+            self._state = _State.VALUE
         elif marker == TOOL_CALL_END:
             self._open_call()
             self._end_call()
@@ -150,78 +139,34 @@ class GlmParser(OutputParser):
     def _text(self, text: str) -> None:
         state = self._state
         if state is _State.VALUE_OR_END:
-            self._value_text(TOOL_CALL_END)
+            self._out.argument_text(TOOL_CALL_END)
             self._state = state = _State.VALUE
         if state is _State.START:
             if not text.strip():
-                self._emit_content(text)
+                self._out.content(text)
                 return
             self._state = state = _State.CONTENT
         if state is _State.REASONING:
-            self._emit_reasoning(text)
+            self._out.reasoning(text)
         elif state is _State.CONTENT:
-            self._emit_content(text)
+            self._out.content(text)
         elif state is _State.NAME:
             self._name += text
         elif state is _State.KEY:
             self._key += text
         elif state is _State.VALUE:
-            self._value_text(text)
-
-    # calls
+            self._out.argument_text(text)
 
     def _open_call(self) -> None:
-        """The name is complete (the first tag after it came): hold the call back from here."""
+        """The name is complete (the first tag after it came): the call is held back from here."""
         if not self._call_open:
-            self._held = [Delta(tool_index=self._calls, tool_id=new_call_id(), tool_name=self._name.strip())]
+            self._out.open_call(self._name.strip())
             self._call_open = True
 
-    def _send(self, fragment: str) -> None:
-        delta = Delta(tool_index=self._calls, tool_arguments=fragment)
-        if self._held is not None:
-            self._held.append(delta)
-        else:
-            self._out.append(delta)
-
-    def _release(self) -> None:
-        if self._held is not None:
-            self._out += self._held
-            self._held = None
-            self._sent = True
-
-    def _start_value(self) -> None:
-        key = self._key.strip()
-        self._types = schema_types(self._schemas.get(self._name.strip(), {}).get(key))
-        quote = '"' if is_plain_string(self._types) else ""
-        self._send(("{" if self._arguments == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": " + quote)
-        self._arguments += 1
-        self._value = ""
-        self._state = _State.VALUE
-
-    def _value_text(self, text: str) -> None:
-        if is_plain_string(self._types):
-            if text:
-                self._send(json_fragment(text))
-        else:
-            self._value += text
-
     def _end_value(self) -> None:
-        self._send('"' if is_plain_string(self._types) else json.dumps(convert(self._value, self._types)))
+        self._out.end_argument()
         self._key = ""
-        self._release()
 
     def _end_call(self) -> None:
-        self._send("{}" if self._arguments == 0 else "}")
-        self._release()
-        self._calls += 1
+        self._out.close_call()
         self._call_open = False
-
-    # content and reasoning
-
-    def _emit_reasoning(self, text: str) -> None:
-        if out := self._reasoning.push(text):
-            self._out.append(Delta(reasoning=out))
-
-    def _emit_content(self, text: str) -> None:
-        if out := self._content.push(text):
-            self._out.append(Delta(content=out))
