@@ -103,6 +103,15 @@ class Qwen3XmlParser(OutputParser):
         self._out = CallOutput()
         self._function = ""
         self._value_started = False
+        self._steps = {
+            _State.START: self._start,
+            _State.REASONING: self._in_reasoning,
+            _State.CONTENT: self._in_content,
+            _State.CALL: self._in_call,
+            _State.BODY: self._in_body,
+            _State.VALUE: self._in_value,
+            _State.AFTER: self._after_function,
+        }
 
     @property
     def saw_tool_call(self) -> bool:
@@ -164,15 +173,7 @@ class Qwen3XmlParser(OutputParser):
     # text
 
     def _advance(self, final: bool) -> None:
-        steps = {
-            _State.START: self._start,
-            _State.REASONING: self._in_reasoning,
-            _State.CONTENT: self._in_content,
-            _State.CALL: self._in_call,
-            _State.BODY: self._in_body,
-            _State.VALUE: self._in_value,
-            _State.AFTER: self._after_function,
-        }
+        steps = self._steps
         while self._buffer and steps[self._state](final):
             pass
 
@@ -273,6 +274,8 @@ class Qwen3XmlParser(OutputParser):
 
     def _held_value_tail(self) -> int:
         """Length of the buffer's tail that could still grow into the value's end."""
+        if "\n" not in self._buffer and "<" not in self._buffer:
+            return 0
         for at, ch in enumerate(self._buffer):
             if ch in "\n<" and _value_end_could_start(self._buffer[at:]):
                 return len(self._buffer) - at

@@ -1,0 +1,187 @@
+"""Stream-parse long tool-call outputs one token per delta: each family's parser vs SGLang's detector of that family.
+
+Per family, the output is synthetic but shaped like the model's: a short reasoning block, then calls whose last
+argument is a long string (the long-argument stream); marker tokens are single pieces with a token id, as the
+gateway's detokenizer delivers them. The peer (llm-router-utils' extraction of SGLang's detector) runs in its own
+interpreter, never imported here: it gets the text after the reasoning block (what SGLang hands it after its
+reasoning parser), one token's text per increment. Times are CPU seconds of the parsing process (the
+machine is shared), so the figures do not depend on other load. Other families add a row to FAMILIES.
+
+    python bench/parser_bench.py [--peer-python /tmp/peer-venv/bin/python] [--sizes 1000 8000 32000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gateway.families.base import OutputParser
+from gateway.families.glm import GlmParser
+from gateway.families.hermes import HermesParser
+from gateway.families.qwen3_xml import Qwen3XmlParser
+from gateway.types import Piece
+
+WORDS = [
+    " the",
+    " quick",
+    " brown",
+    " fox",
+    " jumps",
+    " over",
+    " lazy",
+    " dog",
+    ".",
+    "\n",
+    " ü",
+    " 😀",
+    ' "',
+    " &",
+    " 42",
+]
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}, "content": {"type": "string"}},
+        },
+    },
+}
+QWEN_IDS = {"<think>": 151667, "</think>": 151668, "<tool_call>": 151657, "</tool_call>": 151658}
+GLM_IDS = {"<think>": 151350, "</think>": 151351, "<tool_call>": 151352, "</tool_call>": 151353, "<arg_key>": 151356,
+           "</arg_key>": 151357, "<arg_value>": 151358, "</arg_value>": 151359}  # fmt: skip
+
+
+def words(count: int, offset: int = 0) -> list[Piece]:
+    return [Piece(WORDS[(offset + i) % len(WORDS)]) for i in range(count)]
+
+
+def pieces_of(parts: list[str | list[Piece]], ids: dict[str, int]) -> list[Piece]:
+    """Marker strings as their token pieces, other strings as one piece, word lists as they are."""
+    out: list[Piece] = []
+    for part in parts:
+        out += part if isinstance(part, list) else [Piece(part, ids.get(part))]
+    return out
+
+
+def hermes_call(length: int, seed: int) -> list[str | list[Piece]]:
+    body = [Piece(json.dumps(w.text)[1:-1]) for w in words(length, seed)]
+    return ["<tool_call>", '\n{"name": "write_file", "arguments": {"path": "notes.txt", "lines": 12, "content": "',
+            body, '"}}\n', "</tool_call>", "\n"]  # fmt: skip
+
+
+def qwen_xml_call(length: int, seed: int) -> list[str | list[Piece]]:
+    head = "\n<function=write_file>\n<parameter=path>\nnotes.txt\n</parameter>\n<parameter=lines>\n12\n</parameter>\n"
+    return ["<tool_call>", head + "<parameter=content>\n", words(length, seed), "\n</parameter>\n</function>\n",
+            "</tool_call>", "\n"]  # fmt: skip
+
+
+def glm_call(length: int, seed: int) -> list[str | list[Piece]]:
+    return ["<tool_call>", "write_file", "<arg_key>", "path", "</arg_key>", "<arg_value>", "notes.txt", "</arg_value>",
+            "<arg_key>", "lines", "</arg_key>", "<arg_value>", "12", "</arg_value>", "<arg_key>", "content",
+            "</arg_key>", "<arg_value>", words(length, seed), "</arg_value>", "</tool_call>"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Family:
+    """One row: our parser, how a call is written, its marker ids, and the peer detector."""
+
+    name: str
+    parser: Callable[[], OutputParser]
+    call: Callable[[int, int], list[str | list[Piece]]]
+    ids: dict[str, int]
+    peer: str  # module:class under llm_router_utils.sglang.srt.function_call
+
+
+FAMILIES = [
+    Family("qwen3-hermes", lambda: HermesParser(tool_calls=True, in_reasoning=True), hermes_call, QWEN_IDS,
+           "qwen25_detector:Qwen25Detector"),
+    Family("qwen3-xml", lambda: Qwen3XmlParser([TOOL], in_reasoning=True), qwen_xml_call, QWEN_IDS,
+           "qwen3_coder_detector:Qwen3CoderDetector"),
+    Family("glm", lambda: GlmParser([TOOL], in_reasoning=True), glm_call, GLM_IDS, "glm47_moe_detector:Glm47MoeDetector"),
+]  # fmt: skip
+
+PEER_SCRIPT = r"""
+import importlib, json, sys, time
+from llm_router_utils.sglang.srt.entrypoints.openai.protocol import Tool
+spec, tool, texts = json.load(sys.stdin)
+module, name = spec.split(":")
+detector = getattr(importlib.import_module("llm_router_utils.sglang.srt.function_call." + module), name)()
+tools = [Tool.model_validate(tool)]
+calls = 0
+start = time.process_time()
+for text in texts:
+    calls += sum(1 for c in detector.parse_streaming_increment(text, tools).calls if c.name)
+print(json.dumps({"seconds": time.process_time() - start, "calls": calls}))
+"""
+
+
+def synthetic_output(family: Family, tokens: int) -> tuple[list[Piece], int]:
+    """About `tokens` pieces: a reasoning block, then calls with long last arguments; and where the block ends."""
+    parts: list[str | list[Piece]] = [words(tokens // 10), "</think>", "\n\n"]
+    out = pieces_of(parts, family.ids)
+    after_think = len(out)
+    calls = 0
+    while len(out) < tokens - 40:
+        calls += 1
+        out += pieces_of(family.call(min(2000, tokens - len(out) - 40), calls), family.ids)
+    return out, after_think
+
+
+def ours(family: Family, pieces: list[Piece]) -> tuple[float, int]:
+    """Seconds to stream `pieces` one per feed, and the calls seen."""
+    parser = family.parser()
+    calls = 0
+    start = time.process_time()
+    for piece in pieces:
+        calls += sum(d.tool_name is not None for d in parser.feed((piece,)))
+    calls += sum(d.tool_name is not None for d in parser.finish())
+    return time.process_time() - start, calls
+
+
+def peer(python: str, family: Family, pieces: list[Piece], after_think: int) -> tuple[float, int] | None:
+    """The peer detector's seconds and calls on the post-reasoning text, or None when it cannot run."""
+    texts = [p.text for p in pieces[after_think:]]
+    try:
+        done = subprocess.run([python, "-c", PEER_SCRIPT], input=json.dumps([family.peer, TOOL, texts]),
+                              capture_output=True, text=True, timeout=900, check=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return result["seconds"], result["calls"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000, 32000])
+    parser.add_argument("--peer-python", default=os.environ.get("PARSER_PEER_PYTHON", "/tmp/peer-venv/bin/python"))
+    parser.add_argument("--family", action="append", help="only these families (default: all)")
+    args = parser.parse_args()
+    print("| family | tokens | ours µs/token | ours calls | peer | peer µs/token | peer calls |")
+    print("|---|---:|---:|---:|---|---:|---:|")
+    for family in FAMILIES:
+        if args.family and family.name not in args.family:
+            continue
+        for size in args.sizes:
+            pieces, after_think = synthetic_output(family, size)
+            seconds, calls = min(ours(family, pieces) for _ in range(3))
+            theirs = peer(args.peer_python, family, pieces, after_think) if Path(args.peer_python).exists() else None
+            peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
+            name = family.peer.split(":")[1]
+            print(
+                f"| {family.name} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {name} | {peer_cells} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
