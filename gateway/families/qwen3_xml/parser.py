@@ -25,14 +25,14 @@ Decisions:
 
 from __future__ import annotations
 
-import json
 import re
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum, auto
 from typing import Any
 
 from gateway.families.base import OutputParser
+from gateway.families.streams import CallOutput
+from gateway.families.values import schema_types, tool_schemas
 from gateway.types import Delta, Piece
 
 from .markers import (
@@ -46,7 +46,6 @@ from .markers import (
     TOOL_CALL_END,
     TOOL_CALL_START,
 )
-from .values import convert, is_plain_string, schema_types
 
 _FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
@@ -55,11 +54,6 @@ _VALUE_END = re.compile(
     r"\n?</parameter>(?=\s*(?:<parameter=[^>\n]*>|</function>))|\n(?=<parameter=[^>\n]*>|</function>)"
 )
 _NEXT_TAGS = (PARAMETER_OPEN, FUNCTION_CLOSE)
-
-
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
 
 
 def _could_become(text: str, literals: Iterable[str]) -> bool:
@@ -95,27 +89,6 @@ class _State(Enum):
     AFTER = auto()  # after </function>: expecting </tool_call>
 
 
-class _Trimmed:
-    """A text stream without leading and trailing whitespace: trailing whitespace waits for more text."""
-
-    def __init__(self) -> None:
-        self._started = False
-        self._pending = ""
-
-    def push(self, text: str) -> str:
-        if not self._started:
-            text = text.lstrip()
-            if not text:
-                return ""
-            self._started = True
-        body = text.rstrip()
-        if not body:
-            self._pending += text
-            return ""
-        out, self._pending = self._pending + body, text[len(body) :]
-        return out
-
-
 class Qwen3XmlParser(OutputParser):
     """Streams reasoning, content and tool calls out of Qwen XML output."""
 
@@ -123,29 +96,26 @@ class Qwen3XmlParser(OutputParser):
         self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
     ) -> None:
         """`tools`: the request's tools (names and parameter schemas); `in_reasoning`: the prompt opened `<think>`."""
-        self._schemas = {
-            fn["name"]: (fn.get("parameters") or {}).get("properties") or {}
-            for fn in (t.get("function", t) for t in tools)
-            if isinstance(fn, Mapping) and isinstance(fn.get("name"), str)
-        }
+        self._schemas = tool_schemas(tools)
         self._parse_calls = tool_calls
         self._state = _State.REASONING if in_reasoning else _State.START
         self._buffer = ""
-        self._reasoning = _Trimmed()
-        self._content = _Trimmed()
-        self._out: list[Delta] = []
-        self._calls = 0
-        self._held: list[Delta] | None = None
-        self._sent = False
+        self._out = CallOutput()
         self._function = ""
-        self._arguments = 0  # arguments written in the current call
-        self._types: frozenset[str] = frozenset()
-        self._value = ""  # a typed value's text so far
         self._value_started = False
+        self._steps = {
+            _State.START: self._start,
+            _State.REASONING: self._in_reasoning,
+            _State.CONTENT: self._in_content,
+            _State.CALL: self._in_call,
+            _State.BODY: self._in_body,
+            _State.VALUE: self._in_value,
+            _State.AFTER: self._after_function,
+        }
 
     @property
     def saw_tool_call(self) -> bool:
-        return self._sent
+        return self._out.sent_call
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
         for piece in pieces:
@@ -156,19 +126,17 @@ class Qwen3XmlParser(OutputParser):
                     continue
             self._buffer += piece.text
         self._advance(final=False)
-        out, self._out = self._out, []
-        return out
+        return self._out.take()
 
     def finish(self) -> list[Delta]:
         self._advance(final=True)
-        if self._state is _State.VALUE and self._sent:
-            self._flush_value_text(self._buffer)
+        if self._state is _State.VALUE and self._out.streaming_call:
+            self._out.argument_text(self._buffer)
         elif self._state is _State.CONTENT and self._buffer:
-            self._emit_content(self._buffer)
+            self._out.content(self._buffer)
         self._buffer = ""
-        self._held = None  # a call cut off before its first argument was complete is no call
-        out, self._out = self._out, []
-        return out
+        self._out.drop_held_call()
+        return self._out.take()
 
     # markers (added tokens outside values)
 
@@ -185,10 +153,10 @@ class Qwen3XmlParser(OutputParser):
             elif marker == TOOL_CALL_START and self._parse_calls:
                 self._state = _State.CALL
             else:
-                self._emit_reasoning(marker)
+                self._out.reasoning(marker)
         elif state is _State.CONTENT:
             if marker == TOOL_CALL_START and self._parse_calls:
-                self._emit_content(self._buffer)
+                self._out.content(self._buffer)
                 self._buffer = ""
                 self._state = _State.CALL
             elif marker != TOOL_CALL_END or not self._parse_calls:
@@ -196,7 +164,7 @@ class Qwen3XmlParser(OutputParser):
         elif state is _State.AFTER:
             self._state = _State.CALL if marker == TOOL_CALL_START else _State.CONTENT
         elif marker == TOOL_CALL_END and state is _State.BODY:
-            self._end_function()
+            self._out.close_call()
             self._state = _State.CONTENT
         elif marker == TOOL_CALL_END:  # a call that never named its function
             self._buffer = ""
@@ -205,15 +173,7 @@ class Qwen3XmlParser(OutputParser):
     # text
 
     def _advance(self, final: bool) -> None:
-        steps = {
-            _State.START: self._start,
-            _State.REASONING: self._in_reasoning,
-            _State.CONTENT: self._in_content,
-            _State.CALL: self._in_call,
-            _State.BODY: self._in_body,
-            _State.VALUE: self._in_value,
-            _State.AFTER: self._after_function,
-        }
+        steps = self._steps
         while self._buffer and steps[self._state](final):
             pass
 
@@ -224,24 +184,24 @@ class Qwen3XmlParser(OutputParser):
         return False
 
     def _in_reasoning(self, final: bool) -> bool:
-        self._emit_reasoning(self._buffer)
+        self._out.reasoning(self._buffer)
         self._buffer = ""
         return False
 
     def _in_content(self, final: bool) -> bool:
         if not self._parse_calls or not self._schemas:
-            self._emit_content(self._buffer)
+            self._out.content(self._buffer)
             self._buffer = ""
             return False
         for match in re.finditer(re.escape(FUNCTION_OPEN), self._buffer):
             head = _FUNCTION.match(self._buffer, match.start())
             if head and head[1] in self._schemas:
-                self._emit_content(self._buffer[: match.start()])
+                self._out.content(self._buffer[: match.start()])
                 self._buffer = self._buffer[match.start() :]
                 self._state = _State.CALL
                 return True
         held = 0 if final else self._held_function_prefix()
-        self._emit_content(self._buffer[: len(self._buffer) - held])
+        self._out.content(self._buffer[: len(self._buffer) - held])
         self._buffer = self._buffer[len(self._buffer) - held :]
         return False
 
@@ -268,8 +228,7 @@ class Qwen3XmlParser(OutputParser):
             return False
         self._buffer = self._buffer[head.end() :]
         self._function = head[1]
-        self._held = [Delta(tool_index=self._calls, tool_id=new_call_id(), tool_name=head[1])]
-        self._arguments = 0
+        self._out.open_call(head[1])
         self._state = _State.BODY
         return True
 
@@ -277,12 +236,16 @@ class Qwen3XmlParser(OutputParser):
         parameter = _PARAMETER.match(self._buffer)
         if parameter:
             self._buffer = self._buffer[parameter.end() :]
-            self._start_value(parameter[1])
+            self._out.start_argument(
+                parameter[1], schema_types(self._schemas.get(self._function, {}).get(parameter[1]))
+            )
+            self._value_started = False
+            self._state = _State.VALUE
             return True
         end = _FUNCTION_END.match(self._buffer)
         if end:
             self._buffer = self._buffer[end.end() :]
-            self._end_function()
+            self._out.close_call()
             self._state = _State.AFTER
             return True
         if not final and _could_become(self._buffer.lstrip(), _NEXT_TAGS):
@@ -299,18 +262,20 @@ class Qwen3XmlParser(OutputParser):
             self._value_started = True
         end = _VALUE_END.search(self._buffer)
         if end:
-            self._flush_value_text(self._buffer[: end.start()])
+            self._out.argument_text(self._buffer[: end.start()])
             self._buffer = self._buffer[end.end() :]
-            self._end_value()
+            self._out.end_argument()
             self._state = _State.BODY
             return True
         keep = 0 if final else self._held_value_tail()
-        self._flush_value_text(self._buffer[: len(self._buffer) - keep])
+        self._out.argument_text(self._buffer[: len(self._buffer) - keep])
         self._buffer = self._buffer[len(self._buffer) - keep :]
         return False
 
     def _held_value_tail(self) -> int:
         """Length of the buffer's tail that could still grow into the value's end."""
+        if "\n" not in self._buffer and "<" not in self._buffer:
+            return 0
         for at, ch in enumerate(self._buffer):
             if ch in "\n<" and _value_end_could_start(self._buffer[at:]):
                 return len(self._buffer) - at
@@ -324,57 +289,3 @@ class Qwen3XmlParser(OutputParser):
         self._buffer = text
         self._state = _State.CONTENT
         return True
-
-    # calls
-
-    def _send(self, fragment: str) -> None:
-        delta = Delta(tool_index=self._calls, tool_arguments=fragment)
-        if self._held is not None:
-            self._held.append(delta)
-        else:
-            self._out.append(delta)
-
-    def _release(self) -> None:
-        if self._held is not None:
-            self._out += self._held
-            self._held = None
-            self._sent = True
-
-    def _start_value(self, key: str) -> None:
-        self._types = schema_types(self._schemas.get(self._function, {}).get(key))
-        prefix = "{" if self._arguments == 0 else ", "
-        self._send(prefix + json.dumps(key, ensure_ascii=False) + ": " + ('"' if is_plain_string(self._types) else ""))
-        self._arguments += 1
-        self._value = ""
-        self._value_started = False
-        self._state = _State.VALUE
-
-    def _flush_value_text(self, text: str) -> None:
-        if not text:
-            return
-        if is_plain_string(self._types):
-            self._send(json.dumps(text, ensure_ascii=False)[1:-1])
-        else:
-            self._value += text
-
-    def _end_value(self) -> None:
-        if is_plain_string(self._types):
-            self._send('"')
-        else:
-            self._send(json.dumps(convert(self._value, self._types), ensure_ascii=False))
-        self._release()
-
-    def _end_function(self) -> None:
-        self._send("{}" if self._arguments == 0 else "}")
-        self._release()
-        self._calls += 1
-
-    # content and reasoning
-
-    def _emit_reasoning(self, text: str) -> None:
-        if out := self._reasoning.push(text):
-            self._out.append(Delta(reasoning=out))
-
-    def _emit_content(self, text: str) -> None:
-        if out := self._content.push(text):
-            self._out.append(Delta(content=out))

@@ -2,58 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from importlib.resources import files
-from typing import Any
-
-from gateway.prompts.template import render_chat_template, template_variables
-from gateway.types import ChatRequest
 
 BUILTIN_TEMPLATE = files(__package__).joinpath("chat_template.jinja").read_text(encoding="utf-8")
-
-
-def choose_template(own: str | None, override: str | None = None) -> str:
-    """The template in use: an explicit override, else the checkpoint's if it reads `tools`, else ours."""
-    if override:
-        return override
-    if own and "tools" in template_variables(own):
-        return own
-    return BUILTIN_TEMPLATE
-
-
-def with_argument_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages whose tool calls carry their arguments as objects, as Qwen's templates iterate them."""
-    out = []
-    for message in messages:
-        calls = message.get("tool_calls")
-        if calls:
-            message = {**message, "tool_calls": [_decoded(call) for call in calls]}
-        out.append(message)
-    return out
-
-
-def _decoded(call: dict[str, Any]) -> dict[str, Any]:
-    fn = call.get("function")
-    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
-        return call
-    try:
-        arguments = json.loads(fn["arguments"])
-    except ValueError:
-        return call
-    return {**call, "function": {**fn, "arguments": arguments}} if isinstance(arguments, dict) else call
-
-
-def render_prompt(template: str, request: ChatRequest, bos_token: str | None, eos_token: str | None) -> str:
-    """The prompt text of `request` (tools hidden when tool_choice is "none")."""
-    kwargs = dict(request.template_kwargs)
-    return render_chat_template(
-        template,
-        with_argument_objects(request.messages),
-        tools=request.tools if request.tool_choice != "none" else None,
-        documents=kwargs.pop("documents", None),
-        add_generation_prompt=request.add_generation_prompt,
-        continue_final_message=request.continue_final_message,
-        bos_token=bos_token,
-        eos_token=eos_token,
-        template_kwargs=kwargs,
-    )
+"""Our template; `gateway.families.templates` chooses and renders (`choose_template`, `render_request`)."""

@@ -1,16 +1,25 @@
-"""Parameter values: Qwen's XML writes every value as raw text; the tool's schema says what JSON it stands for."""
+"""Argument values written as raw text (Qwen XML, GLM): the tool's schema says what JSON each stands for."""
 
 from __future__ import annotations
 
 import ast
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 _INTEGER = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _ORDER = ("null", "integer", "number", "boolean", "object", "array")
+
+
+def tool_schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each offered tool's parameter schemas (`properties`), by tool name."""
+    return {
+        fn["name"]: (fn.get("parameters") or {}).get("properties") or {}
+        for fn in (t.get("function", t) for t in tools)
+        if isinstance(fn, Mapping) and isinstance(fn.get("name"), str)
+    }
 
 
 def schema_types(schema: Mapping[str, Any] | None) -> frozenset[str]:
