@@ -133,7 +133,8 @@ def test_each_dsml_version_grammar_takes_its_own_tags_only(compiler: xgr.Grammar
 
 TEMPLATE = (
     "{{ bos_token }}{% if tools %}[{{ tools | length }} tools]{% endif %}"
-    "{% for m in messages %}<｜User｜>{{ m['content'] }}{% endfor %}"
+    "{% for m in messages %}<｜User｜>{{ m['content'] }}"
+    "{% for t in m.get('tool_calls') or [] %}{{ '[' + t['function']['arguments'] + ']' }}{% endfor %}{% endfor %}"
     "{% if add_generation_prompt %}<｜Assistant｜>{% if thinking %}<think>{% else %}</think>{% endif %}{% endif %}"
 )
 
@@ -148,3 +149,6 @@ def test_template_families_render_the_checkpoints_template(name: str) -> None:
     assert served.in_reasoning(prompt) and not served.in_reasoning(served.render(request()))
     assert family(name, None, chat_template=TEMPLATE).render(request()).endswith("</think>")
     assert served.stop_token_ids() == [EOS_ID]
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": {"city": "Zürich"}}}
+    history = request(messages=[{"role": "assistant", "content": "", "tool_calls": [call]}])
+    assert '[{"city": "Zürich"}]' in served.render(history)  # the template concatenates the JSON text

@@ -7,9 +7,10 @@ Options (model entry `options`): `chat_template` (a template to use instead of t
 
 from __future__ import annotations
 
+import json
 from abc import abstractmethod
 from functools import cached_property
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
@@ -51,7 +52,7 @@ class TemplatedSectionFamily(Family):
     def render(self, request: ChatRequest) -> str:
         return render_chat_template(
             self.template,
-            request.messages,
+            with_argument_strings(request.messages),
             tools=request.tools if request.tool_choice != "none" else None,
             add_generation_prompt=request.add_generation_prompt,
             continue_final_message=request.continue_final_message,
@@ -73,3 +74,16 @@ class TemplatedSectionFamily(Family):
     def in_reasoning(self, prompt: str) -> bool:
         """Whether the prompt ends inside a `<think>` block (a thinking generation prompt)."""
         return prompt.endswith(self.markers.think_start)
+
+
+def with_argument_strings(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages whose tool calls carry their arguments as JSON text, as clients send them and as these models'
+    templates write them (DeepSeek V3 / V3.1 concatenate `function.arguments` as a string)."""
+    return [{**m, "tool_calls": [_encoded(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m for m in messages]
+
+
+def _encoded(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function")
+    if not isinstance(fn, dict) or isinstance(fn.get("arguments"), str):
+        return call
+    return {**call, "function": {**fn, "arguments": json.dumps(fn.get("arguments") or {}, ensure_ascii=False)}}

@@ -22,7 +22,7 @@ def test_marker_text_in_value_arrives_as_ordinary_tokens() -> None:
     learnt = vocabulary(True)
     ids = list(fixture.output_token_ids)
     texts = learnt.texts(fixture.raw_output, ids)
-    ordinary = "".join(text for text, token in zip(texts, ids, strict=True) if token not in learnt.control)
+    ordinary = "".join(text for text, token in zip(texts, ids, strict=True) if token not in learnt.controls)
     assert f"{CLOSE}argument{SEP} is how args end" in ordinary
 
 
@@ -32,6 +32,6 @@ def test_every_fixture_aligns_to_its_text(fixture) -> None:
     ids = list(fixture.output_token_ids)
     texts = learnt.texts(fixture.raw_output, ids)
     assert "".join(texts) == fixture.raw_output
-    assert [t for t, i in zip(texts, ids, strict=True) if i in learnt.control] == [
-        learnt.control[i] for i in ids if i in learnt.control
+    assert [t for t, i in zip(texts, ids, strict=True) if i in learnt.controls] == [
+        learnt.controls[i] for i in ids if i in learnt.controls
     ]
