@@ -14,11 +14,11 @@ import xgrammar as xg
 from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
+from backends.detokenizer import Detokenizer
 from gateway.families import get_family
 from gateway.families.base import FamilyContext
 from gateway.families.glm import Glm45Family, Glm47Family, GlmParser
 from gateway.families.glm.markers import TOKEN_MARKERS
-from backends.detokenizer import Detokenizer
 from gateway.grammars.compat import newer_features
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder

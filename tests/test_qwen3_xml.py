@@ -10,12 +10,12 @@ import pytest
 import xgrammar as xg
 
 from backends.checkpoint import Checkpoint, load_checkpoint
+from backends.detokenizer import Detokenizer
 from backends.worker.grammar import tokenizer_info
 from gateway.families import get_family
 from gateway.families.base import FamilyContext
 from gateway.families.qwen3_xml import Qwen3XmlFamily, Qwen3XmlParser
 from gateway.families.qwen3_xml.parser import MAX_TAG_CHARS
-from backends.detokenizer import Detokenizer
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest, Delta, Piece
