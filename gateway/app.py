@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -25,6 +26,8 @@ from gateway.api.models import get_model, list_models
 from gateway.api.tokenize import detokenize, tokenize
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.middleware import ObservabilityMiddleware
 from gateway.process.draining import DrainState
 
 log = logging.getLogger(__name__)
@@ -34,11 +37,17 @@ _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def create_app(
-    registry: ModelRegistry, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, drain: DrainState | None = None
+    registry: ModelRegistry,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    drain: DrainState | None = None,
+    metrics: GatewayMetrics | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
-    While `drain` says so, /ready answers 503 (requests are still served)."""
+    While `drain` says so, /ready answers 503 (requests are still served). `app.state.metrics` is its
+    GatewayMetrics (GET /metrics)."""
     drain = drain or DrainState()
+    metrics = metrics or GatewayMetrics(registry)
 
     async def chat(request: Request) -> Response:
         return await chat_completions(request, registry, max_body_bytes)
@@ -60,6 +69,9 @@ def create_app(
 
     async def health(request: Request) -> Response:
         return json_response({"status": "ok"})
+
+    async def metrics_route(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def ready(request: Request) -> Response:
         served = list(registry)
@@ -89,13 +101,16 @@ def create_app(
         Route("/detokenize", detokenize_route, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics_route, methods=["GET"]),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
-        middleware=[Middleware(RequestIdMiddleware)],
+        middleware=[Middleware(ObservabilityMiddleware, metrics=metrics), Middleware(RequestIdMiddleware)],
         exception_handlers={APIError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )
+    app.state.metrics = metrics
+    return app
 
 
 async def _backend_ready(backend) -> bool:

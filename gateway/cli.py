@@ -9,6 +9,7 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from gateway.observability.access_log import LEVELS, configure_logging
 from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, default_config, load_config
 
 
@@ -19,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
+    configure_logging(args.log_level)
     return _serve(config, args.host, args.port, args.drain_delay, args.drain_timeout)
 
 
@@ -60,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
     serve.add_argument(
         "--default-max-tokens", type=int, help="max_tokens for requests that name none (default: the context left)"
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default="info",
+        help="log level; at info and below every request writes one JSON access line (default: info)",
     )
     return parser
 
@@ -130,7 +138,8 @@ def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drai
         drain = DrainState()
         app = create_app(registry, drain=drain)
         server_config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=drain_timeout
+            app, host=host, port=port, log_level="warning", access_log=False, log_config=None,
+            timeout_graceful_shutdown=drain_timeout,
         )
         DrainingServer(server_config, drain, drain_delay).run()
     return 0

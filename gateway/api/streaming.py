@@ -15,6 +15,7 @@ from gateway.api.disconnect import ClientDisconnected, unless_disconnected
 from gateway.api.json_response import json_response
 from gateway.api.sse import DONE, event, sse_response
 from gateway.errors import APIError, from_backend
+from gateway.observability.requests import note_usage, observed_steps
 from gateway.types import ChoiceStep
 from gateway.validation.fields import GenerationSettings
 
@@ -50,9 +51,11 @@ async def respond(
     final_object: str,
 ) -> Response:
     """Stream (SSE) or fold `events`; a client that disconnects cancels its backend requests."""
+    events = observed_steps(events)
     try:
         if not settings.stream:
             chunks = await unless_disconnected(request, _collect(events, renderer))
+            note_usage(renderer.usage())
             body = {**envelope, "object": final_object, "choices": renderer.fold(chunks), "usage": renderer.usage()}
             return json_response(body)
         # Wait for the first output so that a backend that is down or refuses gets a real HTTP status.
@@ -97,4 +100,5 @@ async def _stream(
         yield event(APIError("internal error while streaming", status=500, type="server_error").body())
     finally:
         await events.aclose()
+        note_usage(renderer.usage())
     yield DONE

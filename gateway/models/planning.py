@@ -3,6 +3,7 @@ grammar and sampling parameters, each refused with a 400 naming the field at fau
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from backends.base import Grammar, SamplingParams
@@ -10,6 +11,7 @@ from gateway.errors import invalid
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
 from gateway.models.registry import ServedModel
+from gateway.observability.requests import note_grammar
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 from gateway.validation.fields import GenerationSettings
@@ -30,7 +32,10 @@ def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSetting
     `param` names the field a prompt that does not fit is blamed on."""
     prompt, ids = encode_chat(model, chat)
     max_new = token_budget(model, len(ids), settings.max_tokens, param)
+    started = time.perf_counter()
     grammar = chat_grammar(model, chat, prompt)
+    if grammar is not None:
+        note_grammar(time.perf_counter() - started)
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
     keep_markers = grammar is not None or bool(chat.active_tools)
     skip_special = settings.skip_special_tokens and not keep_markers
