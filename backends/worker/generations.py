@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -11,6 +12,7 @@ from backends.checkpoint import Checkpoint
 from backends.worker.detokenize import IncrementalDetokenizer
 from backends.worker.engine import Engine, EngineEvent
 from backends.worker.grammar import GrammarCache
+from backends.worker.metrics import WorkerMetrics
 from backends.worker.protocol import GenerateCall, finish_reason, logprob_fields
 
 
@@ -20,6 +22,10 @@ class WorkerState:
     engine: Engine
     grammars: GrammarCache
     model_path: str
+    metrics: WorkerMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = WorkerMetrics(self.model_path, self.engine, self.grammars)
 
 
 def sse_frame(payload: object) -> bytes:
@@ -34,12 +40,18 @@ class Generation:
         self.events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         self.detokenizer = IncrementalDetokenizer(state.checkpoint.tokenizer, call.skip_special_tokens)
         self.completion_tokens = 0
+        self.started = time.perf_counter()
+        self._metrics = state.metrics
         self.done = False
         self.all_logprobs: dict[str, list] = {}
 
     def payload(self, event: EngineEvent) -> dict:
         """The SGLang object for this event's new tokens (incremental text and ids)."""
         ids = [t.token_id for t in event.tokens]
+        if ids:
+            if not self.completion_tokens:
+                self._metrics.ttft.observe(time.perf_counter() - self.started)
+            self._metrics.generation_tokens.inc(len(ids))
         self.completion_tokens += len(ids)
         self.done = event.finish is not None
         text_ids = ids

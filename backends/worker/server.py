@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -43,6 +44,7 @@ def build_app(state: WorkerState) -> Starlette:
             grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
         loop = asyncio.get_running_loop()
         active[call.rid] = generation
+        state.metrics.prompt_tokens.inc(len(call.input_ids))
         state.engine.submit(EngineRequest(
             rid=call.rid, input_ids=call.input_ids, params=call.sampling, grammar=grammar,
             logprobs=call.return_logprob, top_logprobs=call.top_logprobs_num,
@@ -128,8 +130,12 @@ def build_app(state: WorkerState) -> Starlette:
             }],
         })
 
+    async def metrics(_: Request) -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
     return Starlette(routes=[
         Route("/generate", generate, methods=["POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/abort_request", abort_request, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/get_model_info", model_info, methods=["GET"]),

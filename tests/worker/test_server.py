@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
 
@@ -157,3 +159,34 @@ def test_client_disconnect_cancels_non_stream(client, base_url):
     with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=base_url, timeout=1.0) as other:
         other.post("/generate", json=body)
     assert _wait_until_idle(client) == 0
+
+
+def _metrics(client: httpx.Client) -> dict[str, float]:
+    """The worker's /metrics samples by name (each has one series: its model)."""
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    return {s.name: s.value for f in text_string_to_metric_families(r.text) for s in f.samples}
+
+
+def test_metrics_show_running_waiting_and_kv_cache_under_vllm_names(client, base_url):
+    _wait_until_idle(client)
+    before = _metrics(client)
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}, "stream": True}
+    with ExitStack() as streams:
+        held = [streams.enter_context(httpx.Client(base_url=base_url, timeout=60).stream("POST", "/generate", json=body))
+                for _ in range(3)]  # two slots: the third waits (each runs ~250 tokens, to the context's end)
+        assert [r.status_code for r in held] == [200] * 3
+        queued = _metrics(client)
+        _first_event(_sse(held[0]))
+        prefilled = _metrics(client)
+    running, waiting = queued["vllm:num_requests_running"], queued["vllm:num_requests_waiting"]
+    assert running + waiting == 3 and running <= 2, queued  # not yet admitted counts as waiting
+    assert 0 < prefilled["vllm:kv_cache_usage_perc"] <= 1
+    assert _wait_until_idle(client) == 0
+    after = _metrics(client)
+    assert after["vllm:num_requests_running"] == 0 and after["vllm:num_requests_waiting"] == 0
+    assert after["vllm:kv_cache_usage_perc"] == 0
+    assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == 3 * len(PROMPT)
+    assert after["vllm:generation_tokens_total"] > before["vllm:generation_tokens_total"]
+    assert after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"] >= 1
+    assert "worker:grammar_cache_hits_total" in after and "worker:grammar_compile_seconds_total" in after
