@@ -50,7 +50,15 @@ class _Connection:
 class StreamPool:
     """Keep-alive connections to the server at `base_url`; `post_lines` streams one request's answer."""
 
-    def __init__(self, base_url: str, *, connect_timeout: float = 5.0, keepalive_s: float = 4.0, max_idle: int = 256):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        connect_timeout: float = 5.0,
+        keepalive_s: float = 4.0,
+        max_idle: int = 256,
+        sweep_s: float = 1.0,
+    ):
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -63,6 +71,8 @@ class StreamPool:
         self._keepalive_s = keepalive_s
         self._max_idle = max_idle
         self._idle: list[_Connection] = []
+        self._sweep_s = sweep_s
+        self._sweep: asyncio.TimerHandle | None = None
         self.base_url = base_url
 
     @asynccontextmanager
@@ -133,10 +143,29 @@ class StreamPool:
         if response.complete and response.keep_alive and len(self._idle) < self._max_idle:
             connection.idle_since = time.monotonic()
             self._idle.append(connection)
+            if self._sweep is None:
+                self._sweep = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep_idle)
         else:
             connection.close()
 
+    def _sweep_idle(self) -> None:
+        """Close idle connections the server closed (else their sockets sit in CLOSE-WAIT until the next
+        request) or that outlived the keep-alive; again every `sweep_s` while any stay idle."""
+        self._sweep = None
+        usable = []
+        for connection in self._idle:
+            if connection.usable(self._keepalive_s):
+                usable.append(connection)
+            else:
+                connection.close()
+        self._idle = usable
+        if usable:
+            self._sweep = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep_idle)
+
     async def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
