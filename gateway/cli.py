@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
     serve.add_argument(
-        "--default-max-tokens", type=int, help="max_tokens for requests that name none (default: the context left)"
+        "--default-max-tokens",
+        type=int,
+        help="max_tokens for requests that name none (default: 512 for the embedded model, else the context left)",
     )
     serve.add_argument(
         "--log-level",
@@ -100,7 +102,8 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     elif args.model_id:
         entry.id = args.model_id
     entry.family = args.family
-    entry.default_max_tokens = args.default_max_tokens
+    if args.default_max_tokens is not None or args.model:
+        entry.default_max_tokens = args.default_max_tokens
     entry.backend = (
         BackendConfig(type="sglang", urls=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
     )

@@ -99,9 +99,13 @@ class GatewayConfig:
     models: list[ModelEntry]
 
 
+EMBEDDED_DEFAULT_MAX_TOKENS = 512
+"""max_tokens of a request to the embedded model that names none (about 20 s of CPU decoding, not the 8K context)."""
+
+
 def default_config() -> GatewayConfig:
     """The embedded default: SmolLM2-135M-Instruct on a bundled worker."""
-    return GatewayConfig(models=[ModelEntry(id=EMBEDDED_MODEL_ID)])
+    return GatewayConfig(models=[ModelEntry(id=EMBEDDED_MODEL_ID, default_max_tokens=EMBEDDED_DEFAULT_MAX_TOKENS)])
 
 
 def load_config(path: str | Path) -> GatewayConfig:
