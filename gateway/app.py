@@ -29,6 +29,7 @@ from gateway.models.registry import ModelRegistry
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.middleware import ObservabilityMiddleware
 from gateway.process.draining import DrainState
+from gateway.process.limits import ConcurrencyLimit
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +43,11 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     drain: DrainState | None = None,
     metrics: GatewayMetrics | None = None,
+    max_concurrency: int | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
     While `drain` says so, /ready answers 503 (requests are still served). `app.state.metrics` is its
-    GatewayMetrics (GET /metrics)."""
+    GatewayMetrics (GET /metrics). Past `max_concurrency` requests in flight, a new one gets a 503."""
     drain = drain or DrainState()
     metrics = metrics or GatewayMetrics(registry)
 
@@ -105,7 +107,11 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(ObservabilityMiddleware, metrics=metrics), Middleware(RequestIdMiddleware)],
+        middleware=[
+            Middleware(ObservabilityMiddleware, metrics=metrics),
+            Middleware(RequestIdMiddleware),
+            *([Middleware(ConcurrencyLimit, limit=max_concurrency)] if max_concurrency else []),
+        ],
         exception_handlers={APIError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from gateway.observability.access_log import LEVELS, configure_logging
 from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, default_config, load_config
+from gateway.process.limits import ServerLimits
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
+    override_limits(config.server, args)
     return _serve(config, args.host, args.port, args.drain_delay, args.drain_timeout)
 
 
@@ -65,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="max_tokens for requests that name none (default: 512 for the embedded model, else the context left)",
     )
+    serve.add_argument("--max-body-bytes", type=_positive_int, help="largest request body (default: 16 MiB)")
+    serve.add_argument(
+        "--max-concurrency", type=_positive_int, help="requests served at once; past it a 503 (default: no limit)"
+    )
     serve.add_argument(
         "--log-level",
         choices=LEVELS,
@@ -78,6 +84,21 @@ def _positive(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
+    """The server limits given on the command line win over the configuration's."""
+    if args.max_body_bytes is not None:
+        limits.max_body_bytes = args.max_body_bytes
+    if args.max_concurrency is not None:
+        limits.max_concurrency = args.max_concurrency
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
 
 
@@ -139,7 +160,10 @@ def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drai
             flush=True,
         )
         drain = DrainState()
-        app = create_app(registry, drain=drain)
+        limits = config.server
+        app = create_app(
+            registry, drain=drain, max_body_bytes=limits.max_body_bytes, max_concurrency=limits.max_concurrency
+        )
         server_config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", access_log=False, log_config=None,
             timeout_graceful_shutdown=drain_timeout,

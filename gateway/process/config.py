@@ -29,6 +29,10 @@ A YAML (or JSON) file:
                                       #   a server started with --tokens-only)
           model: served-name          # vllm: its served model name (default: the first of /v1/models)
 
+    server:                           # optional; the CLI's --max-body-bytes / --max-concurrency override it
+      max_body_bytes: 16777216        # a larger request body is a 413
+      max_concurrency: 256            # requests served at once; past it a 503 with retry-after (default: none)
+
 With no file, the gateway serves the embedded model on a bundled worker.
 """
 
@@ -42,6 +46,7 @@ from typing import Any
 import yaml
 
 from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
+from gateway.process.limits import ServerLimits
 
 BACKEND_TYPES = ("worker", "sglang", "vllm", "none")
 VLLM_APIS = ("completions", "generate")
@@ -97,6 +102,7 @@ class ModelEntry:
 @dataclass
 class GatewayConfig:
     models: list[ModelEntry]
+    server: ServerLimits = field(default_factory=ServerLimits)
 
 
 EMBEDDED_DEFAULT_MAX_TOKENS = 512
@@ -121,7 +127,22 @@ def load_config(path: str | Path) -> GatewayConfig:
     ids = [m.id for m in models]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{p}: duplicate model ids in {ids}")
-    return GatewayConfig(models=models)
+    return GatewayConfig(models=models, server=_server_limits(raw.get("server") or {}, f"{p}: server"))
+
+
+def _server_limits(raw: Any, where: str) -> ServerLimits:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    _only(raw, {"max_body_bytes", "max_concurrency"}, where)
+    limits = ServerLimits()
+    for key in ("max_body_bytes", "max_concurrency"):
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{where}.{key}: a positive integer is required")
+        setattr(limits, key, value)
+    return limits
 
 
 def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
