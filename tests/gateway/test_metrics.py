@@ -17,6 +17,7 @@ from backends.sglang import SGLangBackend
 from gateway.app import create_app
 from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
 from gateway.observability.metrics import TenantLabels
+from tests.dashboard import exposed_families, queried_metrics
 from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 from tests.gateway.test_app import MODEL, USER
@@ -142,3 +143,9 @@ def test_tenant_labels_are_capped():
     labels = TenantLabels(limit=2)
     assert [labels.label(t) for t in ("a", "b", "c", "a", "", "d", "b")] == ["a", "b", "other", "a", "none",
                                                                                "other", "b"]
+
+
+def test_every_gateway_metric_the_dashboard_queries_is_exposed(gateway):
+    queried = queried_metrics(("gateway:",))
+    assert len(queried) >= 15
+    assert queried <= exposed_families(gateway.client.get("/metrics").text)

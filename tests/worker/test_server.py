@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
+from tests.dashboard import exposed_families, queried_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 256
@@ -190,3 +191,9 @@ def test_metrics_show_running_waiting_and_kv_cache_under_vllm_names(client, base
     assert after["vllm:generation_tokens_total"] > before["vllm:generation_tokens_total"]
     assert after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"] >= 1
     assert "worker:grammar_cache_hits_total" in after and "worker:grammar_compile_seconds_total" in after
+
+
+def test_every_worker_metric_the_dashboard_queries_is_exposed(client):
+    queried = queried_metrics(("vllm:", "worker:"))
+    assert len(queried) >= 6
+    assert queried <= exposed_families(client.get("/metrics").text)
