@@ -64,6 +64,7 @@ class GatewayMetrics:
     def __init__(self, registry: ModelRegistry | None = None, *, tenant_limit: int = 50):
         self.registry = CollectorRegistry()
         self.tenants = TenantLabels(tenant_limit)
+        self._series: dict[str, _ModelSeries] = {}
         self.in_flight: set[RequestRecord] = set()
         """Requests being served now (the middleware adds and removes them)."""
         r = self.registry
@@ -115,26 +116,26 @@ class GatewayMetrics:
         self.requests.labels(model, route, str(record.status), tenant).inc()
         if not record.generating:
             return
+        series = self._series.get(model) or self._series.setdefault(model, _ModelSeries(self, model))
         for reason in record.finish_reasons:
             self.request_success.labels(model, reason).inc()
-        self.e2e.labels(model).observe(ended - record.started)
+        series.e2e.observe(ended - record.started)
         if record.first_token is not None:
-            self.ttft.labels(model).observe(record.first_token - record.started)
+            series.ttft.observe(record.first_token - record.started)
             if record.completion_tokens > 1 and record.last_token is not None:
-                tpot = (record.last_token - record.first_token) / (record.completion_tokens - 1)
-                self.tpot.labels(model).observe(tpot)
+                series.tpot.observe((record.last_token - record.first_token) / (record.completion_tokens - 1))
         if record.dispatched is not None:
-            self.overhead.labels(model).observe(record.dispatched - record.started)
+            series.overhead.observe(record.dispatched - record.started)
         if record.prompt_tokens:
-            self.prompt_tokens.labels(model).inc(record.prompt_tokens)
+            series.prompt_tokens.inc(record.prompt_tokens)
         if record.completion_tokens:
-            self.generation_tokens.labels(model).inc(record.completion_tokens)
+            series.generation_tokens.inc(record.completion_tokens)
         if record.cached_tokens:
-            self.cached_tokens.labels(model).inc(record.cached_tokens)
+            series.cached_tokens.inc(record.cached_tokens)
         if record.shielded:
-            self.shielded.labels(model).inc(record.shielded)
+            series.shielded.inc(record.shielded)
         if record.grammar_seconds is not None:
-            self.grammar_build.labels(model).observe(record.grammar_seconds)
+            series.grammar_build.observe(record.grammar_seconds)
 
     @contextmanager
     def queued(self, model: str) -> Iterator[None]:
@@ -151,6 +152,15 @@ class GatewayMetrics:
     def record_policy_reload(self, ok: bool) -> None:
         """A tenant policy reload happened (`ok`: applied; else refused and the old policy kept)."""
         self.policy_reloads.labels("success" if ok else "failure").inc()
+
+
+class _ModelSeries:
+    """One model's children of the per-model metrics, looked up once (`labels()` costs a lock and a dict)."""
+
+    def __init__(self, metrics: GatewayMetrics, model: str):
+        for name in ("e2e", "ttft", "tpot", "overhead", "prompt_tokens", "generation_tokens", "cached_tokens",
+                     "shielded", "grammar_build"):
+            setattr(self, name, getattr(metrics, name).labels(model))
 
 
 class RouterMetrics(RouterObserver):
