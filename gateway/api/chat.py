@@ -16,7 +16,7 @@ from gateway.api.streaming import respond
 from gateway.api.usage import usage
 from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
-from gateway.models.planning import plan_chat
+from gateway.models.planning import plan_chat_off_loop
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChoiceStep, Delta
 from gateway.validation.chat import parse_chat_completion
@@ -26,7 +26,7 @@ async def chat_completions(request: Request, registry: ModelRegistry, max_body: 
     parsed = parse_chat_completion(await read_json(request, max_body))
     model = served_model(registry, parsed.model)
     chat, settings = parsed.chat, parsed.settings
-    plan = plan_chat(model, chat, settings)
+    plan = await plan_chat_off_loop(model, chat, settings)
     rid = new_id("chatcmpl")
     events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar)
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
