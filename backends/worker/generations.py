@@ -22,10 +22,25 @@ class WorkerState:
     engine: Engine
     grammars: GrammarCache
     model_path: str
+    max_waiting: int = 64
+    """Requests that may wait for a batch slot; past it a new one is refused with 503 (WorkerBusy)."""
     metrics: WorkerMetrics = field(init=False)
 
     def __post_init__(self) -> None:
         self.metrics = WorkerMetrics(self.model_path, self.engine, self.grammars)
+
+
+class WorkerBusy(Exception):
+    """The waiting queue is full: the client should retry later or elsewhere (503 with retry-after)."""
+
+    RETRY_AFTER_S = 1
+
+
+def admit(state: WorkerState) -> None:
+    """Raise WorkerBusy when `state.max_waiting` requests already wait for a batch slot."""
+    waiting = state.engine.load().waiting
+    if waiting >= state.max_waiting:
+        raise WorkerBusy(f"the worker is overloaded: {waiting} requests wait for a batch slot")
 
 
 def sse_frame(payload: object) -> bytes:

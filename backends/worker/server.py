@@ -14,7 +14,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from backends.worker.engine import EngineEvent, EngineRequest
-from backends.worker.generations import Generation, WorkerState
+from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
 from backends.worker.grammar import GrammarError
 from backends.worker.protocol import ProtocolError, parse_generate
 from backends.worker.vllm_api import vllm_routes
@@ -28,6 +28,13 @@ def _error(message: str, status: int = 400) -> Response:
     return _json({"error": {"message": message}}, status)
 
 
+def busy(message: str) -> Response:
+    """503 with retry-after: the waiting queue is full."""
+    response = _error(message, 503)
+    response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
+    return response
+
+
 
 def build_app(state: WorkerState) -> Starlette:
     """The Starlette application serving `state`'s engine."""
@@ -39,6 +46,7 @@ def build_app(state: WorkerState) -> Starlette:
         call = generation.call
         if call.rid in active:
             raise ProtocolError(f"a request with rid {call.rid!r} is already running")
+        admit(state)
         grammar = None
         if call.grammar is not None:
             grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
@@ -67,6 +75,8 @@ def build_app(state: WorkerState) -> Starlette:
             await start(generation)
         except (ProtocolError, GrammarError) as exc:
             return _error(str(exc))
+        except WorkerBusy as exc:
+            return busy(str(exc))
         if call.stream:
             return _EventStream(generation, lambda: _release(generation))
         return await _collect(generation, request)

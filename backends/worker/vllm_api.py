@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from backends.worker.engine import EngineEvent, Finish
-from backends.worker.generations import Generation, WorkerState, sse_frame
+from backends.worker.generations import Generation, WorkerBusy, WorkerState, sse_frame
 from backends.worker.grammar import GrammarError
 from backends.worker.protocol import GenerateCall, ProtocolError, parse_generate
 from backends.worker.sampling import TokenChoice
@@ -220,6 +220,10 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
             await start(generation)
         except (ProtocolError, GrammarError) as exc:
             return _error(str(exc))
+        except WorkerBusy as exc:
+            response = _error(str(exc), 503, "ServiceUnavailableError")
+            response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
+            return response
         return stream(generation)
 
     async def completions(request: Request) -> Response:

@@ -11,7 +11,7 @@ A YAML (or JSON) file:
         default_max_tokens: 1024      # for requests that name no max_tokens (default: the context left)
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
-          threads: 2                  # worker only (also max_batch, weights_dtype, device,
+          threads: 2                  # worker only (also max_batch, max_waiting, weights_dtype, device,
           context_length: 4096        #   context_length: KV cache per slot; default the model's)
           url: http://host:30000      # sglang and vllm: one replica, or several:
           urls: [http://a:30000, http://b:30000]
@@ -84,6 +84,7 @@ class BackendConfig:
     threads: int | None = None
     device: str | None = None
     max_batch: int | None = None
+    max_waiting: int | None = None
     weights_dtype: str | None = None
     context_length: int | None = None
 

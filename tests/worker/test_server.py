@@ -16,13 +16,13 @@ from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.dashboard import exposed_families, queried_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTEXT = 256
+CONTEXT = 2048  # long enough that a 1000-token generation holds its slot while a test looks
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 
 
 @pytest.fixture(scope="module")
 def base_url():
-    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=2, context_length=CONTEXT))
+    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=2, max_waiting=1, context_length=CONTEXT))
     try:
         yield worker.wait_ready()
     finally:
@@ -174,14 +174,22 @@ def test_metrics_show_running_waiting_and_kv_cache_under_vllm_names(client, base
     before = _metrics(client)
     body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}, "stream": True}
     with ExitStack() as streams:
-        held = [streams.enter_context(httpx.Client(base_url=base_url, timeout=60).stream("POST", "/generate", json=body))
-                for _ in range(3)]  # two slots: the third waits (each runs ~250 tokens, to the context's end)
-        assert [r.status_code for r in held] == [200] * 3
-        queued = _metrics(client)
-        _first_event(_sse(held[0]))
+
+        def open_stream() -> httpx.Response:
+            r = streams.enter_context(httpx.Client(base_url=base_url, timeout=60).stream("POST", "/generate", json=body))
+            assert r.status_code == 200
+            return r
+
+        readers = [_sse(open_stream()), _sse(open_stream())]  # both slots busy (1000 tokens each); kept open
+        for lines in readers:
+            _first_event(lines)
         prefilled = _metrics(client)
-    running, waiting = queued["vllm:num_requests_running"], queued["vllm:num_requests_waiting"]
-    assert running + waiting == 3 and running <= 2, queued  # not yet admitted counts as waiting
+        open_stream()  # waits for a slot: the queue (max_waiting 1) is full now
+        refused = client.post("/generate", json=body)
+        queued = _metrics(client)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "overloaded" in refused.json()["error"]["message"]
+    assert queued["vllm:num_requests_running"] == 2 and queued["vllm:num_requests_waiting"] == 1, queued
     assert 0 < prefilled["vllm:kv_cache_usage_perc"] <= 1
     assert _wait_until_idle(client) == 0
     after = _metrics(client)
