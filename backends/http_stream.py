@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from backends.base import BackendError
+from backends.trace_context import current_traceparent
 
 MAX_ERROR_BODY = 64 * 1024
 """How much of a refusal's body is read (its message)."""
@@ -94,7 +95,9 @@ class StreamPool:
 
     async def _request(self, path: str, body: bytes) -> tuple[_Connection, _Response]:
         """Send the request on an idle connection (a fresh one if it turns out closed) and read the head."""
-        request = (f"POST {self._prefix}{path} HTTP/1.1\r\n{self._head}Content-Length: {len(body)}\r\n\r\n").encode()
+        trace = current_traceparent.get()
+        head = self._head if trace is None else f"{self._head}traceparent: {trace}\r\n"
+        request = (f"POST {self._prefix}{path} HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n").encode()
         while True:
             connection = self._take_idle()
             reused = connection is not None

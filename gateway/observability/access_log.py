@@ -33,8 +33,8 @@ def access_line(record: RequestRecord, route: str, ended: float) -> bytes:
         "ttft_ms": None if record.first_token is None else round((record.first_token - record.started) * 1000, 2),
         "latency_ms": round((ended - record.started) * 1000, 2),
     }
-    if record.error_code:
-        line["error_code"] = record.error_code
+    if record.trace_id:
+        line["trace_id"] = record.trace_id
     return orjson.dumps(line)
 
 

@@ -6,6 +6,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from backends.trace_context import current_traceparent, valid_traceparent
 from gateway.observability.access_log import log_access
 from gateway.observability.metrics import OTHER, GatewayMetrics
 from gateway.observability.requests import RequestRecord, begin_request, end_request
@@ -47,6 +48,9 @@ class ObservabilityMiddleware:
                 finish()
             await send(message)
 
+        trace = _traceparent(scope)
+        record.trace_id = trace[3:35] if trace else ""
+        trace_token = current_traceparent.set(trace)  # forwarded to this request's backend attempts
         token = begin_request(record)
         self.metrics.in_flight.add(record)
         try:
@@ -56,4 +60,14 @@ class ObservabilityMiddleware:
             raise
         finally:
             end_request(token)
+            current_traceparent.reset(trace_token)
             finish()
+
+
+def _traceparent(scope: Scope) -> str | None:
+    """The request's W3C `traceparent` header, when it has one well-formed one."""
+    for name, value in scope["headers"]:
+        if name == b"traceparent":
+            text = value.decode("latin-1").strip().lower()
+            return text if valid_traceparent(text) else None
+    return None

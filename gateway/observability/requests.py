@@ -39,7 +39,8 @@ class RequestRecord:
     finish_reasons: list[str] = field(default_factory=list)
     shielded: int = 0
     grammar_seconds: float | None = None
-    error_code: str = ""
+    trace_id: str = ""
+    """From the client's W3C traceparent, when it sent one."""
 
 
 _current: ContextVar[RequestRecord | None] = ContextVar("gateway_request", default=None)

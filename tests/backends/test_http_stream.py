@@ -10,6 +10,7 @@ import pytest
 
 from backends.base import BackendError
 from backends.http_stream import HTTPStatusError, StreamPool
+from backends.trace_context import current_traceparent
 
 pytestmark = pytest.mark.anyio
 Answer = Callable[[int, bytes], list[bytes] | None]
@@ -249,3 +250,22 @@ async def test_idle_connections_that_stay_open_are_kept_for_reuse():
         await lines_of(pool)
         await pool.close()
     assert per_connection == [2]
+
+
+async def test_the_current_traceparent_goes_out_as_a_header():
+    seen: list[bytes] = []
+
+    def answer(n: int, request: bytes) -> list[bytes]:
+        seen.append(request)
+        return chunked(b"ok\n")
+
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with raw_server(answer) as (url, _):
+        pool = StreamPool(url)
+        token = current_traceparent.set(trace)
+        await lines_of(pool)
+        current_traceparent.reset(token)
+        await lines_of(pool)
+        await pool.close()
+    assert f"\r\ntraceparent: {trace}\r\n".encode() in seen[0]
+    assert b"traceparent" not in seen[1]

@@ -60,7 +60,12 @@ def gateway(checkpoint):
         app = create_app(ModelRegistry([dataclasses.replace(model, backend=router)]))
         with serve(app) as base:
             yield SimpleNamespace(
-                client=httpx.Client(base_url=base, timeout=30), dead=dead, live=url, refusing=refusing, n_ids=len(ids)
+                client=httpx.Client(base_url=base, timeout=30),
+                dead=dead,
+                live=url,
+                refusing=refusing,
+                n_ids=len(ids),
+                server=server,
             )
 
 
@@ -149,3 +154,16 @@ def test_every_gateway_metric_the_dashboard_queries_is_exposed(gateway):
     queried = queried_metrics(("gateway:",))
     assert len(queried) >= 15
     assert queried <= exposed_families(gateway.client.get("/metrics").text)
+
+
+def test_a_w3c_traceparent_is_forwarded_to_the_backend_and_logged(gateway, caplog):
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    body = {"model": MODEL, "messages": USER}
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        for sent in (trace, "00-not-a-trace-01", None):
+            headers = {"traceparent": sent} if sent else {}
+            assert gateway.client.post("/v1/chat/completions", json=body, headers=headers).status_code == 200
+    forwarded = [h.get("traceparent") for h in gateway.server.headers[-3:]]
+    assert forwarded == [trace, None, None]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"][-3:]
+    assert [line.get("trace_id") for line in lines] == ["4bf92f3577b34da6a3ce929d0e0e4736", None, None]
