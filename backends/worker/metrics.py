@@ -48,23 +48,18 @@ class _EngineCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         load = self._engine.load()
-        gauges = (
-            ("vllm:num_requests_running", "Requests in the running batch", load.running),
-            ("vllm:num_requests_waiting", "Requests waiting for a batch slot", load.waiting),
-            ("vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent", load.kv_cache_usage),
-        )
-        for name, documentation, value in gauges:
-            family = GaugeMetricFamily(name, documentation, labels=["model_name"])
-            family.add_metric(self._model, value)
-            yield family
         stats = self._grammars.stats
-        counters = (
-            ("worker:grammar_cache_hits", "Grammars found compiled in the cache", stats.hits),
-            ("worker:grammar_cache_misses", "Grammars compiled", stats.misses),
-            ("worker:grammar_compile_seconds", "Time spent compiling grammars", stats.compile_seconds),
+        series = (
+            (GaugeMetricFamily, "vllm:num_requests_running", "Requests in the running batch", load.running),
+            (GaugeMetricFamily, "vllm:num_requests_waiting", "Requests waiting for a batch slot", load.waiting),
+            (GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent", load.kv_cache_usage),
+            (CounterMetricFamily, "worker:grammar_cache_hits", "Grammars found compiled in the cache", stats.hits),
+            (CounterMetricFamily, "worker:grammar_cache_misses", "Grammars compiled", stats.misses),
+            (CounterMetricFamily, "worker:grammar_compile_seconds", "Time spent compiling grammars",
+             stats.compile_seconds),
         )
-        for name, documentation, value in counters:
-            family = CounterMetricFamily(name, documentation, labels=["model_name"])
+        for kind, name, documentation, value in series:
+            family = kind(name, documentation, labels=["model_name"])
             family.add_metric(self._model, value)
             yield family
 
