@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrency", type=_positive_int, help="requests served at once; past it a 503 (default: no limit)"
     )
     serve.add_argument(
+        "--header-timeout", type=_positive, help="seconds a request's headers may take to arrive (default: 10)"
+    )
+    serve.add_argument(
         "--log-level",
         choices=LEVELS,
         default="info",
@@ -93,6 +96,8 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.max_body_bytes = args.max_body_bytes
     if args.max_concurrency is not None:
         limits.max_concurrency = args.max_concurrency
+    if args.header_timeout is not None:
+        limits.header_timeout_s = args.header_timeout
 
 
 def _positive_int(text: str) -> int:
@@ -142,6 +147,7 @@ def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drai
 
     from gateway.app import create_app
     from gateway.process.draining import DrainingServer, DrainState
+    from gateway.process.header_timeout import header_timeout_protocol
     from gateway.process.launch import start_models
 
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -166,7 +172,7 @@ def _serve(config: GatewayConfig, host: str, port: int, drain_delay: float, drai
         )
         server_config = uvicorn.Config(
             app, host=host, port=port, log_level="warning", access_log=False, log_config=None,
-            timeout_graceful_shutdown=drain_timeout,
+            timeout_graceful_shutdown=drain_timeout, http=header_timeout_protocol(limits.header_timeout_s),
         )
         DrainingServer(server_config, drain, drain_delay).run()
     return 0

@@ -12,6 +12,8 @@ from gateway.observability.requests import RequestRecord
 
 access_log = logging.getLogger("gateway.access")
 LEVELS = ("debug", "info", "warning", "error", "critical")
+PROBE_ROUTES = frozenset({"/health", "/ready", "/metrics"})
+"""Probes and scrapes log their access lines at debug: a load balancer's checks would drown the requests."""
 
 
 def access_line(record: RequestRecord, route: str, ended: float) -> bytes:
@@ -39,8 +41,9 @@ def access_line(record: RequestRecord, route: str, ended: float) -> bytes:
 
 
 def log_access(record: RequestRecord, route: str, ended: float) -> None:
-    if access_log.isEnabledFor(logging.INFO):
-        access_log.info("%s", access_line(record, route, ended).decode())
+    level = logging.DEBUG if route in PROBE_ROUTES and record.status < 400 else logging.INFO
+    if access_log.isEnabledFor(level):
+        access_log.log(level, "%s", access_line(record, route, ended).decode())
 
 
 def configure_logging(level: str) -> None:

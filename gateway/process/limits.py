@@ -8,6 +8,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.errors import APIError
+from gateway.process.header_timeout import DEFAULT_HEADER_TIMEOUT_S
 
 UNLIMITED_PATHS = frozenset({"/health", "/ready", "/metrics"})
 """Probes and scrapes are answered whatever the load."""
@@ -18,6 +19,8 @@ class ServerLimits:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_concurrency: int | None = None
     """HTTP requests served at once (streams included); past it a 503 with retry-after. None: no limit."""
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    """A request's headers must arrive within this many seconds of the connection opening (or the last response)."""
 
 
 class ConcurrencyLimit:

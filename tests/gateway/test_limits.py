@@ -44,9 +44,11 @@ def test_past_the_concurrency_limit_a_request_gets_a_503_with_retry_after(checkp
 
 def test_server_limits_from_the_config_file(tmp_path):
     path = tmp_path / "gateway.yaml"
-    path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {max_body_bytes: 1000, max_concurrency: 8}\n")
+    path.write_text(
+        "models: [{id: m, backend: {type: none}}]\nserver: {max_body_bytes: 1000, max_concurrency: 8, header_timeout_s: 3}\n"
+    )
     limits = load_config(path).server
-    assert (limits.max_body_bytes, limits.max_concurrency) == (1000, 8)
+    assert (limits.max_body_bytes, limits.max_concurrency, limits.header_timeout_s) == (1000, 8, 3.0)
     path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {max_concurrency: 0}\n")
     with pytest.raises(ConfigError, match="server.max_concurrency"):
         load_config(path)
@@ -57,7 +59,8 @@ def test_cli_limits_override_the_config(tmp_path):
 
     path = tmp_path / "gateway.yaml"
     path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {max_concurrency: 8}\n")
-    args = build_parser().parse_args(["serve", "--config", str(path), "--max-concurrency", "3"])
+    args = build_parser().parse_args(["serve", "--config", str(path), "--max-concurrency", "3", "--header-timeout", "2.5"])
     config = _serve_config(args)
     override_limits(config.server, args)
     assert (config.server.max_concurrency, config.server.max_body_bytes) == (3, 16 * 1024 * 1024)
+    assert config.server.header_timeout_s == 2.5
