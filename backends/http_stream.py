@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from backends.base import BackendError
+from backends.trace_context import current_traceparent
 
 MAX_ERROR_BODY = 64 * 1024
 """How much of a refusal's body is read (its message)."""
@@ -50,7 +51,15 @@ class _Connection:
 class StreamPool:
     """Keep-alive connections to the server at `base_url`; `post_lines` streams one request's answer."""
 
-    def __init__(self, base_url: str, *, connect_timeout: float = 5.0, keepalive_s: float = 4.0, max_idle: int = 256):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        connect_timeout: float = 5.0,
+        keepalive_s: float = 4.0,
+        max_idle: int = 256,
+        sweep_s: float = 1.0,
+    ):
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -63,6 +72,8 @@ class StreamPool:
         self._keepalive_s = keepalive_s
         self._max_idle = max_idle
         self._idle: list[_Connection] = []
+        self._sweep_s = sweep_s
+        self._sweep: asyncio.TimerHandle | None = None
         self.base_url = base_url
 
     @asynccontextmanager
@@ -84,7 +95,9 @@ class StreamPool:
 
     async def _request(self, path: str, body: bytes) -> tuple[_Connection, _Response]:
         """Send the request on an idle connection (a fresh one if it turns out closed) and read the head."""
-        request = (f"POST {self._prefix}{path} HTTP/1.1\r\n{self._head}Content-Length: {len(body)}\r\n\r\n").encode()
+        trace = current_traceparent.get()
+        head = self._head if trace is None else f"{self._head}traceparent: {trace}\r\n"
+        request = (f"POST {self._prefix}{path} HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n").encode()
         while True:
             connection = self._take_idle()
             reused = connection is not None
@@ -133,10 +146,29 @@ class StreamPool:
         if response.complete and response.keep_alive and len(self._idle) < self._max_idle:
             connection.idle_since = time.monotonic()
             self._idle.append(connection)
+            if self._sweep is None:
+                self._sweep = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep_idle)
         else:
             connection.close()
 
+    def _sweep_idle(self) -> None:
+        """Close idle connections the server closed (else their sockets sit in CLOSE-WAIT until the next
+        request) or that outlived the keep-alive; again every `sweep_s` while any stay idle."""
+        self._sweep = None
+        usable = []
+        for connection in self._idle:
+            if connection.usable(self._keepalive_s):
+                usable.append(connection)
+            else:
+                connection.close()
+        self._idle = usable
+        if usable:
+            self._sweep = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep_idle)
+
     async def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()

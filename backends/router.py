@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest
 from backends.circuit_breaker import CircuitBreaker
 from backends.discovery import DNSService, Resolver, resolve_addresses
+from backends.observer import RouterObserver
 from backends.prefix_affinity import PrefixAffinity
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class Router(Backend):
         if (urls is None) == (dns is None):
             raise ValueError("a Router takes either urls or dns")
         self.policy = policy
+        self.observer = RouterObserver()
+        """Told of attempts, retries and failures (the gateway sets its metrics here)."""
         self._make_backend = make_backend
         self._dns = dns
         self._resolve = resolve
@@ -123,6 +126,7 @@ class Router(Backend):
                 if yielded or not e.retryable:
                     raise
                 log.warning("request %s failed on %s, trying another replica: %s", request.rid, replica.url, e)
+                self.observer.retried(replica.url, e)
                 last = e
         raise self._unavailable(last, len(tried))
 
@@ -135,6 +139,7 @@ class Router(Backend):
         verdict: bool | None = None
         loop = asyncio.get_running_loop()
         stall = self.policy.stall_timeout_s
+        self.observer.dispatched(replica.url)
         try:
             async with aclosing(replica.backend.generate(request)) as chunks:
                 limit = deadline
@@ -154,6 +159,7 @@ class Router(Backend):
         except BackendError as e:
             if verdict is None and e.status not in (429, 504):  # overloaded or slow is not broken: no verdict
                 verdict = e.status < 500
+            self.observer.failed(replica.url, e)
             raise
         finally:
             replica.outstanding -= 1

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -29,7 +30,10 @@ from gateway.api.tenancy import PolicyGate, TenantMiddleware, models_for
 from gateway.api.tokenize import detokenize, tokenize
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.middleware import ObservabilityMiddleware
 from gateway.process.draining import DrainState
+from gateway.process.limits import ConcurrencyLimit
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +48,19 @@ def create_app(
     drain: DrainState | None = None,
     response_store: ResponseStore | None = None,
     gate: PolicyGate | None = None,
+    metrics: GatewayMetrics | None = None,
+    max_concurrency: int | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
     While `drain` says so, /ready answers 503 (requests are still served). Stored Responses live in
     `response_store` (default: in this process's memory). With a policy `gate`, every request but the
-    probes needs a tenant's key and sees only that tenant's models."""
+    probes needs a tenant's key and sees only that tenant's models. `app.state.metrics` is its
+    GatewayMetrics (GET /metrics). Past `max_concurrency` requests in flight, a new one gets a 503."""
     drain = drain or DrainState()
     store = response_store or MemoryStore()
+    metrics = metrics or GatewayMetrics(registry)
+    if gate is not None:
+        gate.watcher.on_reload = metrics.record_policy_reload
 
     async def chat(request: Request) -> Response:
         return await chat_completions(request, models_for(request, registry), max_body_bytes)
@@ -89,6 +99,9 @@ def create_app(
 
     async def health(request: Request) -> Response:
         return json_response({"status": "ok"})
+
+    async def metrics_route(request: Request) -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def ready(request: Request) -> Response:
         served = list(registry)
@@ -129,13 +142,21 @@ def create_app(
         Route("/detokenize", detokenize_route, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
+        Route("/metrics", metrics_route, methods=["GET"]),
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
-        middleware=[Middleware(RequestIdMiddleware), *([Middleware(TenantMiddleware, gate=gate)] if gate else [])],
+        middleware=[
+            Middleware(ObservabilityMiddleware, metrics=metrics),
+            Middleware(RequestIdMiddleware),
+            *([Middleware(ConcurrencyLimit, limit=max_concurrency)] if max_concurrency else []),
+            *([Middleware(TenantMiddleware, gate=gate)] if gate else []),
+        ],
         exception_handlers={APIError: _api_error, HTTPException: _http_error},
         lifespan=lifespan,
     )
+    app.state.metrics = metrics
+    return app
 
 
 async def _backend_ready(backend) -> bool:

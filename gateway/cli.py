@@ -10,7 +10,9 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
+from gateway.observability.access_log import LEVELS, configure_logging
 from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, default_config, load_config
+from gateway.process.limits import ServerLimits
 from policies import commands as policy_commands
 
 
@@ -24,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
+    configure_logging(args.log_level)
+    override_limits(config.server, args)
     return _serve(config, args)
 
 
@@ -64,7 +68,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
     serve.add_argument(
-        "--default-max-tokens", type=int, help="max_tokens for requests that name none (default: the context left)"
+        "--default-max-tokens",
+        type=int,
+        help="max_tokens for requests that name none (default: 512 for the embedded model, else the context left)",
+    )
+    serve.add_argument("--max-body-bytes", type=_positive_int, help="largest request body (default: 16 MiB)")
+    serve.add_argument(
+        "--max-concurrency", type=_positive_int, help="requests served at once; past it a 503 (default: no limit)"
+    )
+    serve.add_argument(
+        "--header-timeout", type=_positive, help="seconds a request's headers may take to arrive (default: 10)"
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default="info",
+        help="log level; at info and below every request writes one JSON access line (default: info)",
     )
     _add_policy_options(serve)
     policy_commands.add_commands(sub)
@@ -120,6 +139,23 @@ def _positive(text: str) -> float:
     return value
 
 
+def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
+    """The server limits given on the command line win over the configuration's."""
+    if args.max_body_bytes is not None:
+        limits.max_body_bytes = args.max_body_bytes
+    if args.max_concurrency is not None:
+        limits.max_concurrency = args.max_concurrency
+    if args.header_timeout is not None:
+        limits.header_timeout_s = args.header_timeout
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
 def _non_negative(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -141,7 +177,8 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     elif args.model_id:
         entry.id = args.model_id
     entry.family = args.family
-    entry.default_max_tokens = args.default_max_tokens
+    if args.default_max_tokens is not None or args.model:
+        entry.default_max_tokens = args.default_max_tokens
     entry.backend = (
         BackendConfig(type="sglang", urls=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
     )
@@ -160,6 +197,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
     from gateway.api.response_store import RedisStore
     from gateway.app import create_app
     from gateway.process.draining import DrainingServer, DrainState
+    from gateway.process.header_timeout import header_timeout_protocol
     from gateway.process.launch import start_models
     from gateway.process.policy_gate import policy_gate
 
@@ -180,11 +218,18 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
             flush=True,
         )
         drain = DrainState()
+        limits = config.server
         app = create_app(
-            registry, drain=drain, gate=gate, response_store=RedisStore(args.redis) if args.redis else None
+            registry,
+            drain=drain,
+            gate=gate,
+            response_store=RedisStore(args.redis) if args.redis else None,
+            max_body_bytes=limits.max_body_bytes,
+            max_concurrency=limits.max_concurrency,
         )
         server_config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=args.drain_timeout
+            app, host=args.host, port=args.port, log_level="warning", access_log=False, log_config=None,
+            timeout_graceful_shutdown=args.drain_timeout, http=header_timeout_protocol(limits.header_timeout_s),
         )
         DrainingServer(server_config, drain, args.drain_delay).run()
     return 0

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from policies.store import PolicyStore
@@ -37,9 +38,11 @@ def snapshot(directory: Path) -> tuple:
 class PolicyWatcher:
     """Runs as a background task of the app: `run()` polls until cancelled."""
 
-    def __init__(self, store: PolicyStore, poll_s: float = POLL_S):
+    def __init__(self, store: PolicyStore, poll_s: float = POLL_S, on_reload: Callable[[bool], None] | None = None):
         self.store = store
         self.poll_s = poll_s
+        self.on_reload = on_reload
+        """Told after each reload whether every file was accepted (metrics count reloads and failures)."""
         self._wake = asyncio.Event()
 
     def request_reload(self) -> None:
@@ -70,6 +73,8 @@ class PolicyWatcher:
                         len(self.store.tenants),
                         len(errors),
                     )
+                    if self.on_reload is not None:
+                        self.on_reload(not errors)
         finally:
             try:
                 loop.remove_signal_handler(signal.SIGHUP)

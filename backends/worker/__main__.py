@@ -30,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--max-batch", type=int, default=8, help="KV cache slots: requests decoded together")
     parser.add_argument("--context-length", type=int, help="tokens per slot (default: the model's)")
+    parser.add_argument(
+        "--max-waiting", type=int, default=64, help="requests waiting for a slot; past it a 503 (default: 64)"
+    )
     parser.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill step")
     parser.add_argument("--weights-dtype", choices=["fp32", "bf16"], default="fp32")
     return parser.parse_args(argv)
@@ -64,7 +67,7 @@ def build_state(args: argparse.Namespace) -> WorkerState:
         f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {args.threads} threads, "
         f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens)"
     )
-    return WorkerState(checkpoint, engine, grammars, path)
+    return WorkerState(checkpoint, engine, grammars, path, max_waiting=args.max_waiting)
 
 
 async def serve(state: WorkerState, host: str, port: int) -> None:

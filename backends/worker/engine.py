@@ -66,6 +66,16 @@ class EngineStats:
     prefill_seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class EngineLoad:
+    """A snapshot of the engine's load, read from any thread (racy by a step at most)."""
+
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    """Cached tokens over the KV cache's capacity (slots x context), 0..1."""
+
+
 @dataclass(eq=False)
 class _Running:
     request: EngineRequest
@@ -130,6 +140,12 @@ class Engine:
 
     def active_requests(self) -> int:
         return sum(s is not None for s in self._slots) + len(self._waiting)
+
+    def load(self) -> EngineLoad:
+        running = [s for s in list(self._slots) if s is not None]
+        cached = sum(r.cached for r in running)
+        waiting = len(self._waiting) + self._inbox.submits.qsize()
+        return EngineLoad(len(running), waiting, cached / (self.max_batch * self.context_length))
 
     # --- engine thread -------------------------------------------------------------------
 

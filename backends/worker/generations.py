@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from backends.asgi import sse_frame
 from backends.checkpoint import Checkpoint
 from backends.detokenizer import Detokenizer, added_tokens
 from backends.worker.engine import Engine, EngineEvent
 from backends.worker.grammar import GrammarCache
+from backends.worker.metrics import WorkerMetrics
 from backends.worker.protocol import GenerateCall, finish_reason, logprob_fields
 
 
@@ -19,6 +21,25 @@ class WorkerState:
     engine: Engine
     grammars: GrammarCache
     model_path: str
+    max_waiting: int = 64
+    """Requests that may wait for a batch slot; past it a new one is refused with 503 (WorkerBusy)."""
+    metrics: WorkerMetrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = WorkerMetrics(self.model_path, self.engine, self.grammars)
+
+
+class WorkerBusy(Exception):
+    """The waiting queue is full: the client should retry later or elsewhere (503 with retry-after)."""
+
+    RETRY_AFTER_S = 1
+
+
+def admit(state: WorkerState) -> None:
+    """Raise WorkerBusy when `state.max_waiting` requests already wait for a batch slot."""
+    waiting = state.engine.load().waiting
+    if waiting >= state.max_waiting:
+        raise WorkerBusy(f"the worker is overloaded: {waiting} requests wait for a batch slot")
 
 
 class Generation:
@@ -31,12 +52,18 @@ class Generation:
         self.detokenizer = Detokenizer(state.checkpoint.tokenizer, added)
         self.skipped = special if call.skip_special_tokens else frozenset()
         self.completion_tokens = 0
+        self.started = time.perf_counter()
+        self._metrics = state.metrics
         self.done = False
         self.all_logprobs: dict[str, list] = {}
 
     def payload(self, event: EngineEvent) -> dict:
         """The SGLang object for this event's new tokens (incremental text and ids)."""
         ids = [t.token_id for t in event.tokens]
+        if ids:
+            if not self.completion_tokens:
+                self._metrics.ttft.observe(time.perf_counter() - self.started)
+            self._metrics.generation_tokens.inc(len(ids))
         self.completion_tokens += len(ids)
         self.done = event.finish is not None
         text_ids = ids

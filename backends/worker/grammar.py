@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 import xgrammar as xgr
@@ -35,10 +37,20 @@ def _vocab_type(checkpoint: Checkpoint) -> xgr.VocabType:
     return xgr.VocabType.RAW
 
 
+@dataclass
+class GrammarStats:
+    """Counts of the cache's lookups and the time its compilations took."""
+
+    hits: int = 0
+    misses: int = 0
+    compile_seconds: float = 0.0
+
+
 class GrammarCache:
     """Compiles grammars, keeping the most recently used compiled ones by their exact text."""
 
     def __init__(self, info: xgr.TokenizerInfo, capacity: int = 128):
+        self.stats = GrammarStats()
         self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)
         self._compiled: OrderedDict[tuple[str, str], xgr.CompiledGrammar] = OrderedDict()
         self._capacity = capacity
@@ -50,11 +62,17 @@ class GrammarCache:
         with self._lock:
             if key in self._compiled:
                 self._compiled.move_to_end(key)
+                self.stats.hits += 1
                 return self._compiled[key]
+        started = time.perf_counter()
         try:
             compiled = self._compile(kind, text)
         except Exception as exc:  # xgrammar raises RuntimeError, ValueError or its own types
             raise GrammarError(f"invalid {kind}: {exc}") from exc
+        finally:
+            with self._lock:
+                self.stats.misses += 1
+                self.stats.compile_seconds += time.perf_counter() - started
         with self._lock:
             self._compiled[key] = compiled
             while len(self._compiled) > self._capacity:

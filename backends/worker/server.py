@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -14,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from backends.asgi import DONE_FRAME, json_response, wait_for_disconnect
 from backends.worker.engine import EngineEvent, EngineRequest
-from backends.worker.generations import Generation, WorkerState
+from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
 from backends.worker.grammar import GrammarError
 from backends.worker.protocol import ProtocolError, parse_generate
 from backends.worker.vllm_api import vllm_routes
@@ -22,6 +23,13 @@ from backends.worker.vllm_api import vllm_routes
 
 def _error(message: str, status: int = 400) -> Response:
     return json_response({"error": {"message": message}}, status)
+
+
+def busy(message: str) -> Response:
+    """503 with retry-after: the waiting queue is full."""
+    response = _error(message, 503)
+    response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
+    return response
 
 
 
@@ -35,11 +43,13 @@ def build_app(state: WorkerState) -> Starlette:
         call = generation.call
         if call.rid in active:
             raise ProtocolError(f"a request with rid {call.rid!r} is already running")
+        admit(state)
         grammar = None
         if call.grammar is not None:
             grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
         loop = asyncio.get_running_loop()
         active[call.rid] = generation
+        state.metrics.prompt_tokens.inc(len(call.input_ids))
         state.engine.submit(EngineRequest(
             rid=call.rid, input_ids=call.input_ids, params=call.sampling, grammar=grammar,
             logprobs=call.return_logprob, top_logprobs=call.top_logprobs_num,
@@ -62,6 +72,8 @@ def build_app(state: WorkerState) -> Starlette:
             await start(generation)
         except (ProtocolError, GrammarError) as exc:
             return _error(str(exc))
+        except WorkerBusy as exc:
+            return busy(str(exc))
         if call.stream:
             return _EventStream(generation, lambda: _release(generation))
         return await _collect(generation, request)
@@ -125,8 +137,12 @@ def build_app(state: WorkerState) -> Starlette:
             }],
         })
 
+    async def metrics(_: Request) -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
     return Starlette(routes=[
         Route("/generate", generate, methods=["POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/abort_request", abort_request, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/get_model_info", model_info, methods=["GET"]),

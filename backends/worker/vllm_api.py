@@ -23,7 +23,7 @@ from starlette.routing import Route
 from backends.asgi import json_response, sse_frame
 from backends.json_types import is_integer
 from backends.worker.engine import EngineEvent, Finish
-from backends.worker.generations import Generation, WorkerState
+from backends.worker.generations import Generation, WorkerBusy, WorkerState
 from backends.worker.grammar import GrammarError
 from backends.worker.protocol import GenerateCall, ProtocolError, parse_generate, reject_unknown
 from backends.worker.sampling import TokenChoice
@@ -221,6 +221,10 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
             await start(generation)
         except (ProtocolError, GrammarError) as exc:
             return _error(str(exc))
+        except WorkerBusy as exc:
+            response = _error(str(exc), 503, "ServiceUnavailableError")
+            response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
+            return response
         return stream(generation)
 
     async def completions(request: Request) -> Response:

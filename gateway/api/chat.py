@@ -17,7 +17,7 @@ from gateway.api.streaming import Events, respond
 from gateway.api.usage import usage
 from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
-from gateway.models.planning import plan_chat
+from gateway.models.planning import plan_chat_off_loop
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.types import ChatRequest, ChoiceStep, Delta
 from gateway.validation.chat import parse_chat_completion
@@ -51,7 +51,7 @@ async def start_chat(
     policy = request_policy(request)
     chat = policy.check_tools(chat)
     policy.check_max_tokens(settings.max_tokens, max_tokens_param)
-    plan = plan_chat(model, chat, settings, param)
+    plan = await plan_chat_off_loop(model, chat, settings, param)
     plan.sampling.max_new_tokens = policy.cap(plan.sampling.max_new_tokens)
     queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)
     events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar, queued)

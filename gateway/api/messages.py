@@ -84,6 +84,9 @@ class MessagesDoor:
         self._finish: str | None = None
         self._stop_string: str | None = None
 
+    def usage(self) -> dict[str, Any]:
+        return self._renderer.usage()
+
     def opening(self) -> list[Any]:
         usage = self._usage()
         message = {

@@ -185,6 +185,9 @@ class ResponsesDoor:
     def _snapshot(self) -> dict[str, Any]:
         return {**self._response, "output": list(self._output)}
 
+    def usage(self) -> dict[str, Any]:
+        return self._renderer.usage()
+
     def opening(self) -> list[Any]:
         return [
             self._event("response.created", response=self._snapshot()),

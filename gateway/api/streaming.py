@@ -19,6 +19,7 @@ from backends.base import BackendError
 from gateway.api.disconnect import ClientDisconnected, unless_disconnected
 from gateway.api.sse import sse_response
 from gateway.errors import APIError, from_backend
+from gateway.observability.requests import note_usage, observed_steps
 from gateway.types import ChoiceStep
 from gateway.validation.fields import GenerationSettings
 
@@ -53,12 +54,18 @@ class Door(Protocol):
     def failure(self, error: APIError) -> bytes:
         """The event that reports a failure after the stream started."""
 
+    def usage(self) -> dict[str, Any]:
+        """Token totals so far, in chat's `usage` shape (for metrics and the access log)."""
+
 
 async def respond_door(request: Request, events: Events, door: Door, stream: bool) -> Response:
     """Stream (SSE) or fold `events`; a client that disconnects cancels its backend requests."""
+    events = observed_steps(events)
     try:
         if not stream:
-            return json_response(door.fold(await unless_disconnected(request, _collect(events, door))))
+            body = door.fold(await unless_disconnected(request, _collect(events, door)))
+            note_usage(door.usage())
+            return json_response(body)
         # Wait for the first output so that a backend that is down or refuses gets a real HTTP status.
         first = await unless_disconnected(request, anext(events, None))
     except ClientDisconnected:
@@ -96,6 +103,7 @@ async def _stream(first: tuple[int, ChoiceStep] | None, events: Events, door: Do
         yield door.failure(APIError("internal error while streaming", status=500, type="server_error"))
     finally:
         await events.aclose()
+        note_usage(door.usage())
     yield door.end
 
 
@@ -163,3 +171,6 @@ class _ChunkDoor:
     def failure(self, error: APIError) -> bytes:
         log.warning("stream %s failed: %s", self._envelope.get("id"), error.message)
         return sse_frame(error.body())
+
+    def usage(self) -> dict[str, Any]:
+        return self._renderer.usage()

@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
+from gateway.observability.requests import note_tenant
 from policies.audit import AuditLog
 from policies.auth import TENANT_HEADERS, AuthError, Caller, authenticate
 from policies.limits import FairQueue, Limiter
@@ -126,6 +127,7 @@ class TenantMiddleware:
             await error.response()(scope, receive, send)
             return
         tenant = state["tenant"] = TenantRequest(caller, request_id)
+        note_tenant(caller.policy.tenant)
         status = 500
 
         async def send_with_headers(message: Message) -> None:

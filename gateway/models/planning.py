@@ -3,6 +3,8 @@ grammar and sampling parameters, each refused with a 400 naming the field at fau
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 
 from backends.base import Grammar, SamplingParams
@@ -10,6 +12,7 @@ from gateway.errors import invalid
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
 from gateway.models.registry import ServedModel
+from gateway.observability.requests import note_grammar
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 from gateway.validation.fields import GenerationSettings
@@ -30,13 +33,39 @@ def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSetting
     `param` names the field a prompt that does not fit, or cannot be rendered, is blamed on."""
     prompt, ids = encode_chat(model, chat, param)
     max_new = token_budget(model, len(ids), settings.max_tokens, param)
+    started = time.perf_counter()
     grammar = chat_grammar(model, chat, prompt)
+    if grammar is not None:
+        note_grammar(time.perf_counter() - started)
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
     keep_markers = grammar is not None or bool(chat.active_tools)
     skip_special = settings.skip_special_tokens and not keep_markers
     return ChatPlan(
         prompt, ids, grammar, sampling_params(settings, max_new, model.family.stop_token_ids(), skip_special)
     )
+
+
+OFF_LOOP_MESSAGES = 16
+OFF_LOOP_CHARS = 16 * 1024
+"""A chat with more messages or text than this (or with a grammar to build) is planned on a worker thread: a
+10,000-message request takes ~1.6 s to render, shield and encode, which would stall every other stream."""
+
+
+async def plan_chat_off_loop(
+    model: ServedModel, chat: ChatRequest, settings: GenerationSettings, param: str = "messages"
+) -> ChatPlan:
+    """`plan_chat`, on a worker thread when the chat is costly to render or needs a grammar (the event loop
+    keeps serving other streams meanwhile; the GIL hands it back every few milliseconds)."""
+    if _cheap(chat):
+        return plan_chat(model, chat, settings, param)
+    return await asyncio.to_thread(plan_chat, model, chat, settings, param)
+
+
+def _cheap(chat: ChatRequest) -> bool:
+    if len(chat.messages) > OFF_LOOP_MESSAGES or chat.tools or chat.response_format:
+        return False
+    chars = sum(len(m["content"]) for m in chat.messages if isinstance(m.get("content"), str))
+    return chars <= OFF_LOOP_CHARS
 
 
 def token_budget(model: ServedModel, prompt_tokens: int, max_tokens: int | None, param: str) -> int:

@@ -13,6 +13,7 @@ from gateway.errors import APIError
 from gateway.families import get_family
 from gateway.families.base import Family, FamilyContext
 from gateway.grammars.compat import OLDEST_PINNED
+from gateway.observability.requests import note_model, note_shielded
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest
@@ -49,6 +50,7 @@ class ServedModel:
     def encode_chat(self, request: ChatRequest) -> tuple[str, list[int]]:
         """The rendered prompt and exactly the ids the backend receives."""
         shielded, shield = self.shielder.shield(request, self.family.keep_in_assistant)
+        note_shielded(len(shield.originals))
         text = self.family.render(shielded)
         return shield.restore(text), self.encoder.encode_prompt(text, shield)
 
@@ -86,10 +88,11 @@ def served_model_from_checkpoint(
 
 
 def served_model(registry: ModelRegistry, model_id: str) -> ServedModel:
-    """The model `model_id`; 404 `model_not_found` when this registry has none by that id."""
+    """The model `model_id` (noted on the request's record); 404 `model_not_found` when this registry has none."""
     model = registry.get(model_id)
     if model is None:
         raise APIError(f"the model {model_id!r} does not exist", status=404, param="model", code="model_not_found")
+    note_model(model.id)
     return model
 
 

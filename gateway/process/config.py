@@ -13,7 +13,7 @@ A YAML (or JSON) file:
                                       #   model's fair queue (default: a bundled worker's max_batch, else none)
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
-          threads: 2                  # worker only (also max_batch, weights_dtype, device,
+          threads: 2                  # worker only (also max_batch, max_waiting, weights_dtype, device,
           context_length: 4096        #   context_length: KV cache per slot; default the model's)
           url: http://host:30000      # sglang and vllm: one replica, or several:
           urls: [http://a:30000, http://b:30000]
@@ -31,6 +31,11 @@ A YAML (or JSON) file:
                                       #   a server started with --tokens-only)
           model: served-name          # vllm: its served model name (default: the first of /v1/models)
 
+    server:                           # optional; the CLI's --max-body-bytes / --max-concurrency override it
+      max_body_bytes: 16777216        # a larger request body is a 413
+      max_concurrency: 256            # requests served at once; past it a 503 with retry-after (default: none)
+      header_timeout_s: 10            # a request's headers must arrive within this (slow-loris; default: 10)
+
 With no file, the gateway serves the embedded model on a bundled worker.
 """
 
@@ -44,6 +49,7 @@ from typing import Any
 import yaml
 
 from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
+from gateway.process.limits import ServerLimits
 
 BACKEND_TYPES = ("worker", "sglang", "vllm", "none")
 VLLM_APIS = ("completions", "generate")
@@ -81,6 +87,7 @@ class BackendConfig:
     threads: int | None = None
     device: str | None = None
     max_batch: int | None = None
+    max_waiting: int | None = None
     weights_dtype: str | None = None
     context_length: int | None = None
 
@@ -100,11 +107,16 @@ class ModelEntry:
 @dataclass
 class GatewayConfig:
     models: list[ModelEntry]
+    server: ServerLimits = field(default_factory=ServerLimits)
+
+
+EMBEDDED_DEFAULT_MAX_TOKENS = 512
+"""max_tokens of a request to the embedded model that names none (about 20 s of CPU decoding, not the 8K context)."""
 
 
 def default_config() -> GatewayConfig:
     """The embedded default: SmolLM2-135M-Instruct on a bundled worker."""
-    return GatewayConfig(models=[ModelEntry(id=EMBEDDED_MODEL_ID)])
+    return GatewayConfig(models=[ModelEntry(id=EMBEDDED_MODEL_ID, default_max_tokens=EMBEDDED_DEFAULT_MAX_TOKENS)])
 
 
 def load_config(path: str | Path) -> GatewayConfig:
@@ -120,7 +132,27 @@ def load_config(path: str | Path) -> GatewayConfig:
     ids = [m.id for m in models]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{p}: duplicate model ids in {ids}")
-    return GatewayConfig(models=models)
+    return GatewayConfig(models=models, server=_server_limits(raw.get("server") or {}, f"{p}: server"))
+
+
+def _server_limits(raw: Any, where: str) -> ServerLimits:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    _only(raw, {"max_body_bytes", "max_concurrency", "header_timeout_s"}, where)
+    limits = ServerLimits()
+    timeout = raw.get("header_timeout_s")
+    if timeout is not None:
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+            raise ConfigError(f"{where}.header_timeout_s: a positive number of seconds is required")
+        limits.header_timeout_s = float(timeout)
+    for key in ("max_body_bytes", "max_concurrency"):
+        value = raw.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"{where}.{key}: a positive integer is required")
+        setattr(limits, key, value)
+    return limits
 
 
 def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:

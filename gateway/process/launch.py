@@ -82,6 +82,7 @@ def _start_worker(entry: ModelEntry, stack: ExitStack) -> tuple[WorkerSupervisor
         threads=cfg.threads,
         device=cfg.device,
         max_batch=cfg.max_batch,
+        max_waiting=cfg.max_waiting,
         weights_dtype=cfg.weights_dtype,
         context_length=cfg.context_length,
     )

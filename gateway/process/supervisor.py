@@ -29,6 +29,7 @@ class WorkerSpec:
     threads: int | None = None
     device: str | None = None
     max_batch: int | None = None
+    max_waiting: int | None = None
     weights_dtype: str | None = None
     context_length: int | None = None
 
@@ -39,6 +40,7 @@ class WorkerSpec:
             ("--threads", self.threads),
             ("--device", self.device),
             ("--max-batch", self.max_batch),
+            ("--max-waiting", self.max_waiting),
             ("--weights-dtype", self.weights_dtype),
             ("--context-length", self.context_length),
         ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gateway.errors import invalid
@@ -9,6 +10,16 @@ from gateway.errors import invalid
 MAX_DEPTH = 64
 """Nesting of any client-supplied JSON value (schemas, arguments, template kwargs)."""
 MAX_NODES = 100_000
+MAX_PATTERN_CHARS = 512
+MAX_PATTERN_WEIGHT = 256
+"""A `pattern`'s expanded size, counted repetitions multiplied out; a repeated group weighs GROUP_FACTOR times more:
+xgrammar's compile time grows with it (measured: `^(\\w{16}){16}$` 1.1 s, `^.{1024}$` 2.7 s to build)."""
+GROUP_FACTOR = 16
+WIDE_ATOM = 4
+"""What `.` and a negated class `[^…]` weigh: any character but a few compiles slower than a small class."""
+UNBOUNDED_COUNT = 8
+"""What `*`, `+` and `{n,}` count as in the weight."""
+_COUNT = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
 _JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -59,6 +70,9 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
         required = node.get("required")
         if required is not None and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
             raise invalid(f"'{where}.required' must be an array of strings", f"{where}.required")
+        pattern = node.get("pattern")
+        if pattern is not None:
+            check_pattern(pattern, f"{where}.pattern")
         enum = node.get("enum")
         if enum is not None and not isinstance(enum, list):
             raise invalid(f"'{where}.enum' must be an array", f"{where}.enum")
@@ -90,3 +104,63 @@ def _check_type(value: Any, where: str) -> None:
     names = value if isinstance(value, list) else [value] if value is not None else []
     if not isinstance(value, (str, list, type(None))) or any(n not in _JSON_TYPES for n in names):
         raise invalid(f"'{where}' must be a JSON type name or an array of them", where)
+
+
+def check_pattern(pattern: Any, where: str) -> None:
+    """400 unless `pattern` is a string short and simple enough to compile quickly into a grammar."""
+    if not isinstance(pattern, str):
+        raise invalid(f"'{where}' must be a string", where)
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise invalid(f"'{where}' is longer than {MAX_PATTERN_CHARS} characters", where, "pattern_too_complex")
+    if pattern_weight(pattern) > MAX_PATTERN_WEIGHT:
+        raise invalid(
+            f"'{where}' repeats too much to be enforced quickly (counted repetitions, multiplied out, "
+            f"weigh more than {MAX_PATTERN_WEIGHT}; repeated groups weigh {GROUP_FACTOR} times more)",
+            where,
+            "pattern_too_complex",
+        )
+
+
+def pattern_weight(pattern: str) -> int:
+    """The expanded size of a regex: atoms count 1, repetitions multiply (over-approximated, never run)."""
+    stack = [0]
+    last, last_group = 0, False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        m = _COUNT.match(pattern, i) if c == "{" else None
+        if m or c in "*+":
+            if m:
+                low, comma, high = int(m[1]), m[2], m[3]
+                count = max(low, int(high) if high else UNBOUNDED_COUNT) if comma else low
+                i = m.end()
+            else:
+                count, i = UNBOUNDED_COUNT, i + 1
+            repeated = last * min(count, 1 << 20) * (GROUP_FACTOR if last_group else 1)
+            stack[-1] += repeated - last
+            last, last_group = repeated, False
+            continue
+        if c == "(":
+            stack.append(0)
+            i += 1
+            continue
+        if c == ")" and len(stack) > 1:
+            last, last_group = stack.pop(), True
+            stack[-1] += last
+            i += 1
+            continue
+        atom = 1
+        if c == "\\":
+            i += 2
+        elif c == "[":
+            atom = WIDE_ATOM if pattern.startswith("[^", i) else 1
+            close = pattern.find("]", i + 2)
+            i = len(pattern) if close < 0 else close + 1
+        else:
+            atom = WIDE_ATOM if c == "." else 1
+            i += 1
+        if c in "?|^$":
+            continue
+        last, last_group = atom, False
+        stack[-1] += atom
+    return sum(stack)

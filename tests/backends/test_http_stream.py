@@ -10,6 +10,7 @@ import pytest
 
 from backends.base import BackendError
 from backends.http_stream import HTTPStatusError, StreamPool
+from backends.trace_context import current_traceparent
 
 pytestmark = pytest.mark.anyio
 Answer = Callable[[int, bytes], list[bytes] | None]
@@ -211,3 +212,60 @@ async def test_leaving_early_closes_the_connection():
 def test_only_http_urls():
     with pytest.raises(ValueError):
         StreamPool("unix:///tmp/x")
+
+
+def close_wait_sockets(port: int) -> int:
+    """This machine's TCP sockets to `port` in CLOSE-WAIT (the peer closed, we did not)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for row in list(f)[1:]:
+                fields = row.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "08":
+                    count += 1
+    return count
+
+
+async def test_an_idle_connection_the_server_closed_leaves_no_close_wait_socket():
+    async with raw_server(lambda n, req: chunked(b"ok\n"), close_after=True) as (url, per_connection):
+        port = int(url.rsplit(":", 1)[1])
+        pool = StreamPool(url, sweep_s=0.05)
+        assert await lines_of(pool) == [b"ok"]
+        for _ in range(200):  # the server's close arrives, then the next sweep closes our end: bounded wait
+            await asyncio.sleep(0.05)
+            if not pool._idle:
+                break
+        assert not pool._idle
+        await asyncio.sleep(0.05)  # the close reaches the kernel on the loop's next turn
+        assert close_wait_sockets(port) == 0
+        await pool.close()
+    assert per_connection == [1]
+
+
+async def test_idle_connections_that_stay_open_are_kept_for_reuse():
+    async with raw_server(lambda n, req: chunked(b"ok\n")) as (url, per_connection):
+        pool = StreamPool(url, sweep_s=0.02)
+        await lines_of(pool)
+        await asyncio.sleep(0.1)  # several sweeps pass
+        await lines_of(pool)
+        await pool.close()
+    assert per_connection == [2]
+
+
+async def test_the_current_traceparent_goes_out_as_a_header():
+    seen: list[bytes] = []
+
+    def answer(n: int, request: bytes) -> list[bytes]:
+        seen.append(request)
+        return chunked(b"ok\n")
+
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    async with raw_server(answer) as (url, _):
+        pool = StreamPool(url)
+        token = current_traceparent.set(trace)
+        await lines_of(pool)
+        current_traceparent.reset(token)
+        await lines_of(pool)
+        await pool.close()
+    assert f"\r\ntraceparent: {trace}\r\n".encode() in seen[0]
+    assert b"traceparent" not in seen[1]

@@ -67,6 +67,8 @@ class SGLangStandIn:
         self.script: Callable[[dict[str, Any]], Script] = lambda body: Script()
         self.healthy = True
         self.bodies: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        """The headers of each accepted /generate request."""
         self.received = threading.Semaphore(0)
         """Released once per accepted /generate request."""
         self.aborted: defaultdict[str, threading.Event] = defaultdict(threading.Event)
@@ -97,6 +99,7 @@ class SGLangStandIn:
             return JSONResponse({"error": {"message": str(e)}}, status_code=400)
         assert parsed.stream and parsed.input_ids and parsed.rid, "the gateway always streams token ids under a rid"
         self.bodies.append(body)
+        self.headers.append(dict(request.headers))
         self.received.release()
         script = self.script(body)
         if script.refuse is not None:

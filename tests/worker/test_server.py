@@ -5,21 +5,24 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
+from tests.dashboard import exposed_families, queried_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTEXT = 256
+CONTEXT = 2048  # long enough that a 1000-token generation holds its slot while a test looks
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 
 
 @pytest.fixture(scope="module")
 def base_url():
-    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=2, context_length=CONTEXT))
+    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=2, max_waiting=1, context_length=CONTEXT))
     try:
         yield worker.wait_ready()
     finally:
@@ -157,3 +160,48 @@ def test_client_disconnect_cancels_non_stream(client, base_url):
     with pytest.raises(httpx.ReadTimeout), httpx.Client(base_url=base_url, timeout=1.0) as other:
         other.post("/generate", json=body)
     assert _wait_until_idle(client) == 0
+
+
+def _metrics(client: httpx.Client) -> dict[str, float]:
+    """The worker's /metrics samples by name (each has one series: its model)."""
+    r = client.get("/metrics")
+    assert r.status_code == 200
+    return {s.name: s.value for f in text_string_to_metric_families(r.text) for s in f.samples}
+
+
+def test_metrics_show_running_waiting_and_kv_cache_under_vllm_names(client, base_url):
+    _wait_until_idle(client)
+    before = _metrics(client)
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1000, "ignore_eos": True}, "stream": True}
+    with ExitStack() as streams:
+
+        def open_stream() -> httpx.Response:
+            r = streams.enter_context(httpx.Client(base_url=base_url, timeout=60).stream("POST", "/generate", json=body))
+            assert r.status_code == 200
+            return r
+
+        readers = [_sse(open_stream()), _sse(open_stream())]  # both slots busy (1000 tokens each); kept open
+        for lines in readers:
+            _first_event(lines)
+        prefilled = _metrics(client)
+        open_stream()  # waits for a slot: the queue (max_waiting 1) is full now
+        refused = client.post("/generate", json=body)
+        queued = _metrics(client)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "overloaded" in refused.json()["error"]["message"]
+    assert queued["vllm:num_requests_running"] == 2 and queued["vllm:num_requests_waiting"] == 1, queued
+    assert 0 < prefilled["vllm:kv_cache_usage_perc"] <= 1
+    assert _wait_until_idle(client) == 0
+    after = _metrics(client)
+    assert after["vllm:num_requests_running"] == 0 and after["vllm:num_requests_waiting"] == 0
+    assert after["vllm:kv_cache_usage_perc"] == 0
+    assert after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"] == 3 * len(PROMPT)
+    assert after["vllm:generation_tokens_total"] > before["vllm:generation_tokens_total"]
+    assert after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"] >= 1
+    assert "worker:grammar_cache_hits_total" in after and "worker:grammar_compile_seconds_total" in after
+
+
+def test_every_worker_metric_the_dashboard_queries_is_exposed(client):
+    queried = queried_metrics(("vllm:", "worker:"))
+    assert len(queried) >= 6
+    assert queried <= exposed_families(client.get("/metrics").text)

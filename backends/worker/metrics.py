@@ -1,0 +1,68 @@
+"""The worker's Prometheus metrics under vLLM's names, so the Gateway API Inference Extension's endpoint picker
+(and vLLM dashboards) read a pool of bundled workers as they read vLLM pods.
+
+Load gauges (running, waiting, KV-cache use) and the grammar cache's counts are read from the engine at scrape
+time; tokens and time to first token are counted as generations run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from backends.worker.engine import Engine
+from backends.worker.grammar import GrammarCache
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0, 160.0, 640.0, 2560.0)
+"""vLLM's buckets for vllm:time_to_first_token_seconds."""
+
+
+class WorkerMetrics:
+    """One worker's registry: scrape-time engine gauges plus token counters and the TTFT histogram."""
+
+    def __init__(self, model_name: str, engine: Engine, grammars: GrammarCache):
+        self.registry = CollectorRegistry()
+        self.model_name = model_name
+        labels = ["model_name"]
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed", labels,
+                                     registry=self.registry).labels(model_name)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Generation tokens processed", labels,
+                                         registry=self.registry).labels(model_name)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token", labels,
+                              buckets=TTFT_BUCKETS, registry=self.registry).labels(model_name)
+        self.registry.register(_EngineCollector(model_name, engine, grammars))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _EngineCollector(Collector):
+    def __init__(self, model_name: str, engine: Engine, grammars: GrammarCache):
+        self._model = [model_name]
+        self._engine = engine
+        self._grammars = grammars
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        load = self._engine.load()
+        stats = self._grammars.stats
+        series = (
+            (GaugeMetricFamily, "vllm:num_requests_running", "Requests in the running batch", load.running),
+            (GaugeMetricFamily, "vllm:num_requests_waiting", "Requests waiting for a batch slot", load.waiting),
+            (GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent", load.kv_cache_usage),
+            (CounterMetricFamily, "worker:grammar_cache_hits", "Grammars found compiled in the cache", stats.hits),
+            (CounterMetricFamily, "worker:grammar_cache_misses", "Grammars compiled", stats.misses),
+            (CounterMetricFamily, "worker:grammar_compile_seconds", "Time spent compiling grammars",
+             stats.compile_seconds),
+        )
+        for kind, name, documentation, value in series:
+            family = kind(name, documentation, labels=["model_name"])
+            family.add_metric(self._model, value)
+            yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+

@@ -1,0 +1,1 @@
+"""Operability: per-request records, Prometheus metrics, the JSON access log."""

@@ -1,0 +1,127 @@
+"""What one HTTP request did, filled in as it goes (model, tokens, first token, replica) and read when it ends.
+
+The record lives in a context variable set by the observability middleware, so code deep in a request
+(the router, the shielder) can note things without being handed it; outside a request every `note_*`
+call does nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+from gateway.types import ChoiceStep
+
+
+@dataclass(eq=False)
+class RequestRecord:
+    """One request's facts for the metrics and the access line; times are `time.perf_counter()` values."""
+
+    method: str
+    path: str
+    started: float = field(default_factory=time.perf_counter)
+    request_id: str = ""
+    status: int = 0
+    model: str = ""
+    tenant: str = ""
+    generating: bool = False
+    """A generation endpoint reached its backend stage (counted as running until the request ends)."""
+    dispatched: float | None = None
+    """When the first backend attempt was sent."""
+    replica: str = ""
+    first_token: float | None = None
+    last_token: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    finish_reasons: list[str] = field(default_factory=list)
+    shielded: int = 0
+    grammar_seconds: float | None = None
+    trace_id: str = ""
+    """From the client's W3C traceparent, when it sent one."""
+
+
+_current: ContextVar[RequestRecord | None] = ContextVar("gateway_request", default=None)
+
+
+def current_request() -> RequestRecord | None:
+    """The record of the request being served in this context, if any."""
+    return _current.get()
+
+
+def begin_request(record: RequestRecord) -> object:
+    """Make `record` the current one; returns the token `end_request` takes."""
+    return _current.set(record)
+
+
+def end_request(token: object) -> None:
+    _current.reset(token)  # type: ignore[arg-type]
+
+
+def note_model(model_id: str) -> None:
+    """The request names this served model."""
+    record = _current.get()
+    if record is not None:
+        record.model = model_id
+
+
+def note_tenant(tenant: str) -> None:
+    """The request was authenticated as this tenant (the policies code calls this once it knows)."""
+    record = _current.get()
+    if record is not None:
+        record.tenant = tenant
+
+
+def note_shielded(count: int) -> None:
+    """`count` distinct added-token spellings in the client's strings were shielded."""
+    record = _current.get()
+    if record is not None and count:
+        record.shielded += count
+
+
+def note_dispatch(replica: str) -> None:
+    """A backend attempt is being sent to `replica` (the first one sets the gateway-overhead end point)."""
+    record = _current.get()
+    if record is not None:
+        if record.dispatched is None:
+            record.dispatched = time.perf_counter()
+        record.replica = replica
+
+
+def note_grammar(seconds: float) -> None:
+    """Building the request's grammar took `seconds`."""
+    record = _current.get()
+    if record is not None:
+        record.grammar_seconds = seconds
+
+
+def note_usage(usage: dict) -> None:
+    """The request's token totals, as its `usage` object says them."""
+    record = _current.get()
+    if record is not None:
+        record.prompt_tokens = usage.get("prompt_tokens", 0)
+        record.completion_tokens = usage.get("completion_tokens", 0)
+        record.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+
+
+async def observed_steps(events: AsyncIterator[tuple[int, ChoiceStep]]) -> AsyncIterator[tuple[int, ChoiceStep]]:
+    """`events` unchanged, noting the first and last output times and each choice's finish reason."""
+    record = _current.get()
+    if record is None:
+        async for item in events:
+            yield item
+        return
+    record.generating = True
+    try:
+        async for item in events:
+            now = time.perf_counter()
+            if record.first_token is None:
+                record.first_token = now
+            record.last_token = now
+            if item[1].finish_reason is not None:
+                record.finish_reasons.append(item[1].finish_reason)
+            yield item
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]

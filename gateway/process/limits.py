@@ -1,0 +1,52 @@
+"""Server-wide limits an operator sets (CLI or config): request body size and requests served at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
+from gateway.errors import APIError
+from gateway.process.header_timeout import DEFAULT_HEADER_TIMEOUT_S
+
+UNLIMITED_PATHS = frozenset({"/health", "/ready", "/metrics"})
+"""Probes and scrapes are answered whatever the load."""
+
+
+@dataclass
+class ServerLimits:
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_concurrency: int | None = None
+    """HTTP requests served at once (streams included); past it a 503 with retry-after. None: no limit."""
+    header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    """A request's headers must arrive within this many seconds of the connection opening (or the last response)."""
+
+
+class ConcurrencyLimit:
+    """Answers 503 (OpenAI's shape, `retry-after: 1`) to a request arriving while `limit` are being served."""
+
+    def __init__(self, app: ASGIApp, limit: int):
+        self.app = app
+        self.limit = limit
+        self.active = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in UNLIMITED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        if self.active >= self.limit:
+            error = APIError(
+                f"the gateway is serving its limit of {self.limit} requests; try again shortly",
+                status=503,
+                type="server_error",
+                code="too_many_requests_in_flight",
+                retry_after=1,
+            )
+            await error.response()(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.active -= 1

@@ -1,0 +1,54 @@
+"""Slow-loris: a client trickling its request headers is cut at the header timeout; a prompt one is served."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from gateway.process.header_timeout import header_timeout_protocol
+
+TIMEOUT_S = 0.5
+
+
+def test_headers_trickled_past_the_timeout_close_the_connection():
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, http=header_timeout_protocol(TIMEOUT_S), log_level="warning", timeout_keep_alive=60)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as prompt:
+            for _ in range(2):  # two requests on one keep-alive connection, each sent at once
+                prompt.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert prompt.recv(4096).startswith(b"HTTP/1.1 200")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as loris:
+            closed = False
+            for byte in b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200:  # one byte every 20 ms: ~4 s
+                try:
+                    loris.sendall(bytes([byte]))
+                except OSError:
+                    closed = True
+                    break
+                loris.settimeout(0.02)
+                try:
+                    if loris.recv(1) == b"":
+                        closed = True
+                        break
+                except TimeoutError:
+                    pass
+            assert closed, "the trickling client kept its connection"
+    finally:
+        server.should_exit = True
+        thread.join()
+        sock.close()

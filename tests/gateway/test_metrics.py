@@ -1,0 +1,169 @@
+"""GET /metrics over real HTTP: a gateway with a Router over a dead replica and an SGLang stand-in."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from backends.router import Router, RoutingPolicy
+from backends.sglang import SGLangBackend
+from gateway.app import create_app
+from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
+from gateway.observability.metrics import TenantLabels
+from tests.dashboard import exposed_families, queried_metrics
+from tests.gateway.http_server import dead_url, serve
+from tests.gateway.sglang_standin import Script, SGLangStandIn
+from tests.gateway.test_app import MODEL, USER
+
+TOKENS = "Sunny and warm today."
+
+
+def samples(client: httpx.Client) -> dict[tuple[str, frozenset], float]:
+    """Every sample of /metrics by (name, labels)."""
+    r = client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
+
+
+def value(all_samples, name: str, **labels) -> float:
+    """The sum of `name`'s samples whose labels include `labels`."""
+    wanted = set(labels.items())
+    found = [v for (n, ls), v in all_samples.items() if n == name and wanted <= ls]
+    assert found, f"no sample {name} {labels}"
+    return sum(found)
+
+
+@pytest.fixture(scope="module")
+def gateway(checkpoint):
+    model = served_model_from_checkpoint(MODEL, checkpoint, "hermes", None)
+    server = SGLangStandIn(incremental=True)
+    ids = model.encoder.encode_plain(TOKENS) + [2]
+    # A request whose max_tokens is 999 holds after two tokens until its client goes away.
+    server.script = lambda body: Script(ids=ids, hold_after=2 if body["sampling_params"]["max_new_tokens"] == 999 else None)
+    refuser = SGLangStandIn(incremental=True)
+    refuser.script = lambda body: Script(refuse=503)
+    with serve(server.app) as url, serve(refuser.app) as refusing:
+        dead = dead_url()
+        urls = [dead, url, refusing]  # the first pick of the lightest healthy ones is the refusing one
+        router = Router(lambda u: SGLangBackend(u, incremental=True), urls=urls, policy=RoutingPolicy())
+        app = create_app(ModelRegistry([dataclasses.replace(model, backend=router)]))
+        with serve(app) as base:
+            yield SimpleNamespace(
+                client=httpx.Client(base_url=base, timeout=30),
+                dead=dead,
+                live=url,
+                refusing=refusing,
+                n_ids=len(ids),
+                server=server,
+            )
+
+
+def test_a_generation_feeds_the_request_latency_token_and_replica_metrics(gateway, caplog):
+    client, dead, live, refusing, n_ids = gateway.client, gateway.dead, gateway.live, gateway.refusing, gateway.n_ids
+    before = samples(client)
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        for stream in (False, True):
+            r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "stream": stream})
+            assert r.status_code == 200
+    after = samples(client)
+
+    def grew(name, **labels):
+        return value(after, name, **labels) - (value(before, name, **labels) if any(
+            n == name and set(labels.items()) <= ls for n, ls in before) else 0)
+
+    labels = {"model_name": MODEL}
+    assert grew("gateway:requests_total", route="/v1/chat/completions", status="200", tenant="none", **labels) == 2
+    assert grew("gateway:request_success_total", finished_reason="stop", **labels) == 2
+    for histogram in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "overhead_seconds",
+                      "time_per_output_token_seconds"):
+        assert grew(f"gateway:{histogram}_count", **labels) == 2, histogram
+    assert grew("gateway:generation_tokens_total", **labels) == 2 * n_ids
+    assert grew("gateway:prompt_tokens_total", **labels) > 0
+    # The dead replica fails its health check; the refusing one passes it, answers 503 and the request moves on.
+    assert value(after, "gateway:backend_requests_running", replica=live, **labels) == 0
+    assert value(after, "gateway:backend_healthy", replica=live, **labels) == 1
+    assert value(after, "gateway:backend_healthy", replica=dead, **labels) == 0
+    assert value(after, "gateway:backend_circuit_breaker_state", replica=live, **labels) == 0
+    retries = value(after, "gateway:backend_retries_total", replica=refusing, **labels)
+    errors = value(after, "gateway:backend_errors_total", replica=refusing, status="503", **labels)
+    assert retries == errors >= 1
+    assert value(after, "gateway:num_requests_running", **labels) == 0
+
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+    chats = [line for line in lines if line["route"] == "/v1/chat/completions"]
+    assert len(chats) == 2
+    for line in chats:
+        assert line["status"] == 200 and line["model"] == MODEL and line["replica"] == live
+        assert line["completion_tokens"] == n_ids and line["prompt_tokens"] > 0
+        assert line["finish_reasons"] == ["stop"] and 0 < line["ttft_ms"] <= line["latency_ms"]
+        assert len(line["request_id"]) == 32
+
+
+def test_a_held_stream_counts_as_running_until_its_client_leaves(gateway):
+    client, live = gateway.client, gateway.live
+    body = {"model": MODEL, "messages": USER, "stream": True, "max_tokens": 999}
+    with client.stream("POST", "/v1/chat/completions", json=body) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        first = next(lines)
+        during = samples(client)
+        assert value(during, "gateway:num_requests_running", model_name=MODEL) == 1, (first, list(lines))
+        assert value(during, "gateway:backend_requests_running", model_name=MODEL, replica=live) == 1
+    for _ in range(100):  # the gateway notices the hang-up when it next writes or polls: wait for it, bounded
+        after = samples(client)
+        if value(after, "gateway:num_requests_running", model_name=MODEL) == 0:
+            break
+        time.sleep(0.05)
+    assert value(after, "gateway:num_requests_running", model_name=MODEL) == 0
+    assert value(after, "gateway:backend_requests_running", model_name=MODEL, replica=live) == 0
+
+
+def test_errors_and_shielded_spellings_are_counted(gateway):
+    client = gateway.client
+    r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "temperature": "hot"})
+    assert r.status_code == 400
+    r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": [
+        {"role": "user", "content": "say <|im_start|> and <|im_end|>"}]})
+    assert r.status_code == 200
+    after = samples(client)
+    assert value(after, "gateway:requests_total", status="400", route="/v1/chat/completions", model_name="none") >= 1
+    assert value(after, "gateway:shielded_spellings_total", model_name=MODEL) == 2
+    r = client.get("/no/such/path")
+    assert r.status_code == 404
+    assert value(samples(client), "gateway:requests_total", route="other", status="404") == 1
+
+
+def test_tenant_labels_are_capped():
+    labels = TenantLabels(limit=2)
+    assert [labels.label(t) for t in ("a", "b", "c", "a", "", "d", "b")] == ["a", "b", "other", "a", "none",
+                                                                               "other", "b"]
+
+
+def test_every_gateway_metric_the_dashboard_queries_is_exposed(gateway):
+    queried = queried_metrics(("gateway:",))
+    assert len(queried) >= 15
+    assert queried <= exposed_families(gateway.client.get("/metrics").text)
+
+
+def test_a_w3c_traceparent_is_forwarded_to_the_backend_and_logged(gateway, caplog):
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    body = {"model": MODEL, "messages": USER}
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        for sent in (trace, "00-not-a-trace-01", None):
+            headers = {"traceparent": sent} if sent else {}
+            assert gateway.client.post("/v1/chat/completions", json=body, headers=headers).status_code == 200
+    forwarded = [h.get("traceparent") for h in gateway.server.headers[-3:]]
+    assert forwarded == [trace, None, None]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"][-3:]
+    assert [line.get("trace_id") for line in lines] == ["4bf92f3577b34da6a3ce929d0e0e4736", None, None]

@@ -1,0 +1,53 @@
+"""Planning a costly chat on a worker thread gives exactly the plan the event loop would have made."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from gateway.models import planning
+from gateway.models.planning import plan_chat, plan_chat_off_loop
+from gateway.validation.chat import parse_chat_completion
+
+
+def chat_of(messages: int, **extra):
+    body = {"model": "m", "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": f"hi <|im_start|> {i}"}
+                                       for i in range(messages)], **extra}
+    return parse_chat_completion(body)
+
+
+@pytest.mark.parametrize("messages", [1, 301])
+def test_the_plan_is_the_same_on_and_off_the_loop(tokenize_only, messages):
+    parsed = chat_of(messages)
+    on_loop = plan_chat(tokenize_only, parsed.chat, parsed.settings)
+    off_loop = asyncio.run(plan_chat_off_loop(tokenize_only, parsed.chat, parsed.settings))
+    assert (off_loop.prompt, off_loop.ids, off_loop.sampling) == (on_loop.prompt, on_loop.ids, on_loop.sampling)
+
+
+def test_only_costly_chats_leave_the_loop():
+    assert planning._cheap(chat_of(3).chat)
+    assert not planning._cheap(chat_of(planning.OFF_LOOP_MESSAGES + 1).chat)
+    assert not planning._cheap(chat_of(1, response_format={"type": "json_object"}).chat)
+    big = parse_chat_completion({"model": "m", "messages": [{"role": "user", "content": "x" * (planning.OFF_LOOP_CHARS + 1)}]})
+    assert not planning._cheap(big.chat)
+
+
+def test_a_costly_chat_is_planned_on_another_thread(tokenize_only):
+    parsed = chat_of(planning.OFF_LOOP_MESSAGES + 1)
+    threads = []
+    original = tokenize_only.encode_chat
+
+    class Watching:
+        """The served model, noting the thread each encode runs on."""
+
+        def __getattr__(self, name):
+            return getattr(tokenize_only, name)
+
+        def encode_chat(self, chat):
+            threads.append(threading.get_ident())
+            return original(chat)
+
+    asyncio.run(plan_chat_off_loop(Watching(), parsed.chat, parsed.settings))
+    assert threads and threads[0] != threading.get_ident()
