@@ -16,21 +16,6 @@ from gateway.cli import build_parser
 from gateway.process.config import load_config
 from tests.helm.chart import CHART, ROOT, VALID, find, gateway_config, gateway_container, render, render_text
 
-PENDING_FLAGS = {
-    # tenant policies (issue #10)
-    "--policies": "tenant policies",
-    "--redis": "tenant policies",
-    "--allow-unauthenticated": "tenant policies",
-    "--audit-log": "tenant policies",
-    # metrics and logs
-    "--log-level": "metrics and logs",
-    "--otlp-endpoint": "metrics and logs",
-    "--max-body-bytes": "metrics and logs",
-    "--max-concurrency": "metrics and logs",
-    "--header-timeout": "metrics and logs",
-}
-"""Flags the chart passes that other branches are adding to `gateway serve` (drop each once build_parser() has it)."""
-
 
 def _serve_flags() -> set[str]:
     parser = build_parser()
@@ -39,14 +24,6 @@ def _serve_flags() -> set[str]:
 
 
 KNOWN = _serve_flags()
-
-
-def xfail_unless_known(args: list[str], where: str) -> None:
-    """An expected failure, naming them, while `args` use pending flags `build_parser()` lacks; once they land the
-    test runs for real (it cannot pass unexpectedly: a command line with an unknown flag never parses)."""
-    missing = sorted({a.split("=")[0] for a in args if a.startswith("--")} & set(PENDING_FLAGS) - KNOWN)
-    if missing:
-        pytest.xfail(f"{where}: build_parser() does not know these chart flags yet: {', '.join(missing)}")
 
 
 def _command_line(values: str) -> list[str]:
@@ -58,16 +35,15 @@ def _command_line(values: str) -> list[str]:
 
 
 @pytest.mark.parametrize("values", VALID)
-def test_every_chart_flag_is_known_or_pending(values: str):
+def test_every_chart_flag_is_known(values: str):
     flags = {arg.split("=")[0] for arg in _command_line(values) if arg.startswith("--")}
-    unknown = sorted(flags - KNOWN - set(PENDING_FLAGS))
+    unknown = sorted(flags - KNOWN)
     assert not unknown, f"{values}: `gateway serve` does not know {unknown} (build_parser() in gateway/cli.py)"
 
 
 @pytest.mark.parametrize("values", VALID)
 def test_gateway_parses_the_rendered_command_line(values: str):
     args = _command_line(values)
-    xfail_unless_known(args, values)
     parsed = build_parser().parse_args(args)
     assert parsed.command == "serve" and parsed.host == "0.0.0.0"
     assert parsed.config == Path("/etc/llm-gateway/config/gateway.yaml")

@@ -18,7 +18,7 @@ import yaml
 
 from gateway.cli import build_parser
 from tests.helm.chart import CHART, ROOT
-from tests.helm.test_chart_cli import KNOWN, PENDING_FLAGS, xfail_unless_known
+from tests.helm.test_chart_cli import KNOWN
 
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 DOCS = [ROOT / "README.md", ROOT / "docs" / "kubernetes.md"]
@@ -178,13 +178,12 @@ def test_worker_image_command_line_parses():
     assert (args.host, args.port) == ("0.0.0.0", 30000)
 
 
-def test_gateway_image_flags_are_known_or_pending():
+def test_gateway_image_flags_are_known():
     flags = {a for a in _exec_form("gateway", "CMD") if a.startswith("--")}
-    assert not flags - KNOWN - set(PENDING_FLAGS), f"`gateway serve` does not know {sorted(flags - KNOWN)}"
+    assert not flags - KNOWN, f"`gateway serve` does not know {sorted(flags - KNOWN)}"
 
 
 def test_gateway_image_command_line_parses():
     command = _exec_form("gateway", "CMD")
-    xfail_unless_known(command, "gateway image CMD")
     args = build_parser().parse_args(command)
     assert (args.host, args.port) == ("0.0.0.0", 8000)

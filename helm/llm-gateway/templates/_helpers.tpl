@@ -200,7 +200,6 @@ httpGet:
 {{- $args = concat $args (list "--redis" "$(REDIS_URL)") }}
 {{- end }}
 {{- with $g.auditLogFile }}{{ $args = concat $args (list "--audit-log" .) }}{{ end }}
-{{- with $g.otlpEndpoint }}{{ $args = concat $args (list "--otlp-endpoint" .) }}{{ end }}
 {{- if not (kindIs "invalid" $g.maxBodyBytes) }}{{ $args = concat $args (list "--max-body-bytes" (toString (int64 $g.maxBodyBytes))) }}{{ end }}
 {{- if not (kindIs "invalid" $g.maxConcurrency) }}{{ $args = concat $args (list "--max-concurrency" (toString (int64 $g.maxConcurrency))) }}{{ end }}
 {{- if not (kindIs "invalid" $g.headerTimeoutSeconds) }}{{ $args = concat $args (list "--header-timeout" (toString $g.headerTimeoutSeconds)) }}{{ end }}
