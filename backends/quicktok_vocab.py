@@ -5,7 +5,7 @@ only the files are read here, the package is never imported:
 * `<name>.vocab`: u32 count, then per token u16 length, the token's bytes, u32 rank;
 * `<name>.special`: u32 count, then per token u32 id, u16 length, its UTF-8 spelling.
 Ranks are the ids; the conversion to byte-level BPE is the tiktoken one
-(`backends.kimi_tokenizer.tokenizer_from_ranks`) with the encoding's own
+(`backends.tiktoken_bpe.tokenizer_from_ranks`) with the encoding's own
 pre-tokenizer regex.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from backends.kimi_tokenizer import tokenizer_from_ranks
+from backends.tiktoken_bpe import tokenizer_from_ranks
 
 O200K_PATTERN = (
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"

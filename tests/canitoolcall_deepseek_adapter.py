@@ -24,7 +24,7 @@ from gateway.families.base import FamilyContext
 from gateway.families.deepseek_v41 import DeepSeekV41Family
 from gateway.families.deepseek_v41.markers import THINK_START
 from gateway.types import ChatRequest
-from tests.canitoolcall_common import CheckpointAdapter, FamilyParser
+from tests.conformance.common import CheckpointAdapter, FamilyParser
 
 FAMILY = "deepseek"
 MODELS = ("deepseek-ai/DeepSeek-V4.1-Flash", "deepseek-ai/DeepSeek-V4-Flash")

@@ -36,7 +36,7 @@ from canitoolcall.fixtures import load_fixtures
 from gateway.families.kimi_k3.markers import CLOSE, OPEN, SEP
 from gateway.families.kimi_k3.parser import KimiK3Parser
 from gateway.types import Piece
-from tests.canitoolcall_common import GatewayAdapter
+from tests.conformance.common import GatewayAdapter
 
 K3_MODEL = "moonshotai/Kimi-K3"
 CONTROL_IDS: dict[int, str] = {163587: OPEN, 163588: CLOSE, 163589: SEP}

@@ -8,7 +8,7 @@ from canitoolcall.fixtures import load_fixtures
 from canitoolcall.results import RunResults, Status
 
 from backends.checkpoint import load_checkpoint
-from tests.canitoolcall_common import case_of, failing_checks, run_fixtures
+from tests.conformance.common import case_of, failing_checks, run_fixtures
 from tests.canitoolcall_deepseek_adapter import CHECKPOINT, MODELS
 
 FIXTURES = [f for f in load_fixtures(None, families=["deepseek"]) if f.reference_model in MODELS]

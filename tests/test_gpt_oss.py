@@ -17,7 +17,7 @@ from gateway.families.gpt_oss.markers import CALL, CHANNEL, CONSTRAIN, CONTROL_T
 from gateway.generation.detokenizer import Detokenizer
 from gateway.models.registry import ServedModel
 from gateway.types import ChatRequest
-from tests.canitoolcall_common import accumulate
+from tests.conformance.common import accumulate
 from tests.tokenizer_only import tokenize_only_model
 
 PUBLISHED = {"<|return|>": 200002, "<|constrain|>": 200003, "<|channel|>": 200005, "<|start|>": 200006}

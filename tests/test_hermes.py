@@ -252,6 +252,30 @@ def test_tool_call_streams_id_and_name_once_then_argument_fragments() -> None:
     assert parser.saw_tool_call
 
 
+@pytest.mark.parametrize(
+    "cut",
+    [
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
+        '<tool_call>\n{"name": "final_answer", "arguments": {"trigger": true}',
+        '<tool_call>\n{"name": "get_weather", "arguments": {',
+    ],
+)
+def test_a_call_cut_before_its_first_argument_is_complete_is_no_call(cut: str) -> None:
+    for splits in ([], list(range(len(cut)))):
+        deltas, parser = run("Checking.\n" + cut, splits=splits)
+        assert merge(deltas) == {"content": "Checking.", "reasoning": "", "tool_calls": []}, splits
+        assert not parser.saw_tool_call
+
+
+def test_the_call_is_sent_once_its_first_argument_is_complete_then_streams() -> None:
+    parser = HermesParser()
+    head = parser.feed([Piece('<tool_call>\n{"name": "f", "arguments": {"a": "x')])
+    assert head == []
+    released = parser.feed([Piece('y", "b": "lo')])
+    assert released[0].tool_name == "f" and "".join(d.tool_arguments or "" for d in released) == '{"a": "xy", "b": "lo'
+    assert [d.tool_arguments for d in parser.feed([Piece("ng")])] == ["ng"]
+
+
 def test_parallel_calls_get_dense_indices_and_whitespace_between_is_dropped() -> None:
     text = (
         '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n\n'

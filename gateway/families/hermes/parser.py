@@ -11,13 +11,16 @@ Decisions (the gateway's documented behaviour):
   whitespace is kept when the output ends without a call (text cut by a stop
   string keeps its last space). A suffix that could begin a marker is
   held back, so content never shows part of one.
-* A call body `{"name": N, "arguments": {…}}` announces the call (index, id,
-  name) as soon as `"arguments": {` is read and then streams the arguments
-  text verbatim: the fragments concatenate to the arguments JSON. Other body
-  layouts are parsed whole at `</tool_call>`. A body that is not a call, or
-  that ends without a call header, is returned as content, markers included.
-  Arguments cut off by the end of the output stay as sent (they cannot be
-  taken back from a stream), as OpenAI does on finish_reason "length".
+* A call body `{"name": N, "arguments": {…}}` is held back until its first
+  argument is complete (a `,` after the first member of the arguments
+  object, or the `}` that closes the call body, or `</tool_call>`); then the
+  call (index, id, name) and the arguments so far are sent, and the rest of
+  the arguments streams verbatim: the fragments concatenate to the arguments
+  JSON. A call cut off by the end of the output before that point is dropped
+  (no call, no markup), as the DeepSeek and Kimi parsers do; one cut later
+  stays as sent (it cannot be taken back from a stream). Other body layouts
+  are parsed whole at `</tool_call>`. A body that is not a call, or that ends
+  without a call header, is returned as content, markers included.
 * Markers are matched on text, so they work as plain text (SmolLM2) or as
   single added tokens (Qwen); `Piece.token_id` is not needed.
 """
@@ -101,6 +104,8 @@ class _JsonEnd:
 
     def __init__(self) -> None:
         self.done = False
+        self.first_member_done = False
+        """A `,` at the object's top level: its first member is complete."""
         self._depth = 0
         self._in_string = False
         self._escaped = False
@@ -117,6 +122,8 @@ class _JsonEnd:
                     self._in_string = False
             elif ch == '"':
                 self._in_string = True
+            elif ch == "," and self._depth == 1:
+                self.first_member_done = True
             elif ch in "{[":
                 self._depth += 1
             elif ch in "}]":
@@ -162,10 +169,13 @@ class HermesParser(OutputParser):
         self._arguments = _JsonEnd()
         self._call_count = 0
         self._out: list[Delta] = []
+        self._held_call: list[Delta] | None = None
+        """The current call's deltas, held back until its first argument is complete (None: not holding)."""
+        self._call_sent = False
 
     @property
     def saw_tool_call(self) -> bool:
-        return self._call_count > 0 or self._state in (_State.CALL_ARGUMENTS, _State.CALL_TAIL)
+        return self._call_count > 0 or self._call_sent
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
         self._buffer += "".join(p.text for p in pieces)
@@ -173,6 +183,7 @@ class HermesParser(OutputParser):
 
     def finish(self) -> list[Delta]:
         out = self._advance(final=True)
+        self._held_call = None  # a call cut off before its first argument was complete is no call
         if self._state is _State.CONTENT and not self.saw_tool_call and (space := self._content.flush()):
             out.append(Delta(content=space))
         return out
@@ -231,9 +242,9 @@ class HermesParser(OutputParser):
         close = self._buffer.find(TOOL_CALL_END)
         header = _CALL_HEADER.match(self._buffer)
         if header and (close < 0 or header.end() <= close):
-            self._out.append(
+            self._held_call = [
                 Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=json.loads(header["name"]))
-            )
+            ]
             self._buffer = self._buffer[header.end() :]
             self._arguments = _JsonEnd()
             self._state = _State.CALL_ARGUMENTS
@@ -261,8 +272,10 @@ class HermesParser(OutputParser):
     def _call_arguments(self, final: bool) -> bool:
         size = self._arguments.scan(self._buffer)
         if size:
-            self._out.append(Delta(tool_index=self._call_count, tool_arguments=self._buffer[:size]))
+            self._send(Delta(tool_index=self._call_count, tool_arguments=self._buffer[:size]))
             self._buffer = self._buffer[size:]
+        if self._arguments.first_member_done:
+            self._release_call()
         if self._arguments.done:
             self._state = _State.CALL_TAIL
             return True
@@ -272,6 +285,8 @@ class HermesParser(OutputParser):
         """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`."""
         close = self._buffer.find(TOOL_CALL_END)
         reopen = self._buffer.find(TOOL_CALL_START)
+        if close >= 0 or reopen >= 0 or self._buffer.lstrip().startswith("}"):
+            self._release_call()
         if close >= 0 and (reopen < 0 or close < reopen):
             self._buffer = self._buffer[close + len(TOOL_CALL_END) :]
             self._state = _State.CONTENT
@@ -284,6 +299,20 @@ class HermesParser(OutputParser):
             return False
         self._call_count += 1
         return True
+
+    def _send(self, delta: Delta) -> None:
+        """A call's delta: held back with the call, or sent."""
+        if self._held_call is not None:
+            self._held_call.append(delta)
+        else:
+            self._out.append(delta)
+
+    def _release_call(self) -> None:
+        """The held call's first argument is complete: send what was held, stream the rest."""
+        if self._held_call is not None:
+            self._out += self._held_call
+            self._held_call = None
+            self._call_sent = True
 
     def _take_unheld(self, final: bool, marker: str) -> str:
         """Remove and return the buffer, less a suffix that could still become `marker`."""

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from gateway.families.gpt_oss import HarmonyParser, harmony_tokenizer
 from gateway.generation.detokenizer import Detokenizer
-from tests.canitoolcall_common import GatewayAdapter
+from tests.conformance.common import GatewayAdapter
 
 FAMILY = "gpt-oss"
 ENGINE = "tests.conformance.adapters.gpt_oss:Adapter"

