@@ -7,8 +7,8 @@ import re
 import secrets
 from typing import Any
 
-_IN_STRING = re.compile(r'["\\]')
-_OUTSIDE = re.compile(r'[{}\[\]"]')
+_IN_STRING = {quote: re.compile(rf"[{quote}\\]") for quote in "\"'"}
+_OUTSIDE = {quotes: re.compile(rf"[{{}}\[\]{quotes}]") for quotes in ('"', "\"'")}
 
 
 def new_call_id() -> str:
@@ -21,11 +21,13 @@ class JsonEnd:
 
     Strings are skipped with a regex (escapes included, also across chunks); only brackets outside
     strings count. Whether the closed value is valid JSON is for `json.loads` to say afterwards.
+    `quotes="\"'"` also skips single-quoted strings (Python literals).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, quotes: str = '"') -> None:
         self.depth = 0
-        self._in_string = False
+        self._outside = _OUTSIDE[quotes]
+        self._quote: str | None = None
         self._escape = False
 
     def feed(self, text: str) -> int | None:
@@ -34,8 +36,8 @@ class JsonEnd:
         if self._escape and end:
             at, self._escape = 1, False
         while at < end:
-            if self._in_string:
-                found = _IN_STRING.search(text, at)
+            if self._quote is not None:
+                found = _IN_STRING[self._quote].search(text, at)
                 if found is None:
                     return None
                 if found.group() == "\\":
@@ -44,15 +46,15 @@ class JsonEnd:
                         return None
                     at = found.end() + 1
                 else:
-                    self._in_string, at = False, found.end()
+                    self._quote, at = None, found.end()
                 continue
-            found = _OUTSIDE.search(text, at)
+            found = self._outside.search(text, at)
             if found is None:
                 return None
             at = found.end()
             char = found.group()
-            if char == '"':
-                self._in_string = True
+            if char in "\"'":
+                self._quote = char
             elif char in "{[":
                 self.depth += 1
             else:
