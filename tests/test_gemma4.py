@@ -23,11 +23,9 @@ from gateway.families.gemma4.markers import (
     TURN_END,
 )
 from gateway.families.gemma4.parser import Malformed, Quoted, read_call
-from gateway.generation.detokenizer import Detokenizer
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
-from tests.conformance.common import accumulate
-from tests.tokenizer_only import tokenize_only_model
+from tests.family_checks import check_every_split, replay, tokenize_only_model
 
 SPECIALS = {256: TOOL_CALL, 257: TOOL_CALL_END, 258: QUOTE, 259: CHANNEL, 260: CHANNEL_END, 261: TURN_END}
 SPECIALS[262] = TOOL_RESPONSE
@@ -47,12 +45,8 @@ def ids_of(tokenizer: Tokenizer, *parts: str) -> list[int]:
     return out
 
 
-def parse(tokenizer: Tokenizer, ids: list[int], cuts: list[int]) -> Any:
-    parser, pieces = Gemma4Parser(), Detokenizer(tokenizer, SPECIALS)
-    deltas = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
-        deltas += parser.feed(pieces.feed(ids[lo:hi]))
-    return accumulate(deltas + parser.feed(pieces.flush()) + parser.finish())
+def parse(tokenizer: Tokenizer, ids: list[int]) -> Any:
+    return replay(Gemma4Parser(), tokenizer, ids)
 
 
 OUTPUTS = [
@@ -66,14 +60,11 @@ OUTPUTS = [
 
 @pytest.mark.parametrize("parts", OUTPUTS)
 def test_streaming_equals_one_shot_for_every_split(tokenizer: Tokenizer, parts: tuple[str, ...]) -> None:
-    ids = ids_of(tokenizer, *parts)
-    whole = parse(tokenizer, ids, [])
-    for cut in range(1, len(ids)):
-        assert parse(tokenizer, ids, [cut]) == whole, cut
+    check_every_split(Gemma4Parser, tokenizer, ids_of(tokenizer, *parts))
 
 
 def test_reasoning_calls_and_content(tokenizer: Tokenizer) -> None:
-    first = parse(tokenizer, ids_of(tokenizer, *OUTPUTS[0]), [])
+    first = parse(tokenizer, ids_of(tokenizer, *OUTPUTS[0]))
     assert first.reasoning_content == f"Check {CHANNEL} it." and first.content == "Sure:  done"
     assert [(c.name, json.loads(c.arguments_raw)) for c in first.tool_calls] == [
         (
@@ -81,9 +72,9 @@ def test_reasoning_calls_and_content(tokenizer: Tokenizer) -> None:
             {"city": f"Zürich {TOOL_CALL_END}", "days": 3, "opts": {"deep": [1, "x"]}, "key with space": None},
         )
     ]
-    cut = parse(tokenizer, ids_of(tokenizer, *OUTPUTS[1]), [])
+    cut = parse(tokenizer, ids_of(tokenizer, *OUTPUTS[1]))
     assert [c.name for c in cut.tool_calls] == ["a"] and cut.content is None
-    malformed = parse(tokenizer, ids_of(tokenizer, *OUTPUTS[2]), [])
+    malformed = parse(tokenizer, ids_of(tokenizer, *OUTPUTS[2]))
     assert not malformed.tool_calls and malformed.content == "text"
 
 

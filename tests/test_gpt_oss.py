@@ -14,11 +14,9 @@ from tokenizers import Tokenizer
 from gateway.families.gpt_oss import HarmonyParser, harmony_tokenizer
 from gateway.families.gpt_oss.grammar import build_grammar
 from gateway.families.gpt_oss.markers import CALL, CHANNEL, CONSTRAIN, CONTROL_TOKENS, END, MESSAGE, RETURN, START
-from gateway.generation.detokenizer import Detokenizer
 from gateway.models.registry import ServedModel
 from gateway.types import ChatRequest
-from tests.conformance.common import accumulate
-from tests.tokenizer_only import tokenize_only_model
+from tests.family_checks import check_every_split, check_recorded_ids, replay, tokenize_only_model
 
 PUBLISHED = {"<|return|>": 200002, "<|constrain|>": 200003, "<|channel|>": 200005, "<|start|>": 200006}
 PUBLISHED |= {"<|end|>": 200007, "<|message|>": 200008, "<|call|>": 200012, "<|endoftext|>": 199999}
@@ -40,29 +38,14 @@ def plain(model: ServedModel) -> Callable[[str], list[int]]:
     return model.encoder.encode_plain
 
 
-def added(tokenizer: Tokenizer) -> dict[int, str]:
-    return {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
-
-
 def test_control_tokens_at_their_published_ids(tokenizer: Tokenizer) -> None:
     assert {t: tokenizer.token_to_id(t) for t in PUBLISHED} == PUBLISHED
     assert tokenizer.get_vocab_size() == 201088
 
 
 def test_conversion_encodes_every_fixture_to_its_recorded_ids(tokenizer: Tokenizer, plain) -> None:
-    """Each run of ordinary ids in a fixture is what the converted tokenizer makes of that run's text."""
-    specials = added(tokenizer)
     fixtures = [f for f in load_fixtures(None, families=["gpt-oss"]) if f.output_token_ids]
-    assert len(fixtures) == 51
-    for fixture in fixtures:
-        ids = list(fixture.output_token_ids)
-        assert tokenizer.decode(ids, skip_special_tokens=False) == fixture.raw_output
-        runs: list[list[int]] = [[]]
-        for token in ids:
-            runs.append([]) if token in specials else runs[-1].append(token)
-        for run in filter(None, runs):
-            text = tokenizer.decode(run, skip_special_tokens=False)
-            assert plain(text) == run, fixture.id
+    assert check_recorded_ids(tokenizer, plain, fixtures) == 51
 
 
 WEATHER = {
@@ -194,34 +177,30 @@ def ids_of(
     return out
 
 
-def parse(tokenizer: Tokenizer, ids: list[int], cuts: list[int]) -> Any:
-    parser, pieces = HarmonyParser.after("<|start|>assistant"), Detokenizer(tokenizer, added(tokenizer))
-    deltas = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
-        deltas += parser.feed(pieces.feed(ids[lo:hi]))
-    return accumulate(deltas + parser.feed(pieces.flush()) + parser.finish())
+def harmony() -> HarmonyParser:
+    return HarmonyParser.after("<|start|>assistant")
+
+
+def parse(tokenizer: Tokenizer, ids: list[int]) -> Any:
+    return replay(harmony(), tokenizer, ids)
 
 
 @pytest.mark.parametrize("output", OUTPUTS)
 def test_streaming_equals_one_shot_for_every_split(tokenizer: Tokenizer, plain, output: str) -> None:
-    ids = ids_of(plain, output)
-    whole = parse(tokenizer, ids, [])
-    for cut in range(1, len(ids)):
-        assert parse(tokenizer, ids, [cut]) == whole, cut
-    assert parse(tokenizer, ids, list(range(1, len(ids)))) == whole
+    check_every_split(harmony, tokenizer, ids_of(plain, output))
 
 
 def test_parses_channels_and_calls(tokenizer: Tokenizer, plain) -> None:
-    first = parse(tokenizer, ids_of(plain, OUTPUTS[0]), [])
+    first = parse(tokenizer, ids_of(plain, OUTPUTS[0]))
     assert first.reasoning_content == "Think about <|call|> text." and first.content == "One moment."
     assert [(c.name, json.loads(c.arguments_raw)) for c in first.tool_calls] == [
         ("get_weather", {"city": 'Zürich "old" <|end|>', "tags": ["a"]})
     ]
-    second = parse(tokenizer, ids_of(plain, OUTPUTS[1]), [])
+    second = parse(tokenizer, ids_of(plain, OUTPUTS[1]))
     assert [c.name for c in second.tool_calls] == ["get_time"] and second.content == "Done ✓"
-    cut_short = parse(tokenizer, ids_of(plain, OUTPUTS[2]), [])
+    cut_short = parse(tokenizer, ids_of(plain, OUTPUTS[2]))
     assert not cut_short.tool_calls and cut_short.reasoning_content == "x"
-    builtin = parse(tokenizer, ids_of(plain, OUTPUTS[3]), [])
+    builtin = parse(tokenizer, ids_of(plain, OUTPUTS[3]))
     assert not builtin.tool_calls and builtin.content == "ok"
 
 

@@ -14,13 +14,11 @@ from tokenizers import Tokenizer
 
 from gateway.families.llama import LLAMA3_JSON, LLAMA4_PYTHONIC, LlamaParser, llama3_tokenizer
 from gateway.families.llama.grammar import build_grammar
-from gateway.families.llama.parser import pythonic_calls
-from gateway.generation.detokenizer import Detokenizer
+from gateway.families.llama.parser import CallSyntax, pythonic_calls
 from gateway.models.registry import ServedModel
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest, Piece
-from tests.conformance.common import accumulate
-from tests.tokenizer_only import tokenize_only_model
+from tests.family_checks import check_every_split, check_recorded_ids, replay, tokenize_only_model
 
 BOT, START_HEADER, END_HEADER, EOM, EOT, PYTHON_TAG = 128000, 128006, 128007, 128008, 128009, 128010
 
@@ -55,17 +53,8 @@ def test_llama31_special_tokens(tokenizer: Tokenizer) -> None:
 
 
 def test_conversion_encodes_every_llama3_fixture_to_its_recorded_ids(tokenizer: Tokenizer, plain) -> None:
-    specials = {i for i in tokenizer.get_added_tokens_decoder()}
     fixtures = [f for f in load_fixtures(None, families=["llama"]) if "Llama-3" in f.reference_model]
-    assert len(fixtures) == 24
-    for fixture in fixtures:
-        ids = list(fixture.output_token_ids)
-        assert tokenizer.decode(ids, skip_special_tokens=False) == fixture.raw_output, fixture.id
-        runs: list[list[int]] = [[]]
-        for token in ids:
-            runs.append([]) if token in specials else runs[-1].append(token)
-        for run in filter(None, runs):
-            assert plain(tokenizer.decode(run, skip_special_tokens=False)) == run, fixture.id
+    assert check_recorded_ids(tokenizer, plain, fixtures) == 24
 
 
 WEATHER = {
@@ -122,13 +111,8 @@ def ids_of(plain, *parts: str | int) -> list[int]:
     return [i for p in parts for i in ([p] if isinstance(p, int) else plain(p))]
 
 
-def parse(tokenizer: Tokenizer, ids: list[int], cuts: list[int], syntax=LLAMA3_JSON) -> Any:
-    parser = LlamaParser(syntax)
-    pieces = Detokenizer(tokenizer, {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()})
-    deltas = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
-        deltas += parser.feed(pieces.feed(ids[lo:hi]))
-    return accumulate(deltas + parser.feed(pieces.flush()) + parser.finish())
+def parse(tokenizer: Tokenizer, ids: list[int], syntax: CallSyntax = LLAMA3_JSON) -> Any:
+    return replay(LlamaParser(syntax), tokenizer, ids)
 
 
 OUTPUTS: list[tuple[Any, ...]] = [
@@ -143,27 +127,23 @@ OUTPUTS: list[tuple[Any, ...]] = [
 @pytest.mark.parametrize("parts", OUTPUTS)
 def test_streaming_equals_one_shot_for_every_split(tokenizer: Tokenizer, plain, parts: tuple[Any, ...]) -> None:
     syntax = LLAMA4_PYTHONIC if str(parts[0]).startswith("[") else LLAMA3_JSON
-    ids = ids_of(plain, *parts)
-    whole = parse(tokenizer, ids, [], syntax)
-    for cut in range(1, len(ids)):
-        assert parse(tokenizer, ids, [cut], syntax) == whole, cut
-    assert parse(tokenizer, ids, list(range(1, len(ids))), syntax) == whole
+    check_every_split(lambda: LlamaParser(syntax), tokenizer, ids_of(plain, *parts))
 
 
 def test_calls_content_and_truncation(tokenizer: Tokenizer, plain) -> None:
-    two = parse(tokenizer, ids_of(plain, *OUTPUTS[0]), [])
+    two = parse(tokenizer, ids_of(plain, *OUTPUTS[0]))
     assert [(c.name, json.loads(c.arguments_raw)) for c in two.tool_calls] == [
         ("get_weather", {"city": 'Zürich "}{'}),
         ("f", {}),
     ]
     assert two.content is None
-    tagged = parse(tokenizer, ids_of(plain, *OUTPUTS[1]), [])
+    tagged = parse(tokenizer, ids_of(plain, *OUTPUTS[1]))
     assert tagged.content == "Sure. " and json.loads(tagged.tool_calls[0].arguments_raw) == {"city": "<|python_tag|>"}
-    answer = parse(tokenizer, ids_of(plain, *OUTPUTS[2]), [])
+    answer = parse(tokenizer, ids_of(plain, *OUTPUTS[2]))
     assert answer.content == '{"answer": [1, 2]} is JSON' and not answer.tool_calls
-    cut = parse(tokenizer, ids_of(plain, *OUTPUTS[3]), [])
+    cut = parse(tokenizer, ids_of(plain, *OUTPUTS[3]))
     assert cut.content == OUTPUTS[3][0] and not cut.tool_calls
-    pythonic = parse(tokenizer, ids_of(plain, *OUTPUTS[4]), [], LLAMA4_PYTHONIC)
+    pythonic = parse(tokenizer, ids_of(plain, *OUTPUTS[4]), LLAMA4_PYTHONIC)
     assert [c.name for c in pythonic.tool_calls] == ["get_weather", "ping"] and pythonic.content == "done"
 
 

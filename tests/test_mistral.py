@@ -13,11 +13,9 @@ from tokenizers import Tokenizer
 
 from gateway.families.mistral import MistralParser, tekken_tokenizer
 from gateway.families.mistral.grammar import build_grammar
-from gateway.generation.detokenizer import Detokenizer
 from gateway.models.registry import ServedModel
 from gateway.types import ChatRequest, Piece
-from tests.conformance.common import accumulate
-from tests.tokenizer_only import tokenize_only_model
+from tests.family_checks import check_every_split, check_recorded_ids, replay, tokenize_only_model
 
 BOS, EOS, INST, INST_END, TOOLS, TOOLS_END, RESULTS, RESULTS_END, CALLS = 1, 2, 3, 4, 5, 6, 7, 8, 9
 SYSTEM, ARGS, CALL_ID, THINK, THINK_END = 17, 32, 33, 34, 35
@@ -57,15 +55,7 @@ def test_special_tokens_at_their_ids(tokenizer: Tokenizer) -> None:
 
 def test_conversion_encodes_every_tekken_fixture_to_its_recorded_ids(tokenizer: Tokenizer, plain) -> None:
     fixtures = [f for f in load_fixtures(None, families=["mistral"]) if f.tokenizer.mode == "mistral"]
-    assert len(fixtures) == 37
-    for fixture in fixtures:
-        ids = list(fixture.output_token_ids)
-        assert tokenizer.decode(ids, skip_special_tokens=False) == fixture.raw_output, fixture.id
-        runs: list[list[int]] = [[]]
-        for token in ids:
-            runs.append([]) if token < 1000 else runs[-1].append(token)
-        for run in filter(None, runs):
-            assert plain(tokenizer.decode(run)) == run, fixture.id
+    assert check_recorded_ids(tokenizer, plain, fixtures) == 37
 
 
 WEATHER = {
@@ -111,13 +101,8 @@ def ids_of(plain, *parts: str | int) -> list[int]:
     return [i for p in parts for i in ([p] if isinstance(p, int) else plain(p))]
 
 
-def parse(tokenizer: Tokenizer, ids: list[int], cuts: list[int], text_think: bool = False) -> Any:
-    parser = MistralParser(text_think=text_think)
-    pieces = Detokenizer(tokenizer, {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()})
-    deltas = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
-        deltas += parser.feed(pieces.feed(ids[lo:hi]))
-    return accumulate(deltas + parser.feed(pieces.flush()) + parser.finish())
+def parse(tokenizer: Tokenizer, ids: list[int], text_think: bool = False) -> Any:
+    return replay(MistralParser(text_think=text_think), tokenizer, ids)
 
 
 OUTPUTS: list[tuple[Any, ...]] = [
@@ -135,24 +120,20 @@ OUTPUTS: list[tuple[Any, ...]] = [
 @pytest.mark.parametrize("parts", OUTPUTS)
 def test_streaming_equals_one_shot_for_every_split(tokenizer: Tokenizer, plain, parts: tuple[Any, ...]) -> None:
     text_think = str(parts[0]).startswith("<think>")
-    ids = ids_of(plain, *parts)
-    whole = parse(tokenizer, ids, [], text_think)
-    for cut in range(1, len(ids)):
-        assert parse(tokenizer, ids, [cut], text_think) == whole, cut
-    assert parse(tokenizer, ids, list(range(1, len(ids))), text_think) == whole
+    check_every_split(lambda: MistralParser(text_think=text_think), tokenizer, ids_of(plain, *parts))
 
 
 def test_calls_reasoning_and_truncation(tokenizer: Tokenizer, plain) -> None:
-    first = parse(tokenizer, ids_of(plain, *OUTPUTS[0]), [])
+    first = parse(tokenizer, ids_of(plain, *OUTPUTS[0]))
     assert first.reasoning_content == "Use [TOOL_CALLS] maybe." and first.content == "On it."
     assert json.loads(first.tool_calls[0].arguments_raw) == {"city": "Zürich [ARGS]"}
-    second = parse(tokenizer, ids_of(plain, *OUTPUTS[1]), [])
+    second = parse(tokenizer, ids_of(plain, *OUTPUTS[1]))
     assert [(c.name, json.loads(c.arguments_raw)) for c in second.tool_calls] == [("f", {}), ("g", {"a": [1, "]"]})]
-    array = parse(tokenizer, ids_of(plain, *OUTPUTS[2]), [])
+    array = parse(tokenizer, ids_of(plain, *OUTPUTS[2]))
     assert [c.name for c in array.tool_calls] == ["f", "g"] and array.content is None
-    cut = parse(tokenizer, ids_of(plain, *OUTPUTS[3]), [])
+    cut = parse(tokenizer, ids_of(plain, *OUTPUTS[3]))
     assert not cut.tool_calls and cut.content == "Sure."
-    text_think = parse(tokenizer, ids_of(plain, *OUTPUTS[4]), [], text_think=True)
+    text_think = parse(tokenizer, ids_of(plain, *OUTPUTS[4]), text_think=True)
     assert text_think.reasoning_content == "plan" and text_think.content == "Done </think> ok"
 
 

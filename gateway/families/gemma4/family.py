@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
-from gateway.prompts.template import TemplateError, render_chat_template
+from gateway.families.templates import render_template
+from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
@@ -26,16 +27,7 @@ class Gemma4Family(Family):
         template = self.context.options.get("chat_template") or self.context.chat_template
         if not template:
             raise TemplateError("gemma4 needs the checkpoint's chat template (or options.chat_template)")
-        return render_chat_template(
-            template,
-            request.messages,
-            tools=request.tools if request.tool_choice != "none" else None,
-            add_generation_prompt=request.add_generation_prompt,
-            continue_final_message=request.continue_final_message,
-            bos_token=self.context.bos_token,
-            eos_token=self.context.eos_token,
-            template_kwargs=dict(request.template_kwargs),
-        )
+        return render_template(template, request, self.context)
 
     def stop_token_ids(self) -> list[int]:
         ids = [self.context.tokenizer.token_to_id(t) for t in STOP_TOKENS] + list(self.context.eos_token_ids)

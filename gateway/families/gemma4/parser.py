@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import OutputParser
-from gateway.families.json_calls import new_call_id
-from gateway.types import Delta, Piece
+from gateway.families.calls import CallParser, new_call_id
+from gateway.types import Delta
 
 from .markers import CALL_PREFIX, CHANNEL, CHANNEL_END, CONTROL_TOKENS, QUOTE, THOUGHT, TOOL_CALL, TOOL_CALL_END
 
@@ -150,37 +149,22 @@ class Mode(Enum):
     CALL = auto()
 
 
-class Gemma4Parser(OutputParser):
+class Gemma4Parser(CallParser):
     """Token-aware Gemma 4 output parser for one choice; the same deltas however the output is chunked."""
 
+    controls = _CONTROL
+
     def __init__(self, new_id: Callable[[], str] = new_call_id):
-        self._new_id = new_id
+        super().__init__(new_id)
         self._mode = Mode.CONTENT
         self._label = ""  # reasoning: the part of the channel name "thought\n" read so far
         self._label_done = False
         self._newlines = ""  # reasoning: trailing newlines held back
         self._call: list[str | Quoted] = []
         self._quoted: list[str] | None = None
-        self._calls = 0
-        self._out: list[Delta] = []
 
-    @property
-    def saw_tool_call(self) -> bool:
-        return self._calls > 0
-
-    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
-        for piece in pieces:
-            if piece.token_id is not None and piece.text in _CONTROL:
-                self._control(piece.text)
-            elif piece.text:
-                self._text(piece.text)
-        out, self._out = self._out, []
-        return out
-
-    def finish(self) -> list[Delta]:
+    def _end(self) -> None:
         self._mode, self._call, self._quoted = Mode.CONTENT, [], None
-        out, self._out = self._out, []
-        return out
 
     def _control(self, token: str) -> None:
         mode = self._mode

@@ -27,9 +27,8 @@ import re
 from collections.abc import Callable, Sequence
 from enum import Enum, auto
 
-from gateway.families.base import OutputParser
-from gateway.families.json_calls import JsonEnd, json_object, new_call_id
-from gateway.types import Delta, Piece
+from gateway.families.calls import CallParser, JsonEnd, json_object, new_call_id
+from gateway.types import Delta
 
 from .markers import (
     ANALYSIS,
@@ -91,19 +90,19 @@ def read_header(parts: Sequence[HeaderPart]) -> tuple[Body, str | None]:
     return Body.DROP, None
 
 
-class HarmonyParser(OutputParser):
+class HarmonyParser(CallParser):
     """Token-aware Harmony output parser for one choice; the same deltas however the output is chunked."""
 
+    controls = _CONTROL
+
     def __init__(self, new_id: Callable[[], str] = new_call_id):
-        self._new_id = new_id
+        super().__init__(new_id)
         self._header: list[HeaderPart] | None = []
         self._header_size = 0
         self._body: Body | None = None
         self._name: str | None = None
         self._arguments: list[str] = []
         self._json_end = JsonEnd()
-        self._calls = 0
-        self._out: list[Delta] = []
 
     @classmethod
     def after(cls, prompt: str) -> HarmonyParser:
@@ -117,24 +116,9 @@ class HarmonyParser(OutputParser):
             parser._open_body()
         return parser
 
-    @property
-    def saw_tool_call(self) -> bool:
-        return self._calls > 0
-
-    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
-        for piece in pieces:
-            if piece.token_id is not None and piece.text in _CONTROL:
-                self._control(piece.text)
-            elif piece.text:
-                self._text(piece.text)
-        out, self._out = self._out, []
-        return out
-
-    def finish(self) -> list[Delta]:
+    def _end(self) -> None:
         self._header = None
         self._body = None
-        out, self._out = self._out, []
-        return out
 
     def _control(self, token: str) -> None:
         if token == START or token in TERMINATORS:  # a message ends; a call whose JSON never closed is dropped
@@ -178,13 +162,11 @@ class HarmonyParser(OutputParser):
             self._arguments.append(text)
             return
         self._arguments.append(text[:end])
-        self._emit_call()
+        self._close_call()
 
-    def _emit_call(self) -> None:
+    def _close_call(self) -> None:
         arguments = "".join(self._arguments).strip()
         self._body = Body.DROP
         if self._name is None or json_object(arguments) is None:
             return
-        call = Delta(tool_index=self._calls, tool_id=self._new_id(), tool_name=self._name, tool_arguments=arguments)
-        self._out.append(call)
-        self._calls += 1
+        self._emit_call(self._name, arguments)

@@ -10,13 +10,14 @@ from backends.base import Grammar
 from backends.quicktok_vocab import LLAMA3_PATTERN, quicktok_data, read_vocab
 from backends.tiktoken_bpe import tokenizer_from_ranks
 from gateway.families.base import Family, OutputParser
+from gateway.families.templates import render_template, tool_template
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
 from .markers import LLAMA3_STOPS, LLAMA4_STOPS, llama31_specials
 from .parser import LLAMA3_JSON, LLAMA4_PYTHONIC, CallSyntax, LlamaParser
-from .prompt import handles_tools, render_native, render_with_template
+from .prompt import render_native
 
 
 @cache
@@ -37,15 +38,12 @@ class Llama3Family(Family):
 
     @cached_property
     def template(self) -> str | None:
-        override = self.context.options.get("chat_template")
-        if override:
-            return override
-        return self.context.chat_template if handles_tools(self.context.chat_template) else None
+        return tool_template(self.context)
 
     def render(self, request: ChatRequest) -> str:
         if self.template is None:
             return render_native(request)
-        return render_with_template(self.template, request, self.context.bos_token, self.context.eos_token)
+        return render_template(self.template, request, self.context)
 
     def stop_token_ids(self) -> list[int]:
         ids = [self.context.tokenizer.token_to_id(t) for t in self.stops] + list(self.context.eos_token_ids)

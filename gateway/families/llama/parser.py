@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import ast
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import OutputParser
-from gateway.families.json_calls import JsonEnd, json_object, new_call_id
-from gateway.types import Delta, Piece
+from gateway.families.calls import CallParser, JsonEnd, json_object, new_call_id
+from gateway.types import Delta
 
 Call = tuple[str, dict[str, Any]]
 
@@ -99,41 +98,24 @@ class Mode(Enum):
     CONTENT = auto()
 
 
-class LlamaParser(OutputParser):
+class LlamaParser(CallParser):
     """Llama output parser for one choice; the same deltas however the output is chunked."""
 
     def __init__(self, syntax: CallSyntax, new_id: Callable[[], str] = new_call_id):
+        super().__init__(new_id)
         self._syntax = syntax
-        self._new_id = new_id
         self._mode = Mode.START
         self._tagged = False
         self._space = ""
         self._value: list[str] = []
-        self._end = JsonEnd(syntax.quotes)
-        self._calls = 0
-        self._out: list[Delta] = []
+        self._closing = JsonEnd(syntax.quotes)
 
-    @property
-    def saw_tool_call(self) -> bool:
-        return self._calls > 0
-
-    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
-        for piece in pieces:
-            if piece.token_id is not None:
-                self._control(piece.text)
-            elif piece.text:
-                self._text(piece.text)
-        out, self._out = self._out, []
-        return out
-
-    def finish(self) -> list[Delta]:
+    def _end(self) -> None:
         if self._mode is Mode.HOLD and not self._tagged:
             self._content(self._space + "".join(self._value))
         elif self._mode is Mode.START and not self._tagged:
             self._content(self._space)
         self._mode, self._value, self._space = Mode.CONTENT, [], ""
-        out, self._out = self._out, []
-        return out
 
     def _control(self, token: str) -> None:
         if self._mode is Mode.HOLD:
@@ -157,7 +139,7 @@ class LlamaParser(OutputParser):
                 return
             if lead[0] == self._syntax.opener:
                 self._space += skipped
-                self._mode, self._value, self._end = Mode.HOLD, [], JsonEnd(self._syntax.quotes)
+                self._mode, self._value, self._closing = Mode.HOLD, [], JsonEnd(self._syntax.quotes)
             else:  # no call: the space before is content too (separators after calls are dropped)
                 lead = ("" if self._mode is Mode.AFTER else self._space + skipped) + lead
                 self._mode, self._space = Mode.CONTENT, ""
@@ -165,7 +147,7 @@ class LlamaParser(OutputParser):
 
     def _hold(self, text: str) -> str:
         """Feed a held value; the text after it once it closes."""
-        end = self._end.feed(text)
+        end = self._closing.feed(text)
         if end is None:
             self._value.append(text)
             return ""
@@ -177,21 +159,10 @@ class LlamaParser(OutputParser):
             self._mode = Mode.CONTENT
         else:
             for name, arguments in calls:
-                self._emit(name, arguments)
+                self._emit_call(name, json.dumps(arguments, ensure_ascii=False))
             self._mode = Mode.AFTER
         self._space, self._value = "", []
         return text[end:]
-
-    def _emit(self, name: str, arguments: dict[str, Any]) -> None:
-        self._out.append(
-            Delta(
-                tool_index=self._calls,
-                tool_id=self._new_id(),
-                tool_name=name,
-                tool_arguments=json.dumps(arguments, ensure_ascii=False),
-            )
-        )
-        self._calls += 1
 
     def _content(self, text: str) -> None:
         if text:

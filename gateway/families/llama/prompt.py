@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.prompts.template import TemplateError, render_chat_template, template_variables
+from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
 from .markers import BEGIN_OF_TEXT, END_HEADER, EOT, START_HEADER
@@ -68,22 +68,3 @@ def render_native(request: ChatRequest) -> str:
     if request.add_generation_prompt:
         out += f"{START_HEADER}assistant{END_HEADER}\n\n"
     return out
-
-
-def handles_tools(template: str | None) -> bool:
-    return bool(template) and "tools" in template_variables(template)
-
-
-def render_with_template(template: str, request: ChatRequest, bos: str | None, eos: str | None) -> str:
-    """`request` through a checkpoint's own chat template."""
-    return render_chat_template(
-        template,
-        request.messages,
-        tools=request.tools if request.tool_choice != "none" else None,
-        documents=None,
-        add_generation_prompt=request.add_generation_prompt,
-        continue_final_message=request.continue_final_message,
-        bos_token=bos,
-        eos_token=eos,
-        template_kwargs=dict(request.template_kwargs),
-    )

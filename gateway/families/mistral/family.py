@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from backends.base import Grammar
 from backends.tekken import load_tekken
 from gateway.families.base import Family, OutputParser
-from gateway.prompts.template import render_chat_template, template_variables
+from gateway.families.templates import render_template, tool_template
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
@@ -41,21 +41,11 @@ class MistralFamily(Family):
 
     @cached_property
     def template(self) -> str | None:
-        own = self.context.options.get("chat_template") or self.context.chat_template
-        return own if own and "tools" in template_variables(own) else None
+        return tool_template(self.context)
 
     def render(self, request: ChatRequest) -> str:
-        if self.template is None:
-            return render_native(request)
-        return render_chat_template(
-            self.template,
-            request.messages,
-            tools=request.tools if request.tool_choice != "none" else None,
-            add_generation_prompt=request.add_generation_prompt,
-            continue_final_message=request.continue_final_message,
-            bos_token=self.context.bos_token,
-            eos_token=self.context.eos_token,
-            template_kwargs=dict(request.template_kwargs),
+        return (
+            render_native(request) if self.template is None else render_template(self.template, request, self.context)
         )
 
     def stop_token_ids(self) -> list[int]:

@@ -19,13 +19,12 @@ Decisions (the gateway's documented behaviour):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import OutputParser
-from gateway.families.json_calls import JsonEnd, json_object, new_call_id
-from gateway.types import Delta, Piece
+from gateway.families.calls import CallParser, JsonEnd, json_object, new_call_id
+from gateway.types import Delta
 
 from .markers import ARGS, CALL_ID, TEXT_THINK, TEXT_THINK_END, THINK, THINK_END, TOOL_CALLS
 
@@ -57,41 +56,24 @@ def array_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
     return calls
 
 
-class MistralParser(OutputParser):
+class MistralParser(CallParser):
     """Token-aware Mistral output parser for one choice; the same deltas however the output is chunked."""
 
     def __init__(self, text_think: bool = False, new_id: Callable[[], str] = new_call_id):
-        self._new_id = new_id
+        super().__init__(new_id)
         self._mode = Mode.START if text_think else Mode.CONTENT
         self._held = ""  # START: a prefix of `<think>`; TEXT_REASONING: a prefix of `</think>`
         self._name: list[str] = []
         self._json: list[str] = []
-        self._end = JsonEnd()
+        self._closing = JsonEnd()
         self._array = False
-        self._calls = 0
-        self._out: list[Delta] = []
 
-    @property
-    def saw_tool_call(self) -> bool:
-        return self._calls > 0
-
-    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
-        for piece in pieces:
-            if piece.token_id is not None:
-                self._control(piece.text)
-            elif piece.text:
-                self._text(piece.text)
-        out, self._out = self._out, []
-        return out
-
-    def finish(self) -> list[Delta]:
+    def _end(self) -> None:
         if self._mode is Mode.START:
             self._emit_text(Mode.CONTENT, self._held)
         elif self._mode is Mode.TEXT_REASONING:
             self._emit_text(Mode.REASONING, self._held)
         self._mode, self._held = Mode.DROP, ""
-        out, self._out = self._out, []
-        return out
 
     def _control(self, token: str) -> None:
         mode = self._mode
@@ -166,10 +148,10 @@ class MistralParser(OutputParser):
         self._held = ""
 
     def _open_json(self, array: bool) -> None:
-        self._mode, self._json, self._end, self._array = Mode.ARGUMENTS, [], JsonEnd(), array
+        self._mode, self._json, self._closing, self._array = Mode.ARGUMENTS, [], JsonEnd(), array
 
     def _arguments(self, text: str) -> None:
-        end = self._end.feed(text)
+        end = self._closing.feed(text)
         if end is None:
             self._json.append(text)
             return
@@ -178,18 +160,10 @@ class MistralParser(OutputParser):
         if self._array:
             for name, arguments in array_calls(body) or ():
                 self._emit_call(name, json.dumps(arguments, ensure_ascii=False))
-        elif json_object(body) is not None:
+        elif json_object(body) is not None and "".join(self._name).strip():
             self._emit_call("".join(self._name).strip(), body)
         self._mode, self._json = Mode.CONTENT, []
         self._emit_text(Mode.CONTENT, text[end:])
-
-    def _emit_call(self, name: str, arguments: str) -> None:
-        if not name:
-            return
-        self._out.append(
-            Delta(tool_index=self._calls, tool_id=self._new_id(), tool_name=name, tool_arguments=arguments)
-        )
-        self._calls += 1
 
     def _emit_text(self, mode: Mode, text: str) -> None:
         if not text:

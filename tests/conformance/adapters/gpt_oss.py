@@ -9,16 +9,14 @@ recorded ids are decoded by the gateway's own Detokenizer.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from functools import cached_property
+from collections.abc import Sequence
 from typing import Any
 
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 from tokenizers import Tokenizer
 
 from gateway.families.gpt_oss import HarmonyParser, harmony_tokenizer
-from gateway.generation.detokenizer import Detokenizer
-from tests.conformance.common import GatewayAdapter
+from tests.conformance.vocabulary import VocabularyAdapter
 
 FAMILY = "gpt-oss"
 ENGINE = "tests.conformance.adapters.gpt_oss:Adapter"
@@ -26,7 +24,7 @@ EXPECTED_FAILURES: dict[str, str] = {}
 DEFAULT_GENERATION_PROMPT = "<|start|>assistant"
 
 
-class Adapter(GatewayAdapter):
+class Adapter(VocabularyAdapter):
     """The gateway's Harmony parser fed by its Detokenizer over the o200k_harmony vocabulary."""
 
     name = "llm-gateway-gpt-oss"
@@ -37,24 +35,8 @@ class Adapter(GatewayAdapter):
     def parser_config(self, raw: ReplayInput) -> dict[str, Any]:
         return {"parser": "gateway.families.gpt_oss.HarmonyParser", "tokenizer": "o200k_harmony (quicktok data)"}
 
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
+    def load_tokenizer(self) -> Tokenizer:
         return harmony_tokenizer()
-
-    @cached_property
-    def added_tokens(self) -> dict[int, str]:
-        return {i: t.content for i, t in self.tokenizer.get_added_tokens_decoder().items()}
-
-    def units(self, raw: ReplayInput) -> list[int]:
-        if raw.token_ids is not None:
-            return list(raw.token_ids)
-        return self.tokenizer.encode(raw.text, add_special_tokens=False).ids
-
-    def special_token_ids(self, raw: ReplayInput) -> Collection[int]:
-        return set(self.added_tokens)
 
     def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> HarmonyParser:
         return HarmonyParser.after(raw.generation_prompt or DEFAULT_GENERATION_PROMPT)
-
-    def pieces(self, raw: ReplayInput) -> Detokenizer:
-        return Detokenizer(self.tokenizer, self.added_tokens)

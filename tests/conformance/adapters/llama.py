@@ -13,7 +13,6 @@ its control tokens `<|python_start|>`=200016 and `<|python_end|>`=200017 known.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from functools import cached_property
 from typing import Any
 
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
@@ -21,9 +20,9 @@ from tokenizers import Tokenizer
 
 from gateway.families.llama import LLAMA3_JSON, LLAMA4_PYTHONIC, LlamaParser, llama3_tokenizer
 from gateway.families.llama.markers import PYTHON_END, PYTHON_START
-from gateway.generation.detokenizer import Detokenizer
 from tests.conformance.aligned_ids import AlignedPieces, aligned_texts
-from tests.conformance.common import GatewayAdapter, PieceSource
+from tests.conformance.common import PieceSource
+from tests.conformance.vocabulary import VocabularyAdapter
 
 FAMILY = "llama"
 ENGINE = "tests.conformance.adapters.llama:Adapter"
@@ -35,7 +34,7 @@ def is_llama4(raw: ReplayInput) -> bool:
     return "Llama-4" in raw.model
 
 
-class Adapter(GatewayAdapter):
+class Adapter(VocabularyAdapter):
     """The gateway's Llama parsers, fed by its Detokenizer (Llama 3) or aligned ids (Llama 4)."""
 
     name = "llm-gateway-llama"
@@ -48,21 +47,11 @@ class Adapter(GatewayAdapter):
             return {"parser": "LlamaParser(LLAMA4_PYTHONIC)", "ids": "aligned with raw_output (gated vocabulary)"}
         return {"parser": "LlamaParser(LLAMA3_JSON)", "tokenizer": "llama3 (quicktok data, Llama 3.1 specials)"}
 
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
+    def load_tokenizer(self) -> Tokenizer:
         return llama3_tokenizer()
 
-    @cached_property
-    def added_tokens(self) -> dict[int, str]:
-        return {i: t.content for i, t in self.tokenizer.get_added_tokens_decoder().items()}
-
-    def units(self, raw: ReplayInput) -> list[int]:
-        if raw.token_ids is not None:
-            return list(raw.token_ids)
-        return self.tokenizer.encode(raw.text, add_special_tokens=False).ids
-
     def special_token_ids(self, raw: ReplayInput) -> Collection[int]:
-        return set(LLAMA4_CONTROL) if is_llama4(raw) else set(self.added_tokens)
+        return set(LLAMA4_CONTROL) if is_llama4(raw) else super().special_token_ids(raw)
 
     def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> LlamaParser:
         return LlamaParser(LLAMA4_PYTHONIC if is_llama4(raw) else LLAMA3_JSON)
@@ -70,4 +59,4 @@ class Adapter(GatewayAdapter):
     def pieces(self, raw: ReplayInput) -> PieceSource:
         if is_llama4(raw):
             return AlignedPieces(aligned_texts(raw.text, self.units(raw), LLAMA4_CONTROL), LLAMA4_CONTROL)
-        return Detokenizer(self.tokenizer, self.added_tokens)
+        return super().pieces(raw)

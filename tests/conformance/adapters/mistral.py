@@ -14,7 +14,6 @@ text (the `mistral_text_think` variant).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from functools import cached_property
 from typing import Any
 
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
@@ -22,9 +21,9 @@ from tokenizers import Tokenizer
 
 from gateway.families.mistral import MistralParser, tekken_tokenizer
 from gateway.families.mistral.markers import TOOL_CALLS
-from gateway.generation.detokenizer import Detokenizer
 from tests.conformance.aligned_ids import AlignedPieces, aligned_texts
-from tests.conformance.common import GatewayAdapter, PieceSource
+from tests.conformance.common import PieceSource
+from tests.conformance.vocabulary import VocabularyAdapter
 
 FAMILY = "mistral"
 ENGINE = "tests.conformance.adapters.mistral:Adapter"
@@ -37,7 +36,7 @@ def is_v3(raw: ReplayInput) -> bool:
     return raw.tokenizer_mode == "hf"
 
 
-class Adapter(GatewayAdapter):
+class Adapter(VocabularyAdapter):
     """The gateway's Mistral parser fed by its Detokenizer over tekken (or aligned v3 ids)."""
 
     name = "llm-gateway-mistral"
@@ -49,21 +48,11 @@ class Adapter(GatewayAdapter):
         tokenizer = "v3 SentencePiece ids aligned with raw_output" if is_v3(raw) else "tekken_240911 (mistral-common)"
         return {"parser": "MistralParser", "text_think": raw.model in TEXT_THINK_MODELS, "tokenizer": tokenizer}
 
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
+    def load_tokenizer(self) -> Tokenizer:
         return tekken_tokenizer()
 
-    @cached_property
-    def added_tokens(self) -> dict[int, str]:
-        return {i: t.content for i, t in self.tokenizer.get_added_tokens_decoder().items()}
-
-    def units(self, raw: ReplayInput) -> list[int]:
-        if raw.token_ids is not None:
-            return list(raw.token_ids)
-        return self.tokenizer.encode(raw.text, add_special_tokens=False).ids
-
     def special_token_ids(self, raw: ReplayInput) -> Collection[int]:
-        return set(V3_CONTROL) if is_v3(raw) else set(self.added_tokens)
+        return set(V3_CONTROL) if is_v3(raw) else super().special_token_ids(raw)
 
     def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> MistralParser:
         return MistralParser(text_think=raw.model in TEXT_THINK_MODELS)
@@ -71,4 +60,4 @@ class Adapter(GatewayAdapter):
     def pieces(self, raw: ReplayInput) -> PieceSource:
         if is_v3(raw):
             return AlignedPieces(aligned_texts(raw.text, self.units(raw), V3_CONTROL), V3_CONTROL)
-        return Detokenizer(self.tokenizer, self.added_tokens)
+        return super().pieces(raw)

@@ -1,11 +1,16 @@
-"""What the JSON tool-call families share: call ids, and a scanner that finds where a streamed JSON value ends."""
+"""What the token-aware call parsers share: a base that routes pieces, call ids, and where a streamed JSON value ends."""
 
 from __future__ import annotations
 
 import json
 import re
 import secrets
+from abc import abstractmethod
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
+
+from gateway.families.base import OutputParser
+from gateway.types import Delta, Piece
 
 _IN_STRING = {quote: re.compile(rf"[{quote}\\]") for quote in "\"'"}
 _OUTSIDE = {quotes: re.compile(rf"[{{}}\[\]{quotes}]") for quotes in ('"', "\"'")}
@@ -14,6 +19,60 @@ _OUTSIDE = {quotes: re.compile(rf"[{{}}\[\]{quotes}]") for quotes in ('"', "\"'"
 def new_call_id() -> str:
     """A fresh OpenAI-style tool call id."""
     return f"call_{secrets.token_hex(12)}"
+
+
+class CallParser(OutputParser):
+    """A parser that reads structure from control tokens: pieces go to `_control` or `_text`, deltas are collected
+    in `_out` and handed out after each feed, calls are numbered in emission order.
+
+    `controls`: the spellings that count as control tokens when they arrive with a token id (None: every piece with
+    a token id); any other piece is text.
+    """
+
+    controls: Collection[str] | None = None
+
+    def __init__(self, new_id: Callable[[], str] = new_call_id):
+        self._new_id = new_id
+        self._calls = 0
+        self._out: list[Delta] = []
+
+    @property
+    def saw_tool_call(self) -> bool:
+        return self._calls > 0
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        for piece in pieces:
+            if piece.token_id is not None and (self.controls is None or piece.text in self.controls):
+                self._control(piece.text)
+            elif piece.text:
+                self._text(piece.text)
+        return self._drain()
+
+    def finish(self) -> list[Delta]:
+        self._end()
+        return self._drain()
+
+    @abstractmethod
+    def _control(self, token: str) -> None:
+        """A control token arrived."""
+
+    @abstractmethod
+    def _text(self, text: str) -> None:
+        """Ordinary text arrived."""
+
+    def _end(self) -> None:
+        """The output has ended: drop or flush what is held."""
+
+    def _drain(self) -> list[Delta]:
+        out, self._out = self._out, []
+        return out
+
+    def _emit_call(self, name: str, arguments: str) -> None:
+        """One whole call: its index, a fresh id, its name and its JSON arguments."""
+        self._out.append(
+            Delta(tool_index=self._calls, tool_id=self._new_id(), tool_name=name, tool_arguments=arguments)
+        )
+        self._calls += 1
 
 
 class JsonEnd:
