@@ -8,8 +8,8 @@ from canitoolcall.fixtures import load_fixtures
 from canitoolcall.results import RunResults, Status
 
 from backends.checkpoint import load_checkpoint
-from tests.conformance.common import case_of, failing_checks, run_fixtures
 from tests.canitoolcall_deepseek_adapter import CHECKPOINT, MODELS
+from tests.conformance.common import case_of, failing_checks, run_fixtures
 
 FIXTURES = [f for f in load_fixtures(None, families=["deepseek"]) if f.reference_model in MODELS]
 V41, V4 = MODELS

@@ -8,8 +8,8 @@ from canitoolcall.fixtures import load_fixtures
 from canitoolcall.results import RunResults, Status
 
 from gateway.families.kimi_k3.markers import CLOSE, SEP
-from tests.conformance.common import case_of, failing_checks, run_fixtures
 from tests.canitoolcall_kimi_adapter import CONTROL_IDS, K3_MODEL, KimiK3Adapter
+from tests.conformance.common import case_of, failing_checks, run_fixtures
 
 K3_FIXTURES = [f for f in load_fixtures(None, families=["kimi"]) if f.reference_model == K3_MODEL]
 

@@ -1,24 +1,20 @@
-"""What the token-aware call parsers share: a base that routes pieces, call ids, and where a streamed JSON value ends."""
+"""What the token-aware call parsers share: a base that routes pieces and numbers calls, and where a streamed JSON
+value ends."""
 
 from __future__ import annotations
 
 import json
 import re
-import secrets
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from gateway.families.base import OutputParser
+from gateway.families.streams import new_call_id
 from gateway.types import Delta, Piece
 
 _IN_STRING = {quote: re.compile(rf"[{quote}\\]") for quote in "\"'"}
 _OUTSIDE = {quotes: re.compile(rf"[{{}}\[\]{quotes}]") for quotes in ('"', "\"'")}
-
-
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
 
 
 class CallParser(OutputParser):

@@ -1,27 +1,59 @@
-"""Rendering a request through a checkpoint's own chat template, as the template-driven families do."""
+"""Chat-template helpers the template-rendered families share."""
 
 from __future__ import annotations
 
-from gateway.families.base import FamilyContext
+import json
+from typing import Any
+
 from gateway.prompts.template import render_chat_template, template_variables
 from gateway.types import ChatRequest
 
 
-def tool_template(context: FamilyContext) -> str | None:
-    """options["chat_template"], else the checkpoint's template, when it renders tools; None otherwise."""
-    own = context.options.get("chat_template") or context.chat_template
-    return own if own and "tools" in template_variables(own) else None
+def choose_template(own: str | None, builtin: str, override: str | None = None) -> str:
+    """The template in use: an explicit override, else the checkpoint's if it reads `tools`, else `builtin`."""
+    if override:
+        return override
+    if own and "tools" in template_variables(own):
+        return own
+    return builtin
 
 
-def render_template(template: str, request: ChatRequest, context: FamilyContext) -> str:
-    """`request` through `template` (tools left out when tool_choice is "none")."""
+def with_argument_objects(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages whose tool calls carry their arguments as objects, as Qwen's templates iterate them."""
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            message = {**message, "tool_calls": [_decoded(call) for call in calls]}
+        out.append(message)
+    return out
+
+
+def _decoded(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return call
+    try:
+        arguments = json.loads(fn["arguments"])
+    except ValueError:
+        return call
+    return {**call, "function": {**fn, "arguments": arguments}} if isinstance(arguments, dict) else call
+
+
+def render_request(
+    template: str, request: ChatRequest, bos_token: str | None, eos_token: str | None, **variables: Any
+) -> str:
+    """The prompt text of `request` (tools hidden when tool_choice is "none"); `variables` are set for the
+    template after the request's own template kwargs."""
+    kwargs = {**request.template_kwargs, **variables}
     return render_chat_template(
         template,
-        request.messages,
+        with_argument_objects(request.messages),
         tools=request.tools if request.tool_choice != "none" else None,
+        documents=kwargs.pop("documents", None),
         add_generation_prompt=request.add_generation_prompt,
         continue_final_message=request.continue_final_message,
-        bos_token=context.bos_token,
-        eos_token=context.eos_token,
-        template_kwargs=dict(request.template_kwargs),
+        bos_token=bos_token,
+        eos_token=eos_token,
+        template_kwargs=kwargs,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
-from gateway.families.templates import render_template
+from gateway.families.templates import render_request
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
@@ -27,7 +27,7 @@ class Gemma4Family(Family):
         template = self.context.options.get("chat_template") or self.context.chat_template
         if not template:
             raise TemplateError("gemma4 needs the checkpoint's chat template (or options.chat_template)")
-        return render_template(template, request, self.context)
+        return render_request(template, request, self.context.bos_token, self.context.eos_token)
 
     def stop_token_ids(self) -> list[int]:
         ids = [self.context.tokenizer.token_to_id(t) for t in STOP_TOKENS] + list(self.context.eos_token_ids)

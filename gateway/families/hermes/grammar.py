@@ -32,11 +32,13 @@ from gateway.grammars.json import (
     compact_json_grammar,
     response_schema,
 )
+from gateway.grammars.reasoning import with_reasoning
 from gateway.types import ChatRequest
 
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 Format = dict[str, Any]
+THINK = (THINK_START, f"{THINK_END}\n\n")
 
 
 def call_tag(tool: dict[str, Any], param: str) -> Format:
@@ -63,11 +65,16 @@ def build_grammar(request: ChatRequest, prompt_opens_reasoning: bool) -> Grammar
         calls = _calls(request, only_calls=forced or schema is not None, one=named or not request.parallel_tool_calls)
         if schema is not None and not forced:
             calls = {"type": "or", "elements": [calls, answer]}
-        return _structural_tag(calls, prompt_opens_reasoning, reasoning_optional=forced or schema is not None)
+        return with_reasoning(
+            calls,
+            prompt_opens_reasoning=prompt_opens_reasoning,
+            reasoning_optional=forced or schema is not None,
+            think=THINK,
+        )
     if schema is None:
         return None
     if prompt_opens_reasoning:
-        return _structural_tag(answer, True, reasoning_optional=False)
+        return with_reasoning(answer, prompt_opens_reasoning=True, reasoning_optional=False, think=THINK)
     return compact_json_grammar(schema, RESPONSE_SCHEMA_PARAM)
 
 
@@ -95,23 +102,3 @@ def _calls(request: ChatRequest, only_calls: bool, one: bool) -> Format:
         "at_least_one": False,
         "stop_after_first": one,
     }
-
-
-def _structural_tag(answer: Format, prompt_opens_reasoning: bool, reasoning_optional: bool) -> Grammar:
-    """Put the reasoning block in front of `answer` where it could otherwise be rejected.
-
-    A prompt that opened `<think>` always needs it. A strict answer (forced
-    calls, JSON) gets an optional complete `<think>…</think>` block; lazy calls
-    already allow any text, a think block included.
-    """
-    reasoning: Format | None = None
-    if prompt_opens_reasoning:
-        reasoning = _reasoning_block(begin="")
-    elif reasoning_optional:
-        reasoning = {"type": "optional", "content": _reasoning_block(begin=THINK_START)}
-    fmt = answer if reasoning is None else {"type": "sequence", "elements": [reasoning, answer]}
-    return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
-
-
-def _reasoning_block(begin: str) -> Format:
-    return {"type": "tag", "begin": begin, "content": {"type": "any_text"}, "end": f"{THINK_END}\n\n"}

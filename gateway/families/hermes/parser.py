@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 from collections.abc import Sequence
 from enum import Enum, auto
 from typing import Any
 
 from gateway.families.base import OutputParser
+from gateway.families.streams import Trimmed, new_call_id
 from gateway.types import Delta, Piece
 
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
@@ -52,11 +52,6 @@ class _State(Enum):
     CALL_TAIL = auto()
 
 
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
-
-
 def _held_marker_prefix(text: str, *markers: str) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of one of `markers`."""
     longest = 0
@@ -66,33 +61,6 @@ def _held_marker_prefix(text: str, *markers: str) -> int:
                 longest = size
                 break
     return longest
-
-
-class _Trimmed:
-    """A text stream with its leading and trailing whitespace removed: trailing whitespace waits for more text."""
-
-    def __init__(self) -> None:
-        self._started = False
-        self._pending_space = ""
-
-    def push(self, text: str) -> str:
-        if not self._started:
-            text = text.lstrip()
-            if not text:
-                return ""
-            self._started = True
-        body = text.rstrip()
-        if not body:
-            self._pending_space += text
-            return ""
-        out = self._pending_space + body
-        self._pending_space = text[len(body) :]
-        return out
-
-    def flush(self) -> str:
-        """The trailing whitespace held back so far."""
-        out, self._pending_space = self._pending_space, ""
-        return out
 
 
 class _JsonEnd:
@@ -164,8 +132,8 @@ class HermesParser(OutputParser):
         self._parse_calls = tool_calls
         self._state = _State.REASONING if in_reasoning else _State.START
         self._buffer = ""
-        self._reasoning = _Trimmed()
-        self._content = _Trimmed()
+        self._reasoning = Trimmed()
+        self._content = Trimmed()
         self._arguments = _JsonEnd()
         self._call_count = 0
         self._out: list[Delta] = []

@@ -10,7 +10,7 @@ from backends.base import Grammar
 from backends.quicktok_vocab import LLAMA3_PATTERN, quicktok_data, read_vocab
 from backends.tiktoken_bpe import tokenizer_from_ranks
 from gateway.families.base import Family, OutputParser
-from gateway.families.templates import render_template, tool_template
+from gateway.families.templates import choose_template, render_request
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
@@ -38,12 +38,13 @@ class Llama3Family(Family):
 
     @cached_property
     def template(self) -> str | None:
-        return tool_template(self.context)
+        own, override = self.context.chat_template, self.context.options.get("chat_template")
+        return choose_template(own, "", override) or None  # no builtin: the native encoder
 
     def render(self, request: ChatRequest) -> str:
         if self.template is None:
             return render_native(request)
-        return render_template(self.template, request, self.context)
+        return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
 
     def stop_token_ids(self) -> list[int]:
         ids = [self.context.tokenizer.token_to_id(t) for t in self.stops] + list(self.context.eos_token_ids)

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from backends.base import Grammar
 from backends.tekken import load_tekken
 from gateway.families.base import Family, OutputParser
-from gateway.families.templates import render_template, tool_template
+from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
@@ -41,11 +41,14 @@ class MistralFamily(Family):
 
     @cached_property
     def template(self) -> str | None:
-        return tool_template(self.context)
+        own, override = self.context.chat_template, self.context.options.get("chat_template")
+        return choose_template(own, "", override) or None  # no builtin: the native encoder
 
     def render(self, request: ChatRequest) -> str:
         return (
-            render_native(request) if self.template is None else render_template(self.template, request, self.context)
+            render_native(request)
+            if self.template is None
+            else render_request(self.template, request, self.context.bos_token, self.context.eos_token)
         )
 
     def stop_token_ids(self) -> list[int]:

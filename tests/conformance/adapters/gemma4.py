@@ -1,7 +1,7 @@
 """canitoolcall adapter: gemma4 fixtures through the gateway's Gemma 4 parser.
 
 No package ships Gemma 4's vocabulary, so the recorded ids are decoded by
-alignment with the fixture's text (tests/conformance/aligned_ids.py), with the
+alignment with the fixture's text (tests/conformance/alignment.py), with the
 control tokens found by lining up the fixtures' ids with their markers:
 `<|tool_call>`=48, `<tool_call|>`=49, `<|"|>`=52, `<|channel>`=100,
 `<channel|>`=101. Ordinary token boundaries are therefore synthetic; control
@@ -19,7 +19,7 @@ from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 
 from gateway.families.gemma4 import Gemma4Parser
 from gateway.families.gemma4.markers import CHANNEL, CHANNEL_END, QUOTE, TOOL_CALL, TOOL_CALL_END
-from tests.conformance.aligned_ids import AlignedPieces, AlignmentError, aligned_texts
+from tests.conformance.alignment import AlignedPieces, AlignmentError, Vocabulary
 from tests.conformance.common import GatewayAdapter
 
 FAMILY = "gemma4"
@@ -51,4 +51,4 @@ class Adapter(GatewayAdapter):
         return Gemma4Parser()
 
     def pieces(self, raw: ReplayInput) -> AlignedPieces:
-        return AlignedPieces(aligned_texts(raw.text, self.units(raw), CONTROL), CONTROL)
+        return AlignedPieces(Vocabulary(CONTROL).texts(raw.text, self.units(raw)), CONTROL)

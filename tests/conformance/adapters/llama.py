@@ -4,7 +4,7 @@
 tokenizer (quicktok's `llama3.vocab` with Llama 3.1's special tokens; the
 recorded ids are decoded by the gateway's Detokenizer); Llama 4 →
 `LLAMA4_PYTHONIC`. Llama 4's vocabulary is gated and not available offline,
-so its ids are decoded by alignment with the text (tests/conformance/aligned_ids.py),
+so its ids are decoded by alignment with the text (tests/conformance/alignment.py),
 its control tokens `<|python_start|>`=200016 and `<|python_end|>`=200017 known.
 
     python -m canitoolcall run --engine tests.conformance.adapters.llama:Adapter --family llama
@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from gateway.families.llama import LLAMA3_JSON, LLAMA4_PYTHONIC, LlamaParser, llama3_tokenizer
 from gateway.families.llama.markers import PYTHON_END, PYTHON_START
-from tests.conformance.aligned_ids import AlignedPieces, aligned_texts
+from tests.conformance.alignment import AlignedPieces, Vocabulary
 from tests.conformance.common import PieceSource
 from tests.conformance.vocabulary import VocabularyAdapter
 
@@ -58,5 +58,5 @@ class Adapter(VocabularyAdapter):
 
     def pieces(self, raw: ReplayInput) -> PieceSource:
         if is_llama4(raw):
-            return AlignedPieces(aligned_texts(raw.text, self.units(raw), LLAMA4_CONTROL), LLAMA4_CONTROL)
+            return AlignedPieces(Vocabulary(LLAMA4_CONTROL).texts(raw.text, self.units(raw)), LLAMA4_CONTROL)
         return super().pieces(raw)

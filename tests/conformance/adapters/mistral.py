@@ -5,7 +5,7 @@ converted with the v7+ special tokens at their ids (`[TOOL_CALLS]`=9,
 `[ARGS]`=32, `[CALL_ID]`=33, `[THINK]`=34, `[/THINK]`=35); the recorded ids are
 decoded by the gateway's Detokenizer. Mistral 7B v0.3 (SentencePiece v3):
 `[TOOL_CALLS]`=5 known, its ids aligned with the text
-(tests/conformance/aligned_ids.py). Magistral Small 2506 writes `<think>` as
+(tests/conformance/alignment.py). Magistral Small 2506 writes `<think>` as
 text (the `mistral_text_think` variant).
 
     python -m canitoolcall run --engine tests.conformance.adapters.mistral:Adapter --family mistral
@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from gateway.families.mistral import MistralParser, tekken_tokenizer
 from gateway.families.mistral.markers import TOOL_CALLS
-from tests.conformance.aligned_ids import AlignedPieces, aligned_texts
+from tests.conformance.alignment import AlignedPieces, Vocabulary
 from tests.conformance.common import PieceSource
 from tests.conformance.vocabulary import VocabularyAdapter
 
@@ -59,5 +59,5 @@ class Adapter(VocabularyAdapter):
 
     def pieces(self, raw: ReplayInput) -> PieceSource:
         if is_v3(raw):
-            return AlignedPieces(aligned_texts(raw.text, self.units(raw), V3_CONTROL), V3_CONTROL)
+            return AlignedPieces(Vocabulary(V3_CONTROL).texts(raw.text, self.units(raw)), V3_CONTROL)
         return super().pieces(raw)

@@ -1,0 +1,71 @@
+"""The glm families: GLM-4.5 / 4.6 (newline layout) and GLM-4.7 / 5.x (compact), one format in two variants."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import ClassVar
+
+from backends.base import Grammar
+from gateway.families.base import Family, OutputParser
+from gateway.families.templates import choose_template, render_request
+from gateway.types import ChatRequest
+
+from .grammar import build_grammar
+from .markers import (
+    ARG_KEY_END,
+    ARG_KEY_START,
+    ARG_VALUE_END,
+    ARG_VALUE_START,
+    END_OF_TEXT,
+    OBSERVATION,
+    THINK_END,
+    THINK_START,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    USER,
+    prompt_opens_reasoning,
+)
+from .parser import GlmParser
+from .prompt import BUILTIN_TEMPLATE
+
+
+class Glm45Family(Family):
+    """GLM-4.5 / 4.6: `<tool_call>NAME\\n<arg_key>K</arg_key>\\n<arg_value>V</arg_value>\\n…</tool_call>`."""
+
+    name = "glm45"
+    compact: ClassVar[bool] = False
+    keep_in_assistant = frozenset(
+        {THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END, ARG_KEY_START, ARG_KEY_END, ARG_VALUE_START,
+         ARG_VALUE_END}
+    )  # fmt: skip
+
+    @cached_property
+    def template(self) -> str:
+        return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
+
+    def render(self, request: ChatRequest) -> str:
+        return render_request(
+            self.template, request, self.context.bos_token, self.context.eos_token, compact=self.compact
+        )
+
+    def stop_token_ids(self) -> list[int]:
+        ids = [self.context.tokenizer.token_to_id(t) for t in (END_OF_TEXT, USER, OBSERVATION)]
+        return list(dict.fromkeys([i for i in ids if i is not None] + list(self.context.eos_token_ids)))
+
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        return build_grammar(request, self._opens_reasoning(request, prompt))
+
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        tools = request.active_tools
+        return GlmParser(tools, tool_calls=bool(tools), in_reasoning=self._opens_reasoning(request, prompt))
+
+    @staticmethod
+    def _opens_reasoning(request: ChatRequest, prompt: str) -> bool:
+        return request.add_generation_prompt and prompt_opens_reasoning(prompt)
+
+
+class Glm47Family(Glm45Family):
+    """GLM-4.7 and 5.x: the same calls without newlines; the generation prompt opens `<think>`."""
+
+    name = "glm47"
+    compact = True

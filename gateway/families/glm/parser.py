@@ -1,0 +1,172 @@
+"""Incremental, token-aware parser of GLM output: `<think>` reasoning, content and XML-ish tool calls.
+
+`<tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>…</tool_call>`, every tag one added token
+(a Piece with `token_id`); GLM-4.5 puts newlines between the parts, GLM-4.7 and 5.x do not (whitespace
+outside keys and values is skipped, so one parser reads both). A tag spelled with ordinary tokens is text.
+
+Decisions:
+* Reasoning runs to `</think>` (from the output's `<think>`, or from the start when the prompt opened it);
+  output cut inside reasoning stays reasoning.
+* A value is raw text up to `</arg_value>`, whitespace kept; tag tokens inside it are its text, except a
+  `</tool_call>` token that ends the output or is followed by another call (a missing `</arg_value>`).
+  Values are typed by the tool's schema; a plain string parameter streams as a JSON string.
+* A call is held back until its first argument (or `</tool_call>`) is complete, then sent with the arguments
+  so far and streamed; a call cut off before that is no call.
+* Content and reasoning lose leading and trailing whitespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import Enum, auto
+from typing import Any
+
+from gateway.families.base import OutputParser
+from gateway.families.streams import CallOutput
+from gateway.families.values import schema_types, tool_schemas
+from gateway.types import Delta, Piece
+
+from .markers import (
+    ARG_KEY_END,
+    ARG_KEY_START,
+    ARG_VALUE_END,
+    ARG_VALUE_START,
+    THINK_END,
+    THINK_START,
+    TOKEN_MARKERS,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+)
+
+
+class _State(Enum):
+    START = auto()
+    REASONING = auto()
+    CONTENT = auto()
+    NAME = auto()  # after <tool_call>
+    KEY = auto()  # after <arg_key>
+    BETWEEN = auto()  # inside a call, between its parts
+    VALUE = auto()  # after <arg_value>
+    VALUE_OR_END = auto()  # a </tool_call> token inside a value: the call's end, or value text
+
+
+class GlmParser(OutputParser):
+    """Streams reasoning, content and tool calls out of GLM output."""
+
+    def __init__(
+        self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
+    ) -> None:
+        """`tools`: the request's tools (parameter schemas type the values); `in_reasoning`: the prompt opened it."""
+        self._schemas = tool_schemas(tools)
+        self._parse_calls = tool_calls
+        self._state = _State.REASONING if in_reasoning else _State.START
+        self._out = CallOutput()
+        self._name = ""
+        self._call_open = False
+        self._key = ""
+
+    @property
+    def saw_tool_call(self) -> bool:
+        return self._out.sent_call
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        for piece in pieces:
+            if piece.token_id is not None and piece.text in TOKEN_MARKERS:
+                self._marker(piece.text)
+            else:
+                self._text(piece.text)
+        return self._out.take()
+
+    def finish(self) -> list[Delta]:
+        if self._state is _State.VALUE_OR_END:  # the output ended right after it: the call's end
+            self._end_value()
+            self._end_call()
+        self._out.drop_held_call()
+        return self._out.take()
+
+    def _marker(self, marker: str) -> None:
+        state = self._state
+        if state is _State.VALUE_OR_END:
+            if marker == TOOL_CALL_START:
+                self._end_value()
+                self._end_call()
+                self._state = _State.CONTENT
+            else:
+                self._out.argument_text(TOOL_CALL_END)
+                self._state = state = _State.VALUE
+        if state is _State.START:
+            if marker == THINK_START:
+                self._state = _State.REASONING
+                return
+            self._state = state = _State.CONTENT
+        if state is _State.REASONING:
+            if marker == THINK_END:
+                self._state = _State.CONTENT
+            else:
+                self._out.reasoning(marker)
+        elif state is _State.CONTENT:
+            if marker == TOOL_CALL_START and self._parse_calls:
+                self._name = ""
+                self._state = _State.NAME
+            else:
+                self._out.content(marker)
+        elif state is _State.VALUE:
+            if marker == ARG_VALUE_END:
+                self._end_value()
+                self._state = _State.BETWEEN
+            elif marker == TOOL_CALL_END:
+                self._state = _State.VALUE_OR_END
+            else:
+                self._out.argument_text(marker)
+        elif state is _State.KEY:
+            if marker == ARG_KEY_END:
+                self._state = _State.BETWEEN
+        elif marker == ARG_KEY_START:
+            self._open_call()
+            self._key = ""
+            self._state = _State.KEY
+        elif marker == ARG_VALUE_START and self._key:
+            name = self._name.strip()
+            self._out.start_argument(
+                self._key.strip(), schema_types(self._schemas.get(name, {}).get(self._key.strip()))
+            )
+            self._state = _State.VALUE
+        elif marker == TOOL_CALL_END:
+            self._open_call()
+            self._end_call()
+            self._state = _State.CONTENT
+
+    def _text(self, text: str) -> None:
+        state = self._state
+        if state is _State.VALUE_OR_END:
+            self._out.argument_text(TOOL_CALL_END)
+            self._state = state = _State.VALUE
+        if state is _State.START:
+            if not text.strip():
+                self._out.content(text)
+                return
+            self._state = state = _State.CONTENT
+        if state is _State.REASONING:
+            self._out.reasoning(text)
+        elif state is _State.CONTENT:
+            self._out.content(text)
+        elif state is _State.NAME:
+            self._name += text
+        elif state is _State.KEY:
+            self._key += text
+        elif state is _State.VALUE:
+            self._out.argument_text(text)
+
+    def _open_call(self) -> None:
+        """The name is complete (the first tag after it came): the call is held back from here."""
+        if not self._call_open:
+            self._out.open_call(self._name.strip())
+            self._call_open = True
+
+    def _end_value(self) -> None:
+        self._out.end_argument()
+        self._key = ""
+
+    def _end_call(self) -> None:
+        self._out.close_call()
+        self._call_open = False

@@ -1,0 +1,48 @@
+"""The qwen3_xml family: ChatML prompts, `<think>` reasoning and Qwen3-Coder's XML tool calls."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from backends.base import Grammar
+from gateway.families.base import Family, OutputParser
+from gateway.families.templates import choose_template, render_request
+from gateway.types import ChatRequest
+
+from .grammar import build_grammar
+from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START, TURN_END, prompt_opens_reasoning
+from .parser import Qwen3XmlParser
+from .prompt import BUILTIN_TEMPLATE
+
+
+class Qwen3XmlFamily(Family):
+    """Qwen3-Coder, Qwen3.5 and later: `<tool_call><function=NAME><parameter=K>V</parameter>…` calls."""
+
+    name = "qwen3_xml"
+    keep_in_assistant = frozenset({THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END})
+
+    @cached_property
+    def template(self) -> str:
+        return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
+
+    def render(self, request: ChatRequest) -> str:
+        return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
+
+    def stop_token_ids(self) -> list[int]:
+        turn_end = self.context.tokenizer.token_to_id(TURN_END)
+        ids = ([turn_end] if turn_end is not None else []) + list(self.context.eos_token_ids)
+        return list(dict.fromkeys(ids))
+
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        return build_grammar(request, self._opens_reasoning(request, prompt))
+
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        return Qwen3XmlParser(
+            request.active_tools,
+            tool_calls=bool(request.active_tools),
+            in_reasoning=self._opens_reasoning(request, prompt),
+        )
+
+    @staticmethod
+    def _opens_reasoning(request: ChatRequest, prompt: str) -> bool:
+        return request.add_generation_prompt and prompt_opens_reasoning(prompt)

@@ -1,0 +1,25 @@
+"""The markers of Qwen's XML tool-call format (Qwen3-Coder, Qwen3.5 and later)."""
+
+from __future__ import annotations
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+TURN_START = "<|im_start|>"
+TURN_END = "<|im_end|>"
+
+TOKEN_MARKERS = frozenset({THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END})
+"""Added tokens in every Qwen vocabulary: structure only as those tokens, text when spelled with ordinary ones."""
+
+FUNCTION_OPEN = "<function="
+FUNCTION_CLOSE = "</function>"
+PARAMETER_OPEN = "<parameter="
+PARAMETER_CLOSE = "</parameter>"
+"""Text tags (ordinary tokens) inside a call."""
+
+
+def prompt_opens_reasoning(prompt: str) -> bool:
+    """Whether the prompt's last turn opened a `<think>` block that the model is to continue."""
+    start = prompt.rfind(THINK_START)
+    return start > prompt.rfind(TURN_START) and prompt.rfind(THINK_END) < start

@@ -1,0 +1,288 @@
+"""Incremental, token-aware parser of Qwen's XML tool calls.
+
+`<think>`, `</think>`, `<tool_call>` and `</tool_call>` are structure only as
+their added tokens (a Piece with `token_id`); spelled with ordinary tokens, or
+inside a parameter value, they are text. Inside a call the tags are text:
+`<function=NAME>`, then `<parameter=KEY>` VALUE `</parameter>` per argument,
+then `</function>`.
+
+Decisions:
+* Reasoning runs to `</think>` (from the output's `<think>`, or from the start
+  when the prompt opened it); a `<tool_call>` token also ends it. Output cut
+  inside reasoning stays reasoning.
+* A value loses one leading and one trailing newline, nothing else. It ends
+  at `</parameter>` followed (after whitespace) by `<parameter=` or
+  `</function>`, or at a newline followed by either (a missing
+  `</parameter>`); other tag spellings inside a value are its text.
+* Values are typed by the tool's schema (`values.convert`); a plain string
+  parameter streams as a JSON string while it arrives, others when complete.
+* A call is held back until its first argument (or `</function>`) is
+  complete, then sent with the arguments so far and streamed; a call cut off
+  before that is no call. A `<function=NAME>` in content, NAME an offered
+  tool, opens a call without `<tool_call>` (Qwen3-Coder sometimes omits it).
+* Content and reasoning lose leading and trailing whitespace.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from enum import Enum, auto
+from typing import Any
+
+from gateway.families.base import OutputParser
+from gateway.families.streams import CallOutput
+from gateway.families.values import schema_types, tool_schemas
+from gateway.types import Delta, Piece
+
+from .markers import (
+    FUNCTION_CLOSE,
+    FUNCTION_OPEN,
+    PARAMETER_CLOSE,
+    PARAMETER_OPEN,
+    THINK_END,
+    THINK_START,
+    TOKEN_MARKERS,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+)
+
+_FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
+_PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
+_FUNCTION_END = re.compile(r"\s*</function>")
+_VALUE_END = re.compile(
+    r"\n?</parameter>(?=\s*(?:<parameter=[^>\n]*>|</function>))|\n(?=<parameter=[^>\n]*>|</function>)"
+)
+_NEXT_TAGS = (PARAMETER_OPEN, FUNCTION_CLOSE)
+
+
+def _could_become(text: str, literals: Iterable[str]) -> bool:
+    """Whether more text could still make `text` one of the tags `literals` open (a prefix, or an unclosed tag)."""
+    return any(lit.startswith(text) or (text.startswith(lit) and not {">", "\n"} & set(text)) for lit in literals)
+
+
+def _value_end_could_start(text: str) -> bool:
+    """Whether `text` (the tail of a value) could grow into a value end (`_VALUE_END` with its lookahead)."""
+    body = text.removeprefix("\n")
+    if PARAMETER_CLOSE.startswith(body):
+        return True
+    if body.startswith(PARAMETER_CLOSE):
+        rest = body[len(PARAMETER_CLOSE) :].lstrip()
+        return _tag_prefix(rest)
+    return text.startswith("\n") and _tag_prefix(body)
+
+
+def _tag_prefix(text: str) -> bool:
+    """`text` is a prefix of `<parameter=NAME>` (name unclosed) or of `</function>`."""
+    if FUNCTION_CLOSE.startswith(text) or PARAMETER_OPEN.startswith(text):
+        return True
+    return text.startswith(PARAMETER_OPEN) and not any(c in text[len(PARAMETER_OPEN) :] for c in ">\n")
+
+
+class _State(Enum):
+    START = auto()
+    REASONING = auto()
+    CONTENT = auto()
+    CALL = auto()  # after <tool_call>: expecting <function=NAME>
+    BODY = auto()  # inside <function>: expecting <parameter=KEY> or </function>
+    VALUE = auto()
+    AFTER = auto()  # after </function>: expecting </tool_call>
+
+
+class Qwen3XmlParser(OutputParser):
+    """Streams reasoning, content and tool calls out of Qwen XML output."""
+
+    def __init__(
+        self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
+    ) -> None:
+        """`tools`: the request's tools (names and parameter schemas); `in_reasoning`: the prompt opened `<think>`."""
+        self._schemas = tool_schemas(tools)
+        self._parse_calls = tool_calls
+        self._state = _State.REASONING if in_reasoning else _State.START
+        self._buffer = ""
+        self._out = CallOutput()
+        self._function = ""
+        self._value_started = False
+
+    @property
+    def saw_tool_call(self) -> bool:
+        return self._out.sent_call
+
+    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        for piece in pieces:
+            if piece.token_id is not None and piece.text in TOKEN_MARKERS:
+                self._advance(final=False)
+                if self._state is not _State.VALUE:  # inside a value a marker token is text
+                    self._marker(piece.text)
+                    continue
+            self._buffer += piece.text
+        self._advance(final=False)
+        return self._out.take()
+
+    def finish(self) -> list[Delta]:
+        self._advance(final=True)
+        if self._state is _State.VALUE and self._out.streaming_call:
+            self._out.argument_text(self._buffer)
+        elif self._state is _State.CONTENT and self._buffer:
+            self._out.content(self._buffer)
+        self._buffer = ""
+        self._out.drop_held_call()
+        return self._out.take()
+
+    # markers (added tokens outside values)
+
+    def _marker(self, marker: str) -> None:
+        state = self._state
+        if state is _State.START:
+            if marker == THINK_START:
+                self._state = _State.REASONING
+                return
+            self._state = state = _State.CONTENT
+        if state is _State.REASONING:
+            if marker == THINK_END:
+                self._state = _State.CONTENT
+            elif marker == TOOL_CALL_START and self._parse_calls:
+                self._state = _State.CALL
+            else:
+                self._out.reasoning(marker)
+        elif state is _State.CONTENT:
+            if marker == TOOL_CALL_START and self._parse_calls:
+                self._out.content(self._buffer)
+                self._buffer = ""
+                self._state = _State.CALL
+            elif marker != TOOL_CALL_END or not self._parse_calls:
+                self._buffer += marker
+        elif state is _State.AFTER:
+            self._state = _State.CALL if marker == TOOL_CALL_START else _State.CONTENT
+        elif marker == TOOL_CALL_END and state is _State.BODY:
+            self._out.close_call()
+            self._state = _State.CONTENT
+        elif marker == TOOL_CALL_END:  # a call that never named its function
+            self._buffer = ""
+            self._state = _State.CONTENT
+
+    # text
+
+    def _advance(self, final: bool) -> None:
+        steps = {
+            _State.START: self._start,
+            _State.REASONING: self._in_reasoning,
+            _State.CONTENT: self._in_content,
+            _State.CALL: self._in_call,
+            _State.BODY: self._in_body,
+            _State.VALUE: self._in_value,
+            _State.AFTER: self._after_function,
+        }
+        while self._buffer and steps[self._state](final):
+            pass
+
+    def _start(self, final: bool) -> bool:
+        if self._buffer.strip() or final:
+            self._state = _State.CONTENT
+            return True
+        return False
+
+    def _in_reasoning(self, final: bool) -> bool:
+        self._out.reasoning(self._buffer)
+        self._buffer = ""
+        return False
+
+    def _in_content(self, final: bool) -> bool:
+        if not self._parse_calls or not self._schemas:
+            self._out.content(self._buffer)
+            self._buffer = ""
+            return False
+        for match in re.finditer(re.escape(FUNCTION_OPEN), self._buffer):
+            head = _FUNCTION.match(self._buffer, match.start())
+            if head and head[1] in self._schemas:
+                self._out.content(self._buffer[: match.start()])
+                self._buffer = self._buffer[match.start() :]
+                self._state = _State.CALL
+                return True
+        held = 0 if final else self._held_function_prefix()
+        self._out.content(self._buffer[: len(self._buffer) - held])
+        self._buffer = self._buffer[len(self._buffer) - held :]
+        return False
+
+    def _held_function_prefix(self) -> int:
+        """Length of the buffer's tail that could still become `<function=NAME>` for an offered NAME."""
+        at = self._buffer.rfind("<")
+        if at < 0:
+            return 0
+        tail = self._buffer[at:]
+        if FUNCTION_OPEN.startswith(tail):
+            return len(tail)
+        name = tail[len(FUNCTION_OPEN) :]
+        if tail.startswith(FUNCTION_OPEN) and any(n.startswith(name) for n in self._schemas):
+            return len(tail)
+        return 0
+
+    def _in_call(self, final: bool) -> bool:
+        head = _FUNCTION.match(self._buffer)
+        if head is None:
+            if not final and _could_become(self._buffer.lstrip(), [FUNCTION_OPEN]):
+                return False
+            self._buffer = ""  # not a call: dropped with its markers
+            self._state = _State.CONTENT
+            return False
+        self._buffer = self._buffer[head.end() :]
+        self._function = head[1]
+        self._out.open_call(head[1])
+        self._state = _State.BODY
+        return True
+
+    def _in_body(self, final: bool) -> bool:
+        parameter = _PARAMETER.match(self._buffer)
+        if parameter:
+            self._buffer = self._buffer[parameter.end() :]
+            self._out.start_argument(
+                parameter[1], schema_types(self._schemas.get(self._function, {}).get(parameter[1]))
+            )
+            self._value_started = False
+            self._state = _State.VALUE
+            return True
+        end = _FUNCTION_END.match(self._buffer)
+        if end:
+            self._buffer = self._buffer[end.end() :]
+            self._out.close_call()
+            self._state = _State.AFTER
+            return True
+        if not final and _could_become(self._buffer.lstrip(), _NEXT_TAGS):
+            return False
+        stray = self._buffer.find("<", 1)  # stray text between arguments: skipped up to the next tag
+        self._buffer = self._buffer[stray:] if stray > 0 else ""
+        return True
+
+    def _in_value(self, final: bool) -> bool:
+        if not self._value_started:
+            if self._buffer == "\n" and not final:
+                return False
+            self._buffer = self._buffer.removeprefix("\n")
+            self._value_started = True
+        end = _VALUE_END.search(self._buffer)
+        if end:
+            self._out.argument_text(self._buffer[: end.start()])
+            self._buffer = self._buffer[end.end() :]
+            self._out.end_argument()
+            self._state = _State.BODY
+            return True
+        keep = 0 if final else self._held_value_tail()
+        self._out.argument_text(self._buffer[: len(self._buffer) - keep])
+        self._buffer = self._buffer[len(self._buffer) - keep :]
+        return False
+
+    def _held_value_tail(self) -> int:
+        """Length of the buffer's tail that could still grow into the value's end."""
+        for at, ch in enumerate(self._buffer):
+            if ch in "\n<" and _value_end_could_start(self._buffer[at:]):
+                return len(self._buffer) - at
+        return 0
+
+    def _after_function(self, final: bool) -> bool:
+        text = self._buffer.lstrip()
+        if not text:
+            self._buffer = ""
+            return False
+        self._buffer = text
+        self._state = _State.CONTENT
+        return True

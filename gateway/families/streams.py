@@ -1,0 +1,125 @@
+"""What the families' streaming parsers share: trimmed text streams, call ids, typed calls held until sure."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from gateway.families.values import convert, is_plain_string
+from gateway.types import Delta
+
+
+def new_call_id() -> str:
+    """A fresh OpenAI-style tool call id."""
+    return f"call_{secrets.token_hex(12)}"
+
+
+def json_fragment(text: str) -> str:
+    """`text` escaped as the inside of a JSON string (fragments concatenate to the escaped whole)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+class Trimmed:
+    """A text stream without leading and trailing whitespace: trailing whitespace waits for more text."""
+
+    def __init__(self) -> None:
+        self._started = False
+        self._pending = ""
+
+    def push(self, text: str) -> str:
+        """What of `text` can be sent now."""
+        if not self._started:
+            text = text.lstrip()
+            if not text:
+                return ""
+            self._started = True
+        body = text.rstrip()
+        if not body:
+            self._pending += text
+            return ""
+        out, self._pending = self._pending + body, text[len(body) :]
+        return out
+
+    def flush(self) -> str:
+        """The trailing whitespace held back so far."""
+        out, self._pending = self._pending, ""
+        return out
+
+
+class CallOutput:
+    """The deltas a parser sends: trimmed content and reasoning, and tool calls whose arguments are written
+    one typed argument at a time. A call is held back until its first argument (or the call) is complete,
+    then sent with its arguments so far and streamed; a call still held when the output ends is dropped.
+    """
+
+    def __init__(self) -> None:
+        self.deltas: list[Delta] = []
+        self.sent_call = False
+        self._reasoning = Trimmed()
+        self._content = Trimmed()
+        self._calls = 0
+        self._held: list[Delta] | None = None
+        self._arguments = 0
+        self._types: frozenset[str] = frozenset()
+        self._value = ""
+
+    def take(self) -> list[Delta]:
+        """The deltas so far, handed over once."""
+        out, self.deltas = self.deltas, []
+        return out
+
+    def reasoning(self, text: str) -> None:
+        if out := self._reasoning.push(text):
+            self.deltas.append(Delta(reasoning=out))
+
+    def content(self, text: str) -> None:
+        if out := self._content.push(text):
+            self.deltas.append(Delta(content=out))
+
+    def open_call(self, name: str) -> None:
+        self._held = [Delta(tool_index=self._calls, tool_id=new_call_id(), tool_name=name)]
+        self._arguments = 0
+
+    def start_argument(self, key: str, types: frozenset[str]) -> None:
+        """An argument of JSON `types` begins: a plain string streams, any other value waits for its end."""
+        self._types, self._value = types, ""
+        quote = '"' if is_plain_string(types) else ""
+        self._send(("{" if self._arguments == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": " + quote)
+        self._arguments += 1
+
+    def argument_text(self, text: str) -> None:
+        if not text:
+            return
+        if is_plain_string(self._types):
+            self._send(json_fragment(text))
+        else:
+            self._value += text
+
+    def end_argument(self) -> None:
+        value = convert(self._value, self._types)
+        self._send('"' if is_plain_string(self._types) else json.dumps(value, ensure_ascii=False))
+        self._release()
+
+    def close_call(self) -> None:
+        self._send("{}" if self._arguments == 0 else "}")
+        self._release()
+        self._calls += 1
+
+    def drop_held_call(self) -> None:
+        """The output ended: a call still held back is no call."""
+        self._held = None
+
+    @property
+    def streaming_call(self) -> bool:
+        """Whether the current call was already sent (its later arguments stream)."""
+        return self._held is None and self.sent_call
+
+    def _send(self, fragment: str) -> None:
+        delta = Delta(tool_index=self._calls, tool_arguments=fragment)
+        (self._held if self._held is not None else self.deltas).append(delta)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            self.deltas += self._held
+            self._held = None
+            self.sent_call = True

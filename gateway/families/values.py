@@ -1,0 +1,92 @@
+"""Argument values written as raw text (Qwen XML, GLM): the tool's schema says what JSON each stands for."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+_INTEGER = re.compile(r"-?\d+")
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_ORDER = ("null", "integer", "number", "boolean", "object", "array")
+
+
+def tool_schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """Each offered tool's parameter schemas (`properties`), by tool name."""
+    return {
+        fn["name"]: (fn.get("parameters") or {}).get("properties") or {}
+        for fn in (t.get("function", t) for t in tools)
+        if isinstance(fn, Mapping) and isinstance(fn.get("name"), str)
+    }
+
+
+def schema_types(schema: Mapping[str, Any] | None) -> frozenset[str]:
+    """The JSON types a parameter schema allows (`type`, a list of types, `anyOf` / `oneOf` members, `enum`)."""
+    if not isinstance(schema, Mapping):
+        return frozenset()
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return frozenset({declared})
+    if isinstance(declared, list):
+        return frozenset(t for t in declared if isinstance(t, str))
+    members = [m for key in ("anyOf", "oneOf") for m in schema.get(key) or () if isinstance(m, Mapping)]
+    if members:
+        return frozenset().union(*(schema_types(m) for m in members))
+    if isinstance(schema.get("enum"), list) and all(isinstance(v, str) for v in schema["enum"]):
+        return frozenset({"string"})
+    return frozenset()
+
+
+def is_plain_string(types: frozenset[str]) -> bool:
+    """A value of these types is always its text: it can stream as a JSON string while it arrives."""
+    return types == {"string"}
+
+
+def convert(raw: str, types: frozenset[str]) -> Any:
+    """The JSON value of parameter text `raw` for a parameter of `types` (none known: JSON if it parses, else text)."""
+    if is_plain_string(types):
+        return raw
+    for kind in _ORDER if types else ("json",):
+        if kind in types or kind == "json":
+            value = _as(kind, raw.strip())
+            if value is not _NO:
+                return value
+    return raw
+
+
+_NO = object()
+
+
+def _as(kind: str, text: str) -> Any:
+    if kind == "null":
+        return None if text.lower() in ("null", "none") else _NO
+    if kind == "integer":
+        return int(text) if _INTEGER.fullmatch(text) else _NO
+    if kind == "number":
+        if not _NUMBER.fullmatch(text):
+            return _NO
+        number = float(text)
+        return int(text) if _INTEGER.fullmatch(text) else number
+    if kind == "boolean":
+        return {"true": True, "false": False}.get(text.lower(), _NO)
+    if kind in ("object", "array"):
+        value = _structured(text)
+        return value if isinstance(value, dict if kind == "object" else list) else _NO
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NO
+
+
+def _structured(text: str) -> Any:
+    """JSON, else a Python literal (Qwen models sometimes write `True` or single quotes), else nothing."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(text) if len(text) < 100_000 else _NO
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return _NO
