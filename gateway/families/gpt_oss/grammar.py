@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
 from .markers import ANALYSIS, CALL, CHANNEL, COMMENTARY, CONSTRAIN, CONTROL_TOKENS, END, FINAL, MESSAGE, RETURN, START
@@ -79,7 +80,7 @@ def message(ids: ControlIds, channel: str, body: Format, end: str) -> list[Forma
 def call(ids: ControlIds, tool: dict[str, Any], param: str) -> Format:
     """One call of `tool`, recipient in the role part as gpt-oss generates it, arguments as compact JSON."""
     fn = tool["function"]
-    schema = ANY_OBJECT if fn.get("strict") is False else fn.get("parameters") or ANY_OBJECT
+    schema = arguments_schema(tool)
     return _seq(
         _const(f" to=functions.{fn['name']}"),
         ids.token(CHANNEL),

@@ -23,19 +23,19 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.grammars.json import (
-    ANY_OBJECT,
     RESPONSE_SCHEMA_PARAM,
     compact_json_format,
     compact_json_grammar,
     response_schema,
 )
+from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
 
 def call_tag(tool: dict[str, Any], param: str) -> dict[str, Any]:
     """One Llama 3 call of `tool`: its name, then arguments by its schema."""
     fn = tool["function"]
-    schema = ANY_OBJECT if fn.get("strict") is False else fn.get("parameters") or ANY_OBJECT
+    schema = arguments_schema(tool)
     name = json.dumps(fn["name"], ensure_ascii=False)
     return {
         "type": "tag",

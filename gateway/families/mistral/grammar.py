@@ -24,7 +24,8 @@ import json
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
 from .markers import ARGS, THINK, THINK_END, TOOL_CALLS
@@ -67,6 +68,6 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
 
 def _call(tool: dict[str, Any], param: str, token: Any) -> Format:
     fn = tool["function"]
-    schema = ANY_OBJECT if fn.get("strict") is False else fn.get("parameters") or ANY_OBJECT
+    schema = arguments_schema(tool)
     parts = [token(TOOL_CALLS), {"type": "const_string", "value": fn["name"]}, token(ARGS)]
     return {"type": "sequence", "elements": [*parts, compact_json_format(schema, param)]}
