@@ -8,7 +8,7 @@ of SGLang's detectors) runs in its own interpreter, never imported here, and
 gets the same text, one token's text per increment.
 
     python bench/parser_bench.py [--peer-python /tmp/famB-peer-venv/bin/python] [--sizes 1000 8000 32000]
-        [--families gpt-oss llama mistral gemma4]
+        [--families gpt-oss llama mistral gemma4] [--peer-max 8000]
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def harmony(tokens: int) -> list[Piece]:
     head += [control("<|start|>"), Piece("assistant"), control("<|channel|>"), Piece("commentary to=functions.write")]
     head += [Piece("_file "), control("<|constrain|>"), Piece("json"), control("<|message|>")]
     head += [Piece('{"path": "notes.txt", "content": "')]
-    return [*head, *words(tokens - len(head) - 1), Piece('"}')]
+    return [*head, *words(tokens - len(head) - 2), Piece('"}'), control("<|call|>")]
 
 
 def llama3(tokens: int) -> list[Piece]:
@@ -139,6 +139,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000, 32000])
     parser.add_argument("--families", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON", "/tmp/famB-peer-venv/bin/python"))
+    parser.add_argument("--peer-max", type=int, default=8000, help="largest size the peer runs (its cost is quadratic)")
     args = parser.parse_args()
     print("| family | tokens | ours µs/token | ours calls | peer µs/token | peer calls |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -147,7 +148,11 @@ def main() -> None:
         for size in args.sizes:
             pieces = case.output(size)
             seconds, calls = min(ours(case, pieces) for _ in range(3))
-            theirs = peer(args.peer_python, case, pieces) if Path(args.peer_python).exists() else None
+            theirs = (
+                peer(args.peer_python, case, pieces)
+                if size <= args.peer_max and Path(args.peer_python).exists()
+                else None
+            )
             peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
             print(
                 f"| {family} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {peer_cells} |", flush=True
