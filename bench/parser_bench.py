@@ -1,14 +1,16 @@
-"""Stream-parse long tool-call outputs one token per delta: each family's gateway parser vs SGLang's detector.
+"""Stream-parse long tool-call outputs one token per delta: each family's parser vs SGLang's detector of that family.
 
-Per family, a synthetic output in its format: a little reasoning where the
-format has it, then one call whose string argument is long (the bench's
-long-argument stream). Control tokens are single pieces with a token id, as
-the gateway's detokenizer delivers them. The peer (llm-router-utils' extraction
-of SGLang's detectors) runs in its own interpreter, never imported here, and
-gets the same text, one token's text per increment.
+Per family, the output is synthetic but shaped like the model's: a short reasoning block, then calls whose last
+argument is a long string (the long-argument stream); marker tokens are single pieces with a token id, as the
+gateway's detokenizer delivers them. The peer (llm-router-utils' extraction of SGLang's detector) runs in its own
+interpreter, never imported here: it gets the text after the reasoning block (what SGLang hands it after its
+reasoning parser), one token's text per increment. Times are CPU seconds of the parsing process (the
+machine is shared), so the figures do not depend on other load. Other families add a row to FAMILIES; a family
+whose output is not a think block and calls (gpt-oss, llama, mistral, gemma4) gives its whole `output` instead,
+one call with a long string argument, and its peer gets all of it.
 
-    python bench/parser_bench.py [--peer-python /tmp/famB-peer-venv/bin/python] [--sizes 1000 8000 32000]
-        [--families gpt-oss llama mistral gemma4] [--peer-max 8000]
+    python bench/parser_bench.py [--peer-python /tmp/peer-venv/bin/python] [--sizes 1000 8000 32000]
+        [--family NAME ...] [--peer-max TOKENS]
 """
 
 from __future__ import annotations
@@ -27,47 +29,109 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gateway.families.base import OutputParser
 from gateway.families.gemma4 import Gemma4Parser
+from gateway.families.glm import GlmParser
 from gateway.families.gpt_oss import HarmonyParser
+from gateway.families.hermes import HermesParser
 from gateway.families.llama import LLAMA3_JSON, LlamaParser
 from gateway.families.mistral import MistralParser
+from gateway.families.qwen3_xml import Qwen3XmlParser
 from gateway.types import Piece
 
-WORDS = [" the", " quick", " brown", " fox", " jumps", " over", " lazy", " dog", ".", "\\n", " ü", " 😀", " &", " 42"]
-"""Argument text pieces, safe inside a JSON string."""
+WORDS = [
+    " the",
+    " quick",
+    " brown",
+    " fox",
+    " jumps",
+    " over",
+    " lazy",
+    " dog",
+    ".",
+    "\n",
+    " ü",
+    " 😀",
+    ' "',
+    " &",
+    " 42",
+]
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "lines": {"type": "integer"}, "content": {"type": "string"}},
+        },
+    },
+}
+QWEN_IDS = {"<think>": 151667, "</think>": 151668, "<tool_call>": 151657, "</tool_call>": 151658}
+GLM_IDS = {"<think>": 151350, "</think>": 151351, "<tool_call>": 151352, "</tool_call>": 151353, "<arg_key>": 151356,
+           "</arg_key>": 151357, "<arg_value>": 151358, "</arg_value>": 151359}  # fmt: skip
+
+
+def words(count: int, offset: int = 0) -> list[Piece]:
+    return [Piece(WORDS[(offset + i) % len(WORDS)]) for i in range(count)]
+
+
+def pieces_of(parts: list[str | list[Piece]], ids: dict[str, int]) -> list[Piece]:
+    """Marker strings as their token pieces, other strings as one piece, word lists as they are."""
+    out: list[Piece] = []
+    for part in parts:
+        out += part if isinstance(part, list) else [Piece(part, ids.get(part))]
+    return out
+
+
+def hermes_call(length: int, seed: int) -> list[str | list[Piece]]:
+    body = [Piece(json.dumps(w.text)[1:-1]) for w in words(length, seed)]
+    return ["<tool_call>", '\n{"name": "write_file", "arguments": {"path": "notes.txt", "lines": 12, "content": "',
+            body, '"}}\n', "</tool_call>", "\n"]  # fmt: skip
+
+
+def qwen_xml_call(length: int, seed: int) -> list[str | list[Piece]]:
+    head = "\n<function=write_file>\n<parameter=path>\nnotes.txt\n</parameter>\n<parameter=lines>\n12\n</parameter>\n"
+    return ["<tool_call>", head + "<parameter=content>\n", words(length, seed), "\n</parameter>\n</function>\n",
+            "</tool_call>", "\n"]  # fmt: skip
+
+
+def glm_call(length: int, seed: int) -> list[str | list[Piece]]:
+    return ["<tool_call>", "write_file", "<arg_key>", "path", "</arg_key>", "<arg_value>", "notes.txt", "</arg_value>",
+            "<arg_key>", "lines", "</arg_key>", "<arg_value>", "12", "</arg_value>", "<arg_key>", "content",
+            "</arg_key>", "<arg_value>", words(length, seed), "</arg_value>", "</tool_call>"]  # fmt: skip
+
+
+def argument_words(count: int) -> list[Piece]:
+    """Argument text pieces that are safe inside a JSON string."""
+    return [Piece(json.dumps(w.text, ensure_ascii=False)[1:-1]) for w in words(count)]
 
 
 def control(text: str) -> Piece:
     return Piece(text, 1)
 
 
-def words(count: int) -> list[Piece]:
-    return [Piece(WORDS[i % len(WORDS)]) for i in range(count)]
-
-
-def harmony(tokens: int) -> list[Piece]:
+def harmony_output(tokens: int) -> list[Piece]:
     head = [control("<|channel|>"), Piece("analysis"), control("<|message|>"), *words(30), control("<|end|>")]
     head += [control("<|start|>"), Piece("assistant"), control("<|channel|>"), Piece("commentary to=functions.write")]
     head += [Piece("_file "), control("<|constrain|>"), Piece("json"), control("<|message|>")]
     head += [Piece('{"path": "notes.txt", "content": "')]
-    return [*head, *words(tokens - len(head) - 2), Piece('"}'), control("<|call|>")]
+    return [*head, *argument_words(tokens - len(head) - 2), Piece('"}'), control("<|call|>")]
 
 
-def llama3(tokens: int) -> list[Piece]:
-    head = [Piece('{"name": "write_file", "parameters": {"path": "notes.txt", "content": "')]
-    return [*head, *words(tokens - 2), Piece('"}}')]
+def llama3_output(tokens: int) -> list[Piece]:
+    head = Piece('{"name": "write_file", "parameters": {"path": "notes.txt", "content": "')
+    return [head, *argument_words(tokens - 2), Piece('"}}')]
 
 
-def mistral(tokens: int) -> list[Piece]:
+def mistral_output(tokens: int) -> list[Piece]:
     head = [
         control("[TOOL_CALLS]"),
         Piece("write_file"),
         control("[ARGS]"),
         Piece('{"path": "notes.txt", "content": "'),
     ]
-    return [*head, *words(tokens - len(head) - 1), Piece('"}')]
+    return [*head, *argument_words(tokens - len(head) - 1), Piece('"}')]
 
 
-def gemma4(tokens: int) -> list[Piece]:
+def gemma4_output(tokens: int) -> list[Piece]:
     quote = control('<|"|>')
     head = [control("<|tool_call>"), Piece("call:write_file{path:"), quote, Piece("notes.txt"), quote]
     head += [Piece(",content:"), quote]
@@ -75,59 +139,77 @@ def gemma4(tokens: int) -> list[Piece]:
 
 
 @dataclass(frozen=True)
-class Case:
-    output: Callable[[int], list[Piece]]
+class Family:
+    """One row: our parser, how a call is written, its marker ids, and the peer detector."""
+
+    name: str
     parser: Callable[[], OutputParser]
-    detector: str
-    """`module:Class` of the peer detector under llm_router_utils.sglang.srt.function_call."""
+    call: Callable[[int, int], list[str | list[Piece]]] | None
+    ids: dict[str, int]
+    peer: str  # module:class under llm_router_utils.sglang.srt.function_call
+    output: Callable[[int], list[Piece]] | None = None
+    """The whole output (instead of a think block and `call`s); the peer gets all of it."""
 
 
-CASES = {
-    "gpt-oss": Case(harmony, lambda: HarmonyParser.after("<|start|>assistant"), "gpt_oss_detector:GptOssDetector"),
-    "llama": Case(llama3, lambda: LlamaParser(LLAMA3_JSON), "llama32_detector:Llama32Detector"),
-    "mistral": Case(mistral, MistralParser, "mistral_detector:MistralDetector"),
-    "gemma4": Case(gemma4, Gemma4Parser, "gemma4_detector:Gemma4Detector"),
-}
+FAMILIES = [
+    Family("qwen3-hermes", lambda: HermesParser(tool_calls=True, in_reasoning=True), hermes_call, QWEN_IDS,
+           "qwen25_detector:Qwen25Detector"),
+    Family("qwen3-xml", lambda: Qwen3XmlParser([TOOL], in_reasoning=True), qwen_xml_call, QWEN_IDS,
+           "qwen3_coder_detector:Qwen3CoderDetector"),
+    Family("glm", lambda: GlmParser([TOOL], in_reasoning=True), glm_call, GLM_IDS, "glm47_moe_detector:Glm47MoeDetector"),
+    Family("gpt-oss", lambda: HarmonyParser.after("<|start|>assistant"), None, {}, "gpt_oss_detector:GptOssDetector",
+           harmony_output),
+    Family("llama", lambda: LlamaParser(LLAMA3_JSON), None, {}, "llama32_detector:Llama32Detector", llama3_output),
+    Family("mistral", MistralParser, None, {}, "mistral_detector:MistralDetector", mistral_output),
+    Family("gemma4", Gemma4Parser, None, {}, "gemma4_detector:Gemma4Detector", gemma4_output),
+]  # fmt: skip
 
 PEER_SCRIPT = r"""
 import importlib, json, sys, time
 from llm_router_utils.sglang.srt.entrypoints.openai.protocol import Tool
-spec = json.load(sys.stdin)
-module, name = spec["detector"].split(":")
+spec, tool, texts = json.load(sys.stdin)
+module, name = spec.split(":")
 detector = getattr(importlib.import_module("llm_router_utils.sglang.srt.function_call." + module), name)()
-tools = [Tool(type="function", function={"name": "write_file", "parameters": {"type": "object", "properties": {
-    "path": {"type": "string"}, "content": {"type": "string"}}}})]
+tools = [Tool.model_validate(tool)]
 calls = 0
-start = time.perf_counter()
-for text in spec["texts"]:
-    calls += sum(c.name is not None for c in detector.parse_streaming_increment(text, tools).calls)
-print(json.dumps({"seconds": time.perf_counter() - start, "calls": calls}))
+start = time.process_time()
+for text in texts:
+    calls += sum(1 for c in detector.parse_streaming_increment(text, tools).calls if c.name)
+print(json.dumps({"seconds": time.process_time() - start, "calls": calls}))
 """
 
 
-def ours(case: Case, pieces: list[Piece]) -> tuple[float, int]:
-    """Seconds to stream `pieces` one per feed, and the calls seen."""
-    parser = case.parser()
+def synthetic_output(family: Family, tokens: int) -> tuple[list[Piece], int]:
+    """About `tokens` pieces: a reasoning block, then calls with long last arguments; and where the block ends."""
+    if family.output is not None:
+        return family.output(tokens), 0
+    parts: list[str | list[Piece]] = [words(tokens // 10), "</think>", "\n\n"]
+    out = pieces_of(parts, family.ids)
+    after_think = len(out)
     calls = 0
-    start = time.perf_counter()
+    while len(out) < tokens - 40:
+        calls += 1
+        out += pieces_of(family.call(min(2000, tokens - len(out) - 40), calls), family.ids)
+    return out, after_think
+
+
+def ours(family: Family, pieces: list[Piece]) -> tuple[float, int]:
+    """Seconds to stream `pieces` one per feed, and the calls seen."""
+    parser = family.parser()
+    calls = 0
+    start = time.process_time()
     for piece in pieces:
         calls += sum(d.tool_name is not None for d in parser.feed((piece,)))
     calls += sum(d.tool_name is not None for d in parser.finish())
-    return time.perf_counter() - start, calls
+    return time.process_time() - start, calls
 
 
-def peer(python: str, case: Case, pieces: list[Piece]) -> tuple[float, int] | None:
-    """The peer detector's seconds and calls, or None when it cannot run."""
-    spec = {"detector": case.detector, "texts": [p.text for p in pieces]}
+def peer(python: str, family: Family, pieces: list[Piece], after_think: int) -> tuple[float, int] | None:
+    """The peer detector's seconds and calls on the post-reasoning text, or None when it cannot run."""
+    texts = [p.text for p in pieces[after_think:]]
     try:
-        done = subprocess.run(
-            [python, "-c", PEER_SCRIPT],
-            input=json.dumps(spec),
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            check=True,
-        )
+        done = subprocess.run([python, "-c", PEER_SCRIPT], input=json.dumps([family.peer, TOOL, texts]),
+                              capture_output=True, text=True, timeout=900, check=True)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -137,25 +219,24 @@ def peer(python: str, case: Case, pieces: list[Piece]) -> tuple[float, int] | No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000, 32000])
-    parser.add_argument("--families", nargs="+", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON", "/tmp/famB-peer-venv/bin/python"))
-    parser.add_argument("--peer-max", type=int, default=8000, help="largest size the peer runs (its cost is quadratic)")
+    parser.add_argument("--peer-python", default=os.environ.get("PARSER_PEER_PYTHON", "/tmp/peer-venv/bin/python"))
+    parser.add_argument("--family", action="append", help="only these families (default: all)")
+    parser.add_argument("--peer-max", type=int, help="largest size the peer runs (some peers are quadratic)")
     args = parser.parse_args()
-    print("| family | tokens | ours µs/token | ours calls | peer µs/token | peer calls |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for family in args.families:
-        case = CASES[family]
+    print("| family | tokens | ours µs/token | ours calls | peer | peer µs/token | peer calls |")
+    print("|---|---:|---:|---:|---|---:|---:|")
+    for family in FAMILIES:
+        if args.family and family.name not in args.family:
+            continue
         for size in args.sizes:
-            pieces = case.output(size)
-            seconds, calls = min(ours(case, pieces) for _ in range(3))
-            theirs = (
-                peer(args.peer_python, case, pieces)
-                if size <= args.peer_max and Path(args.peer_python).exists()
-                else None
-            )
+            pieces, after_think = synthetic_output(family, size)
+            seconds, calls = min(ours(family, pieces) for _ in range(3))
+            runs_peer = Path(args.peer_python).exists() and (args.peer_max is None or size <= args.peer_max)
+            theirs = peer(args.peer_python, family, pieces, after_think) if runs_peer else None
             peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
+            name = family.peer.split(":")[1]
             print(
-                f"| {family} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {peer_cells} |", flush=True
+                f"| {family.name} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {name} | {peer_cells} |"
             )
 
 

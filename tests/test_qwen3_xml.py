@@ -14,10 +14,11 @@ from backends.worker.grammar import tokenizer_info
 from gateway.families import get_family
 from gateway.families.base import FamilyContext
 from gateway.families.qwen3_xml import Qwen3XmlFamily, Qwen3XmlParser
+from gateway.families.qwen3_xml.parser import MAX_TAG_CHARS
 from gateway.generation.detokenizer import Detokenizer
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
-from gateway.types import ChatRequest, Delta
+from gateway.types import ChatRequest, Delta, Piece
 
 WEATHER = {
     "type": "function",
@@ -225,3 +226,18 @@ def test_client_typed_markers_stay_text(family: Qwen3XmlFamily) -> None:
     control = set(encoder.added.values())
     assert [i for i in ids if i in control] == [i for i in plain if i in control]
     assert family.context.tokenizer.decode(ids, skip_special_tokens=False) == shield.restore(family.render(shielded))
+
+
+def test_a_value_that_spells_an_endless_tag_still_streams(qwen: Checkpoint) -> None:
+    """Hostile output: `<parameter=` never closed inside a value is held back at most MAX_TAG_CHARS characters."""
+    strings = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
+    parser = Qwen3XmlParser([{"type": "function", "function": {"name": "f", "parameters": strings}}])
+    detokenizer = Detokenizer(qwen.tokenizer, added(qwen))
+    head = "<tool_call>\n<function=f>\n<parameter=a>\nParis\n</parameter>\n<parameter=b>\nx"
+    deltas = parser.feed(detokenizer.feed(qwen.tokenizer.encode(head, add_special_tokens=False).ids))
+    deltas += parser.feed([Piece("\n<parameter=")])
+    for _ in range(2000):
+        deltas += parser.feed([Piece("aaaa")])
+    streamed = "".join(d.tool_arguments for d in deltas)
+    assert parser.saw_tool_call and streamed.startswith('{"a": "Paris", "b": "x')
+    assert len(streamed) > 8000 - 2 * MAX_TAG_CHARS

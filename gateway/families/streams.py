@@ -14,9 +14,12 @@ def new_call_id() -> str:
     return f"call_{secrets.token_hex(12)}"
 
 
+_STRING = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def json_fragment(text: str) -> str:
     """`text` escaped as the inside of a JSON string (fragments concatenate to the escaped whole)."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
+    return _STRING(text)[1:-1]
 
 
 class Trimmed:

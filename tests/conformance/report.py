@@ -180,6 +180,8 @@ def render_text(reports: Sequence[FamilyReport]) -> str:
 
 def _markdown_item(line: str) -> str:
     fixture_id, _, reason = line.partition(": ")
+    if fixture_id.startswith("all "):
+        return f"- {line}"
     return f"- `{fixture_id}`: {reason.replace('<', chr(92) + '<')}"
 
 

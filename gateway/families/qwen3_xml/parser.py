@@ -54,15 +54,22 @@ _VALUE_END = re.compile(
     r"\n?</parameter>(?=\s*(?:<parameter=[^>\n]*>|</function>))|\n(?=<parameter=[^>\n]*>|</function>)"
 )
 _NEXT_TAGS = (PARAMETER_OPEN, FUNCTION_CLOSE)
+MAX_TAG_CHARS = 256
+"""Text held back as a possible tag (a name, whitespace between tags) is at most this long: beyond, it is text,
+so hostile output cannot make each token rescan an ever longer tail."""
 
 
 def _could_become(text: str, literals: Iterable[str]) -> bool:
     """Whether more text could still make `text` one of the tags `literals` open (a prefix, or an unclosed tag)."""
+    if len(text) > MAX_TAG_CHARS:
+        return False
     return any(lit.startswith(text) or (text.startswith(lit) and not {">", "\n"} & set(text)) for lit in literals)
 
 
 def _value_end_could_start(text: str) -> bool:
     """Whether `text` (the tail of a value) could grow into a value end (`_VALUE_END` with its lookahead)."""
+    if len(text) > MAX_TAG_CHARS:
+        return False
     body = text.removeprefix("\n")
     if PARAMETER_CLOSE.startswith(body):
         return True
@@ -103,6 +110,15 @@ class Qwen3XmlParser(OutputParser):
         self._out = CallOutput()
         self._function = ""
         self._value_started = False
+        self._steps = {
+            _State.START: self._start,
+            _State.REASONING: self._in_reasoning,
+            _State.CONTENT: self._in_content,
+            _State.CALL: self._in_call,
+            _State.BODY: self._in_body,
+            _State.VALUE: self._in_value,
+            _State.AFTER: self._after_function,
+        }
 
     @property
     def saw_tool_call(self) -> bool:
@@ -164,15 +180,7 @@ class Qwen3XmlParser(OutputParser):
     # text
 
     def _advance(self, final: bool) -> None:
-        steps = {
-            _State.START: self._start,
-            _State.REASONING: self._in_reasoning,
-            _State.CONTENT: self._in_content,
-            _State.CALL: self._in_call,
-            _State.BODY: self._in_body,
-            _State.VALUE: self._in_value,
-            _State.AFTER: self._after_function,
-        }
+        steps = self._steps
         while self._buffer and steps[self._state](final):
             pass
 
@@ -273,8 +281,10 @@ class Qwen3XmlParser(OutputParser):
 
     def _held_value_tail(self) -> int:
         """Length of the buffer's tail that could still grow into the value's end."""
-        for at, ch in enumerate(self._buffer):
-            if ch in "\n<" and _value_end_could_start(self._buffer[at:]):
+        if "\n" not in self._buffer and "<" not in self._buffer:
+            return 0
+        for at in range(max(0, len(self._buffer) - MAX_TAG_CHARS), len(self._buffer)):
+            if self._buffer[at] in "\n<" and _value_end_could_start(self._buffer[at:]):
                 return len(self._buffer) - at
         return 0
 
