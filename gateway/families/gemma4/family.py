@@ -1,0 +1,40 @@
+"""The gemma4 family: Gemma 4's calls in object notation and its thought channel."""
+
+from __future__ import annotations
+
+from backends.base import Grammar
+from gateway.families.base import Family, OutputParser
+from gateway.families.templates import render_request
+from gateway.prompts.template import TemplateError
+from gateway.types import ChatRequest
+
+from .grammar import build_grammar
+from .markers import STOP_TOKENS
+from .parser import Gemma4Parser
+
+
+class Gemma4Family(Family):
+    """`<|tool_call>call:NAME{…}<tool_call|>` calls, `<|channel>thought…<channel|>` reasoning; stop at `<turn|>` or
+    `<|tool_response>` (the model waits for the tool's answer).
+
+    Prompts come from the checkpoint's own chat template (or options.chat_template): Gemma 4 ships one, and
+    no native encoder is kept here.
+    """
+
+    name = "gemma4"
+
+    def render(self, request: ChatRequest) -> str:
+        template = self.context.options.get("chat_template") or self.context.chat_template
+        if not template:
+            raise TemplateError("gemma4 needs the checkpoint's chat template (or options.chat_template)")
+        return render_request(template, request, self.context.bos_token, self.context.eos_token)
+
+    def stop_token_ids(self) -> list[int]:
+        ids = [self.context.tokenizer.token_to_id(t) for t in STOP_TOKENS] + list(self.context.eos_token_ids)
+        return list(dict.fromkeys(i for i in ids if i is not None))
+
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        return build_grammar(request, self.context.tokenizer)
+
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        return Gemma4Parser()

@@ -1,0 +1,118 @@
+"""Output grammars for gpt-oss, as xgrammar structural tags valid for xgrammar 0.2.7 / 0.2.8.
+
+The generation prompt ends with `<|start|>assistant`, so the grammar starts
+in the first header. Harmony's control tokens are `token` formats by integer
+id (vLLM validates tags without a tokenizer and accepts only ids); free text
+is `any_tokens` excluding every control token, so a message can only end at
+its real terminator. Formats used: sequence, or, star, const_string, token,
+any_tokens, grammar (EBNF for compact JSON).
+
+Policy:
+* tool_choice "auto": any number of analysis messages and commentary
+  preambles, then either the final answer (`<|return|>`) or one call
+  `to=functions.NAME<|channel|>commentary <|constrain|>json<|message|>{…}<|call|>`
+  (a call ends the turn). "required" / named: a call must come; named: only
+  that tool.
+* Arguments follow the tool's schema unless the tool says `strict: false`
+  (then any JSON object).
+* response_format json_object / json_schema: the final answer is that JSON.
+* Known gap: JSON string values are xgrammar text, which backends match
+  against a control token's spelling; the Kimi K3 family's spelling-safe JSON
+  (`kimi_k3/values.py`) would close it once it is shared.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from backends.base import Grammar
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.tool_calls import arguments_schema
+from gateway.types import ChatRequest
+
+from .markers import ANALYSIS, CALL, CHANNEL, COMMENTARY, CONSTRAIN, CONTROL_TOKENS, END, FINAL, MESSAGE, RETURN, START
+
+Format = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ControlIds:
+    """Harmony's control-token ids in the served vocabulary, by spelling."""
+
+    ids: dict[str, int]
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> ControlIds:
+        """The ids from a `tokenizers.Tokenizer`; ValueError when the vocabulary lacks one."""
+        ids = {t: tokenizer.token_to_id(t) for t in CONTROL_TOKENS}
+        missing = [t for t, i in ids.items() if i is None]
+        if missing:
+            raise ValueError(f"the tokenizer lacks Harmony control tokens {', '.join(missing)}")
+        return cls(ids)
+
+    def token(self, spelling: str) -> Format:
+        return {"type": "token", "token": self.ids[spelling]}
+
+    def text(self) -> Format:
+        """Any tokens but the control tokens."""
+        return {"type": "any_tokens", "exclude_tokens": sorted(self.ids.values())}
+
+
+def _const(text: str) -> Format:
+    return {"type": "const_string", "value": text}
+
+
+def _seq(*elements: Format) -> Format:
+    return {"type": "sequence", "elements": list(elements)}
+
+
+def _or(elements: list[Format]) -> Format:
+    return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
+
+
+def message(ids: ControlIds, channel: str, body: Format, end: str) -> list[Format]:
+    """`<|channel|>CHANNEL<|message|>BODY` and its terminator."""
+    return [ids.token(CHANNEL), _const(channel), ids.token(MESSAGE), body, ids.token(end)]
+
+
+def call(ids: ControlIds, tool: dict[str, Any], param: str) -> Format:
+    """One call of `tool`, recipient in the role part as gpt-oss generates it, arguments as compact JSON."""
+    fn = tool["function"]
+    schema = arguments_schema(tool)
+    return _seq(
+        _const(f" to=functions.{fn['name']}"),
+        ids.token(CHANNEL),
+        _const(f"{COMMENTARY} "),
+        ids.token(CONSTRAIN),
+        _const("json"),
+        ids.token(MESSAGE),
+        compact_json_format(schema, param),
+        ids.token(CALL),
+    )
+
+
+def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
+    """The grammar for `request`, or None when nothing constrains the output."""
+    tools = request.active_tools
+    schema = response_schema(request.response_format)
+    if not tools and schema is None:
+        return None
+    ids = ControlIds.of(tokenizer)
+    next_message = [ids.token(START), _const("assistant")]
+    before = [_seq(*message(ids, ANALYSIS, ids.text(), END), *next_message)]
+    if tools:
+        before.append(_seq(*message(ids, COMMENTARY, ids.text(), END), *next_message))
+    answers: list[Format] = []
+    if request.tool_choice == "auto" or not tools:
+        body = ids.text() if schema is None else compact_json_format(schema, RESPONSE_SCHEMA_PARAM)
+        answers.append(_seq(*message(ids, FINAL, body, RETURN)))
+    names = {t["function"]["name"] for t in tools}
+    answers += [
+        call(ids, t, f"tools[{i}].function.parameters")
+        for i, t in enumerate(request.tools)
+        if t["function"]["name"] in names
+    ]
+    fmt = _seq({"type": "star", "content": _or(before)}, _or(answers))
+    return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))

@@ -1,0 +1,73 @@
+"""The llama families: Llama 3.x JSON tool calls and Llama 4 pythonic tool calls."""
+
+from __future__ import annotations
+
+from functools import cache, cached_property
+
+from tokenizers import Tokenizer
+
+from backends.base import Grammar
+from backends.quicktok_vocab import LLAMA3_PATTERN, quicktok_data, read_vocab
+from backends.tiktoken_bpe import tokenizer_from_ranks
+from gateway.families.base import Family, OutputParser
+from gateway.families.templates import choose_template, render_request
+from gateway.prompts.template import TemplateError
+from gateway.types import ChatRequest
+
+from .grammar import build_grammar
+from .markers import LLAMA3_STOPS, LLAMA4_STOPS, llama31_specials
+from .parser import LLAMA3_JSON, LLAMA4_PYTHONIC, CallSyntax, LlamaParser
+from .prompt import render_native
+
+
+@cache
+def llama3_tokenizer() -> Tokenizer:
+    """Llama 3.1+'s tokenizer from quicktok's `llama3.vocab` (tiktoken ranks) with its 256 special tokens."""
+    return tokenizer_from_ranks(read_vocab(quicktok_data() / "llama3.vocab"), llama31_specials(), LLAMA3_PATTERN)
+
+
+class Llama3Family(Family):
+    """Llama 3.1 / 3.2 / 3.3: `{"name", "parameters"}` calls, bare or after `<|python_tag|>`; stop at `<|eot_id|>`.
+
+    The checkpoint's chat template renders prompts when it handles tools, else the native Llama 3.1 encoder.
+    """
+
+    name = "llama3_json"
+    syntax: CallSyntax = LLAMA3_JSON
+    stops: tuple[str, ...] = LLAMA3_STOPS
+
+    @cached_property
+    def template(self) -> str | None:
+        own, override = self.context.chat_template, self.context.options.get("chat_template")
+        return choose_template(own, "", override) or None  # no builtin: the native encoder
+
+    def render(self, request: ChatRequest) -> str:
+        if self.template is None:
+            return render_native(request)
+        return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
+
+    def stop_token_ids(self) -> list[int]:
+        ids = [self.context.tokenizer.token_to_id(t) for t in self.stops] + list(self.context.eos_token_ids)
+        return list(dict.fromkeys(i for i in ids if i is not None))
+
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        return build_grammar(request, json_calls=self.syntax is LLAMA3_JSON)
+
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        return LlamaParser(self.syntax)
+
+
+class Llama4Family(Llama3Family):
+    """Llama 4: pythonic call lists `[f(a=1), g()]`, optionally in `<|python_start|>…<|python_end|>`; stop at `<|eot|>`.
+
+    Prompts come from the checkpoint's own chat template (there is no native Llama 4 encoder).
+    """
+
+    name = "llama4_pythonic"
+    syntax = LLAMA4_PYTHONIC
+    stops = LLAMA4_STOPS
+
+    def render(self, request: ChatRequest) -> str:
+        if self.template is None:
+            raise TemplateError("llama4_pythonic needs the checkpoint's chat template (or options.chat_template)")
+        return super().render(request)

@@ -1,0 +1,170 @@
+"""Incremental parsers of Llama tool calls: Llama 3.x JSON objects and Llama 4 pythonic call lists.
+
+Decisions (the gateway's documented behaviour):
+* A call is a bracketed value that opens the output (after whitespace) or
+  follows a tag token (`<|python_tag|>` for Llama 3, `<|python_start|>` for
+  Llama 4, recognised only as control tokens; inside a value every control
+  token is its spelling, as the Llama 3 tokenizer writes markers in strings): Llama 3
+  `{"name": F, "parameters" | "arguments": {…}}` (more keys, such as
+  `"type": "function"`, are ignored), Llama 4 `[f(a=1, b='x'), g()]`. Calls may
+  follow one another separated by whitespace or `;`.
+* Such a value is held until its brackets close (strings skipped, escapes
+  included; linear in its length), then read whole: a call is emitted whole
+  (index, id, name, JSON arguments); a value that is no call (`{"a": 1} is a
+  dict`, a JSON answer) is content, verbatim. Anything else is content and
+  streams as it arrives.
+* At the end of the output a value that never closed (max_tokens) is content
+  when it opened the output, and dropped after a tag: a call cut short is
+  never sent. Turn-end tokens (`<|eot_id|>`, `<|eom_id|>`, `<|python_end|>`, …)
+  are dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum, auto
+from typing import Any
+
+from gateway.families.calls import CallParser, JsonEnd, json_object
+from gateway.families.streams import new_call_id
+from gateway.types import Delta
+
+Call = tuple[str, dict[str, Any]]
+
+
+def json_call(text: str) -> list[Call] | None:
+    """A Llama 3 call object, or None when `text` is not one."""
+    value = json_object(text)
+    if value is None or not isinstance(value.get("name"), str):
+        return None
+    arguments = value.get("parameters", value.get("arguments"))
+    return [(value["name"], arguments)] if isinstance(arguments, dict) else None
+
+
+def pythonic_calls(text: str) -> list[Call] | None:
+    """A Llama 4 call list `[f(a=1), g()]`, or None when `text` is not one (literal keyword arguments only)."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not isinstance(tree, ast.List) or not tree.elts:
+        return None
+    calls: list[Call] = []
+    for node in tree.elts:
+        if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
+            return None
+        name = _dotted(node.func)
+        try:
+            arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
+            json.dumps(arguments)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            return None
+        if name is None:
+            return None
+        calls.append((name, arguments))
+    return calls
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return None if head is None else f"{head}.{node.attr}"
+    return None
+
+
+@dataclass(frozen=True)
+class CallSyntax:
+    """How one Llama generation writes calls: the bracket that opens them, string quotes, the reader, the tag."""
+
+    opener: str
+    quotes: str
+    read: Callable[[str], list[Call] | None]
+    tag: str
+
+
+LLAMA3_JSON = CallSyntax("{", '"', json_call, "<|python_tag|>")
+LLAMA4_PYTHONIC = CallSyntax("[", "\"'", pythonic_calls, "<|python_start|>")
+_SEPARATORS = " \t\r\n;"
+
+
+class Mode(Enum):
+    START = auto()  # before the first non-space character of the output, or after a tag
+    HOLD = auto()  # inside a bracketed value that may be a call
+    AFTER = auto()  # after calls: separators, or another call
+    CONTENT = auto()
+
+
+class LlamaParser(CallParser):
+    """Llama output parser for one choice; the same deltas however the output is chunked."""
+
+    def __init__(self, syntax: CallSyntax, new_id: Callable[[], str] = new_call_id):
+        super().__init__(new_id)
+        self._syntax = syntax
+        self._mode = Mode.START
+        self._tagged = False
+        self._space = ""
+        self._value: list[str] = []
+        self._closing = JsonEnd(syntax.quotes)
+
+    def _end(self) -> None:
+        if self._mode is Mode.HOLD and not self._tagged:
+            self._content(self._space + "".join(self._value))
+        elif self._mode is Mode.START and not self._tagged:
+            self._content(self._space)
+        self._mode, self._value, self._space = Mode.CONTENT, [], ""
+
+    def _control(self, token: str) -> None:
+        if self._mode is Mode.HOLD:
+            self._text(token)  # inside a value (a JSON string) a control token is its text
+        elif token == self._syntax.tag:
+            self._mode, self._tagged, self._space = Mode.START, True, ""
+        # elsewhere turn ends and other control tokens carry no text
+
+    def _text(self, text: str) -> None:
+        while text:
+            if self._mode is Mode.CONTENT:
+                self._content(text)
+                return
+            if self._mode is Mode.HOLD:
+                text = self._hold(text)
+                continue
+            lead = text.lstrip(_SEPARATORS) if self._mode is Mode.AFTER else text.lstrip()
+            skipped = text[: len(text) - len(lead)]
+            if not lead:
+                self._space += skipped
+                return
+            if lead[0] == self._syntax.opener:
+                self._space += skipped
+                self._mode, self._value, self._closing = Mode.HOLD, [], JsonEnd(self._syntax.quotes)
+            else:  # no call: the space before is content too (separators after calls are dropped)
+                lead = ("" if self._mode is Mode.AFTER else self._space + skipped) + lead
+                self._mode, self._space = Mode.CONTENT, ""
+            text = lead
+
+    def _hold(self, text: str) -> str:
+        """Feed a held value; the text after it once it closes."""
+        end = self._closing.feed(text)
+        if end is None:
+            self._value.append(text)
+            return ""
+        self._value.append(text[:end])
+        value = "".join(self._value)
+        calls = self._syntax.read(value)
+        if calls is None:
+            self._content(self._space + value)
+            self._mode = Mode.CONTENT
+        else:
+            for name, arguments in calls:
+                self._emit_call(name, json.dumps(arguments, ensure_ascii=False))
+            self._mode = Mode.AFTER
+        self._space, self._value = "", []
+        return text[end:]
+
+    def _content(self, text: str) -> None:
+        if text:
+            self._out.append(Delta(content=text))

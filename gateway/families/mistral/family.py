@@ -1,0 +1,72 @@
+"""The mistral families: `[TOOL_CALLS]` calls and `[THINK]` reasoning (tokenizer v3 to v13+), and Magistral 2506's
+text `<think>`."""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cache, cached_property
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from backends.base import Grammar
+from backends.tekken import load_tekken
+from gateway.families.base import Family, OutputParser
+from gateway.families.templates import choose_template, render_request
+from gateway.types import ChatRequest
+
+from .grammar import build_grammar
+from .markers import EOS, TEKKEN_SPECIALS
+from .parser import MistralParser
+from .prompt import render_native
+
+
+@cache
+def tekken_tokenizer(name: str = "tekken_240911.json") -> Tokenizer:
+    """A tekken file shipped by mistral-common (found without importing it), v7+ special tokens at their ids."""
+    spec = importlib.util.find_spec("mistral_common")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("mistral-common is not installed (pip install --no-deps 'mistral-common==1.13.1')")
+    return load_tekken(Path(next(iter(spec.submodule_search_locations))) / "data" / name, TEKKEN_SPECIALS)
+
+
+class MistralFamily(Family):
+    """`[TOOL_CALLS]` calls (v3 JSON arrays, v11+ `NAME[ARGS]{…}`), `[THINK]` reasoning; stop at `</s>`.
+
+    The checkpoint's chat template renders prompts when it handles tools, else the native v11+ encoder.
+    """
+
+    name = "mistral"
+    text_think = False
+
+    @cached_property
+    def template(self) -> str | None:
+        own, override = self.context.chat_template, self.context.options.get("chat_template")
+        return choose_template(own, "", override) or None  # no builtin: the native encoder
+
+    def render(self, request: ChatRequest) -> str:
+        return (
+            render_native(request)
+            if self.template is None
+            else render_request(self.template, request, self.context.bos_token, self.context.eos_token)
+        )
+
+    def stop_token_ids(self) -> list[int]:
+        ids = [self.context.tokenizer.token_to_id(EOS), *self.context.eos_token_ids]
+        return list(dict.fromkeys(i for i in ids if i is not None))
+
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        return build_grammar(request, self.context.tokenizer)
+
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        return MistralParser(text_think=self.text_think)
+
+
+class MistralTextThinkFamily(MistralFamily):
+    """Magistral Small 2506: reasoning written as text, `<think>…</think>`, at the start of the output."""
+
+    name = "mistral_text_think"
+    text_think = True
+
+
+FAMILIES = (MistralFamily, MistralTextThinkFamily)

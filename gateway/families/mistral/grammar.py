@@ -1,0 +1,73 @@
+"""Output grammars for Mistral v11+ calls, as xgrammar structural tags valid for xgrammar 0.2.7 / 0.2.8.
+
+`[TOOL_CALLS]`, `[ARGS]`, `[THINK]` and `[/THINK]` are `token` formats by
+integer id (vLLM validates tags without a tokenizer and accepts only ids);
+free text is `any_tokens` excluding them. Formats used: sequence, or,
+optional, star, plus, const_string, token, any_tokens, grammar (EBNF for compact JSON).
+
+Policy:
+* An optional `[THINK]…[/THINK]` block, then the answer.
+* tools, tool_choice "auto": text, then any number of calls
+  `[TOOL_CALLS]NAME[ARGS]{…}` (one when `parallel_tool_calls` is false);
+  "required" / named: at least one call and no text; named: only that tool.
+  Arguments follow the tool's schema unless it says `strict: false`.
+* response_format json_object / json_schema: the answer is that JSON.
+* The v3 JSON-array format (Mistral 7B v0.3) gets no call grammar.
+* Known gap: JSON strings are xgrammar text, which backends match against a
+  control token's spelling; the spelling-safe JSON of the section families
+  would close it once shared.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from backends.base import Grammar
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.tool_calls import arguments_schema
+from gateway.types import ChatRequest
+
+from .markers import ARGS, THINK, THINK_END, TOOL_CALLS
+
+Format = dict[str, Any]
+CONTROL = (TOOL_CALLS, ARGS, THINK, THINK_END)
+
+
+def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
+    """The grammar for `request` on a v11+ tekken vocabulary, or None when nothing constrains the output."""
+    tools = request.active_tools
+    schema = response_schema(request.response_format)
+    if not tools and schema is None:
+        return None
+    ids = {t: tokenizer.token_to_id(t) for t in CONTROL}
+    if None in ids.values():
+        return None  # a vocabulary without [ARGS] (v3) writes JSON arrays: no call grammar
+    token = lambda t: {"type": "token", "token": ids[t]}
+    text: Format = {"type": "any_tokens", "exclude_tokens": sorted(ids.values())}
+    thinking = {"type": "optional", "content": {"type": "sequence", "elements": [token(THINK), text, token(THINK_END)]}}
+    if tools:
+        names = {t["function"]["name"] for t in tools}
+        calls = [
+            _call(t, f"tools[{i}].function.parameters", token)
+            for i, t in enumerate(request.tools)
+            if t["function"]["name"] in names
+        ]
+        call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+        auto = request.tool_choice == "auto"
+        if isinstance(request.tool_choice, dict) or not request.parallel_tool_calls:
+            repeat = {"type": "optional", "content": call} if auto else call
+        else:
+            repeat = {"type": "star" if auto else "plus", "content": call}
+        answer = [text, repeat] if auto else [repeat]
+    else:
+        answer = [compact_json_format(schema, RESPONSE_SCHEMA_PARAM)]
+    fmt = {"type": "sequence", "elements": [thinking, *answer]}
+    return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
+
+
+def _call(tool: dict[str, Any], param: str, token: Any) -> Format:
+    fn = tool["function"]
+    schema = arguments_schema(tool)
+    parts = [token(TOOL_CALLS), {"type": "const_string", "value": fn["name"]}, token(ARGS)]
+    return {"type": "sequence", "elements": [*parts, compact_json_format(schema, param)]}

@@ -1,0 +1,72 @@
+"""What the family tests share: a tokenize-only model around an in-memory tokenizer, the check of a converted
+vocabulary against the fixtures' recorded ids, and replaying ids through a parser however they are split."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from canitoolcall.results import ParseResult
+from tokenizers import Tokenizer
+
+from backends.checkpoint import Checkpoint, ModelConfig
+from backends.detokenizer import Detokenizer
+from gateway.families.base import OutputParser
+from gateway.models.registry import ServedModel, served_model_from_checkpoint
+from tests.conformance.common import accumulate
+
+
+def tokenize_only_model(name: str, tokenizer: Tokenizer, family: str, context_length: int = 131072) -> ServedModel:
+    """The ServedModel `name` of `family` on `tokenizer`, with no backend; every added token is a control token."""
+    vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
+    config = ModelConfig(0, 0, 0, 0, 0, 0, 0.0, 0.0, vocab_size, context_length, False)
+    checkpoint = Checkpoint(
+        path=Path(name),
+        config=config,
+        tokenizer=tokenizer,
+        chat_template=None,
+        bos_token=None,
+        eos_token=None,
+        eos_token_ids=[],
+        control_token_ids=sorted(tokenizer.get_added_tokens_decoder()),
+    )
+    return served_model_from_checkpoint(name, checkpoint, family, None)
+
+
+def added_tokens(tokenizer: Tokenizer) -> dict[int, str]:
+    return {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
+
+
+def check_recorded_ids(tokenizer: Tokenizer, plain: Callable[[str], list[int]], fixtures: Iterable[Any]) -> int:
+    """Each fixture's ids decode to its text, and each run of ordinary ids is what the tokenizer makes of that run's
+    text (encoded with no added token matched); the number of fixtures checked."""
+    specials: Collection[int] = added_tokens(tokenizer)
+    checked = 0
+    for fixture in fixtures:
+        ids = list(fixture.output_token_ids)
+        assert tokenizer.decode(ids, skip_special_tokens=False) == fixture.raw_output, fixture.id
+        runs: list[list[int]] = [[]]
+        for token in ids:
+            runs.append([]) if token in specials else runs[-1].append(token)
+        for run in filter(None, runs):
+            assert plain(tokenizer.decode(run, skip_special_tokens=False)) == run, fixture.id
+        checked += 1
+    return checked
+
+
+def replay(parser: OutputParser, tokenizer: Tokenizer, ids: Sequence[int], cuts: Sequence[int] = ()) -> ParseResult:
+    """`ids` cut at `cuts`, detokenized by the gateway's Detokenizer and fed to `parser`; the merged result."""
+    pieces = Detokenizer(tokenizer, added_tokens(tokenizer))
+    deltas = []
+    for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
+        deltas += parser.feed(pieces.feed(ids[lo:hi]))
+    return accumulate(deltas + parser.feed(pieces.flush()) + parser.finish())
+
+
+def check_every_split(new_parser: Callable[[], OutputParser], tokenizer: Tokenizer, ids: Sequence[int]) -> None:
+    """The same result in one chunk, cut anywhere once, and one token per chunk."""
+    whole = replay(new_parser(), tokenizer, ids)
+    for cut in range(1, len(ids)):
+        assert replay(new_parser(), tokenizer, ids, [cut]) == whole, cut
+    assert replay(new_parser(), tokenizer, ids, range(1, len(ids))) == whole
