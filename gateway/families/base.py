@@ -71,6 +71,13 @@ class Family(ABC):
     def stop_token_ids(self) -> list[int]:
         """Token ids that end an assistant turn."""
 
+    def stop_ids_of(self, *spellings: str) -> list[int]:
+        """The ids of `spellings` this vocabulary has, then the checkpoint's eos ids, each once (a family's
+        `stop_token_ids` in one line)."""
+        tokenizer = self.context.tokenizer
+        ids = [tokenizer.token_to_id(spelling) for spelling in spellings] + list(self.context.eos_token_ids)
+        return list(dict.fromkeys(i for i in ids if i is not None))
+
     @abstractmethod
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         """The output constraint for this request's tools / response_format, or None.

@@ -38,8 +38,7 @@ class DeepSeekV41Family(Family):
         return render_prompt(request, self._thinking(request), effort_budget(request), self.style)
 
     def stop_token_ids(self) -> list[int]:
-        eos = self.context.tokenizer.token_to_id(EOS)
-        return sorted({*self.context.eos_token_ids, *([eos] if eos is not None else [])})
+        return self.stop_ids_of(EOS)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self._in_reasoning(request), self.dialect)

@@ -30,8 +30,7 @@ class Gemma4Family(Family):
         return render_request(template, request, self.context.bos_token, self.context.eos_token)
 
     def stop_token_ids(self) -> list[int]:
-        ids = [self.context.tokenizer.token_to_id(t) for t in STOP_TOKENS] + list(self.context.eos_token_ids)
-        return list(dict.fromkeys(i for i in ids if i is not None))
+        return self.stop_ids_of(*STOP_TOKENS)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self.context.tokenizer)

@@ -49,8 +49,7 @@ class Glm45Family(Family):
         )
 
     def stop_token_ids(self) -> list[int]:
-        ids = [self.context.tokenizer.token_to_id(t) for t in (END_OF_TEXT, USER, OBSERVATION)]
-        return list(dict.fromkeys([i for i in ids if i is not None] + list(self.context.eos_token_ids)))
+        return self.stop_ids_of(END_OF_TEXT, USER, OBSERVATION)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self._opens_reasoning(request, prompt))

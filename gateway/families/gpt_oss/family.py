@@ -32,9 +32,7 @@ class GptOssFamily(Family):
         return render_prompt(request)
 
     def stop_token_ids(self) -> list[int]:
-        tokenizer = self.context.tokenizer
-        ids = [tokenizer.token_to_id(t) for t in STOP_TOKENS] + list(self.context.eos_token_ids)
-        return list(dict.fromkeys(i for i in ids if i is not None))
+        return self.stop_ids_of(*STOP_TOKENS)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self.context.tokenizer)

@@ -33,9 +33,7 @@ class HermesFamily(Family):
         return render_prompt(request, self.template, self.context, self.default_system_message)
 
     def stop_token_ids(self) -> list[int]:
-        turn_end = self.context.tokenizer.token_to_id(TURN_END)
-        ids = ([turn_end] if turn_end is not None else []) + list(self.context.eos_token_ids)
-        return list(dict.fromkeys(ids))
+        return self.stop_ids_of(TURN_END)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self._opens_reasoning(request, prompt))

@@ -34,9 +34,7 @@ class KimiK3Family(Family):
         return render_prompt(request)
 
     def stop_token_ids(self) -> list[int]:
-        end = self.context.tokenizer.token_to_id(END_OF_MSG)
-        ids = ([end] if end is not None else []) + list(self.context.eos_token_ids)
-        return list(dict.fromkeys(ids))
+        return self.stop_ids_of(END_OF_MSG)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         always_strict = bool(self.context.options.get("strict_tools", False))

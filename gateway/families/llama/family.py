@@ -47,8 +47,7 @@ class Llama3Family(Family):
         return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
 
     def stop_token_ids(self) -> list[int]:
-        ids = [self.context.tokenizer.token_to_id(t) for t in self.stops] + list(self.context.eos_token_ids)
-        return list(dict.fromkeys(i for i in ids if i is not None))
+        return self.stop_ids_of(*self.stops)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, json_calls=self.syntax is LLAMA3_JSON)

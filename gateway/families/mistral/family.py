@@ -52,8 +52,7 @@ class MistralFamily(Family):
         )
 
     def stop_token_ids(self) -> list[int]:
-        ids = [self.context.tokenizer.token_to_id(EOS), *self.context.eos_token_ids]
-        return list(dict.fromkeys(i for i in ids if i is not None))
+        return self.stop_ids_of(EOS)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self.context.tokenizer)

@@ -29,9 +29,7 @@ class Qwen3XmlFamily(Family):
         return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
 
     def stop_token_ids(self) -> list[int]:
-        turn_end = self.context.tokenizer.token_to_id(TURN_END)
-        ids = ([turn_end] if turn_end is not None else []) + list(self.context.eos_token_ids)
-        return list(dict.fromkeys(ids))
+        return self.stop_ids_of(TURN_END)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self._opens_reasoning(request, prompt))
