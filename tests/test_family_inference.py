@@ -52,10 +52,15 @@ LLAMA4 = ["<|begin_of_text|>", "<|end_of_text|>", "<|header_start|>", "<|header_
 
 
 def synthetic_checkpoint(
-    directory: Path, added: list[str], model_type: str | None = "synthetic", template: str | None = None
+    directory: Path,
+    added: list[str],
+    model_type: str | None = "synthetic",
+    template: str | None = None,
+    architectures: tuple[str, ...] = (),
 ) -> Path:
     """A checkpoint with a tiny vocabulary plus `added` special tokens: a Hugging Face directory (config.json with
-    `model_type`) or, with no model type, a bare tokenizer.json; `template` in its tokenizer_config.json."""
+    `model_type` and `architectures`) or, with no model type, a bare tokenizer.json; `template` in its
+    tokenizer_config.json."""
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1}, unk_token="[UNK]"))
     tokenizer.add_special_tokens([AddedToken(text, special=True, normalized=False) for text in added])
@@ -63,7 +68,8 @@ def synthetic_checkpoint(
     (directory / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}), encoding="utf-8")
     if model_type is None:
         return directory / "tokenizer.json"
-    (directory / "config.json").write_text(json.dumps({"model_type": model_type}), encoding="utf-8")
+    config = {"model_type": model_type, "architectures": list(architectures)}
+    (directory / "config.json").write_text(json.dumps(config), encoding="utf-8")
     return directory
 
 
@@ -129,11 +135,18 @@ def test_templates_decide_between_formats_on_one_vocabulary() -> None:
         (KIMI_K2, "kimi_k2", None, "kimi_k2"),
         (KIMI_K3, "kimi_k3", None, "kimi_k3"),
         (GEMMA4, "gemma4", None, "gemma4"),
-        (LLAMA4, None, None, "llama4_pythonic"),
+        (LLAMA4, None, None, "llama4_pythonic"),  # a bare tokenizer.json
     ],
 )
 def test_synthetic_checkpoints(tmp_path: Path, added, model_type, template, family) -> None:
     assert infer_family(facts_of(synthetic_checkpoint(tmp_path, added, model_type, template))) == family
+
+
+def test_a_llama4_directory_is_read_as_llama4_not_as_a_llama_the_worker_runs(tmp_path: Path) -> None:
+    """Its config nests the layer sizes under text_config: it is read as tokenizer and template only."""
+    directory = synthetic_checkpoint(tmp_path, LLAMA4, "llama4", None, ("Llama4ForConditionalGeneration",))
+    facts = facts_of(directory)
+    assert facts.architecture == "llama4" and infer_family(facts) == "llama4_pythonic"
 
 
 def test_one_vocabulary_with_two_layouts_and_no_template_is_ambiguous(tmp_path: Path) -> None:
