@@ -213,7 +213,9 @@ def _byte_level_bpe(
 def _load_hf_dir(path: Path) -> Checkpoint:
     cfg = json.loads((path / "config.json").read_text())
     archs = cfg.get("architectures") or []
-    is_llama = cfg.get("model_type") in (None, "llama") or any("Llama" in a for a in archs)
+    model_type = cfg.get("model_type")
+    # Llama 4 (model_type "llama4", its layers under text_config) is not one the worker runs
+    is_llama = model_type in (None, "llama") or (model_type != "llama4" and any("Llama" in a for a in archs))
     tokenizer = _dir_tokenizer(path)
     tok_cfg: dict[str, Any] = {}
     if (path / "tokenizer_config.json").is_file():
@@ -227,7 +229,7 @@ def _load_hf_dir(path: Path) -> Checkpoint:
         _llama_config(cfg)
         if is_llama
         else _not_runnable(
-            str(cfg.get("model_type") or (archs[0] if archs else "unknown")),
+            str(model_type or (archs[0] if archs else "unknown")),
             int(cfg.get("vocab_size") or tokenizer.get_vocab_size(with_added_tokens=True)),
             int(cfg.get("max_position_embeddings", 4096)),
         )

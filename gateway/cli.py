@@ -11,7 +11,15 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from gateway.observability.access_log import LEVELS, configure_logging
-from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, default_config, load_config
+from gateway.process.config import (
+    BackendConfig,
+    ConfigError,
+    GatewayConfig,
+    ModelEntry,
+    default_config,
+    known_family,
+    load_config,
+)
 from gateway.process.limits import ServerLimits
 from policies import commands as policy_commands
 
@@ -45,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", type=Path, help="a GGUF file or Hugging Face directory to serve instead of the embedded model"
     )
     serve.add_argument("--model-id", help="the id clients use for --model (default: the file or directory name)")
-    serve.add_argument("--family", default="hermes", help="model family of --model (default: hermes)")
+    serve.add_argument(
+        "--family",
+        help="model family of --model (default: inferred from the checkpoint's architecture, chat template and "
+        "added tokens)",
+    )
     serve.add_argument(
         "--backend-url",
         action="append",
@@ -176,7 +188,7 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
         entry = ModelEntry(id=args.model_id or args.model.stem, family=args.family, checkpoint=args.model.resolve())
     elif args.model_id:
         entry.id = args.model_id
-    entry.family = args.family
+    entry.family = known_family(args.family, "--family")
     if args.default_max_tokens is not None or args.model:
         entry.default_max_tokens = args.default_max_tokens
     entry.backend = (
@@ -228,8 +240,14 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
             max_concurrency=limits.max_concurrency,
         )
         server_config = uvicorn.Config(
-            app, host=args.host, port=args.port, log_level="warning", access_log=False, log_config=None,
-            timeout_graceful_shutdown=args.drain_timeout, http=header_timeout_protocol(limits.header_timeout_s),
+            app,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+            access_log=False,
+            log_config=None,
+            timeout_graceful_shutdown=args.drain_timeout,
+            http=header_timeout_protocol(limits.header_timeout_s),
         )
         DrainingServer(server_config, drain, args.drain_delay).run()
     return 0

@@ -9,6 +9,7 @@ import pkgutil
 from functools import cache
 
 from gateway.families.base import Family
+from gateway.families.recognition import CheckpointFacts
 
 
 @cache
@@ -31,3 +32,25 @@ def get_family(name: str) -> type[Family]:
         return families()[name]
     except KeyError:
         raise ValueError(f"unknown model family {name!r}; known: {', '.join(families())}") from None
+
+
+class FamilyInferenceError(ValueError):
+    """No family, or more than one equally, recognises a checkpoint: the message says which and what to do."""
+
+
+def infer_family(facts: CheckpointFacts) -> str:
+    """The name of the one family that claims a checkpoint most strongly; FamilyInferenceError otherwise."""
+    scores = {name: family.claims(facts) for name, family in families().items()}
+    best = max(scores.values())
+    if best == 0:
+        raise FamilyInferenceError(
+            f"no model family recognises this checkpoint ({facts.describe()}); "
+            f"name one with --family (or `family:` in its config entry): {', '.join(scores)}"
+        )
+    winners = [name for name, score in scores.items() if score == best]
+    if len(winners) > 1:
+        raise FamilyInferenceError(
+            f"this checkpoint ({facts.describe()}) fits {' and '.join(winners)} equally; "
+            "name one with --family (or `family:` in its config entry)"
+        )
+    return winners[0]

@@ -46,6 +46,11 @@ class SectionMarkers:
     ignored: frozenset[str] = frozenset()
     """Tokens dropped wherever they appear (end-of-turn tokens a backend may pass through)."""
 
+    @property
+    def call_tokens(self) -> frozenset[str]:
+        """The spellings that structure sections and calls (a vocabulary that has them all speaks this format)."""
+        return frozenset({self.section_begin, self.section_end, self.call_begin, self.call_end, self.arguments_begin})
+
 
 CallSplitter = Callable[[str, str], "tuple[str, str] | None"]
 """(header, body) of one call → (tool name, JSON arguments text), or None when the call is malformed."""

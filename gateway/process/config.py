@@ -4,7 +4,8 @@ A YAML (or JSON) file:
 
     models:
       - id: smollm2-135m-instruct     # the id clients send as "model"
-        family: hermes                # gateway/families registry name
+        family: hermes                # gateway/families registry name; omitted = inferred from the
+                                      #   checkpoint (architecture, chat template, added tokens)
         checkpoint: /path/to/model    # GGUF file, HF directory, tokenizer.json, or package:NAME
                                       # (tokenizer.json of an installed package); omitted = embedded
         options: {}                   # family options, e.g. chat_template: <jinja text>
@@ -95,7 +96,8 @@ class BackendConfig:
 @dataclass
 class ModelEntry:
     id: str
-    family: str = "hermes"
+    family: str | None = None
+    """A gateway/families registry name; None: inferred from the checkpoint at start-up."""
     checkpoint: Path | str | None = None
     """A path, or a `package:NAME` reference (see backends.checkpoint.load_checkpoint)."""
     options: dict[str, Any] = field(default_factory=dict)
@@ -183,13 +185,24 @@ def _model_entry(raw: Any, where: str, base: Path) -> ModelEntry:
         raise ConfigError(f"{where}.options: expected a mapping")
     return ModelEntry(
         id=raw["id"],
-        family=raw.get("family", "hermes"),
+        family=known_family(raw.get("family"), f"{where}.family"),
         checkpoint=checkpoint,
         options=options,
         default_max_tokens=default_max_tokens,
         backend=backend,
         max_running=max_running,
     )
+
+
+def known_family(name: Any, where: str) -> str | None:
+    """`name` when it is a registered family (None stays None: the family is inferred); ConfigError otherwise."""
+    if name is None:
+        return None
+    from gateway.families import families  # imports every family: only when one is named
+
+    if not isinstance(name, str) or name not in families():
+        raise ConfigError(f"{where}: unknown model family {name!r}; known: {', '.join(families())}")
+    return name
 
 
 def _backend(raw: dict, where: str) -> BackendConfig:

@@ -9,11 +9,13 @@ from contextlib import ExitStack
 from importlib.metadata import version
 
 from backends.base import Backend
-from backends.checkpoint import load_checkpoint
+from backends.checkpoint import Checkpoint, load_checkpoint
 from backends.discovery import DNSService
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from backends.vllm import VLLMBackend
+from gateway.families import FamilyInferenceError, infer_family
+from gateway.families.recognition import CheckpointFacts
 from gateway.models.registry import ModelRegistry, ServedModel, served_model_from_checkpoint
 from gateway.process.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig, ModelEntry
 from gateway.process.supervisor import WorkerSpec, WorkerSupervisor
@@ -33,14 +35,23 @@ def start_models(config: GatewayConfig, stack: ExitStack) -> ModelRegistry:
 def _start_model(entry: ModelEntry, stack: ExitStack, background: list[Callable[[], Awaitable[None]]]) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load_checkpoint(entry.checkpoint)
+    family = entry.family or _inferred_family(entry.id, checkpoint)
     backend = _start_backend(entry, stack, background)
-    model = served_model_from_checkpoint(
-        entry.id, checkpoint, entry.family, backend, entry.options, entry.default_max_tokens
-    )
+    model = served_model_from_checkpoint(entry.id, checkpoint, family, backend, entry.options, entry.default_max_tokens)
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)
     model.grammar_target = entry.backend.xgrammar or PINNED_XGRAMMAR.get(entry.backend.type) or version("xgrammar")
     return model
+
+
+def _inferred_family(model_id: str, checkpoint: Checkpoint) -> str:
+    """The family the checkpoint says it is (before any worker starts); the error names the model otherwise."""
+    try:
+        name = infer_family(CheckpointFacts.of(checkpoint))
+    except FamilyInferenceError as exc:
+        raise FamilyInferenceError(f"{model_id}: {exc}") from None
+    _say(f"{model_id}: family {name}, inferred from the checkpoint")
+    return name
 
 
 def _start_backend(

@@ -14,16 +14,22 @@ from typing import ClassVar
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
+from gateway.families.recognition import Recognition
 from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import EOS, GROUNDING, V4, V32, V41, Dialect
+from .markers import ASSISTANT, DSML, EOS, GROUNDING, TOOL_SEP, USER, V4, V32, V41, Dialect
 from .modes import effort_budget, thinking_enabled
 from .parser import SECTIONS, DsmlParser, split_v3_call, split_v31_call
 from .prompt import V4_STYLE, V41_STYLE, Style, prompt_ends_in_reasoning, render_prompt
 from .prompt_v32 import render_prompt_v32
+
+V3_TOKENS = frozenset({USER, ASSISTANT, *SECTIONS.call_tokens})
+"""V3's chat and tool-call tokens, kept by every later version: V3 to V3.2 differ only in templates and config."""
+V4_TOKENS = frozenset({USER, ASSISTANT, DSML, *GROUNDING})
+"""What V4's vocabulary adds: the DSML token and the grounding tokens. V4 and V4.1 share it (and ship no template)."""
 
 
 class DeepSeekV41Family(Family):
@@ -33,6 +39,8 @@ class DeepSeekV41Family(Family):
     keep_in_assistant = GROUNDING
     dialect: ClassVar[Dialect] = V41
     style: ClassVar[Style] = V41_STYLE
+    recognition = (Recognition(tokens=V4_TOKENS), Recognition(tokens=V4_TOKENS, template=(V41.calls_open,)))
+    """The V4 vocabulary alone means V4.1, the newest format on it; V4 needs a template that says so, or a name."""
 
     def render(self, request: ChatRequest) -> str:
         return render_prompt(request, self._thinking(request), effort_budget(request), self.style)
@@ -59,6 +67,7 @@ class DeepSeekV4Family(DeepSeekV41Family):
     name = "deepseek_v4"
     dialect = V4
     style = V4_STYLE
+    recognition = (Recognition(tokens=V4_TOKENS, template=(V4.calls_open,)),)
 
 
 class DeepSeekV32Family(DeepSeekV41Family):
@@ -66,6 +75,10 @@ class DeepSeekV32Family(DeepSeekV41Family):
 
     name = "deepseek_v32"
     dialect = V32
+    recognition = (
+        Recognition(tokens=V3_TOKENS, architectures=frozenset({"deepseek_v32"})),  # V3.2 ships no Jinja template
+        Recognition(tokens=V3_TOKENS, template=(V32.calls_open,)),
+    )
 
     def render(self, request: ChatRequest) -> str:
         return render_prompt_v32(request, self._thinking(request))
@@ -77,6 +90,7 @@ class DeepSeekV3Family(TemplatedSectionFamily):
     name = "deepseek_v3"
     markers = SECTIONS
     stop_tokens = (EOS,)
+    recognition = (Recognition(tokens=V3_TOKENS, template=("```json",)),)  # V3 / R1 templates fence the arguments
 
     def split_call(self, header: str, body: str) -> tuple[str, str] | None:
         return split_v3_call(header, body)
@@ -89,6 +103,7 @@ class DeepSeekV31Family(DeepSeekV3Family):
     """DeepSeek V3.1: `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>` and bare JSON arguments."""
 
     name = "deepseek_v31"
+    recognition = (Recognition(tokens=V3_TOKENS, template=(f"['name'] + '{TOOL_SEP}'",)),)  # the name, then the sep
 
     def split_call(self, header: str, body: str) -> tuple[str, str] | None:
         return split_v31_call(header, body)

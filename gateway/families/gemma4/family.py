@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
+from gateway.families.recognition import Recognition
 from gateway.families.templates import render_request
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import STOP_TOKENS
+from .markers import CHANNEL, CHANNEL_END, STOP_TOKENS, TOOL_CALL, TOOL_CALL_END, TURN, TURN_END
 from .parser import Gemma4Parser
 
 
@@ -22,6 +23,7 @@ class Gemma4Family(Family):
     """
 
     name = "gemma4"
+    recognition = (Recognition(tokens=frozenset({TURN, TURN_END, TOOL_CALL, TOOL_CALL_END, CHANNEL, CHANNEL_END})),)
 
     def render(self, request: ChatRequest) -> str:
         template = self.context.options.get("chat_template") or self.context.chat_template

@@ -6,10 +6,19 @@ from functools import cached_property
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
+from gateway.families.recognition import Recognition
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START, TURN_END, prompt_opens_reasoning
+from .markers import (
+    THINK_END,
+    THINK_START,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    TURN_END,
+    TURN_START,
+    prompt_opens_reasoning,
+)
 from .parser import HermesParser
 from .prompt import choose_template, default_system_message, render_prompt
 
@@ -19,6 +28,10 @@ class HermesFamily(Family):
 
     name = "hermes"
     keep_in_assistant = frozenset({THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END})
+    recognition = (
+        Recognition(tokens=frozenset({TURN_START, TURN_END})),  # ChatML (the embedded SmolLM2)
+        Recognition(tokens=frozenset({TURN_START, TURN_END, TOOL_CALL_START, TOOL_CALL_END})),  # Qwen2.5 / Qwen3
+    )
 
     @cached_property
     def template(self) -> str:

@@ -7,12 +7,13 @@ from functools import cached_property
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
+from gateway.families.recognition import Recognition
 from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
 from gateway.types import ChatRequest
 
 from .grammar import ControlIds, build_grammar
-from .markers import END_OF_MSG, IM_END, K2_SECTIONS
+from .markers import CLOSE, END_OF_MSG, IM_END, K2_SECTIONS, OPEN, SEP
 from .parser import KimiK3Parser, split_k2_call
 from .prompt import open_channel, render_prompt
 
@@ -25,6 +26,7 @@ class KimiK3Family(Family):
     """
 
     name = "kimi_k3"
+    recognition = (Recognition(tokens=frozenset({OPEN, CLOSE, SEP, END_OF_MSG})),)
 
     @cached_property
     def control_ids(self) -> ControlIds:
@@ -50,6 +52,7 @@ class KimiK2Family(TemplatedSectionFamily):
     name = "kimi_k2"
     markers = K2_SECTIONS
     stop_tokens = (IM_END,)
+    recognition = (Recognition(tokens=frozenset({IM_END, *K2_SECTIONS.call_tokens})),)
 
     def split_call(self, header: str, body: str) -> tuple[str, str] | None:
         return split_k2_call(header, body)

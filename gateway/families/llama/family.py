@@ -10,12 +10,23 @@ from backends.base import Grammar
 from backends.quicktok_vocab import LLAMA3_PATTERN, quicktok_data, read_vocab
 from backends.tiktoken_bpe import tokenizer_from_ranks
 from gateway.families.base import Family, OutputParser
+from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import LLAMA3_STOPS, LLAMA4_STOPS, llama31_specials
+from .markers import (
+    END_HEADER,
+    EOT,
+    EOT4,
+    HEADER_END,
+    HEADER_START,
+    LLAMA3_STOPS,
+    LLAMA4_STOPS,
+    START_HEADER,
+    llama31_specials,
+)
 from .parser import LLAMA3_JSON, LLAMA4_PYTHONIC, CallSyntax, LlamaParser
 from .prompt import render_native
 
@@ -35,6 +46,7 @@ class Llama3Family(Family):
     name = "llama3_json"
     syntax: CallSyntax = LLAMA3_JSON
     stops: tuple[str, ...] = LLAMA3_STOPS
+    recognition = (Recognition(tokens=frozenset({START_HEADER, END_HEADER, EOT})),)
 
     @cached_property
     def template(self) -> str | None:
@@ -65,6 +77,7 @@ class Llama4Family(Llama3Family):
     name = "llama4_pythonic"
     syntax = LLAMA4_PYTHONIC
     stops = LLAMA4_STOPS
+    recognition = (Recognition(tokens=frozenset({HEADER_START, HEADER_END, EOT4})),)
 
     def render(self, request: ChatRequest) -> str:
         if self.template is None:

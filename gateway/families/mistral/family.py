@@ -12,13 +12,16 @@ from tokenizers import Tokenizer
 from backends.base import Grammar
 from backends.tekken import load_tekken
 from gateway.families.base import Family, OutputParser
+from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import EOS, TEKKEN_SPECIALS
+from .markers import EOS, INST, INST_END, TEKKEN_SPECIALS, TEXT_THINK, TOOL_CALLS
 from .parser import MistralParser
 from .prompt import render_native
+
+MISTRAL_TOKENS = frozenset({INST, INST_END, TOOL_CALLS})
 
 
 @cache
@@ -38,6 +41,7 @@ class MistralFamily(Family):
 
     name = "mistral"
     text_think = False
+    recognition = (Recognition(tokens=MISTRAL_TOKENS),)
 
     @cached_property
     def template(self) -> str | None:
@@ -66,6 +70,7 @@ class MistralTextThinkFamily(MistralFamily):
 
     name = "mistral_text_think"
     text_think = True
+    recognition = (Recognition(tokens=MISTRAL_TOKENS, template=(TEXT_THINK,)),)  # a template that asks for `<think>`
 
 
 FAMILIES = (MistralFamily, MistralTextThinkFamily)

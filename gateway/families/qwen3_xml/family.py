@@ -6,13 +6,27 @@ from functools import cached_property
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
+from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START, TURN_END, prompt_opens_reasoning
+from .markers import (
+    FUNCTION_OPEN,
+    PARAMETER_OPEN,
+    QWEN35_VOCABULARY,
+    THINK_END,
+    THINK_START,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    TURN_END,
+    TURN_START,
+    prompt_opens_reasoning,
+)
 from .parser import Qwen3XmlParser
 from .prompt import BUILTIN_TEMPLATE
+
+CHATML_CALLS = frozenset({TURN_START, TURN_END, TOOL_CALL_START, TOOL_CALL_END})
 
 
 class Qwen3XmlFamily(Family):
@@ -20,6 +34,10 @@ class Qwen3XmlFamily(Family):
 
     name = "qwen3_xml"
     keep_in_assistant = frozenset({THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END})
+    recognition = (
+        Recognition(tokens=CHATML_CALLS, template=(FUNCTION_OPEN, PARAMETER_OPEN)),  # Qwen3-Coder's template
+        Recognition(tokens=CHATML_CALLS | QWEN35_VOCABULARY),  # Qwen3.5's vocabulary, with or without template
+    )
 
     @cached_property
     def template(self) -> str:
