@@ -162,9 +162,9 @@ def test_a_control_token_after_calls_is_dropped(tokenizer: Tokenizer) -> None:
 
 def test_grammar_forces_calls_only_when_required(tokenizer: Tokenizer, plain) -> None:
     ask = lambda **kw: ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], **kw)
-    assert build_grammar(ask(), json_calls=True) is None
-    assert build_grammar(ask(tool_choice="required"), json_calls=False) is None
-    grammar = build_grammar(ask(tool_choice="required"), json_calls=True)
+    assert build_grammar(ask(), tokenizer, json_calls=True) is None
+    assert build_grammar(ask(tool_choice="required"), tokenizer, json_calls=False) is None
+    grammar = build_grammar(ask(tool_choice="required"), tokenizer, json_calls=True)
     strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
     info = xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[EOT])
     compiled = xg.GrammarCompiler(info).compile_structural_tag(grammar.text)
@@ -181,6 +181,8 @@ def test_grammar_forces_calls_only_when_required(tokenizer: Tokenizer, plain) ->
     assert not accepts('{"name": "get_weather", "parameters": {"town": "Oslo"}}')
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     assert (
-        build_grammar(ask(response_format={"type": "json_schema", "json_schema": {"schema": schema}}), True).kind
+        build_grammar(
+            ask(response_format={"type": "json_schema", "json_schema": {"schema": schema}}), tokenizer, True
+        ).kind
         == "ebnf"
     )

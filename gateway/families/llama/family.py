@@ -51,7 +51,7 @@ class Llama3Family(Family):
         return list(dict.fromkeys(i for i in ids if i is not None))
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, json_calls=self.syntax is LLAMA3_JSON)
+        return build_grammar(request, self.context.tokenizer, json_calls=self.syntax is LLAMA3_JSON)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return LlamaParser(self.syntax)
