@@ -163,25 +163,18 @@ def may_write(pattern: str, chars: str = "<") -> bool:
 
 
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
-_NUMBERED = re.compile(r"^(\D+?_)\d+\W*$")
-"""A numbered reserved token (`<|reserved_special_token_7|>`, `<SPECIAL_42>`, `<|reserved_200013|>`): its prefix."""
-_MIN_RUN = 8
-"""Numbered tokens sharing a prefix that are excluded by the prefix alone (one string instead of hundreds)."""
+EXCLUDED_CHARS = 5
+"""A vocabulary's spelling is excluded by its first characters: `<|eot`, `[TOOL`, `<|res` (every reserved token);
+a string holding those is excluded too (it can still be written escaped). xgrammar's compile time grows with the
+excluded characters: whole spellings cost 3-5x (bench/family_grammar_bench.py)."""
 
 
+@lru_cache(maxsize=16)
 def control_spellings(tokenizer: Any) -> tuple[str, ...]:
-    """What JSON strings must not contain on `tokenizer` (a `tokenizers.Tokenizer`): its special added tokens'
-    spellings that start with ASCII punctuation (all of them in the families' vocabularies), a run of numbered
-    reserved ones by their shared prefix (text holding the prefix is excluded too)."""
+    """What JSON strings must not contain on `tokenizer` (a `tokenizers.Tokenizer`): the first EXCLUDED_CHARS of each
+    special added token that starts with ASCII punctuation (every one in the families' vocabularies)."""
     specials = (t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special)
-    spelled = sorted(s for s in specials if _PUNCTUATION.match(s))  # see json_value_ebnf
-    prefixes: dict[str, list[str]] = {}
-    for s in spelled:
-        if (m := _NUMBERED.match(s)) is not None:
-            prefixes.setdefault(m.group(1), []).append(s)
-    runs = {p for p, members in prefixes.items() if len(members) >= _MIN_RUN}
-    kept = [s for s in spelled if not any(s.startswith(p) for p in runs)]
-    return tuple(sorted(runs)) + tuple(kept)
+    return tuple(sorted({s[:EXCLUDED_CHARS] for s in specials if _PUNCTUATION.match(s)}))
 
 
 def safe_json_format(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> dict[str, Any]:
