@@ -23,6 +23,7 @@ from gateway.families.gemma4.markers import (
     TURN_END,
 )
 from gateway.families.gemma4.parser import Malformed, Quoted, read_call
+from gateway.grammars.compat import newer_features
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 from tests.family_checks import check_every_split, replay, tokenize_only_model
@@ -129,3 +130,73 @@ def test_grammar(tokenizer: Tokenizer) -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     json_answer = ChatRequest(messages=[], response_format={"type": "json_schema", "json_schema": {"schema": schema}})
     assert accepts(json_answer, '{"n": 1}') and not accepts(json_answer, "one")
+
+
+# --- typed arguments in Gemma's object notation (structural-tag formats, xgrammar 0.2.7 / 0.2.8) ---
+
+TYPED = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "days": {"type": "integer"},
+        "unit": {"enum": ["c", "f"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "opts": {"type": "object", "properties": {"deep": {"type": "boolean"}}, "required": ["deep"]},
+    },
+    "required": ["city"],
+}
+
+
+@pytest.fixture(scope="module")
+def gemma_compiler(tokenizer: Tokenizer) -> xg.GrammarCompiler:
+    strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
+    return xg.GrammarCompiler(xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[261]))
+
+
+def takes(tokenizer, compiler, parameters: dict[str, Any], *parts: str, strict: bool | None = None) -> bool:
+    fn: dict[str, Any] = {"name": "f", "parameters": parameters}
+    if strict is not None:
+        fn["strict"] = strict
+    request = ChatRequest(messages=[], tools=[{"type": "function", "function": fn}], tool_choice="required")
+    grammar = build_grammar(request, tokenizer)
+    assert grammar is not None and newer_features(grammar) == []
+    matcher = xg.GrammarMatcher(compiler.compile_structural_tag(grammar.text))
+    ids = ids_of(tokenizer, TOOL_CALL, "call:f", *parts, TOOL_CALL_END)
+    return all(matcher.accept_token(t) for t in ids) and matcher.accept_token(261)
+
+
+def test_typed_arguments_follow_the_schema(tokenizer, gemma_compiler) -> None:
+    ok = lambda *parts, **kw: takes(tokenizer, gemma_compiler, TYPED, *parts, **kw)
+    assert ok("{city:", QUOTE, "Oslo", QUOTE, "}")
+    assert ok("{city:", QUOTE, "Oslo", QUOTE, ",days:-3,unit:", QUOTE, "f", QUOTE, ",tags:[", QUOTE, "a", QUOTE, ",",
+              QUOTE, "b, c", QUOTE, "],opts:{deep:true}}")  # fmt: skip
+    assert not ok("{days:3}")  # required city missing
+    assert not ok("{city:", QUOTE, "Oslo", QUOTE, ",days:", QUOTE, "3", QUOTE, "}")  # a string for an integer
+    assert not ok("{city:", QUOTE, "Oslo", QUOTE, ",unit:", QUOTE, "k", QUOTE, "}")  # not in the enum
+    assert not ok("{city:", QUOTE, "Oslo", QUOTE, ",rm:1}")  # undeclared key
+    assert ok("{days:", QUOTE, "x", QUOTE, "}", strict=False)  # strict false: free text
+
+
+def test_what_the_typed_grammar_takes_the_parser_reads(tokenizer, gemma_compiler) -> None:
+    parts = ("{city:", QUOTE, "Oslo", QUOTE, ",days:-3,tags:[", QUOTE, "a", QUOTE, "],opts:{deep:false}}")
+    assert takes(tokenizer, gemma_compiler, TYPED, *parts)
+    call = parse(tokenizer, ids_of(tokenizer, TOOL_CALL, "call:f", *parts, TOOL_CALL_END)).tool_calls[0]
+    assert json.loads(call.arguments_raw) == {"city": "Oslo", "days": -3, "tags": ["a"], "opts": {"deep": False}}
+
+
+def test_a_string_closes_only_at_the_quote_token(tokenizer, gemma_compiler) -> None:
+    """The quote's spelling is text inside a string; no other control token can enter one."""
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, TYPED, *parts)
+    assert ok("{city:", QUOTE, 'a <|"|> b', QUOTE, "}")
+    assert not ok("{city:", QUOTE, 'a<|"|>}')  # the spelled quote does not close the string
+    assert not ok("{city:", QUOTE, "a", TOOL_CALL_END, "b", QUOTE, "}")
+    assert not ok("{city:", QUOTE, "a", CHANNEL, "b", QUOTE, "}")
+
+
+def test_schemas_that_cannot_be_spelled_out_keep_free_text(tokenizer, gemma_compiler) -> None:
+    recursive = {"type": "object", "properties": {"n": {"$ref": "#"}}}
+    assert takes(tokenizer, gemma_compiler, recursive, "{anything:", QUOTE, "x", QUOTE, "}")
+    optional_only = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": ["string", "null"]}}}
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, optional_only, *parts)
+    assert ok("{}") and ok("{b:null}") and ok("{a:1.5e-05,b:", QUOTE, "x", QUOTE, "}")
+    assert not ok("{,b:null}") and not ok("{a:1,}")

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer
 from gateway.families.gpt_oss import HarmonyParser, harmony_tokenizer
 from gateway.families.gpt_oss.grammar import build_grammar
 from gateway.families.gpt_oss.markers import CALL, CHANNEL, CONSTRAIN, CONTROL_TOKENS, END, MESSAGE, RETURN, START
+from gateway.grammars.compat import newer_features
 from gateway.models.registry import ServedModel
 from gateway.types import ChatRequest
 from tests.family_checks import check_every_split, check_recorded_ids, replay, tokenize_only_model
@@ -300,3 +301,71 @@ def test_response_format_constrains_the_final_answer(tokenizer, plain, compiler)
     )
     assert accepts(tokenizer, plain, compiler, request, THINK + f'{CHANNEL}final{MESSAGE}{{"n": 3}}{RETURN}')
     assert not accepts(tokenizer, plain, compiler, request, THINK + FINAL_HI)
+
+
+# --- seed 001: no control token inside a value (the vocabulary spells control tokens as text, as SGLang/vLLM) ---
+
+
+def test_the_compiler_vocabulary_spells_control_tokens_as_text(compiler: xg.GrammarCompiler, tokenizer) -> None:
+    """Why the hole is real: xgrammar treats only empty-string tokens as special, and here none is."""
+    info = xg.TokenizerInfo(
+        [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())],
+        vocab_type=xg.VocabType.BYTE_LEVEL,
+        stop_token_ids=[PUBLISHED["<|endoftext|>"]],
+    )
+    assert info.decoded_vocab[PUBLISHED[CALL]] == CALL.encode()
+
+
+def call_with_city(city: str, spelled: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
+    return CALL_WEATHER.replace('"Paris"', json.dumps(city, ensure_ascii=False)), {"spelled": spelled}
+
+
+@pytest.mark.parametrize("marker", [CALL, END, RETURN, MESSAGE, START])
+def test_no_control_token_inside_an_argument_string(tokenizer, plain, compiler, marker: str) -> None:
+    request = chat({"role": "user", "content": "x"}, tools=[WEATHER], tool_choice="required")
+    output, kw = call_with_city(f"a{marker}b")
+    assert not accepts(tokenizer, plain, compiler, request, output, **kw)  # the marker as its token
+    escaped = CALL_WEATHER.replace('"Paris"', json.dumps(f"a{marker}b", ensure_ascii=True).replace("<", "\\u003c"))
+    assert accepts(tokenizer, plain, compiler, request, escaped)
+
+
+def test_a_reserved_token_cannot_enter_a_value_either(tokenizer, plain, compiler) -> None:
+    """`<|reserved_200013|>` and its siblings are excluded by their shared prefix."""
+    request = chat({"role": "user", "content": "x"}, tools=[WEATHER], tool_choice="required")
+    head, tail = CALL_WEATHER.split("Paris")
+    matcher = xg.GrammarMatcher(compiler.compile_structural_tag(build_grammar(request, tokenizer).text))
+    assert all(matcher.accept_token(t) for t in ids_of(plain, head))
+    reserved = tokenizer.token_to_id("<|reserved_200013|>")
+    assert reserved is not None and not matcher.accept_token(reserved)
+    assert all(matcher.accept_token(t) for t in ids_of(plain, "Paris" + tail))
+
+
+def test_no_control_token_inside_the_final_json(tokenizer, plain, compiler) -> None:
+    schema = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 8}}, "required": ["s"]}
+    request = chat(
+        {"role": "user", "content": "x"},
+        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+    )
+    final = lambda s: THINK + f'{CHANNEL}final{MESSAGE}{{"s": {s}}}{RETURN}'
+    assert accepts(tokenizer, plain, compiler, request, final('"ok"'))
+    assert not accepts(tokenizer, plain, compiler, request, final(f'"{RETURN}"'))
+    assert not accepts(tokenizer, plain, compiler, request, final('"a<b"'))  # bounded: `<` only escaped
+    assert accepts(tokenizer, plain, compiler, request, final('"a\\u003cb"'))
+
+
+def test_strict_true_refuses_a_schema_whose_literal_spells_a_control_token(tokenizer) -> None:
+    from gateway.grammars.json import SchemaGrammarError
+
+    spelled = {"type": "object", "properties": {"k": {"const": f"x{CALL}"}}, "required": ["k"]}
+    strict = {"type": "function", "function": {"name": "f", "parameters": spelled, "strict": True}}
+    with pytest.raises(SchemaGrammarError) as error:
+        build_grammar(chat({"role": "user", "content": "x"}, tools=[strict]), tokenizer)
+    assert error.value.param == "tools[0].function.parameters"
+    omitted = {"type": "function", "function": {"name": "f", "parameters": spelled}}
+    assert build_grammar(chat({"role": "user", "content": "x"}, tools=[omitted]), tokenizer) is not None
+
+
+def test_five_tool_grammar_compiles_on_the_harmony_vocabulary(tokenizer, compiler) -> None:
+    tools = [{"type": "function", "function": {**WEATHER["function"], "name": f"tool_{i}"}} for i in range(5)]
+    grammar = build_grammar(chat({"role": "user", "content": "x"}, tools=tools), tokenizer)
+    assert newer_features(grammar) == [] and compiler.compile_structural_tag(grammar.text) is not None

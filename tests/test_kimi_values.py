@@ -305,7 +305,7 @@ def test_value_grammars_use_nothing_newer_than_the_pinned_xgrammar(vocab) -> Non
 )
 def test_scan(pattern: str, anchored: bool, lt: bool) -> None:
     facts = scan(pattern)
-    assert facts is not None and (facts.anchored, facts.may_match_lt) == (anchored, lt)
+    assert facts is not None and (facts.anchored, facts.may_match) == (anchored, lt)
 
 
 @pytest.mark.parametrize("pattern", ["^(?=x)x$", "^\\p{L}$", "^[a-z", "^(a$", "^\\1$", "^\\u12$"])

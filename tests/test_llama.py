@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from gateway.families.llama import LLAMA3_JSON, LLAMA4_PYTHONIC, LlamaParser, llama3_tokenizer
 from gateway.families.llama.grammar import build_grammar
 from gateway.families.llama.parser import CallSyntax, pythonic_calls
+from gateway.grammars.json import SchemaGrammarError
 from gateway.models.registry import ServedModel
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest, Piece
@@ -162,9 +163,9 @@ def test_a_control_token_after_calls_is_dropped(tokenizer: Tokenizer) -> None:
 
 def test_grammar_forces_calls_only_when_required(tokenizer: Tokenizer, plain) -> None:
     ask = lambda **kw: ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], **kw)
-    assert build_grammar(ask(), json_calls=True) is None
-    assert build_grammar(ask(tool_choice="required"), json_calls=False) is None
-    grammar = build_grammar(ask(tool_choice="required"), json_calls=True)
+    assert build_grammar(ask(), tokenizer, json_calls=True) is None
+    assert build_grammar(ask(tool_choice="required"), tokenizer, json_calls=False) is None
+    grammar = build_grammar(ask(tool_choice="required"), tokenizer, json_calls=True)
     strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
     info = xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[EOT])
     compiled = xg.GrammarCompiler(info).compile_structural_tag(grammar.text)
@@ -181,6 +182,66 @@ def test_grammar_forces_calls_only_when_required(tokenizer: Tokenizer, plain) ->
     assert not accepts('{"name": "get_weather", "parameters": {"town": "Oslo"}}')
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     assert (
-        build_grammar(ask(response_format={"type": "json_schema", "json_schema": {"schema": schema}}), True).kind
+        build_grammar(
+            ask(response_format={"type": "json_schema", "json_schema": {"schema": schema}}), tokenizer, True
+        ).kind
         == "ebnf"
     )
+
+
+# --- seed 001: no control token inside a value (the vocabulary spells control tokens as text, as SGLang/vLLM) ---
+
+
+@pytest.fixture(scope="module")
+def compiler(tokenizer: Tokenizer) -> xg.GrammarCompiler:
+    strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
+    return xg.GrammarCompiler(xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[EOT]))
+
+
+def takes(tokenizer, plain, compiler, request: ChatRequest, *parts: str | int) -> bool:
+    grammar = build_grammar(request, tokenizer, json_calls=True)
+    compiled = (
+        compiler.compile_structural_tag(grammar.text)
+        if grammar.kind == "structural_tag"
+        else compiler.compile_grammar(grammar.text)
+    )
+    matcher = xg.GrammarMatcher(compiled)
+    return all(matcher.accept_token(t) for t in ids_of(plain, *parts)) and matcher.accept_token(EOT)
+
+
+def required(*tools: dict[str, Any]) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": "x"}], tools=list(tools), tool_choice="required")
+
+
+RESERVED_5 = 128013  # <|reserved_special_token_5|>
+
+
+@pytest.mark.parametrize("token", [PYTHON_TAG, EOM, START_HEADER, BOT, RESERVED_5])
+def test_no_control_token_inside_an_argument_string(tokenizer, plain, compiler, token: int) -> None:
+    head = '{"name": "get_weather", "parameters": {"city": "a'
+    assert not takes(tokenizer, plain, compiler, required(WEATHER), head, token, 'b"}}')
+    spelled = tokenizer.id_to_token(token).replace("<", "\\u003c")
+    assert takes(tokenizer, plain, compiler, required(WEATHER), head + spelled + 'b"}}')
+
+
+def test_strict_omitted_enforces_and_strict_false_relaxes(tokenizer, plain, compiler) -> None:
+    relaxed = {"type": "function", "function": {**WEATHER["function"], "strict": False}}
+    assert not takes(tokenizer, plain, compiler, required(WEATHER), '{"name": "get_weather", "parameters": {"n": 1}}')
+    assert takes(tokenizer, plain, compiler, required(relaxed), '{"name": "get_weather", "parameters": {"n": 1}}')
+    spelled = {"type": "object", "properties": {"k": {"enum": ["<|eot_id|>"]}}}
+    strict = {"type": "function", "function": {"name": "f", "parameters": spelled, "strict": True}}
+    with pytest.raises(SchemaGrammarError):
+        build_grammar(required(strict), tokenizer, json_calls=True)
+    omitted = {"type": "function", "function": {"name": "f", "parameters": spelled}}
+    assert takes(tokenizer, plain, compiler, required(omitted), '{"name": "f", "parameters": {"k": "x"}}')
+
+
+def test_no_control_token_inside_the_response_json(tokenizer, plain, compiler) -> None:
+    schema = {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]}
+    ask = ChatRequest(
+        messages=[{"role": "user", "content": "x"}],
+        response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}},
+    )
+    assert takes(tokenizer, plain, compiler, ask, '{"s": "fine"}')
+    assert not takes(tokenizer, plain, compiler, ask, '{"s": "', PYTHON_TAG, '"}')
+    assert not takes(tokenizer, plain, compiler, ask, '{"t": "fine"}')

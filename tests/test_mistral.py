@@ -13,6 +13,8 @@ from tokenizers import Tokenizer
 
 from gateway.families.mistral import MistralParser, tekken_tokenizer
 from gateway.families.mistral.grammar import build_grammar
+from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.safe_json import control_spellings
 from gateway.models.registry import ServedModel
 from gateway.types import ChatRequest, Piece
 from tests.family_checks import check_every_split, check_recorded_ids, replay, tokenize_only_model
@@ -168,3 +170,68 @@ def test_grammar(tokenizer: Tokenizer, plain, compiler) -> None:
     assert not accepts(tokenizer, plain, compiler, ask(parallel_tool_calls=False), *call, *call)
     spelled = ("[TOOL_CALLS]get_weather[ARGS]", '{"city": "Oslo"}')  # spellings, not control tokens
     assert not accepts(tokenizer, plain, compiler, ask(tool_choice="required"), *spelled)
+
+
+# --- seed 001: no control token inside a value (the vocabulary spells control tokens as text, as SGLang/vLLM) ---
+
+
+def required(*tools: dict[str, Any], **kw: Any) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": "x"}], tools=list(tools), tool_choice="required", **kw)
+
+
+def one_arg(schema: dict[str, Any], strict: bool | None = None) -> dict[str, Any]:
+    fn: dict[str, Any] = {"name": "f", "parameters": {"type": "object", "properties": {"x": schema}, "required": ["x"]}}
+    return {"type": "function", "function": fn if strict is None else {**fn, "strict": strict}}
+
+
+@pytest.mark.parametrize("token", [CALLS, ARGS, THINK, THINK_END, CALL_ID, INST, 999])
+def test_no_control_token_inside_an_argument_string(tokenizer, plain, compiler, token: int) -> None:
+    head = (CALLS, "get_weather", ARGS, '{"city": "a')
+    assert not accepts(tokenizer, plain, compiler, required(WEATHER), *head, token, 'b"}')
+    escaped = tokenizer.id_to_token(token).replace("[", "\\u005b").replace("<", "\\u003c")
+    assert accepts(tokenizer, plain, compiler, required(WEATHER), *head, escaped + 'b"}')
+
+
+def test_bounded_strings_take_the_first_characters_only_escaped(tokenizer, plain, compiler) -> None:
+    """A length-bounded string cannot use the dispatch that excludes whole spellings: `[` and `<` go escaped."""
+    bounded = required(one_arg({"type": "string", "maxLength": 12}))
+    call = lambda value: (CALLS, "f", ARGS, f'{{"x": {value}}}')
+    assert accepts(tokenizer, plain, compiler, bounded, *call('"a b"'))
+    assert not accepts(tokenizer, plain, compiler, bounded, *call('"[ARGS]"'))
+    assert accepts(tokenizer, plain, compiler, bounded, *call('"\\u005bARGS]"'))
+    assert not accepts(tokenizer, plain, compiler, bounded, *call('"abcdefghijklm"'))  # maxLength still enforced
+
+
+def test_patterns_that_could_write_a_bracket_are_dropped(tokenizer, plain, compiler) -> None:
+    call = lambda value: (CALLS, "f", ARGS, f'{{"x": "{value}"}}')
+    digits = required(one_arg({"type": "string", "pattern": "^[0-9]+$"}))
+    assert accepts(tokenizer, plain, compiler, digits, *call("42"))
+    assert not accepts(tokenizer, plain, compiler, digits, *call("4x"))
+    brackets = required(one_arg({"type": "string", "pattern": "^\\[[A-Z]+\\]$"}))
+    assert accepts(tokenizer, plain, compiler, brackets, *call("anything"))  # dropped: it could spell [ARGS]
+    assert not accepts(tokenizer, plain, compiler, brackets, *call("[ARGS]"))
+
+
+def test_strict_omitted_true_and_false(tokenizer, plain, compiler) -> None:
+    typed = lambda strict: required(one_arg({"type": "integer"}, strict))
+    call = lambda value: (CALLS, "f", ARGS, f'{{"x": {value}}}')
+    assert accepts(tokenizer, plain, compiler, typed(None), *call("3"))
+    assert not accepts(tokenizer, plain, compiler, typed(None), *call('"three"'))
+    assert accepts(tokenizer, plain, compiler, typed(False), *call('"three"'))
+    with pytest.raises(SchemaGrammarError):
+        build_grammar(required(one_arg({"const": "[TOOL_CALLS]"}, strict=True)), tokenizer)
+    assert build_grammar(required(one_arg({"const": "[TOOL_CALLS]"})), tokenizer) is not None
+
+
+def test_no_control_token_inside_the_response_json(tokenizer, plain, compiler) -> None:
+    schema = {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    ask = ChatRequest(messages=[{"role": "user", "content": "x"}], response_format=fmt)
+    assert accepts(tokenizer, plain, compiler, ask, '{"s": "fine"}')
+    assert not accepts(tokenizer, plain, compiler, ask, '{"s": "', CALLS, '"}')
+
+
+def test_the_excluded_spellings_are_the_specials_first_characters(tokenizer: Tokenizer) -> None:
+    """`<SPEC` covers the 980 `<SPECIAL_n>` tokens; `[TOOL` covers `[TOOL_CALLS]` and its siblings."""
+    spellings = control_spellings(tokenizer)
+    assert {"<SPEC", "[TOOL", "[ARGS", "[THIN", "[/THI", "</s>"} <= set(spellings) and len(spellings) == 22

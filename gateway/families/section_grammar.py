@@ -27,8 +27,8 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.families.token_sections import SectionMarkers
-from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
-from gateway.grammars.safe_json import json_value_ebnf
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
+from gateway.grammars.safe_json import safe_json_format
 from gateway.types import ChatRequest
 
 Format = dict[str, Any]
@@ -91,11 +91,11 @@ def build_section_grammar(
         if request.tool_choice != "auto":
             answer = section
         elif schema is not None:
-            answer = _or([section, _json(schema, ids, RESPONSE_SCHEMA_PARAM, _strict_response(request))])
+            answer = _or([section, _json(schema, ids, RESPONSE_SCHEMA_PARAM, response_strict(request.response_format))])
         else:
             answer = _seq(_text(ids), {"type": "optional", "content": section})
     else:
-        answer = _json(schema, ids, RESPONSE_SCHEMA_PARAM, _strict_response(request))
+        answer = _json(schema, ids, RESPONSE_SCHEMA_PARAM, response_strict(request.response_format))
     if in_reasoning and ids.think_end is not None:
         reasoning = {"type": "any_tokens", "exclude_tokens": [ids.think_end]}
         answer = _seq(reasoning, _token(ids.think_end), answer)
@@ -121,23 +121,8 @@ def _call(index: int, tool: dict[str, Any], ids: SectionIds, layout: CallLayout)
 
 
 def _json(schema: Any, ids: SectionIds, param: str, strict: bool) -> Format:
-    """Compact JSON for `schema` free of control spellings. A schema without such a grammar is a
-    SchemaGrammarError (a 400 naming `param`) when the client asked for `strict`, else any JSON object."""
-    try:
-        ebnf = json_value_ebnf(schema, ids.spellings, param, strict)
-    except SchemaGrammarError:
-        if strict:
-            raise
-        ebnf = None
-    if ebnf is None:
-        if strict:
-            raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
-        ebnf = json_value_ebnf(_ANY_OBJECT, ids.spellings, param, False)
-    return {"type": "grammar", "grammar": ebnf}
-
-
-def _strict_response(request: ChatRequest) -> bool:
-    return ((request.response_format or {}).get("json_schema") or {}).get("strict") is True
+    """Compact JSON for `schema` free of control spellings (see `safe_json_format`)."""
+    return safe_json_format(schema, ids.spellings, param, strict)
 
 
 def _text(ids: SectionIds) -> Format:

@@ -41,6 +41,11 @@ def response_schema(response_format: dict[str, Any] | None) -> dict[str, Any] | 
     return None
 
 
+def response_strict(response_format: dict[str, Any] | None) -> bool:
+    """Whether a json_schema response_format says `strict: true` (its schema must then be enforced whole)."""
+    return (((response_format or {}).get("json_schema") or {}).get("strict")) is True
+
+
 def compact_json_ebnf(schema: Any, param: str) -> str:
     """EBNF for one-line JSON matching `schema`; SchemaGrammarError (with `param`) if it has none."""
     try:

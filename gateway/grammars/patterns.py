@@ -1,9 +1,9 @@
 """What a JSON-schema `pattern` can produce, read from its source without running it.
 
 The grammars that keep control tokens out of values (safe_json.py) need one
-fact about a pattern before they let xgrammar enforce it as text: whether any string it matches can hold `<`, the first character of
-every control-token spelling (a pattern that cannot write `<` cannot write a
-control token either). The scan over-approximates: every character class, `.`,
+fact about a pattern before they let xgrammar enforce it as text: whether any string it matches can hold one of
+the first characters of the control-token spellings (`<`, or `[` for Mistral: a pattern that cannot write them
+cannot write a control token either). The scan over-approximates: every character class, `.`,
 escape and literal counts wherever it appears, so "cannot hold `<`" is never
 wrong; a pattern it does not understand is reported as None. It also reports
 whether the pattern is anchored at both ends (`^…$` with no top-level `|`,
@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-LT = 0x3C
 _CLASS_ESCAPES = {"d": False, "w": False, "s": False, "D": True, "W": True, "S": True}
-"""Class escapes and whether they match `<`."""
+"""Class escapes and whether they match a scanned character (ASCII punctuation, which `\\d`, `\\w`, `\\s` never match)."""
+_PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _CONTROL_POINTS = {"n": 10, "r": 13, "t": 9, "f": 12, "v": 11, "0": 0, "b": 8}
 _CONTROL_ESCAPES = frozenset("nrtfv0")
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -29,8 +29,8 @@ _QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 class PatternFacts:
     anchored: bool
     """`^` first, an unescaped `$` last, no `|` outside groups."""
-    may_match_lt: bool
-    """Some string the pattern matches may contain `<`."""
+    may_match: bool
+    """Some string the pattern matches may contain one of the scanned characters (`<` unless told)."""
     largest_count: int
     """The largest bound of a counted repetition (0 when there is none)."""
 
@@ -39,19 +39,22 @@ class _Unknown(Exception):
     """Syntax the scan does not follow."""
 
 
-def scan(pattern: str) -> PatternFacts | None:
-    """The facts of `pattern`; None when its syntax is not understood."""
+def scan(pattern: str, chars: str = "<") -> PatternFacts | None:
+    """The facts of `pattern` about `chars` (ASCII punctuation); None when its syntax is not understood."""
+    if not chars or not all(c.isascii() and _PUNCTUATION.fullmatch(c) for c in chars):
+        raise ValueError("the scanned characters must be ASCII punctuation")
     try:
-        return _Scanner(pattern).run()
+        return _Scanner(pattern, frozenset(map(ord, chars))).run()
     except _Unknown:
         return None
 
 
 class _Scanner:
-    def __init__(self, pattern: str):
+    def __init__(self, pattern: str, points: frozenset[int]):
         self.p = pattern
+        self.points = points
         self.i = 0
-        self.lt = False
+        self.hit = False
         self.count = 0
         self.depth = 0
         self.top_level_or = False
@@ -64,11 +67,11 @@ class _Scanner:
             c = p[self.i]
             self.i += 1
             if c == "\\":
-                self.lt |= self._escape(in_class=False)[1]
+                self.hit |= self._escape(in_class=False)[1]
             elif c == "[":
-                self.lt |= self._char_class()
+                self.hit |= self._char_class()
             elif c == ".":
-                self.lt = True
+                self.hit = True
             elif c == "(":
                 self.depth += 1
                 self._group_head()
@@ -87,11 +90,11 @@ class _Scanner:
             elif c in "^$":
                 self.inner_anchor = True
             else:
-                self.lt |= c == "<"
+                self.hit |= ord(c) in self.points
         if self.depth:
             raise _Unknown
         anchored = starts and ends and not self.top_level_or and not self.inner_anchor
-        return PatternFacts(anchored, self.lt, self.count)
+        return PatternFacts(anchored, self.hit, self.count)
 
     def _group_head(self) -> None:
         """Consumes `?:` or `?<name>` after `(`; lookarounds and other `(?` forms are not followed."""
@@ -114,7 +117,7 @@ class _Scanner:
 
     def _escape(self, in_class: bool) -> tuple[int | None, bool]:
         """The escape after a backslash at `self.i`: (its code point, None for a class escape; whether it can
-        match `<`). Consumes it."""
+        match a scanned character). Consumes it."""
         if self.i >= len(self.p):
             raise _Unknown
         c = self.p[self.i]
@@ -123,7 +126,7 @@ class _Scanner:
             return None, _CLASS_ESCAPES[c]
         if c in "xu":
             point = self._code_point(c)
-            return point, point == LT
+            return point, point in self.points
         if c in _CONTROL_ESCAPES or (c == "b" and in_class):
             return _CONTROL_POINTS[c], False
         if c == "c" and self.i < len(self.p) and self.p[self.i].isascii() and self.p[self.i].isalpha():
@@ -131,7 +134,7 @@ class _Scanner:
             return ord(self.p[self.i - 1]) % 32, False
         if c.isalnum():  # \b \B \p{…} \k<…> \1 …: assertions and escapes the scan does not model
             raise _Unknown
-        return ord(c), c == "<"
+        return ord(c), ord(c) in self.points
 
     def _code_point(self, kind: str) -> int:
         """The code point of a `\\xHH`, `\\uHHHH` or `\\u{H…}` escape, after its letter; consumes it."""
@@ -151,30 +154,30 @@ class _Scanner:
         return int(digits, 16)
 
     def _class_atom(self) -> tuple[int | None, bool]:
-        """One class member at `self.i`: (its code point, None for a class escape; whether it matches `<`)."""
+        """One class member at `self.i`: (its code point, None for a class escape; whether it matches a scanned character)."""
         c = self.p[self.i]
         self.i += 1
         if c == "\\":
             return self._escape(in_class=True)
-        return ord(c), c == "<"
+        return ord(c), ord(c) in self.points
 
     def _char_class(self) -> bool:
-        """Whether the class after `[` can match `<` (`[]` matches nothing, `[^]` anything); consumes it."""
+        """Whether the class after `[` can match a scanned character (`[]` matches nothing, `[^]` anything); consumes it."""
         p = self.p
         negated = p.startswith("^", self.i)
         self.i += negated
-        listed_lt = False
+        listed = False
         while True:
             if self.i >= len(p):
                 raise _Unknown
             if p[self.i] == "]":
                 self.i += 1
-                return listed_lt != negated
+                return listed != negated
             low, matches = self._class_atom()
             if low is not None and p.startswith("-", self.i) and self.i + 1 < len(p) and p[self.i + 1] != "]":
                 self.i += 1
                 high, _ = self._class_atom()
                 if high is None or high < low:
                     raise _Unknown
-                matches = low <= LT <= high
-            listed_lt |= matches
+                matches = any(low <= p <= high for p in self.points)
+            listed |= matches

@@ -8,11 +8,12 @@ spelling, and a token-aware parser then reads structure inside a value. Here
 JSON values are compact one-line JSON (`gateway.grammars.json`: `", "` and
 `": "`) whose string content is an xgrammar `TagDispatch` that excludes the
 spellings (a JSON string can still hold them escaped, as `\\u003c…`);
-length-bounded strings take `<` only as an escape. `pattern`s that could match
-`<` and the formats whose grammar can write `<` are dropped from the schema; a
+length-bounded strings take the spellings' first characters (`<`, and `[` for
+Mistral's `[TOOL_CALLS]`…) only as escapes. `pattern`s that could match one of
+them and the formats whose grammar can write one are dropped from the schema; a
 schema with a literal that spells a control token, or a `patternProperties` key
-pattern that could match `<`, has no safe JSON grammar (None). Every spelling
-must start with `<`.
+pattern that could match a first character, has no safe JSON grammar (None).
+Every spelling must start with ASCII punctuation.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from gateway.grammars.patterns import scan
 
 UNSAFE_FORMATS = frozenset({"email", "idn-email", "json-pointer", "relative-json-pointer"})
 """String formats whose xgrammar 0.2.9 grammar can write `<` (email's quoted local part, JSON pointers)."""
+_UNSAFE_FORMATS_BY_FIRST = {"<": UNSAFE_FORMATS, "[": UNSAFE_FORMATS | {"uri-template"}}
+"""The same for each first character checked (uri-template's literal parts take `[`); any other drops every format."""
 
 _SUBSCHEMAS = (
     "items",
@@ -48,42 +51,49 @@ _SUBSCHEMAS = (
 """Keywords whose value is a schema or a list of schemas."""
 _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
+_PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
 
 
 def _safe_string_sub(spellings: tuple[str, ...]) -> str:
     """JSON string content (after the opening quote) as a TagDispatch: escapes allowed, the spellings excluded."""
+    excludes = ['"\\""', *(f'"\\x{i:02x}"' for i in range(1, 32)), *(json.dumps(s) for s in spellings)]
+    # NUL cannot be an exclude string; strict JSON rejects it
     return (
         'basic_string_sub ::= safe_string_text "\\""\n'
-        'safe_string_text ::= TagDispatch(("\\\\", basic_escape), loop_after_dispatch=true, excludes=("\\"", '
-        + "".join(f'"\\x{i:02x}", ' for i in range(1, 32))  # NUL cannot be an exclude string; strict JSON rejects it
-        + ", ".join(json.dumps(s) for s in spellings)
+        'safe_string_text ::= TagDispatch(("\\\\", basic_escape), loop_after_dispatch=true, excludes=('
+        + ", ".join(excludes)
         + "))"
     )
 
 
 def json_value_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
-    """Compact JSON matching `schema` with none of `spellings` (each starting with `<`) in any string; None
-    when there is none.
+    """Compact JSON matching `schema` with none of `spellings` (each starting with ASCII punctuation) in any
+    string; None when there is none.
 
     Raises SchemaGrammarError (with `param`, or the path of the offending pattern) when xgrammar cannot use the
     schema; a pattern it cannot use is dropped instead, unless `strict`.
     """
-    if not all(s.startswith("<") for s in spellings):
-        raise ValueError("every excluded spelling must start with '<'")
+    firsts = "".join(sorted({s[:1] for s in spellings}))
+    if not all(c.isascii() and _PUNCTUATION.fullmatch(c) for c in firsts):
+        raise ValueError("every excluded spelling must start with ASCII punctuation")
     return _json_value_ebnf(json.dumps(schema, ensure_ascii=False), spellings, param, strict)
 
 
 @lru_cache(maxsize=1024)
 def _json_value_ebnf(schema_json: str, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
-    schema = _spell_safe(json.loads(schema_json), param, strict)
+    firsts = "".join(sorted({s[0] for s in spellings}))
+    schema = _spell_safe(json.loads(schema_json), param, strict, firsts)
     if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
         return None  # a property name, enum or const value spells a control token
     ebnf = compact_json_ebnf(schema, param)
     if any(s in ebnf for s in spellings) or len(_STRING_SUB.findall(ebnf)) != 1:
         return None  # a literal (property name, enum, const) spells a control token, or xgrammar's rules changed
     ebnf = _STRING_SUB.sub(lambda _: _safe_string_sub(spellings), ebnf)
-    return _BOUNDED_CHARS.sub(lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\<] | ("\\\\" basic_escape))', ebnf)
+    bounded = "".join("\\" + c if c in "\\]^-[" else c for c in firsts)
+    return _BOUNDED_CHARS.sub(
+        lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\{bounded}] | ("\\\\" basic_escape))', ebnf
+    )
 
 
 def _literals(schema: Any) -> list[str]:
@@ -103,29 +113,32 @@ def _literals(schema: Any) -> list[str]:
     return found
 
 
-def _spell_safe(schema: Any, path: str, strict: bool) -> Any:
-    """`schema` without the string keywords whose grammar could write `<`; None when a key pattern could."""
+def _spell_safe(schema: Any, path: str, strict: bool, firsts: str) -> Any:
+    """`schema` without the string keywords whose grammar could write one of `firsts`; None when a key pattern
+    could."""
     if isinstance(schema, list):
-        items = [_spell_safe(s, f"{path}[{i}]", strict) for i, s in enumerate(schema)]
+        items = [_spell_safe(s, f"{path}[{i}]", strict, firsts) for i, s in enumerate(schema)]
         return None if any(i is None for i in items) else items
     if not isinstance(schema, dict):
         return schema
     out = dict(schema)
     pattern = out.get("pattern")
-    if isinstance(pattern, str) and (not usable_pattern(pattern, f"{path}.pattern", strict) or may_write_lt(pattern)):
+    if isinstance(pattern, str) and (
+        not usable_pattern(pattern, f"{path}.pattern", strict) or may_write(pattern, firsts)
+    ):
         del out["pattern"]
-    if out.get("format") in UNSAFE_FORMATS:
+    if "format" in out and any(out["format"] in _UNSAFE_FORMATS_BY_FIRST.get(c, (out["format"],)) for c in firsts):
         del out["format"]
-    if isinstance(out.get("patternProperties"), dict) and any(map(may_write_lt, out["patternProperties"])):
+    if isinstance(out.get("patternProperties"), dict) and any(may_write(k, firsts) for k in out["patternProperties"]):
         return None
     for key in _SUBSCHEMAS:
         if isinstance(out.get(key), (dict, list)):
-            out[key] = _spell_safe(out[key], f"{path}.{key}", strict)
+            out[key] = _spell_safe(out[key], f"{path}.{key}", strict, firsts)
             if out[key] is None:
                 return None
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
-            mapped = {k: _spell_safe(v, f"{path}.{key}.{k}", strict) for k, v in out[key].items()}
+            mapped = {k: _spell_safe(v, f"{path}.{key}.{k}", strict, firsts) for k, v in out[key].items()}
             if any(v is None for v in mapped.values()):
                 return None
             out[key] = mapped
@@ -143,7 +156,44 @@ def usable_pattern(pattern: str, param: str, strict: bool) -> bool:
     return True
 
 
-def may_write_lt(pattern: str) -> bool:
-    """Whether a string matching `pattern` may contain `<` (True when the pattern is not understood)."""
-    facts = scan(pattern)
-    return facts is None or facts.may_match_lt
+def may_write(pattern: str, chars: str = "<") -> bool:
+    """Whether a string matching `pattern` may contain one of `chars` (True when the pattern is not understood)."""
+    facts = scan(pattern, chars)
+    return facts is None or facts.may_match
+
+
+_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+EXCLUDED_CHARS = 5
+"""A vocabulary's spelling is excluded by its first characters: `<|eot`, `[TOOL`, `<|res` (every reserved token);
+a string holding those is excluded too (it can still be written escaped). xgrammar's compile time grows with the
+excluded characters: whole spellings cost 3-5x (bench/family_grammar_bench.py)."""
+
+
+@lru_cache(maxsize=16)
+def control_spellings(tokenizer: Any) -> tuple[str, ...]:
+    """What JSON strings must not contain on `tokenizer` (a `tokenizers.Tokenizer`): the first EXCLUDED_CHARS of each
+    special added token that starts with ASCII punctuation (every one in the families' vocabularies)."""
+    specials = (t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special)
+    return tuple(sorted({s[:EXCLUDED_CHARS] for s in specials if _PUNCTUATION.match(s)}))
+
+
+def safe_json_format(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> dict[str, Any]:
+    """A structural-tag `grammar` format for compact JSON matching `schema` with no spelling in a string. A schema
+    without such a grammar is a SchemaGrammarError (a 400 naming `param`) when the client asked for `strict`,
+    else any JSON object (seed 001: an omitted `strict` enforces what can be enforced)."""
+    return {"type": "grammar", "grammar": safe_json_ebnf(schema, spellings, param, strict)}
+
+
+def safe_json_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> str:
+    """The EBNF of `safe_json_format`."""
+    try:
+        ebnf = json_value_ebnf(schema, spellings, param, strict)
+    except SchemaGrammarError:
+        if strict:
+            raise
+        ebnf = None
+    if ebnf is None:
+        if strict:
+            raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
+        ebnf = json_value_ebnf(_ANY_OBJECT, spellings, param, False)
+    return ebnf

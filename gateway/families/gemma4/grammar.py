@@ -11,10 +11,15 @@ Policy:
   `parallel_tool_calls` is false); "required" / named: calls only, at least
   one; named: only that tool. A call is `<|tool_call>call:NAME{…}<tool_call|>`
   with a declared NAME.
-* response_format json_object / json_schema: the answer is that JSON.
-* Known gap: the arguments inside `{…}` are free text (no control token but
-  `<|"|>`): Gemma's object notation has no grammar in xgrammar before 0.2.9
-  (`json_schema` style `gemma`), so argument schemas are not enforced.
+* Arguments follow the tool's schema (unless it says `strict: false`) in
+  Gemma's object notation, built from structural-tag formats (arguments.py):
+  strings between two `<|"|>` TOKENS, so a string can neither be closed by the
+  quote's spelling nor hold the quote token. xgrammar's own `gemma` style needs
+  0.2.9 and, being text, would take the quote's spelling for the token. A
+  schema those formats cannot spell out (`$ref`, free-form objects or values,
+  deep nesting) keeps free text inside `{…}` (no control token but `<|"|>`).
+* response_format json_object / json_schema: the answer is that JSON, no
+  control token's spelling in a string (`gateway.grammars.safe_json`).
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ import json
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
+from gateway.grammars.safe_json import control_spellings, safe_json_format
+from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
-from .markers import CALL_PREFIX, CHANNEL, CHANNEL_END, TOOL_CALL, TOOL_CALL_END
+from .arguments import ArgumentFormats
+from .markers import CALL_PREFIX, CHANNEL, CHANNEL_END, QUOTE, TOOL_CALL, TOOL_CALL_END
 
 Format = dict[str, Any]
 
@@ -48,12 +56,15 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
     text: Format = {"type": "any_tokens", "exclude_tokens": sorted(ids.values())}
     reasoning = {"type": "optional", "content": _seq(token(CHANNEL), text, token(CHANNEL_END))}
     if not tools:
-        return _structural_tag(_seq(reasoning, compact_json_format(schema, RESPONSE_SCHEMA_PARAM)))
-    names = [t["function"]["name"] for t in tools]
-    calls = [
-        _seq(token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{n}{{"}, text, token(TOOL_CALL_END))
-        for n in names
-    ]
+        strict = response_strict(request.response_format)
+        answer = safe_json_format(schema, control_spellings(tokenizer), RESPONSE_SCHEMA_PARAM, strict)
+        return _structural_tag(_seq(reasoning, answer))
+    quote = tokenizer.token_to_id(QUOTE)
+    values = None
+    if quote is not None:
+        raw = {"type": "any_tokens", "exclude_tokens": sorted({*ids.values(), quote})}
+        values = ArgumentFormats({"type": "token", "token": quote}, raw)
+    calls = [_call(t, token, text, values) for t in tools]
     call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
     auto = request.tool_choice == "auto"
     if isinstance(request.tool_choice, dict) or not request.parallel_tool_calls:
@@ -63,6 +74,19 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
             _seq(text, {"type": "star", "content": _seq(call, text)}) if auto else {"type": "plus", "content": call}
         )
     return _structural_tag(_seq(reasoning, answer))
+
+
+def _call(tool: dict[str, Any], token: Any, text: Format, values: ArgumentFormats | None) -> Format:
+    """`<|tool_call>call:NAME{…}<tool_call|>`: arguments by the schema where it can be spelled out, else free text."""
+    name = tool["function"]["name"]
+    arguments = None if values is None else values.arguments(arguments_schema(tool))
+    if arguments is None:
+        return _seq(
+            token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{name}{{"}, text, token(TOOL_CALL_END)
+        )
+    return _seq(
+        token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{name}"}, arguments, token(TOOL_CALL_END)
+    )
 
 
 def _structural_tag(fmt: Format) -> Grammar:

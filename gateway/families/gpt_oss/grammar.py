@@ -14,11 +14,14 @@ Policy:
   (a call ends the turn). "required" / named: a call must come; named: only
   that tool.
 * Arguments follow the tool's schema unless the tool says `strict: false`
-  (then any JSON object).
+  (then any JSON object); a schema with no spelling-safe grammar is a 400 with
+  `strict: true`, else any JSON object.
 * response_format json_object / json_schema: the final answer is that JSON.
-* Known gap: JSON string values are xgrammar text, which backends match
-  against a control token's spelling; the Kimi K3 family's spelling-safe JSON
-  (`kimi_k3/values.py`) would close it once it is shared.
+* No string in the JSON can hold a control token's spelling (the vocabulary's
+  special tokens, `<|reserved_…` by its prefix), so a backend whose xgrammar
+  vocabulary spells control tokens as text (SGLang, vLLM) cannot put `<|call|>`
+  inside a value (`gateway.grammars.safe_json`); the text can still be written
+  escaped (`\\u003c|call|>`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
+from gateway.grammars.safe_json import control_spellings, safe_json_format
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
@@ -42,6 +46,8 @@ class ControlIds:
     """Harmony's control-token ids in the served vocabulary, by spelling."""
 
     ids: dict[str, int]
+    spellings: tuple[str, ...]
+    """What no JSON string may contain (`safe_json.control_spellings`)."""
 
     @classmethod
     def of(cls, tokenizer: Any) -> ControlIds:
@@ -50,7 +56,7 @@ class ControlIds:
         missing = [t for t, i in ids.items() if i is None]
         if missing:
             raise ValueError(f"the tokenizer lacks Harmony control tokens {', '.join(missing)}")
-        return cls(ids)
+        return cls(ids, control_spellings(tokenizer))
 
     def token(self, spelling: str) -> Format:
         return {"type": "token", "token": self.ids[spelling]}
@@ -80,7 +86,7 @@ def message(ids: ControlIds, channel: str, body: Format, end: str) -> list[Forma
 def call(ids: ControlIds, tool: dict[str, Any], param: str) -> Format:
     """One call of `tool`, recipient in the role part as gpt-oss generates it, arguments as compact JSON."""
     fn = tool["function"]
-    schema = arguments_schema(tool)
+    arguments = safe_json_format(arguments_schema(tool), ids.spellings, param, fn.get("strict") is True)
     return _seq(
         _const(f" to=functions.{fn['name']}"),
         ids.token(CHANNEL),
@@ -88,7 +94,7 @@ def call(ids: ControlIds, tool: dict[str, Any], param: str) -> Format:
         ids.token(CONSTRAIN),
         _const("json"),
         ids.token(MESSAGE),
-        compact_json_format(schema, param),
+        arguments,
         ids.token(CALL),
     )
 
@@ -106,7 +112,8 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
         before.append(_seq(*message(ids, COMMENTARY, ids.text(), END), *next_message))
     answers: list[Format] = []
     if request.tool_choice == "auto" or not tools:
-        body = ids.text() if schema is None else compact_json_format(schema, RESPONSE_SCHEMA_PARAM)
+        strict = response_strict(request.response_format)
+        body = ids.text() if schema is None else safe_json_format(schema, ids.spellings, RESPONSE_SCHEMA_PARAM, strict)
         answers.append(_seq(*message(ids, FINAL, body, RETURN)))
     names = {t["function"]["name"] for t in tools}
     answers += [

@@ -45,7 +45,7 @@ def pattern_ebnf(pattern: str, param: str, strict: bool) -> str | None:
     if not usable_pattern(pattern, param, strict):
         return None
     facts = scan(pattern)
-    if facts is None or not facts.anchored or facts.may_match_lt:
+    if facts is None or not facts.anchored or facts.may_match:
         return None
     if len(pattern) > MAX_PATTERN_CHARS or facts.largest_count > MAX_PATTERN_COUNT:
         return None

@@ -62,7 +62,7 @@ class Llama3Family(Family):
         return self.stop_ids_of(*self.stops)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, json_calls=self.syntax is LLAMA3_JSON)
+        return build_grammar(request, self.context.tokenizer, json_calls=self.syntax is LLAMA3_JSON)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return LlamaParser(self.syntax)

@@ -11,9 +11,11 @@ Policy:
   answer that starts with `{`.
 * response_format json_object / json_schema (without forced calls): the answer is that JSON.
 * Llama 4's pythonic calls get no call grammar (only response_format).
-* Known gap: JSON strings are xgrammar text, which backends match against a
-  control token's spelling (`<|eot_id|>` inside a value); the spelling-safe
-  JSON of the section families would close it once shared.
+* No JSON string can hold a control token's spelling (the vocabulary's
+  special tokens, `<|reserved_special_token_…` by its prefix), so a backend
+  whose xgrammar vocabulary spells control tokens as text (SGLang, vLLM)
+  cannot put `<|eot_id|>` inside a value (`gateway.grammars.safe_json`); a
+  schema with no such grammar is a 400 with `strict: true`, else any object.
 """
 
 from __future__ import annotations
@@ -22,36 +24,33 @@ import json
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.json import (
-    RESPONSE_SCHEMA_PARAM,
-    compact_json_format,
-    compact_json_grammar,
-    response_schema,
-)
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
+from gateway.grammars.safe_json import control_spellings, safe_json_ebnf, safe_json_format
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
 
-def call_tag(tool: dict[str, Any], param: str) -> dict[str, Any]:
-    """One Llama 3 call of `tool`: its name, then arguments by its schema."""
+def call_tag(tool: dict[str, Any], param: str, spellings: tuple[str, ...]) -> dict[str, Any]:
+    """One Llama 3 call of `tool`: its name, then arguments by its schema with none of `spellings` in a string."""
     fn = tool["function"]
-    schema = arguments_schema(tool)
     name = json.dumps(fn["name"], ensure_ascii=False)
     return {
         "type": "tag",
         "begin": f'{{"name": {name}, "parameters": ',
-        "content": compact_json_format(schema, param),
+        "content": safe_json_format(arguments_schema(tool), spellings, param, fn.get("strict") is True),
         "end": "}",
     }
 
 
-def build_grammar(request: ChatRequest, json_calls: bool) -> Grammar | None:
-    """The grammar for `request`; `json_calls`: the Llama 3 JSON call syntax (else Llama 4 pythonic)."""
+def build_grammar(request: ChatRequest, tokenizer: Any, json_calls: bool) -> Grammar | None:
+    """The grammar for `request` on `tokenizer`; `json_calls`: the Llama 3 JSON call syntax (else Llama 4
+    pythonic)."""
     tools = request.active_tools
     if tools and request.tool_choice != "auto" and json_calls:
         names = {t["function"]["name"] for t in tools}
+        spellings = control_spellings(tokenizer)
         tags = [
-            call_tag(t, f"tools[{i}].function.parameters")
+            call_tag(t, f"tools[{i}].function.parameters", spellings)
             for i, t in enumerate(request.tools)
             if t["function"]["name"] in names
         ]
@@ -62,4 +61,5 @@ def build_grammar(request: ChatRequest, json_calls: bool) -> Grammar | None:
     schema = response_schema(request.response_format)
     if schema is None or (tools and request.tool_choice != "auto"):
         return None
-    return compact_json_grammar(schema, RESPONSE_SCHEMA_PARAM)
+    strict = response_strict(request.response_format)
+    return Grammar("ebnf", safe_json_ebnf(schema, control_spellings(tokenizer), RESPONSE_SCHEMA_PARAM, strict))

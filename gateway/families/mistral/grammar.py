@@ -13,9 +13,12 @@ Policy:
   Arguments follow the tool's schema unless it says `strict: false`.
 * response_format json_object / json_schema: the answer is that JSON.
 * The v3 JSON-array format (Mistral 7B v0.3) gets no call grammar.
-* Known gap: JSON strings are xgrammar text, which backends match against a
-  control token's spelling; the spelling-safe JSON of the section families
-  would close it once shared.
+* No JSON string can hold a control token's spelling (the vocabulary's
+  special tokens: `[TOOL_CALLS]`, `</s>`, … and `<SPECIAL_…` by its prefix), so a
+  backend whose xgrammar vocabulary spells control tokens as text (SGLang,
+  vLLM) cannot put `[ARGS]` inside a value (`gateway.grammars.safe_json`;
+  length-bounded strings take `<` and `[` only escaped); a schema with no such
+  grammar is a 400 with `strict: true`, else any object.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ import json
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, compact_json_format, response_schema
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
+from gateway.grammars.safe_json import control_spellings, safe_json_format
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
@@ -45,11 +49,12 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
         return None  # a vocabulary without [ARGS] (v3) writes JSON arrays: no call grammar
     token = lambda t: {"type": "token", "token": ids[t]}
     text: Format = {"type": "any_tokens", "exclude_tokens": sorted(ids.values())}
+    spellings = control_spellings(tokenizer)
     thinking = {"type": "optional", "content": {"type": "sequence", "elements": [token(THINK), text, token(THINK_END)]}}
     if tools:
         names = {t["function"]["name"] for t in tools}
         calls = [
-            _call(t, f"tools[{i}].function.parameters", token)
+            _call(t, f"tools[{i}].function.parameters", token, spellings)
             for i, t in enumerate(request.tools)
             if t["function"]["name"] in names
         ]
@@ -61,13 +66,14 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
             repeat = {"type": "star" if auto else "plus", "content": call}
         answer = [text, repeat] if auto else [repeat]
     else:
-        answer = [compact_json_format(schema, RESPONSE_SCHEMA_PARAM)]
+        strict = response_strict(request.response_format)
+        answer = [safe_json_format(schema, spellings, RESPONSE_SCHEMA_PARAM, strict)]
     fmt = {"type": "sequence", "elements": [thinking, *answer]}
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
 
 
-def _call(tool: dict[str, Any], param: str, token: Any) -> Format:
+def _call(tool: dict[str, Any], param: str, token: Any, spellings: tuple[str, ...]) -> Format:
     fn = tool["function"]
-    schema = arguments_schema(tool)
+    arguments = safe_json_format(arguments_schema(tool), spellings, param, fn.get("strict") is True)
     parts = [token(TOOL_CALLS), {"type": "const_string", "value": fn["name"]}, token(ARGS)]
-    return {"type": "sequence", "elements": [*parts, compact_json_format(schema, param)]}
+    return {"type": "sequence", "elements": [*parts, arguments]}
