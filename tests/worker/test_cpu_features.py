@@ -24,7 +24,9 @@ from .conftest import prompt_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 
-_X86_HEAD = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: {model}\nflags\t\t: {flags}\nbugs\t\t: spectre_v1\n"
+_X86_HEAD = (
+    "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: {model}\nflags\t\t: {flags}\nbugs\t\t: spectre_v1\n"
+)
 _X86_BASE = "fpu vme de pse tsc msr sse sse2 ssse3 sse4_1 sse4_2 popcnt avx f16c fma bmi1 bmi2 avx2"
 AVX2_ONLY = _X86_HEAD.format(model="Intel(R) Xeon(R) CPU E5-2673 v4", flags=_X86_BASE)
 AVX512_BF16 = _X86_HEAD.format(
@@ -103,7 +105,12 @@ def test_refusal_only_for_bf16_on_a_cpu_without_it():
 def _python(*args: str, **env: str) -> subprocess.CompletedProcess:
     """`python *args` from the repository root with `env` added."""
     return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=120,
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
     )
 
