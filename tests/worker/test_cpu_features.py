@@ -157,3 +157,17 @@ def test_bf16_still_loads_where_the_cpu_has_it(weights, checkpoint):
     positions = torch.arange(len(ids)).unsqueeze(0)
     logits = model.forward(torch.tensor([ids]), positions, positions, 0, len(ids))
     assert "Paris" in checkpoint.tokenizer.decode([int(logits[0].argmax())])
+
+
+def test_gateway_serve_reports_the_workers_refusal(tmp_path):
+    (tmp_path / "cpuinfo").write_text(AVX2_ONLY)
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "models:\n  - id: smol\n    backend: {type: worker, threads: 1, weights_dtype: bf16, device: cpu}\n"
+    )
+    done = _python(
+        "-m", "gateway.cli", "serve", "--port", "0", "--config", str(config), WORKER_CPUINFO=str(tmp_path / "cpuinfo")
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "[worker] error: --weights-dtype bf16 cannot run on this CPU" in done.stderr
+    assert "gateway: startup failed: worker did not become ready (exit code 2)" in done.stderr
