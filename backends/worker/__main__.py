@@ -14,6 +14,7 @@ import torch
 import uvicorn
 
 from backends.checkpoint import embedded_gguf_path, load_checkpoint
+from backends.worker.cpu_features import cpu_features, weights_dtype_refusal
 from backends.worker.engine import Engine
 from backends.worker.grammar import GrammarCache, tokenizer_info
 from backends.worker.model import LlamaModel
@@ -86,8 +87,21 @@ async def serve(state: WorkerState, host: str, port: int) -> None:
     await task
 
 
+def refuse_unsupported_dtype(args: argparse.Namespace) -> None:
+    """Before loading anything: exit 2 with one line when the CPU cannot run the weights dtype asked for."""
+    if args.device != "cpu":
+        return
+    features = cpu_features()
+    progress(f"CPU {features.describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()})")
+    refusal = weights_dtype_refusal(args.weights_dtype, args.device, features)
+    if refusal is not None:
+        progress(f"error: {refusal}")
+        raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    refuse_unsupported_dtype(args)
     state = build_state(args)
     gc.collect()
     gc.freeze()  # what loading left: full collections need not walk it while serving

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -89,6 +90,9 @@ class WorkerProcess:
 
         threading.Thread(target=read, daemon=True).start()
         if not done.wait(timeout) or not ready:
+            if done.is_set():  # its stdout closed: it is exiting, and its exit code says why
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(5)
             self.stop()
             raise RuntimeError(f"worker did not become ready (exit code {self._proc.poll()})")
         return ready[0]
