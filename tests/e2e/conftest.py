@@ -89,9 +89,9 @@ def pid_alive(pid: int) -> bool:
 
 @pytest.fixture(scope="session")
 def gateway() -> GatewayProcess:
-    # The probe names no max_tokens; 96 is room for every forced call it asks for, and the model's
+    # The probe names no max_tokens; 64 is room for every forced call it asks for, and the model's
     # rambling answers (tool_choice auto) stop there instead of at the embedded default of 512.
-    proc = GatewayProcess("--default-max-tokens", "96")
+    proc = GatewayProcess("--default-max-tokens", "64")
     yield proc
     proc.stop()
 
