@@ -24,6 +24,21 @@ QWEN35_PATTERN = (
     r"|\s+(?!\S)|\s+"
 )
 
+_TEXT_MARKERS = (
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
+"""The last of Qwen3's added tokens, in id order: the ones it does not mark special (NOT_SPECIAL)."""
 _QWEN3_ADDED = (
     "<|endoftext|>",
     "<|im_start|>",
@@ -39,18 +54,7 @@ _QWEN3_ADDED = (
     "<|vision_pad|>",
     "<|image_pad|>",
     "<|video_pad|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
-    "<tool_response>",
-    "</tool_response>",
-    "<think>",
-    "</think>",
+    *_TEXT_MARKERS,
 )
 _QWEN35_ADDED = (
     *_QWEN3_ADDED,
@@ -62,22 +66,7 @@ _QWEN35_ADDED = (
     "<tts_text_bos_single>",
     "<|audio_pad|>",
 )
-NOT_SPECIAL = frozenset(
-    {
-        "<tool_call>",
-        "</tool_call>",
-        "<|fim_prefix|>",
-        "<|fim_middle|>",
-        "<|fim_suffix|>",
-        "<|fim_pad|>",
-        "<|repo_name|>",
-        "<|file_sep|>",
-        "<tool_response>",
-        "</tool_response>",
-        "<think>",
-        "</think>",
-    }
-)
+NOT_SPECIAL = frozenset(_TEXT_MARKERS)
 """Added tokens that Qwen's `added_tokens_decoder` marks `special: false` (they still encode as one token)."""
 
 
