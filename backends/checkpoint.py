@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from backends.gguf_cache import converted_dir, read_cached, write_cached, write_json
 from backends.kimi_tokenizer import load_kimi_tokenizer
 from backends.qwen_tokenizer import END_OF_TEXT, EOS_TOKEN, VOCABULARIES, load_qwen_tokenizer
 
@@ -148,6 +149,38 @@ def load_checkpoint(ref: str | Path | None = None) -> Checkpoint:
 
 
 def _load_gguf(path: Path) -> Checkpoint:
+    """A GGUF checkpoint, from its converted copy in the cache when there is one (backends/gguf_cache.py)."""
+    folder = converted_dir(path)
+    cached = read_cached(folder, _CACHED_CHECKPOINT, lambda p: _cached_checkpoint(path, p))
+    if cached is not None:
+        return cached
+    checkpoint = _parse_gguf(path)
+    # the tokenizer first: a checkpoint.json in the cache means its tokenizer.json is there too
+    write_cached(folder, "tokenizer.json", lambda p: checkpoint.tokenizer.save(str(p)))
+    write_cached(folder, _CACHED_CHECKPOINT, lambda p: write_json(p, _checkpoint_fields(checkpoint)))
+    return checkpoint
+
+
+_CACHED_CHECKPOINT = "checkpoint.json"
+_CACHED_FIELDS = ("chat_template", "bos_token", "eos_token", "eos_token_ids", "control_token_ids")
+
+
+def _checkpoint_fields(checkpoint: Checkpoint) -> dict[str, Any]:
+    """What a Checkpoint holds besides its path and tokenizer, as JSON."""
+    return {"config": asdict(checkpoint.config), **{name: getattr(checkpoint, name) for name in _CACHED_FIELDS}}
+
+
+def _cached_checkpoint(gguf_path: Path, fields_path: Path) -> Checkpoint:
+    fields = json.loads(fields_path.read_text())
+    return Checkpoint(
+        path=gguf_path,
+        config=ModelConfig(**fields["config"]),
+        tokenizer=Tokenizer.from_file(str(fields_path.parent / "tokenizer.json")),
+        **{name: fields[name] for name in _CACHED_FIELDS},
+    )
+
+
+def _parse_gguf(path: Path) -> Checkpoint:
     import gguf
 
     reader = gguf.GGUFReader(str(path))
