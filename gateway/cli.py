@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve through this SGLang server instead of a bundled worker (repeat it for replicas)",
     )
     serve.add_argument(
-        "--request-timeout", type=_positive, default=600.0, help="deadline of one request in seconds (default: 600)"
+        "--request-timeout", type=_positive, help="deadline of one request in seconds (default: 600)"
     )
     serve.add_argument(
         "--drain-delay",
@@ -175,10 +175,23 @@ def _non_negative(text: str) -> float:
     return value
 
 
+_PER_MODEL_FLAGS = {
+    "model": ("--model", "checkpoint"),
+    "backend_url": ("--backend-url", "backend.urls"),
+    "model_id": ("--model-id", "id"),
+    "family": ("--family", "family"),
+    "request_timeout": ("--request-timeout", "backend.request_timeout_s"),
+    "threads": ("--threads", "backend.threads"),
+    "default_max_tokens": ("--default-max-tokens", "default_max_tokens"),
+}
+"""Flags that describe the one model served without --config, and the key each is in a config file's model."""
+
+
 def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     if args.config:
-        if args.model or args.backend_url:
-            raise ConfigError("--config cannot be combined with --model or --backend-url")
+        for name, (flag, key) in _PER_MODEL_FLAGS.items():
+            if getattr(args, name) is not None:
+                raise ConfigError(f"{flag} cannot be combined with --config: set `{key}` of the model in the file")
         return load_config(args.config)
     config = default_config()
     entry = config.models[0]
@@ -194,7 +207,8 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     entry.backend = (
         BackendConfig(type="sglang", urls=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
     )
-    entry.backend.request_timeout_s = args.request_timeout
+    if args.request_timeout is not None:
+        entry.backend.request_timeout_s = args.request_timeout
     return GatewayConfig(models=[entry])
 
 

@@ -77,3 +77,30 @@ def test_the_embedded_default_caps_max_tokens_unless_told_otherwise():
     assert _serve_config(build_parser().parse_args(["serve"])).models[0].default_max_tokens == EMBEDDED_DEFAULT_MAX_TOKENS
     told = build_parser().parse_args(["serve", "--default-max-tokens", "64"])
     assert _serve_config(told).models[0].default_max_tokens == 64
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--family", "hermes"], "--family cannot be combined with --config: set `family`"),
+        (["--request-timeout", "30"], "--request-timeout cannot be combined with --config: set `backend.request_timeout_s`"),
+        (["--threads", "2"], "--threads cannot be combined with --config: set `backend.threads`"),
+        (["--model-id", "m"], "--model-id cannot be combined with --config: set `id`"),
+        (["--default-max-tokens", "9"], "--default-max-tokens cannot be combined with --config"),
+        (["--backend-url", "http://a:1"], "--backend-url cannot be combined with --config"),
+    ],
+)
+def test_per_model_flags_are_refused_beside_a_config_file(tmp_path, flags, message):
+    from gateway.cli import _serve_config, build_parser
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text("models: [{id: m, backend: {type: sglang, url: 'http://a:1'}}]\n")
+    with pytest.raises(ConfigError, match=message.replace("`", "\\`").replace(".", "\\.")):
+        _serve_config(build_parser().parse_args(["serve", "--config", str(path), *flags]))
+    assert _serve_config(build_parser().parse_args(["serve", "--config", str(path)])).models[0].id == "m"
+
+
+def test_the_request_timeout_defaults_to_600_without_the_flag():
+    from gateway.cli import _serve_config, build_parser
+
+    assert _serve_config(build_parser().parse_args(["serve"])).models[0].backend.request_timeout_s == 600
