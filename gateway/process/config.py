@@ -51,6 +51,7 @@ import yaml
 
 from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
 from gateway.process.limits import ServerLimits
+from gateway.process.supervisor import WorkerOptions
 
 BACKEND_TYPES = ("worker", "sglang", "vllm", "none")
 VLLM_APIS = ("completions", "generate")
@@ -72,7 +73,9 @@ class DNSConfig:
 
 
 @dataclass
-class BackendConfig:
+class BackendConfig(WorkerOptions):
+    """Where a model is served; the worker options (threads, device, ...) apply to a bundled worker only."""
+
     type: str = "worker"
     url: str | None = None
     urls: list[str] = field(default_factory=list)
@@ -85,12 +88,6 @@ class BackendConfig:
     incremental: bool = False
     api: str = "completions"
     model: str | None = None
-    threads: int | None = None
-    device: str | None = None
-    max_batch: int | None = None
-    max_waiting: int | None = None
-    weights_dtype: str | None = None
-    context_length: int | None = None
 
 
 @dataclass

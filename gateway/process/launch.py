@@ -88,15 +88,7 @@ def _start_worker(entry: ModelEntry, stack: ExitStack) -> tuple[WorkerSupervisor
     """Start the bundled worker for `entry` and wait until it serves; its supervisor and URL."""
     cfg = entry.backend
     _say(f"{entry.id}: starting the bundled worker")
-    spec = WorkerSpec(
-        checkpoint=entry.checkpoint,
-        threads=cfg.threads,
-        device=cfg.device,
-        max_batch=cfg.max_batch,
-        max_waiting=cfg.max_waiting,
-        weights_dtype=cfg.weights_dtype,
-        context_length=cfg.context_length,
-    )
+    spec = WorkerSpec.of(entry.checkpoint, cfg)
     supervisor = WorkerSupervisor(spec, name=f"{entry.id} worker")
     stack.callback(supervisor.stop)
     url = supervisor.start()

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -23,10 +23,9 @@ _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("lin
 
 
 @dataclass
-class WorkerSpec:
-    """How to start one bundled worker."""
+class WorkerOptions:
+    """The bundled worker's settings (None: the worker's own default); each is the worker flag of its name."""
 
-    checkpoint: Path | None = None
     threads: int | None = None
     device: str | None = None
     max_batch: int | None = None
@@ -34,19 +33,26 @@ class WorkerSpec:
     weights_dtype: str | None = None
     context_length: int | None = None
 
+
+@dataclass
+class WorkerSpec(WorkerOptions):
+    """How to start one bundled worker."""
+
+    checkpoint: Path | None = None
+
+    @classmethod
+    def of(cls, checkpoint: Path | None, options: WorkerOptions) -> WorkerSpec:
+        """The spec for `checkpoint` with `options` (e.g. a config file's backend section)."""
+        return cls(checkpoint=checkpoint, **{f.name: getattr(options, f.name) for f in fields(WorkerOptions)})
+
     def argv(self) -> list[str]:
         args = [sys.executable, "-m", "backends.worker", "--host", "127.0.0.1", "--port", "0"]
-        for flag, value in (
-            ("--model", self.checkpoint),
-            ("--threads", self.threads),
-            ("--device", self.device),
-            ("--max-batch", self.max_batch),
-            ("--max-waiting", self.max_waiting),
-            ("--weights-dtype", self.weights_dtype),
-            ("--context-length", self.context_length),
-        ):
+        if self.checkpoint is not None:
+            args += ["--model", str(self.checkpoint)]
+        for option in fields(WorkerOptions):
+            value = getattr(self, option.name)
             if value is not None:
-                args += [flag, str(value)]
+                args += [f"--{option.name.replace('_', '-')}", str(value)]
         return args
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gateway.process.config import ConfigError, DNSConfig, load_config
@@ -104,3 +106,14 @@ def test_the_request_timeout_defaults_to_600_without_the_flag():
     from gateway.cli import _serve_config, build_parser
 
     assert _serve_config(build_parser().parse_args(["serve"])).models[0].backend.request_timeout_s == 600
+
+
+def test_a_config_backend_becomes_the_worker_flags(tmp_path):
+    from gateway.process.supervisor import WorkerSpec
+
+    backend = config(tmp_path, "{threads: 2, max_batch: 4, weights_dtype: bf16, context_length: 512}").models[0].backend
+    argv = WorkerSpec.of(Path("/m.gguf"), backend).argv()
+    assert argv[argv.index("backends.worker") + 1 :] == [
+        "--host", "127.0.0.1", "--port", "0", "--model", "/m.gguf",
+        "--threads", "2", "--max-batch", "4", "--weights-dtype", "bf16", "--context-length", "512",
+    ]  # fmt: skip
