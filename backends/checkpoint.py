@@ -6,6 +6,7 @@ vocabulary for grammars) read checkpoints through this module.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 from dataclasses import asdict, dataclass, field
@@ -15,7 +16,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from backends.gguf_cache import converted_dir, read_cached, write_cached, write_json
+from backends.conversion_cache import keyed_folder, read_cached, write_cached
 from backends.kimi_tokenizer import load_kimi_tokenizer
 from backends.qwen_tokenizer import END_OF_TEXT, EOS_TOKEN, VOCABULARIES, load_qwen_tokenizer
 
@@ -149,16 +150,25 @@ def load_checkpoint(ref: str | Path | None = None) -> Checkpoint:
 
 
 def _load_gguf(path: Path) -> Checkpoint:
-    """A GGUF checkpoint, from its converted copy in the cache when there is one (backends/gguf_cache.py)."""
-    folder = converted_dir(path)
+    """A GGUF checkpoint, from its converted copy in the cache when there is one (backends/conversion_cache.py)."""
+    folder = gguf_cache_folder(path, "metadata", __file__)
     cached = read_cached(folder, _CACHED_CHECKPOINT, lambda p: _cached_checkpoint(path, p))
     if cached is not None:
         return cached
     checkpoint = _parse_gguf(path)
     # the tokenizer first: a checkpoint.json in the cache means its tokenizer.json is there too
     write_cached(folder, "tokenizer.json", lambda p: checkpoint.tokenizer.save(str(p)))
-    write_cached(folder, _CACHED_CHECKPOINT, lambda p: write_json(p, _checkpoint_fields(checkpoint)))
+    write_cached(folder, _CACHED_CHECKPOINT, lambda p: p.write_text(json.dumps(_checkpoint_fields(checkpoint))))
     return checkpoint
+
+
+def gguf_cache_folder(path: Path, what: str, converter: str) -> Path | None:
+    """The cache folder of `what` is converted from GGUF file `path` by module file `converter`."""
+    try:
+        reader = importlib.metadata.version("gguf")
+    except importlib.metadata.PackageNotFoundError:
+        reader = None
+    return keyed_folder("gguf", [path], (what, reader), [converter])
 
 
 _CACHED_CHECKPOINT = "checkpoint.json"

@@ -11,11 +11,15 @@ regex and added tokens (`backends.kimi_tokenizer`, `backends.qwen_tokenizer`).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import pickle
 from functools import cache
 from pathlib import Path
 
 from tokenizers import Tokenizer
+
+from backends.conversion_cache import cached_tokenizer
 
 
 @cache
@@ -61,9 +65,38 @@ def tokenizer_from_ranks(
     *,
     not_special: frozenset[str] = frozenset(),
     nfc: bool = False,
+    specials_in_vocab: bool = False,
 ) -> Tokenizer:
     """A byte-level BPE `Tokenizer` that encodes as tiktoken does with `ranks` and the pre-tokenizer regex `pattern`,
-    plus `specials` as added tokens (special unless named in `not_special`); `nfc` normalizes text to NFC first."""
+    plus `specials` as added tokens (special unless named in `not_special`); `nfc` normalizes text to NFC first.
+
+    With `specials_in_vocab` each special is also a vocabulary entry at its id: `tokenizers` gives an added token the
+    model's id of its spelling, else a fresh id after the vocabulary, so specials placed before the ordinary ids
+    (tekken) must be vocabulary entries (no merge forms them, so text never encodes to one). ValueError if a
+    spelling is also an ordinary token. The conversion takes seconds for a large vocabulary: its result is kept on
+    disk (backends/conversion_cache.py) under a digest of every argument.
+    """
+    arguments = (ranks, sorted(specials.items()), pattern, sorted(not_special), nfc, specials_in_vocab)
+    digest = hashlib.sha256(pickle.dumps(arguments, protocol=5)).hexdigest()
+    return cached_tokenizer(
+        lambda: Tokenizer.from_str(_bpe_spec(*arguments)), sources=(), parameters=digest, code=[__file__]
+    )
+
+
+def _bpe_spec(
+    ranks: dict[bytes, int],
+    specials: list[tuple[int, str]],
+    pattern: str,
+    not_special: list[str],
+    nfc: bool,
+    specials_in_vocab: bool,
+) -> str:
+    vocab = {to_symbols(token): rank for token, rank in ranks.items()}
+    if specials_in_vocab:
+        clashes = [text for _, text in specials if text in vocab]
+        if clashes:
+            raise ValueError(f"special tokens spelled like ordinary tokens: {clashes[:5]}")
+        vocab.update((text, i) for i, text in specials)
     spec = {
         "version": "1.0",
         "truncation": None,
@@ -78,7 +111,7 @@ def tokenizer_from_ranks(
                 "normalized": False,
                 "special": text not in not_special,
             }
-            for i, text in sorted(specials.items())
+            for i, text in specials
         ],
         "normalizer": {"type": "NFC"} if nfc else None,
         "pre_tokenizer": {
@@ -99,8 +132,8 @@ def tokenizer_from_ranks(
             "fuse_unk": False,
             "byte_fallback": False,
             "ignore_merges": True,
-            "vocab": {to_symbols(token): rank for token, rank in ranks.items()},
+            "vocab": vocab,
             "merges": [[to_symbols(left), to_symbols(right)] for left, right in merges_of(ranks)],
         },
     }
-    return Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))
+    return json.dumps(spec, ensure_ascii=False)

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backends.checkpoint import Checkpoint, ModelConfig, write_hf_metadata
-from backends.gguf_cache import WEIGHTS_LIMIT_BYTES, converted_dir, read_cached, write_cached
+from backends.checkpoint import Checkpoint, ModelConfig, gguf_cache_folder, write_hf_metadata
+from backends.conversion_cache import read_cached, write_cached
 
 
 @dataclass
@@ -91,18 +91,20 @@ def load_weights(checkpoint: Checkpoint, progress: Callable[[str], None] = lambd
 
 
 _CACHED_WEIGHTS = "model.safetensors"
+CACHED_WEIGHTS_LIMIT_BYTES = 1 << 30
+"""The largest float32 copy of a GGUF's weights kept on disk (the embedded model's is ~540 MB; a 7B's would be 28 GB)."""
 
 
 def _load_gguf_cached(path: Path, config: ModelConfig, progress: Callable[[str], None]) -> LlamaWeights:
-    """A GGUF's weights from the float32 copy the cache keeps of them (backends/gguf_cache.py), else dequantized
-    from the file and then kept, when they are small enough."""
-    folder = converted_dir(path)
+    """A GGUF's weights from the float32 copy the cache keeps of them (backends/conversion_cache.py), else
+    dequantized from the file and then kept, when they are small enough."""
+    folder = gguf_cache_folder(path, "float32 weights", __file__)
     cached = read_cached(folder, _CACHED_WEIGHTS, lambda p: _load_safetensors(p.parent, config, progress))
     if cached is not None:
         return cached
     weights = _load_gguf(path, config, progress)
     tensors = _hf_tensors(config, weights)
-    if sum(t.numel() * t.element_size() for t in tensors.values()) <= WEIGHTS_LIMIT_BYTES:
+    if sum(t.numel() * t.element_size() for t in tensors.values()) <= CACHED_WEIGHTS_LIMIT_BYTES:
         from safetensors.torch import save_file
 
         write_cached(folder, _CACHED_WEIGHTS, lambda p: save_file(tensors, str(p)))

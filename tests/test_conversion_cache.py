@@ -1,4 +1,4 @@
-"""The converted-GGUF cache: a cached load equals a parse of the file, and a bad cache never breaks a load."""
+"""The conversion cache: a cached GGUF load or tokenizer equals a fresh conversion; a bad cache never breaks a load."""
 
 from __future__ import annotations
 
@@ -10,9 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from backends.checkpoint import Checkpoint, embedded_gguf_path, load_checkpoint
-from backends.gguf_cache import CACHE_ENV, cache_root, converted_dir, read_cached, write_cached
+from backends.checkpoint import Checkpoint, embedded_gguf_path, gguf_cache_folder, load_checkpoint
+from backends.conversion_cache import CACHE_ENV, cache_root, keyed_folder, read_cached, write_cached
+from backends.tiktoken_bpe import tokenizer_from_ranks
+from backends.worker import weights as weights_module
 from backends.worker.weights import _LAYER_FIELDS, LlamaWeights, load_weights
+
+METADATA = ("metadata", str(Path(__file__).parents[1] / "backends" / "checkpoint.py"))
+
+
+def metadata_folder(path: Path) -> Path | None:
+    return gguf_cache_folder(path, *METADATA)
 
 
 @pytest.fixture(scope="module")
@@ -20,15 +28,17 @@ def cold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Checkpoint,
     """The embedded model parsed and dequantized from the GGUF file into an empty cache (which it fills)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        assert not converted_dir(embedded_gguf_path()).exists()
+        assert not metadata_folder(embedded_gguf_path()).exists()
         checkpoint = load_checkpoint()
         yield checkpoint, load_weights(checkpoint)
 
 
 def test_a_second_load_reads_the_converted_copy(cold: tuple[Checkpoint, LlamaWeights]):
     parsed, _ = cold
-    folder = converted_dir(parsed.path)
-    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.json", "model.safetensors", "tokenizer.json"]
+    folder = metadata_folder(parsed.path)
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.json", "tokenizer.json"]
+    weights = gguf_cache_folder(parsed.path, "float32 weights", weights_module.__file__)
+    assert [p.name for p in weights.iterdir()] == ["model.safetensors"]
     cached = load_checkpoint()
     assert cached.path == parsed.path and cached.config == parsed.config
     fields = ("chat_template", "bos_token", "eos_token", "eos_token_ids", "control_token_ids")
@@ -46,14 +56,44 @@ def test_cached_weights_equal_the_dequantized_ones(cold: tuple[Checkpoint, Llama
     assert torch.equal(warm.lm_head, dequantized.embedding)
 
 
-def test_a_changed_file_gets_a_new_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_changed_file_parameter_or_converter_gets_a_new_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    copy = tmp_path / "model.gguf"
+    copy, converter = tmp_path / "model.gguf", tmp_path / "converter.py"
     shutil.copyfile(embedded_gguf_path(), copy)
-    before = converted_dir(copy)
-    os.utime(copy, ns=(0, 1_000_000_000))
-    assert converted_dir(copy) not in (None, before)
+    converter.write_text("v1")
+    before = keyed_folder("gguf", [copy], "p", [converter])
     assert before.parent == tmp_path / "cache" / "gguf"
+    assert keyed_folder("gguf", [copy], "p", [converter]) == before
+    assert keyed_folder("gguf", [copy], "q", [converter]) != before
+    converter.write_text("v2")
+    assert keyed_folder("gguf", [copy], "p", [converter]) != before
+    converter.write_text("v1")
+    os.utime(copy, ns=(0, 1_000_000_000))
+    assert keyed_folder("gguf", [copy], "p", [converter]) != before
+    assert keyed_folder("gguf", [tmp_path / "absent.gguf"], "p", [converter]) is None
+
+
+def test_a_cached_tokenizer_equals_the_conversion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    ranks = {bytes([b]): b for b in range(256)} | {b"he": 256, b"ll": 257, b"hell": 258, b"hello": 259}
+    specials = {260: "<|start|>", 261: "<|end|>"}
+    built = tokenizer_from_ranks(ranks, specials, r"\s+|\S+", not_special=frozenset({"<|end|>"}))
+    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 1
+    cached = tokenizer_from_ranks(ranks, specials, r"\s+|\S+", not_special=frozenset({"<|end|>"}))
+    assert cached.to_str() == built.to_str()
+    assert cached.encode("hello <|start|> hell<|end|>").ids == [259, 32, 260, 32, 258, 261]
+    other = tokenizer_from_ranks(ranks, specials, r"\s+|\S+")  # another argument: another conversion
+    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 2
+    assert other.get_added_tokens_decoder()[261].special
+
+
+def test_specials_in_the_vocabulary_may_not_clash_with_ordinary_tokens(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv(CACHE_ENV, "off")
+    ranks = {bytes([b]): b + 2 for b in range(256)}
+    tokenizer = tokenizer_from_ranks(ranks, {0: "<s>", 1: "</s>"}, r"\S+", specials_in_vocab=True)
+    assert tokenizer.token_to_id("<s>") == 0 and tokenizer.encode("a</s>").ids == [ord("a") + 2, 1]
+    with pytest.raises(ValueError, match="spelled like ordinary tokens"):
+        tokenizer_from_ranks(ranks, {0: "a", 1: "</s>"}, r"\S+", specials_in_vocab=True)
 
 
 def test_a_damaged_file_is_ignored_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture):
@@ -83,7 +123,7 @@ def test_writes_are_whole_or_absent(tmp_path: Path, capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize("value", ["off", "", "0"])
 def test_the_cache_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, value: str):
     monkeypatch.setenv(CACHE_ENV, value)
-    assert cache_root() is None and converted_dir(embedded_gguf_path()) is None
+    assert cache_root() is None and metadata_folder(embedded_gguf_path()) is None
 
 
 def test_the_default_root_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
