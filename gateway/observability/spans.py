@@ -51,6 +51,13 @@ class TracingMiddleware:
             kind=SpanKind.SERVER,
             attributes={"http.request.method": method, "url.path": scope["path"], "url.scheme": scope["scheme"]},
         )
+        if not span.is_recording():  # sampled out: no spans, only the trace context (sampled flag off) goes on
+            forwarded = current_traceparent.set(_traceparent(span))
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                current_traceparent.reset(forwarded)
+            return
         spans = RequestSpans(self.tracer, span, trace.set_span_in_context(span, parent), current_request())
         status = 0
 
@@ -196,15 +203,19 @@ class RequestSpans:
 async def _sent_in(span: Span, chunks: AsyncIterator[GenerateChunk]) -> GenerateChunk | None:
     """The first chunk, with `span` current while the request is sent (and retried) and its id in the
     traceparent the backend receives. Set and reset with no `yield` between: the context stays this task's."""
-    context = span.get_span_context()
-    traceparent = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-    forwarded = current_traceparent.set(traceparent)
+    forwarded = current_traceparent.set(_traceparent(span))
     attempt = _attempt.set(span)
     try:
         return await anext(chunks, None)
     finally:
         _attempt.reset(attempt)
         current_traceparent.reset(forwarded)
+
+
+def _traceparent(span: Span) -> str:
+    """The W3C traceparent that makes `span` the parent."""
+    context = span.get_span_context()
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
 def _record_attributes(span: Span, record: RequestRecord) -> None:

@@ -4,6 +4,7 @@ HTTP server on 127.0.0.1 that decodes them as a collector does (tests/gateway/ot
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -19,7 +20,8 @@ from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
 from gateway.observability.otlp import Tracing
 from gateway.observability.tracing import TracingConfig, traces_endpoint
 from gateway.observability.tracing_setup import start_tracing
-from gateway.process.config import ConfigError, load_config
+from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, load_config
+from gateway.process.policy_gate import policy_gate
 from tests.gateway.http_server import dead_url, serve
 from tests.gateway.otlp_receiver import Collector
 from tests.gateway.sglang_standin import Script, SGLangStandIn
@@ -203,3 +205,52 @@ def test_a_collector_that_is_down_fails_no_request_and_is_logged_once(model, bac
     assert value(counted, "gateway:trace_export_failures_total", unit="spans") >= 2 * 5
     ours = [r for r in caplog.records if r.name == "gateway.observability.otlp"]
     assert len(ours) == 1 and "could not export" in ours[0].getMessage()
+
+
+def test_a_tenants_request_shows_its_admission_and_fair_queue_wait(model, backend, collector, tmp_path):
+    key = "sk-tracing-0123456789abcdef"
+    (tmp_path / "t.yaml").write_text(
+        f"tenant: acme\nkeys: [{{id: k, sha256: {hashlib.sha256(key.encode()).hexdigest()}}}]\nmodels: ['{MODEL}']\n"
+    )
+    entry = ModelEntry(id=MODEL, max_running=1, backend=BackendConfig(type="none"))
+    gate = policy_gate(tmp_path, None, tmp_path / "audit", GatewayConfig(models=[entry]))
+    config = TracingConfig(endpoint=collector.url)
+    tracing = Tracing(config, traces_endpoint(config))
+    router = Router(lambda u: SGLangBackend(u, incremental=True), urls=[backend.url], policy=RoutingPolicy())
+    app = create_app(ModelRegistry([dataclasses.replace(model, backend=router)]), gate=gate, tracing=tracing)
+    try:
+        with serve(app) as base:
+            body = {"model": MODEL, "messages": USER, "stream": True}
+            r = httpx.post(f"{base}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {key}"})
+            assert r.status_code == 200 and r.text.endswith("data: [DONE]\n\n")
+        assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    server = next(s for s in collector.spans if s["attributes"].get("gateway.request_id") == r.headers["x-request-id"])
+    assert server["attributes"]["gateway.tenant"] == "acme"
+    spans = collector.trace(server["trace"])
+    assert _only(spans, name="gateway.admission")["parent"] == server["id"]
+    queue, call = _only(spans, name="gateway.queue"), _only(spans, kind=ProtoSpan.SPAN_KIND_CLIENT)
+    assert queue["parent"] == server["id"] and queue["end"] <= call["start"]
+
+
+def test_a_sampled_out_request_sends_no_spans_but_its_trace_context_and_a_sampled_caller_is_followed(
+    model, backend, collector
+):
+    config = TracingConfig(endpoint=collector.url, sample_ratio=0.0)
+    tracing = Tracing(config, traces_endpoint(config))
+    body = {"model": MODEL, "messages": USER}
+    caller = "0af7651916cd43dd8448eb211c80319c"
+    try:
+        with serve(_gateway(model, backend, tracing)) as base, httpx.Client(base_url=base, timeout=30) as client:
+            before = len(collector.spans)
+            assert client.post("/v1/chat/completions", json=body).status_code == 200
+            assert tracing.flush() and len(collector.spans) == before
+            version, trace_id, _, flags = backend.server.headers[-1]["traceparent"].split("-")
+            assert version == "00" and len(trace_id) == 32 and not int(flags, 16) & 1
+            headers = {"traceparent": f"00-{caller}-{CLIENT_SPAN}-01"}
+            assert client.post("/v1/chat/completions", json=body, headers=headers).status_code == 200
+            assert tracing.flush()
+    finally:
+        tracing.shutdown()
+    assert _only(collector.trace(caller), kind=ProtoSpan.SPAN_KIND_SERVER)["parent"] == CLIENT_SPAN
