@@ -1,5 +1,5 @@
-"""What tracing costs per request: the hooks with tracing off (in process), and through HTTP three gateways side by
-side in one run: off (no endpoint), on (spans exported over OTLP/HTTP to a local receiver) and on but sampled out
+"""What tracing costs per request: in process, a simulated chat request's hooks with tracing off and through the
+tracing middleware with tracing on; and through HTTP three gateways side by side in one run: off (no endpoint), on (spans exported over OTLP/HTTP to a local receiver) and on but sampled out
 (OTEL_TRACES_SAMPLER=always_off: the hooks and non-recording spans, nothing exported).
 
 Starts `bench/fast_backend.py` (unpaced), the OTLP receiver of the tests (`tests/gateway/otlp_receiver.py`, its own
@@ -13,23 +13,29 @@ the CPU its process spent per request (all its threads: the span processor's exp
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import statistics
 import sys
 import tempfile
-import timeit
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from pathlib import Path
 
 import httpx
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from backends.base import GenerateRequest, SamplingParams
-from backends.sglang import SGLangBackend
+from backends.base import Backend, GenerateChunk, GenerateRequest, SamplingParams
 from bench.overhead_bench import CONFIG, MODEL, _ready_port, cpu_seconds, free_port, machine, process, wait_ready
 from bench.policy_http_bench import percentile, request_ms
 from gateway.observability import tracing
+from gateway.observability.spans import TracingMiddleware
 from gateway.validation.fields import GenerationSettings
 
 SIDES = {
@@ -40,14 +46,41 @@ SIDES = {
 ENV = {"on, sampled out": ["env", "OTEL_TRACES_SAMPLER=always_off"]}
 
 
-def hooks_off_ns(rounds: int) -> float:
-    """Nanoseconds per request of every tracing hook a chat request calls, with tracing off."""
-    backend = SGLangBackend("http://127.0.0.1:9")
+class _OneChunk(Backend):
+    """A backend that answers every request with one finished chunk, at once."""
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
+        yield GenerateChunk([7], finish_reason="stop")
+
+    async def ready(self) -> bool:
+        return True
+
+
+class _Drop(SpanExporter):
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS
+
+
+def _chat_stages(hooked: bool = True) -> ASGIApp:
+    """An ASGI app that calls every tracing hook a chat request calls, in order, around a one-chunk backend
+    (`hooked` False: the same work without the hooks)."""
+    backend = _OneChunk()
     request = GenerateRequest("r", [1], SamplingParams(max_new_tokens=1))
     settings = GenerationSettings()
-    door = object()
 
-    def one_request() -> None:
+    class Door:
+        def step(self, index: int, step: object) -> list[object]:
+            return []
+
+    async def bare(scope: Scope, receive: Receive, send: Send) -> None:
+        door = Door()
+        async with aclosing(backend.generate(request)) as chunks:
+            async for chunk in chunks:
+                door.step(0, chunk)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         with tracing.stage("gateway.render"):
             pass
         with tracing.stage("gateway.grammar"):
@@ -55,25 +88,58 @@ def hooks_off_ns(rounds: int) -> float:
         tracing.note_request("chat", "chatcmpl-x", MODEL, 1, settings)
         with tracing.stage("gateway.admission"):
             pass
-        tracing.backend_stream(backend, request).aclose().close()  # the stream the backend call makes anyway
-        tracing.note_replica("http://127.0.0.1:9")
-        tracing.traced_door(door)
+        door = tracing.traced_door(Door())
+        async with aclosing(tracing.backend_stream(backend, request)) as chunks:
+            tracing.note_replica("http://127.0.0.1:9")
+            async for chunk in chunks:
+                door.step(0, chunk)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
 
-    def baseline() -> None:
-        backend.generate(request).aclose().close()
+    return app if hooked else bare
 
-    hooked = min(timeit.repeat(one_request, number=rounds, repeat=5))
-    bare = min(timeit.repeat(baseline, number=rounds, repeat=5))
-    return (hooked - bare) / rounds * 1e9
+
+def in_process_us(rounds: int) -> dict[str, float]:
+    """CPU microseconds of the event loop's thread per simulated chat request: the hooks alone (tracing off), and through the
+    tracing middleware with spans recorded (queued for a batch processor whose exporter drops them)."""
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(_Drop()))
+    stages = _chat_stages()
+    apps = {
+        "no hooks": _chat_stages(hooked=False),
+        "off": stages,
+        "on (recorded)": TracingMiddleware(stages, provider.get_tracer("bench")),
+    }
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "scheme": "http", "headers": []}
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict) -> None:
+        pass
+
+    async def run(app: ASGIApp) -> float:
+        started = time.thread_time()  # CPU of this thread only: other processes' load does not count
+        for _ in range(rounds):
+            await app(dict(scope), receive, send)
+        return (time.thread_time() - started) / rounds * 1e6
+
+    try:
+        return {name: min(asyncio.run(run(app)) for _ in range(3)) for name, app in apps.items()}
+    finally:
+        provider.shutdown()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=2000, help="requests per gateway")
     parser.add_argument("--warmup", type=int, default=200, help="requests per gateway before measuring")
+    parser.add_argument("--rounds", type=int, default=20000, help="simulated requests per in-process measure")
     args = parser.parse_args()
     print(machine(), flush=True)
-    print(f"\ntracing hooks with tracing off: {hooks_off_ns(200_000):.0f} ns per chat request (in process)", flush=True)
+    print("\nin process, event-loop CPU time per simulated chat request (every hook, a one-chunk backend):")
+    for name, us in in_process_us(args.rounds).items():
+        print(f"  {name:<14} {us:8.1f} µs", flush=True)
     with tempfile.TemporaryDirectory(prefix="tracing-bench-") as tmp:
         logs = Path(tmp)
         with (

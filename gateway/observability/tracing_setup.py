@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from gateway.observability.tracing import TracingConfig, traces_endpoint
@@ -21,7 +22,7 @@ def start_tracing(config: TracingConfig) -> Tracing | None:
     if endpoint is None:
         return None
     try:
-        from gateway.observability import otlp
+        otlp = importlib.import_module("gateway.observability.otlp")
     except ImportError as e:
         raise TracingUnavailable(
             f"traces to {endpoint} need the OpenTelemetry SDK and OTLP/HTTP exporter ({e}): "

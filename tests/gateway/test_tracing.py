@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import sys
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -16,10 +17,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
+from gateway.cli import build_parser
 from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
 from gateway.observability.otlp import Tracing
 from gateway.observability.tracing import TracingConfig, traces_endpoint
-from gateway.observability.tracing_setup import start_tracing
+from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
 from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, load_config
 from gateway.process.policy_gate import policy_gate
 from tests.gateway.http_server import dead_url, serve
@@ -254,3 +256,14 @@ def test_a_sampled_out_request_sends_no_spans_but_its_trace_context_and_a_sample
     finally:
         tracing.shutdown()
     assert _only(collector.trace(caller), kind=ProtoSpan.SPAN_KIND_SERVER)["parent"] == CLIENT_SPAN
+
+
+def test_the_cli_flag_and_a_missing_sdk_are_clear(monkeypatch, capsys):
+    parser = build_parser()
+    assert parser.parse_args(["serve", "--otlp-endpoint", "http://c:4318"]).otlp_endpoint == "http://c:4318"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--otlp-endpoint", "c:4318"])
+    assert "not an http:// or https:// URL" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "gateway.observability.otlp", None)  # as if the SDK were not installed
+    with pytest.raises(TracingUnavailable, match="pip install opentelemetry-sdk"):
+        start_tracing(TracingConfig(endpoint="http://c:4318"))
