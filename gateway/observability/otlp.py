@@ -42,6 +42,10 @@ class Tracing:
         self.exporter = CountingExporter(OTLPSpanExporter(endpoint=endpoint, timeout=export_timeout_s), endpoint)
         self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("llm-gateway")
+        log.info("spans go to %s over OTLP/HTTP", endpoint)
+        for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
+            if os.environ.get(name, "http/protobuf") != "http/protobuf":
+                log.warning("%s=%s is ignored: the gateway sends OTLP/HTTP (protobuf) only", name, os.environ[name])
 
     def middleware(self) -> Middleware:
         """The middleware that opens each request's server span (inside the observability middleware)."""
