@@ -8,6 +8,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -35,6 +36,9 @@ from gateway.observability.middleware import ObservabilityMiddleware
 from gateway.process.draining import DrainState
 from gateway.process.limits import ConcurrencyLimit
 
+if TYPE_CHECKING:
+    from gateway.observability.otlp import Tracing
+
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 5.0
@@ -50,17 +54,21 @@ def create_app(
     gate: PolicyGate | None = None,
     metrics: GatewayMetrics | None = None,
     max_concurrency: int | None = None,
+    tracing: Tracing | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
     While `drain` says so, /ready answers 503 (requests are still served). Stored Responses live in
     `response_store` (default: in this process's memory). With a policy `gate`, every request but the
     probes needs a tenant's key and sees only that tenant's models. `app.state.metrics` is its
-    GatewayMetrics (GET /metrics). Past `max_concurrency` requests in flight, a new one gets a 503."""
+    GatewayMetrics (GET /metrics). Past `max_concurrency` requests in flight, a new one gets a 503. With
+    `tracing`, every request gets a server span and its stages child spans, sent over OTLP."""
     drain = drain or DrainState()
     store = response_store or MemoryStore()
     metrics = metrics or GatewayMetrics(registry)
     if gate is not None:
         gate.watcher.on_reload = metrics.record_policy_reload
+    if tracing is not None:
+        metrics.registry.register(tracing.collector())
 
     async def chat(request: Request) -> Response:
         return await chat_completions(request, models_for(request, registry), max_body_bytes)
@@ -148,6 +156,7 @@ def create_app(
         routes=routes,
         middleware=[
             Middleware(ObservabilityMiddleware, metrics=metrics),
+            *([tracing.middleware()] if tracing else []),
             Middleware(RequestIdMiddleware),
             *([Middleware(ConcurrencyLimit, limit=max_concurrency)] if max_concurrency else []),
             *([Middleware(TenantMiddleware, gate=gate)] if gate else []),

@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     configure_logging(args.log_level)
     override_limits(config.server, args)
+    if args.otlp_endpoint:
+        config.tracing.endpoint = args.otlp_endpoint
     return _serve(config, args)
 
 
@@ -96,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=LEVELS,
         default="info",
         help="log level; at info and below every request writes one JSON access line (default: info)",
+    )
+    serve.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        type=_http_url,
+        help="send OpenTelemetry spans over OTLP/HTTP to this collector (e.g. http://otel-collector:4318; "
+        "default: OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else no spans)",
     )
     _add_policy_options(serve)
     policy_commands.add_commands(sub)
@@ -161,6 +170,12 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.header_timeout_s = args.header_timeout
 
 
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{text} is not an http:// or https:// URL")
+    return text
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -222,6 +237,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
 
     from gateway.api.response_store import RedisStore
     from gateway.app import create_app
+    from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
     from gateway.process.draining import DrainingServer, DrainState
     from gateway.process.header_timeout import header_timeout_protocol
     from gateway.process.launch import start_models
@@ -229,7 +245,14 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
+    try:
+        tracing = start_tracing(config.tracing)
+    except TracingUnavailable as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
     with ExitStack() as stack:  # stops the workers on every way out
+        if tracing is not None:
+            stack.callback(tracing.shutdown)  # the spans still queued go out
         try:
             registry = start_models(config, stack)
         except (RuntimeError, ValueError, OSError) as exc:
@@ -252,6 +275,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
             response_store=RedisStore(args.redis) if args.redis else None,
             max_body_bytes=limits.max_body_bytes,
             max_concurrency=limits.max_concurrency,
+            tracing=tracing,
         )
         server_config = uvicorn.Config(
             app,

@@ -19,6 +19,7 @@ from backends.base import BackendError
 from gateway.api.tenancy import PolicyGate, TenantRequest, tenant_of
 from gateway.errors import APIError, invalid
 from gateway.models.registry import ServedModel
+from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
@@ -94,10 +95,11 @@ class RequestPolicy:
                     async with asyncio.timeout(deadline_s) as deadline:
                         deadlines.add(deadline)
                         try:
-                            await share.acquire()
-                            held.callback(share.release)
-                            slot = queue.slot(policy.tenant, policy.weight, tokens, NO_DEADLINE_S)
-                            await held.enter_async_context(slot)
+                            with stage("gateway.queue"):
+                                await share.acquire()
+                                held.callback(share.release)
+                                slot = queue.slot(policy.tenant, policy.weight, tokens, NO_DEADLINE_S)
+                                await held.enter_async_context(slot)
                         finally:
                             deadlines.discard(deadline)
                     for waiting in deadlines:

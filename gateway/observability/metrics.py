@@ -22,6 +22,7 @@ from backends.observer import RouterObserver
 from backends.router import Router
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import RequestRecord, note_dispatch
+from gateway.observability.tracing import note_replica
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so histograms line up with a vLLM fleet's.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -172,6 +173,7 @@ class RouterMetrics(RouterObserver):
 
     def dispatched(self, replica: str) -> None:
         note_dispatch(replica)
+        note_replica(replica)
 
     def retried(self, replica: str, error: BackendError) -> None:
         self._metrics.retries.labels(self._model, replica).inc()

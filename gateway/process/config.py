@@ -37,6 +37,11 @@ A YAML (or JSON) file:
       max_concurrency: 256            # requests served at once; past it a 503 with retry-after (default: none)
       header_timeout_s: 10            # a request's headers must arrive within this (slow-loris; default: 10)
 
+    tracing:                          # optional; OpenTelemetry spans over OTLP/HTTP (--otlp-endpoint overrides)
+      endpoint: http://otel-collector:4318   # the collector (/v1/traces added); default: OTEL_EXPORTER_OTLP_*
+      service_name: llm-gateway       # default: OTEL_SERVICE_NAME, else llm-gateway
+      sample_ratio: 0.1               # new traces kept (a caller's sampled flag is followed); default: OTEL_TRACES_SAMPLER
+
 With no file, the gateway serves the embedded model on a bundled worker.
 """
 
@@ -50,6 +55,7 @@ from typing import Any
 import yaml
 
 from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
+from gateway.observability.tracing import TracingConfig
 from gateway.process.limits import ServerLimits
 from gateway.process.supervisor import WorkerOptions
 
@@ -107,6 +113,7 @@ class ModelEntry:
 class GatewayConfig:
     models: list[ModelEntry]
     server: ServerLimits = field(default_factory=ServerLimits)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
 
 EMBEDDED_DEFAULT_MAX_TOKENS = 512
@@ -131,7 +138,27 @@ def load_config(path: str | Path) -> GatewayConfig:
     ids = [m.id for m in models]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{p}: duplicate model ids in {ids}")
-    return GatewayConfig(models=models, server=_server_limits(raw.get("server") or {}, f"{p}: server"))
+    return GatewayConfig(
+        models=models,
+        server=_server_limits(raw.get("server") or {}, f"{p}: server"),
+        tracing=_tracing(raw.get("tracing") or {}, f"{p}: tracing"),
+    )
+
+
+def _tracing(raw: Any, where: str) -> TracingConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    _only(raw, set(TracingConfig.__dataclass_fields__), where)
+    for key in ("endpoint", "service_name"):
+        if raw.get(key) is not None and (not isinstance(raw[key], str) or not raw[key]):
+            raise ConfigError(f"{where}.{key}: a non-empty string is required")
+    endpoint = raw.get("endpoint")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}.endpoint: an http:// or https:// URL is required")
+    ratio = raw.get("sample_ratio")
+    if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1):
+        raise ConfigError(f"{where}.sample_ratio: a number from 0 to 1 is required")
+    return TracingConfig(**raw)
 
 
 def _server_limits(raw: Any, where: str) -> ServerLimits:
