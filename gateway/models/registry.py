@@ -12,6 +12,7 @@ from backends.checkpoint import Checkpoint
 from gateway.errors import APIError
 from gateway.families import get_family
 from gateway.families.base import Family, FamilyContext
+from gateway.grammars.budget import GrammarBudget
 from gateway.grammars.compat import OLDEST_PINNED
 from gateway.observability.requests import note_model, note_shielded
 from gateway.prompts.encoding import PromptEncoder
@@ -32,6 +33,8 @@ class ServedModel:
     """max_tokens of a request that names none; None: all the context leaves."""
     grammar_target: str = OLDEST_PINNED
     """The backend's xgrammar version: grammars with features it would ignore are refused."""
+    grammar_budget: GrammarBudget | None = None
+    """Builds and compiles grammars in child processes under a CPU budget (None: built here, unbounded)."""
     shielder: Shielder = field(init=False)
     created: int = field(default_factory=lambda: int(time.time()))
 

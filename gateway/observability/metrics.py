@@ -91,6 +91,11 @@ class GatewayMetrics:
                                     model, buckets=TTFT_BUCKETS, registry=r)
         self.grammar_build = Histogram("gateway:grammar_build_seconds", "Building a request's grammar",
                                        model, buckets=GRAMMAR_BUCKETS, registry=r)
+        self.grammar_compile = Histogram("gateway:grammar_compile_seconds",
+                                         "CPU time compiling a request's grammar under the compile budget",
+                                         model, buckets=GRAMMAR_BUCKETS, registry=r)
+        self.grammar_cache = Counter("gateway:grammar_cache_lookups", "The compile budget's cache: hit, miss or "
+                                     "over_budget", ["model_name", "result"], registry=r)
         self.shielded = Counter("gateway:shielded_spellings", "Added-token spellings typed by clients, shielded",
                                 model, registry=r)
         self.retries = Counter("gateway:backend_retries", "Attempts moved to another replica",
@@ -114,6 +119,8 @@ class GatewayMetrics:
         model = record.model or NONE
         tenant = self.tenants.label(record.tenant)
         self.requests.labels(model, route, str(record.status), tenant).inc()
+        if record.grammar_cache:  # counted for refused requests too (over budget)
+            self.grammar_cache.labels(model, record.grammar_cache).inc()
         if not record.generating:
             return
         series = self._series.get(model) or self._series.setdefault(model, _ModelSeries(self, model))
@@ -136,6 +143,8 @@ class GatewayMetrics:
             series.shielded.inc(record.shielded)
         if record.grammar_seconds is not None:
             series.grammar_build.observe(record.grammar_seconds)
+        if record.grammar_compile_seconds is not None:
+            series.grammar_compile.observe(record.grammar_compile_seconds)
 
     @contextmanager
     def queued(self, model: str) -> Iterator[None]:
@@ -159,7 +168,7 @@ class _ModelSeries:
 
     def __init__(self, metrics: GatewayMetrics, model: str):
         for name in ("e2e", "ttft", "tpot", "overhead", "prompt_tokens", "generation_tokens", "cached_tokens",
-                     "shielded", "grammar_build"):
+                     "shielded", "grammar_build", "grammar_compile"):
             setattr(self, name, getattr(metrics, name).labels(model))
 
 
