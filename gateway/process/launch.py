@@ -19,7 +19,9 @@ from gateway.families import FamilyInferenceError, infer_family
 from gateway.families.recognition import CheckpointFacts
 from gateway.grammars.budget import GrammarBudget
 from gateway.models.registry import ModelRegistry, ServedModel, served_model_from_checkpoint
+from gateway.models.slots import ChoiceSlots
 from gateway.process.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig, ModelEntry
+from gateway.process.policy_gate import backend_slots
 from gateway.process.supervisor import WorkerSpec, WorkerSupervisor
 
 
@@ -53,6 +55,9 @@ def _start_model(
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)
     model.grammar_target = entry.backend.xgrammar or PINNED_XGRAMMAR.get(entry.backend.type) or version("xgrammar")
+    slots = backend_slots(entry)
+    if slots is not None and backend is not None:
+        model.choice_slots = ChoiceSlots(slots)
     if grammar_compile_s is not None:
         info = functools.partial(tokenizer_info, checkpoint, len(checkpoint.vocab))
         model.grammar_budget = GrammarBudget(model.family, info, grammar_compile_s)
