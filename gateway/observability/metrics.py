@@ -7,6 +7,7 @@ per-replica gauges are read from the routers only when /metrics is scraped.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -105,6 +106,7 @@ class GatewayMetrics:
         self.policy_reloads = Counter("gateway:policy_reloads", "Tenant policy reloads by outcome", ["outcome"],
                                       registry=r)
         r.register(RunningCollector(self.in_flight, [m.id for m in registry or ()]))
+        r.register(LoopTasksCollector())
         if registry is not None:
             r.register(ReplicaCollector(registry))
             for served in registry:
@@ -187,6 +189,18 @@ class RouterMetrics(RouterObserver):
 
     def failed(self, replica: str, error: BackendError) -> None:
         self._metrics.backend_errors.labels(self._model, replica, str(error.status)).inc()
+
+
+class LoopTasksCollector(Collector):
+    """gateway:event_loop_tasks: asyncio tasks alive in the serving loop at scrape time (a leak shows as growth)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # scraped outside a running loop (render() called from a test's thread)
+            return
+        yield GaugeMetricFamily("gateway:event_loop_tasks", "asyncio tasks alive in the gateway's event loop",
+                                value=tasks)
 
 
 class RunningCollector(Collector):
