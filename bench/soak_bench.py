@@ -81,6 +81,8 @@ class Snapshot:
 
     rss_mib: float
     fds: int
+    fd_kinds: dict[str, int]
+    """fds by what they are: socket, pipe, anon_inode, file."""
     tasks: float
     close_wait: int
     close_wait_sockets: list[str]
@@ -90,13 +92,20 @@ class Snapshot:
 def snapshot(pid: int, port: int) -> Snapshot:
     status = Path(f"/proc/{pid}/status").read_text()
     rss_kib = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
-    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    kinds: dict[str, int] = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        kind = target.split(":", 1)[0] if ":" in target else "file"
+        kinds[kind] = kinds.get(kind, 0) + 1
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
     tasks = next((float(line.split()[1]) for line in metrics.splitlines() if line.startswith("gateway:event_loop_tasks ")),
                  float("nan"))
     ss = subprocess.run(["ss", "-tanpH", "state", "close-wait"], capture_output=True, text=True, check=False).stdout
     close_wait = [" ".join(line.split()[2:4]) for line in ss.splitlines() if f"pid={pid}," in line]
-    return Snapshot(rss_kib / 1024, fds, tasks, len(close_wait), close_wait)
+    return Snapshot(rss_kib / 1024, sum(kinds.values()), kinds, tasks, len(close_wait), close_wait)
 
 
 def chat_body(tokens: int) -> bytes:
@@ -163,15 +172,16 @@ async def client(n: int, port: int, tokens: int, until: float, tally: Tally) -> 
         await one_stream(port, body, hang_up, tally)
 
 
-async def load(port: int, clients: int, tokens: int, seconds: float, pid: int) -> tuple[Tally, Snapshot, Snapshot]:
-    """`clients` clients for `seconds`; snapshots after the warm-up and when the load ends."""
+async def load(port: int, clients: int, tokens: int, seconds: float, pid: int) -> tuple[Tally, dict[str, Snapshot]]:
+    """`clients` clients for `seconds`; snapshots before, after the warm-up and when the load ends."""
+    before = await asyncio.to_thread(snapshot, pid, port)
     tally = Tally()
     until = time.monotonic() + seconds
     tasks = [asyncio.create_task(client(n, port, tokens, until, tally)) for n in range(clients)]
     await asyncio.sleep(min(WARM_UP_S, seconds / 4))
     warm = await asyncio.to_thread(snapshot, pid, port)
     await asyncio.gather(*tasks)
-    return tally, warm, await asyncio.to_thread(snapshot, pid, port)
+    return tally, {"before": before, "warm": warm, "end": await asyncio.to_thread(snapshot, pid, port)}
 
 
 @dataclass
@@ -189,11 +199,11 @@ def run_phase(name: str, gateway_pid: int, port: int, backend_pid: int, clients:
               idle: float) -> PhaseResult:
     pids = {"gateway": gateway_pid, "backend": backend_pid, "client": os.getpid(), "machine": None}
     before = {k: cpu_seconds(p) for k, p in pids.items()}
-    tally, warm, end = asyncio.run(load(port, clients, tokens, seconds, gateway_pid))
+    tally, snapshots = asyncio.run(load(port, clients, tokens, seconds, gateway_pid))
     cpu = {k: cpu_seconds(p) - before[k] for k, p in pids.items()}
     time.sleep(idle)
-    idle_snapshot = snapshot(gateway_pid, port)
-    return PhaseResult(name, clients, seconds, tally, {"warm": warm, "end": end, "idle": idle_snapshot}, cpu)
+    snapshots["idle"] = snapshot(gateway_pid, port)
+    return PhaseResult(name, clients, seconds, tally, snapshots, cpu)
 
 
 def worker_running(url: str) -> float:
@@ -219,17 +229,17 @@ def report(result: PhaseResult) -> None:
           f" ({len(t.gaps)} gaps)")
     print("| gateway | RSS MiB | fds | asyncio tasks | CLOSE-WAIT |\n|---|---|---|---|---|")
     for when, s in result.snapshots.items():
-        print(f"| {when} | {s.rss_mib:.1f} | {s.fds} | {s.tasks:.0f} | {s.close_wait} |")
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.fd_kinds.items()))
+        print(f"| {when} | {s.rss_mib:.1f} | {s.fds} ({kinds}) | {s.tasks:.0f} | {s.close_wait} |")
     for when, s in result.snapshots.items():
         if s.close_wait_sockets:
             print(f"CLOSE-WAIT at {when} (local peer): {'; '.join(s.close_wait_sockets[:5])}")
     warm, end = result.snapshots["warm"], result.snapshots["end"]
     print(f"RSS growth warm → end: {(end.rss_mib / warm.rss_mib - 1) * 100:+.1f} %")
     cpu = result.cpu
-    others = max(0.0, cpu["machine"] - cpu["gateway"] - cpu["backend"] - cpu["client"])
     print(f"CPU cores used over the load: gateway {cpu['gateway'] / result.seconds:.2f}, backend "
-          f"{cpu['backend'] / result.seconds:.2f}, client {cpu['client'] / result.seconds:.2f}, other processes "
-          f"{others / result.seconds:.2f}")
+          f"{cpu['backend'] / result.seconds:.2f}, client {cpu['client'] / result.seconds:.2f} "
+          f"(/proc/stat: {cpu['machine'] / result.seconds:.2f} busy in all)")
     if result.worker_running is not None:
         print(f"worker vllm:num_requests_running after the idle: {result.worker_running:.0f}")
 
