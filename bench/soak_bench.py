@@ -40,12 +40,11 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from overhead_bench import (
-    CONFIG,
     MESSAGES,
     MODEL,
-    _ready_port,
     cpu_seconds,
     free_port,
+    gateway_on_stand_in,
     machine,
     percentile,
     process,
@@ -266,20 +265,10 @@ def main() -> None:
 
 
 def stand_in_phase(args: argparse.Namespace, logs: Path) -> PhaseResult:
-    cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(args.interval_ms)]
-    with process(cmd, logs / "stand-in.log") as standin:
-        url = f"http://127.0.0.1:{_ready_port(logs / 'stand-in.log', standin)}"
-        wait_ready(f"{url}/health", standin, logs / "stand-in.log")
-        config = logs / "gateway.yaml"
-        config.write_text(CONFIG.format(model=MODEL, url=url))
-        port = free_port()
-        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config),
-               "--log-level", "warning"]
-        with process(cmd, logs / "gateway.log") as gateway:
-            wait_ready(f"http://127.0.0.1:{port}/ready", gateway, logs / "gateway.log")
-            print(f"stand-in phase: gateway pid {gateway.pid}, stand-in pid {standin.pid}", flush=True)
-            return run_phase("gateway → fast stand-in", gateway.pid, port, standin.pid, args.clients, args.tokens,
-                             args.seconds, args.idle)
+    with gateway_on_stand_in(logs, args.interval_ms) as (standin, gateway, port):
+        print(f"stand-in phase: gateway pid {gateway.pid}, stand-in pid {standin.pid}", flush=True)
+        return run_phase("gateway → fast stand-in", gateway.pid, port, standin.pid, args.clients, args.tokens,
+                         args.seconds, args.idle)
 
 
 def worker_phase(args: argparse.Namespace, logs: Path) -> PhaseResult:
