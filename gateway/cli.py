@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--header-timeout", type=_positive, help="seconds a request's headers may take to arrive (default: 10)"
     )
     serve.add_argument(
+        "--grammar-compile-budget",
+        type=_non_negative,
+        metavar="SECONDS",
+        help="CPU seconds a request's grammar may cost to build and compile; past it a 400 naming the schema "
+        "(default: 2; 0: no budget, grammars are built in the gateway's own process)",
+    )
+    serve.add_argument(
         "--log-level",
         choices=LEVELS,
         default="info",
@@ -168,6 +175,8 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.max_concurrency = args.max_concurrency
     if args.header_timeout is not None:
         limits.header_timeout_s = args.header_timeout
+    if args.grammar_compile_budget is not None:
+        limits.grammar_compile_s = args.grammar_compile_budget or None
 
 
 def _http_url(text: str) -> str:

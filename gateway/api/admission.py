@@ -129,14 +129,19 @@ class RequestPolicy:
         *,
         prompt_param: str,
         prompt: Any = None,
+        choices: int = 1,
     ) -> Events:
-        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all choices):
+        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all `choices`):
         400 over max_prompt_tokens, 429 (or 503 when the store is down and the tenant fails closed)
         when the limiter refuses. Returns `events`, settling the
-        real usage when they end; call it before anything reaches the backend."""
+        real usage when they end; call it before anything reaches the backend. Without policies, the choices
+        are counted against the model's backend slots instead (gateway/models/slots.py)."""
         tenant = self.tenant
         if tenant is None or self._gate is None:
-            return events
+            if model.choice_slots is None:
+                return events
+            model.choice_slots.check(choices)
+            return model.choice_slots.hold(choices, events)
         policy = tenant.caller.policy
         tenant.model = model.id
         tenant.prompt_tokens = prompt_tokens

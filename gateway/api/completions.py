@@ -54,7 +54,10 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     prompt_tokens = sum(len(ids) for ids, _ in batch)
     budget = settings.n * sum(sampling.max_new_tokens for _, sampling in batch)
     with stage("gateway.admission"):
-        events = await policy.admit(model, prompt_tokens, budget, events, prompt_param="prompt", prompt=parsed.prompts)
+        events = await policy.admit(
+            model, prompt_tokens, budget, events, prompt_param="prompt", prompt=parsed.prompts,
+            choices=len(batch) * settings.n,
+        )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     skipped = frozenset(model.family.context.control_token_ids) if settings.skip_special_tokens else frozenset()
     renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, prompt_tokens)

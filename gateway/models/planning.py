@@ -120,10 +120,14 @@ def encode_chat(model: ServedModel, chat: ChatRequest, param: str = "messages") 
 
 
 def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
-    """The family's grammar for the request; a schema that cannot be enforced, by xgrammar or by the
-    backend's older xgrammar, is a 400."""
+    """The family's grammar for the request (built and compiled under the model's compile budget when it has
+    one); a schema that cannot be enforced, by xgrammar or by the backend's older xgrammar, or that costs more
+    than the budget, is a 400."""
     try:
-        grammar = model.family.grammar(chat, prompt)
+        if model.grammar_budget is not None:
+            grammar = model.grammar_budget.build(chat, prompt)
+        else:
+            grammar = model.family.grammar(chat, prompt)
     except SchemaGrammarError as e:
         raise invalid(str(e), e.param) from None
     unsupported = newer_features(grammar, model.grammar_target)

@@ -14,10 +14,14 @@ from backends.discovery import DNSService
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from backends.vllm import VLLMBackend
+from backends.xgrammar_compile import tokenizer_info
 from gateway.families import FamilyInferenceError, infer_family
 from gateway.families.recognition import CheckpointFacts
+from gateway.grammars.budget import GrammarBudget
 from gateway.models.registry import ModelRegistry, ServedModel, served_model_from_checkpoint
+from gateway.models.slots import ChoiceSlots
 from gateway.process.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig, ModelEntry
+from gateway.process.policy_gate import backend_slots
 from gateway.process.supervisor import WorkerSpec, WorkerSupervisor
 
 
@@ -29,10 +33,20 @@ def start_models(config: GatewayConfig, stack: ExitStack) -> ModelRegistry:
     """Load every configured model; workers started here are stopped when `stack` closes, and
     restarted by the registry's background tasks if they die."""
     background: list[Callable[[], Awaitable[None]]] = []
-    return ModelRegistry([_start_model(entry, stack, background) for entry in config.models], background)
+    budget = config.server.grammar_compile_s
+    models = [_start_model(entry, stack, background, budget) for entry in config.models]
+    for model in models:
+        if model.grammar_budget is not None:
+            stack.callback(model.grammar_budget.close)
+    return ModelRegistry(models, background)
 
 
-def _start_model(entry: ModelEntry, stack: ExitStack, background: list[Callable[[], Awaitable[None]]]) -> ServedModel:
+def _start_model(
+    entry: ModelEntry,
+    stack: ExitStack,
+    background: list[Callable[[], Awaitable[None]]],
+    grammar_compile_s: float | None = None,
+) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load_checkpoint(entry.checkpoint)
     family = entry.family or _inferred_family(entry.id, checkpoint)
@@ -41,6 +55,12 @@ def _start_model(entry: ModelEntry, stack: ExitStack, background: list[Callable[
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)
     model.grammar_target = entry.backend.xgrammar or PINNED_XGRAMMAR.get(entry.backend.type) or version("xgrammar")
+    slots = backend_slots(entry)
+    if slots is not None and backend is not None:
+        model.choice_slots = ChoiceSlots(slots)
+    if grammar_compile_s is not None:
+        info = functools.partial(tokenizer_info, checkpoint, len(checkpoint.vocab))
+        model.grammar_budget = GrammarBudget(model.family, info, grammar_compile_s)
     return model
 
 
