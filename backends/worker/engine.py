@@ -286,6 +286,7 @@ class Engine:
         self.stats.decode_tokens += len(decoding)
         self.stats.decode_seconds += time.perf_counter() - began
 
+    @torch.inference_mode()  # the logits are an inference tensor: masks and penalties change them in place
     def _sample_and_emit(self, batch: list[_Running], logits: torch.Tensor) -> None:
         raw = {i: logits[i].clone() for i, r in enumerate(batch) if r.request.logprobs}
         began = time.perf_counter()
