@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.dashboard import exposed_families, queried_metrics
+from tests.gateway.sglang_contract import api_types
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 2048  # long enough that a 1000-token generation holds its slot while a test looks
@@ -133,9 +134,13 @@ COUNTING = "1, 2, 3, 4,"  # greedy: " 5, 6, 7, ..."
 
 
 def _stream_text(client: httpx.Client, body: dict) -> tuple[str, dict]:
-    """The text of a streamed /generate, and its last meta_info."""
-    with client.stream("POST", "/generate", json={**body, "stream": True}) as response:
+    """The text of a streamed /generate, and its last meta_info; both ways checked against SGLang's contract."""
+    body = {**body, "stream": True}
+    api_types.GenerateRequest.from_json_value(body)
+    with client.stream("POST", "/generate", json=body) as response:
         events = _events(_sse(response))
+    for event in events:
+        api_types.GenerateResponse.from_json_value(event)
     return "".join(e["text"] for e in events), events[-1]["meta_info"]
 
 
@@ -148,6 +153,7 @@ def test_stop_strings_are_cut_or_kept_and_a_repeated_prompt_is_cached(client):
     assert (text, meta["cached_tokens"]) == (" 5, 6", len(PROMPT_COUNTING) - 1)
     out = client.post("/generate", json={"text": COUNTING, "sampling_params": {**sampling, "stop": "5,"}}).json()
     assert (out["text"], out["meta_info"]["finish_reason"]["matched"]) == (" ", "5,")
+    assert api_types.GenerateResponse.from_json_value(out).meta_info.finish_reason.matched == "5,"
 
 
 def test_abort_request_ends_the_stream(client, base_url):
