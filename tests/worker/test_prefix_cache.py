@@ -58,11 +58,14 @@ def prefix_cache(engine, enabled: bool):
         engine.prefix_cache.enabled = before
 
 
-def run(engine, rid: str, ids: list[int], **kwargs) -> tuple[list[int], int]:
-    """Greedy output ids and the cached tokens the engine reported."""
-    collector = submit(engine, rid, ids, **kwargs)
-    out, event = collector.wait()
-    return out, event.cached_tokens
+def outputs(engine, requests: dict[str, tuple[list[int], dict]]) -> dict[str, tuple[list[int], int]]:
+    """Submit every (prompt, settings) at once (greedy): output ids and the cached tokens reported, by name."""
+    collectors = {name: submit(engine, name, ids, **settings) for name, (ids, settings) in requests.items()}
+    results = {}
+    for name, collector in collectors.items():
+        out, event = collector.wait()
+        results[name] = (out, event.cached_tokens)
+    return results
 
 
 QUESTIONS = ["What is the capital of France?", "Name a prime number.", "Say a colour.", "Count to three.",
@@ -72,39 +75,36 @@ QUESTIONS = ["What is the capital of France?", "Name a prime number.", "Say a co
 def test_outputs_with_the_cache_equal_outputs_without(engine, checkpoint, grammars):
     """Agent turns (extended prefixes), partial matches, copies from a running slot, evictions and a grammar."""
     turn1 = chat_ids(checkpoint, QUESTIONS[0])
-    regex = grammars.compile("regex", r"(yes|no)\.")
+    short = {"max_new_tokens": 3}
+    regex = {"max_new_tokens": 3, "grammar": grammars.compile("regex", r"(yes|no)\.")}
     with prefix_cache(engine, False):
-        first, cached = run(engine, "ref-1", turn1, max_new_tokens=6)
-        assert cached == 0
+        first = outputs(engine, {"ref-turn1": (turn1, short)})["ref-turn1"][0]
         turn2 = turn1 + first + chat_ids(checkpoint, "And of Italy?")
-        expected = {q: run(engine, f"ref-{q}", chat_ids(checkpoint, q), max_new_tokens=4)[0] for q in QUESTIONS}
-        expected["turn2"] = run(engine, "ref-turn2", turn2, max_new_tokens=6)[0]
-        expected["regex"] = run(engine, "ref-re", turn2, max_new_tokens=4, grammar=regex)[0]
+        requests = {f"ref-{q}": (chat_ids(checkpoint, q), short) for q in QUESTIONS}
+        expected = outputs(engine, {**requests, "ref-turn2": (turn2, short), "ref-re": (turn2, regex)})
+    assert all(cached == 0 for _, cached in expected.values())
 
     with prefix_cache(engine, True):
-        assert run(engine, "t1", turn1, max_new_tokens=6)[0] == first
-        out, cached = run(engine, "t2", turn2, max_new_tokens=6)
-        assert (out, cached) == (expected["turn2"], len(turn1) + len(first) - 1)  # the last sampled id had no KV
-        out, cached = run(engine, "re", turn2, max_new_tokens=4, grammar=regex)
-        assert (out, cached) == (expected["regex"], len(turn2) - 1)
+        assert outputs(engine, {"t1": (turn1, short)})["t1"][0] == first
+        turn = outputs(engine, {"t2": (turn2, short)})["t2"]
+        assert turn == (expected["ref-turn2"][0], len(turn1) + len(first) - 1)  # the last sampled id had no KV
+        assert outputs(engine, {"re": (turn2, regex)})["re"] == (expected["ref-re"][0], len(turn2) - 1)
         # Every question shares the chat template's opening with the cached turns: partial matches, and with
         # more questions than slots, evictions; submitted together, later ones copy from running slots.
-        together = [submit(engine, f"q-{i}", chat_ids(checkpoint, q), max_new_tokens=4) for i, q in enumerate(QUESTIONS)]
-        results = [c.wait() for c in together]
-        assert [ids for ids, _ in results] == [expected[q] for q in QUESTIONS]
-        assert all(0 < event.cached_tokens < len(chat_ids(checkpoint, q)) for q, (_, event) in zip(QUESTIONS, results))
+        together = outputs(engine, {q: (chat_ids(checkpoint, q), short) for q in QUESTIONS})
+    assert [together[q][0] for q in QUESTIONS] == [expected[f"ref-{q}"][0] for q in QUESTIONS]
+    assert all(0 < together[q][1] < len(chat_ids(checkpoint, q)) for q in QUESTIONS)
     assert len(QUESTIONS) > SLOTS
 
 
 def test_a_cancelled_request_leaves_a_usable_prefix(engine, checkpoint):
     prompt = chat_ids(checkpoint, "Tell me a long story about a cat.")
     with prefix_cache(engine, False):
-        expected, _ = run(engine, "ref-story", prompt, max_new_tokens=5)
+        expected = outputs(engine, {"ref-story": (prompt, {"max_new_tokens": 3})})["ref-story"][0]
     with prefix_cache(engine, True):
         story = submit(engine, "story", prompt, max_new_tokens=1000, ignore_eos=True)
-        for _ in range(3):
-            story.next()
+        story.next()
         engine.abort("story")
         assert story.wait()[1].finish.type == "abort"
-        out, cached = run(engine, "story-again", prompt, max_new_tokens=5)
-    assert (out, cached) == (expected, len(prompt) - 1)
+        again = outputs(engine, {"story-again": (prompt, {"max_new_tokens": 3})})["story-again"]
+    assert again == (expected, len(prompt) - 1)
