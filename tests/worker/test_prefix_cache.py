@@ -75,8 +75,8 @@ QUESTIONS = ["What is the capital of France?", "Name a prime number.", "Say a co
 def test_outputs_with_the_cache_equal_outputs_without(engine, checkpoint, grammars):
     """Agent turns (extended prefixes), partial matches, copies from a running slot, evictions and a grammar."""
     turn1 = chat_ids(checkpoint, QUESTIONS[0])
-    short = {"max_new_tokens": 3}
-    regex = {"max_new_tokens": 3, "grammar": grammars.compile("regex", r"(yes|no)\.")}
+    short = {"max_new_tokens": 2}
+    regex = {"max_new_tokens": 2, "grammar": grammars.compile("regex", r"(yes|no)\.")}
     with prefix_cache(engine, False):
         first = outputs(engine, {"ref-turn1": (turn1, short)})["ref-turn1"][0]
         turn2 = turn1 + first + chat_ids(checkpoint, "And of Italy?")
