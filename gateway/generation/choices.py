@@ -10,8 +10,8 @@ from typing import TypeVar
 
 from backends.base import Backend, BackendError, GenerateRequest, Grammar, SamplingParams
 from backends.detokenizer import Detokenizer
+from backends.stop_strings import StopMatcher
 from gateway.errors import APIError
-from gateway.generation.stop_strings import StopMatcher
 from gateway.models.registry import ServedModel
 from gateway.observability.tracing import backend_stream
 from gateway.types import ChoiceStep, FinishReason
