@@ -37,8 +37,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill step")
     parser.add_argument("--weights-dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument(
-        "--no-prefix-cache", "--disable-radix-cache", dest="prefix_cache", action="store_false",
-        help="forget each request's KV when it ends (default: reuse shared prompt prefixes)",
+        "--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+        help="keep each request's KV for later prompts that share its prefix (default: on)",
+    )
+    parser.add_argument(
+        "--disable-radix-cache", dest="prefix_cache", action="store_false", help="SGLang's name of --no-prefix-cache"
     )
     return parser.parse_args(argv)
 

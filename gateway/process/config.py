@@ -14,7 +14,7 @@ A YAML (or JSON) file:
                                       #   model's fair queue (default: a bundled worker's max_batch, else none)
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
-          threads: 2                  # worker only (also max_batch, max_waiting, weights_dtype, device,
+          threads: 2                  # worker only (also max_batch, max_waiting, weights_dtype, device, prefix_cache,
           context_length: 4096        #   context_length: KV cache per slot; default the model's)
           url: http://host:30000      # sglang and vllm: one replica, or several:
           urls: [http://a:30000, http://b:30000]
@@ -266,6 +266,8 @@ def _backend(raw: dict, where: str) -> BackendConfig:
         raise ConfigError(f"{where}.health_interval_s: a positive number of seconds is required")
     if not isinstance(backend.max_attempts, int) or backend.max_attempts < 1:
         raise ConfigError(f"{where}.max_attempts: a positive integer is required")
+    if backend.prefix_cache is not None and not isinstance(backend.prefix_cache, bool):
+        raise ConfigError(f"{where}.prefix_cache: true or false is required")
     if backend.xgrammar is not None and not _XGRAMMAR_VERSION.fullmatch(str(backend.xgrammar)):
         raise ConfigError(f"{where}.xgrammar: a version like 0.2.7 is required")
     return backend

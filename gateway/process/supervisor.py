@@ -32,6 +32,8 @@ class WorkerOptions:
     max_waiting: int | None = None
     weights_dtype: str | None = None
     context_length: int | None = None
+    prefix_cache: bool | None = None
+    """False: `--no-prefix-cache` (a boolean option is its flag, or `--no-` its flag when False)."""
 
 
 @dataclass
@@ -50,9 +52,11 @@ class WorkerSpec(WorkerOptions):
         if self.checkpoint is not None:
             args += ["--model", str(self.checkpoint)]
         for option in fields(WorkerOptions):
-            value = getattr(self, option.name)
-            if value is not None:
-                args += [f"--{option.name.replace('_', '-')}", str(value)]
+            value, flag = getattr(self, option.name), option.name.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(f"--{flag}" if value else f"--no-{flag}")
+            elif value is not None:
+                args += [f"--{flag}", str(value)]
         return args
 
 

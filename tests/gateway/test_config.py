@@ -117,3 +117,16 @@ def test_a_config_backend_becomes_the_worker_flags(tmp_path):
         "--host", "127.0.0.1", "--port", "0", "--model", "/m.gguf",
         "--threads", "2", "--max-batch", "4", "--weights-dtype", "bf16", "--context-length", "512",
     ]  # fmt: skip
+
+
+def test_the_prefix_cache_option_is_a_worker_switch(tmp_path):
+    from backends.worker.__main__ import parse_args
+    from gateway.process.supervisor import WorkerSpec
+
+    for value, flag, expected in (("false", "--no-prefix-cache", False), ("true", "--prefix-cache", True)):
+        backend = config(tmp_path, f"{{prefix_cache: {value}}}").models[0].backend
+        argv = WorkerSpec.of(None, backend).argv()
+        assert argv[-1] == flag and parse_args(argv[3:]).prefix_cache is expected
+    assert parse_args(["--disable-radix-cache"]).prefix_cache is False and parse_args([]).prefix_cache is True
+    with pytest.raises(ConfigError, match="prefix_cache: true or false"):
+        config(tmp_path, "{prefix_cache: 'no'}")
