@@ -265,22 +265,25 @@ class Engine:
         if not decoding:
             return
         began = time.perf_counter()
-        width = max(r.slot for r in decoding) + 1
+        # the contiguous range of slots from the lowest to the highest decoding one (a lone request in a high
+        # slot, where the prefix cache may put it, is one row)
+        first = min(r.slot for r in decoding)
+        width = max(r.slot for r in decoding) + 1 - first
         tokens = [0] * width
         positions = [0] * width
         writes = [self.model.cache.scratch_position] * width
         for r in decoding:
-            tokens[r.slot] = r.next_input
-            positions[r.slot] = writes[r.slot] = r.cached
+            tokens[r.slot - first] = r.next_input
+            positions[r.slot - first] = writes[r.slot - first] = r.cached
         device = self.model.device
         logits = self.model.forward(
             torch.tensor(tokens, device=device).unsqueeze(1),
             torch.tensor(positions, device=device).unsqueeze(1),
             torch.tensor(writes, device=device).unsqueeze(1),
-            first_slot=0,
+            first_slot=first,
             key_len=max(positions) + 1,
         )
-        rows = [r.slot for r in decoding]
+        rows = [r.slot - first for r in decoding]
         self._sample_and_emit(decoding, logits[rows] if len(rows) < width else logits)
         self.stats.decode_steps += 1
         self.stats.decode_tokens += len(decoding)
