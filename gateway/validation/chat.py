@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -13,6 +13,7 @@ from gateway.types import ChatRequest
 from gateway.validation.declare import (
     Field,
     Obj,
+    Variants,
     array,
     boolean,
     either,
@@ -61,15 +62,37 @@ TOOL_CALL = Obj(
         "function": obj(FUNCTION_CALL, required=True),
     },
 )
-MESSAGE = Obj(
-    "ChatMessage",
+CONTENT = either(array(TEXT_PART, MAX_CONTENT_PARTS, required=True), TEXT)
+NAME = string("The author's name.")
+TEXT_MESSAGE = Obj(
+    "ChatTextMessage",
+    {"role": string(required=True, choices=("system", "developer", "user")), "content": CONTENT, "name": NAME},
+)
+MESSAGE = Variants(
+    "role",
     {
-        "role": string(required=True, choices=_ROLES),
-        "content": either(array(TEXT_PART, MAX_CONTENT_PARTS, "Required except in an assistant message."), TEXT),
-        "reasoning_content": string("An assistant's reasoning."),
-        "tool_calls": array(TOOL_CALL, MAX_TOOL_CALLS, "An assistant's calls."),
-        "tool_call_id": string("Required in a tool message."),
-        "name": string(),
+        "system": TEXT_MESSAGE,
+        "developer": TEXT_MESSAGE,
+        "user": TEXT_MESSAGE,
+        "assistant": Obj(
+            "ChatAssistantMessage",
+            {
+                "role": string(required=True, choices=("assistant",)),
+                "content": replace(CONTENT, required=False),
+                "reasoning_content": string("The reasoning before the answer."),
+                "tool_calls": array(TOOL_CALL, MAX_TOOL_CALLS),
+                "name": NAME,
+            },
+        ),
+        "tool": Obj(
+            "ChatToolMessage",
+            {
+                "role": string(required=True, choices=("tool",)),
+                "content": CONTENT,
+                "tool_call_id": string(required=True),
+                "name": NAME,
+            },
+        ),
     },
 )
 FUNCTION_FIELDS: dict[str, Field] = {
@@ -89,12 +112,20 @@ ALLOWED_TOOLS = Obj(
         "tools": array(ALLOWED_TOOL, MAX_TOOLS, required=True, min_items=1),
     },
 )
-TOOL_CHOICE = Obj(
-    "ToolChoice",
+TOOL_CHOICE = Variants(
+    "type",
     {
-        "type": string(required=True, choices=("function", "allowed_tools")),
-        "function": obj(NAMED, "With type function."),
-        "allowed_tools": obj(ALLOWED_TOOLS, "With type allowed_tools."),
+        "function": Obj(
+            "ToolChoiceFunction",
+            {"type": string(required=True, choices=("function",)), "function": obj(NAMED, required=True)},
+        ),
+        "allowed_tools": Obj(
+            "ToolChoiceAllowedTools",
+            {
+                "type": string(required=True, choices=("allowed_tools",)),
+                "allowed_tools": obj(ALLOWED_TOOLS, required=True),
+            },
+        ),
     },
 )
 TOOL_CHOICE_MODES = ("none", "auto", "required")
@@ -174,35 +205,29 @@ def parse_messages(fields: Fields) -> list[dict[str, Any]]:
 
 
 def _message(m: Fields) -> dict[str, Any]:
+    m = m.variant()
     role = m.string("role")
     out: dict[str, Any] = {"role": "system" if role == "developer" else role}
+    out["content"] = _content(m)
     if role == "assistant":
-        out["content"] = _content(m, required=False)
         reasoning = m.string("reasoning_content")
         if reasoning is not None:
             out["reasoning_content"] = reasoning
         calls = _tool_calls(m)
         if calls:
             out["tool_calls"] = calls
-    else:
-        out["content"] = _content(m, required=True)
     if role == "tool":
-        out["tool_call_id"] = m.string("tool_call_id", required=True)
+        out["tool_call_id"] = m.string("tool_call_id")
     name = m.string("name")
     if name is not None:
         out["name"] = name
     return out
 
 
-def _content(m: Fields, *, required: bool) -> str | None:
+def _content(m: Fields) -> str | None:
     """A message's text: a string, or its text parts joined with nothing between them."""
     v = m.get("content")
-    param = m.param("content")
-    if v is None:
-        if required:
-            raise invalid(f"'{param}' is required", param, "missing_required_parameter")
-        return None
-    if isinstance(v, str):
+    if v is None or isinstance(v, str):
         return v
     texts = []
     for p in m.items("content"):
@@ -295,26 +320,18 @@ def parse_tool_choice(
         if v == "required" and not tools:
             raise invalid("tool_choice 'required' needs at least one tool in 'tools'", "tool_choice")
         return v, tools
-    tc = fields.obj("tool_choice")
+    tc = fields.obj("tool_choice").variant()
     kind = tc.string("type")
     if kind == "function":
         fn = tc if flat else tc.obj("function")
-        return {"type": "function", "function": {"name": _named(fn, "tool_choice.function", names)}}, tools
+        return {"type": "function", "function": {"name": _named(fn, names)}}, tools
     allowed = tc if flat else tc.obj("allowed_tools")
-    if allowed is None:
-        raise invalid(
-            "'tool_choice.allowed_tools' is required", "tool_choice.allowed_tools", "missing_required_parameter"
-        )
     mode = allowed.string("mode")
-    keep = {
-        _named(item if flat else item.obj("function"), item.param("function"), names) for item in allowed.items("tools")
-    }
+    keep = {_named(item if flat else item.obj("function"), names) for item in allowed.items("tools")}
     return mode, [t for t in tools if t["function"]["name"] in keep]
 
 
-def _named(fn: Fields | None, param: str, names: list[str]) -> str:
-    if fn is None:
-        raise invalid(f"'{param}' is required", param, "missing_required_parameter")
+def _named(fn: Fields, names: list[str]) -> str:
     name = fn.string("name")
     if name not in names:
         raise invalid(f"tool {name!r} is not declared in 'tools'", fn.param("name"))

@@ -32,7 +32,7 @@ class Field:
     min_items: int = 0
     items: Obj | Variants | Schema | None = None
     """An array's items: a declared object or a plain schema."""
-    obj: Obj | None = None
+    obj: Obj | Variants | None = None
     """An object field's own declaration."""
     alternatives: tuple[Obj | Variants | Schema, ...] = ()
     """Other shapes the field also takes (a string, or an array of parts)."""
@@ -129,7 +129,8 @@ class Variants:
         return Field("string", required=self.default is None, default=self.default, choices=tuple(self.cases))
 
     def ref(self, refs: Refs) -> Schema:
-        return {"anyOf": [case.ref(refs) for case in self.cases.values()]}
+        cases = {case.name: case for case in self.cases.values()}  # a declaration may serve several cases
+        return {"anyOf": [case.ref(refs) for case in cases.values()]}
 
 
 def as_schema(shape: Obj | Variants | Schema, refs: Refs) -> Schema:
@@ -165,7 +166,7 @@ def array(
     return Field("array", doc, required, items=items, max_items=max_items, min_items=min_items)
 
 
-def obj(decl: Obj, doc: str = "", *, required: bool = False) -> Field:
+def obj(decl: Obj | Variants, doc: str = "", *, required: bool = False) -> Field:
     return Field("object", doc, required, obj=decl)
 
 

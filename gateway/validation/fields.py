@@ -233,11 +233,8 @@ def parse_model(fields: Fields) -> str:
 def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> GenerationSettings:
     """The generation settings of a chat or completions body (logprobs are read by the caller)."""
     fields.refuse("logit_bias")
-    max_tokens = None
-    for key in max_tokens_keys:
-        max_tokens = fields.integer(key)
-        if max_tokens is not None:
-            break
+    given = [fields.integer(key) for key in max_tokens_keys]  # each checked, the first given wins
+    max_tokens = next((v for v in given if v is not None), None)
     stream = fields.boolean("stream")
     options = fields.obj("stream_options")
     if options is not None and not stream:

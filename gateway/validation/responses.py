@@ -56,13 +56,21 @@ _UNSUPPORTED_PARTS = {"input_image": "image", "input_file": "file", "input_audio
 
 TOOL = Obj("ResponsesTool", {"type": string(required=True, choices=("function",)), **FUNCTION_FIELDS})
 NAMED = Obj("ResponsesNamedTool", {"type": string(choices=("function",)), "name": string(required=True)})
-TOOL_CHOICE = Obj(
-    "ResponsesToolChoice",
+TOOL_CHOICE = Variants(
+    "type",
     {
-        "type": string(required=True, choices=("function", "allowed_tools")),
-        "name": string("With type function."),
-        "mode": string("With type allowed_tools.", default="auto", choices=("auto", "required")),
-        "tools": array(NAMED, MAX_TOOLS, "With type allowed_tools.", min_items=1),
+        "function": Obj(
+            "ResponsesToolChoiceFunction",
+            {"type": string(required=True, choices=("function",)), "name": string(required=True)},
+        ),
+        "allowed_tools": Obj(
+            "ResponsesToolChoiceAllowedTools",
+            {
+                "type": string(required=True, choices=("allowed_tools",)),
+                "mode": string(default="auto", choices=("auto", "required")),
+                "tools": array(NAMED, MAX_TOOLS, required=True, min_items=1),
+            },
+        ),
     },
 )
 TEXT_FORMAT = Obj(
