@@ -61,6 +61,12 @@ ANSWERS: dict[str, Schema] = {
     ),
     "AnthropicError": _obj({"type": {"const": "error"}, "error": _obj({"type": _STRING, "message": _STRING})}),
     "Usage": _USAGE,
+    "ServerSentEvent": {
+        "description": "One event of the stream (stream true): data is a JSON chunk, or [DONE] at the end.",
+        "type": "object",
+        "properties": {"event": _STRING, "data": _STRING, "id": _STRING},
+        "required": ["data"],
+    },
     "ChatCompletion": _obj(
         {
             "id": _STRING,
@@ -171,9 +177,7 @@ _BODY_ERRORS = (400, 401, 404, 413, 503)
 def _json(schema: Schema, stream: bool = False) -> dict[str, Any]:
     content: dict[str, Any] = {"application/json": {"schema": schema}}
     if stream:
-        content["text/event-stream"] = {
-            "schema": {"type": "string", "description": "Server-sent events, with stream true."}
-        }
+        content["text/event-stream"] = {"schema": _ref("ServerSentEvent")}
     return content
 
 

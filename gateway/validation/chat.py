@@ -136,13 +136,24 @@ JSON_SCHEMA_FIELDS: dict[str, Field] = {
     "description": string(),
 }
 JSON_SCHEMA = Obj("JSONSchemaFormat", JSON_SCHEMA_FIELDS)
-RESPONSE_FORMAT = Obj(
-    "ResponseFormat",
-    {
-        "type": string(required=True, choices=("text", "json_object", "json_schema")),
-        "json_schema": obj(JSON_SCHEMA, "With type json_schema."),
-    },
-)
+
+
+def format_variants(prefix: str, json_schema: dict[str, Field]) -> Variants:
+    """A response format by type: text, json_object, or json_schema with these fields."""
+    return Variants(
+        "type",
+        {
+            kind: Obj(f"{prefix}{name}", {"type": string(required=True, choices=(kind,)), **fields})
+            for kind, name, fields in (
+                ("text", "Text", {}),
+                ("json_object", "JSONObject", {}),
+                ("json_schema", "JSONSchema", json_schema),
+            )
+        },
+    )
+
+
+RESPONSE_FORMAT = format_variants("ResponseFormat", {"json_schema": obj(JSON_SCHEMA, required=True)})
 CHAT_FIELDS: dict[str, Field] = {
     **SETTINGS,
     "messages": array(MESSAGE, MAX_MESSAGES, required=True, min_items=1),
@@ -323,15 +334,17 @@ def parse_tool_choice(
     tc = fields.obj("tool_choice").variant()
     kind = tc.string("type")
     if kind == "function":
-        fn = tc if flat else tc.obj("function")
-        return {"type": "function", "function": {"name": _named(fn, names)}}, tools
+        return {"type": "function", "function": {"name": _named(tc, names, flat)}}, tools
     allowed = tc if flat else tc.obj("allowed_tools")
     mode = allowed.string("mode")
-    keep = {_named(item if flat else item.obj("function"), names) for item in allowed.items("tools")}
+    keep = {_named(item, names, flat) for item in allowed.items("tools")}
     return mode, [t for t in tools if t["function"]["name"] in keep]
 
 
-def _named(fn: Fields, names: list[str]) -> str:
+def _named(item: Fields, names: list[str], flat: bool) -> str:
+    """The name of a declared tool that `item` names (in its function, unless `flat`)."""
+    item.string("type")
+    fn = item if flat else item.obj("function")
     name = fn.string("name")
     if name not in names:
         raise invalid(f"tool {name!r} is not declared in 'tools'", fn.param("name"))
@@ -342,16 +355,13 @@ def parse_response_format(fields: Fields) -> dict[str, Any] | None:
     rf = fields.obj("response_format")
     if rf is None:
         return None
+    rf = rf.variant()
     kind = rf.string("type")
     if kind == "text":
         return None
     if kind == "json_object":
         return {"type": "json_object"}
     js = rf.obj("json_schema")
-    if js is None:
-        raise invalid(
-            "'response_format.json_schema' is required", "response_format.json_schema", "missing_required_parameter"
-        )
     return {"type": "json_schema", "json_schema": json_schema_format(js)}
 
 

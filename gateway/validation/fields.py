@@ -237,6 +237,7 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     max_tokens = next((v for v in given if v is not None), None)
     stream = fields.boolean("stream")
     options = fields.obj("stream_options")
+    include_usage = options.boolean("include_usage") if options else False
     if options is not None and not stream:
         raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
     top_p, top_k = parse_top_p_top_k(fields)
@@ -253,7 +254,7 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
         presence_penalty=fields.number("presence_penalty"),
         ignore_eos=fields.boolean("ignore_eos"),
         stream=stream,
-        include_usage=options.boolean("include_usage") if options else False,
+        include_usage=include_usage,
         skip_special_tokens=fields.boolean("skip_special_tokens"),
     )
 

@@ -112,11 +112,18 @@ TOOL_CHOICE = Obj(
         "disable_parallel_tool_use": boolean(False),
     },
 )
-THINKING = Obj(
-    "AnthropicThinking",
+THINKING = Variants(
+    "type",
     {
-        "type": string(required=True, choices=("enabled", "disabled", "adaptive")),
-        "budget_tokens": integer(1024, MAX_NEW_TOKENS, doc="Required with type enabled."),
+        "enabled": Obj(
+            "AnthropicThinkingEnabled",
+            {
+                "type": string(required=True, choices=("enabled",)),
+                "budget_tokens": integer(1024, MAX_NEW_TOKENS, required=True),
+            },
+        ),
+        "disabled": Obj("AnthropicThinkingDisabled", {"type": string(required=True, choices=("disabled",))}),
+        "adaptive": Obj("AnthropicThinkingAdaptive", {"type": string(required=True, choices=("adaptive",))}),
     },
 )
 OUTPUT_FORMAT = Obj(
@@ -294,11 +301,11 @@ def _tool_choice(fields: Fields, tools: list[dict[str, Any]]) -> tuple[str | dic
     if tc is None:
         return "auto", True
     kind = tc.string("type")
+    name = tc.string("name", required=kind == "tool")
     parallel = not tc.boolean("disable_parallel_tool_use")
     if kind in ("any", "tool") and not tools:
         raise invalid(f"tool_choice {kind!r} needs at least one tool in 'tools'", "tool_choice")
     if kind == "tool":
-        name = tc.string("name", required=True)
         if name not in [t["function"]["name"] for t in tools]:
             raise invalid(f"tool {name!r} is not declared in 'tools'", tc.param("name"))
         return {"type": "function", "function": {"name": name}}, parallel
@@ -310,16 +317,13 @@ def _thinking(fields: Fields) -> tuple[dict[str, Any], str | None]:
     t = fields.obj("thinking")
     if t is None:
         return {}, None
+    t = t.variant()
     kind = t.string("type")
     if kind == "disabled":
         return {"enable_thinking": False, "thinking": False}, None
     effort = "medium"
     if kind == "enabled":
         budget = t.integer("budget_tokens")
-        if budget is None:
-            raise invalid(
-                "'thinking.budget_tokens' is required", "thinking.budget_tokens", "missing_required_parameter"
-            )
         effort = next((e for bound, e in THINKING_EFFORT if budget < bound), "high")
     return {"enable_thinking": True, "thinking": True}, effort
 

@@ -7,7 +7,7 @@ The canonical items are what the store keeps and `input_items` lists; `items_to_
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -23,6 +23,7 @@ from gateway.validation.chat import (
     REASONING_EFFORTS,
     TEXT,
     TOOL_CHOICE_MODES,
+    format_variants,
     json_schema_format,
     parse_arguments,
     parse_tool_choice,
@@ -73,29 +74,24 @@ TOOL_CHOICE = Variants(
         ),
     },
 )
-TEXT_FORMAT = Obj(
-    "ResponsesTextFormat",
-    {
-        "type": string(required=True, choices=("text", "json_object", "json_schema")),
-        **{k: replace(f, required=False) for k, f in JSON_SCHEMA_FIELDS.items()},
-    },
-    "With type json_schema, name is required.",
-)
+TEXT_FORMAT = format_variants("ResponsesTextFormat", JSON_SCHEMA_FIELDS)
 TEXT_OPTIONS = Obj("ResponsesText", {"format": obj(TEXT_FORMAT)})
 REASONING = Obj(
     "ResponsesReasoning",
     {"effort": string(choices=REASONING_EFFORTS), "summary": string(choices=("auto", "concise", "detailed"))},
 )
-PART = Obj(
-    "ResponsesContentPart",
+PART = Variants(
+    "type",
     {
-        "type": string(required=True, choices=tuple(_TEXT_PARTS)),
-        "text": string("Required unless type is refusal."),
-        "refusal": string("Required with type refusal."),
+        kind: Obj(
+            f"Responses{kind.title().replace('_', '')}Part",
+            {"type": string(required=True, choices=(kind,)), key: string(required=True)},
+        )
+        for kind, key in _TEXT_PARTS.items()
     },
 )
 PARTS = either(array(PART, MAX_CONTENT_PARTS, required=True), TEXT)
-REASONING_PART = Obj("ResponsesReasoningPart", {"type": string(), "text": string(required=True)})
+REASONING_PART = Obj("ResponsesReasoningPart", {"text": string(required=True)}, "Its type is not read.")
 ITEM_ID = string("Given: kept; default: a new id.")
 MESSAGE_ITEM = Obj(
     "ResponsesMessageItem",
@@ -343,7 +339,8 @@ def _part_text(p: Fields) -> str:
         raise invalid(
             f"{_UNSUPPORTED_PARTS[kind]} inputs are not supported by this model", p.path, "unsupported_content"
         )
-    return p.string(_TEXT_PARTS[p.string("type")], required=True)
+    p = p.variant()
+    return p.string(_TEXT_PARTS[p.string("type")])
 
 
 def _reasoning_parts(f: Fields, key: str, part_type: str) -> list[dict[str, Any]]:
@@ -383,6 +380,7 @@ def _text_format(text: Fields | None) -> tuple[dict[str, Any] | None, dict[str, 
     fmt = text.obj("format") if text else None
     if fmt is None:
         return None, {"format": {"type": "text"}}
+    fmt = fmt.variant()
     kind = fmt.string("type")
     if kind == "text":
         return None, {"format": {"type": "text"}}
