@@ -12,11 +12,13 @@ from schemathesis.specs.openapi.definitions import OPENAPI_31
 
 from gateway.api.openapi import REQUEST_BODIES, build_document, document_bytes
 from gateway.app import create_app
+from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
-from gateway.validation.chat import CHAT
+from gateway.validation.chat import CHAT, parse_chat_completion
 from gateway.validation.declare import Obj, Variants
 from gateway.validation.fields import Fields
-from gateway.validation.responses import INPUT_ITEMS_QUERY
+from gateway.validation.messages import parse_messages_request
+from gateway.validation.responses import INPUT_ITEMS_QUERY, parse_responses_request
 from tests.gateway.http_server import serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,3 +115,78 @@ def test_served_once_per_process_as_stored_bytes():
     assert first.status_code == 200 and first.headers["content-type"] == "application/json"
     assert first.content == second.content == document_bytes()
     assert document_bytes() is document_bytes()
+
+
+M = {"model": "m"}
+USER = [{"role": "user", "content": "hi"}]
+AGREEMENT = [
+    # (schema name, parser, body, accepted): bodies the fuzz found the document and the validator disagreeing on
+    (
+        "ResponsesRequest",
+        parse_responses_request,
+        {**M, "input": "x", "text": {"format": {"type": "text", "name": 0}}},
+        True,
+    ),
+    (
+        "ResponsesRequest",
+        parse_responses_request,
+        {**M, "input": "x", "text": {"format": {"type": "json_schema", "name": 0}}},
+        False,
+    ),
+    (
+        "ResponsesRequest",
+        parse_responses_request,
+        {**M, "input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "refusal": 5}]}]},
+        True,
+    ),
+    (
+        "ResponsesRequest",
+        parse_responses_request,
+        {**M, "input": [{"role": "user", "content": [{"type": "refusal", "text": "x"}]}]},
+        False,
+    ),
+    (
+        "ChatCompletionRequest",
+        parse_chat_completion,
+        {**M, "messages": USER, "max_completion_tokens": 5, "max_tokens": "x"},
+        False,
+    ),
+    ("ChatCompletionRequest", parse_chat_completion, {**M, "messages": [{"role": "tool", "content": "x"}]}, False),
+    ("ChatCompletionRequest", parse_chat_completion, {**M, "messages": [{"role": "assistant"}]}, True),
+    (
+        "ChatCompletionRequest",
+        parse_chat_completion,
+        {**M, "messages": USER, "response_format": {"type": "text", "json_schema": 5}},
+        True,
+    ),
+    (
+        "ChatCompletionRequest",
+        parse_chat_completion,
+        {**M, "messages": USER, "stream_options": {"include_usage": "x"}},
+        False,
+    ),
+    (
+        "AnthropicMessagesRequest",
+        parse_messages_request,
+        {**M, "max_tokens": 1, "messages": USER, "thinking": {"type": "disabled", "budget_tokens": "x"}},
+        True,
+    ),
+    (
+        "AnthropicMessagesRequest",
+        parse_messages_request,
+        {**M, "max_tokens": 1, "messages": USER, "tool_choice": {"type": "auto", "name": 5}},
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "parse", "body", "accepted"), AGREEMENT)
+def test_the_document_and_the_validator_agree(document, name, parse, body, accepted):
+    schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+    assert jsonschema.Draft202012Validator(schema).is_valid(body) is accepted
+    if accepted:
+        parse(body)
+    else:
+        with pytest.raises(APIError) as refused:
+            parse(body)
+        assert refused.value.status == 400 and refused.value.param
