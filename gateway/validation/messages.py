@@ -90,7 +90,7 @@ BLOCK = Variants(
     },
 )
 MESSAGE = Obj(
-    "AnthropicMessage",
+    "AnthropicInputMessage",
     {
         "role": string(required=True, choices=("user", "assistant")),
         "content": either(array(BLOCK, MAX_CONTENT_PARTS, required=True), TEXT),

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 from schemathesis.specs.openapi.definitions import OPENAPI_31
 
-from gateway.api.openapi import REQUEST_BODIES, build_document, document_bytes
+from gateway.api.openapi import ANSWERS, REQUEST_BODIES, build_document, document_bytes
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
@@ -70,6 +70,10 @@ def test_every_declared_field_is_in_the_document_as_declared(document):
         for p in document["paths"]["/v1/responses/{response_id}/input_items"]["get"]["parameters"]
     }
     assert set(INPUT_ITEMS_QUERY.fields) <= set(query)
+
+
+def test_request_and_answer_schemas_have_their_own_names():
+    assert not set(_all_declarations()) & set(ANSWERS)
 
 
 def test_every_key_the_validators_read_is_declared():
