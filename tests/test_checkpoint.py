@@ -47,11 +47,7 @@ def test_tokenizer_only_references(embedded, tmp_path):
 @pytest.mark.parametrize(
     ("ref", "error", "message"),
     [
-        (
-            "/no/such/model.gguf.txt",
-            ValueError,
-            r"not a GGUF file, Hugging Face directory.*: /no/such/model\.gguf\.txt$",
-        ),
+        ("/no/such/model.gguf.txt", ValueError, r"not a GGUF file, Hugging Face directory.*: /no/such/model\.gguf\.txt$"),
         ("package:no_such_package_here", FileNotFoundError, r"^package no_such_package_here is not installed$"),
     ],
 )

@@ -147,9 +147,7 @@ def test_stop_string_cuts_and_aborts(gateway):
     say(server, "Hello STOP world and more text that never comes", hold_after=6)
     r = chat(client, stop=["STOP"], stream=True)
     events = sse(r)
-    assert (
-        "".join(e["choices"][0]["delta"].get("content", "") for e in events) == "Hello "
-    )  # text before the stop string, its last space included
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == "Hello "  # text before the stop string, its last space included
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
     assert server.closed[server.bodies[-1]["rid"]].wait(WAIT_S)
 

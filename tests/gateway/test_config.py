@@ -74,8 +74,6 @@ def test_the_embedded_default_caps_max_tokens_unless_told_otherwise():
     from gateway.cli import _serve_config, build_parser
     from gateway.process.config import EMBEDDED_DEFAULT_MAX_TOKENS
 
-    assert (
-        _serve_config(build_parser().parse_args(["serve"])).models[0].default_max_tokens == EMBEDDED_DEFAULT_MAX_TOKENS
-    )
+    assert _serve_config(build_parser().parse_args(["serve"])).models[0].default_max_tokens == EMBEDDED_DEFAULT_MAX_TOKENS
     told = build_parser().parse_args(["serve", "--default-max-tokens", "64"])
     assert _serve_config(told).models[0].default_max_tokens == 64

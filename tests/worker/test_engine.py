@@ -21,13 +21,10 @@ PROMPTS = [
 
 
 def test_batched_greedy_equals_alone(engine, checkpoint):
-    alone = [
-        submit(engine, f"alone-{i}", prompt_ids(checkpoint, p), max_new_tokens=12).wait()[0]
-        for i, p in enumerate(PROMPTS)
-    ]
-    collectors = [
-        submit(engine, f"batch-{i}", prompt_ids(checkpoint, p), max_new_tokens=12) for i, p in enumerate(PROMPTS)
-    ]
+    alone = [submit(engine, f"alone-{i}", prompt_ids(checkpoint, p), max_new_tokens=12).wait()[0]
+             for i, p in enumerate(PROMPTS)]
+    collectors = [submit(engine, f"batch-{i}", prompt_ids(checkpoint, p), max_new_tokens=12)
+                  for i, p in enumerate(PROMPTS)]
     assert [c.wait()[0] for c in collectors] == alone
 
 
@@ -65,14 +62,8 @@ def test_eos_stops_unless_ignored(engine, checkpoint):
 
 
 def test_logprobs_are_reported(engine, checkpoint):
-    collector = submit(
-        engine,
-        "lp",
-        prompt_ids(checkpoint, "The capital of France is"),
-        max_new_tokens=1,
-        logprobs=True,
-        top_logprobs=3,
-    )
+    collector = submit(engine, "lp", prompt_ids(checkpoint, "The capital of France is"), max_new_tokens=1,
+                       logprobs=True, top_logprobs=3)
     event = collector.next()
     token = event.tokens[0]
     assert token.logprob <= 0 and len(token.top) == 3
@@ -110,12 +101,8 @@ def test_structural_tag_forces_its_text(engine, checkpoint, grammars):
 
 def test_grammar_cache_and_errors(grammars):
     assert grammars.compile("regex", "[a-z]+") is grammars.compile("regex", "[a-z]+")
-    for kind, text in [
-        ("regex", "(("),
-        ("json_schema", "{not json"),
-        ("ebnf", "root ::= missing"),
-        ("structural_tag", '{"type": "structural_tag", "format": {"type": "nope"}}'),
-    ]:
+    for kind, text in [("regex", "(("), ("json_schema", "{not json"), ("ebnf", "root ::= missing"),
+                       ("structural_tag", '{"type": "structural_tag", "format": {"type": "nope"}}')]:
         with pytest.raises(GrammarError):
             grammars.compile(kind, text)
 
