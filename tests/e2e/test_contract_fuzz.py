@@ -31,6 +31,7 @@ from schemathesis.specs.openapi.checks import (
 
 from backends.checkpoint import EMBEDDED_MODEL_ID
 from gateway.api.openapi import build_document
+from gateway.validation.fields import MAX_N, MAX_NEW_TOKENS
 
 CASES_PER_OPERATION = int(os.environ.get("GATEWAY_FUZZ_CASES", "64"))
 STATEFUL_STEPS = max(10, CASES_PER_OPERATION // 5)
@@ -69,10 +70,10 @@ def map_body(context: Any, body: Any) -> Any:
     keys = _TOKEN_CAPS.get(context.operation.path) if context.operation else None
     if not keys:
         return body
-    for key in (*keys, "n"):
+    for key, most in [*((k, MAX_NEW_TOKENS) for k in keys), ("n", MAX_N)]:
         value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > TINY:
-            body[key] = TINY
+        if isinstance(value, int) and not isinstance(value, bool) and TINY < value <= most:
+            body[key] = TINY  # a value out of bounds stays: the case means it to be refused
     if context.operation.path != "/v1/messages" and all(body.get(k) is None for k in keys):
         body[keys[-1]] = TINY  # no budget named: the gateway's default would be 64 tokens
     return body
