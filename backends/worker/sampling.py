@@ -10,7 +10,8 @@ import torch
 from backends.base import SamplingParams
 
 GREEDY_BELOW = 1e-5
-"""A temperature under this samples greedily (vLLM's and SGLang's epsilon): dividing by it overflows the logits."""
+"""A temperature or top_p under this samples greedily (vLLM's and SGLang's epsilon): dividing by such a temperature
+overflows the logits, and such a top_p underflows in float32 and keeps no token."""
 
 
 @dataclass
@@ -27,7 +28,7 @@ class RequestSampler:
 
     def __init__(self, params: SamplingParams, vocab_size: int):
         self.params = params
-        self.greedy = params.temperature < GREEDY_BELOW or params.top_k == 1
+        self.greedy = params.temperature < GREEDY_BELOW or params.top_p < GREEDY_BELOW or params.top_k == 1
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         self.generator = None if self.greedy else torch.Generator().manual_seed(seed)
         penalized = params.frequency_penalty != 0.0 or params.presence_penalty != 0.0

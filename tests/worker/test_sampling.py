@@ -30,3 +30,10 @@ def test_a_vanishing_temperature_samples_greedily():
     sampler = RequestSampler(SamplingParams(4, temperature=1.175494351e-38), VOCAB)
     assert sampler.greedy
     assert choose_tokens(_inference_logits()[:1], [sampler]) == [VOCAB - 1]
+
+
+def test_a_vanishing_top_p_samples_greedily():
+    """Found by the fuzz: top_p 9e-228 is 0 in float32, so the nucleus kept no token and the draw failed (a 502)."""
+    sampler = RequestSampler(SamplingParams(4, top_p=9.153859549670471e-228), VOCAB)
+    assert sampler.greedy
+    assert choose_tokens(_inference_logits()[:1], [sampler]) == [VOCAB - 1]
