@@ -25,6 +25,7 @@ from gateway.api.chat import chat_completions
 from gateway.api.completions import completions
 from gateway.api.messages import count_tokens, create_message
 from gateway.api.models import get_model, list_models
+from gateway.api.openapi import openapi
 from gateway.api.response_store import MemoryStore, ResponseStore
 from gateway.api.responses import create_response, delete_response, get_response, list_input_items
 from gateway.api.tenancy import PolicyGate, TenantMiddleware, models_for
@@ -151,6 +152,7 @@ def create_app(
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics_route, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,
