@@ -23,6 +23,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from backends.cached_tokenizer import cached_tokenizer
+
 SPACE = "\u2581"
 """How SentencePiece writes a space inside pieces."""
 
@@ -128,6 +130,10 @@ def _merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, 
 
 def load_sentencepiece(path: Path) -> Tokenizer:
     """The `tokenizers.Tokenizer` of a SentencePiece BPE model file (ValueError for what it cannot reproduce)."""
+    return cached_tokenizer([path], [], lambda: _convert(path))
+
+
+def _convert(path: Path) -> Tokenizer:
     model = read_model(path)
     if model.model_type != _BPE:
         raise ValueError(f"{path.name}: a SentencePiece model of type {model.model_type}; only BPE ({_BPE}) converts")
