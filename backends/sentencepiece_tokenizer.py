@@ -24,6 +24,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from backends.cached_tokenizer import cached_tokenizer
+from backends.tiktoken_bpe import added_token
 
 SPACE = "\u2581"
 """How SentencePiece writes a space inside pieces."""
@@ -146,15 +147,7 @@ def _convert(path: Path) -> Tokenizer:
     scores = {text: score for text, score, kind in model.pieces if kind is PieceType.NORMAL}
     unknown = next((text for text, _, kind in model.pieces if kind is PieceType.UNKNOWN), None)
     added = [
-        {
-            "id": i,
-            "content": text,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": kind is not PieceType.USER_DEFINED,
-        }
+        added_token(i, text, special=kind is not PieceType.USER_DEFINED)
         for i, (text, _, kind) in enumerate(model.pieces)
         if kind in (PieceType.UNKNOWN, PieceType.CONTROL, PieceType.USER_DEFINED)
     ]

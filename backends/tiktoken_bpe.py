@@ -14,6 +14,7 @@ import base64
 import json
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -54,6 +55,19 @@ def merges_of(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return [(left, right) for *_, left, right in merges]
 
 
+def added_token(token_id: int, text: str, special: bool) -> dict[str, Any]:
+    """A `tokenizer.json` added-token entry: `text` matched exactly, as written."""
+    return {
+        "id": token_id,
+        "content": text,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
+
+
 def tokenizer_from_ranks(
     ranks: dict[bytes, int],
     specials: dict[int, str],
@@ -68,18 +82,7 @@ def tokenizer_from_ranks(
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [
-            {
-                "id": i,
-                "content": text,
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": text not in not_special,
-            }
-            for i, text in sorted(specials.items())
-        ],
+        "added_tokens": [added_token(i, text, text not in not_special) for i, text in sorted(specials.items())],
         "normalizer": {"type": "NFC"} if nfc else None,
         "pre_tokenizer": {
             "type": "Sequence",

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gateway.families.json_pointer import resolve_pointer
+
 Format = dict[str, Any]
 MAX_DEPTH = 6
 FREE_DEPTH = 3
@@ -94,7 +96,7 @@ class ArgumentFormats:
     def _reference(self, schema: dict[str, Any], depth: int) -> Format | None:
         """A local `$ref` inlined (its sibling keywords kept); None for a recursive, remote or dangling one."""
         ref = schema["$ref"]
-        target = _resolve(self._root, ref) if isinstance(ref, str) and ref not in self._inlining else None
+        target = resolve_pointer(self._root, ref) if isinstance(ref, str) and ref not in self._inlining else None
         if not isinstance(target, dict):
             return None
         self._inlining.append(ref)
@@ -192,21 +194,3 @@ def _count(fmt: Any) -> int:
     if isinstance(fmt, dict):
         return int("type" in fmt) + sum(_count(v) for v in fmt.values())
     return sum(_count(v) for v in fmt) if isinstance(fmt, list) else 0
-
-
-def _resolve(root: Any, ref: str) -> Any:
-    """The schema a local JSON pointer (`#`, `#/$defs/Name`, `#/properties/a/items`) names in `root`, else None."""
-    if ref == "#":
-        return root
-    if not ref.startswith("#/"):
-        return None
-    node = root
-    for part in ref[2:].split("/"):
-        key = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            return None
-    return node
