@@ -80,6 +80,7 @@ def cached_tokenizer(sources: Iterable[Path], params: Iterable[str], convert: Ca
         handle, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(tokenizer.to_str())
+        os.chmod(temporary, 0o644)  # readable by a gateway running as another user (mkstemp makes it 0600)
         os.replace(temporary, path)
     except OSError:  # a read-only or full disk: the conversion still stands
         if temporary is not None:
