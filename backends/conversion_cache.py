@@ -1,13 +1,13 @@
-"""Conversions kept on disk: a GGUF's parsed metadata and float32 weights, tokenizers built from rank files.
+"""Conversions kept on disk: a GGUF's parsed metadata and float32 weights, tokenizers converted from vocabulary files.
 
 Reading a GGUF file means walking every metadata field (the whole vocabulary and merge list, ~3 s of CPU for the
-embedded model) and dequantizing every tensor (~4.5 s); building a `tokenizers` BPE from tiktoken ranks or a tekken
-file takes 2-5 s. Each result is kept in a folder of its own under the cache root (`LLM_GATEWAY_CACHE_DIR`, else
+embedded model) and dequantizing every tensor (~4.5 s); building a `tokenizers` BPE from tiktoken ranks, a tekken or
+a SentencePiece file takes 2-5 s. Each result is kept under the cache root (`LLM_GATEWAY_CACHE_DIR`, else
 `$XDG_CACHE_HOME/llm-gateway`, else `~/.cache/llm-gateway`; `LLM_GATEWAY_CACHE_DIR=off` turns the cache off), named
-after what the result depends on: each source file's resolved path, size and modification time, the conversion's
-parameters, and the source code of the modules that convert. A changed file, parameter or converter gets a new
-folder, never a stale result. Files are written under a temporary name and renamed, so a reader never sees half a
-file; any failure to read or write the cache only warns, and the conversion runs.
+after what it depends on: a GGUF's resolved path, size and modification time (a tokenizer: its source files' bytes),
+the conversion's parameters, and the source code of the modules that convert. A changed file, parameter or converter
+gets a new name, never a stale result. Files are written under a temporary name and renamed, so a reader never sees
+half a file; a damaged or unwritable cache only warns, and the conversion runs.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterable
+from functools import cache
 from pathlib import Path
 from typing import TypeVar
 
@@ -76,6 +77,7 @@ def write_cached(folder: Path | None, name: str, write: Callable[[Path], None]) 
         os.close(fd)
         try:
             write(Path(temporary))
+            os.chmod(temporary, 0o644)  # readable by a gateway running as another user (mkstemp makes it 0600)
             os.replace(temporary, folder / name)
         finally:
             if os.path.exists(temporary):
@@ -84,16 +86,48 @@ def write_cached(folder: Path | None, name: str, write: Callable[[Path], None]) 
         _warn(f"could not cache {name} in {folder}: {exc}")
 
 
-def cached_tokenizer(
-    build: Callable[[], Tokenizer], *, sources: Iterable[Path], parameters: object, code: Iterable[str | Path]
-) -> Tokenizer:
-    """`build()`'s tokenizer, from the cache when the same sources, parameters and converter code built it before."""
-    folder = keyed_folder("tokenizers", sources, parameters, code)
-    cached = read_cached(folder, "tokenizer.json", lambda p: Tokenizer.from_file(str(p)))
+_CONVERTERS = (
+    "conversion_cache.py",
+    "tiktoken_bpe.py",
+    "tekken.py",
+    "quicktok_vocab.py",
+    "qwen_tokenizer.py",
+    "kimi_tokenizer.py",
+    "sentencepiece_tokenizer.py",
+)
+"""The modules that convert vocabularies: a change to any of them changes every tokenizer's cache key."""
+
+
+@cache
+def _converters_digest() -> bytes:
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in _CONVERTERS:
+        digest.update(name.encode() + b"\0" + (here / name).read_bytes())
+    return digest.digest()
+
+
+def cache_key(sources: Iterable[Path], params: Iterable[str]) -> str:
+    """The key of a tokenizer conversion: its source files' bytes, its parameters and the converters' code."""
+    digest = hashlib.sha256(_converters_digest())
+    for path in sources:
+        digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
+    for param in params:
+        digest.update(b"\0" + param.encode())
+    return digest.hexdigest()
+
+
+def cached_tokenizer(sources: Iterable[Path], params: Iterable[str], convert: Callable[[], Tokenizer]) -> Tokenizer:
+    """The tokenizer `convert` builds from `sources` with `params`, read from the cache when it was built before."""
+    root = cache_root()
+    if root is None:
+        return convert()
+    folder, name = root / "tokenizers", f"{cache_key(sources, params)}.json"
+    cached = read_cached(folder, name, lambda p: Tokenizer.from_file(str(p)))
     if cached is not None:
         return cached
-    tokenizer = build()
-    write_cached(folder, "tokenizer.json", lambda p: tokenizer.save(str(p)))
+    tokenizer = convert()
+    write_cached(folder, name, lambda p: p.write_text(tokenizer.to_str(), encoding="utf-8"))
     return tokenizer
 
 

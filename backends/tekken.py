@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from backends.conversion_cache import cached_tokenizer
 from backends.tiktoken_bpe import tokenizer_from_ranks
 
 SPECIAL_TEMPLATE = "<SPECIAL_{}>"
@@ -27,6 +28,10 @@ SPECIAL_TEMPLATE = "<SPECIAL_{}>"
 
 def load_tekken(path: Path, named: Mapping[int, str] = {}) -> Tokenizer:
     """The tokenizer of a tekken file; `named` gives special ids their spellings when the file lists none."""
+    return cached_tokenizer([path], [repr(sorted(named.items()))], lambda: _convert(path, named))
+
+
+def _convert(path: Path, named: Mapping[int, str]) -> Tokenizer:
     data = json.loads(path.read_text(encoding="utf-8"))
     config = data["config"]
     specials_count = int(config["default_num_special_tokens"])

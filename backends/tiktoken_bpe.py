@@ -11,15 +11,12 @@ regex and added tokens (`backends.kimi_tokenizer`, `backends.qwen_tokenizer`).
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
-import pickle
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
-
-from backends.conversion_cache import cached_tokenizer
 
 
 @cache
@@ -58,6 +55,19 @@ def merges_of(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return [(left, right) for *_, left, right in merges]
 
 
+def added_token(token_id: int, text: str, special: bool) -> dict[str, Any]:
+    """A `tokenizer.json` added-token entry: `text` matched exactly, as written."""
+    return {
+        "id": token_id,
+        "content": text,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
+
+
 def tokenizer_from_ranks(
     ranks: dict[bytes, int],
     specials: dict[int, str],
@@ -73,46 +83,19 @@ def tokenizer_from_ranks(
     With `specials_in_vocab` each special is also a vocabulary entry at its id: `tokenizers` gives an added token the
     model's id of its spelling, else a fresh id after the vocabulary, so specials placed before the ordinary ids
     (tekken) must be vocabulary entries (no merge forms them, so text never encodes to one). ValueError if a
-    spelling is also an ordinary token. The conversion takes seconds for a large vocabulary: its result is kept on
-    disk (backends/conversion_cache.py) under a digest of every argument.
+    spelling is also an ordinary token.
     """
-    arguments = (ranks, sorted(specials.items()), pattern, sorted(not_special), nfc, specials_in_vocab)
-    digest = hashlib.sha256(pickle.dumps(arguments, protocol=5)).hexdigest()
-    return cached_tokenizer(
-        lambda: Tokenizer.from_str(_bpe_spec(*arguments)), sources=(), parameters=digest, code=[__file__]
-    )
-
-
-def _bpe_spec(
-    ranks: dict[bytes, int],
-    specials: list[tuple[int, str]],
-    pattern: str,
-    not_special: list[str],
-    nfc: bool,
-    specials_in_vocab: bool,
-) -> str:
     vocab = {to_symbols(token): rank for token, rank in ranks.items()}
     if specials_in_vocab:
-        clashes = [text for _, text in specials if text in vocab]
+        clashes = [text for text in specials.values() if text in vocab]
         if clashes:
             raise ValueError(f"special tokens spelled like ordinary tokens: {clashes[:5]}")
-        vocab.update((text, i) for i, text in specials)
+        vocab.update((text, i) for i, text in specials.items())
     spec = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [
-            {
-                "id": i,
-                "content": text,
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": text not in not_special,
-            }
-            for i, text in specials
-        ],
+        "added_tokens": [added_token(i, text, text not in not_special) for i, text in sorted(specials.items())],
         "normalizer": {"type": "NFC"} if nfc else None,
         "pre_tokenizer": {
             "type": "Sequence",
@@ -136,4 +119,4 @@ def _bpe_spec(
             "merges": [[to_symbols(left), to_symbols(right)] for left, right in merges_of(ranks)],
         },
     }
-    return json.dumps(spec, ensure_ascii=False)
+    return Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))

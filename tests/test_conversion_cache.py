@@ -1,4 +1,6 @@
-"""The conversion cache: a cached GGUF load or tokenizer equals a fresh conversion; a bad cache never breaks a load."""
+"""The conversion cache: a cached GGUF load equals a parse of the file; a bad cache never breaks a load.
+
+Converted tokenizers: tests/test_tokenizer_cache.py."""
 
 from __future__ import annotations
 
@@ -73,22 +75,7 @@ def test_a_changed_file_parameter_or_converter_gets_a_new_folder(tmp_path: Path,
     assert keyed_folder("gguf", [tmp_path / "absent.gguf"], "p", [converter]) is None
 
 
-def test_a_cached_tokenizer_equals_the_conversion(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
-    ranks = {bytes([b]): b for b in range(256)} | {b"he": 256, b"ll": 257, b"hell": 258, b"hello": 259}
-    specials = {260: "<|start|>", 261: "<|end|>"}
-    built = tokenizer_from_ranks(ranks, specials, r"\s+|\S+", not_special=frozenset({"<|end|>"}))
-    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 1
-    cached = tokenizer_from_ranks(ranks, specials, r"\s+|\S+", not_special=frozenset({"<|end|>"}))
-    assert cached.to_str() == built.to_str()
-    assert cached.encode("hello <|start|> hell<|end|>").ids == [259, 32, 260, 32, 258, 261]
-    other = tokenizer_from_ranks(ranks, specials, r"\s+|\S+")  # another argument: another conversion
-    assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 2
-    assert other.get_added_tokens_decoder()[261].special
-
-
-def test_specials_in_the_vocabulary_may_not_clash_with_ordinary_tokens(tmp_path: Path, monkeypatch):
-    monkeypatch.setenv(CACHE_ENV, "off")
+def test_specials_in_the_vocabulary_may_not_clash_with_ordinary_tokens():
     ranks = {bytes([b]): b + 2 for b in range(256)}
     tokenizer = tokenizer_from_ranks(ranks, {0: "<s>", 1: "</s>"}, r"\S+", specials_in_vocab=True)
     assert tokenizer.token_to_id("<s>") == 0 and tokenizer.encode("a</s>").ids == [ord("a") + 2, 1]
