@@ -10,7 +10,7 @@ import pytest
 import xgrammar as xgr
 
 from backends.checkpoint import load_checkpoint
-from backends.worker.grammar import _vocab_type
+from backends.xgrammar_compile import _vocab_type
 from gateway.families.base import FamilyContext
 from gateway.families.deepseek import DeepSeekV3Family, DeepSeekV31Family
 from gateway.families.deepseek.markers import EOS, TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_CALLS_BEGIN, TOOL_CALLS_END

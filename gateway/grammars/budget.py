@@ -55,7 +55,10 @@ class GrammarBudget:
         400 when the schema cannot become a grammar or costs more than the budget."""
         child = self._idle.get()
         try:
-            if child is None or not child.alive:
+            if child is not None and not child.alive:  # killed from outside (its process group signalled)
+                child.kill()  # reaps it and closes our end of its pipe
+                child = None
+            if child is None:
                 child = self._fork()
             reply = self._run(child, chat, prompt)
         except BaseException:  # over budget, stuck or gone: the child's state is unknown, so it goes

@@ -124,7 +124,9 @@ def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar 
     one); a schema that cannot be enforced, by xgrammar or by the backend's older xgrammar, or that costs more
     than the budget, is a 400."""
     try:
-        if model.grammar_budget is not None:
+        if model.grammar_budget is not None and (chat.tools or chat.response_format):
+            # only a client's schema can cost much to compile: a chat without one builds its grammar (if its
+            # family has one without tools) here, without a round trip to a compile child
             grammar = model.grammar_budget.build(chat, prompt)
         else:
             grammar = model.family.grammar(chat, prompt)

@@ -24,19 +24,21 @@ def run_weather_agent(base_url: str, model_id: str, question: str, *, streamed: 
         return f"It is sunny and 21 C in {city}."
 
     async def run():
-        client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
-        agent = Agent(
-            name="weather",
-            instructions="You answer questions about the weather using the tool.",
-            tools=[get_weather],
-            model=OpenAIResponsesModel(model=model_id, openai_client=client),
-            model_settings=ModelSettings(tool_choice="get_weather", **settings),
-        )
-        if not streamed:
-            return await Runner.run(agent, question, max_turns=4)
-        result = Runner.run_streamed(agent, question, max_turns=4)
-        async for _ in result.stream_events():
-            pass
-        return result
+        # closed inside its event loop: left to the garbage collector, its connections would be closed later on
+        # whatever loop is running then (another test's), or on this closed one
+        async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
+            agent = Agent(
+                name="weather",
+                instructions="You answer questions about the weather using the tool.",
+                tools=[get_weather],
+                model=OpenAIResponsesModel(model=model_id, openai_client=client),
+                model_settings=ModelSettings(tool_choice="get_weather", **settings),
+            )
+            if not streamed:
+                return await Runner.run(agent, question, max_turns=4)
+            result = Runner.run_streamed(agent, question, max_turns=4)
+            async for _ in result.stream_events():
+                pass
+            return result
 
     return asyncio.run(run()), cities
