@@ -36,6 +36,7 @@ A YAML (or JSON) file:
       max_body_bytes: 16777216        # a larger request body is a 413
       max_concurrency: 256            # requests served at once; past it a 503 with retry-after (default: none)
       header_timeout_s: 10            # a request's headers must arrive within this (slow-loris; default: 10)
+      workers: 2                      # gateway processes sharing the port (default: 1; the CLI's --workers wins)
 
 With no file, the gateway serves the embedded model on a bundled worker.
 """
@@ -140,14 +141,14 @@ def load_config(path: str | Path) -> GatewayConfig:
 def _server_limits(raw: Any, where: str) -> ServerLimits:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping")
-    _only(raw, {"max_body_bytes", "max_concurrency", "header_timeout_s"}, where)
+    _only(raw, {"max_body_bytes", "max_concurrency", "header_timeout_s", "workers"}, where)
     limits = ServerLimits()
     timeout = raw.get("header_timeout_s")
     if timeout is not None:
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
             raise ConfigError(f"{where}.header_timeout_s: a positive number of seconds is required")
         limits.header_timeout_s = float(timeout)
-    for key in ("max_body_bytes", "max_concurrency"):
+    for key in ("max_body_bytes", "max_concurrency", "workers"):
         value = raw.get(key)
         if value is None:
             continue

@@ -25,18 +25,36 @@ def _say(message: str) -> None:
     print(f"gateway: {message}", file=sys.stderr, flush=True)
 
 
-def start_models(config: GatewayConfig, stack: ExitStack) -> ModelRegistry:
+def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str, str] | None = None) -> ModelRegistry:
     """Load every configured model; workers started here are stopped when `stack` closes, and
-    restarted by the registry's background tasks if they die."""
+    restarted by the registry's background tasks if they die. A model in `worker_urls` uses the bundled
+    worker another process started (and supervises) at that URL."""
     background: list[Callable[[], Awaitable[None]]] = []
-    return ModelRegistry([_start_model(entry, stack, background) for entry in config.models], background)
+    models = [_start_model(entry, stack, background, (worker_urls or {}).get(entry.id)) for entry in config.models]
+    return ModelRegistry(models, background)
 
 
-def _start_model(entry: ModelEntry, stack: ExitStack, background: list[Callable[[], Awaitable[None]]]) -> ServedModel:
+def start_workers(config: GatewayConfig, stack: ExitStack) -> tuple[dict[str, str], list[WorkerSupervisor]]:
+    """Only the bundled workers (for a group of gateway processes, which share them): URL by model id and
+    their supervisors; a worker that dies comes back on the same port, so the URLs stay valid."""
+    started = {
+        entry.id: _start_worker(entry, stack, same_port=True)
+        for entry in config.models
+        if entry.backend.type == "worker"
+    }
+    return {model: url for model, (_, url) in started.items()}, [supervisor for supervisor, _ in started.values()]
+
+
+def _start_model(
+    entry: ModelEntry, stack: ExitStack, background: list[Callable[[], Awaitable[None]]], worker_url: str | None
+) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load_checkpoint(entry.checkpoint)
     family = entry.family or _inferred_family(entry.id, checkpoint)
-    backend = _start_backend(entry, stack, background)
+    if worker_url is not None and entry.backend.type == "worker":
+        backend: Backend | None = _router(entry.backend, lambda url: SGLangBackend(url, incremental=True), [worker_url])
+    else:
+        backend = _start_backend(entry, stack, background)
     model = served_model_from_checkpoint(entry.id, checkpoint, family, backend, entry.options, entry.default_max_tokens)
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)
@@ -84,7 +102,7 @@ def _router(cfg: BackendConfig, make_backend: Callable[[str], Backend], urls: li
     return Router(make_backend, urls=urls or cfg.urls or [cfg.url], policy=policy)
 
 
-def _start_worker(entry: ModelEntry, stack: ExitStack) -> tuple[WorkerSupervisor, str]:
+def _start_worker(entry: ModelEntry, stack: ExitStack, same_port: bool = False) -> tuple[WorkerSupervisor, str]:
     """Start the bundled worker for `entry` and wait until it serves; its supervisor and URL."""
     cfg = entry.backend
     _say(f"{entry.id}: starting the bundled worker")
@@ -97,7 +115,7 @@ def _start_worker(entry: ModelEntry, stack: ExitStack) -> tuple[WorkerSupervisor
         weights_dtype=cfg.weights_dtype,
         context_length=cfg.context_length,
     )
-    supervisor = WorkerSupervisor(spec, name=f"{entry.id} worker")
+    supervisor = WorkerSupervisor(spec, name=f"{entry.id} worker", same_port=same_port)
     stack.callback(supervisor.stop)
     url = supervisor.start()
     _say(f"{entry.id}: worker ready at {url} (pid {supervisor.worker.pid})")

@@ -21,6 +21,8 @@ class ServerLimits:
     """HTTP requests served at once (streams included); past it a 503 with retry-after. None: no limit."""
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     """A request's headers must arrive within this many seconds of the connection opening (or the last response)."""
+    workers: int = 1
+    """Gateway processes sharing the port (gateway/process/group.py)."""
 
 
 class ConcurrencyLimit:

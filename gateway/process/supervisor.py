@@ -33,9 +33,11 @@ class WorkerSpec:
     max_waiting: int | None = None
     weights_dtype: str | None = None
     context_length: int | None = None
+    port: int = 0
+    """0: a free port."""
 
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "backends.worker", "--host", "127.0.0.1", "--port", "0"]
+        args = [sys.executable, "-m", "backends.worker", "--host", "127.0.0.1", "--port", str(self.port)]
         for flag, value in (
             ("--model", self.checkpoint),
             ("--threads", self.threads),
@@ -63,7 +65,7 @@ class WorkerProcess:
             stdout=subprocess.PIPE,
             stderr=None,  # progress lines go straight to the terminal
             text=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only makes two system calls
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - it only makes two system calls
             cwd=REPO_ROOT,
         )
         self.url: str | None = None
@@ -126,16 +128,21 @@ class WorkerSupervisor:
     """Keeps one bundled worker serving: when it dies unasked, a new one starts (with a growing pause
     between tries)."""
 
-    def __init__(self, spec: WorkerSpec, name: str = "worker"):
+    def __init__(self, spec: WorkerSpec, name: str = "worker", same_port: bool = False):
         self.spec = spec
         self.name = name
         self.worker: WorkerProcess | None = None
         self._stopping = False
+        self._same_port = same_port
+        """Restarts listen on the first worker's port, so clients in other processes keep its URL."""
 
     def start(self) -> str:
         """Start the first worker and wait until it serves (blocking); its URL."""
         self.worker = WorkerProcess(self.spec)
-        return self.worker.wait_ready()
+        url = self.worker.wait_ready()
+        if self._same_port:
+            self.spec.port = int(url.rsplit(":", 1)[1])
+        return url
 
     async def watch(self, on_ready: Callable[[str], None], poll_s: float = 0.5, max_pause_s: float = 30.0) -> None:
         """Until cancelled: restart the worker whenever it has exited; `on_ready` gets each new one's URL."""
@@ -166,7 +173,7 @@ class WorkerSupervisor:
             self.worker.stop()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: get SIGTERM when the parent dies, so a killed gateway leaves no worker behind."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
