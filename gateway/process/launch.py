@@ -37,11 +37,9 @@ def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str,
 def start_workers(config: GatewayConfig, stack: ExitStack) -> tuple[dict[str, str], list[WorkerSupervisor]]:
     """Only the bundled workers (for a group of gateway processes, which share them): URL by model id and
     their supervisors; a worker that dies comes back on the same port, so the URLs stay valid."""
-    started = {
-        entry.id: _start_worker(entry, stack, same_port=True)
-        for entry in config.models
-        if entry.backend.type == "worker"
-    }
+    started = {entry.id: _start_worker(entry, stack) for entry in config.models if entry.backend.type == "worker"}
+    for supervisor, _ in started.values():
+        supervisor.keep_port()
     return {model: url for model, (_, url) in started.items()}, [supervisor for supervisor, _ in started.values()]
 
 
@@ -102,7 +100,7 @@ def _router(cfg: BackendConfig, make_backend: Callable[[str], Backend], urls: li
     return Router(make_backend, urls=urls or cfg.urls or [cfg.url], policy=policy)
 
 
-def _start_worker(entry: ModelEntry, stack: ExitStack, same_port: bool = False) -> tuple[WorkerSupervisor, str]:
+def _start_worker(entry: ModelEntry, stack: ExitStack) -> tuple[WorkerSupervisor, str]:
     """Start the bundled worker for `entry` and wait until it serves; its supervisor and URL."""
     cfg = entry.backend
     _say(f"{entry.id}: starting the bundled worker")
@@ -115,7 +113,7 @@ def _start_worker(entry: ModelEntry, stack: ExitStack, same_port: bool = False) 
         weights_dtype=cfg.weights_dtype,
         context_length=cfg.context_length,
     )
-    supervisor = WorkerSupervisor(spec, name=f"{entry.id} worker", same_port=same_port)
+    supervisor = WorkerSupervisor(spec, name=f"{entry.id} worker")
     stack.callback(supervisor.stop)
     url = supervisor.start()
     _say(f"{entry.id}: worker ready at {url} (pid {supervisor.worker.pid})")

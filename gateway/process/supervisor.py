@@ -33,11 +33,9 @@ class WorkerSpec:
     max_waiting: int | None = None
     weights_dtype: str | None = None
     context_length: int | None = None
-    port: int = 0
-    """0: a free port."""
 
     def argv(self) -> list[str]:
-        args = [sys.executable, "-m", "backends.worker", "--host", "127.0.0.1", "--port", str(self.port)]
+        args = [sys.executable, "-m", "backends.worker", "--host", "127.0.0.1", "--port", "0"]
         for flag, value in (
             ("--model", self.checkpoint),
             ("--threads", self.threads),
@@ -59,9 +57,11 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 class WorkerProcess:
     """A started worker: `wait_ready()` gives its URL; `stop()` leaves no orphan."""
 
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, port: int = 0):
+        argv = spec.argv()
+        argv[argv.index("--port") + 1] = str(port)  # 0: a free one
         self._proc = subprocess.Popen(
-            spec.argv(),
+            argv,
             stdout=subprocess.PIPE,
             stderr=None,  # progress lines go straight to the terminal
             text=True,
@@ -128,21 +128,23 @@ class WorkerSupervisor:
     """Keeps one bundled worker serving: when it dies unasked, a new one starts (with a growing pause
     between tries)."""
 
-    def __init__(self, spec: WorkerSpec, name: str = "worker", same_port: bool = False):
+    def __init__(self, spec: WorkerSpec, name: str = "worker"):
         self.spec = spec
         self.name = name
         self.worker: WorkerProcess | None = None
         self._stopping = False
-        self._same_port = same_port
-        """Restarts listen on the first worker's port, so clients in other processes keep its URL."""
+        self._port = 0
+        """Where restarted workers listen (0: a free port)."""
 
     def start(self) -> str:
         """Start the first worker and wait until it serves (blocking); its URL."""
         self.worker = WorkerProcess(self.spec)
-        url = self.worker.wait_ready()
-        if self._same_port:
-            self.spec.port = int(url.rsplit(":", 1)[1])
-        return url
+        return self.worker.wait_ready()
+
+    def keep_port(self) -> None:
+        """Restarted workers listen on the current one's port, so clients in other processes keep its URL."""
+        assert self.worker is not None and self.worker.url is not None
+        self._port = int(self.worker.url.rsplit(":", 1)[1])
 
     async def watch(self, on_ready: Callable[[str], None], poll_s: float = 0.5, max_pause_s: float = 30.0) -> None:
         """Until cancelled: restart the worker whenever it has exited; `on_ready` gets each new one's URL."""
@@ -155,7 +157,7 @@ class WorkerSupervisor:
                 "%s (pid %d) exited with %s; starting a new one", self.name, self.worker.pid, self.worker.exit_code()
             )
             try:
-                self.worker = WorkerProcess(self.spec)
+                self.worker = WorkerProcess(self.spec, self._port)
                 url = await asyncio.to_thread(self.worker.wait_ready)
             except (RuntimeError, OSError) as e:
                 log.error("%s did not start: %s; next try in %.0f s", self.name, e, pause)
