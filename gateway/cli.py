@@ -222,21 +222,23 @@ def _stop(signum: int, frame: object) -> None:
 
 
 def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> int:
-    import uvicorn
-
-    from gateway.api.response_store import RedisStore
-    from gateway.app import create_app
-    from gateway.process.draining import DrainingServer, DrainState
     from gateway.process.group import process_role
-    from gateway.process.header_timeout import header_timeout_protocol
-    from gateway.process.launch import start_models
-    from gateway.process.policy_gate import policy_gate
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop)
     role = process_role()
     if role is None and config.server.workers > 1:
-        return _serve_group(config, args, argv)
+        return _serve_group(config, args, argv)  # the parent: it loads no model and imports no app
+
+    import uvicorn
+
+    from gateway.api.response_store import RedisStore
+    from gateway.app import create_app
+    from gateway.process.draining import DrainingServer, DrainState
+    from gateway.process.header_timeout import header_timeout_protocol
+    from gateway.process.launch import start_models
+    from gateway.process.policy_gate import policy_gate
+
     with ExitStack() as stack:  # stops the workers on every way out
         try:
             registry = start_models(config, stack, role.worker_urls if role else None)

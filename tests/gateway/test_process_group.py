@@ -36,9 +36,11 @@ def group(tmp_path_factory, checkpoint) -> Iterator[tuple[str, list[Path], subpr
     standin.script = lambda body: Script(ids=ids * body["sampling_params"]["max_new_tokens"], delay=0.05)
     tmp = tmp_path_factory.mktemp("group")
     with serve(standin.app) as backend_url:
+        checkpoint.tokenizer.save(str(tmp / "tokenizer.json"))  # each process loads it faster than the GGUF
         config = tmp / "gateway.yaml"
         config.write_text(
-            f"models:\n  - id: m\n    backend: {{type: sglang, url: '{backend_url}', incremental: true}}\n"
+            "models:\n  - id: m\n    family: hermes\n    checkpoint: tokenizer.json\n"
+            f"    backend: {{type: sglang, url: '{backend_url}', incremental: true}}\n"
         )
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
