@@ -51,8 +51,10 @@ MESSAGES = [{"role": "user", "content": "Tell me about the history of the printi
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CONFIG = """models:
   - id: {model}
-    backend: {{type: sglang, url: "{url}", incremental: true}}
+    backend: {{type: sglang, url: "{url}", incremental: true, health_interval_s: 60}}
 """
+"""Health checks once a minute: on a machine other work keeps busy, a check that misses its 2 s timeout would
+otherwise take the only replica out for 5 s and fail the run with 503s."""
 
 
 @dataclass
