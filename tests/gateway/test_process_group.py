@@ -20,6 +20,7 @@ import pytest
 
 from gateway.cli import main
 from gateway.observability.process_metrics import merge_expositions
+from gateway.process.config import ConfigError, load_config
 from tests.gateway.http_server import serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 
@@ -172,3 +173,12 @@ def test_merged_metrics_sum_counts_and_keep_the_worst_replica_view():
 def test_a_group_with_policies_needs_redis(tmp_path, capsys):
     assert main(["serve", "--workers", "2", "--policies", str(tmp_path)]) == 2
     assert "need --redis" in capsys.readouterr().err
+
+
+def test_the_config_file_names_the_process_count(tmp_path):
+    path = tmp_path / "gateway.yaml"
+    path.write_text("models:\n  - id: m\n    backend: {type: none}\nserver: {workers: 3}\n")
+    assert load_config(path).server.workers == 3
+    path.write_text("models:\n  - id: m\n    backend: {type: none}\nserver: {workers: 0}\n")
+    with pytest.raises(ConfigError, match=r"server\.workers: a positive integer"):
+        load_config(path)
