@@ -57,11 +57,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 class WorkerProcess:
     """A started worker: `wait_ready()` gives its URL; `stop()` leaves no orphan."""
 
-    def __init__(self, spec: WorkerSpec, port: int = 0):
-        argv = spec.argv()
-        argv[argv.index("--port") + 1] = str(port)  # 0: a free one
+    def __init__(self, spec: WorkerSpec, port: int | None = None):
         self._proc = subprocess.Popen(
-            argv,
+            [*spec.argv(), *(["--port", str(port)] if port else [])],  # argparse keeps the last --port given
             stdout=subprocess.PIPE,
             stderr=None,  # progress lines go straight to the terminal
             text=True,
@@ -133,8 +131,8 @@ class WorkerSupervisor:
         self.name = name
         self.worker: WorkerProcess | None = None
         self._stopping = False
-        self._port = 0
-        """Where restarted workers listen (0: a free port)."""
+        self._port: int | None = None
+        """Where restarted workers listen (None: the spec's port, a free one)."""
 
     def start(self) -> str:
         """Start the first worker and wait until it serves (blocking); its URL."""
