@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 GrammarKind = Literal["structural_tag", "json_schema", "regex", "ebnf"]
 
@@ -34,6 +34,26 @@ class SamplingParams:
     presence_penalty: float = 0.0
     skip_special_tokens: bool = True
     """Only the backend's own text output: False whenever tools or a grammar are in play."""
+
+    def wire_fields(self, *, max_tokens: str, seed: str) -> dict[str, Any]:
+        """The settings as a server's JSON fields, under its names for the token budget and the seed;
+        `top_k` stays SGLang's (-1 for off). Unset stop ids and seed are left out."""
+        fields: dict[str, Any] = {
+            max_tokens: self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "frequency_penalty": self.frequency_penalty,
+            "presence_penalty": self.presence_penalty,
+            "ignore_eos": self.ignore_eos,
+            "skip_special_tokens": self.skip_special_tokens,
+        }
+        if self.stop_token_ids:
+            fields["stop_token_ids"] = list(self.stop_token_ids)
+        if self.seed is not None:
+            fields[seed] = self.seed
+        return fields
 
 
 @dataclass

@@ -6,15 +6,17 @@ vocabulary for grammars) read checkpoints through this module.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from backends.conversion_cache import keyed_folder, read_cached, write_cached
 from backends.kimi_tokenizer import load_kimi_tokenizer
 from backends.qwen_tokenizer import END_OF_TEXT, EOS_TOKEN, VOCABULARIES, load_qwen_tokenizer
 
@@ -148,6 +150,47 @@ def load_checkpoint(ref: str | Path | None = None) -> Checkpoint:
 
 
 def _load_gguf(path: Path) -> Checkpoint:
+    """A GGUF checkpoint, from its converted copy in the cache when there is one (backends/conversion_cache.py)."""
+    folder = gguf_cache_folder(path, "metadata", __file__)
+    cached = read_cached(folder, _CACHED_CHECKPOINT, lambda p: _cached_checkpoint(path, p))
+    if cached is not None:
+        return cached
+    checkpoint = _parse_gguf(path)
+    # the tokenizer first: a checkpoint.json in the cache means its tokenizer.json is there too
+    write_cached(folder, "tokenizer.json", lambda p: checkpoint.tokenizer.save(str(p)))
+    write_cached(folder, _CACHED_CHECKPOINT, lambda p: p.write_text(json.dumps(_checkpoint_fields(checkpoint))))
+    return checkpoint
+
+
+def gguf_cache_folder(path: Path, what: str, converter: str) -> Path | None:
+    """The cache folder of `what` is converted from GGUF file `path` by module file `converter`."""
+    try:
+        reader = importlib.metadata.version("gguf")
+    except importlib.metadata.PackageNotFoundError:
+        reader = None
+    return keyed_folder("gguf", [path], (what, reader), [converter])
+
+
+_CACHED_CHECKPOINT = "checkpoint.json"
+_CACHED_FIELDS = ("chat_template", "bos_token", "eos_token", "eos_token_ids", "control_token_ids")
+
+
+def _checkpoint_fields(checkpoint: Checkpoint) -> dict[str, Any]:
+    """What a Checkpoint holds besides its path and tokenizer, as JSON."""
+    return {"config": asdict(checkpoint.config), **{name: getattr(checkpoint, name) for name in _CACHED_FIELDS}}
+
+
+def _cached_checkpoint(gguf_path: Path, fields_path: Path) -> Checkpoint:
+    fields = json.loads(fields_path.read_text())
+    return Checkpoint(
+        path=gguf_path,
+        config=ModelConfig(**fields["config"]),
+        tokenizer=Tokenizer.from_file(str(fields_path.parent / "tokenizer.json")),
+        **{name: fields[name] for name in _CACHED_FIELDS},
+    )
+
+
+def _parse_gguf(path: Path) -> Checkpoint:
     import gguf
 
     reader = gguf.GGUFReader(str(path))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from backends.conversion_cache import cached_tokenizer
 from backends.tiktoken_bpe import tokenizer_from_ranks
 
 O200K_PATTERN = (
@@ -71,5 +72,6 @@ def read_specials(path: Path) -> dict[int, str]:
 def quicktok_tokenizer(vocab: str, special: str, pattern: str) -> Tokenizer:
     """The encoding `vocab` (e.g. "o200k") with the special tokens of `special` (e.g. "o200k_harmony")."""
     folder = quicktok_data()
-    ranks = read_vocab(folder / f"{vocab}.vocab")
-    return tokenizer_from_ranks(ranks, read_specials(folder / f"{special}.special"), pattern)
+    sources = (folder / f"{vocab}.vocab", folder / f"{special}.special")
+    convert = lambda: tokenizer_from_ranks(read_vocab(sources[0]), read_specials(sources[1]), pattern)
+    return cached_tokenizer(sources, [pattern], convert)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from backends.conversion_cache import cached_tokenizer
 from backends.tiktoken_bpe import read_ranks, tokenizer_from_ranks
 
 QWEN_PATTERN = (
@@ -93,8 +94,12 @@ def load_qwen_tokenizer(resources: Path, vocabulary: str = "qwen3") -> Tokenizer
     """The tokenizer of one Qwen vocabulary, its rank file read from `resources` (the package's resources folder)."""
     if vocabulary not in VOCABULARIES:
         raise ValueError(f"unknown Qwen vocabulary {vocabulary!r}; known: {', '.join(VOCABULARIES)}")
-    spec = VOCABULARIES[vocabulary]
-    ranks = read_ranks(resources / spec.rank_file)
+    rank_file = resources / VOCABULARIES[vocabulary].rank_file
+    return cached_tokenizer([rank_file], [vocabulary], lambda: _convert(rank_file, VOCABULARIES[vocabulary]))
+
+
+def _convert(rank_file: Path, spec: QwenVocabulary) -> Tokenizer:
+    ranks = read_ranks(rank_file)
     specials = dict(enumerate(spec.added, start=len(ranks)))
     return tokenizer_from_ranks(ranks, specials, spec.pattern, not_special=NOT_SPECIAL, nfc=True)
 

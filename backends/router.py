@@ -4,7 +4,9 @@
   served recently goes there (its KV cache holds the prefix) unless that replica carries more than
   `affinity_slack` requests above the least loaded.
 - Health: an active check of every replica each `health_interval_s`, and a circuit breaker per
-  replica fed by the outcome of real requests.
+  replica fed by the outcome of real requests. A check that goes unanswered in time does not mark down a
+  replica that delivered output since the previous check: it is busy, not dead (and the late answer may be
+  the gateway's own busy event loop's doing).
 - Retries: a connection failure, a 429 or a 5xx moves the request to another replica, but only while
   nothing has been yielded; after the first chunk a failure goes to the caller.
 - Deadlines: `request_timeout_s` bounds a request from its first try to its last chunk, and once a
@@ -60,6 +62,14 @@ class Replica:
         self.outstanding = 0
         self.healthy = True
         self.draining = False
+        self.delivered = 0
+        """Chunks received from this replica (the health check reads it as proof of life)."""
+        self._delivered_at_check = 0
+
+    def delivered_since_last_check(self) -> bool:
+        """Whether output arrived from this replica since the previous call (the previous health check)."""
+        delivered, self._delivered_at_check = self.delivered != self._delivered_at_check, self.delivered
+        return delivered
 
     def eligible(self) -> bool:
         return self.healthy and not self.draining and self.breaker.available()
@@ -155,6 +165,7 @@ class Router(Backend):
                         verdict = True  # the caller may close the stream once it has the finish
                     if chunk is None:
                         return
+                    replica.delivered += 1
                     yield chunk
         except BackendError as e:
             if verdict is None and e.status not in (429, 504):  # overloaded or slow is not broken: no verdict
@@ -243,15 +254,20 @@ class Router(Backend):
     async def _check_health(self) -> None:
         replicas = [r for r in self._replicas if not r.draining]
         states = await asyncio.gather(*(self._probe(r) for r in replicas))
-        for replica, ok in zip(replicas, states):
+        for replica, state in zip(replicas, states):
+            alive = replica.delivered_since_last_check()
+            ok = state if state is not None else (replica.healthy and alive)
             if ok != replica.healthy:
                 log.warning("replica %s is %s", replica.url, "healthy again" if ok else "unhealthy")
             replica.healthy = ok
 
-    async def _probe(self, replica: Replica) -> bool:
+    async def _probe(self, replica: Replica) -> bool | None:
+        """The replica's answer to its health check; None when none came within `health_timeout_s`."""
         try:
             return await asyncio.wait_for(replica.backend.ready(), self.policy.health_timeout_s)
-        except (TimeoutError, OSError):
+        except TimeoutError:
+            return None
+        except OSError:
             return False
 
     async def _refresh_dns(self) -> None:

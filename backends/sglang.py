@@ -23,22 +23,7 @@ log = logging.getLogger(__name__)
 
 def generate_payload(request: GenerateRequest) -> dict[str, Any]:
     """The `/generate` body for `request`, in SGLang's field names."""
-    s = request.sampling
-    params: dict[str, Any] = {
-        "max_new_tokens": s.max_new_tokens,
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "top_k": s.top_k,
-        "min_p": s.min_p,
-        "frequency_penalty": s.frequency_penalty,
-        "presence_penalty": s.presence_penalty,
-        "ignore_eos": s.ignore_eos,
-        "skip_special_tokens": s.skip_special_tokens,
-    }
-    if s.stop_token_ids:
-        params["stop_token_ids"] = list(s.stop_token_ids)
-    if s.seed is not None:
-        params["sampling_seed"] = s.seed
+    params = request.sampling.wire_fields(max_tokens="max_new_tokens", seed="sampling_seed")
     if request.grammar is not None:
         params[request.grammar.kind] = request.grammar.text
     body: dict[str, Any] = {

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from backends.conversion_cache import cached_tokenizer
 from backends.tiktoken_bpe import tokenizer_from_ranks
 
 SPECIAL_TEMPLATE = "<SPECIAL_{}>"
@@ -27,6 +28,10 @@ SPECIAL_TEMPLATE = "<SPECIAL_{}>"
 
 def load_tekken(path: Path, named: Mapping[int, str] = {}) -> Tokenizer:
     """The tokenizer of a tekken file; `named` gives special ids their spellings when the file lists none."""
+    return cached_tokenizer([path], [repr(sorted(named.items()))], lambda: _convert(path, named))
+
+
+def _convert(path: Path, named: Mapping[int, str]) -> Tokenizer:
     data = json.loads(path.read_text(encoding="utf-8"))
     config = data["config"]
     specials_count = int(config["default_num_special_tokens"])
@@ -38,20 +43,4 @@ def load_tekken(path: Path, named: Mapping[int, str] = {}) -> Tokenizer:
     }
     listed = {int(s["rank"]): s["token_str"] for s in data.get("special_tokens") or ()}
     specials = {i: listed.get(i) or named.get(i) or SPECIAL_TEMPLATE.format(i) for i in range(specials_count)}
-    return specials_at_their_ids(tokenizer_from_ranks(ranks, specials, config["pattern"]), specials)
-
-
-def specials_at_their_ids(tokenizer: Tokenizer, specials: Mapping[int, str]) -> Tokenizer:
-    """`tokenizer` with each special token in the model's vocabulary at its id.
-
-    `tokenizers` gives an added token the model's id of its spelling, or else a fresh id after the vocabulary;
-    tekken's specials come before the ordinary ids, so they must be vocabulary entries (no merge forms them,
-    so text never encodes to one). ValueError if a spelling is also an ordinary token.
-    """
-    spec = json.loads(tokenizer.to_str())
-    vocab: dict[str, int] = spec["model"]["vocab"]
-    clashes = [text for text in specials.values() if text in vocab]
-    if clashes:
-        raise ValueError(f"special tokens spelled like ordinary tokens: {clashes[:5]}")
-    vocab.update((text, i) for i, text in specials.items())
-    return Tokenizer.from_str(json.dumps(spec, ensure_ascii=False))
+    return tokenizer_from_ranks(ranks, specials, config["pattern"], specials_in_vocab=True)

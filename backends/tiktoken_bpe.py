@@ -14,6 +14,7 @@ import base64
 import json
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -54,6 +55,19 @@ def merges_of(ranks: dict[bytes, int]) -> list[tuple[bytes, bytes]]:
     return [(left, right) for *_, left, right in merges]
 
 
+def added_token(token_id: int, text: str, special: bool) -> dict[str, Any]:
+    """A `tokenizer.json` added-token entry: `text` matched exactly, as written."""
+    return {
+        "id": token_id,
+        "content": text,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
+
+
 def tokenizer_from_ranks(
     ranks: dict[bytes, int],
     specials: dict[int, str],
@@ -61,25 +75,27 @@ def tokenizer_from_ranks(
     *,
     not_special: frozenset[str] = frozenset(),
     nfc: bool = False,
+    specials_in_vocab: bool = False,
 ) -> Tokenizer:
     """A byte-level BPE `Tokenizer` that encodes as tiktoken does with `ranks` and the pre-tokenizer regex `pattern`,
-    plus `specials` as added tokens (special unless named in `not_special`); `nfc` normalizes text to NFC first."""
+    plus `specials` as added tokens (special unless named in `not_special`); `nfc` normalizes text to NFC first.
+
+    With `specials_in_vocab` each special is also a vocabulary entry at its id: `tokenizers` gives an added token the
+    model's id of its spelling, else a fresh id after the vocabulary, so specials placed before the ordinary ids
+    (tekken) must be vocabulary entries (no merge forms them, so text never encodes to one). ValueError if a
+    spelling is also an ordinary token.
+    """
+    vocab = {to_symbols(token): rank for token, rank in ranks.items()}
+    if specials_in_vocab:
+        clashes = [text for text in specials.values() if text in vocab]
+        if clashes:
+            raise ValueError(f"special tokens spelled like ordinary tokens: {clashes[:5]}")
+        vocab.update((text, i) for i, text in specials.items())
     spec = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": [
-            {
-                "id": i,
-                "content": text,
-                "single_word": False,
-                "lstrip": False,
-                "rstrip": False,
-                "normalized": False,
-                "special": text not in not_special,
-            }
-            for i, text in sorted(specials.items())
-        ],
+        "added_tokens": [added_token(i, text, text not in not_special) for i, text in sorted(specials.items())],
         "normalizer": {"type": "NFC"} if nfc else None,
         "pre_tokenizer": {
             "type": "Sequence",
@@ -99,7 +115,7 @@ def tokenizer_from_ranks(
             "fuse_unk": False,
             "byte_fallback": False,
             "ignore_merges": True,
-            "vocab": {to_symbols(token): rank for token, rank in ranks.items()},
+            "vocab": vocab,
             "merges": [[to_symbols(left), to_symbols(right)] for left, right in merges_of(ranks)],
         },
     }

@@ -47,22 +47,8 @@ def structured_outputs(grammar: Grammar) -> dict[str, Any]:
 
 def sampling_fields(request: GenerateRequest) -> dict[str, Any]:
     """Sampling settings under vLLM's names: top-level in /v1/completions, `sampling_params` in the generate API."""
-    s = request.sampling
-    fields: dict[str, Any] = {
-        "max_tokens": s.max_new_tokens,
-        "temperature": s.temperature,
-        "top_p": s.top_p,
-        "top_k": max(s.top_k, 0),  # vLLM disables top-k with 0
-        "min_p": s.min_p,
-        "frequency_penalty": s.frequency_penalty,
-        "presence_penalty": s.presence_penalty,
-        "ignore_eos": s.ignore_eos,
-        "skip_special_tokens": s.skip_special_tokens,
-    }
-    if s.stop_token_ids:
-        fields["stop_token_ids"] = list(s.stop_token_ids)
-    if s.seed is not None:
-        fields["seed"] = s.seed
+    fields = request.sampling.wire_fields(max_tokens="max_tokens", seed="seed")
+    fields["top_k"] = max(fields["top_k"], 0)  # vLLM disables top-k with 0
     if request.grammar is not None:
         fields["structured_outputs"] = structured_outputs(request.grammar)
     if request.logprobs:

@@ -13,13 +13,12 @@ import argparse
 import asyncio
 import itertools
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
-from overhead_bench import CONFIG, MODEL, _ready_port, free_port, machine, process, wait_ready
+from overhead_bench import MODEL, gateway_on_stand_in, machine
 
 
 async def one_round(url: str, messages: int) -> tuple[float, float, float]:
@@ -58,21 +57,12 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=float, default=15.0)
     args = parser.parse_args()
     print(machine())
-    with tempfile.TemporaryDirectory(prefix="big-prompt-bench-") as tmp:
-        logs = Path(tmp)
-        standin_cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(args.interval_ms)]
-        with process(standin_cmd, logs / "stand-in.log") as standin:
-            backend_url = f"http://127.0.0.1:{_ready_port(logs / 'stand-in.log', standin)}"
-            wait_ready(f"{backend_url}/health", standin, logs / "stand-in.log")
-            config = logs / "gateway.yaml"
-            config.write_text(CONFIG.format(model=MODEL, url=backend_url))
-            port = free_port()
-            cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config),
-                   "--log-level", "warning"]
-            with process(cmd, logs / "gateway.log") as gateway:
-                url = f"http://127.0.0.1:{port}"
-                wait_ready(f"{url}/ready", gateway, logs / "gateway.log")
-                results = [asyncio.run(one_round(url, args.messages)) for _ in range(args.rounds)]
+    with (
+        tempfile.TemporaryDirectory(prefix="big-prompt-bench-") as tmp,
+        gateway_on_stand_in(Path(tmp), args.interval_ms) as (_, _, port),
+    ):
+        url = f"http://127.0.0.1:{port}"
+        results = [asyncio.run(one_round(url, args.messages)) for _ in range(args.rounds)]
     print(f"\n{args.messages} messages, one stream paced at {args.interval_ms} ms, {args.rounds} rounds")
     print("| measure (ms) | median | max |\n|---|---:|---:|")
     for i, name in enumerate(("stream's largest gap before", "stream's largest gap while the big request is served",

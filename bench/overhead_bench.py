@@ -251,6 +251,24 @@ def wait_ready(url: str, proc: subprocess.Popen[str], log: Path, timeout: float 
     raise RuntimeError(f"{url} not ready after {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
+@contextmanager
+def gateway_on_stand_in(logs: Path, interval_ms: float) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str], int]]:
+    """The fast stand-in (a decode step every `interval_ms`) and `gateway serve` in front of it (warnings only),
+    both ready: (stand-in, gateway, the gateway's port)."""
+    cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(interval_ms)]
+    with process(cmd, logs / "stand-in.log") as standin:
+        url = f"http://127.0.0.1:{_ready_port(logs / 'stand-in.log', standin)}"
+        wait_ready(f"{url}/health", standin, logs / "stand-in.log")
+        config = logs / "gateway.yaml"
+        config.write_text(CONFIG.format(model=MODEL, url=url))
+        port = free_port()
+        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config),
+               "--log-level", "warning"]
+        with process(cmd, logs / "gateway.log") as gateway:
+            wait_ready(f"http://127.0.0.1:{port}/ready", gateway, logs / "gateway.log")
+            yield standin, gateway, port
+
+
 def machine() -> str:
     """CPU model, cores, Python, load average and the code measured (commit, uncommitted files), for the header."""
     cpuinfo = Path("/proc/cpuinfo").read_text()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.kimi_parse_bench import synthetic_output as kimi_k3_output
 from gateway.families.base import OutputParser
 from gateway.families.deepseek import DsmlParser
 from gateway.families.deepseek.markers import (
@@ -46,8 +47,8 @@ from gateway.families.glm import GlmParser
 from gateway.families.gpt_oss import HarmonyParser
 from gateway.families.hermes import HermesParser
 from gateway.families.kimi.markers import K2_SECTIONS as K2
-from gateway.families.kimi.parser import split_k2_call
-from gateway.families.llama import LLAMA3_JSON, LlamaParser
+from gateway.families.kimi.parser import KimiK3Parser, split_k2_call
+from gateway.families.llama import LLAMA3_JSON, LLAMA4_PYTHONIC, LlamaParser
 from gateway.families.mistral import MistralParser
 from gateway.families.qwen3_xml import Qwen3XmlParser
 from gateway.families.token_sections import SectionParser
@@ -120,6 +121,14 @@ def glm_call(length: int, seed: int) -> list[str | list[Piece]]:
             "</arg_key>", "<arg_value>", words(length, seed), "</arg_value>", "</tool_call>"]  # fmt: skip
 
 
+def glm45_call(length: int, seed: int) -> list[str | list[Piece]]:
+    """GLM-4.5's layout: the same tags as GLM-4.7 with a newline after the name and after each value."""
+    out: list[str | list[Piece]] = []
+    for part in glm_call(length, seed):
+        out += ["write_file\n"] if part == "write_file" else [part, "\n"] if part == "</arg_value>" else [part]
+    return out
+
+
 def json_call(head: list[str], length: int, seed: int, tail: list[str]) -> list[str | list[Piece]]:
     """A call whose JSON arguments end in a long string (its words JSON-escaped, one piece each)."""
     body = [Piece(json.dumps(w.text)[1:-1]) for w in words(length, seed)]
@@ -185,6 +194,22 @@ def llama3_output(tokens: int) -> list[Piece]:
     return [head, *argument_words(tokens - 2), Piece('"}}')]
 
 
+def llama4_output(tokens: int) -> list[Piece]:
+    head = Piece("[write_file(path='notes.txt', content='")
+    return [head, *(Piece(repr(w.text)[1:-1]) for w in words(tokens - 2)), Piece("')]")]  # no word holds a `'`
+
+
+def kimi_k3_tools(tokens: int) -> list[Piece]:
+    """Kimi K3's output from its `<|close|>think<|sep|>` on (the K3 bench's output, its reasoning words cut)."""
+    out = kimi_k3_output(tokens + tokens * 3 // 10)
+    return out[next(i for i, p in enumerate(out) if p.token_id is not None) :]
+
+
+def mistral_text_think_output(tokens: int) -> list[Piece]:
+    """Magistral Small 2506: `<think>` reasoning written as text, then a v11+ call."""
+    return [Piece("<think>"), *words(30), Piece("</think>"), *mistral_output(tokens - 32)]
+
+
 def mistral_output(tokens: int) -> list[Piece]:
     head = [
         control("[TOOL_CALLS]"),
@@ -221,6 +246,7 @@ FAMILIES = [
     Family("qwen3-xml", lambda: Qwen3XmlParser([TOOL], in_reasoning=True), qwen_xml_call, QWEN_IDS,
            "qwen3_coder_detector:Qwen3CoderDetector"),
     Family("glm", lambda: GlmParser([TOOL], in_reasoning=True), glm_call, GLM_IDS, "glm47_moe_detector:Glm47MoeDetector"),
+    Family("glm45", lambda: GlmParser([TOOL], in_reasoning=True), glm45_call, GLM_IDS, "glm4_moe_detector:Glm4MoeDetector"),
     Family("deepseek-v3", lambda: SectionParser(SECTIONS, split_v3_call, True), deepseek_v3_call, DEEPSEEK_IDS,
            "deepseekv3_detector:DeepSeekV3Detector"),
     Family("deepseek-v31", lambda: SectionParser(SECTIONS, split_v31_call, True), deepseek_v31_call, DEEPSEEK_IDS,
@@ -233,10 +259,15 @@ FAMILIES = [
            "deepseekv41_detector:DeepSeekV41Detector"),
     Family("kimi-k2", lambda: SectionParser(K2, split_k2_call, True), kimi_k2_call, K2_IDS,
            "kimik2_detector:KimiK2Detector"),
+    Family("kimi-k3", KimiK3Parser, None, {}, "kimik3_detector:KimiK3Detector", kimi_k3_tools),
     Family("gpt-oss", lambda: HarmonyParser.after("<|start|>assistant"), None, {}, "gpt_oss_detector:GptOssDetector",
            harmony_output),
     Family("llama", lambda: LlamaParser(LLAMA3_JSON), None, {}, "llama32_detector:Llama32Detector", llama3_output),
+    Family("llama4-pythonic", lambda: LlamaParser(LLAMA4_PYTHONIC), None, {}, "pythonic_detector:PythonicDetector",
+           llama4_output),
     Family("mistral", MistralParser, None, {}, "mistral_detector:MistralDetector", mistral_output),
+    Family("mistral-text-think", lambda: MistralParser(text_think=True), None, {}, "mistral_detector:MistralDetector",
+           mistral_text_think_output),
     Family("gemma4", Gemma4Parser, None, {}, "gemma4_detector:Gemma4Detector", gemma4_output),
 ]  # fmt: skip
 

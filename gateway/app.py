@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -25,6 +26,7 @@ from gateway.api.chat import chat_completions
 from gateway.api.completions import completions
 from gateway.api.messages import count_tokens, create_message
 from gateway.api.models import get_model, list_models
+from gateway.api.openapi import openapi
 from gateway.api.response_store import MemoryStore, ResponseStore
 from gateway.api.responses import create_response, delete_response, get_response, list_input_items
 from gateway.api.tenancy import PolicyGate, TenantMiddleware, models_for
@@ -36,6 +38,9 @@ from gateway.observability.middleware import ObservabilityMiddleware
 from gateway.observability.process_metrics import ProcessGroupMetrics
 from gateway.process.draining import DrainState
 from gateway.process.limits import ConcurrencyLimit
+
+if TYPE_CHECKING:
+    from gateway.observability.otlp import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +58,7 @@ def create_app(
     metrics: GatewayMetrics | None = None,
     max_concurrency: int | None = None,
     metrics_sockets: tuple[Path, list[Path]] | None = None,
+    tracing: Tracing | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
     While `drain` says so, /ready answers 503 (requests are still served). Stored Responses live in
@@ -60,13 +66,16 @@ def create_app(
     probes needs a tenant's key and sees only that tenant's models. `app.state.metrics` is its
     GatewayMetrics (GET /metrics). Past `max_concurrency` requests in flight, a new one gets a 503. In a group of
     gateway processes, `metrics_sockets` are this process's metrics socket and its siblings': /metrics merges them
-    all (`?scope=process`: this process's alone)."""
+    all (`?scope=process`: this process's alone). With `tracing`, every request gets a server span and its stages
+    child spans, sent over OTLP."""
     drain = drain or DrainState()
     store = response_store or MemoryStore()
     metrics = metrics or GatewayMetrics(registry)
     group = ProcessGroupMetrics(metrics.render, *metrics_sockets) if metrics_sockets else None
     if gate is not None:
         gate.watcher.on_reload = metrics.record_policy_reload
+    if tracing is not None:
+        metrics.registry.register(tracing.collector())
 
     async def chat(request: Request) -> Response:
         return await chat_completions(request, models_for(request, registry), max_body_bytes)
@@ -151,11 +160,13 @@ def create_app(
         Route("/health", health, methods=["GET"]),
         Route("/ready", ready, methods=["GET"]),
         Route("/metrics", metrics_route, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
     ]
     app = Starlette(
         routes=routes,
         middleware=[
             Middleware(ObservabilityMiddleware, metrics=metrics),
+            *([tracing.middleware()] if tracing else []),
             Middleware(RequestIdMiddleware),
             *([Middleware(ConcurrencyLimit, limit=max_concurrency)] if max_concurrency else []),
             *([Middleware(TenantMiddleware, gate=gate)] if gate else []),

@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
+    if args.otlp_endpoint:
+        config.tracing.endpoint = args.otlp_endpoint
     return _serve(config, args, argv)
 
 
@@ -66,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve through this SGLang server instead of a bundled worker (repeat it for replicas)",
     )
     serve.add_argument(
-        "--request-timeout", type=_positive, default=600.0, help="deadline of one request in seconds (default: 600)"
+        "--request-timeout", type=_positive, help="deadline of one request in seconds (default: 600)"
     )
     serve.add_argument(
         "--drain-delay",
@@ -99,10 +101,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--header-timeout", type=_positive, help="seconds a request's headers may take to arrive (default: 10)"
     )
     serve.add_argument(
+        "--grammar-compile-budget",
+        type=_non_negative,
+        metavar="SECONDS",
+        help="CPU seconds a request's grammar may cost to build and compile; past it a 400 naming the schema "
+        "(default: 2; 0: no budget, grammars are built in the gateway's own process)",
+    )
+    serve.add_argument(
         "--log-level",
         choices=LEVELS,
         default="info",
         help="log level; at info and below every request writes one JSON access line (default: info)",
+    )
+    serve.add_argument(
+        "--otlp-endpoint",
+        metavar="URL",
+        type=_http_url,
+        help="send OpenTelemetry spans over OTLP/HTTP to this collector (e.g. http://otel-collector:4318; "
+        "default: OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else no spans)",
     )
     _add_policy_options(serve)
     policy_commands.add_commands(sub)
@@ -168,6 +184,8 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.header_timeout_s = args.header_timeout
     if args.workers is not None:
         limits.workers = args.workers
+    if args.grammar_compile_budget is not None:
+        limits.grammar_compile_s = args.grammar_compile_budget or None
 
 
 def _check_workers(workers: int, args: argparse.Namespace) -> None:
@@ -177,6 +195,12 @@ def _check_workers(workers: int, args: argparse.Namespace) -> None:
             f"{workers} gateway processes with --policies need --redis: each process would count the tenant "
             "limits on its own (pass --redis URL, or --workers 1)"
         )
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{text} is not an http:// or https:// URL")
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -193,10 +217,23 @@ def _non_negative(text: str) -> float:
     return value
 
 
+_PER_MODEL_FLAGS = {
+    "model": ("--model", "checkpoint"),
+    "backend_url": ("--backend-url", "backend.urls"),
+    "model_id": ("--model-id", "id"),
+    "family": ("--family", "family"),
+    "request_timeout": ("--request-timeout", "backend.request_timeout_s"),
+    "threads": ("--threads", "backend.threads"),
+    "default_max_tokens": ("--default-max-tokens", "default_max_tokens"),
+}
+"""Flags that describe the one model served without --config, and the key each is in a config file's model."""
+
+
 def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     if args.config:
-        if args.model or args.backend_url:
-            raise ConfigError("--config cannot be combined with --model or --backend-url")
+        for name, (flag, key) in _PER_MODEL_FLAGS.items():
+            if getattr(args, name) is not None:
+                raise ConfigError(f"{flag} cannot be combined with --config: set `{key}` of the model in the file")
         return load_config(args.config)
     config = default_config()
     entry = config.models[0]
@@ -212,7 +249,8 @@ def _serve_config(args: argparse.Namespace) -> GatewayConfig:
     entry.backend = (
         BackendConfig(type="sglang", urls=args.backend_url) if args.backend_url else BackendConfig(threads=args.threads)
     )
-    entry.backend.request_timeout_s = args.request_timeout
+    if args.request_timeout is not None:
+        entry.backend.request_timeout_s = args.request_timeout
     return GatewayConfig(models=[entry])
 
 
@@ -234,12 +272,20 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
 
     from gateway.api.response_store import RedisStore
     from gateway.app import create_app
+    from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
     from gateway.process.draining import DrainingServer, DrainState
     from gateway.process.header_timeout import header_timeout_protocol
     from gateway.process.launch import start_models
     from gateway.process.policy_gate import policy_gate
 
+    try:
+        tracing = start_tracing(config.tracing)
+    except TracingUnavailable as exc:
+        print(f"gateway: {exc}", file=sys.stderr)
+        return 2
     with ExitStack() as stack:  # stops the workers on every way out
+        if tracing is not None:
+            stack.callback(tracing.shutdown)  # the spans still queued go out
         try:
             registry = start_models(config, stack, role.worker_urls if role else None)
         except (RuntimeError, ValueError, OSError) as exc:
@@ -263,6 +309,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             max_body_bytes=limits.max_body_bytes,
             max_concurrency=limits.max_concurrency,
             metrics_sockets=(role.metrics_socket(), role.sibling_sockets()) if role else None,
+            tracing=tracing,
         )
         server_config = uvicorn.Config(
             app,

@@ -200,3 +200,47 @@ def test_schemas_that_cannot_be_spelled_out_keep_free_text(tokenizer, gemma_comp
     ok = lambda *parts: takes(tokenizer, gemma_compiler, optional_only, *parts)
     assert ok("{}") and ok("{b:null}") and ok("{a:1.5e-05,b:", QUOTE, "x", QUOTE, "}")
     assert not ok("{,b:null}") and not ok("{a:1,}")
+
+
+REFERENCED = {
+    "type": "object",
+    "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+    "properties": {
+        "at": {"$ref": "#/$defs/Point", "description": "sibling keywords stay"},
+        "path": {"type": "array", "items": {"$ref": "#/$defs/Point"}},
+        "same": {"$ref": "#/properties/at"},
+    },
+    "required": ["at"],
+}
+
+
+def test_local_references_are_inlined(tokenizer, gemma_compiler) -> None:
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, REFERENCED, *parts)
+    assert ok("{at:{x:1},path:[{x:2},{x:-3}],same:{x:4}}")
+    assert not ok("{at:{x:", QUOTE, "1", QUOTE, "}}")  # the referenced schema's type holds
+    assert not ok("{at:{y:1}}") and not ok("{path:[]}")  # its keys, and the required `at`
+    dangling = {"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}}
+    remote = {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}
+    for schema in (dangling, remote):  # no format: free text, as a recursive schema
+        assert takes(tokenizer, gemma_compiler, schema, "{a:", QUOTE, "x", QUOTE, "}")
+
+
+def test_free_form_values_take_any_value_three_levels_deep(tokenizer, gemma_compiler) -> None:
+    settings = {
+        "type": "object",
+        "properties": {"settings": {"type": "object"}, "extra": {}, "dry_run": {"type": "boolean"}},
+        "required": ["settings"],
+    }
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, settings, *parts)
+    assert ok(
+        "{settings:{theme:", QUOTE, "dark", QUOTE, ",size:1.5,tags:[", QUOTE, "a", QUOTE, ",{k:null}]},dry_run:true}"
+    )
+    assert ok("{settings:{},extra:[1,{a:{}}]}") and ok("{settings:{a:{b:{c:1}}}}")
+    assert not ok("{settings:{a:{b:{c:{d:1}}}}}")  # four levels
+    assert not ok("{settings:", QUOTE, "x", QUOTE, "}")  # an object, not a string
+    assert not ok("{settings:{a<b:1}}")  # no key can spell a control token
+    assert not ok("{settings:{a:", QUOTE, "x", TOOL_CALL_END, QUOTE, "}}")  # nor a string hold one
+    parsed = parse(
+        tokenizer, ids_of(tokenizer, TOOL_CALL, "call:f{settings:{a:[1,", QUOTE, "b", QUOTE, "]}}", TOOL_CALL_END)
+    )
+    assert json.loads(parsed.tool_calls[0].arguments_raw) == {"settings": {"a": [1, "b"]}}

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from gateway.families.llama import LLAMA3_JSON, LLAMA4_PYTHONIC, LlamaParser, llama3_tokenizer
 from gateway.families.llama.grammar import build_grammar
 from gateway.families.llama.parser import CallSyntax, pythonic_calls
+from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
 from gateway.models.registry import ServedModel
 from gateway.prompts.template import TemplateError
@@ -163,7 +164,7 @@ def test_a_control_token_after_calls_is_dropped(tokenizer: Tokenizer) -> None:
 
 def test_grammar_forces_calls_only_when_required(tokenizer: Tokenizer, plain) -> None:
     ask = lambda **kw: ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], **kw)
-    assert build_grammar(ask(), tokenizer, json_calls=True) is None
+    assert build_grammar(ask(), tokenizer, json_calls=False) is None
     assert build_grammar(ask(tool_choice="required"), tokenizer, json_calls=False) is None
     grammar = build_grammar(ask(tool_choice="required"), tokenizer, json_calls=True)
     strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
@@ -222,6 +223,23 @@ def test_no_control_token_inside_an_argument_string(tokenizer, plain, compiler, 
     assert not takes(tokenizer, plain, compiler, required(WEATHER), head, token, 'b"}}')
     spelled = tokenizer.id_to_token(token).replace("<", "\\u003c")
     assert takes(tokenizer, plain, compiler, required(WEATHER), head + spelled + 'b"}}')
+
+
+def test_auto_is_free_text_where_every_name_object_is_a_call(tokenizer, plain, compiler) -> None:
+    auto = lambda **kw: ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], **kw)
+    grammar = build_grammar(auto(), tokenizer, json_calls=True)
+    assert grammar is not None and newer_features(grammar) == []
+    ok = lambda *parts, **kw: takes(tokenizer, plain, compiler, auto(**kw), *parts)
+    call = '{"name": "get_weather", "parameters": {"city": "Oslo"}}'
+    assert ok("It is cold in Oslo.") and ok('{"city": "Oslo", "temp": -3}') and ok(call) and ok(call + "; " + call)
+    assert not ok('{"name": "get_weather", "parameters": {"town": "Oslo"}}')  # the schema holds
+    assert not ok('{"name": "delete_all", "parameters": {}}')  # only offered tools
+    assert not ok('{"name": "Bob", "age": 3}')  # the price: a JSON answer may not open with a "name" key
+    assert not ok(call + "; " + call, parallel_tool_calls=False)
+    head = '{"name": "get_weather", "parameters": {"city": "a'
+    assert not ok(head, PYTHON_TAG, 'b"}}')  # no control token inside a value
+    parsed = replay(LlamaParser(LLAMA3_JSON), tokenizer, plain(call))
+    assert [(c.name, json.loads(c.arguments_raw)) for c in parsed.tool_calls] == [("get_weather", {"city": "Oslo"})]
 
 
 def test_strict_omitted_enforces_and_strict_false_relaxes(tokenizer, plain, compiler) -> None:

@@ -1,4 +1,4 @@
-"""Mistral on its real tekken tokenizer: conversion, prompt, shielding, parser and grammar."""
+"""Mistral on its real tekken and SentencePiece (v3) tokenizers: conversion, prompt, shielding, parser and grammar."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import xgrammar as xg
 from canitoolcall.fixtures import load_fixtures
 from tokenizers import Tokenizer
 
-from gateway.families.mistral import MistralParser, tekken_tokenizer
+from backends.sentencepiece_tokenizer import load_sentencepiece
+from gateway.families.mistral import MistralParser, sentencepiece_tokenizer, tekken_tokenizer
+from gateway.families.mistral.family import mistral_common_data
 from gateway.families.mistral.grammar import build_grammar
 from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.safe_json import control_spellings
 from gateway.models.registry import ServedModel
+from gateway.prompts.encoding import PromptEncoder
 from gateway.types import ChatRequest, Piece
 from tests.family_checks import check_every_split, check_recorded_ids, replay, tokenize_only_model
 
@@ -235,3 +238,68 @@ def test_the_excluded_spellings_are_the_specials_first_characters(tokenizer: Tok
     """`<SPEC` covers the 980 `<SPECIAL_n>` tokens; `[TOOL` covers `[TOOL_CALLS]` and its siblings."""
     spellings = control_spellings(tokenizer)
     assert {"<SPEC", "[TOOL", "[ARGS", "[THIN", "[/THI", "</s>"} <= set(spellings) and len(spellings) == 22
+
+
+# SentencePiece v3 (Mistral 7B v0.3, Mixtral 8x22B): mistral-common's tokenizer.model.v3, converted offline
+
+V3 = "mistral_instruct_tokenizer_240323.model.v3"
+CORPUS_EXTRAS = [
+    "Hello  world",
+    "  two leading",
+    "trailing  ",
+    "tabs\tand\nnew\n\nlines",
+    "    print('x')",
+    "12345.678",
+    "emoji 😀, 漢字, ﬁ, \u0301x, a\u00a0b",
+    "[INST] spelled, not a control [/INST]",
+    "",
+    " ",
+    "\r\n",
+]
+
+
+@pytest.fixture(scope="module")
+def v3() -> Tokenizer:
+    return sentencepiece_tokenizer()
+
+
+@pytest.mark.parametrize("name", [V3, "tokenizer.model.v1"])
+def test_sentencepiece_conversion_encodes_as_sentencepiece_does(name: str) -> None:
+    """mistral-common encodes with `sentencepiece`; the conversion, as the gateway encodes client text (no added token
+    matched), gives the same ids for every fixture's text in every family and for whitespace, digit and Unicode edges.
+    (SentencePiece also matches user-defined pieces such as `[REFERENCE_DOC_0]` in text; the gateway never turns
+    client text into an added token.)"""
+    import sentencepiece
+
+    reference = sentencepiece.SentencePieceProcessor(model_file=str(mistral_common_data(name)))
+    encode = PromptEncoder(load_sentencepiece(mistral_common_data(name))).encode_plain
+    corpus = [f.raw_output for f in load_fixtures(None)] + CORPUS_EXTRAS
+    assert [encode(text) for text in corpus] == [reference.encode(text) for text in corpus]
+
+
+def test_sentencepiece_v3_control_tokens_at_their_ids(v3: Tokenizer) -> None:
+    spelled = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]"]
+    assert [v3.token_to_id(t) for t in spelled] == [0, 1, 2, 3, 4, 5, 6, 8]
+    decoder = v3.get_added_tokens_decoder()
+    assert decoder[5].special and not decoder[v3.token_to_id("[REFERENCE_DOC_0]")].special
+    assert v3.get_vocab_size() == 32768 and v3.id_to_token(781) == "<0x0A>"
+
+
+def test_sentencepiece_v3_fixtures_decode_to_their_text_and_encode_to_their_ids(v3: Tokenizer) -> None:
+    """Every v3 fixture's ids decode to its text; each run of ordinary ids is the encoding of its text, except where
+    the model wrote `[` with no space after `[TOOL_CALLS]` (SentencePiece's dummy prefix would give `▁[`)."""
+    fixtures = [f for f in load_fixtures(None, families=["mistral"]) if f.tokenizer.mode == "hf"]
+    unprefixed = [f for f in fixtures if v3.id_to_token(f.output_token_ids[1]) == "["]
+    assert [f.id for f in unprefixed] == ["mistral/vllm-v3-no-space"]
+    assert check_recorded_ids(v3, PromptEncoder(v3).encode_plain, [f for f in fixtures if f not in unprefixed]) == 9
+    assert v3.decode(unprefixed[0].output_token_ids, skip_special_tokens=False) == unprefixed[0].raw_output
+
+
+def test_sentencepiece_refuses_what_it_cannot_reproduce(tmp_path) -> None:
+    piece = b"\x0a\x03\x0a\x01a"  # ModelProto.pieces: {piece: "a"}
+    (tmp_path / "unigram.model").write_bytes(piece + b"\x12\x02\x18\x01")  # trainer_spec.model_type = UNIGRAM
+    (tmp_path / "nfkc.model").write_bytes(piece + b"\x12\x02\x18\x02")  # BPE, default normalizer (nmt_nfkc)
+    with pytest.raises(ValueError, match="only BPE"):
+        load_sentencepiece(tmp_path / "unigram.model")
+    with pytest.raises(ValueError, match="only the identity normalizer"):
+        load_sentencepiece(tmp_path / "nfkc.model")

@@ -36,6 +36,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill step")
     parser.add_argument("--weights-dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument(
+        "--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+        help="keep each request's KV for later prompts that share its prefix (default: on)",
+    )
+    parser.add_argument(
+        "--disable-radix-cache", dest="prefix_cache", action="store_false", help="SGLang's name of --no-prefix-cache"
+    )
     return parser.parse_args(argv)
 
 
@@ -62,11 +69,12 @@ def build_state(args: argparse.Namespace) -> WorkerState:
     )
     del weights
     grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
-    engine = Engine(model, checkpoint.eos_token_ids, prefill_chunk=args.prefill_chunk)
+    engine = Engine(model, checkpoint.eos_token_ids, prefill_chunk=args.prefill_chunk, prefix_cache=args.prefix_cache)
     engine.start()
     progress(
         f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {args.threads} threads, "
-        f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens)"
+        f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens, "
+        f"prefix cache {'on' if args.prefix_cache else 'off'})"
     )
     return WorkerState(checkpoint, engine, grammars, path, max_waiting=args.max_waiting)
 

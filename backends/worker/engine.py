@@ -15,8 +15,11 @@ import torch
 import xgrammar as xgr
 
 from backends.base import SamplingParams
+from backends.detokenizer import Piece
 from backends.worker.grammar import BatchMasker
 from backends.worker.model import LlamaModel
+from backends.worker.output_text import OutputText
+from backends.worker.prefix_cache import PrefixCache, common_prefix
 from backends.worker.sampling import RequestSampler, TokenChoice, choose_tokens, token_logprobs
 
 log = logging.getLogger(__name__)
@@ -27,7 +30,8 @@ FinishType = Literal["stop", "length", "abort"]
 @dataclass(frozen=True)
 class Finish:
     type: FinishType
-    matched: int | None = None
+    matched: int | str | None = None
+    """The stop token id or stop string that ended the output."""
     length: int | None = None
     message: str | None = None
 
@@ -39,6 +43,10 @@ class EngineEvent:
     tokens: list[TokenChoice]
     finish: Finish | None = None
     error: str | None = None
+    cached_tokens: int = 0
+    """Prompt tokens whose keys came from the prefix cache."""
+    pieces: list[Piece] | None = None
+    """The new text, for a request with `text` (stop strings); None: the receiver detokenizes `tokens`."""
 
 
 @dataclass(eq=False)
@@ -52,6 +60,10 @@ class EngineRequest:
     grammar: xgr.CompiledGrammar | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    min_new_tokens: int = 0
+    """Until this many tokens are out, EOS and the stop tokens cannot be sampled."""
+    text: OutputText | None = None
+    """Set for stop strings: the output is detokenized here and ends on the token completing one."""
 
 
 @dataclass
@@ -83,14 +95,29 @@ class _Running:
     sampler: RequestSampler
     matcher: xgr.GrammarMatcher | None
     stop_ids: frozenset[int]
+    reused: int = 0
+    """Prompt tokens whose keys the prefix cache provided."""
     prefilled: int = 0
     generated: int = 0
     next_input: int = -1
+    output_ids: list[int] = field(default_factory=list)
 
     @property
     def cached(self) -> int:
         """Tokens whose keys are in the cache."""
         return self.prefilled + max(self.generated - 1, 0)
+
+    def kv_ids(self) -> list[int]:
+        """The ids of the tokens whose keys are in the slot, in order."""
+        return self.request.input_ids[: self.prefilled] + self.output_ids[: max(self.generated - 1, 0)]
+
+    def shared_prefix(self, prompt: list[int], limit: int) -> int:
+        """How many leading ids of `prompt` (at most `limit`) this slot holds the keys of."""
+        ids = self.request.input_ids
+        n = common_prefix(prompt, ids, min(limit, self.prefilled))
+        if n < len(ids) or self.generated < 2:
+            return n
+        return n + common_prefix(prompt[n:], self.output_ids, min(limit - n, self.generated - 1))
 
 
 @dataclass
@@ -103,13 +130,15 @@ class _Inbox:
 class Engine:
     """Owns the model and its KV slots; every public method is safe to call from any thread."""
 
-    def __init__(self, model: LlamaModel, eos_token_ids: list[int], *, prefill_chunk: int = 256):
+    def __init__(self, model: LlamaModel, eos_token_ids: list[int], *, prefill_chunk: int = 256,
+                 prefix_cache: bool = True):
         self.model = model
         self.eos_token_ids = frozenset(eos_token_ids)
         self.prefill_chunk = prefill_chunk
         self.max_batch = model.cache.slots
         self.context_length = model.cache.context
         self.stats = EngineStats()
+        self.prefix_cache = PrefixCache(self.max_batch, prefix_cache)
         self._inbox = _Inbox()
         self._waiting: deque[EngineRequest] = deque()
         self._slots: list[_Running | None] = [None] * self.max_batch
@@ -163,7 +192,8 @@ class Engine:
                 log.exception("engine step failed")
                 for running in self._slots:
                     if running is not None:
-                        self._finish(running, Finish("abort", message=f"engine error: {exc}"), error=str(exc))
+                        self._finish(running, Finish("abort", message=f"engine error: {exc}"), error=str(exc),
+                                     keep_cache=False)
 
     def _has_work(self) -> bool:
         return bool(self._waiting) or any(s is not None for s in self._slots)
@@ -196,14 +226,21 @@ class Engine:
             if request.params.max_new_tokens == 0:
                 request.emit(EngineEvent([], Finish("length", length=0)))
                 continue
-            slot = self._slots.index(None)
+            free = [slot for slot, running in enumerate(self._slots) if running is None]
+            limit = len(request.input_ids) - 1
+            busy = [(r.slot, r.shared_prefix(request.input_ids, limit)) for r in self._slots
+                    if r is not None and self.prefix_cache.enabled]
+            place = self.prefix_cache.place(request.input_ids, free, busy)
+            if place.source is not None:
+                self.model.cache.copy_prefix(place.source, place.slot, place.reused)
             stop_ids = set(request.params.stop_token_ids)
             if not request.params.ignore_eos:
                 stop_ids |= self.eos_token_ids
             matcher = xgr.GrammarMatcher(request.grammar) if request.grammar is not None else None
             sampler = RequestSampler(request.params, self.model.vocab_size)
-            running = _Running(request, slot, sampler, matcher, frozenset(stop_ids))
-            self._slots[slot] = running
+            running = _Running(request, place.slot, sampler, matcher, frozenset(stop_ids), reused=place.reused,
+                               prefilled=place.reused)
+            self._slots[place.slot] = running
             self._prefilling.append(running)
 
     def _prefill_one_chunk(self) -> None:
@@ -228,32 +265,39 @@ class Engine:
         if not decoding:
             return
         began = time.perf_counter()
-        width = max(r.slot for r in decoding) + 1
+        # the contiguous range of slots from the lowest to the highest decoding one (a lone request in a high
+        # slot, where the prefix cache may put it, is one row)
+        first = min(r.slot for r in decoding)
+        width = max(r.slot for r in decoding) + 1 - first
         tokens = [0] * width
         positions = [0] * width
         writes = [self.model.cache.scratch_position] * width
         for r in decoding:
-            tokens[r.slot] = r.next_input
-            positions[r.slot] = writes[r.slot] = r.cached
+            tokens[r.slot - first] = r.next_input
+            positions[r.slot - first] = writes[r.slot - first] = r.cached
         device = self.model.device
         logits = self.model.forward(
             torch.tensor(tokens, device=device).unsqueeze(1),
             torch.tensor(positions, device=device).unsqueeze(1),
             torch.tensor(writes, device=device).unsqueeze(1),
-            first_slot=0,
+            first_slot=first,
             key_len=max(positions) + 1,
         )
-        rows = [r.slot for r in decoding]
+        rows = [r.slot - first for r in decoding]
         self._sample_and_emit(decoding, logits[rows] if len(rows) < width else logits)
         self.stats.decode_steps += 1
         self.stats.decode_tokens += len(decoding)
         self.stats.decode_seconds += time.perf_counter() - began
 
+    @torch.inference_mode()  # the logits are an inference tensor: masks and penalties change them in place
     def _sample_and_emit(self, batch: list[_Running], logits: torch.Tensor) -> None:
         raw = {i: logits[i].clone() for i, r in enumerate(batch) if r.request.logprobs}
         began = time.perf_counter()
         self._masker.apply(logits, [r.matcher for r in batch])
         self.stats.grammar_seconds += time.perf_counter() - began
+        for row, running in enumerate(batch):
+            if running.generated < running.request.min_new_tokens and running.stop_ids:
+                logits[row, list(running.stop_ids)] = float("-inf")
         chosen = choose_tokens(logits, [r.sampler for r in batch])
         for i, (running, token) in enumerate(zip(batch, chosen)):
             choice = token_logprobs(raw[i], token, running.request.top_logprobs) if i in raw else TokenChoice(token)
@@ -263,6 +307,7 @@ class Engine:
         token = choice.token_id
         running.generated += 1
         running.next_input = token
+        running.output_ids.append(token)
         running.sampler.record(token)
         finish = None
         if running.matcher is not None:
@@ -275,18 +320,28 @@ class Engine:
                 finish = Finish("stop", matched=token)
         if finish is None and token in running.stop_ids:
             finish = Finish("stop", matched=token)
+        text = running.request.text
+        if text is not None and (finish is None or finish.type == "stop"):
+            matched = text.add(token, running.generated, stop_token=finish is not None)
+            if matched is not None:  # a stop string wins over the token that completed it (as in SGLang)
+                finish = Finish("stop", matched=matched)
         if finish is None and running.generated >= running.request.params.max_new_tokens:
             finish = Finish("length", length=running.generated)
         if finish is None and running.cached + 1 >= self.context_length:
             finish = Finish("length", length=running.generated)
         if finish is None:
-            running.request.emit(EngineEvent([choice]))
+            pieces = text.take(final=False) if text is not None else None
+            running.request.emit(EngineEvent([choice], cached_tokens=running.reused, pieces=pieces))
         else:
             self._finish(running, finish, tokens=[choice])
 
     def _finish(self, running: _Running, finish: Finish, tokens: list[TokenChoice] | None = None,
-                error: str | None = None) -> None:
+                error: str | None = None, keep_cache: bool = True) -> None:
+        """End `running`; its slot is free and keeps its keys for the prefix cache (unless a step failed)."""
         self._slots[running.slot] = None
         if running in self._prefilling:
             self._prefilling.remove(running)
-        running.request.emit(EngineEvent(tokens or [], finish, error))
+        self.prefix_cache.release(running.slot, running.kv_ids() if keep_cache else [])
+        text = running.request.text
+        pieces = text.take(final=True) if text is not None else None
+        running.request.emit(EngineEvent(tokens or [], finish, error, running.reused, pieces))

@@ -12,6 +12,7 @@ from backends.detokenizer import Detokenizer, added_tokens
 from backends.worker.engine import Engine, EngineEvent
 from backends.worker.grammar import GrammarCache
 from backends.worker.metrics import WorkerMetrics
+from backends.worker.output_text import OutputText
 from backends.worker.protocol import GenerateCall, finish_reason, logprob_fields
 
 
@@ -50,8 +51,15 @@ class Generation:
         self.events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         added, special = added_tokens(state.checkpoint.tokenizer)
         self.detokenizer = Detokenizer(state.checkpoint.tokenizer, added)
+        self.output_text = None
+        """With stop strings the engine thread detokenizes (it must stop on the token completing one)."""
+        if call.stop:
+            unarmed = call.min_new_tokens if call.stop_strings_wait_for_min else 0
+            self.output_text = OutputText(self.detokenizer, call.stop, keep_stop=call.no_stop_trim,
+                                          unarmed_tokens=unarmed)
         self.skipped = special if call.skip_special_tokens else frozenset()
         self.completion_tokens = 0
+        self.cached_tokens = 0
         self.started = time.perf_counter()
         self._metrics = state.metrics
         self.done = False
@@ -65,28 +73,32 @@ class Generation:
                 self._metrics.ttft.observe(time.perf_counter() - self.started)
             self._metrics.generation_tokens.inc(len(ids))
         self.completion_tokens += len(ids)
+        self.cached_tokens = max(self.cached_tokens, event.cached_tokens)
         self.done = event.finish is not None
-        text_ids = ids
-        if event.finish is not None and event.finish.type == "stop" and not self.call.no_stop_trim:
-            text_ids = [i for i in ids if i != event.finish.matched]
         meta = {
             "id": self.call.rid,
             "finish_reason": finish_reason(event.finish),
             "prompt_tokens": len(self.call.input_ids),
             "completion_tokens": self.completion_tokens,
-            "cached_tokens": 0,
+            "cached_tokens": self.cached_tokens,
         }
         if self.call.return_logprob:
             fields = logprob_fields(event.tokens, self.call.top_logprobs_num)
             meta.update(fields)
             for key, values in fields.items():
                 self.all_logprobs.setdefault(key, []).extend(values)
-        return {"text": self._text(text_ids), "output_ids": ids, "meta_info": meta}
+        return {"text": self._text(event), "output_ids": ids, "meta_info": meta}
 
-    def _text(self, ids: list[int]) -> str:
-        """The text `ids` complete (all that is held back once the generation is done), special tokens skipped
-        when the request asked."""
-        pieces = self.detokenizer.feed(ids) + (self.detokenizer.flush() if self.done else [])
+    def _text(self, event: EngineEvent) -> str:
+        """The text the event's tokens complete (all that is held back once the generation is done), without
+        the stop token unless the request keeps it, special tokens skipped when the request asked."""
+        pieces = event.pieces
+        if pieces is None:
+            ids = [t.token_id for t in event.tokens]
+            finish = event.finish
+            if finish is not None and finish.type == "stop" and not self.call.no_stop_trim:
+                ids = [i for i in ids if i != finish.matched]
+            pieces = self.detokenizer.feed(ids) + (self.detokenizer.flush() if self.done else [])
         return "".join(p.text for p in pieces if p.token_id not in self.skipped)
 
     def frames(self, event: EngineEvent) -> bytes:

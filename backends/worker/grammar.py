@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
@@ -12,29 +11,9 @@ import torch
 import xgrammar as xgr
 
 from backends.base import GrammarKind
-from backends.checkpoint import Checkpoint
+from backends.xgrammar_compile import GrammarError, compile_grammar, tokenizer_info
 
-
-class GrammarError(ValueError):
-    """The grammar text could not be compiled."""
-
-
-def tokenizer_info(checkpoint: Checkpoint, vocab_size: int) -> xgr.TokenizerInfo:
-    """xgrammar's view of the vocabulary: control tokens are special (never text), eos ids stop."""
-    control = set(checkpoint.control_token_ids)
-    vocab = [("" if i in control else token) for i, token in enumerate(checkpoint.vocab[:vocab_size])]
-    return xgr.TokenizerInfo(vocab, _vocab_type(checkpoint), vocab_size=vocab_size,
-                             stop_token_ids=list(checkpoint.eos_token_ids))
-
-
-def _vocab_type(checkpoint: Checkpoint) -> xgr.VocabType:
-    decoder = json.loads(checkpoint.tokenizer.to_str()).get("decoder") or {}
-    kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", [])}
-    if "ByteLevel" in kinds:
-        return xgr.VocabType.BYTE_LEVEL
-    if "ByteFallback" in kinds:
-        return xgr.VocabType.BYTE_FALLBACK
-    return xgr.VocabType.RAW
+__all__ = ["BatchMasker", "GrammarCache", "GrammarError", "GrammarStats", "tokenizer_info"]
 
 
 @dataclass
@@ -66,9 +45,7 @@ class GrammarCache:
                 return self._compiled[key]
         started = time.perf_counter()
         try:
-            compiled = self._compile(kind, text)
-        except Exception as exc:  # xgrammar raises RuntimeError, ValueError or its own types
-            raise GrammarError(f"invalid {kind}: {exc}") from exc
+            compiled = compile_grammar(self._compiler, kind, text)
         finally:
             with self._lock:
                 self.stats.misses += 1
@@ -78,17 +55,6 @@ class GrammarCache:
             while len(self._compiled) > self._capacity:
                 self._compiled.popitem(last=False)
         return compiled
-
-    def _compile(self, kind: GrammarKind, text: str) -> xgr.CompiledGrammar:
-        if kind == "json_schema":
-            return self._compiler.compile_json_schema(text)
-        if kind == "regex":
-            return self._compiler.compile_regex(text)
-        if kind == "ebnf":
-            return self._compiler.compile_grammar(text)
-        if kind == "structural_tag":
-            return self._compiler.compile_structural_tag(text)
-        raise GrammarError(f"unknown grammar kind {kind!r}")
 
 
 class BatchMasker:

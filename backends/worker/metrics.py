@@ -49,10 +49,15 @@ class _EngineCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         load = self._engine.load()
         stats = self._grammars.stats
+        prefixes = self._engine.prefix_cache
         series = (
             (GaugeMetricFamily, "vllm:num_requests_running", "Requests in the running batch", load.running),
             (GaugeMetricFamily, "vllm:num_requests_waiting", "Requests waiting for a batch slot", load.waiting),
             (GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent", load.kv_cache_usage),
+            (CounterMetricFamily, "vllm:prefix_cache_queries",
+             "Prefix cache queries, in terms of number of queried tokens", prefixes.queries),
+            (CounterMetricFamily, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens",
+             prefixes.hits),
             (CounterMetricFamily, "worker:grammar_cache_hits", "Grammars found compiled in the cache", stats.hits),
             (CounterMetricFamily, "worker:grammar_cache_misses", "Grammars compiled", stats.misses),
             (CounterMetricFamily, "worker:grammar_compile_seconds", "Time spent compiling grammars",

@@ -32,6 +32,11 @@ class KVCache:
     def scratch_position(self) -> int:
         return self.context
 
+    def copy_prefix(self, source: int, target: int, length: int) -> None:
+        """Copy the keys and values of positions 0..length-1 from slot `source` to slot `target`."""
+        self.keys[:, target, :, :length] = self.keys[:, source, :, :length]
+        self.values[:, target, :, :length] = self.values[:, source, :, :length]
+
 
 class _Linear:
     """`x @ W.T` with float32 output. On CPU the weight is pre-packed for oneDNN, which is 2-3x

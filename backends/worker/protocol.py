@@ -26,9 +26,13 @@ _SGLANG_SAMPLING_KEYS = frozenset({
 })
 # Accepted SGLang keys this worker does not implement: allowed only at their neutral value.
 _NEUTRAL_ONLY = {
-    "stop": (None, "", []), "stop_regex": (None, "", []), "repetition_penalty": (None, 1, 1.0),
-    "min_new_tokens": (None, 0), "n": (None, 1), "custom_params": (None, {}), "logit_bias": (None, {}),
+    "stop_regex": (None, "", []), "repetition_penalty": (None, 1, 1.0), "n": (None, 1), "custom_params": (None, {}),
+    "logit_bias": (None, {}),
 }
+MAX_STOP_STRINGS = 32
+"""SGLang's MAX_STOP_COUNT."""
+MAX_STOP_CHARS = 256
+"""Longer stop strings are refused: matching holds back and rescans up to this many characters per token."""
 _GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
 _TOP_LEVEL_KEYS = frozenset({
     "text", "input_ids", "sampling_params", "stream", "rid", "return_logprob", "logprob_start_len",
@@ -50,10 +54,14 @@ class GenerateCall:
     top_logprobs_num: int
     skip_special_tokens: bool
     no_stop_trim: bool
+    stop: list[str]
+    min_new_tokens: int = 0
+    stop_strings_wait_for_min: bool = False
+    """vLLM's rule: no stop string may end within the first min_new_tokens tokens (SGLang's gates stop tokens only)."""
 
 
-def parse_generate(body: Any, *, vocab_size: int, context_length: int,
-                   encode: Callable[[str], list[int]]) -> GenerateCall:
+def parse_generate(body: Any, *, vocab_size: int, context_length: int, encode: Callable[[str], list[int]],
+                   stop_strings_wait_for_min: bool = False) -> GenerateCall:
     """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt."""
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
@@ -75,6 +83,11 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int,
         if sp.get(key) not in neutral:
             raise ProtocolError(f"sampling_params.{key} is not supported by this worker")
     sampling = _sampling(sp)
+    if any(not 0 <= i < vocab_size for i in sampling.stop_token_ids):
+        raise ProtocolError(f"stop_token_ids must be token ids in [0, {vocab_size})")
+    min_new = _int(sp, "min_new_tokens", 0)
+    if not 0 <= min_new <= sampling.max_new_tokens:
+        raise ProtocolError(f"min_new_tokens must be in [0, max_new_tokens ({sampling.max_new_tokens})]")
     grammars = [k for k in _GRAMMAR_KEYS if sp.get(k) is not None]
     if len(grammars) > 1:
         raise ProtocolError(f"only one of {', '.join(_GRAMMAR_KEYS)} may be set")
@@ -102,7 +115,27 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int,
         top_logprobs_num=top_n,
         skip_special_tokens=_bool(sp, "skip_special_tokens", True),
         no_stop_trim=_bool(sp, "no_stop_trim", False),
+        stop=_stop_strings(sp.get("stop")),
+        min_new_tokens=min_new,
+        stop_strings_wait_for_min=stop_strings_wait_for_min,
     )
+
+
+def _stop_strings(stop: Any) -> list[str]:
+    """`stop`: one string or a list of them, each non-empty and bounded."""
+    if stop is None:
+        return []
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ProtocolError("stop must be a string or a list of strings")
+    if len(stops) > MAX_STOP_STRINGS:
+        raise ProtocolError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stops)}")
+    for s in stops:
+        if not s:
+            raise ProtocolError("stop strings must not be empty")
+        if len(s) > MAX_STOP_CHARS:
+            raise ProtocolError(f"stop strings may be at most {MAX_STOP_CHARS} characters long")
+    return list(dict.fromkeys(stops))
 
 
 def _prompt_ids(body: dict, encode: Callable[[str], list[int]]) -> list[int]:

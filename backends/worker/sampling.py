@@ -9,6 +9,10 @@ import torch
 
 from backends.base import SamplingParams
 
+GREEDY_BELOW = 1e-5
+"""A temperature or top_p under this samples greedily (vLLM's and SGLang's epsilon): dividing by such a temperature
+overflows the logits, and such a top_p underflows in float32 and keeps no token."""
+
 
 @dataclass
 class TokenChoice:
@@ -24,7 +28,7 @@ class RequestSampler:
 
     def __init__(self, params: SamplingParams, vocab_size: int):
         self.params = params
-        self.greedy = params.temperature == 0.0 or params.top_k == 1
+        self.greedy = params.temperature < GREEDY_BELOW or params.top_p < GREEDY_BELOW or params.top_k == 1
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
         self.generator = None if self.greedy else torch.Generator().manual_seed(seed)
         penalized = params.frequency_penalty != 0.0 or params.presence_penalty != 0.0
@@ -60,8 +64,10 @@ class RequestSampler:
 
 def choose_tokens(logits: torch.Tensor, samplers: list[RequestSampler]) -> list[int]:
     """One token per row of `logits` (n, V); greedy rows share one argmax."""
-    for row, sampler in enumerate(samplers):
-        sampler.penalize(logits[row])
+    if any(sampler.counts is not None for sampler in samplers):
+        logits = logits.clone()  # the forward's output may be an inference tensor, which refuses in-place updates
+        for row, sampler in enumerate(samplers):
+            sampler.penalize(logits[row])
     tokens = logits.argmax(dim=-1).tolist()
     for row, sampler in enumerate(samplers):
         if not sampler.greedy:

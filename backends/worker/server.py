@@ -53,6 +53,7 @@ def build_app(state: WorkerState) -> Starlette:
         state.engine.submit(EngineRequest(
             rid=call.rid, input_ids=call.input_ids, params=call.sampling, grammar=grammar,
             logprobs=call.return_logprob, top_logprobs=call.top_logprobs_num,
+            min_new_tokens=call.min_new_tokens, text=generation.output_text,
             emit=lambda event: loop.call_soon_threadsafe(generation.events.put_nowait, event),
         ))
 
@@ -134,6 +135,8 @@ def build_app(state: WorkerState) -> Starlette:
                 "grammar_seconds": stats.grammar_seconds,
                 "prefill_tokens": stats.prefill_tokens,
                 "prefill_seconds": stats.prefill_seconds,
+                "prefix_cache_queries": state.engine.prefix_cache.queries,
+                "prefix_cache_hits": state.engine.prefix_cache.hits,
             }],
         })
 

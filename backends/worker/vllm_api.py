@@ -36,11 +36,12 @@ _SAMPLING = {
     "max_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p", "min_p": "min_p",
     "seed": "sampling_seed", "stop_token_ids": "stop_token_ids", "ignore_eos": "ignore_eos",
     "skip_special_tokens": "skip_special_tokens", "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty", "include_stop_str_in_output": "no_stop_trim",
+    "presence_penalty": "presence_penalty", "include_stop_str_in_output": "no_stop_trim", "stop": "stop",
+    "min_tokens": "min_new_tokens",
 }
 # vLLM fields this worker does not implement: accepted only at their neutral value.
 _NEUTRAL = {
-    "n": (None, 1), "stop": (None, "", []), "min_tokens": (None, 0), "repetition_penalty": (None, 1, 1.0),
+    "n": (None, 1), "repetition_penalty": (None, 1, 1.0),
     "prompt_logprobs": (None,), "logit_bias": (None, {}), "allowed_token_ids": (None,), "bad_words": (None, []),
     "spaces_between_special_tokens": (None, True), "echo": (None, False), "use_beam_search": (None, False),
     "suffix": (None, ""), "detokenize": (None, True),
@@ -103,7 +104,8 @@ class VLLMGeneration(Generation, ABC):
         if self.done and self.options.include_usage:
             prompt = len(self.call.input_ids)
             usage = {"prompt_tokens": prompt, "completion_tokens": self.completion_tokens,
-                     "total_tokens": prompt + self.completion_tokens}
+                     "total_tokens": prompt + self.completion_tokens,
+                     "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
             frames += sse_frame(self.envelope([], usage=usage))
         return frames
 
@@ -128,8 +130,9 @@ class VLLMGeneration(Generation, ABC):
             return f"token_id:{token_id}"
         return self._tokenizer.decode([token_id], skip_special_tokens=False)
 
-    def _stop_reason(self, finish: Finish | None) -> int | None:
-        """vLLM's stop_reason: the stop token id that ended the output; None for EOS, length and abort."""
+    def _stop_reason(self, finish: Finish | None) -> int | str | None:
+        """vLLM's stop_reason: the stop token id or stop string that ended the output; None for EOS, length and
+        abort."""
         if finish is None or finish.type != "stop":
             return None
         if finish.matched in self._eos and not self.call.sampling.ignore_eos:
@@ -311,6 +314,7 @@ def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str,
         vocab_size=state.engine.model.vocab_size,
         context_length=state.engine.context_length,
         encode=_no_text,
+        stop_strings_wait_for_min=True,
     )
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from backends.checkpoint import Checkpoint, ModelConfig, write_hf_metadata
+from backends.checkpoint import Checkpoint, ModelConfig, gguf_cache_folder, write_hf_metadata
+from backends.conversion_cache import read_cached, write_cached
 
 
 @dataclass
@@ -85,8 +86,29 @@ def load_weights(checkpoint: Checkpoint, progress: Callable[[str], None] = lambd
             "(Llama only); serve it through SGLang or vLLM"
         )
     if checkpoint.is_gguf:
-        return _load_gguf(checkpoint.path, checkpoint.config, progress)
+        return _load_gguf_cached(checkpoint.path, checkpoint.config, progress)
     return _load_safetensors(checkpoint.path, checkpoint.config, progress)
+
+
+_CACHED_WEIGHTS = "model.safetensors"
+CACHED_WEIGHTS_LIMIT_BYTES = 1 << 30
+"""The largest float32 copy of a GGUF's weights kept on disk (the embedded model's is ~540 MB; a 7B's would be 28 GB)."""
+
+
+def _load_gguf_cached(path: Path, config: ModelConfig, progress: Callable[[str], None]) -> LlamaWeights:
+    """A GGUF's weights from the float32 copy the cache keeps of them (backends/conversion_cache.py), else
+    dequantized from the file and then kept, when they are small enough."""
+    folder = gguf_cache_folder(path, "float32 weights", __file__)
+    cached = read_cached(folder, _CACHED_WEIGHTS, lambda p: _load_safetensors(p.parent, config, progress))
+    if cached is not None:
+        return cached
+    weights = _load_gguf(path, config, progress)
+    tensors = _hf_tensors(config, weights)
+    if sum(t.numel() * t.element_size() for t in tensors.values()) <= CACHED_WEIGHTS_LIMIT_BYTES:
+        from safetensors.torch import save_file
+
+        write_cached(folder, _CACHED_WEIGHTS, lambda p: save_file(tensors, str(p)))
+    return weights
 
 
 def _assemble(
@@ -164,13 +186,17 @@ def save_hf_directory(checkpoint: Checkpoint, weights: LlamaWeights, out_dir: Pa
     """Write the weights, config and tokenizer as a Hugging Face Llama directory (float32 safetensors)."""
     from safetensors.torch import save_file
 
-    c = checkpoint.config
     out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(_hf_tensors(checkpoint.config, weights), str(out_dir / "model.safetensors"))
+    write_hf_metadata(checkpoint, out_dir)
+
+
+def _hf_tensors(config: ModelConfig, weights: LlamaWeights) -> dict[str, torch.Tensor]:
+    """The weights under their Hugging Face names (contiguous, as safetensors writes them)."""
     tensors = {"model.embed_tokens.weight": weights.embedding, "model.norm.weight": weights.final_norm}
-    if not c.tied_embeddings:
+    if not config.tied_embeddings:
         tensors["lm_head.weight"] = weights.lm_head
     for i, layer in enumerate(weights.layers):
         for f in _LAYER_FIELDS:
             tensors[f"model.layers.{i}.{_HF_LAYER_NAMES[f]}.weight"] = getattr(layer, f)
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out_dir / "model.safetensors"))
-    write_hf_metadata(checkpoint, out_dir)
+    return {k: v.contiguous() for k, v in tensors.items()}

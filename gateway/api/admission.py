@@ -19,6 +19,7 @@ from backends.base import BackendError
 from gateway.api.tenancy import PolicyGate, TenantRequest, tenant_of
 from gateway.errors import APIError, invalid
 from gateway.models.registry import ServedModel
+from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
@@ -94,10 +95,11 @@ class RequestPolicy:
                     async with asyncio.timeout(deadline_s) as deadline:
                         deadlines.add(deadline)
                         try:
-                            await share.acquire()
-                            held.callback(share.release)
-                            slot = queue.slot(policy.tenant, policy.weight, tokens, NO_DEADLINE_S)
-                            await held.enter_async_context(slot)
+                            with stage("gateway.queue"):
+                                await share.acquire()
+                                held.callback(share.release)
+                                slot = queue.slot(policy.tenant, policy.weight, tokens, NO_DEADLINE_S)
+                                await held.enter_async_context(slot)
                         finally:
                             deadlines.discard(deadline)
                     for waiting in deadlines:
@@ -127,14 +129,19 @@ class RequestPolicy:
         *,
         prompt_param: str,
         prompt: Any = None,
+        choices: int = 1,
     ) -> Events:
-        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all choices):
+        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all `choices`):
         400 over max_prompt_tokens, 429 (or 503 when the store is down and the tenant fails closed)
         when the limiter refuses. Returns `events`, settling the
-        real usage when they end; call it before anything reaches the backend."""
+        real usage when they end; call it before anything reaches the backend. Without policies, the choices
+        are counted against the model's backend slots instead (gateway/models/slots.py)."""
         tenant = self.tenant
         if tenant is None or self._gate is None:
-            return events
+            if model.choice_slots is None:
+                return events
+            model.choice_slots.check(choices)
+            return model.choice_slots.hold(choices, events)
         policy = tenant.caller.policy
         tenant.model = model.id
         tenant.prompt_tokens = prompt_tokens

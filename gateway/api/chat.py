@@ -19,6 +19,7 @@ from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
 from gateway.models.planning import plan_chat_off_loop
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
+from gateway.observability.tracing import note_request, stage
 from gateway.types import ChatRequest, ChoiceStep, Delta
 from gateway.validation.chat import parse_chat_completion
 from gateway.validation.fields import GenerationSettings
@@ -53,11 +54,14 @@ async def start_chat(
     policy.check_max_tokens(settings.max_tokens, max_tokens_param)
     plan = await plan_chat_off_loop(model, chat, settings, param)
     plan.sampling.max_new_tokens = policy.cap(plan.sampling.max_new_tokens)
+    note_request("chat", rid, model.id, plan.sampling.max_new_tokens, settings)
     queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)
     events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar, queued)
-    events = await policy.admit(
-        model, len(plan.ids), settings.n * plan.sampling.max_new_tokens, events, prompt_param=param, prompt=plan.prompt
-    )
+    with stage("gateway.admission"):
+        events = await policy.admit(
+            model, len(plan.ids), settings.n * plan.sampling.max_new_tokens, events, prompt_param=param,
+            prompt=plan.prompt, choices=settings.n,
+        )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     renderer = ChatRenderer([model.family.parser(chat, plan.prompt) for _ in range(settings.n)], texts, len(plan.ids))
     return events, renderer

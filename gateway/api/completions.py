@@ -18,6 +18,7 @@ from gateway.errors import invalid
 from gateway.generation.choices import generate
 from gateway.models.planning import sampling_params, token_budget
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
+from gateway.observability.tracing import note_request, stage
 from gateway.types import ChoiceStep
 from gateway.validation.completions import Prompt, parse_completion
 
@@ -28,10 +29,11 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     settings = parsed.settings
     policy = request_policy(request)
     policy.check_max_tokens(settings.max_tokens, "max_tokens")
-    prompts = [
-        _prompt_ids(model, p, "prompt" if len(parsed.prompts) == 1 else f"prompt[{i}]")
-        for i, p in enumerate(parsed.prompts)
-    ]
+    with stage("gateway.render"):
+        prompts = [
+            _prompt_ids(model, p, "prompt" if len(parsed.prompts) == 1 else f"prompt[{i}]")
+            for i, p in enumerate(parsed.prompts)
+        ]
     stop_ids = model.family.stop_token_ids()
     batch = [
         (
@@ -47,10 +49,15 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     ]
     rid = new_id("cmpl")
     longest = max(len(ids) + sampling.max_new_tokens for ids, sampling in batch)
+    note_request("text_completion", rid, model.id, max(sampling.max_new_tokens for _, sampling in batch), settings)
     events = generate(model, rid, batch, settings, None, policy.queued(model, longest))
     prompt_tokens = sum(len(ids) for ids, _ in batch)
     budget = settings.n * sum(sampling.max_new_tokens for _, sampling in batch)
-    events = await policy.admit(model, prompt_tokens, budget, events, prompt_param="prompt", prompt=parsed.prompts)
+    with stage("gateway.admission"):
+        events = await policy.admit(
+            model, prompt_tokens, budget, events, prompt_param="prompt", prompt=parsed.prompts,
+            choices=len(batch) * settings.n,
+        )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     skipped = frozenset(model.family.context.control_token_ids) if settings.skip_special_tokens else frozenset()
     renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, prompt_tokens)

@@ -23,9 +23,13 @@ from gateway.errors import APIError, invalid
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChatRequest, ChoiceStep
 from gateway.validation.fields import Fields
-from gateway.validation.responses import ResponsesRequest, item_id, items_to_messages, parse_responses_request
-
-MAX_LIST = 100
+from gateway.validation.responses import (
+    INPUT_ITEMS_QUERY,
+    ResponsesRequest,
+    item_id,
+    items_to_messages,
+    parse_responses_request,
+)
 
 
 def request_owner(request: Request) -> str | None:
@@ -90,11 +94,9 @@ async def list_input_items(request: Request, store: ResponseStore) -> Response:
     record = await store.get(rid, request_owner(request))
     if record is None:
         raise _not_found(rid, "response_id")
-    query = Fields(dict(request.query_params))
-    order = query.string("order", "desc", choices=("asc", "desc"))
-    limit_text = query.string("limit", "20")
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIST:
-        raise invalid(f"'limit' must be an integer between 1 and {MAX_LIST}", "limit")
+    query = Fields(dict(request.query_params), INPUT_ITEMS_QUERY)
+    order = query.string("order")
+    limit = query.integer_text("limit")
     items = record["input_items"] if order == "asc" else record["input_items"][::-1]
     after = query.string("after")
     if after is not None:
@@ -102,7 +104,7 @@ async def list_input_items(request: Request, store: ResponseStore) -> Response:
         if after not in ids:
             raise invalid(f"'after' names no input item of {rid!r}", "after")
         items = items[ids.index(after) + 1 :]
-    page = items[: int(limit_text)]
+    page = items[:limit]
     return json_response(
         {
             "object": "list",

@@ -20,6 +20,7 @@ from gateway.api.disconnect import ClientDisconnected, unless_disconnected
 from gateway.api.sse import sse_response
 from gateway.errors import APIError, from_backend
 from gateway.observability.requests import note_usage, observed_steps
+from gateway.observability.tracing import traced_door
 from gateway.types import ChoiceStep
 from gateway.validation.fields import GenerationSettings
 
@@ -61,6 +62,7 @@ class Door(Protocol):
 async def respond_door(request: Request, events: Events, door: Door, stream: bool) -> Response:
     """Stream (SSE) or fold `events`; a client that disconnects cancels its backend requests."""
     events = observed_steps(events)
+    door = traced_door(door)
     try:
         if not stream:
             body = door.fold(await unless_disconnected(request, _collect(events, door)))

@@ -12,32 +12,30 @@ from gateway.errors import invalid
 from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.validation.chat import parse_chat_completion
-from gateway.validation.completions import parse_prompts
 from gateway.validation.fields import Fields
+from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_PROMPT
 
 
 async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
     """`{"model", "messages" (+ chat fields) | "prompt"}` → `{"tokens", "count", "max_model_len", "prompt"}`."""
     body = await read_json(request, max_body)
-    fields = Fields(body)
-    model = served_model(registry, fields.string("model", required=True))
-    if fields.has("messages"):
-        chat = parse_chat_completion(body).chat
-        text, ids = encode_chat(model, chat)
+    if isinstance(body, dict) and body.get("messages") is not None:
+        parsed = parse_chat_completion(body)
+        model = served_model(registry, parsed.model)
+        text, ids = encode_chat(model, parsed.chat)
     else:
-        prompts = parse_prompts(fields)
-        if len(prompts) != 1 or not isinstance(prompts[0], str):
-            raise invalid("'prompt' must be one string here", "prompt")
-        text = prompts[0]
+        fields = Fields(body, TOKENIZE_PROMPT)
+        model = served_model(registry, fields.string("model"))
+        text = fields.string("prompt")
         ids = model.encoder.encode_prompt(text)
     return json_response({"tokens": ids, "count": len(ids), "max_model_len": model.context_length, "prompt": text})
 
 
 async def detokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
     """`{"model", "tokens": [ids]}` → `{"prompt": text}` with added tokens spelled out."""
-    fields = Fields(await read_json(request, max_body))
-    model = served_model(registry, fields.string("model", required=True))
-    ids = fields.array("tokens", max_len=model.context_length * 4, required=True)
+    fields = Fields(await read_json(request, max_body), DETOKENIZE)
+    model = served_model(registry, fields.string("model"))
+    ids = fields.array("tokens")
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
     for i, t in enumerate(ids):
         if not is_integer(t) or not 0 <= t < vocab:

@@ -10,9 +10,10 @@ from typing import TypeVar
 
 from backends.base import Backend, BackendError, GenerateRequest, Grammar, SamplingParams
 from backends.detokenizer import Detokenizer
+from backends.stop_strings import StopMatcher
 from gateway.errors import APIError
-from gateway.generation.stop_strings import StopMatcher
 from gateway.models.registry import ServedModel
+from gateway.observability.tracing import backend_stream
 from gateway.types import ChoiceStep, FinishReason
 from gateway.validation.fields import GenerationSettings
 
@@ -25,7 +26,7 @@ async def choice_steps(
     """Stream one generation; a matched stop string ends it (closing the backend stream aborts the request)."""
     matcher = StopMatcher(stops)
     count = 0
-    async with aclosing(backend.generate(request)) as chunks:
+    async with aclosing(backend_stream(backend, request)) as chunks:
         async for chunk in chunks:
             ids = chunk.output_ids
             count += len(ids)

@@ -13,6 +13,7 @@ from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
 from gateway.models.registry import ServedModel
 from gateway.observability.requests import note_grammar
+from gateway.observability.tracing import stage
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 from gateway.validation.fields import GenerationSettings
@@ -31,10 +32,12 @@ class ChatPlan:
 def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSettings, param: str = "messages") -> ChatPlan:
     """Render, shield and encode `chat`, fit its token budget, build its grammar and sampling parameters.
     `param` names the field a prompt that does not fit, or cannot be rendered, is blamed on."""
-    prompt, ids = encode_chat(model, chat, param)
-    max_new = token_budget(model, len(ids), settings.max_tokens, param)
+    with stage("gateway.render"):
+        prompt, ids = encode_chat(model, chat, param)
+        max_new = token_budget(model, len(ids), settings.max_tokens, param)
     started = time.perf_counter()
-    grammar = chat_grammar(model, chat, prompt)
+    with stage("gateway.grammar"):
+        grammar = chat_grammar(model, chat, prompt)
     if grammar is not None:
         note_grammar(time.perf_counter() - started)
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
@@ -117,10 +120,14 @@ def encode_chat(model: ServedModel, chat: ChatRequest, param: str = "messages") 
 
 
 def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
-    """The family's grammar for the request; a schema that cannot be enforced, by xgrammar or by the
-    backend's older xgrammar, is a 400."""
+    """The family's grammar for the request (built and compiled under the model's compile budget when it has
+    one); a schema that cannot be enforced, by xgrammar or by the backend's older xgrammar, or that costs more
+    than the budget, is a 400."""
     try:
-        grammar = model.family.grammar(chat, prompt)
+        if model.grammar_budget is not None:
+            grammar = model.grammar_budget.build(chat, prompt)
+        else:
+            grammar = model.family.grammar(chat, prompt)
     except SchemaGrammarError as e:
         raise invalid(str(e), e.param) from None
     unsupported = newer_features(grammar, model.grammar_target)

@@ -12,7 +12,9 @@ from backends.checkpoint import Checkpoint
 from gateway.errors import APIError
 from gateway.families import get_family
 from gateway.families.base import Family, FamilyContext
+from gateway.grammars.budget import GrammarBudget
 from gateway.grammars.compat import OLDEST_PINNED
+from gateway.models.slots import ChoiceSlots
 from gateway.observability.requests import note_model, note_shielded
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
@@ -32,6 +34,10 @@ class ServedModel:
     """max_tokens of a request that names none; None: all the context leaves."""
     grammar_target: str = OLDEST_PINNED
     """The backend's xgrammar version: grammars with features it would ignore are refused."""
+    grammar_budget: GrammarBudget | None = None
+    """Builds and compiles grammars in child processes under a CPU budget (None: built here, unbounded)."""
+    choice_slots: ChoiceSlots | None = None
+    """The backends' slots, counted per choice without tenant policies (None: not known, not counted)."""
     shielder: Shielder = field(init=False)
     created: int = field(default_factory=lambda: int(time.time()))
 

@@ -7,6 +7,7 @@ per-replica gauges are read from the routers only when /metrics is scraped.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from backends.observer import RouterObserver
 from backends.router import Router
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import RequestRecord, note_dispatch
+from gateway.observability.tracing import note_replica
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so histograms line up with a vLLM fleet's.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -91,6 +93,11 @@ class GatewayMetrics:
                                     model, buckets=TTFT_BUCKETS, registry=r)
         self.grammar_build = Histogram("gateway:grammar_build_seconds", "Building a request's grammar",
                                        model, buckets=GRAMMAR_BUCKETS, registry=r)
+        self.grammar_compile = Histogram("gateway:grammar_compile_seconds",
+                                         "CPU time compiling a request's grammar under the compile budget",
+                                         model, buckets=GRAMMAR_BUCKETS, registry=r)
+        self.grammar_cache = Counter("gateway:grammar_cache_lookups", "The compile budget's cache: hit, miss or "
+                                     "over_budget", ["model_name", "result"], registry=r)
         self.shielded = Counter("gateway:shielded_spellings", "Added-token spellings typed by clients, shielded",
                                 model, registry=r)
         self.retries = Counter("gateway:backend_retries", "Attempts moved to another replica",
@@ -100,6 +107,7 @@ class GatewayMetrics:
         self.policy_reloads = Counter("gateway:policy_reloads", "Tenant policy reloads by outcome", ["outcome"],
                                       registry=r)
         r.register(RunningCollector(self.in_flight, [m.id for m in registry or ()]))
+        r.register(LoopTasksCollector())
         if registry is not None:
             r.register(ReplicaCollector(registry))
             for served in registry:
@@ -114,6 +122,8 @@ class GatewayMetrics:
         model = record.model or NONE
         tenant = self.tenants.label(record.tenant)
         self.requests.labels(model, route, str(record.status), tenant).inc()
+        if record.grammar_cache:  # counted for refused requests too (over budget)
+            self.grammar_cache.labels(model, record.grammar_cache).inc()
         if not record.generating:
             return
         series = self._series.get(model) or self._series.setdefault(model, _ModelSeries(self, model))
@@ -136,6 +146,8 @@ class GatewayMetrics:
             series.shielded.inc(record.shielded)
         if record.grammar_seconds is not None:
             series.grammar_build.observe(record.grammar_seconds)
+        if record.grammar_compile_seconds is not None:
+            series.grammar_compile.observe(record.grammar_compile_seconds)
 
     @contextmanager
     def queued(self, model: str) -> Iterator[None]:
@@ -159,7 +171,7 @@ class _ModelSeries:
 
     def __init__(self, metrics: GatewayMetrics, model: str):
         for name in ("e2e", "ttft", "tpot", "overhead", "prompt_tokens", "generation_tokens", "cached_tokens",
-                     "shielded", "grammar_build"):
+                     "shielded", "grammar_build", "grammar_compile"):
             setattr(self, name, getattr(metrics, name).labels(model))
 
 
@@ -172,12 +184,25 @@ class RouterMetrics(RouterObserver):
 
     def dispatched(self, replica: str) -> None:
         note_dispatch(replica)
+        note_replica(replica)
 
     def retried(self, replica: str, error: BackendError) -> None:
         self._metrics.retries.labels(self._model, replica).inc()
 
     def failed(self, replica: str, error: BackendError) -> None:
         self._metrics.backend_errors.labels(self._model, replica, str(error.status)).inc()
+
+
+class LoopTasksCollector(Collector):
+    """gateway:event_loop_tasks: asyncio tasks alive in the serving loop at scrape time (a leak shows as growth)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # scraped outside a running loop (render() called from a test's thread)
+            return
+        yield GaugeMetricFamily("gateway:event_loop_tasks", "asyncio tasks alive in the gateway's event loop",
+                                value=tasks)
 
 
 class RunningCollector(Collector):

@@ -39,6 +39,10 @@ class RequestRecord:
     finish_reasons: list[str] = field(default_factory=list)
     shielded: int = 0
     grammar_seconds: float | None = None
+    grammar_compile_seconds: float | None = None
+    """CPU time the request's grammar took to compile under the budget (None: not compiled for it)."""
+    grammar_cache: str = ""
+    """What the compile budget's cache did: "hit", "miss" (compiled) or "over_budget"; "" when not consulted."""
     trace_id: str = ""
     """From the client's W3C traceparent, when it sent one."""
 
@@ -95,6 +99,15 @@ def note_grammar(seconds: float) -> None:
     record = _current.get()
     if record is not None:
         record.grammar_seconds = seconds
+
+
+def note_grammar_compile(seconds: float | None, cache: str) -> None:
+    """The compile budget compiled the request's grammar in `seconds` of CPU (None: not compiled), `cache` saying
+    how its cache answered."""
+    record = _current.get()
+    if record is not None:
+        record.grammar_compile_seconds = seconds
+        record.grammar_cache = cache
 
 
 def note_usage(usage: dict) -> None:

@@ -14,7 +14,7 @@ A YAML (or JSON) file:
                                       #   model's fair queue (default: a bundled worker's max_batch, else none)
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
-          threads: 2                  # worker only (also max_batch, max_waiting, weights_dtype, device,
+          threads: 2                  # worker only (also max_batch, max_waiting, weights_dtype, device, prefix_cache,
           context_length: 4096        #   context_length: KV cache per slot; default the model's)
           url: http://host:30000      # sglang and vllm: one replica, or several:
           urls: [http://a:30000, http://b:30000]
@@ -37,6 +37,13 @@ A YAML (or JSON) file:
       max_concurrency: 256            # requests served at once; past it a 503 with retry-after (default: none)
       header_timeout_s: 10            # a request's headers must arrive within this (slow-loris; default: 10)
       workers: 2                      # gateway processes sharing the port (default: 1; the CLI's --workers wins)
+      grammar_compile_s: 2            # CPU seconds a request's grammar may cost to build and compile, in a child
+                                      #   process killed past it (400 naming the schema); null: no budget
+
+    tracing:                          # optional; OpenTelemetry spans over OTLP/HTTP (--otlp-endpoint overrides)
+      endpoint: http://otel-collector:4318   # the collector (/v1/traces added); default: OTEL_EXPORTER_OTLP_*
+      service_name: llm-gateway       # default: OTEL_SERVICE_NAME, else llm-gateway
+      sample_ratio: 0.1               # new traces kept (a caller's sampled flag is followed); default: OTEL_TRACES_SAMPLER
 
 With no file, the gateway serves the embedded model on a bundled worker.
 """
@@ -51,7 +58,9 @@ from typing import Any
 import yaml
 
 from backends.checkpoint import EMBEDDED_MODEL_ID, PACKAGE_PREFIX
+from gateway.observability.tracing import TracingConfig
 from gateway.process.limits import ServerLimits
+from gateway.process.supervisor import WorkerOptions
 
 BACKEND_TYPES = ("worker", "sglang", "vllm", "none")
 VLLM_APIS = ("completions", "generate")
@@ -73,7 +82,9 @@ class DNSConfig:
 
 
 @dataclass
-class BackendConfig:
+class BackendConfig(WorkerOptions):
+    """Where a model is served; the worker options (threads, device, ...) apply to a bundled worker only."""
+
     type: str = "worker"
     url: str | None = None
     urls: list[str] = field(default_factory=list)
@@ -86,12 +97,6 @@ class BackendConfig:
     incremental: bool = False
     api: str = "completions"
     model: str | None = None
-    threads: int | None = None
-    device: str | None = None
-    max_batch: int | None = None
-    max_waiting: int | None = None
-    weights_dtype: str | None = None
-    context_length: int | None = None
 
 
 @dataclass
@@ -111,6 +116,7 @@ class ModelEntry:
 class GatewayConfig:
     models: list[ModelEntry]
     server: ServerLimits = field(default_factory=ServerLimits)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
 
 EMBEDDED_DEFAULT_MAX_TOKENS = 512
@@ -135,14 +141,39 @@ def load_config(path: str | Path) -> GatewayConfig:
     ids = [m.id for m in models]
     if len(set(ids)) != len(ids):
         raise ConfigError(f"{p}: duplicate model ids in {ids}")
-    return GatewayConfig(models=models, server=_server_limits(raw.get("server") or {}, f"{p}: server"))
+    return GatewayConfig(
+        models=models,
+        server=_server_limits(raw.get("server") or {}, f"{p}: server"),
+        tracing=_tracing(raw.get("tracing") or {}, f"{p}: tracing"),
+    )
+
+
+def _tracing(raw: Any, where: str) -> TracingConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping")
+    _only(raw, set(TracingConfig.__dataclass_fields__), where)
+    for key in ("endpoint", "service_name"):
+        if raw.get(key) is not None and (not isinstance(raw[key], str) or not raw[key]):
+            raise ConfigError(f"{where}.{key}: a non-empty string is required")
+    endpoint = raw.get("endpoint")
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}.endpoint: an http:// or https:// URL is required")
+    ratio = raw.get("sample_ratio")
+    if ratio is not None and (isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1):
+        raise ConfigError(f"{where}.sample_ratio: a number from 0 to 1 is required")
+    return TracingConfig(**raw)
 
 
 def _server_limits(raw: Any, where: str) -> ServerLimits:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping")
-    _only(raw, {"max_body_bytes", "max_concurrency", "header_timeout_s", "workers"}, where)
+    _only(raw, {"max_body_bytes", "max_concurrency", "header_timeout_s", "workers", "grammar_compile_s"}, where)
     limits = ServerLimits()
+    if "grammar_compile_s" in raw:
+        budget = raw["grammar_compile_s"]
+        if budget is not None and (not isinstance(budget, int | float) or isinstance(budget, bool) or budget <= 0):
+            raise ConfigError(f"{where}.grammar_compile_s: a positive number of seconds (or null) is required")
+        limits.grammar_compile_s = None if budget is None else float(budget)
     timeout = raw.get("header_timeout_s")
     if timeout is not None:
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
@@ -236,6 +267,8 @@ def _backend(raw: dict, where: str) -> BackendConfig:
         raise ConfigError(f"{where}.health_interval_s: a positive number of seconds is required")
     if not isinstance(backend.max_attempts, int) or backend.max_attempts < 1:
         raise ConfigError(f"{where}.max_attempts: a positive integer is required")
+    if backend.prefix_cache is not None and not isinstance(backend.prefix_cache, bool):
+        raise ConfigError(f"{where}.prefix_cache: true or false is required")
     if backend.xgrammar is not None and not _XGRAMMAR_VERSION.fullmatch(str(backend.xgrammar)):
         raise ConfigError(f"{where}.xgrammar: a version like 0.2.7 is required")
     return backend

@@ -14,10 +14,14 @@ from backends.discovery import DNSService
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from backends.vllm import VLLMBackend
+from backends.xgrammar_compile import tokenizer_info
 from gateway.families import FamilyInferenceError, infer_family
 from gateway.families.recognition import CheckpointFacts
+from gateway.grammars.budget import GrammarBudget
 from gateway.models.registry import ModelRegistry, ServedModel, served_model_from_checkpoint
+from gateway.models.slots import ChoiceSlots
 from gateway.process.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig, ModelEntry
+from gateway.process.policy_gate import backend_slots
 from gateway.process.supervisor import WorkerSpec, WorkerSupervisor
 
 
@@ -30,7 +34,12 @@ def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str,
     restarted by the registry's background tasks if they die. A model in `worker_urls` uses the bundled
     worker another process started (and supervises) at that URL."""
     background: list[Callable[[], Awaitable[None]]] = []
-    models = [_start_model(entry, stack, background, (worker_urls or {}).get(entry.id)) for entry in config.models]
+    budget = config.server.grammar_compile_s
+    urls = worker_urls or {}
+    models = [_start_model(entry, stack, background, urls.get(entry.id), budget) for entry in config.models]
+    for model in models:
+        if model.grammar_budget is not None:
+            stack.callback(model.grammar_budget.close)
     return ModelRegistry(models, background)
 
 
@@ -44,7 +53,11 @@ def start_workers(config: GatewayConfig, stack: ExitStack) -> tuple[dict[str, st
 
 
 def _start_model(
-    entry: ModelEntry, stack: ExitStack, background: list[Callable[[], Awaitable[None]]], worker_url: str | None
+    entry: ModelEntry,
+    stack: ExitStack,
+    background: list[Callable[[], Awaitable[None]]],
+    worker_url: str | None,
+    grammar_compile_s: float | None = None,
 ) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load_checkpoint(entry.checkpoint)
@@ -57,6 +70,12 @@ def _start_model(
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)
     model.grammar_target = entry.backend.xgrammar or PINNED_XGRAMMAR.get(entry.backend.type) or version("xgrammar")
+    slots = backend_slots(entry)
+    if slots is not None and backend is not None:
+        model.choice_slots = ChoiceSlots(slots)
+    if grammar_compile_s is not None:
+        info = functools.partial(tokenizer_info, checkpoint, len(checkpoint.vocab))
+        model.grammar_budget = GrammarBudget(model.family, info, grammar_compile_s)
     return model
 
 
@@ -104,15 +123,7 @@ def _start_worker(entry: ModelEntry, stack: ExitStack) -> tuple[WorkerSupervisor
     """Start the bundled worker for `entry` and wait until it serves; its supervisor and URL."""
     cfg = entry.backend
     _say(f"{entry.id}: starting the bundled worker")
-    spec = WorkerSpec(
-        checkpoint=entry.checkpoint,
-        threads=cfg.threads,
-        device=cfg.device,
-        max_batch=cfg.max_batch,
-        max_waiting=cfg.max_waiting,
-        weights_dtype=cfg.weights_dtype,
-        context_length=cfg.context_length,
-    )
+    spec = WorkerSpec.of(entry.checkpoint, cfg)
     supervisor = WorkerSupervisor(spec, name=f"{entry.id} worker")
     stack.callback(supervisor.stop)
     url = supervisor.start()

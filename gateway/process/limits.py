@@ -1,4 +1,5 @@
-"""Server-wide limits an operator sets (CLI or config): request body size and requests served at once."""
+"""Server-wide limits an operator sets (CLI or config): request body size, requests served at once, header
+timeout, and the CPU time a request's grammar may cost to compile."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.errors import APIError
 from gateway.process.header_timeout import DEFAULT_HEADER_TIMEOUT_S
 
+DEFAULT_GRAMMAR_COMPILE_S = 2.0
+"""CPU seconds a request's grammar may take to build and compile (a 5-tool grammar takes 0.03-0.13 s cold on the
+families' vocabularies; an enum of 20,000 strings 2.1 s; see gateway/grammars/budget.py)."""
 UNLIMITED_PATHS = frozenset({"/health", "/ready", "/metrics"})
 """Probes and scrapes are answered whatever the load."""
 
@@ -23,6 +27,9 @@ class ServerLimits:
     """A request's headers must arrive within this many seconds of the connection opening (or the last response)."""
     workers: int = 1
     """Gateway processes sharing the port (gateway/process/group.py)."""
+    grammar_compile_s: float | None = DEFAULT_GRAMMAR_COMPILE_S
+    """CPU seconds one request's grammar may cost (past it a 400 naming the schema). None: built in the gateway's
+    own process, unbounded."""
 
 
 class ConcurrencyLimit:

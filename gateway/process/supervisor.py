@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -23,30 +23,40 @@ _LIBC = ctypes.CDLL("libc.so.6", use_errno=True) if sys.platform.startswith("lin
 
 
 @dataclass
-class WorkerSpec:
-    """How to start one bundled worker."""
+class WorkerOptions:
+    """The bundled worker's settings (None: the worker's own default); each is the worker flag of its name."""
 
-    checkpoint: Path | None = None
     threads: int | None = None
     device: str | None = None
     max_batch: int | None = None
     max_waiting: int | None = None
     weights_dtype: str | None = None
     context_length: int | None = None
+    prefix_cache: bool | None = None
+    """False: `--no-prefix-cache` (a boolean option is its flag, or `--no-` its flag when False)."""
+
+
+@dataclass
+class WorkerSpec(WorkerOptions):
+    """How to start one bundled worker."""
+
+    checkpoint: Path | None = None
+
+    @classmethod
+    def of(cls, checkpoint: Path | None, options: WorkerOptions) -> WorkerSpec:
+        """The spec for `checkpoint` with `options` (e.g. a config file's backend section)."""
+        return cls(checkpoint=checkpoint, **{f.name: getattr(options, f.name) for f in fields(WorkerOptions)})
 
     def argv(self) -> list[str]:
         args = [sys.executable, "-m", "backends.worker", "--host", "127.0.0.1", "--port", "0"]
-        for flag, value in (
-            ("--model", self.checkpoint),
-            ("--threads", self.threads),
-            ("--device", self.device),
-            ("--max-batch", self.max_batch),
-            ("--max-waiting", self.max_waiting),
-            ("--weights-dtype", self.weights_dtype),
-            ("--context-length", self.context_length),
-        ):
-            if value is not None:
-                args += [flag, str(value)]
+        if self.checkpoint is not None:
+            args += ["--model", str(self.checkpoint)]
+        for option in fields(WorkerOptions):
+            value, flag = getattr(self, option.name), option.name.replace("_", "-")
+            if isinstance(value, bool):
+                args.append(f"--{flag}" if value else f"--no-{flag}")
+            elif value is not None:
+                args += [f"--{flag}", str(value)]
         return args
 
 

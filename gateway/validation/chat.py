@@ -3,14 +3,33 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
 from gateway.errors import invalid
 from gateway.types import ChatRequest
-from gateway.validation.fields import MAX_TOP_LOGPROBS, Fields, GenerationSettings, parse_model, parse_settings
+from gateway.validation.declare import (
+    Field,
+    Obj,
+    Variants,
+    array,
+    boolean,
+    either,
+    free_object,
+    obj,
+    refused,
+    string,
+)
+from gateway.validation.fields import (
+    SETTINGS,
+    TOP_LOGPROBS,
+    Fields,
+    GenerationSettings,
+    parse_model,
+    parse_settings,
+)
 from gateway.validation.schema_bounds import check_bounded, check_schema
 
 MAX_MESSAGES = 10_000
@@ -23,6 +42,138 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _UNSUPPORTED_PARTS = {"image_url": "image", "input_audio": "audio", "file": "file", "video_url": "video"}
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+TEXT: dict = {"type": "string"}
+OBJECT: dict = {"type": "object"}
+TOOL_NAME_FIELD = string("1-64 letters, digits, '_', '-', '.' or ':'", required=True, pattern=f"^{TOOL_NAME.pattern}$")
+
+TEXT_PART = Obj("TextPart", {"type": string(required=True, choices=("text",)), "text": string(required=True)})
+FUNCTION_CALL = Obj(
+    "FunctionCall",
+    {
+        "name": string(required=True),
+        "arguments": either(string("A JSON object, encoded.", required=True), OBJECT),
+    },
+)
+TOOL_CALL = Obj(
+    "ToolCall",
+    {
+        "id": string(required=True),
+        "type": string(default="function", choices=("function",)),
+        "function": obj(FUNCTION_CALL, required=True),
+    },
+)
+CONTENT = either(array(TEXT_PART, MAX_CONTENT_PARTS, required=True), TEXT)
+NAME = string("The author's name.")
+TEXT_MESSAGE = Obj(
+    "ChatTextMessage",
+    {"role": string(required=True, choices=("system", "developer", "user")), "content": CONTENT, "name": NAME},
+)
+MESSAGE = Variants(
+    "role",
+    {
+        "system": TEXT_MESSAGE,
+        "developer": TEXT_MESSAGE,
+        "user": TEXT_MESSAGE,
+        "assistant": Obj(
+            "ChatAssistantMessage",
+            {
+                "role": string(required=True, choices=("assistant",)),
+                "content": replace(CONTENT, required=False),
+                "reasoning_content": string("The reasoning before the answer."),
+                "tool_calls": array(TOOL_CALL, MAX_TOOL_CALLS),
+                "name": NAME,
+            },
+        ),
+        "tool": Obj(
+            "ChatToolMessage",
+            {
+                "role": string(required=True, choices=("tool",)),
+                "content": CONTENT,
+                "tool_call_id": string(required=True),
+                "name": NAME,
+            },
+        ),
+    },
+)
+FUNCTION_FIELDS: dict[str, Field] = {
+    "name": TOOL_NAME_FIELD,
+    "description": string(),
+    "parameters": free_object("A JSON schema whose root is an object; default: no parameters."),
+    "strict": boolean(),
+}
+FUNCTION = Obj("FunctionDefinition", FUNCTION_FIELDS)
+TOOL = Obj("Tool", {"type": string(required=True, choices=("function",)), "function": obj(FUNCTION, required=True)})
+NAMED = Obj("NamedFunction", {"name": string(required=True)})
+ALLOWED_TOOL = Obj("AllowedTool", {"type": string(choices=("function",)), "function": obj(NAMED, required=True)})
+ALLOWED_TOOLS = Obj(
+    "AllowedTools",
+    {
+        "mode": string(default="auto", choices=("auto", "required")),
+        "tools": array(ALLOWED_TOOL, MAX_TOOLS, required=True, min_items=1),
+    },
+)
+TOOL_CHOICE = Variants(
+    "type",
+    {
+        "function": Obj(
+            "ToolChoiceFunction",
+            {"type": string(required=True, choices=("function",)), "function": obj(NAMED, required=True)},
+        ),
+        "allowed_tools": Obj(
+            "ToolChoiceAllowedTools",
+            {
+                "type": string(required=True, choices=("allowed_tools",)),
+                "allowed_tools": obj(ALLOWED_TOOLS, required=True),
+            },
+        ),
+    },
+)
+TOOL_CHOICE_MODES = ("none", "auto", "required")
+JSON_SCHEMA_FIELDS: dict[str, Field] = {
+    "name": TOOL_NAME_FIELD,
+    "schema": free_object("A JSON schema; default: any JSON value."),
+    "strict": boolean(False),
+    "description": string(),
+}
+JSON_SCHEMA = Obj("JSONSchemaFormat", JSON_SCHEMA_FIELDS)
+
+
+def format_variants(prefix: str, json_schema: dict[str, Field]) -> Variants:
+    """A response format by type: text, json_object, or json_schema with these fields."""
+    return Variants(
+        "type",
+        {
+            kind: Obj(f"{prefix}{name}", {"type": string(required=True, choices=(kind,)), **fields})
+            for kind, name, fields in (
+                ("text", "Text", {}),
+                ("json_object", "JSONObject", {}),
+                ("json_schema", "JSONSchema", json_schema),
+            )
+        },
+    )
+
+
+RESPONSE_FORMAT = format_variants("ResponseFormat", {"json_schema": obj(JSON_SCHEMA, required=True)})
+CHAT_FIELDS: dict[str, Field] = {
+    **SETTINGS,
+    "messages": array(MESSAGE, MAX_MESSAGES, required=True, min_items=1),
+    "functions": refused("use 'tools' and 'tool_choice'"),
+    "function_call": refused("use 'tools' and 'tool_choice'"),
+    "audio": refused("audio output is not available"),
+    "web_search_options": refused("web search is not available"),
+    "max_completion_tokens": SETTINGS["max_tokens"],
+    "logprobs": boolean(False),
+    "top_logprobs": TOP_LOGPROBS,
+    "tools": array(TOOL, MAX_TOOLS),
+    "tool_choice": either(obj(TOOL_CHOICE), {"type": "string", "enum": list(TOOL_CHOICE_MODES)}),
+    "parallel_tool_calls": boolean(True),
+    "response_format": obj(RESPONSE_FORMAT),
+    "chat_template_kwargs": free_object("Extra variables for the chat template."),
+    "reasoning_effort": string(choices=REASONING_EFFORTS),
+    "add_generation_prompt": boolean(True),
+    "continue_final_message": boolean(False, "Needs add_generation_prompt false and a last assistant message."),
+}
+CHAT = Obj("ChatCompletionRequest", CHAT_FIELDS)
 
 
 @dataclass
@@ -34,15 +185,13 @@ class ChatCompletionRequest:
 
 def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     """Validate a chat completions body; raises APIError (400) naming the bad param."""
-    fields = Fields(body)
+    fields = Fields(body, CHAT)
     model = parse_model(fields)
-    for key in ("functions", "function_call"):
-        fields.refuse(key, None, "use 'tools' and 'tool_choice'")
-    fields.refuse("audio", None, "audio output is not available")
-    fields.refuse("web_search_options", None, "web search is not available")
+    for key in ("functions", "function_call", "audio", "web_search_options"):
+        fields.refuse(key)
     settings = parse_settings(fields, max_tokens_keys=("max_completion_tokens", "max_tokens"))
-    settings.logprobs = fields.boolean("logprobs", False)
-    settings.top_logprobs = fields.integer("top_logprobs", 0, 0, MAX_TOP_LOGPROBS)
+    settings.logprobs = fields.boolean("logprobs")
+    settings.top_logprobs = fields.integer("top_logprobs")
     if settings.top_logprobs and not settings.logprobs:
         raise invalid("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
     tools = parse_tools(fields)
@@ -51,86 +200,68 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
         messages=parse_messages(fields),
         tools=tools,
         tool_choice=tool_choice,
-        parallel_tool_calls=fields.boolean("parallel_tool_calls", True),
+        parallel_tool_calls=fields.boolean("parallel_tool_calls"),
         response_format=parse_response_format(fields),
         template_kwargs=_template_kwargs(fields),
-        reasoning_effort=fields.string("reasoning_effort", choices=REASONING_EFFORTS),
-        add_generation_prompt=fields.boolean("add_generation_prompt", True),
-        continue_final_message=fields.boolean("continue_final_message", False),
+        reasoning_effort=fields.string("reasoning_effort"),
+        add_generation_prompt=fields.boolean("add_generation_prompt"),
+        continue_final_message=fields.boolean("continue_final_message"),
     )
     _check_continuation(chat)
     return ChatCompletionRequest(model=model, chat=chat, settings=settings)
 
 
 def parse_messages(fields: Fields) -> list[dict[str, Any]]:
-    raw = fields.array("messages", max_len=MAX_MESSAGES, required=True)
-    if not raw:
-        raise invalid("'messages' must hold at least one message", "messages")
-    return [_message(Fields(m, f"messages[{i}]")) for i, m in enumerate(raw)]
+    return [_message(m) for m in fields.items("messages")]
 
 
 def _message(m: Fields) -> dict[str, Any]:
-    role = m.string("role", required=True, choices=_ROLES)
+    m = m.variant()
+    role = m.string("role")
     out: dict[str, Any] = {"role": "system" if role == "developer" else role}
+    out["content"] = _content(m)
     if role == "assistant":
-        out["content"] = _content(m, required=False)
         reasoning = m.string("reasoning_content")
         if reasoning is not None:
             out["reasoning_content"] = reasoning
         calls = _tool_calls(m)
         if calls:
             out["tool_calls"] = calls
-    else:
-        out["content"] = _content(m, required=True)
     if role == "tool":
-        out["tool_call_id"] = m.string("tool_call_id", required=True)
+        out["tool_call_id"] = m.string("tool_call_id")
     name = m.string("name")
     if name is not None:
         out["name"] = name
     return out
 
 
-def _content(m: Fields, *, required: bool) -> str | None:
+def _content(m: Fields) -> str | None:
     """A message's text: a string, or its text parts joined with nothing between them."""
     v = m.get("content")
-    param = m.param("content")
-    if v is None:
-        if required:
-            raise invalid(f"'{param}' is required", param, "missing_required_parameter")
-        return None
-    if isinstance(v, str):
+    if v is None or isinstance(v, str):
         return v
-    parts = m.array("content", max_len=MAX_CONTENT_PARTS)
     texts = []
-    for j, part in enumerate(parts):
-        p = Fields(part, f"{param}[{j}]")
-        kind = p.string("type", required=True)
-        if kind in _UNSUPPORTED_PARTS:
+    for p in m.items("content"):
+        kind = p.get("type")
+        if isinstance(kind, str) and kind in _UNSUPPORTED_PARTS:
             raise invalid(
                 f"{_UNSUPPORTED_PARTS[kind]} inputs are not supported by this model", p.path, "unsupported_content"
             )
-        if kind != "text":
-            raise invalid(f"unknown content part type {kind!r}; expected 'text'", p.param("type"))
-        texts.append(p.string("text", required=True))
+        p.string("type")
+        texts.append(p.string("text"))
     return "".join(texts)
 
 
 def _tool_calls(m: Fields) -> list[dict[str, Any]]:
-    raw = m.array("tool_calls", max_len=MAX_TOOL_CALLS) or []
     calls = []
-    for j, item in enumerate(raw):
-        call = Fields(item, m.param("tool_calls") + f"[{j}]")
-        call.string("type", "function", choices=("function",))
+    for call in m.items("tool_calls"):
+        call.string("type")
         fn = call.obj("function")
-        if fn is None:
-            raise invalid(
-                f"'{call.param('function')}' is required", call.param("function"), "missing_required_parameter"
-            )
         calls.append(
             {
-                "id": call.string("id", required=True),
+                "id": call.string("id"),
                 "type": "function",
-                "function": {"name": fn.string("name", required=True), "arguments": parse_arguments(fn)},
+                "function": {"name": fn.string("name"), "arguments": parse_arguments(fn)},
             }
         )
     return calls
@@ -157,27 +288,17 @@ def parse_arguments(fn: Fields) -> dict[str, Any]:
 
 def parse_tools(fields: Fields, *, flat: bool = False) -> list[dict[str, Any]]:
     """Function tools; `flat`: the Responses shape, name and parameters on the tool itself."""
-    raw = fields.array("tools", max_len=MAX_TOOLS) or []
     tools: list[dict[str, Any]] = []
-    for i, item in enumerate(raw):
-        tool = Fields(item, f"tools[{i}]")
-        kind = tool.string("type", required=True)
-        if kind != "function":
-            raise invalid(f"tool type {kind!r} is not supported; only 'function' tools are", tool.param("type"))
+    for tool in fields.items("tools"):
+        tool.string("type")
         fn = tool if flat else tool.obj("function")
-        if fn is None:
-            raise invalid(
-                f"'{tool.param('function')}' is required", tool.param("function"), "missing_required_parameter"
-            )
         tools.append({"type": "function", "function": function_spec(fn, tools)})
     return tools
 
 
 def function_spec(fn: Fields, declared: list[dict[str, Any]], parameters_key: str = "parameters") -> dict[str, Any]:
     """One function's name, description, parameters schema and strict flag; its name new among `declared`."""
-    name = fn.string("name", required=True)
-    if not TOOL_NAME.fullmatch(name):
-        raise invalid(f"'{fn.param('name')}' must be 1-64 letters, digits, '_', '-', '.' or ':'", fn.param("name"))
+    name = fn.string("name")
     if any(t["function"]["name"] == name for t in declared):
         raise invalid(f"tool name {name!r} is declared twice", fn.param("name"))
     parameters = fn.get(parameters_key)
@@ -189,7 +310,7 @@ def function_spec(fn: Fields, declared: list[dict[str, Any]], parameters_key: st
     if description is not None:
         spec["description"] = description
     if fn.has("strict"):
-        spec["strict"] = fn.boolean("strict", False)
+        spec["strict"] = fn.boolean("strict")
     return spec
 
 
@@ -203,35 +324,28 @@ def parse_tool_choice(
     if v is None:
         return "auto", tools
     if isinstance(v, str):
-        choice = fields.string("tool_choice", choices=("none", "auto", "required"))
-        if choice == "required" and not tools:
+        if v not in TOOL_CHOICE_MODES:
+            raise invalid(
+                f"'tool_choice' must be one of {', '.join(map(repr, TOOL_CHOICE_MODES))}, got {v!r}", "tool_choice"
+            )
+        if v == "required" and not tools:
             raise invalid("tool_choice 'required' needs at least one tool in 'tools'", "tool_choice")
-        return choice, tools
-    tc = Fields(v, "tool_choice")
-    kind = tc.string("type", required=True, choices=("function", "allowed_tools"))
+        return v, tools
+    tc = fields.obj("tool_choice").variant()
+    kind = tc.string("type")
     if kind == "function":
-        fn = tc if flat else tc.obj("function")
-        return {"type": "function", "function": {"name": _named(fn, "tool_choice.function", names)}}, tools
+        return {"type": "function", "function": {"name": _named(tc, names, flat)}}, tools
     allowed = tc if flat else tc.obj("allowed_tools")
-    if allowed is None:
-        raise invalid(
-            "'tool_choice.allowed_tools' is required", "tool_choice.allowed_tools", "missing_required_parameter"
-        )
-    mode = allowed.string("mode", "auto", choices=("auto", "required"))
-    listed = allowed.array("tools", max_len=MAX_TOOLS, required=True)
-    keep = set()
-    for i, t in enumerate(listed):
-        item = Fields(t, f"{allowed.param('tools')}[{i}]")
-        keep.add(_named(item if flat else item.obj("function"), item.param("function"), names))
-    if not keep:
-        raise invalid(f"'{allowed.param('tools')}' must name at least one tool", allowed.param("tools"))
+    mode = allowed.string("mode")
+    keep = {_named(item, names, flat) for item in allowed.items("tools")}
     return mode, [t for t in tools if t["function"]["name"] in keep]
 
 
-def _named(fn: Fields | None, param: str, names: list[str]) -> str:
-    if fn is None:
-        raise invalid(f"'{param}' is required", param, "missing_required_parameter")
-    name = fn.string("name", required=True)
+def _named(item: Fields, names: list[str], flat: bool) -> str:
+    """The name of a declared tool that `item` names (in its function, unless `flat`)."""
+    item.string("type")
+    fn = item if flat else item.obj("function")
+    name = fn.string("name")
     if name not in names:
         raise invalid(f"tool {name!r} is not declared in 'tools'", fn.param("name"))
     return name
@@ -241,29 +355,24 @@ def parse_response_format(fields: Fields) -> dict[str, Any] | None:
     rf = fields.obj("response_format")
     if rf is None:
         return None
-    kind = rf.string("type", required=True, choices=("text", "json_object", "json_schema"))
+    rf = rf.variant()
+    kind = rf.string("type")
     if kind == "text":
         return None
     if kind == "json_object":
         return {"type": "json_object"}
     js = rf.obj("json_schema")
-    if js is None:
-        raise invalid(
-            "'response_format.json_schema' is required", "response_format.json_schema", "missing_required_parameter"
-        )
     return {"type": "json_schema", "json_schema": json_schema_format(js)}
 
 
 def json_schema_format(js: Fields) -> dict[str, Any]:
     """A json_schema format's name, schema, strict flag and description."""
     name = js.string("name", required=True)
-    if not TOOL_NAME.fullmatch(name):
-        raise invalid(f"'{js.param('name')}' must be 1-64 letters, digits, '_', '-', '.' or ':'", js.param("name"))
     schema = js.get("schema")
     if schema is None:
         schema = {}
     check_schema(schema, js.param("schema"), object_root=False)
-    out: dict[str, Any] = {"name": name, "schema": schema, "strict": js.boolean("strict", False)}
+    out: dict[str, Any] = {"name": name, "schema": schema, "strict": js.boolean("strict")}
     description = js.string("description")
     if description is not None:
         out["description"] = description
@@ -271,11 +380,11 @@ def json_schema_format(js: Fields) -> dict[str, Any]:
 
 
 def _template_kwargs(fields: Fields) -> dict[str, Any]:
-    kwargs = fields.obj("chat_template_kwargs")
+    kwargs = fields.mapping("chat_template_kwargs")
     if kwargs is None:
         return {}
-    check_bounded(kwargs.value, "chat_template_kwargs")
-    return dict(kwargs.value)
+    check_bounded(kwargs, "chat_template_kwargs")
+    return dict(kwargs)
 
 
 def _check_continuation(chat: ChatRequest) -> None:

@@ -7,7 +7,8 @@ from typing import Any
 
 from backends.json_types import is_token_ids
 from gateway.errors import invalid
-from gateway.validation.fields import Fields, GenerationSettings, parse_model, parse_settings
+from gateway.validation.declare import Field, Obj, array, either, integer, refused
+from gateway.validation.fields import MAX_N, SETTINGS, Fields, GenerationSettings, parse_model, parse_settings
 
 MAX_PROMPTS = 16
 MAX_CHOICES = 64
@@ -15,6 +16,30 @@ MAX_CHOICES = 64
 MAX_LEGACY_LOGPROBS = 5
 
 Prompt = str | list[int]
+TOKEN_IDS = {"type": "array", "items": {"type": "integer"}, "minItems": 1}
+PROMPT_TEXT = {"type": "string", "minLength": 1}
+PROMPT = either(
+    array(
+        {"anyOf": [PROMPT_TEXT, TOKEN_IDS]},
+        MAX_PROMPTS,
+        "Prompts: strings or token-id arrays.",
+        required=True,
+        min_items=1,
+    ),
+    PROMPT_TEXT,
+    TOKEN_IDS,
+)
+COMPLETION_FIELDS: dict[str, Field] = {
+    **SETTINGS,
+    "prompt": PROMPT,
+    "echo": refused("the prompt is not echoed back", unless=False),
+    "suffix": refused("insertion is not available"),
+    "best_of": integer(1, MAX_N, doc="Must equal n: candidates are not ranked."),
+    "logprobs": integer(0, MAX_LEGACY_LOGPROBS, doc="Log probabilities of this many top tokens."),
+}
+COMPLETION = Obj(
+    "CompletionRequest", COMPLETION_FIELDS, extra={"description": f"At most {MAX_CHOICES} prompts times n."}
+)
 
 
 @dataclass
@@ -26,15 +51,15 @@ class CompletionRequest:
 
 def parse_completion(body: Any) -> CompletionRequest:
     """Validate a completions body; raises APIError (400) naming the bad param."""
-    fields = Fields(body)
+    fields = Fields(body, COMPLETION)
     model = parse_model(fields)
-    fields.refuse("echo", False, "the prompt is not echoed back")
-    fields.refuse("suffix", None, "insertion is not available")
+    fields.refuse("echo")
+    fields.refuse("suffix")
     settings = parse_settings(fields, max_tokens_keys=("max_tokens",))
-    best_of = fields.integer("best_of", None, 1, settings.n)
+    best_of = fields.integer("best_of")
     if best_of not in (None, settings.n):
         raise invalid("'best_of' must equal 'n': candidates are not ranked", "best_of", "unsupported_parameter")
-    top = fields.integer("logprobs", None, 0, MAX_LEGACY_LOGPROBS)
+    top = fields.integer("logprobs")
     settings.logprobs, settings.top_logprobs = top is not None, top or 0
     prompts = parse_prompts(fields)
     if len(prompts) * settings.n > MAX_CHOICES:
@@ -47,18 +72,14 @@ def parse_completion(body: Any) -> CompletionRequest:
 def parse_prompts(fields: Fields) -> list[Prompt]:
     """A string, a list of strings, a list of token ids, or a list of token-id lists."""
     v = fields.get("prompt")
-    if v is None:
-        raise invalid("'prompt' is required", "prompt", "missing_required_parameter")
     single = isinstance(v, str) or _is_ids(v)
-    items: list[Any] = [v] if single else fields.array("prompt", max_len=MAX_PROMPTS)
+    items: list[Any] = [v] if single else fields.array("prompt")
     for i, p in enumerate(items):
         param = "prompt" if single else f"prompt[{i}]"
         if not (isinstance(p, str) or _is_ids(p)):
             raise invalid(f"'{param}' must be a string or an array of token ids", param)
         if not p:
             raise invalid(f"'{param}' must not be empty", param)
-    if not items:
-        raise invalid("'prompt' must hold at least one prompt", "prompt")
     return items
 
 

@@ -9,11 +9,26 @@ means "not given" for every optional field.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from backends.json_types import is_integer, is_number
 from gateway.errors import invalid
+from gateway.validation.declare import (
+    Field,
+    Obj,
+    Schema,
+    Variants,
+    array,
+    boolean,
+    either,
+    integer,
+    number,
+    obj,
+    refused,
+    string,
+)
 
 MAX_N = 16
 """Choices per request; each is its own backend request."""
@@ -25,13 +40,18 @@ _INT64 = 1 << 63
 
 
 class Fields:
-    """Typed reads from one JSON object; every error names the offending param path."""
+    """Typed reads from one JSON object through its declaration; every error names the offending param path."""
 
-    def __init__(self, value: Any, path: str = ""):
+    def __init__(self, value: Any, decl: Obj | Variants, path: str = ""):
         if not isinstance(value, dict):
             raise invalid(f"{path or 'body'} must be an object", path or None)
         self.value = value
+        self.decl = decl
         self.path = path
+
+    def variant(self) -> Fields:
+        """This object read through the declaration of its case (its `type`)."""
+        return Fields(self.value, self.decl.cases[self.string(self.decl.key)], self.path)
 
     def param(self, key: str | int) -> str:
         if isinstance(key, int):
@@ -39,76 +59,110 @@ class Fields:
         return f"{self.path}.{key}" if self.path else key
 
     def get(self, key: str) -> Any:
-        return self.value.get(key)
+        """The raw value at `key` (None when absent; a 400 when the field is required)."""
+        return self._given(key)[1]
 
     def has(self, key: str) -> bool:
+        self.decl.field(key)
         return self.value.get(key) is not None
 
-    def string(
-        self, key: str, default: str | None = None, *, required: bool = False, choices: tuple[str, ...] = ()
-    ) -> str | None:
+    def _given(self, key: str, required: bool | None = None) -> tuple[Field, Any]:
+        """The key's declaration and value; a missing required value is a 400."""
+        f = self.decl.field(key)
         v = self.value.get(key)
+        if v is None and (f.required if required is None else required):
+            raise invalid(f"'{self.param(key)}' is required", self.param(key), "missing_required_parameter")
+        return f, v
+
+    def string(self, key: str, *, required: bool | None = None) -> str | None:
+        f, v = self._given(key, required)
         if v is None:
-            if required:
-                raise invalid(f"'{self.param(key)}' is required", self.param(key), "missing_required_parameter")
-            return default
+            return f.default
         if not isinstance(v, str):
             raise invalid(f"'{self.param(key)}' must be a string", self.param(key))
-        if choices and v not in choices:
+        if f.choices and v not in f.choices:
             raise invalid(
-                f"'{self.param(key)}' must be one of {', '.join(map(repr, choices))}, got {v!r}", self.param(key)
+                f"'{self.param(key)}' must be one of {', '.join(map(repr, f.choices))}, got {v!r}", self.param(key)
             )
+        if f.pattern and not re.fullmatch(f.pattern, v):
+            raise invalid(f"'{self.param(key)}' must match {f.pattern}: {f.doc}", self.param(key))
         return v
 
-    def boolean(self, key: str, default: bool) -> bool:
-        v = self.value.get(key)
+    def boolean(self, key: str) -> bool:
+        f, v = self._given(key)
         if v is None:
-            return default
+            return f.default
         if not isinstance(v, bool):
             raise invalid(f"'{self.param(key)}' must be a boolean", self.param(key))
         return v
 
-    def integer(self, key: str, default: int | None, lo: int, hi: int) -> int | None:
-        v = self.value.get(key)
+    def integer(self, key: str) -> int | None:
+        f, v = self._given(key)
         if v is None:
-            return default
+            return f.default
         if not is_integer(v):
             raise invalid(f"'{self.param(key)}' must be an integer", self.param(key))
-        if not lo <= v <= hi:
-            raise invalid(f"'{self.param(key)}' must be between {lo} and {hi}, got {v}", self.param(key))
-        return v
+        return self._bounded(key, f, v)
 
-    def number(self, key: str, default: float, lo: float, hi: float) -> float:
-        v = self.value.get(key)
+    def integer_text(self, key: str) -> int | None:
+        """An integer written in decimal digits (a query parameter)."""
+        f, v = self._given(key)
         if v is None:
-            return default
+            return f.default
+        if not isinstance(v, str) or not v.isascii() or not v.isdigit() or len(v) > 18:
+            raise invalid(f"'{self.param(key)}' must be an integer between {f.lo} and {f.hi}", self.param(key))
+        return self._bounded(key, f, int(v))
+
+    def number(self, key: str) -> float:
+        f, v = self._given(key)
+        if v is None:
+            return f.default
         if not is_number(v):
             raise invalid(f"'{self.param(key)}' must be a number", self.param(key))
-        if not lo <= v <= hi:
-            raise invalid(f"'{self.param(key)}' must be between {lo} and {hi}, got {v}", self.param(key))
-        return float(v)
+        return float(self._bounded(key, f, v))
 
-    def obj(self, key: str) -> Fields | None:
-        v = self.value.get(key)
-        return None if v is None else Fields(v, self.param(key))
+    def _bounded(self, key: str, f: Field, v: float) -> float:
+        if not f.lo <= v <= f.hi:
+            raise invalid(f"'{self.param(key)}' must be between {f.lo} and {f.hi}, got {v}", self.param(key))
+        return v
 
-    def array(self, key: str, *, max_len: int, required: bool = False) -> list[Any] | None:
-        v = self.value.get(key)
+    def obj(self, key: str, decl: Obj | None = None) -> Fields | None:
+        """The object at `key`, read through its declaration (`decl`: one of the field's alternatives)."""
+        f, v = self._given(key)
+        return None if v is None else Fields(v, decl or f.obj, self.param(key))
+
+    def mapping(self, key: str) -> dict[str, Any] | None:
+        """A free JSON object (no declared fields of its own)."""
+        _, v = self._given(key)
+        if v is not None and not isinstance(v, dict):
+            raise invalid(f"'{self.param(key)}' must be an object", self.param(key))
+        return v
+
+    def array(self, key: str, *, required: bool | None = None) -> list[Any] | None:
+        f, v = self._given(key, required)
         if v is None:
-            if required:
-                raise invalid(f"'{self.param(key)}' is required", self.param(key), "missing_required_parameter")
             return None
         if not isinstance(v, list):
             raise invalid(f"'{self.param(key)}' must be an array", self.param(key))
-        if len(v) > max_len:
-            raise invalid(f"'{self.param(key)}' has {len(v)} items; at most {max_len} are allowed", self.param(key))
+        if len(v) > f.max_items:
+            raise invalid(f"'{self.param(key)}' has {len(v)} items; at most {f.max_items} are allowed", self.param(key))
+        if len(v) < f.min_items:
+            raise invalid(f"'{self.param(key)}' must hold at least {f.min_items} item(s)", self.param(key))
         return v
 
-    def refuse(self, key: str, unless: Any, reason: str) -> None:
-        """400 when `key` is given with a value other than null or `unless`."""
-        v = self.value.get(key)
-        if v is not None and v != unless:
-            raise invalid(f"'{self.param(key)}' is not supported: {reason}", self.param(key), "unsupported_parameter")
+    def items(self, key: str, *, required: bool | None = None) -> list[Fields]:
+        """The declared objects of the array at `key`."""
+        items = self.array(key, required=required) or []
+        decl = self.decl.field(key).items
+        return [Fields(item, decl, f"{self.param(key)}[{i}]") for i, item in enumerate(items)]
+
+    def refuse(self, key: str) -> None:
+        """400 when a refused field is given with a value other than null or the one it allows."""
+        f, v = self._given(key)
+        if v is not None and v != f.refused_unless:
+            raise invalid(
+                f"'{self.param(key)}' is not supported: {f.refused}", self.param(key), "unsupported_parameter"
+            )
 
 
 @dataclass
@@ -134,55 +188,91 @@ class GenerationSettings:
     skip_special_tokens: bool = True
 
 
+STOP_STRING: Schema = {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS}
+MODEL = string("The served model's id (GET /v1/models).", required=True)
+MAX_TOKENS = integer(1, MAX_NEW_TOKENS, doc="Tokens to generate at most; default: the gateway's default cap.")
+STREAM = boolean(False, "Answer as server-sent events.")
+TEMPERATURE = number(0.0, 2.0, 1.0)
+TOP_P = number(0.0, 1.0, 1.0)
+TOP_K = integer(-1, 1 << 30, -1, "-1 or 0: off.")
+PENALTY = number(-2.0, 2.0, 0.0)
+TOP_LOGPROBS = integer(0, MAX_TOP_LOGPROBS, 0)
+
+
+def stop_field(max_items: int, doc: str) -> Field:
+    """Stop strings: one non-empty string or an array of them."""
+    return either(array(STOP_STRING, max_items, doc), STOP_STRING)
+
+
+STREAM_OPTIONS = Obj("StreamOptions", {"include_usage": boolean(False, "A last chunk carries the usage.")})
+SETTINGS: dict[str, Field] = {
+    "model": MODEL,
+    "logit_bias": refused("logit bias is not applied by this gateway", unless={}),
+    "max_tokens": MAX_TOKENS,
+    "stream": STREAM,
+    "stream_options": obj(STREAM_OPTIONS, "Only with stream true."),
+    "n": integer(1, MAX_N, 1, "Choices to generate."),
+    "stop": stop_field(MAX_STOP, "Stop strings; the answer ends before the first one."),
+    "temperature": TEMPERATURE,
+    "top_p": TOP_P,
+    "top_k": TOP_K,
+    "min_p": number(0.0, 1.0, 0.0),
+    "seed": integer(-_INT64, _INT64 - 1),
+    "frequency_penalty": PENALTY,
+    "presence_penalty": PENALTY,
+    "ignore_eos": boolean(False),
+    "skip_special_tokens": boolean(True),
+}
+"""The generation settings a chat or completions body declares."""
+
+
 def parse_model(fields: Fields) -> str:
-    return fields.string("model", required=True)
+    return fields.string("model")
 
 
 def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> GenerationSettings:
     """The generation settings of a chat or completions body (logprobs are read by the caller)."""
-    fields.refuse("logit_bias", {}, "logit bias is not applied by this gateway")
-    max_tokens = None
-    for key in max_tokens_keys:
-        max_tokens = fields.integer(key, None, 1, MAX_NEW_TOKENS)
-        if max_tokens is not None:
-            break
-    stream = fields.boolean("stream", False)
+    fields.refuse("logit_bias")
+    given = [fields.integer(key) for key in max_tokens_keys]  # each checked, the first given wins
+    max_tokens = next((v for v in given if v is not None), None)
+    stream = fields.boolean("stream")
     options = fields.obj("stream_options")
+    include_usage = options.boolean("include_usage") if options else False
     if options is not None and not stream:
         raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
     top_p, top_k = parse_top_p_top_k(fields)
     return GenerationSettings(
         max_tokens=max_tokens,
-        n=fields.integer("n", 1, 1, MAX_N),
+        n=fields.integer("n"),
         stop=parse_stop(fields, "stop"),
-        temperature=fields.number("temperature", 1.0, 0.0, 2.0),
+        temperature=fields.number("temperature"),
         top_p=top_p,
         top_k=top_k,
-        min_p=fields.number("min_p", 0.0, 0.0, 1.0),
-        seed=fields.integer("seed", None, -_INT64, _INT64 - 1),
-        frequency_penalty=fields.number("frequency_penalty", 0.0, -2.0, 2.0),
-        presence_penalty=fields.number("presence_penalty", 0.0, -2.0, 2.0),
-        ignore_eos=fields.boolean("ignore_eos", False),
+        min_p=fields.number("min_p"),
+        seed=fields.integer("seed"),
+        frequency_penalty=fields.number("frequency_penalty"),
+        presence_penalty=fields.number("presence_penalty"),
+        ignore_eos=fields.boolean("ignore_eos"),
         stream=stream,
-        include_usage=options.boolean("include_usage", False) if options else False,
-        skip_special_tokens=fields.boolean("skip_special_tokens", True),
+        include_usage=include_usage,
+        skip_special_tokens=fields.boolean("skip_special_tokens"),
     )
 
 
-def parse_top_p_top_k(fields: Fields, top_k_min: int = -1) -> tuple[float, int]:
+def parse_top_p_top_k(fields: Fields) -> tuple[float, int]:
     """`top_p` and `top_k` as the backend takes them (top_k -1: off)."""
-    top_p = fields.number("top_p", 1.0, 0.0, 1.0)
-    top_k = fields.integer("top_k", -1, top_k_min, 1 << 30)
+    top_p = fields.number("top_p")
+    top_k = fields.integer("top_k")
     # top_p 0 means "only the most likely token": SGLang needs top_p > 0, so say it with top_k.
-    return top_p or 1.0, 1 if top_p == 0 else (-1 if top_k == 0 else top_k)
+    return top_p or 1.0, 1 if top_p == 0 else (top_k or -1)
 
 
 def parse_stop(fields: Fields, key: str) -> list[str]:
-    """Stop strings: one string or an array of at most MAX_STOP non-empty ones."""
+    """Stop strings: one string or an array of at most its declared count of non-empty ones."""
     v = fields.get(key)
     if v is None:
         return []
-    items = [v] if isinstance(v, str) else fields.array(key, max_len=MAX_STOP)
+    items = [v] if isinstance(v, str) else fields.array(key)
     for i, s in enumerate(items):
         param = fields.param(key) if isinstance(v, str) else f"{fields.param(key)}[{i}]"
         if not isinstance(s, str) or not s:

@@ -2,25 +2,158 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.errors import invalid
 from gateway.types import ChatRequest
-from gateway.validation.chat import MAX_CONTENT_PARTS, MAX_MESSAGES, MAX_TOOLS, function_spec
+from gateway.validation.chat import (
+    FUNCTION_FIELDS,
+    MAX_CONTENT_PARTS,
+    MAX_MESSAGES,
+    MAX_TOOLS,
+    TEXT,
+    function_spec,
+)
+from gateway.validation.declare import (
+    Field,
+    Obj,
+    Variants,
+    array,
+    boolean,
+    either,
+    free_object,
+    integer,
+    number,
+    obj,
+    refused,
+    string,
+)
 from gateway.validation.fields import (
     MAX_NEW_TOKENS,
+    MAX_STOP,
+    MAX_TOKENS,
+    MODEL,
+    STREAM,
+    TOP_P,
     Fields,
     GenerationSettings,
     parse_model,
     parse_stop,
     parse_top_p_top_k,
+    stop_field,
 )
 from gateway.validation.schema_bounds import check_bounded, check_schema
 
 _UNSUPPORTED_BLOCKS = {"image": "image", "document": "document", "search_result": "search result"}
 THINKING_EFFORT = ((4096, "low"), (16384, "medium"))
 """budget_tokens below each bound → that reasoning effort; above the last, "high"."""
+
+TEXT_BLOCK = Obj(
+    "AnthropicTextBlock", {"type": string(required=True, choices=("text",)), "text": string(required=True)}
+)
+TEXTS = either(array(TEXT_BLOCK, MAX_CONTENT_PARTS), TEXT)
+BLOCK = Variants(
+    "type",
+    {
+        "text": TEXT_BLOCK,
+        "tool_result": Obj(
+            "AnthropicToolResultBlock",
+            {
+                "type": string(required=True, choices=("tool_result",)),
+                "tool_use_id": string(required=True),
+                "content": TEXTS,
+                "is_error": boolean(False),
+            },
+            "In a user turn.",
+        ),
+        "thinking": Obj(
+            "AnthropicThinkingBlock",
+            {"type": string(required=True, choices=("thinking",)), "thinking": string(required=True)},
+            "In an assistant turn.",
+        ),
+        "redacted_thinking": Obj(
+            "AnthropicRedactedThinkingBlock",
+            {"type": string(required=True, choices=("redacted_thinking",))},
+            "In an assistant turn; skipped.",
+        ),
+        "tool_use": Obj(
+            "AnthropicToolUseBlock",
+            {
+                "type": string(required=True, choices=("tool_use",)),
+                "id": string(required=True),
+                "name": string(required=True),
+                "input": free_object(required=True),
+            },
+            "In an assistant turn.",
+        ),
+    },
+)
+MESSAGE = Obj(
+    "AnthropicInputMessage",
+    {
+        "role": string(required=True, choices=("user", "assistant")),
+        "content": either(array(BLOCK, MAX_CONTENT_PARTS, required=True), TEXT),
+    },
+)
+TOOL = Obj(
+    "AnthropicTool",
+    {
+        "type": string(default="custom", choices=("custom",)),
+        **{key: FUNCTION_FIELDS[key] for key in ("name", "description", "strict")},
+        "input_schema": free_object("A JSON schema whose root is an object.", required=True),
+    },
+)
+TOOL_CHOICE = Obj(
+    "AnthropicToolChoice",
+    {
+        "type": string(required=True, choices=("auto", "any", "tool", "none")),
+        "name": string("With type tool."),
+        "disable_parallel_tool_use": boolean(False),
+    },
+)
+THINKING = Variants(
+    "type",
+    {
+        "enabled": Obj(
+            "AnthropicThinkingEnabled",
+            {
+                "type": string(required=True, choices=("enabled",)),
+                "budget_tokens": integer(1024, MAX_NEW_TOKENS, required=True),
+            },
+        ),
+        "disabled": Obj("AnthropicThinkingDisabled", {"type": string(required=True, choices=("disabled",))}),
+        "adaptive": Obj("AnthropicThinkingAdaptive", {"type": string(required=True, choices=("adaptive",))}),
+    },
+)
+OUTPUT_FORMAT = Obj(
+    "AnthropicOutputFormat",
+    {"type": string(required=True, choices=("json_schema",)), "schema": free_object(required=True)},
+)
+OUTPUT_CONFIG = Obj(
+    "AnthropicOutputConfig",
+    {"effort": string(choices=("low", "medium", "high", "xhigh", "max")), "format": obj(OUTPUT_FORMAT)},
+)
+MESSAGES_FIELDS: dict[str, Field] = {
+    "model": MODEL,
+    "max_tokens": replace(MAX_TOKENS, required=True),
+    "messages": array(MESSAGE, MAX_MESSAGES, required=True, min_items=1),
+    "system": TEXTS,
+    "mcp_servers": refused("not available on this gateway"),
+    "container": refused("not available on this gateway"),
+    "stop_sequences": stop_field(MAX_STOP, "The answer ends before the first one."),
+    "temperature": number(0.0, 1.0, 1.0),
+    "top_p": TOP_P,
+    "top_k": integer(0, 1 << 30, doc="0: off."),
+    "stream": STREAM,
+    "metadata": free_object("user_id labels the request."),
+    "tools": array(TOOL, MAX_TOOLS),
+    "tool_choice": obj(TOOL_CHOICE),
+    "thinking": obj(THINKING),
+    "output_config": obj(OUTPUT_CONFIG),
+}
+MESSAGES = Obj("AnthropicMessagesRequest", MESSAGES_FIELDS)
+COUNT_TOKENS = Obj("AnthropicCountTokensRequest", {**MESSAGES_FIELDS, "max_tokens": MAX_TOKENS})
 
 
 @dataclass
@@ -32,23 +165,20 @@ class MessagesRequest:
 
 def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRequest:
     """Validate a Messages body (`count_only`: a count_tokens body, no max_tokens); raises APIError (400)."""
-    fields = Fields(body)
+    fields = Fields(body, COUNT_TOKENS if count_only else MESSAGES)
     model = parse_model(fields)
     for key in ("mcp_servers", "container"):
-        fields.refuse(key, None, "not available on this gateway")
-    max_tokens = fields.integer("max_tokens", None, 1, MAX_NEW_TOKENS)
-    if max_tokens is None and not count_only:
-        raise invalid("'max_tokens' is required", "max_tokens", "missing_required_parameter")
-    top_p, top_k = parse_top_p_top_k(fields, top_k_min=0)
+        fields.refuse(key)
+    top_p, top_k = parse_top_p_top_k(fields)
     settings = GenerationSettings(
-        max_tokens=max_tokens,
+        max_tokens=fields.integer("max_tokens"),
         stop=parse_stop(fields, "stop_sequences"),
-        temperature=fields.number("temperature", 1.0, 0.0, 1.0),
+        temperature=fields.number("temperature"),
         top_p=top_p,
         top_k=top_k,
-        stream=fields.boolean("stream", False),
+        stream=fields.boolean("stream"),
     )
-    fields.obj("metadata")  # user_id only labels the request
+    fields.mapping("metadata")  # user_id only labels the request
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
     template_kwargs, effort = _thinking(fields)
@@ -81,36 +211,32 @@ def _texts(f: Fields, key: str) -> list[str]:
     if isinstance(v, str):
         return [v]
     out = []
-    for j, block in enumerate(f.array(key, max_len=MAX_CONTENT_PARTS) or []):
-        b = Fields(block, f"{f.param(key)}[{j}]")
-        kind = b.string("type", required=True)
-        _refuse_media(b, kind)
-        if kind != "text":
-            raise invalid(f"block type {kind!r} is not allowed here; expected 'text'", b.param("type"))
-        out.append(b.string("text", required=True))
+    for b in f.items(key):
+        _refuse_media(b)
+        b.string("type")
+        out.append(b.string("text"))
     return out
 
 
-def _refuse_media(b: Fields, kind: str) -> None:
-    if kind in _UNSUPPORTED_BLOCKS:
+def _refuse_media(b: Fields) -> None:
+    kind = b.value.get("type")
+    if isinstance(kind, str) and kind in _UNSUPPORTED_BLOCKS:
         raise invalid(
             f"{_UNSUPPORTED_BLOCKS[kind]} inputs are not supported by this model", b.path, "unsupported_content"
         )
 
 
 def _messages(fields: Fields) -> list[dict[str, Any]]:
-    raw = fields.array("messages", max_len=MAX_MESSAGES, required=True)
-    if not raw:
-        raise invalid("'messages' must hold at least one message", "messages")
     out: list[dict[str, Any]] = []
-    for i, item in enumerate(raw):
-        m = Fields(item, f"messages[{i}]")
-        role = m.string("role", required=True, choices=("user", "assistant"))
+    for m in fields.items("messages"):
+        role = m.string("role")
         if isinstance(m.get("content"), str):
             out.append({"role": role, "content": m.get("content")})
             continue
-        blocks = m.array("content", max_len=MAX_CONTENT_PARTS, required=True)
-        parts = [Fields(b, f"{m.param('content')}[{j}]") for j, b in enumerate(blocks)]
+        parts = m.items("content")
+        for b in parts:
+            _refuse_media(b)
+        parts = [b.variant() for b in parts]
         out += _assistant(parts) if role == "assistant" else _user(parts)
     return out
 
@@ -119,18 +245,17 @@ def _user(blocks: list[Fields]) -> list[dict[str, Any]]:
     """A user turn: its text as one user message, each tool_result as a tool message, in their order."""
     out: list[dict[str, Any]] = []
     for b in blocks:
-        kind = b.string("type", required=True)
-        _refuse_media(b, kind)
+        kind = b.string("type")
         if kind == "text":
             if out and out[-1]["role"] == "user":
-                out[-1]["content"] += b.string("text", required=True)
+                out[-1]["content"] += b.string("text")
             else:
-                out.append({"role": "user", "content": b.string("text", required=True)})
+                out.append({"role": "user", "content": b.string("text")})
         elif kind == "tool_result":
             text = "".join(_texts(b, "content")) if b.has("content") else ""
-            if b.boolean("is_error", False):
+            if b.boolean("is_error"):
                 text = f"Error: {text}"
-            out.append({"role": "tool", "tool_call_id": b.string("tool_use_id", required=True), "content": text})
+            out.append({"role": "tool", "tool_call_id": b.string("tool_use_id"), "content": text})
         else:
             raise invalid(f"block type {kind!r} is not allowed in a user turn", b.param("type"))
     return out
@@ -140,21 +265,18 @@ def _assistant(blocks: list[Fields]) -> list[dict[str, Any]]:
     """An assistant turn: text, thinking and tool_use blocks as one message."""
     texts, thinking, calls = [], [], []
     for b in blocks:
-        kind = b.string("type", required=True)
+        kind = b.string("type")
         if kind == "text":
-            texts.append(b.string("text", required=True))
+            texts.append(b.string("text"))
         elif kind == "thinking":
-            thinking.append(b.string("thinking", required=True))
+            thinking.append(b.string("thinking"))
         elif kind == "redacted_thinking":
             continue  # encrypted by another provider: nothing this model can read
         elif kind == "tool_use":
-            arguments = b.obj("input")
-            if arguments is None:
-                raise invalid(f"'{b.param('input')}' is required", b.param("input"), "missing_required_parameter")
-            check_bounded(arguments.value, b.param("input"))
-            name = b.string("name", required=True)
-            call = {"name": name, "arguments": dict(arguments.value)}
-            calls.append({"id": b.string("id", required=True), "type": "function", "function": call})
+            arguments = b.mapping("input")
+            check_bounded(arguments, b.param("input"))
+            call = {"name": b.string("name"), "arguments": dict(arguments)}
+            calls.append({"id": b.string("id"), "type": "function", "function": call})
         else:
             raise invalid(f"block type {kind!r} is not allowed in an assistant turn", b.param("type"))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
@@ -167,17 +289,8 @@ def _assistant(blocks: list[Fields]) -> list[dict[str, Any]]:
 
 def _tools(fields: Fields) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
-    for i, item in enumerate(fields.array("tools", max_len=MAX_TOOLS) or []):
-        tool = Fields(item, f"tools[{i}]")
-        kind = tool.string("type", "custom")
-        if kind != "custom":
-            raise invalid(
-                f"tool type {kind!r} is not supported; only client tools with an input_schema are", tool.param("type")
-            )
-        if not tool.has("input_schema"):
-            raise invalid(
-                f"'{tool.param('input_schema')}' is required", tool.param("input_schema"), "missing_required_parameter"
-            )
+    for tool in fields.items("tools"):
+        tool.string("type")
         tools.append({"type": "function", "function": function_spec(tool, tools, parameters_key="input_schema")})
     return tools
 
@@ -187,12 +300,12 @@ def _tool_choice(fields: Fields, tools: list[dict[str, Any]]) -> tuple[str | dic
     tc = fields.obj("tool_choice")
     if tc is None:
         return "auto", True
-    kind = tc.string("type", required=True, choices=("auto", "any", "tool", "none"))
-    parallel = not tc.boolean("disable_parallel_tool_use", False)
+    kind = tc.string("type")
+    name = tc.string("name", required=kind == "tool")
+    parallel = not tc.boolean("disable_parallel_tool_use")
     if kind in ("any", "tool") and not tools:
         raise invalid(f"tool_choice {kind!r} needs at least one tool in 'tools'", "tool_choice")
     if kind == "tool":
-        name = tc.string("name", required=True)
         if name not in [t["function"]["name"] for t in tools]:
             raise invalid(f"tool {name!r} is not declared in 'tools'", tc.param("name"))
         return {"type": "function", "function": {"name": name}}, parallel
@@ -204,30 +317,25 @@ def _thinking(fields: Fields) -> tuple[dict[str, Any], str | None]:
     t = fields.obj("thinking")
     if t is None:
         return {}, None
-    kind = t.string("type", required=True, choices=("enabled", "disabled", "adaptive"))
+    t = t.variant()
+    kind = t.string("type")
     if kind == "disabled":
         return {"enable_thinking": False, "thinking": False}, None
     effort = "medium"
     if kind == "enabled":
-        budget = t.integer("budget_tokens", None, 1024, MAX_NEW_TOKENS)
-        if budget is None:
-            raise invalid(
-                "'thinking.budget_tokens' is required", "thinking.budget_tokens", "missing_required_parameter"
-            )
+        budget = t.integer("budget_tokens")
         effort = next((e for bound, e in THINKING_EFFORT if budget < bound), "high")
     return {"enable_thinking": True, "thinking": True}, effort
 
 
 def _output_config(output: Fields) -> tuple[dict[str, Any] | None, str | None]:
     """`output_config`: a JSON schema the answer must follow (through chat's json_schema grammar) and an effort."""
-    effort = output.string("effort", choices=("low", "medium", "high", "xhigh", "max"))
+    effort = output.string("effort")
     effort = "xhigh" if effort == "max" else effort
     fmt = output.obj("format")
     if fmt is None:
         return None, effort
-    fmt.string("type", required=True, choices=("json_schema",))
+    fmt.string("type")
     schema = fmt.get("schema")
-    if schema is None:
-        raise invalid(f"'{fmt.param('schema')}' is required", fmt.param("schema"), "missing_required_parameter")
     check_schema(schema, fmt.param("schema"), object_root=False)
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}, effort

@@ -14,17 +14,31 @@ import orjson
 
 from gateway.errors import invalid
 from gateway.validation.chat import (
+    FUNCTION_CALL,
+    FUNCTION_FIELDS,
+    JSON_SCHEMA_FIELDS,
     MAX_CONTENT_PARTS,
     MAX_MESSAGES,
+    MAX_TOOLS,
     REASONING_EFFORTS,
+    TEXT,
+    TOOL_CHOICE_MODES,
+    format_variants,
     json_schema_format,
     parse_arguments,
     parse_tool_choice,
     parse_tools,
 )
+from gateway.validation.declare import Field, Obj, Variants, array, boolean, either, integer, obj, refused, string
 from gateway.validation.fields import (
-    MAX_NEW_TOKENS,
-    MAX_TOP_LOGPROBS,
+    MAX_TOKENS,
+    MODEL,
+    PENALTY,
+    STREAM,
+    TEMPERATURE,
+    TOP_K,
+    TOP_LOGPROBS,
+    TOP_P,
     Fields,
     GenerationSettings,
     parse_model,
@@ -32,12 +46,147 @@ from gateway.validation.fields import (
 )
 
 MAX_METADATA = 16
+MAX_LIST = 100
+"""Input items per page."""
 MAX_INCLUDE = 16
 INCLUDABLE = ("message.output_text.logprobs", "reasoning.encrypted_content")
 """`include` values that apply here (reasoning items always carry their text; nothing is encrypted)."""
 _ROLES = ("user", "system", "developer", "assistant")
 _TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal", "summary_text": "text"}
 _UNSUPPORTED_PARTS = {"input_image": "image", "input_file": "file", "input_audio": "audio"}
+
+TOOL = Obj("ResponsesTool", {"type": string(required=True, choices=("function",)), **FUNCTION_FIELDS})
+NAMED = Obj("ResponsesNamedTool", {"type": string(choices=("function",)), "name": string(required=True)})
+TOOL_CHOICE = Variants(
+    "type",
+    {
+        "function": Obj(
+            "ResponsesToolChoiceFunction",
+            {"type": string(required=True, choices=("function",)), "name": string(required=True)},
+        ),
+        "allowed_tools": Obj(
+            "ResponsesToolChoiceAllowedTools",
+            {
+                "type": string(required=True, choices=("allowed_tools",)),
+                "mode": string(default="auto", choices=("auto", "required")),
+                "tools": array(NAMED, MAX_TOOLS, required=True, min_items=1),
+            },
+        ),
+    },
+)
+TEXT_FORMAT = format_variants("ResponsesTextFormat", JSON_SCHEMA_FIELDS)
+TEXT_OPTIONS = Obj("ResponsesText", {"format": obj(TEXT_FORMAT)})
+REASONING = Obj(
+    "ResponsesReasoning",
+    {"effort": string(choices=REASONING_EFFORTS), "summary": string(choices=("auto", "concise", "detailed"))},
+)
+PART = Variants(
+    "type",
+    {
+        kind: Obj(
+            f"Responses{kind.title().replace('_', '')}Part",
+            {"type": string(required=True, choices=(kind,)), key: string(required=True)},
+        )
+        for kind, key in _TEXT_PARTS.items()
+    },
+)
+PARTS = either(array(PART, MAX_CONTENT_PARTS, required=True), TEXT)
+REASONING_PART = Obj("ResponsesReasoningPart", {"text": string(required=True)}, "Its type is not read.")
+ITEM_ID = string("Given: kept; default: a new id.")
+MESSAGE_ITEM = Obj(
+    "ResponsesMessageItem",
+    {
+        "type": string(default="message", choices=("message",)),
+        "role": string(required=True, choices=_ROLES),
+        "content": PARTS,
+    },
+)
+FUNCTION_CALL_ITEM = Obj(
+    "ResponsesFunctionCallItem",
+    {
+        "type": string(required=True, choices=("function_call",)),
+        "id": ITEM_ID,
+        "call_id": string(required=True),
+        "name": FUNCTION_CALL.fields["name"],
+        "arguments": FUNCTION_CALL.fields["arguments"],
+    },
+)
+FUNCTION_OUTPUT_ITEM = Obj(
+    "ResponsesFunctionCallOutputItem",
+    {
+        "type": string(required=True, choices=("function_call_output",)),
+        "id": ITEM_ID,
+        "call_id": string(required=True),
+        "output": PARTS,
+    },
+)
+REASONING_ITEM = Obj(
+    "ResponsesReasoningItem",
+    {
+        "type": string(required=True, choices=("reasoning",)),
+        "id": ITEM_ID,
+        "summary": array(REASONING_PART, MAX_CONTENT_PARTS, required=True),
+        "content": array(REASONING_PART, MAX_CONTENT_PARTS),
+    },
+)
+INPUT_ITEM = Variants(
+    "type",
+    {
+        "message": MESSAGE_ITEM,
+        "function_call": FUNCTION_CALL_ITEM,
+        "function_call_output": FUNCTION_OUTPUT_ITEM,
+        "reasoning": REASONING_ITEM,
+    },
+    default="message",
+)
+METADATA = Field(
+    "object",
+    f"At most {MAX_METADATA} keys of at most 64 characters, string values of at most 512.",
+    extra={
+        "maxProperties": MAX_METADATA,
+        "propertyNames": {"maxLength": 64},
+        "additionalProperties": {"type": "string", "maxLength": 512},
+    },
+)
+INPUT_ITEMS_QUERY = Obj(
+    "InputItemsQuery",
+    {
+        "order": string("Oldest first (asc) or newest first.", default="desc", choices=("asc", "desc")),
+        "limit": integer(1, MAX_LIST, 20),
+        "after": string("An item id: the page starts after it."),
+    },
+)
+RESPONSES = Obj(
+    "ResponsesRequest",
+    {
+        "model": MODEL,
+        "input": either(array(INPUT_ITEM, MAX_MESSAGES, required=True), TEXT),
+        "instructions": string("A system message before the input."),
+        "background": refused("background responses are not available", unless=False),
+        "conversation": refused("use 'previous_response_id' to continue a conversation"),
+        "prompt": refused("stored prompt templates are not available"),
+        "truncation": string(
+            "'auto' is refused: the input is never truncated.", default="disabled", choices=("disabled", "auto")
+        ),
+        "include": array({"type": "string", "enum": list(INCLUDABLE)}, MAX_INCLUDE),
+        "tools": array(TOOL, MAX_TOOLS),
+        "tool_choice": either(obj(TOOL_CHOICE), {"type": "string", "enum": list(TOOL_CHOICE_MODES)}),
+        "parallel_tool_calls": boolean(True),
+        "text": obj(TEXT_OPTIONS),
+        "reasoning": obj(REASONING),
+        "max_output_tokens": MAX_TOKENS,
+        "temperature": TEMPERATURE,
+        "top_p": TOP_P,
+        "top_k": TOP_K,
+        "frequency_penalty": PENALTY,
+        "presence_penalty": PENALTY,
+        "top_logprobs": TOP_LOGPROBS,
+        "stream": STREAM,
+        "store": boolean(True, "Keep the response for GET, input_items and previous_response_id."),
+        "previous_response_id": string("Continue after this stored response."),
+        "metadata": METADATA,
+    },
+)
 
 
 @dataclass
@@ -66,12 +215,11 @@ def item_id(prefix: str) -> str:
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
     """Validate a Responses create body; raises APIError (400) naming the bad param."""
-    fields = Fields(body)
+    fields = Fields(body, RESPONSES)
     model = parse_model(fields)
-    fields.refuse("background", False, "background responses are not available")
-    fields.refuse("conversation", None, "use 'previous_response_id' to continue a conversation")
-    fields.refuse("prompt", None, "stored prompt templates are not available")
-    truncation = fields.string("truncation", "disabled", choices=("disabled", "auto"))
+    for key in ("background", "conversation", "prompt"):
+        fields.refuse(key)
+    truncation = fields.string("truncation")
     if truncation == "auto":
         raise invalid("'truncation' 'auto' is not supported: the input is never truncated", "truncation")
     include = _include(fields)
@@ -80,21 +228,21 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     text = fields.obj("text")
     response_format, text_echo = _text_format(text)
     reasoning = fields.obj("reasoning")
-    effort = reasoning.string("effort", choices=REASONING_EFFORTS) if reasoning else None
-    summary = reasoning.string("summary", choices=("auto", "concise", "detailed")) if reasoning else None
+    effort = reasoning.string("effort") if reasoning else None
+    summary = reasoning.string("summary") if reasoning else None
     top_p, top_k = parse_top_p_top_k(fields)
     settings = GenerationSettings(
-        max_tokens=fields.integer("max_output_tokens", None, 1, MAX_NEW_TOKENS),
-        temperature=fields.number("temperature", 1.0, 0.0, 2.0),
+        max_tokens=fields.integer("max_output_tokens"),
+        temperature=fields.number("temperature"),
         top_p=top_p,
         top_k=top_k,
-        frequency_penalty=fields.number("frequency_penalty", 0.0, -2.0, 2.0),
-        presence_penalty=fields.number("presence_penalty", 0.0, -2.0, 2.0),
+        frequency_penalty=fields.number("frequency_penalty"),
+        presence_penalty=fields.number("presence_penalty"),
         logprobs="message.output_text.logprobs" in include,
-        top_logprobs=fields.integer("top_logprobs", 0, 0, MAX_TOP_LOGPROBS),
-        stream=fields.boolean("stream", False),
+        top_logprobs=fields.integer("top_logprobs"),
+        stream=fields.boolean("stream"),
     )
-    parallel = fields.boolean("parallel_tool_calls", True)
+    parallel = fields.boolean("parallel_tool_calls")
     request = ResponsesRequest(
         model=model,
         items=parse_input(fields),
@@ -105,7 +253,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         response_format=response_format,
         reasoning_effort=effort,
         settings=settings,
-        store=fields.boolean("store", True),
+        store=fields.boolean("store"),
         previous_response_id=fields.string("previous_response_id"),
         metadata=_metadata(fields),
         include=include,
@@ -117,7 +265,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         "reasoning": {"effort": effort, "summary": summary},
         "truncation": truncation,
         "temperature": settings.temperature,
-        "top_p": fields.number("top_p", 1.0, 0.0, 1.0),
+        "top_p": fields.number("top_p"),
         "top_logprobs": settings.top_logprobs,
         "max_output_tokens": settings.max_tokens,
         "frequency_penalty": settings.frequency_penalty,
@@ -129,27 +277,24 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
 def parse_input(fields: Fields) -> list[dict[str, Any]]:
     """`input`: a string (one user message) or an array of items, each made canonical."""
     v = fields.get("input")
-    if v is None:
-        raise invalid("'input' is required", "input", "missing_required_parameter")
     if isinstance(v, str):
         return [_message_item("user", [{"type": "input_text", "text": v}])]
-    raw = fields.array("input", max_len=MAX_MESSAGES)
-    return [_item(Fields(item, f"input[{i}]")) for i, item in enumerate(raw)]
+    return [_item(item.variant()) for item in fields.items("input")]
 
 
 def _item(f: Fields) -> dict[str, Any]:
-    kind = f.string("type", "message")
+    kind = f.string("type")
     if kind == "message":
-        role = f.string("role", required=True, choices=_ROLES)
+        role = f.string("role")
         return _message_item(role, _parts(f, "content", "output_text" if role == "assistant" else "input_text"))
     if kind == "function_call":
-        name = f.string("name", required=True)
+        name = f.string("name")
         arguments = parse_arguments(f)
         raw = f.get("arguments")
         return {
             "type": "function_call",
             "id": f.string("id") or item_id("fc"),
-            "call_id": f.string("call_id", required=True),
+            "call_id": f.string("call_id"),
             "name": name,
             "arguments": raw if isinstance(raw, str) else orjson.dumps(arguments).decode(),
             "status": "completed",
@@ -160,7 +305,7 @@ def _item(f: Fields) -> dict[str, Any]:
         return {
             "type": "function_call_output",
             "id": f.string("id") or item_id("fco"),
-            "call_id": f.string("call_id", required=True),
+            "call_id": f.string("call_id"),
             "output": text,
             "status": "completed",
         }
@@ -173,11 +318,6 @@ def _item(f: Fields) -> dict[str, Any]:
         if f.has("content"):
             out["content"] = _reasoning_parts(f, "content", "reasoning_text")
         return out
-    raise invalid(
-        f"input item type {kind!r} is not supported; use 'message', 'function_call', 'function_call_output' "
-        "or 'reasoning'",
-        f.param("type"),
-    )
 
 
 def _message_item(role: str, content: list[dict[str, Any]]) -> dict[str, Any]:
@@ -187,37 +327,24 @@ def _message_item(role: str, content: list[dict[str, Any]]) -> dict[str, Any]:
 def _parts(f: Fields, key: str, text_type: str) -> list[dict[str, Any]]:
     """A message's content (a string or text parts) as parts of `text_type`."""
     v = f.get(key)
-    if v is None:
-        raise invalid(f"'{f.param(key)}' is required", f.param(key), "missing_required_parameter")
-    texts = (
-        [v]
-        if isinstance(v, str)
-        else [
-            _part_text(Fields(p, f"{f.param(key)}[{j}]")) for j, p in enumerate(f.array(key, max_len=MAX_CONTENT_PARTS))
-        ]
-    )
+    texts = [v] if isinstance(v, str) else [_part_text(p) for p in f.items(key)]
     if text_type == "output_text":
         return [{"type": "output_text", "text": t, "annotations": []} for t in texts]
     return [{"type": text_type, "text": t} for t in texts]
 
 
 def _part_text(p: Fields) -> str:
-    kind = p.string("type", required=True)
-    if kind in _UNSUPPORTED_PARTS:
+    kind = p.get("type")
+    if isinstance(kind, str) and kind in _UNSUPPORTED_PARTS:
         raise invalid(
             f"{_UNSUPPORTED_PARTS[kind]} inputs are not supported by this model", p.path, "unsupported_content"
         )
-    if kind not in _TEXT_PARTS:
-        raise invalid(f"unknown content part type {kind!r}; expected 'input_text' or 'output_text'", p.param("type"))
-    return p.string(_TEXT_PARTS[kind], required=True)
+    p = p.variant()
+    return p.string(_TEXT_PARTS[p.string("type")])
 
 
 def _reasoning_parts(f: Fields, key: str, part_type: str) -> list[dict[str, Any]]:
-    raw = f.array(key, max_len=MAX_CONTENT_PARTS, required=key == "summary")
-    return [
-        {"type": part_type, "text": Fields(p, f"{f.param(key)}[{j}]").string("text", required=True)}
-        for j, p in enumerate(raw or [])
-    ]
+    return [{"type": part_type, "text": p.string("text")} for p in f.items(key)]
 
 
 def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
@@ -253,7 +380,8 @@ def _text_format(text: Fields | None) -> tuple[dict[str, Any] | None, dict[str, 
     fmt = text.obj("format") if text else None
     if fmt is None:
         return None, {"format": {"type": "text"}}
-    kind = fmt.string("type", required=True, choices=("text", "json_object", "json_schema"))
+    fmt = fmt.variant()
+    kind = fmt.string("type")
     if kind == "text":
         return None, {"format": {"type": "text"}}
     if kind == "json_object":
@@ -274,7 +402,7 @@ def _tool_echo(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def _include(fields: Fields) -> list[str]:
-    raw = fields.array("include", max_len=MAX_INCLUDE) or []
+    raw = fields.array("include") or []
     for i, value in enumerate(raw):
         if value not in INCLUDABLE:
             raise invalid(
@@ -285,12 +413,12 @@ def _include(fields: Fields) -> list[str]:
 
 
 def _metadata(fields: Fields) -> dict[str, str]:
-    meta = fields.obj("metadata")
+    meta = fields.mapping("metadata")
     if meta is None:
         return {}
-    if len(meta.value) > MAX_METADATA:
+    if len(meta) > MAX_METADATA:
         raise invalid(f"'metadata' has more than {MAX_METADATA} keys", "metadata")
-    for key, value in meta.value.items():
+    for key, value in meta.items():
         if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
             raise invalid("'metadata' keys are at most 64 characters and values strings of at most 512", "metadata")
-    return dict(meta.value)
+    return dict(meta)

@@ -269,6 +269,29 @@ async def test_health_checks_take_a_replica_out_and_back(standins):
         await r.close()
 
 
+async def test_a_busy_replica_that_answers_health_late_stays_in_while_it_delivers(standins):
+    (one, one_url), (two, two_url) = standins[:2]
+    r = router([one_url, two_url], RoutingPolicy(health_interval_s=0.1, health_timeout_s=0.05))
+    try:
+        assert await r.ready()
+        one.health_delay = two.health_delay = 0.5  # both miss every check's deadline from now on
+        one.script = two.script = lambda body: Script(ids=IDS * 100, delay=0.01)
+        stream = r.generate(request("long", max_new_tokens=1000))
+        chunks = 0
+        async for _ in stream:  # tokens keep coming (on one replica) through several missed checks
+            chunks += 1
+            if chunks == 60:
+                break
+        await stream.aclose()
+        serving = next(rep for rep in r.replicas if rep.delivered)
+        silent = next(rep for rep in r.replicas if not rep.delivered)
+        assert serving.healthy, "a replica delivering output was marked down for a late health answer"
+        assert not silent.healthy, "a replica that delivered nothing and missed its checks stays up"
+        await wait_for(lambda: not serving.healthy)  # once it stops delivering, a missed check counts again
+    finally:
+        await r.close()
+
+
 async def test_half_open_breaker_closes_after_a_good_trial(standins):
     server, url = standins[0]
     server.script = lambda body: Script(refuse=503)

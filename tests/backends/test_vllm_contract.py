@@ -69,6 +69,8 @@ def test_plain_request(oracle, api):
         "frequency_penalty": 0.5,
         "presence_penalty": 0.0,
         "include_stop_str_in_output": False,
+        "stop": [],
+        "min_tokens": 0,
         "structured_outputs": None,
     }
 
@@ -143,9 +145,32 @@ def test_worker_generate_stream_is_vllms(oracle, worker_url):
     read_back = [oracle.check("generate_chunk", chunk) for chunk in chunks]
     assert read_back[0]["prompt_token_ids"] == PROMPT
     assert read_back[-2]["choices"][0]["finish_reason"] == "length"
-    assert read_back[-1]["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    usage = read_back[-1]["usage"]
+    cached = usage.pop("prompt_tokens_details")["cached_tokens"]
+    assert usage == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    assert cached in (0, 4)  # 4 once an earlier request left this prompt in a slot
     entry = read_back[0]["choices"][0]["logprobs"]["content"][0]
     assert entry["token_id"] == read_back[0]["choices"][0]["token_ids"][0]
+
+
+COUNTING = [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28]  # "1, 2, 3, 4,": greedy " 5, 6, 7, ..."
+
+
+def test_worker_stop_strings_min_tokens_and_cached_tokens_are_vllms(oracle, worker_url):
+    body = {"prompt": COUNTING, "max_tokens": 8, "temperature": 0, "stop": [",", "6"], "min_tokens": 4,
+            "include_stop_str_in_output": True, "stream": True, "stream_options": {"include_usage": True}}
+    sampling = oracle.check("completion_request", body)["sampling"]
+    assert (sampling["stop"], sampling["min_tokens"], sampling["include_stop_str_in_output"]) == ([",", "6"], 4, True)
+    runs = []
+    for _ in range(2):
+        with httpx.stream("POST", f"{worker_url}/v1/completions", json=body, timeout=60) as response:
+            runs.append([oracle.check("completion_chunk", chunk) for chunk in _sse(response)])
+    for chunks in runs:  # the first "," ends within the first 4 tokens: vLLM's min_tokens lets "6" end it
+        assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == " 5, 6"
+        assert (chunks[-2]["choices"][0]["finish_reason"], chunks[-2]["choices"][0]["stop_reason"]) == ("stop", "6")
+    assert runs[1][-1]["usage"]["prompt_tokens_details"] == {"cached_tokens": len(COUNTING) - 1}
+    generate = {"token_ids": COUNTING, "sampling_params": {"stop": "6", "min_tokens": 2, "max_tokens": 4}}
+    assert oracle.check("generate_request", generate)["sampling"]["stop"] == ["6"]
 
 
 def test_worker_models_and_errors_are_vllms(oracle, worker_url):

@@ -43,6 +43,8 @@ _SUMMARY = (
     "frequency_penalty",
     "presence_penalty",
     "include_stop_str_in_output",
+    "stop",
+    "min_tokens",
 )
 _CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 

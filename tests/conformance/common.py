@@ -124,6 +124,16 @@ def accumulate(deltas: Iterable[Delta]) -> ParseResult:
     return acc.result()
 
 
+def sent_before_its_end(where: str, name: str, arguments: str) -> str:
+    """Why a fixture whose call the length limit cut after it was sent cannot pass (its expected-failure reason)."""
+    return (
+        f"cut {where}: the client gets {name} with the unterminated arguments `{arguments}` and finish_reason "
+        "length. A call is sent once its first argument is complete, so that the rest streams; canitoolcall fails "
+        "any call a client received, and whether a call closes is known only at its end marker, so passing means "
+        "holding every call whole until it closes (no argument streaming)"
+    )
+
+
 def run_fixtures(engine: str, family: str, ids: Sequence[str] = ()) -> RunResults:
     """`engine` over `family`'s fixtures (all, or those matching `ids`), every default chunking strategy,
     with canitoolcall's own runner and checks."""

@@ -66,6 +66,8 @@ class SGLangStandIn:
         self.incremental = incremental
         self.script: Callable[[dict[str, Any]], Script] = lambda body: Script()
         self.healthy = True
+        self.health_delay = 0.0
+        """Seconds /health takes to answer (a busy server)."""
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         """The headers of each accepted /generate request."""
@@ -84,6 +86,7 @@ class SGLangStandIn:
         )
 
     async def _health(self, request: Request) -> Response:
+        await asyncio.sleep(self.health_delay)
         return Response(status_code=200 if self.healthy else 503)
 
     async def _abort(self, request: Request) -> Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gateway.process.config import ConfigError, DNSConfig, load_config
@@ -77,3 +79,54 @@ def test_the_embedded_default_caps_max_tokens_unless_told_otherwise():
     assert _serve_config(build_parser().parse_args(["serve"])).models[0].default_max_tokens == EMBEDDED_DEFAULT_MAX_TOKENS
     told = build_parser().parse_args(["serve", "--default-max-tokens", "64"])
     assert _serve_config(told).models[0].default_max_tokens == 64
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--family", "hermes"], "--family cannot be combined with --config: set `family`"),
+        (["--request-timeout", "30"], "--request-timeout cannot be combined with --config: set `backend.request_timeout_s`"),
+        (["--threads", "2"], "--threads cannot be combined with --config: set `backend.threads`"),
+        (["--model-id", "m"], "--model-id cannot be combined with --config: set `id`"),
+        (["--default-max-tokens", "9"], "--default-max-tokens cannot be combined with --config"),
+        (["--backend-url", "http://a:1"], "--backend-url cannot be combined with --config"),
+    ],
+)
+def test_per_model_flags_are_refused_beside_a_config_file(tmp_path, flags, message):
+    from gateway.cli import _serve_config, build_parser
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text("models: [{id: m, backend: {type: sglang, url: 'http://a:1'}}]\n")
+    with pytest.raises(ConfigError, match=message.replace("`", "\\`").replace(".", "\\.")):
+        _serve_config(build_parser().parse_args(["serve", "--config", str(path), *flags]))
+    assert _serve_config(build_parser().parse_args(["serve", "--config", str(path)])).models[0].id == "m"
+
+
+def test_the_request_timeout_defaults_to_600_without_the_flag():
+    from gateway.cli import _serve_config, build_parser
+
+    assert _serve_config(build_parser().parse_args(["serve"])).models[0].backend.request_timeout_s == 600
+
+
+def test_a_config_backend_becomes_the_worker_flags(tmp_path):
+    from gateway.process.supervisor import WorkerSpec
+
+    backend = config(tmp_path, "{threads: 2, max_batch: 4, weights_dtype: bf16, context_length: 512}").models[0].backend
+    argv = WorkerSpec.of(Path("/m.gguf"), backend).argv()
+    assert argv[argv.index("backends.worker") + 1 :] == [
+        "--host", "127.0.0.1", "--port", "0", "--model", "/m.gguf",
+        "--threads", "2", "--max-batch", "4", "--weights-dtype", "bf16", "--context-length", "512",
+    ]  # fmt: skip
+
+
+def test_the_prefix_cache_option_is_a_worker_switch(tmp_path):
+    from backends.worker.__main__ import parse_args
+    from gateway.process.supervisor import WorkerSpec
+
+    for value, flag, expected in (("false", "--no-prefix-cache", False), ("true", "--prefix-cache", True)):
+        backend = config(tmp_path, f"{{prefix_cache: {value}}}").models[0].backend
+        argv = WorkerSpec.of(None, backend).argv()
+        assert argv[-1] == flag and parse_args(argv[3:]).prefix_cache is expected
+    assert parse_args(["--disable-radix-cache"]).prefix_cache is False and parse_args([]).prefix_cache is True
+    with pytest.raises(ConfigError, match="prefix_cache: true or false"):
+        config(tmp_path, "{prefix_cache: 'no'}")

@@ -64,3 +64,25 @@ def test_cli_limits_override_the_config(tmp_path):
     override_limits(config.server, args)
     assert (config.server.max_concurrency, config.server.max_body_bytes) == (3, 16 * 1024 * 1024)
     assert config.server.header_timeout_s == 2.5
+
+
+def test_the_grammar_compile_budget_from_config_and_cli(tmp_path):
+    from gateway.cli import _serve_config, build_parser, override_limits
+    from gateway.process.limits import DEFAULT_GRAMMAR_COMPILE_S
+
+    path = tmp_path / "gateway.yaml"
+    path.write_text("models: [{id: m, backend: {type: none}}]\n")
+    assert load_config(path).server.grammar_compile_s == DEFAULT_GRAMMAR_COMPILE_S
+    path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {grammar_compile_s: 0.5}\n")
+    assert load_config(path).server.grammar_compile_s == 0.5
+    path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {grammar_compile_s: null}\n")
+    assert load_config(path).server.grammar_compile_s is None
+    path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {grammar_compile_s: -1}\n")
+    with pytest.raises(ConfigError, match="server.grammar_compile_s"):
+        load_config(path)
+    path.write_text("models: [{id: m, backend: {type: none}}]\n")
+    for flag, expected in (("5", 5.0), ("0", None)):
+        args = build_parser().parse_args(["serve", "--config", str(path), "--grammar-compile-budget", flag])
+        config = _serve_config(args)
+        override_limits(config.server, args)
+        assert config.server.grammar_compile_s == expected

@@ -119,6 +119,7 @@ def test_a_held_stream_counts_as_running_until_its_client_leaves(gateway):
         first = next(lines)
         during = samples(client)
         assert value(during, "gateway:num_requests_running", model_name=MODEL) == 1, (first, list(lines))
+        tasks_during = value(during, "gateway:event_loop_tasks")
         assert value(during, "gateway:backend_requests_running", model_name=MODEL, replica=live) == 1
     for _ in range(100):  # the gateway notices the hang-up when it next writes or polls: wait for it, bounded
         after = samples(client)
@@ -127,6 +128,7 @@ def test_a_held_stream_counts_as_running_until_its_client_leaves(gateway):
         time.sleep(0.05)
     assert value(after, "gateway:num_requests_running", model_name=MODEL) == 0
     assert value(after, "gateway:backend_requests_running", model_name=MODEL, replica=live) == 0
+    assert 0 < value(after, "gateway:event_loop_tasks") < tasks_during  # the held stream's tasks are gone
 
 
 def test_errors_and_shielded_spellings_are_counted(gateway):

@@ -189,11 +189,23 @@ def test_network_policies_select_the_pods_they_mean(values: str):
                 for rule in egress
                 for peer in rule.get("to", [])
             ), f"{values}: the gateway cannot reach the pods behind {service['metadata']['name']}"
-    args = gateway_container(docs)["args"]
-    if "--otlp-endpoint" in args:
-        port = urlsplit(args[args.index("--otlp-endpoint") + 1]).port
+    env = {e["name"]: e.get("value") for e in gateway_container(docs)["env"]}
+    if "OTEL_EXPORTER_OTLP_ENDPOINT" in env:
+        port = urlsplit(env["OTEL_EXPORTER_OTLP_ENDPOINT"]).port or 4318
         assert any(p["port"] == port for rule in egress for p in rule["ports"]), "the OTLP collector is unreachable"
     assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
+
+
+def test_tracing_values_become_the_opentelemetry_variables_only_with_an_endpoint():
+    env = {e["name"]: e.get("value") for e in gateway_container(render("networkpolicy-on.yaml"))["env"]}
+    assert {k: v for k, v in env.items() if k.startswith("OTEL_")} == {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4318",
+        "OTEL_SERVICE_NAME": "llm-gateway-prod",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+    }
+    untraced = gateway_container(render(None, "gateway.tracing.serviceName=x"))["env"]
+    assert not [e for e in untraced if e["name"].startswith("OTEL_")]
 
 
 @pytest.mark.parametrize("values", [v for v in VALID if v not in WITH_NETWORK_POLICY])

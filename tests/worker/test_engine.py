@@ -123,3 +123,10 @@ def test_abort_frees_the_slot(engine, checkpoint):
         engine.abort(f"hog-{i}")
     assert all(c.wait()[1].finish.type == "abort" for c in running[1:])
     assert engine.active_requests() == 0
+
+
+def test_penalties_change_the_logits_in_place(engine, checkpoint):
+    ids, event = submit(engine, "penalized", prompt_ids(checkpoint, "1, 2, 3, 4,"), max_new_tokens=4,
+                        frequency_penalty=2.0, presence_penalty=2.0).wait()
+    assert (event.finish.type, len(ids)) == ("length", 4)
+    assert len(set(ids)) == 4  # greedy " 5, 6" repeats "," and " ": the penalties forbid it

@@ -14,10 +14,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.dashboard import exposed_families, queried_metrics
+from tests.gateway.sglang_contract import api_types
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 2048  # long enough that a 1000-token generation holds its slot while a test looks
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
+PROMPT_COUNTING = [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28]  # "1, 2, 3, 4,"
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +114,13 @@ def test_json_schema_through_http(client):
         ({"input_ids": PROMPT, "sampling_params": {"regex": "a", "ebnf": 'root ::= "a"'}}, "only one"),
         ({"input_ids": [1] * CONTEXT, "sampling_params": {}}, "context length"),
         ({"input_ids": PROMPT, "sampling_params": {"temperature": -1}}, "temperature"),
-        ({"input_ids": PROMPT, "sampling_params": {"stop": ["\n"]}}, "not supported"),
+        ({"input_ids": PROMPT, "sampling_params": {"stop": ["\n", ""]}}, "must not be empty"),
+        ({"input_ids": PROMPT, "sampling_params": {"stop": ["x"] * 33}}, "at most 32"),
+        ({"input_ids": PROMPT, "sampling_params": {"stop": "x" * 257}}, "at most 256"),
+        ({"input_ids": PROMPT, "sampling_params": {"stop": [1]}}, "list of strings"),
+        ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "min_new_tokens": 3}}, "min_new_tokens"),
+        ({"input_ids": PROMPT, "sampling_params": {"stop_token_ids": [10**6]}}, "stop_token_ids"),
+        ({"input_ids": PROMPT, "sampling_params": {"stop_regex": "a"}}, "not supported"),
         ({"input_ids": PROMPT, "bogus": 1}, "bogus"),
     ],
 )
@@ -120,6 +128,32 @@ def test_bad_requests_get_400(client, body, message):
     response = client.post("/generate", json=body)
     assert response.status_code == 400
     assert message in response.json()["error"]["message"]
+
+
+COUNTING = "1, 2, 3, 4,"  # greedy: " 5, 6, 7, ..."
+
+
+def _stream_text(client: httpx.Client, body: dict) -> tuple[str, dict]:
+    """The text of a streamed /generate, and its last meta_info; both ways checked against SGLang's contract."""
+    body = {**body, "stream": True}
+    api_types.GenerateRequest.from_json_value(body)
+    with client.stream("POST", "/generate", json=body) as response:
+        events = _events(_sse(response))
+    for event in events:
+        api_types.GenerateResponse.from_json_value(event)
+    return "".join(e["text"] for e in events), events[-1]["meta_info"]
+
+
+def test_stop_strings_are_cut_or_kept_and_a_repeated_prompt_is_cached(client):
+    sampling = {"max_new_tokens": 8, "temperature": 0, "stop": ["6", "nine"]}
+    text, meta = _stream_text(client, {"text": COUNTING, "sampling_params": sampling})
+    assert (text, meta["finish_reason"]) == (" 5, ", {"type": "stop", "matched": "6"})
+    assert (meta["completion_tokens"], meta["cached_tokens"]) == (5, 0)
+    text, meta = _stream_text(client, {"text": COUNTING, "sampling_params": {**sampling, "no_stop_trim": True}})
+    assert (text, meta["cached_tokens"]) == (" 5, 6", len(PROMPT_COUNTING) - 1)
+    out = client.post("/generate", json={"text": COUNTING, "sampling_params": {**sampling, "stop": "5,"}}).json()
+    assert (out["text"], out["meta_info"]["finish_reason"]["matched"]) == (" ", "5,")
+    assert api_types.GenerateResponse.from_json_value(out).meta_info.finish_reason.matched == "5,"
 
 
 def test_abort_request_ends_the_stream(client, base_url):
@@ -199,6 +233,11 @@ def test_metrics_show_running_waiting_and_kv_cache_under_vllm_names(client, base
     assert after["vllm:generation_tokens_total"] > before["vllm:generation_tokens_total"]
     assert after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"] >= 1
     assert "worker:grammar_cache_hits_total" in after and "worker:grammar_compile_seconds_total" in after
+    queries = after["vllm:prefix_cache_queries_total"] - before["vllm:prefix_cache_queries_total"]
+    hits = after["vllm:prefix_cache_hits_total"] - before["vllm:prefix_cache_hits_total"]
+    # Two or three placements of one prompt (the queued request may be aborted before a slot frees): the second
+    # finds all but its last token in the first one's slot.
+    assert queries in (2 * len(PROMPT), 3 * len(PROMPT)) and hits >= len(PROMPT) - 1
 
 
 def test_every_worker_metric_the_dashboard_queries_is_exposed(client):

@@ -2,11 +2,15 @@
 
 `{key:value,…}` with bare keys, strings between two `<|"|>` TOKENS (`token` formats by id, the raw text
 between them `any_tokens` excluding the call's and the quote's ids), numbers as regexes, true / false /
-null, arrays and nested objects. Structural tags have no references, so only a finite schema can be
-spelled out: a schema with `$ref`, a free-form object (no `properties`) or value (no `type`), or nesting
-deeper than MAX_DEPTH has no format here (None), and the call keeps free text; so has a key or an enum string
-holding `<` (a literal is text, and text could spell a control token). Properties are written in
-the schema's declared order with `,` and no space; every required one must come, optional ones may.
+null, arrays and nested objects. Structural tags have no references, so a schema is spelled out whole:
+* a local `$ref` (`#`, `#/$defs/X`, any JSON pointer into the tool's parameters) is inlined; a reference to
+  itself (a recursive schema), a remote one or one that does not resolve has no format (None);
+* a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
+  `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
+* a grammar past MAX_FORMATS formats (inlined references add up) has no format.
+With no format the call keeps free text; so has one whose key or enum string holds `<` (a literal is text, and
+text could spell a control token). Properties are written in the schema's declared order with `,` and no space;
+every required one must come, optional ones may.
 """
 
 from __future__ import annotations
@@ -14,8 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gateway.families.json_pointer import resolve_pointer
+
 Format = dict[str, Any]
 MAX_DEPTH = 6
+FREE_DEPTH = 3
+MAX_FORMATS = 5000
+FREE_KEY = r"[A-Za-z0-9_$@.\-]+"
 INTEGER = r"-?(0|[1-9][0-9]*)"
 NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
 
@@ -32,22 +41,40 @@ def _or(elements: list[Format]) -> Format:
     return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
 
 
+class _TooLarge(Exception):
+    """The grammar would pass MAX_FORMATS formats."""
+
+
 class ArgumentFormats:
     """Formats for values of a schema; `quote` is the `<|"|>` token format, `raw` a string's body."""
 
     def __init__(self, quote: Format, raw: Format):
         self.quote = quote
         self.raw = raw
+        self._root: Any = None
+        self._inlining: list[str] = []
+        self._formats = 0
 
     def arguments(self, schema: Any) -> Format | None:
         """The `{…}` of a call whose parameters are `schema`, or None when it cannot be spelled out."""
         if not isinstance(schema, dict) or schema.get("type") != "object":
             return None
-        return self._value(schema, 0)
+        self._root, self._inlining, self._formats = schema, [], 0
+        try:
+            return self._value(schema, 0)
+        except _TooLarge:
+            return None
 
     def _value(self, schema: Any, depth: int) -> Format | None:
-        if not isinstance(schema, dict) or depth > MAX_DEPTH or "$ref" in schema:
+        if not isinstance(schema, dict) or depth > MAX_DEPTH:
             return None
+        self._formats += 1
+        if self._formats > MAX_FORMATS:
+            raise _TooLarge
+        if "$ref" in schema:
+            return self._reference(schema, depth)
+        if not {"type", "enum", "const", "anyOf", "oneOf"} & schema.keys():
+            return self._free(depth)
         if "enum" in schema or "const" in schema:
             return self._literals(schema["enum"] if "enum" in schema else [schema["const"]])
         if "anyOf" in schema or "oneOf" in schema:
@@ -65,6 +92,40 @@ class ArgumentFormats:
             "object": lambda: self._object(schema, depth),
         }
         return build[kind]() if kind in build else None
+
+    def _reference(self, schema: dict[str, Any], depth: int) -> Format | None:
+        """A local `$ref` inlined (its sibling keywords kept); None for a recursive, remote or dangling one."""
+        ref = schema["$ref"]
+        target = resolve_pointer(self._root, ref) if isinstance(ref, str) and ref not in self._inlining else None
+        if not isinstance(target, dict):
+            return None
+        self._inlining.append(ref)
+        try:
+            return self._value({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, depth)
+        finally:
+            self._inlining.pop()
+
+    def _free(self, depth: int, levels: int = FREE_DEPTH) -> Format | None:
+        """Any value, nested at most `levels` deep: strings, numbers, literals, arrays, objects with FREE_KEY keys."""
+        if depth > MAX_DEPTH:
+            return None
+        scalars = [
+            _seq(self.quote, self.raw, self.quote),
+            {"type": "regex", "pattern": NUMBER},
+            _or([_const("true"), _const("false"), _const("null")]),
+        ]
+        return _or([*scalars, *self._containers(depth, levels)])
+
+    def _containers(self, depth: int, levels: int) -> list[Format]:
+        """An array and an object of free values `levels` deep ([] when no level is left)."""
+        inner = self._free(depth + 1, levels - 1) if levels else None
+        if inner is None:
+            return []
+        self._formats += 4 * _count(inner)  # written four times: first and later items, first and later members
+        if self._formats > MAX_FORMATS:
+            raise _TooLarge
+        member = _seq({"type": "regex", "pattern": FREE_KEY}, _const(":"), inner)
+        return [_seq(_const("["), _list(inner), _const("]")), _seq(_const("{"), _list(member), _const("}"))]
 
     def _any(self, options: Any, depth: int) -> Format | None:
         formats = [self._value(o, depth) for o in options] if isinstance(options, list) and options else [None]
@@ -97,7 +158,10 @@ class ArgumentFormats:
     def _object(self, schema: dict[str, Any], depth: int) -> Format | None:
         properties = schema.get("properties")
         if not isinstance(properties, dict) or not properties:
-            return None if schema.get("additionalProperties", True) is not False else _seq(_const("{"), _const("}"))
+            if schema.get("additionalProperties", True) is False:
+                return _seq(_const("{"), _const("}"))
+            containers = self._containers(depth, FREE_DEPTH)
+            return containers[1] if containers else None
         required = set(schema.get("required") or [])
         members: list[tuple[Format, bool]] = []
         for key, sub in properties.items():
@@ -118,3 +182,15 @@ class ArgumentFormats:
             if members[first][1]:
                 return _or(alternatives)  # a required member cannot be skipped
         return {"type": "optional", "content": _or(alternatives)}  # every member optional: `{}` too
+
+
+def _list(item: Format) -> Format:
+    """Zero or more `item`s separated by `,`."""
+    return {"type": "optional", "content": _seq(item, {"type": "star", "content": _seq(_const(","), item)})}
+
+
+def _count(fmt: Any) -> int:
+    """How many formats `fmt` holds (itself included)."""
+    if isinstance(fmt, dict):
+        return int("type" in fmt) + sum(_count(v) for v in fmt.values())
+    return sum(_count(v) for v in fmt) if isinstance(fmt, list) else 0

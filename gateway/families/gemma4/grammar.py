@@ -15,9 +15,11 @@ Policy:
   Gemma's object notation, built from structural-tag formats (arguments.py):
   strings between two `<|"|>` TOKENS, so a string can neither be closed by the
   quote's spelling nor hold the quote token. xgrammar's own `gemma` style needs
-  0.2.9 and, being text, would take the quote's spelling for the token. A
-  schema those formats cannot spell out (`$ref`, free-form objects or values,
-  deep nesting) keeps free text inside `{…}` (no control token but `<|"|>`).
+  0.2.9 and, being text, would take the quote's spelling for the token. Local
+  `$ref`s are inlined, free-form objects and values take any value three
+  levels deep; a schema those formats still cannot spell out (a recursive or
+  remote `$ref`, nesting past six levels) keeps free text inside `{…}` (no
+  control token but `<|"|>`).
 * response_format json_object / json_schema: the answer is that JSON, no
   control token's spelling in a string (`gateway.grammars.safe_json`).
 """

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.families.json_pointer import resolve_pointer
+
 XTML_TYPE = {
     "string": "string",
     "integer": "number",
@@ -45,20 +47,7 @@ class SchemaDocument:
 
     def resolve(self, pointer: str) -> Any:
         """The node a local pointer names, or None."""
-        if pointer in ("#", "#/"):
-            return self.root
-        if not pointer.startswith("#/"):
-            return None
-        node: Any = self.root
-        for segment in pointer[2:].split("/"):
-            key = segment.replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and key in node:
-                node = node[key]
-            elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-                node = node[int(key)]
-            else:
-                return None
-        return node
+        return resolve_pointer(self.root, pointer)
 
     def refs_resolve(self, schema: Any, nested: bool = False) -> bool:
         """Whether every local pointer inside `schema` names something.

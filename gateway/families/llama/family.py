@@ -7,6 +7,7 @@ from functools import cache, cached_property
 from tokenizers import Tokenizer
 
 from backends.base import Grammar
+from backends.conversion_cache import cached_tokenizer
 from backends.quicktok_vocab import LLAMA3_PATTERN, quicktok_data, read_vocab
 from backends.tiktoken_bpe import tokenizer_from_ranks
 from gateway.families.base import Family, OutputParser
@@ -34,7 +35,9 @@ from .prompt import render_native
 @cache
 def llama3_tokenizer() -> Tokenizer:
     """Llama 3.1+'s tokenizer from quicktok's `llama3.vocab` (tiktoken ranks) with its 256 special tokens."""
-    return tokenizer_from_ranks(read_vocab(quicktok_data() / "llama3.vocab"), llama31_specials(), LLAMA3_PATTERN)
+    vocab, specials = quicktok_data() / "llama3.vocab", llama31_specials()
+    convert = lambda: tokenizer_from_ranks(read_vocab(vocab), specials, LLAMA3_PATTERN)
+    return cached_tokenizer([vocab], [LLAMA3_PATTERN, repr(sorted(specials.items()))], convert)
 
 
 class Llama3Family(Family):

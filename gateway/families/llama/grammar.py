@@ -5,10 +5,14 @@ Policy:
   `{"name": "NAME", "parameters": {…}}` with the tool's schema (any object
   when the tool says `strict: false`), separated by "; " (one call when
   named or `parallel_tool_calls` is false). Formats: tag, tags_with_separator,
-  grammar (EBNF for compact JSON).
-* tool_choice "auto": no grammar. Llama 3 writes calls as bare JSON with no
-  marker that opens them, so a lazy call grammar would also constrain every
-  answer that starts with `{`.
+  triggered_tags, grammar (EBNF for compact JSON).
+* tool_choice "auto": free text in which every `{"name": ` opens a call
+  (`triggered_tags`, as xgrammar 0.2.9's builtin `llama` style; one call when
+  `parallel_tool_calls` is false). Llama 3 writes calls as bare JSON with no
+  marker, so that spelling is the trigger: an answer written as JSON whose
+  first key is "name" must be a call too (other JSON answers stay free), and
+  a call the grammar takes mid-text is content to the parser (calls open the
+  output or follow `<|python_tag|>`).
 * response_format json_object / json_schema (without forced calls): the answer is that JSON.
 * Llama 4's pythonic calls get no call grammar (only response_format).
 * No JSON string can hold a control token's spelling (the vocabulary's
@@ -29,6 +33,9 @@ from gateway.grammars.safe_json import control_spellings, safe_json_ebnf, safe_j
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
+CALL_TRIGGER = '{"name": '
+"""What opens every Llama 3 call: the trigger of the lazy `auto` grammar."""
+
 
 def call_tag(tool: dict[str, Any], param: str, spellings: tuple[str, ...]) -> dict[str, Any]:
     """One Llama 3 call of `tool`: its name, then arguments by its schema with none of `spellings` in a string."""
@@ -46,7 +53,8 @@ def build_grammar(request: ChatRequest, tokenizer: Any, json_calls: bool) -> Gra
     """The grammar for `request` on `tokenizer`; `json_calls`: the Llama 3 JSON call syntax (else Llama 4
     pythonic)."""
     tools = request.active_tools
-    if tools and request.tool_choice != "auto" and json_calls:
+    schema = response_schema(request.response_format)
+    if tools and json_calls and (request.tool_choice != "auto" or schema is None):
         names = {t["function"]["name"] for t in tools}
         spellings = control_spellings(tokenizer)
         tags = [
@@ -54,11 +62,13 @@ def build_grammar(request: ChatRequest, tokenizer: Any, json_calls: bool) -> Gra
             for i, t in enumerate(request.tools)
             if t["function"]["name"] in names
         ]
-        one = isinstance(request.tool_choice, dict) or not request.parallel_tool_calls
-        calls = {"type": "tags_with_separator", "tags": tags, "separator": "; ", "at_least_one": True}
-        calls["stop_after_first"] = one
+        if request.tool_choice == "auto":
+            calls = {"type": "triggered_tags", "triggers": [CALL_TRIGGER], "tags": tags, "at_least_one": False}
+            calls["stop_after_first"] = not request.parallel_tool_calls
+        else:
+            calls = {"type": "tags_with_separator", "tags": tags, "separator": "; ", "at_least_one": True}
+            calls["stop_after_first"] = isinstance(request.tool_choice, dict) or not request.parallel_tool_calls
         return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": calls}, ensure_ascii=False))
-    schema = response_schema(request.response_format)
     if schema is None or (tools and request.tool_choice != "auto"):
         return None
     strict = response_strict(request.response_format)

@@ -10,6 +10,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from backends.base import Grammar
+from backends.sentencepiece_tokenizer import load_sentencepiece
 from backends.tekken import load_tekken
 from gateway.families.base import Family, OutputParser
 from gateway.families.recognition import Recognition
@@ -24,13 +25,24 @@ from .prompt import render_native
 MISTRAL_TOKENS = frozenset({INST, INST_END, TOOL_CALLS})
 
 
-@cache
-def tekken_tokenizer(name: str = "tekken_240911.json") -> Tokenizer:
-    """A tekken file shipped by mistral-common (found without importing it), v7+ special tokens at their ids."""
+def mistral_common_data(name: str) -> Path:
+    """A tokenizer file shipped in mistral-common's `data` folder (found without importing the package)."""
     spec = importlib.util.find_spec("mistral_common")
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("mistral-common is not installed (pip install --no-deps 'mistral-common==1.13.1')")
-    return load_tekken(Path(next(iter(spec.submodule_search_locations))) / "data" / name, TEKKEN_SPECIALS)
+    return Path(next(iter(spec.submodule_search_locations))) / "data" / name
+
+
+@cache
+def tekken_tokenizer(name: str = "tekken_240911.json") -> Tokenizer:
+    """A tekken file shipped by mistral-common, v7+ special tokens at their ids."""
+    return load_tekken(mistral_common_data(name), TEKKEN_SPECIALS)
+
+
+@cache
+def sentencepiece_tokenizer(name: str = "mistral_instruct_tokenizer_240323.model.v3") -> Tokenizer:
+    """A SentencePiece model shipped by mistral-common (v3 by default: Mistral 7B v0.3, Mixtral 8x22B)."""
+    return load_sentencepiece(mistral_common_data(name))
 
 
 class MistralFamily(Family):

@@ -22,18 +22,20 @@ from canitoolcall.fixtures import load_fixtures
 from gateway.families.glm import GlmParser
 from gateway.families.glm.markers import prompt_opens_reasoning
 from tests.conformance.alignment import AlignedPieces, AlignmentError, Vocabulary
-from tests.conformance.common import GatewayAdapter
+from tests.conformance.common import GatewayAdapter, sent_before_its_end
 
 FAMILY = "glm"
 ENGINE = "tests.conformance.adapters.glm:Adapter"
-_CUT_LATER = (
-    "cut after its first argument was complete: the call was sent then and its arguments streamed; "
-    "they cannot be taken back (the client sees unterminated arguments and finish_reason length)"
-)
 EXPECTED_FAILURES: dict[str, str] = {
-    "glm/glm47-truncated-inside-arg-value": _CUT_LATER,
-    "glm/glm47-truncated-before-close-call": _CUT_LATER,
-    "glm/glm45-truncated-after-arg-key": _CUT_LATER,
+    "glm/glm47-truncated-inside-arg-value": sent_before_its_end(
+        "inside its second value", "get_weather", '{"city": "Berlin", "unit": "'
+    ),
+    "glm/glm47-truncated-before-close-call": sent_before_its_end(
+        "before its </tool_call>", "get_weather", '{"city": "Berlin", "unit": "celsius"'
+    ),
+    "glm/glm45-truncated-after-arg-key": sent_before_its_end(
+        "after its second key", "get_weather", '{"city": "Berlin"'
+    ),
 }
 _TAGS = (
     "<think>",

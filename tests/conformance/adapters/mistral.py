@@ -3,9 +3,9 @@
 Tekken (v7+, `tokenizer.mode` "mistral"): mistral-common's `tekken_240911.json`
 converted with the v7+ special tokens at their ids (`[TOOL_CALLS]`=9,
 `[ARGS]`=32, `[CALL_ID]`=33, `[THINK]`=34, `[/THINK]`=35); the recorded ids are
-decoded by the gateway's Detokenizer. Mistral 7B v0.3 (SentencePiece v3):
-`[TOOL_CALLS]`=5 known, its ids aligned with the text
-(tests/conformance/alignment.py). Magistral Small 2506 writes `<think>` as
+decoded by the gateway's Detokenizer. Mistral 7B v0.3: mistral-common's
+SentencePiece `tokenizer.model.v3` converted by `backends.sentencepiece_tokenizer`
+(`[TOOL_CALLS]`=5), the same path. Magistral Small 2506 writes `<think>` as
 text (the `mistral_text_think` variant).
 
     python -m canitoolcall run --engine tests.conformance.adapters.mistral:Adapter --family mistral
@@ -19,16 +19,14 @@ from typing import Any
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 from tokenizers import Tokenizer
 
-from gateway.families.mistral import MistralParser, tekken_tokenizer
-from gateway.families.mistral.markers import TOOL_CALLS
-from tests.conformance.alignment import AlignedPieces, Vocabulary
+from backends.detokenizer import Detokenizer, added_tokens
+from gateway.families.mistral import MistralParser, sentencepiece_tokenizer, tekken_tokenizer
 from tests.conformance.common import PieceSource
 from tests.conformance.vocabulary import VocabularyAdapter
 
 FAMILY = "mistral"
 ENGINE = "tests.conformance.adapters.mistral:Adapter"
 EXPECTED_FAILURES: dict[str, str] = {}
-V3_CONTROL = {5: TOOL_CALLS}
 TEXT_THINK_MODELS = ("mistralai/Magistral-Small-2506",)
 
 
@@ -45,19 +43,24 @@ class Adapter(VocabularyAdapter):
         return Support(True) if family == FAMILY else Support(False, "the mistral family parses [TOOL_CALLS] only")
 
     def parser_config(self, raw: ReplayInput) -> dict[str, Any]:
-        tokenizer = "v3 SentencePiece ids aligned with raw_output" if is_v3(raw) else "tekken_240911 (mistral-common)"
+        tokenizer = "tokenizer.model.v3 (mistral-common)" if is_v3(raw) else "tekken_240911 (mistral-common)"
         return {"parser": "MistralParser", "text_think": raw.model in TEXT_THINK_MODELS, "tokenizer": tokenizer}
 
     def load_tokenizer(self) -> Tokenizer:
         return tekken_tokenizer()
 
+    def units(self, raw: ReplayInput) -> list[int]:
+        if is_v3(raw) and raw.token_ids is None:
+            return sentencepiece_tokenizer().encode(raw.text, add_special_tokens=False).ids
+        return super().units(raw)
+
     def special_token_ids(self, raw: ReplayInput) -> Collection[int]:
-        return set(V3_CONTROL) if is_v3(raw) else super().special_token_ids(raw)
+        return set(added_tokens(sentencepiece_tokenizer())[0]) if is_v3(raw) else super().special_token_ids(raw)
 
     def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> MistralParser:
         return MistralParser(text_think=raw.model in TEXT_THINK_MODELS)
 
     def pieces(self, raw: ReplayInput) -> PieceSource:
         if is_v3(raw):
-            return AlignedPieces(Vocabulary(V3_CONTROL).texts(raw.text, self.units(raw)), V3_CONTROL)
+            return Detokenizer(sentencepiece_tokenizer(), added_tokens(sentencepiece_tokenizer())[0])
         return super().pieces(raw)

@@ -22,15 +22,13 @@ from backends.detokenizer import Detokenizer
 from backends.qwen_tokenizer import vocabulary_for_model
 from gateway.families.qwen3_xml import Qwen3XmlParser
 from gateway.families.qwen3_xml.markers import prompt_opens_reasoning
-from tests.conformance.common import GatewayAdapter
+from tests.conformance.common import GatewayAdapter, sent_before_its_end
 
 FAMILY = "qwen3-xml"
 ENGINE = "tests.conformance.adapters.qwen3_xml:Adapter"
 EXPECTED_FAILURES: dict[str, str] = {
-    "qwen3-xml/q38-truncated-in-parameter": (
-        "cut inside its second argument: the call was sent once its first argument was complete and the second "
-        "streamed as it arrived; streamed arguments cannot be taken back (the client sees unterminated arguments "
-        "and finish_reason length). Holding every call whole would pass it but end argument streaming."
+    "qwen3-xml/q38-truncated-in-parameter": sent_before_its_end(
+        "inside its second value", "write_file", '{"path": "/tmp/build.sh", "content": "rm -rf /'
     ),
 }
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.generation.stop_strings import StopMatcher
+from backends.stop_strings import StopMatcher
 from gateway.types import Piece
 
 
@@ -73,3 +73,19 @@ def test_same_answer_however_chunked(text, stop, cuts):
     chunks = [text[a:b] for a, b in itertools.pairwise(bounds)]
     expected = text.split(stop)[0] if stop in text else text
     assert run([stop], chunks) == (expected, stop if stop in text else None)
+
+
+def test_unarmed_text_cannot_end_a_stop_string():
+    """vLLM's min_tokens: a stop string must end in text fed armed; one that only starts before still counts."""
+    matcher = StopMatcher(["ab", "xy"])
+    assert matcher.feed([Piece("1ab2x")], armed=False) == [Piece("1ab2")]
+    assert matcher.matched is None
+    assert matcher.feed([Piece("y3")]) == []
+    assert matcher.matched == "xy"
+
+
+def test_a_match_inside_held_unarmed_text_is_not_taken_later():
+    matcher = StopMatcher(["ab", "abcd"])
+    assert matcher.feed([Piece("abc")], armed=False) == []  # "abc" is held: it may become "abcd"
+    assert matcher.feed([Piece("x")]) == [Piece("abcx")]  # "ab" ended while unarmed
+    assert matcher.matched is None

@@ -1,17 +1,19 @@
-"""Stop strings matched on detokenized text across token and chunk boundaries.
+"""Stop strings matched on detokenized text across token and chunk boundaries (the gateway's and the worker's).
 
 Text that might be the start of a stop string is held back until it either
 completes one (the output ends before it) or cannot (it is released), so a stop
 string never leaks into content. Stop strings match ordinary text only: an
 added/control token piece passes through untouched and releases what was held,
 since no stop string can continue across it (stop tokens are stop_token_ids).
+Held text is shorter than the longest stop string, so each piece costs time
+bounded by the stop strings, not by the output's length.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.types import Piece
+from backends.detokenizer import Piece
 
 
 class StopMatcher:
@@ -22,8 +24,12 @@ class StopMatcher:
         self._held = ""
         self.matched: str | None = None
 
-    def feed(self, pieces: Sequence[Piece]) -> list[Piece]:
-        """The pieces that are certain; after a match (see `matched`) nothing more is returned."""
+    def feed(self, pieces: Sequence[Piece], armed: bool = True) -> list[Piece]:
+        """The pieces that are certain; after a match (see `matched`) nothing more is returned.
+
+        Unarmed (vLLM's min_tokens not reached yet), no stop string may end in the new text; one that starts
+        there and ends in text fed armed still counts.
+        """
         if not self._stops:
             return list(pieces)
         out: list[Piece] = []
@@ -35,7 +41,8 @@ class StopMatcher:
                 out.append(piece)
                 continue
             text = self._held + piece.text
-            cut = self._first_match(text)
+            # A match ending inside the held text was seen before (or was unarmed): look past it.
+            cut = self._first_match(text, len(self._held)) if armed else None
             if cut is not None:
                 self._held = ""
                 _emit(out, text[:cut])
@@ -52,10 +59,11 @@ class StopMatcher:
         self._held = ""
         return out
 
-    def _first_match(self, text: str) -> int | None:
+    def _first_match(self, text: str, seen: int) -> int | None:
+        """Where the first stop string ending after text[:seen] starts (and set `matched`), or None."""
         best: int | None = None
         for stop in self._stops:
-            i = text.find(stop)
+            i = text.find(stop, max(seen - len(stop) + 1, 0))
             if i >= 0 and (best is None or i < best):
                 best, self.matched = i, stop
         return best

@@ -1,0 +1,168 @@
+"""The CPU time one request's grammar may cost: built and compiled in a child process, killed past the budget.
+
+A schema within every static bound can still cost seconds to compile (measured on SmolLM2's vocabulary, one
+thread: an enum of 20,000 strings 2.1 s; twelve nested anyOf levels 0.9 s to build and 7.2 s to compile). The
+family builds the grammar and xgrammar compiles it on the model's real vocabulary in a `CompileProcess`; past
+`seconds` of its CPU time the child is killed and the request is a 400 naming the schema (`param`), before any
+backend is touched. Grammars that compiled in time are remembered by the child (a repeat costs only its build),
+and grammars that did not by this object (a repeat is refused at once). Waiting for a free child is not charged.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import xgrammar as xgr
+
+from backends.base import Grammar
+from gateway.errors import APIError, invalid
+from gateway.families.base import Family
+from gateway.grammars.compile_process import CompileProcess
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema
+from gateway.observability.requests import note_grammar_compile
+from gateway.types import ChatRequest
+
+PROCESSES = 2
+"""Children per model: two requests' grammars compile at once; a third waits for one of them."""
+REMEMBERED_OVER_BUDGET = 1024
+WALL_FACTOR = 10.0
+"""A child that has not answered after WALL_FACTOR x the budget in wall time (at least 30 s) is stuck, not busy."""
+POLL_S = 0.01
+
+
+class GrammarBudget:
+    """Builds and compiles one model's grammars under a CPU-time budget per request."""
+
+    def __init__(self, family: Family, tokenizer_info: Callable[[], xgr.TokenizerInfo], seconds: float):
+        self.seconds = seconds
+        self._family = family
+        self._tokenizer_info = tokenizer_info
+        self._info: xgr.TokenizerInfo | None = None
+        self._idle: queue.Queue[CompileProcess | None] = queue.Queue()
+        for _ in range(PROCESSES):
+            self._idle.put(None)  # a free place; its child is forked on first use
+        self._over_budget: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def build(self, chat: ChatRequest, prompt: str) -> Grammar | None:
+        """The family's grammar for `chat`, compiled within the budget; blocking (call it off the event loop).
+        400 when the schema cannot become a grammar or costs more than the budget."""
+        child = self._idle.get()
+        try:
+            if child is None or not child.alive:
+                child = self._fork()
+            reply = self._run(child, chat, prompt)
+        except BaseException:  # over budget, stuck or gone: the child's state is unknown, so it goes
+            if child is not None:
+                child.kill()
+            self._idle.put(None)
+            raise
+        self._idle.put(child)
+        return self._outcome(reply, chat)
+
+    def _fork(self) -> CompileProcess:
+        with self._lock:
+            if self._closed:
+                raise APIError("the gateway is shutting down", status=503, type="server_error", retry_after=1)
+            if self._info is None:
+                self._info = self._tokenizer_info()
+        return CompileProcess(self._family, self._info)
+
+    def _run(self, child: CompileProcess, chat: ChatRequest, prompt: str) -> tuple[Any, ...]:
+        """The child's answer to one job; raises the 400 when its CPU time runs past the budget."""
+        started_cpu, started = child.cpu_seconds(), time.monotonic()
+        child.connection.send((chat, prompt))
+        reply = self._reply(child, started_cpu, started)
+        if reply is not None and reply[0] == "built":
+            key = reply[1]
+            if self._known_over_budget(key):
+                child.connection.send(False)
+                self._reply(child, started_cpu, started)  # ("skipped",)
+                return ("over_budget",)
+            child.connection.send(True)
+            reply = self._reply(child, started_cpu, started)
+            if reply is None:
+                self._remember_over_budget(key)
+        if reply is None:
+            note_grammar_compile(self.seconds, "over_budget")
+            raise self._over(chat)
+        return reply
+
+    def _reply(self, child: CompileProcess, started_cpu: float, started: float) -> tuple[Any, ...] | None:
+        """The child's next message; None once its CPU time for this job is past the budget."""
+        wall_limit = max(30.0, WALL_FACTOR * self.seconds)
+        while not child.connection.poll(POLL_S):
+            if child.cpu_seconds() - started_cpu > self.seconds:
+                return None
+            if time.monotonic() - started > wall_limit or not child.alive:
+                raise APIError(
+                    "the grammar compiler failed; try again", status=503, type="server_error", retry_after=1
+                )
+        return child.connection.recv()
+
+    def _outcome(self, reply: tuple[Any, ...], chat: ChatRequest) -> Grammar | None:
+        kind = reply[0]
+        if kind == "none":
+            return None
+        if kind == "invalid":
+            raise invalid(reply[1], reply[2])
+        if kind == "over_budget":
+            note_grammar_compile(None, "over_budget")
+            raise self._over(chat)
+        if kind == "uncompilable":
+            raise invalid(f"the grammar this request needs cannot be compiled: {reply[2]}", schema_param(chat))
+        if kind == "known":
+            note_grammar_compile(None, "hit")
+            return reply[1]
+        note_grammar_compile(reply[2], "miss")
+        return reply[1]
+
+    def _over(self, chat: ChatRequest) -> APIError:
+        return invalid(
+            f"the grammar this request's schema needs costs more than this gateway's compile budget of "
+            f"{self.seconds:g} s of CPU; simplify the schema (large enums, nested anyOf, long repetitions)",
+            schema_param(chat),
+            "grammar_too_complex",
+        )
+
+    def _known_over_budget(self, key: str) -> bool:
+        with self._lock:
+            if key in self._over_budget:
+                self._over_budget.move_to_end(key)
+                return True
+            return False
+
+    def _remember_over_budget(self, key: str) -> None:
+        with self._lock:
+            self._over_budget[key] = None
+            while len(self._over_budget) > REMEMBERED_OVER_BUDGET:
+                self._over_budget.popitem(last=False)
+
+    def close(self) -> None:
+        """Kill the idle children (a busy one is killed when its job returns)."""
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                child = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            if child is not None:
+                child.kill()
+
+
+def schema_param(chat: ChatRequest) -> str:
+    """Where the schema behind a request's grammar came from: one tool's parameters or the response format when
+    only one schema is in play, else `tools`."""
+    tools = chat.active_tools
+    if not tools and response_schema(chat.response_format) is not None:
+        return RESPONSE_SCHEMA_PARAM
+    if len(tools) == 1 and response_schema(chat.response_format) is None:
+        return f"tools[{chat.tools.index(tools[0])}].function.parameters"
+    return "tools"

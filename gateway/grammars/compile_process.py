@@ -1,0 +1,136 @@
+"""A child process that builds and compiles one model's grammars, so that a compile over its budget can be killed.
+
+xgrammar's compiler is C++ and cannot be interrupted: a thread running it would keep burning a core after the
+request was refused. The child is a fork of the gateway (it holds the model's family and xgrammar's view of the
+vocabulary without loading them again) that serves one job at a time over a socket pair:
+
+    parent → (chat, prompt)       child builds the family's grammar
+    child  → ("none",) | ("invalid", message, param) | ("known", grammar) | ("built", key)
+    parent → True (compile) | False (skip: the parent knows the key is over budget)
+    child  → ("compiled", grammar, seconds) | ("uncompilable", grammar, message)
+
+Its CPU time is read from /proc while it works; the parent kills it past the budget.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import signal
+import stat
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import xgrammar as xgr
+
+from backends.base import Grammar
+from backends.xgrammar_compile import GrammarError, compile_grammar
+from gateway.families.base import Family
+from gateway.grammars.json import SchemaGrammarError
+from gateway.types import ChatRequest
+
+KNOWN_GRAMMARS = 256
+"""Grammars a child remembers as compiled within budget (a repeat costs only its build)."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def grammar_key(grammar: Grammar) -> str:
+    return hashlib.sha256(f"{grammar.kind}\0{grammar.text}".encode()).hexdigest()
+
+
+class CompileProcess:
+    """One forked child serving build-and-compile jobs; `kill()` ends it at once, whatever it is doing."""
+
+    def __init__(self, family: Family, info: xgr.TokenizerInfo):
+        ours, theirs = multiprocessing.Pipe()
+        context = multiprocessing.get_context("fork")
+        self._process = context.Process(target=_serve, args=(theirs, ours, family, info), daemon=True)
+        self._process.start()
+        theirs.close()
+        self.connection = ours
+
+    @property
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the child (all its threads) so far; 0 where /proc cannot tell."""
+        try:
+            with open(f"/proc/{self._process.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def kill(self) -> None:
+        self._process.kill()
+        self._process.join(5)
+        self.connection.close()
+
+
+def _serve(connection: Connection, parents_end: Connection, family: Family, info: xgr.TokenizerInfo) -> None:
+    """The child: answer jobs until the parent closes its end."""
+    parents_end.close()
+    _forget_parent(connection)
+    compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+    known: OrderedDict[str, None] = OrderedDict()
+    while True:
+        try:
+            chat, prompt = connection.recv()
+        except (EOFError, OSError):
+            return
+        connection.send(_job(connection, compiler, known, family.grammar, chat, prompt))
+
+
+def _job(
+    connection: Connection,
+    compiler: xgr.GrammarCompiler,
+    known: OrderedDict[str, None],
+    build: Callable[[ChatRequest, str], Grammar | None],
+    chat: ChatRequest,
+    prompt: str,
+) -> tuple[Any, ...]:
+    try:
+        grammar = build(chat, prompt)
+    except SchemaGrammarError as e:
+        return ("invalid", str(e), e.param)
+    if grammar is None:
+        return ("none",)
+    key = grammar_key(grammar)
+    if key in known:
+        known.move_to_end(key)
+        return ("known", grammar)
+    connection.send(("built", key))
+    if not connection.recv():
+        return ("skipped",)
+    started = time.process_time()
+    try:
+        compile_grammar(compiler, grammar.kind, grammar.text)
+    except GrammarError as e:
+        return ("uncompilable", grammar, str(e))
+    known[key] = None
+    while len(known) > KNOWN_GRAMMARS:
+        known.popitem(last=False)
+    return ("compiled", grammar, time.process_time() - started)
+
+
+def _forget_parent(keep: Connection) -> None:
+    """Drop what the fork copied of the gateway's serving state: signal handlers that would wake its event loop,
+    and its sockets (a listener held open here would accept connections nobody serves after the gateway closes
+    it)."""
+    signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd == keep.fileno():
+            continue
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.close(fd)
+        except OSError:
+            pass

@@ -1,0 +1,119 @@
+"""The conversion cache: a cached GGUF load equals a parse of the file; a bad cache never breaks a load.
+
+Converted tokenizers: tests/test_tokenizer_cache.py."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from backends.checkpoint import Checkpoint, embedded_gguf_path, gguf_cache_folder, load_checkpoint
+from backends.conversion_cache import CACHE_ENV, cache_root, keyed_folder, read_cached, write_cached
+from backends.tiktoken_bpe import tokenizer_from_ranks
+from backends.worker import weights as weights_module
+from backends.worker.weights import _LAYER_FIELDS, LlamaWeights, load_weights
+
+METADATA = ("metadata", str(Path(__file__).parents[1] / "backends" / "checkpoint.py"))
+
+
+def metadata_folder(path: Path) -> Path | None:
+    return gguf_cache_folder(path, *METADATA)
+
+
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Checkpoint, LlamaWeights]]:
+    """The embedded model parsed and dequantized from the GGUF file into an empty cache (which it fills)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
+        assert not metadata_folder(embedded_gguf_path()).exists()
+        checkpoint = load_checkpoint()
+        yield checkpoint, load_weights(checkpoint)
+
+
+def test_a_second_load_reads_the_converted_copy(cold: tuple[Checkpoint, LlamaWeights]):
+    parsed, _ = cold
+    folder = metadata_folder(parsed.path)
+    assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.json", "tokenizer.json"]
+    weights = gguf_cache_folder(parsed.path, "float32 weights", weights_module.__file__)
+    assert [p.name for p in weights.iterdir()] == ["model.safetensors"]
+    cached = load_checkpoint()
+    assert cached.path == parsed.path and cached.config == parsed.config
+    fields = ("chat_template", "bos_token", "eos_token", "eos_token_ids", "control_token_ids")
+    assert [getattr(cached, f) for f in fields] == [getattr(parsed, f) for f in fields]
+    assert cached.tokenizer.to_str() == parsed.tokenizer.to_str()
+
+
+def test_cached_weights_equal_the_dequantized_ones(cold: tuple[Checkpoint, LlamaWeights]):
+    parsed, dequantized = cold
+    warm = load_weights(parsed)
+    for got, want in zip(warm.layers, dequantized.layers, strict=True):
+        for name in _LAYER_FIELDS:
+            assert torch.equal(getattr(got, name), getattr(want, name)), name
+    assert torch.equal(warm.embedding, dequantized.embedding) and torch.equal(warm.final_norm, dequantized.final_norm)
+    assert torch.equal(warm.lm_head, dequantized.embedding)
+
+
+def test_a_changed_file_parameter_or_converter_gets_a_new_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    copy, converter = tmp_path / "model.gguf", tmp_path / "converter.py"
+    shutil.copyfile(embedded_gguf_path(), copy)
+    converter.write_text("v1")
+    before = keyed_folder("gguf", [copy], "p", [converter])
+    assert before.parent == tmp_path / "cache" / "gguf"
+    assert keyed_folder("gguf", [copy], "p", [converter]) == before
+    assert keyed_folder("gguf", [copy], "q", [converter]) != before
+    converter.write_text("v2")
+    assert keyed_folder("gguf", [copy], "p", [converter]) != before
+    converter.write_text("v1")
+    os.utime(copy, ns=(0, 1_000_000_000))
+    assert keyed_folder("gguf", [copy], "p", [converter]) != before
+    assert keyed_folder("gguf", [tmp_path / "absent.gguf"], "p", [converter]) is None
+
+
+def test_specials_in_the_vocabulary_may_not_clash_with_ordinary_tokens():
+    ranks = {bytes([b]): b + 2 for b in range(256)}
+    tokenizer = tokenizer_from_ranks(ranks, {0: "<s>", 1: "</s>"}, r"\S+", specials_in_vocab=True)
+    assert tokenizer.token_to_id("<s>") == 0 and tokenizer.encode("a</s>").ids == [ord("a") + 2, 1]
+    with pytest.raises(ValueError, match="spelled like ordinary tokens"):
+        tokenizer_from_ranks(ranks, {0: "a", 1: "</s>"}, r"\S+", specials_in_vocab=True)
+
+
+def test_a_damaged_file_is_ignored_with_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture):
+    (tmp_path / "checkpoint.json").write_text('{"config": {"n_layers": ')
+    assert read_cached(tmp_path, "checkpoint.json", lambda p: __import__("json").loads(p.read_text())) is None
+    assert "ignoring unreadable" in capsys.readouterr().err
+    assert read_cached(tmp_path, "absent.json", Path.read_text) is None
+    assert read_cached(None, "checkpoint.json", Path.read_text) is None
+
+
+def test_writes_are_whole_or_absent(tmp_path: Path, capsys: pytest.CaptureFixture):
+    write_cached(tmp_path / "a", "x.txt", lambda p: p.write_text("whole"))
+    assert (tmp_path / "a" / "x.txt").read_text() == "whole"
+
+    def fail_halfway(path: Path) -> None:
+        path.write_text("half")
+        raise OSError("disk full")
+
+    write_cached(tmp_path / "a", "y.txt", fail_halfway)
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["x.txt"]  # no temporary left behind
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    write_cached(blocker / "cache", "x.txt", lambda p: p.write_text("never"))
+    assert capsys.readouterr().err.count("could not cache") == 2
+
+
+@pytest.mark.parametrize("value", ["off", "", "0"])
+def test_the_cache_can_be_turned_off(monkeypatch: pytest.MonkeyPatch, value: str):
+    monkeypatch.setenv(CACHE_ENV, value)
+    assert cache_root() is None and metadata_folder(embedded_gguf_path()) is None
+
+
+def test_the_default_root_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_root() == tmp_path / "llm-gateway"
