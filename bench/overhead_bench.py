@@ -17,9 +17,10 @@ that arrives at a busy server; before the rounds, --idle single requests measure
 output (direct: `output_ids`; gateway: a non-empty `delta.content`). Reported: TTFT p50/p99 of the
 burst and of the probes (pooled over rounds), output tokens/s (all tokens of a phase over its wall
 time, median of rounds), CPU seconds per 1,000 output tokens of the gateway, the stand-in and the
-client (median of rounds, from /proc/<pid>/stat), and how busy other processes kept the machine.
+client (median of rounds, from /proc/<pid>/stat; the gateway's with its child processes under --workers N), and
+how busy other processes kept the machine.
 
-    python bench/overhead_bench.py [--streams 64] [--tokens 256] [--interval-ms 15] [--rounds 5]
+    python bench/overhead_bench.py [--streams 64] [--tokens 256] [--interval-ms 15] [--rounds 5] [--workers 1]
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ MESSAGES = [{"role": "user", "content": "Tell me about the history of the printi
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 CONFIG = """models:
   - id: {model}
-    backend: {{type: sglang, url: "{url}", incremental: true}}
+    backend: {{type: sglang, url: "{url}", incremental: true, health_interval_s: 60}}
 """
+"""Health checks once a minute: on a machine other work keeps busy, a check that misses its 2 s timeout would
+otherwise take the only replica out for 5 s and fail the run with 503s."""
 
 
 @dataclass
@@ -149,10 +152,27 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """cpu_seconds of process `pid` and of its running children (the processes of `gateway serve --workers N`)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    return cpu_seconds(pid) + sum(cpu_seconds(child) for child in children)
+
+
+def process_cpu(name: str, pid: int | None) -> float:
+    """CPU seconds so far of one of the bench's processes (the gateway with its children)."""
+    return tree_cpu_seconds(pid) if name == "gateway" and pid is not None else cpu_seconds(pid)
+
+
 async def run_phase(side: Side, streams: int, tokens: int, probe_gap: float, pids: dict[str, int | None]) -> Phase:
     """--streams streams at once plus sequential probes while they run; CPU of every process over the phase."""
     connections = await asyncio.gather(*(connect(side.port) for _ in range(streams)))
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    before = {name: process_cpu(name, pid) for name, pid in pids.items()}
     began = time.perf_counter()
     tasks = [asyncio.create_task(stream(c, side, side.body(i, tokens))) for i, c in enumerate(connections)]
     running = asyncio.gather(*tasks)
@@ -165,7 +185,7 @@ async def run_phase(side: Side, streams: int, tokens: int, probe_gap: float, pid
                 probes.append(await probe(side, -1 - len(probes)))
     results = await running
     wall = time.perf_counter() - began
-    cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+    cpu = {name: process_cpu(name, pid) - before[name] for name, pid in pids.items()}
     cpu["others"] = max(0.0, cpu.pop("machine") - sum(cpu.values()))  # tick rounding can make it slightly negative
     for i, result in enumerate(results):
         if result.tokens != tokens or math.isnan(result.ttft):
@@ -183,9 +203,9 @@ async def probe(side: Side, n: int) -> float:
 
 async def idle_probes(side: Side, count: int, pids: dict[str, int | None]) -> tuple[list[float], dict[str, float]]:
     """`count` single requests one after another with nothing else running: their TTFTs, CPU per request."""
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    before = {name: process_cpu(name, pid) for name, pid in pids.items()}
     ttfts = [await probe(side, -1000 - n) for n in range(count)]
-    return ttfts, {name: (cpu_seconds(pid) - before[name]) / count for name, pid in pids.items()}
+    return ttfts, {name: (process_cpu(name, pid) - before[name]) / count for name, pid in pids.items()}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -327,7 +347,7 @@ def report(direct: Side, gateway: Side, args: argparse.Namespace) -> None:
     )
     print(
         f"\n{args.streams} streams x {args.tokens} tokens, decode step every {args.interval_ms:g} ms, "
-        f"{args.rounds} rounds, chat completions via the gateway"
+        f"{args.rounds} rounds, chat completions via the gateway ({args.workers} process(es))"
     )
     print("| measure | direct | via gateway | gateway vs direct |")
     print("|---|---:|---:|---:|")
@@ -350,6 +370,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of both phases (order alternates)")
     parser.add_argument("--probes", type=int, default=20, help="probe requests per phase (paced runs only)")
     parser.add_argument("--idle", type=int, default=50, help="single requests per side before the rounds")
+    parser.add_argument("--workers", type=int, default=1, help="gateway processes (gateway serve --workers)")
     args = parser.parse_args()
 
     print(machine())
@@ -364,10 +385,12 @@ def main() -> None:
             config.write_text(CONFIG.format(model=MODEL, url=backend_url))
             gateway_port = free_port()
             gateway_cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(gateway_port)]
-            gateway_cmd += ["--config", str(config)]
+            gateway_cmd += ["--config", str(config), *(["--workers", str(args.workers)] if args.workers > 1 else [])]
             with process(gateway_cmd, logs / "gateway.log") as gateway:
                 gateway_url = f"http://127.0.0.1:{gateway_port}"
                 wait_ready(f"{gateway_url}/ready", gateway, logs / "gateway.log")
+                while (logs / "gateway.log").read_text().count("gateway: serving") < args.workers:
+                    time.sleep(0.2)  # every process of the group has loaded
                 prompt = httpx.post(f"{gateway_url}/tokenize", json={"model": MODEL, "messages": MESSAGES}).json()
                 ids = prompt["tokens"]
                 direct = Side("direct", standin_port, "/generate", _direct_body(ids), read_direct)

@@ -8,6 +8,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -34,6 +35,7 @@ from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.middleware import ObservabilityMiddleware
+from gateway.observability.process_metrics import ProcessGroupMetrics
 from gateway.process.draining import DrainState
 from gateway.process.limits import ConcurrencyLimit
 
@@ -55,17 +57,21 @@ def create_app(
     gate: PolicyGate | None = None,
     metrics: GatewayMetrics | None = None,
     max_concurrency: int | None = None,
+    metrics_sockets: tuple[Path, list[Path]] | None = None,
     tracing: Tracing | None = None,
 ) -> Starlette:
     """The gateway serving `registry`; closing the app (lifespan shutdown) closes the registry's backends.
     While `drain` says so, /ready answers 503 (requests are still served). Stored Responses live in
     `response_store` (default: in this process's memory). With a policy `gate`, every request but the
     probes needs a tenant's key and sees only that tenant's models. `app.state.metrics` is its
-    GatewayMetrics (GET /metrics). Past `max_concurrency` requests in flight, a new one gets a 503. With
-    `tracing`, every request gets a server span and its stages child spans, sent over OTLP."""
+    GatewayMetrics (GET /metrics). Past `max_concurrency` requests in flight, a new one gets a 503. In a group of
+    gateway processes, `metrics_sockets` are this process's metrics socket and its siblings': /metrics merges them
+    all (`?scope=process`: this process's alone). With `tracing`, every request gets a server span and its stages
+    child spans, sent over OTLP."""
     drain = drain or DrainState()
     store = response_store or MemoryStore()
     metrics = metrics or GatewayMetrics(registry)
+    group = ProcessGroupMetrics(metrics.render, *metrics_sockets) if metrics_sockets else None
     if gate is not None:
         gate.watcher.on_reload = metrics.record_policy_reload
     if tracing is not None:
@@ -110,7 +116,9 @@ def create_app(
         return json_response({"status": "ok"})
 
     async def metrics_route(request: Request) -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        if group is None or request.query_params.get("scope") == "process":
+            return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(await group.render(), media_type=CONTENT_TYPE_LATEST)
 
     async def ready(request: Request) -> Response:
         served = list(registry)
@@ -124,7 +132,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        background = [*registry.background, *([gate.watcher.run] if gate else [])]
+        background = [*registry.background, *([gate.watcher.run] if gate else []), *([group.serve] if group else [])]
         tasks = [asyncio.create_task(work()) for work in background]
         try:
             yield

@@ -25,20 +25,22 @@ from policies import commands as policy_commands
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if args.command == "policy":
         return policy_commands.run(args)
     try:
         config = _serve_config(args)
         _check_exposure(args)
+        override_limits(config.server, args)
+        _check_workers(config.server.workers, args)
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
     configure_logging(args.log_level)
-    override_limits(config.server, args)
     if args.otlp_endpoint:
         config.tracing.endpoint = args.otlp_endpoint
-    return _serve(config, args)
+    return _serve(config, args, argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, seconds in-flight requests get to finish before they are cut (default: 30)",
     )
     serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        help="gateway processes sharing the port (default: 1; the bundled workers are started once for all)",
+    )
     serve.add_argument(
         "--default-max-tokens",
         type=int,
@@ -175,8 +182,19 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.max_concurrency = args.max_concurrency
     if args.header_timeout is not None:
         limits.header_timeout_s = args.header_timeout
+    if args.workers is not None:
+        limits.workers = args.workers
     if args.grammar_compile_budget is not None:
         limits.grammar_compile_s = args.grammar_compile_budget or None
+
+
+def _check_workers(workers: int, args: argparse.Namespace) -> None:
+    """Tenant limits counted in one process's memory would be wrong in a group: they need the shared store."""
+    if workers > 1 and args.policies is not None and not args.redis:
+        raise ConfigError(
+            f"{workers} gateway processes with --policies need --redis: each process would count the tenant "
+            "limits on its own (pass --redis URL, or --workers 1)"
+        )
 
 
 def _http_url(text: str) -> str:
@@ -241,7 +259,15 @@ def _stop(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
+def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> int:
+    from gateway.process.group import process_role
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
+    role = process_role()
+    if role is None and config.server.workers > 1:
+        return _serve_group(config, args, argv)  # the parent: it loads no model and imports no app
+
     import uvicorn
 
     from gateway.api.response_store import RedisStore
@@ -252,8 +278,6 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
     from gateway.process.launch import start_models
     from gateway.process.policy_gate import policy_gate
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _stop)
     try:
         tracing = start_tracing(config.tracing)
     except TracingUnavailable as exc:
@@ -263,7 +287,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
         if tracing is not None:
             stack.callback(tracing.shutdown)  # the spans still queued go out
         try:
-            registry = start_models(config, stack)
+            registry = start_models(config, stack, role.worker_urls if role else None)
         except (RuntimeError, ValueError, OSError) as exc:
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
             return 1
@@ -284,6 +308,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
             response_store=RedisStore(args.redis) if args.redis else None,
             max_body_bytes=limits.max_body_bytes,
             max_concurrency=limits.max_concurrency,
+            metrics_sockets=(role.metrics_socket(), role.sibling_sockets()) if role else None,
             tracing=tracing,
         )
         server_config = uvicorn.Config(
@@ -296,8 +321,32 @@ def _serve(config: GatewayConfig, args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=args.drain_timeout,
             http=header_timeout_protocol(limits.header_timeout_s),
         )
-        DrainingServer(server_config, drain, args.drain_delay).run()
+        DrainingServer(server_config, drain, args.drain_delay).run(sockets=[role.listening_socket()] if role else None)
     return 0
+
+
+def _serve_group(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> int:
+    """`--workers N`: the port and the bundled workers here, N gateway processes as children."""
+    import asyncio
+
+    from gateway.process.group import ProcessGroup, listen
+    from gateway.process.launch import start_workers
+
+    if not args.redis:
+        print(
+            "gateway: warning: without --redis each gateway process keeps its own stored Responses "
+            "(previous_response_id finds only those of the process that answers)",
+            file=sys.stderr,
+        )
+    with ExitStack() as stack:
+        try:
+            sockets = listen(args.host, args.port, config.server.workers)
+            worker_urls, supervisors = start_workers(config, stack)
+        except (RuntimeError, OSError) as exc:
+            print(f"gateway: startup failed: {exc}", file=sys.stderr)
+            return 1
+        group = ProcessGroup(argv, sockets, worker_urls, args.drain_delay + args.drain_timeout)
+        return asyncio.run(group.run(supervisors))
 
 
 if __name__ == "__main__":

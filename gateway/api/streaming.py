@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from starlette.requests import Request
 from starlette.responses import Response
 
-from backends.asgi import DONE_FRAME, json_response, sse_frame
+from backends.asgi import DONE_FRAME, dumps, json_response, sse_frame
 from backends.base import BackendError
 from gateway.api.disconnect import ClientDisconnected, unless_disconnected
 from gateway.api.sse import sse_response
@@ -86,27 +86,32 @@ async def _collect(events: Events, door: Door) -> list[Any]:
 
 
 async def _stream(first: tuple[int, ChoiceStep] | None, events: Events, door: Door) -> AsyncIterator[bytes]:
+    """The SSE body: one write per backend step (the opening goes with the first step, the closing with the end),
+    so a step's frames leave together and a short answer costs a few writes, not one per event."""
+    frames: list[bytes] = []
+    ending = b""
     try:
-        for item in door.opening():
-            yield door.frame(item)
+        frames = [door.frame(item) for item in door.opening()]
         current = first
         while current is not None:
-            for item in door.step(*current):
-                yield door.frame(item)
+            frames += [door.frame(item) for item in door.step(*current)]
+            if frames:
+                yield b"".join(frames)
+                frames = []
             current = await anext(events, None)
-        for item in await door.closing():
-            yield door.frame(item)
+        ending = b"".join([*frames, *(door.frame(item) for item in await door.closing())])
     except BackendError as e:
-        yield door.failure(from_backend(e))
+        ending = b"".join(frames) + door.failure(from_backend(e))
     except APIError as e:  # e.g. the response store is down when the stream ends
-        yield door.failure(e)
+        ending = b"".join(frames) + door.failure(e)
     except Exception:
         log.exception("stream failed")
-        yield door.failure(APIError("internal error while streaming", status=500, type="server_error"))
+        failure = APIError("internal error while streaming", status=500, type="server_error")
+        ending = b"".join(frames) + door.failure(failure)
     finally:
         await events.aclose()
         note_usage(door.usage())
-    yield door.end
+    yield ending + door.end
 
 
 class Renderer(Protocol):
@@ -150,6 +155,8 @@ class _ChunkDoor:
         self._envelope = envelope
         self._include_usage = include_usage
         self._final_object = final_object
+        self._head: bytes | None = None
+        self._tail = b""
 
     def opening(self) -> list[Any]:
         return self._renderer.opening()
@@ -167,8 +174,9 @@ class _ChunkDoor:
     def frame(self, item: Any) -> bytes:
         if item is self._USAGE:
             return sse_frame({**self._envelope, "choices": [], "usage": self._renderer.usage()})
-        usage_field = {"usage": None} if self._include_usage else {}
-        return sse_frame({**self._envelope, "choices": [item], **usage_field})
+        if self._head is None:  # the envelope's bytes, encoded once: `{...envelope,"choices":[` and `],"usage":null}`
+            self._head, self._tail = _chunk_frame_ends(self._envelope, self._include_usage)
+        return self._head + dumps(item) + self._tail
 
     def failure(self, error: APIError) -> bytes:
         log.warning("stream %s failed: %s", self._envelope.get("id"), error.message)
@@ -176,3 +184,11 @@ class _ChunkDoor:
 
     def usage(self) -> dict[str, Any]:
         return self._renderer.usage()
+
+
+def _chunk_frame_ends(envelope: dict[str, Any], include_usage: bool) -> tuple[bytes, bytes]:
+    """What goes before and after one chunk choice's JSON in its frame: byte for byte what
+    `sse_frame({**envelope, "choices": [choice], "usage": None})` writes (the usage key only with `include_usage`)."""
+    marker = sse_frame({**envelope, "choices": [0], **({"usage": None} if include_usage else {})})
+    head, tail = marker.split(b'"choices":[0]')
+    return head + b'"choices":[', b"]" + tail

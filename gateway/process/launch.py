@@ -29,28 +29,43 @@ def _say(message: str) -> None:
     print(f"gateway: {message}", file=sys.stderr, flush=True)
 
 
-def start_models(config: GatewayConfig, stack: ExitStack) -> ModelRegistry:
+def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str, str] | None = None) -> ModelRegistry:
     """Load every configured model; workers started here are stopped when `stack` closes, and
-    restarted by the registry's background tasks if they die."""
+    restarted by the registry's background tasks if they die. A model in `worker_urls` uses the bundled
+    worker another process started (and supervises) at that URL."""
     background: list[Callable[[], Awaitable[None]]] = []
     budget = config.server.grammar_compile_s
-    models = [_start_model(entry, stack, background, budget) for entry in config.models]
+    urls = worker_urls or {}
+    models = [_start_model(entry, stack, background, urls.get(entry.id), budget) for entry in config.models]
     for model in models:
         if model.grammar_budget is not None:
             stack.callback(model.grammar_budget.close)
     return ModelRegistry(models, background)
 
 
+def start_workers(config: GatewayConfig, stack: ExitStack) -> tuple[dict[str, str], list[WorkerSupervisor]]:
+    """Only the bundled workers (for a group of gateway processes, which share them): URL by model id and
+    their supervisors; a worker that dies comes back on the same port, so the URLs stay valid."""
+    started = {entry.id: _start_worker(entry, stack) for entry in config.models if entry.backend.type == "worker"}
+    for supervisor, _ in started.values():
+        supervisor.keep_port()
+    return {model: url for model, (_, url) in started.items()}, [supervisor for supervisor, _ in started.values()]
+
+
 def _start_model(
     entry: ModelEntry,
     stack: ExitStack,
     background: list[Callable[[], Awaitable[None]]],
+    worker_url: str | None,
     grammar_compile_s: float | None = None,
 ) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load_checkpoint(entry.checkpoint)
     family = entry.family or _inferred_family(entry.id, checkpoint)
-    backend = _start_backend(entry, stack, background)
+    if worker_url is not None and entry.backend.type == "worker":
+        backend: Backend | None = _router(entry.backend, lambda url: SGLangBackend(url, incremental=True), [worker_url])
+    else:
+        backend = _start_backend(entry, stack, background)
     model = served_model_from_checkpoint(entry.id, checkpoint, family, backend, entry.options, entry.default_max_tokens)
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)

@@ -25,6 +25,8 @@ class ServerLimits:
     """HTTP requests served at once (streams included); past it a 503 with retry-after. None: no limit."""
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     """A request's headers must arrive within this many seconds of the connection opening (or the last response)."""
+    workers: int = 1
+    """Gateway processes sharing the port (gateway/process/group.py)."""
     grammar_compile_s: float | None = DEFAULT_GRAMMAR_COMPILE_S
     """CPU seconds one request's grammar may cost (past it a 400 naming the schema). None: built in the gateway's
     own process, unbounded."""

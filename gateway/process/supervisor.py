@@ -67,13 +67,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 class WorkerProcess:
     """A started worker: `wait_ready()` gives its URL; `stop()` leaves no orphan."""
 
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, port: int | None = None):
         self._proc = subprocess.Popen(
-            spec.argv(),
+            [*spec.argv(), *(["--port", str(port)] if port else [])],  # argparse keeps the last --port given
             stdout=subprocess.PIPE,
             stderr=None,  # progress lines go straight to the terminal
             text=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - it only makes two system calls
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - it only makes two system calls
             cwd=REPO_ROOT,
         )
         self.url: str | None = None
@@ -141,11 +141,18 @@ class WorkerSupervisor:
         self.name = name
         self.worker: WorkerProcess | None = None
         self._stopping = False
+        self._port: int | None = None
+        """Where restarted workers listen (None: the spec's port, a free one)."""
 
     def start(self) -> str:
         """Start the first worker and wait until it serves (blocking); its URL."""
         self.worker = WorkerProcess(self.spec)
         return self.worker.wait_ready()
+
+    def keep_port(self) -> None:
+        """Restarted workers listen on the current one's port, so clients in other processes keep its URL."""
+        assert self.worker is not None and self.worker.url is not None
+        self._port = int(self.worker.url.rsplit(":", 1)[1])
 
     async def watch(self, on_ready: Callable[[str], None], poll_s: float = 0.5, max_pause_s: float = 30.0) -> None:
         """Until cancelled: restart the worker whenever it has exited; `on_ready` gets each new one's URL."""
@@ -158,7 +165,7 @@ class WorkerSupervisor:
                 "%s (pid %d) exited with %s; starting a new one", self.name, self.worker.pid, self.worker.exit_code()
             )
             try:
-                self.worker = WorkerProcess(self.spec)
+                self.worker = WorkerProcess(self.spec, self._port)
                 url = await asyncio.to_thread(self.worker.wait_ready)
             except (RuntimeError, OSError) as e:
                 log.error("%s did not start: %s; next try in %.0f s", self.name, e, pause)
@@ -176,7 +183,7 @@ class WorkerSupervisor:
             self.worker.stop()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child: get SIGTERM when the parent dies, so a killed gateway leaves no worker behind."""
     if _LIBC is not None:
         _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

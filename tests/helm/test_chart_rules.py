@@ -13,6 +13,7 @@ import yaml
 from tests.helm.chart import (
     CHART,
     LONG_RELEASE,
+    RELEASE,
     VALID,
     VALUES,
     find,
@@ -321,3 +322,12 @@ def test_autoscaling_owns_the_replica_count():
     assert (
         one(docs, "StatefulSet")["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "2Gi"
     )
+
+
+def test_gateway_workers_become_the_flag_and_need_redis_with_policies():
+    assert "--workers" not in gateway_container(render("defaults.yaml"))["args"]
+    assert _arg(gateway_container(render("redis-external.yaml", "gateway.workers=3")), "--workers") == "3"
+    refused = helm(
+        "template", RELEASE, str(CHART), "-f", str(VALUES / "cpu-demo.yaml"), "--set", "gateway.workers=2", check=False
+    )
+    assert refused.returncode != 0 and "needs Redis" in refused.stderr

@@ -157,15 +157,8 @@ class HermesParser(OutputParser):
         return out
 
     def _advance(self, final: bool) -> list[Delta]:
-        steps = {
-            _State.START: self._start,
-            _State.REASONING: self._in_reasoning,
-            _State.CONTENT: self._in_content,
-            _State.CALL_HEADER: self._call_header,
-            _State.CALL_ARGUMENTS: self._call_arguments,
-            _State.CALL_TAIL: self._call_tail,
-        }
-        while steps[self._state](final):
+        steps = _STEPS
+        while steps[self._state](self, final):
             pass
         out, self._out = self._out, []
         return out
@@ -295,3 +288,14 @@ class HermesParser(OutputParser):
     def _emit_content(self, text: str) -> None:
         if out := self._content.push(text):
             self._out.append(Delta(content=out))
+
+
+_STEPS = {
+    _State.START: HermesParser._start,
+    _State.REASONING: HermesParser._in_reasoning,
+    _State.CONTENT: HermesParser._in_content,
+    _State.CALL_HEADER: HermesParser._call_header,
+    _State.CALL_ARGUMENTS: HermesParser._call_arguments,
+    _State.CALL_TAIL: HermesParser._call_tail,
+}
+"""Each state's step (looked up once per fed chunk, not built each time)."""

@@ -1,0 +1,184 @@
+"""`gateway serve --workers 2` through real HTTP on the SGLang stand-in: requests spread over both processes,
+/metrics sums them, and SIGTERM drains the streams of every process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from gateway.cli import main
+from gateway.observability.process_metrics import merge_expositions
+from gateway.process.config import ConfigError, load_config
+from tests.gateway.http_server import serve
+from tests.gateway.sglang_standin import Script, SGLangStandIn
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENS = 12
+CHAT = "/v1/chat/completions"
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory, checkpoint) -> Iterator[tuple[str, list[Path], subprocess.Popen[bytes], SGLangStandIn]]:
+    """A stand-in paced at 50 ms a token, and a group of two gateway processes in front of it."""
+    standin = SGLangStandIn(incremental=True)
+    ids = checkpoint.tokenizer.encode(" hello", add_special_tokens=False).ids
+    standin.script = lambda body: Script(ids=ids * body["sampling_params"]["max_new_tokens"], delay=0.05)
+    tmp = tmp_path_factory.mktemp("group")
+    with serve(standin.app) as backend_url:
+        checkpoint.tokenizer.save(str(tmp / "tokenizer.json"))  # each process loads it faster than the GGUF
+        config = tmp / "gateway.yaml"
+        config.write_text(
+            "models:\n  - id: m\n    family: hermes\n    checkpoint: tokenizer.json\n"
+            f"    backend: {{type: sglang, url: '{backend_url}', incremental: true}}\n"
+        )
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        log = tmp / "gateway.log"
+        argv = ["serve", "--port", str(port), "--config", str(config), "--workers", "2", "--log-level", "warning"]
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", *argv], cwd=ROOT, stderr=out)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            sockets = _wait_ready(url, proc, log)
+            yield url, sockets, proc, standin
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> list[Path]:
+    """Both processes answer /ready; the metrics sockets the parent announced."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        found = re.search(r"metrics sockets are in (\S+)", log.read_text())
+        if found:
+            sockets = [Path(found[1]) / f"process-{i}.sock" for i in range(2)]
+            if all(s.exists() for s in sockets) and httpx.get(f"{url}/ready").status_code == 200:
+                return sockets
+        time.sleep(0.2)
+    raise AssertionError(f"the group did not get ready:\n{log.read_text()}")
+
+
+async def _process_metrics(path: Path) -> str:
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    text = (await reader.read()).decode()
+    writer.close()
+    return text
+
+
+def _value(text: str, sample: str) -> float:
+    """The value of one sample line (0 when absent)."""
+    found = re.search(rf"^{re.escape(sample)} (\S+)$", text, re.MULTILINE)
+    return float(found[1]) if found else 0.0
+
+
+CHAT_COUNT = f'gateway:requests_total{{model_name="m",route="{CHAT}",status="200",tenant="none"}}'
+RUNNING = 'gateway:num_requests_running{model_name="m"}'
+
+
+async def _stream(client: httpx.AsyncClient, url: str, started: asyncio.Event | None = None) -> tuple[int, bool]:
+    """One chat stream on its own connection: (content tokens, ended with [DONE])."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": TOKENS, "stream": True}
+    tokens, done = 0, False
+    async with client.stream("POST", f"{url}{CHAT}", json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                choices = orjson.loads(line[6:])["choices"]
+                tokens += sum(1 for c in choices if c["delta"].get("content"))
+                if started is not None and tokens:
+                    started.set()
+    return tokens, done
+
+
+@pytest.mark.anyio
+async def test_requests_spread_over_the_processes_and_metrics_sum_them(group):
+    url, sockets, _, _ = group
+    before = [_value(await _process_metrics(s), CHAT_COUNT) for s in sockets]
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=30) as client:
+        results = await asyncio.gather(*(_stream(client, url) for _ in range(16)))
+        merged = (await client.get(f"{url}/metrics")).text
+    assert results == [(TOKENS, True)] * 16
+    served = [_value(await _process_metrics(s), CHAT_COUNT) - b for s, b in zip(sockets, before)]
+    assert all(n > 0 for n in served) and sum(served) == 16, served
+    assert _value(merged, CHAT_COUNT) == sum(before) + 16
+
+
+@pytest.mark.anyio
+async def test_sigterm_drains_the_streams_of_every_process(group):
+    url, sockets, proc, _ = group
+    started = [asyncio.Event() for _ in range(8)]
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=30) as client:
+        streams = [asyncio.create_task(_stream(client, url, e)) for e in started]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 20)
+        running = [_value(await _process_metrics(s), RUNNING) for s in sockets]
+        os.kill(proc.pid, signal.SIGTERM)
+        results = await asyncio.gather(*streams)
+    assert all(n > 0 for n in running) and sum(running) == 8, running
+    assert results == [(TOKENS, True)] * 8
+    assert await asyncio.to_thread(proc.wait, 30) == 0
+    assert not any(s.exists() for s in sockets)
+
+
+def test_merged_metrics_sum_counts_and_keep_the_worst_replica_view():
+    one = (
+        "# HELP gateway:requests_total r\n# TYPE gateway:requests_total counter\n"
+        'gateway:requests_total{route="/a"} 3.0\n'
+        "# HELP gateway:requests_created r\n# TYPE gateway:requests_created gauge\n"
+        'gateway:requests_created{route="/a"} 20.0\n'
+        "# HELP gateway:ttft_seconds t\n# TYPE gateway:ttft_seconds histogram\n"
+        'gateway:ttft_seconds_bucket{le="0.1"} 1.0\ngateway:ttft_seconds_bucket{le="+Inf"} 2.0\n'
+        "gateway:ttft_seconds_count 2.0\ngateway:ttft_seconds_sum 0.5\n"
+        "# HELP gateway:backend_healthy h\n# TYPE gateway:backend_healthy gauge\n"
+        'gateway:backend_healthy{replica="x"} 1.0\n'
+        "# HELP gateway:backend_circuit_breaker_state b\n# TYPE gateway:backend_circuit_breaker_state gauge\n"
+        'gateway:backend_circuit_breaker_state{replica="x"} 0.0\n'
+        "# HELP gateway:num_requests_running n\n# TYPE gateway:num_requests_running gauge\n"
+        "gateway:num_requests_running 2.0\n"
+    )
+    assert merge_expositions([one]).decode() == one
+    other = (
+        one.replace("} 3.0", "} 4.0")
+        .replace("20.0", "10.0")
+        .replace('{replica="x"} 1.0', '{replica="x"} 0.0')
+        .replace('state{replica="x"} 0.0', 'state{replica="x"} 2.0')
+    )
+    merged = merge_expositions([one, other]).decode()
+    assert _value(merged, 'gateway:requests_total{route="/a"}') == 7
+    assert _value(merged, 'gateway:requests_created{route="/a"}') == 10
+    assert _value(merged, 'gateway:ttft_seconds_bucket{le="+Inf"}') == 4
+    assert _value(merged, "gateway:ttft_seconds_sum") == 1.0
+    assert _value(merged, 'gateway:backend_healthy{replica="x"}') == 0
+    assert _value(merged, 'gateway:backend_circuit_breaker_state{replica="x"}') == 2
+    assert _value(merged, "gateway:num_requests_running") == 4
+
+
+def test_a_group_with_policies_needs_redis(tmp_path, capsys):
+    assert main(["serve", "--workers", "2", "--policies", str(tmp_path)]) == 2
+    assert "need --redis" in capsys.readouterr().err
+
+
+def test_the_config_file_names_the_process_count(tmp_path):
+    path = tmp_path / "gateway.yaml"
+    path.write_text("models:\n  - id: m\n    backend: {type: none}\nserver: {workers: 3}\n")
+    assert load_config(path).server.workers == 3
+    path.write_text("models:\n  - id: m\n    backend: {type: none}\nserver: {workers: 0}\n")
+    with pytest.raises(ConfigError, match=r"server\.workers: a positive integer"):
+        load_config(path)

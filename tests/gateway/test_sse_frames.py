@@ -1,0 +1,61 @@
+"""The chat chunk stream's bytes: pre-encoded envelope ends frame a choice exactly as the whole chunk encoded, and
+one backend step leaves as one write (the opening with the first step, usage and [DONE] together at the end)."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.asgi import DONE_FRAME, sse_frame
+from gateway.api.streaming import _chunk_frame_ends, _ChunkDoor, _stream
+from gateway.types import ChoiceStep, Piece
+
+ENVELOPE = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": 'm "quoted" é'}
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+def test_frame_ends_write_the_same_bytes_as_the_whole_chunk(include_usage):
+    head, tail = _chunk_frame_ends(ENVELOPE, include_usage)
+    choice = {"index": 0, "delta": {"content": 'a "choices":[0] b'}, "logprobs": None, "finish_reason": None}
+    usage = {"usage": None} if include_usage else {}
+    assert head + sse_frame(choice)[6:-2] + tail == sse_frame({**ENVELOPE, "choices": [choice], **usage})
+
+
+class _Renderer:
+    """Each step's text as one content chunk choice; the finish as another."""
+
+    def opening(self):
+        return [{"index": 0, "delta": {"role": "assistant", "content": ""}}]
+
+    def step(self, index, step):
+        out = [{"index": index, "delta": {"content": step.pieces[0].text}}]
+        return out + ([{"index": index, "finish_reason": step.finish_reason}] if step.finish_reason else [])
+
+    def fold(self, chunks):
+        return chunks
+
+    def usage(self):
+        return {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+
+
+@pytest.mark.anyio
+async def test_one_write_per_step_with_the_opening_first_and_the_usage_last():
+    steps = [(0, ChoiceStep([Piece("a")], completion_tokens=1)), (0, ChoiceStep([Piece("b")], finish_reason="length"))]
+
+    async def events():
+        for step in steps[1:]:
+            yield step
+
+    door = _ChunkDoor(_Renderer(), ENVELOPE, True, "chat.completion")
+    writes = [w async for w in _stream(steps[0], events(), door)]
+    frame = lambda choices, usage=None: sse_frame({**ENVELOPE, "choices": choices, "usage": usage})
+    r = _Renderer()
+    assert writes == [
+        frame(r.opening()) + frame(r.step(0, steps[0][1])),
+        frame(r.step(0, steps[1][1])[:1]) + frame(r.step(0, steps[1][1])[1:]),
+        frame([], r.usage()) + DONE_FRAME,
+    ]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
