@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
+import pytest
 import torch
 
 from backends.checkpoint import load_checkpoint
@@ -90,3 +95,12 @@ def test_safetensors_directory_loads_the_same_weights(tmp_path, checkpoint, weig
     assert torch.equal(loaded.layers[3].q, weights.layers[3].q)
     assert torch.equal(loaded.layers[29].down, weights.layers[29].down)
     assert torch.equal(loaded.lm_head, weights.embedding)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_worker_without_cuda_refuses_device_cuda_in_one_line():
+    run = subprocess.run([sys.executable, "-m", "backends.worker", "--device", "cuda"], check=False,
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1].startswith("[worker] error: --device cuda: this torch")
+    assert "Traceback" not in run.stderr
