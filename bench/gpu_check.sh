@@ -119,7 +119,7 @@ if [[ "$DEVICE" == cuda ]]; then
   LIMIT_S=150  # each step's; both fit the 5 minutes
 else  # the dry run checks this script's steps, not the worker: two tests, a tiny bench, a shared CPU's time limits
   TESTS=(tests/worker/test_model.py -k "greedy_text_is_sensible or lone_decode_step")
-  BENCH=(--device cpu --threads 2 --tokens 4 --prefill 32 --weights fp32)
+  BENCH=(--device cpu --threads 1 --tokens 4 --prefill 32 --weights fp32)
   LIMIT_S=900
 fi
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
