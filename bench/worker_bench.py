@@ -1,9 +1,11 @@
 """Benchmark the bundled worker against Hugging Face transformers on the same model and threads.
 
-    python bench/worker_bench.py [--threads 2] [--tokens 64]
+    python bench/worker_bench.py [--threads 2] [--tokens 64] [--device cpu|cuda] [--prefill 500 2000]
+                                 [--weights fp32 bf16] [--worker-threads N]
 
 Starts the real worker process (fp32, then bf16 weights) and talks to it over HTTP; runs
-transformers `generate` in this process while the worker is idle. Needs `transformers` and
+transformers `generate` in this process while the worker is idle. Prefill is timed on prompts of
+each `--prefill` length (the worker's own prefill timer; one forward of transformers). Needs `transformers` and
 `accelerate` (bench-only dependencies). Prints the CPU features it ran on; a configuration the
 worker refuses on this CPU (bf16 without AVX-512 or AVX-NE-CONVERT) is reported with the reason.
 """
@@ -53,7 +55,7 @@ class Row:
     name: str
     decode_b1: float
     aggregate_b8: float
-    prefill_500: float
+    prefill: dict[int, float]
     grammar_ms: float | None = None
     grammar_pct: float | None = None
     agreement: str = "reference"
@@ -64,8 +66,8 @@ class WorkerDidNotStart(RuntimeError):
 
 
 @contextlib.contextmanager
-def worker(threads: int, weights_dtype: str):
-    cmd = [sys.executable, "-m", "backends.worker", "--port", "0", "--threads", str(threads),
+def worker(threads: int, weights_dtype: str, device: str):
+    cmd = [sys.executable, "-m", "backends.worker", "--port", "0", "--threads", str(threads), "--device", device,
            "--max-batch", "8", "--context-length", "2048", "--weights-dtype", weights_dtype]
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -103,7 +105,7 @@ def delta(after: dict, before: dict) -> dict:
     return {k: after[k] - before[k] for k in after if isinstance(after[k], (int, float))}
 
 
-async def measure_worker(url: str, name: str, prompts: list[list[int]], long_prompt: list[int], tokens: int,
+async def measure_worker(url: str, name: str, prompts: list[list[int]], long_prompts: list[list[int]], tokens: int,
                          reference: list[list[int]] | None) -> tuple[Row, list[list[int]]]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         await stream_times(client, prompts[0], 4)  # warm-up
@@ -114,17 +116,19 @@ async def measure_worker(url: str, name: str, prompts: list[list[int]], long_pro
         began = time.perf_counter()
         results = await asyncio.gather(*(stream_times(client, ids, tokens) for ids in prompts))
         aggregate = sum(len(out) for _, out in results) / (time.perf_counter() - began)
-        before = await server_stats(client)
-        await stream_times(client, long_prompt, 1)
-        prefill = delta(await server_stats(client), before)
+        prefill = {}
+        for long_prompt in long_prompts:
+            before = await server_stats(client)
+            await stream_times(client, long_prompt, 1)
+            done = delta(await server_stats(client), before)
+            prefill[len(long_prompt)] = done["prefill_tokens"] / done["prefill_seconds"]
         before = await server_stats(client)
         await stream_times(client, prompts[4], tokens, json_schema=SCHEMA, ignore_eos=False)
         g = delta(await server_stats(client), before)
         greedy = [(await stream_times(client, ids, tokens))[1] for ids in prompts]
     step_ms = g["decode_seconds"] / g["decode_steps"] * 1e3
     grammar_ms = g["grammar_seconds"] / g["decode_steps"] * 1e3
-    row = Row(name, statistics.median(rates), aggregate, prefill["prefill_tokens"] / prefill["prefill_seconds"],
-              grammar_ms, 100 * grammar_ms / step_ms)
+    row = Row(name, statistics.median(rates), aggregate, prefill, grammar_ms, 100 * grammar_ms / step_ms)
     if reference is not None:
         row.agreement = agreement(greedy, reference)
     return row, greedy
@@ -137,71 +141,93 @@ def agreement(outputs: list[list[int]], reference: list[list[int]]) -> str:
     return f"{100 * same / total:.1f}% tokens, {identical}/{len(reference)} prompts identical"
 
 
-def measure_transformers(prompts: list[list[int]], long_prompt: list[int], tokens: int) -> Row:
+def measure_transformers(prompts: list[list[int]], long_prompts: list[list[int]], tokens: int, device: str) -> Row:
     from transformers import AutoModelForCausalLM
 
     path = embedded_gguf_path()
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    model = model.to(device).eval()
+
+    def finished() -> float:
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
 
     def generate(batch: list[list[int]], n: int) -> float:
         width = max(map(len, batch))
-        ids = torch.tensor([[0] * (width - len(p)) + p for p in batch])
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
-        began = time.perf_counter()
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
+        began = finished()
         with torch.inference_mode():
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
                            do_sample=False, pad_token_id=0)
-        return time.perf_counter() - began
+        return finished() - began
+
+    def prefill(ids: list[int]) -> float:
+        with torch.inference_mode():
+            began = finished()
+            model(torch.tensor([ids], device=device))
+            return len(ids) / (finished() - began)
 
     generate(prompts[:1], 4)
     rates = [(tokens - 1) / (generate([p], tokens) - generate([p], 1)) for p in prompts[:3]]
     aggregate = len(prompts) * tokens / generate(prompts, tokens)
-    with torch.inference_mode():
-        began = time.perf_counter()
-        model(torch.tensor([long_prompt]))
-        prefill = len(long_prompt) / (time.perf_counter() - began)
-    return Row("transformers generate (fp32)", statistics.median(rates), aggregate, prefill, agreement="n/a")
+    prefills = {len(ids): max(prefill(ids) for _ in range(2)) for ids in long_prompts}
+    return Row("transformers generate (fp32)", statistics.median(rates), aggregate, prefills, agreement="n/a")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per request")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--prefill", type=int, nargs="+", default=[500], help="prompt lengths whose prefill is timed")
+    parser.add_argument("--weights", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
+    parser.add_argument("--worker-threads", type=int, help="the worker's torch threads (default: --threads)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     checkpoint = load_checkpoint(None)
     encode = lambda text: checkpoint.tokenizer.encode(text).ids
     prompts = [encode(p) for p in PROMPTS]
-    long_prompt = (encode(" ".join(PROMPTS)) * 20)[:500]
+    text = encode(" ".join(PROMPTS))
+    long_prompts = [(text * (n // len(text) + 1))[:n] for n in args.prefill]
 
-    hf = measure_transformers(prompts, long_prompt, args.tokens)
+    hf = measure_transformers(prompts, long_prompts, args.tokens, args.device)
     rows: dict[str, Row] = {}
     not_run: dict[str, str] = {}
     reference = None
-    for dtype, name in (("fp32", "worker fp32"), ("bf16", "worker bf16 weights")):
+    names = {"fp32": "worker fp32", "bf16": "worker bf16 weights"}
+    for dtype in args.weights:
+        name = names[dtype]
         try:
-            with worker(args.threads, dtype) as url:
+            with worker(args.worker_threads or args.threads, dtype, args.device) as url:
                 rows[dtype], greedy = asyncio.run(
-                    measure_worker(url, name, prompts, long_prompt, args.tokens, reference))
+                    measure_worker(url, name, prompts, long_prompts, args.tokens, reference))
         except WorkerDidNotStart as e:
             not_run[name] = str(e)
             continue
         reference = reference or greedy
 
-    print(f"threads={args.threads} new_tokens={args.tokens} torch={torch.__version__}")
+    print(f"threads={args.threads} worker_threads={args.worker_threads or args.threads} new_tokens={args.tokens} "
+          f"torch={torch.__version__} device={args.device}")
     print(f"cpu: {cpu_features().describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()})")
-    print("| engine | decode tok/s (batch 1) | aggregate tok/s (8 concurrent) | prefill tok/s (500 tokens) "
-          "| grammar per step | greedy agreement vs worker fp32 |")
-    print("|---|---:|---:|---:|---:|---|")
+    if args.device == "cuda":
+        print(f"gpu: {torch.cuda.get_device_name()}")
+    prefill_heads = "".join(f" prefill tok/s ({n} tokens) |" for n in args.prefill)
+    print(f"| engine | decode tok/s (batch 1) | aggregate tok/s (8 concurrent) |{prefill_heads} "
+          "grammar per step | greedy agreement vs worker fp32 |")
+    print("|---|---:|---:|" + "---:|" * len(args.prefill) + "---:|---|")
     for row in (hf, *rows.values()):
         grammar = "n/a" if row.grammar_ms is None else f"{row.grammar_ms:.2f} ms ({row.grammar_pct:.1f}%)"
-        print(f"| {row.name} | {row.decode_b1:.1f} | {row.aggregate_b8:.1f} | {row.prefill_500:.0f} | {grammar} "
-              f"| {row.agreement} |")
+        prefills = "".join(f" {row.prefill[n]:.0f} |" for n in args.prefill)
+        print(f"| {row.name} | {row.decode_b1:.1f} | {row.aggregate_b8:.1f} |{prefills} {grammar} | {row.agreement} |")
     for name, reason in not_run.items():
-        print(f"| {name} | not run: {reason} | | | | |")
+        print(f"| {name} | not run: {reason} |" + " |" * (3 + len(args.prefill)))
     if "fp32" in rows:
         fp32 = rows["fp32"]
+        prefill = ", ".join(f"{n} tokens {fp32.prefill[n] / hf.prefill[n]:.2f}x" for n in args.prefill)
         print(f"worker fp32 vs transformers at batch 1: {fp32.decode_b1 / hf.decode_b1:.2f}x (goal >= 1.5x); "
+              f"prefill {prefill} (goal >= 1x); "
               f"8 concurrent vs batch 1: {fp32.aggregate_b8 / fp32.decode_b1:.2f}x (goal >= 5x); "
               f"grammar {fp32.grammar_pct:.1f}% of a step (goal <= 3%)")
 

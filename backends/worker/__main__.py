@@ -96,7 +96,11 @@ async def serve(state: WorkerState, host: str, port: int) -> None:
 
 
 def refuse_unsupported_dtype(args: argparse.Namespace) -> None:
-    """Before loading anything: exit 2 with one line when the CPU cannot run the weights dtype asked for."""
+    """Before loading anything: exit 2 with one line when the device asked for is absent, or the CPU cannot run
+    the weights dtype asked for."""
+    if args.device == "cuda" and not torch.cuda.is_available():
+        progress(f"error: --device cuda: this torch ({torch.__version__}) sees no CUDA device. Use --device cpu.")
+        raise SystemExit(2)
     if args.device != "cpu":
         return
     features = cpu_features()

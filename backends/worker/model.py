@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -95,16 +96,17 @@ class LlamaModel:
         `positions` (B, Q) are the rope positions and the last key each query may see;
         `write_positions` (B, Q) are the cache columns the new keys go to (the scratch column
         for idle rows). Keys 0..key_len-1 of each slot are attended. Returns logits of the
-        last query of each row (B, V), or of every query (B, Q, V) with `all_logits`.
+        last query of each row (B, V), or of every query (B, Q, V) with `all_logits`. The three index
+        tensors may be on any device.
         """
         c = self.config
+        tokens, positions, write_positions = (t.to(self.device) for t in (tokens, positions, write_positions))
         batch, q_len = tokens.shape
         groups = c.n_heads // c.n_kv_heads
-        rows = torch.arange(first_slot, first_slot + batch, device=self.device).unsqueeze(1).expand(batch, q_len)
         cos = self.cos[positions].unsqueeze(2)
         sin = self.sin[positions].unsqueeze(2)
-        keys_seen = torch.arange(key_len, device=self.device)
-        mask = (keys_seen <= positions.unsqueeze(-1)).repeat_interleave(groups, dim=1).unsqueeze(1)
+        mask = _attention_mask(positions, key_len, groups)
+        write = self._kv_writer(write_positions, first_slot)
         h = F.embedding(tokens, self.embedding)
         for index, layer in enumerate(self.layers):
             x = F.rms_norm(h, (c.hidden,), layer.attn_norm, c.rms_eps)
@@ -114,8 +116,8 @@ class LlamaModel:
             q, k = qk.split([c.n_heads, c.n_kv_heads], dim=2)
             v = qkv[..., self._q_width + self._kv_width :].view(batch, q_len, c.n_kv_heads, c.head_dim)
             cache_k, cache_v = self.cache.keys[index], self.cache.values[index]
-            cache_k[rows, :, write_positions] = k
-            cache_v[rows, :, write_positions] = v
+            write(cache_k, k)
+            write(cache_v, v)
             # Query heads sharing a KV head become extra query rows of that head: no KV repeat.
             q = q.reshape(batch, q_len, c.n_kv_heads, groups, c.head_dim).transpose(1, 2)
             q = q.reshape(batch, c.n_kv_heads, q_len * groups, c.head_dim)
@@ -133,6 +135,36 @@ class LlamaModel:
         if not all_logits:
             h = h[:, -1]
         return self.lm_head(F.rms_norm(h, (c.hidden,), self.final_norm, c.rms_eps))
+
+
+    def _kv_writer(self, write_positions: torch.Tensor, first_slot: int) -> Callable[[torch.Tensor, torch.Tensor], None]:
+        """How this forward stores its new keys (B, Q, H, D) into one layer's cache (slots, H, columns, D).
+
+        One row writing consecutive columns (a prefill chunk, a lone decode step) is a slice copy on CPU,
+        several times cheaper per layer than the scattered write the general case needs."""
+        batch, q_len = write_positions.shape
+        if batch == 1 and self.device.type == "cpu":
+            start = int(write_positions[0, 0])
+            if q_len == 1 or torch.equal(write_positions[0], torch.arange(start, start + q_len)):
+                return lambda cache, new: cache[first_slot, :, start : start + q_len].copy_(new[0].transpose(0, 1))
+        rows = torch.arange(first_slot, first_slot + batch, device=self.device).unsqueeze(1).expand(batch, q_len)
+
+        def scatter(cache: torch.Tensor, new: torch.Tensor) -> None:
+            cache[rows, :, write_positions] = new
+
+        return scatter
+
+
+def _attention_mask(positions: torch.Tensor, key_len: int, groups: int) -> torch.Tensor | None:
+    """The additive mask (B, 1, Q*groups, key_len) letting each query see keys up to its position, or None
+    when every query sees all `key_len` keys (a decode step whose rows are all at the same position).
+
+    Built once per forward as 0 / -inf, the form attention turns a boolean mask into in every layer."""
+    if positions.shape[1] == 1 and bool((positions == key_len - 1).all()):
+        return None
+    keys_seen = torch.arange(key_len, device=positions.device)
+    visible = (keys_seen <= positions.unsqueeze(-1)).repeat_interleave(groups, dim=1).unsqueeze(1)
+    return torch.zeros(visible.shape, device=positions.device).masked_fill_(~visible, float("-inf"))
 
 
 def _rope_tables(config: ModelConfig, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,7 +24,10 @@ class TokenChoice:
 
 
 class RequestSampler:
-    """Sampling state of one request: its settings, its generator and its output-token counts."""
+    """Sampling state of one request: its settings, its generator and its output-token counts.
+
+    Both live on the CPU whatever device the logits come from: a seeded request draws the same tokens on
+    any device, and a CPU generator never meets a CUDA tensor."""
 
     def __init__(self, params: SamplingParams, vocab_size: int):
         self.params = params
@@ -37,7 +40,8 @@ class RequestSampler:
     def penalize(self, logits: torch.Tensor) -> None:
         """Apply frequency and presence penalties in place to this request's logits row."""
         if self.counts is not None:
-            logits -= self.counts * self.params.frequency_penalty + (self.counts > 0) * self.params.presence_penalty
+            penalty = self.counts * self.params.frequency_penalty + (self.counts > 0) * self.params.presence_penalty
+            logits -= penalty.to(logits.device)
 
     def record(self, token_id: int) -> None:
         if self.counts is not None:
@@ -46,7 +50,7 @@ class RequestSampler:
     def sample(self, logits: torch.Tensor) -> int:
         """Draw one token from a (V,) logits row after temperature, top-k, min-p and top-p."""
         p = self.params
-        scaled = logits / p.temperature
+        scaled = logits.cpu() / p.temperature
         ids = None
         if 0 < p.top_k < scaled.numel():
             scaled, ids = torch.topk(scaled, p.top_k)

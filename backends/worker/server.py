@@ -17,6 +17,7 @@ from backends.asgi import DONE_FRAME, json_response, wait_for_disconnect
 from backends.worker.engine import EngineEvent, EngineRequest
 from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
 from backends.worker.grammar import GrammarError
+from backends.worker.handoff import LoopMailbox
 from backends.worker.protocol import ProtocolError, parse_generate
 from backends.worker.vllm_api import vllm_routes
 
@@ -37,6 +38,7 @@ def build_app(state: WorkerState) -> Starlette:
     """The Starlette application serving `state`'s engine."""
 
     active: dict[str, Generation] = {}
+    mailboxes: dict[asyncio.AbstractEventLoop, LoopMailbox] = {}
 
     async def start(generation: Generation) -> None:
         """Compile the grammar, then hand the call to the engine; raises ProtocolError or GrammarError."""
@@ -48,13 +50,14 @@ def build_app(state: WorkerState) -> Starlette:
         if call.grammar is not None:
             grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
         loop = asyncio.get_running_loop()
+        mailbox = mailboxes.get(loop) or mailboxes.setdefault(loop, LoopMailbox(loop))
         active[call.rid] = generation
         state.metrics.prompt_tokens.inc(len(call.input_ids))
         state.engine.submit(EngineRequest(
             rid=call.rid, input_ids=call.input_ids, params=call.sampling, grammar=grammar,
             logprobs=call.return_logprob, top_logprobs=call.top_logprobs_num,
             min_new_tokens=call.min_new_tokens, text=generation.output_text,
-            emit=lambda event: loop.call_soon_threadsafe(generation.events.put_nowait, event),
+            emit=lambda event: mailbox.post(generation.events.put_nowait, event),
         ))
 
     async def generate(request: Request) -> Response:

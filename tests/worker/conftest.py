@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 
 import pytest
@@ -15,6 +16,8 @@ from backends.worker.model import LlamaModel
 from backends.worker.weights import LlamaWeights, load_weights
 
 SLOTS = 4
+DEVICE = os.environ.get("WORKER_TEST_DEVICE", "cpu")
+"""The device the in-process model runs on: bench/gpu_check.sh sets `cuda`."""
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +33,7 @@ def weights(checkpoint) -> LlamaWeights:
 @pytest.fixture(scope="session")
 def model(checkpoint, weights) -> LlamaModel:
     torch.set_num_threads(2)
-    return LlamaModel(weights, checkpoint.config, slots=SLOTS, context=1024)
+    return LlamaModel(weights, checkpoint.config, slots=SLOTS, context=1024, device=DEVICE)
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from backends.checkpoint import load_checkpoint
+from backends.worker.__main__ import parse_args, refuse_unsupported_dtype
 from backends.worker.model import LlamaModel
 from backends.worker.weights import load_weights, save_hf_directory, unpermute_rope_rows
 
@@ -63,6 +65,25 @@ def test_chunked_prefill_matches_one_shot(model, checkpoint):
     torch.testing.assert_close(chunked, whole, atol=1e-4, rtol=1e-4)
 
 
+def test_lone_decode_step_matches_the_batched_path(model, checkpoint):
+    """A lone row's step (slice KV write, no mask) gives what the general path (scattered writes, a mask for
+    an idle row writing its scratch column) gives for the same row."""
+    ids = prompt_ids(checkpoint, "def fibonacci(n):")
+    positions = torch.arange(len(ids)).unsqueeze(0)
+    token = int(model.forward(torch.tensor([ids]), positions, positions, 0, len(ids))[0].argmax())
+    step = torch.tensor([[len(ids)]])
+    alone = model.forward(torch.tensor([[token]]), step, step, 0, len(ids) + 1)
+    batched = model.forward(
+        torch.tensor([[token], [0]]),
+        torch.tensor([[len(ids)], [0]]),
+        torch.tensor([[len(ids)], [model.cache.scratch_position]]),
+        first_slot=0,
+        key_len=len(ids) + 1,
+    )
+    torch.testing.assert_close(batched[0], alone[0], atol=1e-4, rtol=1e-4)
+    assert int(batched[0].argmax()) == int(alone[0].argmax())
+
+
 def test_safetensors_directory_loads_the_same_weights(tmp_path, checkpoint, weights):
     save_hf_directory(checkpoint, weights, tmp_path)
     hf = load_checkpoint(tmp_path)
@@ -71,3 +92,13 @@ def test_safetensors_directory_loads_the_same_weights(tmp_path, checkpoint, weig
     assert torch.equal(loaded.layers[3].q, weights.layers[3].q)
     assert torch.equal(loaded.layers[29].down, weights.layers[29].down)
     assert torch.equal(loaded.lm_head, weights.embedding)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+def test_worker_without_cuda_refuses_device_cuda_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exited:
+        refuse_unsupported_dtype(parse_args(["--device", "cuda"]))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        f"[worker] error: --device cuda: this torch ({torch.__version__}) sees no CUDA device. Use --device cpu.\n"
+    )
