@@ -118,3 +118,10 @@ def test_own_dashboard_is_complete():
         assert not re.search(r"TODO|FIXME|lorem ipsum", path.read_text(), re.IGNORECASE)
     maps = [d for d in render("servicemonitor.yaml") if d["metadata"].get("labels", {}).get("grafana_dashboard")]
     assert {name for m in maps for name in m["data"]} == {p.name for p in (CHART / "dashboards").glob("*.json")}
+
+
+def test_server_limits_reach_the_command_line():
+    parsed = build_parser().parse_args(_command_line("networkpolicy-on.yaml"))
+    assert (parsed.max_body_bytes, parsed.max_concurrency, parsed.header_timeout) == (4194304, 256, 10)
+    assert parsed.grammar_compile_budget == 1.5
+    assert build_parser().parse_args(_command_line("defaults.yaml")).grammar_compile_budget is None
