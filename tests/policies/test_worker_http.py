@@ -44,7 +44,7 @@ def test_tenants_on_the_real_worker(gateway, capsys):
         small, small_latency, bulk = small_while_bulk_runs(client, auth("bulk"), auth("chatty"), BULK_TOKENS)
     assert small.status_code == 200 and small.json()["usage"]["completion_tokens"] == 1
     assert bulk["tokens"] == 16 * BULK_TOKENS
-    lines = {line["request_id"]: line for line in audit_lines(audit)}
+    lines = settled_audit_lines(audit, tenants={"chatty", "bulk"})
     assert lines["worker-small"]["completion_tokens"] == 1 and lines["worker-small"]["tenant"] == "chatty"
     bulk_line = next(line for line in lines.values() if line["tenant"] == "bulk")
     assert bulk_line["completion_tokens"] == 16 * BULK_TOKENS and bulk_line["queue_wait_ms"] > 0
@@ -53,6 +53,17 @@ def test_tenants_on_the_real_worker(gateway, capsys):
             f"\n1-token request while another tenant's n=16 x {BULK_TOKENS} tokens runs: {small_latency:.2f} s "
             f"(the n=16 request took {bulk['latency']:.2f} s; its later choices queued {bulk_line['queue_wait_ms']:.0f} ms)"
         )
+
+
+def settled_audit_lines(audit, tenants: set[str], wait_s: float = 30.0) -> dict[str, dict]:
+    """The audit lines by request id once every tenant in `tenants` has one: a stream's line is written as its
+    response ends, which may be a moment after the client read its last event."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        lines = {line["request_id"]: line for line in audit_lines(audit)}
+        if tenants <= {line["tenant"] for line in lines.values()} or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
 
 
 def small_while_bulk_runs(
