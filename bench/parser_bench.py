@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.kimi_parse_bench import synthetic_output as kimi_k3_output
+from bench.kimi_parse_bench import words
 from gateway.families.base import OutputParser
 from gateway.families.deepseek import DsmlParser
 from gateway.families.deepseek.markers import (
@@ -54,23 +55,6 @@ from gateway.families.qwen3_xml import Qwen3XmlParser
 from gateway.families.token_sections import SectionParser
 from gateway.types import Piece
 
-WORDS = [
-    " the",
-    " quick",
-    " brown",
-    " fox",
-    " jumps",
-    " over",
-    " lazy",
-    " dog",
-    ".",
-    "\n",
-    " ü",
-    " 😀",
-    ' "',
-    " &",
-    " 42",
-]
 TOOL = {
     "type": "function",
     "function": {
@@ -89,10 +73,6 @@ DEEPSEEK_IDS = {"</think>": 128822, DSML: 128825, TOOL_CALLS_BEGIN: 128806, TOOL
                 TOOL_CALL_END: 128809, TOOL_SEP: 128814}  # fmt: skip
 K2_IDS = {"</think>": 163607, K2.section_begin: 163595, K2.call_begin: 163597, K2.arguments_begin: 163598,
           K2.call_end: 163599}  # fmt: skip
-
-
-def words(count: int, offset: int = 0) -> list[Piece]:
-    return [Piece(WORDS[(offset + i) % len(WORDS)]) for i in range(count)]
 
 
 def pieces_of(parts: list[str | list[Piece]], ids: dict[str, int]) -> list[Piece]:
