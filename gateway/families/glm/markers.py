@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gateway.families.base import reopened_reasoning
+
 THINK_START = "<think>"
 THINK_END = "</think>"
 TOOL_CALL_START = "<tool_call>"
@@ -23,5 +25,4 @@ TOKEN_MARKERS = frozenset(
 
 def prompt_opens_reasoning(prompt: str) -> bool:
     """Whether the prompt's last assistant turn opened `<think>` for the model to continue."""
-    start = prompt.rfind(THINK_START)
-    return start > prompt.rfind(ASSISTANT) and prompt.rfind(THINK_END) < start
+    return reopened_reasoning(prompt, ASSISTANT, THINK_START, THINK_END)

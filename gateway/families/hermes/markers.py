@@ -1,5 +1,7 @@
 """The text markers of the hermes (Qwen2.5 / Qwen3) output format."""
 
+from gateway.families.base import reopened_reasoning
+
 THINK_START = "<think>"
 THINK_END = "</think>"
 TOOL_CALL_START = "<tool_call>"
@@ -10,5 +12,4 @@ TURN_END = "<|im_end|>"
 
 def prompt_opens_reasoning(prompt: str) -> bool:
     """Whether the prompt's last turn opened a `<think>` block that the model is to continue."""
-    start = prompt.rfind(THINK_START)
-    return start > prompt.rfind(TURN_START) and prompt.rfind(THINK_END) < start
+    return reopened_reasoning(prompt, TURN_START, THINK_START, THINK_END)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from gateway.families.base import reopened_reasoning
+
 THINK_START = "<think>"
 THINK_END = "</think>"
 TOOL_CALL_START = "<tool_call>"
@@ -16,13 +18,12 @@ FUNCTION_OPEN = "<function="
 FUNCTION_CLOSE = "</function>"
 PARAMETER_OPEN = "<parameter="
 PARAMETER_CLOSE = "</parameter>"
+"""Text tags (ordinary tokens) inside a call."""
 
 QWEN35_VOCABULARY = frozenset({"<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos_single>"})
 """Added tokens of Qwen3.5's vocabulary that Qwen2.5 / Qwen3 / Qwen3-Coder's lack: XML calls without a template."""
-"""Text tags (ordinary tokens) inside a call."""
 
 
 def prompt_opens_reasoning(prompt: str) -> bool:
     """Whether the prompt's last turn opened a `<think>` block that the model is to continue."""
-    start = prompt.rfind(THINK_START)
-    return start > prompt.rfind(TURN_START) and prompt.rfind(THINK_END) < start
+    return reopened_reasoning(prompt, TURN_START, THINK_START, THINK_END)
