@@ -47,8 +47,8 @@ the generation before it, and a health check."""
 
 @pytest.fixture(scope="session")
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The embedded SmolLM2's tokenizer and config as a Hugging Face directory: the same tokens,
-    loaded in a fraction of the time the GGUF file takes (once per gateway model, per fault backend)."""
+    """The embedded SmolLM2's tokenizer and config as a Hugging Face directory (no weights): the same tokens, for
+    the gateway models and fault backends that need only a tokenizer, read as a directory checkpoint is."""
     path = tmp_path_factory.mktemp("smollm2")
     write_hf_metadata(load_checkpoint(), path)
     return path
