@@ -25,8 +25,8 @@ from policies.watch import PolicyWatcher
 
 log = logging.getLogger(__name__)
 
-OPEN_PATHS = frozenset({"/health", "/ready"})
-"""Probes answer without a key."""
+OPEN_PATHS = frozenset({"/health", "/ready", "/openapi.json"})
+"""Probes and the API description answer without a key (vLLM's key check guards /v1 only)."""
 
 
 @dataclass

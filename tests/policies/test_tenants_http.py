@@ -144,6 +144,8 @@ def test_keys_missing_unknown_expired_and_header_styles(client):
     for header in ("api-key", "x-api-key"):
         assert client.get("/v1/models", headers={header: key_of("beta")}).status_code == 200
     assert client.get("/health").status_code == 200
+    described = client.get("/openapi.json")  # the API description, as vLLM serves it: no key
+    assert described.status_code == 200 and "/v1/chat/completions" in described.json()["paths"]
 
 
 def test_a_client_set_tenant_header_changes_nothing(client):
