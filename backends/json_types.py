@@ -12,6 +12,24 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def as_integer(value: Any) -> int | None:
+    """An integer as JSON Schema's `integer` reads it: an int or a float with an integral value (1.0 is 1, as
+    OpenAI's and vLLM's pydantic servers take it), as an int; None for anything else, booleans included."""
+    if is_integer(value):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def as_token_ids(value: Any) -> list[int] | None:
+    """A list of token ids (integral floats taken as integers) as ints; None when it is not one."""
+    if not isinstance(value, list):
+        return None
+    ids = [as_integer(i) for i in value]
+    return None if None in ids else ids
+
+
 def is_number(value: Any) -> bool:
     """A finite integer or float that is not a boolean."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

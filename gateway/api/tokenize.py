@@ -6,7 +6,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.asgi import json_response
-from backends.json_types import is_integer
+from backends.json_types import as_integer
 from gateway.api.bodies import read_json
 from gateway.errors import invalid
 from gateway.models.planning import encode_chat
@@ -35,9 +35,9 @@ async def detokenize(request: Request, registry: ModelRegistry, max_body: int) -
     """`{"model", "tokens": [ids]}` → `{"prompt": text}` with added tokens spelled out."""
     fields = Fields(await read_json(request, max_body), DETOKENIZE)
     model = served_model(registry, fields.string("model"))
-    ids = fields.array("tokens")
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
+    ids = [as_integer(t) for t in fields.array("tokens")]  # an integral float is an id, as the schema says
     for i, t in enumerate(ids):
-        if not is_integer(t) or not 0 <= t < vocab:
+        if t is None or not 0 <= t < vocab:
             raise invalid(f"'tokens[{i}]' must be a token id below {vocab}", f"tokens[{i}]")
     return json_response({"prompt": model.decode(ids)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from backends.json_types import is_token_ids
+from backends.json_types import as_token_ids
 from gateway.errors import invalid
 from gateway.validation.declare import Field, Obj, array, either, integer, refused
 from gateway.validation.fields import MAX_N, SETTINGS, Fields, GenerationSettings, parse_model, parse_settings
@@ -70,18 +70,22 @@ def parse_completion(body: Any) -> CompletionRequest:
 
 
 def parse_prompts(fields: Fields) -> list[Prompt]:
-    """A string, a list of strings, a list of token ids, or a list of token-id lists."""
+    """A string, a list of strings, a list of token ids, or a list of token-id lists (integral floats as ids)."""
     v = fields.get("prompt")
-    single = isinstance(v, str) or _is_ids(v)
+    single = isinstance(v, str) or _ids(v) is not None
     items: list[Any] = [v] if single else fields.array("prompt")
+    prompts: list[Prompt] = []
     for i, p in enumerate(items):
         param = "prompt" if single else f"prompt[{i}]"
-        if not (isinstance(p, str) or _is_ids(p)):
+        prompt = p if isinstance(p, str) else _ids(p)
+        if prompt is None:
             raise invalid(f"'{param}' must be a string or an array of token ids", param)
-        if not p:
+        if not prompt:
             raise invalid(f"'{param}' must not be empty", param)
-    return items
+        prompts.append(prompt)
+    return prompts
 
 
-def _is_ids(v: Any) -> bool:
-    return bool(v) and is_token_ids(v)
+def _ids(v: Any) -> list[int] | None:
+    """A non-empty list of token ids, as ints."""
+    return as_token_ids(v) if v else None

@@ -4,7 +4,8 @@ Policy: unknown top-level fields are ignored, as vLLM and SGLang do, so that
 clients sending vendor extras keep working; known fields whose meaning the
 gateway cannot honour (logit_bias, echo, best_of > 1, suffix, audio, the legacy
 functions API) are refused with a 400 rather than silently dropped. JSON null
-means "not given" for every optional field.
+means "not given" for every optional field. An integral float (`"n": 1.0`) is an
+integer, as JSON Schema and OpenAI's and vLLM's pydantic servers read it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.json_types import is_integer, is_number
+from backends.json_types import as_integer, is_number
 from gateway.errors import invalid
 from gateway.validation.declare import (
     Field,
@@ -97,12 +98,14 @@ class Fields:
         return v
 
     def integer(self, key: str) -> int | None:
+        """An integer (an integral float such as 1.0 is taken, as JSON Schema and pydantic take it) within bounds."""
         f, v = self._given(key)
         if v is None:
             return f.default
-        if not is_integer(v):
+        number = as_integer(v)
+        if number is None:
             raise invalid(f"'{self.param(key)}' must be an integer", self.param(key))
-        return self._bounded(key, f, v)
+        return self._bounded(key, f, number)
 
     def integer_text(self, key: str) -> int | None:
         """An integer written in decimal digits (a query parameter)."""

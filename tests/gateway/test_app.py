@@ -147,7 +147,9 @@ def test_stop_string_cuts_and_aborts(gateway):
     say(server, "Hello STOP world and more text that never comes", hold_after=6)
     r = chat(client, stop=["STOP"], stream=True)
     events = sse(r)
-    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events) == "Hello "  # text before the stop string, its last space included
+    assert (
+        "".join(e["choices"][0]["delta"].get("content", "") for e in events) == "Hello "
+    )  # text before the stop string, its last space included
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
     assert server.closed[server.bodies[-1]["rid"]].wait(WAIT_S)
 
@@ -286,6 +288,10 @@ def test_models_tokens_health(gateway):
     assert client.post("/detokenize", json={"model": MODEL, "tokens": tok["tokens"]}).json() == {
         "prompt": "Hi<|im_end|>"
     }
+    as_floats = [float(t) for t in tok["tokens"]]  # JSON Schema's integer: 1.0 is an id
+    assert client.post("/detokenize", json={"model": MODEL, "tokens": as_floats}).json() == {"prompt": "Hi<|im_end|>"}
+    half = client.post("/detokenize", json={"model": MODEL, "tokens": [*tok["tokens"][:1], 1.5]})
+    assert half.status_code == 400 and half.json()["error"]["param"] == "tokens[1]"
     assert client.get("/health").json() == {"status": "ok"}
     assert client.get("/ready").status_code == 200
     server.healthy = False

@@ -15,6 +15,7 @@ from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
 from gateway.validation.chat import CHAT, parse_chat_completion
+from gateway.validation.completions import parse_completion
 from gateway.validation.declare import Obj, Variants
 from gateway.validation.fields import Fields
 from gateway.validation.messages import parse_messages_request
@@ -121,6 +122,32 @@ def test_served_once_per_process_as_stored_bytes():
     assert document_bytes() is document_bytes()
 
 
+INTEGER_FIELDS = [
+    (decl, key)
+    for decl in _all_declarations().values()
+    if decl is not INPUT_ITEMS_QUERY  # query parameters are text
+    for key, f in decl.fields.items()
+    if f.type == "integer"
+]
+
+
+@pytest.mark.parametrize(("decl", "key"), INTEGER_FIELDS, ids=[f"{d.name}.{k}" for d, k in INTEGER_FIELDS])
+def test_every_integer_field_reads_integral_floats_as_its_schema_does(decl, key):
+    """1.0 is an integer to JSON Schema (and to pydantic's lax ints): the validator takes it as an int; 1.5, a
+    boolean and a value out of bounds are a 400 naming the field, and the schema refuses them too."""
+    f = decl.fields[key]
+    schema = jsonschema.Draft202012Validator(f.schema({}))
+    valid = 0 if (f.lo is None or f.lo <= 0) and (f.hi is None or f.hi >= 0) else int(f.lo)
+    got = Fields({key: float(valid)}, decl).integer(key)
+    assert schema.is_valid(float(valid)) and got == valid and type(got) is int
+    refused = [valid + 0.5, True] + ([float(f.hi) * 2 + 2] if f.hi is not None else [])
+    for value in refused:
+        assert not schema.is_valid(value), value
+        with pytest.raises(APIError) as e:
+            Fields({key: value}, decl).integer(key)
+        assert (e.value.status, e.value.param) == (400, key), value
+
+
 M = {"model": "m"}
 USER = [{"role": "user", "content": "hi"}]
 AGREEMENT = [
@@ -181,6 +208,12 @@ AGREEMENT = [
         {**M, "max_tokens": 1, "messages": USER, "tool_choice": {"type": "auto", "name": 5}},
         False,
     ),
+    ("ChatCompletionRequest", parse_chat_completion, {**M, "messages": USER, "n": 2.0, "max_tokens": 16.0}, True),
+    ("ChatCompletionRequest", parse_chat_completion, {**M, "messages": USER, "n": 1.5}, False),
+    ("CompletionRequest", parse_completion, {**M, "prompt": [1.0, 2.0], "best_of": 1.0}, True),
+    ("CompletionRequest", parse_completion, {**M, "prompt": [1.5]}, False),
+    ("AnthropicMessagesRequest", parse_messages_request, {**M, "max_tokens": 8.0, "messages": USER}, True),
+    ("ResponsesRequest", parse_responses_request, {**M, "input": "x", "max_output_tokens": 16.0}, True),
 ]
 
 

@@ -217,6 +217,12 @@ def test_settings():
         (chat(frequency_penalty=3), "frequency_penalty"),
         (chat(presence_penalty=-3), "presence_penalty"),
         (chat(seed=1.5), "seed"),
+        (chat(n=1.5), "n"),
+        (chat(n=True), "n"),
+        (chat(n=17.0), "n"),
+        (chat(max_tokens=16.5), "max_tokens"),
+        (chat(max_tokens=0.0), "max_tokens"),
+        (chat(max_tokens=1e300), "max_tokens"),
         (chat(seed=1 << 64), "seed"),
         (chat(logprobs="yes"), "logprobs"),
         (chat(logprobs=True, top_logprobs=21), "top_logprobs"),
@@ -244,6 +250,17 @@ def test_chat_errors_name_their_param(body, param):
     assert (e.value.status, e.value.param, e.value.type) == (400, param, "invalid_request_error")
 
 
+def test_integral_floats_are_integers():
+    """1.0 is an integer to JSON Schema and to OpenAI's and vLLM's pydantic servers: taken, as an int."""
+    settings = parse_chat_completion(chat(n=2.0, max_tokens=16.0, seed=-3.0, top_k=40.0)).settings
+    assert (settings.n, settings.max_tokens, settings.seed, settings.top_k) == (2, 16, -3, 40)
+    assert all(type(v) is int for v in (settings.n, settings.max_tokens, settings.seed, settings.top_k))
+    assert parse_chat_completion(chat(max_completion_tokens=1e3)).settings.max_tokens == 1000
+    prompts = parse_completion({"model": "m", "prompt": [[1.0, 2], [3.0]], "best_of": 1.0, "logprobs": 2.0})
+    assert prompts.prompts == [[1, 2], [3]] and all(type(i) is int for p in prompts.prompts for i in p)
+    assert parse_completion({"model": "m", "prompt": [5.0]}).prompts == [[5]]
+
+
 def test_completion_prompt_forms():
     assert parse_completion({"model": "m", "prompt": "hi"}).prompts == ["hi"]
     assert parse_completion({"model": "m", "prompt": ["a", "b"]}).prompts == ["a", "b"]
@@ -262,6 +279,8 @@ def test_completion_prompt_forms():
         ({"prompt": [[]]}, "prompt[0]"),
         ({"prompt": ["a", 3]}, "prompt[1]"),
         ({"prompt": [1, "a"]}, "prompt[0]"),
+        ({"prompt": [1, 2.5]}, "prompt[0]"),
+        ({"prompt": [[1], [True]]}, "prompt[1]"),
         ({"prompt": {"text": "a"}}, "prompt"),
         ({"prompt": ["a"] * 17}, "prompt"),
         ({"prompt": ["a"] * 8, "n": MAX_CHOICES // 8 + 1}, "n"),
