@@ -4,19 +4,25 @@ A schema within every static bound can still cost seconds to compile (measured o
 thread: an enum of 20,000 strings 2.1 s; twelve nested anyOf levels 0.9 s to build and 7.2 s to compile). The
 family builds the grammar and xgrammar compiles it on the model's real vocabulary in a `CompileProcess`; past
 `seconds` of its CPU time the child is killed and the request is a 400 naming the schema (`param`), before any
-backend is touched. Grammars that compiled in time are remembered by the child (a repeat costs only its build),
-and grammars that did not by this object (a repeat is refused at once). Waiting for a free child is not charged.
+backend is touched. With several schemas in play (tools, a response format) the refusal names the one whose
+grammar alone runs past the budget, tried one by one after the refusal (`_attribute`: under 2x the budget more,
+only for a grammar over budget), else `tools`. Grammars that compiled in time are remembered by the child (a
+repeat costs only its build), and grammars and schemas that did not by this object (a repeat is refused at once).
+Waiting for a free child is not charged.
 """
 
 from __future__ import annotations
 
+import hashlib
 import queue
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+import orjson
 import xgrammar as xgr
 
 from backends.base import Grammar
@@ -35,6 +41,15 @@ WALL_FACTOR = 10.0
 POLL_S = 0.01
 
 
+class OverBudget(Exception):
+    """A child's CPU time for one job ran past the budget (the child is killed); `key` names the grammar (None:
+    its build alone ran past)."""
+
+    def __init__(self, key: str | None):
+        super().__init__(key)
+        self.key = key
+
+
 class GrammarBudget:
     """Builds and compiles one model's grammars under a CPU-time budget per request."""
 
@@ -47,12 +62,28 @@ class GrammarBudget:
         for _ in range(PROCESSES):
             self._idle.put(None)  # a free place; its child is forked on first use
         self._over_budget: OrderedDict[str, None] = OrderedDict()
+        """Keys of grammars, and of single schemas (`schema_pieces`), known to cost more than the budget."""
         self._lock = threading.Lock()
         self._closed = False
 
     def build(self, chat: ChatRequest, prompt: str) -> Grammar | None:
         """The family's grammar for `chat`, compiled within the budget; blocking (call it off the event loop).
         400 when the schema cannot become a grammar or costs more than the budget."""
+        try:
+            reply, _ = self._job(chat, prompt)
+        except OverBudget as over:
+            if over.key is not None:
+                self._remember_over_budget(over.key)
+            note_grammar_compile(self.seconds, "over_budget")
+            raise self._over(self._attribute(chat, prompt)) from None
+        if reply[0] == "over_budget":
+            note_grammar_compile(None, "over_budget")
+            raise self._over(self._attribute(chat, prompt))
+        return self._outcome(reply, chat)
+
+    def _job(self, chat: ChatRequest, prompt: str) -> tuple[tuple[Any, ...], float]:
+        """A free child's answer to one job (forked when needed) and the CPU seconds the job cost it; a child over
+        budget (OverBudget), stuck or gone is killed."""
         child = self._idle.get()
         try:
             if child is not None and not child.alive:  # killed from outside (its process group signalled)
@@ -60,14 +91,16 @@ class GrammarBudget:
                 child = None
             if child is None:
                 child = self._fork()
-            reply = self._run(child, chat, prompt)
+            started_cpu = child.cpu_seconds()
+            reply = self._run(child, chat, prompt, started_cpu)
+            spent = child.cpu_seconds() - started_cpu
         except BaseException:  # over budget, stuck or gone: the child's state is unknown, so it goes
             if child is not None:
                 child.kill()
             self._idle.put(None)
             raise
         self._idle.put(child)
-        return self._outcome(reply, chat)
+        return reply, spent
 
     def _fork(self) -> CompileProcess:
         with self._lock:
@@ -77,9 +110,9 @@ class GrammarBudget:
                 self._info = self._tokenizer_info()
         return CompileProcess(self._family, self._info)
 
-    def _run(self, child: CompileProcess, chat: ChatRequest, prompt: str) -> tuple[Any, ...]:
-        """The child's answer to one job; raises the 400 when its CPU time runs past the budget."""
-        started_cpu, started = child.cpu_seconds(), time.monotonic()
+    def _run(self, child: CompileProcess, chat: ChatRequest, prompt: str, started_cpu: float) -> tuple[Any, ...]:
+        """The child's answer to one job; OverBudget when its CPU time runs past the budget."""
+        started = time.monotonic()
         child.connection.send((chat, prompt))
         reply = self._reply(child, started_cpu, started)
         if reply is not None and reply[0] == "built":
@@ -91,10 +124,9 @@ class GrammarBudget:
             child.connection.send(True)
             reply = self._reply(child, started_cpu, started)
             if reply is None:
-                self._remember_over_budget(key)
-        if reply is None:
-            note_grammar_compile(self.seconds, "over_budget")
-            raise self._over(chat)
+                raise OverBudget(key)
+        if reply is None:  # the build alone ran past the budget
+            raise OverBudget(None)
         return reply
 
     def _reply(self, child: CompileProcess, started_cpu: float, started: float) -> tuple[Any, ...] | None:
@@ -115,9 +147,6 @@ class GrammarBudget:
             return None
         if kind == "invalid":
             raise invalid(reply[1], reply[2])
-        if kind == "over_budget":
-            note_grammar_compile(None, "over_budget")
-            raise self._over(chat)
         if kind == "uncompilable":
             raise invalid(f"the grammar this request needs cannot be compiled: {reply[2]}", schema_param(chat))
         if kind == "known":
@@ -126,11 +155,40 @@ class GrammarBudget:
         note_grammar_compile(reply[2], "miss")
         return reply[1]
 
-    def _over(self, chat: ChatRequest) -> APIError:
+    def _attribute(self, chat: ChatRequest, prompt: str) -> str:
+        """The schema an over-budget grammar's cost belongs to. With several in play, each is tried alone in a
+        child under the full budget while those tried before it cost less than the budget together (so this
+        costs under 2x the budget, and a schema found over it is remembered): the first over the budget alone is
+        named, else `tools` (their sum is what costs)."""
+        param = schema_param(chat)
+        if param != "tools":
+            return param
+        spent = 0.0
+        for piece_param, piece_key, piece in schema_pieces(chat):
+            if self._known_over_budget(piece_key):
+                return piece_param
+            if spent >= self.seconds:
+                break
+            try:
+                reply, cost = self._job(piece, prompt)
+            except OverBudget as over:
+                self._remember_over_budget(piece_key)
+                if over.key is not None:
+                    self._remember_over_budget(over.key)
+                return piece_param
+            except APIError:  # a stuck or failed child: the refusal stands, unattributed
+                break
+            if reply[0] == "over_budget":
+                self._remember_over_budget(piece_key)
+                return piece_param
+            spent += cost
+        return param
+
+    def _over(self, param: str) -> APIError:
         return invalid(
             f"the grammar this request's schema needs costs more than this gateway's compile budget of "
             f"{self.seconds:g} s of CPU; simplify the schema (large enums, nested anyOf, long repetitions)",
-            schema_param(chat),
+            param,
             "grammar_too_complex",
         )
 
@@ -158,6 +216,22 @@ class GrammarBudget:
                 return
             if child is not None:
                 child.kill()
+
+
+def schema_pieces(chat: ChatRequest) -> list[tuple[str, str, ChatRequest]]:
+    """Each schema in play alone: its param, a key of its content, and the request it would be alone (one per active
+    tool, and the response format's)."""
+    pieces = [
+        (f"tools[{chat.tools.index(t)}].function.parameters", t, replace(chat, tools=[t], response_format=None))
+        for t in chat.active_tools
+    ]
+    if response_schema(chat.response_format) is not None:
+        pieces.append((RESPONSE_SCHEMA_PARAM, chat.response_format, replace(chat, tools=[], tool_choice="auto")))
+    return [(param, _schema_key(schema), piece) for param, schema, piece in pieces]
+
+
+def _schema_key(schema: dict[str, Any]) -> str:
+    return "schema:" + hashlib.sha256(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def schema_param(chat: ChatRequest) -> str:

@@ -111,17 +111,59 @@ def test_a_large_enum_over_the_budget_is_a_400_naming_the_response_schema_and_it
     assert survivors <= {c._process.pid for c in children(budgeted.grammar_budget)}
 
 
-def test_nested_any_of_in_one_of_two_tools_names_that_tool_when_it_is_the_one_called(budgeted):
-    tools = [tool("small", SMALL), tool("nested", nested_any_of(12))]
+def test_nested_any_of_in_one_of_several_tools_is_named_whether_called_by_name_or_not(budgeted):
+    tools = [tool("small", SMALL), tool("nested", nested_any_of(12)), tool("other", SMALL)]
     named = ChatRequest(messages=USER, tools=tools, tool_choice={"type": "function", "function": {"name": "nested"}})
     error, _ = refusal(budgeted, named)
     assert error.code == "grammar_too_complex" and error.param == "tools[1].function.parameters"
     error, _ = refusal(budgeted, ChatRequest(messages=USER, tools=tools, tool_choice="required"))
+    assert error.code == "grammar_too_complex" and error.param == "tools[1].function.parameters"
+
+
+def test_a_large_enum_in_one_of_several_tools_is_named_and_a_repeat_is_refused_at_once(budgeted):
+    tools = [tool("small", SMALL), tool("other", SMALL), tool("enum", BIG_ENUM)]
+    error, record = refusal(budgeted, ChatRequest(messages=USER, tools=tools))  # the whole over; each tried alone
+    assert error.code == "grammar_too_complex" and error.param == "tools[2].function.parameters"
+    assert record.grammar_cache == "over_budget"
+    error, record = refusal(budgeted, ChatRequest(messages=USER, tools=tools))
+    assert error.param == "tools[2].function.parameters" and record.grammar_compile_seconds is None
+    reordered = ChatRequest(messages=USER, tools=[tools[2], tools[0]])  # a new grammar; the schema is known
+    error, _ = refusal(budgeted, reordered)
+    assert error.param == "tools[0].function.parameters"
+
+
+def test_a_response_format_over_the_budget_beside_tools_is_named(budgeted):
+    chat = ChatRequest(messages=USER, tools=[tool("small", SMALL)], response_format=schema_format(BIG_ENUM))
+    error, _ = refusal(budgeted, chat)
+    assert error.code == "grammar_too_complex" and error.param == "response_format.json_schema.schema"
+
+
+def enum_tool(name: str, size: int) -> dict:
+    return tool(name, {"type": "object", "properties": {"v": {"enum": [f"{name}_{i}_x" for i in range(size)]}}})
+
+
+def test_tools_that_cost_too_much_only_together_are_named_together(budgeted):
+    """Four tools, each about half the budget alone: their sum is over it, none alone is, so the refusal names
+    `tools` (and attribution stops once the tools it tried cost the budget)."""
+    budget = budgeted.grammar_budget
+    _, record = grammar_of(budgeted, ChatRequest(messages=USER, tools=[enum_tool("probe", 1500)]))
+    alone = record.grammar_compile_seconds  # one such tool's compile here, on this machine
+    assert record.grammar_cache == "miss" and alone > 0.02, alone
+    saved, budget.seconds = budget.seconds, alone / 0.55
+    try:
+        error, _ = refusal(budgeted, ChatRequest(messages=USER, tools=[enum_tool(f"t{i}", 1500) for i in range(4)]))
+    finally:
+        budget.seconds = saved
     assert error.code == "grammar_too_complex" and error.param == "tools"
 
 
 def test_a_schema_that_cannot_become_a_grammar_is_still_a_400_naming_it(budgeted):
-    chat = ChatRequest(messages=USER, response_format=schema_format({"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}))
+    chat = ChatRequest(
+        messages=USER,
+        response_format=schema_format(
+            {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}
+        ),
+    )
     error, _ = refusal(budgeted, chat)
     assert error.status == 400 and error.param == "response_format.json_schema.schema"
 
