@@ -40,6 +40,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from backends.checkpoint import EMBEDDED_MODEL_ID
+from backends.json_types import as_integer
 from gateway.api.openapi import build_document
 from gateway.validation.fields import MAX_N, MAX_NEW_TOKENS
 
@@ -78,8 +79,8 @@ def map_body(context: Any, body: Any) -> Any:
     if not keys:
         return body
     for key, most in [*((k, MAX_NEW_TOKENS) for k in keys), ("n", MAX_N)]:
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and TINY < value <= most:
+        value = as_integer(body.get(key))  # 5.0 is an integer too (JSON Schema's, and the gateway's)
+        if value is not None and TINY < value <= most:
             body[key] = TINY  # a value out of bounds stays: the case means it to be refused
     if context.operation.path != "/v1/messages" and all(body.get(k) is None for k in keys):
         body[keys[-1]] = TINY  # no budget named: the gateway's default would be 64 tokens
