@@ -221,10 +221,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[str]]:
-    """Run `cmd` from the repository root (output to `log`); SIGTERM, then SIGKILL, when the block ends."""
+def process(
+    cmd: list[str], log: Path, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """Run `cmd` from `cwd` (the repository root; output to `log`); SIGTERM, then SIGKILL, when the block ends."""
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
         yield proc
     finally:
