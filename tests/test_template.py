@@ -156,6 +156,6 @@ def test_the_gateways_sandbox_answers_as_jinjas_own() -> None:
     values = {"m": {"role": "user"}, "d": {"items": 1}, "s": "abc"}
     assert template._render_bounded(compile_template(probes), dict(values), 1000) == "user|False|1|True|ABC"
     assert jinja.from_string(probes).render(values) == "user|False|1|True|ABC"
-    for unsafe in ("{{ m.__class__.__mro__ }}", "{{ m.update({}) }}", "{{ m.role.__class__ }}"):
+    for unsafe in ("{{ m.__class__.__mro__ }}", "{{ m.update({}) }}", "{{ m.role.__class__.__mro__ }}"):
         with pytest.raises(TemplateError):
             render("{% set m = messages[0] %}" + unsafe, [{"role": "user", "content": "x"}])
