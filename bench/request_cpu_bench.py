@@ -32,7 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overhead_bench import (  # noqa: E402 - the bench folder is not a package
+from overhead_bench import (  # the bench folder is not a package: its path is added above
     CONFIG,
     MESSAGES,
     MODEL,
@@ -40,7 +40,6 @@ from overhead_bench import (  # noqa: E402 - the bench folder is not a package
     Side,
     _chat_body,
     _direct_body,
-    _ready_port,
     cpu_seconds,
     free_port,
     machine,
@@ -50,6 +49,7 @@ from overhead_bench import (  # noqa: E402 - the bench folder is not a package
     read_chat,
     read_direct,
     run_phase,
+    stand_in,
     wait_ready,
 )
 
@@ -140,11 +140,8 @@ def main() -> None:
         logs, base_tree = Path(tmp), Path(tmp) / "base"
         base_tree.mkdir()
         base = f"base {extract(args.base, base_tree)} ({args.base})"
-        standin_cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(args.interval_ms)]
-        with process(standin_cmd, logs / "stand-in.log") as standin:
-            standin_port = _ready_port(logs / "stand-in.log", standin)
+        with stand_in(logs, args.interval_ms) as (_, standin_port):
             url = f"http://127.0.0.1:{standin_port}"
-            wait_ready(f"{url}/health", standin, logs / "stand-in.log")
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=url))
             ports = {base: free_port(), "this tree": free_port()}
@@ -157,8 +154,9 @@ def main() -> None:
                 for name, gateway in ((base, base_gateway), ("this tree", tree_gateway)):
                     log = logs / ("base.log" if name == base else "tree.log")
                     wait_ready(f"http://127.0.0.1:{ports[name]}/ready", gateway, log)
-                ids = httpx.post(f"http://127.0.0.1:{ports[base]}/tokenize", json={"model": MODEL, "messages": MESSAGES})
-                direct = Side("direct", standin_port, "/generate", _direct_body(ids.json()["tokens"]), read_direct)
+                prompt = {"model": MODEL, "messages": MESSAGES}
+                ids = httpx.post(f"http://127.0.0.1:{ports[base]}/tokenize", json=prompt).json()["tokens"]
+                direct = Side("direct", standin_port, "/generate", _direct_body(ids), read_direct)
                 sides = {
                     name: (Side(name, port, "/v1/chat/completions", _chat_body(), read_chat), pids[name])
                     for name, port in ports.items()

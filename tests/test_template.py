@@ -152,7 +152,8 @@ def test_the_gateways_sandbox_answers_as_jinjas_own() -> None:
                 context |= {"add_generation_prompt": True, "bos_token": "", "eos_token": ""}
                 ours = template._render_bounded(compile_template(source), dict(context), 10**6)
                 assert ours == jinja.from_string(source).render(context)
-    probes = "{{ m.role }}|{{ m.missing is defined }}|{{ m.items() | list | length }}|{{ d.items is callable }}|{{ s.upper() }}"
+    probes = "{{ m.role }}|{{ m.missing is defined }}|{{ m.items() | list | length }}|{{ d.items is callable }}|"
+    probes += "{{ s.upper() }}"
     values = {"m": {"role": "user"}, "d": {"items": 1}, "s": "abc"}
     assert template._render_bounded(compile_template(probes), dict(values), 1000) == "user|False|1|True|ABC"
     assert jinja.from_string(probes).render(values) == "user|False|1|True|ABC"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from types import TracebackType
-from typing import TypeVar
+from typing import Self, TypeVar
 
 from starlette.types import Receive
 
@@ -41,7 +41,7 @@ class ClientWatch:
             self._cancelled = True
             self._serving.cancel()
 
-    def __enter__(self) -> ClientWatch:
+    def __enter__(self) -> Self:
         self._serving = asyncio.current_task()
         return self
 
