@@ -13,7 +13,12 @@ alternating order, each gateway gets:
 
 The stand-in's own burst (direct) runs in every round too. Medians of rounds for CPU, pooled TTFTs.
 
+With `--callgrind` both gateways run under valgrind's callgrind instead, and each side's `--requests` sequential
+requests are counted in instructions (user space, the whole process: uvicorn, the gateway, the libraries), a
+figure no other load on the machine changes; no bursts then (their timing means nothing under valgrind).
+
     python bench/request_cpu_bench.py [--base main] [--rounds 6] [--requests 200] [--streams 64] [--tokens 32]
+    python bench/request_cpu_bench.py --callgrind [--base main] [--requests 200]
 """
 
 from __future__ import annotations
@@ -63,8 +68,34 @@ def extract(ref: str, into: Path) -> str:
     ).stdout.strip()
 
 
-def gateway_cmd(port: int, config: Path) -> list[str]:
-    return [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config)]
+def gateway_cmd(port: int, config: Path, callgrind: Path | None) -> list[str]:
+    """`gateway serve` on `port`; under callgrind (counting nothing until told) when `callgrind` names its output."""
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}.%p"]
+    serve = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config)]
+    return [*valgrind, *serve] if callgrind else serve
+
+
+async def callgrind_control(pid: int, *command: str) -> None:
+    """Tell the callgrind of process `pid` to zero, start or stop counting, or dump its counts."""
+    control = await asyncio.create_subprocess_exec(
+        "callgrind_control", *command, str(pid), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    if await control.wait() != 0:
+        raise RuntimeError(f"callgrind_control {' '.join(command)} {pid} failed")
+
+
+async def sequential_instructions(side: Side, pid: int, count: int, out: Path) -> float:
+    """Instructions the gateway `pid` (under callgrind, writing `out`.<pid>) ran per request over `count` requests."""
+    for n in range(20):
+        await probe(side, -1 - n)  # warm-up, not counted
+    for command in (["-z"], ["-i", "on"]):
+        await callgrind_control(pid, *command)
+    for n in range(count):
+        await probe(side, -1000 - n)
+    for command in (["-i", "off"], ["-d"]):
+        await callgrind_control(pid, *command)
+    dump = Path(f"{out}.{pid}.1").read_text()
+    return int(next(line for line in dump.splitlines() if line.startswith("totals:")).split()[1]) / count
 
 
 async def sequential_cpu(side: Side, pid: int, count: int) -> float:
@@ -133,6 +164,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=64, help="streams of a burst")
     parser.add_argument("--tokens", type=int, default=32, help="output tokens per burst stream")
     parser.add_argument("--interval-ms", type=float, default=15.0, help="the stand-in's decode step")
+    parser.add_argument("--callgrind", action="store_true", help="count instructions per request instead")
     args = parser.parse_args()
 
     print(machine())
@@ -145,15 +177,17 @@ def main() -> None:
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=url))
             ports = {base: free_port(), "this tree": free_port()}
+            outs = {name: logs / f"{'base' if name == base else 'tree'}.callgrind" for name in ports}
+            cmds = {name: gateway_cmd(ports[name], config, outs[name] if args.callgrind else None) for name in ports}
             env = {**os.environ, "PYTHONPATH": str(base_tree)}
             with (
-                process(gateway_cmd(ports[base], config), logs / "base.log", base_tree, env) as base_gateway,
-                process(gateway_cmd(ports["this tree"], config), logs / "tree.log") as tree_gateway,
+                process(cmds[base], logs / "base.log", base_tree, env) as base_gateway,
+                process(cmds["this tree"], logs / "tree.log") as tree_gateway,
             ):
                 pids = {base: base_gateway.pid, "this tree": tree_gateway.pid}
                 for name, gateway in ((base, base_gateway), ("this tree", tree_gateway)):
                     log = logs / ("base.log" if name == base else "tree.log")
-                    wait_ready(f"http://127.0.0.1:{ports[name]}/ready", gateway, log)
+                    wait_ready(f"http://127.0.0.1:{ports[name]}/ready", gateway, log, timeout=900.0)
                 prompt = {"model": MODEL, "messages": MESSAGES}
                 ids = httpx.post(f"http://127.0.0.1:{ports[base]}/tokenize", json=prompt).json()["tokens"]
                 direct = Side("direct", standin_port, "/generate", _direct_body(ids), read_direct)
@@ -162,9 +196,20 @@ def main() -> None:
                     for name, port in ports.items()
                 }
                 started = time.monotonic()
-                results = asyncio.run(measure(args, direct, sides))
+                if args.callgrind:
+                    counts = {
+                        name: asyncio.run(sequential_instructions(side, pid, args.requests, outs[name]))
+                        for name, (side, pid) in sides.items()
+                    }
+                else:
+                    results = asyncio.run(measure(args, direct, sides))
     print(f"{time.monotonic() - started:.0f} s; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
-    report(results, list(sides), args)
+    if args.callgrind:
+        print(f"\n| instructions per request (1 token, {args.requests} one after another) | {' | '.join(counts)} |")
+        print("|---|" + "---:|" * len(counts))
+        print("| callgrind, whole gateway process | " + " | ".join(f"{c:,.0f}" for c in counts.values()) + " |")
+    else:
+        report(results, list(sides), args)
 
 
 if __name__ == "__main__":
