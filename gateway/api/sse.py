@@ -28,7 +28,7 @@ class SSEResponse(Response):
         self.events = events
         self.watch = watch
         self.status_code = 200
-        self.raw_headers = SSE_HEADERS
+        self.raw_headers = list(SSE_HEADERS)  # its own: `headers` edits it in place
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
