@@ -5,7 +5,7 @@ connections evenly over them; a shared socket would hand most of a burst to whic
 starts the bundled workers once (a worker that dies comes back on its port), then starts N children. Each
 child runs `gateway serve` with the parent's arguments and learns from the GATEWAY_PROCESS_ROLE environment
 variable which inherited socket to accept on, which worker URLs to use and where the group's metrics sockets
-are (gateway/observability/process_metrics.py). The parent keeps the sockets open, so connections that
+are (gateway/observability/process_metrics.py; a restarted child continues its predecessor's counters). The parent keeps the sockets open, so connections that
 arrive while a child restarts wait in its socket's queue. SIGTERM / SIGINT and SIGHUP
 go to every child (each drains, or reloads its policies, as a single gateway does); a child that dies
 unasked is started again; one that dies before it ever served stops the group.
@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gateway.observability.process_metrics import counters_path
 from gateway.process.supervisor import WorkerSupervisor, die_with_parent
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ class ProcessGroup:
                 sock.close()
             for role in self._roles:
                 role.metrics_socket().unlink(missing_ok=True)
+                counters_path(role.metrics_socket()).unlink(missing_ok=True)
             os.rmdir(self._dir)
         return 1 if self._failed else 0
 
