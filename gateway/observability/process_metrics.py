@@ -66,7 +66,7 @@ def counters_only(text: str) -> str:
     return generate_latest(registry).decode()
 
 
-def counters_path(socket: Path) -> Path:
+def _counters_path(socket: Path) -> Path:
     """The counters file of the process whose metrics socket is `socket`."""
     return socket.with_suffix(".counters")
 
@@ -96,7 +96,7 @@ class ProcessGroupMetrics:
         self._render = render
         self._own = own
         self._siblings = siblings
-        self._counters = counters_path(own)
+        self._counters = _counters_path(own)
         self._predecessors = counters_only(self._counters.read_text()) if self._counters.exists() else None
         """What the processes that held this slot before this one counted."""
 
@@ -144,6 +144,6 @@ async def _scrape(path: Path) -> str | None:
     except (OSError, TimeoutError) as e:
         log.warning("the gateway process at %s did not answer (%r): its last counters stand in", path, e)
     try:
-        return counters_only(counters_path(path).read_text())
+        return counters_only(_counters_path(path).read_text())
     except FileNotFoundError:
         return None  # it never reported anything

@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gateway.observability.process_metrics import counters_path
 from gateway.process.supervisor import WorkerSupervisor, die_with_parent
 
 log = logging.getLogger(__name__)
@@ -148,10 +148,7 @@ class ProcessGroup:
             await asyncio.gather(*watchers, return_exceptions=True)
             for sock in self._sockets:
                 sock.close()
-            for role in self._roles:
-                role.metrics_socket().unlink(missing_ok=True)
-                counters_path(role.metrics_socket()).unlink(missing_ok=True)
-            os.rmdir(self._dir)
+            shutil.rmtree(self._dir, ignore_errors=True)  # the metrics sockets and counters files
         return 1 if self._failed else 0
 
     async def _watch(self) -> None:
