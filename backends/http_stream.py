@@ -89,7 +89,9 @@ class StreamPool:
         A non-200 answer is an HTTPStatusError; a server that cannot be reached, or a connection that
         breaks, is a retryable 503 BackendError (also while the lines are read).
         """
-        connection, response = await self._request("POST", path, body, _STREAM_HEAD)
+        trace = current_traceparent.get()
+        head = _STREAM_HEAD if trace is None else f"{_STREAM_HEAD}traceparent: {trace}\r\n"
+        connection, response = await self._request("POST", path, body, head)
         if response.status != 200:
             error_body = await self._read_body(connection, response, MAX_ERROR_BODY)
             raise HTTPStatusError(response.status, error_body)
@@ -100,7 +102,8 @@ class StreamPool:
             self._done(connection, response)
 
     async def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        """A small request on the same pool: the answer's status and body (a broken one reads as empty).
+        """A small request on the same pool (no traceparent: a health check's task outlives the request that
+        started it): the answer's status and body (a broken one reads as empty).
 
         A server that cannot be reached, or a connection that breaks before the answer's head, is a
         retryable 503 BackendError.
@@ -110,8 +113,7 @@ class StreamPool:
 
     async def _request(self, method: str, path: str, body: bytes, extra_head: str) -> tuple[_Connection, _Response]:
         """Send the request on an idle connection (a fresh one if it turns out closed) and read the head."""
-        trace = current_traceparent.get()
-        head = self._head + extra_head if trace is None else f"{self._head}{extra_head}traceparent: {trace}\r\n"
+        head = self._head + extra_head
         request = f"{method} {self._prefix}{path} HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode()
         while True:
             connection = self._take_idle()

@@ -279,12 +279,15 @@ async def test_a_small_call_answers_status_and_body_on_a_kept_connection():
 
     async with raw_server(answer) as (url, per_connection):
         pool = StreamPool(url)
+        token = current_traceparent.set("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
         assert await pool.call("GET", "/health") == (404, b"nope")
+        current_traceparent.reset(token)
         assert await pool.call("POST", "/abort_request", b'{"rid":"r"}') == (200, b"ok\n")
         await pool.close()
     assert per_connection == [2]
     assert seen[0].startswith(b"GET /health HTTP/1.1\r\n") and b"Content-Length: 0\r\n" in seen[0]
-    assert b"Accept: text/event-stream" not in seen[0] and seen[1].endswith(b'\r\n\r\n{"rid":"r"}')
+    assert b"Accept: text/event-stream" not in seen[0] and b"traceparent" not in seen[0]
+    assert seen[1].endswith(b'\r\n\r\n{"rid":"r"}')
 
 
 async def test_health_checks_and_aborts_leave_no_close_wait_socket_once_the_server_closes():

@@ -69,7 +69,9 @@ def _chats(exposition: str) -> float:
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in exposition.splitlines()
-        if line.startswith("gateway:requests_total{") and 'route="/v1/chat/completions"' in line and 'status="200"' in line
+        if line.startswith("gateway:requests_total{")
+        and 'route="/v1/chat/completions"' in line
+        and 'status="200"' in line
     )
 
 
