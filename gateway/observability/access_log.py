@@ -57,5 +57,3 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [plain, access]
     root.setLevel(level.upper())
-    # httpx logs every request at INFO: the health checks of every replica, every few seconds
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
