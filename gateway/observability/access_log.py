@@ -61,5 +61,3 @@ def configure_logging(level: str) -> None:
     root.setLevel(level.upper())
     # No format here shows a thread, process or multiprocessing name: records need not look them up.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    # httpx logs every request at INFO: the health checks of every replica, every few seconds
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
