@@ -2,44 +2,42 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
-from starlette.responses import StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from backends.asgi import wait_for_disconnect
+from gateway.api.disconnect import ClientWatch
+
+SSE_HEADERS = [
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+]
+"""What Starlette's StreamingResponse sent for these headers and media type, byte for byte."""
 
 
-class SSEResponse(StreamingResponse):
-    """Starlette's StreamingResponse (same headers, same messages), with the client's leaving watched by one plain
-    task that cancels the stream, instead of an anyio task group of two tasks per answer."""
+class SSEResponse(Response):
+    """An event stream's answer: the head, then each item of `events` as one body message; a client that leaves
+    (seen by `watch`, which this answer stops when it ends) ends it quietly and closes `events`. A Response as
+    Starlette's StreamingResponse is one: its own constructor, its own `__call__`."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, events: AsyncIterator[bytes], watch: ClientWatch):
+        self.events = events
+        self.watch = watch
+        self.status_code = 200
+        self.raw_headers = list(SSE_HEADERS)  # its own: `headers` edits it in place
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        stream = asyncio.current_task()
-        assert stream is not None
-        streaming = True
-
-        def client_left(watcher: asyncio.Task[None]) -> None:
-            if streaming and not watcher.cancelled():
-                stream.cancel()
-
-        watcher = asyncio.create_task(wait_for_disconnect(receive))
-        watcher.add_done_callback(client_left)
         try:
-            await self.stream_response(send)
-        except asyncio.CancelledError:
-            if watcher.cancelled() or not watcher.done():
-                raise  # cancelled from outside
-            stream.uncancel()  # the client left: the answer ends here, as Starlette's does
+            if not self.watch.left:
+                with self.watch:
+                    await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+                    async for chunk in self.events:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
-            streaming = False
-            watcher.cancel()
-
-
-def sse_response(events: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> SSEResponse:
-    return SSEResponse(
-        events,
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})},
-    )
+            self.watch.stop()
+            await self.events.aclose()  # type: ignore[attr-defined]

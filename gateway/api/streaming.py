@@ -16,8 +16,8 @@ from starlette.responses import Response
 
 from backends.asgi import DONE_FRAME, dumps, json_response, sse_frame
 from backends.base import BackendError
-from gateway.api.disconnect import ClientDisconnected, unless_disconnected
-from gateway.api.sse import sse_response
+from gateway.api.disconnect import ClientDisconnected, ClientWatch
+from gateway.api.sse import SSEResponse
 from gateway.errors import APIError, from_backend
 from gateway.observability.requests import note_usage, observed_steps
 from gateway.observability.tracing import traced_door
@@ -63,18 +63,24 @@ async def respond_door(request: Request, events: Events, door: Door, stream: boo
     """Stream (SSE) or fold `events`; a client that disconnects cancels its backend requests."""
     events = observed_steps(events)
     door = traced_door(door)
+    watch = ClientWatch(request.receive)
+    answer = None
     try:
         if not stream:
-            body = door.fold(await unless_disconnected(request, _collect(events, door)))
+            body = door.fold(await watch.guard(_collect(events, door)))
             note_usage(door.usage())
             return json_response(body)
         # Wait for the first output so that a backend that is down or refuses gets a real HTTP status.
-        first = await unless_disconnected(request, anext(events, None))
+        first = await watch.guard(anext(events, None))
+        answer = SSEResponse(_stream(first, events, door), watch)  # it stops the watch when it ends
+        return answer
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED)
     except BackendError as e:
         raise from_backend(e) from None
-    return sse_response(_stream(first, events, door))
+    finally:
+        if answer is None:
+            watch.stop()
 
 
 async def _collect(events: Events, door: Door) -> list[Any]:
