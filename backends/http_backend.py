@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import httpx
@@ -35,8 +35,9 @@ class HTTPBackend(Backend):
         )
 
     @asynccontextmanager
-    async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[bytes]]:
-        """POST `body` and give the response's lines; entered only once the server accepted (200).
+    async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        """POST `body` and give the response's lines, a socket read's batch at a time; entered only once the
+        server accepted (200).
 
         A refusal is a BackendError with the server's status; a connection that fails before or
         during the stream is a retryable 503.
@@ -79,15 +80,15 @@ def event_error(error: Any) -> BackendError:
     return BackendError(f"backend failed: {message}")
 
 
-async def read_to_end(lines: AsyncIterator[bytes], max_lines: int = 8, timeout: float = 1.0) -> None:
+async def read_to_end(batches: AsyncIterator[list[bytes]], max_batches: int = 8, timeout: float = 1.0) -> None:
     """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused.
 
     A server that sends more, or takes longer, loses the connection instead of holding the answer.
     """
     with suppress(TimeoutError, BackendError):
         async with asyncio.timeout(timeout):
-            for _ in range(max_lines):
-                if await anext(lines, None) is None:
+            for _ in range(max_batches):
+                if await anext(batches, None) is None:
                     return
 
 
@@ -112,17 +113,21 @@ def stream_event(line: bytes, on_error: Callable[[Any], BackendError] = event_er
     return event
 
 
-@contextmanager
-def event_shape() -> Iterator[None]:
-    """Reading an event's fields: a field of the wrong type is a BackendError, not a crash."""
-    try:
-        yield
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
-        raise BackendError(f"backend sent a stream event of the wrong shape: {e!r}") from None
+SHAPE_ERRORS = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+"""What reading a field of the wrong type raises (`except SHAPE_ERRORS as e: raise shape_error(e)`: a plain
+try costs nothing per event, unlike a context manager)."""
+
+
+def shape_error(error: Exception) -> BackendError:
+    """A stream event of the wrong shape: a BackendError, not a crash."""
+    return BackendError(f"backend sent a stream event of the wrong shape: {error!r}")
 
 
 def token_ids(value: Any, field: str) -> list[int]:
     """`value` as a list of token ids; anything else is a BackendError."""
-    if not isinstance(value, list) or not all(type(i) is int for i in value):
+    if type(value) is not list:
         raise BackendError(f"backend sent {field} that is not a list of token ids")
+    for i in value:
+        if type(i) is not int:
+            raise BackendError(f"backend sent {field} that is not a list of token ids")
     return value

@@ -15,8 +15,16 @@ from typing import Any
 import httpx
 import orjson
 
-from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob
-from backends.http_backend import SSE_DONE, HTTPBackend, event_shape, read_to_end, stream_event, token_ids
+from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob, joined
+from backends.http_backend import (
+    SHAPE_ERRORS,
+    SSE_DONE,
+    HTTPBackend,
+    read_to_end,
+    shape_error,
+    stream_event,
+    token_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,17 +58,30 @@ class SGLangBackend(HTTPBackend):
         live = True  # the server may be working on `rid`: abort it unless it finished, refused or was never reached
         accepted = False
         try:
-            async with self._stream_lines("/generate", orjson.dumps(generate_payload(request))) as lines:
+            async with self._stream_lines("/generate", orjson.dumps(generate_payload(request))) as batches:
                 accepted = True
                 reader = _StreamReader(self.incremental)
-                async for line in lines:
-                    chunk = reader.line(line)
-                    if chunk is not None and live:
-                        live = chunk.finish_reason is None
-                        if not live:
-                            await read_to_end(lines)  # the caller may stop at the finish: keep the connection
-                        yield chunk
-                    if reader.done:
+                async for lines in batches:
+                    new: list[GenerateChunk] = []  # the events of one socket read go on as one chunk
+                    try:
+                        for line in lines:
+                            chunk = reader.line(line)
+                            if chunk is not None:
+                                new.append(chunk)
+                                if chunk.finish_reason is not None:
+                                    live = False
+                                    break
+                            if reader.done:
+                                break
+                    except BackendError:
+                        if new:
+                            yield joined(new)  # the output before the failing event
+                        raise
+                    if not live:
+                        await read_to_end(batches)  # the caller may stop at the finish: keep the connection
+                    if new:
+                        yield joined(new)
+                    if not live or reader.done:
                         break
                 if live:
                     raise BackendError("backend stream ended without a finish reason", retryable=True)
@@ -104,8 +125,10 @@ class _StreamReader:
             self.done = True
         if not isinstance(event, dict):
             return None
-        with event_shape():
+        try:
             return self._chunk(event)
+        except SHAPE_ERRORS as e:
+            raise shape_error(e) from None
 
     def _chunk(self, event: dict[str, Any]) -> GenerateChunk:
         meta = event.get("meta_info") or {}

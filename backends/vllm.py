@@ -16,13 +16,14 @@ from typing import Any, Literal
 import httpx
 import orjson
 
-from backends.base import LOGPROB_FLOOR, BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
+from backends.base import LOGPROB_FLOOR, BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob, joined
 from backends.http_backend import (
+    SHAPE_ERRORS,
     SSE_DONE,
     HTTPBackend,
-    event_shape,
     http_error,
     read_to_end,
+    shape_error,
     stream_event,
     token_ids,
 )
@@ -107,13 +108,22 @@ class VLLMBackend(HTTPBackend):
         payload = completions_payload if self.api == "completions" else generate_payload
         body = orjson.dumps(payload(request, model))
         reader = _StreamReader(self.api, request)
-        async with self._stream_lines(_PATHS[self.api], body) as lines:
-            async for line in lines:
-                chunks = reader.line(line)
+        async with self._stream_lines(_PATHS[self.api], body) as batches:
+            async for lines in batches:
+                new: list[GenerateChunk] = []  # the events of one socket read go on as one chunk
+                try:
+                    for line in lines:
+                        new += reader.line(line)
+                        if reader.done:
+                            break
+                except BackendError:
+                    if new:
+                        yield joined(new)  # the output before the failing event
+                    raise
                 if reader.done:
-                    await read_to_end(lines)  # the caller may stop at the finish: keep the connection
-                for chunk in chunks:
-                    yield chunk
+                    await read_to_end(batches)  # the caller may stop at the finish: keep the connection
+                if new:
+                    yield joined(new)
                 if reader.done:
                     return
             for chunk in reader.end():
@@ -162,11 +172,13 @@ class _StreamReader:
             return self.end()
         if not isinstance(event, dict):
             return []
-        with event_shape():
+        try:
             if isinstance(event.get("usage"), dict) and not event.get("choices"):
                 self._usage(event["usage"])
                 return []
             return [chunk for choice in event.get("choices") or () if (chunk := self._choice(choice)) is not None]
+        except SHAPE_ERRORS as e:
+            raise shape_error(e) from None
 
     def end(self) -> list[GenerateChunk]:
         """At the end of the stream: the held finishing chunk; without one the stream broke off."""

@@ -340,7 +340,7 @@ async def test_dns_follows_scale_up_and_drains_a_replica_that_leaves():
                     assert await output(r, request("new")) == IDS
                     assert len(b.bodies) == 1  # new work went to b
                     assert [rep.url for rep in r.replicas] == [a_url, f"http://127.0.0.2:{port}"]
-                assert first.output_ids == IDS[:1]
+                assert first.output_ids == IDS[: len(first.output_ids)] != []  # events that arrive together join
                 await wait_for(lambda: len(r.replicas) == 1)  # a retired once its stream ended
                 assert r.replicas[0].url == f"http://127.0.0.2:{port}"
             finally:
