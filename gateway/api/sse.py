@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 
-from starlette.responses import StreamingResponse
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from backends.asgi import wait_for_disconnect
 
+BodyWriter = Callable[[Send], Awaitable[None]]
+"""Sends a stream's body messages with the `send` it is given, the last one with `more_body` false."""
 
-class SSEResponse(StreamingResponse):
-    """Starlette's StreamingResponse (same headers, same messages), with the client's leaving watched by one plain
-    task that cancels the stream, instead of an anyio task group of two tasks per answer."""
+
+class SSEResponse(Response):
+    """An event stream whose body one coroutine writes straight to `send` (no async iterator between the answer's
+    loop and the socket: one frame resume less per step), with Starlette's StreamingResponse headers; the client's
+    leaving is watched by one plain task that cancels the stream."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, body: BodyWriter, headers: dict[str, str] | None = None):
+        self.status_code = 200
+        self.background = None
+        self._write_body = body
+        self.init_headers({"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = asyncio.current_task()
@@ -27,7 +39,8 @@ class SSEResponse(StreamingResponse):
         watcher = asyncio.create_task(wait_for_disconnect(receive))
         watcher.add_done_callback(client_left)
         try:
-            await self.stream_response(send)
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            await self._write_body(send)
         except asyncio.CancelledError:
             if watcher.cancelled() or not watcher.done():
                 raise  # cancelled from outside
@@ -35,11 +48,3 @@ class SSEResponse(StreamingResponse):
         finally:
             streaming = False
             watcher.cancel()
-
-
-def sse_response(events: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> SSEResponse:
-    return SSEResponse(
-        events,
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})},
-    )
