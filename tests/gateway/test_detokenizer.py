@@ -6,7 +6,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from backends.detokenizer import MAX_HELD_TOKENS, Detokenizer, Piece
+from backends.detokenizer import MAX_HELD_TOKENS, Detokenizer, Piece, _ByteLevelText, _text_of
 
 IM_END = 2
 
@@ -80,3 +80,13 @@ def test_any_chunking_reproduces_the_text(tokenize_only, text, step):
     ids = ids_of(tokenize_only, text)
     assume(tokenize_only.tokenizer.decode(ids) == text)  # the vocabulary lacks a few bytes (e.g. 0xF1)
     assert text_of(stream(tokenize_only, ids, step)) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=49151), min_size=1, max_size=6))
+def test_byte_level_text_is_what_tokenizers_decodes(tokenize_only, ids):
+    """The Python decode of a byte-level BPE (token bytes joined, invalid UTF-8 as U+FFFD) is tokenizers' own,
+    broken bytes, added tokens and every other id included."""
+    text_of_ids = _text_of(tokenize_only.tokenizer)
+    assert isinstance(text_of_ids, _ByteLevelText)
+    assert text_of_ids(ids) == tokenize_only.tokenizer.decode(ids, skip_special_tokens=False)
