@@ -213,6 +213,22 @@ async def test_a_stream_gone_silent_is_a_failure_of_its_replica(standins):
         await r.close()
 
 
+async def test_a_consumer_holding_a_chunk_past_the_stall_limit_is_not_cancelled(standins):
+    """The stall limit bounds the backend's silence only: the one timer that keeps it cancels while the stream
+    waits for the backend, never while its consumer holds a chunk (here longer than the limit)."""
+    server, url = standins[0]
+    server.script = lambda body: Script(ids=IDS[:3], delay=0.05)
+    r = router([url], RoutingPolicy(stall_timeout_s=0.2, health_interval_s=60))
+    got: list[int] = []
+    try:
+        async for chunk in r.generate(request("slow-reader")):
+            got += chunk.output_ids
+            await asyncio.sleep(0.3)
+        assert got == IDS[:3] and r.replicas[0].breaker.available()
+    finally:
+        await r.close()
+
+
 async def test_waiting_for_the_first_token_is_not_a_stall(standins):
     server, url = standins[0]
     server.script = lambda body: Script(ids=IDS, hold_after=0)  # queued on the backend, say
