@@ -37,9 +37,12 @@ class Detokenizer:
 
     def __init__(self, tokenizer: Tokenizer, added: Mapping[int, str]):
         self._decode = _text_of(tokenizer)
+        self._bytes_only = isinstance(self._decode, _ByteLevelText)
+        """Text is bytes alone: decoding splits at a character boundary, so the emitted text is the next prefix's."""
         self._added = added
         self._window: list[int] = []
         self._read = 0  # window[:read] is already emitted; window[0] starts at a character boundary
+        self._prefix: str | None = None  # the text of window[:read], once known
 
     def feed(self, ids: Iterable[int]) -> list[Piece]:
         """Pieces that the new ids complete; adjacent text is merged into one Piece."""
@@ -65,9 +68,12 @@ class Detokenizer:
             if force:
                 self._window.clear()
                 self._read = 0
+                self._prefix = ""
             return ""
         decode = self._decode
-        prefix = decode(self._window[: self._read]) if self._read else ""
+        prefix = self._prefix
+        if prefix is None:
+            prefix = self._prefix = decode(self._window[: self._read]) if self._read else ""
         full = decode(self._window)
         held = len(self._window) - self._read
         if not force and held < MAX_HELD_TOKENS and (full.endswith(_REPLACEMENT) or len(full) <= len(prefix)):
@@ -76,9 +82,11 @@ class Detokenizer:
         if force or held >= MAX_HELD_TOKENS:  # a broken tail is a hard boundary: decode anew after it
             self._window.clear()
             self._read = 0
+            self._prefix = ""
         else:
             del self._window[: self._read]
             self._read = len(self._window)
+            self._prefix = new if self._bytes_only else None
         return new
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -90,3 +92,17 @@ def test_byte_level_text_is_what_tokenizers_decodes(tokenize_only, ids):
     text_of_ids = _text_of(tokenize_only.tokenizer)
     assert isinstance(text_of_ids, _ByteLevelText)
     assert text_of_ids(ids) == tokenize_only.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=49151), min_size=1, max_size=24), st.integers(1, 4))
+def test_byte_level_pieces_are_those_of_tokenizers_decode(tokenize_only, ids, step):
+    """The Python path (and its prefix taken from the text just emitted) cuts the same pieces as decoding every
+    window with tokenizers, in any chunking, broken bytes and added tokens included."""
+    reference = Detokenizer(tokenize_only.tokenizer, tokenize_only.added_ids)
+    reference._decode = functools.partial(tokenize_only.tokenizer.decode, skip_special_tokens=False)
+    reference._bytes_only = False
+    fast = Detokenizer(tokenize_only.tokenizer, tokenize_only.added_ids)
+    for i in range(0, len(ids), step):
+        assert fast.feed(ids[i : i + step]) == reference.feed(ids[i : i + step])
+    assert fast.flush() == reference.flush()
