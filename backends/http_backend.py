@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import orjson
 
-from backends.base import Backend, BackendError
+from backends.base import Backend, BackendError, GenerateChunk, joined
 from backends.http_stream import HTTPStatusError, StreamPool
 
 SSE_DATA = b"data:"
@@ -90,6 +90,24 @@ async def read_to_end(batches: AsyncIterator[list[bytes]], max_batches: int = 8,
             for _ in range(max_batches):
                 if await anext(batches, None) is None:
                     return
+
+
+def batch_chunk(
+    lines: list[bytes], parse: Callable[[bytes], list[GenerateChunk]], ended: Callable[[], bool]
+) -> tuple[GenerateChunk | None, BackendError | None]:
+    """One socket read's lines as one chunk (None: they held no output), parsed up to the stream's end (`ended()`
+    after a line). An event that fails ends the batch: its error comes beside the output before it, which the
+    caller passes on first."""
+    new: list[GenerateChunk] = []
+    failure = None
+    try:
+        for line in lines:
+            new += parse(line)
+            if ended():
+                break
+    except BackendError as e:
+        failure = e
+    return (joined(new) if new else None), failure
 
 
 def stream_event(line: bytes, on_error: Callable[[Any], BackendError] = event_error) -> dict[str, Any] | str | None:

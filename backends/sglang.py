@@ -15,11 +15,12 @@ from typing import Any
 import httpx
 import orjson
 
-from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob, joined
+from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob
 from backends.http_backend import (
     SHAPE_ERRORS,
     SSE_DONE,
     HTTPBackend,
+    batch_chunk,
     read_to_end,
     shape_error,
     stream_event,
@@ -62,26 +63,15 @@ class SGLangBackend(HTTPBackend):
                 accepted = True
                 reader = _StreamReader(self.incremental)
                 async for lines in batches:
-                    new: list[GenerateChunk] = []  # the events of one socket read go on as one chunk
-                    try:
-                        for line in lines:
-                            chunk = reader.line(line)
-                            if chunk is not None:
-                                new.append(chunk)
-                                if chunk.finish_reason is not None:
-                                    live = False
-                                    break
-                            if reader.done:
-                                break
-                    except BackendError:
-                        if new:
-                            yield joined(new)  # the output before the failing event
-                        raise
-                    if not live:
+                    chunk, failure = batch_chunk(lines, reader.chunks, reader.ended)
+                    live = not reader.finished
+                    if failure is None and not live:
                         await read_to_end(batches)  # the caller may stop at the finish: keep the connection
-                    if new:
-                        yield joined(new)
-                    if not live or reader.done:
+                    if chunk is not None:
+                        yield chunk
+                    if failure is not None:
+                        raise failure
+                    if reader.ended():
                         break
                 if live:
                     raise BackendError("backend stream ended without a finish reason", retryable=True)
@@ -116,8 +106,22 @@ class _StreamReader:
     def __init__(self, incremental: bool):
         self.incremental = incremental
         self.done = False
+        self.finished = False
+        """A chunk with a finish reason was read (what follows it is not parsed)."""
         self._seen_ids = 0
         self._seen_logprobs = 0
+
+    def ended(self) -> bool:
+        return self.finished or self.done
+
+    def chunks(self, line: bytes) -> list[GenerateChunk]:
+        """The new output of one line (none, or one chunk)."""
+        chunk = self.line(line)
+        if chunk is None:
+            return []
+        if chunk.finish_reason is not None:
+            self.finished = True
+        return [chunk]
 
     def line(self, line: bytes) -> GenerateChunk | None:
         event = stream_event(line)

@@ -16,11 +16,12 @@ from typing import Any, Literal
 import httpx
 import orjson
 
-from backends.base import LOGPROB_FLOOR, BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob, joined
+from backends.base import LOGPROB_FLOOR, BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
 from backends.http_backend import (
     SHAPE_ERRORS,
     SSE_DONE,
     HTTPBackend,
+    batch_chunk,
     http_error,
     read_to_end,
     shape_error,
@@ -110,20 +111,13 @@ class VLLMBackend(HTTPBackend):
         reader = _StreamReader(self.api, request)
         async with self._stream_lines(_PATHS[self.api], body) as batches:
             async for lines in batches:
-                new: list[GenerateChunk] = []  # the events of one socket read go on as one chunk
-                try:
-                    for line in lines:
-                        new += reader.line(line)
-                        if reader.done:
-                            break
-                except BackendError:
-                    if new:
-                        yield joined(new)  # the output before the failing event
-                    raise
-                if reader.done:
+                chunk, failure = batch_chunk(lines, reader.line, reader.ended)
+                if failure is None and reader.done:
                     await read_to_end(batches)  # the caller may stop at the finish: keep the connection
-                if new:
-                    yield joined(new)
+                if chunk is not None:
+                    yield chunk
+                if failure is not None:
+                    raise failure
                 if reader.done:
                     return
             for chunk in reader.end():
@@ -163,6 +157,9 @@ class _StreamReader:
         self._completion_tokens = 0
         self._last_id: int | None = None
         self._finished: GenerateChunk | None = None
+
+    def ended(self) -> bool:
+        return self.done
 
     def line(self, line: bytes) -> list[GenerateChunk]:
         """The chunks ready after this line (none, one, or the held finishing chunk)."""
