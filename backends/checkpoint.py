@@ -19,6 +19,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from backends.conversion_cache import keyed_folder, read_cached, write_cached
 from backends.kimi_tokenizer import load_kimi_tokenizer
 from backends.qwen_tokenizer import END_OF_TEXT, EOS_TOKEN, VOCABULARIES, load_qwen_tokenizer
+from backends.sentencepiece_tokenizer import boundary_ids, load_sentencepiece
 
 EMBEDDED_MODEL_ID = "smollm2-135m-instruct"
 """The stable id under which the embedded default model is served."""
@@ -28,6 +29,9 @@ PACKAGE_PREFIX = "package:"
 
 QWEN_PACKAGE = "qwen_tokenizer"
 """`package:qwen_tokenizer[/VOCABULARY]`: Qwen's rank files (`qwen3` by default, or `qwen3.5`), no tokenizer.json."""
+
+SENTENCEPIECE_V3 = "tokenizer.model.v3"
+"""Mistral's SentencePiece model file (Mistral 7B v0.3, Mixtral 8x22B), read when a directory has no tokenizer.json."""
 
 _GGUF_CONTROL = 3  # llama.cpp token_type: CONTROL
 _GGUF_USER_DEFINED = 4
@@ -127,7 +131,8 @@ class Checkpoint:
 def load_checkpoint(ref: str | Path | None = None) -> Checkpoint:
     """Load a checkpoint; None means the embedded model.
 
-    `ref` is a GGUF file, a Hugging Face directory, a `tokenizer.json` (tokenizer only), or
+    `ref` is a GGUF file, a Hugging Face directory (its tokenizer from `tokenizer.json`, `tiktoken.model` or
+    `tokenizer.model.v3`; tokenizer only without a `config.json`), a `tokenizer.json` (tokenizer only), or
     `package:NAME` (tokenizer only: the tokenizer.json inside installed Python package NAME, or Qwen's rank
     files for `package:qwen_tokenizer[/VOCABULARY]`).
     """
@@ -254,20 +259,15 @@ def _byte_level_bpe(
 
 
 def _load_hf_dir(path: Path) -> Checkpoint:
+    tokenizer, named = _dir_tokenizer(path)
+    tok_cfg = {**named, **_dir_tokenizer_config(path)}
+    if not (path / "config.json").is_file():
+        return _tokenizer_only(path, tokenizer, tok_cfg)
     cfg = json.loads((path / "config.json").read_text())
     archs = cfg.get("architectures") or []
     model_type = cfg.get("model_type")
     # Llama 4 (model_type "llama4", its layers under text_config) is not one the worker runs
     is_llama = model_type in (None, "llama") or (model_type != "llama4" and any("Llama" in a for a in archs))
-    tokenizer = _dir_tokenizer(path)
-    tok_cfg: dict[str, Any] = {}
-    if (path / "tokenizer_config.json").is_file():
-        tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
-    template = tok_cfg.get("chat_template")
-    if (path / "chat_template.jinja").is_file():
-        template = (path / "chat_template.jinja").read_text()
-    if isinstance(template, list):  # named templates: take "default"
-        template = next((t["template"] for t in template if t.get("name") == "default"), None)
     config = (
         _llama_config(cfg)
         if is_llama
@@ -286,7 +286,7 @@ def _load_hf_dir(path: Path) -> Checkpoint:
         path=path,
         config=config,
         tokenizer=tokenizer,
-        chat_template=template,
+        chat_template=tok_cfg.get("chat_template"),
         bos_token=bos,
         eos_token=eos,
         eos_token_ids=eos_list,
@@ -312,13 +312,34 @@ def _llama_config(cfg: dict[str, Any]) -> ModelConfig:
     )
 
 
-def _dir_tokenizer(path: Path) -> Tokenizer:
-    """A directory's tokenizer: `tokenizer.json`, else a Kimi-style `tiktoken.model` rank file."""
+def _dir_tokenizer(path: Path) -> tuple[Tokenizer, dict[str, str]]:
+    """A directory's tokenizer: `tokenizer.json`, else a Kimi-style `tiktoken.model` rank file, else Mistral's
+    SentencePiece `tokenizer.model.v3`; with the `bos_token` / `eos_token` its file names (a SentencePiece model
+    does; the others leave them to `tokenizer_config.json`)."""
     if (path / "tokenizer.json").is_file():
-        return Tokenizer.from_file(str(path / "tokenizer.json"))
+        return Tokenizer.from_file(str(path / "tokenizer.json")), {}
     if (path / "tiktoken.model").is_file():
-        return load_kimi_tokenizer(path)
-    raise FileNotFoundError(f"{path}: no tokenizer.json or tiktoken.model")
+        return load_kimi_tokenizer(path), {}
+    if (path / SENTENCEPIECE_V3).is_file():
+        tokenizer = load_sentencepiece(path / SENTENCEPIECE_V3)
+        ids = zip(("bos_token", "eos_token"), boundary_ids(path / SENTENCEPIECE_V3), strict=True)
+        return tokenizer, {key: tokenizer.id_to_token(i) for key, i in ids if i is not None}
+    raise FileNotFoundError(f"{path}: no tokenizer.json, tiktoken.model or {SENTENCEPIECE_V3}")
+
+
+def _dir_tokenizer_config(path: Path) -> dict[str, Any]:
+    """A directory's `tokenizer_config.json` fields, `chat_template` a string or None (`chat_template.jinja` first,
+    of named templates the one named "default")."""
+    tok_cfg: dict[str, Any] = {}
+    if (path / "tokenizer_config.json").is_file():
+        tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
+    template = tok_cfg.get("chat_template")
+    if (path / "chat_template.jinja").is_file():
+        template = (path / "chat_template.jinja").read_text()
+    if isinstance(template, list):  # named templates: take "default"
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    tok_cfg["chat_template"] = template if isinstance(template, str) else None
+    return tok_cfg
 
 
 def _token_text(value: Any) -> str | None:

@@ -5,8 +5,12 @@ set. Ordinary tokens are decoded with prefix offsets: the text of the window
 [prefix, end) minus the text of [prefix, read) is what the new tokens add, and
 it is emitted only once it does not end in U+FFFD, so a character whose UTF-8
 bytes span several tokens is never emitted broken. The window restarts after
-every emission, so each token costs O(1). Output that is not UTF-8 at all is
-released as U+FFFD after MAX_HELD_TOKENS tokens and decoding starts afresh.
+every emission, so each token costs O(1). After an added token the window
+starts with that token as its prefix, so the text after it reads as in a decode
+of the whole output (SentencePiece strips the leading space of an output's
+first piece only, not of the first piece after `[TOOL_CALLS]`). Output that is
+not UTF-8 at all is released as U+FFFD after MAX_HELD_TOKENS tokens and
+decoding starts afresh.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ class Detokenizer:
             else:
                 _append_text(out, self._decode_new(force=True))
                 out.append(Piece(spelling, token_id))
+                self._window.append(token_id)  # the context the next text is decoded in, never emitted
+                self._read = 1
+                self._prefix = None
         return out
 
     def flush(self) -> list[Piece]:

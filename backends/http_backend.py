@@ -1,4 +1,4 @@
-"""What the HTTP backend clients share: a keep-alive pool, streamed POSTs with errors mapped, health."""
+"""What the HTTP backend clients share: one keep-alive pool for streamed POSTs (errors mapped), health and small calls."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-import httpx
 import orjson
 
 from backends.base import Backend, BackendError, GenerateChunk, joined
@@ -20,19 +19,13 @@ _DONE = SSE_DONE.encode()
 
 
 class HTTPBackend(Backend):
-    """A backend server at `base_url`: streamed generations on a lean keep-alive pool (backends/http_stream.py),
-    health checks and other small calls through httpx."""
+    """A backend server at `base_url`: streamed generations, health checks and other small calls on one lean
+    keep-alive pool (backends/http_stream.py), which closes the connections the server closed while idle."""
 
     def __init__(self, base_url: str, *, connect_timeout: float = 5.0, health_timeout: float = 5.0):
         self.base_url = base_url.rstrip("/")
         self._health_timeout = health_timeout
         self._streams = StreamPool(self.base_url, connect_timeout=connect_timeout)
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            timeout=httpx.Timeout(None, connect=connect_timeout),
-            # idle connections go before the servers' own 5 s keep-alive (uvicorn, SGLang, vLLM) closes them
-            limits=httpx.Limits(max_connections=32, keepalive_expiry=4.0),
-        )
 
     @asynccontextmanager
     async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[list[bytes]]]:
@@ -48,16 +41,30 @@ class HTTPBackend(Backend):
         except HTTPStatusError as e:
             raise http_error(e.status, e.body) from None
 
+    async def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        """A small request (health, abort, model list) within the health timeout: its status and body.
+
+        Unreachable, broken or later than the timeout is a retryable 503 BackendError.
+        """
+        try:
+            async with asyncio.timeout(self._health_timeout):
+                return await self._streams.call(method, path, body)
+        except TimeoutError:
+            raise BackendError(
+                f"backend {self.base_url} did not answer {path} within {self._health_timeout} s",
+                status=503,
+                retryable=True,
+            ) from None
+
     async def ready(self) -> bool:
         try:
-            response = await self._client.get("/health", timeout=self._health_timeout)
-        except httpx.HTTPError:
+            status, _ = await self.call("GET", "/health")
+        except BackendError:
             return False
-        return response.status_code == 200
+        return status == 200
 
     async def close(self) -> None:
         await self._streams.close()
-        await self._client.aclose()
 
 
 def http_error(status: int, body: bytes) -> BackendError:

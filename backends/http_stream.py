@@ -1,10 +1,12 @@
-"""Streamed POSTs to one backend over HTTP/1.1 keep-alive connections on asyncio streams.
+"""Requests to one backend over HTTP/1.1 keep-alive connections on asyncio streams.
 
 The hot path of the gateway is reading backend events: httpx spends 113–168 µs of CPU per streamed
 event here (bench/RESULTS.md, "Gateway overhead"), most of it in layers this use does not need
-(anyio cancel scopes per read, text decoding, header re-parsing). This client does one thing: send a
-JSON POST and hand back the response body's lines as bytes, a socket read's worth at a time, reusing connections
-between requests.
+(anyio cancel scopes per read, text decoding, header re-parsing). This client sends a JSON POST and
+hands back the response body's lines as bytes, a socket read's worth at a time (`post_lines`), or makes a small call (`call`: health
+checks, aborts), reusing connections between requests. An idle connection the server closed is closed
+here within `sweep_s`, not when the next request comes (a pool that waits for it holds a CLOSE-WAIT
+socket for as long as the backend is idle).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from backends.trace_context import current_traceparent
 
 MAX_ERROR_BODY = 64 * 1024
 """How much of a refusal's body is read (its message)."""
+MAX_CALL_BODY = 1024 * 1024
+"""How much of a small call's answer is read (a model list, a health answer)."""
+_STREAM_HEAD = "Accept: text/event-stream\r\n"
 _BROKEN = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
 """What a connection that breaks, or a server that breaks HTTP, raises while we read or write."""
 
@@ -68,7 +73,7 @@ class StreamPool:
         self._port = url.port or (443 if url.scheme == "https" else 80)
         self._ssl = ssl.create_default_context() if url.scheme == "https" else None
         self._prefix = url.path.rstrip("/")
-        self._head = f"Host: {url.netloc}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n"
+        self._head = f"Host: {url.netloc}\r\nContent-Type: application/json\r\n"
         self._connect_timeout = connect_timeout
         self._keepalive_s = keepalive_s
         self._max_idle = max_idle
@@ -85,9 +90,11 @@ class StreamPool:
         A non-200 answer is an HTTPStatusError; a server that cannot be reached, or a connection that
         breaks, is a retryable 503 BackendError (also while the lines are read).
         """
-        connection, response = await self._request(path, body)
+        trace = current_traceparent.get()
+        head = _STREAM_HEAD if trace is None else f"{_STREAM_HEAD}traceparent: {trace}\r\n"
+        connection, response = await self._request("POST", path, body, head)
         if response.status != 200:
-            error_body = await self._finish_refusal(connection, response)
+            error_body = await self._read_body(connection, response, MAX_ERROR_BODY)
             raise HTTPStatusError(response.status, error_body)
         try:
             async with aclosing(response.line_batches()) as batches:
@@ -95,11 +102,20 @@ class StreamPool:
         finally:
             self._done(connection, response)
 
-    async def _request(self, path: str, body: bytes) -> tuple[_Connection, _Response]:
+    async def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        """A small request on the same pool (no traceparent: a health check's task outlives the request that
+        started it): the answer's status and body (a broken one reads as empty).
+
+        A server that cannot be reached, or a connection that breaks before the answer's head, is a
+        retryable 503 BackendError.
+        """
+        connection, response = await self._request(method, path, body, "")
+        return response.status, await self._read_body(connection, response, MAX_CALL_BODY)
+
+    async def _request(self, method: str, path: str, body: bytes, extra_head: str) -> tuple[_Connection, _Response]:
         """Send the request on an idle connection (a fresh one if it turns out closed) and read the head."""
-        trace = current_traceparent.get()
-        head = self._head if trace is None else f"{self._head}traceparent: {trace}\r\n"
-        request = (f"POST {self._prefix}{path} HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n").encode()
+        head = self._head + extra_head
+        request = f"{method} {self._prefix}{path} HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode()
         while True:
             connection = self._take_idle()
             reused = connection is not None
@@ -135,13 +151,15 @@ class StreamPool:
             raise BackendError(f"backend {self.base_url} unreachable: {e!r}", status=503, retryable=True) from None
         return _Connection(reader, writer)
 
-    async def _finish_refusal(self, connection: _Connection, response: _Response) -> bytes:
+    async def _read_body(self, connection: _Connection, response: _Response, limit: int) -> bytes:
+        """The answer's body (its first `limit` bytes; empty if the connection breaks); the connection goes back
+        to the pool if the body was read to its end, else (broken, cancelled) it is closed."""
         try:
-            body = await response.read_all(MAX_ERROR_BODY)
+            return await response.read_all(limit)
         except _BROKEN:
-            body = b""
-        self._done(connection, response)
-        return body
+            return b""
+        finally:
+            self._done(connection, response)
 
     def _done(self, connection: _Connection, response: _Response) -> None:
         """Keep the connection for the next request if its answer was read to the end; else close it."""

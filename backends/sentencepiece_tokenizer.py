@@ -42,6 +42,8 @@ class PieceType(IntEnum):
 
 
 _BPE = 2  # TrainerSpec.ModelType.BPE
+_BOS_ID, _EOS_ID = 41, 42  # TrainerSpec.bos_id, eos_id (proto defaults 1 and 2; -1 disables)
+_NO_ID = 2**64 - 1  # an int32 -1 on the wire
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,17 @@ def read_model(path: Path) -> SentencePieceModel:
         add_dummy_prefix=bool(normalizer.get(3, 1)),
         remove_extra_whitespaces=bool(normalizer.get(4, 1)),
     )
+
+
+def boundary_ids(path: Path) -> tuple[int | None, int | None]:
+    """The ids of a SentencePiece model's begin- and end-of-sentence pieces (its trainer spec's `bos_id`,
+    `eos_id`; None where disabled), read without converting the model."""
+    trainer = next((_message(value) for number, value in _fields(path.read_bytes()) if number == 2), {})
+    return _piece_id(trainer.get(_BOS_ID, 1)), _piece_id(trainer.get(_EOS_ID, 2))
+
+
+def _piece_id(value: int | bytes) -> int | None:
+    return None if value == _NO_ID else int(value)
 
 
 def _merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, str]]:

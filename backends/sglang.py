@@ -12,7 +12,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import orjson
 
 from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob
@@ -90,8 +89,8 @@ class SGLangBackend(HTTPBackend):
 
     async def _abort(self, rid: str) -> None:
         try:
-            await self._client.post("/abort_request", json={"rid": rid}, timeout=self._health_timeout)
-        except httpx.HTTPError as e:  # best effort: closing the stream already tells the server
+            await self.call("POST", "/abort_request", orjson.dumps({"rid": rid}))
+        except BackendError as e:  # best effort: closing the stream already tells the server
             log.debug("abort of %s failed: %r", rid, e)
 
     async def close(self) -> None:

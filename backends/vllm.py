@@ -13,7 +13,6 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Literal
 
-import httpx
 import orjson
 
 from backends.base import LOGPROB_FLOOR, BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
@@ -133,15 +132,15 @@ class VLLMBackend(HTTPBackend):
 
     async def _discover_model(self) -> str:
         try:
-            response = await self._client.get("/v1/models", timeout=self._health_timeout)
-        except httpx.HTTPError as e:
+            status, body = await self.call("GET", "/v1/models")
+        except BackendError as e:
             raise BackendError(
-                f"backend {self.base_url} did not list its models: {e!r}", status=503, retryable=True
+                f"backend {self.base_url} did not list its models: {e}", status=503, retryable=True
             ) from e
-        if response.status_code != 200:
-            raise http_error(response.status_code, response.content)
+        if status != 200:
+            raise http_error(status, body)
         try:
-            return str(orjson.loads(response.content)["data"][0]["id"])
+            return str(orjson.loads(body)["data"][0]["id"])
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
             raise BackendError(f"backend {self.base_url} sent no model in /v1/models", retryable=True) from None
 

@@ -222,10 +222,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def process(cmd: list[str], log: Path) -> Iterator[subprocess.Popen[str]]:
-    """Run `cmd` from the repository root (output to `log`); SIGTERM, then SIGKILL, when the block ends."""
+def process(
+    cmd: list[str], log: Path, cwd: Path = ROOT, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """Run `cmd` from `cwd` (the repository root; output to `log`); SIGTERM, then SIGKILL, when the block ends."""
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
         yield proc
     finally:
@@ -253,13 +255,22 @@ def wait_ready(url: str, proc: subprocess.Popen[str], log: Path, timeout: float 
 
 
 @contextmanager
+def stand_in(logs: Path, interval_ms: float, port: int = 0) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """The fast stand-in (a decode step every `interval_ms`, on `port`: 0 a free one), ready: (its process, its
+    port)."""
+    cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(interval_ms), "--port", str(port)]
+    with process(cmd, logs / "stand-in.log") as standin:
+        port = _ready_port(logs / "stand-in.log", standin)
+        wait_ready(f"http://127.0.0.1:{port}/health", standin, logs / "stand-in.log")
+        yield standin, port
+
+
+@contextmanager
 def gateway_on_stand_in(logs: Path, interval_ms: float) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str], int]]:
     """The fast stand-in (a decode step every `interval_ms`) and `gateway serve` in front of it (warnings only),
     both ready: (stand-in, gateway, the gateway's port)."""
-    cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(interval_ms)]
-    with process(cmd, logs / "stand-in.log") as standin:
-        url = f"http://127.0.0.1:{_ready_port(logs / 'stand-in.log', standin)}"
-        wait_ready(f"{url}/health", standin, logs / "stand-in.log")
+    with stand_in(logs, interval_ms) as (standin, standin_port):
+        url = f"http://127.0.0.1:{standin_port}"
         config = logs / "gateway.yaml"
         config.write_text(CONFIG.format(model=MODEL, url=url))
         port = free_port()
@@ -378,12 +389,8 @@ def main() -> None:
     print(machine())
     with tempfile.TemporaryDirectory(prefix="overhead-bench-") as tmp:
         logs = Path(tmp)
-        standin_cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(args.interval_ms)]
-        standin_cmd += ["--port", str(args.port)]
-        with process(standin_cmd, logs / "stand-in.log") as standin:
-            standin_port = _ready_port(logs / "stand-in.log", standin)
+        with stand_in(logs, args.interval_ms, args.port) as (standin, standin_port):
             backend_url = f"http://127.0.0.1:{standin_port}"
-            wait_ready(f"{backend_url}/health", standin, logs / "stand-in.log")
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=backend_url))
             gateway_port = args.port + 1 if args.port else free_port()

@@ -32,6 +32,7 @@ from overhead_bench import (
     process,
     read_chat,
     run_phase,
+    stand_in,
     wait_ready,
 )
 
@@ -71,11 +72,8 @@ def main() -> None:
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} at start", flush=True)
     with tempfile.TemporaryDirectory(prefix="stream-ab-") as tmp:
         logs = Path(tmp)
-        standin = [sys.executable, "bench/fast_backend.py", "--port", str(args.port), "--interval-ms",
-                   str(args.interval_ms)]
-        with process(standin, logs / "stand-in.log") as stand_in:
-            url = f"http://127.0.0.1:{args.port}"
-            wait_ready(f"{url}/health", stand_in, logs / "stand-in.log")
+        with stand_in(logs, args.interval_ms, args.port) as (_, standin_port):
+            url = f"http://127.0.0.1:{standin_port}"
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=url))
             base_port, this_port = args.port + 1, args.port + 2

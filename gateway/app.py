@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-import re
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,17 +10,16 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.asgi import json_response
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.api.chat import chat_completions
 from gateway.api.completions import completions
+from gateway.api.front import GatewayApp
 from gateway.api.messages import count_tokens, create_message
 from gateway.api.models import get_model, list_models
 from gateway.api.openapi import openapi
@@ -31,10 +27,8 @@ from gateway.api.response_store import MemoryStore, ResponseStore
 from gateway.api.responses import create_response, delete_response, get_response, list_input_items
 from gateway.api.tenancy import PolicyGate, TenantMiddleware, models_for
 from gateway.api.tokenize import detokenize, tokenize
-from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
 from gateway.observability.metrics import GatewayMetrics
-from gateway.observability.middleware import ObservabilityMiddleware
 from gateway.observability.process_metrics import ProcessGroupMetrics
 from gateway.process.draining import DrainState
 from gateway.process.limits import ConcurrencyLimit
@@ -42,10 +36,7 @@ from gateway.process.limits import ConcurrencyLimit
 if TYPE_CHECKING:
     from gateway.observability.otlp import Tracing
 
-log = logging.getLogger(__name__)
-
 READY_TIMEOUT_S = 5.0
-_CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 
 
 def create_app(
@@ -162,16 +153,14 @@ def create_app(
         Route("/metrics", metrics_route, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ]
-    app = Starlette(
+    app = GatewayApp(
         routes=routes,
-        middleware=[
-            Middleware(ObservabilityMiddleware, metrics=metrics),
+        layers=[
             *([tracing.middleware()] if tracing else []),
-            Middleware(RequestIdMiddleware),
             *([Middleware(ConcurrencyLimit, limit=max_concurrency)] if max_concurrency else []),
             *([Middleware(TenantMiddleware, gate=gate)] if gate else []),
         ],
-        exception_handlers={APIError: _api_error, HTTPException: _http_error},
+        metrics=metrics,
         lifespan=lifespan,
     )
     app.state.metrics = metrics
@@ -185,47 +174,3 @@ async def _backend_ready(backend) -> bool:
         return await asyncio.wait_for(backend.ready(), READY_TIMEOUT_S)
     except (TimeoutError, OSError):
         return False
-
-
-async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, APIError)
-    return exc.response()
-
-
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
-    return APIError(f"{exc.detail}: {request.method} {request.url.path}", status=exc.status_code, code=code).response()
-
-
-class RequestIdMiddleware:
-    """Every response carries `x-request-id` (the client's own when it sent a sane one); crashes become a 500 body."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        supplied = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        request_id = supplied if _CLIENT_REQUEST_ID.fullmatch(supplied) else uuid.uuid4().hex
-        scope.setdefault("state", {})["request_id"] = request_id
-        started = False
-
-        async def send_with_id(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_id)
-        except Exception:
-            log.exception("request %s failed", request_id)
-            if started:
-                raise
-            await APIError("internal server error", status=500, type="server_error").response()(
-                scope, receive, send_with_id
-            )

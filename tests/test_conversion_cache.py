@@ -1,4 +1,4 @@
-"""The conversion cache: a cached GGUF load equals a parse of the file; a bad cache never breaks a load.
+"""The conversion cache: a cached GGUF load equals a parse of the file; a bad cache never breaks a load; eviction.
 
 Converted tokenizers: tests/test_tokenizer_cache.py."""
 
@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,16 @@ import pytest
 import torch
 
 from backends.checkpoint import Checkpoint, embedded_gguf_path, gguf_cache_folder, load_checkpoint
-from backends.conversion_cache import CACHE_ENV, cache_root, keyed_folder, read_cached, write_cached
+from backends.conversion_cache import (
+    CACHE_ENV,
+    MAX_BYTES_ENV,
+    cache_root,
+    evict,
+    keyed_folder,
+    max_bytes,
+    read_cached,
+    write_cached,
+)
 from backends.tiktoken_bpe import tokenizer_from_ranks
 from backends.worker import weights as weights_module
 from backends.worker.weights import _LAYER_FIELDS, LlamaWeights, load_weights
@@ -117,3 +128,85 @@ def test_the_default_root_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.delenv(CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert cache_root() == tmp_path / "llm-gateway"
+
+
+# Eviction: least recently used entries beyond the size cap, never one another process holds.
+
+
+def entry(root: Path, name: str, size: int, used_at: float | None = None) -> Path:
+    folder = root / "gguf" / name
+    write_cached(folder, "data.bin", lambda p: p.write_bytes(b"x" * size))
+    if used_at is not None:
+        os.utime(folder, (used_at, used_at))
+    return folder
+
+
+@pytest.fixture
+def small_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache root whose entries may total 2,500 bytes."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(MAX_BYTES_ENV, "2500")
+    return tmp_path
+
+
+def test_the_least_recently_used_entries_go_first(small_cache: Path):
+    old, used = entry(small_cache, "old", 1000, used_at=1_000), entry(small_cache, "used", 1000, used_at=2_000)
+    (small_cache / "tokenizers").mkdir()
+    (small_cache / "other").mkdir()
+    (small_cache / "other" / "big.bin").write_bytes(b"x" * 5000)  # not an entry: the root may hold other things
+    entry(small_cache, "new", 1000)  # 3,000 bytes: the oldest goes
+    assert not old.exists() and used.exists() and (small_cache / "other" / "big.bin").exists()
+    assert read_cached(used, "data.bin", Path.read_bytes) == b"x" * 1000  # a read renews it
+    newer = entry(small_cache, "newer", 1000)
+    assert sorted(p.name for p in (small_cache / "gguf").iterdir()) == ["newer", "used"]
+    entry(small_cache, "huge", 4000)  # alone over the cap: kept, everything else goes
+    assert [p.name for p in (small_cache / "gguf").iterdir()] == ["huge"] and not newer.exists()
+
+
+HOLDER = """
+import sys
+from pathlib import Path
+from backends.conversion_cache import read_cached
+
+def read(path):
+    print("reading", flush=True)
+    sys.stdin.readline()
+    return path.read_text()
+
+print(read_cached(Path(sys.argv[1]), "data.bin", read), flush=True)
+"""
+
+
+def test_an_entry_another_process_is_reading_is_not_removed(small_cache: Path):
+    held = entry(small_cache, "held", 2000, used_at=1_000)
+    reader = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(held)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
+    )  # fmt: skip
+    try:
+        assert reader.stdout.readline() == "reading\n"  # the reader holds the entry
+        entry(small_cache, "new", 1000)  # over the cap, but the oldest is in use
+        assert held.exists() and (small_cache / "gguf" / "new").exists()
+        reader.stdin.write("\n")
+        reader.stdin.flush()
+        assert reader.stdout.readline() == "x" * 2000 + "\n" and reader.wait(30) == 0
+    finally:
+        reader.kill()
+    os.utime(held, (1_000, 1_000))
+    evict(small_cache)
+    assert not held.exists() and read_cached(held, "data.bin", Path.read_bytes) is None
+
+
+def test_what_an_interrupted_eviction_left_is_removed(small_cache: Path):
+    kept = entry(small_cache, "kept", 100)
+    left = small_cache / "gguf" / ".evicted-gone.123"
+    left.mkdir()
+    (left / "data.bin").write_bytes(b"x" * 100)
+    evict(small_cache)
+    assert [p.name for p in (small_cache / "gguf").iterdir()] == ["kept"] and kept.exists()
+
+
+@pytest.mark.parametrize(("value", "limit"), [("", 4 << 30), ("1000", 1000), ("lots", 4 << 30)])
+def test_the_size_cap_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch, value: str, limit: int):
+    monkeypatch.setenv(MAX_BYTES_ENV, value)
+    assert max_bytes() == limit

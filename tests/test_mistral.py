@@ -11,7 +11,7 @@ import xgrammar as xg
 from canitoolcall.fixtures import load_fixtures
 from tokenizers import Tokenizer
 
-from backends.sentencepiece_tokenizer import load_sentencepiece
+from backends.sentencepiece_tokenizer import boundary_ids, load_sentencepiece
 from gateway.families.mistral import MistralParser, sentencepiece_tokenizer, tekken_tokenizer
 from gateway.families.mistral.family import mistral_common_data
 from gateway.families.mistral.grammar import build_grammar
@@ -303,3 +303,12 @@ def test_sentencepiece_refuses_what_it_cannot_reproduce(tmp_path) -> None:
         load_sentencepiece(tmp_path / "unigram.model")
     with pytest.raises(ValueError, match="only the identity normalizer"):
         load_sentencepiece(tmp_path / "nfkc.model")
+
+
+def test_sentencepiece_boundary_pieces_from_the_trainer_spec(tmp_path) -> None:
+    assert boundary_ids(mistral_common_data(V3)) == (1, 2)
+    piece = b"\x0a\x03\x0a\x01a"  # ModelProto.pieces: {piece: "a"}
+    bos_off_eos_7 = b"\xc8\x02" + b"\xff" * 9 + b"\x01" + b"\xd0\x02\x07"  # trainer_spec.bos_id = -1, eos_id = 7
+    (tmp_path / "ids.model").write_bytes(piece + b"\x12" + bytes([len(bos_off_eos_7)]) + bos_off_eos_7)
+    (tmp_path / "defaults.model").write_bytes(piece + b"\x12\x02\x18\x02")
+    assert [boundary_ids(tmp_path / name) for name in ("ids.model", "defaults.model")] == [(None, 7), (1, 2)]

@@ -118,3 +118,45 @@ def test_continue_final_message_ends_after_its_content() -> None:
     assert prompt.endswith("<|im_start|>assistant\nHello, I am")
     with pytest.raises(TemplateError, match="cannot both be set"):
         render(source, messages, continue_final_message=True)
+
+
+def test_the_gateways_sandbox_answers_as_jinjas_own() -> None:
+    """Its fast paths (a dict's item read as an attribute, a str's method) give what ImmutableSandboxedEnvironment
+    gives, for the families' own templates and for the sandbox's refusals."""
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from gateway.families.glm.prompt import BUILTIN_TEMPLATE as GLM
+    from gateway.families.hermes.prompt import BUILTIN_TEMPLATE as HERMES
+    from gateway.families.qwen3_xml.prompt import BUILTIN_TEMPLATE as QWEN3_XML
+    from gateway.prompts import template
+
+    jinja = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    jinja.filters["tojson"] = template._tojson
+    jinja.globals["raise_exception"] = template._raise_exception
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+    conversations = [
+        [{"role": "user", "content": "Hi"}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "<tool_response>x</tool_response>"}],
+        [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "<think>look</think>\n\nOk", "tool_calls": [call]},
+            {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+            {"role": "assistant", "content": None, "reasoning_content": "done"},
+        ],
+    ]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    for source in (HERMES, GLM, QWEN3_XML):
+        for messages in conversations:
+            for context in ({"messages": messages}, {"messages": messages, "tools": tools, "enable_thinking": False}):
+                context |= {"add_generation_prompt": True, "bos_token": "", "eos_token": ""}
+                ours = template._render_bounded(compile_template(source), dict(context), 10**6)
+                assert ours == jinja.from_string(source).render(context)
+    probes = "{{ m.role }}|{{ m.missing is defined }}|{{ m.items() | list | length }}|{{ d.items is callable }}|"
+    probes += "{{ s.upper() }}"
+    values = {"m": {"role": "user"}, "d": {"items": 1}, "s": "abc"}
+    assert template._render_bounded(compile_template(probes), dict(values), 1000) == "user|False|1|True|ABC"
+    assert jinja.from_string(probes).render(values) == "user|False|1|True|ABC"
+    for unsafe in ("{{ m.__class__.__mro__ }}", "{{ m.update({}) }}", "{{ m.role.__class__.__mro__ }}"):
+        with pytest.raises(TemplateError):
+            render("{% set m = messages[0] %}" + unsafe, [{"role": "user", "content": "x"}])

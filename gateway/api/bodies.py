@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from gateway.errors import APIError, invalid
 
@@ -14,14 +14,20 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 async def read_json(request: Request, limit: int) -> Any:
     """The request's JSON body; 413 past `limit` bytes, 400 when it is not JSON."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
+    for name, value in request.scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise _too_large(limit)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
+    receive = request.receive
+    while True:  # what Request.stream() does, without an async generator per request
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        body += message.get("body", b"")
         if len(body) > limit:
             raise _too_large(limit)
+        if not message.get("more_body", False):
+            break
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as e:

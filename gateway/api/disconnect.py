@@ -1,12 +1,13 @@
-"""Work that stops when the client goes away: a watcher of the ASGI `http.disconnect` message."""
+"""Work that stops when the client goes away: one watcher of the ASGI `http.disconnect` message per answer."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from typing import TypeVar
+from types import TracebackType
+from typing import Self, TypeVar
 
-from starlette.requests import Request
+from starlette.types import Receive
 
 from backends.asgi import wait_for_disconnect
 
@@ -17,18 +18,53 @@ class ClientDisconnected(Exception):
     """The client went away before its answer was ready."""
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it (and raising ClientDisconnected) if the client disconnects first."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.create_task(wait_for_disconnect(request.receive))
-    try:
-        done, _ = await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        task.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if task in done:
-        return task.result()
-    task.cancel()
-    raise ClientDisconnected()
+class ClientWatch:
+    """One request's client, watched by one task from when its body has been read until `stop()`.
+
+    Inside `with watch:` a client that leaves cancels the task serving the request, and the block ends quietly
+    (its CancelledError is swallowed; one from elsewhere, the server stopping, goes on). The work runs in the
+    serving task itself: no task per awaited step.
+    """
+
+    def __init__(self, receive: Receive):
+        self.left = False
+        self._serving: asyncio.Task | None = None
+        self._cancelled = False
+        self._watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+        self._watcher.add_done_callback(self._client_left)
+
+    def _client_left(self, watcher: asyncio.Future[None]) -> None:
+        if watcher.cancelled():
+            return
+        self.left = True
+        if self._serving is not None:
+            self._cancelled = True
+            self._serving.cancel()
+
+    def __enter__(self) -> Self:
+        self._serving = asyncio.current_task()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> bool:
+        task, self._serving = self._serving, None
+        if self._cancelled and kind is not None and issubclass(kind, asyncio.CancelledError):
+            self._cancelled = False
+            assert task is not None
+            task.uncancel()
+            return True
+        return False
+
+    async def guard(self, work: Awaitable[T]) -> T:
+        """Await `work`, cancelling it (and raising ClientDisconnected) if the client disconnects first."""
+        if not self.left:
+            with self:
+                return await work
+        elif asyncio.iscoroutine(work):
+            work.close()
+        raise ClientDisconnected()
+
+    def stop(self) -> None:
+        """The answer is over (or will not be given): stop watching."""
+        self._watcher.cancel()

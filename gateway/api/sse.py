@@ -2,49 +2,46 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from backends.asgi import wait_for_disconnect
+from gateway.api.disconnect import ClientWatch
+
+SSE_HEADERS = [
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+]
+"""What Starlette's StreamingResponse sent for these headers and media type, byte for byte."""
 
 BodyWriter = Callable[[Send], Awaitable[None]]
 """Sends a stream's body messages with the `send` it is given, the last one with `more_body` false."""
 
 
 class SSEResponse(Response):
-    """An event stream whose body one coroutine writes straight to `send` (no async iterator between the answer's
-    loop and the socket: one frame resume less per step), with Starlette's StreamingResponse headers; the client's
-    leaving is watched by one plain task that cancels the stream."""
+    """An event stream's answer: the head, then the body `write_body` sends straight to `send` (the loop that reads
+    the steps frames and sends them: no async iterator between it and the socket); a client that leaves (seen by
+    `watch`, which this answer stops when it ends) ends it quietly, and `events`, what the body reads, is closed
+    however it ends. A Response as Starlette's StreamingResponse is one: its own constructor, its own `__call__`."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, body: BodyWriter, headers: dict[str, str] | None = None):
+    def __init__(self, write_body: BodyWriter, events: AsyncIterator[Any], watch: ClientWatch):
+        self.write_body = write_body
+        self.events = events
+        self.watch = watch
         self.status_code = 200
-        self.background = None
-        self._write_body = body
-        self.init_headers({"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})})
+        self.raw_headers = list(SSE_HEADERS)  # its own: `headers` edits it in place
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        stream = asyncio.current_task()
-        assert stream is not None
-        streaming = True
-
-        def client_left(watcher: asyncio.Task[None]) -> None:
-            if streaming and not watcher.cancelled():
-                stream.cancel()
-
-        watcher = asyncio.create_task(wait_for_disconnect(receive))
-        watcher.add_done_callback(client_left)
         try:
-            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            await self._write_body(send)
-        except asyncio.CancelledError:
-            if watcher.cancelled() or not watcher.done():
-                raise  # cancelled from outside
-            stream.uncancel()  # the client left: the answer ends here, as Starlette's does
+            if not self.watch.left:
+                with self.watch:
+                    await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+                    await self.write_body(send)
         finally:
-            streaming = False
-            watcher.cancel()
+            self.watch.stop()
+            await self.events.aclose()  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from starlette.types import Send
 
 from backends.asgi import DONE_FRAME, dumps, json_response, sse_frame
 from backends.base import BackendError
-from gateway.api.disconnect import ClientDisconnected, unless_disconnected
+from gateway.api.disconnect import ClientDisconnected, ClientWatch
 from gateway.api.sse import SSEResponse
 from gateway.errors import APIError, from_backend
 from gateway.observability.requests import note_usage, step_notes
@@ -64,20 +64,27 @@ async def respond_door(request: Request, events: Events, door: Door, stream: boo
     """Stream (SSE) or fold `events`; a client that disconnects cancels its backend requests."""
     note = step_notes()
     door = traced_door(door)
+    watch = ClientWatch(request.receive)
+    answer = None
     try:
         if not stream:
-            body = door.fold(await unless_disconnected(request, _collect(events, door, note)))
+            body = door.fold(await watch.guard(_collect(events, door, note)))
             note_usage(door.usage())
             return json_response(body)
         # Wait for the first output so that a backend that is down or refuses gets a real HTTP status.
-        first = await unless_disconnected(request, anext(events, None))
+        first = await watch.guard(anext(events, None))
+        if first is not None:
+            note(first[1])
+        # it stops the watch when it ends
+        answer = SSEResponse(functools.partial(_stream, first, events, door, note), events, watch)
+        return answer
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED)
     except BackendError as e:
         raise from_backend(e) from None
-    if first is not None:
-        note(first[1])
-    return SSEResponse(functools.partial(_stream, first, events, door, note))
+    finally:
+        if answer is None:
+            watch.stop()
 
 
 async def _collect(events: Events, door: Door, note: Callable[[ChoiceStep], None]) -> list[Any]:

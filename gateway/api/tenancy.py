@@ -103,7 +103,7 @@ def models_for(request: Request, registry: ModelRegistry) -> ModelRegistry:
 
 
 class TenantMiddleware:
-    """Authentication, tenant header stripping, rate-limit headers and audit (inside RequestIdMiddleware)."""
+    """Authentication, tenant header stripping, rate-limit headers and audit (inside api/front.py: request id set)."""
 
     def __init__(self, app: ASGIApp, gate: PolicyGate):
         self.app = app

@@ -9,8 +9,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from gateway.families.base import OutputParser
-from gateway.families.streams import new_call_id
+from gateway.families.base import OutputParser, new_call_id
 from gateway.types import Delta, Piece
 
 _IN_STRING = {quote: re.compile(rf"[{quote}\\]") for quote in "\"'"}
@@ -62,6 +61,15 @@ class CallParser(OutputParser):
     def _drain(self) -> list[Delta]:
         out, self._out = self._out, []
         return out
+
+    def _text_delta(self, content: str = "", reasoning: str = "") -> None:
+        """Content or reasoning text, joined to the last delta when that holds text of the same kind."""
+        last = self._out[-1] if self._out else None
+        if last is not None and last.tool_index is None and bool(last.content) == bool(content):
+            last.content += content
+            last.reasoning += reasoning
+        else:
+            self._out.append(Delta(content=content, reasoning=reasoning))
 
     def _emit_call(self, name: str, arguments: str) -> None:
         """One whole call: its index, a fresh id, its name and its JSON arguments."""

@@ -1,18 +1,16 @@
-"""What the families' streaming parsers share: trimmed text streams, call ids, typed calls held until sure."""
+"""What the families' streaming parsers share: trimmed text streams, typed calls held until sure, and a base for
+parsers whose calls stream through them."""
 
 from __future__ import annotations
 
 import json
-import secrets
+from collections.abc import Mapping, Sequence
+from enum import Enum
+from typing import Any, ClassVar
 
-from gateway.families.values import convert, is_plain_string
+from gateway.families.base import OutputParser, new_call_id
+from gateway.families.values import convert, is_plain_string, tool_schemas
 from gateway.types import Delta
-
-
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
-
 
 _STRING = json.JSONEncoder(ensure_ascii=False).encode
 
@@ -126,3 +124,25 @@ class CallOutput:
             self.deltas += self._held
             self._held = None
             self.sent_call = True
+
+
+class StreamedCallParser(OutputParser):
+    """A parser whose output goes through a `CallOutput`, argument values typed by the request's tool schemas
+    (GLM, Qwen3 XML). `states` is the subclass's state enum: it starts at `START`, or at `REASONING` when the
+    prompt opened a think block."""
+
+    states: ClassVar[type[Enum]]
+
+    def __init__(
+        self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
+    ) -> None:
+        """`tools`: the request's tools (names and parameter schemas); `tool_calls`: whether calls are parsed at all;
+        `in_reasoning`: the prompt opened `<think>`."""
+        self._schemas = tool_schemas(tools)
+        self._parse_calls = tool_calls
+        self._state = self.states["REASONING" if in_reasoning else "START"]
+        self._out = CallOutput()
+
+    @property
+    def saw_tool_call(self) -> bool:
+        return self._out.sent_call

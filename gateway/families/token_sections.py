@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from gateway.families.base import OutputParser, new_call_id
-from gateway.types import Delta, Piece
+from gateway.families.calls import CallParser
 
 _QUOTE_OR_ESCAPE = re.compile(r'["\\]')
 
@@ -74,6 +73,8 @@ class _Body:
 
     def add(self, text: str) -> None:
         self.parts.append(text)
+        if not self.escaped and '"' not in text and "\\" not in text:
+            return  # nothing that changes the scan (most tokens of a long argument)
         skip = 0  # the character after a backslash in a string is taken whatever it is
         if self.escaped and text:
             self.escaped, skip = False, 1
@@ -88,54 +89,40 @@ class _Body:
                 self.escaped = skip > len(text)
 
 
-class SectionParser(OutputParser):
+class SectionParser(CallParser):
     """One choice's parser; `in_reasoning` says the prompt ended inside `<think>`."""
 
     def __init__(self, markers: SectionMarkers, split_call: CallSplitter, in_reasoning: bool):
+        super().__init__()
         self._markers = markers
         self._split = split_call
         self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
         self._started = False
         self._header: list[str] = []
         self._body: _Body | None = None
-        self._calls = 0
-        self._out: list[Delta] = []
 
-    @property
-    def saw_tool_call(self) -> bool:
-        return self._calls > 0
-
-    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
-        for piece in pieces:
-            if piece.token_id is None:
-                self._text(piece.text)
-            elif piece.text not in self._markers.ignored:
-                self._token(piece.text)
-        return self._take()
-
-    def finish(self) -> list[Delta]:
+    def _end(self) -> None:
         if self._mode is _Mode.BODY and not self._body.in_string:
             self._end_call()
         self._mode = _Mode.CONTENT
-        return self._take()
-
-    def _take(self) -> list[Delta]:
-        out, self._out = self._out, []
-        return out
 
     def _text(self, text: str) -> None:
         mode = self._mode
         if mode is _Mode.REASONING:
-            self._emit(reasoning=text)
+            self._started = True
+            self._text_delta(reasoning=text)
         elif mode is _Mode.CONTENT:
-            self._emit(content=text)
+            self._started = True
+            self._text_delta(content=text)
         elif mode is _Mode.HEADER:
             self._header.append(text)
         elif mode is _Mode.BODY:
             self._body.add(text)
 
-    def _token(self, spelling: str) -> None:
+    def _control(self, spelling: str) -> None:
         m, mode = self._markers, self._mode
+        if spelling in m.ignored:
+            return
         if mode is _Mode.BODY:
             if spelling == m.call_end and not self._body.in_string:
                 self._end_call()
@@ -160,14 +147,16 @@ class SectionParser(OutputParser):
             if spelling == m.think_end:
                 self._mode = _Mode.CONTENT
             elif not (spelling == m.think_start and not self._started):
-                self._emit(reasoning=spelling)
+                self._started = True
+                self._text_delta(reasoning=spelling)
         elif spelling in (m.section_begin, m.call_begin):
             self._mode = _Mode.SECTION if spelling == m.section_begin else _Mode.HEADER
             self._header = []
         elif spelling == m.think_start and not self._started:
             self._mode = _Mode.REASONING
         else:
-            self._emit(content=spelling)
+            self._started = True
+            self._text_delta(content=spelling)
 
     def _end_call(self) -> None:
         body, self._body = self._body, None
@@ -181,23 +170,4 @@ class SectionParser(OutputParser):
             return
         if not name or not isinstance(value, dict):
             return
-        self._out.append(
-            Delta(
-                tool_index=self._calls,
-                tool_id=new_call_id(),
-                tool_name=name,
-                tool_arguments=json.dumps(value, ensure_ascii=False),
-            )
-        )
-        self._calls += 1
-
-    def _emit(self, content: str = "", reasoning: str = "") -> None:
-        if not (content or reasoning):
-            return
-        self._started = True
-        last = self._out[-1] if self._out else None
-        if last is not None and last.tool_index is None and bool(last.content) == bool(content):
-            last.content += content
-            last.reasoning += reasoning
-        else:
-            self._out.append(Delta(content=content, reasoning=reasoning))
+        self._emit_call(name, json.dumps(value, ensure_ascii=False))

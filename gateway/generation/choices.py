@@ -105,7 +105,7 @@ def generate(
             request = GenerateRequest(
                 rid=f"{rid}-{p * settings.n + j}",
                 input_ids=list(ids),
-                sampling=dataclasses.replace(sampling, seed=_nth_seed(sampling.seed, j)),
+                sampling=sampling if j == 0 else dataclasses.replace(sampling, seed=_nth_seed(sampling.seed, j)),
                 grammar=grammar,
                 logprobs=settings.logprobs,
                 top_logprobs=settings.top_logprobs,
@@ -117,5 +117,5 @@ def generate(
 
 
 def _nth_seed(seed: int | None, j: int) -> int | None:
-    """Sample j's seed: the request's seed for the first, distinct ones (still in int64) for the others."""
+    """Sample j's seed (j > 0; the first sample keeps the request's): distinct ones, still in int64."""
     return None if seed is None else (seed + j + (1 << 63)) % (1 << 64) - (1 << 63)

@@ -43,7 +43,9 @@ def access_line(record: RequestRecord, route: str, ended: float) -> bytes:
 def log_access(record: RequestRecord, route: str, ended: float) -> None:
     level = logging.DEBUG if route in PROBE_ROUTES and record.status < 400 else logging.INFO
     if access_log.isEnabledFor(level):
-        access_log.log(level, "%s", access_line(record, route, ended).decode())
+        # makeRecord + handle: what Logger.log does, less the caller lookup (a walk up the stack) no line uses
+        line = access_line(record, route, ended).decode()
+        access_log.handle(access_log.makeRecord(access_log.name, level, __file__, 0, line, (), None))
 
 
 def configure_logging(level: str) -> None:
@@ -57,5 +59,5 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [plain, access]
     root.setLevel(level.upper())
-    # httpx logs every request at INFO: the health checks of every replica, every few seconds
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, root.level))
+    # No format here shows a thread, process or multiprocessing name: records need not look them up.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False

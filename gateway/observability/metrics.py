@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -67,6 +68,8 @@ class GatewayMetrics:
         self.registry = CollectorRegistry()
         self.tenants = TenantLabels(tenant_limit)
         self._series: dict[str, _ModelSeries] = {}
+        self._request_counts: dict[tuple[str, str, int, str], Any] = {}
+        """The children of `requests` by label values, looked up once (`labels()` costs a lock and a dict)."""
         self.in_flight: set[RequestRecord] = set()
         """Requests being served now (the middleware adds and removes them)."""
         r = self.registry
@@ -120,15 +123,18 @@ class GatewayMetrics:
     def record_request(self, record: RequestRecord, route: str, ended: float) -> None:
         """Count a finished request (any route); generations also feed the latency and token metrics."""
         model = record.model or NONE
-        tenant = self.tenants.label(record.tenant)
-        self.requests.labels(model, route, str(record.status), tenant).inc()
+        key = (model, route, record.status, self.tenants.label(record.tenant))
+        counter = self._request_counts.get(key)
+        if counter is None:
+            counter = self._request_counts[key] = self.requests.labels(model, route, str(record.status), key[3])
+        counter.inc()
         if record.grammar_cache:  # counted for refused requests too (over budget)
             self.grammar_cache.labels(model, record.grammar_cache).inc()
         if not record.generating:
             return
         series = self._series.get(model) or self._series.setdefault(model, _ModelSeries(self, model))
         for reason in record.finish_reasons:
-            self.request_success.labels(model, reason).inc()
+            series.finished(reason).inc()
         series.e2e.observe(ended - record.started)
         if record.first_token is not None:
             series.ttft.observe(record.first_token - record.started)
@@ -173,6 +179,16 @@ class _ModelSeries:
         for name in ("e2e", "ttft", "tpot", "overhead", "prompt_tokens", "generation_tokens", "cached_tokens",
                      "shielded", "grammar_build", "grammar_compile"):
             setattr(self, name, getattr(metrics, name).labels(model))
+        self._success = metrics.request_success
+        self._model = model
+        self._finished: dict[str, Any] = {}
+
+    def finished(self, reason: str) -> Any:
+        """The request_success child of this model and finish `reason`."""
+        child = self._finished.get(reason)
+        if child is None:
+            child = self._finished[reason] = self._success.labels(self._model, reason)
+        return child
 
 
 class RouterMetrics(RouterObserver):

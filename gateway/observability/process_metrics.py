@@ -3,8 +3,13 @@ a private Unix socket, and /metrics in any of them merges all of them into one e
 
 Merging: counters, histograms and the additive gauges (requests running, waiting, per replica) are summed, as
 if one process had counted everything; `_created` takes the earliest; a replica is healthy only if every process
-finds it so, and its circuit breaker shows the worst state any process holds. A process that is restarting is
-left out of that scrape (its counters start again from zero, which Prometheus reads as a counter reset).
+finds it so, and its circuit breaker shows the worst state any process holds.
+
+Merged counters never go down when a process dies and is restarted (Prometheus would read that as a reset: a
+rate spike for the whole group). Each process's place in the group (its slot) keeps a counters file beside its
+socket: every exposition the process gives out is first written there, so the file never holds less than anything
+reported. A process that is not answering (dead, restarting) is merged from its file, counters and histograms only
+(its gauges are gone with it); a restarted process starts from its predecessor's file and adds its own counts.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -48,6 +54,23 @@ def merge_expositions(texts: list[str]) -> bytes:
     return generate_latest(registry)
 
 
+def counters_only(text: str) -> str:
+    """An exposition's counters and histograms (with their `_created` series), without its gauges."""
+    kept = [
+        family
+        for family in text_string_to_metric_families(text)
+        if family.type in ("counter", "histogram") or family.name.endswith("_created")
+    ]
+    registry = CollectorRegistry()
+    registry.register(_Fixed(kept))
+    return generate_latest(registry).decode()
+
+
+def _counters_path(socket: Path) -> Path:
+    """The counters file of the process whose metrics socket is `socket`."""
+    return socket.with_suffix(".counters")
+
+
 def _combine(family: Metric, sample_name: str) -> Callable[[Iterable[float]], float]:
     if sample_name.endswith("_created"):
         return min
@@ -73,6 +96,22 @@ class ProcessGroupMetrics:
         self._render = render
         self._own = own
         self._siblings = siblings
+        self._counters = _counters_path(own)
+        self._predecessors = counters_only(self._counters.read_text()) if self._counters.exists() else None
+        """What the processes that held this slot before this one counted."""
+
+    def _exposition(self) -> str:
+        """This slot's exposition (the predecessors' counts plus this process's), written to its counters file first."""
+        text = self._render().decode()
+        if self._predecessors is not None:
+            text = merge_expositions([text, self._predecessors]).decode()
+        partial = self._counters.with_suffix(".partial")
+        try:
+            partial.write_text(text)
+            os.replace(partial, self._counters)
+        except OSError as e:
+            log.warning("metrics counters file %s not written: %r", self._counters, e)
+        return text
 
     async def serve(self) -> None:
         """Until cancelled: answer every connection on the own socket with this process's exposition."""
@@ -83,15 +122,15 @@ class ProcessGroupMetrics:
             await server.serve_forever()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(self._render())
+        writer.write(self._exposition().encode())
         with contextlib.suppress(OSError):
             await writer.drain()
         writer.close()
 
     async def render(self) -> bytes:
-        """Every process's metrics merged (a sibling that does not answer in time is left out and logged)."""
+        """Every process's metrics merged (a sibling that does not answer in time counts with its counters file)."""
         texts = await asyncio.gather(*(_scrape(path) for path in self._siblings))
-        return merge_expositions([self._render().decode(), *(t for t in texts if t is not None)])
+        return merge_expositions([self._exposition(), *(t for t in texts if t is not None)])
 
 
 async def _scrape(path: Path) -> str | None:
@@ -103,5 +142,8 @@ async def _scrape(path: Path) -> str | None:
             finally:
                 writer.close()
     except (OSError, TimeoutError) as e:
-        log.warning("metrics of the gateway process at %s left out: %r", path, e)
-        return None
+        log.warning("the gateway process at %s did not answer (%r): its last counters stand in", path, e)
+    try:
+        return counters_only(_counters_path(path).read_text())
+    except FileNotFoundError:
+        return None  # it never reported anything

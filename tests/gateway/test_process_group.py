@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from gateway.cli import main
-from gateway.observability.process_metrics import merge_expositions
+from gateway.observability.process_metrics import counters_only, merge_expositions
 from gateway.process.config import ConfigError, load_config
 from tests.gateway.http_server import serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
@@ -121,6 +121,51 @@ async def test_requests_spread_over_the_processes_and_metrics_sum_them(group):
     assert _value(merged, CHAT_COUNT) == sum(before) + 16
 
 
+def _children(pid: int) -> set[int]:
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+@pytest.mark.anyio
+async def test_merged_counters_do_not_go_down_when_a_process_dies_and_restarts(group):
+    """A child killed after it served: while it is down and once its successor serves, the merged counter stays
+    where it was (a counter that goes down reads as a reset); the successor's own counts add to its predecessor's."""
+    url, sockets, proc, _ = group
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=60) as client:
+        assert await asyncio.gather(*(_stream(client, url) for _ in range(8))) == [(TOKENS, True)] * 8
+        served = [_value(await _process_metrics(s), CHAT_COUNT) for s in sockets]
+        total = _value((await client.get(f"{url}/metrics")).text, CHAT_COUNT)
+        assert total == sum(served) and all(n > 0 for n in served), served
+        children = _children(proc.pid)
+        os.kill(max(children), signal.SIGKILL)
+        seen = []
+        deadline = time.monotonic() + 60
+        while not (len(_children(proc.pid) - children) == 1 and all(s.exists() for s in sockets)):
+            assert time.monotonic() < deadline, "the killed process was not restarted"
+            seen.append(_value((await client.get(f"{url}/metrics")).text, CHAT_COUNT))  # the survivor answers
+            await asyncio.sleep(0.1)
+        seen.append(_value((await client.get(f"{url}/metrics")).text, CHAT_COUNT))
+        assert len(seen) > 1 and all(n == total for n in seen), seen
+        assert await _stream(client, url) == (TOKENS, True)
+        assert _value((await client.get(f"{url}/metrics")).text, CHAT_COUNT) == total + 1
+    assert sum([_value(await _process_metrics(s), CHAT_COUNT) for s in sockets]) == total + 1
+
+
+def test_a_dead_process_counts_with_its_counters_and_histograms_only():
+    text = (
+        "# HELP gateway:requests_total r\n# TYPE gateway:requests_total counter\n"
+        'gateway:requests_total{route="/a"} 3.0\n'
+        "# HELP gateway:requests_created r\n# TYPE gateway:requests_created gauge\n"
+        'gateway:requests_created{route="/a"} 20.0\n'
+        "# HELP gateway:ttft_seconds t\n# TYPE gateway:ttft_seconds histogram\n"
+        'gateway:ttft_seconds_bucket{le="+Inf"} 2.0\ngateway:ttft_seconds_count 2.0\ngateway:ttft_seconds_sum 0.5\n'
+        "# HELP gateway:num_requests_running n\n# TYPE gateway:num_requests_running gauge\n"
+        "gateway:num_requests_running 2.0\n"
+    )
+    kept = counters_only(text)
+    assert "gateway:num_requests_running" not in kept
+    assert kept == text[: text.index("# HELP gateway:num_requests_running")]
+
+
 @pytest.mark.anyio
 async def test_sigterm_drains_the_streams_of_every_process(group):
     url, sockets, proc, _ = group
@@ -134,7 +179,7 @@ async def test_sigterm_drains_the_streams_of_every_process(group):
     assert all(n > 0 for n in running) and sum(running) == 8, running
     assert results == [(TOKENS, True)] * 8
     assert await asyncio.to_thread(proc.wait, 30) == 0
-    assert not any(s.exists() for s in sockets)
+    assert not any(s.exists() for s in sockets) and not sockets[0].parent.exists()
 
 
 def test_merged_metrics_sum_counts_and_keep_the_worst_replica_view():

@@ -17,13 +17,11 @@ Decisions:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from enum import Enum, auto
-from typing import Any
 
-from gateway.families.base import OutputParser
-from gateway.families.streams import CallOutput
-from gateway.families.values import schema_types, tool_schemas
+from gateway.families.streams import StreamedCallParser
+from gateway.families.values import schema_types
 from gateway.types import Delta, Piece
 
 from .markers import (
@@ -50,24 +48,13 @@ class _State(Enum):
     VALUE_OR_END = auto()  # a </tool_call> token inside a value: the call's end, or value text
 
 
-class GlmParser(OutputParser):
+class GlmParser(StreamedCallParser):
     """Streams reasoning, content and tool calls out of GLM output."""
 
-    def __init__(
-        self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
-    ) -> None:
-        """`tools`: the request's tools (parameter schemas type the values); `in_reasoning`: the prompt opened it."""
-        self._schemas = tool_schemas(tools)
-        self._parse_calls = tool_calls
-        self._state = _State.REASONING if in_reasoning else _State.START
-        self._out = CallOutput()
-        self._name = ""
-        self._call_open = False
-        self._key = ""
-
-    @property
-    def saw_tool_call(self) -> bool:
-        return self._out.sent_call
+    states = _State
+    _name = ""  # the call's name as it arrives
+    _call_open = False
+    _key = ""  # the argument's key as it arrives
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
         for piece in pieces:

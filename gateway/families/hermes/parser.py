@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import OutputParser
-from gateway.families.streams import Trimmed, new_call_id
+from gateway.families.base import OutputParser, new_call_id
+from gateway.families.streams import Trimmed
 from gateway.types import Delta, Piece
 
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.families.base import OutputParser, new_call_id
-from gateway.types import Delta, Piece
+from gateway.families.base import new_call_id
+from gateway.families.calls import CallParser
+from gateway.families.streams import json_fragment
+from gateway.types import Delta
 
 from .markers import CLOSE, MARKERS, OPEN, SEP, unescape_attr
 
@@ -48,11 +50,6 @@ def split_k2_call(header: str, body: str) -> tuple[str, str] | None:
     """K2: the call id `functions.NAME:IDX` (prefix and index optional) names the tool; the body is its JSON."""
     match = _K2_CALL_ID.fullmatch(header)
     return (match.group(1), body) if match else None
-
-
-def json_fragment(text: str) -> str:
-    """`text` escaped as the inside of a JSON string (fragments concatenate to the escaped whole)."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
 
 
 def typed_value(raw: str) -> object:
@@ -88,48 +85,34 @@ class _Argument:
     raw: list[str] = field(default_factory=list)
 
 
-class KimiK3Parser(OutputParser):
+class KimiK3Parser(CallParser):
     """Token-aware K3 output parser for one choice; the same deltas however the output is chunked."""
 
+    controls = MARKERS
+
     def __init__(self, channel: str = "think", new_id: Callable[[], str] = new_call_id):
+        super().__init__(new_id)
         self._where = channel
-        self._new_id = new_id
         self._tag: list[str] | None = None
         self._tag_kind = OPEN
         self._call: _Call | None = None
         self._argument: _Argument | None = None
-        self._announced = 0
-        self._out: list[Delta] = []
 
-    @property
-    def saw_tool_call(self) -> bool:
-        return self._announced > 0
-
-    def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
-        for piece in pieces:
-            if piece.token_id is not None and piece.text in MARKERS:
-                self._marker(piece.text)
-            elif self._tag is not None:
-                self._tag.append(piece.text)
-            elif piece.text:
-                self._text(piece.text)
-        out, self._out = self._out, []
-        return out
-
-    def finish(self) -> list[Delta]:
+    def _end(self) -> None:
         call = self._call
         if call is not None and call.index is not None and self._argument is None:
             self._write(call, "}" if call.keys else "{}")
         self._call = self._argument = self._tag = None
-        out, self._out = self._out, []
-        return out
 
     def _text(self, text: str) -> None:
+        if self._tag is not None:
+            self._tag.append(text)
+            return
         where = self._where
         if where == "think":
-            self._emit(reasoning=text)
+            self._text_delta(reasoning=text)
         elif where == "response" or where == "message":
-            self._emit(content=text)
+            self._text_delta(content=text)
         elif where == "argument" and self._argument is not None and self._call is not None:
             argument = self._argument
             if argument.skip:
@@ -139,7 +122,7 @@ class KimiK3Parser(OutputParser):
             else:
                 argument.raw.append(text)
 
-    def _marker(self, marker: str) -> None:
+    def _control(self, marker: str) -> None:
         if marker != SEP:
             self._tag, self._tag_kind = [], marker  # an unfinished tag before it is dropped
             return
@@ -211,12 +194,9 @@ class KimiK3Parser(OutputParser):
     def _announce(self, call: _Call) -> None:
         if not call.name:
             return  # a call without a tool name is not a call
-        call.index = self._announced
-        self._announced += 1
+        call.index = self._calls
         arguments, call.pending = "".join(call.pending), []
-        self._out.append(
-            Delta(tool_index=call.index, tool_id=self._new_id(), tool_name=call.name, tool_arguments=arguments)
-        )
+        self._emit_call(call.name, arguments)
 
     def _write(self, call: _Call, text: str) -> None:
         if call.index is None:
@@ -227,11 +207,3 @@ class KimiK3Parser(OutputParser):
             last.tool_arguments += text
         else:
             self._out.append(Delta(tool_index=call.index, tool_arguments=text))
-
-    def _emit(self, content: str = "", reasoning: str = "") -> None:
-        last = self._out[-1] if self._out else None
-        if last is not None and last.tool_index is None and (bool(last.content) == bool(content)):
-            last.content += content
-            last.reasoning += reasoning
-        else:
-            self._out.append(Delta(content=content, reasoning=reasoning))

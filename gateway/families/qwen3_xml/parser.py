@@ -26,13 +26,11 @@ Decisions:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from enum import Enum, auto
-from typing import Any
 
-from gateway.families.base import OutputParser
-from gateway.families.streams import CallOutput
-from gateway.families.values import schema_types, tool_schemas
+from gateway.families.streams import StreamedCallParser
+from gateway.families.values import schema_types
 from gateway.types import Delta, Piece
 
 from .markers import (
@@ -96,33 +94,13 @@ class _State(Enum):
     AFTER = auto()  # after </function>: expecting </tool_call>
 
 
-class Qwen3XmlParser(OutputParser):
+class Qwen3XmlParser(StreamedCallParser):
     """Streams reasoning, content and tool calls out of Qwen XML output."""
 
-    def __init__(
-        self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
-    ) -> None:
-        """`tools`: the request's tools (names and parameter schemas); `in_reasoning`: the prompt opened `<think>`."""
-        self._schemas = tool_schemas(tools)
-        self._parse_calls = tool_calls
-        self._state = _State.REASONING if in_reasoning else _State.START
-        self._buffer = ""
-        self._out = CallOutput()
-        self._function = ""
-        self._value_started = False
-        self._steps = {
-            _State.START: self._start,
-            _State.REASONING: self._in_reasoning,
-            _State.CONTENT: self._in_content,
-            _State.CALL: self._in_call,
-            _State.BODY: self._in_body,
-            _State.VALUE: self._in_value,
-            _State.AFTER: self._after_function,
-        }
-
-    @property
-    def saw_tool_call(self) -> bool:
-        return self._out.sent_call
+    states = _State
+    _buffer = ""  # text not yet consumed by the current state's step
+    _function = ""  # the open call's name
+    _value_started = False
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
         for piece in pieces:
@@ -180,8 +158,8 @@ class Qwen3XmlParser(OutputParser):
     # text
 
     def _advance(self, final: bool) -> None:
-        steps = self._steps
-        while self._buffer and steps[self._state](final):
+        steps = _STEPS
+        while self._buffer and steps[self._state](self, final):
             pass
 
     def _start(self, final: bool) -> bool:
@@ -267,6 +245,10 @@ class Qwen3XmlParser(OutputParser):
                 return False
             self._buffer = self._buffer.removeprefix("\n")
             self._value_started = True
+        if "<" not in self._buffer and "\n" not in self._buffer:  # no value end starts in it (most tokens)
+            self._out.argument_text(self._buffer)
+            self._buffer = ""
+            return False
         end = _VALUE_END.search(self._buffer)
         if end:
             self._out.argument_text(self._buffer[: end.start()])
@@ -281,8 +263,6 @@ class Qwen3XmlParser(OutputParser):
 
     def _held_value_tail(self) -> int:
         """Length of the buffer's tail that could still grow into the value's end."""
-        if "\n" not in self._buffer and "<" not in self._buffer:
-            return 0
         for at in range(max(0, len(self._buffer) - MAX_TAG_CHARS), len(self._buffer)):
             if self._buffer[at] in "\n<" and _value_end_could_start(self._buffer[at:]):
                 return len(self._buffer) - at
@@ -296,3 +276,14 @@ class Qwen3XmlParser(OutputParser):
         self._buffer = text
         self._state = _State.CONTENT
         return True
+
+
+_STEPS = {
+    _State.START: Qwen3XmlParser._start,
+    _State.REASONING: Qwen3XmlParser._in_reasoning,
+    _State.CONTENT: Qwen3XmlParser._in_content,
+    _State.CALL: Qwen3XmlParser._in_call,
+    _State.BODY: Qwen3XmlParser._in_body,
+    _State.VALUE: Qwen3XmlParser._in_value,
+    _State.AFTER: Qwen3XmlParser._after_function,
+}

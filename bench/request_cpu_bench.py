@@ -1,0 +1,216 @@
+"""Per-request cost of the gateway, A/B: this working tree against a base commit, side by side in one run.
+
+Starts the fast stand-in (`bench/fast_backend.py`) and two `gateway serve` processes in front of it: one from
+this working tree, one from `--base` (extracted with `git archive` into a temporary folder), both with the
+default log level (one access line per request, as `bench/overhead_bench.py` runs them). Then, per round, in
+alternating order, each gateway gets:
+
+- `--requests` streamed 1-token chats one after another, each on a fresh connection (as the overhead bench's
+  probes): the gateway's CPU per request (user + system, /proc/<pid>/stat), which other load on the machine
+  barely moves;
+- a burst of `--streams` streamed chats of `--tokens` tokens sent at once (as the overhead bench's burst): time
+  to first token p50 / p99, which load does move.
+
+The stand-in's own burst (direct) runs in every round too. Medians of rounds for CPU, pooled TTFTs.
+
+With `--callgrind` both gateways run under valgrind's callgrind instead, and each side's `--requests` sequential
+requests are counted in instructions (user space, the whole process: uvicorn, the gateway, the libraries), a
+figure no other load on the machine changes; no bursts then (their timing means nothing under valgrind).
+
+    python bench/request_cpu_bench.py [--base main] [--rounds 6] [--requests 200] [--streams 64] [--tokens 32]
+    python bench/request_cpu_bench.py --callgrind [--base main] [--requests 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from overhead_bench import (  # the bench folder is not a package: its path is added above
+    CONFIG,
+    MESSAGES,
+    MODEL,
+    ROOT,
+    Side,
+    _chat_body,
+    _direct_body,
+    cpu_seconds,
+    free_port,
+    machine,
+    percentile,
+    probe,
+    process,
+    read_chat,
+    read_direct,
+    run_phase,
+    stand_in,
+    wait_ready,
+)
+
+
+def extract(ref: str, into: Path) -> str:
+    """The tree of commit `ref` written under `into`; returns the commit's short hash."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", ref], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def gateway_cmd(port: int, config: Path, callgrind: Path | None) -> list[str]:
+    """`gateway serve` on `port`; under callgrind (counting nothing until told) when `callgrind` names its output."""
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}.%p"]
+    serve = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config)]
+    return [*valgrind, *serve] if callgrind else serve
+
+
+async def callgrind_control(pid: int, *command: str) -> None:
+    """Tell the callgrind of process `pid` to zero, start or stop counting, or dump its counts."""
+    control = await asyncio.create_subprocess_exec(
+        "callgrind_control", *command, str(pid), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    if await control.wait() != 0:
+        raise RuntimeError(f"callgrind_control {' '.join(command)} {pid} failed")
+
+
+async def sequential_instructions(side: Side, pid: int, count: int, out: Path) -> float:
+    """Instructions the gateway `pid` (under callgrind, writing `out`.<pid>) ran per request over `count` requests."""
+    for n in range(20):
+        await probe(side, -1 - n)  # warm-up, not counted
+    for command in (["-z"], ["-i", "on"]):
+        await callgrind_control(pid, *command)
+    for n in range(count):
+        await probe(side, -1000 - n)
+    for command in (["-i", "off"], ["-d"]):
+        await callgrind_control(pid, *command)
+    dump = Path(f"{out}.{pid}.1").read_text()
+    return int(next(line for line in dump.splitlines() if line.startswith("totals:")).split()[1]) / count
+
+
+async def sequential_cpu(side: Side, pid: int, count: int) -> float:
+    """CPU seconds the gateway `pid` spent per request over `count` 1-token requests sent one after another."""
+    before = cpu_seconds(pid)
+    for n in range(count):
+        await probe(side, -1000 - n)
+    return (cpu_seconds(pid) - before) / count
+
+
+async def measure(args: argparse.Namespace, direct: Side, sides: dict[str, tuple[Side, int]]) -> dict[str, dict]:
+    """Warm-up, then --rounds rounds: every gateway's sequential requests and burst, and the direct burst."""
+    results: dict[str, dict] = {name: {"cpu": [], "burst": [], "burst_cpu": []} for name in [*sides, "direct"]}
+    for side, pid in sides.values():
+        await sequential_cpu(side, pid, 20)
+        await run_phase(side, args.streams, 4, 0.0, {"gateway": pid, "machine": None})
+    await run_phase(direct, args.streams, 4, 0.0, {"machine": None})
+    names = list(sides)
+    for r in range(args.rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            side, pid = sides[name]
+            results[name]["cpu"].append(await sequential_cpu(side, pid, args.requests))
+            phase = await run_phase(side, args.streams, args.tokens, 0.0, {"gateway": pid, "machine": None})
+            results[name]["burst"] += [s.ttft for s in phase.streams]
+            results[name]["burst_cpu"].append(phase.cpu["gateway"] / args.streams)
+        phase = await run_phase(direct, args.streams, args.tokens, 0.0, {"machine": None})
+        results["direct"]["burst"] += [s.ttft for s in phase.streams]
+        load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        cpu = ", ".join(f"{n} {results[n]['cpu'][-1] * 1e3:.3f} ms" for n in names)
+        print(f"round {r + 1}: CPU per request {cpu}; load average {load}", flush=True)
+    return results
+
+
+def report(results: dict[str, dict], names: list[str], args: argparse.Namespace) -> None:
+    print(f"\n| measure | direct | {' | '.join(names)} |")
+    print("|---|---:|" + "---:|" * len(names))
+
+    def row(label: str, direct: str, values: list[str]) -> None:
+        print(f"| {label} | {direct} | {' | '.join(values)} |")
+
+    row(
+        f"gateway CPU ms per request (1 token, {args.requests} one after another; median of {args.rounds} rounds)",
+        "",
+        [f"{statistics.median(results[n]['cpu']) * 1e3:.3f}" for n in names],
+    )
+    for q in (50, 99):
+        direct = percentile(results["direct"]["burst"], q) * 1e3
+        values = [percentile(results[n]["burst"], q) * 1e3 for n in names]
+        row(
+            f"burst of {args.streams} x {args.tokens} tokens: TTFT p{q} (ms; added over direct)",
+            f"{direct:.2f}",
+            [f"{v:.2f} (+{v - direct:.2f})" for v in values],
+        )
+    row(
+        f"gateway CPU ms per burst stream ({args.tokens} tokens; median of rounds)",
+        "",
+        [f"{statistics.median(results[n]['burst_cpu']) * 1e3:.3f}" for n in names],
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default="main", help="the commit to compare against (a git ref)")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--requests", type=int, default=200, help="sequential 1-token requests per gateway per round")
+    parser.add_argument("--streams", type=int, default=64, help="streams of a burst")
+    parser.add_argument("--tokens", type=int, default=32, help="output tokens per burst stream")
+    parser.add_argument("--interval-ms", type=float, default=15.0, help="the stand-in's decode step")
+    parser.add_argument("--callgrind", action="store_true", help="count instructions per request instead")
+    args = parser.parse_args()
+
+    print(machine())
+    with tempfile.TemporaryDirectory(prefix="request-cpu-bench-") as tmp:
+        logs, base_tree = Path(tmp), Path(tmp) / "base"
+        base_tree.mkdir()
+        base = f"base {extract(args.base, base_tree)} ({args.base})"
+        with stand_in(logs, args.interval_ms) as (_, standin_port):
+            url = f"http://127.0.0.1:{standin_port}"
+            config = logs / "gateway.yaml"
+            config.write_text(CONFIG.format(model=MODEL, url=url))
+            ports = {base: free_port(), "this tree": free_port()}
+            outs = {name: logs / f"{'base' if name == base else 'tree'}.callgrind" for name in ports}
+            cmds = {name: gateway_cmd(ports[name], config, outs[name] if args.callgrind else None) for name in ports}
+            env = {**os.environ, "PYTHONPATH": str(base_tree)}
+            with (
+                process(cmds[base], logs / "base.log", base_tree, env) as base_gateway,
+                process(cmds["this tree"], logs / "tree.log") as tree_gateway,
+            ):
+                pids = {base: base_gateway.pid, "this tree": tree_gateway.pid}
+                for name, gateway in ((base, base_gateway), ("this tree", tree_gateway)):
+                    log = logs / ("base.log" if name == base else "tree.log")
+                    wait_ready(f"http://127.0.0.1:{ports[name]}/ready", gateway, log, timeout=900.0)
+                prompt = {"model": MODEL, "messages": MESSAGES}
+                ids = httpx.post(f"http://127.0.0.1:{ports[base]}/tokenize", json=prompt).json()["tokens"]
+                direct = Side("direct", standin_port, "/generate", _direct_body(ids), read_direct)
+                sides = {
+                    name: (Side(name, port, "/v1/chat/completions", _chat_body(), read_chat), pids[name])
+                    for name, port in ports.items()
+                }
+                started = time.monotonic()
+                if args.callgrind:
+                    counts = {
+                        name: asyncio.run(sequential_instructions(side, pid, args.requests, outs[name]))
+                        for name, (side, pid) in sides.items()
+                    }
+                else:
+                    results = asyncio.run(measure(args, direct, sides))
+    print(f"{time.monotonic() - started:.0f} s; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    if args.callgrind:
+        print(f"\n| instructions per request (1 token, {args.requests} one after another) | {' | '.join(counts)} |")
+        print("|---|" + "---:|" * len(counts))
+        print("| callgrind, whole gateway process | " + " | ".join(f"{c:,.0f}" for c in counts.values()) + " |")
+    else:
+        report(results, list(sides), args)
+
+
+if __name__ == "__main__":
+    main()

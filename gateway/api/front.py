@@ -1,0 +1,175 @@
+"""The ASGI entry of every HTTP request: one pure-ASGI layer, then routing by exact path.
+
+Starlette's own stack wraps a request in seven layers (server errors, the observability and request-id
+middlewares, exception handlers twice, the router, the route), each with its own wrapper around `send`.
+Here `Front` does what the outer ones did, in one layer with one `send` wrapper: the request's metrics record and
+access line, its `x-request-id`, the client's `traceparent`, and a 500 in OpenAI's shape for a crash. `Dispatch`
+calls the endpoint of a route matched by exact path and method directly and answers an `APIError` or
+`HTTPException` itself; every other request (path parameters, 404, 405, lifespan) takes Starlette's router.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, get_route_path
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from backends.trace_context import current_traceparent, valid_traceparent
+from gateway.api.ids import random_hex
+from gateway.errors import APIError
+from gateway.observability.access_log import log_access
+from gateway.observability.metrics import OTHER, GatewayMetrics
+from gateway.observability.requests import RequestRecord, begin_request, end_request
+
+log = logging.getLogger(__name__)
+
+_CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+class GatewayApp(Starlette):
+    """A Starlette application (routes, lifespan, state) whose requests go through `Front`, the operator's
+    optional `layers` (outermost first), then `Dispatch`."""
+
+    def __init__(self, *, routes: Sequence[Route], layers: Sequence[Middleware], metrics: GatewayMetrics, **kwargs):
+        super().__init__(routes=routes, **kwargs)
+        self._layers = list(layers)
+        self._metrics = metrics
+
+    def build_middleware_stack(self) -> ASGIApp:
+        handlers = {APIError: _api_error, HTTPException: _http_error}
+        app: ASGIApp = Dispatch(self.routes, ExceptionMiddleware(self.router, handlers=handlers))
+        for cls, args, kwargs in reversed(self._layers):
+            app = cls(app, *args, **kwargs)
+        return Front(app, self.router, self._metrics)
+
+
+class Front:
+    """Per HTTP request: the metrics record (counted, and its access line written, before the last byte goes out),
+    `x-request-id` (the client's own when it sent a sane one), the client's well-formed `traceparent` forwarded to
+    the backends, and a crash before the answer started turned into a 500 body. Other scopes go to `other`."""
+
+    def __init__(self, app: ASGIApp, other: ASGIApp, metrics: GatewayMetrics):
+        self.app = app
+        self.other = other
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.other(scope, receive, send)
+            return
+        record = RequestRecord(scope["method"], scope["path"])
+        supplied, trace = _request_headers(scope["headers"])
+        request_id = supplied if supplied and _CLIENT_REQUEST_ID.fullmatch(supplied) else random_hex()
+        record.request_id = request_id
+        record.trace_id = trace[3:35] if trace else ""
+        scope.setdefault("state", {})["request_id"] = request_id
+        id_header = (b"x-request-id", request_id.encode())
+        metrics = self.metrics
+        started = finished = False
+
+        def finish() -> None:
+            """Count the request and log it (once): before its last byte goes out, so a client sees it counted."""
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            metrics.in_flight.discard(record)
+            ended = time.perf_counter()
+            route = getattr(scope.get("route"), "path", OTHER)
+            metrics.record_request(record, route, ended)
+            log_access(record, route, ended)
+
+        async def send_noting(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                record.status = message["status"]
+                message["headers"] = [*message.get("headers", ()), id_header]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finish()
+            await send(message)
+
+        trace_token = current_traceparent.set(trace)  # forwarded to this request's backend attempts
+        token = begin_request(record)
+        metrics.in_flight.add(record)
+        try:
+            await self.app(scope, receive, send_noting)
+        except Exception:
+            if started:
+                record.status = record.status or 500
+                raise
+            log.exception("request %s failed", request_id)
+            await APIError("internal server error", status=500, type="server_error").response()(
+                scope, receive, send_noting
+            )
+        except BaseException:
+            record.status = record.status or 500
+            raise
+        finally:
+            end_request(token)
+            current_traceparent.reset(trace_token)
+            finish()
+
+
+def _request_headers(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, str | None]:
+    """The request's `x-request-id` (as sent, "" when absent) and its `traceparent` when well-formed, in one pass."""
+    supplied, trace = "", None
+    for name, value in headers:
+        if name == b"x-request-id":
+            supplied = value.decode("latin-1")
+        elif name == b"traceparent" and trace is None:
+            text = value.decode("latin-1").strip().lower()
+            trace = text if valid_traceparent(text) else ""
+    return supplied, trace or None
+
+
+class Dispatch:
+    """Routes without path parameters, matched by exact path and method and called directly; the rest go to
+    `fallback` (Starlette's router behind its exception handlers)."""
+
+    def __init__(self, routes: Sequence[object], fallback: ASGIApp):
+        self._exact = {r.path: r for r in routes if isinstance(r, Route) and not r.param_convertors}
+        self._fallback = fallback
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self._exact.get(get_route_path(scope))
+        if route is None or scope["method"] not in route.methods:
+            await self._fallback(scope, receive, send)
+            return
+        scope["route"] = route
+        scope["endpoint"] = route.endpoint
+        scope["path_params"] = {}
+        try:
+            response = await route.endpoint(Request(scope, receive, send))
+        except APIError as e:
+            response = e.response()
+        except HTTPException as e:
+            response = _http_error_response(scope, e)
+        await response(scope, receive, send)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, APIError)
+    return exc.response()
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return _http_error_response(request.scope, exc)
+
+
+def _http_error_response(scope: Scope, exc: HTTPException) -> Response:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    message = f"{exc.detail}: {scope['method']} {scope['path']}"
+    return APIError(message, status=exc.status_code, code=code).response()
