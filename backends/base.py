@@ -92,6 +92,26 @@ class GenerateChunk:
     cached_tokens: int = 0
 
 
+def joined(chunks: list[GenerateChunk]) -> GenerateChunk:
+    """Consecutive chunks of one stream as one (those a single socket read brought): their ids and logprobs in
+    order, the last one's finish and counts."""
+    if len(chunks) == 1:
+        return chunks[0]
+    last = chunks[-1]
+    logprobs = None
+    if any(c.logprobs is not None for c in chunks):
+        logprobs = [entry for c in chunks for entry in c.logprobs or ()]
+    return GenerateChunk(
+        [i for c in chunks for i in c.output_ids],
+        logprobs,
+        last.finish_reason,
+        last.matched_stop,
+        last.prompt_tokens,
+        last.completion_tokens,
+        max(c.cached_tokens for c in chunks),
+    )
+
+
 class BackendError(Exception):
     """The backend failed: unreachable, refused the request, or broke the protocol."""
 

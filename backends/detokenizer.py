@@ -15,10 +15,12 @@ decoding starts afresh.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from tokenizers import Tokenizer
+from tokenizers import Tokenizer, decoders
 
 _REPLACEMENT = "\ufffd"
 
@@ -38,10 +40,13 @@ class Detokenizer:
     """Turns one choice's output ids into Pieces, in order, as soon as their text is certain."""
 
     def __init__(self, tokenizer: Tokenizer, added: Mapping[int, str]):
-        self._tokenizer = tokenizer
+        self._decode = _text_of(tokenizer)
+        self._bytes_only = isinstance(self._decode, _ByteLevelText)
+        """Text is bytes alone: decoding splits at a character boundary, so the emitted text is the next prefix's."""
         self._added = added
         self._window: list[int] = []
         self._read = 0  # window[:read] is already emitted; window[0] starts at a character boundary
+        self._prefix: str | None = None  # the text of window[:read], once known
 
     def feed(self, ids: Iterable[int]) -> list[Piece]:
         """Pieces that the new ids complete; adjacent text is merged into one Piece."""
@@ -56,6 +61,7 @@ class Detokenizer:
                 out.append(Piece(spelling, token_id))
                 self._window.append(token_id)  # the context the next text is decoded in, never emitted
                 self._read = 1
+                self._prefix = None
         return out
 
     def flush(self) -> list[Piece]:
@@ -69,10 +75,13 @@ class Detokenizer:
             if force:
                 self._window.clear()
                 self._read = 0
+                self._prefix = ""
             return ""
-        decode = self._tokenizer.decode
-        prefix = decode(self._window[: self._read], skip_special_tokens=False) if self._read else ""
-        full = decode(self._window, skip_special_tokens=False)
+        decode = self._decode
+        prefix = self._prefix
+        if prefix is None:
+            prefix = self._prefix = decode(self._window[: self._read]) if self._read else ""
+        full = decode(self._window)
         held = len(self._window) - self._read
         if not force and held < MAX_HELD_TOKENS and (full.endswith(_REPLACEMENT) or len(full) <= len(prefix)):
             return ""
@@ -80,9 +89,11 @@ class Detokenizer:
         if force or held >= MAX_HELD_TOKENS:  # a broken tail is a hard boundary: decode anew after it
             self._window.clear()
             self._read = 0
+            self._prefix = ""
         else:
             del self._window[: self._read]
             self._read = len(self._window)
+            self._prefix = new if self._bytes_only else None
         return new
 
 
@@ -93,6 +104,70 @@ def _append_text(out: list[Piece], text: str) -> None:
         out[-1] = Piece(out[-1].text + text)
     else:
         out.append(Piece(text))
+
+
+_TEXT_OF: weakref.WeakKeyDictionary[Tokenizer, Callable[[list[int]], str]] = weakref.WeakKeyDictionary()
+
+
+def _text_of(tokenizer: Tokenizer) -> Callable[[list[int]], str]:
+    """The tokenizer's decode (special tokens kept), made once per tokenizer: for a byte-level BPE in Python."""
+    text_of = _TEXT_OF.get(tokenizer)
+    if text_of is None:
+        if isinstance(tokenizer.decoder, decoders.ByteLevel):
+            text_of = _ByteLevelText(tokenizer)
+        else:
+            text_of = functools.partial(tokenizer.decode, skip_special_tokens=False)
+        _TEXT_OF[tokenizer] = text_of
+    return text_of
+
+
+class _ByteLevelText:
+    """What `tokenizer.decode(ids, skip_special_tokens=False)` gives for ordinary ids of a byte-level BPE (its
+    decoder is ByteLevel alone: each token's characters stand for bytes, and the bytes are read as UTF-8 with
+    U+FFFD for what is not). A few ids cost a dict lookup each instead of a call into tokenizers (~5 µs); ids it
+    cannot spell as bytes (added tokens, unknown ids) go to tokenizers."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._tokenizer = tokenizer
+        self._bytes: dict[int, bytes] = {}
+        self._byte_of = {c: b for b, c in _BYTE_CHARS.items()}
+        self._added = frozenset(tokenizer.get_added_tokens_decoder())
+
+    def __call__(self, ids: list[int]) -> str:
+        known = self._bytes
+        try:
+            data = b"".join([known[i] for i in ids])
+        except KeyError:
+            if not all(self._learn(i) for i in ids):
+                return self._tokenizer.decode(ids, skip_special_tokens=False)
+            data = b"".join([known[i] for i in ids])
+        return data.decode("utf-8", "replace")
+
+    def _learn(self, token_id: int) -> bool:
+        """Keep the bytes of `token_id`; False when it has none here (an added or unknown token)."""
+        if token_id in self._bytes:
+            return True
+        token = None if token_id in self._added else self._tokenizer.id_to_token(token_id)
+        if token is None or not all(c in self._byte_of for c in token):
+            return False
+        self._bytes[token_id] = bytes(self._byte_of[c] for c in token)
+        return True
+
+
+def _byte_chars() -> dict[int, str]:
+    """GPT-2's byte ↔ character table (the ByteLevel pre-tokenizer's and decoder's): printable bytes stand for
+    themselves, the others for characters from U+0100 on."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+_BYTE_CHARS = _byte_chars()
 
 
 def added_tokens(tokenizer: Tokenizer) -> tuple[dict[int, str], frozenset[int]]:

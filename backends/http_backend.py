@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import orjson
 
-from backends.base import Backend, BackendError
+from backends.base import Backend, BackendError, GenerateChunk, joined
 from backends.http_stream import HTTPStatusError, StreamPool
 
 SSE_DATA = b"data:"
@@ -28,8 +28,9 @@ class HTTPBackend(Backend):
         self._streams = StreamPool(self.base_url, connect_timeout=connect_timeout)
 
     @asynccontextmanager
-    async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[bytes]]:
-        """POST `body` and give the response's lines; entered only once the server accepted (200).
+    async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        """POST `body` and give the response's lines, a socket read's batch at a time; entered only once the
+        server accepted (200).
 
         A refusal is a BackendError with the server's status; a connection that fails before or
         during the stream is a retryable 503.
@@ -86,16 +87,34 @@ def event_error(error: Any) -> BackendError:
     return BackendError(f"backend failed: {message}")
 
 
-async def read_to_end(lines: AsyncIterator[bytes], max_lines: int = 8, timeout: float = 1.0) -> None:
+async def read_to_end(batches: AsyncIterator[list[bytes]], max_batches: int = 8, timeout: float = 1.0) -> None:
     """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused.
 
     A server that sends more, or takes longer, loses the connection instead of holding the answer.
     """
     with suppress(TimeoutError, BackendError):
         async with asyncio.timeout(timeout):
-            for _ in range(max_lines):
-                if await anext(lines, None) is None:
+            for _ in range(max_batches):
+                if await anext(batches, None) is None:
                     return
+
+
+def batch_chunk(
+    lines: list[bytes], parse: Callable[[bytes], list[GenerateChunk]], ended: Callable[[], bool]
+) -> tuple[GenerateChunk | None, BackendError | None]:
+    """One socket read's lines as one chunk (None: they held no output), parsed up to the stream's end (`ended()`
+    after a line). An event that fails ends the batch: its error comes beside the output before it, which the
+    caller passes on first."""
+    new: list[GenerateChunk] = []
+    failure = None
+    try:
+        for line in lines:
+            new += parse(line)
+            if ended():
+                break
+    except BackendError as e:
+        failure = e
+    return (joined(new) if new else None), failure
 
 
 def stream_event(line: bytes, on_error: Callable[[Any], BackendError] = event_error) -> dict[str, Any] | str | None:
@@ -119,17 +138,21 @@ def stream_event(line: bytes, on_error: Callable[[Any], BackendError] = event_er
     return event
 
 
-@contextmanager
-def event_shape() -> Iterator[None]:
-    """Reading an event's fields: a field of the wrong type is a BackendError, not a crash."""
-    try:
-        yield
-    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:
-        raise BackendError(f"backend sent a stream event of the wrong shape: {e!r}") from None
+SHAPE_ERRORS = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+"""What reading a field of the wrong type raises (`except SHAPE_ERRORS as e: raise shape_error(e)`: a plain
+try costs nothing per event, unlike a context manager)."""
+
+
+def shape_error(error: Exception) -> BackendError:
+    """A stream event of the wrong shape: a BackendError, not a crash."""
+    return BackendError(f"backend sent a stream event of the wrong shape: {error!r}")
 
 
 def token_ids(value: Any, field: str) -> list[int]:
     """`value` as a list of token ids; anything else is a BackendError."""
-    if not isinstance(value, list) or not all(type(i) is int for i in value):
+    if type(value) is not list:
         raise BackendError(f"backend sent {field} that is not a list of token ids")
+    for i in value:
+        if type(i) is not int:
+            raise BackendError(f"backend sent {field} that is not a list of token ids")
     return value

@@ -3,7 +3,7 @@
 The hot path of the gateway is reading backend events: httpx spends 113–168 µs of CPU per streamed
 event here (bench/RESULTS.md, "Gateway overhead"), most of it in layers this use does not need
 (anyio cancel scopes per read, text decoding, header re-parsing). This client sends a JSON POST and
-hands back the response body's lines as bytes (`post_lines`), or makes a small call (`call`: health
+hands back the response body's lines as bytes, a socket read's worth at a time (`post_lines`), or makes a small call (`call`: health
 checks, aborts), reusing connections between requests. An idle connection the server closed is closed
 here within `sweep_s`, not when the next request comes (a pool that waits for it holds a CLOSE-WAIT
 socket for as long as the backend is idle).
@@ -83,8 +83,9 @@ class StreamPool:
         self.base_url = base_url
 
     @asynccontextmanager
-    async def post_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[bytes]]:
-        """POST `body`; once the server answered 200, the body's lines (without line ends).
+    async def post_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+        """POST `body`; once the server answered 200, the body's lines (without line ends), in batches: the lines
+        one socket read completed (several events that arrived together cost one step of every layer above).
 
         A non-200 answer is an HTTPStatusError; a server that cannot be reached, or a connection that
         breaks, is a retryable 503 BackendError (also while the lines are read).
@@ -96,8 +97,8 @@ class StreamPool:
             error_body = await self._read_body(connection, response, MAX_ERROR_BODY)
             raise HTTPStatusError(response.status, error_body)
         try:
-            async with aclosing(response.lines()) as lines:
-                yield lines
+            async with aclosing(response.line_batches()) as batches:
+                yield batches
         finally:
             self._done(connection, response)
 
@@ -197,7 +198,7 @@ class StreamPool:
 
 
 class _Response:
-    """A response head, and its body read as chunked, sized or until the connection closes."""
+    """A response head, and its body (chunked, sized or until the connection closes) read as batches of lines."""
 
     def __init__(
         self, reader: asyncio.StreamReader, base_url: str, status: int, headers: dict[bytes, bytes], http10: bool
@@ -205,14 +206,18 @@ class _Response:
         self._reader = reader
         self._base_url = base_url
         self.status = status
-        self.complete = False
         connection = headers.get(b"connection", b"").lower()
-        self._chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
         length = headers.get(b"content-length")
-        self._length = int(length) if length is not None and not self._chunked else None
-        self.keep_alive = (self._chunked or self._length is not None) and (
+        self._body = BodyLines(chunked, int(length) if length is not None and not chunked else None)
+        self.keep_alive = (chunked or length is not None) and (
             b"keep-alive" in connection if http10 else b"close" not in connection
         )
+
+    @property
+    def complete(self) -> bool:
+        """The body was read to its end (and not past it): the connection can carry the next request."""
+        return self._body.complete and not self._body.overrun
 
     @classmethod
     async def read_head(cls, reader: asyncio.StreamReader, base_url: str) -> _Response:
@@ -225,46 +230,112 @@ class _Response:
             headers[name.strip().lower()] = value.strip()
         return cls(reader, base_url, int(status), headers, version == b"HTTP/1.0")
 
-    async def lines(self) -> AsyncIterator[bytes]:
-        """The body's lines, `\\r\\n` or `\\n` ended; a connection that breaks is a retryable 503."""
-        pending = b""
+    async def line_batches(self) -> AsyncIterator[list[bytes]]:
+        """The body's lines (`\\r\\n` or `\\n` ended, without their ends), one list per socket read that completed
+        any; a connection that breaks is a retryable 503."""
+        body, read = self._body, self._reader.read
         try:
-            async for data in self._pieces():
-                pending += data
-                if b"\n" in data:
-                    *complete, pending = pending.split(b"\n")
-                    for line in complete:
-                        yield line[:-1] if line.endswith(b"\r") else line
+            while not body.complete:
+                data = await read(65536)
+                lines = body.feed(data) if data else body.end()
+                if lines:
+                    yield lines
         except _BROKEN as e:
             raise _broken(self._base_url, e) from None
-        if pending:
-            yield pending
 
     async def read_all(self, limit: int) -> bytes:
         out = b""
-        async for data in self._pieces():
-            out += data[: limit - len(out)]
+        body, read = self._body, self._reader.read
+        while not body.complete:
+            data = await read(65536)
+            if not data:
+                body.end()
+            out += body.bytes_of(data)[: limit - len(out)]
         return out
 
-    async def _pieces(self) -> AsyncIterator[bytes]:
-        reader = self._reader
-        if self._chunked:
-            while size := int((await reader.readuntil(b"\n")).split(b";", 1)[0].strip(), 16):
-                yield (await reader.readexactly(size + 2))[:-2]
-            while (await reader.readuntil(b"\n")).strip():
-                pass  # trailers
-        elif self._length is not None:
-            left = self._length
-            while left:
-                data = await reader.read(min(left, 65536))
-                if not data:
-                    raise asyncio.IncompleteReadError(b"", left)
-                left -= len(data)
-                yield data
+
+class BodyLines:
+    """An HTTP/1.1 response body fed as it arrives (chunked, `length` bytes, or until the connection closes),
+    cut into lines: bytes in, lines out, so a whole socket read costs one call."""
+
+    def __init__(self, chunked: bool, length: int | None):
+        self.complete = length == 0 and not chunked
+        self.overrun = False
+        """Bytes came after the body's end (nothing a server that keeps the connection open may send)."""
+        self._chunked = chunked
+        self._left = length  # sized: body bytes still due; chunked: bytes of the current chunk's data still due
+        self._crlf = 0  # chunked: bytes of the CRLF after a chunk's data still to skip
+        self._framing = b""  # chunked: an incomplete size or trailer line
+        self._trailers = False
+        self._pending = b""  # an incomplete body line
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The lines that `data` completes (and the body's last, unterminated line once the body is complete)."""
+        data = self.bytes_of(data)
+        if b"\n" in data:
+            *lines, self._pending = (self._pending + data).split(b"\n")
+            lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
         else:
-            while data := await reader.read(65536):
-                yield data
+            self._pending += data
+            lines = []
+        if self.complete and self._pending:
+            lines.append(self._pending)
+            self._pending = b""
+        return lines
+
+    def end(self) -> list[bytes]:
+        """The connection closed: the last, unterminated line; a chunked or sized body cut short is an error."""
+        if not self.complete and (self._chunked or self._left):
+            raise asyncio.IncompleteReadError(b"", self._left)
         self.complete = True
+        last, self._pending = self._pending, b""
+        return [last] if last else []
+
+    def bytes_of(self, data: bytes) -> bytes:
+        """The body bytes in `data` (framing and trailers removed; nothing past the body's end)."""
+        if self._chunked:
+            return self._unchunk(data)
+        if self._left is None:
+            return data
+        if len(data) >= self._left:
+            self.overrun = len(data) > self._left
+            data, self._left, self.complete = data[: self._left], 0, True
+        else:
+            self._left -= len(data)
+        return data
+
+    def _unchunk(self, data: bytes) -> bytes:
+        out = []
+        pos, size = 0, len(data)
+        while pos < size:
+            if self.complete:
+                self.overrun = True
+                break
+            if self._left:
+                end = min(size, pos + self._left)
+                out.append(data[pos:end])
+                self._left -= end - pos
+                pos = end
+                if not self._left:
+                    self._crlf = 2
+            elif self._crlf:
+                step = min(self._crlf, size - pos)
+                self._crlf -= step
+                pos += step
+            else:
+                newline = data.find(b"\n", pos)
+                if newline < 0:
+                    self._framing += data[pos:]
+                    break
+                line, self._framing = (self._framing + data[pos:newline]).strip(), b""
+                pos = newline + 1
+                if self._trailers:
+                    self.complete = not line
+                elif chunk := int(line.split(b";", 1)[0], 16):
+                    self._left = chunk
+                else:
+                    self._trailers = True
+        return out[0] if len(out) == 1 else b"".join(out)
 
 
 def _closed_before_answering(error: BaseException) -> bool:

@@ -23,6 +23,7 @@ import math
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing, suppress
 from dataclasses import dataclass
+from typing import Any
 
 from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest
 from backends.circuit_breaker import CircuitBreaker
@@ -116,6 +117,7 @@ class Router(Backend):
         loop = asyncio.get_running_loop()
         timeout = self.policy.request_timeout_s
         deadline = None if timeout is None else loop.time() + timeout
+        stall = self.policy.stall_timeout_s
         hashes = self._affinity.prefix_hashes(request.input_ids)
         tried: list[Replica] = []
         last: BackendError | None = None
@@ -125,63 +127,41 @@ class Router(Backend):
                 break
             tried.append(replica)
             self._affinity.record(hashes, replica.url)
-            yielded = False
+            attempt = _Attempt(self, replica)
+            clock = _AttemptClock(loop, deadline)
             try:
-                async with aclosing(self._attempt(replica, request, deadline)) as chunks:
-                    async for chunk in chunks:
-                        yielded = True
+                # One try, inline (not a generator of its own: this loop runs once per chunk of every stream).
+                async with aclosing(replica.backend.generate(request)) as chunks:
+                    while True:
+                        clock.waiting = asyncio.current_task()
+                        try:
+                            chunk = await anext(chunks, None)
+                        except asyncio.CancelledError:
+                            if clock.expired():
+                                raise self._timed_out(clock.stalled) from None
+                            raise
+                        finally:
+                            clock.waiting = None
+                        if stall is not None:  # from the first chunk on, a silent backend is a stalled one
+                            clock.next_chunk_within(stall)
+                        if chunk is None or chunk.finish_reason is not None:
+                            attempt.verdict = True  # the caller may close the stream once it has the finish
+                        if chunk is None:
+                            return
+                        replica.delivered += 1
+                        attempt.yielded = True
                         yield chunk
-                return
             except BackendError as e:
-                if yielded or not e.retryable:
+                attempt.failed(e)
+                if attempt.yielded or not e.retryable:
                     raise
                 log.warning("request %s failed on %s, trying another replica: %s", request.rid, replica.url, e)
                 self.observer.retried(replica.url, e)
                 last = e
+            finally:
+                clock.stop()
+                attempt.end()
         raise self._unavailable(last, len(tried))
-
-    async def _attempt(
-        self, replica: Replica, request: GenerateRequest, deadline: float | None
-    ) -> AsyncIterator[GenerateChunk]:
-        """One try on one replica, its outcome fed to the replica's breaker."""
-        replica.outstanding += 1
-        replica.breaker.acquire()
-        verdict: bool | None = None
-        loop = asyncio.get_running_loop()
-        stall = self.policy.stall_timeout_s
-        self.observer.dispatched(replica.url)
-        try:
-            async with aclosing(replica.backend.generate(request)) as chunks:
-                limit = deadline
-                while True:
-                    try:
-                        async with asyncio.timeout_at(limit):
-                            chunk = await anext(chunks, None)
-                    except TimeoutError:
-                        raise self._timed_out(limit != deadline) from None
-                    if stall is not None:  # from the first chunk on, a silent backend is a stalled one
-                        limit = loop.time() + stall if deadline is None else min(deadline, loop.time() + stall)
-                    if chunk is None or chunk.finish_reason is not None:
-                        verdict = True  # the caller may close the stream once it has the finish
-                    if chunk is None:
-                        return
-                    replica.delivered += 1
-                    yield chunk
-        except BackendError as e:
-            if verdict is None and e.status not in (429, 504):  # overloaded or slow is not broken: no verdict
-                verdict = e.status < 500
-            self.observer.failed(replica.url, e)
-            raise
-        finally:
-            replica.outstanding -= 1
-            if verdict is True:
-                replica.breaker.succeeded()
-            elif verdict is False:
-                replica.breaker.failed()
-            else:
-                replica.breaker.released()
-            if replica.draining and replica.outstanding == 0:
-                self._retire(replica)
 
     def _timed_out(self, stalled: bool) -> BackendError:
         """A stream gone silent (502: its replica failed) or a request past its deadline (504: only slow)."""
@@ -317,3 +297,100 @@ class Router(Backend):
             await asyncio.wait(self._closing)
         for replica in self._replicas:
             await replica.backend.close()
+
+
+class _Attempt:
+    """One try on one replica: counted as outstanding while it runs, its outcome fed to the replica's breaker."""
+
+    def __init__(self, router: Router, replica: Replica):
+        self._router = router
+        self._replica = replica
+        self.verdict: bool | None = None
+        """True: the replica did its job; False: it failed; None: no verdict (overloaded, slow, or cut short)."""
+        self.yielded = False
+        replica.outstanding += 1
+        replica.breaker.acquire()
+        router.observer.dispatched(replica.url)
+
+    def failed(self, error: BackendError) -> None:
+        if self.verdict is None and error.status not in (429, 504):  # overloaded or slow is not broken: no verdict
+            self.verdict = error.status < 500
+        self._router.observer.failed(self._replica.url, error)
+
+    def end(self) -> None:
+        replica = self._replica
+        replica.outstanding -= 1
+        if self.verdict is True:
+            replica.breaker.succeeded()
+        elif self.verdict is False:
+            replica.breaker.failed()
+        else:
+            replica.breaker.released()
+        if replica.draining and replica.outstanding == 0:
+            self._router._retire(replica)
+
+
+class _AttemptClock:
+    """An attempt's deadline and stall limit, kept by one timer rather than one per chunk.
+
+    The limit moves with every chunk (a float store); the timer, set at an older limit, finds the limit moved
+    when it fires and sets itself again. It cancels the task only while that task waits for the backend (`waiting`),
+    so a consumer holding a chunk is never cancelled; a limit that passed meanwhile counts once the wait starts
+    (as a fresh timeout would): the timer is set again, due at once, when the next wait begins.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deadline: float | None):
+        self._loop = loop
+        self._deadline = deadline
+        self.limit = deadline
+        self.stalled = False
+        """The limit in force is the stall limit (not the request's deadline)."""
+        self._waiting: asyncio.Task[Any] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._cancelled: tuple[asyncio.Task[Any], int] | None = None
+        """The task this clock cancelled, and its cancel count before."""
+
+    @property
+    def waiting(self) -> asyncio.Task[Any] | None:
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, task: asyncio.Task[Any] | None) -> None:
+        """The task now waiting for the backend (None: the wait ended)."""
+        self._waiting = task
+        if task is not None and self._timer is None and self.limit is not None:
+            self._set_timer(self.limit)
+
+    def next_chunk_within(self, seconds: float) -> None:
+        limit = self._loop.time() + seconds
+        deadline = self._deadline
+        self.stalled = deadline is None or limit < deadline
+        self.limit = limit if self.stalled else deadline
+        if self._timer is not None and self.limit < self._timer_at:  # the first stall limit, before the deadline
+            self._timer.cancel()
+            self._timer = None
+
+    def _set_timer(self, when: float) -> None:
+        self._timer, self._timer_at = self._loop.call_at(when, self._due), when
+
+    def _due(self) -> None:
+        self._timer = None
+        limit = self.limit
+        if limit is not None and self._loop.time() < limit:
+            self._set_timer(limit)
+        elif self._waiting is not None and self._cancelled is None:
+            self._cancelled = (self._waiting, self._waiting.cancelling())
+            self._waiting.cancel()
+
+    def expired(self) -> bool:
+        """Whether the cancellation being handled is this clock's own (and only its own: it is then taken back)."""
+        if self._cancelled is None:
+            return False
+        task, before = self._cancelled
+        return task.uncancel() <= before
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

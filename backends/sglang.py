@@ -15,7 +15,16 @@ from typing import Any
 import orjson
 
 from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob
-from backends.http_backend import SSE_DONE, HTTPBackend, event_shape, read_to_end, stream_event, token_ids
+from backends.http_backend import (
+    SHAPE_ERRORS,
+    SSE_DONE,
+    HTTPBackend,
+    batch_chunk,
+    read_to_end,
+    shape_error,
+    stream_event,
+    token_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +58,19 @@ class SGLangBackend(HTTPBackend):
         live = True  # the server may be working on `rid`: abort it unless it finished, refused or was never reached
         accepted = False
         try:
-            async with self._stream_lines("/generate", orjson.dumps(generate_payload(request))) as lines:
+            async with self._stream_lines("/generate", orjson.dumps(generate_payload(request))) as batches:
                 accepted = True
                 reader = _StreamReader(self.incremental)
-                async for line in lines:
-                    chunk = reader.line(line)
-                    if chunk is not None and live:
-                        live = chunk.finish_reason is None
-                        if not live:
-                            await read_to_end(lines)  # the caller may stop at the finish: keep the connection
+                async for lines in batches:
+                    chunk, failure = batch_chunk(lines, reader.chunks, reader.ended)
+                    live = not reader.finished
+                    if failure is None and not live:
+                        await read_to_end(batches)  # the caller may stop at the finish: keep the connection
+                    if chunk is not None:
                         yield chunk
-                    if reader.done:
+                    if failure is not None:
+                        raise failure
+                    if reader.ended():
                         break
                 if live:
                     raise BackendError("backend stream ended without a finish reason", retryable=True)
@@ -94,8 +105,22 @@ class _StreamReader:
     def __init__(self, incremental: bool):
         self.incremental = incremental
         self.done = False
+        self.finished = False
+        """A chunk with a finish reason was read (what follows it is not parsed)."""
         self._seen_ids = 0
         self._seen_logprobs = 0
+
+    def ended(self) -> bool:
+        return self.finished or self.done
+
+    def chunks(self, line: bytes) -> list[GenerateChunk]:
+        """The new output of one line (none, or one chunk)."""
+        chunk = self.line(line)
+        if chunk is None:
+            return []
+        if chunk.finish_reason is not None:
+            self.finished = True
+        return [chunk]
 
     def line(self, line: bytes) -> GenerateChunk | None:
         event = stream_event(line)
@@ -103,8 +128,10 @@ class _StreamReader:
             self.done = True
         if not isinstance(event, dict):
             return None
-        with event_shape():
+        try:
             return self._chunk(event)
+        except SHAPE_ERRORS as e:
+            raise shape_error(e) from None
 
     def _chunk(self, event: dict[str, Any]) -> GenerateChunk:
         meta = event.get("meta_info") or {}

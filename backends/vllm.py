@@ -17,11 +17,13 @@ import orjson
 
 from backends.base import LOGPROB_FLOOR, BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
 from backends.http_backend import (
+    SHAPE_ERRORS,
     SSE_DONE,
     HTTPBackend,
-    event_shape,
+    batch_chunk,
     http_error,
     read_to_end,
+    shape_error,
     stream_event,
     token_ids,
 )
@@ -106,13 +108,15 @@ class VLLMBackend(HTTPBackend):
         payload = completions_payload if self.api == "completions" else generate_payload
         body = orjson.dumps(payload(request, model))
         reader = _StreamReader(self.api, request)
-        async with self._stream_lines(_PATHS[self.api], body) as lines:
-            async for line in lines:
-                chunks = reader.line(line)
-                if reader.done:
-                    await read_to_end(lines)  # the caller may stop at the finish: keep the connection
-                for chunk in chunks:
+        async with self._stream_lines(_PATHS[self.api], body) as batches:
+            async for lines in batches:
+                chunk, failure = batch_chunk(lines, reader.line, reader.ended)
+                if failure is None and reader.done:
+                    await read_to_end(batches)  # the caller may stop at the finish: keep the connection
+                if chunk is not None:
                     yield chunk
+                if failure is not None:
+                    raise failure
                 if reader.done:
                     return
             for chunk in reader.end():
@@ -153,6 +157,9 @@ class _StreamReader:
         self._last_id: int | None = None
         self._finished: GenerateChunk | None = None
 
+    def ended(self) -> bool:
+        return self.done
+
     def line(self, line: bytes) -> list[GenerateChunk]:
         """The chunks ready after this line (none, one, or the held finishing chunk)."""
         event = stream_event(line, _event_error)
@@ -161,11 +168,13 @@ class _StreamReader:
             return self.end()
         if not isinstance(event, dict):
             return []
-        with event_shape():
+        try:
             if isinstance(event.get("usage"), dict) and not event.get("choices"):
                 self._usage(event["usage"])
                 return []
             return [chunk for choice in event.get("choices") or () if (chunk := self._choice(choice)) is not None]
+        except SHAPE_ERRORS as e:
+            raise shape_error(e) from None
 
     def end(self) -> list[GenerateChunk]:
         """At the end of the stream: the held finishing chunk; without one the stream broke off."""

@@ -21,6 +21,7 @@ client (median of rounds, from /proc/<pid>/stat; the gateway's with its child pr
 how busy other processes kept the machine.
 
     python bench/overhead_bench.py [--streams 64] [--tokens 256] [--interval-ms 15] [--rounds 5] [--workers 1]
+                                   [--port 0]
 """
 
 from __future__ import annotations
@@ -254,9 +255,10 @@ def wait_ready(url: str, proc: subprocess.Popen[str], log: Path, timeout: float 
 
 
 @contextmanager
-def stand_in(logs: Path, interval_ms: float) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """The fast stand-in (a decode step every `interval_ms`), ready: (its process, its port)."""
-    cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(interval_ms)]
+def stand_in(logs: Path, interval_ms: float, port: int = 0) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """The fast stand-in (a decode step every `interval_ms`, on `port`: 0 a free one), ready: (its process, its
+    port)."""
+    cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(interval_ms), "--port", str(port)]
     with process(cmd, logs / "stand-in.log") as standin:
         port = _ready_port(logs / "stand-in.log", standin)
         wait_ready(f"http://127.0.0.1:{port}/health", standin, logs / "stand-in.log")
@@ -381,16 +383,17 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=20, help="probe requests per phase (paced runs only)")
     parser.add_argument("--idle", type=int, default=50, help="single requests per side before the rounds")
     parser.add_argument("--workers", type=int, default=1, help="gateway processes (gateway serve --workers)")
+    parser.add_argument("--port", type=int, default=0, help="the stand-in's port, the gateway's the next (0: free ones)")
     args = parser.parse_args()
 
     print(machine())
     with tempfile.TemporaryDirectory(prefix="overhead-bench-") as tmp:
         logs = Path(tmp)
-        with stand_in(logs, args.interval_ms) as (standin, standin_port):
+        with stand_in(logs, args.interval_ms, args.port) as (standin, standin_port):
             backend_url = f"http://127.0.0.1:{standin_port}"
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=backend_url))
-            gateway_port = free_port()
+            gateway_port = args.port + 1 if args.port else free_port()
             gateway_cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(gateway_port)]
             gateway_cmd += ["--config", str(config), *(["--workers", str(args.workers)] if args.workers > 1 else [])]
             with process(gateway_cmd, logs / "gateway.log") as gateway:

@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from backends.base import TokenLogprob
 from backends.detokenizer import Piece
 
-__all__ = ["ChatRequest", "ChoiceStep", "Delta", "FinishReason", "Piece"]
+__all__ = ["ChatRequest", "ChoiceStep", "Delta", "Events", "FinishReason", "Piece"]
 
 FinishReason = Literal["stop", "length"]
 
@@ -74,3 +75,7 @@ class ChoiceStep:
     cached_tokens: int = 0
     stop_string: str | None = None
     """The client's stop string that ended the choice, if one did."""
+
+
+Events = AsyncIterator[tuple[int, ChoiceStep]]
+"""A request's choice steps as they come, each tagged with its choice's index."""

@@ -25,7 +25,8 @@ from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
-Steps = AsyncIterator[ChoiceStep]
+Steps = AsyncIterator[tuple[int, ChoiceStep]]
+"""One choice's steps, tagged with its index."""
 NO_DEADLINE_S = 1e9
 """The fair queue's own timeout, unused: the request's queue deadline (lifted once it runs) bounds the wait."""
 

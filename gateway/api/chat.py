@@ -105,6 +105,12 @@ class ChatRenderer:
 
     def _delta(self, index: int, deltas: Sequence[Delta]) -> dict[str, Any]:
         """One OpenAI delta for the step: text joined, each call's fragments joined under its index."""
+        if len(deltas) == 1 and deltas[0].tool_index is None:  # most steps: one piece of text
+            only = deltas[0]
+            text: dict[str, Any] = {"content": only.content} if only.content else {}
+            if only.reasoning:
+                text["reasoning_content"] = only.reasoning
+            return text
         content = "".join(d.content for d in deltas)
         reasoning = "".join(d.reasoning for d in deltas)
         calls: dict[int, dict[str, Any]] = {}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -16,15 +17,20 @@ SSE_HEADERS = [
 ]
 """What Starlette's StreamingResponse sent for these headers and media type, byte for byte."""
 
+BodyWriter = Callable[[Send], Awaitable[None]]
+"""Sends a stream's body messages with the `send` it is given, the last one with `more_body` false."""
+
 
 class SSEResponse(Response):
-    """An event stream's answer: the head, then each item of `events` as one body message; a client that leaves
-    (seen by `watch`, which this answer stops when it ends) ends it quietly and closes `events`. A Response as
-    Starlette's StreamingResponse is one: its own constructor, its own `__call__`."""
+    """An event stream's answer: the head, then the body `write_body` sends straight to `send` (the loop that reads
+    the steps frames and sends them: no async iterator between it and the socket); a client that leaves (seen by
+    `watch`, which this answer stops when it ends) ends it quietly, and `events`, what the body reads, is closed
+    however it ends. A Response as Starlette's StreamingResponse is one: its own constructor, its own `__call__`."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncIterator[bytes], watch: ClientWatch):
+    def __init__(self, write_body: BodyWriter, events: AsyncIterator[Any], watch: ClientWatch):
+        self.write_body = write_body
         self.events = events
         self.watch = watch
         self.status_code = 200
@@ -35,9 +41,7 @@ class SSEResponse(Response):
             if not self.watch.left:
                 with self.watch:
                     await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-                    async for chunk in self.events:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    await self.write_body(send)
         finally:
             self.watch.stop()
             await self.events.aclose()  # type: ignore[attr-defined]

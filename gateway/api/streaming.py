@@ -6,27 +6,28 @@ streams or folds any door the same way, and `respond` is the chat / completions 
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from contextlib import aclosing
 from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Send
 
 from backends.asgi import DONE_FRAME, dumps, json_response, sse_frame
 from backends.base import BackendError
 from gateway.api.disconnect import ClientDisconnected, ClientWatch
 from gateway.api.sse import SSEResponse
 from gateway.errors import APIError, from_backend
-from gateway.observability.requests import note_usage, observed_steps
+from gateway.observability.requests import note_usage, step_notes
 from gateway.observability.tracing import traced_door
-from gateway.types import ChoiceStep
+from gateway.types import ChoiceStep, Events
 from gateway.validation.fields import GenerationSettings
 
 log = logging.getLogger(__name__)
 
-Events = AsyncIterator[tuple[int, ChoiceStep]]
 CLIENT_CLOSED = 499
 """nginx's status for a client that left; nobody reads it, it only shows in logs."""
 
@@ -61,18 +62,21 @@ class Door(Protocol):
 
 async def respond_door(request: Request, events: Events, door: Door, stream: bool) -> Response:
     """Stream (SSE) or fold `events`; a client that disconnects cancels its backend requests."""
-    events = observed_steps(events)
+    note = step_notes()
     door = traced_door(door)
     watch = ClientWatch(request.receive)
     answer = None
     try:
         if not stream:
-            body = door.fold(await watch.guard(_collect(events, door)))
+            body = door.fold(await watch.guard(_collect(events, door, note)))
             note_usage(door.usage())
             return json_response(body)
         # Wait for the first output so that a backend that is down or refuses gets a real HTTP status.
         first = await watch.guard(anext(events, None))
-        answer = SSEResponse(_stream(first, events, door), watch)  # it stops the watch when it ends
+        if first is not None:
+            note(first[1])
+        # it stops the watch when it ends
+        answer = SSEResponse(functools.partial(_stream, first, events, door, note), events, watch)
         return answer
     except ClientDisconnected:
         return Response(status_code=CLIENT_CLOSED)
@@ -83,17 +87,21 @@ async def respond_door(request: Request, events: Events, door: Door, stream: boo
             watch.stop()
 
 
-async def _collect(events: Events, door: Door) -> list[Any]:
+async def _collect(events: Events, door: Door, note: Callable[[ChoiceStep], None]) -> list[Any]:
     out = door.opening()
     async with aclosing(events):
         async for index, step in events:
+            note(step)
             out += door.step(index, step)
     return out + await door.closing()
 
 
-async def _stream(first: tuple[int, ChoiceStep] | None, events: Events, door: Door) -> AsyncIterator[bytes]:
-    """The SSE body: one write per backend step (the opening goes with the first step, the closing with the end),
-    so a step's frames leave together and a short answer costs a few writes, not one per event."""
+async def _stream(
+    first: tuple[int, ChoiceStep] | None, events: Events, door: Door, note: Callable[[ChoiceStep], None], send: Send
+) -> None:
+    """The SSE body, sent by the one loop that reads the steps and frames them: one body message per backend step
+    (the opening goes with the first step; the closing, `[DONE]` and the body's end with the last), so a step's
+    frames leave together and a short answer costs two writes."""
     frames: list[bytes] = []
     ending = b""
     try:
@@ -102,10 +110,14 @@ async def _stream(first: tuple[int, ChoiceStep] | None, events: Events, door: Do
         while current is not None:
             frames += [door.frame(item) for item in door.step(*current)]
             if frames:
-                yield b"".join(frames)
+                await send({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
                 frames = []
             current = await anext(events, None)
+            if current is not None:
+                note(current[1])
         ending = b"".join([*frames, *(door.frame(item) for item in await door.closing())])
+    except OSError:
+        raise  # the client's connection failed, not the answer
     except BackendError as e:
         ending = b"".join(frames) + door.failure(from_backend(e))
     except APIError as e:  # e.g. the response store is down when the stream ends
@@ -117,7 +129,7 @@ async def _stream(first: tuple[int, ChoiceStep] | None, events: Events, door: Do
     finally:
         await events.aclose()
         note_usage(door.usage())
-    yield ending + door.end
+    await send({"type": "http.response.body", "body": ending + door.end, "more_body": False})
 
 
 class Renderer(Protocol):

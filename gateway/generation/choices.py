@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import aclosing
-from typing import TypeVar
 
 from backends.base import Backend, BackendError, GenerateRequest, Grammar, SamplingParams
 from backends.detokenizer import Detokenizer
@@ -14,16 +13,15 @@ from backends.stop_strings import StopMatcher
 from gateway.errors import APIError
 from gateway.models.registry import ServedModel
 from gateway.observability.tracing import backend_stream
-from gateway.types import ChoiceStep, FinishReason
+from gateway.types import ChoiceStep, Events, FinishReason
 from gateway.validation.fields import GenerationSettings
-
-T = TypeVar("T")
 
 
 async def choice_steps(
-    backend: Backend, request: GenerateRequest, detokenizer: Detokenizer, stops: Sequence[str]
-) -> AsyncIterator[ChoiceStep]:
-    """Stream one generation; a matched stop string ends it (closing the backend stream aborts the request)."""
+    backend: Backend, request: GenerateRequest, detokenizer: Detokenizer, stops: Sequence[str], index: int = 0
+) -> Events:
+    """Stream choice `index` of a generation; a matched stop string ends it (closing the backend stream aborts
+    the request). Its steps come tagged already, so one choice reaches the answer with no layer in between."""
     matcher = StopMatcher(stops)
     count = 0
     async with aclosing(backend_stream(backend, request)) as chunks:
@@ -43,7 +41,7 @@ async def choice_steps(
                 finish = "stop"
             step = ChoiceStep(pieces, chunk.logprobs or [], finish, count, chunk.cached_tokens, matcher.matched)
             if step.pieces or step.logprobs or finish is not None:
-                yield step
+                yield index, step
             if finish is not None:
                 return
     raise BackendError("the backend stream ended without a finish reason", retryable=True)
@@ -52,39 +50,36 @@ async def choice_steps(
 _END = object()
 
 
-async def merge(streams: Sequence[AsyncIterator[T]], buffer: int = 16) -> AsyncIterator[tuple[int, T]]:
-    """Items of all `streams` as they come, tagged with their stream's index.
+def merge(streams: Sequence[Events], buffer: int = 16) -> Events:
+    """The steps of all `streams` as they come: one stream as it is (no queue, no task, no layer), several
+    through a queue. The first failure is raised and the other streams are cancelled; closing the result early
+    cancels (and so closes) every stream."""
+    return streams[0] if len(streams) == 1 else _merged(streams, buffer)
 
-    The first failure is raised here and the other streams are cancelled;
-    closing this iterator early cancels (and so closes) every stream.
-    """
-    if len(streams) == 1:  # the common case needs no queue and no task
-        async with aclosing(streams[0]) as only:
-            async for item in only:
-                yield 0, item
-        return
-    queue: asyncio.Queue[tuple[int, object]] = asyncio.Queue(maxsize=buffer)
 
-    async def pump(index: int, stream: AsyncIterator[T]) -> None:
+async def _merged(streams: Sequence[Events], buffer: int) -> Events:
+    queue: asyncio.Queue[object] = asyncio.Queue(maxsize=buffer)
+
+    async def pump(index: int, stream: Events) -> None:
         try:
             async with aclosing(stream):
                 async for item in stream:
-                    await queue.put((index, item))
-            await queue.put((index, _END))
+                    await queue.put(item)
+            await queue.put(_END)
         except Exception as e:  # noqa: BLE001 - handed to the consumer, who raises it
-            await queue.put((index, e))
+            await queue.put(e)
 
     tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
     try:
         running = len(tasks)
         while running:
-            index, item = await queue.get()
+            item = await queue.get()
             if item is _END:
                 running -= 1
             elif isinstance(item, Exception):
                 raise item
             else:
-                yield index, item  # type: ignore[misc]
+                yield item  # type: ignore[misc]
     finally:
         for task in tasks:
             task.cancel()
@@ -96,8 +91,8 @@ def generate(
     prompts: Sequence[tuple[list[int], SamplingParams]],
     settings: GenerationSettings,
     grammar: Grammar | None,
-    each: Callable[[AsyncIterator[ChoiceStep]], AsyncIterator[ChoiceStep]] | None = None,
-) -> AsyncIterator[tuple[int, ChoiceStep]]:
+    each: Callable[[Events], Events] | None = None,
+) -> Events:
     """Every choice's steps, merged: choice `p * n + j` is sample j of prompt p (seeds differ per sample).
     `each` wraps every choice's stream (a fair queue's slot per choice)."""
     if model.backend is None:
@@ -116,7 +111,7 @@ def generate(
                 top_logprobs=settings.top_logprobs,
             )
             detokenizer = Detokenizer(model.tokenizer, model.added_ids)
-            steps = choice_steps(model.backend, request, detokenizer, settings.stop)
+            steps = choice_steps(model.backend, request, detokenizer, settings.stop, p * settings.n + j)
             streams.append(each(steps) if each else steps)
     return merge(streams)
 

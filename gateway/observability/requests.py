@@ -8,7 +8,7 @@ call does nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -119,22 +119,25 @@ def note_usage(usage: dict) -> None:
         record.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
 
 
-async def observed_steps(events: AsyncIterator[tuple[int, ChoiceStep]]) -> AsyncIterator[tuple[int, ChoiceStep]]:
-    """`events` unchanged, noting the first and last output times and each choice's finish reason."""
+def step_notes() -> Callable[[ChoiceStep], None]:
+    """What the answer's loop calls with each step it sends: notes the first and last output times and each
+    choice's finish reason (a plain call, not a layer of its own between the steps and the answer); outside a
+    request it does nothing."""
     record = _current.get()
     if record is None:
-        async for item in events:
-            yield item
-        return
+        return _ignore
     record.generating = True
-    try:
-        async for item in events:
-            now = time.perf_counter()
-            if record.first_token is None:
-                record.first_token = now
-            record.last_token = now
-            if item[1].finish_reason is not None:
-                record.finish_reasons.append(item[1].finish_reason)
-            yield item
-    finally:
-        await events.aclose()  # type: ignore[attr-defined]
+
+    def note(step: ChoiceStep) -> None:
+        now = time.perf_counter()
+        if record.first_token is None:
+            record.first_token = now
+        record.last_token = now
+        if step.finish_reason is not None:
+            record.finish_reasons.append(step.finish_reason)
+
+    return note
+
+
+def _ignore(step: ChoiceStep) -> None:
+    pass

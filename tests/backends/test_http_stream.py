@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from backends.base import BackendError, GenerateRequest, SamplingParams
-from backends.http_stream import HTTPStatusError, StreamPool
+from backends.http_stream import BodyLines, HTTPStatusError, StreamPool
 from backends.sglang import SGLangBackend
 from backends.trace_context import current_traceparent
 
@@ -70,8 +70,8 @@ def chunked(*pieces: bytes, head: bytes = b"HTTP/1.1 200 OK\r\nTransfer-Encoding
 
 
 async def lines_of(pool: StreamPool, body: bytes = b"{}") -> list[bytes]:
-    async with pool.post_lines("/generate", body) as lines:
-        return [line async for line in lines]
+    async with pool.post_lines("/generate", body) as batches:
+        return [line async for lines in batches for line in lines]
 
 
 async def test_chunked_lines_split_anywhere_and_connections_are_reused():
@@ -207,8 +207,8 @@ async def test_unreachable_and_unanswered():
 async def test_leaving_early_closes_the_connection():
     async with raw_server(lambda n, req: chunked(b"a\n", b"b\n", b"c\n")) as (url, per_connection):
         pool = StreamPool(url)
-        async with pool.post_lines("/generate", b"{}") as lines:
-            assert await anext(lines) == b"a"
+        async with pool.post_lines("/generate", b"{}") as batches:
+            assert (await anext(batches))[0] == b"a"
         assert await lines_of(pool) == [b"a", b"b", b"c"]
         await pool.close()
     assert per_connection == [1, 1]
@@ -370,3 +370,29 @@ async def test_the_current_traceparent_goes_out_as_a_header():
         await pool.close()
     assert f"\r\ntraceparent: {trace}\r\n".encode() in seen[0]
     assert b"traceparent" not in seen[1]
+
+
+def test_body_lines_the_same_however_the_bytes_arrive():
+    """A chunked body fed at every split point (framing, CRLFs and lines cut anywhere) gives the same lines, and
+    bytes after the terminating chunk mark the connection unusable."""
+    body = b"".join(chunked(b"data: 1\r\n\r\n", b"data: {", b'"b": 2}\n', b"\ndata: [DONE]\n\ntail")[1:])
+    body = body.replace(b"0\r\n\r\n", b"0\r\nx-trailer: 1\r\n\r\n")
+    expected = [b"data: 1", b"", b'data: {"b": 2}', b"", b"data: [DONE]", b"", b"tail"]
+    for cut in range(len(body) + 1):
+        reader = BodyLines(chunked=True, length=None)
+        lines = reader.feed(body[:cut]) + reader.feed(body[cut:])
+        assert lines == expected and reader.complete and not reader.overrun, cut
+    reader = BodyLines(chunked=True, length=None)
+    reader.feed(body + b"HTTP/1.1")
+    assert reader.complete and reader.overrun
+
+
+def test_body_lines_sized_and_until_close():
+    sized = BodyLines(chunked=False, length=7)
+    assert sized.feed(b"ab\ncd") == [b"ab"] and not sized.complete
+    assert sized.feed(b"\r\nef") == [b"cd"] and sized.complete and sized.overrun
+    assert BodyLines(chunked=False, length=0).complete
+    until_close = BodyLines(chunked=False, length=None)
+    assert until_close.feed(b"a\nb") == [b"a"] and until_close.end() == [b"b"] and until_close.complete
+    with pytest.raises(asyncio.IncompleteReadError):
+        BodyLines(chunked=True, length=None).end()

@@ -3,6 +3,7 @@ ranks, Mistral v3's SentencePiece."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from backends.checkpoint import load_checkpoint
-from backends.detokenizer import MAX_HELD_TOKENS, Detokenizer, Piece, added_tokens
+from backends.detokenizer import MAX_HELD_TOKENS, Detokenizer, Piece, _ByteLevelText, _text_of, added_tokens
 from gateway.families.llama import llama3_tokenizer
 from gateway.families.mistral import sentencepiece_tokenizer
 
@@ -88,6 +89,30 @@ def test_any_chunking_reproduces_the_text(tokenize_only, text, step):
     ids = ids_of(tokenize_only, text)
     assume(tokenize_only.tokenizer.decode(ids) == text)  # the vocabulary lacks a few bytes (e.g. 0xF1)
     assert text_of(stream(tokenize_only, ids, step)) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=49151), min_size=1, max_size=6))
+def test_byte_level_text_is_what_tokenizers_decodes(tokenize_only, ids):
+    """The Python decode of a byte-level BPE (token bytes joined, invalid UTF-8 as U+FFFD) is tokenizers' own,
+    broken bytes, added tokens and every other id included."""
+    text_of_ids = _text_of(tokenize_only.tokenizer)
+    assert isinstance(text_of_ids, _ByteLevelText)
+    assert text_of_ids(ids) == tokenize_only.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=49151), min_size=1, max_size=24), st.integers(1, 4))
+def test_byte_level_pieces_are_those_of_tokenizers_decode(tokenize_only, ids, step):
+    """The Python path (and its prefix taken from the text just emitted) cuts the same pieces as decoding every
+    window with tokenizers, in any chunking, broken bytes and added tokens included."""
+    reference = Detokenizer(tokenize_only.tokenizer, tokenize_only.added_ids)
+    reference._decode = functools.partial(tokenize_only.tokenizer.decode, skip_special_tokens=False)
+    reference._bytes_only = False
+    fast = Detokenizer(tokenize_only.tokenizer, tokenize_only.added_ids)
+    for i in range(0, len(ids), step):
+        assert fast.feed(ids[i : i + step]) == reference.feed(ids[i : i + step])
+    assert fast.flush() == reference.flush()
 
 
 # Every tokenizer kind, control tokens anywhere, any chunking: the pieces read as a decode of the whole output.

@@ -84,12 +84,24 @@ async def _events(closed: list[bool]):
         closed.append(True)
 
 
+def _writer(events):
+    """A body writer sending each event as one message, then the body's end."""
+
+    async def write(send):
+        async for chunk in events:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return write
+
+
 def test_an_sse_answer_ends_quietly_when_its_client_leaves_and_closes_its_events() -> None:
     async def main() -> None:
         client, closed = Client(), []
         watch = ClientWatch(client.receive)
         asyncio.get_running_loop().call_later(0.05, client.leave)
-        await SSEResponse(_events(closed), watch)({"type": "http"}, client.receive, client.send)
+        events = _events(closed)
+        await SSEResponse(_writer(events), events, watch)({"type": "http"}, client.receive, client.send)
         assert [m["type"] for m in client.sent] == ["http.response.start", "http.response.body"]
         assert client.sent[0]["headers"] == SSE_HEADERS and closed == [True]
         task = asyncio.current_task()
@@ -106,7 +118,8 @@ def test_an_sse_answer_sends_every_event_then_its_end() -> None:
     async def main() -> None:
         client = Client()
         watch = ClientWatch(client.receive)
-        await SSEResponse(events(), watch)({"type": "http"}, client.receive, client.send)
+        stream = events()
+        await SSEResponse(_writer(stream), stream, watch)({"type": "http"}, client.receive, client.send)
         bodies = [(m["body"], m["more_body"]) for m in client.sent[1:]]
         assert bodies == [(b"data: 1\n\n", True), (b"data: [DONE]\n\n", True), (b"", False)]
         await asyncio.sleep(0)

@@ -66,8 +66,8 @@ async def test_stream_yields_only_new_ids_in_both_modes(standin):
     backend = SGLangBackend(url, incremental=server.incremental)
     chunks = await collect(backend, request(stop_token_ids=[2]))
     await backend.close()
-    assert [c.output_ids for c in chunks] == [[10], [11], [12], [2]]
-    assert [c.finish_reason for c in chunks] == [None, None, None, "stop"]
+    assert [i for c in chunks for i in c.output_ids] == [10, 11, 12, 2]  # events that arrive together join
+    assert [c.finish_reason for c in chunks] == [None] * (len(chunks) - 1) + ["stop"]
     assert chunks[-1].matched_stop == 2
     assert chunks[-1].completion_tokens == 4 and chunks[-1].prompt_tokens == 3
 
@@ -123,7 +123,7 @@ async def test_closing_the_stream_aborts_the_request(standin):
     server.script = lambda body: Script(ids=[5, 6, 7, 8], hold_after=2)
     backend = SGLangBackend(url, incremental=server.incremental)
     stream = backend.generate(request(rid="held"))
-    assert (await anext(stream)).output_ids == [5]
+    assert (await anext(stream)).output_ids in ([5], [5, 6])  # the two events may arrive in one read
     await stream.aclose()
     await backend.close()  # waits for the best-effort abort call
     assert server.aborted["held"].wait(WAIT_S)

@@ -1,5 +1,5 @@
 """The chat chunk stream's bytes: pre-encoded envelope ends frame a choice exactly as the whole chunk encoded, and
-one backend step leaves as one write (the opening with the first step, usage and [DONE] together at the end)."""
+one backend step leaves as one write (the opening with the first step; usage, [DONE] and the body's end together)."""
 
 from __future__ import annotations
 
@@ -45,15 +45,22 @@ async def test_one_write_per_step_with_the_opening_first_and_the_usage_last():
         for step in steps[1:]:
             yield step
 
+    messages = []
+
+    async def send(message):
+        messages.append(message)
+
+    noted = []
     door = _ChunkDoor(_Renderer(), ENVELOPE, True, "chat.completion")
-    writes = [w async for w in _stream(steps[0], events(), door)]
+    await _stream(steps[0], events(), door, noted.append, send)
     frame = lambda choices, usage=None: sse_frame({**ENVELOPE, "choices": choices, "usage": usage})
     r = _Renderer()
-    assert writes == [
-        frame(r.opening()) + frame(r.step(0, steps[0][1])),
-        frame(r.step(0, steps[1][1])[:1]) + frame(r.step(0, steps[1][1])[1:]),
-        frame([], r.usage()) + DONE_FRAME,
+    assert [(m["type"], m["body"], m["more_body"]) for m in messages] == [
+        ("http.response.body", frame(r.opening()) + frame(r.step(0, steps[0][1])), True),
+        ("http.response.body", frame(r.step(0, steps[1][1])[:1]) + frame(r.step(0, steps[1][1])[1:]), True),
+        ("http.response.body", frame([], r.usage()) + DONE_FRAME, False),  # the body's end goes with [DONE]
     ]
+    assert noted == [steps[1][1]]  # the first step is noted by the caller, when it arrives
 
 
 @pytest.fixture
