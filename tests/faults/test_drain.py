@@ -34,13 +34,14 @@ MODEL = "smollm2"
 
 
 def readiness_until_refused(base_url: str) -> list[tuple[int, bool | None]]:
-    """GET /ready on a new connection each time until one is refused; (status, draining) of each answer."""
+    """GET /ready on a new connection each time until one is refused; (status, draining) of each answer.
+    A connection the kernel queued just before the listener closed is reset unanswered: refused as well."""
     seen = []
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         try:
             response = httpx.get(f"{base_url}/ready", timeout=WAIT_S)
-        except httpx.ConnectError:
+        except (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError):
             return seen
         seen.append((response.status_code, response.json().get("draining")))
         time.sleep(0.05)
