@@ -32,6 +32,7 @@ class Piece:
     text: str
     token_id: int | None = None
 
+
 MAX_HELD_TOKENS = 4
 """A UTF-8 character has at most 4 bytes: a tail still broken after this many tokens is invalid output, not a split."""
 

@@ -19,8 +19,9 @@ def tokenizer_info(checkpoint: Checkpoint, vocab_size: int) -> xgr.TokenizerInfo
     """xgrammar's view of the vocabulary: control tokens are special (never text), eos ids stop."""
     control = set(checkpoint.control_token_ids)
     vocab = [("" if i in control else token) for i, token in enumerate(checkpoint.vocab[:vocab_size])]
-    return xgr.TokenizerInfo(vocab, _vocab_type(checkpoint), vocab_size=vocab_size,
-                             stop_token_ids=list(checkpoint.eos_token_ids))
+    return xgr.TokenizerInfo(
+        vocab, _vocab_type(checkpoint), vocab_size=vocab_size, stop_token_ids=list(checkpoint.eos_token_ids)
+    )
 
 
 def _vocab_type(checkpoint: Checkpoint) -> xgr.VocabType:

@@ -23,7 +23,9 @@ from overhead_bench import MODEL, gateway_on_stand_in, machine
 
 async def one_round(url: str, messages: int) -> tuple[float, float, float]:
     """(largest gap before the big request, largest gap while it is served, its latency), in ms."""
-    big = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} says hello"} for i in range(messages)]
+    big = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} says hello"} for i in range(messages)
+    ]
     arrivals: list[float] = []
     window: list[float] = []
     async with httpx.AsyncClient(base_url=url, timeout=120) as client:
@@ -65,8 +67,9 @@ def main() -> None:
         results = [asyncio.run(one_round(url, args.messages)) for _ in range(args.rounds)]
     print(f"\n{args.messages} messages, one stream paced at {args.interval_ms} ms, {args.rounds} rounds")
     print("| measure (ms) | median | max |\n|---|---:|---:|")
-    for i, name in enumerate(("stream's largest gap before", "stream's largest gap while the big request is served",
-                              "big request latency")):
+    for i, name in enumerate(
+        ("stream's largest gap before", "stream's largest gap while the big request is served", "big request latency")
+    ):
         values = [r[i] for r in results]
         print(f"| {name} | {statistics.median(values):.1f} | {max(values):.1f} |")
 

@@ -21,9 +21,20 @@ from gateway.types import ChoiceStep, Piece
 
 
 def finished_record() -> RequestRecord:
-    record = RequestRecord("POST", "/v1/chat/completions", request_id="0" * 32, status=200, model="m",
-                           generating=True, replica="http://10.0.0.1:30000", prompt_tokens=40, completion_tokens=256,
-                           cached_tokens=16, finish_reasons=["stop"], grammar_seconds=0.001)
+    record = RequestRecord(
+        "POST",
+        "/v1/chat/completions",
+        request_id="0" * 32,
+        status=200,
+        model="m",
+        generating=True,
+        replica="http://10.0.0.1:30000",
+        prompt_tokens=40,
+        completion_tokens=256,
+        cached_tokens=16,
+        finish_reasons=["stop"],
+        grammar_seconds=0.001,
+    )
     record.dispatched = record.started + 0.001
     record.first_token = record.started + 0.01
     record.last_token = record.started + 1.0

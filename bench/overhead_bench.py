@@ -266,7 +266,9 @@ def stand_in(logs: Path, interval_ms: float, port: int = 0) -> Iterator[tuple[su
 
 
 @contextmanager
-def gateway_on_stand_in(logs: Path, interval_ms: float) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str], int]]:
+def gateway_on_stand_in(
+    logs: Path, interval_ms: float
+) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str], int]]:
     """The fast stand-in (a decode step every `interval_ms`) and `gateway serve` in front of it (warnings only),
     both ready: (stand-in, gateway, the gateway's port)."""
     with stand_in(logs, interval_ms) as (standin, standin_port):
@@ -274,8 +276,18 @@ def gateway_on_stand_in(logs: Path, interval_ms: float) -> Iterator[tuple[subpro
         config = logs / "gateway.yaml"
         config.write_text(CONFIG.format(model=MODEL, url=url))
         port = free_port()
-        cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config),
-               "--log-level", "warning"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gateway.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--config",
+            str(config),
+            "--log-level",
+            "warning",
+        ]
         with process(cmd, logs / "gateway.log") as gateway:
             wait_ready(f"http://127.0.0.1:{port}/ready", gateway, logs / "gateway.log")
             yield standin, gateway, port
@@ -383,7 +395,9 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=20, help="probe requests per phase (paced runs only)")
     parser.add_argument("--idle", type=int, default=50, help="single requests per side before the rounds")
     parser.add_argument("--workers", type=int, default=1, help="gateway processes (gateway serve --workers)")
-    parser.add_argument("--port", type=int, default=0, help="the stand-in's port, the gateway's the next (0: free ones)")
+    parser.add_argument(
+        "--port", type=int, default=0, help="the stand-in's port, the gateway's the next (0: free ones)"
+    )
     args = parser.parse_args()
 
     print(machine())

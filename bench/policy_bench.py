@@ -29,8 +29,7 @@ sys.path.insert(0, str(ROOT))
 from policies.limits import Limiter, Limits, MemoryLimiter, RedisLimiter
 from tests.redis_server import RedisServer
 
-LIMITS = Limits(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=10**6,
-                tokens_per_day=10**15)
+LIMITS = Limits(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=10**6, tokens_per_day=10**15)
 _charges = itertools.count()
 
 
@@ -59,8 +58,10 @@ async def _run(limiter: Limiter, requests: int, concurrency: int, tenants: int) 
 def _row(store: str, load: str, latencies: list[int], wall_s: float, cpu_s: float) -> str:
     ms = sorted(n / 1e6 for n in latencies)
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
-    return (f"| {store} | {load} | {len(ms)} | {statistics.median(ms):.3f} | {p99:.3f} | {len(ms) / wall_s:,.0f} "
-            f"| {cpu_s / len(ms) * 1e6:.0f} |")
+    return (
+        f"| {store} | {load} | {len(ms)} | {statistics.median(ms):.3f} | {p99:.3f} | {len(ms) / wall_s:,.0f} "
+        f"| {cpu_s / len(ms) * 1e6:.0f} |"
+    )
 
 
 async def _bench(limiter: Limiter, store: str, args: argparse.Namespace) -> list[str]:
@@ -81,8 +82,10 @@ async def main(args: argparse.Namespace) -> None:
         await limiter.close()
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     load_avg = Path("/proc/loadavg").read_text().split()[0]
-    print(f"admit + settle per request; {args.tenants} tenants; Python {platform.python_version()}, loop {loop}; "
-          f"load average {load_avg} on {os.cpu_count()} CPUs")
+    print(
+        f"admit + settle per request; {args.tenants} tenants; Python {platform.python_version()}, loop {loop}; "
+        f"load average {load_avg} on {os.cpu_count()} CPUs"
+    )
     print("| store | load | requests | p50 ms | p99 ms | requests/s | client CPU µs/request |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))

@@ -61,8 +61,20 @@ class Turn:
 
 @contextlib.contextmanager
 def worker(threads: int, *flags: str) -> Iterator[str]:
-    cmd = [sys.executable, "-m", "backends.worker", "--port", "0", "--threads", str(threads), "--max-batch", "4",
-           "--context-length", "4096", *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "backends.worker",
+        "--port",
+        "0",
+        "--threads",
+        str(threads),
+        "--max-batch",
+        "4",
+        "--context-length",
+        "4096",
+        *flags,
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         line = proc.stdout.readline()
@@ -113,29 +125,47 @@ def main() -> None:
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False).ids
 
-    first = encode(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{USER_TURNS[0]}<|im_end|>\n"
-                   "<|im_start|>assistant\n")
-    with (worker(args.threads, "--no-prefix-cache") as off_url, worker(args.threads) as on_url,
-          httpx.Client(base_url=off_url, timeout=600) as off, httpx.Client(base_url=on_url, timeout=600) as on):
+    first = encode(
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{USER_TURNS[0]}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    with (
+        worker(args.threads, "--no-prefix-cache") as off_url,
+        worker(args.threads) as on_url,
+        httpx.Client(base_url=off_url, timeout=600) as off,
+        httpx.Client(base_url=on_url, timeout=600) as on,
+    ):
         prompts = {"off": first, "on": first}
         rows: list[tuple[Turn, Turn]] = []
         for turn in range(args.turns):
-            pair = (play_turn(off, prompts["off"], args.answer_tokens), play_turn(on, prompts["on"], args.answer_tokens))
+            pair = (
+                play_turn(off, prompts["off"], args.answer_tokens),
+                play_turn(on, prompts["on"], args.answer_tokens),
+            )
             rows.append(pair)
             user = USER_TURNS[(turn + 1) % len(USER_TURNS)]
-            prompts = {"off": next_prompt(prompts["off"], pair[0].output, user, encode),
-                       "on": next_prompt(prompts["on"], pair[1].output, user, encode)}
-    print(f"{args.turns}-turn agent conversation, embedded SmolLM2-135M, {args.threads} threads, fp32, greedy, "
-          f"{args.answer_tokens} answer tokens at most; prefill = tokens the engine computed")
+            prompts = {
+                "off": next_prompt(prompts["off"], pair[0].output, user, encode),
+                "on": next_prompt(prompts["on"], pair[1].output, user, encode),
+            }
+    print(
+        f"{args.turns}-turn agent conversation, embedded SmolLM2-135M, {args.threads} threads, fp32, greedy, "
+        f"{args.answer_tokens} answer tokens at most; prefill = tokens the engine computed"
+    )
     print()
-    print("| turn | prompt tokens | prefilled off | prefilled on | prefill s off | prefill s on | TTFT s off | TTFT s on |")
+    print(
+        "| turn | prompt tokens | prefilled off | prefilled on | prefill s off | prefill s on | TTFT s off | TTFT s on |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for i, (off_turn, on_turn) in enumerate(rows, 1):
-        print(f"| {i} | {on_turn.prompt} | {off_turn.prefilled} | {on_turn.prefilled} | {off_turn.prefill_s:.3f} | "
-              f"{on_turn.prefill_s:.3f} | {off_turn.ttft_s:.3f} | {on_turn.ttft_s:.3f} |")
+        print(
+            f"| {i} | {on_turn.prompt} | {off_turn.prefilled} | {on_turn.prefilled} | {off_turn.prefill_s:.3f} | "
+            f"{on_turn.prefill_s:.3f} | {off_turn.ttft_s:.3f} | {on_turn.ttft_s:.3f} |"
+        )
     total = [sum(getattr(t[k], f) for t in rows) for f in ("prefilled", "prefill_s", "ttft_s") for k in (0, 1)]
-    print(f"| all | {sum(t[1].prompt for t in rows)} | {total[0]} | {total[1]} | {total[2]:.3f} | {total[3]:.3f} | "
-          f"{total[4]:.3f} | {total[5]:.3f} |")
+    print(
+        f"| all | {sum(t[1].prompt for t in rows)} | {total[0]} | {total[1]} | {total[2]:.3f} | {total[3]:.3f} | "
+        f"{total[4]:.3f} | {total[5]:.3f} |"
+    )
     same = all(a.output == b.output for a, b in rows)
     print()
     print(f"answers identical with and without the cache: {'yes' if same else 'NO'}")

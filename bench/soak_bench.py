@@ -100,16 +100,26 @@ def snapshot(pid: int, port: int) -> Snapshot:
         kind = target.split(":", 1)[0] if ":" in target else "file"
         kinds[kind] = kinds.get(kind, 0) + 1
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=30).text
-    tasks = next((float(line.split()[1]) for line in metrics.splitlines() if line.startswith("gateway:event_loop_tasks ")),
-                 float("nan"))
+    tasks = next(
+        (float(line.split()[1]) for line in metrics.splitlines() if line.startswith("gateway:event_loop_tasks ")),
+        float("nan"),
+    )
     ss = subprocess.run(["ss", "-tanpH", "state", "close-wait"], capture_output=True, text=True, check=False).stdout
     close_wait = [" ".join(line.split()[2:4]) for line in ss.splitlines() if f"pid={pid}," in line]
     return Snapshot(rss_kib / 1024, sum(kinds.values()), kinds, tasks, len(close_wait), close_wait)
 
 
 def chat_body(tokens: int) -> bytes:
-    return orjson.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": tokens, "temperature": 0.0,
-                         "ignore_eos": True, "stream": True})
+    return orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": MESSAGES,
+            "max_tokens": tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    )
 
 
 async def one_stream(port: int, body: bytes, hang_up_after: int | None, tally: Tally) -> None:
@@ -121,14 +131,18 @@ async def one_stream(port: int, body: bytes, hang_up_after: int | None, tally: T
     except OSError as e:
         tally.error("connect", repr(e))
         return
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode()
     try:
         start = time.perf_counter()
         writer.write(head + body)
         headers = await reader.readuntil(b"\r\n\r\n")
         if not headers.startswith(b"HTTP/1.1 200"):
-            tally.error(f"status {headers[9:12].decode()}", (headers + await reader.read(300)).decode("utf-8", "replace"))
+            tally.error(
+                f"status {headers[9:12].decode()}", (headers + await reader.read(300)).decode("utf-8", "replace")
+            )
             return
         last, deltas, pending, done = None, 0, b"", False
         while size := int((await reader.readline()).split(b";")[0], 16):
@@ -194,8 +208,9 @@ class PhaseResult:
     worker_running: float | None = None
 
 
-def run_phase(name: str, gateway_pid: int, port: int, backend_pid: int, clients: int, tokens: int, seconds: float,
-              idle: float) -> PhaseResult:
+def run_phase(
+    name: str, gateway_pid: int, port: int, backend_pid: int, clients: int, tokens: int, seconds: float, idle: float
+) -> PhaseResult:
     pids = {"gateway": gateway_pid, "backend": backend_pid, "client": os.getpid(), "machine": None}
     before = {k: cpu_seconds(p) for k, p in pids.items()}
     tally, snapshots = asyncio.run(load(port, clients, tokens, seconds, gateway_pid))
@@ -207,7 +222,9 @@ def run_phase(name: str, gateway_pid: int, port: int, backend_pid: int, clients:
 
 def worker_running(url: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=30).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running"))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:num_requests_running")
+    )
 
 
 def worker_pid(url: str) -> int:
@@ -224,8 +241,10 @@ def report(result: PhaseResult) -> None:
     print(f"requests {t.requests}, finished {t.finished}, hung up {t.hung_up}, errors {sum(t.errors.values())}")
     for kind, count in t.errors.items():
         print(f"  error {kind}: {count}, e.g. {t.examples[kind]!r}")
-    print(f"TTFT ms p50 {ms(t.ttft, 50)} p99 {ms(t.ttft, 99)}; inter-token ms p50 {ms(t.gaps, 50)} p99 {ms(t.gaps, 99)}"
-          f" ({len(t.gaps)} gaps)")
+    print(
+        f"TTFT ms p50 {ms(t.ttft, 50)} p99 {ms(t.ttft, 99)}; inter-token ms p50 {ms(t.gaps, 50)} p99 {ms(t.gaps, 99)}"
+        f" ({len(t.gaps)} gaps)"
+    )
     print("| gateway | RSS MiB | fds | asyncio tasks | CLOSE-WAIT |\n|---|---|---|---|---|")
     for when, s in result.snapshots.items():
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(s.fd_kinds.items()))
@@ -236,9 +255,11 @@ def report(result: PhaseResult) -> None:
     warm, end = result.snapshots["warm"], result.snapshots["end"]
     print(f"RSS growth warm → end: {(end.rss_mib / warm.rss_mib - 1) * 100:+.1f} %")
     cpu = result.cpu
-    print(f"CPU cores used over the load: gateway {cpu['gateway'] / result.seconds:.2f}, backend "
-          f"{cpu['backend'] / result.seconds:.2f}, client {cpu['client'] / result.seconds:.2f} "
-          f"(/proc/stat: {cpu['machine'] / result.seconds:.2f} busy in all)")
+    print(
+        f"CPU cores used over the load: gateway {cpu['gateway'] / result.seconds:.2f}, backend "
+        f"{cpu['backend'] / result.seconds:.2f}, client {cpu['client'] / result.seconds:.2f} "
+        f"(/proc/stat: {cpu['machine'] / result.seconds:.2f} busy in all)"
+    )
     if result.worker_running is not None:
         print(f"worker vllm:num_requests_running after the idle: {result.worker_running:.0f}")
 
@@ -267,8 +288,16 @@ def main() -> None:
 def stand_in_phase(args: argparse.Namespace, logs: Path) -> PhaseResult:
     with gateway_on_stand_in(logs, args.interval_ms) as (standin, gateway, port):
         print(f"stand-in phase: gateway pid {gateway.pid}, stand-in pid {standin.pid}", flush=True)
-        return run_phase("gateway → fast stand-in", gateway.pid, port, standin.pid, args.clients, args.tokens,
-                         args.seconds, args.idle)
+        return run_phase(
+            "gateway → fast stand-in",
+            gateway.pid,
+            port,
+            standin.pid,
+            args.clients,
+            args.tokens,
+            args.seconds,
+            args.idle,
+        )
 
 
 def worker_phase(args: argparse.Namespace, logs: Path) -> PhaseResult:
@@ -279,8 +308,16 @@ def worker_phase(args: argparse.Namespace, logs: Path) -> PhaseResult:
         wait_ready(f"http://127.0.0.1:{port}/ready", gateway, log, timeout=300)
         url = _WORKER_URL.search(log.read_text()).group(1)
         print(f"worker phase: gateway pid {gateway.pid}, worker at {url}", flush=True)
-        result = run_phase("gateway → embedded worker", gateway.pid, port, worker_pid(url), args.worker_clients,
-                           args.worker_tokens, args.worker_seconds, args.idle)
+        result = run_phase(
+            "gateway → embedded worker",
+            gateway.pid,
+            port,
+            worker_pid(url),
+            args.worker_clients,
+            args.worker_tokens,
+            args.worker_seconds,
+            args.idle,
+        )
         result.worker_running = worker_running(url)
         return result
 

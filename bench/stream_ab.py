@@ -40,8 +40,20 @@ from overhead_bench import (
 def gateway_cmd(checkout: Path, port: int, config: Path) -> list[str]:
     """`gateway serve` of `checkout` (run from that checkout, which is first on the path)."""
     return [
-        "env", "-C", str(checkout), f"PYTHONPATH={checkout}", sys.executable, "-m", "gateway.cli", "serve",
-        "--port", str(port), "--config", str(config), "--log-level", "warning",
+        "env",
+        "-C",
+        str(checkout),
+        f"PYTHONPATH={checkout}",
+        sys.executable,
+        "-m",
+        "gateway.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--config",
+        str(config),
+        "--log-level",
+        "warning",
     ]
 
 
@@ -55,8 +67,11 @@ async def rounds(sides: list[Side], pids: dict[str, dict[str, int | None]], args
             phase = await run_phase(side, args.streams, args.tokens, 0.0, pids[side.name])
             per_k = phase.cpu["gateway"] / phase.tokens * 1e3
             out[side.name].append((per_k, phase.tokens / phase.wall))
-            print(f"round {r + 1} {side.name}: {per_k:.4f} s CPU / 1,000 tokens, {phase.tokens / phase.wall:.0f} "
-                  f"tok/s, other processes {phase.cpu['others'] / phase.wall:.2f} cores", flush=True)
+            print(
+                f"round {r + 1} {side.name}: {per_k:.4f} s CPU / 1,000 tokens, {phase.tokens / phase.wall:.0f} "
+                f"tok/s, other processes {phase.cpu['others'] / phase.wall:.2f} cores",
+                flush=True,
+            )
     return out
 
 
@@ -92,8 +107,10 @@ def main() -> None:
                 httpx.post(f"http://127.0.0.1:{base_port}/tokenize", json={"model": MODEL, "messages": MESSAGES})
                 results = asyncio.run(rounds(sides, pids, args))
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} at the end")
-    print(f"\n{args.streams} streams x {args.tokens} tokens, step every {args.interval_ms:g} ms, {args.rounds} rounds "
-          f"(medians); base = {args.base}, this = {ROOT}")
+    print(
+        f"\n{args.streams} streams x {args.tokens} tokens, step every {args.interval_ms:g} ms, {args.rounds} rounds "
+        f"(medians); base = {args.base}, this = {ROOT}"
+    )
     print("| gateway | CPU s per 1,000 output tokens | output tokens/s |")
     print("|---|---:|---:|")
     for name, values in results.items():

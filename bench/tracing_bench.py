@@ -153,7 +153,16 @@ def main() -> None:
             ports = {name: free_port() for name in SIDES}
             procs = []
             for name, extra in SIDES.items():
-                cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(ports[name]), "--config", str(config)]
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "gateway.cli",
+                    "serve",
+                    "--port",
+                    str(ports[name]),
+                    "--config",
+                    str(config),
+                ]
                 extra = [word.format(receiver=collector) for word in extra]
                 procs.append(process([*ENV.get(name, []), *cmd, *extra], logs / f"gateway-{ports[name]}.log"))
             running = [p.__enter__() for p in procs]

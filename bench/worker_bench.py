@@ -43,11 +43,17 @@ PROMPTS = [
     "Here is a list of fruits: apple, banana,",
     "In machine learning, overfitting means",
 ]
-SCHEMA = json.dumps({
-    "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}},
-    "required": ["name", "age", "tags"],
-})
+SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["name", "age", "tags"],
+    }
+)
 
 
 @dataclass
@@ -67,8 +73,23 @@ class WorkerDidNotStart(RuntimeError):
 
 @contextlib.contextmanager
 def worker(threads: int, weights_dtype: str, device: str):
-    cmd = [sys.executable, "-m", "backends.worker", "--port", "0", "--threads", str(threads), "--device", device,
-           "--max-batch", "8", "--context-length", "2048", "--weights-dtype", weights_dtype]
+    cmd = [
+        sys.executable,
+        "-m",
+        "backends.worker",
+        "--port",
+        "0",
+        "--threads",
+        str(threads),
+        "--device",
+        device,
+        "--max-batch",
+        "8",
+        "--context-length",
+        "2048",
+        "--weights-dtype",
+        weights_dtype,
+    ]
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
@@ -84,10 +105,15 @@ def worker(threads: int, weights_dtype: str, device: str):
             proc.wait(timeout=30)
 
 
-async def stream_times(client: httpx.AsyncClient, ids: list[int], tokens: int, **extra) -> tuple[list[float], list[int]]:
+async def stream_times(
+    client: httpx.AsyncClient, ids: list[int], tokens: int, **extra
+) -> tuple[list[float], list[int]]:
     """Arrival time of each streamed event and all output ids."""
-    body = {"input_ids": ids, "stream": True,
-            "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True, **extra}}
+    body = {
+        "input_ids": ids,
+        "stream": True,
+        "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True, **extra},
+    }
     times, out = [], []
     async with client.stream("POST", "/generate", json=body) as response:
         async for line in response.aiter_lines():
@@ -105,8 +131,14 @@ def delta(after: dict, before: dict) -> dict:
     return {k: after[k] - before[k] for k in after if isinstance(after[k], (int, float))}
 
 
-async def measure_worker(url: str, name: str, prompts: list[list[int]], long_prompts: list[list[int]], tokens: int,
-                         reference: list[list[int]] | None) -> tuple[Row, list[list[int]]]:
+async def measure_worker(
+    url: str,
+    name: str,
+    prompts: list[list[int]],
+    long_prompts: list[list[int]],
+    tokens: int,
+    reference: list[list[int]] | None,
+) -> tuple[Row, list[list[int]]]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         await stream_times(client, prompts[0], 4)  # warm-up
         rates = []
@@ -159,8 +191,9 @@ def measure_transformers(prompts: list[list[int]], long_prompts: list[list[int]]
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
         began = finished()
         with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                           do_sample=False, pad_token_id=0)
+            model.generate(
+                input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+            )
         return finished() - began
 
     def prefill(ids: list[int]) -> float:
@@ -202,20 +235,25 @@ def main() -> None:
         try:
             with worker(args.worker_threads or args.threads, dtype, args.device) as url:
                 rows[dtype], greedy = asyncio.run(
-                    measure_worker(url, name, prompts, long_prompts, args.tokens, reference))
+                    measure_worker(url, name, prompts, long_prompts, args.tokens, reference)
+                )
         except WorkerDidNotStart as e:
             not_run[name] = str(e)
             continue
         reference = reference or greedy
 
-    print(f"threads={args.threads} worker_threads={args.worker_threads or args.threads} new_tokens={args.tokens} "
-          f"torch={torch.__version__} device={args.device}")
+    print(
+        f"threads={args.threads} worker_threads={args.worker_threads or args.threads} new_tokens={args.tokens} "
+        f"torch={torch.__version__} device={args.device}"
+    )
     print(f"cpu: {cpu_features().describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()})")
     if args.device == "cuda":
         print(f"gpu: {torch.cuda.get_device_name()}")
     prefill_heads = "".join(f" prefill tok/s ({n} tokens) |" for n in args.prefill)
-    print(f"| engine | decode tok/s (batch 1) | aggregate tok/s (8 concurrent) |{prefill_heads} "
-          "grammar per step | greedy agreement vs worker fp32 |")
+    print(
+        f"| engine | decode tok/s (batch 1) | aggregate tok/s (8 concurrent) |{prefill_heads} "
+        "grammar per step | greedy agreement vs worker fp32 |"
+    )
     print("|---|---:|---:|" + "---:|" * len(args.prefill) + "---:|---|")
     for row in (hf, *rows.values()):
         grammar = "n/a" if row.grammar_ms is None else f"{row.grammar_ms:.2f} ms ({row.grammar_pct:.1f}%)"
@@ -226,10 +264,12 @@ def main() -> None:
     if "fp32" in rows:
         fp32 = rows["fp32"]
         prefill = ", ".join(f"{n} tokens {fp32.prefill[n] / hf.prefill[n]:.2f}x" for n in args.prefill)
-        print(f"worker fp32 vs transformers at batch 1: {fp32.decode_b1 / hf.decode_b1:.2f}x (goal >= 1.5x); "
-              f"prefill {prefill} (goal >= 1x); "
-              f"8 concurrent vs batch 1: {fp32.aggregate_b8 / fp32.decode_b1:.2f}x (goal >= 5x); "
-              f"grammar {fp32.grammar_pct:.1f}% of a step (goal <= 3%)")
+        print(
+            f"worker fp32 vs transformers at batch 1: {fp32.decode_b1 / hf.decode_b1:.2f}x (goal >= 1.5x); "
+            f"prefill {prefill} (goal >= 1x); "
+            f"8 concurrent vs batch 1: {fp32.aggregate_b8 / fp32.decode_b1:.2f}x (goal >= 5x); "
+            f"grammar {fp32.grammar_pct:.1f}% of a step (goal <= 3%)"
+        )
 
 
 if __name__ == "__main__":

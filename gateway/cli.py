@@ -67,9 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="serve through this SGLang server instead of a bundled worker (repeat it for replicas)",
     )
-    serve.add_argument(
-        "--request-timeout", type=_positive, help="deadline of one request in seconds (default: 600)"
-    )
+    serve.add_argument("--request-timeout", type=_positive, help="deadline of one request in seconds (default: 600)")
     serve.add_argument(
         "--drain-delay",
         type=_non_negative,

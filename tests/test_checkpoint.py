@@ -77,7 +77,11 @@ def test_a_directory_without_a_tokenizer_file_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize(
     ("ref", "error", "message"),
     [
-        ("/no/such/model.gguf.txt", ValueError, r"not a GGUF file, Hugging Face directory.*: /no/such/model\.gguf\.txt$"),
+        (
+            "/no/such/model.gguf.txt",
+            ValueError,
+            r"not a GGUF file, Hugging Face directory.*: /no/such/model\.gguf\.txt$",
+        ),
         ("package:no_such_package_here", FileNotFoundError, r"^package no_such_package_here is not installed$"),
     ],
 )

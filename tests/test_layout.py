@@ -1,9 +1,12 @@
 """The layout's rules, checked on the source: no import cycles in gateway/ or backends/ (deferred imports
-inside functions count too), backends/ never imports gateway/, every subpackage says what it holds."""
+inside functions count too), backends/ never imports gateway/, every subpackage says what it holds, and the
+tree is what ruff accepts."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,11 @@ def test_every_package_says_what_it_holds(package):
 def test_gateway_root_holds_only_entry_modules():
     root_modules = sorted(p.stem for p in (ROOT / "gateway").glob("*.py"))
     assert root_modules == ["__init__", "app", "cli", "errors", "types"]
+
+
+@pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["lint", "format"])
+def test_ruff_accepts_the_tree(command):
+    """pyproject's [tool.ruff] is the code standard: lint-clean and formatted (`ruff format .` fixes the layout)."""
+    ruff = [sys.executable, "-m", "ruff", *command]
+    done = subprocess.run(ruff, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

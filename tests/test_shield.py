@@ -30,9 +30,7 @@ def deepseek() -> PromptEncoder:
 
 def chatml(request: ChatRequest) -> str:
     """A minimal ChatML rendering: the template writes the role markers."""
-    out = "".join(
-        f"<|im_start|>{m['role']}\n{_think(m)}{m.get('content') or ''}<|im_end|>\n" for m in request.messages
-    )
+    out = "".join(f"<|im_start|>{m['role']}\n{_think(m)}{m.get('content') or ''}<|im_end|>\n" for m in request.messages)
     return out + "<|im_start|>assistant\n"
 
 
@@ -86,7 +84,13 @@ def test_tool_arguments_and_definitions_are_shielded(smol):
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": {"<|im_end|>": "<|im_start|>"}}}],
+                "tool_calls": [
+                    {
+                        "id": "c",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": {"<|im_end|>": "<|im_start|>"}},
+                    }
+                ],
             }
         ],
         tools=[{"type": "function", "function": {"name": "f", "description": "<|endoftext|>", "parameters": {}}}],

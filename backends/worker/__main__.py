@@ -37,7 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill step")
     parser.add_argument("--weights-dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument(
-        "--prefix-cache", action=argparse.BooleanOptionalAction, default=True,
+        "--prefix-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="keep each request's KV for later prompts that share its prefix (default: on)",
     )
     parser.add_argument(

@@ -130,8 +130,9 @@ class _Inbox:
 class Engine:
     """Owns the model and its KV slots; every public method is safe to call from any thread."""
 
-    def __init__(self, model: LlamaModel, eos_token_ids: list[int], *, prefill_chunk: int = 256,
-                 prefix_cache: bool = True):
+    def __init__(
+        self, model: LlamaModel, eos_token_ids: list[int], *, prefill_chunk: int = 256, prefix_cache: bool = True
+    ):
         self.model = model
         self.eos_token_ids = frozenset(eos_token_ids)
         self.prefill_chunk = prefill_chunk
@@ -192,8 +193,9 @@ class Engine:
                 log.exception("engine step failed")
                 for running in self._slots:
                     if running is not None:
-                        self._finish(running, Finish("abort", message=f"engine error: {exc}"), error=str(exc),
-                                     keep_cache=False)
+                        self._finish(
+                            running, Finish("abort", message=f"engine error: {exc}"), error=str(exc), keep_cache=False
+                        )
 
     def _has_work(self) -> bool:
         return bool(self._waiting) or any(s is not None for s in self._slots)
@@ -228,8 +230,11 @@ class Engine:
                 continue
             free = [slot for slot, running in enumerate(self._slots) if running is None]
             limit = len(request.input_ids) - 1
-            busy = [(r.slot, r.shared_prefix(request.input_ids, limit)) for r in self._slots
-                    if r is not None and self.prefix_cache.enabled]
+            busy = [
+                (r.slot, r.shared_prefix(request.input_ids, limit))
+                for r in self._slots
+                if r is not None and self.prefix_cache.enabled
+            ]
             place = self.prefix_cache.place(request.input_ids, free, busy)
             if place.source is not None:
                 self.model.cache.copy_prefix(place.source, place.slot, place.reused)
@@ -238,8 +243,9 @@ class Engine:
                 stop_ids |= self.eos_token_ids
             matcher = xgr.GrammarMatcher(request.grammar) if request.grammar is not None else None
             sampler = RequestSampler(request.params, self.model.vocab_size)
-            running = _Running(request, place.slot, sampler, matcher, frozenset(stop_ids), reused=place.reused,
-                               prefilled=place.reused)
+            running = _Running(
+                request, place.slot, sampler, matcher, frozenset(stop_ids), reused=place.reused, prefilled=place.reused
+            )
             self._slots[place.slot] = running
             self._prefilling.append(running)
 
@@ -335,8 +341,14 @@ class Engine:
         else:
             self._finish(running, finish, tokens=[choice])
 
-    def _finish(self, running: _Running, finish: Finish, tokens: list[TokenChoice] | None = None,
-                error: str | None = None, keep_cache: bool = True) -> None:
+    def _finish(
+        self,
+        running: _Running,
+        finish: Finish,
+        tokens: list[TokenChoice] | None = None,
+        error: str | None = None,
+        keep_cache: bool = True,
+    ) -> None:
         """End `running`; its slot is free and keeps its keys for the prefix cache (unless a step failed)."""
         self._slots[running.slot] = None
         if running in self._prefilling:

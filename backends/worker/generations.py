@@ -55,8 +55,9 @@ class Generation:
         """With stop strings the engine thread detokenizes (it must stop on the token completing one)."""
         if call.stop:
             unarmed = call.min_new_tokens if call.stop_strings_wait_for_min else 0
-            self.output_text = OutputText(self.detokenizer, call.stop, keep_stop=call.no_stop_trim,
-                                          unarmed_tokens=unarmed)
+            self.output_text = OutputText(
+                self.detokenizer, call.stop, keep_stop=call.no_stop_trim, unarmed_tokens=unarmed
+            )
         self.skipped = special if call.skip_special_tokens else frozenset()
         self.completion_tokens = 0
         self.cached_tokens = 0

@@ -16,8 +16,10 @@ from prometheus_client.registry import Collector
 from backends.worker.engine import Engine
 from backends.worker.grammar import GrammarCache
 
+# fmt: off
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)
+# fmt: on
 """vLLM's buckets for vllm:time_to_first_token_seconds."""
 
 
@@ -28,12 +30,19 @@ class WorkerMetrics:
         self.registry = CollectorRegistry()
         self.model_name = model_name
         labels = ["model_name"]
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed", labels,
-                                     registry=self.registry).labels(model_name)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Generation tokens processed", labels,
-                                         registry=self.registry).labels(model_name)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token", labels,
-                              buckets=TTFT_BUCKETS, registry=self.registry).labels(model_name)
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Prefill tokens processed", labels, registry=self.registry
+        ).labels(model_name)
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Generation tokens processed", labels, registry=self.registry
+        ).labels(model_name)
+        self.ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Time to first token",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        ).labels(model_name)
         self.registry.register(_EngineCollector(model_name, engine, grammars))
 
     def render(self) -> bytes:
@@ -54,14 +63,26 @@ class _EngineCollector(Collector):
             (GaugeMetricFamily, "vllm:num_requests_running", "Requests in the running batch", load.running),
             (GaugeMetricFamily, "vllm:num_requests_waiting", "Requests waiting for a batch slot", load.waiting),
             (GaugeMetricFamily, "vllm:kv_cache_usage_perc", "KV-cache usage: 1 means 100 percent", load.kv_cache_usage),
-            (CounterMetricFamily, "vllm:prefix_cache_queries",
-             "Prefix cache queries, in terms of number of queried tokens", prefixes.queries),
-            (CounterMetricFamily, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens",
-             prefixes.hits),
+            (
+                CounterMetricFamily,
+                "vllm:prefix_cache_queries",
+                "Prefix cache queries, in terms of number of queried tokens",
+                prefixes.queries,
+            ),
+            (
+                CounterMetricFamily,
+                "vllm:prefix_cache_hits",
+                "Prefix cache hits, in terms of number of cached tokens",
+                prefixes.hits,
+            ),
             (CounterMetricFamily, "worker:grammar_cache_hits", "Grammars found compiled in the cache", stats.hits),
             (CounterMetricFamily, "worker:grammar_cache_misses", "Grammars compiled", stats.misses),
-            (CounterMetricFamily, "worker:grammar_compile_seconds", "Time spent compiling grammars",
-             stats.compile_seconds),
+            (
+                CounterMetricFamily,
+                "worker:grammar_compile_seconds",
+                "Time spent compiling grammars",
+                stats.compile_seconds,
+            ),
         )
         for kind, name, documentation, value in series:
             family = kind(name, documentation, labels=["model_name"])
@@ -70,4 +91,3 @@ class _EngineCollector(Collector):
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())
-

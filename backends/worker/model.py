@@ -91,8 +91,16 @@ class _Layer:
 class LlamaModel:
     """Llama decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU; float32 activations."""
 
-    def __init__(self, weights: LlamaWeights, config: ModelConfig, *, slots: int, context: int,
-                 device: str | torch.device = "cpu", weights_dtype: WeightsDtype = "fp32"):
+    def __init__(
+        self,
+        weights: LlamaWeights,
+        config: ModelConfig,
+        *,
+        slots: int,
+        context: int,
+        device: str | torch.device = "cpu",
+        weights_dtype: WeightsDtype = "fp32",
+    ):
         self.config = config
         self.device = torch.device(device)
         self.matmul_dtype = _TORCH_DTYPES[weights_dtype]
@@ -107,8 +115,14 @@ class LlamaModel:
         self._qk_width = self._q_width + config.n_kv_heads * config.head_dim
 
     @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, write_positions: torch.Tensor,
-                first_slot: int, key_len: int) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        write_positions: torch.Tensor,
+        first_slot: int,
+        key_len: int,
+    ) -> torch.Tensor:
         """Run `tokens` (B, Q) of slots first_slot..first_slot+B-1 and return the float32 logits (B, V) of
         each row's last query.
 
@@ -138,8 +152,9 @@ class LlamaModel:
         last = h.view(batch, q_len, c.hidden)[:, -1]
         return self.lm_head(self.final_norm(last))
 
-    def _attention(self, positions: torch.Tensor, first_slot: int,
-                   key_len: int) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    def _attention(
+        self, positions: torch.Tensor, first_slot: int, key_len: int
+    ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
         """How this forward's queries (B*Q, heads*D) attend over one layer's cached keys and values.
 
         Every query seeing all keys (a decode step whose rows are at the same position) needs no mask; a chunk
@@ -150,19 +165,26 @@ class LlamaModel:
         batch, q_len = positions.shape
         rows, groups, end = batch * q_len, c.n_heads // c.n_kv_heads, first_slot + batch
         if q_len == 1 and bool((positions == key_len - 1).all()):
+
             def decode(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
                 q = q.view(batch, c.n_kv_heads, groups, c.head_dim)
-                out = F.scaled_dot_product_attention(q, keys[first_slot:end, :, :key_len],
-                                                     values[first_slot:end, :, :key_len])
+                out = F.scaled_dot_product_attention(
+                    q, keys[first_slot:end, :, :key_len], values[first_slot:end, :, :key_len]
+                )
                 return out.view(rows, -1)
 
             return decode
         if batch == 1 and key_len == q_len and torch.equal(positions[0], torch.arange(q_len, device=positions.device)):
+
             def causal(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
                 q = q.view(1, q_len, c.n_heads, c.head_dim).transpose(1, 2)
-                out = F.scaled_dot_product_attention(q, keys[first_slot:end, :, :key_len],
-                                                     values[first_slot:end, :, :key_len],
-                                                     is_causal=True, enable_gqa=True)
+                out = F.scaled_dot_product_attention(
+                    q,
+                    keys[first_slot:end, :, :key_len],
+                    values[first_slot:end, :, :key_len],
+                    is_causal=True,
+                    enable_gqa=True,
+                )
                 return out.transpose(1, 2).reshape(rows, -1)
 
             return causal
@@ -171,13 +193,16 @@ class LlamaModel:
         def masked(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
             q = q.view(batch, q_len, c.n_kv_heads, groups, c.head_dim).transpose(1, 2)
             q = q.reshape(batch, c.n_kv_heads, q_len * groups, c.head_dim)
-            out = F.scaled_dot_product_attention(q, keys[first_slot:end, :, :key_len],
-                                                 values[first_slot:end, :, :key_len], attn_mask=mask)
+            out = F.scaled_dot_product_attention(
+                q, keys[first_slot:end, :, :key_len], values[first_slot:end, :, :key_len], attn_mask=mask
+            )
             return out.view(batch, c.n_kv_heads, q_len, groups * c.head_dim).transpose(1, 2).reshape(rows, -1)
 
         return masked
 
-    def _kv_writer(self, write_positions: torch.Tensor, first_slot: int) -> Callable[[torch.Tensor, torch.Tensor], None]:
+    def _kv_writer(
+        self, write_positions: torch.Tensor, first_slot: int
+    ) -> Callable[[torch.Tensor, torch.Tensor], None]:
         """How this forward stores its new keys (B*Q, H*D) into one layer's cache (slots, H, columns, D).
 
         One row writing consecutive columns (a prefill chunk, a lone decode step) is a slice copy on CPU,
@@ -187,6 +212,7 @@ class LlamaModel:
         if batch == 1 and self.device.type == "cpu":
             start = int(write_positions[0, 0])
             if q_len == 1 or torch.equal(write_positions[0], torch.arange(start, start + q_len)):
+
                 def copy(cache: torch.Tensor, new: torch.Tensor) -> None:
                     cache[first_slot, :, start : start + q_len].copy_(new.view(q_len, heads, head_dim).transpose(0, 1))
 

@@ -16,8 +16,9 @@ from backends.stop_strings import StopMatcher
 class OutputText:
     """Detokenizes one request's output token by token and finds its first stop string."""
 
-    def __init__(self, detokenizer: Detokenizer, stops: Sequence[str], *, keep_stop: bool = False,
-                 unarmed_tokens: int = 0):
+    def __init__(
+        self, detokenizer: Detokenizer, stops: Sequence[str], *, keep_stop: bool = False, unarmed_tokens: int = 0
+    ):
         """`keep_stop`: the matched stop (string or token) stays in the text (SGLang's no_stop_trim, vLLM's
         include_stop_str_in_output); no stop string may end in the text of the first `unarmed_tokens` tokens
         (vLLM's min_tokens)."""

@@ -18,15 +18,41 @@ class ProtocolError(ValueError):
 
 
 # Every key SGLang's SamplingParams accepts; anything else is rejected, as SGLang does.
-_SGLANG_SAMPLING_KEYS = frozenset({
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
-    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema",
-    "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-    "no_stop_trim", "custom_params", "stream_interval", "logit_bias", "sampling_seed",
-})
+_SGLANG_SAMPLING_KEYS = frozenset(
+    {
+        "max_new_tokens",
+        "stop",
+        "stop_token_ids",
+        "stop_regex",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "min_new_tokens",
+        "n",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "custom_params",
+        "stream_interval",
+        "logit_bias",
+        "sampling_seed",
+    }
+)
 # Accepted SGLang keys this worker does not implement: allowed only at their neutral value.
 _NEUTRAL_ONLY = {
-    "stop_regex": (None, "", []), "repetition_penalty": (None, 1, 1.0), "n": (None, 1), "custom_params": (None, {}),
+    "stop_regex": (None, "", []),
+    "repetition_penalty": (None, 1, 1.0),
+    "n": (None, 1),
+    "custom_params": (None, {}),
     "logit_bias": (None, {}),
 }
 MAX_STOP_STRINGS = 32
@@ -34,10 +60,19 @@ MAX_STOP_STRINGS = 32
 MAX_STOP_CHARS = 256
 """Longer stop strings are refused: matching holds back and rescans up to this many characters per token."""
 _GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
-_TOP_LEVEL_KEYS = frozenset({
-    "text", "input_ids", "sampling_params", "stream", "rid", "return_logprob", "logprob_start_len",
-    "top_logprobs_num", "return_text_in_logprobs",
-})
+_TOP_LEVEL_KEYS = frozenset(
+    {
+        "text",
+        "input_ids",
+        "sampling_params",
+        "stream",
+        "rid",
+        "return_logprob",
+        "logprob_start_len",
+        "top_logprobs_num",
+        "return_text_in_logprobs",
+    }
+)
 DEFAULT_MAX_NEW_TOKENS = 128
 
 
@@ -60,8 +95,14 @@ class GenerateCall:
     """vLLM's rule: no stop string may end within the first min_new_tokens tokens (SGLang's gates stop tokens only)."""
 
 
-def parse_generate(body: Any, *, vocab_size: int, context_length: int, encode: Callable[[str], list[int]],
-                   stop_strings_wait_for_min: bool = False) -> GenerateCall:
+def parse_generate(
+    body: Any,
+    *,
+    vocab_size: int,
+    context_length: int,
+    encode: Callable[[str], list[int]],
+    stop_strings_wait_for_min: bool = False,
+) -> GenerateCall:
     """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt."""
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
@@ -72,9 +113,7 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int, encode: C
     if any(not 0 <= i < vocab_size for i in input_ids):
         raise ProtocolError(f"input_ids must be token ids in [0, {vocab_size})")
     if len(input_ids) >= context_length:
-        raise ProtocolError(
-            f"the prompt has {len(input_ids)} tokens; this model's context length is {context_length}"
-        )
+        raise ProtocolError(f"the prompt has {len(input_ids)} tokens; this model's context length is {context_length}")
     sp = body.get("sampling_params") or {}
     if not isinstance(sp, dict):
         raise ProtocolError("sampling_params must be an object")
@@ -177,8 +216,15 @@ def _sampling(sp: dict) -> SamplingParams:
     if seed is not None and (not is_integer(seed) or seed < 0):
         raise ProtocolError("sampling_seed must be a non-negative integer")
     return SamplingParams(
-        max_new_tokens=max_new, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, seed=seed,
-        stop_token_ids=list(stop_ids), ignore_eos=_bool(sp, "ignore_eos", False), **penalties,
+        max_new_tokens=max_new,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        seed=seed,
+        stop_token_ids=list(stop_ids),
+        ignore_eos=_bool(sp, "ignore_eos", False),
+        **penalties,
     )
 
 

@@ -33,7 +33,6 @@ def busy(message: str) -> Response:
     return response
 
 
-
 def build_app(state: WorkerState) -> Starlette:
     """The Starlette application serving `state`'s engine."""
 
@@ -53,12 +52,19 @@ def build_app(state: WorkerState) -> Starlette:
         mailbox = mailboxes.get(loop) or mailboxes.setdefault(loop, LoopMailbox(loop))
         active[call.rid] = generation
         state.metrics.prompt_tokens.inc(len(call.input_ids))
-        state.engine.submit(EngineRequest(
-            rid=call.rid, input_ids=call.input_ids, params=call.sampling, grammar=grammar,
-            logprobs=call.return_logprob, top_logprobs=call.top_logprobs_num,
-            min_new_tokens=call.min_new_tokens, text=generation.output_text,
-            emit=lambda event: mailbox.post(generation.events.put_nowait, event),
-        ))
+        state.engine.submit(
+            EngineRequest(
+                rid=call.rid,
+                input_ids=call.input_ids,
+                params=call.sampling,
+                grammar=grammar,
+                logprobs=call.return_logprob,
+                top_logprobs=call.top_logprobs_num,
+                min_new_tokens=call.min_new_tokens,
+                text=generation.output_text,
+                emit=lambda event: mailbox.post(generation.events.put_nowait, event),
+            )
+        )
 
     async def generate(request: Request) -> Response:
         try:
@@ -114,7 +120,7 @@ def build_app(state: WorkerState) -> Starlette:
             body = None
         rid = body.get("rid") if isinstance(body, dict) else None
         if not isinstance(rid, str):
-            return _error("abort_request needs {\"rid\": str}")
+            return _error('abort_request needs {"rid": str}')
         state.engine.abort(rid, "aborted by request")
         return Response(status_code=200)
 
@@ -122,39 +128,47 @@ def build_app(state: WorkerState) -> Starlette:
         return Response(status_code=200 if state.engine.is_alive() else 503)
 
     async def model_info(_: Request) -> Response:
-        return json_response({"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True})
+        return json_response(
+            {"model_path": state.model_path, "tokenizer_path": state.model_path, "is_generation": True}
+        )
 
     async def server_info(_: Request) -> Response:
         stats = state.engine.stats
-        return json_response({
-            "model_path": state.model_path,
-            "max_running_requests": state.engine.max_batch,
-            "context_length": state.engine.context_length,
-            "internal_states": [{
-                "running_requests": state.engine.active_requests(),
-                "decode_steps": stats.decode_steps,
-                "decode_tokens": stats.decode_tokens,
-                "decode_seconds": stats.decode_seconds,
-                "grammar_seconds": stats.grammar_seconds,
-                "prefill_tokens": stats.prefill_tokens,
-                "prefill_seconds": stats.prefill_seconds,
-                "prefix_cache_queries": state.engine.prefix_cache.queries,
-                "prefix_cache_hits": state.engine.prefix_cache.hits,
-            }],
-        })
+        return json_response(
+            {
+                "model_path": state.model_path,
+                "max_running_requests": state.engine.max_batch,
+                "context_length": state.engine.context_length,
+                "internal_states": [
+                    {
+                        "running_requests": state.engine.active_requests(),
+                        "decode_steps": stats.decode_steps,
+                        "decode_tokens": stats.decode_tokens,
+                        "decode_seconds": stats.decode_seconds,
+                        "grammar_seconds": stats.grammar_seconds,
+                        "prefill_tokens": stats.prefill_tokens,
+                        "prefill_seconds": stats.prefill_seconds,
+                        "prefix_cache_queries": state.engine.prefix_cache.queries,
+                        "prefix_cache_hits": state.engine.prefix_cache.hits,
+                    }
+                ],
+            }
+        )
 
     async def metrics(_: Request) -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    return Starlette(routes=[
-        Route("/generate", generate, methods=["POST"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        Route("/abort_request", abort_request, methods=["POST"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/get_model_info", model_info, methods=["GET"]),
-        Route("/get_server_info", server_info, methods=["GET"]),
-        *vllm_routes(state, start, lambda g: _EventStream(g, lambda: _release(g))),
-    ])
+    return Starlette(
+        routes=[
+            Route("/generate", generate, methods=["POST"]),
+            Route("/metrics", metrics, methods=["GET"]),
+            Route("/abort_request", abort_request, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/get_model_info", model_info, methods=["GET"]),
+            Route("/get_server_info", server_info, methods=["GET"]),
+            *vllm_routes(state, start, lambda g: _EventStream(g, lambda: _release(g))),
+        ]
+    )
 
 
 class _EventStream(Response):

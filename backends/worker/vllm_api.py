@@ -33,35 +33,71 @@ Stream = Callable[[Generation], Response]
 
 # vLLM sampling names this worker implements -> the SGLang name parse_generate validates.
 _SAMPLING = {
-    "max_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p", "min_p": "min_p",
-    "seed": "sampling_seed", "stop_token_ids": "stop_token_ids", "ignore_eos": "ignore_eos",
-    "skip_special_tokens": "skip_special_tokens", "frequency_penalty": "frequency_penalty",
-    "presence_penalty": "presence_penalty", "include_stop_str_in_output": "no_stop_trim", "stop": "stop",
+    "max_tokens": "max_new_tokens",
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "min_p": "min_p",
+    "seed": "sampling_seed",
+    "stop_token_ids": "stop_token_ids",
+    "ignore_eos": "ignore_eos",
+    "skip_special_tokens": "skip_special_tokens",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "include_stop_str_in_output": "no_stop_trim",
+    "stop": "stop",
     "min_tokens": "min_new_tokens",
 }
 # vLLM fields this worker does not implement: accepted only at their neutral value.
 _NEUTRAL = {
-    "n": (None, 1), "repetition_penalty": (None, 1, 1.0),
-    "prompt_logprobs": (None,), "logit_bias": (None, {}), "allowed_token_ids": (None,), "bad_words": (None, []),
-    "spaces_between_special_tokens": (None, True), "echo": (None, False), "use_beam_search": (None, False),
-    "suffix": (None, ""), "detokenize": (None, True),
+    "n": (None, 1),
+    "repetition_penalty": (None, 1, 1.0),
+    "prompt_logprobs": (None,),
+    "logit_bias": (None, {}),
+    "allowed_token_ids": (None,),
+    "bad_words": (None, []),
+    "spaces_between_special_tokens": (None, True),
+    "echo": (None, False),
+    "use_beam_search": (None, False),
+    "suffix": (None, ""),
+    "detokenize": (None, True),
 }
 _SAMPLING_KEYS = frozenset(_SAMPLING) | frozenset(_NEUTRAL) | {"top_k", "logprobs", "structured_outputs"}
 _COMPLETION_KEYS = _SAMPLING_KEYS | {
-    "model", "prompt", "stream", "stream_options", "request_id", "user", "return_token_ids",
-    "return_tokens_as_token_ids", "add_special_tokens",
+    "model",
+    "prompt",
+    "stream",
+    "stream_options",
+    "request_id",
+    "user",
+    "return_token_ids",
+    "return_tokens_as_token_ids",
+    "add_special_tokens",
 }
-_GENERATE_KEYS = frozenset({
-    "request_id", "token_ids", "sampling_params", "model", "stream", "stream_options", "return_token_ids",
-    "output_mode",
-})
+_GENERATE_KEYS = frozenset(
+    {
+        "request_id",
+        "token_ids",
+        "sampling_params",
+        "model",
+        "stream",
+        "stream_options",
+        "return_token_ids",
+        "output_mode",
+    }
+)
 # structured_outputs constraint -> the worker's grammar kind (None: not implemented here).
 _CONSTRAINTS = {
-    "json": "json_schema", "regex": "regex", "grammar": "ebnf", "structural_tag": "structural_tag",
-    "choice": None, "json_object": None,
+    "json": "json_schema",
+    "regex": "regex",
+    "grammar": "ebnf",
+    "structural_tag": "structural_tag",
+    "choice": None,
+    "json_object": None,
 }
 _STRUCTURED_KEYS = frozenset(_CONSTRAINTS) | {
-    "disable_any_whitespace", "disable_additional_properties", "whitespace_pattern",
+    "disable_any_whitespace",
+    "disable_additional_properties",
+    "whitespace_pattern",
 }
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default, as vLLM applies it
 
@@ -103,9 +139,12 @@ class VLLMGeneration(Generation, ABC):
         frames = sse_frame(chunk)
         if self.done and self.options.include_usage:
             prompt = len(self.call.input_ids)
-            usage = {"prompt_tokens": prompt, "completion_tokens": self.completion_tokens,
-                     "total_tokens": prompt + self.completion_tokens,
-                     "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
+            usage = {
+                "prompt_tokens": prompt,
+                "completion_tokens": self.completion_tokens,
+                "total_tokens": prompt + self.completion_tokens,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            }
             frames += sse_frame(self.envelope([], usage=usage))
         return frames
 
@@ -144,8 +183,14 @@ class CompletionGeneration(VLLMGeneration):
     """`/v1/completions` stream chunks (`text_completion` objects)."""
 
     def envelope(self, choices: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-        return {"id": self.options.request_id, "object": "text_completion", "created": self.created,
-                "model": self.options.model, "choices": choices, **fields}
+        return {
+            "id": self.options.request_id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.options.model,
+            "choices": choices,
+            **fields,
+        }
 
     def chunk(self, choice: dict[str, Any], text: str, ids: list[int], tokens: list[TokenChoice]) -> dict[str, Any]:
         choice["text"] = text
@@ -191,8 +236,11 @@ def _token_logprob(t: TokenChoice) -> dict[str, Any]:
     """A generate-API logprob entry: the sampled token, then the top candidates (the sampled one first)."""
     top = {t.token_id: t.logprob}
     top.update(t.top)
-    return {"token_id": t.token_id, "logprob": t.logprob,
-            "top_logprobs": [{"token_id": i, "logprob": lp} for i, lp in top.items()]}
+    return {
+        "token_id": t.token_id,
+        "logprob": t.logprob,
+        "top_logprobs": [{"token_id": i, "logprob": lp} for i, lp in top.items()],
+    }
 
 
 def error_body(message: str, status: int, kind: str = "BadRequestError") -> dict[str, Any]:
@@ -218,8 +266,9 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
         except ProtocolError as exc:
             return _error(str(exc))
         if generation.options.model != model:
-            return _error(f"The model `{generation.options.model}` does not exist. Valid aliases: {model}.",
-                          404, "NotFoundError")
+            return _error(
+                f"The model `{generation.options.model}` does not exist. Valid aliases: {model}.", 404, "NotFoundError"
+            )
         try:
             await start(generation)
         except (ProtocolError, GrammarError) as exc:
@@ -237,8 +286,14 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
         return await serve(request, parse_tokens)
 
     async def models(_: Request) -> Response:
-        card = {"id": model, "object": "model", "created": int(time.time()), "owned_by": "worker", "root": model,
-                "max_model_len": state.engine.context_length}
+        card = {
+            "id": model,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "worker",
+            "root": model,
+            "max_model_len": state.engine.context_length,
+        }
         return json_response({"object": "list", "data": [card]})
 
     return [
@@ -289,8 +344,7 @@ def _options(body: dict, rid: str, state: WorkerState, *, ids_as_tokens: bool) -
     )
 
 
-def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str,
-                 default_max_tokens: int) -> GenerateCall:
+def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str, default_max_tokens: int) -> GenerateCall:
     """The engine call for a token-id prompt and vLLM sampling fields, validated as SGLang's /generate."""
     if not isinstance(prompt, list) or not prompt or any(isinstance(p, list) for p in prompt):
         raise ProtocolError("the prompt must be one non-empty list of token ids (batches are not supported)")
@@ -309,8 +363,14 @@ def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str,
     if logprobs is not None and (not is_integer(logprobs) or logprobs < 0):
         raise ProtocolError("logprobs must be a non-negative integer")
     return parse_generate(
-        {"input_ids": prompt, "sampling_params": params, "rid": rid, "stream": True,
-         "return_logprob": logprobs is not None, "top_logprobs_num": logprobs or 0},
+        {
+            "input_ids": prompt,
+            "sampling_params": params,
+            "rid": rid,
+            "stream": True,
+            "return_logprob": logprobs is not None,
+            "top_logprobs_num": logprobs or 0,
+        },
         vocab_size=state.engine.model.vocab_size,
         context_length=state.engine.context_length,
         encode=_no_text,

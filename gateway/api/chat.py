@@ -59,8 +59,13 @@ async def start_chat(
     events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar, queued)
     with stage("gateway.admission"):
         events = await policy.admit(
-            model, len(plan.ids), settings.n * plan.sampling.max_new_tokens, events, prompt_param=param,
-            prompt=plan.prompt, choices=settings.n,
+            model,
+            len(plan.ids),
+            settings.n * plan.sampling.max_new_tokens,
+            events,
+            prompt_param=param,
+            prompt=plan.prompt,
+            choices=settings.n,
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     renderer = ChatRenderer([model.family.parser(chat, plan.prompt) for _ in range(settings.n)], texts, len(plan.ids))

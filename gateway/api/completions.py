@@ -55,7 +55,12 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     budget = settings.n * sum(sampling.max_new_tokens for _, sampling in batch)
     with stage("gateway.admission"):
         events = await policy.admit(
-            model, prompt_tokens, budget, events, prompt_param="prompt", prompt=parsed.prompts,
+            model,
+            prompt_tokens,
+            budget,
+            events,
+            prompt_param="prompt",
+            prompt=parsed.prompts,
             choices=len(batch) * settings.n,
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None

@@ -54,7 +54,9 @@ async def create_message(request: Request, registry: ModelRegistry, max_body: in
         parsed = parse_messages_request(await read_json(request, max_body))
         model = served_model(registry, parsed.model)
         rid = item_id("msg")
-        events, renderer = await start_chat(request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens")
+        events, renderer = await start_chat(
+            request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens"
+        )
         door = MessagesDoor(renderer, rid, model.id)
         return await respond_door(request, events, door, parsed.settings.stream)
     except APIError as e:

@@ -59,7 +59,9 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     if not chat.messages:
         raise invalid("'input' must hold at least one item", "input")
     rid = item_id("resp")
-    events, renderer = await start_chat(request, model, chat, parsed.settings, rid, param="input", max_tokens_param="max_output_tokens")
+    events, renderer = await start_chat(
+        request, model, chat, parsed.settings, rid, param="input", max_tokens_param="max_output_tokens"
+    )
 
     async def keep(response: dict[str, Any], output: list[dict[str, Any]]) -> None:
         if parsed.store:

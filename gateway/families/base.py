@@ -41,12 +41,12 @@ class OutputParser(ABC):
         """Whether any tool call was emitted (finish_reason becomes "tool_calls")."""
 
 
-
 def reopened_reasoning(prompt: str, turn_start: str, think_start: str, think_end: str) -> bool:
     """Whether the prompt's last turn (from its last `turn_start`) opened a think block, not closed since, that the
     model is to continue."""
     start = prompt.rfind(think_start)
     return start > prompt.rfind(turn_start) and prompt.rfind(think_end) < start
+
 
 @dataclass
 class FamilyContext:

@@ -136,9 +136,7 @@ class GrammarBudget:
             if child.cpu_seconds() - started_cpu > self.seconds:
                 return None
             if time.monotonic() - started > wall_limit or not child.alive:
-                raise APIError(
-                    "the grammar compiler failed; try again", status=503, type="server_error", retry_after=1
-                )
+                raise APIError("the grammar compiler failed; try again", status=503, type="server_error", retry_after=1)
         return child.connection.recv()
 
     def _outcome(self, reply: tuple[Any, ...], chat: ChatRequest) -> Grammar | None:

@@ -27,6 +27,7 @@ from gateway.observability.requests import RequestRecord, note_dispatch
 from gateway.observability.tracing import note_replica
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), so histograms line up with a vLLM fleet's.
+# fmt: off
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0, 160.0, 640.0, 2560.0)
 TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
@@ -35,6 +36,7 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                480.0, 960.0, 1920.0, 7680.0)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 GRAMMAR_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0)
+# fmt: on
 BREAKER_VALUES = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 OTHER = "other"
 NONE = "none"
@@ -74,41 +76,92 @@ class GatewayMetrics:
         """Requests being served now (the middleware adds and removes them)."""
         r = self.registry
         model = ["model_name"]
-        self.requests = Counter("gateway:requests", "HTTP requests by route, status, model and tenant",
-                                ["model_name", "route", "status", "tenant"], registry=r)
-        self.request_success = Counter("gateway:request_success", "Finished choices by finish reason",
-                                       ["model_name", "finished_reason"], registry=r)
-        self.ttft = Histogram("gateway:time_to_first_token_seconds", "Request arrival to first output",
-                              model, buckets=TTFT_BUCKETS, registry=r)
-        self.tpot = Histogram("gateway:time_per_output_token_seconds", "Mean time per output token after the first",
-                              model, buckets=TPOT_BUCKETS, registry=r)
-        self.e2e = Histogram("gateway:e2e_request_latency_seconds", "Request arrival to last byte of a generation",
-                             model, buckets=E2E_BUCKETS, registry=r)
-        self.overhead = Histogram("gateway:overhead_seconds", "Request arrival to its first backend attempt sent",
-                                  model, buckets=OVERHEAD_BUCKETS, registry=r)
+        self.requests = Counter(
+            "gateway:requests",
+            "HTTP requests by route, status, model and tenant",
+            ["model_name", "route", "status", "tenant"],
+            registry=r,
+        )
+        self.request_success = Counter(
+            "gateway:request_success",
+            "Finished choices by finish reason",
+            ["model_name", "finished_reason"],
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "gateway:time_to_first_token_seconds",
+            "Request arrival to first output",
+            model,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tpot = Histogram(
+            "gateway:time_per_output_token_seconds",
+            "Mean time per output token after the first",
+            model,
+            buckets=TPOT_BUCKETS,
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "gateway:e2e_request_latency_seconds",
+            "Request arrival to last byte of a generation",
+            model,
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.overhead = Histogram(
+            "gateway:overhead_seconds",
+            "Request arrival to its first backend attempt sent",
+            model,
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
         self.prompt_tokens = Counter("gateway:prompt_tokens", "Prompt tokens of generations", model, registry=r)
         self.generation_tokens = Counter("gateway:generation_tokens", "Output tokens", model, registry=r)
-        self.cached_tokens = Counter("gateway:cached_prompt_tokens", "Prompt tokens the backend had cached",
-                                     model, registry=r)
-        self.waiting = Gauge("gateway:num_requests_waiting", "Requests queued in the gateway before admission",
-                             model, registry=r)
-        self.queue_wait = Histogram("gateway:request_queue_time_seconds", "Time a request waited for admission",
-                                    model, buckets=TTFT_BUCKETS, registry=r)
-        self.grammar_build = Histogram("gateway:grammar_build_seconds", "Building a request's grammar",
-                                       model, buckets=GRAMMAR_BUCKETS, registry=r)
-        self.grammar_compile = Histogram("gateway:grammar_compile_seconds",
-                                         "CPU time compiling a request's grammar under the compile budget",
-                                         model, buckets=GRAMMAR_BUCKETS, registry=r)
-        self.grammar_cache = Counter("gateway:grammar_cache_lookups", "The compile budget's cache: hit, miss or "
-                                     "over_budget", ["model_name", "result"], registry=r)
-        self.shielded = Counter("gateway:shielded_spellings", "Added-token spellings typed by clients, shielded",
-                                model, registry=r)
-        self.retries = Counter("gateway:backend_retries", "Attempts moved to another replica",
-                               ["model_name", "replica"], registry=r)
-        self.backend_errors = Counter("gateway:backend_errors", "Failed backend attempts by status",
-                                      ["model_name", "replica", "status"], registry=r)
-        self.policy_reloads = Counter("gateway:policy_reloads", "Tenant policy reloads by outcome", ["outcome"],
-                                      registry=r)
+        self.cached_tokens = Counter(
+            "gateway:cached_prompt_tokens", "Prompt tokens the backend had cached", model, registry=r
+        )
+        self.waiting = Gauge(
+            "gateway:num_requests_waiting", "Requests queued in the gateway before admission", model, registry=r
+        )
+        self.queue_wait = Histogram(
+            "gateway:request_queue_time_seconds",
+            "Time a request waited for admission",
+            model,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
+        self.grammar_build = Histogram(
+            "gateway:grammar_build_seconds", "Building a request's grammar", model, buckets=GRAMMAR_BUCKETS, registry=r
+        )
+        self.grammar_compile = Histogram(
+            "gateway:grammar_compile_seconds",
+            "CPU time compiling a request's grammar under the compile budget",
+            model,
+            buckets=GRAMMAR_BUCKETS,
+            registry=r,
+        )
+        self.grammar_cache = Counter(
+            "gateway:grammar_cache_lookups",
+            "The compile budget's cache: hit, miss or over_budget",
+            ["model_name", "result"],
+            registry=r,
+        )
+        self.shielded = Counter(
+            "gateway:shielded_spellings", "Added-token spellings typed by clients, shielded", model, registry=r
+        )
+        self.retries = Counter(
+            "gateway:backend_retries", "Attempts moved to another replica", ["model_name", "replica"], registry=r
+        )
+        self.backend_errors = Counter(
+            "gateway:backend_errors",
+            "Failed backend attempts by status",
+            ["model_name", "replica", "status"],
+            registry=r,
+        )
+        self.policy_reloads = Counter(
+            "gateway:policy_reloads", "Tenant policy reloads by outcome", ["outcome"], registry=r
+        )
         r.register(RunningCollector(self.in_flight, [m.id for m in registry or ()]))
         r.register(LoopTasksCollector())
         if registry is not None:
@@ -176,8 +229,18 @@ class _ModelSeries:
     """One model's children of the per-model metrics, looked up once (`labels()` costs a lock and a dict)."""
 
     def __init__(self, metrics: GatewayMetrics, model: str):
-        for name in ("e2e", "ttft", "tpot", "overhead", "prompt_tokens", "generation_tokens", "cached_tokens",
-                     "shielded", "grammar_build", "grammar_compile"):
+        for name in (
+            "e2e",
+            "ttft",
+            "tpot",
+            "overhead",
+            "prompt_tokens",
+            "generation_tokens",
+            "cached_tokens",
+            "shielded",
+            "grammar_build",
+            "grammar_compile",
+        ):
             setattr(self, name, getattr(metrics, name).labels(model))
         self._success = metrics.request_success
         self._model = model
@@ -217,8 +280,9 @@ class LoopTasksCollector(Collector):
             tasks = len(asyncio.all_tasks())
         except RuntimeError:  # scraped outside a running loop (render() called from a test's thread)
             return
-        yield GaugeMetricFamily("gateway:event_loop_tasks", "asyncio tasks alive in the gateway's event loop",
-                                value=tasks)
+        yield GaugeMetricFamily(
+            "gateway:event_loop_tasks", "asyncio tasks alive in the gateway's event loop", value=tasks
+        )
 
 
 class RunningCollector(Collector):
@@ -229,8 +293,9 @@ class RunningCollector(Collector):
         self._models = models
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        running = GaugeMetricFamily("gateway:num_requests_running", "Generations in flight in the gateway",
-                                    labels=["model_name"])
+        running = GaugeMetricFamily(
+            "gateway:num_requests_running", "Generations in flight in the gateway", labels=["model_name"]
+        )
         counts = dict.fromkeys(self._models, 0)
         for record in list(self._in_flight):
             if record.generating:
@@ -251,11 +316,17 @@ class ReplicaCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         labels = ["model_name", "replica"]
-        running = GaugeMetricFamily("gateway:backend_requests_running", "Requests outstanding per replica", labels=labels)
-        healthy = GaugeMetricFamily("gateway:backend_healthy", "1 when the replica's health check passes",
-                                    labels=labels)
-        breaker = GaugeMetricFamily("gateway:backend_circuit_breaker_state",
-                                    "Circuit breaker per replica: 0 closed, 1 half-open, 2 open", labels=labels)
+        running = GaugeMetricFamily(
+            "gateway:backend_requests_running", "Requests outstanding per replica", labels=labels
+        )
+        healthy = GaugeMetricFamily(
+            "gateway:backend_healthy", "1 when the replica's health check passes", labels=labels
+        )
+        breaker = GaugeMetricFamily(
+            "gateway:backend_circuit_breaker_state",
+            "Circuit breaker per replica: 0 closed, 1 half-open, 2 open",
+            labels=labels,
+        )
         for served in self._registry:
             if not isinstance(served.backend, Router):
                 continue

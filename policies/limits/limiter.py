@@ -46,15 +46,24 @@ class Limiter(ABC):
         try:
             verdict = await asyncio.shield(attempt)
         except asyncio.CancelledError:
-            self._track(self._undo(attempt, Admission(True, None, None, tenant=tenant, charge_id=charge_id,
-                                                      holder=holder)))
+            self._track(
+                self._undo(attempt, Admission(True, None, None, tenant=tenant, charge_id=charge_id, holder=holder))
+            )
             raise
         except StoreUnavailable as exc:
             self._store_failed("admit", tenant, exc)
             if limits.on_store_error == "open":
                 return Admission(True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id)
-            return Admission(False, "store", 1.0, {"retry-after": "1"}, status=503, store_error=True,
-                             tenant=tenant, charge_id=charge_id)
+            return Admission(
+                False,
+                "store",
+                1.0,
+                {"retry-after": "1"},
+                status=503,
+                store_error=True,
+                tenant=tenant,
+                charge_id=charge_id,
+            )
         self.store_healthy = True
         retry = None if verdict.allowed or verdict.retry_ms is None else verdict.retry_ms / 1000
         return Admission(
@@ -110,8 +119,11 @@ class Limiter(ABC):
                 else:
                     self.store_healthy = True
                     return
-            log.error("settlement lost for tenant %s charge %s: the store stayed unreachable",
-                      admission.tenant, admission.charge_id)
+            log.error(
+                "settlement lost for tenant %s charge %s: the store stayed unreachable",
+                admission.tenant,
+                admission.charge_id,
+            )
         finally:
             if first_try is not None and not first_try.done():
                 first_try.set_result(None)

@@ -64,8 +64,9 @@ class MemoryLimiter(Limiter):
             charge.holders.add(holder)
             return Verdict(True, None, None, len(state.log), state.tokens, state.reset_ms(now), charge.member)
         day = now // DAY_MS
-        refusal = worst_refusal(limits, tokens, now, state.log.values(), state.tokens,
-                                len(state.slots), state.days.get(day, 0))
+        refusal = worst_refusal(
+            limits, tokens, now, state.log.values(), state.tokens, len(state.slots), state.days.get(day, 0)
+        )
         if refusal is not None:
             return Verdict(False, refusal[0], refusal[1], len(state.log), state.tokens, state.reset_ms(now))
         state.log[holder] = [now, tokens]

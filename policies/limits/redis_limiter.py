@@ -65,8 +65,14 @@ class RedisLimiter(Limiter):
 
     async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
         args = [
-            self._now_arg(), tokens, _arg(limits.requests_per_minute), _arg(limits.tokens_per_minute),
-            _arg(limits.concurrent_requests), _arg(limits.tokens_per_day), holder, self._lease_ms,
+            self._now_arg(),
+            tokens,
+            _arg(limits.requests_per_minute),
+            _arg(limits.tokens_per_minute),
+            _arg(limits.concurrent_requests),
+            _arg(limits.tokens_per_day),
+            holder,
+            self._lease_ms,
             CONCURRENCY_RETRY_MS,
         ]
         try:

@@ -33,7 +33,9 @@ local function reset_ms(now)
 end
 """
 
-ADMIT = COMMON + """
+ADMIT = (
+    COMMON
+    + """
 -- ARGV: 1 now, 2 tokens, 3 rpm, 4 tpm, 5 concurrency, 6 tokens per day (-1: unlimited), 7 holder, 8 lease ms,
 -- 9 the retry ms of a concurrency refusal
 local now = now_ms()
@@ -97,8 +99,11 @@ redis.call('HSET', KEYS[5], 'm', holder, 'r', tokens, 'd', day, 's', 0, 'n', 1, 
 redis.call('PEXPIRE', KEYS[5], math.max(lease, 2 * DAY))  -- a long request still settles its day
 return {1, '', -1, count + 1, sum + tokens, WINDOW, holder}
 """
+)
 
-SETTLE = COMMON + """
+SETTLE = (
+    COMMON
+    + """
 -- ARGV: 1 now, 2 holder, 3 used tokens
 local holder, used = ARGV[2], tonumber(ARGV[3])
 if redis.call('HDEL', KEYS[5], 'h:' .. holder) == 0 then return 0 end
@@ -120,3 +125,4 @@ if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then
 end
 return 1
 """
+)

@@ -18,7 +18,12 @@ def free_at(entries: Iterable[Sequence[int]], need: int, now: int) -> int:
 
 
 def worst_refusal(
-    limits: Limits, tokens: int, now: int, log: Collection[Sequence[int]], window_tokens: int, slots: int,
+    limits: Limits,
+    tokens: int,
+    now: int,
+    log: Collection[Sequence[int]],
+    window_tokens: int,
+    slots: int,
     day_used: int,
 ) -> tuple[LimitName, int | None] | None:
     """The limit that refuses this request for longest (None retry: never fits), or None when every limit admits.

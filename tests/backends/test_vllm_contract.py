@@ -157,8 +157,16 @@ COUNTING = [33, 28, 216, 34, 28, 216, 35, 28, 216, 36, 28]  # "1, 2, 3, 4,": gre
 
 
 def test_worker_stop_strings_min_tokens_and_cached_tokens_are_vllms(oracle, worker_url):
-    body = {"prompt": COUNTING, "max_tokens": 8, "temperature": 0, "stop": [",", "6"], "min_tokens": 4,
-            "include_stop_str_in_output": True, "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "prompt": COUNTING,
+        "max_tokens": 8,
+        "temperature": 0,
+        "stop": [",", "6"],
+        "min_tokens": 4,
+        "include_stop_str_in_output": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     sampling = oracle.check("completion_request", body)["sampling"]
     assert (sampling["stop"], sampling["min_tokens"], sampling["include_stop_str_in_output"]) == ([",", "6"], 4, True)
     runs = []

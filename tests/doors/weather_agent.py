@@ -26,7 +26,9 @@ def run_weather_agent(base_url: str, model_id: str, question: str, *, streamed: 
     async def run():
         # closed inside its event loop: left to the garbage collector, its connections would be closed later on
         # whatever loop is running then (another test's), or on this closed one
-        async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120) as client:
+        async with openai.AsyncOpenAI(
+            base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120
+        ) as client:
             agent = Agent(
                 name="weather",
                 instructions="You answer questions about the weather using the tool.",

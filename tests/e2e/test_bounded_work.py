@@ -17,8 +17,12 @@ default budget of 2 s of CPU (and costs no more than the budget: the compile is 
 
 def test_a_schema_over_the_compile_budget_is_a_400_and_the_model_keeps_answering(gateway, model_id):
     with httpx.Client(base_url=gateway.base_url, timeout=120) as client:
-        body = {"model": model_id, "messages": USER, "max_tokens": 4,
-                "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": BIG_ENUM}}}
+        body = {
+            "model": model_id,
+            "messages": USER,
+            "max_tokens": 4,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": BIG_ENUM}},
+        }
         answer = client.post("/v1/chat/completions", json=body)
         assert answer.status_code == 400, answer.text
         error = answer.json()["error"]

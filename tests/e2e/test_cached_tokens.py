@@ -8,13 +8,19 @@ from prometheus_client.parser import text_string_to_metric_families
 
 def _cached_counter(gateway) -> float:
     text = httpx.get(f"{gateway.base_url}/metrics").text
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "gateway:cached_prompt_tokens_total")
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "gateway:cached_prompt_tokens_total"
+    )
 
 
 def test_a_repeated_prompt_reports_its_cached_tokens(gateway, client, model_id):
-    messages = [{"role": "system", "content": "You are a terse assistant for the prefix-cache test."},
-                {"role": "user", "content": "Name one colour of the rainbow."}]
+    messages = [
+        {"role": "system", "content": "You are a terse assistant for the prefix-cache test."},
+        {"role": "user", "content": "Name one colour of the rainbow."},
+    ]
     first = client.chat.completions.create(model=model_id, messages=messages, max_tokens=2, temperature=0)
     before = _cached_counter(gateway)
     second = client.chat.completions.create(model=model_id, messages=messages, max_tokens=2, temperature=0)

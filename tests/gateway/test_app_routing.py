@@ -87,7 +87,12 @@ def test_ready_says_503_while_draining_but_requests_are_served(tokenize_only, st
 
 def test_a_grammar_the_backend_would_ignore_is_refused(tokenize_only, monkeypatch):
     model = dataclasses.replace(tokenize_only, grammar_target="0.2.7")
-    newer = Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": {"type": "grammar", "grammar": "root ::= \"a\"", "syntax": "lark"}}))
+    newer = Grammar(
+        "structural_tag",
+        json.dumps(
+            {"type": "structural_tag", "format": {"type": "grammar", "grammar": 'root ::= "a"', "syntax": "lark"}}
+        ),
+    )
     monkeypatch.setattr(model.family, "grammar", lambda chat, prompt: newer)
     chat_request = ChatRequest(messages=USER, tools=[])
     with pytest.raises(APIError) as info:

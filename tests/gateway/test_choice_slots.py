@@ -32,14 +32,17 @@ def gateway(tokenize_only):
     )
     slots = ChoiceSlots(SLOTS, wait_s=0.5)
     with serve(server.app) as url:
-        model = dataclasses.replace(tokenize_only, id=MODEL, backend=SGLangBackend(url, incremental=True),
-                                    choice_slots=slots)
+        model = dataclasses.replace(
+            tokenize_only, id=MODEL, backend=SGLangBackend(url, incremental=True), choice_slots=slots
+        )
         with serve(create_app(ModelRegistry([model]))) as base, httpx.Client(base_url=base, timeout=30) as client:
             yield client, server, slots
 
 
 def ask(client: httpx.Client, n: int, max_tokens: int = 8) -> httpx.Response:
-    return client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "n": n, "max_tokens": max_tokens})
+    return client.post(
+        "/v1/chat/completions", json={"model": MODEL, "messages": USER, "n": n, "max_tokens": max_tokens}
+    )
 
 
 def wait_until(condition) -> None:
@@ -65,10 +68,14 @@ def test_choices_that_do_not_fit_the_free_slots_wait_then_503_and_single_choices
     opened = threading.Barrier(SLOTS)
 
     def hold() -> None:
-        with httpx.Client(base_url=str(client.base_url), timeout=30) as other, other.stream(
-            "POST", "/v1/chat/completions",
-            json={"model": MODEL, "messages": USER, "stream": True, "max_tokens": HELD},
-        ) as r:
+        with (
+            httpx.Client(base_url=str(client.base_url), timeout=30) as other,
+            other.stream(
+                "POST",
+                "/v1/chat/completions",
+                json={"model": MODEL, "messages": USER, "stream": True, "max_tokens": HELD},
+            ) as r,
+        ):
             lines = r.iter_lines()
             next(lines)  # the stream is open (and stays open while `lines` is held)
             opened.wait()

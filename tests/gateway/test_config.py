@@ -76,7 +76,9 @@ def test_the_embedded_default_caps_max_tokens_unless_told_otherwise():
     from gateway.cli import _serve_config, build_parser
     from gateway.process.config import EMBEDDED_DEFAULT_MAX_TOKENS
 
-    assert _serve_config(build_parser().parse_args(["serve"])).models[0].default_max_tokens == EMBEDDED_DEFAULT_MAX_TOKENS
+    assert (
+        _serve_config(build_parser().parse_args(["serve"])).models[0].default_max_tokens == EMBEDDED_DEFAULT_MAX_TOKENS
+    )
     told = build_parser().parse_args(["serve", "--default-max-tokens", "64"])
     assert _serve_config(told).models[0].default_max_tokens == 64
 
@@ -85,7 +87,10 @@ def test_the_embedded_default_caps_max_tokens_unless_told_otherwise():
     ("flags", "message"),
     [
         (["--family", "hermes"], "--family cannot be combined with --config: set `family`"),
-        (["--request-timeout", "30"], "--request-timeout cannot be combined with --config: set `backend.request_timeout_s`"),
+        (
+            ["--request-timeout", "30"],
+            "--request-timeout cannot be combined with --config: set `backend.request_timeout_s`",
+        ),
         (["--threads", "2"], "--threads cannot be combined with --config: set `backend.threads`"),
         (["--model-id", "m"], "--model-id cannot be combined with --config: set `id`"),
         (["--default-max-tokens", "9"], "--default-max-tokens cannot be combined with --config"),

@@ -20,15 +20,18 @@ def test_past_the_concurrency_limit_a_request_gets_a_503_with_retry_after(checkp
     model = served_model_from_checkpoint(MODEL, checkpoint, "hermes", None)
     server = SGLangStandIn(incremental=True)
     ids = model.encoder.encode_plain("Sunny and warm.") + [2]
-    server.script = lambda body: Script(ids=ids, hold_after=1 if body["sampling_params"]["max_new_tokens"] == 9 else None)
+    server.script = lambda body: Script(
+        ids=ids, hold_after=1 if body["sampling_params"]["max_new_tokens"] == 9 else None
+    )
     with serve(server.app) as url:
         backend = SGLangBackend(url, incremental=True)
         app = create_app(ModelRegistry([dataclasses.replace(model, backend=backend)]), max_concurrency=1)
         with serve(app) as base, httpx.Client(base_url=base, timeout=30) as client:
             held = {"model": MODEL, "messages": USER, "stream": True, "max_tokens": 9}
-            with httpx.Client(base_url=base, timeout=30) as other, other.stream(
-                "POST", "/v1/chat/completions", json=held
-            ) as r:
+            with (
+                httpx.Client(base_url=base, timeout=30) as other,
+                other.stream("POST", "/v1/chat/completions", json=held) as r,
+            ):
                 assert r.status_code == 200
                 refused = client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
                 assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
@@ -59,7 +62,9 @@ def test_cli_limits_override_the_config(tmp_path):
 
     path = tmp_path / "gateway.yaml"
     path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {max_concurrency: 8}\n")
-    args = build_parser().parse_args(["serve", "--config", str(path), "--max-concurrency", "3", "--header-timeout", "2.5"])
+    args = build_parser().parse_args(
+        ["serve", "--config", str(path), "--max-concurrency", "3", "--header-timeout", "2.5"]
+    )
     config = _serve_config(args)
     override_limits(config.server, args)
     assert (config.server.max_concurrency, config.server.max_body_bytes) == (3, 16 * 1024 * 1024)

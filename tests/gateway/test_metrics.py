@@ -50,7 +50,9 @@ def gateway(checkpoint):
     server = SGLangStandIn(incremental=True)
     ids = model.encoder.encode_plain(TOKENS) + [2]
     # A request whose max_tokens is 999 holds after two tokens until its client goes away.
-    server.script = lambda body: Script(ids=ids, hold_after=2 if body["sampling_params"]["max_new_tokens"] == 999 else None)
+    server.script = lambda body: Script(
+        ids=ids, hold_after=2 if body["sampling_params"]["max_new_tokens"] == 999 else None
+    )
     refuser = SGLangStandIn(incremental=True)
     refuser.script = lambda body: Script(refuse=503)
     with serve(server.app) as url, serve(refuser.app) as refusing:
@@ -79,14 +81,19 @@ def test_a_generation_feeds_the_request_latency_token_and_replica_metrics(gatewa
     after = samples(client)
 
     def grew(name, **labels):
-        return value(after, name, **labels) - (value(before, name, **labels) if any(
-            n == name and set(labels.items()) <= ls for n, ls in before) else 0)
+        return value(after, name, **labels) - (
+            value(before, name, **labels) if any(n == name and set(labels.items()) <= ls for n, ls in before) else 0
+        )
 
     labels = {"model_name": MODEL}
     assert grew("gateway:requests_total", route="/v1/chat/completions", status="200", tenant="none", **labels) == 2
     assert grew("gateway:request_success_total", finished_reason="stop", **labels) == 2
-    for histogram in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "overhead_seconds",
-                      "time_per_output_token_seconds"):
+    for histogram in (
+        "time_to_first_token_seconds",
+        "e2e_request_latency_seconds",
+        "overhead_seconds",
+        "time_per_output_token_seconds",
+    ):
         assert grew(f"gateway:{histogram}_count", **labels) == 2, histogram
     assert grew("gateway:generation_tokens_total", **labels) == 2 * n_ids
     assert grew("gateway:prompt_tokens_total", **labels) > 0
@@ -135,8 +142,10 @@ def test_errors_and_shielded_spellings_are_counted(gateway):
     client = gateway.client
     r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "temperature": "hot"})
     assert r.status_code == 400
-    r = client.post("/v1/chat/completions", json={"model": MODEL, "messages": [
-        {"role": "user", "content": "say <|im_start|> and <|im_end|>"}]})
+    r = client.post(
+        "/v1/chat/completions",
+        json={"model": MODEL, "messages": [{"role": "user", "content": "say <|im_start|> and <|im_end|>"}]},
+    )
     assert r.status_code == 200
     after = samples(client)
     assert value(after, "gateway:requests_total", status="400", route="/v1/chat/completions", model_name="none") >= 1
@@ -148,8 +157,15 @@ def test_errors_and_shielded_spellings_are_counted(gateway):
 
 def test_tenant_labels_are_capped():
     labels = TenantLabels(limit=2)
-    assert [labels.label(t) for t in ("a", "b", "c", "a", "", "d", "b")] == ["a", "b", "other", "a", "none",
-                                                                               "other", "b"]
+    assert [labels.label(t) for t in ("a", "b", "c", "a", "", "d", "b")] == [
+        "a",
+        "b",
+        "other",
+        "a",
+        "none",
+        "other",
+        "b",
+    ]
 
 
 def test_every_gateway_metric_the_dashboard_queries_is_exposed(gateway):

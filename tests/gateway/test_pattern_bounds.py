@@ -17,14 +17,23 @@ REFUSED = [r"^a{5000}$", r"^.{1024}$", r"^(\w{16}){16}$", r"^(\w+){64}$", r"^(.{
 
 def tool_body(pattern: str) -> dict:
     parameters = {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}}
-    return {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-            "tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}]}
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": parameters}}],
+    }
 
 
 def schema_body(pattern: str) -> dict:
-    schema = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "string", "pattern": pattern}}}}
-    return {"model": "m", "messages": [{"role": "user", "content": "hi"}],
-            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}
+    schema = {
+        "type": "object",
+        "properties": {"items": {"type": "array", "items": {"type": "string", "pattern": pattern}}},
+    }
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+    }
 
 
 @pytest.mark.parametrize("pattern", ACCEPTED)

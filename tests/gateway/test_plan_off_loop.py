@@ -13,8 +13,13 @@ from gateway.validation.chat import parse_chat_completion
 
 
 def chat_of(messages: int, **extra):
-    body = {"model": "m", "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": f"hi <|im_start|> {i}"}
-                                       for i in range(messages)], **extra}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"hi <|im_start|> {i}"} for i in range(messages)
+        ],
+        **extra,
+    }
     return parse_chat_completion(body)
 
 
@@ -30,7 +35,9 @@ def test_only_costly_chats_leave_the_loop():
     assert planning._cheap(chat_of(3).chat)
     assert not planning._cheap(chat_of(planning.OFF_LOOP_MESSAGES + 1).chat)
     assert not planning._cheap(chat_of(1, response_format={"type": "json_object"}).chat)
-    big = parse_chat_completion({"model": "m", "messages": [{"role": "user", "content": "x" * (planning.OFF_LOOP_CHARS + 1)}]})
+    big = parse_chat_completion(
+        {"model": "m", "messages": [{"role": "user", "content": "x" * (planning.OFF_LOOP_CHARS + 1)}]}
+    )
     assert not planning._cheap(big.chat)
 
 

@@ -154,14 +154,18 @@ def test_a_refused_request_is_a_span_with_its_error_and_no_backend_call(traced, 
     assert not [s for s in spans if s["kind"] == ProtoSpan.SPAN_KIND_CLIENT]
 
 
-def test_without_tracing_nothing_is_sent_and_the_traceparent_is_forwarded_as_it_came(model, backend, collector, monkeypatch):
+def test_without_tracing_nothing_is_sent_and_the_traceparent_is_forwarded_as_it_came(
+    model, backend, collector, monkeypatch
+):
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"):
         monkeypatch.delenv(name, raising=False)
     assert start_tracing(TracingConfig()) is None
     posts = collector.posts
     traceparent = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
     with serve(_gateway(model, backend, None)) as base:
-        r = httpx.post(f"{base}/v1/chat/completions", json={"model": MODEL, "messages": USER}, headers={"traceparent": traceparent})
+        r = httpx.post(
+            f"{base}/v1/chat/completions", json={"model": MODEL, "messages": USER}, headers={"traceparent": traceparent}
+        )
     assert r.status_code == 200
     assert backend.server.headers[-1]["traceparent"] == traceparent  # forwarded as it came
     assert collector.posts == posts
@@ -182,7 +186,9 @@ def test_the_endpoint_comes_from_the_config_or_the_standard_variables():
 
 def test_the_tracing_key_of_the_config_file(tmp_path):
     path = tmp_path / "gateway.yaml"
-    path.write_text("models: [{id: m, backend: {type: none}}]\ntracing: {endpoint: 'http://c:4318', sample_ratio: 0.25}\n")
+    path.write_text(
+        "models: [{id: m, backend: {type: none}}]\ntracing: {endpoint: 'http://c:4318', sample_ratio: 0.25}\n"
+    )
     assert load_config(path).tracing == TracingConfig(endpoint="http://c:4318", sample_ratio=0.25)
     for bad in ("{sample_ratio: 2}", "{endpoint: c:4318}", "{exporter: grpc}"):
         path.write_text(f"models: [{{id: m, backend: {{type: none}}}}]\ntracing: {bad}\n")

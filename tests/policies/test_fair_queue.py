@@ -29,8 +29,9 @@ class Load:
         self._running: deque[asyncio.Event] = deque()
         self.tasks: dict[str, asyncio.Task] = {}
 
-    async def submit(self, tenant: str, count: int, *, weight: float = 1.0, cost: int = 100,
-                     timeout_s: float = 60.0) -> None:
+    async def submit(
+        self, tenant: str, count: int, *, weight: float = 1.0, cost: int = 100, timeout_s: float = 60.0
+    ) -> None:
         for _ in range(count):
             name = f"{tenant}{sum(n.startswith(tenant) for n in self.tasks)}"
             self.tasks[name] = asyncio.create_task(self._request(name, tenant, weight, cost, timeout_s))
@@ -81,7 +82,7 @@ async def test_service_is_shared_in_proportion_in_every_round(a, b, starts, roun
     shares = load.tenants_started(skip=1)
     assert len(shares) == starts
     for i in range(0, starts, round_):  # in every round, not in bursts
-        assert {t: shares[i:i + round_].count(t) for t in "ab"} == per_round
+        assert {t: shares[i : i + round_].count(t) for t in "ab"} == per_round
 
 
 async def test_a_tenant_runs_its_requests_in_arrival_order():

@@ -193,7 +193,15 @@ async def test_headers_name_only_the_limits_a_tenant_has(limiter, tenant):
 
 def test_durations_are_written_as_openai_writes_them():
     assert [duration(ms) for ms in (0, 17, 999, 1000, 1500, 59_999, 360_000, 61_250, 3_600_000)] == [
-        "0s", "17ms", "999ms", "1s", "1.5s", "59.999s", "6m0s", "1m1.25s", "1h0m0s",
+        "0s",
+        "17ms",
+        "999ms",
+        "1s",
+        "1.5s",
+        "59.999s",
+        "6m0s",
+        "1m1.25s",
+        "1h0m0s",
     ]
 
 
@@ -207,8 +215,13 @@ async def test_hostile_token_counts_are_bounded(limiter, tenant):
 
 @pytest.mark.parametrize(
     "fields",
-    [{"requests_per_minute": -1}, {"tokens_per_minute": 1.5}, {"concurrent_requests": True},
-     {"tokens_per_day": "10"}, {"on_store_error": "maybe"}],
+    [
+        {"requests_per_minute": -1},
+        {"tokens_per_minute": 1.5},
+        {"concurrent_requests": True},
+        {"tokens_per_day": "10"},
+        {"on_store_error": "maybe"},
+    ],
 )
 def test_limits_refuse_nonsense(fields):
     with pytest.raises(ValueError, match=next(iter(fields))):

@@ -27,7 +27,10 @@ def test_two_replicas_admit_exactly_20_of_50(redis_server):
     replicas = [
         subprocess.Popen(
             [sys.executable, "-m", "tests.policies.admit_worker", redis_server.url, tenant, "25", "20"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(2)
     ]

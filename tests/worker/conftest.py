@@ -70,7 +70,9 @@ class Collector:
 
 def submit(engine: Engine, rid: str, input_ids: list[int], **kwargs) -> Collector:
     """Submit a request; keyword arguments are SamplingParams fields or EngineRequest extras."""
-    extras = {k: kwargs.pop(k) for k in ("grammar", "logprobs", "top_logprobs", "min_new_tokens", "text") if k in kwargs}
+    extras = {
+        k: kwargs.pop(k) for k in ("grammar", "logprobs", "top_logprobs", "min_new_tokens", "text") if k in kwargs
+    }
     kwargs.setdefault("temperature", 0.0)
     collector = Collector()
     engine.submit(EngineRequest(rid, input_ids, SamplingParams(**kwargs), collector.events.put, **extras))

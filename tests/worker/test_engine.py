@@ -21,10 +21,13 @@ PROMPTS = [
 
 
 def test_batched_greedy_equals_alone(engine, checkpoint):
-    alone = [submit(engine, f"alone-{i}", prompt_ids(checkpoint, p), max_new_tokens=12).wait()[0]
-             for i, p in enumerate(PROMPTS)]
-    collectors = [submit(engine, f"batch-{i}", prompt_ids(checkpoint, p), max_new_tokens=12)
-                  for i, p in enumerate(PROMPTS)]
+    alone = [
+        submit(engine, f"alone-{i}", prompt_ids(checkpoint, p), max_new_tokens=12).wait()[0]
+        for i, p in enumerate(PROMPTS)
+    ]
+    collectors = [
+        submit(engine, f"batch-{i}", prompt_ids(checkpoint, p), max_new_tokens=12) for i, p in enumerate(PROMPTS)
+    ]
     assert [c.wait()[0] for c in collectors] == alone
 
 
@@ -62,8 +65,14 @@ def test_eos_stops_unless_ignored(engine, checkpoint):
 
 
 def test_logprobs_are_reported(engine, checkpoint):
-    collector = submit(engine, "lp", prompt_ids(checkpoint, "The capital of France is"), max_new_tokens=1,
-                       logprobs=True, top_logprobs=3)
+    collector = submit(
+        engine,
+        "lp",
+        prompt_ids(checkpoint, "The capital of France is"),
+        max_new_tokens=1,
+        logprobs=True,
+        top_logprobs=3,
+    )
     event = collector.next()
     token = event.tokens[0]
     assert token.logprob <= 0 and len(token.top) == 3
@@ -101,8 +110,12 @@ def test_structural_tag_forces_its_text(engine, checkpoint, grammars):
 
 def test_grammar_cache_and_errors(grammars):
     assert grammars.compile("regex", "[a-z]+") is grammars.compile("regex", "[a-z]+")
-    for kind, text in [("regex", "(("), ("json_schema", "{not json"), ("ebnf", "root ::= missing"),
-                       ("structural_tag", '{"type": "structural_tag", "format": {"type": "nope"}}')]:
+    for kind, text in [
+        ("regex", "(("),
+        ("json_schema", "{not json"),
+        ("ebnf", "root ::= missing"),
+        ("structural_tag", '{"type": "structural_tag", "format": {"type": "nope"}}'),
+    ]:
         with pytest.raises(GrammarError):
             grammars.compile(kind, text)
 
@@ -126,7 +139,13 @@ def test_abort_frees_the_slot(engine, checkpoint):
 
 
 def test_penalties_change_the_logits_in_place(engine, checkpoint):
-    ids, event = submit(engine, "penalized", prompt_ids(checkpoint, "1, 2, 3, 4,"), max_new_tokens=4,
-                        frequency_penalty=2.0, presence_penalty=2.0).wait()
+    ids, event = submit(
+        engine,
+        "penalized",
+        prompt_ids(checkpoint, "1, 2, 3, 4,"),
+        max_new_tokens=4,
+        frequency_penalty=2.0,
+        presence_penalty=2.0,
+    ).wait()
     assert (event.finish.type, len(ids)) == ("length", 4)
     assert len(set(ids)) == 4  # greedy " 5, 6" repeats "," and " ": the penalties forbid it

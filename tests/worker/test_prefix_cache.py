@@ -68,8 +68,13 @@ def outputs(engine, requests: dict[str, tuple[list[int], dict]]) -> dict[str, tu
     return results
 
 
-QUESTIONS = ["What is the capital of France?", "Name a prime number.", "Say a colour.", "Count to three.",
-             "What is two plus two?"]
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name a prime number.",
+    "Say a colour.",
+    "Count to three.",
+    "What is two plus two?",
+]
 
 
 def test_outputs_with_the_cache_equal_outputs_without(engine, checkpoint, grammars):

@@ -210,7 +210,9 @@ def test_metrics_show_running_waiting_and_kv_cache_under_vllm_names(client, base
     with ExitStack() as streams:
 
         def open_stream() -> httpx.Response:
-            r = streams.enter_context(httpx.Client(base_url=base_url, timeout=60).stream("POST", "/generate", json=body))
+            r = streams.enter_context(
+                httpx.Client(base_url=base_url, timeout=60).stream("POST", "/generate", json=body)
+            )
             assert r.status_code == 200
             return r
 

@@ -36,7 +36,8 @@ def _read(collector: Collector) -> tuple[list[int], str, object]:
 
 def test_a_stop_string_spanning_tokens_ends_the_output_on_its_last_token(engine, checkpoint):
     runs = counting(
-        engine, checkpoint,
+        engine,
+        checkpoint,
         cut={"max_new_tokens": 8, "text": output_text(checkpoint, ["5, 6", "7"])},
         kept={"max_new_tokens": 8, "text": output_text(checkpoint, ["5, 6"], keep_stop=True)},
         unmatched={"max_new_tokens": 3, "text": output_text(checkpoint, ["zzz"])},
@@ -51,7 +52,8 @@ def test_a_stop_string_spanning_tokens_ends_the_output_on_its_last_token(engine,
 
 def test_min_tokens_gates_stop_strings_only_when_asked(engine, checkpoint):
     runs = counting(
-        engine, checkpoint,
+        engine,
+        checkpoint,
         sglang={"max_new_tokens": 8, "min_new_tokens": 4, "text": output_text(checkpoint, [","])},
         vllm={"max_new_tokens": 8, "min_new_tokens": 4, "text": output_text(checkpoint, [","], unarmed_tokens=4)},
     )
@@ -61,7 +63,8 @@ def test_min_tokens_gates_stop_strings_only_when_asked(engine, checkpoint):
 
 def test_min_new_tokens_holds_stop_tokens_back(engine, checkpoint):
     runs = counting(
-        engine, checkpoint,
+        engine,
+        checkpoint,
         free={"max_new_tokens": 6, "stop_token_ids": [COMMA]},
         held={"max_new_tokens": 6, "stop_token_ids": [COMMA], "min_new_tokens": 4},
     )
