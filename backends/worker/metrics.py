@@ -13,14 +13,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from backends.vllm_buckets import TTFT_BUCKETS
 from backends.worker.engine import Engine
 from backends.worker.grammar import GrammarCache
-
-# fmt: off
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)
-# fmt: on
-"""vLLM's buckets for vllm:time_to_first_token_seconds."""
 
 
 class WorkerMetrics:

@@ -22,18 +22,12 @@ from backends.base import BackendError
 from backends.circuit_breaker import BreakerState
 from backends.observer import RouterObserver
 from backends.router import Router
+from backends.vllm_buckets import E2E_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import RequestRecord, note_dispatch
 from gateway.observability.tracing import note_replica
 
-# vLLM's buckets (vllm/v1/metrics/loggers.py), so histograms line up with a vLLM fleet's.
 # fmt: off
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                40.0, 80.0, 160.0, 640.0, 2560.0)
-TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
-                80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-               480.0, 960.0, 1920.0, 7680.0)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 GRAMMAR_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0)
 # fmt: on
