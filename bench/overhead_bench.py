@@ -276,21 +276,16 @@ def gateway_on_stand_in(
         config = logs / "gateway.yaml"
         config.write_text(CONFIG.format(model=MODEL, url=url))
         port = free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "serve",
-            "--port",
-            str(port),
-            "--config",
-            str(config),
-            "--log-level",
-            "warning",
-        ]
-        with process(cmd, logs / "gateway.log") as gateway:
+        with process(
+            serve_cmd(port, "--config", str(config), "--log-level", "warning"), logs / "gateway.log"
+        ) as gateway:
             wait_ready(f"http://127.0.0.1:{port}/ready", gateway, logs / "gateway.log")
             yield standin, gateway, port
+
+
+def serve_cmd(port: int, *options: str) -> list[str]:
+    """`gateway serve` on `port` with `options`, run by this Python."""
+    return [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), *options]
 
 
 def machine() -> str:
@@ -408,8 +403,8 @@ def main() -> None:
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=backend_url))
             gateway_port = args.port + 1 if args.port else free_port()
-            gateway_cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(gateway_port)]
-            gateway_cmd += ["--config", str(config), *(["--workers", str(args.workers)] if args.workers > 1 else [])]
+            workers = ["--workers", str(args.workers)] if args.workers > 1 else []
+            gateway_cmd = serve_cmd(gateway_port, "--config", str(config), *workers)
             with process(gateway_cmd, logs / "gateway.log") as gateway:
                 gateway_url = f"http://127.0.0.1:{gateway_port}"
                 wait_ready(f"{gateway_url}/ready", gateway, logs / "gateway.log")

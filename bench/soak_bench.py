@@ -48,6 +48,7 @@ from overhead_bench import (
     machine,
     percentile,
     process,
+    serve_cmd,
     wait_ready,
 )
 
@@ -302,7 +303,7 @@ def stand_in_phase(args: argparse.Namespace, logs: Path) -> PhaseResult:
 
 def worker_phase(args: argparse.Namespace, logs: Path) -> PhaseResult:
     port = free_port()
-    cmd = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--log-level", "warning"]
+    cmd = serve_cmd(port, "--log-level", "warning")
     log = logs / "gateway-worker.log"
     with process(cmd, log) as gateway:
         wait_ready(f"http://127.0.0.1:{port}/ready", gateway, log, timeout=300)

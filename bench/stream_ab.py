@@ -32,6 +32,7 @@ from overhead_bench import (
     process,
     read_chat,
     run_phase,
+    serve_cmd,
     stand_in,
     wait_ready,
 )
@@ -39,22 +40,8 @@ from overhead_bench import (
 
 def gateway_cmd(checkout: Path, port: int, config: Path) -> list[str]:
     """`gateway serve` of `checkout` (run from that checkout, which is first on the path)."""
-    return [
-        "env",
-        "-C",
-        str(checkout),
-        f"PYTHONPATH={checkout}",
-        sys.executable,
-        "-m",
-        "gateway.cli",
-        "serve",
-        "--port",
-        str(port),
-        "--config",
-        str(config),
-        "--log-level",
-        "warning",
-    ]
+    serve = serve_cmd(port, "--config", str(config), "--log-level", "warning")
+    return ["env", "-C", str(checkout), f"PYTHONPATH={checkout}", *serve]
 
 
 async def rounds(sides: list[Side], pids: dict[str, dict[str, int | None]], args: argparse.Namespace) -> dict:
