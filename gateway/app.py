@@ -123,7 +123,12 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        background = [*registry.background, *([gate.watcher.run] if gate else []), *([group.serve] if group else [])]
+        background = [
+            *registry.background,
+            *store.background,
+            *([gate.watcher.run, *gate.limiter.background] if gate else []),
+            *([group.serve] if group else []),
+        ]
         tasks = [asyncio.create_task(work()) for work in background]
         try:
             yield

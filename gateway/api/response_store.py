@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Protocol
 
 import orjson
@@ -31,6 +32,9 @@ class ResponseStore(Protocol):
 
     async def close(self) -> None: ...
 
+    background: list[Callable[[], Awaitable[None]]]
+    """Tasks to run while the gateway serves."""
+
 
 class MemoryStore:
     """Records in this process: the oldest go first past `max_count` records or `max_bytes` of JSON,
@@ -47,6 +51,7 @@ class MemoryStore:
         self._clock = clock
         self._records: OrderedDict[str, tuple[float, int, bytes]] = OrderedDict()
         self.bytes = 0
+        self.background: list[Callable[[], Awaitable[None]]] = []
 
     def __len__(self) -> int:
         return len(self._records)
@@ -88,13 +93,18 @@ class MemoryStore:
 
 
 class RedisStore:
-    """Records in Redis under `prefix` + id, each expiring after `ttl_s` seconds; Redis down is a 503."""
+    """Records in Redis under `prefix` + id, each expiring after `ttl_s` seconds; Redis down is a 503.
+
+    `background` closes idle connections the server closed (policies/limits/redis_idle.py)."""
 
     def __init__(self, url: str, ttl_s: int = 30 * DAY_S, prefix: str = "gateway:response:"):
         import redis.asyncio
 
+        from policies.limits.redis_idle import sweep_idle_forever
+
         self._redis = redis.asyncio.from_url(url)
         self.ttl_s, self.prefix = ttl_s, prefix
+        self.background = [partial(sweep_idle_forever, self._redis.connection_pool)]
 
     async def put(self, record: Record) -> None:
         async with _reachable():

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from .headers import rate_limit_headers
@@ -34,6 +34,8 @@ class Limiter(ABC):
         self.store_errors = 0
         self._settling: set[asyncio.Task] = set()
         self.settle_retry_delays_s: tuple[float, ...] = (0.5, 1.0, 2.0)
+        self.background: list[Callable[[], Awaitable[None]]] = []
+        """Tasks to run while the gateway serves (the Redis limiter's idle-connection sweep)."""
 
     async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import redis.asyncio as redis
 from redis.backoff import NoBackoff
@@ -11,6 +12,7 @@ from redis.retry import Retry
 
 from .limiter import Limiter, StoreUnavailable
 from .model import CONCURRENCY_RETRY_MS, Limits, Verdict
+from .redis_idle import sweep_idle_forever
 from .redis_scripts import ADMIT, SETTLE
 
 
@@ -29,8 +31,9 @@ class RedisLimiter(Limiter):
     clocks say. Every key expires by itself: windows a second after their newest entry leaves, day counters a day
     after their day, concurrency slots after `lease_s` (a replica that dies mid-request frees its slots then; a
     request that runs longer than `lease_s` no longer counts against `concurrent_requests`), open charges after two
-    days (a settled charge is deleted). Reconnects by itself; scripts are reloaded when the server lost them (NOSCRIPT). `timeout_s` bounds each
-    call. `clock` (seconds) replaces the server's clock: a test hook.
+    days (a settled charge is deleted). Reconnects by itself, and `background` closes idle connections the server
+    closed (redis_idle.py); scripts are reloaded when the server lost them (NOSCRIPT). `timeout_s` bounds each call.
+    `clock` (seconds) replaces the server's clock: a test hook.
     """
 
     def __init__(
@@ -55,6 +58,7 @@ class RedisLimiter(Limiter):
         self._clock = clock
         self._admit_script = self._redis.register_script(ADMIT)
         self._settle_script = self._redis.register_script(SETTLE)
+        self.background.append(partial(sweep_idle_forever, self._redis.connection_pool))
 
     def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"

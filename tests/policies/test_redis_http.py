@@ -13,7 +13,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from redis import Redis
 
+from policies.limits.redis_idle import IDLE_SWEEP_S
+from tests.backends.test_http_stream import close_wait_sockets
 from tests.faults.conftest import FaultBackend
 from tests.policies.deployment import (
     auth,
@@ -127,3 +130,25 @@ def wait_until(condition, timeout: float = RECOVER_S) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the condition did not hold in time"
         time.sleep(0.05)
+
+
+def test_idle_gateways_close_the_redis_connections_the_server_dropped(gateways, redis):
+    """`CLIENT KILL` while both replicas are idle: their limiter's and store's sockets leave CLOSE-WAIT within the
+    bound (without the sweep they stay there until the next command), and the next requests use Redis again
+    (tenant `closed` is refused with a 503 when its limiter cannot reach Redis)."""
+    gateways = gateways[0]
+    for gateway in gateways:
+        assert httpx.post(f"{gateway.base_url}/v1/chat/completions", headers=auth("closed"), json=chat("m")).is_success
+        stored = httpx.post(
+            f"{gateway.base_url}/v1/responses",
+            headers=auth("closed"),
+            json={"model": "m", "input": "hi", "max_output_tokens": 2},
+        )
+        assert stored.is_success, stored.text
+    with Redis(host="127.0.0.1", port=redis.port) as admin:
+        assert admin.client_kill_filter(_type="normal", skipme=True) >= 4  # two pools in each replica
+    wait_until(lambda: close_wait_sockets(redis.port) == 0, IDLE_SWEEP_S * 5)
+    for gateway in gateways:
+        again = httpx.get(f"{gateway.base_url}/v1/responses/{stored.json()['id']}", headers=auth("closed"))
+        assert again.status_code == 200, again.text  # the store shared by both answers again
+        assert httpx.post(f"{gateway.base_url}/v1/chat/completions", headers=auth("closed"), json=chat("m")).is_success
