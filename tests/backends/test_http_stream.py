@@ -12,6 +12,7 @@ from backends.base import BackendError, GenerateRequest, SamplingParams
 from backends.http_stream import BodyLines, HTTPStatusError, StreamPool
 from backends.sglang import SGLangBackend
 from backends.trace_context import current_traceparent
+from tests.sockets import FIN_WAIT_2, close_wait_sockets, eventually, tcp_sockets
 
 pytestmark = pytest.mark.anyio
 Answer = Callable[[int, bytes], list[bytes] | None]
@@ -219,26 +220,6 @@ def test_only_http_urls():
         StreamPool("unix:///tmp/x")
 
 
-def tcp_sockets(port: int, state: str, *, local: bool = False) -> int:
-    """This machine's TCP sockets in `state` (hex, as /proc/net/tcp writes it) whose remote (or local) port is `port`."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as f:
-            for row in list(f)[1:]:
-                fields = row.split()
-                if int(fields[1 if local else 2].rsplit(":", 1)[1], 16) == port and fields[3] == state:
-                    count += 1
-    return count
-
-
-def close_wait_sockets(port: int) -> int:
-    """This machine's TCP sockets to `port` in CLOSE-WAIT (the peer closed, we did not)."""
-    return tcp_sockets(port, CLOSE_WAIT)
-
-
-CLOSE_WAIT, FIN_WAIT_2 = "08", "05"
-
-
 async def test_an_idle_connection_the_server_closed_leaves_no_close_wait_socket():
     async with raw_server(lambda n, req: chunked(b"ok\n"), close_after=True) as (url, per_connection):
         port = int(url.rsplit(":", 1)[1])
@@ -253,15 +234,6 @@ async def test_an_idle_connection_the_server_closed_leaves_no_close_wait_socket(
         assert close_wait_sockets(port) == 0
         await pool.close()
     assert per_connection == [1]
-
-
-async def eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    """Whether `condition` holds within `seconds` (a bounded wait, not a timing)."""
-    for _ in range(int(seconds / 0.02)):
-        if condition():
-            return True
-        await asyncio.sleep(0.02)
-    return condition()
 
 
 async def closed_by_both(port: int) -> bool:

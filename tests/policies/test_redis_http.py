@@ -16,7 +16,6 @@ import pytest
 from redis import Redis
 
 from policies.limits.redis_idle import IDLE_SWEEP_S
-from tests.backends.test_http_stream import close_wait_sockets
 from tests.faults.conftest import FaultBackend
 from tests.policies.deployment import (
     auth,
@@ -29,6 +28,7 @@ from tests.policies.deployment import (
     write_tenant,
 )
 from tests.redis_server import RedisServer
+from tests.sockets import close_wait_sockets
 
 RECOVER_S = 10.0
 """Upper bound for the gateways to use Redis again once it is back; never a speed check."""

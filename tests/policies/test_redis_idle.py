@@ -8,7 +8,7 @@ import pytest
 import redis.asyncio as redis
 
 from policies.limits.redis_idle import close_dead_idle
-from tests.backends.test_http_stream import close_wait_sockets, eventually
+from tests.sockets import close_wait_sockets, eventually
 
 pytestmark = pytest.mark.anyio
 
