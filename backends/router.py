@@ -133,7 +133,7 @@ class Router(Backend):
                 # One try, inline (not a generator of its own: this loop runs once per chunk of every stream).
                 async with aclosing(replica.backend.generate(request)) as chunks:
                     while True:
-                        clock.waiting = asyncio.current_task()
+                        clock.waiting = asyncio.current_task(loop)  # with its loop: no getpid() per chunk
                         try:
                             chunk = await anext(chunks, None)
                         except asyncio.CancelledError:

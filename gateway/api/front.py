@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 Endpoint = Callable[[Request], Awaitable[Response]]
+_SENDS = "gateway.sends"
+"""Scope key: `Front`'s `send` wrapper and the server's own `send` it wraps."""
 
 
 class GatewayApp(Starlette):
@@ -100,6 +102,7 @@ class Front:
                 finish()
             await send(message)
 
+        scope[_SENDS] = (send_noting, send)
         trace_token = current_traceparent.set(trace)  # forwarded to this request's backend attempts
         token = begin_request(record)
         metrics.in_flight.add(record)
@@ -120,6 +123,14 @@ class Front:
             end_request(token)
             current_traceparent.reset(trace_token)
             finish()
+
+
+def more_body_send(scope: Scope, send: Send) -> Send:
+    """The `send` for a body's messages before its last: the server's own when `send` is `Front`'s wrapper (which
+    sees only the head and the last message: no wrapper per streamed chunk), else `send` (an operator's layer
+    between them may want to see every message)."""
+    sends = scope.get(_SENDS)
+    return sends[1] if sends is not None and sends[0] is send else send
 
 
 def _request_headers(headers: Sequence[tuple[bytes, bytes]]) -> tuple[str, str | None]:

@@ -9,6 +9,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.api.disconnect import ClientWatch
+from gateway.api.front import more_body_send
 
 SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
@@ -17,8 +18,9 @@ SSE_HEADERS = [
 ]
 """What Starlette's StreamingResponse sent for these headers and media type, byte for byte."""
 
-BodyWriter = Callable[[Send], Awaitable[None]]
-"""Sends a stream's body messages with the `send` it is given, the last one with `more_body` false."""
+BodyWriter = Callable[[Send, Send], Awaitable[None]]
+"""Sends a stream's body messages: those with `more_body` true with the first `send` it is given, the last one
+(`more_body` false) with the second."""
 
 
 class SSEResponse(Response):
@@ -41,7 +43,7 @@ class SSEResponse(Response):
             if not self.watch.left:
                 with self.watch:
                     await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-                    await self.write_body(send)
+                    await self.write_body(more_body_send(scope, send), send)
         finally:
             self.watch.stop()
             await self.events.aclose()  # type: ignore[attr-defined]

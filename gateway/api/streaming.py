@@ -97,7 +97,12 @@ async def _collect(events: Events, door: Door, note: Callable[[ChoiceStep], None
 
 
 async def _stream(
-    first: tuple[int, ChoiceStep] | None, events: Events, door: Door, note: Callable[[ChoiceStep], None], send: Send
+    first: tuple[int, ChoiceStep] | None,
+    events: Events,
+    door: Door,
+    note: Callable[[ChoiceStep], None],
+    send_more: Send,
+    send: Send,
 ) -> None:
     """The SSE body, sent by the one loop that reads the steps and frames them: one body message per backend step
     (the opening goes with the first step; the closing, `[DONE]` and the body's end with the last), so a step's
@@ -110,7 +115,7 @@ async def _stream(
         while current is not None:
             frames += [door.frame(item) for item in door.step(*current)]
             if frames:
-                await send({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
+                await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
                 frames = []
             current = await anext(events, None)
             if current is not None:

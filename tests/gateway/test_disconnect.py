@@ -87,9 +87,9 @@ async def _events(closed: list[bool]):
 def _writer(events):
     """A body writer sending each event as one message, then the body's end."""
 
-    async def write(send):
+    async def write(send_more, send):
         async for chunk in events:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send_more({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     return write

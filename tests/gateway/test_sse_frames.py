@@ -47,18 +47,21 @@ async def test_one_write_per_step_with_the_opening_first_and_the_usage_last():
 
     messages = []
 
+    async def send_more(message):
+        messages.append(("more", message))
+
     async def send(message):
-        messages.append(message)
+        messages.append(("last", message))
 
     noted = []
     door = _ChunkDoor(_Renderer(), ENVELOPE, True, "chat.completion")
-    await _stream(steps[0], events(), door, noted.append, send)
+    await _stream(steps[0], events(), door, noted.append, send_more, send)
     frame = lambda choices, usage=None: sse_frame({**ENVELOPE, "choices": choices, "usage": usage})
     r = _Renderer()
-    assert [(m["type"], m["body"], m["more_body"]) for m in messages] == [
-        ("http.response.body", frame(r.opening()) + frame(r.step(0, steps[0][1])), True),
-        ("http.response.body", frame(r.step(0, steps[1][1])[:1]) + frame(r.step(0, steps[1][1])[1:]), True),
-        ("http.response.body", frame([], r.usage()) + DONE_FRAME, False),  # the body's end goes with [DONE]
+    assert [(by, m["type"], m["body"], m["more_body"]) for by, m in messages] == [
+        ("more", "http.response.body", frame(r.opening()) + frame(r.step(0, steps[0][1])), True),
+        ("more", "http.response.body", frame(r.step(0, steps[1][1])[:1]) + frame(r.step(0, steps[1][1])[1:]), True),
+        ("last", "http.response.body", frame([], r.usage()) + DONE_FRAME, False),  # the body's end goes with [DONE]
     ]
     assert noted == [steps[1][1]]  # the first step is noted by the caller, when it arrives
 

@@ -1,0 +1,67 @@
+"""`Front`'s send for streamed body chunks: the server's own unless a layer stands between."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.api.front import Front, more_body_send
+from gateway.observability.metrics import GatewayMetrics
+
+
+def _scope() -> dict:
+    return {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+
+
+async def _receive() -> dict:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+def _run(app) -> tuple[list[tuple[str, dict]], GatewayMetrics]:
+    """Run `app` behind Front; what reached the server's send, tagged by who sent it."""
+    sent: list[tuple[str, dict]] = []
+
+    async def server_send(message: dict) -> None:
+        sent.append(("server", message))
+
+    metrics = GatewayMetrics()
+    asyncio.run(Front(app, app, metrics)(_scope(), _receive, server_send))
+    return sent, metrics
+
+
+async def _streaming_app(scope, receive, send) -> None:
+    """Head, two chunks with the more-body send, the end with `send`; records whether it got the server's."""
+    more = more_body_send(scope, send)
+    scope["state"]["more_is_wrapper"] = more is send
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await more({"type": "http.response.body", "body": b"a", "more_body": True})
+    await more({"type": "http.response.body", "body": b"b", "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def test_behind_front_alone_chunks_skip_its_wrapper_and_the_request_is_still_counted() -> None:
+    scopes = []
+
+    async def app(scope, receive, send):
+        scopes.append(scope)
+        await _streaming_app(scope, receive, send)
+
+    sent, metrics = _run(app)
+    assert scopes[0]["state"]["more_is_wrapper"] is False
+    assert [m.get("body") for _, m in sent] == [None, b"a", b"b", b""]
+    assert (b"x-request-id", scopes[0]["state"]["request_id"].encode()) in sent[0][1]["headers"]
+    assert not metrics.in_flight  # the last message went through Front's wrapper: the request was finished
+
+
+def test_a_layer_between_front_and_the_answer_sees_every_chunk() -> None:
+    seen: list[bytes] = []
+
+    async def layer(scope, receive, send):
+        async def watching(message):
+            seen.append(message.get("body", b"-"))
+            await send(message)
+
+        await _streaming_app(scope, receive, watching)
+
+    sent, _ = _run(layer)
+    assert seen == [b"-", b"a", b"b", b""]
+    assert [m.get("body") for _, m in sent] == [None, b"a", b"b", b""]
