@@ -272,9 +272,13 @@ class BodyLines:
     def feed(self, data: bytes) -> list[bytes]:
         """The lines that `data` completes (and the body's last, unterminated line once the body is complete)."""
         data = self.bytes_of(data)
-        if b"\n" in data:
-            *lines, self._pending = (self._pending + data).split(b"\n")
-            lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            whole, self._pending = self._pending + data[:cut], data[cut:]
+            if b"\r" in whole:  # a line's `\r\n` end (only a `\r` right before `\n` goes; a lone `\r` stays)
+                whole = whole.replace(b"\r\n", b"\n")
+            lines = whole.split(b"\n")
+            del lines[-1]  # after the last `\n`: nothing
         else:
             self._pending += data
             lines = []
@@ -307,20 +311,21 @@ class BodyLines:
     def _unchunk(self, data: bytes) -> bytes:
         out = []
         pos, size = 0, len(data)
+        left, crlf = self._left or 0, self._crlf  # in locals while the loop runs (it runs a few times per event)
         while pos < size:
             if self.complete:
                 self.overrun = True
                 break
-            if self._left:
-                end = min(size, pos + self._left)
+            if left:
+                end = min(size, pos + left)
                 out.append(data[pos:end])
-                self._left -= end - pos
+                left -= end - pos
                 pos = end
-                if not self._left:
-                    self._crlf = 2
-            elif self._crlf:
-                step = min(self._crlf, size - pos)
-                self._crlf -= step
+                if not left:
+                    crlf = 2
+            elif crlf:
+                step = min(crlf, size - pos)
+                crlf -= step
                 pos += step
             else:
                 newline = data.find(b"\n", pos)
@@ -332,9 +337,10 @@ class BodyLines:
                 if self._trailers:
                     self.complete = not line
                 elif chunk := int(line.split(b";", 1)[0], 16):
-                    self._left = chunk
+                    left = chunk
                 else:
                     self._trailers = True
+        self._left, self._crlf = left, crlf
         return out[0] if len(out) == 1 else b"".join(out)
 
 

@@ -347,9 +347,9 @@ async def test_the_current_traceparent_goes_out_as_a_header():
 def test_body_lines_the_same_however_the_bytes_arrive():
     """A chunked body fed at every split point (framing, CRLFs and lines cut anywhere) gives the same lines, and
     bytes after the terminating chunk mark the connection unusable."""
-    body = b"".join(chunked(b"data: 1\r\n\r\n", b"data: {", b'"b": 2}\n', b"\ndata: [DONE]\n\ntail")[1:])
+    body = b"".join(chunked(b"data: 1\r\n\r\n", b"data: {", b'"b": 2}\n', b"\ndata: [DONE]\n\nx\ry\r\r\ntail")[1:])
     body = body.replace(b"0\r\n\r\n", b"0\r\nx-trailer: 1\r\n\r\n")
-    expected = [b"data: 1", b"", b'data: {"b": 2}', b"", b"data: [DONE]", b"", b"tail"]
+    expected = [b"data: 1", b"", b'data: {"b": 2}', b"", b"data: [DONE]", b"", b"x\ry\r", b"tail"]  # one `\r` goes
     for cut in range(len(body) + 1):
         reader = BodyLines(chunked=True, length=None)
         lines = reader.feed(body[:cut]) + reader.feed(body[cut:])
