@@ -103,6 +103,8 @@ class Router(Backend):
         self._affinity: PrefixAffinity[str] = PrefixAffinity(policy.affinity_block_tokens, policy.affinity_min_tokens)
         self._turn = 0
         self._started: asyncio.Task[None] | None = None
+        self._up = False
+        """The first start finished (its loops run)."""
         self._loops: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Task[None]] = set()
         if urls is not None:
@@ -211,9 +213,12 @@ class Router(Backend):
 
     async def _start(self) -> None:
         """On first use, in the serving loop: resolve DNS once, then start the health and DNS loops."""
+        if self._up:
+            return  # every request after the first start: no shield, no await
         if self._started is None:
             self._started = asyncio.get_running_loop().create_task(self._first_start())
         await asyncio.shield(self._started)
+        self._up = True
 
     async def _first_start(self) -> None:
         if self._dns is not None:
