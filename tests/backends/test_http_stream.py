@@ -157,6 +157,22 @@ async def test_refusal_carries_status_and_body_and_keeps_the_connection():
     assert per_connection == [2]
 
 
+async def test_a_refusal_is_what_the_pools_refused_makes_of_it():
+    refusal = [b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 4\r\n\r\n", b"busy"]
+
+    class Refused(Exception):
+        pass
+
+    async with raw_server(lambda n, req: refusal if n == 1 else chunked(b"ok\n")) as (url, per_connection):
+        pool = StreamPool(url, refused=lambda status, body: Refused(status, body))
+        with pytest.raises(Refused) as info:
+            await lines_of(pool)
+        assert info.value.args == (429, b"busy")
+        assert await lines_of(pool) == [b"ok"]  # the refusal's connection was read to its end and kept
+        await pool.close()
+    assert per_connection == [2]
+
+
 async def test_a_kept_connection_the_server_closed_is_replaced():
     def answer(n: int, request: bytes) -> list[bytes] | None:
         return chunked(b"ok\n") if n == 1 else None  # each connection serves one request, then closes when asked again
