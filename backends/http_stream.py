@@ -115,8 +115,10 @@ class StreamPool:
             if connection is None:
                 connection = await self._connect()
             try:
-                connection.writer.write(request + body)
-                await connection.writer.drain()
+                writer = connection.writer
+                writer.write(request + body)
+                if writer.transport.get_write_buffer_size():  # else the socket took it all: nothing to wait for
+                    await writer.drain()
                 return connection, await _Response.read_head(connection.reader, self.base_url)
             except _BROKEN as e:
                 connection.close()
