@@ -21,7 +21,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,8 +132,10 @@ class Router(Backend):
             attempt = _Attempt(self, replica)
             clock = _AttemptClock(loop, deadline)
             try:
-                # One try, inline (not a generator of its own: this loop runs once per chunk of every stream).
-                async with aclosing(replica.backend.generate(request)) as chunks:
+                # One try, inline (not a generator of its own: this loop runs once per chunk of every stream);
+                # closed in the finally below (as `aclosing` would, without its two awaits per try).
+                chunks = replica.backend.generate(request)
+                try:
                     while True:
                         clock.waiting = asyncio.current_task()
                         try:
@@ -153,6 +155,8 @@ class Router(Backend):
                         replica.delivered += 1
                         attempt.yielded = True
                         yield chunk
+                finally:
+                    await chunks.aclose()
             except BackendError as e:
                 attempt.failed(e)
                 if attempt.yielded or not e.retryable:
