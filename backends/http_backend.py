@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, suppress
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import orjson
@@ -87,11 +87,13 @@ async def read_to_end(batches: AsyncIterator[list[bytes]], max_batches: int = 8,
 
     A server that sends more, or takes longer, loses the connection instead of holding the answer.
     """
-    with suppress(TimeoutError, BackendError):
+    try:
         async with asyncio.timeout(timeout):
             for _ in range(max_batches):
                 if await anext(batches, None) is None:
                     return
+    except (TimeoutError, BackendError):
+        pass
 
 
 def batch_chunk(
