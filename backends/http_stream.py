@@ -84,7 +84,7 @@ class StreamPool:
         self._sweep: asyncio.TimerHandle | None = None
         self.base_url = base_url
 
-    def post_lines(self, path: str, body: bytes) -> _PostedLines:
+    def post_lines(self, path: str, body: bytes) -> PostedLines:
         """POST `body`; once the server answered 200, the body's lines (without line ends), in batches: the lines
         one socket read completed (several events that arrived together cost one step of every layer above).
         An async context manager (`async with pool.post_lines(...) as batches`).
@@ -93,7 +93,7 @@ class StreamPool:
         that cannot be reached, or a connection that breaks, is a retryable 503 BackendError (also while the lines
         are read).
         """
-        return _PostedLines(self, path, body)
+        return PostedLines(self, path, body)
 
     async def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         """A small request on the same pool (no traceparent: a health check's task outlives the request that
@@ -192,7 +192,7 @@ class StreamPool:
                 await connection.writer.wait_closed()
 
 
-class _PostedLines:
+class PostedLines:
     """One `post_lines` request as an async context manager (a class: a generator-based one costs a layer of
     generator steps on entry and exit, per request): the request is sent on entry, which gives the body's line
     batches once the server answered 200; on exit the batches are closed and the connection kept or closed."""
@@ -221,6 +221,20 @@ class _PostedLines:
             await self._batches.aclose()
         finally:
             self._pool._done(self._connection, self._response)
+
+    async def read_to_end(self, max_batches: int = 8, timeout: float = 1.0) -> None:
+        """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused: nothing
+        to wait for (and no timer) when the reads so far brought the body's end. A server that sends more, or takes
+        longer, loses the connection instead of holding the answer."""
+        if self._response.complete:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                for _ in range(max_batches):
+                    if await anext(self._batches, None) is None:
+                        return
+        except (TimeoutError, BackendError):
+            pass
 
 
 class _Response:
