@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from backends.base import Backend, BackendError, GenerateChunk, joined
-from backends.http_stream import HTTPStatusError, StreamPool
+from backends.http_stream import PostedLines, StreamPool
 
 SSE_DATA = b"data:"
 SSE_DONE = "[DONE]"
@@ -25,21 +24,16 @@ class HTTPBackend(Backend):
     def __init__(self, base_url: str, *, connect_timeout: float = 5.0, health_timeout: float = 5.0):
         self.base_url = base_url.rstrip("/")
         self._health_timeout = health_timeout
-        self._streams = StreamPool(self.base_url, connect_timeout=connect_timeout)
+        self._streams = StreamPool(self.base_url, connect_timeout=connect_timeout, refused=http_error)
 
-    @asynccontextmanager
-    async def _stream_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+    def _stream_lines(self, path: str, body: bytes) -> PostedLines:
         """POST `body` and give the response's lines, a socket read's batch at a time; entered only once the
-        server accepted (200).
+        server accepted (200); its `read_to_end()` keeps the connection after the finish.
 
-        A refusal is a BackendError with the server's status; a connection that fails before or
+        A refusal is a BackendError with the server's status (`http_error`); a connection that fails before or
         during the stream is a retryable 503.
         """
-        try:
-            async with self._streams.post_lines(path, body) as lines:
-                yield lines
-        except HTTPStatusError as e:
-            raise http_error(e.status, e.body) from None
+        return self._streams.post_lines(path, body)
 
     async def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         """A small request (health, abort, model list) within the health timeout: its status and body.
@@ -85,18 +79,6 @@ def event_error(error: Any) -> BackendError:
     """A mid-stream `{"error": ...}` event."""
     message = error.get("message", error) if isinstance(error, dict) else error
     return BackendError(f"backend failed: {message}")
-
-
-async def read_to_end(batches: AsyncIterator[list[bytes]], max_batches: int = 8, timeout: float = 1.0) -> None:
-    """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused.
-
-    A server that sends more, or takes longer, loses the connection instead of holding the answer.
-    """
-    with suppress(TimeoutError, BackendError):
-        async with asyncio.timeout(timeout):
-            for _ in range(max_batches):
-                if await anext(batches, None) is None:
-                    return
 
 
 def batch_chunk(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncIterator
-from contextlib import aclosing, asynccontextmanager, suppress
+from collections.abc import AsyncGenerator, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -65,6 +65,7 @@ class StreamPool:
         keepalive_s: float = 4.0,
         max_idle: int = 256,
         sweep_s: float = 1.0,
+        refused: Callable[[int, bytes], Exception] = HTTPStatusError,
     ):
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
@@ -75,6 +76,7 @@ class StreamPool:
         self._prefix = url.path.rstrip("/")
         self._head = f"Host: {url.netloc}\r\nContent-Type: application/json\r\n"
         self._connect_timeout = connect_timeout
+        self._refused = refused
         self._keepalive_s = keepalive_s
         self._max_idle = max_idle
         self._idle: list[_Connection] = []
@@ -82,25 +84,16 @@ class StreamPool:
         self._sweep: asyncio.TimerHandle | None = None
         self.base_url = base_url
 
-    @asynccontextmanager
-    async def post_lines(self, path: str, body: bytes) -> AsyncIterator[AsyncIterator[list[bytes]]]:
+    def post_lines(self, path: str, body: bytes) -> PostedLines:
         """POST `body`; once the server answered 200, the body's lines (without line ends), in batches: the lines
         one socket read completed (several events that arrived together cost one step of every layer above).
+        An async context manager (`async with pool.post_lines(...) as batches`).
 
-        A non-200 answer is an HTTPStatusError; a server that cannot be reached, or a connection that
-        breaks, is a retryable 503 BackendError (also while the lines are read).
+        A non-200 answer is the pool's `refused(status, body)` (an HTTPStatusError unless told otherwise); a server
+        that cannot be reached, or a connection that breaks, is a retryable 503 BackendError (also while the lines
+        are read).
         """
-        trace = current_traceparent.get()
-        head = _STREAM_HEAD if trace is None else f"{_STREAM_HEAD}traceparent: {trace}\r\n"
-        connection, response = await self._request("POST", path, body, head)
-        if response.status != 200:
-            error_body = await self._read_body(connection, response, MAX_ERROR_BODY)
-            raise HTTPStatusError(response.status, error_body)
-        try:
-            async with aclosing(response.line_batches()) as batches:
-                yield batches
-        finally:
-            self._done(connection, response)
+        return PostedLines(self, path, body)
 
     async def call(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         """A small request on the same pool (no traceparent: a health check's task outlives the request that
@@ -122,8 +115,10 @@ class StreamPool:
             if connection is None:
                 connection = await self._connect()
             try:
-                connection.writer.write(request + body)
-                await connection.writer.drain()
+                writer = connection.writer
+                writer.write(request + body)
+                if writer.transport.get_write_buffer_size():  # else the socket took it all: nothing to wait for
+                    await writer.drain()
                 return connection, await _Response.read_head(connection.reader, self.base_url)
             except _BROKEN as e:
                 connection.close()
@@ -197,6 +192,51 @@ class StreamPool:
                 await connection.writer.wait_closed()
 
 
+class PostedLines:
+    """One `post_lines` request as an async context manager (a class: a generator-based one costs a layer of
+    generator steps on entry and exit, per request): the request is sent on entry, which gives the body's line
+    batches once the server answered 200; on exit the batches are closed and the connection kept or closed."""
+
+    __slots__ = ("_batches", "_body", "_connection", "_path", "_pool", "_response")
+
+    def __init__(self, pool: StreamPool, path: str, body: bytes):
+        self._pool = pool
+        self._path = path
+        self._body = body
+
+    async def __aenter__(self) -> AsyncGenerator[list[bytes], None]:
+        pool = self._pool
+        trace = current_traceparent.get()
+        head = _STREAM_HEAD if trace is None else f"{_STREAM_HEAD}traceparent: {trace}\r\n"
+        connection, response = await pool._request("POST", self._path, self._body, head)
+        if response.status != 200:
+            error_body = await pool._read_body(connection, response, MAX_ERROR_BODY)
+            raise pool._refused(response.status, error_body)
+        self._connection, self._response = connection, response
+        self._batches = response.line_batches()
+        return self._batches
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            await self._batches.aclose()
+        finally:
+            self._pool._done(self._connection, self._response)
+
+    async def read_to_end(self, max_batches: int = 8, timeout: float = 1.0) -> None:
+        """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused: nothing
+        to wait for (and no timer) when the reads so far brought the body's end. A server that sends more, or takes
+        longer, loses the connection instead of holding the answer."""
+        if self._response.complete:
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                for _ in range(max_batches):
+                    if await anext(self._batches, None) is None:
+                        return
+        except (TimeoutError, BackendError):
+            pass
+
+
 class _Response:
     """A response head, and its body (chunked, sized or until the connection closes) read as batches of lines."""
 
@@ -230,7 +270,7 @@ class _Response:
             headers[name.strip().lower()] = value.strip()
         return cls(reader, base_url, int(status), headers, version == b"HTTP/1.0")
 
-    async def line_batches(self) -> AsyncIterator[list[bytes]]:
+    async def line_batches(self) -> AsyncGenerator[list[bytes], None]:
         """The body's lines (`\\r\\n` or `\\n` ended, without their ends), one list per socket read that completed
         any; a connection that breaks is a retryable 503."""
         body, read = self._body, self._reader.read

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +103,8 @@ class Router(Backend):
         self._affinity: PrefixAffinity[str] = PrefixAffinity(policy.affinity_block_tokens, policy.affinity_min_tokens)
         self._turn = 0
         self._started: asyncio.Task[None] | None = None
+        self._up = False
+        """The first start finished (its loops run)."""
         self._loops: list[asyncio.Task[None]] = []
         self._closing: set[asyncio.Task[None]] = set()
         if urls is not None:
@@ -130,8 +132,10 @@ class Router(Backend):
             attempt = _Attempt(self, replica)
             clock = _AttemptClock(loop, deadline)
             try:
-                # One try, inline (not a generator of its own: this loop runs once per chunk of every stream).
-                async with aclosing(replica.backend.generate(request)) as chunks:
+                # One try, inline (not a generator of its own: this loop runs once per chunk of every stream);
+                # closed in the finally below (as `aclosing` would, without its two awaits per try).
+                chunks = replica.backend.generate(request)
+                try:
                     while True:
                         clock.waiting = asyncio.current_task(loop)  # with its loop: no getpid() per chunk
                         try:
@@ -151,6 +155,8 @@ class Router(Backend):
                         replica.delivered += 1
                         attempt.yielded = True
                         yield chunk
+                finally:
+                    await chunks.aclose()
             except BackendError as e:
                 attempt.failed(e)
                 if attempt.yielded or not e.retryable:
@@ -211,9 +217,12 @@ class Router(Backend):
 
     async def _start(self) -> None:
         """On first use, in the serving loop: resolve DNS once, then start the health and DNS loops."""
+        if self._up:
+            return  # every request after the first start: no shield, no await
         if self._started is None:
             self._started = asyncio.get_running_loop().create_task(self._first_start())
         await asyncio.shield(self._started)
+        self._up = True
 
     async def _first_start(self) -> None:
         if self._dns is not None:

@@ -20,7 +20,6 @@ from backends.http_backend import (
     SSE_DONE,
     HTTPBackend,
     batch_chunk,
-    read_to_end,
     shape_error,
     stream_event,
     token_ids,
@@ -58,14 +57,15 @@ class SGLangBackend(HTTPBackend):
         live = True  # the server may be working on `rid`: abort it unless it finished, refused or was never reached
         accepted = False
         try:
-            async with self._stream_lines("/generate", orjson.dumps(generate_payload(request))) as batches:
+            posted = self._stream_lines("/generate", orjson.dumps(generate_payload(request)))
+            async with posted as batches:
                 accepted = True
                 reader = _StreamReader(self.incremental)
                 async for lines in batches:
                     chunk, failure = batch_chunk(lines, reader.chunks, reader.ended)
                     live = not reader.finished
                     if failure is None and not live:
-                        await read_to_end(batches)  # the caller may stop at the finish: keep the connection
+                        await posted.read_to_end()  # the caller may stop at the finish: keep the connection
                     if chunk is not None:
                         yield chunk
                     if failure is not None:

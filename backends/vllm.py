@@ -22,7 +22,6 @@ from backends.http_backend import (
     HTTPBackend,
     batch_chunk,
     http_error,
-    read_to_end,
     shape_error,
     stream_event,
     token_ids,
@@ -108,11 +107,12 @@ class VLLMBackend(HTTPBackend):
         payload = completions_payload if self.api == "completions" else generate_payload
         body = orjson.dumps(payload(request, model))
         reader = _StreamReader(self.api, request)
-        async with self._stream_lines(_PATHS[self.api], body) as batches:
+        posted = self._stream_lines(_PATHS[self.api], body)
+        async with posted as batches:
             async for lines in batches:
                 chunk, failure = batch_chunk(lines, reader.line, reader.ended)
                 if failure is None and reader.done:
-                    await read_to_end(batches)  # the caller may stop at the finish: keep the connection
+                    await posted.read_to_end()  # the caller may stop at the finish: keep the connection
                 if chunk is not None:
                     yield chunk
                 if failure is not None:

@@ -24,7 +24,8 @@ async def choice_steps(
     the request). Its steps come tagged already, so one choice reaches the answer with no layer in between."""
     matcher = StopMatcher(stops)
     count = 0
-    async with aclosing(backend_stream(backend, request)) as chunks:
+    chunks = backend_stream(backend, request)
+    try:  # closed in the finally (as `aclosing` would, without its two awaits)
         async for chunk in chunks:
             ids = chunk.output_ids
             count += len(ids)
@@ -44,6 +45,8 @@ async def choice_steps(
                 yield index, step
             if finish is not None:
                 return
+    finally:
+        await chunks.aclose()
     raise BackendError("the backend stream ended without a finish reason", retryable=True)
 
 

@@ -158,6 +158,22 @@ async def test_refusal_carries_status_and_body_and_keeps_the_connection():
     assert per_connection == [2]
 
 
+async def test_a_refusal_is_what_the_pools_refused_makes_of_it():
+    refusal = [b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 4\r\n\r\n", b"busy"]
+
+    class Refused(Exception):
+        pass
+
+    async with raw_server(lambda n, req: refusal if n == 1 else chunked(b"ok\n")) as (url, per_connection):
+        pool = StreamPool(url, refused=lambda status, body: Refused(status, body))
+        with pytest.raises(Refused) as info:
+            await lines_of(pool)
+        assert info.value.args == (429, b"busy")
+        assert await lines_of(pool) == [b"ok"]  # the refusal's connection was read to its end and kept
+        await pool.close()
+    assert per_connection == [2]
+
+
 async def test_a_kept_connection_the_server_closed_is_replaced():
     def answer(n: int, request: bytes) -> list[bytes] | None:
         return chunked(b"ok\n") if n == 1 else None  # each connection serves one request, then closes when asked again
@@ -368,3 +384,35 @@ def test_body_lines_sized_and_until_close():
     assert until_close.feed(b"a\nb") == [b"a"] and until_close.end() == [b"b"] and until_close.complete
     with pytest.raises(asyncio.IncompleteReadError):
         BodyLines(chunked=True, length=None).end()
+
+
+async def test_read_to_end_reads_past_the_finish_and_keeps_the_connection():
+    events = [b"data: finish\n\n", b"data: [DONE]\n\n"]
+    async with raw_server(lambda n, req: chunked(*events)) as (url, per_connection):
+        pool = StreamPool(url)
+        for _ in range(2):
+            posted = pool.post_lines("/generate", b"{}")
+            async with posted as batches:
+                assert (await anext(batches))[0] == b"data: finish"
+                await posted.read_to_end()
+        await pool.close()
+    assert per_connection == [2]
+
+
+async def test_read_to_end_gives_up_on_a_body_that_does_not_end_and_drops_the_connection():
+    answers: list[int] = []
+
+    def answer(n: int, request: bytes) -> list[bytes]:
+        answers.append(n)
+        pieces = chunked(b"data: finish\n\n")
+        return pieces if len(answers) > 1 else pieces[:-1]  # the first answer never sends its last chunk
+
+    async with raw_server(answer) as (url, per_connection):
+        pool = StreamPool(url)
+        posted = pool.post_lines("/generate", b"{}")
+        async with posted as batches:
+            assert await anext(batches) == [b"data: finish", b""]
+            await posted.read_to_end(timeout=0.05)
+        assert await lines_of(pool) == [b"data: finish", b""]
+        await pool.close()
+    assert per_connection == [1, 1]
