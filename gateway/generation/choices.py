@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from contextlib import aclosing
 
 from backends.base import Backend, BackendError, GenerateRequest, Grammar, SamplingParams
-from backends.detokenizer import Detokenizer
+from backends.detokenizer import Detokenizer, Piece
 from backends.stop_strings import StopMatcher
 from gateway.errors import APIError
 from gateway.models.registry import ServedModel
@@ -28,19 +28,26 @@ async def choice_steps(
     try:  # closed in the finally (as `aclosing` would, without its two awaits)
         async for chunk in chunks:
             ids = chunk.output_ids
-            count += len(ids)
             if chunk.finish_reason == "abort":
                 raise BackendError("the backend aborted the request", retryable=True)
+            text_ids = ids
             if chunk.finish_reason == "stop" and ids and ids[-1] == chunk.matched_stop:
-                ids = ids[:-1]  # the stop token ends the turn; it is not output text
-            pieces = matcher.feed(detokenizer.feed(ids))
+                text_ids = ids[:-1]  # the stop token ends the turn; it is not output text
+            if stops and len(text_ids) > 1:
+                pieces, used = _until_stop(matcher, detokenizer, text_ids)
+                used = used if matcher.matched is not None else len(ids)
+            else:
+                pieces, used = matcher.feed(detokenizer.feed(text_ids)), len(ids)
+            count += used
             finish: FinishReason | None = chunk.finish_reason
             if finish is not None and matcher.matched is None:
                 pieces += matcher.feed(detokenizer.flush())
                 pieces += matcher.flush()
+            logprobs = chunk.logprobs or []
             if matcher.matched is not None:
                 finish = "stop"
-            step = ChoiceStep(pieces, chunk.logprobs or [], finish, count, chunk.cached_tokens, matcher.matched)
+                logprobs = logprobs[:used]
+            step = ChoiceStep(pieces, logprobs, finish, count, chunk.cached_tokens, matcher.matched)
             if step.pieces or step.logprobs or finish is not None:
                 yield index, step
             if finish is not None:
@@ -48,6 +55,18 @@ async def choice_steps(
     finally:
         await chunks.aclose()
     raise BackendError("the backend stream ended without a finish reason", retryable=True)
+
+
+def _until_stop(matcher: StopMatcher, detokenizer: Detokenizer, ids: list[int]) -> tuple[list[Piece], int]:
+    """Feed `ids` one at a time until a stop string matches: the certain pieces, and how many ids were used (all of
+    them without a match). A backend may send several tokens in one chunk; the usage and logprobs of a stopped
+    choice end at the token that completed the stop string, however the chunks fell."""
+    pieces: list[Piece] = []
+    for used, token in enumerate(ids, 1):
+        pieces += matcher.feed(detokenizer.feed([token]))
+        if matcher.matched is not None:
+            return pieces, used
+    return pieces, len(ids)
 
 
 _END = object()
