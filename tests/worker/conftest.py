@@ -30,15 +30,22 @@ def weights(checkpoint) -> LlamaWeights:
     return load_weights(checkpoint)
 
 
-@pytest.fixture(scope="session")
-def model(checkpoint, weights) -> LlamaModel:
+def _model(checkpoint: Checkpoint, weights: LlamaWeights) -> LlamaModel:
     torch.set_num_threads(2)
     return LlamaModel(weights, checkpoint.config, slots=SLOTS, context=1024, device=DEVICE)
 
 
 @pytest.fixture(scope="session")
-def engine(model, checkpoint):
-    engine = Engine(model, checkpoint.eos_token_ids, prefill_chunk=16)
+def model(checkpoint, weights) -> LlamaModel:
+    """A model for tests that run the forward themselves (they write keys into its slots)."""
+    return _model(checkpoint, weights)
+
+
+@pytest.fixture(scope="session")
+def engine(checkpoint, weights):
+    """An engine on a model of its own: a test's direct forward must not overwrite the keys of sequences its
+    prefix cache keeps (nor run beside its thread)."""
+    engine = Engine(_model(checkpoint, weights), checkpoint.eos_token_ids, prefill_chunk=16)
     engine.start()
     yield engine
     engine.stop()

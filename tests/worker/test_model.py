@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 from backends.checkpoint import load_checkpoint
 from backends.worker.__main__ import parse_args, refuse_unsupported_dtype
-from backends.worker.model import LlamaModel
+from backends.worker.model import LlamaModel, RMSNorm, rope_
 from backends.worker.weights import load_weights, save_hf_directory, unpermute_rope_rows
 
 from .conftest import prompt_ids
@@ -49,6 +50,22 @@ def _greedy(model: LlamaModel, ids: list[int], steps: int, slot: int = 0) -> lis
     return out
 
 
+def test_rms_norm_is_bit_identical_to_torch():
+    x, weight = torch.randn(7, 576), torch.randn(576)
+    assert torch.equal(RMSNorm(weight, 1e-5, torch.device("cpu"))(x), F.rms_norm(x, (576,), weight, 1e-5))
+
+
+def test_rope_in_place_is_bit_identical_to_rotate_half():
+    x = torch.randn(5, 12, 64)
+    angles = torch.randn(5, 1, 32)
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    first, second = x.chunk(2, dim=-1)
+    expected = x * cos + torch.cat([-second, first], dim=-1) * sin
+    signed_sin = torch.cat([-sin[..., :32], sin[..., 32:]], -1)
+    rope_(x, cos, signed_sin)
+    assert torch.equal(x, expected)
+
+
 def test_greedy_text_is_sensible(model, checkpoint):
     out = _greedy(model, prompt_ids(checkpoint, "The capital of France is"), 4)
     assert "Paris" in checkpoint.tokenizer.decode(out)
@@ -63,6 +80,17 @@ def test_chunked_prefill_matches_one_shot(model, checkpoint):
         pos = torch.arange(start, start + len(chunk)).unsqueeze(0)
         chunked = model.forward(torch.tensor([chunk]), pos, pos, 2, start + len(chunk))
     torch.testing.assert_close(chunked, whole, atol=1e-4, rtol=1e-4)
+
+
+def test_causal_prompt_at_zero_matches_the_masked_path(model, checkpoint):
+    """A lone prompt at position 0 runs causal attention without a mask; two rows take the masked path."""
+    ids = prompt_ids(checkpoint, "Tell me a story about a lighthouse keeper and a storm.")
+    positions = torch.arange(len(ids)).unsqueeze(0)
+    causal = model.forward(torch.tensor([ids]), positions, positions, 0, len(ids))
+    two = positions.expand(2, -1)
+    masked = model.forward(torch.tensor([ids, ids]), two, two, 1, len(ids))
+    torch.testing.assert_close(masked[0], causal[0], atol=1e-4, rtol=1e-4)
+    assert int(masked[0].argmax()) == int(causal[0].argmax())
 
 
 def test_lone_decode_step_matches_the_batched_path(model, checkpoint):
