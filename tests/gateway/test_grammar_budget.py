@@ -146,10 +146,14 @@ def test_tools_that_cost_too_much_only_together_are_named_together(budgeted):
     """Four tools, each about half the budget alone: their sum is over it, none alone is, so the refusal names
     `tools` (and attribution stops once the tools it tried cost the budget)."""
     budget = budgeted.grammar_budget
-    _, record = grammar_of(budgeted, ChatRequest(messages=USER, tools=[enum_tool("probe", 1500)]))
-    alone = record.grammar_compile_seconds  # one such tool's compile here, on this machine
-    assert record.grammar_cache == "miss" and alone > 0.02, alone
-    saved, budget.seconds = budget.seconds, alone / 0.55
+    probes = []  # one such tool's compile here, on this machine: the least of three (the first may pay a warm-up)
+    for name in ("probe1", "probe2", "probe3"):
+        _, record = grammar_of(budgeted, ChatRequest(messages=USER, tools=[enum_tool(name, 1500)]))
+        assert record.grammar_cache == "miss"
+        probes.append(record.grammar_compile_seconds)
+    alone = min(probes)
+    assert alone > 0.02, probes
+    saved, budget.seconds = budget.seconds, alone * 2.2  # one alone: 2.2x under; four: 1.8x over
     try:
         error, _ = refusal(budgeted, ChatRequest(messages=USER, tools=[enum_tool(f"t{i}", 1500) for i in range(4)]))
     finally:
