@@ -33,7 +33,7 @@ async def choice_steps(
             text_ids = ids
             if chunk.finish_reason == "stop" and ids and ids[-1] == chunk.matched_stop:
                 text_ids = ids[:-1]  # the stop token ends the turn; it is not output text
-            if stops and len(text_ids) > 1:
+            if stops and len(ids) > 1:  # a stop string may end the choice before the chunk's last token
                 pieces, used = _until_stop(matcher, detokenizer, text_ids)
                 used = used if matcher.matched is not None else len(ids)
             else:

@@ -19,27 +19,30 @@ TEXT = "Sunny. END and more words after it"
 class Chunked(Backend):
     """Sends the scripted ids in chunks of `size`, the last one finishing with `length`."""
 
-    def __init__(self, ids: list[int], size: int):
-        self.ids, self.size = ids, size
+    def __init__(self, ids: list[int], size: int, end: int | None = None):
+        self.ids, self.size, self.end = ids + ([end] if end is not None else []), size, end
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
         for start in range(0, len(self.ids), self.size):
             ids = self.ids[start : start + self.size]
             last = start + self.size >= len(self.ids)
             logprobs = [TokenLogprob(i, -0.5, []) for i in ids]
-            yield GenerateChunk(ids, logprobs, "length" if last else None)
+            finish = None if not last else "length" if self.end is None else "stop"
+            yield GenerateChunk(ids, logprobs, finish, matched_stop=self.end)
 
     async def ready(self) -> bool:
         return True
 
 
-async def steps_of(checkpoint, size: int, stops: list[str]) -> tuple[str, int, int, str | None]:
+async def steps_of(
+    checkpoint, size: int, stops: list[str], text: str = TEXT, end: int | None = None
+) -> tuple[str, int, int, str | None]:
     tokenizer = checkpoint.tokenizer
-    ids = tokenizer.encode(TEXT, add_special_tokens=False).ids
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
     request = GenerateRequest("r", [1], SamplingParams(max_new_tokens=len(ids)), logprobs=True)
     detokenizer = Detokenizer(tokenizer, added_tokens(tokenizer)[0])
     text, logprobs, last = "", 0, None
-    async for _, step in choice_steps(Chunked(ids, size), request, detokenizer, stops):
+    async for _, step in choice_steps(Chunked(ids, size, end), request, detokenizer, stops):
         text += "".join(p.text for p in step.pieces)
         logprobs += len(step.logprobs)
         last = step
@@ -56,3 +59,11 @@ async def test_a_stop_inside_a_chunk_ends_the_count_where_one_token_at_a_time_do
 async def test_without_a_match_every_token_counts(checkpoint):
     text, count, logprobs, finish = await steps_of(checkpoint, 4, ["zzz"])
     assert (text, finish) == (TEXT, "length") and count == logprobs == len(checkpoint.tokenizer.encode(TEXT).ids)
+
+
+async def test_a_stop_on_the_token_before_the_end_token_leaves_the_end_token_uncounted(checkpoint):
+    """A last chunk [" END", <|im_end|>] counts as the tokens came alone: the choice ends before the end token."""
+    end = checkpoint.tokenizer.token_to_id("<|im_end|>")
+    alone = await steps_of(checkpoint, 1, ["END"], "Sunny. END", end)
+    assert alone[0] == "Sunny. " and alone[3] == "stop"
+    assert await steps_of(checkpoint, 3, ["END"], "Sunny. END", end) == alone  # ["Sun", "ny", "."], [" END", end]
