@@ -1,12 +1,13 @@
-"""Requests to one backend over HTTP/1.1 keep-alive connections on asyncio streams.
+"""Requests to one backend over HTTP/1.1 keep-alive connections, each an asyncio Protocol (`_Connection`).
 
 The hot path of the gateway is reading backend events: httpx spends 113–168 µs of CPU per streamed
 event here (bench/RESULTS.md, "Gateway overhead"), most of it in layers this use does not need
-(anyio cancel scopes per read, text decoding, header re-parsing). This client sends a JSON POST and
-hands back the response body's lines as bytes, a socket read's worth at a time (`post_lines`), or makes a small call (`call`: health
-checks, aborts), reusing connections between requests. An idle connection the server closed is closed
-here within `sweep_s`, not when the next request comes (a pool that waits for it holds a CLOSE-WAIT
-socket for as long as the backend is idle).
+(anyio cancel scopes per read, text decoding, header re-parsing); a StreamReader and a reader generator cost
+a buffer copy and two coroutines per read. This client sends a JSON POST and hands back the response body's
+lines as bytes, a socket read's worth at a time, cut in the read's own callback (`post_lines`), or makes a small
+call (`call`: health checks, aborts), reusing connections between requests. An idle connection the server closed
+is closed here at once (a pool that waits for the next request holds a CLOSE-WAIT socket for as long as the
+backend is idle), and dropped from the pool within `sweep_s`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
-from collections.abc import AsyncGenerator, Callable
-from contextlib import suppress
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from backends.base import BackendError
@@ -27,7 +26,11 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_CALL_BODY = 1024 * 1024
 """How much of a small call's answer is read (a model list, a health answer)."""
 _STREAM_HEAD = "Accept: text/event-stream\r\n"
-_BROKEN = (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
+MAX_HEAD = 64 * 1024
+"""The longest response head read."""
+MAX_UNREAD_BYTES = 256 * 1024
+"""How much of a stream may wait for a slow consumer before reads pause."""
+_BROKEN = (OSError, asyncio.IncompleteReadError, ValueError)
 """What a connection that breaks, or a server that breaks HTTP, raises while we read or write."""
 
 
@@ -40,18 +43,214 @@ class HTTPStatusError(Exception):
         self.body = body
 
 
-@dataclass
-class _Connection:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    idle_since: float = field(default_factory=time.monotonic)
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection as an asyncio Protocol: the bytes a read brings go straight to whoever waits.
+
+    Before a stream's body (the head, a refusal's or a small call's body) the reads are kept as they come and a
+    waiting coroutine is woken; during a stream's body (`stream_lines`) every read is cut into lines at once
+    (BodyLines) and the lines are handed to the waiting consumer as the result of the future it awaits: no
+    StreamReader buffer, no reader coroutine, no generator per read. Reads pause while more than
+    `MAX_UNREAD_BYTES` of a stream wait for a slow consumer. An idle connection that the server closes (or that
+    gets bytes nobody asked for) is closed at once.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, base_url: str):
+        self._loop = loop
+        self._base_url = base_url
+        self.transport: asyncio.Transport | None = None
+        self.idle_since = time.monotonic()
+        self.lost = False
+        self._lost_error: BaseException | None = None
+        self._closed = loop.create_future()
+        self._raw: list[bytes] = []
+        """Reads kept as they came (before a stream's body)."""
+        self._woken: asyncio.Future[None] | None = None
+        self._drained: asyncio.Future[None] | None = None
+        self._idle = False
+        self._body: BodyLines | None = None
+        """A stream's body being cut into lines (None: the reads are kept raw)."""
+        self._lines: list[bytes] = []
+        """Lines read while the consumer was busy."""
+        self._unread = 0
+        self._paused = False
+        self._waiter: asyncio.Future[list[bytes]] | None = None
+        self._end: BaseException | None = None
+        """What the stream's consumer gets once `_lines` is taken: StopAsyncIteration or the error that ended it."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._lost_error = exc
+        if not self._closed.done():
+            self._closed.set_result(None)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if self._body is not None and self._end is None:
+            try:
+                lines = self._body.end() if exc is None else []
+                self._deliver(lines, StopAsyncIteration() if exc is None else _broken(self._base_url, exc))
+            except asyncio.IncompleteReadError as e:
+                self._deliver([], _broken(self._base_url, e))
+        else:
+            self._wake()
+
+    def data_received(self, data: bytes) -> None:
+        body = self._body
+        if body is None:
+            if self._idle:  # nothing may come while no request is out: the connection is unusable
+                self.transport.close()  # type: ignore[union-attr]
+                return
+            self._raw.append(data)
+            self._wake()
+            return
+        if self._end is not None:
+            body.overrun = body.complete  # bytes after the body's end: the connection is not reused
+            return
+        try:
+            lines = body.feed(data)
+        except ValueError as e:  # a chunk size that is not hex
+            self.transport.close()  # type: ignore[union-attr]
+            self._deliver([], _broken(self._base_url, e))
+            return
+        if body.complete:
+            self._deliver(lines, StopAsyncIteration())
+        elif lines:
+            waiter = self._waiter
+            if waiter is not None and not waiter.done():
+                self._waiter = None
+                waiter.set_result(lines)
+            else:
+                self._lines += lines
+                self._unread += len(data)
+                if self._unread > MAX_UNREAD_BYTES and not self._paused:
+                    self._paused = True
+                    self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def pause_writing(self) -> None:
+        self._drained = self._loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    def _wake(self) -> None:
+        woken = self._woken
+        if woken is not None and not woken.done():
+            woken.set_result(None)
+        self._woken = None
+
+    def _deliver(self, lines: list[bytes], end: BaseException) -> None:
+        """The stream's last lines and how it ends: to the waiting consumer, else kept for it."""
+        self._end = end
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            self._waiter = None
+            if lines or self._lines:
+                waiter.set_result(self._lines + lines)
+                self._lines = []
+            else:
+                waiter.set_exception(end)
+        else:
+            self._lines += lines
 
     def usable(self, keepalive_s: float) -> bool:
         fresh = time.monotonic() - self.idle_since < keepalive_s
-        return fresh and not self.reader.at_eof() and not self.writer.is_closing()
+        return fresh and not self.lost and not self.transport.is_closing()  # type: ignore[union-attr]
 
     def close(self) -> None:
-        self.writer.close()
+        self.transport.close()  # type: ignore[union-attr]
+
+    async def wait_closed(self) -> None:
+        await self._closed
+
+    async def send(self, data: bytes) -> None:
+        """Write a request (waiting only if the socket did not take it all)."""
+        if self.lost:
+            raise ConnectionResetError("the connection is closed")
+        self._idle = False
+        self.transport.write(data)  # type: ignore[union-attr]
+        if self._drained is not None:
+            await self._drained
+            if self.lost:
+                raise ConnectionResetError("the connection closed while the request was sent")
+
+    async def _more(self) -> None:
+        """Wait for the next read (or the connection's end: an IncompleteReadError, or the error that ended it)."""
+        if self.lost:
+            if self._lost_error is not None:
+                raise self._lost_error
+            raise asyncio.IncompleteReadError(b"".join(self._raw), None)
+        self._woken = self._loop.create_future()
+        await self._woken
+
+    async def read_head(self) -> bytes:
+        """The response head, up to and including its blank line; what follows stays for the body."""
+        while True:
+            raw = self._raw[0] if len(self._raw) == 1 else b"".join(self._raw)
+            end = raw.find(b"\r\n\r\n")
+            if end >= 0:
+                self._raw = [raw[end + 4 :]] if end + 4 < len(raw) else []
+                return raw[: end + 4]
+            if len(raw) > MAX_HEAD:
+                raise ValueError(f"a response head over {MAX_HEAD} bytes")
+            self._raw = [raw] if raw else []
+            await self._more()
+
+    async def read_raw(self, body: BodyLines, limit: int) -> bytes:
+        """The body bytes (its first `limit`) through `body`'s framing, to the body's end."""
+        out = b""
+        while True:
+            raw, self._raw = self._raw, []
+            for data in raw:
+                out += body.bytes_of(data)[: limit - len(out)]
+            if body.complete:
+                return out
+            if self.lost and self._lost_error is None and not self._raw:
+                body.end()  # a body that ends with the connection; a framed one cut short raises
+                return out
+            await self._more()
+
+    def stream_lines(self, body: BodyLines) -> _Connection:
+        """From now on the reads are `body`'s lines, given in batches by iterating this connection."""
+        self._body, self._end, self._lines = body, None, []
+        raw, self._raw = self._raw, []
+        if body.complete:
+            self._end = StopAsyncIteration()
+        for data in raw:
+            self.data_received(data)
+        if self.lost and self._end is None:
+            self.connection_lost(self._lost_error)
+        return self
+
+    def done_streaming(self) -> None:
+        """The stream's consumer is done: the connection idles (raw reads) until its next request."""
+        self._body, self._lines, self._end = None, [], None
+        self._idle = True
+        if self._paused:
+            self._paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+
+    def __aiter__(self) -> _Connection:
+        return self
+
+    def __anext__(self) -> asyncio.Future[list[bytes]]:
+        """The lines of the reads since the last batch (a future: awaiting it costs no coroutine)."""
+        future = self._loop.create_future()
+        lines = self._lines
+        if lines:
+            self._lines, self._unread = [], 0
+            if self._paused:
+                self._paused = False
+                self.transport.resume_reading()  # type: ignore[union-attr]
+            future.set_result(lines)
+        elif self._end is not None:
+            future.set_exception(self._end)
+        else:
+            self._waiter = future
+        return future
 
 
 class StreamPool:
@@ -115,11 +314,8 @@ class StreamPool:
             if connection is None:
                 connection = await self._connect()
             try:
-                writer = connection.writer
-                writer.write(request + body)
-                if writer.transport.get_write_buffer_size():  # else the socket took it all: nothing to wait for
-                    await writer.drain()
-                return connection, await _Response.read_head(connection.reader, self.base_url)
+                await connection.send(request + body)
+                return connection, _Response.parse_head(await connection.read_head())
             except _BROKEN as e:
                 connection.close()
                 if reused and _closed_before_answering(e):
@@ -138,19 +334,21 @@ class StreamPool:
         return None
 
     async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self._host, self._port, ssl=self._ssl), self._connect_timeout
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(loop, self.base_url), self._host, self._port, ssl=self._ssl),
+                self._connect_timeout,
             )
         except (OSError, TimeoutError) as e:
             raise BackendError(f"backend {self.base_url} unreachable: {e!r}", status=503, retryable=True) from None
-        return _Connection(reader, writer)
+        return connection
 
     async def _read_body(self, connection: _Connection, response: _Response, limit: int) -> bytes:
         """The answer's body (its first `limit` bytes; empty if the connection breaks); the connection goes back
         to the pool if the body was read to its end, else (broken, cancelled) it is closed."""
         try:
-            return await response.read_all(limit)
+            return await connection.read_raw(response.body, limit)
         except _BROKEN:
             return b""
         finally:
@@ -158,6 +356,7 @@ class StreamPool:
 
     def _done(self, connection: _Connection, response: _Response) -> None:
         """Keep the connection for the next request if its answer was read to the end; else close it."""
+        connection.done_streaming()
         if response.complete and response.keep_alive and len(self._idle) < self._max_idle:
             connection.idle_since = time.monotonic()
             self._idle.append(connection)
@@ -188,8 +387,7 @@ class StreamPool:
         for connection in idle:
             connection.close()
         for connection in idle:
-            with suppress(*_BROKEN):
-                await connection.writer.wait_closed()
+            await connection.wait_closed()
 
 
 class PostedLines:
@@ -197,14 +395,14 @@ class PostedLines:
     generator steps on entry and exit, per request): the request is sent on entry, which gives the body's line
     batches once the server answered 200; on exit the batches are closed and the connection kept or closed."""
 
-    __slots__ = ("_batches", "_body", "_connection", "_path", "_pool", "_response")
+    __slots__ = ("_body", "_connection", "_path", "_pool", "_response")
 
     def __init__(self, pool: StreamPool, path: str, body: bytes):
         self._pool = pool
         self._path = path
         self._body = body
 
-    async def __aenter__(self) -> AsyncGenerator[list[bytes], None]:
+    async def __aenter__(self) -> AsyncIterator[list[bytes]]:
         pool = self._pool
         trace = current_traceparent.get()
         head = _STREAM_HEAD if trace is None else f"{_STREAM_HEAD}traceparent: {trace}\r\n"
@@ -213,14 +411,10 @@ class PostedLines:
             error_body = await pool._read_body(connection, response, MAX_ERROR_BODY)
             raise pool._refused(response.status, error_body)
         self._connection, self._response = connection, response
-        self._batches = response.line_batches()
-        return self._batches
+        return connection.stream_lines(response.body)
 
     async def __aexit__(self, *exc_info: object) -> None:
-        try:
-            await self._batches.aclose()
-        finally:
-            self._pool._done(self._connection, self._response)
+        self._pool._done(self._connection, self._response)
 
     async def read_to_end(self, max_batches: int = 8, timeout: float = 1.0) -> None:
         """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused: nothing
@@ -231,25 +425,21 @@ class PostedLines:
         try:
             async with asyncio.timeout(timeout):
                 for _ in range(max_batches):
-                    if await anext(self._batches, None) is None:
+                    if await anext(self._connection, None) is None:
                         return
         except (TimeoutError, BackendError):
             pass
 
 
 class _Response:
-    """A response head, and its body (chunked, sized or until the connection closes) read as batches of lines."""
+    """A response head: its status, whether the connection stays open after it, and its body's framing."""
 
-    def __init__(
-        self, reader: asyncio.StreamReader, base_url: str, status: int, headers: dict[bytes, bytes], http10: bool
-    ):
-        self._reader = reader
-        self._base_url = base_url
+    def __init__(self, status: int, headers: dict[bytes, bytes], http10: bool):
         self.status = status
         connection = headers.get(b"connection", b"").lower()
         chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
         length = headers.get(b"content-length")
-        self._body = BodyLines(chunked, int(length) if length is not None and not chunked else None)
+        self.body = BodyLines(chunked, int(length) if length is not None and not chunked else None)
         self.keep_alive = (chunked or length is not None) and (
             b"keep-alive" in connection if http10 else b"close" not in connection
         )
@@ -257,41 +447,17 @@ class _Response:
     @property
     def complete(self) -> bool:
         """The body was read to its end (and not past it): the connection can carry the next request."""
-        return self._body.complete and not self._body.overrun
+        return self.body.complete and not self.body.overrun
 
     @classmethod
-    async def read_head(cls, reader: asyncio.StreamReader, base_url: str) -> _Response:
-        head = await reader.readuntil(b"\r\n\r\n")
+    def parse_head(cls, head: bytes) -> _Response:
         status_line, *lines = head[:-4].split(b"\r\n")
         version, status, *_ = status_line.split(b" ", 2)
         headers: dict[bytes, bytes] = {}
         for line in lines:
             name, _, value = line.partition(b":")
             headers[name.strip().lower()] = value.strip()
-        return cls(reader, base_url, int(status), headers, version == b"HTTP/1.0")
-
-    async def line_batches(self) -> AsyncGenerator[list[bytes], None]:
-        """The body's lines (`\\r\\n` or `\\n` ended, without their ends), one list per socket read that completed
-        any; a connection that breaks is a retryable 503."""
-        body, read = self._body, self._reader.read
-        try:
-            while not body.complete:
-                data = await read(65536)
-                lines = body.feed(data) if data else body.end()
-                if lines:
-                    yield lines
-        except _BROKEN as e:
-            raise _broken(self._base_url, e) from None
-
-    async def read_all(self, limit: int) -> bytes:
-        out = b""
-        body, read = self._body, self._reader.read
-        while not body.complete:
-            data = await read(65536)
-            if not data:
-                body.end()
-            out += body.bytes_of(data)[: limit - len(out)]
-        return out
+        return cls(int(status), headers, version == b"HTTP/1.0")
 
 
 class BodyLines:

@@ -23,7 +23,7 @@ def close_wait_sockets(port: int) -> int:
     return tcp_sockets(port, CLOSE_WAIT)
 
 
-CLOSE_WAIT, FIN_WAIT_2 = "08", "05"
+ESTABLISHED, CLOSE_WAIT = "01", "08"
 
 
 async def eventually(condition: Callable[[], bool], seconds: float = 5.0) -> bool:

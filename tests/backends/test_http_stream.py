@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 import pytest
 
@@ -12,7 +12,7 @@ from backends.base import BackendError, GenerateRequest, SamplingParams
 from backends.http_stream import BodyLines, HTTPStatusError, StreamPool
 from backends.sglang import SGLangBackend
 from backends.trace_context import current_traceparent
-from tests.sockets import FIN_WAIT_2, close_wait_sockets, eventually, tcp_sockets
+from tests.sockets import ESTABLISHED, close_wait_sockets, eventually, tcp_sockets
 
 pytestmark = pytest.mark.anyio
 Answer = Callable[[int, bytes], list[bytes] | None]
@@ -253,9 +253,21 @@ async def test_an_idle_connection_the_server_closed_leaves_no_close_wait_socket(
 
 
 async def closed_by_both(port: int) -> bool:
-    """Wait for the server on `port` to close its side of a kept connection; then whether ours follows."""
-    assert await eventually(lambda: tcp_sockets(port, FIN_WAIT_2, local=True) > 0)
+    """Wait for the server on `port` to close its side of every kept connection; then whether ours follows."""
+    assert await eventually(lambda: tcp_sockets(port, ESTABLISHED, local=True) == 0)
     return await eventually(lambda: close_wait_sockets(port) == 0)
+
+
+async def test_an_idle_connection_the_server_closed_is_closed_at_once_not_at_the_sweep():
+    async with raw_server(lambda n, req: chunked(b"ok\n"), keepalive_s=0.1) as (url, per_connection):
+        port = int(url.rsplit(":", 1)[1])
+        pool = StreamPool(url, sweep_s=3600)
+        assert await lines_of(pool) == [b"ok"]
+        assert await closed_by_both(port)
+        assert len(pool._idle) == 1 and not pool._idle[0].usable(60)  # still listed, no longer used
+        assert await lines_of(pool) == [b"ok"]  # on a fresh connection
+        await pool.close()
+    assert per_connection == [1, 1]
 
 
 async def test_a_small_call_answers_status_and_body_on_a_kept_connection():
@@ -416,3 +428,50 @@ async def test_read_to_end_gives_up_on_a_body_that_does_not_end_and_drops_the_co
         assert await lines_of(pool) == [b"data: finish", b""]
         await pool.close()
     assert per_connection == [1, 1]
+
+
+async def test_a_slow_consumer_pauses_the_reads_and_gets_every_line():
+    lines = [b"data: %d %s" % (i, b"x" * 100) for i in range(8000)]  # ~900 KiB: past what waits unread
+    piece = b"".join(line + b"\n" for line in lines)
+    async with raw_server(lambda n, req: chunked(piece)) as (url, per_connection):
+        pool = StreamPool(url)
+        posted = pool.post_lines("/generate", b"{}")
+        async with posted as batches:
+            got = list(await anext(batches))
+            connection = posted._connection
+            assert await eventually(lambda: not connection.transport.is_reading())  # the rest waits in the kernel
+            got += [line async for batch in batches for line in batch]
+        assert got == lines
+        assert await lines_of(pool) == lines  # read to its end: the connection was kept
+        await pool.close()
+    assert per_connection == [2]
+
+
+async def test_bytes_after_a_body_or_while_idle_lose_the_connection():
+    """Bytes past the body's end in the same read, or bytes that come while no request is out: the connection
+    is not used again."""
+    late = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answer = b"".join(chunked(b"ok\n"))
+        with suppress(asyncio.IncompleteReadError):  # our side closed
+            while head := await reader.readuntil(b"\r\n\r\n") + await reader.readexactly(2):  # our body is `{}`
+                if b"/overrun" in head:
+                    writer.write(answer + b"HTTP/1.1 200 OK\r\n")
+                    continue
+                writer.write(answer)
+                await asyncio.sleep(0.05)
+                writer.write(b"junk")
+                late.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    pool = StreamPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    async with pool.post_lines("/overrun", b"{}") as batches:
+        assert [line async for batch in batches for line in batch] == [b"ok"]
+    assert not pool._idle
+    assert await lines_of(pool) == [b"ok"]
+    await late.wait()
+    assert await eventually(lambda: not pool._idle[0].usable(60))
+    await pool.close()
+    server.close()
