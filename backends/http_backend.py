@@ -28,7 +28,7 @@ class HTTPBackend(Backend):
 
     def _stream_lines(self, path: str, body: bytes) -> PostedLines:
         """POST `body` and give the response's lines, a socket read's batch at a time; entered only once the
-        server accepted (200); its `read_to_end()` keeps the connection after the finish.
+        server accepted (200); its `read_rest_later()` leaves what follows the finish to the connection.
 
         A refusal is a BackendError with the server's status (`http_error`); a connection that fails before or
         during the stream is a retryable 503.

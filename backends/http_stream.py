@@ -76,6 +76,8 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[list[bytes]] | None = None
         self._end: BaseException | None = None
         """What the stream's consumer gets once `_lines` is taken: StopAsyncIteration or the error that ended it."""
+        self._then: Callable[[], None] | None = None
+        """Called once the stream's body ends, when its consumer left the rest to be read here."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -121,7 +123,7 @@ class _Connection(asyncio.Protocol):
             if waiter is not None and not waiter.done():
                 self._waiter = None
                 waiter.set_result(lines)
-            else:
+            elif self._then is None:
                 self._lines += lines
                 self._unread += len(data)
                 if self._unread > MAX_UNREAD_BYTES and not self._paused:
@@ -145,6 +147,10 @@ class _Connection(asyncio.Protocol):
     def _deliver(self, lines: list[bytes], end: BaseException) -> None:
         """The stream's last lines and how it ends: to the waiting consumer, else kept for it."""
         self._end = end
+        if self._then is not None:
+            then, self._then = self._then, None
+            then()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             self._waiter = None
@@ -225,6 +231,18 @@ class _Connection(asyncio.Protocol):
             self.connection_lost(self._lost_error)
         return self
 
+    def read_rest_here(self, then: Callable[[], None]) -> None:
+        """The consumer leaves the rest of the stream's body (what follows its finish): it is read and dropped by
+        this connection's own callback, and `then` called once the body ended (read to its end, or broken)."""
+        self._lines = []
+        if self._end is not None:
+            then()
+            return
+        self._then = then
+        if self._paused:
+            self._paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
+
     def done_streaming(self) -> None:
         """The stream's consumer is done: the connection idles (raw reads) until its next request."""
         self._body, self._lines, self._end = None, [], None
@@ -279,6 +297,8 @@ class StreamPool:
         self._keepalive_s = keepalive_s
         self._max_idle = max_idle
         self._idle: list[_Connection] = []
+        self._finishing: dict[_Connection, float] = {}
+        """Connections whose answer's rest is being read (`PostedLines.read_rest_later`), and since when."""
         self._sweep_s = sweep_s
         self._sweep: asyncio.TimerHandle | None = None
         self.base_url = base_url
@@ -360,14 +380,29 @@ class StreamPool:
         if response.complete and response.keep_alive and len(self._idle) < self._max_idle:
             connection.idle_since = time.monotonic()
             self._idle.append(connection)
-            if self._sweep is None:
-                self._sweep = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep_idle)
+            self._sweep_later()
         else:
             connection.close()
 
+    def _done_later(self, connection: _Connection, response: _Response) -> None:
+        """`_done` once the connection itself has read the rest of the answer's body (within a sweep or two)."""
+
+        def then() -> None:
+            if self._finishing.pop(connection, None) is not None:
+                self._done(connection, response)
+
+        self._finishing[connection] = time.monotonic()
+        connection.read_rest_here(then)
+        self._sweep_later()
+
+    def _sweep_later(self) -> None:
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep_idle)
+
     def _sweep_idle(self) -> None:
         """Close idle connections the server closed (else their sockets sit in CLOSE-WAIT until the next
-        request) or that outlived the keep-alive; again every `sweep_s` while any stay idle."""
+        request) or that outlived the keep-alive, and those whose answer's rest took longer than `sweep_s`; again
+        every `sweep_s` while any are left."""
         self._sweep = None
         usable = []
         for connection in self._idle:
@@ -376,14 +411,20 @@ class StreamPool:
             else:
                 connection.close()
         self._idle = usable
-        if usable:
-            self._sweep = asyncio.get_running_loop().call_later(self._sweep_s, self._sweep_idle)
+        late = time.monotonic() - self._sweep_s
+        for connection, since in list(self._finishing.items()):
+            if since < late:
+                del self._finishing[connection]
+                connection.close()
+        if usable or self._finishing:
+            self._sweep_later()
 
     async def close(self) -> None:
         if self._sweep is not None:
             self._sweep.cancel()
             self._sweep = None
-        idle, self._idle = self._idle, []
+        idle, self._idle = [*self._idle, *self._finishing], []
+        self._finishing.clear()
         for connection in idle:
             connection.close()
         for connection in idle:
@@ -395,7 +436,7 @@ class PostedLines:
     generator steps on entry and exit, per request): the request is sent on entry, which gives the body's line
     batches once the server answered 200; on exit the batches are closed and the connection kept or closed."""
 
-    __slots__ = ("_body", "_connection", "_path", "_pool", "_response")
+    __slots__ = ("_body", "_connection", "_left", "_path", "_pool", "_response")
 
     def __init__(self, pool: StreamPool, path: str, body: bytes):
         self._pool = pool
@@ -411,24 +452,19 @@ class PostedLines:
             error_body = await pool._read_body(connection, response, MAX_ERROR_BODY)
             raise pool._refused(response.status, error_body)
         self._connection, self._response = connection, response
+        self._left = False
         return connection.stream_lines(response.body)
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self._pool._done(self._connection, self._response)
+        if not self._left:
+            self._pool._done(self._connection, self._response)
 
-    async def read_to_end(self, max_batches: int = 8, timeout: float = 1.0) -> None:
-        """Read what follows a stream's finish (`[DONE]`, the body's end) so its connection can be reused: nothing
-        to wait for (and no timer) when the reads so far brought the body's end. A server that sends more, or takes
-        longer, loses the connection instead of holding the answer."""
-        if self._response.complete:
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                for _ in range(max_batches):
-                    if await anext(self._connection, None) is None:
-                        return
-        except (TimeoutError, BackendError):
-            pass
+    def read_rest_later(self) -> None:
+        """The caller has the stream's finish and reads no further: what follows (`[DONE]`, the body's end) is read
+        by the connection's own callback, which gives the connection back to the pool once the body ended; nobody
+        waits for it. A server that takes longer than the pool's `sweep_s` loses the connection."""
+        self._left = True
+        self._pool._done_later(self._connection, self._response)
 
 
 class _Response:

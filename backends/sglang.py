@@ -65,7 +65,7 @@ class SGLangBackend(HTTPBackend):
                     chunk, failure = batch_chunk(lines, reader.chunks, reader.ended)
                     live = not reader.finished
                     if failure is None and not live:
-                        await posted.read_to_end()  # the caller may stop at the finish: keep the connection
+                        posted.read_rest_later()  # the caller may stop at the finish: the connection reads the rest
                     if chunk is not None:
                         yield chunk
                     if failure is not None:

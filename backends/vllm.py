@@ -112,7 +112,7 @@ class VLLMBackend(HTTPBackend):
             async for lines in batches:
                 chunk, failure = batch_chunk(lines, reader.line, reader.ended)
                 if failure is None and reader.done:
-                    await posted.read_to_end()  # the caller may stop at the finish: keep the connection
+                    posted.read_rest_later()  # the caller may stop at the finish: the connection reads the rest
                 if chunk is not None:
                     yield chunk
                 if failure is not None:

@@ -398,7 +398,7 @@ def test_body_lines_sized_and_until_close():
         BodyLines(chunked=True, length=None).end()
 
 
-async def test_read_to_end_reads_past_the_finish_and_keeps_the_connection():
+async def test_the_rest_after_the_finish_is_read_without_the_caller_and_the_connection_kept():
     events = [b"data: finish\n\n", b"data: [DONE]\n\n"]
     async with raw_server(lambda n, req: chunked(*events)) as (url, per_connection):
         pool = StreamPool(url)
@@ -406,12 +406,13 @@ async def test_read_to_end_reads_past_the_finish_and_keeps_the_connection():
             posted = pool.post_lines("/generate", b"{}")
             async with posted as batches:
                 assert (await anext(batches))[0] == b"data: finish"
-                await posted.read_to_end()
+                posted.read_rest_later()
+            assert await eventually(lambda: len(pool._idle) == 1)  # read to its end by the connection: kept
         await pool.close()
     assert per_connection == [2]
 
 
-async def test_read_to_end_gives_up_on_a_body_that_does_not_end_and_drops_the_connection():
+async def test_a_rest_that_does_not_end_within_a_sweep_loses_the_connection():
     answers: list[int] = []
 
     def answer(n: int, request: bytes) -> list[bytes]:
@@ -420,11 +421,13 @@ async def test_read_to_end_gives_up_on_a_body_that_does_not_end_and_drops_the_co
         return pieces if len(answers) > 1 else pieces[:-1]  # the first answer never sends its last chunk
 
     async with raw_server(answer) as (url, per_connection):
-        pool = StreamPool(url)
+        pool = StreamPool(url, sweep_s=0.05)
         posted = pool.post_lines("/generate", b"{}")
         async with posted as batches:
             assert await anext(batches) == [b"data: finish", b""]
-            await posted.read_to_end(timeout=0.05)
+            posted.read_rest_later()
+        assert await eventually(lambda: not pool._finishing)
+        assert not pool._idle
         assert await lines_of(pool) == [b"data: finish", b""]
         await pool.close()
     assert per_connection == [1, 1]
