@@ -91,9 +91,10 @@ def batch_chunk(
     failure = None
     try:
         for line in lines:
-            new += parse(line)
-            if ended():
-                break
+            if line:  # the blank line that ends an SSE event: nothing to parse
+                new += parse(line)
+                if ended():
+                    break
     except BackendError as e:
         failure = e
     return (joined(new) if new else None), failure
@@ -104,9 +105,9 @@ def stream_event(line: bytes, on_error: Callable[[Any], BackendError] = event_er
 
     Invalid JSON, a non-object and an `error` event (mapped by `on_error`) are BackendErrors.
     """
-    if not line.startswith(SSE_DATA):
+    if line[:5] != SSE_DATA:
         return None
-    data = line[len(SSE_DATA) :].strip()
+    data = line[5:].strip()
     if data == _DONE:
         return SSE_DONE
     try:

@@ -31,6 +31,8 @@ MAX_HEAD = 64 * 1024
 MAX_UNREAD_BYTES = 256 * 1024
 """How much of a stream may wait for a slow consumer before reads pause."""
 _BROKEN = (OSError, asyncio.IncompleteReadError, ValueError)
+# On the per-event path `bytes.find(x) >= 0` stands for `x in bytes`: `in` first tries `x` as an integer and
+# formats and clears that TypeError, which costs more than the search (a third of a one-event read's parsing).
 """What a connection that breaks, or a server that breaks HTTP, raises while we read or write."""
 
 
@@ -473,11 +475,11 @@ class _Response:
     def __init__(self, status: int, headers: dict[bytes, bytes], http10: bool):
         self.status = status
         connection = headers.get(b"connection", b"").lower()
-        chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        chunked = headers.get(b"transfer-encoding", b"").lower().find(b"chunked") >= 0
         length = headers.get(b"content-length")
         self.body = BodyLines(chunked, int(length) if length is not None and not chunked else None)
         self.keep_alive = (chunked or length is not None) and (
-            b"keep-alive" in connection if http10 else b"close" not in connection
+            connection.find(b"keep-alive") >= 0 if http10 else connection.find(b"close") < 0
         )
 
     @property
@@ -514,10 +516,14 @@ class BodyLines:
     def feed(self, data: bytes) -> list[bytes]:
         """The lines that `data` completes (and the body's last, unterminated line once the body is complete)."""
         data = self.bytes_of(data)
+        if not self._pending and data[-1:] == b"\n" and data.find(b"\r") < 0:  # whole lines (one event, usually)
+            lines = data.split(b"\n")
+            del lines[-1]
+            return lines
         cut = data.rfind(b"\n") + 1
         if cut:
             whole, self._pending = self._pending + data[:cut], data[cut:]
-            if b"\r" in whole:  # a line's `\r\n` end (only a `\r` right before `\n` goes; a lone `\r` stays)
+            if whole.find(b"\r") >= 0:  # a line's `\r\n` end (only a `\r` right before `\n` goes; a lone `\r` stays)
                 whole = whole.replace(b"\r\n", b"\n")
             lines = whole.split(b"\n")
             del lines[-1]  # after the last `\n`: nothing
@@ -551,6 +557,10 @@ class BodyLines:
         return data
 
     def _unchunk(self, data: bytes) -> bytes:
+        if not self._left and not self._crlf and not self._framing and not self._trailers:
+            whole = _whole_chunk(data)  # a read of exactly one chunk (one event, usually)
+            if whole is not None:
+                return whole
         out = []
         pos, size = 0, len(data)
         left, crlf = self._left or 0, self._crlf  # in locals while the loop runs (it runs a few times per event)
@@ -584,6 +594,22 @@ class BodyLines:
                     self._trailers = True
         self._left, self._crlf = left, crlf
         return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _whole_chunk(data: bytes) -> bytes | None:
+    """The data of `data` when it is exactly one whole non-empty chunk (size line, data, CRLF), else None."""
+    newline = data.find(b"\n")
+    head = data[:newline]
+    if newline < 1 or head.find(b";") >= 0:
+        return None
+    try:
+        size = int(head, 16)  # `int` strips the size line's `\r`
+    except ValueError:
+        return None
+    end = newline + 1 + size
+    if size > 0 and len(data) == end + 2 and data[end:] == b"\r\n":
+        return data[newline + 1 : end]
+    return None
 
 
 def _closed_before_answering(error: BaseException) -> bool:

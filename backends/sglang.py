@@ -115,32 +115,29 @@ class _StreamReader:
 
     def chunks(self, line: bytes) -> list[GenerateChunk]:
         """The new output of one line (none, or one chunk)."""
-        chunk = self.line(line)
-        if chunk is None:
+        event = stream_event(line)
+        if type(event) is not dict:
+            if event == SSE_DONE:
+                self.done = True
             return []
+        try:
+            chunk = self._chunk(event)
+        except SHAPE_ERRORS as e:
+            raise shape_error(e) from None
         if chunk.finish_reason is not None:
             self.finished = True
         return [chunk]
 
-    def line(self, line: bytes) -> GenerateChunk | None:
-        event = stream_event(line)
-        if event == SSE_DONE:
-            self.done = True
-        if not isinstance(event, dict):
-            return None
-        try:
-            return self._chunk(event)
-        except SHAPE_ERRORS as e:
-            raise shape_error(e) from None
-
     def _chunk(self, event: dict[str, Any]) -> GenerateChunk:
         meta = event.get("meta_info") or {}
-        if not isinstance(meta, dict):
+        if type(meta) is not dict:
             raise BackendError("backend sent meta_info that is not an object")
-        ids = self._new(token_ids(event.get("output_ids") or [], "output_ids"), "_seen_ids")
+        ids = token_ids(event.get("output_ids") or [], "output_ids")
+        if not self.incremental:
+            ids = self._new(ids, "_seen_ids")
         finish = meta.get("finish_reason")
         reason, matched = None, None
-        if isinstance(finish, dict):
+        if type(finish) is dict:
             reason = finish.get("type")
             if reason == "abort":
                 status = finish.get("status_code")
@@ -152,14 +149,16 @@ class _StreamReader:
             if reason not in ("stop", "length"):
                 raise BackendError(f"backend sent an unknown finish reason {finish!r}")
             matched = finish.get("matched") if isinstance(finish.get("matched"), int) else None
-        return GenerateChunk(
-            output_ids=ids,
-            logprobs=self._logprobs(meta),
-            finish_reason=reason,
-            matched_stop=matched,
-            prompt_tokens=int(meta.get("prompt_tokens") or 0),
-            completion_tokens=int(meta.get("completion_tokens") or 0),
-            cached_tokens=int(meta.get("cached_tokens") or 0),
+        get = meta.get
+        logprobs = None if get("output_token_logprobs") is None else self._logprobs(meta)
+        return GenerateChunk(  # positional: the dataclass's field order (keywords cost more per event)
+            ids,
+            logprobs,
+            reason,
+            matched,
+            int(get("prompt_tokens") or 0),
+            int(get("completion_tokens") or 0),
+            int(get("cached_tokens") or 0),
         )
 
     def _new(self, items: list[Any], seen_attr: str) -> list[Any]:
@@ -172,10 +171,8 @@ class _StreamReader:
         setattr(self, seen_attr, len(items))
         return items[seen:]
 
-    def _logprobs(self, meta: dict[str, Any]) -> list[TokenLogprob] | None:
-        tokens = meta.get("output_token_logprobs")
-        if tokens is None:
-            return None
+    def _logprobs(self, meta: dict[str, Any]) -> list[TokenLogprob]:
+        tokens = meta["output_token_logprobs"]
         top = meta.get("output_top_logprobs") or []
         start = 0 if self.incremental else self._seen_logprobs
         new = self._new(tokens, "_seen_logprobs")

@@ -17,7 +17,7 @@ With `--callgrind` both gateways run under valgrind's callgrind instead, and eac
 requests are counted in instructions (user space, the whole process: uvicorn, the gateway, the libraries), a
 figure no other load on the machine changes; no bursts then (their timing means nothing under valgrind).
 
-    python bench/request_cpu_bench.py [--base main] [--rounds 6] [--requests 200] [--streams 64] [--tokens 32]
+    python bench/request_cpu_bench.py [--base main] [--port 0] [--rounds 6] [--requests 200] [--streams 64] [--tokens 32]
     python bench/request_cpu_bench.py --callgrind [--base main] [--requests 200]
 """
 
@@ -164,6 +164,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=64, help="streams of a burst")
     parser.add_argument("--tokens", type=int, default=32, help="output tokens per burst stream")
     parser.add_argument("--interval-ms", type=float, default=15.0, help="the stand-in's decode step")
+    parser.add_argument("--port", type=int, default=0, help="first of three ports: stand-in, base, this (0: free ones)")
     parser.add_argument("--callgrind", action="store_true", help="count instructions per request instead")
     args = parser.parse_args()
 
@@ -172,11 +173,15 @@ def main() -> None:
         logs, base_tree = Path(tmp), Path(tmp) / "base"
         base_tree.mkdir()
         base = f"base {extract(args.base, base_tree)} ({args.base})"
-        with stand_in(logs, args.interval_ms) as (_, standin_port):
+        with stand_in(logs, args.interval_ms, args.port) as (_, standin_port):
             url = f"http://127.0.0.1:{standin_port}"
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=url))
-            ports = {base: free_port(), "this tree": free_port()}
+            ports = (
+                {base: args.port + 1, "this tree": args.port + 2}
+                if args.port
+                else {base: free_port(), "this tree": free_port()}
+            )
             outs = {name: logs / f"{'base' if name == base else 'tree'}.callgrind" for name in ports}
             cmds = {name: gateway_cmd(ports[name], config, outs[name] if args.callgrind else None) for name in ports}
             env = {**os.environ, "PYTHONPATH": str(base_tree)}

@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backends.base import BackendError, GenerateRequest, SamplingParams
 from backends.http_stream import BodyLines, HTTPStatusError, StreamPool
@@ -478,3 +480,27 @@ async def test_bytes_after_a_body_or_while_idle_lose_the_connection():
     assert await eventually(lambda: not pool._idle[0].usable(60))
     await pool.close()
     server.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    events=st.lists(
+        st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"").replace(b"\r", b"")), min_size=1, max_size=8
+    ),
+    framing=st.lists(st.sampled_from(["%x", "%X", "%x;ext=1", "%x ", "0%x"]), min_size=8, max_size=8),
+    crlf=st.booleans(),
+    cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=6),
+)
+def test_body_lines_of_any_chunking_and_reads(events, framing, crlf, cuts):
+    """Events framed one chunk each (size lines in any case, with extensions and padding), the bytes cut into reads
+    anywhere: the same lines, whichever path (one whole chunk per read, or split) each read takes."""
+    end = b"\r\n" if crlf else b"\n"
+    lines = [b"data: " + event for event in events]
+    pieces = [line + end + end for line in lines]
+    body = b"".join((framing[i] % len(p)).encode() + b"\r\n" + p + b"\r\n" for i, p in enumerate(pieces)) + b"0\r\n\r\n"
+    reader, got, start = BodyLines(chunked=True, length=None), [], 0
+    for cut in sorted({c for c in cuts if c < len(body)}) + [len(body)]:
+        got += reader.feed(body[start:cut])
+        start = cut
+    assert reader.complete and not reader.overrun
+    assert got == [line for line in lines for line in (line, b"")]
