@@ -31,7 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -57,6 +59,8 @@ from overhead_bench import (  # the bench folder is not a package: its path is a
     stand_in,
     wait_ready,
 )
+
+T = TypeVar("T")
 
 
 def extract(ref: str, into: Path) -> str:
@@ -84,18 +88,29 @@ async def callgrind_control(pid: int, *command: str) -> None:
         raise RuntimeError(f"callgrind_control {' '.join(command)} {pid} failed")
 
 
+async def counted(pid: int, out: Path, work: Awaitable[T]) -> tuple[int, T]:
+    """The instructions the process `pid` (under callgrind, writing `out`.<pid>) ran while `work` ran, and its value;
+    once per process (its first dump)."""
+    for command in (["-z"], ["-i", "on"]):
+        await callgrind_control(pid, *command)
+    value = await work
+    for command in (["-i", "off"], ["-d"]):
+        await callgrind_control(pid, *command)
+    dump = Path(f"{out}.{pid}.1").read_text()
+    return int(next(line for line in dump.splitlines() if line.startswith("totals:")).split()[1]), value
+
+
 async def sequential_instructions(side: Side, pid: int, count: int, out: Path) -> float:
     """Instructions the gateway `pid` (under callgrind, writing `out`.<pid>) ran per request over `count` requests."""
     for n in range(20):
         await probe(side, -1 - n)  # warm-up, not counted
-    for command in (["-z"], ["-i", "on"]):
-        await callgrind_control(pid, *command)
-    for n in range(count):
-        await probe(side, -1000 - n)
-    for command in (["-i", "off"], ["-d"]):
-        await callgrind_control(pid, *command)
-    dump = Path(f"{out}.{pid}.1").read_text()
-    return int(next(line for line in dump.splitlines() if line.startswith("totals:")).split()[1]) / count
+
+    async def requests() -> None:
+        for n in range(count):
+            await probe(side, -1000 - n)
+
+    instructions, _ = await counted(pid, out, requests())
+    return instructions / count
 
 
 async def sequential_cpu(side: Side, pid: int, count: int) -> float:

@@ -7,6 +7,12 @@ a change to the per-token path (`--base` another worktree, e.g. main) before `be
 goals against direct.
 
     python bench/stream_ab.py --base /work/main [--port 19400] [--interval-ms 15] [--streams 64] [--tokens 256]
+
+With `--callgrind` both gateways run under valgrind's callgrind and each counts the instructions (user space, the
+whole process) of one phase: a figure no other load on the machine changes. Few, slow streams keep every event
+alone there as on a quiet machine (the gateway runs ~50x slower under callgrind):
+
+    python bench/stream_ab.py --base /work/main --callgrind --streams 2 --tokens 400 --interval-ms 40
 """
 
 from __future__ import annotations
@@ -36,12 +42,22 @@ from overhead_bench import (
     stand_in,
     wait_ready,
 )
+from request_cpu_bench import counted
 
 
-def gateway_cmd(checkout: Path, port: int, config: Path) -> list[str]:
-    """`gateway serve` of `checkout` (run from that checkout, which is first on the path)."""
+def gateway_cmd(checkout: Path, port: int, config: Path, callgrind: Path | None = None) -> list[str]:
+    """`gateway serve` of `checkout` (run from that checkout, which is first on the path); under callgrind, counting
+    nothing until told, when `callgrind` names its output."""
     serve = serve_cmd(port, "--config", str(config), "--log-level", "warning")
-    return ["env", "-C", str(checkout), f"PYTHONPATH={checkout}", *serve]
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}.%p"]
+    return ["env", "-C", str(checkout), f"PYTHONPATH={checkout}", *(valgrind if callgrind else []), *serve]
+
+
+async def phase_instructions(side: Side, pid: int, args: argparse.Namespace, out: Path) -> float:
+    """Instructions the gateway `pid` (under callgrind, writing `out`.<pid>) ran per output token over one phase."""
+    await run_phase(side, args.streams, min(args.tokens, 32), 0.0, {"machine": None})  # warm-up, not counted
+    instructions, phase = await counted(pid, out, run_phase(side, args.streams, args.tokens, 0.0, {"machine": None}))
+    return instructions / phase.tokens
 
 
 async def rounds(sides: list[Side], pids: dict[str, dict[str, int | None]], args: argparse.Namespace) -> dict:
@@ -70,6 +86,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--callgrind", action="store_true", help="count instructions per token (one phase per side)")
     args = parser.parse_args()
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} at start", flush=True)
     with tempfile.TemporaryDirectory(prefix="stream-ab-") as tmp:
@@ -79,12 +96,15 @@ def main() -> None:
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=url))
             base_port, this_port = args.port + 1, args.port + 2
+            outs = {"base": logs / "base.callgrind", "this": logs / "this.callgrind"} if args.callgrind else {}
             with (
-                process(gateway_cmd(args.base.resolve(), base_port, config), logs / "base.log") as base,
-                process(gateway_cmd(ROOT, this_port, config), logs / "this.log") as this,
+                process(
+                    gateway_cmd(args.base.resolve(), base_port, config, outs.get("base")), logs / "base.log"
+                ) as base,
+                process(gateway_cmd(ROOT, this_port, config, outs.get("this")), logs / "this.log") as this,
             ):
                 for port, proc, log in ((base_port, base, "base.log"), (this_port, this, "this.log")):
-                    wait_ready(f"http://127.0.0.1:{port}/ready", proc, logs / log)
+                    wait_ready(f"http://127.0.0.1:{port}/ready", proc, logs / log, timeout=900.0)
                 sides = [
                     Side("base", base_port, "/v1/chat/completions", _chat_body(), read_chat),
                     Side("this", this_port, "/v1/chat/completions", _chat_body(), read_chat),
@@ -92,8 +112,24 @@ def main() -> None:
                 machine = {"client": os.getpid(), "machine": None}
                 pids = {"base": {"gateway": base.pid, **machine}, "this": {"gateway": this.pid, **machine}}
                 httpx.post(f"http://127.0.0.1:{base_port}/tokenize", json={"model": MODEL, "messages": MESSAGES})
-                results = asyncio.run(rounds(sides, pids, args))
+                if args.callgrind:
+                    counts = {
+                        side.name: asyncio.run(
+                            phase_instructions(side, pids[side.name]["gateway"], args, outs[side.name])
+                        )
+                        for side in sides
+                    }
+                else:
+                    results = asyncio.run(rounds(sides, pids, args))
     print(f"load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])} at the end")
+    if args.callgrind:
+        print(
+            f"\n{args.streams} streams x {args.tokens} tokens, step every {args.interval_ms:g} ms, one phase per side"
+        )
+        print("| gateway | instructions per output token (callgrind, whole process) |\n|---|---:|")
+        for name, count in counts.items():
+            print(f"| {name} | {count:,.0f} |")
+        return
     print(
         f"\n{args.streams} streams x {args.tokens} tokens, step every {args.interval_ms:g} ms, {args.rounds} rounds "
         f"(medians); base = {args.base}, this = {ROOT}"
