@@ -1,0 +1,55 @@
+"""Requests that arrive together start a few per event-loop iteration, so answers already under way go first.
+
+A request's work before its backend request (body, validation, render, encode, admission) runs without yielding.
+When 64 requests arrive at once, the loop would run all 64 of those before it looks at its sockets again, so even
+the first request's backend answer waits until the last request has been sent: every request of the burst gets its
+first token after all 64 have been planned. Taking turns, the next few requests start in the next iteration, after
+the loop has polled its sockets and run what they woke (the first answers' heads and first tokens), and so on: a
+request's first token comes after the work of the requests before it, not of all of them (`bench/burst_timeline.py`
+shows both orders). A request that finds a turn left in this iteration and nobody waiting starts at once, without
+yielding, so requests that do not arrive together never wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+PER_ITERATION = 4
+"""Requests started per loop iteration: one is the finest interleaving, but then an answer is read as its bytes come
+in, a piece per iteration (more reads and wake-ups per request); four measured as good for the first tokens and
+costs no more CPU per burst than no turns (bench/RESULTS.md, "Per-request cost, session 6")."""
+
+
+class Turns:
+    """At most `per_iteration` requests start per event-loop iteration; the others wait in arrival order."""
+
+    __slots__ = ("_per_iteration", "_taken", "_waiting")
+
+    def __init__(self, per_iteration: int = PER_ITERATION) -> None:
+        self._per_iteration = per_iteration
+        self._taken = 0
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    def take(self) -> asyncio.Future[None] | None:
+        """None: start now (this iteration has a turn left); else a future to await, done when the turn comes."""
+        loop = asyncio.get_running_loop()
+        if self._taken < self._per_iteration and not self._waiting:
+            if not self._taken:
+                loop.call_soon(self._pass)
+            self._taken += 1
+            return None
+        waiting = loop.create_future()
+        self._waiting.append(waiting)
+        return waiting
+
+    def _pass(self) -> None:
+        """A new iteration: the next waiters in line (those still waiting) take its turns."""
+        self._taken = 0
+        while self._waiting and self._taken < self._per_iteration:
+            waiting = self._waiting.popleft()
+            if not waiting.done():  # a cancelled waiter (its request ended) gives its turn on
+                waiting.set_result(None)
+                self._taken += 1
+        if self._taken:
+            asyncio.get_running_loop().call_soon(self._pass)
