@@ -11,9 +11,11 @@ gateway process), then sends --bursts bursts of --streams streamed chats at once
   preempted spends no CPU meanwhile);
 - when requests wrote their backend request (loop CPU, p50), and how many times a request's task was suspended between
   arriving and writing it (0: never; its work before the backend ran in one go);
+- how many backend connections a burst opened (the pool keeps idle ones 4 s: `--pause 5` makes every burst open
+  its own, as the overhead bench's gateway phases mostly do, a direct phase of ~4 s between them);
 - with `--workers N`, how many of each burst's requests each process served (min / max over bursts).
 
-    python bench/burst_timeline.py [--base main] [--streams 64] [--tokens 1] [--bursts 10] [--workers 1]
+    python bench/burst_timeline.py [--base main] [--streams 64] [--tokens 1] [--bursts 10] [--workers 1] [--pause 0]
 """
 
 from __future__ import annotations
@@ -54,10 +56,18 @@ TRACER = ROOT / "bench" / "burst_trace"
 def burst_figures(records: list[dict]) -> dict[str, list[float]]:
     """Per request of one burst (all processes): loop CPU ms from its process's first arrival to its backend write
     and first body message, and its task's suspensions between its arrival and backend write."""
-    out: dict[str, list[float]] = {"cpu_written": [], "cpu_body": [], "iterations": [], "sends": [], "cpu_all": []}
+    out: dict[str, list[float]] = {
+        "cpu_written": [],
+        "cpu_body": [],
+        "iterations": [],
+        "sends": [],
+        "cpu_all": [],
+        "connects": [],
+    }
     for pid in {r["pid"] for r in records}:
         mine = [r for r in records if r["pid"] == pid]
         first_cpu = min(r["arrive"][2] for r in mine)
+        out["connects"].append(sum("connect" in r for r in mine))
         out["cpu_all"].append((max(r["client_body"][2] for r in mine) - first_cpu) * 1e3)
         for r in mine:
             out["cpu_written"].append((r["written"][2] - first_cpu) * 1e3)
@@ -86,6 +96,7 @@ async def measure(args: argparse.Namespace, sides: dict[str, tuple[Side, Path]])
     for b in range(args.bursts):
         for name in names if b % 2 == 0 else names[::-1]:
             side, trace = sides[name]
+            await asyncio.sleep(args.pause)
             phase = await run_phase(side, args.streams, args.tokens, 0.0, {"machine": None})
             await asyncio.sleep(0.3)  # the gateway writes its records once no chat is in flight
             records = read_trace(trace)
@@ -130,6 +141,10 @@ def report(results: dict[str, dict[str, list]], args: argparse.Namespace) -> Non
         "loop CPU from a burst's first arrival to its last first body message (ms; per process), median",
         [f"{statistics.median(results[n]['cpu_all']):.1f}" for n in names],
     )
+    row(
+        "backend connections opened per burst, median",
+        [f"{statistics.median(results[n]['connects']):.0f}" for n in names],
+    )
     row("messages sent to the client per request, mean", [f"{statistics.mean(results[n]['sends']):.2f}" for n in names])
     if args.workers > 1:
         row(
@@ -150,6 +165,9 @@ def main() -> None:
     parser.add_argument("--bursts", type=int, default=10, help="bursts per gateway")
     parser.add_argument("--workers", type=int, default=1, help="processes per gateway (gateway serve --workers)")
     parser.add_argument("--interval-ms", type=float, default=15.0, help="the stand-in's decode step")
+    parser.add_argument(
+        "--pause", type=float, default=0.0, help="seconds before each burst (past 4: the backend pool has gone cold)"
+    )
     args = parser.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(prefix="burst-timeline-") as tmp, ExitStack() as running:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-PER_ITERATION = 4
-"""Requests started per loop iteration: one is the finest interleaving, but then an answer is read as its bytes come
-in, a piece per iteration (more reads and wake-ups per request); four measured as good for the first tokens and
-costs no more CPU per burst than no turns (bench/RESULTS.md, "Per-request cost, session 6")."""
+PER_ITERATION = 8
+"""Requests started per loop iteration. Fewer interleave finer but stretch a burst's start over more iterations, and
+the running streams' token events (read one at a time, no longer several per read) then fill them: with one per
+iteration a burst of 64 x 32-token streams spent twice the loop CPU before its last first token; eight kept most
+of the gain for the median first token at the least added CPU (bench/RESULTS.md, "Per-request cost, session 6")."""
 
 
 class Turns:
