@@ -48,7 +48,7 @@ class SegmentedText(str):
 class PromptEncoder:
     """Encodes rendered prompts and plain text for one tokenizer."""
 
-    def __init__(self, tokenizer: Tokenizer, memo_size: int = 4096, prompts: int = 128, prompt_chars: int = 32 * 1024):
+    def __init__(self, tokenizer: Tokenizer, memo_size: int = 4096, prompts: int = 128, prompt_chars: int = 16 * 1024):
         self.tokenizer = tokenizer
         self.added: dict[str, int] = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
         cut = spelling_pattern(self.added)
