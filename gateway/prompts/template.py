@@ -121,8 +121,9 @@ def renders_purely(source: str) -> bool:
 class _Renders:
     """Renders of pure templates, keyed by the template and its context's JSON (insertion order kept, so contexts
     that differ only in key order, which a template can see, stay apart); least recently used out first. A context
-    that is not plain JSON or whose JSON is past `max_key_bytes` is not kept. Shared by the event loop and the
-    planning threads."""
+    that orjson cannot dump or whose JSON is past `max_key_bytes` is not kept. The contexts hold what parsed request
+    bodies hold (dicts, lists, str, int, float, bool, None; never inf or NaN, which orjson's parser refuses and its
+    dump would write as null), so equal dumps are equal contexts. Shared by the event loop and the planning threads."""
 
     def __init__(self, entries: int = 128, max_key_bytes: int = 32 * 1024):
         self._entries = entries
@@ -131,7 +132,7 @@ class _Renders:
         self._lock = threading.Lock()
 
     def key(self, source: str, context: dict[str, Any], max_chars: int) -> tuple[str, bytes, int] | None:
-        """The key of a render of `source` (its purity is cached with its compiled form); None: not to be kept."""
+        """The key of a render of `source` with `context` and `max_chars`; None: not to be kept."""
         if not _purity(source):
             return None
         try:
