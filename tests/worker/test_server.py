@@ -60,6 +60,7 @@ def _running(client: httpx.Client) -> int:
 def test_health_and_model_info(client):
     assert client.get("/health").status_code == 200
     assert client.get("/get_model_info").json()["model_path"].endswith(".gguf")
+    assert client.get("/get_server_info").json()["internal_states"][0]["threads"] == 2  # --threads 2: fixed
 
 
 def test_stream_sends_one_event_per_token_with_deltas(client):
