@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -126,16 +126,9 @@ class LlamaModel:
             return None
         return GreedyHead(lm_head.to(self.device), _Linear(lm_head, torch.bfloat16, self.device))
 
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        write_positions: torch.Tensor,
-        first_slot: int,
-        key_len: int,
-    ) -> torch.Tensor:
-        """The float32 logits (B, V) of each row's last query: `logits(hidden(...))`."""
-        return self.logits(self.hidden(tokens, positions, write_positions, first_slot, key_len))
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The float32 logits (B, V) of each row's last query: `logits(hidden(...))`, `hidden`'s arguments."""
+        return self.logits(self.hidden(*args, **kwargs))
 
     @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
