@@ -86,7 +86,8 @@ def build_state(args: argparse.Namespace) -> WorkerState:
     progress(
         f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {threads}, "
         f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens, "
-        f"prefix cache {'on' if args.prefix_cache else 'off'})"
+        f"prefix cache {'on' if args.prefix_cache else 'off'}, "
+        f"greedy head {'bf16 screen' if model.greedy_head is not None else 'off: full float32 logits'})"
     )
     return WorkerState(checkpoint, engine, grammars, path, max_waiting=args.max_waiting)
 
