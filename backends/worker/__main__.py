@@ -19,7 +19,7 @@ from backends.worker.engine import Engine
 from backends.worker.grammar import GrammarCache, tokenizer_info
 from backends.worker.model import LlamaModel
 from backends.worker.server import WorkerState, build_app
-from backends.worker.threads import ThreadTuner, parse_threads, start_up_choice
+from backends.worker.threads import ThreadTuner, parse_threads
 from backends.worker.weights import load_weights
 
 
@@ -93,14 +93,13 @@ def build_state(args: argparse.Namespace) -> WorkerState:
 
 
 def choose_threads(threads: int | None, model: LlamaModel) -> ThreadTuner | None:
-    """Set `--threads N`; for auto (None) on a CPU with several usable cores, measure and return the tuner."""
+    """Set `--threads N`; for auto (None) on a CPU with several usable cores, the tuner that measures on the
+    engine thread when it starts."""
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if threads is not None or model.device.type != "cpu" or usable == 1:
         torch.set_num_threads(threads or usable)
         return None
-    zero = torch.zeros(1, 1, dtype=torch.long)
-    # a batch-1 decode step at position 0 of slot 0, which holds nothing yet
-    return start_up_choice(lambda: model.hidden(zero, zero, zero, 0, 1), usable, progress)
+    return ThreadTuner(usable, usable, progress, start_up=True)
 
 
 async def serve(state: WorkerState, host: str, port: int) -> None:

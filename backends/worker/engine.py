@@ -170,9 +170,12 @@ class Engine:
         self._masker = BatchMasker(self.max_batch, model.vocab_size)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._started = threading.Event()
 
     def start(self) -> None:
+        """Start the engine thread; returns once it has set its torch thread count."""
         self._thread.start()
+        self._started.wait()
 
     def stop(self) -> None:
         self._stopping = True
@@ -203,8 +206,11 @@ class Engine:
     # --- engine thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        if self.tuner is not None:
-            self.tuner.apply()
+        try:
+            if self.tuner is not None:
+                self.tuner.apply(self._start_up_step)
+        finally:
+            self._started.set()
         while not self._stopping:
             if not self._has_work():
                 self._inbox.wake.wait()
@@ -221,6 +227,11 @@ class Engine:
                         self._finish(
                             running, Finish("abort", message=f"engine error: {exc}"), error=str(exc), keep_cache=False
                         )
+
+    def _start_up_step(self) -> None:
+        """A batch-1 decode step at position 0 of slot 0, before any request (its prefill rewrites that column)."""
+        zero = torch.zeros(1, 1, dtype=torch.long, device=self.model.device)
+        self.model.hidden(zero, zero, zero, 0, 1)
 
     def _has_work(self) -> bool:
         return bool(self._waiting) or any(s is not None for s in self._slots)

@@ -58,8 +58,11 @@ class ThreadTuner:
         current: int,
         report: Callable[[str], None] = lambda _: None,
         set_threads: Callable[[int], None] = torch.set_num_threads,
+        start_up: bool = False,
     ):
+        """`start_up`: `apply` first measures which count is faster (`current` is then only a placeholder)."""
         self.counts = (most, 1)
+        self._start_up = start_up
         self.current = current
         self._report = report
         self._set_threads = set_threads
@@ -76,8 +79,17 @@ class ThreadTuner:
     def other(self) -> int:
         return self.counts[1] if self.current == self.counts[0] else self.counts[0]
 
-    def apply(self) -> None:
-        """Set the current count on the calling thread."""
+    def apply(self, decode_step: Callable[[], None]) -> None:
+        """Set the current count on the calling thread, the one that runs the decode steps; when a start-up
+        measurement is due, choose it first by timing `decode_step` (a batch-1 step) there with each count."""
+        if self._start_up:
+            most = self.counts[0]
+            medians = measure(decode_step, self.counts)
+            self.current = min(medians, key=lambda n: medians[n])
+            self._report(
+                f"threads auto: {self.current} of {most} (start-up decode step {medians[most] * 1e3:.0f} ms with "
+                f"{most}, {medians[1] * 1e3:.0f} ms with 1, on the engine thread; re-measured while serving)"
+            )
         self._set_threads(self.current)
 
     def record(self, seconds: float, width: int) -> None:
@@ -120,18 +132,6 @@ class ThreadTuner:
         else:
             self._set_threads(self.current)
             self._wait = min(2 * self._wait, LAST_PROBE_AFTER)
-
-
-def start_up_choice(decode_step: Callable[[], None], most: int, report: Callable[[str], None]) -> ThreadTuner:
-    """Time `decode_step` (a batch-1 decode step of the loaded model) with `most` threads and with one, report
-    the choice in one line, and return the tuner that keeps measuring while serving."""
-    medians = measure(decode_step, (most, 1))
-    current = min(medians, key=lambda n: medians[n])
-    report(
-        f"threads auto: {current} of {most} (start-up decode step {medians[most] * 1e3:.0f} ms with {most}, "
-        f"{medians[1] * 1e3:.0f} ms with 1; re-measured while serving)"
-    )
-    return ThreadTuner(most, current, report)
 
 
 def parse_threads(value: str) -> int | None:

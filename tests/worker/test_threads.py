@@ -30,7 +30,7 @@ def _serve(tuner: ThreadTuner, step_ms: dict[int, float], steps: int, width: int
 
 def test_a_clearly_faster_count_replaces_the_current_one():
     tuner, calls, reports = _tuner(current=2)
-    tuner.apply()
+    tuner.apply(lambda: None)  # no start-up measurement: the count is set as given
     _serve(tuner, {2: 400.0, 1: 120.0}, FIRST_PROBE_AFTER + PROBE_STEPS + 1)
     assert tuner.current == 1 and tuner.switches == 1 and calls == [2, 1]
     assert reports == ["threads auto: 2 -> 1 (decode step 400 ms -> 120 ms at 1 rows)"]
@@ -81,16 +81,20 @@ def test_measure_interleaves_counts_and_keeps_to_its_budget():
     assert seen == [2, 1] * 2  # the warm-up round and one timed round
 
 
-def test_auto_measures_the_model_at_start_up_and_says_what_it_chose(model, capsys):
+def test_auto_measures_on_the_engine_thread_at_start_up_and_says_what_it_chose(model, checkpoint, capsys):
+    usable = len(os.sched_getaffinity(0))
     try:
         tuner = choose_threads(None, model)
-        usable = len(os.sched_getaffinity(0))
         if usable == 1:
             assert tuner is None
             return
-        assert tuner is not None and tuner.current in (usable, 1)
+        engine = Engine(model, checkpoint.eos_token_ids, tuner=tuner)
+        engine.start()  # returns once the engine thread has measured and set its count
+        engine.stop()
+        assert tuner.current in (usable, 1)
         line = capsys.readouterr().err
         assert f"threads auto: {tuner.current} of {usable} (start-up decode step" in line
+        assert "on the engine thread" in line
         assert choose_threads(1, model) is None and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(2)
