@@ -32,8 +32,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--threads",
         type=parse_threads,
         default=None,
-        help="torch CPU threads of the engine, or auto (the default): all usable cores or one, whichever decode "
-        "steps measure faster at start-up and again while serving",
+        help="torch CPU threads of the engine, or auto (the default): all usable cores, or one where decode steps "
+        "measure clearly faster with one, at start-up and again while serving",
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--max-batch", type=int, default=8, help="KV cache slots: requests decoded together")

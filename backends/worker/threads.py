@@ -22,7 +22,8 @@ FIRST_PROBE_AFTER = 64
 LAST_PROBE_AFTER = 1024
 """The longest wait between probes: each probe that loses doubles the wait up to this."""
 SWITCH_MARGIN = 0.9
-"""The other count wins when its median step takes under this fraction of the current one's."""
+"""The other count wins when its median step takes under this fraction of the current one's (at start-up: one
+thread wins over all cores only so)."""
 
 
 def measure(
@@ -42,6 +43,12 @@ def measure(
         if round_ and time.perf_counter() - began > budget_s:
             break
     return {n: statistics.median(t) for n, t in times.items()}
+
+
+def start_up_count(medians: dict[int, float], most: int) -> int:
+    """All cores unless one thread's median step is clearly shorter (prefill chunks gain more from all cores than
+    decode steps show)."""
+    return 1 if medians[1] < SWITCH_MARGIN * medians[most] else most
 
 
 class ThreadTuner:
@@ -85,7 +92,7 @@ class ThreadTuner:
         if self._start_up:
             most = self.counts[0]
             medians = measure(decode_step, self.counts)
-            self.current = min(medians, key=lambda n: medians[n])
+            self.current = start_up_count(medians, most)
             self._report(
                 f"threads auto: {self.current} of {most} (start-up decode step {medians[most] * 1e3:.0f} ms with "
                 f"{most}, {medians[1] * 1e3:.0f} ms with 1, on the engine thread; re-measured while serving)"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 import torch
 
 from backends.worker.__main__ import choose_threads, parse_args
 from backends.worker.engine import Engine
-from backends.worker.threads import FIRST_PROBE_AFTER, PROBE_STEPS, ThreadTuner, measure
+from backends.worker.threads import FIRST_PROBE_AFTER, PROBE_STEPS, ThreadTuner, measure, start_up_count
 
 from .conftest import prompt_ids, submit
 
@@ -70,6 +71,21 @@ def test_threads_flag_takes_auto_or_a_positive_count(capsys):
         with pytest.raises(SystemExit):
             parse_args(["--threads", bad])
     assert "must be a positive integer or auto" in capsys.readouterr().err
+
+
+def test_start_up_takes_one_thread_only_when_clearly_faster():
+    assert start_up_count({2: 0.010, 1: 0.0098}, 2) == 2
+    assert start_up_count({4: 0.010, 1: 0.0089}, 4) == 1
+
+
+def test_start_up_measures_on_the_calling_thread_and_reports():
+    reports: list[str] = []
+    tuner = ThreadTuner(2, 2, reports.append, lambda n: None, start_up=True)
+    try:
+        tuner.apply(lambda: time.sleep({2: 0.05, 1: 0.001}[torch.get_num_threads()]))
+    finally:
+        torch.set_num_threads(2)
+    assert tuner.current == 1 and reports[0].startswith("threads auto: 1 of 2 (start-up decode step")
 
 
 def test_measure_interleaves_counts_and_keeps_to_its_budget():
