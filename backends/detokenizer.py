@@ -84,10 +84,11 @@ class Detokenizer:
             prefix = self._prefix = decode(self._window[: self._read]) if self._read else ""
         full = decode(self._window)
         held = len(self._window) - self._read
-        if not force and held < MAX_HELD_TOKENS and (full.endswith(_REPLACEMENT) or len(full) <= len(prefix)):
+        broken = full.endswith(_REPLACEMENT)
+        if not force and held < MAX_HELD_TOKENS and (broken or len(full) <= len(prefix)):
             return ""
         new = full[len(prefix) :]
-        if force or held >= MAX_HELD_TOKENS:  # a broken tail is a hard boundary: decode anew after it
+        if force or broken:  # a tail still broken after MAX_HELD_TOKENS is a hard boundary: decode anew after it
             self._window.clear()
             self._read = 0
             self._prefix = ""

@@ -39,6 +39,9 @@ from bench.worker_bench import (
     worker_decode_rate,
 )
 
+WORKER_OPTIONS = ("--device", "cpu", "--max-batch", "8", "--context-length", "2048", "--weights-dtype", "fp32")
+"""As bench/worker_bench.py starts its fp32 worker."""
+
 
 async def worker_round(url: str, ids: list[int], tokens: int) -> tuple[float, float, int | None]:
     """(decode tok/s, engine ms per decode step, torch threads after it) of one streamed request."""
@@ -72,7 +75,8 @@ def main() -> None:
     load_before = os.getloadavg()
     with contextlib.ExitStack() as stack:
         urls = {
-            name: stack.enter_context(worker(threads, "fp32", "cpu", root)) for name, (threads, root) in engines.items()
+            name: stack.enter_context(worker("--threads", str(threads), *WORKER_OPTIONS, root=root))
+            for name, (threads, root) in engines.items()
         }
         for url in urls.values():
             asyncio.run(worker_round(url, prompts[0], 4))  # warm-up

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,25 +73,10 @@ class WorkerDidNotStart(RuntimeError):
 
 
 @contextlib.contextmanager
-def worker(threads: int | str, weights_dtype: str, device: str, root: Path = ROOT):
-    """A worker process started from the checkout at `root` (`threads`: a count or "auto"); yields its URL."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "backends.worker",
-        "--port",
-        "0",
-        "--threads",
-        str(threads),
-        "--device",
-        device,
-        "--max-batch",
-        "8",
-        "--context-length",
-        "2048",
-        "--weights-dtype",
-        weights_dtype,
-    ]
+def worker(*options: str, root: Path = ROOT) -> Iterator[str]:
+    """`python -m backends.worker --port 0` with `options`, started from the checkout at `root`, until the block
+    ends: its base URL, once it is ready."""
+    cmd = [sys.executable, "-m", "backends.worker", "--port", "0", *options]
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
@@ -252,7 +238,18 @@ def main() -> None:
     for dtype in args.weights:
         name = names[dtype]
         try:
-            with worker(args.worker_threads or args.threads, dtype, args.device) as url:
+            threads = str(args.worker_threads or args.threads)
+            options = (
+                "--device",
+                args.device,
+                "--max-batch",
+                "8",
+                "--context-length",
+                "2048",
+                "--weights-dtype",
+                dtype,
+            )
+            with worker("--threads", threads, *options) as url:
                 rows[dtype], greedy = asyncio.run(
                     measure_worker(url, name, prompts, long_prompts, args.tokens, reference)
                 )

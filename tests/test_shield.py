@@ -129,3 +129,33 @@ def test_random_client_text_never_adds_control_ids(smol_encoder, parts):
 @pytest.fixture(scope="module")
 def smol_encoder(smol) -> PromptEncoder:
     return smol
+
+
+def test_a_whole_prompt_is_kept_and_given_again_as_a_fresh_list() -> None:
+    encoder = PromptEncoder(load_checkpoint().tokenizer)
+    text = "<|im_start|>user\nkept whole<|im_end|>\n<|im_start|>assistant\n"
+    first = encoder.encode_prompt(text)
+    first.append(-1)  # the caller's list is its own
+    again = encoder.encode_prompt(text)
+    assert again == first[:-1] == PromptEncoder(load_checkpoint().tokenizer).encode_prompt(text)
+    assert again.count(1) == 2  # the template's markers are tokens
+
+
+def test_a_segmented_prompt_is_not_taken_for_the_same_plain_text(smol) -> None:
+    from gateway.prompts.encoding import SegmentedText
+
+    plain = smol.encode_prompt("hello world")
+    segmented = smol.encode_prompt(SegmentedText(["hel", "lo world"]))
+    assert segmented != plain
+    assert segmented == smol.encode_plain("hel") + smol.encode_plain("lo world")
+    assert smol.encode_prompt("hello world") == plain
+
+
+def test_a_shielded_prompt_spells_its_own_markers_back(smol) -> None:
+    """Two requests whose shielded prompts read alike save for their markers get each its own client text."""
+    typed = ChatRequest(messages=[{"role": "user", "content": "say <|im_end|> now"}])
+    other = ChatRequest(messages=[{"role": "user", "content": "say <|im_start|> now"}])
+    (text_a, ids_a), (text_b, ids_b) = encode(smol, typed), encode(smol, other)
+    assert smol.tokenizer.decode(ids_a, skip_special_tokens=False) == text_a
+    assert smol.tokenizer.decode(ids_b, skip_special_tokens=False) == text_b
+    assert ids_a.count(2) == 1 and ids_b.count(1) == 2  # only the template's markers are tokens

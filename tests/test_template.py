@@ -8,7 +8,13 @@ from functools import cache
 import pytest
 
 from backends.checkpoint import load_checkpoint
-from gateway.prompts.template import TemplateError, compile_template, render_chat_template, template_variables
+from gateway.prompts.template import (
+    TemplateError,
+    compile_template,
+    render_chat_template,
+    renders_purely,
+    template_variables,
+)
 
 smollm2 = cache(load_checkpoint)
 
@@ -160,3 +166,46 @@ def test_the_gateways_sandbox_answers_as_jinjas_own() -> None:
     for unsafe in ("{{ m.__class__.__mro__ }}", "{{ m.update({}) }}", "{{ m.role.__class__.__mro__ }}"):
         with pytest.raises(TemplateError):
             render("{% set m = messages[0] %}" + unsafe, [{"role": "user", "content": "x"}])
+
+
+def test_a_pure_templates_render_is_kept_and_given_again_for_the_same_context() -> None:
+    source = smollm2().chat_template
+    messages = [{"role": "user", "content": "kept render"}]
+    first = render(source, messages)
+    again = render(source, [{"role": "user", "content": "kept render"}])
+    assert again is first  # the kept text itself, not a new render
+    assert render(source, [{"role": "user", "content": "another render"}]) != first
+
+
+def test_kept_renders_tell_apart_contexts_that_differ_in_key_order_or_size_cap() -> None:
+    source = "{{ tools | tojson }}"
+    one = render(source, [], tools=[{"a": 1, "b": 2}])
+    other = render(source, [], tools=[{"b": 2, "a": 1}])
+    assert (one, other) == ('[{"a": 1, "b": 2}]', '[{"b": 2, "a": 1}]')
+    assert render(source, [], tools=[{"a": 1.0, "b": True}]) == '[{"a": 1.0, "b": true}]'
+    with pytest.raises(TemplateError, match="exceeds 10 characters"):
+        render(source, [], tools=[{"a": 1, "b": 2}], max_chars=10)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ strftime_now('%H:%M:%S.%f') }}",
+        "{{ [1, 2, 3] | random }}",
+        "{{ [[1, 2]] | map('random') | list }}",
+        "{{ lipsum(1) }}",
+    ],
+)
+def test_a_template_that_reads_the_clock_or_chance_is_rendered_afresh(source: str) -> None:
+    from gateway.prompts import template
+
+    assert not renders_purely(source)
+    assert template._RENDERS.key(source, {"messages": []}, 1000) is None
+    assert template._RENDERS.key("{{ messages }}", {"messages": []}, 1000) is not None
+    render(source)  # renders (nothing kept)
+
+
+def test_the_families_templates_render_purely() -> None:
+    from gateway.families.hermes.prompt import BUILTIN_TEMPLATE as HERMES
+
+    assert renders_purely(HERMES) and renders_purely(smollm2().chat_template)

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.trace_context import current_traceparent, valid_traceparent
 from gateway.api.ids import random_hex
+from gateway.api.turns import Turns
 from gateway.errors import APIError
 from gateway.observability.access_log import log_access
 from gateway.observability.metrics import OTHER, GatewayMetrics
@@ -59,12 +60,14 @@ class GatewayApp(Starlette):
 class Front:
     """Per HTTP request: the metrics record (counted, and its access line written, before the last byte goes out),
     `x-request-id` (the client's own when it sent a sane one), the client's well-formed `traceparent` forwarded to
-    the backends, and a crash before the answer started turned into a 500 body. Other scopes go to `other`."""
+    the backends, and a crash before the answer started turned into a 500 body. Requests that arrive together start
+    a few per loop iteration (`api/turns.py`). Other scopes go to `other`."""
 
     def __init__(self, app: ASGIApp, other: ASGIApp, metrics: GatewayMetrics):
         self.app = app
         self.other = other
         self.metrics = metrics
+        self.turns = Turns()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,6 +110,9 @@ class Front:
         token = begin_request(record)
         metrics.in_flight.add(record)
         try:
+            turn = self.turns.take()
+            if turn is not None:  # this loop iteration's turns are taken: start in a later one
+                await turn
             await self.app(scope, receive, send_noting)
         except Exception:
             if started:

@@ -6,7 +6,9 @@ region can never turn into a control token by accident. A family whose
 reference encoder tokenizes finer pieces renders a `SegmentedText`: its cuts
 split regions further and emit nothing. Regions are memoized: a conversation
 that grows by one message re-encodes only what is new, and the new regions of
-one prompt are encoded together in one batch.
+one prompt are encoded together in one batch. Whole prompts are kept too (plain
+`str` prompts with no shield markers to spell back: their ids depend on the text
+alone), so the same prompt again costs one lookup.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import bisect
 import itertools
 import json
 import re
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -45,7 +48,7 @@ class SegmentedText(str):
 class PromptEncoder:
     """Encodes rendered prompts and plain text for one tokenizer."""
 
-    def __init__(self, tokenizer: Tokenizer, memo_size: int = 4096):
+    def __init__(self, tokenizer: Tokenizer, memo_size: int = 4096, prompts: int = 128, prompt_chars: int = 16 * 1024):
         self.tokenizer = tokenizer
         self.added: dict[str, int] = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
         cut = spelling_pattern(self.added)
@@ -54,12 +57,32 @@ class PromptEncoder:
         self._plain = _without_added_tokens(tokenizer)
         self._memo: OrderedDict[str, list[int]] = OrderedDict()
         self._memo_size = memo_size
+        self._prompts: OrderedDict[str, list[int]] = OrderedDict()
+        self._prompts_kept = prompts
+        self._prompt_chars = prompt_chars
+        self._prompts_lock = threading.Lock()  # the event loop and planning threads share the encoder
 
     def encode_prompt(self, text: str, shield: Shield | None = None) -> list[int]:
         """Ids of a rendered prompt: spelled added tokens are tokens, everything else plain text.
 
         With a `shield`, markers in `text` are spelled back as the client's plain text.
         """
+        whole = type(text) is str and len(text) <= self._prompt_chars and (shield is None or not shield.originals)
+        if not whole:
+            return self._encode_prompt(text, shield)
+        with self._prompts_lock:
+            kept = self._prompts.get(text)
+            if kept is not None:
+                self._prompts.move_to_end(text)
+                return list(kept)
+        ids = self._encode_prompt(text, None)
+        with self._prompts_lock:
+            self._prompts[text] = list(ids)
+            while len(self._prompts) > self._prompts_kept:
+                self._prompts.popitem(last=False)
+        return ids
+
+    def _encode_prompt(self, text: str, shield: Shield | None) -> list[int]:
         parts = self._split.split(text) if self._split else [text]
         regions = _pieces(parts[::2], parts[1::2], getattr(text, "cuts", ()))
         if shield is not None and shield.originals:

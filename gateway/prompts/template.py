@@ -4,16 +4,22 @@ Templates run in Jinja2's ImmutableSandboxedEnvironment with the settings and
 helpers `transformers` gives them (trim_blocks, lstrip_blocks, loop controls,
 `raise_exception`, `tojson`, `strftime_now`, the `{% generation %}` block).
 Every failure surfaces as `TemplateError`, which the gateway answers with 400.
+
+A template that reads no clock or randomness renders the same text for the same context, so its renders are kept
+(`_Renders`, keyed by the context's JSON: the same messages, tools and flags in the same order render once).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar
 
 import jinja2
+import orjson
 from jinja2 import meta, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
@@ -102,6 +108,57 @@ def compile_template(source: str) -> jinja2.Template:
     return template
 
 
+IMPURE_WORDS = ("strftime", "random", "lipsum")
+"""Names a template reads the clock or chance through (the `strftime_now` global; Jinja's `random` filter, also as
+`map('random')`, and `lipsum` global): a template whose source holds none of them renders its context alone."""
+
+
+def renders_purely(source: str) -> bool:
+    """Whether the template's output depends only on its context (a conservative reading of its source text)."""
+    return not any(word in source for word in IMPURE_WORDS)
+
+
+class _Renders:
+    """Renders of pure templates, keyed by the template and its context's JSON (insertion order kept, so contexts
+    that differ only in key order, which a template can see, stay apart); least recently used out first. A context
+    that orjson cannot dump or whose JSON is past `max_key_bytes` is not kept. The contexts hold what parsed request
+    bodies hold (dicts, lists, str, int, float, bool, None; never inf or NaN, which orjson's parser refuses and its
+    dump would write as null), so equal dumps are equal contexts. Shared by the event loop and the planning threads."""
+
+    def __init__(self, entries: int = 128, max_key_bytes: int = 32 * 1024):
+        self._entries = entries
+        self._max_key_bytes = max_key_bytes
+        self._kept: OrderedDict[tuple[str, bytes, int], str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def key(self, source: str, context: dict[str, Any], max_chars: int) -> tuple[str, bytes, int] | None:
+        """The key of a render of `source` with `context` and `max_chars`; None: not to be kept."""
+        if not _purity(source):
+            return None
+        try:
+            dump = orjson.dumps(context)
+        except orjson.JSONEncodeError:  # e.g. an int past 64 bits, a lone surrogate
+            return None
+        return (source, dump, max_chars) if len(dump) <= self._max_key_bytes else None
+
+    def get(self, key: tuple[str, bytes, int]) -> str | None:
+        with self._lock:
+            text = self._kept.get(key)
+            if text is not None:
+                self._kept.move_to_end(key)
+            return text
+
+    def keep(self, key: tuple[str, bytes, int], text: str) -> None:
+        with self._lock:
+            self._kept[key] = text
+            while len(self._kept) > self._entries:
+                self._kept.popitem(last=False)
+
+
+_RENDERS = _Renders()
+_purity = lru_cache(maxsize=64)(renders_purely)
+
+
 def template_variables(source: str) -> frozenset[str]:
     """Names the template reads from its context (e.g. whether it handles `tools`)."""
     try:
@@ -141,7 +198,12 @@ def render_chat_template(
         bos_token=bos_token or "",
         eos_token=eos_token or "",
     )
-    rendered = _render_bounded(compile_template(source), context, max_chars)
+    key = _RENDERS.key(source, context, max_chars)
+    rendered = _RENDERS.get(key) if key is not None else None
+    if rendered is None:
+        rendered = _render_bounded(compile_template(source), context, max_chars)
+        if key is not None:
+            _RENDERS.keep(key, rendered)
     if continue_final_message:
         rendered = _cut_after_final_message(rendered, messages)
     return rendered

@@ -159,6 +159,17 @@ def test_text_after_a_control_token_keeps_its_leading_space() -> None:
     assert pieces == [Piece("Hello"), Piece("[TOOL_CALLS]", calls), Piece(" [")]
 
 
+def test_a_character_spelled_in_four_tokens_is_no_boundary_for_the_next_space() -> None:
+    """Mistral v3 spells ` 漢` as `▁` and three byte tokens: a whole character after four held tokens is not a broken
+    tail, so the text after it is still decoded in context (`▁:` keeps its space, as a whole decode shows)."""
+    v3 = sentencepiece_tokenizer()
+    ids = v3.encode("漢 :'0,", add_special_tokens=False).ids
+    assert [v3.id_to_token(i) for i in ids[:5]] == ["▁", "<0xE6>", "<0xBC>", "<0xA2>", "▁:"]
+    detokenizer = Detokenizer(v3, added_tokens(v3)[0])
+    pieces = detokenizer.feed(ids[:2]) + detokenizer.feed(ids[2:]) + detokenizer.flush()
+    assert text_of(pieces) == v3.decode(ids, skip_special_tokens=False) == "漢 :'0,"
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_pieces_read_as_a_decode_of_the_whole_output_in_any_chunking(vocabulary, data) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.api.front import Front, more_body_send
+from gateway.api.turns import PER_ITERATION
 from gateway.observability.metrics import GatewayMetrics
 
 
@@ -65,3 +66,27 @@ def test_a_layer_between_front_and_the_answer_sees_every_chunk() -> None:
     sent, _ = _run(layer)
     assert seen == [b"-", b"a", b"b", b""]
     assert [m.get("body") for _, m in sent] == [None, b"a", b"b", b""]
+
+
+def test_requests_arriving_together_take_turns_behind_front() -> None:
+    """One more request than an iteration's turns: it starts after what the first request's work woke."""
+    log: list[str] = []
+
+    async def app(scope, receive, send):
+        name = scope["path"]
+        log.append(name)
+        if name == "/r0":
+            asyncio.get_running_loop().call_soon(log.append, "answer to /r0")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def server_send(message: dict) -> None:
+        pass
+
+    async def main() -> None:
+        front = Front(app, app, GatewayMetrics())
+        names = [f"/r{i}" for i in range(PER_ITERATION + 1)]
+        await asyncio.gather(*(front({**_scope(), "path": n}, _receive, server_send) for n in names))
+
+    asyncio.run(main())
+    assert log == [*(f"/r{i}" for i in range(PER_ITERATION)), "answer to /r0", f"/r{PER_ITERATION}"]
