@@ -105,14 +105,15 @@ def peer(python: str, pieces: list[Piece]) -> tuple[float, int] | None:
     """The peer detector's seconds and calls on the post-think text, or None when it cannot run."""
     texts = [p.text for p in pieces]
     after_think = next(i for i in range(len(texts)) if texts[i : i + 3] == [CLOSE, "think", SEP]) + 3
+    return run_peer(python, PEER_SCRIPT, texts[after_think:])
+
+
+def run_peer(python: str, script: str, payload: object) -> tuple[float, int] | None:
+    """`python -c script` fed `payload` as JSON on stdin: the seconds and calls its last line reports, or None
+    when it cannot run."""
     try:
         done = subprocess.run(
-            [python, "-c", PEER_SCRIPT],
-            input=json.dumps(texts[after_think:]),
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=True,
+            [python, "-c", script], input=json.dumps(payload), capture_output=True, text=True, timeout=900, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -288,6 +288,25 @@ def serve_cmd(port: int, *options: str) -> list[str]:
     return [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), *options]
 
 
+@contextmanager
+def gateways(
+    config: Path, sides: dict[str, list[str]], logs: Path, env: dict[str, dict[str, str]] | None = None
+) -> Iterator[dict[str, tuple[int, subprocess.Popen[str]]]]:
+    """`gateway serve --config CONFIG` once per side with that side's options (and `env`'s variables for it), each
+    on a free port and logging to `logs`, all started before any is awaited: side -> (port, process), all ready."""
+    with ExitStack() as stack:
+        started = {}
+        for name, options in sides.items():
+            port = free_port()
+            log = logs / f"gateway-{port}.log"
+            variables = {**os.environ, **env[name]} if env and name in env else None
+            cmd = serve_cmd(port, "--config", str(config), *options)
+            started[name] = (port, stack.enter_context(process(cmd, log, env=variables)), log)
+        for port, proc, log in started.values():
+            wait_ready(f"http://127.0.0.1:{port}/ready", proc, log)
+        yield {name: (port, proc) for name, (port, proc, _) in started.items()}
+
+
 def machine() -> str:
     """CPU model, cores, Python, load average and the code measured (commit, uncommitted files), for the header."""
     cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -442,19 +461,25 @@ def _direct_body(ids: list[int]) -> Callable[[int, int], bytes]:
     return body
 
 
+def chat_body(tokens: int, usage: bool = True) -> bytes:
+    """A streamed greedy chat request for `tokens` tokens whatever the model says, with the usage chunk when
+    `usage`."""
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": MESSAGES,
+        "max_tokens": tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    return orjson.dumps(body)
+
+
 def _chat_body() -> Callable[[int, int], bytes]:
     def body(n: int, tokens: int) -> bytes:
-        return orjson.dumps(
-            {
-                "model": MODEL,
-                "messages": MESSAGES,
-                "max_tokens": tokens,
-                "temperature": 0.0,
-                "ignore_eos": True,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
-        )
+        return chat_body(tokens)
 
     return body
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -27,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.kimi_parse_bench import run_peer, words
 from bench.kimi_parse_bench import synthetic_output as kimi_k3_output
-from bench.kimi_parse_bench import words
 from gateway.families.base import OutputParser
 from gateway.families.deepseek import DsmlParser
 from gateway.families.deepseek.markers import (
@@ -293,14 +292,7 @@ def ours(family: Family, pieces: list[Piece]) -> tuple[float, int]:
 
 def peer(python: str, family: Family, pieces: list[Piece], after_think: int) -> tuple[float, int] | None:
     """The peer detector's seconds and calls on the post-reasoning text, or None when it cannot run."""
-    texts = [p.text for p in pieces[after_think:]]
-    try:
-        done = subprocess.run([python, "-c", PEER_SCRIPT], input=json.dumps([family.peer, TOOL, texts]),
-                              capture_output=True, text=True, timeout=900, check=True)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    return result["seconds"], result["calls"]
+    return run_peer(python, PEER_SCRIPT, [family.peer, TOOL, [p.text for p in pieces[after_think:]]])
 
 
 def main() -> None:

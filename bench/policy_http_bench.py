@@ -27,7 +27,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.overhead_bench import CONFIG, MESSAGES, MODEL, _ready_port, free_port, machine, process, wait_ready
+from bench.overhead_bench import CONFIG, MESSAGES, MODEL, gateways, machine, stand_in
 from tests.redis_server import RedisServer
 
 KEY = "sk-bench-0123456789abcdef"
@@ -75,9 +75,9 @@ def main() -> None:
         (policies / "bench.yaml").write_text(TENANT)
         with (
             RedisServer(logs) as redis,
-            process([sys.executable, "bench/fast_backend.py", "--interval-ms", "0"], logs / "stand-in.log") as standin,
+            stand_in(logs, 0) as (_, standin_port),
         ):
-            backend = f"http://127.0.0.1:{_ready_port(logs / 'stand-in.log', standin)}"
+            backend = f"http://127.0.0.1:{standin_port}"
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=backend))
             sides = {
@@ -88,28 +88,8 @@ def main() -> None:
                     *("--audit-log", str(logs / "audit-redis")),
                 ],
             }
-            ports = {name: free_port() for name in sides}
-            procs = []
-            for name, extra in sides.items():
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "gateway.cli",
-                    "serve",
-                    "--port",
-                    str(ports[name]),
-                    "--config",
-                    str(config),
-                ]
-                procs.append(process([*cmd, *extra], logs / f"gateway-{ports[name]}.log"))
-            running = [p.__enter__() for p in procs]
-            try:
-                for name, proc in zip(sides, running):
-                    wait_ready(f"http://127.0.0.1:{ports[name]}/ready", proc, logs / f"gateway-{ports[name]}.log")
-                report(measure(ports, args))
-            finally:
-                for p in reversed(procs):
-                    p.__exit__(None, None, None)
+            with gateways(config, sides, logs) as running:
+                report(measure({name: port for name, (port, _) in running.items()}, args))
 
 
 def measure(ports: dict[str, int], args: argparse.Namespace) -> dict[str, list[float]]:

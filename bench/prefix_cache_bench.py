@@ -13,12 +13,9 @@ checks that both workers gave the same answers.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends.checkpoint import load_checkpoint
+from bench.worker_bench import worker
 
 SYSTEM = (
     "You are a coding agent working in a Python repository. You can call these tools: read_file(path) returns a "
@@ -57,33 +55,6 @@ class Turn:
     prefill_s: float
     ttft_s: float
     output: list[int]
-
-
-@contextlib.contextmanager
-def worker(threads: int, *flags: str) -> Iterator[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "backends.worker",
-        "--port",
-        "0",
-        "--threads",
-        str(threads),
-        "--max-batch",
-        "4",
-        "--context-length",
-        "4096",
-        *flags,
-    ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        line = proc.stdout.readline()
-        if not line.startswith("READY "):
-            raise RuntimeError(f"the worker did not start ({' '.join(flags) or 'default flags'})")
-        yield f"http://127.0.0.1:{line.split()[1]}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def prefill_seconds(client: httpx.Client) -> float:
@@ -128,9 +99,10 @@ def main() -> None:
     first = encode(
         f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{USER_TURNS[0]}<|im_end|>\n<|im_start|>assistant\n"
     )
+    options = ("--threads", str(args.threads), "--max-batch", "4", "--context-length", "4096")
     with (
-        worker(args.threads, "--no-prefix-cache") as off_url,
-        worker(args.threads) as on_url,
+        worker(*options, "--no-prefix-cache") as off_url,
+        worker(*options) as on_url,
         httpx.Client(base_url=off_url, timeout=600) as off,
         httpx.Client(base_url=on_url, timeout=600) as on,
     ):

@@ -40,8 +40,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from overhead_bench import (
-    MESSAGES,
-    MODEL,
+    chat_body,
     cpu_seconds,
     free_port,
     gateway_on_stand_in,
@@ -110,19 +109,6 @@ def snapshot(pid: int, port: int) -> Snapshot:
     return Snapshot(rss_kib / 1024, sum(kinds.values()), kinds, tasks, len(close_wait), close_wait)
 
 
-def chat_body(tokens: int) -> bytes:
-    return orjson.dumps(
-        {
-            "model": MODEL,
-            "messages": MESSAGES,
-            "max_tokens": tokens,
-            "temperature": 0.0,
-            "ignore_eos": True,
-            "stream": True,
-        }
-    )
-
-
 async def one_stream(port: int, body: bytes, hang_up_after: int | None, tally: Tally) -> None:
     """One chat stream on a fresh connection: TTFT and gaps between content deltas; hang up after
     `hang_up_after` content deltas when given."""
@@ -180,7 +166,7 @@ async def one_stream(port: int, body: bytes, hang_up_after: int | None, tally: T
 
 async def client(n: int, port: int, tokens: int, until: float, tally: Tally) -> None:
     rng = random.Random(n)
-    body = chat_body(tokens)
+    body = chat_body(tokens, usage=False)
     while time.monotonic() < until:
         hang_up = rng.randint(1, max(1, tokens // 2)) if n % HANG_UP_EVERY == 0 else None
         await one_stream(port, body, hang_up, tally)

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from backends.base import Backend, GenerateChunk, GenerateRequest, SamplingParams
-from bench.overhead_bench import CONFIG, MODEL, _ready_port, cpu_seconds, free_port, machine, process, wait_ready
+from bench.overhead_bench import CONFIG, MODEL, _ready_port, cpu_seconds, gateways, machine, process, stand_in
 from bench.policy_http_bench import percentile, request_ms
 from gateway.observability import tracing
 from gateway.observability.spans import TracingMiddleware
@@ -43,7 +43,7 @@ SIDES = {
     "on (exported)": ["--otlp-endpoint", "{receiver}"],
     "on, sampled out": ["--otlp-endpoint", "{receiver}"],
 }
-ENV = {"on, sampled out": ["env", "OTEL_TRACES_SAMPLER=always_off"]}
+ENV = {"on, sampled out": {"OTEL_TRACES_SAMPLER": "always_off"}}
 
 
 class _OneChunk(Backend):
@@ -143,38 +143,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="tracing-bench-") as tmp:
         logs = Path(tmp)
         with (
-            process([sys.executable, "bench/fast_backend.py", "--interval-ms", "0"], logs / "stand-in.log") as standin,
+            stand_in(logs, 0) as (_, standin_port),
             process([sys.executable, "-m", "tests.gateway.otlp_receiver"], logs / "receiver.log") as receiver,
         ):
-            backend = f"http://127.0.0.1:{_ready_port(logs / 'stand-in.log', standin)}"
+            backend = f"http://127.0.0.1:{standin_port}"
             collector = f"http://127.0.0.1:{_ready_port(logs / 'receiver.log', receiver)}"
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=backend))
-            ports = {name: free_port() for name in SIDES}
-            procs = []
-            for name, extra in SIDES.items():
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "gateway.cli",
-                    "serve",
-                    "--port",
-                    str(ports[name]),
-                    "--config",
-                    str(config),
-                ]
-                extra = [word.format(receiver=collector) for word in extra]
-                procs.append(process([*ENV.get(name, []), *cmd, *extra], logs / f"gateway-{ports[name]}.log"))
-            running = [p.__enter__() for p in procs]
-            try:
-                for name, proc in zip(SIDES, running):
-                    wait_ready(f"http://127.0.0.1:{ports[name]}/ready", proc, logs / f"gateway-{ports[name]}.log")
-                samples, cpu = measure(ports, {name: proc.pid for name, proc in zip(SIDES, running)}, args)
+            sides = {name: [word.format(receiver=collector) for word in extra] for name, extra in SIDES.items()}
+            with gateways(config, sides, logs, ENV) as running:
+                ports = {name: port for name, (port, _) in running.items()}
+                samples, cpu = measure(ports, {name: proc.pid for name, (_, proc) in running.items()}, args)
                 report(samples, cpu)
                 print(f"spans received by the collector: {httpx.get(collector + '/received').text}")
-            finally:
-                for p in reversed(procs):
-                    p.__exit__(None, None, None)
 
 
 def measure(

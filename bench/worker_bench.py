@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,26 +73,12 @@ class WorkerDidNotStart(RuntimeError):
 
 
 @contextlib.contextmanager
-def worker(threads: int, weights_dtype: str, device: str):
-    cmd = [
-        sys.executable,
-        "-m",
-        "backends.worker",
-        "--port",
-        "0",
-        "--threads",
-        str(threads),
-        "--device",
-        device,
-        "--max-batch",
-        "8",
-        "--context-length",
-        "2048",
-        "--weights-dtype",
-        weights_dtype,
-    ]
+def worker(*options: str, root: Path = ROOT) -> Iterator[str]:
+    """`python -m backends.worker --port 0` with `options`, started from the checkout at `root`, until the block
+    ends: its base URL, once it is ready."""
+    cmd = [sys.executable, "-m", "backends.worker", "--port", "0", *options]
     with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True)
+        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=log, text=True)
         try:
             line = proc.stdout.readline()
             if not line.startswith("READY "):
@@ -123,6 +110,12 @@ async def stream_times(
     return times, out
 
 
+async def worker_decode_rate(client: httpx.AsyncClient, ids: list[int], tokens: int) -> float:
+    """Batch-1 decode tokens/s of one streamed request: events after the first over their span."""
+    times, _ = await stream_times(client, ids, tokens)
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
 async def server_stats(client: httpx.AsyncClient) -> dict:
     return (await client.get("/get_server_info")).json()["internal_states"][0]
 
@@ -141,10 +134,7 @@ async def measure_worker(
 ) -> tuple[Row, list[list[int]]]:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         await stream_times(client, prompts[0], 4)  # warm-up
-        rates = []
-        for ids in prompts[:3]:
-            times, _ = await stream_times(client, ids, tokens)
-            rates.append((len(times) - 1) / (times[-1] - times[0]))
+        rates = [await worker_decode_rate(client, ids, tokens) for ids in prompts[:3]]
         began = time.perf_counter()
         results = await asyncio.gather(*(stream_times(client, ids, tokens) for ids in prompts))
         aggregate = sum(len(out) for _, out in results) / (time.perf_counter() - began)
@@ -173,38 +163,53 @@ def agreement(outputs: list[list[int]], reference: list[list[int]]) -> str:
     return f"{100 * same / total:.1f}% tokens, {identical}/{len(reference)} prompts identical"
 
 
-def measure_transformers(prompts: list[list[int]], long_prompts: list[list[int]], tokens: int, device: str) -> Row:
+def load_transformers(device: str):
+    """The embedded model in transformers (float32) on `device`."""
     from transformers import AutoModelForCausalLM
 
     path = embedded_gguf_path()
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    model = model.to(device).eval()
+    return model.to(device).eval()
 
-    def finished() -> float:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter()
 
-    def generate(batch: list[list[int]], n: int) -> float:
-        width = max(map(len, batch))
-        ids = torch.tensor([[0] * (width - len(p)) + p for p in batch], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
-        began = finished()
-        with torch.inference_mode():
-            model.generate(
-                input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
-            )
-        return finished() - began
+def _finished(device: str) -> float:
+    """perf_counter once the device's queued work is done."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def transformers_generate(model, batch: list[list[int]], n: int, device: str) -> float:
+    """Seconds for greedy `generate` of exactly `n` new tokens for each (left-padded) prompt of `batch`."""
+    width = max(map(len, batch))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in batch], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch], device=device)
+    began = _finished(device)
+    with torch.inference_mode():
+        model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+        )
+    return _finished(device) - began
+
+
+def transformers_decode_rate(model, prompt: list[int], tokens: int, device: str) -> float:
+    """Batch-1 decode tokens/s: `tokens` new tokens less the prefill and first token."""
+    full = transformers_generate(model, [prompt], tokens, device)
+    return (tokens - 1) / (full - transformers_generate(model, [prompt], 1, device))
+
+
+def measure_transformers(prompts: list[list[int]], long_prompts: list[list[int]], tokens: int, device: str) -> Row:
+    model = load_transformers(device)
 
     def prefill(ids: list[int]) -> float:
         with torch.inference_mode():
-            began = finished()
+            began = _finished(device)
             model(torch.tensor([ids], device=device))
-            return len(ids) / (finished() - began)
+            return len(ids) / (_finished(device) - began)
 
-    generate(prompts[:1], 4)
-    rates = [(tokens - 1) / (generate([p], tokens) - generate([p], 1)) for p in prompts[:3]]
-    aggregate = len(prompts) * tokens / generate(prompts, tokens)
+    transformers_generate(model, prompts[:1], 4, device)
+    rates = [transformers_decode_rate(model, p, tokens, device) for p in prompts[:3]]
+    aggregate = len(prompts) * tokens / transformers_generate(model, prompts, tokens, device)
     prefills = {len(ids): max(prefill(ids) for _ in range(2)) for ids in long_prompts}
     return Row("transformers generate (fp32)", statistics.median(rates), aggregate, prefills, agreement="n/a")
 
@@ -233,7 +238,18 @@ def main() -> None:
     for dtype in args.weights:
         name = names[dtype]
         try:
-            with worker(args.worker_threads or args.threads, dtype, args.device) as url:
+            threads = str(args.worker_threads or args.threads)
+            options = (
+                "--device",
+                args.device,
+                "--max-batch",
+                "8",
+                "--context-length",
+                "2048",
+                "--weights-dtype",
+                dtype,
+            )
+            with worker("--threads", threads, *options) as url:
                 rows[dtype], greedy = asyncio.run(
                     measure_worker(url, name, prompts, long_prompts, args.tokens, reference)
                 )

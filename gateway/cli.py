@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=30.0,
         help="on SIGTERM, seconds in-flight requests get to finish before they are cut (default: 30)",
     )
-    serve.add_argument("--threads", type=int, help="CPU threads of the bundled worker")
+    serve.add_argument(
+        "--threads", type=int, help="CPU threads of the bundled worker (default: the worker's --threads auto)"
+    )
     serve.add_argument(
         "--workers",
         type=_positive_int,

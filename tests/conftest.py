@@ -1,7 +1,13 @@
-"""Suite-wide: how pytest-xdist shares the tests between its two processes."""
+"""Suite-wide: how pytest-xdist shares the tests between its two processes, and one TLS context for every httpx
+client the tests make."""
 
 from __future__ import annotations
 
+import functools
+import ssl
+from collections import OrderedDict
+
+import httpx._transports.default as httpx_transports
 from xdist.scheduler import LoadFileScheduling
 
 SHARED_SCOPES = ("tests/e2e/",)
@@ -9,15 +15,58 @@ SHARED_SCOPES = ("tests/e2e/",)
 model): all their files go to one process, so the fixture starts once."""
 
 
+SLOW_FIRST = (
+    "tests/e2e/",
+    "tests/conformance/test_conformance.py",
+    "tests/faults/",
+    "tests/worker/",
+    "tests/policies/",
+    "tests/gateway/test_process_group.py",
+)
+"""Units that start processes or run the model (tens of seconds each, often in few tests): handed out before the
+others, so that neither process is left running one of them at the end while the other idles. xdist would hand
+out the units with the most tests first, which left the slowest (few tests each) for last: 24 s of one idle
+process at the end of a measured run."""
+
+
 class _FilesAndSharedFolders(LoadFileScheduling):
-    """`--dist loadfile`, except that each folder of SHARED_SCOPES is one unit."""
+    """`--dist loadfile`, except that each folder of SHARED_SCOPES is one unit and SLOW_FIRST's go out first."""
+
+    _ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
         return next((folder for folder in SHARED_SCOPES if path.startswith(folder)), path)
+
+    def _assign_work_unit(self, node) -> None:
+        if not self._ordered:  # the queue is complete before the first unit goes out
+            slow_first = sorted(self.workqueue.items(), key=lambda unit: not unit[0].startswith(SLOW_FIRST))
+            self.workqueue = OrderedDict(slow_first)  # a stable sort: xdist's order within each group
+            self._ordered = True
+        super()._assign_work_unit(node)
 
 
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") == "loadfile":
         return _FilesAndSharedFolders(config, log)
     return None
+
+
+_create_ssl_context = httpx_transports.create_ssl_context
+
+
+@functools.cache
+def _default_ssl_context(trust_env: bool) -> ssl.SSLContext:
+    return _create_ssl_context(verify=True, trust_env=trust_env)
+
+
+def _ssl_context(verify: object = True, cert: object = None, trust_env: bool = True) -> ssl.SSLContext:
+    """httpx's TLS context for a new client, built once for the default settings: httpx builds one for every client
+    (plain-HTTP ones and each `httpx.get()` too), and loading the CA bundle costs ~25 ms of CPU; the tests make
+    thousands of clients, in polls above all."""
+    if verify is True and cert is None:
+        return _default_ssl_context(trust_env)
+    return _create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+
+
+httpx_transports.create_ssl_context = _ssl_context

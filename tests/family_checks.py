@@ -3,7 +3,9 @@ vocabulary against the fixtures' recorded ids, and replaying ids through a parse
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterable, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from backends.checkpoint import Checkpoint, ModelConfig
 from backends.detokenizer import Detokenizer
 from gateway.families.base import OutputParser
 from gateway.models.registry import ServedModel, served_model_from_checkpoint
+from gateway.types import Delta
 from tests.conformance.common import accumulate
 
 
@@ -55,13 +58,36 @@ def check_recorded_ids(tokenizer: Tokenizer, plain: Callable[[str], list[int]], 
     return checked
 
 
+def feed(parser: OutputParser, detokenizer: Detokenizer, ids: Sequence[int], cuts: Iterable[int] = ()) -> list[Delta]:
+    """`ids` cut at `cuts` (ascending token indices), through `detokenizer` into `parser`, both flushed at the end:
+    every delta."""
+    deltas: list[Delta] = []
+    for lo, hi in pairwise([0, *cuts, len(ids)]):
+        deltas += parser.feed(detokenizer.feed(ids[lo:hi]))
+    return deltas + parser.feed(detokenizer.flush()) + parser.finish()
+
+
+def merged(deltas: Iterable[Delta]) -> dict[str, Any]:
+    """The message an OpenAI client accumulates from `deltas`: content, reasoning, and each call as (name, parsed
+    arguments); call ids are left out (they are random)."""
+    content, reasoning, calls = [], [], {}
+    for d in deltas:
+        content.append(d.content)
+        reasoning.append(d.reasoning)
+        if d.tool_index is not None:
+            slot = calls.setdefault(d.tool_index, {"name": "", "arguments": ""})
+            slot["name"] += d.tool_name or ""
+            slot["arguments"] += d.tool_arguments
+    return {
+        "content": "".join(content),
+        "reasoning": "".join(reasoning),
+        "calls": [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())],
+    }
+
+
 def replay(parser: OutputParser, tokenizer: Tokenizer, ids: Sequence[int], cuts: Sequence[int] = ()) -> ParseResult:
     """`ids` cut at `cuts`, detokenized by the gateway's Detokenizer and fed to `parser`; the merged result."""
-    pieces = Detokenizer(tokenizer, added_tokens(tokenizer))
-    deltas = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
-        deltas += parser.feed(pieces.feed(ids[lo:hi]))
-    return accumulate(deltas + parser.feed(pieces.flush()) + parser.finish())
+    return accumulate(feed(parser, Detokenizer(tokenizer, added_tokens(tokenizer)), ids, cuts))
 
 
 def check_every_split(new_parser: Callable[[], OutputParser], tokenizer: Tokenizer, ids: Sequence[int]) -> None:

@@ -6,7 +6,6 @@ embedded SmolLM2 vocabulary, so the tags are single added tokens as in GLM's own
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -22,7 +21,8 @@ from gateway.families.glm.markers import TOKEN_MARKERS
 from gateway.grammars.compat import newer_features
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
-from gateway.types import ChatRequest, Delta
+from gateway.types import ChatRequest
+from tests.family_checks import added_tokens, feed, merged
 
 TAGS = (*sorted(TOKEN_MARKERS), "<|user|>", "<|observation|>", "<|assistant|>", "<|endoftext|>", "<tool_response>",
         "</tool_response>", "[gMASK]", "<sop>", "<|system|>")  # fmt: skip
@@ -54,23 +54,7 @@ def family(tokenizer: Tokenizer, kind: type = Glm47Family) -> Glm45Family:
 
 def replay(tokenizer: Tokenizer, text: str, cuts: list[int], **options: Any) -> dict[str, Any]:
     ids = tokenizer.encode(text, add_special_tokens=False).ids
-    added = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
-    detokenizer, parser = Detokenizer(tokenizer, added), GlmParser([WEATHER], **options)
-    deltas: list[Delta] = []
-    for lo, hi in zip([0, *cuts], [*cuts, len(ids)], strict=True):
-        deltas += parser.feed(detokenizer.feed(ids[lo:hi]))
-    deltas += parser.feed(detokenizer.flush()) + parser.finish()
-    calls: dict[int, dict[str, str]] = {}
-    for d in deltas:
-        if d.tool_index is not None:
-            slot = calls.setdefault(d.tool_index, {"name": "", "arguments": ""})
-            slot["name"] += d.tool_name or ""
-            slot["arguments"] += d.tool_arguments
-    return {
-        "content": "".join(d.content for d in deltas),
-        "reasoning": "".join(d.reasoning for d in deltas),
-        "calls": [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())],
-    }
+    return merged(feed(GlmParser([WEATHER], **options), Detokenizer(tokenizer, added_tokens(tokenizer)), ids, cuts))
 
 
 COMPACT = "Plan.</think>Sure.<tool_call>get_weather<arg_key>city</arg_key><arg_value> a <tool_call> b </arg_value>" \

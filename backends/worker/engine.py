@@ -21,6 +21,7 @@ from backends.worker.model import LlamaModel
 from backends.worker.output_text import OutputText
 from backends.worker.prefix_cache import PrefixCache, common_prefix
 from backends.worker.sampling import RequestSampler, TokenChoice, choose_tokens, token_logprobs
+from backends.worker.threads import ThreadTuner
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +128,35 @@ class _Inbox:
     wake: threading.Event = field(default_factory=threading.Event)
 
 
+def _plain_greedy(running: _Running) -> bool:
+    """The row's token is the argmax of its raw logits: greedy, no penalties, grammar, logprobs or stop-token
+    mask (the greedy head may choose it without the full logits)."""
+    request = running.request
+    return (
+        running.sampler.greedy
+        and running.sampler.counts is None
+        and running.matcher is None
+        and not request.logprobs
+        and (running.generated >= request.min_new_tokens or not running.stop_ids)
+    )
+
+
 class Engine:
     """Owns the model and its KV slots; every public method is safe to call from any thread."""
 
     def __init__(
-        self, model: LlamaModel, eos_token_ids: list[int], *, prefill_chunk: int = 256, prefix_cache: bool = True
+        self,
+        model: LlamaModel,
+        eos_token_ids: list[int],
+        *,
+        prefill_chunk: int = 256,
+        prefix_cache: bool = True,
+        tuner: ThreadTuner | None = None,
     ):
+        """`tuner`: set and re-measure the engine thread's torch thread count (`--threads auto`); None keeps the
+        count the starting thread set."""
         self.model = model
+        self.tuner = tuner
         self.eos_token_ids = frozenset(eos_token_ids)
         self.prefill_chunk = prefill_chunk
         self.max_batch = model.cache.slots
@@ -147,9 +170,12 @@ class Engine:
         self._masker = BatchMasker(self.max_batch, model.vocab_size)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._started = threading.Event()
 
     def start(self) -> None:
+        """Start the engine thread; returns once it has set its torch thread count."""
         self._thread.start()
+        self._started.wait()
 
     def stop(self) -> None:
         self._stopping = True
@@ -180,6 +206,11 @@ class Engine:
     # --- engine thread -------------------------------------------------------------------
 
     def _run(self) -> None:
+        try:
+            if self.tuner is not None:
+                self.tuner.apply(self._start_up_step)
+        finally:
+            self._started.set()
         while not self._stopping:
             if not self._has_work():
                 self._inbox.wake.wait()
@@ -196,6 +227,11 @@ class Engine:
                         self._finish(
                             running, Finish("abort", message=f"engine error: {exc}"), error=str(exc), keep_cache=False
                         )
+
+    def _start_up_step(self) -> None:
+        """A batch-1 decode step at position 0 of slot 0, before any request (its prefill rewrites that column)."""
+        zero = torch.zeros(1, 1, dtype=torch.long, device=self.model.device)
+        self.model.hidden(zero, zero, zero, 0, 1)
 
     def _has_work(self) -> bool:
         return bool(self._waiting) or any(s is not None for s in self._slots)
@@ -258,13 +294,13 @@ class Engine:
         began = time.perf_counter()
         positions = torch.arange(start, start + len(chunk), device=self.model.device).unsqueeze(0)
         tokens = torch.tensor([chunk], device=self.model.device)
-        logits = self.model.forward(tokens, positions, positions, running.slot, start + len(chunk))
+        hidden = self.model.hidden(tokens, positions, positions, running.slot, start + len(chunk))
         running.prefilled += len(chunk)
         self.stats.prefill_tokens += len(chunk)
         self.stats.prefill_seconds += time.perf_counter() - began
         if running.prefilled == len(running.request.input_ids):
             self._prefilling.popleft()
-            self._sample_and_emit([running], logits)
+            self._sample_and_emit([running], hidden)
 
     def _decode_step(self) -> None:
         decoding = [r for r in self._slots if r is not None and r.generated > 0]
@@ -282,7 +318,7 @@ class Engine:
             tokens[r.slot - first] = r.next_input
             positions[r.slot - first] = writes[r.slot - first] = r.cached
         device = self.model.device
-        logits = self.model.forward(
+        hidden = self.model.hidden(
             torch.tensor(tokens, device=device).unsqueeze(1),
             torch.tensor(positions, device=device).unsqueeze(1),
             torch.tensor(writes, device=device).unsqueeze(1),
@@ -290,13 +326,25 @@ class Engine:
             key_len=max(positions) + 1,
         )
         rows = [r.slot - first for r in decoding]
-        self._sample_and_emit(decoding, logits[rows] if len(rows) < width else logits)
+        self._sample_and_emit(decoding, hidden[rows] if len(rows) < width else hidden)
         self.stats.decode_steps += 1
         self.stats.decode_tokens += len(decoding)
-        self.stats.decode_seconds += time.perf_counter() - began
+        elapsed = time.perf_counter() - began
+        self.stats.decode_seconds += elapsed
+        if self.tuner is not None:
+            self.tuner.record(elapsed, width)
 
     @torch.inference_mode()  # the logits are an inference tensor: masks and penalties change them in place
-    def _sample_and_emit(self, batch: list[_Running], logits: torch.Tensor) -> None:
+    def _sample_and_emit(self, batch: list[_Running], hidden: torch.Tensor) -> None:
+        """Choose each row's next token from its final hidden state and advance it."""
+        head = self.model.greedy_head
+        if head is not None and all(_plain_greedy(r) for r in batch):
+            tokens = head.tokens(hidden)
+            if tokens is not None:
+                for running, token in zip(batch, tokens):
+                    self._advance(running, TokenChoice(token))
+                return
+        logits = self.model.logits(hidden)
         raw = {i: logits[i].clone() for i, r in enumerate(batch) if r.request.logprobs}
         began = time.perf_counter()
         self._masker.apply(logits, [r.matcher for r in batch])

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from backends.checkpoint import ModelConfig
+from backends.worker.cpu_features import onednn_bf16_error
+from backends.worker.greedy_head import GreedyHead
 from backends.worker.weights import LlamaWeights
 
 WeightsDtype = Literal["fp32", "bf16"]
@@ -100,7 +102,9 @@ class LlamaModel:
         context: int,
         device: str | torch.device = "cpu",
         weights_dtype: WeightsDtype = "fp32",
+        greedy_screen: bool = True,
     ):
+        """`greedy_screen`: build a `GreedyHead` (float32 weights on a CPU whose oneDNN packs bfloat16)."""
         self.config = config
         self.device = torch.device(device)
         self.matmul_dtype = _TORCH_DTYPES[weights_dtype]
@@ -108,14 +112,31 @@ class LlamaModel:
         self.embedding = weights.embedding.to(self.device)
         self.final_norm = RMSNorm(weights.final_norm, config.rms_eps, self.device)
         self.lm_head = _Linear(weights.lm_head, self.matmul_dtype, self.device)
+        self.greedy_head = self._greedy_head(weights.lm_head) if greedy_screen else None
         self.cache = KVCache(config, slots, context, self.device)
         self.cos, self.sin = _rope_tables(config, context + 1, self.device)
         self.vocab_size = self.lm_head.out_features
         self._q_width = config.n_heads * config.head_dim
         self._qk_width = self._q_width + config.n_kv_heads * config.head_dim
 
+    def _greedy_head(self, lm_head: torch.Tensor) -> GreedyHead | None:
+        """A bfloat16 screen for greedy rows where it reads half the bytes of the float32 head: float32 packed
+        weights on a CPU whose oneDNN packs bfloat16."""
+        if self.matmul_dtype is not torch.float32 or not self.lm_head.packed or onednn_bf16_error() is not None:
+            return None
+        return GreedyHead(lm_head.to(self.device), _Linear(lm_head, torch.bfloat16, self.device))
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The float32 logits (B, V) of each row's last query: `logits(hidden(...))`, `hidden`'s arguments."""
+        return self.logits(self.hidden(*args, **kwargs))
+
     @torch.inference_mode()
-    def forward(
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The float32 logits (n, V) of final-normed hidden states (n, hidden)."""
+        return self.lm_head(hidden)
+
+    @torch.inference_mode()
+    def hidden(
         self,
         tokens: torch.Tensor,
         positions: torch.Tensor,
@@ -123,8 +144,8 @@ class LlamaModel:
         first_slot: int,
         key_len: int,
     ) -> torch.Tensor:
-        """Run `tokens` (B, Q) of slots first_slot..first_slot+B-1 and return the float32 logits (B, V) of
-        each row's last query.
+        """Run `tokens` (B, Q) of slots first_slot..first_slot+B-1 and return the final-normed hidden state
+        (B, hidden) of each row's last query.
 
         `positions` (B, Q) are the rope positions and the last key each query may see;
         `write_positions` (B, Q) are the cache columns the new keys go to (the scratch column
@@ -149,8 +170,7 @@ class LlamaModel:
             h = h + layer.o(attend(qkv[:, :q_width], keys, values))
             gate, up = layer.gate_up(layer.ffn_norm(h)).chunk(2, dim=-1)
             h = h + layer.down(F.silu(gate) * up)
-        last = h.view(batch, q_len, c.hidden)[:, -1]
-        return self.lm_head(self.final_norm(last))
+        return self.final_norm(h.view(batch, q_len, c.hidden)[:, -1])
 
     def _attention(
         self, positions: torch.Tensor, first_slot: int, key_len: int

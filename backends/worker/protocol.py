@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar, SamplingParams
-from backends.json_types import is_integer, is_number, is_token_ids
+from backends.json_types import as_integer, as_token_ids, is_number
 from backends.worker.engine import Finish
 from backends.worker.sampling import TokenChoice
 
@@ -119,7 +119,7 @@ def parse_generate(
         raise ProtocolError("sampling_params must be an object")
     reject_unknown(sp, _SGLANG_SAMPLING_KEYS, "sampling_params")
     for key, neutral in _NEUTRAL_ONLY.items():
-        if sp.get(key) not in neutral:
+        if not is_neutral(sp.get(key), neutral):
             raise ProtocolError(f"sampling_params.{key} is not supported by this worker")
     sampling = _sampling(sp)
     if any(not 0 <= i < vocab_size for i in sampling.stop_token_ids):
@@ -185,9 +185,10 @@ def _prompt_ids(body: dict, encode: Callable[[str], list[int]]) -> list[int]:
         if not isinstance(text, str):
             raise ProtocolError("text must be a string (batches are not supported)")
         return encode(text)
-    if not is_token_ids(ids):
+    token_ids = as_token_ids(ids)
+    if token_ids is None:
         raise ProtocolError("input_ids must be a list of integers (batches are not supported)")
-    return ids
+    return token_ids
 
 
 def _sampling(sp: dict) -> SamplingParams:
@@ -209,11 +210,11 @@ def _sampling(sp: dict) -> SamplingParams:
     penalties = {k: _float(sp, k, 0.0) for k in ("frequency_penalty", "presence_penalty")}
     if any(not -2.0 <= v <= 2.0 for v in penalties.values()):
         raise ProtocolError("frequency_penalty and presence_penalty must be in [-2, 2]")
-    stop_ids = sp.get("stop_token_ids") or []
-    if not is_token_ids(stop_ids):
+    stop_ids = as_token_ids(sp.get("stop_token_ids") or [])
+    if stop_ids is None:
         raise ProtocolError("stop_token_ids must be a list of integers")
-    seed = sp.get("sampling_seed")
-    if seed is not None and (not is_integer(seed) or seed < 0):
+    seed = _int(sp, "sampling_seed", None)
+    if seed is not None and seed < 0:
         raise ProtocolError("sampling_seed must be a non-negative integer")
     return SamplingParams(
         max_new_tokens=max_new,
@@ -222,10 +223,16 @@ def _sampling(sp: dict) -> SamplingParams:
         top_k=top_k,
         min_p=min_p,
         seed=seed,
-        stop_token_ids=list(stop_ids),
+        stop_token_ids=stop_ids,
         ignore_eos=_bool(sp, "ignore_eos", False),
         **penalties,
     )
+
+
+def is_neutral(value: Any, neutral: tuple) -> bool:
+    """`value` is one of the `neutral` values of a field this worker does not implement (1.0 is 1, but a boolean
+    matches only a boolean: JSON `true` is not 1 nor `false` 0)."""
+    return any(value == n and isinstance(value, bool) == isinstance(n, bool) for n in neutral)
 
 
 def reject_unknown(obj: dict, known: frozenset[str], where: str) -> None:
@@ -235,13 +242,16 @@ def reject_unknown(obj: dict, known: frozenset[str], where: str) -> None:
         raise ProtocolError(f"unknown or unsupported {where} field(s): {', '.join(unknown)}")
 
 
-def _int(obj: dict, key: str, default: int, where: str = "sampling_params") -> int:
+def _int(obj: dict, key: str, default: Any, where: str = "sampling_params") -> Any:
+    """`obj[key]` as an int (an integral float such as 16.0 is taken, as SGLang's and vLLM's pydantic models take
+    it; 1.5 and booleans are refused), or `default` when absent."""
     value = obj.get(key)
     if value is None:
         return default
-    if not is_integer(value):
-        raise ProtocolError(f"{where}.{key} must be an integer")
-    return value
+    number = as_integer(value)
+    if number is None:
+        raise ProtocolError(f"{where}.{key} must be an integer, got {value!r}")
+    return number
 
 
 def _float(obj: dict, key: str, default: float) -> float:

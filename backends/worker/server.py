@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 
 import orjson
+import torch
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -134,6 +135,7 @@ def build_app(state: WorkerState) -> Starlette:
 
     async def server_info(_: Request) -> Response:
         stats = state.engine.stats
+        head = state.engine.model.greedy_head
         return json_response(
             {
                 "model_path": state.model_path,
@@ -150,6 +152,9 @@ def build_app(state: WorkerState) -> Starlette:
                         "prefill_seconds": stats.prefill_seconds,
                         "prefix_cache_queries": state.engine.prefix_cache.queries,
                         "prefix_cache_hits": state.engine.prefix_cache.hits,
+                        "threads": state.engine.tuner.current if state.engine.tuner else torch.get_num_threads(),
+                        "greedy_head_rows": head.chosen if head is not None else 0,
+                        "greedy_head_fallbacks": head.fallbacks if head is not None else 0,
                     }
                 ],
             }

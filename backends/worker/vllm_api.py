@@ -21,11 +21,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from backends.asgi import json_response, sse_frame
-from backends.json_types import is_integer
+from backends.json_types import as_integer
 from backends.worker.engine import EngineEvent, Finish
 from backends.worker.generations import Generation, WorkerBusy, WorkerState
 from backends.worker.grammar import GrammarError
-from backends.worker.protocol import GenerateCall, ProtocolError, parse_generate, reject_unknown
+from backends.worker.protocol import GenerateCall, ProtocolError, is_neutral, parse_generate, reject_unknown
 from backends.worker.sampling import TokenChoice
 
 Start = Callable[[Generation], Awaitable[None]]
@@ -349,19 +349,21 @@ def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str, d
     if not isinstance(prompt, list) or not prompt or any(isinstance(p, list) for p in prompt):
         raise ProtocolError("the prompt must be one non-empty list of token ids (batches are not supported)")
     for key, neutral in _NEUTRAL.items():
-        if sampling.get(key) not in neutral:
+        if not is_neutral(sampling.get(key), neutral):
             raise ProtocolError(f"{key} is not supported by this worker")
     params = {sglang: sampling[name] for name, sglang in _SAMPLING.items() if sampling.get(name) is not None}
     params.setdefault("max_new_tokens", default_max_tokens)
     top_k = sampling.get("top_k")
     if top_k is not None:
-        params["top_k"] = -1 if top_k == 0 else top_k  # vLLM disables top-k with 0, SGLang with -1
+        params["top_k"] = -1 if as_integer(top_k) == 0 else top_k  # vLLM disables top-k with 0, SGLang with -1
     grammar = _grammar(sampling.get("structured_outputs"))
     if grammar is not None:
         params[grammar[0]] = grammar[1]
     logprobs = sampling.get("logprobs")
-    if logprobs is not None and (not is_integer(logprobs) or logprobs < 0):
-        raise ProtocolError("logprobs must be a non-negative integer")
+    if logprobs is not None:
+        logprobs = as_integer(logprobs)
+        if logprobs is None or logprobs < 0:
+            raise ProtocolError(f"logprobs must be a non-negative integer, got {sampling['logprobs']!r}")
     return parse_generate(
         {
             "input_ids": prompt,

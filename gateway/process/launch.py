@@ -36,7 +36,8 @@ def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str,
     background: list[Callable[[], Awaitable[None]]] = []
     budget = config.server.grammar_compile_s
     urls = worker_urls or {}
-    models = [_start_model(entry, stack, background, urls.get(entry.id), budget) for entry in config.models]
+    load = functools.cache(load_checkpoint)  # models on one checkpoint share its tokenizer (and what is built on it)
+    models = [_start_model(entry, stack, background, urls.get(entry.id), load, budget) for entry in config.models]
     for model in models:
         if model.grammar_budget is not None:
             stack.callback(model.grammar_budget.close)
@@ -57,10 +58,11 @@ def _start_model(
     stack: ExitStack,
     background: list[Callable[[], Awaitable[None]]],
     worker_url: str | None,
+    load: Callable[[str | None], Checkpoint],
     grammar_compile_s: float | None = None,
 ) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
-    checkpoint = load_checkpoint(entry.checkpoint)
+    checkpoint = load(entry.checkpoint)
     family = entry.family or _inferred_family(entry.id, checkpoint)
     if worker_url is not None and entry.backend.type == "worker":
         backend: Backend | None = _router(entry.backend, lambda url: SGLangBackend(url, incremental=True), [worker_url])

@@ -140,6 +140,7 @@ def test_worker_generate_stream_is_vllms(oracle, worker_url):
     body = generate_payload(request(logprobs=1, max_new_tokens=3, temperature=0.0), "")
     del body["model"]
     body["return_token_ids"] = True
+    body["sampling_params"].update(max_tokens=3.0, logprobs=1.0)  # integral floats are integers, as in vLLM
     with httpx.stream("POST", f"{worker_url}/inference/v1/generate", json=body, timeout=60) as response:
         chunks = _sse(response)
     read_back = [oracle.check("generate_chunk", chunk) for chunk in chunks]
@@ -188,6 +189,10 @@ def test_worker_models_and_errors_are_vllms(oracle, worker_url):
         ({"prompt": "The capital of France is", "stream": True}, 400),
         ({"prompt": PROMPT, "stream": True, "model": "no-such-model"}, 404),
         ({"prompt": PROMPT, "stream": True, "structured_outputs": {"regex": "(("}}, 400),
+        ({"prompt": PROMPT, "stream": True, "max_tokens": 1.5}, 400),
+        ({"prompt": PROMPT, "stream": True, "logprobs": True}, 400),
+        ({"prompt": PROMPT, "stream": True, "top_k": False}, 400),
+        ({"prompt": PROMPT, "stream": True, "echo": 0}, 400),
     ]:
         response = httpx.post(f"{worker_url}/v1/completions", json=body)
         assert response.status_code == status

@@ -143,6 +143,8 @@ def test_fp32_packed_linear_runs_on_onednn_capped_to_avx2():
         "w, x = torch.randn(64, 32), torch.randn(3, 32)\n"
         "lin = _Linear(w, torch.float32, torch.device('cpu'))\n"
         "assert lin.packed and torch.allclose(lin(x), x @ w.T, atol=1e-4)\n"
+        "from backends.worker.cpu_features import onednn_bf16_error\n"
+        "assert onednn_bf16_error() is not None  # so no bf16 greedy head: full float32 logits\n"
     )
     done = _python("-c", script, ONEDNN_MAX_CPU_ISA="AVX2")
     assert done.returncode == 0, done.stderr
@@ -153,6 +155,7 @@ def test_bf16_still_loads_where_the_cpu_has_it(weights, checkpoint):
     if refusal is not None:
         pytest.skip(refusal)
     model = LlamaModel(weights, checkpoint.config, slots=1, context=64, weights_dtype="bf16")
+    assert model.greedy_head is None  # a screen in the weights' own dtype would save nothing
     ids = prompt_ids(checkpoint, "The capital of France is")
     positions = torch.arange(len(ids)).unsqueeze(0)
     logits = model.forward(torch.tensor([ids]), positions, positions, 0, len(ids))

@@ -60,6 +60,7 @@ def _running(client: httpx.Client) -> int:
 def test_health_and_model_info(client):
     assert client.get("/health").status_code == 200
     assert client.get("/get_model_info").json()["model_path"].endswith(".gguf")
+    assert client.get("/get_server_info").json()["internal_states"][0]["threads"] == 2  # --threads 2: fixed
 
 
 def test_stream_sends_one_event_per_token_with_deltas(client):
@@ -84,7 +85,7 @@ def test_stream_sends_one_event_per_token_with_deltas(client):
 def test_non_stream_returns_everything_with_logprobs(client):
     body = {
         "input_ids": PROMPT,
-        "sampling_params": {"max_new_tokens": 3, "temperature": 0},
+        "sampling_params": {"max_new_tokens": 3.0, "temperature": 0},  # an integral float is an integer
         "return_logprob": True,
         "top_logprobs_num": 2,
     }
@@ -122,6 +123,8 @@ def test_json_schema_through_http(client):
         ({"input_ids": PROMPT, "sampling_params": {"stop_token_ids": [10**6]}}, "stop_token_ids"),
         ({"input_ids": PROMPT, "sampling_params": {"stop_regex": "a"}}, "not supported"),
         ({"input_ids": PROMPT, "bogus": 1}, "bogus"),
+        ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1.5}}, "max_new_tokens must be an integer"),
+        ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": True}}, "max_new_tokens must be an integer"),
     ],
 )
 def test_bad_requests_get_400(client, body, message):

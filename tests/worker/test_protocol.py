@@ -1,0 +1,64 @@
+"""SGLang's /generate body as the worker validates it: integral floats are integers, 1.5 and booleans are not."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.worker.protocol import ProtocolError, parse_generate
+
+PROMPT = [504, 3575, 282, 4649, 314]
+
+
+def parse(body: dict):
+    def no_text(text: str) -> list[int]:
+        raise AssertionError("the tests send token ids")
+
+    return parse_generate(body, vocab_size=49152, context_length=2048, encode=no_text)
+
+
+def test_integral_floats_are_taken_as_integers():
+    call = parse(
+        {
+            "input_ids": [float(i) for i in PROMPT],
+            "sampling_params": {
+                "max_new_tokens": 16.0,
+                "min_new_tokens": 2.0,
+                "top_k": 5.0,
+                "stop_token_ids": [2.0],
+                "sampling_seed": 7.0,
+                "n": 1.0,
+                "repetition_penalty": 1,
+            },
+            "top_logprobs_num": 3.0,
+        }
+    )
+    assert call.input_ids == PROMPT and all(type(i) is int for i in call.input_ids)
+    s = call.sampling
+    assert (s.max_new_tokens, s.top_k, s.stop_token_ids, s.seed) == (16, 5, [2], 7)
+    assert all(type(v) is int for v in (s.max_new_tokens, s.top_k, s.seed, call.min_new_tokens, call.top_logprobs_num))
+
+
+@pytest.mark.parametrize(
+    "sampling, message",
+    [
+        ({"max_new_tokens": 1.5}, "sampling_params.max_new_tokens must be an integer, got 1.5"),
+        ({"max_new_tokens": True}, "sampling_params.max_new_tokens must be an integer, got True"),
+        ({"top_k": False}, "sampling_params.top_k must be an integer"),
+        ({"min_new_tokens": "2"}, "sampling_params.min_new_tokens must be an integer"),
+        ({"sampling_seed": 0.5}, "sampling_seed must be an integer"),
+        ({"sampling_seed": -1.0}, "sampling_seed must be a non-negative integer"),
+        ({"stop_token_ids": [2.5]}, "stop_token_ids must be a list of integers"),
+        ({"stop_token_ids": [True]}, "stop_token_ids must be a list of integers"),
+        ({"n": True}, "sampling_params.n is not supported"),
+        ({"repetition_penalty": True}, "sampling_params.repetition_penalty is not supported"),
+    ],
+)
+def test_fractions_and_booleans_are_refused(sampling, message):
+    with pytest.raises(ProtocolError, match=message.replace(".", r"\.")):
+        parse({"input_ids": PROMPT, "sampling_params": sampling})
+
+
+@pytest.mark.parametrize("ids", [[1.5], [True], [[1]]])
+def test_input_ids_must_be_integers(ids):
+    with pytest.raises(ProtocolError, match="input_ids must be a list of integers"):
+        parse({"input_ids": ids})

@@ -1,0 +1,129 @@
+"""`--threads auto`: the count measured at start-up, and probed again while serving."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+import torch
+
+from backends.worker.__main__ import choose_threads, parse_args
+from backends.worker.engine import Engine
+from backends.worker.threads import FIRST_PROBE_AFTER, PROBE_STEPS, ThreadTuner, measure, start_up_count
+
+from .conftest import prompt_ids, submit
+
+
+def _tuner(current: int = 2) -> tuple[ThreadTuner, list[int], list[str]]:
+    calls: list[int] = []
+    reports: list[str] = []
+    return ThreadTuner(2, current, reports.append, calls.append), calls, reports
+
+
+def _serve(tuner: ThreadTuner, step_ms: dict[int, float], steps: int, width: int = 1) -> None:
+    """Feed `steps` decode steps whose time depends on the count the tuner has set."""
+    for _ in range(steps):
+        count = tuner.other if tuner._probe is not None else tuner.current
+        tuner.record(step_ms[count] / 1e3, width)
+
+
+def test_a_clearly_faster_count_replaces_the_current_one():
+    tuner, calls, reports = _tuner(current=2)
+    tuner.apply(lambda: None)  # no start-up measurement: the count is set as given
+    _serve(tuner, {2: 400.0, 1: 120.0}, FIRST_PROBE_AFTER + PROBE_STEPS + 1)
+    assert tuner.current == 1 and tuner.switches == 1 and calls == [2, 1]
+    assert reports == ["threads auto: 2 -> 1 (decode step 400 ms -> 120 ms at 1 rows)"]
+
+
+def test_a_losing_probe_restores_the_count_and_waits_longer():
+    tuner, calls, _ = _tuner(current=2)
+    _serve(tuner, {2: 36.0, 1: 38.0}, FIRST_PROBE_AFTER + PROBE_STEPS + 1)
+    assert (tuner.current, tuner.probes, calls) == (2, 1, [1, 2])
+    _serve(tuner, {2: 36.0, 1: 38.0}, FIRST_PROBE_AFTER + PROBE_STEPS)
+    assert tuner.probes == 1  # the next probe waits twice as long
+    _serve(tuner, {2: 36.0, 1: 38.0}, FIRST_PROBE_AFTER)
+    assert tuner.probes == 2
+
+
+def test_a_collapsing_probe_ends_after_one_step():
+    tuner, calls, _ = _tuner(current=1)
+    _serve(tuner, {1: 120.0, 2: 1800.0}, FIRST_PROBE_AFTER + 1)
+    assert calls == [2]
+    _serve(tuner, {1: 120.0, 2: 1800.0}, 1)
+    assert calls == [2, 1] and tuner._probe is None and tuner.current == 1
+
+
+def test_a_change_of_batch_width_restarts_the_comparison():
+    tuner, calls, _ = _tuner(current=2)
+    _serve(tuner, {2: 400.0, 1: 120.0}, FIRST_PROBE_AFTER + 1)
+    assert calls == [1]
+    _serve(tuner, {2: 400.0, 1: 120.0}, 1, width=3)
+    assert calls == [1, 2] and tuner.current == 2 and tuner.switches == 0
+
+
+def test_threads_flag_takes_auto_or_a_positive_count(capsys):
+    assert parse_args([]).threads is None
+    assert parse_args(["--threads", "auto"]).threads is None
+    assert parse_args(["--threads", "3"]).threads == 3
+    for bad in ("0", "1.5", "two"):
+        with pytest.raises(SystemExit):
+            parse_args(["--threads", bad])
+    assert "must be a positive integer or auto" in capsys.readouterr().err
+
+
+def test_start_up_takes_one_thread_only_when_clearly_faster():
+    assert start_up_count({2: 0.010, 1: 0.0098}, 2) == 2
+    assert start_up_count({4: 0.010, 1: 0.0089}, 4) == 1
+
+
+def test_start_up_measures_on_the_calling_thread_and_reports():
+    reports: list[str] = []
+    tuner = ThreadTuner(2, 2, reports.append, lambda n: None, start_up=True)
+    try:
+        tuner.apply(lambda: time.sleep({2: 0.05, 1: 0.001}[torch.get_num_threads()]))
+    finally:
+        torch.set_num_threads(2)
+    assert tuner.current == 1 and reports[0].startswith("threads auto: 1 of 2 (start-up decode step")
+
+
+def test_measure_interleaves_counts_and_keeps_to_its_budget():
+    seen: list[int] = []
+    medians = measure(lambda: seen.append(torch.get_num_threads()), (2, 1), rounds=3, budget_s=10)
+    assert seen == [2, 1] * 4 and set(medians) == {2, 1}
+    seen.clear()
+    measure(lambda: seen.append(torch.get_num_threads()), (2, 1), rounds=3, budget_s=0)
+    assert seen == [2, 1] * 2  # the warm-up round and one timed round
+
+
+def test_auto_measures_on_the_engine_thread_at_start_up_and_says_what_it_chose(model, checkpoint, capsys):
+    usable = len(os.sched_getaffinity(0))
+    try:
+        tuner = choose_threads(None, model)
+        if usable == 1:
+            assert tuner is None
+            return
+        engine = Engine(model, checkpoint.eos_token_ids, tuner=tuner)
+        engine.start()  # returns once the engine thread has measured and set its count
+        engine.stop()
+        assert tuner.current in (usable, 1)
+        line = capsys.readouterr().err
+        assert f"threads auto: {tuner.current} of {usable} (start-up decode step" in line
+        assert "on the engine thread" in line
+        assert choose_threads(1, model) is None and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(2)
+
+
+def test_the_engine_thread_applies_and_feeds_the_tuner(model, checkpoint):
+    calls: list[tuple[int, str]] = []
+    tuner = ThreadTuner(2, 1, set_threads=lambda n: calls.append((n, threading.current_thread().name)))
+    engine = Engine(model, checkpoint.eos_token_ids, tuner=tuner)
+    engine.start()
+    try:
+        submit(engine, "tuned", prompt_ids(checkpoint, "Once upon a time"), max_new_tokens=4).wait()
+    finally:
+        engine.stop()
+        torch.set_num_threads(2)
+    assert calls == [(1, "engine")] and tuner.steps == 3  # the first token comes from the prefill
