@@ -47,7 +47,7 @@ class StopMatcher:
                 self._held = ""
                 _emit(out, text[:cut])
                 continue
-            keep = self._partial_suffix(text)
+            keep = held_prefix(text, self._stops)
             self._held = text[len(text) - keep :]
             _emit(out, text[: len(text) - keep])
         return out
@@ -68,15 +68,20 @@ class StopMatcher:
                 best, self.matched = i, stop
         return best
 
-    def _partial_suffix(self, text: str) -> int:
-        """Length of the longest suffix of `text` that is a proper prefix of some stop string."""
-        longest = 0
-        for stop in self._stops:
-            for k in range(min(len(stop) - 1, len(text)), longest, -1):
-                if text.endswith(stop[:k]):
-                    longest = k
-                    break
-        return longest
+
+def held_prefix(text: str, strings: Sequence[str]) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of one of `strings` (non-empty): the text to
+    hold back. Such a suffix starts with its string's first character, which the last few characters rarely hold:
+    then one `find` per string decides."""
+    longest = 0
+    for string in strings:
+        at = text.find(string[0], max(len(text) - len(string) + 1, 0))
+        while at >= 0 and len(text) - at > longest:
+            if string.startswith(text[at:]):
+                longest = len(text) - at
+                break
+            at = text.find(string[0], at + 1)
+    return longest
 
 
 def _emit(out: list[Piece], text: str) -> None:

@@ -12,6 +12,7 @@ import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, ClassVar
 
 from backends.base import Grammar
@@ -22,6 +23,13 @@ from gateway.types import ChatRequest, Delta, Piece
 def new_call_id() -> str:
     """A fresh OpenAI-style tool call id."""
     return f"call_{secrets.token_hex(12)}"
+
+
+class ParserState(Enum):
+    """Base of a parser's state enum: members hash by identity (each is a singleton, equal only to itself), so the
+    per-event lookup of a state's step in a dict runs no Python code (Enum's own `__hash__` hashes the name)."""
+
+    __hash__ = object.__hash__
 
 
 class OutputParser(ABC):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backends.stop_strings import StopMatcher
+from backends.stop_strings import StopMatcher, held_prefix
 from gateway.types import Piece
 
 
@@ -89,3 +89,10 @@ def test_a_match_inside_held_unarmed_text_is_not_taken_later():
     assert matcher.feed([Piece("abc")], armed=False) == []  # "abc" is held: it may become "abcd"
     assert matcher.feed([Piece("x")]) == [Piece("abcx")]  # "ab" ended while unarmed
     assert matcher.matched is None
+
+
+@given(st.text(alphabet="<>/_acilot x", max_size=16))
+def test_held_prefix_is_the_longest_suffix_that_begins_a_string(text):
+    strings = ("</tool_call>", "<tool_call>", "x", "ooo")
+    suffixes = [n for s in strings for n in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:n])]
+    assert held_prefix(text, strings) == max(suffixes, default=0)

@@ -27,10 +27,10 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum, auto
+from enum import auto
 from typing import Any
 
-from gateway.families.base import OutputParser, new_call_id
+from gateway.families.base import OutputParser, ParserState, new_call_id
 from gateway.families.token_sections import SectionMarkers, SectionParser
 from gateway.types import Delta, Piece
 
@@ -51,7 +51,7 @@ _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\u2028\u2029]')
 _CALLS_NAMES = ("calls", "tool_calls", "function_calls")
 
 
-class _Mode(Enum):
+class _Mode(ParserState):
     REASONING = auto()
     CONTENT = auto()
     CALLS = auto()

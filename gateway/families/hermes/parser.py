@@ -30,10 +30,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from enum import Enum, auto
+from enum import auto
 from typing import Any
 
-from gateway.families.base import OutputParser, new_call_id
+from backends.stop_strings import held_prefix
+from gateway.families.base import OutputParser, ParserState, new_call_id
 from gateway.families.streams import Trimmed
 from gateway.types import Delta, Piece
 
@@ -43,24 +44,13 @@ _JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
 _CALL_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*(?P<name>' + _JSON_STRING + r')\s*,\s*"arguments"\s*:\s*(?=\{)')
 
 
-class _State(Enum):
+class _State(ParserState):
     START = auto()
     REASONING = auto()
     CONTENT = auto()
     CALL_HEADER = auto()
     CALL_ARGUMENTS = auto()
     CALL_TAIL = auto()
-
-
-def _held_marker_prefix(text: str, *markers: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of one of `markers`."""
-    longest = 0
-    for marker in markers:
-        for size in range(min(len(marker) - 1, len(text)), longest, -1):
-            if text.endswith(marker[:size]):
-                longest = size
-                break
-    return longest
 
 
 class _JsonEnd:
@@ -146,7 +136,7 @@ class HermesParser(OutputParser):
         return self._call_count > 0 or self._call_sent
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
-        self._buffer += "".join(p.text for p in pieces)
+        self._buffer += pieces[0].text if len(pieces) == 1 else "".join([p.text for p in pieces])
         return self._advance(final=False)
 
     def finish(self) -> list[Delta]:
@@ -255,7 +245,7 @@ class HermesParser(OutputParser):
             self._buffer = self._buffer[reopen + len(TOOL_CALL_START) :]
             self._state = _State.CALL_HEADER
         else:
-            held = 0 if final else _held_marker_prefix(self._buffer, TOOL_CALL_END, TOOL_CALL_START)
+            held = 0 if final else held_prefix(self._buffer, (TOOL_CALL_END, TOOL_CALL_START))
             self._buffer = self._buffer[len(self._buffer) - held :]
             return False
         self._call_count += 1
@@ -277,9 +267,13 @@ class HermesParser(OutputParser):
 
     def _take_unheld(self, final: bool, marker: str) -> str:
         """Remove and return the buffer, less a suffix that could still become `marker`."""
-        held = 0 if final else _held_marker_prefix(self._buffer, marker)
-        text, self._buffer = self._buffer[: len(self._buffer) - held], self._buffer[len(self._buffer) - held :]
-        return text
+        text = self._buffer
+        held = 0 if final else held_prefix(text, (marker,))
+        if not held:
+            self._buffer = ""
+            return text
+        self._buffer = text[-held:]
+        return text[:-held]
 
     def _emit_reasoning(self, text: str) -> None:
         if out := self._reasoning.push(text):

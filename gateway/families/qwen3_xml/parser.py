@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from enum import Enum, auto
+from enum import auto
 
+from gateway.families.base import ParserState
 from gateway.families.streams import StreamedCallParser
 from gateway.families.values import schema_types
 from gateway.types import Delta, Piece
@@ -84,7 +85,7 @@ def _tag_prefix(text: str) -> bool:
     return text.startswith(PARAMETER_OPEN) and not any(c in text[len(PARAMETER_OPEN) :] for c in ">\n")
 
 
-class _State(Enum):
+class _State(ParserState):
     START = auto()
     REASONING = auto()
     CONTENT = auto()
