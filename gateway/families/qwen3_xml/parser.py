@@ -98,6 +98,7 @@ class Qwen3XmlParser(StreamedCallParser):
     """Streams reasoning, content and tool calls out of Qwen XML output."""
 
     states = _State
+    think = (THINK_START, THINK_END)
     _buffer = ""  # text not yet consumed by the current state's step
     _function = ""  # the open call's name
     _value_started = False
@@ -126,16 +127,11 @@ class Qwen3XmlParser(StreamedCallParser):
     # markers (added tokens outside values)
 
     def _marker(self, marker: str) -> None:
-        state = self._state
-        if state is _State.START:
-            if marker == THINK_START:
-                self._state = _State.REASONING
-                return
-            self._state = state = _State.CONTENT
+        state = self._think_marker(self._state, marker)
+        if state is None:
+            return
         if state is _State.REASONING:
-            if marker == THINK_END:
-                self._state = _State.CONTENT
-            elif marker == TOOL_CALL_START and self._parse_calls:
+            if marker == TOOL_CALL_START and self._parse_calls:
                 self._state = _State.CALL
             else:
                 self._out.reasoning(marker)
