@@ -29,21 +29,12 @@ import re
 from collections.abc import Iterable, Sequence
 from enum import Enum, auto
 
+from gateway.families.chatml import THINK_END, THINK_START, TOKEN_MARKERS, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import StreamedCallParser
 from gateway.families.values import schema_types
 from gateway.types import Delta, Piece
 
-from .markers import (
-    FUNCTION_CLOSE,
-    FUNCTION_OPEN,
-    PARAMETER_CLOSE,
-    PARAMETER_OPEN,
-    THINK_END,
-    THINK_START,
-    TOKEN_MARKERS,
-    TOOL_CALL_END,
-    TOOL_CALL_START,
-)
+from .markers import FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, PARAMETER_OPEN
 
 _FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
