@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any, ClassVar
 
-from gateway.families.base import OutputParser, new_call_id
+from gateway.families.base import OutputParser
 from gateway.families.values import convert, is_plain_string, tool_schemas
+from gateway.ids import new_call_id
 from gateway.types import Delta
 
 _STRING = json.JSONEncoder(ensure_ascii=False).encode
