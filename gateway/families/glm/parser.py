@@ -75,10 +75,10 @@ class GlmParser(StreamedCallParser):
     def _marker(self, marker: str) -> None:
         state = self._state
         if state is _State.VALUE_OR_END:
-            if marker == TOOL_CALL_START:
+            if marker == TOOL_CALL_START:  # the next call starts: read the marker as content would
                 self._end_value()
                 self._end_call()
-                self._state = _State.CONTENT
+                self._state = state = _State.CONTENT
             else:
                 self._out.argument_text(TOOL_CALL_END)
                 self._state = state = _State.VALUE
