@@ -90,6 +90,11 @@ def test_missing_close_value_and_cut_calls(tokenizer: Tokenizer) -> None:
     missing = "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</tool_call>"
     assert replay(tokenizer, missing, [])["calls"] == [("get_weather", {"city": "Oslo"})]
     assert replay(tokenizer, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Os", [])["calls"] == []
+    second = missing + "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>"
+    expected = [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"})]
+    n = len(tokenizer.encode(second, add_special_tokens=False).ids)
+    for cuts in ([], *([cut] for cut in range(1, n))):  # the `</tool_call>` of a missing `</arg_value>`, then a call
+        assert replay(tokenizer, second, cuts)["calls"] == expected, cuts
 
 
 def test_layouts_and_generation_prompts(tokenizer: Tokenizer) -> None:

@@ -17,8 +17,8 @@ from backends.checkpoint import Checkpoint, load_checkpoint
 from backends.worker.grammar import tokenizer_info
 from gateway.families import families, get_family
 from gateway.families.base import FamilyContext
+from gateway.families.chatml import prompt_opens_reasoning
 from gateway.families.hermes import HermesFamily, HermesParser
-from gateway.families.hermes.markers import prompt_opens_reasoning
 from gateway.types import ChatRequest, Delta, Piece
 
 SMOLLM_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"

@@ -132,7 +132,7 @@ def test_every_package_says_what_it_holds(package):
 
 def test_gateway_root_holds_only_entry_modules():
     root_modules = sorted(p.stem for p in (ROOT / "gateway").glob("*.py"))
-    assert root_modules == ["__init__", "app", "cli", "errors", "types"]
+    assert root_modules == ["__init__", "app", "cli", "errors", "ids", "types"]
 
 
 @pytest.mark.parametrize("command", [["check", "."], ["format", "--check", "."]], ids=["lint", "format"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,12 +10,12 @@ from starlette.responses import Response
 
 from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
-from gateway.api.ids import new_id, now
 from gateway.api.logprobs import TokenTexts, chat_logprobs
 from gateway.api.streaming import Events, respond
 from gateway.api.usage import usage
 from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
+from gateway.ids import new_call_id, new_id, now
 from gateway.models.planning import plan_chat_off_loop
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
@@ -126,7 +125,7 @@ class ChatRenderer:
             if call is None:
                 call = calls[d.tool_index] = {"index": d.tool_index}
                 if d.tool_index not in self._call_ids[index]:  # the first delta of a call names it
-                    self._call_ids[index][d.tool_index] = d.tool_id or f"call_{uuid.uuid4().hex[:24]}"
+                    self._call_ids[index][d.tool_index] = d.tool_id or new_call_id()
                     call.update(
                         id=self._call_ids[index][d.tool_index], type="function", function={"name": d.tool_name or ""}
                     )

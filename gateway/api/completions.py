@@ -10,12 +10,12 @@ from starlette.responses import Response
 
 from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
-from gateway.api.ids import new_id, now
 from gateway.api.logprobs import TokenTexts, completion_logprobs
 from gateway.api.streaming import respond
 from gateway.api.usage import usage
 from gateway.errors import invalid
 from gateway.generation.choices import generate
+from gateway.ids import new_id, now
 from gateway.models.planning import sampling_params, token_budget
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage

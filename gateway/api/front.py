@@ -25,9 +25,9 @@ from starlette.routing import Route, get_route_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from backends.trace_context import current_traceparent, valid_traceparent
-from gateway.api.ids import random_hex
 from gateway.api.turns import Turns
 from gateway.errors import APIError
+from gateway.ids import random_hex
 from gateway.observability.access_log import log_access
 from gateway.observability.metrics import OTHER, GatewayMetrics
 from gateway.observability.requests import RequestRecord, begin_request, end_request

@@ -18,11 +18,11 @@ from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.streaming import respond_door
 from gateway.errors import APIError
+from gateway.ids import item_id
 from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChoiceStep
 from gateway.validation.messages import parse_messages_request
-from gateway.validation.responses import item_id
 
 _TEXT_BLOCKS = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinking_delta")}
 """Block type → the field its text is in and the type of its deltas."""

@@ -20,13 +20,13 @@ from gateway.api.response_store import ResponseStore
 from gateway.api.streaming import respond_door
 from gateway.api.tenancy import tenant_of
 from gateway.errors import APIError, invalid
+from gateway.ids import item_id
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChatRequest, ChoiceStep
 from gateway.validation.fields import Fields
 from gateway.validation.responses import (
     INPUT_ITEMS_QUERY,
     ResponsesRequest,
-    item_id,
     items_to_messages,
     parse_responses_request,
 )

@@ -8,7 +8,6 @@ turns output back into OpenAI content / reasoning / tool-call deltas.
 
 from __future__ import annotations
 
-import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,11 +17,6 @@ from typing import Any, ClassVar
 from backends.base import Grammar
 from gateway.families.recognition import CheckpointFacts, Recognition, best_score
 from gateway.types import ChatRequest, Delta, Piece
-
-
-def new_call_id() -> str:
-    """A fresh OpenAI-style tool call id."""
-    return f"call_{secrets.token_hex(12)}"
 
 
 class ParserState(Enum):

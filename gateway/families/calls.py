@@ -9,7 +9,8 @@ from abc import abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-from gateway.families.base import OutputParser, new_call_id
+from gateway.families.base import OutputParser
+from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
 _IN_STRING = {quote: re.compile(rf"[{quote}\\]") for quote in "\"'"}

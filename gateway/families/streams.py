@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any, ClassVar
 
-from gateway.families.base import OutputParser, new_call_id
+from gateway.families.base import OutputParser
 from gateway.families.values import convert, is_plain_string, tool_schemas
+from gateway.ids import new_call_id
 from gateway.types import Delta
 
 _STRING = json.JSONEncoder(ensure_ascii=False).encode
@@ -129,9 +130,10 @@ class CallOutput:
 class StreamedCallParser(OutputParser):
     """A parser whose output goes through a `CallOutput`, argument values typed by the request's tool schemas
     (GLM, Qwen3 XML). `states` is the subclass's state enum: it starts at `START`, or at `REASONING` when the
-    prompt opened a think block."""
+    prompt opened a think block; `think` is the family's (`<think>`, `</think>`) pair of added tokens."""
 
     states: ClassVar[type[Enum]]
+    think: ClassVar[tuple[str, str]]
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
@@ -146,3 +148,18 @@ class StreamedCallParser(OutputParser):
     @property
     def saw_tool_call(self) -> bool:
         return self._out.sent_call
+
+    def _think_marker(self, state: Enum, marker: str) -> Enum | None:
+        """A marker token met in `state`: at `START` a think start opens reasoning and any other marker moves to
+        `CONTENT`; in `REASONING` a think end closes it. None when the marker was consumed so, else the state in
+        which the caller handles it."""
+        states = self.states
+        if state is states["START"]:
+            if marker == self.think[0]:
+                self._state = states["REASONING"]
+                return None
+            self._state = state = states["CONTENT"]
+        if state is states["REASONING"] and marker == self.think[1]:
+            self._state = states["CONTENT"]
+            return None
+        return state

@@ -6,13 +6,13 @@ The canonical items are what the store keeps and `input_items` lists; `items_to_
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from gateway.errors import invalid
+from gateway.ids import item_id
 from gateway.validation.chat import (
     FUNCTION_CALL,
     FUNCTION_FIELDS,
@@ -207,10 +207,6 @@ class ResponsesRequest:
     include: list[str]
     echo: dict[str, Any] = field(default_factory=dict)
     """Request fields a Response repeats, in the Responses shape (tools, tool_choice, text, reasoning, ...)."""
-
-
-def item_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 def parse_responses_request(body: Any) -> ResponsesRequest:

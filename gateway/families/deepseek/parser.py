@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from enum import auto
 from typing import Any
 
-from gateway.families.base import OutputParser, ParserState, new_call_id
+from gateway.families.base import OutputParser, ParserState
 from gateway.families.token_sections import SectionMarkers, SectionParser
+from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
 from .lexer import Event, Lexer, Tag, Token

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import new_call_id
 from gateway.families.calls import CallParser
+from gateway.ids import new_call_id
 from gateway.types import Delta
 
 from .markers import CALL_PREFIX, CHANNEL, CHANNEL_END, CONTROL_TOKENS, QUOTE, THOUGHT, TOOL_CALL, TOOL_CALL_END

@@ -52,6 +52,7 @@ class GlmParser(StreamedCallParser):
     """Streams reasoning, content and tool calls out of GLM output."""
 
     states = _State
+    think = (THINK_START, THINK_END)
     _name = ""  # the call's name as it arrives
     _call_open = False
     _key = ""  # the argument's key as it arrives
@@ -74,23 +75,18 @@ class GlmParser(StreamedCallParser):
     def _marker(self, marker: str) -> None:
         state = self._state
         if state is _State.VALUE_OR_END:
-            if marker == TOOL_CALL_START:
+            if marker == TOOL_CALL_START:  # the next call starts: read the marker as content would
                 self._end_value()
                 self._end_call()
-                self._state = _State.CONTENT
+                self._state = state = _State.CONTENT
             else:
                 self._out.argument_text(TOOL_CALL_END)
                 self._state = state = _State.VALUE
-        if state is _State.START:
-            if marker == THINK_START:
-                self._state = _State.REASONING
-                return
-            self._state = state = _State.CONTENT
+        state = self._think_marker(state, marker)
+        if state is None:
+            return
         if state is _State.REASONING:
-            if marker == THINK_END:
-                self._state = _State.CONTENT
-            else:
-                self._out.reasoning(marker)
+            self._out.reasoning(marker)
         elif state is _State.CONTENT:
             if marker == TOOL_CALL_START and self._parse_calls:
                 self._name = ""

@@ -27,8 +27,8 @@ import re
 from collections.abc import Callable, Sequence
 from enum import Enum, auto
 
-from gateway.families.base import new_call_id
 from gateway.families.calls import CallParser, JsonEnd, json_object
+from gateway.ids import new_call_id
 from gateway.types import Delta
 
 from .markers import (

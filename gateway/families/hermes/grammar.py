@@ -25,6 +25,7 @@ import json
 from typing import Any
 
 from backends.base import Grammar
+from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.grammars.json import (
     ANY_OBJECT,
     RESPONSE_SCHEMA_PARAM,
@@ -34,8 +35,6 @@ from gateway.grammars.json import (
 )
 from gateway.grammars.reasoning import with_reasoning
 from gateway.types import ChatRequest
-
-from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 Format = dict[str, Any]
 THINK = (THINK_START, f"{THINK_END}\n\n")

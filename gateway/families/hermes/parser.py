@@ -34,11 +34,11 @@ from enum import auto
 from typing import Any
 
 from backends.stop_strings import held_prefix
-from gateway.families.base import OutputParser, ParserState, new_call_id
+from gateway.families.base import OutputParser, ParserState
+from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import Trimmed
+from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
-
-from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 _JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
 _CALL_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*(?P<name>' + _JSON_STRING + r')\s*,\s*"arguments"\s*:\s*(?=\{)')

@@ -32,9 +32,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.families.base import new_call_id
 from gateway.families.calls import CallParser
 from gateway.families.streams import json_fragment
+from gateway.ids import new_call_id
 from gateway.types import Delta
 
 from .markers import CLOSE, MARKERS, OPEN, SEP, unescape_attr

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import new_call_id
 from gateway.families.calls import CallParser, JsonEnd, json_object
+from gateway.ids import new_call_id
 from gateway.types import Delta
 
 Call = tuple[str, dict[str, Any]]

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.base import new_call_id
 from gateway.families.calls import CallParser, JsonEnd, json_object
+from gateway.ids import new_call_id
 from gateway.types import Delta
 
 from .markers import ARGS, CALL_ID, TEXT_THINK, TEXT_THINK_END, THINK, THINK_END, TOOL_CALLS

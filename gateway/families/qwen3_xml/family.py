@@ -5,35 +5,24 @@ from __future__ import annotations
 from functools import cached_property
 
 from backends.base import Grammar
-from gateway.families.base import Family, OutputParser
+from gateway.families.base import OutputParser
+from gateway.families.chatml import TOOL_CALL_END, TOOL_CALL_START, TURN_END, TURN_START, ChatMLFamily
 from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import (
-    FUNCTION_OPEN,
-    PARAMETER_OPEN,
-    QWEN35_VOCABULARY,
-    THINK_END,
-    THINK_START,
-    TOOL_CALL_END,
-    TOOL_CALL_START,
-    TURN_END,
-    TURN_START,
-    prompt_opens_reasoning,
-)
+from .markers import FUNCTION_OPEN, PARAMETER_OPEN, QWEN35_VOCABULARY
 from .parser import Qwen3XmlParser
 from .prompt import BUILTIN_TEMPLATE
 
 CHATML_CALLS = frozenset({TURN_START, TURN_END, TOOL_CALL_START, TOOL_CALL_END})
 
 
-class Qwen3XmlFamily(Family):
+class Qwen3XmlFamily(ChatMLFamily):
     """Qwen3-Coder, Qwen3.5 and later: `<tool_call><function=NAME><parameter=K>V</parameter>…` calls."""
 
     name = "qwen3_xml"
-    keep_in_assistant = frozenset({THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END})
     recognition = (
         Recognition(tokens=CHATML_CALLS, template=(FUNCTION_OPEN, PARAMETER_OPEN)),  # Qwen3-Coder's template
         Recognition(tokens=CHATML_CALLS | QWEN35_VOCABULARY),  # Qwen3.5's vocabulary, with or without template
@@ -46,19 +35,12 @@ class Qwen3XmlFamily(Family):
     def render(self, request: ChatRequest) -> str:
         return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
 
-    def stop_token_ids(self) -> list[int]:
-        return self.stop_ids_of(TURN_END)
-
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, self._opens_reasoning(request, prompt))
+        return build_grammar(request, self.opens_reasoning(request, prompt))
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return Qwen3XmlParser(
             request.active_tools,
             tool_calls=bool(request.active_tools),
-            in_reasoning=self._opens_reasoning(request, prompt),
+            in_reasoning=self.opens_reasoning(request, prompt),
         )
-
-    @staticmethod
-    def _opens_reasoning(request: ChatRequest, prompt: str) -> bool:
-        return request.add_generation_prompt and prompt_opens_reasoning(prompt)

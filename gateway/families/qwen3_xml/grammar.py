@@ -11,11 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from backends.base import Grammar
+from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.grammars.tool_calls import CallFormat, arguments_schema
 from gateway.grammars.tool_calls import build_grammar as build_calls_grammar
 from gateway.types import ChatRequest
 
-from .markers import FUNCTION_CLOSE, FUNCTION_OPEN, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+from .markers import FUNCTION_CLOSE, FUNCTION_OPEN
 
 CALL_TRIGGER = f"{TOOL_CALL_START}\n{FUNCTION_OPEN}"
 

@@ -30,21 +30,12 @@ from collections.abc import Iterable, Sequence
 from enum import auto
 
 from gateway.families.base import ParserState
+from gateway.families.chatml import THINK_END, THINK_START, TOKEN_MARKERS, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import StreamedCallParser
 from gateway.families.values import schema_types
 from gateway.types import Delta, Piece
 
-from .markers import (
-    FUNCTION_CLOSE,
-    FUNCTION_OPEN,
-    PARAMETER_CLOSE,
-    PARAMETER_OPEN,
-    THINK_END,
-    THINK_START,
-    TOKEN_MARKERS,
-    TOOL_CALL_END,
-    TOOL_CALL_START,
-)
+from .markers import FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, PARAMETER_OPEN
 
 _FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
@@ -99,6 +90,7 @@ class Qwen3XmlParser(StreamedCallParser):
     """Streams reasoning, content and tool calls out of Qwen XML output."""
 
     states = _State
+    think = (THINK_START, THINK_END)
     _buffer = ""  # text not yet consumed by the current state's step
     _function = ""  # the open call's name
     _value_started = False
@@ -127,16 +119,11 @@ class Qwen3XmlParser(StreamedCallParser):
     # markers (added tokens outside values)
 
     def _marker(self, marker: str) -> None:
-        state = self._state
-        if state is _State.START:
-            if marker == THINK_START:
-                self._state = _State.REASONING
-                return
-            self._state = state = _State.CONTENT
+        state = self._think_marker(self._state, marker)
+        if state is None:
+            return
         if state is _State.REASONING:
-            if marker == THINK_END:
-                self._state = _State.CONTENT
-            elif marker == TOOL_CALL_START and self._parse_calls:
+            if marker == TOOL_CALL_START and self._parse_calls:
                 self._state = _State.CALL
             else:
                 self._out.reasoning(marker)

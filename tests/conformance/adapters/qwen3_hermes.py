@@ -19,8 +19,8 @@ from typing import Any
 
 from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 
+from gateway.families.chatml import prompt_opens_reasoning
 from gateway.families.hermes import HermesParser
-from gateway.families.hermes.markers import prompt_opens_reasoning
 from tests.conformance.common import CheckpointAdapter
 
 FAMILY = "qwen3-hermes"

@@ -20,8 +20,8 @@ from canitoolcall.adapters.base import ReplayInput, Support, ToolSpec
 from backends.checkpoint import Checkpoint, load_checkpoint
 from backends.detokenizer import Detokenizer
 from backends.qwen_tokenizer import vocabulary_for_model
+from gateway.families.chatml import prompt_opens_reasoning
 from gateway.families.qwen3_xml import Qwen3XmlParser
-from gateway.families.qwen3_xml.markers import prompt_opens_reasoning
 from tests.conformance.common import GatewayAdapter, sent_before_its_end
 
 FAMILY = "qwen3-xml"

@@ -1,0 +1,36 @@
+"""What the ChatML families (hermes, qwen3_xml) share: the turn, `<think>` and `<tool_call>` added tokens, and a
+`Family` base that stops at `<|im_end|>`, keeps those tokens in assistant history and sees a reopened think block."""
+
+from __future__ import annotations
+
+from gateway.families.base import Family, reopened_reasoning
+from gateway.types import ChatRequest
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+TURN_START = "<|im_start|>"
+TURN_END = "<|im_end|>"
+
+TOKEN_MARKERS = frozenset({THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END})
+"""Added tokens in every Qwen vocabulary: structure only as those tokens, text when spelled with ordinary ones."""
+
+
+def prompt_opens_reasoning(prompt: str) -> bool:
+    """Whether the prompt's last turn opened a `<think>` block that the model is to continue."""
+    return reopened_reasoning(prompt, TURN_START, THINK_START, THINK_END)
+
+
+class ChatMLFamily(Family):
+    """A family with ChatML turns and `<think>` / `<tool_call>` added tokens."""
+
+    keep_in_assistant = TOKEN_MARKERS
+
+    def stop_token_ids(self) -> list[int]:
+        return self.stop_ids_of(TURN_END)
+
+    @staticmethod
+    def opens_reasoning(request: ChatRequest, prompt: str) -> bool:
+        """Whether the generation prompt ends inside `<think>` (e.g. a thinking model's)."""
+        return request.add_generation_prompt and prompt_opens_reasoning(prompt)
