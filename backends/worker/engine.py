@@ -88,6 +88,11 @@ class EngineLoad:
     kv_cache_usage: float
     """Cached tokens over the KV cache's capacity (slots x context), 0..1."""
 
+    def queued(self, slots: int) -> int:
+        """Waiting requests that no free slot of `slots` will take: those submitted while a slot is free are on
+        their way into it (the engine thread takes them at its next step), not in a queue."""
+        return max(0, self.waiting - max(0, slots - self.running))
+
 
 @dataclass(eq=False)
 class _Running:

@@ -37,8 +37,9 @@ class WorkerBusy(Exception):
 
 
 def admit(state: WorkerState) -> None:
-    """Raise WorkerBusy when `state.max_waiting` requests already wait for a batch slot."""
-    waiting = state.engine.load().waiting
+    """Raise WorkerBusy when `state.max_waiting` requests already wait for a batch slot (not counting those on
+    their way into a free one)."""
+    waiting = state.engine.load().queued(state.engine.max_batch)
     if waiting >= state.max_waiting:
         raise WorkerBusy(f"the worker is overloaded: {waiting} requests wait for a batch slot")
 

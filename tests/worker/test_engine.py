@@ -8,6 +8,7 @@ import re
 import jsonschema
 import pytest
 
+from backends.worker.engine import EngineLoad
 from backends.worker.grammar import GrammarError
 
 from .conftest import SLOTS, chat_ids, prompt_ids, submit
@@ -149,3 +150,12 @@ def test_penalties_change_the_logits_in_place(engine, checkpoint):
     ).wait()
     assert (event.finish.type, len(ids)) == ("length", 4)
     assert len(set(ids)) == 4  # greedy " 5, 6" repeats "," and " ": the penalties forbid it
+
+
+def test_requests_on_their_way_into_free_slots_are_not_queued():
+    """Two requests sent at once to an idle 2-slot worker both wait for the engine thread's next step; neither is
+    queued (a worker with max_waiting 1 refused the second with 503 when the engine was slow to take the first)."""
+    assert EngineLoad(running=0, waiting=2, kv_cache_usage=0.0).queued(2) == 0
+    assert EngineLoad(running=1, waiting=2, kv_cache_usage=0.0).queued(2) == 1
+    assert EngineLoad(running=2, waiting=1, kv_cache_usage=0.0).queued(2) == 1
+    assert EngineLoad(running=0, waiting=0, kv_cache_usage=0.0).queued(2) == 0
