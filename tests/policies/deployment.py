@@ -14,9 +14,11 @@ from typing import Any
 import httpx
 import yaml
 
+from backends.checkpoint import load_checkpoint
 from policies.auth import hash_key
 from tests.e2e.conftest import GatewayProcess
 from tests.faults.conftest import USER, replicas, sse, write_config
+from tests.faults.fault_backend import reply_ids
 
 STARTUP_S = 120.0
 SETTLE_S = 10.0
@@ -84,10 +86,21 @@ def wait_for_audit(path: Path, request_ids: list[str]) -> list[dict[str, Any]]:
         time.sleep(0.05)
 
 
-def cut_stream(client: httpx.Client, headers: dict[str, str], body: dict[str, Any]) -> None:
-    """Stream a chat request and leave once text arrived, as a client that goes away mid-stream."""
+def held_text(tokens: int) -> str:
+    """The text of the fault backend's first `tokens` reply tokens: what a `slow` fault sends before it holds."""
+    return load_checkpoint().tokenizer.decode(reply_ids(None)[:tokens])
+
+
+def cut_stream(client: httpx.Client, headers: dict[str, str], body: dict[str, Any], until: str) -> None:
+    """Stream a chat request and leave once its content spells `until`, as a client that goes away mid-stream
+    (after the gateway has relayed, and so counted, the tokens of `until`: leaving at the first text would race
+    the rest of them into the gateway)."""
+    content = ""
     with client.stream("POST", "/v1/chat/completions", headers=headers, json=body) as response:
         assert response.status_code == 200
         for event in sse(response):
-            if isinstance(event, dict) and any(c["delta"].get("content") for c in event["choices"]):
+            if isinstance(event, dict):
+                content += "".join(c["delta"].get("content") or "" for c in event["choices"])
+            if content and len(content) >= len(until):
+                assert content.startswith(until), content
                 return

@@ -22,6 +22,7 @@ from tests.policies.deployment import (
     burst,
     chat,
     cut_stream,
+    held_text,
     models_config,
     policy_gateway,
     wait_for_audit,
@@ -81,7 +82,9 @@ def test_streams_cut_on_one_replica_are_settled_as_produced_for_both(gateways):
     try:
         with httpx.Client(base_url=gateways[0].base_url, timeout=30) as client:
             for rid in ids:
-                cut_stream(client, {**auth("tpm"), "x-request-id": rid}, chat("m", max_tokens=40, stream=True))
+                cut_stream(
+                    client, {**auth("tpm"), "x-request-id": rid}, chat("m", max_tokens=40, stream=True), held_text(3)
+                )
     finally:
         backend.set(mode="ok")
     lines = wait_for_audit(root / "0", ids)

@@ -18,6 +18,7 @@ from tests.policies.deployment import (
     burst,
     chat,
     cut_stream,
+    held_text,
     key_of,
     models_config,
     policy_gateway,
@@ -212,7 +213,7 @@ def test_tokens_of_streams_cut_mid_way_are_settled_as_produced(deployment, clien
         for rid in ids:
             headers = {**auth("tpm"), "x-request-id": rid}
             body = chat("m-shared", max_tokens=40, stream=True)
-            cut_stream(client, headers, body)
+            cut_stream(client, headers, body, held_text(3))
     finally:
         deployment.backend.set(mode="ok")
     lines = wait_for_audit(deployment.audit, ids)
