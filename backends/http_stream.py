@@ -358,10 +358,10 @@ class StreamPool:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self._connect_timeout):  # no task of its own, as wait_for would make
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(loop, self.base_url), self._host, self._port, ssl=self._ssl
-                )
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(loop, self.base_url), self._host, self._port, ssl=self._ssl),
+                self._connect_timeout,
+            )
         except (OSError, TimeoutError) as e:
             raise BackendError(f"backend {self.base_url} unreachable: {e!r}", status=503, retryable=True) from None
         return connection
