@@ -135,11 +135,14 @@ class Router(Backend):
                 # One try, inline (not a generator of its own: this loop runs once per chunk of every stream);
                 # closed in the finally below (as `aclosing` would, without its two awaits per try).
                 chunks = replica.backend.generate(request)
+                next_chunk = chunks.__anext__  # awaited as it is: `anext(chunks, None)` wraps each await
                 try:
                     while True:
                         clock.waiting = asyncio.current_task(loop)  # with its loop: no getpid() per chunk
                         try:
-                            chunk = await anext(chunks, None)
+                            chunk = await next_chunk()
+                        except StopAsyncIteration:
+                            chunk = None
                         except asyncio.CancelledError:
                             if clock.expired():
                                 raise self._timed_out(clock.stalled) from None

@@ -109,18 +109,22 @@ async def _stream(
     frames leave together and a short answer costs two writes."""
     frames: list[bytes] = []
     ending = b""
+    frame, step, next_step = door.frame, door.step, events.__anext__  # looked up once, not per step
     try:
-        frames = [door.frame(item) for item in door.opening()]
+        frames = [frame(item) for item in door.opening()]
         current = first
         while current is not None:
-            frames += [door.frame(item) for item in door.step(*current)]
+            for item in step(*current):
+                frames.append(frame(item))
             if frames:
                 await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
-                frames = []
-            current = await anext(events, None)
-            if current is not None:
-                note(current[1])
-        ending = b"".join([*frames, *(door.frame(item) for item in await door.closing())])
+                frames.clear()
+            try:  # `__anext__` awaited as it is: `anext(events, None)` would wrap every step in an awaitable of its own
+                current = await next_step()
+            except StopAsyncIteration:
+                break
+            note(current[1])
+        ending = b"".join([*frames, *(frame(item) for item in await door.closing())])
     except OSError:
         raise  # the client's connection failed, not the answer
     except BackendError as e:
