@@ -179,6 +179,7 @@ class _ChunkDoor:
 
     def __init__(self, renderer: Renderer, envelope: dict[str, Any], include_usage: bool, final_object: str):
         self._renderer = renderer
+        self.step = renderer.step  # the renderer's own, called per step with no call of ours around it
         self._envelope = envelope
         self._include_usage = include_usage
         self._final_object = final_object
@@ -187,9 +188,6 @@ class _ChunkDoor:
 
     def opening(self) -> list[Any]:
         return self._renderer.opening()
-
-    def step(self, index: int, step: ChoiceStep) -> list[Any]:
-        return self._renderer.step(index, step)
 
     async def closing(self) -> list[Any]:
         return [self._USAGE] if self._include_usage else []
