@@ -159,7 +159,7 @@ class _ByteLevelText:
         """The text of `ids` when their bytes are known and whole UTF-8 (None otherwise: decode them as above)."""
         known = self._bytes
         try:
-            return b"".join([known[i] for i in ids]).decode()
+            return (known[ids[0]] if len(ids) == 1 else b"".join([known[i] for i in ids])).decode()
         except (KeyError, UnicodeDecodeError):
             return None
 

@@ -109,6 +109,9 @@ def test_whole_text_is_only_for_whole_utf8_of_known_ids(tokenize_only):
     text_of_ids(emoji)  # learns their bytes
     assert text_of_ids.whole_text(emoji) == "😀"
     assert text_of_ids.whole_text(emoji[:-1]) is None  # broken: decoded with the prefix instead
+    word = ids_of(tokenize_only, " press")
+    assert len(word) == 1 and text_of_ids(word) == " press"
+    assert text_of_ids.whole_text(word) == " press"
     assert text_of_ids.whole_text([IM_END]) is None  # an added token has no bytes here
 
 
