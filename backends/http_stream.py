@@ -598,11 +598,10 @@ class BodyLines:
 def _whole_chunk(data: bytes) -> bytes | None:
     """The data of `data` when it is exactly one whole non-empty chunk (size line, data, CRLF), else None."""
     newline = data.find(b"\n")
-    head = data[:newline]
-    if newline < 1 or head.find(b";") >= 0:
+    if newline < 1:
         return None
     try:
-        size = int(head, 16)  # `int` strips the size line's `\r`
+        size = int(data[:newline], 16)  # `int` strips the size line's `\r`; a `;extension` is a ValueError
     except ValueError:
         return None
     end = newline + 1 + size
