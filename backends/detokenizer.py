@@ -91,9 +91,8 @@ class Detokenizer:
         broken = full.endswith(_REPLACEMENT)
         if not force and held < MAX_HELD_TOKENS and (broken or len(full) <= len(prefix)):
             return ""
-        return self._emitted(
-            full[len(prefix) :], force or broken
-        )  # still broken after MAX_HELD_TOKENS: a hard boundary
+        # A tail still broken after MAX_HELD_TOKENS is a hard boundary: decode anew after it.
+        return self._emitted(full[len(prefix) :], force or broken)
 
     def _emitted(self, new: str, restart: bool) -> str:
         """`new` goes out; the window restarts empty (`restart`: a forced or broken end, a hard boundary) or keeps the
