@@ -5,7 +5,8 @@ set. Ordinary tokens are decoded with prefix offsets: the text of the window
 [prefix, end) minus the text of [prefix, read) is what the new tokens add, and
 it is emitted only once it does not end in U+FFFD, so a character whose UTF-8
 bytes span several tokens is never emitted broken. The window restarts after
-every emission, so each token costs O(1). After an added token the window
+every emission, so each token costs O(1); for a byte-level BPE whose emitted text ends at a character, the new
+tokens' bytes are decoded alone (one decode per token). After an added token the window
 starts with that token as its prefix, so the text after it reads as in a decode
 of the whole output (SentencePiece strips the leading space of an output's
 first piece only, not of the first piece after `[TOOL_CALLS]`). Output that is
