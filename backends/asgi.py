@@ -3,6 +3,7 @@ for the client going away."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -13,9 +14,8 @@ DONE_FRAME = b"data: [DONE]\n\n"
 """The last frame of an OpenAI-style (and SGLang-style) event stream."""
 
 
-def dumps(value: Any) -> bytes:
-    """Compact JSON bytes (orjson)."""
-    return orjson.dumps(value)
+dumps: Callable[[Any], bytes] = orjson.dumps
+"""Compact JSON bytes: orjson's own function (no Python call of ours around it, once per frame of every stream)."""
 
 
 def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -5,7 +5,8 @@ set. Ordinary tokens are decoded with prefix offsets: the text of the window
 [prefix, end) minus the text of [prefix, read) is what the new tokens add, and
 it is emitted only once it does not end in U+FFFD, so a character whose UTF-8
 bytes span several tokens is never emitted broken. The window restarts after
-every emission, so each token costs O(1). After an added token the window
+every emission, so each token costs O(1); for a byte-level BPE whose emitted text ends at a character, the new
+tokens' bytes are decoded alone (one decode per token). After an added token the window
 starts with that token as its prefix, so the text after it reads as in a decode
 of the whole output (SentencePiece strips the leading space of an output's
 first piece only, not of the first piece after `[TOOL_CALLS]`). Output that is
@@ -80,6 +81,10 @@ class Detokenizer:
             return ""
         decode = self._decode
         prefix = self._prefix
+        if self._bytes_only and prefix is not None:  # the prefix ends at a character: the new bytes decode alone
+            new = decode.whole_text(self._window[self._read :])  # type: ignore[attr-defined]
+            if new and not new.endswith(_REPLACEMENT):
+                return self._emitted(new, force)
         if prefix is None:
             prefix = self._prefix = decode(self._window[: self._read]) if self._read else ""
         full = decode(self._window)
@@ -87,8 +92,13 @@ class Detokenizer:
         broken = full.endswith(_REPLACEMENT)
         if not force and held < MAX_HELD_TOKENS and (broken or len(full) <= len(prefix)):
             return ""
-        new = full[len(prefix) :]
-        if force or broken:  # a tail still broken after MAX_HELD_TOKENS is a hard boundary: decode anew after it
+        # A tail still broken after MAX_HELD_TOKENS is a hard boundary: decode anew after it.
+        return self._emitted(full[len(prefix) :], force or broken)
+
+    def _emitted(self, new: str, restart: bool) -> str:
+        """`new` goes out; the window restarts empty (`restart`: a forced or broken end, a hard boundary) or keeps the
+        emitted tokens as the next decode's prefix."""
+        if restart:
             self._window.clear()
             self._read = 0
             self._prefix = ""
@@ -144,6 +154,14 @@ class _ByteLevelText:
                 return self._tokenizer.decode(ids, skip_special_tokens=False)
             data = b"".join([known[i] for i in ids])
         return data.decode("utf-8", "replace")
+
+    def whole_text(self, ids: list[int]) -> str | None:
+        """The text of `ids` when their bytes are known and whole UTF-8 (None otherwise: decode them as above)."""
+        known = self._bytes
+        try:
+            return (known[ids[0]] if len(ids) == 1 else b"".join([known[i] for i in ids])).decode()
+        except (KeyError, UnicodeDecodeError):
+            return None
 
     def _learn(self, token_id: int) -> bool:
         """Keep the bytes of `token_id`; False when it has none here (an added or unknown token)."""

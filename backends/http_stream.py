@@ -515,7 +515,10 @@ class BodyLines:
 
     def feed(self, data: bytes) -> list[bytes]:
         """The lines that `data` completes (and the body's last, unterminated line once the body is complete)."""
-        data = self.bytes_of(data)
+        whole = None
+        if self._chunked and not (self._left or self._crlf or self._framing or self._trailers):
+            whole = _whole_chunk(data)  # a read of exactly one chunk (one event, usually)
+        data = self.bytes_of(data) if whole is None else whole
         if not self._pending and data[-1:] == b"\n" and data.find(b"\r") < 0:  # whole lines (one event, usually)
             lines = data.split(b"\n")
             del lines[-1]
@@ -557,10 +560,6 @@ class BodyLines:
         return data
 
     def _unchunk(self, data: bytes) -> bytes:
-        if not self._left and not self._crlf and not self._framing and not self._trailers:
-            whole = _whole_chunk(data)  # a read of exactly one chunk (one event, usually)
-            if whole is not None:
-                return whole
         out = []
         pos, size = 0, len(data)
         left, crlf = self._left or 0, self._crlf  # in locals while the loop runs (it runs a few times per event)
@@ -599,11 +598,10 @@ class BodyLines:
 def _whole_chunk(data: bytes) -> bytes | None:
     """The data of `data` when it is exactly one whole non-empty chunk (size line, data, CRLF), else None."""
     newline = data.find(b"\n")
-    head = data[:newline]
-    if newline < 1 or head.find(b";") >= 0:
+    if newline < 1:
         return None
     try:
-        size = int(head, 16)  # `int` strips the size line's `\r`
+        size = int(data[:newline], 16)  # `int` strips the size line's `\r`; a `;extension` is a ValueError
     except ValueError:
         return None
     end = newline + 1 + size

@@ -135,11 +135,14 @@ class Router(Backend):
                 # One try, inline (not a generator of its own: this loop runs once per chunk of every stream);
                 # closed in the finally below (as `aclosing` would, without its two awaits per try).
                 chunks = replica.backend.generate(request)
+                next_chunk = chunks.__anext__  # awaited as it is: `anext(chunks, None)` wraps each await
                 try:
                     while True:
-                        clock.waiting = asyncio.current_task(loop)  # with its loop: no getpid() per chunk
+                        clock.wait_by(asyncio.current_task(loop))  # with its loop: no getpid() per chunk
                         try:
-                            chunk = await anext(chunks, None)
+                            chunk = await next_chunk()
+                        except StopAsyncIteration:
+                            chunk = None
                         except asyncio.CancelledError:
                             if clock.expired():
                                 raise self._timed_out(clock.stalled) from None
@@ -354,20 +357,16 @@ class _AttemptClock:
         self.limit = deadline
         self.stalled = False
         """The limit in force is the stall limit (not the request's deadline)."""
-        self._waiting: asyncio.Task[Any] | None = None
+        self.waiting: asyncio.Task[Any] | None = None
+        """The task now waiting for the backend (None: no wait under way; `wait_by` starts one)."""
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
         self._cancelled: tuple[asyncio.Task[Any], int] | None = None
         """The task this clock cancelled, and its cancel count before."""
 
-    @property
-    def waiting(self) -> asyncio.Task[Any] | None:
-        return self._waiting
-
-    @waiting.setter
-    def waiting(self, task: asyncio.Task[Any] | None) -> None:
-        """The task now waiting for the backend (None: the wait ended)."""
-        self._waiting = task
+    def wait_by(self, task: asyncio.Task[Any] | None) -> None:
+        """`task` starts waiting for the backend (a plain `waiting = None` ends the wait: no call per chunk)."""
+        self.waiting = task
         if task is not None and self._timer is None and self.limit is not None:
             self._set_timer(self.limit)
 
@@ -388,9 +387,9 @@ class _AttemptClock:
         limit = self.limit
         if limit is not None and self._loop.time() < limit:
             self._set_timer(limit)
-        elif self._waiting is not None and self._cancelled is None:
-            self._cancelled = (self._waiting, self._waiting.cancelling())
-            self._waiting.cancel()
+        elif self.waiting is not None and self._cancelled is None:
+            self._cancelled = (self.waiting, self.waiting.cancelling())
+            self.waiting.cancel()
 
     def expired(self) -> bool:
         """Whether the cancellation being handled is this clock's own (and only its own: it is then taken back)."""

@@ -70,7 +70,7 @@ class SGLangBackend(HTTPBackend):
                         yield chunk
                     if failure is not None:
                         raise failure
-                    if reader.ended():
+                    if not live or reader.done:  # `reader.ended()`, without a call per read
                         break
                 if live:
                     raise BackendError("backend stream ended without a finish reason", retryable=True)

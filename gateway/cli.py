@@ -19,6 +19,7 @@ from gateway.process.config import (
     default_config,
     known_family,
     load_config,
+    worker_threads,
 )
 from gateway.process.limits import ServerLimits
 from policies import commands as policy_commands
@@ -81,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM, seconds in-flight requests get to finish before they are cut (default: 30)",
     )
     serve.add_argument(
-        "--threads", type=int, help="CPU threads of the bundled worker (default: the worker's --threads auto)"
+        "--threads",
+        type=_worker_threads,
+        help="CPU threads of the bundled worker, or auto (the default: measured, within the cores and CPU quota)",
     )
     serve.add_argument(
         "--workers",
@@ -208,6 +211,13 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
+
+
+def _worker_threads(text: str) -> int | None:
+    try:
+        return worker_threads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text}: {exc}") from None
 
 
 def _non_negative(text: str) -> float:

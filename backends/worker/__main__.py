@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import socket
 import sys
 import time
@@ -19,7 +18,7 @@ from backends.worker.engine import Engine
 from backends.worker.grammar import GrammarCache, tokenizer_info
 from backends.worker.model import LlamaModel
 from backends.worker.server import WorkerState, build_app
-from backends.worker.threads import ThreadTuner, parse_threads
+from backends.worker.threads import ThreadTuner, parse_threads, usable_cores
 from backends.worker.weights import load_weights
 
 
@@ -32,8 +31,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--threads",
         type=parse_threads,
         default=None,
-        help="torch CPU threads of the engine, or auto (the default): all usable cores, or one where decode steps "
-        "measure clearly faster with one, at start-up and again while serving",
+        help="torch CPU threads of the engine, or auto (the default): all usable cores (the CPU affinity, capped by a "
+        "cgroup CPU quota), or one where decode steps measure clearly faster with one, at start-up and again while "
+        "serving",
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--max-batch", type=int, default=8, help="KV cache slots: requests decoded together")
@@ -95,7 +95,7 @@ def build_state(args: argparse.Namespace) -> WorkerState:
 def choose_threads(threads: int | None, model: LlamaModel) -> ThreadTuner | None:
     """Set `--threads N`; for auto (None) on a CPU with several usable cores, the tuner that measures on the
     engine thread when it starts."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    usable = usable_cores()
     if threads is not None or model.device.type != "cpu" or usable == 1:
         torch.set_num_threads(threads or usable)
         return None

@@ -9,9 +9,12 @@ count replaces the current one when it is clearly faster.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -24,6 +27,33 @@ LAST_PROBE_AFTER = 1024
 SWITCH_MARGIN = 0.9
 """The other count wins when its median step takes under this fraction of the current one's (at start-up: one
 thread wins over all cores only so)."""
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+"""Where a container sees its own cgroup (v2: cpu.max; v1: cpu/cpu.cfs_quota_us and cpu.cfs_period_us)."""
+
+
+def usable_cores(cgroup_root: Path = CGROUP_ROOT) -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup CPU quota rounded up (a Kubernetes
+    CPU limit is a quota, not an affinity: threads past it are throttled, which a decode step pays per region)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    quota = _cgroup_quota(cgroup_root)
+    return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
+
+
+def _cgroup_quota(root: Path) -> float | None:
+    """CPUs' worth of the cgroup's quota, or None without one (or without a readable cgroup file)."""
+    try:
+        fields = (root / "cpu.max").read_text().split()
+        return int(fields[0]) / int(fields[1]) if fields[0] != "max" else None
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
 
 
 def measure(

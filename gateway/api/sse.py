@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -43,7 +44,9 @@ class SSEResponse(Response):
             if not self.watch.left:
                 with self.watch:
                     await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-                    await self.write_body(more_body_send(scope, send), send)
+                    # The body in a task of its own: a step wakes that task alone, not every frame of the server and
+                    # the middleware above this answer (a client that leaves cancels this task, and so that one).
+                    await asyncio.ensure_future(self.write_body(more_body_send(scope, send), send))
         finally:
             self.watch.stop()
             await self.events.aclose()  # type: ignore[attr-defined]

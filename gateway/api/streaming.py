@@ -109,18 +109,22 @@ async def _stream(
     frames leave together and a short answer costs two writes."""
     frames: list[bytes] = []
     ending = b""
+    frame, step, next_step = door.frame, door.step, events.__anext__  # looked up once, not per step
     try:
-        frames = [door.frame(item) for item in door.opening()]
+        frames = [frame(item) for item in door.opening()]
         current = first
         while current is not None:
-            frames += [door.frame(item) for item in door.step(*current)]
+            for item in step(*current):
+                frames.append(frame(item))
             if frames:
                 await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
-                frames = []
-            current = await anext(events, None)
-            if current is not None:
-                note(current[1])
-        ending = b"".join([*frames, *(door.frame(item) for item in await door.closing())])
+                frames.clear()
+            try:  # `__anext__` awaited as it is: `anext(events, None)` would wrap every step in an awaitable of its own
+                current = await next_step()
+            except StopAsyncIteration:
+                break
+            note(current[1])
+        ending = b"".join([*frames, *(frame(item) for item in await door.closing())])
     except OSError:
         raise  # the client's connection failed, not the answer
     except BackendError as e:
@@ -175,6 +179,7 @@ class _ChunkDoor:
 
     def __init__(self, renderer: Renderer, envelope: dict[str, Any], include_usage: bool, final_object: str):
         self._renderer = renderer
+        self.step = renderer.step  # the renderer's own, called per step with no call of ours around it
         self._envelope = envelope
         self._include_usage = include_usage
         self._final_object = final_object
@@ -183,9 +188,6 @@ class _ChunkDoor:
 
     def opening(self) -> list[Any]:
         return self._renderer.opening()
-
-    def step(self, index: int, step: ChoiceStep) -> list[Any]:
-        return self._renderer.step(index, step)
 
     async def closing(self) -> list[Any]:
         return [self._USAGE] if self._include_usage else []

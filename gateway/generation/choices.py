@@ -36,8 +36,10 @@ async def choice_steps(
             if stops and len(ids) > 1:  # a stop string may end the choice before the chunk's last token
                 pieces, used = _until_stop(matcher, detokenizer, text_ids)
                 used = used if matcher.matched is not None else len(ids)
-            else:
+            elif stops:
                 pieces, used = matcher.feed(detokenizer.feed(text_ids)), len(ids)
+            else:  # nothing to match: the pieces as they are (no copy through the matcher per step)
+                pieces, used = detokenizer.feed(text_ids), len(ids)
             count += used
             finish: FinishReason | None = chunk.finish_reason
             if finish is not None and matcher.matched is None:

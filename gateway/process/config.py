@@ -14,8 +14,9 @@ A YAML (or JSON) file:
                                       #   model's fair queue (default: a bundled worker's max_batch, else none)
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
-          threads: 2                  # worker only (also max_batch, max_waiting, weights_dtype, device, prefix_cache,
-          context_length: 4096        #   context_length: KV cache per slot; default the model's)
+          threads: auto               # worker only: auto (measured, within the cores and CPU quota) or a number
+          context_length: 4096        #   (also max_batch, max_waiting, weights_dtype, device, prefix_cache,
+                                      #   context_length: KV cache per slot; default the model's)
           url: http://host:30000      # sglang and vllm: one replica, or several:
           urls: [http://a:30000, http://b:30000]
           dns: {host: sglang.ns.svc.cluster.local, port: 30000, scheme: http, refresh_s: 10}
@@ -267,11 +268,40 @@ def _backend(raw: dict, where: str) -> BackendConfig:
         raise ConfigError(f"{where}.health_interval_s: a positive number of seconds is required")
     if not isinstance(backend.max_attempts, int) or backend.max_attempts < 1:
         raise ConfigError(f"{where}.max_attempts: a positive integer is required")
+    _worker_options(backend, where)
     if backend.prefix_cache is not None and not isinstance(backend.prefix_cache, bool):
         raise ConfigError(f"{where}.prefix_cache: true or false is required")
     if backend.xgrammar is not None and not _XGRAMMAR_VERSION.fullmatch(str(backend.xgrammar)):
         raise ConfigError(f"{where}.xgrammar: a version like 0.2.7 is required")
     return backend
+
+
+def worker_threads(value: Any) -> int | None:
+    """A bundled worker's `threads`: a positive integer, or "auto" (None: the worker measures, within the cores and
+    CPU quota it has). ValueError otherwise."""
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, str) and value.isdecimal():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError('a positive integer or "auto" is required')
+    return value
+
+
+def _worker_options(backend: BackendConfig, where: str) -> None:
+    """The bundled worker's options checked here, not by a worker that would exit at start-up."""
+    try:
+        backend.threads = worker_threads(backend.threads)
+    except ValueError as exc:
+        raise ConfigError(f"{where}.threads: {exc}") from None
+    for name, least in (("max_batch", 1), ("context_length", 1), ("max_waiting", 0)):
+        value = getattr(backend, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            kind = "a positive integer" if least else "a non-negative integer"
+            raise ConfigError(f"{where}.{name}: {kind} is required")
+    for name, choices in (("weights_dtype", ("fp32", "bf16")), ("device", ("cpu", "cuda"))):
+        if getattr(backend, name) not in (None, *choices):
+            raise ConfigError(f"{where}.{name}: one of {', '.join(choices)} is required")
 
 
 def _only(raw: dict, allowed: set[str], where: str) -> None:

@@ -527,3 +527,12 @@ def test_body_lines_of_any_chunking_and_reads(events, framing, crlf, cuts):
         start = cut
     assert reader.complete and not reader.overrun
     assert got == [line for line in lines for line in (line, b"")]
+
+
+@pytest.mark.parametrize("size_line", [b"3", b"3;name=value", b"03 ", b"3\t;x"])
+def test_a_read_of_exactly_one_chunk_gives_its_lines_whatever_its_size_line(size_line: bytes) -> None:
+    """One chunk per read (one event, usually) takes a short path; a size line with an extension or padding is
+    left to the full chunk parser, with the same lines."""
+    body = BodyLines(chunked=True, length=None)
+    assert body.feed(size_line + b"\r\nab\n\r\n") == [b"ab"]
+    assert body.feed(b"0\r\n\r\n") == [] and body.complete

@@ -52,6 +52,14 @@ def test_dns_service(tmp_path):
         ("{type: sglang, url: http://a:1, health_interval_s: fast}", "health_interval_s: a positive number"),
         ("{type: sglang, url: http://a:1, max_attempts: 0}", "max_attempts: a positive integer"),
         ("{type: sglang, url: http://a:1, xgrammar: latest}", "xgrammar: a version like 0.2.7"),
+        ("{threads: many}", 'threads: a positive integer or "auto"'),
+        ("{threads: 0}", 'threads: a positive integer or "auto"'),
+        ("{threads: true}", 'threads: a positive integer or "auto"'),
+        ("{max_batch: 0}", "max_batch: a positive integer"),
+        ("{context_length: 1.5}", "context_length: a positive integer"),
+        ("{max_waiting: -1}", "max_waiting: a non-negative integer"),
+        ("{weights_dtype: fp16}", "weights_dtype: one of fp32, bf16"),
+        ("{device: tpu}", "device: one of cpu, cuda"),
     ],
 )
 def test_bad_backend_settings_say_where(tmp_path, backend, message):
@@ -135,3 +143,16 @@ def test_the_prefix_cache_option_is_a_worker_switch(tmp_path):
     assert parse_args(["--disable-radix-cache"]).prefix_cache is False and parse_args([]).prefix_cache is True
     with pytest.raises(ConfigError, match="prefix_cache: true or false"):
         config(tmp_path, "{prefix_cache: 'no'}")
+
+
+def test_worker_threads_are_a_number_or_auto(tmp_path):
+    from gateway.cli import _serve_config, build_parser
+    from gateway.process.supervisor import WorkerSpec
+
+    assert config(tmp_path, "{threads: auto}").models[0].backend.threads is None  # the worker's own default
+    assert "--threads" not in WorkerSpec.of(None, config(tmp_path, "{threads: auto}").models[0].backend).argv()
+    assert config(tmp_path, "{threads: 3, max_waiting: 0}").models[0].backend.threads == 3
+    assert _serve_config(build_parser().parse_args(["serve", "--threads", "auto"])).models[0].backend.threads is None
+    assert _serve_config(build_parser().parse_args(["serve", "--threads", "2"])).models[0].backend.threads == 2
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--threads", "0"])

@@ -101,6 +101,20 @@ def test_byte_level_text_is_what_tokenizers_decodes(tokenize_only, ids):
     assert text_of_ids(ids) == tokenize_only.tokenizer.decode(ids, skip_special_tokens=False)
 
 
+def test_whole_text_is_only_for_whole_utf8_of_known_ids(tokenize_only):
+    """The one-decode path a step takes when the emitted prefix ends at a character: whole UTF-8 only."""
+    text_of_ids = _text_of(tokenize_only.tokenizer)
+    emoji = ids_of(tokenize_only, "😀")
+    assert len(emoji) > 1  # its 4 bytes come in several tokens
+    text_of_ids(emoji)  # learns their bytes
+    assert text_of_ids.whole_text(emoji) == "😀"
+    assert text_of_ids.whole_text(emoji[:-1]) is None  # broken: decoded with the prefix instead
+    word = ids_of(tokenize_only, " press")
+    assert len(word) == 1 and text_of_ids(word) == " press"
+    assert text_of_ids.whole_text(word) == " press"
+    assert text_of_ids.whole_text([IM_END]) is None  # an added token has no bytes here
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=49151), min_size=1, max_size=24), st.integers(1, 4))
 def test_byte_level_pieces_are_those_of_tokenizers_decode(tokenize_only, ids, step):

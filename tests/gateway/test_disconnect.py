@@ -126,3 +126,28 @@ def test_an_sse_answer_sends_every_event_then_its_end() -> None:
         assert watch._watcher.cancelled()  # the watch ends with the answer
 
     asyncio.run(main())
+
+
+def test_an_sse_body_runs_in_a_task_of_its_own_that_a_cancelled_answer_cancels() -> None:
+    """A step wakes the body's task alone (not the server's and middleware's frames above the answer); a
+    cancellation from elsewhere (the server stopping) still ends the body and closes its events."""
+
+    async def main() -> None:
+        client, closed, bodies = Client(), [], []
+        watch = ClientWatch(client.receive)
+        events = _events(closed)
+        write = _writer(events)
+
+        async def body(send_more, send):
+            bodies.append(asyncio.current_task())
+            await write(send_more, send)
+
+        answer = asyncio.ensure_future(SSEResponse(body, events, watch)({"type": "http"}, client.receive, client.send))
+        await asyncio.sleep(0.05)
+        assert bodies[0] is not answer and not bodies[0].done()
+        answer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await answer
+        assert bodies[0].cancelled() and closed == [True]
+
+    asyncio.run(main())

@@ -11,7 +11,14 @@ import torch
 
 from backends.worker.__main__ import choose_threads, parse_args
 from backends.worker.engine import Engine
-from backends.worker.threads import FIRST_PROBE_AFTER, PROBE_STEPS, ThreadTuner, measure, start_up_count
+from backends.worker.threads import (
+    FIRST_PROBE_AFTER,
+    PROBE_STEPS,
+    ThreadTuner,
+    measure,
+    start_up_count,
+    usable_cores,
+)
 
 from .conftest import prompt_ids, submit
 
@@ -98,7 +105,7 @@ def test_measure_interleaves_counts_and_keeps_to_its_budget():
 
 
 def test_auto_measures_on_the_engine_thread_at_start_up_and_says_what_it_chose(model, checkpoint, capsys):
-    usable = len(os.sched_getaffinity(0))
+    usable = usable_cores()
     try:
         tuner = choose_threads(None, model)
         if usable == 1:
@@ -127,3 +134,34 @@ def test_the_engine_thread_applies_and_feeds_the_tuner(model, checkpoint):
         engine.stop()
         torch.set_num_threads(2)
     assert calls == [(1, "engine")] and tuner.steps == 3  # the first token comes from the prefill
+
+
+def _cgroup(root, files: dict[str, str]):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("files", "cap"),
+    [
+        ({}, None),  # no cgroup files: the affinity
+        ({"cpu.max": "max 100000\n"}, None),  # v2 without a quota
+        ({"cpu.max": "150000 100000\n"}, 2),  # a limit of 1.5 CPUs rounds up
+        ({"cpu.max": "50000 100000\n"}, 1),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # v1 without a quota
+        ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),
+        ({"cpu.max": "garbage"}, None),
+    ],
+)
+def test_usable_cores_is_the_affinity_capped_by_a_cgroup_quota(tmp_path, files, cap):
+    affinity = len(os.sched_getaffinity(0))
+    expected = affinity if cap is None else min(affinity, cap)
+    assert usable_cores(_cgroup(tmp_path, files)) == expected
+
+
+def test_a_quota_above_the_affinity_leaves_the_affinity(tmp_path):
+    affinity = len(os.sched_getaffinity(0))
+    quota = _cgroup(tmp_path, {"cpu.max": f"{(affinity + 3) * 100000} 100000"})
+    assert usable_cores(quota) == affinity
