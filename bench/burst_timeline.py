@@ -16,6 +16,7 @@ gateway process), then sends --bursts bursts of --streams streamed chats at once
 - with `--workers N`, how many of each burst's requests each process served (min / max over bursts).
 
     python bench/burst_timeline.py [--base main] [--streams 64] [--tokens 1] [--bursts 10] [--workers 1] [--pause 0]
+        [--port 0]
 """
 
 from __future__ import annotations
@@ -168,18 +169,20 @@ def main() -> None:
     parser.add_argument(
         "--pause", type=float, default=0.0, help="seconds before each burst (past 4: the backend pool has gone cold)"
     )
+    parser.add_argument("--port", type=int, default=0, help="first of three ports: stand-in, base, this (0: free ones)")
     args = parser.parse_args()
     print(machine())
     with tempfile.TemporaryDirectory(prefix="burst-timeline-") as tmp, ExitStack() as running:
         logs, base_tree = Path(tmp), Path(tmp) / "base"
         base_tree.mkdir()
         trees = {f"base {extract(args.base, base_tree)} ({args.base})": base_tree, "this tree": ROOT}
-        _, standin_port = running.enter_context(stand_in(logs, args.interval_ms))
+        _, standin_port = running.enter_context(stand_in(logs, args.interval_ms, args.port))
         config = logs / "gateway.yaml"
         config.write_text(CONFIG.format(model=MODEL, url=f"http://127.0.0.1:{standin_port}"))
         sides: dict[str, tuple[Side, Path]] = {}
         for i, (name, tree) in enumerate(trees.items()):
-            trace, port, log = logs / f"trace{i}", free_port(), logs / f"gateway{i}.log"
+            port = args.port + 1 + i if args.port else free_port()
+            trace, log = logs / f"trace{i}", logs / f"gateway{i}.log"
             trace.mkdir()
             env = {**os.environ, "PYTHONPATH": f"{TRACER}{os.pathsep}{tree}", "BURST_TRACE": str(trace)}
             options = ("--config", str(config), "--log-level", "warning", "--workers", str(args.workers))

@@ -85,14 +85,14 @@ if os.environ.get("BURST_TRACE"):
 
     http_stream.StreamPool._connect = _traced_connect
 
-    _read_head = http_stream._Response.read_head.__func__
+    _read_head = http_stream._Connection.read_head
 
-    async def _traced_read_head(cls, reader, base_url):  # type: ignore[no-untyped-def]
+    async def _traced_read_head(self):  # type: ignore[no-untyped-def]
         record = _current.get()
         _mark(record, "written")
         try:
-            return await _read_head(cls, reader, base_url)
+            return await _read_head(self)
         finally:
             _mark(record, "backend_head")
 
-    http_stream._Response.read_head = classmethod(_traced_read_head)
+    http_stream._Connection.read_head = _traced_read_head

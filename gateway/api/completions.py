@@ -34,7 +34,7 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
             _prompt_ids(model, p, "prompt" if len(parsed.prompts) == 1 else f"prompt[{i}]")
             for i, p in enumerate(parsed.prompts)
         ]
-    stop_ids = model.family.stop_token_ids()
+    stop_ids = model.stop_token_ids
     batch = [
         (
             ids,

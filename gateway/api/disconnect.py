@@ -30,7 +30,7 @@ class ClientWatch:
         self.left = False
         self._serving: asyncio.Task | None = None
         self._cancelled = False
-        self._watcher = asyncio.ensure_future(wait_for_disconnect(receive))
+        self._watcher = asyncio.get_running_loop().create_task(wait_for_disconnect(receive))
         self._watcher.add_done_callback(self._client_left)
 
     def _client_left(self, watcher: asyncio.Future[None]) -> None:

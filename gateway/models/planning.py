@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from backends.base import Grammar, SamplingParams
@@ -43,9 +44,7 @@ def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSetting
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
     keep_markers = grammar is not None or bool(chat.active_tools)
     skip_special = settings.skip_special_tokens and not keep_markers
-    return ChatPlan(
-        prompt, ids, grammar, sampling_params(settings, max_new, model.family.stop_token_ids(), skip_special)
-    )
+    return ChatPlan(prompt, ids, grammar, sampling_params(settings, max_new, model.stop_token_ids, skip_special))
 
 
 OFF_LOOP_MESSAGES = 16
@@ -94,7 +93,7 @@ def token_budget(model: ServedModel, prompt_tokens: int, max_tokens: int | None,
 
 
 def sampling_params(
-    settings: GenerationSettings, max_new_tokens: int, stop_token_ids: list[int], skip_special_tokens: bool
+    settings: GenerationSettings, max_new_tokens: int, stop_token_ids: Sequence[int], skip_special_tokens: bool
 ) -> SamplingParams:
     return SamplingParams(
         max_new_tokens=max_new_tokens,

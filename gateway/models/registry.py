@@ -53,6 +53,11 @@ class ServedModel:
         """Added-token id → its exact spelling (what the detokenizer emits as a token Piece)."""
         return {i: spelling for spelling, i in self.encoder.added.items()}
 
+    @cached_property
+    def stop_token_ids(self) -> tuple[int, ...]:
+        """The family's stop ids in this vocabulary, looked up once (not per request)."""
+        return tuple(self.family.stop_token_ids())
+
     def encode_chat(self, request: ChatRequest) -> tuple[str, list[int]]:
         """The rendered prompt and exactly the ids the backend receives."""
         shielded, shield = self.shielder.shield(request, self.family.keep_in_assistant)

@@ -48,13 +48,19 @@ def log_access(record: RequestRecord, route: str, ended: float) -> None:
         access_log.handle(access_log.makeRecord(access_log.name, level, __file__, 0, line, (), None))
 
 
+class _LineHandler(logging.StreamHandler):
+    """Access lines written as they are: what a `%(message)s` formatter writes, without its work per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return record.getMessage()
+
+
 def configure_logging(level: str) -> None:
     """Root logging at `level` to stderr; access lines are bare JSON, other records get a short prefix."""
     plain = logging.StreamHandler(sys.stderr)
     plain.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     plain.addFilter(lambda r: r.name != access_log.name)
-    access = logging.StreamHandler(sys.stderr)
-    access.setFormatter(logging.Formatter("%(message)s"))
+    access = _LineHandler(sys.stderr)
     access.addFilter(lambda r: r.name == access_log.name)
     root = logging.getLogger()
     root.handlers[:] = [plain, access]

@@ -8,6 +8,7 @@ programming error), and `gateway/api/openapi.py` turns the same declarations int
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 Schema = dict[str, Any]
@@ -91,6 +92,11 @@ class Obj:
     extra: Schema = field(default_factory=dict)
     """Further schema keywords the validator enforces on the whole object (maxProperties, ...)."""
 
+    @cached_property
+    def optional_defaults(self) -> dict[str, Any]:
+        """Each optional field's default (what reading it gives when the body leaves it out), worked out once."""
+        return {k: f.default for k, f in self.fields.items() if not f.required}
+
     def field(self, key: str) -> Field:
         try:
             return self.fields[key]
@@ -126,6 +132,11 @@ class Variants:
     def field(self, key: str) -> Field:
         if key != self.key:
             raise KeyError(f"read {key!r} after narrowing to a case of {self.key!r}")
+        return self._key_field
+
+    @cached_property
+    def _key_field(self) -> Field:
+        """The declaration of the key that names the case, built once."""
         return Field("string", required=self.default is None, default=self.default, choices=tuple(self.cases))
 
     def ref(self, refs: Refs) -> Schema:

@@ -50,6 +50,8 @@ class Fields:
         self.decl = decl
         self.path = path
         self._declared: dict[str, Field] = decl.fields if isinstance(decl, Obj) else {}
+        self._defaults: dict[str, Any] = decl.optional_defaults if isinstance(decl, Obj) else {}
+        """Optional fields' defaults: a read of one the body leaves out (or null) returns at once."""
 
     def variant(self) -> Fields:
         """This object read through the declaration of its case (its `type`)."""
@@ -62,6 +64,8 @@ class Fields:
 
     def get(self, key: str) -> Any:
         """The raw value at `key` (None when absent; a 400 when the field is required)."""
+        if self.value.get(key) is None and key in self._defaults:
+            return None
         return self._given(key)[1]
 
     def has(self, key: str) -> bool:
@@ -77,6 +81,8 @@ class Fields:
         return f, v
 
     def string(self, key: str, *, required: bool | None = None) -> str | None:
+        if self.value.get(key) is None and required is None and key in self._defaults:
+            return self._defaults[key]
         f, v = self._given(key, required)
         if v is None:
             return f.default
@@ -91,6 +97,8 @@ class Fields:
         return v
 
     def boolean(self, key: str) -> bool:
+        if self.value.get(key) is None and key in self._defaults:
+            return self._defaults[key]
         f, v = self._given(key)
         if v is None:
             return f.default
@@ -100,6 +108,8 @@ class Fields:
 
     def integer(self, key: str) -> int | None:
         """An integer (an integral float such as 1.0 is taken, as JSON Schema and pydantic take it) within bounds."""
+        if self.value.get(key) is None and key in self._defaults:
+            return self._defaults[key]
         f, v = self._given(key)
         if v is None:
             return f.default
@@ -118,6 +128,8 @@ class Fields:
         return self._bounded(key, f, int(v))
 
     def number(self, key: str) -> float:
+        if self.value.get(key) is None and key in self._defaults:
+            return self._defaults[key]
         f, v = self._given(key)
         if v is None:
             return f.default
@@ -132,6 +144,8 @@ class Fields:
 
     def obj(self, key: str, decl: Obj | None = None) -> Fields | None:
         """The object at `key`, read through its declaration (`decl`: one of the field's alternatives)."""
+        if self.value.get(key) is None and key in self._defaults:
+            return None
         f, v = self._given(key)
         return None if v is None else Fields(v, decl or f.obj, self.param(key))
 
@@ -143,6 +157,8 @@ class Fields:
         return v
 
     def array(self, key: str, *, required: bool | None = None) -> list[Any] | None:
+        if self.value.get(key) is None and required is None and key in self._defaults:
+            return None
         f, v = self._given(key, required)
         if v is None:
             return None
@@ -162,6 +178,8 @@ class Fields:
 
     def refuse(self, key: str) -> None:
         """400 when a refused field is given with a value other than null or the one it allows."""
+        if self.value.get(key) is None and key in self._defaults:
+            return
         f, v = self._given(key)
         if v is not None and v != f.refused_unless:
             raise invalid(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 
@@ -221,6 +222,28 @@ async def test_unreachable_and_unanswered():
     with pytest.raises(BackendError) as info:
         await lines_of(pool)
     assert "unreachable" in str(info.value) and info.value.retryable
+
+
+async def test_a_connect_past_its_timeout_is_unreachable():
+    """A server whose accept queue is full never completes the handshake: the connect gives up at its timeout."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = server.getsockname()[1]
+        fillers = [socket.socket() for _ in range(4)]  # never accepted: they fill the queue
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                with suppress(BlockingIOError):
+                    filler.connect(("127.0.0.1", port))
+            pool = StreamPool(f"http://127.0.0.1:{port}", connect_timeout=0.2)
+            with pytest.raises(BackendError) as info:
+                await lines_of(pool)
+            assert "unreachable: TimeoutError" in str(info.value) and info.value.retryable
+            await pool.close()
+        finally:
+            for filler in fillers:
+                filler.close()
 
 
 async def test_leaving_early_closes_the_connection():

@@ -58,3 +58,15 @@ def test_a_costly_chat_is_planned_on_another_thread(tokenize_only):
 
     asyncio.run(plan_chat_off_loop(Watching(), parsed.chat, parsed.settings))
     assert threads and threads[0] != threading.get_ident()
+
+
+def test_stop_ids_are_looked_up_once_per_model(tokenize_only, monkeypatch):
+    """The family's stop ids (a vocabulary lookup) are the model's, kept: every plan carries them, unless the
+    request ignores eos."""
+    expected = tokenize_only.family.stop_token_ids()
+    assert expected and list(tokenize_only.stop_token_ids) == expected
+    monkeypatch.setattr(type(tokenize_only.family), "stop_token_ids", lambda self: pytest.fail("looked up again"))
+    parsed = chat_of(1)
+    assert plan_chat(tokenize_only, parsed.chat, parsed.settings).sampling.stop_token_ids == expected
+    ignoring = chat_of(1, ignore_eos=True)
+    assert plan_chat(tokenize_only, ignoring.chat, ignoring.settings).sampling.stop_token_ids == []

@@ -7,7 +7,8 @@ import pytest
 from gateway.errors import APIError
 from gateway.validation.chat import EMPTY_PARAMETERS, parse_chat_completion
 from gateway.validation.completions import MAX_CHOICES, parse_completion
-from gateway.validation.fields import MAX_N
+from gateway.validation.declare import Obj, array, boolean, integer, number, obj, refused, string
+from gateway.validation.fields import MAX_N, Fields
 from gateway.validation.schema_bounds import MAX_DEPTH
 
 USER = {"role": "user", "content": "hi"}
@@ -295,3 +296,42 @@ def test_completion_errors_name_their_param(fields, param):
     with pytest.raises(APIError) as e:
         parse_completion({"model": "m", **fields})
     assert (e.value.status, e.value.param) == (400, param)
+
+
+READS = Obj(
+    "Reads",
+    {
+        "name": string("", required=True),
+        "label": string("", default="x"),
+        "flag": boolean(True),
+        "count": integer(0, 9, 3),
+        "ratio": number(0.0, 1.0, 0.5),
+        "inner": obj(Obj("Inner", {})),
+        "list": array({"type": "string"}, 2),
+        "gone": refused("not here"),
+    },
+)
+
+
+@pytest.mark.parametrize("value", [{"name": "n"}, {"name": "n", "label": None, "flag": None, "count": None}])
+def test_absent_or_null_optional_fields_read_as_their_defaults(value):
+    fields = Fields(value, READS)
+    assert (fields.string("label"), fields.boolean("flag"), fields.integer("count"), fields.number("ratio")) == (
+        "x",
+        True,
+        3,
+        0.5,
+    )
+    assert (fields.obj("inner"), fields.array("list"), fields.get("list"), fields.refuse("gone")) == (None,) * 4
+    with pytest.raises(APIError) as e:  # asked for as required: still enforced when absent
+        fields.string("label", required=True)
+    assert e.value.param == "label"
+    with pytest.raises(KeyError):  # reading an undeclared key is a programming error, given or not
+        fields.boolean("undeclared")
+
+
+def test_required_fields_stay_required():
+    with pytest.raises(APIError) as e:
+        Fields({"label": "y"}, READS).string("name")
+    assert (e.value.param, e.value.code) == ("name", "missing_required_parameter")
+    assert Fields({"name": "n", "label": "y", "count": 4.0}, READS).integer("count") == 4
