@@ -43,14 +43,16 @@ WORKER_OPTIONS = ("--device", "cpu", "--max-batch", "8", "--context-length", "20
 """As bench/worker_bench.py starts its fp32 worker."""
 
 
-async def worker_round(url: str, ids: list[int], tokens: int) -> tuple[float, float, int | None]:
-    """(decode tok/s, engine ms per decode step, torch threads after it) of one streamed request."""
+async def worker_round(url: str, ids: list[int], tokens: int) -> tuple[float, float, int | None, float | None]:
+    """(decode tok/s, engine ms per decode step, torch threads after it, worker process CPU ms per generated
+    token) of one streamed request; None where the worker does not report it."""
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         before = await server_stats(client)
         rate = await worker_decode_rate(client, ids, tokens)
         after = await server_stats(client)
     done = delta(after, before)
-    return rate, done["decode_seconds"] / done["decode_steps"] * 1e3, after.get("threads")
+    cpu = done["process_cpu_seconds"] / tokens * 1e3 if "process_cpu_seconds" in done else None
+    return rate, done["decode_seconds"] / done["decode_steps"] * 1e3, after.get("threads"), cpu
 
 
 def main() -> None:
@@ -83,14 +85,16 @@ def main() -> None:
         rates: dict[str, list[float]] = {"transformers generate (fp32)": [], **{name: [] for name in urls}}
         steps: dict[str, list[float]] = {name: [] for name in urls}
         threads: dict[str, list[int | None]] = {name: [] for name in urls}
+        cpu: dict[str, list[float | None]] = {name: [] for name in urls}
         for r in range(args.rounds):
             ids = prompts[r % len(prompts)]
             rates["transformers generate (fp32)"].append(transformers_decode_rate(model, ids, args.tokens, "cpu"))
             for name, url in urls.items():
-                rate, step_ms, count = asyncio.run(worker_round(url, ids, args.tokens))
+                rate, step_ms, count, cpu_ms = asyncio.run(worker_round(url, ids, args.tokens))
                 rates[name].append(rate)
                 steps[name].append(step_ms)
                 threads[name].append(count)
+                cpu[name].append(cpu_ms)
     load_after = os.getloadavg()
     hf = statistics.median(rates["transformers generate (fp32)"])
     print(
@@ -99,15 +103,17 @@ def main() -> None:
     )
     print(
         "| engine | decode tok/s (batch 1), median | min..max | vs transformers | engine step ms, median "
-        "| torch threads after each round |"
+        "| worker CPU ms per token, median | torch threads after each round |"
     )
-    print("|---|---:|---:|---:|---:|---|")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for name, values in rates.items():
         step = f"{statistics.median(steps[name]):.1f}" if name in steps else "n/a"
         counts = " ".join(str(c) for c in threads[name]) if name in threads else str(args.threads)
+        cpu_ms = [c for c in cpu.get(name, []) if c is not None]
+        cpu_cell = f"{statistics.median(cpu_ms):.1f}" if cpu_ms else "n/a"
         print(
             f"| {name} | {statistics.median(values):.1f} | {min(values):.1f}..{max(values):.1f} | "
-            f"{statistics.median(values) / hf:.2f}x | {step} | {counts} |"
+            f"{statistics.median(values) / hf:.2f}x | {step} | {cpu_cell} | {counts} |"
         )
 
 

@@ -9,6 +9,8 @@ import socket
 import sys
 import time
 
+from backends.worker import huge_pages  # isort: skip (before torch: importing it turns on its huge pages)
+
 import torch
 import uvicorn
 
@@ -16,10 +18,11 @@ from backends.checkpoint import embedded_gguf_path, load_checkpoint
 from backends.worker.cpu_features import cpu_features, weights_dtype_refusal
 from backends.worker.engine import Engine
 from backends.worker.grammar import GrammarCache, tokenizer_info
-from backends.worker.model import LlamaModel
+from backends.worker.model import LlamaModel, layer_products
+from backends.worker.prefill_gemm import PrefillGemm, choose_prefill_gemm
 from backends.worker.server import WorkerState, build_app
 from backends.worker.threads import ThreadTuner, parse_threads, usable_cores
-from backends.worker.weights import load_weights
+from backends.worker.weights import LlamaWeights, load_weights
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,6 +47,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill step")
     parser.add_argument("--weights-dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument(
+        "--prefill-gemm",
+        choices=["auto", "onednn", "aten"],
+        default="auto",
+        help="what multiplies the many rows of a prefill on CPU with fp32 weights: auto (the default) times one "
+        "layer both ways at start-up and gives ATen the row counts it clearly wins (keeping float32 weights beside "
+        "oneDNN's packed ones); onednn: packed weights for every product; aten: ATen from 64 rows",
+    )
+    parser.add_argument(
         "--prefix-cache",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -67,6 +78,8 @@ def build_state(args: argparse.Namespace) -> WorkerState:
     checkpoint = load_checkpoint(path)
     weights = load_weights(checkpoint, progress)
     context = min(args.context_length or checkpoint.config.context_length, checkpoint.config.context_length)
+    tuner = choose_threads(args.threads, torch.device(args.device))
+    gemm = prefill_gemm(args, weights)
     model = LlamaModel(
         weights,
         checkpoint.config,
@@ -74,10 +87,15 @@ def build_state(args: argparse.Namespace) -> WorkerState:
         context=context,
         device=args.device,
         weights_dtype=args.weights_dtype,
+        aten_from=gemm.aten_from,
     )
     del weights
+    for tensor in (model.cache.keys, model.cache.values):
+        if tensor.device.type == "cpu":
+            huge_pages.keep_small_pages(tensor.data_ptr(), tensor.nbytes)
+    if args.device == "cpu" and args.weights_dtype == "fp32":
+        progress(gemm.describe(model.plain_weight_bytes / 1e6))
     grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
-    tuner = choose_threads(args.threads, model)
     engine = Engine(
         model, checkpoint.eos_token_ids, prefill_chunk=args.prefill_chunk, prefix_cache=args.prefix_cache, tuner=tuner
     )
@@ -87,18 +105,27 @@ def build_state(args: argparse.Namespace) -> WorkerState:
         f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {threads}, "
         f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens, "
         f"prefix cache {'on' if args.prefix_cache else 'off'}, "
-        f"greedy head {'bf16 screen' if model.greedy_head is not None else 'off: full float32 logits'})"
+        f"greedy head {'bf16 screen' if model.greedy_head is not None else 'off: full float32 logits'}, "
+        f"{huge_pages.huge_page_mb()} MB in huge pages)"
     )
     return WorkerState(checkpoint, engine, grammars, path, max_waiting=args.max_waiting)
 
 
-def choose_threads(threads: int | None, model: LlamaModel) -> ThreadTuner | None:
+def prefill_gemm(args: argparse.Namespace, weights: LlamaWeights) -> PrefillGemm:
+    """`--prefill-gemm` for float32 weights packed for oneDNN (CPU); oneDNN (nothing to choose) elsewhere."""
+    if args.device != "cpu" or args.weights_dtype != "fp32" or not torch.backends.mkldnn.is_available():
+        return PrefillGemm(None, {})
+    return choose_prefill_gemm(args.prefill_gemm, layer_products(weights.layers[0]), args.prefill_chunk)
+
+
+def choose_threads(threads: int | None, device: torch.device) -> ThreadTuner | None:
     """Set `--threads N`; for auto (None) on a CPU with several usable cores, the tuner that measures on the
-    engine thread when it starts."""
+    engine thread when it starts (meanwhile all usable cores)."""
     usable = usable_cores()
-    if threads is not None or model.device.type != "cpu" or usable == 1:
+    if threads is not None or device.type != "cpu" or usable == 1:
         torch.set_num_threads(threads or usable)
         return None
+    torch.set_num_threads(usable)
     return ThreadTuner(usable, usable, progress, start_up=True)
 
 

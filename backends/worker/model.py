@@ -45,16 +45,24 @@ class KVCache:
 
 class _Linear:
     """`rows @ W.T` for (n, in_features) float32 rows. On CPU the weight is pre-packed for oneDNN, which is 2-3x
-    faster than the BLAS path for the few-row products of decoding."""
+    faster than the BLAS path for the few-row products of decoding.
 
-    def __init__(self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device):
+    `aten_from`: products of at least this many rows use ATen's GEMM on the float32 weight, kept beside the packed
+    one (`prefill_gemm.py`: CPUs where ATen wins the many-row products of a prefill)."""
+
+    def __init__(self, weight: torch.Tensor, dtype: torch.dtype, device: torch.device, aten_from: int | None = None):
         weight = weight.to(device=device, dtype=dtype).contiguous()
         self.out_features, self.dtype = weight.shape[0], dtype
         self.packed = device.type == "cpu" and torch.backends.mkldnn.is_available()
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight) if self.packed else weight
         self._matmul = _packed_matmul if self.packed else F.linear
+        keep_plain = aten_from is not None and self.packed and dtype is torch.float32
+        self.plain = weight if keep_plain else None
+        self.aten_from = aten_from if keep_plain else None
 
     def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.plain is not None and rows.shape[0] >= self.aten_from:
+            return F.linear(rows, self.plain)
         if self.dtype is torch.float32:
             return self._matmul(rows, self.weight)
         return self._matmul(rows.to(self.dtype), self.weight).float()
@@ -81,13 +89,16 @@ class RMSNorm:
 class _Layer:
     """Fused, device-resident weights of one block."""
 
-    def __init__(self, w, dtype: torch.dtype, device: torch.device, eps: float):
+    def __init__(self, w, dtype: torch.dtype, device: torch.device, eps: float, aten_from: int | None):
         self.attn_norm = RMSNorm(w.attn_norm, eps, device)
         self.ffn_norm = RMSNorm(w.ffn_norm, eps, device)
-        self.qkv = _Linear(torch.cat([w.q, w.k, w.v]), dtype, device)
-        self.o = _Linear(w.o, dtype, device)
-        self.gate_up = _Linear(torch.cat([w.gate, w.up]), dtype, device)
-        self.down = _Linear(w.down, dtype, device)
+        self.linears = [_Linear(weight, dtype, device, aten_from) for weight in layer_products(w)]
+        self.qkv, self.o, self.gate_up, self.down = self.linears
+
+
+def layer_products(w) -> list[torch.Tensor]:
+    """One layer's weights as the four products of the forward: fused QKV, O, fused gate/up, down."""
+    return [torch.cat([w.q, w.k, w.v]), w.o, torch.cat([w.gate, w.up]), w.down]
 
 
 class LlamaModel:
@@ -103,12 +114,14 @@ class LlamaModel:
         device: str | torch.device = "cpu",
         weights_dtype: WeightsDtype = "fp32",
         greedy_screen: bool = True,
+        aten_from: int | None = None,
     ):
-        """`greedy_screen`: build a `GreedyHead` (float32 weights on a CPU whose oneDNN packs bfloat16)."""
+        """`greedy_screen`: build a `GreedyHead` (float32 weights on a CPU whose oneDNN packs bfloat16);
+        `aten_from`: the layers' products of at least this many rows use ATen (`prefill_gemm.py`)."""
         self.config = config
         self.device = torch.device(device)
         self.matmul_dtype = _TORCH_DTYPES[weights_dtype]
-        self.layers = [_Layer(w, self.matmul_dtype, self.device, config.rms_eps) for w in weights.layers]
+        self.layers = [_Layer(w, self.matmul_dtype, self.device, config.rms_eps, aten_from) for w in weights.layers]
         self.embedding = weights.embedding.to(self.device)
         self.final_norm = RMSNorm(weights.final_norm, config.rms_eps, self.device)
         self.lm_head = _Linear(weights.lm_head, self.matmul_dtype, self.device)
@@ -118,6 +131,11 @@ class LlamaModel:
         self.vocab_size = self.lm_head.out_features
         self._q_width = config.n_heads * config.head_dim
         self._qk_width = self._q_width + config.n_kv_heads * config.head_dim
+
+    @property
+    def plain_weight_bytes(self) -> int:
+        """Bytes of float32 weights kept beside the packed ones for ATen's many-row products."""
+        return sum(lin.plain.nbytes for layer in self.layers for lin in layer.linears if lin.plain is not None)
 
     def _greedy_head(self, lm_head: torch.Tensor) -> GreedyHead | None:
         """A bfloat16 screen for greedy rows where it reads half the bytes of the float32 head: float32 packed

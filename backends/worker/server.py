@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import orjson
@@ -155,6 +156,7 @@ def build_app(state: WorkerState) -> Starlette:
                         "threads": state.engine.tuner.current if state.engine.tuner else torch.get_num_threads(),
                         "greedy_head_rows": head.chosen if head is not None else 0,
                         "greedy_head_fallbacks": head.fallbacks if head is not None else 0,
+                        "process_cpu_seconds": time.process_time(),
                     }
                 ],
             }

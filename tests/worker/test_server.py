@@ -250,3 +250,13 @@ def test_every_worker_metric_the_dashboard_queries_is_exposed(client):
     queried = queried_metrics(("vllm:", "worker:"))
     assert len(queried) >= 6
     assert queried <= exposed_families(client.get("/metrics").text)
+
+
+def test_server_info_reports_the_worker_process_cpu_time(client):
+    """bench/worker_ab.py reads it for CPU ms per token, which a shared host's load skews less than wall time."""
+    cpu = lambda: client.get("/get_server_info").json()["internal_states"][0]["process_cpu_seconds"]
+    before = cpu()
+    assert client.post(
+        "/generate", json={"input_ids": [9906, 1917], "sampling_params": {"max_new_tokens": 2}}
+    ).is_success
+    assert cpu() > before > 0

@@ -107,7 +107,7 @@ def test_measure_interleaves_counts_and_keeps_to_its_budget():
 def test_auto_measures_on_the_engine_thread_at_start_up_and_says_what_it_chose(model, checkpoint, capsys):
     usable = usable_cores()
     try:
-        tuner = choose_threads(None, model)
+        tuner = choose_threads(None, model.device)
         if usable == 1:
             assert tuner is None
             return
@@ -118,7 +118,7 @@ def test_auto_measures_on_the_engine_thread_at_start_up_and_says_what_it_chose(m
         line = capsys.readouterr().err
         assert f"threads auto: {tuner.current} of {usable} (start-up decode step" in line
         assert "on the engine thread" in line
-        assert choose_threads(1, model) is None and torch.get_num_threads() == 1
+        assert choose_threads(1, model.device) is None and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(2)
 
