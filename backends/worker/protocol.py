@@ -214,8 +214,8 @@ def _sampling(sp: dict) -> SamplingParams:
     if stop_ids is None:
         raise ProtocolError("stop_token_ids must be a list of integers")
     seed = _int(sp, "sampling_seed", None)
-    if seed is not None and seed < 0:
-        raise ProtocolError("sampling_seed must be a non-negative integer")
+    if seed is not None and not -(1 << 63) <= seed < 1 << 63:
+        raise ProtocolError("sampling_seed must be a 64-bit signed integer, as SGLang's")
     return SamplingParams(
         max_new_tokens=max_new,
         temperature=temperature,

@@ -6,6 +6,7 @@ chunks that `ChatRenderer` makes into Responses events, and the body is those ev
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -149,6 +150,14 @@ def _response(rid: str, model: str, parsed: ResponsesRequest) -> dict[str, Any]:
     }
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 class _OpenItem:
     """The output item being streamed: its index, the item and the text it has gathered."""
 
@@ -274,8 +283,8 @@ class ResponsesDoor:
             out.append(self._event("response.function_call_arguments.delta", **self._where(), delta=fragment))
         return out
 
-    def _close(self) -> list[dict[str, Any]]:
-        """The `.done` events of the open item; it joins the output."""
+    def _close(self, status: str = "completed") -> list[dict[str, Any]]:
+        """The `.done` events of the open item; it joins the output (`incomplete` when the token budget cut it)."""
         current, self._open = self._open, None
         if current is None:
             return []
@@ -289,7 +298,7 @@ class ResponsesDoor:
                 self._event("response.output_text.done", **where, content_index=0, text=text, logprobs=current.logprobs)
             )
             out.append(self._event("response.content_part.done", **where, content_index=0, part=part))
-            item = {**item, "status": "completed", "content": [part]}
+            item = {**item, "status": status, "content": [part]}
         elif item["type"] == "reasoning":
             part = {"type": "summary_text", "text": text}
             out.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=text))
@@ -297,15 +306,16 @@ class ResponsesDoor:
             item = {**item, "summary": [part]}
         else:
             out.append(self._event("response.function_call_arguments.done", **where, name=item["name"], arguments=text))
-            item = {**item, "status": "completed", "arguments": text}
+            whole = status == "completed" or _is_json(text)  # a call cut after its arguments closed is whole
+            item = {**item, "status": "completed" if whole else status, "arguments": text}
         self._output.append(item)
         out.append(self._event("response.output_item.done", output_index=current.index, item=item))
         return out
 
     async def closing(self) -> list[Any]:
-        out = self._close()
-        response = self._snapshot()
         incomplete = self._finish_reason == "length"
+        out = self._close("incomplete" if incomplete else "completed")
+        response = self._snapshot()
         response.update(
             status="incomplete" if incomplete else "completed",
             incomplete_details={"reason": "max_output_tokens"} if incomplete else None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -63,6 +63,13 @@ TOOL_CALL = Obj(
     },
 )
 CONTENT = either(array(TEXT_PART, MAX_CONTENT_PARTS, required=True), TEXT)
+REFUSAL_PART = Obj(
+    "RefusalPart", {"type": string(required=True, choices=("refusal",)), "refusal": string(required=True)}
+)
+ASSISTANT_CONTENT = either(
+    array(Variants("type", {"text": TEXT_PART, "refusal": REFUSAL_PART}), MAX_CONTENT_PARTS), TEXT
+)
+"""An assistant's content may hold refusal parts too (OpenAI's); their text joins the content, as in Responses."""
 NAME = string("The author's name.")
 TEXT_MESSAGE = Obj(
     "ChatTextMessage",
@@ -78,7 +85,7 @@ MESSAGE = Variants(
             "ChatAssistantMessage",
             {
                 "role": string(required=True, choices=("assistant",)),
-                "content": replace(CONTENT, required=False),
+                "content": ASSISTANT_CONTENT,
                 "reasoning_content": string("The reasoning before the answer."),
                 "tool_calls": array(TOOL_CALL, MAX_TOOL_CALLS),
                 "name": NAME,
@@ -247,8 +254,10 @@ def _content(m: Fields) -> str | None:
             raise invalid(
                 f"{_UNSUPPORTED_PARTS[kind]} inputs are not supported by this model", p.path, "unsupported_content"
             )
+        if isinstance(p.decl, Variants):  # an assistant's part: text or refusal
+            p = p.variant()
         p.string("type")
-        texts.append(p.string("text"))
+        texts.append(p.string("refusal" if kind == "refusal" else "text"))
     return "".join(texts)
 
 

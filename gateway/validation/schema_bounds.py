@@ -23,6 +23,8 @@ _COUNT = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
 _JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_NON_EMPTY_LISTS = ("anyOf", "oneOf")
+"""Empty, they admit no value: the grammar would match nothing and the output would not be JSON."""
 _SCHEMA_ONE = (
     "additionalProperties",
     "not",
@@ -89,6 +91,8 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
                 continue
             if not isinstance(sub, list):
                 raise invalid(f"'{where}.{key}' must be an array of schemas", f"{where}.{key}")
+            if not sub and key in _NON_EMPTY_LISTS:
+                raise invalid(f"'{where}.{key}' must hold at least one schema", f"{where}.{key}")
             stack.extend((s, f"{where}.{key}[{i}]") for i, s in enumerate(sub))
         for key in _SCHEMA_ONE:
             if key in node:

@@ -120,6 +120,30 @@ def test_length_is_incomplete(door):
     body = create(door, input="Count", max_output_tokens=3)
     assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert body["usage"]["output_tokens"] == 3
+    assert [item["status"] for item in body["output"]] == ["incomplete"]  # the item the budget cut, as OpenAI marks it
+
+
+TWO_ARGUMENTS = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize(
+    ("answer", "upto", "statuses"),
+    [
+        (TWO_ARGUMENTS, '"unit": "cel', ["incomplete"]),  # the call's arguments were cut
+        (
+            CALL + "\n" + CALL,
+            CALL + '\n<tool_call>\n{"name": "get_weather", "arguments": {"ci',
+            ["completed"],
+        ),  # a whole call, then one cut before its first argument was complete: dropped
+    ],
+)
+def test_only_an_item_the_budget_cut_is_incomplete(door, answer, upto, statuses):
+    door.say(answer)
+    budget = len(door.model.encoder.encode_plain(answer[: answer.index(upto) + len(upto)]))
+    events = stream(door, input="Weather?", tools=[WEATHER], tool_choice="required", max_output_tokens=budget)
+    assert events[-1]["type"] == "response.incomplete"
+    assert [e["item"]["status"] for e in events if e["type"] == "response.output_item.done"] == statuses
+    assert [item["status"] for item in events[-1]["response"]["output"]] == statuses
 
 
 def test_json_schema_format_reaches_the_grammar(door, client):

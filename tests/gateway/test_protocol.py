@@ -62,6 +62,21 @@ def test_messages_are_normalized():
     assert tool == {"role": "tool", "content": "42", "tool_call_id": "c1"}
 
 
+def test_an_assistant_refusal_part_is_its_text_and_only_an_assistant_may_hold_one():
+    """OpenAI's assistant content holds text and refusal parts; a replayed refusal part was a 400."""
+    refusal = {"type": "refusal", "refusal": "I can't."}
+    parts = [{"type": "text", "text": "Sorry. "}, refusal]
+    req = parse_chat_completion(chat(messages=[USER, {"role": "assistant", "content": parts}, USER]))
+    assert req.chat.messages[1] == {"role": "assistant", "content": "Sorry. I can't."}
+    for bad, param in (({**refusal, "refusal": 5}, "messages[1].content[0].refusal"), ({"type": "image"}, None)):
+        with pytest.raises(APIError) as e:
+            parse_chat_completion(chat(messages=[USER, {"role": "assistant", "content": [bad]}]))
+        assert e.value.param == (param or "messages[1].content[0].type")
+    with pytest.raises(APIError) as e:
+        parse_chat_completion(chat(messages=[{"role": "user", "content": [refusal]}]))
+    assert e.value.param == "messages[0].content[0].type"
+
+
 def test_tools_and_choices():
     bare = {"type": "function", "function": {"name": "now"}}
     req = parse_chat_completion(chat(tools=[TOOL, bare], tool_choice={"type": "function", "function": {"name": "now"}}))

@@ -46,7 +46,7 @@ def test_integral_floats_are_taken_as_integers():
         ({"top_k": False}, "sampling_params.top_k must be an integer"),
         ({"min_new_tokens": "2"}, "sampling_params.min_new_tokens must be an integer"),
         ({"sampling_seed": 0.5}, "sampling_seed must be an integer"),
-        ({"sampling_seed": -1.0}, "sampling_seed must be a non-negative integer"),
+        ({"sampling_seed": 1 << 63}, "sampling_seed must be a 64-bit signed integer"),
         ({"stop_token_ids": [2.5]}, "stop_token_ids must be a list of integers"),
         ({"stop_token_ids": [True]}, "stop_token_ids must be a list of integers"),
         ({"n": True}, "sampling_params.n is not supported"),
@@ -62,3 +62,9 @@ def test_fractions_and_booleans_are_refused(sampling, message):
 def test_input_ids_must_be_integers(ids):
     with pytest.raises(ProtocolError, match="input_ids must be a list of integers"):
         parse({"input_ids": ids})
+
+
+def test_negative_seeds_are_taken_as_sglang_takes_them():
+    # OpenAI's seed is any int64, and the gateway derives choice j's seed by wrapping seed + j in int64.
+    for seed in (-1, -(1 << 63)):
+        assert parse({"input_ids": PROMPT, "sampling_params": {"sampling_seed": seed}}).sampling.seed == seed

@@ -1,0 +1,22 @@
+"""The shape check of client JSON schemas: what it refuses before any grammar is built."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import APIError
+from gateway.validation.schema_bounds import check_schema
+
+
+@pytest.mark.parametrize("key", ["anyOf", "oneOf"])
+def test_an_empty_alternative_list_is_a_400(key):
+    """Found by probing: `{"anyOf": []}` admits no value, so the grammar matched nothing and a 200 came back
+    with `{"a": }` as json_schema content, or raw `<tool_call>` markup under tool_choice required."""
+    schema = {"type": "object", "properties": {"a": {key: []}}}
+    with pytest.raises(APIError) as error:
+        check_schema(schema, "response_format.json_schema.schema", object_root=False)
+    assert error.value.status == 400 and error.value.param == f"response_format.json_schema.schema.properties.a.{key}"
+
+
+def test_an_empty_all_of_admits_any_value():
+    check_schema({"type": "object", "properties": {"a": {"allOf": []}}}, "p", object_root=True)
