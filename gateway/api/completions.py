@@ -20,7 +20,7 @@ from gateway.models.planning import sampling_params, token_budget
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
 from gateway.types import ChoiceStep
-from gateway.validation.completions import Prompt, parse_completion
+from gateway.validation.completions import DEFAULT_MAX_TOKENS, Prompt, parse_completion
 
 
 async def completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
@@ -40,7 +40,7 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
             ids,
             sampling_params(
                 settings,
-                policy.cap(token_budget(model, len(ids), settings.max_tokens, param)),
+                policy.cap(token_budget(model, len(ids), settings.max_tokens, param, DEFAULT_MAX_TOKENS)),
                 stop_ids,
                 settings.skip_special_tokens,
             ),

@@ -70,9 +70,11 @@ def _cheap(chat: ChatRequest) -> bool:
     return chars <= OFF_LOOP_CHARS
 
 
-def token_budget(model: ServedModel, prompt_tokens: int, max_tokens: int | None, param: str) -> int:
-    """max_new_tokens for a prompt: what was asked, else the model's default capped by the room the
-    context leaves; 400 when it does not fit."""
+def token_budget(
+    model: ServedModel, prompt_tokens: int, max_tokens: int | None, param: str, default: int | None = None
+) -> int:
+    """max_new_tokens for a prompt: what was asked, else `default` (the door's) or the model's default, capped by
+    the room the context leaves; 400 when it does not fit."""
     room = model.context_length - prompt_tokens
     if room < 1:
         raise invalid(
@@ -89,7 +91,7 @@ def token_budget(model: ServedModel, prompt_tokens: int, max_tokens: int | None,
         )
     if max_tokens is not None:
         return max_tokens
-    return min(room, model.default_max_tokens or room)
+    return min(room, default or model.default_max_tokens or room)
 
 
 def sampling_params(

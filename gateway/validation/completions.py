@@ -8,12 +8,23 @@ from typing import Any
 from backends.json_types import as_token_ids
 from gateway.errors import invalid
 from gateway.validation.declare import Field, Obj, array, either, integer, refused
-from gateway.validation.fields import MAX_N, SETTINGS, Fields, GenerationSettings, parse_model, parse_settings
+from gateway.validation.fields import (
+    MAX_N,
+    MAX_NEW_TOKENS,
+    SETTINGS,
+    Fields,
+    GenerationSettings,
+    parse_model,
+    parse_settings,
+)
 
 MAX_PROMPTS = 16
 MAX_CHOICES = 64
 """Prompts times n: every one is a backend request."""
 MAX_LEGACY_LOGPROBS = 5
+DEFAULT_MAX_TOKENS = 16
+"""max_tokens of a completion that names none: OpenAI's documented default for this API (vLLM's and SGLang's too),
+capped by the context left and the tenant's ceiling."""
 
 Prompt = str | list[int]
 TOKEN_IDS = {"type": "array", "items": {"type": "integer"}, "minItems": 1}
@@ -31,6 +42,9 @@ PROMPT = either(
 )
 COMPLETION_FIELDS: dict[str, Field] = {
     **SETTINGS,
+    "max_tokens": integer(
+        1, MAX_NEW_TOKENS, doc=f"Tokens to generate at most; default {DEFAULT_MAX_TOKENS}, within the context left."
+    ),
     "prompt": PROMPT,
     "echo": refused("the prompt is not echoed back", unless=False),
     "suffix": refused("insertion is not available"),

@@ -235,6 +235,16 @@ def test_completions_text_and_ids(gateway):
     assert "".join(e["choices"][0]["text"] for e in events) == " Paris."
 
 
+def test_a_completion_that_names_no_max_tokens_gets_openais_16(gateway):
+    client, server = gateway
+    say(server, " Paris.")
+    for extra, expected in (({}, 16), ({"max_tokens": None}, 16), ({"max_tokens": 40}, 40)):
+        assert client.post("/v1/completions", json={"model": MODEL, "prompt": "x", **extra}).status_code == 200
+        assert server.bodies[-1]["sampling_params"]["max_new_tokens"] == expected
+    client.post("/v1/chat/completions", json={"model": MODEL, "messages": [{"role": "user", "content": "x"}]})
+    assert server.bodies[-1]["sampling_params"]["max_new_tokens"] > 16  # chat keeps the model's default
+
+
 @pytest.mark.parametrize(
     "path, body, status, param, code",
     [
