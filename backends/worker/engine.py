@@ -157,11 +157,13 @@ class Engine:
         prefill_chunk: int = 256,
         prefix_cache: bool = True,
         tuner: ThreadTuner | None = None,
+        threads: int | None = None,
     ):
-        """`tuner`: set and re-measure the engine thread's torch thread count (`--threads auto`); None keeps the
-        count the starting thread set."""
+        """`tuner`: set and re-measure the engine thread's torch thread count (`--threads auto`); else `threads`,
+        set on the engine thread when it starts (None: the count the starting thread has)."""
         self.model = model
         self.tuner = tuner
+        self._threads = threads
         self.eos_token_ids = frozenset(eos_token_ids)
         self.prefill_chunk = prefill_chunk
         self.max_batch = model.cache.slots
@@ -181,6 +183,11 @@ class Engine:
         """Start the engine thread; returns once it has set its torch thread count."""
         self._thread.start()
         self._started.wait()
+
+    @property
+    def threads(self) -> int | None:
+        """The engine thread's torch thread count now (None before it starts)."""
+        return self.tuner.current if self.tuner is not None else self._threads
 
     def stop(self) -> None:
         self._stopping = True
@@ -214,6 +221,9 @@ class Engine:
         try:
             if self.tuner is not None:
                 self.tuner.apply(self._start_up_step)
+            elif self._threads is not None:
+                torch.set_num_threads(self._threads)
+            self._threads = torch.get_num_threads()
         finally:
             self._started.set()
         while not self._stopping:

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 
 import orjson
-import torch
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -153,7 +152,7 @@ def build_app(state: WorkerState) -> Starlette:
                         "prefill_seconds": stats.prefill_seconds,
                         "prefix_cache_queries": state.engine.prefix_cache.queries,
                         "prefix_cache_hits": state.engine.prefix_cache.hits,
-                        "threads": state.engine.tuner.current if state.engine.tuner else torch.get_num_threads(),
+                        "threads": state.engine.threads,
                         "greedy_head_rows": head.chosen if head is not None else 0,
                         "greedy_head_fallbacks": head.fallbacks if head is not None else 0,
                         "process_cpu_seconds": time.process_time(),

@@ -107,18 +107,19 @@ def test_measure_interleaves_counts_and_keeps_to_its_budget():
 def test_auto_measures_on_the_engine_thread_at_start_up_and_says_what_it_chose(model, checkpoint, capsys):
     usable = usable_cores()
     try:
-        tuner = choose_threads(None, model.device)
+        tuner, count = choose_threads(None, model.device)
         if usable == 1:
-            assert tuner is None
+            assert (tuner, count) == (None, 1)
             return
+        assert count == usable
         engine = Engine(model, checkpoint.eos_token_ids, tuner=tuner)
         engine.start()  # returns once the engine thread has measured and set its count
         engine.stop()
-        assert tuner.current in (usable, 1)
+        assert tuner.current in (usable, 1) and engine.threads == tuner.current
         line = capsys.readouterr().err
         assert f"threads auto: {tuner.current} of {usable} (start-up decode step" in line
         assert "on the engine thread" in line
-        assert choose_threads(1, model.device) is None and torch.get_num_threads() == 1
+        assert choose_threads(1, model.device) == (None, 1)
     finally:
         torch.set_num_threads(2)
 
@@ -165,3 +166,17 @@ def test_a_quota_above_the_affinity_leaves_the_affinity(tmp_path):
     affinity = len(os.sched_getaffinity(0))
     quota = _cgroup(tmp_path, {"cpu.max": f"{(affinity + 3) * 100000} 100000"})
     assert usable_cores(quota) == affinity
+
+
+def test_a_fixed_count_is_set_on_the_engine_thread_not_the_starting_one(model, checkpoint):
+    """The starting thread (the worker's main thread loads on one) keeps its count; the engine thread takes its
+    own, and says it."""
+    torch.set_num_threads(1)
+    engine = Engine(model, checkpoint.eos_token_ids, threads=2)
+    try:
+        engine.start()  # the count read back on the engine thread once it set it
+        assert engine.threads == 2 and torch.get_num_threads() == 1
+        submit(engine, "counted", prompt_ids(checkpoint, "Once upon a time"), max_new_tokens=2).wait()
+    finally:
+        engine.stop()
+        torch.set_num_threads(2)
