@@ -9,8 +9,6 @@ import socket
 import sys
 import time
 
-from backends.worker import huge_pages  # isort: skip (before torch: importing it turns on its huge pages)
-
 import torch
 import uvicorn
 
@@ -90,9 +88,6 @@ def build_state(args: argparse.Namespace) -> WorkerState:
         aten_from=gemm.aten_from,
     )
     del weights
-    for tensor in (model.cache.keys, model.cache.values):
-        if tensor.device.type == "cpu":
-            huge_pages.keep_small_pages(tensor.data_ptr(), tensor.nbytes)
     if args.device == "cpu" and args.weights_dtype == "fp32":
         progress(gemm.describe(model.plain_weight_bytes / 1e6))
     grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
@@ -110,8 +105,7 @@ def build_state(args: argparse.Namespace) -> WorkerState:
         f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {threads_said}, "
         f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens, "
         f"prefix cache {'on' if args.prefix_cache else 'off'}, "
-        f"greedy head {'bf16 screen' if model.greedy_head is not None else 'off: full float32 logits'}, "
-        f"{huge_pages.huge_page_mb()} MB in huge pages)"
+        f"greedy head {'bf16 screen' if model.greedy_head is not None else 'off: full float32 logits'})"
     )
     return WorkerState(checkpoint, engine, grammars, path, max_waiting=args.max_waiting)
 
