@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 from collections.abc import Iterator
 
@@ -278,6 +279,16 @@ def test_request_errors(gateway, path, body, status, param, code):
     if code:
         assert error["code"] == code
     assert "x-request-id" in r.headers
+
+
+def test_a_prompt_too_long_for_its_tools_says_the_tools_share(gateway):
+    """OpenAI's own context error keeps `param: messages` and names the functions' share of the prompt."""
+    client, _ = gateway
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "word " * 400}} for i in range(25)]
+    error = client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "tools": tools}).json()["error"]
+    assert (error["param"], error["code"]) == ("messages", "context_length_exceeded")
+    share = re.search(r"\((\d+) in the messages, (\d+) in the tools\)", error["message"])
+    assert share and int(share[2]) > 8192 > int(share[1]) > 0, error["message"]
 
 
 def test_invalid_json_and_unknown_route(gateway):
