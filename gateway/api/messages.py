@@ -17,7 +17,7 @@ from backends.asgi import json_response, sse_frame
 from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.streaming import respond_door
-from gateway.errors import APIError
+from gateway.errors import ANTHROPIC_PATH, APIError, anthropic_error
 from gateway.ids import item_id
 from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
@@ -26,27 +26,6 @@ from gateway.validation.messages import parse_messages_request
 
 _TEXT_BLOCKS = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinking_delta")}
 """Block type → the field its text is in and the type of its deltas."""
-_ERROR_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-
-
-def anthropic_error(error: APIError) -> dict[str, Any]:
-    """The error body Anthropic clients parse; the param at fault is named in the message."""
-    kind = _ERROR_TYPES.get(error.status) or ("api_error" if error.status >= 500 else "invalid_request_error")
-    message = f"{error.param}: {error.message}" if error.param and error.param not in error.message else error.message
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def _error_response(error: APIError) -> Response:
-    return json_response(anthropic_error(error), status=error.status, headers=error.headers())
 
 
 async def create_message(request: Request, registry: ModelRegistry, max_body: int) -> Response:
@@ -60,7 +39,7 @@ async def create_message(request: Request, registry: ModelRegistry, max_body: in
         door = MessagesDoor(renderer, rid, model.id)
         return await respond_door(request, events, door, parsed.settings.stream)
     except APIError as e:
-        return _error_response(e)
+        return e.response(ANTHROPIC_PATH)
 
 
 async def count_tokens(request: Request, registry: ModelRegistry, max_body: int) -> Response:
@@ -68,7 +47,7 @@ async def count_tokens(request: Request, registry: ModelRegistry, max_body: int)
         parsed = parse_messages_request(await read_json(request, max_body), count_only=True)
         _, ids = encode_chat(served_model(registry, parsed.model), parsed.chat)
     except APIError as e:
-        return _error_response(e)
+        return e.response(ANTHROPIC_PATH)
     return json_response({"input_tokens": len(ids)})
 
 

@@ -303,6 +303,18 @@ def test_invalid_json_and_unknown_route(gateway):
     assert r.status_code == 200 and r.json()["id"] == MODEL
 
 
+def test_refusals_made_outside_the_messages_door_are_in_anthropics_shape_under_its_path(gateway):
+    client, _ = gateway
+    for method, path, status, kind in (
+        ("GET", "/v1/messages", 405, "invalid_request_error"),
+        ("POST", "/v1/messages/batches", 404, "not_found_error"),
+    ):
+        refused = client.request(method, path, json={})
+        assert refused.status_code == status and refused.json()["type"] == "error", refused.text
+        assert refused.json()["error"]["type"] == kind
+    assert client.get("/v1/nothing").json()["error"]["code"] == "not_found"  # OpenAI's shape elsewhere
+
+
 def test_models_tokens_health(gateway):
     client, server = gateway
     assert [m["id"] for m in client.get("/v1/models").json()["data"]] == [MODEL]
