@@ -16,6 +16,7 @@ from starlette.responses import Response
 from backends.asgi import json_response, sse_frame
 from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
+from gateway.api.door_params import MESSAGES_PARAMS
 from gateway.api.streaming import respond_door
 from gateway.errors import ANTHROPIC_PATH, APIError, anthropic_error
 from gateway.ids import item_id
@@ -34,7 +35,7 @@ async def create_message(request: Request, registry: ModelRegistry, max_body: in
         model = served_model(registry, parsed.model)
         rid = item_id("msg")
         events, renderer = await start_chat(
-            request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens"
+            request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens", params=MESSAGES_PARAMS
         )
         door = MessagesDoor(renderer, rid, model.id)
         return await respond_door(request, events, door, parsed.settings.stream)

@@ -13,6 +13,8 @@ from pydantic import TypeAdapter
 
 from tests.doors.conftest import named_events
 
+UNSATISFIABLE = {"type": "string", "minLength": 5, "maxLength": 2}
+"""A schema no grammar can enforce (refused when the grammar is built, not by validation)."""
 WEATHER = {
     "name": "get_weather",
     "description": "Weather of a city",
@@ -183,6 +185,22 @@ def test_count_tokens(door, client):
         ),
         ({"model": "nope"}, 404, "not_found_error", "model"),
         ({"messages": [{"role": "user", "content": "x" * 40_000}]}, 400, "invalid_request_error", "messages"),
+        (  # refused by the grammar, named as this door's body names it
+            {"tools": [WEATHER, {"name": "f", "input_schema": {"type": "object", "properties": {"a": UNSATISFIABLE}}}]},
+            400,
+            "invalid_request_error",
+            "tools[1].input_schema:",
+        ),
+        (
+            {
+                "output_config": {
+                    "format": {"type": "json_schema", "schema": {"type": "object", "properties": {"a": UNSATISFIABLE}}}
+                }
+            },
+            400,
+            "invalid_request_error",
+            "output_config.format.schema:",
+        ),
     ],
 )
 def test_errors_in_anthropic_shape(door, body, status, kind, names):

@@ -13,6 +13,8 @@ from tests.doors.conftest import named_events
 from tests.doors.published_types import check_event, check_response
 from tests.doors.weather_agent import run_weather_agent
 
+UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}
+"""A schema no grammar can enforce (refused when the grammar is built, not by validation)."""
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -238,6 +240,19 @@ def test_store_false_keeps_nothing(door, client):
         ({"background": True}, "background", "unsupported_parameter"),
         ({"input": "x" * 40_000}, "input", "context_length_exceeded"),
         ({"max_output_tokens": 0}, "max_output_tokens", None),
+        (  # refused by the grammar, named as this door's body names it (tools[1]: allowed_tools narrowed the prompt's)
+            {
+                "tools": [WEATHER, {"type": "function", "name": "f", "parameters": UNSATISFIABLE}],
+                "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "f"}]},
+            },
+            "tools[1].parameters",
+            None,
+        ),
+        (
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": UNSATISFIABLE}}},
+            "text.format.schema",
+            None,
+        ),
     ],
 )
 def test_bad_requests_are_400_naming_the_param(door, client, body, param, code):

@@ -246,6 +246,9 @@ def test_a_completion_that_names_no_max_tokens_gets_openais_16(gateway):
     assert server.bodies[-1]["sampling_params"]["max_new_tokens"] > 16  # chat keeps the model's default
 
 
+UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}
+
+
 @pytest.mark.parametrize(
     "path, body, status, param, code",
     [
@@ -263,6 +266,24 @@ def test_a_completion_that_names_no_max_tokens_gets_openais_16(gateway):
             400,
             "messages",
             "context_length_exceeded",
+        ),
+        (  # the grammar refuses tools[1]: named in the body's own tools, not in those allowed_tools narrowed
+            "/v1/chat/completions",
+            {
+                "model": MODEL,
+                "messages": USER,
+                "tools": [
+                    {"type": "function", "function": {"name": "ok"}},
+                    {"type": "function", "function": {"name": "bad", "parameters": UNSATISFIABLE}},
+                ],
+                "tool_choice": {
+                    "type": "allowed_tools",
+                    "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "bad"}}]},
+                },
+            },
+            400,
+            "tools[1].function.parameters",
+            None,
         ),
         ("/v1/completions", {"model": MODEL, "prompt": [49152]}, 400, "prompt", None),
         ("/v1/chat/completions", [1], 400, None, None),
