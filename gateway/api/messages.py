@@ -52,6 +52,31 @@ async def count_tokens(request: Request, registry: ModelRegistry, max_body: int)
     return json_response({"input_tokens": len(ids)})
 
 
+def complete_members(arguments: str) -> dict[str, Any]:
+    """A tool_use block's `input` from its streamed JSON: the whole object, or, for arguments max_tokens cut short,
+    the members completed before the cut (what the stream's deltas gave a client, whose SDK parses them so)."""
+    try:
+        return orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        pass
+    depth, in_string, escaped, last_member = 0, False, False, 0
+    for i, ch in enumerate(arguments):
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        elif ch == "," and depth == 1:
+            last_member = i
+    try:
+        return orjson.loads(arguments[:last_member] + "}") if last_member else {}
+    except orjson.JSONDecodeError:
+        return {}
+
+
 class MessagesDoor:
     """Chat chunks of one choice → Anthropic stream events (content blocks by index); folded into a Message."""
 
@@ -169,7 +194,7 @@ class MessagesDoor:
             elif e["type"] == "message_delta":
                 message.update(e["delta"], usage=e["usage"])
         for index, fragments in partial.items():
-            blocks[index]["input"] = orjson.loads("".join(fragments))
+            blocks[index]["input"] = complete_members("".join(fragments))
         return {**message, "content": blocks}
 
     def frame(self, item: Any) -> bytes:

@@ -283,3 +283,18 @@ def test_client_stream_accumulates_thinking_and_tool_use(door, client):
         final = s.get_final_message()
     thinking, use = final.content
     assert thinking.thinking == "Weighing it." and use.input == {"city": "Paris"} and final.stop_reason == "tool_use"
+
+
+def test_a_tool_use_cut_by_max_tokens_keeps_its_completed_members_streamed_or_not(door, client):
+    """The message's `input` holds the arguments completed before the cut, as the client's stream accumulates
+    them (the folded body tried to parse the cut JSON whole: a 500)."""
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "country": "France"}}\n</tool_call>'
+    cut = len(door.model.encoder.encode_plain(call[: call.index('"country') + 5]))
+    body = {"tools": [WEATHER], "tool_choice": {"type": "any"}, "max_tokens": cut}
+    door.say(call)
+    message = create(door, messages=USER, **body)
+    assert message["stop_reason"] == "max_tokens"
+    assert [(b["type"], b["input"]) for b in message["content"]] == [("tool_use", {"city": "Paris"})]
+    door.say(call)
+    with client.messages.stream(model=door.model.id, messages=USER, **body) as s:
+        assert s.get_final_message().content[0].input == {"city": "Paris"}
