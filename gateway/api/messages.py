@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -23,6 +22,7 @@ from gateway.ids import item_id
 from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChoiceStep
+from gateway.validation.cut_json import completed_members
 from gateway.validation.messages import parse_messages_request
 
 _TEXT_BLOCKS = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinking_delta")}
@@ -50,31 +50,6 @@ async def count_tokens(request: Request, registry: ModelRegistry, max_body: int)
     except APIError as e:
         return e.response(ANTHROPIC_PATH)
     return json_response({"input_tokens": len(ids)})
-
-
-def complete_members(arguments: str) -> dict[str, Any]:
-    """A tool_use block's `input` from its streamed JSON: the whole object, or, for arguments max_tokens cut short,
-    the members completed before the cut (what the stream's deltas gave a client, whose SDK parses them so)."""
-    try:
-        return orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        pass
-    depth, in_string, escaped, last_member = 0, False, False, 0
-    for i, ch in enumerate(arguments):
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (ch == "\\", ch != '"')
-        elif ch == '"':
-            in_string = True
-        elif ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        elif ch == "," and depth == 1:
-            last_member = i
-    try:
-        return orjson.loads(arguments[:last_member] + "}") if last_member else {}
-    except orjson.JSONDecodeError:
-        return {}
 
 
 class MessagesDoor:
@@ -194,7 +169,7 @@ class MessagesDoor:
             elif e["type"] == "message_delta":
                 message.update(e["delta"], usage=e["usage"])
         for index, fragments in partial.items():
-            blocks[index]["input"] = complete_members("".join(fragments))
+            blocks[index]["input"] = completed_members("".join(fragments))
         return {**message, "content": blocks}
 
     def frame(self, item: Any) -> bytes:

@@ -356,3 +356,17 @@ def test_input_items_of_every_kind_match_the_published_list_type(door):
     ).json()
     ResponseItemList.model_validate(rest)
     assert [i["type"] for i in rest["data"]] == ["function_call", "function_call_output"] and not rest["has_more"]
+
+
+def test_a_stored_call_cut_by_max_output_tokens_does_not_break_the_conversation(door):
+    """Continuing after a function call that max_output_tokens cut was a 500 (its stored arguments are not JSON):
+    the call goes back to the model with the arguments it completed."""
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+    cut = len(door.model.encoder.encode_plain(call[: call.index('"unit') + 3]))
+    door.say(call)
+    first = create(door, input="Weather?", tools=[WEATHER], tool_choice="required", max_output_tokens=cut)
+    assert first["status"] == "incomplete" and first["output"][0]["arguments"].startswith('{"city": "Paris", "un')
+    door.say("Sunny.")
+    output = [{"type": "function_call_output", "call_id": first["output"][0]["call_id"], "output": "sunny"}]
+    assert create(door, input=output, previous_response_id=first["id"])["status"] == "completed"
+    assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in door.prompt()
