@@ -65,11 +65,17 @@ class MessagesDoor:
         self._open: str | None = None
         self._finish: str | None = None
         self._stop_string: str | None = None
+        self._started = False
 
     def usage(self) -> dict[str, Any]:
         return self._renderer.usage()
 
     def opening(self) -> list[Any]:
+        return []  # message_start goes with the first step, once the backend said how much of the prompt was cached
+
+    def _message_start(self) -> list[dict[str, Any]]:
+        """message_start (its usage split into cached and uncached input as message_delta's is) and a ping."""
+        self._started = True
         usage = self._usage()
         message = {
             "id": self._rid,
@@ -101,7 +107,7 @@ class MessagesDoor:
             if chunk["finish_reason"]:
                 self._finish = chunk["finish_reason"]
         self._stop_string = step.stop_string or self._stop_string
-        return out
+        return out if self._started else self._message_start() + out
 
     def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
         field, delta_type = _TEXT_BLOCKS[kind]
@@ -136,6 +142,7 @@ class MessagesDoor:
             reason = "stop_sequence" if self._stop_string is not None else "end_turn"
         delta = {"stop_reason": reason, "stop_sequence": self._stop_string}
         return [
+            *([] if self._started else self._message_start()),
             *self._stop(),
             {"type": "message_delta", "delta": delta, "usage": self._usage()},
             {"type": "message_stop"},

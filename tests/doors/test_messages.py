@@ -298,3 +298,14 @@ def test_a_tool_use_cut_by_max_tokens_keeps_its_completed_members_streamed_or_no
     door.say(call)
     with client.messages.stream(model=door.model.id, messages=USER, **body) as s:
         assert s.get_final_message().content[0].input == {"city": "Paris"}
+
+
+def test_message_start_splits_the_input_as_message_delta_does(door):
+    """message_start went out before the backend said how much of the prompt was cached: it claimed every input
+    token uncached while message_delta then counted most of them as cache reads."""
+    door.say("Hello there", cached_tokens=20)
+    events = stream(door, messages=USER)
+    start, delta = events[0]["message"]["usage"], events[-2]["usage"]
+    assert [e["type"] for e in events[:2]] == ["message_start", "ping"]
+    assert start["cache_read_input_tokens"] == delta["cache_read_input_tokens"] == 20
+    assert start["input_tokens"] == delta["input_tokens"] == len(door.server.bodies[-1]["input_ids"]) - 20
