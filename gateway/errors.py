@@ -1,4 +1,4 @@
-"""OpenAI-style errors: one exception type, one JSON shape."""
+"""Errors: one exception type, in OpenAI's JSON shape, or Anthropic's under /v1/messages."""
 
 from __future__ import annotations
 
@@ -44,8 +44,32 @@ class APIError(Exception):
             headers["retry-after"] = str(self.retry_after)
         return headers
 
-    def response(self) -> Response:
-        return json_response(self.body(), status=self.status, headers=self.headers())
+    def response(self, path: str = "") -> Response:
+        """The answer, in the shape of the door at `path` (Anthropic's under /v1/messages, else OpenAI's)."""
+        body = anthropic_error(self) if path.startswith(ANTHROPIC_PATH) else self.body()
+        return json_response(body, status=self.status, headers=self.headers())
+
+
+ANTHROPIC_PATH = "/v1/messages"
+"""Requests under this path are Anthropic clients: every refusal they get, wherever made, is in Anthropic's shape."""
+_ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error(error: APIError) -> dict[str, Any]:
+    """The error body Anthropic clients parse ({"type": "error", "error": {type, message}}); the param at fault is
+    named in the message."""
+    kind = _ANTHROPIC_TYPES.get(error.status) or ("api_error" if error.status >= 500 else "invalid_request_error")
+    message = f"{error.param}: {error.message}" if error.param and error.param not in error.message else error.message
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def invalid(message: str, param: str | None, code: str | None = None) -> APIError:

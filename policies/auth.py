@@ -51,7 +51,7 @@ def authenticate(store: PolicyStore, headers: Mapping[bytes, bytes], today: dt.d
     """The caller of a request; AuthError when it has no valid key."""
     key = presented_key(headers)
     if key is None:
-        raise AuthError("no API key: send 'Authorization: Bearer YOUR_KEY' (or an 'api-key' header)")
+        raise AuthError("no API key: send 'Authorization: Bearer YOUR_KEY' (or an 'api-key' or 'x-api-key' header)")
     digest = hash_key(key)
     found = store.lookup(digest)
     if found is None or not hmac.compare_digest(found[1].sha256, digest):

@@ -322,6 +322,26 @@ def test_bodies_without_a_call_are_returned_as_content(text: str, content: str) 
     assert not parser.saw_tool_call
 
 
+@pytest.mark.parametrize(
+    "cut", ["<", "<tool_", "<tool_call>", "<tool_call>\n", '<tool_call>\n{"name', "<think>\nok\n</think>\n\n<tool_ca"]
+)
+def test_with_forced_calls_a_cut_marker_or_header_is_never_content(cut: str) -> None:
+    for splits in ([], list(range(len(cut)))):
+        deltas, parser = run(cut, splits=splits, forced_calls=True)
+        assert merge(deltas)["content"] == "" and merge(deltas)["tool_calls"] == [], splits
+        assert not parser.saw_tool_call
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "content"),
+    [("auto", "<tool_call>"), ("required", ""), ({"type": "function", "function": {"name": "get_weather"}}, "")],
+)
+def test_the_family_parser_drops_a_cut_marker_only_when_calls_are_forced(tool_choice: Any, content: str) -> None:
+    request = ChatRequest(messages=[{"role": "user", "content": "Weather?"}], tools=[WEATHER], tool_choice=tool_choice)
+    parser = family().parser(request, "")
+    assert merge(parser.feed([Piece("<tool_call>")]) + parser.finish())["content"] == content
+
+
 def test_partial_marker_is_held_back_until_resolved() -> None:
     parser = HermesParser()
     assert merge(parser.feed([Piece("Hi <tool_")])) == {"content": "Hi", "reasoning": "", "tool_calls": []}

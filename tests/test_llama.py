@@ -149,6 +149,17 @@ def test_calls_content_and_truncation(tokenizer: Tokenizer, plain) -> None:
     assert [c.name for c in pythonic.tool_calls] == ["get_weather", "ping"] and pythonic.content == "done"
 
 
+@pytest.mark.parametrize(("tool_choice", "content"), [("auto", OUTPUTS[3][0]), ("required", None)])
+def test_a_call_cut_by_max_tokens_is_content_only_when_calls_were_not_forced(
+    tokenizer: Tokenizer, plain, tool_choice: str, content: str | None
+) -> None:
+    """A forced tool choice's grammar allows calls only: its cut call is dropped, never raw JSON in content."""
+    family = tokenize_only_model("llama-3", tokenizer, "llama3_json").family
+    request = ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], tool_choice=tool_choice)
+    cut = replay(family.parser(request, ""), tokenizer, ids_of(plain, *OUTPUTS[3]))
+    assert cut.content == content and not cut.tool_calls
+
+
 def test_pythonic_calls_take_literals_only() -> None:
     assert pythonic_calls("[f(a=[1, {'b': None}], c=True)]") == [("f", {"a": [1, {"b": None}], "c": True})]
     assert pythonic_calls("[f(x)]") is None and pythonic_calls("[f(a=g())]") is None

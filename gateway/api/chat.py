@@ -10,9 +10,11 @@ from starlette.responses import Response
 
 from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
+from gateway.api.door_params import CHAT_PARAMS, DoorParams
 from gateway.api.logprobs import TokenTexts, chat_logprobs
 from gateway.api.streaming import Events, respond
 from gateway.api.usage import usage
+from gateway.errors import APIError
 from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
 from gateway.ids import new_call_id, new_id, now
@@ -29,8 +31,9 @@ async def chat_completions(request: Request, registry: ModelRegistry, max_body: 
     parsed = parse_chat_completion(body)
     model = served_model(registry, parsed.model)
     rid = new_id("chatcmpl")
+    params = CHAT_PARAMS.declaring([t["function"]["name"] for t in body.get("tools") or ()])
     events, renderer = await start_chat(
-        request, model, parsed.chat, parsed.settings, rid, max_tokens_param=_max_tokens_param(body)
+        request, model, parsed.chat, parsed.settings, rid, max_tokens_param=_max_tokens_param(body), params=params
     )
     envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, parsed.settings, "chat.completion")
@@ -44,14 +47,20 @@ async def start_chat(
     rid: str,
     param: str = "messages",
     max_tokens_param: str = "max_tokens",
+    params: DoorParams = CHAT_PARAMS,
 ) -> tuple[Events, ChatRenderer]:
     """The one path every door takes from a chat request to its choices' steps and their renderer: the
     tenant's tool and max-tokens rules, then render, shield, encode, grammar, the fair queue and admission,
-    and the backend. `param` and `max_tokens_param` name the door's fields for the prompt and max tokens."""
+    and the backend. `param` and `max_tokens_param` name the door's fields for the prompt and max tokens, `params`
+    its fields for tools and the answer's schema."""
     policy = request_policy(request)
-    chat = policy.check_tools(chat)
-    policy.check_max_tokens(settings.max_tokens, max_tokens_param)
-    plan = await plan_chat_off_loop(model, chat, settings, param)
+    try:
+        chat = policy.check_tools(chat)
+        policy.check_max_tokens(settings.max_tokens, max_tokens_param)
+        plan = await plan_chat_off_loop(model, chat, settings, param)
+    except APIError as e:
+        e.param = params.of(e.param, chat)
+        raise
     plan.sampling.max_new_tokens = policy.cap(plan.sampling.max_new_tokens)
     note_request("chat", rid, model.id, plan.sampling.max_new_tokens, settings)
     queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)

@@ -119,7 +119,7 @@ class Front:
                 record.status = record.status or 500
                 raise
             log.exception("request %s failed", request_id)
-            await APIError("internal server error", status=500, type="server_error").response()(
+            await APIError("internal server error", status=500, type="server_error").response(scope["path"])(
                 scope, receive, send_noting
             )
         except BaseException:
@@ -170,7 +170,7 @@ class Dispatch:
         try:
             response = await route.endpoint(Request(scope, receive, send))
         except APIError as e:
-            response = e.response()
+            response = e.response(scope["path"])
         except HTTPException as e:
             response = _http_error_response(scope, e)
         await response(scope, receive, send)
@@ -178,7 +178,7 @@ class Dispatch:
 
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, APIError)
-    return exc.response()
+    return exc.response(request.scope["path"])
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -189,4 +189,4 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 def _http_error_response(scope: Scope, exc: HTTPException) -> Response:
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
     message = f"{exc.detail}: {scope['method']} {scope['path']}"
-    return APIError(message, status=exc.status_code, code=code).response()
+    return APIError(message, status=exc.status_code, code=code).response(scope["path"])

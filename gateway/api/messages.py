@@ -9,44 +9,24 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.asgi import json_response, sse_frame
 from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
+from gateway.api.door_params import MESSAGES_PARAMS
 from gateway.api.streaming import respond_door
-from gateway.errors import APIError
+from gateway.errors import ANTHROPIC_PATH, APIError, anthropic_error
 from gateway.ids import item_id
 from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChoiceStep
+from gateway.validation.cut_json import completed_members
 from gateway.validation.messages import parse_messages_request
 
 _TEXT_BLOCKS = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinking_delta")}
 """Block type → the field its text is in and the type of its deltas."""
-_ERROR_TYPES = {
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-
-
-def anthropic_error(error: APIError) -> dict[str, Any]:
-    """The error body Anthropic clients parse; the param at fault is named in the message."""
-    kind = _ERROR_TYPES.get(error.status) or ("api_error" if error.status >= 500 else "invalid_request_error")
-    message = f"{error.param}: {error.message}" if error.param and error.param not in error.message else error.message
-    return {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def _error_response(error: APIError) -> Response:
-    return json_response(anthropic_error(error), status=error.status, headers=error.headers())
 
 
 async def create_message(request: Request, registry: ModelRegistry, max_body: int) -> Response:
@@ -55,12 +35,12 @@ async def create_message(request: Request, registry: ModelRegistry, max_body: in
         model = served_model(registry, parsed.model)
         rid = item_id("msg")
         events, renderer = await start_chat(
-            request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens"
+            request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens", params=MESSAGES_PARAMS
         )
         door = MessagesDoor(renderer, rid, model.id)
         return await respond_door(request, events, door, parsed.settings.stream)
     except APIError as e:
-        return _error_response(e)
+        return e.response(ANTHROPIC_PATH)
 
 
 async def count_tokens(request: Request, registry: ModelRegistry, max_body: int) -> Response:
@@ -68,7 +48,7 @@ async def count_tokens(request: Request, registry: ModelRegistry, max_body: int)
         parsed = parse_messages_request(await read_json(request, max_body), count_only=True)
         _, ids = encode_chat(served_model(registry, parsed.model), parsed.chat)
     except APIError as e:
-        return _error_response(e)
+        return e.response(ANTHROPIC_PATH)
     return json_response({"input_tokens": len(ids)})
 
 
@@ -85,11 +65,17 @@ class MessagesDoor:
         self._open: str | None = None
         self._finish: str | None = None
         self._stop_string: str | None = None
+        self._started = False
 
     def usage(self) -> dict[str, Any]:
         return self._renderer.usage()
 
     def opening(self) -> list[Any]:
+        return []  # message_start goes with the first step, once the backend said how much of the prompt was cached
+
+    def _message_start(self) -> list[dict[str, Any]]:
+        """message_start (its usage split into cached and uncached input as message_delta's is) and a ping."""
+        self._started = True
         usage = self._usage()
         message = {
             "id": self._rid,
@@ -121,7 +107,7 @@ class MessagesDoor:
             if chunk["finish_reason"]:
                 self._finish = chunk["finish_reason"]
         self._stop_string = step.stop_string or self._stop_string
-        return out
+        return out if self._started else self._message_start() + out
 
     def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
         field, delta_type = _TEXT_BLOCKS[kind]
@@ -156,6 +142,7 @@ class MessagesDoor:
             reason = "stop_sequence" if self._stop_string is not None else "end_turn"
         delta = {"stop_reason": reason, "stop_sequence": self._stop_string}
         return [
+            *([] if self._started else self._message_start()),
             *self._stop(),
             {"type": "message_delta", "delta": delta, "usage": self._usage()},
             {"type": "message_stop"},
@@ -189,7 +176,7 @@ class MessagesDoor:
             elif e["type"] == "message_delta":
                 message.update(e["delta"], usage=e["usage"])
         for index, fragments in partial.items():
-            blocks[index]["input"] = orjson.loads("".join(fragments))
+            blocks[index]["input"] = completed_members("".join(fragments))
         return {**message, "content": blocks}
 
     def frame(self, item: Any) -> bytes:

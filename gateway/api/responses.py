@@ -17,6 +17,7 @@ from starlette.responses import Response
 from backends.asgi import json_response, sse_frame
 from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
+from gateway.api.door_params import RESPONSES_PARAMS
 from gateway.api.response_store import ResponseStore
 from gateway.api.streaming import respond_door
 from gateway.api.tenancy import tenant_of
@@ -40,7 +41,8 @@ def request_owner(request: Request) -> str | None:
 
 
 async def create_response(request: Request, registry: ModelRegistry, store: ResponseStore, max_body: int) -> Response:
-    parsed = parse_responses_request(await read_json(request, max_body))
+    body = await read_json(request, max_body)
+    parsed = parse_responses_request(body)
     model = served_model(registry, parsed.model)
     owner = request_owner(request)
     history: list[dict[str, Any]] = []
@@ -61,7 +63,14 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         raise invalid("'input' must hold at least one item", "input")
     rid = item_id("resp")
     events, renderer = await start_chat(
-        request, model, chat, parsed.settings, rid, param="input", max_tokens_param="max_output_tokens"
+        request,
+        model,
+        chat,
+        parsed.settings,
+        rid,
+        param="input",
+        max_tokens_param="max_output_tokens",
+        params=RESPONSES_PARAMS.declaring([t["name"] for t in body.get("tools") or ()]),
     )
 
     async def keep(response: dict[str, Any], output: list[dict[str, Any]]) -> None:

@@ -124,7 +124,7 @@ class TenantMiddleware:
         except AuthError as exc:
             self._audit(None, request_id, 401, time.monotonic())
             error = APIError(str(exc), status=401, code="invalid_api_key")
-            await error.response()(scope, receive, send)
+            await error.response(scope["path"])(scope, receive, send)
             return
         tenant = state["tenant"] = TenantRequest(caller, request_id)
         note_tenant(caller.policy.tenant)

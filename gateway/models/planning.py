@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from backends.base import Grammar, SamplingParams
 from gateway.errors import invalid
@@ -35,7 +35,9 @@ def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSetting
     `param` names the field a prompt that does not fit, or cannot be rendered, is blamed on."""
     with stage("gateway.render"):
         prompt, ids = encode_chat(model, chat, param)
-        max_new = token_budget(model, len(ids), settings.max_tokens, param)
+        max_new = token_budget(
+            model, len(ids), settings.max_tokens, param, prompt_parts=lambda: tools_share(model, chat, len(ids))
+        )
     started = time.perf_counter()
     with stage("gateway.grammar"):
         grammar = chat_grammar(model, chat, prompt)
@@ -71,20 +73,28 @@ def _cheap(chat: ChatRequest) -> bool:
 
 
 def token_budget(
-    model: ServedModel, prompt_tokens: int, max_tokens: int | None, param: str, default: int | None = None
+    model: ServedModel,
+    prompt_tokens: int,
+    max_tokens: int | None,
+    param: str,
+    default: int | None = None,
+    prompt_parts: Callable[[], str] | None = None,
 ) -> int:
     """max_new_tokens for a prompt: what was asked, else `default` (the door's) or the model's default, capped by
-    the room the context leaves; 400 when it does not fit."""
+    the room the context leaves; 400 when it does not fit (its message completed by `prompt_parts`, called only
+    then: what the prompt's tokens are made of)."""
     room = model.context_length - prompt_tokens
     if room < 1:
+        parts = prompt_parts() if prompt_parts else ""
         raise invalid(
-            f"the prompt is {prompt_tokens} tokens; this model's context is {model.context_length} tokens",
+            f"the prompt is {prompt_tokens} tokens{parts}; this model's context is {model.context_length} tokens",
             param,
             "context_length_exceeded",
         )
     if max_tokens is not None and max_tokens > room:
+        parts = prompt_parts() if prompt_parts else ""
         raise invalid(
-            f"the prompt ({prompt_tokens} tokens) plus max tokens ({max_tokens}) exceeds this model's context "
+            f"the prompt ({prompt_tokens} tokens{parts}) plus max tokens ({max_tokens}) exceeds this model's context "
             f"of {model.context_length} tokens",
             param,
             "context_length_exceeded",
@@ -110,6 +120,18 @@ def sampling_params(
         presence_penalty=settings.presence_penalty,
         skip_special_tokens=skip_special_tokens,
     )
+
+
+def tools_share(model: ServedModel, chat: ChatRequest, prompt_tokens: int) -> str:
+    """The tools' share of a prompt that does not fit, as `(N in the messages, M in the tools)` (empty when they add
+    nothing): OpenAI's context error names the functions' share so, its `param` staying `messages`."""
+    if not chat.tools:
+        return ""
+    try:
+        bare = len(model.encode_chat(replace(chat, tools=[], tool_choice="auto"))[1])
+    except TemplateError:
+        return ""
+    return f" ({bare} in the messages, {prompt_tokens - bare} in the tools)" if prompt_tokens > bare else ""
 
 
 def encode_chat(model: ServedModel, chat: ChatRequest, param: str = "messages") -> tuple[str, list[int]]:

@@ -33,7 +33,7 @@ class ServerLimits:
 
 
 class ConcurrencyLimit:
-    """Answers 503 (OpenAI's shape, `retry-after: 1`) to a request arriving while `limit` are being served."""
+    """Answers 503 (the door's error shape, `retry-after: 1`) to a request arriving while `limit` are being served."""
 
     def __init__(self, app: ASGIApp, limit: int):
         self.app = app
@@ -52,7 +52,7 @@ class ConcurrencyLimit:
                 code="too_many_requests_in_flight",
                 retry_after=1,
             )
-            await error.response()(scope, receive, send)
+            await error.response(scope["path"])(scope, receive, send)
             return
         self.active += 1
         try:

@@ -29,6 +29,7 @@ from gateway.validation.chat import (
     parse_tool_choice,
     parse_tools,
 )
+from gateway.validation.cut_json import completed_members
 from gateway.validation.declare import Field, Obj, Variants, array, boolean, either, integer, obj, refused, string
 from gateway.validation.fields import (
     MAX_TOKENS,
@@ -361,7 +362,8 @@ def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> 
         else:  # function_call
             if not messages or messages[-1]["role"] != "assistant":
                 messages.append({"role": "assistant", "content": None})
-            call = {"name": item["name"], "arguments": orjson.loads(item["arguments"] or "{}")}
+            # a stored function call that max_output_tokens cut keeps its completed arguments
+            call = {"name": item["name"], "arguments": completed_members(item["arguments"] or "{}")}
             messages[-1].setdefault("tool_calls", []).append(
                 {"id": item["call_id"], "type": "function", "function": call}
             )

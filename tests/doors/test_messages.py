@@ -13,6 +13,8 @@ from pydantic import TypeAdapter
 
 from tests.doors.conftest import named_events
 
+UNSATISFIABLE = {"type": "string", "minLength": 5, "maxLength": 2}
+"""A schema no grammar can enforce (refused when the grammar is built, not by validation)."""
 WEATHER = {
     "name": "get_weather",
     "description": "Weather of a city",
@@ -183,6 +185,22 @@ def test_count_tokens(door, client):
         ),
         ({"model": "nope"}, 404, "not_found_error", "model"),
         ({"messages": [{"role": "user", "content": "x" * 40_000}]}, 400, "invalid_request_error", "messages"),
+        (  # refused by the grammar, named as this door's body names it
+            {"tools": [WEATHER, {"name": "f", "input_schema": {"type": "object", "properties": {"a": UNSATISFIABLE}}}]},
+            400,
+            "invalid_request_error",
+            "tools[1].input_schema:",
+        ),
+        (
+            {
+                "output_config": {
+                    "format": {"type": "json_schema", "schema": {"type": "object", "properties": {"a": UNSATISFIABLE}}}
+                }
+            },
+            400,
+            "invalid_request_error",
+            "output_config.format.schema:",
+        ),
     ],
 )
 def test_errors_in_anthropic_shape(door, body, status, kind, names):
@@ -265,3 +283,29 @@ def test_client_stream_accumulates_thinking_and_tool_use(door, client):
         final = s.get_final_message()
     thinking, use = final.content
     assert thinking.thinking == "Weighing it." and use.input == {"city": "Paris"} and final.stop_reason == "tool_use"
+
+
+def test_a_tool_use_cut_by_max_tokens_keeps_its_completed_members_streamed_or_not(door, client):
+    """The message's `input` holds the arguments completed before the cut, as the client's stream accumulates
+    them (the folded body tried to parse the cut JSON whole: a 500)."""
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "country": "France"}}\n</tool_call>'
+    cut = len(door.model.encoder.encode_plain(call[: call.index('"country') + 5]))
+    body = {"tools": [WEATHER], "tool_choice": {"type": "any"}, "max_tokens": cut}
+    door.say(call)
+    message = create(door, messages=USER, **body)
+    assert message["stop_reason"] == "max_tokens"
+    assert [(b["type"], b["input"]) for b in message["content"]] == [("tool_use", {"city": "Paris"})]
+    door.say(call)
+    with client.messages.stream(model=door.model.id, messages=USER, **body) as s:
+        assert s.get_final_message().content[0].input == {"city": "Paris"}
+
+
+def test_message_start_splits_the_input_as_message_delta_does(door):
+    """message_start went out before the backend said how much of the prompt was cached: it claimed every input
+    token uncached while message_delta then counted most of them as cache reads."""
+    door.say("Hello there", cached_tokens=20)
+    events = stream(door, messages=USER)
+    start, delta = events[0]["message"]["usage"], events[-2]["usage"]
+    assert [e["type"] for e in events[:2]] == ["message_start", "ping"]
+    assert start["cache_read_input_tokens"] == delta["cache_read_input_tokens"] == 20
+    assert start["input_tokens"] == delta["input_tokens"] == len(door.server.bodies[-1]["input_ids"]) - 20

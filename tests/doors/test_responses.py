@@ -13,6 +13,8 @@ from tests.doors.conftest import named_events
 from tests.doors.published_types import check_event, check_response
 from tests.doors.weather_agent import run_weather_agent
 
+UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}
+"""A schema no grammar can enforce (refused when the grammar is built, not by validation)."""
 WEATHER = {
     "type": "function",
     "name": "get_weather",
@@ -238,6 +240,19 @@ def test_store_false_keeps_nothing(door, client):
         ({"background": True}, "background", "unsupported_parameter"),
         ({"input": "x" * 40_000}, "input", "context_length_exceeded"),
         ({"max_output_tokens": 0}, "max_output_tokens", None),
+        (  # refused by the grammar, named as this door's body names it (tools[1]: allowed_tools narrowed the prompt's)
+            {
+                "tools": [WEATHER, {"type": "function", "name": "f", "parameters": UNSATISFIABLE}],
+                "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "f"}]},
+            },
+            "tools[1].parameters",
+            None,
+        ),
+        (
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": UNSATISFIABLE}}},
+            "text.format.schema",
+            None,
+        ),
     ],
 )
 def test_bad_requests_are_400_naming_the_param(door, client, body, param, code):
@@ -341,3 +356,17 @@ def test_input_items_of_every_kind_match_the_published_list_type(door):
     ).json()
     ResponseItemList.model_validate(rest)
     assert [i["type"] for i in rest["data"]] == ["function_call", "function_call_output"] and not rest["has_more"]
+
+
+def test_a_stored_call_cut_by_max_output_tokens_does_not_break_the_conversation(door):
+    """Continuing after a function call that max_output_tokens cut was a 500 (its stored arguments are not JSON):
+    the call goes back to the model with the arguments it completed."""
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+    cut = len(door.model.encoder.encode_plain(call[: call.index('"unit') + 3]))
+    door.say(call)
+    first = create(door, input="Weather?", tools=[WEATHER], tool_choice="required", max_output_tokens=cut)
+    assert first["status"] == "incomplete" and first["output"][0]["arguments"].startswith('{"city": "Paris", "un')
+    door.say("Sunny.")
+    output = [{"type": "function_call_output", "call_id": first["output"][0]["call_id"], "output": "sunny"}]
+    assert create(door, input=output, previous_response_id=first["id"])["status"] == "completed"
+    assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in door.prompt()

@@ -43,6 +43,8 @@ class Script:
     """Seconds to wait before each token."""
     refuse: int | None = None
     """Answer with this HTTP status and an error body instead of a stream."""
+    cached_tokens: int = 0
+    """The prompt tokens every event reports as read from the prefix cache."""
 
 
 class ConnectionCut(Exception):
@@ -133,24 +135,24 @@ class SGLangStandIn:
                     finish = {"type": "stop", "matched": token}
                 elif len(sent) == params.max_new_tokens:
                     finish = {"type": "length", "length": len(sent)}
-                yield self._output(request, sent, finish)
+                yield self._output(request, sent, finish, cached=script.cached_tokens)
                 if finish:
                     break
             else:
-                yield self._output(request, sent, {"type": "stop", "matched": None}, new=0)
+                yield self._output(request, sent, {"type": "stop", "matched": None}, new=0, cached=script.cached_tokens)
             yield b"data: [DONE]\n\n"
         finally:
             self.streaming.discard(request.rid)
             self.closed[request.rid].set()
 
-    def _output(self, request: Any, sent: list[int], finish: dict | None, new: int = 1) -> bytes:
+    def _output(self, request: Any, sent: list[int], finish: dict | None, new: int = 1, cached: int = 0) -> bytes:
         shown = sent[len(sent) - new :] if self.incremental else sent
         meta: dict[str, Any] = {
             "id": request.rid,
             "finish_reason": finish,
             "prompt_tokens": len(request.input_ids),
             "completion_tokens": len(sent),
-            "cached_tokens": 0,
+            "cached_tokens": cached,
         }
         if request.return_logprob:
             meta["output_token_logprobs"] = [[fake_logprob(t), t, None] for t in shown]

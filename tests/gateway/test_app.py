@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 from collections.abc import Iterator
 
@@ -245,6 +246,9 @@ def test_a_completion_that_names_no_max_tokens_gets_openais_16(gateway):
     assert server.bodies[-1]["sampling_params"]["max_new_tokens"] > 16  # chat keeps the model's default
 
 
+UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}
+
+
 @pytest.mark.parametrize(
     "path, body, status, param, code",
     [
@@ -263,6 +267,24 @@ def test_a_completion_that_names_no_max_tokens_gets_openais_16(gateway):
             "messages",
             "context_length_exceeded",
         ),
+        (  # the grammar refuses tools[1]: named in the body's own tools, not in those allowed_tools narrowed
+            "/v1/chat/completions",
+            {
+                "model": MODEL,
+                "messages": USER,
+                "tools": [
+                    {"type": "function", "function": {"name": "ok"}},
+                    {"type": "function", "function": {"name": "bad", "parameters": UNSATISFIABLE}},
+                ],
+                "tool_choice": {
+                    "type": "allowed_tools",
+                    "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "function": {"name": "bad"}}]},
+                },
+            },
+            400,
+            "tools[1].function.parameters",
+            None,
+        ),
         ("/v1/completions", {"model": MODEL, "prompt": [49152]}, 400, "prompt", None),
         ("/v1/chat/completions", [1], 400, None, None),
         ("/detokenize", {"model": MODEL, "tokens": [-1]}, 400, "tokens[0]", None),
@@ -280,6 +302,16 @@ def test_request_errors(gateway, path, body, status, param, code):
     assert "x-request-id" in r.headers
 
 
+def test_a_prompt_too_long_for_its_tools_says_the_tools_share(gateway):
+    """OpenAI's own context error keeps `param: messages` and names the functions' share of the prompt."""
+    client, _ = gateway
+    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": "word " * 400}} for i in range(25)]
+    error = client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "tools": tools}).json()["error"]
+    assert (error["param"], error["code"]) == ("messages", "context_length_exceeded")
+    share = re.search(r"\((\d+) in the messages, (\d+) in the tools\)", error["message"])
+    assert share and int(share[2]) > 8192 > int(share[1]) > 0, error["message"]
+
+
 def test_invalid_json_and_unknown_route(gateway):
     client, _ = gateway
     r = client.post("/v1/chat/completions", content=b"{nope", headers={"content-type": "application/json"})
@@ -290,6 +322,18 @@ def test_invalid_json_and_unknown_route(gateway):
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed" and "x-request-id" in r.headers
     r = client.get("/v1/models/" + MODEL)  # a route with a path parameter: Starlette's router
     assert r.status_code == 200 and r.json()["id"] == MODEL
+
+
+def test_refusals_made_outside_the_messages_door_are_in_anthropics_shape_under_its_path(gateway):
+    client, _ = gateway
+    for method, path, status, kind in (
+        ("GET", "/v1/messages", 405, "invalid_request_error"),
+        ("POST", "/v1/messages/batches", 404, "not_found_error"),
+    ):
+        refused = client.request(method, path, json={})
+        assert refused.status_code == status and refused.json()["type"] == "error", refused.text
+        assert refused.json()["error"]["type"] == kind
+    assert client.get("/v1/nothing").json()["error"]["code"] == "not_found"  # OpenAI's shape elsewhere
 
 
 def test_models_tokens_health(gateway):

@@ -149,6 +149,44 @@ def test_keys_missing_unknown_expired_and_header_styles(client):
     assert described.status_code == 200 and "/v1/chat/completions" in described.json()["paths"]
 
 
+def test_the_messages_door_refuses_a_key_in_anthropics_shape(client):
+    body = {"model": "m-shared", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        for headers in ({}, {"x-api-key": "sk-nobody"}):
+            refused = client.post(path, json=body, headers=headers)
+            assert refused.status_code == 401, (path, headers)
+            error = refused.json()
+            assert error["type"] == "error" and error["error"]["type"] == "authentication_error", error
+            assert "x-api-key" in error["error"]["message"] or "not valid" in error["error"]["message"]
+
+
+def test_a_tool_outside_the_allowlist_is_named_in_each_doors_body(client):
+    schema = {"type": "object", "properties": {}}
+    responses = client.post(
+        "/v1/responses",
+        headers=auth("alpha"),
+        json={
+            "model": "m-shared",
+            "input": "hi",
+            "tools": [{"type": "function", "name": "search", "parameters": schema}],
+        },
+    )
+    assert responses.status_code == 403 and responses.json()["error"]["param"] == "tools[0].name", responses.text
+    messages = client.post(
+        "/v1/messages",
+        headers=auth("alpha"),
+        json={
+            "model": "m-shared",
+            "max_tokens": 2,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": "get_weather", "input_schema": schema}, {"name": "search", "input_schema": schema}],
+        },
+    )
+    error = messages.json()["error"]
+    assert messages.status_code == 403 and error["type"] == "permission_error", messages.text
+    assert error["message"].startswith("tools[1].name: ")
+
+
 def test_a_client_set_tenant_header_changes_nothing(client):
     headers = {**auth("alpha"), "x-tenant-id": "beta", "x-llm-d-inference-fairness-id": "beta"}
     listed = client.get("/v1/models", headers=headers).json()["data"]

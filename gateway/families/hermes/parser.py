@@ -20,7 +20,10 @@ Decisions (the gateway's documented behaviour):
   (no call, no markup), as the DeepSeek and Kimi parsers do; one cut later
   stays as sent (it cannot be taken back from a stream). Other body layouts
   are parsed whole at `</tool_call>`. A body that is not a call, or that ends
-  without a call header, is returned as content, markers included.
+  without a call header, is returned as content, markers included, unless the
+  tool choice forced calls (`required` or a named tool): the grammar then allows
+  nothing but calls, so a marker or call header cut off by the end of the output
+  is dropped, never content.
 * Markers are matched on text, so they work as plain text (SmolLM2) or as
   single added tokens (Qwen); `Piece.token_id` is not needed.
 """
@@ -117,9 +120,11 @@ def parse_whole_call(body: str) -> tuple[str, str] | None:
 class HermesParser(OutputParser):
     """Streams reasoning, content and tool calls out of hermes-format output."""
 
-    def __init__(self, *, tool_calls: bool = True, in_reasoning: bool = False) -> None:
-        """`tool_calls`: parse `<tool_call>` blocks (else they are content); `in_reasoning`: the prompt opened `<think>`."""
+    def __init__(self, *, tool_calls: bool = True, in_reasoning: bool = False, forced_calls: bool = False) -> None:
+        """`tool_calls`: parse `<tool_call>` blocks (else they are content); `in_reasoning`: the prompt opened `<think>`;
+        `forced_calls`: the answer is calls only (a cut marker or call header is dropped at the end)."""
         self._parse_calls = tool_calls
+        self._forced_calls = forced_calls
         self._state = _State.REASONING if in_reasoning else _State.START
         self._buffer = ""
         self._reasoning = Trimmed()
@@ -186,7 +191,7 @@ class HermesParser(OutputParser):
             self._buffer = self._buffer[start + len(TOOL_CALL_START) :]
             self._state = _State.CALL_HEADER
             return True
-        self._emit_content(self._take_unheld(final, TOOL_CALL_START))
+        self._emit_content(self._take_unheld(final and not self._forced_calls, TOOL_CALL_START))
         return False
 
     def _call_header(self, final: bool) -> bool:
@@ -215,7 +220,8 @@ class HermesParser(OutputParser):
             self._call_count += 1
             return True
         if final:
-            self._emit_content(TOOL_CALL_START + self._buffer)
+            if not self._forced_calls:
+                self._emit_content(TOOL_CALL_START + self._buffer)
             self._buffer = ""
             self._state = _State.CONTENT
         return False

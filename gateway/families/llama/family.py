@@ -68,7 +68,8 @@ class Llama3Family(Family):
         return build_grammar(request, self.context.tokenizer, json_calls=self.syntax is LLAMA3_JSON)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        return LlamaParser(self.syntax)
+        forced = self.syntax is LLAMA3_JSON and bool(request.active_tools) and request.tool_choice != "auto"
+        return LlamaParser(self.syntax, forced_calls=forced)
 
 
 class Llama4Family(Llama3Family):

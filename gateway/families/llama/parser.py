@@ -14,8 +14,9 @@ Decisions (the gateway's documented behaviour):
   dict`, a JSON answer) is content, verbatim. Anything else is content and
   streams as it arrives.
 * At the end of the output a value that never closed (max_tokens) is content
-  when it opened the output, and dropped after a tag: a call cut short is
-  never sent. Turn-end tokens (`<|eot_id|>`, `<|eom_id|>`, `<|python_end|>`, …)
+  when it opened the output, and dropped after a tag or when the tool choice
+  forced calls (their grammar allows nothing else): a call cut short is never
+  sent, nor shown as content. Turn-end tokens (`<|eot_id|>`, `<|eom_id|>`, `<|python_end|>`, …)
   are dropped.
 """
 
@@ -102,11 +103,12 @@ class Mode(Enum):
 class LlamaParser(CallParser):
     """Llama output parser for one choice; the same deltas however the output is chunked."""
 
-    def __init__(self, syntax: CallSyntax, new_id: Callable[[], str] = new_call_id):
+    def __init__(self, syntax: CallSyntax, new_id: Callable[[], str] = new_call_id, *, forced_calls: bool = False):
+        """`forced_calls`: the grammar allows calls only (a value cut at the end is dropped, as after a tag)."""
         super().__init__(new_id)
         self._syntax = syntax
         self._mode = Mode.START
-        self._tagged = False
+        self._tagged = forced_calls
         self._space = ""
         self._value: list[str] = []
         self._closing = JsonEnd(syntax.quotes)
