@@ -310,10 +310,15 @@ class LlamaModel:
                     cache[first_slot, :, start : start + q_len].copy_(new.view(q_len, heads, head_dim).transpose(0, 1))
 
                 return copy
-        slots = torch.arange(first_slot, first_slot + batch, device=self.device).unsqueeze(1).expand(batch, q_len)
+        # the row of each new key (slot, head, column) in the cache seen as (slots * heads * columns, head_dim):
+        # index_copy_ on those rows is several times cheaper than the advanced-index assignment
+        columns = self.cache.context + 1
+        slots = torch.arange(first_slot, first_slot + batch, device=self.device).view(batch, 1, 1)
+        heads_at = torch.arange(heads, device=self.device).view(1, 1, heads)
+        rows = ((slots * heads + heads_at) * columns + write_positions.unsqueeze(-1)).reshape(-1)
 
         def scatter(cache: torch.Tensor, new: torch.Tensor) -> None:
-            cache[slots, :, write_positions] = new.view(batch, q_len, heads, head_dim)
+            cache.view(-1, head_dim).index_copy_(0, rows, new.reshape(-1, head_dim))
 
         return scatter
 
