@@ -138,6 +138,8 @@ def main() -> None:
                 if args.concurrent:
                     batch = prompts[: args.concurrent]
                     concurrent[name].append(asyncio.run(concurrent_round(url, batch, args.tokens)))
+                together = f", {args.concurrent} at once {concurrent[name][-1][0]:.1f} tok/s" if args.concurrent else ""
+                print(f"round {r + 1}: {name}: batch 1 {rate:.1f} tok/s{together}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()
     hf = statistics.median(rates["transformers generate (fp32)"])
     print(
