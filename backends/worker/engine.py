@@ -17,7 +17,7 @@ import xgrammar as xgr
 from backends.base import SamplingParams
 from backends.detokenizer import Piece
 from backends.worker.grammar import BatchMasker
-from backends.worker.model import LlamaModel
+from backends.worker.model import LlamaModel, Segment
 from backends.worker.output_text import OutputText
 from backends.worker.prefix_cache import PrefixCache, common_prefix
 from backends.worker.sampling import RequestSampler, TokenChoice, choose_tokens, token_logprobs
@@ -233,7 +233,7 @@ class Engine:
             self._take_inbox()
             self._admit()
             try:
-                self._prefill_one_chunk()
+                self._prefill_chunks()
                 self._decode_step()
             except Exception as exc:  # a broken step must not kill the loop: fail its requests
                 log.exception("engine step failed")
@@ -300,22 +300,33 @@ class Engine:
             self._slots[place.slot] = running
             self._prefilling.append(running)
 
-    def _prefill_one_chunk(self) -> None:
-        if not self._prefilling:
+    def _prefill_chunks(self) -> None:
+        """One forward over the next prompt chunks of the prefilling requests in order, `prefill_chunk` tokens in
+        all: prompts that arrive together are prefilled together (the weights read once), and their first tokens
+        come out of the same step."""
+        batch, segments, budget = [], [], self.prefill_chunk
+        for running in self._prefilling:
+            if budget == 0:
+                break
+            start = running.prefilled
+            chunk = running.request.input_ids[start : start + budget]
+            batch.append(running)
+            segments.append(Segment(running.slot, start, chunk))
+            budget -= len(chunk)
+        if not batch:
             return
-        running = self._prefilling[0]
-        start = running.prefilled
-        chunk = running.request.input_ids[start : start + self.prefill_chunk]
         began = time.perf_counter()
-        positions = torch.arange(start, start + len(chunk), device=self.model.device).unsqueeze(0)
-        tokens = torch.tensor([chunk], device=self.model.device)
-        hidden = self.model.hidden(tokens, positions, positions, running.slot, start + len(chunk))
-        running.prefilled += len(chunk)
-        self.stats.prefill_tokens += len(chunk)
+        hidden = self.model.prefill(segments)
+        done = []
+        for row, (running, segment) in enumerate(zip(batch, segments)):
+            running.prefilled += len(segment.tokens)
+            if running.prefilled == len(running.request.input_ids):
+                self._prefilling.remove(running)
+                done.append(row)
+        self.stats.prefill_tokens += self.prefill_chunk - budget
         self.stats.prefill_seconds += time.perf_counter() - began
-        if running.prefilled == len(running.request.input_ids):
-            self._prefilling.popleft()
-            self._sample_and_emit([running], hidden)
+        if done:
+            self._sample_and_emit([batch[row] for row in done], hidden[done] if len(done) < len(batch) else hidden)
 
     def _decode_step(self) -> None:
         decoding = [r for r in self._slots if r is not None and r.generated > 0]

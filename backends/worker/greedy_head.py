@@ -49,18 +49,20 @@ class GreedyHead:
         approx = self.screen(hidden).float()
         norms = hidden.norm(dim=1, keepdim=True)
         bound = (norms * self._screen_error) * self.row_norms
-        lower = (approx - bound).max(dim=1, keepdim=True).values
-        candidates = approx + bound >= lower
-        ids = candidates.any(dim=0).nonzero().squeeze(1)
-        if not bool(torch.isfinite(lower).all()) or ids.numel() < 1:
+        lower = (approx - bound).amax(dim=1, keepdim=True)
+        if not bool(torch.isfinite(lower).all()):
             self.fallbacks += 1
             return None
+        high = approx.add_(bound)
+        # with `lower` finite (no logit is NaN), high >= lower exactly where high - lower >= 0: a column is a
+        # candidate of some row where the column's largest difference is; cheaper than a mask and `any` over rows
+        ids = ((high - lower).amax(dim=0) >= 0).nonzero().squeeze(1)
         rows = self.weight[ids]
-        exact = (hidden @ rows.T).masked_fill_(~candidates[:, ids], float("-inf"))
+        exact = (hidden @ rows.T).masked_fill_(high[:, ids] < lower, float("-inf"))
         error = (hidden.abs() @ rows.abs().T).mul_(self._rescore_error)
         best = exact.argmax(dim=1, keepdim=True)
         floor = exact.gather(1, best) - error.gather(1, best)
-        rivals = (exact + error).scatter(1, best, float("-inf")).max(dim=1, keepdim=True).values
+        rivals = (exact + error).scatter(1, best, float("-inf")).amax(dim=1, keepdim=True)
         if not bool((floor > rivals).all()):
             self.fallbacks += 1
             return None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -15,6 +17,15 @@ from backends.worker.weights import LlamaWeights
 
 WeightsDtype = Literal["fp32", "bf16"]
 _TORCH_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive prompt tokens of one slot, the first at position `start`."""
+
+    slot: int
+    start: int
+    tokens: list[int]
 
 
 class KVCache:
@@ -170,15 +181,59 @@ class LlamaModel:
         for idle rows). Keys 0..key_len-1 of each slot are attended. The three index tensors may be
         on any device.
         """
-        c = self.config
         tokens, positions, write_positions = (t.to(self.device) for t in (tokens, positions, write_positions))
         batch, q_len = tokens.shape
-        rows = batch * q_len
-        cos = self.cos[positions].view(rows, 1, c.head_dim)
-        sin = self.sin[positions].view(rows, 1, c.head_dim)
         attend = self._attention(positions, first_slot, key_len)
         write = self._kv_writer(write_positions, first_slot)
-        h = F.embedding(tokens.reshape(rows), self.embedding)
+        h = self._layers(tokens.reshape(-1), positions.reshape(-1), attend, write)
+        return self.final_norm(h.view(batch, q_len, self.config.hidden)[:, -1])
+
+    @torch.inference_mode()
+    def prefill(self, segments: list[Segment]) -> torch.Tensor:
+        """Run the prompt chunks of several slots in one forward and return the final-normed hidden state
+        (len(segments), hidden) of each chunk's last token.
+
+        The chunks' tokens are the rows of every product (no padding: the weights are read once for all of
+        them); each chunk attends over its own slot's keys and stores its keys as it would alone."""
+        lengths = [len(segment.tokens) for segment in segments]
+        parts = []
+        for at, segment in zip(itertools.accumulate([0, *lengths]), segments):
+            end = segment.start + len(segment.tokens)
+            positions = torch.arange(segment.start, end, device=self.device).unsqueeze(0)
+            parts.append(
+                (at, positions, self._attention(positions, segment.slot, end), self._kv_writer(positions, segment.slot))
+            )
+        if len(parts) == 1:
+            _, positions, attend, write = parts[0]
+        else:
+            positions = torch.cat([p for _, p, _, _ in parts], dim=1)
+
+            def attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+                return torch.cat([att(q[at : at + p.shape[1]], keys, values) for at, p, att, _ in parts])
+
+            def write(cache: torch.Tensor, new: torch.Tensor) -> None:
+                for at, p, _, store in parts:
+                    store(cache, new[at : at + p.shape[1]])
+
+        tokens = torch.tensor([t for segment in segments for t in segment.tokens], device=self.device)
+        h = self._layers(tokens, positions.reshape(-1), attend, write)
+        last = torch.tensor(list(itertools.accumulate(lengths)), device=self.device) - 1
+        return self.final_norm(h[last])
+
+    def _layers(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+        write: Callable[[torch.Tensor, torch.Tensor], None],
+    ) -> torch.Tensor:
+        """The blocks over `tokens` (rows,) at rope `positions` (rows,): the hidden states (rows, hidden) before
+        the final norm."""
+        c = self.config
+        rows = tokens.shape[0]
+        cos = self.cos[positions].view(rows, 1, c.head_dim)
+        sin = self.sin[positions].view(rows, 1, c.head_dim)
+        h = F.embedding(tokens, self.embedding)
         q_width, qk_width = self._q_width, self._qk_width
         for layer, (keys, values) in zip(self.layers, self.cache.per_layer):
             qkv = layer.qkv(layer.attn_norm(h))
@@ -188,7 +243,7 @@ class LlamaModel:
             h = h + layer.o(attend(qkv[:, :q_width], keys, values))
             gate, up = layer.gate_up(layer.ffn_norm(h)).chunk(2, dim=-1)
             h = h + layer.down(F.silu(gate) * up)
-        return self.final_norm(h.view(batch, q_len, c.hidden)[:, -1])
+        return h
 
     def _attention(
         self, positions: torch.Tensor, first_slot: int, key_len: int
@@ -255,10 +310,15 @@ class LlamaModel:
                     cache[first_slot, :, start : start + q_len].copy_(new.view(q_len, heads, head_dim).transpose(0, 1))
 
                 return copy
-        slots = torch.arange(first_slot, first_slot + batch, device=self.device).unsqueeze(1).expand(batch, q_len)
+        # the row of each new key (slot, head, column) in the cache seen as (slots * heads * columns, head_dim):
+        # index_copy_ on those rows is several times cheaper than the advanced-index assignment
+        columns = self.cache.context + 1
+        slots = torch.arange(first_slot, first_slot + batch, device=self.device).view(batch, 1, 1)
+        heads_at = torch.arange(heads, device=self.device).view(1, 1, heads)
+        rows = ((slots * heads + heads_at) * columns + write_positions.unsqueeze(-1)).reshape(-1)
 
         def scatter(cache: torch.Tensor, new: torch.Tensor) -> None:
-            cache[slots, :, write_positions] = new.view(batch, q_len, heads, head_dim)
+            cache.view(-1, head_dim).index_copy_(0, rows, new.reshape(-1, head_dim))
 
         return scatter
 

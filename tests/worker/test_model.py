@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from backends.checkpoint import load_checkpoint
 from backends.worker.__main__ import parse_args, refuse_unsupported_dtype
-from backends.worker.model import LlamaModel, RMSNorm, rope_
+from backends.worker.model import LlamaModel, RMSNorm, Segment, rope_
 from backends.worker.weights import load_weights, save_hf_directory, unpermute_rope_rows
 
 from .conftest import prompt_ids
@@ -110,6 +110,24 @@ def test_lone_decode_step_matches_the_batched_path(model, checkpoint):
     )
     torch.testing.assert_close(batched[0], alone[0], atol=1e-4, rtol=1e-4)
     assert int(batched[0].argmax()) == int(alone[0].argmax())
+
+
+def test_prefill_of_several_slots_matches_each_alone(model, checkpoint):
+    """Chunks of several slots in one forward (one at position 0, one continuing a cached prefix, one of a
+    single token) give each chunk's hidden state and keys as its own forward does."""
+    first = prompt_ids(checkpoint, "The capital of France is")
+    second = prompt_ids(checkpoint, "Once upon a time, in a small village by the sea,")
+    segments = [Segment(0, 0, first), Segment(2, 4, second[4:]), Segment(3, 0, second[:1])]
+    model.prefill([Segment(2, 0, second[:4])])
+    together = model.prefill(segments)
+    keys = [model.cache.keys[:, s.slot, :, : s.start + len(s.tokens)].clone() for s in segments]
+    for row, segment in enumerate(segments):
+        model.cache.copy_prefix(2, 1, segment.start)
+        alone = model.prefill([Segment(1, segment.start, segment.tokens)])
+        torch.testing.assert_close(together[row], alone[0], atol=1e-4, rtol=1e-4)
+        assert int(model.logits(together[row : row + 1]).argmax()) == int(model.logits(alone).argmax())
+        cached = model.cache.keys[:, 1, :, segment.start : segment.start + len(segment.tokens)]
+        torch.testing.assert_close(keys[row][:, :, segment.start :], cached, atol=1e-4, rtol=1e-4)
 
 
 def test_safetensors_directory_loads_the_same_weights(tmp_path, checkpoint, weights):
