@@ -90,9 +90,8 @@ class Shielder:
         self._openings = {s[:k] for s in spellings for k in range(1, len(s))}
         """Every proper prefix of a spelling: what a string may end with that text after it could complete."""
         self._longest_opening = max(map(len, self._openings), default=0)
-        opening = spelling_pattern(self._openings)
-        # In a JSON dump, a string that ends with an opening: the opening, then the string's closing quote.
-        self._open_end_in_dump = re.compile(opening.pattern + '"') if opening else None
+        # In a JSON dump, a spelling, or a string that ends with an opening (the opening, then the closing quote).
+        self._in_dump = spelling_pattern(spellings | {opening + '"' for opening in self._openings})
         # A JSON dump spells out every spelling its strings hold unless a spelling has a char JSON escapes.
         self._dump_holds_spellings = not any(_JSON_ESCAPED.search(s) for s in spellings)
 
@@ -175,7 +174,4 @@ class Shielder:
             dump = orjson.dumps(value).decode()
         except orjson.JSONEncodeError:  # e.g. a non-str key, an int past 64 bits, a lone surrogate
             return False
-        if prefix in dump or self._spelling is None:
-            return prefix not in dump
-        open_end = self._open_end_in_dump is not None and self._open_end_in_dump.search(dump) is not None
-        return not open_end and self._spelling.search(dump) is None
+        return prefix not in dump and (self._in_dump is None or self._in_dump.search(dump) is None)
