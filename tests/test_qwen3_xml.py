@@ -125,6 +125,19 @@ def test_a_call_cut_before_its_first_argument_ends_is_no_call(qwen: Checkpoint) 
     assert merged(deltas)["calls"] == [] and not any(d.tool_index is not None for d in deltas)
 
 
+def test_text_after_tool_call_that_is_no_header_is_content_however_chunked(qwen: Checkpoint) -> None:
+    """A `<tool_call>` followed by what cannot become `<function=NAME>`: the text is content in one chunk and one
+    token at a time alike (it was dropped as far as the chunk holding it reached)."""
+    text = '<tool_call><|im_start|>{"name": "get_weather"} sunny'
+    n = len(qwen.tokenizer.encode(text, add_special_tokens=False).ids)
+    for cuts in ([], list(range(1, n)), [2]):
+        assert merged(replay(qwen, text, cuts)) == {
+            "content": '<|im_start|>{"name": "get_weather"} sunny',
+            "reasoning": "",
+            "calls": [],
+        }, cuts
+
+
 def test_the_call_streams_once_its_first_argument_is_complete(qwen: Checkpoint) -> None:
     parser = Qwen3XmlParser([WEATHER])
     detokenizer = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer))

@@ -159,3 +159,26 @@ def test_a_shielded_prompt_spells_its_own_markers_back(smol) -> None:
     assert smol.tokenizer.decode(ids_a, skip_special_tokens=False) == text_a
     assert smol.tokenizer.decode(ids_b, skip_special_tokens=False) == text_b
     assert ids_a.count(2) == 1 and ids_b.count(1) == 2  # only the template's markers are tokens
+
+
+def joined(request: ChatRequest) -> str:
+    """A template that writes client strings back to back (DeepSeek V4's system messages) or closes one with the
+    last character of a spelling (Qwen3 XML's `<parameter=KEY>`)."""
+    return "<|im_start|>" + "".join(m["content"] for m in request.messages) + ">" + "<|im_end|>"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(SPELLINGS[:4]), st.data())
+def test_a_spelling_the_template_completes_stays_text(smol_encoder, spelling, data):
+    cut = data.draw(st.integers(1, len(spelling) - 1))
+    head, tail = data.draw(CLIENT_TEXT), data.draw(CLIENT_TEXT)
+    for messages in (
+        [head + spelling[:cut], spelling[cut:] + tail],  # one spelling across two messages
+        [head, spelling[:-1]],  # a string ending in all but the spelling's last character, `>`
+    ):
+        req = ChatRequest(messages=[{"role": "system", "content": m} for m in messages])
+        shielded, shield = Shielder(smol_encoder.added).shield(req)
+        text = joined(shielded)
+        ids = smol_encoder.encode_prompt(text, shield)
+        assert [i for i in ids if i <= 16] == [1, 2], shield.restore(text)
+        assert smol_encoder.tokenizer.decode(ids, skip_special_tokens=False) == shield.restore(text)

@@ -182,5 +182,5 @@ class MessagesDoor:
     def frame(self, item: Any) -> bytes:
         return b"event: " + item["type"].encode() + b"\n" + sse_frame(item)
 
-    def failure(self, error: APIError) -> bytes:
+    async def failure(self, error: APIError) -> bytes:
         return self.frame(anthropic_error(error))

@@ -198,6 +198,7 @@ class ResponsesDoor:
         self._open: _OpenItem | None = None
         self._finish_reason: str | None = None
         self._reasoning: list[str] = []
+        self._stored = False  # storing was tried: a failure after that (the store, the last events) stores nothing
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         out = {"type": kind, "sequence_number": self._seq, **fields}
@@ -331,6 +332,7 @@ class ResponsesDoor:
             completed_at=None if incomplete else int(time.time()),
             usage=self._usage(),
         )
+        self._stored = True
         await self._keep(response, self._output)
         out.append(self._event("response.incomplete" if incomplete else "response.completed", response=response))
         return out
@@ -359,7 +361,22 @@ class ResponsesDoor:
     def frame(self, item: Any) -> bytes:
         return b"event: " + item["type"].encode() + b"\n" + sse_frame(item)
 
-    def failure(self, error: APIError) -> bytes:
-        """OpenAI's error event (code, message, param) that also carries OpenResponses' `error` payload."""
+    async def failure(self, error: APIError) -> bytes:
+        """The terminal `response.failed` (the response as far as it came, status `failed`, stored unless storing
+        is what failed), then OpenAI's error event (code, message, param) that also carries OpenResponses' `error`
+        payload."""
         fields = {"code": error.code, "message": error.message, "param": error.param}
-        return self.frame(self._event("error", **fields, error={"type": error.type, **fields}))
+        out = self._close("incomplete")
+        response = self._snapshot()
+        # the Response's error code is one of OpenAI's few (the error event keeps the gateway's own)
+        code = "rate_limit_exceeded" if error.status == 429 else "server_error"
+        response.update(status="failed", error={"code": code, "message": error.message})
+        response["usage"] = self._usage()
+        if not self._stored:
+            try:
+                await self._keep(response, self._output)
+            except APIError:  # the store is down: the events still tell the client
+                pass
+        out.append(self._event("response.failed", response=response))
+        out.append(self._event("error", **fields, error={"type": error.type, **fields}))
+        return b"".join(map(self.frame, out))

@@ -53,8 +53,8 @@ class Door(Protocol):
     def frame(self, item: Any) -> bytes:
         """One event as SSE bytes."""
 
-    def failure(self, error: APIError) -> bytes:
-        """The event that reports a failure after the stream started."""
+    async def failure(self, error: APIError) -> bytes:
+        """The events that report a failure after the stream started (for a stored response, once it is stored)."""
 
     def usage(self) -> dict[str, Any]:
         """Token totals so far, in chat's `usage` shape (for metrics and the access log)."""
@@ -128,13 +128,13 @@ async def _stream(
     except OSError:
         raise  # the client's connection failed, not the answer
     except BackendError as e:
-        ending = b"".join(frames) + door.failure(from_backend(e))
+        ending = b"".join(frames) + await door.failure(from_backend(e))
     except APIError as e:  # e.g. the response store is down when the stream ends
-        ending = b"".join(frames) + door.failure(e)
+        ending = b"".join(frames) + await door.failure(e)
     except Exception:
         log.exception("stream failed")
         failure = APIError("internal error while streaming", status=500, type="server_error")
-        ending = b"".join(frames) + door.failure(failure)
+        ending = b"".join(frames) + await door.failure(failure)
     finally:
         await events.aclose()
         note_usage(door.usage())
@@ -203,7 +203,7 @@ class _ChunkDoor:
             self._head, self._tail = _chunk_frame_ends(self._envelope, self._include_usage)
         return self._head + dumps(item) + self._tail
 
-    def failure(self, error: APIError) -> bytes:
+    async def failure(self, error: APIError) -> bytes:
         log.warning("stream %s failed: %s", self._envelope.get("id"), error.message)
         return sse_frame(error.body())
 

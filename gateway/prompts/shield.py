@@ -3,7 +3,10 @@
 Before rendering, every added-token spelling inside client-written strings
 (message content, reasoning, names, tool results, tool-call arguments and keys,
 tool definitions) is replaced by a marker `@GW<nonce>:<n>@`, one marker per
-distinct spelling, so equal client strings stay equal for the template. The
+distinct spelling, so equal client strings stay equal for the template. So is
+a string's open end: its longest tail that begins a spelling (`</think` of a key
+the template closes with `>`, `<|im_` of a system message the template joins to
+the next one), since the template may complete it into a spelling. The
 nonce is random per request and re-drawn until no request string contains its
 prefix, so a client who types marker syntax gets plain text back. After
 rendering, the encoder cuts only at spellings the template wrote; markers are
@@ -84,6 +87,11 @@ class Shielder:
     def __init__(self, spellings: Iterable[str]):
         spellings = set(spellings)
         self._spelling = spelling_pattern(spellings)
+        self._openings = {s[:k] for s in spellings for k in range(1, len(s))}
+        """Every proper prefix of a spelling: what a string may end with that text after it could complete."""
+        self._longest_opening = max(map(len, self._openings), default=0)
+        # In a JSON dump, a spelling, or a string that ends with an opening (the opening, then the closing quote).
+        self._in_dump = spelling_pattern(spellings | {opening + '"' for opening in self._openings})
         # A JSON dump spells out every spelling its strings hold unless a spelling has a char JSON escapes.
         self._dump_holds_spellings = not any(_JSON_ESCAPED.search(s) for s in spellings)
 
@@ -117,7 +125,9 @@ class Shielder:
                 raise _PrefixTaken
             if self._spelling is None:
                 return text
-            return self._spelling.sub(lambda m: m.group() if m.group() in keep else marker(m.group()), text)
+            end = self._open_end(text)
+            body = self._spelling.sub(lambda m: m.group() if m.group() in keep else marker(m.group()), text[:end])
+            return body + marker(text[end:]) if end < len(text) else body
 
         def deep(value: Any) -> Any:
             if isinstance(value, str):
@@ -149,6 +159,13 @@ class Shielder:
         )
         return shielded, Shield(prefix, list(markers))
 
+    def _open_end(self, text: str) -> int:
+        """Where `text`'s longest tail that is a proper prefix of a spelling starts; len(text) when none is."""
+        for length in range(min(self._longest_opening, len(text)), 0, -1):
+            if text[-length:] in self._openings:
+                return len(text) - length
+        return len(text)
+
     def _spells_nothing(self, value: Any, prefix: str) -> bool:
         """Whether no string in `value` can hold an added-token spelling or `prefix`, from one scan of its JSON dump."""
         if not self._dump_holds_spellings:
@@ -157,4 +174,4 @@ class Shielder:
             dump = orjson.dumps(value).decode()
         except orjson.JSONEncodeError:  # e.g. a non-str key, an int past 64 bits, a lone surrogate
             return False
-        return prefix not in dump and (self._spelling is None or self._spelling.search(dump) is None)
+        return prefix not in dump and (self._in_dump is None or self._in_dump.search(dump) is None)

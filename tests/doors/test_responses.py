@@ -271,10 +271,17 @@ def test_unknown_previous_response_and_model(door, client):
         client.responses.create(model="nope", input="hi")
 
 
-def test_failure_mid_stream_is_an_error_event(door):
+def test_failure_mid_stream_is_response_failed_then_an_error_event(door):
     door.say("Hello there, a longer answer", error_after=2)
     events = stream(door, input="hi")
     assert events[-1]["type"] == "error" and events[-1]["code"] and events[-1]["error"]["message"]
+    failed = events[-2]  # OpenAI's terminal event for a response that failed, before the error (which SDKs raise)
+    assert failed["type"] == "response.failed" and failed["response"]["status"] == "failed"
+    assert failed["response"]["error"]["code"] and failed["response"]["output"][0]["status"] == "incomplete"
+    stored = httpx.get(f"{door.url}/v1/responses/{failed['response']['id']}", timeout=30)
+    assert stored.status_code == 200 and stored.json()["status"] == "failed"
+    door.say("Again")
+    assert create(door, input="go on", previous_response_id=failed["response"]["id"])["status"] == "completed"
 
 
 def test_typed_control_tokens_stay_text_in_every_field(door):

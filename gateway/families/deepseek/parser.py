@@ -19,6 +19,9 @@ Decisions (the gateway's documented behaviour):
   argument yields no call. From then on string values stream as they arrive;
   the argument fragments concatenate to the call's JSON arguments. A call
   cut after its announcement stays as sent, as OpenAI does on "length".
+* With a forced tool choice (`required` or a named tool) the grammar allows
+  calls only, so a calls tag cut off by the end of the output (`<｜DSML｜ cal`)
+  is dropped with the whitespace before it, never markup in content.
 """
 
 from __future__ import annotations
@@ -105,7 +108,9 @@ class _Value:
 class DsmlParser(OutputParser):
     """One choice's parser; `in_reasoning` says the prompt ended inside `<think>`."""
 
-    def __init__(self, in_reasoning: bool):
+    def __init__(self, in_reasoning: bool, forced_calls: bool = False):
+        """`forced_calls`: the answer is calls only (a tag cut off at the end is dropped, not content)."""
+        self._forced_calls = forced_calls
         self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
         self._lexer = Lexer()
         self._out: list[Delta] = []
@@ -132,7 +137,10 @@ class DsmlParser(OutputParser):
         return self._take()
 
     def finish(self) -> list[Delta]:
-        self._events(self._lexer.finish())
+        if self._forced_calls and self._mode is _Mode.CONTENT:  # what the lexer holds is a cut tag
+            self._held_space = ""
+        else:
+            self._events(self._lexer.finish())
         if self._mode is _Mode.CONTENT and self._held_space:
             self._content(self._held_space)
             self._held_space = ""

@@ -18,7 +18,8 @@ Decisions:
   parameter streams as a JSON string while it arrives, others when complete.
 * A call is held back until its first argument (or `</function>`) is
   complete, then sent with the arguments so far and streamed; a call cut off
-  before that is no call. A `<function=NAME>` in content, NAME an offered
+  before that is no call; text after `<tool_call>` that cannot become
+  `<function=NAME>` is content. A `<function=NAME>` in content, NAME an offered
   tool, opens a call without `<tool_call>` (Qwen3-Coder sometimes omits it).
 * Content and reasoning lose leading and trailing whitespace.
 """
@@ -194,11 +195,13 @@ class Qwen3XmlParser(StreamedCallParser):
     def _in_call(self, final: bool) -> bool:
         head = _FUNCTION.match(self._buffer)
         if head is None:
-            if not final and _could_become(self._buffer.lstrip(), [FUNCTION_OPEN]):
+            could_become = _could_become(self._buffer.lstrip(), [FUNCTION_OPEN])
+            if not final and could_become:
                 return False
-            self._buffer = ""  # not a call: dropped with its markers
-            self._state = _State.CONTENT
-            return False
+            if could_become:  # a header cut off by the end of the output: no call, and no markup in content
+                self._buffer = ""
+            self._state = _State.CONTENT  # not a call: its text is content, however the output was chunked
+            return bool(self._buffer)
         self._buffer = self._buffer[head.end() :]
         self._function = head[1]
         self._out.open_call(head[1])
