@@ -1,14 +1,22 @@
-"""Suite-wide: how pytest-xdist shares the tests between its two processes, and one TLS context for every httpx
-client the tests make."""
+"""Suite-wide: OpenMP threads that sleep when they wait, how pytest-xdist shares the tests between its two
+processes, and one TLS context for every httpx client the tests make."""
 
 from __future__ import annotations
 
 import functools
+import os
 import ssl
 from collections import OrderedDict
 
 import httpx._transports.default as httpx_transports
 from xdist.scheduler import LoadFileScheduling
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+"""Before torch is imported here or in any process the tests start (gateways, workers, canitoolcall's): the suite
+runs more torch threads than the machine has cores (two xdist processes, each with workers of 2 threads), and
+libgomp's default lets a waiting thread spin for its whole time slice while the thread it waits for is not
+running. tests/e2e/test_openai_client.py, -n0, on the 2 cores at load average 5-6: 150 / 110 CPU-s and 198 /
+163 s with the default, 26 / 24 CPU-s and 27 / 30 s passive (bench/RESULTS.md, "Test-suite CPU, session 8")."""
 
 SHARED_SCOPES = ("tests/e2e/",)
 """Folders whose files share a session fixture that is costly to start (tests/e2e: one `gateway serve` with its

@@ -134,12 +134,12 @@ def sent_before_its_end(where: str, name: str, arguments: str) -> str:
     )
 
 
-def run_fixtures(engine: str, family: str, ids: Sequence[str] = ()) -> RunResults:
-    """`engine` over `family`'s fixtures (all, or those matching `ids`), every default chunking strategy,
-    with canitoolcall's own runner and checks."""
+def run_fixtures(engine: str, families: Sequence[str], ids: Sequence[str] = ()) -> RunResults:
+    """`engine` over the fixtures of `families` (all, or those matching `ids`), every default chunking strategy,
+    with canitoolcall's own runner and checks (in one worker process)."""
     config = RunConfig(
         engine=engine,
-        families=[family],
+        families=list(families),
         ids=list(ids),
         strategies=DEFAULT_STRATEGIES,
         env={"PYTHONPATH": str(REPO)},

@@ -2,7 +2,9 @@
 
 An adapter module in `tests/conformance/adapters/` exports `FAMILY` (the canitoolcall family), `ENGINE` (the
 adapter spec canitoolcall's runner loads) and `EXPECTED_FAILURES` (fixture id -> why it cannot pass). A fixture
-passes only if it passes in every chunking strategy; a family without an adapter module passes nothing.
+passes only if it passes in every chunking strategy; a family without an adapter module passes nothing. The
+table is one canitoolcall run of `tests/conformance/every_family.py`, which hands each fixture to its family's
+adapter: one worker process for all families.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from canitoolcall.checks import ALL_STREAMS, NONSTREAM
@@ -24,6 +25,7 @@ from tests.conformance.common import run_fixtures
 STRATEGIES: tuple[str, ...] = tuple(s.id for s in DEFAULT_STRATEGIES)
 PASSING = (Status.PASS, Status.SOFT_PASS)
 NO_ADAPTER = "no adapter"
+EVERY_FAMILY = "tests.conformance.every_family:Adapter"
 REASON_CHARS = 160
 
 
@@ -132,21 +134,24 @@ class FamilyReport:
         return f"NOT EXPECTED: {failure.reason}"
 
 
-def family_report(family: str, ids: Sequence[str], adapter: AdapterModule | None) -> FamilyReport:
-    """Run `adapter` over the family's fixtures (or report them all as failing without one)."""
+def family_report(
+    family: str, ids: Sequence[str], adapter: AdapterModule | None, cases: Iterable[CaseResult]
+) -> FamilyReport:
+    """The family's outcomes among `cases` (or all failing when no adapter module serves it)."""
     if adapter is None:
         return FamilyReport(family, [Outcome(i, frozenset(), NO_ADAPTER) for i in ids])
-    cases = {c.fixture_id: c for c in run_fixtures(adapter.engine, family).cases}
-    return FamilyReport(family, [outcome(cases[i]) for i in ids], adapter.expected_failures, adapter.module)
+    by_id = {c.fixture_id: c for c in cases if c.family == family}
+    return FamilyReport(family, [outcome(by_id[i]) for i in ids], adapter.expected_failures, adapter.module)
 
 
 def collect(families: Iterable[str] | None = None) -> list[FamilyReport]:
-    """A report per family (all nine unless `families` says which), the adapters' runs in parallel."""
+    """A report per family (all nine unless `families` says which), from one run over the families served."""
     ids = fixture_ids()
     wanted = list(ids) if families is None else list(families)
     adapters = adapter_modules()
-    with ThreadPoolExecutor(max_workers=max(1, len(wanted))) as pool:
-        return list(pool.map(lambda f: family_report(f, ids[f], adapters.get(f)), wanted))
+    served = [f for f in wanted if f in adapters]
+    cases = run_fixtures(EVERY_FAMILY, served).cases if served else ()
+    return [family_report(f, ids[f], adapters.get(f), cases) for f in wanted]
 
 
 def total_line(reports: Sequence[FamilyReport]) -> str:

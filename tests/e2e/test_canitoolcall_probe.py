@@ -30,7 +30,7 @@ def test_probe(gateway, model_id, tmp_path):
             "--timeout",
             "120",
             "--concurrency",
-            "2",
+            "8",  # the bundled worker's 8 slots: a round decodes in one batch (2 at a time cost ~2x the CPU)
             "--json",
             str(report_path),
         ],
