@@ -12,12 +12,18 @@ def is_integer(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+EXACT_FLOAT_INTEGERS = 2**53
+"""Every integer up to this magnitude is exactly a float."""
+
+
 def as_integer(value: Any) -> int | None:
     """An integer as JSON Schema's `integer` reads it: an int or a float with an integral value (1.0 is 1, as
-    OpenAI's and vLLM's pydantic servers take it), as an int; None for anything else, booleans included."""
+    OpenAI's and vLLM's pydantic servers take it), as an int; None for anything else, booleans included. A float
+    past 2^53 is not an exact integer: JSON parsers round integers too long for 64 bits into one (orjson reads
+    -2^63 - 1 as -2^63, which would pass an int64 bound)."""
     if is_integer(value):
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) <= EXACT_FLOAT_INTEGERS:
         return int(value)
     return None
 

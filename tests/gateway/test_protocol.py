@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from gateway.errors import APIError
@@ -240,6 +241,7 @@ def test_settings():
         (chat(max_tokens=0.0), "max_tokens"),
         (chat(max_tokens=1e300), "max_tokens"),
         (chat(seed=1 << 64), "seed"),
+        (chat(seed=orjson.loads(b"-9223372036854775809")), "seed"),  # read as the float -2^63: not exact
         (chat(logprobs="yes"), "logprobs"),
         (chat(logprobs=True, top_logprobs=21), "top_logprobs"),
         (chat(top_logprobs=2), "top_logprobs"),
