@@ -7,13 +7,11 @@ Pieces -> a family parser's Deltas -> canitoolcall's `StreamAccumulator`);
 adapter says which parser, which ids and what it supports.
 
 Tests: `run_fixtures` runs an adapter over a family's fixtures with
-canitoolcall's own runner and checks, every default chunking strategy;
-`cases_by_file` and `status_counts` give the per-file view.
+canitoolcall's own runner and checks, every default chunking strategy.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -21,8 +19,7 @@ from typing import Protocol
 
 from canitoolcall.adapters.base import Adapter, ReplayInput, ToolSpec
 from canitoolcall.chunking import DEFAULT_STRATEGIES
-from canitoolcall.fixtures import load_fixtures
-from canitoolcall.results import CaseResult, ParseResult, RunResults, Status, StreamAccumulator
+from canitoolcall.results import ParseResult, RunResults, StreamAccumulator
 from canitoolcall.runner import RunConfig, run
 
 from backends.checkpoint import Checkpoint, load_checkpoint
@@ -146,26 +143,3 @@ def run_fixtures(engine: str, families: Sequence[str], ids: Sequence[str] = ()) 
         include_observed="failures",
     )
     return run(config)
-
-
-def cases_by_file(results: RunResults, family: str) -> dict[str, list[CaseResult]]:
-    """Case results by the name of the fixture file they come from."""
-    source = {f.id: f.source.name for f in load_fixtures(None, families=[family])}
-    by_file: dict[str, list[CaseResult]] = defaultdict(list)
-    for case in results.cases:
-        by_file[source[case.fixture_id]].append(case)
-    return by_file
-
-
-def status_counts(cases: Iterable[CaseResult]) -> Counter[Status]:
-    """How many cases have each status (pass, soft_pass, fail, error, ...)."""
-    return Counter(c.status for c in cases)
-
-
-def case_of(results: RunResults, fixture_id: str) -> CaseResult:
-    return next(c for c in results.cases if c.fixture_id == fixture_id)
-
-
-def failing_checks(case: CaseResult) -> list[dict]:
-    """The case's check rows that did not pass, for an assertion message."""
-    return [c.to_dict() for c in case.checks if c.status is not Status.PASS]
