@@ -2,7 +2,8 @@
 
 A request becomes the same chat request as /v1/chat/completions; `MessagesDoor` turns the chat chunks
 that `ChatRenderer` makes into Anthropic's stream events, and the body is those events folded.
-Errors take Anthropic's shape: {"type": "error", "error": {"type", "message"}}.
+Errors take Anthropic's shape, {"type": "error", "error": {"type", "message"}}: `APIError.response` gives it to every
+refusal under /v1/messages, wherever it is raised, and `MessagesDoor.failure` to a stream that fails.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.door_params import MESSAGES_PARAMS
 from gateway.api.streaming import respond_door
-from gateway.errors import ANTHROPIC_PATH, APIError, anthropic_error
+from gateway.errors import APIError, anthropic_error
 from gateway.ids import item_id
 from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
@@ -30,25 +31,19 @@ _TEXT_BLOCKS = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinki
 
 
 async def create_message(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    try:
-        parsed = parse_messages_request(await read_json(request, max_body))
-        model = served_model(registry, parsed.model)
-        rid = item_id("msg")
-        events, renderer = await start_chat(
-            request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens", params=MESSAGES_PARAMS
-        )
-        door = MessagesDoor(renderer, rid, model.id)
-        return await respond_door(request, events, door, parsed.settings.stream)
-    except APIError as e:
-        return e.response(ANTHROPIC_PATH)
+    parsed = parse_messages_request(await read_json(request, max_body))
+    model = served_model(registry, parsed.model)
+    rid = item_id("msg")
+    events, renderer = await start_chat(
+        request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens", params=MESSAGES_PARAMS
+    )
+    door = MessagesDoor(renderer, rid, model.id)
+    return await respond_door(request, events, door, parsed.settings.stream)
 
 
 async def count_tokens(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    try:
-        parsed = parse_messages_request(await read_json(request, max_body), count_only=True)
-        _, ids = encode_chat(served_model(registry, parsed.model), parsed.chat)
-    except APIError as e:
-        return e.response(ANTHROPIC_PATH)
+    parsed = parse_messages_request(await read_json(request, max_body), count_only=True)
+    _, ids = encode_chat(served_model(registry, parsed.model), parsed.chat)
     return json_response({"input_tokens": len(ids)})
 
 
