@@ -50,6 +50,11 @@ class ChatRequest:
             return [t for t in self.tools if t["function"]["name"] == name]
         return self.tools
 
+    @property
+    def calls_forced(self) -> bool:
+        """The answer must be tool calls: tools are active and tool_choice is "required" or names one."""
+        return bool(self.active_tools) and self.tool_choice != "auto"
+
 
 @dataclass
 class Delta:

@@ -52,8 +52,7 @@ class DeepSeekV41Family(Family):
         return build_grammar(request, self._in_reasoning(request), self.dialect)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        forced = bool(request.active_tools) and request.tool_choice != "auto"
-        return DsmlParser(self._in_reasoning(request), forced_calls=forced)
+        return DsmlParser(self._in_reasoning(request), forced_calls=request.calls_forced)
 
     def _thinking(self, request: ChatRequest) -> bool:
         return thinking_enabled(request, bool(self.context.options.get("thinking", False)))

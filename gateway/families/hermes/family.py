@@ -40,9 +40,8 @@ class HermesFamily(ChatMLFamily):
         return build_grammar(request, self.opens_reasoning(request, prompt))
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        tools = bool(request.active_tools)
         return HermesParser(
-            tool_calls=tools,
+            tool_calls=bool(request.active_tools),
             in_reasoning=self.opens_reasoning(request, prompt),
-            forced_calls=tools and request.tool_choice != "auto",
+            forced_calls=request.calls_forced,
         )

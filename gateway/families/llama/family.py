@@ -68,8 +68,7 @@ class Llama3Family(Family):
         return build_grammar(request, self.context.tokenizer, json_calls=self.syntax is LLAMA3_JSON)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        forced = self.syntax is LLAMA3_JSON and bool(request.active_tools) and request.tool_choice != "auto"
-        return LlamaParser(self.syntax, forced_calls=forced)
+        return LlamaParser(self.syntax, forced_calls=self.syntax is LLAMA3_JSON and request.calls_forced)
 
 
 class Llama4Family(Llama3Family):
