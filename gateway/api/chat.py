@@ -31,9 +31,14 @@ async def chat_completions(request: Request, registry: ModelRegistry, max_body: 
     parsed = parse_chat_completion(body)
     model = served_model(registry, parsed.model)
     rid = new_id("chatcmpl")
-    params = CHAT_PARAMS.declaring([t["function"]["name"] for t in body.get("tools") or ()])
     events, renderer = await start_chat(
-        request, model, parsed.chat, parsed.settings, rid, max_tokens_param=_max_tokens_param(body), params=params
+        request,
+        model,
+        parsed.chat,
+        parsed.settings,
+        rid,
+        max_tokens_param=_max_tokens_param(body),
+        body_tools=body.get("tools") or (),
     )
     envelope = {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, parsed.settings, "chat.completion")
@@ -48,18 +53,20 @@ async def start_chat(
     param: str = "messages",
     max_tokens_param: str = "max_tokens",
     params: DoorParams = CHAT_PARAMS,
+    body_tools: Sequence[Any] = (),
 ) -> tuple[Events, ChatRenderer]:
     """The one path every door takes from a chat request to its choices' steps and their renderer: the
     tenant's tool and max-tokens rules, then render, shield, encode, grammar, the fair queue and admission,
     and the backend. `param` and `max_tokens_param` name the door's fields for the prompt and max tokens, `params`
-    its fields for tools and the answer's schema."""
+    its fields for tools and the answer's schema, `body_tools` the tools its body declared (read only to name a
+    refusal)."""
     policy = request_policy(request)
     try:
         chat = policy.check_tools(chat)
         policy.check_max_tokens(settings.max_tokens, max_tokens_param)
         plan = await plan_chat_off_loop(model, chat, settings, param)
     except APIError as e:
-        e.param = params.of(e.param, chat)
+        e.param = params.of(e.param, chat, body_tools)
         raise
     plan.sampling.max_new_tokens = policy.cap(plan.sampling.max_new_tokens)
     note_request("chat", rid, model.id, plan.sampling.max_new_tokens, settings)

@@ -9,8 +9,9 @@ body's own `tools`.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM
 from gateway.types import ChatRequest
@@ -20,21 +21,17 @@ _CHAT_TOOL = re.compile(r"tools\[(\d+)\]\.function\.(name|parameters)")
 
 @dataclass(frozen=True)
 class DoorParams:
-    """A door's names for a tool's fields and for the answer's schema, and the tool names its body declared."""
+    """A door's names for a tool's fields and for the answer's schema, and how it reads a tool's name in its body."""
 
     tool: str
     """A tool in the body, `{i}` its index."""
     tool_schema: str
     response_schema: str
-    declared: tuple[str, ...] = ()
-    """The tool names in the body's order (a tool the prompt declares is found by its name, unique in a body)."""
+    tool_name: Callable[[Any], str]
+    """The name of one of the body's tools (unique in a body: a tool the prompt declares is found by it)."""
 
-    def declaring(self, names: Sequence[str]) -> DoorParams:
-        """These params for a body that declared tools of these names, in this order."""
-        return replace(self, declared=tuple(names))
-
-    def of(self, param: str | None, chat: ChatRequest) -> str | None:
-        """`param`, a chat field of `chat`, as this door's body names it."""
+    def of(self, param: str | None, chat: ChatRequest, body_tools: Sequence[Any] = ()) -> str | None:
+        """`param`, a chat field of `chat`, as this door's body, declaring `body_tools` in this order, names it."""
         if param is None:
             return None
         if param.startswith(RESPONSE_SCHEMA_PARAM):
@@ -44,12 +41,21 @@ class DoorParams:
             return param
         index = int(match[1])
         name = chat.tools[index]["function"]["name"] if index < len(chat.tools) else None
-        if name in self.declared:
-            index = self.declared.index(name)
+        declared = [self.tool_name(t) for t in body_tools]
+        if name in declared:
+            index = declared.index(name)
         field = self.tool_schema if match[2] == "parameters" else "name"
         return f"{self.tool.format(i=index)}.{field}{param[match.end() :]}"
 
 
-CHAT_PARAMS = DoorParams("tools[{i}].function", "parameters", RESPONSE_SCHEMA_PARAM)
-RESPONSES_PARAMS = DoorParams("tools[{i}]", "parameters", "text.format.schema")
-MESSAGES_PARAMS = DoorParams("tools[{i}]", "input_schema", "output_config.format.schema")
+def _chat_tool_name(tool: Any) -> str:
+    return tool["function"]["name"]
+
+
+def _tool_name(tool: Any) -> str:
+    return tool["name"]
+
+
+CHAT_PARAMS = DoorParams("tools[{i}].function", "parameters", RESPONSE_SCHEMA_PARAM, _chat_tool_name)
+RESPONSES_PARAMS = DoorParams("tools[{i}]", "parameters", "text.format.schema", _tool_name)
+MESSAGES_PARAMS = DoorParams("tools[{i}]", "input_schema", "output_config.format.schema", _tool_name)

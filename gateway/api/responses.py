@@ -70,7 +70,8 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         rid,
         param="input",
         max_tokens_param="max_output_tokens",
-        params=RESPONSES_PARAMS.declaring([t["name"] for t in body.get("tools") or ()]),
+        params=RESPONSES_PARAMS,
+        body_tools=body.get("tools") or (),
     )
 
     async def keep(response: dict[str, Any], output: list[dict[str, Any]]) -> None:
