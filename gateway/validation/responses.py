@@ -30,9 +30,10 @@ from gateway.validation.chat import (
     parse_tools,
 )
 from gateway.validation.cut_json import completed_members
-from gateway.validation.declare import Field, Obj, Variants, array, boolean, either, integer, obj, refused, string
+from gateway.validation.declare import Obj, Variants, array, boolean, either, integer, obj, refused, string
 from gateway.validation.fields import (
-    MAX_TOKENS,
+    MAX_NEW_TOKENS,
+    METADATA,
     MODEL,
     PENALTY,
     STREAM,
@@ -42,11 +43,13 @@ from gateway.validation.fields import (
     TOP_P,
     Fields,
     GenerationSettings,
+    parse_metadata,
     parse_model,
     parse_top_p_top_k,
 )
 
-MAX_METADATA = 16
+MIN_OUTPUT_TOKENS = 16
+"""OpenAI's least max_output_tokens."""
 MAX_LIST = 100
 """Input items per page."""
 MAX_INCLUDE = 16
@@ -140,15 +143,6 @@ INPUT_ITEM = Variants(
     },
     default="message",
 )
-METADATA = Field(
-    "object",
-    f"At most {MAX_METADATA} keys of at most 64 characters, string values of at most 512.",
-    extra={
-        "maxProperties": MAX_METADATA,
-        "propertyNames": {"maxLength": 64},
-        "additionalProperties": {"type": "string", "maxLength": 512},
-    },
-)
 INPUT_ITEMS_QUERY = Obj(
     "InputItemsQuery",
     {
@@ -175,7 +169,7 @@ RESPONSES = Obj(
         "parallel_tool_calls": boolean(True),
         "text": obj(TEXT_OPTIONS),
         "reasoning": obj(REASONING),
-        "max_output_tokens": MAX_TOKENS,
+        "max_output_tokens": integer(MIN_OUTPUT_TOKENS, MAX_NEW_TOKENS, doc="At least 16, as OpenAI's."),
         "temperature": TEMPERATURE,
         "top_p": TOP_P,
         "top_k": TOP_K,
@@ -252,7 +246,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         settings=settings,
         store=fields.boolean("store"),
         previous_response_id=fields.string("previous_response_id"),
-        metadata=_metadata(fields),
+        metadata=parse_metadata(fields),
         include=include,
     )
     request.echo = {
@@ -408,15 +402,3 @@ def _include(fields: Fields) -> list[str]:
                 f"include[{i}]",
             )
     return list(raw)
-
-
-def _metadata(fields: Fields) -> dict[str, str]:
-    meta = fields.mapping("metadata")
-    if meta is None:
-        return {}
-    if len(meta) > MAX_METADATA:
-        raise invalid(f"'metadata' has more than {MAX_METADATA} keys", "metadata")
-    for key, value in meta.items():
-        if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
-            raise invalid("'metadata' keys are at most 64 characters and values strings of at most 512", "metadata")
-    return dict(meta)

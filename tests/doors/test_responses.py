@@ -65,13 +65,17 @@ def test_text_answer_with_instructions(door, client):
     assert door.prompt().startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>")
 
 
+COUNTING = " ".join(str(i) for i in range(1, 40))
+"""An answer longer than the least max_output_tokens (16)."""
+
+
 @pytest.mark.parametrize(
     "script, extra",
     [
         ("Hello there", {}),
         ("<think>Weighing it.</think>Sunny.", {}),
         (CALL, {"tools": [WEATHER], "tool_choice": "required"}),
-        ("One two three four five six", {"max_output_tokens": 3}),
+        (COUNTING, {"max_output_tokens": 16}),
     ],
     ids=["text", "reasoning", "call", "length"],
 )
@@ -118,10 +122,10 @@ def test_forced_function_call(door, client):
 
 
 def test_length_is_incomplete(door):
-    door.say("One two three four five six")
-    body = create(door, input="Count", max_output_tokens=3)
+    door.say(COUNTING)
+    body = create(door, input="Count", max_output_tokens=16)
     assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert body["usage"]["output_tokens"] == 3
+    assert body["usage"]["output_tokens"] == 16
     assert [item["status"] for item in body["output"]] == ["incomplete"]  # the item the budget cut, as OpenAI marks it
 
 
