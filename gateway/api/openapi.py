@@ -19,7 +19,7 @@ from gateway.validation.completions import COMPLETION
 from gateway.validation.declare import Obj, Refs, Schema
 from gateway.validation.messages import COUNT_TOKENS, MESSAGES
 from gateway.validation.responses import INPUT_ITEMS_QUERY, RESPONSES
-from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_PROMPT
+from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_CHAT, TOKENIZE_PROMPT
 
 REQUEST_BODIES: dict[str, Obj | tuple[Obj, ...]] = {
     "/v1/chat/completions": CHAT,
@@ -27,7 +27,7 @@ REQUEST_BODIES: dict[str, Obj | tuple[Obj, ...]] = {
     "/v1/responses": RESPONSES,
     "/v1/messages": MESSAGES,
     "/v1/messages/count_tokens": COUNT_TOKENS,
-    "/tokenize": (CHAT, TOKENIZE_PROMPT),
+    "/tokenize": (TOKENIZE_CHAT, TOKENIZE_PROMPT),
     "/detokenize": DETOKENIZE,
 }
 """Each POST route's body declaration (a tuple: any one of them)."""
@@ -147,7 +147,8 @@ ANSWERS: dict[str, Schema] = {
     ),
     "ModelList": _obj({"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}}),
     "Tokens": _obj(
-        {"tokens": {"type": "array", "items": _INT}, "count": _INT, "max_model_len": _INT, "prompt": _STRING}
+        {"tokens": {"type": "array", "items": _INT}, "count": _INT, "max_model_len": _INT, "prompt": _STRING},
+        {"token_strs": {"type": "array", "items": _STRING}},
     ),
     "Detokenized": _obj({"prompt": _STRING}),
     "Health": _obj({"status": {"const": "ok"}}),

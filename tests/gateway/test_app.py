@@ -359,7 +359,16 @@ def test_models_tokens_health(gateway):
     assert client.get(f"/v1/models/{MODEL}").json()["max_model_len"] == 8192
     assert client.get("/v1/models/other").status_code == 404
     tok = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi<|im_end|>"}).json()
-    assert tok["tokens"][-1] == IM_END and tok["count"] == len(tok["tokens"])
+    assert tok["tokens"][-1] == IM_END and tok["count"] == len(tok["tokens"]) and "token_strs" not in tok
+    strs = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi there<|im_end|>", "return_token_strs": True})
+    assert strs.json()["token_strs"] == ["Hi", "Ġthere", "<|im_end|>"]  # vLLM's: each id's vocabulary entry
+    chat_strs = client.post("/tokenize", json={"model": MODEL, "messages": USER, "return_token_strs": True}).json()
+    assert (
+        chat_strs["token_strs"][:3] == ["<|im_start|>", "system", "Ċ"]
+        and len(chat_strs["token_strs"]) == chat_strs["count"]
+    )
+    bad = client.post("/tokenize", json={"model": MODEL, "prompt": "x", "return_token_strs": "yes"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "return_token_strs"
     assert client.post("/detokenize", json={"model": MODEL, "tokens": tok["tokens"]}).json() == {
         "prompt": "Hi<|im_end|>"
     }
