@@ -28,7 +28,9 @@ from gateway.types import ChatRequest, ChoiceStep
 from gateway.validation.fields import Fields
 from gateway.validation.responses import (
     INPUT_ITEMS_QUERY,
+    RETRIEVE_QUERY,
     ResponsesRequest,
+    check_call_outputs,
     items_to_messages,
     parse_responses_request,
 )
@@ -51,6 +53,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         if previous is None:
             raise _not_found(parsed.previous_response_id, "previous_response_id")
         history = previous["history"]
+    check_call_outputs(history, parsed.items)
     chat = ChatRequest(
         messages=items_to_messages(history + parsed.items, parsed.instructions),
         tools=parsed.tools,
@@ -88,6 +91,13 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
 
 async def get_response(request: Request, store: ResponseStore) -> Response:
     rid = request.path_params["response_id"]
+    if Fields(dict(request.query_params), RETRIEVE_QUERY).string("stream") == "true":
+        raise invalid(
+            "'stream' true is not supported: only background responses are streamed again, and this gateway "
+            "does not run responses in the background",
+            "stream",
+            "unsupported_parameter",
+        )
     record = await store.get(rid, request_owner(request))
     if record is None:
         raise _not_found(rid, "response_id")

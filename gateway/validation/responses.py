@@ -151,6 +151,16 @@ INPUT_ITEMS_QUERY = Obj(
         "after": string("An item id: the page starts after it."),
     },
 )
+RETRIEVE_QUERY = Obj(
+    "RetrieveQuery",
+    {
+        "stream": string(
+            "'true' is refused: OpenAI streams a stored response again only in background mode, which is not served.",
+            default="false",
+            choices=("true", "false"),
+        )
+    },
+)
 RESPONSES = Obj(
     "ResponsesRequest",
     {
@@ -336,6 +346,19 @@ def _part_text(p: Fields) -> str:
 
 def _reasoning_parts(f: Fields, key: str, part_type: str) -> list[dict[str, Any]]:
     return [{"type": part_type, "text": p.string("text")} for p in f.items(key)]
+
+
+def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]]) -> None:
+    """Each function_call_output of the input answers a function_call before it (in the input or the previous
+    responses' history), as OpenAI requires."""
+    calls = {item["call_id"] for item in history if item["type"] == "function_call"}
+    for i, item in enumerate(items):
+        if item["type"] == "function_call":
+            calls.add(item["call_id"])
+        elif item["type"] == "function_call_output" and item["call_id"] not in calls:
+            raise invalid(
+                f"No tool call found for function call output with call_id {item['call_id']}.", f"input[{i}].call_id"
+            )
 
 
 def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:

@@ -194,6 +194,11 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
     assert positions == sorted(positions)
 
     assert client.responses.retrieve(third.id).model_dump() == third.model_dump()
+    url = f"{door.url}/v1/responses/{third.id}"
+    assert httpx.get(url, params={"stream": "false"}).json()["id"] == third.id
+    for value in ("true", "maybe"):  # streamed again only in background mode, which is not served: a 400
+        refused = httpx.get(url, params={"stream": value})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"
     items = client.responses.input_items.list(third.id)
     assert [i.type for i in items.data] == ["function_call_output"] and items.data[0].output == "sunny, 21 C"
     page = httpx.get(f"{door.url}/v1/responses/{second.id}/input_items", params={"order": "asc"}).json()
@@ -244,6 +249,18 @@ def test_store_false_keeps_nothing(door, client):
         ({"background": True}, "background", "unsupported_parameter"),
         ({"input": "x" * 40_000}, "input", "context_length_exceeded"),
         ({"max_output_tokens": 0}, "max_output_tokens", None),
+        ({"max_output_tokens": 15}, "max_output_tokens", None),  # OpenAI's least is 16
+        (  # an output answering no function_call (OpenAI: "No tool call found for function call output")
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+                    {"type": "function_call_output", "call_id": "c2", "output": "rain"},
+                ]
+            },
+            "input[2].call_id",
+            None,
+        ),
         (  # refused by the grammar, named as this door's body names it (tools[1]: allowed_tools narrowed the prompt's)
             {
                 "tools": [WEATHER, {"type": "function", "name": "f", "parameters": UNSATISFIABLE}],
