@@ -187,6 +187,7 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     output = fields.obj("output_config")
     response_format, output_effort = _output_config(output) if output else (None, None)
     messages = _system(fields) + _messages(fields)
+    prefill = _prefill(messages)
     chat = ChatRequest(
         messages=messages,
         tools=tools,
@@ -195,8 +196,22 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
         response_format=response_format,
         template_kwargs=template_kwargs,
         reasoning_effort=output_effort or effort,
+        add_generation_prompt=not prefill,
+        continue_final_message=prefill,
     )
     return MessagesRequest(model=model, chat=chat, settings=settings)
+
+
+def _prefill(messages: list[dict[str, Any]]) -> bool:
+    """Whether the answer continues a last assistant turn of text (Anthropic's prefill); an empty one is dropped."""
+    last = messages[-1]
+    if last["role"] != "assistant" or "tool_calls" in last:
+        return False
+    if not last["content"]:
+        if any(m["role"] != "system" for m in messages[:-1]):
+            messages.pop()
+        return False
+    return True
 
 
 def _system(fields: Fields) -> list[dict[str, Any]]:
@@ -258,6 +273,9 @@ def _messages(fields: Fields) -> list[dict[str, Any]]:
             parts = [b.variant() for b in parts]
             turn = _assistant(parts) if role == "assistant" else _user(parts, calls)
         _check_answered(calls, turn, turns[i - 1])
+        text = turn[-1]["content"] or ""
+        if role == "assistant" and i == len(turns) - 1 and text != text.rstrip():
+            raise invalid("final assistant content cannot end with trailing whitespace", m.param("content"))
         calls = {c["id"] for c in turn[-1].get("tool_calls", ())}
         out += turn
     return out

@@ -309,3 +309,16 @@ def test_message_start_splits_the_input_as_message_delta_does(door):
     assert [e["type"] for e in events[:2]] == ["message_start", "ping"]
     assert start["cache_read_input_tokens"] == delta["cache_read_input_tokens"] == 20
     assert start["input_tokens"] == delta["input_tokens"] == len(door.server.bodies[-1]["input_ids"]) - 20
+
+
+def test_a_last_assistant_turn_is_a_prefill_the_answer_continues(door):
+    """Anthropic's prefill: the prompt ends inside the last assistant turn, and the answer holds the continuation
+    only; an empty last assistant turn is no prefill; trailing whitespace in it is refused, as Anthropic does."""
+    door.say(" sunny.")
+    body = create(door, messages=[*USER, {"role": "assistant", "content": [{"type": "text", "text": "It is"}]}])
+    assert body["content"] == [{"type": "text", "text": " sunny."}]
+    assert door.prompt().endswith("It is")  # the prompt stops inside the assistant turn
+    create(door, messages=[*USER, {"role": "assistant", "content": ""}])
+    assert door.prompt().endswith("Paris?<|im_end|>\n<|im_start|>assistant\n")
+    refused = post(door, messages=[*USER, {"role": "assistant", "content": "It is "}])
+    assert refused.status_code == 400 and "trailing whitespace" in refused.json()["error"]["message"]
