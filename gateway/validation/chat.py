@@ -65,7 +65,8 @@ TOOL_CALL = Obj(
         "function": obj(FUNCTION_CALL, required=True),
     },
 )
-CONTENT = either(array(TEXT_PART, MAX_CONTENT_PARTS, required=True), TEXT)
+CONTENT = either(array(TEXT_PART, MAX_CONTENT_PARTS, required=True, min_items=1), TEXT)
+"""A system, developer, user or tool message's content: a string, or at least one text part (OpenAI's minItems)."""
 REFUSAL_PART = Obj(
     "RefusalPart", {"type": string(required=True, choices=("refusal",)), "refusal": string(required=True)}
 )

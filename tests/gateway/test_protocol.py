@@ -152,6 +152,7 @@ def test_settings():
         (chat(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
         (chat(messages=[{"role": "user"}]), "messages[0].content"),
         (chat(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
+        (chat(messages=[{"role": "user", "content": []}]), "messages[0].content"),
         (
             chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
             "messages[0].content[0]",
