@@ -293,8 +293,8 @@ def _check_answered(calls: set[str], turn: list[dict[str, Any]], previous: Field
 
 
 def _user(blocks: list[Fields], calls: set[str]) -> list[dict[str, Any]]:
-    """A user turn: its text as one user message, each tool_result (answering one of `calls`, the tool_use ids of
-    the assistant turn before) as a tool message, in their order."""
+    """A user turn: each tool_result (answering one of `calls`, the tool_use ids of the assistant turn before) as a
+    tool message, then its text as one user message."""
     out: list[dict[str, Any]] = []
     for b in blocks:
         kind = b.string("type")
@@ -310,6 +310,12 @@ def _user(blocks: list[Fields], calls: set[str]) -> list[dict[str, Any]]:
                     f"unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. Each `tool_result` block "
                     "must have a corresponding `tool_use` block in the previous message.",
                     b.param("tool_use_id"),
+                )
+            if out and out[-1]["role"] == "user":
+                raise invalid(
+                    "tool_result blocks must come first: messages following tool_use blocks must begin with their "
+                    "tool_result blocks, text after them",
+                    b.path,
                 )
             text = "".join(_texts(b, "content")) if b.has("content") else ""
             if b.boolean("is_error"):

@@ -168,6 +168,11 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
             "messages[3].content[0].tool_use_id",
         ),
         ([ASKED], {"stop_sequences": [str(i) for i in range(65)]}, "stop_sequences"),
+        (
+            [ASKED, CALLED, {"role": "user", "content": [{"type": "text", "text": "so?"}, RESULT]}],
+            {},
+            "messages[2].content[1]",
+        ),
     ],
 )
 def test_anthropic_errors_name_the_param(messages, extra, param):
