@@ -183,7 +183,7 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     fields.mapping("metadata")  # user_id only labels the request
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
-    template_kwargs, effort = _thinking(fields)
+    template_kwargs, effort = _thinking(fields, settings.max_tokens)
     output = fields.obj("output_config")
     response_format, output_effort = _output_config(output) if output else (None, None)
     messages = _system(fields) + _messages(fields)
@@ -377,8 +377,9 @@ def _tool_choice(fields: Fields, tools: list[dict[str, Any]]) -> tuple[str | dic
     return {"any": "required"}.get(kind, kind), parallel
 
 
-def _thinking(fields: Fields) -> tuple[dict[str, Any], str | None]:
-    """`thinking` as the template switches families read, and a reasoning effort from its budget."""
+def _thinking(fields: Fields, max_tokens: int | None) -> tuple[dict[str, Any], str | None]:
+    """`thinking` as the template switches families read, and a reasoning effort from its budget (which Anthropic
+    requires to be below max_tokens)."""
     t = fields.obj("thinking")
     if t is None:
         return {}, None
@@ -389,6 +390,10 @@ def _thinking(fields: Fields) -> tuple[dict[str, Any], str | None]:
     effort = "medium"
     if kind == "enabled":
         budget = t.integer("budget_tokens")
+        if max_tokens is not None and budget >= max_tokens:
+            raise invalid(
+                f"'max_tokens' must be greater than 'thinking.budget_tokens' ({budget}), got {max_tokens}", "max_tokens"
+            )
         effort = next((e for bound, e in THINKING_EFFORT if budget < bound), "high")
     return {"enable_thinking": True, "thinking": True}, effort
 

@@ -67,7 +67,10 @@ def test_text_message(door, client):
     "script, extra",
     [
         ("Hello there", {}),
-        ("<think>Weighing it.</think>Sunny.", {"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+        (
+            "<think>Weighing it.</think>Sunny.",
+            {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+        ),
         (CALL, {"tools": [WEATHER], "tool_choice": {"type": "any"}}),
         ("One two three four five six", {"max_tokens": 3}),
         ("Sunny. END and more", {"stop_sequences": ["END"]}),
@@ -100,7 +103,7 @@ def test_folded_stream_equals_message(door, script, extra):
 
 def test_stop_reasons_and_thinking(door):
     door.say("<think>Weighing it.</think>Sunny.")
-    body = create(door, messages=USER, thinking={"type": "enabled", "budget_tokens": 2048})
+    body = create(door, messages=USER, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 2048})
     assert [b["type"] for b in body["content"]] == ["thinking", "text"]
     assert body["content"][0]["thinking"] == "Weighing it." and body["stop_reason"] == "end_turn"
     door.say("One two three four five six")
@@ -182,6 +185,12 @@ def test_count_tokens(door, client):
             400,
             "invalid_request_error",
             "thinking.budget_tokens",
+        ),
+        (  # Anthropic: the budget is below max_tokens
+            {"max_tokens": 2048, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+            400,
+            "invalid_request_error",
+            "max_tokens",
         ),
         ({"model": "nope"}, 404, "not_found_error", "model"),
         ({"messages": [{"role": "user", "content": "x" * 40_000}]}, 400, "invalid_request_error", "messages"),
@@ -274,7 +283,7 @@ def test_client_stream_accumulates_thinking_and_tool_use(door, client):
     door.say("<think>Weighing it.</think>" + CALL)
     with client.messages.stream(
         model=door.model.id,
-        max_tokens=64,
+        max_tokens=4096,
         messages=USER,
         tools=[WEATHER],
         tool_choice={"type": "any"},

@@ -97,7 +97,7 @@ def test_anthropic_request_maps_to_chat():
     parsed = parse_messages_request(
         {
             "model": "m",
-            "max_tokens": 10,
+            "max_tokens": 30_000,
             "system": [{"type": "text", "text": "sys"}],
             "stop_sequences": ["END"],
             "top_k": 5,
@@ -139,7 +139,7 @@ def test_anthropic_request_maps_to_chat():
     ]
     assert chat.tool_choice == "required" and chat.parallel_tool_calls is False
     assert chat.template_kwargs == {"enable_thinking": True, "thinking": True} and chat.reasoning_effort == "high"
-    assert (settings.max_tokens, settings.stop, settings.top_k) == (10, ["END"], 5)
+    assert (settings.max_tokens, settings.stop, settings.top_k) == (30_000, ["END"], 5)
 
 
 ASKED = {"role": "user", "content": "q"}
