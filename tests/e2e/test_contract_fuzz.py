@@ -65,6 +65,8 @@ _TOKEN_CAPS = {
 }
 _LEAST = {"max_output_tokens": MIN_OUTPUT_TOKENS}
 """Budgets whose least allowed value is above TINY (OpenAI's Responses: 16)."""
+SHORT_ANSWER = {"type": "json_schema", "name": "short", "schema": {"const": 1}}
+"""A format whose answer is `1` and the end: two tokens, where plain text would use the 16 allowed."""
 MODEL_OPERATIONS = frozenset(_TOKEN_CAPS)
 SETTINGS = settings(
     derandomize=True,
@@ -92,7 +94,14 @@ def map_body(context: Any, body: Any) -> Any:
             body[key] = least  # a value out of bounds stays: the case means it to be refused
     if context.operation.path != "/v1/messages" and all(body.get(k) is None for k in keys):
         body[keys[-1]] = _LEAST.get(keys[-1], TINY)  # no budget named: the gateway's default would be 64 tokens
+    if context.operation.path == "/v1/responses" and _plain_text(body.get("text")):
+        body["text"] = {"format": SHORT_ANSWER}  # at least 16 tokens allowed: a plain answer would use them all
     return body
+
+
+def _plain_text(text: Any) -> bool:
+    """Whether a Responses `text` asks for plain text (absent, or format `text`)."""
+    return text is None or (isinstance(text, dict) and text.get("format") in (None, {"type": "text"}))
 
 
 _SUBSCHEMA = ("items", "additionalProperties", "propertyNames", "not", "contains")
