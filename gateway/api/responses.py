@@ -48,12 +48,13 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     model = served_model(registry, parsed.model)
     owner = request_owner(request)
     history: list[dict[str, Any]] = []
+    previous_output: list[dict[str, Any]] = []
     if parsed.previous_response_id is not None:
         previous = await store.get(parsed.previous_response_id, owner)
         if previous is None:
             raise _not_found(parsed.previous_response_id, "previous_response_id")
-        history = previous["history"]
-    check_call_outputs(history, parsed.items)
+        history, previous_output = previous["history"], previous["response"]["output"]
+    check_call_outputs(history, previous_output, parsed.items)
     chat = ChatRequest(
         messages=items_to_messages(history + parsed.items, parsed.instructions),
         tools=parsed.tools,

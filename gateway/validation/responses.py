@@ -348,17 +348,30 @@ def _reasoning_parts(f: Fields, key: str, part_type: str) -> list[dict[str, Any]
     return [{"type": part_type, "text": p.string("text")} for p in f.items(key)]
 
 
-def check_call_outputs(history: list[dict[str, Any]], items: list[dict[str, Any]]) -> None:
-    """Each function_call_output of the input answers a function_call before it (in the input or the previous
-    responses' history), as OpenAI requires."""
-    calls = {item["call_id"] for item in history if item["type"] == "function_call"}
+def check_call_outputs(
+    history: list[dict[str, Any]], previous_output: list[dict[str, Any]], items: list[dict[str, Any]]
+) -> None:
+    """OpenAI's rules for the input: each function_call_output answers a function_call before it (in the input or
+    the previous responses' history), and a function_call (of the input, or the previous response's output) is
+    answered before a user, system or developer message follows it (the assistant's own text may)."""
+    calls = {item["call_id"]: True for item in history if item["type"] == "function_call"}
+    """call_id → answered; the earlier turns' calls count as answered (their order was checked when they came)."""
+    calls.update((item["call_id"], False) for item in previous_output if item["type"] == "function_call")
     for i, item in enumerate(items):
-        if item["type"] == "function_call":
-            calls.add(item["call_id"])
-        elif item["type"] == "function_call_output" and item["call_id"] not in calls:
-            raise invalid(
-                f"No tool call found for function call output with call_id {item['call_id']}.", f"input[{i}].call_id"
-            )
+        kind = item["type"]
+        if kind == "function_call":
+            calls[item["call_id"]] = False
+        elif kind == "function_call_output":
+            if item["call_id"] not in calls:
+                raise invalid(
+                    f"No tool call found for function call output with call_id {item['call_id']}.",
+                    f"input[{i}].call_id",
+                )
+            calls[item["call_id"]] = True
+        elif kind == "message" and item["role"] != "assistant":
+            open_calls = [call_id for call_id, answered in calls.items() if not answered]
+            if open_calls:
+                raise invalid(f"No tool output found for function call {open_calls[0]}.", f"input[{i}]")
 
 
 def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:

@@ -179,6 +179,9 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
         tool_choice="required",
     )
     call = second.output[0]
+    with pytest.raises(openai.BadRequestError) as unanswered:  # OpenAI: "No tool output found for function call"
+        client.responses.create(model=door.model.id, previous_response_id=second.id, input="Never mind.")
+    assert unanswered.value.body["param"] == "input[0]" and call.call_id in unanswered.value.body["message"]
     door.say("It is sunny in Paris.")
     third = client.responses.create(
         model=door.model.id,
@@ -259,6 +262,17 @@ def test_store_false_keeps_nothing(door, client):
                 ]
             },
             "input[2].call_id",
+            None,
+        ),
+        (  # a call left unanswered when the user speaks again
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                    {"role": "assistant", "content": "Let me look."},
+                    {"role": "user", "content": "Never mind."},
+                ]
+            },
+            "input[2]",
             None,
         ),
         (  # refused by the grammar, named as this door's body names it (tools[1]: allowed_tools narrowed the prompt's)
