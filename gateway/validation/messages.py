@@ -252,10 +252,18 @@ def _refuse_media(b: Fields) -> None:
 
 
 def _messages(fields: Fields) -> list[dict[str, Any]]:
+    """The messages as chat messages, under Anthropic's rules. Consecutive messages of one role are one turn (as
+    Anthropic combines them): each tool_result answers a tool_use of the assistant turn before and comes before the
+    user turn's text, and every tool_use is answered in the user turn after it."""
     out: list[dict[str, Any]] = []
     turns = fields.items("messages")
     calls: set[str] = set()
-    """The tool_use ids of the turn before: the only ones a tool_result may answer."""
+    """The tool_use ids of the last assistant turn, and those the user turn after it answered so far."""
+    answered: set[str] = set()
+    called_at = ""
+    previous_role = None
+    user_text = False
+    """The user turn so far holds text (a tool_result may no longer come)."""
     for i, m in enumerate(turns):
         role = m.string("role")
         content = m.get("content")
@@ -264,6 +272,11 @@ def _messages(fields: Fields) -> list[dict[str, Any]]:
                 "all messages must have non-empty content except for the optional final assistant message",
                 m.param("content"),
             )
+        if role != previous_role:
+            if role == "assistant" and previous_role == "user":
+                _check_answered(calls - answered, called_at)
+                calls, answered = set(), set()
+            user_text = False
         if isinstance(content, str):
             turn = [{"role": role, "content": content}]
         else:
@@ -271,30 +284,37 @@ def _messages(fields: Fields) -> list[dict[str, Any]]:
             for b in parts:
                 _refuse_media(b)
             parts = [b.variant() for b in parts]
-            turn = _assistant(parts) if role == "assistant" else _user(parts, calls)
-        _check_answered(calls, turn, turns[i - 1])
+            turn = _assistant(parts) if role == "assistant" else _user(parts, calls, user_text)
+        if role == "assistant":
+            ids = {c["id"] for c in turn[-1].get("tool_calls", ())}
+            if ids:
+                calls, called_at = calls | ids, m.param("content")
+        else:
+            answered |= {t["tool_call_id"] for t in turn if t["role"] == "tool"}
+            user_text = user_text or turn[-1]["role"] == "user"
         text = turn[-1]["content"] or ""
         if role == "assistant" and i == len(turns) - 1 and text != text.rstrip():
             raise invalid("final assistant content cannot end with trailing whitespace", m.param("content"))
-        calls = {c["id"] for c in turn[-1].get("tool_calls", ())}
         out += turn
+        previous_role = role
+    if previous_role == "user":
+        _check_answered(calls - answered, called_at)
     return out
 
 
-def _check_answered(calls: set[str], turn: list[dict[str, Any]], previous: Fields) -> None:
-    """Every tool_use of the assistant turn before (`calls`) has its tool_result in this turn, as Anthropic requires."""
-    missing = calls - {m["tool_call_id"] for m in turn if m["role"] == "tool"}
+def _check_answered(missing: set[str], called_at: str) -> None:
+    """The tool_use ids of an assistant turn (at `called_at`) that the user turn after it left unanswered: a 400."""
     if missing:
         raise invalid(
             f"`tool_use` ids were found without `tool_result` blocks immediately after: {', '.join(sorted(missing))}. "
             "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
-            previous.param("content"),
+            called_at,
         )
 
 
-def _user(blocks: list[Fields], calls: set[str]) -> list[dict[str, Any]]:
-    """A user turn: each tool_result (answering one of `calls`, the tool_use ids of the assistant turn before) as a
-    tool message, then its text as one user message."""
+def _user(blocks: list[Fields], calls: set[str], after_text: bool) -> list[dict[str, Any]]:
+    """A user message: each tool_result (answering one of `calls`, the tool_use ids of the assistant turn before) as
+    a tool message, then its text as one user message; `after_text`: earlier messages of the turn held text."""
     out: list[dict[str, Any]] = []
     for b in blocks:
         kind = b.string("type")
@@ -311,7 +331,7 @@ def _user(blocks: list[Fields], calls: set[str]) -> list[dict[str, Any]]:
                     "must have a corresponding `tool_use` block in the previous message.",
                     b.param("tool_use_id"),
                 )
-            if out and out[-1]["role"] == "user":
+            if after_text or (out and out[-1]["role"] == "user"):
                 raise invalid(
                     "tool_result blocks must come first: messages following tool_use blocks must begin with their "
                     "tool_result blocks, text after them",

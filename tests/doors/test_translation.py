@@ -161,11 +161,18 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
             {},
             "messages[2].content[0].tool_use_id",
         ),
-        ([ASKED, CALLED, ASKED, {"role": "user", "content": [RESULT]}], {}, "messages[1].content"),
+        ([ASKED, CALLED, ASKED], {}, "messages[1].content"),
+        ([ASKED, CALLED, ASKED, {"role": "user", "content": [RESULT]}], {}, "messages[3].content[0]"),
         (
-            [ASKED, CALLED, {"role": "user", "content": [RESULT]}, {"role": "user", "content": [RESULT]}],
+            [
+                ASKED,
+                CALLED,
+                {"role": "user", "content": [RESULT]},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": [RESULT]},
+            ],
             {},
-            "messages[3].content[0].tool_use_id",
+            "messages[4].content[0].tool_use_id",
         ),
         ([ASKED], {"stop_sequences": [str(i) for i in range(65)]}, "stop_sequences"),
         (
@@ -185,7 +192,19 @@ def test_anthropic_errors_name_the_param(messages, extra, param):
 
 def test_anthropic_rules_that_hold():
     """A last assistant turn may be empty (a prefill) or leave its tool_use open; stop_sequences past OpenAI's 4."""
-    for messages in ([ASKED, {"role": "assistant", "content": ""}], [ASKED, CALLED]):
+    both = {"role": "assistant", "content": [*CALLED["content"], {**CALLED["content"][0], "id": "t2"}]}
+    for messages in (
+        [ASKED, {"role": "assistant", "content": ""}],
+        [ASKED, CALLED],
+        # consecutive messages of a role are one turn, as Anthropic combines them
+        [
+            ASKED,
+            both,
+            {"role": "user", "content": [RESULT]},
+            {"role": "user", "content": [{**RESULT, "tool_use_id": "t2"}]},
+        ],
+        [ASKED, CALLED, {"role": "assistant", "content": "Checking."}, {"role": "user", "content": [RESULT]}],
+    ):
         parse_messages_request({"model": "m", "max_tokens": 5, "messages": messages})
     stops = [str(i) for i in range(64)]
     parsed = parse_messages_request({"model": "m", "max_tokens": 5, "messages": [ASKED], "stop_sequences": stops})
