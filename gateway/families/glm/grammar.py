@@ -1,35 +1,28 @@
 """Output grammars for GLM calls: xgrammar structural tags with its own `glm_xml` argument style.
 
 A call is `<tool_call>NAME` + `<arg_key>K</arg_key><arg_value>V</arg_value>`… + `</tool_call>` (xgrammar's
-built-in GLM-4.7 / 5 tag; the GLM-4.5 layout adds newlines, accepted by the same parser). Only formats
-xgrammar 0.2.7 and 0.2.8 know; the policy is `gateway.grammars.tool_calls`'.
+built-in GLM-4.7 / 5 tag; the GLM-4.5 layout adds newlines, accepted by the same parser). `<tool_call>`,
+`</tool_call>`, `<think>` and `</think>` are their token ids where the vocabulary has them (every GLM one); the
+`glm_xml` style writes `<arg_key>` / `<arg_value>` as text, so inside the arguments their ordinary-token spelling
+still passes the grammar. The policy is `gateway.grammars.tool_calls`'.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from backends.base import Grammar
-from gateway.grammars.tool_calls import CallFormat, arguments_schema
-from gateway.grammars.tool_calls import build_grammar as build_calls_grammar
-from gateway.types import ChatRequest
+from gateway.grammars.reasoning import ThinkBlock
+from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_schema
 
 from .markers import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 
-def call_tag(tool: dict[str, Any], newline: str = "") -> dict[str, Any]:
-    """One call of `tool`: `<tool_call>NAME`, its arguments as key/value tag pairs, `</tool_call>`."""
-    return {
-        "type": "tag",
-        "begin": f"{TOOL_CALL_START}{tool['function']['name']}{newline}",
-        "content": {"type": "json_schema", "json_schema": arguments_schema(tool), "style": "glm_xml"},
-        "end": TOOL_CALL_END,
-    }
+def call_body(tool: dict[str, Any], param: str) -> CallBody:
+    """One call of `tool` between the markers: its name, then its arguments as key/value tag pairs."""
+    arguments = {"type": "json_schema", "json_schema": arguments_schema(tool), "style": "glm_xml"}
+    return CallBody(tool["function"]["name"], arguments, "")
 
 
-CALLS = CallFormat(tag=call_tag, trigger=TOOL_CALL_START, think=(THINK_START, THINK_END), separator="")
-
-
-def build_grammar(request: ChatRequest, prompt_opens_reasoning: bool) -> Grammar | None:
-    """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside `<think>`."""
-    return build_calls_grammar(request, prompt_opens_reasoning, CALLS)
+CALLS = CallFormat(
+    TOOL_CALL_START, TOOL_CALL_END, call_body, TOOL_CALL_START, ThinkBlock(THINK_START, THINK_END), separator=""
+)

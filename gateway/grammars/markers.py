@@ -1,0 +1,40 @@
+"""A family's markers in a structural tag: the added token by id where the served vocabulary has one, else text.
+
+A marker written as text (`const_string`, a tag's string `begin`) is also satisfied by its spelling in ordinary
+tokens (`<`, `tool`, `_call`, `>`), which a token-aware parser reads as text; a `token` format by id takes only the
+added token. Ids, not token strings: vLLM validates structural tags without a tokenizer and accepts only ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+Format = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MarkerTokens:
+    """The ids of the markers that the served vocabulary has as added tokens (one token each)."""
+
+    ids: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, tokenizer: Any, spellings: Iterable[str]) -> MarkerTokens:
+        """The added-token ids of `spellings` in a `tokenizers.Tokenizer`; a spelling it lacks is left out."""
+        added = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
+        return cls({s: added[s] for s in spellings if s in added})
+
+    def token(self, spelling: str) -> Format | None:
+        """The `token` format of `spelling`, or None when the vocabulary has no added token for it."""
+        token_id = self.ids.get(spelling)
+        return None if token_id is None else {"type": "token", "token": token_id}
+
+    def format(self, spelling: str) -> Format:
+        """`spelling` as its token where there is one, else as text."""
+        return self.token(spelling) or {"type": "const_string", "value": spelling}
+
+
+TEXT_MARKERS = MarkerTokens()
+"""Every marker as text (a vocabulary without the markers' added tokens)."""
