@@ -21,6 +21,7 @@ from gateway.families.base import Family, FamilyContext
 from gateway.families.glm import Glm47Family
 from gateway.families.hermes import HermesFamily
 from gateway.families.qwen3_xml import Qwen3XmlFamily
+from gateway.grammars.markers import MarkerTokens
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import ChatRequest
 from tests.test_glm import TAGS
@@ -99,13 +100,18 @@ GLM_CALL: list[Part] = [("<tool_call>",), "get_weather", ("<arg_key>",), "city",
                         "Paris", ("</arg_value>",), ("</tool_call>",)]  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def glm(glm_vocabulary: Tokenizer) -> Case:
+    return _case(Glm47Family, glm_vocabulary, "<|endoftext|>", GLM_CALL, ("<|assistant|>", "<|assistant|><think>", ""))
+
+
 @pytest.fixture(scope="module", params=["hermes", "qwen3_xml", "glm47"])
-def case(request: pytest.FixtureRequest, qwen: Tokenizer, glm_vocabulary: Tokenizer) -> Case:
+def case(request: pytest.FixtureRequest, qwen: Tokenizer, glm: Case) -> Case:
     if request.param == "hermes":
         return _case(HermesFamily, qwen, "<|im_end|>", HERMES_CALL, CHATML_PROMPTS)
     if request.param == "qwen3_xml":
         return _case(Qwen3XmlFamily, qwen, "<|im_end|>", QWEN_XML_CALL, CHATML_PROMPTS)
-    return _case(Glm47Family, glm_vocabulary, "<|endoftext|>", GLM_CALL, ("<|assistant|>", "<|assistant|><think>", ""))
+    return glm
 
 
 def weather(tool_choice: Any) -> ChatRequest:
@@ -128,6 +134,13 @@ def test_lazy_calls_start_only_at_the_opening_token_and_end_only_at_the_closing_
     assert not case.accepts(lazy, [("<tool_call>",), " is a call, not text."])
 
 
+@pytest.mark.parametrize("marker", ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"])
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+def test_glm_arguments_take_their_markers_only_as_tokens(glm: Case, marker: str, tool_choice: str) -> None:
+    assert glm.accepts(weather(tool_choice), glm.call)
+    assert not glm.accepts(weather(tool_choice), spelled(glm.call, marker))
+
+
 def test_reasoning_ends_only_at_the_think_end_token(case: Case) -> None:
     forced = weather("required")
     assert case.accepts(forced, ["Paris, then.", ("</think>",), case.after_think, *case.call], thinking=True)
@@ -144,3 +157,10 @@ def test_a_vocabulary_without_the_marker_tokens_keeps_them_as_text() -> None:
     grammar = family.grammar(weather("auto"), "<|im_start|>assistant\n")
     assert grammar is not None
     assert json.loads(grammar.text)["format"]["type"] == "triggered_tags"
+
+
+def test_marker_literals_become_tokens_outside_tag_dispatch() -> None:
+    ebnf = 'r ::= (("<a>k\\"" [^"<a>] "x" s))\ns ::= TagDispatch(\n  loop_after_dispatch=false,\n  excludes=("<a>")\n)'
+    expected = 'r ::= (((Token(7) "k\\"") [^"<a>] "x" s))\ns ::= TagDispatch(\n  loop_after_dispatch=false,\n  excludes=("<a>")\n)'
+    assert MarkerTokens({"<a>": 7}).in_ebnf(ebnf, ["<a>", "<b>"]) == expected
+    assert MarkerTokens({"<b>": 8}).in_ebnf(ebnf, ["<a>"]) == ebnf

@@ -57,7 +57,8 @@ class CallBody(NamedTuple):
 class CallFormat:
     """How one family writes calls: the markers around each call, a tool's call body (given the tool and the
     `param` naming its parameters), the text that starts any call where the opening marker is text, the think
-    block, and what separates forced calls."""
+    block, what separates forced calls, and the markers that an EBNF body's string literals write (`inner`: each
+    becomes its token where the vocabulary has one)."""
 
     open: str
     close: str
@@ -65,6 +66,7 @@ class CallFormat:
     trigger: str
     think: ThinkBlock
     separator: str = "\n"
+    inner: tuple[str, ...] = ()
 
 
 def build_grammar(
@@ -111,6 +113,8 @@ def _tag(calls_format: CallFormat, tool: dict[str, Any], param: str, markers: Ma
     """One tool's call tag: each marker its token where the vocabulary has one (the text beside it then goes into
     the content), else text joined to the text beside it."""
     head, arguments, tail = calls_format.body(tool, param)
+    if calls_format.inner and arguments["type"] == "grammar":
+        arguments = {**arguments, "grammar": markers.in_ebnf(arguments["grammar"], calls_format.inner)}
     begin: str | Format | None = markers.token(calls_format.open)
     end: str | Format | None = markers.token(calls_format.close)
     content = [arguments]
