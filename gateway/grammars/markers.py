@@ -2,7 +2,8 @@
 
 A marker written as text (`const_string`, a tag's string `begin`) is also satisfied by its spelling in ordinary
 tokens (`<`, `tool`, `_call`, `>`), which a token-aware parser reads as text; a `token` format by id takes only the
-added token. Ids, not token strings: vLLM validates structural tags without a tokenizer and accepts only ids.
+added token; so does `Token(id)` in EBNF (`in_ebnf`, for markers inside an EBNF body). Ids, not token strings: vLLM
+validates structural tags without a tokenizer and accepts only ids.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ vocabulary has them as added tokens (`gateway.grammars.markers`), so their spell
 or closes a call; lazy calls then start at the opening token (`token_triggered_tags`), and free text may still
 spell the marker with ordinary tokens (text, as the families' token-aware parsers read it: xgrammar cannot exclude
 a spelling from free text without excluding the token that spells it). A vocabulary without them gets text markers
-and a text trigger (`triggered_tags`). Every format used is in xgrammar 0.2.7 (SGLang's pin): the token-level
-formats (token, any_tokens, token_triggered_tags, a tag's token begin / end) came with xgrammar#560, before 0.2.0,
+and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_key>`…, `CallFormat.inner`) become
+`Token(id)`s the same way. Every format used is in xgrammar 0.2.7 (SGLang's pin): the token-level formats (token,
+any_tokens, token_triggered_tags, a tag's token begin / end, EBNF `Token(…)`) came with xgrammar#560, before 0.2.0,
 so every backend gets the same grammar.
 """
 

@@ -17,16 +17,7 @@ from gateway.grammars.json import xml_arguments_ebnf
 from gateway.grammars.reasoning import ThinkBlock
 from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_schema
 
-from .markers import (
-    ARG_KEY_END,
-    ARG_KEY_START,
-    ARG_VALUE_END,
-    ARG_VALUE_START,
-    THINK_END,
-    THINK_START,
-    TOOL_CALL_END,
-    TOOL_CALL_START,
-)
+from .markers import ARGUMENT_MARKERS, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
 
 def call_body(tool: dict[str, Any], param: str) -> CallBody:
@@ -42,5 +33,5 @@ CALLS = CallFormat(
     TOOL_CALL_START,
     ThinkBlock(THINK_START, THINK_END),
     separator="",
-    inner=(ARG_KEY_START, ARG_KEY_END, ARG_VALUE_START, ARG_VALUE_END),
+    inner=ARGUMENT_MARKERS,
 )
