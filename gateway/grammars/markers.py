@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 Format = dict[str, Any]
@@ -40,22 +41,26 @@ class MarkerTokens:
     def in_ebnf(self, ebnf: str, spellings: Iterable[str]) -> str:
         """`ebnf` (xgrammar's printed EBNF) with each of `spellings` that has a token, where a string literal holds
         it, as that token (`Token(id)`); strings inside `TagDispatch(…)` (its excludes and triggers) stay text."""
-        tokens = {s: self.ids[s] for s in spellings if s in self.ids}
-        if not tokens:
-            return ebnf
-        split = re.compile("(" + "|".join(re.escape(s) for s in sorted(tokens, key=len, reverse=True)) + ")")
-        out: list[str] = []
-        depth = 0  # parentheses open inside a TagDispatch call
-        for piece in _EBNF_PIECES.findall(ebnf):
-            if depth:
-                depth += {"(": 1, ")": -1}.get(piece, 0)
-            elif piece == "TagDispatch(":
-                depth = 1
-            elif piece.startswith('"') and len(piece) > 1 and split.search(piece):
-                parts = [f"Token({tokens[p]})" if p in tokens else f'"{p}"' for p in split.split(piece[1:-1]) if p]
-                piece = "(" + " ".join(parts) + ")"
-            out.append(piece)
-        return "".join(out)
+        tokens = tuple((s, self.ids[s]) for s in spellings if s in self.ids)
+        return _tokens_in_ebnf(ebnf, tokens) if tokens else ebnf
+
+
+@lru_cache(maxsize=1024)
+def _tokens_in_ebnf(ebnf: str, tokens: tuple[tuple[str, int], ...]) -> str:
+    ids = dict(tokens)
+    split = re.compile("(" + "|".join(re.escape(s) for s in sorted(ids, key=len, reverse=True)) + ")")
+    out: list[str] = []
+    depth = 0  # parentheses open inside a TagDispatch call
+    for piece in _EBNF_PIECES.findall(ebnf):
+        if depth:
+            depth += {"(": 1, ")": -1}.get(piece, 0)
+        elif piece == "TagDispatch(":
+            depth = 1
+        elif piece.startswith('"') and len(piece) > 1 and split.search(piece):
+            parts = [f"Token({ids[p]})" if p in ids else f'"{p}"' for p in split.split(piece[1:-1]) if p]
+            piece = "(" + " ".join(parts) + ")"
+        out.append(piece)
+    return "".join(out)
 
 
 _EBNF_PIECES = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|TagDispatch\(|[()]|[^"\[()T]+|.', re.DOTALL)
