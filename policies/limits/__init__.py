@@ -23,7 +23,9 @@ The API (a contract with the policy engine):
     `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the per-minute limits the tenant has, `retry-after`
     and `retry-after-ms` on a refusal), `status` (200, 429, or 503 for a closed store error), `store_error`.
   - Store errors: `on_store_error="open"` admits (logged, counted), "closed" refuses with status 503; both count in
-    `limiter.store_errors` and set `limiter.store_healthy` False until a call succeeds again;
+    `limiter.store_errors` and set `limiter.store_healthy` False until a call succeeds again; an admit that failed
+    is settled with nothing used in the background (the store may have applied it before its answer was lost);
+    `await limiter.settled()` waits for the settlements in flight;
     `await limiter.probe_store()` asks the store now (for `/ready` between requests).
 - `FairQueue(capacity)`: `async with queue.slot(tenant, weight, cost_tokens, timeout_s)`, start-time fair queuing
   across tenants by tokens / weight, FIFO per tenant, `QueueTimeout` after `timeout_s`; `waiting` and `running`

@@ -45,15 +45,17 @@ class Limiter(ABC):
         """
         holder = uuid.uuid4().hex
         attempt = asyncio.ensure_future(self._admit(tenant, limits, charge_id, _bounded(tokens), holder))
+        reserved = Admission(True, None, None, tenant=tenant, charge_id=charge_id, holder=holder)
         try:
             verdict = await asyncio.shield(attempt)
         except asyncio.CancelledError:
-            self._track(
-                self._undo(attempt, Admission(True, None, None, tenant=tenant, charge_id=charge_id, holder=holder))
-            )
+            self._track(self._undo(attempt, reserved))
             raise
         except StoreUnavailable as exc:
             self._store_failed("admit", tenant, exc)
+            self._track(
+                self._settle_with_retries(reserved, 0)
+            )  # the store may have reserved before its answer got lost
             if limits.on_store_error == "open":
                 return Admission(True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id)
             return Admission(
@@ -84,9 +86,10 @@ class Limiter(ABC):
             verdict = await attempt
         except StoreUnavailable as exc:
             self._store_failed("admit", admission.tenant, exc)
-            return
-        if verdict.allowed:
-            await self._settle_with_retries(admission, 0)
+        else:
+            if not verdict.allowed:
+                return
+        await self._settle_with_retries(admission, 0)  # unanswered: the store may have reserved all the same
 
     async def settle(self, admission: Admission, used_tokens: int) -> None:
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
@@ -156,7 +159,11 @@ class Limiter(ABC):
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int) -> None:
         """Settle this holder of the charge once; raise StoreUnavailable when the store cannot answer."""
 
-    async def close(self) -> None:
-        """Wait for settlements in flight and release the store's resources."""
+    async def settled(self) -> None:
+        """Wait for the settlements in flight (those retried in the background included)."""
         if self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Wait for settlements in flight and release the store's resources."""
+        await self.settled()

@@ -15,6 +15,7 @@ import redis as sync_redis
 import redis.asyncio as redis
 
 from policies.limits import Limits, RedisLimiter
+from tests.faults.tcp_proxy import TcpFaultProxy
 
 pytestmark = pytest.mark.anyio
 
@@ -81,8 +82,9 @@ async def test_a_dead_store_applies_the_tenants_choice_and_recovery_is_automatic
     own_redis_server.kill()
     during = await limiter.admit("acme", limits, "b", 1)
     await limiter.settle(before, 1)  # lost with the server: logged and counted, never raised
-    assert during.store_error and not limiter.store_healthy and limiter.store_errors == 2
-    assert not await limiter.probe_store() and limiter.store_errors == 3
+    await limiter.settled()  # and the undo of `during`, which the store might have applied before it failed
+    assert during.store_error and not limiter.store_healthy and limiter.store_errors == 3
+    assert not await limiter.probe_store() and limiter.store_errors == 4
     if on_store_error == "open":
         assert (during.allowed, during.status, during.holder) == (True, 200, "")
     else:
@@ -92,7 +94,7 @@ async def test_a_dead_store_applies_the_tenants_choice_and_recovery_is_automatic
     assert await limiter.probe_store() and limiter.store_healthy
     after = [await limiter.admit("acme", limits, c, 1) for c in "cde"]
     assert [a.allowed for a in after] == [True, True, False] and limiter.store_healthy
-    assert limiter.store_errors == 3
+    assert limiter.store_errors == 4
 
 
 async def test_scripts_flushed_are_reloaded(redis_server):
@@ -158,3 +160,22 @@ async def test_an_admit_cancelled_while_redis_answers_leaves_no_trace(redis_serv
     assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "1000"
     await prober.close()
     await client.aclose()
+
+
+@pytest.mark.parametrize("on_store_error", ["open", "closed"])
+async def test_an_admit_whose_answer_never_came_is_undone_once_the_store_answers(redis_server, on_store_error):
+    """Redis runs the admit but its answer is held (a stall): the tenant's choice applies, and the reservation
+    Redis made anyway is released once Redis answers again (it held a concurrency slot for its whole lease)."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(concurrent_requests=1, tokens_per_minute=1000, on_store_error=on_store_error)
+    with TcpFaultProxy(redis_server.port) as proxy:
+        limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.2)
+        limiter.settle_retry_delays_s = (0.3, 1.0)
+        proxy.set("stall")
+        stalled = await limiter.admit(tenant, limits, "a", 500)
+        assert stalled.store_error and stalled.allowed == (on_store_error == "open")
+        proxy.set("pass")
+        await limiter.settled()
+        probe = await limiter.admit(tenant, limits, "b", 0)
+        assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "1000"
+        await limiter.close()
