@@ -2,7 +2,8 @@
 
 `TcpFaultProxy(upstream_port)` listens on a port of its own (`.port`, `.url_for(scheme)`) and runs its event loop in
 a thread of the test process. `set(mode, after=..., delay_s=..., rst=...)` changes what every connection (open or
-new) does with the bytes the upstream sends back, counted per connection:
+new) does with the bytes the upstream sends back, counted per connection since the client last sent (the answer to
+its latest request):
 
 - `pass`: forward both ways.
 - `delay`: hold each chunk from the upstream `delay_s` seconds (a slow server; order kept per connection).
@@ -70,6 +71,7 @@ class _Link:
             if self.stale:
                 return
             await self.proxy.flowing_upstream()
+            self.from_upstream = 0  # a new request: `after` counts the bytes of its answer
             self.upstream_writer.write(data)
             await self.upstream_writer.drain()
 
