@@ -56,11 +56,12 @@ MODES: dict[str, Callable[[Fault, list[int]], Script]] = {
     "wrong_shape": lambda f, ids: Script(ids, delay=f.delay, garbage_after=f.after, garbage=WRONG_SHAPE),
     "truncated": lambda f, ids: Script(ids, delay=f.delay, cut_after=f.after),
     "bad_id": lambda f, ids: Script([*ids[: f.after], f.token, *ids[f.after :]], delay=f.delay),
+    "endless": lambda f, ids: Script(ids[:-1] * 100_000, delay=f.delay),
     "refuse503": lambda f, ids: Script(refuse=503),
     "refuse429": lambda f, ids: Script(refuse=429),
 }
 """slow: holds after `after` tokens until the client leaves; truncated: drops the connection there; bad_id: sends
-`token` there, an id no tokenizer has."""
+`token` there, an id no tokenizer has; endless: the reply without its end, again and again (up to max tokens)."""
 
 
 def reply_ids(checkpoint: str | None) -> list[int]:

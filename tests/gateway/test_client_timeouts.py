@@ -11,7 +11,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from gateway.process.header_timeout import header_timeout_protocol
+from gateway.process.client_timeouts import client_timeout_protocol
 
 TIMEOUT_S = 0.5
 
@@ -21,7 +21,7 @@ def test_headers_trickled_past_the_timeout_close_the_connection():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http=header_timeout_protocol(TIMEOUT_S), log_level="warning", timeout_keep_alive=60)
+    config = uvicorn.Config(app, http=client_timeout_protocol(TIMEOUT_S), log_level="warning", timeout_keep_alive=60)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
