@@ -167,7 +167,7 @@ class _ByteLevelText:
         """Keep the bytes of `token_id`; False when it has none here (an added or unknown token)."""
         if token_id in self._bytes:
             return True
-        _check_id(token_id, self._size)
+        check_token_id(token_id, self._size)
         token = None if token_id in self._added else self._tokenizer.id_to_token(token_id)
         if token is None or not all(c in self._byte_of for c in token):
             return False
@@ -184,12 +184,12 @@ class _Text:
 
     def __call__(self, ids: list[int]) -> str:
         for token_id in ids:
-            _check_id(token_id, self._size)
+            check_token_id(token_id, self._size)
         return self._decode(ids)
 
 
-def _check_id(token_id: int, size: int) -> None:
-    """A backend's id outside the vocabulary (negative, or past its last id) is a broken answer, a 502: tokenizers
+def check_token_id(token_id: int, size: int) -> None:
+    """A backend's id outside the vocabulary of `size` ids (negative, or past its last id) is a broken answer, a 502: tokenizers
     would raise OverflowError for some and decode others as nothing."""
     if not 0 <= token_id < size:
         raise BackendError(f"the backend sent token id {token_id}, outside the vocabulary (0 to {size - 1})")
