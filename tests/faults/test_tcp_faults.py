@@ -12,16 +12,12 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
-from gateway.app import create_app
 from gateway.process.client_timeouts import client_timeout_protocol
-from gateway.process.config import load_config
-from gateway.process.launch import start_models
 from tests.faults.conftest import (
     SETTLE_S,
     Deployment,
@@ -29,17 +25,16 @@ from tests.faults.conftest import (
     assert_error_response,
     assert_error_then_done,
     chat,
+    gateway_in_process,
     open_sockets,
     port_of_url,
     replicas,
     sse,
     start,
     text_of,
-    write_config,
 )
 from tests.faults.fault_backend import REPLY
 from tests.faults.tcp_proxy import TcpFaultProxy
-from tests.gateway.http_server import serve
 
 CLIENT_TIMEOUT_S = 0.5
 """The gateway's header, body and send timeouts here."""
@@ -70,13 +65,9 @@ def deployment(
         for case in CASES
     ]
     models.append(replicas(NOT_READING, smollm2, [proxy.url_for("http")], health_interval_s=60))  # no short deadline
-    config = load_config(write_config(tmp_path_factory.mktemp("wire") / "gateway.yaml", models))
-    with ExitStack() as stack:
-        app = create_app(start_models(config, stack), max_body_bytes=100_000)
-        protocol = client_timeout_protocol(CLIENT_TIMEOUT_S, send_timeout_s=CLIENT_TIMEOUT_S)
-        with serve(app, http=protocol) as url:
-            httpx.get(f"{url}/ready", timeout=30)
-            yield Deployment(os.getpid(), port_of_url(url), models, [backend], in_process=True)
+    protocol = client_timeout_protocol(CLIENT_TIMEOUT_S, send_timeout_s=CLIENT_TIMEOUT_S)
+    with gateway_in_process(models, tmp_path_factory.mktemp("wire"), http=protocol, max_body_bytes=100_000) as (url, _):
+        yield Deployment(os.getpid(), port_of_url(url), models, [backend], in_process=True)
 
 
 @pytest.fixture
