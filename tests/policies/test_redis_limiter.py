@@ -180,3 +180,17 @@ async def test_an_admit_whose_answer_never_came_is_undone_once_the_store_answers
         assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "1000"
         assert probe.headers["x-ratelimit-remaining-requests"] == "9"  # the probe's own: the stalled one left no trace
         await limiter.close()
+
+
+async def test_fifty_parallel_admits_against_a_slow_redis_admit_exactly_20(redis_server):
+    """Every Redis reply 200 ms late (each admit on a connection of its own): no admit lost or counted twice."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    with TcpFaultProxy(redis_server.port) as proxy:
+        limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=2.0)  # late, never timed out: the count is the point
+        proxy.set("delay", delay_s=0.2)
+        verdicts = await asyncio.gather(
+            *(limiter.admit(tenant, Limits(requests_per_minute=20), f"c{i}", 1) for i in range(50))
+        )
+        assert sum(v.allowed for v in verdicts) == 20 and limiter.store_errors == 0
+        assert {v.limit for v in verdicts if not v.allowed} == {"requests_per_minute"}
+        await limiter.close()
