@@ -69,6 +69,7 @@ class _Link:
     async def _to_upstream(self) -> None:
         while data := await self.client_reader.read(65536):
             if self.stale:
+                self.proxy.stale_hits += 1
                 return
             await self.proxy.flowing_upstream()
             self.from_upstream = 0  # a new request: `after` counts the bytes of its answer
@@ -123,6 +124,8 @@ class TcpFaultProxy:
         self.links: set[_Link] = set()
         self.accepted = 0
         """Client connections accepted so far."""
+        self.stale_hits = 0
+        """Requests that arrived on a connection `stale()` marked (and closed it)."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._downstream = asyncio.Event()
