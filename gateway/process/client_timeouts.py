@@ -57,8 +57,9 @@ def client_timeout_protocol(
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
+            pipelined = bool(self.pipeline)  # the next request is in already (and starts now): no headers to wait for
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if not self.transport.is_closing() and not pipelined:
                 self._in_body = False
                 self._arm_read(self._close)  # the next request's headers
 
