@@ -198,6 +198,8 @@ class _Connection(asyncio.Protocol):
         """The response head, up to and including its blank line; what follows stays for the body."""
         while True:
             raw = self._raw[0] if len(self._raw) == 1 else b"".join(self._raw)
+            if not raw.startswith(b"HTTP/") and not b"HTTP/".startswith(raw):
+                raise ValueError(f"an answer that is not HTTP: {raw[:16]!r}")  # no blank line may ever come
             end = raw.find(b"\r\n\r\n")
             if end >= 0:
                 self._raw = [raw[end + 4 :]] if end + 4 < len(raw) else []

@@ -283,8 +283,8 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     from gateway.api.response_store import RedisStore
     from gateway.app import create_app
     from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
+    from gateway.process.client_timeouts import client_timeout_protocol
     from gateway.process.draining import DrainingServer, DrainState
-    from gateway.process.header_timeout import header_timeout_protocol
     from gateway.process.launch import start_models
     from gateway.process.policy_gate import policy_gate
 
@@ -329,7 +329,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             access_log=False,
             log_config=None,
             timeout_graceful_shutdown=args.drain_timeout,
-            http=header_timeout_protocol(limits.header_timeout_s),
+            http=client_timeout_protocol(limits.header_timeout_s),
         )
         DrainingServer(server_config, drain, args.drain_delay).run(sockets=[role.listening_socket()] if role else None)
     return 0

@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.errors import APIError
-from gateway.process.header_timeout import DEFAULT_HEADER_TIMEOUT_S
+from gateway.process.client_timeouts import DEFAULT_HEADER_TIMEOUT_S
 
 DEFAULT_GRAMMAR_COMPILE_S = 2.0
 """CPU seconds a request's grammar may take to build and compile (a 5-tool grammar takes 0.03-0.13 s cold on the
