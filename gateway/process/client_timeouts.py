@@ -23,9 +23,7 @@ DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_SEND_TIMEOUT_S = 60.0
 
 
-def client_timeout_protocol(
-    header_timeout_s: float, send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
-) -> type[HttpToolsProtocol]:
+def client_timeout_protocol(header_timeout_s: float, send_timeout_s: float) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol, closing a connection whose request headers take longer than
     `header_timeout_s`, whose body pauses that long, or that takes no bytes of its answer for `send_timeout_s`."""
 

@@ -13,7 +13,7 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from gateway.process.client_timeouts import client_timeout_protocol
+from gateway.process.client_timeouts import DEFAULT_SEND_TIMEOUT_S, client_timeout_protocol
 from tests.gateway.http_server import serve
 
 TIMEOUT_S = 0.5
@@ -24,7 +24,9 @@ def test_headers_trickled_past_the_timeout_close_the_connection():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http=client_timeout_protocol(TIMEOUT_S), log_level="warning", timeout_keep_alive=60)
+    config = uvicorn.Config(
+        app, http=client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S), log_level="warning", timeout_keep_alive=60
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -66,7 +68,7 @@ def test_a_pipelined_request_longer_than_the_header_timeout_is_answered():
         return PlainTextResponse(request.query_params["s"])
 
     app = Starlette(routes=[Route("/", slow)])
-    with serve(app, lifespan="off", http=client_timeout_protocol(TIMEOUT_S)) as url:
+    with serve(app, lifespan="off", http=client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S)) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
             client.sendall(b"GET /?s=0.05 HTTP/1.1\r\nHost: x\r\n\r\nGET /?s=1.0 HTTP/1.1\r\nHost: x\r\n\r\n")
