@@ -65,7 +65,8 @@ def create_app(
     group = ProcessGroupMetrics(metrics.render, *metrics_sockets) if metrics_sockets else None
     if gate is not None:
         gate.watcher.on_reload = metrics.record_policy_reload
-        metrics.registry.register(StoreErrorsCollector(lambda: gate.limiter.store_errors))
+    # exposed without policies too (0), as every family the dashboard queries
+    metrics.registry.register(StoreErrorsCollector(lambda: gate.limiter.store_errors if gate is not None else 0))
     if tracing is not None:
         metrics.registry.register(tracing.collector())
 
