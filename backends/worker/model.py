@@ -346,9 +346,12 @@ class LlamaModel:
 def _attention_mask(positions: torch.Tensor, key_len: int, groups: int) -> torch.Tensor:
     """The additive mask (B, 1, Q*groups, key_len) letting each query see keys up to its position.
 
-    Built once per forward as 0 / -inf, the form attention turns a boolean mask into in every layer."""
+    Built once per forward as 0 / -inf, the form attention turns a boolean mask into in every layer; each query's
+    row repeated for its head group by an expand (no host sync: the mask is built inside a captured CUDA graph)."""
+    batch, q_len = positions.shape
     keys_seen = torch.arange(key_len, device=positions.device)
-    visible = (keys_seen <= positions.unsqueeze(-1)).repeat_interleave(groups, dim=1).unsqueeze(1)
+    visible = (keys_seen <= positions.unsqueeze(-1)).unsqueeze(2).expand(batch, q_len, groups, key_len)
+    visible = visible.reshape(batch, 1, q_len * groups, key_len)
     return torch.zeros(visible.shape, device=positions.device).masked_fill_(~visible, float("-inf"))
 
 
