@@ -3,6 +3,8 @@ and the engine running its decode steps through it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -89,6 +91,19 @@ def test_static_decoder_has_no_step_past_its_buckets(model):
     assert decoder.step(model.cache.slots + 1, 10) is None
     assert decoder.step(1, model.cache.context + 1) is None
     assert (decoder.step(3, 33).width, decoder.step(3, 33).key_len) == (4, 64)
+
+
+def test_static_steps_read_no_tensor_on_the_host(checkpoint, weights):
+    """What a CUDA graph capture forbids (a host read of a device tensor: `.item()`, `bool`, `torch.equal`), a
+    model on the meta device refuses too: every bucket's static step runs there, and the eager step, which
+    chooses its shortcuts by reading the positions, does not. (Two layers: the ops repeat per layer.)"""
+    two_layers = dataclasses.replace(weights, layers=weights.layers[:2])
+    meta = LlamaModel(two_layers, checkpoint.config, slots=4, context=256, device="meta")
+    decoder = StaticDecoder(meta)
+    for step in decoder.steps.values():
+        assert step.forward().shape == (step.width, meta.vocab_size)
+    with pytest.raises(RuntimeError, match="meta tensors"):
+        decoder.steps[1, 32].eager_forward()
 
 
 def _run_engine(model: LlamaModel, checkpoint, decoder: StaticDecoder | None) -> tuple[list[list[int]], Engine]:
