@@ -67,9 +67,10 @@ class RequestSampler:
 
 
 class HostCopy:
-    """Brings a step's argmax ids and the rows to sample on the host to the host in one wait: copies into host
-    buffers made once, without blocking, then one event sync. Pinned buffers and a CUDA event for a GPU's logits
-    (`pinned=False`: plain buffers, no event, for the logic's tests on a CPU)."""
+    """Copies a step's argmax ids, and the logits rows to be sampled on the host, from the GPU with one wait: into
+    host buffers made once, without blocking, then one event sync (where `.tolist()` and a `.cpu()` per sampled
+    row each waited). Pinned buffers and a CUDA event; `pinned=False`: plain buffers and no event, for the
+    logic's tests on a CPU."""
 
     def __init__(self, rows: int, vocab_size: int, pinned: bool = True):
         self.ids = torch.empty(rows, dtype=torch.long, pin_memory=pinned)
