@@ -80,7 +80,7 @@ def test_lone_request_in_a_high_slot_and_idle_rows_touch_no_other_slot(model, ch
     assert (step.width, step.key_len) == (4, 32)
     static = decoder.run(step, [0, 0, 0, token], [0, 0, 0, len(ids)], [context] * 3 + [len(ids)])
     _assert_same_step(static[3:], eager)
-    torch.testing.assert_close(model.cache.keys[:, 3, :, len(ids)], new_key, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(model.cache.keys[:, 3, :, len(ids)], new_key, atol=1e-4, rtol=1e-4)
     assert torch.equal(model.cache.keys[:, :3, :, :context], others[0])
     assert torch.equal(model.cache.values[:, :3, :, :context], others[1])
     assert decoder.static_steps == 1
