@@ -119,7 +119,7 @@ if [[ "$DEVICE" == cuda ]]; then
     tests/worker/test_sampling.py tests/worker/test_server.py)
   BENCH=(--device cuda --threads 4 --tokens 64 --prefill 500 2000 --weights fp32 bf16 --cuda-graphs off auto)
   LIMIT_S=150  # each step's; both fit the 5 minutes
-else  # the dry run checks this script's steps, not the worker: two tests, a tiny bench, a shared CPU's time limits
+else  # the dry run checks this script's steps, not the worker: a few tests, a tiny bench, a shared CPU's time limits
   TESTS=(tests/worker/test_model.py tests/worker/test_static_decode.py
     -k "greedy_text_is_sensible or lone_decode_step or static_step_equals or read_no_tensor or cuda_graphs")
   BENCH=(--device cpu --threads 1 --tokens 4 --prefill 32 --weights fp32 --cuda-graphs off auto)
