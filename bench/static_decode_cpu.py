@@ -15,7 +15,7 @@ import argparse
 import os
 import statistics
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -27,15 +27,14 @@ from backends.checkpoint import load_checkpoint
 from backends.worker.model import LlamaModel
 from backends.worker.static_decode import StaticDecoder
 from backends.worker.weights import load_weights
+from bench.worker_decode_cpu import cpu_and_wall
 
 CASES = {"1 row, slot 0": [0], "1 row, slot 3": [3], "3 rows, slots 0-2": [0, 1, 2], "8 rows": list(range(8))}
 
 
-def cpu_ms(run, steps: int) -> float:
-    began = time.process_time()
-    for _ in range(steps):
-        run()
-    return (time.process_time() - began) / steps * 1e3
+def cpu_ms(run: Callable[[], None], steps: int) -> float:
+    """Process CPU ms per call of `run`, over `steps` calls."""
+    return cpu_and_wall(lambda: [run() for _ in range(steps)])[0] / steps * 1e3
 
 
 def main() -> None:
