@@ -15,7 +15,7 @@ A YAML (or JSON) file:
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
           threads: auto               # worker only: auto (measured, within the cores and CPU quota) or a number
-          context_length: 4096        #   (also max_batch, max_waiting, weights_dtype, device, prefix_cache,
+          context_length: 4096        #   (also max_batch, max_waiting, weights_dtype, device, cuda_graphs, prefix_cache,
                                       #   context_length: KV cache per slot; default the model's)
           url: http://host:30000      # sglang and vllm: one replica, or several:
           urls: [http://a:30000, http://b:30000]
@@ -305,7 +305,13 @@ def _worker_options(backend: BackendConfig, where: str) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
             kind = "a positive integer" if least else "a non-negative integer"
             raise ConfigError(f"{where}.{name}: {kind} is required")
-    for name, choices in (("weights_dtype", ("fp32", "bf16")), ("device", ("cpu", "cuda"))):
+    if backend.cuda_graphs is False:  # YAML reads a bare `off` as false
+        backend.cuda_graphs = "off"
+    for name, choices in (
+        ("weights_dtype", ("fp32", "bf16")),
+        ("device", ("cpu", "cuda")),
+        ("cuda_graphs", ("auto", "off")),
+    ):
         if getattr(backend, name) not in (None, *choices):
             raise ConfigError(f"{where}.{name}: one of {', '.join(choices)} is required")
 
