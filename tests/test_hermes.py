@@ -449,6 +449,14 @@ def test_auto_allows_text_and_declared_calls_only() -> None:
     assert not accepts(request, tool_call("get_weather", '{"city": 3}'))
 
 
+def test_arguments_follow_the_schema_unless_the_tool_says_strict_false() -> None:
+    relaxed = {"type": "function", "function": {**WEATHER["function"], "strict": False}}
+    request = ChatRequest(messages=[{"role": "user", "content": "Weather?"}], tools=[relaxed], tool_choice="required")
+    assert accepts(request, tool_call("get_weather", '{"town": "Paris"}'))
+    assert not accepts(request, tool_call("get_weather", "3"))
+    assert not accepts(tools_request("required"), tool_call("get_weather", '{"town": "Paris"}'))
+
+
 def test_required_forces_a_call_at_the_start() -> None:
     request = tools_request("required")
     assert accepts(request, PARIS)

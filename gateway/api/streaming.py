@@ -20,16 +20,13 @@ from backends.asgi import DONE_FRAME, dumps, json_response, sse_frame
 from backends.base import BackendError
 from gateway.api.disconnect import ClientDisconnected, ClientWatch
 from gateway.api.sse import SSEResponse
-from gateway.errors import APIError, from_backend
+from gateway.errors import CLIENT_CLOSED, APIError, from_backend
 from gateway.observability.requests import note_usage, step_notes
 from gateway.observability.tracing import traced_door
 from gateway.types import ChoiceStep, Events
 from gateway.validation.fields import GenerationSettings
 
 log = logging.getLogger(__name__)
-
-CLIENT_CLOSED = 499
-"""nginx's status for a client that left; nobody reads it, it only shows in logs."""
 
 
 class Door(Protocol):

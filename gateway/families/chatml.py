@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
+from functools import cached_property
+from typing import ClassVar
+
+from backends.base import Grammar
 from gateway.families.base import Family, reopened_reasoning
+from gateway.grammars.markers import MarkerTokens
+from gateway.grammars.tool_calls import CallFormat, build_grammar
 from gateway.types import ChatRequest
 
 THINK_START = "<think>"
@@ -23,9 +29,18 @@ def prompt_opens_reasoning(prompt: str) -> bool:
 
 
 class ChatMLFamily(Family):
-    """A family with ChatML turns and `<think>` / `<tool_call>` added tokens."""
+    """A family with ChatML turns and `<think>` / `<tool_call>` added tokens; `calls` says how it writes calls."""
 
     keep_in_assistant = TOKEN_MARKERS
+    calls: ClassVar[CallFormat]
+
+    @cached_property
+    def marker_tokens(self) -> MarkerTokens:
+        """The ids of the markers this vocabulary has as added tokens (the grammar's markers)."""
+        return MarkerTokens.of(self.context.tokenizer, TOKEN_MARKERS)
+
+    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        return build_grammar(request, self.opens_reasoning(request, prompt), self.calls, self.marker_tokens)
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(TURN_END)

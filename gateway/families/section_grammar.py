@@ -29,6 +29,7 @@ from backends.base import Grammar
 from gateway.families.token_sections import SectionMarkers
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
 from gateway.grammars.safe_json import safe_json_format
+from gateway.grammars.tool_calls import indexed_active_tools
 from gateway.types import ChatRequest
 
 Format = dict[str, Any]
@@ -86,7 +87,7 @@ def build_section_grammar(
     if not tools and schema is None:
         return None
     if tools:
-        calls = _or([_call(i, tool, ids, layout) for i, tool in _indexed(request)])
+        calls = _or([_call(i, tool, ids, layout) for i, tool in indexed_active_tools(request)])
         section = _seq(_token(ids.section_begin), _plus(calls, request.parallel_tool_calls), _token(ids.section_end))
         if request.tool_choice != "auto":
             answer = section
@@ -100,11 +101,6 @@ def build_section_grammar(
         reasoning = {"type": "any_tokens", "exclude_tokens": [ids.think_end]}
         answer = _seq(reasoning, _token(ids.think_end), answer)
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": answer}, ensure_ascii=False))
-
-
-def _indexed(request: ChatRequest) -> list[tuple[int, dict[str, Any]]]:
-    """The active tools with their index in `request.tools` (for the 400 `param`)."""
-    return [(i, t) for i, t in enumerate(request.tools) if any(t is a for a in request.active_tools)]
 
 
 def _call(index: int, tool: dict[str, Any], ids: SectionIds, layout: CallLayout) -> Format:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -48,9 +49,20 @@ def response_strict(response_format: dict[str, Any] | None) -> bool:
 
 def compact_json_ebnf(schema: Any, param: str) -> str:
     """EBNF for one-line JSON matching `schema`; SchemaGrammarError (with `param`) if it has none."""
+    # key order is kept: the grammar writes properties in the schema's declared order
+    return _converted(lambda: _ebnf(json.dumps(schema, ensure_ascii=False)), param)
+
+
+def xml_arguments_ebnf(schema: Any, style: str, param: str) -> str:
+    """EBNF for arguments matching `schema` in one of xgrammar's XML argument styles (`glm_xml`, …), as its
+    `json_schema` format with that style builds them; SchemaGrammarError (with `param`) if it has none."""
+    return _converted(lambda: _xml_ebnf(json.dumps(schema, ensure_ascii=False), style), param)
+
+
+def _converted(convert: Callable[[], str], param: str) -> str:
+    """`convert()`, xgrammar's refusal of a schema raised as SchemaGrammarError with its reason and `param`."""
     try:
-        # key order is kept: the grammar writes properties in the schema's declared order
-        return _ebnf(json.dumps(schema, ensure_ascii=False))
+        return convert()
     except (RuntimeError, ValueError, TypeError) as exc:
         reason = _XGRAMMAR_LOCATION.sub(
             "", str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
@@ -71,3 +83,9 @@ def compact_json_grammar(schema: Any, param: str) -> Grammar:
 @lru_cache(maxsize=1024)
 def _ebnf(schema_json: str) -> str:
     return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False))
+
+
+@lru_cache(maxsize=1024)
+def _xml_ebnf(schema_json: str, style: str) -> str:
+    fmt = {"type": "json_schema", "json_schema": json.loads(schema_json), "style": style}
+    return str(xgr.Grammar.from_structural_tag(json.dumps({"type": "structural_tag", "format": fmt})))

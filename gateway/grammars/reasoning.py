@@ -1,33 +1,57 @@
-"""A `<think>` reasoning block in front of a constrained answer, for families whose reasoning is a think block."""
+"""A think block in front of a constrained answer, for families whose reasoning is a think block."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar
+from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 
 Format = dict[str, Any]
 
 
+@dataclass(frozen=True)
+class ThinkBlock:
+    """A family's think block: its markers and the whitespace the model writes after the end marker."""
+
+    start: str
+    end: str
+    after: str = ""
+
+
 def with_reasoning(
-    answer: Format, *, prompt_opens_reasoning: bool, reasoning_optional: bool, think: tuple[str, str]
+    answer: Format,
+    *,
+    prompt_opens_reasoning: bool,
+    reasoning_optional: bool,
+    think: ThinkBlock,
+    markers: MarkerTokens = TEXT_MARKERS,
 ) -> Grammar:
     """A structural tag: `answer`, after the reasoning block where it could otherwise be rejected.
 
     A prompt that opened the think block always needs its end. A strict answer (forced calls, JSON)
-    gets an optional complete `think[0]…think[1]` block (`think[1]` with the whitespace the model writes
-    after it); lazy calls already allow any text, a think block included.
+    gets an optional complete block; lazy calls already allow any text, a think block included.
+    Where `markers` has the end marker's token, the block ends only at that token (its text spelled
+    with ordinary tokens is reasoning), and starts only at the start marker's token where there is one.
     """
-    start, end = think
     reasoning: Format | None = None
     if prompt_opens_reasoning:
-        reasoning = _block("", end)
+        reasoning = _block(think, markers, opened=True)
     elif reasoning_optional:
-        reasoning = {"type": "optional", "content": _block(start, end)}
+        reasoning = {"type": "optional", "content": _block(think, markers, opened=False)}
     fmt = answer if reasoning is None else {"type": "sequence", "elements": [reasoning, answer]}
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
 
 
-def _block(begin: str, end: str) -> Format:
-    return {"type": "tag", "begin": begin, "content": {"type": "any_text"}, "end": end}
+def _block(think: ThinkBlock, markers: MarkerTokens, opened: bool) -> Format:
+    end = markers.token(think.end)
+    if end is None:
+        begin = "" if opened else think.start
+        return {"type": "tag", "begin": begin, "content": {"type": "any_text"}, "end": think.end + think.after}
+    text = {"type": "any_tokens", "exclude_tokens": [end["token"]]}
+    elements = ([] if opened else [markers.format(think.start)]) + [text, end]
+    if think.after:
+        elements.append({"type": "const_string", "value": think.after})
+    return {"type": "sequence", "elements": elements}

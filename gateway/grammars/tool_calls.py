@@ -1,22 +1,34 @@
 """Structural tags for tag-shaped tool calls (one `tag` per tool), shared by the families that write them.
 
-Policy: tool_choice "auto" makes calls lazy (free text; a call starts at the family's trigger), "required"
+Policy: tool_choice "auto" makes calls lazy (free text; a call starts at the family's opening marker), "required"
 or a named tool makes the answer calls only, a named tool or `parallel_tool_calls=false` one call.
 Arguments follow the tool's schema unless the tool says `strict: false` (seed 001: an omitted `strict` is
 strict); then any object. response_format is the answer's JSON (with "auto", the answer is either calls
 or that JSON); a prompt that opened the think block gets its reasoning block first.
+
+Markers: a call's opening and closing markers (and the think block's) are `token` formats by id where the served
+vocabulary has them as added tokens (`gateway.grammars.markers`), so their spelling in ordinary tokens never opens
+or closes a call; lazy calls then start at the opening token (`token_triggered_tags`), and free text may still
+spell the marker with ordinary tokens (text, as the families' token-aware parsers read it: xgrammar cannot exclude
+a spelling from free text without excluding the token that spells it). A vocabulary without them gets text markers
+and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_key>`…, `CallFormat.inner`) become
+`Token(id)`s the same way. Every format used is in xgrammar 0.2.7 (SGLang's pin): the token-level formats (token,
+any_tokens, token_triggered_tags, a tag's token begin / end, EBNF `Token(…)`) came with xgrammar#560, before 0.2.0,
+so every backend gets the same grammar (checked 2026-12-01 with the 0.2.7 and 0.2.8 wheels first on PYTHONPATH:
+tests/test_grammar_marker_tokens.py passes, and the grammars 0.2.9 builds compile and keep to it there).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from backends.base import Grammar
 from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, compact_json_format, compact_json_grammar
 from gateway.grammars.json import response_schema as answer_schema
-from gateway.grammars.reasoning import with_reasoning
+from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
+from gateway.grammars.reasoning import ThinkBlock, with_reasoning
 from gateway.types import ChatRequest
 
 Format = dict[str, Any]
@@ -30,41 +42,91 @@ def arguments_schema(tool: dict[str, Any]) -> dict[str, Any]:
     return fn["parameters"]
 
 
+def indexed_active_tools(request: ChatRequest) -> list[tuple[int, dict[str, Any]]]:
+    """The active tools with their index in `request.tools` (for a 400's `param`)."""
+    return [(i, t) for i, t in enumerate(request.tools) if any(t is a for a in request.active_tools)]
+
+
+class CallBody(NamedTuple):
+    """What one tool's call holds between the opening and closing markers: text, the arguments, text."""
+
+    head: str
+    arguments: Format
+    tail: str
+
+
 @dataclass(frozen=True)
 class CallFormat:
-    """How one family writes calls: the tag of a tool's call, what starts any call, and the think block."""
+    """How one family writes calls: the markers around each call, a tool's call body (given the tool and the
+    `param` naming its parameters), the text that starts any call where the opening marker is text, the think
+    block, what separates forced calls, and the markers that an EBNF body's string literals write (`inner`: each
+    becomes its token where the vocabulary has one)."""
 
-    tag: Callable[[dict[str, Any]], Format]
+    open: str
+    close: str
+    body: Callable[[dict[str, Any], str], CallBody]
     trigger: str
-    think: tuple[str, str]
+    think: ThinkBlock
     separator: str = "\n"
+    inner: tuple[str, ...] = ()
 
 
-def build_grammar(request: ChatRequest, prompt_opens_reasoning: bool, calls_format: CallFormat) -> Grammar | None:
-    """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside the think block."""
+def build_grammar(
+    request: ChatRequest, prompt_opens_reasoning: bool, calls_format: CallFormat, markers: MarkerTokens = TEXT_MARKERS
+) -> Grammar | None:
+    """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside the think block; `markers`
+    are the served vocabulary's marker tokens."""
     schema = answer_schema(request.response_format)
     answer = compact_json_format(schema, RESPONSE_SCHEMA_PARAM) if schema is not None else None
     forced = request.tool_choice != "auto"
     think = calls_format.think
     if request.active_tools:
         one = isinstance(request.tool_choice, dict) or not request.parallel_tool_calls
-        calls = _calls(request, calls_format, only_calls=forced or answer is not None, one=one)
+        calls = _calls(request, calls_format, markers, only_calls=forced or answer is not None, one=one)
         if answer is not None and not forced:
             calls = {"type": "or", "elements": [calls, answer]}
         optional = forced or answer is not None
         return with_reasoning(calls, prompt_opens_reasoning=prompt_opens_reasoning, reasoning_optional=optional,
-                              think=think)  # fmt: skip
+                              think=think, markers=markers)  # fmt: skip
     if answer is None:
         return None
     if prompt_opens_reasoning:
-        return with_reasoning(answer, prompt_opens_reasoning=True, reasoning_optional=False, think=think)
+        return with_reasoning(answer, prompt_opens_reasoning=True, reasoning_optional=False, think=think,
+                              markers=markers)  # fmt: skip
     return compact_json_grammar(schema, RESPONSE_SCHEMA_PARAM)
 
 
-def _calls(request: ChatRequest, calls_format: CallFormat, only_calls: bool, one: bool) -> Format:
-    tags = [calls_format.tag(t) for t in request.active_tools]
+def _calls(
+    request: ChatRequest, calls_format: CallFormat, markers: MarkerTokens, only_calls: bool, one: bool
+) -> Format:
+    tags = [_tag(calls_format, t, f"tools[{i}].function.parameters", markers) for i, t in indexed_active_tools(request)]
     if only_calls:
         return {"type": "tags_with_separator", "tags": tags, "separator": calls_format.separator,
                 "at_least_one": True, "stop_after_first": one}  # fmt: skip
+    opener = markers.token(calls_format.open)
+    if opener is not None:
+        return {"type": "token_triggered_tags", "trigger_tokens": [opener["token"]], "tags": tags,
+                "at_least_one": False, "stop_after_first": one}  # fmt: skip
     return {"type": "triggered_tags", "triggers": [calls_format.trigger], "tags": tags, "at_least_one": False,
             "stop_after_first": one}  # fmt: skip
+
+
+def _tag(calls_format: CallFormat, tool: dict[str, Any], param: str, markers: MarkerTokens) -> Format:
+    """One tool's call tag: each marker its token where the vocabulary has one (the text beside it then goes into
+    the content), else text joined to the text beside it."""
+    head, arguments, tail = calls_format.body(tool, param)
+    if calls_format.inner and arguments["type"] == "grammar":
+        arguments = {**arguments, "grammar": markers.in_ebnf(arguments["grammar"], calls_format.inner)}
+    begin: str | Format | None = markers.token(calls_format.open)
+    end: str | Format | None = markers.token(calls_format.close)
+    content = [arguments]
+    if begin is None:
+        begin = calls_format.open + head
+    elif head:
+        content.insert(0, {"type": "const_string", "value": head})
+    if end is None:
+        end = tail + calls_format.close
+    elif tail:
+        content.append({"type": "const_string", "value": tail})
+    body = content[0] if len(content) == 1 else {"type": "sequence", "elements": content}
+    return {"type": "tag", "begin": begin, "content": body, "end": end}

@@ -126,6 +126,14 @@ def test_redis_killed_and_restarted_under_load(gateways, redis):
     for gateway in gateways:
         assert httpx.get(f"{gateway.base_url}/ready").json()["policies"]["store_reachable"] is True
         assert "limiter store error" in gateway.stderr()
+        scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("closed")).text
+        errors = metric(scrape, "gateway:limiter_store_errors_total")
+        assert errors >= 4, errors  # each refused (503) or admitted-open request counted
+
+
+def metric(exposition: str, name: str) -> float:
+    """The value of the unlabelled sample `name` in a Prometheus exposition."""
+    return next(float(line.split()[-1]) for line in exposition.splitlines() if line.startswith(name + " "))
 
 
 def wait_until(condition, timeout: float = RECOVER_S) -> None:

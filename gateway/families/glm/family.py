@@ -9,9 +9,11 @@ from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
 from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
+from gateway.grammars.markers import MarkerTokens
+from gateway.grammars.tool_calls import build_grammar
 from gateway.types import ChatRequest
 
-from .grammar import build_grammar
+from .grammar import CALLS
 from .markers import (
     ARG_KEY_END,
     ARG_KEY_START,
@@ -22,6 +24,7 @@ from .markers import (
     OBSERVATION,
     THINK_END,
     THINK_START,
+    TOKEN_MARKERS,
     TOOL_CALL_END,
     TOOL_CALL_START,
     USER,
@@ -63,8 +66,13 @@ class Glm45Family(Family):
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(END_OF_TEXT, USER, OBSERVATION)
 
+    @cached_property
+    def marker_tokens(self) -> MarkerTokens:
+        """The ids of the markers this vocabulary has as added tokens (the grammar's markers)."""
+        return MarkerTokens.of(self.context.tokenizer, TOKEN_MARKERS)
+
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, self._opens_reasoning(request, prompt))
+        return build_grammar(request, self._opens_reasoning(request, prompt), CALLS, self.marker_tokens)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         tools = request.active_tools

@@ -17,6 +17,8 @@ USER = "<|user|>"
 OBSERVATION = "<|observation|>"
 END_OF_TEXT = "<|endoftext|>"
 
+ARGUMENT_MARKERS = (ARG_KEY_START, ARG_KEY_END, ARG_VALUE_START, ARG_VALUE_END)
+"""The markers around each argument's key and value, inside a call."""
 TOKEN_MARKERS = frozenset(
     {THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END, ARG_KEY_START, ARG_KEY_END, ARG_VALUE_START, ARG_VALUE_END}
 )

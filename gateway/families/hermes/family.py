@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from backends.base import Grammar
 from gateway.families.base import OutputParser
 from gateway.families.chatml import TOOL_CALL_END, TOOL_CALL_START, TURN_END, TURN_START, ChatMLFamily
 from gateway.families.recognition import Recognition
 from gateway.types import ChatRequest
 
-from .grammar import build_grammar
+from .grammar import CALLS
 from .parser import HermesParser
 from .prompt import choose_template, default_system_message, render_prompt
 
@@ -19,6 +18,7 @@ class HermesFamily(ChatMLFamily):
     """ChatML prompts, `<think>` reasoning and `<tool_call>{"name", "arguments"}</tool_call>` calls."""
 
     name = "hermes"
+    calls = CALLS
     recognition = (
         Recognition(tokens=frozenset({TURN_START, TURN_END})),  # ChatML (the embedded SmolLM2)
         Recognition(tokens=frozenset({TURN_START, TURN_END, TOOL_CALL_START, TOOL_CALL_END})),  # Qwen2.5 / Qwen3
@@ -35,9 +35,6 @@ class HermesFamily(ChatMLFamily):
 
     def render(self, request: ChatRequest) -> str:
         return render_prompt(request, self.template, self.context, self.default_system_message)
-
-    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, self.opens_reasoning(request, prompt))
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return HermesParser(

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from backends.base import Grammar
 from gateway.families.base import OutputParser
 from gateway.families.chatml import TOOL_CALL_END, TOOL_CALL_START, TURN_END, TURN_START, ChatMLFamily
 from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
-from .grammar import build_grammar
+from .grammar import CALLS
 from .markers import FUNCTION_OPEN, PARAMETER_OPEN, QWEN35_VOCABULARY
 from .parser import Qwen3XmlParser
 from .prompt import BUILTIN_TEMPLATE
@@ -23,6 +22,7 @@ class Qwen3XmlFamily(ChatMLFamily):
     """Qwen3-Coder, Qwen3.5 and later: `<tool_call><function=NAME><parameter=K>V</parameter>…` calls."""
 
     name = "qwen3_xml"
+    calls = CALLS
     recognition = (
         Recognition(tokens=CHATML_CALLS, template=(FUNCTION_OPEN, PARAMETER_OPEN)),  # Qwen3-Coder's template
         Recognition(tokens=CHATML_CALLS | QWEN35_VOCABULARY),  # Qwen3.5's vocabulary, with or without template
@@ -34,9 +34,6 @@ class Qwen3XmlFamily(ChatMLFamily):
 
     def render(self, request: ChatRequest) -> str:
         return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
-
-    def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, self.opens_reasoning(request, prompt))
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return Qwen3XmlParser(

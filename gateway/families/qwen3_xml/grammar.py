@@ -1,8 +1,9 @@
 """Output grammars for Qwen XML calls: xgrammar structural tags with its own `qwen_xml` argument style.
 
 Each call is the layout of xgrammar's built-in Qwen3-Coder / Qwen3.5 tag (`<tool_call>\\n<function=NAME>\\n`
-… `\\n</function>\\n</tool_call>`); only formats xgrammar 0.2.7 (SGLang's pin) and 0.2.8 (vLLM's) know.
-The policy (lazy / forced calls, strict arguments, response_format, reasoning) is
+… `\\n</function>\\n</tool_call>`). `<tool_call>`, `</tool_call>`, `<think>` and `</think>` are their token ids
+where the vocabulary has them (every Qwen3 one); `<function=` and `<parameter=` are text in Qwen's vocabularies
+and stay text. The policy (lazy / forced calls, strict arguments, response_format, reasoning) is
 `gateway.grammars.tool_calls`'.
 """
 
@@ -10,30 +11,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from backends.base import Grammar
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
-from gateway.grammars.tool_calls import CallFormat, arguments_schema
-from gateway.grammars.tool_calls import build_grammar as build_calls_grammar
-from gateway.types import ChatRequest
+from gateway.grammars.reasoning import ThinkBlock
+from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_schema
 
 from .markers import FUNCTION_CLOSE, FUNCTION_OPEN
 
-CALL_TRIGGER = f"{TOOL_CALL_START}\n{FUNCTION_OPEN}"
+
+def call_body(tool: dict[str, Any], param: str) -> CallBody:
+    """One call of `tool` between the markers: its name in the header, its arguments as `<parameter=K>` elements."""
+    arguments = {"type": "json_schema", "json_schema": arguments_schema(tool), "style": "qwen_xml"}
+    return CallBody(f"\n{FUNCTION_OPEN}{tool['function']['name']}>\n", arguments, f"\n{FUNCTION_CLOSE}\n")
 
 
-def call_tag(tool: dict[str, Any]) -> dict[str, Any]:
-    """One call of `tool`: its name in the header, its arguments as `<parameter=K>` elements."""
-    return {
-        "type": "tag",
-        "begin": f"{CALL_TRIGGER}{tool['function']['name']}>\n",
-        "content": {"type": "json_schema", "json_schema": arguments_schema(tool), "style": "qwen_xml"},
-        "end": f"\n{FUNCTION_CLOSE}\n{TOOL_CALL_END}",
-    }
-
-
-CALLS = CallFormat(tag=call_tag, trigger=CALL_TRIGGER, think=(THINK_START, f"{THINK_END}\n\n"))
-
-
-def build_grammar(request: ChatRequest, prompt_opens_reasoning: bool) -> Grammar | None:
-    """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside `<think>`."""
-    return build_calls_grammar(request, prompt_opens_reasoning, CALLS)
+CALLS = CallFormat(
+    TOOL_CALL_START,
+    TOOL_CALL_END,
+    call_body,
+    trigger=f"{TOOL_CALL_START}\n{FUNCTION_OPEN}",
+    think=ThinkBlock(THINK_START, THINK_END, "\n\n"),
+)

