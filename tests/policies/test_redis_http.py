@@ -153,7 +153,7 @@ def test_idle_gateways_close_the_redis_connections_the_server_dropped(gateways, 
         stored = httpx.post(
             f"{gateway.base_url}/v1/responses",
             headers=auth("closed"),
-            json={"model": "m", "input": "hi", "max_output_tokens": 2},
+            json={"model": "m", "input": "hi", "max_output_tokens": 16},
         )
         assert stored.is_success, stored.text
     with Redis(host="127.0.0.1", port=redis.port) as admin:
