@@ -22,6 +22,7 @@ from gateway.families.base import Family, FamilyContext
 from gateway.families.glm import Glm47Family
 from gateway.families.hermes import HermesFamily
 from gateway.families.qwen3_xml import Qwen3XmlFamily
+from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.markers import MarkerTokens
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import ChatRequest
@@ -215,6 +216,24 @@ def test_typed_values_hold_no_control_token(case: Case) -> None:
     assert not case.accepts(request, tagged_call(name, ["Paris"], ['"x', (marker,), '"']))
     assert not case.accepts(request, tagged_call(name, ["Par", (marker,), "is"], ['"a"']))
     assert not case.accepts(request, tagged_call(name, ["Par<b>is"], ['"a"']))
+
+
+def one_value(schema: dict[str, Any], **function: Any) -> ChatRequest:
+    parameters = {"type": "object", "properties": {"v": schema}, "required": ["v"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters, **function}}
+    return ChatRequest(messages=[{"role": "user", "content": "?"}], tools=[tool], tool_choice="required")
+
+
+def test_a_literal_spelling_a_control_token_is_refused_only_under_strict(case: Case) -> None:
+    spelled_literal = {"enum": [f"a{CONTROL_TOKENS[case.family.name][0]}b"]}
+    with pytest.raises(SchemaGrammarError) as error:
+        case.family.grammar(one_value(spelled_literal, strict=True), case.prompt)
+    assert error.value.param == "tools[0].function.parameters"
+    assert case.family.grammar(one_value(spelled_literal), case.prompt) is not None  # any object instead
+    with pytest.raises(SchemaGrammarError):  # what xgrammar cannot use stays a 400 with strict omitted
+        case.family.grammar(one_value({"$ref": "#/nope"}), case.prompt)
+    grammar = case.family.grammar(one_value({"enum": ["x<b>y"]}), case.prompt)
+    assert grammar is not None and "x<b>y" in grammar.text  # ordinary `<` text is no control token
 
 
 def test_reasoning_ends_only_at_the_think_end_token(case: Case) -> None:
