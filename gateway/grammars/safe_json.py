@@ -276,9 +276,8 @@ def _or_any_object(
         if refuse_unusable:
             raise
         ebnf = None
-    if ebnf is None:
-        if strict:
-            raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
+    if ebnf is None and not strict:
         ebnf = convert(_ANY_OBJECT, False)
-    assert ebnf is not None  # any object has a grammar with any spellings
+    if ebnf is None:  # under strict; or any object has none either (xgrammar's rules changed): a 400, never a 500
+        raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
     return ebnf

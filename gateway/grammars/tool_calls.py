@@ -35,6 +35,7 @@ from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, compact_jso
 from gateway.grammars.json import response_schema as answer_schema
 from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 from gateway.grammars.reasoning import ThinkBlock, with_reasoning
+from gateway.grammars.safe_json import safe_arguments_ebnf
 from gateway.types import ChatRequest
 
 Format = dict[str, Any]
@@ -46,6 +47,15 @@ def arguments_schema(tool: dict[str, Any]) -> dict[str, Any]:
     if fn.get("strict") is False or not isinstance(fn.get("parameters"), dict):
         return ANY_OBJECT
     return fn["parameters"]
+
+
+def arguments_format(tool: dict[str, Any], param: str, spellings: tuple[str, ...], style: str = "json") -> Format:
+    """A call's arguments in `style` (compact JSON, or an XML argument style): the tool's `arguments_schema`, an
+    object at least, with no value holding one of `spellings` (`safe_json.safe_arguments_ebnf`: a schema without
+    such a grammar is a 400 only when the tool says `strict: true`, else any object)."""
+    strict = tool["function"].get("strict") is True
+    ebnf = safe_arguments_ebnf(arguments_schema(tool) or ANY_OBJECT, spellings, param, strict, style)
+    return {"type": "grammar", "grammar": ebnf}
 
 
 def indexed_active_tools(request: ChatRequest) -> list[tuple[int, dict[str, Any]]]:

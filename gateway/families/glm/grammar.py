@@ -16,8 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.grammars.reasoning import ThinkBlock
-from gateway.grammars.safe_json import safe_arguments_ebnf
-from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_schema
+from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_format
 
 from .markers import ARGUMENT_MARKERS, THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 
@@ -25,9 +24,7 @@ from .markers import ARGUMENT_MARKERS, THINK_END, THINK_START, TOOL_CALL_END, TO
 def call_body(tool: dict[str, Any], param: str, spellings: tuple[str, ...]) -> CallBody:
     """One call of `tool` between the markers: its name, then its arguments as key/value tag pairs, no value
     spelling one of `spellings`."""
-    strict = tool["function"].get("strict") is True
-    ebnf = safe_arguments_ebnf(arguments_schema(tool), spellings, param, strict, style="glm_xml")
-    arguments = {"type": "grammar", "grammar": ebnf}
+    arguments = arguments_format(tool, param, spellings, "glm_xml")
     return CallBody(tool["function"]["name"], arguments, "")
 
 

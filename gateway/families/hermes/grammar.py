@@ -20,17 +20,14 @@ from typing import Any
 
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.grammars.reasoning import ThinkBlock
-from gateway.grammars.safe_json import safe_arguments_ebnf
-from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_schema
+from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_format
 
 
 def call_body(tool: dict[str, Any], param: str, spellings: tuple[str, ...]) -> CallBody:
     """One call of `tool` between the markers: its name, then arguments by its schema (an object at least), no
     string spelling one of `spellings`."""
     name = json.dumps(tool["function"]["name"], ensure_ascii=False)
-    strict = tool["function"].get("strict") is True
-    arguments = {"type": "grammar", "grammar": safe_arguments_ebnf(arguments_schema(tool), spellings, param, strict)}
-    return CallBody(f'\n{{"name": {name}, "arguments": ', arguments, "}\n")
+    return CallBody(f'\n{{"name": {name}, "arguments": ', arguments_format(tool, param, spellings), "}\n")
 
 
 CALLS = CallFormat(

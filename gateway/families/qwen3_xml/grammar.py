@@ -16,8 +16,7 @@ from typing import Any
 
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.grammars.reasoning import ThinkBlock
-from gateway.grammars.safe_json import safe_arguments_ebnf
-from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_schema
+from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_format
 
 from .markers import FUNCTION_CLOSE, FUNCTION_OPEN
 
@@ -25,9 +24,7 @@ from .markers import FUNCTION_CLOSE, FUNCTION_OPEN
 def call_body(tool: dict[str, Any], param: str, spellings: tuple[str, ...]) -> CallBody:
     """One call of `tool` between the markers: its name in the header, its arguments as `<parameter=K>` elements,
     no value spelling one of `spellings`."""
-    strict = tool["function"].get("strict") is True
-    ebnf = safe_arguments_ebnf(arguments_schema(tool), spellings, param, strict, style="qwen_xml")
-    arguments = {"type": "grammar", "grammar": ebnf}
+    arguments = arguments_format(tool, param, spellings, "qwen_xml")
     return CallBody(f"\n{FUNCTION_OPEN}{tool['function']['name']}>\n", arguments, f"\n{FUNCTION_CLOSE}\n")
 
 
