@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer, decoders
 
+from .base import BackendError
+
 _REPLACEMENT = "\ufffd"
 
 
@@ -125,10 +127,7 @@ def _text_of(tokenizer: Tokenizer) -> Callable[[list[int]], str]:
     """The tokenizer's decode (special tokens kept), made once per tokenizer: for a byte-level BPE in Python."""
     text_of = _TEXT_OF.get(tokenizer)
     if text_of is None:
-        if isinstance(tokenizer.decoder, decoders.ByteLevel):
-            text_of = _ByteLevelText(tokenizer)
-        else:
-            text_of = functools.partial(tokenizer.decode, skip_special_tokens=False)
+        text_of = _ByteLevelText(tokenizer) if isinstance(tokenizer.decoder, decoders.ByteLevel) else _Text(tokenizer)
         _TEXT_OF[tokenizer] = text_of
     return text_of
 
@@ -144,6 +143,7 @@ class _ByteLevelText:
         self._bytes: dict[int, bytes] = {}
         self._byte_of = {c: b for b, c in _BYTE_CHARS.items()}
         self._added = frozenset(tokenizer.get_added_tokens_decoder())
+        self._size = tokenizer.get_vocab_size(with_added_tokens=True)
 
     def __call__(self, ids: list[int]) -> str:
         known = self._bytes
@@ -167,11 +167,32 @@ class _ByteLevelText:
         """Keep the bytes of `token_id`; False when it has none here (an added or unknown token)."""
         if token_id in self._bytes:
             return True
+        check_token_id(token_id, self._size)
         token = None if token_id in self._added else self._tokenizer.id_to_token(token_id)
         if token is None or not all(c in self._byte_of for c in token):
             return False
         self._bytes[token_id] = bytes(self._byte_of[c] for c in token)
         return True
+
+
+class _Text:
+    """`tokenizer.decode(ids, skip_special_tokens=False)` of ids the tokenizer has."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self._decode = functools.partial(tokenizer.decode, skip_special_tokens=False)
+        self._size = tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def __call__(self, ids: list[int]) -> str:
+        for token_id in ids:
+            check_token_id(token_id, self._size)
+        return self._decode(ids)
+
+
+def check_token_id(token_id: int, size: int) -> None:
+    """A backend's id outside the vocabulary of `size` ids (negative, or past its last id) is a broken answer, a 502: tokenizers
+    would raise OverflowError for some and decode others as nothing."""
+    if not 0 <= token_id < size:
+        raise BackendError(f"the backend sent token id {token_id}, outside the vocabulary (0 to {size - 1})")
 
 
 def _byte_chars() -> dict[int, str]:

@@ -198,6 +198,8 @@ class _Connection(asyncio.Protocol):
         """The response head, up to and including its blank line; what follows stays for the body."""
         while True:
             raw = self._raw[0] if len(self._raw) == 1 else b"".join(self._raw)
+            if not raw.startswith(b"HTTP/") and not b"HTTP/".startswith(raw):
+                raise ValueError(f"an answer that is not HTTP: {raw[:16]!r}")  # no blank line may ever come
             end = raw.find(b"\r\n\r\n")
             if end >= 0:
                 self._raw = [raw[end + 4 :]] if end + 4 < len(raw) else []
@@ -363,7 +365,9 @@ class StreamPool:
                 self._connect_timeout,
             )
         except (OSError, TimeoutError) as e:
-            raise BackendError(f"backend {self.base_url} unreachable: {e!r}", status=503, retryable=True) from None
+            raise BackendError(
+                f"backend {self.base_url} unreachable: {describe_failure(e)}", status=503, retryable=True
+            ) from None
         return connection
 
     async def _read_body(self, connection: _Connection, response: _Response, limit: int) -> bytes:
@@ -587,12 +591,20 @@ class BodyLines:
                 pos = newline + 1
                 if self._trailers:
                     self.complete = not line
-                elif chunk := int(line.split(b";", 1)[0], 16):
+                elif chunk := _chunk_size(line):
                     left = chunk
                 else:
                     self._trailers = True
         self._left, self._crlf = left, crlf
         return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _chunk_size(line: bytes) -> int:
+    """The size on a chunk's size line (its `;extensions` dropped); ValueError naming the line when it is not hex."""
+    try:
+        return int(line.split(b";", 1)[0], 16)
+    except ValueError:
+        raise ValueError(f"a chunk size that is not hexadecimal: {line[:16]!r}") from None
 
 
 def _whole_chunk(data: bytes) -> bytes | None:
@@ -618,4 +630,19 @@ def _closed_before_answering(error: BaseException) -> bool:
 
 
 def _broken(base_url: str, error: BaseException) -> BackendError:
-    return BackendError(f"backend {base_url} failed: {error!r}", status=503, retryable=True)
+    return BackendError(f"backend {base_url} failed: {describe_failure(error)}", status=503, retryable=True)
+
+
+def describe_failure(error: BaseException) -> str:
+    """A connection's failure in words a client can read (not a Python repr)."""
+    if isinstance(error, asyncio.IncompleteReadError):
+        return "the connection closed before the answer ended"
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    if isinstance(error, ConnectionResetError):
+        return "the connection was reset"
+    if isinstance(error, BrokenPipeError):
+        return "the connection closed while the request was sent"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error) or type(error).__name__

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The bundled worker on CUDA: its tests, then bench/worker_bench.py, printing the figures (under 5 minutes on one GPU).
+# The bundled worker on CUDA: its tests (the CUDA-graph ones among them), then bench/worker_bench.py with
+# --cuda-graphs off and auto side by side, printing the figures (under 5 minutes on one GPU).
 #
 #   bench/gpu_check.sh                    on a machine with an NVIDIA GPU and a CUDA build of torch
 #   bench/gpu_check.sh --device cpu       a short dry run of the same steps on the CPU (or GPU_CHECK_DRY_RUN=1)
@@ -114,12 +115,14 @@ if [[ "$DEVICE" == cuda ]]; then
     exit 2
   fi
   command -v nvidia-smi >/dev/null && nvidia-smi -L
-  TESTS=(tests/worker/test_model.py tests/worker/test_engine.py tests/worker/test_server.py)
-  BENCH=(--device cuda --threads 4 --tokens 64 --prefill 500 2000 --weights fp32 bf16)
+  TESTS=(tests/worker/test_model.py tests/worker/test_engine.py tests/worker/test_static_decode.py
+    tests/worker/test_sampling.py tests/worker/test_server.py)
+  BENCH=(--device cuda --threads 4 --tokens 64 --prefill 500 2000 --weights fp32 bf16 --cuda-graphs off auto)
   LIMIT_S=150  # each step's; both fit the 5 minutes
-else  # the dry run checks this script's steps, not the worker: two tests, a tiny bench, a shared CPU's time limits
-  TESTS=(tests/worker/test_model.py -k "greedy_text_is_sensible or lone_decode_step")
-  BENCH=(--device cpu --threads 1 --tokens 4 --prefill 32 --weights fp32)
+else  # the dry run checks this script's steps, not the worker: a few tests, a tiny bench, a shared CPU's time limits
+  TESTS=(tests/worker/test_model.py tests/worker/test_static_decode.py
+    -k "greedy_text_is_sensible or lone_decode_step or static_step_equals or read_no_tensor or cuda_graphs")
+  BENCH=(--device cpu --threads 1 --tokens 4 --prefill 32 --weights fp32 --cuda-graphs off auto)
   LIMIT_S=900
 fi
 "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'

@@ -7,7 +7,11 @@ run: in memory that is mostly waiting for the loop's other clients), over --tena
 time per request (this process: the whole cost in memory, the client side with Redis). Redis is a real `redis-server` on 127.0.0.1 started for the run (no persistence).
 The sliding windows fill as they would under load: every admission stays in its tenant's window for a minute.
 
-    python bench/policy_bench.py [--requests 20000] [--concurrency 16] [--tenants 8]
+    python bench/policy_bench.py [--requests 20000] [--concurrency 16] [--tenants 8] [--slow-redis-ms 200]
+
+With --slow-redis-ms, side by side in the same run: the same Redis behind tests/faults/tcp_proxy.py holding every
+reply that long (--slow-requests per row, --slow-concurrency in flight), and stalled (no reply at all; limits that
+fail open, so each admit is bounded by the limiter's timeout and then admits).
 """
 
 from __future__ import annotations
@@ -27,9 +31,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from policies.limits import Limiter, Limits, MemoryLimiter, RedisLimiter
+from tests.faults.tcp_proxy import TcpFaultProxy
 from tests.redis_server import RedisServer
 
-LIMITS = Limits(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=10**6, tokens_per_day=10**15)
+LIMITS = Limits(
+    requests_per_minute=10**9,
+    tokens_per_minute=10**12,
+    concurrent_requests=10**6,
+    tokens_per_day=10**15,
+    on_store_error="open",
+)
 _charges = itertools.count()
 
 
@@ -64,22 +75,52 @@ def _row(store: str, load: str, latencies: list[int], wall_s: float, cpu_s: floa
     )
 
 
-async def _bench(limiter: Limiter, store: str, args: argparse.Namespace) -> list[str]:
-    await _run(limiter, min(2000, args.requests), args.concurrency, args.tenants)  # warm-up (connections, scripts)
+async def _bench(
+    limiter: Limiter,
+    store: str,
+    args: argparse.Namespace,
+    requests: int,
+    concurrency: int,
+    lone_requests: int | None = None,
+    warm_up: int = 2000,
+) -> list[str]:
+    """Rows for one request at a time (`lone_requests` of them, default `requests`) and `concurrency` in flight."""
+    await _run(limiter, min(warm_up, requests), concurrency, args.tenants)  # warm-up (connections, scripts)
     rows = []
-    for load, concurrency in (("1 at a time", 1), (f"{args.concurrency} in flight", args.concurrency)):
+    loads = [("1 at a time", 1, lone_requests or requests)]
+    if concurrency > 1:
+        loads.append((f"{concurrency} in flight", concurrency, requests))
+    for load, clients, count in loads:
         start, cpu = time.perf_counter(), time.process_time()
-        latencies = await _run(limiter, args.requests, concurrency, args.tenants)
+        latencies = await _run(limiter, count, clients, args.tenants)
         rows.append(_row(store, load, latencies, time.perf_counter() - start, time.process_time() - cpu))
     return rows
 
 
+async def _slow_redis(server: RedisServer, args: argparse.Namespace) -> list[str]:
+    """The rows of a Redis that answers late, then of one that does not answer."""
+    with TcpFaultProxy(server.port) as proxy:
+        limiter = RedisLimiter(proxy.url_for("redis"))
+        limiter.settle_retry_delays_s = ()  # a stalled settle is retried in the background: not timed here
+        proxy.set("delay", delay_s=args.slow_redis_ms / 1000)
+        store = f"redis +{args.slow_redis_ms} ms per reply"
+        slow = args.slow_requests, args.slow_concurrency
+        rows = await _bench(limiter, store, args, *slow, lone_requests=20, warm_up=args.slow_concurrency)
+        print(f"{store}: {limiter.store_errors} calls timed out (each would have applied on_store_error)")
+        proxy.set("stall")
+        rows += await _bench(limiter, "redis stalled (fails open)", args, 4, 1, warm_up=0)
+        await limiter.close()
+    return rows
+
+
 async def main(args: argparse.Namespace) -> None:
-    rows = await _bench(MemoryLimiter(), "memory", args)
+    rows = await _bench(MemoryLimiter(), "memory", args, args.requests, args.concurrency)
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as server:
         limiter = RedisLimiter(server.url)
-        rows += await _bench(limiter, "redis (local)", args)
+        rows += await _bench(limiter, "redis (local)", args, args.requests, args.concurrency)
         await limiter.close()
+        if args.slow_redis_ms:
+            rows += await _slow_redis(server, args)
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     load_avg = Path("/proc/loadavg").read_text().split()[0]
     print(
@@ -96,6 +137,9 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--tenants", type=int, default=8)
+    parser.add_argument("--slow-redis-ms", type=int, default=0, help="also time a Redis that answers this late")
+    parser.add_argument("--slow-requests", type=int, default=500)
+    parser.add_argument("--slow-concurrency", type=int, default=50)
     try:
         import uvloop
     except ImportError:

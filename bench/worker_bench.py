@@ -1,9 +1,10 @@
 """Benchmark the bundled worker against Hugging Face transformers on the same model and threads.
 
     python bench/worker_bench.py [--threads 2] [--tokens 64] [--device cpu|cuda] [--prefill 500 2000]
-                                 [--weights fp32 bf16] [--worker-threads N]
+                                 [--weights fp32 bf16] [--worker-threads N] [--cuda-graphs off auto]
 
-Starts the real worker process (fp32, then bf16 weights) and talks to it over HTTP; runs
+Starts the real worker process (fp32, then bf16 weights; each `--cuda-graphs` setting in turn) and talks to it
+over HTTP; runs
 transformers `generate` in this process while the worker is idle. Prefill is timed on prompts of
 each `--prefill` length (the worker's own prefill timer; one forward of transformers). Needs `transformers` and
 `accelerate` (bench-only dependencies). Prints the CPU features it ran on; a configuration the
@@ -66,6 +67,8 @@ class Row:
     grammar_ms: float | None = None
     grammar_pct: float | None = None
     agreement: str = "reference"
+    decode_path: str = "n/a"
+    """The worker's `cuda_graphs` state, and how its decode steps ran (graph replays / eager)."""
 
 
 class WorkerDidNotStart(RuntimeError):
@@ -148,9 +151,15 @@ async def measure_worker(
         await stream_times(client, prompts[4], tokens, json_schema=SCHEMA, ignore_eos=False)
         g = delta(await server_stats(client), before)
         greedy = [(await stream_times(client, ids, tokens))[1] for ids in prompts]
+        stats = await server_stats(client)
     step_ms = g["decode_seconds"] / g["decode_steps"] * 1e3
     grammar_ms = g["grammar_seconds"] / g["decode_steps"] * 1e3
     row = Row(name, statistics.median(rates), aggregate, prefill, grammar_ms, 100 * grammar_ms / step_ms)
+    row.decode_path = (
+        f"{stats['decode_graph_replays']} / {stats['decode_eager_steps']} ({stats['cuda_graphs']})"
+        if "cuda_graphs" in stats
+        else "n/a"
+    )
     if reference is not None:
         row.agreement = agreement(greedy, reference)
     return row, greedy
@@ -222,6 +231,13 @@ def main() -> None:
     parser.add_argument("--prefill", type=int, nargs="+", default=[500], help="prompt lengths whose prefill is timed")
     parser.add_argument("--weights", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
     parser.add_argument("--worker-threads", type=int, help="the worker's torch threads (default: --threads)")
+    parser.add_argument(
+        "--cuda-graphs",
+        nargs="+",
+        choices=["off", "auto"],
+        default=["auto"],
+        help="the worker's --cuda-graphs settings, a worker (and a row) each per weights dtype",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     checkpoint = load_checkpoint(None)
@@ -236,27 +252,30 @@ def main() -> None:
     reference = None
     names = {"fp32": "worker fp32", "bf16": "worker bf16 weights"}
     for dtype in args.weights:
-        name = names[dtype]
-        try:
-            threads = str(args.worker_threads or args.threads)
-            options = (
-                "--device",
-                args.device,
-                "--max-batch",
-                "8",
-                "--context-length",
-                "2048",
-                "--weights-dtype",
-                dtype,
-            )
-            with worker("--threads", threads, *options) as url:
-                rows[dtype], greedy = asyncio.run(
-                    measure_worker(url, name, prompts, long_prompts, args.tokens, reference)
+        for graphs in args.cuda_graphs:
+            name = names[dtype] + (f", graphs {graphs}" if len(args.cuda_graphs) > 1 else "")
+            try:
+                threads = str(args.worker_threads or args.threads)
+                options = (
+                    "--device",
+                    args.device,
+                    "--max-batch",
+                    "8",
+                    "--context-length",
+                    "2048",
+                    "--weights-dtype",
+                    dtype,
+                    "--cuda-graphs",
+                    graphs,
                 )
-        except WorkerDidNotStart as e:
-            not_run[name] = str(e)
-            continue
-        reference = reference or greedy
+                with worker("--threads", threads, *options) as url:
+                    rows[name], greedy = asyncio.run(
+                        measure_worker(url, name, prompts, long_prompts, args.tokens, reference)
+                    )
+            except WorkerDidNotStart as e:
+                not_run[name] = str(e)
+                continue
+            reference = reference or greedy
 
     print(
         f"threads={args.threads} worker_threads={args.worker_threads or args.threads} new_tokens={args.tokens} "
@@ -268,17 +287,20 @@ def main() -> None:
     prefill_heads = "".join(f" prefill tok/s ({n} tokens) |" for n in args.prefill)
     print(
         f"| engine | decode tok/s (batch 1) | aggregate tok/s (8 concurrent) |{prefill_heads} "
-        "grammar per step | greedy agreement vs worker fp32 |"
+        "grammar per step | greedy agreement vs the first worker | decode steps: graph replays / eager |"
     )
-    print("|---|---:|---:|" + "---:|" * len(args.prefill) + "---:|---|")
+    print("|---|---:|---:|" + "---:|" * len(args.prefill) + "---:|---|---|")
     for row in (hf, *rows.values()):
         grammar = "n/a" if row.grammar_ms is None else f"{row.grammar_ms:.2f} ms ({row.grammar_pct:.1f}%)"
         prefills = "".join(f" {row.prefill[n]:.0f} |" for n in args.prefill)
-        print(f"| {row.name} | {row.decode_b1:.1f} | {row.aggregate_b8:.1f} |{prefills} {grammar} | {row.agreement} |")
+        print(
+            f"| {row.name} | {row.decode_b1:.1f} | {row.aggregate_b8:.1f} |{prefills} {grammar} | {row.agreement} "
+            f"| {row.decode_path} |"
+        )
     for name, reason in not_run.items():
-        print(f"| {name} | not run: {reason} |" + " |" * (3 + len(args.prefill)))
-    if "fp32" in rows:
-        fp32 = rows["fp32"]
+        print(f"| {name} | not run: {reason} |" + " |" * (4 + len(args.prefill)))
+    fp32 = next((row for name, row in rows.items() if name.startswith(names["fp32"])), None)
+    if fp32 is not None:
         prefill = ", ".join(f"{n} tokens {fp32.prefill[n] / hf.prefill[n]:.2f}x" for n in args.prefill)
         print(
             f"worker fp32 vs transformers at batch 1: {fp32.decode_b1 / hf.decode_b1:.2f}x (goal >= 1.5x); "

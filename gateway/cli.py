@@ -104,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--header-timeout", type=_positive, help="seconds a request's headers may take to arrive (default: 10)"
     )
     serve.add_argument(
+        "--send-timeout",
+        type=_positive,
+        help="seconds a client may take no bytes of its answer (its socket full) before it is cut off (default: 60)",
+    )
+    serve.add_argument(
         "--grammar-compile-budget",
         type=_non_negative,
         metavar="SECONDS",
@@ -185,6 +190,8 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.max_concurrency = args.max_concurrency
     if args.header_timeout is not None:
         limits.header_timeout_s = args.header_timeout
+    if args.send_timeout is not None:
+        limits.send_timeout_s = args.send_timeout
     if args.workers is not None:
         limits.workers = args.workers
     if args.grammar_compile_budget is not None:
@@ -283,8 +290,8 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     from gateway.api.response_store import RedisStore
     from gateway.app import create_app
     from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
+    from gateway.process.client_timeouts import client_timeout_protocol
     from gateway.process.draining import DrainingServer, DrainState
-    from gateway.process.header_timeout import header_timeout_protocol
     from gateway.process.launch import start_models
     from gateway.process.policy_gate import policy_gate
 
@@ -329,7 +336,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             access_log=False,
             log_config=None,
             timeout_graceful_shutdown=args.drain_timeout,
-            http=header_timeout_protocol(limits.header_timeout_s),
+            http=client_timeout_protocol(limits.header_timeout_s, limits.send_timeout_s),
         )
         DrainingServer(server_config, drain, args.drain_delay).run(sockets=[role.listening_socket()] if role else None)
     return 0

@@ -9,6 +9,9 @@ from starlette.responses import Response
 from backends.asgi import json_response
 from backends.base import BackendError
 
+CLIENT_CLOSED = 499
+"""nginx's status for a client that left; nobody reads it, it only shows in logs and metrics."""
+
 
 class APIError(Exception):
     """A request that ends in `{"error": {message, type, param, code}}` with an HTTP status."""

@@ -14,6 +14,7 @@ import uvicorn
 
 from backends.checkpoint import embedded_gguf_path, load_checkpoint
 from backends.worker.cpu_features import cpu_features, weights_dtype_refusal
+from backends.worker.cuda_graphs import CudaGraphDecoder
 from backends.worker.engine import Engine
 from backends.worker.grammar import GrammarCache, tokenizer_info
 from backends.worker.model import LlamaModel, layer_products
@@ -51,6 +52,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="what multiplies the many rows of a prefill on CPU with fp32 weights: auto (the default) times one "
         "layer both ways at start-up and gives ATen the row counts it clearly wins (keeping float32 weights beside "
         "oneDNN's packed ones); onednn: packed weights for every product; aten: ATen from 64 rows",
+    )
+    parser.add_argument(
+        "--cuda-graphs",
+        choices=["auto", "off"],
+        default="auto",
+        help="decode steps as CUDA graphs, one per batch width (powers of two up to --max-batch) and key length "
+        "(powers of two from 32 up to the context), each checked against the eager step at start-up (any error or "
+        "mismatch: all off, said in the log): auto (the default) on with --device cuda, off elsewhere; off: every "
+        "step eager. /get_server_info and /metrics say which path runs",
     )
     parser.add_argument(
         "--prefix-cache",
@@ -98,13 +108,14 @@ def build_state(args: argparse.Namespace) -> WorkerState:
         prefix_cache=args.prefix_cache,
         tuner=tuner,
         threads=threads,
+        decoder=CudaGraphDecoder(model) if args.device == "cuda" and args.cuda_graphs == "auto" else None,
     )
     engine.start()
     threads_said = f"threads auto (now {engine.threads})" if tuner is not None else f"{engine.threads} threads"
     progress(
         f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {threads_said}, "
         f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens, "
-        f"prefix cache {'on' if args.prefix_cache else 'off'}, "
+        f"prefix cache {'on' if args.prefix_cache else 'off'}, CUDA graphs {engine.decode_path()}, "
         f"greedy head {'bf16 screen' if model.greedy_head is not None else 'off: full float32 logits'})"
     )
     return WorkerState(checkpoint, engine, grammars, path, max_waiting=args.max_waiting)

@@ -20,7 +20,8 @@ from backends.worker.grammar import BatchMasker
 from backends.worker.model import LlamaModel, Segment
 from backends.worker.output_text import OutputText
 from backends.worker.prefix_cache import PrefixCache, common_prefix
-from backends.worker.sampling import RequestSampler, TokenChoice, choose_tokens, token_logprobs
+from backends.worker.sampling import HostCopy, RequestSampler, TokenChoice, choose_tokens, token_logprobs
+from backends.worker.static_decode import StaticDecoder
 from backends.worker.threads import ThreadTuner
 
 log = logging.getLogger(__name__)
@@ -158,10 +159,14 @@ class Engine:
         prefix_cache: bool = True,
         tuner: ThreadTuner | None = None,
         threads: int | None = None,
+        decoder: StaticDecoder | None = None,
     ):
         """`tuner`: set and re-measure the engine thread's torch thread count (`--threads auto`); else `threads`,
-        set on the engine thread when it starts (None: the count the starting thread has)."""
+        set on the engine thread when it starts (None: the count the starting thread has). `decoder`: runs the
+        plain decode steps its buckets hold (`CudaGraphDecoder`: CUDA graphs), prepared on the engine thread when
+        it starts; None: every step eager."""
         self.model = model
+        self.decoder = decoder
         self.tuner = tuner
         self._threads = threads
         self.eos_token_ids = frozenset(eos_token_ids)
@@ -175,6 +180,7 @@ class Engine:
         self._slots: list[_Running | None] = [None] * self.max_batch
         self._prefilling: deque[_Running] = deque()
         self._masker = BatchMasker(self.max_batch, model.vocab_size)
+        self._host = HostCopy(self.max_batch, model.vocab_size) if model.device.type == "cuda" else None
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._started = threading.Event()
@@ -203,6 +209,20 @@ class Engine:
         self._inbox.aborts.put((rid, message))
         self._inbox.wake.set()
 
+    def decode_path(self) -> str:
+        """Whether CUDA graphs run the decode steps: "on: ..." or "off" and why."""
+        return self.decoder.describe() if self.decoder is not None else "off"
+
+    def decode_counts(self) -> dict[str, int]:
+        """Decode steps so far by how they ran: replayed graphs, uncaptured static steps, the eager forward."""
+        replays = self.decoder.replays if self.decoder is not None else 0
+        static = self.decoder.static_steps if self.decoder is not None else 0
+        return {
+            "decode_graph_replays": replays,
+            "decode_static_steps": static,
+            "decode_eager_steps": self.stats.decode_steps - replays - static,
+        }
+
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
@@ -219,6 +239,8 @@ class Engine:
 
     def _run(self) -> None:
         try:
+            if self.decoder is not None:
+                self.decoder.prepare()
             if self.tuner is not None:
                 self.tuner.apply(self._start_up_step)
             elif self._threads is not None:
@@ -333,26 +355,33 @@ class Engine:
         if not decoding:
             return
         began = time.perf_counter()
-        # the contiguous range of slots from the lowest to the highest decoding one (a lone request in a high
-        # slot, where the prefix cache may put it, is one row)
-        first = min(r.slot for r in decoding)
-        width = max(r.slot for r in decoding) + 1 - first
+        top = max(r.slot for r in decoding) + 1
+        key_len = max(r.cached for r in decoding) + 1
+        static = self.decoder.step(top, key_len) if self.decoder is not None else None
+        # the eager forward runs the contiguous range of slots from the lowest to the highest decoding one (a lone
+        # request in a high slot, where the prefix cache may put it, is one row); a static step slots 0..width-1
+        first = 0 if static is not None else min(r.slot for r in decoding)
+        width = static.width if static is not None else top - first
         tokens = [0] * width
         positions = [0] * width
         writes = [self.model.cache.scratch_position] * width
         for r in decoding:
             tokens[r.slot - first] = r.next_input
             positions[r.slot - first] = writes[r.slot - first] = r.cached
-        device = self.model.device
-        hidden = self.model.hidden(
-            torch.tensor(tokens, device=device).unsqueeze(1),
-            torch.tensor(positions, device=device).unsqueeze(1),
-            torch.tensor(writes, device=device).unsqueeze(1),
-            first_slot=first,
-            key_len=max(positions) + 1,
-        )
         rows = [r.slot - first for r in decoding]
-        self._sample_and_emit(decoding, hidden[rows] if len(rows) < width else hidden)
+        if static is not None:
+            logits = self.decoder.run(static, tokens, positions, writes)
+            self._sample_logits(decoding, logits[rows] if len(rows) < width else logits)
+        else:
+            device = self.model.device
+            hidden = self.model.hidden(
+                torch.tensor(tokens, device=device).unsqueeze(1),
+                torch.tensor(positions, device=device).unsqueeze(1),
+                torch.tensor(writes, device=device).unsqueeze(1),
+                first_slot=first,
+                key_len=key_len,
+            )
+            self._sample_and_emit(decoding, hidden[rows] if len(rows) < width else hidden)
         self.stats.decode_steps += 1
         self.stats.decode_tokens += len(decoding)
         elapsed = time.perf_counter() - began
@@ -360,7 +389,6 @@ class Engine:
         if self.tuner is not None:
             self.tuner.record(elapsed, width)
 
-    @torch.inference_mode()  # the logits are an inference tensor: masks and penalties change them in place
     def _sample_and_emit(self, batch: list[_Running], hidden: torch.Tensor) -> None:
         """Choose each row's next token from its final hidden state and advance it."""
         head = self.model.greedy_head
@@ -370,7 +398,12 @@ class Engine:
                 for running, token in zip(batch, tokens):
                     self._advance(running, TokenChoice(token))
                 return
-        logits = self.model.logits(hidden)
+        self._sample_logits(batch, self.model.logits(hidden))
+
+    @torch.inference_mode()  # the logits are an inference tensor: masks and penalties change them in place
+    def _sample_logits(self, batch: list[_Running], logits: torch.Tensor) -> None:
+        """Choose each row's next token from its logits (a decode step's may be a CUDA graph's output buffer,
+        rewritten by its next replay) and advance it."""
         raw = {i: logits[i].clone() for i, r in enumerate(batch) if r.request.logprobs}
         began = time.perf_counter()
         self._masker.apply(logits, [r.matcher for r in batch])
@@ -378,7 +411,7 @@ class Engine:
         for row, running in enumerate(batch):
             if running.generated < running.request.min_new_tokens and running.stop_ids:
                 logits[row, list(running.stop_ids)] = float("-inf")
-        chosen = choose_tokens(logits, [r.sampler for r in batch])
+        chosen = choose_tokens(logits, [r.sampler for r in batch], self._host)
         for i, (running, token) in enumerate(zip(batch, chosen)):
             choice = token_logprobs(raw[i], token, running.request.top_logprobs) if i in raw else TokenChoice(token)
             self._advance(running, choice)

@@ -54,6 +54,7 @@ class _EngineCollector(Collector):
         load = self._engine.load()
         stats = self._grammars.stats
         prefixes = self._engine.prefix_cache
+        decodes = self._engine.decode_counts()
         series = (
             (GaugeMetricFamily, "vllm:num_requests_running", "Requests in the running batch", load.running),
             (GaugeMetricFamily, "vllm:num_requests_waiting", "Requests waiting for a batch slot", load.waiting),
@@ -69,6 +70,24 @@ class _EngineCollector(Collector):
                 "vllm:prefix_cache_hits",
                 "Prefix cache hits, in terms of number of cached tokens",
                 prefixes.hits,
+            ),
+            (
+                GaugeMetricFamily,
+                "worker:cuda_graphs_enabled",
+                "1 when decode steps replay CUDA graphs (--cuda-graphs), else 0",
+                int(self._engine.decode_path().startswith("on")),
+            ),
+            (
+                CounterMetricFamily,
+                "worker:decode_graph_replays",
+                "Decode steps run by replaying a CUDA graph",
+                decodes["decode_graph_replays"],
+            ),
+            (
+                CounterMetricFamily,
+                "worker:decode_eager_steps",
+                "Decode steps run by the eager forward",
+                decodes["decode_eager_steps"],
             ),
             (CounterMetricFamily, "worker:grammar_cache_hits", "Grammars found compiled in the cache", stats.hits),
             (CounterMetricFamily, "worker:grammar_cache_misses", "Grammars compiled", stats.misses),

@@ -33,12 +33,17 @@ class KVCache:
 
     Each slot has one extra scratch column (index `context`) that rows without work write into,
     so a decode step can always run over a contiguous range of slots.
+
+    On a GPU the cache starts zeroed: a masked key column is read and weighted by zero, and a NaN left in
+    reused device memory would turn that zero into NaN (on CPU the fresh pages of an allocation this size are
+    zero already, and zeroing would touch every page).
     """
 
     def __init__(self, config: ModelConfig, slots: int, context: int, device: torch.device):
         shape = (config.n_layers, slots, config.n_kv_heads, context + 1, config.head_dim)
-        self.keys = torch.empty(shape, dtype=torch.float32, device=device)
-        self.values = torch.empty(shape, dtype=torch.float32, device=device)
+        allocate = torch.empty if device.type == "cpu" else torch.zeros
+        self.keys = allocate(shape, dtype=torch.float32, device=device)
+        self.values = allocate(shape, dtype=torch.float32, device=device)
         self.per_layer = list(zip(self.keys, self.values))
         """(keys, values) views of each layer, made once (unbinding the tensors costs ~0.4 ms per forward)."""
         self.slots = slots
@@ -172,6 +177,7 @@ class LlamaModel:
         write_positions: torch.Tensor,
         first_slot: int,
         key_len: int,
+        static: bool = False,
     ) -> torch.Tensor:
         """Run `tokens` (B, Q) of slots first_slot..first_slot+B-1 and return the final-normed hidden state
         (B, hidden) of each row's last query.
@@ -180,11 +186,14 @@ class LlamaModel:
         `write_positions` (B, Q) are the cache columns the new keys go to (the scratch column
         for idle rows). Keys 0..key_len-1 of each slot are attended. The three index tensors may be
         on any device.
+
+        `static`: the same ops whatever the index tensors hold (the mask and the scattered KV write, no
+        shortcut chosen by reading them), so the forward can be captured as a CUDA graph (`static_decode.py`).
         """
         tokens, positions, write_positions = (t.to(self.device) for t in (tokens, positions, write_positions))
         batch, q_len = tokens.shape
-        attend = self._attention(positions, first_slot, key_len)
-        write = self._kv_writer(write_positions, first_slot)
+        attend = self._attention(positions, first_slot, key_len, static)
+        write = self._kv_writer(write_positions, first_slot, static)
         h = self._layers(tokens.reshape(-1), positions.reshape(-1), attend, write)
         return self.final_norm(h.view(batch, q_len, self.config.hidden)[:, -1])
 
@@ -246,14 +255,35 @@ class LlamaModel:
         return h
 
     def _attention(
-        self, positions: torch.Tensor, first_slot: int, key_len: int
+        self, positions: torch.Tensor, first_slot: int, key_len: int, static: bool = False
     ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-        """How this forward's queries (B*Q, heads*D) attend over one layer's cached keys and values.
+        """How this forward's queries (B*Q, heads*D) attend over one layer's cached keys and values: without a
+        mask where `_unmasked_attention` can (never when `static`), else with an additive mask built here, once
+        per forward. Query heads sharing a KV head become extra query rows of that head: no KV repeat."""
+        unmasked = None if static else self._unmasked_attention(positions, first_slot, key_len)
+        if unmasked is not None:
+            return unmasked
+        c = self.config
+        batch, q_len = positions.shape
+        rows, groups, end = batch * q_len, c.n_heads // c.n_kv_heads, first_slot + batch
+        mask = _attention_mask(positions, key_len, groups)
 
-        Every query seeing all keys (a decode step whose rows are at the same position) needs no mask; a chunk
-        of one row starting at position 0 is causal (no mask, and the upper key blocks are skipped); anything
-        else gets an additive mask built here, once per forward. Query heads sharing a KV head become extra
-        query rows of that head: no KV repeat."""
+        def masked(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            q = q.view(batch, q_len, c.n_kv_heads, groups, c.head_dim).transpose(1, 2)
+            q = q.reshape(batch, c.n_kv_heads, q_len * groups, c.head_dim)
+            out = F.scaled_dot_product_attention(
+                q, keys[first_slot:end, :, :key_len], values[first_slot:end, :, :key_len], attn_mask=mask
+            )
+            return out.view(batch, c.n_kv_heads, q_len, groups * c.head_dim).transpose(1, 2).reshape(rows, -1)
+
+        return masked
+
+    def _unmasked_attention(
+        self, positions: torch.Tensor, first_slot: int, key_len: int
+    ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None:
+        """Attention without a mask, where the positions allow it (read here, on the host): every query seeing
+        all keys (a decode step whose rows are at the same position), or a chunk of one row starting at
+        position 0, which is causal (the upper key blocks are skipped); else None."""
         c = self.config
         batch, q_len = positions.shape
         rows, groups, end = batch * q_len, c.n_heads // c.n_kv_heads, first_slot + batch
@@ -281,28 +311,18 @@ class LlamaModel:
                 return out.transpose(1, 2).reshape(rows, -1)
 
             return causal
-        mask = _attention_mask(positions, key_len, groups)
-
-        def masked(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-            q = q.view(batch, q_len, c.n_kv_heads, groups, c.head_dim).transpose(1, 2)
-            q = q.reshape(batch, c.n_kv_heads, q_len * groups, c.head_dim)
-            out = F.scaled_dot_product_attention(
-                q, keys[first_slot:end, :, :key_len], values[first_slot:end, :, :key_len], attn_mask=mask
-            )
-            return out.view(batch, c.n_kv_heads, q_len, groups * c.head_dim).transpose(1, 2).reshape(rows, -1)
-
-        return masked
+        return None
 
     def _kv_writer(
-        self, write_positions: torch.Tensor, first_slot: int
+        self, write_positions: torch.Tensor, first_slot: int, static: bool = False
     ) -> Callable[[torch.Tensor, torch.Tensor], None]:
         """How this forward stores its new keys (B*Q, H*D) into one layer's cache (slots, H, columns, D).
 
         One row writing consecutive columns (a prefill chunk, a lone decode step) is a slice copy on CPU,
-        several times cheaper per layer than the scattered write the general case needs."""
+        several times cheaper per layer than the scattered write the general case (and `static`) needs."""
         batch, q_len = write_positions.shape
         heads, head_dim = self.config.n_kv_heads, self.config.head_dim
-        if batch == 1 and self.device.type == "cpu":
+        if batch == 1 and self.device.type == "cpu" and not static:
             start = int(write_positions[0, 0])
             if q_len == 1 or torch.equal(write_positions[0], torch.arange(start, start + q_len)):
 
@@ -326,9 +346,12 @@ class LlamaModel:
 def _attention_mask(positions: torch.Tensor, key_len: int, groups: int) -> torch.Tensor:
     """The additive mask (B, 1, Q*groups, key_len) letting each query see keys up to its position.
 
-    Built once per forward as 0 / -inf, the form attention turns a boolean mask into in every layer."""
+    Built once per forward as 0 / -inf, the form attention turns a boolean mask into in every layer; each query's
+    row repeated for its head group by an expand (no host sync: the mask is built inside a captured CUDA graph)."""
+    batch, q_len = positions.shape
     keys_seen = torch.arange(key_len, device=positions.device)
-    visible = (keys_seen <= positions.unsqueeze(-1)).repeat_interleave(groups, dim=1).unsqueeze(1)
+    visible = (keys_seen <= positions.unsqueeze(-1)).unsqueeze(2).expand(batch, q_len, groups, key_len)
+    visible = visible.reshape(batch, 1, q_len * groups, key_len)
     return torch.zeros(visible.shape, device=positions.device).masked_fill_(~visible, float("-inf"))
 
 

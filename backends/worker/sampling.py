@@ -66,16 +66,44 @@ class RequestSampler:
         return int(ids[choice]) if ids is not None else choice
 
 
-def choose_tokens(logits: torch.Tensor, samplers: list[RequestSampler]) -> list[int]:
-    """One token per row of `logits` (n, V); greedy rows share one argmax."""
+class HostCopy:
+    """Copies a step's argmax ids, and the logits rows to be sampled on the host, from the GPU with one wait: into
+    host buffers made once, without blocking, then one event sync (where `.tolist()` and a `.cpu()` per sampled
+    row each waited). Pinned buffers and a CUDA event; `pinned=False`: plain buffers and no event, for the
+    logic's tests on a CPU."""
+
+    def __init__(self, rows: int, vocab_size: int, pinned: bool = True):
+        self.ids = torch.empty(rows, dtype=torch.long, pin_memory=pinned)
+        self.rows = torch.empty(rows, vocab_size, pin_memory=pinned)
+        self._copied = torch.cuda.Event() if pinned else None
+
+    def fetch(self, ids: torch.Tensor, rows: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        """`ids` (n,) as a list and `rows` (k, V) as a host tensor, valid until the next fetch."""
+        host_ids, host_rows = self.ids[: ids.shape[0]], self.rows[: rows.shape[0]]
+        host_ids.copy_(ids, non_blocking=True)
+        host_rows.copy_(rows, non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+            self._copied.synchronize()
+        return host_ids.tolist(), host_rows
+
+
+def choose_tokens(logits: torch.Tensor, samplers: list[RequestSampler], host: HostCopy | None = None) -> list[int]:
+    """One token per row of `logits` (n, V); greedy rows share one argmax. `host`: how a GPU's ids and sampled
+    rows reach the host (None: `.tolist()` and the rows themselves)."""
     if any(sampler.counts is not None for sampler in samplers):
         logits = logits.clone()  # the forward's output may be an inference tensor, which refuses in-place updates
         for row, sampler in enumerate(samplers):
             sampler.penalize(logits[row])
-    tokens = logits.argmax(dim=-1).tolist()
-    for row, sampler in enumerate(samplers):
-        if not sampler.greedy:
-            tokens[row] = sampler.sample(logits[row])
+    ids = logits.argmax(dim=-1)
+    sampled = [row for row, sampler in enumerate(samplers) if not sampler.greedy]
+    if host is None:
+        tokens, rows = ids.tolist(), {row: logits[row] for row in sampled}
+    else:
+        tokens, host_rows = host.fetch(ids, logits[sampled] if sampled else logits[:0])
+        rows = dict(zip(sampled, host_rows))
+    for row in sampled:
+        tokens[row] = samplers[row].sample(rows[row])
     return tokens
 
 

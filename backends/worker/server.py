@@ -153,6 +153,8 @@ def build_app(state: WorkerState) -> Starlette:
                         "prefix_cache_queries": state.engine.prefix_cache.queries,
                         "prefix_cache_hits": state.engine.prefix_cache.hits,
                         "threads": state.engine.threads,
+                        "cuda_graphs": state.engine.decode_path(),
+                        **state.engine.decode_counts(),
                         "greedy_head_rows": head.chosen if head is not None else 0,
                         "greedy_head_fallbacks": head.fallbacks if head is not None else 0,
                         "process_cpu_seconds": time.process_time(),

@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 
-from gateway.errors import APIError, invalid
+from gateway.errors import CLIENT_CLOSED, APIError, invalid
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body; 413 past `limit` bytes, 400 when it is not JSON."""
+    """The request's JSON body; 413 past `limit` bytes, 400 when it is not JSON, 499 (for the logs: nobody reads it)
+    when the client leaves before its body ended (or stalled in it: gateway/process/client_timeouts.py)."""
     for name, value in request.scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
             raise _too_large(limit)
@@ -22,7 +23,7 @@ async def read_json(request: Request, limit: int) -> Any:
     while True:  # what Request.stream() does, without an async generator per request
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
+            raise APIError("the client left before its body ended", status=CLIENT_CLOSED, code="client_closed")
         body += message.get("body", b"")
         if len(body) > limit:
             raise _too_large(limit)

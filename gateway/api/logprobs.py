@@ -9,6 +9,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders
 
 from backends.base import LOGPROB_FLOOR, TokenLogprob
+from backends.detokenizer import check_token_id
 
 """What OpenAI reports for a probability of zero (JSON has no -inf)."""
 
@@ -32,12 +33,14 @@ class TokenTexts:
         self._tokenizer = tokenizer
         self._added = added
         self._byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
+        self._size = tokenizer.get_vocab_size(with_added_tokens=True)
         self.bytes = lru_cache(maxsize=65536)(self._bytes)
 
     def _bytes(self, token_id: int) -> bytes:
         spelling = self._added.get(token_id)
         if spelling is not None:
             return spelling.encode()
+        check_token_id(token_id, self._size)  # a 502, as in the output text (a candidate id a backend made up)
         token = self._tokenizer.id_to_token(token_id)
         if token is None:
             return b""

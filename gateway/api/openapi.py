@@ -18,8 +18,8 @@ from gateway.validation.chat import CHAT
 from gateway.validation.completions import COMPLETION
 from gateway.validation.declare import Obj, Refs, Schema
 from gateway.validation.messages import COUNT_TOKENS, MESSAGES
-from gateway.validation.responses import INPUT_ITEMS_QUERY, RESPONSES
-from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_PROMPT
+from gateway.validation.responses import INPUT_ITEMS_QUERY, RESPONSES, RETRIEVE_QUERY
+from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_CHAT, TOKENIZE_PROMPT
 
 REQUEST_BODIES: dict[str, Obj | tuple[Obj, ...]] = {
     "/v1/chat/completions": CHAT,
@@ -27,7 +27,7 @@ REQUEST_BODIES: dict[str, Obj | tuple[Obj, ...]] = {
     "/v1/responses": RESPONSES,
     "/v1/messages": MESSAGES,
     "/v1/messages/count_tokens": COUNT_TOKENS,
-    "/tokenize": (CHAT, TOKENIZE_PROMPT),
+    "/tokenize": (TOKENIZE_CHAT, TOKENIZE_PROMPT),
     "/detokenize": DETOKENIZE,
 }
 """Each POST route's body declaration (a tuple: any one of them)."""
@@ -147,7 +147,8 @@ ANSWERS: dict[str, Schema] = {
     ),
     "ModelList": _obj({"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}}),
     "Tokens": _obj(
-        {"tokens": {"type": "array", "items": _INT}, "count": _INT, "max_model_len": _INT, "prompt": _STRING}
+        {"tokens": {"type": "array", "items": _INT}, "count": _INT, "max_model_len": _INT, "prompt": _STRING},
+        {"token_strs": {"type": "array", "items": _STRING}},
     ),
     "Detokenized": _obj({"prompt": _STRING}),
     "Health": _obj({"status": {"const": "ok"}}),
@@ -221,21 +222,26 @@ def _response_id() -> dict[str, Any]:
     return {"name": "response_id", "in": "path", "required": True, "schema": _STRING}
 
 
+def _query(decl: Obj, refs: Refs) -> list[dict[str, Any]]:
+    """A declaration's fields as optional query parameters."""
+    return [{"name": key, "in": "query", "required": False, "schema": f.schema(refs)} for key, f in decl.fields.items()]
+
+
 def build_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document of every route the gateway serves."""
     refs: Refs = {}
     stored = {
-        "get": {**_get("A stored response", "Response", (401, 404, 503)), "operationId": "get_response"},
+        "get": {
+            **_get("A stored response", "Response", (400, 401, 404, 503)),
+            "operationId": "get_response",
+            "parameters": _query(RETRIEVE_QUERY, refs),
+        },
         "delete": {
             **_get("Delete a stored response", "ResponseDeleted", (401, 404, 503)),
             "operationId": "delete_response",
         },
         "parameters": [_response_id()],
     }
-    query = [
-        {"name": key, "in": "query", "required": False, "schema": f.schema(refs)}
-        for key, f in INPUT_ITEMS_QUERY.fields.items()
-    ]
     paths = {
         "/v1/chat/completions": _post(
             "/v1/chat/completions", "Chat completion", "ChatCompletion", _GENERATION_ERRORS, refs, stream=True
@@ -252,7 +258,7 @@ def build_document() -> dict[str, Any]:
             "get": {
                 **_get("A stored response's input items", "InputItemList", (400, 401, 404, 503)),
                 "operationId": "list_input_items",
-                "parameters": [_response_id(), *query],
+                "parameters": [_response_id(), *_query(INPUT_ITEMS_QUERY, refs)],
             }
         },
         "/v1/messages": _post(

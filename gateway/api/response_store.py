@@ -93,16 +93,17 @@ class MemoryStore:
 
 
 class RedisStore:
-    """Records in Redis under `prefix` + id, each expiring after `ttl_s` seconds; Redis down is a 503.
+    """Records in Redis under `prefix` + id, each expiring after `ttl_s` seconds; Redis down, or silent for
+    `timeout_s` seconds (a socket open but no answer), is a 503.
 
     `background` closes idle connections the server closed (policies/limits/redis_idle.py)."""
 
-    def __init__(self, url: str, ttl_s: int = 30 * DAY_S, prefix: str = "gateway:response:"):
+    def __init__(self, url: str, ttl_s: int = 30 * DAY_S, prefix: str = "gateway:response:", timeout_s: float = 1.0):
         import redis.asyncio
 
         from policies.limits.redis_idle import sweep_idle_forever
 
-        self._redis = redis.asyncio.from_url(url)
+        self._redis = redis.asyncio.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self.ttl_s, self.prefix = ttl_s, prefix
         self.background = [partial(sweep_idle_forever, self._redis.connection_pool)]
 

@@ -28,7 +28,9 @@ from gateway.types import ChatRequest, ChoiceStep
 from gateway.validation.fields import Fields
 from gateway.validation.responses import (
     INPUT_ITEMS_QUERY,
+    RETRIEVE_QUERY,
     ResponsesRequest,
+    check_call_outputs,
     items_to_messages,
     parse_responses_request,
 )
@@ -46,11 +48,13 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     model = served_model(registry, parsed.model)
     owner = request_owner(request)
     history: list[dict[str, Any]] = []
+    previous_output: list[dict[str, Any]] = []
     if parsed.previous_response_id is not None:
         previous = await store.get(parsed.previous_response_id, owner)
         if previous is None:
             raise _not_found(parsed.previous_response_id, "previous_response_id")
-        history = previous["history"]
+        history, previous_output = previous["history"], previous["response"]["output"]
+    check_call_outputs(history, previous_output, parsed.items)
     chat = ChatRequest(
         messages=items_to_messages(history + parsed.items, parsed.instructions),
         tools=parsed.tools,
@@ -88,6 +92,13 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
 
 async def get_response(request: Request, store: ResponseStore) -> Response:
     rid = request.path_params["response_id"]
+    if Fields(dict(request.query_params), RETRIEVE_QUERY).string("stream") == "true":
+        raise invalid(
+            "'stream' true is not supported: only background responses are streamed again, and this gateway "
+            "does not run responses in the background",
+            "stream",
+            "unsupported_parameter",
+        )
     record = await store.get(rid, request_owner(request))
     if record is None:
         raise _not_found(rid, "response_id")

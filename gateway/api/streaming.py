@@ -20,16 +20,13 @@ from backends.asgi import DONE_FRAME, dumps, json_response, sse_frame
 from backends.base import BackendError
 from gateway.api.disconnect import ClientDisconnected, ClientWatch
 from gateway.api.sse import SSEResponse
-from gateway.errors import APIError, from_backend
+from gateway.errors import CLIENT_CLOSED, APIError, from_backend
 from gateway.observability.requests import note_usage, step_notes
 from gateway.observability.tracing import traced_door
 from gateway.types import ChoiceStep, Events
 from gateway.validation.fields import GenerationSettings
 
 log = logging.getLogger(__name__)
-
-CLIENT_CLOSED = 499
-"""nginx's status for a client that left; nobody reads it, it only shows in logs."""
 
 
 class Door(Protocol):
@@ -166,7 +163,9 @@ async def respond(
     final_object: str,
 ) -> Response:
     """Chat / completions chunks: each chunk choice in the envelope; `[DONE]` at the end."""
-    door = _ChunkDoor(renderer, envelope, settings.stream and settings.include_usage, final_object)
+    door = _ChunkDoor(
+        renderer, envelope, settings.stream and settings.include_usage, final_object, settings.continuous_usage
+    )
     return await respond_door(request, events, door, settings.stream)
 
 
@@ -177,11 +176,19 @@ class _ChunkDoor:
     _USAGE = None
     """The closing event that carries usage (streams with include_usage only)."""
 
-    def __init__(self, renderer: Renderer, envelope: dict[str, Any], include_usage: bool, final_object: str):
+    def __init__(
+        self,
+        renderer: Renderer,
+        envelope: dict[str, Any],
+        include_usage: bool,
+        final_object: str,
+        continuous_usage: bool = False,
+    ):
         self._renderer = renderer
         self.step = renderer.step  # the renderer's own, called per step with no call of ours around it
         self._envelope = envelope
         self._include_usage = include_usage
+        self._continuous_usage = include_usage and continuous_usage
         self._final_object = final_object
         self._head: bytes | None = None
         self._tail = b""
@@ -199,6 +206,8 @@ class _ChunkDoor:
     def frame(self, item: Any) -> bytes:
         if item is self._USAGE:
             return sse_frame({**self._envelope, "choices": [], "usage": self._renderer.usage()})
+        if self._continuous_usage:  # vLLM's continuous_usage_stats: the usage so far on every chunk
+            return sse_frame({**self._envelope, "choices": [item], "usage": self._renderer.usage()})
         if self._head is None:  # the envelope's bytes, encoded once: `{...envelope,"choices":[` and `],"usage":null}`
             self._head, self._tail = _chunk_frame_ends(self._envelope, self._include_usage)
         return self._head + dumps(item) + self._tail

@@ -13,14 +13,16 @@ from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.validation.chat import parse_chat_completion
 from gateway.validation.fields import Fields
-from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_PROMPT
+from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_CHAT, TOKENIZE_PROMPT
 
 
 async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    """`{"model", "messages" (+ chat fields) | "prompt"}` → `{"tokens", "count", "max_model_len", "prompt"}`."""
+    """`{"model", "messages" (+ chat fields) | "prompt", "return_token_strs"?}` → `{"tokens", "count",
+    "max_model_len", "prompt", "token_strs"?}`."""
     body = await read_json(request, max_body)
     if isinstance(body, dict) and body.get("messages") is not None:
         parsed = parse_chat_completion(body)
+        fields = Fields(body, TOKENIZE_CHAT)
         model = served_model(registry, parsed.model)
         text, ids = encode_chat(model, parsed.chat)
     else:
@@ -28,7 +30,10 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
         model = served_model(registry, fields.string("model"))
         text = fields.string("prompt")
         ids = model.encoder.encode_prompt(text)
-    return json_response({"tokens": ids, "count": len(ids), "max_model_len": model.context_length, "prompt": text})
+    answer = {"tokens": ids, "count": len(ids), "max_model_len": model.context_length, "prompt": text}
+    if fields.boolean("return_token_strs"):
+        answer["token_strs"] = [model.tokenizer.id_to_token(i) for i in ids]
+    return json_response(answer)
 
 
 async def detokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:

@@ -24,8 +24,9 @@ def json_fragment(text: str) -> str:
 class Trimmed:
     """A text stream without leading and trailing whitespace: trailing whitespace waits for more text."""
 
-    def __init__(self) -> None:
-        self._started = False
+    def __init__(self, *, keep_leading: bool = False) -> None:
+        """`keep_leading`: the text continues earlier text (a prefill), so its leading whitespace is kept."""
+        self._started = keep_leading
         self._pending = ""
 
     def push(self, text: str) -> str:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from backends.base import BackendError
@@ -276,6 +276,21 @@ class LoopTasksCollector(Collector):
             return
         yield GaugeMetricFamily(
             "gateway:event_loop_tasks", "asyncio tasks alive in the gateway's event loop", value=tasks
+        )
+
+
+class StoreErrorsCollector(Collector):
+    """gateway:limiter_store_errors_total: calls to the tenant limits' store (Redis) that failed or timed out, each
+    answered by the tenant's on_store_error; read at scrape time from `count`."""
+
+    def __init__(self, count: Callable[[], int]):
+        self._count = count
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "gateway:limiter_store_errors",
+            "Calls to the limits' store that failed or timed out (each tenant's on_store_error applied)",
+            value=self._count(),
         )
 
 

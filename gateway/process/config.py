@@ -15,7 +15,7 @@ A YAML (or JSON) file:
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
           threads: auto               # worker only: auto (measured, within the cores and CPU quota) or a number
-          context_length: 4096        #   (also max_batch, max_waiting, weights_dtype, device, prefix_cache,
+          context_length: 4096        #   (also max_batch, max_waiting, weights_dtype, device, cuda_graphs, prefix_cache,
                                       #   context_length: KV cache per slot; default the model's)
           url: http://host:30000      # sglang and vllm: one replica, or several:
           urls: [http://a:30000, http://b:30000]
@@ -37,6 +37,7 @@ A YAML (or JSON) file:
       max_body_bytes: 16777216        # a larger request body is a 413
       max_concurrency: 256            # requests served at once; past it a 503 with retry-after (default: none)
       header_timeout_s: 10            # a request's headers must arrive within this (slow-loris; default: 10)
+      send_timeout_s: 60              # a client taking no bytes of its answer this long is cut off (default: 60)
       workers: 2                      # gateway processes sharing the port (default: 1; the CLI's --workers wins)
       grammar_compile_s: 2            # CPU seconds a request's grammar may cost to build and compile, in a child
                                       #   process killed past it (400 naming the schema); null: no budget
@@ -168,18 +169,23 @@ def _tracing(raw: Any, where: str) -> TracingConfig:
 def _server_limits(raw: Any, where: str) -> ServerLimits:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping")
-    _only(raw, {"max_body_bytes", "max_concurrency", "header_timeout_s", "workers", "grammar_compile_s"}, where)
+    _only(
+        raw,
+        {"max_body_bytes", "max_concurrency", "header_timeout_s", "send_timeout_s", "workers", "grammar_compile_s"},
+        where,
+    )
     limits = ServerLimits()
     if "grammar_compile_s" in raw:
         budget = raw["grammar_compile_s"]
         if budget is not None and (not isinstance(budget, int | float) or isinstance(budget, bool) or budget <= 0):
             raise ConfigError(f"{where}.grammar_compile_s: a positive number of seconds (or null) is required")
         limits.grammar_compile_s = None if budget is None else float(budget)
-    timeout = raw.get("header_timeout_s")
-    if timeout is not None:
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-            raise ConfigError(f"{where}.header_timeout_s: a positive number of seconds is required")
-        limits.header_timeout_s = float(timeout)
+    for key in ("header_timeout_s", "send_timeout_s"):
+        timeout = raw.get(key)
+        if timeout is not None:
+            if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
+                raise ConfigError(f"{where}.{key}: a positive number of seconds is required")
+            setattr(limits, key, float(timeout))
     for key in ("max_body_bytes", "max_concurrency", "workers"):
         value = raw.get(key)
         if value is None:
@@ -299,7 +305,13 @@ def _worker_options(backend: BackendConfig, where: str) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
             kind = "a positive integer" if least else "a non-negative integer"
             raise ConfigError(f"{where}.{name}: {kind} is required")
-    for name, choices in (("weights_dtype", ("fp32", "bf16")), ("device", ("cpu", "cuda"))):
+    if backend.cuda_graphs is False:  # YAML reads a bare `off` as false
+        backend.cuda_graphs = "off"
+    for name, choices in (
+        ("weights_dtype", ("fp32", "bf16")),
+        ("device", ("cpu", "cuda")),
+        ("cuda_graphs", ("auto", "off")),
+    ):
         if getattr(backend, name) not in (None, *choices):
             raise ConfigError(f"{where}.{name}: one of {', '.join(choices)} is required")
 

@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.errors import APIError
-from gateway.process.header_timeout import DEFAULT_HEADER_TIMEOUT_S
+from gateway.process.client_timeouts import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S
 
 DEFAULT_GRAMMAR_COMPILE_S = 2.0
 """CPU seconds a request's grammar may take to build and compile (a 5-tool grammar takes 0.03-0.13 s cold on the
@@ -25,6 +25,8 @@ class ServerLimits:
     """HTTP requests served at once (streams included); past it a 503 with retry-after. None: no limit."""
     header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
     """A request's headers must arrive within this many seconds of the connection opening (or the last response)."""
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
+    """A client that takes no bytes of its answer for this many seconds (its socket's buffer full) is cut off."""
     workers: int = 1
     """Gateway processes sharing the port (gateway/process/group.py)."""
     grammar_compile_s: float | None = DEFAULT_GRAMMAR_COMPILE_S

@@ -34,6 +34,8 @@ class WorkerOptions:
     context_length: int | None = None
     prefix_cache: bool | None = None
     """False: `--no-prefix-cache` (a boolean option is its flag, or `--no-` its flag when False)."""
+    cuda_graphs: str | None = None
+    """`auto` or `off`: `--cuda-graphs` (decode steps as CUDA graphs with `device: cuda`)."""
 
 
 @dataclass

@@ -23,10 +23,12 @@ from gateway.validation.declare import (
     string,
 )
 from gateway.validation.fields import (
+    METADATA,
     SETTINGS,
     TOP_LOGPROBS,
     Fields,
     GenerationSettings,
+    parse_metadata,
     parse_model,
     parse_settings,
 )
@@ -39,6 +41,7 @@ MAX_CONTENT_PARTS = 1_000
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 """OpenAI's a-z, A-Z, 0-9, _ and - (at most 64), plus . and : which namespaced tools use."""
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+MODALITIES = ("text", "audio")
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _UNSUPPORTED_PARTS = {"image_url": "image", "input_audio": "audio", "file": "file", "video_url": "video"}
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
@@ -62,7 +65,8 @@ TOOL_CALL = Obj(
         "function": obj(FUNCTION_CALL, required=True),
     },
 )
-CONTENT = either(array(TEXT_PART, MAX_CONTENT_PARTS, required=True), TEXT)
+CONTENT = either(array(TEXT_PART, MAX_CONTENT_PARTS, required=True, min_items=1), TEXT)
+"""A system, developer, user or tool message's content: a string, or at least one text part (OpenAI's minItems)."""
 REFUSAL_PART = Obj(
     "RefusalPart", {"type": string(required=True, choices=("refusal",)), "refusal": string(required=True)}
 )
@@ -168,6 +172,10 @@ CHAT_FIELDS: dict[str, Field] = {
     "function_call": refused("use 'tools' and 'tool_choice'"),
     "audio": refused("audio output is not available"),
     "web_search_options": refused("web search is not available"),
+    "modalities": array(
+        {"type": "string", "enum": list(MODALITIES)}, len(MODALITIES), "Only 'text': no audio is produced here."
+    ),
+    "metadata": METADATA,
     "max_completion_tokens": SETTINGS["max_tokens"],
     "logprobs": boolean(False),
     "top_logprobs": TOP_LOGPROBS,
@@ -196,6 +204,8 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     model = parse_model(fields)
     for key in ("functions", "function_call", "audio", "web_search_options"):
         fields.refuse(key)
+    _check_modalities(fields)
+    parse_metadata(fields)  # labels only
     settings = parse_settings(fields, max_tokens_keys=("max_completion_tokens", "max_tokens"))
     settings.logprobs = fields.boolean("logprobs")
     settings.top_logprobs = fields.integer("top_logprobs")
@@ -218,8 +228,57 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     return ChatCompletionRequest(model=model, chat=chat, settings=settings)
 
 
+def _check_modalities(fields: Fields) -> None:
+    """`modalities`: the output's kinds, of which this gateway produces text only."""
+    for i, kind in enumerate(fields.array("modalities") or ()):
+        if kind not in MODALITIES:
+            raise invalid(f"'modalities[{i}]' must be one of 'text', 'audio', got {kind!r}", f"modalities[{i}]")
+        if kind == "audio":
+            raise invalid("audio output is not available: 'modalities' may name 'text' only", "modalities")
+
+
 def parse_messages(fields: Fields) -> list[dict[str, Any]]:
-    return [_message(m) for m in fields.items("messages")]
+    messages = [_message(m) for m in fields.items("messages")]
+    check_tool_turns(messages, "messages")
+    return messages
+
+
+def check_tool_turns(messages: list[dict[str, Any]], param: str) -> None:
+    """OpenAI's rule: tool messages answer the assistant message with 'tool_calls' right before them, and every call
+    of that message is answered before the conversation moves on (a last assistant turn may leave its calls open)."""
+    calls: dict[str, bool] = {}
+    """The last assistant turn's call ids → answered yet; empty when the messages before are not its tool turn."""
+    called_at = 0
+    for i, m in enumerate(messages):
+        if m["role"] == "tool":
+            call_id = m["tool_call_id"]
+            if not calls:
+                raise invalid(
+                    "messages with role 'tool' must be a response to a preceeding message with 'tool_calls'",
+                    f"{param}[{i}].role",
+                )
+            if call_id not in calls:
+                raise invalid(
+                    f"'tool_call_id' of '{call_id}' not found in 'tool_calls' of previous message",
+                    f"{param}[{i}].tool_call_id",
+                )
+            calls[call_id] = True
+            continue
+        _check_answered(calls, called_at, param)
+        calls = dict.fromkeys((c["id"] for c in m.get("tool_calls", ())), False)
+        called_at = i
+    if any(calls.values()):
+        _check_answered(calls, called_at, param)
+
+
+def _check_answered(calls: dict[str, bool], at: int, param: str) -> None:
+    missing = [call_id for call_id, answered in calls.items() if not answered]
+    if missing:
+        raise invalid(
+            "An assistant message with 'tool_calls' must be followed by tool messages responding to each "
+            f"'tool_call_id'. The following tool_call_ids did not have response messages: {', '.join(missing)}",
+            f"{param}[{at}].tool_calls",
+        )
 
 
 def _message(m: Fields) -> dict[str, Any]:

@@ -207,6 +207,8 @@ class GenerationSettings:
     top_logprobs: int = 0
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False
+    """With include_usage, every chunk carries the usage so far (vLLM's continuous_usage_stats)."""
     skip_special_tokens: bool = True
 
 
@@ -226,7 +228,24 @@ def stop_field(max_items: int, doc: str) -> Field:
     return either(array(STOP_STRING, max_items, doc), STOP_STRING)
 
 
-STREAM_OPTIONS = Obj("StreamOptions", {"include_usage": boolean(False, "A last chunk carries the usage.")})
+MAX_METADATA = 16
+METADATA = Field(
+    "object",
+    f"At most {MAX_METADATA} keys of at most 64 characters, string values of at most 512.",
+    extra={
+        "maxProperties": MAX_METADATA,
+        "propertyNames": {"maxLength": 64},
+        "additionalProperties": {"type": "string", "maxLength": 512},
+    },
+)
+"""OpenAI's metadata (chat and Responses): string pairs that label a request."""
+STREAM_OPTIONS = Obj(
+    "StreamOptions",
+    {
+        "include_usage": boolean(False, "A last chunk carries the usage."),
+        "continuous_usage_stats": boolean(False, "With include_usage, every chunk carries the usage so far (vLLM's)."),
+    },
+)
 SETTINGS: dict[str, Field] = {
     "model": MODEL,
     "logit_bias": refused("logit bias is not applied by this gateway", unless={}),
@@ -260,6 +279,7 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     stream = fields.boolean("stream")
     options = fields.obj("stream_options")
     include_usage = options.boolean("include_usage") if options else False
+    continuous_usage = include_usage and options.boolean("continuous_usage_stats")
     if options is not None and not stream:
         raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
     top_p, top_k = parse_top_p_top_k(fields)
@@ -277,8 +297,22 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
         ignore_eos=fields.boolean("ignore_eos"),
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous_usage,
         skip_special_tokens=fields.boolean("skip_special_tokens"),
     )
+
+
+def parse_metadata(fields: Fields) -> dict[str, str]:
+    """`metadata`: at most 16 string pairs, keys of at most 64 characters, values of at most 512."""
+    meta = fields.mapping("metadata")
+    if meta is None:
+        return {}
+    if len(meta) > MAX_METADATA:
+        raise invalid(f"'metadata' has more than {MAX_METADATA} keys", "metadata")
+    for key, value in meta.items():
+        if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
+            raise invalid("'metadata' keys are at most 64 characters and values strings of at most 512", "metadata")
+    return dict(meta)
 
 
 def parse_top_p_top_k(fields: Fields) -> tuple[float, int]:

@@ -31,7 +31,6 @@ from gateway.validation.declare import (
 )
 from gateway.validation.fields import (
     MAX_NEW_TOKENS,
-    MAX_STOP,
     MAX_TOKENS,
     MODEL,
     STREAM,
@@ -46,6 +45,9 @@ from gateway.validation.fields import (
 from gateway.validation.schema_bounds import check_bounded, check_schema
 
 _UNSUPPORTED_BLOCKS = {"image": "image", "document": "document", "search_result": "search result"}
+MAX_STOP_SEQUENCES = 64
+"""Anthropic documents no limit on stop_sequences (OpenAI's 4 is not theirs); this bound keeps the per-token stop
+matching small (~30 µs a piece at 64 strings of 256 characters, against ~0.5 ms at 1,024)."""
 THINKING_EFFORT = ((4096, "low"), (16384, "medium"))
 """budget_tokens below each bound → that reasoning effort; above the last, "high"."""
 
@@ -141,7 +143,7 @@ MESSAGES_FIELDS: dict[str, Field] = {
     "system": TEXTS,
     "mcp_servers": refused("not available on this gateway"),
     "container": refused("not available on this gateway"),
-    "stop_sequences": stop_field(MAX_STOP, "The answer ends before the first one."),
+    "stop_sequences": stop_field(MAX_STOP_SEQUENCES, "The answer ends before the first one."),
     "temperature": number(0.0, 1.0, 1.0),
     "top_p": TOP_P,
     "top_k": integer(0, 1 << 30, doc="0: off."),
@@ -181,10 +183,11 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     fields.mapping("metadata")  # user_id only labels the request
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
-    template_kwargs, effort = _thinking(fields)
+    template_kwargs, effort = _thinking(fields, settings.max_tokens)
     output = fields.obj("output_config")
     response_format, output_effort = _output_config(output) if output else (None, None)
     messages = _system(fields) + _messages(fields)
+    prefill = _prefill(messages)
     chat = ChatRequest(
         messages=messages,
         tools=tools,
@@ -193,8 +196,22 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
         response_format=response_format,
         template_kwargs=template_kwargs,
         reasoning_effort=output_effort or effort,
+        add_generation_prompt=not prefill,
+        continue_final_message=prefill,
     )
     return MessagesRequest(model=model, chat=chat, settings=settings)
+
+
+def _prefill(messages: list[dict[str, Any]]) -> bool:
+    """Whether the answer continues a last assistant turn of text (Anthropic's prefill); an empty one is dropped."""
+    last = messages[-1]
+    if last["role"] != "assistant" or "tool_calls" in last:
+        return False
+    if not last["content"]:
+        if any(m["role"] != "system" for m in messages[:-1]):
+            messages.pop()
+        return False
+    return True
 
 
 def _system(fields: Fields) -> list[dict[str, Any]]:
@@ -214,8 +231,16 @@ def _texts(f: Fields, key: str) -> list[str]:
     for b in f.items(key):
         _refuse_media(b)
         b.string("type")
-        out.append(b.string("text"))
+        out.append(_block_text(b))
     return out
+
+
+def _block_text(b: Fields) -> str:
+    """A text block's text, which Anthropic requires to be non-empty."""
+    text = b.string("text")
+    if not text:
+        raise invalid("text content blocks must be non-empty", b.param("text"))
+    return text
 
 
 def _refuse_media(b: Fields) -> None:
@@ -227,35 +252,95 @@ def _refuse_media(b: Fields) -> None:
 
 
 def _messages(fields: Fields) -> list[dict[str, Any]]:
+    """The messages as chat messages, under Anthropic's rules. Consecutive messages of one role are one turn (as
+    Anthropic combines them): each tool_result answers a tool_use of the assistant turn before and comes before the
+    user turn's text, and every tool_use is answered in the user turn after it."""
     out: list[dict[str, Any]] = []
-    for m in fields.items("messages"):
+    turns = fields.items("messages")
+    calls: set[str] = set()
+    """The tool_use ids of the last assistant turn, and those the user turn after it answered so far."""
+    answered: set[str] = set()
+    called_at = ""
+    previous_role = None
+    user_text = False
+    """The user turn so far holds text (a tool_result may no longer come)."""
+    for i, m in enumerate(turns):
         role = m.string("role")
-        if isinstance(m.get("content"), str):
-            out.append({"role": role, "content": m.get("content")})
-            continue
-        parts = m.items("content")
-        for b in parts:
-            _refuse_media(b)
-        parts = [b.variant() for b in parts]
-        out += _assistant(parts) if role == "assistant" else _user(parts)
+        content = m.get("content")
+        if content in ("", []) and not (role == "assistant" and i == len(turns) - 1):
+            raise invalid(
+                "all messages must have non-empty content except for the optional final assistant message",
+                m.param("content"),
+            )
+        if role != previous_role:
+            if role == "assistant" and previous_role == "user":
+                _check_answered(calls - answered, called_at)
+                calls, answered = set(), set()
+            user_text = False
+        if isinstance(content, str):
+            turn = [{"role": role, "content": content}]
+        else:
+            parts = m.items("content")
+            for b in parts:
+                _refuse_media(b)
+            parts = [b.variant() for b in parts]
+            turn = _assistant(parts) if role == "assistant" else _user(parts, calls, user_text)
+        if role == "assistant":
+            ids = {c["id"] for c in turn[-1].get("tool_calls", ())}
+            if ids:
+                calls, called_at = calls | ids, m.param("content")
+        else:
+            answered |= {t["tool_call_id"] for t in turn if t["role"] == "tool"}
+            user_text = user_text or turn[-1]["role"] == "user"
+        text = turn[-1]["content"] or ""
+        if role == "assistant" and i == len(turns) - 1 and text != text.rstrip():
+            raise invalid("final assistant content cannot end with trailing whitespace", m.param("content"))
+        out += turn
+        previous_role = role
+    if previous_role == "user":
+        _check_answered(calls - answered, called_at)
     return out
 
 
-def _user(blocks: list[Fields]) -> list[dict[str, Any]]:
-    """A user turn: its text as one user message, each tool_result as a tool message, in their order."""
+def _check_answered(missing: set[str], called_at: str) -> None:
+    """The tool_use ids of an assistant turn (at `called_at`) that the user turn after it left unanswered: a 400."""
+    if missing:
+        raise invalid(
+            f"`tool_use` ids were found without `tool_result` blocks immediately after: {', '.join(sorted(missing))}. "
+            "Each `tool_use` block must have a corresponding `tool_result` block in the next message.",
+            called_at,
+        )
+
+
+def _user(blocks: list[Fields], calls: set[str], after_text: bool) -> list[dict[str, Any]]:
+    """A user message: each tool_result (answering one of `calls`, the tool_use ids of the assistant turn before) as
+    a tool message, then its text as one user message; `after_text`: earlier messages of the turn held text."""
     out: list[dict[str, Any]] = []
     for b in blocks:
         kind = b.string("type")
         if kind == "text":
             if out and out[-1]["role"] == "user":
-                out[-1]["content"] += b.string("text")
+                out[-1]["content"] += _block_text(b)
             else:
-                out.append({"role": "user", "content": b.string("text")})
+                out.append({"role": "user", "content": _block_text(b)})
         elif kind == "tool_result":
+            call_id = b.string("tool_use_id")
+            if call_id not in calls:
+                raise invalid(
+                    f"unexpected `tool_use_id` found in `tool_result` blocks: {call_id}. Each `tool_result` block "
+                    "must have a corresponding `tool_use` block in the previous message.",
+                    b.param("tool_use_id"),
+                )
+            if after_text or (out and out[-1]["role"] == "user"):
+                raise invalid(
+                    "tool_result blocks must come first: messages following tool_use blocks must begin with their "
+                    "tool_result blocks, text after them",
+                    b.path,
+                )
             text = "".join(_texts(b, "content")) if b.has("content") else ""
             if b.boolean("is_error"):
                 text = f"Error: {text}"
-            out.append({"role": "tool", "tool_call_id": b.string("tool_use_id"), "content": text})
+            out.append({"role": "tool", "tool_call_id": call_id, "content": text})
         else:
             raise invalid(f"block type {kind!r} is not allowed in a user turn", b.param("type"))
     return out
@@ -267,7 +352,7 @@ def _assistant(blocks: list[Fields]) -> list[dict[str, Any]]:
     for b in blocks:
         kind = b.string("type")
         if kind == "text":
-            texts.append(b.string("text"))
+            texts.append(_block_text(b))
         elif kind == "thinking":
             thinking.append(b.string("thinking"))
         elif kind == "redacted_thinking":
@@ -312,8 +397,9 @@ def _tool_choice(fields: Fields, tools: list[dict[str, Any]]) -> tuple[str | dic
     return {"any": "required"}.get(kind, kind), parallel
 
 
-def _thinking(fields: Fields) -> tuple[dict[str, Any], str | None]:
-    """`thinking` as the template switches families read, and a reasoning effort from its budget."""
+def _thinking(fields: Fields, max_tokens: int | None) -> tuple[dict[str, Any], str | None]:
+    """`thinking` as the template switches families read, and a reasoning effort from its budget (which Anthropic
+    requires to be below max_tokens)."""
     t = fields.obj("thinking")
     if t is None:
         return {}, None
@@ -324,6 +410,10 @@ def _thinking(fields: Fields) -> tuple[dict[str, Any], str | None]:
     effort = "medium"
     if kind == "enabled":
         budget = t.integer("budget_tokens")
+        if max_tokens is not None and budget >= max_tokens:
+            raise invalid(
+                f"'max_tokens' must be greater than 'thinking.budget_tokens' ({budget}), got {max_tokens}", "max_tokens"
+            )
         effort = next((e for bound, e in THINKING_EFFORT if budget < bound), "high")
     return {"enable_thinking": True, "thinking": True}, effort
 

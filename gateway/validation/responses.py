@@ -30,9 +30,10 @@ from gateway.validation.chat import (
     parse_tools,
 )
 from gateway.validation.cut_json import completed_members
-from gateway.validation.declare import Field, Obj, Variants, array, boolean, either, integer, obj, refused, string
+from gateway.validation.declare import Obj, Variants, array, boolean, either, integer, obj, refused, string
 from gateway.validation.fields import (
-    MAX_TOKENS,
+    MAX_NEW_TOKENS,
+    METADATA,
     MODEL,
     PENALTY,
     STREAM,
@@ -42,11 +43,13 @@ from gateway.validation.fields import (
     TOP_P,
     Fields,
     GenerationSettings,
+    parse_metadata,
     parse_model,
     parse_top_p_top_k,
 )
 
-MAX_METADATA = 16
+MIN_OUTPUT_TOKENS = 16
+"""OpenAI's least max_output_tokens."""
 MAX_LIST = 100
 """Input items per page."""
 MAX_INCLUDE = 16
@@ -140,21 +143,22 @@ INPUT_ITEM = Variants(
     },
     default="message",
 )
-METADATA = Field(
-    "object",
-    f"At most {MAX_METADATA} keys of at most 64 characters, string values of at most 512.",
-    extra={
-        "maxProperties": MAX_METADATA,
-        "propertyNames": {"maxLength": 64},
-        "additionalProperties": {"type": "string", "maxLength": 512},
-    },
-)
 INPUT_ITEMS_QUERY = Obj(
     "InputItemsQuery",
     {
         "order": string("Oldest first (asc) or newest first.", default="desc", choices=("asc", "desc")),
         "limit": integer(1, MAX_LIST, 20),
         "after": string("An item id: the page starts after it."),
+    },
+)
+RETRIEVE_QUERY = Obj(
+    "RetrieveQuery",
+    {
+        "stream": string(
+            "'true' is refused: OpenAI streams a stored response again only in background mode, which is not served.",
+            default="false",
+            choices=("true", "false"),
+        )
     },
 )
 RESPONSES = Obj(
@@ -175,7 +179,7 @@ RESPONSES = Obj(
         "parallel_tool_calls": boolean(True),
         "text": obj(TEXT_OPTIONS),
         "reasoning": obj(REASONING),
-        "max_output_tokens": MAX_TOKENS,
+        "max_output_tokens": integer(MIN_OUTPUT_TOKENS, MAX_NEW_TOKENS, doc="At least 16, as OpenAI's."),
         "temperature": TEMPERATURE,
         "top_p": TOP_P,
         "top_k": TOP_K,
@@ -252,7 +256,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         settings=settings,
         store=fields.boolean("store"),
         previous_response_id=fields.string("previous_response_id"),
-        metadata=_metadata(fields),
+        metadata=parse_metadata(fields),
         include=include,
     )
     request.echo = {
@@ -344,6 +348,32 @@ def _reasoning_parts(f: Fields, key: str, part_type: str) -> list[dict[str, Any]
     return [{"type": part_type, "text": p.string("text")} for p in f.items(key)]
 
 
+def check_call_outputs(
+    history: list[dict[str, Any]], previous_output: list[dict[str, Any]], items: list[dict[str, Any]]
+) -> None:
+    """OpenAI's rules for the input: each function_call_output answers a function_call before it (in the input or
+    the previous responses' history), and a function_call (of the input, or the previous response's output) is
+    answered before a user, system or developer message follows it (the assistant's own text may)."""
+    calls = {item["call_id"]: True for item in history if item["type"] == "function_call"}
+    """call_id → answered; the earlier turns' calls count as answered (their order was checked when they came)."""
+    calls.update((item["call_id"], False) for item in previous_output if item["type"] == "function_call")
+    for i, item in enumerate(items):
+        kind = item["type"]
+        if kind == "function_call":
+            calls[item["call_id"]] = False
+        elif kind == "function_call_output":
+            if item["call_id"] not in calls:
+                raise invalid(
+                    f"No tool call found for function call output with call_id {item['call_id']}.",
+                    f"input[{i}].call_id",
+                )
+            calls[item["call_id"]] = True
+        elif kind == "message" and item["role"] != "assistant":
+            open_calls = [call_id for call_id, answered in calls.items() if not answered]
+            if open_calls:
+                raise invalid(f"No tool output found for function call {open_calls[0]}.", f"input[{i}]")
+
+
 def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
     """Canonical items → chat messages: calls join the assistant turn before them, reasoning the turn after it."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
@@ -408,15 +438,3 @@ def _include(fields: Fields) -> list[str]:
                 f"include[{i}]",
             )
     return list(raw)
-
-
-def _metadata(fields: Fields) -> dict[str, str]:
-    meta = fields.mapping("metadata")
-    if meta is None:
-        return {}
-    if len(meta) > MAX_METADATA:
-        raise invalid(f"'metadata' has more than {MAX_METADATA} keys", "metadata")
-    for key, value in meta.items():
-        if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
-            raise invalid("'metadata' keys are at most 64 characters and values strings of at most 512", "metadata")
-    return dict(meta)

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-from gateway.validation.declare import Obj, array, string
+from gateway.validation.chat import CHAT_FIELDS
+from gateway.validation.declare import Obj, array, boolean, string
 from gateway.validation.fields import MODEL
 
 MAX_DETOKENIZE_IDS = 1 << 20
 
+TOKEN_STRS = boolean(False, "Also answer `token_strs`: each id's vocabulary entry (vLLM's).")
 TOKENIZE_PROMPT = Obj(
     "TokenizePromptRequest",
-    {"model": MODEL, "prompt": string("Text encoded as a completions prompt would be.", required=True)},
+    {
+        "model": MODEL,
+        "prompt": string("Text encoded as a completions prompt would be.", required=True),
+        "return_token_strs": TOKEN_STRS,
+    },
 )
+TOKENIZE_CHAT = Obj("TokenizeChatRequest", {**CHAT_FIELDS, "return_token_strs": TOKEN_STRS})
+"""A chat body, rendered as /v1/chat/completions would render it."""
 DETOKENIZE = Obj(
     "DetokenizeRequest",
     {

@@ -11,7 +11,7 @@ The API (a contract with the policy engine):
     slot and `tokens` (prompt tokens + the request's max tokens) against every limit at once, or nothing. An admit
     whose `charge_id` names a charge still open (a retry on another replica) joins it and reserves nothing more.
     Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
-    answers, whatever was reserved is settled with nothing used.
+    answers, whatever was reserved is taken back whole (request, tokens, slot; a joined charge stays).
   - `await limiter.settle(admission, used_tokens)`: replaces the reservation with real usage (prompt + completion
     tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a refused
     admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the charge.
@@ -23,7 +23,9 @@ The API (a contract with the policy engine):
     `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the per-minute limits the tenant has, `retry-after`
     and `retry-after-ms` on a refusal), `status` (200, 429, or 503 for a closed store error), `store_error`.
   - Store errors: `on_store_error="open"` admits (logged, counted), "closed" refuses with status 503; both count in
-    `limiter.store_errors` and set `limiter.store_healthy` False until a call succeeds again;
+    `limiter.store_errors` and set `limiter.store_healthy` False until a call succeeds again; an admit that failed
+    is taken back in the background as a cancelled one is (the store may have run it before its answer was lost);
+    `await limiter.settled()` waits for the settlements in flight;
     `await limiter.probe_store()` asks the store now (for `/ready` between requests).
 - `FairQueue(capacity)`: `async with queue.slot(tenant, weight, cost_tokens, timeout_s)`, start-time fair queuing
   across tenants by tokens / weight, FIFO per tenant, `QueueTimeout` after `timeout_s`; `waiting` and `running`

@@ -41,19 +41,19 @@ class Limiter(ABC):
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
 
         An admit with the `charge_id` of a charge still open joins it (nothing more is reserved). When the caller is
-        cancelled while the store answers, whatever the store reserved is settled with nothing used.
+        cancelled while the store answers, or the store's answer is lost, whatever the store reserved is taken back.
         """
         holder = uuid.uuid4().hex
         attempt = asyncio.ensure_future(self._admit(tenant, limits, charge_id, _bounded(tokens), holder))
+        reserved = Admission(True, None, None, tenant=tenant, charge_id=charge_id, holder=holder)
         try:
             verdict = await asyncio.shield(attempt)
         except asyncio.CancelledError:
-            self._track(
-                self._undo(attempt, Admission(True, None, None, tenant=tenant, charge_id=charge_id, holder=holder))
-            )
+            self._track(self._undo(attempt, reserved))
             raise
         except StoreUnavailable as exc:
             self._store_failed("admit", tenant, exc)
+            self._track(self._settle_with_retries(reserved, 0, void=True))  # the store may have run it all the same
             if limits.on_store_error == "open":
                 return Admission(True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id)
             return Admission(
@@ -84,9 +84,10 @@ class Limiter(ABC):
             verdict = await attempt
         except StoreUnavailable as exc:
             self._store_failed("admit", admission.tenant, exc)
-            return
-        if verdict.allowed:
-            await self._settle_with_retries(admission, 0)
+        else:
+            if not verdict.allowed:
+                return
+        await self._settle_with_retries(admission, 0, void=True)  # unanswered: the store may have run it all the same
 
     async def settle(self, admission: Admission, used_tokens: int) -> None:
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
@@ -107,13 +108,13 @@ class Limiter(ABC):
         task.add_done_callback(self._settling.discard)
 
     async def _settle_with_retries(
-        self, admission: Admission, used_tokens: int, first_try: asyncio.Future | None = None
+        self, admission: Admission, used_tokens: int, first_try: asyncio.Future | None = None, *, void: bool = False
     ) -> None:
         try:
             for delay in (0.0, *self.settle_retry_delays_s):
                 await asyncio.sleep(delay)
                 try:
-                    await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens)
+                    await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens, void)
                 except StoreUnavailable as exc:
                     self._store_failed("settle", admission.tenant, exc)
                     if first_try is not None and not first_try.done():
@@ -153,10 +154,16 @@ class Limiter(ABC):
         """Check every limit and reserve, atomically; raise StoreUnavailable when the store cannot answer."""
 
     @abstractmethod
-    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int) -> None:
-        """Settle this holder of the charge once; raise StoreUnavailable when the store cannot answer."""
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
+        """Settle this holder of the charge once; raise StoreUnavailable when the store cannot answer. `void`: its admit
+        served no request (its caller left, or never heard the answer): when it is the charge's only admit, never
+        settled, the admission is taken back whole (its request, tokens, day tokens and slot), as if never made."""
+
+    async def settled(self) -> None:
+        """Wait for the settlements in flight (those retried in the background included)."""
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
 
     async def close(self) -> None:
         """Wait for settlements in flight and release the store's resources."""
-        if self._settling:
-            await asyncio.gather(*self._settling, return_exceptions=True)
+        await self.settled()

@@ -77,12 +77,21 @@ class MemoryLimiter(Limiter):
         state.charges[charge_id] = _Charge(holder, tokens, day, {holder})
         return Verdict(True, None, None, len(state.log), state.tokens, state.reset_ms(now), holder)
 
-    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int) -> None:
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
         state = self._tenants.get(tenant)
         charge = state.charges.get(charge_id) if state else None
         if charge is None or holder not in charge.holders:
             return
         state.expire(self._now())
+        if void and not charge.settled and charge.holders == {holder}:
+            entry = state.log.pop(charge.member, None)
+            if entry is not None:
+                state.tokens -= entry[1]
+            if charge.day in state.days:
+                state.days[charge.day] -= charge.reserved
+            state.slots.discard(charge.member)
+            del state.charges[charge_id]
+            return
         delta = used_tokens if charge.settled else used_tokens - charge.reserved
         entry = state.log.get(charge.member)
         if entry is not None:

@@ -95,9 +95,10 @@ class RedisLimiter(Limiter):
             member=_text(member),
         )
 
-    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int) -> None:
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
         try:
-            await self._settle_script(self._keys(tenant, charge_id), [self._now_arg(), holder, used_tokens])
+            args = [self._now_arg(), holder, used_tokens, int(void)]
+            await self._settle_script(self._keys(tenant, charge_id), args)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
 

@@ -104,19 +104,31 @@ return {1, '', -1, count + 1, sum + tokens, WINDOW, holder}
 SETTLE = (
     COMMON
     + """
--- ARGV: 1 now, 2 holder, 3 used tokens
-local holder, used = ARGV[2], tonumber(ARGV[3])
+-- ARGV: 1 now, 2 holder, 3 used tokens, 4 '1' when the holder's admit served no request (void)
+local holder, used, void = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 if redis.call('HDEL', KEYS[5], 'h:' .. holder) == 0 then return 0 end
 expire(now_ms())
-local charge = redis.call('HMGET', KEYS[5], 'm', 'r', 'd', 's')
+local charge = redis.call('HMGET', KEYS[5], 'm', 'r', 'd', 's', 'n')
 local member = charge[1]
+local day_key = KEYS[6] .. charge[3]
+if void and charge[4] == '0' and charge[5] == '1' then  -- the charge's only admit: taken back whole
+  local amount = redis.call('HGET', KEYS[2], member)
+  if amount then
+    redis.call('ZREM', KEYS[1], member)
+    redis.call('HDEL', KEYS[2], member)
+    redis.call('DECRBY', KEYS[3], amount)
+  end
+  if redis.call('EXISTS', day_key) == 1 then redis.call('DECRBY', day_key, charge[2]) end
+  redis.call('ZREM', KEYS[4], member)
+  redis.call('DEL', KEYS[5])
+  return 1
+end
 local delta = used
 if charge[4] == '0' then delta = used - tonumber(charge[2]) end
 if redis.call('HEXISTS', KEYS[2], member) == 1 then
   redis.call('HINCRBY', KEYS[2], member, delta)
   redis.call('INCRBY', KEYS[3], delta)
 end
-local day_key = KEYS[6] .. charge[3]
 if redis.call('EXISTS', day_key) == 1 then redis.call('INCRBY', day_key, delta) end
 redis.call('HSET', KEYS[5], 's', 1)
 if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then

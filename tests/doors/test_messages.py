@@ -67,7 +67,10 @@ def test_text_message(door, client):
     "script, extra",
     [
         ("Hello there", {}),
-        ("<think>Weighing it.</think>Sunny.", {"thinking": {"type": "enabled", "budget_tokens": 2048}}),
+        (
+            "<think>Weighing it.</think>Sunny.",
+            {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+        ),
         (CALL, {"tools": [WEATHER], "tool_choice": {"type": "any"}}),
         ("One two three four five six", {"max_tokens": 3}),
         ("Sunny. END and more", {"stop_sequences": ["END"]}),
@@ -100,7 +103,7 @@ def test_folded_stream_equals_message(door, script, extra):
 
 def test_stop_reasons_and_thinking(door):
     door.say("<think>Weighing it.</think>Sunny.")
-    body = create(door, messages=USER, thinking={"type": "enabled", "budget_tokens": 2048})
+    body = create(door, messages=USER, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 2048})
     assert [b["type"] for b in body["content"]] == ["thinking", "text"]
     assert body["content"][0]["thinking"] == "Weighing it." and body["stop_reason"] == "end_turn"
     door.say("One two three four five six")
@@ -182,6 +185,12 @@ def test_count_tokens(door, client):
             400,
             "invalid_request_error",
             "thinking.budget_tokens",
+        ),
+        (  # Anthropic: the budget is below max_tokens
+            {"max_tokens": 2048, "thinking": {"type": "enabled", "budget_tokens": 2048}},
+            400,
+            "invalid_request_error",
+            "max_tokens",
         ),
         ({"model": "nope"}, 404, "not_found_error", "model"),
         ({"messages": [{"role": "user", "content": "x" * 40_000}]}, 400, "invalid_request_error", "messages"),
@@ -274,7 +283,7 @@ def test_client_stream_accumulates_thinking_and_tool_use(door, client):
     door.say("<think>Weighing it.</think>" + CALL)
     with client.messages.stream(
         model=door.model.id,
-        max_tokens=64,
+        max_tokens=4096,
         messages=USER,
         tools=[WEATHER],
         tool_choice={"type": "any"},
@@ -309,3 +318,16 @@ def test_message_start_splits_the_input_as_message_delta_does(door):
     assert [e["type"] for e in events[:2]] == ["message_start", "ping"]
     assert start["cache_read_input_tokens"] == delta["cache_read_input_tokens"] == 20
     assert start["input_tokens"] == delta["input_tokens"] == len(door.server.bodies[-1]["input_ids"]) - 20
+
+
+def test_a_last_assistant_turn_is_a_prefill_the_answer_continues(door):
+    """Anthropic's prefill: the prompt ends inside the last assistant turn, and the answer holds the continuation
+    only; an empty last assistant turn is no prefill; trailing whitespace in it is refused, as Anthropic does."""
+    door.say(" sunny.")
+    body = create(door, messages=[*USER, {"role": "assistant", "content": [{"type": "text", "text": "It is"}]}])
+    assert body["content"] == [{"type": "text", "text": " sunny."}]
+    assert door.prompt().endswith("It is")  # the prompt stops inside the assistant turn
+    create(door, messages=[*USER, {"role": "assistant", "content": ""}])
+    assert door.prompt().endswith("Paris?<|im_end|>\n<|im_start|>assistant\n")
+    refused = post(door, messages=[*USER, {"role": "assistant", "content": "It is "}])
+    assert refused.status_code == 400 and "trailing whitespace" in refused.json()["error"]["message"]

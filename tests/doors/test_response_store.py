@@ -19,6 +19,7 @@ from gateway.models.registry import ModelRegistry
 from policies.audit import AuditLog
 from policies.limits import MemoryLimiter
 from policies.store import PolicyStore
+from tests.faults.tcp_proxy import TcpFaultProxy
 from tests.gateway.http_server import serve
 from tests.redis_server import RedisServer
 
@@ -32,9 +33,14 @@ def run(coro):
 
 
 @pytest.fixture(scope="module")
-def redis_url(tmp_path_factory) -> Iterator[str]:
+def redis_server(tmp_path_factory) -> Iterator[RedisServer]:
     with RedisServer(tmp_path_factory.mktemp("redis")) as server:
-        yield f"{server.url}/0"
+        yield server
+
+
+@pytest.fixture(scope="module")
+def redis_url(redis_server) -> str:
+    return f"{redis_server.url}/0"
 
 
 def test_memory_store_drops_the_oldest_past_its_count():
@@ -88,6 +94,26 @@ def test_redis_down_is_a_503():
     with pytest.raises(APIError) as e:
         run(store.get("x", None))
     assert e.value.status == 503 and e.value.code == "store_unavailable"
+
+
+@pytest.mark.parametrize("mode", ["blackhole", "stall"])
+def test_a_redis_that_stops_answering_is_a_503_not_a_hang(redis_server, mode):
+    """The socket stays open but no answer comes (blackhole: the commands are lost too; stall: they run)."""
+
+    async def check(proxy: TcpFaultProxy) -> None:
+        store = RedisStore(proxy.url_for("redis"), ttl_s=120, timeout_s=0.2)
+        await store.put(record("before-the-stall"))
+        proxy.set(mode)
+        for operation in (store.get("before-the-stall", None), store.put(record("r3")), store.delete("r3", None)):
+            with pytest.raises(APIError) as e:
+                await asyncio.wait_for(operation, 30)  # a hang fails here instead of stalling the suite
+            assert e.value.status == 503 and e.value.code == "store_unavailable"
+        proxy.set("pass")
+        assert (await store.get("before-the-stall", None))["id"] == "before-the-stall"
+        await store.close()
+
+    with TcpFaultProxy(redis_server.port) as proxy:
+        run(check(proxy))
 
 
 @pytest.fixture(scope="module")

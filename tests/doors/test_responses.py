@@ -65,13 +65,17 @@ def test_text_answer_with_instructions(door, client):
     assert door.prompt().startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>")
 
 
+COUNTING = " ".join(str(i) for i in range(1, 40))
+"""An answer longer than the least max_output_tokens (16)."""
+
+
 @pytest.mark.parametrize(
     "script, extra",
     [
         ("Hello there", {}),
         ("<think>Weighing it.</think>Sunny.", {}),
         (CALL, {"tools": [WEATHER], "tool_choice": "required"}),
-        ("One two three four five six", {"max_output_tokens": 3}),
+        (COUNTING, {"max_output_tokens": 16}),
     ],
     ids=["text", "reasoning", "call", "length"],
 )
@@ -118,10 +122,10 @@ def test_forced_function_call(door, client):
 
 
 def test_length_is_incomplete(door):
-    door.say("One two three four five six")
-    body = create(door, input="Count", max_output_tokens=3)
+    door.say(COUNTING)
+    body = create(door, input="Count", max_output_tokens=16)
     assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert body["usage"]["output_tokens"] == 3
+    assert body["usage"]["output_tokens"] == 16
     assert [item["status"] for item in body["output"]] == ["incomplete"]  # the item the budget cut, as OpenAI marks it
 
 
@@ -175,6 +179,9 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
         tool_choice="required",
     )
     call = second.output[0]
+    with pytest.raises(openai.BadRequestError) as unanswered:  # OpenAI: "No tool output found for function call"
+        client.responses.create(model=door.model.id, previous_response_id=second.id, input="Never mind.")
+    assert unanswered.value.body["param"] == "input[0]" and call.call_id in unanswered.value.body["message"]
     door.say("It is sunny in Paris.")
     third = client.responses.create(
         model=door.model.id,
@@ -190,6 +197,11 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
     assert positions == sorted(positions)
 
     assert client.responses.retrieve(third.id).model_dump() == third.model_dump()
+    url = f"{door.url}/v1/responses/{third.id}"
+    assert httpx.get(url, params={"stream": "false"}).json()["id"] == third.id
+    for value in ("true", "maybe"):  # streamed again only in background mode, which is not served: a 400
+        refused = httpx.get(url, params={"stream": value})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "stream"
     items = client.responses.input_items.list(third.id)
     assert [i.type for i in items.data] == ["function_call_output"] and items.data[0].output == "sunny, 21 C"
     page = httpx.get(f"{door.url}/v1/responses/{second.id}/input_items", params={"order": "asc"}).json()
@@ -240,6 +252,29 @@ def test_store_false_keeps_nothing(door, client):
         ({"background": True}, "background", "unsupported_parameter"),
         ({"input": "x" * 40_000}, "input", "context_length_exceeded"),
         ({"max_output_tokens": 0}, "max_output_tokens", None),
+        ({"max_output_tokens": 15}, "max_output_tokens", None),  # OpenAI's least is 16
+        (  # an output answering no function_call (OpenAI: "No tool call found for function call output")
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+                    {"type": "function_call_output", "call_id": "c2", "output": "rain"},
+                ]
+            },
+            "input[2].call_id",
+            None,
+        ),
+        (  # a call left unanswered when the user speaks again
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                    {"role": "assistant", "content": "Let me look."},
+                    {"role": "user", "content": "Never mind."},
+                ]
+            },
+            "input[2]",
+            None,
+        ),
         (  # refused by the grammar, named as this door's body names it (tools[1]: allowed_tools narrowed the prompt's)
             {
                 "tools": [WEATHER, {"type": "function", "name": "f", "parameters": UNSATISFIABLE}],

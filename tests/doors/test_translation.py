@@ -78,7 +78,7 @@ def test_responses_fields_map_to_chat_and_settings():
         parallel_tool_calls=False,
         text={"format": {"type": "json_object"}},
         reasoning={"effort": "low"},
-        max_output_tokens=7,
+        max_output_tokens=17,
         temperature=0.5,
         top_p=0,
         include=["message.output_text.logprobs"],
@@ -89,7 +89,7 @@ def test_responses_fields_map_to_chat_and_settings():
     assert parsed.parallel_tool_calls is False and parsed.response_format == {"type": "json_object"}
     assert parsed.reasoning_effort == "low" and parsed.store is False and parsed.metadata == {"k": "v"}
     s = parsed.settings
-    assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.logprobs) == (7, 0.5, 1.0, 1, True)
+    assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.logprobs) == (17, 0.5, 1.0, 1, True)
     assert [t["name"] for t in parsed.echo["tools"]] == ["f", "g"] and parsed.echo["top_p"] == 0
 
 
@@ -97,7 +97,7 @@ def test_anthropic_request_maps_to_chat():
     parsed = parse_messages_request(
         {
             "model": "m",
-            "max_tokens": 10,
+            "max_tokens": 30_000,
             "system": [{"type": "text", "text": "sys"}],
             "stop_sequences": ["END"],
             "top_k": 5,
@@ -139,12 +139,82 @@ def test_anthropic_request_maps_to_chat():
     ]
     assert chat.tool_choice == "required" and chat.parallel_tool_calls is False
     assert chat.template_kwargs == {"enable_thinking": True, "thinking": True} and chat.reasoning_effort == "high"
-    assert (settings.max_tokens, settings.stop, settings.top_k) == (10, ["END"], 5)
+    assert (settings.max_tokens, settings.stop, settings.top_k) == (30_000, ["END"], 5)
+
+
+ASKED = {"role": "user", "content": "q"}
+CALLED = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}
+RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
+
+
+@pytest.mark.parametrize(
+    "messages, extra, param",
+    [
+        ([{"role": "user", "content": ""}], {}, "messages[0].content"),
+        ([{"role": "user", "content": []}], {}, "messages[0].content"),
+        ([ASKED, {"role": "assistant", "content": ""}, ASKED], {}, "messages[1].content"),
+        ([{"role": "user", "content": [{"type": "text", "text": ""}]}], {}, "messages[0].content[0].text"),
+        ([ASKED], {"system": [{"type": "text", "text": ""}]}, "system[0].text"),
+        ([{"role": "user", "content": [RESULT]}], {}, "messages[0].content[0].tool_use_id"),
+        (
+            [ASKED, CALLED, {"role": "user", "content": [{**RESULT, "tool_use_id": "t2"}]}],
+            {},
+            "messages[2].content[0].tool_use_id",
+        ),
+        ([ASKED, CALLED, ASKED], {}, "messages[1].content"),
+        ([ASKED, CALLED, ASKED, {"role": "user", "content": [RESULT]}], {}, "messages[3].content[0]"),
+        (
+            [
+                ASKED,
+                CALLED,
+                {"role": "user", "content": [RESULT]},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": [RESULT]},
+            ],
+            {},
+            "messages[4].content[0].tool_use_id",
+        ),
+        ([ASKED], {"stop_sequences": [str(i) for i in range(65)]}, "stop_sequences"),
+        (
+            [ASKED, CALLED, {"role": "user", "content": [{"type": "text", "text": "so?"}, RESULT]}],
+            {},
+            "messages[2].content[1]",
+        ),
+    ],
+)
+def test_anthropic_errors_name_the_param(messages, extra, param):
+    """Anthropic's rules: non-empty content (but a last assistant turn) and text blocks, a tool_result answering a
+    tool_use of the turn before, every tool_use answered in the next turn."""
+    with pytest.raises(APIError) as e:
+        parse_messages_request({"model": "m", "max_tokens": 5, "messages": messages, **extra})
+    assert e.value.status == 400 and e.value.param == param
+
+
+def test_anthropic_rules_that_hold():
+    """A last assistant turn may be empty (a prefill) or leave its tool_use open; stop_sequences past OpenAI's 4."""
+    both = {"role": "assistant", "content": [*CALLED["content"], {**CALLED["content"][0], "id": "t2"}]}
+    for messages in (
+        [ASKED, {"role": "assistant", "content": ""}],
+        [ASKED, CALLED],
+        # consecutive messages of a role are one turn, as Anthropic combines them
+        [
+            ASKED,
+            both,
+            {"role": "user", "content": [RESULT]},
+            {"role": "user", "content": [{**RESULT, "tool_use_id": "t2"}]},
+        ],
+        [ASKED, CALLED, {"role": "assistant", "content": "Checking."}, {"role": "user", "content": [RESULT]}],
+    ):
+        parse_messages_request({"model": "m", "max_tokens": 5, "messages": messages})
+    stops = [str(i) for i in range(64)]
+    parsed = parse_messages_request({"model": "m", "max_tokens": 5, "messages": [ASKED], "stop_sequences": stops})
+    assert parsed.settings.stop == stops
 
 
 @pytest.mark.parametrize(
     "body, param",
     [
+        ({"max_output_tokens": 15}, "max_output_tokens"),
         ({"input": None}, "input"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),

@@ -44,6 +44,7 @@ from backends.checkpoint import EMBEDDED_MODEL_ID
 from backends.json_types import as_integer
 from gateway.api.openapi import build_document
 from gateway.validation.fields import MAX_N, MAX_NEW_TOKENS
+from gateway.validation.responses import MIN_OUTPUT_TOKENS
 
 CASES_PER_OPERATION = int(os.environ.get("GATEWAY_FUZZ_CASES", "210"))
 """Cases per operation that takes inputs, but MODEL_SHARE of it for those the model answers: 7 x 210 + 4 x 140
@@ -62,6 +63,10 @@ _TOKEN_CAPS = {
     "/v1/responses": ("max_output_tokens",),
     "/v1/messages": ("max_tokens",),
 }
+_LEAST = {"max_output_tokens": MIN_OUTPUT_TOKENS}
+"""Budgets whose least allowed value is above TINY (OpenAI's Responses: 16)."""
+SHORT_ANSWER = {"type": "json_schema", "name": "short", "schema": {"const": 1}}
+"""A format whose answer is `1` and the end: two tokens, where plain text would use the 16 allowed."""
 MODEL_OPERATIONS = frozenset(_TOKEN_CAPS)
 SETTINGS = settings(
     derandomize=True,
@@ -84,11 +89,19 @@ def map_body(context: Any, body: Any) -> Any:
         return body
     for key, most in [*((k, MAX_NEW_TOKENS) for k in keys), ("n", MAX_N)]:
         value = as_integer(body.get(key))  # 5.0 is an integer too (JSON Schema's, and the gateway's)
-        if value is not None and TINY < value <= most:
-            body[key] = TINY  # a value out of bounds stays: the case means it to be refused
+        least = _LEAST.get(key, TINY)
+        if value is not None and least < value <= most:
+            body[key] = least  # a value out of bounds stays: the case means it to be refused
     if context.operation.path != "/v1/messages" and all(body.get(k) is None for k in keys):
-        body[keys[-1]] = TINY  # no budget named: the gateway's default would be 64 tokens
+        body[keys[-1]] = _LEAST.get(keys[-1], TINY)  # no budget named: the gateway's default would be 64 tokens
+    if context.operation.path == "/v1/responses" and _plain_text(body.get("text")):
+        body["text"] = {"format": SHORT_ANSWER}  # at least 16 tokens allowed: a plain answer would use them all
     return body
+
+
+def _plain_text(text: Any) -> bool:
+    """Whether a Responses `text` asks for plain text (absent, or format `text`)."""
+    return text is None or (isinstance(text, dict) and text.get("format") in (None, {"type": "text"}))
 
 
 _SUBSCHEMA = ("items", "additionalProperties", "propertyNames", "not", "contains")

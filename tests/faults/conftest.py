@@ -18,7 +18,8 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from starlette.types import ASGIApp
 
 from backends.checkpoint import load_checkpoint, write_hf_metadata
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
@@ -143,6 +145,27 @@ def write_config(path: Path, models: list[dict[str, Any]]) -> Path:
     """A gateway config file (gateway/process/config.py) serving `models`."""
     path.write_text(yaml.safe_dump({"models": models}))
     return path
+
+
+@contextmanager
+def gateway_in_process(
+    models: list[dict[str, Any]], directory: Path, wrap: Callable[[ASGIApp], Any] = lambda app: app, **options: Any
+) -> Iterator[tuple[str, Any]]:
+    """The gateway app serving `models` (config entries, written to `directory`), wrapped by `wrap`, served in this
+    process over real HTTP (uvicorn's `http` protocol in `options`, the rest create_app's) once every router started:
+    its base URL and the wrapped app."""
+    from gateway.app import create_app
+    from gateway.process.config import load_config
+    from gateway.process.launch import start_models
+    from tests.gateway.http_server import serve
+
+    http = options.pop("http", "auto")
+    config = load_config(write_config(directory / "gateway.yaml", models))
+    with ExitStack() as stack:
+        app = wrap(create_app(start_models(config, stack), **options))
+        with serve(app, http=http) as url:
+            httpx.get(f"{url}/ready", timeout=WAIT_S)  # starts every router, and so its health loop
+            yield url, app
 
 
 def chat(model: str, *, stream: bool, max_tokens: int = 16, **fields: Any) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 It is the SGLang stand-in of tests/gateway (requests and events checked against SGLang's published
 contract, incremental streaming) in a process of its own, answering every request with a real
-SmolLM2 reply, broken the way its mode says. `POST /fault` with `mode`, `after`, `delay` and
+SmolLM2 reply, broken the way its mode says. `POST /fault` with `mode`, `after`, `delay`, `token` and
 `healthy` (each left out takes its default) replaces the fault at run time and, like `GET /fault`,
 answers what it saw. Prints `READY <port>` once it serves.
 """
@@ -45,6 +45,8 @@ class Fault:
     """Tokens sent before the fault (0: before any output)."""
     delay: float = 0.0
     """Seconds before each token."""
+    token: int = -1
+    """The id `bad_id` sends after `after` tokens (negative, or outside the vocabulary)."""
 
 
 MODES: dict[str, Callable[[Fault, list[int]], Script]] = {
@@ -53,10 +55,13 @@ MODES: dict[str, Callable[[Fault, list[int]], Script]] = {
     "malformed": lambda f, ids: Script(ids, delay=f.delay, garbage_after=f.after, garbage=INVALID_JSON),
     "wrong_shape": lambda f, ids: Script(ids, delay=f.delay, garbage_after=f.after, garbage=WRONG_SHAPE),
     "truncated": lambda f, ids: Script(ids, delay=f.delay, cut_after=f.after),
+    "bad_id": lambda f, ids: Script([*ids[: f.after], f.token, *ids[f.after :]], delay=f.delay),
+    "endless": lambda f, ids: Script(ids[:-1] * 100_000, delay=f.delay),
     "refuse503": lambda f, ids: Script(refuse=503),
     "refuse429": lambda f, ids: Script(refuse=429),
 }
-"""slow: holds after `after` tokens until the client leaves; truncated: drops the connection there."""
+"""slow: holds after `after` tokens until the client leaves; truncated: drops the connection there; bad_id: sends
+`token` there, an id no tokenizer has; endless: the reply without its end, again and again (up to max tokens)."""
 
 
 def reply_ids(checkpoint: str | None) -> list[int]:

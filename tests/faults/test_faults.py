@@ -43,6 +43,7 @@ SOLO_CASES = [
     *(("after", mode) for mode in BROKEN),
     *(("before", mode, stream) for mode in BROKEN for stream in (True, False)),
     ("slow",),
+    ("bad_id",),
     ("circuit",),
     ("successes",),
     ("throttled",),
@@ -218,6 +219,19 @@ def test_slow_replica_runs_into_the_deadline(client, backends):
         seen, rest = stream_until_text(response)
         seen += rest
     assert_error_then_done(seen, "timeout")
+    recover(client, backends.solo, model)
+
+
+@pytest.mark.parametrize("token", [-1, 10**6, 2**40])
+def test_a_token_id_outside_the_vocabulary_is_a_502(client, backends, token):
+    """Before any output a 502, after some an error event: never a 500 from the detokenizer, nor a token dropped."""
+    model = solo("bad_id")
+    backends.solo.set(mode="bad_id", after=0, token=token)
+    assert_error_response(client.post("/v1/chat/completions", json=chat(model, stream=False)), 502, "backend_error")
+    backends.solo.set(mode="bad_id", after=2, token=token, delay=0.02)  # the first tokens come apart from it
+    with client.stream("POST", "/v1/chat/completions", json=chat(model, stream=True)) as response:
+        events = list(sse(response))
+    assert text_of(events) and "outside the vocabulary" in assert_error_then_done(events, "backend_error")["message"]
     recover(client, backends.solo, model)
 
 

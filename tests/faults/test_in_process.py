@@ -10,17 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.app import create_app
-from gateway.process.config import load_config
-from gateway.process.launch import start_models
 from tests.e2e.conftest import free_port
 from tests.faults.conftest import (
     WAIT_S,
@@ -29,14 +24,13 @@ from tests.faults.conftest import (
     FaultBackend,
     assert_error_then_done,
     chat,
+    gateway_in_process,
     kill,
     port_of_url,
     replicas,
     start,
     stream_until_text,
-    write_config,
 )
-from tests.gateway.http_server import serve
 
 FAULTS = [
     ("ok", 0),
@@ -116,12 +110,8 @@ def deployment(
         replicas(KILLED, smollm2, [victim.url]),
         replicas(DOWN, smollm2, [f"http://127.0.0.1:{free_port()}"]),
     ]
-    config = load_config(write_config(tmp_path_factory.mktemp("in-process") / "gateway.yaml", models))
-    with ExitStack() as stack:
-        probe = LoopProbe(create_app(start_models(config, stack)))
-        with serve(probe) as url:
-            httpx.get(f"{url}/ready", timeout=WAIT_S)  # starts every router, and so its health loop
-            yield InProcessDeployment(probe, port_of_url(url), models, list(backends))
+    with gateway_in_process(models, tmp_path_factory.mktemp("in-process"), LoopProbe) as (url, probe):
+        yield InProcessDeployment(probe, port_of_url(url), models, list(backends))
 
 
 @pytest.mark.parametrize("mode, after", FAULTS)

@@ -12,13 +12,14 @@ import uvicorn
 
 
 @contextmanager
-def serve(app, *, lifespan: str = "on", host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
-    """Serve `app` on `host` (any 127.x.y.z works on Linux) until the block ends; yields its base URL."""
+def serve(app, *, lifespan: str = "on", host: str = "127.0.0.1", port: int = 0, http: object = "auto") -> Iterator[str]:
+    """Serve `app` on `host` (any 127.x.y.z works on Linux) until the block ends; yields its base URL. `http`: uvicorn's
+    HTTP protocol (the gateway's own, gateway/process/client_timeouts.py, to test its timeouts)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan=lifespan, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, lifespan=lifespan, log_level="warning", http=http))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:

@@ -102,6 +102,23 @@ def test_chat_stream_chunks_and_usage(gateway):
     assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == len(server.encode(content)) + 1
 
 
+def test_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(gateway):
+    """vLLM's stream_options.continuous_usage_stats: each chunk's usage counts the tokens sent up to it."""
+    client, server = gateway
+    say(server, "Sunny and 20 °C 😀.")
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    events = sse(chat(client, stream=True, stream_options=options))
+    usages = [e["usage"] for e in events]
+    prompt = usages[0]["prompt_tokens"]
+    assert usages[0]["completion_tokens"] == 0 and all(u["prompt_tokens"] == prompt for u in usages)
+    completion = [u["completion_tokens"] for u in usages]
+    assert (
+        completion == sorted(completion)
+        and completion[-1] == completion[-2] == len(server.encode("Sunny and 20 °C 😀.")) + 1
+    )
+    assert all(u["total_tokens"] == prompt + u["completion_tokens"] for u in usages) and events[-1]["choices"] == []
+
+
 def test_tool_call_stream_and_fold(gateway):
     client, server = gateway
     say(server, CALL)
@@ -342,7 +359,16 @@ def test_models_tokens_health(gateway):
     assert client.get(f"/v1/models/{MODEL}").json()["max_model_len"] == 8192
     assert client.get("/v1/models/other").status_code == 404
     tok = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi<|im_end|>"}).json()
-    assert tok["tokens"][-1] == IM_END and tok["count"] == len(tok["tokens"])
+    assert tok["tokens"][-1] == IM_END and tok["count"] == len(tok["tokens"]) and "token_strs" not in tok
+    strs = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi there<|im_end|>", "return_token_strs": True})
+    assert strs.json()["token_strs"] == ["Hi", "Ġthere", "<|im_end|>"]  # vLLM's: each id's vocabulary entry
+    chat_strs = client.post("/tokenize", json={"model": MODEL, "messages": USER, "return_token_strs": True}).json()
+    assert (
+        chat_strs["token_strs"][:3] == ["<|im_start|>", "system", "Ċ"]
+        and len(chat_strs["token_strs"]) == chat_strs["count"]
+    )
+    bad = client.post("/tokenize", json={"model": MODEL, "prompt": "x", "return_token_strs": "yes"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "return_token_strs"
     assert client.post("/detokenize", json={"model": MODEL, "tokens": tok["tokens"]}).json() == {
         "prompt": "Hi<|im_end|>"
     }

@@ -60,6 +60,7 @@ def test_dns_service(tmp_path):
         ("{max_waiting: -1}", "max_waiting: a non-negative integer"),
         ("{weights_dtype: fp16}", "weights_dtype: one of fp32, bf16"),
         ("{device: tpu}", "device: one of cpu, cuda"),
+        ("{cuda_graphs: on}", "cuda_graphs: one of auto, off"),
     ],
 )
 def test_bad_backend_settings_say_where(tmp_path, backend, message):
@@ -124,11 +125,16 @@ def test_the_request_timeout_defaults_to_600_without_the_flag():
 def test_a_config_backend_becomes_the_worker_flags(tmp_path):
     from gateway.process.supervisor import WorkerSpec
 
-    backend = config(tmp_path, "{threads: 2, max_batch: 4, weights_dtype: bf16, context_length: 512}").models[0].backend
+    backend = (
+        config(tmp_path, "{threads: 2, max_batch: 4, weights_dtype: bf16, context_length: 512, cuda_graphs: off}")
+        .models[0]
+        .backend
+    )
     argv = WorkerSpec.of(Path("/m.gguf"), backend).argv()
     assert argv[argv.index("backends.worker") + 1 :] == [
         "--host", "127.0.0.1", "--port", "0", "--model", "/m.gguf",
         "--threads", "2", "--max-batch", "4", "--weights-dtype", "bf16", "--context-length", "512",
+        "--cuda-graphs", "off",
     ]  # fmt: skip
 
 

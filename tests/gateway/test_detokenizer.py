@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+from backends.base import BackendError
 from backends.checkpoint import load_checkpoint
 from backends.detokenizer import MAX_HELD_TOKENS, Detokenizer, Piece, _ByteLevelText, _text_of, added_tokens
 from gateway.families.llama import llama3_tokenizer
@@ -203,3 +204,15 @@ def test_pieces_read_as_a_decode_of_the_whole_output_in_any_chunking(vocabulary,
         (i, added[i]) for i in ids if i in added
     ]
     assert text_of(pieces) == tokenizer.decode(ids, skip_special_tokens=False)
+
+
+@pytest.mark.parametrize("bad", [-1, "size", 2**40])
+def test_an_id_outside_the_vocabulary_is_a_backend_error(vocabulary, bad) -> None:
+    """A backend's id the tokenizer does not have is a 502 naming it: never an OverflowError (a 500) from
+    tokenizers, nor a token silently decoded as nothing."""
+    token = vocabulary.tokenizer.get_vocab_size(with_added_tokens=True) if bad == "size" else bad
+    hello = vocabulary.tokenizer.encode("Hello", add_special_tokens=False).ids
+    detokenizer = Detokenizer(vocabulary.tokenizer, vocabulary.added)
+    with pytest.raises(BackendError, match=f"token id {token}, outside the vocabulary") as error:
+        detokenizer.feed([*hello, token])
+    assert error.value.status == 502

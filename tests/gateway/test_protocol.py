@@ -19,6 +19,15 @@ TOOL = {
 }
 
 
+CALLING = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}],
+}
+CALL_2 = {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+ANSWER = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+
+
 def chat(**fields):
     return {"model": "m", "messages": [USER], **fields}
 
@@ -143,6 +152,7 @@ def test_settings():
         (chat(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
         (chat(messages=[{"role": "user"}]), "messages[0].content"),
         (chat(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
+        (chat(messages=[{"role": "user", "content": []}]), "messages[0].content"),
         (
             chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
             "messages[0].content[0]",
@@ -260,12 +270,51 @@ def test_settings():
         (chat(ignore_eos="y"), "ignore_eos"),
         (chat(skip_special_tokens=0), "skip_special_tokens"),
         ([1, 2], None),
+        (chat(messages=[USER, ANSWER]), "messages[1].role"),
+        (chat(messages=[USER, CALLING, {**ANSWER, "tool_call_id": "c9"}]), "messages[2].tool_call_id"),
+        (chat(messages=[USER, CALLING, USER]), "messages[1].tool_calls"),
+        (chat(messages=[USER, CALLING, USER, ANSWER]), "messages[1].tool_calls"),
+        (
+            chat(messages=[USER, {**CALLING, "tool_calls": [*CALLING["tool_calls"], CALL_2]}, ANSWER]),
+            "messages[1].tool_calls",
+        ),
+        (chat(messages=[USER, CALLING, ANSWER, ANSWER, USER, ANSWER]), "messages[5].role"),
+        (chat(modalities=["text", "audio"]), "modalities"),
+        (chat(modalities=["video"]), "modalities[0]"),
+        (chat(modalities="text"), "modalities"),
+        (chat(metadata={f"k{i}": "v" for i in range(17)}), "metadata"),
+        (chat(metadata={"k" * 65: "v"}), "metadata"),
+        (chat(metadata={"k": "v" * 513}), "metadata"),
+        (chat(metadata={"k": 1}), "metadata"),
     ],
 )
 def test_chat_errors_name_their_param(body, param):
     with pytest.raises(APIError) as e:
         parse_chat_completion(body)
     assert (e.value.status, e.value.param, e.value.type) == (400, param, "invalid_request_error")
+
+
+def test_tool_turns_modalities_metadata_and_continuous_usage_that_hold():
+    """Tool messages answering the calls before them (a last assistant turn may leave its calls open), text output,
+    metadata within OpenAI's bounds, and vLLM's continuous_usage_stats (only with include_usage)."""
+    parallel = {**CALLING, "tool_calls": [*CALLING["tool_calls"], CALL_2]}
+    for messages in (
+        [USER, CALLING, ANSWER, USER],
+        [USER, parallel, {**ANSWER, "tool_call_id": "c2"}, ANSWER],
+        [USER, CALLING],
+    ):
+        assert parse_chat_completion(chat(messages=messages)).chat.messages[1]["tool_calls"]
+    req = parse_chat_completion(
+        chat(
+            modalities=["text"],
+            metadata={"k" * 64: "v" * 512},
+            stream=True,
+            stream_options={"include_usage": True, "continuous_usage_stats": True},
+        )
+    )
+    assert req.settings.include_usage and req.settings.continuous_usage
+    options = {"include_usage": False, "continuous_usage_stats": True}
+    assert not parse_chat_completion(chat(stream=True, stream_options=options)).settings.continuous_usage
 
 
 def test_integral_floats_are_integers():

@@ -122,6 +122,11 @@ def test_own_dashboard_is_complete():
 
 def test_server_limits_reach_the_command_line():
     parsed = build_parser().parse_args(_command_line("networkpolicy-on.yaml"))
-    assert (parsed.max_body_bytes, parsed.max_concurrency, parsed.header_timeout) == (4194304, 256, 10)
+    assert (parsed.max_body_bytes, parsed.max_concurrency, parsed.header_timeout, parsed.send_timeout) == (
+        4194304,
+        256,
+        10,
+        30,
+    )
     assert parsed.grammar_compile_budget == 1.5
     assert build_parser().parse_args(_command_line("defaults.yaml")).grammar_compile_budget is None

@@ -171,6 +171,34 @@ async def test_settle_survives_the_cancellation_of_its_caller(limiter, tenant):
     assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "880"
 
 
+async def cancelled_admit(limiter, tenant: str, limits: Limits, charge_id: str, tokens: int) -> None:
+    """An admit whose caller leaves while the store answers."""
+    admitting = asyncio.create_task(limiter.admit(tenant, limits, charge_id, tokens))
+    await asyncio.sleep(0)  # under way
+    admitting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await admitting
+    await limiter.settled()
+
+
+async def test_an_admit_whose_caller_left_leaves_no_trace(limiter, tenant):
+    limits = Limits(requests_per_minute=10, concurrent_requests=1, tokens_per_minute=1000, tokens_per_day=500)
+    await cancelled_admit(limiter, tenant, limits, charge(), 500)
+    probe = await limiter.admit(tenant, limits, charge(), 500)  # the day's 500 tokens and the slot are free again
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-requests"] == "9"
+    assert probe.headers["x-ratelimit-remaining-tokens"] == "500"
+
+
+async def test_a_joined_admit_whose_caller_left_keeps_the_charge(limiter, tenant):
+    limits = Limits(requests_per_minute=10, concurrent_requests=1)
+    first = await limiter.admit(tenant, limits, "shared", 5)
+    await cancelled_admit(limiter, tenant, limits, "shared", 5)  # a retry that joined the charge, then left
+    assert not (await limiter.admit(tenant, limits, charge(), 0)).allowed  # the first still holds the slot
+    await limiter.settle(first, 5)
+    probe = await limiter.admit(tenant, limits, charge(), 0)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-requests"] == "8"  # the first and the probe
+
+
 async def test_a_settle_cancelled_midway_still_lands(limiter, tenant):
     limits = Limits(concurrent_requests=1)
     admission = await limiter.admit(tenant, limits, charge(), 5)

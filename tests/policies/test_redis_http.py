@@ -126,6 +126,14 @@ def test_redis_killed_and_restarted_under_load(gateways, redis):
     for gateway in gateways:
         assert httpx.get(f"{gateway.base_url}/ready").json()["policies"]["store_reachable"] is True
         assert "limiter store error" in gateway.stderr()
+        scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("closed")).text
+        errors = metric(scrape, "gateway:limiter_store_errors_total")
+        assert errors >= 4, errors  # each refused (503) or admitted-open request counted
+
+
+def metric(exposition: str, name: str) -> float:
+    """The value of the unlabelled sample `name` in a Prometheus exposition."""
+    return next(float(line.split()[-1]) for line in exposition.splitlines() if line.startswith(name + " "))
 
 
 def wait_until(condition, timeout: float = RECOVER_S) -> None:
@@ -145,7 +153,7 @@ def test_idle_gateways_close_the_redis_connections_the_server_dropped(gateways, 
         stored = httpx.post(
             f"{gateway.base_url}/v1/responses",
             headers=auth("closed"),
-            json={"model": "m", "input": "hi", "max_output_tokens": 2},
+            json={"model": "m", "input": "hi", "max_output_tokens": 16},
         )
         assert stored.is_success, stored.text
     with Redis(host="127.0.0.1", port=redis.port) as admin:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from backends.base import SamplingParams
-from backends.worker.sampling import RequestSampler, choose_tokens
+from backends.worker.sampling import HostCopy, RequestSampler, choose_tokens
 
 VOCAB = 8
 
@@ -37,3 +37,17 @@ def test_a_vanishing_top_p_samples_greedily():
     sampler = RequestSampler(SamplingParams(4, top_p=9.153859549670471e-228), VOCAB)
     assert sampler.greedy
     assert choose_tokens(_inference_logits()[:1], [sampler]) == [VOCAB - 1]
+
+
+def test_host_copy_gives_the_tokens_of_the_direct_path():
+    """The hand-off a GPU's step uses (pinned buffers there; plain ones here): the same tokens, greedy and seeded
+    rows mixed, over several steps reusing its buffers."""
+    logits = torch.randn(3, 5, VOCAB, generator=torch.Generator().manual_seed(0))
+    settings = [SamplingParams(4, temperature=0.0), SamplingParams(4, temperature=0.9, seed=7), SamplingParams(4)]
+    direct = [RequestSampler(params, VOCAB) for params in settings]
+    settings[2].seed = direct[2].generator.initial_seed()
+    copied = [RequestSampler(params, VOCAB) for params in settings]
+    host = HostCopy(4, VOCAB, pinned=False)
+    for step in logits:
+        assert choose_tokens(step[:3], copied, host) == choose_tokens(step[:3], direct)
+    assert choose_tokens(logits[0, :1], copied[:1], host) == [int(logits[0, 0].argmax())]

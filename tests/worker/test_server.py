@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
@@ -260,3 +261,20 @@ def test_server_info_reports_the_worker_process_cpu_time(client):
         "/generate", json={"input_ids": [9906, 1917], "sampling_params": {"max_new_tokens": 2}}
     ).is_success
     assert cpu() > before > 0
+
+
+def test_server_info_and_metrics_say_how_decode_steps_run(client):
+    """--cuda-graphs auto: graphs on with CUDA (the worker's default device where there is one), else off; the
+    steps count as replays or eager steps, in /get_server_info and /metrics alike."""
+    info = lambda: client.get("/get_server_info").json()["internal_states"][0]
+    _wait_until_idle(client)
+    before, metrics_before = info(), _metrics(client)
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 4, "temperature": 0, "ignore_eos": True}}
+    assert client.post("/generate", json=body).is_success
+    after, metrics_after = info(), _metrics(client)
+    on = after["cuda_graphs"].startswith("on")
+    assert on == torch.cuda.is_available(), after["cuda_graphs"]
+    counted = "decode_graph_replays" if on else "decode_eager_steps"
+    assert after[counted] - before[counted] == 3  # the first token comes from the prefill
+    assert metrics_after[f"worker:{counted}_total"] - metrics_before[f"worker:{counted}_total"] == 3
+    assert metrics_after["worker:cuda_graphs_enabled"] == int(on)

@@ -41,4 +41,5 @@ class HermesFamily(ChatMLFamily):
             tool_calls=bool(request.active_tools),
             in_reasoning=self.opens_reasoning(request, prompt),
             forced_calls=request.calls_forced,
+            continues=request.continue_final_message,
         )

@@ -6,7 +6,8 @@ Decisions (the gateway's documented behaviour):
   streams as it arrives; when the output ends before `</think>` (cut by
   max_tokens) the text stays reasoning, as the canitoolcall fixtures expect.
   A `<tool_call>` inside reasoning is reasoning text (grammars put calls after it).
-* Content and reasoning lose their leading whitespace; whitespace around and
+* Content and reasoning lose their leading whitespace (content keeps it when it continues a prefill,
+  `continue_final_message`); whitespace around and
   between calls and at the end of reasoning is dropped. Trailing content
   whitespace is kept when the output ends without a call (text cut by a stop
   string keeps its last space). A suffix that could begin a marker is
@@ -120,15 +121,23 @@ def parse_whole_call(body: str) -> tuple[str, str] | None:
 class HermesParser(OutputParser):
     """Streams reasoning, content and tool calls out of hermes-format output."""
 
-    def __init__(self, *, tool_calls: bool = True, in_reasoning: bool = False, forced_calls: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        tool_calls: bool = True,
+        in_reasoning: bool = False,
+        forced_calls: bool = False,
+        continues: bool = False,
+    ) -> None:
         """`tool_calls`: parse `<tool_call>` blocks (else they are content); `in_reasoning`: the prompt opened `<think>`;
-        `forced_calls`: the answer is calls only (a cut marker or call header is dropped at the end)."""
+        `forced_calls`: the answer is calls only (a cut marker or call header is dropped at the end); `continues`: the
+        output continues the prompt's last assistant text (a prefill), so it is content from its first character."""
         self._parse_calls = tool_calls
         self._forced_calls = forced_calls
-        self._state = _State.REASONING if in_reasoning else _State.START
+        self._state = _State.REASONING if in_reasoning else _State.CONTENT if continues else _State.START
         self._buffer = ""
         self._reasoning = Trimmed()
-        self._content = Trimmed()
+        self._content = Trimmed(keep_leading=continues)
         self._arguments = _JsonEnd()
         self._call_count = 0
         self._out: list[Delta] = []

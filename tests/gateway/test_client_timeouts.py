@@ -1,7 +1,9 @@
-"""Slow-loris: a client trickling its request headers is cut at the header timeout; a prompt one is served."""
+"""Slow-loris: a client trickling its request headers is cut at the header timeout; a prompt one is served, and so
+is a pipelined one however long it runs. (Stalled bodies and clients that stop reading: tests/faults/test_tcp_faults.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -11,7 +13,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from gateway.process.header_timeout import header_timeout_protocol
+from gateway.process.client_timeouts import DEFAULT_SEND_TIMEOUT_S, client_timeout_protocol
+from tests.gateway.http_server import serve
 
 TIMEOUT_S = 0.5
 
@@ -21,7 +24,9 @@ def test_headers_trickled_past_the_timeout_close_the_connection():
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http=header_timeout_protocol(TIMEOUT_S), log_level="warning", timeout_keep_alive=60)
+    config = uvicorn.Config(
+        app, http=client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S), log_level="warning", timeout_keep_alive=60
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -52,3 +57,23 @@ def test_headers_trickled_past_the_timeout_close_the_connection():
         server.should_exit = True
         thread.join()
         sock.close()
+
+
+def test_a_pipelined_request_longer_than_the_header_timeout_is_answered():
+    """Two requests in one write: the second's headers are in before the first answer ends, so no header timer may
+    run while the second is served (it closed the connection under it)."""
+
+    async def slow(request):
+        await asyncio.sleep(float(request.query_params["s"]))
+        return PlainTextResponse(request.query_params["s"])
+
+    app = Starlette(routes=[Route("/", slow)])
+    with serve(app, lifespan="off", http=client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(b"GET /?s=0.05 HTTP/1.1\r\nHost: x\r\n\r\nGET /?s=1.0 HTTP/1.1\r\nHost: x\r\n\r\n")
+            answers = b""
+            while answers.count(b"HTTP/1.1 200") < 2 or not answers.endswith(b"1.0"):
+                data = client.recv(4096)
+                assert data, f"closed after {answers!r}"
+                answers += data

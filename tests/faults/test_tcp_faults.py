@@ -1,0 +1,218 @@
+"""Faults on the wire: the gateway app (served in this process with its own HTTP protocol and client timeouts) in
+front of a fault backend process through a TCP fault proxy (tcp_proxy.py), and hostile clients on raw sockets.
+
+Each backend case has a model of its own (no test meets another's circuit breaker), health checked once only, so
+only requests tell. After every test no backend stream is left open and nothing runs (`/metrics`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.process.client_timeouts import client_timeout_protocol
+from tests.faults.conftest import (
+    SETTLE_S,
+    Deployment,
+    FaultBackend,
+    assert_error_response,
+    assert_error_then_done,
+    chat,
+    gateway_in_process,
+    open_sockets,
+    port_of_url,
+    replicas,
+    sse,
+    start,
+    text_of,
+)
+from tests.faults.fault_backend import REPLY
+from tests.faults.tcp_proxy import TcpFaultProxy
+
+CLIENT_TIMEOUT_S = 0.5
+"""The gateway's header, body and send timeouts here."""
+DEADLINE_S = 1.0
+CASES = ["stalled", "cut", "not-http", "stale", "endless-body"]
+NOT_READING = "not-reading"
+"""Its stream runs until the client's window is full (a deadline would end it first)."""
+
+
+@pytest.fixture(scope="module")
+def wire(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FaultBackend, TcpFaultProxy]]:
+    backend = FaultBackend(smollm2)
+    try:
+        start(backend)
+        with TcpFaultProxy(backend.port) as proxy:
+            yield backend, proxy
+    finally:
+        backend.stop()
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    wire: tuple[FaultBackend, TcpFaultProxy], smollm2: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    backend, proxy = wire
+    models = [
+        replicas(case, smollm2, [proxy.url_for("http")], request_timeout_s=DEADLINE_S, health_interval_s=60)
+        for case in CASES
+    ]
+    models.append(replicas(NOT_READING, smollm2, [proxy.url_for("http")], health_interval_s=60))  # no short deadline
+    protocol = client_timeout_protocol(CLIENT_TIMEOUT_S, send_timeout_s=CLIENT_TIMEOUT_S)
+    with gateway_in_process(models, tmp_path_factory.mktemp("wire"), http=protocol, max_body_bytes=100_000) as (url, _):
+        yield Deployment(os.getpid(), port_of_url(url), models, [backend], in_process=True)
+
+
+@pytest.fixture
+def client(deployment: Deployment) -> Iterator[httpx.Client]:
+    """A client of the gateway; after the test, no backend stream is open and nothing runs. (The sockets are not
+    counted as conftest's `no_leaks` does: the proxy's, in this process too, live as long as the gateway's pooled
+    connections through it.)"""
+    with deployment.client() as c:
+        yield c
+        settled_by = time.monotonic() + SETTLE_S
+        while (problems := deployment.stream_problems()) or not nothing_runs(c):
+            assert time.monotonic() < settled_by, (problems, c.get("/metrics").text)
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def proxy(wire: tuple[FaultBackend, TcpFaultProxy]) -> Iterator[TcpFaultProxy]:
+    """The proxy, passing again after the test; the backend serving well."""
+    backend, proxy = wire
+    try:
+        yield proxy
+    finally:
+        proxy.set("pass")
+        backend.set()
+
+
+def response_head_bytes(backend: FaultBackend) -> int:
+    """How long the backend's answer head is (the bytes a stall `after` them lets through)."""
+    body = json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 1}, "stream": True, "rid": "h"})
+    with socket.create_connection(("127.0.0.1", backend.port), timeout=10) as s:
+        s.sendall(f"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+        seen = b""
+        while b"\r\n\r\n" not in seen:
+            seen += s.recv(4096)
+    return seen.index(b"\r\n\r\n") + 4
+
+
+def nothing_runs(client: httpx.Client) -> bool:
+    """No generation and no backend request in flight, as /metrics says."""
+    lines = client.get("/metrics").text.splitlines()
+    running = [line for line in lines if "requests_running{" in line]
+    return bool(running) and all(line.endswith(" 0.0") for line in running)
+
+
+def test_a_backend_that_sends_its_head_then_stalls_runs_into_the_deadline(client, wire, proxy):
+    proxy.set("stall", after=response_head_bytes(wire[0]))
+    for stream in (True, False):
+        assert_error_response(client.post("/v1/chat/completions", json=chat("stalled", stream=stream)), 504, "timeout")
+
+
+def test_a_backend_cut_inside_a_frame_is_an_error_event_after_text(client, wire, proxy):
+    proxy.set("cut", after=response_head_bytes(wire[0]) + 300)  # a few events in, mid-line
+    with client.stream("POST", "/v1/chat/completions", json=chat("cut", stream=True)) as response:
+        assert response.status_code == 200, response.read()
+        events = list(sse(response))
+    assert REPLY.startswith(text_of(events)) and text_of(events)
+    assert_error_then_done(events, "backend_error")
+
+
+def test_an_answer_that_is_not_http_fails_at_once_not_at_the_deadline(client, proxy):
+    proxy.set("corrupt", after=0)  # no blank line ever ends this head: it used to wait for the deadline
+    responses = [client.post("/v1/chat/completions", json=chat("not-http", stream=stream)) for stream in (True, False)]
+    for response in responses:
+        assert_error_response(response, 503, "backend_unavailable")
+    assert "not HTTP" in responses[0].json()["error"]["message"]  # (the second may meet the circuit it opened)
+
+
+def test_keep_alive_connections_the_backend_closed_are_not_a_failure(client, proxy):
+    for stream in (False, True, False):  # the pool holds connections from these
+        assert client.post("/v1/chat/completions", json=chat("stale", stream=stream)).status_code == 200
+    before = proxy.accepted
+    proxy.stale()  # each closes when the next request arrives on it, unanswered
+    for stream in (False, True):
+        response = client.post("/v1/chat/completions", json=chat("stale", stream=stream))
+        assert response.status_code == 200, response.text
+    assert proxy.stale_hits >= 1 and proxy.accepted > before  # met a closed connection, answered on a fresh one
+
+
+def test_a_chunked_body_that_never_ends_still_answers(client, wire, proxy):
+    client.post("/v1/chat/completions", json=chat("endless-body", stream=False))
+    whole = max(link.from_upstream for link in proxy.links)  # the answer's bytes, its last chunk's `0\r\n\r\n` too
+    proxy.set("stall", after=whole - 5)
+    for stream in (False, True):
+        response = client.post("/v1/chat/completions", json=chat("endless-body", stream=stream))
+        assert response.status_code == 200 and "shade" in response.text, response.text
+
+
+def test_a_client_that_stops_reading_is_cut_and_frees_its_requests(client, deployment, wire):
+    backend = wire[0]
+    backend.set(mode="endless")
+    body = json.dumps(chat(NOT_READING, stream=True, max_tokens=8000, n=4, logprobs=True, top_logprobs=20))
+    with socket.socket() as reader:
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.connect(("127.0.0.1", deployment.port))
+        reader.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode()
+        )
+        assert reader.recv(16).startswith(b"HTTP/1.1 200")  # then it reads nothing more: 4 choices, 8000 tokens each
+        own_port = reader.getsockname()[1]
+        cut_by = time.monotonic() + SETTLE_S
+        while any(s.local_port == deployment.port and s.remote_port == own_port for s in open_sockets(os.getpid())[0]):
+            assert time.monotonic() < cut_by, "the gateway holds the connection of a client that stopped reading"
+            time.sleep(0.05)
+    # and (the `client` fixture checks) its backend streams are closed, nothing runs
+
+
+@pytest.mark.parametrize(
+    "head, sent",
+    [
+        (b"Content-Length: 1000", b'{"model": '),
+        (b"Transfer-Encoding: chunked", b'9\r\n{"model":\r\n'),
+    ],
+    ids=["content-length", "chunked"],
+)
+def test_a_body_that_stops_coming_closes_the_connection(client, deployment, head, sent):
+    before = chat_requests(client, "499")
+    with socket.create_connection(("127.0.0.1", deployment.port), timeout=30) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n\r\n" + sent)
+        assert s.recv(4096) == b""  # closed by the gateway at the body timeout, unanswered
+    counted_by = time.monotonic() + SETTLE_S
+    while chat_requests(client, "499") == before:  # counted as a client that left ...
+        assert time.monotonic() < counted_by, client.get("/metrics").text
+        time.sleep(0.05)
+    assert chat_requests(client, "500") == 0  # ... not as a crash
+
+
+def chat_requests(client: httpx.Client, status: str) -> float:
+    """Chat completions answered with `status` so far, as /metrics counts them."""
+    label = f'route="/v1/chat/completions",status="{status}"'
+    lines = client.get("/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith("gateway:requests_total") and label in line)
+
+
+def test_deeply_nested_json_is_a_400(client):
+    depth = 40_000  # within the byte limit; orjson refuses past 1024 levels
+    response = client.post(
+        "/v1/chat/completions", content=b"[" * depth + b"]" * depth, headers={"content-type": "application/json"}
+    )
+    assert_error_response(response, 400, "invalid_json")
+
+
+def test_a_chunked_body_past_the_byte_limit_is_a_413(client):
+    def chunks() -> Iterator[bytes]:
+        for _ in range(30):
+            yield b" " * 10_000  # httpx sends a generator chunked
+
+    response = client.post("/v1/chat/completions", content=chunks(), headers={"content-type": "application/json"})
+    assert_error_response(response, 413, "request_too_large")
