@@ -183,7 +183,7 @@ TAGGED = {
         "parameters": {
             "type": "object",
             "properties": {
-                "city": {"type": "string", "maxLength": 20},
+                "city": {"type": "string", "maxLength": 10},
                 "tags": {"type": "array", "items": {"type": "string"}},
             },
             "required": ["city", "tags"],
