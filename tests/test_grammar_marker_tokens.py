@@ -199,7 +199,8 @@ def tagged_call(family: str, city: list[Part], tags: list[Part]) -> list[Part]:
                 "]}}\n", ("</tool_call>",)]  # fmt: skip
     if family == "qwen3_xml":
         return [("<tool_call>",), "\n<function=get_weather>\n<parameter=city>\n", *city,
-                "\n</parameter>\n<parameter=tags>\n[", *tags, "]\n</parameter>\n</function>\n", ("</tool_call>",)]  # fmt: skip
+                "\n</parameter>\n<parameter=tags>\n[", *tags, "]\n</parameter>\n</function>\n",
+                ("</tool_call>",)]  # fmt: skip
     return [("<tool_call>",), "get_weather", ("<arg_key>",), "city", ("</arg_key>",), ("<arg_value>",), *city,
             ("</arg_value>",), ("<arg_key>",), "tags", ("</arg_key>",), ("<arg_value>",), "[", *tags, "]",
             ("</arg_value>",), ("</tool_call>",)]  # fmt: skip

@@ -60,8 +60,9 @@ _STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
 _PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
 _RAW_BOUNDED_CHARS = re.compile(r"^(\S+_characters) ::= \(\(\[\\0-\\U0010ffff\]\)\)$", re.MULTILINE)
-_RAW_STRING_EXCLUDES = re.compile(r"^(xml_string ::= TagDispatch\(\n  loop_after_dispatch=false,\n  excludes=\()(.*)\)$",
-                                  re.MULTILINE)  # fmt: skip
+_RAW_STRING_EXCLUDES = re.compile(
+    r"^(xml_string ::= TagDispatch\(\n  loop_after_dispatch=false,\n  excludes=\()(.*)\)$", re.MULTILINE
+)
 
 
 def _safe_string_sub(spellings: tuple[str, ...]) -> str:

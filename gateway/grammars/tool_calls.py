@@ -18,9 +18,11 @@ Values: no argument value can hold a control token, the markers' or the vocabula
 (`MarkerTokens.values_exclude`): backends' xgrammar sees those tokens as their spelling, so a value must exclude the
 spelling (`gateway.grammars.safe_json`: a JSON string takes it only escaped, a raw XML value not at all), or a
 token-aware parser would read structure inside it (the grammars 0.2.9 builds keep to that on 0.2.7 and 0.2.8 too:
-tests/test_grammar_marker_tokens.py's checks replayed there). Every format used is in xgrammar 0.2.7 (SGLang's pin): the token-level formats (token,
-any_tokens, token_triggered_tags, a tag's token begin / end, EBNF `Token(…)`) came with xgrammar#560, before 0.2.0,
-so every backend gets the same grammar (checked 2026-12-01 with the 0.2.7 and 0.2.8 wheels first on PYTHONPATH:
+tests/test_grammar_marker_tokens.py's checks replayed there).
+
+Every format used is in xgrammar 0.2.7 (SGLang's pin): the token-level formats (token, any_tokens,
+token_triggered_tags, a tag's token begin / end, EBNF `Token(…)`) came with xgrammar#560, before 0.2.0, so every
+backend gets the same grammar (checked 2026-12-01 with the 0.2.7 and 0.2.8 wheels first on PYTHONPATH:
 tests/test_grammar_marker_tokens.py passes, and the grammars 0.2.9 builds compile and keep to it there).
 """
 
@@ -73,10 +75,10 @@ class CallBody(NamedTuple):
 
 @dataclass(frozen=True)
 class CallFormat:
-    """How one family writes calls: the markers around each call, a tool's call body (given the tool, the
-    `param` naming its parameters and the spellings its values exclude), the text that starts any call where the opening marker is text, the think
-    block, what separates forced calls, and the markers that an EBNF body's string literals write (`inner`: each
-    becomes its token where the vocabulary has one)."""
+    """How one family writes calls: the markers around each call, a tool's call body (given the tool, the `param`
+    naming its parameters and the spellings its values exclude), the text that starts any call where the opening
+    marker is text, the think block, what separates forced calls, and the markers that an EBNF body's string
+    literals write (`inner`: each becomes its token where the vocabulary has one)."""
 
     open: str
     close: str
