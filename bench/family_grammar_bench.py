@@ -100,10 +100,11 @@ def _clear_caches() -> None:
         pass
     try:
         from gateway.grammars import safe_json
-
-        safe_json._json_value_ebnf.cache_clear()
     except ImportError:  # a tree from before safe_json
-        pass
+        return
+    for cached in ("_json_value_ebnf", "_value_ebnf"):  # its schema cache, by the name of each version
+        if hasattr(safe_json, cached):
+            getattr(safe_json, cached).cache_clear()
 
 
 def _timed(fn: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:

