@@ -63,7 +63,9 @@ class Case:
     def accepts(self, request: ChatRequest, parts: list[Part], thinking: bool = False) -> bool:
         """Whether the grammar takes `parts` as a whole answer (then the stop token)."""
         grammar = self.family.grammar(request, self.thinking_prompt if thinking else self.prompt)
-        assert grammar is not None and grammar.kind == "structural_tag"
+        assert grammar is not None and grammar.kind in ("structural_tag", "ebnf")
+        if grammar.text not in self.compiled and grammar.kind == "ebnf":
+            self.compiled[grammar.text] = self.compiler.compile_grammar(grammar.text)
         if grammar.text not in self.compiled:
             assert xg.Grammar.from_structural_tag(grammar.text)  # as vLLM validates: no tokenizer, so ids only
             self.compiled[grammar.text] = self.compiler.compile_structural_tag(grammar.text)
@@ -244,6 +246,33 @@ def test_reasoning_ends_only_at_the_think_end_token(case: Case) -> None:
     optional = [("<think>",), "Paris.", ("</think>",), case.after_think, *case.call]
     assert case.accepts(forced, optional)
     assert not case.accepts(forced, spelled(optional, "<think>"))
+
+
+def test_reasoning_holds_no_call_opening_token(case: Case) -> None:
+    """The qwen3_xml parser ends reasoning at a `<tool_call>` token: a grammar that let reasoning hold one made the
+    rest of the answer content (found by tests/grammar_walks.py)."""
+    forced = weather("required")
+    assert case.accepts(forced, ["Paris <tool_call> then.", ("</think>",), case.after_think, *case.call], thinking=True)
+    assert not case.accepts(forced, ["Paris", ("<tool_call>",), ("</think>",), case.after_think, *case.call],
+                            thinking=True)  # fmt: skip
+    assert not case.accepts(forced, [("<think>",), ("<tool_call>",), ("</think>",), case.after_think, *case.call])
+
+
+ANSWER_FORMAT = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+    "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("tools", [False, True])
+@pytest.mark.parametrize("thinking", [False, True])
+def test_a_response_format_answer_holds_no_control_token(case: Case, tools: bool, thinking: bool) -> None:
+    """As argument values: a JSON answer's strings take a marker only escaped (found by tests/grammar_walks.py)."""
+    lazy = {"tools": [WEATHER], "tool_choice": "auto"} if tools else {}
+    request = ChatRequest(messages=[{"role": "user", "content": "?"}], response_format=ANSWER_FORMAT, **lazy)
+    lead: list[Part] = ["Plan.", ("</think>",), case.after_think] if thinking else []
+    assert case.accepts(request, [*lead, '{"answer": "a <b> \\u003ctool_call>"}'], thinking=thinking)
+    for control in CONTROL_TOKENS[case.family.name]:
+        assert not case.accepts(request, [*lead, '{"answer": "', (control,), '"}'], thinking=thinking), control
+        assert not case.accepts(request, [*lead, f'{{"answer": "{control}"}}'], thinking=thinking), control
 
 
 def test_a_vocabulary_without_the_marker_tokens_keeps_them_as_text() -> None:

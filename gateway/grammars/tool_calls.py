@@ -4,7 +4,8 @@ Policy: tool_choice "auto" makes calls lazy (free text; a call starts at the fam
 or a named tool makes the answer calls only, a named tool or `parallel_tool_calls=false` one call.
 Arguments follow the tool's schema unless the tool says `strict: false` (seed 001: an omitted `strict` is
 strict); then any object. response_format is the answer's JSON (with "auto", the answer is either calls
-or that JSON); a prompt that opened the think block gets its reasoning block first.
+or that JSON); a prompt that opened the think block gets its reasoning block first, which holds no call-opening
+token (the qwen3_xml parser ends reasoning at one).
 
 Markers: a call's opening and closing markers (and the think block's) are `token` formats by id where the served
 vocabulary has them as added tokens (`gateway.grammars.markers`), so their spelling in ordinary tokens never opens
@@ -14,7 +15,7 @@ a spelling from free text without excluding the token that spells it). A vocabul
 and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_key>`…, `CallFormat.inner`) become
 `Token(id)`s the same way.
 
-Values: no argument value can hold a control token, the markers' or the vocabulary's other special added tokens'
+Values: no argument value, and no string of a response_format answer, can hold a control token, the markers' or the vocabulary's other special added tokens'
 (`MarkerTokens.values_exclude`): backends' xgrammar sees those tokens as their spelling, so a value must exclude the
 spelling (`gateway.grammars.safe_json`: a JSON string takes it only escaped, a raw XML value not at all), or a
 token-aware parser would read structure inside it (the grammars 0.2.9 builds keep to that on 0.2.7 and 0.2.8 too:
@@ -33,11 +34,11 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from backends.base import Grammar
-from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, compact_json_format, compact_json_grammar
+from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, response_strict
 from gateway.grammars.json import response_schema as answer_schema
 from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 from gateway.grammars.reasoning import ThinkBlock, with_reasoning
-from gateway.grammars.safe_json import safe_arguments_ebnf
+from gateway.grammars.safe_json import prefixes, safe_arguments_ebnf, safe_json_ebnf, safe_json_format
 from gateway.types import ChatRequest
 
 Format = dict[str, Any]
@@ -95,7 +96,8 @@ def build_grammar(
     """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside the think block; `markers`
     are the served vocabulary's marker tokens."""
     schema = answer_schema(request.response_format)
-    answer = compact_json_format(schema, RESPONSE_SCHEMA_PARAM) if schema is not None else None
+    spellings, strict = prefixes(markers.values_exclude), response_strict(request.response_format)
+    answer = safe_json_format(schema, spellings, RESPONSE_SCHEMA_PARAM, strict) if schema is not None else None
     forced = request.tool_choice != "auto"
     think = calls_format.think
     if request.active_tools:
@@ -105,13 +107,13 @@ def build_grammar(
             calls = {"type": "or", "elements": [calls, answer]}
         optional = forced or answer is not None
         return with_reasoning(calls, prompt_opens_reasoning=prompt_opens_reasoning, reasoning_optional=optional,
-                              think=think, markers=markers)  # fmt: skip
+                              think=think, markers=markers, excludes=(calls_format.open,))  # fmt: skip
     if answer is None:
         return None
     if prompt_opens_reasoning:
         return with_reasoning(answer, prompt_opens_reasoning=True, reasoning_optional=False, think=think,
                               markers=markers)  # fmt: skip
-    return compact_json_grammar(schema, RESPONSE_SCHEMA_PARAM)
+    return Grammar("ebnf", safe_json_ebnf(schema, spellings, RESPONSE_SCHEMA_PARAM, strict))
 
 
 def _calls(
