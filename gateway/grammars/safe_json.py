@@ -18,7 +18,9 @@ Every spelling must start with ASCII punctuation.
 The XML argument styles (`qwen_xml`, `glm_xml`: `xml_value_ebnf`) write string values raw, with no escape: a
 free raw string is xgrammar's `xml_string` TagDispatch with the whole spellings added to its excludes (so `<b>`
 stays writable), a length-bounded one takes no first character at all, and the JSON inside (arrays, objects)
-is the spelling-safe JSON above.
+is the spelling-safe JSON above. Around a value that is not a raw string (an enum, a pattern, a number) the
+styles allow any whitespace, which a string parameter's parser keeps: it is cut to what the parser drops
+(`_tight_values`), so a string literal parses as itself.
 """
 
 from __future__ import annotations
@@ -125,9 +127,30 @@ def _value_ebnf(
     ebnf = _BOUNDED_CHARS.sub(
         lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\{bounded}] | ("\\\\" basic_escape))', ebnf
     )
-    if style == "json" or not firsts:
+    if style == "json":
         return ebnf
-    return _raw_values_safe(ebnf, spellings, bounded)
+    ebnf = _tight_values(ebnf, style)
+    return _raw_values_safe(ebnf, spellings, bounded) if firsts else ebnf
+
+
+_ANY_SPACE = "[ \\n\\r\\t]*"
+_VALUE_SPACE = {
+    "glm_xml": (('"<arg_value>" ' + _ANY_SPACE, '"<arg_value>"'), (_ANY_SPACE + ' "</arg_value>"', '"</arg_value>"')),
+    "qwen_xml": (
+        ('">" ' + _ANY_SPACE, '">" ("\\n" | "")'),
+        (_ANY_SPACE + ' "</parameter>"', '("\\n" | "") "</parameter>"'),
+    ),
+}
+"""Per XML style, the whitespace xgrammar lets surround a value that is not a raw string (an enum, a pattern, a
+number), and what replaces it: what the style's parser drops from a string value (GLM nothing, Qwen one newline
+each side), so a string literal parses as itself."""
+
+
+def _tight_values(ebnf: str, style: str) -> str:
+    """`ebnf` of XML `style` with around each value only the whitespace its parser drops (`_VALUE_SPACE`)."""
+    for loose, tight in _VALUE_SPACE.get(style, ()):
+        ebnf = ebnf.replace(loose, tight)
+    return ebnf
 
 
 def _style_markers(style: str, spellings: tuple[str, ...]) -> tuple[str, ...]:
