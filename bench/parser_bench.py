@@ -45,6 +45,7 @@ from gateway.families.deepseek.parser import SECTIONS, split_v3_call, split_v31_
 from gateway.families.gemma4 import Gemma4Parser
 from gateway.families.glm import GlmParser
 from gateway.families.gpt_oss import HarmonyParser
+from gateway.families.chatml import TOKEN_MARKERS
 from gateway.families.hermes import HermesParser
 from gateway.families.kimi.markers import K2_SECTIONS as K2
 from gateway.families.kimi.parser import KimiK3Parser, split_k2_call
@@ -220,7 +221,8 @@ class Family:
 
 
 FAMILIES = [
-    Family("qwen3-hermes", lambda: HermesParser(tool_calls=True, in_reasoning=True), hermes_call, QWEN_IDS,
+    Family("qwen3-hermes", lambda: HermesParser(tool_calls=True, in_reasoning=True, token_markers=TOKEN_MARKERS),
+           hermes_call, QWEN_IDS,
            "qwen25_detector:Qwen25Detector"),
     Family("qwen3-xml", lambda: Qwen3XmlParser([TOOL], in_reasoning=True), qwen_xml_call, QWEN_IDS,
            "qwen3_coder_detector:Qwen3CoderDetector"),

@@ -18,6 +18,7 @@ import xgrammar as xg
 from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
+from backends.detokenizer import Detokenizer
 from gateway.families.base import Family, FamilyContext
 from gateway.families.glm import Glm47Family
 from gateway.families.hermes import HermesFamily
@@ -26,6 +27,7 @@ from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.markers import MarkerTokens
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import ChatRequest
+from tests.family_checks import added_tokens, check_every_split, feed, merged
 from tests.test_glm import TAGS
 
 WEATHER = {
@@ -299,6 +301,22 @@ def test_a_response_format_answer_holds_no_control_token(case: Case, tools: bool
     for control in CONTROL_TOKENS[case.family.name]:
         assert not case.accepts(request, [*lead, '{"answer": "', (control,), '"}'], thinking=thinking), control
         assert not case.accepts(request, [*lead, f'{{"answer": "{control}"}}'], thinking=thinking), control
+
+
+def test_hermes_reads_the_markers_its_vocabulary_has_as_tokens_only_as_tokens(qwen: Tokenizer) -> None:
+    """The grammar takes a marker's spelling in ordinary tokens as text; so must the parser, or a spelled `</think>`
+    ended reasoning early and a spelled call was a call of an undeclared tool (found by tests/grammar_walks.py)."""
+    case = _case(HermesFamily, qwen, "<|im_end|>", HERMES_CALL, CHATML_PROMPTS)
+    fake = '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>'
+    request = weather("auto")
+    answer: list[Part] = ["Plan </think> done.", ("</think>",), f"\n\nSo: {fake} then ", *HERMES_CALL]
+    assert case.accepts(request, answer, thinking=True)
+    parser = lambda: case.family.parser(request, case.thinking_prompt)
+    ids = case.ids(answer)
+    got = merged(feed(parser(), Detokenizer(qwen, added_tokens(qwen)), ids))
+    assert got == {"content": f"So: {fake} then", "reasoning": "Plan </think> done.",
+                   "calls": [("get_weather", {"city": "Paris"})]}  # fmt: skip
+    check_every_split(parser, qwen, ids)
 
 
 def test_a_vocabulary_without_the_marker_tokens_keeps_them_as_text() -> None:
