@@ -161,7 +161,7 @@ class HermesParser(OutputParser):
         return self._call_count > 0 or self._call_sent
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
-        if self._token_markers and (len(pieces) > 1 or pieces[0].token_id is not None):
+        if self._token_markers and (len(pieces) != 1 or pieces[0].token_id is not None):
             self._mark_tokens(pieces)
         self._buffer += pieces[0].text if len(pieces) == 1 else "".join([p.text for p in pieces])
         return self._advance(final=False)
