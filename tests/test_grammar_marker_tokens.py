@@ -276,6 +276,21 @@ def test_xml_string_literals_take_only_the_whitespace_the_parser_drops(case: Cas
     assert case.accepts(number, typed_call(case.family.name, "f", "v", f"{newline}42{newline}"))
 
 
+def test_qwen_raw_values_hold_no_text_the_parser_reads_as_their_end(qwen: Tokenizer) -> None:
+    """The qwen3_xml parser ends a value at a newline before `</function>` or `<parameter=` (a model's missing
+    `</parameter>`): a raw value may not write one (found by tests/grammar_walks.py)."""
+    case = _case(Qwen3XmlFamily, qwen, "<|im_end|>", QWEN_XML_CALL, CHATML_PROMPTS)
+    request = one_value({"type": "string"})
+    kept = typed_call("qwen3_xml", "f", "v", "\na </function> <parameter=x> b\n")
+    assert case.accepts(request, kept)
+    parsed = merged(
+        feed(case.family.parser(request, case.prompt), Detokenizer(qwen, added_tokens(qwen)), case.ids(kept))
+    )
+    assert parsed["calls"] == [("f", {"v": "a </function> <parameter=x> b"})]
+    assert not case.accepts(request, typed_call("qwen3_xml", "f", "v", "\na\n</function>\n"))
+    assert not case.accepts(request, typed_call("qwen3_xml", "f", "v", "\na\n<parameter=x>\n"))
+
+
 def test_reasoning_holds_no_call_opening_token(case: Case) -> None:
     """The qwen3_xml parser ends reasoning at a `<tool_call>` token: a grammar that let reasoning hold one made the
     rest of the answer content (found by tests/grammar_walks.py)."""

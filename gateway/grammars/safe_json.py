@@ -130,7 +130,7 @@ def _value_ebnf(
     if style == "json":
         return ebnf
     ebnf = _tight_values(ebnf, style)
-    return _raw_values_safe(ebnf, spellings, bounded) if firsts else ebnf
+    return _raw_values_safe(ebnf, spellings, bounded, style) if firsts else ebnf
 
 
 _ANY_SPACE = "[ \\n\\r\\t]*"
@@ -146,6 +146,11 @@ number), and what replaces it: what the style's parser drops from a string value
 each side), so a string literal parses as itself."""
 
 
+_VALUE_ENDS = {"qwen_xml": ("\n</function>", "\n<parameter=")}
+"""Per XML style, text its parser reads as the end of a value even with no closing tag (a model's missing
+`</parameter>`), so a raw value may not write it."""
+
+
 def _tight_values(ebnf: str, style: str) -> str:
     """`ebnf` of XML `style` with around each value only the whitespace its parser drops (`_VALUE_SPACE`)."""
     for loose, tight in _VALUE_SPACE.get(style, ()):
@@ -159,11 +164,13 @@ def _style_markers(style: str, spellings: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(s for s in spellings if s in bare)
 
 
-def _raw_values_safe(ebnf: str, spellings: tuple[str, ...], bounded: str) -> str | None:
+def _raw_values_safe(ebnf: str, spellings: tuple[str, ...], bounded: str, style: str) -> str | None:
     """An XML style's EBNF with no spelling in a raw string value: the free one (`xml_string`) excludes them
-    whole, a length-bounded one takes none of their first characters; None when xgrammar's rules changed."""
+    whole (and what the style's parser reads as a value's end, `_VALUE_ENDS`), a length-bounded one takes none of
+    their first characters; None when xgrammar's rules changed."""
+    excludes = [*spellings, *_VALUE_ENDS.get(style, ())]
     ebnf, free = _RAW_STRING_EXCLUDES.subn(
-        lambda m: m.group(1) + ", ".join([m.group(2), *(json.dumps(s) for s in spellings)]) + ")", ebnf
+        lambda m: m.group(1) + ", ".join([m.group(2), *(json.dumps(s) for s in excludes)]) + ")", ebnf
     )
     ebnf = _RAW_BOUNDED_CHARS.sub(lambda m: f"{m.group(1)} ::= ([^{bounded}])", ebnf)
     return None if free != 1 or "\\U0010ffff" in ebnf else ebnf
