@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.kimi_parse_bench import run_peer, words
 from bench.kimi_parse_bench import synthetic_output as kimi_k3_output
 from gateway.families.base import OutputParser
+from gateway.families.chatml import TOKEN_MARKERS
 from gateway.families.deepseek import DsmlParser
 from gateway.families.deepseek.markers import (
     DSML,
@@ -45,7 +46,6 @@ from gateway.families.deepseek.parser import SECTIONS, split_v3_call, split_v31_
 from gateway.families.gemma4 import Gemma4Parser
 from gateway.families.glm import GlmParser
 from gateway.families.gpt_oss import HarmonyParser
-from gateway.families.chatml import TOKEN_MARKERS
 from gateway.families.hermes import HermesParser
 from gateway.families.kimi.markers import K2_SECTIONS as K2
 from gateway.families.kimi.parser import KimiK3Parser, split_k2_call

@@ -17,7 +17,6 @@ from typing import Any
 
 import xgrammar as xgr
 
-
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 RESPONSE_SCHEMA_PARAM = "response_format.json_schema.schema"
 _XGRAMMAR_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[04:12:08] /project/cpp/x.cc:94: "
