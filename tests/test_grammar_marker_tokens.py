@@ -291,6 +291,16 @@ def test_qwen_raw_values_hold_no_text_the_parser_reads_as_their_end(qwen: Tokeni
     assert not case.accepts(request, typed_call("qwen3_xml", "f", "v", "\na\n<parameter=x>\n"))
 
 
+def test_free_text_holds_no_marker_token_only_a_call_uses(case: Case) -> None:
+    """Outside a call, `</tool_call>` (and GLM's argument markers) are no structure: their tokens in free text were
+    content with a marker's text (found by tests/grammar_walks.py)."""
+    lazy = weather("auto")
+    assert case.accepts(lazy, ["Text </tool_call> <arg_key> spelled."])
+    for marker in ("</tool_call>", *(("<arg_key>", "</arg_value>") if case.family.name == "glm47" else ())):
+        assert not case.accepts(lazy, ["Text ", (marker,), " more."]), marker
+        assert not case.accepts(lazy, [*case.call, "Then ", (marker,)]), marker
+
+
 def test_reasoning_holds_no_call_opening_token(case: Case) -> None:
     """The qwen3_xml parser ends reasoning at a `<tool_call>` token: a grammar that let reasoning hold one made the
     rest of the answer content (found by tests/grammar_walks.py)."""

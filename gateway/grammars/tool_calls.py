@@ -9,7 +9,8 @@ token (the qwen3_xml parser ends reasoning at one).
 
 Markers: a call's opening and closing markers (and the think block's) are `token` formats by id where the served
 vocabulary has them as added tokens (`gateway.grammars.markers`), so their spelling in ordinary tokens never opens
-or closes a call; lazy calls then start at the opening token (`token_triggered_tags`), and free text may still
+or closes a call; lazy calls then start at the opening token (`token_triggered_tags`, whose free text holds no
+token of a marker only a call uses: the closing one, GLM's argument markers), and free text may still
 spell the marker with ordinary tokens (text, as the families' token-aware parsers read it: xgrammar cannot exclude
 a spelling from free text without excluding the token that spells it). A vocabulary without them gets text markers
 and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_key>`…, `CallFormat.inner`) become
@@ -125,8 +126,9 @@ def _calls(
                 "at_least_one": True, "stop_after_first": one}  # fmt: skip
     opener = markers.token(calls_format.open)
     if opener is not None:
+        inside = [markers.ids[s] for s in (calls_format.close, *calls_format.inner) if s in markers.ids]
         return {"type": "token_triggered_tags", "trigger_tokens": [opener["token"]], "tags": tags,
-                "at_least_one": False, "stop_after_first": one}  # fmt: skip
+                "exclude_tokens": inside, "at_least_one": False, "stop_after_first": one}  # fmt: skip
     return {"type": "triggered_tags", "triggers": [calls_format.trigger], "tags": tags, "at_least_one": False,
             "stop_after_first": one}  # fmt: skip
 
