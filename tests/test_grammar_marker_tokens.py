@@ -301,6 +301,19 @@ def test_free_text_holds_no_marker_token_only_a_call_uses(case: Case) -> None:
         assert not case.accepts(lazy, [*case.call, "Then ", (marker,)]), marker
 
 
+def test_lazy_answers_think_only_at_their_start(case: Case) -> None:
+    """A lazy answer may open with a think block; later think tokens were content with a marker's text (found by
+    tests/grammar_walks.py)."""
+    lazy = weather("auto")
+    assert case.accepts(lazy, [("<think>",), "Plan.", ("</think>",), case.after_think, "Text ", *case.call])
+    assert case.accepts(lazy, ["Text <think> spelled </think>."])
+    assert case.accepts(lazy, ["Plan.", ("</think>",), case.after_think, "Text."], thinking=True)
+    for marker in ("<think>", "</think>"):
+        assert not case.accepts(lazy, ["Text ", (marker,), " more."]), marker
+        assert not case.accepts(lazy, [*case.call, "Then ", (marker,)]), marker
+        assert not case.accepts(lazy, ["Plan.", ("</think>",), case.after_think, "A", (marker,)], thinking=True)
+
+
 def test_reasoning_holds_no_call_opening_token(case: Case) -> None:
     """The qwen3_xml parser ends reasoning at a `<tool_call>` token: a grammar that let reasoning hold one made the
     rest of the answer content (found by tests/grammar_walks.py)."""

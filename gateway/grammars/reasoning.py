@@ -33,7 +33,8 @@ def with_reasoning(
     """A structural tag: `answer`, after the reasoning block where it could otherwise be rejected.
 
     A prompt that opened the think block always needs its end. A strict answer (forced calls, JSON)
-    gets an optional complete block; lazy calls already allow any text, a think block included.
+    gets an optional complete block; lazy calls allow any text, a think block included (or, where the
+    vocabulary has the think tokens, an optional block first and free text without them).
     Where `markers` has the end marker's token, the block ends only at that token (its text spelled
     with ordinary tokens is reasoning), and starts only at the start marker's token where there is one; nor does
     it hold the tokens of `excludes` (a call's opening marker, which a parser may read as the reasoning's end).

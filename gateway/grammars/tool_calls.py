@@ -10,7 +10,8 @@ token (the qwen3_xml parser ends reasoning at one).
 Markers: a call's opening and closing markers (and the think block's) are `token` formats by id where the served
 vocabulary has them as added tokens (`gateway.grammars.markers`), so their spelling in ordinary tokens never opens
 or closes a call; lazy calls then start at the opening token (`token_triggered_tags`, whose free text holds no
-token of a marker only a call uses: the closing one, GLM's argument markers), and free text may still
+token of a marker only a call uses: the closing one, GLM's argument markers; nor a think token, where the
+vocabulary has both: the answer's think block is then an optional one at its start), and free text may still
 spell the marker with ordinary tokens (text, as the families' token-aware parsers read it: xgrammar cannot exclude
 a spelling from free text without excluding the token that spells it). A vocabulary without them gets text markers
 and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_key>`…, `CallFormat.inner`) become
@@ -103,10 +104,13 @@ def build_grammar(
     think = calls_format.think
     if request.active_tools:
         one = isinstance(request.tool_choice, dict) or not request.parallel_tool_calls
-        calls = _calls(request, calls_format, markers, only_calls=forced or answer is not None, one=one)
+        think_tokens = [markers.ids[s] for s in (think.start, think.end) if s in markers.ids]
+        think_tokens = think_tokens if len(think_tokens) == 2 else []  # a lazy answer thinks only at its start
+        calls = _calls(request, calls_format, markers, only_calls=forced or answer is not None, one=one,
+                       free_excludes=think_tokens)  # fmt: skip
         if answer is not None and not forced:
             calls = {"type": "or", "elements": [calls, answer]}
-        optional = forced or answer is not None
+        optional = forced or answer is not None or bool(think_tokens)
         return with_reasoning(calls, prompt_opens_reasoning=prompt_opens_reasoning, reasoning_optional=optional,
                               think=think, markers=markers, excludes=(calls_format.open,))  # fmt: skip
     if answer is None:
@@ -118,8 +122,14 @@ def build_grammar(
 
 
 def _calls(
-    request: ChatRequest, calls_format: CallFormat, markers: MarkerTokens, only_calls: bool, one: bool
+    request: ChatRequest,
+    calls_format: CallFormat,
+    markers: MarkerTokens,
+    only_calls: bool,
+    one: bool,
+    free_excludes: list[int],
 ) -> Format:
+    """The calls: only calls, or lazy ones in free text that holds none of `free_excludes` (token ids)."""
     tags = [_tag(calls_format, t, f"tools[{i}].function.parameters", markers) for i, t in indexed_active_tools(request)]
     if only_calls:
         return {"type": "tags_with_separator", "tags": tags, "separator": calls_format.separator,
@@ -128,7 +138,7 @@ def _calls(
     if opener is not None:
         inside = [markers.ids[s] for s in (calls_format.close, *calls_format.inner) if s in markers.ids]
         return {"type": "token_triggered_tags", "trigger_tokens": [opener["token"]], "tags": tags,
-                "exclude_tokens": inside, "at_least_one": False, "stop_after_first": one}  # fmt: skip
+                "exclude_tokens": inside + free_excludes, "at_least_one": False, "stop_after_first": one}  # fmt: skip
     return {"type": "triggered_tags", "triggers": [calls_format.trigger], "tags": tags, "at_least_one": False,
             "stop_after_first": one}  # fmt: skip
 
