@@ -30,6 +30,7 @@ from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
 from backends.detokenizer import Detokenizer
+from backends.xgrammar_compile import compile_grammar
 from gateway.families.base import Family, FamilyContext
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
@@ -485,7 +486,7 @@ def run_walks(
     for ask in asks:
         grammar = subject.family.grammar(ask.request(), subject.prompt(ask))
         if grammar is not None:
-            compiled = _compile(subject.compiler, grammar.kind, grammar.text)
+            compiled = compile_grammar(subject.compiler, grammar.kind, grammar.text)
             runs.append((ask, compiled, random.Random(f"{seed}:{subject.label}:{ask.label}")))
     start = time.process_time()
     for _ in range(walks_per_ask):
@@ -495,13 +496,3 @@ def run_walks(
         if seconds is not None and time.process_time() - start > seconds:
             break
     return tally
-
-
-def _compile(compiler: xg.GrammarCompiler, kind: str, text: str) -> xg.CompiledGrammar:
-    if kind == "structural_tag":
-        return compiler.compile_structural_tag(text)
-    if kind == "json_schema":
-        return compiler.compile_json_schema(text)
-    if kind == "regex":
-        return compiler.compile_regex(text)
-    return compiler.compile_grammar(text)
