@@ -224,9 +224,37 @@ def llama3() -> Subject:
     return _subject("llama3_json", llama3_tokenizer(), Llama3Family, "<|eot_id|>", (prompt, prompt), [PYTHON_TAG])
 
 
+def gemma4() -> Subject:
+    """The byte-level vocabulary with Gemma 4's control tokens that tests/test_gemma4.py builds (none ships offline)."""
+    from backends.tiktoken_bpe import tokenizer_from_ranks
+    from gateway.families.gemma4 import Gemma4Family
+    from gateway.families.gemma4.markers import TURN_END
+    from tests.test_gemma4 import SPECIALS
+
+    tokenizer = tokenizer_from_ranks({bytes([b]): b for b in range(256)}, SPECIALS, r"\s+|\S+")
+    markers = set(SPECIALS.values()) - {TURN_END}
+    return _subject("gemma4", tokenizer, Gemma4Family, TURN_END, ("", ""), markers)
+
+
+def kimi_k3() -> Subject:
+    """The synthetic Kimi checkpoint tests/test_kimi_tokenizer.py writes (K3's tiktoken ranks are not offline)."""
+    import tempfile
+    from pathlib import Path
+
+    from backends.kimi_tokenizer import load_kimi_tokenizer
+    from gateway.families.kimi import KimiK3Family
+    from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
+    from tests.test_kimi_tokenizer import write_synthetic_checkpoint
+
+    with tempfile.TemporaryDirectory() as directory:
+        write_synthetic_checkpoint(Path(directory))
+        tokenizer = load_kimi_tokenizer(Path(directory))
+    return _subject("kimi_k3", tokenizer, KimiK3Family, END_OF_MSG, ("", ""), (OPEN, CLOSE, SEP))
+
+
 SUBJECTS: dict[str, Callable[[], Subject]] = {
     "hermes": hermes, "qwen3_xml": qwen3_xml, "glm47": glm47, "gpt_oss": gpt_oss, "deepseek_v41": deepseek_v41,
-    "mistral": mistral, "llama3_json": llama3,
+    "mistral": mistral, "llama3_json": llama3, "gemma4": gemma4, "kimi_k3": kimi_k3,
 }  # fmt: skip
 
 
