@@ -40,7 +40,7 @@ from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, response_st
 from gateway.grammars.json import response_schema as answer_schema
 from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 from gateway.grammars.reasoning import ThinkBlock, with_reasoning
-from gateway.grammars.safe_json import prefixes, safe_arguments_ebnf, safe_json_ebnf, safe_json_format
+from gateway.grammars.safe_json import safe_arguments_ebnf
 from gateway.types import ChatRequest
 
 Format = dict[str, Any]
@@ -98,8 +98,11 @@ def build_grammar(
     """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside the think block; `markers`
     are the served vocabulary's marker tokens."""
     schema = answer_schema(request.response_format)
-    spellings, strict = prefixes(markers.values_exclude), response_strict(request.response_format)
-    answer = safe_json_format(schema, spellings, RESPONSE_SCHEMA_PARAM, strict) if schema is not None else None
+    strict = response_strict(request.response_format)
+    answer_ebnf = None  # spelling-safe as argument values; a schema xgrammar cannot use is a 400, as before
+    if schema is not None:
+        answer_ebnf = safe_arguments_ebnf(schema, markers.values_exclude, RESPONSE_SCHEMA_PARAM, strict)
+    answer = None if answer_ebnf is None else {"type": "grammar", "grammar": answer_ebnf}
     forced = request.tool_choice != "auto"
     think = calls_format.think
     if request.active_tools:
@@ -118,7 +121,7 @@ def build_grammar(
     if prompt_opens_reasoning:
         return with_reasoning(answer, prompt_opens_reasoning=True, reasoning_optional=False, think=think,
                               markers=markers)  # fmt: skip
-    return Grammar("ebnf", safe_json_ebnf(schema, spellings, RESPONSE_SCHEMA_PARAM, strict))
+    return Grammar("ebnf", answer["grammar"])
 
 
 def _calls(
