@@ -314,8 +314,9 @@ def raw_values(seed: int) -> list[str]:
     return out + [pad + "x" * BOUND + after for pad in PADS for after in PADS]
 
 
-def test_every_value_read_is_within_the_bound_and_every_such_value_is_writable(xml_case: Case) -> None:
-    request = one_value({"type": "string", "maxLength": BOUND})
+@pytest.mark.parametrize("kind", ["string", ["string", "null"]])
+def test_every_value_read_is_within_the_bound_and_every_such_value_is_writable(xml_case: Case, kind: Any) -> None:
+    request = one_value({"type": kind, "maxLength": BOUND})
     name = xml_case.family.name
     raws = raw_values(9)
     accepted = [raw for raw in raws if xml_case.accepts(request, bounded_call(name, raw))]

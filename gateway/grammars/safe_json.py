@@ -61,7 +61,9 @@ _PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
 _RAW_BOUNDED_CHARS = re.compile(r"^(\S+_characters) ::= \(\(\[\\0-\\U0010ffff\]\)\)$", re.MULTILINE)
 _RAW_BOUNDED_VALUE = re.compile(r"^(\S+) ::= \(\((\1_characters\{\d+, \d+\})\)\)$", re.MULTILINE)
+_UNION_VALUE = re.compile(r"^(\S+) ::= \(((?:\(\w+\) \| )+\(\w+\))\)$", re.MULTILINE)
 _SPACED_VALUE = re.compile(r'\[ \\n\\r\\t\]\* (\S+) \[ \\n\\r\\t\]\* ("</parameter>"|"</arg_value>")')
+_WS = "[ \\n\\r\\t]*"
 _VALUE_LEAD = {"qwen_xml": '("" | "\\n") ', "glm_xml": ""}
 """What an XML style's parser strips before a raw value (the newline before its closing tag is the same)."""
 _RAW_STRING_EXCLUDES = re.compile(
@@ -154,7 +156,8 @@ def _raw_values_safe(ebnf: str, style: str, spellings: tuple[str, ...], bounded:
 def _tight_bounded_values(ebnf: str, style: str) -> str:
     """`ebnf` with each length-bounded raw string that is a parameter's whole value written inline as
     `("" | "\\n") c{M,N} "</parameter>"` (qwen_xml) or `c{M,N} "</arg_value>"` (glm_xml), not the style's
-    `ws value ws` with the count in its own rule.
+    `ws value ws` with the count in its own rule; in a union of rules (`["string", "null"]`, `anyOf`) the bounded
+    alternative is written so and each other one as the style does, with its own closing tag.
 
     The qwen3_xml parser strips one newline after `<parameter=K>` and one before `</parameter>`, GLM's none, so
     every value read is at most N characters (the style's whitespace left it unbounded); every shorter value stays
@@ -165,7 +168,17 @@ def _tight_bounded_values(ebnf: str, style: str) -> str:
     """
     lead = _VALUE_LEAD[style]
     counts = dict(_RAW_BOUNDED_VALUE.findall(ebnf))
-    return _SPACED_VALUE.sub(lambda m: f"{lead}{counts[m[1]]} {m[2]}" if m[1] in counts else m[0], ebnf)
+    unions = {name: re.findall(r"\((\w+)\)", body) for name, body in _UNION_VALUE.findall(ebnf)}
+
+    def written(value: str, spaced: str, close: str) -> str:
+        if value in counts:
+            return f"{lead}{counts[value]} {close}"
+        alternatives = unions.get(value, ())
+        if not any(a in counts for a in alternatives):
+            return spaced
+        return "(" + " | ".join(f"({written(a, f'{_WS} {a} {_WS} {close}', close)})" for a in alternatives) + ")"
+
+    return _SPACED_VALUE.sub(lambda m: written(m[1], m[0], m[2]), ebnf)
 
 
 def _literals(schema: Any) -> list[str]:
