@@ -63,9 +63,15 @@ def parts() -> dict[str, dict[str, Any]]:
     unbounded = copy.deepcopy(PARAMETERS)
     del unbounded["properties"]["title"]["maxLength"]
     out["the five, title without maxLength"] = unbounded
-    for bound in (10, 100):
-        title = {"title": {"type": "string", "maxLength": bound}}
-        out[f"only title, maxLength {bound}"] = {"type": "object", "properties": title}
+    variants = {
+        "maxLength 10": {"type": "string", "maxLength": 10},
+        "maxLength 100": {"type": "string", "maxLength": 100},
+        'type ["string", "null"], maxLength 40': {"type": ["string", "null"], "maxLength": 40},
+        "anyOf [maxLength 40, integer]": {"anyOf": [{"type": "string", "maxLength": 40}, {"type": "integer"}]},
+        "minLength 3, no maxLength": {"type": "string", "minLength": 3},
+    }
+    for label, title in variants.items():
+        out[f"only title, {label}"] = {"type": "object", "properties": {"title": title}}
     out["any parameters"] = {"type": "object"}
     return out
 
