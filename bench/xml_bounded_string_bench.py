@@ -4,8 +4,9 @@ Two tables, cold compiles (`GrammarCompiler(cache_enabled=False, max_threads=2)`
 process CPU time:
 
 - parts: qwen3_xml's structural tag for one tool with the family_grammar_bench parameters, or a part of them;
-- ebnf: a length-bounded raw string between `<p>` and `</p>`, written the ways xgrammar's `qwen_xml` style and
-  its rewrites would write it (bench/RESULTS.md, "Why qwen3_xml's grammar costs ~1.2 s of CPU").
+- ebnf: a length-bounded raw string between `<p>` and `</p>`, written the ways xgrammar's `qwen_xml` style, its
+  rewrites and this gateway (`gateway.grammars.safe_json._tight_bounded_values`) would write it (bench/RESULTS.md,
+  "Why qwen3_xml's grammar costs ~1.2 s of CPU", "Length-bounded raw values without the style's whitespace").
 
     python bench/xml_bounded_string_bench.py [--repeats 3]
 """
@@ -43,6 +44,12 @@ EBNF = {
     "ws [^<]{0,40} (= ws </p>) ws </p>": f'root ::= "<p>" {WS} v {WS} "</p>"\nv ::= c{{0,40}} (= {WS} "</p>")\n'
     "c ::= [^<]",
     "ws 40 nested optionals ws </p>": f'root ::= "<p>" {WS} r40 {WS} "</p>"\nc ::= [^<]\n{NESTED}',
+    "(|\\n) [^<]{0,40} </p> (this gateway's, count inline)": 'root ::= "<p>" ("" | "\\n") c{0,40} "</p>" [ \\n\\r\\t]*\n'
+    "c ::= [^<]",
+    "(|\\n) v </p>, v ::= [^<]{0,40} (the count in its own rule)": 'root ::= "<p>" ("" | "\\n") v "</p>" [ \\n\\r\\t]*\n'
+    "v ::= c{0,40}\nc ::= [^<]",
+    "(|\\n) [^<]{0,40} (|\\n) </p> (the parser's exact language)": 'root ::= "<p>" ("" | "\\n") c{0,40} ("" | "\\n") '
+    '"</p>"\nc ::= [^<]',
     "[^<\\n]{0,40} </p> (no newline)": 'root ::= "<p>" c{0,40} "</p>"\nc ::= [^<\\n]',
     'JSON "[^"\\\\<]{0,40}"': 'root ::= "\\"" c{0,40} "\\""\nc ::= [^"\\\\<]',
 }
@@ -56,7 +63,15 @@ def parts() -> dict[str, dict[str, Any]]:
     unbounded = copy.deepcopy(PARAMETERS)
     del unbounded["properties"]["title"]["maxLength"]
     out["the five, title without maxLength"] = unbounded
-    out["only title, maxLength 10"] = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 10}}}
+    variants = {
+        "maxLength 10": {"type": "string", "maxLength": 10},
+        "maxLength 100": {"type": "string", "maxLength": 100},
+        'type ["string", "null"], maxLength 40': {"type": ["string", "null"], "maxLength": 40},
+        "anyOf [maxLength 40, integer]": {"anyOf": [{"type": "string", "maxLength": 40}, {"type": "integer"}]},
+        "minLength 3, no maxLength": {"type": "string", "minLength": 3},
+    }
+    for label, title in variants.items():
+        out[f"only title, {label}"] = {"type": "object", "properties": {"title": title}}
     out["any parameters"] = {"type": "object"}
     return out
 

@@ -62,6 +62,12 @@ _STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
 _PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
 _RAW_BOUNDED_CHARS = re.compile(r"^(\S+_characters) ::= \(\(\[\\0-\\U0010ffff\]\)\)$", re.MULTILINE)
+_RAW_BOUNDED_VALUE = re.compile(r"^(\S+) ::= \(\((\1_characters\{\d+, \d+\})\)\)$", re.MULTILINE)
+_UNION_VALUE = re.compile(r"^(\S+) ::= \(((?:\(\w+\) \| )+\(\w+\))\)$", re.MULTILINE)
+_SPACED_VALUE = re.compile(r'\[ \\n\\r\\t\]\* (\S+) \[ \\n\\r\\t\]\* ("</parameter>"|"</arg_value>")')
+_WS = "[ \\n\\r\\t]*"
+_VALUE_LEAD = {"qwen_xml": '("" | "\\n") ', "glm_xml": ""}
+"""What an XML style's parser strips before a raw value (the newline before its closing tag is the same)."""
 _RAW_STRING_EXCLUDES = re.compile(
     r"^(xml_string ::= TagDispatch\(\n  loop_after_dispatch=false,\n  excludes=\()(.*)\)$", re.MULTILINE
 )
@@ -129,16 +135,19 @@ def _value_ebnf(
     )
     if style == "json":
         return ebnf
-    ebnf = _tight_values(ebnf, style)
-    return _raw_values_safe(ebnf, spellings, bounded, style) if firsts else ebnf
+    if firsts:
+        safe = _raw_values_safe(ebnf, style, spellings, bounded)
+        if safe is None:
+            return None
+        ebnf = safe
+    return _tight_values(ebnf, style)
 
 
-_ANY_SPACE = "[ \\n\\r\\t]*"
 _VALUE_SPACE = {
-    "glm_xml": (('"<arg_value>" ' + _ANY_SPACE, '"<arg_value>"'), (_ANY_SPACE + ' "</arg_value>"', '"</arg_value>"')),
+    "glm_xml": (('"<arg_value>" ' + _WS, '"<arg_value>"'), (_WS + ' "</arg_value>"', '"</arg_value>"')),
     "qwen_xml": (
-        ('">" ' + _ANY_SPACE, '">" ("\\n" | "")'),
-        (_ANY_SPACE + ' "</parameter>"', '("\\n" | "") "</parameter>"'),
+        ('">" ' + _WS, '">" ("\\n" | "")'),
+        (_WS + ' "</parameter>"', '("\\n" | "") "</parameter>"'),
     ),
 }
 """Per XML style, the whitespace xgrammar lets surround a value that is not a raw string (an enum, a pattern, a
@@ -164,16 +173,45 @@ def _style_markers(style: str, spellings: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(s for s in spellings if s in bare)
 
 
-def _raw_values_safe(ebnf: str, spellings: tuple[str, ...], bounded: str, style: str) -> str | None:
+def _raw_values_safe(ebnf: str, style: str, spellings: tuple[str, ...], bounded: str) -> str | None:
     """An XML style's EBNF with no spelling in a raw string value: the free one (`xml_string`) excludes them
     whole (and what the style's parser reads as a value's end, `_VALUE_ENDS`), a length-bounded one takes none of
-    their first characters; None when xgrammar's rules changed."""
+    their first characters and no layout whitespace but what the parser strips (`_tight_bounded_values`); None
+    when xgrammar's rules changed."""
     excludes = [*spellings, *_VALUE_ENDS.get(style, ())]
     ebnf, free = _RAW_STRING_EXCLUDES.subn(
         lambda m: m.group(1) + ", ".join([m.group(2), *(json.dumps(s) for s in excludes)]) + ")", ebnf
     )
     ebnf = _RAW_BOUNDED_CHARS.sub(lambda m: f"{m.group(1)} ::= ([^{bounded}])", ebnf)
-    return None if free != 1 or "\\U0010ffff" in ebnf else ebnf
+    return None if free != 1 or "\\U0010ffff" in ebnf else _tight_bounded_values(ebnf, style)
+
+
+def _tight_bounded_values(ebnf: str, style: str) -> str:
+    """`ebnf` with each length-bounded raw string that is a parameter's whole value written inline as
+    `("" | "\\n") c{M,N} "</parameter>"` (qwen_xml) or `c{M,N} "</arg_value>"` (glm_xml), not the style's
+    `ws value ws` with the count in its own rule; in a union of rules (`["string", "null"]`, `anyOf`) the bounded
+    alternative is written so and each other one as the style does, with its own closing tag.
+
+    The qwen3_xml parser strips one newline after `<parameter=K>` and one before `</parameter>`, GLM's none, so
+    every value read is at most N characters (the style's whitespace left it unbounded); every shorter value stays
+    writable, one of N only without its closing newline (one of N ending in a newline not at all). xgrammar
+    decides where a count ends cheaply only when the count is inline and followed by one literal that starts with a
+    character it excludes: the style's form costs ~1.1 s of CPU to compile for N = 40 on Qwen3's vocabulary,
+    growing with N squared, this one ~20 ms for any N (bench/xml_bounded_string_bench.py).
+    """
+    lead = _VALUE_LEAD[style]
+    counts = dict(_RAW_BOUNDED_VALUE.findall(ebnf))
+    unions = {name: re.findall(r"\((\w+)\)", body) for name, body in _UNION_VALUE.findall(ebnf)}
+
+    def written(value: str, spaced: str, close: str) -> str:
+        if value in counts:
+            return f"{lead}{counts[value]} {close}"
+        alternatives = unions.get(value, ())
+        if not any(a in counts for a in alternatives):
+            return spaced
+        return "(" + " | ".join(f"({written(a, f'{_WS} {a} {_WS} {close}', close)})" for a in alternatives) + ")"
+
+    return _SPACED_VALUE.sub(lambda m: written(m[1], m[0], m[2]), ebnf)
 
 
 def _literals(schema: Any) -> list[str]:
