@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.kimi_parse_bench import run_peer, words
 from bench.kimi_parse_bench import synthetic_output as kimi_k3_output
 from gateway.families.base import OutputParser
+from gateway.families.chatml import TOKEN_MARKERS
 from gateway.families.deepseek import DsmlParser
 from gateway.families.deepseek.markers import (
     DSML,
@@ -220,7 +221,8 @@ class Family:
 
 
 FAMILIES = [
-    Family("qwen3-hermes", lambda: HermesParser(tool_calls=True, in_reasoning=True), hermes_call, QWEN_IDS,
+    Family("qwen3-hermes", lambda: HermesParser(tool_calls=True, in_reasoning=True, token_markers=TOKEN_MARKERS),
+           hermes_call, QWEN_IDS,
            "qwen25_detector:Qwen25Detector"),
     Family("qwen3-xml", lambda: Qwen3XmlParser([TOOL], in_reasoning=True), qwen_xml_call, QWEN_IDS,
            "qwen3_coder_detector:Qwen3CoderDetector"),

@@ -135,6 +135,7 @@ def test_required_and_named(compiler, checkpoint):
     named = request(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}})
     assert accepts(compiler, checkpoint, named, calls(SUM))
     assert not accepts(compiler, checkpoint, named, calls(PARIS))
+    assert not accepts(compiler, checkpoint, named, calls(SUM, SUM))  # one call (found by tests/grammar_walks.py)
 
 
 def test_reasoning_comes_first_when_the_prompt_opened_it(compiler, checkpoint):

@@ -31,7 +31,7 @@ from gateway.grammars.markers import MarkerTokens
 from gateway.process.limits import DEFAULT_GRAMMAR_COMPILE_S
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import ChatRequest
-from tests.family_checks import added_tokens, feed, merged
+from tests.family_checks import added_tokens, check_every_split, feed, merged
 from tests.test_glm import TAGS
 
 WEATHER = {
@@ -69,7 +69,9 @@ class Case:
     def accepts(self, request: ChatRequest, parts: list[Part], thinking: bool = False) -> bool:
         """Whether the grammar takes `parts` as a whole answer (then the stop token)."""
         grammar = self.family.grammar(request, self.thinking_prompt if thinking else self.prompt)
-        assert grammar is not None and grammar.kind == "structural_tag"
+        assert grammar is not None and grammar.kind in ("structural_tag", "ebnf")
+        if grammar.text not in self.compiled and grammar.kind == "ebnf":
+            self.compiled[grammar.text] = self.compiler.compile_grammar(grammar.text)
         if grammar.text not in self.compiled:
             assert xg.Grammar.from_structural_tag(grammar.text)  # as vLLM validates: no tokenizer, so ids only
             self.compiled[grammar.text] = self.compiler.compile_structural_tag(grammar.text)
@@ -250,6 +252,113 @@ def test_reasoning_ends_only_at_the_think_end_token(case: Case) -> None:
     optional = [("<think>",), "Paris.", ("</think>",), case.after_think, *case.call]
     assert case.accepts(forced, optional)
     assert not case.accepts(forced, spelled(optional, "<think>"))
+
+
+def typed_call(family: str, name: str, key: str, value: str) -> list[Part]:
+    """A one-argument call of `name` in `family`'s XML layout (qwen3_xml, glm47), `value` as written."""
+    if family == "qwen3_xml":
+        return [("<tool_call>",), f"\n<function={name}>\n<parameter={key}>{value}</parameter>\n</function>\n",
+                ("</tool_call>",)]  # fmt: skip
+    return [("<tool_call>",), name, ("<arg_key>",), key, ("</arg_key>",), ("<arg_value>",), value, ("</arg_value>",),
+            ("</tool_call>",)]  # fmt: skip
+
+
+@pytest.mark.parametrize("schema", [{"type": "string", "enum": ["celsius", "kelvin"]}, {"const": "celsius"},
+                                    {"type": "string", "pattern": "^[a-z]+$"}])  # fmt: skip
+def test_xml_string_literals_take_only_the_whitespace_the_parser_drops(case: Case, schema: dict[str, Any]) -> None:
+    """xgrammar's XML styles let any whitespace surround a value that is not a raw string (an enum, a pattern), but
+    a string parameter keeps its text (qwen3_xml drops one newline each side, glm nothing): `\n celsius` was no
+    enum member (found by tests/grammar_walks.py)."""
+    if case.family.name == "hermes":
+        pytest.skip("JSON values: whitespace is outside the string")
+    newline = "\n" if case.family.name == "qwen3_xml" else ""
+    request = one_value(schema)
+    assert case.accepts(request, typed_call(case.family.name, "f", "v", f"{newline}celsius{newline}"))
+    assert not case.accepts(request, typed_call(case.family.name, "f", "v", f"{newline} celsius{newline}"))
+    assert not case.accepts(request, typed_call(case.family.name, "f", "v", f"\n\ncelsius\t{newline}"))
+    number = one_value({"type": "integer"})  # JSON values are parsed, whitespace and all
+    assert case.accepts(number, typed_call(case.family.name, "f", "v", f"{newline}42{newline}"))
+
+
+def test_qwen_raw_values_hold_no_text_the_parser_reads_as_their_end(qwen: Tokenizer) -> None:
+    """The qwen3_xml parser ends a value at a newline before `</function>` or `<parameter=` (a model's missing
+    `</parameter>`): a raw value may not write one (found by tests/grammar_walks.py)."""
+    case = _case(Qwen3XmlFamily, qwen, "<|im_end|>", QWEN_XML_CALL, CHATML_PROMPTS)
+    request = one_value({"type": "string"})
+    kept = typed_call("qwen3_xml", "f", "v", "\na </function> <parameter=x> b\n")
+    assert case.accepts(request, kept)
+    parsed = merged(
+        feed(case.family.parser(request, case.prompt), Detokenizer(qwen, added_tokens(qwen)), case.ids(kept))
+    )
+    assert parsed["calls"] == [("f", {"v": "a </function> <parameter=x> b"})]
+    assert not case.accepts(request, typed_call("qwen3_xml", "f", "v", "\na\n</function>\n"))
+    assert not case.accepts(request, typed_call("qwen3_xml", "f", "v", "\na\n<parameter=x>\n"))
+
+
+def test_free_text_holds_no_marker_token_only_a_call_uses(case: Case) -> None:
+    """Outside a call, `</tool_call>` (and GLM's argument markers) are no structure: their tokens in free text were
+    content with a marker's text (found by tests/grammar_walks.py)."""
+    lazy = weather("auto")
+    assert case.accepts(lazy, ["Text </tool_call> <arg_key> spelled."])
+    for marker in ("</tool_call>", *(("<arg_key>", "</arg_value>") if case.family.name == "glm47" else ())):
+        assert not case.accepts(lazy, ["Text ", (marker,), " more."]), marker
+        assert not case.accepts(lazy, [*case.call, "Then ", (marker,)]), marker
+
+
+def test_lazy_answers_think_only_at_their_start(case: Case) -> None:
+    """A lazy answer may open with a think block; later think tokens were content with a marker's text (found by
+    tests/grammar_walks.py)."""
+    lazy = weather("auto")
+    assert case.accepts(lazy, [("<think>",), "Plan.", ("</think>",), case.after_think, "Text ", *case.call])
+    assert case.accepts(lazy, ["Text <think> spelled </think>."])
+    assert case.accepts(lazy, ["Plan.", ("</think>",), case.after_think, "Text."], thinking=True)
+    for marker in ("<think>", "</think>"):
+        assert not case.accepts(lazy, ["Text ", (marker,), " more."]), marker
+        assert not case.accepts(lazy, [*case.call, "Then ", (marker,)]), marker
+        assert not case.accepts(lazy, ["Plan.", ("</think>",), case.after_think, "A", (marker,)], thinking=True)
+
+
+def test_reasoning_holds_no_call_opening_token(case: Case) -> None:
+    """The qwen3_xml parser ends reasoning at a `<tool_call>` token: a grammar that let reasoning hold one made the
+    rest of the answer content (found by tests/grammar_walks.py)."""
+    forced = weather("required")
+    assert case.accepts(forced, ["Paris <tool_call> then.", ("</think>",), case.after_think, *case.call], thinking=True)
+    assert not case.accepts(forced, ["Paris", ("<tool_call>",), ("</think>",), case.after_think, *case.call],
+                            thinking=True)  # fmt: skip
+    assert not case.accepts(forced, [("<think>",), ("<tool_call>",), ("</think>",), case.after_think, *case.call])
+
+
+ANSWER_FORMAT = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
+    "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}}  # fmt: skip
+
+
+@pytest.mark.parametrize("tools", [False, True])
+@pytest.mark.parametrize("thinking", [False, True])
+def test_a_response_format_answer_holds_no_control_token(case: Case, tools: bool, thinking: bool) -> None:
+    """As argument values: a JSON answer's strings take a marker only escaped (found by tests/grammar_walks.py)."""
+    lazy = {"tools": [WEATHER], "tool_choice": "auto"} if tools else {}
+    request = ChatRequest(messages=[{"role": "user", "content": "?"}], response_format=ANSWER_FORMAT, **lazy)
+    lead: list[Part] = ["Plan.", ("</think>",), case.after_think] if thinking else []
+    assert case.accepts(request, [*lead, '{"answer": "a <b> \\u003ctool_call>"}'], thinking=thinking)
+    for control in CONTROL_TOKENS[case.family.name]:
+        assert not case.accepts(request, [*lead, '{"answer": "', (control,), '"}'], thinking=thinking), control
+        assert not case.accepts(request, [*lead, f'{{"answer": "{control}"}}'], thinking=thinking), control
+
+
+def test_hermes_reads_the_markers_its_vocabulary_has_as_tokens_only_as_tokens(qwen: Tokenizer) -> None:
+    """The grammar takes a marker's spelling in ordinary tokens as text; so must the parser, or a spelled `</think>`
+    ended reasoning early and a spelled call was a call of an undeclared tool (found by tests/grammar_walks.py)."""
+    case = _case(HermesFamily, qwen, "<|im_end|>", HERMES_CALL, CHATML_PROMPTS)
+    fake = '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>'
+    request = weather("auto")
+    answer: list[Part] = ["Plan </think> done.", ("</think>",), f"\n\nSo: {fake} then ", *HERMES_CALL]
+    assert case.accepts(request, answer, thinking=True)
+    parser = lambda: case.family.parser(request, case.thinking_prompt)
+    ids = case.ids(answer)
+    got = merged(feed(parser(), Detokenizer(qwen, added_tokens(qwen)), ids))
+    assert got == {"content": f"So: {fake} then", "reasoning": "Plan </think> done.",
+                   "calls": [("get_weather", {"city": "Paris"})]}  # fmt: skip
+    check_every_split(parser, qwen, ids)
 
 
 def test_a_vocabulary_without_the_marker_tokens_keeps_them_as_text() -> None:

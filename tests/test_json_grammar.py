@@ -7,7 +7,7 @@ import xgrammar as xgr
 
 from backends.checkpoint import load_checkpoint
 from backends.worker.grammar import tokenizer_info
-from gateway.grammars.json import SchemaGrammarError, compact_json_grammar
+from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def compiler() -> xgr.GrammarCompiler:
 
 
 def accepts(compiler: xgr.GrammarCompiler, schema: dict, text: str) -> bool:
-    matcher = xgr.GrammarMatcher(compiler.compile_grammar(compact_json_grammar(schema, "p").text))
+    matcher = xgr.GrammarMatcher(compiler.compile_grammar(compact_json_ebnf(schema, "p")))
     return matcher.accept_string(text) and matcher.accept_token(2)
 
 
@@ -37,6 +37,6 @@ def test_one_line_with_fixed_separators(compiler):
 
 def test_unenforceable_schema_names_its_param():
     with pytest.raises(SchemaGrammarError) as info:
-        compact_json_grammar({"$ref": "#/nope"}, "tools[3].function.parameters")
+        compact_json_ebnf({"$ref": "#/nope"}, "tools[3].function.parameters")
     assert info.value.param == "tools[3].function.parameters"
     assert "#/nope" in str(info.value)

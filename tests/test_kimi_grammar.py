@@ -392,6 +392,8 @@ def test_named_tool_choice(vocab) -> None:
     )
     assert not accepts(vocab, req, f"{CLOSE}response{SEP}", section(PARIS))
     assert not accepts(vocab, req, f"no call{CLOSE}response{SEP}", END)
+    two = section(call("get_time"), call("get_time", index="2"))  # a named tool is one call (tests/grammar_walks.py)
+    assert not accepts(vocab, req, f"{CLOSE}response{SEP}", two, END)
 
 
 def test_required_tool_choice_forces_a_call(vocab) -> None:

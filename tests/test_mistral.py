@@ -175,6 +175,21 @@ def test_grammar(tokenizer: Tokenizer, plain, compiler) -> None:
     assert not accepts(tokenizer, plain, compiler, ask(tool_choice="required"), *spelled)
 
 
+def test_tools_with_auto_and_a_response_format_answer_calls_or_that_json(tokenizer, plain, compiler) -> None:
+    """As the other families: free text is no answer when a format is asked for (found by tests/grammar_walks.py)."""
+    fmt = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object", "properties": {
+        "n": {"type": "integer"}}, "required": ["n"]}}}  # fmt: skip
+    ask = lambda **kw: ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], response_format=fmt,
+                                   **kw)  # fmt: skip
+    call = (CALLS, "get_weather", ARGS, '{"city": "Oslo"}')
+    assert accepts(tokenizer, plain, compiler, ask(), '{"n": 3}')
+    assert accepts(tokenizer, plain, compiler, ask(), THINK, "hm", THINK_END, *call, *call)
+    assert not accepts(tokenizer, plain, compiler, ask(), "No call needed.")
+    assert not accepts(tokenizer, plain, compiler, ask(), "Checking.", *call)
+    assert not accepts(tokenizer, plain, compiler, ask(parallel_tool_calls=False), *call, *call)
+    assert not accepts(tokenizer, plain, compiler, ask(tool_choice="required"), '{"n": 3}')
+
+
 # --- seed 001: no control token inside a value (the vocabulary spells control tokens as text, as SGLang/vLLM) ---
 
 

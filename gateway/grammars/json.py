@@ -17,8 +17,6 @@ from typing import Any
 
 import xgrammar as xgr
 
-from backends.base import Grammar
-
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 RESPONSE_SCHEMA_PARAM = "response_format.json_schema.schema"
 _XGRAMMAR_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[04:12:08] /project/cpp/x.cc:94: "
@@ -68,16 +66,6 @@ def _converted(convert: Callable[[], str], param: str) -> str:
             "", str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         )
         raise SchemaGrammarError(f"the JSON schema cannot be enforced: {reason}", param) from None
-
-
-def compact_json_format(schema: Any, param: str) -> dict[str, Any]:
-    """A structural-tag format for compact JSON matching `schema`."""
-    return {"type": "grammar", "grammar": compact_json_ebnf(schema, param)}
-
-
-def compact_json_grammar(schema: Any, param: str) -> Grammar:
-    """A whole-output grammar for compact JSON matching `schema`."""
-    return Grammar("ebnf", compact_json_ebnf(schema, param))
 
 
 @lru_cache(maxsize=1024)

@@ -28,29 +28,33 @@ def with_reasoning(
     reasoning_optional: bool,
     think: ThinkBlock,
     markers: MarkerTokens = TEXT_MARKERS,
+    excludes: tuple[str, ...] = (),
 ) -> Grammar:
     """A structural tag: `answer`, after the reasoning block where it could otherwise be rejected.
 
     A prompt that opened the think block always needs its end. A strict answer (forced calls, JSON)
-    gets an optional complete block; lazy calls already allow any text, a think block included.
+    gets an optional complete block; lazy calls allow any text, a think block included (or, where the
+    vocabulary has the think tokens, an optional block first and free text without them).
     Where `markers` has the end marker's token, the block ends only at that token (its text spelled
-    with ordinary tokens is reasoning), and starts only at the start marker's token where there is one.
+    with ordinary tokens is reasoning), and starts only at the start marker's token where there is one; nor does
+    it hold the tokens of `excludes` (a call's opening marker, which a parser may read as the reasoning's end).
     """
     reasoning: Format | None = None
     if prompt_opens_reasoning:
-        reasoning = _block(think, markers, opened=True)
+        reasoning = _block(think, markers, excludes, opened=True)
     elif reasoning_optional:
-        reasoning = {"type": "optional", "content": _block(think, markers, opened=False)}
+        reasoning = {"type": "optional", "content": _block(think, markers, excludes, opened=False)}
     fmt = answer if reasoning is None else {"type": "sequence", "elements": [reasoning, answer]}
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
 
 
-def _block(think: ThinkBlock, markers: MarkerTokens, opened: bool) -> Format:
+def _block(think: ThinkBlock, markers: MarkerTokens, excludes: tuple[str, ...], opened: bool) -> Format:
     end = markers.token(think.end)
     if end is None:
         begin = "" if opened else think.start
         return {"type": "tag", "begin": begin, "content": {"type": "any_text"}, "end": think.end + think.after}
-    text = {"type": "any_tokens", "exclude_tokens": [end["token"]]}
+    excluded = [end["token"], *(markers.ids[s] for s in excludes if s in markers.ids)]
+    text = {"type": "any_tokens", "exclude_tokens": excluded}
     elements = ([] if opened else [markers.format(think.start)]) + [text, end]
     if think.after:
         elements.append({"type": "const_string", "value": think.after})

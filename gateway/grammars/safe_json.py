@@ -18,7 +18,9 @@ Every spelling must start with ASCII punctuation.
 The XML argument styles (`qwen_xml`, `glm_xml`: `xml_value_ebnf`) write string values raw, with no escape: a
 free raw string is xgrammar's `xml_string` TagDispatch with the whole spellings added to its excludes (so `<b>`
 stays writable), a length-bounded one takes no first character at all, and the JSON inside (arrays, objects)
-is the spelling-safe JSON above.
+is the spelling-safe JSON above. Around a value that is not a raw string (an enum, a pattern, a number) the
+styles allow any whitespace, which a string parameter's parser keeps: it is cut to what the parser drops
+(`_tight_values`), so a string literal parses as itself.
 """
 
 from __future__ import annotations
@@ -131,9 +133,38 @@ def _value_ebnf(
     ebnf = _BOUNDED_CHARS.sub(
         lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\{bounded}] | ("\\\\" basic_escape))', ebnf
     )
-    if style == "json" or not firsts:
+    if style == "json":
         return ebnf
-    return _raw_values_safe(ebnf, style, spellings, bounded)
+    if firsts:
+        safe = _raw_values_safe(ebnf, style, spellings, bounded)
+        if safe is None:
+            return None
+        ebnf = safe
+    return _tight_values(ebnf, style)
+
+
+_VALUE_SPACE = {
+    "glm_xml": (('"<arg_value>" ' + _WS, '"<arg_value>"'), (_WS + ' "</arg_value>"', '"</arg_value>"')),
+    "qwen_xml": (
+        ('">" ' + _WS, '">" ("\\n" | "")'),
+        (_WS + ' "</parameter>"', '("\\n" | "") "</parameter>"'),
+    ),
+}
+"""Per XML style, the whitespace xgrammar lets surround a value that is not a raw string (an enum, a pattern, a
+number), and what replaces it: what the style's parser drops from a string value (GLM nothing, Qwen one newline
+each side), so a string literal parses as itself."""
+
+
+_VALUE_ENDS = {"qwen_xml": ("\n</function>", "\n<parameter=")}
+"""Per XML style, text its parser reads as the end of a value even with no closing tag (a model's missing
+`</parameter>`), so a raw value may not write it."""
+
+
+def _tight_values(ebnf: str, style: str) -> str:
+    """`ebnf` of XML `style` with around each value only the whitespace its parser drops (`_VALUE_SPACE`)."""
+    for loose, tight in _VALUE_SPACE.get(style, ()):
+        ebnf = ebnf.replace(loose, tight)
+    return ebnf
 
 
 def _style_markers(style: str, spellings: tuple[str, ...]) -> tuple[str, ...]:
@@ -144,10 +175,12 @@ def _style_markers(style: str, spellings: tuple[str, ...]) -> tuple[str, ...]:
 
 def _raw_values_safe(ebnf: str, style: str, spellings: tuple[str, ...], bounded: str) -> str | None:
     """An XML style's EBNF with no spelling in a raw string value: the free one (`xml_string`) excludes them
-    whole, a length-bounded one takes none of their first characters and no layout whitespace but what the
-    parser strips (`_tight_bounded_values`); None when xgrammar's rules changed."""
+    whole (and what the style's parser reads as a value's end, `_VALUE_ENDS`), a length-bounded one takes none of
+    their first characters and no layout whitespace but what the parser strips (`_tight_bounded_values`); None
+    when xgrammar's rules changed."""
+    excludes = [*spellings, *_VALUE_ENDS.get(style, ())]
     ebnf, free = _RAW_STRING_EXCLUDES.subn(
-        lambda m: m.group(1) + ", ".join([m.group(2), *(json.dumps(s) for s in spellings)]) + ")", ebnf
+        lambda m: m.group(1) + ", ".join([m.group(2), *(json.dumps(s) for s in excludes)]) + ")", ebnf
     )
     ebnf = _RAW_BOUNDED_CHARS.sub(lambda m: f"{m.group(1)} ::= ([^{bounded}])", ebnf)
     return None if free != 1 or "\\U0010ffff" in ebnf else _tight_bounded_values(ebnf, style)

@@ -4,17 +4,20 @@ Policy: tool_choice "auto" makes calls lazy (free text; a call starts at the fam
 or a named tool makes the answer calls only, a named tool or `parallel_tool_calls=false` one call.
 Arguments follow the tool's schema unless the tool says `strict: false` (seed 001: an omitted `strict` is
 strict); then any object. response_format is the answer's JSON (with "auto", the answer is either calls
-or that JSON); a prompt that opened the think block gets its reasoning block first.
+or that JSON); a prompt that opened the think block gets its reasoning block first, which holds no call-opening
+token (the qwen3_xml parser ends reasoning at one).
 
 Markers: a call's opening and closing markers (and the think block's) are `token` formats by id where the served
 vocabulary has them as added tokens (`gateway.grammars.markers`), so their spelling in ordinary tokens never opens
-or closes a call; lazy calls then start at the opening token (`token_triggered_tags`), and free text may still
+or closes a call; lazy calls then start at the opening token (`token_triggered_tags`, whose free text holds no
+token of a marker only a call uses: the closing one, GLM's argument markers; nor a think token, where the
+vocabulary has both: the answer's think block is then an optional one at its start), and free text may still
 spell the marker with ordinary tokens (text, as the families' token-aware parsers read it: xgrammar cannot exclude
 a spelling from free text without excluding the token that spells it). A vocabulary without them gets text markers
 and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_key>`…, `CallFormat.inner`) become
 `Token(id)`s the same way.
 
-Values: no argument value can hold a control token, the markers' or the vocabulary's other special added tokens'
+Values: no argument value, and no string of a response_format answer, can hold a control token, the markers' or the vocabulary's other special added tokens'
 (`MarkerTokens.values_exclude`): backends' xgrammar sees those tokens as their spelling, so a value must exclude the
 spelling (`gateway.grammars.safe_json`: a JSON string takes it only escaped, a raw XML value not at all), or a
 token-aware parser would read structure inside it (the grammars 0.2.9 builds keep to that on 0.2.7 and 0.2.8 too:
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from backends.base import Grammar
-from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, compact_json_format, compact_json_grammar
+from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, response_strict
 from gateway.grammars.json import response_schema as answer_schema
 from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 from gateway.grammars.reasoning import ThinkBlock, with_reasoning
@@ -95,36 +98,50 @@ def build_grammar(
     """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside the think block; `markers`
     are the served vocabulary's marker tokens."""
     schema = answer_schema(request.response_format)
-    answer = compact_json_format(schema, RESPONSE_SCHEMA_PARAM) if schema is not None else None
+    strict = response_strict(request.response_format)
+    answer_ebnf = None  # spelling-safe as argument values; a schema xgrammar cannot use is a 400, as before
+    if schema is not None:
+        answer_ebnf = safe_arguments_ebnf(schema, markers.values_exclude, RESPONSE_SCHEMA_PARAM, strict)
+    answer = None if answer_ebnf is None else {"type": "grammar", "grammar": answer_ebnf}
     forced = request.tool_choice != "auto"
     think = calls_format.think
     if request.active_tools:
         one = isinstance(request.tool_choice, dict) or not request.parallel_tool_calls
-        calls = _calls(request, calls_format, markers, only_calls=forced or answer is not None, one=one)
+        think_tokens = [markers.ids[s] for s in (think.start, think.end) if s in markers.ids]
+        think_tokens = think_tokens if len(think_tokens) == 2 else []  # a lazy answer thinks only at its start
+        calls = _calls(request, calls_format, markers, only_calls=forced or answer is not None, one=one,
+                       free_excludes=think_tokens)  # fmt: skip
         if answer is not None and not forced:
             calls = {"type": "or", "elements": [calls, answer]}
-        optional = forced or answer is not None
+        optional = forced or answer is not None or bool(think_tokens)
         return with_reasoning(calls, prompt_opens_reasoning=prompt_opens_reasoning, reasoning_optional=optional,
-                              think=think, markers=markers)  # fmt: skip
+                              think=think, markers=markers, excludes=(calls_format.open,))  # fmt: skip
     if answer is None:
         return None
     if prompt_opens_reasoning:
         return with_reasoning(answer, prompt_opens_reasoning=True, reasoning_optional=False, think=think,
                               markers=markers)  # fmt: skip
-    return compact_json_grammar(schema, RESPONSE_SCHEMA_PARAM)
+    return Grammar("ebnf", answer["grammar"])
 
 
 def _calls(
-    request: ChatRequest, calls_format: CallFormat, markers: MarkerTokens, only_calls: bool, one: bool
+    request: ChatRequest,
+    calls_format: CallFormat,
+    markers: MarkerTokens,
+    only_calls: bool,
+    one: bool,
+    free_excludes: list[int],
 ) -> Format:
+    """The calls: only calls, or lazy ones in free text that holds none of `free_excludes` (token ids)."""
     tags = [_tag(calls_format, t, f"tools[{i}].function.parameters", markers) for i, t in indexed_active_tools(request)]
     if only_calls:
         return {"type": "tags_with_separator", "tags": tags, "separator": calls_format.separator,
                 "at_least_one": True, "stop_after_first": one}  # fmt: skip
     opener = markers.token(calls_format.open)
     if opener is not None:
+        inside = [markers.ids[s] for s in (calls_format.close, *calls_format.inner) if s in markers.ids]
         return {"type": "token_triggered_tags", "trigger_tokens": [opener["token"]], "tags": tags,
-                "at_least_one": False, "stop_after_first": one}  # fmt: skip
+                "exclude_tokens": inside + free_excludes, "at_least_one": False, "stop_after_first": one}  # fmt: skip
     return {"type": "triggered_tags", "triggers": [calls_format.trigger], "tags": tags, "at_least_one": False,
             "stop_after_first": one}  # fmt: skip
 

@@ -3,8 +3,8 @@
 Policy (the same as the hermes family's):
 * tools active, tool_choice "auto": calls are lazy — free text, and a calls
   block starts at `<｜DSML｜ calls>` (one block ends the turn); "required" or a
-  named tool: the answer is `\\n\\n` + a calls block; `parallel_tool_calls=false`:
-  one invoke.
+  named tool: the answer is `\\n\\n` + a calls block; `parallel_tool_calls=false`
+  or a named tool: one invoke.
 * response_format json_object / json_schema: the answer is that JSON; with
   tools and "auto" the answer is EITHER calls OR the JSON.
 * a prompt that opened `<think>` gets free reasoning up to `</think>` first.
@@ -59,7 +59,7 @@ def _grammar(key: str) -> Grammar | None:
     tools, choice, parallel, schema, in_reasoning, dialect = json.loads(key)
     dialect = _DIALECTS[dialect]
     if tools:
-        block = _calls_block(tools, one=not parallel, dialect=dialect)
+        block = _calls_block(tools, one=not parallel or choice == "named", dialect=dialect)
         if choice == "auto":
             answer = (
                 _lazy_calls(block, dialect)

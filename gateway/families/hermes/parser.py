@@ -25,8 +25,11 @@ Decisions (the gateway's documented behaviour):
   tool choice forced calls (`required` or a named tool): the grammar then allows
   nothing but calls, so a marker or call header cut off by the end of the output
   is dropped, never content.
-* Markers are matched on text, so they work as plain text (SmolLM2) or as
-  single added tokens (Qwen); `Piece.token_id` is not needed.
+* Markers are matched on text where the vocabulary has no token for them
+  (SmolLM2); a marker the vocabulary has as an added token (`token_markers`:
+  Qwen's `<tool_call>`, `</tool_call>`, Qwen3's `<think>`, `</think>`) counts
+  only as that token (a Piece with `token_id`), as the grammar writes it: its
+  spelling in ordinary tokens is text.
 """
 
 from __future__ import annotations
@@ -128,14 +131,22 @@ class HermesParser(OutputParser):
         in_reasoning: bool = False,
         forced_calls: bool = False,
         continues: bool = False,
+        token_markers: frozenset[str] = frozenset(),
     ) -> None:
         """`tool_calls`: parse `<tool_call>` blocks (else they are content); `in_reasoning`: the prompt opened `<think>`;
         `forced_calls`: the answer is calls only (a cut marker or call header is dropped at the end); `continues`: the
-        output continues the prompt's last assistant text (a prefill), so it is content from its first character."""
+        output continues the prompt's last assistant text (a prefill), so it is content from its first character;
+        `token_markers`: the markers that count only as their added token."""
         self._parse_calls = tool_calls
         self._forced_calls = forced_calls
         self._state = _State.REASONING if in_reasoning else _State.CONTENT if continues else _State.START
         self._buffer = ""
+        self._token_markers = token_markers
+        self._text_call_markers = tuple(m for m in (TOOL_CALL_END, TOOL_CALL_START) if m not in token_markers)
+        self._base = 0
+        """How many characters of the output came before the buffer."""
+        self._marks: set[int] = set()
+        """Where a marker token starts in the output (a character offset)."""
         self._reasoning = Trimmed()
         self._content = Trimmed(keep_leading=continues)
         self._arguments = _JsonEnd()
@@ -150,8 +161,34 @@ class HermesParser(OutputParser):
         return self._call_count > 0 or self._call_sent
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        if self._token_markers and (len(pieces) != 1 or pieces[0].token_id is not None):
+            self._mark_tokens(pieces)
         self._buffer += pieces[0].text if len(pieces) == 1 else "".join([p.text for p in pieces])
         return self._advance(final=False)
+
+    def _mark_tokens(self, pieces: Sequence[Piece]) -> None:
+        at = self._base + len(self._buffer)
+        for piece in pieces:
+            if piece.token_id is not None and piece.text in self._token_markers:
+                self._marks.add(at)
+            at += len(piece.text)
+
+    def _find(self, marker: str) -> int:
+        """Where `marker` starts in the buffer (-1: nowhere); a token marker only where its token came."""
+        at = self._buffer.find(marker)
+        if marker in self._token_markers:
+            while at >= 0 and self._base + at not in self._marks:
+                at = self._buffer.find(marker, at + 1)
+        return at
+
+    def _drop(self, size: int) -> None:
+        """The buffer's first `size` characters are read."""
+        self._buffer = self._buffer[size:]
+        self._base += size
+
+    def _held(self, final: bool, text_markers: tuple[str, ...]) -> int:
+        """How long a suffix of the buffer could still become one of `text_markers`."""
+        return 0 if final or not text_markers else held_prefix(self._buffer, text_markers)
 
     def finish(self) -> list[Delta]:
         out = self._advance(final=True)
@@ -170,20 +207,22 @@ class HermesParser(OutputParser):
     # Each step consumes what it can from the buffer; True means "state changed, go on".
 
     def _start(self, final: bool) -> bool:
-        if self._buffer.startswith(THINK_START):
-            self._buffer = self._buffer[len(THINK_START) :]
+        if self._find(THINK_START) == 0:
+            self._drop(len(THINK_START))
             self._state = _State.REASONING
             return True
-        if THINK_START.startswith(self._buffer) and not final:
+        if not final and (
+            not self._buffer or (THINK_START not in self._token_markers and THINK_START.startswith(self._buffer))
+        ):
             return False
         self._state = _State.CONTENT
         return True
 
     def _in_reasoning(self, final: bool) -> bool:
-        end = self._buffer.find(THINK_END)
+        end = self._find(THINK_END)
         if end >= 0:
             self._emit_reasoning(self._buffer[:end])
-            self._buffer = self._buffer[end + len(THINK_END) :]
+            self._drop(end + len(THINK_END))
             self._state = _State.CONTENT
             return True
         self._emit_reasoning(self._take_unheld(final, THINK_END))
@@ -192,31 +231,31 @@ class HermesParser(OutputParser):
     def _in_content(self, final: bool) -> bool:
         if not self._parse_calls:
             self._emit_content(self._buffer)
-            self._buffer = ""
+            self._drop(len(self._buffer))
             return False
-        start = self._buffer.find(TOOL_CALL_START)
+        start = self._find(TOOL_CALL_START)
         if start >= 0:
             self._emit_content(self._buffer[:start])
-            self._buffer = self._buffer[start + len(TOOL_CALL_START) :]
+            self._drop(start + len(TOOL_CALL_START))
             self._state = _State.CALL_HEADER
             return True
         self._emit_content(self._take_unheld(final and not self._forced_calls, TOOL_CALL_START))
         return False
 
     def _call_header(self, final: bool) -> bool:
-        close = self._buffer.find(TOOL_CALL_END)
+        close = self._find(TOOL_CALL_END)
         header = _CALL_HEADER.match(self._buffer)
         if header and (close < 0 or header.end() <= close):
             self._held_call = [
                 Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=json.loads(header["name"]))
             ]
-            self._buffer = self._buffer[header.end() :]
+            self._drop(header.end())
             self._arguments = _JsonEnd()
             self._state = _State.CALL_ARGUMENTS
             return True
         if close >= 0:
             body = self._buffer[:close]
-            self._buffer = self._buffer[close + len(TOOL_CALL_END) :]
+            self._drop(close + len(TOOL_CALL_END))
             self._state = _State.CONTENT
             call = parse_whole_call(body)
             if call is None:
@@ -231,7 +270,7 @@ class HermesParser(OutputParser):
         if final:
             if not self._forced_calls:
                 self._emit_content(TOOL_CALL_START + self._buffer)
-            self._buffer = ""
+            self._drop(len(self._buffer))
             self._state = _State.CONTENT
         return False
 
@@ -239,7 +278,8 @@ class HermesParser(OutputParser):
         size = self._arguments.scan(self._buffer)
         if size:
             self._send(Delta(tool_index=self._call_count, tool_arguments=self._buffer[:size]))
-            self._buffer = self._buffer[size:]
+            self._buffer = self._buffer[size:]  # self._drop(size), inline: once per argument token
+            self._base += size
         if self._arguments.first_member_done:
             self._release_call()
         if self._arguments.done:
@@ -249,19 +289,18 @@ class HermesParser(OutputParser):
 
     def _call_tail(self, final: bool) -> bool:
         """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`."""
-        close = self._buffer.find(TOOL_CALL_END)
-        reopen = self._buffer.find(TOOL_CALL_START)
+        close = self._find(TOOL_CALL_END)
+        reopen = self._find(TOOL_CALL_START)
         if close >= 0 or reopen >= 0 or self._buffer.lstrip().startswith("}"):
             self._release_call()
         if close >= 0 and (reopen < 0 or close < reopen):
-            self._buffer = self._buffer[close + len(TOOL_CALL_END) :]
+            self._drop(close + len(TOOL_CALL_END))
             self._state = _State.CONTENT
         elif reopen >= 0:
-            self._buffer = self._buffer[reopen + len(TOOL_CALL_START) :]
+            self._drop(reopen + len(TOOL_CALL_START))
             self._state = _State.CALL_HEADER
         else:
-            held = 0 if final else held_prefix(self._buffer, (TOOL_CALL_END, TOOL_CALL_START))
-            self._buffer = self._buffer[len(self._buffer) - held :]
+            self._drop(len(self._buffer) - self._held(final, self._text_call_markers))
             return False
         self._call_count += 1
         return True
@@ -283,12 +322,9 @@ class HermesParser(OutputParser):
     def _take_unheld(self, final: bool, marker: str) -> str:
         """Remove and return the buffer, less a suffix that could still become `marker`."""
         text = self._buffer
-        held = 0 if final else held_prefix(text, (marker,))
-        if not held:
-            self._buffer = ""
-            return text
-        self._buffer = text[-held:]
-        return text[:-held]
+        held = self._held(final, () if marker in self._token_markers else (marker,))
+        self._drop(len(text) - held)
+        return text[: len(text) - held]
 
     def _emit_reasoning(self, text: str) -> None:
         if out := self._reasoning.push(text):

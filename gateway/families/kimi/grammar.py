@@ -19,7 +19,7 @@ Policy (the K3 grammar-hardening rules):
   come. Named: only that tool. The response channel can never carry a call
   (its text excludes the control tokens, so a call spelled there is text).
 * A call names a declared tool, with `index="[1-9][0-9]*"`; one call when
-  parallel_tool_calls is false, one or more otherwise.
+  parallel_tool_calls is false or a tool is named, one or more otherwise.
 * Arguments (strict omitted or true): required ones in the schema's
   `required` order, typed, strings non-empty; then any number of complete
   declared optional argument tags (never a required key again). `integer`
@@ -219,7 +219,8 @@ def build_grammar(request: ChatRequest, channel: str, ids: ControlIds, always_st
     if not functions and schema is None:
         return None
     builder = _Builder(ids, always_strict)
-    tools = builder.tools_section(functions, request.parallel_tool_calls) if functions else None
+    parallel = request.parallel_tool_calls and not isinstance(request.tool_choice, dict)  # a named tool: one call
+    tools = builder.tools_section(functions, parallel) if functions else None
     forced = bool(functions) and request.tool_choice != "auto"
     response = None
     if schema is not None and not forced:

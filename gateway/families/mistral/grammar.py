@@ -11,7 +11,8 @@ Policy:
   `[TOOL_CALLS]NAME[ARGS]{…}` (one when `parallel_tool_calls` is false);
   "required" / named: at least one call and no text; named: only that tool.
   Arguments follow the tool's schema unless it says `strict: false`.
-* response_format json_object / json_schema: the answer is that JSON.
+* response_format json_object / json_schema: the answer is that JSON; with tools and
+  "auto", EITHER calls OR that JSON (no free text).
 * The v3 JSON-array format (Mistral 7B v0.3) gets no call grammar.
 * No JSON string can hold a control token's spelling (the vocabulary's
   special tokens: `[TOOL_CALLS]`, `</s>`, … and `<SPECIAL_…` by its prefix), so a
@@ -51,6 +52,8 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
     text: Format = {"type": "any_tokens", "exclude_tokens": sorted(ids.values())}
     spellings = control_spellings(tokenizer)
     thinking = {"type": "optional", "content": {"type": "sequence", "elements": [token(THINK), text, token(THINK_END)]}}
+    strict = response_strict(request.response_format)
+    json_answer = None if schema is None else safe_json_format(schema, spellings, RESPONSE_SCHEMA_PARAM, strict)
     if tools:
         names = {t["function"]["name"] for t in tools}
         calls = [
@@ -60,14 +63,15 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
         ]
         call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
         auto = request.tool_choice == "auto"
-        if isinstance(request.tool_choice, dict) or not request.parallel_tool_calls:
-            repeat = {"type": "optional", "content": call} if auto else call
+        one = isinstance(request.tool_choice, dict) or not request.parallel_tool_calls
+        if auto and json_answer is not None:  # either calls or the JSON answer, no free text
+            answer = [{"type": "or", "elements": [call if one else {"type": "plus", "content": call}, json_answer]}]
+        elif one:
+            answer = [text, {"type": "optional", "content": call}] if auto else [call]
         else:
-            repeat = {"type": "star" if auto else "plus", "content": call}
-        answer = [text, repeat] if auto else [repeat]
+            answer = [text, {"type": "star", "content": call}] if auto else [{"type": "plus", "content": call}]
     else:
-        strict = response_strict(request.response_format)
-        answer = [safe_json_format(schema, spellings, RESPONSE_SCHEMA_PARAM, strict)]
+        answer = [json_answer]
     fmt = {"type": "sequence", "elements": [thinking, *answer]}
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
 
