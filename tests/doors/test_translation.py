@@ -239,6 +239,7 @@ def test_anthropic_rules_that_hold():
         ({"input": None}, "input"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+        ({"input": [{"type": "message", "role": "user"}]}, "input[0].content"),
         ({"metadata": {"k": 1}}, "metadata"),
         ({"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}, "tools[1].name"),
     ],
