@@ -330,9 +330,10 @@ def _message(m: Fields) -> dict[str, Any]:
 def _assistant_content(m: Fields, message: dict[str, Any]) -> None:
     """The refusal as the content when there is none; OpenAI's rule that the content is required unless the message
     has tool_calls (or a legacy function_call, taken as before), an empty list of parts being no content."""
+    refusal = m.string("refusal")
     said = m.get("content") not in (None, [])
-    if not said and m.has("refusal"):
-        message["content"] = m.string("refusal")
+    if not said and refusal is not None:
+        message["content"] = refusal
         said = True
     if not (said or "tool_calls" in message or m.value.get("function_call") is not None):
         raise invalid(

@@ -231,6 +231,7 @@ def test_settings():
         (chat(messages=[USER, {"role": "assistant"}, USER]), "messages[1].content"),
         (chat(messages=[USER, {"role": "assistant", "content": None, "tool_calls": []}]), "messages[1].content"),
         (chat(messages=[USER, {"role": "assistant", "content": []}]), "messages[1].content"),
+        (chat(messages=[USER, {"role": "assistant", "content": "x", "refusal": 5}]), "messages[1].refusal"),
         (
             chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "nope"}}),
             "tool_choice.function.name",
