@@ -247,10 +247,12 @@ def _check_tools_given(fields: Fields, tools: list[dict[str, Any]]) -> None:
     tools stays allowed, as vLLM allows it on purpose (clients such as Semantic Kernel always send it)."""
     if tools:
         return
-    choice = fields.get("tool_choice")
-    key = "tool_choice" if choice not in (None, "none") else "parallel_tool_calls"
-    if key == "tool_choice" or fields.has(key):
-        raise invalid(f"Invalid value for '{key}': '{key}' is only allowed when 'tools' are specified.", key)
+    for key, given in (
+        ("tool_choice", fields.get("tool_choice") not in (None, "none")),
+        ("parallel_tool_calls", fields.has("parallel_tool_calls")),
+    ):
+        if given:
+            raise invalid(f"Invalid value for '{key}': '{key}' is only allowed when 'tools' are specified.", key)
 
 
 def _check_modalities(fields: Fields) -> None:
