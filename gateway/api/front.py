@@ -46,6 +46,7 @@ class GatewayApp(Starlette):
 
     def __init__(self, *, routes: Sequence[Route], layers: Sequence[Middleware], metrics: GatewayMetrics, **kwargs):
         super().__init__(routes=routes, **kwargs)
+        self.router.redirect_slashes = False  # `Front` serves a path with a trailing slash as the path without it
         self._layers = list(layers)
         self._metrics = metrics
 
@@ -58,7 +59,7 @@ class GatewayApp(Starlette):
 
 
 class Front:
-    """Per HTTP request: the metrics record (counted, and its access line written, before the last byte goes out),
+    """Per HTTP request: one trailing slash dropped from the path, the metrics record (counted, and its access line written, before the last byte goes out),
     `x-request-id` (the client's own when it sent a sane one), the client's well-formed `traceparent` forwarded to
     the backends, and a crash before the answer started turned into a 500 body. Requests that arrive together start
     a few per loop iteration (`api/turns.py`). Other scopes go to `other`."""
@@ -73,6 +74,9 @@ class Front:
         if scope["type"] != "http":
             await self.other(scope, receive, send)
             return
+        path = scope["path"]
+        if len(path) > 1 and path[-1] == "/":  # served as without the slash: Starlette's 307 loses a POST for some
+            scope["path"] = path[:-1]  # clients (curl without -L, those that follow with a GET)
         record = RequestRecord(scope["method"], scope["path"])
         supplied, trace = _request_headers(scope["headers"])
         request_id = supplied if supplied and _CLIENT_REQUEST_ID.fullmatch(supplied) else random_hex()

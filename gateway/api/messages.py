@@ -8,6 +8,8 @@ refusal under /v1/messages, wherever it is raised, and `MessagesDoor.failure` to
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from typing import Any
 
 from starlette.requests import Request
@@ -28,6 +30,14 @@ from gateway.validation.messages import parse_messages_request
 
 _TEXT_BLOCKS = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinking_delta")}
 """Block type → the field its text is in and the type of its deltas."""
+
+
+def thinking_signature(digest: bytes) -> str:
+    """A thinking block's signature: the SHA-256 of its text, base64. Anthropic sends one in a signature_delta before
+    the block stops, and clients that pass thinking back keep it (some drop a block without one). It is not checked
+    when a block comes back: the client writes the whole history anyway (chat's reasoning_content and Responses'
+    reasoning items are taken as sent), and a conversation moved from another provider carries that provider's."""
+    return base64.b64encode(digest).decode()
 
 
 async def create_message(request: Request, registry: ModelRegistry, max_body: int) -> Response:
@@ -61,6 +71,8 @@ class MessagesDoor:
         self._finish: str | None = None
         self._stop_string: str | None = None
         self._started = False
+        self._thinking = hashlib.sha256()
+        """The open thinking block's text so far, hashed for its signature (a new hash once the block stops)."""
 
     def usage(self) -> dict[str, Any]:
         return self._renderer.usage()
@@ -107,10 +119,13 @@ class MessagesDoor:
     def _delta(self, kind: str, text: str) -> list[dict[str, Any]]:
         field, delta_type = _TEXT_BLOCKS[kind]
         out = [] if self._open == kind else self._start(kind, {"type": kind, field: "", **self._signature(kind)})
+        if kind == "thinking":
+            self._thinking.update(text.encode())
         return out + [self._block_delta({"type": delta_type, field: text})]
 
     @staticmethod
     def _signature(kind: str) -> dict[str, str]:
+        """A thinking block starts with an empty signature (its own comes in a signature_delta before it stops)."""
         return {"signature": ""} if kind == "thinking" else {}
 
     def _start(self, kind: str, block: dict[str, Any]) -> list[dict[str, Any]]:
@@ -124,9 +139,14 @@ class MessagesDoor:
     def _stop(self) -> list[dict[str, Any]]:
         if self._open is None:
             return []
+        out = []
+        if self._open == "thinking":
+            signature = thinking_signature(self._thinking.digest())
+            out.append(self._block_delta({"type": "signature_delta", "signature": signature}))
+            self._thinking = hashlib.sha256()
         self._open = None
         self._blocks += 1
-        return [{"type": "content_block_stop", "index": self._blocks - 1}]
+        return [*out, {"type": "content_block_stop", "index": self._blocks - 1}]
 
     async def closing(self) -> list[Any]:
         if self._finish == "length":
@@ -165,6 +185,8 @@ class MessagesDoor:
                 delta, block = e["delta"], blocks[e["index"]]
                 if delta["type"] == "input_json_delta":
                     partial.setdefault(e["index"], []).append(delta["partial_json"])
+                elif delta["type"] == "signature_delta":
+                    block["signature"] = delta["signature"]
                 else:
                     field = "text" if delta["type"] == "text_delta" else "thinking"
                     block[field] += delta[field]

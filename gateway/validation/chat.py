@@ -74,6 +74,17 @@ ASSISTANT_CONTENT = either(
     array(Variants("type", {"text": TEXT_PART, "refusal": REFUSAL_PART}), MAX_CONTENT_PARTS), TEXT
 )
 """An assistant's content may hold refusal parts too (OpenAI's); their text joins the content, as in Responses."""
+ASSISTANT_SAYS = [
+    {"required": [key], "properties": {key: value}}
+    for key, value in (
+        ("content", {"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1}]}),
+        ("refusal", {"type": "string"}),
+        ("tool_calls", {"type": "array", "minItems": 1}),
+        ("function_call", {"not": {"type": "null"}}),
+    )
+]
+"""OpenAI's rule: an assistant message has content (a string or at least one part), a refusal, tool calls or a
+legacy function_call (which is taken, not read)."""
 NAME = string("The author's name.")
 TEXT_MESSAGE = Obj(
     "ChatTextMessage",
@@ -90,10 +101,12 @@ MESSAGE = Variants(
             {
                 "role": string(required=True, choices=("assistant",)),
                 "content": ASSISTANT_CONTENT,
+                "refusal": string("The model's refusal: the content when 'content' is absent."),
                 "reasoning_content": string("The reasoning before the answer."),
                 "tool_calls": array(TOOL_CALL, MAX_TOOL_CALLS),
                 "name": NAME,
             },
+            extra={"anyOf": ASSISTANT_SAYS},
         ),
         "tool": Obj(
             "ChatToolMessage",
@@ -212,6 +225,7 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     if settings.top_logprobs and not settings.logprobs:
         raise invalid("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
     tools = parse_tools(fields)
+    _check_tools_given(fields, tools)
     tool_choice, tools = parse_tool_choice(fields, tools)
     chat = ChatRequest(
         messages=parse_messages(fields),
@@ -226,6 +240,19 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     )
     _check_continuation(chat)
     return ChatCompletionRequest(model=model, chat=chat, settings=settings)
+
+
+def _check_tools_given(fields: Fields, tools: list[dict[str, Any]]) -> None:
+    """OpenAI's rule: `tool_choice` and `parallel_tool_calls` only with `tools`. A tool_choice of 'none' without
+    tools stays allowed, as vLLM allows it on purpose (clients such as Semantic Kernel always send it)."""
+    if tools:
+        return
+    for key, given in (
+        ("tool_choice", fields.get("tool_choice") not in (None, "none")),
+        ("parallel_tool_calls", fields.has("parallel_tool_calls")),
+    ):
+        if given:
+            raise invalid(f"Invalid value for '{key}': '{key}' is only allowed when 'tools' are specified.", key)
 
 
 def _check_modalities(fields: Fields) -> None:
@@ -293,12 +320,29 @@ def _message(m: Fields) -> dict[str, Any]:
         calls = _tool_calls(m)
         if calls:
             out["tool_calls"] = calls
+        _assistant_content(m, out)
     if role == "tool":
         out["tool_call_id"] = m.string("tool_call_id")
     name = m.string("name")
     if name is not None:
         out["name"] = name
     return out
+
+
+def _assistant_content(m: Fields, message: dict[str, Any]) -> None:
+    """The refusal as the content when there is none; OpenAI's rule that the content is required unless the message
+    has tool_calls (or a legacy function_call, taken as before), an empty list of parts being no content."""
+    refusal = m.string("refusal")
+    said = m.get("content") not in (None, [])
+    if not said and refusal is not None:
+        message["content"] = refusal
+        said = True
+    if not (said or "tool_calls" in message or m.value.get("function_call") is not None):
+        raise invalid(
+            "Invalid value for 'content': an assistant message needs 'content' (a string or at least one part), "
+            "'refusal' or 'tool_calls'",
+            m.param("content"),
+        )
 
 
 def _content(m: Fields) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,9 +46,12 @@ from gateway.validation.fields import (
 from gateway.validation.schema_bounds import check_bounded, check_schema
 
 _UNSUPPORTED_BLOCKS = {"image": "image", "document": "document", "search_result": "search result"}
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_-]{1,128}")
+"""Anthropic's tool names: no '.' or ':' (which chat and Responses take), up to 128 characters."""
 MAX_STOP_SEQUENCES = 64
 """Anthropic documents no limit on stop_sequences (OpenAI's 4 is not theirs); this bound keeps the per-token stop
 matching small (~30 µs a piece at 64 strings of 256 characters, against ~0.5 ms at 1,024)."""
+NOT_WHITESPACE = "text content blocks must contain non-whitespace text"
 THINKING_EFFORT = ((4096, "low"), (16384, "medium"))
 """budget_tokens below each bound → that reasoning effort; above the last, "high"."""
 
@@ -102,7 +106,8 @@ TOOL = Obj(
     "AnthropicTool",
     {
         "type": string(default="custom", choices=("custom",)),
-        **{key: FUNCTION_FIELDS[key] for key in ("name", "description", "strict")},
+        "name": string("1-128 letters, digits, '_' or '-'.", required=True, pattern=f"^{TOOL_NAME.pattern}$"),
+        **{key: FUNCTION_FIELDS[key] for key in ("description", "strict")},
         "input_schema": free_object("A JSON schema whose root is an object.", required=True),
     },
 )
@@ -236,10 +241,12 @@ def _texts(f: Fields, key: str) -> list[str]:
 
 
 def _block_text(b: Fields) -> str:
-    """A text block's text, which Anthropic requires to be non-empty."""
+    """A text block's text, which Anthropic requires to hold more than whitespace."""
     text = b.string("text")
     if not text:
         raise invalid("text content blocks must be non-empty", b.param("text"))
+    if text.isspace():
+        raise invalid(NOT_WHITESPACE, b.param("text"))
     return text
 
 
@@ -260,6 +267,8 @@ def _messages(fields: Fields) -> list[dict[str, Any]]:
     calls: set[str] = set()
     """The tool_use ids of the last assistant turn, and those the user turn after it answered so far."""
     answered: set[str] = set()
+    used: set[str] = set()
+    """Every tool_use id so far: Anthropic requires them unique in the conversation."""
     called_at = ""
     previous_role = None
     user_text = False
@@ -267,11 +276,14 @@ def _messages(fields: Fields) -> list[dict[str, Any]]:
     for i, m in enumerate(turns):
         role = m.string("role")
         content = m.get("content")
-        if content in ("", []) and not (role == "assistant" and i == len(turns) - 1):
+        last = role == "assistant" and i == len(turns) - 1
+        if content in ("", []) and not last:
             raise invalid(
                 "all messages must have non-empty content except for the optional final assistant message",
                 m.param("content"),
             )
+        if isinstance(content, str) and content.isspace() and not last:  # a string is one text block
+            raise invalid(NOT_WHITESPACE, m.param("content"))
         if role != previous_role:
             if role == "assistant" and previous_role == "user":
                 _check_answered(calls - answered, called_at)
@@ -284,16 +296,15 @@ def _messages(fields: Fields) -> list[dict[str, Any]]:
             for b in parts:
                 _refuse_media(b)
             parts = [b.variant() for b in parts]
-            turn = _assistant(parts) if role == "assistant" else _user(parts, calls, user_text)
+            turn = _assistant(parts, used) if role == "assistant" else _user(parts, calls, answered, user_text)
         if role == "assistant":
             ids = {c["id"] for c in turn[-1].get("tool_calls", ())}
             if ids:
                 calls, called_at = calls | ids, m.param("content")
         else:
-            answered |= {t["tool_call_id"] for t in turn if t["role"] == "tool"}
             user_text = user_text or turn[-1]["role"] == "user"
         text = turn[-1]["content"] or ""
-        if role == "assistant" and i == len(turns) - 1 and text != text.rstrip():
+        if last and text != text.rstrip():
             raise invalid("final assistant content cannot end with trailing whitespace", m.param("content"))
         out += turn
         previous_role = role
@@ -312,9 +323,10 @@ def _check_answered(missing: set[str], called_at: str) -> None:
         )
 
 
-def _user(blocks: list[Fields], calls: set[str], after_text: bool) -> list[dict[str, Any]]:
-    """A user message: each tool_result (answering one of `calls`, the tool_use ids of the assistant turn before) as
-    a tool message, then its text as one user message; `after_text`: earlier messages of the turn held text."""
+def _user(blocks: list[Fields], calls: set[str], answered: set[str], after_text: bool) -> list[dict[str, Any]]:
+    """A user message: each tool_result (answering one of `calls`, the tool_use ids of the assistant turn before,
+    once: `answered` holds those the turn answered so far) as a tool message, then its text as one user message;
+    `after_text`: earlier messages of the turn held text."""
     out: list[dict[str, Any]] = []
     for b in blocks:
         kind = b.string("type")
@@ -331,6 +343,12 @@ def _user(blocks: list[Fields], calls: set[str], after_text: bool) -> list[dict[
                     "must have a corresponding `tool_use` block in the previous message.",
                     b.param("tool_use_id"),
                 )
+            if call_id in answered:
+                raise invalid(
+                    f"each tool_use must have a single result. Found multiple `tool_result` blocks with id: {call_id}",
+                    b.param("tool_use_id"),
+                )
+            answered.add(call_id)
             if after_text or (out and out[-1]["role"] == "user"):
                 raise invalid(
                     "tool_result blocks must come first: messages following tool_use blocks must begin with their "
@@ -346,8 +364,8 @@ def _user(blocks: list[Fields], calls: set[str], after_text: bool) -> list[dict[
     return out
 
 
-def _assistant(blocks: list[Fields]) -> list[dict[str, Any]]:
-    """An assistant turn: text, thinking and tool_use blocks as one message."""
+def _assistant(blocks: list[Fields], used: set[str]) -> list[dict[str, Any]]:
+    """An assistant turn: text, thinking and tool_use blocks as one message; `used`: the tool_use ids so far."""
     texts, thinking, calls = [], [], []
     for b in blocks:
         kind = b.string("type")
@@ -361,7 +379,11 @@ def _assistant(blocks: list[Fields]) -> list[dict[str, Any]]:
             arguments = b.mapping("input")
             check_bounded(arguments, b.param("input"))
             call = {"name": b.string("name"), "arguments": dict(arguments)}
-            calls.append({"id": b.string("id"), "type": "function", "function": call})
+            call_id = b.string("id")
+            if call_id in used:
+                raise invalid("`tool_use` ids must be unique", b.param("id"))
+            used.add(call_id)
+            calls.append({"id": call_id, "type": "function", "function": call})
         else:
             raise invalid(f"block type {kind!r} is not allowed in an assistant turn", b.param("type"))
     message: dict[str, Any] = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}

@@ -90,6 +90,9 @@ def test_folded_stream_equals_message(door, script, extra):
             folded["content"].append(e["content_block"])
         elif e["type"] == "content_block_delta":
             block, delta = folded["content"][e["index"]], e["delta"]
+            if delta["type"] == "signature_delta":
+                block["signature"] = delta["signature"]
+                continue
             key = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}[
                 delta["type"]
             ]
@@ -102,10 +105,18 @@ def test_folded_stream_equals_message(door, script, extra):
 
 
 def test_stop_reasons_and_thinking(door):
+    """A thinking block ends with Anthropic's signature_delta just before its content_block_stop (the stream held
+    none: the client's accumulated signature stayed empty); the body's block carries the same signature."""
+    thinking = {"max_tokens": 4096, "thinking": {"type": "enabled", "budget_tokens": 2048}}
     door.say("<think>Weighing it.</think>Sunny.")
-    body = create(door, messages=USER, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 2048})
+    body = create(door, messages=USER, **thinking)
     assert [b["type"] for b in body["content"]] == ["thinking", "text"]
     assert body["content"][0]["thinking"] == "Weighing it." and body["stop_reason"] == "end_turn"
+    door.say("<think>Weighing it.</think>Sunny.")
+    events = [e for e in stream(door, messages=USER, **thinking) if e["type"].startswith("content_block")]
+    signed = [i for i, e in enumerate(events) if e.get("delta", {}).get("type") == "signature_delta"]
+    assert len(signed) == 1 and events[signed[0] + 1] == {"type": "content_block_stop", "index": 0}
+    assert events[signed[0]]["delta"]["signature"] == body["content"][0]["signature"] != ""
     door.say("One two three four five six")
     assert create(door, messages=USER, max_tokens=3)["stop_reason"] == "max_tokens"
     door.say("Sunny. END and more")
@@ -292,6 +303,7 @@ def test_client_stream_accumulates_thinking_and_tool_use(door, client):
         final = s.get_final_message()
     thinking, use = final.content
     assert thinking.thinking == "Weighing it." and use.input == {"city": "Paris"} and final.stop_reason == "tool_use"
+    assert thinking.signature
 
 
 def test_a_tool_use_cut_by_max_tokens_keeps_its_completed_members_streamed_or_not(door, client):

@@ -175,6 +175,24 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
             "messages[4].content[0].tool_use_id",
         ),
         ([ASKED], {"stop_sequences": [str(i) for i in range(65)]}, "stop_sequences"),
+        ([{"role": "user", "content": [{"type": "text", "text": " \n"}]}], {}, "messages[0].content[0].text"),
+        ([ASKED], {"system": [{"type": "text", "text": "\t"}]}, "system[0].text"),
+        ([{"role": "user", "content": "  "}, {"role": "assistant", "content": "ok"}], {}, "messages[0].content"),
+        (
+            [ASKED, CALLED, {"role": "user", "content": [RESULT, RESULT]}],
+            {},
+            "messages[2].content[1].tool_use_id",
+        ),
+        (
+            [ASKED, CALLED, {"role": "user", "content": [RESULT]}, {"role": "user", "content": [RESULT]}],
+            {},
+            "messages[3].content[0].tool_use_id",
+        ),
+        ([ASKED, {"role": "assistant", "content": CALLED["content"] * 2}], {}, "messages[1].content[1].id"),
+        ([ASKED, CALLED, {"role": "user", "content": [RESULT]}, CALLED], {}, "messages[3].content[0].id"),
+        ([ASKED], {"tools": [{"name": "files.read", "input_schema": {"type": "object"}}]}, "tools[0].name"),
+        ([ASKED], {"tools": [{"name": "a:b", "input_schema": {"type": "object"}}]}, "tools[0].name"),
+        ([ASKED], {"tools": [{"name": "x" * 129, "input_schema": {"type": "object"}}]}, "tools[0].name"),
         (
             [ASKED, CALLED, {"role": "user", "content": [{"type": "text", "text": "so?"}, RESULT]}],
             {},
@@ -183,8 +201,9 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
     ],
 )
 def test_anthropic_errors_name_the_param(messages, extra, param):
-    """Anthropic's rules: non-empty content (but a last assistant turn) and text blocks, a tool_result answering a
-    tool_use of the turn before, every tool_use answered in the next turn."""
+    """Anthropic's rules: non-empty content (but a last assistant turn) and text blocks of more than whitespace, a
+    tool_result answering a tool_use of the turn before (once), every tool_use answered in the next turn, tool_use
+    ids unique in the conversation, tool names of letters, digits, '_' and '-' (at most 128)."""
     with pytest.raises(APIError) as e:
         parse_messages_request({"model": "m", "max_tokens": 5, "messages": messages, **extra})
     assert e.value.status == 400 and e.value.param == param
@@ -206,6 +225,8 @@ def test_anthropic_rules_that_hold():
         [ASKED, CALLED, {"role": "assistant", "content": "Checking."}, {"role": "user", "content": [RESULT]}],
     ):
         parse_messages_request({"model": "m", "max_tokens": 5, "messages": messages})
+    tool = {"name": "x" * 128, "input_schema": {"type": "object"}}
+    parse_messages_request({"model": "m", "max_tokens": 5, "messages": [ASKED], "tools": [tool]})
     stops = [str(i) for i in range(64)]
     parsed = parse_messages_request({"model": "m", "max_tokens": 5, "messages": [ASKED], "stop_sequences": stops})
     assert parsed.settings.stop == stops
@@ -218,6 +239,7 @@ def test_anthropic_rules_that_hold():
         ({"input": None}, "input"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role"),
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
+        ({"input": [{"type": "message", "role": "user"}]}, "input[0].content"),
         ({"metadata": {"k": 1}}, "metadata"),
         ({"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}, "tools[1].name"),
     ],

@@ -341,6 +341,21 @@ def test_invalid_json_and_unknown_route(gateway):
     assert r.status_code == 200 and r.json()["id"] == MODEL
 
 
+def test_a_trailing_slash_is_the_same_route_never_a_redirect(gateway):
+    """Starlette answered `POST /v1/chat/completions/` with a 307, which curl without -L and clients that follow it
+    with a GET lose the body to; the path is served as without the slash (a path parameter's route too), and an
+    unknown one is a 404 in the door's shape."""
+    client, _ = gateway
+    body = {"model": MODEL, "prompt": "Hi"}
+    served = client.post("/tokenize/", json=body, follow_redirects=False)
+    assert served.status_code == 200 and served.json() == client.post("/tokenize", json=body).json()
+    assert client.get(f"/v1/models/{MODEL}/", follow_redirects=False).json()["id"] == MODEL
+    refused = client.post("/v1/messages/", json={}, follow_redirects=False)
+    assert refused.status_code == 400 and refused.json()["type"] == "error"
+    unknown = client.post("/v1/nothing/", json={}, follow_redirects=False)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
+
+
 def test_refusals_made_outside_the_messages_door_are_in_anthropics_shape_under_its_path(gateway):
     client, _ = gateway
     for method, path, status, kind in (

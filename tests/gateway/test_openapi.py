@@ -183,7 +183,14 @@ AGREEMENT = [
         False,
     ),
     ("ChatCompletionRequest", parse_chat_completion, {**M, "messages": [{"role": "tool", "content": "x"}]}, False),
-    ("ChatCompletionRequest", parse_chat_completion, {**M, "messages": [{"role": "assistant"}]}, True),
+    ("ChatCompletionRequest", parse_chat_completion, {**M, "messages": [{"role": "assistant", "content": ""}]}, True),
+    ("ChatCompletionRequest", parse_chat_completion, {**M, "messages": [{"role": "assistant"}]}, False),
+    (
+        "ChatCompletionRequest",
+        parse_chat_completion,
+        {**M, "messages": [{"role": "assistant", "content": [], "tool_calls": []}]},
+        False,
+    ),
     (
         "ChatCompletionRequest",
         parse_chat_completion,

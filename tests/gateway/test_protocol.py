@@ -87,6 +87,21 @@ def test_an_assistant_refusal_part_is_its_text_and_only_an_assistant_may_hold_on
     assert e.value.param == "messages[0].content[0].type"
 
 
+def test_what_openai_allows_without_tools_or_assistant_content():
+    """tool_choice 'none' without tools (vLLM allows it on purpose: Semantic Kernel always sends it); an assistant
+    message with a refusal, a legacy function_call, an empty string, or tool_calls and no content."""
+    assert parse_chat_completion(chat(tool_choice="none", parallel_tool_calls=None)).chat.tool_choice == "none"
+    for assistant, content in (
+        ({"refusal": "I can't."}, "I can't."),
+        ({"content": [], "refusal": "No."}, "No."),
+        ({"content": None, "function_call": {"name": "f", "arguments": "{}"}}, None),
+        ({"content": ""}, ""),
+        ({"content": None, "tool_calls": CALLING["tool_calls"]}, None),
+    ):
+        messages = parse_chat_completion(chat(messages=[USER, {"role": "assistant", **assistant}])).chat.messages
+        assert messages[1]["content"] == content
+
+
 def test_tools_and_choices():
     bare = {"type": "function", "function": {"name": "now"}}
     req = parse_chat_completion(chat(tools=[TOOL, bare], tool_choice={"type": "function", "function": {"name": "now"}}))
@@ -210,6 +225,13 @@ def test_settings():
         ),
         (chat(tool_choice="always"), "tool_choice"),
         (chat(tool_choice="required"), "tool_choice"),
+        (chat(tool_choice="auto"), "tool_choice"),
+        (chat(tools=[], tool_choice={"type": "function", "function": {"name": "f"}}), "tool_choice"),
+        (chat(parallel_tool_calls=False), "parallel_tool_calls"),
+        (chat(messages=[USER, {"role": "assistant"}, USER]), "messages[1].content"),
+        (chat(messages=[USER, {"role": "assistant", "content": None, "tool_calls": []}]), "messages[1].content"),
+        (chat(messages=[USER, {"role": "assistant", "content": []}]), "messages[1].content"),
+        (chat(messages=[USER, {"role": "assistant", "content": "x", "refusal": 5}]), "messages[1].refusal"),
         (
             chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "nope"}}),
             "tool_choice.function.name",
