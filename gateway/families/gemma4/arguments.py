@@ -1,7 +1,7 @@
 """A call's arguments in Gemma 4's object notation as structural-tag formats (xgrammar 0.2.7 / 0.2.8).
 
 `{key:value,…}` with bare keys, strings between two `<|"|>` TOKENS (`token` formats by id, the raw text
-between them `any_tokens` excluding the call's and the quote's ids), numbers as regexes, true / false /
+between them `any_tokens` excluding every special token), numbers as regexes, true / false /
 null, arrays and nested objects. Structural tags have no references, so a schema is spelled out whole:
 * a local `$ref` (`#`, `#/$defs/X`, any JSON pointer into the tool's parameters) is inlined; a reference to
   itself (a recursive schema), a remote one or one that does not resolve has no format (None);
@@ -16,9 +16,9 @@ Bounds hold as in the other families' JSON (xgrammar's own conversion of the key
 `maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `pattern` as a `regex`
 between the quotes (full match, as xgrammar reads a schema's pattern), unless the pattern could write the first
 character of a special token's spelling (then, like a pattern xgrammar cannot use, it is dropped and the string is
-free) ; `minLength` / `maxLength` (without a pattern) as a regex of that many characters, none of them such a first
-character; an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is
-not kept).
+free); an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
+kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
+(`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -164,17 +164,10 @@ class ArgumentFormats:
         return _or(formats)
 
     def _string_body(self, schema: dict[str, Any]) -> Format:
-        """A string's text between the quotes: its pattern, its length bounds, or any text."""
+        """A string's text between the quotes: its pattern, or any text."""
         pattern = schema.get("pattern")
-        if isinstance(pattern, str):
-            if usable_pattern(pattern, "pattern", strict=False) and not may_write(pattern, self.firsts):
-                return {"type": "regex", "pattern": pattern}
-            return self.raw
-        low, high = _count(schema, "minLength"), _count(schema, "maxLength")
-        if low == 0 and high is None:
-            return self.raw
-        char = "[^" + "".join("\\" + c if c in "\\]^-[" else c for c in self.firsts) + "]"
-        return {"type": "regex", "pattern": f"{char}{{{low},{'' if high is None else high}}}"}
+        usable = isinstance(pattern, str) and usable_pattern(pattern, "pattern", strict=False)
+        return {"type": "regex", "pattern": pattern} if usable and not may_write(pattern, self.firsts) else self.raw
 
     def _array(self, schema: dict[str, Any], depth: int) -> Format | None:
         item = self._value(schema.get("items"), depth + 1)
@@ -243,7 +236,7 @@ def _number(schema: dict[str, Any], plain: str) -> Format:
 
 
 def _count(schema: dict[str, Any], key: str) -> Any:
-    """A non-negative integer keyword (`minItems`, `maxLength` …): 0 for a missing minimum, None for a maximum."""
+    """A non-negative integer keyword (`minItems`, `maxItems`): 0 for a missing minimum, None for a maximum."""
     value = schema.get(key)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
