@@ -5,8 +5,9 @@ in the first header. Harmony's control tokens are `token` formats by integer
 id (vLLM validates tags without a tokenizer and accepts only ids); free text
 is `any_tokens` excluding every special token of the vocabulary (the control
 tokens, so a message can only end at its real terminator, and the unused
-`<|reserved_…|>` ones, which the parser would show as text). Formats used: sequence, or, star, const_string, token,
-any_tokens, grammar (EBNF for compact JSON).
+`<|reserved_…|>` ones, which the parser would show as text). Formats used:
+sequence, or, star, const_string, token, any_tokens, grammar (EBNF for
+compact JSON).
 
 Policy:
 * tool_choice "auto": any number of analysis messages, then the final answer
