@@ -62,7 +62,7 @@ class ArgumentFormats:
     """Formats for values of a schema; `quote` is the `<|"|>` token format, `raw` a string's body, `firsts` the
     characters no bounded string may write (the first ones of the special tokens' spellings)."""
 
-    def __init__(self, quote: Format, raw: Format, firsts: str = "<"):
+    def __init__(self, quote: Format, raw: Format, firsts: str):
         self.quote = quote
         self.raw = raw
         self.firsts = firsts
