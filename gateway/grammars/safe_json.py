@@ -302,6 +302,12 @@ def added_spellings(tokenizer: Any, markers: frozenset[str] = frozenset()) -> tu
     return tuple(sorted({s for s in specials if _PUNCTUATION.match(s)} | markers))
 
 
+@lru_cache(maxsize=16)
+def special_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids of `tokenizer`'s special added tokens (control, stop and unused ones): what free text excludes."""
+    return frozenset(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special)
+
+
 def control_spellings(tokenizer: Any) -> tuple[str, ...]:
     """What JSON strings must not contain on `tokenizer` (a `tokenizers.Tokenizer`): the `prefixes` of its
     `added_spellings`."""

@@ -1,7 +1,7 @@
 """A call's arguments in Gemma 4's object notation as structural-tag formats (xgrammar 0.2.7 / 0.2.8).
 
 `{key:value,…}` with bare keys, strings between two `<|"|>` TOKENS (`token` formats by id, the raw text
-between them `any_tokens` excluding the call's and the quote's ids), numbers as regexes, true / false /
+between them `any_tokens` excluding every special token), numbers as regexes, true / false /
 null, arrays and nested objects. Structural tags have no references, so a schema is spelled out whole:
 * a local `$ref` (`#`, `#/$defs/X`, any JSON pointer into the tool's parameters) is inlined; a reference to
   itself (a recursive schema), a remote one or one that does not resolve has no format (None);
@@ -11,6 +11,14 @@ null, arrays and nested objects. Structural tags have no references, so a schema
 With no format the call keeps free text; so has one whose key or enum string holds `<` (a literal is text, and
 text could spell a control token). Properties are written in the schema's declared order with `,` and no space;
 every required one must come, optional ones may.
+
+Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
+`maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `pattern` as a `regex`
+between the quotes (full match, as xgrammar reads a schema's pattern), unless the pattern could write the first
+character of a special token's spelling (then, like a pattern xgrammar cannot use, it is dropped and the string is
+free); an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
+kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
+(`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
+from gateway.grammars.safe_json import may_write, usable_pattern
 
 Format = dict[str, Any]
 MAX_DEPTH = 6
@@ -27,6 +37,9 @@ MAX_FORMATS = 5000
 FREE_KEY = r"[A-Za-z0-9_$@.\-]+"
 INTEGER = r"-?(0|[1-9][0-9]*)"
 NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+MAX_COUNTED = 16
+"""The largest `minItems` / `maxItems` spelled out (each counted item is a copy of the item's formats)."""
+_NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
 
 def _const(text: str) -> Format:
@@ -46,11 +59,13 @@ class _TooLarge(Exception):
 
 
 class ArgumentFormats:
-    """Formats for values of a schema; `quote` is the `<|"|>` token format, `raw` a string's body."""
+    """Formats for values of a schema; `quote` is the `<|"|>` token format, `raw` a string's body, `firsts` the
+    characters no bounded string may write (the first ones of the special tokens' spellings)."""
 
-    def __init__(self, quote: Format, raw: Format):
+    def __init__(self, quote: Format, raw: Format, firsts: str):
         self.quote = quote
         self.raw = raw
+        self.firsts = firsts
         self._root: Any = None
         self._inlining: list[str] = []
         self._formats = 0
@@ -83,9 +98,9 @@ class ArgumentFormats:
         if isinstance(kind, list):
             return self._any([{**schema, "type": k} for k in kind], depth)
         build: dict[str, Callable[[], Format | None]] = {
-            "string": lambda: _seq(self.quote, self.raw, self.quote),
-            "integer": lambda: {"type": "regex", "pattern": INTEGER},
-            "number": lambda: {"type": "regex", "pattern": NUMBER},
+            "string": lambda: _seq(self.quote, self._string_body(schema), self.quote),
+            "integer": lambda: _number(schema, INTEGER),
+            "number": lambda: _number(schema, NUMBER),
             "boolean": lambda: _or([_const("true"), _const("false")]),
             "null": lambda: _const("null"),
             "array": lambda: self._array(schema, depth),
@@ -121,11 +136,11 @@ class ArgumentFormats:
         inner = self._free(depth + 1, levels - 1) if levels else None
         if inner is None:
             return []
-        self._formats += 4 * _count(inner)  # written four times: first and later items, first and later members
+        self._formats += 4 * _count_formats(inner)  # written four times: first and later items, first and later members
         if self._formats > MAX_FORMATS:
             raise _TooLarge
         member = _seq({"type": "regex", "pattern": FREE_KEY}, _const(":"), inner)
-        return [_seq(_const("["), _list(inner), _const("]")), _seq(_const("{"), _list(member), _const("}"))]
+        return [_seq(_const("["), _counted(inner), _const("]")), _seq(_const("{"), _counted(member), _const("}"))]
 
     def _any(self, options: Any, depth: int) -> Format | None:
         formats = [self._value(o, depth) for o in options] if isinstance(options, list) and options else [None]
@@ -148,12 +163,24 @@ class ArgumentFormats:
                 return None
         return _or(formats)
 
+    def _string_body(self, schema: dict[str, Any]) -> Format:
+        """A string's text between the quotes: its pattern, or any text."""
+        pattern = schema.get("pattern")
+        usable = isinstance(pattern, str) and usable_pattern(pattern, "pattern", strict=False)
+        return {"type": "regex", "pattern": pattern} if usable and not may_write(pattern, self.firsts) else self.raw
+
     def _array(self, schema: dict[str, Any], depth: int) -> Format | None:
         item = self._value(schema.get("items"), depth + 1)
         if item is None:
             return None
-        items = {"type": "optional", "content": _seq(item, {"type": "star", "content": _seq(_const(","), item)})}
-        return _seq(_const("["), items, _const("]"))
+        low, high = _count(schema, "minItems"), _count(schema, "maxItems")
+        low = low if low <= MAX_COUNTED else 0
+        high = high if high is not None and low <= high <= MAX_COUNTED else None
+        self._formats += (low + (high or 0)) * _count_formats(item)  # the copies spelled out
+        if self._formats > MAX_FORMATS:
+            raise _TooLarge
+        items = _counted(item, low, high)
+        return _seq(_const("["), _const("]")) if items is None else _seq(_const("["), items, _const("]"))
 
     def _object(self, schema: dict[str, Any], depth: int) -> Format | None:
         properties = schema.get("properties")
@@ -184,13 +211,40 @@ class ArgumentFormats:
         return {"type": "optional", "content": _or(alternatives)}  # every member optional: `{}` too
 
 
-def _list(item: Format) -> Format:
-    """Zero or more `item`s separated by `,`."""
-    return {"type": "optional", "content": _seq(item, {"type": "star", "content": _seq(_const(","), item)})}
+def _counted(item: Format, low: int = 0, high: int | None = None) -> Format | None:
+    """`low` to `high` (None: unbounded) `item`s separated by `,`; None for none at all (`high` 0)."""
+    if high == 0:
+        return None
+    later = _seq(_const(","), item)
+    tail: Format | None = {"type": "star", "content": later} if high is None else None
+    for _ in range(0 if high is None else high - max(low, 1)):  # at most this many more, as nested options
+        tail = {"type": "optional", "content": later if tail is None else _seq(later, tail)}
+    items = _seq(item, *[later] * (max(low, 1) - 1), *([tail] if tail is not None else []))
+    return items if low else {"type": "optional", "content": items}
 
 
-def _count(fmt: Any) -> int:
+def _number(schema: dict[str, Any], plain: str) -> Format:
+    """An integer or number: xgrammar's EBNF of it where the schema bounds it, else the plain regex."""
+    bounds = {k: v for k in _NUMBER_BOUNDS if isinstance(v := schema.get(k), (int, float)) and not isinstance(v, bool)}
+    if not bounds:
+        return {"type": "regex", "pattern": plain}
+    try:
+        ebnf = compact_json_ebnf({"type": schema["type"], **bounds}, "parameters")
+    except SchemaGrammarError:
+        return {"type": "regex", "pattern": plain}
+    return {"type": "grammar", "grammar": ebnf}
+
+
+def _count(schema: dict[str, Any], key: str) -> Any:
+    """A non-negative integer keyword (`minItems`, `maxItems`): 0 for a missing minimum, None for a maximum."""
+    value = schema.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return 0 if key.startswith("min") else None
+
+
+def _count_formats(fmt: Any) -> int:
     """How many formats `fmt` holds (itself included)."""
     if isinstance(fmt, dict):
-        return int("type" in fmt) + sum(_count(v) for v in fmt.values())
-    return sum(_count(v) for v in fmt) if isinstance(fmt, list) else 0
+        return int("type" in fmt) + sum(_count_formats(v) for v in fmt.values())
+    return sum(_count_formats(v) for v in fmt) if isinstance(fmt, list) else 0

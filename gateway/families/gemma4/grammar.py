@@ -1,16 +1,20 @@
 """Output grammars for Gemma 4, as xgrammar structural tags valid for xgrammar 0.2.7 / 0.2.8.
 
 Control tokens are `token` formats by integer id; free text is `any_tokens`
-excluding `<|tool_call>`, `<tool_call|>`, `<|channel>` and `<channel|>`.
+excluding every special added token of the vocabulary (`<|tool_call>`,
+`<|channel>`, `<|"|>`, `<turn|>`, `<|tool_response>`…): structure comes only
+where the grammar writes it, and a stop token only where the answer may end.
 Formats used: sequence, or, optional, star, plus, const_string, token,
-any_tokens, grammar (EBNF for compact JSON).
+any_tokens, regex, grammar (EBNF for compact JSON).
 
 Policy:
 * An optional reasoning channel `<|channel>…<channel|>`, then the answer.
 * tools, tool_choice "auto": text with any number of calls (one when
   `parallel_tool_calls` is false); "required" / named: calls only, at least
   one; named: only that tool. A call is `<|tool_call>call:NAME{…}<tool_call|>`
-  with a declared NAME.
+  with a declared NAME. An answer that may hold calls may end with
+  `<|tool_response>` (a stop token: the model waits for the tool's answer),
+  which appears nowhere else.
 * Arguments follow the tool's schema (unless it says `strict: false`) in
   Gemma's object notation, built from structural-tag formats (arguments.py):
   strings between two `<|"|>` TOKENS, so a string can neither be closed by the
@@ -19,9 +23,11 @@ Policy:
   `$ref`s are inlined, free-form objects and values take any value three
   levels deep; a schema those formats still cannot spell out (a recursive or
   remote `$ref`, nesting past six levels) keeps free text inside `{…}` (no
-  control token but `<|"|>`).
+  special token but `<|"|>`).
 * response_format json_object / json_schema: the answer is that JSON, no
-  control token's spelling in a string (`gateway.grammars.safe_json`).
+  control token's spelling in a string (`gateway.grammars.safe_json`); with
+  tools and "auto", either calls only or that JSON (never free text, which
+  would not be the JSON asked for).
 """
 
 from __future__ import annotations
@@ -31,12 +37,12 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
-from gateway.grammars.safe_json import control_spellings, safe_json_format
+from gateway.grammars.safe_json import added_spellings, control_spellings, safe_json_format, special_ids
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
 from .arguments import ArgumentFormats
-from .markers import CALL_PREFIX, CHANNEL, CHANNEL_END, QUOTE, TOOL_CALL, TOOL_CALL_END
+from .markers import CALL_PREFIX, CHANNEL, CHANNEL_END, QUOTE, TOOL_CALL, TOOL_CALL_END, TOOL_RESPONSE
 
 Format = dict[str, Any]
 
@@ -55,36 +61,50 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
     if None in ids.values():
         return None
     token = lambda spelling: {"type": "token", "token": ids[spelling]}
-    text: Format = {"type": "any_tokens", "exclude_tokens": sorted(ids.values())}
+    text: Format = {"type": "any_tokens", "exclude_tokens": sorted(special_ids(tokenizer) | set(ids.values()))}
     reasoning = {"type": "optional", "content": _seq(token(CHANNEL), text, token(CHANNEL_END))}
-    if not tools:
+    json_answer = None
+    if schema is not None:
         strict = response_strict(request.response_format)
-        answer = safe_json_format(schema, control_spellings(tokenizer), RESPONSE_SCHEMA_PARAM, strict)
-        return _structural_tag(_seq(reasoning, answer))
+        json_answer = safe_json_format(schema, control_spellings(tokenizer), RESPONSE_SCHEMA_PARAM, strict)
+    if not tools:
+        return _structural_tag(_seq(reasoning, json_answer))
     quote = tokenizer.token_to_id(QUOTE)
     values = None
     if quote is not None:
-        raw = {"type": "any_tokens", "exclude_tokens": sorted({*ids.values(), quote})}
-        values = ArgumentFormats({"type": "token", "token": quote}, raw)
-    calls = [_call(t, token, text, values) for t in tools]
+        values = ArgumentFormats({"type": "token", "token": quote}, text, _firsts(tokenizer))
+    body = {"type": "any_tokens", "exclude_tokens": [i for i in text["exclude_tokens"] if i != quote]}
+    calls = [_call(t, token, body, values) for t in tools]
     call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
-    auto = request.tool_choice == "auto"
-    if isinstance(request.tool_choice, dict) or not request.parallel_tool_calls:
-        answer = _seq(text, {"type": "optional", "content": call}, text) if auto else call
+    one = isinstance(request.tool_choice, dict) or not request.parallel_tool_calls
+    only_calls = call if one else {"type": "plus", "content": call}
+    if request.tool_choice != "auto":
+        answer = only_calls
+    elif json_answer is not None:
+        answer = {"type": "or", "elements": [only_calls, json_answer]}
+    elif one:
+        answer = _seq(text, {"type": "optional", "content": call}, text)
     else:
-        answer = (
-            _seq(text, {"type": "star", "content": _seq(call, text)}) if auto else {"type": "plus", "content": call}
-        )
+        answer = _seq(text, {"type": "star", "content": _seq(call, text)})
+    response = tokenizer.token_to_id(TOOL_RESPONSE)
+    if response is not None:  # the call's answer is the tool's: the model stops at <|tool_response>
+        answer = _seq(answer, {"type": "optional", "content": {"type": "token", "token": response}})
     return _structural_tag(_seq(reasoning, answer))
 
 
-def _call(tool: dict[str, Any], token: Any, text: Format, values: ArgumentFormats | None) -> Format:
-    """`<|tool_call>call:NAME{…}<tool_call|>`: arguments by the schema where it can be spelled out, else free text."""
+def _firsts(tokenizer: Any) -> str:
+    """The first characters of the special tokens' spellings: text that cannot write one cannot write a token."""
+    return "".join(sorted({s[0] for s in added_spellings(tokenizer)}))
+
+
+def _call(tool: dict[str, Any], token: Any, body: Format, values: ArgumentFormats | None) -> Format:
+    """`<|tool_call>call:NAME{…}<tool_call|>`: arguments by the schema where it can be spelled out, else free text
+    (`body`: quotes allowed)."""
     name = tool["function"]["name"]
     arguments = None if values is None else values.arguments(arguments_schema(tool))
     if arguments is None:
         return _seq(
-            token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{name}{{"}, text, token(TOOL_CALL_END)
+            token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{name}{{"}, body, token(TOOL_CALL_END)
         )
     return _seq(
         token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{name}"}, arguments, token(TOOL_CALL_END)

@@ -3,16 +3,23 @@
 The generation prompt ends with `<|start|>assistant`, so the grammar starts
 in the first header. Harmony's control tokens are `token` formats by integer
 id (vLLM validates tags without a tokenizer and accepts only ids); free text
-is `any_tokens` excluding every control token, so a message can only end at
-its real terminator. Formats used: sequence, or, star, const_string, token,
-any_tokens, grammar (EBNF for compact JSON).
+is `any_tokens` excluding every special token of the vocabulary (the control
+tokens, so a message can only end at its real terminator, and the unused
+`<|reserved_…|>` ones, which the parser would show as text). Formats used:
+sequence, or, star, const_string, token, any_tokens, grammar (EBNF for
+compact JSON).
 
 Policy:
-* tool_choice "auto": any number of analysis messages and commentary
-  preambles, then either the final answer (`<|return|>`) or one call
+* tool_choice "auto": any number of analysis messages, then the final answer
+  (`<|return|>`); or analysis messages and commentary preambles, then one call
   `to=functions.NAME<|channel|>commentary <|constrain|>json<|message|>{…}<|call|>`
-  (a call ends the turn). "required" / named: a call must come; named: only
-  that tool.
+  (a call ends the turn). A preamble announces calls (Harmony's format: "to
+  inform the user about the tools it is about to call"), so one is followed
+  by a call, never by the final answer (whose content a response_format
+  makes JSON alone). "required" / named: a call must come, a preamble may
+  precede it (content beside the call: OpenAI's "required" asks that the
+  model call a tool, and a Chat Completions message may carry content and
+  tool calls); named: only that tool.
 * Arguments follow the tool's schema unless the tool says `strict: false`
   (then any JSON object); a schema with no spelling-safe grammar is a 400 with
   `strict: true`, else any JSON object.
@@ -32,7 +39,7 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
-from gateway.grammars.safe_json import control_spellings, safe_json_format
+from gateway.grammars.safe_json import control_spellings, safe_json_format, special_ids
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
@@ -48,6 +55,8 @@ class ControlIds:
     ids: dict[str, int]
     spellings: tuple[str, ...]
     """What no JSON string may contain (`safe_json.control_spellings`)."""
+    specials: frozenset[int]
+    """Every special added token's id: what free text excludes."""
 
     @classmethod
     def of(cls, tokenizer: Any) -> ControlIds:
@@ -56,14 +65,14 @@ class ControlIds:
         missing = [t for t, i in ids.items() if i is None]
         if missing:
             raise ValueError(f"the tokenizer lacks Harmony control tokens {', '.join(missing)}")
-        return cls(ids, control_spellings(tokenizer))
+        return cls(ids, control_spellings(tokenizer), special_ids(tokenizer) | set(ids.values()))
 
     def token(self, spelling: str) -> Format:
         return {"type": "token", "token": self.ids[spelling]}
 
     def text(self) -> Format:
-        """Any tokens but the control tokens."""
-        return {"type": "any_tokens", "exclude_tokens": sorted(self.ids.values())}
+        """Any tokens but the special ones (the control tokens and the reserved ones)."""
+        return {"type": "any_tokens", "exclude_tokens": sorted(self.specials)}
 
 
 def _const(text: str) -> Format:
@@ -107,19 +116,20 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
         return None
     ids = ControlIds.of(tokenizer)
     next_message = [ids.token(START), _const("assistant")]
-    before = [_seq(*message(ids, ANALYSIS, ids.text(), END), *next_message)]
-    if tools:
-        before.append(_seq(*message(ids, COMMENTARY, ids.text(), END), *next_message))
+    analysis = _seq(*message(ids, ANALYSIS, ids.text(), END), *next_message)
     answers: list[Format] = []
     if request.tool_choice == "auto" or not tools:
         strict = response_strict(request.response_format)
         body = ids.text() if schema is None else safe_json_format(schema, ids.spellings, RESPONSE_SCHEMA_PARAM, strict)
-        answers.append(_seq(*message(ids, FINAL, body, RETURN)))
+        answers.append(_seq({"type": "star", "content": analysis}, *message(ids, FINAL, body, RETURN)))
     names = {t["function"]["name"] for t in tools}
-    answers += [
+    calls = [
         call(ids, t, f"tools[{i}].function.parameters")
         for i, t in enumerate(request.tools)
         if t["function"]["name"] in names
     ]
-    fmt = _seq({"type": "star", "content": _or(before)}, _or(answers))
+    if calls:
+        preamble = _seq(*message(ids, COMMENTARY, ids.text(), END), *next_message)
+        answers.append(_seq({"type": "star", "content": _or([analysis, preamble])}, _or(calls)))
+    fmt = _or(answers)
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))

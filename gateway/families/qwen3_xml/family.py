@@ -36,6 +36,9 @@ class Qwen3XmlFamily(ChatMLFamily):
         return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        """The parser of the gateway's output, which follows this family's grammar whenever tools are active (the
+        plan always carries it: a grammar that cannot be enforced is a 400, never dropped), so calls come only from
+        the `<tool_call>` token and a `<function=…>` spelled in free text is content (no `bare_calls`)."""
         return Qwen3XmlParser(
             request.active_tools,
             tool_calls=bool(request.active_tools),

