@@ -45,11 +45,12 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
+from gateway.grammars.safe_json import raw_pattern_ebnf
 from gateway.types import ChatRequest
 
 from .argument_types import Alternative, SchemaDocument, literal_text
 from .markers import CLOSE, END_OF_MSG, OPEN, SEP, SPELLINGS, escape_attr
-from .values import json_value_ebnf, min_length_body, pattern_ebnf
+from .values import json_value_ebnf, min_length_body
 
 Format = dict[str, Any]
 
@@ -141,7 +142,7 @@ class _Builder:
         """A raw string body: its pattern when that can be enforced, else its minLength, else any text."""
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
-            ebnf = pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
+            ebnf = raw_pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
             if ebnf is not None:
                 return {"type": "grammar", "grammar": ebnf}
         low = _min_length(schema, required, where)
