@@ -296,3 +296,36 @@ def test_a_response_format_answer_holds_no_marker(compiler, checkpoint):
     assert accepts(compiler, checkpoint, req, '{"answer": "<b>"}')
     assert not accepts(compiler, checkpoint, req, f'{{"answer": "{CALLS_OPEN}"}}')
     assert not accepts(compiler, checkpoint, req, f'{{"answer": "{THINK_END}"}}', in_reasoning=True)
+
+
+PLACE = {
+    "type": "function",
+    "function": {
+        "name": "place",
+        "parameters": {
+            "type": "object",
+            "$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+            "properties": {
+                "code": {"type": "string", "pattern": "^[a-z]{2}[0-9]{2}$"},
+                "at": {"$ref": "#/$defs/point"},
+                "n": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            },
+            "required": ["code", "at"],
+        },
+    },
+}
+
+
+def test_refs_any_of_and_patterns_decide_raw_values(compiler, checkpoint):
+    """A `$ref` to an object and an `anyOf` without a string are JSON only; a raw string keeps its anchored
+    pattern (tests/grammar_walks.py SCHEMA: `"at": "}d"`, `"code"` off its pattern)."""
+    req = request(tools=[PLACE], tool_choice="required")
+
+    def place(*params: str) -> bool:
+        return accepts(compiler, checkpoint, req, calls(invoke("place", *params)))
+
+    at = param("at", '{"x": 1}', False)
+    assert place(param("code", "po25"), at) and place(param("code", "po25"), at, param("n", "null", False))
+    assert not place(param("code", "xyz"), at)
+    assert not place(param("code", "po25"), param("at", "}d"))
+    assert not place(param("code", "po25"), at, param("n", "1"))

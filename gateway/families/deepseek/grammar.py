@@ -309,9 +309,11 @@ def _value_kinds(schema: Any, root: Any, depth: int = 0) -> tuple[bool, bool]:
         return _value_kinds(target, root, depth + 1)
     kind = schema.get("type")
     kinds = [kind] if isinstance(kind, str) else list(kind or [])
+    if kinds:
+        return "string" in kinds, any(k != "string" for k in kinds)
     branches = [b for key in ("anyOf", "oneOf") if isinstance(schema.get(key), list) for b in schema[key]]
-    if kinds or not branches:
-        return (True, True) if not kinds else ("string" in kinds, any(k != "string" for k in kinds))
+    if not branches:
+        return True, True
     each = [_value_kinds(b, root, depth + 1) for b in branches]
     return any(raw for raw, _ in each), any(parsed for _, parsed in each)
 
