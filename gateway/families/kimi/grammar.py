@@ -16,12 +16,12 @@ Policy (the K3 grammar-hardening rules):
   response text are unconstrained.
 * tool_choice "auto": the tools section is optional, so guidance starts only
   once the model opens `<|open|>tools<|sep|>`; "required" / named: it comes
-  at once, with no response text (the open response channel closes empty,
-  after reasoning no response channel opens: the shape of the K3 seed's
-  forced tag, `<|close|>response<|sep|>` or `<|close|>think<|sep|>` then
-  `<|open|>tools<|sep|>`). Named: only that tool. The response channel can
-  never carry a call (its text excludes the control tokens, so a call spelled
-  there is text).
+  at once, with no response text: the open response channel closes empty;
+  after reasoning an empty response channel may come first, as the encoder
+  writes one before every tools section (the K3 seed's forced tag goes from
+  `<|close|>think<|sep|>` to `<|open|>tools<|sep|>` directly; both parse
+  alike). Named: only that tool. The response channel can never carry a call
+  (its text excludes the control tokens, so a call spelled there is text).
 * A call names a declared tool, with `index="[1-9][0-9]*"`; one call when
   parallel_tool_calls is false or a tool is named, one or more otherwise.
 * Arguments (strict omitted or true): required ones in the schema's
@@ -200,7 +200,7 @@ class _Builder:
     def answer(self, channel: str, tools: Format | None, tools_required: bool, response: Format | None) -> Format:
         """Everything after the generation prompt, which left `channel` ("think" or "response") open: the reasoning
         first in the think channel, then a response (`response`, else free text), or a tools section (at once when
-        `tools_required`: an open response channel closes empty), or, under auto, the free response and an optional
+        `tools_required`: the response channel is empty), or, under auto, the free response and an optional
         tools section, or with a `response` either that response or the tools section."""
         head = [self.text(), *self.close_tag("think")] if channel == "think" else []
         if tools is None:
@@ -221,8 +221,11 @@ class _Builder:
         return _seq(*opening, content, *self.close_tag("response"))
 
     def no_response(self, channel: str) -> list[Format]:
-        """What precedes a tools section that no response does: the close of a response channel left open."""
-        return self.close_tag("response") if channel == "response" else []
+        """What precedes a tools section that no response does: the close of a response channel left open, or after
+        reasoning an optional empty response channel (the encoder writes one before every tools section)."""
+        if channel == "response":
+            return self.close_tag("response")
+        return [_optional(_seq(*self.open_tag("response"), *self.close_tag("response")))]
 
 
 def build_grammar(request: ChatRequest, channel: str, ids: ControlIds, always_strict: bool = False) -> Grammar | None:
