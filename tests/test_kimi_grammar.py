@@ -381,15 +381,7 @@ def test_named_tool_choice(vocab) -> None:
     named = {"type": "function", "function": {"name": "get_time"}}
     req = request(WEATHER, TIME, tool_choice=named)
     assert accepts(vocab, req, f"{CLOSE}response{SEP}", section(call("get_time")), END)
-    assert accepts(
-        vocab,
-        req,
-        f"ok{CLOSE}think{SEP}{OPEN}response{SEP}",
-        Spelled(section(PARIS)),
-        f"{CLOSE}response{SEP}",
-        section(call("get_time")),
-        channel="think",
-    )
+    assert accepts(vocab, req, f"ok{CLOSE}think{SEP}", section(call("get_time")), channel="think")
     assert not accepts(vocab, req, f"{CLOSE}response{SEP}", section(PARIS))
     assert not accepts(vocab, req, f"no call{CLOSE}response{SEP}", END)
     two = section(call("get_time"), call("get_time", index="2"))  # a named tool is one call (tests/grammar_walks.py)
@@ -400,6 +392,19 @@ def test_required_tool_choice_forces_a_call(vocab) -> None:
     req = request(WEATHER, TIME, tool_choice="required")
     assert not accepts(vocab, req, f"just text{CLOSE}response{SEP}", END)
     assert accepts(vocab, req, f"think{CLOSE}think{SEP}", section(PARIS), END, channel="think")
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_forced_calls_come_at_once_with_no_response_text(vocab, choice) -> None:
+    """Under a forced tool_choice the tools section comes at once: no text in the response channel, which closes
+    empty; after the reasoning an empty response channel or none (tests/grammar_walks.py FORCED)."""
+    req = request(WEATHER, TIME, tool_choice=choice)
+    assert accepts(vocab, req, f"{CLOSE}response{SEP}", section(PARIS), END)
+    assert not accepts(vocab, req, f"Sure.{CLOSE}response{SEP}", section(PARIS), END)
+    opened = f"{CLOSE}think{SEP}{OPEN}response{SEP}"
+    assert not accepts(vocab, req, f"hm{opened}Sure.{CLOSE}response{SEP}", section(PARIS), END, channel="think")
+    assert accepts(vocab, req, f"hm{opened}{CLOSE}response{SEP}", section(PARIS), END, channel="think")
+    assert accepts(vocab, req, f"hm{CLOSE}think{SEP}", section(PARIS), END, channel="think")
 
 
 def test_strict_policy(vocab) -> None:
@@ -425,6 +430,21 @@ def test_response_format_json(vocab) -> None:
     assert accepts(vocab, request(response_format=fmt), f'{{"n": 1}}{CLOSE}response{SEP}', END)
     assert not accepts(vocab, request(response_format=fmt), f"hello{CLOSE}response{SEP}")
     assert accepts(vocab, request(WEATHER, response_format=fmt), f"{CLOSE}response{SEP}", section(PARIS))
+
+
+def test_response_format_with_auto_tools_is_the_json_or_calls(vocab) -> None:
+    """Under auto with tools, a response_format answer is EITHER its JSON OR a tools section, never an empty
+    response (tests/grammar_walks.py ANSWER)."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    req = request(WEATHER, response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}})
+    assert accepts(vocab, req, f'{{"n": 1}}{CLOSE}response{SEP}', END)
+    assert not accepts(vocab, req, f"{CLOSE}response{SEP}", END)
+    assert not accepts(vocab, req, f'{{"n": 1}}{CLOSE}response{SEP}', section(PARIS), END)
+    opened = f"{CLOSE}think{SEP}{OPEN}response{SEP}"
+    assert accepts(vocab, req, f'hm{opened}{{"n": 1}}{CLOSE}response{SEP}', END, channel="think")
+    assert accepts(vocab, req, f"hm{CLOSE}think{SEP}", section(PARIS), END, channel="think")
+    assert accepts(vocab, req, f"hm{opened}{CLOSE}response{SEP}", section(PARIS), END, channel="think")
+    assert not accepts(vocab, req, f"hm{opened}{CLOSE}response{SEP}", END, channel="think")
 
 
 def test_grammar_uses_integer_token_ids_only(vocab) -> None:

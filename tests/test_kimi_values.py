@@ -19,10 +19,12 @@ from backends.checkpoint import load_checkpoint
 from gateway.errors import APIError
 from gateway.families.kimi.grammar import build_grammar
 from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
-from gateway.families.kimi.values import MAX_MIN_LENGTH, MAX_PATTERN_COUNT, json_value_ebnf, pattern_ebnf
+from gateway.families.kimi.values import MAX_MIN_LENGTH, json_value_ebnf
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.patterns import scan
+from gateway.grammars.safe_json import MAX_PATTERN_COUNT
+from gateway.grammars.safe_json import raw_pattern_ebnf as pattern_ebnf
 from gateway.models.planning import chat_grammar
 from gateway.models.registry import served_model_from_checkpoint
 from gateway.types import ChatRequest

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+import xgrammar as xgr
+
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import scan
 
@@ -272,6 +274,37 @@ def usable_pattern(pattern: str, param: str, strict: bool) -> bool:
             raise SchemaGrammarError(str(exc).replace("JSON schema", "pattern"), param) from None
         return False
     return True
+
+
+MAX_PATTERN_CHARS = 512
+MAX_PATTERN_COUNT = 256
+"""Raw-string patterns longer than this, or with a larger `{n,m}` bound, are not enforced (compile cost grows with
+both)."""
+
+
+def raw_pattern_ebnf(pattern: str, param: str, strict: bool) -> str | None:
+    """EBNF for a raw (unquoted, unescaped) string value matching `pattern`, or None when it is not enforced: only
+    an anchored (`^…$`), cheap pattern that cannot match `<` (the first character of every control-token spelling
+    that a raw value must not hold) is.
+
+    Raises SchemaGrammarError (with `param`) for a pattern xgrammar cannot use, when `strict`.
+    """
+    if not usable_pattern(pattern, param, strict):
+        return None
+    facts = scan(pattern)
+    if facts is None or not facts.anchored or facts.may_match:
+        return None
+    if len(pattern) > MAX_PATTERN_CHARS or facts.largest_count > MAX_PATTERN_COUNT:
+        return None
+    try:
+        return _regex_grammar(pattern)
+    except (RuntimeError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=1024)
+def _regex_grammar(pattern: str) -> str:
+    return str(xgr.Grammar.from_regex(pattern))
 
 
 def may_write(pattern: str, chars: str = "<") -> bool:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import ClassVar
 
 from backends.base import Grammar
@@ -19,7 +20,7 @@ from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
 from gateway.types import ChatRequest
 
-from .grammar import build_grammar
+from .grammar import DsmlVocabulary, build_grammar
 from .markers import ASSISTANT, DSML, EOS, GROUNDING, TOOL_SEP, USER, V4, V32, V41, Dialect
 from .modes import effort_budget, thinking_enabled
 from .parser import SECTIONS, DsmlParser, split_v3_call, split_v31_call
@@ -49,7 +50,12 @@ class DeepSeekV41Family(Family):
         return self.stop_ids_of(EOS)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, self._in_reasoning(request), self.dialect)
+        return build_grammar(request, self._in_reasoning(request), self.dialect, self.dsml_vocabulary)
+
+    @cached_property
+    def dsml_vocabulary(self) -> DsmlVocabulary:
+        """The served vocabulary's DSML and think tokens (tags then take the token, never its spelling)."""
+        return DsmlVocabulary.of(self.context.tokenizer)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return DsmlParser(self._in_reasoning(request), forced_calls=request.calls_forced)

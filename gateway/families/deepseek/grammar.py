@@ -1,189 +1,321 @@
-"""Output grammars for DeepSeek V3.2 / V4 / V4.1 (DSML, each in its own tag words) as xgrammar structural tags (text markers, xgrammar ≥ 0.2.7).
+"""Output grammars for DeepSeek V3.2 / V4 / V4.1 (DSML, each in its own tag words) as xgrammar structural tags.
 
 Policy (the same as the hermes family's):
-* tools active, tool_choice "auto": calls are lazy — free text, and a calls
-  block starts at `<｜DSML｜ calls>` (one block ends the turn); "required" or a
+* tools active, tool_choice "auto": calls are lazy — free text, then at most
+  one calls block `<｜DSML｜ calls>` … (it ends the turn); "required" or a
   named tool: the answer is `\\n\\n` + a calls block; `parallel_tool_calls=false`
   or a named tool: one invoke.
 * response_format json_object / json_schema: the answer is that JSON; with
   tools and "auto" the answer is EITHER calls OR the JSON.
-* a prompt that opened `<think>` gets free reasoning up to `</think>` first.
+* a prompt that opened `<think>` gets its reasoning up to `</think>` first.
+
+Markers: where the served vocabulary has `｜DSML｜` as an added token (V4,
+V4.1), every tag is `<` or `</`, that token by id, then its words as text,
+since the parser (lexer.py) counts a tag only there: the marker's spelling in
+ordinary tokens is text to it and must never open or close anything here.
+Free text before lazy calls holds neither the marker nor the think markers
+(by spelling, which excludes their tokens too: backends' xgrammar sees an added
+token as its spelling), so `<` then the token is where a calls block starts.
+The think block ends only at the `</think>` token where there is one
+(`gateway.grammars.reasoning`). A vocabulary without the token gets every tag
+as text.
 
 Calls are built here from each tool's schema rather than with xgrammar's
 `deepseek_v4_1_xml` JSON style (2–5 s to compile for five tools on the 129,280
-DeepSeek vocab): one tag per declared parameter in schema order (required
+DeepSeek vocab): one line per declared parameter in schema order (required
 ones mandatory), `string="true"` with raw text for string-typed parameters,
-`string="false"` with the property's JSON schema for the others, both where
-the type allows both. Built grammars are cached by their inputs.
+`string="false"` with the property's JSON for the others, both where the type
+allows both (a local `$ref` and `anyOf` / `oneOf` are looked into). No value
+can end early or hold a think marker: a raw value (it has no escape) holds no
+closing tag `</｜DSML｜`, no think marker and none of the first characters of
+the vocabulary's special added tokens (`DsmlVocabulary.special_starts`), and `<｜DSML｜`
+only as a whole tag `<｜DSML｜ … >`, which the parser keeps in the value as the
+model writes when it quotes DSML (a recorded V4.1 output does); an enum value
+is one of its strings, a pattern its regex where `safe_json.raw_pattern_ebnf`
+enforces it. A JSON value is `safe_json`'s compact JSON whose strings exclude
+the same starts and the markers whole (they can write them escaped),
+and so is a response_format answer. Built grammars are cached by their inputs
+and vocabulary.
 """
 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.json import response_schema
+from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
+from gateway.grammars.json import response_strict as answer_strict
+from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
+from gateway.grammars.reasoning import ThinkBlock, with_reasoning
+from gateway.grammars.safe_json import json_value_ebnf, raw_pattern_ebnf
 from gateway.types import ChatRequest
 
-from .markers import THINK_END, THINK_START, V4, V32, V41, Dialect
+from .markers import DSML, THINK_END, THINK_START, V4, V32, V41, Dialect
 
 Format = dict[str, Any]
 
 _CALLS_LEAD = "\n\n"
-_THINK_TOKENS = [THINK_START, THINK_END]
+_THINK = ThinkBlock(THINK_START, THINK_END)
+_MARKERS = (DSML, THINK_START, THINK_END)
 _SCHEMA_DEFINITIONS = ("$defs", "definitions")
 _DIALECTS = (V32, V4, V41)
+_ANY_VALUE: dict[str, Any] = {}
+_MAX_REF_DEPTH = 8
+_OPENING_TAG = "<" + DSML
+_CLOSING_TAG = "</" + DSML
+_TAG_BODY = r'([^"<>｜]|"[^"<｜]*")*>'
+"""A DSML tag's body as the lexer reads it (text up to a `>` outside quotes), with no `<` or `｜` in it."""
 
 
-def build_grammar(request: ChatRequest, in_reasoning: bool, dialect: Dialect = V41) -> Grammar | None:
-    """The grammar for `request` in `dialect`'s tags; `in_reasoning` says the prompt ends inside `<think>`."""
+@dataclass(frozen=True, eq=False)
+class DsmlVocabulary:
+    """The served vocabulary's markers (`markers`: `｜DSML｜` and the think markers' token ids where it has them)
+    and what values exclude. Compared by identity: a family builds one and grammars are cached per instance."""
+
+    markers: MarkerTokens = TEXT_MARKERS
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> DsmlVocabulary:
+        return cls(MarkerTokens.of(tokenizer, _MARKERS))
+
+    @cached_property
+    def json_spellings(self) -> tuple[str, ...]:
+        """The spellings a JSON value's strings exclude by `safe_json` (each starts with `<`)."""
+        return tuple(s for s in self.markers.values_exclude if s != DSML) or (THINK_START, THINK_END)
+
+    @cached_property
+    def in_json_strings(self) -> tuple[str, ...]:
+        """What a JSON string excludes: `｜DSML｜` and the think markers whole, and the `special_starts`."""
+        return (*_MARKERS, *self.special_starts)
+
+    @cached_property
+    def raw_excludes(self) -> list[str]:
+        """What a raw string value's text excludes: a closing DSML tag, the think markers whole, and the
+        `special_starts`."""
+        return [_CLOSING_TAG, THINK_START, THINK_END, *self.special_starts]
+
+    @cached_property
+    def special_starts(self) -> tuple[str, ...]:
+        """The special added tokens' spellings by their first characters (three at least, more where `<｜DSML｜`
+        starts the same): what excludes every one of them with the fewest strings (1,230 specials in DeepSeek V4's
+        vocabulary, 8 starts; xgrammar's compile time grows with the excluded strings)."""
+        specials = [s for s in self.json_spellings if s not in _MARKERS]
+        return _starts(specials, least=3, allowed=_OPENING_TAG)
+
+
+def _starts(spellings: list[str], least: int, allowed: str) -> tuple[str, ...]:
+    """For each spelling its shortest prefix of at least `least` characters that `allowed` does not start with (the
+    whole spelling when there is none), without those that a shorter one covers."""
+    starts = set()
+    for spelling in spellings:
+        n = least
+        while n < len(spelling) and allowed.startswith(spelling[:n]):
+            n += 1
+        starts.add(spelling[:n])
+    return tuple(sorted(s for s in starts if not any(s != t and s.startswith(t) for t in starts)))
+
+
+TEXT_VOCABULARY = DsmlVocabulary()
+"""Every marker as text (a vocabulary without the DSML token)."""
+
+
+def build_grammar(
+    request: ChatRequest, in_reasoning: bool, dialect: Dialect = V41, vocabulary: DsmlVocabulary = TEXT_VOCABULARY
+) -> Grammar | None:
+    """The grammar for `request` in `dialect`'s tags on `vocabulary`; `in_reasoning` says the prompt ends inside
+    `<think>`."""
     key = json.dumps(
         [
             request.active_tools,
             request.tool_choice if isinstance(request.tool_choice, str) else "named",
             request.parallel_tool_calls,
             response_schema(request.response_format),
+            answer_strict(request.response_format),
             in_reasoning,
             _DIALECTS.index(dialect),
         ],
         ensure_ascii=False,
     )
-    return _grammar(key)
+    return _grammar(key, vocabulary)
 
 
 @lru_cache(maxsize=256)
-def _grammar(key: str) -> Grammar | None:
+def _grammar(key: str, vocabulary: DsmlVocabulary) -> Grammar | None:
     """Built once per distinct input: equal requests share one Grammar text (one compile in the backend)."""
-    tools, choice, parallel, schema, in_reasoning, dialect = json.loads(key)
-    dialect = _DIALECTS[dialect]
+    tools, choice, parallel, schema, strict, in_reasoning, dialect = json.loads(key)
+    writer = _Writer(_DIALECTS[dialect], vocabulary)
+    answer = None
+    if schema is not None and (not tools or choice == "auto"):
+        answer = writer.json_value(schema, RESPONSE_SCHEMA_PARAM, strict, fallback=ANY_OBJECT)
     if tools:
-        block = _calls_block(tools, one=not parallel or choice == "named", dialect=dialect)
-        if choice == "auto":
-            answer = (
-                _lazy_calls(block, dialect)
-                if schema is None
-                else {"type": "or", "elements": [_eager_calls(block), _json(schema)]}
-            )
+        block = writer.calls_block(tools, one=not parallel or choice == "named")
+        if choice != "auto":
+            answer = writer.eager_calls(block)
+        elif answer is None:
+            answer = writer.lazy_calls(block)
         else:
-            answer = _eager_calls(block)
-    elif schema is not None:
-        if not in_reasoning:
-            return Grammar("json_schema", json.dumps(schema, ensure_ascii=False))
-        answer = _json(schema)
-    else:
+            answer = {"type": "or", "elements": [writer.eager_calls(block), answer]}
+    elif answer is None:
         return None
-    if in_reasoning:
-        answer = {"type": "sequence", "elements": [_reasoning(), answer]}
-    return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": answer}, ensure_ascii=False))
+    elif not in_reasoning:
+        return Grammar("ebnf", answer["grammar"])
+    return with_reasoning(answer, prompt_opens_reasoning=in_reasoning, reasoning_optional=False, think=_THINK,
+                          markers=vocabulary.markers, excludes=(DSML,))  # fmt: skip
 
 
-def _calls_block(tools: list[dict[str, Any]], one: bool, dialect: Dialect) -> Format:
-    """`<｜DSML｜ calls>` … `</｜DSML｜ calls>` holding one or more invokes of the declared tools."""
-    return {
-        "type": "tag",
-        "begin": dialect.calls_open + "\n",
-        "content": {
-            "type": "tags_with_separator",
-            "tags": [_invoke(tool["function"], dialect) for tool in tools],
-            "separator": "\n",
-            "at_least_one": True,
-            "stop_after_first": one,
-        },
-        "end": "\n" + dialect.calls_close,
-    }
+class _Writer:
+    """Formats in one dialect's tags on one vocabulary."""
+
+    def __init__(self, dialect: Dialect, vocabulary: DsmlVocabulary):
+        self.dialect = dialect
+        self.vocabulary = vocabulary
+        self.dsml = vocabulary.markers.token(DSML)
+
+    def marked(self, text: str) -> Format:
+        """`text` with each `｜DSML｜` in it as the token where the vocabulary has one."""
+        if self.dsml is None:
+            return _const(text)
+        elements: list[Format] = []
+        for n, part in enumerate(text.split(DSML)):
+            elements += ([self.dsml] if n else []) + ([_const(part)] if part else [])
+        return _seq(elements)
+
+    def calls_block(self, tools: list[dict[str, Any]], one: bool) -> Format:
+        """`<｜DSML｜ calls>` … `</｜DSML｜ calls>` holding one or more invokes of the declared tools."""
+        d = self.dialect
+        invoke = _or([self.invoke(t["function"], f"tools[{i}].function.parameters") for i, t in enumerate(tools)])
+        invokes = invoke if one else _seq([invoke, {"type": "star", "content": _seq([_const("\n"), invoke])}])
+        return _seq([self.marked(d.calls_open + "\n"), invokes, self.marked("\n" + d.calls_close)])
+
+    def lazy_calls(self, block: Format) -> Format:
+        """Free text without a marker, then at most one calls block."""
+        return _seq([{"type": "any_text", "excludes": list(_MARKERS)}, {"type": "optional", "content": block}])
+
+    def eager_calls(self, block: Format) -> Format:
+        return _seq([_const(_CALLS_LEAD), block])
+
+    def invoke(self, function: dict[str, Any], param: str) -> Format:
+        """One call: parameters in schema order, each line ending in a newline; none at all is one newline."""
+        schema = function.get("parameters") or {}
+        properties = schema.get("properties") or {}
+        required = set(schema.get("required") or [])
+        strict = function.get("strict") is True
+        if properties:
+            definitions = {k: schema[k] for k in _SCHEMA_DEFINITIONS if k in schema}
+            lines = [
+                self.parameter(
+                    name,
+                    {**definitions, **prop} if isinstance(prop, dict) else prop,
+                    name in required,
+                    _Where(f"{param}.properties.{name}", strict),
+                )
+                for name, prop in properties.items()
+            ]
+            content = _seq(lines)
+            if not required:
+                content = _or([_const("\n"), content])
+        elif schema.get("additionalProperties", True) is not False:
+            content = _or([_const("\n"), {"type": "plus", "content": self.any_parameter(param)}])
+        else:
+            content = _const("\n")
+        d = self.dialect
+        return _seq([self.marked(d.invoke_open(function["name"]) + "\n"), content, self.marked(d.invoke_close)])
+
+    def parameter(self, name: str, schema: Any, required: bool, where: _Where) -> Format:
+        as_string, as_json = _value_kinds(schema, schema)
+        variants = []
+        if as_string:
+            variants.append(self.line(self.dialect.parameter_open(name, True), self.string_value(schema, where)))
+        if as_json:
+            value = self.json_value(schema, where.param, where.strict, fallback=_ANY_VALUE)
+            variants.append(self.line(self.dialect.parameter_open(name, False), value))
+        line = _or(variants)
+        return line if required else {"type": "optional", "content": line}
+
+    def any_parameter(self, param: str) -> Format:
+        """A parameter of a free-form object: any name, a raw or a JSON value."""
+        name = {"type": "any_text", "excludes": ['"', ">", "<", DSML]}
+        raw = _seq([_const('" string="true">'), self.raw_text()])
+        value = self.json_value(_ANY_VALUE, param, False, fallback=_ANY_VALUE)
+        parsed = _seq([_const('" string="false">'), value])
+        return _seq([self.marked(self.dialect.parameter_named), name, _or([raw, parsed]), self.close_line()])
+
+    def line(self, opening: str, value: Format) -> Format:
+        return _seq([self.marked(opening), value, self.close_line()])
+
+    def close_line(self) -> Format:
+        return self.marked(self.dialect.parameter_close + "\n")
+
+    def raw_text(self) -> Format:
+        """A raw value's text: no closing DSML tag (the parser ends a value at `</｜DSML｜ parameter>`), and a
+        `<｜DSML｜` only as a whole tag (the parser keeps it in the value; one left open would take the value's
+        closing tag into its body), as the model writes when it quotes DSML."""
+        tag = {"type": "regex", "pattern": _TAG_BODY}
+        return {
+            "type": "dispatch",
+            "rules": [[_OPENING_TAG, tag]],
+            "loop": True,
+            "excludes": self.vocabulary.raw_excludes,
+        }
+
+    def string_value(self, schema: Any, where: _Where) -> Format:
+        """A raw value: one of its string choices that holds no excluded spelling, or its pattern where that is
+        enforced (`safe_json.raw_pattern_ebnf`), else any text without an excluded spelling."""
+        excludes = (DSML, *self.vocabulary.raw_excludes)
+        strings = [v for v in _choices(schema) or [] if isinstance(v, str) and not any(s in v for s in excludes)]
+        if strings:
+            return _or([_const(v) for v in strings])
+        pattern = schema.get("pattern") if isinstance(schema, dict) else None
+        if isinstance(pattern, str) and (ebnf := raw_pattern_ebnf(pattern, f"{where.param}.pattern", True)):
+            return {"type": "grammar", "grammar": ebnf}
+        return self.raw_text()
+
+    def json_value(self, schema: Any, param: str, strict: bool, fallback: Any) -> Format:
+        """Compact JSON of `schema` whose strings hold no marker; where it has none, a 400 when `strict`, else
+        JSON of `fallback`. A schema xgrammar cannot use is a 400 (SchemaGrammarError naming `param`)."""
+        vocabulary = self.vocabulary
+        spellings, in_strings = vocabulary.json_spellings, vocabulary.in_json_strings
+        ebnf = json_value_ebnf(schema, spellings, param, True, in_strings=in_strings)
+        if ebnf is None and strict:
+            raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
+        if ebnf is None:
+            ebnf = json_value_ebnf(fallback, spellings, param, True, in_strings=in_strings)
+        return {"type": "grammar", "grammar": ebnf}
 
 
-def _lazy_calls(block: Format, dialect: Dialect) -> Format:
-    return {
-        "type": "triggered_tags",
-        "triggers": [dialect.calls_open],
-        "tags": [block],
-        "excludes": _THINK_TOKENS,
-        "at_least_one": False,
-        "stop_after_first": True,
-    }
+@dataclass(frozen=True)
+class _Where:
+    """Where a parameter's schema sits in the request (the 400 `param`), and whether its tool said `strict`."""
+
+    param: str
+    strict: bool
 
 
-def _eager_calls(block: Format) -> Format:
-    return {"type": "sequence", "elements": [{"type": "const_string", "value": _CALLS_LEAD}, block]}
-
-
-def _reasoning() -> Format:
-    return {"type": "tag", "begin": "", "content": {"type": "any_text", "excludes": _THINK_TOKENS}, "end": THINK_END}
-
-
-def _json(schema: Any) -> Format:
-    return {"type": "json_schema", "json_schema": schema}
-
-
-def _invoke(function: dict[str, Any], dialect: Dialect) -> Format:
-    """One call: parameters in schema order, each line ending in a newline; none at all is one newline."""
-    schema = function.get("parameters") or {}
-    properties = schema.get("properties") or {}
-    required = set(schema.get("required") or [])
-    if properties:
-        definitions = {k: schema[k] for k in _SCHEMA_DEFINITIONS if k in schema}
-        lines = [
-            _parameter(name, {**definitions, **prop} if isinstance(prop, dict) else prop, name in required, dialect)
-            for name, prop in properties.items()
-        ]
-        content: Format = {"type": "sequence", "elements": lines}
-        if not required:
-            content = {"type": "or", "elements": [_const("\n"), content]}
-    elif schema.get("additionalProperties", True) is not False:
-        content = {"type": "or", "elements": [_const("\n"), {"type": "plus", "content": _any_parameter(dialect)}]}
-    else:
-        content = _const("\n")
-    return {
-        "type": "tag",
-        "begin": dialect.invoke_open(function["name"]) + "\n",
-        "content": content,
-        "end": dialect.invoke_close,
-    }
-
-
-def _parameter(name: str, schema: Any, required: bool, dialect: Dialect) -> Format:
-    as_string, as_json = _value_kinds(schema)
-    variants = []
-    if as_string:
-        variants.append(_tag(dialect.parameter_open(name, True), _string_value(schema), dialect))
-    if as_json:
-        variants.append(_tag(dialect.parameter_open(name, False), _json(schema), dialect))
-    line = variants[0] if len(variants) == 1 else {"type": "or", "elements": variants}
-    return line if required else {"type": "optional", "content": line}
-
-
-def _any_parameter(dialect: Dialect) -> Format:
-    """A parameter of a free-form object: any name, any value."""
-    return _tag(dialect.parameter_named, {"type": "any_text"}, dialect)
-
-
-def _tag(begin: str, content: Format, dialect: Dialect) -> Format:
-    return {"type": "tag", "begin": begin, "content": content, "end": dialect.parameter_close + "\n"}
-
-
-def _string_value(schema: Any) -> Format:
-    choices = _choices(schema)
-    strings = [v for v in choices or [] if isinstance(v, str)]
-    if strings:
-        return {"type": "or", "elements": [_const(v) for v in strings]} if len(strings) > 1 else _const(strings[0])
-    return {"type": "any_text"}
-
-
-def _value_kinds(schema: Any) -> tuple[bool, bool]:
-    """Whether the value may be written raw (string="true") and as JSON (string="false")."""
+def _value_kinds(schema: Any, root: Any, depth: int = 0) -> tuple[bool, bool]:
+    """Whether the value may be written raw (string="true") and as JSON (string="false"); `root` is the parameter's
+    schema with the tool's definitions, where a local `$ref` is looked up."""
     if not isinstance(schema, dict):
         return True, True
     choices = _choices(schema)
     if choices is not None:
         return any(isinstance(v, str) for v in choices), any(not isinstance(v, str) for v in choices)
+    ref = schema.get("$ref")
+    target = resolve_pointer(root, ref) if isinstance(ref, str) and depth < _MAX_REF_DEPTH else None
+    if isinstance(target, dict):
+        return _value_kinds(target, root, depth + 1)
     kind = schema.get("type")
     kinds = [kind] if isinstance(kind, str) else list(kind or [])
-    if not kinds:
+    if kinds:
+        return "string" in kinds, any(k != "string" for k in kinds)
+    branches = [b for key in ("anyOf", "oneOf") if isinstance(schema.get(key), list) for b in schema[key]]
+    if not branches:
         return True, True
-    return "string" in kinds, any(k != "string" for k in kinds)
+    each = [_value_kinds(b, root, depth + 1) for b in branches]
+    return any(raw for raw, _ in each), any(parsed for _, parsed in each)
 
 
 def _choices(schema: Any) -> list[Any] | None:
@@ -197,3 +329,11 @@ def _choices(schema: Any) -> list[Any] | None:
 
 def _const(value: str) -> Format:
     return {"type": "const_string", "value": value}
+
+
+def _seq(elements: list[Format]) -> Format:
+    return elements[0] if len(elements) == 1 else {"type": "sequence", "elements": elements}
+
+
+def _or(elements: list[Format]) -> Format:
+    return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}

@@ -15,8 +15,12 @@ Policy (the K3 grammar-hardening rules):
   section, `<|close|>message<|sep|>` and `<|end_of_msg|>`. Reasoning and
   response text are unconstrained.
 * tool_choice "auto": the tools section is optional, so guidance starts only
-  once the model opens `<|open|>tools<|sep|>`; "required" / named: it must
-  come. Named: only that tool. The response channel can never carry a call
+  once the model opens `<|open|>tools<|sep|>`; "required" / named: it comes
+  at once, with no response text: the open response channel closes empty;
+  after reasoning an empty response channel may come first, as the encoder
+  writes one before every tools section (the K3 seed's forced tag goes from
+  `<|close|>think<|sep|>` to `<|open|>tools<|sep|>` directly; both parse
+  alike). Named: only that tool. The response channel can never carry a call
   (its text excludes the control tokens, so a call spelled there is text).
 * A call names a declared tool, with `index="[1-9][0-9]*"`; one call when
   parallel_tool_calls is false or a tool is named, one or more otherwise.
@@ -33,8 +37,9 @@ Policy (the K3 grammar-hardening rules):
   bounded regex compiles in about a second. A schema xgrammar cannot use is a 400 naming it when the tool
   says `strict: true`; otherwise that value is free text without control
   tokens, so guidance never turns a valid request into an error.
-* response_format json: the response channel holds that JSON (optional
-  when a tools section may follow instead).
+* response_format json: the response channel holds that JSON; under auto
+  with tools, EITHER that response OR a tools section (after an empty
+  response channel), never an empty answer.
 """
 
 from __future__ import annotations
@@ -45,11 +50,12 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
+from gateway.grammars.safe_json import raw_pattern_ebnf
 from gateway.types import ChatRequest
 
 from .argument_types import Alternative, SchemaDocument, literal_text
 from .markers import CLOSE, END_OF_MSG, OPEN, SEP, SPELLINGS, escape_attr
-from .values import json_value_ebnf, min_length_body, pattern_ebnf
+from .values import json_value_ebnf, min_length_body
 
 Format = dict[str, Any]
 
@@ -141,7 +147,7 @@ class _Builder:
         """A raw string body: its pattern when that can be enforced, else its minLength, else any text."""
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
-            ebnf = pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
+            ebnf = raw_pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
             if ebnf is not None:
                 return {"type": "grammar", "grammar": ebnf}
         low = _min_length(schema, required, where)
@@ -192,16 +198,34 @@ class _Builder:
         return self.element("tools", calls, "tools")
 
     def answer(self, channel: str, tools: Format | None, tools_required: bool, response: Format | None) -> Format:
-        """Everything after the generation prompt, which left `channel` ("think" or "response") open."""
-        response_channel = [response or self.text(), *self.close_tag("response")]
-        if channel == "think":
-            opened = _seq(*self.open_tag("response"), *response_channel)
-            head = [self.text(), *self.close_tag("think"), opened if tools is None else _optional(opened)]
+        """Everything after the generation prompt, which left `channel` ("think" or "response") open: the reasoning
+        first in the think channel, then a response (`response`, else free text), or a tools section (at once when
+        `tools_required`: the response channel is empty), or, under auto, the free response and an optional
+        tools section, or with a `response` either that response or the tools section."""
+        head = [self.text(), *self.close_tag("think")] if channel == "think" else []
+        if tools is None:
+            body = self.response(channel, response or self.text())
+        elif tools_required:
+            body = _seq(*self.no_response(channel), tools)
+        elif response is not None:
+            body = _or([self.response(channel, response), _seq(*self.no_response(channel), tools)])
         else:
-            head = response_channel
-        if tools is not None:
-            head.append(tools if tools_required else _optional(tools))
-        return _seq(*head, _optional(_seq(*self.close_tag("message"))), _optional(self.token(self.ids.end_of_msg)))
+            free = self.response(channel, self.text())
+            body = _seq(free if channel == "response" else _optional(free), _optional(tools))
+        message_end = [_optional(_seq(*self.close_tag("message"))), _optional(self.token(self.ids.end_of_msg))]
+        return _seq(*head, body, *message_end)
+
+    def response(self, channel: str, content: Format) -> Format:
+        """The response channel holding `content`, opened first unless the prompt left it open."""
+        opening = self.open_tag("response") if channel == "think" else []
+        return _seq(*opening, content, *self.close_tag("response"))
+
+    def no_response(self, channel: str) -> list[Format]:
+        """What precedes a tools section that no response does: the close of a response channel left open, or after
+        reasoning an optional empty response channel (the encoder writes one before every tools section)."""
+        if channel == "response":
+            return self.close_tag("response")
+        return [_optional(_seq(*self.open_tag("response"), *self.close_tag("response")))]
 
 
 def build_grammar(request: ChatRequest, channel: str, ids: ControlIds, always_strict: bool = False) -> Grammar | None:
@@ -225,8 +249,7 @@ def build_grammar(request: ChatRequest, channel: str, ids: ControlIds, always_st
     response = None
     if schema is not None and not forced:
         strict = ((request.response_format or {}).get("json_schema") or {}).get("strict") is True
-        json_value = builder.json_value(schema, True, Where(RESPONSE_SCHEMA_PARAM, strict))
-        response = _optional(json_value) if tools is not None else json_value
+        response = builder.json_value(schema, True, Where(RESPONSE_SCHEMA_PARAM, strict))
     fmt = builder.answer(channel, tools, forced, response)
     return Grammar("structural_tag", json.dumps({"type": "structural_tag", "format": fmt}, ensure_ascii=False))
 
