@@ -116,7 +116,7 @@ def build_state(args: argparse.Namespace) -> WorkerState:
         f"model ready in {time.perf_counter() - began:.1f}s ({args.device}, {threads_said}, "
         f"{args.weights_dtype} weights, {args.max_batch} slots x {context} tokens, "
         f"prefix cache {'on' if args.prefix_cache else 'off'}, CUDA graphs {engine.decode_path()}, "
-        f"greedy head {'bf16 screen' if model.greedy_head is not None else 'off: full float32 logits'})"
+        f"greedy head {model.greedy_head.describe() if model.greedy_head is not None else 'off: full float32 logits'})"
     )
     return WorkerState(checkpoint, engine, grammars, path, max_waiting=args.max_waiting)
 

@@ -10,6 +10,7 @@ to tell apart by the bounds.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 _BF16_ROUNDING = 2.0**-8
 """The unit roundoff of bfloat16 (8 significand bits, round to nearest)."""
@@ -28,11 +29,14 @@ class GreedyHead:
     (2 K 2^-24 sum_i |x_i w_i| each, that sum computed for the candidates), else None.
     """
 
-    def __init__(self, weight: torch.Tensor, screen: object):
+    def __init__(self, weight: torch.Tensor, screen: object, max_rows: int | None = None, kernel: str = "oneDNN"):
         """`weight`: the float32 lm_head (vocab, hidden); `screen`: a callable computing rows @ weight.T in
-        bfloat16 (the model's packed linear)."""
+        bfloat16 (a packed linear, or `Bf16Gemv`); `max_rows`: the most rows a call screens (more: None, the
+        full logits); `kernel`: the screen's kernel, for the start-up line."""
         self.weight = weight
         self.screen = screen
+        self.max_rows = max_rows
+        self.kernel = kernel
         self.row_norms = weight.norm(dim=1)
         width = weight.shape[1]
         self._screen_error = 4 * _BF16_ROUNDING + 2 * width * _FP32_ROUNDING
@@ -45,7 +49,9 @@ class GreedyHead:
     @torch.inference_mode()
     def tokens(self, hidden: torch.Tensor) -> list[int] | None:
         """The float32 argmax token of each row of `hidden` (n, hidden), or None when the caller needs the full
-        float32 logits to decide."""
+        float32 logits to decide (or the call has more than `max_rows` rows)."""
+        if self.max_rows is not None and len(hidden) > self.max_rows:
+            return None
         approx = self.screen(hidden).float()
         norms = hidden.norm(dim=1, keepdim=True)
         bound = (norms * self._screen_error) * self.row_norms
@@ -68,3 +74,18 @@ class GreedyHead:
             return None
         self.chosen += len(hidden)
         return ids[best.squeeze(1)].tolist()
+
+    def describe(self) -> str:
+        rows = "" if self.max_rows is None else f", steps of <= {self.max_rows} row{'s' * (self.max_rows > 1)}"
+        return f"bf16 screen ({self.kernel}{rows})"
+
+
+class Bf16Gemv:
+    """`rows @ weight.T` in bfloat16 through ATen's matrix-vector kernel: float32 accumulation and one bfloat16
+    rounding of each output, as the bound above assumes (fast for one row; a GEMM for more)."""
+
+    def __init__(self, weight: torch.Tensor):
+        self.weight = weight.to(torch.bfloat16).contiguous()
+
+    def __call__(self, rows: torch.Tensor) -> torch.Tensor:
+        return F.linear(rows.to(torch.bfloat16), self.weight)

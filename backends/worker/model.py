@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from backends.checkpoint import ModelConfig
-from backends.worker.cpu_features import onednn_bf16_error
-from backends.worker.greedy_head import GreedyHead
+from backends.worker.cpu_features import bf16_screen_path, onednn_bf16_error
+from backends.worker.greedy_head import Bf16Gemv, GreedyHead
 from backends.worker.weights import LlamaWeights
 
 WeightsDtype = Literal["fp32", "bf16"]
@@ -132,7 +132,7 @@ class LlamaModel:
         greedy_screen: bool = True,
         aten_from: int | None = None,
     ):
-        """`greedy_screen`: build a `GreedyHead` (float32 weights on a CPU whose oneDNN packs bfloat16);
+        """`greedy_screen`: build a `GreedyHead` where this CPU has a bfloat16 kernel for it (`_greedy_head`);
         `aten_from`: the layers' products of at least this many rows use ATen (`prefill_gemm.py`)."""
         self.config = config
         self.device = torch.device(device)
@@ -155,10 +155,15 @@ class LlamaModel:
 
     def _greedy_head(self, lm_head: torch.Tensor) -> GreedyHead | None:
         """A bfloat16 screen for greedy rows where it reads half the bytes of the float32 head: float32 packed
-        weights on a CPU whose oneDNN packs bfloat16."""
-        if self.matmul_dtype is not torch.float32 or not self.lm_head.packed or onednn_bf16_error() is not None:
+        weights on a CPU with a bfloat16 kernel for it (`bf16_screen_path`: oneDNN's, else ATen's for 1-row steps)."""
+        if self.matmul_dtype is not torch.float32 or not self.lm_head.packed:
             return None
-        return GreedyHead(lm_head.to(self.device), _Linear(lm_head, torch.bfloat16, self.device))
+        path = bf16_screen_path(onednn_bf16_error(), torch.backends.cpu.get_cpu_capability())
+        if path == "onednn":
+            return GreedyHead(lm_head.to(self.device), _Linear(lm_head, torch.bfloat16, self.device))
+        if path == "aten-gemv":
+            return GreedyHead(lm_head.to(self.device), Bf16Gemv(lm_head), max_rows=1, kernel="ATen gemv")
+        return None
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """The float32 logits (B, V) of each row's last query: `logits(hidden(...))`, `hidden`'s arguments."""

@@ -14,6 +14,7 @@ from backends.worker.cpu_features import (
     CPUINFO_ENV,
     CpuFeatures,
     bf16_missing,
+    bf16_screen_path,
     cpu_features,
     parse_cpuinfo,
     weights_dtype_refusal,
@@ -102,6 +103,21 @@ def test_refusal_only_for_bf16_on_a_cpu_without_it():
     assert "lacks bf16" in weights_dtype_refusal("bf16", "cpu", parse_cpuinfo(AARCH64_NO_BF16))
 
 
+@pytest.mark.parametrize(
+    ("onednn_error", "capability", "path"),
+    [
+        (None, "AVX512", "onednn"),  # AVX-512 BF16: unchanged, oneDNN's packed bfloat16 at any row count
+        (None, "AVX2", "onednn"),
+        ("bf16 path needs the cpu support avx_ne_convert or avx512bw, ...", "AVX2", "aten-gemv"),  # AVX2 only
+        ("bf16 path needs ...", "AVX512", "aten-gemv"),  # oneDNN capped below AVX-512 (ONEDNN_MAX_CPU_ISA)
+        ("bf16 path needs ...", "DEFAULT", None),  # no vectorized ATen kernel: the full float32 logits
+        ("torch was built without oneDNN", "SVE256", None),
+    ],
+)
+def test_greedy_screen_decision_table(onednn_error, capability, path):
+    assert bf16_screen_path(onednn_error, capability) == path
+
+
 def _python(*args: str, **env: str) -> subprocess.CompletedProcess:
     """`python *args` from the repository root with `env` added."""
     return subprocess.run(
@@ -143,8 +159,9 @@ def test_fp32_packed_linear_runs_on_onednn_capped_to_avx2():
         "w, x = torch.randn(64, 32), torch.randn(3, 32)\n"
         "lin = _Linear(w, torch.float32, torch.device('cpu'))\n"
         "assert lin.packed and torch.allclose(lin(x), x @ w.T, atol=1e-4)\n"
-        "from backends.worker.cpu_features import onednn_bf16_error\n"
-        "assert onednn_bf16_error() is not None  # so no bf16 greedy head: full float32 logits\n"
+        "from backends.worker.cpu_features import bf16_screen_path, onednn_bf16_error\n"
+        "assert onednn_bf16_error() is not None  # so no oneDNN bf16 screen: ATen's gemv for 1-row steps\n"
+        "assert bf16_screen_path(onednn_bf16_error(), torch.backends.cpu.get_cpu_capability()) == 'aten-gemv'\n"
     )
     done = _python("-c", script, ONEDNN_MAX_CPU_ISA="AVX2")
     assert done.returncode == 0, done.stderr
