@@ -187,6 +187,29 @@ def test_a_tool_outside_the_allowlist_is_named_in_each_doors_body(client):
     assert error["message"].startswith("tools[1].name: ")
 
 
+def test_a_declared_tool_outside_the_allowlist_is_refused_though_allowed_tools_leaves_it_out(client):
+    schema = {"type": "object", "properties": {}}
+    chat_body = chat(
+        "m-shared",
+        tools=[tool("get_weather"), tool("search")],
+        tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [tool("get_weather")]}},
+    )
+    narrowed = client.post("/v1/chat/completions", headers=auth("alpha"), json=chat_body)
+    assert narrowed.status_code == 403 and narrowed.json()["error"]["param"] == "tools[1].function.name", narrowed.text
+    flat = [{"type": "function", "name": name, "parameters": schema} for name in ("get_weather", "search")]
+    responses = client.post(
+        "/v1/responses",
+        headers=auth("alpha"),
+        json={
+            "model": "m-shared",
+            "input": "hi",
+            "tools": flat,
+            "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": flat[:1]},
+        },
+    )
+    assert responses.status_code == 403 and responses.json()["error"]["param"] == "tools[1].name", responses.text
+
+
 def test_a_client_set_tenant_header_changes_nothing(client):
     headers = {**auth("alpha"), "x-tenant-id": "beta", "x-llm-d-inference-fairness-id": "beta"}
     listed = client.get("/v1/models", headers=headers).json()["data"]
