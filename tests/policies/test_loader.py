@@ -183,8 +183,8 @@ def test_policy_check_command(tmp_path):
             "(gateway policy hash-key prints it)"
         ),
         (
-            f"{tmp_path / 'bad.yaml'}:6: extra: unknown field; allowed: audit, keys, limits, models, on_store_error, "
-            "priority, tenant, tools"
+            f"{tmp_path / 'bad.yaml'}:6: extra: unknown field; allowed: audit, keys, limits, metrics, models, "
+            "on_store_error, priority, tenant, tools"
         ),
     ]
     examples = subprocess.run(

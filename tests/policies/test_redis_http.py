@@ -64,6 +64,7 @@ def gateways(
     write_tenant(policies, "opened", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="open")
     write_tenant(policies, "closed", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="closed")
     write_tenant(policies, "tpm", models=["m"], limits={"tokens_per_minute": 10000})
+    write_tenant(policies, "prometheus", metrics=True)
     write_tenant(policies, "single", models=["m"], limits={"concurrent_requests": 1, "tokens_per_minute": 10000})
     backend = standin_backend
     with ExitStack() as stack:
@@ -141,7 +142,7 @@ def test_redis_killed_and_restarted_under_load(gateways, redis):
     for gateway in gateways:
         assert httpx.get(f"{gateway.base_url}/ready").json()["policies"]["store_reachable"] is True
         assert "limiter store error" in gateway.stderr()
-        scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("closed")).text
+        scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("prometheus")).text
         errors = metric(scrape, "gateway:limiter_store_errors_total")
         assert errors >= 4, errors  # each refused (503) or admitted-open request counted
 

@@ -60,6 +60,7 @@ def deployment(
     write_tenant(policies, "tpm", models=["m-shared"], limits={"tokens_per_minute": 10000, "max_tokens": 64})
     write_tenant(policies, "quiet", models=["m-shared"], audit=False)
     write_tenant(policies, "tiny", models=["m-shared"], limits={"tokens_per_minute": 60})
+    write_tenant(policies, "prometheus", metrics=True)
     expired = write_tenant(policies, "expired", models=["m-*"])
     expired.write_text(expired.read_text().replace("  sha256", "  expires: 2020-01-31\n  sha256"))
     audit = root / "audit.jsonl"
@@ -311,4 +312,15 @@ def test_audit_lines_name_tenant_and_key_id_never_the_key(deployment, client):
 def test_ready_shows_the_policy_store(client):
     body = client.get("/ready").json()
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 8 and body["policies"]["problems"] == 0
+    assert body["policies"]["tenants"] == 9 and body["policies"]["problems"] == 0
+
+
+def test_only_a_metrics_tenants_key_reads_metrics(client):
+    """/metrics names every tenant and model: a client's key may not read it, Prometheus' (`metrics: true`) may."""
+    assert client.post("/v1/chat/completions", headers=auth("alpha"), json=chat("m-alpha")).status_code == 200
+    refused = client.get("/metrics", headers=auth("beta"))
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "metrics_not_allowed", refused.text
+    assert "alpha" not in refused.text and "m-alpha" not in refused.text
+    assert client.get("/metrics").status_code == 401
+    scraped = client.get("/metrics", headers=auth("prometheus"))
+    assert scraped.status_code == 200 and 'tenant="alpha"' in scraped.text and 'model_name="m-alpha"' in scraped.text
