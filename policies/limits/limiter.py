@@ -46,7 +46,8 @@ class Limiter(ABC):
     async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
 
-        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved). When the caller is
+        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved but a concurrency slot
+        of its own, refused past the limit: it runs too). When the caller is
         cancelled while the store answers, or the store's answer is lost, whatever the store reserved is taken back.
         """
         holder = uuid.uuid4().hex
