@@ -161,54 +161,40 @@ def test_the_messages_door_refuses_a_key_in_anthropics_shape(client):
             assert "x-api-key" in error["error"]["message"] or "not valid" in error["error"]["message"]
 
 
+def flat_tool(name: str) -> dict:
+    """A function tool in the Responses shape."""
+    return {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+
+
+def refused_tool(client: httpx.Client, path: str, body: dict) -> dict:
+    """The error of alpha's request to `path` with `body`, refused for a tool outside its allowlist."""
+    response = client.post(path, headers=auth("alpha"), json=body)
+    assert response.status_code == 403, response.text
+    return response.json()["error"]
+
+
 def test_a_tool_outside_the_allowlist_is_named_in_each_doors_body(client):
+    body = {"model": "m-shared", "input": "hi", "tools": [flat_tool("search")]}
+    assert refused_tool(client, "/v1/responses", body)["param"] == "tools[0].name"
     schema = {"type": "object", "properties": {}}
-    responses = client.post(
-        "/v1/responses",
-        headers=auth("alpha"),
-        json={
-            "model": "m-shared",
-            "input": "hi",
-            "tools": [{"type": "function", "name": "search", "parameters": schema}],
-        },
-    )
-    assert responses.status_code == 403 and responses.json()["error"]["param"] == "tools[0].name", responses.text
-    messages = client.post(
-        "/v1/messages",
-        headers=auth("alpha"),
-        json={
-            "model": "m-shared",
-            "max_tokens": 2,
-            "messages": [{"role": "user", "content": "hi"}],
-            "tools": [{"name": "get_weather", "input_schema": schema}, {"name": "search", "input_schema": schema}],
-        },
-    )
-    error = messages.json()["error"]
-    assert messages.status_code == 403 and error["type"] == "permission_error", messages.text
-    assert error["message"].startswith("tools[1].name: ")
+    body = {
+        "model": "m-shared",
+        "max_tokens": 2,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "get_weather", "input_schema": schema}, {"name": "search", "input_schema": schema}],
+    }
+    error = refused_tool(client, "/v1/messages", body)
+    assert error["type"] == "permission_error" and error["message"].startswith("tools[1].name: "), error
 
 
 def test_a_declared_tool_outside_the_allowlist_is_refused_though_allowed_tools_leaves_it_out(client):
-    schema = {"type": "object", "properties": {}}
-    chat_body = chat(
-        "m-shared",
-        tools=[tool("get_weather"), tool("search")],
-        tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [tool("get_weather")]}},
-    )
-    narrowed = client.post("/v1/chat/completions", headers=auth("alpha"), json=chat_body)
-    assert narrowed.status_code == 403 and narrowed.json()["error"]["param"] == "tools[1].function.name", narrowed.text
-    flat = [{"type": "function", "name": name, "parameters": schema} for name in ("get_weather", "search")]
-    responses = client.post(
-        "/v1/responses",
-        headers=auth("alpha"),
-        json={
-            "model": "m-shared",
-            "input": "hi",
-            "tools": flat,
-            "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": flat[:1]},
-        },
-    )
-    assert responses.status_code == 403 and responses.json()["error"]["param"] == "tools[1].name", responses.text
+    kept = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [tool("get_weather")]}}
+    body = chat("m-shared", tools=[tool("get_weather"), tool("search")], tool_choice=kept)
+    assert refused_tool(client, "/v1/chat/completions", body)["param"] == "tools[1].function.name"
+    flat = [flat_tool("get_weather"), flat_tool("search")]
+    kept = {"type": "allowed_tools", "mode": "auto", "tools": flat[:1]}
+    body = {"model": "m-shared", "input": "hi", "tools": flat, "tool_choice": kept}
+    assert refused_tool(client, "/v1/responses", body)["param"] == "tools[1].name"
 
 
 def test_a_client_set_tenant_header_changes_nothing(client):
