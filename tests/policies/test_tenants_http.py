@@ -295,8 +295,9 @@ def test_audit_lines_name_tenant_and_key_id_never_the_key(deployment, client):
     assert not any(key_of(t) in written for t in ("alpha", "beta", "gamma", "quiet", "expired"))
 
 
-def test_ready_shows_the_policy_store(client):
+def test_ready_shows_the_policy_store_and_no_model_id(client):
     body = client.get("/ready").json()
+    assert body["models"] == {"ready": len(MODELS), "total": len(MODELS)}  # an open route: ids are for tenants
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
     assert body["policies"]["tenants"] == 9 and body["policies"]["problems"] == 0
 
