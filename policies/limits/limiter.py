@@ -18,6 +18,9 @@ log = logging.getLogger("policies.limits")
 MAX_TOKENS = 2**50  # hostile counts stay within Redis's 64-bit integers and Lua's exact doubles
 SETTLE_RETRY_CAP_S = 30.0
 """The longest pause between two tries of a settlement the store missed (the pause doubles after the first retries)."""
+LATE_SETTLES_AT_ONCE = 8
+"""Settlements past their quick retries that call the store at once: the many an outage left waiting do not all
+open a connection the moment it answers again, nor pile timeouts on a store still away."""
 
 
 def _bounded(tokens: int) -> int:
@@ -34,6 +37,7 @@ class Limiter(ABC):
     def __init__(self) -> None:
         self._store_answers = asyncio.Event()
         self._closing = asyncio.Event()
+        self._late_settles = asyncio.Semaphore(LATE_SETTLES_AT_ONCE)
         self.store_healthy = True
         self.store_errors = 0
         self._settling: set[asyncio.Task] = set()
@@ -162,8 +166,9 @@ class Limiter(ABC):
                     wait.cancel()
             if self._closing.is_set():
                 return False
-            if await self._settle_once(admission, used_tokens, void):
-                return True
+            async with self._late_settles:
+                if await self._settle_once(admission, used_tokens, void):
+                    return True
             pause = min(SETTLE_RETRY_CAP_S, pause * 2)
         return False
 
