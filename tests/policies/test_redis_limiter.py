@@ -218,3 +218,15 @@ async def test_a_settle_lost_in_an_outage_longer_than_the_retries_lands_once_red
         proxy.set("blackhole")
         await limiter.settle(probe, 0)
         await asyncio.wait_for(limiter.close(), 30)
+
+
+async def test_a_burst_past_the_connection_pool_waits_its_turn_instead_of_failing(redis_server):
+    """More admits at once than the pool has connections (redis-py refuses a call past them): each waits for a
+    connection; none is a store error (a 503 for a tenant that fails closed) while Redis answers."""
+    limiter = RedisLimiter(redis_server.url)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    verdicts = await asyncio.gather(*(limiter.admit(tenant, Limits(), f"c{i}", 1) for i in range(300)))
+    assert all(v.allowed for v in verdicts) and limiter.store_errors == 0
+    await asyncio.gather(*(limiter.settle(v, 1) for v in verdicts))
+    assert limiter.store_errors == 0
+    await limiter.close()
