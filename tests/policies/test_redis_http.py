@@ -193,11 +193,12 @@ def test_redis_that_stops_answering_mid_request(gateways, redis, redis_link):
         held, content = held_text(3), ""
         with first.stream("POST", "/v1/chat/completions", headers=auth("single"), json=body) as stream:
             assert stream.status_code == 200
-            for event in sse(stream):
+            events = sse(stream)  # held: a generator let go of closes the stream (and so the request) at once
+            for event in events:
                 content += "".join(c["delta"].get("content") or "" for c in event["choices"])
                 if len(content) >= len(held):
                     break
-            redis_link.set("blackhole")
+            redis_link.set("blackhole")  # while the stream runs
             refused = second.post("/v1/chat/completions", headers=auth("single"), json=chat("m"))
             assert refused.status_code == 503, refused.text
             assert refused.json()["error"]["code"] == "rate_limit_store_unavailable" and refused.headers["retry-after"]
