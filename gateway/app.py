@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -116,9 +116,11 @@ def create_app(
     async def ready(request: Request) -> Response:
         served = list(registry)
         states = await asyncio.gather(*(_backend_ready(m.backend) for m in served))
-        status = {m.id: ok for m, ok in zip(served, states)}
         ok = all(states) and not drain.draining
-        body = {"ready": ok, "draining": drain.draining, "models": status}
+        models: dict[str, Any] = {m.id: ready for m, ready in zip(served, states)}
+        if gate is not None:  # an open route: model ids are for the tenants that may use them (and /metrics)
+            models = {"ready": sum(states), "total": len(states)}
+        body = {"ready": ok, "draining": drain.draining, "models": models}
         if gate is not None:
             body["policies"] = await gate.state()
         return json_response(body, status=200 if ok else 503)

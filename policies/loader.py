@@ -225,6 +225,7 @@ def _policy(value: dict[str, Any], source: str) -> Policy:
         audit=bool(audit) if isinstance(audit, bool) else True,
         audit_prompts=isinstance(audit, dict) and audit["prompts"],
         on_store_error=value.get("on_store_error", "closed"),
+        metrics=value.get("metrics", False),
         source=source,
     )
 

@@ -69,6 +69,8 @@ class Policy:
     audit: bool = True
     audit_prompts: bool = False
     on_store_error: str = "closed"
+    metrics: bool = False
+    """Whether its keys may read /metrics (every tenant's and model's series)."""
     source: str = ""
     """The file it came from."""
     limiter_limits: LimiterLimits = field(init=False, repr=False, compare=False)

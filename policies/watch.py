@@ -1,6 +1,6 @@
 """Hot reload: poll a policy directory (names, mtimes, sizes, and the `..data` link a Kubernetes
-ConfigMap or Secret mount swaps atomically) and reload the store when anything changed; SIGHUP reloads
-at once."""
+ConfigMap or Secret mount swaps atomically) and reload the store once a change has held still for a whole poll (a
+file written in place is read whole, never empty or half-written); SIGHUP reloads at once."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from policies.store import PolicyStore
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5
+POLL_S = 0.25
 
 
 def snapshot(directory: Path) -> tuple:
@@ -44,6 +44,18 @@ class PolicyWatcher:
         self.on_reload = on_reload
         """Told after each reload whether every file was accepted (metrics count reloads and failures)."""
         self._wake = asyncio.Event()
+        self._loaded = snapshot(store.directory)
+        self._changing: tuple | None = None
+
+    def due(self) -> bool:
+        """Look at the directory: whether it changed since the last reload and has held still since the last look
+        (a writer still at work changes it between two looks; a reload then would read its half-written file)."""
+        now = snapshot(self.store.directory)
+        if now == self._loaded:
+            self._changing = None
+            return False
+        held_still, self._changing = now == self._changing, now
+        return held_still
 
     def request_reload(self) -> None:
         self._wake.set()
@@ -54,7 +66,6 @@ class PolicyWatcher:
             loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         except (RuntimeError, ValueError):  # not the main thread (tests serving in a thread)
             pass
-        seen = snapshot(self.store.directory)
         try:
             while True:
                 try:
@@ -63,9 +74,8 @@ class PolicyWatcher:
                     pass
                 forced = self._wake.is_set()
                 self._wake.clear()
-                now = snapshot(self.store.directory)
-                if forced or now != seen:
-                    seen = now
+                if self.due() or forced:
+                    self._loaded, self._changing = snapshot(self.store.directory), None
                     errors = self.store.reload()
                     log.warning(
                         "policies reloaded from %s: %d tenants, %d problems",

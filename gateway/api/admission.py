@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,18 +54,22 @@ class RequestPolicy:
         ceiling = self.tenant and self.tenant.caller.policy.limits.max_tokens
         return max_new_tokens if ceiling is None else min(max_new_tokens, ceiling)
 
-    def check_tools(self, chat: ChatRequest) -> ChatRequest:
-        """403 naming the first declared tool outside `tools.allow`; `tools.strict` always/never applied."""
+    def check_tools(
+        self, chat: ChatRequest, declared: Sequence[str] = (), tool_param: str = "tools[{i}].function"
+    ) -> ChatRequest:
+        """403 naming the first declared tool outside `tools.allow`; `tools.strict` always/never applied.
+        `declared`: the names of the tools the body declares, in its order (an allowed_tools choice may have kept
+        some out of `chat`: declaring them is refused all the same), `tool_param` the door's name of one of them."""
         if self.tenant is None:
             return chat
         policy = self.tenant.caller.policy
-        for i, tool in enumerate(chat.tools):
-            name = tool["function"]["name"]
+        names = declared or [tool["function"]["name"] for tool in chat.tools]
+        for i, name in enumerate(names):
             if policy.tools_allow is not None and not policy.tools_allow.match(name):
                 raise APIError(
                     f"the tool {name!r} is not allowed for this API key",
                     status=403,
-                    param=f"tools[{i}].function.name",
+                    param=f"{tool_param.format(i=i)}.name",
                     code="tool_not_allowed",
                     type="permission_error",
                 )

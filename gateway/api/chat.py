@@ -58,11 +58,11 @@ async def start_chat(
     """The one path every door takes from a chat request to its choices' steps and their renderer: the
     tenant's tool and max-tokens rules, then render, shield, encode, grammar, the fair queue and admission,
     and the backend. `param` and `max_tokens_param` name the door's fields for the prompt and max tokens, `params`
-    its fields for tools and the answer's schema, `body_tools` the tools its body declared (read only to name a
-    refusal)."""
+    its fields for tools and the answer's schema, `body_tools` the tools its body declared (read for their names:
+    the tenant's tool allowlist applies to every one, and a refusal names its place)."""
     policy = request_policy(request)
+    chat = policy.check_tools(chat, [params.tool_name(t) for t in body_tools], params.tool)  # named in the body
     try:
-        chat = policy.check_tools(chat)
         policy.check_max_tokens(settings.max_tokens, max_tokens_param)
         plan = await plan_chat_off_loop(model, chat, settings, param)
     except APIError as e:

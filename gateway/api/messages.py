@@ -41,11 +41,19 @@ def thinking_signature(digest: bytes) -> str:
 
 
 async def create_message(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    parsed = parse_messages_request(await read_json(request, max_body))
+    body = await read_json(request, max_body)
+    parsed = parse_messages_request(body)
     model = served_model(registry, parsed.model)
     rid = item_id("msg")
     events, renderer = await start_chat(
-        request, model, parsed.chat, parsed.settings, rid, max_tokens_param="max_tokens", params=MESSAGES_PARAMS
+        request,
+        model,
+        parsed.chat,
+        parsed.settings,
+        rid,
+        max_tokens_param="max_tokens",
+        params=MESSAGES_PARAMS,
+        body_tools=body.get("tools") or (),
     )
     door = MessagesDoor(renderer, rid, model.id)
     return await respond_door(request, events, door, parsed.settings.stream)

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/openapi.json"})
 """Probes and the API description answer without a key (vLLM's key check guards /v1 only)."""
+METRICS_PATH = "/metrics"
+"""Every tenant's and model's series: only the keys of a tenant with `metrics: true` (Prometheus') read them."""
 
 
 @dataclass
@@ -124,6 +126,16 @@ class TenantMiddleware:
         except AuthError as exc:
             self._audit(None, request_id, 401, time.monotonic())
             error = APIError(str(exc), status=401, code="invalid_api_key")
+            await error.response(scope["path"])(scope, receive, send)
+            return
+        if scope["path"] == METRICS_PATH and not caller.policy.metrics:
+            self._audit(TenantRequest(caller, request_id), request_id, 403, time.monotonic())
+            error = APIError(
+                f"the API key {caller.key.id!r} may not read /metrics: its tenant's policy has no 'metrics: true'",
+                status=403,
+                code="metrics_not_allowed",
+                type="permission_error",
+            )
             await error.response(scope["path"])(scope, receive, send)
             return
         tenant = state["tenant"] = TenantRequest(caller, request_id)

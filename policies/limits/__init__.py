@@ -9,14 +9,17 @@ The API (a contract with the policy engine):
   atomic, on the server's clock, keys that expire by themselves).
   - `await limiter.admit(tenant, limits, charge_id, tokens) -> Admission`: reserves one request, one concurrency
     slot and `tokens` (prompt tokens + the request's max tokens) against every limit at once, or nothing. An admit
-    whose `charge_id` names a charge still open (a retry on another replica) joins it and reserves nothing more.
+    whose `charge_id` names a charge still open (a retry on another replica) joins it and reserves nothing more than a
+    concurrency slot of its own (it runs too: refused past `concurrent_requests`).
     Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
     answers, whatever was reserved is taken back whole (request, tokens, slot; a joined charge stays).
   - `await limiter.settle(admission, used_tokens)`: replaces the reservation with real usage (prompt + completion
     tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a refused
     admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the charge.
     When the store is unreachable it returns after the first try and retries in the background
-    (`limiter.settle_retry_delays_s`); `await limiter.close()` waits for settlements in flight.
+    (`limiter.settle_retry_delays_s`, then whenever the store answers again, for `settle_give_up_s` at most: an
+    outage longer than the first retries must not hold a tenant's concurrency slot for the whole lease);
+    `await limiter.close()` waits for settlements in flight (those past the first retries stop).
   - `Admission`: `allowed`, `limit` (the refusing limit's name, "store" when the store is down, else None),
     `retry_after_s` (exact: when enough of the window frees; None when the request alone exceeds the limit and
     never fits; 1 s for a concurrency refusal, whose end no store can predict), `headers` (OpenAI's

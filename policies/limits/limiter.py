@@ -16,6 +16,11 @@ log = logging.getLogger("policies.limits")
 
 
 MAX_TOKENS = 2**50  # hostile counts stay within Redis's 64-bit integers and Lua's exact doubles
+SETTLE_RETRY_CAP_S = 30.0
+"""The longest pause between two tries of a settlement the store missed (the pause doubles after the first retries)."""
+LATE_SETTLES_AT_ONCE = 8
+"""Settlements past their quick retries that call the store at once: the many an outage left waiting do not all
+open a connection the moment it answers again, nor pile timeouts on a store still away."""
 
 
 def _bounded(tokens: int) -> int:
@@ -30,17 +35,23 @@ class Limiter(ABC):
     """Reserve-then-settle admission against a tenant's limits; one implementation per store."""
 
     def __init__(self) -> None:
+        self._store_answers = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._late_settles = asyncio.Semaphore(LATE_SETTLES_AT_ONCE)
         self.store_healthy = True
         self.store_errors = 0
         self._settling: set[asyncio.Task] = set()
         self.settle_retry_delays_s: tuple[float, ...] = (0.5, 1.0, 2.0)
+        self.settle_give_up_s = 900.0
+        """How long a settlement the store missed is tried again (the Redis limiter's default slot lease)."""
         self.background: list[Callable[[], Awaitable[None]]] = []
         """Tasks to run while the gateway serves (the Redis limiter's idle-connection sweep)."""
 
     async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
 
-        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved). When the caller is
+        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved but a concurrency slot
+        of its own, refused past the limit: it runs too). When the caller is
         cancelled while the store answers, or the store's answer is lost, whatever the store reserved is taken back.
         """
         holder = uuid.uuid4().hex
@@ -93,7 +104,10 @@ class Limiter(ABC):
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
 
         Returns after the first try; when the store is unreachable, tries again in the background after each of
-        `settle_retry_delays_s` (a settle is idempotent, so a try whose answer was lost does no harm).
+        `settle_retry_delays_s`, then (unless they are none, until `close()`) at once when the store answers another call, else after a
+        pause that doubles up to SETTLE_RETRY_CAP_S, for `settle_give_up_s` at most: a longer outage must not leave
+        the tenant's concurrency slot taken for the whole lease. A settle is idempotent, so a try whose answer was
+        lost does no harm.
         """
         if not admission.holder:
             return
@@ -113,15 +127,12 @@ class Limiter(ABC):
         try:
             for delay in (0.0, *self.settle_retry_delays_s):
                 await asyncio.sleep(delay)
-                try:
-                    await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens, void)
-                except StoreUnavailable as exc:
-                    self._store_failed("settle", admission.tenant, exc)
-                    if first_try is not None and not first_try.done():
-                        first_try.set_result(None)
-                else:
-                    self.store_healthy = True
+                if await self._settle_once(admission, used_tokens, void):
                     return
+                if first_try is not None and not first_try.done():
+                    first_try.set_result(None)
+            if self.settle_retry_delays_s and await self._settle_when_the_store_answers(admission, used_tokens, void):
+                return
             log.error(
                 "settlement lost for tenant %s charge %s: the store stayed unreachable",
                 admission.tenant,
@@ -130,6 +141,45 @@ class Limiter(ABC):
         finally:
             if first_try is not None and not first_try.done():
                 first_try.set_result(None)
+
+    async def _settle_once(self, admission: Admission, used_tokens: int, void: bool) -> bool:
+        try:
+            await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens, void)
+        except StoreUnavailable as exc:
+            self._store_failed("settle", admission.tenant, exc)
+            return False
+        self.store_healthy = True
+        return True
+
+    async def _settle_when_the_store_answers(self, admission: Admission, used_tokens: int, void: bool) -> bool:
+        """Past the quick retries: try again whenever the store answers another call, or after a doubling pause,
+        until the settlement lands (True), the limiter closes or `settle_give_up_s` has passed."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.settle_give_up_s
+        pause = min(SETTLE_RETRY_CAP_S, self.settle_retry_delays_s[-1])
+        while not self._closing.is_set() and loop.time() < give_up:
+            waits = [asyncio.ensure_future(self._closing.wait()), asyncio.ensure_future(self._store_answers.wait())]
+            try:
+                await asyncio.wait(waits, timeout=min(pause, max(0.0, give_up - loop.time())))
+            finally:
+                for wait in waits:
+                    wait.cancel()
+            if self._closing.is_set():
+                return False
+            async with self._late_settles:
+                if await self._settle_once(admission, used_tokens, void):
+                    return True
+            pause = min(SETTLE_RETRY_CAP_S, pause * 2)
+        return False
+
+    @property
+    def store_healthy(self) -> bool:
+        """Whether the store's last call succeeded."""
+        return self._store_answers.is_set()
+
+    @store_healthy.setter
+    def store_healthy(self, healthy: bool) -> None:
+        (self._store_answers.set if healthy else self._store_answers.clear)()
 
     def _store_failed(self, operation: str, tenant: str, exc: Exception) -> None:
         self.store_healthy = False
@@ -165,5 +215,6 @@ class Limiter(ABC):
             await asyncio.gather(*self._settling, return_exceptions=True)
 
     async def close(self) -> None:
-        """Wait for settlements in flight and release the store's resources."""
+        """Wait for settlements in flight (those past their quick retries stop) and release the store's resources."""
+        self._closing.set()
         await self.settled()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .limiter import Limiter
-from .model import DAY_MS, WINDOW_MS, Limits, Verdict
+from .model import CONCURRENCY_RETRY_MS, DAY_MS, WINDOW_MS, Limits, Verdict
 from .windows import worst_refusal
 
 
@@ -60,7 +60,12 @@ class MemoryLimiter(Limiter):
         state = self._tenants.setdefault(tenant, _Tenant())
         state.expire(now)
         charge = state.charges.get(charge_id)
-        if charge is not None:
+        if charge is not None:  # a join: counted once, but it runs too, so it holds a concurrency slot of its own
+            conc = limits.concurrent_requests
+            if conc is not None and len(state.slots) + 1 > conc:
+                retry = None if conc == 0 else CONCURRENCY_RETRY_MS
+                return Verdict(False, "concurrent_requests", retry, len(state.log), state.tokens, state.reset_ms(now))
+            state.slots.add(holder)
             charge.holders.add(holder)
             return Verdict(True, None, None, len(state.log), state.tokens, state.reset_ms(now), charge.member)
         day = now // DAY_MS
@@ -101,6 +106,6 @@ class MemoryLimiter(Limiter):
             state.days[charge.day] += delta
         charge.settled = True
         charge.holders.discard(holder)
+        state.slots.discard(holder)  # each admit's own slot (the first admit's holder is the member)
         if not charge.holders:
-            state.slots.discard(charge.member)
             del state.charges[charge_id]

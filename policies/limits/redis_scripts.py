@@ -1,7 +1,7 @@
 """The Lua scripts of RedisLimiter: the same checks as windows.py, atomic in Redis, on the server's clock.
 
 Keys of one tenant (all under one hash tag): KEYS[1] the window's sorted set (member -> admit time ms), KEYS[2] its
-hash (member -> tokens), KEYS[3] the window's token sum, KEYS[4] the concurrency slots (member -> lease end ms),
+hash (member -> tokens), KEYS[3] the window's token sum, KEYS[4] the concurrency slots (holder -> lease end ms: one per admit, joins too),
 KEYS[5] the charge (fields m member, r reserved, d day, s settled once, n open holders, h:<holder>), KEYS[6] the
 prefix of the per-day counters (prefix .. UTC day number; derived keys of the same hash tag).
 ARGV[1] is the time in ms, '' for the server's TIME (a test hook: tests pass their own clock).
@@ -47,7 +47,12 @@ redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local count = redis.call('ZCARD', KEYS[1])
 local sum = tonumber(redis.call('GET', KEYS[3]) or '0')
 local member = redis.call('HGET', KEYS[5], 'm')
-if member then
+if member then  -- a join: counted once, but it runs too, so it holds a concurrency slot of its own
+  if conc >= 0 and redis.call('ZCARD', KEYS[4]) + 1 > conc then
+    return {0, 'concurrent_requests', conc == 0 and -1 or tonumber(ARGV[9]), count, sum, reset_ms(now), ''}
+  end
+  redis.call('ZADD', KEYS[4], now + lease, holder)
+  redis.call('PEXPIRE', KEYS[4], lease)
   redis.call('HSET', KEYS[5], 'h:' .. holder, 1)
   redis.call('HINCRBY', KEYS[5], 'n', 1)
   return {1, '', -1, count, sum, reset_ms(now), member}
@@ -131,10 +136,8 @@ if redis.call('HEXISTS', KEYS[2], member) == 1 then
 end
 if redis.call('EXISTS', day_key) == 1 then redis.call('INCRBY', day_key, delta) end
 redis.call('HSET', KEYS[5], 's', 1)
-if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then
-  redis.call('ZREM', KEYS[4], member)
-  redis.call('DEL', KEYS[5])
-end
+redis.call('ZREM', KEYS[4], holder)  -- each admit's own slot (the first admit's holder is the member)
+if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then redis.call('DEL', KEYS[5]) end
 return 1
 """
 )

@@ -9,7 +9,8 @@ its latest request):
 - `delay`: hold each chunk from the upstream `delay_s` seconds (a slow server; order kept per connection).
 - `stall`: after `after` bytes from the upstream, forward nothing more to the client (the requests still reach the
   upstream: a server that works but whose answers never come back); `set("pass")` lets the held bytes go.
-- `blackhole`: accept and forward nothing either way (a server that stopped answering with its socket open).
+- `blackhole`: accept and forward nothing either way (a server that stopped answering with its socket open); what
+  the client sends meanwhile is dropped, never delivered later (a partition that lost the packets).
 - `cut`: after `after` bytes from the upstream, close both sides (with `rst`, the client side gets an RST).
 - `corrupt`: after `after` bytes from the upstream, every byte forwarded is replaced by `garbage`'s bytes.
 
@@ -71,7 +72,8 @@ class _Link:
             if self.stale:
                 self.proxy.stale_hits += 1
                 return
-            await self.proxy.flowing_upstream()
+            if self.proxy.fault.mode == "blackhole":
+                continue
             self.from_upstream = 0  # a new request: `after` counts the bytes of its answer
             self.upstream_writer.write(data)
             await self.upstream_writer.drain()
@@ -129,9 +131,7 @@ class TcpFaultProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._downstream = asyncio.Event()
-        self._upstream = asyncio.Event()
         self._downstream.set()
-        self._upstream.set()
         self._server: asyncio.Server | None = None
         self._requested_port = port
         self.port = 0
@@ -152,7 +152,6 @@ class TcpFaultProxy:
 
         def apply() -> None:
             (self._downstream.set if mode not in ("stall", "blackhole") else self._downstream.clear)()
-            (self._upstream.clear if mode == "blackhole" else self._upstream.set)()
 
         self._call(_run(apply))
 
@@ -176,7 +175,6 @@ class TcpFaultProxy:
             for link in list(self.links):
                 link.close()
             self._downstream.set()
-            self._upstream.set()
 
         self._call(shut())
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -190,9 +188,6 @@ class TcpFaultProxy:
 
     async def flowing_downstream(self) -> None:
         await self._downstream.wait()
-
-    async def flowing_upstream(self) -> None:
-        await self._upstream.wait()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1

@@ -130,3 +130,9 @@ def test_server_limits_reach_the_command_line():
     )
     assert parsed.grammar_compile_budget == 1.5
     assert build_parser().parse_args(_command_line("defaults.yaml")).grammar_compile_budget is None
+
+
+def test_the_service_monitor_sends_the_metrics_tenants_key():
+    monitor = next(d for d in render("servicemonitor-policies.yaml") if d["kind"] == "ServiceMonitor")
+    authorization = {"type": "Bearer", "credentials": {"name": "prometheus-gateway-key", "key": "key"}}
+    assert [e["authorization"] for e in monitor["spec"]["endpoints"]] == [authorization]

@@ -102,21 +102,27 @@ async def test_a_request_over_the_limit_alone_never_fits(limiter, tenant):
     assert (refused.limit, refused.retry_after_s) == ("tokens_per_day", None)
 
 
-async def test_a_charge_id_is_charged_once(limiter, tenant):
-    limits = Limits(requests_per_minute=5, tokens_per_minute=1000, concurrent_requests=1)
+async def test_a_charge_id_is_charged_once_but_each_join_holds_a_slot(limiter, tenant):
+    """A retry joins its charge (one request, one reservation, every admit's usage settled), but runs too: each join
+    holds a concurrency slot of its own, so requests sent under one id never run past concurrent_requests."""
+    limits = Limits(requests_per_minute=5, tokens_per_minute=1000, concurrent_requests=2)
     charge_id = charge()
     first = await limiter.admit(tenant, limits, charge_id, 300)
     retry = await limiter.admit(tenant, limits, charge_id, 300)  # the same request, retried on another replica
     assert first.allowed and retry.allowed and first.holder != retry.holder
     assert retry.headers["x-ratelimit-remaining-requests"] == "4"
     assert retry.headers["x-ratelimit-remaining-tokens"] == "700"
+    third = await limiter.admit(tenant, limits, charge_id, 300)  # two run: a third would be one too many
+    assert (third.allowed, third.limit, third.holder, third.retry_after_s) == (False, "concurrent_requests", "", 1.0)
     await limiter.settle(first, 50)
     await limiter.settle(first, 50)  # idempotent
-    assert not (await limiter.admit(tenant, limits, charge(), 1)).allowed  # the retry still holds the slot
+    other = await limiter.admit(tenant, limits, charge(), 1)  # the first's slot is free, the retry holds the other
+    assert other.allowed and not (await limiter.admit(tenant, limits, charge(), 1)).allowed
+    await limiter.settle(other, 1)
     await limiter.settle(retry, 20)  # the retry's real usage adds to the charge
     probe = await limiter.admit(tenant, limits, charge(), 0)
-    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "930"
-    assert probe.headers["x-ratelimit-remaining-requests"] == "3"
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "929"
+    assert probe.headers["x-ratelimit-remaining-requests"] == "2"
 
 
 async def test_concurrency_slots_are_released_on_settle(limiter, tenant):

@@ -16,6 +16,7 @@ import yaml
 from policies.auth import hash_key
 from policies.loader import FORMAT_CHECKER, SCHEMA_PATH, PolicyFileError, check_directory, load_policy, read_defaults
 from policies.store import PolicyStore
+from policies.watch import PolicyWatcher
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "policies" / "examples"
@@ -166,6 +167,24 @@ def test_a_reload_keeps_the_last_good_version_of_a_broken_file(tmp_path):
     assert store.reload() == [] and store.lookup(HASH) is None
 
 
+def test_a_file_written_in_place_is_reloaded_once_it_holds_still(tmp_path):
+    """An editor writing a file in place shows it empty or half-written for a moment (this half is even valid: a
+    tenant without models); the watcher reloads only a change that held still between two looks."""
+    path = write(tmp_path, "t.yaml", GOOD)
+    store = PolicyStore(tmp_path)
+    store.reload()
+    watcher = PolicyWatcher(store)
+    assert not watcher.due()
+    edited = GOOD.replace('"m-*"', '"m-*", "other"')
+    path.write_text(edited[: edited.index("models")])  # the writer is at work...
+    assert not watcher.due()
+    path.write_text(edited)  # ... and done
+    assert not watcher.due()
+    assert watcher.due()
+    store.reload()
+    assert store.lookup(HASH)[0].models.patterns == ("m-*", "other")
+
+
 def test_policy_check_command(tmp_path):
     write(tmp_path, "good.yaml", GOOD)
     write(tmp_path, "bad.yaml", GOOD.replace("tenant: t", "tenant: u").replace(HASH, "f" * 63) + "extra: 1\n")
@@ -183,8 +202,8 @@ def test_policy_check_command(tmp_path):
             "(gateway policy hash-key prints it)"
         ),
         (
-            f"{tmp_path / 'bad.yaml'}:6: extra: unknown field; allowed: audit, keys, limits, models, on_store_error, "
-            "priority, tenant, tools"
+            f"{tmp_path / 'bad.yaml'}:6: extra: unknown field; allowed: audit, keys, limits, metrics, models, "
+            "on_store_error, priority, tenant, tools"
         ),
     ]
     examples = subprocess.run(

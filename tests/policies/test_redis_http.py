@@ -1,5 +1,6 @@
-"""Two `gateway serve --policies --redis` processes sharing one real redis-server: limits exact across
-replicas, and Redis killed and restarted under load (each tenant's on_store_error, visible in /ready)."""
+"""Two `gateway serve --policies --redis` processes sharing one real redis-server (through a TCP fault proxy): limits
+exact across replicas, Redis killed and restarted under load (each tenant's on_store_error, visible in /ready), and
+Redis that stops answering in the middle of a request (no slot or token left counted once it answers again)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 from redis import Redis
 
 from policies.limits.redis_idle import IDLE_SWEEP_S
-from tests.faults.conftest import FaultBackend
+from tests.faults.conftest import FaultBackend, sse
+from tests.faults.tcp_proxy import TcpFaultProxy
 from tests.policies.deployment import (
     auth,
     burst,
@@ -42,8 +44,18 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="module")
+def redis_link(redis: RedisServer) -> Iterator[TcpFaultProxy]:
+    """The gateways' way to Redis: a proxy that passes until a test breaks it."""
+    with TcpFaultProxy(redis.port) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
 def gateways(
-    smollm2: Path, standin_backend: FaultBackend, redis: RedisServer, tmp_path_factory: pytest.TempPathFactory
+    smollm2: Path,
+    standin_backend: FaultBackend,
+    redis_link: TcpFaultProxy,
+    tmp_path_factory: pytest.TempPathFactory,
 ):
     root = tmp_path_factory.mktemp("replicas")
     policies = root / "policies"
@@ -52,12 +64,16 @@ def gateways(
     write_tenant(policies, "opened", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="open")
     write_tenant(policies, "closed", models=["m"], limits={"requests_per_minute": 10000}, on_store_error="closed")
     write_tenant(policies, "tpm", models=["m"], limits={"tokens_per_minute": 10000})
+    write_tenant(policies, "prometheus", metrics=True)
+    write_tenant(policies, "single", models=["m"], limits={"concurrent_requests": 1, "tokens_per_minute": 10000})
     backend = standin_backend
     with ExitStack() as stack:
         config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
         replicas = [
             stack.enter_context(
-                policy_gateway(config, policies, "--redis", redis.url, "--audit-log", str(root / f"{i}"))
+                policy_gateway(
+                    config, policies, "--redis", redis_link.url_for("redis"), "--audit-log", str(root / f"{i}")
+                )
             )
             for i in range(2)
         ]
@@ -126,7 +142,7 @@ def test_redis_killed_and_restarted_under_load(gateways, redis):
     for gateway in gateways:
         assert httpx.get(f"{gateway.base_url}/ready").json()["policies"]["store_reachable"] is True
         assert "limiter store error" in gateway.stderr()
-        scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("closed")).text
+        scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("prometheus")).text
         errors = metric(scrape, "gateway:limiter_store_errors_total")
         assert errors >= 4, errors  # each refused (503) or admitted-open request counted
 
@@ -143,7 +159,7 @@ def wait_until(condition, timeout: float = RECOVER_S) -> None:
         time.sleep(0.05)
 
 
-def test_idle_gateways_close_the_redis_connections_the_server_dropped(gateways, redis):
+def test_idle_gateways_close_the_redis_connections_the_server_dropped(gateways, redis, redis_link):
     """`CLIENT KILL` while both replicas are idle: their limiter's and store's sockets leave CLOSE-WAIT within the
     bound (without the sweep they stay there until the next command), and the next requests use Redis again
     (tenant `closed` is refused with a 503 when its limiter cannot reach Redis)."""
@@ -158,8 +174,53 @@ def test_idle_gateways_close_the_redis_connections_the_server_dropped(gateways, 
         assert stored.is_success, stored.text
     with Redis(host="127.0.0.1", port=redis.port) as admin:
         assert admin.client_kill_filter(_type="normal", skipme=True) >= 4  # two pools in each replica
-    wait_until(lambda: close_wait_sockets(redis.port) == 0, IDLE_SWEEP_S * 5)
+    wait_until(lambda: close_wait_sockets(redis_link.port) == 0, IDLE_SWEEP_S * 5)
     for gateway in gateways:
         again = httpx.get(f"{gateway.base_url}/v1/responses/{stored.json()['id']}", headers=auth("closed"))
         assert again.status_code == 200, again.text  # the store shared by both answers again
         assert httpx.post(f"{gateway.base_url}/v1/chat/completions", headers=auth("closed"), json=chat("m")).is_success
+
+
+def test_redis_that_stops_answering_mid_request(gateways, redis, redis_link):
+    """Redis stops answering (what the gateways send is lost) while a stream of tenant `single` (one request at a
+    time) runs: its stream goes on, new requests get a clear 503 (fail closed) or pass (fail open), and once Redis
+    answers again the slot and tokens of the stream that ended meanwhile are settled: nothing stays counted."""
+    gateways, backend, _ = gateways
+    first, second = (httpx.Client(base_url=g.base_url, timeout=30) for g in gateways)
+    backend.set(mode="slow", after=3)
+    try:
+        body = chat("m", max_tokens=40, stream=True)
+        held, content = held_text(3), ""
+        with first.stream("POST", "/v1/chat/completions", headers=auth("single"), json=body) as stream:
+            assert stream.status_code == 200
+            events = sse(stream)  # held: a generator let go of closes the stream (and so the request) at once
+            for event in events:
+                content += "".join(c["delta"].get("content") or "" for c in event["choices"])
+                if len(content) >= len(held):
+                    break
+            redis_link.set("blackhole")  # while the stream runs
+            refused = second.post("/v1/chat/completions", headers=auth("single"), json=chat("m"))
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error"]["code"] == "rate_limit_store_unavailable" and refused.headers["retry-after"]
+            assert second.post("/v1/chat/completions", headers=auth("opened"), json=chat("m")).status_code == 200
+        # the client left: the gateway's settlement of the stream is lost with the link
+    finally:
+        backend.set(mode="ok")
+    wait_until(lambda: "limiter store error during settle for tenant single" in gateways[0].stderr())
+    redis_link.set("pass")
+    answers: list[httpx.Response] = []
+
+    def served() -> bool:
+        answers.append(second.post("/v1/chat/completions", headers=auth("single"), json=chat("m")))
+        return answers[-1].status_code == 200
+
+    wait_until(served)
+    assert {a.status_code for a in answers[:-1]} <= {429}, [a.text for a in answers]  # the slot until it settles
+    prompt = answers[-1].json()["usage"]["prompt_tokens"]
+    with Redis(host="127.0.0.1", port=redis.port) as admin:
+        wait_until(lambda: admin.zcard("gw:limits:{single}:slots") == 0)  # the last request's settlement too
+        assert not list(admin.scan_iter("gw:limits:{single}:c:*"))  # every charge settled and closed
+        window = sorted(int(v) for v in admin.hvals("gw:limits:{single}:wa"))
+    assert window == [prompt + 2, prompt + 3]  # as used: the stream's 3 tokens, the last request's 2; no 503 counted
+    first.close()
+    second.close()

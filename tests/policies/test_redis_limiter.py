@@ -194,3 +194,39 @@ async def test_fifty_parallel_admits_against_a_slow_redis_admit_exactly_20(redis
         assert sum(v.allowed for v in verdicts) == 20 and limiter.store_errors == 0
         assert {v.limit for v in verdicts if not v.allowed} == {"requests_per_minute"}
         await limiter.close()
+
+
+async def test_a_settle_lost_in_an_outage_longer_than_the_retries_lands_once_redis_answers(redis_server):
+    """Redis unreachable (what the limiter sends is lost) for longer than the first retries: the settlement is tried
+    again once Redis answers, instead of holding the tenant's concurrency slot for its whole lease; `close()` during an
+    outage still returns."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limits = Limits(concurrent_requests=1, tokens_per_minute=1000)
+    with TcpFaultProxy(redis_server.port) as proxy:
+        limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.1)
+        limiter.settle_retry_delays_s = (0.05,)
+        admission = await limiter.admit(tenant, limits, "a", 500)
+        proxy.set("blackhole")
+        await limiter.settle(admission, 100)
+        while limiter.store_errors < 2:  # the first try and its one quick retry: both lost
+            await asyncio.sleep(0.01)
+        proxy.set("pass")
+        assert (await limiter.admit(tenant, limits, "probe", 0)).limit == "concurrent_requests"  # the store answers
+        await asyncio.wait_for(limiter.settled(), 30)  # a hang fails here instead of stalling the suite
+        probe = await limiter.admit(tenant, limits, "b", 0)
+        assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "900"
+        proxy.set("blackhole")
+        await limiter.settle(probe, 0)
+        await asyncio.wait_for(limiter.close(), 30)
+
+
+async def test_a_burst_past_the_connection_pool_waits_its_turn_instead_of_failing(redis_server):
+    """More admits at once than the pool has connections (redis-py refuses a call past them): each waits for a
+    connection; none is a store error (a 503 for a tenant that fails closed) while Redis answers."""
+    limiter = RedisLimiter(redis_server.url)
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    verdicts = await asyncio.gather(*(limiter.admit(tenant, Limits(), f"c{i}", 1) for i in range(300)))
+    assert all(v.allowed for v in verdicts) and limiter.store_errors == 0
+    await asyncio.gather(*(limiter.settle(v, 1) for v in verdicts))
+    assert limiter.store_errors == 0
+    await limiter.close()

@@ -60,6 +60,7 @@ def deployment(
     write_tenant(policies, "tpm", models=["m-shared"], limits={"tokens_per_minute": 10000, "max_tokens": 64})
     write_tenant(policies, "quiet", models=["m-shared"], audit=False)
     write_tenant(policies, "tiny", models=["m-shared"], limits={"tokens_per_minute": 60})
+    write_tenant(policies, "prometheus", metrics=True)
     expired = write_tenant(policies, "expired", models=["m-*"])
     expired.write_text(expired.read_text().replace("  sha256", "  expires: 2020-01-31\n  sha256"))
     audit = root / "audit.jsonl"
@@ -160,31 +161,40 @@ def test_the_messages_door_refuses_a_key_in_anthropics_shape(client):
             assert "x-api-key" in error["error"]["message"] or "not valid" in error["error"]["message"]
 
 
+def flat_tool(name: str) -> dict:
+    """A function tool in the Responses shape."""
+    return {"type": "function", "name": name, "parameters": {"type": "object", "properties": {}}}
+
+
+def refused_tool(client: httpx.Client, path: str, body: dict) -> dict:
+    """The error of alpha's request to `path` with `body`, refused for a tool outside its allowlist."""
+    response = client.post(path, headers=auth("alpha"), json=body)
+    assert response.status_code == 403, response.text
+    return response.json()["error"]
+
+
 def test_a_tool_outside_the_allowlist_is_named_in_each_doors_body(client):
+    body = {"model": "m-shared", "input": "hi", "tools": [flat_tool("search")]}
+    assert refused_tool(client, "/v1/responses", body)["param"] == "tools[0].name"
     schema = {"type": "object", "properties": {}}
-    responses = client.post(
-        "/v1/responses",
-        headers=auth("alpha"),
-        json={
-            "model": "m-shared",
-            "input": "hi",
-            "tools": [{"type": "function", "name": "search", "parameters": schema}],
-        },
-    )
-    assert responses.status_code == 403 and responses.json()["error"]["param"] == "tools[0].name", responses.text
-    messages = client.post(
-        "/v1/messages",
-        headers=auth("alpha"),
-        json={
-            "model": "m-shared",
-            "max_tokens": 2,
-            "messages": [{"role": "user", "content": "hi"}],
-            "tools": [{"name": "get_weather", "input_schema": schema}, {"name": "search", "input_schema": schema}],
-        },
-    )
-    error = messages.json()["error"]
-    assert messages.status_code == 403 and error["type"] == "permission_error", messages.text
-    assert error["message"].startswith("tools[1].name: ")
+    body = {
+        "model": "m-shared",
+        "max_tokens": 2,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "get_weather", "input_schema": schema}, {"name": "search", "input_schema": schema}],
+    }
+    error = refused_tool(client, "/v1/messages", body)
+    assert error["type"] == "permission_error" and error["message"].startswith("tools[1].name: "), error
+
+
+def test_a_declared_tool_outside_the_allowlist_is_refused_though_allowed_tools_leaves_it_out(client):
+    kept = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [tool("get_weather")]}}
+    body = chat("m-shared", tools=[tool("get_weather"), tool("search")], tool_choice=kept)
+    assert refused_tool(client, "/v1/chat/completions", body)["param"] == "tools[1].function.name"
+    flat = [flat_tool("get_weather"), flat_tool("search")]
+    kept = {"type": "allowed_tools", "mode": "auto", "tools": flat[:1]}
+    body = {"model": "m-shared", "input": "hi", "tools": flat, "tool_choice": kept}
+    assert refused_tool(client, "/v1/responses", body)["param"] == "tools[1].name"
 
 
 def test_a_client_set_tenant_header_changes_nothing(client):
@@ -285,7 +295,19 @@ def test_audit_lines_name_tenant_and_key_id_never_the_key(deployment, client):
     assert not any(key_of(t) in written for t in ("alpha", "beta", "gamma", "quiet", "expired"))
 
 
-def test_ready_shows_the_policy_store(client):
+def test_ready_shows_the_policy_store_and_no_model_id(client):
     body = client.get("/ready").json()
+    assert body["models"] == {"ready": len(MODELS), "total": len(MODELS)}  # an open route: ids are for tenants
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 8 and body["policies"]["problems"] == 0
+    assert body["policies"]["tenants"] == 9 and body["policies"]["problems"] == 0
+
+
+def test_only_a_metrics_tenants_key_reads_metrics(client):
+    """/metrics names every tenant and model: a client's key may not read it, Prometheus' (`metrics: true`) may."""
+    assert client.post("/v1/chat/completions", headers=auth("alpha"), json=chat("m-alpha")).status_code == 200
+    refused = client.get("/metrics", headers=auth("beta"))
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "metrics_not_allowed", refused.text
+    assert "alpha" not in refused.text and "m-alpha" not in refused.text
+    assert client.get("/metrics").status_code == 401
+    scraped = client.get("/metrics", headers=auth("prometheus"))
+    assert scraped.status_code == 200 and 'tenant="alpha"' in scraped.text and 'model_name="m-alpha"' in scraped.text
