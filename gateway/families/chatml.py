@@ -41,7 +41,7 @@ class ChatMLFamily(Family):
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(
-            request, self.opens_reasoning(request, prompt), self.calls, self.marker_tokens, self.stop_token_ids()
+            request, self.opens_reasoning(request, prompt), self.calls, self.marker_tokens, self.stop_ids
         )
 
     def stop_token_ids(self) -> list[int]:
