@@ -328,6 +328,34 @@ def test_reasoning_holds_no_call_opening_token(case: Case) -> None:
     assert not case.accepts(forced, [("<think>",), ("<tool_call>",), ("</think>",), case.after_think, *case.call])
 
 
+def test_a_stop_token_ends_the_answer_only_where_it_may_end(glm: Case) -> None:
+    """The backend ends the output at any of GLM's stop tokens: one in the reasoning lost the call or the JSON owed
+    after it (tests/grammar_walks.py: `<|user|>` as the first token under required + thinking, on a vocabulary whose
+    xgrammar stops only at `<|endoftext|>`); lazy free text ends there too. Where the answer may end, it may."""
+    forced, lazy = weather("required"), weather("auto")
+    answer = ChatRequest(messages=[{"role": "user", "content": "?"}], response_format=ANSWER_FORMAT)
+    for stop in ("<|user|>", "<|observation|>"):
+        assert not glm.accepts(forced, ["Plan ", (stop,), " more.", ("</think>",), *glm.call], thinking=True), stop
+        assert not glm.accepts(answer, ["Plan ", (stop,), ("</think>",), '{"answer": "a"}'], thinking=True), stop
+        assert not glm.accepts(lazy, ["Text ", (stop,), " more."]), stop
+        assert glm.accepts(forced, ["Plan.", ("</think>",), *glm.call, (stop,)], thinking=True), stop
+        assert glm.accepts(answer, ["Plan.", ("</think>",), '{"answer": "a"}', (stop,)], thinking=True), stop
+        assert glm.accepts(lazy, ["Text.", (stop,)]) and glm.accepts(lazy, [*glm.call, (stop,)]), stop
+
+
+def test_free_text_and_reasoning_hold_no_other_special_token(case: Case) -> None:
+    """A role or unused special token in free text or reasoning was shown as text (`<|assistant|>` in content); as
+    gemma4's and gpt_oss's, free text holds none."""
+    special = "<|assistant|>" if case.family.name == "glm47" else "<|im_start|>"
+    lazy, forced = weather("auto"), weather("required")
+    end = [("</think>",), case.after_think]
+    assert case.accepts(lazy, ["Text."]) and case.accepts(forced, ["Plan.", *end, *case.call], thinking=True)
+    assert not case.accepts(lazy, ["Text ", (special,), " more."])
+    assert not case.accepts(lazy, [*case.call, "Then ", (special,)])
+    assert not case.accepts(forced, ["Plan ", (special,), ".", *end, *case.call], thinking=True)
+    assert not case.accepts(lazy, ["Plan ", (special,), ".", *end, "Text."], thinking=True)
+
+
 ANSWER_FORMAT = {"type": "json_schema", "json_schema": {"name": "a", "schema": {
     "type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}}}  # fmt: skip
 
@@ -367,7 +395,8 @@ def test_a_vocabulary_without_the_marker_tokens_keeps_them_as_text() -> None:
     assert family.marker_tokens.ids == {}
     grammar = family.grammar(weather("auto"), "<|im_start|>assistant\n")
     assert grammar is not None
-    assert json.loads(grammar.text)["format"]["type"] == "triggered_tags"
+    answer, end = json.loads(grammar.text)["format"]["elements"]  # the calls, then optionally a stop token
+    assert answer["type"] == "triggered_tags" and end == {"type": "optional", "content": {"type": "token", "token": 2}}
 
 
 def test_marker_literals_become_tokens_outside_tag_dispatch() -> None:

@@ -12,7 +12,7 @@ from tests.grammar_walks import ASKS, SUBJECTS, Ask, Parse, Subject, Walk, _cont
 
 ASKED = {
     "hermes": ["auto", "required+think", "named", "auto+rf"],
-    "glm47": ["auto", "required+single", "none+rf+think"],
+    "glm47": ["auto", "required+single", "none+rf+think", "required+think"],
     "gemma4": ["auto", "required", "auto+rf"],
     "kimi_k3": ["required"],
 }

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from typing import Any, ClassVar
 
 from backends.base import Grammar
@@ -88,6 +89,11 @@ class Family(ABC):
     @abstractmethod
     def stop_token_ids(self) -> list[int]:
         """Token ids that end an assistant turn."""
+
+    @cached_property
+    def stop_ids(self) -> tuple[int, ...]:
+        """`stop_token_ids()` looked up once (not per request): where the backend stops, where a grammar may end."""
+        return tuple(self.stop_token_ids())
 
     def stop_ids_of(self, *spellings: str) -> list[int]:
         """The ids of `spellings` this vocabulary has, then the checkpoint's eos ids, each once (a family's

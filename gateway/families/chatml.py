@@ -40,7 +40,9 @@ class ChatMLFamily(Family):
         return MarkerTokens.of(self.context.tokenizer, TOKEN_MARKERS)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, self.opens_reasoning(request, prompt), self.calls, self.marker_tokens)
+        return build_grammar(
+            request, self.opens_reasoning(request, prompt), self.calls, self.marker_tokens, self.stop_ids
+        )
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(TURN_END)

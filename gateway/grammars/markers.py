@@ -4,7 +4,8 @@ A marker written as text (`const_string`, a tag's string `begin`) is also satisf
 tokens (`<`, `tool`, `_call`, `>`), which a token-aware parser reads as text; a `token` format by id takes only the
 added token; so does `Token(id)` in EBNF (`in_ebnf`, for markers inside an EBNF body). Ids, not token strings: vLLM
 validates structural tags without a tokenizer and accepts only ids. It also carries what an argument value must not
-spell (`values_exclude`): a text region cannot tell a control token from its spelling (`gateway.grammars.safe_json`).
+spell (`values_exclude`): a text region cannot tell a control token from its spelling (`gateway.grammars.safe_json`);
+and the vocabulary's other special tokens (`specials`: stop, role and unused ones), which no free text holds.
 """
 
 from __future__ import annotations
@@ -15,26 +16,30 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from gateway.grammars.safe_json import added_spellings
+from gateway.grammars.safe_json import added_spellings, special_ids
 
 Format = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class MarkerTokens:
-    """The ids of the markers that the served vocabulary has as added tokens (one token each), and the whole
-    spellings no argument value may hold: the markers' and the vocabulary's special added tokens'."""
+    """The ids of the markers that the served vocabulary has as added tokens (one token each), the whole
+    spellings no argument value may hold (the markers' and the vocabulary's special added tokens'), and the ids of
+    the special added tokens that are no marker (free text and reasoning hold none)."""
 
     ids: Mapping[str, int] = field(default_factory=dict)
     values_exclude: tuple[str, ...] = ()
+    specials: frozenset[int] = frozenset()
 
     @classmethod
     def of(cls, tokenizer: Any, spellings: Iterable[str]) -> MarkerTokens:
         """The added-token ids of `spellings` in a `tokenizers.Tokenizer` (a spelling it lacks is left out), and
-        what values exclude: `spellings` (as text where they are not tokens) and the special added tokens."""
+        what values exclude: `spellings` (as text where they are not tokens) and the special added tokens; the
+        special added tokens that are none of `spellings`."""
         added = {t.content: i for i, t in tokenizer.get_added_tokens_decoder().items()}
         spellings = frozenset(spellings)
-        return cls({s: added[s] for s in spellings if s in added}, added_spellings(tokenizer, spellings))
+        ids = {s: added[s] for s in spellings if s in added}
+        return cls(ids, added_spellings(tokenizer, spellings), special_ids(tokenizer) - set(ids.values()))
 
     def token(self, spelling: str) -> Format | None:
         """The `token` format of `spelling`, or None when the vocabulary has no added token for it."""

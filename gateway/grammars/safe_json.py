@@ -76,9 +76,10 @@ _RAW_STRING_EXCLUDES = re.compile(
 
 
 def _safe_string_sub(spellings: tuple[str, ...]) -> str:
-    """JSON string content (after the opening quote) as a TagDispatch: escapes allowed, the spellings excluded."""
-    excludes = ['"\\""', *(f'"\\x{i:02x}"' for i in range(1, 32)), *(json.dumps(s) for s in spellings)]
-    # NUL cannot be an exclude string; strict JSON rejects it
+    """JSON string content (after the opening quote) as a TagDispatch: escapes allowed; the spellings and the raw
+    control characters U+0000-U+001F excluded (JSON takes those only escaped; xgrammar's own string rule, a class
+    `[^\\0-\\x1f…]`, has them out too)."""
+    excludes = ['"\\""', *(f'"\\x{i:02x}"' for i in range(32)), *(json.dumps(s) for s in spellings)]
     return (
         'basic_string_sub ::= safe_string_text "\\""\n'
         'safe_string_text ::= TagDispatch(("\\\\", basic_escape), loop_after_dispatch=true, excludes=('

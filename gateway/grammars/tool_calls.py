@@ -7,6 +7,13 @@ strict); then any object. response_format is the answer's JSON (with "auto", the
 or that JSON); a prompt that opened the think block gets its reasoning block first, which holds no call-opening
 token (the qwen3_xml parser ends reasoning at one).
 
+Special tokens: where the vocabulary has the markers as tokens, free text and reasoning hold none of its special
+tokens but the markers the grammar places (a role or unused token would show as text), nor a family stop token
+(GLM's `<|user|>`, `<|observation|>`): the backend ends the output at one, so in the reasoning it lost the call or
+JSON owed after it (on a backend whose xgrammar stops only at the eos token; one that lists them all stops only
+where the grammar may end). A structural tag's answer may end with one wherever it may end (a response_format
+answer alone, plain EBNF, at the eos token, as before).
+
 Markers: a call's opening and closing markers (and the think block's) are `token` formats by id where the served
 vocabulary has them as added tokens (`gateway.grammars.markers`), so their spelling in ordinary tokens never opens
 or closes a call; lazy calls then start at the opening token (`token_triggered_tags`, whose free text holds no
@@ -31,7 +38,7 @@ tests/test_grammar_marker_tokens.py passes, and the grammars 0.2.9 builds compil
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -93,10 +100,14 @@ class CallFormat:
 
 
 def build_grammar(
-    request: ChatRequest, prompt_opens_reasoning: bool, calls_format: CallFormat, markers: MarkerTokens = TEXT_MARKERS
+    request: ChatRequest,
+    prompt_opens_reasoning: bool,
+    calls_format: CallFormat,
+    markers: MarkerTokens = TEXT_MARKERS,
+    stops: Collection[int] = (),
 ) -> Grammar | None:
     """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside the think block; `markers`
-    are the served vocabulary's marker tokens."""
+    are the served vocabulary's marker tokens, `stops` the family's stop tokens."""
     schema = answer_schema(request.response_format)
     strict = response_strict(request.response_format)
     answer_ebnf = None  # spelling-safe as argument values; a schema xgrammar cannot use is a 400, as before
@@ -110,18 +121,29 @@ def build_grammar(
         think_tokens = [markers.ids[s] for s in (think.start, think.end) if s in markers.ids]
         think_tokens = think_tokens if len(think_tokens) == 2 else []  # a lazy answer thinks only at its start
         calls = _calls(request, calls_format, markers, only_calls=forced or answer is not None, one=one,
-                       free_excludes=think_tokens)  # fmt: skip
+                       free_excludes=[*think_tokens, *markers.specials, *stops])  # fmt: skip
         if answer is not None and not forced:
             calls = {"type": "or", "elements": [calls, answer]}
         optional = forced or answer is not None or bool(think_tokens)
-        return with_reasoning(calls, prompt_opens_reasoning=prompt_opens_reasoning, reasoning_optional=optional,
-                              think=think, markers=markers, excludes=(calls_format.open,))  # fmt: skip
+        return with_reasoning(_ended(calls, stops), prompt_opens_reasoning=prompt_opens_reasoning,
+                              reasoning_optional=optional, think=think, markers=markers, excludes=(calls_format.open,),
+                              stops=stops)  # fmt: skip
     if answer is None:
         return None
     if prompt_opens_reasoning:
-        return with_reasoning(answer, prompt_opens_reasoning=True, reasoning_optional=False, think=think,
-                              markers=markers)  # fmt: skip
+        return with_reasoning(_ended(answer, stops), prompt_opens_reasoning=True, reasoning_optional=False,
+                              think=think, markers=markers, stops=stops)  # fmt: skip
     return Grammar("ebnf", answer["grammar"])
+
+
+def _ended(answer: Format, stops: Collection[int]) -> Format:
+    """`answer`, then optionally one of the `stops` tokens: where the answer may end, the model may stop as it
+    does (GLM's `<|observation|>` after a call), also on a backend whose xgrammar knows only the eos token."""
+    if not stops:
+        return answer
+    ends = [{"type": "token", "token": i} for i in stops]
+    end = ends[0] if len(ends) == 1 else {"type": "or", "elements": ends}
+    return {"type": "sequence", "elements": [answer, {"type": "optional", "content": end}]}
 
 
 def _calls(
@@ -141,7 +163,8 @@ def _calls(
     if opener is not None:
         inside = [markers.ids[s] for s in (calls_format.close, *calls_format.inner) if s in markers.ids]
         return {"type": "token_triggered_tags", "trigger_tokens": [opener["token"]], "tags": tags,
-                "exclude_tokens": inside + free_excludes, "at_least_one": False, "stop_after_first": one}  # fmt: skip
+                "exclude_tokens": sorted({*inside, *free_excludes}), "at_least_one": False,
+                "stop_after_first": one}  # fmt: skip
     return {"type": "triggered_tags", "triggers": [calls_format.trigger], "tags": tags, "at_least_one": False,
             "stop_after_first": one}  # fmt: skip
 

@@ -56,7 +56,7 @@ class ServedModel:
     @cached_property
     def stop_token_ids(self) -> tuple[int, ...]:
         """The family's stop ids in this vocabulary, looked up once (not per request)."""
-        return tuple(self.family.stop_token_ids())
+        return self.family.stop_ids
 
     def encode_chat(self, request: ChatRequest) -> tuple[str, list[int]]:
         """The rendered prompt and exactly the ids the backend receives."""

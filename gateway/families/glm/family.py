@@ -72,7 +72,7 @@ class Glm45Family(Family):
         return MarkerTokens.of(self.context.tokenizer, TOKEN_MARKERS)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
-        return build_grammar(request, self._opens_reasoning(request, prompt), CALLS, self.marker_tokens)
+        return build_grammar(request, self._opens_reasoning(request, prompt), CALLS, self.marker_tokens, self.stop_ids)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         tools = request.active_tools
