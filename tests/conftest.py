@@ -26,7 +26,7 @@ if sys.dont_write_bytecode:
     sys.dont_write_bytecode = False
 """With PYTHONDONTWRITEBYTECODE set (as in this project's machines), each pytest process rewrote the asserts of
 all ~150 test modules and compiled the repository's modules from source on every run: ~3.5 CPU-s of each xdist
-process's collection (`pytest -n0 --collect-only`: 11.9 -> 8.4 CPU-s). Bytecode now goes to one folder outside the
+process's collection (`pytest -n0 --collect-only`: 11.9 -> 8.3 user CPU-s). Bytecode now goes to one folder outside the
 tree (keyed by each source's absolute path, checked against its mtime and size as always); the first run fills it.
 Only the pytest processes: the servers the tests start keep the environment as it is."""
 
