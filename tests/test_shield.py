@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from backends.checkpoint import load_checkpoint
-from gateway.prompts.encoding import PromptEncoder
+from gateway.prompts.encoding import _PLAIN, PromptEncoder, _plain_document, _top_level_spans
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest
 
@@ -182,3 +183,21 @@ def test_a_spelling_the_template_completes_stays_text(smol_encoder, spelling, da
         ids = smol_encoder.encode_prompt(text, shield)
         assert [i for i in ids if i <= 16] == [1, 2], shield.restore(text)
         assert smol_encoder.tokenizer.decode(ids, skip_special_tokens=False) == shield.restore(text)
+
+
+def test_the_plain_copy_replaces_the_two_fields_wherever_they_lie(smol) -> None:
+    """The plain copy edits `added_tokens` and `post_processor` in the text instead of parsing the whole document;
+    in `tokenizers`' layout, another (model first, spaced) or one it cannot edit, the result is the whole edit."""
+    spec = {
+        "version": "1.0",
+        "added_tokens": [{"id": 0, "content": "<|im_start|>", "special": True}],
+        "post_processor": {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}]},
+        "model": {"type": "BPE", "vocab": {"a": 1, "[]": 2, "null": 3}, "merges": []},
+    }
+    layouts = [json.dumps(spec, separators=(",", ":")), json.dumps({"model": spec["model"], **spec}, indent=1)]
+    assert all(_top_level_spans(layout, _PLAIN.keys()) for layout in layouts)
+    layouts.append(json.dumps({k: v for k, v in spec.items() if k != "post_processor"}))
+    assert _top_level_spans(layouts[-1], _PLAIN.keys()) is None  # a field missing: parsed whole
+    for layout in layouts:
+        assert json.loads(_plain_document(layout)) == {**spec, "added_tokens": [], "post_processor": None}
+    assert json.loads(smol._plain.to_str())["added_tokens"] == []

@@ -149,8 +149,50 @@ def _without_added_tokens(tokenizer: Tokenizer) -> Tokenizer:
     return plain
 
 
+_PLAIN = {"added_tokens": "[]", "post_processor": "null"}
+"""The top-level fields a plain copy replaces, and the JSON it writes in their place."""
+_JSON = json.JSONDecoder()
+_SPACE = re.compile(r"\s*")
+
+
 def _plain_copy(tokenizer: Tokenizer) -> Tokenizer:
-    spec = json.loads(tokenizer.to_str())
-    spec["added_tokens"] = []
-    spec["post_processor"] = None
-    return Tokenizer.from_str(json.dumps(spec))
+    return Tokenizer.from_str(_plain_document(tokenizer.to_str()))
+
+
+def _plain_document(text: str) -> str:
+    """The tokenizer document `text` with no added tokens and no post-processor."""
+    spans = _top_level_spans(text, _PLAIN.keys())
+    if spans is None:  # not the layout `tokenizers` writes: the whole document, parsed and written again
+        spec = json.loads(text)
+        spec.update((key, json.loads(value)) for key, value in _PLAIN.items())
+        return json.dumps(spec)
+    for key, (start, end) in sorted(spans.items(), key=lambda span: span[1], reverse=True):
+        text = text[:start] + _PLAIN[key] + text[end:]
+    return text
+
+
+def _top_level_spans(text: str, keys: Iterable[str]) -> dict[str, tuple[int, int]] | None:
+    """Where the values of `keys` lie in the JSON object `text`, reading its fields in order only until all are
+    found: `tokenizers` writes them before the model (the vocabulary and merges, nearly all of the text), so that
+    is never parsed (about half the CPU of a copy: Qwen's 150K vocabulary 1.7 -> 0.9 CPU-s, load 6). None if a key
+    is missing or repeated."""
+    wanted, spans = set(keys), {}
+    at = _SPACE.match(text).end()
+    if text[at : at + 1] != "{":
+        return None
+    at = _SPACE.match(text, at + 1).end()
+    while wanted - spans.keys():
+        if text[at : at + 1] != '"':
+            return None
+        key, at = _JSON.raw_decode(text, at)
+        at = _SPACE.match(text, at).end()
+        if text[at : at + 1] != ":" or key in spans:
+            return None
+        start = _SPACE.match(text, at + 1).end()
+        _, at = _JSON.raw_decode(text, start)
+        if key in wanted:
+            spans[key] = (start, at)
+        at = _SPACE.match(text, at).end()
+        if text[at : at + 1] == ",":
+            at = _SPACE.match(text, at + 1).end()
+    return spans

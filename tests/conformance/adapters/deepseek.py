@@ -62,7 +62,7 @@ V32_MOVED_TOKENS = {"｜DSML｜": 128793, "</think>": 128799}
 @cache
 def tokenizer(family: type[Family]) -> Tokenizer:
     """The vocabulary a variant's fixtures replay on (see the module notes)."""
-    v4 = load_checkpoint(CHECKPOINT).tokenizer
+    v4 = _v4_tokenizer()
     if family is not DeepSeekV32Family:
         return v4
     spec = json.loads(v4.to_str())
@@ -75,6 +75,12 @@ def tokenizer(family: type[Family]) -> Tokenizer:
     for entry in spec["added_tokens"]:
         vocab[entry["content"]] = entry["id"]
     return Tokenizer.from_str(json.dumps(spec))
+
+
+@cache
+def _v4_tokenizer() -> Tokenizer:
+    """The V4 tokenizer, loaded once for the four variants that replay on it."""
+    return load_checkpoint(CHECKPOINT).tokenizer
 
 
 @cache
