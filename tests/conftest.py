@@ -1,15 +1,12 @@
-"""Suite-wide: OpenMP threads that sleep when they wait, bytecode kept between runs, how pytest-xdist shares the
-tests between its two processes, and one TLS context for every httpx client the tests make."""
+"""Suite-wide: OpenMP threads that sleep when they wait, how pytest-xdist shares the tests between its two
+processes, and one TLS context for every httpx client the tests make."""
 
 from __future__ import annotations
 
 import functools
 import os
 import ssl
-import sys
-import tempfile
 from collections import OrderedDict
-from pathlib import Path
 
 import httpx._transports.default as httpx_transports
 from xdist.scheduler import LoadFileScheduling
@@ -20,15 +17,6 @@ runs more torch threads than the machine has cores (two xdist processes, each wi
 libgomp's default lets a waiting thread spin for its whole time slice while the thread it waits for is not
 running. tests/e2e/test_openai_client.py, -n0, on the 2 cores at load average 5-6: 150 / 110 CPU-s and 198 /
 163 s with the default, 26 / 24 CPU-s and 27 / 30 s passive (bench/RESULTS.md, "Test-suite CPU, session 8")."""
-
-if sys.dont_write_bytecode:
-    sys.pycache_prefix = sys.pycache_prefix or str(Path(tempfile.gettempdir()) / "llm-gateway-pycache")
-    sys.dont_write_bytecode = False
-"""With PYTHONDONTWRITEBYTECODE set (as in this project's machines), each pytest process rewrote the asserts of
-all ~150 test modules and compiled the repository's modules from source on every run: ~3.5 CPU-s of each xdist
-process's collection (`pytest -n0 --collect-only`: 11.9 -> 8.3 user CPU-s). Bytecode now goes to one folder outside the
-tree (keyed by each source's absolute path, checked against its mtime and size as always); the first run fills it.
-Only the pytest processes: the servers the tests start keep the environment as it is."""
 
 SHARED_SCOPES = ("tests/e2e/",)
 """Folders whose files share a session fixture that is costly to start (tests/e2e: one `gateway serve` with its
