@@ -59,10 +59,11 @@ class GatewayApp(Starlette):
 
 
 class Front:
-    """Per HTTP request: one trailing slash dropped from the path, the metrics record (counted, and its access line written, before the last byte goes out),
-    `x-request-id` (the client's own when it sent a sane one), the client's well-formed `traceparent` forwarded to
-    the backends, and a crash before the answer started turned into a 500 body. Requests that arrive together start
-    a few per loop iteration (`api/turns.py`). Other scopes go to `other`."""
+    """Per HTTP request: one trailing slash dropped from the path, the metrics record (counted, and its access line
+    written, before the last byte goes out), `x-request-id` (the client's own when it sent a sane one), the client's
+    well-formed `traceparent` forwarded to the backends, and a crash before the answer started turned into a 500
+    body. Requests that arrive together start a few per loop iteration (`api/turns.py`). Other scopes go to
+    `other`."""
 
     def __init__(self, app: ASGIApp, other: ASGIApp, metrics: GatewayMetrics):
         self.app = app

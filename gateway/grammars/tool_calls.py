@@ -24,9 +24,9 @@ a spelling from free text without excluding the token that spells it). A vocabul
 and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_key>`…, `CallFormat.inner`) become
 `Token(id)`s the same way.
 
-Values: no argument value, and no string of a response_format answer, can hold a control token, the markers' or the vocabulary's other special added tokens'
-(`MarkerTokens.values_exclude`): backends' xgrammar sees those tokens as their spelling, so a value must exclude the
-spelling (`gateway.grammars.safe_json`: a JSON string takes it only escaped, a raw XML value not at all), or a
+Values: no argument value, and no string of a response_format answer, can hold a control token, the markers' or
+the vocabulary's other special added tokens' (`MarkerTokens.values_exclude`): backends' xgrammar sees those tokens as
+their spelling, so a value must exclude the spelling (`gateway.grammars.safe_json`: a JSON string takes it only escaped, a raw XML value not at all), or a
 token-aware parser would read structure inside it (the grammars 0.2.9 builds keep to that on 0.2.7 and 0.2.8 too:
 tests/test_grammar_marker_tokens.py's checks replayed there).
 
