@@ -369,6 +369,8 @@ class Engine:
             tokens[r.slot - first] = r.next_input
             positions[r.slot - first] = writes[r.slot - first] = r.cached
         rows = [r.slot - first for r in decoding]
+        self.stats.decode_steps += 1  # counted before the tokens go out: a finished request's reader may look at once
+        self.stats.decode_tokens += len(decoding)
         if static is not None:
             logits = self.decoder.run(static, tokens, positions, writes)
             self._sample_logits(decoding, logits[rows] if len(rows) < width else logits)
@@ -382,8 +384,6 @@ class Engine:
                 key_len=key_len,
             )
             self._sample_and_emit(decoding, hidden[rows] if len(rows) < width else hidden)
-        self.stats.decode_steps += 1
-        self.stats.decode_tokens += len(decoding)
         elapsed = time.perf_counter() - began
         self.stats.decode_seconds += elapsed
         if self.tuner is not None:

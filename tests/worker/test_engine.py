@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import queue
 import re
 
 import jsonschema
 import pytest
 
-from backends.worker.engine import EngineLoad
+from backends.worker.engine import EngineEvent, EngineLoad, EngineRequest, SamplingParams
 from backends.worker.grammar import GrammarError
 
 from .conftest import SLOTS, chat_ids, prompt_ids, submit
@@ -159,3 +160,18 @@ def test_requests_on_their_way_into_free_slots_are_not_queued():
     assert EngineLoad(running=1, waiting=2, kv_cache_usage=0.0).queued(2) == 1
     assert EngineLoad(running=2, waiting=1, kv_cache_usage=0.0).queued(2) == 1
     assert EngineLoad(running=0, waiting=0, kv_cache_usage=0.0).queued(2) == 0
+
+
+def test_a_finished_request_sees_its_decode_steps_counted(engine, checkpoint):
+    """The step counters move before the step's tokens go out: the server answers a request as soon as its last
+    token is emitted, and a client reading /get_server_info then must find every step of it counted."""
+    before = engine.stats.decode_steps
+    seen: queue.Queue[int] = queue.Queue()
+
+    def emit(event: EngineEvent) -> None:
+        if event.finish is not None:
+            seen.put(engine.stats.decode_steps)  # on the engine thread, at the finishing event
+
+    params = SamplingParams(max_new_tokens=4, temperature=0.0, ignore_eos=True)
+    engine.submit(EngineRequest("counted", chat_ids(checkpoint, "Hi"), params, emit))
+    assert seen.get(timeout=120) == before + 3  # the first token comes from the prefill
