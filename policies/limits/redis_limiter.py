@@ -85,7 +85,15 @@ class RedisLimiter(Limiter):
 
     def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
-        return [f"{base}:w", f"{base}:wa", f"{base}:wt", f"{base}:slots", f"{base}:c:{charge_id}", f"{base}:d:"]
+        return [
+            f"{base}:w",
+            f"{base}:wa",
+            f"{base}:wt",
+            f"{base}:slots",
+            f"{base}:c:{charge_id}",
+            f"{base}:d:",
+            f"{base}:wj",
+        ]
 
     def _now_arg(self) -> str:
         return "" if self._clock is None else str(int(self._clock() * 1000))

@@ -1,5 +1,6 @@
 """The two stores are one algorithm: random sequences of admits, settles and clock moves get the same answers from
-the in-memory limiter and the Lua scripts in Redis, and never more than the limit in any 60 s."""
+the in-memory limiter and the Lua scripts in Redis, and never more than the limit in any 60 s: a join (a charge id
+reused while open) is no new request but reserves its own tokens, which settle to its own usage."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
     admitted: list[tuple] = []  # (charge id, memory's admission, redis's admission)
     open_holders: dict[str, int] = {}  # charge id -> admissions not yet settled
     fresh_at: list[float] = []  # when each admission that was not a join was admitted
+    charged: list[list[int]] = []  # [admit time ms, tokens reserved, then used] of every admission, joins included
     try:
         for kind, a, b in ops:
             if kind == "wait":
@@ -56,12 +58,15 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
                     if not open_holders.get(charge_id):
                         fresh_at.append(now[0])
                     open_holders[charge_id] = open_holders.get(charge_id, 0) + 1
-                    admitted.append((charge_id, m, r))
+                    charged.append([int(now[0] * 1000), b])
+                    admitted.append((charge_id, m, r, charged[-1]))
+                    _assert_tokens_within(limits, charged)
             elif admitted:
-                charge_id, m, r = admitted.pop(a % len(admitted))
+                charge_id, m, r, tokens = admitted.pop(a % len(admitted))
                 await memory.settle(m, b)
                 await redis.settle(r, b)
                 open_holders[charge_id] -= 1
+                tokens[1] = b
         if limits.requests_per_minute is not None:
             for start in fresh_at:
                 assert sum(start <= t < start + 60 for t in fresh_at) <= limits.requests_per_minute
@@ -70,3 +75,12 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
         assert memory.store_errors == redis.store_errors == 0
     finally:
         await redis.close()
+
+
+def _assert_tokens_within(limits: Limits, charged: list[list[int]]) -> None:
+    """Just after an admission: what the window and the day hold, reservations and usage, joins' too, fits."""
+    now = charged[-1][0]
+    if limits.tokens_per_minute is not None:
+        assert sum(n for t, n in charged if t > now - 60_000) <= limits.tokens_per_minute
+    if limits.tokens_per_day is not None:
+        assert sum(n for t, n in charged if t // 86_400_000 == now // 86_400_000) <= limits.tokens_per_day
