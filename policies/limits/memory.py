@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .limiter import Limiter
-from .model import DAY_MS, WINDOW_MS, Limits, Verdict
+from .model import DAY_MS, FREE_JOINS, WINDOW_MS, Limits, Verdict
 from .windows import worst_refusal
 
 
@@ -17,6 +17,7 @@ class _Charge:
     member: str  # the first admit's holder: its window entry is the charge's one request
     holders: dict[str, tuple[int, int]]  # open admits (the first's included) -> (tokens reserved, UTC day)
     served: bool = False  # an admit settled having served the request (not void)
+    joins: int = 0  # joins admitted: the first FREE_JOINS are the same request, each further one a request too
 
 
 @dataclass
@@ -65,6 +66,7 @@ class MemoryLimiter(Limiter):
         state = self._tenants.setdefault(tenant, _Tenant())
         state.expire(now)
         charge = state.charges.get(charge_id)
+        free_join = charge is not None and charge.joins < FREE_JOINS
         day = now // DAY_MS
         window = (state.requests, state.tokens)
         refusal = worst_refusal(
@@ -75,13 +77,15 @@ class MemoryLimiter(Limiter):
             window,
             len(state.slots),
             state.days.get(day, 0),
-            join=charge is not None,
+            join=free_join,
         )
         if refusal is not None:
             return Verdict(False, refusal[0], refusal[1], state.requests, state.tokens, state.reset_ms(now))
         if charge is None:
             charge = state.charges[charge_id] = _Charge(holder, {})
-        request = int(charge.member == holder)  # a join is the same request: its tokens and slot are its own
+        else:
+            charge.joins += 1
+        request = int(not free_join)  # a join's tokens and slot are its own in any case
         state.log[holder] = [now, tokens, request]
         state.requests += request
         state.tokens += tokens

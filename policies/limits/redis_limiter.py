@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from .limiter import Limiter, StoreUnavailable
-from .model import CONCURRENCY_RETRY_MS, Limits, Verdict
+from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict
 from .redis_idle import sweep_idle_forever
 from .redis_scripts import ADMIT, SETTLE
 
@@ -109,6 +109,7 @@ class RedisLimiter(Limiter):
             holder,
             self._lease_ms,
             CONCURRENCY_RETRY_MS,
+            FREE_JOINS,
         ]
         try:
             async with self._turn():

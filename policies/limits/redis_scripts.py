@@ -1,11 +1,12 @@
 """The Lua scripts of RedisLimiter: the same checks as windows.py, atomic in Redis, on the server's clock.
 
-Keys of one tenant (all under one hash tag): KEYS[1] the window's sorted set (entry -> admit time ms; a charge's
-first admit's entry is its holder and counts as a request, a join's is 'j:' .. holder and counts only its tokens),
-KEYS[2] its hash (entry -> tokens), KEYS[3] the window's token sum, KEYS[4] the concurrency slots (holder -> lease end
-ms: one per admit, joins too), KEYS[5] the charge (fields m member, s served once, n open holders, and per open
-admit h:<holder> its reserved tokens, d:<holder> its UTC day), KEYS[6] the prefix of the per-day counters (prefix ..
-UTC day number; derived keys of the same hash tag), KEYS[7] how many of the window's entries are joins.
+Keys of one tenant (all under one hash tag): KEYS[1] the window's sorted set (entry -> admit time ms: an admit's
+entry is its holder and counts as a request, but a free join's, one of a charge's first FREE_JOINS joins, is
+'j:' .. holder and counts only its tokens), KEYS[2] its hash (entry -> tokens), KEYS[3] the window's token sum,
+KEYS[4] the concurrency slots (holder -> lease end ms: one per admit, joins too), KEYS[5] the charge (fields m
+member, s served once, n open holders, j joins admitted, and per open admit h:<holder> its reserved tokens,
+d:<holder> its UTC day), KEYS[6] the prefix of the per-day counters (prefix .. UTC day number; derived keys of the
+same hash tag), KEYS[7] how many of the window's entries are free joins.
 ARGV[1] is the time in ms, '' for the server's TIME (a test hook: tests pass their own clock).
 """
 
@@ -44,7 +45,7 @@ ADMIT = (
     COMMON
     + """
 -- ARGV: 1 now, 2 tokens, 3 rpm, 4 tpm, 5 concurrency, 6 tokens per day (-1: unlimited), 7 holder, 8 lease ms,
--- 9 the retry ms of a concurrency refusal
+-- 9 the retry ms of a concurrency refusal, 10 FREE_JOINS
 local now = now_ms()
 local tokens, rpm, tpm, conc, tpd = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
   tonumber(ARGV[6])
@@ -53,7 +54,8 @@ expire(now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local count = redis.call('ZCARD', KEYS[1]) - tonumber(redis.call('GET', KEYS[7]) or '0')  -- requests
 local sum = tonumber(redis.call('GET', KEYS[3]) or '0')
-local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (the same request; its tokens and slot its own)
+local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
+local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
 local day = math.floor(now / DAY)
 local day_key = KEYS[6] .. day
 local function free_at(need, by_tokens)
@@ -76,7 +78,7 @@ local limit, retry = '', -2  -- retry -1: never fits
 local function refuse(name, ms)
   if retry ~= -1 and (ms == -1 or ms > retry) then limit, retry = name, ms end
 end
-if rpm >= 0 and not member and count + 1 > rpm then
+if rpm >= 0 and not free_join and count + 1 > rpm then
   refuse('requests_per_minute', rpm == 0 and -1 or free_at(count + 1 - rpm, false))
 end
 if tpm >= 0 and sum + tokens > tpm then
@@ -91,12 +93,17 @@ if tpd >= 0 then
 end
 if limit ~= '' then return {0, limit, retry, count, sum, reset_ms(now), ''} end
 local entry = holder
-if member then
+if free_join then  -- the same request: not counted
   entry = 'j:' .. holder
   redis.call('INCRBY', KEYS[7], 1)
 else
-  member, count = holder, count + 1
-  redis.call('HSET', KEYS[5], 'm', holder, 's', 0)
+  count = count + 1
+end
+if member then
+  redis.call('HINCRBY', KEYS[5], 'j', 1)
+else
+  member = holder
+  redis.call('HSET', KEYS[5], 'm', holder, 's', 0, 'j', 0)
 end
 redis.call('ZADD', KEYS[1], now, entry)
 redis.call('HSET', KEYS[2], entry, tokens)
@@ -123,14 +130,14 @@ if not own[1] then return 0 end
 redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder)
 expire(now_ms())
 local member = own[3]
-local entry = holder == member and holder or 'j:' .. holder
+local entry = redis.call('HEXISTS', KEYS[2], 'j:' .. holder) == 1 and 'j:' .. holder or holder
 local function drop(e)  -- take an admission's entry out of the window (nothing when it left already)
   local amount = redis.call('HGET', KEYS[2], e)
   if not amount then return end
   redis.call('ZREM', KEYS[1], e)
   redis.call('HDEL', KEYS[2], e)
   redis.call('DECRBY', KEYS[3], amount)
-  if e ~= member then redis.call('DECRBY', KEYS[7], 1) end
+  if string.sub(e, 1, 2) == 'j:' then redis.call('DECRBY', KEYS[7], 1) end
 end
 local delta = used - tonumber(own[1])  -- this admit's reservation becomes its usage (a void's: nothing)
 if redis.call('HEXISTS', KEYS[2], entry) == 1 then
@@ -141,7 +148,7 @@ end
 if own[2] and redis.call('EXISTS', KEYS[6] .. own[2]) == 1 then redis.call('INCRBY', KEYS[6] .. own[2], delta) end
 redis.call('ZREM', KEYS[4], holder)  -- each admit's own slot
 if void then
-  if entry ~= member then drop(entry) end  -- a join that served nothing leaves no trace
+  if holder ~= member then drop(entry) end  -- a join that served nothing leaves no trace
 else
   redis.call('HSET', KEYS[5], 's', 1)
 end

@@ -9,6 +9,7 @@ import pytest
 
 from policies.limits import Limits, MemoryLimiter, RedisLimiter
 from policies.limits.headers import duration
+from policies.limits.model import FREE_JOINS
 
 pytestmark = pytest.mark.anyio
 
@@ -133,10 +134,10 @@ async def test_a_charge_id_is_charged_once_but_each_join_holds_a_slot(limiter, t
 async def test_requests_sent_at_once_under_one_id_do_not_pass_a_token_limit(
     limiter, tenant, token_limit, retry_after_s
 ):
-    """20 slow streams under one x-request-id: one request for requests_per_minute, but each join reserves its own
+    """20 slow streams under one x-request-id (a request limit that would admit them all): each join reserves its own
     tokens, so the token limit admits 10 of 100 tokens, as it would 10 requests."""
     limits = Limits(
-        requests_per_minute=5,
+        requests_per_minute=20,
         tokens_per_minute=token_limit.tokens_per_minute,
         tokens_per_day=token_limit.tokens_per_day,
     )
@@ -151,11 +152,30 @@ async def test_requests_sent_at_once_under_one_id_do_not_pass_a_token_limit(
             "",
         )
     }
-    assert all(a.headers["x-ratelimit-remaining-requests"] == "4" for a in answers)  # counted once
+    assert {a.headers["x-ratelimit-remaining-requests"] for a in refused} == {str(20 - 10 + FREE_JOINS)}
     for admission in answers:
         await limiter.settle(admission, 10)  # each settles its own usage: 10 admissions x 10 tokens
     probe = await limiter.admit(tenant, limits, charge(), 900)
-    assert probe.allowed and probe.headers["x-ratelimit-remaining-requests"] == "3"
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-requests"] == str(20 - 10 + FREE_JOINS - 1)
+
+
+async def test_past_the_retries_a_client_makes_a_join_counts_as_a_request(limiter, tenant):
+    """With requests_per_minute alone, streams under one id: the first and FREE_JOINS retries are one request; each
+    further join is a request of its own (given back when it served nothing), so 20 at once stop at the limit."""
+    limits = Limits(requests_per_minute=5)
+    retries = [await limiter.admit(tenant, limits, "same-id", 1) for _ in range(1 + FREE_JOINS)]
+    assert {(a.allowed, a.headers["x-ratelimit-remaining-requests"]) for a in retries} == {(True, "4")}
+    counted = await limiter.admit(tenant, limits, "same-id", 1)
+    assert counted.allowed and counted.headers["x-ratelimit-remaining-requests"] == "3"
+    await cancelled_admit(limiter, tenant, limits, "same-id", 1)  # a counted join that served nothing: taken back
+    answers = await asyncio.gather(*(limiter.admit(tenant, limits, "same-id", 1) for _ in range(20)))
+    assert sum(a.allowed for a in answers) == 3
+    refused = [a for a in answers if not a.allowed]
+    assert {(a.limit, a.status, a.retry_after_s) for a in refused} == {("requests_per_minute", 429, 60.0)}
+    assert all(a.headers["x-ratelimit-remaining-requests"] == "0" for a in refused)
+    for admission in [*retries, counted, *answers]:
+        await limiter.settle(admission, 1)  # settled, each join stays the request it served
+    assert not (await limiter.admit(tenant, limits, charge(), 1)).allowed
 
 
 async def test_a_joins_void_gives_back_its_own_tokens_only(limiter, tenant):

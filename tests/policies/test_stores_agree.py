@@ -1,6 +1,7 @@
 """The two stores are one algorithm: random sequences of admits, settles and clock moves get the same answers from
 the in-memory limiter and the Lua scripts in Redis, and never more than the limit in any 60 s: a join (a charge id
-reused while open) is no new request but reserves its own tokens, which settle to its own usage."""
+reused while open) reserves its own tokens, which settle to its own usage, and is no new request unless the charge
+had FREE_JOINS joins already."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from policies.limits import Limits, MemoryLimiter, RedisLimiter
+from policies.limits.model import FREE_JOINS
 
 T0 = 20_834 * 86_400.0 + 86_400 - 90  # 90 s before a UTC midnight: the day quota turns over in some runs
 
@@ -44,7 +46,8 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     admitted: list[tuple] = []  # (charge id, memory's admission, redis's admission)
     open_holders: dict[str, int] = {}  # charge id -> admissions not yet settled
-    fresh_at: list[float] = []  # when each admission that was not a join was admitted
+    joins: dict[str, int] = {}  # charge id -> joins admitted while it was open
+    counted_at: list[float] = []  # when each admission counted as a request (all but a charge's first FREE_JOINS joins)
     charged: list[list[int]] = []  # [admit time ms, tokens reserved, then used] of every admission, joins included
     try:
         for kind, a, b in ops:
@@ -55,8 +58,10 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
                 m, r = await memory.admit(tenant, limits, charge_id, b), await redis.admit(tenant, limits, charge_id, b)
                 assert _answer(m) == _answer(r)
                 if m.allowed:
-                    if not open_holders.get(charge_id):
-                        fresh_at.append(now[0])
+                    is_join = bool(open_holders.get(charge_id))
+                    if not is_join or joins[charge_id] >= FREE_JOINS:
+                        counted_at.append(now[0])
+                    joins[charge_id] = joins[charge_id] + 1 if is_join else 0
                     open_holders[charge_id] = open_holders.get(charge_id, 0) + 1
                     charged.append([int(now[0] * 1000), b])
                     admitted.append((charge_id, m, r, charged[-1]))
@@ -68,8 +73,8 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
                 open_holders[charge_id] -= 1
                 tokens[1] = b
         if limits.requests_per_minute is not None:
-            for start in fresh_at:
-                assert sum(start <= t < start + 60 for t in fresh_at) <= limits.requests_per_minute
+            for start in counted_at:
+                assert sum(start <= t < start + 60 for t in counted_at) <= limits.requests_per_minute
         if limits.concurrent_requests is not None:
             assert sum(open_holders.values()) <= limits.concurrent_requests  # joins hold slots too
         assert memory.store_errors == redis.store_errors == 0
