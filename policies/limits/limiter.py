@@ -51,7 +51,7 @@ class Limiter(ABC):
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
 
         An admit with the `charge_id` of a charge still open joins it: the same request, so requests_per_minute neither
-        counts nor refuses it, but it runs too, so it reserves its own slot and tokens (minute and day) like any
+        counts nor refuses it (past the charge's first FREE_JOINS joins, it does), but it runs too, so it reserves its own slot and tokens (minute and day) like any
         admit, refused past those limits. When the caller is
         cancelled while the store answers, or the store's answer is lost, whatever the store reserved is taken back.
         """

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from policies.limits import Limits, MemoryLimiter, RedisLimiter
@@ -36,6 +36,8 @@ def _answer(admission) -> tuple:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(limits=limits_st, ops=st.lists(op_st, max_size=30))
+@example(limits=Limits(requests_per_minute=2), ops=[("admit", 0, 1)] * 6)  # joins past FREE_JOINS are requests
+@example(limits=Limits(tokens_per_minute=100, tokens_per_day=150), ops=[("admit", 0, 60), ("settle", 0, 90)] * 2)
 def test_memory_and_redis_answer_alike(redis_server, limits, ops):
     asyncio.run(_lockstep(redis_server.url, limits, ops))
 
