@@ -50,8 +50,9 @@ class Limiter(ABC):
     async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
 
-        An admit with the `charge_id` of a charge still open joins it (nothing more is reserved but a concurrency slot
-        of its own, refused past the limit: it runs too). When the caller is
+        An admit with the `charge_id` of a charge still open joins it: the same request, so requests_per_minute neither
+        counts nor refuses it (past the charge's first FREE_JOINS joins, it does), but it runs too, so it reserves its own slot and tokens (minute and day) like any
+        admit, refused past those limits. When the caller is
         cancelled while the store answers, or the store's answer is lost, whatever the store reserved is taken back.
         """
         holder = uuid.uuid4().hex
@@ -205,9 +206,10 @@ class Limiter(ABC):
 
     @abstractmethod
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
-        """Settle this holder of the charge once; raise StoreUnavailable when the store cannot answer. `void`: its admit
-        served no request (its caller left, or never heard the answer): when it is the charge's only admit, never
-        settled, the admission is taken back whole (its request, tokens, day tokens and slot), as if never made."""
+        """Settle this holder of the charge once: its own reservation becomes `used_tokens`, its slot is freed; raise
+        StoreUnavailable when the store cannot answer. `void`: its admit served no request (its caller left, or never
+        heard the answer): it gives back its own reservation and slot, and the charge's request too when it was the
+        last admit open and none served it, as if never made."""
 
     async def settled(self) -> None:
         """Wait for the settlements in flight (those retried in the background included)."""

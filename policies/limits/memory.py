@@ -8,22 +8,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .limiter import Limiter
-from .model import CONCURRENCY_RETRY_MS, DAY_MS, WINDOW_MS, Limits, Verdict
+from .model import DAY_MS, FREE_JOINS, WINDOW_MS, Limits, Verdict
 from .windows import worst_refusal
 
 
 @dataclass
 class _Charge:
-    member: str
-    reserved: int
-    day: int
-    holders: set[str]
-    settled: bool = False
+    member: str  # the first admit's holder: its window entry is the charge's one request
+    holders: dict[str, tuple[int, int]]  # open admits (the first's included) -> (tokens reserved, UTC day)
+    served: bool = False  # an admit settled having served the request (not void)
+    joins: int = 0  # joins admitted: the first FREE_JOINS are the same request, each further one a request too
 
 
 @dataclass
 class _Tenant:
-    log: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)  # member -> [ts ms, tokens], oldest first
+    log: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)  # holder -> [ts ms, tokens, 1 request|0 join]
+    requests: int = 0  # the log's requests (its entries less the joins)
     tokens: int = 0  # the sum of the log's tokens
     slots: set[str] = field(default_factory=set)
     days: dict[int, int] = field(default_factory=dict)  # UTC day number -> tokens charged that day
@@ -31,11 +31,17 @@ class _Tenant:
 
     def expire(self, now: int) -> None:
         while self.log:
-            ts, amount = next(iter(self.log.values()))
+            ts, _, _ = next(iter(self.log.values()))
             if ts > now - WINDOW_MS:
                 return
-            self.log.popitem(last=False)
-            self.tokens -= amount
+            self.drop(next(iter(self.log)))
+
+    def drop(self, holder: str) -> None:
+        """Take an admission's entry out of the window (nothing when it left already)."""
+        entry = self.log.pop(holder, None)
+        if entry is not None:
+            self.tokens -= entry[1]
+            self.requests -= entry[2]
 
     def reset_ms(self, now: int) -> int:
         return max(0, next(reversed(self.log.values()))[0] + WINDOW_MS - now) if self.log else 0
@@ -60,27 +66,34 @@ class MemoryLimiter(Limiter):
         state = self._tenants.setdefault(tenant, _Tenant())
         state.expire(now)
         charge = state.charges.get(charge_id)
-        if charge is not None:  # a join: counted once, but it runs too, so it holds a concurrency slot of its own
-            conc = limits.concurrent_requests
-            if conc is not None and len(state.slots) + 1 > conc:
-                retry = None if conc == 0 else CONCURRENCY_RETRY_MS
-                return Verdict(False, "concurrent_requests", retry, len(state.log), state.tokens, state.reset_ms(now))
-            state.slots.add(holder)
-            charge.holders.add(holder)
-            return Verdict(True, None, None, len(state.log), state.tokens, state.reset_ms(now), charge.member)
+        free_join = charge is not None and charge.joins < FREE_JOINS
         day = now // DAY_MS
+        window = (state.requests, state.tokens)
         refusal = worst_refusal(
-            limits, tokens, now, state.log.values(), state.tokens, len(state.slots), state.days.get(day, 0)
+            limits,
+            tokens,
+            now,
+            state.log.values(),
+            window,
+            len(state.slots),
+            state.days.get(day, 0),
+            join=free_join,
         )
         if refusal is not None:
-            return Verdict(False, refusal[0], refusal[1], len(state.log), state.tokens, state.reset_ms(now))
-        state.log[holder] = [now, tokens]
+            return Verdict(False, refusal[0], refusal[1], state.requests, state.tokens, state.reset_ms(now))
+        if charge is None:
+            charge = state.charges[charge_id] = _Charge(holder, {})
+        else:
+            charge.joins += 1
+        request = int(not free_join)  # a join's tokens and slot are its own in any case
+        state.log[holder] = [now, tokens, request]
+        state.requests += request
         state.tokens += tokens
         state.slots.add(holder)
         state.days = {d: n for d, n in state.days.items() if d >= day - 1}
         state.days[day] = state.days.get(day, 0) + tokens
-        state.charges[charge_id] = _Charge(holder, tokens, day, {holder})
-        return Verdict(True, None, None, len(state.log), state.tokens, state.reset_ms(now), holder)
+        charge.holders[holder] = (tokens, day)
+        return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), charge.member)
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
         state = self._tenants.get(tenant)
@@ -88,24 +101,19 @@ class MemoryLimiter(Limiter):
         if charge is None or holder not in charge.holders:
             return
         state.expire(self._now())
-        if void and not charge.settled and charge.holders == {holder}:
-            entry = state.log.pop(charge.member, None)
-            if entry is not None:
-                state.tokens -= entry[1]
-            if charge.day in state.days:
-                state.days[charge.day] -= charge.reserved
-            state.slots.discard(charge.member)
-            del state.charges[charge_id]
-            return
-        delta = used_tokens if charge.settled else used_tokens - charge.reserved
-        entry = state.log.get(charge.member)
+        reserved, day = charge.holders.pop(holder)
+        delta = used_tokens - reserved  # this admit's reservation becomes its usage (a void's: nothing)
+        entry = state.log.get(holder)
         if entry is not None:
             entry[1] += delta
             state.tokens += delta
-        if charge.day in state.days:
-            state.days[charge.day] += delta
-        charge.settled = True
-        charge.holders.discard(holder)
-        state.slots.discard(holder)  # each admit's own slot (the first admit's holder is the member)
+        if day in state.days:
+            state.days[day] += delta
+        state.slots.discard(holder)
+        if void and holder != charge.member:
+            state.drop(holder)  # a join that served nothing leaves no trace
+        charge.served = charge.served or not void
         if not charge.holders:
+            if not charge.served:
+                state.drop(charge.member)  # no admit served the request: it is taken back
             del state.charges[charge_id]

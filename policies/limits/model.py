@@ -8,6 +8,10 @@ from typing import Literal
 WINDOW_MS = 60_000
 DAY_MS = 86_400_000
 CONCURRENCY_RETRY_MS = 1000  # a concurrency slot frees when a request ends, which no store can predict
+FREE_JOINS = 2
+"""Joins of one charge that requests_per_minute does not count: a retry is the same request, and OpenAI's and
+Anthropic's client libraries retry twice by default. Each further join counts as a request of its own, so requests
+sent under one id stay bounded by requests_per_minute x (1 + FREE_JOINS) when no other limit bounds them."""
 
 LimitName = Literal["requests_per_minute", "tokens_per_minute", "concurrent_requests", "tokens_per_day", "store"]
 

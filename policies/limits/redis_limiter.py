@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from .limiter import Limiter, StoreUnavailable
-from .model import CONCURRENCY_RETRY_MS, Limits, Verdict
+from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict
 from .redis_idle import sweep_idle_forever
 from .redis_scripts import ADMIT, SETTLE
 
@@ -85,7 +85,15 @@ class RedisLimiter(Limiter):
 
     def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
-        return [f"{base}:w", f"{base}:wa", f"{base}:wt", f"{base}:slots", f"{base}:c:{charge_id}", f"{base}:d:"]
+        return [
+            f"{base}:w",
+            f"{base}:wa",
+            f"{base}:wt",
+            f"{base}:slots",
+            f"{base}:c:{charge_id}",
+            f"{base}:d:",
+            f"{base}:wj",
+        ]
 
     def _now_arg(self) -> str:
         return "" if self._clock is None else str(int(self._clock() * 1000))
@@ -101,6 +109,7 @@ class RedisLimiter(Limiter):
             holder,
             self._lease_ms,
             CONCURRENCY_RETRY_MS,
+            FREE_JOINS,
         ]
         try:
             async with self._turn():

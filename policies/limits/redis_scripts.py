@@ -1,9 +1,12 @@
 """The Lua scripts of RedisLimiter: the same checks as windows.py, atomic in Redis, on the server's clock.
 
-Keys of one tenant (all under one hash tag): KEYS[1] the window's sorted set (member -> admit time ms), KEYS[2] its
-hash (member -> tokens), KEYS[3] the window's token sum, KEYS[4] the concurrency slots (holder -> lease end ms: one per admit, joins too),
-KEYS[5] the charge (fields m member, r reserved, d day, s settled once, n open holders, h:<holder>), KEYS[6] the
-prefix of the per-day counters (prefix .. UTC day number; derived keys of the same hash tag).
+Keys of one tenant (all under one hash tag): KEYS[1] the window's sorted set (entry -> admit time ms: an admit's
+entry is its holder and counts as a request, but a free join's, one of a charge's first FREE_JOINS joins, is
+'j:' .. holder and counts only its tokens), KEYS[2] its hash (entry -> tokens), KEYS[3] the window's token sum,
+KEYS[4] the concurrency slots (holder -> lease end ms: one per admit, joins too), KEYS[5] the charge (fields m
+member, s served once, n open holders, j joins admitted, and per open admit h:<holder> its reserved tokens,
+d:<holder> its UTC day), KEYS[6] the prefix of the per-day counters (prefix .. UTC day number; derived keys of the
+same hash tag), KEYS[7] how many of the window's entries are free joins.
 ARGV[1] is the time in ms, '' for the server's TIME (a test hook: tests pass their own clock).
 """
 
@@ -21,9 +24,14 @@ local function expire(now)
     if #old == 0 then return end
     local freed = 0
     for _, amount in ipairs(redis.call('HMGET', KEYS[2], unpack(old))) do freed = freed + (tonumber(amount) or 0) end
+    local joins = 0
+    for _, entry in ipairs(old) do
+      if string.sub(entry, 1, 2) == 'j:' then joins = joins + 1 end
+    end
     redis.call('ZREM', KEYS[1], unpack(old))
     redis.call('HDEL', KEYS[2], unpack(old))
     redis.call('DECRBY', KEYS[3], freed)
+    if joins > 0 then redis.call('DECRBY', KEYS[7], joins) end
   end
 end
 local function reset_ms(now)
@@ -37,26 +45,17 @@ ADMIT = (
     COMMON
     + """
 -- ARGV: 1 now, 2 tokens, 3 rpm, 4 tpm, 5 concurrency, 6 tokens per day (-1: unlimited), 7 holder, 8 lease ms,
--- 9 the retry ms of a concurrency refusal
+-- 9 the retry ms of a concurrency refusal, 10 FREE_JOINS
 local now = now_ms()
 local tokens, rpm, tpm, conc, tpd = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
   tonumber(ARGV[6])
 local holder, lease = ARGV[7], tonumber(ARGV[8])
 expire(now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local count = redis.call('ZCARD', KEYS[1])
+local count = redis.call('ZCARD', KEYS[1]) - tonumber(redis.call('GET', KEYS[7]) or '0')  -- requests
 local sum = tonumber(redis.call('GET', KEYS[3]) or '0')
-local member = redis.call('HGET', KEYS[5], 'm')
-if member then  -- a join: counted once, but it runs too, so it holds a concurrency slot of its own
-  if conc >= 0 and redis.call('ZCARD', KEYS[4]) + 1 > conc then
-    return {0, 'concurrent_requests', conc == 0 and -1 or tonumber(ARGV[9]), count, sum, reset_ms(now), ''}
-  end
-  redis.call('ZADD', KEYS[4], now + lease, holder)
-  redis.call('PEXPIRE', KEYS[4], lease)
-  redis.call('HSET', KEYS[5], 'h:' .. holder, 1)
-  redis.call('HINCRBY', KEYS[5], 'n', 1)
-  return {1, '', -1, count, sum, reset_ms(now), member}
-end
+local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
+local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
 local day = math.floor(now / DAY)
 local day_key = KEYS[6] .. day
 local function free_at(need, by_tokens)
@@ -68,7 +67,8 @@ local function free_at(need, by_tokens)
     for i = 1, #batch, 2 do members[#members + 1] = batch[i] end
     local amounts = by_tokens and redis.call('HMGET', KEYS[2], unpack(members)) or nil
     for i = 1, #members do
-      freed = freed + (by_tokens and (tonumber(amounts[i]) or 0) or 1)
+      local request = string.sub(members[i], 1, 2) ~= 'j:' and 1 or 0
+      freed = freed + (by_tokens and (tonumber(amounts[i]) or 0) or request)
       if freed >= need then return math.max(0, tonumber(batch[2 * i]) + WINDOW - now) end
     end
     start = start + 200
@@ -78,7 +78,7 @@ local limit, retry = '', -2  -- retry -1: never fits
 local function refuse(name, ms)
   if retry ~= -1 and (ms == -1 or ms > retry) then limit, retry = name, ms end
 end
-if rpm >= 0 and count + 1 > rpm then
+if rpm >= 0 and not free_join and count + 1 > rpm then
   refuse('requests_per_minute', rpm == 0 and -1 or free_at(count + 1 - rpm, false))
 end
 if tpm >= 0 and sum + tokens > tpm then
@@ -92,17 +92,31 @@ if tpd >= 0 then
   if used + tokens > tpd then refuse('tokens_per_day', tokens > tpd and -1 or (day + 1) * DAY - now) end
 end
 if limit ~= '' then return {0, limit, retry, count, sum, reset_ms(now), ''} end
-redis.call('ZADD', KEYS[1], now, holder)
-redis.call('HSET', KEYS[2], holder, tokens)
+local entry = holder
+if free_join then  -- the same request: not counted
+  entry = 'j:' .. holder
+  redis.call('INCRBY', KEYS[7], 1)
+else
+  count = count + 1
+end
+if member then
+  redis.call('HINCRBY', KEYS[5], 'j', 1)
+else
+  member = holder
+  redis.call('HSET', KEYS[5], 'm', holder, 's', 0, 'j', 0)
+end
+redis.call('ZADD', KEYS[1], now, entry)
+redis.call('HSET', KEYS[2], entry, tokens)
 redis.call('INCRBY', KEYS[3], tokens)
-for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], WINDOW + 1000) end
+for _, i in ipairs({1, 2, 3, 7}) do redis.call('PEXPIRE', KEYS[i], WINDOW + 1000) end
 redis.call('ZADD', KEYS[4], now + lease, holder)
 redis.call('PEXPIRE', KEYS[4], lease)
 redis.call('INCRBY', day_key, tokens)
 redis.call('PEXPIREAT', day_key, (day + 2) * DAY)
-redis.call('HSET', KEYS[5], 'm', holder, 'r', tokens, 'd', day, 's', 0, 'n', 1, 'h:' .. holder, 1)
+redis.call('HSET', KEYS[5], 'h:' .. holder, tokens, 'd:' .. holder, day)
+redis.call('HINCRBY', KEYS[5], 'n', 1)
 redis.call('PEXPIRE', KEYS[5], math.max(lease, 2 * DAY))  -- a long request still settles its day
-return {1, '', -1, count + 1, sum + tokens, WINDOW, holder}
+return {1, '', -1, count, sum + tokens, WINDOW, member}
 """
 )
 
@@ -111,33 +125,37 @@ SETTLE = (
     + """
 -- ARGV: 1 now, 2 holder, 3 used tokens, 4 '1' when the holder's admit served no request (void)
 local holder, used, void = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
-if redis.call('HDEL', KEYS[5], 'h:' .. holder) == 0 then return 0 end
+local own = redis.call('HMGET', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'm')
+if not own[1] then return 0 end
+redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder)
 expire(now_ms())
-local charge = redis.call('HMGET', KEYS[5], 'm', 'r', 'd', 's', 'n')
-local member = charge[1]
-local day_key = KEYS[6] .. charge[3]
-if void and charge[4] == '0' and charge[5] == '1' then  -- the charge's only admit: taken back whole
-  local amount = redis.call('HGET', KEYS[2], member)
-  if amount then
-    redis.call('ZREM', KEYS[1], member)
-    redis.call('HDEL', KEYS[2], member)
-    redis.call('DECRBY', KEYS[3], amount)
-  end
-  if redis.call('EXISTS', day_key) == 1 then redis.call('DECRBY', day_key, charge[2]) end
-  redis.call('ZREM', KEYS[4], member)
-  redis.call('DEL', KEYS[5])
-  return 1
+local member = own[3]
+local entry = redis.call('HEXISTS', KEYS[2], 'j:' .. holder) == 1 and 'j:' .. holder or holder
+local function drop(e)  -- take an admission's entry out of the window (nothing when it left already)
+  local amount = redis.call('HGET', KEYS[2], e)
+  if not amount then return end
+  redis.call('ZREM', KEYS[1], e)
+  redis.call('HDEL', KEYS[2], e)
+  redis.call('DECRBY', KEYS[3], amount)
+  if string.sub(e, 1, 2) == 'j:' then redis.call('DECRBY', KEYS[7], 1) end
 end
-local delta = used
-if charge[4] == '0' then delta = used - tonumber(charge[2]) end
-if redis.call('HEXISTS', KEYS[2], member) == 1 then
-  redis.call('HINCRBY', KEYS[2], member, delta)
+local delta = used - tonumber(own[1])  -- this admit's reservation becomes its usage (a void's: nothing)
+if redis.call('HEXISTS', KEYS[2], entry) == 1 then
+  redis.call('HINCRBY', KEYS[2], entry, delta)
   redis.call('INCRBY', KEYS[3], delta)
 end
-if redis.call('EXISTS', day_key) == 1 then redis.call('INCRBY', day_key, delta) end
-redis.call('HSET', KEYS[5], 's', 1)
-redis.call('ZREM', KEYS[4], holder)  -- each admit's own slot (the first admit's holder is the member)
-if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then redis.call('DEL', KEYS[5]) end
+-- own[2] is missing only in a charge an earlier version of this script opened (no d:<holder>): no day to settle
+if own[2] and redis.call('EXISTS', KEYS[6] .. own[2]) == 1 then redis.call('INCRBY', KEYS[6] .. own[2], delta) end
+redis.call('ZREM', KEYS[4], holder)  -- each admit's own slot
+if void then
+  if holder ~= member then drop(entry) end  -- a join that served nothing leaves no trace
+else
+  redis.call('HSET', KEYS[5], 's', 1)
+end
+if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then
+  if redis.call('HGET', KEYS[5], 's') == '0' then drop(member) end  -- no admit served the request: taken back
+  redis.call('DEL', KEYS[5])
+end
 return 1
 """
 )

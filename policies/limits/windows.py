@@ -22,21 +22,26 @@ def worst_refusal(
     tokens: int,
     now: int,
     log: Collection[Sequence[int]],
-    window_tokens: int,
+    window: tuple[int, int],
     slots: int,
     day_used: int,
+    *,
+    join: bool = False,
 ) -> tuple[LimitName, int | None] | None:
-    """The limit that refuses this request for longest (None retry: never fits), or None when every limit admits.
+    """The limit that refuses this admission for longest (None retry: never fits), or None when every limit admits.
 
-    `log` holds the window's (timestamp ms, tokens) entries, oldest first.
+    `log` holds the window's (timestamp ms, tokens, 1 for a request or 0 for a join) entries, oldest first; `window`
+    its (requests, tokens). A `join` (an admit of a charge still open) is no new request: requests_per_minute does
+    not apply to it; its tokens, its slot and its day's tokens do.
     """
     refusals: list[tuple[LimitName, int | None]] = []
     rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
-    if rpm is not None and len(log) + 1 > rpm:
-        retry = None if rpm == 0 else free_at(((ts, 1) for ts, _ in log), len(log) + 1 - rpm, now)
+    requests, window_tokens = window
+    if rpm is not None and not join and requests + 1 > rpm:
+        retry = None if rpm == 0 else free_at(((ts, n) for ts, _, n in log), requests + 1 - rpm, now)
         refusals.append(("requests_per_minute", retry))
     if tpm is not None and window_tokens + tokens > tpm:
-        retry = None if tokens > tpm else free_at(log, window_tokens + tokens - tpm, now)
+        retry = None if tokens > tpm else free_at(((ts, t) for ts, t, _ in log), window_tokens + tokens - tpm, now)
         refusals.append(("tokens_per_minute", retry))
     conc = limits.concurrent_requests
     if conc is not None and slots + 1 > conc:

@@ -9,6 +9,7 @@ import pytest
 
 from policies.limits import Limits, MemoryLimiter, RedisLimiter
 from policies.limits.headers import duration
+from policies.limits.model import FREE_JOINS
 
 pytestmark = pytest.mark.anyio
 
@@ -105,15 +106,15 @@ async def test_a_request_over_the_limit_alone_never_fits(limiter, tenant):
 
 
 async def test_a_charge_id_is_charged_once_but_each_join_holds_a_slot(limiter, tenant):
-    """A retry joins its charge (one request, one reservation, every admit's usage settled), but runs too: each join
-    holds a concurrency slot of its own, so requests sent under one id never run past concurrent_requests."""
+    """A retry joins its charge (one request; every admit's usage settled), but runs too: each join holds a concurrency
+    slot and a token reservation of its own, so requests sent under one id never run past concurrent_requests."""
     limits = Limits(requests_per_minute=5, tokens_per_minute=1000, concurrent_requests=2)
     charge_id = charge()
     first = await limiter.admit(tenant, limits, charge_id, 300)
     retry = await limiter.admit(tenant, limits, charge_id, 300)  # the same request, retried on another replica
     assert first.allowed and retry.allowed and first.holder != retry.holder
     assert retry.headers["x-ratelimit-remaining-requests"] == "4"
-    assert retry.headers["x-ratelimit-remaining-tokens"] == "700"
+    assert retry.headers["x-ratelimit-remaining-tokens"] == "400"
     third = await limiter.admit(tenant, limits, charge_id, 300)  # two run: a third would be one too many
     assert (third.allowed, third.limit, third.holder, third.retry_after_s) == (False, "concurrent_requests", "", 1.0)
     await limiter.settle(first, 50)
@@ -125,6 +126,75 @@ async def test_a_charge_id_is_charged_once_but_each_join_holds_a_slot(limiter, t
     probe = await limiter.admit(tenant, limits, charge(), 0)
     assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "929"
     assert probe.headers["x-ratelimit-remaining-requests"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("token_limit", "retry_after_s"),
+    [(Limits(tokens_per_minute=1000), 60.0), (Limits(tokens_per_day=1000), 23 * 3600.0)],
+    ids=["per_minute", "per_day"],
+)
+async def test_requests_sent_at_once_under_one_id_do_not_pass_a_token_limit(
+    limiter, tenant, token_limit, retry_after_s
+):
+    """20 slow streams under one x-request-id (a request limit that would admit them all): each join reserves its own
+    tokens, so the token limit admits 10 of 100 tokens, as it would 10 requests."""
+    limits = Limits(
+        requests_per_minute=20,
+        tokens_per_minute=token_limit.tokens_per_minute,
+        tokens_per_day=token_limit.tokens_per_day,
+    )
+    answers = await asyncio.gather(*(limiter.admit(tenant, limits, "same-id", 100) for _ in range(20)))
+    assert sum(a.allowed for a in answers) == 10
+    refused = [a for a in answers if not a.allowed]
+    assert {(a.limit, a.status, a.retry_after_s, a.holder) for a in refused} == {
+        (
+            next(name for name in ("tokens_per_minute", "tokens_per_day") if getattr(limits, name)),
+            429,
+            retry_after_s,
+            "",
+        )
+    }
+    assert {a.headers["x-ratelimit-remaining-requests"] for a in refused} == {str(20 - 10 + FREE_JOINS)}
+    for admission in answers:
+        await limiter.settle(admission, 10)  # each settles its own usage: 10 admissions x 10 tokens
+    probe = await limiter.admit(tenant, limits, charge(), 900)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-requests"] == str(20 - 10 + FREE_JOINS - 1)
+
+
+async def test_past_the_retries_a_client_makes_a_join_counts_as_a_request(limiter, tenant):
+    """With requests_per_minute alone, streams under one id: the first and FREE_JOINS retries are one request; each
+    further join is a request of its own (given back when it served nothing), so 20 at once stop at the limit."""
+    limits = Limits(requests_per_minute=5)
+    retries = [await limiter.admit(tenant, limits, "same-id", 1) for _ in range(1 + FREE_JOINS)]
+    assert {(a.allowed, a.headers["x-ratelimit-remaining-requests"]) for a in retries} == {(True, "4")}
+    counted = await limiter.admit(tenant, limits, "same-id", 1)
+    assert counted.allowed and counted.headers["x-ratelimit-remaining-requests"] == "3"
+    await cancelled_admit(limiter, tenant, limits, "same-id", 1)  # a counted join that served nothing: taken back
+    answers = await asyncio.gather(*(limiter.admit(tenant, limits, "same-id", 1) for _ in range(20)))
+    assert sum(a.allowed for a in answers) == 3
+    refused = [a for a in answers if not a.allowed]
+    assert {(a.limit, a.status, a.retry_after_s) for a in refused} == {("requests_per_minute", 429, 60.0)}
+    assert all(a.headers["x-ratelimit-remaining-requests"] == "0" for a in refused)
+    for admission in [*retries, counted, *answers]:
+        await limiter.settle(admission, 1)  # settled, each join stays the request it served
+    assert not (await limiter.admit(tenant, limits, charge(), 1)).allowed
+
+
+async def test_a_joins_void_gives_back_its_own_tokens_only(limiter, tenant):
+    limits = Limits(requests_per_minute=5, tokens_per_minute=1000, tokens_per_day=1000)
+    first = await limiter.admit(tenant, limits, "shared", 300)
+    await cancelled_admit(limiter, tenant, limits, "shared", 200)  # a retry that joined, then left: void
+    joined = await limiter.admit(tenant, limits, "shared", 200)
+    assert joined.allowed and joined.headers["x-ratelimit-remaining-tokens"] == "500"  # 300 + 200, not 300 + 400
+    refused = await limiter.admit(tenant, limits, "shared", 501)  # a join past the day's quota (and the minute's)
+    assert (refused.limit, refused.retry_after_s) == ("tokens_per_day", 23 * 3600.0)
+    await limiter.settle(first, 40)  # the first's reservation becomes its usage; the join's stays reserved
+    probe = await limiter.admit(tenant, limits, charge(), 0)
+    assert probe.headers["x-ratelimit-remaining-tokens"] == "760"
+    await limiter.settle(joined, 25)  # both ran: both usages are charged, nothing twice
+    probe = await limiter.admit(tenant, limits, charge(), 935)
+    assert probe.allowed and probe.headers["x-ratelimit-remaining-tokens"] == "0"
+    assert probe.headers["x-ratelimit-remaining-requests"] == "2"  # the shared request, the two probes
 
 
 async def test_concurrency_slots_are_released_on_settle(limiter, tenant):

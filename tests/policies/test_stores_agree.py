@@ -1,15 +1,18 @@
 """The two stores are one algorithm: random sequences of admits, settles and clock moves get the same answers from
-the in-memory limiter and the Lua scripts in Redis, and never more than the limit in any 60 s."""
+the in-memory limiter and the Lua scripts in Redis, and never more than the limit in any 60 s: a join (a charge id
+reused while open) reserves its own tokens, which settle to its own usage, and is no new request unless the charge
+had FREE_JOINS joins already."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from policies.limits import Limits, MemoryLimiter, RedisLimiter
+from policies.limits.model import FREE_JOINS
 
 T0 = 20_834 * 86_400.0 + 86_400 - 90  # 90 s before a UTC midnight: the day quota turns over in some runs
 
@@ -33,6 +36,8 @@ def _answer(admission) -> tuple:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(limits=limits_st, ops=st.lists(op_st, max_size=30))
+@example(limits=Limits(requests_per_minute=2), ops=[("admit", 0, 1)] * 6)  # joins past FREE_JOINS are requests
+@example(limits=Limits(tokens_per_minute=100, tokens_per_day=150), ops=[("admit", 0, 60), ("settle", 0, 90)] * 2)
 def test_memory_and_redis_answer_alike(redis_server, limits, ops):
     asyncio.run(_lockstep(redis_server.url, limits, ops))
 
@@ -43,7 +48,9 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     admitted: list[tuple] = []  # (charge id, memory's admission, redis's admission)
     open_holders: dict[str, int] = {}  # charge id -> admissions not yet settled
-    fresh_at: list[float] = []  # when each admission that was not a join was admitted
+    joins: dict[str, int] = {}  # charge id -> joins admitted while it was open
+    counted_at: list[float] = []  # when each admission counted as a request (all but a charge's first FREE_JOINS joins)
+    charged: list[list[int]] = []  # [admit time ms, tokens reserved, then used] of every admission, joins included
     try:
         for kind, a, b in ops:
             if kind == "wait":
@@ -53,20 +60,34 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
                 m, r = await memory.admit(tenant, limits, charge_id, b), await redis.admit(tenant, limits, charge_id, b)
                 assert _answer(m) == _answer(r)
                 if m.allowed:
-                    if not open_holders.get(charge_id):
-                        fresh_at.append(now[0])
+                    is_join = bool(open_holders.get(charge_id))
+                    if not is_join or joins[charge_id] >= FREE_JOINS:
+                        counted_at.append(now[0])
+                    joins[charge_id] = joins[charge_id] + 1 if is_join else 0
                     open_holders[charge_id] = open_holders.get(charge_id, 0) + 1
-                    admitted.append((charge_id, m, r))
+                    charged.append([int(now[0] * 1000), b])
+                    admitted.append((charge_id, m, r, charged[-1]))
+                    _assert_tokens_within(limits, charged)
             elif admitted:
-                charge_id, m, r = admitted.pop(a % len(admitted))
+                charge_id, m, r, tokens = admitted.pop(a % len(admitted))
                 await memory.settle(m, b)
                 await redis.settle(r, b)
                 open_holders[charge_id] -= 1
+                tokens[1] = b
         if limits.requests_per_minute is not None:
-            for start in fresh_at:
-                assert sum(start <= t < start + 60 for t in fresh_at) <= limits.requests_per_minute
+            for start in counted_at:
+                assert sum(start <= t < start + 60 for t in counted_at) <= limits.requests_per_minute
         if limits.concurrent_requests is not None:
             assert sum(open_holders.values()) <= limits.concurrent_requests  # joins hold slots too
         assert memory.store_errors == redis.store_errors == 0
     finally:
         await redis.close()
+
+
+def _assert_tokens_within(limits: Limits, charged: list[list[int]]) -> None:
+    """Just after an admission: what the window and the day hold, reservations and usage, joins' too, fits."""
+    now = charged[-1][0]
+    if limits.tokens_per_minute is not None:
+        assert sum(n for t, n in charged if t > now - 60_000) <= limits.tokens_per_minute
+    if limits.tokens_per_day is not None:
+        assert sum(n for t, n in charged if t // 86_400_000 == now // 86_400_000) <= limits.tokens_per_day
