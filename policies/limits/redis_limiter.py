@@ -90,7 +90,8 @@ class RedisLimiter(Limiter):
             f"{base}:wa",
             f"{base}:wt",
             f"{base}:slots",
-            f"{base}:c:{charge_id}",
+            f"{base}:c2:{charge_id}",  # c2: charges that keep each admission's reservation; replicas of a release
+            # before that (plain c:, one reservation per charge) never read or settle these during a rolling upgrade
             f"{base}:d:",
             f"{base}:wj",
         ]

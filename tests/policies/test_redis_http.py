@@ -219,7 +219,7 @@ def test_redis_that_stops_answering_mid_request(gateways, redis, redis_link):
     prompt = answers[-1].json()["usage"]["prompt_tokens"]
     with Redis(host="127.0.0.1", port=redis.port) as admin:
         wait_until(lambda: admin.zcard("gw:limits:{single}:slots") == 0)  # the last request's settlement too
-        assert not list(admin.scan_iter("gw:limits:{single}:c:*"))  # every charge settled and closed
+        assert not list(admin.scan_iter("gw:limits:{single}:c2:*"))  # every charge settled and closed
         window = sorted(int(v) for v in admin.hvals("gw:limits:{single}:wa"))
     assert window == [prompt + 2, prompt + 3]  # as used: the stream's 3 tokens, the last request's 2; no 503 counted
     first.close()
