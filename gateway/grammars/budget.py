@@ -20,10 +20,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import xgrammar as xgr
 
 from backends.base import Grammar
 from gateway.errors import APIError, invalid
@@ -32,6 +31,9 @@ from gateway.grammars.compile_process import CompileProcess
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema
 from gateway.observability.requests import note_grammar_compile
 from gateway.types import ChatRequest
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 PROCESSES = 2
 """Children per model: two requests' grammars compile at once; a third waits for one of them."""
