@@ -22,6 +22,7 @@ from gateway.grammars.budget import GrammarBudget
 from gateway.models.planning import chat_grammar
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import RequestRecord, begin_request, end_request
+from gateway.process.launch import warm_grammars
 from gateway.types import ChatRequest
 from tests.gateway.http_server import serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
@@ -89,6 +90,23 @@ def test_an_ordinary_schema_compiles_and_a_repeat_is_a_cache_hit(budgeted, token
     assert record.grammar_cache == "miss" and 0 <= record.grammar_compile_seconds < BUDGET_S
     again = [grammar_of(budgeted, chat)[1].grammar_cache for _ in range(3)]
     assert "hit" in again  # each child remembers what it compiled (two children: the first repeat may miss once)
+
+
+def test_a_warmup_builds_the_vocabulary_view_once_and_the_first_child_uses_it(checkpoint, tokenize_only):
+    built = []
+
+    def info():
+        built.append(True)
+        return tokenizer_info(checkpoint, len(checkpoint.vocab))
+
+    model = dataclasses.replace(tokenize_only, grammar_budget=GrammarBudget(tokenize_only.family, info, BUDGET_S))
+    try:
+        warm_grammars(ModelRegistry([model]))
+        assert built == [True]
+        grammar, record = grammar_of(model, ChatRequest(messages=USER, response_format=schema_format(SMALL)))
+        assert grammar is not None and record.grammar_cache == "miss" and built == [True]
+    finally:
+        model.grammar_budget.close()
 
 
 def test_a_large_enum_over_the_budget_is_a_400_naming_the_response_schema_and_its_child_is_killed(budgeted):
