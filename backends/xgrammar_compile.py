@@ -1,14 +1,20 @@
 """xgrammar's view of a checkpoint's vocabulary, and a grammar compiled by its kind: the bundled worker and the
-gateway's compile budget share them."""
+gateway's compile budget share them.
+
+xgrammar is imported when a vocabulary is first converted, not with this module: importing it loads torch and
+transformers (about 1.3 CPU-s), which a gateway process that never builds a grammar does not need.
+"""
 
 from __future__ import annotations
 
 import json
-
-import xgrammar as xgr
+from typing import TYPE_CHECKING
 
 from backends.base import GrammarKind
 from backends.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 
 class GrammarError(ValueError):
@@ -17,6 +23,8 @@ class GrammarError(ValueError):
 
 def tokenizer_info(checkpoint: Checkpoint, vocab_size: int) -> xgr.TokenizerInfo:
     """xgrammar's view of the vocabulary: control tokens are special (never text), eos ids stop."""
+    import xgrammar as xgr
+
     control = set(checkpoint.control_token_ids)
     vocab = [("" if i in control else token) for i, token in enumerate(checkpoint.vocab[:vocab_size])]
     return xgr.TokenizerInfo(
@@ -25,6 +33,8 @@ def tokenizer_info(checkpoint: Checkpoint, vocab_size: int) -> xgr.TokenizerInfo
 
 
 def _vocab_type(checkpoint: Checkpoint) -> xgr.VocabType:
+    import xgrammar as xgr
+
     decoder = json.loads(checkpoint.tokenizer.to_str()).get("decoder") or {}
     kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", [])}
     if "ByteLevel" in kinds:

@@ -7,6 +7,7 @@ import gc
 import ipaddress
 import signal
 import sys
+import threading
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -114,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="CPU seconds a request's grammar may cost to build and compile; past it a 400 naming the schema "
         "(default: 2; 0: no budget, grammars are built in the gateway's own process)",
+    )
+    serve.add_argument(
+        "--grammar-warmup",
+        action="store_true",
+        help="import xgrammar and convert the vocabularies in the background once serving, so that the first "
+        "request needing a grammar (tools, response_format) does not wait ~1.5 s for them; costs ~1.5 CPU-s per "
+        "process whether or not a grammar is ever needed (default: at the first such request)",
     )
     serve.add_argument(
         "--log-level",
@@ -292,7 +300,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
     from gateway.process.client_timeouts import client_timeout_protocol
     from gateway.process.draining import DrainingServer, DrainState
-    from gateway.process.launch import start_models
+    from gateway.process.launch import start_models, warm_grammars
     from gateway.process.policy_gate import policy_gate
 
     try:
@@ -338,7 +346,10 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             timeout_graceful_shutdown=args.drain_timeout,
             http=client_timeout_protocol(limits.header_timeout_s, limits.send_timeout_s),
         )
-        DrainingServer(server_config, drain, args.drain_delay).run(sockets=[role.listening_socket()] if role else None)
+        warmup = threading.Thread(target=warm_grammars, args=(registry,), name="grammar-warmup")
+        DrainingServer(server_config, drain, args.drain_delay, warmup.start if args.grammar_warmup else None).run(
+            sockets=[role.listening_socket()] if role else None
+        )
     return 0
 
 

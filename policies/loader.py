@@ -10,15 +10,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from policies.policy import DEFAULT_QUEUE_TIMEOUT_S, Globs, Key, Limits, Policy
 
-FORMAT_CHECKER = jsonschema.Draft202012Validator.FORMAT_CHECKER
-"""Checks `format: date` (keys[].expires), which the schema's users must enable too."""
+if TYPE_CHECKING:
+    import jsonschema
+
 SCHEMA_PATH = Path(__file__).with_name("policy.schema.json")
 DEFAULTS_FILE = "_defaults.yaml"
 SUFFIXES = (".yaml", ".yml")
@@ -66,6 +66,15 @@ def field_name(path: Iterable[str | int]) -> str:
 def schema() -> dict[str, Any]:
     """The JSON Schema of a policy file (after defaults are merged in)."""
     return json.loads(SCHEMA_PATH.read_text())
+
+
+@cache
+def validator() -> jsonschema.Draft202012Validator:
+    """The schema's validator, checking formats too (`format: date`, keys[].expires); jsonschema (~0.05 CPU-s to
+    import) loads when a policy is first checked."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 
 
 def read_marked(path: Path) -> Marked:
@@ -158,9 +167,8 @@ def _jsonable(value: Any) -> Any:
 
 def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
     """What policy.schema.json says is wrong with `doc`, each at the line of the field at fault."""
-    validator = jsonschema.Draft202012Validator(schema(), format_checker=FORMAT_CHECKER)
     out = []
-    for error in validator.iter_errors(_jsonable(doc.value)):
+    for error in validator().iter_errors(_jsonable(doc.value)):
         path: FieldPath = tuple(error.absolute_path)
         message = error.message
         if error.validator == "additionalProperties":

@@ -23,15 +23,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
-
-import xgrammar as xgr
+from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
 from backends.xgrammar_compile import GrammarError, compile_grammar
 from gateway.families.base import Family
 from gateway.grammars.json import SchemaGrammarError
 from gateway.types import ChatRequest
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 KNOWN_GRAMMARS = 256
 """Grammars a child remembers as compiled within budget (a repeat costs only its build)."""
@@ -74,6 +75,8 @@ class CompileProcess:
 
 def _serve(connection: Connection, parents_end: Connection, family: Family, info: xgr.TokenizerInfo) -> None:
     """The child: answer jobs until the parent closes its end."""
+    import xgrammar as xgr  # already loaded: the parent imported it to build `info`
+
     parents_end.close()
     _forget_parent(connection)
     compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)

@@ -15,8 +15,6 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-import xgrammar as xgr
-
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 RESPONSE_SCHEMA_PARAM = "response_format.json_schema.schema"
 _XGRAMMAR_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[04:12:08] /project/cpp/x.cc:94: "
@@ -70,10 +68,14 @@ def _converted(convert: Callable[[], str], param: str) -> str:
 
 @lru_cache(maxsize=1024)
 def _ebnf(schema_json: str) -> str:
+    import xgrammar as xgr  # here, not at the top: a gateway that builds no grammar never pays its import
+
     return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False))
 
 
 @lru_cache(maxsize=1024)
 def _xml_ebnf(schema_json: str, style: str) -> str:
+    import xgrammar as xgr
+
     fmt = {"type": "json_schema", "json_schema": json.loads(schema_json), "style": style}
     return str(xgr.Grammar.from_structural_tag(json.dumps({"type": "structural_tag", "format": fmt})))

@@ -31,8 +31,6 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-import xgrammar as xgr
-
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import scan
 
@@ -305,6 +303,8 @@ def raw_pattern_ebnf(pattern: str, param: str, strict: bool) -> str | None:
 
 @lru_cache(maxsize=1024)
 def _regex_grammar(pattern: str) -> str:
+    import xgrammar as xgr  # here, not at the top: a gateway that builds no grammar never pays its import
+
     return str(xgr.Grammar.from_regex(pattern))
 
 

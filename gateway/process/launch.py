@@ -44,6 +44,16 @@ def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str,
     return ModelRegistry(models, background)
 
 
+def warm_grammars(registry: ModelRegistry) -> None:
+    """Import xgrammar and build each compile budget's view of its vocabulary now (`--grammar-warmup`), so that
+    the first request needing a grammar does not wait for them."""
+    import xgrammar  # noqa: F401  (a model without a compile budget builds its grammars in this process)
+
+    for model in registry:
+        if model.grammar_budget is not None:
+            model.grammar_budget.prepare()
+
+
 def start_workers(config: GatewayConfig, stack: ExitStack) -> tuple[dict[str, str], list[WorkerSupervisor]]:
     """Only the bundled workers (for a group of gateway processes, which share them): URL by model id and
     their supervisors; a worker that dies comes back on the same port, so the URLs stay valid."""

@@ -7,8 +7,9 @@ from pathlib import Path
 
 from gateway.api.tenancy import PolicyGate
 from gateway.process.config import GatewayConfig, ModelEntry
+from policies import limits
 from policies.audit import AuditLog
-from policies.limits import FairQueue, Limiter, MemoryLimiter, RedisLimiter
+from policies.limits import FairQueue, Limiter, MemoryLimiter
 from policies.store import PolicyStore
 
 WORKER_SLOTS = 8
@@ -19,7 +20,7 @@ def policy_gate(directory: Path, redis_url: str | None, audit_path: Path | None,
     """Load the policies (a bad file is logged and skipped, as on every reload) and build the gate."""
     store = PolicyStore(directory)
     store.reload()
-    limiter: Limiter = RedisLimiter(redis_url) if redis_url else MemoryLimiter()
+    limiter: Limiter = limits.RedisLimiter(redis_url) if redis_url else MemoryLimiter()
     queues = {m.id: FairQueue(slots) for m in config.models if (slots := backend_slots(m))}
     return PolicyGate(store, limiter, queues, AuditLog(audit_path), redis_url)
 

@@ -43,7 +43,6 @@ from .fair_queue import FairQueue, QueueTimeout
 from .limiter import Limiter, StoreUnavailable
 from .memory import MemoryLimiter
 from .model import Admission, Limits
-from .redis_limiter import RedisLimiter
 
 __all__ = [
     "Admission",
@@ -55,3 +54,12 @@ __all__ = [
     "RedisLimiter",
     "StoreUnavailable",
 ]
+
+
+def __getattr__(name: str) -> type:
+    """`RedisLimiter` on first use: redis-py (~0.1 CPU-s to import) loads only in a process that limits in Redis."""
+    if name == "RedisLimiter":
+        from .redis_limiter import RedisLimiter
+
+        return RedisLimiter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

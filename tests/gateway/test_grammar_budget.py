@@ -22,6 +22,7 @@ from gateway.grammars.budget import GrammarBudget
 from gateway.models.planning import chat_grammar
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import RequestRecord, begin_request, end_request
+from gateway.process.launch import warm_grammars
 from gateway.types import ChatRequest
 from tests.gateway.http_server import serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
@@ -91,6 +92,23 @@ def test_an_ordinary_schema_compiles_and_a_repeat_is_a_cache_hit(budgeted, token
     assert "hit" in again  # each child remembers what it compiled (two children: the first repeat may miss once)
 
 
+def test_a_warmup_builds_the_vocabulary_view_once_and_the_first_child_uses_it(checkpoint, tokenize_only):
+    built = []
+
+    def info():
+        built.append(True)
+        return tokenizer_info(checkpoint, len(checkpoint.vocab))
+
+    model = dataclasses.replace(tokenize_only, grammar_budget=GrammarBudget(tokenize_only.family, info, BUDGET_S))
+    try:
+        warm_grammars(ModelRegistry([model]))
+        assert built == [True]
+        grammar, record = grammar_of(model, ChatRequest(messages=USER, response_format=schema_format(SMALL)))
+        assert grammar is not None and record.grammar_cache == "miss" and built == [True]
+    finally:
+        model.grammar_budget.close()
+
+
 def test_a_large_enum_over_the_budget_is_a_400_naming_the_response_schema_and_its_child_is_killed(budgeted):
     chat = ChatRequest(messages=USER, response_format=schema_format(BIG_ENUM))
     before = {c._process.pid for c in children(budgeted.grammar_budget)}
@@ -142,6 +160,12 @@ def enum_tool(name: str, size: int) -> dict:
     return tool(name, {"type": "object", "properties": {"v": {"enum": [f"{name}_{i}_x" for i in range(size)]}}})
 
 
+PROBE_ENUM = 3000
+"""Strings in each tool's enum: one such tool compiles in ~0.03 CPU-s here, several of the parent's 10 ms CPU ticks
+(1500 strings took 0.015-0.02 s in a child forked from a process that imported xgrammar at its first grammar, after
+the vocabulary was loaded, and 0.023-0.04 s where it imported xgrammar first)."""
+
+
 def test_tools_that_cost_too_much_only_together_are_named_together(budgeted):
     """Twenty-four tools, each a third of the budget alone: their sum is over it, none alone is, so the refusal
     names `tools` (and attribution stops once the tools it tried cost the budget). Margins are wide both ways (the
@@ -151,14 +175,16 @@ def test_tools_that_cost_too_much_only_together_are_named_together(budgeted):
     budget = budgeted.grammar_budget
     probes = []  # one such tool's compile here, on this machine: the least of three (the first may pay a warm-up)
     for name in ("probe1", "probe2", "probe3"):
-        _, record = grammar_of(budgeted, ChatRequest(messages=USER, tools=[enum_tool(name, 1500)]))
+        _, record = grammar_of(budgeted, ChatRequest(messages=USER, tools=[enum_tool(name, PROBE_ENUM)]))
         assert record.grammar_cache == "miss"
         probes.append(record.grammar_compile_seconds)
     alone = min(probes)
     assert alone > 0.02, probes
     saved, budget.seconds = budget.seconds, alone * 3
     try:
-        error, _ = refusal(budgeted, ChatRequest(messages=USER, tools=[enum_tool(f"t{i}", 1500) for i in range(24)]))
+        error, _ = refusal(
+            budgeted, ChatRequest(messages=USER, tools=[enum_tool(f"t{i}", PROBE_ENUM) for i in range(24)])
+        )
     finally:
         budget.seconds = saved
     assert error.code == "grammar_too_complex" and error.param == "tools"

@@ -4,17 +4,15 @@ loader and policy.schema.json agree, defaults are inherited, directories are che
 from __future__ import annotations
 
 import datetime as dt
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 
 from policies.auth import hash_key
-from policies.loader import FORMAT_CHECKER, SCHEMA_PATH, PolicyFileError, check_directory, load_policy, read_defaults
+from policies.loader import PolicyFileError, check_directory, load_policy, read_defaults, validator
 from policies.store import PolicyStore
 from policies.watch import PolicyWatcher
 
@@ -87,8 +85,7 @@ def raw(text: str):
 
 
 def schema_accepts(text: str) -> bool:
-    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()), format_checker=FORMAT_CHECKER)
-    return validator.is_valid(raw(text))
+    return validator().is_valid(raw(text))
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("[!_]*.yaml")), ids=lambda p: p.name)

@@ -1,0 +1,150 @@
+"""`gateway serve` start-up against an external backend, checkouts interleaved: CPU to ready, first grammar request.
+
+Starts bench/fast_backend.py once, then per round each checkout's `gateway serve --backend-url` in turn (the order
+rotating each round): the gateway process's CPU seconds (user + system, from /proc) from spawn until /ready
+answers 200 and the wall time to it; `--settle` seconds later (its CPU by then), one chat request with a json_schema
+response_format, the first grammar that process builds (whatever it still has to load for it, the compile child's
+fork, the compile), its wall latency and the CPU it cost the gateway and its compile child together; then one with
+another schema (a warm process).
+
+    python bench/serve_start_ab.py --tree base=/tmp/base-checkout --tree branch=. [--tree 'warm=. --grammar-warmup']
+        [--runs 5] [--port 38000] [--settle 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from backends.checkpoint import EMBEDDED_MODEL_ID
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+TICKS = os.sysconf("SC_CLK_TCK")
+MODEL = EMBEDDED_MODEL_ID
+SCHEMAS = [
+    {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]},
+    {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}}, "required": ["name"]},
+]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def family_cpu(pid: int) -> float:
+    """CPU of the gateway and its live children (the compile processes)."""
+    return cpu_seconds(pid) + sum(cpu_seconds(child) for child in children(pid))
+
+
+def start_backend(port: int) -> subprocess.Popen[str]:
+    command = [PYTHON, str(ROOT / "bench" / "fast_backend.py"), "--port", str(port), "--interval-ms", "0"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        raise RuntimeError(f"fast_backend did not start: {line!r}")
+    return proc
+
+
+def grammar_request(client: httpx.Client, url: str, schema: dict) -> float:
+    """Wall seconds of one non-streamed chat request whose response_format needs a grammar."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Answer in JSON."}],
+        "max_tokens": 4,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}},
+    }
+    started = time.perf_counter()
+    response = client.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+    elapsed = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"grammar request failed: {response.status_code} {response.text[:300]}")
+    return elapsed
+
+
+def one_run(tree: Path, flags: list[str], port: int, backend_port: int, settle: float) -> dict[str, float]:
+    """One gateway process of `tree`: its start, its first grammar request `settle` seconds after it is ready (its
+    CPU by then too), and a second grammar request."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [PYTHON, "-m", "gateway.cli", "serve", "--port", str(port), "--log-level", "warning"]
+    command += ["--backend-url", f"http://127.0.0.1:{backend_port}", *flags]
+    url = f"http://127.0.0.1:{port}"
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client() as client:
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{tree}: gateway exited with {proc.returncode}")
+                try:
+                    if client.get(f"{url}/ready", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.02)
+            row = {"start_wall_s": time.perf_counter() - started, "start_cpu_s": cpu_seconds(proc.pid)}
+            time.sleep(settle)
+            before = family_cpu(proc.pid)
+            row["settled_cpu_s"] = before
+            row["first_grammar_ms"] = grammar_request(client, url, SCHEMAS[0]) * 1e3
+            row["first_grammar_cpu_s"] = family_cpu(proc.pid) - before
+            row["second_grammar_ms"] = grammar_request(client, url, SCHEMAS[1]) * 1e3
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--tree", action="append", required=True, help="'NAME=PATH [serve flags]' of a checkout (repeat)"
+    )
+    parser.add_argument("--runs", type=int, default=5, help="rounds; each starts every checkout's gateway once")
+    parser.add_argument("--port", type=int, default=38000, help="the backend's port; gateways use the next ones")
+    parser.add_argument("--settle", type=float, default=0.0, help="seconds between ready and the first grammar request")
+    args = parser.parse_args()
+    trees = [(name, spec.split()) for name, spec in (t.split("=", 1) for t in args.tree)]
+    backend = start_backend(args.port)
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
+    try:
+        for run in range(args.runs):
+            order = trees[run % len(trees) :] + trees[: run % len(trees)]
+            for name, (path, *flags) in order:
+                row = one_run(Path(path).resolve(), flags, args.port + 1, args.port, args.settle)
+                rows[name].append(row)
+                print(f"run {run} {name:>10}: " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()), flush=True)
+    finally:
+        backend.terminate()
+        backend.wait(30)
+    columns = list(next(iter(rows.values()))[0])
+    print(f"\n| checkout | {' | '.join(columns)} |")
+    print(f"|---|{'---|' * len(columns)}")
+    for name, runs in rows.items():
+        cells = [f"{statistics.median(r[c] for r in runs):.3f}" for c in columns]
+        print(f"| {name} (median of {len(runs)}) | {' | '.join(cells)} |")
+
+
+if __name__ == "__main__":
+    main()
