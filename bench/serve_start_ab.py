@@ -7,7 +7,7 @@ response_format, the first grammar that process builds (whatever it still has to
 fork, the compile), its wall latency and the CPU it cost the gateway and its compile child together; then one with
 another schema (a warm process).
 
-    python bench/serve_start_ab.py --tree base=/tmp/base-checkout --tree branch=. [--tree 'warm=. --grammar-warmup']
+    python bench/serve_start_ab.py --tree base=/tmp/base-checkout --tree branch=. [--tree 'lazy=. --no-grammar-warmup']
         [--runs 5] [--port 38000] [--settle 0]
 """
 
