@@ -173,18 +173,21 @@ def test_tools_that_cost_too_much_only_together_are_named_together(budgeted):
     under load by 2x or more (a child's first compile pays a warm-up; with eight tools, 2.7x over, CI once saw the
     sum fit)."""
     budget = budgeted.grammar_budget
-    probes = []  # one such tool's compile here, on this machine: the least of three (the first may pay a warm-up)
-    for name in ("probe1", "probe2", "probe3"):
-        _, record = grammar_of(budgeted, ChatRequest(messages=USER, tools=[enum_tool(name, PROBE_ENUM)]))
-        assert record.grammar_cache == "miss"
-        probes.append(record.grammar_compile_seconds)
-    alone = min(probes)
-    assert alone > 0.02, probes
+    size = PROBE_ENUM
+    while True:  # one such tool's compile here, on this machine: the least of three (the first may pay a warm-up);
+        probes = []  # a faster machine gets larger enums, so that one tool costs several of the CPU clock's ticks
+        for k in range(3):
+            _, record = grammar_of(budgeted, ChatRequest(messages=USER, tools=[enum_tool(f"probe{size}_{k}", size)]))
+            assert record.grammar_cache == "miss"
+            probes.append(record.grammar_compile_seconds)
+        alone = min(probes)
+        if alone > 0.02 or size >= 8 * PROBE_ENUM:
+            break
+        size *= 2
+    assert alone > 0.02, (size, probes)
     saved, budget.seconds = budget.seconds, alone * 3
     try:
-        error, _ = refusal(
-            budgeted, ChatRequest(messages=USER, tools=[enum_tool(f"t{i}", PROBE_ENUM) for i in range(24)])
-        )
+        error, _ = refusal(budgeted, ChatRequest(messages=USER, tools=[enum_tool(f"t{i}", size) for i in range(24)]))
     finally:
         budget.seconds = saved
     assert error.code == "grammar_too_complex" and error.param == "tools"
