@@ -292,3 +292,15 @@ def test_free_form_values_take_any_value_three_levels_deep(tokenizer, gemma_comp
         tokenizer, ids_of(tokenizer, TOOL_CALL, "call:f{settings:{a:[1,", QUOTE, "b", QUOTE, "]}}", TOOL_CALL_END)
     )
     assert json.loads(parsed.tool_calls[0].arguments_raw) == {"settings": {"a": [1, "b"]}}
+
+
+def test_many_optional_properties_are_counted_before_they_are_spelled_out(tokenizer) -> None:
+    """Each optional member that may come first is an alternative with a copy of the members after it: n optional
+    properties spell out n²/2 members (2,000 of them built a 480 MB grammar), counted against MAX_FORMATS."""
+    tool = lambda parameters: {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    many = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(300)}}
+    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[tool(many)]), tokenizer).text
+    assert len(text) < 10_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text
+    some = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(30)}}
+    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[tool(some)]), tokenizer).text
+    assert '"p29:"' in text  # still spelled out

@@ -7,7 +7,8 @@ null, arrays and nested objects. Structural tags have no references, so a schema
   itself (a recursive schema), a remote one or one that does not resolve has no format (None);
 * a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
   `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
-* a grammar past MAX_FORMATS formats (inlined references add up) has no format.
+* a grammar past MAX_FORMATS formats (inlined references, counted array items and the members an object's
+  optional ones make it spell out again add up) has no format.
 With no format the call keeps free text; so has one whose key or enum string holds `<` (a literal is text, and
 text could spell a control token). Properties are written in the schema's declared order with `,` and no space;
 every required one must come, optional ones may.
@@ -198,9 +199,14 @@ class ArgumentFormats:
             members.append((_seq(_const(f"{key}:"), value), key in required))
         return _seq(_const("{"), self._members(members), _const("}"))
 
-    @staticmethod
-    def _members(members: list[tuple[Format, bool]]) -> Format:
-        """Declared order; the first written member has no comma: one alternative per member that may be first."""
+    def _members(self, members: list[tuple[Format, bool]]) -> Format:
+        """Declared order; the first written member has no comma: one alternative per member that may be first
+        (each alternative a copy of the members after it, counted: n optional members spell out n²/2)."""
+        first_required = next((i for i, (_, required) in enumerate(members) if required), len(members) - 1)
+        self._formats += sum(i * _count_formats(m) for i, (m, _) in enumerate(members[: first_required + 1]))
+        self._formats += first_required * sum(_count_formats(m) for m, _ in members[first_required + 1 :])
+        if self._formats > MAX_FORMATS:
+            raise _TooLarge
         alternatives: list[Format] = []
         for first, (member, _) in enumerate(members):
             rest = [_seq(_const(","), m) if req else {"type": "optional", "content": _seq(_const(","), m)}
