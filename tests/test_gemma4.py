@@ -304,3 +304,13 @@ def test_many_optional_properties_are_counted_before_they_are_spelled_out(tokeni
     some = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(30)}}
     text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[tool(some)]), tokenizer).text
     assert '"p29:"' in text  # still spelled out
+
+
+def test_long_strings_copied_by_counted_arrays_are_counted(tokenizer) -> None:
+    """Two nested arrays of maxItems 16 copy their item 256 times: a 50 KB enum string made a 13 MB grammar (a body
+    of 16 MB, 4 GB); copied text weighs against MAX_FORMATS too."""
+    array = lambda item: {"type": "array", "maxItems": 16, "items": item}
+    schema = {"type": "object", "properties": {"a": array(array({"enum": ["y" * 50_000]}))}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools), tokenizer).text
+    assert len(text) < 10_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text

@@ -38,6 +38,8 @@ MAX_FORMATS = 5000
 FREE_KEY = r"[A-Za-z0-9_$@.\-]+"
 INTEGER = r"-?(0|[1-9][0-9]*)"
 NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+CHARS_PER_FORMAT = 100
+"""Spelled-out text that weighs one format where it is copied (MAX_FORMATS: at most ~500 KB of copies a tool)."""
 MAX_COUNTED = 16
 """The largest `minItems` / `maxItems` spelled out (each counted item is a copy of the item's formats)."""
 _NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
@@ -250,7 +252,10 @@ def _count(schema: dict[str, Any], key: str) -> Any:
 
 
 def _count_formats(fmt: Any) -> int:
-    """How many formats `fmt` holds (itself included)."""
+    """How many formats `fmt` holds (itself included), each CHARS_PER_FORMAT characters of its text (keys, enum
+    strings, patterns) one more: a copy of a long string costs as much as a copy of many formats."""
     if isinstance(fmt, dict):
         return int("type" in fmt) + sum(_count_formats(v) for v in fmt.values())
+    if isinstance(fmt, str):
+        return len(fmt) // CHARS_PER_FORMAT
     return sum(_count_formats(v) for v in fmt) if isinstance(fmt, list) else 0
