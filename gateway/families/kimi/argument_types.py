@@ -101,8 +101,9 @@ class SchemaDocument:
         for key in ("anyOf", "oneOf"):
             branches = schema.get(key)
             if isinstance(branches, list) and branches:
-                found = [alt for b in branches if isinstance(b, dict) for alt in self._alternatives(b, seen)]
-                return found if all(isinstance(b, dict) and self._alternatives(b, seen) for b in branches) else []
+                # each branch looked into once: twice made nested anyOf cost 2^depth
+                each = [self._alternatives(b, seen) if isinstance(b, dict) else [] for b in branches]
+                return [alt for found in each for alt in found] if all(each) else []
         kinds = schema.get("type")
         kinds = [kinds] if isinstance(kinds, str) else kinds
         if not isinstance(kinds, list) or not all(k in XTML_TYPE for k in kinds):
@@ -151,18 +152,20 @@ def _literal(value: Any) -> Alternative:
 
 
 def _grouped(found: list[Alternative]) -> list[Alternative]:
-    """One alternative per XTML type: literals joined, schemas joined under `anyOf`."""
-    out: dict[str, Alternative] = {}
+    """One alternative per XTML type: literals joined, schemas joined under one flat `anyOf` (one `anyOf` per
+    alternative nested as deep as the alternatives are many)."""
+    by_type: dict[str, list[Alternative]] = {}
     for alt in found:
-        prev = out.get(alt.xtml_type)
-        if prev is None:
-            out[alt.xtml_type] = alt
-        elif prev.literals is not None and alt.literals is not None:
-            out[alt.xtml_type] = Alternative(alt.xtml_type, literals=prev.literals + alt.literals)
-        else:
-            schemas = [a.schema if a.schema is not None else {"enum": list(a.literals or ())} for a in (prev, alt)]
-            out[alt.xtml_type] = Alternative(alt.xtml_type, {"anyOf": schemas})
-    return list(out.values())
+        by_type.setdefault(alt.xtml_type, []).append(alt)
+    return [alts[0] if len(alts) == 1 else _joined(kind, alts) for kind, alts in by_type.items()]
+
+
+def _joined(xtml_type: str, alts: list[Alternative]) -> Alternative:
+    literals = tuple(v for a in alts if a.literals is not None for v in a.literals)
+    schemas = [a.schema for a in alts if a.schema is not None]
+    if not schemas:
+        return Alternative(xtml_type, literals=literals)
+    return Alternative(xtml_type, {"anyOf": ([{"enum": list(literals)}] if literals else []) + schemas})
 
 
 def _has_local_ref(schema: Any) -> bool:
