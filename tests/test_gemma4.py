@@ -314,3 +314,15 @@ def test_long_strings_copied_by_counted_arrays_are_counted(tokenizer) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
     text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools), tokenizer).text
     assert len(text) < 10_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text
+
+
+def test_excluded_special_ids_copied_by_counted_arrays_are_counted() -> None:
+    """Every string's text excludes each special token by id: on a vocabulary with thousands of them (unused ones),
+    256 copies of one string item made a 4 MB grammar; the ids weigh against MAX_FORMATS as text does."""
+    unused = {263 + i: f"<unused{i}>" for i in range(2000)}
+    many_specials = tokenizer_from_ranks({bytes([b]): b for b in range(256)}, SPECIALS | unused, r"\s+|\S+")
+    array = lambda item: {"type": "array", "maxItems": 16, "items": item}
+    schema = {"type": "object", "properties": {"a": array(array({"type": "string"}))}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools), many_specials).text
+    assert len(text) < 200_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text

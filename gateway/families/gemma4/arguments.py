@@ -253,9 +253,20 @@ def _count(schema: dict[str, Any], key: str) -> Any:
 
 def _count_formats(fmt: Any) -> int:
     """How many formats `fmt` holds (itself included), each CHARS_PER_FORMAT characters of its text (keys, enum
-    strings, patterns) one more: a copy of a long string costs as much as a copy of many formats."""
-    if isinstance(fmt, dict):
-        return int("type" in fmt) + sum(_count_formats(v) for v in fmt.values())
+    strings, patterns, excluded token ids) one more: a copy of a long string or of a vocabulary's many special
+    token ids costs as much as a copy of many formats."""
+    formats, chars = _size(fmt)
+    return formats + chars // CHARS_PER_FORMAT
+
+
+def _size(fmt: Any) -> tuple[int, int]:
+    """The formats in `fmt` and the characters of text it holds (an integer as ~8: digits and a comma)."""
     if isinstance(fmt, str):
-        return len(fmt) // CHARS_PER_FORMAT
-    return sum(_count_formats(v) for v in fmt) if isinstance(fmt, list) else 0
+        return 0, len(fmt)
+    if isinstance(fmt, int):
+        return 0, 8
+    formats, chars = int(isinstance(fmt, dict) and "type" in fmt), 0
+    for part in fmt.values() if isinstance(fmt, dict) else fmt if isinstance(fmt, list) else ():
+        inner = _size(part)
+        formats, chars = formats + inner[0], chars + inner[1]
+    return formats, chars
