@@ -478,3 +478,17 @@ def test_many_alternatives_of_one_type_make_one_flat_any_of(vocab) -> None:
     grammar = build_grammar(request(tool("f", {"type": "object", "properties": {"a": {"anyOf": branches}}})), "think",
                             vocab[2])  # fmt: skip
     assert grammar is not None and "x299" in grammar.text
+
+
+def test_references_that_fan_out_are_looked_into_at_most_max_steps_times(monkeypatch) -> None:
+    """Each level's `$ref` used twice doubled the paths looked into (20 levels: 75 s); past MAX_STEPS the argument
+    is ambiguous (free), as one naming no type."""
+    from gateway.families.kimi import argument_types
+
+    defs: dict[str, Any] = {"d30": {"type": "string"}}
+    for i in range(30):
+        defs[f"d{i}"] = {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}]}]}
+    monkeypatch.setattr(argument_types, "MAX_STEPS", 1000)
+    document = argument_types.SchemaDocument({"type": "object", "$defs": defs})
+    assert document.alternatives({"$ref": "#/$defs/d0"}) is None
+    assert document.alternatives({"$ref": "#/$defs/d29"}) is None  # the document's steps are spent

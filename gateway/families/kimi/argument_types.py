@@ -5,8 +5,9 @@ integers as `type="number"`. Local `$ref`s (`#`, `#/$defs/…`,
 `#/definitions/…`, JSON-pointer escapes) are followed with a visited set, so
 recursive definitions end; `anyOf` / `oneOf` / `type: [...]` give one
 alternative per XTML type, `allOf` merges its branches, `enum` / `const` give
-literals. A schema that names no type, or holds a pointer that does not
-resolve inside the argument's own document, is ambiguous: None.
+literals. A schema that names no type, holds a pointer that does not
+resolve inside the argument's own document, or whose references fan out past
+MAX_STEPS, is ambiguous: None.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ XTML_TYPE = {
     "array": "array",
     "object": "object",
 }
+MAX_STEPS = 20_000
+"""Schemas one tool's arguments may look into (each `$ref` followed, `allOf` / `anyOf` branch): references used
+twice a level fan out (20 levels: 2^20 paths); past it the arguments are ambiguous (free)."""
 _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
 _DEF_BLOCKS = ("$defs", "definitions")
 
@@ -39,11 +43,16 @@ class Alternative:
     literals: tuple[Any, ...] | None = None
 
 
+class _FansOut(Exception):
+    """Looking into the schema took more than MAX_STEPS steps."""
+
+
 class SchemaDocument:
     """A tool's parameter schema, against which local pointers resolve."""
 
     def __init__(self, root: dict[str, Any]):
         self.root = root
+        self._steps = 0
 
     def resolve(self, pointer: str) -> Any:
         """The node a local pointer names, or None."""
@@ -84,7 +93,10 @@ class SchemaDocument:
             return None
         if not isinstance(schema, dict) or not self.refs_resolve(schema):
             return None
-        found = self._alternatives(schema, frozenset())
+        try:
+            found = self._alternatives(schema, frozenset())
+        except _FansOut:
+            return None
         if not found:
             return None
         return _grouped(found)
@@ -113,6 +125,9 @@ class SchemaDocument:
 
     def _merged(self, schema: dict[str, Any], seen: frozenset[str]) -> tuple[dict[str, Any], frozenset[str]] | None:
         """`schema` with its `$ref` target and `allOf` branches folded in (its own keywords win)."""
+        self._steps += 1
+        if self._steps > MAX_STEPS:
+            raise _FansOut
         pointer = next((schema[k] for k in _REF_KEYS if isinstance(schema.get(k), str)), None)
         if pointer is not None:
             if pointer in seen:
