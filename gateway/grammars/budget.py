@@ -145,6 +145,8 @@ class GrammarBudget:
             return None
         if kind == "invalid":
             raise invalid(reply[1], reply[2])
+        if kind == "too_deep":
+            raise invalid("the schema nests too deeply to become a grammar", schema_param(chat), "grammar_too_complex")
         if kind == "uncompilable":
             raise invalid(f"the grammar this request needs cannot be compiled: {reply[2]}", schema_param(chat))
         if kind == "known":
