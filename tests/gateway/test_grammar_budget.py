@@ -216,3 +216,10 @@ def test_a_builder_recursing_past_the_limit_is_answered_not_a_dead_child(tokeniz
     with pytest.raises(APIError) as info:  # which the parent answers as a 400 naming the schema
         GrammarBudget(tokenize_only.family, lambda: None, BUDGET_S)._outcome(reply, chat)
     assert info.value.status == 400 and info.value.param == "tools[0].function.parameters"
+    sys.setrecursionlimit(depth + 40)
+    try:  # built in the gateway (a model without a compile budget): the same 400
+        with pytest.raises(APIError) as info:
+            chat_grammar(tokenize_only, chat, "prompt")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert info.value.status == 400 and info.value.code == "grammar_too_complex"
