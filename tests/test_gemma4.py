@@ -292,3 +292,37 @@ def test_free_form_values_take_any_value_three_levels_deep(tokenizer, gemma_comp
         tokenizer, ids_of(tokenizer, TOOL_CALL, "call:f{settings:{a:[1,", QUOTE, "b", QUOTE, "]}}", TOOL_CALL_END)
     )
     assert json.loads(parsed.tool_calls[0].arguments_raw) == {"settings": {"a": [1, "b"]}}
+
+
+def test_many_optional_properties_are_counted_before_they_are_spelled_out(tokenizer) -> None:
+    """Each optional member that may come first is an alternative with a copy of the members after it: n optional
+    properties spell out n²/2 members (2,000 of them built a 480 MB grammar), counted against MAX_FORMATS."""
+    tool = lambda parameters: {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    many = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(300)}}
+    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[tool(many)]), tokenizer).text
+    assert len(text) < 10_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text
+    some = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(30)}}
+    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[tool(some)]), tokenizer).text
+    assert '"p29:"' in text  # still spelled out
+
+
+def test_long_strings_copied_by_counted_arrays_are_counted(tokenizer) -> None:
+    """Two nested arrays of maxItems 16 copy their item 256 times: a 50 KB enum string made a 13 MB grammar (a body
+    of 16 MB, 4 GB); copied text weighs against MAX_FORMATS too."""
+    array = lambda item: {"type": "array", "maxItems": 16, "items": item}
+    schema = {"type": "object", "properties": {"a": array(array({"enum": ["y" * 50_000]}))}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools), tokenizer).text
+    assert len(text) < 10_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text
+
+
+def test_excluded_special_ids_copied_by_counted_arrays_are_counted() -> None:
+    """Every string's text excludes each special token by id: on a vocabulary with thousands of them (unused ones),
+    256 copies of one string item made a 4 MB grammar; the ids weigh against MAX_FORMATS as text does."""
+    unused = {263 + i: f"<unused{i}>" for i in range(2000)}
+    many_specials = tokenizer_from_ranks({bytes([b]): b for b in range(256)}, SPECIALS | unused, r"\s+|\S+")
+    array = lambda item: {"type": "array", "maxItems": 16, "items": item}
+    schema = {"type": "object", "properties": {"a": array(array({"type": "string"}))}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools), many_specials).text
+    assert len(text) < 200_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text

@@ -455,3 +455,40 @@ def test_grammar_uses_integer_token_ids_only(vocab) -> None:
     assert json.loads(text)["type"] == "structural_tag"
     outside_exclusions = re.sub(r"excludes=\(.*?\)\)", "", text)
     assert "excludes=" in text and not any(s in outside_exclusions for s in (OPEN, CLOSE, SEP, END_OF_MSG))
+
+
+def test_nested_any_of_is_looked_into_once_per_level(monkeypatch) -> None:
+    """Each `anyOf` branch was looked into twice, so a chain of nested `anyOf` cost 2^depth (18 levels: 0.7 s)."""
+    from gateway.families.kimi.argument_types import SchemaDocument
+
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(12):
+        node = {"anyOf": [node]}
+    calls = []
+    looked_into = SchemaDocument._alternatives
+    monkeypatch.setattr(SchemaDocument, "_alternatives", lambda self, *a: calls.append(1) or looked_into(self, *a))
+    alternatives = SchemaDocument({"type": "object", "properties": {"a": node}}).alternatives(node)
+    assert [a.xtml_type for a in alternatives] == ["string"] and len(calls) == 13  # 2^13 - 1 before
+
+
+def test_many_alternatives_of_one_type_make_one_flat_any_of(vocab) -> None:
+    """300 object branches nested 300 `anyOf`s deep, one per branch: a RecursionError (a 503 from the compile
+    child, a 500 without one)."""
+    branches = [{"type": "object", "properties": {f"x{i}": {"type": "string"}}} for i in range(300)]
+    grammar = build_grammar(request(tool("f", {"type": "object", "properties": {"a": {"anyOf": branches}}})), "think",
+                            vocab[2])  # fmt: skip
+    assert grammar is not None and "x299" in grammar.text
+
+
+def test_references_that_fan_out_are_looked_into_at_most_max_steps_times(monkeypatch) -> None:
+    """Each level's `$ref` used twice doubled the paths looked into (20 levels: 75 s); past MAX_STEPS the argument
+    is ambiguous (free), as one naming no type."""
+    from gateway.families.kimi import argument_types
+
+    defs: dict[str, Any] = {"d30": {"type": "string"}}
+    for i in range(30):
+        defs[f"d{i}"] = {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}]}]}
+    monkeypatch.setattr(argument_types, "MAX_STEPS", 1000)
+    document = argument_types.SchemaDocument({"type": "object", "$defs": defs})
+    assert document.alternatives({"$ref": "#/$defs/d0"}) is None
+    assert document.alternatives({"$ref": "#/$defs/d29"}) is None  # the document's steps are spent

@@ -152,6 +152,8 @@ class GrammarBudget:
             return None
         if kind == "invalid":
             raise invalid(reply[1], reply[2])
+        if kind == "too_deep":
+            raise too_deep(chat)
         if kind == "uncompilable":
             raise invalid(f"the grammar this request needs cannot be compiled: {reply[2]}", schema_param(chat))
         if kind == "known":
@@ -221,6 +223,11 @@ class GrammarBudget:
                 return
             if child is not None:
                 child.kill()
+
+
+def too_deep(chat: ChatRequest) -> APIError:
+    """The 400 for a schema whose grammar's builder recursed past Python's limit."""
+    return invalid("the schema nests too deeply to become a grammar", schema_param(chat), "grammar_too_complex")
 
 
 def schema_pieces(chat: ChatRequest) -> list[tuple[str, str, ChatRequest]]:

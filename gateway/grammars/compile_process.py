@@ -5,7 +5,7 @@ request was refused. The child is a fork of the gateway (it holds the model's fa
 vocabulary without loading them again) that serves one job at a time over a socket pair:
 
     parent → (chat, prompt)       child builds the family's grammar
-    child  → ("none",) | ("invalid", message, param) | ("known", grammar) | ("built", key)
+    child  → ("none",) | ("invalid", message, param) | ("too_deep",) | ("known", grammar) | ("built", key)
     parent → True (compile) | False (skip: the parent knows the key is over budget)
     child  → ("compiled", grammar, seconds) | ("uncompilable", grammar, message)
 
@@ -101,6 +101,8 @@ def _job(
         grammar = build(chat, prompt)
     except SchemaGrammarError as e:
         return ("invalid", str(e), e.param)
+    except RecursionError:  # a builder recursing past Python's limit: the schema, not this child, is at fault
+        return ("too_deep",)
     if grammar is None:
         return ("none",)
     key = grammar_key(grammar)

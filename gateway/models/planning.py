@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from backends.base import Grammar, SamplingParams
 from gateway.errors import invalid
+from gateway.grammars.budget import too_deep
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
 from gateway.models.registry import ServedModel
@@ -155,6 +156,8 @@ def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar 
             grammar = model.family.grammar(chat, prompt)
     except SchemaGrammarError as e:
         raise invalid(str(e), e.param) from None
+    except RecursionError:  # built here (no compile budget): the family's builder recursed past Python's limit
+        raise too_deep(chat) from None
     unsupported = newer_features(grammar, model.grammar_target)
     if unsupported:
         param = "tools" if chat.active_tools else "response_format"

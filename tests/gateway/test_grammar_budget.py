@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import sys
+from collections import OrderedDict
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from backends.xgrammar_compile import tokenizer_info
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.grammars.budget import GrammarBudget
+from gateway.grammars.compile_process import _job
 from gateway.models.planning import chat_grammar
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import RequestRecord, begin_request, end_request
@@ -219,3 +222,33 @@ def test_over_http_the_backend_is_never_touched(budgeted):
             metrics = client.get("/metrics").text
     assert server.bodies == []
     assert f'gateway:grammar_cache_lookups_total{{model_name="{budgeted.id}",result="over_budget"}} 1.0' in metrics
+
+
+def test_a_builder_recursing_past_the_limit_is_answered_not_a_dead_child(tokenize_only):
+    """A family's builder that recursed past Python's limit killed the compile child with its answer unsent (the
+    parent's read then raised EOFError: a 500). The child answers `too_deep` (a 400 naming the schema): here the
+    real family's build of a deep schema, under a recursion limit just above this test's own stack."""
+    node: dict = {"type": "string"}
+    for i in range(60):
+        node = {"type": "object", "properties": {f"k{i}": node}}
+    chat = ChatRequest(messages=USER, tools=[tool("deep", node)], tool_choice="required")
+    depth, frame = 0, sys._getframe()
+    while frame is not None:
+        depth, frame = depth + 1, frame.f_back
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + 40)
+    try:
+        reply = _job(None, None, OrderedDict(), tokenize_only.family.grammar, chat, "prompt")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert reply == ("too_deep",)
+    with pytest.raises(APIError) as info:  # which the parent answers as a 400 naming the schema
+        GrammarBudget(tokenize_only.family, lambda: None, BUDGET_S)._outcome(reply, chat)
+    assert info.value.status == 400 and info.value.param == "tools[0].function.parameters"
+    sys.setrecursionlimit(depth + 40)
+    try:  # built in the gateway (a model without a compile budget): the same 400
+        with pytest.raises(APIError) as info:
+            chat_grammar(tokenize_only, chat, "prompt")
+    finally:
+        sys.setrecursionlimit(limit)
+    assert info.value.status == 400 and info.value.code == "grammar_too_complex"

@@ -7,7 +7,8 @@ null, arrays and nested objects. Structural tags have no references, so a schema
   itself (a recursive schema), a remote one or one that does not resolve has no format (None);
 * a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
   `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
-* a grammar past MAX_FORMATS formats (inlined references add up) has no format.
+* a grammar past MAX_FORMATS formats (inlined references, counted array items and the members an object's
+  optional ones make it spell out again add up) has no format.
 With no format the call keeps free text; so has one whose key or enum string holds `<` (a literal is text, and
 text could spell a control token). Properties are written in the schema's declared order with `,` and no space;
 every required one must come, optional ones may.
@@ -37,6 +38,8 @@ MAX_FORMATS = 5000
 FREE_KEY = r"[A-Za-z0-9_$@.\-]+"
 INTEGER = r"-?(0|[1-9][0-9]*)"
 NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+CHARS_PER_FORMAT = 100
+"""Spelled-out text that weighs one format where it is copied (MAX_FORMATS: at most ~500 KB of copies a tool)."""
 MAX_COUNTED = 16
 """The largest `minItems` / `maxItems` spelled out (each counted item is a copy of the item's formats)."""
 _NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
@@ -198,9 +201,14 @@ class ArgumentFormats:
             members.append((_seq(_const(f"{key}:"), value), key in required))
         return _seq(_const("{"), self._members(members), _const("}"))
 
-    @staticmethod
-    def _members(members: list[tuple[Format, bool]]) -> Format:
-        """Declared order; the first written member has no comma: one alternative per member that may be first."""
+    def _members(self, members: list[tuple[Format, bool]]) -> Format:
+        """Declared order; the first written member has no comma: one alternative per member that may be first
+        (each alternative a copy of the members after it, counted: n optional members spell out n²/2)."""
+        first_required = next((i for i, (_, required) in enumerate(members) if required), len(members) - 1)
+        self._formats += sum(i * _count_formats(m) for i, (m, _) in enumerate(members[: first_required + 1]))
+        self._formats += first_required * sum(_count_formats(m) for m, _ in members[first_required + 1 :])
+        if self._formats > MAX_FORMATS:
+            raise _TooLarge
         alternatives: list[Format] = []
         for first, (member, _) in enumerate(members):
             rest = [_seq(_const(","), m) if req else {"type": "optional", "content": _seq(_const(","), m)}
@@ -244,7 +252,21 @@ def _count(schema: dict[str, Any], key: str) -> Any:
 
 
 def _count_formats(fmt: Any) -> int:
-    """How many formats `fmt` holds (itself included)."""
-    if isinstance(fmt, dict):
-        return int("type" in fmt) + sum(_count_formats(v) for v in fmt.values())
-    return sum(_count_formats(v) for v in fmt) if isinstance(fmt, list) else 0
+    """How many formats `fmt` holds (itself included), each CHARS_PER_FORMAT characters of its text (keys, enum
+    strings, patterns, excluded token ids) one more: a copy of a long string or of a vocabulary's many special
+    token ids costs as much as a copy of many formats."""
+    formats, chars = _size(fmt)
+    return formats + chars // CHARS_PER_FORMAT
+
+
+def _size(fmt: Any) -> tuple[int, int]:
+    """The formats in `fmt` and the characters of text it holds (an integer as ~8: digits and a comma)."""
+    if isinstance(fmt, str):
+        return 0, len(fmt)
+    if isinstance(fmt, int):
+        return 0, 8
+    formats, chars = int(isinstance(fmt, dict) and "type" in fmt), 0
+    for part in fmt.values() if isinstance(fmt, dict) else fmt if isinstance(fmt, list) else ():
+        inner = _size(part)
+        formats, chars = formats + inner[0], chars + inner[1]
+    return formats, chars

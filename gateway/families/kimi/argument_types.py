@@ -5,8 +5,9 @@ integers as `type="number"`. Local `$ref`s (`#`, `#/$defs/…`,
 `#/definitions/…`, JSON-pointer escapes) are followed with a visited set, so
 recursive definitions end; `anyOf` / `oneOf` / `type: [...]` give one
 alternative per XTML type, `allOf` merges its branches, `enum` / `const` give
-literals. A schema that names no type, or holds a pointer that does not
-resolve inside the argument's own document, is ambiguous: None.
+literals. A schema that names no type, holds a pointer that does not
+resolve inside the argument's own document, or whose references fan out past
+MAX_STEPS, is ambiguous: None.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ XTML_TYPE = {
     "array": "array",
     "object": "object",
 }
+MAX_STEPS = 20_000
+"""Schemas one tool's arguments may look into (each `$ref` followed, `allOf` / `anyOf` branch): references used
+twice a level fan out (20 levels: 2^20 paths); past it the arguments are ambiguous (free)."""
 _REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
 _DEF_BLOCKS = ("$defs", "definitions")
 
@@ -39,11 +43,16 @@ class Alternative:
     literals: tuple[Any, ...] | None = None
 
 
+class _FansOut(Exception):
+    """Looking into the schema took more than MAX_STEPS steps."""
+
+
 class SchemaDocument:
     """A tool's parameter schema, against which local pointers resolve."""
 
     def __init__(self, root: dict[str, Any]):
         self.root = root
+        self._steps = 0
 
     def resolve(self, pointer: str) -> Any:
         """The node a local pointer names, or None."""
@@ -84,7 +93,10 @@ class SchemaDocument:
             return None
         if not isinstance(schema, dict) or not self.refs_resolve(schema):
             return None
-        found = self._alternatives(schema, frozenset())
+        try:
+            found = self._alternatives(schema, frozenset())
+        except _FansOut:
+            return None
         if not found:
             return None
         return _grouped(found)
@@ -101,8 +113,9 @@ class SchemaDocument:
         for key in ("anyOf", "oneOf"):
             branches = schema.get(key)
             if isinstance(branches, list) and branches:
-                found = [alt for b in branches if isinstance(b, dict) for alt in self._alternatives(b, seen)]
-                return found if all(isinstance(b, dict) and self._alternatives(b, seen) for b in branches) else []
+                # each branch looked into once: twice made nested anyOf cost 2^depth
+                each = [self._alternatives(b, seen) if isinstance(b, dict) else [] for b in branches]
+                return [alt for found in each for alt in found] if all(each) else []
         kinds = schema.get("type")
         kinds = [kinds] if isinstance(kinds, str) else kinds
         if not isinstance(kinds, list) or not all(k in XTML_TYPE for k in kinds):
@@ -112,6 +125,9 @@ class SchemaDocument:
 
     def _merged(self, schema: dict[str, Any], seen: frozenset[str]) -> tuple[dict[str, Any], frozenset[str]] | None:
         """`schema` with its `$ref` target and `allOf` branches folded in (its own keywords win)."""
+        self._steps += 1
+        if self._steps > MAX_STEPS:
+            raise _FansOut
         pointer = next((schema[k] for k in _REF_KEYS if isinstance(schema.get(k), str)), None)
         if pointer is not None:
             if pointer in seen:
@@ -151,18 +167,20 @@ def _literal(value: Any) -> Alternative:
 
 
 def _grouped(found: list[Alternative]) -> list[Alternative]:
-    """One alternative per XTML type: literals joined, schemas joined under `anyOf`."""
-    out: dict[str, Alternative] = {}
+    """One alternative per XTML type: literals joined, schemas joined under one flat `anyOf` (one `anyOf` per
+    alternative nested as deep as the alternatives are many)."""
+    by_type: dict[str, list[Alternative]] = {}
     for alt in found:
-        prev = out.get(alt.xtml_type)
-        if prev is None:
-            out[alt.xtml_type] = alt
-        elif prev.literals is not None and alt.literals is not None:
-            out[alt.xtml_type] = Alternative(alt.xtml_type, literals=prev.literals + alt.literals)
-        else:
-            schemas = [a.schema if a.schema is not None else {"enum": list(a.literals or ())} for a in (prev, alt)]
-            out[alt.xtml_type] = Alternative(alt.xtml_type, {"anyOf": schemas})
-    return list(out.values())
+        by_type.setdefault(alt.xtml_type, []).append(alt)
+    return [alts[0] if len(alts) == 1 else _joined(kind, alts) for kind, alts in by_type.items()]
+
+
+def _joined(xtml_type: str, alts: list[Alternative]) -> Alternative:
+    literals = tuple(v for a in alts if a.literals is not None for v in a.literals)
+    schemas = [a.schema for a in alts if a.schema is not None]
+    if not schemas:
+        return Alternative(xtml_type, literals=literals)
+    return Alternative(xtml_type, {"anyOf": ([{"enum": list(literals)}] if literals else []) + schemas})
 
 
 def _has_local_ref(schema: Any) -> bool:
