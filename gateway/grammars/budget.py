@@ -14,6 +14,7 @@ Waiting for a free child is not charged.
 from __future__ import annotations
 
 import hashlib
+import logging
 import queue
 import threading
 import time
@@ -41,6 +42,8 @@ REMEMBERED_OVER_BUDGET = 1024
 WALL_FACTOR = 10.0
 """A child that has not answered after WALL_FACTOR x the budget in wall time (at least 30 s) is stuck, not busy."""
 POLL_S = 0.01
+
+log = logging.getLogger("gateway.grammars")
 
 
 class OverBudget(Exception):
@@ -143,8 +146,11 @@ class GrammarBudget:
             if child.cpu_seconds() - started_cpu > self.seconds:
                 return None
             if time.monotonic() - started > wall_limit or not child.alive:
-                raise APIError("the grammar compiler failed; try again", status=503, type="server_error", retry_after=1)
-        return child.connection.recv()
+                raise _compiler_failed()
+        try:
+            return child.connection.recv()
+        except EOFError:  # the child died with its answer unsent (killed from outside, or xgrammar crashed)
+            raise _compiler_failed() from None
 
     def _outcome(self, reply: tuple[Any, ...], chat: ChatRequest) -> Grammar | None:
         kind = reply[0]
@@ -154,6 +160,8 @@ class GrammarBudget:
             raise invalid(reply[1], reply[2])
         if kind == "too_deep":
             raise too_deep(chat)
+        if kind == "failed":
+            raise build_failed(chat, reply[1])
         if kind == "uncompilable":
             raise invalid(f"the grammar this request needs cannot be compiled: {reply[2]}", schema_param(chat))
         if kind == "known":
@@ -223,6 +231,17 @@ class GrammarBudget:
                 return
             if child is not None:
                 child.kill()
+
+
+def _compiler_failed() -> APIError:
+    return APIError("the grammar compiler failed; try again", status=503, type="server_error", retry_after=1)
+
+
+def build_failed(chat: ChatRequest, trace: str) -> APIError:
+    """The 400 for a schema a grammar builder raised on (the builder's defect, logged with its traceback)."""
+    log.error("a grammar builder failed on this request's schema:\n%s", trace)
+    message = "this gateway failed to build a grammar for the schema (a defect of the gateway, logged)"
+    return invalid(message, schema_param(chat))
 
 
 def too_deep(chat: ChatRequest) -> APIError:

@@ -5,7 +5,8 @@ request was refused. The child is a fork of the gateway (it holds the model's fa
 vocabulary without loading them again) that serves one job at a time over a socket pair:
 
     parent → (chat, prompt)       child builds the family's grammar
-    child  → ("none",) | ("invalid", message, param) | ("too_deep",) | ("known", grammar) | ("built", key)
+    child  → ("none",) | ("invalid", message, param) | ("too_deep",) | ("failed", traceback) | ("known", grammar)
+             | ("built", key)
     parent → True (compile) | False (skip: the parent knows the key is over budget)
     child  → ("compiled", grammar, seconds) | ("uncompilable", grammar, message)
 
@@ -20,6 +21,7 @@ import os
 import signal
 import stat
 import time
+import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -103,6 +105,8 @@ def _job(
         return ("invalid", str(e), e.param)
     except RecursionError:  # a builder recursing past Python's limit: the schema, not this child, is at fault
         return ("too_deep",)
+    except Exception:  # noqa: BLE001  (a builder's defect met on this schema: answered, the parent logs it)
+        return ("failed", traceback.format_exc())
     if grammar is None:
         return ("none",)
     key = grammar_key(grammar)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from backends.base import Grammar, SamplingParams
-from gateway.errors import invalid
-from gateway.grammars.budget import too_deep
+from gateway.errors import APIError, invalid
+from gateway.grammars.budget import build_failed, too_deep
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
 from gateway.models.registry import ServedModel
@@ -158,6 +159,10 @@ def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar 
         raise invalid(str(e), e.param) from None
     except RecursionError:  # built here (no compile budget): the family's builder recursed past Python's limit
         raise too_deep(chat) from None
+    except APIError:
+        raise
+    except Exception:  # noqa: BLE001  (built here: a builder's defect met on this schema, as in a compile child)
+        raise build_failed(chat, traceback.format_exc()) from None
     unsupported = newer_features(grammar, model.grammar_target)
     if unsupported:
         param = "tools" if chat.active_tools else "response_format"

@@ -252,3 +252,48 @@ def test_a_builder_recursing_past_the_limit_is_answered_not_a_dead_child(tokeniz
     finally:
         sys.setrecursionlimit(limit)
     assert info.value.status == 400 and info.value.code == "grammar_too_complex"
+
+
+class _BrokenBuilder:
+    """A family whose grammar builder has a defect (it raises), or whose child dies in it (`os._exit`)."""
+
+    def __init__(self, family, exits: bool):
+        self._family, self._exits = family, exits
+
+    def grammar(self, chat: ChatRequest, prompt: str):
+        if self._exits:
+            os._exit(3)  # as a crash in xgrammar's native code would end the child
+        raise ValueError("a defect met on this schema")
+
+    def __getattr__(self, name):
+        return getattr(self._family, name)
+
+
+def test_a_builder_that_raises_is_a_400_naming_the_schema_not_a_dead_child(tokenize_only):
+    """Any other exception of a builder killed the child with its answer unsent (the parent's read raised EOFError:
+    a 500); the child answers it, and the parent logs it and refuses the request naming its schema."""
+    chat = ChatRequest(messages=USER, tools=[tool("t", SMALL)], tool_choice="required")
+    reply = _job(None, None, OrderedDict(), _BrokenBuilder(tokenize_only.family, exits=False).grammar, chat, "prompt")
+    assert reply[0] == "failed" and "ValueError: a defect met on this schema" in reply[1]
+    with pytest.raises(APIError) as info:
+        GrammarBudget(tokenize_only.family, lambda: None, BUDGET_S)._outcome(reply, chat)
+    assert info.value.status == 400 and info.value.param == "tools[0].function.parameters"
+    broken = dataclasses.replace(tokenize_only, family=_BrokenBuilder(tokenize_only.family, exits=False))
+    with pytest.raises(APIError) as info:  # built in the gateway (a model without a compile budget): the same 400
+        chat_grammar(broken, chat, "prompt")
+    assert info.value.status == 400 and info.value.param == "tools[0].function.parameters"
+
+
+def test_a_child_that_dies_in_a_job_is_a_503_to_retry(checkpoint, tokenize_only):
+    """The child gone with its answer unsent (killed from outside, a crash in native code): a 503 with retry-after,
+    and the next job forks a new child."""
+    info = functools.partial(tokenizer_info, checkpoint, len(checkpoint.vocab))
+    budget = GrammarBudget(_BrokenBuilder(tokenize_only.family, exits=True), info, BUDGET_S)
+    chat = ChatRequest(messages=USER, tools=[tool("t", SMALL)], tool_choice="required")
+    try:
+        for _ in range(2):  # the second job forks a new child (the first one's place was freed)
+            with pytest.raises(APIError) as error:
+                budget.build(chat, "prompt")
+            assert error.value.status == 503 and error.value.retry_after == 1
+    finally:
+        budget.close()
