@@ -120,9 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--grammar-warmup",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="import xgrammar and convert the vocabularies in a thread once serving, so that the first request "
-        "needing a grammar (tools, response_format) does not wait ~1.3 s for them; costs ~1.5 CPU-s per process "
-        "whether or not a grammar is ever needed (default: on; --no-grammar-warmup: at the first such request)",
+        help="import xgrammar (~1.5 CPU-s) beside the models' start and convert the vocabularies before serving, so "
+        "that the first request needing a grammar (tools, response_format) does not wait ~1.3 s for them (default: "
+        "on; --no-grammar-warmup: at the first such request, and a process that never needs one never pays it)",
     )
     serve.add_argument(
         "--log-level",
@@ -301,7 +301,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
     from gateway.process.client_timeouts import client_timeout_protocol
     from gateway.process.draining import DrainingServer, DrainState
-    from gateway.process.launch import start_models, warm_grammars
+    from gateway.process.launch import import_xgrammar, start_models, warm_grammars
     from gateway.process.policy_gate import policy_gate
 
     try:
@@ -309,6 +309,9 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     except TracingUnavailable as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
+    importing = threading.Thread(target=import_xgrammar, name="grammar-warmup")  # an exit waits for its import
+    if args.grammar_warmup:
+        importing.start()  # beside the models' start (tokenizers, a worker loading its weights)
     with ExitStack() as stack:  # stops the workers on every way out
         if tracing is not None:
             stack.callback(tracing.shutdown)  # the spans still queued go out
@@ -317,6 +320,9 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
         except (RuntimeError, ValueError, OSError) as exc:
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
             return 1
+        if args.grammar_warmup:
+            importing.join()
+            warm_grammars(registry)
         gate = policy_gate(args.policies, args.redis, args.audit_log, config) if args.policies else None
         gc.collect()
         gc.freeze()  # the tokenizers and tables loaded above: full collections need not walk them again
@@ -347,10 +353,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             timeout_graceful_shutdown=args.drain_timeout,
             http=client_timeout_protocol(limits.header_timeout_s, limits.send_timeout_s),
         )
-        warmup = threading.Thread(target=warm_grammars, args=(registry,), name="grammar-warmup")
-        DrainingServer(server_config, drain, args.drain_delay, warmup.start if args.grammar_warmup else None).run(
-            sockets=[role.listening_socket()] if role else None
-        )
+        DrainingServer(server_config, drain, args.drain_delay).run(sockets=[role.listening_socket()] if role else None)
     return 0
 
 

@@ -5,7 +5,6 @@ requests get the server's graceful-shutdown timeout to finish."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -21,20 +20,11 @@ class DrainState:
 class DrainingServer(uvicorn.Server):
     """A uvicorn server whose first SIGTERM / SIGINT starts a drain instead of stopping at once."""
 
-    def __init__(
-        self, config: uvicorn.Config, state: DrainState, delay: float, on_serving: Callable[[], None] | None = None
-    ):
+    def __init__(self, config: uvicorn.Config, state: DrainState, delay: float):
         super().__init__(config)
         self.state = state
         self.delay = delay
-        self.on_serving = on_serving
-        """Called once the server listens (on the event loop: it must return at once)."""
         self._timer: threading.Timer | None = None
-
-    async def startup(self, sockets=None) -> None:  # type: ignore[no-untyped-def]
-        await super().startup(sockets)
-        if self.on_serving is not None and not self.should_exit:
-            self.on_serving()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.state.draining or self.delay <= 0:

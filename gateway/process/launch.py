@@ -44,11 +44,16 @@ def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str,
     return ModelRegistry(models, background)
 
 
-def warm_grammars(registry: ModelRegistry) -> None:
-    """Import xgrammar and build each compile budget's view of its vocabulary now (`--grammar-warmup`), so that
-    the first request needing a grammar does not wait for them."""
-    import xgrammar  # noqa: F401  (a model without a compile budget builds its grammars in this process)
+def import_xgrammar() -> None:
+    """xgrammar (torch and transformers with it) imported now (`--grammar-warmup`, in a thread beside the models'
+    start), not by the first request needing a grammar."""
+    import xgrammar  # noqa: F401
 
+
+def warm_grammars(registry: ModelRegistry) -> None:
+    """Each compile budget's view of its vocabulary built now (`--grammar-warmup`), so that the first request
+    needing a grammar does not wait for it."""
+    import_xgrammar()  # a model without a compile budget builds its grammars in this process
     for model in registry:
         if model.grammar_budget is not None:
             model.grammar_budget.prepare()
