@@ -9,8 +9,9 @@ The API (a contract with the policy engine):
   atomic, on the server's clock, keys that expire by themselves).
   - `await limiter.admit(tenant, limits, charge_id, tokens) -> Admission`: reserves one request, one concurrency
     slot and `tokens` (prompt tokens + the request's max tokens) against every limit at once, or nothing. An admit
-    whose `charge_id` names a charge still open (a retry on another replica) joins it and reserves nothing more than a
-    concurrency slot of its own (it runs too: refused past `concurrent_requests`).
+    whose `charge_id` names a charge still open (a retry on another replica) joins it: the same request, which
+    requests_per_minute does not count again (past the charge's first FREE_JOINS joins it does), but it runs too, so
+    it reserves its own slot and tokens, refused past those limits.
     Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
     answers, whatever was reserved is taken back whole (request, tokens, slot; a joined charge stays).
   - `await limiter.settle(admission, used_tokens)`: replaces the reservation with real usage (prompt + completion

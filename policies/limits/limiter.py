@@ -50,10 +50,11 @@ class Limiter(ABC):
     async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
 
-        An admit with the `charge_id` of a charge still open joins it: the same request, so requests_per_minute neither
-        counts nor refuses it (past the charge's first FREE_JOINS joins, it does), but it runs too, so it reserves its own slot and tokens (minute and day) like any
-        admit, refused past those limits. When the caller is
-        cancelled while the store answers, or the store's answer is lost, whatever the store reserved is taken back.
+        An admit with the `charge_id` of a charge still open joins it: the same request, so requests_per_minute
+        neither counts nor refuses it (past the charge's first FREE_JOINS joins, it does), but it runs too, so it
+        reserves its own slot and tokens (minute and day) like any admit, refused past those limits. When the caller
+        is cancelled while the store answers, or the store's answer is lost, whatever the store reserved is taken
+        back.
         """
         holder = uuid.uuid4().hex
         attempt = asyncio.ensure_future(self._admit(tenant, limits, charge_id, _bounded(tokens), holder))
@@ -105,10 +106,10 @@ class Limiter(ABC):
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
 
         Returns after the first try; when the store is unreachable, tries again in the background after each of
-        `settle_retry_delays_s`, then (unless they are none, until `close()`) at once when the store answers another call, else after a
-        pause that doubles up to SETTLE_RETRY_CAP_S, for `settle_give_up_s` at most: a longer outage must not leave
-        the tenant's concurrency slot taken for the whole lease. A settle is idempotent, so a try whose answer was
-        lost does no harm.
+        `settle_retry_delays_s`, then (unless they are none, until `close()`) at once when the store answers another
+        call, else after a pause that doubles up to SETTLE_RETRY_CAP_S, for `settle_give_up_s` at most: a longer
+        outage must not leave the tenant's concurrency slot taken for the whole lease. A settle is idempotent, so a
+        try whose answer was lost does no harm.
         """
         if not admission.holder:
             return

@@ -144,8 +144,7 @@ if redis.call('HEXISTS', KEYS[2], entry) == 1 then
   redis.call('HINCRBY', KEYS[2], entry, delta)
   redis.call('INCRBY', KEYS[3], delta)
 end
--- own[2] is missing only in a charge an earlier version of this script opened (no d:<holder>): no day to settle
-if own[2] and redis.call('EXISTS', KEYS[6] .. own[2]) == 1 then redis.call('INCRBY', KEYS[6] .. own[2], delta) end
+if redis.call('EXISTS', KEYS[6] .. own[2]) == 1 then redis.call('INCRBY', KEYS[6] .. own[2], delta) end
 redis.call('ZREM', KEYS[4], holder)  -- each admit's own slot
 if void then
   if holder ~= member then drop(entry) end  -- a join that served nothing leaves no trace
