@@ -16,6 +16,7 @@ from typing import Any
 from starlette.requests import Request
 
 from backends.base import BackendError
+from gateway.api.door_params import CHAT_PARAMS, DoorParams
 from gateway.api.tenancy import PolicyGate, TenantRequest, tenant_of
 from gateway.errors import APIError, invalid
 from gateway.models.registry import ServedModel
@@ -55,21 +56,22 @@ class RequestPolicy:
         return max_new_tokens if ceiling is None else min(max_new_tokens, ceiling)
 
     def check_tools(
-        self, chat: ChatRequest, declared: Sequence[str] = (), tool_param: str = "tools[{i}].function"
+        self, chat: ChatRequest, body_tools: Sequence[Any] | None = None, params: DoorParams = CHAT_PARAMS
     ) -> ChatRequest:
         """403 naming the first declared tool outside `tools.allow`; `tools.strict` always/never applied.
-        `declared`: the names of the tools the body declares, in its order (an allowed_tools choice may have kept
-        some out of `chat`: declaring them is refused all the same), `tool_param` the door's name of one of them."""
+        `body_tools`: the tools the body declares, in its order and shape, read by the door's `params` (default:
+        `chat`'s own); an allowed_tools choice may have kept some out of `chat`: declaring them is refused all the
+        same."""
         if self.tenant is None:
             return chat
         policy = self.tenant.caller.policy
-        names = declared or [tool["function"]["name"] for tool in chat.tools]
-        for i, name in enumerate(names):
+        for i, tool in enumerate(chat.tools if body_tools is None else body_tools):
+            name = params.tool_name(tool)
             if policy.tools_allow is not None and not policy.tools_allow.match(name):
                 raise APIError(
                     f"the tool {name!r} is not allowed for this API key",
                     status=403,
-                    param=f"{tool_param.format(i=i)}.name",
+                    param=f"{params.tool.format(i=i)}.name",
                     code="tool_not_allowed",
                     type="permission_error",
                 )

@@ -61,7 +61,7 @@ async def start_chat(
     its fields for tools and the answer's schema, `body_tools` the tools its body declared (read for their names:
     the tenant's tool allowlist applies to every one, and a refusal names its place)."""
     policy = request_policy(request)
-    chat = policy.check_tools(chat, [params.tool_name(t) for t in body_tools], params.tool)  # named in the body
+    chat = policy.check_tools(chat, body_tools, params)  # each tool the body declares, named as it names it
     try:
         policy.check_max_tokens(settings.max_tokens, max_tokens_param)
         plan = await plan_chat_off_loop(model, chat, settings, param)

@@ -53,9 +53,9 @@ class ServedModel:
         """Added-token id → its exact spelling (what the detokenizer emits as a token Piece)."""
         return {i: spelling for spelling, i in self.encoder.added.items()}
 
-    @cached_property
+    @property
     def stop_token_ids(self) -> tuple[int, ...]:
-        """The family's stop ids in this vocabulary, looked up once (not per request)."""
+        """The family's stop ids in this vocabulary (`Family.stop_ids`: looked up once, not per request)."""
         return self.family.stop_ids
 
     def encode_chat(self, request: ChatRequest) -> tuple[str, list[int]]:
