@@ -26,9 +26,9 @@ and a text trigger (`triggered_tags`). Markers inside an EBNF body (GLM's `<arg_
 
 Values: no argument value, and no string of a response_format answer, can hold a control token, the markers' or
 the vocabulary's other special added tokens' (`MarkerTokens.values_exclude`): backends' xgrammar sees those tokens as
-their spelling, so a value must exclude the spelling (`gateway.grammars.safe_json`: a JSON string takes it only escaped, a raw XML value not at all), or a
-token-aware parser would read structure inside it (the grammars 0.2.9 builds keep to that on 0.2.7 and 0.2.8 too:
-tests/test_grammar_marker_tokens.py's checks replayed there).
+their spelling, so a value must exclude the spelling (`gateway.grammars.safe_json`: a JSON string takes it only
+escaped, a raw XML value not at all), or a token-aware parser would read structure inside it (the grammars 0.2.9
+builds keep to that on 0.2.7 and 0.2.8 too: tests/test_grammar_marker_tokens.py's checks replayed there).
 
 Every format used is in xgrammar 0.2.7 (SGLang's pin): the token-level formats (token, any_tokens,
 token_triggered_tags, a tag's token begin / end, EBNF `Token(…)`) came with xgrammar#560, before 0.2.0, so every
