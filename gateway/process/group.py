@@ -168,6 +168,8 @@ class ProcessGroup:
                     return
                 log.error("gateway process %d (pid %d) exited with %s; starting a new one", i, child.pid, code)
                 await asyncio.sleep(RESTART_PAUSE_S)
+                if self._stopping:  # stopped during the pause: a new child would miss the SIGTERM and serve on
+                    return
                 self._served[i] = False
                 self.children[i] = self._start(self._roles[i])
 

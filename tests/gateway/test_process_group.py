@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +23,7 @@ import pytest
 from gateway.cli import main
 from gateway.observability.process_metrics import counters_only, merge_expositions
 from gateway.process.config import ConfigError, load_config
+from gateway.process.group import ProcessGroup, listen
 from tests.gateway.http_server import serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 
@@ -180,6 +183,28 @@ async def test_sigterm_drains_the_streams_of_every_process(group):
     assert results == [(TOKENS, True)] * 8
     assert await asyncio.to_thread(proc.wait, 30) == 0
     assert not any(s.exists() for s in sockets) and not sockets[0].parent.exists()
+
+
+@pytest.mark.anyio
+async def test_a_child_that_dies_as_the_group_stops_is_not_started_again(caplog):
+    """SIGTERM during the pause before a restart: the new child would never get it, serve on and be killed late."""
+    sock = listen("127.0.0.1", 0, 1)[0]
+    group = ProcessGroup(["serve", "--no-such-flag"], [sock], {}, stop_after_s=30)  # a child would exit at once
+    started = []
+    start = group._start
+    group._start = lambda role: started.append(role) or start(role)
+    group.children = [group._start(group._roles[0])]
+    group._roles[0].metrics_socket().touch()  # as if it had served: its death is a crash to restart after
+    group.children[0].kill()
+    with caplog.at_level(logging.ERROR, logger="gateway.process.group"):
+        watch = asyncio.create_task(group._watch())
+        while "starting a new one" not in caplog.text:
+            await asyncio.sleep(0.01)
+        group._stop()
+        await watch
+    sock.close()
+    shutil.rmtree(group._dir)
+    assert len(started) == 1
 
 
 def test_merged_metrics_sum_counts_and_keep_the_worst_replica_view():
