@@ -5,6 +5,8 @@ that fit 63 characters."""
 from __future__ import annotations
 
 import re
+import tempfile
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -12,6 +14,7 @@ import yaml
 
 from tests.helm.chart import (
     CHART,
+    EXTRA_PREFIX,
     LONG_RELEASE,
     RELEASE,
     VALID,
@@ -242,6 +245,12 @@ def test_config_changes_roll_the_pods_policy_changes_do_not(values: str):
     policies_changed = render(values, extra=yaml.safe_dump({"policies": {"tenants": {tenant_name: edited}}}))
     assert _policies_object(policies_changed) != _policies_object(base), "the policy edit must reach the cluster"
     assert _pod_template(policies_changed) == _pod_template(base), "a policy edit must not restart pods"
+
+
+def test_an_extra_values_document_leaves_no_file_behind():
+    before = set(Path(tempfile.gettempdir()).glob(f"{EXTRA_PREFIX}*"))
+    assert gateway_config(render("defaults.yaml", extra="replicaCount: 3\n"))
+    assert set(Path(tempfile.gettempdir()).glob(f"{EXTRA_PREFIX}*")) == before
 
 
 def test_redis_url_changes_roll_the_pods():
