@@ -153,6 +153,20 @@ async def test_merged_counters_do_not_go_down_when_a_process_dies_and_restarts(g
     assert sum([_value(await _process_metrics(s), CHAT_COUNT) for s in sockets]) == total + 1
 
 
+@pytest.mark.anyio
+async def test_sighup_without_tenant_policies_cuts_no_stream(group):
+    """SIGHUP reloads policies; with none to reload it must not be the signal's default action, death."""
+    url, _, proc, _ = group
+    children = _children(proc.pid)
+    started = [asyncio.Event() for _ in range(4)]
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=30) as client:
+        streams = [asyncio.create_task(_stream(client, url, e)) for e in started]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 20)
+        os.kill(proc.pid, signal.SIGHUP)
+        assert await asyncio.gather(*streams) == [(TOKENS, True)] * 4
+    assert _children(proc.pid) == children
+
+
 def test_a_dead_process_counts_with_its_counters_and_histograms_only():
     text = (
         "# HELP gateway:requests_total r\n# TYPE gateway:requests_total counter\n"
