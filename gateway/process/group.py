@@ -124,6 +124,10 @@ class ProcessGroup:
     def _stop(self) -> None:
         self._stopping = True
         self._signal_all(signal.SIGTERM)  # a second one: the children stop without waiting
+        # The children's copies are then the last: when each closes its listener after the drain delay, new
+        # connections are refused (as by a single gateway) instead of waiting unanswered in a queue nobody reads.
+        for sock in self._sockets:
+            sock.close()
 
     async def run(self, supervisors: Sequence[WorkerSupervisor]) -> int:
         """Until stopped: 0 after a stop, 1 when a child failed before it served."""

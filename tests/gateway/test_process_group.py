@@ -29,6 +29,8 @@ from tests.gateway.sglang_standin import Script, SGLangStandIn
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = 12
+LONG_TOKENS = 40
+"""A stream still running (2 s at 50 ms a token) while the others and the listeners are done."""
 CHAT = "/v1/chat/completions"
 
 
@@ -94,9 +96,11 @@ CHAT_COUNT = f'gateway:requests_total{{model_name="m",route="{CHAT}",status="200
 RUNNING = 'gateway:num_requests_running{model_name="m"}'
 
 
-async def _stream(client: httpx.AsyncClient, url: str, started: asyncio.Event | None = None) -> tuple[int, bool]:
+async def _stream(
+    client: httpx.AsyncClient, url: str, started: asyncio.Event | None = None, max_tokens: int = TOKENS
+) -> tuple[int, bool]:
     """One chat stream on its own connection: (content tokens, ended with [DONE])."""
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": TOKENS, "stream": True}
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, "stream": True}
     tokens, done = 0, False
     async with client.stream("POST", f"{url}{CHAT}", json=body) as response:
         assert response.status_code == 200
@@ -122,6 +126,15 @@ async def test_requests_spread_over_the_processes_and_metrics_sum_them(group):
     served = [_value(await _process_metrics(s), CHAT_COUNT) - b for s, b in zip(sockets, before)]
     assert all(n > 0 for n in served) and sum(served) == 16, served
     assert _value(merged, CHAT_COUNT) == sum(before) + 16
+
+
+def _accepts(port: int) -> bool:
+    """Whether a new connection to the port is taken (refused once every listener is closed)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        return True
+    except ConnectionRefusedError:
+        return False
 
 
 def _children(pid: int) -> set[int]:
@@ -188,13 +201,20 @@ async def test_sigterm_drains_the_streams_of_every_process(group):
     url, sockets, proc, _ = group
     started = [asyncio.Event() for _ in range(8)]
     async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=30) as client:
+        long = asyncio.Event()
         streams = [asyncio.create_task(_stream(client, url, e)) for e in started]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 20)
+        streams.append(asyncio.create_task(_stream(client, url, long, max_tokens=LONG_TOKENS)))
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in [*started, long])), 20)
         running = [_value(await _process_metrics(s), RUNNING) for s in sockets]
         os.kill(proc.pid, signal.SIGTERM)
+        port = int(url.rsplit(":", 1)[1])
+        while await asyncio.to_thread(_accepts, port):  # until the listeners close (no drain delay here)
+            await asyncio.sleep(0.05)
+        draining = not streams[-1].done()
         results = await asyncio.gather(*streams)
-    assert all(n > 0 for n in running) and sum(running) == 8, running
-    assert results == [(TOKENS, True)] * 8
+    assert all(n > 0 for n in running) and sum(running) == 9, running
+    assert draining, "a new connection was left waiting, unanswered, while the group drained"
+    assert results == [(TOKENS, True)] * 8 + [(LONG_TOKENS, True)]
     assert await asyncio.to_thread(proc.wait, 30) == 0
     assert not any(s.exists() for s in sockets) and not sockets[0].parent.exists()
 
