@@ -68,13 +68,19 @@ def process_role() -> ProcessRole | None:
 
 
 def listen(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` listening sockets on one port (the first one picks it when `port` is 0), inheritable by children."""
+    """`count` listening sockets on one port (the first one picks it when `port` is 0), inheritable by children.
+    A port something already listens on is refused (EADDRINUSE), as a single gateway's is: SO_REUSEPORT alone would
+    let a second group, a stale one, say, share it silently and take half of the connections."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:  # without SO_REUSEPORT: fails beside a listener
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
             # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose protocol says TCP (accepted ones
             # inherit it)
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -180,6 +180,17 @@ async def test_sighup_without_tenant_policies_cuts_no_stream(group):
     assert _children(proc.pid) == children
 
 
+def test_a_second_group_cannot_take_a_port_a_group_listens_on():
+    first = listen("127.0.0.1", 0, 2)
+    try:
+        with pytest.raises(OSError, match="in use"):
+            for sock in listen("127.0.0.1", first[0].getsockname()[1], 2):
+                sock.close()
+    finally:
+        for sock in first:
+            sock.close()
+
+
 def test_a_dead_process_counts_with_its_counters_and_histograms_only():
     text = (
         "# HELP gateway:requests_total r\n# TYPE gateway:requests_total counter\n"
