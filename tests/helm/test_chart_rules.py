@@ -322,6 +322,17 @@ def test_bundled_gpu_worker():
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
 
 
+def test_a_gpu_workers_rollout_needs_no_spare_gpu():
+    """On a GPU pool with every GPU taken (shared GPUs), a surge pod waits Pending and the rollout never moves."""
+    name = "gw-llm-gateway-llama-3-2-1b-instruct"
+    strategy = one(render("gpu-worker.yaml"), "Deployment", name)["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    cpu_worker = one(render("networkpolicy-off.yaml"), "Deployment", "gw-llm-gateway-smollm2-135m-instruct")
+    assert "strategy" not in cpu_worker["spec"]  # Kubernetes' default: a CPU worker may surge
+    recreate = render("gpu-worker.yaml", extra=yaml.safe_dump({"worker": {"updateStrategy": {"type": "Recreate"}}}))
+    assert one(recreate, "Deployment", name)["spec"]["strategy"] == {"type": "Recreate"}
+
+
 def test_autoscaling_owns_the_replica_count():
     docs = render("redis-inchart.yaml")
     assert "replicas" not in gateway_deployment(docs)["spec"]
