@@ -134,6 +134,20 @@ def test_gateway_reaches_bundled_workers_through_their_headless_service(values: 
         assert service["spec"]["ports"][0]["port"] == dns["port"]
 
 
+def _connects_to(url: str) -> int:
+    """The port the OTLP exporter posts to: the URL's own, else its scheme's (the SDK adds no 4318)."""
+    parts = urlsplit(url)
+    return parts.port or {"http": 80, "https": 443}[parts.scheme]
+
+
+@pytest.mark.parametrize("endpoint", ["https://otel.example.com", "http://otel-collector.observability"])
+def test_the_collector_is_reachable_on_its_schemes_port_when_its_url_names_none(endpoint: str):
+    docs = render("networkpolicy-on.yaml", f"gateway.tracing.endpoint={endpoint}")
+    egress = one(docs, "NetworkPolicy", "gw-llm-gateway")["spec"]["egress"]
+    peers = [rule for rule in egress if rule.get("to") and "observability" in str(rule["to"])]
+    assert [[p["port"] for p in rule["ports"]] for rule in peers] == [[_connects_to(endpoint)]]
+
+
 @pytest.mark.parametrize("values", WITH_NETWORK_POLICY)
 def test_network_policies_select_the_pods_they_mean(values: str):
     docs = render(values)
@@ -194,8 +208,7 @@ def test_network_policies_select_the_pods_they_mean(values: str):
             ), f"{values}: the gateway cannot reach the pods behind {service['metadata']['name']}"
     env = {e["name"]: e.get("value") for e in gateway_container(docs)["env"]}
     if "OTEL_EXPORTER_OTLP_ENDPOINT" in env:
-        port = urlsplit(env["OTEL_EXPORTER_OTLP_ENDPOINT"]).port or 4318
-        assert any(p["port"] == port for rule in egress for p in rule["ports"]), "the OTLP collector is unreachable"
+        assert _connects_to(env["OTEL_EXPORTER_OTLP_ENDPOINT"]) in {p["port"] for rule in egress for p in rule["ports"]}
     assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
 
 
