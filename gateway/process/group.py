@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 ROLE_ENV = "GATEWAY_PROCESS_ROLE"
 POLL_S = 0.2
 RESTART_PAUSE_S = 1.0
-STOP_MARGIN_S = 10.0
-"""After the drain delay and timeout, how long children get before they are killed."""
 
 
 @dataclass
