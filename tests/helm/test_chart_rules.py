@@ -115,7 +115,8 @@ def test_services_and_budgets_select_their_pods(values: str):
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= names
     for pdb in find(docs, "PodDisruptionBudget"):
         chosen = [t for t in templates if selects(pdb["spec"]["selector"], t["metadata"]["labels"])]
-        assert [_component(t["metadata"]["labels"]) for t in chosen] == ["gateway"]
+        assert len(chosen) == 1, f"{values}: PodDisruptionBudget {pdb['metadata']['name']} selects {len(chosen)}"
+        assert _component(pdb["metadata"]["labels"]) == _component(chosen[0]["metadata"]["labels"])
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -333,6 +334,13 @@ def test_bundled_gpu_worker():
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "models-ro", "readOnly": True}
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+
+
+def test_a_node_drain_never_evicts_every_replica_of_a_bundled_worker():
+    name = "gw-llm-gateway-llama-3-2-1b-instruct"  # two replicas
+    assert one(render("gpu-worker.yaml"), "PodDisruptionBudget", name)["spec"]["maxUnavailable"] == 1
+    single = render("networkpolicy-off.yaml")  # one replica: no budget (it would be a no-op)
+    assert [p["metadata"]["name"] for p in find(single, "PodDisruptionBudget")] == ["gw-llm-gateway"]
 
 
 def test_a_gpu_workers_rollout_needs_no_spare_gpu():
