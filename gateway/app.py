@@ -116,7 +116,9 @@ def create_app(
     async def ready(request: Request) -> Response:
         served = list(registry)
         states = await asyncio.gather(*(_backend_ready(m.backend) for m in served))
-        ok = all(states) and not drain.draining
+        # Ready while any model can serve: one model's backends down must not take the others out of the Service
+        # (that model answers 503 backend_unavailable itself).
+        ok = any(states) and not drain.draining
         models: dict[str, Any] = {m.id: ready for m, ready in zip(served, states)}
         if gate is not None:  # an open route: model ids are for the tenants that may use them (and /metrics)
             models = {"ready": sum(states), "total": len(states)}

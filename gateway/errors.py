@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from backends.asgi import json_response
 from backends.base import BackendError
+from gateway.observability.requests import note_error
 
 CLIENT_CLOSED = 499
 """nginx's status for a client that left; nobody reads it, it only shows in logs and metrics."""
@@ -49,6 +50,7 @@ class APIError(Exception):
 
     def response(self, path: str = "") -> Response:
         """The answer, in the shape of the door at `path` (Anthropic's under /v1/messages, else OpenAI's)."""
+        note_error(self.code or self.type)
         body = anthropic_error(self) if path.startswith(ANTHROPIC_PATH) else self.body()
         return json_response(body, status=self.status, headers=self.headers())
 

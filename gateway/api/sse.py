@@ -11,6 +11,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.api.disconnect import ClientWatch
 from gateway.api.front import more_body_send
+from gateway.observability.requests import note_client_closed
 
 SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
@@ -47,6 +48,8 @@ class SSEResponse(Response):
                     # The body in a task of its own: a step wakes that task alone, not every frame of the server and
                     # the middleware above this answer (a client that leaves cancels this task, and so that one).
                     await asyncio.ensure_future(self.write_body(more_body_send(scope, send), send))
+            if self.watch.left:
+                note_client_closed()
         finally:
             self.watch.stop()
             await self.events.aclose()  # type: ignore[attr-defined]

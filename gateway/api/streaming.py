@@ -21,7 +21,7 @@ from backends.base import BackendError
 from gateway.api.disconnect import ClientDisconnected, ClientWatch
 from gateway.api.sse import SSEResponse
 from gateway.errors import CLIENT_CLOSED, APIError, from_backend
-from gateway.observability.requests import note_usage, step_notes
+from gateway.observability.requests import note_error, note_usage, step_notes
 from gateway.observability.tracing import traced_door
 from gateway.types import ChoiceStep, Events
 from gateway.validation.fields import GenerationSettings
@@ -125,17 +125,23 @@ async def _stream(
     except OSError:
         raise  # the client's connection failed, not the answer
     except BackendError as e:
-        ending = b"".join(frames) + await door.failure(from_backend(e))
+        ending = b"".join(frames) + await _failure(door, from_backend(e))
     except APIError as e:  # e.g. the response store is down when the stream ends
-        ending = b"".join(frames) + await door.failure(e)
+        ending = b"".join(frames) + await _failure(door, e)
     except Exception:
         log.exception("stream failed")
         failure = APIError("internal error while streaming", status=500, type="server_error")
-        ending = b"".join(frames) + await door.failure(failure)
+        ending = b"".join(frames) + await _failure(door, failure)
     finally:
         await events.aclose()
         note_usage(door.usage())
     await send({"type": "http.response.body", "body": ending + door.end, "more_body": False})
+
+
+async def _failure(door: Door, error: APIError) -> bytes:
+    """The frames of an error that ends a stream after its 200, noted for the access line."""
+    note_error(error.code or error.type)
+    return await door.failure(error)
 
 
 class Renderer(Protocol):

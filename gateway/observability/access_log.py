@@ -37,6 +37,10 @@ def access_line(record: RequestRecord, route: str, ended: float) -> bytes:
     }
     if record.trace_id:
         line["trace_id"] = record.trace_id
+    if record.error:
+        line["error"] = record.error
+    if record.client_closed:
+        line["client_closed"] = True
     return orjson.dumps(line)
 
 

@@ -2,13 +2,15 @@
 
 Spans are queued (bounded: OTEL_BSP_MAX_QUEUE_SIZE, 2048 by default; past it new spans are dropped) and sent
 by the processor's own thread, so a request never waits for the collector. A failed export is logged once
-per outage and counted in `gateway:trace_export_failures_total`; it never fails a request.
+per outage and counted in `gateway:trace_export_failures_total`; it never fails a request, and at exit a collector
+that does not answer holds the process for SHUTDOWN_TIMEOUT_S at most.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterator, Sequence
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -26,6 +28,8 @@ from gateway.observability.tracing import TracingConfig
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "llm-gateway"
+SHUTDOWN_TIMEOUT_S = 3.0
+"""At exit, how long the spans still queued may take to go out (the pod's grace period keeps a 10 s margin)."""
 _EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.exporter.otlp.common.http")
 
 
@@ -59,8 +63,15 @@ class Tracing:
         return self.provider.force_flush(int(timeout_s * 1000))
 
     def shutdown(self) -> None:
-        """Flush and stop the processor's thread (blocks: not on the event loop)."""
-        self.provider.shutdown()
+        """Flush and stop the processor's thread, waiting at most SHUTDOWN_TIMEOUT_S for the collector (blocks: not
+        on the event loop). The SDK would wait 30 s and more for one that does not answer, holding the exit."""
+        stopping = threading.Thread(target=self.provider.shutdown, name="otlp-shutdown", daemon=True)
+        stopping.start()
+        stopping.join(SHUTDOWN_TIMEOUT_S)
+        if stopping.is_alive():
+            log.warning(
+                "the spans still queued were not sent: %s did not answer in %s s", self.endpoint, SHUTDOWN_TIMEOUT_S
+            )
 
 
 def _resource(service_name: str | None) -> Resource:

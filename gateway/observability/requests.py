@@ -45,6 +45,10 @@ class RequestRecord:
     """What the compile budget's cache did: "hit", "miss" (compiled) or "over_budget"; "" when not consulted."""
     trace_id: str = ""
     """From the client's W3C traceparent, when it sent one."""
+    error: str = ""
+    """The code (else the type) of the error the answer carried, a stream's error event after its 200 included."""
+    client_closed: bool = False
+    """The client left while its stream was being sent (the status stays the 200 it was sent)."""
 
 
 _current: ContextVar[RequestRecord | None] = ContextVar("gateway_request", default=None)
@@ -76,6 +80,20 @@ def note_tenant(tenant: str) -> None:
     record = _current.get()
     if record is not None:
         record.tenant = tenant
+
+
+def note_error(code: str) -> None:
+    """The answer carries an error with this code (or type)."""
+    record = _current.get()
+    if record is not None:
+        record.error = code
+
+
+def note_client_closed() -> None:
+    """The client left while its stream was being sent."""
+    record = _current.get()
+    if record is not None:
+        record.client_closed = True
 
 
 def note_shielded(count: int) -> None:

@@ -4,7 +4,10 @@ requests get the server's graceful-shutdown timeout to finish."""
 
 from __future__ import annotations
 
+import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 import uvicorn
@@ -35,6 +38,20 @@ class DrainingServer(uvicorn.Server):
         self._timer = threading.Timer(self.delay, super().handle_exit, (sig, frame))
         self._timer.daemon = True
         self._timer.start()
+
+    @contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's SIGTERM / SIGINT handlers, and SIGHUP ignored: it reloads tenant policies (their watcher sets its
+        own handler), and a gateway with none must not die of it, its default action, cutting every stream."""
+        with super().capture_signals():
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            try:
+                yield
+            finally:
+                signal.signal(signal.SIGHUP, previous)
 
     async def shutdown(self, sockets=None) -> None:  # type: ignore[no-untyped-def]
         if self._timer is not None:

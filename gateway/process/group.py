@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 ROLE_ENV = "GATEWAY_PROCESS_ROLE"
 POLL_S = 0.2
 RESTART_PAUSE_S = 1.0
-STOP_MARGIN_S = 10.0
-"""After the drain delay and timeout, how long children get before they are killed."""
 
 
 @dataclass
@@ -68,13 +66,19 @@ def process_role() -> ProcessRole | None:
 
 
 def listen(host: str, port: int, count: int) -> list[socket.socket]:
-    """`count` listening sockets on one port (the first one picks it when `port` is 0), inheritable by children."""
+    """`count` listening sockets on one port (the first one picks it when `port` is 0), inheritable by children.
+    A port something already listens on is refused (EADDRINUSE), as a single gateway's is: SO_REUSEPORT alone would
+    let a second group, a stale one, say, share it silently and take half of the connections."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if port:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:  # without SO_REUSEPORT: fails beside a listener
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
     sockets: list[socket.socket] = []
     try:
         for _ in range(count):
             # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose protocol says TCP (accepted ones
             # inherit it)
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -124,6 +128,10 @@ class ProcessGroup:
     def _stop(self) -> None:
         self._stopping = True
         self._signal_all(signal.SIGTERM)  # a second one: the children stop without waiting
+        # The children's copies are then the last: when each closes its listener after the drain delay, new
+        # connections are refused (as by a single gateway) instead of waiting unanswered in a queue nobody reads.
+        for sock in self._sockets:
+            sock.close()
 
     async def run(self, supervisors: Sequence[WorkerSupervisor]) -> int:
         """Until stopped: 0 after a stop, 1 when a child failed before it served."""
@@ -168,6 +176,8 @@ class ProcessGroup:
                     return
                 log.error("gateway process %d (pid %d) exited with %s; starting a new one", i, child.pid, code)
                 await asyncio.sleep(RESTART_PAUSE_S)
+                if self._stopping:  # stopped during the pause: a new child would miss the SIGTERM and serve on
+                    return
                 self._served[i] = False
                 self.children[i] = self._start(self._roles[i])
 

@@ -58,6 +58,25 @@ def test_all_replicas_down_is_503_with_retry_after(tokenize_only):
         assert client.get("/ready").status_code == 503
 
 
+def test_one_models_outage_leaves_the_gateway_ready_for_the_others(tokenize_only, standin):
+    """Readiness is the pod's: were it 503, every gateway pod would leave the Service and the healthy model too."""
+    _, url = standin
+    up = Router(lambda u: SGLangBackend(u, incremental=True), urls=[url], policy=RoutingPolicy())
+    down = Router(lambda u: SGLangBackend(u, incremental=True), urls=[dead_url()], policy=RoutingPolicy())
+    served = [
+        dataclasses.replace(tokenize_only, backend=up),
+        dataclasses.replace(tokenize_only, id="down", backend=down),
+    ]
+    with serve(create_app(ModelRegistry(served))) as base:
+        client = httpx.Client(base_url=base, timeout=WAIT_S)
+        ready = client.get("/ready")
+        assert ready.status_code == 200, ready.text
+        assert ready.json()["models"] == {tokenize_only.id: True, "down": False}
+        assert chat(client).status_code == 200
+        refused = client.post("/v1/chat/completions", json={"model": "down", "messages": USER})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "backend_unavailable"
+
+
 def test_deadline_is_504_before_output_and_an_error_event_after(tokenize_only, standin):
     server, url = standin
     ids = tokenize_only.encoder.encode_plain("Sunny and warm.")

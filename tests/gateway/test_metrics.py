@@ -49,9 +49,11 @@ def gateway(checkpoint):
     model = served_model_from_checkpoint(MODEL, checkpoint, "hermes", None)
     server = SGLangStandIn(incremental=True)
     ids = model.encoder.encode_plain(TOKENS) + [2]
-    # A request whose max_tokens is 999 holds after two tokens until its client goes away.
+    # A request whose max_tokens is 999 holds after two tokens until its client goes away; 998 fails after two.
     server.script = lambda body: Script(
-        ids=ids, hold_after=2 if body["sampling_params"]["max_new_tokens"] == 999 else None
+        ids=ids,
+        hold_after=2 if body["sampling_params"]["max_new_tokens"] == 999 else None,
+        error_after=2 if body["sampling_params"]["max_new_tokens"] == 998 else None,
     )
     refuser = SGLangStandIn(incremental=True)
     refuser.script = lambda body: Script(refuse=503)
@@ -155,6 +157,32 @@ def test_errors_and_shielded_spellings_are_counted(gateway):
     r = client.get("/no/such/path")
     assert r.status_code == 404
     assert value(samples(client), "gateway:requests_total", route="other", status="404") == 1
+
+
+def test_access_lines_say_how_an_answer_failed_or_was_cut_short(gateway, caplog):
+    """A refusal names its error; a stream's 200 says nothing of how it ended, its line does."""
+    client = gateway.client
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        refused = client.post("/v1/chat/completions", json={"model": MODEL, "messages": USER, "temperature": "hot"})
+        body = {"model": MODEL, "messages": USER, "stream": True}
+        failed = client.post("/v1/chat/completions", json={**body, "max_tokens": 998})
+        with client.stream("POST", "/v1/chat/completions", json={**body, "max_tokens": 999}) as held:
+            next(held.iter_lines())
+
+        def lines() -> list[dict]:
+            return [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"]
+
+        for _ in range(100):  # the gateway notices the hang-up when it next polls: wait for its line, bounded
+            if len(lines()) == 3:
+                break
+            time.sleep(0.05)
+    error_event = json.loads(failed.text.split("data: ")[-2])["error"]
+    assert (refused.status_code, failed.status_code, held.status_code) == (400, 200, 200)
+    assert [(line["status"], line.get("error"), line.get("client_closed")) for line in lines()] == [
+        (400, refused.json()["error"]["code"] or refused.json()["error"]["type"], None),
+        (200, error_event["code"], None),
+        (200, None, True),
+    ]
 
 
 def test_tenant_labels_are_capped():

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,11 +23,14 @@ import pytest
 from gateway.cli import main
 from gateway.observability.process_metrics import counters_only, merge_expositions
 from gateway.process.config import ConfigError, load_config
+from gateway.process.group import ProcessGroup, listen
 from tests.gateway.http_server import serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = 12
+LONG_TOKENS = 40
+"""A stream still running (2 s at 50 ms a token) while the others and the listeners are done."""
 CHAT = "/v1/chat/completions"
 
 
@@ -91,10 +96,13 @@ CHAT_COUNT = f'gateway:requests_total{{model_name="m",route="{CHAT}",status="200
 RUNNING = 'gateway:num_requests_running{model_name="m"}'
 
 
-async def _stream(client: httpx.AsyncClient, url: str, started: asyncio.Event | None = None) -> tuple[int, bool]:
-    """One chat stream on its own connection: (content tokens, ended with [DONE])."""
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": TOKENS, "stream": True}
-    tokens, done = 0, False
+async def _stream(
+    client: httpx.AsyncClient, url: str, started: asyncio.Event | None = None, max_tokens: int = TOKENS
+) -> tuple[int, bool]:
+    """One chat stream on its own connection: (content tokens, ended with [DONE]). Tokens are counted in the text
+    (each is "hello"), not per chunk: on a loaded machine two backend events can arrive, and go out, as one."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, "stream": True}
+    content, done = "", False
     async with client.stream("POST", f"{url}{CHAT}", json=body) as response:
         assert response.status_code == 200
         async for line in response.aiter_lines():
@@ -102,10 +110,10 @@ async def _stream(client: httpx.AsyncClient, url: str, started: asyncio.Event | 
                 done = True
             elif line.startswith("data: "):
                 choices = orjson.loads(line[6:])["choices"]
-                tokens += sum(1 for c in choices if c["delta"].get("content"))
-                if started is not None and tokens:
+                content += "".join(c["delta"].get("content") or "" for c in choices)
+                if started is not None and content:
                     started.set()
-    return tokens, done
+    return content.count("hello"), done
 
 
 @pytest.mark.anyio
@@ -119,6 +127,15 @@ async def test_requests_spread_over_the_processes_and_metrics_sum_them(group):
     served = [_value(await _process_metrics(s), CHAT_COUNT) - b for s, b in zip(sockets, before)]
     assert all(n > 0 for n in served) and sum(served) == 16, served
     assert _value(merged, CHAT_COUNT) == sum(before) + 16
+
+
+def _accepts(port: int) -> bool:
+    """Whether a new connection to the port is taken (refused once every listener is closed)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        return True
+    except ConnectionRefusedError:
+        return False
 
 
 def _children(pid: int) -> set[int]:
@@ -150,6 +167,31 @@ async def test_merged_counters_do_not_go_down_when_a_process_dies_and_restarts(g
     assert sum([_value(await _process_metrics(s), CHAT_COUNT) for s in sockets]) == total + 1
 
 
+@pytest.mark.anyio
+async def test_sighup_without_tenant_policies_cuts_no_stream(group):
+    """SIGHUP reloads policies; with none to reload it must not be the signal's default action, death."""
+    url, _, proc, _ = group
+    children = _children(proc.pid)
+    started = [asyncio.Event() for _ in range(4)]
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=30) as client:
+        streams = [asyncio.create_task(_stream(client, url, e)) for e in started]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 20)
+        os.kill(proc.pid, signal.SIGHUP)
+        assert await asyncio.gather(*streams) == [(TOKENS, True)] * 4
+    assert _children(proc.pid) == children
+
+
+def test_a_second_group_cannot_take_a_port_a_group_listens_on():
+    first = listen("127.0.0.1", 0, 2)
+    try:
+        with pytest.raises(OSError, match="in use"):
+            for sock in listen("127.0.0.1", first[0].getsockname()[1], 2):
+                sock.close()
+    finally:
+        for sock in first:
+            sock.close()
+
+
 def test_a_dead_process_counts_with_its_counters_and_histograms_only():
     text = (
         "# HELP gateway:requests_total r\n# TYPE gateway:requests_total counter\n"
@@ -171,15 +213,44 @@ async def test_sigterm_drains_the_streams_of_every_process(group):
     url, sockets, proc, _ = group
     started = [asyncio.Event() for _ in range(8)]
     async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=30) as client:
+        long = asyncio.Event()
         streams = [asyncio.create_task(_stream(client, url, e)) for e in started]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started)), 20)
+        streams.append(asyncio.create_task(_stream(client, url, long, max_tokens=LONG_TOKENS)))
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in [*started, long])), 20)
         running = [_value(await _process_metrics(s), RUNNING) for s in sockets]
         os.kill(proc.pid, signal.SIGTERM)
+        port = int(url.rsplit(":", 1)[1])
+        while await asyncio.to_thread(_accepts, port):  # until the listeners close (no drain delay here)
+            await asyncio.sleep(0.05)
+        draining = not streams[-1].done()
         results = await asyncio.gather(*streams)
-    assert all(n > 0 for n in running) and sum(running) == 8, running
-    assert results == [(TOKENS, True)] * 8
+    assert all(n > 0 for n in running) and sum(running) == 9, running
+    assert draining, "a new connection was left waiting, unanswered, while the group drained"
+    assert results == [(TOKENS, True)] * 8 + [(LONG_TOKENS, True)]
     assert await asyncio.to_thread(proc.wait, 30) == 0
     assert not any(s.exists() for s in sockets) and not sockets[0].parent.exists()
+
+
+@pytest.mark.anyio
+async def test_a_child_that_dies_as_the_group_stops_is_not_started_again(caplog):
+    """SIGTERM during the pause before a restart: the new child would never get it, serve on and be killed late."""
+    sock = listen("127.0.0.1", 0, 1)[0]
+    group = ProcessGroup(["serve", "--no-such-flag"], [sock], {}, stop_after_s=30)  # a child would exit at once
+    started = []
+    start = group._start
+    group._start = lambda role: started.append(role) or start(role)
+    group.children = [group._start(group._roles[0])]
+    group._roles[0].metrics_socket().touch()  # as if it had served: its death is a crash to restart after
+    group.children[0].kill()
+    with caplog.at_level(logging.ERROR, logger="gateway.process.group"):
+        watch = asyncio.create_task(group._watch())
+        while "starting a new one" not in caplog.text:
+            await asyncio.sleep(0.01)
+        group._stop()
+        await watch
+    sock.close()
+    shutil.rmtree(group._dir)
+    assert len(started) == 1
 
 
 def test_merged_metrics_sum_counts_and_keep_the_worst_replica_view():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import socket
 import sys
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from backends.sglang import SGLangBackend
 from gateway.app import create_app
 from gateway.cli import build_parser
 from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
+from gateway.observability import otlp
 from gateway.observability.otlp import Tracing
 from gateway.observability.tracing import TracingConfig, traces_endpoint
 from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
@@ -213,6 +215,19 @@ def test_a_collector_that_is_down_fails_no_request_and_is_logged_once(model, bac
     assert value(counted, "gateway:trace_export_failures_total", unit="spans") >= 2 * 5
     ours = [r for r in caplog.records if r.name == "gateway.observability.otlp"]
     assert len(ours) == 1 and "could not export" in ours[0].getMessage()
+
+
+def test_a_collector_that_never_answers_holds_the_exit_only_briefly(monkeypatch, caplog):
+    """A black-holed collector (a NetworkPolicy that drops, a hung proxy): the queued spans are given up."""
+    monkeypatch.setattr(otlp, "SHUTDOWN_TIMEOUT_S", 0.2)
+    with socket.create_server(("127.0.0.1", 0)) as hole:  # connections queue in its backlog, never answered
+        config = TracingConfig(endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}")
+        tracing = Tracing(config, traces_endpoint(config), export_timeout_s=600)
+        with tracing.tracer.start_as_current_span("last request"):
+            pass
+        with caplog.at_level(logging.WARNING, logger="gateway.observability.otlp"):
+            tracing.shutdown()
+    assert "the spans still queued were not sent" in caplog.text
 
 
 def test_a_tenants_request_shows_its_admission_and_fair_queue_wait(model, backend, collector, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ TOOLS = Path(os.environ.get("LLM_GATEWAY_K8S_TOOLS", Path.home() / ".cache" / "l
 HELM = TOOLS / "helm" / "helm"
 KUBECTL = TOOLS / "kubectl" / "kubectl"
 CRD_MODELS = TOOLS / "crd-models" / "node_modules"
+EXTRA_PREFIX = "helm-test-extra-"
 MISSING_TOOLS = f"missing under {TOOLS}: run scripts/setup.sh --test (it runs scripts/setup_k8s_tools.sh)"
 
 
@@ -44,13 +46,14 @@ def render_text(values: str | None = None, *sets: str, release: str = RELEASE, e
     args = ["template", release, str(CHART), "--namespace", NAMESPACE]
     if values:
         args += ["-f", str(VALUES / values)]
-    if extra:
-        path = Path(f"/tmp/helm-test-extra-{os.getpid()}-{abs(hash(extra))}.yaml")
-        path.write_text(extra)
-        args += ["-f", str(path)]
     for pair in sets:
-        args += ["--set", pair]
-    return helm(*args).stdout
+        args += ["--set", pair]  # --set wins over every -f, wherever it stands
+    if not extra:
+        return helm(*args).stdout
+    with tempfile.NamedTemporaryFile("w", prefix=EXTRA_PREFIX, suffix=".yaml") as document:
+        document.write(extra)
+        document.flush()
+        return helm(*args, "-f", document.name).stdout
 
 
 def render(values: str | None = None, *sets: str, release: str = RELEASE, extra: str = "") -> list[dict]:

@@ -5,6 +5,8 @@ that fit 63 characters."""
 from __future__ import annotations
 
 import re
+import tempfile
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -12,6 +14,7 @@ import yaml
 
 from tests.helm.chart import (
     CHART,
+    EXTRA_PREFIX,
     LONG_RELEASE,
     RELEASE,
     VALID,
@@ -112,7 +115,8 @@ def test_services_and_budgets_select_their_pods(values: str):
         assert {p["targetPort"] for p in service["spec"]["ports"]} <= names
     for pdb in find(docs, "PodDisruptionBudget"):
         chosen = [t for t in templates if selects(pdb["spec"]["selector"], t["metadata"]["labels"])]
-        assert [_component(t["metadata"]["labels"]) for t in chosen] == ["gateway"]
+        assert len(chosen) == 1, f"{values}: PodDisruptionBudget {pdb['metadata']['name']} selects {len(chosen)}"
+        assert _component(pdb["metadata"]["labels"]) == _component(chosen[0]["metadata"]["labels"])
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -129,6 +133,20 @@ def test_gateway_reaches_bundled_workers_through_their_headless_service(values: 
         service = services[name]
         assert service["spec"]["clusterIP"] == "None", "the gateway needs every pod address, not a virtual IP"
         assert service["spec"]["ports"][0]["port"] == dns["port"]
+
+
+def _connects_to(url: str) -> int:
+    """The port the OTLP exporter posts to: the URL's own, else its scheme's (the SDK adds no 4318)."""
+    parts = urlsplit(url)
+    return parts.port or {"http": 80, "https": 443}[parts.scheme]
+
+
+@pytest.mark.parametrize("endpoint", ["https://otel.example.com", "http://otel-collector.observability"])
+def test_the_collector_is_reachable_on_its_schemes_port_when_its_url_names_none(endpoint: str):
+    docs = render("networkpolicy-on.yaml", f"gateway.tracing.endpoint={endpoint}")
+    egress = one(docs, "NetworkPolicy", "gw-llm-gateway")["spec"]["egress"]
+    peers = [rule for rule in egress if rule.get("to") and "observability" in str(rule["to"])]
+    assert [[p["port"] for p in rule["ports"]] for rule in peers] == [[_connects_to(endpoint)]]
 
 
 @pytest.mark.parametrize("values", WITH_NETWORK_POLICY)
@@ -191,8 +209,7 @@ def test_network_policies_select_the_pods_they_mean(values: str):
             ), f"{values}: the gateway cannot reach the pods behind {service['metadata']['name']}"
     env = {e["name"]: e.get("value") for e in gateway_container(docs)["env"]}
     if "OTEL_EXPORTER_OTLP_ENDPOINT" in env:
-        port = urlsplit(env["OTEL_EXPORTER_OTLP_ENDPOINT"]).port or 4318
-        assert any(p["port"] == port for rule in egress for p in rule["ports"]), "the OTLP collector is unreachable"
+        assert _connects_to(env["OTEL_EXPORTER_OTLP_ENDPOINT"]) in {p["port"] for rule in egress for p in rule["ports"]}
     assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
 
 
@@ -242,6 +259,12 @@ def test_config_changes_roll_the_pods_policy_changes_do_not(values: str):
     policies_changed = render(values, extra=yaml.safe_dump({"policies": {"tenants": {tenant_name: edited}}}))
     assert _policies_object(policies_changed) != _policies_object(base), "the policy edit must reach the cluster"
     assert _pod_template(policies_changed) == _pod_template(base), "a policy edit must not restart pods"
+
+
+def test_an_extra_values_document_leaves_no_file_behind():
+    before = set(Path(tempfile.gettempdir()).glob(f"{EXTRA_PREFIX}*"))
+    assert gateway_config(render("defaults.yaml", extra="replicaCount: 3\n"))
+    assert set(Path(tempfile.gettempdir()).glob(f"{EXTRA_PREFIX}*")) == before
 
 
 def test_redis_url_changes_roll_the_pods():
@@ -311,6 +334,24 @@ def test_bundled_gpu_worker():
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "models-ro", "readOnly": True}
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+
+
+def test_a_node_drain_never_evicts_every_replica_of_a_bundled_worker():
+    name = "gw-llm-gateway-llama-3-2-1b-instruct"  # two replicas
+    assert one(render("gpu-worker.yaml"), "PodDisruptionBudget", name)["spec"]["maxUnavailable"] == 1
+    single = render("networkpolicy-off.yaml")  # one replica: no budget (it would be a no-op)
+    assert [p["metadata"]["name"] for p in find(single, "PodDisruptionBudget")] == ["gw-llm-gateway"]
+
+
+def test_a_gpu_workers_rollout_needs_no_spare_gpu():
+    """On a GPU pool with every GPU taken (shared GPUs), a surge pod waits Pending and the rollout never moves."""
+    name = "gw-llm-gateway-llama-3-2-1b-instruct"
+    strategy = one(render("gpu-worker.yaml"), "Deployment", name)["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    cpu_worker = one(render("networkpolicy-off.yaml"), "Deployment", "gw-llm-gateway-smollm2-135m-instruct")
+    assert "strategy" not in cpu_worker["spec"]  # Kubernetes' default: a CPU worker may surge
+    recreate = render("gpu-worker.yaml", extra=yaml.safe_dump({"worker": {"updateStrategy": {"type": "Recreate"}}}))
+    assert one(recreate, "Deployment", name)["spec"]["strategy"] == {"type": "Recreate"}
 
 
 def test_autoscaling_owns_the_replica_count():

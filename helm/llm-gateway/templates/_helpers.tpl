@@ -127,14 +127,18 @@ pods of a backend.service with a selector, in the release namespace). */}}
 {{- $out = append $out (dict "port" (int ($b.service.targetPort | default $b.service.port)) "selector" ($b.service.selector | default dict)) }}
 {{- end }}
 {{- range $url := concat (list) ($b.urls | default list) (ternary (list $b.url) (list) (not (empty $b.url))) }}
-{{- $u := urlParse $url }}
-{{- $hostPort := splitList ":" $u.host }}
-{{- $port := ternary (last $hostPort) (ternary "443" "80" (eq $u.scheme "https")) (gt (len $hostPort) 1) }}
-{{- $out = append $out (dict "port" (int $port) "selector" dict) }}
+{{- $out = append $out (dict "port" (int (include "llm-gateway.urlPort" $url)) "selector" dict) }}
 {{- end }}
 {{- end }}
 {{- end }}
 {{- toYaml (dict "backends" ($out | uniq)) }}
+{{- end }}
+
+{{/* The TCP port a URL connects to: its own, else its scheme's (443 for https, 80 for http). */}}
+{{- define "llm-gateway.urlPort" -}}
+{{- $u := urlParse . }}
+{{- $hostPort := splitList ":" $u.host }}
+{{- ternary (last $hostPort) (ternary "443" "80" (eq $u.scheme "https")) (gt (len $hostPort) 1) }}
 {{- end }}
 
 {{/* Whether a Redis URL reaches the gateway (external URL, existing Secret or the in-chart Redis). */}}
