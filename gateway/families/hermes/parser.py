@@ -1,7 +1,7 @@
 """Incremental parser of hermes output: `<think>` reasoning, content and `<tool_call>` JSON calls.
 
 Decisions (the gateway's documented behaviour):
-* Reasoning is a `<think>…</think>` block at the very start of the output, or
+* Reasoning is a `<think>…</think>` block at the start of the output (after whitespace at most), or
   everything up to `</think>` when the prompt already opened `<think>`. It
   streams as it arrives; when the output ends before `</think>` (cut by
   max_tokens) the text stays reasoning, as the canitoolcall fixtures expect.
@@ -207,6 +207,7 @@ class HermesParser(OutputParser):
     # Each step consumes what it can from the buffer; True means "state changed, go on".
 
     def _start(self, final: bool) -> bool:
+        self._drop(len(self._buffer) - len(self._buffer.lstrip()))  # whitespace may come before the think block
         if self._find(THINK_START) == 0:
             self._drop(len(THINK_START))
             self._state = _State.REASONING
