@@ -43,7 +43,7 @@ from gateway.types import Delta, Piece
 
 from .markers import FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, PARAMETER_OPEN
 
-_FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
+_FUNCTION = re.compile(r"\s*<function=([^>\s][^>\n]*)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
 _FUNCTION_END = re.compile(r"\s*</function>")
 _VALUE_END = re.compile(
