@@ -84,6 +84,7 @@ FAMILIES = {  # name: (family, tokenizer, the generation prompt's tail without a
     "deepseek_v3": ("deepseek_v3", "deepseek", "<｜Assistant｜>", "<｜Assistant｜><think>"),
     "deepseek_v31": ("deepseek_v31", "deepseek", "<｜Assistant｜></think>", "<｜Assistant｜><think>"),
     "deepseek_v32": ("deepseek_v32", "deepseek", "<｜Assistant｜></think>", "<｜Assistant｜><think>"),
+    "deepseek_v4": ("deepseek_v4", "deepseek", "<｜Assistant｜></think>", "<｜Assistant｜><think>"),
     "kimi_k2": (
         "kimi_k2",
         "kimi",
