@@ -13,9 +13,11 @@ Decisions (the gateway's documented behaviour):
   no name, is no call. So output cut inside a call, or a malformed call,
   yields no call, however the output is chunked.
 * Text outside a section is content, verbatim; text inside a section but
-  outside a call is dropped. Reasoning runs from the start (when the prompt
-  opened `<think>`, or the output opens it first, after whitespace at most) to the `</think>` token;
-  output cut inside reasoning stays reasoning.
+  outside a call is dropped, and so is a call marker token outside a section.
+  Reasoning runs from the start (when the prompt opened `<think>`, or the
+  output opens it first, after whitespace at most) to the `</think>` token,
+  or to a section or call begin token (Kimi K2.5 calls without closing its
+  think block); output cut inside reasoning stays reasoning.
 """
 
 from __future__ import annotations
@@ -155,20 +157,20 @@ class SectionParser(CallParser):
                 self._mode = _Mode.HEADER
             elif spelling == m.section_end:
                 self._mode = _Mode.CONTENT
+        elif spelling in (m.section_begin, m.call_begin):  # in reasoning too: calls end it (Kimi K2.5 omits `</think>`)
+            self._content("")
+            self._mode = _Mode.SECTION if spelling == m.section_begin else _Mode.HEADER
+            self._header = []
         elif mode is _Mode.REASONING:
             if spelling == m.think_end:
                 self._mode = _Mode.CONTENT
             elif not (spelling == m.think_start and not self._started):
                 self._started = True
                 self._text_delta(reasoning=spelling)
-        elif spelling in (m.section_begin, m.call_begin):
-            self._content("")
-            self._mode = _Mode.SECTION if spelling == m.section_begin else _Mode.HEADER
-            self._header = []
         elif spelling == m.think_start and not self._started:
             self._leading = ""
             self._mode = _Mode.REASONING
-        else:
+        elif spelling not in m.call_tokens:  # a call marker outside a section is no text
             self._content(spelling)
 
     def _end_call(self) -> None:
