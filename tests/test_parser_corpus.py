@@ -29,15 +29,7 @@ from backends.detokenizer import Detokenizer
 from backends.tiktoken_bpe import tokenizer_from_ranks
 from gateway.families import get_family
 from gateway.families.base import Family, FamilyContext, OutputParser
-from gateway.families.gemma4.markers import (
-    CHANNEL,
-    CHANNEL_END,
-    QUOTE,
-    TOOL_CALL,
-    TOOL_CALL_END,
-    TOOL_RESPONSE,
-    TURN_END,
-)
+from gateway.families.gemma4 import markers as gemma
 from gateway.families.glm.markers import TOKEN_MARKERS as GLM_MARKERS
 from gateway.families.gpt_oss import harmony_tokenizer
 from gateway.families.kimi.markers import IM_END
@@ -45,11 +37,12 @@ from gateway.families.kimi.markers import K2_SECTIONS as K2
 from gateway.families.llama import llama3_tokenizer
 from gateway.families.mistral import sentencepiece_tokenizer, tekken_tokenizer
 from gateway.types import ChatRequest, Delta
-from tests.family_checks import added_tokens, feed
+from tests.family_checks import added_tokens, feed, joined_calls
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "parser_corpus.json").read_text(encoding="utf-8"))
 GLM_TAGS = (*sorted(GLM_MARKERS), "<|user|>", "<|observation|>", "<|assistant|>", "<|endoftext|>")
-GEMMA_TAGS = (TOOL_CALL, TOOL_CALL_END, QUOTE, CHANNEL, CHANNEL_END, TURN_END, TOOL_RESPONSE)
+GEMMA_TAGS = (gemma.TOOL_CALL, gemma.TOOL_CALL_END, gemma.QUOTE, gemma.CHANNEL, gemma.CHANNEL_END, gemma.TURN_END,
+              gemma.TOOL_RESPONSE)  # fmt: skip
 KIMI_TAGS = (IM_END, K2.section_begin, K2.section_end, K2.call_begin, K2.arguments_begin, K2.call_end,
              K2.think_start, K2.think_end)  # fmt: skip
 
@@ -146,16 +139,10 @@ def parse(case: dict[str, Any], family: str, cuts: list[int]) -> dict[str, Any]:
 def accumulated(deltas: list[Delta]) -> dict[str, Any]:
     """What a client accumulates from `deltas`: content, reasoning, and each call as [name, parsed arguments], or
     [name, the arguments text, "unparsed"] where they are not JSON (a call cut by the end of the output)."""
-    calls: dict[int, list[str]] = {}
-    for d in deltas:
-        if d.tool_index is not None:
-            call = calls.setdefault(d.tool_index, ["", ""])
-            call[0] += d.tool_name or ""
-            call[1] += d.tool_arguments
     return {
         "content": "".join(d.content for d in deltas).strip(),
         "reasoning": "".join(d.reasoning for d in deltas).strip(),
-        "calls": [_with_arguments(name, arguments) for _, (name, arguments) in sorted(calls.items())],
+        "calls": [_with_arguments(name, arguments) for name, arguments in joined_calls(deltas)],
     }
 
 
