@@ -67,21 +67,24 @@ def feed(parser: OutputParser, detokenizer: Detokenizer, ids: Sequence[int], cut
     return deltas + parser.feed(detokenizer.flush()) + parser.finish()
 
 
-def merged(deltas: Iterable[Delta]) -> dict[str, Any]:
+def joined_calls(deltas: Iterable[Delta]) -> list[tuple[str, str]]:
+    """Each call in `deltas` as (name, arguments text), its fragments joined, in index order."""
+    calls: dict[int, list[str]] = {}
+    for d in deltas:
+        if d.tool_index is not None:
+            slot = calls.setdefault(d.tool_index, ["", ""])
+            slot[0] += d.tool_name or ""
+            slot[1] += d.tool_arguments
+    return [(name, arguments) for _, (name, arguments) in sorted(calls.items())]
+
+
+def merged(deltas: Sequence[Delta]) -> dict[str, Any]:
     """The message an OpenAI client accumulates from `deltas`: content, reasoning, and each call as (name, parsed
     arguments); call ids are left out (they are random)."""
-    content, reasoning, calls = [], [], {}
-    for d in deltas:
-        content.append(d.content)
-        reasoning.append(d.reasoning)
-        if d.tool_index is not None:
-            slot = calls.setdefault(d.tool_index, {"name": "", "arguments": ""})
-            slot["name"] += d.tool_name or ""
-            slot["arguments"] += d.tool_arguments
     return {
-        "content": "".join(content),
-        "reasoning": "".join(reasoning),
-        "calls": [(c["name"], json.loads(c["arguments"])) for _, c in sorted(calls.items())],
+        "content": "".join(d.content for d in deltas),
+        "reasoning": "".join(d.reasoning for d in deltas),
+        "calls": [(name, json.loads(arguments)) for name, arguments in joined_calls(deltas)],
     }
 
 

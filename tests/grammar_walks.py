@@ -36,7 +36,7 @@ from backends.xgrammar_compile import compile_grammar
 from gateway.families.base import Family, FamilyContext
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
-from tests.family_checks import added_tokens, feed
+from tests.family_checks import added_tokens, feed, joined_calls
 
 
 def _fn(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
@@ -397,15 +397,9 @@ def parse(subject: Subject, ask: Ask, ids: Sequence[int], cuts: Sequence[int] = 
     request = ask.request()
     parser = subject.family.parser(request, subject.prompt(ask))
     deltas = feed(parser, Detokenizer(subject.tokenizer, subject.added), ids, cuts)
-    calls: dict[int, list[str]] = {}
-    for d in deltas:
-        if d.tool_index is not None:
-            slot = calls.setdefault(d.tool_index, ["", ""])
-            slot[0] += d.tool_name or ""
-            slot[1] += d.tool_arguments
     content = "".join(d.content for d in deltas)
     reasoning = "".join(d.reasoning for d in deltas)
-    return Parse(content, reasoning, [(n, a) for _, (n, a) in sorted(calls.items())])
+    return Parse(content, reasoning, joined_calls(deltas))
 
 
 def chunkings(n: int, rng: random.Random) -> list[list[int]]:

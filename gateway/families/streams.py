@@ -43,6 +43,11 @@ class Trimmed:
         out, self._pending = self._pending + body, text[len(body) :]
         return out
 
+    @property
+    def started(self) -> bool:
+        """Whether any text other than leading whitespace came."""
+        return self._started
+
     def flush(self) -> str:
         """The trailing whitespace held back so far."""
         out, self._pending = self._pending, ""
@@ -70,6 +75,10 @@ class CallOutput:
         """The deltas so far, handed over once."""
         out, self.deltas = self.deltas, []
         return out
+
+    @property
+    def reasoning_started(self) -> bool:
+        return self._reasoning.started
 
     def reasoning(self, text: str) -> None:
         if out := self._reasoning.push(text):
@@ -152,15 +161,19 @@ class StreamedCallParser(OutputParser):
 
     def _think_marker(self, state: Enum, marker: str) -> Enum | None:
         """A marker token met in `state`: at `START` a think start opens reasoning and any other marker moves to
-        `CONTENT`; in `REASONING` a think end closes it. None when the marker was consumed so, else the state in
-        which the caller handles it."""
+        `CONTENT`; in `REASONING` a think end closes it, and a think start before any reasoning text (the model
+        opening again the block its prompt opened) is dropped. None when the marker was consumed so, else the state
+        in which the caller handles it."""
         states = self.states
         if state is states["START"]:
             if marker == self.think[0]:
                 self._state = states["REASONING"]
                 return None
             self._state = state = states["CONTENT"]
-        if state is states["REASONING"] and marker == self.think[1]:
-            self._state = states["CONTENT"]
-            return None
+        if state is states["REASONING"]:
+            if marker == self.think[1]:
+                self._state = states["CONTENT"]
+                return None
+            if marker == self.think[0] and not self._out.reasoning_started:
+                return None
         return state

@@ -13,9 +13,11 @@ Decisions (the gateway's documented behaviour):
   no name, is no call. So output cut inside a call, or a malformed call,
   yields no call, however the output is chunked.
 * Text outside a section is content, verbatim; text inside a section but
-  outside a call is dropped. Reasoning runs from the start (when the prompt
-  opened `<think>`, or the output opens it first) to the `</think>` token;
-  output cut inside reasoning stays reasoning.
+  outside a call is dropped, and so is a call marker token outside a section.
+  Reasoning runs from the start (when the prompt opened `<think>`, or the
+  output opens it first, after whitespace at most) to the `</think>` token,
+  or to a section or call begin token (Kimi K2.5 calls without closing its
+  think block); output cut inside reasoning stays reasoning.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class SectionParser(CallParser):
         self._split = split_call
         self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
         self._started = False
+        self._leading = ""
         self._header: list[str] = []
         self._body: _Body | None = None
 
@@ -105,6 +108,15 @@ class SectionParser(CallParser):
         if self._mode is _Mode.BODY and not self._body.in_string:
             self._end_call()
         self._mode = _Mode.CONTENT
+        self._content("")
+
+    def _content(self, text: str) -> None:
+        """Content text, after the whitespace held before it (which may have been a think block's indent)."""
+        if self._leading:
+            text, self._leading = self._leading + text, ""
+        if text:
+            self._started = True
+            self._text_delta(content=text)
 
     def _text(self, text: str) -> None:
         mode = self._mode
@@ -112,8 +124,10 @@ class SectionParser(CallParser):
             self._started = True
             self._text_delta(reasoning=text)
         elif mode is _Mode.CONTENT:
-            self._started = True
-            self._text_delta(content=text)
+            if self._started or not text.isspace():
+                self._content(text)
+            else:  # whitespace before anything else: a `<think>` may still open the output
+                self._leading += text
         elif mode is _Mode.HEADER:
             self._header.append(text)
         elif mode is _Mode.BODY:
@@ -143,20 +157,21 @@ class SectionParser(CallParser):
                 self._mode = _Mode.HEADER
             elif spelling == m.section_end:
                 self._mode = _Mode.CONTENT
+        elif spelling in (m.section_begin, m.call_begin):  # in reasoning too: calls end it (Kimi K2.5 omits `</think>`)
+            self._content("")
+            self._mode = _Mode.SECTION if spelling == m.section_begin else _Mode.HEADER
+            self._header = []
         elif mode is _Mode.REASONING:
             if spelling == m.think_end:
                 self._mode = _Mode.CONTENT
             elif not (spelling == m.think_start and not self._started):
                 self._started = True
                 self._text_delta(reasoning=spelling)
-        elif spelling in (m.section_begin, m.call_begin):
-            self._mode = _Mode.SECTION if spelling == m.section_begin else _Mode.HEADER
-            self._header = []
         elif spelling == m.think_start and not self._started:
+            self._leading = ""
             self._mode = _Mode.REASONING
-        else:
-            self._started = True
-            self._text_delta(content=spelling)
+        elif spelling not in m.call_tokens:  # a call marker outside a section is no text
+            self._content(spelling)
 
     def _end_call(self) -> None:
         body, self._body = self._body, None

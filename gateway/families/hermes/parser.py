@@ -1,8 +1,9 @@
 """Incremental parser of hermes output: `<think>` reasoning, content and `<tool_call>` JSON calls.
 
 Decisions (the gateway's documented behaviour):
-* Reasoning is a `<think>…</think>` block at the very start of the output, or
-  everything up to `</think>` when the prompt already opened `<think>`. It
+* Reasoning is a `<think>…</think>` block at the start of the output (after whitespace at most), or
+  everything up to `</think>` when the prompt already opened `<think>` (a `<think>`
+  the model writes again first is dropped). It
   streams as it arrives; when the output ends before `</think>` (cut by
   max_tokens) the text stays reasoning, as the canitoolcall fixtures expect.
   A `<tool_call>` inside reasoning is reasoning text (grammars put calls after it).
@@ -207,6 +208,7 @@ class HermesParser(OutputParser):
     # Each step consumes what it can from the buffer; True means "state changed, go on".
 
     def _start(self, final: bool) -> bool:
+        self._drop(len(self._buffer) - len(self._buffer.lstrip()))  # whitespace may come before the think block
         if self._find(THINK_START) == 0:
             self._drop(len(THINK_START))
             self._state = _State.REASONING
@@ -219,6 +221,8 @@ class HermesParser(OutputParser):
         return True
 
     def _in_reasoning(self, final: bool) -> bool:
+        if not self._reasoning.started and not self._past_reopened_think(final):
+            return False
         end = self._find(THINK_END)
         if end >= 0:
             self._emit_reasoning(self._buffer[:end])
@@ -227,6 +231,15 @@ class HermesParser(OutputParser):
             return True
         self._emit_reasoning(self._take_unheld(final, THINK_END))
         return False
+
+    def _past_reopened_think(self, final: bool) -> bool:
+        """Before any reasoning text: a `<think>` the model writes again after the one its prompt opened is dropped
+        (one block); False while the buffer could still become one."""
+        self._drop(len(self._buffer) - len(self._buffer.lstrip()))
+        if self._find(THINK_START) == 0:
+            self._drop(len(THINK_START))
+        rest = self._buffer
+        return final or bool(rest) and (THINK_START in self._token_markers or not THINK_START.startswith(rest))
 
     def _in_content(self, final: bool) -> bool:
         if not self._parse_calls:

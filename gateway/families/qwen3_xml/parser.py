@@ -8,7 +8,8 @@ then `</function>`.
 
 Decisions:
 * Reasoning runs to `</think>` (from the output's `<think>`, or from the start
-  when the prompt opened it); a `<tool_call>` token also ends it. Output cut
+  when the prompt opened it); a `<tool_call>` token also ends it, and the
+  `</think>` the model may still write after such calls is dropped. Output cut
   inside reasoning stays reasoning.
 * A value loses one leading and one trailing newline, nothing else. It ends
   at `</parameter>` followed (after whitespace) by `<parameter=` or
@@ -43,7 +44,7 @@ from gateway.types import Delta, Piece
 
 from .markers import FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, PARAMETER_OPEN
 
-_FUNCTION = re.compile(r"\s*<function=([^>\n]*)>")
+_FUNCTION = re.compile(r"\s*<function=([^>\s][^>\n]*)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
 _FUNCTION_END = re.compile(r"\s*</function>")
 _VALUE_END = re.compile(
@@ -100,6 +101,7 @@ class Qwen3XmlParser(StreamedCallParser):
     _buffer = ""  # text not yet consumed by the current state's step
     _function = ""  # the open call's name
     _value_started = False
+    _think_cut = False  # a call token ended reasoning: the model's belated `</think>` closes nothing
 
     def __init__(
         self,
@@ -144,10 +146,13 @@ class Qwen3XmlParser(StreamedCallParser):
         if state is _State.REASONING:
             if marker == TOOL_CALL_START and self._parse_calls:
                 self._state = _State.CALL
+                self._think_cut = True
             else:
                 self._out.reasoning(marker)
         elif state is _State.CONTENT:
-            if marker == TOOL_CALL_START and self._parse_calls:
+            if marker == THINK_END and self._think_cut:
+                self._think_cut = False
+            elif marker == TOOL_CALL_START and self._parse_calls:
                 self._out.content(self._buffer)
                 self._buffer = ""
                 self._state = _State.CALL
