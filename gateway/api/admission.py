@@ -94,6 +94,7 @@ class RequestPolicy:
         deadline_s = policy.limits.queue_timeout_s
         deadlines: set[asyncio.Timeout] = set()
         """One per choice still waiting: the first choice to get a slot lifts them all (the request runs)."""
+        tenant.reached_backend = False
 
         async def in_queue(steps: Steps) -> Steps:
             started = time.monotonic()
@@ -121,6 +122,7 @@ class RequestPolicy:
                         retry_after=1,
                     ) from None
                 tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
+                tenant.reached_backend = True
                 async with aclosing(steps):
                     async for step in steps:
                         yield step
@@ -173,7 +175,8 @@ class RequestPolicy:
         async def release() -> None:
             tenant.release = None
             tenant.completion_tokens = sum(counted.completion)
-            await limiter.settle(verdict, prompt_tokens + tenant.completion_tokens)
+            used = prompt_tokens + tenant.completion_tokens
+            await limiter.settle(verdict, used, void=not tenant.reached_backend)  # a queue's refusal is not counted
 
         tenant.release = release
         return _settled(events, counted, tenant)

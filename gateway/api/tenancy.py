@@ -88,6 +88,8 @@ class TenantRequest:
     """The prompt, kept only when the tenant's policy audits prompts."""
     release: Any = None
     """An awaitable factory releasing what admission holds (idempotent), or None."""
+    reached_backend: bool = True
+    """False while its choices wait in a fair queue: refused there (or left by its client), it served nothing."""
 
 
 def tenant_of(request: Request) -> TenantRequest | None:

@@ -14,9 +14,11 @@ The API (a contract with the policy engine):
     it reserves its own slot and tokens, refused past those limits.
     Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
     answers, whatever was reserved is taken back whole (request, tokens, slot; a joined charge stays).
-  - `await limiter.settle(admission, used_tokens)`: replaces the reservation with real usage (prompt + completion
-    tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a refused
-    admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the charge.
+  - `await limiter.settle(admission, used_tokens, void=False)`: replaces the reservation with real usage (prompt +
+    completion tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a
+    refused admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the
+    charge. `void=True`: the admission served nothing (refused by a fair queue, its client left while it waited): its
+    tokens and, unless another admit of its charge served it, its request are taken back.
     When the store is unreachable it returns after the first try and retries in the background
     (`limiter.settle_retry_delays_s`, then whenever the store answers again, for `settle_give_up_s` at most: an
     outage longer than the first retries must not hold a tenant's concurrency slot for the whole lease);
