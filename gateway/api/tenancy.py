@@ -124,7 +124,7 @@ class TenantMiddleware:
         state["gate"] = self.gate
         request_id = state.get("request_id", "")
         try:
-            caller = authenticate(self.store, dict(scope["headers"]))
+            caller = authenticate(self.store, scope["headers"])
         except AuthError as exc:
             self._audit(None, request_id, 401, time.monotonic())
             error = APIError(str(exc), status=401, code="invalid_api_key")

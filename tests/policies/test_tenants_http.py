@@ -145,6 +145,10 @@ def test_keys_missing_unknown_expired_and_header_styles(client):
     assert expired.status_code == 401 and "expired on 2020-01-31" in expired.json()["error"]["message"]
     for header in ("api-key", "x-api-key"):
         assert client.get("/v1/models", headers={header: key_of("beta")}).status_code == 200
+    two_keys = [("authorization", f"Bearer {key_of('alpha')}"), ("authorization", f"Bearer {key_of('gamma')}")]
+    ambiguous = client.get("/v1/models", headers=two_keys)  # the last one used to win: which tenant, a guess
+    assert ambiguous.status_code == 401 and "several different 'authorization'" in ambiguous.json()["error"]["message"]
+    assert client.get("/v1/models", headers=[two_keys[0], two_keys[0]]).status_code == 200  # the same key twice
     assert client.get("/health").status_code == 200
     described = client.get("/openapi.json")  # the API description, as vLLM serves it: no key
     assert described.status_code == 200 and "/v1/chat/completions" in described.json()["paths"]
