@@ -3,7 +3,9 @@ loader and policy.schema.json agree, defaults are inherited, directories are che
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from policies import watch
 from policies.auth import hash_key
 from policies.loader import PolicyFileError, check_directory, load_policy, read_defaults, validator
 from policies.store import PolicyStore
@@ -180,6 +183,50 @@ def test_a_file_written_in_place_is_reloaded_once_it_holds_still(tmp_path):
     assert watcher.due()
     store.reload()
     assert store.lookup(HASH)[0].models.patterns == ("m-*", "other")
+
+
+def test_a_writer_that_starts_right_after_the_look_that_found_the_directory_still_is_reloaded_once_done(
+    tmp_path, monkeypatch
+):
+    """A file edited in place (same length: 10 → 20) by a writer that starts just after the watcher's look found the
+    previous edit still, and whose two halves share one mtime (a coarse clock tick): the state that held still is the
+    one counted as loaded, so the finished edit is seen and reloaded (a second look taken at the reload saw the first
+    half, and the end left size and mtime alike: never reloaded)."""
+    path = write(tmp_path, "t.yaml", GOOD)
+    store = PolicyStore(tmp_path)
+    store.reload()
+    watcher = PolicyWatcher(store, poll_s=0.01)
+    rpm10, rpm20 = (GOOD + f"limits:\n  requests_per_minute: {n}\n" for n in (10, 20))
+    path.write_text(rpm10)
+    os.utime(path, ns=(10**18, 10**18))
+    held, looks, tick = watch.snapshot(tmp_path), [], (2 * 10**18, 2 * 10**18)
+
+    def looking(directory: Path) -> tuple:
+        state = real_snapshot(directory)
+        looks.append(state)
+        if looks.count(held) == 2 and state == held:  # the look that finds the edit still; the writer starts
+            with path.open("r+") as f:
+                f.write(rpm20[: rpm20.index("20")])
+            os.utime(path, ns=tick)
+        return state
+
+    real_snapshot = watch.snapshot
+    monkeypatch.setattr(watch, "snapshot", looking)
+
+    async def watched() -> None:
+        task = asyncio.create_task(watcher.run())
+        async with asyncio.timeout(10):  # upper bounds, never speed checks
+            while (
+                store.reloads < 2
+            ):  # the edit to 10 (read while the writer is at work: its first half changed no byte)
+                await asyncio.sleep(0.01)
+            path.write_text(rpm20)  # ... and done, in the same tick
+            os.utime(path, ns=tick)
+            while store.lookup(HASH)[0].limits.requests_per_minute != 20:
+                await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(watched())
 
 
 def test_policy_check_command(tmp_path):
