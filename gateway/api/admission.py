@@ -24,6 +24,7 @@ from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
+from policies.limits.headers import anthropic_rate_limit_headers
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
 Steps = AsyncIterator[tuple[int, ChoiceStep]]
@@ -168,6 +169,8 @@ class RequestPolicy:
             policy.tenant, policy.limiter_limits, f"{policy.tenant}:{tenant.request_id}", reserved
         )
         tenant.headers = dict(verdict.headers)
+        if tenant.anthropic:
+            tenant.headers.update(anthropic_rate_limit_headers(verdict.headers, verdict.reset_at_s))
         if not verdict.allowed:
             raise _refusal(verdict, reserved)
         counted = _Usage(prompt_tokens)

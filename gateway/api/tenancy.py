@@ -14,7 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import APIError
+from gateway.errors import ANTHROPIC_PATH, APIError
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import note_tenant
 from policies.audit import AuditLog
@@ -82,6 +82,8 @@ class TenantRequest:
     cached_tokens: int = 0
     finish_reason: str | None = None
     queue_wait_s: float = 0.0
+    anthropic: bool = False
+    """Whether it came through the Anthropic door: its rate-limit headers carry Anthropic's names too."""
     headers: dict[str, str] = field(default_factory=dict)
     """Rate-limit headers every response of this request carries."""
     prompt: Any = None
@@ -140,7 +142,7 @@ class TenantMiddleware:
             )
             await error.response(scope["path"])(scope, receive, send)
             return
-        tenant = state["tenant"] = TenantRequest(caller, request_id)
+        tenant = state["tenant"] = TenantRequest(caller, request_id, anthropic=scope["path"].startswith(ANTHROPIC_PATH))
         note_tenant(caller.policy.tenant)
         status = 500
 

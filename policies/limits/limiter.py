@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine
@@ -90,6 +91,7 @@ class Limiter(ABC):
             tenant=tenant,
             charge_id=charge_id,
             holder=holder if verdict.allowed else "",
+            reset_at_s=time.time() + verdict.reset_ms / 1000,
         )
 
     async def _undo(self, attempt: asyncio.Future, admission: Admission) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -241,6 +242,16 @@ def test_rate_limit_headers_on_success(client):
     assert response.headers["x-ratelimit-limit-requests"] == "20"
     assert int(response.headers["x-ratelimit-remaining-requests"]) < 20
     assert response.headers["x-ratelimit-reset-requests"].endswith("s")
+    assert not any(name.startswith("anthropic-") for name in response.headers)
+    body = {"model": "m-shared", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    message = client.post("/v1/messages", headers={"x-api-key": key_of("rpm20")}, json=body)
+    assert message.status_code == 200, message.text
+    named = {k: v for k, v in message.headers.items() if k.startswith("anthropic-ratelimit-")}
+    assert set(named) == {f"anthropic-ratelimit-requests-{field}" for field in ("limit", "remaining", "reset")}
+    assert named["anthropic-ratelimit-requests-limit"] == "20"
+    assert named["anthropic-ratelimit-requests-remaining"] == message.headers["x-ratelimit-remaining-requests"]
+    reset = named["anthropic-ratelimit-requests-reset"]  # RFC 3339, as Anthropic writes it
+    assert reset.endswith("Z") and datetime.fromisoformat(reset).tzinfo is not None
 
 
 def test_fifty_parallel_clients_against_20_requests_per_minute_get_exactly_20(deployment, client):
