@@ -25,6 +25,7 @@ from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
 from policies.limits.headers import anthropic_rate_limit_headers
+from policies.policy import Limits
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
 Steps = AsyncIterator[tuple[int, ChoiceStep]]
@@ -138,6 +139,7 @@ class RequestPolicy:
         events: Events,
         *,
         prompt_param: str,
+        max_tokens_param: str = "max_tokens",
         prompt: Any = None,
         choices: int = 1,
     ) -> Events:
@@ -172,7 +174,7 @@ class RequestPolicy:
         if tenant.anthropic:
             tenant.headers.update(anthropic_rate_limit_headers(verdict.headers, verdict.reset_at_s))
         if not verdict.allowed:
-            raise _refusal(verdict, reserved)
+            raise _refusal(verdict, policy.limits, prompt_tokens, reserved, (prompt_param, max_tokens_param))
         counted = _Usage(prompt_tokens)
 
         async def release() -> None:
@@ -209,9 +211,12 @@ async def _settled(events: Events, usage: _Usage, tenant: TenantRequest) -> Even
             await tenant.release()
 
 
-def _refusal(verdict: LimiterAdmission, reserved: int) -> APIError:
-    """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a
-    token limit: it would never fit), else 429 with OpenAI's code and type."""
+def _refusal(
+    verdict: LimiterAdmission, limits: Limits, prompt_tokens: int, reserved: int, params: tuple[str, str]
+) -> APIError:
+    """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a token
+    limit: it would never fit; naming the prompt's field when the prompt alone is, else the max tokens' field, of
+    `params`), else 429 with OpenAI's code and type."""
     if verdict.status == 503:
         return APIError(
             "the rate-limit store is unreachable and this API key's policy fails closed",
@@ -220,10 +225,17 @@ def _refusal(verdict: LimiterAdmission, reserved: int) -> APIError:
             type="server_error",
         )
     if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
+        limit, (prompt_param, max_tokens_param) = getattr(limits, verdict.limit), params
+        if prompt_tokens > limit:
+            return invalid(
+                f"the prompt is {prompt_tokens} tokens, more than this API key's {verdict.limit} of {limit}",
+                prompt_param,
+                "tokens_exceed_limit",
+            )
         return invalid(
             f"this request needs up to {reserved} tokens (prompt + max tokens), more than this API key's "
-            f"{verdict.limit} allows: lower max_tokens",
-            "max_tokens",
+            f"{verdict.limit} of {limit}: lower {max_tokens_param}",
+            max_tokens_param,
             "tokens_exceed_limit",
         )
     kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"

@@ -101,3 +101,19 @@ async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path
     probe = await gate.limiter.admit("t", policy.limiter_limits, "probe", 0)
     assert probe.headers["x-ratelimit-remaining-requests"] == "9"  # the probe's alone
     assert probe.headers["x-ratelimit-remaining-tokens"] == "1000"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("prompt_tokens", "param"), [(10, "max_output_tokens"), (70, "input")])
+async def test_a_request_that_never_fits_a_token_limit_names_the_field_to_lower(tmp_path, prompt_tokens, param):
+    """The 400 names the door's own field: its max tokens (`max_output_tokens` on the Responses door, not
+    `max_tokens`), or its prompt when the prompt alone is over the limit (no max tokens would make it fit)."""
+    gate = PolicyGate(PolicyStore(tmp_path), MemoryLimiter())
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(tokens_per_minute=60))
+    rules = RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), "rid"), gate)
+    events = rules.admit(
+        SimpleNamespace(id="m"), prompt_tokens, 100, None, prompt_param="input", max_tokens_param="max_output_tokens"
+    )
+    with pytest.raises(APIError) as refused:
+        await events
+    assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "tokens_exceed_limit")

@@ -233,6 +233,7 @@ def test_a_request_that_can_never_fit_a_token_limit_is_a_400(client):
     assert fits.status_code == 200, fits.text
     never = client.post("/v1/completions", headers=auth("tiny"), json={"model": "m-shared", "prompt": "fox " * 80})
     assert never.status_code == 400 and never.json()["error"]["code"] == "tokens_exceed_limit", never.text
+    assert never.json()["error"]["param"] == "prompt"  # the prompt alone is over: no max_tokens would make it fit
     assert "retry-after" not in never.headers
 
 
