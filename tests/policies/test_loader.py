@@ -55,6 +55,10 @@ INVALID["no such date"] = (
 )
 LOADER_ONLY = {
     "YAML syntax": ("tenant: t\nkeys: [\n", 3, None, "not YAML"),
+    # aliases: a few lines of them spell billions of nodes ("billion laughs"), read in the reload forever
+    "an alias": (GOOD.replace('["m-*"]', '&m ["m-*"]') + "tools:\n  allow: *m\n", 7, "tools.allow", "aliases"),
+    "nested too deep": (GOOD + "limits: " + "[" * 40 + "]" * 40 + "\n", 6, "limits" + "[0]" * 16, "deeper than 16"),
+    "nested past the stack": (GOOD + "limits: " + "[" * 5000 + "]" * 5000 + "\n", None, None, "deeper than 16"),
     "field twice": (GOOD + "tenant: u\n", 6, "tenant", "twice"),
     "key id twice": (
         GOOD.replace("models", f"  - id: k1\n    sha256: {hash_key('k2')}\nmodels"),
@@ -251,6 +255,36 @@ def test_a_reload_reads_the_files_off_the_event_loop(tmp_path, monkeypatch):
 
     asyncio.run(watched())
     assert threads and threading.main_thread() not in threads
+
+
+def test_a_reload_that_fails_itself_keeps_the_watcher_going(tmp_path, monkeypatch):
+    """A reload that raises (a loader bug; a RecursionError did) is logged and counted as a failure; the watcher
+    goes on, so the next change is reloaded (the watcher's task died with it: no reload ever again)."""
+    write(tmp_path, "t.yaml", GOOD)
+    store = PolicyStore(tmp_path)
+    store.reload()
+    outcomes: list[bool] = []
+    watcher = PolicyWatcher(store, poll_s=0.01, on_reload=outcomes.append)
+    reload, failures = store.reload, [RuntimeError("a loader bug")]
+
+    def failing_once():
+        if failures:
+            raise failures.pop()
+        return reload()
+
+    monkeypatch.setattr(store, "reload", failing_once)
+
+    async def watched() -> None:
+        task = asyncio.create_task(watcher.run())
+        async with asyncio.timeout(10):  # an upper bound, never a speed check
+            for count in (1, 2):
+                watcher.request_reload()
+                while len(outcomes) < count:
+                    await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(watched())
+    assert outcomes == [False, True]
 
 
 def test_policy_check_command(tmp_path):
