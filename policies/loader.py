@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 SCHEMA_PATH = Path(__file__).with_name("policy.schema.json")
 DEFAULTS_FILE = "_defaults.yaml"
 SUFFIXES = (".yaml", ".yml")
+MAX_FILE_BYTES = 1 << 20
+"""A policy file's size at most (a Kubernetes ConfigMap's too): a big file read whole held every reload for seconds."""
 MAX_DEPTH = 16
 """Nesting a policy file may have (its deepest field, tools.allow[i], is three levels down)."""
 FieldPath = tuple[str | int, ...]
@@ -83,9 +85,13 @@ def read_marked(path: Path) -> Marked:
     """Parse one YAML file, keeping each field's line; duplicate keys and non-string keys are errors."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PolicyFileError([PolicyError(name, None, None, f"cannot be read: {exc}")]) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise PolicyFileError([PolicyError(name, None, None, f"larger than {MAX_FILE_BYTES >> 20} MiB")])
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
