@@ -59,7 +59,7 @@ LOADER_ONLY = {
     "an alias": (GOOD.replace('["m-*"]', '&m ["m-*"]') + "tools:\n  allow: *m\n", 7, "tools.allow", "aliases"),
     "nested too deep": (GOOD + "limits: " + "[" * 40 + "]" * 40 + "\n", 6, "limits" + "[0]" * 16, "deeper than 16"),
     "larger than a ConfigMap": (GOOD + "#" * (1 << 20) + "\n", None, None, "larger than 1 MiB"),
-    "nested past the stack": (GOOD + "limits: " + "[" * 5000 + "]" * 5000 + "\n", None, None, "deeper than 16"),
+    "nested past the stack": (GOOD + "limits: " + "[" * 600 + "]" * 600 + "\n", None, None, "deeper than 16"),
     "field twice": (GOOD + "tenant: u\n", 6, "tenant", "twice"),
     "key id twice": (
         GOOD.replace("models", f"  - id: k1\n    sha256: {hash_key('k2')}\nmodels"),
