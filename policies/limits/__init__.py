@@ -27,7 +27,8 @@ The API (a contract with the policy engine):
     `retry_after_s` (exact: when enough of the window frees; None when the request alone exceeds the limit and
     never fits; 1 s for a concurrency refusal, whose end no store can predict), `headers` (OpenAI's
     `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the per-minute limits the tenant has, `retry-after`
-    and `retry-after-ms` on a refusal), `status` (200, 429, or 503 for a closed store error), `store_error`.
+    and `retry-after-ms` on a refusal), `status` (200, 429, or 503 for a closed store error), `store_error`,
+    `reset_at_s` (when the per-minute window is empty again, epoch seconds: Anthropic's `anthropic-ratelimit-*-reset`).
   - Store errors: `on_store_error="open"` admits (logged, counted), "closed" refuses with status 503; both count in
     `limiter.store_errors` and set `limiter.store_healthy` False until a call succeeds again; an admit that failed
     is taken back in the background as a cancelled one is (the store may have run it before its answer was lost);
