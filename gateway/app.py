@@ -28,7 +28,7 @@ from gateway.api.responses import create_response, delete_response, get_response
 from gateway.api.tenancy import PolicyGate, TenantMiddleware, models_for
 from gateway.api.tokenize import detokenize, tokenize
 from gateway.models.registry import ModelRegistry
-from gateway.observability.metrics import GatewayMetrics, StoreErrorsCollector
+from gateway.observability.metrics import GatewayMetrics, policy_collectors
 from gateway.observability.process_metrics import ProcessGroupMetrics
 from gateway.process.draining import DrainState
 from gateway.process.limits import ConcurrencyLimit
@@ -66,7 +66,11 @@ def create_app(
     if gate is not None:
         gate.watcher.on_reload = metrics.record_policy_reload
     # exposed without policies too (0), as every family the dashboard queries
-    metrics.registry.register(StoreErrorsCollector(lambda: gate.limiter.store_errors if gate is not None else 0))
+    for collector in policy_collectors(
+        lambda: gate.limiter.store_errors if gate is not None else 0,
+        lambda: len(gate.store.errors) if gate is not None else 0,
+    ):
+        metrics.registry.register(collector)
     if tracing is not None:
         metrics.registry.register(tracing.collector())
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from policies.policy import Key, Policy
@@ -14,6 +14,7 @@ from policies.store import PolicyStore
 
 TENANT_HEADERS = frozenset({b"x-tenant-id", b"x-llm-d-inference-fairness-id", b"x-gateway-tenant", b"x-tenant"})
 """Headers that would name a tenant or fairness id: a client cannot set them; they are dropped."""
+KEY_HEADERS = frozenset({b"authorization", b"api-key", b"x-api-key"})
 
 
 class AuthError(Exception):
@@ -33,21 +34,26 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def presented_key(headers: Mapping[bytes, bytes]) -> str | None:
-    """The key of `Authorization: Bearer KEY`, else `api-key: KEY`, else `x-api-key: KEY`."""
-    authorization = headers.get(b"authorization")
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+    """The key of `Authorization: Bearer KEY`, else `api-key: KEY`, else `x-api-key: KEY`; AuthError when one of
+    these headers comes several times with different values (which key counts would be a guess)."""
+    values: dict[bytes, bytes] = {}
+    for name, value in headers:
+        if name in KEY_HEADERS and values.setdefault(name, value) != value:
+            raise AuthError(f"several different '{name.decode()}' headers: send one API key")
+    authorization = values.get(b"authorization")
     if authorization is not None:
         scheme, _, value = authorization.decode("latin-1").strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
     for name in (b"api-key", b"x-api-key"):
-        value = headers.get(name, b"").decode("latin-1").strip()
+        value = values.get(name, b"").decode("latin-1").strip()
         if value:
             return value
     return None
 
 
-def authenticate(store: PolicyStore, headers: Mapping[bytes, bytes], today: dt.date | None = None) -> Caller:
+def authenticate(store: PolicyStore, headers: Iterable[tuple[bytes, bytes]], today: dt.date | None = None) -> Caller:
     """The caller of a request; AuthError when it has no valid key."""
     key = presented_key(headers)
     if key is None:

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 SCHEMA_PATH = Path(__file__).with_name("policy.schema.json")
 DEFAULTS_FILE = "_defaults.yaml"
 SUFFIXES = (".yaml", ".yml")
+MAX_FILE_BYTES = 1 << 20
+"""A policy file's size at most (a Kubernetes ConfigMap's too): a big file read whole held every reload for seconds."""
+MAX_DEPTH = 16
+"""Nesting a policy file may have (its deepest field, tools.allow[i], is three levels down)."""
 FieldPath = tuple[str | int, ...]
 
 
@@ -81,15 +85,21 @@ def read_marked(path: Path) -> Marked:
     """Parse one YAML file, keeping each field's line; duplicate keys and non-string keys are errors."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PolicyFileError([PolicyError(name, None, None, f"cannot be read: {exc}")]) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise PolicyFileError([PolicyError(name, None, None, f"larger than {MAX_FILE_BYTES >> 20} MiB")])
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         marks: dict[FieldPath, tuple[str, int]] = {}
         errors: list[PolicyError] = []
-        value = _build(loader, node, (), name, marks, errors) if node is not None else None
+        value = _build(loader, node, (), name, marks, errors, set()) if node is not None else None
+    except RecursionError:  # the composer's nesting, before _build's own bound
+        raise PolicyFileError([PolicyError(name, None, None, f"nested deeper than {MAX_DEPTH} levels")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -105,8 +115,19 @@ def read_marked(path: Path) -> Marked:
     return Marked(value, marks)
 
 
-def _build(loader: yaml.SafeLoader, node: yaml.Node, path: FieldPath, file: str, marks, errors) -> Any:
-    marks[path] = (file, node.start_mark.line + 1)
+def _build(
+    loader: yaml.SafeLoader, node: yaml.Node, path: FieldPath, file: str, marks, errors, seen: set[int], at: int = 0
+) -> Any:
+    """The plain value of `node`, each field's line in `marks`, mistakes in `errors`; an alias (a node `seen` before:
+    a few lines of them spell billions of nodes) or nesting past MAX_DEPTH is a mistake, not followed. `at`: the line
+    of the field whose value `node` is (an alias's node starts where its anchor is)."""
+    line = node.start_mark.line + 1
+    if id(node) in seen or len(path) > MAX_DEPTH:
+        problem = "aliases (*name) are not allowed" if id(node) in seen else f"nested deeper than {MAX_DEPTH} levels"
+        errors.append(PolicyError(file, at or line, field_name(path) or None, problem))
+        return None
+    seen.add(id(node))
+    marks[path] = (file, line)
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -119,11 +140,11 @@ def _build(loader: yaml.SafeLoader, node: yaml.Node, path: FieldPath, file: str,
             elif key in out:
                 errors.append(PolicyError(file, line, field_name((*path, key)), "appears twice"))
             else:
-                out[key] = _build(loader, value_node, (*path, key), file, marks, errors)
+                out[key] = _build(loader, value_node, (*path, key), file, marks, errors, seen, line)
                 marks[(*path, key)] = (file, line)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(loader, item, (*path, i), file, marks, errors) for i, item in enumerate(node.value)]
+        return [_build(loader, item, (*path, i), file, marks, errors, seen) for i, item in enumerate(node.value)]
     try:
         return loader.construct_object(node, deep=True)
     except ValueError:  # a timestamp-looking scalar that is no date (2027-13-45): the schema says why

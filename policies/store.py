@@ -14,7 +14,8 @@ log = logging.getLogger(__name__)
 
 class PolicyStore:
     """The tenants of one policy directory. `reload()` swaps in a new key index at once: a request
-    keeps the Policy object it was admitted under, so requests in flight are not affected."""
+    keeps the Policy object it was admitted under, so requests in flight are not affected. One reload at a time,
+    on any thread (the watcher's run in a worker thread); lookups may run meanwhile."""
 
     def __init__(self, directory: Path):
         self.directory = directory

@@ -44,13 +44,13 @@ class PolicyWatcher:
         self.on_reload = on_reload
         """Told after each reload whether every file was accepted (metrics count reloads and failures)."""
         self._wake = asyncio.Event()
-        self._loaded = snapshot(store.directory)
+        self._loaded = self._seen = snapshot(store.directory)
         self._changing: tuple | None = None
 
     def due(self) -> bool:
         """Look at the directory: whether it changed since the last reload and has held still since the last look
         (a writer still at work changes it between two looks; a reload then would read its half-written file)."""
-        now = snapshot(self.store.directory)
+        now = self._seen = snapshot(self.store.directory)
         if now == self._loaded:
             self._changing = None
             return False
@@ -74,19 +74,31 @@ class PolicyWatcher:
                     pass
                 forced = self._wake.is_set()
                 self._wake.clear()
-                if self.due() or forced:
-                    self._loaded, self._changing = snapshot(self.store.directory), None
-                    errors = self.store.reload()
-                    log.warning(
-                        "policies reloaded from %s: %d tenants, %d problems",
-                        self.store.directory,
-                        len(self.store.tenants),
-                        len(errors),
-                    )
-                    if self.on_reload is not None:
-                        self.on_reload(not errors)
+                if self.due() or forced:  # the state that held still is what counts as loaded: a later look could
+                    # see a writer's first half, and a second half that leaves size and mtime alike would go unseen
+                    self._loaded, self._changing = self._seen, None
+                    await self._reload()
         finally:
             try:
                 loop.remove_signal_handler(signal.SIGHUP)
             except (RuntimeError, ValueError):
                 pass
+
+    async def _reload(self) -> None:
+        """Reload the store off the event loop (~0.7 ms of CPU per file); a reload that fails itself (a loader bug)
+        keeps every policy and the watcher going, logged and counted as a failure."""
+        try:
+            errors = await asyncio.to_thread(self.store.reload)
+        except Exception:
+            log.exception("policy reload failed: every policy stays as it was")
+            ok = False
+        else:
+            log.warning(
+                "policies reloaded from %s: %d tenants, %d problems",
+                self.store.directory,
+                len(self.store.tenants),
+                len(errors),
+            )
+            ok = not errors
+        if self.on_reload is not None:
+            self.on_reload(ok)

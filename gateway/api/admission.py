@@ -24,6 +24,8 @@ from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
+from policies.limits.headers import anthropic_rate_limit_headers
+from policies.policy import Limits
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
 Steps = AsyncIterator[tuple[int, ChoiceStep]]
@@ -94,6 +96,7 @@ class RequestPolicy:
         deadline_s = policy.limits.queue_timeout_s
         deadlines: set[asyncio.Timeout] = set()
         """One per choice still waiting: the first choice to get a slot lifts them all (the request runs)."""
+        tenant.reached_backend = False
 
         async def in_queue(steps: Steps) -> Steps:
             started = time.monotonic()
@@ -121,6 +124,7 @@ class RequestPolicy:
                         retry_after=1,
                     ) from None
                 tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
+                tenant.reached_backend = True
                 async with aclosing(steps):
                     async for step in steps:
                         yield step
@@ -135,6 +139,7 @@ class RequestPolicy:
         events: Events,
         *,
         prompt_param: str,
+        max_tokens_param: str = "max_tokens",
         prompt: Any = None,
         choices: int = 1,
     ) -> Events:
@@ -166,14 +171,17 @@ class RequestPolicy:
             policy.tenant, policy.limiter_limits, f"{policy.tenant}:{tenant.request_id}", reserved
         )
         tenant.headers = dict(verdict.headers)
+        if tenant.anthropic:
+            tenant.headers.update(anthropic_rate_limit_headers(verdict.headers, verdict.reset_at_s))
         if not verdict.allowed:
-            raise _refusal(verdict, reserved)
+            raise _refusal(verdict, policy.limits, prompt_tokens, reserved, (prompt_param, max_tokens_param))
         counted = _Usage(prompt_tokens)
 
         async def release() -> None:
             tenant.release = None
             tenant.completion_tokens = sum(counted.completion)
-            await limiter.settle(verdict, prompt_tokens + tenant.completion_tokens)
+            used = prompt_tokens + tenant.completion_tokens
+            await limiter.settle(verdict, used, void=not tenant.reached_backend)  # a queue's refusal is not counted
 
         tenant.release = release
         return _settled(events, counted, tenant)
@@ -203,9 +211,12 @@ async def _settled(events: Events, usage: _Usage, tenant: TenantRequest) -> Even
             await tenant.release()
 
 
-def _refusal(verdict: LimiterAdmission, reserved: int) -> APIError:
-    """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a
-    token limit: it would never fit), else 429 with OpenAI's code and type."""
+def _refusal(
+    verdict: LimiterAdmission, limits: Limits, prompt_tokens: int, reserved: int, params: tuple[str, str]
+) -> APIError:
+    """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a token
+    limit: it would never fit; naming the prompt's field when the prompt alone is, else the max tokens' field, of
+    `params`), else 429 with OpenAI's code and type."""
     if verdict.status == 503:
         return APIError(
             "the rate-limit store is unreachable and this API key's policy fails closed",
@@ -214,10 +225,17 @@ def _refusal(verdict: LimiterAdmission, reserved: int) -> APIError:
             type="server_error",
         )
     if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
+        limit, (prompt_param, max_tokens_param) = getattr(limits, verdict.limit), params
+        if prompt_tokens > limit:
+            return invalid(
+                f"the prompt is {prompt_tokens} tokens, more than this API key's {verdict.limit} of {limit}",
+                prompt_param,
+                "tokens_exceed_limit",
+            )
         return invalid(
             f"this request needs up to {reserved} tokens (prompt + max tokens), more than this API key's "
-            f"{verdict.limit} allows: lower max_tokens",
-            "max_tokens",
+            f"{verdict.limit} of {limit}: lower {max_tokens_param}",
+            max_tokens_param,
             "tokens_exceed_limit",
         )
     kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"

@@ -79,6 +79,7 @@ async def start_chat(
             settings.n * plan.sampling.max_new_tokens,
             events,
             prompt_param=param,
+            max_tokens_param=max_tokens_param,
             prompt=plan.prompt,
             choices=settings.n,
         )

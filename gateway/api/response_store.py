@@ -11,7 +11,6 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any, Protocol
 
 import orjson
@@ -96,24 +95,23 @@ class RedisStore:
     """Records in Redis under `prefix` + id, each expiring after `ttl_s` seconds; Redis down, or silent for
     `timeout_s` seconds (a socket open but no answer), is a 503.
 
-    `background` closes idle connections the server closed (policies/limits/redis_idle.py)."""
+    Calls are bounded as the limiter's are (policies/limits/redis_calls.py: a burst waits for one of a few pooled
+    connections instead of opening one per call); `background` closes idle connections the server closed."""
 
     def __init__(self, url: str, ttl_s: int = 30 * DAY_S, prefix: str = "gateway:response:", timeout_s: float = 1.0):
-        import redis.asyncio
+        from policies.limits.redis_calls import BoundedRedis
 
-        from policies.limits.redis_idle import sweep_idle_forever
-
-        self._redis = redis.asyncio.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._calls = BoundedRedis(url, timeout_s)
         self.ttl_s, self.prefix = ttl_s, prefix
-        self.background = [partial(sweep_idle_forever, self._redis.connection_pool)]
+        self.background = self._calls.background
 
     async def put(self, record: Record) -> None:
-        async with _reachable():
-            await self._redis.set(self.prefix + record["id"], orjson.dumps(record), ex=self.ttl_s)
+        async with _reachable(), self._calls.turn() as redis:
+            await redis.set(self.prefix + record["id"], orjson.dumps(record), ex=self.ttl_s)
 
     async def get(self, rid: str, owner: str | None) -> Record | None:
-        async with _reachable():
-            data = await self._redis.get(self.prefix + rid)
+        async with _reachable(), self._calls.turn() as redis:
+            data = await redis.get(self.prefix + rid)
         if data is None:
             return None
         record = orjson.loads(data)
@@ -122,11 +120,11 @@ class RedisStore:
     async def delete(self, rid: str, owner: str | None) -> bool:
         if await self.get(rid, owner) is None:
             return False
-        async with _reachable():
-            return bool(await self._redis.delete(self.prefix + rid))
+        async with _reachable(), self._calls.turn() as redis:
+            return bool(await redis.delete(self.prefix + rid))
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._calls.client.aclose()
 
 
 @asynccontextmanager

@@ -14,7 +14,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import APIError
+from gateway.errors import ANTHROPIC_PATH, APIError
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import note_tenant
 from policies.audit import AuditLog
@@ -82,12 +82,16 @@ class TenantRequest:
     cached_tokens: int = 0
     finish_reason: str | None = None
     queue_wait_s: float = 0.0
+    anthropic: bool = False
+    """Whether it came through the Anthropic door: its rate-limit headers carry Anthropic's names too."""
     headers: dict[str, str] = field(default_factory=dict)
     """Rate-limit headers every response of this request carries."""
     prompt: Any = None
     """The prompt, kept only when the tenant's policy audits prompts."""
     release: Any = None
     """An awaitable factory releasing what admission holds (idempotent), or None."""
+    reached_backend: bool = True
+    """False while its choices wait in a fair queue: refused there (or left by its client), it served nothing."""
 
 
 def tenant_of(request: Request) -> TenantRequest | None:
@@ -122,7 +126,7 @@ class TenantMiddleware:
         state["gate"] = self.gate
         request_id = state.get("request_id", "")
         try:
-            caller = authenticate(self.store, dict(scope["headers"]))
+            caller = authenticate(self.store, scope["headers"])
         except AuthError as exc:
             self._audit(None, request_id, 401, time.monotonic())
             error = APIError(str(exc), status=401, code="invalid_api_key")
@@ -138,7 +142,7 @@ class TenantMiddleware:
             )
             await error.response(scope["path"])(scope, receive, send)
             return
-        tenant = state["tenant"] = TenantRequest(caller, request_id)
+        tenant = state["tenant"] = TenantRequest(caller, request_id, anthropic=scope["path"].startswith(ANTHROPIC_PATH))
         note_tenant(caller.policy.tenant)
         status = 500
 

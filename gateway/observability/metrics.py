@@ -279,19 +279,39 @@ class LoopTasksCollector(Collector):
         )
 
 
-class StoreErrorsCollector(Collector):
-    """gateway:limiter_store_errors_total: calls to the tenant limits' store (Redis) that failed or timed out, each
-    answered by the tenant's on_store_error; read at scrape time from `count`."""
+class ScrapedValue(Collector):
+    """One unlabelled counter or gauge (`family`) read at scrape time from `value`."""
 
-    def __init__(self, count: Callable[[], int]):
-        self._count = count
+    def __init__(
+        self,
+        family: type[CounterMetricFamily | GaugeMetricFamily],
+        name: str,
+        documentation: str,
+        value: Callable[[], float],
+    ):
+        self._family, self._name, self._documentation, self._value = family, name, documentation, value
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        yield CounterMetricFamily(
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        yield self._family(self._name, self._documentation, value=self._value())
+
+
+def policy_collectors(store_errors: Callable[[], int], policy_problems: Callable[[], int]) -> list[ScrapedValue]:
+    """gateway:limiter_store_errors_total (calls to the limits' store that failed or timed out, each answered by the
+    tenant's on_store_error) and gateway:policy_problems (policy files the last load rejected, start-up included)."""
+    return [
+        ScrapedValue(
+            CounterMetricFamily,
             "gateway:limiter_store_errors",
             "Calls to the limits' store that failed or timed out (each tenant's on_store_error applied)",
-            value=self._count(),
-        )
+            store_errors,
+        ),
+        ScrapedValue(
+            GaugeMetricFamily,
+            "gateway:policy_problems",
+            "Policy files the last load rejected (each keeps its last good version; one never loaded, no tenant)",
+            policy_problems,
+        ),
+    ]
 
 
 class RunningCollector(Collector):

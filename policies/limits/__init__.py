@@ -14,9 +14,11 @@ The API (a contract with the policy engine):
     it reserves its own slot and tokens, refused past those limits.
     Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
     answers, whatever was reserved is taken back whole (request, tokens, slot; a joined charge stays).
-  - `await limiter.settle(admission, used_tokens)`: replaces the reservation with real usage (prompt + completion
-    tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a refused
-    admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the charge.
+  - `await limiter.settle(admission, used_tokens, void=False)`: replaces the reservation with real usage (prompt +
+    completion tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a
+    refused admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the
+    charge. `void=True`: the admission served nothing (refused by a fair queue, its client left while it waited): its
+    tokens and, unless another admit of its charge served it, its request are taken back.
     When the store is unreachable it returns after the first try and retries in the background
     (`limiter.settle_retry_delays_s`, then whenever the store answers again, for `settle_give_up_s` at most: an
     outage longer than the first retries must not hold a tenant's concurrency slot for the whole lease);
@@ -25,7 +27,8 @@ The API (a contract with the policy engine):
     `retry_after_s` (exact: when enough of the window frees; None when the request alone exceeds the limit and
     never fits; 1 s for a concurrency refusal, whose end no store can predict), `headers` (OpenAI's
     `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the per-minute limits the tenant has, `retry-after`
-    and `retry-after-ms` on a refusal), `status` (200, 429, or 503 for a closed store error), `store_error`.
+    and `retry-after-ms` on a refusal), `status` (200, 429, or 503 for a closed store error), `store_error`,
+    `reset_at_s` (when the per-minute window is empty again, epoch seconds: Anthropic's `anthropic-ratelimit-*-reset`).
   - Store errors: `on_store_error="open"` admits (logged, counted), "closed" refuses with status 503; both count in
     `limiter.store_errors` and set `limiter.store_healthy` False until a call succeeds again; an admit that failed
     is taken back in the background as a cancelled one is (the store may have run it before its answer was lost);

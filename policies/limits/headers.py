@@ -1,8 +1,10 @@
-"""OpenAI's rate-limit headers (`x-ratelimit-*`, `retry-after`) from a store's verdict."""
+"""OpenAI's rate-limit headers (`x-ratelimit-*`, `retry-after`) from a store's verdict, and Anthropic's names for them."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
+from collections.abc import Mapping
 
 from .model import Limits, Verdict
 
@@ -42,4 +44,17 @@ def rate_limit_headers(limits: Limits, verdict: Verdict) -> dict[str, str]:
     if not verdict.allowed and verdict.retry_ms is not None:
         headers["retry-after"] = str(max(1, math.ceil(verdict.retry_ms / 1000)))
         headers["retry-after-ms"] = str(max(0, verdict.retry_ms))
+    return headers
+
+
+def anthropic_rate_limit_headers(openai: Mapping[str, str], reset_at_s: float) -> dict[str, str]:
+    """Anthropic's names for the same figures (`anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`), the
+    reset as the RFC 3339 time at which the window is empty again (`reset_at_s`, epoch seconds)."""
+    reset = dt.datetime.fromtimestamp(math.ceil(reset_at_s), dt.UTC).isoformat().replace("+00:00", "Z")
+    headers: dict[str, str] = {}
+    for kind in ("requests", "tokens"):
+        if f"x-ratelimit-limit-{kind}" in openai:
+            headers[f"anthropic-ratelimit-{kind}-limit"] = openai[f"x-ratelimit-limit-{kind}"]
+            headers[f"anthropic-ratelimit-{kind}-remaining"] = openai[f"x-ratelimit-remaining-{kind}"]
+            headers[f"anthropic-ratelimit-{kind}-reset"] = reset
     return headers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine
@@ -90,6 +91,7 @@ class Limiter(ABC):
             tenant=tenant,
             charge_id=charge_id,
             holder=holder if verdict.allowed else "",
+            reset_at_s=time.time() + verdict.reset_ms / 1000,
         )
 
     async def _undo(self, attempt: asyncio.Future, admission: Admission) -> None:
@@ -102,8 +104,10 @@ class Limiter(ABC):
                 return
         await self._settle_with_retries(admission, 0, void=True)  # unanswered: the store may have run it all the same
 
-    async def settle(self, admission: Admission, used_tokens: int) -> None:
+    async def settle(self, admission: Admission, used_tokens: int, *, void: bool = False) -> None:
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
+        `void`: the admission served nothing (it never reached a backend): its request and tokens are taken back
+        as if never made (the request stays counted when another admission of its charge served it).
 
         Returns after the first try; when the store is unreachable, tries again in the background after each of
         `settle_retry_delays_s`, then (unless they are none, until `close()`) at once when the store answers another
@@ -114,7 +118,7 @@ class Limiter(ABC):
         if not admission.holder:
             return
         first_try = asyncio.get_running_loop().create_future()
-        self._track(self._settle_with_retries(admission, _bounded(used_tokens), first_try))
+        self._track(self._settle_with_retries(admission, 0 if void else _bounded(used_tokens), first_try, void=void))
         await asyncio.shield(first_try)
 
     def _track(self, work: Coroutine[Any, Any, None]) -> None:

@@ -65,3 +65,4 @@ class Admission:
     tenant: str = ""
     charge_id: str = ""
     holder: str = ""  # this admit's handle on the charge; "" when nothing was reserved (settle is then a no-op)
+    reset_at_s: float = 0.0  # when the per-minute window is empty again (epoch seconds; `x-ratelimit-reset-*`)

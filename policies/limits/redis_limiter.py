@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from functools import partial
+from collections.abc import Callable
 
-import redis.asyncio as redis
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from .limiter import Limiter, StoreUnavailable
 from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict
-from .redis_idle import sweep_idle_forever
+from .redis_calls import BoundedRedis
 from .redis_scripts import ADMIT, SETTLE
-
-CALLS_AT_ONCE = 64
-"""Calls to Redis in flight at once, each on a pooled connection; more wait their turn (for timeout_s at most) instead
-of failing: redis-py's pool refuses a call past its max_connections ('Too many connections'), which turned a burst
-of requests on a healthy Redis into store errors (503s for tenants that fail closed)."""
 
 
 def _arg(limit: int | None) -> int:
@@ -53,35 +44,19 @@ class RedisLimiter(Limiter):
         clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__()
-        self._redis = redis.Redis.from_url(
+        self._calls = BoundedRedis(
             url,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
+            timeout_s,
             retry=Retry(NoBackoff(), 1),  # one immediate retry: a pooled connection the server dropped
             health_check_interval=0,
-            max_connections=CALLS_AT_ONCE,
         )
-        self._timeout_s = timeout_s
-        self._calls = asyncio.Semaphore(CALLS_AT_ONCE)
+        self._redis = self._calls.client
         self._prefix = prefix
         self._lease_ms = int(lease_s * 1000)
         self._clock = clock
         self._admit_script = self._redis.register_script(ADMIT)
         self._settle_script = self._redis.register_script(SETTLE)
-        self.background.append(partial(sweep_idle_forever, self._redis.connection_pool))
-
-    @asynccontextmanager
-    async def _turn(self) -> AsyncIterator[None]:
-        """One of the CALLS_AT_ONCE calls; StoreUnavailable when none frees within timeout_s (a stalled store)."""
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._calls.acquire()
-        except TimeoutError:
-            raise StoreUnavailable(f"{CALLS_AT_ONCE} calls to Redis unanswered for {self._timeout_s:g} s") from None
-        try:
-            yield
-        finally:
-            self._calls.release()
+        self.background += self._calls.background
 
     def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
@@ -113,7 +88,7 @@ class RedisLimiter(Limiter):
             FREE_JOINS,
         ]
         try:
-            async with self._turn():
+            async with self._calls.turn():
                 allowed, limit, retry, requests, tokens_used, reset, member = await self._admit_script(
                     self._keys(tenant, charge_id), args
                 )
@@ -132,14 +107,14 @@ class RedisLimiter(Limiter):
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
         try:
             args = [self._now_arg(), holder, used_tokens, int(void)]
-            async with self._turn():
+            async with self._calls.turn():
                 await self._settle_script(self._keys(tenant, charge_id), args)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
 
     async def _ping(self) -> None:
         try:
-            async with self._turn():
+            async with self._calls.turn():
                 await self._redis.ping()
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc

@@ -18,6 +18,7 @@ from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
 from policies.audit import AuditLog
 from policies.limits import MemoryLimiter
+from policies.limits.redis_calls import CALLS_AT_ONCE
 from policies.store import PolicyStore
 from tests.faults.tcp_proxy import TcpFaultProxy
 from tests.gateway.http_server import serve
@@ -87,6 +88,24 @@ def test_another_owners_record_is_missing(kind, redis_url):
 def test_redis_records_expire(redis_url):
     run(RedisStore(redis_url, ttl_s=120, prefix="t:").put(record("r2")))
     assert 0 < redis.Redis.from_url(redis_url).ttl("t:r2") <= 120
+
+
+def test_a_burst_shares_a_few_connections_and_none_fails(redis_url):
+    """150 calls at once (a burst of Responses requests): each waits for one of the store's pooled connections; none
+    is refused (redis-py's default pool of 100 refused the rest: 503s on a healthy Redis)."""
+    admin = redis.Redis.from_url(redis_url)
+
+    async def burst() -> int:
+        store = RedisStore(redis_url, ttl_s=120, prefix="burst:", timeout_s=30)  # a loaded machine: never timed out
+        before = admin.info("clients")["connected_clients"]
+        await asyncio.gather(*(store.put(record(f"r{i}")) for i in range(150)))
+        found = await asyncio.gather(*(store.get(f"r{i}", None) for i in range(150)))
+        assert all(r is not None for r in found)
+        opened = admin.info("clients")["connected_clients"] - before
+        await store.close()
+        return opened
+
+    assert 0 < run(burst()) <= CALLS_AT_ONCE
 
 
 def test_redis_down_is_a_503():

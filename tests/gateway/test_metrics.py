@@ -17,6 +17,9 @@ from backends.sglang import SGLangBackend
 from gateway.app import create_app
 from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
 from gateway.observability.metrics import TenantLabels
+from gateway.process.config import GatewayConfig
+from gateway.process.policy_gate import policy_gate
+from policies.auth import hash_key
 from tests.dashboard import exposed_families, queried_metrics
 from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
@@ -215,3 +218,21 @@ def test_a_w3c_traceparent_is_forwarded_to_the_backend_and_logged(gateway, caplo
     assert forwarded == [trace, None, None]
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"][-3:]
     assert [line.get("trace_id") for line in lines] == ["4bf92f3577b34da6a3ce929d0e0e4736", None, None]
+
+
+def test_a_policy_file_rejected_at_start_up_shows_in_the_metrics(tmp_path):
+    """A broken file at start-up has no last good version: its tenant is absent, and no reload counted it;
+    gateway:policy_problems says so until a load accepts it."""
+    key = "sk-prometheus"
+    (tmp_path / "prometheus.yaml").write_text(
+        f"tenant: prometheus\nkeys:\n  - id: p\n    sha256: {hash_key(key)}\nmetrics: true\n"
+    )
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("tenant: broken\nkeys: []\npriority: urgent\n")
+    gate = policy_gate(tmp_path, None, tmp_path / "audit.jsonl", GatewayConfig(models=[]))
+    app = create_app(ModelRegistry([]), gate=gate)
+    with serve(app) as url, httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}) as client:
+        assert value(samples(client), "gateway:policy_problems") == 1
+        broken.unlink()
+        gate.store.reload()
+        assert value(samples(client), "gateway:policy_problems") == 0

@@ -1,16 +1,22 @@
 """The admission step's rules on their own: tools.strict rewrites every tool's strict flag, tools.allow
-names the first tool outside it, caps and defaults of max tokens; and the step is inert without policies."""
+names the first tool outside it, caps and defaults of max tokens, a fair queue's refusal counted nowhere; and the step
+is inert without policies."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from backends.base import BackendError
 from gateway.api.admission import RequestPolicy
-from gateway.api.tenancy import TenantRequest
+from gateway.api.tenancy import PolicyGate, TenantRequest
 from gateway.errors import APIError
 from gateway.types import ChatRequest
 from policies.auth import Caller
+from policies.limits import FairQueue, MemoryLimiter
 from policies.policy import Globs, Key, Limits, Policy
+from policies.store import PolicyStore
 
 
 def policy_with(**fields) -> RequestPolicy:
@@ -65,3 +71,49 @@ def test_inert_without_policies():
     chat = chat_with(("anything", False))
     assert rules.check_tools(chat) is chat and rules.cap(5000) == 5000 and rules.queued(None, 1) is None
     rules.check_max_tokens(10**6, "max_tokens")
+
+
+@pytest.mark.anyio
+async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path):
+    """Admitted by the limiter, then refused by a saturated model's queue (429, nothing reached a backend): its request
+    and tokens are taken back, as for any refusal, so a burst against a busy model does not eat the tenant's limits."""
+    queue = FairQueue(1)
+    gate = PolicyGate(PolicyStore(tmp_path), MemoryLimiter(), {"m": queue})
+    policy = Policy(
+        "t",
+        (Key("k", "0" * 64),),
+        Globs(("*",)),
+        Limits(requests_per_minute=10, tokens_per_minute=1000, queue_timeout_s=0.01),
+    )
+    model = SimpleNamespace(id="m")
+
+    async def never_reached():
+        raise AssertionError("a refused request reached the backend")
+        yield
+
+    async with queue.slot("another", 1, 1, 10):  # the model's one slot is busy
+        rules = RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), "rid"), gate)
+        events = await rules.admit(model, 30, 10, rules.queued(model, 40)(never_reached()), prompt_param="messages")
+        with pytest.raises(BackendError) as refused:
+            async for _ in events:
+                pass
+    assert refused.value.status == 429
+    probe = await gate.limiter.admit("t", policy.limiter_limits, "probe", 0)
+    assert probe.headers["x-ratelimit-remaining-requests"] == "9"  # the probe's alone
+    assert probe.headers["x-ratelimit-remaining-tokens"] == "1000"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("prompt_tokens", "param"), [(10, "max_output_tokens"), (70, "input")])
+async def test_a_request_that_never_fits_a_token_limit_names_the_field_to_lower(tmp_path, prompt_tokens, param):
+    """The 400 names the door's own field: its max tokens (`max_output_tokens` on the Responses door, not
+    `max_tokens`), or its prompt when the prompt alone is over the limit (no max tokens would make it fit)."""
+    gate = PolicyGate(PolicyStore(tmp_path), MemoryLimiter())
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(tokens_per_minute=60))
+    rules = RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), "rid"), gate)
+    events = rules.admit(
+        SimpleNamespace(id="m"), prompt_tokens, 100, None, prompt_param="input", max_tokens_param="max_output_tokens"
+    )
+    with pytest.raises(APIError) as refused:
+        await events
+    assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "tokens_exceed_limit")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -145,6 +146,10 @@ def test_keys_missing_unknown_expired_and_header_styles(client):
     assert expired.status_code == 401 and "expired on 2020-01-31" in expired.json()["error"]["message"]
     for header in ("api-key", "x-api-key"):
         assert client.get("/v1/models", headers={header: key_of("beta")}).status_code == 200
+    two_keys = [("authorization", f"Bearer {key_of('alpha')}"), ("authorization", f"Bearer {key_of('gamma')}")]
+    ambiguous = client.get("/v1/models", headers=two_keys)  # the last one used to win: which tenant, a guess
+    assert ambiguous.status_code == 401 and "several different 'authorization'" in ambiguous.json()["error"]["message"]
+    assert client.get("/v1/models", headers=[two_keys[0], two_keys[0]]).status_code == 200  # the same key twice
     assert client.get("/health").status_code == 200
     described = client.get("/openapi.json")  # the API description, as vLLM serves it: no key
     assert described.status_code == 200 and "/v1/chat/completions" in described.json()["paths"]
@@ -228,6 +233,7 @@ def test_a_request_that_can_never_fit_a_token_limit_is_a_400(client):
     assert fits.status_code == 200, fits.text
     never = client.post("/v1/completions", headers=auth("tiny"), json={"model": "m-shared", "prompt": "fox " * 80})
     assert never.status_code == 400 and never.json()["error"]["code"] == "tokens_exceed_limit", never.text
+    assert never.json()["error"]["param"] == "prompt"  # the prompt alone is over: no max_tokens would make it fit
     assert "retry-after" not in never.headers
 
 
@@ -237,6 +243,16 @@ def test_rate_limit_headers_on_success(client):
     assert response.headers["x-ratelimit-limit-requests"] == "20"
     assert int(response.headers["x-ratelimit-remaining-requests"]) < 20
     assert response.headers["x-ratelimit-reset-requests"].endswith("s")
+    assert not any(name.startswith("anthropic-") for name in response.headers)
+    body = {"model": "m-shared", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    message = client.post("/v1/messages", headers={"x-api-key": key_of("rpm20")}, json=body)
+    assert message.status_code == 200, message.text
+    named = {k: v for k, v in message.headers.items() if k.startswith("anthropic-ratelimit-")}
+    assert set(named) == {f"anthropic-ratelimit-requests-{field}" for field in ("limit", "remaining", "reset")}
+    assert named["anthropic-ratelimit-requests-limit"] == "20"
+    assert named["anthropic-ratelimit-requests-remaining"] == message.headers["x-ratelimit-remaining-requests"]
+    reset = named["anthropic-ratelimit-requests-reset"]  # RFC 3339, as Anthropic writes it
+    assert reset.endswith("Z") and datetime.fromisoformat(reset).tzinfo is not None
 
 
 def test_fifty_parallel_clients_against_20_requests_per_minute_get_exactly_20(deployment, client):

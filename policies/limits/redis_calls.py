@@ -1,0 +1,49 @@
+"""A redis-py client whose calls are bounded: CALLS_AT_ONCE pooled connections, and a turn to wait for one.
+
+The limiter and the Redis response store share it. redis-py's pool refuses a call past its max_connections (100 by
+default in redis-py 8: 'Too many connections'), which turned a burst of requests on a healthy Redis into store errors
+(503s). So a call waits its turn, for `timeout_s` at most (a stalled store), then fails as any call to an unreachable
+Redis does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import redis.asyncio as redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .redis_idle import sweep_idle_forever
+
+CALLS_AT_ONCE = 64
+"""Calls to Redis in flight at once per client, each on a pooled connection; more wait their turn."""
+
+
+class BoundedRedis:
+    """`client` (redis-py, `options` passed on) with at most CALLS_AT_ONCE connections; `background` closes the idle
+    ones the server closed (redis_idle.py)."""
+
+    def __init__(self, url: str, timeout_s: float, **options: Any) -> None:
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, max_connections=CALLS_AT_ONCE, **options
+        )
+        self._timeout_s = timeout_s
+        self._calls = asyncio.Semaphore(CALLS_AT_ONCE)
+        self.background = [partial(sweep_idle_forever, self.client.connection_pool)]
+
+    @asynccontextmanager
+    async def turn(self) -> AsyncIterator[redis.Redis]:
+        """One of the CALLS_AT_ONCE calls; redis-py's TimeoutError (a RedisError) when none frees within timeout_s."""
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                await self._calls.acquire()
+        except TimeoutError:
+            raise RedisTimeoutError(f"{CALLS_AT_ONCE} calls to Redis unanswered for {self._timeout_s:g} s") from None
+        try:
+            yield self.client
+        finally:
+            self._calls.release()
