@@ -9,6 +9,8 @@ import socket
 import sys
 import time
 
+from backends.worker import passive_waits  # noqa: F401  # isort: skip (before torch: libgomp reads its wait policy once)
+
 import torch
 import uvicorn
 

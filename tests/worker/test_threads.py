@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -180,3 +183,30 @@ def test_a_fixed_count_is_set_on_the_engine_thread_not_the_starting_one(model, c
     finally:
         engine.stop()
         torch.set_num_threads(2)
+
+
+def _worker_child(code: str, **env: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter with the test process's environment less its OpenMP wait policy, plus `env`."""
+    clean = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+
+def test_the_worker_loads_torch_with_passive_openmp_waits():
+    """libgomp reads its wait policy once, when torch loads it: the worker's entry point sets it first, so its
+    threads do not spin (GOMP_SPINCOUNT 0; libgomp's default spins 300,000 times before it sleeps)."""
+    shown = _worker_child("import backends.worker.__main__", OMP_DISPLAY_ENV="VERBOSE").stderr
+    assert "GOMP_SPINCOUNT = '0'" in shown, shown[-2000:]
+
+
+def test_an_openmp_wait_policy_in_the_environment_wins():
+    code = "import os; from backends.worker import passive_waits; print(os.environ['OMP_WAIT_POLICY'])"
+    assert _worker_child(code, OMP_WAIT_POLICY="ACTIVE").stdout.strip() == "ACTIVE"
