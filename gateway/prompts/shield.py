@@ -11,7 +11,8 @@ nonce is random per request and re-drawn until no request string contains its
 prefix, so a client who types marker syntax gets plain text back. After
 rendering, the encoder cuts only at spellings the template wrote; markers are
 spelled back inside the plain-text regions between cuts, which are encoded with
-no added token matched.
+no added token matched. A marked string (`Marked`) still sorts as the client's own
+string, so an encoder that sorts keys gives the order, and the prompt, of the client's strings.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
@@ -77,6 +78,38 @@ class Shield:
         return self._pattern.sub(lambda m: self.originals[int(m.group(1))], text)
 
 
+class Marked(str):
+    """A client string with markers in place of its spellings, which compares for order as the client's own string:
+    an encoder or template that sorts keys (Kimi K3's tool declaration) orders them as for the client's strings, not
+    by the marker's random nonce."""
+
+    original: str
+
+    def __new__(cls, marked: str, original: str) -> Self:
+        text = super().__new__(cls, marked)
+        text.original = original
+        return text
+
+    def __getnewargs__(self) -> tuple[str, str]:  # copies and pickles
+        return str(self), self.original
+
+    def __lt__(self, other: object) -> bool:
+        return self.original < _original(other) if isinstance(other, str) else NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        return self.original <= _original(other) if isinstance(other, str) else NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        return self.original > _original(other) if isinstance(other, str) else NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        return self.original >= _original(other) if isinstance(other, str) else NotImplemented
+
+
+def _original(text: str) -> str:
+    return text.original if isinstance(text, Marked) else text
+
+
 class _PrefixTaken(Exception):
     """A request string holds the drawn marker prefix: draw another."""
 
@@ -127,7 +160,8 @@ class Shielder:
                 return text
             end = self._open_end(text)
             body = self._spelling.sub(lambda m: m.group() if m.group() in keep else marker(m.group()), text[:end])
-            return body + marker(text[end:]) if end < len(text) else body
+            marked = body + marker(text[end:]) if end < len(text) else body
+            return text if marked == text else Marked(marked, text)
 
         def deep(value: Any) -> Any:
             if isinstance(value, str):
