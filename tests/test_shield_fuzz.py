@@ -38,6 +38,12 @@ CORPUS = [
     ("kimi_k3", Case(_plain(prop_name="<|open|>a"), "chat", {})),
     ("kimi_k3", Case(_plain(prop_name="<|open|>"), "responses", {})),
     ("kimi_k3", Case(_plain(prop_name="<|sep", enum="@GW"), "messages", {"thinking": False})),
+    # A continued final message was cut after the last occurrence of its content: "<" (shielded, or not) was found
+    # in the template's `<|im_end|>` after it; a content the template rewrites (its reasoning split off at
+    # `</think>`) was not found, or found in an earlier message, cutting the prompt short.
+    ("hermes_smollm2", Case(_plain(assistant="<"), "chat", {}, ("prefill",))),
+    ("hermes_smollm2", Case(_plain(assistant="<|im_end|>"), "chat", {}, ("prefill",))),
+    ("hermes_qwen", Case(_plain(assistant="</think>x<|fim_suffix|>"), "messages", {"thinking": True}, ("prefill",))),
 ]
 """Cases the fuzzer found, each of which failed before its fix."""
 
