@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
 from gateway.prompts.encoding import _PLAIN, PromptEncoder, _plain_document, _top_level_spans
@@ -65,6 +65,20 @@ def test_typed_marker_syntax_comes_back_verbatim(smol):
     text, ids = encode(smol, req)
     assert typed in text
     assert ids.count(2) == 1
+
+
+def test_markers_never_hold_an_added_token_of_the_vocabulary() -> None:
+    """A vocabulary with an added token that every `@GW<hex>:<n>@` marker holds gets markers of other characters:
+    the encoder cut such markers at the token, which then stood in the prompt, and the client's spelling never came
+    back."""
+    tokenizer = Tokenizer.from_str(load_checkpoint().tokenizer.to_str())
+    edges = ["@G", ":0@"]  # every marker begins with the one and its first ends with the other
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in edges])
+    encoder = PromptEncoder(tokenizer)
+    content = "hi <|im_start|> there"
+    text, ids = encode(encoder, ChatRequest(messages=[{"role": "user", "content": content}]))
+    assert content in text and tokenizer.decode(ids, skip_special_tokens=False) == text
+    assert not {tokenizer.token_to_id(token) for token in edges} & set(ids) and ids.count(1) == 2
 
 
 def test_keep_list_applies_to_assistant_content_only(deepseek):

@@ -8,7 +8,9 @@ a string's open end: its longest tail that begins a spelling (`</think` of a key
 the template closes with `>`, `<|im_` of a system message the template joins to
 the next one), since the template may complete it into a spelling. The
 nonce is random per request and re-drawn until no request string contains its
-prefix, so a client who types marker syntax gets plain text back. After
+prefix, so a client who types marker syntax gets plain text back. A vocabulary with
+an added token that such a marker could hold or reach across (`@`, `:0@`) gets
+markers of Private Use characters instead (`MarkerSyntax.safe_for`). After
 rendering, the encoder cuts only at spellings the template wrote; markers are
 spelled back inside the plain-text regions between cuts, which are encoded with
 no added token matched. A marked string (`Marked`) still sorts as the client's own
@@ -60,22 +62,60 @@ def _trie_regex(node: dict[str, dict]) -> str:
     return "(?:" + "|".join(branches) + ("|)" if ends_here else ")")
 
 
+@dataclass(frozen=True)
+class MarkerSyntax:
+    """How markers are written: `{open}{nonce}{sep}{number}{close}`, the nonce 16 of `digits`, the number in their
+    first ten. Safe for a vocabulary when no spelling can match within a marker or across its edges."""
+
+    open: str
+    sep: str
+    close: str
+    digits: str
+
+    def prefix(self) -> str:
+        """A new random prefix: `open`, the nonce, `sep`."""
+        return self.open + "".join(self.digits[int(c, 16)] for c in secrets.token_hex(8)) + self.sep
+
+    def number(self, n: int) -> str:
+        return "".join(self.digits[int(c)] for c in str(n)) + self.close
+
+    def pattern(self, prefix: str) -> re.Pattern[str]:
+        return re.compile(re.escape(prefix) + f"([{re.escape(self.digits[:10])}]+)" + re.escape(self.close))
+
+    def index(self, number: str) -> int:
+        return int(number.translate({ord(c): str(i) for i, c in enumerate(self.digits[:10])}))
+
+    def safe_for(self, spellings: Iterable[str]) -> bool:
+        """No spelling holds an edge character (`open`'s first, `close`): none can reach across a marker's edge;
+        and none is made of the inner characters alone: none can lie within one."""
+        edges = {self.open[0], self.close}
+        inner = set(self.open[1:] + self.sep + self.digits)
+        return not any(edges & set(s) or set(s) <= inner for s in spellings)
+
+
+ASCII_MARKERS = MarkerSyntax("@GW", ":", "@", "0123456789abcdef")
+"""`@GW<nonce>:<n>@`: kept through JSON escaping (a template's `tojson`, ASCII-only or not) and attribute escaping."""
+PRIVATE_MARKERS = MarkerSyntax("\ue000", "\ue001", "\ue002", "".join(map(chr, range(0xE010, 0xE020))))
+"""For a vocabulary with an added token that ASCII markers could hold (`@`, a digit, `a`): Private Use characters."""
+
+
 @dataclass
 class Shield:
     """The markers one request's strings were given, and how to spell them back."""
 
     prefix: str
     originals: list[str]
+    syntax: MarkerSyntax = ASCII_MARKERS
 
     @cached_property
     def _pattern(self) -> re.Pattern[str]:
-        return re.compile(re.escape(self.prefix) + r"(\d+)@")
+        return self.syntax.pattern(self.prefix)
 
     def restore(self, text: str) -> str:
         """`text` with every marker replaced by the spelling it hides."""
         if not self.originals or self.prefix not in text:
             return text
-        return self._pattern.sub(lambda m: self.originals[int(m.group(1))], text)
+        return self._pattern.sub(lambda m: self.originals[self.syntax.index(m.group(1))], text)
 
 
 class Marked(str):
@@ -127,6 +167,9 @@ class Shielder:
         self._in_dump = spelling_pattern(spellings | {opening + '"' for opening in self._openings})
         # A JSON dump spells out every spelling its strings hold unless a spelling has a char JSON escapes.
         self._dump_holds_spellings = not any(_JSON_ESCAPED.search(s) for s in spellings)
+        self.syntax = next((m for m in (ASCII_MARKERS, PRIVATE_MARKERS) if m.safe_for(spellings)), None)
+        if self.syntax is None:
+            raise ValueError("no marker syntax is safe for this vocabulary's added tokens")
 
     def shield(
         self, request: ChatRequest, keep_in_assistant: frozenset[str] = frozenset()
@@ -134,7 +177,7 @@ class Shielder:
         """`request` with client strings that spell no added token (itself when none does), and its Shield."""
         while True:
             try:
-                return self._shield(request, keep_in_assistant, f"@GW{secrets.token_hex(8)}:")
+                return self._shield(request, keep_in_assistant, self.syntax.prefix())
             except _PrefixTaken:
                 continue
 
@@ -144,13 +187,13 @@ class Shielder:
         if self._spells_nothing(
             (request.messages, request.tools, request.response_format, request.template_kwargs), prefix
         ):
-            return request, Shield(prefix, [])
+            return request, Shield(prefix, [], self.syntax)
         markers: dict[str, str] = {}
 
         def marker(spelling: str) -> str:
             found = markers.get(spelling)
             if found is None:
-                found = markers[spelling] = f"{prefix}{len(markers)}@"
+                found = markers[spelling] = prefix + self.syntax.number(len(markers))
             return found
 
         def mark(text: str, keep: frozenset[str] = frozenset()) -> str:
@@ -191,7 +234,7 @@ class Shielder:
             response_format=deep(request.response_format),
             template_kwargs=deep(request.template_kwargs),
         )
-        return shielded, Shield(prefix, list(markers))
+        return shielded, Shield(prefix, list(markers), self.syntax)
 
     def _open_end(self, text: str) -> int:
         """Where `text`'s longest tail that is a proper prefix of a spelling starts; len(text) when none is."""
