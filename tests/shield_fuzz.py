@@ -165,7 +165,12 @@ def chat_body(s: dict[str, str], kwargs: dict[str, Any], shape: tuple[str, ...])
         "messages": [
             {"role": "system", "content": s["system"]},
             {"role": "user", "content": s["user"], "name": s["name"]},
-            {"role": "assistant", "content": s["assistant"], "reasoning_content": s["reasoning"]},
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": s["assistant"]}, {"type": "refusal", "refusal": s["user_b"]}],
+                "reasoning_content": s["reasoning"],
+                "name": s["name"],
+            },
             {"role": "user", "content": [{"type": "text", "text": s["user_a"]}, {"type": "text", "text": s["user_b"]}]},
             {
                 "role": "assistant",
@@ -178,13 +183,16 @@ def chat_body(s: dict[str, str], kwargs: dict[str, Any], shape: tuple[str, ...])
                     },
                 ],
             },
-            {"role": "tool", "tool_call_id": s["call_id"], "content": s["result"]},
+            {"role": "tool", "tool_call_id": s["call_id"], "content": s["result"], "name": s["name"]},
             {"role": "user", "content": s["user"]},
             *prefill,
         ],
         "tools": [{"type": "function", "function": _function(s)}],
         "response_format": {"type": "json_schema", "json_schema": _format(s)},
-        "chat_template_kwargs": {**kwargs, "extra": s["kwarg"]},
+        "chat_template_kwargs": {
+            **kwargs,
+            **dict.fromkeys(("extra", "date_string", "current_date", "model_identity"), s["kwarg"]),
+        },
     }
 
 
