@@ -2,7 +2,7 @@
 spellings and near misses (tests/shield_fuzz.py), checked against the neutral twin.
 
 The table gives, per family, the cases checked, those a door or template refused (skipped), the problems found and
-the CPU seconds; below it, one reproducer per problem (the laced strings, the door, the template kwargs and shape).
+the CPU seconds; below it, up to three reproducers per family (the laced strings, the door, the template kwargs and shape).
 `--no-shield` runs the same cases with the shield off, to show the check sees forged tokens.
 
     python bench/shield_fuzz.py [--family kimi_k3 ...] [--cases 200] [--seed 1] [--no-shield]
@@ -43,7 +43,7 @@ def main() -> None:
         cpu = time.process_time() - start
         refused = sum(shield_fuzz.REFUSED.values()) - refused
         print(f"| {name} | {args.cases * len(DOORS)} | {refused} | {len(found)} | {cpu:.1f} |", flush=True)
-        for problem, finding in {f.problem: f for f in found}.items():
+        for problem, finding in list({f.problem: f for f in found}.items())[:3]:
             strings = {k: v for k, v in finding.case.strings.items() if v != f"{k} text"}
             examples.append(f"    {name} [{finding.case.door} {finding.case.kwargs} {finding.case.shape}]: {problem}")
             examples.append(f"        {strings!r:.600}")
