@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
+from gateway.models.registry import served_model_from_checkpoint
 from gateway.prompts.encoding import _PLAIN, PromptEncoder, _plain_document, _top_level_spans
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest
@@ -215,3 +216,24 @@ def test_the_plain_copy_replaces_the_two_fields_wherever_they_lie(smol) -> None:
     for layout in layouts:
         assert json.loads(_plain_document(layout)) == {**spec, "added_tokens": [], "post_processor": None}
     assert json.loads(smol._plain.to_str())["added_tokens"] == []
+
+
+def test_a_template_that_cases_or_sorts_client_strings_gets_them_back() -> None:
+    """`upper` / `lower` of a marked string spell its spellings back cased as the template cased the marker (the
+    marker stood in the prompt, nonce and all); Jinja's `dictsort`, which ignores case, orders marked keys as the
+    client's strings (it ordered them by the lowered marker)."""
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}|{{ m.content | lower }}<|im_end|>\n"
+        "{% endfor %}{% for k, v in tools[0].function.parameters.properties | dictsort %}{{ k }};{% endfor %}"
+    )
+    model = served_model_from_checkpoint("smol", load_checkpoint(), "hermes", None, {"chat_template": template})
+    properties = {key: {"type": "string"} for key in ("<|im_end|>a", "?b", "Zz")}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": properties}}}
+    request = ChatRequest(messages=[{"role": "user", "content": "Say <|im_end|> now"}], tools=[tool])
+    text, ids = model.encode_chat(request)
+    assert (
+        text
+        == model.family.render(request)
+        == ("<|im_start|>user\nSAY <|IM_END|> NOW|say <|im_end|> now<|im_end|>\n<|im_end|>a;?b;Zz;")
+    )
+    assert ids.count(2) == 1 and model.decode(ids) == text

@@ -14,7 +14,8 @@ markers of Private Use characters instead (`MarkerSyntax.safe_for`). After
 rendering, the encoder cuts only at spellings the template wrote; markers are
 spelled back inside the plain-text regions between cuts, which are encoded with
 no added token matched. A marked string (`Marked`) still sorts as the client's own
-string, so an encoder that sorts keys gives the order, and the prompt, of the client's strings.
+string, so an encoder that sorts keys gives the order, and the prompt, of the client's strings;
+a marker a template upper- or lower-cased comes back as its spelling so cased.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ class MarkerSyntax:
         return "".join(self.digits[int(c)] for c in str(n)) + self.close
 
     def pattern(self, prefix: str) -> re.Pattern[str]:
-        return re.compile(re.escape(prefix) + f"([{re.escape(self.digits[:10])}]+)" + re.escape(self.close))
+        """Markers of `prefix`, also as a template's `upper` or `lower` wrote them."""
+        digits = re.escape(self.digits[:10])
+        return re.compile(re.escape(prefix) + f"([{digits}]+)" + re.escape(self.close), re.IGNORECASE)
 
     def index(self, number: str) -> int:
         return int(number.translate({ord(c): str(i) for i, c in enumerate(self.digits[:10])}))
@@ -111,11 +114,25 @@ class Shield:
     def _pattern(self) -> re.Pattern[str]:
         return self.syntax.pattern(self.prefix)
 
+    @cached_property
+    def _prefixes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((self.prefix, self.prefix.upper(), self.prefix.lower())))
+
     def restore(self, text: str) -> str:
-        """`text` with every marker replaced by the spelling it hides."""
-        if not self.originals or self.prefix not in text:
+        """`text` with every marker replaced by the spelling it hides (upper- or lower-cased where a template's
+        `upper` or `lower` cased the marker)."""
+        if not self.originals or not any(p in text for p in self._prefixes):
             return text
-        return self._pattern.sub(lambda m: self.originals[self.syntax.index(m.group(1))], text)
+        return self._pattern.sub(self._spelled, text)
+
+    def _spelled(self, found: re.Match[str]) -> str:
+        n = self.syntax.index(found.group(1))
+        original, marker = self.originals[n], self.prefix + self.syntax.number(n)
+        if found.group() == marker:
+            return original
+        if found.group() == marker.upper():
+            return original.upper()
+        return original.lower() if found.group() == marker.lower() else original
 
 
 class Marked(str):
@@ -132,6 +149,12 @@ class Marked(str):
 
     def __getnewargs__(self) -> tuple[str, str]:  # copies and pickles
         return str(self), self.original
+
+    def lower(self) -> Marked:  # Jinja's `lower`, and its `sort` / `dictsort`, which ignore case
+        return Marked(str.lower(self), self.original.lower())
+
+    def upper(self) -> Marked:
+        return Marked(str.upper(self), self.original.upper())
 
     def __lt__(self, other: object) -> bool:
         return self.original < _original(other) if isinstance(other, str) else NotImplemented
