@@ -219,7 +219,8 @@ def test_the_plain_copy_replaces_the_two_fields_wherever_they_lie(smol) -> None:
 
 
 def test_a_template_that_cases_or_sorts_client_strings_gets_them_back() -> None:
-    """`upper` / `lower` of a marked string spell its spellings back cased as the template cased the marker (the
+    """A case variant of a spelling is shielded too (a template's `lower` made `<|IM_START|>` a token);
+    `upper` / `lower` of a marked string spell its spellings back cased as the template cased the marker (the
     marker stood in the prompt, nonce and all); Jinja's `dictsort`, which ignores case, orders marked keys as the
     client's strings (it ordered them by the lowered marker)."""
     template = (
@@ -229,11 +230,8 @@ def test_a_template_that_cases_or_sorts_client_strings_gets_them_back() -> None:
     model = served_model_from_checkpoint("smol", load_checkpoint(), "hermes", None, {"chat_template": template})
     properties = {key: {"type": "string"} for key in ("<|im_end|>a", "?b", "Zz")}
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": properties}}}
-    request = ChatRequest(messages=[{"role": "user", "content": "Say <|im_end|> now"}], tools=[tool])
+    request = ChatRequest(messages=[{"role": "user", "content": "Say <|im_end|> <|IM_START|>now"}], tools=[tool])
     text, ids = model.encode_chat(request)
-    assert (
-        text
-        == model.family.render(request)
-        == ("<|im_start|>user\nSAY <|IM_END|> NOW|say <|im_end|> now<|im_end|>\n<|im_end|>a;?b;Zz;")
-    )
-    assert ids.count(2) == 1 and model.decode(ids) == text
+    said = "SAY <|IM_END|> <|IM_START|>NOW|say <|im_end|> <|im_start|>now"
+    assert text == model.family.render(request) == f"<|im_start|>user\n{said}<|im_end|>\n<|im_end|>a;?b;Zz;"
+    assert ids.count(1) == 1 and ids.count(2) == 1 and model.decode(ids) == text

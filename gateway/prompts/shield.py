@@ -1,6 +1,7 @@
 """Added-token shielding: text a client writes can never become a control token.
 
-Before rendering, every added-token spelling inside client-written strings
+Before rendering, every added-token spelling (in any letter case, which a template's `lower`
+or `upper` could turn into the spelling) inside client-written strings
 (message content, reasoning, names, tool results, tool-call arguments and keys,
 tool definitions) is replaced by a marker `@GW<nonce>:<n>@`, one marker per
 distinct spelling, so equal client strings stay equal for the template. So is
@@ -36,7 +37,7 @@ _JSON_ESCAPED = re.compile(r'[\x00-\x1f"\\]')
 """Characters a JSON dump (orjson) writes as escapes; every other character is written as itself."""
 
 
-def spelling_pattern(spellings: Iterable[str]) -> re.Pattern[str] | None:
+def spelling_pattern(spellings: Iterable[str], ignore_case: bool = False) -> re.Pattern[str] | None:
     """A regex finding `spellings` leftmost first, the longest one at a position; None for none.
 
     Built as a trie (shared prefixes written once), so a scan costs about the same
@@ -49,7 +50,7 @@ def spelling_pattern(spellings: Iterable[str]) -> re.Pattern[str] | None:
             for char in spelling:
                 node = node.setdefault(char, {})
             node[""] = {}
-    return re.compile(_trie_regex(trie)) if trie else None
+    return re.compile(_trie_regex(trie), re.IGNORECASE if ignore_case else 0) if trie else None
 
 
 def _trie_regex(node: dict[str, dict]) -> str:
@@ -182,12 +183,13 @@ class Shielder:
 
     def __init__(self, spellings: Iterable[str]):
         spellings = set(spellings)
-        self._spelling = spelling_pattern(spellings)
-        self._openings = {s[:k] for s in spellings for k in range(1, len(s))}
+        # Spellings in any case: a template's `lower` or `upper` could make one of a case variant.
+        self._spelling = spelling_pattern(spellings, ignore_case=True)
+        self._openings = {s[:k].lower() for s in spellings for k in range(1, len(s))}
         """Every proper prefix of a spelling: what a string may end with that text after it could complete."""
         self._longest_opening = max(map(len, self._openings), default=0)
         # In a JSON dump, a spelling, or a string that ends with an opening (the opening, then the closing quote).
-        self._in_dump = spelling_pattern(spellings | {opening + '"' for opening in self._openings})
+        self._in_dump = spelling_pattern(spellings | {opening + '"' for opening in self._openings}, ignore_case=True)
         # A JSON dump spells out every spelling its strings hold unless a spelling has a char JSON escapes.
         self._dump_holds_spellings = not any(_JSON_ESCAPED.search(s) for s in spellings)
         self.syntax = next((m for m in (ASCII_MARKERS, PRIVATE_MARKERS) if m.safe_for(spellings)), None)
@@ -262,7 +264,7 @@ class Shielder:
     def _open_end(self, text: str) -> int:
         """Where `text`'s longest tail that is a proper prefix of a spelling starts; len(text) when none is."""
         for length in range(min(self._longest_opening, len(text)), 0, -1):
-            if text[-length:] in self._openings:
+            if text[-length:].lower() in self._openings:
                 return len(text) - length
         return len(text)
 
