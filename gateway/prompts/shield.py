@@ -75,8 +75,12 @@ class MarkerSyntax:
     digits: str
 
     def prefix(self) -> str:
-        """A new random prefix: `open`, the nonce, `sep`."""
-        return self.open + "".join(self.digits[int(c, 16)] for c in secrets.token_hex(8)) + self.sep
+        """A new random prefix: `open`, the nonce, `sep`; the nonce holds a letter where the digits have letters, so
+        a marker a template upper-cased shows it (an all-digit nonce was the same upper-cased, and came back uncased)."""
+        while True:
+            nonce = "".join(self.digits[int(c, 16)] for c in secrets.token_hex(8))
+            if nonce.upper() != nonce or self.digits.upper() == self.digits:
+                return self.open + nonce + self.sep
 
     def number(self, n: int) -> str:
         return "".join(self.digits[int(c)] for c in str(n)) + self.close
