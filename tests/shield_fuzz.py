@@ -103,6 +103,13 @@ class Subject:
         return pattern
 
     @cached_property
+    def any_case(self) -> re.Pattern[str]:
+        """Spellings in any letter case (a template may case client text): what the neutral twin replaces."""
+        pattern = spelling_pattern(self.spellings, ignore_case=True)
+        assert pattern is not None
+        return pattern
+
+    @cached_property
     def markers(self) -> list[str]:
         """The spellings the family's own prompts write (the likeliest to matter), found in a sample render."""
         text = self.model.family.render(_sample(self))
@@ -144,8 +151,8 @@ _VARIANTS: tuple[Callable[[random.Random, str], str], ...] = (
 
 
 def neutral(subject: Subject, case: Case) -> Case:
-    """`case` with every added-token spelling in its strings replaced by NEUTRAL."""
-    strings = {k: subject.pattern.sub(NEUTRAL, v) for k, v in case.strings.items()}
+    """`case` with every added-token spelling in its strings, in any letter case, replaced by NEUTRAL."""
+    strings = {k: subject.any_case.sub(NEUTRAL, v) for k, v in case.strings.items()}
     return Case(strings, case.door, case.kwargs, case.shape)
 
 
@@ -464,6 +471,7 @@ def subjects() -> dict[str, Callable[[], Subject]]:
     """Every family on the vocabularies its tests load (gemma4 needs a checkpoint template that is not offline)."""
     return {
         "hermes_smollm2": _hermes_smollm2,
+        "hermes_smollm2_cased": _hermes_cased,
         "hermes_qwen": lambda: _subject("hermes", _qwen(), "hermes"),
         "qwen3_xml": lambda: _subject("qwen3_xml", _qwen(), "qwen3_xml"),
         "glm45": lambda: _subject("glm45", _glm(), "glm45"),
@@ -494,6 +502,26 @@ def _hermes_smollm2() -> Subject:
     from gateway.models.registry import served_model_from_checkpoint
 
     return Subject("hermes_smollm2", served_model_from_checkpoint("smol", load_checkpoint(), "hermes", None), THINKING)
+
+
+CASED_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'user' %}{{ (m.content or '') | lower }}"
+    "{% elif m.role == 'system' %}{{ m.content | upper }}{% else %}{{ m.content or '' }}"
+    "{% for c in m.tool_calls or [] %}<tool_call>{{ c.function | tojson(sort_keys=True) }}</tool_call>{% endfor %}"
+    "{% endif %}<|im_end|>\n{% endfor %}"
+    "{% for t in tools or [] %}{% for k, v in t.function.parameters.properties | dictsort %}{{ k | upper }}: "
+    "{{ v | tojson }};{% endfor %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""A checkpoint template of this gateway's own that cases client text and sorts tool keys (`lower`, `upper`,
+`dictsort`, `tojson(sort_keys=True)`): what the shield must survive besides the families' own templates."""
+
+
+def _hermes_cased() -> Subject:
+    from backends.checkpoint import load_checkpoint
+    from gateway.models.registry import served_model_from_checkpoint
+
+    model = served_model_from_checkpoint("cased", load_checkpoint(), "hermes", None, {"chat_template": CASED_TEMPLATE})
+    return Subject("hermes_smollm2_cased", model, THINKING)
 
 
 @cache
