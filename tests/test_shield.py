@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import Tokenizer
+from tokenizers import AddedToken, Tokenizer
 
 from backends.checkpoint import load_checkpoint
+from gateway.models.registry import served_model_from_checkpoint
+from gateway.prompts import shield
 from gateway.prompts.encoding import _PLAIN, PromptEncoder, _plain_document, _top_level_spans
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest
@@ -65,6 +67,20 @@ def test_typed_marker_syntax_comes_back_verbatim(smol):
     text, ids = encode(smol, req)
     assert typed in text
     assert ids.count(2) == 1
+
+
+def test_markers_never_hold_an_added_token_of_the_vocabulary() -> None:
+    """A vocabulary with an added token that every `@GW<hex>:<n>@` marker holds gets markers of other characters:
+    the encoder cut such markers at the token, which then stood in the prompt, and the client's spelling never came
+    back."""
+    tokenizer = Tokenizer.from_str(load_checkpoint().tokenizer.to_str())
+    edges = ["@G", ":0@"]  # every marker begins with the one and its first ends with the other
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in edges])
+    encoder = PromptEncoder(tokenizer)
+    content = "hi <|im_start|> there"
+    text, ids = encode(encoder, ChatRequest(messages=[{"role": "user", "content": content}]))
+    assert content in text and tokenizer.decode(ids, skip_special_tokens=False) == text
+    assert not {tokenizer.token_to_id(token) for token in edges} & set(ids) and ids.count(1) == 2
 
 
 def test_keep_list_applies_to_assistant_content_only(deepseek):
@@ -201,3 +217,31 @@ def test_the_plain_copy_replaces_the_two_fields_wherever_they_lie(smol) -> None:
     for layout in layouts:
         assert json.loads(_plain_document(layout)) == {**spec, "added_tokens": [], "post_processor": None}
     assert json.loads(smol._plain.to_str())["added_tokens"] == []
+
+
+def test_a_template_that_cases_or_sorts_client_strings_gets_them_back() -> None:
+    """A case variant of a spelling is shielded too (a template's `lower` made `<|IM_START|>` a token);
+    `upper` / `lower` of a marked string spell its spellings back cased as the template cased the marker (the
+    marker stood in the prompt, nonce and all); Jinja's `dictsort`, which ignores case, orders marked keys as the
+    client's strings (it ordered them by the lowered marker)."""
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}|{{ m.content | lower }}<|im_end|>\n"
+        "{% endfor %}{% for k, v in tools[0].function.parameters.properties | dictsort %}{{ k }};{% endfor %}"
+    )
+    model = served_model_from_checkpoint("smol", load_checkpoint(), "hermes", None, {"chat_template": template})
+    properties = {key: {"type": "string"} for key in ("<|im_end|>a", "?b", "Zz")}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": properties}}}
+    request = ChatRequest(messages=[{"role": "user", "content": "Say <|im_end|> <|IM_START|>now"}], tools=[tool])
+    text, ids = model.encode_chat(request)
+    said = "SAY <|IM_END|> <|IM_START|>NOW|say <|im_end|> <|im_start|>now"
+    assert text == model.family.render(request) == f"<|im_start|>user\n{said}<|im_end|>\n<|im_end|>a;?b;Zz;"
+    assert ids.count(1) == 1 and ids.count(2) == 1 and model.decode(ids) == text
+
+
+def test_a_marker_shows_when_a_template_upper_cased_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An all-digit nonce is drawn again: its markers were the same upper-cased, so a spelling under `upper` came
+    back uncased."""
+    draws = iter(["7811214964803226", "78112149648032a6"])
+    monkeypatch.setattr(shield.secrets, "token_hex", lambda n: next(draws))
+    prefix = shield.ASCII_MARKERS.prefix()
+    assert prefix == "@GW78112149648032a6:" and prefix.upper() != prefix

@@ -126,6 +126,27 @@ def test_continue_final_message_ends_after_its_content() -> None:
         render(source, messages, continue_final_message=True)
 
 
+@pytest.mark.parametrize("content", ["m", "<", "im_end", "Say hi", "Say hi  "])
+def test_continue_final_message_cuts_where_the_content_ends(content: str) -> None:
+    """Not at the content's last occurrence, which may lie in the template's own text after the message (a content
+    "m" was cut inside `<|im_end|>`, leaving `<|im` in the prompt), or in an earlier message."""
+    messages = [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": content}]
+    prompt = render(smollm2().chat_template, messages, add_generation_prompt=False, continue_final_message=True)
+    assert prompt.endswith("<|im_start|>assistant\n" + content.rstrip())
+
+
+def test_continue_final_message_after_content_the_template_rewrites() -> None:
+    """A template that writes the content's answer apart from its reasoning is cut after the answer."""
+    source = (
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if '</think>' in m.content %}"
+        "<think>{{ m.content.split('</think>')[0] }}</think>\n{{ m.content.split('</think>')[1] }}"
+        "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor %}"
+    )
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "plan</think>So"}]
+    prompt = render(source, messages, add_generation_prompt=False, continue_final_message=True)
+    assert prompt.endswith("<|im_start|>assistant\n<think>plan</think>\nSo")
+
+
 def test_the_gateways_sandbox_answers_as_jinjas_own() -> None:
     """Its fast paths (a dict's item read as an attribute, a str's method) give what ImmutableSandboxedEnvironment
     gives, for the families' own templates and for the sandbox's refusals."""

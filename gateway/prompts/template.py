@@ -198,15 +198,40 @@ def render_chat_template(
         bos_token=bos_token or "",
         eos_token=eos_token or "",
     )
+    if continue_final_message:
+        return _render_continued(source, context, max_chars)
+    return _render(source, context, max_chars)
+
+
+def _render(source: str, context: dict[str, Any], max_chars: int) -> str:
+    """The template rendered with `context`: a kept render, or a new one (kept when the template is pure)."""
     key = _RENDERS.key(source, context, max_chars)
     rendered = _RENDERS.get(key) if key is not None else None
     if rendered is None:
         rendered = _render_bounded(compile_template(source), context, max_chars)
         if key is not None:
             _RENDERS.keep(key, rendered)
-    if continue_final_message:
-        rendered = _cut_after_final_message(rendered, messages)
     return rendered
+
+
+_CONTINUE = "\ue000gateway:continue\ue000"
+"""Written after the final message's content to find where that content ends in the render."""
+
+
+def _render_continued(source: str, context: dict[str, Any], max_chars: int) -> str:
+    """The prompt up to the end of the final message's content (its trailing whitespace left out), found by a mark
+    rendered right after the content; where the template does not write that mark once (it transforms the content, or
+    a message spells it), after the content's last occurrence, as transformers cuts. (A last occurrence can lie in the
+    template's text after the message: a content "m" cut inside `<|im_end|>` left `<|im` in the prompt.)"""
+    messages = context["messages"]
+    content = messages[-1].get("content") if messages else None
+    if not isinstance(content, str) or not content.strip():
+        raise TemplateError("continue_final_message needs a final message with text content")
+    marked = [*messages[:-1], {**messages[-1], "content": content + _CONTINUE}]
+    rendered = _render(source, {**context, "messages": marked}, max_chars)
+    if rendered.count(_CONTINUE) == 1:
+        return rendered[: rendered.index(_CONTINUE)].rstrip()
+    return _cut_after_final_message(_render(source, context, max_chars), messages)
 
 
 def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_chars: int) -> str:
@@ -230,10 +255,7 @@ def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_char
 
 
 def _cut_after_final_message(rendered: str, messages: list[dict[str, Any]]) -> str:
-    content = messages[-1].get("content") if messages else None
-    if not isinstance(content, str) or not content.strip():
-        raise TemplateError("continue_final_message needs a final message with text content")
-    text = content.rstrip()
+    text = messages[-1]["content"].rstrip()
     at = rendered.rfind(text)
     if at < 0:
         raise TemplateError("continue_final_message: the template does not render the final message verbatim")
