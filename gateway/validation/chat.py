@@ -267,9 +267,25 @@ def _check_modalities(fields: Fields) -> None:
 
 
 def parse_messages(fields: Fields) -> list[dict[str, Any]]:
-    messages = [_message(m) for m in fields.items("messages")]
+    messages = [_plain_message(m.value) or _message(m) for m in fields.items("messages")]
     check_tool_turns(messages, "messages")
     return messages
+
+
+_PLAIN_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+"""The roles of plain messages, as `_message` writes them."""
+
+
+def _plain_message(m: dict[str, Any]) -> dict[str, Any] | None:
+    """A message of a role above holding a string content and nothing else (most turns of a chat), as `_message`
+    reads it, without its field-by-field reads; None for any other message."""
+    if len(m) != 2:
+        return None
+    role, content = m.get("role"), m.get("content")
+    if type(role) is not str or type(content) is not str:
+        return None
+    role = _PLAIN_ROLES.get(role)
+    return None if role is None else {"role": role, "content": content}
 
 
 def check_tool_turns(messages: list[dict[str, Any]], param: str) -> None:
