@@ -267,7 +267,11 @@ def _check_modalities(fields: Fields) -> None:
 
 
 def parse_messages(fields: Fields) -> list[dict[str, Any]]:
-    messages = [_plain_message(m.value) or _message(m) for m in fields.items("messages")]
+    raw = fields.array("messages") or []
+    if all(type(m) is dict for m in raw):  # (else `items` names the first that is no object, before any is read)
+        messages = [_plain_message(m) or _message(fields.item("messages", i)) for i, m in enumerate(raw)]
+    else:
+        messages = [_message(m) for m in fields.items("messages")]
     check_tool_turns(messages, "messages")
     return messages
 

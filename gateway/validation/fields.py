@@ -177,8 +177,11 @@ class Fields:
         items = self.array(key, required=required)
         if not items:
             return []
-        decl = self.decl.field(key).items
-        return [Fields(item, decl, f"{self.param(key)}[{i}]") for i, item in enumerate(items)]
+        return [self.item(key, i) for i in range(len(items))]
+
+    def item(self, key: str, i: int) -> Fields:
+        """The declared object at index `i` of the array at `key` (read by `array` already)."""
+        return Fields(self.value[key][i], self.decl.field(key).items, f"{self.param(key)}[{i}]")
 
     def refuse(self, key: str) -> None:
         """400 when a refused field is given with a value other than null or the one it allows."""

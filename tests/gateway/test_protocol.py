@@ -254,6 +254,7 @@ def test_settings():
         (chat(max_tokens=0), "max_tokens"),
         (chat(max_completion_tokens="9"), "max_completion_tokens"),
         (chat(max_completion_tokens=5, max_tokens=0), "max_tokens"),  # the older name is checked too
+        (chat(messages=[{"role": "bogus"}, "x"]), "messages[1]"),  # no object among them: named before any is read
         (chat(n=0), "n"),
         (chat(n=MAX_N + 1), "n"),
         (chat(stop=["a", "b", "c", "d", "e"]), "stop"),
