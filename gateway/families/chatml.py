@@ -39,6 +39,11 @@ class ChatMLFamily(Family):
         """The ids of the markers this vocabulary has as added tokens (the grammar's markers)."""
         return MarkerTokens.of(self.context.tokenizer, TOKEN_MARKERS)
 
+    @cached_property
+    def marker_spellings(self) -> frozenset[str]:
+        """The markers that are added tokens in this vocabulary, by spelling."""
+        return frozenset(self.marker_tokens.ids)
+
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(
             request, self.opens_reasoning(request, prompt), self.calls, self.marker_tokens, self.stop_ids

@@ -108,6 +108,8 @@ def build_grammar(
 ) -> Grammar | None:
     """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside the think block; `markers`
     are the served vocabulary's marker tokens, `stops` the family's stop tokens."""
+    if request.response_format is None and not request.active_tools:
+        return None  # nothing constrains the answer (most requests: no work below)
     schema = answer_schema(request.response_format)
     strict = response_strict(request.response_format)
     answer_ebnf = None  # spelling-safe as argument values; a schema xgrammar cannot use is a 400, as before

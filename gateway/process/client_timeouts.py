@@ -29,7 +29,13 @@ def client_timeout_protocol(header_timeout_s: float, send_timeout_s: float) -> t
 
     class ClientTimeoutProtocol(HttpToolsProtocol):
         _read_timer: asyncio.TimerHandle | None = None
-        """The headers' deadline, or the body's next bytes'."""
+        """Fires at or before the read deadline: the headers', or the body's next bytes'. Moving the deadline later (a
+        request's headers, its body, the next request: several times a request) moves no timer; the timer, when it
+        fires early, waits on for the rest."""
+        _read_deadline: float | None = None
+        """Loop time by which the read must make progress (None: no read deadline)."""
+        _read_expired: Callable[[], None] | None = None
+        """What the read deadline's passing does."""
         _send_timer: asyncio.TimerHandle | None = None
         _in_body = False
         """Between a request's headers and its body's end."""
@@ -74,22 +80,34 @@ def client_timeout_protocol(header_timeout_s: float, send_timeout_s: float) -> t
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_read()
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
             if self._send_timer is not None:
                 self._send_timer.cancel()
                 self._send_timer = None
             super().connection_lost(exc)
 
         def _arm_read(self, expire: Callable[[], None]) -> None:
-            self._disarm_read()
-            self._read_timer = self.loop.call_later(header_timeout_s, expire)
+            self._read_deadline = deadline = self.loop.time() + header_timeout_s
+            self._read_expired = expire
+            if self._read_timer is None:
+                self._read_timer = self.loop.call_at(deadline, self._read_due)
 
         def _disarm_read(self) -> None:
-            if self._read_timer is not None:
-                self._read_timer.cancel()
-                self._read_timer = None
+            self._read_deadline = None  # a timer still pending finds nothing due
+
+        def _read_due(self) -> None:
+            deadline, self._read_timer = self._read_deadline, None
+            if deadline is None:
+                return
+            if self.loop.time() < deadline:  # the deadline moved since this timer was set
+                self._read_timer = self.loop.call_at(deadline, self._read_due)
+                return
+            self._read_deadline = None
+            self._read_expired()
 
         def _close(self) -> None:
-            self._read_timer = None
             if not self.transport.is_closing():
                 self.transport.close()
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import invalid
+from gateway.errors import APIError, invalid
 from gateway.types import ChatRequest
 from gateway.validation.declare import (
     Field,
@@ -247,12 +247,14 @@ def _check_tools_given(fields: Fields, tools: list[dict[str, Any]]) -> None:
     tools stays allowed, as vLLM allows it on purpose (clients such as Semantic Kernel always send it)."""
     if tools:
         return
-    for key, given in (
-        ("tool_choice", fields.get("tool_choice") not in (None, "none")),
-        ("parallel_tool_calls", fields.has("parallel_tool_calls")),
-    ):
-        if given:
-            raise invalid(f"Invalid value for '{key}': '{key}' is only allowed when 'tools' are specified.", key)
+    if fields.get("tool_choice") not in (None, "none"):
+        raise _needs_tools("tool_choice")
+    if fields.has("parallel_tool_calls"):
+        raise _needs_tools("parallel_tool_calls")
+
+
+def _needs_tools(key: str) -> APIError:
+    return invalid(f"Invalid value for '{key}': '{key}' is only allowed when 'tools' are specified.", key)
 
 
 def _check_modalities(fields: Fields) -> None:
@@ -265,9 +267,29 @@ def _check_modalities(fields: Fields) -> None:
 
 
 def parse_messages(fields: Fields) -> list[dict[str, Any]]:
-    messages = [_message(m) for m in fields.items("messages")]
+    raw = fields.array("messages") or []
+    if all(type(m) is dict for m in raw):  # (else `items` names the first that is no object, before any is read)
+        messages = [_plain_message(m) or _message(fields.item("messages", i)) for i, m in enumerate(raw)]
+    else:
+        messages = [_message(m) for m in fields.items("messages")]
     check_tool_turns(messages, "messages")
     return messages
+
+
+_PLAIN_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+"""The roles of plain messages, as `_message` writes them."""
+
+
+def _plain_message(m: dict[str, Any]) -> dict[str, Any] | None:
+    """A message of a role above holding a string content and nothing else (most turns of a chat), as `_message`
+    reads it, without its field-by-field reads; None for any other message."""
+    if len(m) != 2:
+        return None
+    role, content = m.get("role"), m.get("content")
+    if type(role) is not str or type(content) is not str:
+        return None
+    role = _PLAIN_ROLES.get(role)
+    return None if role is None else {"role": role, "content": content}
 
 
 def check_tool_turns(messages: list[dict[str, Any]], param: str) -> None:
@@ -291,10 +313,12 @@ def check_tool_turns(messages: list[dict[str, Any]], param: str) -> None:
                 )
             calls[call_id] = True
             continue
-        _check_answered(calls, called_at, param)
-        calls = dict.fromkeys((c["id"] for c in m.get("tool_calls", ())), False)
+        if calls:
+            _check_answered(calls, called_at, param)
+        tool_calls = m.get("tool_calls")
+        calls = dict.fromkeys((c["id"] for c in tool_calls), False) if tool_calls else {}
         called_at = i
-    if any(calls.values()):
+    if calls and any(calls.values()):
         _check_answered(calls, called_at, param)
 
 
@@ -432,9 +456,9 @@ def parse_tool_choice(
     """The tool choice and the tools the prompt declares; allowed_tools narrows the declared tools.
     `flat`: the Responses shape ({"type": "function", "name"}, allowed_tools' mode and tools on the choice)."""
     v = fields.get("tool_choice")
-    names = [t["function"]["name"] for t in tools]
     if v is None:
         return "auto", tools
+    names = [t["function"]["name"] for t in tools]
     if isinstance(v, str):
         if v not in TOOL_CHOICE_MODES:
             raise invalid(

@@ -151,6 +151,8 @@ class Fields:
 
     def mapping(self, key: str) -> dict[str, Any] | None:
         """A free JSON object (no declared fields of its own)."""
+        if self.value.get(key) is None and key in self._defaults:
+            return None
         _, v = self._given(key)
         if v is not None and not isinstance(v, dict):
             raise invalid(f"'{self.param(key)}' must be an object", self.param(key))
@@ -172,9 +174,14 @@ class Fields:
 
     def items(self, key: str, *, required: bool | None = None) -> list[Fields]:
         """The declared objects of the array at `key`."""
-        items = self.array(key, required=required) or []
-        decl = self.decl.field(key).items
-        return [Fields(item, decl, f"{self.param(key)}[{i}]") for i, item in enumerate(items)]
+        items = self.array(key, required=required)
+        if not items:
+            return []
+        return [self.item(key, i) for i in range(len(items))]
+
+    def item(self, key: str, i: int) -> Fields:
+        """The declared object at index `i` of the array at `key` (read by `array` already)."""
+        return Fields(self.value[key][i], self.decl.field(key).items, f"{self.param(key)}[{i}]")
 
     def refuse(self, key: str) -> None:
         """400 when a refused field is given with a value other than null or the one it allows."""
@@ -274,8 +281,11 @@ def parse_model(fields: Fields) -> str:
 def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> GenerationSettings:
     """The generation settings of a chat or completions body (logprobs are read by the caller)."""
     fields.refuse("logit_bias")
-    given = [fields.integer(key) for key in max_tokens_keys]  # each checked, the first given wins
-    max_tokens = next((v for v in given if v is not None), None)
+    max_tokens = None
+    for key in max_tokens_keys:  # each checked, the first given wins
+        given = fields.integer(key)
+        if max_tokens is None:
+            max_tokens = given
     stream = fields.boolean("stream")
     options = fields.obj("stream_options")
     include_usage = options.boolean("include_usage") if options else False

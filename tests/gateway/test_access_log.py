@@ -40,3 +40,76 @@ def test_probe_routes_log_at_debug(own_logging, capsys):
     configure_logging("info")
     log_access(RequestRecord("GET", "/health", status=200), "/health", 0.0)
     assert capsys.readouterr().err == ""
+
+
+class _Kept(logging.Handler):
+    """Keeps the records it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _access_line_written(capsys) -> str:
+    record = RequestRecord("POST", "/v1/chat/completions", request_id="r-2", status=200, model="m")
+    log_access(record, "/v1/chat/completions", record.started + 0.5)
+    return capsys.readouterr().err
+
+
+def test_handlers_and_filters_added_after_the_setup_see_every_access_line(own_logging, capsys):
+    """The setup's handler is written to directly only while it alone would get the line: a handler added to the
+    root or the access logger gets its record too, and a filter on the access logger still drops it."""
+    configure_logging("info")
+    kept = _Kept()
+    for logger in (logging.getLogger(), logging.getLogger("gateway.access")):
+        logger.addHandler(kept)
+        try:
+            assert len(_access_line_written(capsys).splitlines()) == 1  # the setup's handler still writes it
+        finally:
+            logger.removeHandler(kept)
+    assert [json.loads(r.getMessage())["request_id"] for r in kept.records] == ["r-2", "r-2"]
+    access = logging.getLogger("gateway.access")
+    access.addFilter(lambda r: False)
+    try:
+        assert _access_line_written(capsys) == ""
+    finally:
+        access.filters.clear()
+    assert _access_line_written(capsys) != ""
+
+
+def test_the_direct_write_is_what_logging_writes(own_logging, capsys):
+    """The line written without a LogRecord and the one logging's own path writes (a handler of the access logger
+    that takes nothing forces that path) are the same bytes, latency aside."""
+    configure_logging("info")
+    direct = json.loads(_access_line_written(capsys))
+    access = logging.getLogger("gateway.access")
+    idle = logging.NullHandler()
+    access.addHandler(idle)
+    try:
+        through_logging = json.loads(_access_line_written(capsys))
+    finally:
+        access.removeHandler(idle)
+    direct.pop("ts"), through_logging.pop("ts")
+    assert direct == through_logging
+
+
+def test_an_access_line_makes_no_log_record_under_the_process_setup(own_logging, capsys):
+    """Under `configure_logging` alone an access line is written without a LogRecord (the per-request cost of
+    logging's path: the record's ~20 fields, the handler chain's calls)."""
+    configure_logging("info")
+    made = []
+    factory = logging.getLogRecordFactory()
+
+    def counting(*args, **kwargs):
+        made.append(args[0])
+        return factory(*args, **kwargs)
+
+    logging.setLogRecordFactory(counting)
+    try:
+        assert _access_line_written(capsys).endswith("}\n")
+    finally:
+        logging.setLogRecordFactory(factory)
+    assert made == []

@@ -7,6 +7,7 @@ import asyncio
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import uvicorn
 from starlette.applications import Starlette
@@ -77,3 +78,48 @@ def test_a_pipelined_request_longer_than_the_header_timeout_is_answered():
                 data = client.recv(4096)
                 assert data, f"closed after {answers!r}"
                 answers += data
+
+
+class _Clock:
+    """A loop's `time` and `call_at`, by hand: the timers set, and what `advance` fires."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[tuple[float, object]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback) -> SimpleNamespace:
+        self.timers.append((when, callback))
+        return SimpleNamespace(cancel=lambda: self.timers.remove((when, callback)))
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        due = [t for t in self.timers if t[0] <= self.now]
+        self.timers = [t for t in self.timers if t[0] > self.now]
+        for _, callback in due:
+            callback()
+
+
+def test_moving_the_read_deadline_sets_no_timer_and_it_still_expires_on_time():
+    """A request moves the read deadline several times (headers, body, the next request's headers): one timer serves
+    them all, waiting on when it fires before the latest deadline; a deadline cleared expires nothing."""
+    protocol_class = client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S)
+    protocol = protocol_class.__new__(protocol_class)  # its timers alone: no connection, no uvicorn config
+    clock = _Clock()
+    protocol.loop = clock
+    expired: list[str] = []
+    protocol._arm_read(lambda: expired.append("headers"))
+    clock.advance(0.3)
+    protocol._arm_read(lambda: expired.append("body"))  # deadline 0.8
+    protocol._arm_read(lambda: expired.append("body"))
+    assert len(clock.timers) == 1
+    clock.advance(0.3)  # 0.6: the first timer fires before the deadline and waits on
+    assert expired == [] and [when for when, _ in clock.timers] == [0.8]
+    clock.advance(0.3)
+    assert expired == ["body"] and clock.timers == []
+    protocol._arm_read(lambda: expired.append("next headers"))
+    protocol._disarm_read()
+    clock.advance(1.0)
+    assert expired == ["body"] and clock.timers == []

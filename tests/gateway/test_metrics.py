@@ -10,13 +10,14 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
 from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
-from gateway.observability.metrics import TenantLabels
+from gateway.observability.metrics import OVERHEAD_BUCKETS, TenantLabels, _Tally
 from gateway.process.config import GatewayConfig
 from gateway.process.policy_gate import policy_gate
 from policies.auth import hash_key
@@ -186,6 +187,35 @@ def test_access_lines_say_how_an_answer_failed_or_was_cut_short(gateway, caplog)
         (200, error_event["code"], None),
         (200, None, True),
     ]
+
+
+def test_tallies_expose_what_the_library_own_updates_expose():
+    """A `_Tally` (the per-request updates without the library's per-call checks) leaves the exposition as the
+    library's own `inc` and `observe` do: every bucket edge, between edges, zero, past the last, NaN, infinity."""
+
+    def exposition(update) -> list[str]:
+        registry = CollectorRegistry()
+        counter = Counter("c", "c", ["m"], registry=registry).labels("x")
+        histogram = Histogram("h", "h", ["m"], buckets=OVERHEAD_BUCKETS, registry=registry).labels("x")
+        update(counter, histogram)
+        return [line for line in generate_latest(registry).decode().splitlines() if "_created" not in line]
+
+    amounts = [*OVERHEAD_BUCKETS, *(b * 1.5 for b in OVERHEAD_BUCKETS), 0.0, 1e-9, 99.0, float("nan"), float("inf")]
+
+    def library(counter, histogram) -> None:
+        for amount in amounts:
+            histogram.observe(amount)
+        for n in (1, 3, 20):
+            counter.inc(n)
+
+    def tallied(counter, histogram) -> None:
+        for amount in amounts:
+            _Tally(histogram).observe(amount)
+        for n in (1, 3, 20):
+            _Tally(counter).inc(n)
+
+    assert exposition(tallied) == exposition(library)
+    assert 'h_bucket{le="0.0001",m="x"} 3.0' in exposition(library)  # 0.0, 1e-9 and the edge itself
 
 
 def test_tenant_labels_are_capped():

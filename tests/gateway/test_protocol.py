@@ -6,7 +6,7 @@ import orjson
 import pytest
 
 from gateway.errors import APIError
-from gateway.validation.chat import EMPTY_PARAMETERS, parse_chat_completion
+from gateway.validation.chat import EMPTY_PARAMETERS, MESSAGE, _message, _plain_message, parse_chat_completion
 from gateway.validation.completions import MAX_CHOICES, parse_completion
 from gateway.validation.declare import Obj, array, boolean, integer, number, obj, refused, string
 from gateway.validation.fields import MAX_N, Fields
@@ -253,6 +253,8 @@ def test_settings():
         ),
         (chat(max_tokens=0), "max_tokens"),
         (chat(max_completion_tokens="9"), "max_completion_tokens"),
+        (chat(max_completion_tokens=5, max_tokens=0), "max_tokens"),  # the older name is checked too
+        (chat(messages=[{"role": "bogus"}, "x"]), "messages[1]"),  # no object among them: named before any is read
         (chat(n=0), "n"),
         (chat(n=MAX_N + 1), "n"),
         (chat(stop=["a", "b", "c", "d", "e"]), "stop"),
@@ -337,6 +339,27 @@ def test_tool_turns_modalities_metadata_and_continuous_usage_that_hold():
     assert req.settings.include_usage and req.settings.continuous_usage
     options = {"include_usage": False, "continuous_usage_stats": True}
     assert not parse_chat_completion(chat(stream=True, stream_options=options)).settings.continuous_usage
+
+
+def test_plain_messages_read_at_once_read_as_declared():
+    """A message read without its field-by-field reads (a role and a string content, nothing else) is what the
+    declared read makes of it; every other shape, and every message the declared read refuses, takes that read."""
+    roles = ["system", "developer", "user", "assistant", "tool", "bogus", "", 5, None, ["user"]]
+    contents = ["x", "", None, [], [{"type": "text", "text": "a"}], 5, {"text": "a"}]
+    extras = [{}, {"name": "n"}, {"name": None}, {"tool_call_id": "c1"}]
+    plain = 0
+    for role in roles:
+        for content in contents:
+            for extra in extras:
+                for m in ({"role": role, "content": content, **extra}, {"content": content, **extra}, {"role": role}):
+                    try:
+                        declared = _message(Fields(m, MESSAGE, "messages[0]"))
+                    except APIError:
+                        declared = None
+                    fast = _plain_message(m)
+                    assert fast is None or fast == declared, m
+                    plain += fast is not None
+    assert plain == 8  # four roles, two string contents
 
 
 def test_integral_floats_are_integers():

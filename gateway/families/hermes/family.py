@@ -42,5 +42,5 @@ class HermesFamily(ChatMLFamily):
             in_reasoning=self.opens_reasoning(request, prompt),
             forced_calls=request.calls_forced,
             continues=request.continue_final_message,
-            token_markers=frozenset(self.marker_tokens.ids),
+            token_markers=self.marker_spellings,
         )

@@ -1,0 +1,121 @@
+"""Instructions per call of a chat request's stages inside the gateway, counted by callgrind in one process.
+
+The model of `bench/overhead_bench.py` (the embedded SmolLM2 checkpoint, no backend needed: nothing is sent) and
+its request body; each stage is called `--calls` times after a warm-up with callgrind counting only then, less the
+loop's own cost. Run it from each checkout to compare two (the counts do not depend on the machine's load):
+
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/stages.%p \\
+        .venv/bin/python bench/request_stages.py [--calls 200] [--out /tmp/stages] [STAGE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from overhead_bench import CONFIG, MODEL, chat_body  # the bench folder is not a package: its path is added above
+
+from gateway.models.planning import plan_chat
+from gateway.models.registry import served_model
+from gateway.observability import access_log
+from gateway.observability.metrics import GatewayMetrics
+from gateway.observability.requests import RequestRecord
+from gateway.process.config import load_config
+from gateway.process.launch import start_models
+from gateway.validation.chat import parse_chat_completion
+
+BODY = orjson.loads(chat_body(1))
+"""The overhead bench's streamed chat, for one token."""
+TURNS = [
+    {"role": "system", "content": "Be brief."},
+    *(
+        {"role": role, "content": f"{role} turn {i} about the printing press"}
+        for i in range(5)
+        for role in ("user", "assistant")
+    ),
+    {"role": "user", "content": "And then?"},
+]
+
+
+def stages() -> dict[str, Callable[[], object]]:
+    """Each stage as a call, on one served model (its backend never reached)."""
+    config = Path(tempfile.mkdtemp(prefix="request-stages-")) / "gateway.yaml"
+    config.write_text(CONFIG.format(model=MODEL, url="http://127.0.0.1:9"))
+    registry = start_models(load_config(config), ExitStack())
+    metrics = GatewayMetrics(registry)
+    access_log.configure_logging("info")
+    for handler in access_log.logging.getLogger().handlers:
+        handler.setStream(open(os.devnull, "w"))  # noqa: SIM115  (open for the process's life)
+    parsed = parse_chat_completion(BODY)
+    model = served_model(registry, MODEL)
+    plan = plan_chat(model, parsed.chat, parsed.settings)
+    record = RequestRecord("POST", "/v1/chat/completions", status=200, model=MODEL, generating=True)
+    record.first_token, record.last_token, record.dispatched = (
+        record.started + 0.01,
+        record.started + 0.02,
+        record.started + 0.001,
+    )
+    record.prompt_tokens, record.completion_tokens, record.finish_reasons = len(plan.ids), 1, ["length"]
+    ended = record.started + 0.03
+    many_turns = {**BODY, "messages": TURNS}
+    return {
+        "nothing (the loop's own cost, taken off the others)": lambda: None,
+        "parse_chat_completion (the overhead bench's body)": lambda: parse_chat_completion(BODY),
+        f"parse_chat_completion ({len(TURNS)} messages)": lambda: parse_chat_completion(many_turns),
+        "plan_chat (render and prompt kept)": lambda: plan_chat(model, parsed.chat, parsed.settings),
+        "family.parser": lambda: model.family.parser(parsed.chat, plan.prompt),
+        "metrics.record_request": lambda: metrics.record_request(record, "/v1/chat/completions", ended),
+        "log_access": lambda: access_log.log_access(record, "/v1/chat/completions", ended),
+    }
+
+
+def counted(out: str, dump: int, work: Callable[[], object], calls: int) -> float:
+    """Instructions per call of `work` (callgrind's dump number `dump` of this process)."""
+
+    def control(*command: str) -> None:
+        subprocess.run(["callgrind_control", *command, str(os.getpid())], check=True, capture_output=True)
+
+    for _ in range(50):
+        work()
+    control("-z")
+    control("-i", "on")
+    for _ in range(calls):
+        work()
+    control("-i", "off")
+    control("-d")
+    text = Path(f"{out}.{os.getpid()}.{dump}").read_text()
+    return int(next(line for line in text.splitlines() if line.startswith("totals:")).split()[1]) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--out", default="/tmp/stages", help="callgrind's --callgrind-out-file, less its .%%p")
+    parser.add_argument("stage", nargs="*", help="stages to count (default: all), by the start of their name")
+    args = parser.parse_args()
+    every = stages()
+    gc.collect()
+    gc.freeze()  # as `gateway serve` does before serving
+    loop = next(iter(every))
+    chosen = [
+        name for name in every if name != loop and (not args.stage or any(name.startswith(s) for s in args.stage))
+    ]
+    counts = {name: counted(args.out, i, every[name], args.calls) for i, name in enumerate([loop, *chosen], 1)}
+    print("| stage | instructions per call |\n|---|---:|")
+    for name in chosen:
+        print(f"| {name} | {counts[name] - counts[loop]:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
