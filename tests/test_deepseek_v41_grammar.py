@@ -357,3 +357,12 @@ def test_a_deep_definition_is_written_once_for_all_its_parameters(compiler, voca
     grammar = grammar_of(request(tools=[tool], tool_choice="required"), vocabulary)
     assert len(grammar.text) < 60_000
     compiler.compile_structural_tag(grammar.text)
+
+
+def test_a_tool_that_is_not_strict_takes_any_parameters(compiler, checkpoint):
+    """As hermes, qwen3_xml and glm take any JSON object for `strict: false` (SGLang's structural tag too)."""
+    loose = {"type": "function", "function": {**ADD["function"], "strict": False}}
+    off_schema = calls(invoke("add", param("x", "abc"), param("other", "[1]", False)))
+    assert not accepts(compiler, checkpoint, request(tools=[ADD], tool_choice="required"), off_schema)
+    assert accepts(compiler, checkpoint, request(tools=[loose], tool_choice="required"), off_schema)
+    assert accepts(compiler, checkpoint, request(tools=[loose], tool_choice="required"), calls(SUM))

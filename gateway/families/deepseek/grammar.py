@@ -8,6 +8,8 @@ Policy (the same as the hermes family's):
 * response_format json_object / json_schema: the answer is that JSON; with
   tools and "auto" the answer is EITHER calls OR the JSON.
 * a prompt that opened `<think>` gets its reasoning up to `</think>` first.
+* a tool that says `strict: false` takes any parameters (names, raw or JSON values), as hermes, qwen3_xml and
+  glm take any JSON object for it.
 
 Markers: where the served vocabulary has `｜DSML｜` as an added token (V4,
 V4.1), every tag is `<` or `</`, that token by id, then its words as text,
@@ -204,8 +206,10 @@ class _Writer:
         return _seq([_const(_CALLS_LEAD), block])
 
     def invoke(self, function: dict[str, Any], param: str) -> Format:
-        """One call: parameters in schema order, each line ending in a newline; none at all is one newline."""
-        schema = function.get("parameters") or {}
+        """One call: parameters in schema order, each line ending in a newline; none at all is one newline. A tool
+        that says `strict: false` takes any parameters, as the tag families take any object for it (and SGLang's
+        structural tag for a tool that is not strict)."""
+        schema = (function.get("parameters") or {}) if function.get("strict") is not False else {}
         properties = schema.get("properties") or {}
         required = set(schema.get("required") or [])
         strict = function.get("strict") is True
