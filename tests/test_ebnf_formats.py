@@ -94,3 +94,17 @@ def test_rule_names_are_renamed_only_where_they_are_rules() -> None:
 def test_an_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="no EBNF"):
         EbnfWriter().grammar({"type": "tags_with_separator", "tags": []})
+
+
+def test_a_chain_of_shared_tails_is_a_rule_each_however_long() -> None:
+    """Gemma 4's optional members: tail k is held by tail k - 1 and by the alternative starting at k; 1,000 of them
+    are flat rules (nested, or written by recursion, they would pass Python's recursion limit)."""
+    tails = [{"type": "const_string", "value": ""}]
+    for i in range(1000):
+        later = {"type": "optional", "content": {"type": "const_string", "value": f",m{i}"}}
+        tails.append({"type": "sequence", "elements": [later, tails[-1]]})
+    alternatives = [{"type": "sequence", "elements": [{"type": "const_string", "value": f"m{i}"}, t]} for i, t in
+                    enumerate(tails[1:])]  # fmt: skip
+    ebnf = EbnfWriter().grammar({"type": "or", "elements": alternatives})
+    assert ebnf.count("::=") == 1 + 999 and max(line.count("(") for line in ebnf.splitlines()[1:]) <= 4
+    assert accepted(xg.Grammar.from_ebnf(ebnf), "m999,m998,m5")

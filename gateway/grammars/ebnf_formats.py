@@ -25,7 +25,10 @@ Format = dict[str, Any]
 _RULE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) ::=", re.MULTILINE)
 _EBNF_PARTS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|.', re.DOTALL)
 """A string literal, a character class, an identifier, or any other character of an EBNF grammar."""
-_COMPOUND = frozenset({"sequence", "or", "optional", "star", "plus"})
+_SHARED_KINDS = frozenset(
+    {"sequence", "or", "optional", "star", "plus", "any_tokens", "exclude_token", "any_text", "dispatch"}
+)
+"""Formats written once as a rule where the same object is used again (a token or a literal is short enough to repeat)."""
 _REPEATS = {"optional": "?", "star": "*", "plus": "+"}
 
 
@@ -35,23 +38,21 @@ class EbnfWriter:
     def __init__(self) -> None:
         self._rules: list[str] = []
         self._embedded: dict[str, str] = {}
-        self._reused: set[int] = set()
         self._named_formats: dict[int, str] = {}
 
     def grammar(self, fmt: Format) -> str:
-        """The EBNF whose `root` is `fmt`; a format object found more than once in it (one invoke in a call and
-        in the calls after it) is one rule."""
-        self._reused = _reused(fmt)
+        """The EBNF whose `root` is `fmt`. A format object found more than once in it (one invoke in a call and in
+        the calls after it; the shared tails of a chain) is one rule, written before the formats that hold it, so
+        a chain of shared formats n long is n rules, never n nested expressions or Python calls."""
+        shared = _shared_in_post_order(fmt)
+        for node in shared:
+            self._named_formats[id(node)] = self._add_rule(self._written(node))
         root = self.expression(fmt)
         return "\n".join([f"root ::= {root}", *self._rules]) + "\n"
 
     def expression(self, fmt: Format) -> str:
         """An EBNF expression for `fmt` (rules it needs are added)."""
-        if id(fmt) in self._reused:
-            if id(fmt) not in self._named_formats:
-                self._named_formats[id(fmt)] = self._add_rule(self._written(fmt))
-            return self._named_formats[id(fmt)]
-        return self._written(fmt)
+        return self._named_formats.get(id(fmt)) or self._written(fmt)
 
     def _written(self, fmt: Format) -> str:
         kind = fmt["type"]
@@ -106,21 +107,26 @@ class EbnfWriter:
         return self._embedded[ebnf]
 
 
-def _reused(fmt: Format) -> set[int]:
-    """The ids of the compound format objects found more than once in `fmt` (each walked once)."""
+def _shared_in_post_order(fmt: Format) -> list[Format]:
+    """The format objects of `_SHARED_KINDS` found more than once in `fmt`, each after every shared one it holds (each object
+    walked once, without recursion)."""
     seen: set[int] = set()
-    reused: set[int] = set()
-    stack = [fmt]
+    again: set[int] = set()
+    order: list[Format] = []
+    stack: list[tuple[Format, bool]] = [(fmt, False)]
     while stack:
-        node = stack.pop()
+        node, finished = stack.pop()
+        if finished:
+            order.append(node)
+            continue
         if id(node) in seen:
-            if node["type"] in _COMPOUND:
-                reused.add(id(node))
+            again.add(id(node))
             continue
         seen.add(id(node))
-        stack += [node["content"]] if "content" in node else node.get("elements", [])
-        stack += [rule for _, rule in node.get("rules", [])]
-    return reused
+        stack.append((node, True))
+        children = [node["content"]] if "content" in node else node.get("elements", [])
+        stack += [(child, False) for child in [*children, *(rule for _, rule in node.get("rules", []))]]
+    return [node for node in order if id(node) in again and node["type"] in _SHARED_KINDS]
 
 
 def _literal(text: str) -> str:
