@@ -39,6 +39,7 @@ class EbnfWriter:
         self._rules: list[str] = []
         self._embedded: dict[str, str] = {}
         self._named_formats: dict[int, str] = {}
+        self._bodies: dict[str, str] = {}
 
     def grammar(self, fmt: Format) -> str:
         """The EBNF whose `root` is `fmt`. A format object found more than once in it (one invoke in a call and in
@@ -92,9 +93,12 @@ class EbnfWriter:
         return self._add_rule(self.expression(fmt))
 
     def _add_rule(self, body: str) -> str:
-        name = f"r{len(self._rules)}"
-        self._rules.append(f"{name} ::= {body}")
-        return name
+        """A rule for `body`; an equal body already written is that rule (each string value's raw text, built
+        afresh per parameter, is one TagDispatch: each costs a pass over the vocabulary to compile)."""
+        if body not in self._bodies:
+            self._bodies[body] = f"r{len(self._rules)}"
+            self._rules.append(f"{self._bodies[body]} ::= {body}")
+        return self._bodies[body]
 
     def _embed(self, ebnf: str) -> str:
         """The root rule of `ebnf`'s rules, renamed and written once per distinct text."""
