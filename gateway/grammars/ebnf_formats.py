@@ -22,6 +22,7 @@ from gateway.grammars.safe_json import _regex_grammar
 
 Format = dict[str, Any]
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RULE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) ::=", re.MULTILINE)
 _EBNF_PARTS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|.', re.DOTALL)
 """A string literal, a character class, an identifier, or any other character of an EBNF grammar."""
@@ -62,14 +63,17 @@ class EbnfWriter:
         if kind in ("token", "exclude_token"):
             ids = [fmt["token"]] if kind == "token" else fmt["exclude_tokens"]
             return f"{'Token' if kind == 'token' else 'ExcludeToken'}({', '.join(str(int(i)) for i in ids)})"
-        if kind == "any_tokens":
-            return f"(ExcludeToken({', '.join(str(int(i)) for i in fmt['exclude_tokens'])}))*"
+        if kind == "any_tokens":  # a rule, one per distinct set: each use inline compiled on its own (Kimi: +20 %)
+            return self._add_rule(f"(ExcludeToken({', '.join(str(int(i)) for i in fmt['exclude_tokens'])}))*")
         if kind == "sequence":
             return "(" + " ".join(self.expression(e) for e in fmt["elements"]) + ")"
         if kind == "or":
             return "(" + " | ".join(self.expression(e) for e in fmt["elements"]) + ")"
         if kind in ("optional", "star", "plus"):
-            return f"({self.expression(fmt['content'])}){_REPEATS[kind]}"
+            content = self.expression(fmt["content"])
+            if kind == "plus" and not _NAME.fullmatch(content):  # xgrammar writes `(x)+` as `x r | x`: x twice
+                content = self._add_rule(content)
+            return f"({content}){_REPEATS[kind]}"
         if kind == "grammar":
             return self._embed(fmt["grammar"])
         if kind == "regex":
