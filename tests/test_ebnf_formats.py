@@ -98,7 +98,7 @@ def test_an_unknown_format_is_refused() -> None:
 
 def test_a_chain_of_shared_tails_is_a_rule_each_however_long() -> None:
     """Gemma 4's optional members: tail k is held by tail k - 1 and by the alternative starting at k; 1,000 of them
-    are flat rules (nested, or written by recursion, they would pass Python's recursion limit)."""
+    are a few flat rules each (nested, or written by recursion, they would pass Python's recursion limit)."""
     tails = [{"type": "const_string", "value": ""}]
     for i in range(1000):
         later = {"type": "optional", "content": {"type": "const_string", "value": f",m{i}"}}
@@ -106,7 +106,7 @@ def test_a_chain_of_shared_tails_is_a_rule_each_however_long() -> None:
     alternatives = [{"type": "sequence", "elements": [{"type": "const_string", "value": f"m{i}"}, t]} for i, t in
                     enumerate(tails[1:])]  # fmt: skip
     ebnf = EbnfWriter().grammar({"type": "or", "elements": alternatives})
-    assert ebnf.count("::=") == 1 + 999 and max(line.count("(") for line in ebnf.splitlines()[1:]) <= 4
+    assert ebnf.count("::=") <= 3 * 1000 and max(line.count("(") for line in ebnf.splitlines()[1:]) <= 4
     assert accepted(xg.Grammar.from_ebnf(ebnf), "m999,m998,m5")
 
 
@@ -129,3 +129,13 @@ def test_what_repeats_is_written_once_after_xgrammar_normalizes_it() -> None:
            "value": "|"}, {"type": "any_tokens", "exclude_tokens": [1, 2]}]}  # fmt: skip
     normalized = str(xg.Grammar.from_ebnf(EbnfWriter().grammar(fmt)))
     assert normalized.count("a" * 50) == 1 and normalized.count("ExcludeToken(1, 2)") == 1
+
+
+def test_each_optional_or_repeated_part_is_its_own_rule() -> None:
+    """As xgrammar's structural-tag conversion writes them: DeepSeek's 400 optional parameters written inline as
+    one sequence of `(…)?` compiled in ~0.67 s on its vocabulary, growing with the square of their number (main's
+    structural tag: 0.36 s; a rule each: 0.26 s)."""
+    lines = [{"type": "optional", "content": {"type": "sequence", "elements": [{"type": "const_string", "value": f"p{i}="},
+             NUMBER]}} for i in range(20)]  # fmt: skip
+    ebnf = EbnfWriter().grammar({"type": "sequence", "elements": lines})
+    assert all(line.count(")?") <= 1 for line in ebnf.splitlines())

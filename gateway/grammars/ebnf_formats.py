@@ -70,10 +70,12 @@ class EbnfWriter:
         if kind == "or":
             return "(" + " | ".join(self.expression(e) for e in fmt["elements"]) + ")"
         if kind in ("optional", "star", "plus"):
+            # each a rule of a rule, as the structural tag's conversion writes them: xgrammar writes `(x)+` as
+            # `x r | x` (x twice), and many `(…)?` inline in one sequence compile in time growing with their square
             content = self.expression(fmt["content"])
-            if kind == "plus" and not _NAME.fullmatch(content):  # xgrammar writes `(x)+` as `x r | x`: x twice
+            if not _NAME.fullmatch(content):
                 content = self._add_rule(content)
-            return f"({content}){_REPEATS[kind]}"
+            return self._add_rule(f"({content}){_REPEATS[kind]}")
         if kind == "grammar":
             return self._embed(fmt["grammar"])
         if kind == "regex":
