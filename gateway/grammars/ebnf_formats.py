@@ -6,7 +6,8 @@ xgrammar (DeepSeek V4.1's 1,000 integers: 4.5 MB of grammar, ~0.8 s to compile o
 as one EBNF, the parts are the same expressions xgrammar's structural-tag conversion writes for them (`Token(…)` and
 `ExcludeToken(…)`, which every pinned xgrammar parses since 0.1.33, `TagDispatch(…)`, `*`, `+`, `?`), and each
 distinct embedded grammar is one set of rules (renamed `g<n>_…`) that every use refers to: the grammar grows by a
-reference per use, not a copy.
+reference per use, not a copy. Equal rule bodies are one rule, and each optional / star / plus is a rule of a rule,
+as that conversion writes them (inline, xgrammar compiles them slower: see `_written`).
 
 Formats written: const_string, token, exclude_token, any_tokens, any_text (`excludes`), sequence, or, optional,
 star, plus, regex, grammar, dispatch (`rules`, `loop`, `excludes`).
@@ -29,7 +30,7 @@ _EBNF_PARTS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za
 _SHARED_KINDS = frozenset(
     {"sequence", "or", "optional", "star", "plus", "any_tokens", "exclude_token", "any_text", "dispatch"}
 )
-"""Formats written once as a rule where the same object is used again (a token or a literal is short enough to repeat)."""
+"""Formats written once as a rule where the same object is used again (a token or a literal is short to repeat)."""
 _REPEATS = {"optional": "?", "star": "*", "plus": "+"}
 
 
@@ -118,8 +119,8 @@ class EbnfWriter:
 
 
 def _shared_in_post_order(fmt: Format) -> list[Format]:
-    """The format objects of `_SHARED_KINDS` found more than once in `fmt`, each after every shared one it holds (each object
-    walked once, without recursion)."""
+    """The format objects of `_SHARED_KINDS` found more than once in `fmt`, each after every shared one it holds
+    (each object walked once, without recursion)."""
     seen: set[int] = set()
     again: set[int] = set()
     order: list[Format] = []
