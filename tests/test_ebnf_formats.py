@@ -23,7 +23,8 @@ FORMAT = {
     "elements": [
         {"type": "any_text", "excludes": ["<call>", "<|"]},
         {"type": "const_string", "value": '<call>\n"q"'},
-        {"type": "or", "elements": [NUMBER, {"type": "sequence", "elements": [{"type": "const_string", "value": "s="}, RAW]}]},
+        {"type": "or", "elements": [NUMBER, {"type": "sequence", "elements": [
+            {"type": "const_string", "value": "s="}, RAW]}]},
         {"type": "star", "content": {"type": "sequence", "elements": [{"type": "const_string", "value": ","}, NUMBER]}},
         {"type": "optional", "content": {"type": "const_string", "value": ";"}},
         {"type": "plus", "content": {"type": "const_string", "value": "!"}},
@@ -77,8 +78,8 @@ def test_a_format_object_used_twice_is_one_rule() -> None:
 
 
 def test_tokens_are_token_edges() -> None:
-    fmt = {"type": "sequence", "elements": [{"type": "token", "token": 7}, {"type": "any_tokens", "exclude_tokens": [7, 8]},
-           {"type": "exclude_token", "exclude_tokens": [9]}]}  # fmt: skip
+    fmt = {"type": "sequence", "elements": [{"type": "token", "token": 7},
+           {"type": "any_tokens", "exclude_tokens": [7, 8]}, {"type": "exclude_token", "exclude_tokens": [9]}]}  # fmt: skip
     ebnf = EbnfWriter().grammar(fmt)
     assert "Token(7)" in ebnf and "(ExcludeToken(7, 8))*" in ebnf and "ExcludeToken(9)" in ebnf
     xg.Grammar.from_ebnf(ebnf)
@@ -135,7 +136,7 @@ def test_each_optional_or_repeated_part_is_its_own_rule() -> None:
     """As xgrammar's structural-tag conversion writes them: DeepSeek's 400 optional parameters written inline as
     one sequence of `(…)?` compiled in ~0.67 s on its vocabulary, growing with the square of their number (main's
     structural tag: 0.36 s; a rule each: 0.26 s)."""
-    lines = [{"type": "optional", "content": {"type": "sequence", "elements": [{"type": "const_string", "value": f"p{i}="},
-             NUMBER]}} for i in range(20)]  # fmt: skip
+    lines = [{"type": "optional", "content": {"type": "sequence", "elements": [
+        {"type": "const_string", "value": f"p{i}="}, NUMBER]}} for i in range(20)]  # fmt: skip
     ebnf = EbnfWriter().grammar({"type": "sequence", "elements": lines})
     assert all(line.count(")?") <= 1 for line in ebnf.splitlines())
