@@ -139,8 +139,8 @@ def _clear_caches() -> None:
         from gateway.grammars import safe_json
     except ImportError:  # a tree from before safe_json
         return
-    for cached in ("_json_value_ebnf", "_value_ebnf"):  # its schema cache, by the name of each version
-        if hasattr(safe_json, cached):
+    for cached in ("_json_value_ebnf", "_value_ebnf", "_kept_value_ebnf"):  # its schema cache, by each version's name
+        if hasattr(getattr(safe_json, cached, None), "cache_clear"):
             getattr(safe_json, cached).cache_clear()
 
 

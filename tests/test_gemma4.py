@@ -294,16 +294,30 @@ def test_free_form_values_take_any_value_three_levels_deep(tokenizer, gemma_comp
     assert json.loads(parsed.tool_calls[0].arguments_raw) == {"settings": {"a": [1, "b"]}}
 
 
-def test_many_optional_properties_are_counted_before_they_are_spelled_out(tokenizer) -> None:
-    """Each optional member that may come first is an alternative with a copy of the members after it: n optional
-    properties spell out n²/2 members (2,000 of them built a 480 MB grammar), counted against MAX_FORMATS."""
+def test_optional_properties_are_spelled_out_in_linear_size_and_flat_nesting(tokenizer, gemma_compiler) -> None:
+    """Each optional member that may come first was an alternative with a copy of the members after it: n optional
+    properties spelled out n²/2 members (2,000 of them built a 480 MB grammar; then, counted against MAX_FORMATS,
+    300 of them kept free text). Now each tail is one rule: the grammar grows by a few references a member, and its
+    structural tag nests no deeper however many members there are."""
     tool = lambda parameters: {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    grammar = lambda n: build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[tool(
+        {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)}})]), tokenizer).text  # fmt: skip
+    small, large = grammar(20), grammar(2000)
+    assert '\\"p1999:\\"' in large and (len(large) - len(small)) / 1980 < 150
+    assert _nesting(json.loads(large)) == _nesting(json.loads(small))
     many = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(300)}}
-    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[tool(many)]), tokenizer).text
-    assert len(text) < 10_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text
-    some = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(30)}}
-    text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=[tool(some)]), tokenizer).text
-    assert '"p29:"' in text  # still spelled out
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, many, *parts)
+    assert ok("{}") and ok("{p7:1,p299:-2}") and ok("{p299:0}")
+    assert not ok("{p299:0,p7:1}") and not ok("{p7:1,p7:1}") and not ok("{,p1:1}")
+
+
+def _nesting(value: Any) -> int:
+    """How deep JSON arrays and objects nest in `value`."""
+    if isinstance(value, dict):
+        return 1 + max((_nesting(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_nesting(v) for v in value), default=0)
+    return 0
 
 
 def test_long_strings_copied_by_counted_arrays_are_counted(tokenizer) -> None:

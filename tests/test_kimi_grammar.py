@@ -492,3 +492,29 @@ def test_references_that_fan_out_are_looked_into_at_most_max_steps_times(monkeyp
     document = argument_types.SchemaDocument({"type": "object", "$defs": defs})
     assert document.alternatives({"$ref": "#/$defs/d0"}) is None
     assert document.alternatives({"$ref": "#/$defs/d29"}) is None  # the document's steps are spent
+
+
+def parameters_tool(count: int, schema: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """One tool of `count` required parameters of `schema` (each with its own description)."""
+    props = {f"p{j}": {**schema, "description": f"parameter {j}"} for j in range(count)}
+    return tool("many", {"type": "object", "properties": props, "required": list(props), **extra})
+
+
+def test_each_argument_adds_a_reference_not_a_copy_of_its_value_grammar(vocab) -> None:
+    """1,000 integer arguments: ~2 KB of grammar each before (each its own copy of the JSON rules)."""
+
+    def size(count: int) -> int:
+        return len(build_grammar(request(parameters_tool(count, {"type": "integer"})), "response", vocab[2]).text)
+
+    assert (size(1000) - size(10)) / 990 < 150
+
+
+def test_a_deep_definition_is_written_once_for_all_its_arguments(vocab) -> None:
+    """200 arguments of one 40-level `$defs` chain (2 MB before: the chain's rules in each), compiled."""
+    defs = {"d40": {"type": "integer"}} | {
+        f"d{i}": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": f"#/$defs/d{i + 1}"}}}
+        for i in range(40)
+    }
+    grammar = build_grammar(request(parameters_tool(200, {"$ref": "#/$defs/d0"}, **{"$defs": defs})), "think", vocab[2])
+    assert len(grammar.text) < 60_000
+    vocab[1].compile_structural_tag(grammar.text)

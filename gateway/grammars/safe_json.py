@@ -96,7 +96,7 @@ def json_value_ebnf(
     schema; a pattern it cannot use is dropped instead, unless `strict`.
     """
     _check_firsts(spellings)
-    schema_json = json.dumps(schema, ensure_ascii=False)
+    schema_json = json.dumps(unannotated(schema), ensure_ascii=False)
     return _value_ebnf(schema_json, "json", spellings, in_strings or spellings, param, strict)
 
 
@@ -105,20 +105,66 @@ def xml_value_ebnf(schema: Any, style: str, spellings: tuple[str, ...], param: s
     `spellings` in a raw value and none of their `prefixes` in a JSON string; None when there is none. Raises as
     `json_value_ebnf`."""
     _check_firsts(spellings)
-    schema_json = json.dumps(schema, ensure_ascii=False)
+    schema_json = json.dumps(unannotated(schema), ensure_ascii=False)
     return _value_ebnf(schema_json, style, spellings, prefixes(spellings), param, strict)
 
 
+ANNOTATIONS = frozenset(
+    {"description", "title", "examples", "$comment", "default", "deprecated", "readOnly", "writeOnly"}
+)
+"""Keywords that say nothing about which values match (JSON Schema's annotations): xgrammar's grammar ignores them."""
+
+
+def unannotated(schema: Any) -> Any:
+    """`schema` without its `ANNOTATIONS` at any schema position (a property named `description` stays): schemas
+    that differ only in them (200 parameters of one `$ref`, each with its own description) convert once."""
+    if isinstance(schema, list):
+        return [unannotated(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ANNOTATIONS:
+            continue
+        if key in _SUBSCHEMAS:
+            out[key] = unannotated(value)
+        elif key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: unannotated(sub) for name, sub in value.items()}
+        else:
+            out[key] = value
+    return out
+
+
+@lru_cache(maxsize=64)
 def _check_firsts(spellings: tuple[str, ...]) -> None:
+    """ValueError unless every spelling starts with ASCII punctuation (checked once per tuple: a vocabulary's
+    1,000-odd spellings cost ~1 ms a look)."""
     if not all(s[:1].isascii() and _PUNCTUATION.fullmatch(s[:1]) for s in spellings):
         raise ValueError("every excluded spelling must start with ASCII punctuation")
 
 
-@lru_cache(maxsize=1024)
 def _value_ebnf(
     schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], param: str, strict: bool
 ) -> str | None:
-    """The EBNF of `json_value_ebnf` (style "json") or `xml_value_ebnf`."""
+    """The EBNF of `json_value_ebnf` (style "json") or `xml_value_ebnf`, kept by everything but `param`: equal
+    schemas at many places (a tool's 1,000 integer parameters) convert once. `param` only names a refusal, so a
+    schema refused is converted again with it."""
+    try:
+        return _kept_value_ebnf(schema_json, style, spellings, in_strings, strict)
+    except SchemaGrammarError:
+        return _converted_value_ebnf(schema_json, style, spellings, in_strings, param, strict)
+
+
+@lru_cache(maxsize=1024)
+def _kept_value_ebnf(
+    schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], strict: bool
+) -> str | None:
+    return _converted_value_ebnf(schema_json, style, spellings, in_strings, "", strict)
+
+
+def _converted_value_ebnf(
+    schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], param: str, strict: bool
+) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
     schema = _spell_safe(json.loads(schema_json), param, strict, firsts)
     if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):

@@ -2,16 +2,18 @@
 
 `{key:value,…}` with bare keys, strings between two `<|"|>` TOKENS (`token` formats by id, the raw text
 between them `any_tokens` excluding every special token), numbers as regexes, true / false /
-null, arrays and nested objects. Structural tags have no references, so a schema is spelled out whole:
+null, arrays and nested objects, sent as one EBNF (`gateway.grammars.ebnf_formats`: a format object held in several
+places is one rule there, referred to). Formats have no references of their own, so a schema is spelled out whole:
 * a local `$ref` (`#`, `#/$defs/X`, any JSON pointer into the tool's parameters) is inlined; a reference to
   itself (a recursive schema), a remote one or one that does not resolve has no format (None);
 * a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
   `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
-* a grammar past MAX_FORMATS formats (inlined references, counted array items and the members an object's
-  optional ones make it spell out again add up) has no format.
+* a grammar past MAX_FORMATS formats (inlined references and counted array items add up) has no format.
 With no format the call keeps free text; so has one whose key or enum string holds `<` (a literal is text, and
 text could spell a control token). Properties are written in the schema's declared order with `,` and no space;
-every required one must come, optional ones may.
+every required one must come, optional ones may: after each member that may come first, the rest is a chain of
+tails, one rule each (`_members`: linear in the members, where one alternative per first member with a copy of
+the members after it spelled n optional ones out n²/2 times).
 
 Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
 `maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `pattern` as a `regex`
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.safe_json import may_write, usable_pattern
 
@@ -74,14 +77,16 @@ class ArgumentFormats:
         self._formats = 0
 
     def arguments(self, schema: Any) -> Format | None:
-        """The `{…}` of a call whose parameters are `schema`, or None when it cannot be spelled out."""
+        """The `{…}` of a call whose parameters are `schema` as one EBNF (`ebnf_formats`: a format object used in
+        several places, such as an object's member tails, written once), or None when it cannot be spelled out."""
         if not isinstance(schema, dict) or schema.get("type") != "object":
             return None
         self._root, self._inlining, self._formats = schema, [], 0
         try:
-            return self._value(schema, 0)
+            value = self._value(schema, 0)
         except _TooLarge:
             return None
+        return None if value is None else {"type": "grammar", "grammar": EbnfWriter().grammar(value)}
 
     def _value(self, schema: Any, depth: int) -> Format | None:
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
@@ -202,21 +207,29 @@ class ArgumentFormats:
         return _seq(_const("{"), self._members(members), _const("}"))
 
     def _members(self, members: list[tuple[Format, bool]]) -> Format:
-        """Declared order; the first written member has no comma: one alternative per member that may be first
-        (each alternative a copy of the members after it, counted: n optional members spell out n²/2)."""
-        first_required = next((i for i, (_, required) in enumerate(members) if required), len(members) - 1)
-        self._formats += sum(i * _count_formats(m) for i, (m, _) in enumerate(members[: first_required + 1]))
-        self._formats += first_required * sum(_count_formats(m) for m, _ in members[first_required + 1 :])
+        """Declared order, the first written member without a comma, in linear size and flat nesting. The members
+        that may come first are those up to the first required one (`last`); after member k of them comes
+        `tails[k]`, the later members each as `,member` (optional or not): `tails[k]` is one object that both the
+        alternative starting at k and `tails[k - 1]` hold, so the EBNF (`ebnf_formats`) writes it once, as a rule
+        that refers to the next; the members after `last` are one flat run."""
+        first_required = next((i for i, (_, required) in enumerate(members) if required), None)
+        last = len(members) - 1 if first_required is None else first_required
+        run = [_later(member, required) for member, required in members[last + 1 :]]
+        tails: list[Format] = [_seq(*run) if run else _const("")]
+        for member, required in reversed(members[1 : last + 1]):
+            tails.append(_seq(_later(member, required), tails[-1]))
+        tails.reverse()  # tails[k] follows member k
+        self._formats += len(members)  # each member's tail; its alternative and uses are references, not copies
         if self._formats > MAX_FORMATS:
             raise _TooLarge
-        alternatives: list[Format] = []
-        for first, (member, _) in enumerate(members):
-            rest = [_seq(_const(","), m) if req else {"type": "optional", "content": _seq(_const(","), m)}
-                    for m, req in members[first + 1 :]]  # fmt: skip
-            alternatives.append(_seq(member, *rest))
-            if members[first][1]:
-                return _or(alternatives)  # a required member cannot be skipped
-        return {"type": "optional", "content": _or(alternatives)}  # every member optional: `{}` too
+        alternatives = _or([_seq(member, tails[k]) for k, (member, _) in enumerate(members[: last + 1])])
+        return alternatives if first_required is not None else {"type": "optional", "content": alternatives}
+
+
+def _later(member: Format, required: bool) -> Format:
+    """A member after the first written one: `,member`, optional unless `required`."""
+    later = _seq(_const(","), member)
+    return later if required else {"type": "optional", "content": later}
 
 
 def _counted(item: Format, low: int = 0, high: int | None = None) -> Format | None:

@@ -7,7 +7,9 @@ the four control tokens. Typed values are text grammars (values.py), which
 backends match against the control tokens' spelling, so they exclude the
 spellings themselves. Formats used: sequence, or, optional, star, plus,
 const_string, regex, grammar (EBNF), token, exclude_token, any_tokens,
-any_text (`excludes`; never `max_chars`, see below).
+any_text (`excludes`; never `max_chars`, see below). The tools section goes
+to the backend as one EBNF (`gateway.grammars.ebnf_formats`): each distinct
+value grammar once, referred to by every argument that takes it.
 
 Policy (the K3 grammar-hardening rules):
 * The skeleton follows the prompt: reasoning up to `<|close|>think<|sep|>`
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar
+from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.safe_json import raw_pattern_ebnf
 from gateway.types import ChatRequest
@@ -192,10 +195,11 @@ class _Builder:
         )
 
     def tools_section(self, functions: list[tuple[str, dict[str, Any]]], parallel: bool) -> Format:
-        """The tools section for `functions`, each with the request path of its parameters."""
+        """The tools section for `functions`, each with the request path of its parameters, as one EBNF in which
+        each distinct value grammar is written once (`EbnfWriter`: 200 arguments of one `$ref` share its rules)."""
         call = _or([self.call(fn, param) for param, fn in functions])
         calls = {"type": "plus", "content": call} if parallel else call
-        return self.element("tools", calls, "tools")
+        return {"type": "grammar", "grammar": EbnfWriter().grammar(self.element("tools", calls, "tools"))}
 
     def answer(self, channel: str, tools: Format | None, tools_required: bool, response: Format | None) -> Format:
         """Everything after the generation prompt, which left `channel` ("think" or "response") open: the reasoning
