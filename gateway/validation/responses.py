@@ -30,7 +30,7 @@ from gateway.validation.chat import (
     parse_tools,
 )
 from gateway.validation.cut_json import completed_members
-from gateway.validation.declare import Obj, Variants, array, boolean, either, integer, obj, refused, string
+from gateway.validation.declare import Obj, Variants, array, boolean, either, free_object, integer, obj, refused, string
 from gateway.validation.fields import (
     MAX_NEW_TOKENS,
     METADATA,
@@ -78,7 +78,10 @@ TOOL_CHOICE = Variants(
         ),
     },
 )
-TEXT_FORMAT = format_variants("ResponsesTextFormat", JSON_SCHEMA_FIELDS)
+TEXT_FORMAT = format_variants(
+    "ResponsesTextFormat",
+    {**JSON_SCHEMA_FIELDS, "schema": free_object("A JSON schema (required here, unlike chat's).", required=True)},
+)
 TEXT_OPTIONS = Obj("ResponsesText", {"format": obj(TEXT_FORMAT)})
 REASONING = Obj(
     "ResponsesReasoning",
