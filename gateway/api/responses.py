@@ -112,6 +112,18 @@ async def delete_response(request: Request, store: ResponseStore) -> Response:
     return json_response({"id": rid, "object": "response.deleted", "deleted": True})
 
 
+async def cancel_response(request: Request, store: ResponseStore) -> Response:
+    """POST .../cancel: OpenAI cancels only background responses, and this gateway runs none in the background."""
+    rid = request.path_params["response_id"]
+    if await store.get(rid, request_owner(request)) is None:
+        raise _not_found(rid, "response_id")
+    raise invalid(
+        f"{rid!r} cannot be cancelled: only responses created with 'background' true can be, and this gateway "
+        "does not run responses in the background",
+        "response_id",
+    )
+
+
 async def list_input_items(request: Request, store: ResponseStore) -> Response:
     """A stored response's input items, newest first unless `order=asc`; `after` and `limit` page them."""
     rid = request.path_params["response_id"]

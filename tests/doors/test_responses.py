@@ -224,6 +224,19 @@ def test_store_false_keeps_nothing(door, client):
         client.responses.retrieve(response.id)
 
 
+def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door, client):
+    """Only background responses can be cancelled (OpenAI), and none runs here: the client's cancel() gets why."""
+    door.say("ok")
+    response = client.responses.create(model=door.model.id, input="hi")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.cancel(response.id)
+    assert e.value.body["param"] == "response_id" and "background" in e.value.body["message"]
+    client.responses.delete(response.id)
+    with pytest.raises(openai.NotFoundError) as e:
+        client.responses.cancel(response.id)
+    assert (e.value.body["param"], e.value.body["code"]) == ("response_id", "response_not_found")
+
+
 @pytest.mark.parametrize(
     "body, param, code",
     [
