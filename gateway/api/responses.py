@@ -1,4 +1,4 @@
-"""The OpenAI Responses API: POST /v1/responses and the stored responses' GET, DELETE and input_items.
+"""The OpenAI Responses API: POST /v1/responses and the stored responses' GET, DELETE, input_items and cancel.
 
 A request becomes the same chat request as /v1/chat/completions; `ResponsesDoor` turns the chat
 chunks that `ChatRenderer` makes into Responses events, and the body is those events folded.
