@@ -173,11 +173,8 @@ def _response(rid: str, model: str, parsed: ResponsesRequest) -> dict[str, Any]:
         "previous_response_id": parsed.previous_response_id,
         "store": parsed.store,
         "metadata": parsed.metadata,
-        "max_tool_calls": None,
         "background": False,
         "service_tier": "default",
-        "safety_identifier": None,
-        "prompt_cache_key": None,
         "usage": None,
         **parsed.echo,
     }

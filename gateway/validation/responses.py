@@ -193,8 +193,15 @@ RESPONSES = Obj(
         "store": boolean(True, "Keep the response for GET, input_items and previous_response_id."),
         "previous_response_id": string("Continue after this stored response."),
         "metadata": METADATA,
+        # not acted on here, but a Response repeats them as sent
+        "max_tool_calls": integer(0, MAX_NEW_TOKENS, doc="Calls to built-in tools at most (none is served here)."),
+        "prompt_cache_key": string("Repeated in the Response (the prefix cache needs no key)."),
+        "safety_identifier": string("Repeated in the Response."),
+        "user": string("Repeated in the Response."),
     },
 )
+_REPEATED = ("prompt_cache_key", "safety_identifier", "user")
+"""String fields a Response repeats as the request gave them."""
 
 
 @dataclass
@@ -274,6 +281,8 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         "max_output_tokens": settings.max_tokens,
         "frequency_penalty": settings.frequency_penalty,
         "presence_penalty": settings.presence_penalty,
+        "max_tool_calls": fields.integer("max_tool_calls"),
+        **{key: fields.string(key) for key in _REPEATED},
     }
     return request
 
