@@ -24,7 +24,13 @@ from gateway.api.messages import count_tokens, create_message
 from gateway.api.models import get_model, list_models
 from gateway.api.openapi import openapi
 from gateway.api.response_store import MemoryStore, ResponseStore
-from gateway.api.responses import create_response, delete_response, get_response, list_input_items
+from gateway.api.responses import (
+    cancel_response,
+    create_response,
+    delete_response,
+    get_response,
+    list_input_items,
+)
 from gateway.api.tenancy import PolicyGate, TenantMiddleware, models_for
 from gateway.api.tokenize import detokenize, tokenize
 from gateway.models.registry import ModelRegistry
@@ -90,6 +96,9 @@ def create_app(
 
     async def input_items(request: Request) -> Response:
         return await list_input_items(request, store)
+
+    async def cancel(request: Request) -> Response:
+        return await cancel_response(request, store)
 
     async def messages(request: Request) -> Response:
         return await create_message(request, models_for(request, registry), max_body_bytes)
@@ -157,6 +166,7 @@ def create_app(
         Route("/v1/responses", responses, methods=["POST"]),
         Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
         Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", messages_tokens, methods=["POST"]),
         Route("/v1/models", models, methods=["GET"]),

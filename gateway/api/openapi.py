@@ -261,6 +261,14 @@ def build_document() -> dict[str, Any]:
                 "parameters": [_response_id(), *_query(INPUT_ITEMS_QUERY, refs)],
             }
         },
+        "/v1/responses/{response_id}/cancel": {
+            "post": {
+                "summary": "Cancel a background response (none runs here: a stored response is a 400)",
+                "operationId": "cancel_response",
+                "parameters": [_response_id()],
+                "responses": _errors((400, 401, 404, 503)),
+            }
+        },
         "/v1/messages": _post(
             "/v1/messages",
             "Anthropic Messages",

@@ -1,4 +1,4 @@
-"""The OpenAI Responses API: POST /v1/responses and the stored responses' GET, DELETE and input_items.
+"""The OpenAI Responses API: POST /v1/responses and the stored responses' GET, DELETE, input_items and cancel.
 
 A request becomes the same chat request as /v1/chat/completions; `ResponsesDoor` turns the chat
 chunks that `ChatRenderer` makes into Responses events, and the body is those events folded.
@@ -112,6 +112,18 @@ async def delete_response(request: Request, store: ResponseStore) -> Response:
     return json_response({"id": rid, "object": "response.deleted", "deleted": True})
 
 
+async def cancel_response(request: Request, store: ResponseStore) -> Response:
+    """POST .../cancel: OpenAI cancels only background responses, and this gateway runs none in the background."""
+    rid = request.path_params["response_id"]
+    if await store.get(rid, request_owner(request)) is None:
+        raise _not_found(rid, "response_id")
+    raise invalid(
+        f"{rid!r} cannot be cancelled: only responses created with 'background' true can be, and this gateway "
+        "does not run responses in the background",
+        "response_id",
+    )
+
+
 async def list_input_items(request: Request, store: ResponseStore) -> Response:
     """A stored response's input items, newest first unless `order=asc`; `after` and `limit` page them."""
     rid = request.path_params["response_id"]
@@ -161,11 +173,8 @@ def _response(rid: str, model: str, parsed: ResponsesRequest) -> dict[str, Any]:
         "previous_response_id": parsed.previous_response_id,
         "store": parsed.store,
         "metadata": parsed.metadata,
-        "max_tool_calls": None,
         "background": False,
         "service_tier": "default",
-        "safety_identifier": None,
-        "prompt_cache_key": None,
         "usage": None,
         **parsed.echo,
     }

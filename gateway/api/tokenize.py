@@ -21,6 +21,8 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
     "max_model_len", "prompt", "token_strs"?}`."""
     body = await read_json(request, max_body)
     if isinstance(body, dict) and body.get("messages") is not None:
+        if body.get("prompt") is not None:  # which of the two to encode would be a guess
+            raise invalid("give either 'prompt' or 'messages', not both", "prompt")
         parsed = parse_chat_completion(body)
         fields = Fields(body, TOKENIZE_CHAT)
         model = served_model(registry, parsed.model)
@@ -44,5 +46,5 @@ async def detokenize(request: Request, registry: ModelRegistry, max_body: int) -
     ids = [as_integer(t) for t in fields.array("tokens")]  # an integral float is an id, as the schema says
     for i, t in enumerate(ids):
         if t is None or not 0 <= t < vocab:
-            raise invalid(f"'tokens[{i}]' must be a token id below {vocab}", f"tokens[{i}]")
+            raise invalid(f"'tokens[{i}]' must be a token id from 0 to {vocab - 1}", f"tokens[{i}]")
     return json_response({"prompt": model.decode(ids)})

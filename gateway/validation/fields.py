@@ -115,7 +115,9 @@ class Fields:
             return f.default
         number = as_integer(v)
         if number is None:
-            raise invalid(f"'{self.param(key)}' must be an integer", self.param(key))
+            # a whole number too long for 64 bits arrives as a float: the bounds say what was wrong with it
+            bounds = f" between {f.lo} and {f.hi}" if f.lo is not None and is_number(v) else ""
+            raise invalid(f"'{self.param(key)}' must be an integer{bounds}", self.param(key))
         return self._bounded(key, f, number)
 
     def integer_text(self, key: str) -> int | None:

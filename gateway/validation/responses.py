@@ -30,7 +30,7 @@ from gateway.validation.chat import (
     parse_tools,
 )
 from gateway.validation.cut_json import completed_members
-from gateway.validation.declare import Obj, Variants, array, boolean, either, integer, obj, refused, string
+from gateway.validation.declare import Obj, Variants, array, boolean, either, free_object, integer, obj, refused, string
 from gateway.validation.fields import (
     MAX_NEW_TOKENS,
     METADATA,
@@ -78,7 +78,10 @@ TOOL_CHOICE = Variants(
         ),
     },
 )
-TEXT_FORMAT = format_variants("ResponsesTextFormat", JSON_SCHEMA_FIELDS)
+TEXT_FORMAT = format_variants(
+    "ResponsesTextFormat",
+    {**JSON_SCHEMA_FIELDS, "schema": free_object("A JSON schema (required here, unlike chat's).", required=True)},
+)
 TEXT_OPTIONS = Obj("ResponsesText", {"format": obj(TEXT_FORMAT)})
 REASONING = Obj(
     "ResponsesReasoning",
@@ -190,8 +193,15 @@ RESPONSES = Obj(
         "store": boolean(True, "Keep the response for GET, input_items and previous_response_id."),
         "previous_response_id": string("Continue after this stored response."),
         "metadata": METADATA,
+        # not acted on here, but a Response repeats them as sent
+        "max_tool_calls": integer(0, MAX_NEW_TOKENS, doc="Calls to built-in tools at most (none is served here)."),
+        "prompt_cache_key": string("Repeated in the Response (the prefix cache needs no key)."),
+        "safety_identifier": string("Repeated in the Response."),
+        "user": string("Repeated in the Response."),
     },
 )
+_REPEATED = ("prompt_cache_key", "safety_identifier", "user")
+"""String fields a Response repeats as the request gave them."""
 
 
 @dataclass
@@ -271,6 +281,8 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         "max_output_tokens": settings.max_tokens,
         "frequency_penalty": settings.frequency_penalty,
         "presence_penalty": settings.presence_penalty,
+        "max_tool_calls": fields.integer("max_tool_calls"),
+        **{key: fields.string(key) for key in _REPEATED},
     }
     return request
 

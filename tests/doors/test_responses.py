@@ -224,6 +224,30 @@ def test_store_false_keeps_nothing(door, client):
         client.responses.retrieve(response.id)
 
 
+def test_a_response_repeats_the_fields_it_does_not_act_on(door):
+    """OpenAI's Response repeats max_tool_calls, prompt_cache_key, safety_identifier and user as sent (they read
+    null here while the request named them); a wrong type is refused naming it."""
+    door.say("ok")
+    sent = {"max_tool_calls": 2, "prompt_cache_key": "k", "safety_identifier": "s", "user": "u"}
+    response = create(door, input="hi", store=False, **sent)
+    assert {key: response[key] for key in sent} == sent
+    r = httpx.post(f"{door.url}/v1/responses", json={"model": door.model.id, "input": "hi", "user": 5})
+    assert (r.status_code, r.json()["error"]["param"]) == (400, "user")
+
+
+def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door, client):
+    """Only background responses can be cancelled (OpenAI), and none runs here: the client's cancel() gets why."""
+    door.say("ok")
+    response = client.responses.create(model=door.model.id, input="hi")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.cancel(response.id)
+    assert e.value.body["param"] == "response_id" and "background" in e.value.body["message"]
+    client.responses.delete(response.id)
+    with pytest.raises(openai.NotFoundError) as e:
+        client.responses.cancel(response.id)
+    assert (e.value.body["param"], e.value.body["code"]) == ("response_id", "response_not_found")
+
+
 @pytest.mark.parametrize(
     "body, param, code",
     [

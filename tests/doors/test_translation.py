@@ -241,6 +241,7 @@ def test_anthropic_rules_that_hold():
         ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id"),
         ({"input": [{"type": "message", "role": "user"}]}, "input[0].content"),
         ({"metadata": {"k": 1}}, "metadata"),
+        ({"text": {"format": {"type": "json_schema", "name": "s"}}}, "text.format.schema"),
         ({"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}, "tools[1].name"),
     ],
 )

@@ -306,6 +306,7 @@ UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLe
         ("/v1/chat/completions", [1], 400, None, None),
         ("/detokenize", {"model": MODEL, "tokens": [-1]}, 400, "tokens[0]", None),
         ("/tokenize", {"model": "nope", "prompt": "x"}, 404, "model", "model_not_found"),
+        ("/tokenize", {"model": MODEL, "prompt": "x", "messages": USER}, 400, "prompt", None),
     ],
 )
 def test_request_errors(gateway, path, body, status, param, code):

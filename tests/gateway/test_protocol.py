@@ -318,6 +318,13 @@ def test_chat_errors_name_their_param(body, param):
     assert (e.value.status, e.value.param, e.value.type) == (400, param, "invalid_request_error")
 
 
+def test_a_whole_number_past_64_bits_is_refused_by_its_bounds():
+    """orjson reads 2^70 as a float: the refusal says the range, not that 2^70 is no integer."""
+    with pytest.raises(APIError) as e:
+        parse_chat_completion(orjson.loads(orjson.dumps(chat()).replace(b"{", b'{"seed":1180591620717411303424,', 1)))
+    assert e.value.param == "seed" and "between -9223372036854775808 and 9223372036854775807" in e.value.message
+
+
 def test_tool_turns_modalities_metadata_and_continuous_usage_that_hold():
     """Tool messages answering the calls before them (a last assistant turn may leave its calls open), text output,
     metadata within OpenAI's bounds, and vLLM's continuous_usage_stats (only with include_usage)."""
