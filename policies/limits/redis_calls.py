@@ -2,8 +2,8 @@
 
 The limiter and the Redis response store share it. redis-py's pool refuses a call past its max_connections (100 by
 default in redis-py 8: 'Too many connections'), which turned a burst of requests on a healthy Redis into store errors
-(503s). So a call waits its turn, for `timeout_s` at most (a stalled store), then fails as any call to an unreachable
-Redis does.
+(503s). So a call waits its turn while the calls ahead of it keep being answered, however long the queue, and fails
+as any call to an unreachable Redis does once none has been answered for `timeout_s` (a stalled store).
 """
 
 from __future__ import annotations
@@ -33,17 +33,30 @@ class BoundedRedis:
         )
         self._timeout_s = timeout_s
         self._calls = asyncio.Semaphore(CALLS_AT_ONCE)
+        self._answered_at = 0.0
+        """The loop time of the last call Redis answered: a turn is waited for while answers keep coming."""
         self.background = [partial(sweep_idle_forever, self.client.connection_pool)]
 
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[redis.Redis]:
-        """One of the CALLS_AT_ONCE calls; redis-py's TimeoutError (a RedisError) when none frees within timeout_s."""
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                await self._calls.acquire()
-        except TimeoutError:
-            raise RedisTimeoutError(f"{CALLS_AT_ONCE} calls to Redis unanswered for {self._timeout_s:g} s") from None
+        """One of the CALLS_AT_ONCE calls; redis-py's TimeoutError (a RedisError) once no call was answered for
+        timeout_s while this one waited."""
+        loop = asyncio.get_running_loop()
+        await self._wait_for_turn(loop, loop.time())
         try:
             yield self.client
+            self._answered_at = loop.time()
         finally:
             self._calls.release()
+
+    async def _wait_for_turn(self, loop: asyncio.AbstractEventLoop, since: float) -> None:
+        while True:
+            try:
+                async with asyncio.timeout_at(max(since, self._answered_at) + self._timeout_s):
+                    await self._calls.acquire()
+                return
+            except TimeoutError:
+                if self._answered_at + self._timeout_s <= loop.time():
+                    raise RedisTimeoutError(
+                        f"{CALLS_AT_ONCE} calls to Redis unanswered for {self._timeout_s:g} s"
+                    ) from None

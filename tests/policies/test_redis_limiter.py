@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import redis as sync_redis
 import redis.asyncio as redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.limits import Limits, RedisLimiter
+from policies.limits.redis_calls import CALLS_AT_ONCE, BoundedRedis
 from tests.faults.tcp_proxy import TcpFaultProxy
 
 pytestmark = pytest.mark.anyio
@@ -223,10 +225,43 @@ async def test_a_settle_lost_in_an_outage_longer_than_the_retries_lands_once_red
 async def test_a_burst_past_the_connection_pool_waits_its_turn_instead_of_failing(redis_server):
     """More admits at once than the pool has connections (redis-py refuses a call past them): each waits for a
     connection; none is a store error (a 503 for a tenant that fails closed) while Redis answers."""
-    limiter = RedisLimiter(redis_server.url)
+    limiter = RedisLimiter(redis_server.url, timeout_s=5.0)  # 64 connects at once on a loaded host
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     verdicts = await asyncio.gather(*(limiter.admit(tenant, Limits(), f"c{i}", 1) for i in range(300)))
     assert all(v.allowed for v in verdicts) and limiter.store_errors == 0
     await asyncio.gather(*(limiter.settle(v, 1) for v in verdicts))
     assert limiter.store_errors == 0
     await limiter.close()
+
+
+async def test_a_queue_longer_than_the_timeout_waits_while_redis_keeps_answering(redis_server):
+    """Turns are waited for while the calls ahead are answered: 5 rounds of 64 slow calls outlast timeout_s, and
+    none fails; the wait is bounded by answers, not by the queue's length."""
+    calls = BoundedRedis(redis_server.url, timeout_s=0.1)
+
+    async def slow_call() -> None:
+        async with calls.turn() as client:
+            await client.ping()
+            await asyncio.sleep(0.04)
+
+    await asyncio.gather(*(slow_call() for _ in range(5 * CALLS_AT_ONCE)))
+    await calls.client.aclose()
+
+
+async def test_a_turn_fails_once_no_call_is_answered_for_the_timeout(redis_server):
+    """CALLS_AT_ONCE calls that never end (a stalled store): the next call fails after timeout_s, not never."""
+    calls, stalled = BoundedRedis(redis_server.url, timeout_s=0.1), asyncio.Event()
+
+    async def hung_call() -> None:
+        async with calls.turn():
+            await stalled.wait()
+
+    holders = [asyncio.create_task(hung_call()) for _ in range(CALLS_AT_ONCE)]
+    await asyncio.sleep(0)
+    with pytest.raises(RedisTimeoutError):
+        async with asyncio.timeout(5):
+            async with calls.turn():
+                pass
+    stalled.set()
+    await asyncio.gather(*holders)
+    await calls.client.aclose()
