@@ -18,7 +18,7 @@ from starlette.requests import Request
 from backends.base import BackendError
 from gateway.api.door_params import CHAT_PARAMS, DoorParams
 from gateway.api.tenancy import PolicyGate, TenantRequest, tenant_of
-from gateway.errors import APIError, invalid
+from gateway.errors import APIError, invalid, rate_limited
 from gateway.models.registry import ServedModel
 from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
@@ -239,4 +239,4 @@ def _refusal(
             "tokens_exceed_limit",
         )
     kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"
-    return APIError(f"rate limit reached: {verdict.limit}", status=429, code="rate_limit_exceeded", type=kind)
+    return rate_limited(f"rate limit reached: {verdict.limit}", kind)

@@ -11,7 +11,7 @@ import pytest
 from backends.base import BackendError
 from gateway.api.admission import RequestPolicy
 from gateway.api.tenancy import PolicyGate, TenantRequest
-from gateway.errors import APIError
+from gateway.errors import APIError, anthropic_error, from_backend
 from gateway.types import ChatRequest
 from policies.auth import Caller
 from policies.limits import FairQueue, MemoryLimiter
@@ -97,7 +97,14 @@ async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path
         with pytest.raises(BackendError) as refused:
             async for _ in events:
                 pass
-    assert refused.value.status == 429
+    error = from_backend(refused.value)  # what the client gets: OpenAI's rate-limit shape, Anthropic's on its door
+    assert (error.status, error.type, error.code, error.headers()) == (
+        429,
+        "requests",
+        "rate_limit_exceeded",
+        {"retry-after": "1"},
+    )
+    assert anthropic_error(error)["error"]["type"] == "rate_limit_error"
     probe = await gate.limiter.admit("t", policy.limiter_limits, "probe", 0)
     assert probe.headers["x-ratelimit-remaining-requests"] == "9"  # the probe's alone
     assert probe.headers["x-ratelimit-remaining-tokens"] == "1000"
