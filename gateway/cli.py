@@ -152,6 +152,14 @@ def _add_policy_options(serve: argparse.ArgumentParser) -> None:
         help="share state among gateway replicas through this Redis: tenant limits, stored Responses "
         "(default: in this process's memory)",
     )
+    serve.add_argument(
+        "--redis-timeout",
+        type=_positive,
+        metavar="SECONDS",
+        help="seconds a Redis call (connecting included) may go unanswered before Redis counts as unreachable: "
+        "tenant limits then follow each policy's on_store_error, stored Responses answer 503 (default: 0.5 for "
+        "the limits, 1 for stored Responses)",
+    )
     serve.add_argument("--audit-log", type=Path, metavar="FILE", help="audit lines go here (default: stdout)")
     serve.add_argument(
         "--allow-unauthenticated",
@@ -162,6 +170,8 @@ def _add_policy_options(serve: argparse.ArgumentParser) -> None:
 
 def _check_exposure(args: argparse.Namespace) -> None:
     """Without policies, only loopback, unless the operator says otherwise."""
+    if args.redis_timeout is not None and not args.redis:
+        raise ConfigError("--redis-timeout needs --redis")
     if args.policies is not None:
         if not args.policies.is_dir():
             raise ConfigError(f"--policies: {args.policies} is not a directory")
@@ -205,6 +215,11 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.workers = args.workers
     if args.grammar_compile_budget is not None:
         limits.grammar_compile_s = args.grammar_compile_budget or None
+
+
+def redis_client_options(args: argparse.Namespace) -> dict[str, float]:
+    """What the limiter's and the response store's Redis clients get from the command line (their defaults else)."""
+    return {} if args.redis_timeout is None else {"timeout_s": args.redis_timeout}
 
 
 def _check_workers(workers: int, args: argparse.Namespace) -> None:
@@ -323,7 +338,8 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
         if args.grammar_warmup:
             importing.join()
             warm_grammars(registry)
-        gate = policy_gate(args.policies, args.redis, args.audit_log, config) if args.policies else None
+        redis_options = redis_client_options(args)
+        gate = policy_gate(args.policies, args.redis, args.audit_log, config, redis_options) if args.policies else None
         gc.collect()
         gc.freeze()  # the tokenizers and tables loaded above: full collections need not walk them again
         print(
@@ -337,7 +353,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             registry,
             drain=drain,
             gate=gate,
-            response_store=RedisStore(args.redis) if args.redis else None,
+            response_store=RedisStore(args.redis, **redis_options) if args.redis else None,
             max_body_bytes=limits.max_body_bytes,
             max_concurrency=limits.max_concurrency,
             metrics_sockets=(role.metrics_socket(), role.sibling_sockets()) if role else None,

@@ -82,9 +82,18 @@ def invalid(message: str, param: str | None, code: str | None = None) -> APIErro
     return APIError(message, param=param, code=code)
 
 
+def rate_limited(message: str, kind: str = "requests", retry_after: int | None = None) -> APIError:
+    """A 429 in OpenAI's rate-limit shape: type `requests` or `tokens` (what ran out), code `rate_limit_exceeded`
+    (Anthropic's `rate_limit_error` under /v1/messages)."""
+    return APIError(message, status=429, code="rate_limit_exceeded", type=kind, retry_after=retry_after)
+
+
 def from_backend(error: BackendError) -> APIError:
-    """Map a backend failure: its 4xx refusals stay 4xx, a deadline is a 504, everything else a 5xx
+    """Map a backend failure: a 429 (a saturated model's queue, or a backend's own) is a rate-limit error to retry
+    after a second unless it said when; its other 4xx refusals stay 4xx, a deadline is a 504, everything else a 5xx
     (503 when a later try may succeed)."""
+    if error.status == 429:
+        return rate_limited(str(error), retry_after=error.retry_after or 1)
     if 400 <= error.status < 500:
         return APIError(
             str(error), status=error.status, code=error.code or "backend_rejected", retry_after=error.retry_after

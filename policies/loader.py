@@ -206,11 +206,20 @@ def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
             message = "must be 64 hex digits: the SHA-256 of the key (gateway policy hash-key prints it)"
         elif error.validator in ("pattern", "format") and path and path[-1] == "expires":
             message = f"must be a date like 2027-06-30, not {error.instance!r}"
+        elif error.validator == "minimum" and error.instance == 0 and path[:1] == ("limits",) and path[-1] in COUNTED:
+            message = (
+                "must be at least 1: a limit of 0 would refuse every request, and no wait would help "
+                "(to stop a tenant, delete its file or its keys: its requests then get 401)"
+            )
         elif error.validator == "oneOf" and path == ("audit",):
             message = "must be true, false or {prompts: true|false}"
         out.append(_at(doc, file, path, message))
     unique = {(e.file, e.field): e for e in reversed(out)}  # one error per field (pattern and format agree)
     return sorted(unique.values(), key=lambda e: (e.line or 0, e.field or ""))
+
+
+COUNTED = ("requests_per_minute", "tokens_per_minute", "concurrent_requests", "tokens_per_day")
+"""The limits the limiter counts: 0 of one would refuse every request of the tenant."""
 
 
 def _at(doc: Marked, file: str, path: FieldPath, message: str, where: FieldPath | None = None) -> PolicyError:

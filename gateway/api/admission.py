@@ -18,13 +18,13 @@ from starlette.requests import Request
 from backends.base import BackendError
 from gateway.api.door_params import CHAT_PARAMS, DoorParams
 from gateway.api.tenancy import PolicyGate, TenantRequest, tenant_of
-from gateway.errors import APIError, invalid
+from gateway.errors import APIError, invalid, rate_limited
 from gateway.models.registry import ServedModel
 from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
-from policies.limits.headers import anthropic_rate_limit_headers
+from policies.limits.headers import anthropic_rate_limit_headers, given_back
 from policies.policy import Limits
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
@@ -170,9 +170,7 @@ class RequestPolicy:
         verdict = await limiter.admit(
             policy.tenant, policy.limiter_limits, f"{policy.tenant}:{tenant.request_id}", reserved
         )
-        tenant.headers = dict(verdict.headers)
-        if tenant.anthropic:
-            tenant.headers.update(anthropic_rate_limit_headers(verdict.headers, verdict.reset_at_s))
+        tenant.headers = _headers(verdict.headers, verdict, tenant.anthropic)
         if not verdict.allowed:
             raise _refusal(verdict, policy.limits, prompt_tokens, reserved, (prompt_param, max_tokens_param))
         counted = _Usage(prompt_tokens)
@@ -181,10 +179,21 @@ class RequestPolicy:
             tenant.release = None
             tenant.completion_tokens = sum(counted.completion)
             used = prompt_tokens + tenant.completion_tokens
-            await limiter.settle(verdict, used, void=not tenant.reached_backend)  # a queue's refusal is not counted
+            void = not tenant.reached_backend  # a queue's refusal is not counted
+            await limiter.settle(verdict, used, void=void)
+            if void:  # its answer says what remains once it is taken back (its request: when it was the one counted)
+                left = given_back(verdict.headers, int(verdict.first), reserved)
+                tenant.headers = _headers(left, verdict, tenant.anthropic)
 
         tenant.release = release
         return _settled(events, counted, tenant)
+
+
+def _headers(openai: dict[str, str], verdict: LimiterAdmission, anthropic: bool) -> dict[str, str]:
+    """The rate-limit headers every response of a request carries: OpenAI's, and Anthropic's names on its door."""
+    if not anthropic:
+        return dict(openai)
+    return {**openai, **anthropic_rate_limit_headers(openai, verdict.reset_at_s)}
 
 
 @dataclass
@@ -239,4 +248,4 @@ def _refusal(
             "tokens_exceed_limit",
         )
     kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"
-    return APIError(f"rate limit reached: {verdict.limit}", status=429, code="rate_limit_exceeded", type=kind)
+    return rate_limited(f"rate limit reached: {verdict.limit}", kind)

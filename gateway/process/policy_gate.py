@@ -3,6 +3,7 @@ in Redis, a fair queue per model whose backend slots are known, and the audit lo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from gateway.api.tenancy import PolicyGate
@@ -16,11 +17,18 @@ WORKER_SLOTS = 8
 """The bundled worker's default max_batch (backends/worker/__main__.py)."""
 
 
-def policy_gate(directory: Path, redis_url: str | None, audit_path: Path | None, config: GatewayConfig) -> PolicyGate:
-    """Load the policies (a bad file is logged and skipped, as on every reload) and build the gate."""
+def policy_gate(
+    directory: Path,
+    redis_url: str | None,
+    audit_path: Path | None,
+    config: GatewayConfig,
+    redis_options: Mapping[str, float] | None = None,
+) -> PolicyGate:
+    """Load the policies (a bad file is logged and skipped, as on every reload) and build the gate; `redis_options`
+    (`timeout_s`) go to the Redis limiter."""
     store = PolicyStore(directory)
     store.reload()
-    limiter: Limiter = limits.RedisLimiter(redis_url) if redis_url else MemoryLimiter()
+    limiter: Limiter = limits.RedisLimiter(redis_url, **(redis_options or {})) if redis_url else MemoryLimiter()
     queues = {m.id: FairQueue(slots) for m in config.models if (slots := backend_slots(m))}
     return PolicyGate(store, limiter, queues, AuditLog(audit_path), redis_url)
 

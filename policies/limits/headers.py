@@ -47,6 +47,16 @@ def rate_limit_headers(limits: Limits, verdict: Verdict) -> dict[str, str]:
     return headers
 
 
+def given_back(headers: Mapping[str, str], requests: int, tokens: int) -> dict[str, str]:
+    """`headers` with `requests` and `tokens` remaining again (what a void settle took back), within each limit."""
+    out = dict(headers)
+    for kind, back in (("requests", requests), ("tokens", tokens)):
+        if f"x-ratelimit-remaining-{kind}" in out:
+            remaining = int(out[f"x-ratelimit-remaining-{kind}"]) + back
+            out[f"x-ratelimit-remaining-{kind}"] = str(min(int(out[f"x-ratelimit-limit-{kind}"]), remaining))
+    return out
+
+
 def anthropic_rate_limit_headers(openai: Mapping[str, str], reset_at_s: float) -> dict[str, str]:
     """Anthropic's names for the same figures (`anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`), the
     reset as the RFC 3339 time at which the window is empty again (`reset_at_s`, epoch seconds)."""

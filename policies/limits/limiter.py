@@ -92,6 +92,7 @@ class Limiter(ABC):
             charge_id=charge_id,
             holder=holder if verdict.allowed else "",
             reset_at_s=time.time() + verdict.reset_ms / 1000,
+            first=verdict.allowed and verdict.member == holder,
         )
 
     async def _undo(self, attempt: asyncio.Future, admission: Admission) -> None:

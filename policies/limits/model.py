@@ -66,3 +66,4 @@ class Admission:
     charge_id: str = ""
     holder: str = ""  # this admit's handle on the charge; "" when nothing was reserved (settle is then a no-op)
     reset_at_s: float = 0.0  # when the per-minute window is empty again (epoch seconds; `x-ratelimit-reset-*`)
+    first: bool = False  # the first admit of its charge: the one its request is counted under

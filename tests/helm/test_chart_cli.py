@@ -132,6 +132,11 @@ def test_server_limits_reach_the_command_line():
     assert build_parser().parse_args(_command_line("defaults.yaml")).grammar_compile_budget is None
 
 
+def test_the_redis_timeout_reaches_the_command_line():
+    assert build_parser().parse_args(_command_line("redis-external.yaml")).redis_timeout == 2.5
+    assert build_parser().parse_args(_command_line("redis-inchart.yaml")).redis_timeout is None
+
+
 def test_the_service_monitor_sends_the_metrics_tenants_key():
     monitor = next(d for d in render("servicemonitor-policies.yaml") if d["kind"] == "ServiceMonitor")
     authorization = {"type": "Bearer", "credentials": {"name": "prometheus-gateway-key", "key": "key"}}

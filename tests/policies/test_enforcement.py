@@ -4,6 +4,7 @@ is inert without policies."""
 
 from __future__ import annotations
 
+import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -11,10 +12,10 @@ import pytest
 from backends.base import BackendError
 from gateway.api.admission import RequestPolicy
 from gateway.api.tenancy import PolicyGate, TenantRequest
-from gateway.errors import APIError
+from gateway.errors import APIError, anthropic_error, from_backend
 from gateway.types import ChatRequest
 from policies.auth import Caller
-from policies.limits import FairQueue, MemoryLimiter
+from policies.limits import FairQueue, MemoryLimiter, RedisLimiter
 from policies.policy import Globs, Key, Limits, Policy
 from policies.store import PolicyStore
 
@@ -73,12 +74,25 @@ def test_inert_without_policies():
     rules.check_max_tokens(10**6, "max_tokens")
 
 
+@pytest.fixture(params=["memory", "redis"])
+async def limiter(request):
+    """Each store's limiter (the Redis one on the session's redis-server, its keys under a prefix of this test's)."""
+    if request.param == "memory":
+        yield MemoryLimiter()
+        return
+    server = request.getfixturevalue("redis_server")
+    redis = RedisLimiter(server.url, prefix=f"enforcement:{uuid.uuid4().hex}")
+    yield redis
+    await redis.close()
+
+
 @pytest.mark.anyio
-async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path):
+async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path, limiter):
     """Admitted by the limiter, then refused by a saturated model's queue (429, nothing reached a backend): its request
-    and tokens are taken back, as for any refusal, so a burst against a busy model does not eat the tenant's limits."""
+    and tokens are taken back, as for any refusal, so a burst against a busy model does not eat the tenant's limits;
+    the 429's rate-limit headers (OpenAI's and Anthropic's) say so."""
     queue = FairQueue(1)
-    gate = PolicyGate(PolicyStore(tmp_path), MemoryLimiter(), {"m": queue})
+    gate = PolicyGate(PolicyStore(tmp_path), limiter, {"m": queue})
     policy = Policy(
         "t",
         (Key("k", "0" * 64),),
@@ -92,12 +106,27 @@ async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path
         yield
 
     async with queue.slot("another", 1, 1, 10):  # the model's one slot is busy
-        rules = RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), "rid"), gate)
+        tenant = TenantRequest(Caller(policy, policy.keys[0]), "rid", anthropic=True)
+        rules = RequestPolicy(tenant, gate)
         events = await rules.admit(model, 30, 10, rules.queued(model, 40)(never_reached()), prompt_param="messages")
         with pytest.raises(BackendError) as refused:
             async for _ in events:
                 pass
-    assert refused.value.status == 429
+    error = from_backend(refused.value)  # what the client gets: OpenAI's rate-limit shape, Anthropic's on its door
+    assert (error.status, error.type, error.code, error.headers()) == (
+        429,
+        "requests",
+        "rate_limit_exceeded",
+        {"retry-after": "1"},
+    )
+    assert anthropic_error(error)["error"]["type"] == "rate_limit_error"
+    left = {k: v for k, v in tenant.headers.items() if "remaining" in k}
+    assert left == {
+        "x-ratelimit-remaining-requests": "10",
+        "x-ratelimit-remaining-tokens": "1000",
+        "anthropic-ratelimit-requests-remaining": "10",
+        "anthropic-ratelimit-tokens-remaining": "1000",
+    }
     probe = await gate.limiter.admit("t", policy.limiter_limits, "probe", 0)
     assert probe.headers["x-ratelimit-remaining-requests"] == "9"  # the probe's alone
     assert probe.headers["x-ratelimit-remaining-tokens"] == "1000"

@@ -38,6 +38,13 @@ INVALID = {
     "key is a raw key": (GOOD.replace(HASH, "sk-" + "a" * 61), 4, "keys[0].sha256", "64 hex digits"),
     "no such date": (GOOD + "", None, None, None),  # replaced below
     "zero max_tokens": (GOOD + "limits:\n  max_tokens: 0\n", 7, "limits.max_tokens", "minimum"),
+    "zero requests_per_minute": (
+        GOOD + "limits:\n  requests_per_minute: 0\n",
+        7,
+        "limits.requests_per_minute",
+        "a limit of 0 would refuse every request",
+    ),
+    "zero tokens_per_day": (GOOD + "limits:\n  tokens_per_day: 0\n", 7, "limits.tokens_per_day", "delete its file"),
     "max_tokens not a number": (GOOD + "limits:\n  max_tokens: lots\n", 7, "limits.max_tokens", "integer"),
     "strict mode": (GOOD + "tools:\n  strict: sometimes\n", 7, "tools.strict", "sometimes"),
     "priority": (GOOD + "priority: urgent\n", 6, "priority", "urgent"),

@@ -202,6 +202,7 @@ httpGet:
 {{- end }}
 {{- if include "llm-gateway.redisEnabled" . }}
 {{- $args = concat $args (list "--redis" "$(REDIS_URL)") }}
+{{- if not (kindIs "invalid" .Values.redis.timeoutSeconds) }}{{ $args = concat $args (list "--redis-timeout" (toString .Values.redis.timeoutSeconds)) }}{{ end }}
 {{- end }}
 {{- with $g.auditLogFile }}{{ $args = concat $args (list "--audit-log" .) }}{{ end }}
 {{- if not (kindIs "invalid" $g.maxBodyBytes) }}{{ $args = concat $args (list "--max-body-bytes" (toString (int64 $g.maxBodyBytes))) }}{{ end }}
