@@ -260,7 +260,6 @@ def test_tool_call_streams_id_and_name_once_then_argument_fragments() -> None:
     "cut",
     [
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par',
-        '<tool_call>\n{"name": "final_answer", "arguments": {"trigger": true}',
         '<tool_call>\n{"name": "get_weather", "arguments": {',
     ],
 )
@@ -269,6 +268,25 @@ def test_a_call_cut_before_its_first_argument_is_complete_is_no_call(cut: str) -
         deltas, parser = run("Checking.\n" + cut, splits=splits)
         assert merge(deltas) == {"content": "Checking.", "reasoning": "", "tool_calls": []}, splits
         assert not parser.saw_tool_call
+
+
+@pytest.mark.parametrize(
+    ("body", "arguments"),
+    [
+        ('{"name": "f", "arguments": {"trigger": true}', '{"trigger": true}'),
+        ('{"name": "f", "arguments": {}', "{}"),
+        ('{"name": "f", "arguments": {"a": {"b": 1}}\n', '{"a": {"b": 1}}'),
+    ],
+)
+def test_a_call_cut_after_its_arguments_close_is_a_call(body: str, arguments: str) -> None:
+    """Its arguments are complete, as a Qwen3 XML call cut after `</function>` or a token-section body cut before
+    its end token: only the body's `}` or `</tool_call>` is missing (max_tokens)."""
+    text = "Checking.\n<tool_call>\n" + body
+    for splits in ([], list(range(len(text)))):
+        deltas, parser = run(text, splits=splits)
+        want = {"content": "Checking.", "reasoning": "", "tool_calls": [{"name": "f", "arguments": arguments}]}
+        assert merge(deltas) == want, splits
+        assert parser.saw_tool_call
 
 
 def test_the_call_is_sent_once_its_first_argument_is_complete_then_streams() -> None:

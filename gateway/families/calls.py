@@ -128,6 +128,12 @@ class JsonEnd:
         return None
 
 
+def is_call_name(name: object) -> bool:
+    """Whether `name` can name a call: a string with more than whitespace. Clients dispatch on the name, so a call
+    without one is no call; each family then reads it as it reads any other malformed call."""
+    return isinstance(name, str) and bool(name.strip())
+
+
 def json_object(text: str) -> dict[str, Any] | None:
     """`text` as a JSON object, or None when it is not one (NaN and Infinity are not JSON)."""
     try:

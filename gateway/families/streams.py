@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Any, ClassVar
 
 from gateway.families.base import OutputParser
+from gateway.families.calls import is_call_name
 from gateway.families.values import convert, is_plain_string, tool_schemas
 from gateway.ids import new_call_id
 from gateway.types import Delta
@@ -57,7 +58,8 @@ class Trimmed:
 class CallOutput:
     """The deltas a parser sends: trimmed content and reasoning, and tool calls whose arguments are written
     one typed argument at a time. A call is held back until its first argument (or the call) is complete,
-    then sent with its arguments so far and streamed; a call still held when the output ends is dropped.
+    then sent with its arguments so far and streamed; a call still held when the output ends is dropped, and so
+    is a call without a name (`is_call_name`), whole.
     """
 
     def __init__(self) -> None:
@@ -67,6 +69,8 @@ class CallOutput:
         self._content = Trimmed()
         self._calls = 0
         self._held: list[Delta] | None = None
+        self._nameless = False
+        """The current call has no name: its deltas go nowhere and it takes no index."""
         self._arguments = 0
         self._types: frozenset[str] = frozenset()
         self._value = ""
@@ -89,7 +93,8 @@ class CallOutput:
             self.deltas.append(Delta(content=out))
 
     def open_call(self, name: str) -> None:
-        self._held = [Delta(tool_index=self._calls, tool_id=new_call_id(), tool_name=name)]
+        self._nameless = not is_call_name(name)
+        self._held = None if self._nameless else [Delta(tool_index=self._calls, tool_id=new_call_id(), tool_name=name)]
         self._arguments = 0
 
     def start_argument(self, key: str, types: frozenset[str]) -> None:
@@ -115,7 +120,9 @@ class CallOutput:
     def close_call(self) -> None:
         self._send("{}" if self._arguments == 0 else "}")
         self._release()
-        self._calls += 1
+        if not self._nameless:
+            self._calls += 1
+        self._nameless = False
 
     def drop_held_call(self) -> None:
         """The output ended: a call still held back is no call."""
@@ -124,9 +131,11 @@ class CallOutput:
     @property
     def streaming_call(self) -> bool:
         """Whether the current call was already sent (its later arguments stream)."""
-        return self._held is None and self.sent_call
+        return self._held is None and self.sent_call and not self._nameless
 
     def _send(self, fragment: str) -> None:
+        if self._nameless:
+            return
         delta = Delta(tool_index=self._calls, tool_arguments=fragment)
         (self._held if self._held is not None else self.deltas).append(delta)
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from gateway.families.calls import CallParser
+from gateway.families.calls import CallParser, is_call_name
 
 _QUOTE_OR_ESCAPE = re.compile(r'["\\]')
 
@@ -183,6 +183,6 @@ class SectionParser(CallParser):
             value = json.loads(arguments)
         except ValueError:
             return
-        if not name or not isinstance(value, dict):
+        if not is_call_name(name) or not isinstance(value, dict):
             return
         self._emit_call(name, json.dumps(value, ensure_ascii=False))

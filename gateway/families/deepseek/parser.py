@@ -16,7 +16,8 @@ Decisions (the gateway's documented behaviour):
   valid JSON → the raw text as a string), other values are raw strings.
 * A call is announced (dense index, `call_…` id, name) when its first argument
   is complete or its invoke closes, so output cut inside a call's first
-  argument yields no call. From then on string values stream as they arrive;
+  argument yields no call; an invoke without a name is no call (dropped whole).
+  From then on string values stream as they arrive;
   the argument fragments concatenate to the call's JSON arguments. A call
   cut after its announcement stays as sent, as OpenAI does on "length".
 * With a forced tool choice (`required` or a named tool) the grammar allows
@@ -34,6 +35,7 @@ from enum import auto
 from typing import Any
 
 from gateway.families.base import OutputParser, ParserState
+from gateway.families.calls import is_call_name
 from gateway.families.token_sections import SectionMarkers, SectionParser
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
@@ -244,7 +246,10 @@ class DsmlParser(OutputParser):
         return ("{" if self._call.arguments == 0 else ", ") + _json(key) + ": "
 
     def _announce(self, arguments: str) -> None:
+        """Send the call with its arguments so far; a call without a name is no call, dropped whole."""
         call = self._call
+        if not is_call_name(call.name):
+            return
         call.index = self._calls
         self._calls += 1
         self._out.append(

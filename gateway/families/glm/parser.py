@@ -11,7 +11,8 @@ Decisions:
   `</tool_call>` token that ends the output or is followed by another call (a missing `</arg_value>`).
   Values are typed by the tool's schema; a plain string parameter streams as a JSON string.
 * A call is held back until its first argument (or `</tool_call>`) is complete, then sent with the arguments
-  so far and streamed; a call cut off before that is no call.
+  so far and streamed; a call cut off before that is no call, and so is a call without a name (dropped whole,
+  as the token-section parsers drop any malformed call: its tags are no content).
 * Content and reasoning lose leading and trailing whitespace.
 """
 

@@ -15,13 +15,17 @@ Decisions (the gateway's documented behaviour):
   held back, so content never shows part of one.
 * A call body `{"name": N, "arguments": {…}}` is held back until its first
   argument is complete (a `,` after the first member of the arguments
-  object, or the `}` that closes the call body, or `</tool_call>`); then the
+  object, or the `}` that closes the arguments, or `</tool_call>`); then the
   call (index, id, name) and the arguments so far are sent, and the rest of
   the arguments streams verbatim: the fragments concatenate to the arguments
   JSON. A call cut off by the end of the output before that point is dropped
-  (no call, no markup), as the DeepSeek and Kimi parsers do; one cut later
-  stays as sent (it cannot be taken back from a stream). Other body layouts
-  are parsed whole at `</tool_call>`. A body that is not a call, or that ends
+  (no call, no markup), as every family's parser drops one (the name alone
+  is no call); one cut later stays as sent (it cannot be taken back from a
+  stream), so a call whose arguments closed is a call even when its body's
+  `}` or `</tool_call>` was cut, as a Qwen3 XML call after `</function>` or a
+  token-section body complete at the end. Other body layouts
+  are parsed whole at `</tool_call>`. A body that is not a call (a call without
+  a name is none, as in qwen3_xml: `calls.is_call_name`), or that ends
   without a call header, is returned as content, markers included, unless the
   tool choice forced calls (`required` or a named tool): the grammar then allows
   nothing but calls, so a marker or call header cut off by the end of the output
@@ -43,6 +47,7 @@ from typing import Any
 
 from backends.stop_strings import held_prefix
 from gateway.families.base import OutputParser, ParserState
+from gateway.families.calls import is_call_name
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import Trimmed
 from gateway.ids import new_call_id
@@ -71,7 +76,7 @@ class _JsonEnd:
     def __init__(self) -> None:
         self.done = False
         self.first_member_done = False
-        """A `,` at the object's top level: its first member is complete."""
+        """A `,` at the object's top level, or the `}` that closes it: its first member (if any) is complete."""
         self._depth = 0
         self._in_string = False
         self._escaped = False
@@ -95,7 +100,7 @@ class _JsonEnd:
             elif ch in "}]":
                 self._depth -= 1
                 if self._depth == 0:
-                    self.done = True
+                    self.done = self.first_member_done = True
                     return i + 1
             elif ch == "<":
                 self.done = True
@@ -109,7 +114,7 @@ def parse_whole_call(body: str) -> tuple[str, str] | None:
         call = json.loads(body)
     except ValueError:
         return None
-    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+    if not isinstance(call, dict) or not is_call_name(call.get("name")):
         return None
     arguments: Any = call.get("arguments", {})
     if isinstance(arguments, str):
@@ -258,10 +263,9 @@ class HermesParser(OutputParser):
     def _call_header(self, final: bool) -> bool:
         close = self._find(TOOL_CALL_END)
         header = _CALL_HEADER.match(self._buffer)
-        if header and (close < 0 or header.end() <= close):
-            self._held_call = [
-                Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=json.loads(header["name"]))
-            ]
+        name = json.loads(header["name"]) if header else None
+        if header and (close < 0 or header.end() <= close) and is_call_name(name):
+            self._held_call = [Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=name)]
             self._drop(header.end())
             self._arguments = _JsonEnd()
             self._state = _State.CALL_ARGUMENTS

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gateway.families.calls import CallParser
+from gateway.families.calls import CallParser, is_call_name
 from gateway.families.streams import json_fragment
 from gateway.ids import new_call_id
 from gateway.types import Delta
@@ -43,7 +43,7 @@ _ATTRIBUTE = re.compile(r'([\w-]+)="([^"]*)"')
 _CHANNELS = frozenset({"think", "response", "tools", "message"})
 
 
-_K2_CALL_ID = re.compile(r"\s*(?:functions\.)?(.+?)(?::\d+)?\s*", re.DOTALL)
+_K2_CALL_ID = re.compile(r"\s*(?:functions\.)?(.*?)(?::\d+)?\s*", re.DOTALL)
 
 
 def split_k2_call(header: str, body: str) -> tuple[str, str] | None:
@@ -192,7 +192,7 @@ class KimiK3Parser(CallParser):
             self._announce(call)
 
     def _announce(self, call: _Call) -> None:
-        if not call.name:
+        if not is_call_name(call.name):
             return  # a call without a tool name is not a call
         call.index = self._calls
         arguments, call.pending = "".join(call.pending), []

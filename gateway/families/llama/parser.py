@@ -11,7 +11,7 @@ Decisions (the gateway's documented behaviour):
 * Such a value is held until its brackets close (strings skipped, escapes
   included; linear in its length), then read whole: a call is emitted whole
   (index, id, name, JSON arguments); a value that is no call (`{"a": 1} is a
-  dict`, a JSON answer) is content, verbatim. Anything else is content and
+  dict`, a JSON answer, a call without a name) is content, verbatim. Anything else is content and
   streams as it arrives.
 * At the end of the output a value that never closed (max_tokens) is content
   when it opened the output, and dropped after a tag or when the tool choice
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.calls import CallParser, JsonEnd, json_object
+from gateway.families.calls import CallParser, JsonEnd, is_call_name, json_object
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
@@ -39,7 +39,7 @@ Call = tuple[str, dict[str, Any]]
 def json_call(text: str) -> list[Call] | None:
     """A Llama 3 call object, or None when `text` is not one."""
     value = json_object(text)
-    if value is None or not isinstance(value.get("name"), str):
+    if value is None or not is_call_name(value.get("name")):
         return None
     arguments = value.get("parameters", value.get("arguments"))
     return [(value["name"], arguments)] if isinstance(arguments, dict) else None

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from enum import Enum, auto
 from typing import Any
 
-from gateway.families.calls import CallParser, JsonEnd, json_object
+from gateway.families.calls import CallParser, JsonEnd, is_call_name, json_object
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
@@ -52,7 +52,7 @@ def array_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
     if not isinstance(value, list):
         return None
     calls = [(c.get("name"), c.get("arguments", {})) for c in value if isinstance(c, dict)]
-    if len(calls) != len(value) or not all(isinstance(n, str) and isinstance(a, dict) for n, a in calls):
+    if len(calls) != len(value) or not all(is_call_name(n) and isinstance(a, dict) for n, a in calls):
         return None
     return calls
 

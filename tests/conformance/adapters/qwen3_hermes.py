@@ -25,7 +25,13 @@ from tests.conformance.common import CheckpointAdapter
 
 FAMILY = "qwen3-hermes"
 ENGINE = "tests.conformance.adapters.qwen3_hermes:Adapter"
-EXPECTED_FAILURES: dict[str, str] = {}
+EXPECTED_FAILURES: dict[str, str] = {
+    "qwen3-hermes/vllm-invalid-json-missing-brace": (
+        "cut after its arguments object closed, before the body's `}` and </tool_call>: the client gets final_answer "
+        'with the complete arguments `{"trigger": true}` and finish_reason length, as it gets a Qwen3 XML call cut '
+        "after </function> or a DeepSeek or Kimi call whose body is complete at the end; canitoolcall wants no call"
+    ),
+}
 
 
 class Adapter(CheckpointAdapter):
