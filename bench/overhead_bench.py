@@ -336,6 +336,7 @@ async def measure(sides: list[Side], args: argparse.Namespace, pids: dict[str, i
             side.phases.append(phase)
             print(
                 f"round {r + 1} {side.name}: {phase.tokens / phase.wall:.0f} tok/s, "
+                f"burst TTFT p50 {percentile([s.ttft for s in phase.streams], 50) * 1e3:.2f} ms, "
                 f"other processes {phase.cpu['others'] / phase.wall:.2f} cores",
                 flush=True,
             )
