@@ -330,7 +330,7 @@ def timed(run: Callable[[], Any], repeats: int, before: Callable[[], Any] = lamb
 def clear_schema_caches() -> None:
     """Forget the memoized schema → EBNF conversions, so a build starts cold."""
     safe_json._kept_value_ebnf.cache_clear()
-    safe_json._regex_grammar.cache_clear()
+    safe_json.regex_grammar.cache_clear()
     json_grammar._ebnf.cache_clear()
 
 

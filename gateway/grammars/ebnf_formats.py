@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from gateway.grammars.safe_json import _regex_grammar
+from gateway.grammars.safe_json import regex_grammar
 
 Format = dict[str, Any]
 
@@ -80,7 +80,7 @@ class EbnfWriter:
         if kind == "grammar":
             return self._embed(fmt["grammar"])
         if kind == "regex":
-            return self._embed(_regex_grammar(fmt["pattern"]))
+            return self._embed(regex_grammar(fmt["pattern"]))
         if kind in ("any_text", "dispatch"):
             return self._dispatch(fmt)
         raise ValueError(f"no EBNF for the structural-tag format {kind!r}")

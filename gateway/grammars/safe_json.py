@@ -342,13 +342,14 @@ def raw_pattern_ebnf(pattern: str, param: str, strict: bool) -> str | None:
     if len(pattern) > MAX_PATTERN_CHARS or facts.largest_count > MAX_PATTERN_COUNT:
         return None
     try:
-        return _regex_grammar(pattern)
+        return regex_grammar(pattern)
     except (RuntimeError, ValueError):
         return None
 
 
 @lru_cache(maxsize=1024)
-def _regex_grammar(pattern: str) -> str:
+def regex_grammar(pattern: str) -> str:
+    """xgrammar's EBNF for a regex (kept: the JSON values here and the structural tags' regex formats share it)."""
     import xgrammar as xgr  # here, not at the top: a gateway that builds no grammar never pays its import
 
     return str(xgr.Grammar.from_regex(pattern))
