@@ -24,7 +24,7 @@ from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
-from policies.limits.headers import anthropic_rate_limit_headers, given_back
+from policies.limits.headers import anthropic_rate_limit_headers, remaining_after
 from policies.policy import Limits
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
@@ -180,10 +180,9 @@ class RequestPolicy:
             tenant.completion_tokens = sum(counted.completion)
             used = prompt_tokens + tenant.completion_tokens
             void = not tenant.reached_backend  # a queue's refusal is not counted
-            await limiter.settle(verdict, used, void=void)
-            if void:  # its answer says what remains once it is taken back (its request: when it was the one counted)
-                left = given_back(verdict.headers, int(verdict.first), reserved)
-                tenant.headers = _headers(left, verdict, tenant.anthropic)
+            window = await limiter.settle(verdict, used, void=void)
+            if void and window is not None:  # its 429 says what remains once it is taken back
+                tenant.headers = _headers(remaining_after(verdict.headers, window), verdict, tenant.anthropic)
 
         tenant.release = release
         return _settled(events, counted, tenant)

@@ -146,3 +146,44 @@ async def test_a_request_that_never_fits_a_token_limit_names_the_field_to_lower(
     with pytest.raises(APIError) as refused:
         await events
     assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "tokens_exceed_limit")
+
+
+@pytest.mark.anyio
+async def test_a_queue_refusal_says_what_remains_while_its_charge_has_other_admits_open(tmp_path, limiter):
+    """Several admits open under one x-request-id, each refused by the fair queue: a refusal's headers say what its void
+    settle really took back. The first admit's request stays counted while a join may still serve it; a join past
+    FREE_JOINS, counted as a request of its own, takes its request back; the last void admit takes the request back."""
+    queue = FairQueue(1)
+    gate = PolicyGate(PolicyStore(tmp_path), limiter, {"m": queue})
+    limits = Limits(requests_per_minute=10, tokens_per_minute=1000, queue_timeout_s=0.01)
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), limits)
+    model = SimpleNamespace(id="m")
+
+    async def never_reached():
+        raise AssertionError("a refused request reached the backend")
+        yield
+
+    async def refused_headers(admitted) -> dict[str, str]:
+        tenant, events = admitted
+        with pytest.raises(BackendError):
+            async for _ in events:
+                pass
+        return {k: v for k, v in tenant.headers.items() if k.startswith("x-ratelimit-remaining")}
+
+    async def admitted():
+        tenant = TenantRequest(Caller(policy, policy.keys[0]), "rid")
+        rules = RequestPolicy(tenant, gate)
+        return tenant, await rules.admit(model, 30, 10, rules.queued(model, 40)(never_reached()), prompt_param="m")
+
+    async with queue.slot("another", 1, 1, 10):  # the model's one slot is busy
+        first, free, free_too, counted = [await admitted() for _ in range(4)]  # one id: a charge and three joins
+        assert counted[0].headers["x-ratelimit-remaining-requests"] == "8"  # the charge, and the join past FREE_JOINS
+        assert counted[0].headers["x-ratelimit-remaining-tokens"] == "840"
+        left = {"x-ratelimit-remaining-requests": "8", "x-ratelimit-remaining-tokens": "880"}
+        assert await refused_headers(first) == left  # the joins still open may serve the request: it stays counted
+        left = {"x-ratelimit-remaining-requests": "9", "x-ratelimit-remaining-tokens": "920"}
+        assert await refused_headers(counted) == left  # its own request and tokens back
+        left = {"x-ratelimit-remaining-requests": "9", "x-ratelimit-remaining-tokens": "960"}
+        assert await refused_headers(free) == left
+        left = {"x-ratelimit-remaining-requests": "10", "x-ratelimit-remaining-tokens": "1000"}
+        assert await refused_headers(free_too) == left  # the last one open: nothing served the request
