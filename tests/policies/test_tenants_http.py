@@ -62,6 +62,7 @@ def deployment(
     write_tenant(policies, "quiet", models=["m-shared"], audit=False)
     write_tenant(policies, "tiny", models=["m-shared"], limits={"tokens_per_minute": 60})
     write_tenant(policies, "prometheus", metrics=True)
+    write_tenant(policies, "strict", models=["m-shared"], tools={"strict": "always"})
     expired = write_tenant(policies, "expired", models=["m-*"])
     expired.write_text(expired.read_text().replace("  sha256", "  expires: 2020-01-31\n  sha256"))
     audit = root / "audit.jsonl"
@@ -192,6 +193,31 @@ def test_a_tool_outside_the_allowlist_is_named_in_each_doors_body(client):
     assert error["type"] == "permission_error" and error["message"].startswith("tools[1].name: "), error
 
 
+def test_token_counts_hold_to_the_tenants_tool_rules(client):
+    """/tokenize and /v1/messages/count_tokens refuse a tool outside the allowlist as the generating doors do, and
+    count the prompt those doors render: with `tools.strict: always`, every tool strict."""
+    schema = {"type": "object", "properties": {}}
+    chat_tools = [tool("get_weather"), tool("search")]
+    messages_tools = [{"name": "get_weather", "input_schema": schema}, {"name": "search", "input_schema": schema}]
+    tokenize = {"model": "m-shared", "messages": [{"role": "user", "content": "hi"}], "tools": chat_tools}
+    count = {"model": "m-shared", "messages": [{"role": "user", "content": "hi"}], "tools": messages_tools}
+    assert refused_tool(client, "/tokenize", tokenize)["param"] == "tools[1].function.name"
+    error = refused_tool(client, "/v1/messages/count_tokens", count)
+    assert error["type"] == "permission_error" and error["message"].startswith("tools[1].name: "), error
+    strict_tokenize = {**tokenize, "tools": [{**t, "function": {**t["function"], "strict": True}} for t in chat_tools]}
+    strict_count = {**count, "tools": [{**t, "strict": True} for t in messages_tools]}
+    for path, body, strict_body, field in (
+        ("/tokenize", tokenize, strict_tokenize, "count"),
+        ("/v1/messages/count_tokens", count, strict_count, "input_tokens"),
+    ):
+        as_rendered = client.post(path, headers=auth("gamma"), json=strict_body)
+        counted = client.post(path, headers=auth("strict"), json=body)
+        assert counted.status_code == as_rendered.status_code == 200, (counted.text, as_rendered.text)
+        assert counted.json()[field] == as_rendered.json()[field], path
+        plain = client.post(path, headers=auth("gamma"), json=body)
+        assert plain.json()[field] != counted.json()[field], path  # the flag is in the prompt: the test can fail
+
+
 def test_a_declared_tool_outside_the_allowlist_is_refused_though_allowed_tools_leaves_it_out(client):
     kept = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [tool("get_weather")]}}
     body = chat("m-shared", tools=[tool("get_weather"), tool("search")], tool_choice=kept)
@@ -315,7 +341,7 @@ def test_ready_shows_the_policy_store_and_no_model_id(client):
     body = client.get("/ready").json()
     assert body["models"] == {"ready": len(MODELS), "total": len(MODELS)}  # an open route: ids are for tenants
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 9 and body["policies"]["problems"] == 0
+    assert body["policies"]["tenants"] == 10 and body["policies"]["problems"] == 0
 
 
 def test_only_a_metrics_tenants_key_reads_metrics(client):
