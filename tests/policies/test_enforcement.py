@@ -13,7 +13,7 @@ from backends.base import BackendError
 from gateway.api.admission import RequestPolicy
 from gateway.api.tenancy import PolicyGate, TenantRequest
 from gateway.errors import APIError, anthropic_error, from_backend
-from gateway.types import ChatRequest
+from gateway.types import ChatRequest, ChoiceStep
 from policies.auth import Caller
 from policies.limits import FairQueue, MemoryLimiter, RedisLimiter
 from policies.policy import Globs, Key, Limits, Policy
@@ -187,3 +187,30 @@ async def test_a_queue_refusal_says_what_remains_while_its_charge_has_other_admi
         assert await refused_headers(free) == left
         left = {"x-ratelimit-remaining-requests": "10", "x-ratelimit-remaining-tokens": "1000"}
         assert await refused_headers(free_too) == left  # the last one open: nothing served the request
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("steps", "charged"), [(0, 0), (1, 30 + 4)])
+async def test_a_backend_failure_before_any_output_counts_against_no_limit(tmp_path, limiter, steps, charged):
+    """Every replica refused the request (or failed) before its first token: the client gets an error and nothing
+    else, so its request and tokens are taken back as for a fair queue's refusal. A failure after output settles the
+    tokens produced."""
+    gate = PolicyGate(PolicyStore(tmp_path), limiter)
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(requests_per_minute=10, tokens_per_minute=1000))
+    tenant = TenantRequest(Caller(policy, policy.keys[0]), "rid")
+    rules = RequestPolicy(tenant, gate)
+
+    async def failing():
+        for _ in range(steps):
+            yield 0, ChoiceStep([], completion_tokens=4)
+        raise BackendError("no backend replica could take the request", status=503, retryable=True)
+
+    events = await rules.admit(SimpleNamespace(id="m"), 30, 10, failing(), prompt_param="messages")
+    with pytest.raises(BackendError):
+        async for _ in events:
+            pass
+    probe = await limiter.admit("t", policy.limiter_limits, "probe", 0)
+    assert probe.headers["x-ratelimit-remaining-requests"] == str(10 - 1 - (steps > 0))
+    assert probe.headers["x-ratelimit-remaining-tokens"] == str(1000 - charged)
+    left = tenant.headers["x-ratelimit-remaining-requests"], tenant.headers["x-ratelimit-remaining-tokens"]
+    assert left == (("10", "1000") if steps == 0 else ("9", "960"))  # the error's headers: what remains after it
