@@ -99,15 +99,18 @@ def _renamed(value, model: str):
 def test_matrix_no_tenant_reaches_another_tenants_models_or_tools(client, tenant):
     listed = client.get("/v1/models", headers=auth(tenant)).json()["data"]
     assert {m["id"] for m in listed} == ALLOWED_MODELS[tenant]
-    tokenize_body = {"prompt": "hello"}
-    completion_body = {"prompt": "hello", "max_tokens": 2}
+    messages = [{"role": "user", "content": "hello"}]
     for model in MODELS:
         allowed = model in ALLOWED_MODELS[tenant]
         card = client.get(f"/v1/models/{model}", headers=auth(tenant))
-        for path, body in (
-            ("/tokenize", tokenize_body),
+        for path, body in (  # every door that names a model (chat: with the tools below)
+            ("/tokenize", {"prompt": "hello"}),
+            ("/tokenize", {"messages": messages}),
             ("/detokenize", {"tokens": [1, 2]}),
-            ("/v1/completions", completion_body),
+            ("/v1/completions", {"prompt": "hello", "max_tokens": 2}),
+            ("/v1/responses", {"input": "hello"}),
+            ("/v1/messages", {"messages": messages, "max_tokens": 2}),
+            ("/v1/messages/count_tokens", {"messages": messages}),
         ):
             response = client.post(path, headers=auth(tenant), json={**body, "model": model})
             if allowed:
@@ -135,6 +138,30 @@ def test_matrix_no_tenant_reaches_another_tenants_models_or_tools(client, tenant
             else:
                 assert response.status_code == 200, (cell, response.text)
                 assert response.json()["model"] == model
+
+
+def test_a_stored_response_is_another_tenants_404_on_every_route(client):
+    """beta reads, lists, cancels, deletes or continues alpha's stored response exactly as one that never existed."""
+    stored = client.post("/v1/responses", headers=auth("alpha"), json={"model": "m-shared", "input": "hi"})
+    assert stored.status_code == 200, stored.text
+    rid, never = stored.json()["id"], "resp_" + "0" * 32
+    continued = {"model": "m-shared", "input": "more"}
+    for method, path, body in (
+        ("GET", "/v1/responses/{id}", None),
+        ("GET", "/v1/responses/{id}/input_items", None),
+        ("POST", "/v1/responses/{id}/cancel", None),
+        ("DELETE", "/v1/responses/{id}", None),
+        ("POST", "/v1/responses", continued),
+    ):
+        beta = [
+            client.request(
+                method, path.format(id=i), headers=auth("beta"), json=body and {**body, "previous_response_id": i}
+            )
+            for i in (rid, never)
+        ]
+        assert beta[0].status_code == beta[1].status_code == 404, (path, beta[0].text)
+        assert beta[0].text.replace(rid, never) == beta[1].text, path
+    assert client.get(f"/v1/responses/{rid}", headers=auth("alpha")).json()["id"] == rid  # still there for alpha
 
 
 def test_keys_missing_unknown_expired_and_header_styles(client):
