@@ -106,7 +106,7 @@ class Limiter(ABC):
 
     async def settle(self, admission: Admission, used_tokens: int, *, void: bool = False) -> WindowUse | None:
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
-        `void`: the admission served nothing (it never reached a backend): its request and tokens are taken back
+        `void`: the admission served nothing (no backend took it): its request and tokens are taken back
         as if never made (the request stays counted when another admission of its charge served it, or may still
         serve it). Returns what the tenant's per-minute window holds once the first try landed (None when it did
         not, or nothing was reserved).
