@@ -24,7 +24,7 @@ from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
-from policies.limits.headers import anthropic_rate_limit_headers, given_back
+from policies.limits.headers import anthropic_rate_limit_headers, remaining_after
 from policies.policy import Limits
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
@@ -96,7 +96,7 @@ class RequestPolicy:
         deadline_s = policy.limits.queue_timeout_s
         deadlines: set[asyncio.Timeout] = set()
         """One per choice still waiting: the first choice to get a slot lifts them all (the request runs)."""
-        tenant.reached_backend = False
+        tenant.served = False
 
         async def in_queue(steps: Steps) -> Steps:
             started = time.monotonic()
@@ -124,7 +124,7 @@ class RequestPolicy:
                         retry_after=1,
                     ) from None
                 tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
-                tenant.reached_backend = True
+                tenant.served = True
                 async with aclosing(steps):
                     async for step in steps:
                         yield step
@@ -179,11 +179,10 @@ class RequestPolicy:
             tenant.release = None
             tenant.completion_tokens = sum(counted.completion)
             used = prompt_tokens + tenant.completion_tokens
-            void = not tenant.reached_backend  # a queue's refusal is not counted
-            await limiter.settle(verdict, used, void=void)
-            if void:  # its answer says what remains once it is taken back (its request: when it was the one counted)
-                left = given_back(verdict.headers, int(verdict.first), reserved)
-                tenant.headers = _headers(left, verdict, tenant.anthropic)
+            void = not tenant.served  # a refusal (a queue's, every replica's) is not counted
+            window = await limiter.settle(verdict, used, void=void)
+            if void and window is not None:  # its 429 says what remains once it is taken back
+                tenant.headers = _headers(remaining_after(verdict.headers, window), verdict, tenant.anthropic)
 
         tenant.release = release
         return _settled(events, counted, tenant)
@@ -204,7 +203,7 @@ class _Usage:
 
 async def _settled(events: Events, usage: _Usage, tenant: TenantRequest) -> Events:
     """`events`, counting each choice's completion tokens; settles when they end (finished, stopped,
-    failed, or closed early by a client that left)."""
+    failed, or closed early by a client that left). A backend failure before any output served nothing: settled void."""
     try:
         async for index, step in events:
             if index >= len(usage.completion):
@@ -214,6 +213,10 @@ async def _settled(events: Events, usage: _Usage, tenant: TenantRequest) -> Even
             if step.finish_reason is not None:
                 tenant.finish_reason = step.finish_reason
             yield index, step
+    except BackendError:
+        if not usage.completion:  # the client gets the error and nothing else
+            tenant.served = False
+        raise
     finally:
         await events.aclose()
         if tenant.release is not None:

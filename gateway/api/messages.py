@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.asgi import json_response, sse_frame
+from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.door_params import MESSAGES_PARAMS
@@ -60,8 +61,11 @@ async def create_message(request: Request, registry: ModelRegistry, max_body: in
 
 
 async def count_tokens(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    parsed = parse_messages_request(await read_json(request, max_body), count_only=True)
-    _, ids = encode_chat(served_model(registry, parsed.model), parsed.chat)
+    body = await read_json(request, max_body)
+    parsed = parse_messages_request(body, count_only=True)
+    model = served_model(registry, parsed.model)
+    chat = request_policy(request).check_tools(parsed.chat, body.get("tools") or (), MESSAGES_PARAMS)  # as rendered
+    _, ids = encode_chat(model, chat)
     return json_response({"input_tokens": len(ids)})
 
 

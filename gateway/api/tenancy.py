@@ -90,8 +90,9 @@ class TenantRequest:
     """The prompt, kept only when the tenant's policy audits prompts."""
     release: Any = None
     """An awaitable factory releasing what admission holds (idempotent), or None."""
-    reached_backend: bool = True
-    """False while its choices wait in a fair queue: refused there (or left by its client), it served nothing."""
+    served: bool = True
+    """False while its choices wait in a fair queue (refused there, or left by its client there), or once its backends
+    failed before any output: it served nothing, and is settled void."""
 
 
 def tenant_of(request: Request) -> TenantRequest | None:

@@ -7,6 +7,7 @@ from starlette.responses import Response
 
 from backends.asgi import json_response
 from backends.json_types import as_integer
+from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.errors import invalid
 from gateway.models.planning import encode_chat
@@ -26,7 +27,8 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
         parsed = parse_chat_completion(body)
         fields = Fields(body, TOKENIZE_CHAT)
         model = served_model(registry, parsed.model)
-        text, ids = encode_chat(model, parsed.chat)
+        chat = request_policy(request).check_tools(parsed.chat, body.get("tools") or ())  # as the chat door renders
+        text, ids = encode_chat(model, chat)
     else:
         fields = Fields(body, TOKENIZE_PROMPT)
         model = served_model(registry, fields.string("model"))

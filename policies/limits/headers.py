@@ -6,7 +6,7 @@ import datetime as dt
 import math
 from collections.abc import Mapping
 
-from .model import Limits, Verdict
+from .model import Limits, Verdict, WindowUse
 
 
 def duration(ms: int) -> str:
@@ -47,13 +47,12 @@ def rate_limit_headers(limits: Limits, verdict: Verdict) -> dict[str, str]:
     return headers
 
 
-def given_back(headers: Mapping[str, str], requests: int, tokens: int) -> dict[str, str]:
-    """`headers` with `requests` and `tokens` remaining again (what a void settle took back), within each limit."""
+def remaining_after(headers: Mapping[str, str], window: WindowUse) -> dict[str, str]:
+    """`headers` with their `x-ratelimit-remaining-*` recomputed from what the window holds now (after a settle)."""
     out = dict(headers)
-    for kind, back in (("requests", requests), ("tokens", tokens)):
+    for kind, used in (("requests", window.requests), ("tokens", window.tokens)):
         if f"x-ratelimit-remaining-{kind}" in out:
-            remaining = int(out[f"x-ratelimit-remaining-{kind}"]) + back
-            out[f"x-ratelimit-remaining-{kind}"] = str(min(int(out[f"x-ratelimit-limit-{kind}"]), remaining))
+            out[f"x-ratelimit-remaining-{kind}"] = str(max(0, int(out[f"x-ratelimit-limit-{kind}"]) - used))
     return out
 
 

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from .headers import rate_limit_headers
-from .model import Admission, Limits, Verdict
+from .model import Admission, Limits, Verdict, WindowUse
 
 log = logging.getLogger("policies.limits")
 
@@ -92,7 +92,6 @@ class Limiter(ABC):
             charge_id=charge_id,
             holder=holder if verdict.allowed else "",
             reset_at_s=time.time() + verdict.reset_ms / 1000,
-            first=verdict.allowed and verdict.member == holder,
         )
 
     async def _undo(self, attempt: asyncio.Future, admission: Admission) -> None:
@@ -105,10 +104,12 @@ class Limiter(ABC):
                 return
         await self._settle_with_retries(admission, 0, void=True)  # unanswered: the store may have run it all the same
 
-    async def settle(self, admission: Admission, used_tokens: int, *, void: bool = False) -> None:
+    async def settle(self, admission: Admission, used_tokens: int, *, void: bool = False) -> WindowUse | None:
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
-        `void`: the admission served nothing (it never reached a backend): its request and tokens are taken back
-        as if never made (the request stays counted when another admission of its charge served it).
+        `void`: the admission served nothing (no backend took it): its request and tokens are taken back
+        as if never made (the request stays counted when another admission of its charge served it, or may still
+        serve it). Returns what the tenant's per-minute window holds once the first try landed (None when it did
+        not, or nothing was reserved).
 
         Returns after the first try; when the store is unreachable, tries again in the background after each of
         `settle_retry_delays_s`, then (unless they are none, until `close()`) at once when the store answers another
@@ -117,10 +118,10 @@ class Limiter(ABC):
         try whose answer was lost does no harm.
         """
         if not admission.holder:
-            return
+            return None
         first_try = asyncio.get_running_loop().create_future()
         self._track(self._settle_with_retries(admission, 0 if void else _bounded(used_tokens), first_try, void=void))
-        await asyncio.shield(first_try)
+        return await asyncio.shield(first_try)
 
     def _track(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` to its end whatever happens to its caller; `close()` waits for it."""
@@ -134,7 +135,9 @@ class Limiter(ABC):
         try:
             for delay in (0.0, *self.settle_retry_delays_s):
                 await asyncio.sleep(delay)
-                if await self._settle_once(admission, used_tokens, void):
+                if (window := await self._settle_once(admission, used_tokens, void)) is not None:
+                    if first_try is not None and not first_try.done():
+                        first_try.set_result(window)
                     return
                 if first_try is not None and not first_try.done():
                     first_try.set_result(None)
@@ -149,14 +152,15 @@ class Limiter(ABC):
             if first_try is not None and not first_try.done():
                 first_try.set_result(None)
 
-    async def _settle_once(self, admission: Admission, used_tokens: int, void: bool) -> bool:
+    async def _settle_once(self, admission: Admission, used_tokens: int, void: bool) -> WindowUse | None:
+        """The window's use after this settlement, or None when the store did not answer."""
         try:
-            await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens, void)
+            window = await self._settle(admission.tenant, admission.charge_id, admission.holder, used_tokens, void)
         except StoreUnavailable as exc:
             self._store_failed("settle", admission.tenant, exc)
-            return False
+            return None
         self.store_healthy = True
-        return True
+        return window
 
     async def _settle_when_the_store_answers(self, admission: Admission, used_tokens: int, void: bool) -> bool:
         """Past the quick retries: try again whenever the store answers another call, or after a doubling pause,
@@ -174,7 +178,7 @@ class Limiter(ABC):
             if self._closing.is_set():
                 return False
             async with self._late_settles:
-                if await self._settle_once(admission, used_tokens, void):
+                if await self._settle_once(admission, used_tokens, void) is not None:
                     return True
             pause = min(SETTLE_RETRY_CAP_S, pause * 2)
         return False
@@ -211,11 +215,12 @@ class Limiter(ABC):
         """Check every limit and reserve, atomically; raise StoreUnavailable when the store cannot answer."""
 
     @abstractmethod
-    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         """Settle this holder of the charge once: its own reservation becomes `used_tokens`, its slot is freed; raise
         StoreUnavailable when the store cannot answer. `void`: its admit served no request (its caller left, or never
         heard the answer): it gives back its own reservation and slot, and the charge's request too when it was the
-        last admit open and none served it, as if never made."""
+        last admit open and none served it, as if never made. Returns the window's use after it (also when the
+        holder had settled already)."""
 
     async def settled(self) -> None:
         """Wait for the settlements in flight (those retried in the background included)."""

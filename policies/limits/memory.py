@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .limiter import Limiter
-from .model import DAY_MS, FREE_JOINS, WINDOW_MS, Limits, Verdict
+from .model import DAY_MS, FREE_JOINS, WINDOW_MS, Limits, Verdict, WindowUse
 from .windows import worst_refusal
 
 
@@ -93,14 +93,16 @@ class MemoryLimiter(Limiter):
         state.days = {d: n for d, n in state.days.items() if d >= day - 1}
         state.days[day] = state.days.get(day, 0) + tokens
         charge.holders[holder] = (tokens, day)
-        return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), charge.member)
+        return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now))
 
-    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         state = self._tenants.get(tenant)
-        charge = state.charges.get(charge_id) if state else None
-        if charge is None or holder not in charge.holders:
-            return
+        if state is None:
+            return WindowUse(0, 0)
         state.expire(self._now())
+        charge = state.charges.get(charge_id)
+        if charge is None or holder not in charge.holders:
+            return WindowUse(state.requests, state.tokens)
         reserved, day = charge.holders.pop(holder)
         delta = used_tokens - reserved  # this admit's reservation becomes its usage (a void's: nothing)
         entry = state.log.get(holder)
@@ -117,3 +119,4 @@ class MemoryLimiter(Limiter):
             if not charge.served:
                 state.drop(charge.member)  # no admit served the request: it is taken back
             del state.charges[charge_id]
+        return WindowUse(state.requests, state.tokens)

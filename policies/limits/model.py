@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 WINDOW_MS = 60_000
 DAY_MS = 86_400_000
@@ -49,7 +49,13 @@ class Verdict:
     requests: int
     tokens: int
     reset_ms: int
-    member: str = ""
+
+
+class WindowUse(NamedTuple):
+    """What a tenant's per-minute window holds: its requests (entries less free joins) and their tokens."""
+
+    requests: int
+    tokens: int
 
 
 @dataclass(frozen=True)
@@ -66,4 +72,3 @@ class Admission:
     charge_id: str = ""
     holder: str = ""  # this admit's handle on the charge; "" when nothing was reserved (settle is then a no-op)
     reset_at_s: float = 0.0  # when the per-minute window is empty again (epoch seconds; `x-ratelimit-reset-*`)
-    first: bool = False  # the first admit of its charge: the one its request is counted under

@@ -9,7 +9,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from .limiter import Limiter, StoreUnavailable
-from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict
+from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict, WindowUse
 from .redis_calls import BoundedRedis
 from .redis_scripts import ADMIT, SETTLE
 
@@ -89,7 +89,7 @@ class RedisLimiter(Limiter):
         ]
         try:
             async with self._calls.turn():
-                allowed, limit, retry, requests, tokens_used, reset, member = await self._admit_script(
+                allowed, limit, retry, requests, tokens_used, reset = await self._admit_script(
                     self._keys(tenant, charge_id), args
                 )
         except RedisError as exc:
@@ -101,16 +101,16 @@ class RedisLimiter(Limiter):
             requests=requests,
             tokens=tokens_used,
             reset_ms=reset,
-            member=_text(member),
         )
 
-    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> None:
+    async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         try:
             args = [self._now_arg(), holder, used_tokens, int(void)]
             async with self._calls.turn():
-                await self._settle_script(self._keys(tenant, charge_id), args)
+                requests, tokens = await self._settle_script(self._keys(tenant, charge_id), args)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
+        return WindowUse(requests, tokens)
 
     async def _ping(self) -> None:
         try:

@@ -34,6 +34,10 @@ local function expire(now)
     if joins > 0 then redis.call('DECRBY', KEYS[7], joins) end
   end
 end
+local function window_use()  -- the window's requests (entries less free joins) and tokens
+  return {redis.call('ZCARD', KEYS[1]) - tonumber(redis.call('GET', KEYS[7]) or '0'),
+    tonumber(redis.call('GET', KEYS[3]) or '0')}
+end
 local function reset_ms(now)
   local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   if #newest == 0 then return 0 end
@@ -52,8 +56,7 @@ local tokens, rpm, tpm, conc, tpd = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumb
 local holder, lease = ARGV[7], tonumber(ARGV[8])
 expire(now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
-local count = redis.call('ZCARD', KEYS[1]) - tonumber(redis.call('GET', KEYS[7]) or '0')  -- requests
-local sum = tonumber(redis.call('GET', KEYS[3]) or '0')
+local count, sum = unpack(window_use())
 local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
 local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
 local day = math.floor(now / DAY)
@@ -91,7 +94,7 @@ if tpd >= 0 then
   local used = tonumber(redis.call('GET', day_key) or '0')
   if used + tokens > tpd then refuse('tokens_per_day', tokens > tpd and -1 or (day + 1) * DAY - now) end
 end
-if limit ~= '' then return {0, limit, retry, count, sum, reset_ms(now), ''} end
+if limit ~= '' then return {0, limit, retry, count, sum, reset_ms(now)} end
 local entry = holder
 if free_join then  -- the same request: not counted
   entry = 'j:' .. holder
@@ -102,7 +105,6 @@ end
 if member then
   redis.call('HINCRBY', KEYS[5], 'j', 1)
 else
-  member = holder
   redis.call('HSET', KEYS[5], 'm', holder, 's', 0, 'j', 0)
 end
 redis.call('ZADD', KEYS[1], now, entry)
@@ -116,7 +118,7 @@ redis.call('PEXPIREAT', day_key, (day + 2) * DAY)
 redis.call('HSET', KEYS[5], 'h:' .. holder, tokens, 'd:' .. holder, day)
 redis.call('HINCRBY', KEYS[5], 'n', 1)
 redis.call('PEXPIRE', KEYS[5], math.max(lease, 2 * DAY))  -- a long request still settles its day
-return {1, '', -1, count, sum + tokens, WINDOW, member}
+return {1, '', -1, count, sum + tokens, WINDOW}
 """
 )
 
@@ -124,11 +126,12 @@ SETTLE = (
     COMMON
     + """
 -- ARGV: 1 now, 2 holder, 3 used tokens, 4 '1' when the holder's admit served no request (void)
+-- Returns the window's use after it: {requests, tokens}
 local holder, used, void = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
-local own = redis.call('HMGET', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'm')
-if not own[1] then return 0 end
-redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder)
 expire(now_ms())
+local own = redis.call('HMGET', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'm')
+if not own[1] then return window_use() end
+redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder)
 local member = own[3]
 local entry = redis.call('HEXISTS', KEYS[2], 'j:' .. holder) == 1 and 'j:' .. holder or holder
 local function drop(e)  -- take an admission's entry out of the window (nothing when it left already)
@@ -155,6 +158,6 @@ if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then
   if redis.call('HGET', KEYS[5], 's') == '0' then drop(member) end  -- no admit served the request: taken back
   redis.call('DEL', KEYS[5])
 end
-return 1
+return window_use()
 """
 )

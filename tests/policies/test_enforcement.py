@@ -13,7 +13,7 @@ from backends.base import BackendError
 from gateway.api.admission import RequestPolicy
 from gateway.api.tenancy import PolicyGate, TenantRequest
 from gateway.errors import APIError, anthropic_error, from_backend
-from gateway.types import ChatRequest
+from gateway.types import ChatRequest, ChoiceStep
 from policies.auth import Caller
 from policies.limits import FairQueue, MemoryLimiter, RedisLimiter
 from policies.policy import Globs, Key, Limits, Policy
@@ -146,3 +146,71 @@ async def test_a_request_that_never_fits_a_token_limit_names_the_field_to_lower(
     with pytest.raises(APIError) as refused:
         await events
     assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "tokens_exceed_limit")
+
+
+@pytest.mark.anyio
+async def test_a_queue_refusal_says_what_remains_while_its_charge_has_other_admits_open(tmp_path, limiter):
+    """Several admits open under one x-request-id, each refused by the fair queue: a refusal's headers say what its void
+    settle really took back. The first admit's request stays counted while a join may still serve it; a join past
+    FREE_JOINS, counted as a request of its own, takes its request back; the last void admit takes the request back."""
+    queue = FairQueue(1)
+    gate = PolicyGate(PolicyStore(tmp_path), limiter, {"m": queue})
+    limits = Limits(requests_per_minute=10, tokens_per_minute=1000, queue_timeout_s=0.01)
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), limits)
+    model = SimpleNamespace(id="m")
+
+    async def never_reached():
+        raise AssertionError("a refused request reached the backend")
+        yield
+
+    async def refused_headers(admitted) -> dict[str, str]:
+        tenant, events = admitted
+        with pytest.raises(BackendError):
+            async for _ in events:
+                pass
+        return {k: v for k, v in tenant.headers.items() if k.startswith("x-ratelimit-remaining")}
+
+    async def admitted():
+        tenant = TenantRequest(Caller(policy, policy.keys[0]), "rid")
+        rules = RequestPolicy(tenant, gate)
+        return tenant, await rules.admit(model, 30, 10, rules.queued(model, 40)(never_reached()), prompt_param="m")
+
+    async with queue.slot("another", 1, 1, 10):  # the model's one slot is busy
+        first, free, free_too, counted = [await admitted() for _ in range(4)]  # one id: a charge and three joins
+        assert counted[0].headers["x-ratelimit-remaining-requests"] == "8"  # the charge, and the join past FREE_JOINS
+        assert counted[0].headers["x-ratelimit-remaining-tokens"] == "840"
+        left = {"x-ratelimit-remaining-requests": "8", "x-ratelimit-remaining-tokens": "880"}
+        assert await refused_headers(first) == left  # the joins still open may serve the request: it stays counted
+        left = {"x-ratelimit-remaining-requests": "9", "x-ratelimit-remaining-tokens": "920"}
+        assert await refused_headers(counted) == left  # its own request and tokens back
+        left = {"x-ratelimit-remaining-requests": "9", "x-ratelimit-remaining-tokens": "960"}
+        assert await refused_headers(free) == left
+        left = {"x-ratelimit-remaining-requests": "10", "x-ratelimit-remaining-tokens": "1000"}
+        assert await refused_headers(free_too) == left  # the last one open: nothing served the request
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("steps", "charged"), [(0, 0), (1, 30 + 4)])
+async def test_a_backend_failure_before_any_output_counts_against_no_limit(tmp_path, limiter, steps, charged):
+    """Every replica refused the request (or failed) before its first token: the client gets an error and nothing
+    else, so its request and tokens are taken back as for a fair queue's refusal. A failure after output settles the
+    tokens produced."""
+    gate = PolicyGate(PolicyStore(tmp_path), limiter)
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(requests_per_minute=10, tokens_per_minute=1000))
+    tenant = TenantRequest(Caller(policy, policy.keys[0]), "rid")
+    rules = RequestPolicy(tenant, gate)
+
+    async def failing():
+        for _ in range(steps):
+            yield 0, ChoiceStep([], completion_tokens=4)
+        raise BackendError("no backend replica could take the request", status=503, retryable=True)
+
+    events = await rules.admit(SimpleNamespace(id="m"), 30, 10, failing(), prompt_param="messages")
+    with pytest.raises(BackendError):
+        async for _ in events:
+            pass
+    probe = await limiter.admit("t", policy.limiter_limits, "probe", 0)
+    assert probe.headers["x-ratelimit-remaining-requests"] == str(10 - 1 - (steps > 0))
+    assert probe.headers["x-ratelimit-remaining-tokens"] == str(1000 - charged)
+    left = tenant.headers["x-ratelimit-remaining-requests"], tenant.headers["x-ratelimit-remaining-tokens"]
+    assert left == (("10", "1000") if steps == 0 else ("9", "960"))  # the error's headers: what remains after it

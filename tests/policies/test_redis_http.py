@@ -66,6 +66,7 @@ def gateways(
     write_tenant(policies, "tpm", models=["m"], limits={"tokens_per_minute": 10000})
     write_tenant(policies, "prometheus", metrics=True)
     write_tenant(policies, "single", models=["m"], limits={"concurrent_requests": 1, "tokens_per_minute": 10000})
+    write_tenant(policies, "refused", models=["m"], limits={"requests_per_minute": 10, "tokens_per_minute": 10000})
     backend = standin_backend
     with ExitStack() as stack:
         config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
@@ -109,6 +110,24 @@ def test_streams_cut_on_one_replica_are_settled_as_produced_for_both(gateways):
     probe = httpx.post(f"{gateways[1].base_url}/v1/chat/completions", headers=auth("tpm"), json=chat("m", max_tokens=1))
     assert probe.status_code == 200 and probe.json()["usage"]["prompt_tokens"] == prompt
     assert int(probe.headers["x-ratelimit-remaining-tokens"]) == 10000 - 2 * (prompt + 3) - (prompt + 1)
+
+
+def test_a_request_the_backend_refused_before_any_output_counts_on_no_replica(gateways):
+    """The backend refuses (503) before the first token: the client gets that error and nothing else, so neither
+    replica counts its request or tokens (the 503 itself says what remains)."""
+    gateways, backend, _ = gateways
+    backend.set(mode="refuse503")
+    try:
+        refused = httpx.post(f"{gateways[0].base_url}/v1/chat/completions", headers=auth("refused"), json=chat("m"))
+    finally:
+        backend.set(mode="ok")
+    assert refused.status_code == 503, refused.text
+    assert refused.headers["x-ratelimit-remaining-requests"] == "10"
+    assert refused.headers["x-ratelimit-remaining-tokens"] == "10000"
+    probe = httpx.post(f"{gateways[1].base_url}/v1/chat/completions", headers=auth("refused"), json=chat("m"))
+    assert probe.status_code == 200, probe.text
+    assert probe.headers["x-ratelimit-remaining-requests"] == "9"  # the probe's alone
+    assert int(probe.headers["x-ratelimit-remaining-tokens"]) == 10000 - probe.json()["usage"]["prompt_tokens"] - 2
 
 
 def test_redis_killed_and_restarted_under_load(gateways, redis):

@@ -62,6 +62,7 @@ def deployment(
     write_tenant(policies, "quiet", models=["m-shared"], audit=False)
     write_tenant(policies, "tiny", models=["m-shared"], limits={"tokens_per_minute": 60})
     write_tenant(policies, "prometheus", metrics=True)
+    write_tenant(policies, "strict", models=["m-shared"], tools={"strict": "always"})
     expired = write_tenant(policies, "expired", models=["m-*"])
     expired.write_text(expired.read_text().replace("  sha256", "  expires: 2020-01-31\n  sha256"))
     audit = root / "audit.jsonl"
@@ -98,15 +99,18 @@ def _renamed(value, model: str):
 def test_matrix_no_tenant_reaches_another_tenants_models_or_tools(client, tenant):
     listed = client.get("/v1/models", headers=auth(tenant)).json()["data"]
     assert {m["id"] for m in listed} == ALLOWED_MODELS[tenant]
-    tokenize_body = {"prompt": "hello"}
-    completion_body = {"prompt": "hello", "max_tokens": 2}
+    messages = [{"role": "user", "content": "hello"}]
     for model in MODELS:
         allowed = model in ALLOWED_MODELS[tenant]
         card = client.get(f"/v1/models/{model}", headers=auth(tenant))
-        for path, body in (
-            ("/tokenize", tokenize_body),
+        for path, body in (  # every door that names a model (chat: with the tools below)
+            ("/tokenize", {"prompt": "hello"}),
+            ("/tokenize", {"messages": messages}),
             ("/detokenize", {"tokens": [1, 2]}),
-            ("/v1/completions", completion_body),
+            ("/v1/completions", {"prompt": "hello", "max_tokens": 2}),
+            ("/v1/responses", {"input": "hello"}),
+            ("/v1/messages", {"messages": messages, "max_tokens": 2}),
+            ("/v1/messages/count_tokens", {"messages": messages}),
         ):
             response = client.post(path, headers=auth(tenant), json={**body, "model": model})
             if allowed:
@@ -134,6 +138,30 @@ def test_matrix_no_tenant_reaches_another_tenants_models_or_tools(client, tenant
             else:
                 assert response.status_code == 200, (cell, response.text)
                 assert response.json()["model"] == model
+
+
+def test_a_stored_response_is_another_tenants_404_on_every_route(client):
+    """beta reads, lists, cancels, deletes or continues alpha's stored response exactly as one that never existed."""
+    stored = client.post("/v1/responses", headers=auth("alpha"), json={"model": "m-shared", "input": "hi"})
+    assert stored.status_code == 200, stored.text
+    rid, never = stored.json()["id"], "resp_" + "0" * 32
+    continued = {"model": "m-shared", "input": "more"}
+    for method, path, body in (
+        ("GET", "/v1/responses/{id}", None),
+        ("GET", "/v1/responses/{id}/input_items", None),
+        ("POST", "/v1/responses/{id}/cancel", None),
+        ("DELETE", "/v1/responses/{id}", None),
+        ("POST", "/v1/responses", continued),
+    ):
+        beta = [
+            client.request(
+                method, path.format(id=i), headers=auth("beta"), json=body and {**body, "previous_response_id": i}
+            )
+            for i in (rid, never)
+        ]
+        assert beta[0].status_code == beta[1].status_code == 404, (path, beta[0].text)
+        assert beta[0].text.replace(rid, never) == beta[1].text, path
+    assert client.get(f"/v1/responses/{rid}", headers=auth("alpha")).json()["id"] == rid  # still there for alpha
 
 
 def test_keys_missing_unknown_expired_and_header_styles(client):
@@ -190,6 +218,31 @@ def test_a_tool_outside_the_allowlist_is_named_in_each_doors_body(client):
     }
     error = refused_tool(client, "/v1/messages", body)
     assert error["type"] == "permission_error" and error["message"].startswith("tools[1].name: "), error
+
+
+def test_token_counts_hold_to_the_tenants_tool_rules(client):
+    """/tokenize and /v1/messages/count_tokens refuse a tool outside the allowlist as the generating doors do, and
+    count the prompt those doors render: with `tools.strict: always`, every tool strict."""
+    schema = {"type": "object", "properties": {}}
+    chat_tools = [tool("get_weather"), tool("search")]
+    messages_tools = [{"name": "get_weather", "input_schema": schema}, {"name": "search", "input_schema": schema}]
+    tokenize = {"model": "m-shared", "messages": [{"role": "user", "content": "hi"}], "tools": chat_tools}
+    count = {"model": "m-shared", "messages": [{"role": "user", "content": "hi"}], "tools": messages_tools}
+    assert refused_tool(client, "/tokenize", tokenize)["param"] == "tools[1].function.name"
+    error = refused_tool(client, "/v1/messages/count_tokens", count)
+    assert error["type"] == "permission_error" and error["message"].startswith("tools[1].name: "), error
+    strict_tokenize = {**tokenize, "tools": [{**t, "function": {**t["function"], "strict": True}} for t in chat_tools]}
+    strict_count = {**count, "tools": [{**t, "strict": True} for t in messages_tools]}
+    for path, body, strict_body, field in (
+        ("/tokenize", tokenize, strict_tokenize, "count"),
+        ("/v1/messages/count_tokens", count, strict_count, "input_tokens"),
+    ):
+        as_rendered = client.post(path, headers=auth("gamma"), json=strict_body)
+        counted = client.post(path, headers=auth("strict"), json=body)
+        assert counted.status_code == as_rendered.status_code == 200, (counted.text, as_rendered.text)
+        assert counted.json()[field] == as_rendered.json()[field], path
+        plain = client.post(path, headers=auth("gamma"), json=body)
+        assert plain.json()[field] != counted.json()[field], path  # the flag is in the prompt: the test can fail
 
 
 def test_a_declared_tool_outside_the_allowlist_is_refused_though_allowed_tools_leaves_it_out(client):
@@ -315,7 +368,7 @@ def test_ready_shows_the_policy_store_and_no_model_id(client):
     body = client.get("/ready").json()
     assert body["models"] == {"ready": len(MODELS), "total": len(MODELS)}  # an open route: ids are for tenants
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 9 and body["policies"]["problems"] == 0
+    assert body["policies"]["tenants"] == 10 and body["policies"]["problems"] == 0
 
 
 def test_only_a_metrics_tenants_key_reads_metrics(client):
