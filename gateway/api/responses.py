@@ -198,6 +198,38 @@ class _OpenItem:
         self.logprobs: list[dict[str, Any]] = []
 
 
+class _TextLogprobs:
+    """Which token logprobs belong to the message text a chunk shows. A chunk that shows nothing (a marker's first
+    tokens the parser holds, a character's first bytes, a stop string's start) keeps its tokens until text shows;
+    those of reasoning, of a call's markup, of a matched stop string and the end token belong to no text."""
+
+    def __init__(self) -> None:
+        self._held: list[dict[str, Any]] = []
+
+    def of(self, delta: dict[str, Any], logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        text = delta.get("content")
+        if not text:
+            self._held = [] if delta.get("reasoning_content") or delta.get("tool_calls") else self._held + logprobs
+            return []
+        size = len(text.encode())
+        if delta.get("reasoning_content"):  # the chunk ended the reasoning, then showed text: its last tokens
+            self._held = []
+            return _spelling(logprobs[::-1], size)[::-1]
+        tokens, self._held = self._held + logprobs, []
+        return _spelling(tokens, size)  # a call, a stop string or the end may follow in the same chunk
+
+
+def _spelling(tokens: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
+    """The first of `tokens` that spell `size` bytes (the last of them may spell more)."""
+    out, spelled = [], 0
+    for token in tokens:
+        if spelled >= size:
+            break
+        out.append(token)
+        spelled += len(token["bytes"])
+    return out
+
+
 class ResponsesDoor:
     """Chat chunks of one choice → Responses stream events with sequence numbers; folded into a Response."""
 
@@ -219,6 +251,7 @@ class ResponsesDoor:
         self._open: _OpenItem | None = None
         self._finish_reason: str | None = None
         self._reasoning: list[str] = []
+        self._text_logprobs = _TextLogprobs()
         self._stored = False  # storing was tried: a failure after that (the store, the last events) stores nothing
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -244,11 +277,11 @@ class ResponsesDoor:
             delta = chunk["delta"]
             if delta.get("reasoning_content"):
                 out += self._reasoning_delta(delta["reasoning_content"])
-            logprobs = (chunk["logprobs"] or {}).get("content") or []
+            logprobs = (chunk["logprobs"] or {}).get("content")
+            if logprobs:
+                logprobs = self._text_logprobs.of(delta, logprobs)
             if delta.get("content"):
-                out += self._text_delta(delta["content"], logprobs)
-            elif logprobs and self._open is not None and self._open.item["type"] == "message":
-                self._open.logprobs += logprobs
+                out += self._text_delta(delta["content"], logprobs or [])
             for call in delta.get("tool_calls", ()):
                 out += self._call_delta(call)
             self._finish_reason = chunk["finish_reason"] or self._finish_reason

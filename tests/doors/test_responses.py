@@ -385,9 +385,27 @@ def test_logprobs_when_included(door):
     door.say("Hi there")
     body = create(door, input="hi", include=["message.output_text.logprobs"], top_logprobs=2)
     (part,) = body["output"][0]["content"]
-    ids = door.model.encoder.encode_plain("Hi there") + [IM_END]
+    ids = door.model.encoder.encode_plain("Hi there")  # the end token is no part of the text
     assert [lp["logprob"] for lp in part["logprobs"]] == [fake_logprob(t) for t in ids]
     assert len(part["logprobs"][0]["top_logprobs"]) == 2 and door.server.bodies[-1]["return_logprob"] is True
+
+
+def test_output_text_logprobs_are_those_of_its_text(door):
+    """The logprobs of a message's output_text spell its text: not the tokens of the call after it (which the
+    parser held while they might still have been text, or which came in the text's own backend read), nor the end
+    token; streamed, its deltas' logprobs add up to the same."""
+    extra = {"input": "Weather?", "tools": [WEATHER], "include": ["message.output_text.logprobs"]}
+    door.say("Sure." + CALL)
+    events = stream(door, **extra)
+    door.say("Sure." + CALL)
+    for response in (events[-1]["response"], create(door, **extra)):
+        message, call = response["output"]
+        spelled = "".join(lp["token"] for lp in message["content"][0]["logprobs"])
+        assert spelled in ("Sure.", "Sure.<") and call["type"] == "function_call"  # one token may hold the call's '<'
+    deltas = [lp["token"] for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
+    assert "".join(deltas) == "".join(
+        lp["token"] for lp in events[-1]["response"]["output"][0]["content"][0]["logprobs"]
+    )
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
