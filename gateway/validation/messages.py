@@ -210,9 +210,11 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
 def _stop_sequences(fields: Fields) -> list[str]:
     """`stop_sequences`, each holding more than whitespace as Anthropic requires."""
     stops = parse_stop(fields, "stop_sequences")
-    for i, stop in enumerate(stops):
+    given = fields.get("stop_sequences")
+    for i, stop in enumerate([given] if isinstance(given, str) else given or ()):
         if stop.isspace():
-            raise invalid("each stop sequence must contain non-whitespace", f"stop_sequences[{i}]")
+            param = "stop_sequences" if isinstance(given, str) else f"stop_sequences[{i}]"
+            raise invalid("each stop sequence must contain non-whitespace", param)
     return stops
 
 

@@ -200,7 +200,8 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
             "messages[4].content[0].tool_use_id",
         ),
         ([ASKED], {"stop_sequences": [str(i) for i in range(65)]}, "stop_sequences"),
-        ([ASKED], {"stop_sequences": ["END", "\n\n"]}, "stop_sequences[1]"),  # Anthropic: non-whitespace
+        ([ASKED], {"stop_sequences": ["END", "END", "\n\n"]}, "stop_sequences[2]"),  # Anthropic: non-whitespace
+        ([ASKED], {"stop_sequences": " "}, "stop_sequences"),
         ([{"role": "user", "content": [{"type": "text", "text": " \n"}]}], {}, "messages[0].content[0].text"),
         ([ASKED], {"system": [{"type": "text", "text": "\t"}]}, "system[0].text"),
         ([{"role": "user", "content": "  "}, {"role": "assistant", "content": "ok"}], {}, "messages[0].content"),
