@@ -52,7 +52,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     if parsed.previous_response_id is not None:
         previous = await store.get(parsed.previous_response_id, owner)
         if previous is None:
-            raise _not_found(parsed.previous_response_id, "previous_response_id")
+            raise _previous_not_found(parsed.previous_response_id)
         history, previous_output = previous["history"], previous["response"]["output"]
     check_call_outputs(history, previous_output, parsed.items)
     chat = ChatRequest(
@@ -154,6 +154,14 @@ async def list_input_items(request: Request, store: ResponseStore) -> Response:
 
 def _not_found(rid: str, param: str) -> APIError:
     return APIError(f"no stored response with id {rid!r}", status=404, param=param, code="response_not_found")
+
+
+def _previous_not_found(rid: str) -> APIError:
+    """OpenAI's answer, word for word, to a previous_response_id it cannot find: a 400 whose code clients (Codex, the
+    proxies in front of it) recover on by sending the whole conversation again."""
+    return invalid(
+        f"Previous response with id {rid!r} not found.", "previous_response_id", "previous_response_not_found"
+    )
 
 
 def _response(rid: str, model: str, parsed: ResponsesRequest) -> dict[str, Any]:

@@ -213,9 +213,9 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
     assert deleted is None or getattr(deleted, "deleted", True)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(third.id)
-    with pytest.raises(openai.NotFoundError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=door.model.id, input="more", previous_response_id=third.id)
-    assert e.value.body["param"] == "previous_response_id"
+    assert e.value.body["code"] == "previous_response_not_found"
 
 
 def test_store_false_keeps_nothing(door, client):
@@ -324,9 +324,16 @@ def test_bad_requests_are_400_naming_the_param(door, client, body, param, code):
 
 
 def test_unknown_previous_response_and_model(door, client):
-    with pytest.raises(openai.NotFoundError) as e:
+    """OpenAI's answer to a previous_response_id it cannot find is a 400 `previous_response_not_found` (Codex and
+    the proxies in front of it recover by sending the whole conversation on that code); an unknown model is a 404."""
+    with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=door.model.id, input="hi", previous_response_id="resp_nope")
-    assert e.value.body["param"] == "previous_response_id"
+    assert e.value.body == {
+        "message": "Previous response with id 'resp_nope' not found.",
+        "type": "invalid_request_error",
+        "param": "previous_response_id",
+        "code": "previous_response_not_found",
+    }
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="nope", input="hi")
 
