@@ -219,22 +219,24 @@ class _TextLogprobs:
         if not text:
             self._held = [] if delta.get("reasoning_content") or delta.get("tool_calls") else self._held + logprobs
             return []
-        size = len(text.encode())
-        if delta.get("reasoning_content"):  # the chunk ended the reasoning, then showed text: its last tokens
-            self._held = []
-            return _spelling(logprobs[::-1], size)[::-1]
-        tokens, self._held = self._held + logprobs, []
-        return _spelling(tokens, size)  # a call, a stop string or the end may follow in the same chunk
+        after_reasoning = bool(delta.get("reasoning_content"))  # the held tokens were the reasoning's
+        tokens, self._held = logprobs if after_reasoning else self._held + logprobs, []
+        return _spelling(tokens, text.encode(), last=after_reasoning)
 
 
-def _spelling(tokens: list[dict[str, Any]], size: int) -> list[dict[str, Any]]:
-    """The first of `tokens` that spell `size` bytes (the last of them may spell more)."""
-    out, spelled = [], 0
+def _spelling(tokens: list[dict[str, Any]], text: bytes, last: bool) -> list[dict[str, Any]]:
+    """The tokens whose bytes spell `text` (markup, a stop string or the end token may come before or after it in
+    one chunk): where it is first spelled, or last (after reasoning); all of them where it is spelled nowhere."""
+    spelled = b"".join(bytes(token["bytes"]) for token in tokens)
+    start = spelled.rfind(text) if last else spelled.find(text)
+    if start < 0:
+        return tokens
+    end, at, out = start + len(text), 0, []
     for token in tokens:
-        if spelled >= size:
-            break
-        out.append(token)
-        spelled += len(token["bytes"])
+        size = len(token["bytes"])
+        if at < end and at + size > start:
+            out.append(token)
+        at += size
     return out
 
 

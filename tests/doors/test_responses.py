@@ -398,21 +398,21 @@ def test_logprobs_when_included(door):
 
 
 def test_output_text_logprobs_are_those_of_its_text(door):
-    """The logprobs of a message's output_text spell its text: not the tokens of the call after it (which the
-    parser held while they might still have been text, or which came in the text's own backend read), nor the end
-    token; streamed, its deltas' logprobs add up to the same."""
+    """The logprobs of a message's output_text spell its text: not the tokens of the reasoning's end marker before
+    it, nor those of the call after it (which the parser held while they might still have been text, or which came
+    in the text's own backend read), nor the end token; streamed, its deltas' logprobs add up to the same."""
     extra = {"input": "Weather?", "tools": [WEATHER], "include": ["message.output_text.logprobs"]}
-    door.say("Sure." + CALL)
+    answer = "<think>Sure, the weather.</think>Sure." + CALL
+    door.say(answer)
     events = stream(door, **extra)
-    door.say("Sure." + CALL)
+    door.say(answer)
     for response in (events[-1]["response"], create(door, **extra)):
-        message, call = response["output"]
+        _, message, call = response["output"]
         spelled = "".join(lp["token"] for lp in message["content"][0]["logprobs"])
         assert spelled in ("Sure.", "Sure.<") and call["type"] == "function_call"  # one token may hold the call's '<'
-    deltas = [lp["token"] for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
-    assert "".join(deltas) == "".join(
-        lp["token"] for lp in events[-1]["response"]["output"][0]["content"][0]["logprobs"]
-    )
+    streamed = events[-1]["response"]["output"][1]["content"][0]["logprobs"]
+    deltas = [lp for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
+    assert deltas == streamed
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
