@@ -52,7 +52,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     if parsed.previous_response_id is not None:
         previous = await store.get(parsed.previous_response_id, owner)
         if previous is None:
-            raise _not_found(parsed.previous_response_id, "previous_response_id")
+            raise _previous_not_found(parsed.previous_response_id)
         history, previous_output = previous["history"], previous["response"]["output"]
     check_call_outputs(history, previous_output, parsed.items)
     chat = ChatRequest(
@@ -156,6 +156,14 @@ def _not_found(rid: str, param: str) -> APIError:
     return APIError(f"no stored response with id {rid!r}", status=404, param=param, code="response_not_found")
 
 
+def _previous_not_found(rid: str) -> APIError:
+    """OpenAI's answer, word for word, to a previous_response_id it cannot find: a 400 whose code clients (Codex, the
+    proxies in front of it) recover on by sending the whole conversation again."""
+    return invalid(
+        f"Previous response with id {rid!r} not found.", "previous_response_id", "previous_response_not_found"
+    )
+
+
 def _response(rid: str, model: str, parsed: ResponsesRequest) -> dict[str, Any]:
     """The Response object before any output: everything the request fixed."""
     return {
@@ -198,6 +206,40 @@ class _OpenItem:
         self.logprobs: list[dict[str, Any]] = []
 
 
+class _TextLogprobs:
+    """Which token logprobs belong to the message text a chunk shows. A chunk that shows nothing (a marker's first
+    tokens the parser holds, a character's first bytes, a stop string's start) keeps its tokens until text shows;
+    those of reasoning, of a call's markup, of a matched stop string and the end token belong to no text."""
+
+    def __init__(self) -> None:
+        self._held: list[dict[str, Any]] = []
+
+    def of(self, delta: dict[str, Any], logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        text = delta.get("content")
+        if not text:
+            self._held = [] if delta.get("reasoning_content") or delta.get("tool_calls") else self._held + logprobs
+            return []
+        after_reasoning = bool(delta.get("reasoning_content"))  # the held tokens were the reasoning's
+        tokens, self._held = logprobs if after_reasoning else self._held + logprobs, []
+        return _spelling(tokens, text.encode(), last=after_reasoning)
+
+
+def _spelling(tokens: list[dict[str, Any]], text: bytes, last: bool) -> list[dict[str, Any]]:
+    """The tokens whose bytes spell `text` (markup, a stop string or the end token may come before or after it in
+    one chunk): where it is first spelled, or last (after reasoning); all of them where it is spelled nowhere."""
+    spelled = b"".join(bytes(token["bytes"]) for token in tokens)
+    start = spelled.rfind(text) if last else spelled.find(text)
+    if start < 0:
+        return tokens
+    end, at, out = start + len(text), 0, []
+    for token in tokens:
+        size = len(token["bytes"])
+        if at < end and at + size > start:
+            out.append(token)
+        at += size
+    return out
+
+
 class ResponsesDoor:
     """Chat chunks of one choice → Responses stream events with sequence numbers; folded into a Response."""
 
@@ -219,6 +261,7 @@ class ResponsesDoor:
         self._open: _OpenItem | None = None
         self._finish_reason: str | None = None
         self._reasoning: list[str] = []
+        self._text_logprobs = _TextLogprobs()
         self._stored = False  # storing was tried: a failure after that (the store, the last events) stores nothing
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -244,11 +287,11 @@ class ResponsesDoor:
             delta = chunk["delta"]
             if delta.get("reasoning_content"):
                 out += self._reasoning_delta(delta["reasoning_content"])
-            logprobs = (chunk["logprobs"] or {}).get("content") or []
+            logprobs = (chunk["logprobs"] or {}).get("content")
+            if logprobs:
+                logprobs = self._text_logprobs.of(delta, logprobs)
             if delta.get("content"):
-                out += self._text_delta(delta["content"], logprobs)
-            elif logprobs and self._open is not None and self._open.item["type"] == "message":
-                self._open.logprobs += logprobs
+                out += self._text_delta(delta["content"], logprobs or [])
             for call in delta.get("tool_calls", ()):
                 out += self._call_delta(call)
             self._finish_reason = chunk["finish_reason"] or self._finish_reason

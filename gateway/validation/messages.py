@@ -179,7 +179,7 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     top_p, top_k = parse_top_p_top_k(fields)
     settings = GenerationSettings(
         max_tokens=fields.integer("max_tokens"),
-        stop=parse_stop(fields, "stop_sequences"),
+        stop=_stop_sequences(fields),
         temperature=fields.number("temperature"),
         top_p=top_p,
         top_k=top_k,
@@ -205,6 +205,17 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
         continue_final_message=prefill,
     )
     return MessagesRequest(model=model, chat=chat, settings=settings)
+
+
+def _stop_sequences(fields: Fields) -> list[str]:
+    """`stop_sequences`, each holding more than whitespace as Anthropic requires."""
+    stops = parse_stop(fields, "stop_sequences")
+    given = fields.get("stop_sequences")
+    for i, stop in enumerate([given] if isinstance(given, str) else given or ()):
+        if stop.isspace():
+            param = "stop_sequences" if isinstance(given, str) else f"stop_sequences[{i}]"
+            raise invalid("each stop sequence must contain non-whitespace", param)
+    return stops
 
 
 def _prefill(messages: list[dict[str, Any]]) -> bool:

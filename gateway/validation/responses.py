@@ -104,6 +104,7 @@ MESSAGE_ITEM = Obj(
     "ResponsesMessageItem",
     {
         "type": string(default="message", choices=("message",)),
+        "id": ITEM_ID,
         "role": string(required=True, choices=_ROLES),
         "content": PARTS,
     },
@@ -299,7 +300,8 @@ def _item(f: Fields) -> dict[str, Any]:
     kind = f.string("type")
     if kind == "message":
         role = f.string("role")
-        return _message_item(role, _parts(f, "content", "output_text" if role == "assistant" else "input_text"))
+        parts = _parts(f, "content", "output_text" if role == "assistant" else "input_text")
+        return _message_item(role, parts, f.string("id"))
     if kind == "function_call":
         name = f.string("name")
         arguments = parse_arguments(f)
@@ -333,8 +335,14 @@ def _item(f: Fields) -> dict[str, Any]:
         return out
 
 
-def _message_item(role: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"type": "message", "id": item_id("msg"), "role": role, "content": content, "status": "completed"}
+def _message_item(role: str, content: list[dict[str, Any]], given_id: str | None = None) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": given_id or item_id("msg"),
+        "role": role,
+        "content": content,
+        "status": "completed",
+    }
 
 
 def _parts(f: Fields, key: str, text_type: str) -> list[dict[str, Any]]:
@@ -427,7 +435,9 @@ def _text_format(text: Fields | None) -> tuple[dict[str, Any] | None, dict[str, 
     if kind == "json_object":
         return {"type": "json_object"}, {"format": {"type": "json_object"}}
     spec = json_schema_format(fmt)
-    return {"type": "json_schema", "json_schema": spec}, {"format": {"type": "json_schema", **spec}}
+    # a Response repeats the description as null when none was given (OpenAI's, and OpenResponses requires it)
+    echo = {"type": "json_schema", "description": None, **spec}
+    return {"type": "json_schema", "json_schema": spec}, {"format": echo}
 
 
 def _tool_echo(tool: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from anthropic.types import ErrorResponse, Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from tests.doors.conftest import named_events
+from tests.doors.stream_order import messages_order
 
 UNSATISFIABLE = {"type": "string", "minLength": 5, "maxLength": 2}
 """A schema no grammar can enforce (refused when the grammar is built, not by validation)."""
@@ -49,6 +50,7 @@ def stream(door, **body) -> list[dict]:
             ErrorResponse.model_validate(event)
         elif event["type"] != "ping":  # ping has no type of its own in the client; it skips them
             _EVENT.validate_python(event)
+    messages_order(events)
     return events
 
 
@@ -84,23 +86,10 @@ def test_folded_stream_equals_message(door, script, extra):
     events = stream(door, messages=USER, **extra)
     assert [e["type"] for e in events[:2]] == ["message_start", "ping"]
     assert [e["type"] for e in events[-2:]] == ["message_delta", "message_stop"]
-    folded = {**events[0]["message"], "content": [], **events[-2]["delta"], "usage": events[-2]["usage"]}
-    for e in events:
-        if e["type"] == "content_block_start":
-            folded["content"].append(e["content_block"])
-        elif e["type"] == "content_block_delta":
-            block, delta = folded["content"][e["index"]], e["delta"]
-            if delta["type"] == "signature_delta":
-                block["signature"] = delta["signature"]
-                continue
-            key = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}[
-                delta["type"]
-            ]
-            block[key] = block.get(key, "") + delta[key]
-    for block in folded["content"]:
+    folded = messages_order(events)
+    for block, made in zip(folded["content"], body["content"]):
         if block["type"] == "tool_use":
-            block["input"] = json.loads(block.pop("partial_json"))
-            block["id"] = body["content"][folded["content"].index(block)]["id"]
+            block["id"] = made["id"]
     assert {**folded, "id": body["id"]} == body
 
 

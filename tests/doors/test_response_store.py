@@ -190,7 +190,7 @@ def test_a_stored_response_belongs_to_its_tenant(door, tenant_gate):
         assert httpx.get(f"{url}/v1/responses/{rid}").status_code == 401, "no key, no answer"
         follow = {**body, "previous_response_id": rid}
         r = httpx.post(f"{url}/v1/responses", json=follow, headers=as_b, timeout=30)
-        assert r.status_code == 404 and r.json()["error"]["param"] == "previous_response_id"
+        assert r.status_code == 400 and r.json()["error"]["code"] == "previous_response_not_found"
         assert httpx.delete(f"{url}/v1/responses/{rid}", headers=as_b).status_code == 404
         assert httpx.delete(f"{url}/v1/responses/{rid}", headers=as_a).status_code == 200
 

@@ -11,6 +11,7 @@ import pytest
 
 from tests.doors.conftest import named_events
 from tests.doors.published_types import check_event, check_response
+from tests.doors.stream_order import responses_order
 from tests.doors.weather_agent import run_weather_agent
 
 UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}
@@ -37,12 +38,12 @@ def create(door, **body) -> dict:
 
 
 def stream(door, **body) -> list[dict]:
-    """The events of a streamed response, each checked; their sequence numbers count up from 0."""
+    """The events of a streamed response, each checked, in the published order."""
     r = httpx.post(f"{door.url}/v1/responses", json={"model": door.model.id, "stream": True, **body}, timeout=30)
     events = named_events(r)
     for event in events:
         check_event(event)
-    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    responses_order(events)
     return events
 
 
@@ -212,9 +213,9 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
     assert deleted is None or getattr(deleted, "deleted", True)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(third.id)
-    with pytest.raises(openai.NotFoundError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=door.model.id, input="more", previous_response_id=third.id)
-    assert e.value.body["param"] == "previous_response_id"
+    assert e.value.body["code"] == "previous_response_not_found"
 
 
 def test_store_false_keeps_nothing(door, client):
@@ -323,9 +324,16 @@ def test_bad_requests_are_400_naming_the_param(door, client, body, param, code):
 
 
 def test_unknown_previous_response_and_model(door, client):
-    with pytest.raises(openai.NotFoundError) as e:
+    """OpenAI's answer to a previous_response_id it cannot find is a 400 `previous_response_not_found` (Codex and
+    the proxies in front of it recover by sending the whole conversation on that code); an unknown model is a 404."""
+    with pytest.raises(openai.BadRequestError) as e:
         client.responses.create(model=door.model.id, input="hi", previous_response_id="resp_nope")
-    assert e.value.body["param"] == "previous_response_id"
+    assert e.value.body == {
+        "message": "Previous response with id 'resp_nope' not found.",
+        "type": "invalid_request_error",
+        "param": "previous_response_id",
+        "code": "previous_response_not_found",
+    }
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="nope", input="hi")
 
@@ -384,9 +392,27 @@ def test_logprobs_when_included(door):
     door.say("Hi there")
     body = create(door, input="hi", include=["message.output_text.logprobs"], top_logprobs=2)
     (part,) = body["output"][0]["content"]
-    ids = door.model.encoder.encode_plain("Hi there") + [IM_END]
+    ids = door.model.encoder.encode_plain("Hi there")  # the end token is no part of the text
     assert [lp["logprob"] for lp in part["logprobs"]] == [fake_logprob(t) for t in ids]
     assert len(part["logprobs"][0]["top_logprobs"]) == 2 and door.server.bodies[-1]["return_logprob"] is True
+
+
+def test_output_text_logprobs_are_those_of_its_text(door):
+    """The logprobs of a message's output_text spell its text: not the tokens of the reasoning's end marker before
+    it, nor those of the call after it (which the parser held while they might still have been text, or which came
+    in the text's own backend read), nor the end token; streamed, its deltas' logprobs add up to the same."""
+    extra = {"input": "Weather?", "tools": [WEATHER], "include": ["message.output_text.logprobs"]}
+    answer = "<think>Sure, the weather.</think>Sure." + CALL
+    door.say(answer)
+    events = stream(door, **extra)
+    door.say(answer)
+    for response in (events[-1]["response"], create(door, **extra)):
+        _, message, call = response["output"]
+        spelled = "".join(lp["token"] for lp in message["content"][0]["logprobs"])
+        assert spelled in ("Sure.", "Sure.<") and call["type"] == "function_call"  # one token may hold the call's '<'
+    streamed = events[-1]["response"]["output"][1]["content"][0]["logprobs"]
+    deltas = [lp for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
+    assert deltas == streamed
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])

@@ -58,6 +58,31 @@ def test_items_become_chat_turns():
     assert all(item["id"] for item in parsed.items)
 
 
+def test_every_input_item_keeps_the_id_it_came_with():
+    """A client passes a response's output back as input, ids and all; input_items lists them by those ids (a
+    message's id was replaced by a new one)."""
+    given = [
+        {"id": "msg_a", "type": "message", "role": "assistant", "status": "completed", "content": "hi"},
+        {"id": "rs_a", "type": "reasoning", "summary": []},
+        {"id": "fc_a", "type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+        {"id": "fco_a", "type": "function_call_output", "call_id": "c", "output": "x"},
+    ]
+    assert [item["id"] for item in responses(input=given).items] == ["msg_a", "rs_a", "fc_a", "fco_a"]
+    new = responses(input=[{"role": "user", "content": "hi"}, {"role": "user", "content": "hi"}]).items
+    assert new[0]["id"].startswith("msg_") and new[0]["id"] != new[1]["id"]
+
+
+def test_a_json_schema_format_is_repeated_with_its_description_null_when_none_was_given():
+    """OpenAI's Response repeats `description: null`; OpenResponses' JsonSchemaResponseFormat requires the key."""
+    schema = {"type": "object"}
+    parsed = responses(input="x", text={"format": {"type": "json_schema", "name": "s", "schema": schema}})
+    assert parsed.echo["text"] == {
+        "format": {"type": "json_schema", "description": None, "name": "s", "schema": schema, "strict": False}
+    }
+    described = {"type": "json_schema", "name": "s", "schema": schema, "description": "d", "strict": True}
+    assert responses(input="x", text={"format": described}).echo["text"]["format"]["description"] == "d"
+
+
 def test_a_call_without_a_message_before_it_opens_an_assistant_turn():
     parsed = responses(input=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])
     assert items_to_messages(parsed.items, None) == [
@@ -175,6 +200,8 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
             "messages[4].content[0].tool_use_id",
         ),
         ([ASKED], {"stop_sequences": [str(i) for i in range(65)]}, "stop_sequences"),
+        ([ASKED], {"stop_sequences": ["END", "END", "\n\n"]}, "stop_sequences[2]"),  # Anthropic: non-whitespace
+        ([ASKED], {"stop_sequences": " "}, "stop_sequences"),
         ([{"role": "user", "content": [{"type": "text", "text": " \n"}]}], {}, "messages[0].content[0].text"),
         ([ASKED], {"system": [{"type": "text", "text": "\t"}]}, "system[0].text"),
         ([{"role": "user", "content": "  "}, {"role": "assistant", "content": "ok"}], {}, "messages[0].content"),

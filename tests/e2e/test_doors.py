@@ -13,6 +13,7 @@ import pytest
 
 from tests.doors.conftest import named_events
 from tests.doors.published_types import check_event, check_response
+from tests.doors.stream_order import messages_order, responses_order
 from tests.doors.weather_agent import run_weather_agent
 
 WEATHER = {
@@ -33,31 +34,44 @@ def respond(client, model_id, **kw):
     return client.responses.create(model=model_id, **kw)
 
 
-def test_response_and_its_stream(gateway, client, model_id):
-    response = respond(client, model_id)
-    assert response.status in ("completed", "incomplete") and response.output_text
-    r = httpx.post(
-        f"{gateway.base_url}/v1/responses",
-        json={"model": model_id, "input": ASK, "temperature": 0, "max_output_tokens": 16, "stream": True},
-        timeout=120,
-    )
-    events = named_events(r)
+def run_free(response: dict) -> dict:
+    """A Response without what two runs of one greedy request may differ in: ids, times, prefix cache hits."""
+    out = {key: value for key, value in response.items() if key not in ("id", "created_at", "completed_at")}
+    out["output"] = [{k: v for k, v in item.items() if k not in ("id", "call_id")} for item in response["output"]]
+    out["usage"] = {**response["usage"], "input_tokens_details": None}
+    return out
+
+
+NAMED_CALL = {
+    "tools": [WEATHER],
+    "tool_choice": {"type": "function", "name": "get_weather"},
+    "parallel_tool_calls": False,
+    "max_output_tokens": 48,
+}
+
+
+@pytest.mark.parametrize("extra", [{}, NAMED_CALL], ids=["text-cut-by-max_output_tokens", "named-call"])
+def test_a_streamed_response_adds_up_to_the_same_response(gateway, client, model_id, extra):
+    """Greedy: the stream's events, in the published order, end in the Response the same request gets unstreamed,
+    and the openai client's stream helper accumulates that Response too."""
+    body = {"model": model_id, "input": ASK, "temperature": 0, "max_output_tokens": 16, **extra}
+    made = httpx.post(f"{gateway.base_url}/v1/responses", json=body, timeout=120).json()
+    check_response(made)
+    events = named_events(httpx.post(f"{gateway.base_url}/v1/responses", json={**body, "stream": True}, timeout=120))
     for event in events:
         check_event(event)
-    final = events[-1]["response"]
-    check_response(final)
-    deltas = "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-    assert deltas == response.output_text == final["output"][0]["content"][0]["text"]  # temperature 0: the same text
-
-
-def test_forced_function_call(client, model_id):
-    response = respond(
-        client, model_id, max_output_tokens=64, tools=[WEATHER], tool_choice={"type": "function", "name": "get_weather"}
-    )
-    assert response.status == "completed"
-    (call,) = [item for item in response.output if item.type == "function_call"]
-    assert call.name == "get_weather"
-    jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
+    assert run_free(responses_order(events)) == run_free(made)
+    if not extra:  # 16 tokens cut the answer: an incomplete response, its message marked so
+        assert made["incomplete_details"] == {"reason": "max_output_tokens"}
+        assert events[-1]["type"] == "response.incomplete" and made["output"][0]["content"][0]["text"]
+        assert [item["status"] for item in made["output"]] == ["incomplete"]
+        return
+    (call,) = made["output"]
+    assert made["status"] == "completed" and call["type"] == "function_call" and call["name"] == "get_weather"
+    jsonschema.validate(json.loads(call["arguments"]), WEATHER["parameters"])
+    with client.responses.stream(**body) as stream:
+        final = stream.get_final_response()  # the helper wants response.completed: a cut response raises there
+    assert [(i.type, i.name, i.arguments) for i in final.output] == [("function_call", call["name"], call["arguments"])]
 
 
 def test_json_schema_format(client, model_id):
@@ -102,13 +116,9 @@ def claude(gateway) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=gateway.base_url, api_key="unused", max_retries=0, timeout=120)
 
 
-def test_anthropic_message_stream_and_tool_use(claude, model_id):
+def test_anthropic_tool_use_and_its_result(claude, model_id):
+    """(A text answer and its stream: test_an_anthropic_stream_adds_up_to_the_same_message.)"""
     ask = [{"role": "user", "content": ASK}]
-    message = claude.messages.create(model=model_id, max_tokens=16, messages=ask, extra_body=ZERO)
-    assert message.content[0].type == "text" and message.stop_reason in ("end_turn", "max_tokens")
-    with claude.messages.stream(model=model_id, max_tokens=16, messages=ask, extra_body=ZERO) as s:
-        assert "".join(s.text_stream) == message.content[0].text
-
     tool = {"name": "get_weather", "input_schema": WEATHER["parameters"]}
     used = claude.messages.create(
         model=model_id,
@@ -137,3 +147,44 @@ def test_anthropic_message_stream_and_tool_use(claude, model_id):
     assert answer.content and prompt(answer.usage) > prompt(used.usage)
     with pytest.raises(anthropic.BadRequestError):
         claude.messages.create(model=model_id, max_tokens=24, messages=[])
+
+
+def _message_run_free(message: dict) -> dict:
+    """A Message without what two runs of one greedy request may differ in (ids, the input's cache split), nor the
+    null fields the anthropic client's models add."""
+    content = [{k: v for k, v in block.items() if k != "id" and v is not None} for block in message["content"]]
+    out = {k: v for k, v in message.items() if v is not None}
+    return {**out, "id": None, "content": content, "usage": message["usage"]["output_tokens"]}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"max_tokens": 40, "stop_sequences": ["sunshine", "Light"]},
+        {
+            "max_tokens": 64,
+            "tools": [{"name": "get_weather", "input_schema": WEATHER["parameters"]}],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        },
+    ],
+    ids=["stop_sequence", "one-tool_use"],
+)
+def test_an_anthropic_stream_adds_up_to_the_same_message(gateway, claude, model_id, extra):
+    """Greedy: the raw events, in the published order, and the anthropic client's stream helper both add up to the
+    Message the same request gets unstreamed; the stop is reported as Anthropic reports it."""
+    body = {"model": model_id, "messages": [{"role": "user", "content": ASK}], **extra}
+    made = claude.messages.create(**body, extra_body=ZERO).model_dump(mode="json")
+    raw = named_events(
+        httpx.post(f"{gateway.base_url}/v1/messages", json={**body, **ZERO, "stream": True}, timeout=120)
+    )
+    assert _message_run_free(messages_order(raw)) == _message_run_free(made)
+    with claude.messages.stream(**body, extra_body=ZERO) as stream:
+        accumulated = stream.get_final_message().model_dump(mode="json")
+    assert _message_run_free(accumulated) == _message_run_free(made)
+    if "stop_sequences" in extra:
+        assert (made["stop_reason"], made["stop_sequence"]) == ("stop_sequence", "Light")
+        assert [block["type"] for block in made["content"]] == ["text"] and "Light" not in made["content"][0]["text"]
+    else:
+        (use,) = made["content"]  # disable_parallel_tool_use: exactly one
+        assert made["stop_reason"] == "tool_use" and made["stop_sequence"] is None and use["name"] == "get_weather"
+        jsonschema.validate(use["input"], WEATHER["parameters"])
