@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import jinja2
 import orjson
 from jinja2 import meta, nodes
+from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
@@ -33,14 +34,37 @@ class TemplateError(ValueError):
 
 
 class _GenerationBlock(Extension):
-    """`{% generation %}…{% endgeneration %}` marks assistant text for training masks; rendering keeps the body."""
+    """`{% generation %}…{% endgeneration %}` marks assistant text for training masks; rendering keeps the body.
+    The body is a call block's, as transformers parses it: a `{% break %}` in it is outside any loop."""
 
     tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser: jinja2.parser.Parser) -> nodes.Node:
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return nodes.Scope(body, lineno=lineno)
+        return nodes.CallBlock(self.call_method("_body"), [], [], body, lineno=lineno)
+
+    def _body(self, caller: Any) -> str:
+        return caller()
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """Jinja's `namespace`, refusing names that start with an underscore (as transformers' does), made or set."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # self among *args, as Jinja has it: `namespace(self=1)` works
+        self, attributes = args[0], dict(*args[1:], **kwargs)
+        for name in attributes:
+            _check_namespace_name(name)
+        jinja2.utils.Namespace.__init__(self, attributes)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _check_namespace_name(name)
+        super().__setitem__(name, value)
+
+
+def _check_namespace_name(name: Any) -> None:
+    if isinstance(name, str) and name.startswith("_"):
+        raise SecurityError(f"a namespace attribute cannot start with an underscore: {name!r}")
 
 
 def _raise_exception(message: str) -> None:
@@ -90,6 +114,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["namespace"] = _Namespace
     return env
 
 
@@ -103,6 +128,8 @@ def compile_template(source: str) -> jinja2.Template:
         template = _ENV.from_string(source)
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
+    except SyntaxError as e:  # Python's, from code Jinja's parser let through: a `{% break %}` in a macro in a loop
+        raise TemplateError(f"chat template syntax error: {e.msg}") from None
     # the globals as a plain dict: every render copies them, and a ChainMap copies key by key in Python
     template.globals = dict(template.globals)
     return template
@@ -191,16 +218,40 @@ def render_chat_template(
         raise TemplateError("continue_final_message and add_generation_prompt cannot both be set")
     context = dict(template_kwargs or {})
     context.update(
-        messages=messages,
+        messages=as_transformers_passes(messages),
         tools=tools or None,
         documents=documents or None,
         add_generation_prompt=add_generation_prompt,
         bos_token=bos_token or "",
         eos_token=eos_token or "",
     )
-    if continue_final_message:
-        return _render_continued(source, context, max_chars)
-    return _render(source, context, max_chars)
+    render = _render_continued if continue_final_message else _render
+    try:
+        return render(source, context, max_chars)
+    except TemplateError:
+        if context["messages"] == (with_nulls := as_transformers_passes(messages, keep_nulls=True)):
+            raise
+    # transformers 5 leaves out null values, which templates written for 4 read (DeepSeek's `content is none`)
+    return render(source, {**context, "messages": with_nulls}, max_chars)
+
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+"""Names a message's reasoning goes by; transformers gives a template the first found under the first and second."""
+
+
+def as_transformers_passes(messages: list[dict[str, Any]], keep_nulls: bool = False) -> list[dict[str, Any]]:
+    """The messages as `apply_chat_template` gives them to a template: keys holding None left out (an assistant's
+    `content: null` beside its tool calls), the reasoning also as `thinking` (gpt-oss's and Command A's templates read
+    it) and as `reasoning_content`. With `keep_nulls`, as transformers 4 gave them: null values kept."""
+    out = []
+    for message in messages:
+        if not keep_nulls and None in message.values():
+            message = {key: value for key, value in message.items() if value is not None}
+        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+        if reasoning is not None:
+            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        out.append(message)
+    return out
 
 
 def _render(source: str, context: dict[str, Any], max_chars: int) -> str:
@@ -219,18 +270,20 @@ _CONTINUE = "\ue000gateway:continue\ue000"
 
 
 def _render_continued(source: str, context: dict[str, Any], max_chars: int) -> str:
-    """The prompt up to the end of the final message's content (its trailing whitespace left out), found by a mark
-    rendered right after the content; where the template does not write that mark once (it transforms the content, or
-    a message spells it), after the content's last occurrence, as transformers cuts. (A last occurrence can lie in the
-    template's text after the message: a content "m" cut inside `<|im_end|>` left `<|im` in the prompt.)"""
+    """The prompt up to the end of the final message's content, found by a mark and a space rendered right after the
+    content: its trailing whitespace kept where the template kept the space, left out where the template trimmed it
+    (as transformers cuts). Where the template does not write the mark once (it transforms the content, or a message
+    spells it), after the content's last occurrence. (A last occurrence can lie in the template's text after the
+    message: a content "m" cut inside `<|im_end|>` left `<|im` in the prompt.)"""
     messages = context["messages"]
     content = messages[-1].get("content") if messages else None
     if not isinstance(content, str) or not content.strip():
         raise TemplateError("continue_final_message needs a final message with text content")
-    marked = [*messages[:-1], {**messages[-1], "content": content + _CONTINUE}]
+    marked = [*messages[:-1], {**messages[-1], "content": content + _CONTINUE + " "}]
     rendered = _render(source, {**context, "messages": marked}, max_chars)
     if rendered.count(_CONTINUE) == 1:
-        return rendered[: rendered.index(_CONTINUE)].rstrip()
+        at = rendered.index(_CONTINUE)
+        return rendered[:at] if rendered.startswith(_CONTINUE + " ", at) else rendered[:at].rstrip()
     return _cut_after_final_message(_render(source, context, max_chars), messages)
 
 
