@@ -256,15 +256,16 @@ def test_null_values_are_left_out_as_transformers_does() -> None:
     assert render(iterating.replace("is string", "is string or m.content is not defined"), messages) == "q||"
 
 
-def test_a_template_that_tests_content_is_none_still_renders() -> None:
-    """DeepSeek's templates write `'<｜Assistant｜>' + message['content']` unless `message['content'] is none`: with
-    the key left out that raises, so the render is made again with the nulls kept (as transformers 4 passed them)."""
+def test_a_template_that_reads_every_content_gets_a_null_one_as_vllm_gives_it() -> None:
+    """DeepSeek's templates write `'<｜Assistant｜>' + message['content']` unless `message['content'] is none`, Qwen3's
+    split it: with the key left out (transformers) that raises, so the render is made again with the null content
+    given as "" (as vLLM gives it). An error that is not about the content still raises."""
     source = (
-        "{% for m in messages %}{% if m.role == 'assistant' %}{% if m['content'] is none %}<calls>"
-        "{% else %}{{ 'A:' + m['content'] }}{% endif %}{% else %}{{ m['content'] }}{% endif %}{% endfor %}"
+        "{% for m in messages %}{% if m.role == 'assistant' %}{% if m['content'] is none %}<none>"
+        "{% else %}{{ '<A>' + m['content'] + '<calls>' }}{% endif %}{% else %}{{ m['content'] }}{% endif %}{% endfor %}"
     )
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [CALL]}]
-    assert render(source, messages) == "q<calls>"
+    assert render(source, messages) == "q<A><calls>"
     with pytest.raises(TemplateError, match="alternate"):
         render("{{ raise_exception('alternate') }}", messages)
 

@@ -3,7 +3,9 @@
 Templates run in Jinja2's ImmutableSandboxedEnvironment with the settings and
 helpers `transformers` gives them (trim_blocks, lstrip_blocks, loop controls,
 `raise_exception`, `tojson`, `strftime_now`, the `{% generation %}` block).
-Every failure surfaces as `TemplateError`, which the gateway answers with 400.
+Every failure surfaces as `TemplateError`, which the gateway answers with 400. Messages reach a template as
+transformers hands them (`template_messages`); tests/test_template_corpus.py holds renders to transformers' own over
+a corpus of real templates.
 
 A template that reads no clock or randomness renders the same text for the same context, so its renders are kept
 (`_Renders`, keyed by the context's JSON: the same messages, tools and flags in the same order render once).
@@ -218,7 +220,7 @@ def render_chat_template(
         raise TemplateError("continue_final_message and add_generation_prompt cannot both be set")
     context = dict(template_kwargs or {})
     context.update(
-        messages=as_transformers_passes(messages),
+        messages=template_messages(messages),
         tools=tools or None,
         documents=documents or None,
         add_generation_prompt=add_generation_prompt,
@@ -229,24 +231,29 @@ def render_chat_template(
     try:
         return render(source, context, max_chars)
     except TemplateError:
-        if context["messages"] == (with_nulls := as_transformers_passes(messages, keep_nulls=True)):
+        if not any(m.get("content", "") is None for m in messages):
             raise
-    # transformers 5 leaves out null values, which templates written for 4 read (DeepSeek's `content is none`)
-    return render(source, {**context, "messages": with_nulls}, max_chars)
+    # A template that reads the content of every message (DeepSeek's `'<｜Assistant｜>' + message['content']` unless
+    # it `is none`) raises where transformers leaves a null content out; vLLM gives it as "", and so does the gateway.
+    return render(source, {**context, "messages": template_messages(messages, null_content="")}, max_chars)
 
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-"""Names a message's reasoning goes by; transformers gives a template the first found under the first and second."""
+"""Names a message's reasoning goes by; transformers gives a template the first found under the first two."""
 
 
-def as_transformers_passes(messages: list[dict[str, Any]], keep_nulls: bool = False) -> list[dict[str, Any]]:
-    """The messages as `apply_chat_template` gives them to a template: keys holding None left out (an assistant's
-    `content: null` beside its tool calls), the reasoning also as `thinking` (gpt-oss's and Command A's templates read
-    it) and as `reasoning_content`. With `keep_nulls`, as transformers 4 gave them: null values kept."""
+def template_messages(messages: list[dict[str, Any]], null_content: str | None = None) -> list[dict[str, Any]]:
+    """The messages as transformers' `apply_chat_template` gives them to a template: keys holding None left out (an
+    assistant's `content: null` beside its tool calls), the reasoning also as `thinking` (gpt-oss's, Command A's and
+    LFM2's templates read it) and as `reasoning_content`. A null content becomes `null_content` where that is given."""
     out = []
     for message in messages:
-        if not keep_nulls and None in message.values():
-            message = {key: value for key, value in message.items() if value is not None}
+        if None in message.values():
+            message = {
+                key: null_content if key == "content" and value is None else value
+                for key, value in message.items()
+                if value is not None or (key == "content" and null_content is not None)
+            }
         reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
         if reasoning is not None:
             message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
