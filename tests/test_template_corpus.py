@@ -1,0 +1,174 @@
+"""The gateway's chat-template rendering against held-out real templates (`tests/data/chat_templates.json`, each
+citing its source; with the gateway families' own templates and the embedded model's): every render of the matrix in
+`tests/template_corpus.py` equals transformers' own, or both raise. Where transformers raises on a conversation with
+an assistant's `content: null` (it leaves the key out, and many templates then read an undefined content), the
+gateway renders as vLLM does, giving the null content as "": its render must equal transformers' of that shape.
+A difference the gateway justifies is listed in the template's `ours` with `why`.
+
+And the shield: client strings spelling each of the template's control tokens (and ending with half of one) render
+with no more of those spellings than their neutral twin: only the template's own markers are written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from backends.checkpoint import embedded_gguf_path, load_checkpoint
+from gateway.prompts import template as gateway_template
+from gateway.prompts.shield import Shielder
+from gateway.types import ChatRequest
+from tests import template_corpus as tc
+
+FAMILY_TEMPLATES = sorted(Path(__file__).parent.parent.glob("gateway/families/*/chat_template.jinja"))
+
+
+def _entries() -> list[dict[str, Any]]:
+    own = [{"id": f"gateway {p.parent.name}", "template": p.read_text(encoding="utf-8")} for p in FAMILY_TEMPLATES]
+    return [*tc.corpus()["templates"], *own, {"id": "embedded SmolLM2", "template": None}]
+
+
+ENTRIES = _entries()
+
+
+def _source(entry: dict[str, Any]) -> str:
+    if entry["template"] is None:  # the embedded model's, read from its GGUF (cached: other tests read it too)
+        return load_checkpoint(str(embedded_gguf_path())).chat_template
+    return entry["template"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def frozen_clock() -> Iterator[None]:
+    """Both renderers' `strftime_now` read the same instant."""
+    from transformers.utils import chat_template_utils
+
+    with (
+        mock.patch.object(chat_template_utils, "datetime", tc.FrozenClock),
+        mock.patch.object(gateway_template, "datetime", tc.FrozenClock),
+    ):
+        yield
+
+
+def test_the_corpus_cites_its_sources_and_is_deduplicated() -> None:
+    templates = tc.corpus()["templates"]
+    assert len(templates) >= 40
+    assert all(t["source"] and t["template"].strip() for t in templates)
+    assert len({t["template"].strip() for t in templates}) == len(templates)
+    assert len({t["id"] for t in templates}) == len(templates)
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+def test_renders_as_transformers(entry: dict[str, Any]) -> None:
+    source = _source(entry)
+    bos, eos = tc.corpus()["bos_token"], tc.corpus()["eos_token"]
+    justified = {o["render"]: o["why"] for o in entry.get("ours", [])}
+    differing = []
+    for render in tc.renders(source):
+        ours = tc.outcome(tc.ours, source, render, bos, eos)
+        theirs = tc.outcome(tc.transformers_render, source, render, bos, eos)
+        if ours != theirs and theirs is None and tc.holds_null_content(render):
+            vllm_shape = dataclasses.replace(render, null_content_as_text=True)
+            theirs = tc.outcome(tc.transformers_render, source, vllm_shape, bos, eos)
+        if ours != theirs and render.name not in justified:
+            differing.append((render.name, ours, theirs))
+    assert not differing, differing[0]
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
+def test_client_spellings_never_become_control_tokens(entry: dict[str, Any]) -> None:
+    source = _source(entry)
+    bos, eos = tc.corpus()["bos_token"], tc.corpus()["eos_token"]
+    tokens = sorted({*entry.get("control_tokens", ()), bos, eos})
+    shielder = Shielder(tokens)
+    cases, twins = tc.laced_conversations(tokens), tc.laced_conversations(tokens, neutral="N")
+    for name, (messages, tools) in cases.items():
+        shielded, _ = shielder.shield(ChatRequest(messages=messages, tools=tools))
+        case = tc.outcome(_render, source, shielded.messages, shielded.tools, bos, eos)
+        twin = tc.outcome(_render, source, *twins[name], bos, eos)
+        assert (case is None) == (twin is None), name
+        if twin is not None:
+            written = {t: (case.count(t), twin.count(t)) for t in tokens if case.count(t) != twin.count(t)}
+            assert not written, (name, written)
+
+
+def _render(source: str, messages: list[dict], tools: list[dict], bos: str, eos: str) -> str:
+    return gateway_template.render_chat_template(source, messages, tools=tools, bos_token=bos, eos_token=eos)
+
+
+JINJA_PROBES = [
+    "{% set ns = namespace(_x=1) %}{{ ns._x }}",
+    "{% set ns = namespace(a=1) %}{% set ns._b = 2 %}{{ ns.a }}",
+    "{% set ns = namespace(a=1) %}{% for m in messages %}{% set ns.a = ns.a + 1 %}{% endfor %}{{ ns.a }}",
+    "{{ dict.fromkeys(['a', 'b'], 1) | tojson }} {{ dict(a=1, b=2) | tojson }} {{ dict(x) | tojson }}",
+    "{% for m in messages %}{% generation %}{% break %}{% endgeneration %}{% endfor %}",
+    "{% for m in messages %}{% generation %}{% set y = m.role %}{{ y }}{% endgeneration %}{{ y }}{% endfor %}",
+    "{% for m in messages %}{% if loop.first %}{% continue %}{% endif %}{{ m.role }}{% break %}{% endfor %}",
+    (
+        "{% for m in messages %}{{ loop.previtem }}|{{ loop.nextitem }}|{{ loop.cycle('a', 'b') }}|{{ loop.depth }}"
+        "|{{ loop.revindex0 }}|{{ loop.length }}{% endfor %}"
+    ),
+    "{{ x | tojson(indent=2, ensure_ascii=True) }} {{ x | tojson(separators=(',', ':'), sort_keys=true) }}",
+    "{{ [1.0, 1e20, 0.1, true, none] | tojson }} {{ 'é\u2028<>&' | tojson }} {{ (1, 2) | tojson }}",
+    "{{ x | items | list }} {{ x | dictsort }} {{ x.keys() | list }} {{ x.get('k', 'd') }} {{ x.get('no', 'd') }}",
+    (
+        "{{ messages | map(attribute='content') | join(',') }} {{ messages | selectattr('role', 'equalto', 'user') "
+        "| list | length }} {{ messages | rejectattr('content') | list }} {{ messages | map('tojson') | list }}"
+    ),
+    (
+        "{{ 'a b' | title }} {{ 'x' is string }} {{ 1 is number }} {{ none is none }} {{ x is mapping }} "
+        "{{ [] is iterable }} {{ x is sameas x }} {{ 1 is integer }} {{ 1.5 is float }} {{ true is boolean }}"
+    ),
+    "{{ raise_exception('boom') }}",
+    "{{ strftime_now('%d %b %Y %H:%M') }}",
+    "  {%- if true -%}  x  {%- endif -%}  \n  {% if true %}\n  y\n  {% endif %}\n  {%+ if true %}z{% endif %}\n",
+    "{% raw %}{{ x }}{% endraw %}{# comment #}\n{{ 'a' }}",
+    (
+        "{{ 'abc'[::-1] }} {{ 'a,b'.split(',') }} {{ '  x '.strip() }} {{ 'x'.startswith('x') }} {{ 'X'.lower() }} "
+        "{{ 'ab'.replace('a', 'c') }} {{ 'a b'.split() }} {{ 'abc'.rstrip('c') }} {{ 'a'.upper() }} {{ 'ab'.endswith('b') }}"
+    ),
+    "{% set l = [1, 2] %}{{ l.append(3) }}",
+    "{% set d = {} %}{{ d.update({'a': 1}) }}",
+    "{{ x.__class__.__name__ }}",
+    "{{ '%s-%d' % ('a', 1) }} {{ '{}'.format(1) }} {{ x | string }} {{ 3 // 2 }} {{ 3 / 2 }} {{ 2 ** 10 }} {{ 7 % 3 }}",
+    (
+        "{{ [3, 1, 2] | sort | list }} {{ [1, 2, 2] | unique | list }} {{ [1, 2] | sum }} {{ [1, 2] | max }} "
+        "{{ ['a', 'b'] | reverse | list }} {{ messages | sort(attribute='role') | map(attribute='role') | list }}"
+    ),
+    "{{ 'x' | truncate(1) }}",
+    "{{ 'abc def' | wordcount }} {{ ' a ' | trim }} {{ 'a' | center(5) }} {{ 'a\nb' | indent(2) }} {{ '<b>' | e }}",
+    "{%- macro f(a, b=2) -%}{{ a }}{{ b }}{{ varargs }}{{ kwargs }}{%- endmacro -%}{{ f(1, 3, 4, c=5) }}",
+    "{{ messages[-1]['content'] | default('d') }} {{ nothing | default('u') }} {{ nothing is defined }}",
+    "{{ nothing.attr }}",
+    "{{ nothing + 'a' }}",
+    "{{ x['k'] ~ 1 }} {{ none ~ 1 }} {{ x.k }} {{ x['no'] }}|{{ x.no }}",
+    "{% filter upper %}abc{% endfilter %}{% with a = 1 %}{{ a }}{% endwith %}",
+    "{% for k, v in x.items() %}{{ k }}={{ v }};{% endfor %}{% for i in range(5) if i % 2 %}{{ i }}{% else %}-{% endfor %}",
+    (
+        "{{ x | batch(1) | list }} {{ 'abc' | list }} {{ x | length }} {{ 12.5 | round }} {{ 12.5 | int }} "
+        "{{ '3' | float }} {{ -1 | abs }} {{ x | first }} {{ 'a' * 3 }} {{ [1] + [2] }}"
+    ),
+    "{% set x = 'shadow' %}{{ x }}",
+    "{{ messages[0].items() | list }} {{ messages[0].content.title() }} {{ messages | tojson(indent=1) }}",
+]
+"""Jinja semantics probed against transformers' own environment (its filters, tests, globals, loop controls,
+whitespace control, `generation` block, namespace and tojson options)."""
+
+
+@pytest.mark.parametrize("source", JINJA_PROBES)
+def test_jinja_semantics_as_transformers(source: str) -> None:
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    context = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    context["x"] = {"k": "v", "a": [1, "é"]}
+    ours = tc.outcome(lambda: gateway_template.render_chat_template(source, **_named(context)))
+    theirs = tc.outcome(lambda: _compile_jinja_template(source).render(**context, add_generation_prompt=True))
+    assert ours == theirs
+
+
+def _named(context: dict[str, Any]) -> dict[str, Any]:
+    return {"messages": context["messages"], "template_kwargs": {"x": context["x"]}}
