@@ -288,3 +288,14 @@ def test_generation_block_is_a_call_block_as_transformers_parses_it() -> None:
     """A `{% break %}` inside `{% generation %}` is outside any loop (transformers' block is a macro call)."""
     with pytest.raises(TemplateError, match="syntax error"):
         render("{% for m in messages %}{% generation %}{% break %}{% endgeneration %}{% endfor %}")
+
+
+@pytest.mark.parametrize("call", ["dict.update(messages[0], {'role': 'system'})", "dict.clear(messages[0])"])
+def test_a_template_cannot_change_a_message_through_the_dict_type(call: str) -> None:
+    """The immutable sandbox checks a method's object, not its argument: `dict.update(message, ...)` changed the
+    caller's message when `dict` was the type. It is a maker of dicts now (as transformers' is)."""
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(TemplateError):
+        render("{{ " + call + " }}", messages)
+    assert messages == [{"role": "user", "content": "hi"}]
+    assert render("{{ dict(a=1) | tojson }} {{ dict.fromkeys(['b'], 2) | tojson }}") == '{"a": 1} {"b": 2}'

@@ -133,6 +133,8 @@ JINJA_PROBES = [
     ),
     "{% set l = [1, 2] %}{{ l.append(3) }}",
     "{% set d = {} %}{{ d.update({'a': 1}) }}",
+    "{{ dict.update(x, {'k': 1}) }}{{ x }}",
+    "{{ dict.pop(x, 'k') }}{{ x }}",
     "{{ x.__class__.__name__ }}",
     "{{ '%s-%d' % ('a', 1) }} {{ '{}'.format(1) }} {{ x | string }} {{ 3 // 2 }} {{ 3 / 2 }} {{ 2 ** 10 }} {{ 7 % 3 }}",
     (

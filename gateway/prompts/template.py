@@ -69,6 +69,18 @@ def _check_namespace_name(name: Any) -> None:
         raise SecurityError(f"a namespace attribute cannot start with an underscore: {name!r}")
 
 
+class _DictMaker:
+    """The `dict` global: `dict(...)` and `dict.fromkeys(...)` make dicts, as with transformers' own. Not the type
+    itself, whose methods take any dict as their first argument (`dict.update(messages[0], ...)`, `dict.clear(tool)`):
+    the immutable sandbox checks a method's object, never its argument, so those changed the request's dicts."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, keys: Any, value: Any = None) -> dict[Any, Any]:
+        return dict.fromkeys(keys, value)
+
+
 def _raise_exception(message: str) -> None:
     raise TemplateError(str(message))
 
@@ -117,6 +129,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["namespace"] = _Namespace
+    env.globals["dict"] = _DictMaker()
     return env
 
 
