@@ -66,7 +66,7 @@ ANSWER = {"role": "assistant", "content": "It is sunny."}
 AGAIN = {"role": "user", "content": "And tomorrow?"}
 REASONED = {"role": "assistant", "content": "It is sunny.", "reasoning_content": "The user asks about Paris."}
 RESULT = {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}
-RESULT_2 = {"role": "tool", "tool_call_id": "call_2", "content": "09:30"}
+RESULT_2 = {"role": "tool", "tool_call_id": "call_2", "content": "09:30", "name": "get_time"}
 FINAL = {"role": "assistant", "content": "21 degrees at 09:30."}
 
 
@@ -91,6 +91,7 @@ def conversations() -> dict[str, tuple[list[dict[str, Any]], bool]]:
         "assistant-last": ([ASK, ANSWER], False),
         "assistant-last-space": ([ASK, {"role": "assistant", "content": "It is "}], False),
         "assistant-echo": ([ASK, {"role": "assistant", "content": ASK["content"]}], False),
+        "assistant-empty": ([ASK, {"role": "assistant", "content": ""}], False),
         "tools": ([SYSTEM, ASK], True),
         "tools-no-system": ([ASK], True),
         "reasoning": ([ASK, REASONED, AGAIN], False),
@@ -153,7 +154,7 @@ def renders(source: str) -> Iterator[Render]:
         yield Render(name, True)
         if messages[-1]["role"] != "user":
             yield Render(name, False)
-        if messages[-1]["role"] == "assistant" and messages[-1].get("content"):
+        if messages[-1]["role"] == "assistant" and isinstance(messages[-1]["content"], str):
             yield Render(name, False, continue_final_message=True)
     for kwarg, values in KWARG_VALUES.items():
         if kwarg in read:

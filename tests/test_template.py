@@ -136,6 +136,13 @@ def test_continue_final_message_cuts_where_the_content_ends(content: str) -> Non
     assert prompt.endswith("<|im_start|>assistant\n" + content)
 
 
+def test_continue_final_message_of_an_empty_content_ends_after_the_assistants_header() -> None:
+    """As transformers: an empty final message is continued from its start (it was refused)."""
+    messages = [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": ""}]
+    prompt = render(smollm2().chat_template, messages, add_generation_prompt=False, continue_final_message=True)
+    assert prompt.endswith("<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n")
+
+
 def test_continue_final_message_keeps_trailing_whitespace_the_template_keeps() -> None:
     """As transformers: the content's trailing whitespace stays where the template writes it as given, and goes
     where the template trims the content."""

@@ -297,7 +297,7 @@ def _render_continued(source: str, context: dict[str, Any], max_chars: int) -> s
     message: a content "m" cut inside `<|im_end|>` left `<|im` in the prompt.)"""
     messages = context["messages"]
     content = messages[-1].get("content") if messages else None
-    if not isinstance(content, str) or not content.strip():
+    if not isinstance(content, str):
         raise TemplateError("continue_final_message needs a final message with text content")
     marked = [*messages[:-1], {**messages[-1], "content": content + _CONTINUE + " "}]
     rendered = _render(source, {**context, "messages": marked}, max_chars)
@@ -329,7 +329,7 @@ def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_char
 
 def _cut_after_final_message(rendered: str, messages: list[dict[str, Any]]) -> str:
     text = messages[-1]["content"].rstrip()
-    at = rendered.rfind(text)
+    at = rendered.rfind(text) if text else -1
     if at < 0:
         raise TemplateError("continue_final_message: the template does not render the final message verbatim")
     return rendered[: at + len(text)]
