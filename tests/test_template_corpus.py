@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -37,9 +38,13 @@ ENTRIES = _entries()
 
 
 def _source(entry: dict[str, Any]) -> str:
-    if entry["template"] is None:  # the embedded model's, read from its GGUF (cached: other tests read it too)
-        return load_checkpoint(str(embedded_gguf_path())).chat_template
-    return entry["template"]
+    return _embedded_template() if entry["template"] is None else entry["template"]
+
+
+@cache
+def _embedded_template() -> str:
+    """The embedded model's template, read from its GGUF."""
+    return load_checkpoint(str(embedded_gguf_path())).chat_template
 
 
 @pytest.fixture(scope="module", autouse=True)
