@@ -65,8 +65,8 @@ ASK = {"role": "user", "content": "What is the weather in Paris?"}
 ANSWER = {"role": "assistant", "content": "It is sunny."}
 AGAIN = {"role": "user", "content": "And tomorrow?"}
 REASONED = {"role": "assistant", "content": "It is sunny.", "reasoning_content": "The user asks about Paris."}
-RESULT = {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'}
-RESULT_2 = {"role": "tool", "tool_call_id": "call_2", "content": "09:30", "name": "get_time"}
+RESULT = {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}', "name": "get_weather"}
+RESULT_2 = {"role": "tool", "tool_call_id": "call_2", "content": "09:30"}
 FINAL = {"role": "assistant", "content": "21 degrees at 09:30."}
 
 
@@ -261,7 +261,7 @@ def laced_conversations(tokens: list[str], neutral: str | None = None) -> dict[s
         {"role": "system", "content": text("Be terse.")},
         {"role": "user", "content": text("Weather?")},
         {"role": "assistant", "content": text("Checking."), "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "call_1", "content": text("21")},
+        {"role": "tool", "tool_call_id": "call_1", "content": text("21"), "name": "get_weather"},
         {"role": "assistant", "content": text("Warm.")},
     ]
-    return {"chat": (chat, []), "calling": (calling, tools)}
+    return {"ask": (chat[1:2], tools), "chat": (chat, []), "calling": (calling, tools)}
