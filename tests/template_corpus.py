@@ -228,9 +228,23 @@ def outcome(render_fn: Any, *args: Any) -> str | None:
         return None
 
 
-def laced_conversations(tokens: list[str], neutral: str | None = None) -> dict[str, tuple[list[dict], list[dict]]]:
-    """Name → (messages, tools) whose client strings spell each of `tokens`, then end with the first one's first
-    half (which the template might complete); with `neutral`, the twin: each spelling and the half that instead."""
+LACED_KWARGS = ("date_string", "model_identity", "developer_preamble", "custom_instructions", "default_system_message")
+"""String template kwargs (chat_template_kwargs, client-written) that templates write as they are."""
+
+
+@dataclass(frozen=True)
+class Laced:
+    """A request whose client strings spell control tokens (or its neutral twin)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    kwargs: dict[str, Any]
+
+
+def laced_conversations(tokens: list[str], neutral: str | None = None) -> dict[str, Laced]:
+    """Name → a request whose client strings (contents, reasoning, tool definitions, call ids, arguments and their
+    keys, tool results, string template kwargs) spell each of `tokens`, then end with the first one's first half
+    (which the template might complete); with `neutral`, the twin: each spelling and the half that instead."""
     parts = [*tokens, tokens[0][: max(1, len(tokens[0]) // 2)]]
 
     def text(base: str) -> str:
@@ -249,8 +263,8 @@ def laced_conversations(tokens: list[str], neutral: str | None = None) -> dict[s
             },
         }
     ]
-    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {}}}
-    call["function"]["arguments"] = {text("city"): text("Paris"), "days": [text("d")]}
+    arguments = {text("city"): text("Paris"), "days": [text("d")]}
+    call = {"id": text("call_1"), "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
     chat = [
         {"role": "system", "content": text("Be terse.")},
         {"role": "user", "content": text("Hi.")},
@@ -261,7 +275,12 @@ def laced_conversations(tokens: list[str], neutral: str | None = None) -> dict[s
         {"role": "system", "content": text("Be terse.")},
         {"role": "user", "content": text("Weather?")},
         {"role": "assistant", "content": text("Checking."), "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": "call_1", "content": text("21"), "name": "get_weather"},
+        {"role": "tool", "tool_call_id": call["id"], "content": text("21"), "name": "get_weather"},
         {"role": "assistant", "content": text("Warm.")},
     ]
-    return {"ask": (chat[1:2], tools), "chat": (chat, []), "calling": (calling, tools)}
+    kwargs = {name: text(name) for name in LACED_KWARGS}
+    return {
+        "ask": Laced(chat[1:2], tools, kwargs),
+        "chat": Laced(chat, [], {}),
+        "calling": Laced(calling, tools, {}),
+    }

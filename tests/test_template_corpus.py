@@ -98,10 +98,11 @@ def test_client_spellings_never_become_control_tokens(entry: dict[str, Any]) -> 
     tokenizer = tokenizer_from_ranks({bytes([b]): b for b in range(256)}, specials, r"\s+|\S+")
     encoder, shielder = PromptEncoder(tokenizer), Shielder(tokens)
     cases, twins = tc.laced_conversations(tokens), tc.laced_conversations(tokens, neutral="N")
-    for name, (messages, tools) in cases.items():
-        shielded, shield = shielder.shield(ChatRequest(messages=messages, tools=tools))
-        case = tc.outcome(_render, source, shielded.messages, shielded.tools, bos, eos)
-        twin = tc.outcome(_render, source, *twins[name], bos, eos)
+    for name, laced in cases.items():
+        request = ChatRequest(messages=laced.messages, tools=laced.tools, template_kwargs=laced.kwargs)
+        shielded, shield = shielder.shield(request)
+        case = tc.outcome(_render, source, shielded.messages, shielded.tools, shielded.template_kwargs, bos, eos)
+        twin = tc.outcome(_render, source, twins[name].messages, twins[name].tools, twins[name].kwargs, bos, eos)
         assert (case is None) == (twin is None), name
         if twin is not None:
             ids, twin_ids = encoder.encode_prompt(case, shield), encoder.encode_prompt(twin)
@@ -113,8 +114,10 @@ def _controls(ids: list[int]) -> Counter[int]:
     return Counter(i for i in ids if i >= 256)
 
 
-def _render(source: str, messages: list[dict], tools: list[dict], bos: str, eos: str) -> str:
-    return gateway_template.render_chat_template(source, messages, tools=tools, bos_token=bos, eos_token=eos)
+def _render(source: str, messages: list[dict], tools: list[dict], kwargs: dict, bos: str, eos: str) -> str:
+    return gateway_template.render_chat_template(
+        source, messages, tools=tools, bos_token=bos, eos_token=eos, template_kwargs=kwargs
+    )
 
 
 JINJA_PROBES = [
