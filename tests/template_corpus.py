@@ -113,6 +113,7 @@ KWARG_VALUES: dict[str, tuple[Any, ...]] = {
     "preserve_thinking": (True,),
     "clear_thinking": (False,),
     "keep_past_thinking": (True,),
+    "drop_thinking": (False,),
     "truncate_history_thinking": (False,),
     "thinking_budget": (128,),
     "reasoning_budget": (128,),
