@@ -82,26 +82,27 @@ def _calling(content: str | None, as_text: bool, *, both: bool = False) -> dict[
     return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
-def conversations() -> dict[str, tuple[list[dict[str, Any]], bool]]:
-    """Name → (messages, tools declared)."""
-    convs: dict[str, tuple[list[dict[str, Any]], bool]] = {
-        "user": ([ASK], False),
-        "system": ([SYSTEM, ASK], False),
-        "multi-turn": ([SYSTEM, ASK, ANSWER, AGAIN], False),
-        "assistant-last": ([ASK, ANSWER], False),
-        "assistant-last-space": ([ASK, {"role": "assistant", "content": "It is "}], False),
-        "assistant-echo": ([ASK, {"role": "assistant", "content": ASK["content"]}], False),
-        "assistant-empty": ([ASK, {"role": "assistant", "content": ""}], False),
-        "tools": ([SYSTEM, ASK], True),
-        "tools-no-system": ([ASK], True),
-        "reasoning": ([ASK, REASONED, AGAIN], False),
-        "reasoning-last": ([SYSTEM, ASK, REASONED], False),
+def conversations() -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:
+    """Name → (messages, the tools declared: TOOLS, an empty list, or None)."""
+    convs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = {
+        "user": ([ASK], None),
+        "system": ([SYSTEM, ASK], None),
+        "multi-turn": ([SYSTEM, ASK, ANSWER, AGAIN], None),
+        "assistant-last": ([ASK, ANSWER], None),
+        "assistant-last-space": ([ASK, {"role": "assistant", "content": "It is "}], None),
+        "assistant-echo": ([ASK, {"role": "assistant", "content": ASK["content"]}], None),
+        "assistant-empty": ([ASK, {"role": "assistant", "content": ""}], None),
+        "tools": ([SYSTEM, ASK], TOOLS),
+        "tools-no-system": ([ASK], TOOLS),
+        "tools-empty": ([SYSTEM, ASK], []),
+        "reasoning": ([ASK, REASONED, AGAIN], None),
+        "reasoning-last": ([SYSTEM, ASK, REASONED], None),
     }
     for args in ("dict", "str"):
         as_text = args == "str"
-        convs[f"call-{args}"] = ([ASK, _calling(None, as_text), RESULT], True)
-        convs[f"call-content-{args}"] = ([SYSTEM, ASK, _calling("Let me check.", as_text), RESULT, FINAL], True)
-        convs[f"parallel-{args}"] = ([ASK, _calling(None, as_text, both=True), RESULT, RESULT_2, FINAL, AGAIN], True)
+        convs[f"call-{args}"] = ([ASK, _calling(None, as_text), RESULT], TOOLS)
+        convs[f"call-content-{args}"] = ([SYSTEM, ASK, _calling("Let me check.", as_text), RESULT, FINAL], TOOLS)
+        convs[f"parallel-{args}"] = ([ASK, _calling(None, as_text, both=True), RESULT, RESULT_2, FINAL, AGAIN], TOOLS)
     return convs
 
 
@@ -137,6 +138,8 @@ class Render:
     documents: bool = False
     null_content_as_text: bool = False
     """A null content given as "" (as vLLM gives it), not left out (as transformers does)."""
+    empty_tools_as_none: bool = False
+    """An empty list of tools given as no tools."""
 
     @property
     def name(self) -> str:
@@ -167,14 +170,18 @@ def renders(source: str) -> Iterator[Render]:
 
 
 def render_inputs(render: Render) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    messages, with_tools = conversations()[render.conversation]
+    messages, tools = conversations()[render.conversation]
     if render.null_content_as_text:
         messages = [{**m, "content": ""} if m.get("content", "") is None else m for m in messages]
-    return messages, TOOLS if with_tools else None
+    return messages, None if render.empty_tools_as_none and tools == [] else tools
 
 
 def holds_null_content(render: Render) -> bool:
     return any(m.get("content", "") is None for m in conversations()[render.conversation][0])
+
+
+def declares_empty_tools(render: Render) -> bool:
+    return conversations()[render.conversation][1] == []
 
 
 def ours(source: str, render: Render, bos: str, eos: str) -> str:

@@ -11,9 +11,9 @@ with no more of those spellings than their neutral twin: only the template's own
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -74,14 +74,15 @@ def test_the_corpus_cites_its_sources_and_is_deduplicated() -> None:
 def test_renders_as_transformers(entry: dict[str, Any]) -> None:
     source = _source(entry)
     bos, eos = tc.corpus()["bos_token"], tc.corpus()["eos_token"]
-    null_content_as_text = "null_content_as_text" in tc.corpus()["ours"]
+    justified = tc.corpus()["ours"]
     differing = []
     for render in tc.renders(source):
         ours = tc.outcome(tc.ours, source, render, bos, eos)
         theirs = tc.outcome(tc.transformers_render, source, render, bos, eos)
-        if ours != theirs and theirs is None and null_content_as_text and tc.holds_null_content(render):
-            vllm_shape = dataclasses.replace(render, null_content_as_text=True)
-            theirs = tc.outcome(tc.transformers_render, source, vllm_shape, bos, eos)
+        if ours != theirs and "empty_tools_as_none" in justified and tc.declares_empty_tools(render):
+            theirs = tc.outcome(tc.transformers_render, source, replace(render, empty_tools_as_none=True), bos, eos)
+        if ours != theirs and theirs is None and "null_content_as_text" in justified and tc.holds_null_content(render):
+            theirs = tc.outcome(tc.transformers_render, source, replace(render, null_content_as_text=True), bos, eos)
         if ours != theirs:
             differing.append((render.name, ours, theirs))
     assert not differing, differing[0]
