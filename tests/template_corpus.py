@@ -1,6 +1,7 @@
-"""Held-out chat templates (`tests/data/chat_templates/`, indexed with their sources in `chat_templates.json`) rendered over a matrix of
-conversations by the gateway's renderer and by transformers' own (`apply_chat_template(tokenize=False)`'s steps,
-offline): the two must be equal, or both must raise. tests/test_template_corpus.py runs it.
+"""Held-out chat templates (`tests/data/chat_templates/`, indexed with their sources in `chat_templates.json`)
+rendered over a matrix of conversations by the gateway's renderer and by transformers' own (the steps of
+`apply_chat_template(tokenize=False)`, offline): the two must be equal, or both must raise (but for the differences
+the index's `ours` justifies). tests/test_template_corpus.py runs it; `laced_conversations` feeds its shield check.
 
 A conversation is what the gateway's validation hands a family (an assistant's calls with `content: None`, their
 arguments an object, or a JSON string where the family encodes them so), rendered with and without a generation
@@ -82,6 +83,7 @@ def _calling(content: str | None, as_text: bool, *, both: bool = False) -> dict[
     return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
+@cache
 def conversations() -> dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None]]:
     """Name → (messages, the tools declared: TOOLS, an empty list, or None)."""
     convs: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]] | None]] = {
@@ -204,8 +206,6 @@ def transformers_render(source: str, render: Render, bos: str, eos: str) -> str:
     from transformers.utils.chat_template_utils import _normalize_chat_messages, render_jinja_template
 
     messages, tools = render_inputs(render)
-    if render.continue_final_message and render.add_generation_prompt:
-        raise ValueError("continue_final_message and add_generation_prompt are not compatible")
     rendered, _ = render_jinja_template(
         [_normalize_chat_messages(messages)],
         tools=tools,

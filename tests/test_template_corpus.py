@@ -1,12 +1,12 @@
-"""The gateway's chat-template rendering against held-out real templates (`tests/data/chat_templates.json`, each
-citing its source; with the gateway families' own templates and the embedded model's): every render of the matrix in
-`tests/template_corpus.py` equals transformers' own, or both raise; but for the differences the corpus's `ours`
-names, with why: where transformers raises on a conversation with an assistant's `content: null` (it leaves the key
-out, and many templates then read an undefined content), the gateway renders as vLLM does, giving the null content as
-"": its render must equal transformers' of that shape.
+"""The gateway's chat-template rendering against held-out real templates (`tests/data/chat_templates/`, each citing
+its source in `chat_templates.json`; with the gateway families' own templates and the embedded model's): every render
+of the matrix in `tests/template_corpus.py` equals transformers' own, or both raise, but for the differences the
+index's `ours` names with their why (a null content given as "", as vLLM gives it, where transformers leaves it out
+and the template raises; `tools: []` rendered as no tools): there the render must equal transformers' of that shape.
 
-And the shield: client strings spelling each of the template's control tokens (and ending with half of one) render
-with no more of those spellings than their neutral twin: only the template's own markers are written.
+The shield, as tests/shield_fuzz.py checks it for the families: client strings spelling each of the template's
+control tokens (and ending with half of one) encode to their neutral twin's control-token ids. And Jinja semantics
+probed against transformers' environment.
 """
 
 from __future__ import annotations
