@@ -97,6 +97,8 @@ def test_loop_controls_and_generation_block() -> None:
         ("{{ 1 / 0 }}", "ZeroDivisionError"),
         ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "chat template error"),
         ("{% for m in messages %}{% macro f() %}{% break %}{% endmacro %}{% endfor %}", "syntax error"),
+        ("{% if true %}" * 1000 + "x" + "{% endif %}" * 1000, "nested too deeply"),
+        ("{{ " + "(" * 300 + "1" + ")" * 300 + " }}", "nested too deeply"),
     ],
 )
 def test_bad_templates_raise_template_error(source: str, message: str) -> None:
@@ -111,6 +113,11 @@ def test_output_size_is_capped() -> None:
 
 def test_compiled_templates_are_cached_by_source() -> None:
     assert compile_template("{{ 1 }}") is compile_template("{{ 1 }}")
+
+
+def test_template_variables_of_a_template_nested_too_deeply_is_a_template_error() -> None:
+    with pytest.raises(TemplateError, match="nested too deeply"):
+        template_variables("{% if true %}" * 1000 + "{% endif %}" * 1000)
 
 
 def test_template_variables_lists_what_the_template_reads() -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -136,15 +138,24 @@ def _environment() -> ImmutableSandboxedEnvironment:
 _ENV = _environment()
 
 
-@lru_cache(maxsize=64)
-def compile_template(source: str) -> jinja2.Template:
-    """The compiled template for `source` (cached by source text)."""
+@contextmanager
+def _compiling() -> Iterator[None]:
+    """Parsing or compiling a template: its failures as TemplateError."""
     try:
-        template = _ENV.from_string(source)
+        yield
     except jinja2.TemplateSyntaxError as e:
         raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
     except SyntaxError as e:  # Python's, from code Jinja's parser let through: a `{% break %}` in a macro in a loop
         raise TemplateError(f"chat template syntax error: {e.msg}") from None
+    except RecursionError:  # a template nested past the parser's or the compiler's recursion
+        raise TemplateError("chat template syntax error: nested too deeply") from None
+
+
+@lru_cache(maxsize=64)
+def compile_template(source: str) -> jinja2.Template:
+    """The compiled template for `source` (cached by source text)."""
+    with _compiling():
+        template = _ENV.from_string(source)
     # the globals as a plain dict: every render copies them, and a ChainMap copies key by key in Python
     template.globals = dict(template.globals)
     return template
@@ -203,10 +214,8 @@ _purity = lru_cache(maxsize=64)(renders_purely)
 
 def template_variables(source: str) -> frozenset[str]:
     """Names the template reads from its context (e.g. whether it handles `tools`)."""
-    try:
+    with _compiling():
         return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
-    except jinja2.TemplateSyntaxError as e:
-        raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
 
 
 def render_chat_template(
