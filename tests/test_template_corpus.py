@@ -128,6 +128,10 @@ JINJA_PROBES = [
     "{{ dict.fromkeys(['a', 'b'], 1) | tojson }} {{ dict(a=1, b=2) | tojson }} {{ dict(x) | tojson }}",
     "{% for m in messages %}{% generation %}{% break %}{% endgeneration %}{% endfor %}",
     "{% for m in messages %}{% generation %}{% set y = m.role %}{{ y }}{% endgeneration %}{{ y }}{% endfor %}",
+    (
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% generation %}{{ loop.index }}{{ m.role }}"
+        "{% set ns.n = ns.n + 1 %}{% endgeneration %}{% endfor %}{{ ns.n }}"
+    ),
     "{% for m in messages %}{% if loop.first %}{% continue %}{% endif %}{{ m.role }}{% break %}{% endfor %}",
     (
         "{% for m in messages %}{{ loop.previtem }}|{{ loop.nextitem }}|{{ loop.cycle('a', 'b') }}|{{ loop.depth }}"
