@@ -262,6 +262,7 @@ def render_chat_template(
 
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 """Names a message's reasoning goes by; transformers gives a template the first found under the first two."""
+_REASONING_KEYS = frozenset(_REASONING_FIELDS)
 
 
 def template_messages(messages: list[dict[str, Any]], null_content: str | None = None) -> list[dict[str, Any]]:
@@ -276,9 +277,10 @@ def template_messages(messages: list[dict[str, Any]], null_content: str | None =
                 for key, value in message.items()
                 if value is not None or (key == "content" and null_content is not None)
             }
-        reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
-        if reasoning is not None:
-            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        if not _REASONING_KEYS.isdisjoint(message):
+            reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+            if reasoning is not None:
+                message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
         out.append(message)
     return out
 
