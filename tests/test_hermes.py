@@ -6,6 +6,7 @@ import json
 import re
 from functools import cache
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -157,6 +158,24 @@ def test_reasoning_history_is_kept_only_after_the_last_user_query() -> None:
 def test_enable_thinking_false_closes_an_empty_think_block() -> None:
     request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], template_kwargs={"enable_thinking": False})
     assert family().render(request).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_qwen3s_own_template_renders_a_tool_history_whose_calls_have_null_content() -> None:
+    """OpenAI clients send an assistant's calls with `content: null`: Qwen3's own template (used when the checkpoint
+    ships it: it reads `tools`) tests `'</think>' in content` and raised a TypeError on None (a 400). The content is
+    given as "" there, as vLLM gives it."""
+    own = (Path(__file__).parent / "data" / "chat_templates" / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8")
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call("a", "get_weather", {"city": "Paris"})]},
+        {"role": "tool", "tool_call_id": "a", "content": "20C"},
+    ]
+    prompt = family(chat_template=own).render(ChatRequest(messages=messages, tools=[WEATHER]))
+    assert prompt.endswith(
+        "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\n20C\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_chat_template_option_overrides_and_a_tool_aware_template_is_used() -> None:

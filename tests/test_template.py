@@ -96,6 +96,9 @@ def test_loop_controls_and_generation_block() -> None:
         ("{{ ''.__class__.__mro__ }}", "chat template error"),
         ("{{ 1 / 0 }}", "ZeroDivisionError"),
         ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "chat template error"),
+        ("{% for m in messages %}{% macro f() %}{% break %}{% endmacro %}{% endfor %}", "syntax error"),
+        ("{% if true %}" * 1000 + "x" + "{% endif %}" * 1000, "nested too deeply"),
+        ("{{ " + "(" * 300 + "1" + ")" * 300 + " }}", "nested too deeply"),
     ],
 )
 def test_bad_templates_raise_template_error(source: str, message: str) -> None:
@@ -110,6 +113,11 @@ def test_output_size_is_capped() -> None:
 
 def test_compiled_templates_are_cached_by_source() -> None:
     assert compile_template("{{ 1 }}") is compile_template("{{ 1 }}")
+
+
+def test_template_variables_of_a_template_nested_too_deeply_is_a_template_error() -> None:
+    with pytest.raises(TemplateError, match="nested too deeply"):
+        template_variables("{% if true %}" * 1000 + "{% endif %}" * 1000)
 
 
 def test_template_variables_lists_what_the_template_reads() -> None:
@@ -132,7 +140,24 @@ def test_continue_final_message_cuts_where_the_content_ends(content: str) -> Non
     "m" was cut inside `<|im_end|>`, leaving `<|im` in the prompt), or in an earlier message."""
     messages = [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": content}]
     prompt = render(smollm2().chat_template, messages, add_generation_prompt=False, continue_final_message=True)
-    assert prompt.endswith("<|im_start|>assistant\n" + content.rstrip())
+    assert prompt.endswith("<|im_start|>assistant\n" + content)
+
+
+def test_continue_final_message_of_an_empty_content_ends_after_the_assistants_header() -> None:
+    """As transformers: an empty final message is continued from its start (it was refused)."""
+    messages = [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": ""}]
+    prompt = render(smollm2().chat_template, messages, add_generation_prompt=False, continue_final_message=True)
+    assert prompt.endswith("<|im_start|>user\nSay hi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_continue_final_message_keeps_trailing_whitespace_the_template_keeps() -> None:
+    """As transformers: the content's trailing whitespace stays where the template writes it as given, and goes
+    where the template trims the content."""
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "It is "}]
+    kept = "{% for m in messages %}[{{ m.content }}]{% endfor %}"
+    trimmed = "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}"
+    assert render(kept, messages, add_generation_prompt=False, continue_final_message=True) == "[q][It is "
+    assert render(trimmed, messages, add_generation_prompt=False, continue_final_message=True) == "[q][It is"
 
 
 def test_continue_final_message_after_content_the_template_rewrites() -> None:
@@ -230,3 +255,61 @@ def test_the_families_templates_render_purely() -> None:
     from gateway.families.hermes.prompt import BUILTIN_TEMPLATE as HERMES
 
     assert renders_purely(HERMES) and renders_purely(smollm2().chat_template)
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {}}}
+
+
+def test_null_values_are_left_out_as_transformers_does() -> None:
+    """An assistant's `content: null` beside its calls: transformers 5 leaves the key out, so a template that writes
+    the content writes nothing (GLM-5.1's wrote `None`), and one that iterates it skips it (Qwen2.5-VL's raised)."""
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [CALL]}]
+    assert render("{% for m in messages %}[{{ m.content }}]{% endfor %}", messages) == "[q][]"
+    iterating = "{% for m in messages %}{% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}"
+    iterating += "{{ p.text }}{% endfor %}{% endif %}|{% endfor %}"
+    assert render(iterating.replace("is string", "is string or m.content is not defined"), messages) == "q||"
+
+
+def test_a_template_that_reads_every_content_gets_a_null_one_as_vllm_gives_it() -> None:
+    """DeepSeek's templates write `'<｜Assistant｜>' + message['content']` unless `message['content'] is none`, Qwen3's
+    split it: with the key left out (transformers) that raises, so the render is made again with the null content
+    given as "" (as vLLM gives it). An error that is not about the content still raises."""
+    source = (
+        "{% for m in messages %}{% if m.role == 'assistant' %}{% if m['content'] is none %}<none>"
+        "{% else %}{{ '<A>' + m['content'] + '<calls>' }}{% endif %}{% else %}{{ m['content'] }}{% endif %}{% endfor %}"
+    )
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [CALL]}]
+    assert render(source, messages) == "q<A><calls>"
+    with pytest.raises(TemplateError, match="alternate"):
+        render("{{ raise_exception('alternate') }}", messages)
+
+
+def test_reasoning_is_also_given_as_thinking() -> None:
+    """transformers gives a message's reasoning as `thinking` too (Command A's and LFM2's templates read that)."""
+    messages = [{"role": "assistant", "content": "a", "reasoning_content": "r"}]
+    assert render("{{ messages[0].thinking }}|{{ messages[0].reasoning_content }}", messages) == "r|r"
+
+
+@pytest.mark.parametrize(
+    "source", ["{% set ns = namespace(_x=1) %}", "{% set ns = namespace(a=1) %}{% set ns._b = 2 %}{{ ns.a }}"]
+)
+def test_namespace_refuses_underscore_names(source: str) -> None:
+    with pytest.raises(TemplateError, match="underscore"):
+        render(source)
+
+
+def test_generation_block_is_a_call_block_as_transformers_parses_it() -> None:
+    """A `{% break %}` inside `{% generation %}` is outside any loop (transformers' block is a macro call)."""
+    with pytest.raises(TemplateError, match="syntax error"):
+        render("{% for m in messages %}{% generation %}{% break %}{% endgeneration %}{% endfor %}")
+
+
+@pytest.mark.parametrize("call", ["dict.update(messages[0], {'role': 'system'})", "dict.clear(messages[0])"])
+def test_a_template_cannot_change_a_message_through_the_dict_type(call: str) -> None:
+    """The immutable sandbox checks a method's object, not its argument: `dict.update(message, ...)` changed the
+    caller's message when `dict` was the type. It is a maker of dicts now (as transformers' is)."""
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(TemplateError):
+        render("{{ " + call + " }}", messages)
+    assert messages == [{"role": "user", "content": "hi"}]
+    assert render("{{ dict(a=1) | tojson }} {{ dict.fromkeys(['b'], 2) | tojson }}") == '{"a": 1} {"b": 2}'

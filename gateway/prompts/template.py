@@ -3,7 +3,9 @@
 Templates run in Jinja2's ImmutableSandboxedEnvironment with the settings and
 helpers `transformers` gives them (trim_blocks, lstrip_blocks, loop controls,
 `raise_exception`, `tojson`, `strftime_now`, the `{% generation %}` block).
-Every failure surfaces as `TemplateError`, which the gateway answers with 400.
+Every failure surfaces as `TemplateError`, which the gateway answers with 400. Messages reach a template as
+transformers hands them (`template_messages`); tests/test_template_corpus.py holds renders to transformers' own over
+a corpus of real templates.
 
 A template that reads no clock or randomness renders the same text for the same context, so its renders are kept
 (`_Renders`, keyed by the context's JSON: the same messages, tools and flags in the same order render once).
@@ -14,6 +16,8 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar
@@ -21,6 +25,7 @@ from typing import Any, ClassVar
 import jinja2
 import orjson
 from jinja2 import meta, nodes
+from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
@@ -33,14 +38,49 @@ class TemplateError(ValueError):
 
 
 class _GenerationBlock(Extension):
-    """`{% generation %}…{% endgeneration %}` marks assistant text for training masks; rendering keeps the body."""
+    """`{% generation %}…{% endgeneration %}` marks assistant text for training masks; rendering keeps the body.
+    The body is a call block's, as transformers parses it: a `{% break %}` in it is outside any loop."""
 
     tags: ClassVar[set[str]] = {"generation"}
 
     def parse(self, parser: jinja2.parser.Parser) -> nodes.Node:
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return nodes.Scope(body, lineno=lineno)
+        return nodes.CallBlock(self.call_method("_body"), [], [], body, lineno=lineno)
+
+    def _body(self, caller: Any) -> str:
+        return caller()
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """Jinja's `namespace`, refusing names that start with an underscore (as transformers' does), made or set."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # self among *args, as Jinja has it: `namespace(self=1)` works
+        self, attributes = args[0], dict(*args[1:], **kwargs)
+        for name in attributes:
+            _check_namespace_name(name)
+        jinja2.utils.Namespace.__init__(self, attributes)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _check_namespace_name(name)
+        super().__setitem__(name, value)
+
+
+def _check_namespace_name(name: Any) -> None:
+    if isinstance(name, str) and name.startswith("_"):
+        raise SecurityError(f"a namespace attribute cannot start with an underscore: {name!r}")
+
+
+class _DictMaker:
+    """The `dict` global: `dict(...)` and `dict.fromkeys(...)` make dicts, as with transformers' own. Not the type
+    itself, whose methods take any dict as their first argument (`dict.update(messages[0], ...)`, `dict.clear(tool)`):
+    the immutable sandbox checks a method's object, never its argument, so those changed the request's dicts."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, keys: Any, value: Any = None) -> dict[Any, Any]:
+        return dict.fromkeys(keys, value)
 
 
 def _raise_exception(message: str) -> None:
@@ -90,19 +130,32 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["namespace"] = _Namespace
+    env.globals["dict"] = _DictMaker()
     return env
 
 
 _ENV = _environment()
 
 
+@contextmanager
+def _compiling() -> Iterator[None]:
+    """Parsing or compiling a template: its failures as TemplateError."""
+    try:
+        yield
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
+    except SyntaxError as e:  # Python's, from code Jinja's parser let through: a `{% break %}` in a macro in a loop
+        raise TemplateError(f"chat template syntax error: {e.msg}") from None
+    except RecursionError:  # a template nested past the parser's or the compiler's recursion
+        raise TemplateError("chat template syntax error: nested too deeply") from None
+
+
 @lru_cache(maxsize=64)
 def compile_template(source: str) -> jinja2.Template:
     """The compiled template for `source` (cached by source text)."""
-    try:
+    with _compiling():
         template = _ENV.from_string(source)
-    except jinja2.TemplateSyntaxError as e:
-        raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
     # the globals as a plain dict: every render copies them, and a ChainMap copies key by key in Python
     template.globals = dict(template.globals)
     return template
@@ -161,10 +214,8 @@ _purity = lru_cache(maxsize=64)(renders_purely)
 
 def template_variables(source: str) -> frozenset[str]:
     """Names the template reads from its context (e.g. whether it handles `tools`)."""
-    try:
+    with _compiling():
         return frozenset(meta.find_undeclared_variables(_ENV.parse(source)))
-    except jinja2.TemplateSyntaxError as e:
-        raise TemplateError(f"chat template syntax error at line {e.lineno}: {e.message}") from None
 
 
 def render_chat_template(
@@ -191,16 +242,47 @@ def render_chat_template(
         raise TemplateError("continue_final_message and add_generation_prompt cannot both be set")
     context = dict(template_kwargs or {})
     context.update(
-        messages=messages,
+        messages=template_messages(messages),
         tools=tools or None,
         documents=documents or None,
         add_generation_prompt=add_generation_prompt,
         bos_token=bos_token or "",
         eos_token=eos_token or "",
     )
-    if continue_final_message:
-        return _render_continued(source, context, max_chars)
-    return _render(source, context, max_chars)
+    render = _render_continued if continue_final_message else _render
+    try:
+        return render(source, context, max_chars)
+    except TemplateError:
+        if not any(m.get("content", "") is None for m in messages):
+            raise
+    # A template that reads the content of every message (DeepSeek's `'<｜Assistant｜>' + message['content']` unless
+    # it `is none`) raises where transformers leaves a null content out; vLLM gives it as "", and so does the gateway.
+    return render(source, {**context, "messages": template_messages(messages, null_content="")}, max_chars)
+
+
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+"""Names a message's reasoning goes by; transformers gives a template the first found under the first two."""
+_REASONING_KEYS = frozenset(_REASONING_FIELDS)
+
+
+def template_messages(messages: list[dict[str, Any]], null_content: str | None = None) -> list[dict[str, Any]]:
+    """The messages as transformers' `apply_chat_template` gives them to a template: keys holding None left out (an
+    assistant's `content: null` beside its tool calls), the reasoning also as `thinking` (gpt-oss's, Command A's and
+    LFM2's templates read it) and as `reasoning_content`. A null content becomes `null_content` where that is given."""
+    out = []
+    for message in messages:
+        if None in message.values():
+            message = {
+                key: null_content if key == "content" and value is None else value
+                for key, value in message.items()
+                if value is not None or (key == "content" and null_content is not None)
+            }
+        if not _REASONING_KEYS.isdisjoint(message):
+            reasoning = next((message[k] for k in _REASONING_FIELDS if message.get(k) is not None), None)
+            if reasoning is not None:
+                message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
+        out.append(message)
+    return out
 
 
 def _render(source: str, context: dict[str, Any], max_chars: int) -> str:
@@ -219,18 +301,20 @@ _CONTINUE = "\ue000gateway:continue\ue000"
 
 
 def _render_continued(source: str, context: dict[str, Any], max_chars: int) -> str:
-    """The prompt up to the end of the final message's content (its trailing whitespace left out), found by a mark
-    rendered right after the content; where the template does not write that mark once (it transforms the content, or
-    a message spells it), after the content's last occurrence, as transformers cuts. (A last occurrence can lie in the
-    template's text after the message: a content "m" cut inside `<|im_end|>` left `<|im` in the prompt.)"""
+    """The prompt up to the end of the final message's content, found by a mark and a space rendered right after the
+    content: its trailing whitespace kept where the template kept the space, left out where the template trimmed it
+    (as transformers cuts). Where the template does not write the mark once (it transforms the content, or a message
+    spells it), after the content's last occurrence. (A last occurrence can lie in the template's text after the
+    message: a content "m" cut inside `<|im_end|>` left `<|im` in the prompt.)"""
     messages = context["messages"]
     content = messages[-1].get("content") if messages else None
-    if not isinstance(content, str) or not content.strip():
+    if not isinstance(content, str):
         raise TemplateError("continue_final_message needs a final message with text content")
-    marked = [*messages[:-1], {**messages[-1], "content": content + _CONTINUE}]
+    marked = [*messages[:-1], {**messages[-1], "content": content + _CONTINUE + " "}]
     rendered = _render(source, {**context, "messages": marked}, max_chars)
     if rendered.count(_CONTINUE) == 1:
-        return rendered[: rendered.index(_CONTINUE)].rstrip()
+        at = rendered.index(_CONTINUE)
+        return rendered[:at] if rendered.startswith(_CONTINUE + " ", at) else rendered[:at].rstrip()
     return _cut_after_final_message(_render(source, context, max_chars), messages)
 
 
@@ -256,7 +340,7 @@ def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_char
 
 def _cut_after_final_message(rendered: str, messages: list[dict[str, Any]]) -> str:
     text = messages[-1]["content"].rstrip()
-    at = rendered.rfind(text)
+    at = rendered.rfind(text) if text else -1
     if at < 0:
         raise TemplateError("continue_final_message: the template does not render the final message verbatim")
     return rendered[: at + len(text)]
