@@ -57,6 +57,9 @@ _NEUTRAL_ONLY = {
 }
 MAX_STOP_STRINGS = 32
 """SGLang's MAX_STOP_COUNT."""
+MAX_TOP_LOGPROBS = 20
+"""vLLM's default max_logprobs (and OpenAI's top_logprobs bound): more per token would be a top-k over the whole
+vocabulary, and a JSON list that long, for every output token."""
 MAX_STOP_CHARS = 256
 """Longer stop strings are refused: matching holds back and rescans up to this many characters per token."""
 _GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
@@ -137,8 +140,8 @@ def parse_generate(
             raise ProtocolError(f"sampling_params.{grammars[0]} must be a string")
         grammar = Grammar(grammars[0], text)
     top_n = _int(body, "top_logprobs_num", 0, "request")
-    if top_n < 0:
-        raise ProtocolError("top_logprobs_num must be >= 0")
+    if not 0 <= top_n <= MAX_TOP_LOGPROBS:
+        raise ProtocolError(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}], got {top_n}")
     if body.get("logprob_start_len") not in (None, -1):
         raise ProtocolError("prompt logprobs (logprob_start_len) are not supported by this worker")
     rid = body.get("rid")

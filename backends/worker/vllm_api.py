@@ -25,7 +25,14 @@ from backends.json_types import as_integer
 from backends.worker.engine import EngineEvent, Finish
 from backends.worker.generations import Generation, WorkerBusy, WorkerState
 from backends.worker.grammar import GrammarError
-from backends.worker.protocol import GenerateCall, ProtocolError, is_neutral, parse_generate, reject_unknown
+from backends.worker.protocol import (
+    MAX_TOP_LOGPROBS,
+    GenerateCall,
+    ProtocolError,
+    is_neutral,
+    parse_generate,
+    reject_unknown,
+)
 from backends.worker.sampling import TokenChoice
 
 Start = Callable[[Generation], Awaitable[None]]
@@ -362,8 +369,8 @@ def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str, d
     logprobs = sampling.get("logprobs")
     if logprobs is not None:
         logprobs = as_integer(logprobs)
-        if logprobs is None or logprobs < 0:
-            raise ProtocolError(f"logprobs must be a non-negative integer, got {sampling['logprobs']!r}")
+        if logprobs is None or not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+            raise ProtocolError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {sampling['logprobs']!r}")
     return parse_generate(
         {
             "input_ids": prompt,

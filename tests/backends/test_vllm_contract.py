@@ -191,6 +191,7 @@ def test_worker_models_and_errors_are_vllms(oracle, worker_url):
         ({"prompt": PROMPT, "stream": True, "structured_outputs": {"regex": "(("}}, 400),
         ({"prompt": PROMPT, "stream": True, "max_tokens": 1.5}, 400),
         ({"prompt": PROMPT, "stream": True, "logprobs": True}, 400),
+        ({"prompt": PROMPT, "stream": True, "logprobs": 10**5}, 400),  # past vLLM's max_logprobs (20)
         ({"prompt": PROMPT, "stream": True, "top_k": False}, 400),
         ({"prompt": PROMPT, "stream": True, "echo": 0}, 400),
     ]:

@@ -124,6 +124,10 @@ def test_json_schema_through_http(client):
         ({"input_ids": PROMPT, "sampling_params": {"stop_token_ids": [10**6]}}, "stop_token_ids"),
         ({"input_ids": PROMPT, "sampling_params": {"stop_regex": "a"}}, "not supported"),
         ({"input_ids": PROMPT, "bogus": 1}, "bogus"),
+        (
+            {"input_ids": PROMPT, "return_logprob": True, "top_logprobs_num": 10**5},
+            "top_logprobs_num must be in [0, 20]",
+        ),
         ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1.5}}, "max_new_tokens must be an integer"),
         ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": True}}, "max_new_tokens must be an integer"),
     ],
