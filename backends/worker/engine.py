@@ -147,6 +147,16 @@ def _plain_greedy(running: _Running) -> bool:
     )
 
 
+def _hold_stop_tokens(row: torch.Tensor, stop_ids: list[int], constrained: bool) -> None:
+    """Mask `stop_ids` in a logits row (min_new_tokens), unless they are all its grammar (`constrained`) still
+    allows: a grammar's end wins over min_new_tokens (an all -inf row has no token to sample: NaN probabilities,
+    or an argmax of 0 that the grammar rejects)."""
+    kept = row[stop_ids].clone() if constrained else None
+    row[stop_ids] = float("-inf")
+    if kept is not None and not bool(row.isfinite().any()):
+        row[stop_ids] = kept
+
+
 class Engine:
     """Owns the model and its KV slots; every public method is safe to call from any thread."""
 
@@ -410,7 +420,7 @@ class Engine:
         self.stats.grammar_seconds += time.perf_counter() - began
         for row, running in enumerate(batch):
             if running.generated < running.request.min_new_tokens and running.stop_ids:
-                logits[row, list(running.stop_ids)] = float("-inf")
+                _hold_stop_tokens(logits[row], list(running.stop_ids), running.matcher is not None)
         chosen = choose_tokens(logits, [r.sampler for r in batch], self._host)
         for i, (running, token) in enumerate(zip(batch, chosen)):
             choice = token_logprobs(raw[i], token, running.request.top_logprobs) if i in raw else TokenChoice(token)

@@ -110,6 +110,26 @@ def test_structural_tag_forces_its_text(engine, checkpoint, grammars):
     assert event.finish.type == "stop"
 
 
+def test_a_grammar_ending_before_min_new_tokens_ends_the_output(engine, checkpoint, grammars):
+    """Once the grammar allows only the stop token, min_new_tokens yields: the step must not fail (sampled: NaN
+    probabilities) nor abort (greedy: an argmax of 0), and a request beside it goes on."""
+    grammar = grammars.compile("regex", "ab")
+    prompt = chat_ids(checkpoint, "Say ab.")
+    runs = {
+        "sampled": submit(
+            engine, "min-ab-s", prompt, max_new_tokens=8, temperature=0.7, seed=1, grammar=grammar, min_new_tokens=5
+        ),
+        "greedy": submit(engine, "min-ab-g", prompt, max_new_tokens=8, grammar=grammar, min_new_tokens=5),
+        "beside": submit(engine, "min-ab-beside", prompt, max_new_tokens=6, ignore_eos=True),
+    }
+    results = {name: collector.wait() for name, collector in runs.items()}
+    for name in ("sampled", "greedy"):
+        ids, event = results[name]
+        assert checkpoint.tokenizer.decode(ids, skip_special_tokens=True) == "ab"
+        assert (event.finish.type, event.finish.matched) == ("stop", ids[-1]) and ids[-1] in engine.eos_token_ids
+    assert results["beside"][1].finish.type == "length" and len(results["beside"][0]) == 6
+
+
 def test_grammar_cache_and_errors(grammars):
     assert grammars.compile("regex", "[a-z]+") is grammars.compile("regex", "[a-z]+")
     for kind, text in [
