@@ -7,6 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+from starlette.requests import Request
+
+from backends.asgi import BodyTooLarge, ClientLeft, read_json_body
 from backends.base import Grammar, SamplingParams
 from backends.json_types import as_integer, as_token_ids, is_number
 from backends.worker.engine import Finish
@@ -14,7 +18,29 @@ from backends.worker.sampling import TokenChoice
 
 
 class ProtocolError(ValueError):
-    """The request is malformed or asks for something this worker cannot do (HTTP 400)."""
+    """The request is malformed or asks for something this worker cannot do (HTTP 400, or `status`)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Longer request bodies are refused (413) as they arrive, not read into memory: a prompt of a million token ids
+is ~8 MB of JSON."""
+
+
+async def request_json(request: Request) -> Any:
+    """The request's body parsed as JSON; ProtocolError when it is not JSON (400), is longer than MAX_BODY_BYTES
+    (413) or the client left before it ended (499: nobody reads the answer)."""
+    try:
+        return await read_json_body(request.scope, request.receive, MAX_BODY_BYTES)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"request body is not valid JSON: {exc}") from None
+    except BodyTooLarge:
+        raise ProtocolError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413) from None
+    except ClientLeft:
+        raise ProtocolError("the client left before its body ended", 499) from None
 
 
 # Every key SGLang's SamplingParams accepts; anything else is rejected, as SGLang does.

@@ -6,7 +6,6 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,7 +18,7 @@ from backends.worker.engine import EngineEvent, EngineRequest
 from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
 from backends.worker.grammar import GrammarError
 from backends.worker.handoff import LoopMailbox
-from backends.worker.protocol import ProtocolError, parse_generate
+from backends.worker.protocol import ProtocolError, parse_generate, request_json
 from backends.worker.vllm_api import vllm_routes
 
 
@@ -69,19 +68,17 @@ def build_app(state: WorkerState) -> Starlette:
 
     async def generate(request: Request) -> Response:
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return _error(f"request body is not valid JSON: {exc}")
-        try:
             call = parse_generate(
-                body,
+                await request_json(request),
                 vocab_size=state.engine.model.vocab_size,
                 context_length=state.engine.context_length,
                 encode=lambda text: state.checkpoint.tokenizer.encode(text, add_special_tokens=False).ids,
             )
             generation = Generation(call, state)
             await start(generation)
-        except (ProtocolError, GrammarError) as exc:
+        except ProtocolError as exc:
+            return _error(str(exc), exc.status)
+        except GrammarError as exc:
             return _error(str(exc))
         except WorkerBusy as exc:
             return busy(str(exc))
@@ -116,9 +113,9 @@ def build_app(state: WorkerState) -> Starlette:
 
     async def abort_request(request: Request) -> Response:
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            body = None
+            body = await request_json(request)
+        except ProtocolError as exc:
+            return _error(str(exc), exc.status)
         rid = body.get("rid") if isinstance(body, dict) else None
         if not isinstance(rid, str):
             return _error('abort_request needs {"rid": str}')

@@ -32,6 +32,7 @@ from backends.worker.protocol import (
     is_neutral,
     parse_generate,
     reject_unknown,
+    request_json,
 )
 from backends.worker.sampling import TokenChoice
 
@@ -265,13 +266,9 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
 
     async def serve(request: Request, parse: Callable[[Any, WorkerState], VLLMGeneration]) -> Response:
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return _error(f"request body is not valid JSON: {exc}")
-        try:
-            generation = parse(body, state)
+            generation = parse(await request_json(request), state)
         except ProtocolError as exc:
-            return _error(str(exc))
+            return _error(str(exc), exc.status)
         if generation.options.model != model:
             return _error(
                 f"The model `{generation.options.model}` does not exist. Valid aliases: {model}.", 404, "NotFoundError"

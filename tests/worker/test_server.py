@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -13,6 +14,7 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.worker.protocol import MAX_BODY_BYTES
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.dashboard import exposed_families, queried_metrics
 from tests.gateway.sglang_contract import api_types
@@ -178,6 +180,16 @@ def test_abort_request_ends_the_stream(client, base_url):
         events = _events(lines)
     assert events[-1]["meta_info"]["finish_reason"]["type"] == "abort"
     assert _running(client) == 0
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/abort_request"])
+def test_a_body_declared_past_the_limit_is_refused_before_it_is_read(base_url, path):
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        head = f"POST {path} HTTP/1.1\r\nHost: w\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n[".encode())
+        answer = sock.recv(65536).decode()
+    assert answer.startswith("HTTP/1.1 413 ") and f"larger than {MAX_BODY_BYTES} bytes" in answer
 
 
 def _wait_until_idle(client: httpx.Client) -> int:
