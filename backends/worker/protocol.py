@@ -143,7 +143,8 @@ def parse_generate(
         raise ProtocolError(f"input_ids must be token ids in [0, {vocab_size})")
     if len(input_ids) >= context_length:
         raise ProtocolError(f"the prompt has {len(input_ids)} tokens; this model's context length is {context_length}")
-    sp = body.get("sampling_params") or {}
+    sp = body.get("sampling_params")
+    sp = {} if sp is None else sp
     if not isinstance(sp, dict):
         raise ProtocolError("sampling_params must be an object")
     reject_unknown(sp, _SGLANG_SAMPLING_KEYS, "sampling_params")
@@ -239,7 +240,7 @@ def _sampling(sp: dict) -> SamplingParams:
     penalties = {k: _float(sp, k, 0.0) for k in ("frequency_penalty", "presence_penalty")}
     if any(not -2.0 <= v <= 2.0 for v in penalties.values()):
         raise ProtocolError("frequency_penalty and presence_penalty must be in [-2, 2]")
-    stop_ids = as_token_ids(sp.get("stop_token_ids") or [])
+    stop_ids = as_token_ids([] if sp.get("stop_token_ids") is None else sp["stop_token_ids"])
     if stop_ids is None:
         raise ProtocolError("stop_token_ids must be a list of integers")
     seed = _int(sp, "sampling_seed", None)

@@ -338,7 +338,7 @@ def parse_tokens(body: Any, state: WorkerState) -> TokensGeneration:
 def _options(body: dict, rid: str, state: WorkerState, *, ids_as_tokens: bool) -> ResponseOptions:
     if body.get("stream") is not True:
         raise ProtocolError("this worker serves the vLLM API with stream=true only")
-    stream_options = _object(body.get("stream_options") or {}, "stream_options")
+    stream_options = _object({} if body.get("stream_options") is None else body["stream_options"], "stream_options")
     return ResponseOptions(
         request_id=rid,
         model=body.get("model") or state.model_path,

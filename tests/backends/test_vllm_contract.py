@@ -194,6 +194,7 @@ def test_worker_models_and_errors_are_vllms(oracle, worker_url):
         ({"prompt": PROMPT, "stream": True, "logprobs": 10**5}, 400),  # past vLLM's max_logprobs (20)
         ({"prompt": PROMPT, "stream": True, "top_k": False}, 400),
         ({"prompt": PROMPT, "stream": True, "echo": 0}, 400),
+        ({"prompt": PROMPT, "stream": True, "stream_options": []}, 400),
     ]:
         response = httpx.post(f"{worker_url}/v1/completions", json=body)
         assert response.status_code == status
