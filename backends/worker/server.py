@@ -46,11 +46,15 @@ def build_app(state: WorkerState) -> Starlette:
             raise ProtocolError(f"a request with rid {call.rid!r} is already running")
         admit(state)
         grammar = None
-        if call.grammar is not None:
-            grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
+        active[call.rid] = generation  # taken before the compile: a request with the same rid meanwhile is refused
+        try:
+            if call.grammar is not None:
+                grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
+        except BaseException:
+            del active[call.rid]
+            raise
         loop = asyncio.get_running_loop()
         mailbox = mailboxes.get(loop) or mailboxes.setdefault(loop, LoopMailbox(loop))
-        active[call.rid] = generation
         state.metrics.prompt_tokens.inc(len(call.input_ids))
         state.engine.submit(
             EngineRequest(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -138,6 +139,21 @@ def test_bad_requests_get_400(client, body, message):
     response = client.post("/generate", json=body)
     assert response.status_code == 400
     assert message in response.json()["error"]["message"]
+
+
+def test_a_second_request_with_a_running_rid_is_refused_while_the_first_compiles_its_grammar(base_url):
+    properties = {f"p{i}": {"type": "string", "pattern": "[a-z]{3,9}"} for i in range(10)}
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    sampling = {"max_new_tokens": 20, "temperature": 0, "json_schema": json.dumps(schema)}
+    body = {"input_ids": PROMPT, "sampling_params": sampling, "rid": "same-rid"}
+
+    async def both() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=120) as c:
+            return await asyncio.gather(c.post("/generate", json=body), c.post("/generate", json=body))
+
+    answers = sorted(asyncio.run(both()), key=lambda r: r.status_code)
+    assert [r.status_code for r in answers] == [200, 400]
+    assert "already running" in answers[1].json()["error"]["message"]
 
 
 COUNTING = "1, 2, 3, 4,"  # greedy: " 5, 6, 7, ..."
