@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
@@ -72,11 +73,13 @@ def build_app(state: WorkerState) -> Starlette:
 
     async def generate(request: Request) -> Response:
         try:
+            body = await request_json(request)
+            text_ids = await encoded_text(body)
             call = parse_generate(
-                await request_json(request),
+                body,
                 vocab_size=state.engine.model.vocab_size,
                 context_length=state.engine.context_length,
-                encode=lambda text: state.checkpoint.tokenizer.encode(text, add_special_tokens=False).ids,
+                encode=lambda _: text_ids,
             )
             generation = Generation(call, state)
             await start(generation)
@@ -89,6 +92,16 @@ def build_app(state: WorkerState) -> Starlette:
         if call.stream:
             return _EventStream(generation, lambda: _release(generation))
         return await _collect(generation, request)
+
+    async def encoded_text(body: Any) -> list[int] | None:
+        """The ids of a body's `text` prompt, encoded on a thread by tokenizers' batch call, which releases the GIL
+        (`encode` holds it: a long text stalled the event loop and the engine thread for seconds)."""
+        text = body.get("text") if isinstance(body, dict) and body.get("input_ids") is None else None
+        if not isinstance(text, str):
+            return None
+        tokenizer = state.checkpoint.tokenizer
+        encodings = await asyncio.to_thread(tokenizer.encode_batch_fast, [text], add_special_tokens=False)
+        return encodings[0].ids
 
     async def _collect(generation: Generation, request: Request) -> Response:
         disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive))

@@ -7,6 +7,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -206,6 +207,25 @@ def test_a_body_declared_past_the_limit_is_refused_before_it_is_read(base_url, p
         sock.sendall(f"{head}Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n[".encode())
         answer = sock.recv(65536).decode()
     assert answer.startswith("HTTP/1.1 413 ") and f"larger than {MAX_BODY_BYTES} bytes" in answer
+
+
+def test_a_long_text_prompt_is_encoded_while_the_worker_goes_on_answering(client, base_url):
+    """tokenizers' `encode` holds the GIL: a long text stalled the event loop (and the engine thread) until it was
+    encoded. The worker answers meanwhile: an answer comes with the encoding's CPU time partly spent (the process
+    CPU it reports is 0.1 s past the start and 0.1 s short of the end)."""
+
+    def cpu() -> float:
+        return client.get("/get_server_info").json()["internal_states"][0]["process_cpu_seconds"]
+
+    body = {"text": "hello world, this is text. " * 80000, "sampling_params": {"max_new_tokens": 1}}
+    seen = [cpu()]
+    with ThreadPoolExecutor(1) as pool:
+        long_text = pool.submit(httpx.post, f"{base_url}/generate", json=body, timeout=120)
+        while not long_text.done():
+            seen.append(cpu())
+        assert "context length" in long_text.result().json()["error"]["message"]
+    end = cpu()
+    assert any(seen[0] + 0.1 < spent < end - 0.1 for spent in seen), (seen, end)
 
 
 def _wait_until_idle(client: httpx.Client) -> int:
