@@ -8,6 +8,7 @@ exist for `backends.vllm.VLLMBackend`, which always streams.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -107,7 +108,14 @@ _STRUCTURED_KEYS = frozenset(_CONSTRAINTS) | {
     "disable_additional_properties",
     "whitespace_pattern",
 }
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default, as vLLM applies it
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+# parse_generate's refusals name SGLang's fields: these spellings become the vLLM body's.
+_RENAMED = {sglang: name for name, sglang in _SAMPLING.items() if sglang != name}
+_COMPLETION_NAMES = {"sampling_params.": "", "input_ids": "prompt", **_RENAMED}
+_GENERATE_NAMES = {"sampling_params.": "sampling_params.", "input_ids": "token_ids", **_RENAMED}
+_SGLANG_FIELD = re.compile(
+    "|".join([r"sampling_params\.", *(rf"\b{name}\b" for name in ["input_ids", *_RENAMED])])
+)  # the OpenAI completions default, as vLLM applies it
 
 
 @dataclass(frozen=True)
@@ -315,7 +323,9 @@ def parse_completion(body: Any, state: WorkerState) -> CompletionGeneration:
     if isinstance(prompt, str) or (isinstance(prompt, list) and any(isinstance(p, str) for p in prompt)):
         raise ProtocolError("this worker does not tokenize text prompts: send token ids")
     rid = f"cmpl-{_request_id(body)}"
-    call = _engine_call(state, prompt, body, rid=rid, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS)
+    call = _engine_call(
+        state, prompt, body, rid=rid, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, names=_COMPLETION_NAMES
+    )
     options = _options(body, rid, state, ids_as_tokens=body.get("return_tokens_as_token_ids") is True)
     return CompletionGeneration(call, state, options)
 
@@ -331,7 +341,7 @@ def parse_tokens(body: Any, state: WorkerState) -> TokensGeneration:
     prompt = body.get("token_ids")
     rid = f"generate-tokens-{_request_id(body)}"
     remaining = state.engine.context_length - len(prompt) if isinstance(prompt, list) else 0
-    call = _engine_call(state, prompt, sampling, rid=rid, default_max_tokens=remaining)
+    call = _engine_call(state, prompt, sampling, rid=rid, default_max_tokens=remaining, names=_GENERATE_NAMES)
     return TokensGeneration(call, state, _options(body, rid, state, ids_as_tokens=True))
 
 
@@ -348,8 +358,11 @@ def _options(body: dict, rid: str, state: WorkerState, *, ids_as_tokens: bool) -
     )
 
 
-def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str, default_max_tokens: int) -> GenerateCall:
-    """The engine call for a token-id prompt and vLLM sampling fields, validated as SGLang's /generate."""
+def _engine_call(
+    state: WorkerState, prompt: Any, sampling: dict, *, rid: str, default_max_tokens: int, names: dict[str, str]
+) -> GenerateCall:
+    """The engine call for a token-id prompt and vLLM sampling fields, validated as SGLang's /generate (its
+    refusals spelled with `names`: the fields of the body the client sent)."""
     if not isinstance(prompt, list) or not prompt or any(isinstance(p, list) for p in prompt):
         raise ProtocolError("the prompt must be one non-empty list of token ids (batches are not supported)")
     for key, neutral in _NEUTRAL.items():
@@ -368,6 +381,14 @@ def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str, d
         logprobs = as_integer(logprobs)
         if logprobs is None or not 0 <= logprobs <= MAX_TOP_LOGPROBS:
             raise ProtocolError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {sampling['logprobs']!r}")
+    try:
+        return _parse_as_sglang(state, prompt, params, rid, logprobs)
+    except ProtocolError as exc:
+        spelled = _SGLANG_FIELD.sub(lambda m: names[m.group()], str(exc))
+        raise ProtocolError(spelled, exc.status) from None
+
+
+def _parse_as_sglang(state: WorkerState, prompt: Any, params: dict, rid: str, logprobs: int | None) -> GenerateCall:
     return parse_generate(
         {
             "input_ids": prompt,
