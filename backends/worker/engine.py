@@ -94,6 +94,11 @@ class EngineLoad:
         their way into it (the engine thread takes them at its next step), not in a queue."""
         return max(0, self.waiting - max(0, slots - self.running))
 
+    def has_room(self, slots: int, max_waiting: int) -> bool:
+        """A request submitted now goes into a free slot of `slots`, or waits behind fewer than `max_waiting`
+        queued ones (0: it never waits, but a free slot still takes it)."""
+        return self.running + self.waiting < slots or self.queued(slots) < max_waiting
+
 
 @dataclass(eq=False)
 class _Running:
