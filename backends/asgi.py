@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from starlette.responses import Response
-from starlette.types import Receive
+from starlette.types import Receive, Scope
 
 DONE_FRAME = b"data: [DONE]\n\n"
 """The last frame of an OpenAI-style (and SGLang-style) event stream."""
@@ -16,6 +16,33 @@ DONE_FRAME = b"data: [DONE]\n\n"
 
 dumps: Callable[[Any], bytes] = orjson.dumps
 """Compact JSON bytes: orjson's own function (no Python call of ours around it, once per frame of every stream)."""
+
+
+class BodyTooLarge(Exception):
+    """The request body is longer than the server takes (HTTP 413)."""
+
+
+class ClientLeft(Exception):
+    """The client went away before its request body ended."""
+
+
+async def read_json_body(scope: Scope, receive: Receive, limit: int) -> Any:
+    """The request's body parsed as JSON (orjson.JSONDecodeError when it is not): BodyTooLarge past `limit` bytes,
+    by its content-length before any is read, else as the bytes arrive (chunked bodies too); ClientLeft when the
+    client goes away before the body ends."""
+    for name, value in scope["headers"]:
+        if name == b"content-length" and value.isdigit() and int(value) > limit:
+            raise BodyTooLarge(limit)
+    body = bytearray()
+    while True:  # what Request.stream() does, without an async generator per request
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientLeft
+        body += message.get("body", b"")
+        if len(body) > limit:
+            raise BodyTooLarge(limit)
+        if not message.get("more_body", False):
+            return orjson.loads(body)
 
 
 def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -27,6 +27,12 @@ from backends.http_backend import (
 
 log = logging.getLogger(__name__)
 
+_DELTAS_UNEXPECTED = (
+    "backend streams each event's new output_ids only (SGLang's --incremental-streaming-output, or a bundled "
+    "worker): set `incremental: true` on this backend"
+)
+"""Read as cumulative, such a stream lost every id after the first event's, and ended as if cut by max_tokens."""
+
 
 def generate_payload(request: GenerateRequest) -> dict[str, Any]:
     """The `/generate` body for `request`, in SGLang's field names."""
@@ -134,6 +140,9 @@ class _StreamReader:
             raise BackendError("backend sent meta_info that is not an object")
         ids = token_ids(event.get("output_ids") or [], "output_ids")
         if not self.incremental:
+            counted = meta.get("completion_tokens")
+            if type(counted) is int and counted > len(ids):  # cumulative ids are all the tokens counted so far
+                raise BackendError(_DELTAS_UNEXPECTED)
             ids = self._new(ids, "_seen_ids")
         finish = meta.get("finish_reason")
         reason, matched = None, None

@@ -8,6 +8,7 @@ import gc
 import socket
 import sys
 import time
+from collections.abc import Callable
 
 from backends.worker import passive_waits  # noqa: F401  # isort: skip (before torch: libgomp reads its wait policy once)
 
@@ -26,6 +27,18 @@ from backends.worker.threads import ThreadTuner, parse_threads, usable_cores
 from backends.worker.weights import LlamaWeights, load_weights
 
 
+def at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= `least` (0 slots, chunk tokens or context never serve a request: a start-up
+    refusal, not a worker that hangs or fails every request)."""
+
+    def integer(text: str) -> int:
+        if not text.lstrip("-").isdigit() or int(text) < least:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {least}, got {text!r}")
+        return int(text)
+
+    return integer
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m backends.worker", description=__doc__)
     parser.add_argument("--model", help="GGUF file or Hugging Face Llama directory (default: the embedded model)")
@@ -40,12 +53,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "serving",
     )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--max-batch", type=int, default=8, help="KV cache slots: requests decoded together")
-    parser.add_argument("--context-length", type=int, help="tokens per slot (default: the model's)")
+    parser.add_argument("--max-batch", type=at_least(1), default=8, help="KV cache slots: requests decoded together")
+    parser.add_argument("--context-length", type=at_least(1), help="tokens per slot (default: the model's)")
     parser.add_argument(
-        "--max-waiting", type=int, default=64, help="requests waiting for a slot; past it a 503 (default: 64)"
+        "--max-waiting", type=at_least(0), default=64, help="requests waiting for a slot; past it a 503 (default: 64)"
     )
-    parser.add_argument("--prefill-chunk", type=int, default=256, help="prompt tokens per prefill step")
+    parser.add_argument("--prefill-chunk", type=at_least(1), default=256, help="prompt tokens per prefill step")
     parser.add_argument("--weights-dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument(
         "--prefill-gemm",

@@ -94,6 +94,11 @@ class EngineLoad:
         their way into it (the engine thread takes them at its next step), not in a queue."""
         return max(0, self.waiting - max(0, slots - self.running))
 
+    def has_room(self, slots: int, max_waiting: int) -> bool:
+        """A request submitted now goes into a free slot of `slots`, or waits behind fewer than `max_waiting`
+        queued ones (0: it never waits, but a free slot still takes it)."""
+        return self.running + self.waiting < slots or self.queued(slots) < max_waiting
+
 
 @dataclass(eq=False)
 class _Running:
@@ -145,6 +150,16 @@ def _plain_greedy(running: _Running) -> bool:
         and not request.logprobs
         and (running.generated >= request.min_new_tokens or not running.stop_ids)
     )
+
+
+def _hold_stop_tokens(row: torch.Tensor, stop_ids: list[int], constrained: bool) -> None:
+    """Mask `stop_ids` in a logits row (min_new_tokens), unless they are all its grammar (`constrained`) still
+    allows: a grammar's end wins over min_new_tokens (an all -inf row has no token to sample: NaN probabilities,
+    or an argmax of 0 that the grammar rejects)."""
+    kept = row[stop_ids].clone() if constrained else None
+    row[stop_ids] = float("-inf")
+    if kept is not None and not bool(row.isfinite().any()):
+        row[stop_ids] = kept
 
 
 class Engine:
@@ -410,7 +425,7 @@ class Engine:
         self.stats.grammar_seconds += time.perf_counter() - began
         for row, running in enumerate(batch):
             if running.generated < running.request.min_new_tokens and running.stop_ids:
-                logits[row, list(running.stop_ids)] = float("-inf")
+                _hold_stop_tokens(logits[row], list(running.stop_ids), running.matcher is not None)
         chosen = choose_tokens(logits, [r.sampler for r in batch], self._host)
         for i, (running, token) in enumerate(zip(batch, chosen)):
             choice = token_logprobs(raw[i], token, running.request.top_logprobs) if i in raw else TokenChoice(token)

@@ -37,11 +37,11 @@ class WorkerBusy(Exception):
 
 
 def admit(state: WorkerState) -> None:
-    """Raise WorkerBusy when `state.max_waiting` requests already wait for a batch slot (not counting those on
-    their way into a free one)."""
-    waiting = state.engine.load().queued(state.engine.max_batch)
-    if waiting >= state.max_waiting:
-        raise WorkerBusy(f"the worker is overloaded: {waiting} requests wait for a batch slot")
+    """Raise WorkerBusy when no batch slot is free for a new request and `state.max_waiting` requests already
+    wait for one (not counting those on their way into a free one)."""
+    load, slots = state.engine.load(), state.engine.max_batch
+    if not load.has_room(slots, state.max_waiting):
+        raise WorkerBusy(f"the worker is overloaded: {load.queued(slots)} requests wait for a batch slot")
 
 
 class Generation:

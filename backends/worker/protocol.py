@@ -7,6 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+from starlette.requests import Request
+
+from backends.asgi import BodyTooLarge, ClientLeft, read_json_body
 from backends.base import Grammar, SamplingParams
 from backends.json_types import as_integer, as_token_ids, is_number
 from backends.worker.engine import Finish
@@ -14,7 +18,29 @@ from backends.worker.sampling import TokenChoice
 
 
 class ProtocolError(ValueError):
-    """The request is malformed or asks for something this worker cannot do (HTTP 400)."""
+    """The request is malformed or asks for something this worker cannot do (HTTP 400, or `status`)."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+"""Longer request bodies are refused (413) as they arrive, not read into memory: a prompt of a million token ids
+is ~8 MB of JSON."""
+
+
+async def request_json(request: Request) -> Any:
+    """The request's body parsed as JSON; ProtocolError when it is not JSON (400), is longer than MAX_BODY_BYTES
+    (413) or the client left before it ended (499: nobody reads the answer)."""
+    try:
+        return await read_json_body(request.scope, request.receive, MAX_BODY_BYTES)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"request body is not valid JSON: {exc}") from None
+    except BodyTooLarge:
+        raise ProtocolError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413) from None
+    except ClientLeft:
+        raise ProtocolError("the client left before its body ended", 499) from None
 
 
 # Every key SGLang's SamplingParams accepts; anything else is rejected, as SGLang does.
@@ -57,6 +83,9 @@ _NEUTRAL_ONLY = {
 }
 MAX_STOP_STRINGS = 32
 """SGLang's MAX_STOP_COUNT."""
+MAX_TOP_LOGPROBS = 20
+"""vLLM's default max_logprobs (and OpenAI's top_logprobs bound): more per token would be a top-k over the whole
+vocabulary, and a JSON list that long, for every output token."""
 MAX_STOP_CHARS = 256
 """Longer stop strings are refused: matching holds back and rescans up to this many characters per token."""
 _GRAMMAR_KEYS = ("json_schema", "regex", "ebnf", "structural_tag")
@@ -114,7 +143,8 @@ def parse_generate(
         raise ProtocolError(f"input_ids must be token ids in [0, {vocab_size})")
     if len(input_ids) >= context_length:
         raise ProtocolError(f"the prompt has {len(input_ids)} tokens; this model's context length is {context_length}")
-    sp = body.get("sampling_params") or {}
+    sp = body.get("sampling_params")
+    sp = {} if sp is None else sp
     if not isinstance(sp, dict):
         raise ProtocolError("sampling_params must be an object")
     reject_unknown(sp, _SGLANG_SAMPLING_KEYS, "sampling_params")
@@ -137,8 +167,8 @@ def parse_generate(
             raise ProtocolError(f"sampling_params.{grammars[0]} must be a string")
         grammar = Grammar(grammars[0], text)
     top_n = _int(body, "top_logprobs_num", 0, "request")
-    if top_n < 0:
-        raise ProtocolError("top_logprobs_num must be >= 0")
+    if not 0 <= top_n <= MAX_TOP_LOGPROBS:
+        raise ProtocolError(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}], got {top_n}")
     if body.get("logprob_start_len") not in (None, -1):
         raise ProtocolError("prompt logprobs (logprob_start_len) are not supported by this worker")
     rid = body.get("rid")
@@ -210,7 +240,7 @@ def _sampling(sp: dict) -> SamplingParams:
     penalties = {k: _float(sp, k, 0.0) for k in ("frequency_penalty", "presence_penalty")}
     if any(not -2.0 <= v <= 2.0 for v in penalties.values()):
         raise ProtocolError("frequency_penalty and presence_penalty must be in [-2, 2]")
-    stop_ids = as_token_ids(sp.get("stop_token_ids") or [])
+    stop_ids = as_token_ids([] if sp.get("stop_token_ids") is None else sp["stop_token_ids"])
     if stop_ids is None:
         raise ProtocolError("stop_token_ids must be a list of integers")
     seed = _int(sp, "sampling_seed", None)

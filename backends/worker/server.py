@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
-import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,7 +19,7 @@ from backends.worker.engine import EngineEvent, EngineRequest
 from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
 from backends.worker.grammar import GrammarError
 from backends.worker.handoff import LoopMailbox
-from backends.worker.protocol import ProtocolError, parse_generate
+from backends.worker.protocol import ProtocolError, parse_generate, request_json
 from backends.worker.vllm_api import vllm_routes
 
 
@@ -47,11 +47,15 @@ def build_app(state: WorkerState) -> Starlette:
             raise ProtocolError(f"a request with rid {call.rid!r} is already running")
         admit(state)
         grammar = None
-        if call.grammar is not None:
-            grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
+        active[call.rid] = generation  # taken before the compile: a request with the same rid meanwhile is refused
+        try:
+            if call.grammar is not None:
+                grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
+        except BaseException:
+            del active[call.rid]
+            raise
         loop = asyncio.get_running_loop()
         mailbox = mailboxes.get(loop) or mailboxes.setdefault(loop, LoopMailbox(loop))
-        active[call.rid] = generation
         state.metrics.prompt_tokens.inc(len(call.input_ids))
         state.engine.submit(
             EngineRequest(
@@ -69,25 +73,35 @@ def build_app(state: WorkerState) -> Starlette:
 
     async def generate(request: Request) -> Response:
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return _error(f"request body is not valid JSON: {exc}")
-        try:
+            body = await request_json(request)
+            text_ids = await encoded_text(body)
             call = parse_generate(
                 body,
                 vocab_size=state.engine.model.vocab_size,
                 context_length=state.engine.context_length,
-                encode=lambda text: state.checkpoint.tokenizer.encode(text, add_special_tokens=False).ids,
+                encode=lambda _: text_ids,
             )
             generation = Generation(call, state)
             await start(generation)
-        except (ProtocolError, GrammarError) as exc:
+        except ProtocolError as exc:
+            return _error(str(exc), exc.status)
+        except GrammarError as exc:
             return _error(str(exc))
         except WorkerBusy as exc:
             return busy(str(exc))
         if call.stream:
             return _EventStream(generation, lambda: _release(generation))
         return await _collect(generation, request)
+
+    async def encoded_text(body: Any) -> list[int] | None:
+        """The ids of a body's `text` prompt, encoded on a thread by tokenizers' batch call, which releases the GIL
+        (`encode` holds it: a long text stalled the event loop and the engine thread for seconds)."""
+        text = body.get("text") if isinstance(body, dict) and body.get("input_ids") is None else None
+        if not isinstance(text, str):
+            return None
+        tokenizer = state.checkpoint.tokenizer
+        encodings = await asyncio.to_thread(tokenizer.encode_batch_fast, [text], add_special_tokens=False)
+        return encodings[0].ids
 
     async def _collect(generation: Generation, request: Request) -> Response:
         disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive))
@@ -116,9 +130,9 @@ def build_app(state: WorkerState) -> Starlette:
 
     async def abort_request(request: Request) -> Response:
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            body = None
+            body = await request_json(request)
+        except ProtocolError as exc:
+            return _error(str(exc), exc.status)
         rid = body.get("rid") if isinstance(body, dict) else None
         if not isinstance(rid, str):
             return _error('abort_request needs {"rid": str}')

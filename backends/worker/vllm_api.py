@@ -8,6 +8,7 @@ exist for `backends.vllm.VLLMBackend`, which always streams.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -25,7 +26,15 @@ from backends.json_types import as_integer
 from backends.worker.engine import EngineEvent, Finish
 from backends.worker.generations import Generation, WorkerBusy, WorkerState
 from backends.worker.grammar import GrammarError
-from backends.worker.protocol import GenerateCall, ProtocolError, is_neutral, parse_generate, reject_unknown
+from backends.worker.protocol import (
+    MAX_TOP_LOGPROBS,
+    GenerateCall,
+    ProtocolError,
+    is_neutral,
+    parse_generate,
+    reject_unknown,
+    request_json,
+)
 from backends.worker.sampling import TokenChoice
 
 Start = Callable[[Generation], Awaitable[None]]
@@ -99,7 +108,14 @@ _STRUCTURED_KEYS = frozenset(_CONSTRAINTS) | {
     "disable_additional_properties",
     "whitespace_pattern",
 }
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default, as vLLM applies it
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+# parse_generate's refusals name SGLang's fields: these spellings become the vLLM body's.
+_RENAMED = {sglang: name for name, sglang in _SAMPLING.items() if sglang != name}
+_COMPLETION_NAMES = {"sampling_params.": "", "input_ids": "prompt", **_RENAMED}
+_GENERATE_NAMES = {"sampling_params.": "sampling_params.", "input_ids": "token_ids", **_RENAMED}
+_SGLANG_FIELD = re.compile(
+    "|".join([r"sampling_params\.", *(rf"\b{name}\b" for name in ["input_ids", *_RENAMED])])
+)  # the OpenAI completions default, as vLLM applies it
 
 
 @dataclass(frozen=True)
@@ -258,13 +274,9 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
 
     async def serve(request: Request, parse: Callable[[Any, WorkerState], VLLMGeneration]) -> Response:
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return _error(f"request body is not valid JSON: {exc}")
-        try:
-            generation = parse(body, state)
+            generation = parse(await request_json(request), state)
         except ProtocolError as exc:
-            return _error(str(exc))
+            return _error(str(exc), exc.status)
         if generation.options.model != model:
             return _error(
                 f"The model `{generation.options.model}` does not exist. Valid aliases: {model}.", 404, "NotFoundError"
@@ -311,7 +323,9 @@ def parse_completion(body: Any, state: WorkerState) -> CompletionGeneration:
     if isinstance(prompt, str) or (isinstance(prompt, list) and any(isinstance(p, str) for p in prompt)):
         raise ProtocolError("this worker does not tokenize text prompts: send token ids")
     rid = f"cmpl-{_request_id(body)}"
-    call = _engine_call(state, prompt, body, rid=rid, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS)
+    call = _engine_call(
+        state, prompt, body, rid=rid, default_max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS, names=_COMPLETION_NAMES
+    )
     options = _options(body, rid, state, ids_as_tokens=body.get("return_tokens_as_token_ids") is True)
     return CompletionGeneration(call, state, options)
 
@@ -327,14 +341,14 @@ def parse_tokens(body: Any, state: WorkerState) -> TokensGeneration:
     prompt = body.get("token_ids")
     rid = f"generate-tokens-{_request_id(body)}"
     remaining = state.engine.context_length - len(prompt) if isinstance(prompt, list) else 0
-    call = _engine_call(state, prompt, sampling, rid=rid, default_max_tokens=remaining)
+    call = _engine_call(state, prompt, sampling, rid=rid, default_max_tokens=remaining, names=_GENERATE_NAMES)
     return TokensGeneration(call, state, _options(body, rid, state, ids_as_tokens=True))
 
 
 def _options(body: dict, rid: str, state: WorkerState, *, ids_as_tokens: bool) -> ResponseOptions:
     if body.get("stream") is not True:
         raise ProtocolError("this worker serves the vLLM API with stream=true only")
-    stream_options = _object(body.get("stream_options") or {}, "stream_options")
+    stream_options = _object({} if body.get("stream_options") is None else body["stream_options"], "stream_options")
     return ResponseOptions(
         request_id=rid,
         model=body.get("model") or state.model_path,
@@ -344,8 +358,11 @@ def _options(body: dict, rid: str, state: WorkerState, *, ids_as_tokens: bool) -
     )
 
 
-def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str, default_max_tokens: int) -> GenerateCall:
-    """The engine call for a token-id prompt and vLLM sampling fields, validated as SGLang's /generate."""
+def _engine_call(
+    state: WorkerState, prompt: Any, sampling: dict, *, rid: str, default_max_tokens: int, names: dict[str, str]
+) -> GenerateCall:
+    """The engine call for a token-id prompt and vLLM sampling fields, validated as SGLang's /generate (its
+    refusals spelled with `names`: the fields of the body the client sent)."""
     if not isinstance(prompt, list) or not prompt or any(isinstance(p, list) for p in prompt):
         raise ProtocolError("the prompt must be one non-empty list of token ids (batches are not supported)")
     for key, neutral in _NEUTRAL.items():
@@ -362,8 +379,16 @@ def _engine_call(state: WorkerState, prompt: Any, sampling: dict, *, rid: str, d
     logprobs = sampling.get("logprobs")
     if logprobs is not None:
         logprobs = as_integer(logprobs)
-        if logprobs is None or logprobs < 0:
-            raise ProtocolError(f"logprobs must be a non-negative integer, got {sampling['logprobs']!r}")
+        if logprobs is None or not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+            raise ProtocolError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {sampling['logprobs']!r}")
+    try:
+        return _parse_as_sglang(state, prompt, params, rid, logprobs)
+    except ProtocolError as exc:
+        spelled = _SGLANG_FIELD.sub(lambda m: names[m.group()], str(exc))
+        raise ProtocolError(spelled, exc.status) from None
+
+
+def _parse_as_sglang(state: WorkerState, prompt: Any, params: dict, rid: str, logprobs: int | None) -> GenerateCall:
     return parse_generate(
         {
             "input_ids": prompt,

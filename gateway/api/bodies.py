@@ -7,6 +7,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
+from backends.asgi import BodyTooLarge, ClientLeft, read_json_body
 from gateway.errors import CLIENT_CLOSED, APIError, invalid
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -15,22 +16,12 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 async def read_json(request: Request, limit: int) -> Any:
     """The request's JSON body; 413 past `limit` bytes, 400 when it is not JSON, 499 (for the logs: nobody reads it)
     when the client leaves before its body ended (or stalled in it: gateway/process/client_timeouts.py)."""
-    for name, value in request.scope["headers"]:
-        if name == b"content-length" and value.isdigit() and int(value) > limit:
-            raise _too_large(limit)
-    body = bytearray()
-    receive = request.receive
-    while True:  # what Request.stream() does, without an async generator per request
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise APIError("the client left before its body ended", status=CLIENT_CLOSED, code="client_closed")
-        body += message.get("body", b"")
-        if len(body) > limit:
-            raise _too_large(limit)
-        if not message.get("more_body", False):
-            break
     try:
-        return orjson.loads(body)
+        return await read_json_body(request.scope, request.receive, limit)
+    except BodyTooLarge:
+        raise _too_large(limit) from None
+    except ClientLeft:
+        raise APIError("the client left before its body ended", status=CLIENT_CLOSED, code="client_closed") from None
     except orjson.JSONDecodeError as e:
         raise invalid(f"the body is not valid JSON: {e}", None, "invalid_json") from None
 

@@ -7,7 +7,15 @@ import asyncio
 import orjson
 import pytest
 
-from backends.asgi import DONE_FRAME, json_response, sse_frame, wait_for_disconnect
+from backends.asgi import (
+    DONE_FRAME,
+    BodyTooLarge,
+    ClientLeft,
+    json_response,
+    read_json_body,
+    sse_frame,
+    wait_for_disconnect,
+)
 from backends.base import BackendError
 from backends.http_backend import SSE_DONE, stream_event
 
@@ -56,3 +64,26 @@ def test_wait_for_disconnect_returns_only_on_disconnect():
         return seen
 
     assert asyncio.run(scenario()) == ["http.request", "http.disconnect"]
+
+
+def _read(messages: list[dict], limit: int, headers: list | None = None):
+    """read_json_body over `messages` as the ASGI server would deliver them."""
+    queue = list(messages)
+
+    async def receive():
+        return queue.pop(0)
+
+    return asyncio.run(read_json_body({"headers": headers or []}, receive, limit))
+
+
+def test_a_body_is_read_in_parts_up_to_its_limit():
+    parts = [{"type": "http.request", "body": b'{"a": ', "more_body": True}, {"type": "http.request", "body": b"1}"}]
+    assert _read(parts, limit=8) == {"a": 1}
+    with pytest.raises(BodyTooLarge):  # a chunked body, refused once its bytes pass the limit
+        _read(parts, limit=7)
+    with pytest.raises(BodyTooLarge):  # a declared length past it: refused before a byte is read
+        _read([], limit=7, headers=[(b"content-length", b"8")])
+    with pytest.raises(ClientLeft):
+        _read([parts[0], {"type": "http.disconnect"}], limit=8)
+    with pytest.raises(orjson.JSONDecodeError):
+        _read([{"type": "http.request", "body": b"{"}], limit=8)

@@ -191,13 +191,32 @@ def test_worker_models_and_errors_are_vllms(oracle, worker_url):
         ({"prompt": PROMPT, "stream": True, "structured_outputs": {"regex": "(("}}, 400),
         ({"prompt": PROMPT, "stream": True, "max_tokens": 1.5}, 400),
         ({"prompt": PROMPT, "stream": True, "logprobs": True}, 400),
+        ({"prompt": PROMPT, "stream": True, "logprobs": 10**5}, 400),  # past vLLM's max_logprobs (20)
         ({"prompt": PROMPT, "stream": True, "top_k": False}, 400),
         ({"prompt": PROMPT, "stream": True, "echo": 0}, 400),
+        ({"prompt": PROMPT, "stream": True, "stream_options": []}, 400),
     ]:
         response = httpx.post(f"{worker_url}/v1/completions", json=body)
         assert response.status_code == status
         assert oracle.check("error", response.json())["error"]["code"] == status
     assert "send token ids" in httpx.post(f"{worker_url}/v1/completions", json={"prompt": "hi"}).text
+
+
+@pytest.mark.parametrize(
+    "path, body, message",
+    [
+        ("/v1/completions", {"prompt": PROMPT, "max_tokens": 1.5}, "max_tokens must be an integer, got 1.5"),
+        ("/v1/completions", {"prompt": PROMPT, "max_tokens": 2, "min_tokens": 3}, "min_tokens must be in [0, max_"),
+        ("/v1/completions", {"prompt": [10**6]}, "prompt must be token ids in [0, "),
+        ("/v1/completions", {"prompt": PROMPT, "temperature": "1"}, "\ntemperature must be a finite number"),
+        ("/inference/v1/generate", {"token_ids": PROMPT, "sampling_params": {"seed": 0.5}}, "sampling_params.seed "),
+        ("/inference/v1/generate", {"token_ids": [-1], "sampling_params": {}}, "token_ids must be token ids in [0, "),
+    ],
+)
+def test_worker_refusals_name_the_vllm_fields_sent(worker_url, path, body, message):
+    response = httpx.post(f"{worker_url}{path}", json={**body, "stream": True})
+    assert response.status_code == 400
+    assert message in "\n" + response.json()["error"]["message"]
 
 
 def _lines(*events: dict) -> list[bytes]:

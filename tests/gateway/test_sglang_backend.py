@@ -72,6 +72,18 @@ async def test_stream_yields_only_new_ids_in_both_modes(standin):
     assert chunks[-1].completion_tokens == 4 and chunks[-1].prompt_tokens == 3
 
 
+@pytest.mark.parametrize("standin", [True], indirect=True)
+async def test_a_delta_stream_read_as_cumulative_is_a_clear_error(standin):
+    """A server streaming deltas (the bundled worker, SGLang's --incremental-streaming-output) configured without
+    `incremental: true`: every id after the first event's was dropped in silence, the output cut short."""
+    server, url = standin
+    server.script = lambda body: Script(ids=[10, 11, 12, 2])
+    backend = SGLangBackend(url, incremental=False)
+    with pytest.raises(BackendError, match="set `incremental: true`"):
+        await collect(backend, request(stop_token_ids=[2]))
+    await backend.close()
+
+
 async def test_length_finish_and_logprobs(standin):
     server, url = standin
     server.script = lambda body: Script(ids=[20, 21, 22, 23])

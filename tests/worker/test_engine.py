@@ -9,6 +9,7 @@ import re
 import jsonschema
 import pytest
 
+from backends.worker.__main__ import parse_args
 from backends.worker.engine import EngineEvent, EngineLoad, EngineRequest, SamplingParams
 from backends.worker.grammar import GrammarError
 
@@ -110,6 +111,26 @@ def test_structural_tag_forces_its_text(engine, checkpoint, grammars):
     assert event.finish.type == "stop"
 
 
+def test_a_grammar_ending_before_min_new_tokens_ends_the_output(engine, checkpoint, grammars):
+    """Once the grammar allows only the stop token, min_new_tokens yields: the step must not fail (sampled: NaN
+    probabilities) nor abort (greedy: an argmax of 0), and a request beside it goes on."""
+    grammar = grammars.compile("regex", "ab")
+    prompt = chat_ids(checkpoint, "Say ab.")
+    runs = {
+        "sampled": submit(
+            engine, "min-ab-s", prompt, max_new_tokens=8, temperature=0.7, seed=1, grammar=grammar, min_new_tokens=5
+        ),
+        "greedy": submit(engine, "min-ab-g", prompt, max_new_tokens=8, grammar=grammar, min_new_tokens=5),
+        "beside": submit(engine, "min-ab-beside", prompt, max_new_tokens=6, ignore_eos=True),
+    }
+    results = {name: collector.wait() for name, collector in runs.items()}
+    for name in ("sampled", "greedy"):
+        ids, event = results[name]
+        assert checkpoint.tokenizer.decode(ids, skip_special_tokens=True) == "ab"
+        assert (event.finish.type, event.finish.matched) == ("stop", ids[-1]) and ids[-1] in engine.eos_token_ids
+    assert results["beside"][1].finish.type == "length" and len(results["beside"][0]) == 6
+
+
 def test_grammar_cache_and_errors(grammars):
     assert grammars.compile("regex", "[a-z]+") is grammars.compile("regex", "[a-z]+")
     for kind, text in [
@@ -160,6 +181,36 @@ def test_requests_on_their_way_into_free_slots_are_not_queued():
     assert EngineLoad(running=1, waiting=2, kv_cache_usage=0.0).queued(2) == 1
     assert EngineLoad(running=2, waiting=1, kv_cache_usage=0.0).queued(2) == 1
     assert EngineLoad(running=0, waiting=0, kv_cache_usage=0.0).queued(2) == 0
+
+
+def test_max_waiting_0_refuses_only_a_request_that_would_wait():
+    """--max-waiting 0 (a gateway config's `max_waiting: 0`): no queue, but a free slot takes the request (every
+    request was refused with 503, free slots or not)."""
+    assert EngineLoad(running=0, waiting=0, kv_cache_usage=0.0).has_room(2, max_waiting=0)
+    assert EngineLoad(running=1, waiting=0, kv_cache_usage=0.0).has_room(2, max_waiting=0)
+    assert not EngineLoad(running=1, waiting=1, kv_cache_usage=0.0).has_room(2, max_waiting=0)  # that one takes it
+    assert not EngineLoad(running=2, waiting=0, kv_cache_usage=0.0).has_room(2, max_waiting=0)
+    assert EngineLoad(running=2, waiting=0, kv_cache_usage=0.0).has_room(2, max_waiting=1)
+    assert not EngineLoad(running=2, waiting=1, kv_cache_usage=0.0).has_room(2, max_waiting=1)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--max-batch", "0"],
+        ["--prefill-chunk", "0"],
+        ["--prefill-chunk", "-5"],
+        ["--context-length", "0"],
+        ["--max-waiting", "-1"],
+        ["--max-batch", "x"],
+    ],
+)
+def test_sizes_that_serve_nothing_are_refused_at_start_up(flags, capsys):
+    """0 slots failed every request (500), a 0-token prefill chunk hung every request, a negative one raised at
+    start-up; a 0 context was taken as the model's."""
+    with pytest.raises(SystemExit) as exit:
+        parse_args(flags)
+    assert exit.value.code == 2 and f"argument {flags[0]}: must be an integer >= " in capsys.readouterr().err
 
 
 def test_a_finished_request_sees_its_decode_steps_counted(engine, checkpoint):

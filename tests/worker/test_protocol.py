@@ -58,6 +58,22 @@ def test_fractions_and_booleans_are_refused(sampling, message):
         parse({"input_ids": PROMPT, "sampling_params": sampling})
 
 
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"sampling_params": []}, "sampling_params must be an object"),
+        ({"sampling_params": 0}, "sampling_params must be an object"),
+        ({"sampling_params": {"stop_token_ids": ""}}, "stop_token_ids must be a list of integers"),
+        ({"sampling_params": {"stop_token_ids": 0}}, "stop_token_ids must be a list of integers"),
+        ({"top_logprobs_num": 21}, r"top_logprobs_num must be in \[0, 20\]"),
+    ],
+)
+def test_empty_values_of_the_wrong_type_are_refused(body, message):
+    with pytest.raises(ProtocolError, match=message):
+        parse({"input_ids": PROMPT, **body})
+    assert parse({"input_ids": PROMPT, "sampling_params": None, "top_logprobs_num": 20}).sampling.stop_token_ids == []
+
+
 @pytest.mark.parametrize("ids", [[1.5], [True], [[1]]])
 def test_input_ids_must_be_integers(ids):
     with pytest.raises(ProtocolError, match="input_ids must be a list of integers"):

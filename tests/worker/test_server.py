@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -13,6 +16,7 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.worker.protocol import MAX_BODY_BYTES
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.dashboard import exposed_families, queried_metrics
 from tests.gateway.sglang_contract import api_types
@@ -124,6 +128,10 @@ def test_json_schema_through_http(client):
         ({"input_ids": PROMPT, "sampling_params": {"stop_token_ids": [10**6]}}, "stop_token_ids"),
         ({"input_ids": PROMPT, "sampling_params": {"stop_regex": "a"}}, "not supported"),
         ({"input_ids": PROMPT, "bogus": 1}, "bogus"),
+        (
+            {"input_ids": PROMPT, "return_logprob": True, "top_logprobs_num": 10**5},
+            "top_logprobs_num must be in [0, 20]",
+        ),
         ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1.5}}, "max_new_tokens must be an integer"),
         ({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": True}}, "max_new_tokens must be an integer"),
     ],
@@ -132,6 +140,21 @@ def test_bad_requests_get_400(client, body, message):
     response = client.post("/generate", json=body)
     assert response.status_code == 400
     assert message in response.json()["error"]["message"]
+
+
+def test_a_second_request_with_a_running_rid_is_refused_while_the_first_compiles_its_grammar(base_url):
+    properties = {f"p{i}": {"type": "string", "pattern": "[a-z]{3,9}"} for i in range(10)}
+    schema = {"type": "object", "properties": properties, "required": list(properties)}
+    sampling = {"max_new_tokens": 20, "temperature": 0, "json_schema": json.dumps(schema)}
+    body = {"input_ids": PROMPT, "sampling_params": sampling, "rid": "same-rid"}
+
+    async def both() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=120) as c:
+            return await asyncio.gather(c.post("/generate", json=body), c.post("/generate", json=body))
+
+    answers = sorted(asyncio.run(both()), key=lambda r: r.status_code)
+    assert [r.status_code for r in answers] == [200, 400]
+    assert "already running" in answers[1].json()["error"]["message"]
 
 
 COUNTING = "1, 2, 3, 4,"  # greedy: " 5, 6, 7, ..."
@@ -174,6 +197,38 @@ def test_abort_request_ends_the_stream(client, base_url):
         events = _events(lines)
     assert events[-1]["meta_info"]["finish_reason"]["type"] == "abort"
     assert _running(client) == 0
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions", "/abort_request"])
+def test_a_body_declared_past_the_limit_is_refused_before_it_is_read(base_url, path):
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        head = f"POST {path} HTTP/1.1\r\nHost: w\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n[".encode())
+        answer = sock.makefile("rb")
+        status, headers = answer.readline(), list(iter(answer.readline, b"\r\n"))
+        length = next(int(line.split(b":")[1]) for line in headers if line.lower().startswith(b"content-length"))
+        body = answer.read(length).decode()
+    assert status.startswith(b"HTTP/1.1 413 ") and f"larger than {MAX_BODY_BYTES} bytes" in body
+
+
+def test_a_long_text_prompt_is_encoded_while_the_worker_goes_on_answering(client, base_url):
+    """tokenizers' `encode` holds the GIL: a long text stalled the event loop (and the engine thread) until it was
+    encoded. The worker answers meanwhile: an answer comes with the encoding's CPU time partly spent (the process
+    CPU it reports is 0.1 s past the start and 0.1 s short of the end)."""
+
+    def cpu() -> float:
+        return client.get("/get_server_info").json()["internal_states"][0]["process_cpu_seconds"]
+
+    body = {"text": "hello world, this is text. " * 80000, "sampling_params": {"max_new_tokens": 1}}
+    seen = [cpu()]
+    with ThreadPoolExecutor(1) as pool:
+        long_text = pool.submit(httpx.post, f"{base_url}/generate", json=body, timeout=120)
+        while not long_text.done():
+            seen.append(cpu())
+        assert "context length" in long_text.result().json()["error"]["message"]
+    end = cpu()
+    assert any(seen[0] + 0.1 < spent < end - 0.1 for spent in seen), (seen, end)
 
 
 def _wait_until_idle(client: httpx.Client) -> int:
