@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.responses import Response
@@ -45,48 +45,11 @@ class SSEResponse(Response):
             if not self.watch.left:
                 with self.watch:
                     await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-                    # The body from its first wait on in a task of its own: a step wakes that task alone, not every
-                    # frame of the server and the middleware above this answer (a client that leaves cancels this
-                    # task, and so that one). Its first message goes out here, with the head: a task's first step
-                    # would wait a loop iteration, behind every request of a burst that starts in it.
-                    rest = started(self.write_body(more_body_send(scope, send), send))
-                    if rest is not None:
-                        await rest
+                    # The body in a task of its own: a step wakes that task alone, not every frame of the server and
+                    # the middleware above this answer (a client that leaves cancels this task, and so that one).
+                    await asyncio.ensure_future(self.write_body(more_body_send(scope, send), send))
             if self.watch.left:
                 note_client_closed()
         finally:
             self.watch.stop()
             await self.events.aclose()  # type: ignore[attr-defined]
-
-
-def started(work: Coroutine[Any, Any, None]) -> asyncio.Future[None] | None:
-    """`work` run here up to its first wait, and from there on in a task of its own: that task, or None when `work`
-    ended without waiting (what it raised so far is raised here)."""
-    try:
-        waiting = work.send(None)
-    except StopIteration:
-        return None
-    return asyncio.ensure_future(_Rest(work, waiting))
-
-
-class _Rest:
-    """The rest of a coroutine that has run up to its first wait, `waiting` (what it awaits), as an awaitable: what
-    the task running it gets or raises is handed on to the coroutine, as `await` does."""
-
-    __slots__ = ("_waiting", "_work")
-
-    def __init__(self, work: Coroutine[Any, Any, None], waiting: Any):
-        self._work = work
-        self._waiting = waiting
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        work, waiting = self._work, self._waiting
-        while True:
-            try:
-                sent, error = (yield waiting), None
-            except BaseException as e:  # noqa: BLE001 (a cancellation or a close: the coroutine's to handle)
-                sent, error = None, e
-            try:
-                waiting = work.send(sent) if error is None else work.throw(error)
-            except StopIteration:
-                return

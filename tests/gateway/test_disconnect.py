@@ -139,7 +139,6 @@ def test_an_sse_body_runs_in_a_task_of_its_own_that_a_cancelled_answer_cancels()
         write = _writer(events)
 
         async def body(send_more, send):
-            await asyncio.sleep(0)  # its first wait: from here on in its own task
             bodies.append(asyncio.current_task())
             await write(send_more, send)
 
@@ -152,29 +151,3 @@ def test_an_sse_body_runs_in_a_task_of_its_own_that_a_cancelled_answer_cancels()
         assert bodies[0].cancelled() and closed == [True]
 
     asyncio.run(main())
-
-
-def test_an_sse_answer_sends_its_first_body_message_with_its_head() -> None:
-    """The body's first message leaves in the answer's own step, before whatever else the loop has ready (in a burst,
-    the requests that start in the next iteration): not one iteration later in the body's task."""
-
-    async def main() -> list[str]:
-        client, closed, log = Client(), [], []
-        watch = ClientWatch(client.receive)
-        events = _events(closed)
-
-        async def send(message: dict) -> None:
-            log.append(message["type"])
-            if message["type"] == "http.response.start":  # work that became ready meanwhile
-                asyncio.get_running_loop().call_soon(log.append, "other work")
-
-        answer = asyncio.ensure_future(
-            SSEResponse(_writer(events), events, watch)({"type": "http"}, client.receive, send)
-        )
-        await asyncio.sleep(0.05)
-        answer.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await answer
-        return log
-
-    assert asyncio.run(main())[:3] == ["http.response.start", "http.response.body", "other work"]
