@@ -360,12 +360,10 @@ class StreamPool:
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            # In this task (a timeout, not wait_for's task of its own): each hand-over between tasks costs a loop
-            # iteration, and in a burst every iteration carries other requests' work.
-            async with asyncio.timeout(self._connect_timeout):
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(loop, self.base_url), self._host, self._port, ssl=self._ssl
-                )
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(loop, self.base_url), self._host, self._port, ssl=self._ssl),
+                self._connect_timeout,
+            )
         except (OSError, TimeoutError) as e:
             raise BackendError(
                 f"backend {self.base_url} unreachable: {describe_failure(e)}", status=503, retryable=True

@@ -251,27 +251,6 @@ async def test_a_connect_past_its_timeout_is_unreachable():
                 filler.close()
 
 
-async def test_a_fresh_connection_is_opened_by_the_requesting_task_itself():
-    """No task of its own per connect (as `asyncio.wait_for` makes): each hand-over between tasks costs a loop
-    iteration, behind the other requests of a burst."""
-    openers: list[asyncio.Task | None] = []
-    async with raw_server(lambda n, req: chunked(b"data: [DONE]\n")) as (url, _):
-        pool = StreamPool(url)
-        create_connection = asyncio.get_running_loop().create_connection
-
-        async def watched(factory, *args, **kwargs):  # type: ignore[no-untyped-def]
-            openers.append(asyncio.current_task())
-            return await create_connection(factory, *args, **kwargs)
-
-        asyncio.get_running_loop().create_connection = watched  # type: ignore[method-assign]
-        try:
-            await lines_of(pool)
-        finally:
-            del asyncio.get_running_loop().create_connection
-        await pool.close()
-    assert openers == [asyncio.current_task()]
-
-
 async def test_leaving_early_closes_the_connection():
     async with raw_server(lambda n, req: chunked(b"a\n", b"b\n", b"c\n")) as (url, per_connection):
         pool = StreamPool(url)
