@@ -8,7 +8,7 @@ Every event is a JSON list [kind, wall (time.perf_counter: CLOCK_MONOTONIC, one 
   answer's head) / body (first body message to the client), each (wall, the loop thread's CPU seconds, its
   run-queue wait seconds: time it was ready to run but another task had the core); "accept" / "close" of a client
   connection (uvicorn), "bopen" / "bclose" of a backend connection, "sweep" of the backend pool (idle connections
-  kept after it);
+  kept after it), "gc_start" / "gc_stop" of a cyclic collection (its generation, the loop thread's CPU seconds);
 - stand-in: "gen" per `/generate` request read, "tick" when the first stream waits for the next decode step.
 
 Keeps tracing out of the product code; `bench/burst_events.py` reads the log.
@@ -32,10 +32,10 @@ if os.environ.get("BURST_EVENTS") and _ROLE is not None:
     import json
     import time
 
+    import uvicorn
+
     _events: list[list] = []
     _now = time.perf_counter
-
-    import uvicorn
 
     @atexit.register
     def _write() -> None:
@@ -53,6 +53,7 @@ if os.environ.get("BURST_EVENTS") and _ROLE is not None:
 
     if _ROLE == "gateway":
         import contextvars
+        import gc
 
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -113,8 +114,6 @@ if os.environ.get("BURST_EVENTS") and _ROLE is not None:
         _logging(HttpToolsProtocol, "connection_lost", "close")
         _logging(http_stream._Connection, "connection_made", "bopen")
         _logging(http_stream._Connection, "connection_lost", "bclose")
-
-        import gc
 
         def _gc(phase: str, info: dict) -> None:
             _events.append(["gc_" + phase, _now(), info["generation"], _thread_time()])
