@@ -1,7 +1,7 @@
 """Per-burst timeline of an `overhead_bench.py --events DIR` run: where each gateway burst's first-token wait went.
 
 For every gateway phase (the client's start B of its 64 streams), from the logs of the client, the gateway and the
-stand-in (`bench/burst_events/sitecustomize.py`), all times in ms after B:
+stand-in (`bench/burst_trace/sitecustomize.py`), all times in ms after B:
 
 - the client's TTFT p50;
 - the gateway: when the burst's requests arrived (first, median), the median request's first body message (wall),
@@ -45,8 +45,8 @@ def burst_row(phase: dict, gateway: list[list], standin: list[list], streams: in
     ms = lambda t: (t - began) * 1e3
     records = [e[2] for e in between(gateway, "req", began, began + WINDOW_S)][:streams]
     first = min(r["arrive"] for r in records)
-    median_body = sorted(records, key=lambda r: r["body"][0])[len(records) // 2]["body"]
-    wall, cpu, wait = (median_body[i] - first[i] for i in range(3))
+    median_body = sorted(records, key=lambda r: r["client_body"][0])[len(records) // 2]["client_body"]
+    wall, cpu, wait = (median_body[i] - first[i] for i in (0, 2, 3))
     ticks = between(standin, "tick", began, began + WINDOW_S)
     gens = [e[1] for e in between(standin, "gen", began, began + WINDOW_S)][:streams]
     return {
@@ -58,8 +58,8 @@ def burst_row(phase: dict, gateway: list[list], standin: list[list], streams: in
         "runq": wait * 1e3,
         "epoll": (wall - cpu - wait) * 1e3,
         "plan": statistics.median((r["written"][0] - r["arrive"][0]) * 1e3 for r in records),
-        "backend": statistics.median((r["head"][0] - r["written"][0]) * 1e3 for r in records),
-        "relay": statistics.median((r["body"][0] - r["head"][0]) * 1e3 for r in records),
+        "backend": statistics.median((r["backend_head"][0] - r["written"][0]) * 1e3 for r in records),
+        "relay": statistics.median((r["client_body"][0] - r["backend_head"][0]) * 1e3 for r in records),
         "gen50": statistics.median(ms(t) for t in gens) if gens else float("nan"),
         "tick": ms(ticks[0][1]) if ticks else float("nan"),
         "closes_before": len(between(gateway, "close", began - 0.2, began)),

@@ -426,13 +426,13 @@ def main() -> None:
         "--events",
         type=Path,
         help="a folder for a timeline of the bursts: each phase's start and TTFTs (client.jsonl) and what the gateway "
-        "and the stand-in did (bench/burst_events; read by bench/burst_events.py)",
+        "and the stand-in did (bench/burst_trace; read by bench/burst_events.py)",
     )
     args = parser.parse_args()
     if args.events:
         args.events.mkdir(parents=True, exist_ok=True)
         os.environ["BURST_EVENTS"] = str(args.events.resolve())
-        tracer = str(ROOT / "bench" / "burst_events")
+        tracer = str(ROOT / "bench" / "burst_trace")
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (tracer, os.environ.get("PYTHONPATH"))))
 
     print(machine())
