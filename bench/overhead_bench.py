@@ -74,7 +74,7 @@ class Phase:
     probes: list[float]
     wall: float
     cpu: dict[str, float]
-    began: float = 0.0
+    began: float
     """time.perf_counter() when the streams were started."""
 
     @property
@@ -425,12 +425,12 @@ def main() -> None:
     parser.add_argument(
         "--events",
         type=Path,
-        help="a folder for a timeline of the bursts: each phase's start and TTFTs (client.jsonl) and what the gateway "
-        "and the stand-in did (bench/burst_trace; read by bench/burst_events.py)",
+        help="a new folder for a timeline of the bursts: each phase's start and TTFTs (client.jsonl) and what the "
+        "gateway and the stand-in did (bench/burst_trace; read by bench/burst_events.py)",
     )
     args = parser.parse_args()
     if args.events:
-        args.events.mkdir(parents=True, exist_ok=True)
+        args.events.mkdir(parents=True)
         os.environ["BURST_EVENTS"] = str(args.events.resolve())
         tracer = str(ROOT / "bench" / "burst_trace")
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (tracer, os.environ.get("PYTHONPATH"))))
