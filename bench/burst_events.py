@@ -39,6 +39,19 @@ def between(events: list[list], kind: str, start: float, end: float) -> list[lis
     return [e for e in events if e[0] == kind and start <= e[1] < end]
 
 
+def collection_cpu(gateway: list[list], start: float, end: float) -> float:
+    """Loop CPU seconds of the cyclic collections that began between `start` and `end` (they do not nest: each
+    gc_start is followed by its gc_stop)."""
+    total, began = 0.0, None
+    for event in gateway:
+        if event[0] == "gc_start":
+            began = event if start <= event[1] < end else None
+        elif event[0] == "gc_stop" and began is not None:
+            total += event[3] - began[3]
+            began = None
+    return total
+
+
 def burst_row(phase: dict, gateway: list[list], standin: list[list], streams: int) -> dict[str, float]:
     """The figures of one gateway phase (ms after its start unless said)."""
     began = phase["began"]
@@ -63,18 +76,11 @@ def burst_row(phase: dict, gateway: list[list], standin: list[list], streams: in
         "gen50": statistics.median(ms(t) for t in gens) if gens else float("nan"),
         "tick": ms(ticks[0][1]) if ticks else float("nan"),
         "closes_before": len(between(gateway, "close", began - 0.2, began)),
-        "closes_during": len(between(gateway, "close", began, began + wall + first[0] - began)),
+        "closes_during": len(between(gateway, "close", began, median_body[0])),
         "bopen": len(between(gateway, "bopen", began, began + WINDOW_S)),
         "bclose": len(between(gateway, "bclose", began - 1.0, began + WINDOW_S)),
-        "sweeps": len(between(gateway, "sweep", began, ms(median_body[0]) / 1e3 + began)),
-        "gc": sum(
-            (stop[3] - start[3]) * 1e3
-            for start, stop in zip(
-                between(gateway, "gc_start", first[0] - 0.5, median_body[0]),
-                between(gateway, "gc_stop", first[0] - 0.5, median_body[0] + 0.5),
-            )
-            if start[1] >= first[0]
-        ),
+        "sweeps": len(between(gateway, "sweep", began, median_body[0])),
+        "gc": collection_cpu(gateway, first[0], median_body[0]) * 1e3,
         "gc2": sum(e[2] == 2 for e in between(gateway, "gc_start", first[0], median_body[0])),
     }
 
