@@ -21,7 +21,7 @@ client (median of rounds, from /proc/<pid>/stat; the gateway's with its child pr
 how busy other processes kept the machine.
 
     python bench/overhead_bench.py [--streams 64] [--tokens 256] [--interval-ms 15] [--rounds 5] [--workers 1]
-                                   [--port 0]
+                                   [--port 0] [--pause 0] [--events DIR]
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class Phase:
     probes: list[float]
     wall: float
     cpu: dict[str, float]
+    began: float
+    """time.perf_counter() when the streams were started."""
 
     @property
     def tokens(self) -> int:
@@ -191,7 +193,7 @@ async def run_phase(side: Side, streams: int, tokens: int, probe_gap: float, pid
     for i, result in enumerate(results):
         if result.tokens != tokens or math.isnan(result.ttft):
             raise RuntimeError(f"{side.name} stream {i}: {result.tokens} tokens, TTFT {result.ttft}")
-    return Phase(results, probes, wall, cpu)
+    return Phase(results, probes, wall, cpu, began)
 
 
 async def probe(side: Side, n: int) -> float:
@@ -332,8 +334,14 @@ async def measure(sides: list[Side], args: argparse.Namespace, pids: dict[str, i
         side.idle, side.idle_cpu = await idle_probes(side, args.idle, pids)
     for r in range(args.rounds):
         for side in sides if r % 2 == 0 else sides[::-1]:
+            await asyncio.sleep(args.pause)
             phase = await run_phase(side, args.streams, args.tokens, probe_gap, pids)
             side.phases.append(phase)
+            if args.events:
+                with (args.events / "client.jsonl").open("ab") as log:
+                    ttfts = [s.ttft for s in phase.streams]
+                    log.write(orjson.dumps({"side": side.name, "round": r + 1, "began": phase.began, "ttft": ttfts}))
+                    log.write(b"\n")
             print(
                 f"round {r + 1} {side.name}: {phase.tokens / phase.wall:.0f} tok/s, "
                 f"burst TTFT p50 {percentile([s.ttft for s in phase.streams], 50) * 1e3:.2f} ms, "
@@ -413,7 +421,19 @@ def main() -> None:
     parser.add_argument(
         "--port", type=int, default=0, help="the stand-in's port, the gateway's the next (0: free ones)"
     )
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds of quiet before every measured phase")
+    parser.add_argument(
+        "--events",
+        type=Path,
+        help="a new folder for a timeline of the bursts: each phase's start and TTFTs (client.jsonl) and what the "
+        "gateway and the stand-in did (bench/burst_trace; read by bench/burst_events.py)",
+    )
     args = parser.parse_args()
+    if args.events:
+        args.events.mkdir(parents=True)
+        os.environ["BURST_EVENTS"] = str(args.events.resolve())
+        tracer = str(ROOT / "bench" / "burst_trace")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (tracer, os.environ.get("PYTHONPATH"))))
 
     print(machine())
     with tempfile.TemporaryDirectory(prefix="overhead-bench-") as tmp:
