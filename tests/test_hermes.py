@@ -382,6 +382,20 @@ def test_marker_tokens_with_ids_parse_like_text() -> None:
     assert merge(parser.feed(pieces) + parser.finish())["tool_calls"] == [{"name": "f", "arguments": '{"a": 1}'}]
 
 
+def test_a_call_token_ends_reasoning_and_the_think_end_after_it_is_dropped() -> None:
+    """As vLLM's Qwen3 reasoning parser promotes such a call (tests/reasoning/test_qwen3_tool_call_recovery.py); the
+    grammar keeps the token out of reasoning. Spelled in text, `<tool_call>` stays reasoning."""
+    markers = frozenset({"<tool_call>", "</tool_call>", "<think>", "</think>"})
+    parser = HermesParser(in_reasoning=True, token_markers=markers)
+    pieces = [Piece("verify\n"), Piece("<tool_call>", 151657), Piece('\n{"name": "f", "arguments": {"a": 1}}\n'),
+              Piece("</tool_call>", 151658), Piece("</think>", 151668), Piece("Done.")]  # fmt: skip
+    want = {"content": "Done.", "reasoning": "verify", "tool_calls": [{"name": "f", "arguments": '{"a": 1}'}]}
+    assert merge(parser.feed(pieces) + parser.finish()) == want
+    parser = HermesParser(in_reasoning=True, token_markers=markers)
+    spelled = 'verify <tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert merge(parser.feed([Piece(spelled)]) + parser.finish())["reasoning"] == spelled
+
+
 def test_family_parser_follows_the_prompt_and_the_tools() -> None:
     request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], tools=[TIME])
     thinking = family(chat_template="{{ '<|im_start|>assistant\\n<think>\\n' }}")

@@ -6,7 +6,10 @@ Decisions (the gateway's documented behaviour):
   the model writes again first is dropped). It
   streams as it arrives; when the output ends before `</think>` (cut by
   max_tokens) the text stays reasoning, as the canitoolcall fixtures expect.
-  A `<tool_call>` inside reasoning is reasoning text (grammars put calls after it).
+  A `<tool_call>` token inside reasoning ends it and opens a call (the grammar keeps that token out of
+  reasoning; vLLM's Qwen3 reasoning parser promotes such calls too, and so does the qwen3_xml parser), and the
+  `</think>` token the model may still write after such calls is dropped. Spelled in text (a vocabulary
+  without the token) it stays reasoning.
 * Content and reasoning lose their leading whitespace (content keeps it when it continues a prefill,
   `continue_final_message`); whitespace around and
   between calls and at the end of reasoning is dropped. Trailing content
@@ -161,6 +164,8 @@ class HermesParser(OutputParser):
         self._held_call: list[Delta] | None = None
         """The current call's deltas, held back until its first argument is complete (None: not holding)."""
         self._call_sent = False
+        self._think_cut = False
+        """A call token ended reasoning: the `</think>` token the model may still write after its calls is dropped."""
 
     @property
     def saw_tool_call(self) -> bool:
@@ -229,6 +234,13 @@ class HermesParser(OutputParser):
         if not self._reasoning.started and not self._past_reopened_think(final):
             return False
         end = self._find(THINK_END)
+        call = self._find(TOOL_CALL_START) if self._parse_calls and TOOL_CALL_START in self._token_markers else -1
+        if call >= 0 and (end < 0 or call < end):
+            self._emit_reasoning(self._buffer[:call])
+            self._drop(call + len(TOOL_CALL_START))
+            self._think_cut = THINK_END in self._token_markers
+            self._state = _State.CALL_HEADER
+            return True
         if end >= 0:
             self._emit_reasoning(self._buffer[:end])
             self._drop(end + len(THINK_END))
@@ -252,6 +264,11 @@ class HermesParser(OutputParser):
             self._drop(len(self._buffer))
             return False
         start = self._find(TOOL_CALL_START)
+        if self._think_cut and 0 <= (end := self._find(THINK_END)) and (start < 0 or end < start):
+            self._emit_content(self._buffer[:end])
+            self._drop(end + len(THINK_END))
+            self._think_cut = False
+            return True
         if start >= 0:
             self._emit_content(self._buffer[:start])
             self._drop(start + len(TOOL_CALL_START))
