@@ -6,8 +6,12 @@ DSML parser's.
 
 Decisions (the gateway's documented behaviour):
 * Markers count only as tokens (see lexer.py): `</think>` ends the reasoning
-  when the prompt opened it; a calls block starts at `<｜DSML｜ calls>`
-  (V4's `<｜DSML｜tool_calls>` and V3.2's `<｜DSML｜function_calls>` too). Text spelling a marker is plain text.
+  when the prompt opened it, or when the output opens with `<think>` (after
+  whitespace at most; as every family's parser reads a leading think block); a calls block starts at
+  `<｜DSML｜ calls>` (V4's `<｜DSML｜tool_calls>` and V3.2's `<｜DSML｜function_calls>` too), which also
+  ends reasoning (the grammar keeps the DSML token out of reasoning; vLLM's V4 reasoning parser ends it there
+  too), and the `</think>` the model may still write after such a block is dropped. Text spelling a marker is
+  plain text.
 * Reasoning streams as it arrives; output cut before `</think>` stays reasoning.
 * Whitespace before a calls block is dropped (the encoder writes `\\n\\n`), so
   content holds back trailing whitespace until more text follows.
@@ -40,7 +44,7 @@ from gateway.families.token_sections import SectionMarkers, SectionParser
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
-from .lexer import Event, Lexer, Tag, Token
+from .lexer import Event, Lexer, Tag, Text, Token
 from .markers import (
     EOS,
     THINK_END,
@@ -121,6 +125,10 @@ class DsmlParser(OutputParser):
         self._call: _Call | None = None
         self._value: _Value | None = None
         self._reasoning_started = False
+        self._leading = not in_reasoning
+        """Content so far is whitespace at most: a `<think>` token here opens reasoning."""
+        self._think_cut = False
+        """A calls block ended reasoning: the `</think>` the model may still write after it closes nothing."""
         self._handlers = {
             _Mode.REASONING: self._in_reasoning,
             _Mode.CONTENT: self._in_content,
@@ -163,11 +171,26 @@ class DsmlParser(OutputParser):
             self._mode = _Mode.CONTENT
         elif isinstance(event, Token) and event.text == THINK_START and not self._reasoning_started:
             return
+        elif isinstance(event, Tag) and not event.closing and event.name in _CALLS_NAMES:
+            self._think_cut = True
+            self._mode = _Mode.CONTENT
+            self._in_content(event)
         else:
-            self._reasoning_started = True
-            self._out.append(Delta(reasoning=_spelling(event)))
+            text = _spelling(event)
+            self._reasoning_started = self._reasoning_started or not text.isspace()
+            self._out.append(Delta(reasoning=text))
 
     def _in_content(self, event: Event) -> None:
+        if self._leading:
+            if isinstance(event, Token) and event.text == THINK_START:
+                self._held_space = ""
+                self._leading = False
+                self._mode = _Mode.REASONING
+                return
+            self._leading = isinstance(event, Text) and not event.text.strip()
+        elif self._think_cut and isinstance(event, Token) and event.text == THINK_END:
+            self._think_cut = False
+            return
         if isinstance(event, Tag) and not event.closing and event.name in _CALLS_NAMES:
             self._held_space = ""
             self._mode = _Mode.CALLS
