@@ -58,7 +58,7 @@ class DeepSeekV41Family(Family):
         return DsmlVocabulary.of(self.context.tokenizer)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        return DsmlParser(self._in_reasoning(request), forced_calls=request.calls_forced)
+        return DsmlParser(self._in_reasoning(request), forced_calls=request.calls_forced, dialect=self.dialect)
 
     def _thinking(self, request: ChatRequest) -> bool:
         return thinking_enabled(request, bool(self.context.options.get("thinking", False)))

@@ -8,7 +8,8 @@ Decisions (the gateway's documented behaviour):
 * Markers count only as tokens (see lexer.py): `</think>` ends the reasoning
   when the prompt opened it, or when the output opens with `<think>` (after
   whitespace at most; as every family's parser reads a leading think block); a calls block starts at
-  `<｜DSML｜ calls>` (V4's `<｜DSML｜tool_calls>` and V3.2's `<｜DSML｜function_calls>` too), which also
+  the dialect's own calls tag only (V4.1 `<｜DSML｜ calls>`, V4 `<｜DSML｜tool_calls>`, V3.2
+  `<｜DSML｜function_calls>`: another version's block is text, as vLLM's V4 parser takes it), which also
   ends reasoning (the grammar keeps the DSML token out of reasoning; vLLM's V4 reasoning parser ends it there
   too), and the `</think>` the model may still write after such a block is dropped. Text spelling a marker is
   plain text.
@@ -54,11 +55,12 @@ from .markers import (
     TOOL_CALLS_BEGIN,
     TOOL_CALLS_END,
     TOOL_SEP,
+    V41,
+    Dialect,
 )
 
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\u2028\u2029]')
-_CALLS_NAMES = ("calls", "tool_calls", "function_calls")
 
 
 class _Mode(ParserState):
@@ -114,9 +116,11 @@ class _Value:
 class DsmlParser(OutputParser):
     """One choice's parser; `in_reasoning` says the prompt ended inside `<think>`."""
 
-    def __init__(self, in_reasoning: bool, forced_calls: bool = False):
-        """`forced_calls`: the answer is calls only (a tag cut off at the end is dropped, not content)."""
+    def __init__(self, in_reasoning: bool, forced_calls: bool = False, dialect: Dialect = V41):
+        """`forced_calls`: the answer is calls only (a tag cut off at the end is dropped, not content); `dialect`: the
+        DSML version whose calls tag opens a block."""
         self._forced_calls = forced_calls
+        self._calls_name = dialect.calls.strip()
         self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
         self._lexer = Lexer()
         self._out: list[Delta] = []
@@ -171,7 +175,7 @@ class DsmlParser(OutputParser):
             self._mode = _Mode.CONTENT
         elif isinstance(event, Token) and event.text == THINK_START and not self._reasoning_started:
             return
-        elif isinstance(event, Tag) and not event.closing and event.name in _CALLS_NAMES:
+        elif isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
             self._think_cut = True
             self._mode = _Mode.CONTENT
             self._in_content(event)
@@ -191,7 +195,7 @@ class DsmlParser(OutputParser):
         elif self._think_cut and isinstance(event, Token) and event.text == THINK_END:
             self._think_cut = False
             return
-        if isinstance(event, Tag) and not event.closing and event.name in _CALLS_NAMES:
+        if isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
             self._held_space = ""
             self._mode = _Mode.CALLS
             return
@@ -207,7 +211,7 @@ class DsmlParser(OutputParser):
     def _in_calls(self, event: Event) -> None:
         if not isinstance(event, Tag):
             return
-        if event.closing and event.name in _CALLS_NAMES:
+        if event.closing and event.name == self._calls_name:
             self._mode = _Mode.CONTENT
         elif not event.closing and event.name == "invoke":
             self._call = _Call(_attributes(event).get("name", ""))
@@ -227,7 +231,7 @@ class DsmlParser(OutputParser):
                 self._arguments(self._key_prefix(self._value.key) + '"')
         elif event.closing and event.name == "invoke":
             self._end_call()
-        elif event.closing and event.name in _CALLS_NAMES:
+        elif event.closing and event.name == self._calls_name:
             self._end_call()
             self._mode = _Mode.CONTENT
 
