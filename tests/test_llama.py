@@ -165,6 +165,7 @@ def test_pythonic_calls_take_literals_only() -> None:
     assert pythonic_calls("[f(x)]") is None and pythonic_calls("[f(a=g())]") is None
     assert pythonic_calls("[f(a={1, 2})]") is None and pythonic_calls("[]") is None
     assert pythonic_calls("[" * 100_000) is None
+    assert pythonic_calls("[bad(x=b'z'), f(a=1e999), g(a=1)]") == [("g", {"a": 1})]  # as vLLM: good siblings kept
 
 
 def test_a_control_token_after_calls_is_dropped(tokenizer: Tokenizer) -> None:

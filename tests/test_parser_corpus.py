@@ -10,7 +10,7 @@ whitespace, whitespace around calls; `gateway/families/streams.py::Trimmed`), wh
 
 Tokenizers: the real ones where they exist offline (Qwen for hermes and qwen3_xml, DeepSeek V4's vocabulary, which
 holds V3's tool-call tokens, for deepseek_*, o200k Harmony, Llama 3, Mistral tekken); GLM's tags added to SmolLM2's
-vocabulary (as `tests/test_glm.py`); Kimi K2's and Gemma 4's markers added to a byte vocabulary.
+vocabulary (as `tests/test_glm.py`), Llama 4's to Llama 3's; Kimi K2's and Gemma 4's markers added to a byte vocabulary.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ CORPUS = json.loads((Path(__file__).parent / "data" / "parser_corpus.json").read
 GLM_TAGS = (*sorted(GLM_MARKERS), "<|user|>", "<|observation|>", "<|assistant|>", "<|endoftext|>")
 GEMMA_TAGS = (gemma.TOOL_CALL, gemma.TOOL_CALL_END, gemma.QUOTE, gemma.CHANNEL, gemma.CHANNEL_END, gemma.TURN_END,
               gemma.TOOL_RESPONSE)  # fmt: skip
+LLAMA4_TAGS = ("<|python_start|>", "<|python_end|>", "<|eot|>", "<|eom|>")
 KIMI_TAGS = (IM_END, K2.section_begin, K2.section_end, K2.call_begin, K2.arguments_begin, K2.call_end,
              K2.think_start, K2.think_end)  # fmt: skip
 
@@ -66,6 +67,7 @@ TOKENIZERS = {
     "gemma": lambda: _bytes_and(GEMMA_TAGS),
     "harmony": harmony_tokenizer,
     "llama3": llama3_tokenizer,
+    "llama4": lambda: _with_tags(llama3_tokenizer(), LLAMA4_TAGS),
     "tekken": tekken_tokenizer,
     "mistral_v3": sentencepiece_tokenizer,
 }
@@ -86,6 +88,7 @@ FAMILIES = {  # name: (family, tokenizer, the generation prompt's tail without a
     ),
     "gpt_oss": ("gpt_oss", "harmony", "<|start|>assistant", "<|start|>assistant"),
     "llama3_json": ("llama3_json", "llama3", "", ""),
+    "llama4_pythonic": ("llama4_pythonic", "llama4", "", ""),
     "mistral": ("mistral", "tekken", "", ""),
     "mistral_v3": ("mistral", "mistral_v3", "", ""),
     "gemma4": ("gemma4", "gemma", "", ""),

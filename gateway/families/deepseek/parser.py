@@ -42,6 +42,7 @@ from typing import Any
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.token_sections import SectionMarkers, SectionParser
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -314,14 +315,10 @@ def _json_value(text: str, is_json: bool) -> str:
     """A value's JSON: `string="false"` text re-serialized if it is JSON, else the text as a string."""
     if is_json:
         try:
-            return _json(json.loads(text, parse_constant=_reject))
+            return _json(strict_json(text))
         except ValueError:
             pass
     return _json(text)
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _merged(deltas: list[Delta]) -> list[Delta]:

@@ -53,6 +53,7 @@ from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import Trimmed
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -114,7 +115,7 @@ class _JsonEnd:
 def parse_whole_call(body: str) -> tuple[str, str] | None:
     """(name, arguments JSON) of a complete call body, or None if it is not a call."""
     try:
-        call = json.loads(body)
+        call = strict_json(body)
     except ValueError:
         return None
     if not isinstance(call, dict) or not is_call_name(call.get("name")):
@@ -122,7 +123,7 @@ def parse_whole_call(body: str) -> tuple[str, str] | None:
     arguments: Any = call.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = strict_json(arguments)
         except ValueError:
             return None
     if not isinstance(arguments, dict):

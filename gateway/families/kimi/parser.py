@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from gateway.families.calls import CallParser, is_call_name
 from gateway.families.streams import json_fragment
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
@@ -55,13 +56,9 @@ def split_k2_call(header: str, body: str) -> tuple[str, str] | None:
 def typed_value(raw: str) -> object:
     """A typed argument body: its JSON value, or the raw text when it is not strict JSON."""
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        return strict_json(raw)
     except ValueError:
         return raw
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
 
 
 def parse_tag(header: str) -> tuple[str, dict[str, str]]:

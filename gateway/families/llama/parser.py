@@ -30,6 +30,7 @@ from enum import Enum, auto
 from typing import Any
 
 from gateway.families.calls import CallParser, JsonEnd, is_call_name, json_object
+from gateway.families.values import writes_as_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
@@ -46,27 +47,34 @@ def json_call(text: str) -> list[Call] | None:
 
 
 def pythonic_calls(text: str) -> list[Call] | None:
-    """A Llama 4 call list `[f(a=1), g()]`, or None when `text` is not one (literal keyword arguments only)."""
+    """A Llama 4 call list `[f(a=1), g()]` (dotted names, keyword arguments), or None when `text` is not one. A call
+    in it whose value is no literal that writes as JSON (bytes, `1e999`) is dropped and its siblings kept, as vLLM's
+    parser does; a list with no such sibling is no call list."""
     try:
         tree = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    if not isinstance(tree, ast.List) or not tree.elts:
+    if not isinstance(tree, ast.List) or not tree.elts or not all(map(_call_shaped, tree.elts)):
         return None
-    calls: list[Call] = []
-    for node in tree.elts:
-        if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
-            return None
-        name = _dotted(node.func)
-        try:
-            arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
-            json.dumps(arguments)
-        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-            return None
-        if name is None:
-            return None
-        calls.append((name, arguments))
-    return calls
+    return [call for node in tree.elts if (call := _pythonic_call(node)) is not None] or None
+
+
+def _call_shaped(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and _dotted(node.func) is not None
+        and not node.args
+        and all(k.arg is not None for k in node.keywords)
+    )
+
+
+def _pythonic_call(node: ast.Call) -> Call | None:
+    name = _dotted(node.func)
+    try:
+        arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return None
+    return (name, arguments) if writes_as_json(arguments) else None
 
 
 def _dotted(node: ast.expr) -> str | None:
