@@ -18,6 +18,7 @@ from gateway.families.base import Family, OutputParser
 from gateway.families.recognition import Recognition
 from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
+from gateway.families.token_sections import CallSplitter
 from gateway.types import ChatRequest
 
 from .grammar import DsmlVocabulary, build_grammar
@@ -98,8 +99,8 @@ class DeepSeekV3Family(TemplatedSectionFamily):
     stop_tokens = (EOS,)
     recognition = (Recognition(tokens=V3_TOKENS, template=("```json",)),)  # V3 / R1 templates fence the arguments
 
-    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
-        return split_v3_call(header, body)
+    def call_splitter(self, request: ChatRequest) -> CallSplitter:
+        return split_v3_call
 
     def call_layout(self) -> CallLayout:
         return CallLayout(header="function", before="{name}\n```json\n", after="\n```")
@@ -111,8 +112,8 @@ class DeepSeekV31Family(DeepSeekV3Family):
     name = "deepseek_v31"
     recognition = (Recognition(tokens=V3_TOKENS, template=(f"['name'] + '{TOOL_SEP}'",)),)  # the name, then the sep
 
-    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
-        return split_v31_call(header, body)
+    def call_splitter(self, request: ChatRequest) -> CallSplitter:
+        return split_v31_call
 
     def call_layout(self) -> CallLayout:
         return CallLayout(header="{name}")
