@@ -19,6 +19,7 @@ from gateway.families.recognition import Recognition
 from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
 from gateway.families.token_sections import CallSplitter
+from gateway.families.values import tool_schemas
 from gateway.types import ChatRequest
 
 from .grammar import DsmlVocabulary, build_grammar
@@ -59,7 +60,12 @@ class DeepSeekV41Family(Family):
         return DsmlVocabulary.of(self.context.tokenizer)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        return DsmlParser(self._in_reasoning(request), forced_calls=request.calls_forced, dialect=self.dialect)
+        return DsmlParser(
+            self._in_reasoning(request),
+            forced_calls=request.calls_forced,
+            dialect=self.dialect,
+            schemas=tool_schemas(request.active_tools),
+        )
 
     def _thinking(self, request: ChatRequest) -> bool:
         return thinking_enabled(request, bool(self.context.options.get("thinking", False)))

@@ -17,8 +17,12 @@ Decisions (the gateway's documented behaviour):
 * Whitespace before a calls block is dropped (the encoder writes `\\n\\n`), so
   content holds back trailing whitespace until more text follows.
 * Inside a value only `</｜DSML｜ parameter>` ends it; any other tag or token
-  there is value text. `string="false"` values are JSON (re-serialized; not
-  valid JSON → the raw text as a string), other values are raw strings.
+  there is value text. A declared parameter's value is typed by its schema
+  (`values.convert`, as the peers' schema-aware fixers: `string="true"` 42 for
+  an integer is 42, `string="false"` null for a string is "null"; the grammar
+  writes `string="true"` exactly for string parameters, so under it the two
+  agree); otherwise `string="false"` values are JSON (re-serialized; not valid
+  JSON → the raw text as a string), other values are raw strings.
 * A call is announced (dense index, `call_…` id, name) when its first argument
   is complete or its invoke closes, so output cut inside a call's first
   argument yields no call; an invoke without a name is no call (dropped whole).
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import auto
 from typing import Any
@@ -42,7 +46,7 @@ from typing import Any
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.token_sections import SectionMarkers, SectionParser
-from gateway.families.values import strict_json
+from gateway.families.values import convert, is_plain_string, schema_types, strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -110,6 +114,8 @@ class _Call:
 class _Value:
     key: str
     is_json: bool
+    types: frozenset[str]
+    """The JSON types the parameter's schema allows (none: undeclared)."""
     text: list[str] = field(default_factory=list)
     streaming: bool = False
 
@@ -117,10 +123,17 @@ class _Value:
 class DsmlParser(OutputParser):
     """One choice's parser; `in_reasoning` says the prompt ended inside `<think>`."""
 
-    def __init__(self, in_reasoning: bool, forced_calls: bool = False, dialect: Dialect = V41):
+    def __init__(
+        self,
+        in_reasoning: bool,
+        forced_calls: bool = False,
+        dialect: Dialect = V41,
+        schemas: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
         """`forced_calls`: the answer is calls only (a tag cut off at the end is dropped, not content); `dialect`: the
-        DSML version whose calls tag opens a block."""
+        DSML version whose calls tag opens a block; `schemas`: the request's tools' parameter schemas, by tool name."""
         self._forced_calls = forced_calls
+        self._schemas = schemas or {}
         self._calls_name = dialect.calls.strip()
         self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
         self._lexer = Lexer()
@@ -225,9 +238,11 @@ class DsmlParser(OutputParser):
             return
         if not event.closing and event.name == "parameter":
             attributes = _attributes(event)
-            self._value = _Value(attributes.get("name", ""), attributes.get("string") == "false")
+            key = attributes.get("name", "")
+            types = schema_types(self._schemas.get(self._call.name, {}).get(key))
+            self._value = value = _Value(key, attributes.get("string") == "false", types)
             self._mode = _Mode.VALUE
-            if self._call.index is not None and not self._value.is_json:
+            if self._call.index is not None and (is_plain_string(types) if types else not value.is_json):
                 self._value.streaming = True
                 self._arguments(self._key_prefix(self._value.key) + '"')
         elif event.closing and event.name == "invoke":
@@ -254,7 +269,7 @@ class DsmlParser(OutputParser):
         if value.streaming:
             self._arguments('"')
         else:
-            fragment = self._key_prefix(value.key) + _json_value("".join(value.text), value.is_json)
+            fragment = self._key_prefix(value.key) + _json(_typed("".join(value.text), value.is_json, value.types))
             if call.index is None:
                 self._announce(fragment)
             else:
@@ -311,14 +326,18 @@ def _escaped(text: str) -> str:
     return _json(text)[1:-1] if _NEEDS_ESCAPE.search(text) else text
 
 
-def _json_value(text: str, is_json: bool) -> str:
-    """A value's JSON: `string="false"` text re-serialized if it is JSON, else the text as a string."""
+def _typed(text: str, is_json: bool, types: frozenset[str]) -> Any:
+    """A value: by the parameter's schema `types` when it has them (a string parameter's `string="false"` JSON
+    string is that string), else `string="false"` text as JSON, else (or not JSON) the text."""
+    if types and not is_plain_string(types):
+        return convert(text, types)
     if is_json:
         try:
-            return _json(strict_json(text))
+            value = strict_json(text)
         except ValueError:
-            pass
-    return _json(text)
+            return text
+        return value if not types or isinstance(value, str) else text
+    return text
 
 
 def _merged(deltas: list[Delta]) -> list[Delta]:
