@@ -168,6 +168,17 @@ def test_pythonic_calls_take_literals_only() -> None:
     assert pythonic_calls("[bad(x=b'z'), f(a=1e999), g(a=1)]") == [("g", {"a": 1})]  # as vLLM: good siblings kept
 
 
+def test_a_call_mid_text_opens_at_the_grammar_trigger_however_chunked(tokenizer: Tokenizer, plain) -> None:
+    """The `auto` grammar constrains a call wherever `{"name": ` starts, so the parser reads one there too (as vLLM and
+    SGLang do); other braces in the text, and an object that is no call, stay content."""
+    text = 'Sure: {"name": "get_weather", "parameters": {"city": "Oslo"}} and {"a": 1} {"name": "x"}.'
+    ids = plain(text)
+    check_every_split(lambda: LlamaParser(LLAMA3_JSON), tokenizer, ids)
+    result = replay(LlamaParser(LLAMA3_JSON), tokenizer, ids)
+    assert result.content == 'Sure: and {"a": 1} {"name": "x"}.'
+    assert [(c.name, json.loads(c.arguments_raw)) for c in result.tool_calls] == [("get_weather", {"city": "Oslo"})]
+
+
 def test_a_control_token_after_calls_is_dropped(tokenizer: Tokenizer) -> None:
     parser = LlamaParser(LLAMA3_JSON)
     out = parser.feed([Piece('{"name": "f", "parameters": {}}'), Piece("<|eot_id|>", EOT)]) + parser.finish()

@@ -7,7 +7,10 @@ Decisions (the gateway's documented behaviour):
   token is its spelling, as the Llama 3 tokenizer writes markers in strings): Llama 3
   `{"name": F, "parameters" | "arguments": {…}}` (more keys, such as
   `"type": "function"`, are ignored), Llama 4 `[f(a=1, b='x'), g()]`. Calls may
-  follow one another separated by whitespace or `;`.
+  follow one another separated by whitespace or `;`. A Llama 3 call also
+  opens mid-text at `{"name": ` (`markers.CALL_TRIGGER`, the trigger on which
+  the `auto` grammar constrains a call, and where the peers find one); text
+  that could still become that trigger is held back.
 * Such a value is held until its brackets close (strings skipped, escapes
   included; linear in its length), then read whole: a call is emitted whole
   (index, id, name, JSON arguments); a value that is no call (`{"a": 1} is a
@@ -29,10 +32,13 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
+from backends.stop_strings import held_prefix
 from gateway.families.calls import CallParser, JsonEnd, is_call_name, json_object
 from gateway.families.values import writes_as_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
+
+from .markers import CALL_TRIGGER
 
 Call = tuple[str, dict[str, Any]]
 
@@ -94,9 +100,11 @@ class CallSyntax:
     quotes: str
     read: Callable[[str], list[Call] | None]
     tag: str
+    trigger: str | None = None
+    """What opens a call in the middle of text (None: calls only open the output or follow the tag)."""
 
 
-LLAMA3_JSON = CallSyntax("{", '"', json_call, "<|python_tag|>")
+LLAMA3_JSON = CallSyntax("{", '"', json_call, "<|python_tag|>", CALL_TRIGGER)
 LLAMA4_PYTHONIC = CallSyntax("[", "\"'", pythonic_calls, "<|python_start|>")
 _SEPARATORS = " \t\r\n;"
 
@@ -120,8 +128,12 @@ class LlamaParser(CallParser):
         self._space = ""
         self._value: list[str] = []
         self._closing = JsonEnd(syntax.quotes)
+        self._held = ""
+        """Content that could still become the mid-text call trigger."""
 
     def _end(self) -> None:
+        self._content(self._held)
+        self._held = ""
         if self._mode is Mode.HOLD and not self._tagged:
             self._content(self._space + "".join(self._value))
         elif self._mode is Mode.START and not self._tagged:
@@ -131,15 +143,18 @@ class LlamaParser(CallParser):
     def _control(self, token: str) -> None:
         if self._mode is Mode.HOLD:
             self._text(token)  # inside a value (a JSON string) a control token is its text
-        elif token == self._syntax.tag:
+            return
+        self._content(self._held)  # a token ends what the held text could have become
+        self._held = ""
+        if token == self._syntax.tag:
             self._mode, self._tagged, self._space = Mode.START, True, ""
         # elsewhere turn ends and other control tokens carry no text
 
     def _text(self, text: str) -> None:
         while text:
             if self._mode is Mode.CONTENT:
-                self._content(text)
-                return
+                text = self._in_content(text)
+                continue
             if self._mode is Mode.HOLD:
                 text = self._hold(text)
                 continue
@@ -150,11 +165,31 @@ class LlamaParser(CallParser):
                 return
             if lead[0] == self._syntax.opener:
                 self._space += skipped
-                self._mode, self._value, self._closing = Mode.HOLD, [], JsonEnd(self._syntax.quotes)
+                self._hold_value()
             else:  # no call: the space before is content too (separators after calls are dropped)
                 lead = ("" if self._mode is Mode.AFTER else self._space + skipped) + lead
                 self._mode, self._space = Mode.CONTENT, ""
             text = lead
+
+    def _in_content(self, text: str) -> str:
+        """Send content up to a call trigger, holding back what could still become one; the text from the trigger."""
+        trigger = self._syntax.trigger
+        if trigger is None:
+            self._content(text)
+            return ""
+        text, self._held = self._held + text, ""
+        at = text.find(trigger)
+        if at >= 0:
+            self._content(text[:at])
+            self._hold_value()
+            return text[at:]
+        keep = held_prefix(text, (trigger,))
+        self._content(text[: len(text) - keep])
+        self._held = text[len(text) - keep :]
+        return ""
+
+    def _hold_value(self) -> None:
+        self._mode, self._value, self._closing = Mode.HOLD, [], JsonEnd(self._syntax.quotes)
 
     def _hold(self, text: str) -> str:
         """Feed a held value; the text after it once it closes."""
