@@ -10,7 +10,8 @@ Decisions (the gateway's documented behaviour):
   follow one another separated by whitespace or `;`. A Llama 3 call also
   opens mid-text at `{"name": ` (`markers.CALL_TRIGGER`, the trigger on which
   the `auto` grammar constrains a call, and where the peers find one); text
-  that could still become that trigger is held back.
+  that could still become that trigger is held back. Text after calls is
+  content with the whitespace before it (the `;` between calls is dropped).
 * Such a value is held until its brackets close (strings skipped, escapes
   included; linear in its length), then read whole: a call is emitted whole
   (index, id, name, JSON arguments); a value that is no call (`{"a": 1} is a
@@ -166,8 +167,9 @@ class LlamaParser(CallParser):
             if lead[0] == self._syntax.opener:
                 self._space += skipped
                 self._hold_value()
-            else:  # no call: the space before is content too (separators after calls are dropped)
-                lead = ("" if self._mode is Mode.AFTER else self._space + skipped) + lead
+            else:  # no call: the space before is content too (after calls, less the `;` separators)
+                space = self._space + skipped
+                lead = (space.replace(";", "") if self._mode is Mode.AFTER else space) + lead
                 self._mode, self._space = Mode.CONTENT, ""
             text = lead
 
