@@ -396,6 +396,19 @@ def test_a_call_token_ends_reasoning_and_the_think_end_after_it_is_dropped() -> 
     assert merge(parser.feed([Piece(spelled)]) + parser.finish())["reasoning"] == spelled
 
 
+def test_a_call_header_cut_after_the_call_token_is_dropped() -> None:
+    """The `<tool_call>` token opened a call: cut before its header completes, it is no call and no content (as the
+    token-section families drop a cut call); after the marker spelled as text the text is content."""
+    markers = frozenset({"<tool_call>", "</tool_call>"})
+    parser = HermesParser(token_markers=markers)
+    pieces = [Piece("Checking. "), Piece("<tool_call>", 151657), Piece('{"name": "get_weather", ')]
+    assert merge(parser.feed(pieces) + parser.finish())["content"] == "Checking. "
+    assert (
+        parse('Checking. <tool_call>{"name": "get_weather", ')["content"]
+        == 'Checking. <tool_call>{"name": "get_weather", '
+    )
+
+
 def test_family_parser_follows_the_prompt_and_the_tools() -> None:
     request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], tools=[TIME])
     thinking = family(chat_template="{{ '<|im_start|>assistant\\n<think>\\n' }}")

@@ -28,11 +28,12 @@ Decisions (the gateway's documented behaviour):
   `}` or `</tool_call>` was cut, as a Qwen3 XML call after `</function>` or a
   token-section body complete at the end. Other body layouts
   are parsed whole at `</tool_call>`. A body that is not a call (a call without
-  a name is none, as in qwen3_xml: `calls.is_call_name`), or that ends
-  without a call header, is returned as content, markers included, unless the
-  tool choice forced calls (`required` or a named tool): the grammar then allows
-  nothing but calls, so a marker or call header cut off by the end of the output
-  is dropped, never content.
+  a name is none, as in qwen3_xml: `calls.is_call_name`) is returned as
+  content, markers included. A call header cut off by the end of the output is
+  dropped, never content, where `<tool_call>` is its token (the model opened a
+  call, as every token-marker family drops a cut call) or the tool choice
+  forced calls (`required` or a named tool: the grammar allows nothing else);
+  after a `<tool_call>` spelled as text it is content.
 * Markers are matched on text where the vocabulary has no token for them
   (SmolLM2); a marker the vocabulary has as an added token (`token_markers`:
   Qwen's `<tool_call>`, `</tool_call>`, Qwen3's `<think>`, `</think>`) counts
@@ -303,7 +304,7 @@ class HermesParser(OutputParser):
             self._call_count += 1
             return True
         if final:
-            if not self._forced_calls:
+            if not self._forced_calls and TOOL_CALL_START not in self._token_markers:
                 self._emit_content(TOOL_CALL_START + self._buffer)
             self._drop(len(self._buffer))
             self._state = _State.CONTENT
