@@ -428,6 +428,7 @@ SAMPLES = [
     'Sure.<tool_call>{"name": "f", "arguments": {"x": [1, {"y": null}]}}</tool_call> Done <tool_c',
     '<thin>no</think> text <tool_call>bad</tool_call>\n<tool_call>\n{"name": "g", "arguments": {"s": "<',
     'reasoning only</think>answer<tool_call>{"arguments": {}, "name": "late"}</tool_call>',
+    '<tool_call>{"name": "a", "arguments": {"x": 1}} , {"name": "b", "arguments": {}}, junk</tool_call> tail',
 ]
 
 

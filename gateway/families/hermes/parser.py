@@ -16,6 +16,8 @@ Decisions (the gateway's documented behaviour):
   whitespace is kept when the output ends without a call (text cut by a stop
   string keeps its last space). A suffix that could begin a marker is
   held back, so content never shows part of one.
+* A block holds one call body, or several listed with `,` (`{…}, {…}`, as
+  SGLang's base detector reads them; the templates write one per block).
 * A call body `{"name": N, "arguments": {…}}` is held back until its first
   argument is complete (a `,` after the first member of the arguments
   object, or the `}` that closes the arguments, or `</tool_call>`); then the
@@ -59,6 +61,9 @@ from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
 _JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+_LISTED_CALL = re.compile(r"\s*(?:\}\s*)?,\s*")
+"""After a call's arguments: the body's `}` (unless already read), then the `,` that lists another call (a `{`
+follows)."""
 _CALL_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*(?P<name>' + _JSON_STRING + r')\s*,\s*"arguments"\s*:\s*(?=\{)')
 
 
@@ -168,6 +173,8 @@ class HermesParser(OutputParser):
         self._call_sent = False
         self._think_cut = False
         """A call token ended reasoning: the `</think>` token the model may still write after its calls is dropped."""
+        self._body_closed = False
+        """In the call's tail: the body's `}` was read (a `,` now lists another call)."""
 
     @property
     def saw_tool_call(self) -> bool:
@@ -324,7 +331,20 @@ class HermesParser(OutputParser):
         return False
 
     def _call_tail(self, final: bool) -> bool:
-        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`."""
+        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` after
+        the body's `}` lists another call in the same block."""
+        listed = _LISTED_CALL.match(self._buffer)
+        if listed and not (self._body_closed or "}" in listed[0]):
+            listed = None
+        if listed and listed.end() == len(self._buffer) and not final:
+            return False  # what follows the `,` decides
+        if listed and self._buffer.startswith("{", listed.end()):
+            self._release_call()
+            self._drop(listed.end())
+            self._call_count += 1
+            self._body_closed = False
+            self._state = _State.CALL_HEADER
+            return True
         close = self._find(TOOL_CALL_END)
         reopen = self._find(TOOL_CALL_START)
         if close >= 0 or reopen >= 0 or self._buffer.lstrip().startswith("}"):
@@ -336,9 +356,11 @@ class HermesParser(OutputParser):
             self._drop(reopen + len(TOOL_CALL_START))
             self._state = _State.CALL_HEADER
         else:
+            self._body_closed = self._body_closed or self._buffer.lstrip().startswith("}")
             self._drop(len(self._buffer) - self._held(final, self._text_call_markers))
             return False
         self._call_count += 1
+        self._body_closed = False
         return True
 
     def _send(self, delta: Delta) -> None:
