@@ -11,8 +11,10 @@ Decisions (the gateway's documented behaviour):
   `</think>` token the model may still write after such calls is dropped. Spelled in text (a vocabulary
   without the token) it stays reasoning.
 * Content and reasoning lose their leading whitespace (content keeps it when it continues a prefill,
-  `continue_final_message`); whitespace around and
-  between calls and at the end of reasoning is dropped. Trailing content
+  `continue_final_message`). Content is the text outside calls joined, so
+  whitespace before and after a call that text follows stays between the two
+  texts (as the peers' streams send it); whitespace before a call that no
+  text follows, and at the end of reasoning, is dropped. Trailing content
   whitespace is kept when the output ends without a call (text cut by a stop
   string keeps its last space). A suffix that could begin a marker is
   held back, so content never shows part of one.
