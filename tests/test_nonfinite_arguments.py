@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from backends.detokenizer import Detokenizer
-from gateway.families.values import strict_json
+from gateway.families.values import convert, strict_json
 from tests.family_checks import added_tokens, feed, joined_calls
 from tests.test_parser_corpus import FAMILIES, new_parser, tokenizer
 
@@ -39,3 +39,10 @@ def test_no_call_holds_a_number_json_cannot_take_back(family: str, output: str) 
     deltas = feed(parser, Detokenizer(tok, added_tokens(tok)), tok.encode(output, add_special_tokens=False).ids)
     for _, arguments in joined_calls(deltas):  # strict JSON, the value kept as its text; or no call at all
         assert isinstance(strict_json(arguments)["p"], str), arguments
+
+
+def test_an_integer_past_the_digit_limit_stays_text() -> None:
+    """Python refuses to read (or write) an integer of more than 4,300 digits: the value stays its text, no crash."""
+    digits = "7" * 5000
+    assert convert(digits, frozenset({"integer"})) == digits
+    assert convert(digits, frozenset({"number"})) == digits

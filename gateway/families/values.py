@@ -90,12 +90,12 @@ def _as(kind: str, text: str) -> Any:
     if kind == "null":
         return None if text.lower() in ("null", "none") else _NO
     if kind == "integer":
-        return int(text) if _INTEGER.fullmatch(text) else _NO
+        return _integer(text) if _INTEGER.fullmatch(text) else _NO
     if kind == "number":
         if not _NUMBER.fullmatch(text):
             return _NO
         if _INTEGER.fullmatch(text):
-            return int(text)
+            return _integer(text)
         number = float(text)
         return number if math.isfinite(number) else _NO
     if kind == "boolean":
@@ -105,6 +105,14 @@ def _as(kind: str, text: str) -> Any:
         return value if isinstance(value, dict if kind == "object" else list) else _NO
     try:
         return strict_json(text)
+    except ValueError:
+        return _NO
+
+
+def _integer(text: str) -> Any:
+    """The integer `text` spells, or nothing past Python's digit limit (which JSON could not write back either)."""
+    try:
+        return int(text)
     except ValueError:
         return _NO
 
