@@ -63,7 +63,7 @@ from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
 _JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
-_LISTED_CALL = re.compile(r"\s*(?:\}\s*)?,\s*")
+_LISTED_CALL = re.compile(r"\s*(?:\}\s*)?,")
 """After a call's arguments: the body's `}` (unless already read), then the `,` that lists another call (a `{`
 follows)."""
 _CALL_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*(?P<name>' + _JSON_STRING + r')\s*,\s*"arguments"\s*:\s*(?=\{)')
@@ -177,6 +177,8 @@ class HermesParser(OutputParser):
         """A call token ended reasoning: the `</think>` token the model may still write after its calls is dropped."""
         self._body_closed = False
         """In the call's tail: the body's `}` was read (a `,` now lists another call)."""
+        self._listed = False
+        """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
 
     @property
     def saw_tool_call(self) -> bool:
@@ -335,18 +337,21 @@ class HermesParser(OutputParser):
     def _call_tail(self, final: bool) -> bool:
         """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` after
         the body's `}` lists another call in the same block."""
-        listed = _LISTED_CALL.match(self._buffer)
-        if listed and not (self._body_closed or "}" in listed[0]):
-            listed = None
-        if listed and listed.end() == len(self._buffer) and not final:
-            return False  # what follows the `,` decides
-        if listed and self._buffer.startswith("{", listed.end()):
+        comma = None if self._listed else _LISTED_CALL.match(self._buffer)
+        if comma and (self._body_closed or "}" in comma[0]):
             self._release_call()
-            self._drop(listed.end())
-            self._call_count += 1
-            self._body_closed = False
-            self._state = _State.CALL_HEADER
-            return True
+            self._drop(comma.end())
+            self._listed = True
+        if self._listed:
+            self._drop(len(self._buffer) - len(self._buffer.lstrip()))
+            if not self._buffer and not final:
+                return False  # what follows the `,` decides
+            self._listed = False
+            if self._buffer.startswith("{"):
+                self._call_count += 1
+                self._body_closed = False
+                self._state = _State.CALL_HEADER
+                return True
         close = self._find(TOOL_CALL_END)
         reopen = self._find(TOOL_CALL_START)
         if close >= 0 or reopen >= 0 or self._buffer.lstrip().startswith("}"):
