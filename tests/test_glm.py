@@ -97,6 +97,15 @@ def test_missing_close_value_and_cut_calls(tokenizer: Tokenizer) -> None:
         assert replay(tokenizer, second, cuts)["calls"] == expected, cuts
 
 
+def test_a_call_token_ends_reasoning_and_the_think_end_after_it_is_dropped(tokenizer: Tokenizer) -> None:
+    """The grammar keeps `<tool_call>` out of reasoning; as qwen3_xml, the token ends it."""
+    text = "Plan.<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call></think>Done."
+    want = {"content": "Done.", "reasoning": "Plan.", "calls": [("get_weather", {"city": "Oslo"})]}
+    n = len(tokenizer.encode(text, add_special_tokens=False).ids)
+    for cuts in ([], list(range(1, n))):
+        assert replay(tokenizer, text, cuts, in_reasoning=True) == want, cuts
+
+
 def test_layouts_and_generation_prompts(tokenizer: Tokenizer) -> None:
     assert get_family("glm45") is Glm45Family and get_family("glm47") is Glm47Family
     call = {

@@ -401,6 +401,33 @@ def test_marker_tokens_with_ids_parse_like_text() -> None:
     assert merge(parser.feed(pieces) + parser.finish())["tool_calls"] == [{"name": "f", "arguments": '{"a": 1}'}]
 
 
+def test_a_call_token_ends_reasoning_and_the_think_end_after_it_is_dropped() -> None:
+    """As vLLM's Qwen3 reasoning parser promotes such a call (tests/reasoning/test_qwen3_tool_call_recovery.py); the
+    grammar keeps the token out of reasoning. Spelled in text, `<tool_call>` stays reasoning."""
+    markers = frozenset({"<tool_call>", "</tool_call>", "<think>", "</think>"})
+    parser = HermesParser(in_reasoning=True, token_markers=markers)
+    pieces = [Piece("verify\n"), Piece("<tool_call>", 151657), Piece('\n{"name": "f", "arguments": {"a": 1}}\n'),
+              Piece("</tool_call>", 151658), Piece("</think>", 151668), Piece("Done.")]  # fmt: skip
+    want = {"content": "Done.", "reasoning": "verify", "tool_calls": [{"name": "f", "arguments": '{"a": 1}'}]}
+    assert merge(parser.feed(pieces) + parser.finish()) == want
+    parser = HermesParser(in_reasoning=True, token_markers=markers)
+    spelled = 'verify <tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    assert merge(parser.feed([Piece(spelled)]) + parser.finish())["reasoning"] == spelled
+
+
+def test_a_call_header_cut_after_the_call_token_is_dropped() -> None:
+    """The `<tool_call>` token opened a call: cut before its header completes, it is no call and no content (as the
+    token-section families drop a cut call); after the marker spelled as text the text is content."""
+    markers = frozenset({"<tool_call>", "</tool_call>"})
+    parser = HermesParser(token_markers=markers)
+    pieces = [Piece("Checking. "), Piece("<tool_call>", 151657), Piece('{"name": "get_weather", ')]
+    assert merge(parser.feed(pieces) + parser.finish())["content"] == "Checking. "
+    assert (
+        parse('Checking. <tool_call>{"name": "get_weather", ')["content"]
+        == 'Checking. <tool_call>{"name": "get_weather", '
+    )
+
+
 def test_family_parser_follows_the_prompt_and_the_tools() -> None:
     request = ChatRequest(messages=[{"role": "user", "content": "Hi"}], tools=[TIME])
     thinking = family(chat_template="{{ '<|im_start|>assistant\\n<think>\\n' }}")
@@ -420,6 +447,7 @@ SAMPLES = [
     'Sure.<tool_call>{"name": "f", "arguments": {"x": [1, {"y": null}]}}</tool_call> Done <tool_c',
     '<thin>no</think> text <tool_call>bad</tool_call>\n<tool_call>\n{"name": "g", "arguments": {"s": "<',
     'reasoning only</think>answer<tool_call>{"arguments": {}, "name": "late"}</tool_call>',
+    '<tool_call>{"name": "a", "arguments": {"x": 1}} , {"name": "b", "arguments": {}}, junk</tool_call> tail',
 ]
 
 

@@ -146,7 +146,7 @@ def test_calls_content_and_truncation(tokenizer: Tokenizer, plain) -> None:
     cut = parse(tokenizer, ids_of(plain, *OUTPUTS[3]))
     assert cut.content == OUTPUTS[3][0] and not cut.tool_calls
     pythonic = parse(tokenizer, ids_of(plain, *OUTPUTS[4]), LLAMA4_PYTHONIC)
-    assert [c.name for c in pythonic.tool_calls] == ["get_weather", "ping"] and pythonic.content == "done"
+    assert [c.name for c in pythonic.tool_calls] == ["get_weather", "ping"] and pythonic.content == " done"
 
 
 @pytest.mark.parametrize(("tool_choice", "content"), [("auto", OUTPUTS[3][0]), ("required", None)])
@@ -165,6 +165,18 @@ def test_pythonic_calls_take_literals_only() -> None:
     assert pythonic_calls("[f(x)]") is None and pythonic_calls("[f(a=g())]") is None
     assert pythonic_calls("[f(a={1, 2})]") is None and pythonic_calls("[]") is None
     assert pythonic_calls("[" * 100_000) is None
+    assert pythonic_calls("[bad(x=b'z'), f(a=1e999), g(a=1)]") == [("g", {"a": 1})]  # as vLLM: good siblings kept
+
+
+def test_a_call_mid_text_opens_at_the_grammar_trigger_however_chunked(tokenizer: Tokenizer, plain) -> None:
+    """The `auto` grammar constrains a call wherever `{"name": ` starts, so the parser reads one there too (as vLLM and
+    SGLang do); other braces in the text, and an object that is no call, stay content."""
+    text = 'Sure: {"name": "get_weather", "parameters": {"city": "Oslo"}} and {"a": 1} {"name": "x"}.'
+    ids = plain(text)
+    check_every_split(lambda: LlamaParser(LLAMA3_JSON), tokenizer, ids)
+    result = replay(LlamaParser(LLAMA3_JSON), tokenizer, ids)
+    assert result.content == 'Sure:  and {"a": 1} {"name": "x"}.'
+    assert [(c.name, json.loads(c.arguments_raw)) for c in result.tool_calls] == [("get_weather", {"city": "Oslo"})]
 
 
 def test_a_control_token_after_calls_is_dropped(tokenizer: Tokenizer) -> None:

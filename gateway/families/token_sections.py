@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from gateway.families.calls import CallParser, is_call_name
+from gateway.families.values import strict_json
 
 _QUOTE_OR_ESCAPE = re.compile(r'["\\]')
 
@@ -180,7 +181,7 @@ class SectionParser(CallParser):
             return
         name, arguments = split
         try:
-            value = json.loads(arguments)
+            value = strict_json(arguments)
         except ValueError:
             return
         if not is_call_name(name) or not isinstance(value, dict):

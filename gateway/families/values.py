@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -11,6 +12,32 @@ from typing import Any
 _INTEGER = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _ORDER = ("null", "integer", "number", "boolean", "object", "array")
+
+
+def strict_json(text: str) -> Any:
+    """`text` as JSON; ValueError when it is not JSON or holds a number no JSON parser gives back: NaN, Infinity, or a
+    float past a double's range (`1e999`, which Python reads as inf and would write back as `Infinity`)."""
+    return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+
+
+def writes_as_json(value: Any) -> bool:
+    """Whether `value` (a Python literal read from model text) writes as JSON: no NaN or infinity, JSON types only."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} overflows a double")
+    return value
 
 
 def tool_schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -63,30 +90,42 @@ def _as(kind: str, text: str) -> Any:
     if kind == "null":
         return None if text.lower() in ("null", "none") else _NO
     if kind == "integer":
-        return int(text) if _INTEGER.fullmatch(text) else _NO
+        return _integer(text) if _INTEGER.fullmatch(text) else _NO
     if kind == "number":
         if not _NUMBER.fullmatch(text):
             return _NO
+        if _INTEGER.fullmatch(text):
+            return _integer(text)
         number = float(text)
-        return int(text) if _INTEGER.fullmatch(text) else number
+        return number if math.isfinite(number) else _NO
     if kind == "boolean":
         return {"true": True, "false": False}.get(text.lower(), _NO)
     if kind in ("object", "array"):
         value = _structured(text)
         return value if isinstance(value, dict if kind == "object" else list) else _NO
     try:
-        return json.loads(text)
+        return strict_json(text)
+    except ValueError:
+        return _NO
+
+
+def _integer(text: str) -> Any:
+    """The integer `text` spells, or nothing past Python's digit limit (which JSON could not write back either)."""
+    try:
+        return int(text)
     except ValueError:
         return _NO
 
 
 def _structured(text: str) -> Any:
-    """JSON, else a Python literal (Qwen models sometimes write `True` or single quotes), else nothing."""
+    """JSON, else a Python literal (Qwen models sometimes write `True` or single quotes) that writes as JSON, else
+    nothing (a non-finite number in either is no value: the text stays a string, as SGLang's and vLLM's coercion)."""
     try:
-        return json.loads(text)
+        return strict_json(text)
     except ValueError:
         pass
     try:
-        return ast.literal_eval(text) if len(text) < 100_000 else _NO
+        value = ast.literal_eval(text) if len(text) < 100_000 else _NO
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return _NO
+    return value if writes_as_json(value) else _NO

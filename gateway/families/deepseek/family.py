@@ -18,6 +18,8 @@ from gateway.families.base import Family, OutputParser
 from gateway.families.recognition import Recognition
 from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
+from gateway.families.token_sections import CallSplitter
+from gateway.families.values import tool_schemas
 from gateway.types import ChatRequest
 
 from .grammar import DsmlVocabulary, build_grammar
@@ -58,7 +60,12 @@ class DeepSeekV41Family(Family):
         return DsmlVocabulary.of(self.context.tokenizer)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        return DsmlParser(self._in_reasoning(request), forced_calls=request.calls_forced)
+        return DsmlParser(
+            self._in_reasoning(request),
+            forced_calls=request.calls_forced,
+            dialect=self.dialect,
+            schemas=tool_schemas(request.active_tools),
+        )
 
     def _thinking(self, request: ChatRequest) -> bool:
         return thinking_enabled(request, bool(self.context.options.get("thinking", False)))
@@ -98,8 +105,8 @@ class DeepSeekV3Family(TemplatedSectionFamily):
     stop_tokens = (EOS,)
     recognition = (Recognition(tokens=V3_TOKENS, template=("```json",)),)  # V3 / R1 templates fence the arguments
 
-    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
-        return split_v3_call(header, body)
+    def call_splitter(self, request: ChatRequest) -> CallSplitter:
+        return split_v3_call
 
     def call_layout(self) -> CallLayout:
         return CallLayout(header="function", before="{name}\n```json\n", after="\n```")
@@ -111,8 +118,8 @@ class DeepSeekV31Family(DeepSeekV3Family):
     name = "deepseek_v31"
     recognition = (Recognition(tokens=V3_TOKENS, template=(f"['name'] + '{TOOL_SEP}'",)),)  # the name, then the sep
 
-    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
-        return split_v31_call(header, body)
+    def call_splitter(self, request: ChatRequest) -> CallSplitter:
+        return split_v31_call
 
     def call_layout(self) -> CallLayout:
         return CallLayout(header="{name}")

@@ -6,14 +6,23 @@ DSML parser's.
 
 Decisions (the gateway's documented behaviour):
 * Markers count only as tokens (see lexer.py): `</think>` ends the reasoning
-  when the prompt opened it; a calls block starts at `<｜DSML｜ calls>`
-  (V4's `<｜DSML｜tool_calls>` and V3.2's `<｜DSML｜function_calls>` too). Text spelling a marker is plain text.
+  when the prompt opened it, or when the output opens with `<think>` (after
+  whitespace at most; as every family's parser reads a leading think block); a calls block starts at
+  the dialect's own calls tag only (V4.1 `<｜DSML｜ calls>`, V4 `<｜DSML｜tool_calls>`, V3.2
+  `<｜DSML｜function_calls>`: another version's block is text, as vLLM's V4 parser takes it), which also
+  ends reasoning (the grammar keeps the DSML token out of reasoning; vLLM's V4 reasoning parser ends it there
+  too), and the `</think>` the model may still write after such a block is dropped. Text spelling a marker is
+  plain text.
 * Reasoning streams as it arrives; output cut before `</think>` stays reasoning.
 * Whitespace before a calls block is dropped (the encoder writes `\\n\\n`), so
   content holds back trailing whitespace until more text follows.
 * Inside a value only `</｜DSML｜ parameter>` ends it; any other tag or token
-  there is value text. `string="false"` values are JSON (re-serialized; not
-  valid JSON → the raw text as a string), other values are raw strings.
+  there is value text. A declared parameter's value is typed by its schema
+  (`values.convert`, as the peers' schema-aware fixers: `string="true"` 42 for
+  an integer is 42, `string="false"` null for a string is "null"; the grammar
+  writes `string="true"` exactly for string parameters, so under it the two
+  agree); otherwise `string="false"` values are JSON (re-serialized; not valid
+  JSON → the raw text as a string), other values are raw strings.
 * A call is announced (dense index, `call_…` id, name) when its first argument
   is complete or its invoke closes, so output cut inside a call's first
   argument yields no call; an invoke without a name is no call (dropped whole).
@@ -29,7 +38,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import auto
 from typing import Any
@@ -37,10 +46,11 @@ from typing import Any
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.token_sections import SectionMarkers, SectionParser
+from gateway.families.values import convert, is_plain_string, schema_types, strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
-from .lexer import Event, Lexer, Tag, Token
+from .lexer import Event, Lexer, Tag, Text, Token
 from .markers import (
     EOS,
     THINK_END,
@@ -50,11 +60,12 @@ from .markers import (
     TOOL_CALLS_BEGIN,
     TOOL_CALLS_END,
     TOOL_SEP,
+    V41,
+    Dialect,
 )
 
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\u2028\u2029]')
-_CALLS_NAMES = ("calls", "tool_calls", "function_calls")
 
 
 class _Mode(ParserState):
@@ -103,6 +114,8 @@ class _Call:
 class _Value:
     key: str
     is_json: bool
+    types: frozenset[str]
+    """The JSON types the parameter's schema allows (none: undeclared)."""
     text: list[str] = field(default_factory=list)
     streaming: bool = False
 
@@ -110,9 +123,18 @@ class _Value:
 class DsmlParser(OutputParser):
     """One choice's parser; `in_reasoning` says the prompt ended inside `<think>`."""
 
-    def __init__(self, in_reasoning: bool, forced_calls: bool = False):
-        """`forced_calls`: the answer is calls only (a tag cut off at the end is dropped, not content)."""
+    def __init__(
+        self,
+        in_reasoning: bool,
+        forced_calls: bool = False,
+        dialect: Dialect = V41,
+        schemas: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
+        """`forced_calls`: the answer is calls only (a tag cut off at the end is dropped, not content); `dialect`: the
+        DSML version whose calls tag opens a block; `schemas`: the request's tools' parameter schemas, by tool name."""
         self._forced_calls = forced_calls
+        self._schemas = schemas or {}
+        self._calls_name = dialect.calls.strip()
         self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
         self._lexer = Lexer()
         self._out: list[Delta] = []
@@ -121,6 +143,10 @@ class DsmlParser(OutputParser):
         self._call: _Call | None = None
         self._value: _Value | None = None
         self._reasoning_started = False
+        self._leading = not in_reasoning
+        """Content so far is whitespace at most: a `<think>` token here opens reasoning."""
+        self._think_cut = False
+        """A calls block ended reasoning: the `</think>` the model may still write after it closes nothing."""
         self._handlers = {
             _Mode.REASONING: self._in_reasoning,
             _Mode.CONTENT: self._in_content,
@@ -163,12 +189,27 @@ class DsmlParser(OutputParser):
             self._mode = _Mode.CONTENT
         elif isinstance(event, Token) and event.text == THINK_START and not self._reasoning_started:
             return
+        elif isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
+            self._think_cut = True
+            self._mode = _Mode.CONTENT
+            self._in_content(event)
         else:
-            self._reasoning_started = True
-            self._out.append(Delta(reasoning=_spelling(event)))
+            text = _spelling(event)
+            self._reasoning_started = self._reasoning_started or not text.isspace()
+            self._out.append(Delta(reasoning=text))
 
     def _in_content(self, event: Event) -> None:
-        if isinstance(event, Tag) and not event.closing and event.name in _CALLS_NAMES:
+        if self._leading:
+            if isinstance(event, Token) and event.text == THINK_START:
+                self._held_space = ""
+                self._leading = False
+                self._mode = _Mode.REASONING
+                return
+            self._leading = isinstance(event, Text) and not event.text.strip()
+        elif self._think_cut and isinstance(event, Token) and event.text == THINK_END:
+            self._think_cut = False
+            return
+        if isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
             self._held_space = ""
             self._mode = _Mode.CALLS
             return
@@ -184,7 +225,7 @@ class DsmlParser(OutputParser):
     def _in_calls(self, event: Event) -> None:
         if not isinstance(event, Tag):
             return
-        if event.closing and event.name in _CALLS_NAMES:
+        if event.closing and event.name == self._calls_name:
             self._mode = _Mode.CONTENT
         elif not event.closing and event.name == "invoke":
             self._call = _Call(_attributes(event).get("name", ""))
@@ -197,14 +238,16 @@ class DsmlParser(OutputParser):
             return
         if not event.closing and event.name == "parameter":
             attributes = _attributes(event)
-            self._value = _Value(attributes.get("name", ""), attributes.get("string") == "false")
+            key = attributes.get("name", "")
+            types = schema_types(self._schemas.get(self._call.name, {}).get(key))
+            self._value = value = _Value(key, attributes.get("string") == "false", types)
             self._mode = _Mode.VALUE
-            if self._call.index is not None and not self._value.is_json:
+            if self._call.index is not None and (is_plain_string(types) if types else not value.is_json):
                 self._value.streaming = True
                 self._arguments(self._key_prefix(self._value.key) + '"')
         elif event.closing and event.name == "invoke":
             self._end_call()
-        elif event.closing and event.name in _CALLS_NAMES:
+        elif event.closing and event.name == self._calls_name:
             self._end_call()
             self._mode = _Mode.CONTENT
 
@@ -226,7 +269,7 @@ class DsmlParser(OutputParser):
         if value.streaming:
             self._arguments('"')
         else:
-            fragment = self._key_prefix(value.key) + _json_value("".join(value.text), value.is_json)
+            fragment = self._key_prefix(value.key) + _json(_typed("".join(value.text), value.is_json, value.types))
             if call.index is None:
                 self._announce(fragment)
             else:
@@ -283,18 +326,18 @@ def _escaped(text: str) -> str:
     return _json(text)[1:-1] if _NEEDS_ESCAPE.search(text) else text
 
 
-def _json_value(text: str, is_json: bool) -> str:
-    """A value's JSON: `string="false"` text re-serialized if it is JSON, else the text as a string."""
+def _typed(text: str, is_json: bool, types: frozenset[str]) -> Any:
+    """A value: by the parameter's schema `types` when it has them (a string parameter's `string="false"` JSON
+    string is that string), else `string="false"` text as JSON, else (or not JSON) the text."""
+    if types and not is_plain_string(types):
+        return convert(text, types)
     if is_json:
         try:
-            return _json(json.loads(text, parse_constant=_reject))
+            value = strict_json(text)
         except ValueError:
-            pass
-    return _json(text)
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+            return text
+        return value if not types or isinstance(value, str) else text
+    return text
 
 
 def _merged(deltas: list[Delta]) -> list[Delta]:

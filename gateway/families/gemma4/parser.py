@@ -26,6 +26,7 @@ from enum import Enum, auto
 from typing import Any
 
 from gateway.families.calls import CallParser
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
@@ -137,7 +138,7 @@ class _Reader:
             return self.array(depth)
         bare = self.until(",}]").strip()
         try:
-            return json.loads(bare)
+            return strict_json(bare)
         except ValueError:
             if not bare:
                 raise Malformed("a missing value") from None

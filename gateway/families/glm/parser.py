@@ -6,7 +6,8 @@ outside keys and values is skipped, so one parser reads both). A tag spelled wit
 
 Decisions:
 * Reasoning runs to `</think>` (from the output's `<think>`, or from the start when the prompt opened it);
-  output cut inside reasoning stays reasoning.
+  a `<tool_call>` token also ends it (the grammar keeps that token out of reasoning), and the `</think>` the
+  model may still write after such calls is dropped. Output cut inside reasoning stays reasoning.
 * A value is raw text up to `</arg_value>`, whitespace kept; tag tokens inside it are its text, except a
   `</tool_call>` token that ends the output or is followed by another call (a missing `</arg_value>`).
   Values are typed by the tool's schema; a plain string parameter streams as a JSON string.
@@ -54,6 +55,7 @@ class GlmParser(StreamedCallParser):
 
     states = _State
     think = (THINK_START, THINK_END)
+    call_start = TOOL_CALL_START
     _name = ""  # the call's name as it arrives
     _call_open = False
     _key = ""  # the argument's key as it arrives

@@ -6,13 +6,20 @@ Decisions (the gateway's documented behaviour):
   the model writes again first is dropped). It
   streams as it arrives; when the output ends before `</think>` (cut by
   max_tokens) the text stays reasoning, as the canitoolcall fixtures expect.
-  A `<tool_call>` inside reasoning is reasoning text (grammars put calls after it).
+  A `<tool_call>` token inside reasoning ends it and opens a call (the grammar keeps that token out of
+  reasoning; vLLM's Qwen3 reasoning parser promotes such calls too, and so does the qwen3_xml parser), and the
+  `</think>` token the model may still write after such calls is dropped. Spelled in text (a vocabulary
+  without the token) it stays reasoning.
 * Content and reasoning lose their leading whitespace (content keeps it when it continues a prefill,
-  `continue_final_message`); whitespace around and
-  between calls and at the end of reasoning is dropped. Trailing content
+  `continue_final_message`). Content is the text outside calls joined, so
+  whitespace before and after a call that text follows stays between the two
+  texts (as the peers' streams send it); whitespace before a call that no
+  text follows, and at the end of reasoning, is dropped. Trailing content
   whitespace is kept when the output ends without a call (text cut by a stop
   string keeps its last space). A suffix that could begin a marker is
   held back, so content never shows part of one.
+* A block holds one call body, or several listed with `,` (`{…}, {…}`, as
+  SGLang's base detector reads them; the templates write one per block).
 * A call body `{"name": N, "arguments": {…}}` is held back until its first
   argument is complete (a `,` after the first member of the arguments
   object, or the `}` that closes the arguments, or `</tool_call>`); then the
@@ -25,11 +32,12 @@ Decisions (the gateway's documented behaviour):
   `}` or `</tool_call>` was cut, as a Qwen3 XML call after `</function>` or a
   token-section body complete at the end. Other body layouts
   are parsed whole at `</tool_call>`. A body that is not a call (a call without
-  a name is none, as in qwen3_xml: `calls.is_call_name`), or that ends
-  without a call header, is returned as content, markers included, unless the
-  tool choice forced calls (`required` or a named tool): the grammar then allows
-  nothing but calls, so a marker or call header cut off by the end of the output
-  is dropped, never content.
+  a name is none, as in qwen3_xml: `calls.is_call_name`) is returned as
+  content, markers included. A call header cut off by the end of the output is
+  dropped, never content, where `<tool_call>` is its token (the model opened a
+  call, as every token-marker family drops a cut call) or the tool choice
+  forced calls (`required` or a named tool: the grammar allows nothing else);
+  after a `<tool_call>` spelled as text it is content.
 * Markers are matched on text where the vocabulary has no token for them
   (SmolLM2); a marker the vocabulary has as an added token (`token_markers`:
   Qwen's `<tool_call>`, `</tool_call>`, Qwen3's `<think>`, `</think>`) counts
@@ -50,10 +58,14 @@ from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import Trimmed
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
 _JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+_LISTED_CALL = re.compile(r"\s*(?:\}\s*)?,")
+"""After a call's arguments: the body's `}` (unless already read), then the `,` that lists another call (a `{`
+follows)."""
 _CALL_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*(?P<name>' + _JSON_STRING + r')\s*,\s*"arguments"\s*:\s*(?=\{)')
 
 
@@ -111,7 +123,7 @@ class _JsonEnd:
 def parse_whole_call(body: str) -> tuple[str, str] | None:
     """(name, arguments JSON) of a complete call body, or None if it is not a call."""
     try:
-        call = json.loads(body)
+        call = strict_json(body)
     except ValueError:
         return None
     if not isinstance(call, dict) or not is_call_name(call.get("name")):
@@ -119,7 +131,7 @@ def parse_whole_call(body: str) -> tuple[str, str] | None:
     arguments: Any = call.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = strict_json(arguments)
         except ValueError:
             return None
     if not isinstance(arguments, dict):
@@ -161,6 +173,12 @@ class HermesParser(OutputParser):
         self._held_call: list[Delta] | None = None
         """The current call's deltas, held back until its first argument is complete (None: not holding)."""
         self._call_sent = False
+        self._think_cut = False
+        """A call token ended reasoning: the `</think>` token the model may still write after its calls is dropped."""
+        self._body_closed = False
+        """In the call's tail: the body's `}` was read (a `,` now lists another call)."""
+        self._listed = False
+        """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
 
     @property
     def saw_tool_call(self) -> bool:
@@ -229,6 +247,13 @@ class HermesParser(OutputParser):
         if not self._reasoning.started and not self._past_reopened_think(final):
             return False
         end = self._find(THINK_END)
+        call = self._find(TOOL_CALL_START) if self._parse_calls and TOOL_CALL_START in self._token_markers else -1
+        if call >= 0 and (end < 0 or call < end):
+            self._emit_reasoning(self._buffer[:call])
+            self._drop(call + len(TOOL_CALL_START))
+            self._think_cut = THINK_END in self._token_markers
+            self._state = _State.CALL_HEADER
+            return True
         if end >= 0:
             self._emit_reasoning(self._buffer[:end])
             self._drop(end + len(THINK_END))
@@ -252,6 +277,11 @@ class HermesParser(OutputParser):
             self._drop(len(self._buffer))
             return False
         start = self._find(TOOL_CALL_START)
+        if self._think_cut and 0 <= (end := self._find(THINK_END)) and (start < 0 or end < start):
+            self._emit_content(self._buffer[:end])
+            self._drop(end + len(THINK_END))
+            self._think_cut = False
+            return True
         if start >= 0:
             self._emit_content(self._buffer[:start])
             self._drop(start + len(TOOL_CALL_START))
@@ -285,7 +315,7 @@ class HermesParser(OutputParser):
             self._call_count += 1
             return True
         if final:
-            if not self._forced_calls:
+            if not self._forced_calls and TOOL_CALL_START not in self._token_markers:
                 self._emit_content(TOOL_CALL_START + self._buffer)
             self._drop(len(self._buffer))
             self._state = _State.CONTENT
@@ -305,7 +335,23 @@ class HermesParser(OutputParser):
         return False
 
     def _call_tail(self, final: bool) -> bool:
-        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`."""
+        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` after
+        the body's `}` lists another call in the same block."""
+        comma = None if self._listed else _LISTED_CALL.match(self._buffer)
+        if comma and (self._body_closed or "}" in comma[0]):
+            self._release_call()
+            self._drop(comma.end())
+            self._listed = True
+        if self._listed:
+            self._drop(len(self._buffer) - len(self._buffer.lstrip()))
+            if not self._buffer and not final:
+                return False  # what follows the `,` decides
+            self._listed = False
+            if self._buffer.startswith("{"):
+                self._call_count += 1
+                self._body_closed = False
+                self._state = _State.CALL_HEADER
+                return True
         close = self._find(TOOL_CALL_END)
         reopen = self._find(TOOL_CALL_START)
         if close >= 0 or reopen >= 0 or self._buffer.lstrip().startswith("}"):
@@ -317,9 +363,11 @@ class HermesParser(OutputParser):
             self._drop(reopen + len(TOOL_CALL_START))
             self._state = _State.CALL_HEADER
         else:
+            self._body_closed = self._body_closed or self._buffer.lstrip().startswith("}")
             self._drop(len(self._buffer) - self._held(final, self._text_call_markers))
             return False
         self._call_count += 1
+        self._body_closed = False
         return True
 
     def _send(self, delta: Delta) -> None:

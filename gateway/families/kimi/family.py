@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cached_property, partial
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
 from gateway.families.recognition import Recognition
 from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
+from gateway.families.token_sections import CallSplitter
+from gateway.families.values import tool_schemas
 from gateway.types import ChatRequest
 
 from .grammar import ControlIds, build_grammar
@@ -54,8 +56,8 @@ class KimiK2Family(TemplatedSectionFamily):
     stop_tokens = (IM_END,)
     recognition = (Recognition(tokens=frozenset({IM_END, *K2_SECTIONS.call_tokens})),)
 
-    def split_call(self, header: str, body: str) -> tuple[str, str] | None:
-        return split_k2_call(header, body)
+    def call_splitter(self, request: ChatRequest) -> CallSplitter:
+        return partial(split_k2_call, schemas=tool_schemas(request.active_tools))
 
     def call_layout(self) -> CallLayout:
         return CallLayout(header="functions.{name}:", index=True)

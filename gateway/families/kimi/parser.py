@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gateway.families.calls import CallParser, is_call_name
 from gateway.families.streams import json_fragment
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
@@ -46,22 +48,41 @@ _CHANNELS = frozenset({"think", "response", "tools", "message"})
 _K2_CALL_ID = re.compile(r"\s*(?:functions\.)?(.*?)(?::\d+)?\s*", re.DOTALL)
 
 
-def split_k2_call(header: str, body: str) -> tuple[str, str] | None:
-    """K2: the call id `functions.NAME:IDX` (prefix and index optional) names the tool; the body is its JSON."""
+def split_k2_call(
+    header: str, body: str, schemas: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[str, str] | None:
+    """K2: the call id `functions.NAME:IDX` (prefix and index optional) names the tool; the body is its JSON. A bare
+    counter id (`0`) names no tool: it is the request's one tool, or the one whose parameters (`schemas`, by tool
+    name) hold every argument key, as vLLM infers it; with no such single tool the call is malformed (None)."""
     match = _K2_CALL_ID.fullmatch(header)
-    return (match.group(1), body) if match else None
+    if match is None:
+        return None
+    name = match.group(1)
+    if name.isdigit() and name not in (schemas or {}):
+        name = _tool_taking(body, schemas or {})
+    return None if name is None else (name, body)
+
+
+def _tool_taking(body: str, schemas: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The one tool that can take the JSON arguments `body`, if exactly one can."""
+    if len(schemas) == 1:
+        return next(iter(schemas))
+    try:
+        arguments = strict_json(body)
+    except ValueError:
+        return None
+    if not isinstance(arguments, dict):
+        return None
+    fits = [name for name, properties in schemas.items() if arguments.keys() <= properties.keys()]
+    return fits[0] if len(fits) == 1 else None
 
 
 def typed_value(raw: str) -> object:
     """A typed argument body: its JSON value, or the raw text when it is not strict JSON."""
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
+        return strict_json(raw)
     except ValueError:
         return raw
-
-
-def _reject_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
 
 
 def parse_tag(header: str) -> tuple[str, dict[str, str]]:

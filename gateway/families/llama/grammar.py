@@ -11,8 +11,7 @@ Policy:
   `parallel_tool_calls` is false). Llama 3 writes calls as bare JSON with no
   marker, so that spelling is the trigger: an answer written as JSON whose
   first key is "name" must be a call too (other JSON answers stay free), and
-  a call the grammar takes mid-text is content to the parser (calls open the
-  output or follow `<|python_tag|>`).
+  a call the grammar takes mid-text is a call to the parser too.
 * response_format json_object / json_schema (without forced calls): the answer is that JSON.
 * Llama 4's pythonic calls get no call grammar (only response_format).
 * No JSON string can hold a control token's spelling (the vocabulary's
@@ -33,8 +32,7 @@ from gateway.grammars.safe_json import control_spellings, safe_json_ebnf, safe_j
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
-CALL_TRIGGER = '{"name": '
-"""What opens every Llama 3 call: the trigger of the lazy `auto` grammar."""
+from .markers import CALL_TRIGGER
 
 
 def call_tag(tool: dict[str, Any], param: str, spellings: tuple[str, ...]) -> dict[str, Any]:

@@ -42,3 +42,7 @@ def llama31_specials() -> dict[int, str]:
         i: LLAMA31_NAMED.get(i) or f"<|reserved_special_token_{next(reserved)}|>"
         for i in range(FIRST_SPECIAL, FIRST_SPECIAL + SPECIAL_COUNT)
     }
+
+
+CALL_TRIGGER = '{"name": '
+"""What opens a Llama 3 call anywhere in the output: the trigger of the lazy `auto` grammar, and of the parser."""

@@ -7,7 +7,11 @@ Decisions (the gateway's documented behaviour):
   token is its spelling, as the Llama 3 tokenizer writes markers in strings): Llama 3
   `{"name": F, "parameters" | "arguments": {…}}` (more keys, such as
   `"type": "function"`, are ignored), Llama 4 `[f(a=1, b='x'), g()]`. Calls may
-  follow one another separated by whitespace or `;`.
+  follow one another separated by whitespace or `;`. A Llama 3 call also
+  opens mid-text at `{"name": ` (`markers.CALL_TRIGGER`, the trigger on which
+  the `auto` grammar constrains a call, and where the peers find one); text
+  that could still become that trigger is held back. Text after calls is
+  content with the whitespace before it (the `;` between calls is dropped).
 * Such a value is held until its brackets close (strings skipped, escapes
   included; linear in its length), then read whole: a call is emitted whole
   (index, id, name, JSON arguments); a value that is no call (`{"a": 1} is a
@@ -29,9 +33,13 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
+from backends.stop_strings import held_prefix
 from gateway.families.calls import CallParser, JsonEnd, is_call_name, json_object
+from gateway.families.values import writes_as_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
+
+from .markers import CALL_TRIGGER
 
 Call = tuple[str, dict[str, Any]]
 
@@ -46,27 +54,34 @@ def json_call(text: str) -> list[Call] | None:
 
 
 def pythonic_calls(text: str) -> list[Call] | None:
-    """A Llama 4 call list `[f(a=1), g()]`, or None when `text` is not one (literal keyword arguments only)."""
+    """A Llama 4 call list `[f(a=1), g()]` (dotted names, keyword arguments), or None when `text` is not one. A call
+    in it whose value is no literal that writes as JSON (bytes, `1e999`) is dropped and its siblings kept, as vLLM's
+    parser does; a list with no such sibling is no call list."""
     try:
         tree = ast.parse(text.strip(), mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    if not isinstance(tree, ast.List) or not tree.elts:
+    if not isinstance(tree, ast.List) or not tree.elts or not all(map(_call_shaped, tree.elts)):
         return None
-    calls: list[Call] = []
-    for node in tree.elts:
-        if not isinstance(node, ast.Call) or node.args or any(k.arg is None for k in node.keywords):
-            return None
-        name = _dotted(node.func)
-        try:
-            arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
-            json.dumps(arguments)
-        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-            return None
-        if name is None:
-            return None
-        calls.append((name, arguments))
-    return calls
+    return [call for node in tree.elts if (call := _pythonic_call(node)) is not None] or None
+
+
+def _call_shaped(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and _dotted(node.func) is not None
+        and not node.args
+        and all(k.arg is not None for k in node.keywords)
+    )
+
+
+def _pythonic_call(node: ast.Call) -> Call | None:
+    name = _dotted(node.func)
+    try:
+        arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg is not None}
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return None
+    return (name, arguments) if writes_as_json(arguments) else None
 
 
 def _dotted(node: ast.expr) -> str | None:
@@ -86,9 +101,11 @@ class CallSyntax:
     quotes: str
     read: Callable[[str], list[Call] | None]
     tag: str
+    trigger: str | None = None
+    """What opens a call in the middle of text (None: calls only open the output or follow the tag)."""
 
 
-LLAMA3_JSON = CallSyntax("{", '"', json_call, "<|python_tag|>")
+LLAMA3_JSON = CallSyntax("{", '"', json_call, "<|python_tag|>", CALL_TRIGGER)
 LLAMA4_PYTHONIC = CallSyntax("[", "\"'", pythonic_calls, "<|python_start|>")
 _SEPARATORS = " \t\r\n;"
 
@@ -112,8 +129,12 @@ class LlamaParser(CallParser):
         self._space = ""
         self._value: list[str] = []
         self._closing = JsonEnd(syntax.quotes)
+        self._held = ""
+        """Content that could still become the mid-text call trigger."""
 
     def _end(self) -> None:
+        self._content(self._held)
+        self._held = ""
         if self._mode is Mode.HOLD and not self._tagged:
             self._content(self._space + "".join(self._value))
         elif self._mode is Mode.START and not self._tagged:
@@ -123,15 +144,18 @@ class LlamaParser(CallParser):
     def _control(self, token: str) -> None:
         if self._mode is Mode.HOLD:
             self._text(token)  # inside a value (a JSON string) a control token is its text
-        elif token == self._syntax.tag:
+            return
+        self._content(self._held)  # a token ends what the held text could have become
+        self._held = ""
+        if token == self._syntax.tag:
             self._mode, self._tagged, self._space = Mode.START, True, ""
         # elsewhere turn ends and other control tokens carry no text
 
     def _text(self, text: str) -> None:
         while text:
             if self._mode is Mode.CONTENT:
-                self._content(text)
-                return
+                text = self._in_content(text)
+                continue
             if self._mode is Mode.HOLD:
                 text = self._hold(text)
                 continue
@@ -142,11 +166,32 @@ class LlamaParser(CallParser):
                 return
             if lead[0] == self._syntax.opener:
                 self._space += skipped
-                self._mode, self._value, self._closing = Mode.HOLD, [], JsonEnd(self._syntax.quotes)
-            else:  # no call: the space before is content too (separators after calls are dropped)
-                lead = ("" if self._mode is Mode.AFTER else self._space + skipped) + lead
+                self._hold_value()
+            else:  # no call: the space before is content too (after calls, less the `;` separators)
+                space = self._space + skipped
+                lead = (space.replace(";", "") if self._mode is Mode.AFTER else space) + lead
                 self._mode, self._space = Mode.CONTENT, ""
             text = lead
+
+    def _in_content(self, text: str) -> str:
+        """Send content up to a call trigger, holding back what could still become one; the text from the trigger."""
+        trigger = self._syntax.trigger
+        if trigger is None:
+            self._content(text)
+            return ""
+        text, self._held = self._held + text, ""
+        at = text.find(trigger)
+        if at >= 0:
+            self._content(text[:at])
+            self._hold_value()
+            return text[at:]
+        keep = held_prefix(text, (trigger,))
+        self._content(text[: len(text) - keep])
+        self._held = text[len(text) - keep :]
+        return ""
+
+    def _hold_value(self) -> None:
+        self._mode, self._value, self._closing = Mode.HOLD, [], JsonEnd(self._syntax.quotes)
 
     def _hold(self, text: str) -> str:
         """Feed a held value; the text after it once it closes."""

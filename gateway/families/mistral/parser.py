@@ -24,6 +24,7 @@ from enum import Enum, auto
 from typing import Any
 
 from gateway.families.calls import CallParser, JsonEnd, is_call_name, json_object
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
@@ -46,7 +47,7 @@ class Mode(Enum):
 def array_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
     """The calls of a v3 `[{"name": …, "arguments": {…}}, …]` array, or None when it is not one."""
     try:
-        value = json.loads(text)
+        value = strict_json(text)
     except ValueError:
         return None
     if not isinstance(value, list):

@@ -98,10 +98,10 @@ class Qwen3XmlParser(StreamedCallParser):
 
     states = _State
     think = (THINK_START, THINK_END)
+    call_start = TOOL_CALL_START
     _buffer = ""  # text not yet consumed by the current state's step
     _function = ""  # the open call's name
     _value_started = False
-    _think_cut = False  # a call token ended reasoning: the model's belated `</think>` closes nothing
 
     def __init__(
         self,
@@ -144,15 +144,9 @@ class Qwen3XmlParser(StreamedCallParser):
         if state is None:
             return
         if state is _State.REASONING:
-            if marker == TOOL_CALL_START and self._parse_calls:
-                self._state = _State.CALL
-                self._think_cut = True
-            else:
-                self._out.reasoning(marker)
+            self._out.reasoning(marker)
         elif state is _State.CONTENT:
-            if marker == THINK_END and self._think_cut:
-                self._think_cut = False
-            elif marker == TOOL_CALL_START and self._parse_calls:
+            if marker == TOOL_CALL_START and self._parse_calls:
                 self._out.content(self._buffer)
                 self._buffer = ""
                 self._state = _State.CALL

@@ -1,0 +1,48 @@
+"""No family sends a call's arguments holding NaN or Infinity: numbers past a double (`1e999`), which Python reads as
+inf and would write back as `Infinity`, and the NaN / Infinity literals are no JSON a client can parse. A typed value
+keeps its text as a string (as SGLang's test_nonfinite_coercion.py asks of its coercions, after vLLM#43984); a whole
+JSON body holding one is no call (each family's rule for a body that is not JSON)."""
+
+from __future__ import annotations
+
+import pytest
+
+from backends.detokenizer import Detokenizer
+from gateway.families.values import convert, strict_json
+from tests.family_checks import added_tokens, feed, joined_calls
+from tests.test_parser_corpus import FAMILIES, new_parser, tokenizer
+
+NUMBER = {"f": {"p": {"type": "number"}}}
+DSML = '<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="p" string="false">{}</｜DSML｜parameter>'
+K2 = "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_call_end|>"
+V31 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+OUTPUTS = [
+    ("qwen3_xml", "<tool_call>\n<function=f>\n<parameter=p>\n1e999\n</parameter>\n</function>\n</tool_call>"),
+    ("glm47", "<tool_call>f<arg_key>p</arg_key><arg_value>-1e999</arg_value></tool_call>"),
+    ("deepseek_v32", DSML.format("1e999") + "\n</｜DSML｜invoke>\n</｜DSML｜function_calls>"),
+    ("gemma4", "<|tool_call>call:f{p:1e999}<tool_call|>"),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": "{\\"p\\": 1e999}"}\n</tool_call>'),
+    ("llama3_json", '{"name": "f", "parameters": {"p": 1e999}}'),
+    ("llama4_pythonic", "[f(p=1e999)]"),
+    ("kimi_k2", K2.format('{"p": NaN}') + "<|tool_calls_section_end|>"),
+    ("deepseek_v31", V31.format('{"p": 1e999}')),
+    ("mistral_v3", '[TOOL_CALLS][{"name": "f", "arguments": {"p": 1e999}}]'),
+    ("mistral", '[TOOL_CALLS]f[ARGS]{"p": 1e999}'),
+    ("gpt_oss", '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"p": 1e999}<|call|>'),
+]
+
+
+@pytest.mark.parametrize(("family", "output"), OUTPUTS, ids=[family for family, _ in OUTPUTS])
+def test_no_call_holds_a_number_json_cannot_take_back(family: str, output: str) -> None:
+    tok = tokenizer(FAMILIES[family][1])
+    parser = new_parser({"id": family, "tools": NUMBER}, family)
+    deltas = feed(parser, Detokenizer(tok, added_tokens(tok)), tok.encode(output, add_special_tokens=False).ids)
+    for _, arguments in joined_calls(deltas):  # strict JSON, the value kept as its text; or no call at all
+        assert isinstance(strict_json(arguments)["p"], str), arguments
+
+
+def test_an_integer_past_the_digit_limit_stays_text() -> None:
+    """Python refuses to read (or write) an integer of more than 4,300 digits: the value stays its text, no crash."""
+    digits = "7" * 5000
+    assert convert(digits, frozenset({"integer"})) == digits
+    assert convert(digits, frozenset({"number"})) == digits
