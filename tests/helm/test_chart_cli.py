@@ -41,6 +41,15 @@ def test_every_chart_flag_is_known(values: str):
     assert not unknown, f"{values}: `gateway serve` does not know {unknown} (build_parser() in gateway/cli.py)"
 
 
+def test_the_schema_refuses_exactly_the_flags_serve_does_not_know():
+    """gateway.extraArgs items that look like flags must be `gateway serve` flags, spelt out: argparse would take an
+    abbreviation (`--drain-t`) as the flag the chart already passes, and exits 2 on an unknown one (a crash loop)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    pattern = schema["properties"]["gateway"]["properties"]["extraArgs"]["items"]["pattern"]
+    listed = {f"--{flag}" for flag in re.search(r"\^--\(([^)]*)\)", pattern).group(1).split("|")}
+    assert listed == KNOWN - {"-h", "--help"}
+
+
 @pytest.mark.parametrize("values", VALID)
 def test_gateway_parses_the_rendered_command_line(values: str):
     args = _command_line(values)

@@ -216,7 +216,19 @@ httpGet:
 {{- end }}
 {{- $args = concat $args (list "--workers" (toString (int $g.workers))) }}
 {{- end }}
+{{- include "llm-gateway.refuseRepeatedFlags" (dict "where" "gateway.extraArgs" "args" $args "extra" $g.extraArgs) }}
 {{- toYaml (concat $args $g.extraArgs) }}
+{{- end }}
+
+{{/* Fails when `extra` names a flag that `args` (what the chart passes) already has: the program takes the last
+one, so the pod would listen on another port than its probes, drain past its grace period, read another config. */}}
+{{- define "llm-gateway.refuseRepeatedFlags" -}}
+{{- range $arg := .extra }}
+{{- $flag := first (splitList "=" (toString $arg)) }}
+{{- if and (hasPrefix "--" $flag) (has $flag $.args) }}
+{{- fail (printf "%s: %s is already passed by the chart; set the value it comes from instead (helm/llm-gateway/README.md), since the last %s would win over it" $.where $flag $flag) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The volume source of the model files: an existing claim or the given source. */}}
