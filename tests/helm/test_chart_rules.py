@@ -76,6 +76,29 @@ def test_every_pod_is_restricted(values: str):
 
 
 @pytest.mark.parametrize("values", VALID)
+def test_mount_paths_are_distinct_and_the_audit_folder_writable(values: str):
+    """The API server refuses a pod with two volumes on one path; the audit file's folder must be an emptyDir."""
+    for _, template in pod_templates(render(values)):
+        spec = template["spec"]
+        writable = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
+        for container in spec["containers"]:
+            mounts = {m["mountPath"].rstrip("/"): m["name"] for m in container.get("volumeMounts", [])}
+            assert len(mounts) == len(container.get("volumeMounts", [])), f"{values}: {container['name']} {mounts}"
+            if "--audit-log" in container.get("args", []):
+                folder = str(Path(_arg(container, "--audit-log")).parent)
+                assert mounts.get(folder) in writable, f"{values}: {folder} is not an emptyDir"
+
+
+@pytest.mark.parametrize(
+    ("audit_log", "refusal"),
+    [("/audit.log", "the root filesystem is read-only"), ("/etc/llm-gateway/config/a.log", "two volumes would mount")],
+)
+def test_an_audit_file_beside_a_read_only_mount_is_refused(audit_log: str, refusal: str):
+    done = helm("template", RELEASE, str(CHART), "--set", f"gateway.auditLogFile={audit_log}", check=False)
+    assert done.returncode != 0 and refusal in done.stderr
+
+
+@pytest.mark.parametrize("values", VALID)
 def test_probes_on_the_right_paths_and_ports(values: str):
     for workload, template in pod_templates(render(values)):
         container = template["spec"]["containers"][0]

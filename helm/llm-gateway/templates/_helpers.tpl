@@ -243,3 +243,15 @@ persistentVolumeClaim:
 {{- fail "modelStorage.enabled needs modelStorage.existingClaim or modelStorage.volume" }}
 {{- end }}
 {{- end }}
+
+{{/* Fails when two volumes of a container would mount at one path (the API server refuses the pod). */}}
+{{- define "llm-gateway.distinctMounts" -}}
+{{- $seen := dict }}
+{{- range .paths }}
+{{- $path := trimSuffix "/" . }}
+{{- if hasKey $seen $path }}
+{{- fail (printf "%s: two volumes would mount at %s; policies.mountPath, modelStorage.mountPath and the folder of gateway.auditLogFile must differ from each other and from the chart's /etc/llm-gateway/config, /tmp and /dev/shm" $.where $path) }}
+{{- end }}
+{{- $_ := set $seen $path true }}
+{{- end }}
+{{- end }}
