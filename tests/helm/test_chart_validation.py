@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -101,10 +102,24 @@ def test_install_notes_tell_how_to_make_a_first_request(values: str):
     policies = config.get("policies", {}).get("enabled", False)
     assert ("authorization: Bearer" in notes) == policies
     assert ("WARNING: no tenant policies" in notes) != policies
-    if config.get("ingress", {}).get("enabled"):
-        assert "https://llm.example.com/v1" in notes
-    elif not config.get("httpRoute", {}).get("enabled"):
-        assert "port-forward svc/llm-llm-gateway 8000:80" in notes
+    forwarded = "port-forward svc/llm-llm-gateway 8000:80" in notes
+    if config.get("ingress", {}).get("enabled"):  # the first request goes through the Ingress, over TLS
+        assert "curl -s https://llm.example.com/v1/chat/completions" in notes
+        assert "port-forward" not in notes
+    else:
+        assert forwarded and "curl -s http://127.0.0.1:8000/v1/chat/completions" in notes
+
+
+def test_install_notes_give_https_only_to_hosts_with_tls():
+    hosts = [{"host": h, "paths": [{"path": "/", "pathType": "Prefix"}]} for h in ("a.example.com", "b.example.com")]
+    ingress = {"enabled": True, "hosts": hosts, "tls": [{"hosts": ["b.example.com"], "secretName": "b-tls"}]}
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as values:
+        values.write(yaml.safe_dump({"ingress": ingress}))
+        values.flush()
+        done = helm("install", "llm", str(CHART), "--dry-run=client", "--namespace", "llm", "-f", values.name)
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "Endpoint: http://a.example.com/v1, https://b.example.com/v1" in notes
+    assert "curl -s http://a.example.com/v1/chat/completions" in notes
 
 
 def test_the_guide_examples_render(tmp_path: Path):
