@@ -76,12 +76,15 @@ def test_every_pod_is_restricted(values: str):
 
 
 @pytest.mark.parametrize("values", VALID)
-def test_mount_paths_are_distinct_and_the_audit_folder_writable(values: str):
-    """The API server refuses a pod with two volumes on one path; the audit file's folder must be an emptyDir."""
+def test_mount_paths_and_env_names_are_distinct_and_the_audit_folder_writable(values: str):
+    """The API server refuses a pod with two volumes on one path, server-side apply an env list naming a variable
+    twice; the audit file's folder must be an emptyDir."""
     for _, template in pod_templates(render(values)):
         spec = template["spec"]
         writable = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
         for container in spec["containers"]:
+            names = [e["name"] for e in container.get("env", [])]
+            assert len(names) == len(set(names)), f"{values}: {container['name']} {names}"
             mounts = {m["mountPath"].rstrip("/"): m["name"] for m in container.get("volumeMounts", [])}
             assert len(mounts) == len(container.get("volumeMounts", [])), f"{values}: {container['name']} {mounts}"
             if "--audit-log" in container.get("args", []):
@@ -234,6 +237,17 @@ def test_network_policies_select_the_pods_they_mean(values: str):
     if "OTEL_EXPORTER_OTLP_ENDPOINT" in env:
         assert _connects_to(env["OTEL_EXPORTER_OTLP_ENDPOINT"]) in {p["port"] for rule in egress for p in rule["ports"]}
     assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
+
+
+def test_extra_env_replaces_the_charts_variable_of_the_same_name():
+    extra = [{"name": "OTEL_SERVICE_NAME", "value": "edge"}, {"name": "HOME", "value": "/tmp/home"}]
+    values = {"gateway": {"extraEnv": extra}, "worker": {"extraEnv": extra[1:]}}
+    for _, template in pod_templates(render("networkpolicy-on.yaml", extra=yaml.safe_dump(values))):
+        env = template["spec"]["containers"][0]["env"]
+        names = [e["name"] for e in env]
+        assert names.count("HOME") == 1 and {e["name"]: e.get("value") for e in env}["HOME"] == "/tmp/home"
+        if _component(template["metadata"]["labels"]) == "gateway":
+            assert names.count("OTEL_SERVICE_NAME") == 1 and env[-2:] == extra
 
 
 def test_tracing_values_become_the_opentelemetry_variables_only_with_an_endpoint():

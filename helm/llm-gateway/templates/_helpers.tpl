@@ -255,3 +255,14 @@ persistentVolumeClaim:
 {{- $_ := set $seen $path true }}
 {{- end }}
 {{- end }}
+
+{{/* A container's environment: the chart's variables, less those extraEnv sets again, then extraEnv (one entry per
+name: server-side apply refuses a list with two, and the second would silently win otherwise). */}}
+{{- define "llm-gateway.env" -}}
+{{- $extra := .extra | default list }}
+{{- $names := list }}
+{{- range $extra }}{{ $names = append $names .name }}{{ end }}
+{{- $env := list }}
+{{- range .env }}{{ if not (has .name $names) }}{{ $env = append $env . }}{{ end }}{{ end }}
+{{- toYaml (concat $env $extra) }}
+{{- end }}
