@@ -14,6 +14,7 @@ import yaml
 
 from gateway.cli import build_parser
 from gateway.process.config import load_config
+from tests.dashboard import DASHBOARD
 from tests.helm.chart import CHART, ROOT, VALID, find, gateway_config, gateway_container, render, render_text
 
 
@@ -114,6 +115,13 @@ def test_chart_readme_lists_every_value():
     assert not missing, f"helm/llm-gateway/README.md does not list {missing}"
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert set(values) <= set(schema["properties"]) and schema["additionalProperties"] is False
+
+
+def test_the_chart_provisions_the_dashboard_whose_metrics_are_checked():
+    """The chart's dashboard is deploy/grafana's (a link), whose every queried metric the gateway's and the worker's
+    tests find exposed; a chart-only twin had drifted: no gateway panel, and one on a metric no worker serves."""
+    shipped = sorted((CHART / "dashboards").glob("*.json"))
+    assert [p.read_text() for p in shipped] == [DASHBOARD.read_text()]
 
 
 def test_own_dashboard_is_complete():
