@@ -118,8 +118,9 @@ def test_chart_readme_lists_every_value():
 
 
 def test_the_chart_provisions_the_dashboard_whose_metrics_are_checked():
-    """The chart's dashboard is deploy/grafana's (a link), whose every queried metric the gateway's and the worker's
-    tests find exposed; a chart-only twin had drifted: no gateway panel, and one on a metric no worker serves."""
+    """The chart's dashboard is a copy of deploy/grafana's (a chart carries no file outside it), whose every queried
+    metric the gateway's and the worker's tests find exposed; a chart-only twin had drifted: no gateway panel, and a
+    panel on a metric no worker serves."""
     shipped = sorted((CHART / "dashboards").glob("*.json"))
     assert [p.read_text() for p in shipped] == [DASHBOARD.read_text()]
 
