@@ -161,6 +161,28 @@ def test_gateway_reaches_bundled_workers_through_their_headless_service(values: 
         assert service["spec"]["ports"][0]["port"] == dns["port"]
 
 
+@pytest.mark.parametrize("values", VALID)
+def test_the_gateway_dials_the_pods_port_behind_a_headless_service_it_makes(values: str):
+    """A headless Service maps no port: its name resolves to pod addresses, which listen on the targetPort."""
+    docs = render(values)
+    made = {s["metadata"]["name"]: s for s in find(docs, "Service") if s["spec"].get("clusterIP") == "None"}
+    for model in yaml.safe_load(gateway_config(docs))["models"]:
+        dns = model["backend"].get("dns")
+        service = made.get(dns["host"].split(".")[0]) if dns else None
+        if service is not None:
+            target = service["spec"]["ports"][0]["targetPort"]
+            pods = [
+                t
+                for _, t in pod_templates(docs)
+                if selects({"matchLabels": service["spec"]["selector"]}, t["metadata"]["labels"])
+            ]
+            if pods:  # named targetPort of a bundled worker: its container's port number
+                target = next(
+                    p["containerPort"] for p in pods[0]["spec"]["containers"][0]["ports"] if p["name"] == target
+                )
+            assert dns["port"] == target, f"{values}: {model['id']} dials {dns['port']}, its pods listen on {target}"
+
+
 def _connects_to(url: str) -> int:
     """The port the OTLP exporter posts to: the URL's own, else its scheme's (the SDK adds no 4318)."""
     parts = urlsplit(url)

@@ -103,7 +103,8 @@ llm-gateway/worker: {{ . }}
 {{- else if $backend.service }}
 {{- $svc := $backend.service }}
 {{- $host := printf "%s.%s.svc.%s" $svc.name (default $.Release.Namespace $svc.namespace) $.Values.clusterDomain }}
-{{- $_ := set $cfg "dns" (dict "host" $host "port" $svc.port "scheme" (default "http" $svc.scheme) "refresh_s" (default 10 $svc.refreshSeconds)) }}
+{{- /* A headless Service resolves to pod addresses and maps no port: the gateway dials the pods' own (targetPort). */}}
+{{- $_ := set $cfg "dns" (dict "host" $host "port" (int ($svc.targetPort | default $svc.port)) "scheme" (default "http" $svc.scheme) "refresh_s" (default 10 $svc.refreshSeconds)) }}
 {{- else }}
 {{- fail (printf "models: %s: backend type %s needs url, urls or service" $model.id $backend.type) }}
 {{- end }}
