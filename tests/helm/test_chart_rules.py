@@ -76,6 +76,21 @@ def test_every_pod_is_restricted(values: str):
 
 
 @pytest.mark.parametrize("values", VALID)
+def test_no_pod_gets_a_variable_per_service_of_the_namespace(values: str):
+    """Service links add a dozen variables per Service of the namespace to every pod: nothing here reads them."""
+    for workload, template in pod_templates(render(values)):
+        assert template["spec"]["enableServiceLinks"] is False, f"{values}: {workload['metadata']['name']}"
+
+
+@pytest.mark.parametrize("values", ["redis-inchart.yaml", "gpu-worker.yaml"])
+def test_every_pod_pulls_with_the_image_pull_secrets(values: str):
+    """A private registry (a mirror, an air-gapped cluster) serves every image: the gateway's, the workers', Redis'."""
+    docs = render(values, extra="imagePullSecrets: [{name: registry}]\n")
+    for workload, template in pod_templates(docs):
+        assert template["spec"]["imagePullSecrets"] == [{"name": "registry"}], workload["metadata"]["name"]
+
+
+@pytest.mark.parametrize("values", VALID)
 def test_mount_paths_and_env_names_are_distinct_and_the_audit_folder_writable(values: str):
     """The API server refuses a pod with two volumes on one path, server-side apply an env list naming a variable
     twice; the audit file's folder must be an emptyDir."""
