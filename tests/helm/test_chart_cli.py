@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gateway.cli import build_parser
-from gateway.process.config import load_config
+from gateway.process.config import BackendConfig, load_config
 from tests.dashboard import DASHBOARD
 from tests.helm.chart import CHART, ROOT, VALID, find, gateway_config, gateway_container, render, render_text
 
@@ -49,6 +49,16 @@ def test_the_schema_refuses_exactly_the_flags_serve_does_not_know():
     pattern = schema["properties"]["gateway"]["properties"]["extraArgs"]["items"]["pattern"]
     listed = {f"--{flag}" for flag in re.search(r"\^--\(([^)]*)\)", pattern).group(1).split("|")}
     assert listed == KNOWN - {"-h", "--help"}
+
+
+def test_backend_settings_are_the_configs_backend_keys():
+    """backend.settings goes into the config as it is, and the gateway refuses an unknown key at start (a crash
+    loop): the schema lists the config's keys, less those the chart writes from its own values."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    model = schema["properties"]["models"]["items"]["properties"]
+    settings = model["backend"]["properties"]["settings"]
+    assert settings["additionalProperties"] is False
+    assert set(settings["properties"]) == set(BackendConfig.__dataclass_fields__) - {"type", "url", "urls", "dns"}
 
 
 @pytest.mark.parametrize("values", VALID)
