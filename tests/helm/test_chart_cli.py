@@ -14,6 +14,7 @@ import yaml
 
 from gateway.cli import build_parser
 from gateway.process.config import BackendConfig, load_config
+from gateway.process.policy_gate import backend_slots
 from tests.dashboard import DASHBOARD
 from tests.helm.chart import CHART, ROOT, VALID, find, gateway_config, gateway_container, render, render_text
 
@@ -82,8 +83,10 @@ def test_gateway_loads_the_rendered_config(values: str, tmp_path: Path):
     config = load_config(path)
     values_models = (yaml.safe_load((ROOT / "tests/helm/values" / values).read_text()) or {}).get("models")
     assert [m.id for m in config.models] == [m["id"] for m in values_models or [{"id": "smollm2-135m-instruct"}]]
-    for entry in config.models:
+    for entry, model in zip(config.models, values_models or [{}], strict=True):
         assert entry.backend.request_timeout_s == 600
+        if model.get("maxRunning"):  # the slots of the model's fair queue (tenants share them fairly)
+            assert backend_slots(entry) == model["maxRunning"]
 
 
 @pytest.mark.parametrize("values", [v for v in VALID if "type: worker" in (ROOT / "tests/helm/values" / v).read_text()])

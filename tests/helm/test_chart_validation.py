@@ -102,6 +102,9 @@ def test_install_notes_tell_how_to_make_a_first_request(values: str):
     policies = config.get("policies", {}).get("enabled", False)
     assert ("authorization: Bearer" in notes) == policies
     assert ("WARNING: no tenant policies" in notes) != policies
+    backends = ("sglang", "vllm", "worker")  # embedded: slots known; none: no backend
+    unqueued = [m for m in config.get("models") or [] if m["backend"]["type"] in backends and "maxRunning" not in m]
+    assert ("are not fair-queued" in notes) == (policies and bool(unqueued))
     forwarded = "port-forward svc/llm-llm-gateway 8000:80" in notes
     if config.get("ingress", {}).get("enabled"):  # the first request goes through the Ingress, over TLS
         assert "curl -s https://llm.example.com/v1/chat/completions" in notes

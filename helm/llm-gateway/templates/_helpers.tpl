@@ -87,6 +87,7 @@ llm-gateway/worker: {{ . }}
 {{- with $model.checkpoint }}{{ $_ := set $out "checkpoint" . }}{{ end }}
 {{- with $model.options }}{{ $_ := set $out "options" . }}{{ end }}
 {{- with $model.defaultMaxTokens }}{{ $_ := set $out "default_max_tokens" . }}{{ end }}
+{{- with $model.maxRunning }}{{ $_ := set $out "max_running" . }}{{ end }}
 {{- $cfg := dict "request_timeout_s" $.Values.gateway.requestTimeoutSeconds }}
 {{- if eq $backend.type "worker" }}
 {{- $w := include "llm-gateway.workerSettings" (dict "ctx" $ "model" $model) | fromYaml }}
