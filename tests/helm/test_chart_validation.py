@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -53,17 +54,30 @@ def test_schema_and_templates_refuse_bad_values(values: str):
         assert expected in done.stdout + done.stderr, f"{values}: {done.stdout}{done.stderr}"
 
 
+CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
+OLDEST = re.fullmatch(r">=(\d+\.\d+\.\d+)-0", CHART_META["kubeVersion"]).group(1)
+"""The oldest Kubernetes the chart claims (Chart.yaml kubeVersion): every manifest must be valid there too."""
+
+
 @pytest.mark.parametrize("values", VALID)
-def test_manifests_valid_for_kubernetes_1_35(values: str):
+def test_manifests_valid_for_kubernetes_1_35_and_the_oldest_supported(values: str):
     docs = render(values)
     assert docs
     for doc in docs:
         if doc["kind"] in CRD_KINDS:
             continue  # validated against their CRDs below
-        try:
-            kubernetes_validate.validate(doc, KUBERNETES, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{values}: {doc['kind']} {doc['metadata']['name']}: {exc.message} at {list(exc.path)}")
+        for version in (KUBERNETES, OLDEST):
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                where = f"{values}: {doc['kind']} {doc['metadata']['name']} (Kubernetes {version})"
+                pytest.fail(f"{where}: {exc.message} at {list(exc.path)}")
+
+
+def test_the_chart_deploys_the_images_of_this_version():
+    """image.tag and worker.image.tag default to appVersion: it must be the version the images are built from."""
+    project = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert CHART_META["appVersion"] == project
 
 
 def test_custom_resources_valid_against_their_crds():
