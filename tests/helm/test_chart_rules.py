@@ -4,6 +4,7 @@ that fit 63 characters."""
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -105,6 +106,20 @@ def test_mount_paths_and_env_names_are_distinct_and_the_audit_folder_writable(va
             if "--audit-log" in container.get("args", []):
                 folder = str(Path(_arg(container, "--audit-log")).parent)
                 assert mounts.get(folder) in writable, f"{values}: {folder} is not an emptyDir"
+
+
+def test_extra_volumes_reach_the_gateway_and_the_workers():
+    """A private CA for https backends (gateway) and a cache folder (worker), beside the chart's own volumes."""
+    gateway = gateway_deployment(render("networkpolicy-on.yaml"))["spec"]["template"]["spec"]
+    assert {"name": "corp-ca", "configMap": {"name": "corp-ca-bundle"}} in gateway["volumes"]
+    mount = {"name": "corp-ca", "mountPath": "/etc/ssl/corp", "readOnly": True}
+    assert mount in gateway["containers"][0]["volumeMounts"]
+    worker = one(render("gpu-worker.yaml"), "Deployment", "gw-llm-gateway-llama-3-2-1b-instruct")["spec"]["template"]
+    assert {"name": "triton-cache", "emptyDir": {"sizeLimit": "2Gi"}} in worker["spec"]["volumes"]
+    assert {"name": "triton-cache", "mountPath": "/var/cache/triton"} in worker["spec"]["containers"][0]["volumeMounts"]
+    clash = {"gateway": {"extraVolumes": [{"name": "tmp", "emptyDir": {}}]}}
+    done = helm("template", RELEASE, str(CHART), "--set-json", f"gateway={json.dumps(clash['gateway'])}", check=False)
+    assert done.returncode != 0 and "gateway.extraVolumes: a volume named tmp is already there" in done.stderr
 
 
 @pytest.mark.parametrize(

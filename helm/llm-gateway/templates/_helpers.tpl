@@ -252,10 +252,30 @@ persistentVolumeClaim:
 {{- range .paths }}
 {{- $path := trimSuffix "/" . }}
 {{- if hasKey $seen $path }}
-{{- fail (printf "%s: two volumes would mount at %s; policies.mountPath, modelStorage.mountPath and the folder of gateway.auditLogFile must differ from each other and from the chart's /etc/llm-gateway/config, /tmp and /dev/shm" $.where $path) }}
+{{- fail (printf "%s: two volumes would mount at %s; extraVolumeMounts, policies.mountPath, modelStorage.mountPath and the folder of gateway.auditLogFile must differ from each other and from the chart's /etc/llm-gateway/config, /tmp and /dev/shm" $.where $path) }}
 {{- end }}
 {{- $_ := set $seen $path true }}
 {{- end }}
+{{- end }}
+
+{{/* A container's extra volumes and mounts, checked against the chart's own: call with (dict "where" "gateway"
+"volumes" list "mounts" list "names" (the chart's volume names) "paths" (the chart's mount paths)). */}}
+{{- define "llm-gateway.checkExtraVolumes" -}}
+{{- $names := .names }}
+{{- range .volumes }}
+{{- if has .name $names }}
+{{- fail (printf "%s.extraVolumes: a volume named %s is already there (the chart's are %s); pick another name" $.where .name (join ", " $.names)) }}
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- $paths := .paths }}
+{{- range .mounts }}
+{{- if not (has .name $names) }}
+{{- fail (printf "%s.extraVolumeMounts: no volume named %s (add it to %s.extraVolumes)" $.where .name $.where) }}
+{{- end }}
+{{- $paths = append $paths .mountPath }}
+{{- end }}
+{{- include "llm-gateway.distinctMounts" (dict "where" .where "paths" $paths) }}
 {{- end }}
 
 {{/* A container's environment: the chart's variables, less those extraEnv sets again, then extraEnv (one entry per
