@@ -176,6 +176,11 @@ def test_termination_grace_covers_the_drain(values: str):
     drain = float(_arg(container, "--drain-delay")) + float(_arg(container, "--drain-timeout"))
     grace = gateway_deployment(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace >= drain + 5, f"{values}: SIGKILL after {grace}s would cut a {drain}s drain"
+    for workload, template in pod_templates(docs):  # a bundled worker's streams in flight when it is replaced
+        if _component(template["metadata"]["labels"]) == "worker":
+            drain = float(_arg(template["spec"]["containers"][0], "--drain-timeout"))
+            grace = template["spec"]["terminationGracePeriodSeconds"]
+            assert drain >= 30 and grace >= drain + 5, f"{values}: {workload['metadata']['name']}: {drain}, {grace}"
 
 
 @pytest.mark.parametrize("values", VALID)
