@@ -86,6 +86,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--disable-radix-cache", dest="prefix_cache", action="store_false", help="SGLang's name of --no-prefix-cache"
     )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=2.0,
+        help="on SIGTERM the listener closes at once and requests in flight get this many seconds to finish "
+        "(default: 2; a pod being replaced wants its streams' length)",
+    )
     return parser.parse_args(argv)
 
 
@@ -152,13 +159,13 @@ def choose_threads(threads: int | None, device: torch.device) -> tuple[ThreadTun
     return ThreadTuner(usable, usable, progress, start_up=True), usable
 
 
-async def serve(state: WorkerState, host: str, port: int) -> None:
+async def serve(state: WorkerState, host: str, port: int, drain_timeout: float = 2.0) -> None:
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on TCP-protocol sockets, and Nagle's algorithm
     # holds small stream events back ~40 ms on a kept-alive connection
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    config = uvicorn.Config(build_app(state), log_level="warning", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(build_app(state), log_level="warning", timeout_graceful_shutdown=drain_timeout)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
@@ -195,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     gc.collect()
     gc.freeze()  # what loading left: full collections need not walk it while serving
     try:
-        asyncio.run(serve(state, args.host, args.port))
+        asyncio.run(serve(state, args.host, args.port, args.drain_timeout))
     finally:
         state.engine.stop()
 

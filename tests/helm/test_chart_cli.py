@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from gateway.cli import build_parser
-from gateway.process.config import load_config
+from gateway.process.config import BackendConfig, load_config
+from gateway.process.policy_gate import backend_slots
+from tests.dashboard import DASHBOARD
 from tests.helm.chart import CHART, ROOT, VALID, find, gateway_config, gateway_container, render, render_text
 
 
@@ -41,6 +43,25 @@ def test_every_chart_flag_is_known(values: str):
     assert not unknown, f"{values}: `gateway serve` does not know {unknown} (build_parser() in gateway/cli.py)"
 
 
+def test_the_schema_refuses_exactly_the_flags_serve_does_not_know():
+    """gateway.extraArgs items that look like flags must be `gateway serve` flags, spelt out: argparse would take an
+    abbreviation (`--drain-t`) as the flag the chart already passes, and exits 2 on an unknown one (a crash loop)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    pattern = schema["properties"]["gateway"]["properties"]["extraArgs"]["items"]["pattern"]
+    listed = {f"--{flag}" for flag in re.search(r"\^--\(([^)]*)\)", pattern).group(1).split("|")}
+    assert listed == KNOWN - {"-h", "--help"}
+
+
+def test_backend_settings_are_the_configs_backend_keys():
+    """backend.settings goes into the config as it is, and the gateway refuses an unknown key at start (a crash
+    loop): the schema lists the config's keys, less those the chart writes from its own values."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    model = schema["properties"]["models"]["items"]["properties"]
+    settings = model["backend"]["properties"]["settings"]
+    assert settings["additionalProperties"] is False
+    assert set(settings["properties"]) == set(BackendConfig.__dataclass_fields__) - {"type", "url", "urls", "dns"}
+
+
 @pytest.mark.parametrize("values", VALID)
 def test_gateway_parses_the_rendered_command_line(values: str):
     args = _command_line(values)
@@ -62,8 +83,10 @@ def test_gateway_loads_the_rendered_config(values: str, tmp_path: Path):
     config = load_config(path)
     values_models = (yaml.safe_load((ROOT / "tests/helm/values" / values).read_text()) or {}).get("models")
     assert [m.id for m in config.models] == [m["id"] for m in values_models or [{"id": "smollm2-135m-instruct"}]]
-    for entry in config.models:
+    for entry, model in zip(config.models, values_models or [{}], strict=True):
         assert entry.backend.request_timeout_s == 600
+        if model.get("maxRunning"):  # the slots of the model's fair queue (tenants share them fairly)
+            assert backend_slots(entry) == model["maxRunning"]
 
 
 @pytest.mark.parametrize("values", [v for v in VALID if "type: worker" in (ROOT / "tests/helm/values" / v).read_text()])
@@ -105,6 +128,14 @@ def test_chart_readme_lists_every_value():
     assert not missing, f"helm/llm-gateway/README.md does not list {missing}"
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert set(values) <= set(schema["properties"]) and schema["additionalProperties"] is False
+
+
+def test_the_chart_provisions_the_dashboard_whose_metrics_are_checked():
+    """The chart's dashboard is a copy of deploy/grafana's (a chart carries no file outside it), whose every queried
+    metric the gateway's and the worker's tests find exposed; a chart-only twin had drifted: no gateway panel, and a
+    panel on a metric no worker serves."""
+    shipped = sorted((CHART / "dashboards").glob("*.json"))
+    assert [p.read_text() for p in shipped] == [DASHBOARD.read_text()]
 
 
 def test_own_dashboard_is_complete():

@@ -4,6 +4,7 @@ that fit 63 characters."""
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from pathlib import Path
@@ -76,6 +77,61 @@ def test_every_pod_is_restricted(values: str):
 
 
 @pytest.mark.parametrize("values", VALID)
+def test_no_pod_gets_a_variable_per_service_of_the_namespace(values: str):
+    """Service links add a dozen variables per Service of the namespace to every pod: nothing here reads them."""
+    for workload, template in pod_templates(render(values)):
+        assert template["spec"]["enableServiceLinks"] is False, f"{values}: {workload['metadata']['name']}"
+
+
+@pytest.mark.parametrize("values", ["redis-inchart.yaml", "gpu-worker.yaml"])
+def test_every_pod_pulls_with_the_image_pull_secrets(values: str):
+    """A private registry (a mirror, an air-gapped cluster) serves every image: the gateway's, the workers', Redis'."""
+    docs = render(values, extra="imagePullSecrets: [{name: registry}]\n")
+    for workload, template in pod_templates(docs):
+        assert template["spec"]["imagePullSecrets"] == [{"name": "registry"}], workload["metadata"]["name"]
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_mount_paths_and_env_names_are_distinct_and_the_audit_folder_writable(values: str):
+    """The API server refuses a pod with two volumes on one path, server-side apply an env list naming a variable
+    twice; the audit file's folder must be an emptyDir."""
+    for _, template in pod_templates(render(values)):
+        spec = template["spec"]
+        writable = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
+        for container in spec["containers"]:
+            names = [e["name"] for e in container.get("env", [])]
+            assert len(names) == len(set(names)), f"{values}: {container['name']} {names}"
+            mounts = {m["mountPath"].rstrip("/"): m["name"] for m in container.get("volumeMounts", [])}
+            assert len(mounts) == len(container.get("volumeMounts", [])), f"{values}: {container['name']} {mounts}"
+            if "--audit-log" in container.get("args", []):
+                folder = str(Path(_arg(container, "--audit-log")).parent)
+                assert mounts.get(folder) in writable, f"{values}: {folder} is not an emptyDir"
+
+
+def test_extra_volumes_reach_the_gateway_and_the_workers():
+    """A private CA for https backends (gateway) and a cache folder (worker), beside the chart's own volumes."""
+    gateway = gateway_deployment(render("networkpolicy-on.yaml"))["spec"]["template"]["spec"]
+    assert {"name": "corp-ca", "configMap": {"name": "corp-ca-bundle"}} in gateway["volumes"]
+    mount = {"name": "corp-ca", "mountPath": "/etc/ssl/corp", "readOnly": True}
+    assert mount in gateway["containers"][0]["volumeMounts"]
+    worker = one(render("gpu-worker.yaml"), "Deployment", "gw-llm-gateway-llama-3-2-1b-instruct")["spec"]["template"]
+    assert {"name": "triton-cache", "emptyDir": {"sizeLimit": "2Gi"}} in worker["spec"]["volumes"]
+    assert {"name": "triton-cache", "mountPath": "/var/cache/triton"} in worker["spec"]["containers"][0]["volumeMounts"]
+    clash = {"gateway": {"extraVolumes": [{"name": "tmp", "emptyDir": {}}]}}
+    done = helm("template", RELEASE, str(CHART), "--set-json", f"gateway={json.dumps(clash['gateway'])}", check=False)
+    assert done.returncode != 0 and "gateway.extraVolumes: a volume named tmp is already there" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("audit_log", "refusal"),
+    [("/audit.log", "the root filesystem is read-only"), ("/etc/llm-gateway/config/a.log", "two volumes would mount")],
+)
+def test_an_audit_file_beside_a_read_only_mount_is_refused(audit_log: str, refusal: str):
+    done = helm("template", RELEASE, str(CHART), "--set", f"gateway.auditLogFile={audit_log}", check=False)
+    assert done.returncode != 0 and refusal in done.stderr
+
+
+@pytest.mark.parametrize("values", VALID)
 def test_probes_on_the_right_paths_and_ports(values: str):
     for workload, template in pod_templates(render(values)):
         container = template["spec"]["containers"][0]
@@ -91,6 +147,28 @@ def test_probes_on_the_right_paths_and_ports(values: str):
         assert ports["http"] == int(_arg(container, "--port")), f"{values}: {component} listens elsewhere"
 
 
+EMBEDDED_PEAK_MIB = 2336
+"""Gateway + embedded worker + grammar compile child, anonymous memory (summed Pss_Anon) at peak under 10
+concurrent chat requests of 1,500 words and max_tokens 200 (2026-12-01, the CPU demo's config)."""
+
+_QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def _bytes(quantity: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)([A-Za-z]*)", str(quantity)).groups()
+    return float(number) * _QUANTITY.get(unit, 1)
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_a_pod_serving_the_embedded_model_has_the_memory_it_takes(values: str):
+    """The embedded model's worker runs inside the gateway container, under its memory limit: below its peak the
+    kernel kills the worker mid-request (the default install is the CPU demo)."""
+    docs = render(values)
+    if any(m["backend"]["type"] == "worker" for m in yaml.safe_load(gateway_config(docs))["models"]):
+        limit = gateway_container(docs)["resources"]["limits"]["memory"]
+        assert _bytes(limit) >= 1.2 * EMBEDDED_PEAK_MIB * 2**20, f"{values}: {limit}"
+
+
 @pytest.mark.parametrize("values", VALID)
 def test_termination_grace_covers_the_drain(values: str):
     docs = render(values)
@@ -98,6 +176,11 @@ def test_termination_grace_covers_the_drain(values: str):
     drain = float(_arg(container, "--drain-delay")) + float(_arg(container, "--drain-timeout"))
     grace = gateway_deployment(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace >= drain + 5, f"{values}: SIGKILL after {grace}s would cut a {drain}s drain"
+    for workload, template in pod_templates(docs):  # a bundled worker's streams in flight when it is replaced
+        if _component(template["metadata"]["labels"]) == "worker":
+            drain = float(_arg(template["spec"]["containers"][0], "--drain-timeout"))
+            grace = template["spec"]["terminationGracePeriodSeconds"]
+            assert drain >= 30 and grace >= drain + 5, f"{values}: {workload['metadata']['name']}: {drain}, {grace}"
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -133,6 +216,28 @@ def test_gateway_reaches_bundled_workers_through_their_headless_service(values: 
         service = services[name]
         assert service["spec"]["clusterIP"] == "None", "the gateway needs every pod address, not a virtual IP"
         assert service["spec"]["ports"][0]["port"] == dns["port"]
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_the_gateway_dials_the_pods_port_behind_a_headless_service_it_makes(values: str):
+    """A headless Service maps no port: its name resolves to pod addresses, which listen on the targetPort."""
+    docs = render(values)
+    made = {s["metadata"]["name"]: s for s in find(docs, "Service") if s["spec"].get("clusterIP") == "None"}
+    for model in yaml.safe_load(gateway_config(docs))["models"]:
+        dns = model["backend"].get("dns")
+        service = made.get(dns["host"].split(".")[0]) if dns else None
+        if service is not None:
+            target = service["spec"]["ports"][0]["targetPort"]
+            pods = [
+                t
+                for _, t in pod_templates(docs)
+                if selects({"matchLabels": service["spec"]["selector"]}, t["metadata"]["labels"])
+            ]
+            if pods:  # named targetPort of a bundled worker: its container's port number
+                target = next(
+                    p["containerPort"] for p in pods[0]["spec"]["containers"][0]["ports"] if p["name"] == target
+                )
+            assert dns["port"] == target, f"{values}: {model['id']} dials {dns['port']}, its pods listen on {target}"
 
 
 def _connects_to(url: str) -> int:
@@ -211,6 +316,17 @@ def test_network_policies_select_the_pods_they_mean(values: str):
     if "OTEL_EXPORTER_OTLP_ENDPOINT" in env:
         assert _connects_to(env["OTEL_EXPORTER_OTLP_ENDPOINT"]) in {p["port"] for rule in egress for p in rule["ports"]}
     assert not any(rule == {} for rule in egress), "an empty egress rule would allow everything"
+
+
+def test_extra_env_replaces_the_charts_variable_of_the_same_name():
+    extra = [{"name": "OTEL_SERVICE_NAME", "value": "edge"}, {"name": "HOME", "value": "/tmp/home"}]
+    values = {"gateway": {"extraEnv": extra}, "worker": {"extraEnv": extra[1:]}}
+    for _, template in pod_templates(render("networkpolicy-on.yaml", extra=yaml.safe_dump(values))):
+        env = template["spec"]["containers"][0]["env"]
+        names = [e["name"] for e in env]
+        assert names.count("HOME") == 1 and {e["name"]: e.get("value") for e in env}["HOME"] == "/tmp/home"
+        if _component(template["metadata"]["labels"]) == "gateway":
+            assert names.count("OTEL_SERVICE_NAME") == 1 and env[-2:] == extra
 
 
 def test_tracing_values_become_the_opentelemetry_variables_only_with_an_endpoint():

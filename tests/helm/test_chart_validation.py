@@ -7,6 +7,8 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -52,17 +54,30 @@ def test_schema_and_templates_refuse_bad_values(values: str):
         assert expected in done.stdout + done.stderr, f"{values}: {done.stdout}{done.stderr}"
 
 
+CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
+OLDEST = re.fullmatch(r">=(\d+\.\d+\.\d+)-0", CHART_META["kubeVersion"]).group(1)
+"""The oldest Kubernetes the chart claims (Chart.yaml kubeVersion): every manifest must be valid there too."""
+
+
 @pytest.mark.parametrize("values", VALID)
-def test_manifests_valid_for_kubernetes_1_35(values: str):
+def test_manifests_valid_for_kubernetes_1_35_and_the_oldest_supported(values: str):
     docs = render(values)
     assert docs
     for doc in docs:
         if doc["kind"] in CRD_KINDS:
             continue  # validated against their CRDs below
-        try:
-            kubernetes_validate.validate(doc, KUBERNETES, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            pytest.fail(f"{values}: {doc['kind']} {doc['metadata']['name']}: {exc.message} at {list(exc.path)}")
+        for version in (KUBERNETES, OLDEST):
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                where = f"{values}: {doc['kind']} {doc['metadata']['name']} (Kubernetes {version})"
+                pytest.fail(f"{where}: {exc.message} at {list(exc.path)}")
+
+
+def test_the_chart_deploys_the_images_of_this_version():
+    """image.tag and worker.image.tag default to appVersion: it must be the version the images are built from."""
+    project = tomllib.loads((CHART.parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert CHART_META["appVersion"] == project
 
 
 def test_custom_resources_valid_against_their_crds():
@@ -101,10 +116,27 @@ def test_install_notes_tell_how_to_make_a_first_request(values: str):
     policies = config.get("policies", {}).get("enabled", False)
     assert ("authorization: Bearer" in notes) == policies
     assert ("WARNING: no tenant policies" in notes) != policies
-    if config.get("ingress", {}).get("enabled"):
-        assert "https://llm.example.com/v1" in notes
-    elif not config.get("httpRoute", {}).get("enabled"):
-        assert "port-forward svc/llm-llm-gateway 8000:80" in notes
+    backends = ("sglang", "vllm", "worker")  # embedded: slots known; none: no backend
+    unqueued = [m for m in config.get("models") or [] if m["backend"]["type"] in backends and "maxRunning" not in m]
+    assert ("are not fair-queued" in notes) == (policies and bool(unqueued))
+    forwarded = "port-forward svc/llm-llm-gateway 8000:80" in notes
+    if config.get("ingress", {}).get("enabled"):  # the first request goes through the Ingress, over TLS
+        assert "curl -s https://llm.example.com/v1/chat/completions" in notes
+        assert "port-forward" not in notes
+    else:
+        assert forwarded and "curl -s http://127.0.0.1:8000/v1/chat/completions" in notes
+
+
+def test_install_notes_give_https_only_to_hosts_with_tls():
+    hosts = [{"host": h, "paths": [{"path": "/", "pathType": "Prefix"}]} for h in ("a.example.com", "b.example.com")]
+    ingress = {"enabled": True, "hosts": hosts, "tls": [{"hosts": ["b.example.com"], "secretName": "b-tls"}]}
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as values:
+        values.write(yaml.safe_dump({"ingress": ingress}))
+        values.flush()
+        done = helm("install", "llm", str(CHART), "--dry-run=client", "--namespace", "llm", "-f", values.name)
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "Endpoint: http://a.example.com/v1, https://b.example.com/v1" in notes
+    assert "curl -s http://a.example.com/v1/chat/completions" in notes
 
 
 def test_the_guide_examples_render(tmp_path: Path):

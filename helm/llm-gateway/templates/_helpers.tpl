@@ -87,6 +87,7 @@ llm-gateway/worker: {{ . }}
 {{- with $model.checkpoint }}{{ $_ := set $out "checkpoint" . }}{{ end }}
 {{- with $model.options }}{{ $_ := set $out "options" . }}{{ end }}
 {{- with $model.defaultMaxTokens }}{{ $_ := set $out "default_max_tokens" . }}{{ end }}
+{{- with $model.maxRunning }}{{ $_ := set $out "max_running" . }}{{ end }}
 {{- $cfg := dict "request_timeout_s" $.Values.gateway.requestTimeoutSeconds }}
 {{- if eq $backend.type "worker" }}
 {{- $w := include "llm-gateway.workerSettings" (dict "ctx" $ "model" $model) | fromYaml }}
@@ -103,7 +104,8 @@ llm-gateway/worker: {{ . }}
 {{- else if $backend.service }}
 {{- $svc := $backend.service }}
 {{- $host := printf "%s.%s.svc.%s" $svc.name (default $.Release.Namespace $svc.namespace) $.Values.clusterDomain }}
-{{- $_ := set $cfg "dns" (dict "host" $host "port" $svc.port "scheme" (default "http" $svc.scheme) "refresh_s" (default 10 $svc.refreshSeconds)) }}
+{{- /* A headless Service resolves to pod addresses and maps no port: the gateway dials the pods' own (targetPort). */}}
+{{- $_ := set $cfg "dns" (dict "host" $host "port" (int ($svc.targetPort | default $svc.port)) "scheme" (default "http" $svc.scheme) "refresh_s" (default 10 $svc.refreshSeconds)) }}
 {{- else }}
 {{- fail (printf "models: %s: backend type %s needs url, urls or service" $model.id $backend.type) }}
 {{- end }}
@@ -216,7 +218,19 @@ httpGet:
 {{- end }}
 {{- $args = concat $args (list "--workers" (toString (int $g.workers))) }}
 {{- end }}
+{{- include "llm-gateway.refuseRepeatedFlags" (dict "where" "gateway.extraArgs" "args" $args "extra" $g.extraArgs) }}
 {{- toYaml (concat $args $g.extraArgs) }}
+{{- end }}
+
+{{/* Fails when `extra` names a flag that `args` (what the chart passes) already has: the program takes the last
+one, so the pod would listen on another port than its probes, drain past its grace period, read another config. */}}
+{{- define "llm-gateway.refuseRepeatedFlags" -}}
+{{- range $arg := .extra }}
+{{- $flag := first (splitList "=" (toString $arg)) }}
+{{- if and (hasPrefix "--" $flag) (has $flag $.args) }}
+{{- fail (printf "%s: %s is already passed by the chart; set the value it comes from instead (helm/llm-gateway/README.md), since the last %s would win over it" $.where $flag $flag) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* The volume source of the model files: an existing claim or the given source. */}}
@@ -230,4 +244,47 @@ persistentVolumeClaim:
 {{- else }}
 {{- fail "modelStorage.enabled needs modelStorage.existingClaim or modelStorage.volume" }}
 {{- end }}
+{{- end }}
+
+{{/* Fails when two volumes of a container would mount at one path (the API server refuses the pod). */}}
+{{- define "llm-gateway.distinctMounts" -}}
+{{- $seen := dict }}
+{{- range .paths }}
+{{- $path := trimSuffix "/" . }}
+{{- if hasKey $seen $path }}
+{{- fail (printf "%s: two volumes would mount at %s; extraVolumeMounts, policies.mountPath, modelStorage.mountPath and the folder of gateway.auditLogFile must differ from each other and from the chart's /etc/llm-gateway/config, /tmp and /dev/shm" $.where $path) }}
+{{- end }}
+{{- $_ := set $seen $path true }}
+{{- end }}
+{{- end }}
+
+{{/* A container's extra volumes and mounts, checked against the chart's own: call with (dict "where" "gateway"
+"volumes" list "mounts" list "names" (the chart's volume names) "paths" (the chart's mount paths)). */}}
+{{- define "llm-gateway.checkExtraVolumes" -}}
+{{- $names := .names }}
+{{- range .volumes }}
+{{- if has .name $names }}
+{{- fail (printf "%s.extraVolumes: a volume named %s is already there (the chart's are %s); pick another name" $.where .name (join ", " $.names)) }}
+{{- end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- $paths := .paths }}
+{{- range .mounts }}
+{{- if not (has .name $names) }}
+{{- fail (printf "%s.extraVolumeMounts: no volume named %s (add it to %s.extraVolumes)" $.where .name $.where) }}
+{{- end }}
+{{- $paths = append $paths .mountPath }}
+{{- end }}
+{{- include "llm-gateway.distinctMounts" (dict "where" .where "paths" $paths) }}
+{{- end }}
+
+{{/* A container's environment: the chart's variables, less those extraEnv sets again, then extraEnv (one entry per
+name: server-side apply refuses a list with two, and the second would silently win otherwise). */}}
+{{- define "llm-gateway.env" -}}
+{{- $extra := .extra | default list }}
+{{- $names := list }}
+{{- range $extra }}{{ $names = append $names .name }}{{ end }}
+{{- $env := list }}
+{{- range .env }}{{ if not (has .name $names) }}{{ $env = append $env . }}{{ end }}{{ end }}
+{{- toYaml (concat $env $extra) }}
 {{- end }}
