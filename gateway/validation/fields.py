@@ -219,6 +219,10 @@ class GenerationSettings:
     continuous_usage: bool = False
     """With include_usage, every chunk carries the usage so far (vLLM's continuous_usage_stats)."""
     skip_special_tokens: bool = True
+    min_tokens: int = 0
+    """vLLM's: tokens generated before a stop token or a stop string may end the output."""
+    include_stop_str_in_output: bool = False
+    """vLLM's: the stop string that ended the output stays at its end."""
 
 
 STOP_STRING: Schema = {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS}
@@ -272,6 +276,8 @@ SETTINGS: dict[str, Field] = {
     "presence_penalty": PENALTY,
     "ignore_eos": boolean(False),
     "skip_special_tokens": boolean(True),
+    "min_tokens": integer(0, MAX_NEW_TOKENS, 0, "vLLM's: tokens generated before a stop may end the output."),
+    "include_stop_str_in_output": boolean(False, "vLLM's: the matched stop string ends the output, kept."),
 }
 """The generation settings a chat or completions body declares."""
 
@@ -295,6 +301,9 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     if options is not None and not stream:
         raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
     top_p, top_k = parse_top_p_top_k(fields)
+    min_tokens = fields.integer("min_tokens")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise invalid(f"'min_tokens' must be at most the max tokens ({max_tokens}), got {min_tokens}", "min_tokens")
     return GenerationSettings(
         max_tokens=max_tokens,
         n=fields.integer("n"),
@@ -311,6 +320,8 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
         include_usage=include_usage,
         continuous_usage=continuous_usage,
         skip_special_tokens=fields.boolean("skip_special_tokens"),
+        min_tokens=min_tokens,
+        include_stop_str_in_output=fields.boolean("include_stop_str_in_output"),
     )
 
 

@@ -131,6 +131,8 @@ def test_settings():
             stream=True,
             stream_options={"include_usage": True},
             ignore_eos=True,
+            min_tokens=4,
+            include_stop_str_in_output=True,
             response_format={
                 "type": "json_schema",
                 "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": True},
@@ -152,6 +154,7 @@ def test_settings():
         2,
         True,
     )
+    assert (s.min_tokens, s.include_stop_str_in_output) == (4, True)  # vLLM's
     assert req.chat.response_format["json_schema"]["strict"] is True
     assert req.chat.template_kwargs == {"enable_thinking": False} and req.chat.reasoning_effort == "low"
 
@@ -310,6 +313,9 @@ def test_settings():
         (chat(metadata={"k" * 65: "v"}), "metadata"),
         (chat(metadata={"k": "v" * 513}), "metadata"),
         (chat(metadata={"k": 1}), "metadata"),
+        (chat(min_tokens=-1), "min_tokens"),
+        (chat(min_tokens=8, max_completion_tokens=7), "min_tokens"),
+        (chat(include_stop_str_in_output="yes"), "include_stop_str_in_output"),
     ],
 )
 def test_chat_errors_name_their_param(body, param):
