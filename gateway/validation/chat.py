@@ -185,6 +185,7 @@ CHAT_FIELDS: dict[str, Field] = {
     "function_call": refused("use 'tools' and 'tool_choice'"),
     "audio": refused("audio output is not available"),
     "web_search_options": refused("web search is not available"),
+    "chat_template": refused("a request's own chat template is not run; the model's is (vLLM's default too)"),
     "modalities": array(
         {"type": "string", "enum": list(MODALITIES)}, len(MODALITIES), "Only 'text': no audio is produced here."
     ),
@@ -215,7 +216,7 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     """Validate a chat completions body; raises APIError (400) naming the bad param."""
     fields = Fields(body, CHAT)
     model = parse_model(fields)
-    for key in ("functions", "function_call", "audio", "web_search_options"):
+    for key in ("functions", "function_call", "audio", "web_search_options", "chat_template"):
         fields.refuse(key)
     _check_modalities(fields)
     parse_metadata(fields)  # labels only

@@ -259,9 +259,23 @@ STREAM_OPTIONS = Obj(
         "continuous_usage_stats": boolean(False, "With include_usage, every chunk carries the usage so far (vLLM's)."),
     },
 )
+_GRAMMAR = "constrained output is asked for with 'response_format' (chat completions)"
+VLLM_REFUSED: dict[str, Field] = {
+    **dict.fromkeys(
+        ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"), refused(_GRAMMAR)
+    ),
+    "repetition_penalty": refused("only 1 (no repetition penalty) is applied", unless=1),
+    "use_beam_search": refused("beam search is not available", unless=False),
+    "prompt_logprobs": refused("prompt logprobs are not available"),
+    "allowed_token_ids": refused("restricting the vocabulary is not available"),
+    "bad_words": refused("banned words are not available", unless=[]),
+}
+"""vLLM's sampling extensions the gateway cannot honour: refused, since ignoring them would change the output
+unannounced (vLLM's own fields the gateway does honour are declared with the settings)."""
 SETTINGS: dict[str, Field] = {
     "model": MODEL,
     "logit_bias": refused("logit bias is not applied by this gateway", unless={}),
+    **VLLM_REFUSED,
     "max_tokens": MAX_TOKENS,
     "stream": STREAM,
     "stream_options": obj(STREAM_OPTIONS, "Only with stream true."),
@@ -288,7 +302,8 @@ def parse_model(fields: Fields) -> str:
 
 def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> GenerationSettings:
     """The generation settings of a chat or completions body (logprobs are read by the caller)."""
-    fields.refuse("logit_bias")
+    for key in ("logit_bias", *VLLM_REFUSED):
+        fields.refuse(key)
     max_tokens = None
     for key in max_tokens_keys:  # each checked, the first given wins
         given = fields.integer(key)

@@ -141,6 +141,9 @@ def test_settings():
             chat_template_kwargs={"enable_thinking": False},
             user="u",
             some_vendor_field=1,
+            repetition_penalty=1.0,
+            use_beam_search=False,
+            bad_words=[],
         )
     )
     s = req.settings
@@ -316,6 +319,11 @@ def test_settings():
         (chat(min_tokens=-1), "min_tokens"),
         (chat(min_tokens=8, max_completion_tokens=7), "min_tokens"),
         (chat(include_stop_str_in_output="yes"), "include_stop_str_in_output"),
+        (chat(chat_template="{{ messages }}"), "chat_template"),
+        (chat(guided_json={"type": "object"}), "guided_json"),
+        (chat(structured_outputs={"regex": "a+"}), "structured_outputs"),
+        (chat(repetition_penalty=1.2), "repetition_penalty"),
+        (chat(use_beam_search=True), "use_beam_search"),
     ],
 )
 def test_chat_errors_name_their_param(body, param):
@@ -414,6 +422,9 @@ def test_completion_prompt_forms():
         ({"prompt": "a", "best_of": 2}, "best_of"),
         ({"prompt": "a", "logprobs": 6}, "logprobs"),
         ({"prompt": "a", "logprobs": True}, "logprobs"),
+        ({"prompt": "a", "guided_regex": "a+"}, "guided_regex"),
+        ({"prompt": "a", "prompt_logprobs": 1}, "prompt_logprobs"),
+        ({"prompt": "a", "bad_words": ["x"]}, "bad_words"),
     ],
 )
 def test_completion_errors_name_their_param(fields, param):
