@@ -75,9 +75,11 @@ def _prompt_ids(model: ServedModel, prompt: Prompt, param: str) -> tuple[list[in
     if isinstance(prompt, str):
         return model.encoder.encode_prompt(prompt), param
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
-    bad = next((t for t in prompt if not 0 <= t < vocab), None)
+    bad = next((i for i, t in enumerate(prompt) if not 0 <= t < vocab), None)
     if bad is not None:
-        raise invalid(f"'{param}' holds token id {bad}, outside this model's vocabulary of {vocab}", param)
+        raise invalid(
+            f"'{param}[{bad}]' is token id {prompt[bad]}, outside this model's vocabulary of {vocab}", f"{param}[{bad}]"
+        )
     return list(prompt), param
 
 
