@@ -2,8 +2,8 @@
 
 Policy: unknown top-level fields are ignored, as vLLM and SGLang do, so that
 clients sending vendor extras keep working; known fields whose meaning the
-gateway cannot honour (logit_bias, echo, best_of > 1, suffix, audio, the legacy
-functions API) are refused with a 400 rather than silently dropped. JSON null
+gateway cannot honour (logit_bias, best_of > 1, suffix, audio, the legacy
+functions API, and vLLM's guided_*, beam search ...) are refused with a 400 rather than silently dropped. JSON null
 means "not given" for every optional field. An integral float (`"n": 1.0`) is an
 integer, as JSON Schema and OpenAI's and vLLM's pydantic servers read it.
 """
