@@ -290,6 +290,7 @@ SETTINGS: dict[str, Field] = {
     "presence_penalty": PENALTY,
     "ignore_eos": boolean(False),
     "skip_special_tokens": boolean(True),
+    "user": string("An end user's label; not used here."),
     "min_tokens": integer(0, MAX_NEW_TOKENS, 0, "vLLM's: tokens generated before a stop may end the output."),
     "include_stop_str_in_output": boolean(False, "vLLM's: the matched stop string ends the output, kept."),
 }
@@ -304,6 +305,7 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     """The generation settings of a chat or completions body (logprobs are read by the caller)."""
     for key in ("logit_bias", *VLLM_REFUSED):
         fields.refuse(key)
+    fields.string("user")  # typed, though not used
     max_tokens = None
     for key in max_tokens_keys:  # each checked, the first given wins
         given = fields.integer(key)

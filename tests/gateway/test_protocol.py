@@ -140,6 +140,11 @@ def test_settings():
             reasoning_effort="low",
             chat_template_kwargs={"enable_thinking": False},
             user="u",
+            store=False,
+            service_tier="auto",
+            safety_identifier="s",
+            prompt_cache_key="k",
+            verbosity="low",
             some_vendor_field=1,
             repetition_penalty=1.0,
             use_beam_search=False,
@@ -324,6 +329,11 @@ def test_settings():
         (chat(structured_outputs={"regex": "a+"}), "structured_outputs"),
         (chat(repetition_penalty=1.2), "repetition_penalty"),
         (chat(use_beam_search=True), "use_beam_search"),
+        (chat(user=5), "user"),
+        (chat(store="yes"), "store"),
+        (chat(service_tier="fastest"), "service_tier"),
+        (chat(verbosity=1), "verbosity"),
+        (chat(prompt_cache_key=["k"]), "prompt_cache_key"),
     ],
 )
 def test_chat_errors_name_their_param(body, param):
@@ -426,6 +436,7 @@ def test_completion_prompt_forms():
         ({"prompt": "a", "guided_regex": "a+"}, "guided_regex"),
         ({"prompt": "a", "prompt_logprobs": 1}, "prompt_logprobs"),
         ({"prompt": "a", "bad_words": ["x"]}, "bad_words"),
+        ({"prompt": "a", "user": 1}, "user"),
     ],
 )
 def test_completion_errors_name_their_param(fields, param):
