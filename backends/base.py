@@ -34,10 +34,12 @@ class SamplingParams:
     presence_penalty: float = 0.0
     skip_special_tokens: bool = True
     """Only the backend's own text output: False whenever tools or a grammar are in play."""
+    min_new_tokens: int = 0
+    """Tokens generated before a stop token may end the output (vLLM's min_tokens); at most max_new_tokens."""
 
-    def wire_fields(self, *, max_tokens: str, seed: str) -> dict[str, Any]:
-        """The settings as a server's JSON fields, under its names for the token budget and the seed;
-        `top_k` stays SGLang's (-1 for off). Unset stop ids and seed are left out."""
+    def wire_fields(self, *, max_tokens: str, seed: str, min_tokens: str) -> dict[str, Any]:
+        """The settings as a server's JSON fields, under its names for the token budget, the seed and the least
+        tokens; `top_k` stays SGLang's (-1 for off). Unset stop ids and seed, and no least tokens, are left out."""
         fields: dict[str, Any] = {
             max_tokens: self.max_new_tokens,
             "temperature": self.temperature,
@@ -53,6 +55,8 @@ class SamplingParams:
             fields["stop_token_ids"] = list(self.stop_token_ids)
         if self.seed is not None:
             fields[seed] = self.seed
+        if self.min_new_tokens:
+            fields[min_tokens] = min(self.min_new_tokens, self.max_new_tokens)
         return fields
 
 

@@ -36,7 +36,9 @@ _DELTAS_UNEXPECTED = (
 
 def generate_payload(request: GenerateRequest) -> dict[str, Any]:
     """The `/generate` body for `request`, in SGLang's field names."""
-    params = request.sampling.wire_fields(max_tokens="max_new_tokens", seed="sampling_seed")
+    params = request.sampling.wire_fields(
+        max_tokens="max_new_tokens", seed="sampling_seed", min_tokens="min_new_tokens"
+    )
     if request.grammar is not None:
         params[request.grammar.kind] = request.grammar.text
     body: dict[str, Any] = {

@@ -47,7 +47,7 @@ def structured_outputs(grammar: Grammar) -> dict[str, Any]:
 
 def sampling_fields(request: GenerateRequest) -> dict[str, Any]:
     """Sampling settings under vLLM's names: top-level in /v1/completions, `sampling_params` in the generate API."""
-    fields = request.sampling.wire_fields(max_tokens="max_tokens", seed="seed")
+    fields = request.sampling.wire_fields(max_tokens="max_tokens", seed="seed", min_tokens="min_tokens")
     fields["top_k"] = max(fields["top_k"], 0)  # vLLM disables top-k with 0
     if request.grammar is not None:
         fields["structured_outputs"] = structured_outputs(request.grammar)

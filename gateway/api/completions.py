@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -65,7 +65,8 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     skipped = frozenset(model.family.context.control_token_ids) if settings.skip_special_tokens else frozenset()
-    renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, prompt_tokens)
+    echoed = [_prompt_text(model, p) for p in parsed.prompts for _ in range(settings.n)] if parsed.echo else None
+    renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, prompt_tokens, echoed)
     envelope = {"id": rid, "object": "text_completion", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, settings, "text_completion")
 
@@ -75,16 +76,31 @@ def _prompt_ids(model: ServedModel, prompt: Prompt, param: str) -> tuple[list[in
     if isinstance(prompt, str):
         return model.encoder.encode_prompt(prompt), param
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
-    bad = next((t for t in prompt if not 0 <= t < vocab), None)
+    bad = next((i for i, t in enumerate(prompt) if not 0 <= t < vocab), None)
     if bad is not None:
-        raise invalid(f"'{param}' holds token id {bad}, outside this model's vocabulary of {vocab}", param)
+        raise invalid(
+            f"'{param}[{bad}]' is token id {prompt[bad]}, outside this model's vocabulary of {vocab}", f"{param}[{bad}]"
+        )
     return list(prompt), param
 
 
-class CompletionRenderer:
-    """Choice steps → text completion chunk choices."""
+def _prompt_text(model: ServedModel, prompt: Prompt) -> str:
+    """A prompt as `echo` writes it back: its text, or its token ids decoded."""
+    return prompt if isinstance(prompt, str) else model.decode(prompt)
 
-    def __init__(self, choices: int, texts: TokenTexts | None, skipped: Collection[int], prompt_tokens: int):
+
+class CompletionRenderer:
+    """Choice steps → text completion chunk choices; with `echoed`, each choice's prompt text opens it."""
+
+    def __init__(
+        self,
+        choices: int,
+        texts: TokenTexts | None,
+        skipped: Collection[int],
+        prompt_tokens: int,
+        echoed: Sequence[str] | None = None,
+    ):
+        self._echoed = echoed or ()
         self._texts = texts
         self._skipped = skipped
         self._prompt_tokens = prompt_tokens
@@ -93,7 +109,7 @@ class CompletionRenderer:
         self._offsets = [0] * choices
 
     def opening(self) -> list[dict[str, Any]]:
-        return []
+        return [_choice(i, text, None) for i, text in enumerate(self._echoed)]
 
     def step(self, index: int, step: ChoiceStep) -> list[dict[str, Any]]:
         self._completion_tokens[index] = step.completion_tokens

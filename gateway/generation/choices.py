@@ -18,11 +18,19 @@ from gateway.validation.fields import GenerationSettings
 
 
 async def choice_steps(
-    backend: Backend, request: GenerateRequest, detokenizer: Detokenizer, stops: Sequence[str], index: int = 0
+    backend: Backend,
+    request: GenerateRequest,
+    detokenizer: Detokenizer,
+    stops: Sequence[str],
+    index: int = 0,
+    keep_stop: bool = False,
 ) -> Events:
     """Stream choice `index` of a generation; a matched stop string ends it (closing the backend stream aborts
-    the request). Its steps come tagged already, so one choice reaches the answer with no layer in between."""
+    the request), kept at the end of the text with `keep_stop` (vLLM's include_stop_str_in_output); none ends
+    within the sampling's first `min_new_tokens` tokens (vLLM's min_tokens). Its steps come tagged already, so one
+    choice reaches the answer with no layer in between."""
     matcher = StopMatcher(stops)
+    unarmed = request.sampling.min_new_tokens
     count = 0
     chunks = backend_stream(backend, request)
     try:  # closed in the finally (as `aclosing` would, without its two awaits)
@@ -33,8 +41,8 @@ async def choice_steps(
             text_ids = ids
             if chunk.finish_reason == "stop" and ids and ids[-1] == chunk.matched_stop:
                 text_ids = ids[:-1]  # the stop token ends the turn; it is not output text
-            if stops and len(ids) > 1:  # a stop string may end the choice before the chunk's last token
-                pieces, used = _until_stop(matcher, detokenizer, text_ids)
+            if stops and (len(ids) > 1 or count < unarmed):  # a stop may end it before the chunk's last token
+                pieces, used = _until_stop(matcher, detokenizer, text_ids, unarmed - count)
                 used = used if matcher.matched is not None else len(ids)
             elif stops:
                 pieces, used = matcher.feed(detokenizer.feed(text_ids)), len(ids)
@@ -49,6 +57,8 @@ async def choice_steps(
             if matcher.matched is not None:
                 finish = "stop"
                 logprobs = logprobs[:used]
+                if keep_stop:
+                    pieces.append(Piece(matcher.matched))
             step = ChoiceStep(pieces, logprobs, finish, count, chunk.cached_tokens, matcher.matched)
             if step.pieces or step.logprobs or finish is not None:
                 yield index, step
@@ -59,13 +69,16 @@ async def choice_steps(
     raise BackendError("the backend stream ended without a finish reason", retryable=True)
 
 
-def _until_stop(matcher: StopMatcher, detokenizer: Detokenizer, ids: list[int]) -> tuple[list[Piece], int]:
+def _until_stop(
+    matcher: StopMatcher, detokenizer: Detokenizer, ids: list[int], unarmed: int = 0
+) -> tuple[list[Piece], int]:
     """Feed `ids` one at a time until a stop string matches: the certain pieces, and how many ids were used (all of
     them without a match). A backend may send several tokens in one chunk; the usage and logprobs of a stopped
-    choice end at the token that completed the stop string, however the chunks fell."""
+    choice end at the token that completed the stop string, however the chunks fell. No stop string may end in
+    the first `unarmed` - 1 tokens (vLLM checks stops from the min_tokens-th token on)."""
     pieces: list[Piece] = []
     for used, token in enumerate(ids, 1):
-        pieces += matcher.feed(detokenizer.feed([token]))
+        pieces += matcher.feed(detokenizer.feed([token]), armed=used >= unarmed)
         if matcher.matched is not None:
             return pieces, used
     return pieces, len(ids)
@@ -135,7 +148,10 @@ def generate(
                 top_logprobs=settings.top_logprobs,
             )
             detokenizer = Detokenizer(model.tokenizer, model.added_ids)
-            steps = choice_steps(model.backend, request, detokenizer, settings.stop, p * settings.n + j)
+            index = p * settings.n + j
+            steps = choice_steps(
+                model.backend, request, detokenizer, settings.stop, index, settings.include_stop_str_in_output
+            )
             streams.append(each(steps) if each else steps)
     return merge(streams)
 

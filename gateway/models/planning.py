@@ -121,6 +121,7 @@ def sampling_params(
         frequency_penalty=settings.frequency_penalty,
         presence_penalty=settings.presence_penalty,
         skip_special_tokens=skip_special_tokens,
+        min_new_tokens=settings.min_tokens,
     )
 
 

@@ -185,10 +185,16 @@ CHAT_FIELDS: dict[str, Field] = {
     "function_call": refused("use 'tools' and 'tool_choice'"),
     "audio": refused("audio output is not available"),
     "web_search_options": refused("web search is not available"),
+    "chat_template": refused("a request's own chat template is not run; the model's is (vLLM's default too)"),
     "modalities": array(
         {"type": "string", "enum": list(MODALITIES)}, len(MODALITIES), "Only 'text': no audio is produced here."
     ),
     "metadata": METADATA,
+    "store": boolean(False, "Not used: chat completions are not stored here."),
+    "safety_identifier": string("An end user's stable id; not used here."),
+    "prompt_cache_key": string("Not used: prompts are cached by their prefix."),
+    "service_tier": string("Not used: one tier.", choices=("auto", "default", "flex", "scale", "priority")),
+    "verbosity": string("Not used.", choices=("low", "medium", "high")),
     "max_completion_tokens": SETTINGS["max_tokens"],
     "logprobs": boolean(False),
     "top_logprobs": TOP_LOGPROBS,
@@ -215,10 +221,13 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     """Validate a chat completions body; raises APIError (400) naming the bad param."""
     fields = Fields(body, CHAT)
     model = parse_model(fields)
-    for key in ("functions", "function_call", "audio", "web_search_options"):
+    for key in ("functions", "function_call", "audio", "web_search_options", "chat_template"):
         fields.refuse(key)
     _check_modalities(fields)
     parse_metadata(fields)  # labels only
+    fields.boolean("store")  # OpenAI's fields that change nothing here, typed as OpenAI types them
+    for key in ("safety_identifier", "prompt_cache_key", "service_tier", "verbosity"):
+        fields.string(key)
     settings = parse_settings(fields, max_tokens_keys=("max_completion_tokens", "max_tokens"))
     settings.logprobs = fields.boolean("logprobs")
     settings.top_logprobs = fields.integer("top_logprobs")

@@ -7,7 +7,7 @@ from typing import Any
 
 from backends.json_types import as_token_ids
 from gateway.errors import invalid
-from gateway.validation.declare import Field, Obj, array, either, integer, refused
+from gateway.validation.declare import Field, Obj, array, boolean, either, integer, refused
 from gateway.validation.fields import (
     MAX_N,
     MAX_NEW_TOKENS,
@@ -46,7 +46,7 @@ COMPLETION_FIELDS: dict[str, Field] = {
         1, MAX_NEW_TOKENS, doc=f"Tokens to generate at most; default {DEFAULT_MAX_TOKENS}, within the context left."
     ),
     "prompt": PROMPT,
-    "echo": refused("the prompt is not echoed back", unless=False),
+    "echo": boolean(False, "Each choice's text starts with its prompt (not with logprobs: no prompt logprobs here)."),
     "suffix": refused("insertion is not available"),
     "best_of": integer(1, MAX_N, doc="Must equal n: candidates are not ranked."),
     "logprobs": integer(0, MAX_LEGACY_LOGPROBS, doc="Log probabilities of this many top tokens."),
@@ -61,13 +61,13 @@ class CompletionRequest:
     model: str
     prompts: list[Prompt]
     settings: GenerationSettings
+    echo: bool = False
 
 
 def parse_completion(body: Any) -> CompletionRequest:
     """Validate a completions body; raises APIError (400) naming the bad param."""
     fields = Fields(body, COMPLETION)
     model = parse_model(fields)
-    fields.refuse("echo")
     fields.refuse("suffix")
     settings = parse_settings(fields, max_tokens_keys=("max_tokens",))
     best_of = fields.integer("best_of")
@@ -75,12 +75,19 @@ def parse_completion(body: Any) -> CompletionRequest:
         raise invalid("'best_of' must equal 'n': candidates are not ranked", "best_of", "unsupported_parameter")
     top = fields.integer("logprobs")
     settings.logprobs, settings.top_logprobs = top is not None, top or 0
+    echo = fields.boolean("echo")
+    if echo and settings.logprobs:
+        raise invalid(
+            "'echo' with 'logprobs' is not supported: the prompt's logprobs are not available",
+            "echo",
+            "unsupported_parameter",
+        )
     prompts = parse_prompts(fields)
     if len(prompts) * settings.n > MAX_CHOICES:
         raise invalid(
             f"prompts times 'n' is {len(prompts) * settings.n}; at most {MAX_CHOICES} choices are allowed", "n"
         )
-    return CompletionRequest(model=model, prompts=prompts, settings=settings)
+    return CompletionRequest(model=model, prompts=prompts, settings=settings, echo=echo)
 
 
 def parse_prompts(fields: Fields) -> list[Prompt]:

@@ -2,8 +2,8 @@
 
 Policy: unknown top-level fields are ignored, as vLLM and SGLang do, so that
 clients sending vendor extras keep working; known fields whose meaning the
-gateway cannot honour (logit_bias, echo, best_of > 1, suffix, audio, the legacy
-functions API) are refused with a 400 rather than silently dropped. JSON null
+gateway cannot honour (logit_bias, best_of > 1, suffix, audio, the legacy
+functions API, and vLLM's guided_*, beam search ...) are refused with a 400 rather than silently dropped. JSON null
 means "not given" for every optional field. An integral float (`"n": 1.0`) is an
 integer, as JSON Schema and OpenAI's and vLLM's pydantic servers read it.
 """
@@ -219,6 +219,10 @@ class GenerationSettings:
     continuous_usage: bool = False
     """With include_usage, every chunk carries the usage so far (vLLM's continuous_usage_stats)."""
     skip_special_tokens: bool = True
+    min_tokens: int = 0
+    """vLLM's: tokens generated before a stop token or a stop string may end the output."""
+    include_stop_str_in_output: bool = False
+    """vLLM's: the stop string that ended the output stays at its end."""
 
 
 STOP_STRING: Schema = {"type": "string", "minLength": 1, "maxLength": MAX_STOP_CHARS}
@@ -255,9 +259,23 @@ STREAM_OPTIONS = Obj(
         "continuous_usage_stats": boolean(False, "With include_usage, every chunk carries the usage so far (vLLM's)."),
     },
 )
+_GRAMMAR = "constrained output is asked for with 'response_format' (chat completions)"
+VLLM_REFUSED: dict[str, Field] = {
+    **dict.fromkeys(
+        ("guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"), refused(_GRAMMAR)
+    ),
+    "repetition_penalty": refused("only 1 (no repetition penalty) is applied", unless=1),
+    "use_beam_search": refused("beam search is not available", unless=False),
+    "prompt_logprobs": refused("prompt logprobs are not available"),
+    "allowed_token_ids": refused("restricting the vocabulary is not available"),
+    "bad_words": refused("banned words are not available", unless=[]),
+}
+"""vLLM's sampling extensions the gateway cannot honour: refused, since ignoring them would change the output
+unannounced (vLLM's own fields the gateway does honour are declared with the settings)."""
 SETTINGS: dict[str, Field] = {
     "model": MODEL,
     "logit_bias": refused("logit bias is not applied by this gateway", unless={}),
+    **VLLM_REFUSED,
     "max_tokens": MAX_TOKENS,
     "stream": STREAM,
     "stream_options": obj(STREAM_OPTIONS, "Only with stream true."),
@@ -272,6 +290,9 @@ SETTINGS: dict[str, Field] = {
     "presence_penalty": PENALTY,
     "ignore_eos": boolean(False),
     "skip_special_tokens": boolean(True),
+    "user": string("An end user's label; not used here."),
+    "min_tokens": integer(0, MAX_NEW_TOKENS, 0, "vLLM's: tokens generated before a stop may end the output."),
+    "include_stop_str_in_output": boolean(False, "vLLM's: the matched stop string ends the output, kept."),
 }
 """The generation settings a chat or completions body declares."""
 
@@ -282,7 +303,9 @@ def parse_model(fields: Fields) -> str:
 
 def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> GenerationSettings:
     """The generation settings of a chat or completions body (logprobs are read by the caller)."""
-    fields.refuse("logit_bias")
+    for key in ("logit_bias", *VLLM_REFUSED):
+        fields.refuse(key)
+    fields.string("user")  # typed, though not used
     max_tokens = None
     for key in max_tokens_keys:  # each checked, the first given wins
         given = fields.integer(key)
@@ -295,6 +318,9 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     if options is not None and not stream:
         raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
     top_p, top_k = parse_top_p_top_k(fields)
+    min_tokens = fields.integer("min_tokens")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise invalid(f"'min_tokens' must be at most the max tokens ({max_tokens}), got {min_tokens}", "min_tokens")
     return GenerationSettings(
         max_tokens=max_tokens,
         n=fields.integer("n"),
@@ -311,6 +337,8 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
         include_usage=include_usage,
         continuous_usage=continuous_usage,
         skip_special_tokens=fields.boolean("skip_special_tokens"),
+        min_tokens=min_tokens,
+        include_stop_str_in_output=fields.boolean("include_stop_str_in_output"),
     )
 
 

@@ -82,6 +82,12 @@ def test_stop_ids_ignore_eos_and_disabled_top_k(oracle, api):
 
 
 @pytest.mark.parametrize("api", ["completions", "generate"])
+def test_min_tokens_reaches_vllm_within_the_budget(oracle, api):
+    assert read(oracle, api, request(min_new_tokens=5))["min_tokens"] == 5
+    assert read(oracle, api, request(min_new_tokens=50, max_new_tokens=8))["min_tokens"] == 8
+
+
+@pytest.mark.parametrize("api", ["completions", "generate"])
 def test_logprobs(oracle, api):
     assert read(oracle, api, request(logprobs=3))["logprobs"] == 3
     assert read(oracle, api, request(logprobs=0))["logprobs"] == 0

@@ -231,3 +231,69 @@ def test_request_id_header(gateway, model_id):
     r = httpx.get(f"{gateway.base_url}/v1/models", headers={"x-request-id": "abc-123"})
     assert r.headers["x-request-id"] == "abc-123"
     assert httpx.get(f"{gateway.base_url}/health").headers["x-request-id"]
+
+
+def sse_data(gateway, path: str, body: dict) -> list[dict]:
+    """The JSON of every frame of a stream, which must end with `[DONE]`."""
+    with httpx.stream("POST", f"{gateway.base_url}{path}", json={**body, "stream": True}, timeout=120) as r:
+        data = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert r.status_code == 200 and data[-1] == "[DONE]"
+    return [json.loads(d) for d in data[:-1]]
+
+
+def test_tool_call_chunks_keep_the_published_types_and_fold_to_the_answer(gateway, model_id):
+    """Every frame and the body parse as the openai client's types; a call's id, type and name come on its first
+    chunk only; usage comes last with no choices; the chunks add up to the non-streamed message."""
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    body = {
+        "model": model_id,
+        "messages": ASK,
+        "tools": [WEATHER_TOOL, TIME_TOOL],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "temperature": 0,
+        "max_tokens": 40,
+    }
+    whole = ChatCompletion.model_validate(
+        httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=120).json()
+    )
+    frames = sse_data(gateway, "/v1/chat/completions", {**body, "stream_options": {"include_usage": True}})
+    chunks = [ChatCompletionChunk.model_validate(f) for f in frames]
+    assert len({(c.id, c.created, c.model) for c in chunks}) == 1
+    usage = chunks[-1].usage
+    assert chunks[-1].choices == [] and (usage.prompt_tokens, usage.completion_tokens) == (
+        whole.usage.prompt_tokens,
+        whole.usage.completion_tokens,
+    )  # (the second request finds the prompt cached)
+    calls: dict[int, dict] = {}
+    for chunk in chunks[:-1]:
+        for call in chunk.choices[0].delta.tool_calls or ():
+            first = call.index not in calls
+            assert (call.id is not None, call.type is not None, call.function.name is not None) == (first,) * 3
+            slot = calls.setdefault(call.index, {"id": call.id, "name": call.function.name, "arguments": ""})
+            slot["arguments"] += call.function.arguments or ""
+    message = whole.choices[0].message
+    assert [(c["name"], c["arguments"]) for c in calls.values()] == [
+        (t.function.name, t.function.arguments) for t in message.tool_calls
+    ]
+    assert whole.choices[0].finish_reason == "tool_calls" == chunks[-2].choices[0].finish_reason
+
+
+def test_vllm_stop_extensions_through_completions(gateway, model_id):
+    """vLLM's include_stop_str_in_output keeps the stop; min_tokens lets no stop end the first tokens."""
+    body = {"model": model_id, "prompt": "a, b, c, d, e, f", "stop": ",", "max_tokens": 8, "temperature": 0}
+
+    def text(**extra) -> tuple[str, int]:
+        whole = httpx.post(f"{gateway.base_url}/v1/completions", json={**body, **extra}, timeout=120).json()
+        streamed = "".join(
+            c["text"] for f in sse_data(gateway, "/v1/completions", {**body, **extra}) for c in f["choices"]
+        )
+        assert whole["choices"][0]["text"] == streamed and whole["choices"][0]["finish_reason"] == "stop"
+        return streamed, whole["usage"]["completion_tokens"]
+
+    plain, tokens = text()
+    assert "," not in plain
+    assert text(include_stop_str_in_output=True) == (plain + ",", tokens)
+    later, later_tokens = text(min_tokens=tokens + 1)
+    assert later.startswith(plain + ",") and later_tokens > tokens

@@ -253,6 +253,18 @@ def test_completions_text_and_ids(gateway):
     assert "".join(e["choices"][0]["text"] for e in events) == " Paris."
 
 
+def test_echo_opens_each_choice_with_its_prompt(gateway):
+    """OpenAI's and vLLM's echo: the prompt's text (token ids decoded) before the completion, streamed first."""
+    client, server = gateway
+    say(server, " Paris.")
+    body = {"model": MODEL, "prompt": ["The capital is", [504, 3575]], "n": 2, "echo": True}
+    texts = [c["text"] for c in client.post("/v1/completions", json=body).json()["choices"]]
+    decoded = client.post("/detokenize", json={"model": MODEL, "tokens": [504, 3575]}).json()["prompt"]
+    assert texts == ["The capital is Paris."] * 2 + [decoded + " Paris."] * 2
+    events = sse(client.post("/v1/completions", json={**body, "stream": True}))
+    assert [e["choices"][0]["text"] for e in events[:4]] == ["The capital is"] * 2 + [decoded] * 2
+
+
 def test_a_completion_that_names_no_max_tokens_gets_openais_16(gateway):
     client, server = gateway
     say(server, " Paris.")
@@ -302,7 +314,8 @@ UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLe
             "tools[1].function.parameters",
             None,
         ),
-        ("/v1/completions", {"model": MODEL, "prompt": [49152]}, 400, "prompt", None),
+        ("/v1/completions", {"model": MODEL, "prompt": [5, 49152]}, 400, "prompt[1]", None),
+        ("/v1/completions", {"model": MODEL, "prompt": [[5], [6, -1]]}, 400, "prompt[1][1]", None),
         ("/v1/chat/completions", [1], 400, None, None),
         ("/detokenize", {"model": MODEL, "tokens": [-1]}, 400, "tokens[0]", None),
         ("/tokenize", {"model": "nope", "prompt": "x"}, 404, "model", "model_not_found"),

@@ -35,14 +35,21 @@ class Chunked(Backend):
 
 
 async def steps_of(
-    checkpoint, size: int, stops: list[str], text: str = TEXT, end: int | None = None
+    checkpoint,
+    size: int,
+    stops: list[str],
+    text: str = TEXT,
+    end: int | None = None,
+    min_tokens: int = 0,
+    keep_stop: bool = False,
 ) -> tuple[str, int, int, str | None]:
     tokenizer = checkpoint.tokenizer
     ids = tokenizer.encode(text, add_special_tokens=False).ids
-    request = GenerateRequest("r", [1], SamplingParams(max_new_tokens=len(ids)), logprobs=True)
+    sampling = SamplingParams(max_new_tokens=len(ids), min_new_tokens=min_tokens)
+    request = GenerateRequest("r", [1], sampling, logprobs=True)
     detokenizer = Detokenizer(tokenizer, added_tokens(tokenizer)[0])
     text, logprobs, last = "", 0, None
-    async for _, step in choice_steps(Chunked(ids, size, end), request, detokenizer, stops):
+    async for _, step in choice_steps(Chunked(ids, size, end), request, detokenizer, stops, keep_stop=keep_stop):
         text += "".join(p.text for p in step.pieces)
         logprobs += len(step.logprobs)
         last = step
@@ -67,3 +74,19 @@ async def test_a_stop_on_the_token_before_the_end_token_leaves_the_end_token_unc
     alone = await steps_of(checkpoint, 1, ["END"], "Sunny. END", end)
     assert alone[0] == "Sunny. " and alone[3] == "stop"
     assert await steps_of(checkpoint, 3, ["END"], "Sunny. END", end) == alone  # ["Sun", "ny", "."], [" END", end]
+
+
+@pytest.mark.parametrize("size", [1, 3, 100])
+async def test_min_tokens_lets_no_stop_string_end_the_output_before_it(checkpoint, size):
+    """vLLM's min_tokens: stops are checked from the min_tokens-th token on, however the chunks fall."""
+    text = "a, b, c, d, e"
+    assert (
+        len(checkpoint.tokenizer.encode(text, add_special_tokens=False).ids) == 9
+    )  # "a" "," " b" "," " c" ...: the first "," is token 2, the second token 4
+    assert (await steps_of(checkpoint, size, [","], text, min_tokens=2))[:2] == ("a", 2)
+    assert (await steps_of(checkpoint, size, [","], text, min_tokens=3))[:2] == ("a, b", 4)
+
+
+@pytest.mark.parametrize("size", [1, 100])
+async def test_include_stop_str_in_output_keeps_the_matched_stop(checkpoint, size):
+    assert await steps_of(checkpoint, size, ["END"], keep_stop=True) == ("Sunny. END", 4, 4, "stop")

@@ -131,6 +131,8 @@ def test_settings():
             stream=True,
             stream_options={"include_usage": True},
             ignore_eos=True,
+            min_tokens=4,
+            include_stop_str_in_output=True,
             response_format={
                 "type": "json_schema",
                 "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": True},
@@ -138,7 +140,15 @@ def test_settings():
             reasoning_effort="low",
             chat_template_kwargs={"enable_thinking": False},
             user="u",
+            store=False,
+            service_tier="auto",
+            safety_identifier="s",
+            prompt_cache_key="k",
+            verbosity="low",
             some_vendor_field=1,
+            repetition_penalty=1.0,
+            use_beam_search=False,
+            bad_words=[],
         )
     )
     s = req.settings
@@ -152,6 +162,7 @@ def test_settings():
         2,
         True,
     )
+    assert (s.min_tokens, s.include_stop_str_in_output) == (4, True)  # vLLM's
     assert req.chat.response_format["json_schema"]["strict"] is True
     assert req.chat.template_kwargs == {"enable_thinking": False} and req.chat.reasoning_effort == "low"
 
@@ -310,6 +321,19 @@ def test_settings():
         (chat(metadata={"k" * 65: "v"}), "metadata"),
         (chat(metadata={"k": "v" * 513}), "metadata"),
         (chat(metadata={"k": 1}), "metadata"),
+        (chat(min_tokens=-1), "min_tokens"),
+        (chat(min_tokens=8, max_completion_tokens=7), "min_tokens"),
+        (chat(include_stop_str_in_output="yes"), "include_stop_str_in_output"),
+        (chat(chat_template="{{ messages }}"), "chat_template"),
+        (chat(guided_json={"type": "object"}), "guided_json"),
+        (chat(structured_outputs={"regex": "a+"}), "structured_outputs"),
+        (chat(repetition_penalty=1.2), "repetition_penalty"),
+        (chat(use_beam_search=True), "use_beam_search"),
+        (chat(user=5), "user"),
+        (chat(store="yes"), "store"),
+        (chat(service_tier="fastest"), "service_tier"),
+        (chat(verbosity=1), "verbosity"),
+        (chat(prompt_cache_key=["k"]), "prompt_cache_key"),
     ],
 )
 def test_chat_errors_name_their_param(body, param):
@@ -403,11 +427,16 @@ def test_completion_prompt_forms():
         ({"prompt": {"text": "a"}}, "prompt"),
         ({"prompt": ["a"] * 17}, "prompt"),
         ({"prompt": ["a"] * 8, "n": MAX_CHOICES // 8 + 1}, "n"),
-        ({"prompt": "a", "echo": True}, "echo"),
+        ({"prompt": "a", "echo": True, "logprobs": 0}, "echo"),
+        ({"prompt": "a", "echo": 1}, "echo"),
         ({"prompt": "a", "suffix": "b"}, "suffix"),
         ({"prompt": "a", "best_of": 2}, "best_of"),
         ({"prompt": "a", "logprobs": 6}, "logprobs"),
         ({"prompt": "a", "logprobs": True}, "logprobs"),
+        ({"prompt": "a", "guided_regex": "a+"}, "guided_regex"),
+        ({"prompt": "a", "prompt_logprobs": 1}, "prompt_logprobs"),
+        ({"prompt": "a", "bad_words": ["x"]}, "bad_words"),
+        ({"prompt": "a", "user": 1}, "user"),
     ],
 )
 def test_completion_errors_name_their_param(fields, param):

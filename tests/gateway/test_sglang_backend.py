@@ -28,7 +28,12 @@ def test_payload_uses_sglang_names_only():
         rid="x",
         input_ids=[5, 6],
         sampling=SamplingParams(
-            max_new_tokens=7, temperature=0.5, seed=42, stop_token_ids=[2], skip_special_tokens=False
+            max_new_tokens=7,
+            temperature=0.5,
+            seed=42,
+            stop_token_ids=[2],
+            skip_special_tokens=False,
+            min_new_tokens=3,
         ),
         grammar=Grammar("structural_tag", '{"type": "structural_tag"}'),
         logprobs=True,
@@ -38,6 +43,7 @@ def test_payload_uses_sglang_names_only():
     parsed = api_types.GenerateRequest.from_json_value(body)  # SGLang refuses unknown sampling keys
     assert parsed.sampling_params.max_new_tokens == 7
     assert parsed.sampling_params.sampling_seed == 42
+    assert parsed.sampling_params.min_new_tokens == 3
     assert parsed.sampling_params.structural_tag == '{"type": "structural_tag"}'
     assert parsed.sampling_params.skip_special_tokens is False
     assert list(parsed.sampling_params.stop_token_ids) == [2]
