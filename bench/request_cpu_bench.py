@@ -94,14 +94,15 @@ async def callgrind_control(pid: int, *command: str) -> None:
 
 
 async def counted(pid: int, out: Path, work: Awaitable[T]) -> tuple[int, T]:
-    """The instructions the process `pid` (under callgrind, writing `out`.<pid>) ran while `work` ran, and its value;
-    once per process (its first dump)."""
+    """The instructions the process `pid` (under callgrind, writing `out`.<pid>) ran while `work` ran, and its value
+    (read from the process's newest dump, `out`.<pid>.<n>)."""
     for command in (["-z"], ["-i", "on"]):
         await callgrind_control(pid, *command)
     value = await work
     for command in (["-i", "off"], ["-d"]):
         await callgrind_control(pid, *command)
-    dump = Path(f"{out}.{pid}.1").read_text()
+    dumps = out.parent.glob(f"{out.name}.{pid}.*")
+    dump = max(dumps, key=lambda path: int(path.suffix[1:])).read_text()
     return int(next(line for line in dump.splitlines() if line.startswith("totals:")).split()[1]), value
 
 
