@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tokenizers import Tokenizer, decoders
@@ -52,8 +52,18 @@ class Detokenizer:
         self._read = 0  # window[:read] is already emitted; window[0] starts at a character boundary
         self._prefix: str | None = None  # the text of window[:read], once known
 
-    def feed(self, ids: Iterable[int]) -> list[Piece]:
+    def feed(self, ids: Sequence[int]) -> list[Piece]:
         """Pieces that the new ids complete; adjacent text is merged into one Piece."""
+        if len(ids) == 1 and self._bytes_only and self._prefix is not None and self._read == len(self._window):
+            # Most steps of a byte-level BPE: one ordinary token after text that ended at a character. Its piece
+            # is what the loop below makes of it (its bytes decoded alone), kept per id by the decoder.
+            token_id = ids[0]
+            piece = self._decode.piece(token_id) if token_id not in self._added else None  # type: ignore[attr-defined]
+            if piece is not None:
+                self._window = [token_id]
+                self._read = 1
+                self._prefix = piece.text
+                return [piece]
         out: list[Piece] = []
         for token_id in ids:
             spelling = self._added.get(token_id)
@@ -144,6 +154,7 @@ class _ByteLevelText:
         self._byte_of = {c: b for b, c in _BYTE_CHARS.items()}
         self._added = frozenset(tokenizer.get_added_tokens_decoder())
         self._size = tokenizer.get_vocab_size(with_added_tokens=True)
+        self._pieces: dict[int, Piece | None] = {}
 
     def __call__(self, ids: list[int]) -> str:
         known = self._bytes
@@ -162,6 +173,21 @@ class _ByteLevelText:
             return (known[ids[0]] if len(ids) == 1 else b"".join([known[i] for i in ids])).decode()
         except (KeyError, UnicodeDecodeError):
             return None
+
+    def piece(self, token_id: int) -> Piece | None:
+        """The Piece of `token_id` decoded alone, when its bytes are known and are whole UTF-8 text not ending in
+        U+FFFD (None otherwise): made once per id and shared, a Piece being immutable."""
+        piece = self._pieces.get(token_id, False)
+        if piece is False:
+            data = self._bytes.get(token_id)
+            if data is None:
+                return None  # not learned yet: the general path decodes it (and learns its bytes)
+            try:
+                text = data.decode()
+            except UnicodeDecodeError:
+                text = ""
+            piece = self._pieces[token_id] = Piece(text) if text and not text.endswith(_REPLACEMENT) else None
+        return piece
 
     def _learn(self, token_id: int) -> bool:
         """Keep the bytes of `token_id`; False when it has none here (an added or unknown token)."""

@@ -521,9 +521,10 @@ class BodyLines:
         """The lines that `data` completes (and the body's last, unterminated line once the body is complete)."""
         whole = None
         if self._chunked and not (self._left or self._crlf or self._framing or self._trailers):
-            whole = _whole_chunk(data)  # a read of exactly one chunk (one event, usually)
+            whole = _whole_chunk(data)  # a read of exactly one chunk holding no CRLF (one event, usually)
         data = self.bytes_of(data) if whole is None else whole
-        if not self._pending and data[-1:] == b"\n" and data.find(b"\r") < 0:  # whole lines (one event, usually)
+        # Whole lines (one event, usually) that no `\r\n` ends: a lone `\r` stays in its line either way.
+        if not self._pending and data[-1:] == b"\n" and (whole is not None or data.find(b"\r") < 0):
             lines = data.split(b"\n")
             del lines[-1]
             return lines
@@ -608,18 +609,16 @@ def _chunk_size(line: bytes) -> int:
 
 
 def _whole_chunk(data: bytes) -> bytes | None:
-    """The data of `data` when it is exactly one whole non-empty chunk (size line, data, CRLF), else None."""
-    newline = data.find(b"\n")
-    if newline < 1:
+    """The data of `data` when it is exactly one whole non-empty chunk (size line, data, CRLF) and its data holds no
+    CRLF, else None (one split: a `find` per part would cost more)."""
+    parts = data.split(b"\r\n", 3)  # at most 4 parts, however many chunks the read holds
+    if len(parts) != 3 or parts[2]:
         return None
     try:
-        size = int(data[:newline], 16)  # `int` strips the size line's `\r`; a `;extension` is a ValueError
+        size = int(parts[0], 16)  # a `;extension` is a ValueError
     except ValueError:
         return None
-    end = newline + 1 + size
-    if size > 0 and len(data) == end + 2 and data[end:] == b"\r\n":
-        return data[newline + 1 : end]
-    return None
+    return parts[1] if size > 0 and size == len(parts[1]) else None
 
 
 def _closed_before_answering(error: BaseException) -> bool:

@@ -162,14 +162,16 @@ class _StreamReader:
             matched = finish.get("matched") if isinstance(finish.get("matched"), int) else None
         get = meta.get
         logprobs = None if get("output_token_logprobs") is None else self._logprobs(meta)
+        prompt, completion, cached = get("prompt_tokens"), get("completion_tokens"), get("cached_tokens")
         return GenerateChunk(  # positional: the dataclass's field order (keywords cost more per event)
             ids,
             logprobs,
             reason,
             matched,
-            int(get("prompt_tokens") or 0),
-            int(get("completion_tokens") or 0),
-            int(get("cached_tokens") or 0),
+            # `int(n or 0)`, with no call for what is an int already (every event's counts, usually)
+            prompt if type(prompt) is int else int(prompt or 0),
+            completion if type(completion) is int else int(completion or 0),
+            cached if type(cached) is int else int(cached or 0),
         )
 
     def _new(self, items: list[Any], seen_attr: str) -> list[Any]:

@@ -15,10 +15,13 @@ The stand-in's own burst (direct) runs in every round too. Medians of rounds for
 
 With `--callgrind` both gateways run under valgrind's callgrind instead, and each side's `--requests` sequential
 requests are counted in instructions (user space, the whole process: uvicorn, the gateway, the libraries), a
-figure no other load on the machine changes; no bursts then (their timing means nothing under valgrind).
+figure no other load on the machine changes; no bursts then (their timing means nothing under valgrind). Then
+`--long-requests` requests of `--long-tokens` tokens each are counted the same way: what one adds over a 1-token
+request, per token it adds, is the gateway's cost per streamed token (each event read alone: keep the stand-in's
+`--interval-ms` well above the gateway's time per event under callgrind, ~2 ms quiet; 40 on a busy machine).
 
     python bench/request_cpu_bench.py [--base main] [--port 0] [--rounds 6] [--requests 200] [--streams 64] [--tokens 32]
-    python bench/request_cpu_bench.py --callgrind [--base main] [--requests 200]
+    python bench/request_cpu_bench.py --callgrind [--base main] [--requests 200] [--long-tokens 64] [--interval-ms 40]
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from overhead_bench import (  # the bench folder is not a package: its path is a
     Side,
     _chat_body,
     _direct_body,
+    connect,
     cpu_seconds,
     free_port,
     machine,
@@ -57,6 +61,7 @@ from overhead_bench import (  # the bench folder is not a package: its path is a
     read_direct,
     run_phase,
     stand_in,
+    stream,
     wait_ready,
 )
 
@@ -89,14 +94,15 @@ async def callgrind_control(pid: int, *command: str) -> None:
 
 
 async def counted(pid: int, out: Path, work: Awaitable[T]) -> tuple[int, T]:
-    """The instructions the process `pid` (under callgrind, writing `out`.<pid>) ran while `work` ran, and its value;
-    once per process (its first dump)."""
+    """The instructions the process `pid` (under callgrind, writing `out`.<pid>) ran while `work` ran, and its value
+    (read from the process's newest dump, `out`.<pid>.<n>)."""
     for command in (["-z"], ["-i", "on"]):
         await callgrind_control(pid, *command)
     value = await work
     for command in (["-i", "off"], ["-d"]):
         await callgrind_control(pid, *command)
-    dump = Path(f"{out}.{pid}.1").read_text()
+    dumps = out.parent.glob(f"{out.name}.{pid}.*")
+    dump = max(dumps, key=lambda path: int(path.suffix[1:])).read_text()
     return int(next(line for line in dump.splitlines() if line.startswith("totals:")).split()[1]), value
 
 
@@ -111,6 +117,28 @@ async def sequential_instructions(side: Side, pid: int, count: int, out: Path) -
 
     instructions, _ = await counted(pid, out, requests())
     return instructions / count
+
+
+async def long_requests(side: Side, count: int, tokens: int) -> None:
+    """`count` requests of `tokens` output tokens each, one after another on fresh connections."""
+    for n in range(count):
+        result = await stream(await connect(side.port), side, side.body(-5000 - n, tokens))
+        if result.tokens != tokens:
+            raise RuntimeError(f"{side.name}: {result.tokens} tokens of {tokens}")
+
+
+WARM_TOKENS = 256
+"""More than the stand-in's cycle of output ids (184): the detokenizer has then seen every id, as in a gateway that
+has served a while (each id's bytes are learned once per process, at ~15 K instructions)."""
+
+
+async def callgrind_counts(side: Side, pid: int, args: argparse.Namespace, out: Path) -> tuple[float, float]:
+    """Instructions per 1-token request, and per output token: (a `--long-tokens` request less a 1-token one) over
+    the tokens it adds; after a request of WARM_TOKENS (not counted)."""
+    await long_requests(side, 1, WARM_TOKENS)
+    per_request = await sequential_instructions(side, pid, args.requests, out)
+    instructions, _ = await counted(pid, out, long_requests(side, args.long_requests, args.long_tokens))
+    return per_request, (instructions / args.long_requests - per_request) / (args.long_tokens - 1)
 
 
 async def sequential_cpu(side: Side, pid: int, count: int) -> float:
@@ -181,6 +209,8 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=float, default=15.0, help="the stand-in's decode step")
     parser.add_argument("--port", type=int, default=0, help="first of three ports: stand-in, base, this (0: free ones)")
     parser.add_argument("--callgrind", action="store_true", help="count instructions per request instead")
+    parser.add_argument("--long-tokens", type=int, default=64, help="callgrind: output tokens of the long requests")
+    parser.add_argument("--long-requests", type=int, default=20, help="callgrind: long requests one after another")
     args = parser.parse_args()
 
     print(machine())
@@ -218,16 +248,25 @@ def main() -> None:
                 started = time.monotonic()
                 if args.callgrind:
                     counts = {
-                        name: asyncio.run(sequential_instructions(side, pid, args.requests, outs[name]))
+                        name: asyncio.run(callgrind_counts(side, pid, args, outs[name]))
                         for name, (side, pid) in sides.items()
                     }
                 else:
                     results = asyncio.run(measure(args, direct, sides))
     print(f"{time.monotonic() - started:.0f} s; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     if args.callgrind:
-        print(f"\n| instructions per request (1 token, {args.requests} one after another) | {' | '.join(counts)} |")
+        print(f"\n| instructions (callgrind, whole gateway process) | {' | '.join(counts)} |")
         print("|---|" + "---:|" * len(counts))
-        print("| callgrind, whole gateway process | " + " | ".join(f"{c:,.0f}" for c in counts.values()) + " |")
+        print(
+            f"| per request (1 token, {args.requests} one after another) | "
+            + " | ".join(f"{c[0]:,.0f}" for c in counts.values())
+            + " |"
+        )
+        print(
+            f"| per output token ({args.long_requests} requests of {args.long_tokens} tokens, less 1-token ones) | "
+            + " | ".join(f"{c[1]:,.0f}" for c in counts.values())
+            + " |"
+        )
     else:
         report(results, list(sides), args)
 

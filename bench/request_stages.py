@@ -2,7 +2,9 @@
 
 The model of `bench/overhead_bench.py` (the embedded SmolLM2 checkpoint, no backend needed: nothing is sent) and
 its request body; each stage is called `--calls` times after a warm-up with callgrind counting only then, less the
-loop's own cost. Run it from each checkout to compare two (the counts do not depend on the machine's load):
+loop's own cost. The `token:` stages are a streamed token's, on the stand-in's events (`bench/fast_backend.py`);
+the detokenizer's takes the next id of its cycle, whose cost is the `next id` row. Run it from each checkout to
+compare two (the counts do not depend on the machine's load; copy this file into the other checkout's bench/):
 
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/stages.%p \\
         .venv/bin/python bench/request_stages.py [--calls 200] [--out /tmp/stages] [STAGE ...]
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import subprocess
 import sys
@@ -24,16 +27,24 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overhead_bench import CONFIG, MODEL, chat_body  # the bench folder is not a package: its path is added above
+from fast_backend import paragraph_ids  # the bench folder is not a package: its path is added above
+from overhead_bench import CONFIG, MODEL, chat_body
 
-from gateway.models.planning import plan_chat
-from gateway.models.registry import served_model
+from backends.detokenizer import Detokenizer
+from backends.http_backend import batch_chunk
+from backends.http_stream import BodyLines
+from backends.sglang import _StreamReader
+from gateway.api.chat import ChatRenderer
+from gateway.api.streaming import _ChunkDoor
+from gateway.models.planning import ChatPlan, plan_chat
+from gateway.models.registry import ServedModel, served_model
 from gateway.observability import access_log
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.requests import RequestRecord
 from gateway.process.config import load_config
 from gateway.process.launch import start_models
-from gateway.validation.chat import parse_chat_completion
+from gateway.types import ChoiceStep
+from gateway.validation.chat import ChatCompletionRequest, parse_chat_completion
 
 BODY = orjson.loads(chat_body(1))
 """The overhead bench's streamed chat, for one token."""
@@ -77,6 +88,35 @@ def stages() -> dict[str, Callable[[], object]]:
         "family.parser": lambda: model.family.parser(parsed.chat, plan.prompt),
         "metrics.record_request": lambda: metrics.record_request(record, "/v1/chat/completions", ended),
         "log_access": lambda: access_log.log_access(record, "/v1/chat/completions", ended),
+        **token_stages(model, parsed, plan),
+    }
+
+
+def token_stages(model: ServedModel, parsed: ChatCompletionRequest, plan: ChatPlan) -> dict[str, Callable[[], object]]:
+    """A streamed token's stages, on the stand-in's events (one token each, its output ids in turn)."""
+    ids, _ = paragraph_ids()
+    cycle = itertools.cycle(ids)
+    line = b'data: {"text":"","output_ids":[%d],"meta_info":{"id":"chatcmpl-0-0","finish_reason":null,' % ids[0]
+    line += b'"prompt_tokens":%d,"completion_tokens":7,"cached_tokens":0}}' % len(plan.ids)
+    event = line + b"\n\n"
+    chunk = b"%x\r\n" % len(event) + event + b"\r\n"
+    body, reader = BodyLines(chunked=True, length=None), _StreamReader(incremental=True)
+    detokenizer = Detokenizer(model.tokenizer, model.added_ids)
+    for token in ids:  # every id of the cycle learned (once per process), as in a gateway that has served a while
+        detokenizer.feed([token])
+    renderer = ChatRenderer([model.family.parser(parsed.chat, plan.prompt)], None, len(plan.ids))
+    envelope = {"id": "chatcmpl-0", "object": "chat.completion.chunk", "created": 0, "model": model.id}
+    door = _ChunkDoor(renderer, envelope, True, "chat.completion")
+    step = ChoiceStep(detokenizer.feed([ids[1]]), [], None, 7, 0, None)
+    return {
+        "token: next id (the stages below that take one include it)": lambda: next(cycle),
+        "token: BodyLines.feed (one event's chunk)": lambda: body.feed(chunk),
+        "token: batch_chunk (the event's lines, SGLang's reader)": lambda: batch_chunk(
+            [line, b""], reader.chunks, reader.ended
+        ),
+        "token: detokenizer.feed (one id)": lambda: detokenizer.feed([next(cycle)]),
+        "token: ChoiceStep": lambda: ChoiceStep([], [], None, 7, 0, None),
+        "token: renderer.step and frame (one piece of text)": lambda: [door.frame(c) for c in door.step(0, step)],
     }
 
 

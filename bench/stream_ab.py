@@ -42,7 +42,7 @@ from overhead_bench import (
     stand_in,
     wait_ready,
 )
-from request_cpu_bench import counted
+from request_cpu_bench import WARM_TOKENS, counted
 
 
 def gateway_cmd(checkout: Path, port: int, config: Path, callgrind: Path | None = None) -> list[str]:
@@ -55,7 +55,8 @@ def gateway_cmd(checkout: Path, port: int, config: Path, callgrind: Path | None 
 
 async def phase_instructions(side: Side, pid: int, args: argparse.Namespace, out: Path) -> float:
     """Instructions the gateway `pid` (under callgrind, writing `out`.<pid>) ran per output token over one phase."""
-    await run_phase(side, args.streams, min(args.tokens, 32), 0.0, {"machine": None})  # warm-up, not counted
+    # warm-up, not counted: past the stand-in's cycle of ids, each of which the detokenizer learns once
+    await run_phase(side, args.streams, min(args.tokens, WARM_TOKENS), 0.0, {"machine": None})
     instructions, phase = await counted(pid, out, run_phase(side, args.streams, args.tokens, 0.0, {"machine": None}))
     return instructions / phase.tokens
 

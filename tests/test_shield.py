@@ -245,3 +245,12 @@ def test_a_marker_shows_when_a_template_upper_cased_it(monkeypatch: pytest.Monke
     monkeypatch.setattr(shield.secrets, "token_hex", lambda n: next(draws))
     prefix = shield.ASCII_MARKERS.prefix()
     assert prefix == "@GW78112149648032a6:" and prefix.upper() != prefix
+
+
+@pytest.mark.parametrize("syntax", [shield.ASCII_MARKERS, shield.PRIVATE_MARKERS], ids=["ascii", "private"])
+def test_a_nonce_spells_each_random_hex_digit_as_the_syntaxs_digit(
+    monkeypatch: pytest.MonkeyPatch, syntax: shield.MarkerSyntax
+) -> None:
+    """The nonce is the random hex digits, each written as the syntax's digit of that value."""
+    monkeypatch.setattr(shield.secrets, "token_hex", lambda n: "fedcba9876543210"[: 2 * n])
+    assert syntax.prefix() == syntax.open + syntax.digits[::-1] + syntax.sep

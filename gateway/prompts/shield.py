@@ -78,9 +78,15 @@ class MarkerSyntax:
         """A new random prefix: `open`, the nonce, `sep`; the nonce holds a letter where the digits have letters, so
         a marker a template upper-cased shows it (an all-digit nonce was the same upper-cased, and came back uncased)."""
         while True:
-            nonce = "".join(self.digits[int(c, 16)] for c in secrets.token_hex(8))
+            nonce = secrets.token_hex(8).translate(self._from_hex)
             if nonce.upper() != nonce or self.digits.upper() == self.digits:
                 return self.open + nonce + self.sep
+
+    @cached_property
+    def _from_hex(self) -> dict[int, str]:
+        """Each hex digit's character among `digits` (a table for `str.translate`: one call per nonce, not an
+        `int(c, 16)` per character)."""
+        return {ord(c): self.digits[i] for i, c in enumerate("0123456789abcdef")}
 
     def number(self, n: int) -> str:
         return "".join(self.digits[int(c)] for c in str(n)) + self.close

@@ -541,3 +541,14 @@ def test_a_read_of_exactly_one_chunk_gives_its_lines_whatever_its_size_line(size
     body = BodyLines(chunked=True, length=None)
     assert body.feed(size_line + b"\r\nab\n\r\n") == [b"ab"]
     assert body.feed(b"0\r\n\r\n") == [] and body.complete
+
+
+@pytest.mark.parametrize("data", [b"a\rb\n\n", b"a\r\n\r\n", b"a\r\nb\n\n", b"a\n\r", b"\r\n\n"])
+def test_a_read_of_one_chunk_with_a_carriage_return_gives_the_lines_of_a_split_read(data: bytes) -> None:
+    """A `\\r` in a chunk's data (a lone one stays in its line, a `\\r\\n` ends one): the same lines whether the
+    chunk comes in one read (the short path, or the full parser when its data holds a CRLF) or byte by byte."""
+    chunk = b"%x\r\n" % len(data) + data + b"\r\n0\r\n\r\n"
+    whole, split = BodyLines(chunked=True, length=None), BodyLines(chunked=True, length=None)
+    lines = whole.feed(chunk[: -len(b"0\r\n\r\n")]) + whole.feed(b"0\r\n\r\n")
+    assert lines == [line for i in range(len(chunk)) for line in split.feed(chunk[i : i + 1])]
+    assert whole.complete and split.complete

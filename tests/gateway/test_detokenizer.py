@@ -116,6 +116,19 @@ def test_whole_text_is_only_for_whole_utf8_of_known_ids(tokenize_only):
     assert text_of_ids.whole_text([IM_END]) is None  # an added token has no bytes here
 
 
+def test_a_known_token_alone_is_one_shared_piece(tokenize_only):
+    """After text that ended at a character, one ordinary token's piece is made once per id (a Piece is
+    immutable) and handed out in a list of its own each time (callers extend the list)."""
+    word = ids_of(tokenize_only, " press")
+    steps = []
+    for _ in range(3):
+        detokenizer = Detokenizer(tokenize_only.tokenizer, tokenize_only.added_ids)
+        assert text_of(detokenizer.feed(ids_of(tokenize_only, "Hello"))) == "Hello"
+        steps.append(detokenizer.feed(word))
+    assert steps[0] == steps[1] == steps[2] == [Piece(" press")]
+    assert steps[1][0] is steps[2][0] and steps[1] is not steps[2]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=49151), min_size=1, max_size=24), st.integers(1, 4))
 def test_byte_level_pieces_are_those_of_tokenizers_decode(tokenize_only, ids, step):

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from backends.base import BackendError, GenerateRequest, Grammar, SamplingParams
-from backends.sglang import SGLangBackend, generate_payload
+from backends.sglang import SGLangBackend, _StreamReader, generate_payload
 from tests.gateway.http_server import dead_url
 from tests.gateway.sglang_contract import ContractError, api_types
 from tests.gateway.sglang_standin import Script, fake_logprob
@@ -155,3 +155,13 @@ async def test_ready_follows_health(standin):
     server.healthy = False
     assert await backend.ready() is False
     await backend.close()
+
+
+@pytest.mark.parametrize(("sent", "read"), [(7, 7), (0, 0), (None, 0), ("absent", 0), (3.0, 3), (True, 1), ("5", 5)])
+def test_token_counts_read_as_int_of_what_came(sent, read) -> None:
+    """An event's prompt, completion and cached counts are `int(value or 0)` of what the server sent (an int as it
+    is, with no call per event)."""
+    meta = {} if sent == "absent" else {"prompt_tokens": sent, "completion_tokens": sent, "cached_tokens": sent}
+    chunk = _StreamReader(incremental=True)._chunk({"output_ids": [1], "meta_info": meta})
+    assert (chunk.prompt_tokens, chunk.completion_tokens, chunk.cached_tokens) == (read, read, read)
+    assert all(type(n) is int for n in (chunk.prompt_tokens, chunk.completion_tokens, chunk.cached_tokens))
