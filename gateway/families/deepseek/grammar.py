@@ -266,7 +266,9 @@ class _Writer:
         """`marked(text)` as one format object for every use, which `EbnfWriter` writes as one rule."""
         if text not in self._shared_texts:
             marked = self.marked(text)
-            self._shared_texts[text] = marked if marked["type"] == "sequence" else {"type": "sequence", "elements": [marked]}
+            self._shared_texts[text] = (
+                marked if marked["type"] == "sequence" else {"type": "sequence", "elements": [marked]}
+            )
         return self._shared_texts[text]
 
     def line(self, opening: Format, value: Format) -> Format:
