@@ -4,8 +4,8 @@
 on their real vocabularies) for each request shape of tests/grammar_walks.py's ASKS and a few more whose tools hold
 what grammar rewrites touch (optional members before, between and after required ones, additional properties, one
 pattern on several parameters, mixed enums, nested objects); `walk` compiles both trees' grammar of each family and
-shape, walks each at random (`tests.grammar_walks.walk`) and feeds the ids to the other's matcher: every token must
-be accepted, and where the walk reached the stop token, the stop token too. Equal grammar texts are not walked.
+shape, walks each at random (`tests.grammar_walks.walk`) and replays the ids on both: after every prefix both must
+allow the same next tokens (stop tokens included: equal languages, equal masks). Equal grammar texts are not walked.
 
     PYTHONPATH=/work/main python bench/grammar_ab_walk.py dump /tmp/main.json
     PYTHONPATH=$PWD python bench/grammar_ab_walk.py dump /tmp/branch.json
@@ -77,20 +77,24 @@ def dump(path: str, families: list[str]) -> None:
     Path(path).write_text(json.dumps(out))
 
 
-def _fed(compiled: xg.CompiledGrammar, ids: list[int], stop_id: int, finished: bool) -> str | None:
-    """None when `compiled` takes `ids` (and the stop token after them when `finished`), else what it refused."""
-    matcher = xg.GrammarMatcher(compiled)
-    for i, token in enumerate(ids):
-        if not matcher.accept_token(token):
-            return f"token {i} ({token})"
-    if finished and not matcher.accept_token(stop_id):
-        return "the stop token"
+def _differs(first: xg.CompiledGrammar, second: xg.CompiledGrammar, ids: list[int]) -> str | None:
+    """None when both grammars allow the same next tokens (the stop tokens included) after every prefix of `ids`,
+    and take each of them; else where they part."""
+    matchers = [xg.GrammarMatcher(first), xg.GrammarMatcher(second)]
+    masks = [xg.allocate_token_bitmask(1, first.tokenizer_info.vocab_size) for _ in matchers]
+    for i in range(len(ids) + 1):
+        for matcher, mask in zip(matchers, masks, strict=True):
+            matcher.fill_next_token_bitmask(mask)
+        if not bool((masks[0] == masks[1]).all()):
+            return f"the next tokens after {i} ids"
+        if i < len(ids) and not all(m.accept_token(ids[i]) for m in matchers):
+            return f"token {i} ({ids[i]})"
     return None
 
 
 def ab_walk(first: str, second: str, families: list[str], walks: int, seed: int) -> None:
     a, b = json.loads(Path(first).read_text()), json.loads(Path(second).read_text())
-    print("| family | shapes | equal texts | walked | walks each way | refused A→B | refused B→A |")
+    print("| family | shapes | equal texts | walked | walks each way | differ A→B | differ B→A |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     notes: list[str] = []
     for name in families or sorted(set(a) & set(b)):
@@ -110,13 +114,13 @@ def ab_walk(first: str, second: str, families: list[str], walks: int, seed: int)
             for _ in range(walks):
                 for source, target, direction in ((ca, cb, "A→B"), (cb, ca, "B→A")):
                     result = walk(xg.GrammarMatcher(source), subject.classes, subject.stop_id, rng)
-                    refused = _fed(target, result.ids, subject.stop_id, result.finished)
+                    refused = _differs(source, target, result.ids)
                     count += direction == "A→B"
                     if refused is not None:
                         refused_ab += direction == "A→B"
                         refused_ba += direction == "B→A"
                         text = subject.tokenizer.decode(result.ids, skip_special_tokens=False)
-                        notes.append(f"{name} {label} {direction} refused {refused}: {text[:300]!r}")
+                        notes.append(f"{name} {label} {direction}: {refused}: {text[:300]!r}")
         total = len(a[name])
         print(f"| {name} | {total} | {equal} | {walked} | {count} | {refused_ab} | {refused_ba} |", flush=True)
     print("\n".join(notes[:40]))
