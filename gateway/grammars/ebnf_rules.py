@@ -45,19 +45,57 @@ def _text(rules: list[tuple[str, str]]) -> str:
 
 
 def optional_tails(ebnf: str) -> str:
-    """Each rule `A ::= ((T) | (X T))` (T a rule name) as `A ::= ((A_opt T))`, `A_opt ::= ("" | (X))`."""
+    """Each rule `A ::= ((T) | (P X T))` (T a rule name) as `A ::= ((A_opt T))`, `A_opt ::= ("" | (P A_member))`
+    and `A_member ::= ((X))`, where `(X T)` is an alternative of another rule (the member written first, without
+    its separator P), which becomes `(A_member T)`; with no such alternative, X is all of `P X`. A member's text is
+    then compiled once, in a rule that ends another rule's sequence, which xgrammar gives no lookahead: a token
+    crossing the member's end stops there (with the tail as its lookahead it walked every later member: XML's
+    whitespace-led members compiled 14x slower)."""
     rules = _rules(ebnf)
     names = {name for name, _ in rules}
+    parts = {name: split for name, body in rules if (split := _optional_tail(body)) is not None}
+    by_tail = {tail: name for name, (_, tail) in parts.items()}
+    member_rule = {part: _new_name(f"{part}_member", names) for part in parts}
+    firsts: dict[str, str] = {}  # part -> its member's text as another rule's alternative writes it first
+
+    def shared(alternative: re.Match[str]) -> str:
+        text, tail = alternative[1], alternative[2]
+        part = by_tail.get(tail)
+        if part is None or part in firsts or not parts[part][0].endswith(" " + text) or not _one_sequence(text):
+            return alternative[0]
+        firsts[part] = text
+        return f"({member_rule[part]} {tail})"
+
+    rewritten = {name: body if name in parts or not parts else _ALTERNATIVE.sub(shared, body) for name, body in rules}
     out: list[tuple[str, str]] = []
-    for name, body in rules:
-        split = _optional_tail(body)
-        if split is None:
-            out.append((name, body))
+    for name, _ in rules:
+        if name not in parts:
+            out.append((name, rewritten[name]))
             continue
-        member, tail = split
+        member, tail = parts[name]
+        text = firsts.get(name, member)
+        separator = member[: len(member) - len(text)].rstrip()
         optional = _new_name(f"{name}_opt", names)
-        out += [(name, f"(({optional} {tail}))"), (optional, f'("" | ({member}))')]
+        out += [
+            (name, f"(({optional} {tail}))"),
+            (optional, f'("" | ({separator} {member_rule[name]}))' if separator else f'("" | ({member_rule[name]}))'),
+            (member_rule[name], f"(({text}))"),
+        ]
     return _text(out)
+
+
+_ALTERNATIVE = re.compile(r"(?:(?<=^\()|(?<=\) \| ))\((.+?) ([A-Za-z_][A-Za-z0-9_]*)\)(?=\)$| \| \()")
+"""A top-level alternative `(X T)` of a rule body `((…) | (…))` ending in a rule name T (checked by the caller)."""
+
+
+def _one_sequence(text: str) -> bool:
+    """Whether `text` is one sequence: balanced parentheses, no alternative at its top level."""
+    depth = 0
+    for part in _PARTS.findall(text):
+        depth += {"(": 1, ")": -1}.get(part, 0)
+        if depth < 0 or (depth == 0 and part == "|"):
+            return False
+    return depth == 0
 
 
 def _new_name(name: str, names: set[str]) -> str:
@@ -71,15 +109,7 @@ def _new_name(name: str, names: set[str]) -> str:
 def _optional_tail(body: str) -> tuple[str, str] | None:
     """(X, T) when `body` is `((T) | (X T))` with nothing after it (no lookahead), else None."""
     shape = _OPTIONAL_TAIL.fullmatch(body)
-    if shape is None:
-        return None
-    member, tail = shape[2], shape[1]
-    depth = 0
-    for part in _PARTS.findall(member):  # X must be one sequence: balanced, no alternative at its top level
-        depth += {"(": 1, ")": -1}.get(part, 0)
-        if depth < 0 or (depth == 0 and part == "|"):
-            return None
-    return (member, tail) if depth == 0 else None
+    return (shape[2], shape[1]) if shape is not None and _one_sequence(shape[2]) else None
 
 
 _OPTIONAL_TAIL = re.compile(r"\(\(([A-Za-z_][A-Za-z0-9_]*)\) \| \((.+) \1\)\)", re.DOTALL)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from gateway.grammars.ebnf_rules import cheaper_rules, merged_rules
+from gateway.grammars.ebnf_rules import cheaper_rules
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import scan
 
@@ -188,7 +188,7 @@ def _converted_value_ebnf(
         if safe is None:
             return None
         ebnf = safe
-    return merged_rules(_tight_values(ebnf, style))
+    return cheaper_rules(_tight_values(ebnf, style))
 
 
 _VALUE_SPACE = {
