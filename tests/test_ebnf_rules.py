@@ -9,7 +9,7 @@ import re
 import xgrammar as xgr
 
 from gateway.grammars.ebnf_rules import cheaper_rules, merged_rules, optional_tails
-from gateway.grammars.json import compact_json_ebnf
+from gateway.grammars.json import compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.safe_json import json_value_ebnf
 
 SPELLINGS = ("<|im_end|>",)
@@ -112,3 +112,20 @@ def test_rules_that_are_not_plain_optional_tails_stay():
 def test_the_output_parses():
     ebnf = cheaper_rules(compact_json_ebnf({**_object("abc", "b"), "additionalProperties": {"type": "string"}}, "p"))
     assert xgr.Grammar.from_ebnf(ebnf) is not None
+
+
+def test_xml_members_keep_their_language():
+    """qwen_xml's members (led by whitespace) in their own rules, each shared with the alternative that writes it
+    first: the same parameter lists in every order and subset."""
+    for required in ("", "b"):
+        main = xml_arguments_ebnf(_object("abc", required), "qwen_xml", "p")
+        rewritten = optional_tails(main)
+        assert not _CASCADE.search(rewritten)
+        assert ("(root_part_0_member root_part_1)" in rewritten) == (not required)  # fails before
+        before, after = _acceptor(main), _acceptor(rewritten)
+        for size in range(4):
+            for chosen in itertools.permutations("abc", size):
+                for space in ("", "\n"):
+                    text = space.join(f"<parameter={k}>\n{i}\n</parameter>" for i, k in enumerate(chosen))
+                    assert before(text) == after(text), (required, text)
+                    assert after(text) == (list(chosen) == sorted(chosen) and set(required) <= set(chosen))
