@@ -366,3 +366,18 @@ def test_a_tool_that_is_not_strict_takes_any_parameters(compiler, checkpoint):
     assert not accepts(compiler, checkpoint, request(tools=[ADD], tool_choice="required"), off_schema)
     assert accepts(compiler, checkpoint, request(tools=[loose], tool_choice="required"), off_schema)
     assert accepts(compiler, checkpoint, request(tools=[loose], tool_choice="required"), calls(SUM))
+
+
+def test_parameter_tags_share_their_text(compiler, checkpoint, vocabulary):
+    """The tag text every parameter line shares is one rule (each line adds only its name to the positions xgrammar
+    computes a token mask at: 2,000 optional parameters 4.4 s -> 0.8 s to compile); what the lines take is kept."""
+    properties = {name: {"type": "integer"} for name in ("x", "y", "z")}
+    tools = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": properties,
+                                                                               "required": ["y"]}}}]  # fmt: skip
+    req = request(tools=tools, tool_choice="required")
+    assert grammar_of(req, vocabulary).text.count(" parameter name=") == 1  # fails before: once a line
+    assert accepts(compiler, checkpoint, req, calls(invoke("add", param("y", "2", False))))
+    assert accepts(compiler, checkpoint, req, calls(invoke("add", param("x", "1", False), param("y", "2", False),
+                                                            param("z", "3", False))))  # fmt: skip
+    assert not accepts(compiler, checkpoint, req, calls(invoke("add", param("x", "1", False))))
+    assert not accepts(compiler, checkpoint, req, calls(invoke("add", param("y", "2", False), param("x", "1", False))))

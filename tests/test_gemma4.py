@@ -225,6 +225,20 @@ def test_typed_arguments_follow_the_schema(tokenizer, gemma_compiler) -> None:
     assert ok("{days:", QUOTE, "x", QUOTE, "}", strict=False)  # strict false: free text
 
 
+def test_enum_strings_share_one_pair_of_quotes(tokenizer, gemma_compiler) -> None:
+    """An enum's strings between one pair of quote tokens, which xgrammar compiles as one trie (10,000 values: 1.8 s
+    to 0.1 s): the same values, the others kept apart."""
+    schema = {"type": "object", "properties": {"e": {"enum": ["x", "", "y z", 1, None, True]}}, "required": ["e"]}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    text = build_grammar(ChatRequest(messages=[], tools=tools, tool_choice="required"), tokenizer).text
+    assert text.count('\\"x\\" | \\"\\" | \\"y z\\"') == 1  # fails before: each in quotes of its own
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, schema, *parts)
+    for value in ("x", "", "y z"):
+        assert ok("{e:", QUOTE, *([value] if value else []), QUOTE, "}")
+    assert ok("{e:1}") and ok("{e:null}") and ok("{e:true}")
+    assert not ok("{e:", QUOTE, "y", QUOTE, "}") and not ok("{e:", QUOTE, "1", QUOTE, "}") and not ok("{e:false}")
+
+
 def test_what_the_typed_grammar_takes_the_parser_reads(tokenizer, gemma_compiler) -> None:
     parts = ("{city:", QUOTE, "Oslo", QUOTE, ",days:-3,tags:[", QUOTE, "a", QUOTE, "],opts:{deep:false}}")
     assert takes(tokenizer, gemma_compiler, TYPED, *parts)

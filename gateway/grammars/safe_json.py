@@ -31,6 +31,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from gateway.grammars.ebnf_rules import cheaper_rules
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import scan
 
@@ -181,13 +182,13 @@ def _converted_value_ebnf(
         lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\{bounded}] | ("\\\\" basic_escape))', ebnf
     )
     if style == "json":
-        return ebnf
+        return cheaper_rules(ebnf)
     if firsts:
         safe = _raw_values_safe(ebnf, style, spellings, bounded)
         if safe is None:
             return None
         ebnf = safe
-    return _tight_values(ebnf, style)
+    return cheaper_rules(_tight_values(ebnf, style))
 
 
 _VALUE_SPACE = {

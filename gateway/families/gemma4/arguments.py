@@ -158,11 +158,15 @@ class ArgumentFormats:
         if not isinstance(values, list) or not values:
             return None
         formats: list[Format] = []
+        strings: list[Format] = []  # between one pair of quotes: xgrammar compiles the texts as one trie, where
+        # each in quotes of its own (10,000 values) took ~1.8 s to compile on Qwen3's vocabulary
         for v in values:
             if isinstance(v, str) and "<" in v:
                 return None  # written as text, it could spell a control token
             if isinstance(v, str):
-                formats.append(_seq(self.quote, _const(v), self.quote) if v else _seq(self.quote, self.quote))
+                if not strings:
+                    formats.append(_seq(self.quote, {"type": "or", "elements": strings}, self.quote))
+                strings.append(_const(v))
             elif v is None or isinstance(v, (bool, int, float)):
                 formats.append(
                     _const("null" if v is None else "true" if v is True else "false" if v is False else repr(v))

@@ -1,0 +1,131 @@
+"""Rewrites of xgrammar's EBNF that keep its language: optional members as tail rules, equal rules merged."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+
+import xgrammar as xgr
+
+from gateway.grammars.ebnf_rules import cheaper_rules, merged_rules, optional_tails
+from gateway.grammars.json import compact_json_ebnf, xml_arguments_ebnf
+from gateway.grammars.safe_json import json_value_ebnf
+
+SPELLINGS = ("<|im_end|>",)
+_CASCADE = re.compile(r"^\S+ ::= \(\((\w+)\) \| \(.* \1\)\)$", re.MULTILINE)
+"""A rule `A ::= ((T) | (X T))`: an optional member and its tail in one rule (what `optional_tails` rewrites)."""
+
+
+_COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+
+
+def _acceptor(ebnf: str):
+    """Whether `ebnf` takes a whole text (compiled once, on no vocabulary)."""
+    compiled = _COMPILER.compile_grammar(ebnf)
+
+    def accepts(text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        return matcher.accept_string(text) and matcher.is_terminated()
+
+    return accepts
+
+
+def _is_grammar_accept_string(ebnf: str, text: str) -> bool:
+    return _acceptor(ebnf)(text)
+
+
+def _object(keys: str, required: str = "") -> dict:
+    return {"type": "object", "properties": {k: {"type": "integer"} for k in keys}, "required": list(required)}
+
+
+def _texts(keys: str) -> list[str]:
+    """Objects of `keys` in every order and subset (each at most once), and with a doubled or trailing member."""
+    texts = []
+    for size in range(len(keys) + 1):
+        for chosen in itertools.permutations(keys, size):
+            texts.append("{" + ", ".join(f'"{k}": {i}' for i, k in enumerate(chosen)) + "}")
+    return [*texts, '{"a": 1, "a": 2}', '{"a": 1, }', '{, "b": 1}', '{"b": 1, "b": 1}']
+
+
+def _valid(text: str, keys: str, required: str) -> bool:
+    """JSON Schema's answer for an object of `keys` (declared order kept, as xgrammar's grammar has it)."""
+    pairs = json.loads(text, object_pairs_hook=list) if text.count(", }") + text.count("{,") == 0 else None
+    if pairs is None:
+        return False
+    names = [k for k, _ in pairs]
+    return len(set(names)) == len(names) and names == sorted(names, key=keys.index) and set(required) <= set(names)
+
+
+def test_optional_members_keep_their_language_in_their_own_rules():
+    for required in ("", "a", "c", "bd", "abcd"):
+        main = compact_json_ebnf(_object("abcd", required), "p")
+        rewritten = optional_tails(main)
+        assert not _CASCADE.search(rewritten)  # fails before: every optional member shared its rule with its tail
+        before, after = _acceptor(main), _acceptor(rewritten)
+        for text in _texts("abcd"):
+            expected = _valid(text, "abcd", required)
+            assert before(text) == expected and after(text) == expected, (required, text)
+
+
+def test_safe_json_writes_optional_members_as_tail_rules():
+    ebnf = json_value_ebnf(_object("abcdefgh", "e"), SPELLINGS, "p", True)
+    assert not _CASCADE.search(ebnf)  # fails before
+    assert _is_grammar_accept_string(ebnf, '{"b": 1, "e": 2, "h": 3}')
+    assert not _is_grammar_accept_string(ebnf, '{"b": 1, "h": 3}')
+    assert not _is_grammar_accept_string(ebnf, '{"e": 2, "b": 1}')
+
+
+def test_equal_rules_are_one_rule():
+    code = {"type": "string", "pattern": "^[a-z]{2}[0-9]$"}
+    schema = {"type": "object", "properties": {k: code for k in "pqrs"}, "required": ["q"]}
+    main = compact_json_ebnf(schema, "p")
+    assert main.count("Regex(") == 4
+    merged = merged_rules(main)
+    assert merged.count("Regex(") == 1
+    assert json_value_ebnf(schema, SPELLINGS, "p", True).count("Regex(") == 1  # fails before: four
+    before, after = _acceptor(main), _acceptor(merged)
+    for text in ('{"q": "ab1"}', '{"p": "zz9", "q": "ab1", "s": "cd2"}', '{"q": "ab"}', '{"p": "ab1"}'):
+        assert before(text) == after(text), text
+
+
+def test_merging_keeps_root_literals_and_recursion():
+    ebnf = (
+        'root ::= (("[" a b c "]"))\n'
+        'a ::= (("x" a) | ("y"))\nb ::= (("x" b) | ("y"))\n'  # self-recursive, equal but for their own names
+        'c ::= (("\\"a b\\"" [a-b]))\n'
+        'd ::= (("b"))\ne ::= (("b"))\n'
+    )
+    merged = merged_rules(ebnf)
+    assert merged.splitlines()[0] == 'root ::= (("[" a a c "]"))'
+    assert "\nb ::=" not in merged and '"\\"a b\\""' in merged and "[a-b]" in merged
+    assert merged.count('::= (("b"))') == 1
+    for text in ('[yxxyy"a b"a]', '[xyy"a b"b]', '[yy"a b"c]'):
+        assert _is_grammar_accept_string(merged, text) == _is_grammar_accept_string(ebnf, text), text
+
+
+def test_rules_that_are_not_plain_optional_tails_stay():
+    ebnf = 'root ::= ((a) | ("x" a)) (=("y"))\na ::= ((b) | ("x" | "z" b))\nb ::= (("y"))\n'
+    assert optional_tails(ebnf) == ebnf
+
+
+def test_the_output_parses():
+    ebnf = cheaper_rules(compact_json_ebnf({**_object("abc", "b"), "additionalProperties": {"type": "string"}}, "p"))
+    assert xgr.Grammar.from_ebnf(ebnf) is not None
+
+
+def test_xml_members_keep_their_language():
+    """qwen_xml's members (led by whitespace) in their own rules, each shared with the alternative that writes it
+    first: the same parameter lists in every order and subset."""
+    for required in ("", "b"):
+        main = xml_arguments_ebnf(_object("abc", required), "qwen_xml", "p")
+        rewritten = optional_tails(main)
+        assert not _CASCADE.search(rewritten)
+        assert ("(root_part_0_member root_part_1)" in rewritten) == (not required)  # fails before
+        before, after = _acceptor(main), _acceptor(rewritten)
+        for size in range(4):
+            for chosen in itertools.permutations("abc", size):
+                for space in ("", "\n"):
+                    text = space.join(f"<parameter={k}>\n{i}\n</parameter>" for i, k in enumerate(chosen))
+                    assert before(text) == after(text), (required, text)
+                    assert after(text) == (list(chosen) == sorted(chosen) and set(required) <= set(chosen))
