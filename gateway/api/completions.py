@@ -31,7 +31,7 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     policy.check_max_tokens(settings.max_tokens, "max_tokens")
     with stage("gateway.render"):
         prompts = [
-            _prompt_ids(model, p, "prompt" if len(parsed.prompts) == 1 else f"prompt[{i}]")
+            _prompt_ids(model, p, "prompt" if len(parsed.prompts) == 1 else f"prompt[{i}]", parsed.add_special_tokens)
             for i, p in enumerate(parsed.prompts)
         ]
     stop_ids = model.stop_token_ids
@@ -71,10 +71,11 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     return await respond(request, events, renderer, envelope, settings, "text_completion")
 
 
-def _prompt_ids(model: ServedModel, prompt: Prompt, param: str) -> tuple[list[int], str]:
-    """Token ids of one prompt: text is encoded with added-token spellings as tokens, ids are checked."""
+def _prompt_ids(model: ServedModel, prompt: Prompt, param: str, add_special_tokens: bool) -> tuple[list[int], str]:
+    """Token ids of one prompt: text is encoded with added-token spellings as tokens (and the tokenizer's special
+    tokens with `add_special_tokens`), ids are checked and kept as they are."""
     if isinstance(prompt, str):
-        return model.encoder.encode_prompt(prompt), param
+        return model.encoder.encode_prompt(prompt, add_special_tokens=add_special_tokens), param
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
     bad = next((i for i, t in enumerate(prompt) if not 0 <= t < vocab), None)
     if bad is not None:

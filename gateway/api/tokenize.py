@@ -18,7 +18,7 @@ from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_CHAT, TOKENIZE_PROM
 
 
 async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    """`{"model", "messages" (+ chat fields) | "prompt", "return_token_strs"?}` → `{"tokens", "count",
+    """`{"model", "messages" (+ chat fields) | "prompt" (+ "add_special_tokens"), "return_token_strs"?}` → `{"tokens", "count",
     "max_model_len", "prompt", "token_strs"?}`."""
     body = await read_json(request, max_body)
     if isinstance(body, dict) and body.get("messages") is not None:
@@ -33,7 +33,7 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
         fields = Fields(body, TOKENIZE_PROMPT)
         model = served_model(registry, fields.string("model"))
         text = fields.string("prompt")
-        ids = model.encoder.encode_prompt(text)
+        ids = model.encoder.encode_prompt(text, add_special_tokens=fields.boolean("add_special_tokens"))
     answer = {"tokens": ids, "count": len(ids), "max_model_len": model.context_length, "prompt": text}
     if fields.boolean("return_token_strs"):
         answer["token_strs"] = [model.tokenizer.id_to_token(i) for i in ids]

@@ -8,7 +8,9 @@ split regions further and emit nothing. Regions are memoized: a conversation
 that grows by one message re-encodes only what is new, and the new regions of
 one prompt are encoded together in one batch. Whole prompts are kept too (plain
 `str` prompts with no shield markers to spell back: their ids depend on the text
-alone), so the same prompt again costs one lookup.
+alone), so the same prompt again costs one lookup. With `add_special_tokens`, the ids the tokenizer's own
+post-processor puts around a single sequence (BOS, BOS and EOS, or none) wrap the prompt's ids, as
+`tokenizer.encode(text, add_special_tokens=True)` writes them.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class PromptEncoder:
         # Splits a prompt into [region, spelling, region, …, region].
         self._split = re.compile(f"({cut.pattern})") if cut else None
         self._plain = _without_added_tokens(tokenizer)
+        self._special_ends = _special_ends(tokenizer, self._plain)
         self._memo: OrderedDict[str, list[int]] = OrderedDict()
         self._memo_size = memo_size
         self._prompts: OrderedDict[str, list[int]] = OrderedDict()
@@ -62,11 +65,20 @@ class PromptEncoder:
         self._prompt_chars = prompt_chars
         self._prompts_lock = threading.Lock()  # the event loop and planning threads share the encoder
 
-    def encode_prompt(self, text: str, shield: Shield | None = None) -> list[int]:
+    def encode_prompt(self, text: str, shield: Shield | None = None, add_special_tokens: bool = False) -> list[int]:
         """Ids of a rendered prompt: spelled added tokens are tokens, everything else plain text.
 
-        With a `shield`, markers in `text` are spelled back as the client's plain text.
+        With a `shield`, markers in `text` are spelled back as the client's plain text. With `add_special_tokens`,
+        the tokenizer's post-processor tokens wrap them (a completions prompt's BOS, as vLLM's default adds it).
         """
+        ids = self._kept_or_encoded(text, shield)
+        if add_special_tokens:
+            before, after = self._special_ends
+            ids = [*before, *ids, *after]
+        return ids
+
+    def _kept_or_encoded(self, text: str, shield: Shield | None) -> list[int]:
+        """`encode_prompt`'s ids before any post-processor token: a kept whole prompt, or encoded (and kept)."""
         whole = type(text) is str and len(text) <= self._prompt_chars and (shield is None or not shield.originals)
         if not whole:
             return self._encode_prompt(text, shield)
@@ -135,6 +147,18 @@ def _pieces(regions: list[str], spellings: list[str], cuts: tuple[int, ...]) -> 
         out.append([region[a - start : b - start] for a, b in itertools.pairwise(bounds)])
         start = end + len(spelling)
     return out
+
+
+def _special_ends(tokenizer: Tokenizer, plain: Tokenizer) -> tuple[list[int], list[int]]:
+    """The ids `tokenizer`'s post-processor writes before and after one sequence: ([BOS], []) for Llama's."""
+    processor = tokenizer.post_processor
+    if processor is None:
+        return [], []
+    processed = processor.process(plain.encode("a", add_special_tokens=False))
+    own = [i for i, sequence in enumerate(processed.sequence_ids) if sequence is not None]
+    if not own:  # nothing to tell the sequence from what the processor adds
+        raise ValueError("the tokenizer's post-processor leaves no token of a one-letter prompt")
+    return processed.ids[: own[0]], processed.ids[own[-1] + 1 :]
 
 
 _PLAIN_COPIES: weakref.WeakKeyDictionary[Tokenizer, Tokenizer] = weakref.WeakKeyDictionary()

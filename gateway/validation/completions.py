@@ -40,12 +40,16 @@ PROMPT = either(
     PROMPT_TEXT,
     TOKEN_IDS,
 )
+ADD_SPECIAL_TOKENS = boolean(
+    True, "Text prompts get the tokenizer's special tokens (e.g. BOS), as vLLM's default; token-id prompts never."
+)
 COMPLETION_FIELDS: dict[str, Field] = {
     **SETTINGS,
     "max_tokens": integer(
         1, MAX_NEW_TOKENS, doc=f"Tokens to generate at most; default {DEFAULT_MAX_TOKENS}, within the context left."
     ),
     "prompt": PROMPT,
+    "add_special_tokens": ADD_SPECIAL_TOKENS,
     "echo": boolean(False, "Each choice's text starts with its prompt (not with logprobs: no prompt logprobs here)."),
     "suffix": refused("insertion is not available"),
     "best_of": integer(1, MAX_N, doc="Must equal n: candidates are not ranked."),
@@ -62,6 +66,7 @@ class CompletionRequest:
     prompts: list[Prompt]
     settings: GenerationSettings
     echo: bool = False
+    add_special_tokens: bool = True
 
 
 def parse_completion(body: Any) -> CompletionRequest:
@@ -87,7 +92,13 @@ def parse_completion(body: Any) -> CompletionRequest:
         raise invalid(
             f"prompts times 'n' is {len(prompts) * settings.n}; at most {MAX_CHOICES} choices are allowed", "n"
         )
-    return CompletionRequest(model=model, prompts=prompts, settings=settings, echo=echo)
+    return CompletionRequest(
+        model=model,
+        prompts=prompts,
+        settings=settings,
+        echo=echo,
+        add_special_tokens=fields.boolean("add_special_tokens"),
+    )
 
 
 def parse_prompts(fields: Fields) -> list[Prompt]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gateway.validation.chat import CHAT_FIELDS
+from gateway.validation.completions import ADD_SPECIAL_TOKENS
 from gateway.validation.declare import Obj, array, boolean, string
 from gateway.validation.fields import MODEL
 
@@ -14,6 +15,7 @@ TOKENIZE_PROMPT = Obj(
     {
         "model": MODEL,
         "prompt": string("Text encoded as a completions prompt would be.", required=True),
+        "add_special_tokens": ADD_SPECIAL_TOKENS,
         "return_token_strs": TOKEN_STRS,
     },
 )
