@@ -140,18 +140,18 @@ def test_matrix_no_tenant_reaches_another_tenants_models_or_tools(client, tenant
                 assert response.json()["model"] == model
 
 
-def test_a_stored_response_is_another_tenants_404_on_every_route(client):
+def test_another_tenants_stored_response_reads_as_one_that_never_existed_on_every_route(client):
     """beta reads, lists, cancels, deletes or continues alpha's stored response exactly as one that never existed."""
     stored = client.post("/v1/responses", headers=auth("alpha"), json={"model": "m-shared", "input": "hi"})
     assert stored.status_code == 200, stored.text
     rid, never = stored.json()["id"], "resp_" + "0" * 32
     continued = {"model": "m-shared", "input": "more"}
-    for method, path, body in (
-        ("GET", "/v1/responses/{id}", None),
-        ("GET", "/v1/responses/{id}/input_items", None),
-        ("POST", "/v1/responses/{id}/cancel", None),
-        ("DELETE", "/v1/responses/{id}", None),
-        ("POST", "/v1/responses", continued),
+    for method, path, body, status in (
+        ("GET", "/v1/responses/{id}", None, 404),
+        ("GET", "/v1/responses/{id}/input_items", None, 404),
+        ("POST", "/v1/responses/{id}/cancel", None, 404),
+        ("DELETE", "/v1/responses/{id}", None, 404),
+        ("POST", "/v1/responses", continued, 400),  # OpenAI's previous_response_not_found
     ):
         beta = [
             client.request(
@@ -159,7 +159,7 @@ def test_a_stored_response_is_another_tenants_404_on_every_route(client):
             )
             for i in (rid, never)
         ]
-        assert beta[0].status_code == beta[1].status_code == 404, (path, beta[0].text)
+        assert beta[0].status_code == beta[1].status_code == status, (path, beta[0].text)
         assert beta[0].text.replace(rid, never) == beta[1].text, path
     assert client.get(f"/v1/responses/{rid}", headers=auth("alpha")).json()["id"] == rid  # still there for alpha
 
