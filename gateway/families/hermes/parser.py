@@ -30,7 +30,13 @@ Decisions (the gateway's documented behaviour):
   is no call); one cut later stays as sent (it cannot be taken back from a
   stream), so a call whose arguments closed is a call even when its body's
   `}` or `</tool_call>` was cut, as a Qwen3 XML call after `</function>` or a
-  token-section body complete at the end. Other body layouts
+  token-section body complete at the end. A bare word of the arguments
+  (number or literal) is held until it ends: a non-finite one (NaN,
+  Infinity, `1e999`: no JSON parser gives it back) before the call is sent
+  makes the body be read whole (no call: its text is content, as
+  `parse_whole_call` reads it); after, it goes as a JSON string, its text.
+  The call is sent at the first member's `,` whatever the chunking, so the
+  answer is the same however the output is cut. Other body layouts
   are parsed whole at `</tool_call>`. A body that is not a call (a call without
   a name is none, as in qwen3_xml: `calls.is_call_name`) is returned as
   content, markers included. A call header cut off by the end of the output is
