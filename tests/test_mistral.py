@@ -142,6 +142,21 @@ def test_calls_reasoning_and_truncation(tokenizer: Tokenizer, plain) -> None:
     assert text_think.reasoning_content == "plan" and text_think.content == "Done </think> ok"
 
 
+@pytest.mark.parametrize(
+    ("parts", "content"),
+    [
+        ((CALLS, " not json at all"), " not json at all"),
+        (("Hi.", CALLS, "get weather", CALLS, "f", ARGS, "{}"), "Hi.get weather"),
+        ((CALLS, "toolname_no_args"), None),  # a name cut before its [ARGS]: no call, no text (vLLM's v11 too)
+    ],
+)
+def test_text_that_can_begin_no_call_after_the_marker_is_content(tokenizer, plain, parts, content) -> None:
+    """`[TOOL_CALLS] not json at all` shows its text as content, as vLLM's pre-v11 parser; however split."""
+    ids = ids_of(plain, *parts)
+    check_every_split(MistralParser, tokenizer, ids)
+    assert parse(tokenizer, ids).content == content
+
+
 def test_a_name_is_bounded() -> None:
     parser = MistralParser()
     parser.feed([Piece("[TOOL_CALLS]", CALLS)] + [Piece("x" * 100)] * 10 + [Piece("[ARGS]", ARGS), Piece("{}")])

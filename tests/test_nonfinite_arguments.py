@@ -5,12 +5,14 @@ JSON body holding one is no call (each family's rule for a body that is not JSON
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from backends.detokenizer import Detokenizer
 from gateway.families.values import convert, strict_json
 from tests.family_checks import added_tokens, feed, joined_calls
-from tests.test_parser_corpus import FAMILIES, new_parser, tokenizer
+from tests.test_parser_corpus import FAMILIES, chunkings, new_parser, parse, tokenizer
 
 NUMBER = {"f": {"p": {"type": "number"}}}
 DSML = '<｜DSML｜function_calls>\n<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="p" string="false">{}</｜DSML｜parameter>'
@@ -46,3 +48,25 @@ def test_an_integer_past_the_digit_limit_stays_text() -> None:
     digits = "7" * 5000
     assert convert(digits, frozenset({"integer"})) == digits
     assert convert(digits, frozenset({"number"})) == digits
+
+
+STREAMED_HERMES = [  # (output, expected parse): streamed arguments, read whole or however chunked
+    ('<tool_call>{"name":"f","arguments":{"p": NaN}}</tool_call>', None),
+    ('<tool_call>\n{"name": "f", "arguments": {"p": 1e999, "q": 2}}\n</tool_call>', None),
+    ('<tool_call>{"name":"f","arguments":{"q": {"p": [Infinity]}}}</tool_call>', None),
+    ('<tool_call>{"name":"f","arguments":{"q": 1, "p": -Infinity}}</tool_call>', {"q": 1, "p": "-Infinity"}),
+]
+
+
+@pytest.mark.parametrize(("output", "arguments"), STREAMED_HERMES)
+def test_hermes_streamed_arguments_agree_with_the_whole_body_however_chunked(output: str, arguments: Any) -> None:
+    """A body whose arguments hold a non-finite number before the call is sent is no call: its text is content, as
+    `parse_whole_call` reads it; one sent already keeps the word as a string."""
+    case = {"id": output, "output": output, "tools": NUMBER}
+    n = len(tokenizer("qwen").encode(output, add_special_tokens=False).ids)
+    for cuts in chunkings(output, n):
+        parsed = parse(case, "hermes", cuts)
+        if arguments is None:
+            assert parsed == {"content": output, "reasoning": "", "calls": []}, cuts
+        else:
+            assert parsed["calls"] == [["f", arguments]], cuts

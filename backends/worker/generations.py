@@ -52,6 +52,7 @@ class Generation:
         self.events: asyncio.Queue[EngineEvent] = asyncio.Queue()
         added, special = added_tokens(state.checkpoint.tokenizer)
         self.detokenizer = Detokenizer(state.checkpoint.tokenizer, added)
+        self._tokenizer = state.checkpoint.tokenizer
         self.output_text = None
         """With stop strings the engine thread detokenizes (it must stop on the token completing one)."""
         if call.stop:
@@ -85,11 +86,16 @@ class Generation:
             "cached_tokens": self.cached_tokens,
         }
         if self.call.return_logprob:
-            fields = logprob_fields(event.tokens, self.call.top_logprobs_num)
+            token_text = self.decoded_token if self.call.return_text_in_logprobs else None
+            fields = logprob_fields(event.tokens, self.call.top_logprobs_num, token_text)
             meta.update(fields)
             for key, values in fields.items():
                 self.all_logprobs.setdefault(key, []).extend(values)
         return {"text": self._text(event), "output_ids": ids, "meta_info": meta}
+
+    def decoded_token(self, token_id: int) -> str:
+        """One token's text as SGLang's logprobs give it: decoded alone, special tokens kept."""
+        return self._tokenizer.decode([token_id], skip_special_tokens=False)
 
     def _text(self, event: EngineEvent) -> str:
         """The text the event's tokens complete (all that is held back once the generation is done), without

@@ -122,6 +122,8 @@ class GenerateCall:
     min_new_tokens: int = 0
     stop_strings_wait_for_min: bool = False
     """vLLM's rule: no stop string may end within the first min_new_tokens tokens (SGLang's gates stop tokens only)."""
+    return_text_in_logprobs: bool = False
+    """Each logprob entry carries its token's text (SGLang's third element), else null."""
 
 
 def parse_generate(
@@ -187,6 +189,7 @@ def parse_generate(
         stop=_stop_strings(sp.get("stop")),
         min_new_tokens=min_new,
         stop_strings_wait_for_min=stop_strings_wait_for_min,
+        return_text_in_logprobs=_bool(body, "return_text_in_logprobs", False, "request"),
     )
 
 
@@ -313,9 +316,16 @@ def finish_reason(finish: Finish | None) -> dict | None:
     return {"type": "abort", "message": finish.message}
 
 
-def logprob_fields(tokens: list[TokenChoice], top_n: int) -> dict[str, list]:
-    """`output_token_logprobs` ([logprob, id, null] per token) and, when asked, `output_top_logprobs`."""
-    fields: dict[str, list] = {"output_token_logprobs": [[t.logprob, t.token_id, None] for t in tokens]}
+def logprob_fields(
+    tokens: list[TokenChoice], top_n: int, token_text: Callable[[int], str] | None = None
+) -> dict[str, list]:
+    """`output_token_logprobs` ([logprob, id, text] per token) and, when asked, `output_top_logprobs`; the text is
+    `token_text(id)` when given (`return_text_in_logprobs`), else null, as SGLang's."""
+
+    def text(token_id: int) -> str | None:
+        return None if token_text is None else token_text(token_id)
+
+    fields: dict[str, list] = {"output_token_logprobs": [[t.logprob, t.token_id, text(t.token_id)] for t in tokens]}
     if top_n > 0:
-        fields["output_top_logprobs"] = [[[lp, i, None] for i, lp in t.top] for t in tokens]
+        fields["output_top_logprobs"] = [[[lp, i, text(i)] for i, lp in t.top] for t in tokens]
     return fields

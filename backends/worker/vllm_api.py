@@ -108,6 +108,7 @@ _STRUCTURED_KEYS = frozenset(_CONSTRAINTS) | {
     "disable_additional_properties",
     "whitespace_pattern",
 }
+_STREAM_OPTION_KEYS = frozenset({"include_usage", "continuous_usage_stats"})
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 # parse_generate's refusals name SGLang's fields: these spellings become the vLLM body's.
 _RENAMED = {sglang: name for name, sglang in _SAMPLING.items() if sglang != name}
@@ -125,6 +126,8 @@ class ResponseOptions:
     request_id: str
     model: str
     include_usage: bool
+    continuous_usage: bool
+    """Every chunk carries the usage so far (vLLM's `continuous_usage_stats`, honoured with `include_usage`)."""
     return_token_ids: bool
     ids_as_tokens: bool
 
@@ -136,7 +139,6 @@ class VLLMGeneration(Generation, ABC):
         super().__init__(call, state)
         self.options = options
         self.created = int(time.time())
-        self._tokenizer = state.checkpoint.tokenizer
         self._eos = state.engine.eos_token_ids
         self._prompt_sent = False
         self._text_offset = 0
@@ -152,17 +154,22 @@ class VLLMGeneration(Generation, ABC):
         if self.options.return_token_ids and not self._prompt_sent:
             self.prompt_ids(chunk, choice)
             self._prompt_sent = True
+        if self.options.continuous_usage:
+            chunk["usage"] = self._usage()
         frames = sse_frame(chunk)
         if self.done and self.options.include_usage:
-            prompt = len(self.call.input_ids)
-            usage = {
-                "prompt_tokens": prompt,
-                "completion_tokens": self.completion_tokens,
-                "total_tokens": prompt + self.completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-            }
+            usage = {**self._usage(), "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
             frames += sse_frame(self.envelope([], usage=usage))
         return frames
+
+    def _usage(self) -> dict[str, int]:
+        """The token counts so far, as vLLM's UsageInfo."""
+        prompt = len(self.call.input_ids)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": prompt + self.completion_tokens,
+        }
 
     def error_frame(self, message: str) -> bytes:
         return sse_frame(error_body(message, 500, "InternalServerError"))
@@ -183,7 +190,7 @@ class VLLMGeneration(Generation, ABC):
         """A logprob entry's token: `token_id:N` (return_tokens_as_token_ids) or the token's text."""
         if self.options.ids_as_tokens:
             return f"token_id:{token_id}"
-        return self._tokenizer.decode([token_id], skip_special_tokens=False)
+        return self.decoded_token(token_id)
 
     def _stop_reason(self, finish: Finish | None) -> int | str | None:
         """vLLM's stop_reason: the stop token id or stop string that ended the output; None for EOS, length and
@@ -349,10 +356,19 @@ def _options(body: dict, rid: str, state: WorkerState, *, ids_as_tokens: bool) -
     if body.get("stream") is not True:
         raise ProtocolError("this worker serves the vLLM API with stream=true only")
     stream_options = _object({} if body.get("stream_options") is None else body["stream_options"], "stream_options")
+    reject_unknown(stream_options, _STREAM_OPTION_KEYS, "stream_options")
+    for key in _STREAM_OPTION_KEYS:
+        if not isinstance(stream_options.get(key, False), bool | None):
+            raise ProtocolError(f"stream_options.{key} must be a boolean, got {stream_options[key]!r}")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ProtocolError(f"model must be a string, got {model!r}")
+    include_usage = stream_options.get("include_usage") is True
     return ResponseOptions(
         request_id=rid,
-        model=body.get("model") or state.model_path,
-        include_usage=stream_options.get("include_usage") is True,
+        model=model or state.model_path,
+        include_usage=include_usage,
+        continuous_usage=include_usage and stream_options.get("continuous_usage_stats") is True,
         return_token_ids=body.get("return_token_ids") is True,
         ids_as_tokens=ids_as_tokens,
     )
@@ -382,10 +398,13 @@ def _engine_call(
         if logprobs is None or not 0 <= logprobs <= MAX_TOP_LOGPROBS:
             raise ProtocolError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {sampling['logprobs']!r}")
     try:
-        return _parse_as_sglang(state, prompt, params, rid, logprobs)
+        call = _parse_as_sglang(state, prompt, params, rid, logprobs)
     except ProtocolError as exc:
         spelled = _SGLANG_FIELD.sub(lambda m: names[m.group()], str(exc))
         raise ProtocolError(spelled, exc.status) from None
+    if call.sampling.max_new_tokens < 1:  # SGLang takes 0 (prompt logprobs only); vLLM's SamplingParams refuses it
+        raise ProtocolError(f"max_tokens must be at least 1, got {call.sampling.max_new_tokens}.")
+    return call
 
 
 def _parse_as_sglang(state: WorkerState, prompt: Any, params: dict, rid: str, logprobs: int | None) -> GenerateCall:

@@ -225,6 +225,52 @@ def test_worker_refusals_name_the_vllm_fields_sent(worker_url, path, body, messa
     assert message in "\n" + response.json()["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    "path, body, message",
+    [
+        ("/v1/completions", {"prompt": PROMPT, "model": 5}, "model must be a string, got 5"),
+        ("/v1/completions", {"prompt": PROMPT, "max_tokens": 0}, "max_tokens must be at least 1, got 0."),
+        ("/inference/v1/generate", {"token_ids": PROMPT, "sampling_params": {"max_tokens": 0}}, "at least 1, got 0"),
+    ],
+)
+def test_worker_refuses_with_400_what_vllm_refuses(oracle, worker_url, path, body, message):
+    kind = "completion_request" if path == "/v1/completions" else "generate_request"
+    with pytest.raises(ContractError):
+        oracle.check(kind, {**body, "stream": True})
+    response = httpx.post(f"{worker_url}{path}", json={**body, "stream": True})
+    assert response.status_code == 400
+    assert message in oracle.check("error", response.json())["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/inference/v1/generate"])
+def test_worker_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(oracle, worker_url, path):
+    """vLLM's `continuous_usage_stats`: with `include_usage`, each chunk carries the counts so far; without it,
+    none does (should_include_usage)."""
+    sampling = {"max_tokens": 3, "temperature": 0}
+    body = (
+        {"prompt": PROMPT, **sampling}
+        if path == "/v1/completions"
+        else {"token_ids": PROMPT, "sampling_params": sampling}
+    )
+    kind = "completion_chunk" if path == "/v1/completions" else "generate_chunk"
+    usages = {}
+    for include in (True, False):
+        options = {"include_usage": include, "continuous_usage_stats": True}
+        with httpx.stream("POST", f"{worker_url}{path}", json={**body, "stream": True, "stream_options": options}) as r:
+            usages[include] = [oracle.check(kind, chunk).get("usage") for chunk in _sse(r)]
+    assert [u["completion_tokens"] for u in usages[True]] == [1, 2, 3, 3]
+    assert all(u["prompt_tokens"] == 5 and u["total_tokens"] == 5 + u["completion_tokens"] for u in usages[True])
+    assert usages[False] == [None] * 3
+
+
+def test_worker_refuses_stream_options_it_cannot_read(worker_url):
+    for options in ({"continuous_usage_stats": "yes"}, {"include_usage": True, "per_chunk": True}):
+        response = httpx.post(
+            f"{worker_url}/v1/completions", json={"prompt": PROMPT, "stream": True, "stream_options": options}
+        )
+        assert response.status_code == 400 and "stream_options" in response.json()["error"]["message"]
+
+
 def _lines(*events: dict) -> list[bytes]:
     return [b"data: " + orjson.dumps(e) for e in events] + [b"data: [DONE]"]
 

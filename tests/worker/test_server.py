@@ -16,6 +16,7 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.checkpoint import load_checkpoint
 from backends.worker.protocol import MAX_BODY_BYTES
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.dashboard import exposed_families, queried_metrics
@@ -99,6 +100,19 @@ def test_non_stream_returns_everything_with_logprobs(client):
     assert len(out["output_ids"]) == 3 and "Paris" in out["text"]
     assert [entry[1] for entry in meta["output_token_logprobs"]] == out["output_ids"]
     assert len(meta["output_top_logprobs"]) == 3 and len(meta["output_top_logprobs"][0]) == 2
+
+
+def test_return_text_in_logprobs_gives_each_token_its_text(client):
+    """SGLang's `return_text_in_logprobs`: each entry's third element is its token decoded alone (null without it)."""
+    tokenizer = load_checkpoint().tokenizer  # the worker's default model
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "temperature": 0}, "return_logprob": True}
+    body |= {"top_logprobs_num": 2, "return_text_in_logprobs": True}
+    meta = client.post("/generate", json=body).json()["meta_info"]
+    entries = meta["output_token_logprobs"] + [entry for top in meta["output_top_logprobs"] for entry in top]
+    assert all(text == tokenizer.decode([i], skip_special_tokens=False) for _, i, text in entries)
+    assert "".join(text for _, _, text in meta["output_token_logprobs"]).startswith(" Paris")
+    response = client.post("/generate", json={**body, "return_text_in_logprobs": 1})
+    assert response.status_code == 400 and "return_text_in_logprobs" in response.json()["error"]["message"]
 
 
 def test_json_schema_through_http(client):

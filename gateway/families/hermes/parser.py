@@ -30,7 +30,13 @@ Decisions (the gateway's documented behaviour):
   is no call); one cut later stays as sent (it cannot be taken back from a
   stream), so a call whose arguments closed is a call even when its body's
   `}` or `</tool_call>` was cut, as a Qwen3 XML call after `</function>` or a
-  token-section body complete at the end. Other body layouts
+  token-section body complete at the end. A bare word of the arguments
+  (number or literal) is held until it ends: a non-finite one (NaN,
+  Infinity, `1e999`: no JSON parser gives it back) before the call is sent
+  makes the body be read whole (no call: its text is content, as
+  `parse_whole_call` reads it); after, it goes as a JSON string, its text.
+  The call is sent at the first member's `,` whatever the chunking, so the
+  answer is the same however the output is cut. Other body layouts
   are parsed whole at `</tool_call>`. A body that is not a call (a call without
   a name is none, as in qwen3_xml: `calls.is_call_name`) is returned as
   content, markers included. A call header cut off by the end of the output is
@@ -48,6 +54,7 @@ Decisions (the gateway's documented behaviour):
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from enum import auto
@@ -82,19 +89,25 @@ class _JsonEnd:
     """Finds where a streamed JSON object ends, aware of strings and escapes.
 
     A `<` outside a string also ends it: JSON never has one there, so the
-    arguments were cut short and a marker follows.
+    arguments were cut short and a marker follows. A bare word (number or
+    literal) is held back until it ends, so a non-finite one (`NaN`,
+    `Infinity`, `1e999`) is found before any of it is sent.
     """
 
     def __init__(self) -> None:
         self.done = False
         self.first_member_done = False
         """A `,` at the object's top level, or the `}` that closes it: its first member (if any) is complete."""
+        self.non_finite = ""
+        """The non-finite word the scan stopped before (empty: none); the caller reads it and clears it."""
         self._depth = 0
         self._in_string = False
         self._escaped = False
 
-    def scan(self, text: str) -> int:
-        """How many characters of `text` still belong to the value."""
+    def scan(self, text: str, final: bool = False) -> int:
+        """How many characters of `text` still belong to the value and can be sent; the scan stops after the first
+        member's `,` (the call's release point, whatever the chunking) and before a non-finite word."""
+        word = -1
         for i, ch in enumerate(text):
             if self._in_string:
                 if self._escaped:
@@ -103,10 +116,22 @@ class _JsonEnd:
                     self._escaped = True
                 elif ch == '"':
                     self._in_string = False
-            elif ch == '"':
+                continue
+            if ch not in _DELIMITERS:
+                if word < 0:
+                    word = i
+                continue
+            if word >= 0:
+                if _is_non_finite(text[word:i]):
+                    self.non_finite = text[word:i]
+                    return word
+                word = -1
+            if ch == '"':
                 self._in_string = True
             elif ch == "," and self._depth == 1:
-                self.first_member_done = True
+                if not self.first_member_done:
+                    self.first_member_done = True
+                    return i + 1
             elif ch in "{[":
                 self._depth += 1
             elif ch in "}]":
@@ -117,7 +142,22 @@ class _JsonEnd:
             elif ch == "<":
                 self.done = True
                 return i
+        if word >= 0 and not final:
+            return word
+        if word >= 0 and _is_non_finite(text[word:]):
+            self.non_finite = text[word:]
+            return word
         return len(text)
+
+
+_DELIMITERS = frozenset('"{}[],:< \t\n\r')
+_NON_FINITE_WORDS = frozenset({"NaN", "Infinity", "-Infinity"})
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+
+def _is_non_finite(word: str) -> bool:
+    """Whether a bare JSON word is a number no JSON parser gives back: NaN, Infinity or past a double's range."""
+    return word in _NON_FINITE_WORDS or bool(_JSON_NUMBER.fullmatch(word)) and math.isinf(float(word))
 
 
 def parse_whole_call(body: str) -> tuple[str, str] | None:
@@ -179,6 +219,10 @@ class HermesParser(OutputParser):
         """In the call's tail: the body's `}` was read (a `,` now lists another call)."""
         self._listed = False
         """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
+        self._header_text = ""
+        """The current call's header (`{"name": …, "arguments": `), to read the body again whole."""
+        self._whole_body = False
+        """The call body is parsed whole at `</tool_call>` (its arguments held a non-finite number)."""
 
     @property
     def saw_tool_call(self) -> bool:
@@ -292,10 +336,11 @@ class HermesParser(OutputParser):
 
     def _call_header(self, final: bool) -> bool:
         close = self._find(TOOL_CALL_END)
-        header = _CALL_HEADER.match(self._buffer)
+        header = None if self._whole_body else _CALL_HEADER.match(self._buffer)
         name = json.loads(header["name"]) if header else None
         if header and (close < 0 or header.end() <= close) and is_call_name(name):
             self._held_call = [Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=name)]
+            self._header_text = header[0]
             self._drop(header.end())
             self._arguments = _JsonEnd()
             self._state = _State.CALL_ARGUMENTS
@@ -304,6 +349,7 @@ class HermesParser(OutputParser):
             body = self._buffer[:close]
             self._drop(close + len(TOOL_CALL_END))
             self._state = _State.CONTENT
+            self._whole_body = False
             call = parse_whole_call(body)
             if call is None:
                 self._emit_content(TOOL_CALL_START + body + TOOL_CALL_END)
@@ -319,20 +365,40 @@ class HermesParser(OutputParser):
                 self._emit_content(TOOL_CALL_START + self._buffer)
             self._drop(len(self._buffer))
             self._state = _State.CONTENT
+            self._whole_body = False
         return False
 
     def _call_arguments(self, final: bool) -> bool:
-        size = self._arguments.scan(self._buffer)
+        size = self._arguments.scan(self._buffer, final)
         if size:
             self._send(Delta(tool_index=self._call_count, tool_arguments=self._buffer[:size]))
             self._buffer = self._buffer[size:]  # self._drop(size), inline: once per argument token
             self._base += size
+        if self._arguments.non_finite:
+            return self._non_finite_word()
         if self._arguments.first_member_done:
             self._release_call()
         if self._arguments.done:
             self._state = _State.CALL_TAIL
             return True
-        return False
+        return size > 0 and bool(self._buffer)  # stopped at the first member's `,`: read on
+
+    def _non_finite_word(self) -> bool:
+        """The arguments hold NaN, Infinity or a number past a double, which no JSON parser gives back. A call not yet
+        sent is no call: its body is read again whole (its text is content, as `parse_whole_call` has it); a sent
+        one cannot be taken back, so the word goes as a JSON string (its text, as a typed value keeps it)."""
+        word, self._arguments.non_finite = self._arguments.non_finite, ""
+        if self._held_call is None:
+            self._send(Delta(tool_index=self._call_count, tool_arguments=json.dumps(word)))
+            self._drop(len(word))
+            return True
+        read = self._header_text + "".join([d.tool_arguments for d in self._held_call])
+        self._held_call = None
+        self._buffer = read + self._buffer
+        self._base -= len(read)
+        self._whole_body = True
+        self._state = _State.CALL_HEADER
+        return True
 
     def _call_tail(self, final: bool) -> bool:
         """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` after

@@ -10,6 +10,9 @@ Decisions (the gateway's documented behaviour):
   dropped). The JSON is held until its brackets close, then the calls are
   emitted whole; a call cut short (max_tokens) or a name that never gets its
   `[ARGS]` is never sent; a name longer than MAX_NAME characters is malformed.
+  Text after `[TOOL_CALLS]` that can begin neither (a character no tool name
+  holds, outside a leading `[`: `[TOOL_CALLS] not json at all`) is content from
+  there, as soon as that is certain, as vLLM's pre-v11 parser shows it.
 * Magistral 2506 writes reasoning as text, `<think>…</think>`, at the start
   of the output (`text_think=True`); only a `</think>` split across pieces is
   held back.
@@ -19,6 +22,7 @@ Decisions (the gateway's documented behaviour):
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from enum import Enum, auto
 from typing import Any
@@ -31,6 +35,9 @@ from gateway.types import Delta
 from .markers import ARGS, CALL_ID, TEXT_THINK, TEXT_THINK_END, THINK, THINK_END, TOOL_CALLS
 
 MAX_NAME = 256
+CALL_NAME = re.compile(r"[A-Za-z0-9_.:-]+")
+"""What a tool name may hold (the gateway's tool names, OpenAI's and Anthropic's): text after `[TOOL_CALLS]` with any
+other character can begin neither a v3 array nor a v11 name."""
 
 
 class Mode(Enum):
@@ -112,7 +119,11 @@ class MistralParser(CallParser):
                 self._arguments(text.lstrip())
                 return
             self._name.append(text)
-            if sum(map(len, self._name)) > MAX_NAME:
+            name = "".join(self._name).strip()
+            if name and not CALL_NAME.fullmatch(name):
+                self._mode = Mode.CONTENT  # no call can follow: the text is content, as vLLM's pre-v11 parser has it
+                self._emit_text(Mode.CONTENT, "".join(self._name))
+            elif sum(map(len, self._name)) > MAX_NAME:
                 self._mode = Mode.DROP
         elif mode is Mode.ARGUMENTS:
             self._arguments(text)
