@@ -235,14 +235,17 @@ async def test_a_burst_past_the_connection_pool_waits_its_turn_instead_of_failin
 
 
 async def test_a_queue_longer_than_the_timeout_waits_while_redis_keeps_answering(redis_server):
-    """Turns are waited for while the calls ahead are answered: 5 rounds of 64 slow calls outlast timeout_s, and
-    none fails; the wait is bounded by answers, not by the queue's length."""
-    calls = BoundedRedis(redis_server.url, timeout_s=0.1)
+    """Turns are waited for while the calls ahead are answered: 5 rounds of 64 slow calls outlast timeout_s (the last
+    round waits 4 holds, 1.2 timeouts), and none fails; the wait is bounded by answers, not by the queue's length.
+    timeout_s is 1 s, not less: it is also redis-py's connect and read timeout, and 64 connects at once on a loaded
+    host took longer than 0.1 s."""
+    timeout_s = 1.0
+    calls = BoundedRedis(redis_server.url, timeout_s=timeout_s)
 
     async def slow_call() -> None:
         async with calls.turn() as client:
             await client.ping()
-            await asyncio.sleep(0.04)
+            await asyncio.sleep(0.3 * timeout_s)
 
     await asyncio.gather(*(slow_call() for _ in range(5 * CALLS_AT_ONCE)))
     await calls.client.aclose()
