@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 
-def tcp_sockets(port: int, state: str, *, local: bool = False) -> int:
-    """This machine's TCP sockets in `state` (hex, as /proc/net/tcp writes it) whose remote (or local) port is `port`."""
-    count = 0
+def _rows() -> Iterator[tuple[int, int, str]]:
+    """This machine's TCP sockets: local port, remote port, state (hex, as /proc/net/tcp writes it)."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             for row in list(f)[1:]:
                 fields = row.split()
-                if int(fields[1 if local else 2].rsplit(":", 1)[1], 16) == port and fields[3] == state:
-                    count += 1
-    return count
+                yield int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16), fields[3]
+
+
+def tcp_sockets(port: int, state: str, *, local: bool = False) -> int:
+    """This machine's TCP sockets in `state` (hex, as /proc/net/tcp writes it) whose remote (or local) port is `port`."""
+    return sum(1 for own, remote, s in _rows() if (own if local else remote) == port and s == state)
+
+
+def connections_to(port: int, *states: str) -> set[int]:
+    """The local ports of this machine's TCP sockets to `port` in any of `states`: the same connections can be
+    looked for again after a fault, whatever other connections opened meanwhile."""
+    return {own for own, remote, state in _rows() if remote == port and state in states}
 
 
 def close_wait_sockets(port: int) -> int:

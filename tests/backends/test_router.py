@@ -287,7 +287,8 @@ async def test_health_checks_take_a_replica_out_and_back(standins):
 
 async def test_a_busy_replica_that_answers_health_late_stays_in_while_it_delivers(standins):
     (one, one_url), (two, two_url) = standins[:2]
-    r = router([one_url, two_url], RoutingPolicy(health_interval_s=0.1, health_timeout_s=0.05))
+    # checks 0.5 s apart, not 0.1: a loaded host paused the backend's tokens (every 0.01 s) longer than 0.1 s
+    r = router([one_url, two_url], RoutingPolicy(health_interval_s=0.5, health_timeout_s=0.05))
     try:
         assert await r.ready()
         one.health_delay = two.health_delay = 0.5  # both miss every check's deadline from now on
@@ -296,7 +297,7 @@ async def test_a_busy_replica_that_answers_health_late_stays_in_while_it_deliver
         chunks = 0
         async for _ in stream:  # tokens keep coming (on one replica) through several missed checks
             chunks += 1
-            if chunks == 60:
+            if chunks == 100:
                 break
         await stream.aclose()
         serving = next(rep for rep in r.replicas if rep.delivered)

@@ -7,6 +7,8 @@ its latest request):
 
 - `pass`: forward both ways.
 - `delay`: hold each chunk from the upstream `delay_s` seconds (a slow server; order kept per connection).
+- `trickle`: forward the upstream's bytes one at a time, each `delay_s` seconds after the last (a server whose
+  answer arrives a byte per read).
 - `stall`: after `after` bytes from the upstream, forward nothing more to the client (the requests still reach the
   upstream: a server that works but whose answers never come back); `set("pass")` lets the held bytes go.
 - `blackhole`: accept and forward nothing either way (a server that stopped answering with its socket open); what
@@ -27,7 +29,7 @@ import threading
 from dataclasses import dataclass
 from typing import Self
 
-MODES = ("pass", "delay", "stall", "blackhole", "cut", "corrupt")
+MODES = ("pass", "delay", "trickle", "stall", "blackhole", "cut", "corrupt")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,13 @@ class _Link:
         faulty = self.from_upstream >= fault.after
         if fault.mode == "delay":
             await asyncio.sleep(fault.delay_s)
+        elif fault.mode == "trickle":
+            for byte in range(len(chunk)):
+                self.client_writer.write(chunk[byte : byte + 1])
+                await self.client_writer.drain()
+                await asyncio.sleep(fault.delay_s)
+            self.from_upstream += len(chunk)
+            return True
         elif faulty and fault.mode in ("stall", "blackhole"):
             await self.proxy.flowing_downstream()
         elif faulty and fault.mode == "cut":

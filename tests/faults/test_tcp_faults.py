@@ -7,6 +7,7 @@ only requests tell. After every test no backend stream is left open and nothing 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -42,6 +43,8 @@ DEADLINE_S = 1.0
 CASES = ["stalled", "cut", "not-http", "stale", "endless-body"]
 NOT_READING = "not-reading"
 """Its stream runs until the client's window is full (a deadline would end it first)."""
+TRICKLED = "trickled"
+"""Its answers come a byte per write (no short deadline: on a loaded host that takes a while)."""
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +67,24 @@ def deployment(
         replicas(case, smollm2, [proxy.url_for("http")], request_timeout_s=DEADLINE_S, health_interval_s=60)
         for case in CASES
     ]
-    models.append(replicas(NOT_READING, smollm2, [proxy.url_for("http")], health_interval_s=60))  # no short deadline
-    protocol = client_timeout_protocol(CLIENT_TIMEOUT_S, send_timeout_s=CLIENT_TIMEOUT_S)
+    models += [
+        replicas(case, smollm2, [proxy.url_for("http")], health_interval_s=60) for case in (NOT_READING, TRICKLED)
+    ]
+    protocol = small_send_buffers(client_timeout_protocol(CLIENT_TIMEOUT_S, send_timeout_s=CLIENT_TIMEOUT_S))
     with gateway_in_process(models, tmp_path_factory.mktemp("wire"), http=protocol, max_body_bytes=100_000) as (url, _):
         yield Deployment(os.getpid(), port_of_url(url), models, [backend], in_process=True)
+
+
+def small_send_buffers(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """`protocol` with the kernel's send buffer of each connection at its least: a client that stops reading fills it
+    within a few answer chunks (autotuned, it took megabytes of answer, 6-10 s of output at load 15-20)."""
+
+    class SmallSendBuffer(protocol):  # type: ignore[misc,valid-type]
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            super().connection_made(transport)
+
+    return SmallSendBuffer
 
 
 @pytest.fixture
@@ -144,6 +161,16 @@ def test_keep_alive_connections_the_backend_closed_are_not_a_failure(client, pro
         response = client.post("/v1/chat/completions", json=chat("stale", stream=stream))
         assert response.status_code == 200, response.text
     assert proxy.stale_hits >= 1 and proxy.accepted > before  # met a closed connection, answered on a fresh one
+
+
+def test_an_answer_that_comes_a_byte_at_a_time_is_read_whole(client, proxy):
+    """Every line, chunk header and event cut at every byte (the head's too): the same reply, streamed and not."""
+    proxy.set("trickle")
+    for stream in (True, False):
+        response = client.post("/v1/chat/completions", json=chat(TRICKLED, stream=stream))
+        assert response.status_code == 200, response.text
+        text = text_of(list(sse(response))) if stream else response.json()["choices"][0]["message"]["content"]
+        assert text and REPLY.startswith(text), text
 
 
 def test_a_chunked_body_that_never_ends_still_answers(client, wire, proxy):

@@ -31,7 +31,7 @@ from tests.policies.deployment import (
     write_tenant,
 )
 from tests.redis_server import RedisServer
-from tests.sockets import close_wait_sockets
+from tests.sockets import CLOSE_WAIT, ESTABLISHED, connections_to
 
 RECOVER_S = 10.0
 """Upper bound for the gateways to use Redis again once it is back; never a speed check."""
@@ -191,9 +191,13 @@ def test_idle_gateways_close_the_redis_connections_the_server_dropped(gateways, 
             json={"model": "m", "input": "hi", "max_output_tokens": 16},
         )
         assert stored.is_success, stored.text
+    pooled = connections_to(redis_link.port, ESTABLISHED)
     with Redis(host="127.0.0.1", port=redis.port) as admin:
         assert admin.client_kill_filter(_type="normal", skipme=True) >= 4  # two pools in each replica
-    wait_until(lambda: close_wait_sockets(redis_link.port) == 0, IDLE_SWEEP_S * 5)
+    # each pooled connection the proxy closed in turn (it left ESTABLISHED) and then closed by its gateway (it left
+    # CLOSE-WAIT): waiting for no CLOSE-WAIT alone passed before the proxy had closed them, and the next request met
+    # the close
+    wait_until(lambda: not pooled & connections_to(redis_link.port, ESTABLISHED, CLOSE_WAIT), IDLE_SWEEP_S * 5)
     for gateway in gateways:
         again = httpx.get(f"{gateway.base_url}/v1/responses/{stored.json()['id']}", headers=auth("closed"))
         assert again.status_code == 200, again.text  # the store shared by both answers again
