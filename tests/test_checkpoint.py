@@ -12,6 +12,7 @@ from gateway.families import infer_family
 from gateway.families.mistral import sentencepiece_tokenizer
 from gateway.families.mistral.family import mistral_common_data
 from gateway.families.recognition import CheckpointFacts
+from gateway.prompts.encoding import PromptEncoder
 
 SAMPLES = ["Hello world 12345!", "<|im_start|>user\nhi<|im_end|>", "  héllo\n\n  x", "café 2026 🙂"]
 
@@ -92,7 +93,7 @@ def test_bad_references_are_clear_errors(ref, error, message):
 
 
 def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None) -> None:
-    """A llama GGUF with no tensors and a six-token byte-level BPE vocabulary: <s>, </s>, h, i, Ġ, hi."""
+    """A llama GGUF with no tensors and a seven-token byte-level BPE vocabulary: <s>, </s>, h, i, Ġ, hi, a."""
     import gguf
 
     writer = gguf.GGUFWriter(str(path), "llama")
@@ -101,8 +102,8 @@ def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None) -> None:
     writer.add_head_count(2)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(["<s>", "</s>", "h", "i", "Ġ", "hi"])
-    writer.add_token_types([3, 3, 1, 1, 1, 1])
+    writer.add_token_list(["<s>", "</s>", "h", "i", "Ġ", "hi", "a"])
+    writer.add_token_types([3, 3, 1, 1, 1, 1, 1])
     writer.add_token_merges(["h i"])
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(1)
@@ -133,6 +134,7 @@ def test_gguf_add_bos_and_eos_flags_become_the_post_processor(tmp_path, monkeypa
     assert tokenizer.encode("hi hi", add_special_tokens=False).ids == [5, 4, 5]
     assert tokenizer.encode("hi hi", add_special_tokens=True).ids == single
     assert tokenizer.encode("hi hi", "i", add_special_tokens=True).ids == pair
+    assert PromptEncoder(tokenizer).encode_prompt("hi hi", add_special_tokens=True) == single
 
 
 def test_embedded_gguf_adds_no_special_tokens(embedded):
