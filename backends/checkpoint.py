@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from backends.conversion_cache import keyed_folder, read_cached, write_cached
 from backends.kimi_tokenizer import load_kimi_tokenizer
@@ -211,6 +211,12 @@ def _parse_gguf(path: Path) -> Checkpoint:
     merges = [tuple(m.split(" ", 1)) for m in reader.fields["tokenizer.ggml.merges"].contents()]
     pre = reader.fields["tokenizer.ggml.pre"].contents() if "tokenizer.ggml.pre" in reader.fields else "gpt2"
     tokenizer = _byte_level_bpe(tokens, merges, types, split_digits=pre in ("smollm", "starcoder"))
+    field_value = lambda key: reader.fields[key].contents() if key in reader.fields else None
+    bos_id, eos_id = field_value("tokenizer.ggml.bos_token_id"), field_value("tokenizer.ggml.eos_token_id")
+    add_bos, add_eos = field_value("tokenizer.ggml.add_bos_token"), field_value("tokenizer.ggml.add_eos_token")
+    tokenizer.post_processor = _special_tokens_processor(
+        tokens, bos_id if add_bos else None, eos_id if add_eos else None
+    )
     names = {t.name for t in reader.tensors}
     n_heads = int(meta[f"{arch}.attention.head_count"])
     hidden = int(meta[f"{arch}.embedding_length"])
@@ -227,8 +233,6 @@ def _parse_gguf(path: Path) -> Checkpoint:
         context_length=int(meta.get(f"{arch}.context_length", 4096)),
         tied_embeddings="output.weight" not in names,
     )
-    field_value = lambda key: reader.fields[key].contents() if key in reader.fields else None
-    bos_id, eos_id = field_value("tokenizer.ggml.bos_token_id"), field_value("tokenizer.ggml.eos_token_id")
     return Checkpoint(
         path=path,
         config=config,
@@ -256,6 +260,26 @@ def _byte_level_bpe(
         [AddedToken(tokens[i], special=types[i] == _GGUF_CONTROL, normalized=False) for i in sorted(special)]
     )
     return tok
+
+
+def _special_tokens_processor(
+    tokens: list[str], bos_id: int | None, eos_id: int | None
+) -> processors.TemplateProcessing | None:
+    """The post-processor that puts token `bos_id` before and `eos_id` after each sequence (either may be None), as
+    transformers' Llama tokenizer writes it from `add_bos_token`/`add_eos_token`; None when it adds nothing."""
+    if bos_id is None and eos_id is None:
+        return None
+
+    def around(sequence: str, type_id: int) -> str:
+        ends = [f"{tokens[bos_id]}:{type_id}"] if bos_id is not None else []
+        ends.append(f"${sequence}:{type_id}")
+        return " ".join(ends + ([f"{tokens[eos_id]}:{type_id}"] if eos_id is not None else []))
+
+    return processors.TemplateProcessing(
+        single=around("A", 0),
+        pair=f"{around('A', 0)} {around('B', 1)}",
+        special_tokens=[(tokens[i], i) for i in {bos_id, eos_id} - {None}],
+    )
 
 
 def _load_hf_dir(path: Path) -> Checkpoint:

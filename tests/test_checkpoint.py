@@ -7,10 +7,12 @@ import json
 import pytest
 
 from backends.checkpoint import SENTENCEPIECE_V3, load_checkpoint, write_hf_metadata
+from backends.conversion_cache import CACHE_ENV
 from gateway.families import infer_family
 from gateway.families.mistral import sentencepiece_tokenizer
 from gateway.families.mistral.family import mistral_common_data
 from gateway.families.recognition import CheckpointFacts
+from gateway.prompts.encoding import PromptEncoder
 
 SAMPLES = ["Hello world 12345!", "<|im_start|>user\nhi<|im_end|>", "  héllo\n\n  x", "café 2026 🙂"]
 
@@ -88,3 +90,55 @@ def test_a_directory_without_a_tokenizer_file_is_a_clear_error(tmp_path):
 def test_bad_references_are_clear_errors(ref, error, message):
     with pytest.raises(error, match=message):
         load_checkpoint(ref)
+
+
+def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None) -> None:
+    """A llama GGUF with no tensors and a seven-token byte-level BPE vocabulary: <s>, </s>, h, i, Ġ, hi, a."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, value in [("block_count", 1), ("embedding_length", 8), ("feed_forward_length", 16)]:
+        writer.add_uint32(f"llama.{name}", value)
+    writer.add_head_count(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(["<s>", "</s>", "h", "i", "Ġ", "hi", "a"])
+    writer.add_token_types([3, 3, 1, 1, 1, 1, 1])
+    writer.add_token_merges(["h i"])
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(1)
+    if add_bos is not None:
+        writer.add_add_bos_token(add_bos)
+    if add_eos is not None:
+        writer.add_add_eos_token(add_eos)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize(
+    ("add_bos", "add_eos", "single", "pair"),
+    [
+        (True, None, [0, 5, 4, 5], [0, 5, 4, 5, 0, 3]),
+        (True, True, [0, 5, 4, 5, 1], [0, 5, 4, 5, 1, 0, 3, 1]),
+        (False, True, [5, 4, 5, 1], [5, 4, 5, 1, 3, 1]),
+        (False, False, [5, 4, 5], [5, 4, 5, 3]),
+        (None, None, [5, 4, 5], [5, 4, 5, 3]),
+    ],
+)
+def test_gguf_add_bos_and_eos_flags_become_the_post_processor(tmp_path, monkeypatch, add_bos, add_eos, single, pair):
+    monkeypatch.setenv(CACHE_ENV, "off")
+    write_tiny_gguf(tmp_path / "tiny.gguf", add_bos, add_eos)
+    tokenizer = load_checkpoint(tmp_path / "tiny.gguf").tokenizer
+    assert tokenizer.encode("hi hi", add_special_tokens=False).ids == [5, 4, 5]
+    assert tokenizer.encode("hi hi", add_special_tokens=True).ids == single
+    assert tokenizer.encode("hi hi", "i", add_special_tokens=True).ids == pair
+    assert PromptEncoder(tokenizer).encode_prompt("hi hi", add_special_tokens=True) == single
+
+
+def test_embedded_gguf_adds_no_special_tokens(embedded):
+    """SmolLM2's GGUF says add_bos_token false: a prompt's ids are its text's alone."""
+    for text in SAMPLES:
+        with_specials = embedded.tokenizer.encode(text, add_special_tokens=True).ids
+        assert with_specials == embedded.tokenizer.encode(text, add_special_tokens=False).ids
