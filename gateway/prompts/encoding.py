@@ -22,7 +22,7 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Self
 
 from tokenizers import Tokenizer
@@ -154,11 +154,21 @@ def _special_ends(tokenizer: Tokenizer, plain: Tokenizer) -> tuple[list[int], li
     processor = tokenizer.post_processor
     if processor is None:
         return [], []
-    processed = processor.process(plain.encode("a", add_special_tokens=False))
+    probe = next(filter(None, (plain.encode(text, add_special_tokens=False) for text in _probe_texts(plain))), None)
+    if probe is None:
+        raise ValueError("the tokenizer encodes none of its own tokens' texts: no prompt to probe its post-processor")
+    processed = processor.process(probe)
     own = [i for i, sequence in enumerate(processed.sequence_ids) if sequence is not None]
     if not own:  # nothing to tell the sequence from what the processor adds
-        raise ValueError("the tokenizer's post-processor leaves no token of a one-letter prompt")
+        raise ValueError("the tokenizer's post-processor leaves no token of a one-token prompt")
     return processed.ids[: own[0]], processed.ids[own[-1] + 1 :]
+
+
+def _probe_texts(plain: Tokenizer) -> Iterator[str]:
+    """Short texts to probe a post-processor with: "a", then the texts of the vocabulary's first ids."""
+    yield "a"
+    for token_id in range(min(plain.get_vocab_size(), 1024)):
+        yield plain.decode([token_id])
 
 
 _PLAIN_COPIES: weakref.WeakKeyDictionary[Tokenizer, Tokenizer] = weakref.WeakKeyDictionary()

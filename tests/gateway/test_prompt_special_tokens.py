@@ -10,6 +10,7 @@ import dataclasses
 import httpx
 import pytest
 from tokenizers import Tokenizer
+from tokenizers.models import BPE
 from tokenizers.processors import TemplateProcessing
 
 from backends.checkpoint import load_checkpoint
@@ -94,3 +95,12 @@ def test_tokenize_and_completions_add_bos_by_default_not_for_ids_or_chat(mistral
     assert complete(without) == len(without) and server.bodies[-1]["input_ids"] == without  # ids kept as given
     bad = client.post("/tokenize", json={"model": "mistral-bos", "prompt": text, "add_special_tokens": "yes"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "add_special_tokens"
+
+
+def test_a_vocabulary_without_the_letter_a_is_probed_with_its_own_tokens():
+    tokenizer = Tokenizer(BPE(vocab={BOS: 0, EOS: 1, "h": 2, "i": 3, "hi": 4}, merges=[("h", "i")]))
+    tokenizer.add_special_tokens([BOS, EOS])
+    tokenizer.post_processor = TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, 0)])
+    assert tokenizer.encode("a", add_special_tokens=False).ids == []  # "a" probes nothing here
+    encoder = PromptEncoder(tokenizer)
+    assert encoder.encode_prompt("hi", add_special_tokens=True) == tokenizer.encode("hi").ids == [0, 4]
