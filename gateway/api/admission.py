@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
@@ -84,19 +85,22 @@ class RequestPolicy:
         return dataclasses.replace(chat, tools=tools)
 
     def queued(self, model: ServedModel, tokens: int) -> Callable[[Steps], Steps] | None:
-        """A wrapper giving each choice (of up to `tokens`: prompt + its max tokens) a slot of the model's
-        fair queue before it reaches the backend, released when it ends; None when nothing queues.
+        """A wrapper marking the request served once a backend takes one of its choices (a request no backend took
+        is settled void), giving each choice (of up to `tokens`: prompt + its max tokens) a slot of the model's
+        fair queue first where it has one, released when it ends; None without policies.
         The tenant's queue deadline bounds the wait until the request's first choice runs (then a 429);
         its other choices then wait for their turn as long as the request runs."""
-        queue = self._gate and self._gate.queues.get(model.id)
-        if self.tenant is None or queue is None:
+        if self.tenant is None or self._gate is None:
             return None
         tenant, policy = self.tenant, self.tenant.caller.policy
+        tenant.served = False
+        queue = self._gate.queues.get(model.id)
+        if queue is None:
+            return functools.partial(_taken, tenant)
         share = self._gate.share(model.id, policy.tenant)
         deadline_s = policy.limits.queue_timeout_s
         deadlines: set[asyncio.Timeout] = set()
         """One per choice still waiting: the first choice to get a slot lifts them all (the request runs)."""
-        tenant.served = False
 
         async def in_queue(steps: Steps) -> Steps:
             started = time.monotonic()
@@ -124,9 +128,8 @@ class RequestPolicy:
                         retry_after=1,
                     ) from None
                 tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
-                tenant.served = True
-                async with aclosing(steps):
-                    async for step in steps:
+                async with aclosing(_taken(tenant, steps)) as taken:
+                    async for step in taken:
                         yield step
 
         return in_queue
@@ -186,6 +189,14 @@ class RequestPolicy:
 
         tenant.release = release
         return _settled(events, counted, tenant)
+
+
+async def _taken(tenant: TenantRequest, steps: Steps) -> Steps:
+    """`steps`, marking the request served as they start: a backend took it, so it is charged."""
+    tenant.served = True
+    async with aclosing(steps):
+        async for step in steps:
+            yield step
 
 
 def _headers(openai: dict[str, str], verdict: LimiterAdmission, anthropic: bool) -> dict[str, str]:

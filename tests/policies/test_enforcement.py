@@ -214,3 +214,31 @@ async def test_a_backend_failure_before_any_output_counts_against_no_limit(tmp_p
     assert probe.headers["x-ratelimit-remaining-tokens"] == str(1000 - charged)
     left = tenant.headers["x-ratelimit-remaining-requests"], tenant.headers["x-ratelimit-remaining-tokens"]
     assert left == (("10", "1000") if steps == 0 else ("9", "960"))  # the error's headers: what remains after it
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("queues", [{}, {"m": 1}], ids=["no_queue", "fair_queue"])
+async def test_a_client_that_left_before_a_backend_took_its_request_is_not_charged(tmp_path, limiter, queues):
+    """With a fair queue or without, a request whose client left before any backend took it (its events never
+    started) is settled void; one whose backend had taken it stays charged its request and prompt tokens."""
+    gate = PolicyGate(PolicyStore(tmp_path), limiter, {m: FairQueue(slots) for m, slots in queues.items()})
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(requests_per_minute=10, tokens_per_minute=1000))
+    model = SimpleNamespace(id="m")
+
+    async def backend():
+        yield 0, ChoiceStep(pieces=[], completion_tokens=1)
+
+    for request_id in ("left", "taken"):
+        tenant = TenantRequest(Caller(policy, policy.keys[0]), request_id)
+        rules = RequestPolicy(tenant, gate)
+        each = rules.queued(model, 40)  # as generate() takes it
+        events = await rules.admit(model, 30, 10, each(backend()) if each else backend(), prompt_param="messages")
+        if request_id == "taken":
+            await anext(events)
+        await events.aclose()
+        if tenant.release is not None:  # the middleware's, once the response ended
+            await tenant.release()
+        remaining = await gate.limiter.admit("t", policy.limiter_limits, f"probe-{request_id}", 0)
+        await gate.limiter.settle(remaining, 0, void=True)
+        left = remaining.headers["x-ratelimit-remaining-requests"], remaining.headers["x-ratelimit-remaining-tokens"]
+        assert left == {"left": ("9", "1000"), "taken": ("8", "969")}[request_id]
