@@ -145,8 +145,10 @@ class RequestPolicy:
         max_tokens_param: str = "max_tokens",
         prompt: Any = None,
         choices: int = 1,
+        n: int | None = None,
     ) -> Events:
-        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all `choices`):
+        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all `choices`, `n` samples of
+        each prompt: all the choices when None, as for a chat's one prompt; 1 on a door without `n`):
         400 over max_prompt_tokens, 429 (or 503 when the store is down and the tenant fails closed)
         when the limiter refuses. Returns `events`, settling the
         real usage when they end; call it before anything reaches the backend. Without policies, the choices
@@ -175,7 +177,8 @@ class RequestPolicy:
         )
         tenant.headers = _headers(verdict.headers, verdict, tenant.anthropic)
         if not verdict.allowed:
-            raise _refusal(verdict, policy.limits, prompt_tokens, reserved, (prompt_param, max_tokens_param))
+            asked = _Asked(prompt_tokens, reserved, choices, choices if n is None else n)
+            raise _refusal(verdict, policy.limits, asked, (prompt_param, max_tokens_param))
         counted = _Usage(prompt_tokens)
 
         async def release() -> None:
@@ -234,12 +237,34 @@ async def _settled(events: Events, usage: _Usage, tenant: TenantRequest) -> Even
             await tenant.release()
 
 
-def _refusal(
-    verdict: LimiterAdmission, limits: Limits, prompt_tokens: int, reserved: int, params: tuple[str, str]
-) -> APIError:
+@dataclass(frozen=True)
+class _Asked:
+    """What a request asked the limiter for: its prompt, all it reserved, its choices and its samples per prompt."""
+
+    prompt_tokens: int
+    reserved: int
+    choices: int
+    n: int
+
+    def advice(self, limit: int, max_tokens_param: str) -> tuple[str, str]:
+        """What the client can lower to fit `limit` (the prompt alone fits), and the field to name."""
+        if self.n == 1:
+            return f"lower {max_tokens_param}", max_tokens_param
+        one_sample = self.prompt_tokens + (self.reserved - self.prompt_tokens) // self.n
+        fewer_samples, fewer_tokens = one_sample <= limit, self.prompt_tokens + self.choices <= limit
+        if fewer_samples and fewer_tokens:
+            return f"lower {max_tokens_param} or n", max_tokens_param
+        if fewer_samples:
+            return "lower n", "n"
+        if fewer_tokens:
+            return f"lower {max_tokens_param}", max_tokens_param
+        return f"lower {max_tokens_param} and n", max_tokens_param
+
+
+def _refusal(verdict: LimiterAdmission, limits: Limits, asked: _Asked, params: tuple[str, str]) -> APIError:
     """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a token
-    limit: it would never fit; naming the prompt's field when the prompt alone is, else the max tokens' field, of
-    `params`), else 429 with OpenAI's code and type."""
+    limit: it would never fit; naming the prompt's field when the prompt alone is, else the max tokens' field of
+    `params` or `n`, whichever the client can lower), else 429 with OpenAI's code and type."""
     if verdict.status == 503:
         return APIError(
             "the rate-limit store is unreachable and this API key's policy fails closed",
@@ -249,16 +274,18 @@ def _refusal(
         )
     if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
         limit, (prompt_param, max_tokens_param) = getattr(limits, verdict.limit), params
-        if prompt_tokens > limit:
+        if asked.prompt_tokens > limit:
             return invalid(
-                f"the prompt is {prompt_tokens} tokens, more than this API key's {verdict.limit} of {limit}",
+                f"the prompt is {asked.prompt_tokens} tokens, more than this API key's {verdict.limit} of {limit}",
                 prompt_param,
                 "tokens_exceed_limit",
             )
+        advice, param = asked.advice(limit, max_tokens_param)
+        counted = "prompt + max tokens" if asked.n == 1 else "prompt + max tokens of each choice"
         return invalid(
-            f"this request needs up to {reserved} tokens (prompt + max tokens), more than this API key's "
-            f"{verdict.limit} of {limit}: lower {max_tokens_param}",
-            max_tokens_param,
+            f"this request needs up to {asked.reserved} tokens ({counted}), more than this API key's "
+            f"{verdict.limit} of {limit}: {advice}",
+            param,
             "tokens_exceed_limit",
         )
     kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"
