@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
@@ -84,19 +85,22 @@ class RequestPolicy:
         return dataclasses.replace(chat, tools=tools)
 
     def queued(self, model: ServedModel, tokens: int) -> Callable[[Steps], Steps] | None:
-        """A wrapper giving each choice (of up to `tokens`: prompt + its max tokens) a slot of the model's
-        fair queue before it reaches the backend, released when it ends; None when nothing queues.
+        """A wrapper marking the request served once a backend takes one of its choices (a request no backend took
+        is settled void), giving each choice (of up to `tokens`: prompt + its max tokens) a slot of the model's
+        fair queue first where it has one, released when it ends; None without policies.
         The tenant's queue deadline bounds the wait until the request's first choice runs (then a 429);
         its other choices then wait for their turn as long as the request runs."""
-        queue = self._gate and self._gate.queues.get(model.id)
-        if self.tenant is None or queue is None:
+        if self.tenant is None or self._gate is None:
             return None
         tenant, policy = self.tenant, self.tenant.caller.policy
+        tenant.served = False
+        queue = self._gate.queues.get(model.id)
+        if queue is None:
+            return functools.partial(_taken, tenant)
         share = self._gate.share(model.id, policy.tenant)
         deadline_s = policy.limits.queue_timeout_s
         deadlines: set[asyncio.Timeout] = set()
         """One per choice still waiting: the first choice to get a slot lifts them all (the request runs)."""
-        tenant.served = False
 
         async def in_queue(steps: Steps) -> Steps:
             started = time.monotonic()
@@ -124,9 +128,8 @@ class RequestPolicy:
                         retry_after=1,
                     ) from None
                 tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
-                tenant.served = True
-                async with aclosing(steps):
-                    async for step in steps:
+                async with aclosing(_taken(tenant, steps)) as taken:
+                    async for step in taken:
                         yield step
 
         return in_queue
@@ -142,8 +145,10 @@ class RequestPolicy:
         max_tokens_param: str = "max_tokens",
         prompt: Any = None,
         choices: int = 1,
+        n: int | None = None,
     ) -> Events:
-        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all `choices`):
+        """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all `choices`, `n` samples of
+        each prompt: all the choices when None, as for a chat's one prompt; 1 on a door without `n`):
         400 over max_prompt_tokens, 429 (or 503 when the store is down and the tenant fails closed)
         when the limiter refuses. Returns `events`, settling the
         real usage when they end; call it before anything reaches the backend. Without policies, the choices
@@ -172,7 +177,8 @@ class RequestPolicy:
         )
         tenant.headers = _headers(verdict.headers, verdict, tenant.anthropic)
         if not verdict.allowed:
-            raise _refusal(verdict, policy.limits, prompt_tokens, reserved, (prompt_param, max_tokens_param))
+            asked = _Asked(prompt_tokens, reserved, choices, choices if n is None else n)
+            raise _refusal(verdict, policy.limits, asked, (prompt_param, max_tokens_param))
         counted = _Usage(prompt_tokens)
 
         async def release() -> None:
@@ -186,6 +192,14 @@ class RequestPolicy:
 
         tenant.release = release
         return _settled(events, counted, tenant)
+
+
+async def _taken(tenant: TenantRequest, steps: Steps) -> Steps:
+    """`steps`, marking the request served as they start: a backend took it, so it is charged."""
+    tenant.served = True
+    async with aclosing(steps):
+        async for step in steps:
+            yield step
 
 
 def _headers(openai: dict[str, str], verdict: LimiterAdmission, anthropic: bool) -> dict[str, str]:
@@ -223,12 +237,34 @@ async def _settled(events: Events, usage: _Usage, tenant: TenantRequest) -> Even
             await tenant.release()
 
 
-def _refusal(
-    verdict: LimiterAdmission, limits: Limits, prompt_tokens: int, reserved: int, params: tuple[str, str]
-) -> APIError:
+@dataclass(frozen=True)
+class _Asked:
+    """What a request asked the limiter for: its prompt, all it reserved, its choices and its samples per prompt."""
+
+    prompt_tokens: int
+    reserved: int
+    choices: int
+    n: int
+
+    def advice(self, limit: int, max_tokens_param: str) -> tuple[str, str]:
+        """What the client can lower to fit `limit` (the prompt alone fits), and the field to name."""
+        if self.n == 1:
+            return f"lower {max_tokens_param}", max_tokens_param
+        one_sample = self.prompt_tokens + (self.reserved - self.prompt_tokens) // self.n
+        fewer_samples, fewer_tokens = one_sample <= limit, self.prompt_tokens + self.choices <= limit
+        if fewer_samples and fewer_tokens:
+            return f"lower {max_tokens_param} or n", max_tokens_param
+        if fewer_samples:
+            return "lower n", "n"
+        if fewer_tokens:
+            return f"lower {max_tokens_param}", max_tokens_param
+        return f"lower {max_tokens_param} and n", max_tokens_param
+
+
+def _refusal(verdict: LimiterAdmission, limits: Limits, asked: _Asked, params: tuple[str, str]) -> APIError:
     """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a token
-    limit: it would never fit; naming the prompt's field when the prompt alone is, else the max tokens' field, of
-    `params`), else 429 with OpenAI's code and type."""
+    limit: it would never fit; naming the prompt's field when the prompt alone is, else the max tokens' field of
+    `params` or `n`, whichever the client can lower), else 429 with OpenAI's code and type."""
     if verdict.status == 503:
         return APIError(
             "the rate-limit store is unreachable and this API key's policy fails closed",
@@ -238,16 +274,18 @@ def _refusal(
         )
     if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
         limit, (prompt_param, max_tokens_param) = getattr(limits, verdict.limit), params
-        if prompt_tokens > limit:
+        if asked.prompt_tokens > limit:
             return invalid(
-                f"the prompt is {prompt_tokens} tokens, more than this API key's {verdict.limit} of {limit}",
+                f"the prompt is {asked.prompt_tokens} tokens, more than this API key's {verdict.limit} of {limit}",
                 prompt_param,
                 "tokens_exceed_limit",
             )
+        advice, param = asked.advice(limit, max_tokens_param)
+        counted = "prompt + max tokens" if asked.n == 1 else "prompt + max tokens of each choice"
         return invalid(
-            f"this request needs up to {reserved} tokens (prompt + max tokens), more than this API key's "
-            f"{verdict.limit} of {limit}: lower {max_tokens_param}",
-            max_tokens_param,
+            f"this request needs up to {asked.reserved} tokens ({counted}), more than this API key's "
+            f"{verdict.limit} of {limit}: {advice}",
+            param,
             "tokens_exceed_limit",
         )
     kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"

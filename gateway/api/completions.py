@@ -62,6 +62,7 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
             prompt_param="prompt",
             prompt=parsed.prompts,
             choices=len(batch) * settings.n,
+            n=settings.n,
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     skipped = frozenset(model.family.context.control_token_ids) if settings.skip_special_tokens else frozenset()

@@ -91,8 +91,9 @@ class TenantRequest:
     release: Any = None
     """An awaitable factory releasing what admission holds (idempotent), or None."""
     served: bool = True
-    """False while its choices wait in a fair queue (refused there, or left by its client there), or once its backends
-    failed before any output: it served nothing, and is settled void."""
+    """False until a backend takes one of its choices (after a slot of the model's fair queue where it has one: refused
+    there, or left by its client before, it never does), or once its backends failed before any output: it served
+    nothing, and is settled void."""
 
 
 def tenant_of(request: Request) -> TenantRequest | None:

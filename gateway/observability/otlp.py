@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "llm-gateway"
 SHUTDOWN_TIMEOUT_S = 3.0
-"""At exit, how long the spans still queued may take to go out (the pod's grace period keeps a 10 s margin)."""
+"""At exit, how long the spans still queued may take to go out (the chart's grace period counts it)."""
 _EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.exporter.otlp.common.http")
 
 

@@ -64,6 +64,8 @@ class WorkerSpec(WorkerOptions):
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """Where workers start, so that `python -m backends.worker` finds its package without an install."""
+WORKER_STOP_GRACE_S = 10.0
+"""How long a stopped worker gets between SIGTERM and SIGKILL (the chart's grace period counts it per embedded one)."""
 
 
 class WorkerProcess:
@@ -122,7 +124,7 @@ class WorkerProcess:
         """None while it runs."""
         return self._proc.poll()
 
-    def stop(self, grace: float = 10.0) -> None:
+    def stop(self, grace: float = WORKER_STOP_GRACE_S) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds."""
         if self._proc.poll() is not None:
             return

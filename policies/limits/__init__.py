@@ -17,7 +17,7 @@ The API (a contract with the policy engine):
   - `await limiter.settle(admission, used_tokens, void=False)`: replaces the reservation with real usage (prompt +
     completion tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a
     refused admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the
-    charge. `void=True`: the admission served nothing (refused by a fair queue, its client left while it waited): its
+    charge. `void=True`: the admission served nothing (refused by a fair queue, its client left before a backend took it): its
     tokens and, unless another admit of its charge served it (or, still open, may serve it), its request are taken
     back. Returns the tenant's per-minute window use after it (`WindowUse(requests, tokens)`; None when the first try
     did not land or nothing was reserved): a refusal's `x-ratelimit-remaining-*`.

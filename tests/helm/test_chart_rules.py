@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from gateway.observability.otlp import SHUTDOWN_TIMEOUT_S
+from gateway.process.supervisor import WORKER_STOP_GRACE_S
 from tests.helm.chart import (
     CHART,
     EXTRA_PREFIX,
@@ -171,11 +173,15 @@ def test_a_pod_serving_the_embedded_model_has_the_memory_it_takes(values: str):
 
 @pytest.mark.parametrize("values", VALID)
 def test_termination_grace_covers_the_drain(values: str):
+    """The gateway's exit after its drain stops each embedded worker in turn (SIGTERM, SIGKILL past its grace), then
+    flushes its spans: the pod's grace period covers all of it, with a margin to spare."""
     docs = render(values)
     container = gateway_container(docs)
     drain = float(_arg(container, "--drain-delay")) + float(_arg(container, "--drain-timeout"))
+    embedded = sum(m["backend"]["type"] == "worker" for m in yaml.safe_load(gateway_config(docs))["models"])
+    exit_s = drain + embedded * WORKER_STOP_GRACE_S + SHUTDOWN_TIMEOUT_S
     grace = gateway_deployment(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace >= drain + 5, f"{values}: SIGKILL after {grace}s would cut a {drain}s drain"
+    assert grace >= exit_s + 5, f"{values}: SIGKILL after {grace}s would cut an exit of up to {exit_s}s"
     for workload, template in pod_templates(docs):  # a bundled worker's streams in flight when it is replaced
         if _component(template["metadata"]["labels"]) == "worker":
             drain = float(_arg(template["spec"]["containers"][0], "--drain-timeout"))

@@ -149,6 +149,29 @@ async def test_a_request_that_never_fits_a_token_limit_names_the_field_to_lower(
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("max_tokens", "n", "param", "advice"),
+    [
+        (40, 1, "max_tokens", "lower max_tokens"),  # one choice: its max tokens alone
+        (20, 3, "max_tokens", "lower max_tokens or n"),  # one choice of 20 fits, and 3 of fewer tokens
+        (40, 3, "max_tokens", "lower max_tokens"),  # one choice of 40 is over too; 3 of fewer tokens fit
+        (30, 40, "n", "lower n"),  # one choice of 30 fits; 40 choices of even one token are over
+        (40, 40, "max_tokens", "lower max_tokens and n"),  # neither alone would make it fit
+    ],
+)
+async def test_a_request_over_a_token_limit_by_its_choices_names_n(tmp_path, max_tokens, n, param, advice):
+    """`n` multiplies the completion tokens reserved: when it is what pushes a request over, the 400 says so."""
+    gate = PolicyGate(PolicyStore(tmp_path), MemoryLimiter())
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(tokens_per_minute=60))
+    rules = RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), "rid"), gate)
+    events = rules.admit(SimpleNamespace(id="m"), 25, n * max_tokens, None, prompt_param="messages", choices=n)
+    with pytest.raises(APIError) as refused:
+        await events
+    assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "tokens_exceed_limit")
+    assert str(refused.value).endswith(f": {advice}")
+
+
+@pytest.mark.anyio
 async def test_a_queue_refusal_says_what_remains_while_its_charge_has_other_admits_open(tmp_path, limiter):
     """Several admits open under one x-request-id, each refused by the fair queue: a refusal's headers say what its void
     settle really took back. The first admit's request stays counted while a join may still serve it; a join past
@@ -214,3 +237,31 @@ async def test_a_backend_failure_before_any_output_counts_against_no_limit(tmp_p
     assert probe.headers["x-ratelimit-remaining-tokens"] == str(1000 - charged)
     left = tenant.headers["x-ratelimit-remaining-requests"], tenant.headers["x-ratelimit-remaining-tokens"]
     assert left == (("10", "1000") if steps == 0 else ("9", "960"))  # the error's headers: what remains after it
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("queues", [{}, {"m": 1}], ids=["no_queue", "fair_queue"])
+async def test_a_client_that_left_before_a_backend_took_its_request_is_not_charged(tmp_path, limiter, queues):
+    """With a fair queue or without, a request whose client left before any backend took it (its events never
+    started) is settled void; one whose backend had taken it stays charged its request and prompt tokens."""
+    gate = PolicyGate(PolicyStore(tmp_path), limiter, {m: FairQueue(slots) for m, slots in queues.items()})
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(requests_per_minute=10, tokens_per_minute=1000))
+    model = SimpleNamespace(id="m")
+
+    async def backend():
+        yield 0, ChoiceStep(pieces=[], completion_tokens=1)
+
+    for request_id in ("left", "taken"):
+        tenant = TenantRequest(Caller(policy, policy.keys[0]), request_id)
+        rules = RequestPolicy(tenant, gate)
+        each = rules.queued(model, 40)  # as generate() takes it
+        events = await rules.admit(model, 30, 10, each(backend()) if each else backend(), prompt_param="messages")
+        if request_id == "taken":
+            await anext(events)
+        await events.aclose()
+        if tenant.release is not None:  # the middleware's, once the response ended
+            await tenant.release()
+        remaining = await gate.limiter.admit("t", policy.limiter_limits, f"probe-{request_id}", 0)
+        await gate.limiter.settle(remaining, 0, void=True)
+        left = remaining.headers["x-ratelimit-remaining-requests"], remaining.headers["x-ratelimit-remaining-tokens"]
+        assert left == {"left": ("9", "1000"), "taken": ("8", "969")}[request_id]
