@@ -103,12 +103,15 @@ class _JsonEnd:
         self._depth = 0
         self._in_string = False
         self._escaped = False
+        self._word_scanned = 0
+        """How much of the bare word the last scan stopped before was read: the next `text` starts with it."""
 
     def scan(self, text: str, final: bool = False) -> int:
         """How many characters of `text` still belong to the value and can be sent; the scan stops after the first
         member's `,` (the call's release point, whatever the chunking) and before a non-finite word."""
-        word = -1
-        for i, ch in enumerate(text):
+        start, self._word_scanned = self._word_scanned, 0
+        word = 0 if start else -1  # a word held back is read on from where the last scan stopped, not again
+        for i, ch in enumerate(text[start:], start):
             if self._in_string:
                 if self._escaped:
                     self._escaped = False
@@ -143,6 +146,7 @@ class _JsonEnd:
                 self.done = True
                 return i
         if word >= 0 and not final:
+            self._word_scanned = len(text) - word
             return word
         if word >= 0 and _is_non_finite(text[word:]):
             self.non_finite = text[word:]
