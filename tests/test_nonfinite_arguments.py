@@ -70,3 +70,19 @@ def test_hermes_streamed_arguments_agree_with_the_whole_body_however_chunked(out
             assert parsed == {"content": output, "reasoning": "", "calls": []}, cuts
         else:
             assert parsed["calls"] == [["f", arguments]], cuts
+
+
+@pytest.mark.parametrize(("family", "output"), OUTPUTS, ids=[family for family, _ in OUTPUTS])
+def test_arguments_nested_past_the_parsers_recursion_are_no_crash(family: str, output: str) -> None:
+    """A model writing `[[[…]]]` 3,000 deep where a value goes: JSON's parser raised RecursionError out of the
+    family's parser (a 500, or a broken stream); the value is no JSON now, read by each family's rule for that."""
+    deep = "[" * 3000 + "]" * 3000
+    tok = tokenizer(FAMILIES[family][1])
+    parser = new_parser({"id": family, "tools": {"f": {"p": {"type": "array"}}}}, family)
+    text = output.replace("-1e999", deep).replace("1e999", deep).replace("NaN", deep)
+    feed(parser, Detokenizer(tok, added_tokens(tok)), tok.encode(text, add_special_tokens=False).ids)
+
+
+def test_json_nested_past_the_recursion_limit_is_no_json() -> None:
+    with pytest.raises(ValueError):
+        strict_json("[" * 3000 + "]" * 3000)
