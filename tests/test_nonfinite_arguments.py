@@ -55,6 +55,8 @@ STREAMED_HERMES = [  # (output, expected parse): streamed arguments, read whole 
     ('<tool_call>\n{"name": "f", "arguments": {"p": 1e999, "q": 2}}\n</tool_call>', None),
     ('<tool_call>{"name":"f","arguments":{"q": {"p": [Infinity]}}}</tool_call>', None),
     ('<tool_call>{"name":"f","arguments":{"q": 1, "p": -Infinity}}</tool_call>', {"q": 1, "p": "-Infinity"}),
+    # an integer past a double's range is still JSON's (an int), streamed as read whole: not made a string
+    ('<tool_call>{"name":"f","arguments":{"q": 1, "p": ' + "9" * 400 + "}}</tool_call>", {"q": 1, "p": int("9" * 400)}),
 ]
 
 
