@@ -35,7 +35,6 @@ SENTENCEPIECE_V3 = "tokenizer.model.v3"
 
 _GGUF_CONTROL = 3  # llama.cpp token_type: CONTROL
 _GGUF_USER_DEFINED = 4
-_GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 
 
 def embedded_gguf_path() -> Path:

@@ -104,6 +104,16 @@ def test_merging_keeps_root_literals_and_recursion():
         assert _is_grammar_accept_string(merged, text) == _is_grammar_accept_string(ebnf, text), text
 
 
+def test_a_rule_read_before_its_twin_merged_in_a_cycle_names_the_kept_one():
+    """P is read before X (X -> P -> Y, X: P and X refer to each other), then X merges into its twin Y: P's
+    reference to X must follow it (it named a rule no longer written: xgrammar refused the grammar)."""
+    ebnf = 'root ::= ((X))\nX ::= (("a" P))\nP ::= ((Y X) | (""))\nY ::= (("a" P))\n'
+    merged = merged_rules(ebnf)
+    assert xgr.Grammar.from_ebnf(merged) is not None
+    for text in ("a", "aa", "aaa", "aaaa", "b"):
+        assert _is_grammar_accept_string(merged, text) == _is_grammar_accept_string(ebnf, text), text
+
+
 def test_rules_that_are_not_plain_optional_tails_stay():
     ebnf = 'root ::= ((a) | ("x" a)) (=("y"))\na ::= ((b) | ("x" | "z" b))\nb ::= (("y"))\n'
     assert optional_tails(ebnf) == ebnf

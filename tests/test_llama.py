@@ -160,6 +160,19 @@ def test_a_call_cut_by_max_tokens_is_content_only_when_calls_were_not_forced(
     assert cut.content == content and not cut.tool_calls
 
 
+@pytest.mark.parametrize(
+    "tools", [{"tools": [WEATHER], "tool_choice": "none"}, {}], ids=["tool_choice none", "no tools"]
+)
+def test_with_no_tool_to_call_no_call_opens_mid_text(tokenizer: Tokenizer, plain, tools: dict) -> None:
+    """No grammar has the mid-text trigger when nothing may be called: a call-shaped object in an answer is content
+    (the trigger made a call of `{"name": …, "parameters": …}` an answer quoted, with no tool offered)."""
+    family = tokenize_only_model("llama-3", tokenizer, "llama3_json").family
+    request = ChatRequest(messages=[{"role": "user", "content": "x"}], **tools)
+    text = 'Sure: {"name": "get_weather", "parameters": {"city": "Oslo"}}'
+    result = replay(family.parser(request, ""), tokenizer, plain(text))
+    assert result.content == text and not result.tool_calls
+
+
 def test_pythonic_calls_take_literals_only() -> None:
     assert pythonic_calls("[f(a=[1, {'b': None}], c=True)]") == [("f", {"a": [1, {"b": None}], "c": True})]
     assert pythonic_calls("[f(x)]") is None and pythonic_calls("[f(a=g())]") is None

@@ -55,6 +55,8 @@ STREAMED_HERMES = [  # (output, expected parse): streamed arguments, read whole 
     ('<tool_call>\n{"name": "f", "arguments": {"p": 1e999, "q": 2}}\n</tool_call>', None),
     ('<tool_call>{"name":"f","arguments":{"q": {"p": [Infinity]}}}</tool_call>', None),
     ('<tool_call>{"name":"f","arguments":{"q": 1, "p": -Infinity}}</tool_call>', {"q": 1, "p": "-Infinity"}),
+    # an integer past a double's range is still JSON's (an int), streamed as read whole: not made a string
+    ('<tool_call>{"name":"f","arguments":{"q": 1, "p": ' + "9" * 400 + "}}</tool_call>", {"q": 1, "p": int("9" * 400)}),
 ]
 
 
@@ -70,3 +72,19 @@ def test_hermes_streamed_arguments_agree_with_the_whole_body_however_chunked(out
             assert parsed == {"content": output, "reasoning": "", "calls": []}, cuts
         else:
             assert parsed["calls"] == [["f", arguments]], cuts
+
+
+@pytest.mark.parametrize(("family", "output"), OUTPUTS, ids=[family for family, _ in OUTPUTS])
+def test_arguments_nested_past_the_parsers_recursion_are_no_crash(family: str, output: str) -> None:
+    """A model writing `[[[…]]]` 3,000 deep where a value goes: JSON's parser raised RecursionError out of the
+    family's parser (a 500, or a broken stream); the value is no JSON now, read by each family's rule for that."""
+    deep = "[" * 3000 + "]" * 3000
+    tok = tokenizer(FAMILIES[family][1])
+    parser = new_parser({"id": family, "tools": {"f": {"p": {"type": "array"}}}}, family)
+    text = output.replace("-1e999", deep).replace("1e999", deep).replace("NaN", deep)
+    feed(parser, Detokenizer(tok, added_tokens(tok)), tok.encode(text, add_special_tokens=False).ids)
+
+
+def test_json_nested_past_the_recursion_limit_is_no_json() -> None:
+    with pytest.raises(ValueError):
+        strict_json("[" * 3000 + "]" * 3000)

@@ -109,14 +109,13 @@ _STRUCTURED_KEYS = frozenset(_CONSTRAINTS) | {
     "whitespace_pattern",
 }
 _STREAM_OPTION_KEYS = frozenset({"include_usage", "continuous_usage_stats"})
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # the OpenAI completions default, as vLLM applies it
 # parse_generate's refusals name SGLang's fields: these spellings become the vLLM body's.
 _RENAMED = {sglang: name for name, sglang in _SAMPLING.items() if sglang != name}
 _COMPLETION_NAMES = {"sampling_params.": "", "input_ids": "prompt", **_RENAMED}
 _GENERATE_NAMES = {"sampling_params.": "sampling_params.", "input_ids": "token_ids", **_RENAMED}
-_SGLANG_FIELD = re.compile(
-    "|".join([r"sampling_params\.", *(rf"\b{name}\b" for name in ["input_ids", *_RENAMED])])
-)  # the OpenAI completions default, as vLLM applies it
+_SGLANG_FIELD = re.compile("|".join([r"sampling_params\.", *(rf"\b{name}\b" for name in ["input_ids", *_RENAMED])]))
+"""A field of SGLang's spelling in a refusal of parse_generate's."""
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,12 @@ _ORDER = ("null", "integer", "number", "boolean", "object", "array")
 
 def strict_json(text: str) -> Any:
     """`text` as JSON; ValueError when it is not JSON or holds a number no JSON parser gives back: NaN, Infinity, or a
-    float past a double's range (`1e999`, which Python reads as inf and would write back as `Infinity`)."""
-    return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+    float past a double's range (`1e999`, which Python reads as inf and would write back as `Infinity`), or nests
+    deeper than Python's recursion lets the parser read (a model's `[[[…]]]`: no value, never a crash)."""
+    try:
+        return json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("the JSON nests too deeply") from None
 
 
 def writes_as_json(value: Any) -> bool:

@@ -120,7 +120,7 @@ _OPTIONAL_TAIL = re.compile(r"\(\(([A-Za-z_][A-Za-z0-9_]*)\) \| \((.+) \1\)\)", 
 def merged_rules(ebnf: str) -> str:
     """`ebnf` with rules of equal bodies merged into one (`root` always kept): each rule after the rules it refers
     to (post-order), its body read with their merged names, so one pass merges whole equal subtrees; in a cycle
-    of references a rule is read by its own name (less merged, never wrong)."""
+    of references a rule is read by its own name (less merged, never wrong), and renamed once merged."""
     rules = dict(_rules(ebnf))
     pieces = {name: _pieces(body) for name, body in rules.items()}
     merged: dict[str, str] = {}
@@ -131,7 +131,10 @@ def merged_rules(ebnf: str) -> str:
         key = "".join("\0" if i % 2 and part == name else part for i, part in enumerate(parts))  # self: \0
         merged[name] = name if name == "root" else first.setdefault(key, name)
         first.setdefault(key, name)
-    return "".join(f"{name} ::= {''.join(pieces[name])}\n" for name in rules if merged.get(name, name) == name)
+    kept = [name for name in rules if merged.get(name, name) == name]
+    for name in kept:  # a rule read before a rule of its cycle merged still names that rule: it follows it
+        pieces[name][1::2] = [merged.get(word, word) for word in pieces[name][1::2]]
+    return "".join(f"{name} ::= {''.join(pieces[name])}\n" for name in kept)
 
 
 def _post_order(pieces: dict[str, list[str]]) -> list[str]:

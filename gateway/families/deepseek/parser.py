@@ -45,7 +45,7 @@ from typing import Any
 
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
-from gateway.families.token_sections import SectionMarkers, SectionParser
+from gateway.families.token_sections import SectionMarkers
 from gateway.families.values import convert, is_plain_string, schema_types, strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
@@ -92,14 +92,6 @@ def split_v3_call(header: str, body: str) -> tuple[str, str] | None:
 def split_v31_call(header: str, body: str) -> tuple[str, str]:
     """V3.1: `NAME<｜tool▁sep｜>` then the bare JSON arguments."""
     return header.strip(), body
-
-
-def v3_parser(in_reasoning: bool) -> SectionParser:
-    return SectionParser(SECTIONS, split_v3_call, in_reasoning)
-
-
-def v31_parser(in_reasoning: bool) -> SectionParser:
-    return SectionParser(SECTIONS, split_v31_call, in_reasoning)
 
 
 @dataclass

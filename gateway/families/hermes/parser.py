@@ -54,7 +54,6 @@ Decisions (the gateway's documented behaviour):
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Sequence
 from enum import auto
@@ -103,12 +102,15 @@ class _JsonEnd:
         self._depth = 0
         self._in_string = False
         self._escaped = False
+        self._word_scanned = 0
+        """How much of the bare word the last scan stopped before was read: the next `text` starts with it."""
 
     def scan(self, text: str, final: bool = False) -> int:
         """How many characters of `text` still belong to the value and can be sent; the scan stops after the first
         member's `,` (the call's release point, whatever the chunking) and before a non-finite word."""
-        word = -1
-        for i, ch in enumerate(text):
+        start, self._word_scanned = self._word_scanned, 0
+        word = 0 if start else -1  # a word held back is read on from where the last scan stopped, not again
+        for i, ch in enumerate(text[start:], start):
             if self._in_string:
                 if self._escaped:
                     self._escaped = False
@@ -143,6 +145,7 @@ class _JsonEnd:
                 self.done = True
                 return i
         if word >= 0 and not final:
+            self._word_scanned = len(text) - word
             return word
         if word >= 0 and _is_non_finite(text[word:]):
             self.non_finite = text[word:]
@@ -156,8 +159,15 @@ _JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
 
 def _is_non_finite(word: str) -> bool:
-    """Whether a bare JSON word is a number no JSON parser gives back: NaN, Infinity or past a double's range."""
-    return word in _NON_FINITE_WORDS or bool(_JSON_NUMBER.fullmatch(word)) and math.isinf(float(word))
+    """Whether a bare JSON word is a number `strict_json` refuses (as `parse_whole_call` reads the body): NaN,
+    Infinity, a float past a double's range; an integer past a double is JSON's, one past Python's digit limit not."""
+    if word not in _NON_FINITE_WORDS and not _JSON_NUMBER.fullmatch(word):
+        return False
+    try:
+        strict_json(word)
+    except ValueError:
+        return True
+    return False
 
 
 def parse_whole_call(body: str) -> tuple[str, str] | None:
@@ -384,7 +394,7 @@ class HermesParser(OutputParser):
         return size > 0 and bool(self._buffer)  # stopped at the first member's `,`: read on
 
     def _non_finite_word(self) -> bool:
-        """The arguments hold NaN, Infinity or a number past a double, which no JSON parser gives back. A call not yet
+        """The arguments hold NaN, Infinity or a float past a double, which no JSON parser gives back. A call not yet
         sent is no call: its body is read again whole (its text is content, as `parse_whole_call` has it); a sent
         one cannot be taken back, so the word goes as a JSON string (its text, as a typed value keeps it)."""
         word, self._arguments.non_finite = self._arguments.non_finite, ""

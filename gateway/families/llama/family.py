@@ -68,7 +68,11 @@ class Llama3Family(Family):
         return build_grammar(request, self.context.tokenizer, json_calls=self.syntax is LLAMA3_JSON)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
-        return LlamaParser(self.syntax, forced_calls=self.syntax is LLAMA3_JSON and request.calls_forced)
+        return LlamaParser(
+            self.syntax,
+            forced_calls=self.syntax is LLAMA3_JSON and request.calls_forced,
+            tool_calls=bool(request.active_tools),
+        )
 
 
 class Llama4Family(Llama3Family):

@@ -22,6 +22,9 @@ Decisions (the gateway's documented behaviour):
   forced calls (their grammar allows nothing else): a call cut short is never
   sent, nor shown as content. Turn-end tokens (`<|eot_id|>`, `<|eom_id|>`, `<|python_end|>`, …)
   are dropped.
+* With no tool the model may call (none offered, or `tool_choice: "none"`) no call opens mid-text: no grammar
+  has the trigger then, and text that quotes a call-shaped object is an answer (hermes, GLM and Qwen3 XML read
+  no call at all then, and vLLM runs no tool parser).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum, auto
 from typing import Any
 
@@ -120,10 +123,18 @@ class Mode(Enum):
 class LlamaParser(CallParser):
     """Llama output parser for one choice; the same deltas however the output is chunked."""
 
-    def __init__(self, syntax: CallSyntax, new_id: Callable[[], str] = new_call_id, *, forced_calls: bool = False):
-        """`forced_calls`: the grammar allows calls only (a value cut at the end is dropped, as after a tag)."""
+    def __init__(
+        self,
+        syntax: CallSyntax,
+        new_id: Callable[[], str] = new_call_id,
+        *,
+        forced_calls: bool = False,
+        tool_calls: bool = True,
+    ):
+        """`forced_calls`: the grammar allows calls only (a value cut at the end is dropped, as after a tag);
+        `tool_calls` false (no tool the model may call, so no grammar trigger): no call opens mid-text."""
         super().__init__(new_id)
-        self._syntax = syntax
+        self._syntax = syntax if tool_calls else replace(syntax, trigger=None)
         self._mode = Mode.START
         self._tagged = forced_calls
         self._space = ""
