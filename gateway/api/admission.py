@@ -25,7 +25,7 @@ from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
 from policies.limits import QueueTimeout
-from policies.limits.headers import anthropic_rate_limit_headers, remaining_after
+from policies.limits.headers import after_settle, anthropic_rate_limit_headers
 from policies.policy import Limits
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
@@ -175,7 +175,7 @@ class RequestPolicy:
         verdict = await limiter.admit(
             policy.tenant, policy.limiter_limits, f"{policy.tenant}:{tenant.request_id}", reserved
         )
-        tenant.headers = _headers(verdict.headers, verdict, tenant.anthropic)
+        tenant.headers = _headers(verdict.headers, verdict.reset_at_s, tenant.anthropic)
         if not verdict.allowed:
             asked = _Asked(prompt_tokens, reserved, choices, choices if n is None else n)
             raise _refusal(verdict, policy.limits, asked, (prompt_param, max_tokens_param))
@@ -187,8 +187,9 @@ class RequestPolicy:
             used = prompt_tokens + tenant.completion_tokens
             void = not tenant.served  # a refusal (a queue's, every replica's) is not counted
             window = await limiter.settle(verdict, used, void=void)
-            if void and window is not None:  # its 429 says what remains once it is taken back
-                tenant.headers = _headers(remaining_after(verdict.headers, window), verdict, tenant.anthropic)
+            if void and window is not None:  # its error says what remains, and when it resets, once it is taken back
+                reset_at_s = time.time() + window.reset_ms / 1000
+                tenant.headers = _headers(after_settle(verdict.headers, window), reset_at_s, tenant.anthropic)
 
         tenant.release = release
         return _settled(events, counted, tenant)
@@ -202,11 +203,12 @@ async def _taken(tenant: TenantRequest, steps: Steps) -> Steps:
             yield step
 
 
-def _headers(openai: dict[str, str], verdict: LimiterAdmission, anthropic: bool) -> dict[str, str]:
-    """The rate-limit headers every response of a request carries: OpenAI's, and Anthropic's names on its door."""
+def _headers(openai: dict[str, str], reset_at_s: float, anthropic: bool) -> dict[str, str]:
+    """The rate-limit headers every response of a request carries: OpenAI's, and Anthropic's names on its door
+    (`reset_at_s`: when the window is empty again, epoch seconds)."""
     if not anthropic:
         return dict(openai)
-    return {**openai, **anthropic_rate_limit_headers(openai, verdict.reset_at_s)}
+    return {**openai, **anthropic_rate_limit_headers(openai, reset_at_s)}
 
 
 @dataclass

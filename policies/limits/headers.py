@@ -47,12 +47,15 @@ def rate_limit_headers(limits: Limits, verdict: Verdict) -> dict[str, str]:
     return headers
 
 
-def remaining_after(headers: Mapping[str, str], window: WindowUse) -> dict[str, str]:
-    """`headers` with their `x-ratelimit-remaining-*` recomputed from what the window holds now (after a settle)."""
+def after_settle(headers: Mapping[str, str], window: WindowUse) -> dict[str, str]:
+    """`headers` with their `x-ratelimit-remaining-*` and `-reset-*` recomputed from what the window holds now (after
+    a settle)."""
     out = dict(headers)
+    reset = duration(window.reset_ms)
     for kind, used in (("requests", window.requests), ("tokens", window.tokens)):
         if f"x-ratelimit-remaining-{kind}" in out:
             out[f"x-ratelimit-remaining-{kind}"] = str(max(0, int(out[f"x-ratelimit-limit-{kind}"]) - used))
+            out[f"x-ratelimit-reset-{kind}"] = reset
     return out
 
 

@@ -98,11 +98,12 @@ class MemoryLimiter(Limiter):
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         state = self._tenants.get(tenant)
         if state is None:
-            return WindowUse(0, 0)
-        state.expire(self._now())
+            return WindowUse(0, 0, 0)
+        now = self._now()
+        state.expire(now)
         charge = state.charges.get(charge_id)
         if charge is None or holder not in charge.holders:
-            return WindowUse(state.requests, state.tokens)
+            return WindowUse(state.requests, state.tokens, state.reset_ms(now))
         reserved, day = charge.holders.pop(holder)
         delta = used_tokens - reserved  # this admit's reservation becomes its usage (a void's: nothing)
         entry = state.log.get(holder)
@@ -119,4 +120,4 @@ class MemoryLimiter(Limiter):
             if not charge.served:
                 state.drop(charge.member)  # no admit served the request: it is taken back
             del state.charges[charge_id]
-        return WindowUse(state.requests, state.tokens)
+        return WindowUse(state.requests, state.tokens, state.reset_ms(now))

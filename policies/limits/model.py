@@ -52,10 +52,12 @@ class Verdict:
 
 
 class WindowUse(NamedTuple):
-    """What a tenant's per-minute window holds: its requests (entries less free joins) and their tokens."""
+    """What a tenant's per-minute window holds: its requests (entries less free joins) and their tokens, and the
+    milliseconds until it is empty again (0 when it is: `x-ratelimit-reset-*`)."""
 
     requests: int
     tokens: int
+    reset_ms: int
 
 
 @dataclass(frozen=True)

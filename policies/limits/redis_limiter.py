@@ -107,10 +107,10 @@ class RedisLimiter(Limiter):
         try:
             args = [self._now_arg(), holder, used_tokens, int(void)]
             async with self._calls.turn():
-                requests, tokens = await self._settle_script(self._keys(tenant, charge_id), args)
+                requests, tokens, reset = await self._settle_script(self._keys(tenant, charge_id), args)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
-        return WindowUse(requests, tokens)
+        return WindowUse(requests, tokens, reset)
 
     async def _ping(self) -> None:
         try:

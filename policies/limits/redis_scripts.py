@@ -126,11 +126,17 @@ SETTLE = (
     COMMON
     + """
 -- ARGV: 1 now, 2 holder, 3 used tokens, 4 '1' when the holder's admit served no request (void)
--- Returns the window's use after it: {requests, tokens}
+-- Returns the window's use after it: {requests, tokens, ms until it is empty}
 local holder, used, void = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
-expire(now_ms())
+local now = now_ms()
+expire(now)
+local function settled_use()
+  local use = window_use()
+  use[3] = reset_ms(now)
+  return use
+end
 local own = redis.call('HMGET', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'm')
-if not own[1] then return window_use() end
+if not own[1] then return settled_use() end
 redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder)
 local member = own[3]
 local entry = redis.call('HEXISTS', KEYS[2], 'j:' .. holder) == 1 and 'j:' .. holder or holder
@@ -158,6 +164,6 @@ if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then
   if redis.call('HGET', KEYS[5], 's') == '0' then drop(member) end  -- no admit served the request: taken back
   redis.call('DEL', KEYS[5])
 end
-return window_use()
+return settled_use()
 """
 )

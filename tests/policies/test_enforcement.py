@@ -4,6 +4,9 @@ is inert without policies."""
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+import time
 import uuid
 from types import SimpleNamespace
 
@@ -74,14 +77,21 @@ def test_inert_without_policies():
     rules.check_max_tokens(10**6, "max_tokens")
 
 
+@pytest.fixture
+def clock() -> SimpleNamespace:
+    """The limiters' clock (seconds), which a test may move: it starts at the real time."""
+    return SimpleNamespace(now=time.time())
+
+
 @pytest.fixture(params=["memory", "redis"])
-async def limiter(request):
-    """Each store's limiter (the Redis one on the session's redis-server, its keys under a prefix of this test's)."""
+async def limiter(request, clock):
+    """Each store's limiter (the Redis one on the session's redis-server, its keys under a prefix of this test's), on
+    `clock`."""
     if request.param == "memory":
-        yield MemoryLimiter()
+        yield MemoryLimiter(clock=lambda: clock.now)
         return
     server = request.getfixturevalue("redis_server")
-    redis = RedisLimiter(server.url, prefix=f"enforcement:{uuid.uuid4().hex}")
+    redis = RedisLimiter(server.url, prefix=f"enforcement:{uuid.uuid4().hex}", clock=lambda: clock.now)
     yield redis
     await redis.close()
 
@@ -237,6 +247,35 @@ async def test_a_backend_failure_before_any_output_counts_against_no_limit(tmp_p
     assert probe.headers["x-ratelimit-remaining-tokens"] == str(1000 - charged)
     left = tenant.headers["x-ratelimit-remaining-requests"], tenant.headers["x-ratelimit-remaining-tokens"]
     assert left == (("10", "1000") if steps == 0 else ("9", "960"))  # the error's headers: what remains after it
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("earlier", "reset"), [(False, "0s"), (True, "50s")], ids=["alone", "after_another"])
+async def test_a_void_settle_times_the_reset_from_what_the_window_still_holds(tmp_path, limiter, clock, earlier, reset):
+    """A request whose backends all failed before any output is taken back: its error's `x-ratelimit-reset-*` say when
+    the window is empty once it is (now when nothing else is in it; when an admission 10 s older leaves, else), not when
+    the request's own entry would have left; Anthropic's reset is the same time."""
+    gate = PolicyGate(PolicyStore(tmp_path), limiter)
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(requests_per_minute=10, tokens_per_minute=1000))
+    if earlier:
+        await limiter.admit("t", policy.limiter_limits, "earlier", 5)  # still running: stays in the window
+        clock.now += 10
+    tenant = TenantRequest(Caller(policy, policy.keys[0]), "rid", anthropic=True)
+    rules = RequestPolicy(tenant, gate)
+
+    async def failing():
+        raise BackendError("no backend replica could take the request", status=503, retryable=True)
+        yield
+
+    events = await rules.admit(SimpleNamespace(id="m"), 30, 10, failing(), prompt_param="messages")
+    assert tenant.headers["x-ratelimit-reset-requests"] == "1m0s"  # its own entry is the window's newest
+    with pytest.raises(BackendError):
+        async for _ in events:
+            pass
+    assert (tenant.headers["x-ratelimit-reset-requests"], tenant.headers["x-ratelimit-reset-tokens"]) == (reset, reset)
+    if not earlier:
+        anthropic = dt.datetime.fromisoformat(tenant.headers["anthropic-ratelimit-requests-reset"]).timestamp()
+        assert anthropic <= math.ceil(time.time())  # empty now, not a minute from now
 
 
 @pytest.mark.anyio
