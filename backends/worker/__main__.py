@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import socket
 import sys
 import time
@@ -37,6 +38,17 @@ def at_least(least: int) -> Callable[[str], int]:
         return int(text)
 
     return integer
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0 (a negative or NaN drain timeout is a start-up refusal)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,7 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--drain-timeout",
-        type=float,
+        type=seconds,
         default=2.0,
         help="on SIGTERM the listener closes at once and requests in flight get this many seconds to finish "
         "(default: 2; a pod being replaced wants its streams' length)",

@@ -67,6 +67,9 @@ class Generation:
         self._metrics = state.metrics
         self.done = False
         self.all_logprobs: dict[str, list] = {}
+        self.submitted = False
+        """Handed to the engine; before that an abort is held here (`cancelled`), not sent to the engine."""
+        self.cancelled: str | None = None
 
     def payload(self, event: EngineEvent) -> dict:
         """The SGLang object for this event's new tokens (incremental text and ids)."""

@@ -15,7 +15,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from backends.asgi import DONE_FRAME, json_response, wait_for_disconnect
-from backends.worker.engine import EngineEvent, EngineRequest
+from backends.worker.engine import EngineEvent, EngineRequest, Finish
 from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
 from backends.worker.grammar import GrammarError
 from backends.worker.handoff import LoopMailbox
@@ -54,6 +54,10 @@ def build_app(state: WorkerState) -> Starlette:
         except BaseException:
             del active[call.rid]
             raise
+        if generation.cancelled is not None:  # aborted while its grammar compiled: it never enters the engine
+            generation.events.put_nowait(EngineEvent([], Finish("abort", message=generation.cancelled)))
+            return
+        generation.submitted = True
         loop = asyncio.get_running_loop()
         mailbox = mailboxes.get(loop) or mailboxes.setdefault(loop, LoopMailbox(loop))
         state.metrics.prompt_tokens.inc(len(call.input_ids))
@@ -128,6 +132,14 @@ def build_app(state: WorkerState) -> Starlette:
         if not generation.done:
             state.engine.abort(generation.call.rid, "client disconnected")
 
+    def abort(rid: str, message: str) -> None:
+        """Cancel the request `rid`: one not yet submitted (its grammar compiling) is marked, never submitted."""
+        generation = active.get(rid)
+        if generation is not None and not generation.submitted:
+            generation.cancelled = message
+        else:
+            state.engine.abort(rid, message)
+
     async def abort_request(request: Request) -> Response:
         try:
             body = await request_json(request)
@@ -136,7 +148,7 @@ def build_app(state: WorkerState) -> Starlette:
         rid = body.get("rid") if isinstance(body, dict) else None
         if not isinstance(rid, str):
             return _error('abort_request needs {"rid": str}')
-        state.engine.abort(rid, "aborted by request")
+        abort(rid, "aborted by request")
         return Response(status_code=200)
 
     async def health(_: Request) -> Response:

@@ -1,0 +1,35 @@
+"""`python -m backends.worker`'s flags reach what they configure."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from backends.worker import __main__ as worker_main
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "x"])
+def test_a_drain_timeout_that_is_no_duration_is_refused_at_start_up(value, capsys):
+    with pytest.raises(SystemExit) as exit:
+        worker_main.parse_args(["--drain-timeout", value])
+    assert (
+        exit.value.code == 2 and "argument --drain-timeout: must be a number of seconds >= 0" in capsys.readouterr().err
+    )
+
+
+def test_the_drain_timeout_reaches_serve(monkeypatch):
+    served: list[tuple] = []
+    stopped: list[bool] = []
+
+    async def serve(state, host: str, port: int, drain_timeout: float = 2.0) -> None:
+        served.append((host, port, drain_timeout))
+
+    state = SimpleNamespace(engine=SimpleNamespace(stop=lambda: stopped.append(True)))
+    monkeypatch.setattr(worker_main, "serve", serve)
+    monkeypatch.setattr(worker_main, "build_state", lambda args: state)
+    monkeypatch.setattr(worker_main, "refuse_unsupported_dtype", lambda args: None)
+    monkeypatch.setattr(worker_main.torch, "set_num_threads", lambda n: None)
+    monkeypatch.setattr(worker_main.gc, "freeze", lambda: None)
+    worker_main.main(["--port", "22900", "--drain-timeout", "7.5"])
+    assert (served, stopped) == ([("127.0.0.1", 22900, 7.5)], [True])

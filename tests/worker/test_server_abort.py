@@ -1,0 +1,51 @@
+"""Aborts that reach the worker's app before its request is handed to the engine (in process, real engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import httpx
+
+from backends.worker.generations import WorkerState
+from backends.worker.server import build_app
+
+PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
+
+
+def test_an_abort_while_the_grammar_compiles_keeps_the_request_out_of_the_engine(
+    checkpoint, engine, grammars, monkeypatch
+):
+    compiling, release = threading.Event(), threading.Event()
+    compile = grammars.compile
+
+    def gated(kind: str, text: str):
+        compiling.set()
+        release.wait()
+        return compile(kind, text)
+
+    monkeypatch.setattr(grammars, "compile", gated)
+    app = build_app(WorkerState(checkpoint, engine, grammars, model_path="test"))
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    sampling = {"max_new_tokens": 16, "temperature": 0, "json_schema": json.dumps(schema)}
+    body = {"input_ids": PROMPT, "sampling_params": sampling, "rid": "aborted-while-compiling"}
+    prefilled = engine.stats.prefill_tokens
+
+    async def abort_during_compile() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://worker") as c:
+            answer = asyncio.ensure_future(c.post("/generate", json=body))
+            try:
+                await asyncio.to_thread(compiling.wait)
+                aborted = await c.post("/abort_request", json={"rid": body["rid"]})
+                assert aborted.status_code == 200
+            finally:
+                release.set()
+            return await answer
+
+    answer = asyncio.run(abort_during_compile())
+    assert answer.status_code == 200
+    meta = answer.json()["meta_info"]
+    assert (meta["finish_reason"]["type"], meta["completion_tokens"]) == ("abort", 0)
+    assert engine.stats.prefill_tokens == prefilled  # never prefilled
+    assert engine.active_requests() == 0
