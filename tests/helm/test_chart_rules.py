@@ -139,7 +139,8 @@ def test_probes_on_the_right_paths_and_ports(values: str):
         container = template["spec"]["containers"][0]
         component = _component(template["metadata"]["labels"])
         if component == "redis":
-            assert container["readinessProbe"]["exec"]["command"][-1] == "ping"
+            ping = f'[ "$(redis-cli -p {container["ports"][0]["containerPort"]} ping)" = PONG ]'
+            assert container["readinessProbe"]["exec"]["command"] == ["sh", "-c", ping]
             continue
         ready = {"gateway": "/ready", "worker": "/health"}[component]
         expected = {"startupProbe": "/health", "livenessProbe": "/health", "readinessProbe": ready}

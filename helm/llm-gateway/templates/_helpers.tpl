@@ -152,6 +152,39 @@ pods of a backend.service with a selector, in the release namespace). */}}
 {{- default (printf "%s-redis-url" (include "llm-gateway.fullname" .)) .Values.redis.existingSecret }}
 {{- end }}
 
+{{/* The Secret holding the Redis password: redis.auth.existingSecret, else the generated one of the in-chart Redis;
+empty for an external Redis without one (its URL may carry the password). */}}
+{{- define "llm-gateway.redisAuthSecretName" -}}
+{{- if .Values.redis.auth.existingSecret }}
+{{- .Values.redis.auth.existingSecret }}
+{{- else if .Values.redis.enabled }}
+{{- printf "%s-redis-auth" (include "llm-gateway.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "llm-gateway.redisAuthSecretKey" -}}
+{{- ternary .Values.redis.auth.existingSecretKey "password" (not (empty .Values.redis.auth.existingSecret)) }}
+{{- end }}
+
+{{/* The generated password of the in-chart Redis: the one its Secret already holds (an upgrade keeps it), else a new
+one; drawn once per render (every template that includes it gets the same). */}}
+{{- define "llm-gateway.redisGeneratedPassword" -}}
+{{- if not (hasKey .Values "_redisPassword") }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "llm-gateway.redisAuthSecretName" .) }}
+{{- $kept := (($old | default dict).data | default dict).password }}
+{{- $_ := set .Values "_redisPassword" (ternary (b64dec (toString $kept)) (randAlphaNum 32) (not (empty $kept))) }}
+{{- end }}
+{{- .Values._redisPassword }}
+{{- end }}
+
+{{/* Pod annotations that roll pods using the Redis password when the chart generates it (a deleted Secret is
+generated anew on the next upgrade: Redis and the gateway take the new one together). */}}
+{{- define "llm-gateway.redisAuthChecksum" -}}
+{{- if and .Values.redis.enabled (not .Values.redis.auth.existingSecret) }}
+checksum/redis-auth: {{ include "llm-gateway.redisGeneratedPassword" . | sha256sum }}
+{{- end }}
+{{- end }}
+
 {{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. */}}
 {{- define "llm-gateway.podSecurityContext" -}}
 runAsNonRoot: true
@@ -202,8 +235,8 @@ httpGet:
 {{- else }}
 {{- fail "gateway: without policies.enabled the gateway refuses to serve other hosts; enable policies or set gateway.allowUnauthenticated=true" }}
 {{- end }}
+{{- /* The Redis URL and password reach the gateway in its environment (LLM_GATEWAY_REDIS_*), never in argv. */}}
 {{- if include "llm-gateway.redisEnabled" . }}
-{{- $args = concat $args (list "--redis" "$(REDIS_URL)") }}
 {{- if not (kindIs "invalid" .Values.redis.timeoutSeconds) }}{{ $args = concat $args (list "--redis-timeout" (toString .Values.redis.timeoutSeconds)) }}{{ end }}
 {{- end }}
 {{- with $g.auditLogFile }}{{ $args = concat $args (list "--audit-log" .) }}{{ end }}
@@ -218,7 +251,9 @@ httpGet:
 {{- end }}
 {{- $args = concat $args (list "--workers" (toString (int $g.workers))) }}
 {{- end }}
-{{- include "llm-gateway.refuseRepeatedFlags" (dict "where" "gateway.extraArgs" "args" $args "extra" $g.extraArgs) }}
+{{- $passed := $args }}
+{{- if include "llm-gateway.redisEnabled" . }}{{ $passed = append $passed "--redis" }}{{ end }}
+{{- include "llm-gateway.refuseRepeatedFlags" (dict "where" "gateway.extraArgs" "args" $passed "extra" $g.extraArgs) }}
 {{- toYaml (concat $args $g.extraArgs) }}
 {{- end }}
 
