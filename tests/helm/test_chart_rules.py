@@ -44,6 +44,14 @@ def _enabled(values: str, section: str) -> bool:
 WITH_NETWORK_POLICY = [v for v in VALID if _enabled(v, "networkPolicy")]
 
 
+def _isolated_by_default(values: str) -> bool:
+    """Bundled workers or the in-chart Redis under the default policies alone (no gateway policy)."""
+    config = yaml.safe_load((VALUES / values).read_text()) or {}
+    isolating = config.get("networkPolicy", {}).get("isolateWorkersAndRedis", True)
+    workers = any(m["backend"]["type"] == "worker" for m in config.get("models", []))
+    return isolating and (workers or config.get("redis", {}).get("enabled", False))
+
+
 def _arg(container: dict, flag: str) -> str:
     args = container["args"]
     return args[args.index(flag) + 1]
@@ -261,7 +269,7 @@ def test_the_collector_is_reachable_on_its_schemes_port_when_its_url_names_none(
     assert [[p["port"] for p in rule["ports"]] for rule in peers] == [[_connects_to(endpoint)]]
 
 
-@pytest.mark.parametrize("values", WITH_NETWORK_POLICY)
+@pytest.mark.parametrize("values", WITH_NETWORK_POLICY + [v for v in VALID if _isolated_by_default(v)])
 def test_network_policies_select_the_pods_they_mean(values: str):
     docs = render(values)
     templates = {_component(t["metadata"]["labels"]): [] for _, t in pod_templates(docs)}
@@ -275,6 +283,9 @@ def test_network_policies_select_the_pods_they_mean(values: str):
 
     for component, ts in templates.items():  # every pod is covered by exactly one policy, made for it
         covering = [p for p in policies if any(selects(p["spec"]["podSelector"], t["metadata"]["labels"]) for t in ts)]
+        if component == "gateway" and values not in WITH_NETWORK_POLICY:
+            assert covering == [], f"{values}: the gateway is under a policy it was not given"
+            continue
         assert len(covering) == 1, f"{values}: {component} pods are under {len(covering)} policies"
         assert selected(covering[0]["spec"]["podSelector"]) == {component}
         assert set(covering[0]["spec"]["policyTypes"]) == {"Ingress", "Egress"}
@@ -293,6 +304,8 @@ def test_network_policies_select_the_pods_they_mean(values: str):
         }
         assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == own_ports
 
+    if values not in WITH_NETWORK_POLICY:
+        return
     gateway_policy = next(p for p in policies if _component(p["metadata"]["labels"]) == "gateway")
     assert selects(gateway_policy["spec"]["podSelector"], gateway_labels)
     egress = gateway_policy["spec"]["egress"]
@@ -348,9 +361,41 @@ def test_tracing_values_become_the_opentelemetry_variables_only_with_an_endpoint
     assert not [e for e in untraced if e["name"].startswith("OTEL_")]
 
 
-@pytest.mark.parametrize("values", [v for v in VALID if v not in WITH_NETWORK_POLICY])
-def test_no_network_policy_unless_enabled(values: str):
-    assert find(render(values), "NetworkPolicy") == []
+@pytest.mark.parametrize("values", VALID)
+def test_workers_and_redis_accept_only_the_gateway_by_default(values: str):
+    """Safe by default: the bundled workers (unauthenticated model servers) and the in-chart Redis are under a
+    policy unless turned off, which cannot cut the gateway's own traffic (its pods are under none unless
+    networkPolicy.enabled); a ServiceMonitor's scrapes from an unnamed Prometheus are not cut either."""
+    config = yaml.safe_load((VALUES / values).read_text()) or {}
+    np = config.get("networkPolicy", {})
+    unnamed_scraper = config.get("serviceMonitor", {}).get("enabled") and not np.get("prometheus")
+    docs = render(values)
+    policies = find(docs, "NetworkPolicy")
+    for _, template in pod_templates(docs):
+        component = _component(template["metadata"]["labels"])
+        covering = [p for p in policies if selects(p["spec"]["podSelector"], template["metadata"]["labels"])]
+        if np.get("enabled"):
+            expected = 1
+        elif component == "gateway" or not np.get("isolateWorkersAndRedis", True):
+            expected = 0
+        else:
+            expected = 0 if component == "worker" and unnamed_scraper else 1
+        assert len(covering) == expected, f"{values}: {component} pods are under {len(covering)} policies"
+
+
+def test_a_service_monitor_without_prometheus_peers_leaves_the_workers_open_and_says_so():
+    sets = ("serviceMonitor.enabled=true",)
+    docs = render("gpu-worker.yaml", *sets)
+    assert [p["metadata"]["name"] for p in find(docs, "NetworkPolicy")] == ["gw-llm-gateway-redis"]
+    done = helm(
+        "install", "llm", str(CHART), "--dry-run=client", "-f", str(VALUES / "gpu-worker.yaml"), "--set", sets[0]
+    )
+    assert "WARNING: the bundled workers are not isolated" in done.stdout
+    peers = "networkPolicy.prometheus[0].namespaceSelector.matchLabels.name=monitoring"
+    assert [p["metadata"]["name"] for p in find(render("gpu-worker.yaml", *sets, peers), "NetworkPolicy")] == [
+        "gw-llm-gateway-redis",
+        "gw-llm-gateway-worker",
+    ]
 
 
 def _pod_template(docs: list[dict]) -> dict:

@@ -185,6 +185,15 @@ checksum/redis-auth: {{ include "llm-gateway.redisGeneratedPassword" . | sha256s
 {{- end }}
 {{- end }}
 
+{{/* "true" when the default NetworkPolicies leave the bundled workers open: a ServiceMonitor scrapes them and
+networkPolicy.prometheus does not say from where (with networkPolicy.enabled, rendering refuses that instead). */}}
+{{- define "llm-gateway.workerScrapesUnplaced" -}}
+{{- $np := .Values.networkPolicy }}
+{{- $workers := false }}
+{{- range .Values.models }}{{ if eq .backend.type "worker" }}{{ $workers = true }}{{ end }}{{ end }}
+{{- if and $workers $np.isolateWorkersAndRedis (not $np.enabled) .Values.serviceMonitor.enabled (not $np.prometheus) }}true{{ end }}
+{{- end }}
+
 {{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. */}}
 {{- define "llm-gateway.podSecurityContext" -}}
 runAsNonRoot: true
