@@ -540,3 +540,63 @@ def test_gateway_workers_become_the_flag_and_need_redis_with_policies():
         "template", RELEASE, str(CHART), "-f", str(VALUES / "cpu-demo.yaml"), "--set", "gateway.workers=2", check=False
     )
     assert refused.returncode != 0 and "needs Redis" in refused.stderr
+
+
+GATEWAY_API_DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
+"""GEP-2257, as the HTTPRoute CRD checks it."""
+
+LONG_DEADLINES = {
+    "httpRoute": {"enabled": True},
+    "models": [
+        {"id": "quick", "backend": {"type": "sglang", "url": "http://a:1", "settings": {"request_timeout_s": 120}}},
+        {"id": "slow", "backend": {"type": "vllm", "url": "http://b:2", "settings": {"request_timeout_s": 1800.5}}},
+        {"id": "default", "backend": {"type": "embedded"}},
+    ],
+    "policies": {
+        "enabled": True,
+        "defaults": {"limits": {"queue_timeout_s": 45}},
+        "tenants": {
+            "a": {"tenant": "a", "keys": [{"id": "k", "sha256": "ab" * 32}], "limits": {"queue_timeout_s": 240}}
+        },
+    },
+}
+"""Models whose deadlines differ, tenants who may wait in a fair queue: the route must outlast them all."""
+
+
+def _seconds(duration: str) -> float:
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(int(n) * units[u] for n, u in re.findall(r"([0-9]+)(ms|h|m|s)", duration))
+
+
+def _route_timeouts(docs: list[dict]) -> dict:
+    (rule,) = one(docs, "HTTPRoute")["spec"]["rules"]
+    timeouts = rule["timeouts"]
+    assert all(GATEWAY_API_DURATION.match(t) for t in timeouts.values()), timeouts
+    if _seconds(timeouts["request"]):  # the CRD's rule: one try never outlasts the whole request
+        assert _seconds(timeouts["backendRequest"]) <= _seconds(timeouts["request"])
+    return timeouts
+
+
+@pytest.mark.parametrize("extra", [LONG_DEADLINES, {"httpRoute": {"enabled": True}}], ids=["long", "defaults"])
+def test_the_route_never_cuts_a_request_the_gateway_still_serves(extra: dict):
+    """Some Gateway API implementations cut a response at about 15 s unless the route says otherwise: by default the
+    route outlasts the longest a request may take in the gateway (its deadline, its wait in a fair queue), so the
+    gateway's own deadline answers first."""
+    docs = render(None, extra=yaml.safe_dump(extra))
+    deadline = max(m["backend"]["request_timeout_s"] for m in yaml.safe_load(gateway_config(docs))["models"])
+    queue = 0
+    if extra.get("policies", {}).get("enabled"):
+        files = [yaml.safe_load(body) for body in _policies_object(docs)["data"].values()]
+        queue = max([30] + [f.get("limits", {}).get("queue_timeout_s", 0) for f in files])
+    timeouts = _route_timeouts(docs)
+    assert _seconds(timeouts["request"]) >= deadline + queue
+    assert timeouts["backendRequest"] == timeouts["request"]
+
+
+def test_route_timeouts_are_overridable():
+    docs = render("httproute.yaml", "httpRoute.requestTimeout=20m", "httpRoute.backendRequestTimeout=5m")
+    assert _route_timeouts(docs) == {"request": "20m", "backendRequest": "5m"}
+    assert _route_timeouts(render("httproute.yaml", "httpRoute.requestTimeout=0s")) == {
+        "request": "0s",  # none (Gateway API: an implementation that cannot, takes its longest)
+        "backendRequest": "0s",
+    }

@@ -194,6 +194,49 @@ networkPolicy.prometheus does not say from where (with networkPolicy.enabled, re
 {{- if and $workers $np.isolateWorkersAndRedis (not $np.enabled) .Values.serviceMonitor.enabled (not $np.prometheus) }}true{{ end }}
 {{- end }}
 
+{{/* A Gateway API Duration (GEP-2257: at most 4 parts of at most 5 digits) in milliseconds. */}}
+{{- define "llm-gateway.durationMs" -}}
+{{- $ms := 0 }}
+{{- range regexFindAll "[0-9]+(ms|h|m|s)" . -1 }}
+{{- $unit := regexReplaceAll "^[0-9]+" . "" }}
+{{- $ms = add $ms (mul (regexFind "^[0-9]+" . | int64) (get (dict "h" 3600000 "m" 60000 "s" 1000 "ms" 1) $unit)) }}
+{{- end }}
+{{- $ms }}
+{{- end }}
+
+{{/* The HTTPRoute's timeouts {request, backendRequest}: the values', else the longest a request may take in the
+gateway (the longest model deadline, the longest fair-queue wait of the rendered policies, 30 s to plan), so that
+the gateway's own deadline answers first and a long stream is never cut by the implementation's default (Envoy's is
+15 s). backendRequest (one try from the Gateway to a gateway pod) defaults to the request timeout, never above it. */}}
+{{- define "llm-gateway.routeTimeouts" -}}
+{{- $route := .Values.httpRoute }}
+{{- $request := $route.requestTimeout }}
+{{- if not $request }}
+{{- $longest := 0.0 }}
+{{- range .Values.models }}
+{{- if ne .backend.type "none" }}
+{{- $deadline := (.backend.settings | default dict).request_timeout_s | default $.Values.gateway.requestTimeoutSeconds }}
+{{- $longest = maxf $longest $deadline }}
+{{- end }}
+{{- end }}
+{{- $queue := 0.0 }}
+{{- if .Values.policies.enabled }}
+{{- $queue = 30.0 }}
+{{- range $policy := prepend (values (.Values.policies.tenants | default dict)) (.Values.policies.defaults | default dict) }}
+{{- with ($policy.limits | default dict).queue_timeout_s }}{{ $queue = maxf $queue . }}{{ end }}
+{{- end }}
+{{- end }}
+{{- $s := addf $longest $queue 30 | ceil | int64 }}
+{{- $request = ternary (printf "%ds" $s) (printf "%dh%dm%ds" (div $s 3600) (div (mod $s 3600) 60) (mod $s 60)) (lt $s 100000) }}
+{{- end }}
+{{- $backend := $route.backendRequestTimeout | default $request }}
+{{- $requestMs := include "llm-gateway.durationMs" $request | int64 }}
+{{- if and (gt $requestMs 0) (gt (include "llm-gateway.durationMs" $backend | int64) $requestMs) }}
+{{- fail (printf "httpRoute: backendRequestTimeout %s is longer than the request timeout %s (Gateway API refuses the route)" $backend $request) }}
+{{- end }}
+{{- toYaml (dict "request" $request "backendRequest" $backend) }}
+{{- end }}
+
 {{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. */}}
 {{- define "llm-gateway.podSecurityContext" -}}
 runAsNonRoot: true
