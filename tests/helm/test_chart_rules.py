@@ -269,6 +269,16 @@ def test_the_collector_is_reachable_on_its_schemes_port_when_its_url_names_none(
     assert [[p["port"] for p in rule["ports"]] for rule in peers] == [[_connects_to(endpoint)]]
 
 
+@pytest.mark.parametrize(
+    ("url", "port"), [("rediss://:pw@redis.example:6380/1", 6380), ("redis://redis.example/0", 6379)]
+)
+def test_the_gateway_reaches_an_external_redis_on_the_port_of_its_url(url: str, port: int):
+    egress = one(render("redis-external.yaml", f"redis.url={url}"), "NetworkPolicy", "gw-llm-gateway")["spec"]["egress"]
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "data"}}}]  # redis-external.yaml
+    redis = [r for r in egress if r.get("to") == peers]
+    assert [[p["port"] for p in rule["ports"]] for rule in redis] == [[port]]
+
+
 @pytest.mark.parametrize("values", WITH_NETWORK_POLICY + [v for v in VALID if _isolated_by_default(v)])
 def test_network_policies_select_the_pods_they_mean(values: str):
     docs = render(values)

@@ -136,11 +136,11 @@ pods of a backend.service with a selector, in the release namespace). */}}
 {{- toYaml (dict "backends" ($out | uniq)) }}
 {{- end }}
 
-{{/* The TCP port a URL connects to: its own, else its scheme's (443 for https, 80 for http). */}}
+{{/* The TCP port a URL connects to: its own, else its scheme's (443 for https, 80 for http, 6379 for redis and
+rediss). */}}
 {{- define "llm-gateway.urlPort" -}}
 {{- $u := urlParse . }}
-{{- $hostPort := splitList ":" $u.host }}
-{{- ternary (last $hostPort) (ternary "443" "80" (eq $u.scheme "https")) (gt (len $hostPort) 1) }}
+{{- regexFind ":[0-9]+$" $u.host | trimPrefix ":" | default (get (dict "https" "443" "redis" "6379" "rediss" "6379") $u.scheme) | default "80" }}
 {{- end }}
 
 {{/* Whether a Redis URL reaches the gateway (external URL, existing Secret or the in-chart Redis). */}}
