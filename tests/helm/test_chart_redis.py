@@ -13,7 +13,17 @@ import time
 
 import pytest
 
-from tests.helm.chart import CHART, RELEASE, find, gateway_container, gateway_deployment, helm, one, render
+from tests.helm.chart import (
+    CHART,
+    RELEASE,
+    find,
+    gateway_container,
+    gateway_deployment,
+    helm,
+    one,
+    quantity_bytes,
+    render,
+)
 from tests.redis_server import _free_port
 
 AUTH_SECRET = f"{RELEASE}-llm-gateway-redis-auth"
@@ -74,6 +84,18 @@ def test_the_gateway_refuses_a_second_redis_flag():
         check=False,
     )
     assert done.returncode != 0 and "gateway.extraArgs: --redis is already passed by the chart" in done.stderr
+
+
+@pytest.mark.parametrize("limit", ["256Mi", "1.5Gi", "1G"])
+def test_the_in_chart_redis_evicts_below_its_memory_limit(limit: str):
+    """Every key the gateway writes expires (stored Responses after 30 days): unbounded, Redis grows to its limit, is
+    killed and restarts empty, limits and stored Responses lost; bounded, the least recently used keys go first."""
+    _, redis = _redis(render("redis-inchart.yaml", f"redis.resources.limits.memory={limit}"))
+    args = redis["args"]
+    assert int(args[args.index("--maxmemory") + 1]) == int(quantity_bytes(limit) * 3 // 4)
+    assert args[args.index("--maxmemory-policy") + 1] == "volatile-lru"
+    _, unlimited = _redis(render("redis-inchart.yaml", "redis.resources.limits=null"))
+    assert "--maxmemory" not in unlimited["args"]
 
 
 def _ready(probe: list[str], env: dict[str, str]) -> bool:

@@ -29,6 +29,7 @@ from tests.helm.chart import (
     helm,
     one,
     pod_templates,
+    quantity_bytes,
     render,
     render_text,
     selects,
@@ -162,13 +163,6 @@ EMBEDDED_PEAK_MIB = 2336
 """Gateway + embedded worker + grammar compile child, anonymous memory (summed Pss_Anon) at peak under 10
 concurrent chat requests of 1,500 words and max_tokens 200 (2026-12-01, the CPU demo's config)."""
 
-_QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
-
-def _bytes(quantity: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)([A-Za-z]*)", str(quantity)).groups()
-    return float(number) * _QUANTITY.get(unit, 1)
-
 
 @pytest.mark.parametrize("values", VALID)
 def test_a_pod_serving_the_embedded_model_has_the_memory_it_takes(values: str):
@@ -177,7 +171,7 @@ def test_a_pod_serving_the_embedded_model_has_the_memory_it_takes(values: str):
     docs = render(values)
     if any(m["backend"]["type"] == "worker" for m in yaml.safe_load(gateway_config(docs))["models"]):
         limit = gateway_container(docs)["resources"]["limits"]["memory"]
-        assert _bytes(limit) >= 1.2 * EMBEDDED_PEAK_MIB * 2**20, f"{values}: {limit}"
+        assert quantity_bytes(limit) >= 1.2 * EMBEDDED_PEAK_MIB * 2**20, f"{values}: {limit}"
 
 
 @pytest.mark.parametrize("values", VALID)

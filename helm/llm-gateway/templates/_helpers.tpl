@@ -237,6 +237,15 @@ the gateway's own deadline answers first and a long stream is never cut by the i
 {{- toYaml (dict "request" $request "backendRequest" $backend) }}
 {{- end }}
 
+{{/* A memory quantity (128Mi, 1G, 268435456) in bytes; empty for a form it does not know. */}}
+{{- define "llm-gateway.quantityBytes" -}}
+{{- $q := toString . }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- $unit := trimPrefix $number $q }}
+{{- if and $number (hasKey $units $unit) }}{{ mulf $number (get $units $unit) | floor | int64 }}{{ end }}
+{{- end }}
+
 {{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. */}}
 {{- define "llm-gateway.podSecurityContext" -}}
 runAsNonRoot: true
