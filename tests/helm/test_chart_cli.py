@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import yaml
 
-from gateway.cli import build_parser
+from gateway.cli import _PER_MODEL_FLAGS, _check_exposure, _check_workers, build_parser
 from gateway.process.config import BackendConfig, load_config
 from gateway.process.policy_gate import backend_slots
 from tests.dashboard import DASHBOARD
@@ -69,13 +69,16 @@ def test_every_chart_flag_is_known(values: str):
     assert not unknown, f"{values}: `gateway serve` does not know {unknown} (build_parser() in gateway/cli.py)"
 
 
-def test_the_schema_refuses_exactly_the_flags_serve_does_not_know():
+def test_the_schema_refuses_exactly_the_flags_serve_does_not_take_with_a_config():
     """gateway.extraArgs items that look like flags must be `gateway serve` flags, spelt out: argparse would take an
-    abbreviation (`--drain-t`) as the flag the chart already passes, and exits 2 on an unknown one (a crash loop)."""
+    abbreviation (`--drain-t`) as the flag the chart already passes, and exits 2 on an unknown one (a crash loop);
+    and not one describing the model served without --config (`--request-timeout`), which the gateway refuses
+    beside the --config the chart passes (another crash loop)."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     pattern = schema["properties"]["gateway"]["properties"]["extraArgs"]["items"]["pattern"]
     listed = {f"--{flag}" for flag in re.search(r"\^--\(([^)]*)\)", pattern).group(1).split("|")}
-    assert listed == KNOWN - {"-h", "--help"}
+    per_model = {flag for flag, _ in _PER_MODEL_FLAGS.values()}
+    assert per_model and listed == KNOWN - {"-h", "--help"} - per_model
 
 
 def test_backend_settings_are_the_configs_backend_keys():
@@ -95,6 +98,17 @@ def test_gateway_parses_the_rendered_command_line(values: str):
     assert parsed.config == Path("/etc/llm-gateway/config/gateway.yaml")
     redis = (yaml.safe_load((ROOT / "tests/helm/values" / values).read_text()) or {}).get("redis", {})
     assert (parsed.redis is not None) == any(redis.get(k) for k in ("enabled", "url", "existingSecret"))
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_gateway_accepts_the_rendered_command_line(values: str, tmp_path: Path):
+    """What `gateway serve` checks before it loads anything (flags that need one another, the process group's need
+    for Redis) passes: a refusal there is a crash loop. The policy directory is the volume the chart mounts."""
+    parsed = _serve(values)
+    if parsed.policies is not None:
+        parsed.policies = tmp_path
+    _check_exposure(parsed)
+    _check_workers(parsed.workers or 1, parsed)
 
 
 @pytest.mark.parametrize("values", VALID)

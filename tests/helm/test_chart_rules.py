@@ -138,7 +138,8 @@ def test_extra_volumes_reach_the_gateway_and_the_workers():
     [("/audit.log", "the root filesystem is read-only"), ("/etc/llm-gateway/config/a.log", "two volumes would mount")],
 )
 def test_an_audit_file_beside_a_read_only_mount_is_refused(audit_log: str, refusal: str):
-    done = helm("template", RELEASE, str(CHART), "--set", f"gateway.auditLogFile={audit_log}", check=False)
+    sets = ["--set", "policies.enabled=true", "--set", f"gateway.auditLogFile={audit_log}"]
+    done = helm("template", RELEASE, str(CHART), *sets, check=False)
     assert done.returncode != 0 and refusal in done.stderr
 
 

@@ -300,7 +300,12 @@ httpGet:
 {{- if include "llm-gateway.redisEnabled" . }}
 {{- if not (kindIs "invalid" .Values.redis.timeoutSeconds) }}{{ $args = concat $args (list "--redis-timeout" (toString .Values.redis.timeoutSeconds)) }}{{ end }}
 {{- end }}
-{{- with $g.auditLogFile }}{{ $args = concat $args (list "--audit-log" .) }}{{ end }}
+{{- with $g.auditLogFile }}
+{{- if not $.Values.policies.enabled }}
+{{- fail "gateway.auditLogFile: audit lines are written only with tenant policies (policies.enabled); the gateway refuses --audit-log without --policies" }}
+{{- end }}
+{{- $args = concat $args (list "--audit-log" .) }}
+{{- end }}
 {{- if not (kindIs "invalid" $g.maxBodyBytes) }}{{ $args = concat $args (list "--max-body-bytes" (toString (int64 $g.maxBodyBytes))) }}{{ end }}
 {{- if not (kindIs "invalid" $g.maxConcurrency) }}{{ $args = concat $args (list "--max-concurrency" (toString (int64 $g.maxConcurrency))) }}{{ end }}
 {{- if not (kindIs "invalid" $g.headerTimeoutSeconds) }}{{ $args = concat $args (list "--header-timeout" (toString $g.headerTimeoutSeconds)) }}{{ end }}
@@ -315,6 +320,15 @@ httpGet:
 {{- $passed := $args }}
 {{- if include "llm-gateway.redisEnabled" . }}{{ $passed = append $passed "--redis" }}{{ end }}
 {{- include "llm-gateway.refuseRepeatedFlags" (dict "where" "gateway.extraArgs" "args" $passed "extra" $g.extraArgs) }}
+{{- /* Flags whose value the pod must be built for (a mounted directory, a writable folder, Redis for a group):
+passed alone, the gateway would refuse to start or fail at its first write. */}}
+{{- $owned := dict "--policies" "policies.enabled (the chart mounts the directory)" "--audit-log" "gateway.auditLogFile (the chart mounts a writable folder for it)" "--workers" "gateway.workers (the chart checks that a group with policies has Redis)" }}
+{{- if not (include "llm-gateway.redisEnabled" .) }}{{ $_ := set $owned "--redis-timeout" "redis.timeoutSeconds with a Redis (the gateway refuses it without --redis)" }}{{ end }}
+{{- range $g.extraArgs }}
+{{- with get $owned (first (splitList "=" (toString .))) }}
+{{- fail (printf "gateway.extraArgs: set %s instead" .) }}
+{{- end }}
+{{- end }}
 {{- toYaml (concat $args $g.extraArgs) }}
 {{- end }}
 
