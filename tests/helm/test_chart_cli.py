@@ -91,6 +91,14 @@ def test_backend_settings_are_the_configs_backend_keys():
     assert set(settings["properties"]) == set(BackendConfig.__dataclass_fields__) - {"type", "url", "urls", "dns"}
 
 
+def test_the_schema_lists_the_registered_families():
+    """The gateway refuses an unknown family at start (a crash loop): the schema refuses it at install."""
+    from gateway.families import families
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["models"]["items"]["properties"]["family"]["enum"] == sorted(families())
+
+
 @pytest.mark.parametrize("values", VALID)
 def test_gateway_parses_the_rendered_command_line(values: str):
     parsed = _serve(values)

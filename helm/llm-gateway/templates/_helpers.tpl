@@ -80,8 +80,18 @@ llm-gateway/worker: {{ . }}
 {{/* The gateway configuration file (gateway/process/config.py), from .Values.models. */}}
 {{- define "llm-gateway.config" -}}
 {{- $models := list }}
+{{- $ids := dict }}
 {{- range $model := .Values.models }}
 {{- $backend := $model.backend }}
+{{- if hasKey $ids $model.id }}
+{{- fail (printf "models: two models have the id %s; the gateway refuses to start with duplicate ids" $model.id) }}
+{{- end }}
+{{- $_ := set $ids $model.id true }}
+{{- $addresses := 0 }}
+{{- range list $backend.url $backend.urls $backend.service }}{{ if . }}{{ $addresses = add1 $addresses }}{{ end }}{{ end }}
+{{- if gt $addresses 1 }}
+{{- fail (printf "models: %s: set one of backend.url, backend.urls and backend.service (the others would be ignored)" $model.id) }}
+{{- end }}
 {{- $out := dict "id" $model.id }}
 {{- with $model.family }}{{ $_ := set $out "family" . }}{{ end }}
 {{- with $model.checkpoint }}{{ $_ := set $out "checkpoint" . }}{{ end }}
