@@ -5,6 +5,7 @@ renders."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import re
 import shutil
@@ -12,9 +13,11 @@ import subprocess
 import time
 
 import pytest
+import yaml
 
 from tests.helm.chart import (
     CHART,
+    NAMESPACE,
     RELEASE,
     find,
     gateway_container,
@@ -24,6 +27,7 @@ from tests.helm.chart import (
     quantity_bytes,
     render,
 )
+from tests.helm.fake_apiserver import fake_apiserver
 from tests.redis_server import _free_port
 
 AUTH_SECRET = f"{RELEASE}-llm-gateway-redis-auth"
@@ -41,8 +45,7 @@ def _secret_refs(container: dict) -> dict[str, dict]:
 
 def test_the_in_chart_redis_requires_the_generated_password_the_gateway_gets():
     docs = render("redis-inchart.yaml")
-    secret = one(docs, "Secret", AUTH_SECRET)
-    password = base64.b64decode(secret["data"]["password"]).decode()
+    password = _password(docs)
     assert re.fullmatch(r"[A-Za-z0-9]{32}", password)
     template, redis = _redis(docs)
     ref = {"name": AUTH_SECRET, "key": "password"}
@@ -53,6 +56,37 @@ def test_the_in_chart_redis_requires_the_generated_password_the_gateway_gets():
     # a password drawn anew (its Secret deleted) rolls Redis and the gateway together
     checksums = {t["metadata"]["annotations"]["checksum/redis-auth"] for t in (template, gateway)}
     assert len(checksums) == 1 and password not in str(docs[1:])
+
+
+def _password(docs: list[dict]) -> str:
+    return base64.b64decode(one(docs, "Secret", AUTH_SECRET)["data"]["password"]).decode()
+
+
+def test_an_upgrade_keeps_the_password_the_cluster_holds(tmp_path):
+    """`helm upgrade` reads the Secret back (`lookup`, here from an API server that holds it): the same password,
+    the same checksums, so neither Redis nor the gateway pods roll; a first install draws a new one."""
+    kept = "the-password-an-earlier-install-drew"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {  # as the earlier release left it (helm checks it owns what exists)
+            "name": AUTH_SECRET,
+            "namespace": NAMESPACE,
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": NAMESPACE},
+        },
+        "data": {"password": base64.b64encode(kept.encode()).decode()},
+    }
+    server_side = ("--dry-run=server", "--disable-openapi-validation", "-n", NAMESPACE, "--set", "redis.enabled=true")
+    with fake_apiserver([secret], tmp_path) as kubeconfig:
+        done = helm("template", RELEASE, str(CHART), *server_side, "--kubeconfig", str(kubeconfig))
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert _password(docs) == kept
+    template, _ = _redis(docs)
+    gateway = gateway_deployment(docs)["spec"]["template"]
+    for pods in (template, gateway):
+        assert pods["metadata"]["annotations"]["checksum/redis-auth"] == hashlib.sha256(kept.encode()).hexdigest()
+    assert _password(render(None, "redis.enabled=true")) != kept
 
 
 def test_a_password_secret_of_ones_own_serves_the_in_chart_and_an_external_redis():
@@ -109,7 +143,7 @@ def test_the_real_redis_runs_with_the_rendered_arguments_and_its_probe_needs_the
     on an error reply: the probe checks for PONG)."""
     port = _free_port()
     docs = render("redis-inchart.yaml", f"redis.port={port}")
-    password = base64.b64decode(one(docs, "Secret", AUTH_SECRET)["data"]["password"]).decode()
+    password = _password(docs)
     _, redis = _redis(docs)
     args = [a.replace("$(REDIS_PASSWORD)", password) for a in redis["args"]]
     args[args.index("--dir") + 1] = str(tmp_path)
