@@ -493,6 +493,32 @@ def test_names_fit_63_characters_with_the_longest_release_name(values: str):
             assert len(model["backend"]["dns"]["host"].split(".")[0]) <= 63
 
 
+def test_workers_of_ids_alike_serve_their_own_model():
+    """Two ids with one slug (alike in their first 22 characters), told apart by nameSuffix: each worker Service
+    selects its own Deployment's pods alone, or requests for one model would be answered by the other."""
+    models = [
+        {"id": "deepseek-v4.1-instruct-fp8", "backend": {"type": "worker"}, "worker": {"gpus": 0}},
+        {
+            "id": "deepseek-v4.1-instruct-bf16",
+            "backend": {"type": "worker"},
+            "worker": {"gpus": 0, "nameSuffix": "ds-bf16"},
+        },
+    ]
+    docs = render(None, extra=yaml.safe_dump({"models": models}))
+    workers = {
+        d["metadata"]["name"]: d for d in find(docs, "Deployment") if _component(d["metadata"]["labels"]) == "worker"
+    }
+    assert len(workers) == 2
+    for model in yaml.safe_load(gateway_config(docs))["models"]:
+        service = one(docs, "Service", model["backend"]["dns"]["host"].split(".")[0])
+        chosen = [
+            n
+            for n, d in workers.items()
+            if selects({"matchLabels": service["spec"]["selector"]}, d["spec"]["template"]["metadata"]["labels"])
+        ]
+        assert chosen == [service["metadata"]["name"]], f"{model['id']}: its Service selects the pods of {chosen}"
+
+
 def test_bundled_gpu_worker():
     docs = render("gpu-worker.yaml")
     worker = one(docs, "Deployment", "gw-llm-gateway-llama-3-2-1b-instruct")

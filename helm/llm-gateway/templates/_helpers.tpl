@@ -63,10 +63,17 @@ llm-gateway/worker: {{ . }}
 {{- regexReplaceAll "[^a-z0-9]+" (lower .) "-" | trunc 22 | trimAll "-" }}
 {{- end }}
 
+{{/* What tells a model's bundled worker apart: worker.nameSuffix, else the model id's slug. Its Deployment and
+Service names end with it (rendering refuses two alike), and its pods carry it as their llm-gateway/worker label: two
+ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart by nameSuffix must not share pods. */}}
+{{- define "llm-gateway.workerKey" -}}
+{{- $worker := .model.worker | default dict }}
+{{- default (include "llm-gateway.modelSlug" .model.id) $worker.nameSuffix }}
+{{- end }}
+
 {{/* Name of a model's bundled worker Deployment and headless Service; call with (dict "ctx" $ "model" $model). */}}
 {{- define "llm-gateway.workerName" -}}
-{{- $worker := .model.worker | default dict }}
-{{- printf "%s-%s" (include "llm-gateway.fullname" .ctx) (default (include "llm-gateway.modelSlug" .model.id) $worker.nameSuffix) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" (include "llm-gateway.fullname" .ctx) (include "llm-gateway.workerKey" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/* The settings of a model's worker: the `worker` defaults overridden by the model's own mapping. */}}
