@@ -631,3 +631,5 @@ def test_route_timeouts_are_overridable():
         "request": "0s",  # none (Gateway API: an implementation that cannot, takes its longest)
         "backendRequest": "0s",
     }
+    (rule,) = one(render("httproute.yaml", "httpRoute.setTimeouts=false"), "HTTPRoute")["spec"]["rules"]
+    assert "timeouts" not in rule
