@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import gc
 import ipaddress
+import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -24,6 +26,11 @@ from gateway.process.config import (
 )
 from gateway.process.limits import ServerLimits
 from policies import commands as policy_commands
+
+REDIS_URL_ENV = "LLM_GATEWAY_REDIS_URL"
+"""`--redis` when it is not given: a URL with a password stays out of the command line (ps, /proc/PID/cmdline)."""
+REDIS_PASSWORD_ENV = "LLM_GATEWAY_REDIS_PASSWORD"
+"""The Redis password when the URL carries none (a Secret's key as it is: no URL escaping)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,8 +156,10 @@ def _add_policy_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--redis",
         metavar="URL",
-        help="share state among gateway replicas through this Redis: tenant limits, stored Responses "
-        "(default: in this process's memory)",
+        default=os.environ.get(REDIS_URL_ENV) or None,
+        help="share state among gateway replicas through this Redis: tenant limits, stored Responses (default: "
+        f"${REDIS_URL_ENV}, else in this process's memory); its password, when the URL has none, comes from "
+        f"${REDIS_PASSWORD_ENV}: the environment keeps both off the command line",
     )
     serve.add_argument(
         "--redis-timeout",
@@ -217,9 +226,13 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.grammar_compile_s = args.grammar_compile_budget or None
 
 
-def redis_client_options(args: argparse.Namespace) -> dict[str, float]:
-    """What the limiter's and the response store's Redis clients get from the command line (their defaults else)."""
-    return {} if args.redis_timeout is None else {"timeout_s": args.redis_timeout}
+def redis_client_options(args: argparse.Namespace, env: Mapping[str, str] = os.environ) -> dict[str, float | str]:
+    """What the limiter's and the response store's Redis clients get from the command line and the environment
+    (their defaults else); redis-py prefers a password in the URL to this one."""
+    options: dict[str, float | str] = {} if args.redis_timeout is None else {"timeout_s": args.redis_timeout}
+    if env.get(REDIS_PASSWORD_ENV):
+        options["password"] = env[REDIS_PASSWORD_ENV]
+    return options
 
 
 def _check_workers(workers: int, args: argparse.Namespace) -> None:

@@ -98,10 +98,17 @@ class RedisStore:
     Calls are bounded as the limiter's are (policies/limits/redis_calls.py: a burst waits for one of a few pooled
     connections instead of opening one per call); `background` closes idle connections the server closed."""
 
-    def __init__(self, url: str, ttl_s: int = 30 * DAY_S, prefix: str = "gateway:response:", timeout_s: float = 1.0):
+    def __init__(
+        self,
+        url: str,
+        ttl_s: int = 30 * DAY_S,
+        prefix: str = "gateway:response:",
+        timeout_s: float = 1.0,
+        password: str | None = None,
+    ):
         from policies.limits.redis_calls import BoundedRedis
 
-        self._calls = BoundedRedis(url, timeout_s)
+        self._calls = BoundedRedis(url, timeout_s, password=password)
         self.ttl_s, self.prefix = ttl_s, prefix
         self.background = self._calls.background
 

@@ -22,10 +22,10 @@ def policy_gate(
     redis_url: str | None,
     audit_path: Path | None,
     config: GatewayConfig,
-    redis_options: Mapping[str, float] | None = None,
+    redis_options: Mapping[str, float | str] | None = None,
 ) -> PolicyGate:
     """Load the policies (a bad file is logged and skipped, as on every reload) and build the gate; `redis_options`
-    (`timeout_s`) go to the Redis limiter."""
+    (`timeout_s`, `password`) go to the Redis limiter."""
     store = PolicyStore(directory)
     store.reload()
     limiter: Limiter = limits.RedisLimiter(redis_url, **(redis_options or {})) if redis_url else MemoryLimiter()

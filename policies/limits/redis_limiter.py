@@ -41,12 +41,14 @@ class RedisLimiter(Limiter):
         prefix: str = "gw:limits",
         lease_s: float = 900.0,
         timeout_s: float = 0.5,
+        password: str | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__()
         self._calls = BoundedRedis(
             url,
             timeout_s,
+            password=password,
             retry=Retry(NoBackoff(), 1),  # one immediate retry: a pooled connection the server dropped
             health_check_interval=0,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -115,3 +116,12 @@ def selects(selector: dict, labels: dict) -> bool:
         if op == "DoesNotExist" and value is not None:
             return False
     return True
+
+
+_QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity_bytes(quantity: str) -> float:
+    """A Kubernetes memory quantity (256Mi, 1G, 268435456) in bytes."""
+    number, unit = re.fullmatch(r"([\d.]+)([A-Za-z]*)", str(quantity)).groups()
+    return float(number) * _QUANTITY.get(unit, 1)

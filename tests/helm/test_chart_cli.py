@@ -5,18 +5,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import tomllib
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import yaml
 
-from gateway.cli import build_parser
+from gateway.cli import _PER_MODEL_FLAGS, _check_exposure, _check_workers, build_parser
 from gateway.process.config import BackendConfig, load_config
 from gateway.process.policy_gate import backend_slots
 from tests.dashboard import DASHBOARD
-from tests.helm.chart import CHART, ROOT, VALID, find, gateway_config, gateway_container, render, render_text
+from tests.helm.chart import (
+    CHART,
+    ROOT,
+    VALID,
+    find,
+    gateway_config,
+    gateway_container,
+    pod_templates,
+    render,
+    render_text,
+)
 
 
 def _serve_flags() -> set[str]:
@@ -28,12 +40,26 @@ def _serve_flags() -> set[str]:
 KNOWN = _serve_flags()
 
 
+FROM_SECRETS = {"LLM_GATEWAY_REDIS_URL": "redis://redis.test:6379/0", "LLM_GATEWAY_REDIS_PASSWORD": "from a Secret"}
+
+
+def _environment(container: dict) -> dict[str, str]:
+    """The container's environment as the kubelet gives it, with stand-ins for the values read from Secrets."""
+    return {e["name"]: e["value"] if "value" in e else FROM_SECRETS.get(e["name"], "?") for e in container["env"]}
+
+
 def _command_line(values: str) -> list[str]:
     container = gateway_container(render(values))
     assert container["command"] == ["gateway"]
-    env = {e["name"]: "redis://redis.test:6379/0" for e in container.get("env", []) if e["name"] == "REDIS_URL"}
+    env = _environment(container)
     # Kubernetes expands $(VAR) from the container's environment
     return [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in container["args"]]
+
+
+def _serve(values: str) -> argparse.Namespace:
+    """`gateway serve`'s view of the rendered pod: its arguments parsed in its environment."""
+    with mock.patch.dict(os.environ, _environment(gateway_container(render(values)))):
+        return build_parser().parse_args(_command_line(values))
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -43,13 +69,16 @@ def test_every_chart_flag_is_known(values: str):
     assert not unknown, f"{values}: `gateway serve` does not know {unknown} (build_parser() in gateway/cli.py)"
 
 
-def test_the_schema_refuses_exactly_the_flags_serve_does_not_know():
+def test_the_schema_refuses_exactly_the_flags_serve_does_not_take_with_a_config():
     """gateway.extraArgs items that look like flags must be `gateway serve` flags, spelt out: argparse would take an
-    abbreviation (`--drain-t`) as the flag the chart already passes, and exits 2 on an unknown one (a crash loop)."""
+    abbreviation (`--drain-t`) as the flag the chart already passes, and exits 2 on an unknown one (a crash loop);
+    and not one describing the model served without --config (`--request-timeout`), which the gateway refuses
+    beside the --config the chart passes (another crash loop)."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     pattern = schema["properties"]["gateway"]["properties"]["extraArgs"]["items"]["pattern"]
     listed = {f"--{flag}" for flag in re.search(r"\^--\(([^)]*)\)", pattern).group(1).split("|")}
-    assert listed == KNOWN - {"-h", "--help"}
+    per_model = {flag for flag, _ in _PER_MODEL_FLAGS.values()}
+    assert per_model and listed == KNOWN - {"-h", "--help"} - per_model
 
 
 def test_backend_settings_are_the_configs_backend_keys():
@@ -62,12 +91,45 @@ def test_backend_settings_are_the_configs_backend_keys():
     assert set(settings["properties"]) == set(BackendConfig.__dataclass_fields__) - {"type", "url", "urls", "dns"}
 
 
+def test_the_schema_lists_the_registered_families():
+    """The gateway refuses an unknown family at start (a crash loop): the schema refuses it at install."""
+    from gateway.families import families
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["models"]["items"]["properties"]["family"]["enum"] == sorted(families())
+
+
 @pytest.mark.parametrize("values", VALID)
 def test_gateway_parses_the_rendered_command_line(values: str):
-    args = _command_line(values)
-    parsed = build_parser().parse_args(args)
+    parsed = _serve(values)
     assert parsed.command == "serve" and parsed.host == "0.0.0.0"
     assert parsed.config == Path("/etc/llm-gateway/config/gateway.yaml")
+    redis = (yaml.safe_load((ROOT / "tests/helm/values" / values).read_text()) or {}).get("redis", {})
+    assert (parsed.redis is not None) == any(redis.get(k) for k in ("enabled", "url", "existingSecret"))
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_gateway_accepts_the_rendered_command_line(values: str, tmp_path: Path):
+    """What `gateway serve` checks before it loads anything (flags that need one another, the process group's need
+    for Redis) passes: a refusal there is a crash loop. The policy directory is the volume the chart mounts."""
+    parsed = _serve(values)
+    if parsed.policies is not None:
+        parsed.policies = tmp_path
+    _check_exposure(parsed)
+    _check_workers(parsed.workers or 1, parsed)
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_no_secret_reaches_the_command_line(values: str):
+    """Whatever comes from a Secret (a Redis URL with its password, the password) stays in the environment: the
+    kubelet expands $(VAR) into argv, which every process of the node reads in /proc/PID/cmdline."""
+    for _, template in pod_templates(render(values)):
+        for container in template["spec"]["containers"]:
+            secret = {e["name"] for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+            referenced = {m for arg in container.get("args", []) for m in re.findall(r"\$\((\w+)\)", arg)}
+            if container["name"] == "redis":  # Redis overwrites its argv with its process title at start
+                secret -= {"REDIS_PASSWORD"}
+            assert not referenced & secret, f"{values}: {container['name']} passes {referenced & secret} in argv"
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -152,7 +214,7 @@ def test_own_dashboard_is_complete():
 
 
 def test_server_limits_reach_the_command_line():
-    parsed = build_parser().parse_args(_command_line("networkpolicy-on.yaml"))
+    parsed = _serve("networkpolicy-on.yaml")
     assert (parsed.max_body_bytes, parsed.max_concurrency, parsed.header_timeout, parsed.send_timeout) == (
         4194304,
         256,
@@ -160,12 +222,12 @@ def test_server_limits_reach_the_command_line():
         30,
     )
     assert parsed.grammar_compile_budget == 1.5
-    assert build_parser().parse_args(_command_line("defaults.yaml")).grammar_compile_budget is None
+    assert _serve("defaults.yaml").grammar_compile_budget is None
 
 
 def test_the_redis_timeout_reaches_the_command_line():
-    assert build_parser().parse_args(_command_line("redis-external.yaml")).redis_timeout == 2.5
-    assert build_parser().parse_args(_command_line("redis-inchart.yaml")).redis_timeout is None
+    assert _serve("redis-external.yaml").redis_timeout == 2.5
+    assert _serve("redis-inchart.yaml").redis_timeout is None
 
 
 def test_the_service_monitor_sends_the_metrics_tenants_key():

@@ -29,6 +29,7 @@ from tests.helm.chart import (
     helm,
     one,
     pod_templates,
+    quantity_bytes,
     render,
     render_text,
     selects,
@@ -42,6 +43,14 @@ def _enabled(values: str, section: str) -> bool:
 
 
 WITH_NETWORK_POLICY = [v for v in VALID if _enabled(v, "networkPolicy")]
+
+
+def _isolated_by_default(values: str) -> bool:
+    """Bundled workers or the in-chart Redis under the default policies alone (no gateway policy)."""
+    config = yaml.safe_load((VALUES / values).read_text()) or {}
+    isolating = config.get("networkPolicy", {}).get("isolateWorkersAndRedis", True)
+    workers = any(m["backend"]["type"] == "worker" for m in config.get("models", []))
+    return isolating and (workers or config.get("redis", {}).get("enabled", False))
 
 
 def _arg(container: dict, flag: str) -> str:
@@ -129,7 +138,8 @@ def test_extra_volumes_reach_the_gateway_and_the_workers():
     [("/audit.log", "the root filesystem is read-only"), ("/etc/llm-gateway/config/a.log", "two volumes would mount")],
 )
 def test_an_audit_file_beside_a_read_only_mount_is_refused(audit_log: str, refusal: str):
-    done = helm("template", RELEASE, str(CHART), "--set", f"gateway.auditLogFile={audit_log}", check=False)
+    sets = ["--set", "policies.enabled=true", "--set", f"gateway.auditLogFile={audit_log}"]
+    done = helm("template", RELEASE, str(CHART), *sets, check=False)
     assert done.returncode != 0 and refusal in done.stderr
 
 
@@ -139,7 +149,8 @@ def test_probes_on_the_right_paths_and_ports(values: str):
         container = template["spec"]["containers"][0]
         component = _component(template["metadata"]["labels"])
         if component == "redis":
-            assert container["readinessProbe"]["exec"]["command"][-1] == "ping"
+            ping = f'[ "$(redis-cli -p {container["ports"][0]["containerPort"]} ping)" = PONG ]'
+            assert container["readinessProbe"]["exec"]["command"] == ["sh", "-c", ping]
             continue
         ready = {"gateway": "/ready", "worker": "/health"}[component]
         expected = {"startupProbe": "/health", "livenessProbe": "/health", "readinessProbe": ready}
@@ -153,13 +164,6 @@ EMBEDDED_PEAK_MIB = 2336
 """Gateway + embedded worker + grammar compile child, anonymous memory (summed Pss_Anon) at peak under 10
 concurrent chat requests of 1,500 words and max_tokens 200 (2026-12-01, the CPU demo's config)."""
 
-_QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
-
-def _bytes(quantity: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)([A-Za-z]*)", str(quantity)).groups()
-    return float(number) * _QUANTITY.get(unit, 1)
-
 
 @pytest.mark.parametrize("values", VALID)
 def test_a_pod_serving_the_embedded_model_has_the_memory_it_takes(values: str):
@@ -168,7 +172,7 @@ def test_a_pod_serving_the_embedded_model_has_the_memory_it_takes(values: str):
     docs = render(values)
     if any(m["backend"]["type"] == "worker" for m in yaml.safe_load(gateway_config(docs))["models"]):
         limit = gateway_container(docs)["resources"]["limits"]["memory"]
-        assert _bytes(limit) >= 1.2 * EMBEDDED_PEAK_MIB * 2**20, f"{values}: {limit}"
+        assert quantity_bytes(limit) >= 1.2 * EMBEDDED_PEAK_MIB * 2**20, f"{values}: {limit}"
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -260,7 +264,17 @@ def test_the_collector_is_reachable_on_its_schemes_port_when_its_url_names_none(
     assert [[p["port"] for p in rule["ports"]] for rule in peers] == [[_connects_to(endpoint)]]
 
 
-@pytest.mark.parametrize("values", WITH_NETWORK_POLICY)
+@pytest.mark.parametrize(
+    ("url", "port"), [("rediss://:pw@redis.example:6380/1", 6380), ("redis://redis.example/0", 6379)]
+)
+def test_the_gateway_reaches_an_external_redis_on_the_port_of_its_url(url: str, port: int):
+    egress = one(render("redis-external.yaml", f"redis.url={url}"), "NetworkPolicy", "gw-llm-gateway")["spec"]["egress"]
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "data"}}}]  # redis-external.yaml
+    redis = [r for r in egress if r.get("to") == peers]
+    assert [[p["port"] for p in rule["ports"]] for rule in redis] == [[port]]
+
+
+@pytest.mark.parametrize("values", WITH_NETWORK_POLICY + [v for v in VALID if _isolated_by_default(v)])
 def test_network_policies_select_the_pods_they_mean(values: str):
     docs = render(values)
     templates = {_component(t["metadata"]["labels"]): [] for _, t in pod_templates(docs)}
@@ -274,6 +288,9 @@ def test_network_policies_select_the_pods_they_mean(values: str):
 
     for component, ts in templates.items():  # every pod is covered by exactly one policy, made for it
         covering = [p for p in policies if any(selects(p["spec"]["podSelector"], t["metadata"]["labels"]) for t in ts)]
+        if component == "gateway" and values not in WITH_NETWORK_POLICY:
+            assert covering == [], f"{values}: the gateway is under a policy it was not given"
+            continue
         assert len(covering) == 1, f"{values}: {component} pods are under {len(covering)} policies"
         assert selected(covering[0]["spec"]["podSelector"]) == {component}
         assert set(covering[0]["spec"]["policyTypes"]) == {"Ingress", "Egress"}
@@ -292,6 +309,8 @@ def test_network_policies_select_the_pods_they_mean(values: str):
         }
         assert {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]} == own_ports
 
+    if values not in WITH_NETWORK_POLICY:
+        return
     gateway_policy = next(p for p in policies if _component(p["metadata"]["labels"]) == "gateway")
     assert selects(gateway_policy["spec"]["podSelector"], gateway_labels)
     egress = gateway_policy["spec"]["egress"]
@@ -347,9 +366,41 @@ def test_tracing_values_become_the_opentelemetry_variables_only_with_an_endpoint
     assert not [e for e in untraced if e["name"].startswith("OTEL_")]
 
 
-@pytest.mark.parametrize("values", [v for v in VALID if v not in WITH_NETWORK_POLICY])
-def test_no_network_policy_unless_enabled(values: str):
-    assert find(render(values), "NetworkPolicy") == []
+@pytest.mark.parametrize("values", VALID)
+def test_workers_and_redis_accept_only_the_gateway_by_default(values: str):
+    """Safe by default: the bundled workers (unauthenticated model servers) and the in-chart Redis are under a
+    policy unless turned off, which cannot cut the gateway's own traffic (its pods are under none unless
+    networkPolicy.enabled); a ServiceMonitor's scrapes from an unnamed Prometheus are not cut either."""
+    config = yaml.safe_load((VALUES / values).read_text()) or {}
+    np = config.get("networkPolicy", {})
+    unnamed_scraper = config.get("serviceMonitor", {}).get("enabled") and not np.get("prometheus")
+    docs = render(values)
+    policies = find(docs, "NetworkPolicy")
+    for _, template in pod_templates(docs):
+        component = _component(template["metadata"]["labels"])
+        covering = [p for p in policies if selects(p["spec"]["podSelector"], template["metadata"]["labels"])]
+        if np.get("enabled"):
+            expected = 1
+        elif component == "gateway" or not np.get("isolateWorkersAndRedis", True):
+            expected = 0
+        else:
+            expected = 0 if component == "worker" and unnamed_scraper else 1
+        assert len(covering) == expected, f"{values}: {component} pods are under {len(covering)} policies"
+
+
+def test_a_service_monitor_without_prometheus_peers_leaves_the_workers_open_and_says_so():
+    sets = ("serviceMonitor.enabled=true",)
+    docs = render("gpu-worker.yaml", *sets)
+    assert [p["metadata"]["name"] for p in find(docs, "NetworkPolicy")] == ["gw-llm-gateway-redis"]
+    done = helm(
+        "install", "llm", str(CHART), "--dry-run=client", "-f", str(VALUES / "gpu-worker.yaml"), "--set", sets[0]
+    )
+    assert "WARNING: the bundled workers are not isolated" in done.stdout
+    peers = "networkPolicy.prometheus[0].namespaceSelector.matchLabels.name=monitoring"
+    assert [p["metadata"]["name"] for p in find(render("gpu-worker.yaml", *sets, peers), "NetworkPolicy")] == [
+        "gw-llm-gateway-redis",
+        "gw-llm-gateway-worker",
+    ]
 
 
 def _pod_template(docs: list[dict]) -> dict:
@@ -442,6 +493,32 @@ def test_names_fit_63_characters_with_the_longest_release_name(values: str):
             assert len(model["backend"]["dns"]["host"].split(".")[0]) <= 63
 
 
+def test_workers_of_ids_alike_serve_their_own_model():
+    """Two ids with one slug (alike in their first 22 characters), told apart by nameSuffix: each worker Service
+    selects its own Deployment's pods alone, or requests for one model would be answered by the other."""
+    models = [
+        {"id": "deepseek-v4.1-instruct-fp8", "backend": {"type": "worker"}, "worker": {"gpus": 0}},
+        {
+            "id": "deepseek-v4.1-instruct-bf16",
+            "backend": {"type": "worker"},
+            "worker": {"gpus": 0, "nameSuffix": "ds-bf16"},
+        },
+    ]
+    docs = render(None, extra=yaml.safe_dump({"models": models}))
+    workers = {
+        d["metadata"]["name"]: d for d in find(docs, "Deployment") if _component(d["metadata"]["labels"]) == "worker"
+    }
+    assert len(workers) == 2
+    for model in yaml.safe_load(gateway_config(docs))["models"]:
+        service = one(docs, "Service", model["backend"]["dns"]["host"].split(".")[0])
+        chosen = [
+            n
+            for n, d in workers.items()
+            if selects({"matchLabels": service["spec"]["selector"]}, d["spec"]["template"]["metadata"]["labels"])
+        ]
+        assert chosen == [service["metadata"]["name"]], f"{model['id']}: its Service selects the pods of {chosen}"
+
+
 def test_bundled_gpu_worker():
     docs = render("gpu-worker.yaml")
     worker = one(docs, "Deployment", "gw-llm-gateway-llama-3-2-1b-instruct")
@@ -494,3 +571,65 @@ def test_gateway_workers_become_the_flag_and_need_redis_with_policies():
         "template", RELEASE, str(CHART), "-f", str(VALUES / "cpu-demo.yaml"), "--set", "gateway.workers=2", check=False
     )
     assert refused.returncode != 0 and "needs Redis" in refused.stderr
+
+
+GATEWAY_API_DURATION = re.compile(r"^([0-9]{1,5}(h|m|s|ms)){1,4}$")
+"""GEP-2257, as the HTTPRoute CRD checks it."""
+
+LONG_DEADLINES = {
+    "httpRoute": {"enabled": True},
+    "models": [
+        {"id": "quick", "backend": {"type": "sglang", "url": "http://a:1", "settings": {"request_timeout_s": 120}}},
+        {"id": "slow", "backend": {"type": "vllm", "url": "http://b:2", "settings": {"request_timeout_s": 1800.5}}},
+        {"id": "default", "backend": {"type": "embedded"}},
+    ],
+    "policies": {
+        "enabled": True,
+        "defaults": {"limits": {"queue_timeout_s": 45}},
+        "tenants": {
+            "a": {"tenant": "a", "keys": [{"id": "k", "sha256": "ab" * 32}], "limits": {"queue_timeout_s": 240}}
+        },
+    },
+}
+"""Models whose deadlines differ, tenants who may wait in a fair queue: the route must outlast them all."""
+
+
+def _seconds(duration: str) -> float:
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(int(n) * units[u] for n, u in re.findall(r"([0-9]+)(ms|h|m|s)", duration))
+
+
+def _route_timeouts(docs: list[dict]) -> dict:
+    (rule,) = one(docs, "HTTPRoute")["spec"]["rules"]
+    timeouts = rule["timeouts"]
+    assert all(GATEWAY_API_DURATION.match(t) for t in timeouts.values()), timeouts
+    if _seconds(timeouts["request"]):  # the CRD's rule: one try never outlasts the whole request
+        assert _seconds(timeouts["backendRequest"]) <= _seconds(timeouts["request"])
+    return timeouts
+
+
+@pytest.mark.parametrize("extra", [LONG_DEADLINES, {"httpRoute": {"enabled": True}}], ids=["long", "defaults"])
+def test_the_route_never_cuts_a_request_the_gateway_still_serves(extra: dict):
+    """Some Gateway API implementations cut a response at about 15 s unless the route says otherwise: by default the
+    route outlasts the longest a request may take in the gateway (its deadline, its wait in a fair queue), so the
+    gateway's own deadline answers first."""
+    docs = render(None, extra=yaml.safe_dump(extra))
+    deadline = max(m["backend"]["request_timeout_s"] for m in yaml.safe_load(gateway_config(docs))["models"])
+    queue = 0
+    if extra.get("policies", {}).get("enabled"):
+        files = [yaml.safe_load(body) for body in _policies_object(docs)["data"].values()]
+        queue = max([30] + [f.get("limits", {}).get("queue_timeout_s", 0) for f in files])
+    timeouts = _route_timeouts(docs)
+    assert _seconds(timeouts["request"]) >= deadline + queue
+    assert timeouts["backendRequest"] == timeouts["request"]
+
+
+def test_route_timeouts_are_overridable():
+    docs = render("httproute.yaml", "httpRoute.requestTimeout=20m", "httpRoute.backendRequestTimeout=5m")
+    assert _route_timeouts(docs) == {"request": "20m", "backendRequest": "5m"}
+    assert _route_timeouts(render("httproute.yaml", "httpRoute.requestTimeout=0s")) == {
+        "request": "0s",  # none (Gateway API: an implementation that cannot, takes its longest)
+        "backendRequest": "0s",
+    }
+    (rule,) = one(render("httproute.yaml", "httpRoute.setTimeouts=false"), "HTTPRoute")["spec"]["rules"]
+    assert "timeouts" not in rule

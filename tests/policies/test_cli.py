@@ -42,3 +42,35 @@ async def test_the_redis_timeout_reaches_both_redis_clients(tmp_path):
     finally:
         await limiter.close()
         await store._calls.client.aclose()
+
+
+@pytest.mark.anyio
+async def test_redis_url_and_password_come_from_the_environment(own_redis_server, tmp_path, monkeypatch):
+    """The chart passes a Redis URL and password as environment variables from Secrets, never on the command line
+    (readable by any process of the node in /proc/PID/cmdline): both clients authenticate to a server that
+    requires the password, which a client without it is refused by."""
+    import redis
+    import redis.exceptions
+
+    password = "p@ss:w/rd#1 with spaces"  # a Secret's key as it is: nothing a URL would need escaped
+    redis.Redis.from_url(own_redis_server.url).config_set("requirepass", password)
+    monkeypatch.setenv("LLM_GATEWAY_REDIS_URL", own_redis_server.url)
+    monkeypatch.setenv("LLM_GATEWAY_REDIS_PASSWORD", password)
+    args = build_parser().parse_args(["serve", "--policies", str(tmp_path)])
+    assert args.redis == own_redis_server.url
+    options = redis_client_options(args)
+    limiter = policy_gate(tmp_path, args.redis, None, GatewayConfig(models=[]), options).limiter
+    store = RedisStore(args.redis, **options)
+    anonymous = RedisStore(args.redis)
+    try:
+        await store.put({"id": "resp_1", "owner": "acme", "output": []})
+        assert await store.get("resp_1", "acme") == {"id": "resp_1", "owner": "acme", "output": []}
+        async with limiter._calls.turn() as client:
+            assert await client.ping()
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            async with anonymous._calls.turn() as client:
+                await client.ping()
+    finally:
+        await limiter.close()
+        for each in (store, anonymous):
+            await each.close()

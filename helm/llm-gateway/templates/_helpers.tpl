@@ -63,10 +63,17 @@ llm-gateway/worker: {{ . }}
 {{- regexReplaceAll "[^a-z0-9]+" (lower .) "-" | trunc 22 | trimAll "-" }}
 {{- end }}
 
+{{/* What tells a model's bundled worker apart: worker.nameSuffix, else the model id's slug. Its Deployment and
+Service names end with it (rendering refuses two alike), and its pods carry it as their llm-gateway/worker label: two
+ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart by nameSuffix must not share pods. */}}
+{{- define "llm-gateway.workerKey" -}}
+{{- $worker := .model.worker | default dict }}
+{{- default (include "llm-gateway.modelSlug" .model.id) $worker.nameSuffix }}
+{{- end }}
+
 {{/* Name of a model's bundled worker Deployment and headless Service; call with (dict "ctx" $ "model" $model). */}}
 {{- define "llm-gateway.workerName" -}}
-{{- $worker := .model.worker | default dict }}
-{{- printf "%s-%s" (include "llm-gateway.fullname" .ctx) (default (include "llm-gateway.modelSlug" .model.id) $worker.nameSuffix) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" (include "llm-gateway.fullname" .ctx) (include "llm-gateway.workerKey" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/* The settings of a model's worker: the `worker` defaults overridden by the model's own mapping. */}}
@@ -80,8 +87,18 @@ llm-gateway/worker: {{ . }}
 {{/* The gateway configuration file (gateway/process/config.py), from .Values.models. */}}
 {{- define "llm-gateway.config" -}}
 {{- $models := list }}
+{{- $ids := dict }}
 {{- range $model := .Values.models }}
 {{- $backend := $model.backend }}
+{{- if hasKey $ids $model.id }}
+{{- fail (printf "models: two models have the id %s; the gateway refuses to start with duplicate ids" $model.id) }}
+{{- end }}
+{{- $_ := set $ids $model.id true }}
+{{- $addresses := 0 }}
+{{- range list $backend.url $backend.urls $backend.service }}{{ if . }}{{ $addresses = add1 $addresses }}{{ end }}{{ end }}
+{{- if gt $addresses 1 }}
+{{- fail (printf "models: %s: set one of backend.url, backend.urls and backend.service (the others would be ignored)" $model.id) }}
+{{- end }}
 {{- $out := dict "id" $model.id }}
 {{- with $model.family }}{{ $_ := set $out "family" . }}{{ end }}
 {{- with $model.checkpoint }}{{ $_ := set $out "checkpoint" . }}{{ end }}
@@ -136,11 +153,11 @@ pods of a backend.service with a selector, in the release namespace). */}}
 {{- toYaml (dict "backends" ($out | uniq)) }}
 {{- end }}
 
-{{/* The TCP port a URL connects to: its own, else its scheme's (443 for https, 80 for http). */}}
+{{/* The TCP port a URL connects to: its own, else its scheme's (443 for https, 80 for http, 6379 for redis and
+rediss). */}}
 {{- define "llm-gateway.urlPort" -}}
 {{- $u := urlParse . }}
-{{- $hostPort := splitList ":" $u.host }}
-{{- ternary (last $hostPort) (ternary "443" "80" (eq $u.scheme "https")) (gt (len $hostPort) 1) }}
+{{- regexFind ":[0-9]+$" $u.host | trimPrefix ":" | default (get (dict "https" "443" "redis" "6379" "rediss" "6379") $u.scheme) | default "80" }}
 {{- end }}
 
 {{/* Whether a Redis URL reaches the gateway (external URL, existing Secret or the in-chart Redis). */}}
@@ -150,6 +167,100 @@ pods of a backend.service with a selector, in the release namespace). */}}
 
 {{- define "llm-gateway.redisSecretName" -}}
 {{- default (printf "%s-redis-url" (include "llm-gateway.fullname" .)) .Values.redis.existingSecret }}
+{{- end }}
+
+{{/* The Secret holding the Redis password: redis.auth.existingSecret, else the generated one of the in-chart Redis;
+empty for an external Redis without one (its URL may carry the password). */}}
+{{- define "llm-gateway.redisAuthSecretName" -}}
+{{- if .Values.redis.auth.existingSecret }}
+{{- .Values.redis.auth.existingSecret }}
+{{- else if .Values.redis.enabled }}
+{{- printf "%s-redis-auth" (include "llm-gateway.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{- define "llm-gateway.redisAuthSecretKey" -}}
+{{- ternary .Values.redis.auth.existingSecretKey "password" (not (empty .Values.redis.auth.existingSecret)) }}
+{{- end }}
+
+{{/* The generated password of the in-chart Redis: the one its Secret already holds (an upgrade keeps it), else a new
+one; drawn once per render (every template that includes it gets the same). */}}
+{{- define "llm-gateway.redisGeneratedPassword" -}}
+{{- if not (hasKey .Values "_redisPassword") }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "llm-gateway.redisAuthSecretName" .) }}
+{{- $kept := (($old | default dict).data | default dict).password }}
+{{- $_ := set .Values "_redisPassword" (ternary (b64dec (toString $kept)) (randAlphaNum 32) (not (empty $kept))) }}
+{{- end }}
+{{- .Values._redisPassword }}
+{{- end }}
+
+{{/* Pod annotations that roll pods using the Redis password when the chart generates it (a deleted Secret is
+generated anew on the next upgrade: Redis and the gateway take the new one together). */}}
+{{- define "llm-gateway.redisAuthChecksum" -}}
+{{- if and .Values.redis.enabled (not .Values.redis.auth.existingSecret) }}
+checksum/redis-auth: {{ include "llm-gateway.redisGeneratedPassword" . | sha256sum }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when the default NetworkPolicies leave the bundled workers open: a ServiceMonitor scrapes them and
+networkPolicy.prometheus does not say from where (with networkPolicy.enabled, rendering refuses that instead). */}}
+{{- define "llm-gateway.workerScrapesUnplaced" -}}
+{{- $np := .Values.networkPolicy }}
+{{- $workers := false }}
+{{- range .Values.models }}{{ if eq .backend.type "worker" }}{{ $workers = true }}{{ end }}{{ end }}
+{{- if and $workers $np.isolateWorkersAndRedis (not $np.enabled) .Values.serviceMonitor.enabled (not $np.prometheus) }}true{{ end }}
+{{- end }}
+
+{{/* A Gateway API Duration (GEP-2257: at most 4 parts of at most 5 digits) in milliseconds. */}}
+{{- define "llm-gateway.durationMs" -}}
+{{- $ms := 0 }}
+{{- range regexFindAll "[0-9]+(ms|h|m|s)" . -1 }}
+{{- $unit := regexReplaceAll "^[0-9]+" . "" }}
+{{- $ms = add $ms (mul (regexFind "^[0-9]+" . | int64) (get (dict "h" 3600000 "m" 60000 "s" 1000 "ms" 1) $unit)) }}
+{{- end }}
+{{- $ms }}
+{{- end }}
+
+{{/* The HTTPRoute's timeouts {request, backendRequest}: the values', else the longest a request may take in the
+gateway (the longest model deadline, the longest fair-queue wait of the rendered policies, 30 s to plan), so that
+the gateway's own deadline answers first and a long stream is never cut by the implementation's default (Envoy's is
+15 s). backendRequest (one try from the Gateway to a gateway pod) defaults to the request timeout, never above it. */}}
+{{- define "llm-gateway.routeTimeouts" -}}
+{{- $route := .Values.httpRoute }}
+{{- $request := $route.requestTimeout }}
+{{- if not $request }}
+{{- $longest := 0.0 }}
+{{- range .Values.models }}
+{{- if ne .backend.type "none" }}
+{{- $deadline := (.backend.settings | default dict).request_timeout_s | default $.Values.gateway.requestTimeoutSeconds }}
+{{- $longest = maxf $longest $deadline }}
+{{- end }}
+{{- end }}
+{{- $queue := 0.0 }}
+{{- if .Values.policies.enabled }}
+{{- $queue = 30.0 }}
+{{- range $policy := prepend (values (.Values.policies.tenants | default dict)) (.Values.policies.defaults | default dict) }}
+{{- with ($policy.limits | default dict).queue_timeout_s }}{{ $queue = maxf $queue . }}{{ end }}
+{{- end }}
+{{- end }}
+{{- $s := addf $longest $queue 30 | ceil | int64 }}
+{{- $request = ternary (printf "%ds" $s) (printf "%dh%dm%ds" (div $s 3600) (div (mod $s 3600) 60) (mod $s 60)) (lt $s 100000) }}
+{{- end }}
+{{- $backend := $route.backendRequestTimeout | default $request }}
+{{- $requestMs := include "llm-gateway.durationMs" $request | int64 }}
+{{- if and (gt $requestMs 0) (gt (include "llm-gateway.durationMs" $backend | int64) $requestMs) }}
+{{- fail (printf "httpRoute: backendRequestTimeout %s is longer than the request timeout %s (Gateway API refuses the route)" $backend $request) }}
+{{- end }}
+{{- toYaml (dict "request" $request "backendRequest" $backend) }}
+{{- end }}
+
+{{/* A memory quantity (128Mi, 1G, 268435456) in bytes; empty for a form it does not know. */}}
+{{- define "llm-gateway.quantityBytes" -}}
+{{- $q := toString . }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+{{- $unit := trimPrefix $number $q }}
+{{- if and $number (hasKey $units $unit) }}{{ mulf $number (get $units $unit) | floor | int64 }}{{ end }}
 {{- end }}
 
 {{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. */}}
@@ -202,11 +313,16 @@ httpGet:
 {{- else }}
 {{- fail "gateway: without policies.enabled the gateway refuses to serve other hosts; enable policies or set gateway.allowUnauthenticated=true" }}
 {{- end }}
+{{- /* The Redis URL and password reach the gateway in its environment (LLM_GATEWAY_REDIS_*), never in argv. */}}
 {{- if include "llm-gateway.redisEnabled" . }}
-{{- $args = concat $args (list "--redis" "$(REDIS_URL)") }}
 {{- if not (kindIs "invalid" .Values.redis.timeoutSeconds) }}{{ $args = concat $args (list "--redis-timeout" (toString .Values.redis.timeoutSeconds)) }}{{ end }}
 {{- end }}
-{{- with $g.auditLogFile }}{{ $args = concat $args (list "--audit-log" .) }}{{ end }}
+{{- with $g.auditLogFile }}
+{{- if not $.Values.policies.enabled }}
+{{- fail "gateway.auditLogFile: audit lines are written only with tenant policies (policies.enabled); the gateway refuses --audit-log without --policies" }}
+{{- end }}
+{{- $args = concat $args (list "--audit-log" .) }}
+{{- end }}
 {{- if not (kindIs "invalid" $g.maxBodyBytes) }}{{ $args = concat $args (list "--max-body-bytes" (toString (int64 $g.maxBodyBytes))) }}{{ end }}
 {{- if not (kindIs "invalid" $g.maxConcurrency) }}{{ $args = concat $args (list "--max-concurrency" (toString (int64 $g.maxConcurrency))) }}{{ end }}
 {{- if not (kindIs "invalid" $g.headerTimeoutSeconds) }}{{ $args = concat $args (list "--header-timeout" (toString $g.headerTimeoutSeconds)) }}{{ end }}
@@ -218,7 +334,18 @@ httpGet:
 {{- end }}
 {{- $args = concat $args (list "--workers" (toString (int $g.workers))) }}
 {{- end }}
-{{- include "llm-gateway.refuseRepeatedFlags" (dict "where" "gateway.extraArgs" "args" $args "extra" $g.extraArgs) }}
+{{- $passed := $args }}
+{{- if include "llm-gateway.redisEnabled" . }}{{ $passed = append $passed "--redis" }}{{ end }}
+{{- include "llm-gateway.refuseRepeatedFlags" (dict "where" "gateway.extraArgs" "args" $passed "extra" $g.extraArgs) }}
+{{- /* Flags whose value the pod must be built for (a mounted directory, a writable folder, Redis for a group):
+passed alone, the gateway would refuse to start or fail at its first write. */}}
+{{- $owned := dict "--policies" "policies.enabled (the chart mounts the directory)" "--audit-log" "gateway.auditLogFile (the chart mounts a writable folder for it)" "--workers" "gateway.workers (the chart checks that a group with policies has Redis)" }}
+{{- if not (include "llm-gateway.redisEnabled" .) }}{{ $_ := set $owned "--redis-timeout" "redis.timeoutSeconds with a Redis (the gateway refuses it without --redis)" }}{{ end }}
+{{- range $g.extraArgs }}
+{{- with get $owned (first (splitList "=" (toString .))) }}
+{{- fail (printf "gateway.extraArgs: set %s instead" .) }}
+{{- end }}
+{{- end }}
 {{- toYaml (concat $args $g.extraArgs) }}
 {{- end }}
 
