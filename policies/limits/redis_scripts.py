@@ -19,8 +19,11 @@ of a holder with nothing open changes nothing.
 MARK_MS = 120_000
 """How long a holder's admit or settle is remembered: far longer than a call to Redis can wait in flight."""
 
-COMMON = """
-local WINDOW, DAY, MARK = 60000, 86400000, """ + str(MARK_MS) + """
+COMMON = (
+    """
+local WINDOW, DAY, MARK = 60000, 86400000, """
+    + str(MARK_MS)
+    + """
 local function now_ms()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
   local t = redis.call('TIME')
@@ -53,6 +56,7 @@ local function reset_ms(now)
   return math.max(0, tonumber(newest[2]) + WINDOW - now)
 end
 """
+)
 
 ADMIT = (
     COMMON
