@@ -377,7 +377,7 @@ def _serve_group(config: GatewayConfig, args: argparse.Namespace, argv: list[str
     """`--workers N`: the port and the bundled workers here, N gateway processes as children."""
     import asyncio
 
-    from gateway.process.group import ProcessGroup, listen
+    from gateway.process.group import ProcessGroup, exit_after_drain_s, listen
     from gateway.process.launch import start_workers
 
     if not args.redis:
@@ -393,7 +393,8 @@ def _serve_group(config: GatewayConfig, args: argparse.Namespace, argv: list[str
         except (RuntimeError, OSError) as exc:
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
             return 1
-        group = ProcessGroup(argv, sockets, worker_urls, args.drain_delay + args.drain_timeout)
+        stop_after_s = args.drain_delay + args.drain_timeout + exit_after_drain_s(args.redis_timeout)
+        group = ProcessGroup(argv, sockets, worker_urls, stop_after_s)
         return asyncio.run(group.run(supervisors))
 
 

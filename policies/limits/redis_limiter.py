@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from .limiter import Limiter, StoreUnavailable
+from .limiter import STORE_TIMEOUT_S, Limiter, StoreUnavailable
 from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict, WindowUse
 from .redis_calls import BoundedRedis
 from .redis_scripts import ADMIT, SETTLE
@@ -39,7 +39,7 @@ class RedisLimiter(Limiter):
         *,
         prefix: str = "gw:limits",
         lease_s: float = 900.0,
-        timeout_s: float = 0.5,
+        timeout_s: float = STORE_TIMEOUT_S,
         clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__()
