@@ -39,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
-    configure_logging(args.log_level)
+    from gateway.process.group import process_role
+
+    role = process_role()  # a process of a group: its lines take turns with its siblings' (whole_lines.py)
+    configure_logging(args.log_level, role.lines_lock if role else None)
     if args.otlp_endpoint:
         config.tracing.endpoint = args.otlp_endpoint
     return _serve(config, args, argv)
@@ -339,7 +342,12 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             importing.join()
             warm_grammars(registry)
         redis_options = redis_client_options(args)
-        gate = policy_gate(args.policies, args.redis, args.audit_log, config, redis_options) if args.policies else None
+        lock = role.lines_lock if role else None
+        gate = (
+            policy_gate(args.policies, args.redis, args.audit_log, config, redis_options, lock)
+            if args.policies
+            else None
+        )
         gc.collect()
         gc.freeze()  # the tokenizers and tables loaded above: full collections need not walk them again
         print(

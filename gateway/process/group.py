@@ -68,6 +68,11 @@ class ProcessRole:
     def sibling_sockets(self) -> list[Path]:
         return [self.metrics_socket(i) for i in range(self.count) if i != self.index]
 
+    @property
+    def lines_lock(self) -> Path:
+        """The lock the group's processes take turns on to write a line past PIPE_BUF (whole_lines.py)."""
+        return Path(self.runtime_dir) / "lines.lock"
+
     def listening_socket(self) -> socket.socket:
         return socket.socket(fileno=self.fd)
 
