@@ -42,14 +42,8 @@ def group(tmp_path_factory, checkpoint) -> Iterator[tuple[str, list[Path], subpr
     standin = SGLangStandIn(incremental=True)
     ids = checkpoint.tokenizer.encode(" hello", add_special_tokens=False).ids
     standin.script = lambda body: Script(ids=ids * body["sampling_params"]["max_new_tokens"], delay=0.05)
-    with (
-        serve(standin.app) as backend_url,
-        _start_group(tmp_path_factory.mktemp("group"), checkpoint, backend_url) as (
-            url,
-            sockets,
-            proc,
-        ),
-    ):
+    tmp = tmp_path_factory.mktemp("group")
+    with serve(standin.app) as backend_url, _start_group(tmp, checkpoint, backend_url) as (url, sockets, proc):
         yield url, sockets, proc, standin
 
 
