@@ -39,11 +39,11 @@ class WholeLines:
         self._owned = owned
         try:
             self._fd: int | None = stream.fileno()
+            shared = not stat.S_ISREG(os.fstat(self._fd).st_mode)
         except (OSError, ValueError, io.UnsupportedOperation):
-            self._fd = None
+            self._fd, shared = None, False
         else:
             stream.flush()  # what it buffered goes out before the lines written past it
-        shared = self._fd is not None and not stat.S_ISREG(os.fstat(self._fd).st_mode)
         self._lock_path = lock if shared else None
         self._lock_fd: int | None = None
         self._thread_lock = threading.Lock()
