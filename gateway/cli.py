@@ -46,7 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
-    configure_logging(args.log_level)
+    from gateway.process.group import process_role
+
+    role = process_role()  # a process of a group: its lines take turns with its siblings' (whole_lines.py)
+    configure_logging(args.log_level, role.lines_lock if role else None)
     if args.otlp_endpoint:
         config.tracing.endpoint = args.otlp_endpoint
     return _serve(config, args, argv)
@@ -352,7 +355,12 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             importing.join()
             warm_grammars(registry)
         redis_options = redis_client_options(args)
-        gate = policy_gate(args.policies, args.redis, args.audit_log, config, redis_options) if args.policies else None
+        lock = role.lines_lock if role else None
+        gate = (
+            policy_gate(args.policies, args.redis, args.audit_log, config, redis_options, lock)
+            if args.policies
+            else None
+        )
         gc.collect()
         gc.freeze()  # the tokenizers and tables loaded above: full collections need not walk them again
         print(
@@ -390,7 +398,7 @@ def _serve_group(config: GatewayConfig, args: argparse.Namespace, argv: list[str
     """`--workers N`: the port and the bundled workers here, N gateway processes as children."""
     import asyncio
 
-    from gateway.process.group import ProcessGroup, listen
+    from gateway.process.group import ProcessGroup, exit_after_drain_s, listen
     from gateway.process.launch import start_workers
 
     if not args.redis:
@@ -406,7 +414,8 @@ def _serve_group(config: GatewayConfig, args: argparse.Namespace, argv: list[str
         except (RuntimeError, OSError) as exc:
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
             return 1
-        group = ProcessGroup(argv, sockets, worker_urls, args.drain_delay + args.drain_timeout)
+        stop_after_s = args.drain_delay + args.drain_timeout + exit_after_drain_s(args.redis_timeout)
+        group = ProcessGroup(argv, sockets, worker_urls, stop_after_s)
         return asyncio.run(group.run(supervisors))
 
 

@@ -2,28 +2,28 @@
 
 from __future__ import annotations
 
-import sys
-import threading
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol
 
 import orjson
 
 
-class AuditLog:
-    """Appends one JSON object per line and flushes it, so a crash loses nothing written."""
+class LineSink(Protocol):
+    """Where lines go, each written whole (gateway/observability/whole_lines.py)."""
 
-    def __init__(self, path: Path | None = None):
-        self._out: TextIO = open(path, "a", encoding="utf-8") if path else sys.stdout  # noqa: SIM115
-        self._owned = path is not None
-        self._lock = threading.Lock()
+    def write(self, line: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class AuditLog:
+    """One JSON object per line, each written to `out` at once and whole: a crash loses nothing written, and the
+    processes of a group (`--workers N`) sharing the file or stdout never interleave their lines."""
+
+    def __init__(self, out: LineSink):
+        self._out = out
 
     def write(self, record: dict[str, Any]) -> None:
-        line = orjson.dumps(record).decode() + "\n"
-        with self._lock:
-            self._out.write(line)
-            self._out.flush()
+        self._out.write(orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
 
     def close(self) -> None:
-        if self._owned:
-            self._out.close()
+        self._out.close()

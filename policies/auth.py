@@ -1,5 +1,11 @@
 """Who is calling: the API key of a request (Authorization: Bearer, api-key, x-api-key), checked by
-its SHA-256 against the policy store. The tenant comes from the key only; raw keys are never kept."""
+its SHA-256 against the policy store. The tenant comes from the key only; raw keys are never kept.
+
+A request may carry different credentials in those headers: Claude Desktop's Claude Code tab sends its own Anthropic
+session token as `Authorization: Bearer sk-ant-oat...` beside the gateway's key in `x-api-key`, and a proxy in front
+may add an `Authorization` of its own. The key is the one this gateway knows; two different keys it knows (of one
+tenant or two) are a 401, since which one counts would be a guess. No header outranks another.
+"""
 
 from __future__ import annotations
 
@@ -34,35 +40,43 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The key of `Authorization: Bearer KEY`, else `api-key: KEY`, else `x-api-key: KEY`; AuthError when one of
-    these headers comes several times with different values (which key counts would be a guess)."""
+def presented_keys(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """Each distinct key sent (`Authorization: Bearer KEY`, `api-key: KEY`, `x-api-key: KEY`) → the header that
+    brought it first; AuthError when one of these headers comes several times with different values."""
     values: dict[bytes, bytes] = {}
     for name, value in headers:
         if name in KEY_HEADERS and values.setdefault(name, value) != value:
             raise AuthError(f"several different '{name.decode()}' headers: send one API key")
-    authorization = values.get(b"authorization")
-    if authorization is not None:
-        scheme, _, value = authorization.decode("latin-1").strip().partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
-    for name in (b"api-key", b"x-api-key"):
-        value = values.get(name, b"").decode("latin-1").strip()
-        if value:
-            return value
-    return None
+    keys: dict[str, str] = {}
+    for name in (b"authorization", b"api-key", b"x-api-key"):
+        text = values.get(name, b"").decode("latin-1").strip()
+        if name == b"authorization":
+            scheme, _, text = text.partition(" ")
+            text = text.strip() if scheme.lower() == "bearer" else ""
+        if text:
+            keys.setdefault(text, name.decode())
+    return keys
+
+
+def _known(store: PolicyStore, key: str) -> tuple[Policy, Key] | None:
+    digest = hash_key(key)
+    found = store.lookup(digest)
+    return found if found is not None and hmac.compare_digest(found[1].sha256, digest) else None
 
 
 def authenticate(store: PolicyStore, headers: Iterable[tuple[bytes, bytes]], today: dt.date | None = None) -> Caller:
-    """The caller of a request; AuthError when it has no valid key."""
-    key = presented_key(headers)
-    if key is None:
+    """The caller of a request: the one key of this gateway among those sent; AuthError when there is none, or
+    several different ones."""
+    keys = presented_keys(headers)
+    if not keys:
         raise AuthError("no API key: send 'Authorization: Bearer YOUR_KEY' (or an 'api-key' or 'x-api-key' header)")
-    digest = hash_key(key)
-    found = store.lookup(digest)
-    if found is None or not hmac.compare_digest(found[1].sha256, digest):
+    known = [(header, found) for key, header in keys.items() if (found := _known(store, key)) is not None]
+    if not known:
         raise AuthError("the API key is not valid")
-    policy, entry = found
+    if len(known) > 1:
+        headers_named = " and ".join(f"'{header}'" for header, _ in known)
+        raise AuthError(f"different API keys in {headers_named}: send one API key")
+    policy, entry = known[0][1]
     if entry.expired(today or dt.datetime.now(dt.UTC).date()):
         raise AuthError(f"the API key {entry.id!r} expired on {entry.expires.isoformat()}")
     return Caller(policy, entry)

@@ -49,15 +49,19 @@ class PolicyStore:
                 continue
             if files[name] != self._files.get(name):
                 changed.append(name)
-        unchanged = [f for f in sorted(files) if f not in changed]
-        for name, error in conflicts(files, unchanged + changed).items():
-            errors.append(error)
-            if name in self._files:
-                files[name] = self._files[name]
-            else:
-                del files[name]
-        for name in conflicts(files, unchanged + changed):  # a last good version that clashes as well
-            del files[name]
+        reverted: set[str] = set()
+        while True:  # last good versions (which held together) claim first; a new version that clashes is rejected
+            kept = [f for f in sorted(files) if f not in changed or f in reverted]
+            clashes = conflicts(files, kept + [f for f in changed if f in files and f not in reverted])
+            if not clashes:
+                break
+            for name, error in clashes.items():
+                errors.append(error)
+                if name in self._files and name not in reverted:
+                    files[name] = self._files[name]  # back to its last good version, which claims first next time
+                    reverted.add(name)
+                else:
+                    del files[name]
         self._files = files
         self._by_hash = {k.sha256: (p, k) for p in files.values() for k in p.keys}
         self.reloads += 1

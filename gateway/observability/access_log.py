@@ -1,4 +1,5 @@
-"""One JSON line per request on the `gateway.access` logger, and the process's log setup."""
+"""One JSON line per request on the `gateway.access` logger, and the process's log setup: every line to stderr
+whole, one write(2) each (whole_lines.py), so the processes of a group never interleave theirs."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from gateway.observability.requests import RequestRecord
+from gateway.observability.whole_lines import WholeLines
 
 access_log = logging.getLogger("gateway.access")
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -49,34 +52,48 @@ def access_line(record: RequestRecord, route: str, ended: float) -> bytes:
 def log_access(record: RequestRecord, route: str, ended: float) -> None:
     level = logging.DEBUG if route in PROBE_ROUTES and record.status < 400 else logging.INFO
     if access_log.isEnabledFor(level):
-        line = access_line(record, route, ended).decode()
+        line = access_line(record, route, ended)
         handler = _sole_handler(level)
         if handler is not None:
             handler.write_line(line, level)
         else:  # makeRecord + handle: what Logger.log does, less the caller lookup (a walk up the stack) no line uses
-            access_log.handle(_record(line, level))
+            access_log.handle(_record(line.decode(), level))
 
 
 def _record(line: str, level: int) -> logging.LogRecord:
     return access_log.makeRecord(access_log.name, level, __file__, 0, line, (), None)
 
 
-class _LineHandler(logging.StreamHandler):
+class _WholeLineHandler(logging.Handler):
+    """Each record formatted, then written whole (one write(2)) through `lines`."""
+
+    def __init__(self, lines: WholeLines) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.write((self.format(record) + "\n").encode("utf-8", "backslashreplace"))
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001  (as StreamHandler.emit: a failed write is the handler's to report)
+            self.handleError(record)
+
+
+class _LineHandler(_WholeLineHandler):
     """Access lines written as they are: what a `%(message)s` formatter writes, without its work per line."""
 
     def format(self, record: logging.LogRecord) -> str:
         return record.getMessage()
 
-    def write_line(self, line: str, level: int) -> None:
+    def write_line(self, line: bytes, level: int) -> None:
         """What `handle` does with an access record of message `line` (its filter passes every one), no record made."""
-        with self.lock:
-            try:
-                self.stream.write(line + self.terminator)
-                self.flush()
-            except RecursionError:
-                raise
-            except Exception:  # noqa: BLE001  (as StreamHandler.emit: a failed write is the handler's to report)
-                self.handleError(_record(line, level))
+        try:
+            self.lines.write(line + b"\n")
+        except RecursionError:
+            raise
+        except Exception:  # noqa: BLE001
+            self.handleError(_record(line.decode(), level))
 
 
 @dataclass(frozen=True)
@@ -113,12 +130,14 @@ def _sole_handler(level: int) -> _LineHandler | None:
     return setup.lines
 
 
-def configure_logging(level: str) -> None:
-    """Root logging at `level` to stderr; access lines are bare JSON, other records get a short prefix."""
-    plain = logging.StreamHandler(sys.stderr)
+def configure_logging(level: str, group_lock: Path | None = None) -> None:
+    """Root logging at `level` to stderr, each line whole (`group_lock`: the lock a group's processes take turns on
+    for lines past PIPE_BUF, whole_lines.py); access lines are bare JSON, other records get a short prefix."""
+    stderr = WholeLines(sys.stderr, group_lock)
+    plain = _WholeLineHandler(stderr)
     plain.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     plain.addFilter(lambda r: r.name != access_log.name)
-    access = _LineHandler(sys.stderr)
+    access = _LineHandler(stderr)
     access.addFilter(lambda r: r.name == access_log.name)
     root = logging.getLogger()
     root.handlers[:] = [plain, access]

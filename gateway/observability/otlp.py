@@ -23,13 +23,11 @@ from prometheus_client.registry import Collector
 from starlette.middleware import Middleware
 
 from gateway.observability.spans import TracingMiddleware
-from gateway.observability.tracing import TracingConfig
+from gateway.observability.tracing import SHUTDOWN_TIMEOUT_S, TracingConfig
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_NAME = "llm-gateway"
-SHUTDOWN_TIMEOUT_S = 3.0
-"""At exit, how long the spans still queued may take to go out (the chart's grace period counts it)."""
 _EXPORTER_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.exporter.otlp.common.http")
 
 

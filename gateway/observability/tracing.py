@@ -36,6 +36,9 @@ class TracingConfig:
 
 
 TRACES_PATH = "/v1/traces"
+SHUTDOWN_TIMEOUT_S = 3.0
+"""At exit, how long the spans still queued may take to go out (observability/otlp.py; the chart's grace period and
+a process group's wait for its children count it)."""
 
 
 def traces_endpoint(config: TracingConfig, env: Mapping[str, str] = os.environ) -> str | None:

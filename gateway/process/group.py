@@ -7,8 +7,9 @@ child runs `gateway serve` with the parent's arguments and learns from the GATEW
 variable which inherited socket to accept on, which worker URLs to use and where the group's metrics sockets
 are (gateway/observability/process_metrics.py; a restarted child continues its predecessor's counters). The parent keeps the sockets open, so connections that
 arrive while a child restarts wait in its socket's queue. SIGTERM / SIGINT and SIGHUP
-go to every child (each drains, or reloads its policies, as a single gateway does); a child that dies
-unasked is started again; one that dies before it ever served stops the group.
+go to every child (each drains, or reloads its policies, as a single gateway does), and a child still running
+past its drain and `exit_after_drain_s` (its settlements, its spans' flush) is killed; a child that dies unasked is
+started again; one that dies before it ever served stops the group.
 """
 
 from __future__ import annotations
@@ -27,13 +28,25 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gateway.observability.tracing import SHUTDOWN_TIMEOUT_S
 from gateway.process.supervisor import WorkerSupervisor, die_with_parent
+from policies.limits.limiter import SETTLE_RETRY_DELAYS_S, STORE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
 ROLE_ENV = "GATEWAY_PROCESS_ROLE"
 POLL_S = 0.2
 RESTART_PAUSE_S = 1.0
+EXIT_MARGIN_S = 1.0
+
+
+def exit_after_drain_s(store_timeout_s: float | None = None) -> float:
+    """The longest a gateway process takes to exit once its drain is over: the settlements its limits store missed,
+    tried again after each of SETTLE_RETRY_DELAYS_S (each try waits for a turn and its call, `store_timeout_s` each),
+    then the spans still queued (SHUTDOWN_TIMEOUT_S), then a margin to exit."""
+    tries = len(SETTLE_RETRY_DELAYS_S) + 1
+    call_s = 2 * (store_timeout_s or STORE_TIMEOUT_S)
+    return sum(SETTLE_RETRY_DELAYS_S) + tries * call_s + SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S
 
 
 @dataclass
@@ -54,6 +67,11 @@ class ProcessRole:
 
     def sibling_sockets(self) -> list[Path]:
         return [self.metrics_socket(i) for i in range(self.count) if i != self.index]
+
+    @property
+    def lines_lock(self) -> Path:
+        """The lock the group's processes take turns on to write a line past PIPE_BUF (whole_lines.py)."""
+        return Path(self.runtime_dir) / "lines.lock"
 
     def listening_socket(self) -> socket.socket:
         return socket.socket(fileno=self.fd)
@@ -182,7 +200,7 @@ class ProcessGroup:
                 self.children[i] = self._start(self._roles[i])
 
     async def _wait_stopped(self) -> None:
-        """Every child has drained and exited, or is killed after `stop_after_s`."""
+        """Every child has drained and exited, or is killed after `stop_after_s` (its drain and its exit after it)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._stop_after_s
         while any(c.poll() is None for c in self.children):

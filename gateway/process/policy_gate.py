@@ -3,10 +3,12 @@ in Redis, a fair queue per model whose backend slots are known, and the audit lo
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from gateway.api.tenancy import PolicyGate
+from gateway.observability.whole_lines import WholeLines
 from gateway.process.config import GatewayConfig, ModelEntry
 from policies import limits
 from policies.audit import AuditLog
@@ -23,14 +25,17 @@ def policy_gate(
     audit_path: Path | None,
     config: GatewayConfig,
     redis_options: Mapping[str, float | str] | None = None,
+    group_lock: Path | None = None,
 ) -> PolicyGate:
     """Load the policies (a bad file is logged and skipped, as on every reload) and build the gate; `redis_options`
-    (`timeout_s`, `password`) go to the Redis limiter."""
+    (`timeout_s`, `password`) go to the Redis limiter; audit lines go to `audit_path`, else stdout (`group_lock`: the lock of a
+    group's processes for long lines, whole_lines.py)."""
     store = PolicyStore(directory)
     store.reload()
     limiter: Limiter = limits.RedisLimiter(redis_url, **(redis_options or {})) if redis_url else MemoryLimiter()
     queues = {m.id: FairQueue(slots) for m in config.models if (slots := backend_slots(m))}
-    return PolicyGate(store, limiter, queues, AuditLog(audit_path), redis_url)
+    out = WholeLines.append_to(audit_path) if audit_path else WholeLines(sys.stdout, group_lock)
+    return PolicyGate(store, limiter, queues, AuditLog(out), redis_url)
 
 
 def backend_slots(entry: ModelEntry) -> int | None:

@@ -17,6 +17,10 @@ log = logging.getLogger("policies.limits")
 
 
 MAX_TOKENS = 2**50  # hostile counts stay within Redis's 64-bit integers and Lua's exact doubles
+SETTLE_RETRY_DELAYS_S = (0.5, 1.0, 2.0)
+"""The pauses before a settlement the store missed is tried again quickly (a closing limiter waits for them)."""
+STORE_TIMEOUT_S = 0.5
+"""The default bound of one call to the limiter's store (RedisLimiter; --redis-timeout)."""
 SETTLE_RETRY_CAP_S = 30.0
 """The longest pause between two tries of a settlement the store missed (the pause doubles after the first retries)."""
 LATE_SETTLES_AT_ONCE = 8
@@ -42,7 +46,7 @@ class Limiter(ABC):
         self.store_healthy = True
         self.store_errors = 0
         self._settling: set[asyncio.Task] = set()
-        self.settle_retry_delays_s: tuple[float, ...] = (0.5, 1.0, 2.0)
+        self.settle_retry_delays_s: tuple[float, ...] = SETTLE_RETRY_DELAYS_S
         self.settle_give_up_s = 900.0
         """How long a settlement the store missed is tried again (the Redis limiter's default slot lease)."""
         self.background: list[Callable[[], Awaitable[None]]] = []

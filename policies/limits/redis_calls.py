@@ -4,6 +4,12 @@ The limiter and the Redis response store share it. redis-py's pool refuses a cal
 default in redis-py 8: 'Too many connections'), which turned a burst of requests on a healthy Redis into store errors
 (503s). So a call waits its turn while the calls ahead of it keep being answered, however long the queue, and fails
 as any call to an unreachable Redis does once none has been answered for `timeout_s` (a stalled store).
+
+A call whose connection breaks (closed by the server, reset, refused) is sent again on a fresh connection, up to
+RECONNECTS times: a pooled connection the server closed just as a call went out on it (its idle `timeout`, a
+`CLIENT KILL`, a restart) is not a store error. The call may have run before its answer was lost, so every call made
+through a BoundedRedis must be idempotent (GET, SET, DEL; the limiter's scripts are, per admission). A call that
+timed out is not sent again: a stalled store fails within `timeout_s`, not a multiple of it.
 """
 
 from __future__ import annotations
@@ -15,12 +21,17 @@ from functools import partial
 from typing import Any
 
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .redis_idle import sweep_idle_forever
 
 CALLS_AT_ONCE = 64
 """Calls to Redis in flight at once per client, each on a pooled connection; more wait their turn."""
+RECONNECTS = 2
+"""Times a call whose connection broke is sent again, each on a new connection, at once."""
 
 
 class BoundedRedis:
@@ -29,7 +40,12 @@ class BoundedRedis:
 
     def __init__(self, url: str, timeout_s: float, **options: Any) -> None:
         self.client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, max_connections=CALLS_AT_ONCE, **options
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            max_connections=CALLS_AT_ONCE,
+            retry=Retry(NoBackoff(), RECONNECTS, supported_errors=(RedisConnectionError,)),
+            **options,
         )
         self._timeout_s = timeout_s
         self._calls = asyncio.Semaphore(CALLS_AT_ONCE)

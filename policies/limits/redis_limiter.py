@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
-from .limiter import Limiter, StoreUnavailable
+from .limiter import STORE_TIMEOUT_S, Limiter, StoreUnavailable
 from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict, WindowUse
 from .redis_calls import BoundedRedis
 from .redis_scripts import ADMIT, SETTLE
@@ -30,7 +28,8 @@ class RedisLimiter(Limiter):
     after their day, concurrency slots after `lease_s` (a replica that dies mid-request frees its slots then; a
     request that runs longer than `lease_s` no longer counts against `concurrent_requests`), open charges after two
     days (a settled charge is deleted). Reconnects by itself, and `background` closes idle connections the server
-    closed (redis_idle.py); scripts are reloaded when the server lost them (NOSCRIPT). `timeout_s` bounds each call.
+    closed (redis_idle.py); scripts are reloaded when the server lost them (NOSCRIPT). A script whose connection broke
+    is sent again (redis_calls.py): both are idempotent per holder (redis_scripts.py). `timeout_s` bounds each call.
     `clock` (seconds) replaces the server's clock: a test hook.
     """
 
@@ -40,18 +39,12 @@ class RedisLimiter(Limiter):
         *,
         prefix: str = "gw:limits",
         lease_s: float = 900.0,
-        timeout_s: float = 0.5,
+        timeout_s: float = STORE_TIMEOUT_S,
         password: str | None = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__()
-        self._calls = BoundedRedis(
-            url,
-            timeout_s,
-            password=password,
-            retry=Retry(NoBackoff(), 1),  # one immediate retry: a pooled connection the server dropped
-            health_check_interval=0,
-        )
+        self._calls = BoundedRedis(url, timeout_s, password=password, health_check_interval=0)
         self._redis = self._calls.client
         self._prefix = prefix
         self._lease_ms = int(lease_s * 1000)
@@ -60,7 +53,7 @@ class RedisLimiter(Limiter):
         self._settle_script = self._redis.register_script(SETTLE)
         self.background += self._calls.background
 
-    def _keys(self, tenant: str, charge_id: str) -> list[str]:
+    def _keys(self, tenant: str, charge_id: str, holder: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
         return [
             f"{base}:w",
@@ -71,6 +64,7 @@ class RedisLimiter(Limiter):
             # before that (plain c:, one reservation per charge) never read or settle these during a rolling upgrade
             f"{base}:d:",
             f"{base}:wj",
+            f"{base}:a:{holder}",
         ]
 
     def _now_arg(self) -> str:
@@ -92,7 +86,7 @@ class RedisLimiter(Limiter):
         try:
             async with self._calls.turn():
                 allowed, limit, retry, requests, tokens_used, reset = await self._admit_script(
-                    self._keys(tenant, charge_id), args
+                    self._keys(tenant, charge_id, holder), args
                 )
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
@@ -109,7 +103,7 @@ class RedisLimiter(Limiter):
         try:
             args = [self._now_arg(), holder, used_tokens, int(void)]
             async with self._calls.turn():
-                requests, tokens, reset = await self._settle_script(self._keys(tenant, charge_id), args)
+                requests, tokens, reset = await self._settle_script(self._keys(tenant, charge_id, holder), args)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
         return WindowUse(requests, tokens, reset)

@@ -6,12 +6,24 @@ entry is its holder and counts as a request, but a free join's, one of a charge'
 KEYS[4] the concurrency slots (holder -> lease end ms: one per admit, joins too), KEYS[5] the charge (fields m
 member, s served once, n open holders, j joins admitted, and per open admit h:<holder> its reserved tokens,
 d:<holder> its UTC day), KEYS[6] the prefix of the per-day counters (prefix .. UTC day number; derived keys of the
-same hash tag), KEYS[7] how many of the window's entries are free joins.
+same hash tag), KEYS[7] how many of the window's entries are free joins, KEYS[8] the holder's mark (set by its
+admit and by its settle, expiring after MARK_MS).
 ARGV[1] is the time in ms, '' for the server's TIME (a test hook: tests pass their own clock).
+
+Both scripts are idempotent per holder, so a call sent again after its connection broke (redis_calls.py) never
+counts twice: an admit whose holder is marked already reserves nothing more (the first run did, or its settle
+came first: a run that arrives after its own settle leaves no reservation that nobody would settle), and a settle
+of a holder with nothing open changes nothing.
 """
 
-COMMON = """
-local WINDOW, DAY = 60000, 86400000
+MARK_MS = 120_000
+"""How long a holder's admit or settle is remembered: far longer than a call to Redis can wait in flight."""
+
+COMMON = (
+    """
+local WINDOW, DAY, MARK = 60000, 86400000, """
+    + str(MARK_MS)
+    + """
 local function now_ms()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
   local t = redis.call('TIME')
@@ -44,6 +56,7 @@ local function reset_ms(now)
   return math.max(0, tonumber(newest[2]) + WINDOW - now)
 end
 """
+)
 
 ADMIT = (
     COMMON
@@ -57,6 +70,7 @@ local holder, lease = ARGV[7], tonumber(ARGV[8])
 expire(now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local count, sum = unpack(window_use())
+if redis.call('SET', KEYS[8], 1, 'PX', MARK, 'NX') == false then return {1, '', -1, count, sum, WINDOW} end  -- a rerun
 local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
 local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
 local day = math.floor(now / DAY)
@@ -94,7 +108,10 @@ if tpd >= 0 then
   local used = tonumber(redis.call('GET', day_key) or '0')
   if used + tokens > tpd then refuse('tokens_per_day', tokens > tpd and -1 or (day + 1) * DAY - now) end
 end
-if limit ~= '' then return {0, limit, retry, count, sum, reset_ms(now)} end
+if limit ~= '' then
+  redis.call('DEL', KEYS[8])  -- refused: nothing reserved, a rerun decides afresh
+  return {0, limit, retry, count, sum, reset_ms(now)}
+end
 local entry = holder
 if free_join then  -- the same request: not counted
   entry = 'j:' .. holder
@@ -130,6 +147,7 @@ SETTLE = (
 local holder, used, void = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local now = now_ms()
 expire(now)
+redis.call('SET', KEYS[8], 1, 'PX', MARK)  -- an admit of this holder still in flight reserves nothing
 local function settled_use()
   local use = window_use()
   use[3] = reset_ms(now)

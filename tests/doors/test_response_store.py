@@ -16,6 +16,7 @@ from gateway.api.tenancy import PolicyGate
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
+from gateway.observability.whole_lines import WholeLines
 from policies.audit import AuditLog
 from policies.limits import MemoryLimiter
 from policies.limits.redis_calls import CALLS_AT_ONCE
@@ -178,7 +179,7 @@ def tenant_gate(tmp_path):
         )
     store = PolicyStore(tmp_path)
     store.reload()
-    return PolicyGate(store, MemoryLimiter(), {}, AuditLog(tmp_path / "audit.jsonl"))
+    return PolicyGate(store, MemoryLimiter(), {}, AuditLog(WholeLines.append_to(tmp_path / "audit.jsonl")))
 
 
 def test_a_stored_response_belongs_to_its_tenant(door, tenant_gate):

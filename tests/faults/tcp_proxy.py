@@ -18,6 +18,9 @@ its latest request):
 
 `stale()` makes every connection open now close (FIN) as soon as the client sends on it again, without forwarding
 (a keep-alive connection the server closed just as the next request arrived); new connections pass.
+`lose_answers(n, skip=k)`: past the next `k` answers, the next `n` (on any connection) are dropped, and their
+connection closed, after their request reached the upstream (a server that ran a command whose answer the network
+lost); the rest pass as `set` says.
 """
 
 from __future__ import annotations
@@ -95,6 +98,11 @@ class _Link:
     async def _forward(self, chunk: bytes) -> bool:
         """Send `chunk` to the client as the fault says; False once the link is to be closed."""
         fault = self.proxy.fault
+        if self.from_upstream == 0 and self.proxy.answers_to_skip:
+            self.proxy.answers_to_skip -= 1
+        elif self.from_upstream == 0 and self.proxy.answers_to_lose:
+            self.proxy.answers_to_lose -= 1
+            return False
         faulty = self.from_upstream >= fault.after
         if fault.mode == "delay":
             await asyncio.sleep(fault.delay_s)
@@ -137,6 +145,8 @@ class TcpFaultProxy:
         """Client connections accepted so far."""
         self.stale_hits = 0
         """Requests that arrived on a connection `stale()` marked (and closed it)."""
+        self.answers_to_skip = self.answers_to_lose = 0
+        """Answers still to let through, then to drop (`lose_answers`)."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._downstream = asyncio.Event()
@@ -172,6 +182,15 @@ class TcpFaultProxy:
                 link.stale = True
 
         self._call(_run(mark))
+
+    def lose_answers(self, count: int = 1, skip: int = 0) -> None:
+        """Past the next `skip` answers, the next `count` are lost, and their connections closed, once their requests
+        reached the upstream."""
+
+        def arm() -> None:
+            self.answers_to_skip, self.answers_to_lose = skip, count
+
+        self._call(_run(arm))
 
     def open_links(self) -> int:
         """Client connections open now."""

@@ -22,19 +22,30 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 class Collector:
     """An OTLP/HTTP traces receiver: POST /v1/traces, protobuf in, each span kept as a plain dict."""
 
-    def __init__(self, keep: bool = True) -> None:
+    def __init__(self, keep: bool = True, refuse_first: int = 0) -> None:
+        """`refuse_first`: answer that many posts first with 503 and `retry-after: 1` (a collector restarting), keeping
+        none of their spans."""
         self.spans: list[dict[str, Any]] = []
         """Every span received (when `keep`)."""
         self.posts = 0
         self.received = 0
         """Spans received."""
         self._keep = keep
+        self.refused = 0
+        self._refuse_first = refuse_first
         collector = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 ok = self.path == "/v1/traces" and self.headers["Content-Type"] == "application/x-protobuf"
+                if ok and collector.refused < collector._refuse_first:
+                    collector.refused += 1
+                    self.send_response(503)
+                    self.send_header("Retry-After", "1")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if ok:
                     collector.receive(ExportTraceServiceRequest.FromString(body))
                 answer = ExportTraceServiceResponse().SerializeToString() if ok else b""
@@ -60,9 +71,9 @@ class Collector:
 
     @classmethod
     @contextmanager
-    def running(cls) -> Iterator[Collector]:
+    def running(cls, **options: Any) -> Iterator[Collector]:
         """A receiver serving on 127.0.0.1 (its `url`) in a thread until the block ends."""
-        receiver = cls()
+        receiver = cls(**options)
         thread = threading.Thread(target=receiver.server.serve_forever, daemon=True)
         thread.start()
         try:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -25,6 +26,7 @@ from gateway.observability.process_metrics import counters_only, merge_expositio
 from gateway.process.config import ConfigError, load_config
 from gateway.process.group import ProcessGroup, listen
 from tests.gateway.http_server import serve
+from tests.gateway.otlp_receiver import Collector
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,28 +43,38 @@ def group(tmp_path_factory, checkpoint) -> Iterator[tuple[str, list[Path], subpr
     ids = checkpoint.tokenizer.encode(" hello", add_special_tokens=False).ids
     standin.script = lambda body: Script(ids=ids * body["sampling_params"]["max_new_tokens"], delay=0.05)
     tmp = tmp_path_factory.mktemp("group")
-    with serve(standin.app) as backend_url:
-        checkpoint.tokenizer.save(str(tmp / "tokenizer.json"))  # each process loads it faster than the GGUF
-        config = tmp / "gateway.yaml"
-        config.write_text(
-            "models:\n  - id: m\n    family: hermes\n    checkpoint: tokenizer.json\n"
-            f"    backend: {{type: sglang, url: '{backend_url}', incremental: true}}\n"
+    with serve(standin.app) as backend_url, _start_group(tmp, checkpoint, backend_url) as (url, sockets, proc):
+        yield url, sockets, proc, standin
+
+
+@contextmanager
+def _start_group(
+    tmp: Path, checkpoint, backend_url: str, *flags: str, config: str = "", env: dict[str, str] | None = None
+) -> Iterator[tuple[str, list[Path], subprocess.Popen[bytes]]]:
+    """`gateway serve --workers 2` on the stand-in at `backend_url` (`config`: more of the config file), ready:
+    its URL, the metrics sockets and the parent process; killed at the end if still running."""
+    checkpoint.tokenizer.save(str(tmp / "tokenizer.json"))  # each process loads it faster than the GGUF
+    path = tmp / "gateway.yaml"
+    path.write_text(
+        "models:\n  - id: m\n    family: hermes\n    checkpoint: tokenizer.json\n"
+        f"    backend: {{type: sglang, url: '{backend_url}', incremental: true}}\n{config}"
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp / "gateway.log"
+    argv = ["serve", "--port", str(port), "--config", str(path), "--workers", "2", "--log-level", "warning", *flags]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", *argv], cwd=ROOT, stderr=out, env={**os.environ, **(env or {})}
         )
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        log = tmp / "gateway.log"
-        argv = ["serve", "--port", str(port), "--config", str(config), "--workers", "2", "--log-level", "warning"]
-        with log.open("wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", *argv], cwd=ROOT, stderr=out)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            sockets = _wait_ready(url, proc, log)
-            yield url, sockets, proc, standin
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        yield url, _wait_ready(url, proc, log), proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> list[Path]:
@@ -229,6 +241,34 @@ async def test_sigterm_drains_the_streams_of_every_process(group):
     assert results == [(TOKENS, True)] * 8 + [(LONG_TOKENS, True)]
     assert await asyncio.to_thread(proc.wait, 30) == 0
     assert not any(s.exists() for s in sockets) and not sockets[0].parent.exists()
+
+
+def test_a_process_exit_after_its_drain_is_not_cut_and_its_last_spans_go_out(tmp_path, checkpoint):
+    """The parent waits for each child's whole exit, not only its drain (0 s here): the spans still queued, held 1 s
+    by a collector that answers the first post 503 with retry-after: 1, go out before the group exits."""
+    standin = SGLangStandIn(incremental=True)
+    standin.script = lambda body: Script(ids=checkpoint.tokenizer.encode(" hi", add_special_tokens=False).ids)
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    with (
+        serve(standin.app) as backend_url,
+        Collector.running(refuse_first=1) as collector,
+        _start_group(
+            tmp_path,
+            checkpoint,
+            backend_url,
+            "--drain-timeout",
+            "0",
+            config=f"tracing: {{endpoint: '{collector.url}'}}\n",
+            env={"OTEL_BSP_SCHEDULE_DELAY": "600000"},  # every span waits in its process's queue until the exit
+        ) as (url, _, proc),
+    ):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        headers = {"traceparent": f"00-{trace}-00f067aa0ba902b7-01"}
+        assert httpx.post(f"{url}{CHAT}", json=body, headers=headers, timeout=30).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    assert collector.refused == 1
+    assert any(s["name"] == f"POST {CHAT}" for s in collector.trace(trace))
 
 
 @pytest.mark.anyio

@@ -13,7 +13,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from gateway.observability.otlp import SHUTDOWN_TIMEOUT_S
+from gateway.observability.tracing import SHUTDOWN_TIMEOUT_S
+from gateway.process.group import exit_after_drain_s
 from gateway.process.supervisor import WORKER_STOP_GRACE_S
 from tests.helm.chart import (
     CHART,
@@ -186,6 +187,8 @@ def test_termination_grace_covers_the_drain(values: str):
     exit_s = drain + embedded * WORKER_STOP_GRACE_S + SHUTDOWN_TIMEOUT_S
     grace = gateway_deployment(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace >= exit_s + 5, f"{values}: SIGKILL after {grace}s would cut an exit of up to {exit_s}s"
+    longest = drain + embedded * WORKER_STOP_GRACE_S + exit_after_drain_s()  # settlements retried too
+    assert grace >= longest, f"{values}: SIGKILL after {grace}s would cut an exit of up to {longest}s"
     for workload, template in pod_templates(docs):  # a bundled worker's streams in flight when it is replaced
         if _component(template["metadata"]["labels"]) == "worker":
             drain = float(_arg(template["spec"]["containers"][0], "--drain-timeout"))

@@ -180,6 +180,23 @@ def test_a_reload_keeps_the_last_good_version_of_a_broken_file(tmp_path):
     assert store.reload() == [] and store.lookup(HASH) is None
 
 
+def test_a_new_version_that_clashes_with_a_last_good_one_is_rejected_and_its_own_last_good_stays(tmp_path):
+    """a.yaml's edit takes c's tenant (rejected: a's last good version stays, with its key), and b.yaml's edit takes
+    the key a's edit gave up, which a's last good version still holds: b's edit is rejected too, with an error, and
+    b's last good version stays (b's tenant used to vanish, its every key a 401, and no error said why)."""
+    key = GOOD[GOOD.index("sha256: ") + 8 :].split()[0]
+    write(tmp_path, "a.yaml", GOOD)
+    write(tmp_path, "b.yaml", GOOD.replace("tenant: t", "tenant: u").replace(key, "b" * 64))
+    write(tmp_path, "c.yaml", GOOD.replace("tenant: t", "tenant: v").replace(key, "c" * 64))
+    store = PolicyStore(tmp_path)
+    assert store.reload() == []
+    write(tmp_path, "a.yaml", GOOD.replace("tenant: t", "tenant: v").replace(key, "a" * 64))
+    write(tmp_path, "b.yaml", GOOD.replace("tenant: t", "tenant: u"))
+    errors = store.reload()
+    assert [(Path(e.file).name, e.field) for e in errors] == [("a.yaml", "tenant"), ("b.yaml", "keys")]
+    assert {t: p.keys[0].sha256 for t, p in store.tenants.items()} == {"t": key, "u": "b" * 64, "v": "c" * 64}
+
+
 def test_a_file_written_in_place_is_reloaded_once_it_holds_still(tmp_path):
     """An editor writing a file in place shows it empty or half-written for a moment (this half is even valid: a
     tenant without models); the watcher reloads only a change that held still between two looks."""

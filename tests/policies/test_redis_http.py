@@ -67,6 +67,8 @@ def gateways(
     write_tenant(policies, "prometheus", metrics=True)
     write_tenant(policies, "single", models=["m"], limits={"concurrent_requests": 1, "tokens_per_minute": 10000})
     write_tenant(policies, "refused", models=["m"], limits={"requests_per_minute": 10, "tokens_per_minute": 10000})
+    write_tenant(policies, "conc3", models=["m"], limits={"concurrent_requests": 3})
+    write_tenant(policies, "tpm1000", models=["m"], limits={"tokens_per_minute": 1000})
     backend = standin_backend
     with ExitStack() as stack:
         config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
@@ -90,6 +92,31 @@ def test_fifty_clients_on_two_replicas_against_20_requests_per_minute_get_exactl
 
     statuses = Counter(r.status_code for r in asyncio.run(both()))
     assert statuses == {200: 20, 429: 30}
+
+
+def test_concurrency_and_tokens_are_exact_across_replicas_under_one_burst(gateways):
+    """Slow answers, so that no request ends while the burst is admitted: 3 concurrent requests on the two replicas
+    together, and as many requests as 1000 tokens per minute hold (prompt + max_tokens each)."""
+    gateways, backend, _ = gateways
+    backend.set(mode="ok", delay=0.05)
+
+    async def both():
+        sent = [(auth("conc3"), chat("m", max_tokens=20))] * 12 + [(auth("tpm1000"), chat("m", max_tokens=100))] * 12
+        halves = [burst(g.base_url, sent[i::2]) for i, g in enumerate(gateways)]
+        return [r for half in await asyncio.gather(*halves) for r in half]
+
+    try:
+        answers = asyncio.run(both())
+    finally:
+        backend.set(mode="ok")
+    by_tenant = {
+        t: [a for a in answers if a.request.headers["authorization"] == auth(t)["authorization"]]
+        for t in ("conc3", "tpm1000")
+    }
+    assert Counter(a.status_code for a in by_tenant["conc3"]) == {200: 3, 429: 9}
+    served = [a for a in by_tenant["tpm1000"] if a.status_code == 200]
+    prompt = served[0].json()["usage"]["prompt_tokens"]
+    assert len(served) == 1000 // (prompt + 100) and len(by_tenant["tpm1000"]) == 12
 
 
 def test_streams_cut_on_one_replica_are_settled_as_produced_for_both(gateways):

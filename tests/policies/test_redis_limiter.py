@@ -67,9 +67,9 @@ async def test_every_key_expires_by_itself(redis_server):
     async def ttls() -> list[int]:
         return [await client.pttl(key) for key in await client.keys(f"ttl-test:{{{tenant}}}:*")]
 
-    assert len(await ttls()) == 6 and min(await ttls()) > 0  # window (3), slots, charge, day
+    assert len(await ttls()) == 7 and min(await ttls()) > 0  # window (3), slots, charge, day, the holder's mark
     await limiter.settle(admission, 5)
-    assert len(await ttls()) == 4 and min(await ttls()) > 0  # the charge and the emptied slots set are gone
+    assert len(await ttls()) == 5 and min(await ttls()) > 0  # the charge and the emptied slots set are gone
     await client.aclose()
     await limiter.close()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from policies.auth import hash_key
 from tests.faults.conftest import FaultBackend
 from tests.policies.deployment import (
     auth,
@@ -54,7 +55,9 @@ def deployment(
     policies = root / "policies"
     policies.mkdir()
     (policies / "_defaults.yaml").write_text(f"limits:\n  max_tokens: {CEILING}\n")
-    write_tenant(policies, "alpha", models=["m-alpha", "m-shared"], tools={"allow": ["get_*"]})
+    alpha = write_tenant(policies, "alpha", models=["m-alpha", "m-shared"], tools={"allow": ["get_*"]})
+    second = f"- id: alpha-second\n  sha256: {hash_key(key_of('alpha2'))}\n"  # a key being rotated in
+    alpha.write_text(alpha.read_text().replace("models:", second + "models:", 1))
     write_tenant(policies, "beta", models=["m-beta", "m-sh*"], tools={"allow": ["search"]})
     write_tenant(policies, "gamma", models=["m-*"], limits={"max_prompt_tokens": 400}, audit={"prompts": True})
     write_tenant(policies, "rpm20", models=["m-shared"], limits={"requests_per_minute": 20})
@@ -178,6 +181,31 @@ def test_keys_missing_unknown_expired_and_header_styles(client):
     ambiguous = client.get("/v1/models", headers=two_keys)  # the last one used to win: which tenant, a guess
     assert ambiguous.status_code == 401 and "several different 'authorization'" in ambiguous.json()["error"]["message"]
     assert client.get("/v1/models", headers=[two_keys[0], two_keys[0]]).status_code == 200  # the same key twice
+
+
+def test_the_one_key_the_gateway_knows_among_different_credentials_counts_and_two_known_keys_are_refused(client):
+    """Claude Desktop's Claude Code tab sends its Anthropic session token in Authorization beside the gateway's key in
+    x-api-key (a proxy may add an Authorization of its own): the gateway's key counts, whichever header brings it;
+    two different keys of this gateway (one tenant's or two) are a 401 naming both headers, the same key twice is one."""
+    session = {"authorization": "Bearer sk-ant-oat01-not-a-key-of-this-gateway"}
+    message = {"model": "m-shared", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    for door, body in (("/v1/chat/completions", chat("m-shared")), ("/v1/messages", message)):
+        answer = client.post(door, json=body, headers={**session, "x-api-key": key_of("beta")})
+        assert answer.status_code == 200, (door, answer.text)
+    assert client.get("/v1/models", headers={**auth("alpha"), "x-api-key": "sk-nobody"}).status_code == 200
+    for other in ("gamma", "alpha2"):
+        both = client.get("/v1/models", headers={**auth("alpha"), "x-api-key": key_of(other)})
+        assert both.status_code == 401, other
+        assert both.json()["error"]["message"] == (
+            "different API keys in 'authorization' and 'x-api-key': send one API key"
+        )
+    refused = client.post(
+        "/v1/messages", json=message, headers={"api-key": key_of("alpha"), "x-api-key": key_of("beta")}
+    )
+    assert refused.status_code == 401 and refused.json()["error"]["type"] == "authentication_error"
+    assert client.get("/v1/models", headers={**auth("alpha"), "x-api-key": key_of("alpha")}).status_code == 200
+    unknown = client.get("/v1/models", headers={**session, "x-api-key": "sk-nobody"})
+    assert unknown.status_code == 401 and "not valid" in unknown.json()["error"]["message"]
     assert client.get("/health").status_code == 200
     described = client.get("/openapi.json")  # the API description, as vLLM serves it: no key
     assert described.status_code == 200 and "/v1/chat/completions" in described.json()["paths"]

@@ -1,0 +1,94 @@
+"""Log lines written whole: one write(2) per line, so the processes of a group (`--workers N`) sharing stderr, stdout
+or a file never interleave their lines, however long.
+
+- A regular file (`--audit-log`, opened O_APPEND; or stderr / stdout redirected to a file): one write(2) of the line.
+  Linux appends each write whole on a local filesystem (the inode stays locked for the write), and processes
+  writing through one inherited descriptor never overlap (the file position is locked per write).
+- A pipe, socket or terminal (a container's stdout and stderr, journald's stream): POSIX makes a write of at most
+  PIPE_BUF bytes (4096 on Linux) atomic; a longer one may be split where the pipe fills, and another writer's bytes
+  land in between. A longer line is therefore written under the group's lock (flock on a file in its private
+  directory): the group's processes take turns for those lines, shorter ones need no turn. A process outside the
+  group writing to the same pipe is not held by that lock.
+- A stream without a descriptor (a test's capture): written to it and flushed, as logging would.
+
+Python's buffered streams happen to make one write(2) of a line flushed at once too, but not after a partial write
+(a pipe, a signal), and they give no turn to lines past PIPE_BUF: this writes the bytes itself.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import select
+import stat
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+PIPE_BUF = select.PIPE_BUF
+"""The longest write(2) POSIX keeps whole on a pipe."""
+
+
+class WholeLines:
+    """Writes each line (bytes ending in a newline) to `stream` with one write(2); past PIPE_BUF on a pipe, socket
+    or terminal, under an exclusive flock of `lock` (a path every process of the group shares) when given."""
+
+    def __init__(self, stream: IO[Any], lock: Path | None = None, *, owned: bool = False) -> None:
+        self._stream = stream
+        self._owned = owned
+        try:
+            self._fd: int | None = stream.fileno()
+            shared = not stat.S_ISREG(os.fstat(self._fd).st_mode)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            self._fd, shared = None, False
+        else:
+            stream.flush()  # what it buffered goes out before the lines written past it
+        self._lock_path = lock if shared else None
+        self._lock_fd: int | None = None
+        self._thread_lock = threading.Lock()
+
+    @classmethod
+    def append_to(cls, path: Path) -> WholeLines:
+        """`path` opened for appending (O_APPEND, created if absent), unbuffered: each line one write(2) at its end."""
+        return cls(open(path, "ab", buffering=0), owned=True)
+
+    def write(self, line: bytes) -> None:
+        """Write `line` whole; OSError when the descriptor fails (a closed pipe, a full disk)."""
+        if self._fd is None:
+            text = isinstance(self._stream, io.TextIOBase)
+            self._stream.write(line.decode("utf-8", "backslashreplace") if text else line)
+            self._stream.flush()
+            return
+        with self._thread_lock:
+            if self._lock_path is not None and len(line) > PIPE_BUF and (lock := self._group_lock()) is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                try:
+                    self._write_all(line)
+                finally:
+                    fcntl.flock(lock, fcntl.LOCK_UN)
+            else:
+                self._write_all(line)
+
+    def _write_all(self, line: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(line)
+        while view:  # more than one write only when one was cut short (a pipe interrupted by a signal)
+            view = view[os.write(self._fd, view) :]
+
+    def _group_lock(self) -> int | None:
+        """The lock file's descriptor (opened once); None when it cannot be (the group's directory is gone)."""
+        if self._lock_fd is None and self._lock_path is not None:
+            try:
+                self._lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                self._lock_path = None
+        return self._lock_fd
+
+    def close(self) -> None:
+        """Close the file `append_to` opened and the lock file."""
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        if self._owned:
+            self._stream.close()

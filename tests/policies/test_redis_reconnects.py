@@ -1,0 +1,142 @@
+"""Calls to Redis whose connection breaks are sent again, and never count twice: the server's idle close racing a
+call, an answer lost after the script ran (a fault proxy), a `CLIENT KILL` storm around a burst of admits."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import redis.asyncio as redis
+
+from gateway.api.response_store import RedisStore
+from policies.limits import Limits, RedisLimiter
+from tests.faults.tcp_proxy import TcpFaultProxy
+
+pytestmark = pytest.mark.anyio
+
+LIMITS = Limits(requests_per_minute=100, tokens_per_minute=100_000, concurrent_requests=100, tokens_per_day=10**6)
+
+
+async def counted(url: str, tenant: str) -> dict[str, int]:
+    """What Redis holds for `tenant` (default prefix): requests, tokens, slots and tokens today in the window."""
+    client = redis.Redis.from_url(url)
+    base = f"gw:limits:{{{tenant}}}"
+    try:
+        entries, joins = await client.zcard(f"{base}:w"), int(await client.get(f"{base}:wj") or 0)
+        days = [int(await client.get(key)) async for key in client.scan_iter(f"{base}:d:*")]
+        return {
+            "requests": entries - joins,
+            "tokens": int(await client.get(f"{base}:wt") or 0),
+            "slots": await client.zcard(f"{base}:slots"),
+            "day": sum(days),
+        }
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+def link(redis_server):
+    with TcpFaultProxy(redis_server.port) as proxy:
+        yield proxy
+
+
+async def test_a_pooled_connection_the_server_closed_as_a_call_went_out_is_no_store_error(redis_server, link):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(link.url_for("redis"))
+    assert await limiter.probe_store()
+    link.stale()  # the pooled connection closes at the admit's bytes, which never reach Redis
+    admission = await limiter.admit(tenant, LIMITS, "a", 10)
+    assert admission.allowed and not admission.store_error and link.stale_hits == 1
+    assert await counted(redis_server.url, tenant) == {"requests": 1, "tokens": 10, "slots": 1, "day": 10}
+    await limiter.close()
+
+
+@pytest.mark.parametrize("lost", [1, 2])
+async def test_an_admit_whose_answer_was_lost_after_it_ran_counts_once(redis_server, link, lost):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(link.url_for("redis"))
+    assert await limiter.probe_store()
+    link.lose_answers(lost)  # the script runs in Redis, its answer is lost, and so is the rerun's when lost == 2
+    admission = await limiter.admit(tenant, LIMITS, "a", 10)
+    assert admission.allowed and not admission.store_error
+    assert await counted(redis_server.url, tenant) == {"requests": 1, "tokens": 10, "slots": 1, "day": 10}
+    link.lose_answers(1)  # the settle's too
+    await limiter.settle(admission, 7)
+    assert await counted(redis_server.url, tenant) == {"requests": 1, "tokens": 7, "slots": 0, "day": 7}
+    assert limiter.store_errors == 0
+    await limiter.close()
+
+
+async def test_an_admit_that_runs_after_its_own_settle_reserves_nothing(redis_server):
+    """The order a lost answer can leave: the admit given up for lost (its void settle sent), then run by Redis."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(redis_server.url)
+    await limiter._settle(tenant, "a", "late", 0, True)
+    assert (await limiter._admit(tenant, LIMITS, "a", 10, "late")).allowed  # nobody waits for this answer
+    assert await counted(redis_server.url, tenant) == {"requests": 0, "tokens": 0, "slots": 0, "day": 0}
+    await limiter.close()
+
+
+async def test_a_refused_admit_sent_again_decides_afresh(redis_server):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(redis_server.url)
+    limits = Limits(concurrent_requests=1)
+    first = await limiter.admit(tenant, limits, "a", 1)
+    assert not (await limiter._admit(tenant, limits, "b", 1, "again")).allowed
+    await limiter.settle(first, 1)
+    assert (await limiter._admit(tenant, limits, "b", 1, "again")).allowed
+    await limiter.close()
+
+
+async def test_a_client_kill_storm_around_a_burst_of_admits_keeps_the_counts_exact(redis_server):
+    """Every connection of the limiter killed again and again while 6 clients make 10 admits each and settle them:
+    each admit
+    counted once (a rerun of one that ran reserves nothing), each settle applied once, no slot left taken."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(redis_server.url)
+    limiter.settle_retry_delays_s = (0.05, 0.1)
+    killer = redis.Redis.from_url(redis_server.url)
+    killed = 0
+
+    async def kill_forever() -> None:
+        nonlocal killed
+        while True:
+            killed += await killer.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")
+            await asyncio.sleep(0.01)
+
+    async def requests(first: int) -> list[int]:
+        served = []
+        for i in range(first, first + 10):
+            admission = await limiter.admit(tenant, LIMITS, f"c{i}", 100)
+            if admission.allowed and not admission.store_error:
+                await limiter.settle(admission, i)
+                served.append(i)
+        return served
+
+    storm = asyncio.create_task(kill_forever())
+    try:
+        served = [i for client in await asyncio.gather(*(requests(10 * c) for c in range(6))) for i in client]
+    finally:
+        storm.cancel()
+    await limiter.settled()  # the void settles of admits whose every try broke (their scripts may have run)
+    assert killed > 0 and served
+    assert await counted(redis_server.url, tenant) == {
+        "requests": len(served),
+        "tokens": sum(served),
+        "slots": 0,
+        "day": sum(served),
+    }
+    await limiter.close()
+    await killer.aclose()
+
+
+async def test_the_response_store_reads_through_a_connection_the_server_closed(redis_server, link):
+    store = RedisStore(link.url_for("redis"), prefix=f"r-{uuid.uuid4().hex[:8]}:")
+    await store.put({"id": "resp_1", "owner": "acme"})
+    link.stale()
+    assert await store.get("resp_1", "acme") == {"id": "resp_1", "owner": "acme"}
+    link.lose_answers(1, skip=1)  # past the owner check's GET, the DEL ran; its rerun finds nothing to delete
+    assert await store.delete("resp_1", "acme")
+    assert await store.get("resp_1", "acme") is None
+    await store.close()
