@@ -34,6 +34,7 @@ from gateway.validation.fields import (
     MAX_NEW_TOKENS,
     MAX_TOKENS,
     MODEL,
+    STOP_STRING,
     STREAM,
     TOP_P,
     Fields,
@@ -41,7 +42,6 @@ from gateway.validation.fields import (
     parse_model,
     parse_stop,
     parse_top_p_top_k,
-    stop_field,
 )
 from gateway.validation.schema_bounds import check_bounded, check_schema
 
@@ -148,7 +148,9 @@ MESSAGES_FIELDS: dict[str, Field] = {
     "system": TEXTS,
     "mcp_servers": refused("not available on this gateway"),
     "container": refused("not available on this gateway"),
-    "stop_sequences": stop_field(MAX_STOP_SEQUENCES, "The answer ends before the first one."),
+    "stop_sequences": array(
+        STOP_STRING, MAX_STOP_SEQUENCES, "The answer ends before the first one (a list, as Anthropic's)."
+    ),
     "temperature": number(0.0, 1.0, 1.0),
     "top_p": TOP_P,
     "top_k": integer(0, 1 << 30, doc="0: off."),
@@ -189,6 +191,9 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
     template_kwargs, effort = _thinking(fields, settings.max_tokens)
+    if template_kwargs.get("thinking") and tool_choice not in ("auto", "none"):
+        # Anthropic's refusal, word for word: a forced call would skip the thinking the request asked for
+        raise invalid("Thinking may not be enabled when tool_choice forces tool use.", "tool_choice")
     output = fields.obj("output_config")
     response_format, output_effort = _output_config(output) if output else (None, None)
     messages = _system(fields) + _messages(fields)
@@ -208,13 +213,12 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
 
 
 def _stop_sequences(fields: Fields) -> list[str]:
-    """`stop_sequences`, each holding more than whitespace as Anthropic requires."""
+    """`stop_sequences`: a list (Anthropic refuses a bare string), each holding more than whitespace."""
+    given = fields.array("stop_sequences") or []  # a bare string is refused as Anthropic refuses it
     stops = parse_stop(fields, "stop_sequences")
-    given = fields.get("stop_sequences")
-    for i, stop in enumerate([given] if isinstance(given, str) else given or ()):
+    for i, stop in enumerate(given):
         if stop.isspace():
-            param = "stop_sequences" if isinstance(given, str) else f"stop_sequences[{i}]"
-            raise invalid("each stop sequence must contain non-whitespace", param)
+            raise invalid("each stop sequence must contain non-whitespace", f"stop_sequences[{i}]")
     return stops
 
 

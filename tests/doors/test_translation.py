@@ -128,7 +128,7 @@ def test_anthropic_request_maps_to_chat():
             "top_k": 5,
             "thinking": {"type": "enabled", "budget_tokens": 20_000},
             "tools": [{"name": "f", "input_schema": {"type": "object"}}],
-            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+            "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},  # forced is refused with thinking
             "messages": [
                 {"role": "user", "content": "q"},
                 {
@@ -162,7 +162,7 @@ def test_anthropic_request_maps_to_chat():
         {"role": "tool", "tool_call_id": "t1", "content": "ok"},
         {"role": "user", "content": "and?"},
     ]
-    assert chat.tool_choice == "required" and chat.parallel_tool_calls is False
+    assert chat.tool_choice == "auto" and chat.parallel_tool_calls is False
     assert chat.template_kwargs == {"enable_thinking": True, "thinking": True} and chat.reasoning_effort == "high"
     assert (settings.max_tokens, settings.stop, settings.top_k) == (30_000, ["END"], 5)
 
