@@ -226,14 +226,24 @@ def test_store_false_keeps_nothing(door, client):
 
 
 def test_a_response_repeats_the_fields_it_does_not_act_on(door):
-    """OpenAI's Response repeats max_tool_calls, prompt_cache_key, safety_identifier and user as sent (they read
-    null here while the request named them); a wrong type is refused naming it."""
+    """OpenAI's Response repeats max_tool_calls, prompt_cache_key and _retention, safety_identifier, user and
+    text.verbosity (medium unless chosen) as sent (they read null, or were dropped, while the request named them); a
+    wrong type is refused naming it."""
     door.say("ok")
-    sent = {"max_tool_calls": 2, "prompt_cache_key": "k", "safety_identifier": "s", "user": "u"}
+    sent = {
+        "max_tool_calls": 2,
+        "prompt_cache_key": "k",
+        "prompt_cache_retention": "24h",
+        "safety_identifier": "s",
+        "user": "u",
+        "text": {"format": {"type": "text"}, "verbosity": "low"},
+    }
     response = create(door, input="hi", store=False, **sent)
     assert {key: response[key] for key in sent} == sent
-    r = httpx.post(f"{door.url}/v1/responses", json={"model": door.model.id, "input": "hi", "user": 5})
-    assert (r.status_code, r.json()["error"]["param"]) == (400, "user")
+    assert create(door, input="hi", store=False)["text"] == {"format": {"type": "text"}, "verbosity": "medium"}
+    for bad, param in (({"user": 5}, "user"), ({"text": {"verbosity": "loud"}}, "text.verbosity")):
+        r = httpx.post(f"{door.url}/v1/responses", json={"model": door.model.id, "input": "hi", **bad})
+        assert (r.status_code, r.json()["error"]["param"]) == (400, param)
 
 
 def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door, client):

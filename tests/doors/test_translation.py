@@ -76,8 +76,12 @@ def test_a_json_schema_format_is_repeated_with_its_description_null_when_none_wa
     """OpenAI's Response repeats `description: null`; OpenResponses' JsonSchemaResponseFormat requires the key."""
     schema = {"type": "object"}
     parsed = responses(input="x", text={"format": {"type": "json_schema", "name": "s", "schema": schema}})
-    assert parsed.echo["text"] == {
-        "format": {"type": "json_schema", "description": None, "name": "s", "schema": schema, "strict": False}
+    assert parsed.echo["text"]["format"] == {
+        "type": "json_schema",
+        "description": None,
+        "name": "s",
+        "schema": schema,
+        "strict": False,
     }
     described = {"type": "json_schema", "name": "s", "schema": schema, "description": "d", "strict": True}
     assert responses(input="x", text={"format": described}).echo["text"]["format"]["description"] == "d"
