@@ -261,6 +261,8 @@ class ResponsesDoor:
         self._open: _OpenItem | None = None
         self._finish_reason: str | None = None
         self._reasoning: list[str] = []
+        self._summary = response["reasoning"]["summary"] is not None
+        """The request asked for a reasoning summary: the reasoning is given as one too."""
         self._text_logprobs = _TextLogprobs()
         self._stored = False  # storing was tried: a failure after that (the store, the last events) stores nothing
 
@@ -327,16 +329,23 @@ class ResponsesDoor:
         return out
 
     def _reasoning_delta(self, text: str) -> list[dict[str, Any]]:
+        """The model's reasoning as the item's `reasoning_text` content (OpenAI's and vLLM's for open models), and
+        as its summary too when the request asked for one (no other summary is made here)."""
         out = []
         self._reasoning.append(text)
         if self._open is None or self._open.item["type"] != "reasoning":
             out += self._start({"id": item_id("rs"), "type": "reasoning", "summary": []})
-            part = {"type": "summary_text", "text": ""}
-            out.append(
-                self._event("response.reasoning_summary_part.added", **self._where(), summary_index=0, part=part)
-            )
+            part = {"type": "reasoning_text", "text": ""}
+            out.append(self._event("response.content_part.added", **self._where(), content_index=0, part=part))
+            if self._summary:
+                part = {"type": "summary_text", "text": ""}
+                added = "response.reasoning_summary_part.added"
+                out.append(self._event(added, **self._where(), summary_index=0, part=part))
         self._open.text.append(text)
-        out.append(self._event("response.reasoning_summary_text.delta", **self._where(), summary_index=0, delta=text))
+        out.append(self._event("response.reasoning_text.delta", **self._where(), content_index=0, delta=text))
+        if self._summary:
+            delta = "response.reasoning_summary_text.delta"
+            out.append(self._event(delta, **self._where(), summary_index=0, delta=text))
         return out
 
     def _call_delta(self, call: dict[str, Any]) -> list[dict[str, Any]]:
@@ -374,10 +383,15 @@ class ResponsesDoor:
             out.append(self._event("response.content_part.done", **where, content_index=0, part=part))
             item = {**item, "status": status, "content": [part]}
         elif item["type"] == "reasoning":
-            part = {"type": "summary_text", "text": text}
-            out.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=text))
-            out.append(self._event("response.reasoning_summary_part.done", **where, summary_index=0, part=part))
-            item = {**item, "summary": [part]}
+            part = {"type": "reasoning_text", "text": text}
+            out.append(self._event("response.reasoning_text.done", **where, content_index=0, text=text))
+            out.append(self._event("response.content_part.done", **where, content_index=0, part=part))
+            summary = [{"type": "summary_text", "text": text}] if self._summary else []
+            for summary_part in summary:
+                out.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=text))
+                done = "response.reasoning_summary_part.done"
+                out.append(self._event(done, **where, summary_index=0, part=summary_part))
+            item = {**item, "summary": summary, "content": [part]}
         else:
             out.append(self._event("response.function_call_arguments.done", **where, name=item["name"], arguments=text))
             whole = status == "completed" or _is_json(text)  # a call cut after its arguments closed is whole

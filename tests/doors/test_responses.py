@@ -92,14 +92,20 @@ def test_folded_stream_equals_response(door, script, extra):
 
 
 def test_reasoning_item_and_tokens(door):
+    """The reasoning is the item's reasoning_text content (OpenAI's and vLLM's for open models); a summary only when
+    the request asks for one (it then holds the same text: no summarizer runs here)."""
     door.say("<think>Weighing it.</think>Sunny.")
     body = create(door, input="Weather?")
     reasoning, message = body["output"]
-    assert reasoning["summary"] == [{"type": "summary_text", "text": "Weighing it."}]
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "Weighing it."}] and reasoning["summary"] == []
     assert message["content"][0]["text"] == "Sunny."
     assert body["usage"]["output_tokens_details"]["reasoning_tokens"] == len(
         door.model.encoder.encode_plain("Weighing it.")
     )
+    door.say("<think>Weighing it.</think>Sunny.")
+    summarized = create(door, input="Weather?", reasoning={"summary": "auto"})["output"][0]
+    assert summarized["summary"] == [{"type": "summary_text", "text": "Weighing it."}]
+    assert summarized["content"] == reasoning["content"]
 
 
 def test_forced_function_call(door, client):
@@ -386,14 +392,24 @@ def test_typed_control_tokens_stay_text_in_every_field(door):
     assert ids.count(IM_START) == prompt.count("<|im_start|>") - 6
 
 
-def test_openai_stream_helper_accumulates_our_events(door, client):
+@pytest.mark.parametrize("summary", [None, "auto"])
+def test_openai_stream_helper_accumulates_our_events(door, client, summary):
+    """The client's stream helper ends with the same Response as the non-streamed body (reasoning_text content,
+    and the summary only when asked for)."""
+    asked = {"tools": [WEATHER], "tool_choice": "required", "reasoning": {"summary": summary}}
     door.say("<think>Weighing it.</think>" + CALL)
-    with client.responses.stream(model=door.model.id, input="Weather?", tools=[WEATHER], tool_choice="required") as s:
+    with client.responses.stream(model=door.model.id, input="Weather?", **asked) as s:
         kinds = [event.type for event in s]
         final = s.get_final_response()
-    assert "response.reasoning_summary_text.delta" in kinds and "response.function_call_arguments.delta" in kinds
+    assert "response.reasoning_text.delta" in kinds and "response.function_call_arguments.delta" in kinds
+    assert ("response.reasoning_summary_text.delta" in kinds) == (summary is not None)
     reasoning, call = final.output
-    assert reasoning.summary[0].text == "Weighing it." and json.loads(call.arguments) == {"city": "Paris"}
+    assert reasoning.content[0].text == "Weighing it." and json.loads(call.arguments) == {"city": "Paris"}
+    assert [part.text for part in reasoning.summary] == (["Weighing it."] if summary else [])
+    door.say("<think>Weighing it.</think>" + CALL)
+    body = create(door, input="Weather?", **asked)
+    streamed = reasoning.model_dump(mode="json", exclude_unset=True)
+    assert streamed == {**body["output"][0], "id": streamed["id"]}  # the same reasoning item, streamed or not
 
 
 def test_logprobs_when_included(door):

@@ -58,6 +58,29 @@ def test_items_become_chat_turns():
     assert all(item["id"] for item in parsed.items)
 
 
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "weighing"}]},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "weighing"}]},
+        {  # a whole output item as a Response gives it, its summary asked for
+            "id": "rs_a",
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "weighing"}],
+            "content": [{"type": "reasoning_text", "text": "weighing"}],
+        },
+    ],
+    ids=["content", "summary", "both"],
+)
+def test_a_reasoning_item_given_back_renders_with_content_or_summary(item):
+    parsed = responses(input=[{"role": "user", "content": "q"}, item, {"role": "assistant", "content": "a"}])
+    assert items_to_messages(parsed.items, None)[-1] == {
+        "role": "assistant",
+        "content": "a",
+        "reasoning_content": "weighing",
+    }
+
+
 def test_every_input_item_keeps_the_id_it_came_with():
     """A client passes a response's output back as input, ids and all; input_items lists them by those ids (a
     message's id was replaced by a new one)."""
