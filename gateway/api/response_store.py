@@ -22,10 +22,26 @@ Record = dict[str, Any]
 DAY_S = 24 * 3600
 
 
+def record_items(record: Record) -> list[dict[str, Any]]:
+    """The items a stored response holds (its input, then its output) that an `item_reference` may name."""
+    return [*record["input_items"], *record["response"].get("output", ())]
+
+
+def find_item(record: Record | None, item_id: str) -> dict[str, Any] | None:
+    """The item `item_id` of a record (None when the record is gone or holds no such item)."""
+    if record is None:
+        return None
+    return next((item for item in record_items(record) if item.get("id") == item_id), None)
+
+
 class ResponseStore(Protocol):
     async def put(self, record: Record) -> None: ...
 
     async def get(self, rid: str, owner: str | None) -> Record | None: ...
+
+    async def get_item(self, item_id: str, owner: str | None) -> dict[str, Any] | None:
+        """An item of a stored response of `owner` (the last stored that holds it); another owner's reads as none."""
+        ...
 
     async def delete(self, rid: str, owner: str | None) -> bool: ...
 
@@ -49,6 +65,9 @@ class MemoryStore:
         self.max_count, self.max_bytes, self.ttl_s = max_count, max_bytes, ttl_s
         self._clock = clock
         self._records: OrderedDict[str, tuple[float, int, bytes]] = OrderedDict()
+        self._items: dict[tuple[str | None, str], str] = {}
+        """(owner, item id) → the id of the last stored response that holds the item."""
+        self._item_keys: dict[str, list[tuple[str | None, str]]] = {}
         self.bytes = 0
         self.background: list[Callable[[], Awaitable[None]]] = []
 
@@ -62,6 +81,9 @@ class MemoryStore:
             return  # could never fit: kept nowhere, so a continuation of it is a 404
         self._records[record["id"]] = (self._clock() + self.ttl_s, len(data), data)
         self.bytes += len(data)
+        keys = [(record["owner"], item["id"]) for item in record_items(record)]
+        self._items.update(dict.fromkeys(keys, record["id"]))
+        self._item_keys[record["id"]] = keys
         while len(self._records) > self.max_count or self.bytes > self.max_bytes:
             self._drop(next(iter(self._records)))
 
@@ -75,6 +97,10 @@ class MemoryStore:
         record = orjson.loads(entry[2])
         return record if record["owner"] == owner else None
 
+    async def get_item(self, item_id: str, owner: str | None) -> dict[str, Any] | None:
+        rid = self._items.get((owner, item_id))
+        return None if rid is None else find_item(await self.get(rid, owner), item_id)
+
     async def delete(self, rid: str, owner: str | None) -> bool:
         if await self.get(rid, owner) is None:
             return False
@@ -83,12 +109,17 @@ class MemoryStore:
 
     async def close(self) -> None:
         self._records.clear()
+        self._items.clear()
+        self._item_keys.clear()
         self.bytes = 0
 
     def _drop(self, rid: str) -> None:
         entry = self._records.pop(rid, None)
         if entry is not None:
             self.bytes -= entry[1]
+        for key in self._item_keys.pop(rid, ()):
+            if self._items.get(key) == rid:  # a later response holding the same item keeps it
+                del self._items[key]
 
 
 class RedisStore:
@@ -106,13 +137,27 @@ class RedisStore:
         self.background = self._calls.background
 
     async def put(self, record: Record) -> None:
+        """The record, and for each of its items a key naming the record (owner and id in the key: another owner's
+        item of the same id is a key of its own), in one round trip."""
         async with _reachable(), self._calls.turn() as redis:
-            await redis.set(self.prefix + record["id"], orjson.dumps(record), ex=self.ttl_s)
+            batch = redis.pipeline(transaction=False)
+            batch.set(self.prefix + record["id"], orjson.dumps(record), ex=self.ttl_s)
+            for item in record_items(record):
+                batch.set(self._item_key(item["id"], record["owner"]), record["id"], ex=self.ttl_s)
+            await batch.execute()
+
+    async def get_item(self, item_id: str, owner: str | None) -> dict[str, Any] | None:
+        async with _reachable(), self._calls.turn() as redis:
+            rid = await redis.get(self._item_key(item_id, owner))
+        return None if rid is None else find_item(await self.get(rid.decode(), owner), item_id)
+
+    def _item_key(self, item_id: str, owner: str | None) -> str:
+        return self.prefix + "item:" + orjson.dumps([owner, item_id]).decode()
 
     async def get(self, rid: str, owner: str | None) -> Record | None:
         async with _reachable(), self._calls.turn() as redis:
             data = await redis.get(self.prefix + rid)
-        if data is None:
+        if data is None or not data.startswith(b"{"):  # not a record: an id that spells an item key reads as none
             return None
         record = orjson.loads(data)
         return record if record["owner"] == owner else None

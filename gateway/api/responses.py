@@ -54,6 +54,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         if previous is None:
             raise _previous_not_found(parsed.previous_response_id)
         history, previous_output = previous["history"], previous["response"]["output"]
+    parsed.items = await _resolve_references(parsed.items, store, owner)
     check_call_outputs(history, previous_output, parsed.items)
     chat = ChatRequest(
         messages=items_to_messages(history + parsed.items, parsed.instructions),
@@ -150,6 +151,27 @@ async def list_input_items(request: Request, store: ResponseStore) -> Response:
             "has_more": len(items) > len(page),
         }
     )
+
+
+async def _resolve_references(
+    items: list[dict[str, Any]], store: ResponseStore, owner: str | None
+) -> list[dict[str, Any]]:
+    """Each `item_reference` replaced by the item it names: one of a stored response of the same tenant (another
+    tenant's reads as missing), or OpenAI's 404."""
+    out = []
+    for item in items:
+        if item["type"] == "item_reference":
+            found = await store.get_item(item["id"], owner)
+            if found is None:
+                raise APIError(
+                    f"Item with id {item['id']!r} not found. Items are not persisted when `store` is set to false. "
+                    "Try again with `store` set to true, or remove this item from your input.",
+                    status=404,
+                    param="input",
+                )
+            item = found
+        out.append(item)
+    return out
 
 
 def _not_found(rid: str, param: str) -> APIError:

@@ -146,6 +146,11 @@ REASONING_ITEM = Obj(
         "content": array(REASONING_PART, MAX_CONTENT_PARTS),
     },
 )
+ITEM_REFERENCE = Obj(
+    "ResponsesItemReference",
+    {"type": string(required=True, choices=("item_reference",)), "id": string(required=True)},
+    "An item of a stored response, by its id.",
+)
 INPUT_ITEM = Variants(
     "type",
     {
@@ -153,6 +158,7 @@ INPUT_ITEM = Variants(
         "function_call": FUNCTION_CALL_ITEM,
         "function_call_output": FUNCTION_OUTPUT_ITEM,
         "reasoning": REASONING_ITEM,
+        "item_reference": ITEM_REFERENCE,
     },
     default="message",
 )
@@ -337,6 +343,8 @@ def _item(f: Fields) -> dict[str, Any]:
             "output": text,
             "status": "completed",
         }
+    if kind == "item_reference":
+        return {"type": "item_reference", "id": f.string("id")}  # resolved from the store before anything reads it
     if kind == "reasoning":
         out: dict[str, Any] = {
             "type": "reasoning",

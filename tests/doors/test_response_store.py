@@ -85,6 +85,31 @@ def test_another_owners_record_is_missing(kind, redis_url):
     run(check())
 
 
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_an_item_is_found_by_its_owner_only_while_its_response_is_stored(kind, redis_url):
+    """item_reference's lookup: an item of a stored response (input or output), for its owner alone; gone with the
+    response; the last response stored that holds it answers. An id that spells an item key is no record."""
+
+    async def check():
+        store = MemoryStore() if kind == "memory" else RedisStore(redis_url, ttl_s=120, prefix="items:")
+        first = {**record("r1", owner="a"), "input_items": [{"id": "msg_in", "text": "1"}]}
+        first["response"]["output"] = [{"id": "msg_out", "text": "out"}]
+        await store.put(first)
+        await store.put({**record("r2", owner="b"), "input_items": [{"id": "msg_in", "text": "b's own"}]})
+        assert await store.get_item("msg_out", "a") == {"id": "msg_out", "text": "out"}
+        assert (await store.get_item("msg_in", "a"))["text"] == "1"
+        assert (await store.get_item("msg_in", "b"))["text"] == "b's own"
+        assert await store.get_item("msg_out", "b") is None and await store.get_item("msg_out", None) is None
+        await store.put({**record("r3", owner="a"), "input_items": [{"id": "msg_in", "text": "1 again"}]})
+        assert (await store.get_item("msg_in", "a"))["text"] == "1 again"
+        assert await store.delete("r3", "a") and await store.delete("r1", "a")
+        assert await store.get_item("msg_in", "a") is None and await store.get_item("msg_out", "a") is None
+        assert await store.get('item:["b","msg_in"]', "b") is None  # a key of the index, never read as a record
+        await store.close()
+
+    run(check())
+
+
 def test_redis_records_expire(redis_url):
     run(RedisStore(redis_url, ttl_s=120, prefix="t:").put(record("r2")))
     assert 0 < redis.Redis.from_url(redis_url).ttl("t:r2") <= 120
@@ -197,6 +222,19 @@ def test_a_stored_response_belongs_to_its_tenant(door, tenant_gate):
         r = httpx.post(f"{url}/v1/responses", json=follow, headers=as_b, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["code"] == "previous_response_not_found"
         assert httpx.delete(f"{url}/v1/responses/{rid}", headers=as_b).status_code == 404
+        # an item_reference to another tenant's item is answered as one to no item at all
+        answer = made["output"][0]["id"]
+        refused = []
+        for item_id, headers in ((answer, as_b), ("msg_" + "0" * 32, as_b), (answer, as_a)):
+            door.say("Hello")
+            reference = {**body, "input": [{"type": "item_reference", "id": item_id}]}
+            r = httpx.post(f"{url}/v1/responses", json=reference, headers=headers, timeout=30)
+            refused.append((r.status_code, r.json()["error"] if r.status_code != 200 else None))
+        assert [status for status, _ in refused] == [404, 404, 200]
+        assert refused[0][1] == {
+            **refused[1][1],
+            "message": refused[1][1]["message"].replace("msg_" + "0" * 32, answer),
+        }
         assert httpx.delete(f"{url}/v1/responses/{rid}", headers=as_a).status_code == 200
 
 

@@ -224,6 +224,30 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
     assert e.value.body["code"] == "previous_response_not_found"
 
 
+def test_an_item_reference_brings_a_stored_item_back(door):
+    """OpenAI's item_reference: an item of a stored response (its input or output) by id, rendered as the item
+    itself; an id nothing stored holds (or an item of a response not stored) is OpenAI's 404 naming it."""
+    door.say("It is sunny in Paris.")
+    first = create(door, input=[{"id": "msg_question", "role": "user", "content": "Weather in Paris?"}])
+    door.say("ok")
+    references = [{"type": "item_reference", "id": i} for i in ("msg_question", first["output"][0]["id"])]
+    second = create(door, input=[*references, {"role": "user", "content": "Thanks."}])
+    prompt = door.prompt()
+    assert prompt.index("Weather in Paris?") < prompt.index("It is sunny in Paris.") < prompt.index("Thanks.")
+    listed = httpx.get(f"{door.url}/v1/responses/{second['id']}/input_items", params={"order": "asc"}).json()
+    assert [i["id"] for i in listed["data"][:2]] == [r["id"] for r in references]
+    door.say("ok")
+    unstored = create(door, input="hi", store=False)["output"][0]["id"]
+    for missing in ("msg_nowhere", unstored):
+        r = httpx.post(
+            f"{door.url}/v1/responses",
+            json={"model": door.model.id, "input": [{"type": "item_reference", "id": missing}]},
+            timeout=30,
+        )
+        assert r.status_code == 404 and r.json()["error"]["param"] == "input"
+        assert r.json()["error"]["message"].startswith(f"Item with id '{missing}' not found.")
+
+
 def test_store_false_keeps_nothing(door, client):
     door.say("ok")
     response = client.responses.create(model=door.model.id, input="hi", store=False)
