@@ -133,6 +133,10 @@ THINKING = Variants(
         "adaptive": Obj("AnthropicThinkingAdaptive", {"type": string(required=True, choices=("adaptive",))}),
     },
 )
+METADATA = Obj(
+    "AnthropicMetadata",
+    {"user_id": string("Labels the request (a string, as Anthropic's).")},
+)
 OUTPUT_FORMAT = Obj(
     "AnthropicOutputFormat",
     {"type": string(required=True, choices=("json_schema",)), "schema": free_object(required=True)},
@@ -155,7 +159,7 @@ MESSAGES_FIELDS: dict[str, Field] = {
     "top_p": TOP_P,
     "top_k": integer(0, 1 << 30, doc="0: off."),
     "stream": STREAM,
-    "metadata": free_object("user_id labels the request."),
+    "metadata": obj(METADATA),
     "tools": array(TOOL, MAX_TOOLS),
     "tool_choice": obj(TOOL_CHOICE),
     "thinking": obj(THINKING),
@@ -187,7 +191,9 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
         top_k=top_k,
         stream=fields.boolean("stream"),
     )
-    fields.mapping("metadata")  # user_id only labels the request
+    metadata = fields.obj("metadata")
+    if metadata is not None:
+        metadata.string("user_id")  # it only labels the request, but Anthropic refuses a user_id of another type
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
     template_kwargs, effort = _thinking(fields, settings.max_tokens)

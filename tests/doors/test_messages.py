@@ -205,6 +205,7 @@ def test_count_tokens(door, client):
             for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"})
         ),
         ({"stop_sequences": "END"}, 400, "invalid_request_error", "stop_sequences"),  # a list, never a bare string
+        ({"metadata": {"user_id": 5}}, 400, "invalid_request_error", "metadata.user_id"),
         ({"messages": [{"role": "user", "content": "x" * 40_000}]}, 400, "invalid_request_error", "messages"),
         (  # refused by the grammar, named as this door's body names it
             {"tools": [WEATHER, {"name": "f", "input_schema": {"type": "object", "properties": {"a": UNSATISFIABLE}}}]},
