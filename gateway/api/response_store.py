@@ -51,9 +51,14 @@ class ResponseStore(Protocol):
     """Tasks to run while the gateway serves."""
 
 
+INDEX_ENTRY_BYTES = 170
+"""What one item's entry in the memory store's item index holds (its key, id and slot: measured with tracemalloc,
+short ids), counted with the record's JSON against max_bytes."""
+
+
 class MemoryStore:
-    """Records in this process: the oldest go first past `max_count` records or `max_bytes` of JSON,
-    and none outlives `ttl_s` seconds."""
+    """Records in this process: the oldest go first past `max_count` records or `max_bytes` (their JSON and item
+    index), and none outlives `ttl_s` seconds."""
 
     def __init__(
         self,
@@ -77,11 +82,12 @@ class MemoryStore:
     async def put(self, record: Record) -> None:
         data = orjson.dumps(record)
         self._drop(record["id"])
-        if len(data) > self.max_bytes:
-            return  # could never fit: kept nowhere, so a continuation of it is a 404
-        self._records[record["id"]] = (self._clock() + self.ttl_s, len(data), data)
-        self.bytes += len(data)
         keys = [(record["owner"], item["id"]) for item in record_items(record)]
+        size = len(data) + INDEX_ENTRY_BYTES * len(keys)
+        if size > self.max_bytes:
+            return  # could never fit: kept nowhere, so a continuation of it is a 404
+        self._records[record["id"]] = (self._clock() + self.ttl_s, size, data)
+        self.bytes += size
         self._items.update(dict.fromkeys(keys, record["id"]))
         self._item_keys[record["id"]] = keys
         while len(self._records) > self.max_count or self.bytes > self.max_bytes:

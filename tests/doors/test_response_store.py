@@ -11,7 +11,7 @@ import httpx
 import pytest
 import redis
 
-from gateway.api.response_store import MemoryStore, RedisStore
+from gateway.api.response_store import INDEX_ENTRY_BYTES, MemoryStore, RedisStore
 from gateway.api.tenancy import PolicyGate
 from gateway.app import create_app
 from gateway.errors import APIError
@@ -59,6 +59,17 @@ def test_memory_store_bounds_bytes_and_never_keeps_an_oversized_record():
     assert store.bytes <= 400
     run(store.put(record("huge", size=1000)))
     assert run(store.get("huge", None)) is None and run(store.get("b", None)) is not None
+
+
+def test_memory_store_counts_its_item_index_against_its_bytes():
+    """Each stored item's index entry costs memory beyond the record's JSON: a record of many small items is bounded
+    by both (the JSON alone let the index grow past max_bytes several times over)."""
+    items = [{"id": f"m{i}"} for i in range(100)]
+    store = MemoryStore(max_bytes=100 * INDEX_ENTRY_BYTES)
+    run(store.put({**record("many"), "input_items": items}))
+    assert run(store.get("many", None)) is None and store.bytes == 0
+    run(store.put({**record("some"), "input_items": items[:10]}))
+    assert store.bytes >= 10 * INDEX_ENTRY_BYTES and run(store.get_item("m9", None)) == {"id": "m9"}
 
 
 def test_memory_store_expires_records():
