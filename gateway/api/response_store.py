@@ -27,11 +27,12 @@ def record_items(record: Record) -> list[dict[str, Any]]:
     return [*record["input_items"], *record["response"].get("output", ())]
 
 
-def find_item(record: Record | None, item_id: str) -> dict[str, Any] | None:
-    """The item `item_id` of a record (None when the record is gone or holds no such item)."""
-    if record is None:
-        return None
-    return next((item for item in record_items(record) if item.get("id") == item_id), None)
+def pick_items(held: dict[str, str], records: dict[str, Record | None]) -> dict[str, dict[str, Any]]:
+    """Items by id, from `held` (item id → the response that holds it) and those responses' records (None: gone);
+    each record's items are read once, however many of them are asked for."""
+    by_record = {rid: {item["id"]: item for item in record_items(r)} for rid, r in records.items() if r is not None}
+    found = ((item_id, by_record.get(rid, {}).get(item_id)) for item_id, rid in held.items())
+    return {item_id: item for item_id, item in found if item is not None}
 
 
 class ResponseStore(Protocol):
@@ -39,8 +40,9 @@ class ResponseStore(Protocol):
 
     async def get(self, rid: str, owner: str | None) -> Record | None: ...
 
-    async def get_item(self, item_id: str, owner: str | None) -> dict[str, Any] | None:
-        """An item of a stored response of `owner` (the last stored that holds it); another owner's reads as none."""
+    async def get_items(self, item_ids: list[str], owner: str | None) -> dict[str, dict[str, Any]]:
+        """The items of `owner`'s stored responses (of the last stored that holds each) by id; another owner's, and
+        those of deleted or expired responses, are left out as missing ones are."""
         ...
 
     async def delete(self, rid: str, owner: str | None) -> bool: ...
@@ -103,9 +105,9 @@ class MemoryStore:
         record = orjson.loads(entry[2])
         return record if record["owner"] == owner else None
 
-    async def get_item(self, item_id: str, owner: str | None) -> dict[str, Any] | None:
-        rid = self._items.get((owner, item_id))
-        return None if rid is None else find_item(await self.get(rid, owner), item_id)
+    async def get_items(self, item_ids: list[str], owner: str | None) -> dict[str, dict[str, Any]]:
+        held = {i: rid for i in item_ids if (rid := self._items.get((owner, i))) is not None}
+        return pick_items(held, {rid: await self.get(rid, owner) for rid in set(held.values())})
 
     async def delete(self, rid: str, owner: str | None) -> bool:
         if await self.get(rid, owner) is None:
@@ -152,10 +154,17 @@ class RedisStore:
                 batch.set(self._item_key(item["id"], record["owner"]), record["id"], ex=self.ttl_s)
             await batch.execute()
 
-    async def get_item(self, item_id: str, owner: str | None) -> dict[str, Any] | None:
+    async def get_items(self, item_ids: list[str], owner: str | None) -> dict[str, dict[str, Any]]:
+        """Two round trips however many ids: which responses hold them, then those responses."""
+        ids = list(dict.fromkeys(item_ids))
+        if not ids:
+            return {}
         async with _reachable(), self._calls.turn() as redis:
-            rid = await redis.get(self._item_key(item_id, owner))
-        return None if rid is None else find_item(await self.get(rid.decode(), owner), item_id)
+            rids = await redis.mget([self._item_key(i, owner) for i in ids])
+            held = {i: rid.decode() for i, rid in zip(ids, rids) if rid is not None}
+            wanted = list(set(held.values()))
+            data = await redis.mget([self.prefix + rid for rid in wanted]) if wanted else []
+        return pick_items(held, {rid: _record(d, owner) for rid, d in zip(wanted, data)})
 
     def _item_key(self, item_id: str, owner: str | None) -> str:
         return self.prefix + "item:" + orjson.dumps([owner, item_id]).decode()
@@ -163,10 +172,7 @@ class RedisStore:
     async def get(self, rid: str, owner: str | None) -> Record | None:
         async with _reachable(), self._calls.turn() as redis:
             data = await redis.get(self.prefix + rid)
-        if data is None or not data.startswith(b"{"):  # not a record: an id that spells an item key reads as none
-            return None
-        record = orjson.loads(data)
-        return record if record["owner"] == owner else None
+        return _record(data, owner)
 
     async def delete(self, rid: str, owner: str | None) -> bool:
         if await self.get(rid, owner) is None:
@@ -176,6 +182,15 @@ class RedisStore:
 
     async def close(self) -> None:
         await self._calls.client.aclose()
+
+
+def _record(data: bytes | None, owner: str | None) -> Record | None:
+    """A stored record if `owner` owns it; None for none, another owner's, or a key that holds no record (an id that
+    spells an item key)."""
+    if data is None or not data.startswith(b"{"):
+        return None
+    record = orjson.loads(data)
+    return record if record["owner"] == owner else None
 
 
 @asynccontextmanager

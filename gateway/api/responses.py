@@ -158,20 +158,19 @@ async def _resolve_references(
 ) -> list[dict[str, Any]]:
     """Each `item_reference` replaced by the item it names: one of a stored response of the same tenant (another
     tenant's reads as missing), or OpenAI's 404."""
-    out = []
-    for item in items:
-        if item["type"] == "item_reference":
-            found = await store.get_item(item["id"], owner)
-            if found is None:
-                raise APIError(
-                    f"Item with id {item['id']!r} not found. Items are not persisted when `store` is set to false. "
-                    "Try again with `store` set to true, or remove this item from your input.",
-                    status=404,
-                    param="input",
-                )
-            item = found
-        out.append(item)
-    return out
+    wanted = [item["id"] for item in items if item["type"] == "item_reference"]
+    if not wanted:
+        return items
+    found = await store.get_items(wanted, owner)
+    missing = next((item_id for item_id in wanted if item_id not in found), None)
+    if missing is not None:
+        raise APIError(
+            f"Item with id {missing!r} not found. Items are not persisted when `store` is set to false. "
+            "Try again with `store` set to true, or remove this item from your input.",
+            status=404,
+            param="input",
+        )
+    return [found[item["id"]] if item["type"] == "item_reference" else item for item in items]
 
 
 def _not_found(rid: str, param: str) -> APIError:

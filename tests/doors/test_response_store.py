@@ -69,7 +69,7 @@ def test_memory_store_counts_its_item_index_against_its_bytes():
     run(store.put({**record("many"), "input_items": items}))
     assert run(store.get("many", None)) is None and store.bytes == 0
     run(store.put({**record("some"), "input_items": items[:10]}))
-    assert store.bytes >= 10 * INDEX_ENTRY_BYTES and run(store.get_item("m9", None)) == {"id": "m9"}
+    assert store.bytes >= 10 * INDEX_ENTRY_BYTES and run(store.get_items(["m9"], None)) == {"m9": {"id": "m9"}}
 
 
 def test_memory_store_expires_records():
@@ -107,14 +107,14 @@ def test_an_item_is_found_by_its_owner_only_while_its_response_is_stored(kind, r
         first["response"]["output"] = [{"id": "msg_out", "text": "out"}]
         await store.put(first)
         await store.put({**record("r2", owner="b"), "input_items": [{"id": "msg_in", "text": "b's own"}]})
-        assert await store.get_item("msg_out", "a") == {"id": "msg_out", "text": "out"}
-        assert (await store.get_item("msg_in", "a"))["text"] == "1"
-        assert (await store.get_item("msg_in", "b"))["text"] == "b's own"
-        assert await store.get_item("msg_out", "b") is None and await store.get_item("msg_out", None) is None
+        found = await store.get_items(["msg_out", "msg_in", "msg_out", "nowhere"], "a")
+        assert found == {"msg_out": {"id": "msg_out", "text": "out"}, "msg_in": {"id": "msg_in", "text": "1"}}
+        assert await store.get_items(["msg_in", "msg_out"], "b") == {"msg_in": {"id": "msg_in", "text": "b's own"}}
+        assert await store.get_items(["msg_out"], None) == {} and await store.get_items([], "a") == {}
         await store.put({**record("r3", owner="a"), "input_items": [{"id": "msg_in", "text": "1 again"}]})
-        assert (await store.get_item("msg_in", "a"))["text"] == "1 again"
+        assert (await store.get_items(["msg_in"], "a"))["msg_in"]["text"] == "1 again"
         assert await store.delete("r3", "a") and await store.delete("r1", "a")
-        assert await store.get_item("msg_in", "a") is None and await store.get_item("msg_out", "a") is None
+        assert await store.get_items(["msg_in", "msg_out"], "a") == {}
         assert await store.get('item:["b","msg_in"]', "b") is None  # a key of the index, never read as a record
         await store.close()
 
