@@ -219,13 +219,17 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
 
 
 def _stop_sequences(fields: Fields) -> list[str]:
-    """`stop_sequences`: a list (Anthropic refuses a bare string), each holding more than whitespace."""
-    given = fields.array("stop_sequences") or []  # a bare string is refused as Anthropic refuses it
-    stops = parse_stop(fields, "stop_sequences")
-    for i, stop in enumerate(given):
-        if stop.isspace():
+    """`stop_sequences`: a list (Anthropic refuses a bare string), each holding more than whitespace; refused in
+    Anthropic's words."""
+    given = fields.get("stop_sequences")
+    if given is not None and not isinstance(given, list):
+        raise invalid("Input should be a valid list", "stop_sequences")
+    for i, stop in enumerate(fields.array("stop_sequences") or ()):
+        if stop == "":
+            raise invalid("each stop sequence must be non-empty", f"stop_sequences[{i}]")
+        if isinstance(stop, str) and stop.isspace():
             raise invalid("each stop sequence must contain non-whitespace", f"stop_sequences[{i}]")
-    return stops
+    return parse_stop(fields, "stop_sequences")
 
 
 def _prefill(messages: list[dict[str, Any]]) -> bool:

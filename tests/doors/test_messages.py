@@ -204,7 +204,9 @@ def test_count_tokens(door, client):
             for thinking in ({"type": "enabled", "budget_tokens": 2048}, {"type": "adaptive"})
             for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"})
         ),
-        ({"stop_sequences": "END"}, 400, "invalid_request_error", "stop_sequences"),  # a list, never a bare string
+        # a list, never a bare string; no empty one: in Anthropic's words
+        ({"stop_sequences": "END"}, 400, "invalid_request_error", "stop_sequences: Input should be a valid list"),
+        ({"stop_sequences": ["END", ""]}, 400, "invalid_request_error", "each stop sequence must be non-empty"),
         ({"metadata": {"user_id": 5}}, 400, "invalid_request_error", "metadata.user_id"),
         ({"messages": [{"role": "user", "content": "x" * 40_000}]}, 400, "invalid_request_error", "messages"),
         (  # refused by the grammar, named as this door's body names it
