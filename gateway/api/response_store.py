@@ -53,9 +53,9 @@ class ResponseStore(Protocol):
     """Tasks to run while the gateway serves."""
 
 
-INDEX_ENTRY_BYTES = 170
-"""What one item's entry in the memory store's item index holds (its key, id and slot: measured with tracemalloc,
-short ids), counted with the record's JSON against max_bytes."""
+INDEX_ENTRY_BYTES = 200
+"""What one item's entry in the memory store's item index holds (its key, id and slots; about 190-270 bytes by
+tracemalloc with short ids, bench/item_index_bench.py), counted with the record's JSON against max_bytes."""
 
 
 class MemoryStore:
