@@ -27,5 +27,10 @@ def new_call_id() -> str:
     return f"call_{random_hex(12)}"
 
 
+def tool_use_id() -> str:
+    """A Messages tool_use id: `toolu_` (Anthropic's prefix) and 24 hex digits."""
+    return f"toolu_{random_hex(12)}"
+
+
 def now() -> int:
     return int(time.time())

@@ -245,11 +245,9 @@ def responses_body(s: dict[str, str], kwargs: dict[str, Any], shape: tuple[str, 
 def messages_body(s: dict[str, str], kwargs: dict[str, Any], shape: tuple[str, ...]) -> dict[str, Any]:
     arguments = {s["arg_key"]: s["arg_value"], "n": {"deep": [s["nested_value"], 1]}}
     function = _function(s)
-    choice = {
-        "named": {"type": "tool", "name": function["name"]},
-        "required": {"type": "any"},
-        "none": {"type": "none"},
-    }
+    choice = {"none": {"type": "none"}}
+    if not kwargs.get("thinking"):  # Anthropic refuses a forced tool use with thinking on
+        choice.update(named={"type": "tool", "name": function["name"]}, required={"type": "any"})
     prefill = [{"role": "assistant", "content": _solid(s["assistant"]).rstrip() or "."}] if "prefill" in shape else []
     return {
         **_choice(choice, shape),

@@ -166,6 +166,9 @@ class ChatRenderer:
     def usage(self) -> dict[str, Any]:
         return usage(self._prompt_tokens, sum(self._completion_tokens), self._cached_tokens)
 
+    def choice_usage(self, index: int) -> dict[str, Any]:
+        return usage(self._prompt_tokens, self._completion_tokens[index], self._cached_tokens)
+
 
 def _choice(
     index: int, delta: dict[str, Any], logprobs: dict[str, Any] | None = None, finish_reason: str | None = None

@@ -67,7 +67,8 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     skipped = frozenset(model.family.context.control_token_ids) if settings.skip_special_tokens else frozenset()
     echoed = [_prompt_text(model, p) for p in parsed.prompts for _ in range(settings.n)] if parsed.echo else None
-    renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, prompt_tokens, echoed)
+    prompt_sizes = [len(ids) for ids, _ in batch]
+    renderer = CompletionRenderer(len(batch) * settings.n, texts, skipped, prompt_sizes, echoed)
     envelope = {"id": rid, "object": "text_completion", "created": now(), "model": model.id}
     return await respond(request, events, renderer, envelope, settings, "text_completion")
 
@@ -99,13 +100,14 @@ class CompletionRenderer:
         choices: int,
         texts: TokenTexts | None,
         skipped: Collection[int],
-        prompt_tokens: int,
+        prompt_sizes: Sequence[int],
         echoed: Sequence[str] | None = None,
     ):
         self._echoed = echoed or ()
         self._texts = texts
         self._skipped = skipped
-        self._prompt_tokens = prompt_tokens
+        self._prompt_sizes = prompt_sizes
+        """Each prompt's tokens, in the batch's order."""
         self._completion_tokens = [0] * choices
         self._cached_tokens = 0
         self._offsets = [0] * choices
@@ -139,7 +141,12 @@ class CompletionRenderer:
         return folded
 
     def usage(self) -> dict[str, Any]:
-        return usage(self._prompt_tokens, sum(self._completion_tokens), self._cached_tokens)
+        return usage(sum(self._prompt_sizes), sum(self._completion_tokens), self._cached_tokens)
+
+    def choice_usage(self, index: int) -> dict[str, Any]:
+        """The choice's own prompt (choices run prompt by prompt, n of each) and tokens."""
+        per_prompt = len(self._completion_tokens) // len(self._prompt_sizes)
+        return usage(self._prompt_sizes[index // per_prompt], self._completion_tokens[index], self._cached_tokens)
 
 
 def _choice(index: int, text: str, logprobs: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:

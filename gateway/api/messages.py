@@ -22,7 +22,7 @@ from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.door_params import MESSAGES_PARAMS
 from gateway.api.streaming import respond_door
 from gateway.errors import APIError, anthropic_error
-from gateway.ids import item_id
+from gateway.ids import item_id, tool_use_id
 from gateway.models.planning import encode_chat
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChoiceStep
@@ -118,7 +118,7 @@ class MessagesDoor:
                 out += self._delta("text", delta["content"])
             for call in delta.get("tool_calls", ()):
                 if "id" in call:
-                    block = {"type": "tool_use", "id": call["id"], "name": call["function"]["name"], "input": {}}
+                    block = {"type": "tool_use", "id": tool_use_id(), "name": call["function"]["name"], "input": {}}
                     out += self._start("tool_use", block)
                 fragment = call["function"].get("arguments", "")
                 if fragment:

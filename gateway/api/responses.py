@@ -54,6 +54,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         if previous is None:
             raise _previous_not_found(parsed.previous_response_id)
         history, previous_output = previous["history"], previous["response"]["output"]
+    parsed.items = await _resolve_references(parsed.items, store, owner)
     check_call_outputs(history, previous_output, parsed.items)
     chat = ChatRequest(
         messages=items_to_messages(history + parsed.items, parsed.instructions),
@@ -150,6 +151,26 @@ async def list_input_items(request: Request, store: ResponseStore) -> Response:
             "has_more": len(items) > len(page),
         }
     )
+
+
+async def _resolve_references(
+    items: list[dict[str, Any]], store: ResponseStore, owner: str | None
+) -> list[dict[str, Any]]:
+    """Each `item_reference` replaced by the item it names: one of a stored response of the same tenant (another
+    tenant's reads as missing), or OpenAI's 404."""
+    wanted = [item["id"] for item in items if item["type"] == "item_reference"]
+    if not wanted:
+        return items
+    found = await store.get_items(wanted, owner)
+    missing = next((item_id for item_id in wanted if item_id not in found), None)
+    if missing is not None:
+        raise APIError(
+            f"Item with id {missing!r} not found. Items are not persisted when `store` is set to false. "
+            "Try again with `store` set to true, or remove this item from your input.",
+            status=404,
+            param="input",
+        )
+    return [found[item["id"]] if item["type"] == "item_reference" else item for item in items]
 
 
 def _not_found(rid: str, param: str) -> APIError:
@@ -261,6 +282,8 @@ class ResponsesDoor:
         self._open: _OpenItem | None = None
         self._finish_reason: str | None = None
         self._reasoning: list[str] = []
+        self._summary = response["reasoning"]["summary"] is not None
+        """The request asked for a reasoning summary: the reasoning is given as one too."""
         self._text_logprobs = _TextLogprobs()
         self._stored = False  # storing was tried: a failure after that (the store, the last events) stores nothing
 
@@ -327,16 +350,23 @@ class ResponsesDoor:
         return out
 
     def _reasoning_delta(self, text: str) -> list[dict[str, Any]]:
+        """The model's reasoning as the item's `reasoning_text` content (OpenAI's and vLLM's for open models), and
+        as its summary too when the request asked for one (no other summary is made here)."""
         out = []
         self._reasoning.append(text)
         if self._open is None or self._open.item["type"] != "reasoning":
             out += self._start({"id": item_id("rs"), "type": "reasoning", "summary": []})
-            part = {"type": "summary_text", "text": ""}
-            out.append(
-                self._event("response.reasoning_summary_part.added", **self._where(), summary_index=0, part=part)
-            )
+            part = {"type": "reasoning_text", "text": ""}
+            out.append(self._event("response.content_part.added", **self._where(), content_index=0, part=part))
+            if self._summary:
+                part = {"type": "summary_text", "text": ""}
+                added = "response.reasoning_summary_part.added"
+                out.append(self._event(added, **self._where(), summary_index=0, part=part))
         self._open.text.append(text)
-        out.append(self._event("response.reasoning_summary_text.delta", **self._where(), summary_index=0, delta=text))
+        out.append(self._event("response.reasoning_text.delta", **self._where(), content_index=0, delta=text))
+        if self._summary:
+            delta = "response.reasoning_summary_text.delta"
+            out.append(self._event(delta, **self._where(), summary_index=0, delta=text))
         return out
 
     def _call_delta(self, call: dict[str, Any]) -> list[dict[str, Any]]:
@@ -374,10 +404,15 @@ class ResponsesDoor:
             out.append(self._event("response.content_part.done", **where, content_index=0, part=part))
             item = {**item, "status": status, "content": [part]}
         elif item["type"] == "reasoning":
-            part = {"type": "summary_text", "text": text}
-            out.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=text))
-            out.append(self._event("response.reasoning_summary_part.done", **where, summary_index=0, part=part))
-            item = {**item, "summary": [part]}
+            part = {"type": "reasoning_text", "text": text}
+            out.append(self._event("response.reasoning_text.done", **where, content_index=0, text=text))
+            out.append(self._event("response.content_part.done", **where, content_index=0, part=part))
+            summary = [{"type": "summary_text", "text": text}] if self._summary else []
+            for summary_part in summary:
+                out.append(self._event("response.reasoning_summary_text.done", **where, summary_index=0, text=text))
+                done = "response.reasoning_summary_part.done"
+                out.append(self._event(done, **where, summary_index=0, part=summary_part))
+            item = {**item, "summary": summary, "content": [part]}
         else:
             out.append(self._event("response.function_call_arguments.done", **where, name=item["name"], arguments=text))
             whole = status == "completed" or _is_json(text)  # a call cut after its arguments closed is whole

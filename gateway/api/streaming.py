@@ -159,6 +159,9 @@ class Renderer(Protocol):
     def usage(self) -> dict[str, Any]:
         """Totals over all choices so far."""
 
+    def choice_usage(self, index: int) -> dict[str, Any]:
+        """Choice `index`'s own usage so far: its prompt and its tokens (vLLM's continuous_usage_stats)."""
+
 
 async def respond(
     request: Request,
@@ -212,8 +215,8 @@ class _ChunkDoor:
     def frame(self, item: Any) -> bytes:
         if item is self._USAGE:
             return sse_frame({**self._envelope, "choices": [], "usage": self._renderer.usage()})
-        if self._continuous_usage:  # vLLM's continuous_usage_stats: the usage so far on every chunk
-            return sse_frame({**self._envelope, "choices": [item], "usage": self._renderer.usage()})
+        if self._continuous_usage:  # vLLM's continuous_usage_stats: each chunk carries its choice's usage so far
+            return sse_frame({**self._envelope, "choices": [item], "usage": self._renderer.choice_usage(item["index"])})
         if self._head is None:  # the envelope's bytes, encoded once: `{...envelope,"choices":[` and `],"usage":null}`
             self._head, self._tail = _chunk_frame_ends(self._envelope, self._include_usage)
         return self._head + dumps(item) + self._tail

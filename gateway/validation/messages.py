@@ -34,6 +34,7 @@ from gateway.validation.fields import (
     MAX_NEW_TOKENS,
     MAX_TOKENS,
     MODEL,
+    STOP_STRING,
     STREAM,
     TOP_P,
     Fields,
@@ -41,7 +42,6 @@ from gateway.validation.fields import (
     parse_model,
     parse_stop,
     parse_top_p_top_k,
-    stop_field,
 )
 from gateway.validation.schema_bounds import check_bounded, check_schema
 
@@ -133,6 +133,10 @@ THINKING = Variants(
         "adaptive": Obj("AnthropicThinkingAdaptive", {"type": string(required=True, choices=("adaptive",))}),
     },
 )
+METADATA = Obj(
+    "AnthropicMetadata",
+    {"user_id": string("Labels the request (a string, as Anthropic's).")},
+)
 OUTPUT_FORMAT = Obj(
     "AnthropicOutputFormat",
     {"type": string(required=True, choices=("json_schema",)), "schema": free_object(required=True)},
@@ -148,12 +152,14 @@ MESSAGES_FIELDS: dict[str, Field] = {
     "system": TEXTS,
     "mcp_servers": refused("not available on this gateway"),
     "container": refused("not available on this gateway"),
-    "stop_sequences": stop_field(MAX_STOP_SEQUENCES, "The answer ends before the first one."),
+    "stop_sequences": array(
+        STOP_STRING, MAX_STOP_SEQUENCES, "The answer ends before the first one (a list, as Anthropic's)."
+    ),
     "temperature": number(0.0, 1.0, 1.0),
     "top_p": TOP_P,
     "top_k": integer(0, 1 << 30, doc="0: off."),
     "stream": STREAM,
-    "metadata": free_object("user_id labels the request."),
+    "metadata": obj(METADATA),
     "tools": array(TOOL, MAX_TOOLS),
     "tool_choice": obj(TOOL_CHOICE),
     "thinking": obj(THINKING),
@@ -185,10 +191,15 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
         top_k=top_k,
         stream=fields.boolean("stream"),
     )
-    fields.mapping("metadata")  # user_id only labels the request
+    metadata = fields.obj("metadata")
+    if metadata is not None:
+        metadata.string("user_id")  # it only labels the request, but Anthropic refuses a user_id of another type
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
     template_kwargs, effort = _thinking(fields, settings.max_tokens)
+    if template_kwargs.get("thinking") and tool_choice not in ("auto", "none"):
+        # Anthropic's refusal, word for word: a forced call would skip the thinking the request asked for
+        raise invalid("Thinking may not be enabled when tool_choice forces tool use.", "tool_choice")
     output = fields.obj("output_config")
     response_format, output_effort = _output_config(output) if output else (None, None)
     messages = _system(fields) + _messages(fields)
@@ -208,14 +219,17 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
 
 
 def _stop_sequences(fields: Fields) -> list[str]:
-    """`stop_sequences`, each holding more than whitespace as Anthropic requires."""
-    stops = parse_stop(fields, "stop_sequences")
+    """`stop_sequences`: a list (Anthropic refuses a bare string), each holding more than whitespace; refused in
+    Anthropic's words."""
     given = fields.get("stop_sequences")
-    for i, stop in enumerate([given] if isinstance(given, str) else given or ()):
-        if stop.isspace():
-            param = "stop_sequences" if isinstance(given, str) else f"stop_sequences[{i}]"
-            raise invalid("each stop sequence must contain non-whitespace", param)
-    return stops
+    if given is not None and not isinstance(given, list):
+        raise invalid("Input should be a valid list", "stop_sequences")
+    for i, stop in enumerate(fields.array("stop_sequences") or ()):
+        if stop == "":
+            raise invalid("each stop sequence must be non-empty", f"stop_sequences[{i}]")
+        if isinstance(stop, str) and stop.isspace():
+            raise invalid("each stop sequence must contain non-whitespace", f"stop_sequences[{i}]")
+    return parse_stop(fields, "stop_sequences")
 
 
 def _prefill(messages: list[dict[str, Any]]) -> bool:

@@ -82,7 +82,16 @@ TEXT_FORMAT = format_variants(
     "ResponsesTextFormat",
     {**JSON_SCHEMA_FIELDS, "schema": free_object("A JSON schema (required here, unlike chat's).", required=True)},
 )
-TEXT_OPTIONS = Obj("ResponsesText", {"format": obj(TEXT_FORMAT)})
+VERBOSITY = ("low", "medium", "high")
+TEXT_OPTIONS = Obj(
+    "ResponsesText",
+    {
+        "format": obj(TEXT_FORMAT),
+        "verbosity": string(
+            "Repeated in the Response (the prompt is not changed by it).", default="medium", choices=VERBOSITY
+        ),
+    },
+)
 REASONING = Obj(
     "ResponsesReasoning",
     {"effort": string(choices=REASONING_EFFORTS), "summary": string(choices=("auto", "concise", "detailed"))},
@@ -137,6 +146,11 @@ REASONING_ITEM = Obj(
         "content": array(REASONING_PART, MAX_CONTENT_PARTS),
     },
 )
+ITEM_REFERENCE = Obj(
+    "ResponsesItemReference",
+    {"type": string(required=True, choices=("item_reference",)), "id": string(required=True)},
+    "An item of a stored response, by its id.",
+)
 INPUT_ITEM = Variants(
     "type",
     {
@@ -144,6 +158,7 @@ INPUT_ITEM = Variants(
         "function_call": FUNCTION_CALL_ITEM,
         "function_call_output": FUNCTION_OUTPUT_ITEM,
         "reasoning": REASONING_ITEM,
+        "item_reference": ITEM_REFERENCE,
     },
     default="message",
 )
@@ -197,11 +212,14 @@ RESPONSES = Obj(
         # not acted on here, but a Response repeats them as sent
         "max_tool_calls": integer(0, MAX_NEW_TOKENS, doc="Calls to built-in tools at most (none is served here)."),
         "prompt_cache_key": string("Repeated in the Response (the prefix cache needs no key)."),
+        "prompt_cache_retention": string(
+            "Repeated in the Response (the backends' prefix cache keeps what it can).", choices=("in_memory", "24h")
+        ),
         "safety_identifier": string("Repeated in the Response."),
         "user": string("Repeated in the Response."),
     },
 )
-_REPEATED = ("prompt_cache_key", "safety_identifier", "user")
+_REPEATED = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier", "user")
 """String fields a Response repeats as the request gave them."""
 
 
@@ -239,6 +257,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     tool_choice, active = parse_tool_choice(fields, tools, flat=True)
     text = fields.obj("text")
     response_format, text_echo = _text_format(text)
+    text_echo["verbosity"] = text.string("verbosity") if text else "medium"  # OpenAI's Response states it
     reasoning = fields.obj("reasoning")
     effort = reasoning.string("effort") if reasoning else None
     summary = reasoning.string("summary") if reasoning else None
@@ -324,6 +343,8 @@ def _item(f: Fields) -> dict[str, Any]:
             "output": text,
             "status": "completed",
         }
+    if kind == "item_reference":
+        return {"type": "item_reference", "id": f.string("id")}  # resolved from the store before anything reads it
     if kind == "reasoning":
         out: dict[str, Any] = {
             "type": "reasoning",

@@ -106,7 +106,9 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
 
 def _check_type(value: Any, where: str) -> None:
     names = value if isinstance(value, list) else [value] if value is not None else []
-    if not isinstance(value, (str, list, type(None))) or any(n not in _JSON_TYPES for n in names):
+    if not isinstance(value, (str, list, type(None))) or any(
+        not isinstance(n, str) or n not in _JSON_TYPES for n in names
+    ):
         raise invalid(f"'{where}' must be a JSON type name or an array of them", where)
 
 

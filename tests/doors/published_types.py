@@ -24,7 +24,15 @@ def check_response(body: dict[str, Any]) -> Response:
     return Response.model_validate(body)
 
 
+_OPEN_NAMES = {
+    "response.reasoning_text.delta": "response.reasoning.delta",
+    "response.reasoning_text.done": "response.reasoning.done",
+}
+"""OpenAI's reasoning text events under OpenResponses' names (the same fields)."""
+
+
 def check_event(event: dict[str, Any]) -> None:
-    """One stream event as both specifications type it (each must know its type)."""
+    """One stream event as both specifications type it (each must know its type, OpenResponses by its own name)."""
     _OPENAI_EVENT.validate_python(event)
-    _OPEN_EVENTS[event["type"]].model_validate(event)
+    kind = _OPEN_NAMES.get(event["type"], event["type"])
+    _OPEN_EVENTS[kind].model_validate({**event, "type": kind})

@@ -8,6 +8,7 @@ from typing import Any
 from jiter import from_json
 
 _RESPONSE_ENDS = ("response.completed", "response.incomplete", "response.failed")
+_TEXT_DONE = ("response.output_text.done", "response.reasoning_text.done", "response.reasoning_summary_text.done")
 _BLOCK_DELTAS = {"text": {"text_delta"}, "thinking": {"thinking_delta", "signature_delta"}}
 
 
@@ -23,13 +24,14 @@ def responses_order(events: list[dict[str, Any]]) -> dict[str, Any]:
     assert body and body[-1]["type"] in _RESPONSE_ENDS, [e["type"] for e in events[-2:]]
     done: list[dict[str, Any]] = []
     item: dict[str, Any] | None = None
-    texts: list[str] = []
+    texts: dict[str, list[str]] = {}
+    """Each delta kind's fragments in the open item (a reasoning item streams its text and its summary)."""
     for e in body[:-1]:
         kind = e["type"]
         assert kind not in _RESPONSE_ENDS and kind != "error", kind
         if kind == "response.output_item.added":
             assert item is None and e["output_index"] == len(done), e
-            item, texts = e["item"], []
+            item, texts = e["item"], {}
             continue
         assert item is not None and e["output_index"] == len(done), e
         if kind == "response.output_item.done":
@@ -39,11 +41,11 @@ def responses_order(events: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         assert e["item_id"] == item["id"], e
         if kind.endswith(".delta"):
-            texts.append(e["delta"])
-        elif kind in ("response.output_text.done", "response.reasoning_summary_text.done"):
-            assert e["text"] == "".join(texts)
+            texts.setdefault(kind.removesuffix(".delta"), []).append(e["delta"])
+        elif kind in _TEXT_DONE:
+            assert e["text"] == "".join(texts.get(kind.removesuffix(".done"), ()))
         elif kind == "response.function_call_arguments.done":
-            assert e["arguments"] == "".join(texts)
+            assert e["arguments"] == "".join(texts.get("response.function_call_arguments", ()))
     assert item is None, "an output item was left open"
     response = body[-1]["response"]
     assert response["output"] == done

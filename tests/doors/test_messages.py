@@ -125,6 +125,7 @@ def test_forced_tool_use_and_its_result(door, client):
     )
     (use,) = message.content
     assert use.type == "tool_use" and use.name == "get_weather" and use.input == {"city": "Paris"}
+    assert use.id.startswith("toolu_")  # Anthropic's id shape, not chat's call_
     assert message.stop_reason == "tool_use"
     assert "structural_tag" in door.server.bodies[-1]["sampling_params"]
 
@@ -193,6 +194,20 @@ def test_count_tokens(door, client):
             "max_tokens",
         ),
         ({"model": "nope"}, 404, "not_found_error", "model"),
+        *(  # Anthropic refuses thinking with a forced tool use, in these words
+            (
+                {"max_tokens": 4096, "thinking": thinking, "tools": [WEATHER], "tool_choice": choice},
+                400,
+                "invalid_request_error",
+                "Thinking may not be enabled when tool_choice forces tool use.",
+            )
+            for thinking in ({"type": "enabled", "budget_tokens": 2048}, {"type": "adaptive"})
+            for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"})
+        ),
+        # a list, never a bare string; no empty one: in Anthropic's words
+        ({"stop_sequences": "END"}, 400, "invalid_request_error", "stop_sequences: Input should be a valid list"),
+        ({"stop_sequences": ["END", ""]}, 400, "invalid_request_error", "each stop sequence must be non-empty"),
+        ({"metadata": {"user_id": 5}}, 400, "invalid_request_error", "metadata.user_id"),
         ({"messages": [{"role": "user", "content": "x" * 40_000}]}, 400, "invalid_request_error", "messages"),
         (  # refused by the grammar, named as this door's body names it
             {"tools": [WEATHER, {"name": "f", "input_schema": {"type": "object", "properties": {"a": UNSATISFIABLE}}}]},
@@ -286,13 +301,12 @@ def test_client_stream_accumulates_thinking_and_tool_use(door, client):
         max_tokens=4096,
         messages=USER,
         tools=[WEATHER],
-        tool_choice={"type": "any"},
         thinking={"type": "enabled", "budget_tokens": 2048},
     ) as s:
         final = s.get_final_message()
     thinking, use = final.content
     assert thinking.thinking == "Weighing it." and use.input == {"city": "Paris"} and final.stop_reason == "tool_use"
-    assert thinking.signature
+    assert thinking.signature and use.id.startswith("toolu_")
 
 
 def test_a_tool_use_cut_by_max_tokens_keeps_its_completed_members_streamed_or_not(door, client):

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import redis
 
-from gateway.api.response_store import MemoryStore, RedisStore
+from gateway.api.response_store import INDEX_ENTRY_BYTES, MemoryStore, RedisStore
 from gateway.api.tenancy import PolicyGate
 from gateway.app import create_app
 from gateway.errors import APIError
@@ -62,6 +62,17 @@ def test_memory_store_bounds_bytes_and_never_keeps_an_oversized_record():
     assert run(store.get("huge", None)) is None and run(store.get("b", None)) is not None
 
 
+def test_memory_store_counts_its_item_index_against_its_bytes():
+    """Each stored item's index entry costs memory beyond the record's JSON: a record of many small items is bounded
+    by both (the JSON alone let the index grow past max_bytes several times over)."""
+    items = [{"id": f"m{i}"} for i in range(100)]
+    store = MemoryStore(max_bytes=100 * INDEX_ENTRY_BYTES)
+    run(store.put({**record("many"), "input_items": items}))
+    assert run(store.get("many", None)) is None and store.bytes == 0
+    run(store.put({**record("some"), "input_items": items[:10]}))
+    assert store.bytes >= 10 * INDEX_ENTRY_BYTES and run(store.get_items(["m9"], None)) == {"m9": {"id": "m9"}}
+
+
 def test_memory_store_expires_records():
     now = [0.0]
     store = MemoryStore(ttl_s=60, clock=lambda: now[0])
@@ -81,6 +92,31 @@ def test_another_owners_record_is_missing(kind, redis_url):
         assert await store.get("r1", "tenant-b") is None and await store.get("r1", None) is None
         assert not await store.delete("r1", "tenant-b")
         assert await store.delete("r1", "tenant-a") and await store.get("r1", "tenant-a") is None
+        await store.close()
+
+    run(check())
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_an_item_is_found_by_its_owner_only_while_its_response_is_stored(kind, redis_url):
+    """item_reference's lookup: an item of a stored response (input or output), for its owner alone; gone with the
+    response; the last response stored that holds it answers. An id that spells an item key is no record."""
+
+    async def check():
+        store = MemoryStore() if kind == "memory" else RedisStore(redis_url, ttl_s=120, prefix="items:")
+        first = {**record("r1", owner="a"), "input_items": [{"id": "msg_in", "text": "1"}]}
+        first["response"]["output"] = [{"id": "msg_out", "text": "out"}]
+        await store.put(first)
+        await store.put({**record("r2", owner="b"), "input_items": [{"id": "msg_in", "text": "b's own"}]})
+        found = await store.get_items(["msg_out", "msg_in", "msg_out", "nowhere"], "a")
+        assert found == {"msg_out": {"id": "msg_out", "text": "out"}, "msg_in": {"id": "msg_in", "text": "1"}}
+        assert await store.get_items(["msg_in", "msg_out"], "b") == {"msg_in": {"id": "msg_in", "text": "b's own"}}
+        assert await store.get_items(["msg_out"], None) == {} and await store.get_items([], "a") == {}
+        await store.put({**record("r3", owner="a"), "input_items": [{"id": "msg_in", "text": "1 again"}]})
+        assert (await store.get_items(["msg_in"], "a"))["msg_in"]["text"] == "1 again"
+        assert await store.delete("r3", "a") and await store.delete("r1", "a")
+        assert await store.get_items(["msg_in", "msg_out"], "a") == {}
+        assert await store.get('item:["b","msg_in"]', "b") is None  # a key of the index, never read as a record
         await store.close()
 
     run(check())
@@ -198,6 +234,19 @@ def test_a_stored_response_belongs_to_its_tenant(door, tenant_gate):
         r = httpx.post(f"{url}/v1/responses", json=follow, headers=as_b, timeout=30)
         assert r.status_code == 400 and r.json()["error"]["code"] == "previous_response_not_found"
         assert httpx.delete(f"{url}/v1/responses/{rid}", headers=as_b).status_code == 404
+        # an item_reference to another tenant's item is answered as one to no item at all
+        answer = made["output"][0]["id"]
+        refused = []
+        for item_id, headers in ((answer, as_b), ("msg_" + "0" * 32, as_b), (answer, as_a)):
+            door.say("Hello")
+            reference = {**body, "input": [{"type": "item_reference", "id": item_id}]}
+            r = httpx.post(f"{url}/v1/responses", json=reference, headers=headers, timeout=30)
+            refused.append((r.status_code, r.json()["error"] if r.status_code != 200 else None))
+        assert [status for status, _ in refused] == [404, 404, 200]
+        assert refused[0][1] == {
+            **refused[1][1],
+            "message": refused[1][1]["message"].replace("msg_" + "0" * 32, answer),
+        }
         assert httpx.delete(f"{url}/v1/responses/{rid}", headers=as_a).status_code == 200
 
 

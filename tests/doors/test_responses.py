@@ -92,14 +92,20 @@ def test_folded_stream_equals_response(door, script, extra):
 
 
 def test_reasoning_item_and_tokens(door):
+    """The reasoning is the item's reasoning_text content (OpenAI's and vLLM's for open models); a summary only when
+    the request asks for one (it then holds the same text: no summarizer runs here)."""
     door.say("<think>Weighing it.</think>Sunny.")
     body = create(door, input="Weather?")
     reasoning, message = body["output"]
-    assert reasoning["summary"] == [{"type": "summary_text", "text": "Weighing it."}]
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": "Weighing it."}] and reasoning["summary"] == []
     assert message["content"][0]["text"] == "Sunny."
     assert body["usage"]["output_tokens_details"]["reasoning_tokens"] == len(
         door.model.encoder.encode_plain("Weighing it.")
     )
+    door.say("<think>Weighing it.</think>Sunny.")
+    summarized = create(door, input="Weather?", reasoning={"summary": "auto"})["output"][0]
+    assert summarized["summary"] == [{"type": "summary_text", "text": "Weighing it."}]
+    assert summarized["content"] == reasoning["content"]
 
 
 def test_forced_function_call(door, client):
@@ -218,6 +224,30 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
     assert e.value.body["code"] == "previous_response_not_found"
 
 
+def test_an_item_reference_brings_a_stored_item_back(door):
+    """OpenAI's item_reference: an item of a stored response (its input or output) by id, rendered as the item
+    itself; an id nothing stored holds (or an item of a response not stored) is OpenAI's 404 naming it."""
+    door.say("It is sunny in Paris.")
+    first = create(door, input=[{"id": "msg_question", "role": "user", "content": "Weather in Paris?"}])
+    door.say("ok")
+    references = [{"type": "item_reference", "id": i} for i in ("msg_question", first["output"][0]["id"])]
+    second = create(door, input=[*references, {"role": "user", "content": "Thanks."}])
+    prompt = door.prompt()
+    assert prompt.index("Weather in Paris?") < prompt.index("It is sunny in Paris.") < prompt.index("Thanks.")
+    listed = httpx.get(f"{door.url}/v1/responses/{second['id']}/input_items", params={"order": "asc"}).json()
+    assert [i["id"] for i in listed["data"][:2]] == [r["id"] for r in references]
+    door.say("ok")
+    unstored = create(door, input="hi", store=False)["output"][0]["id"]
+    for missing in ("msg_nowhere", unstored):
+        r = httpx.post(
+            f"{door.url}/v1/responses",
+            json={"model": door.model.id, "input": [{"type": "item_reference", "id": missing}]},
+            timeout=30,
+        )
+        assert r.status_code == 404 and r.json()["error"]["param"] == "input"
+        assert r.json()["error"]["message"].startswith(f"Item with id '{missing}' not found.")
+
+
 def test_store_false_keeps_nothing(door, client):
     door.say("ok")
     response = client.responses.create(model=door.model.id, input="hi", store=False)
@@ -226,14 +256,24 @@ def test_store_false_keeps_nothing(door, client):
 
 
 def test_a_response_repeats_the_fields_it_does_not_act_on(door):
-    """OpenAI's Response repeats max_tool_calls, prompt_cache_key, safety_identifier and user as sent (they read
-    null here while the request named them); a wrong type is refused naming it."""
+    """OpenAI's Response repeats max_tool_calls, prompt_cache_key and _retention, safety_identifier, user and
+    text.verbosity (medium unless chosen) as sent (they read null, or were dropped, while the request named them); a
+    wrong type is refused naming it."""
     door.say("ok")
-    sent = {"max_tool_calls": 2, "prompt_cache_key": "k", "safety_identifier": "s", "user": "u"}
+    sent = {
+        "max_tool_calls": 2,
+        "prompt_cache_key": "k",
+        "prompt_cache_retention": "24h",
+        "safety_identifier": "s",
+        "user": "u",
+        "text": {"format": {"type": "text"}, "verbosity": "low"},
+    }
     response = create(door, input="hi", store=False, **sent)
     assert {key: response[key] for key in sent} == sent
-    r = httpx.post(f"{door.url}/v1/responses", json={"model": door.model.id, "input": "hi", "user": 5})
-    assert (r.status_code, r.json()["error"]["param"]) == (400, "user")
+    assert create(door, input="hi", store=False)["text"] == {"format": {"type": "text"}, "verbosity": "medium"}
+    for bad, param in (({"user": 5}, "user"), ({"text": {"verbosity": "loud"}}, "text.verbosity")):
+        r = httpx.post(f"{door.url}/v1/responses", json={"model": door.model.id, "input": "hi", **bad})
+        assert (r.status_code, r.json()["error"]["param"]) == (400, param)
 
 
 def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door, client):
@@ -376,14 +416,24 @@ def test_typed_control_tokens_stay_text_in_every_field(door):
     assert ids.count(IM_START) == prompt.count("<|im_start|>") - 6
 
 
-def test_openai_stream_helper_accumulates_our_events(door, client):
+@pytest.mark.parametrize("summary", [None, "auto"])
+def test_openai_stream_helper_accumulates_our_events(door, client, summary):
+    """The client's stream helper ends with the same Response as the non-streamed body (reasoning_text content,
+    and the summary only when asked for)."""
+    asked = {"tools": [WEATHER], "tool_choice": "required", "reasoning": {"summary": summary}}
     door.say("<think>Weighing it.</think>" + CALL)
-    with client.responses.stream(model=door.model.id, input="Weather?", tools=[WEATHER], tool_choice="required") as s:
+    with client.responses.stream(model=door.model.id, input="Weather?", **asked) as s:
         kinds = [event.type for event in s]
         final = s.get_final_response()
-    assert "response.reasoning_summary_text.delta" in kinds and "response.function_call_arguments.delta" in kinds
+    assert "response.reasoning_text.delta" in kinds and "response.function_call_arguments.delta" in kinds
+    assert ("response.reasoning_summary_text.delta" in kinds) == (summary is not None)
     reasoning, call = final.output
-    assert reasoning.summary[0].text == "Weighing it." and json.loads(call.arguments) == {"city": "Paris"}
+    assert reasoning.content[0].text == "Weighing it." and json.loads(call.arguments) == {"city": "Paris"}
+    assert [part.text for part in reasoning.summary] == (["Weighing it."] if summary else [])
+    door.say("<think>Weighing it.</think>" + CALL)
+    body = create(door, input="Weather?", **asked)
+    streamed = reasoning.model_dump(mode="json", exclude_unset=True)
+    assert streamed == {**body["output"][0], "id": streamed["id"]}  # the same reasoning item, streamed or not
 
 
 def test_logprobs_when_included(door):

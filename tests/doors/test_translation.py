@@ -58,6 +58,29 @@ def test_items_become_chat_turns():
     assert all(item["id"] for item in parsed.items)
 
 
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "weighing"}]},
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "weighing"}]},
+        {  # a whole output item as a Response gives it, its summary asked for
+            "id": "rs_a",
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "weighing"}],
+            "content": [{"type": "reasoning_text", "text": "weighing"}],
+        },
+    ],
+    ids=["content", "summary", "both"],
+)
+def test_a_reasoning_item_given_back_renders_with_content_or_summary(item):
+    parsed = responses(input=[{"role": "user", "content": "q"}, item, {"role": "assistant", "content": "a"}])
+    assert items_to_messages(parsed.items, None)[-1] == {
+        "role": "assistant",
+        "content": "a",
+        "reasoning_content": "weighing",
+    }
+
+
 def test_every_input_item_keeps_the_id_it_came_with():
     """A client passes a response's output back as input, ids and all; input_items lists them by those ids (a
     message's id was replaced by a new one)."""
@@ -76,8 +99,12 @@ def test_a_json_schema_format_is_repeated_with_its_description_null_when_none_wa
     """OpenAI's Response repeats `description: null`; OpenResponses' JsonSchemaResponseFormat requires the key."""
     schema = {"type": "object"}
     parsed = responses(input="x", text={"format": {"type": "json_schema", "name": "s", "schema": schema}})
-    assert parsed.echo["text"] == {
-        "format": {"type": "json_schema", "description": None, "name": "s", "schema": schema, "strict": False}
+    assert parsed.echo["text"]["format"] == {
+        "type": "json_schema",
+        "description": None,
+        "name": "s",
+        "schema": schema,
+        "strict": False,
     }
     described = {"type": "json_schema", "name": "s", "schema": schema, "description": "d", "strict": True}
     assert responses(input="x", text={"format": described}).echo["text"]["format"]["description"] == "d"
@@ -128,7 +155,7 @@ def test_anthropic_request_maps_to_chat():
             "top_k": 5,
             "thinking": {"type": "enabled", "budget_tokens": 20_000},
             "tools": [{"name": "f", "input_schema": {"type": "object"}}],
-            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+            "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},  # forced is refused with thinking
             "messages": [
                 {"role": "user", "content": "q"},
                 {
@@ -162,7 +189,7 @@ def test_anthropic_request_maps_to_chat():
         {"role": "tool", "tool_call_id": "t1", "content": "ok"},
         {"role": "user", "content": "and?"},
     ]
-    assert chat.tool_choice == "required" and chat.parallel_tool_calls is False
+    assert chat.tool_choice == "auto" and chat.parallel_tool_calls is False
     assert chat.template_kwargs == {"enable_thinking": True, "thinking": True} and chat.reasoning_effort == "high"
     assert (settings.max_tokens, settings.stop, settings.top_k) == (30_000, ["END"], 5)
 

@@ -119,6 +119,27 @@ def test_continuous_usage_stats_put_the_usage_so_far_on_every_chunk(gateway):
     assert all(u["total_tokens"] == prompt + u["completion_tokens"] for u in usages) and events[-1]["choices"] == []
 
 
+def test_continuous_usage_stats_count_each_choice_apart_as_vllm_does(gateway):
+    """With n > 1 (and several completion prompts) a chunk's usage is its own choice's: its prompt and its tokens so
+    far (vLLM's per-choice continuous usage); the closing usage sums them."""
+    client, server = gateway
+    say(server, "Sunny.")
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    events = sse(chat(client, stream=True, n=2, stream_options=options))
+    answer = len(server.encode("Sunny.")) + 1
+    prompt = events[-1]["usage"]["prompt_tokens"]
+    finishes = [e["usage"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]]
+    assert [u["completion_tokens"] for u in finishes] == [answer, answer]
+    assert all(u["prompt_tokens"] == prompt for u in finishes)
+    assert events[-1]["usage"]["completion_tokens"] == 2 * answer
+    body = {"model": MODEL, "prompt": [[5, 6], [7]], "n": 2, "max_tokens": 4, "stream": True, "stream_options": options}
+    events = sse(client.post("/v1/completions", json=body))
+    final = {e["choices"][0]["index"]: e["usage"] for e in events if e["choices"] and e["choices"][0]["finish_reason"]}
+    assert {i: u["prompt_tokens"] for i, u in final.items()} == {0: 2, 1: 2, 2: 1, 3: 1}
+    assert events[-1]["usage"]["prompt_tokens"] == 3
+    assert events[-1]["usage"]["completion_tokens"] == sum(u["completion_tokens"] for u in final.values())
+
+
 def test_tool_call_stream_and_fold(gateway):
     client, server = gateway
     say(server, CALL)

@@ -20,3 +20,11 @@ def test_an_empty_alternative_list_is_a_400(key):
 
 def test_an_empty_all_of_admits_any_value():
     check_schema({"type": "object", "properties": {"a": {"allOf": []}}}, "p", object_root=True)
+
+
+@pytest.mark.parametrize("types", [[{}], [["string"]], [None]])
+def test_a_type_list_of_other_than_names_is_a_400(types):
+    """Found by probing the doors: a `type` list holding an object crashed the check (unhashable): a 500."""
+    with pytest.raises(APIError) as error:
+        check_schema({"type": "object", "properties": {"a": {"type": types}}}, "p", object_root=True)
+    assert error.value.status == 400 and error.value.param == "p.properties.a.type"
