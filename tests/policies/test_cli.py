@@ -63,8 +63,9 @@ async def test_redis_url_and_password_come_from_the_environment(own_redis_server
     store = RedisStore(args.redis, **options)
     anonymous = RedisStore(args.redis)
     try:
-        await store.put({"id": "resp_1", "owner": "acme", "output": []})
-        assert await store.get("resp_1", "acme") == {"id": "resp_1", "owner": "acme", "output": []}
+        record = {"id": "resp_1", "owner": "acme", "response": {"id": "resp_1"}, "input_items": []}
+        await store.put(record)
+        assert await store.get("resp_1", "acme") == record
         async with limiter._calls.turn() as client:
             assert await client.ping()
         with pytest.raises(redis.exceptions.AuthenticationError):

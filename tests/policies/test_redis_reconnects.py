@@ -133,9 +133,10 @@ async def test_a_client_kill_storm_around_a_burst_of_admits_keeps_the_counts_exa
 
 async def test_the_response_store_reads_through_a_connection_the_server_closed(redis_server, link):
     store = RedisStore(link.url_for("redis"), prefix=f"r-{uuid.uuid4().hex[:8]}:")
-    await store.put({"id": "resp_1", "owner": "acme"})
+    record = {"id": "resp_1", "owner": "acme", "response": {"id": "resp_1"}, "input_items": []}
+    await store.put(record)
     link.stale()
-    assert await store.get("resp_1", "acme") == {"id": "resp_1", "owner": "acme"}
+    assert await store.get("resp_1", "acme") == record
     link.lose_answers(1, skip=1)  # past the owner check's GET, the DEL ran; its rerun finds nothing to delete
     assert await store.delete("resp_1", "acme")
     assert await store.get("resp_1", "acme") is None
