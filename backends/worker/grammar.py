@@ -1,4 +1,5 @@
-"""Grammar-constrained decoding with xgrammar: compile (cached), then mask a batch of logits each step."""
+"""Grammar-constrained decoding with xgrammar: compile (cached; under a CPU-time budget in a child process), then
+mask a batch of logits each step."""
 
 from __future__ import annotations
 
@@ -10,10 +11,30 @@ from dataclasses import dataclass
 import torch
 import xgrammar as xgr
 
-from backends.base import GrammarKind
+from backends.base import Grammar, GrammarKind
 from backends.xgrammar_compile import GrammarError, compile_grammar, tokenizer_info
+from gateway.errors import APIError
+from gateway.grammars.compile_pool import Cancelled, CompilePool, OverBudget
+from gateway.grammars.compile_process import grammar_key
 
-__all__ = ["BatchMasker", "GrammarCache", "GrammarError", "GrammarStats", "tokenizer_info"]
+__all__ = [
+    "BatchMasker",
+    "Cancelled",
+    "CompilerFailed",
+    "GrammarCache",
+    "GrammarError",
+    "GrammarStats",
+    "GrammarTooComplex",
+    "tokenizer_info",
+]
+
+
+class GrammarTooComplex(GrammarError):
+    """The grammar costs more CPU time to compile than the worker's budget."""
+
+
+class CompilerFailed(Exception):
+    """The compile child died or stuck, or the worker is shutting down: the client may try again."""
 
 
 @dataclass
@@ -26,17 +47,22 @@ class GrammarStats:
 
 
 class GrammarCache:
-    """Compiles grammars, keeping the most recently used compiled ones by their exact text."""
+    """Compiles grammars, keeping the most recently used compiled ones by their exact text. With `budget_s` a miss
+    compiles in a child process (the gateway's compile pool) killed past that many CPU seconds: GrammarTooComplex,
+    and a repeat of that grammar is refused at once; without, it compiles on the calling thread."""
 
-    def __init__(self, info: xgr.TokenizerInfo, capacity: int = 128):
+    def __init__(self, info: xgr.TokenizerInfo, capacity: int = 128, budget_s: float | None = None):
         self.stats = GrammarStats()
+        self._info = info
         self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+        self._pool = None if budget_s is None else CompilePool(_given, lambda: info, budget_s, compiled_back=True)
         self._compiled: OrderedDict[tuple[str, str], xgr.CompiledGrammar] = OrderedDict()
         self._capacity = capacity
         self._lock = threading.Lock()
 
-    def compile(self, kind: GrammarKind, text: str) -> xgr.CompiledGrammar:
-        """The compiled grammar for `text`; raises GrammarError with xgrammar's reason."""
+    def compile(self, kind: GrammarKind, text: str, cancel: threading.Event | None = None) -> xgr.CompiledGrammar:
+        """The compiled grammar for `text`; blocking. GrammarError with xgrammar's reason, GrammarTooComplex past the
+        budget, Cancelled once `cancel` is set during a budgeted compile, CompilerFailed when the child failed."""
         key = (kind, text)
         with self._lock:
             if key in self._compiled:
@@ -45,7 +71,10 @@ class GrammarCache:
                 return self._compiled[key]
         started = time.perf_counter()
         try:
-            compiled = compile_grammar(self._compiler, kind, text)
+            if self._pool is None:
+                compiled = compile_grammar(self._compiler, kind, text)
+            else:
+                compiled = self._compile_in_child(Grammar(kind, text), cancel)
         finally:
             with self._lock:
                 self.stats.misses += 1
@@ -55,6 +84,37 @@ class GrammarCache:
             while len(self._compiled) > self._capacity:
                 self._compiled.popitem(last=False)
         return compiled
+
+    def _compile_in_child(self, grammar: Grammar, cancel: threading.Event | None) -> xgr.CompiledGrammar:
+        pool = self._pool
+        try:
+            reply, _ = pool._job(grammar, cancel=cancel)
+        except OverBudget as over:
+            pool._remember_over_budget(over.key or grammar_key(grammar))
+            raise self._too_complex(grammar) from None
+        except APIError as exc:
+            raise CompilerFailed(exc.message) from None
+        if reply[0] == "over_budget":
+            raise self._too_complex(grammar)
+        if reply[0] == "uncompilable":
+            raise GrammarError(reply[2])
+        return xgr.CompiledGrammar.deserialize_json(reply[3], self._info)
+
+    def _too_complex(self, grammar: Grammar) -> GrammarTooComplex:
+        return GrammarTooComplex(
+            f"the {grammar.kind} costs more than this worker's grammar compile budget of {self._pool.seconds:g} s "
+            "of CPU; simplify it (large enums, nested anyOf, long repetitions)"
+        )
+
+    def close(self) -> None:
+        """Kill the compile children, if any."""
+        if self._pool is not None:
+            self._pool.close()
+
+
+def _given(grammar: Grammar) -> Grammar:
+    """The compile child's build step: the worker's grammars come built."""
+    return grammar
 
 
 class BatchMasker:

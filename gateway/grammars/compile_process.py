@@ -1,14 +1,18 @@
 """A child process that builds and compiles one model's grammars, so that a compile over its budget can be killed.
 
 xgrammar's compiler is C++ and cannot be interrupted: a thread running it would keep burning a core after the
-request was refused. The child is a fork of the gateway (it holds the model's family and xgrammar's view of the
-vocabulary without loading them again) that serves one job at a time over a socket pair:
+request was refused. The child is a fork of its server (the gateway, or the bundled worker: it holds the grammar
+builder and xgrammar's view of the vocabulary without loading them again) that serves one job at a time over a
+socket pair:
 
-    parent → (chat, prompt)       child builds the family's grammar
+    parent → job arguments        child builds the grammar: build(*job), the family's for the gateway's (chat, prompt)
     child  → ("none",) | ("invalid", message, param) | ("too_deep",) | ("failed", traceback) | ("known", grammar)
              | ("built", key)
     parent → True (compile) | False (skip: the parent knows the key is over budget)
-    child  → ("compiled", grammar, seconds) | ("uncompilable", grammar, message)
+    child  → ("compiled", grammar, seconds, serialized) | ("uncompilable", grammar, message)
+
+`serialized` is the compiled grammar as xgrammar's JSON for a parent that decodes with it (the worker:
+`compiled_back`), else None; such a child remembers nothing (never "known": its parent keeps the compiled grammars).
 
 Its CPU time is read from /proc while it works; the parent kills it past the budget.
 """
@@ -29,9 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
 from backends.xgrammar_compile import GrammarError, compile_grammar
-from gateway.families.base import Family
 from gateway.grammars.json import SchemaGrammarError
-from gateway.types import ChatRequest
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -48,10 +50,10 @@ def grammar_key(grammar: Grammar) -> str:
 class CompileProcess:
     """One forked child serving build-and-compile jobs; `kill()` ends it at once, whatever it is doing."""
 
-    def __init__(self, family: Family, info: xgr.TokenizerInfo):
+    def __init__(self, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo, compiled_back: bool = False):
         ours, theirs = multiprocessing.Pipe()
         context = multiprocessing.get_context("fork")
-        self._process = context.Process(target=_serve, args=(theirs, ours, family, info), daemon=True)
+        self._process = context.Process(target=_serve, args=(theirs, ours, build, info, compiled_back), daemon=True)
         self._process.start()
         theirs.close()
         self.connection = ours
@@ -75,32 +77,38 @@ class CompileProcess:
         self.connection.close()
 
 
-def _serve(connection: Connection, parents_end: Connection, family: Family, info: xgr.TokenizerInfo) -> None:
+def _serve(
+    connection: Connection,
+    parents_end: Connection,
+    build: Callable[..., Grammar | None],
+    info: xgr.TokenizerInfo,
+    compiled_back: bool,
+) -> None:
     """The child: answer jobs until the parent closes its end."""
     import xgrammar as xgr  # already loaded: the parent imported it to build `info`
 
     parents_end.close()
     _forget_parent(connection)
     compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
-    known: OrderedDict[str, None] = OrderedDict()
+    known: OrderedDict[str, None] | None = None if compiled_back else OrderedDict()
     while True:
         try:
-            chat, prompt = connection.recv()
+            job = connection.recv()
         except (EOFError, OSError):
             return
-        connection.send(_job(connection, compiler, known, family.grammar, chat, prompt))
+        connection.send(_job(connection, compiler, known, build, *job))
 
 
 def _job(
     connection: Connection,
     compiler: xgr.GrammarCompiler,
-    known: OrderedDict[str, None],
-    build: Callable[[ChatRequest, str], Grammar | None],
-    chat: ChatRequest,
-    prompt: str,
+    known: OrderedDict[str, None] | None,
+    build: Callable[..., Grammar | None],
+    *job: Any,
 ) -> tuple[Any, ...]:
+    """One job's answer; `known` None: the compiled grammar goes back serialized, and nothing is remembered."""
     try:
-        grammar = build(chat, prompt)
+        grammar = build(*job)
     except SchemaGrammarError as e:
         return ("invalid", str(e), e.param)
     except RecursionError:  # a builder recursing past Python's limit: the schema, not this child, is at fault
@@ -110,7 +118,7 @@ def _job(
     if grammar is None:
         return ("none",)
     key = grammar_key(grammar)
-    if key in known:
+    if known is not None and key in known:
         known.move_to_end(key)
         return ("known", grammar)
     connection.send(("built", key))
@@ -118,13 +126,15 @@ def _job(
         return ("skipped",)
     started = time.process_time()
     try:
-        compile_grammar(compiler, grammar.kind, grammar.text)
+        compiled = compile_grammar(compiler, grammar.kind, grammar.text)
     except GrammarError as e:
         return ("uncompilable", grammar, str(e))
+    if known is None:
+        return ("compiled", grammar, time.process_time() - started, compiled.serialize_json())
     known[key] = None
     while len(known) > KNOWN_GRAMMARS:
         known.popitem(last=False)
-    return ("compiled", grammar, time.process_time() - started)
+    return ("compiled", grammar, time.process_time() - started, None)
 
 
 def _forget_parent(keep: Connection) -> None:

@@ -20,10 +20,10 @@ def test_an_abort_while_the_grammar_compiles_keeps_the_request_out_of_the_engine
     compiling, release = threading.Event(), threading.Event()
     compile = grammars.compile
 
-    def gated(kind: str, text: str):
+    def gated(kind: str, text: str, cancel=None):
         compiling.set()
         release.wait()
-        return compile(kind, text)
+        return compile(kind, text, cancel)
 
     monkeypatch.setattr(grammars, "compile", gated)
     app = build_app(WorkerState(checkpoint, engine, grammars, model_path="test"))
