@@ -124,12 +124,16 @@ class BatchMasker:
         self._bitmask = xgr.allocate_token_bitmask(max_rows, vocab_size)
         self._vocab_size = vocab_size
 
-    def apply(self, logits: torch.Tensor, matchers: list[xgr.GrammarMatcher | None]) -> None:
-        """Mask row i of `logits` (n, V) to what matchers[i] allows; None rows are left as they are."""
+    def apply(self, logits: torch.Tensor, matchers: list[xgr.GrammarMatcher | None]) -> list[int]:
+        """Mask row i of `logits` (n, V) to what matchers[i] allows; None rows are left as they are. The rows whose
+        grammar allows no token at all (one that can neither go on nor end, such as `root ::= root`): nothing there
+        can be sampled (an all -inf row: NaN probabilities)."""
         rows = [i for i, m in enumerate(matchers) if m is not None]
         if not rows:
-            return
+            return []
         for i in rows:
             matchers[i].fill_next_token_bitmask(self._bitmask, i)
         bitmask = self._bitmask if logits.device.type == "cpu" else self._bitmask.to(logits.device, non_blocking=True)
         xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self._vocab_size, indices=rows)
+        allowed = logits[rows].isfinite().any(dim=-1).tolist()
+        return [i for i, some in zip(rows, allowed) if not some]

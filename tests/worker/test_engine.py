@@ -131,6 +131,22 @@ def test_a_grammar_ending_before_min_new_tokens_ends_the_output(engine, checkpoi
     assert results["beside"][1].finish.type == "length" and len(results["beside"][0]) == 6
 
 
+def test_a_grammar_that_allows_no_token_ends_its_request_alone(engine, checkpoint, grammars):
+    """A grammar can compile and still allow no token after a point (here after "ab": `dead` can neither go on nor
+    end). Its all -inf row failed the whole step when sampled (NaN probabilities), aborting every request beside it;
+    now it ends alone with an abort, from a decode step it shares with the request beside it."""
+    dead = grammars.compile("ebnf", 'root ::= "ab" dead\ndead ::= dead')
+    prompt = chat_ids(checkpoint, "Say ab.")
+    beside = submit(engine, "dead-beside", prompt, max_new_tokens=24, ignore_eos=True)
+    beside.next()  # running: its decode steps go on while the other request prefills and decodes
+    stuck = submit(engine, "dead-grammar", prompt, max_new_tokens=8, temperature=0.7, seed=1, grammar=dead)
+    ids, event = stuck.wait()
+    assert checkpoint.tokenizer.decode(ids) == "ab"
+    assert (event.finish.type, event.finish.message, event.error) == ("abort", "the grammar allows no next token", None)
+    ids, event = beside.wait()
+    assert event.finish.type == "length" and event.error is None and len(ids) == 23  # the first was taken above
+
+
 def test_grammar_cache_and_errors(grammars):
     assert grammars.compile("regex", "[a-z]+") is grammars.compile("regex", "[a-z]+")
     for kind, text in [
