@@ -46,18 +46,32 @@ class GrammarStats:
     compile_seconds: float = 0.0
 
 
-class GrammarCache:
-    """Compiles grammars, keeping the most recently used compiled ones by their exact text. With `budget_s` a miss
-    compiles in a child process (the gateway's compile pool) killed past that many CPU seconds: GrammarTooComplex,
-    and a repeat of that grammar is refused at once; without, it compiles on the calling thread."""
+CACHED_BYTES = 256 * 1024 * 1024
+"""What the compiled grammars kept may weigh together (xgrammar's memory_size_bytes): one compiled within the
+budget can weigh tens of MB (an enum of 15,000 strings: 54 MB in 1.2 CPU-s), so a count alone bounds nothing."""
 
-    def __init__(self, info: xgr.TokenizerInfo, capacity: int = 128, budget_s: float | None = None):
+
+class GrammarCache:
+    """Compiles grammars, keeping the most recently used compiled ones by their exact text (at most `capacity` of
+    them, `capacity_bytes` together, the newest always). With `budget_s` a miss is first compiled in a child process
+    (the gateway's compile pool) killed past that many CPU seconds: GrammarTooComplex, and a repeat of that grammar
+    is refused at once; once the child compiled it within the budget, it is compiled here (the compiled grammar
+    cannot travel: its JSON can be hundreds of times its size). Without a budget it compiles here only."""
+
+    def __init__(
+        self,
+        info: xgr.TokenizerInfo,
+        capacity: int = 128,
+        budget_s: float | None = None,
+        capacity_bytes: int = CACHED_BYTES,
+    ):
         self.stats = GrammarStats()
-        self._info = info
         self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)
-        self._pool = None if budget_s is None else CompilePool(_given, lambda: info, budget_s, compiled_back=True)
-        self._compiled: OrderedDict[tuple[str, str], xgr.CompiledGrammar] = OrderedDict()
+        self._pool = None if budget_s is None else CompilePool(_given, lambda: info, budget_s)
+        self._compiled: OrderedDict[tuple[str, str], tuple[xgr.CompiledGrammar, int]] = OrderedDict()
         self._capacity = capacity
+        self._capacity_bytes = capacity_bytes
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def compile(self, kind: GrammarKind, text: str, cancel: threading.Event | None = None) -> xgr.CompiledGrammar:
@@ -68,24 +82,33 @@ class GrammarCache:
             if key in self._compiled:
                 self._compiled.move_to_end(key)
                 self.stats.hits += 1
-                return self._compiled[key]
+                return self._compiled[key][0]
         started = time.perf_counter()
         try:
-            if self._pool is None:
-                compiled = compile_grammar(self._compiler, kind, text)
-            else:
-                compiled = self._compile_in_child(Grammar(kind, text), cancel)
+            if self._pool is not None:
+                self._check_in_child(Grammar(kind, text), cancel)
+            compiled = compile_grammar(self._compiler, kind, text)
         finally:
             with self._lock:
                 self.stats.misses += 1
                 self.stats.compile_seconds += time.perf_counter() - started
-        with self._lock:
-            self._compiled[key] = compiled
-            while len(self._compiled) > self._capacity:
-                self._compiled.popitem(last=False)
+        self._keep(key, compiled)
         return compiled
 
-    def _compile_in_child(self, grammar: Grammar, cancel: threading.Event | None) -> xgr.CompiledGrammar:
+    def _keep(self, key: tuple[str, str], compiled: xgr.CompiledGrammar) -> None:
+        size = compiled.memory_size_bytes
+        with self._lock:
+            if key in self._compiled:  # compiled meanwhile by another request
+                return
+            self._compiled[key] = (compiled, size)
+            self._bytes += size
+            while len(self._compiled) > 1 and (
+                len(self._compiled) > self._capacity or self._bytes > self._capacity_bytes
+            ):
+                self._bytes -= self._compiled.popitem(last=False)[1][1]
+
+    def _check_in_child(self, grammar: Grammar, cancel: threading.Event | None) -> None:
+        """The grammar compiled in a child under the budget; raises when it is over it, uncompilable or cancelled."""
         pool = self._pool
         try:
             reply, _ = pool._job(grammar, cancel=cancel)
@@ -98,7 +121,6 @@ class GrammarCache:
             raise self._too_complex(grammar)
         if reply[0] == "uncompilable":
             raise GrammarError(reply[2])
-        return xgr.CompiledGrammar.deserialize_json(reply[3], self._info)
 
     def _too_complex(self, grammar: Grammar) -> GrammarTooComplex:
         return GrammarTooComplex(

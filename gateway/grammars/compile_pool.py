@@ -52,11 +52,9 @@ class CompilePool:
         build: Callable[..., Grammar | None],
         tokenizer_info: Callable[[], xgr.TokenizerInfo],
         seconds: float,
-        compiled_back: bool = False,
     ):
         self.seconds = seconds
         self._build = build
-        self._compiled_back = compiled_back
         self._tokenizer_info = tokenizer_info
         self._info: xgr.TokenizerInfo | None = None
         self._idle: queue.Queue[CompileProcess | None] = queue.Queue()
@@ -99,7 +97,7 @@ class CompilePool:
             if self._closed:
                 raise APIError("the server is shutting down", status=503, type="server_error", retry_after=1)
         self.prepare()
-        return CompileProcess(self._build, self._info, self._compiled_back)
+        return CompileProcess(self._build, self._info)
 
     def _run(
         self, child: CompileProcess, job: tuple[Any, ...], started_cpu: float, cancel: threading.Event | None

@@ -9,10 +9,10 @@ socket pair:
     child  → ("none",) | ("invalid", message, param) | ("too_deep",) | ("failed", traceback) | ("known", grammar)
              | ("built", key)
     parent → True (compile) | False (skip: the parent knows the key is over budget)
-    child  → ("compiled", grammar, seconds, serialized) | ("uncompilable", grammar, message)
+    child  → ("compiled", grammar, seconds) | ("uncompilable", grammar, message)
 
-`serialized` is the compiled grammar as xgrammar's JSON for a parent that decodes with it (the worker:
-`compiled_back`), else None; such a child remembers nothing (never "known": its parent keeps the compiled grammars).
+The compiled grammar itself stays in the child: its JSON serialization can be hundreds of times its size (eight
+nested anyOf levels: 3.6 MB compiled, 377 MB of JSON; ten levels ran out of memory).
 
 Its CPU time is read from /proc while it works; the parent kills it past the budget.
 """
@@ -50,10 +50,10 @@ def grammar_key(grammar: Grammar) -> str:
 class CompileProcess:
     """One forked child serving build-and-compile jobs; `kill()` ends it at once, whatever it is doing."""
 
-    def __init__(self, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo, compiled_back: bool = False):
+    def __init__(self, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo):
         ours, theirs = multiprocessing.Pipe()
         context = multiprocessing.get_context("fork")
-        self._process = context.Process(target=_serve, args=(theirs, ours, build, info, compiled_back), daemon=True)
+        self._process = context.Process(target=_serve, args=(theirs, ours, build, info), daemon=True)
         self._process.start()
         theirs.close()
         self.connection = ours
@@ -78,11 +78,7 @@ class CompileProcess:
 
 
 def _serve(
-    connection: Connection,
-    parents_end: Connection,
-    build: Callable[..., Grammar | None],
-    info: xgr.TokenizerInfo,
-    compiled_back: bool,
+    connection: Connection, parents_end: Connection, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo
 ) -> None:
     """The child: answer jobs until the parent closes its end."""
     import xgrammar as xgr  # already loaded: the parent imported it to build `info`
@@ -90,7 +86,7 @@ def _serve(
     parents_end.close()
     _forget_parent(connection)
     compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
-    known: OrderedDict[str, None] | None = None if compiled_back else OrderedDict()
+    known: OrderedDict[str, None] = OrderedDict()
     while True:
         try:
             job = connection.recv()
@@ -102,11 +98,10 @@ def _serve(
 def _job(
     connection: Connection,
     compiler: xgr.GrammarCompiler,
-    known: OrderedDict[str, None] | None,
+    known: OrderedDict[str, None],
     build: Callable[..., Grammar | None],
     *job: Any,
 ) -> tuple[Any, ...]:
-    """One job's answer; `known` None: the compiled grammar goes back serialized, and nothing is remembered."""
     try:
         grammar = build(*job)
     except SchemaGrammarError as e:
@@ -118,7 +113,7 @@ def _job(
     if grammar is None:
         return ("none",)
     key = grammar_key(grammar)
-    if known is not None and key in known:
+    if key in known:
         known.move_to_end(key)
         return ("known", grammar)
     connection.send(("built", key))
@@ -126,15 +121,13 @@ def _job(
         return ("skipped",)
     started = time.process_time()
     try:
-        compiled = compile_grammar(compiler, grammar.kind, grammar.text)
+        compile_grammar(compiler, grammar.kind, grammar.text)
     except GrammarError as e:
         return ("uncompilable", grammar, str(e))
-    if known is None:
-        return ("compiled", grammar, time.process_time() - started, compiled.serialize_json())
     known[key] = None
     while len(known) > KNOWN_GRAMMARS:
         known.popitem(last=False)
-    return ("compiled", grammar, time.process_time() - started, None)
+    return ("compiled", grammar, time.process_time() - started)
 
 
 def _forget_parent(keep: Connection) -> None:

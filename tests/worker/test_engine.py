@@ -11,7 +11,7 @@ import pytest
 
 from backends.worker.__main__ import parse_args
 from backends.worker.engine import EngineEvent, EngineLoad, EngineRequest, SamplingParams
-from backends.worker.grammar import GrammarError
+from backends.worker.grammar import GrammarCache, GrammarError
 
 from .conftest import SLOTS, chat_ids, prompt_ids, submit
 
@@ -157,6 +157,17 @@ def test_grammar_cache_and_errors(grammars):
     ]:
         with pytest.raises(GrammarError):
             grammars.compile(kind, text)
+
+
+def test_the_grammar_cache_is_bounded_by_the_bytes_it_keeps(vocabulary_info):
+    """A grammar compiled within the budget can weigh tens of MB (an enum of 15,000 strings: 54 MB): the cache
+    counts xgrammar's memory_size_bytes, and always keeps the newest grammar."""
+    cache = GrammarCache(vocabulary_info, capacity_bytes=1)
+    first = cache.compile("regex", "[a-z]+")
+    assert first.memory_size_bytes > 1 and cache.compile("regex", "[a-z]+") is first
+    cache.compile("regex", "[0-9]+")
+    assert cache.compile("regex", "[a-z]+") is not first  # the second pushed it out: compiled again
+    assert (cache.stats.hits, cache.stats.misses) == (1, 3)
 
 
 def test_abort_frees_the_slot(engine, checkpoint):

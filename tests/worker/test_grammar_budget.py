@@ -73,12 +73,12 @@ def test_a_schema_over_the_budget_is_a_400_in_each_dialect_and_its_child_is_kill
     assert budgeted.stats.misses == 2 and engine.stats.prefill_tokens == prefilled
 
 
-def test_a_grammar_within_the_budget_comes_back_from_the_child_and_constrains_the_output(client, budgeted):
+def test_a_grammar_within_the_budget_is_checked_in_a_child_and_constrains_the_output(client, budgeted):
     sampling = {"max_new_tokens": 32, "temperature": 0, "json_schema": SMALL}
     answer = post(client, "/generate", {"input_ids": PROMPT, "sampling_params": sampling})
     assert answer.status_code == 200, answer.text
     assert json.loads(answer.json()["text"]).keys() == {"city"}
-    assert len(children(budgeted)) == 1  # the child that compiled it lives on for the next grammar
+    assert len(children(budgeted)) == 1  # the child that compiled it in time lives on for the next grammar
 
 
 def test_a_client_gone_during_the_compile_has_its_child_killed_and_never_reaches_the_engine(
