@@ -63,7 +63,7 @@ def build_app(state: WorkerState) -> Starlette:
         call = generation.call
         if call.rid in active:
             raise ProtocolError(f"a request with rid {call.rid!r} is already running")
-        admit(state)
+        admit(state, starting=sum(not g.submitted for g in active.values()))
         grammar = None
         active[call.rid] = generation  # taken before the compile: a request with the same rid meanwhile is refused
         try:

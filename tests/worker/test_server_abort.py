@@ -1,4 +1,5 @@
-"""Aborts that reach the worker's app before its request is handed to the engine (in process, real engine)."""
+"""Requests at the worker's app before they are handed to the engine (in process, real engine): aborts that arrive
+meanwhile, admission while grammars compile."""
 
 from __future__ import annotations
 
@@ -49,3 +50,38 @@ def test_an_abort_while_the_grammar_compiles_keeps_the_request_out_of_the_engine
     assert (meta["finish_reason"]["type"], meta["completion_tokens"]) == ("abort", 0)
     assert engine.stats.prefill_tokens == prefilled  # never prefilled
     assert engine.active_requests() == 0
+
+
+def test_requests_whose_grammars_compile_count_against_the_waiting_queue(checkpoint, engine, grammars, monkeypatch):
+    """A request is admitted before its grammar compiles and reaches the engine's queue only after: a burst of them
+    all passed admission while the queue looked empty, then all waited in the engine past max_waiting (the bound on
+    what a worker holds). Those compiling now count: with max_waiting 0, the engine's four free slots are taken by
+    four compiling requests, and a fifth is a 503."""
+    compiling, release = threading.Semaphore(0), threading.Event()
+    compile = grammars.compile
+
+    def gated(kind: str, text: str, cancel=None):
+        compiling.release()
+        release.wait()
+        return compile(kind, text, cancel)
+
+    monkeypatch.setattr(grammars, "compile", gated)
+    app = build_app(WorkerState(checkpoint, engine, grammars, model_path="test", max_waiting=0))
+    sampling = {"max_new_tokens": 1, "temperature": 0, "regex": "[a-z]+"}
+
+    async def burst() -> tuple[list[int], int]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://worker") as c:
+            first = [
+                asyncio.ensure_future(c.post("/generate", json={"input_ids": PROMPT, "sampling_params": sampling}))
+                for _ in range(engine.max_batch)
+            ]
+            try:
+                for _ in first:
+                    await asyncio.to_thread(compiling.acquire)
+                fifth = await c.post("/generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 1}})
+            finally:
+                release.set()
+            return [(await answer).status_code for answer in first], fifth.status_code
+
+    first, fifth = asyncio.run(burst())
+    assert first == [200] * engine.max_batch and fifth == 503
