@@ -171,10 +171,18 @@ def build_app(state: WorkerState) -> Starlette:
             body = await request_json(request)
         except ProtocolError as exc:
             return _error(str(exc), exc.status)
-        rid = body.get("rid") if isinstance(body, dict) else None
-        if not isinstance(rid, str):
-            return _error('abort_request needs {"rid": str}')
-        abort(rid, "aborted by request")
+        if not isinstance(body, dict):
+            return _error('abort_request needs {"rid": str} or {"abort_all": true}')
+        rid, abort_all = body.get("rid"), body.get("abort_all", False)
+        if not isinstance(abort_all, bool):
+            return _error("abort_all must be a boolean")
+        if abort_all:  # SGLang's AbortReq: every request in flight
+            for running in list(active):
+                abort(running, "aborted by request")
+        elif isinstance(rid, str):
+            abort(rid, "aborted by request")
+        else:
+            return _error('abort_request needs {"rid": str} or {"abort_all": true}')
         return Response(status_code=200)
 
     async def health(_: Request) -> Response:

@@ -85,3 +85,28 @@ def test_requests_whose_grammars_compile_count_against_the_waiting_queue(checkpo
 
     first, fifth = asyncio.run(burst())
     assert first == [200] * engine.max_batch and fifth == 503
+
+
+def test_abort_all_ends_every_request_in_flight(checkpoint, engine, grammars):
+    """SGLang's /abort_request takes {"abort_all": true} (AbortReq.abort_all): every request ends with an abort; the
+    worker answered it 400 ('needs rid')."""
+    app = build_app(WorkerState(checkpoint, engine, grammars, model_path="test"))
+    sampling = {"max_new_tokens": 400, "ignore_eos": True, "temperature": 0}
+
+    async def abort_all() -> tuple[list[httpx.Response], int]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://worker") as c:
+            answers = [
+                asyncio.ensure_future(c.post("/generate", json={"input_ids": PROMPT, "sampling_params": sampling}))
+                for _ in range(2)
+            ]
+            while engine.active_requests() < 2:
+                await asyncio.sleep(0.01)
+            aborted = await c.post("/abort_request", json={"abort_all": True})
+            return [await a for a in answers], aborted.status_code
+
+    answers, status = asyncio.run(abort_all())
+    assert status == 200
+    for answer in answers:
+        meta = answer.json()["meta_info"]
+        assert meta["finish_reason"] == {"type": "abort", "message": "aborted by request"}
+        assert meta["completion_tokens"] < 400
