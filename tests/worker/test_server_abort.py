@@ -15,18 +15,24 @@ from backends.worker.server import build_app
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 
 
-def test_an_abort_while_the_grammar_compiles_keeps_the_request_out_of_the_engine(
-    checkpoint, engine, grammars, monkeypatch
-):
-    compiling, release = threading.Event(), threading.Event()
+def gate_compiles(grammars, monkeypatch) -> tuple[threading.Semaphore, threading.Event]:
+    """Hold every compile of `grammars` until the event is set; the semaphore is released as each one starts."""
+    compiling, release = threading.Semaphore(0), threading.Event()
     compile = grammars.compile
 
     def gated(kind: str, text: str, cancel=None):
-        compiling.set()
+        compiling.release()
         release.wait()
         return compile(kind, text, cancel)
 
     monkeypatch.setattr(grammars, "compile", gated)
+    return compiling, release
+
+
+def test_an_abort_while_the_grammar_compiles_keeps_the_request_out_of_the_engine(
+    checkpoint, engine, grammars, monkeypatch
+):
+    compiling, release = gate_compiles(grammars, monkeypatch)
     app = build_app(WorkerState(checkpoint, engine, grammars, model_path="test"))
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     sampling = {"max_new_tokens": 16, "temperature": 0, "json_schema": json.dumps(schema)}
@@ -37,7 +43,7 @@ def test_an_abort_while_the_grammar_compiles_keeps_the_request_out_of_the_engine
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://worker") as c:
             answer = asyncio.ensure_future(c.post("/generate", json=body))
             try:
-                await asyncio.to_thread(compiling.wait)
+                await asyncio.to_thread(compiling.acquire)
                 aborted = await c.post("/abort_request", json={"rid": body["rid"]})
                 assert aborted.status_code == 200
             finally:
@@ -57,15 +63,7 @@ def test_requests_whose_grammars_compile_count_against_the_waiting_queue(checkpo
     all passed admission while the queue looked empty, then all waited in the engine past max_waiting (the bound on
     what a worker holds). Those compiling now count: with max_waiting 0, the engine's four free slots are taken by
     four compiling requests, and a fifth is a 503."""
-    compiling, release = threading.Semaphore(0), threading.Event()
-    compile = grammars.compile
-
-    def gated(kind: str, text: str, cancel=None):
-        compiling.release()
-        release.wait()
-        return compile(kind, text, cancel)
-
-    monkeypatch.setattr(grammars, "compile", gated)
+    compiling, release = gate_compiles(grammars, monkeypatch)
     app = build_app(WorkerState(checkpoint, engine, grammars, model_path="test", max_waiting=0))
     sampling = {"max_new_tokens": 1, "temperature": 0, "regex": "[a-z]+"}
 
