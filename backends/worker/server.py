@@ -47,10 +47,13 @@ def build_app(state: WorkerState) -> Starlette:
         unbudgeted one runs on to its end and is cached), WorkerBusy when the compiler failed."""
         cancel = threading.Event()
         compiling = asyncio.ensure_future(asyncio.to_thread(state.grammars.compile, grammar.kind, grammar.text, cancel))
-        await asyncio.wait({compiling, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({compiling, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # the client gone, or this task cancelled (the server stopping): the compile is not waited for
+            if not compiling.done():
+                cancel.set()
+                compiling.add_done_callback(lambda done: done.exception())  # no one reads its outcome
         if not compiling.done():
-            cancel.set()
-            compiling.add_done_callback(lambda done: done.exception())  # no one waits for its outcome
             raise Cancelled
         try:
             return compiling.result()
