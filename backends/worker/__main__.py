@@ -26,6 +26,7 @@ from backends.worker.prefill_gemm import PrefillGemm, choose_prefill_gemm
 from backends.worker.server import WorkerState, build_app
 from backends.worker.threads import ThreadTuner, parse_threads, usable_cores
 from backends.worker.weights import LlamaWeights, load_weights
+from gateway.process.limits import DEFAULT_GRAMMAR_COMPILE_S
 
 
 def at_least(least: int) -> Callable[[str], int]:
@@ -105,6 +106,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="on SIGTERM the listener closes at once and requests in flight get this many seconds to finish "
         "(default: 2; a pod being replaced wants its streams' length)",
     )
+    parser.add_argument(
+        "--grammar-compile-budget",
+        type=seconds,
+        default=DEFAULT_GRAMMAR_COMPILE_S,
+        metavar="SECONDS",
+        help="CPU seconds a request's grammar (json_schema, regex, ebnf, structural_tag) may cost to compile, in a "
+        f"child process killed past it: a 400 (default: {DEFAULT_GRAMMAR_COMPILE_S:g}, as the gateway's; 0: no "
+        "budget, grammars compile in the worker's own process)",
+    )
     return parser.parse_args(argv)
 
 
@@ -134,7 +144,7 @@ def build_state(args: argparse.Namespace) -> WorkerState:
     del weights
     if args.device == "cpu" and args.weights_dtype == "fp32":
         progress(gemm.describe(model.plain_weight_bytes / 1e6))
-    grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
+    grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size), budget_s=args.grammar_compile_budget or None)
     engine = Engine(
         model,
         checkpoint.eos_token_ids,
@@ -217,6 +227,7 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(serve(state, args.host, args.port, args.drain_timeout))
     finally:
         state.engine.stop()
+        state.grammars.close()
 
 
 if __name__ == "__main__":

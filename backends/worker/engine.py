@@ -421,8 +421,16 @@ class Engine:
         rewritten by its next replay) and advance it."""
         raw = {i: logits[i].clone() for i, r in enumerate(batch) if r.request.logprobs}
         began = time.perf_counter()
-        self._masker.apply(logits, [r.matcher for r in batch])
+        stuck = self._masker.apply(logits, [r.matcher for r in batch])
         self.stats.grammar_seconds += time.perf_counter() - began
+        if stuck:  # ended alone: sampling their rows would fail the whole step, every request of the batch with it
+            for row in stuck:
+                self._finish(batch[row], Finish("abort", message="the grammar allows no next token"))
+            live = [row for row in range(len(batch)) if row not in stuck]
+            if not live:
+                return
+            raw = {new: raw[old] for new, old in enumerate(live) if old in raw}
+            logits, batch = logits[live], [batch[row] for row in live]
         for row, running in enumerate(batch):
             if running.generated < running.request.min_new_tokens and running.stop_ids:
                 _hold_stop_tokens(logits[row], list(running.stop_ids), running.matcher is not None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from backends.asgi import sse_frame
 from backends.checkpoint import Checkpoint
@@ -36,10 +36,12 @@ class WorkerBusy(Exception):
     RETRY_AFTER_S = 1
 
 
-def admit(state: WorkerState) -> None:
+def admit(state: WorkerState, starting: int = 0) -> None:
     """Raise WorkerBusy when no batch slot is free for a new request and `state.max_waiting` requests already
-    wait for one (not counting those on their way into a free one)."""
+    wait for one (not counting those on their way into a free one); `starting` requests admitted but not yet
+    submitted (their grammars compiling) wait as much as the engine's."""
     load, slots = state.engine.load(), state.engine.max_batch
+    load = replace(load, waiting=load.waiting + starting)
     if not load.has_room(slots, state.max_waiting):
         raise WorkerBusy(f"the worker is overloaded: {load.queued(slots)} requests wait for a batch slot")
 

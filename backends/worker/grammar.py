@@ -1,4 +1,5 @@
-"""Grammar-constrained decoding with xgrammar: compile (cached), then mask a batch of logits each step."""
+"""Grammar-constrained decoding with xgrammar: compile (cached; under a CPU-time budget in a child process), then
+mask a batch of logits each step."""
 
 from __future__ import annotations
 
@@ -10,10 +11,30 @@ from dataclasses import dataclass
 import torch
 import xgrammar as xgr
 
-from backends.base import GrammarKind
+from backends.base import Grammar, GrammarKind
 from backends.xgrammar_compile import GrammarError, compile_grammar, tokenizer_info
+from gateway.errors import APIError
+from gateway.grammars.compile_pool import Cancelled, CompilePool, OverBudget
+from gateway.grammars.compile_process import grammar_key
 
-__all__ = ["BatchMasker", "GrammarCache", "GrammarError", "GrammarStats", "tokenizer_info"]
+__all__ = [
+    "BatchMasker",
+    "Cancelled",
+    "CompilerFailed",
+    "GrammarCache",
+    "GrammarError",
+    "GrammarStats",
+    "GrammarTooComplex",
+    "tokenizer_info",
+]
+
+
+class GrammarTooComplex(GrammarError):
+    """The grammar costs more CPU time to compile than the worker's budget."""
+
+
+class CompilerFailed(Exception):
+    """The compile child died or stuck, or the worker is shutting down: the client may try again."""
 
 
 @dataclass
@@ -25,36 +46,97 @@ class GrammarStats:
     compile_seconds: float = 0.0
 
 
-class GrammarCache:
-    """Compiles grammars, keeping the most recently used compiled ones by their exact text."""
+CACHED_BYTES = 256 * 1024 * 1024
+"""What the compiled grammars kept may weigh together (xgrammar's memory_size_bytes): one compiled within the
+budget can weigh tens of MB (an enum of 15,000 strings: 54 MB in 1.2 CPU-s), so a count alone bounds nothing."""
 
-    def __init__(self, info: xgr.TokenizerInfo, capacity: int = 128):
+
+class GrammarCache:
+    """Compiles grammars, keeping the most recently used compiled ones by their exact text (at most `capacity` of
+    them, `capacity_bytes` together, the newest always). With `budget_s` a miss is first compiled in a child process
+    (the gateway's compile pool) killed past that many CPU seconds: GrammarTooComplex, and a repeat of that grammar
+    is refused at once; once the child compiled it within the budget, it is compiled here (the compiled grammar
+    cannot travel: its JSON can be hundreds of times its size). Without a budget it compiles here only."""
+
+    def __init__(
+        self,
+        info: xgr.TokenizerInfo,
+        capacity: int = 128,
+        budget_s: float | None = None,
+        capacity_bytes: int = CACHED_BYTES,
+    ):
         self.stats = GrammarStats()
         self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)
-        self._compiled: OrderedDict[tuple[str, str], xgr.CompiledGrammar] = OrderedDict()
+        self._pool = None if budget_s is None else CompilePool(_given, lambda: info, budget_s)
+        self._compiled: OrderedDict[tuple[str, str], tuple[xgr.CompiledGrammar, int]] = OrderedDict()
         self._capacity = capacity
+        self._capacity_bytes = capacity_bytes
+        self._bytes = 0
         self._lock = threading.Lock()
 
-    def compile(self, kind: GrammarKind, text: str) -> xgr.CompiledGrammar:
-        """The compiled grammar for `text`; raises GrammarError with xgrammar's reason."""
+    def compile(self, kind: GrammarKind, text: str, cancel: threading.Event | None = None) -> xgr.CompiledGrammar:
+        """The compiled grammar for `text`; blocking. GrammarError with xgrammar's reason, GrammarTooComplex past the
+        budget, Cancelled once `cancel` is set during a budgeted compile, CompilerFailed when the child failed."""
         key = (kind, text)
         with self._lock:
             if key in self._compiled:
                 self._compiled.move_to_end(key)
                 self.stats.hits += 1
-                return self._compiled[key]
+                return self._compiled[key][0]
         started = time.perf_counter()
         try:
+            if self._pool is not None:
+                self._check_in_child(Grammar(kind, text), cancel)
             compiled = compile_grammar(self._compiler, kind, text)
         finally:
             with self._lock:
                 self.stats.misses += 1
                 self.stats.compile_seconds += time.perf_counter() - started
-        with self._lock:
-            self._compiled[key] = compiled
-            while len(self._compiled) > self._capacity:
-                self._compiled.popitem(last=False)
+        self._keep(key, compiled)
         return compiled
+
+    def _keep(self, key: tuple[str, str], compiled: xgr.CompiledGrammar) -> None:
+        size = compiled.memory_size_bytes
+        with self._lock:
+            if key in self._compiled:  # compiled meanwhile by another request
+                return
+            self._compiled[key] = (compiled, size)
+            self._bytes += size
+            while len(self._compiled) > 1 and (
+                len(self._compiled) > self._capacity or self._bytes > self._capacity_bytes
+            ):
+                self._bytes -= self._compiled.popitem(last=False)[1][1]
+
+    def _check_in_child(self, grammar: Grammar, cancel: threading.Event | None) -> None:
+        """The grammar compiled in a child under the budget; raises when it is over it, uncompilable or cancelled."""
+        pool = self._pool
+        try:
+            reply, _ = pool._job(grammar, cancel=cancel)
+        except OverBudget as over:
+            pool._remember_over_budget(over.key or grammar_key(grammar))
+            raise self._too_complex(grammar) from None
+        except APIError as exc:
+            raise CompilerFailed(exc.message) from None
+        if reply[0] == "over_budget":
+            raise self._too_complex(grammar)
+        if reply[0] == "uncompilable":
+            raise GrammarError(reply[2])
+
+    def _too_complex(self, grammar: Grammar) -> GrammarTooComplex:
+        return GrammarTooComplex(
+            f"the {grammar.kind} costs more than this worker's grammar compile budget of {self._pool.seconds:g} s "
+            "of CPU; simplify it (large enums, nested anyOf, long repetitions)"
+        )
+
+    def close(self) -> None:
+        """Kill the compile children, if any."""
+        if self._pool is not None:
+            self._pool.close()
+
+
+def _given(grammar: Grammar) -> Grammar:
+    """The compile child's build step: the worker's grammars come built."""
+    return grammar
 
 
 class BatchMasker:
@@ -64,12 +146,16 @@ class BatchMasker:
         self._bitmask = xgr.allocate_token_bitmask(max_rows, vocab_size)
         self._vocab_size = vocab_size
 
-    def apply(self, logits: torch.Tensor, matchers: list[xgr.GrammarMatcher | None]) -> None:
-        """Mask row i of `logits` (n, V) to what matchers[i] allows; None rows are left as they are."""
+    def apply(self, logits: torch.Tensor, matchers: list[xgr.GrammarMatcher | None]) -> list[int]:
+        """Mask row i of `logits` (n, V) to what matchers[i] allows; None rows are left as they are. The rows whose
+        grammar allows no token at all (one that can neither go on nor end, such as `root ::= root`): nothing there
+        can be sampled (an all -inf row: NaN probabilities)."""
         rows = [i for i, m in enumerate(matchers) if m is not None]
         if not rows:
-            return
+            return []
         for i in rows:
             matchers[i].fill_next_token_bitmask(self._bitmask, i)
         bitmask = self._bitmask if logits.device.type == "cpu" else self._bitmask.to(logits.device, non_blocking=True)
         xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self._vocab_size, indices=rows)
+        allowed = logits[rows].isfinite().any(dim=-1).tolist()
+        return [i for i, some in zip(rows, allowed) if not some]

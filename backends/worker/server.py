@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -15,9 +16,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from backends.asgi import DONE_FRAME, json_response, wait_for_disconnect
+from backends.base import Grammar
 from backends.worker.engine import EngineEvent, EngineRequest, Finish
 from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
-from backends.worker.grammar import GrammarError
+from backends.worker.grammar import Cancelled, CompilerFailed, GrammarError
 from backends.worker.handoff import LoopMailbox
 from backends.worker.protocol import ProtocolError, parse_generate, request_json
 from backends.worker.vllm_api import vllm_routes
@@ -40,17 +42,36 @@ def build_app(state: WorkerState) -> Starlette:
     active: dict[str, Generation] = {}
     mailboxes: dict[asyncio.AbstractEventLoop, LoopMailbox] = {}
 
-    async def start(generation: Generation) -> None:
-        """Compile the grammar, then hand the call to the engine; raises ProtocolError or GrammarError."""
+    async def compile_unless_left(grammar: Grammar, disconnected: asyncio.Future) -> Any:
+        """The compiled grammar; Cancelled once the client has gone (a budgeted compile's child is killed then, an
+        unbudgeted one runs on to its end and is cached), WorkerBusy when the compiler failed."""
+        cancel = threading.Event()
+        compiling = asyncio.ensure_future(asyncio.to_thread(state.grammars.compile, grammar.kind, grammar.text, cancel))
+        try:
+            await asyncio.wait({compiling, disconnected}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # the client gone, or this task cancelled (the server stopping): the compile is not waited for
+            if not compiling.done():
+                cancel.set()
+                compiling.add_done_callback(lambda done: done.exception())  # no one reads its outcome
+        if not compiling.done():
+            raise Cancelled
+        try:
+            return compiling.result()
+        except CompilerFailed as exc:
+            raise WorkerBusy(str(exc)) from None
+
+    async def start(generation: Generation, disconnected: asyncio.Future) -> None:
+        """Compile the grammar (unless the client leaves meanwhile: Cancelled), then hand the call to the engine;
+        raises ProtocolError, GrammarError or WorkerBusy."""
         call = generation.call
         if call.rid in active:
             raise ProtocolError(f"a request with rid {call.rid!r} is already running")
-        admit(state)
+        admit(state, starting=sum(not g.submitted for g in active.values()))
         grammar = None
         active[call.rid] = generation  # taken before the compile: a request with the same rid meanwhile is refused
         try:
             if call.grammar is not None:
-                grammar = await asyncio.to_thread(state.grammars.compile, call.grammar.kind, call.grammar.text)
+                grammar = await compile_unless_left(call.grammar, disconnected)
         except BaseException:
             del active[call.rid]
             raise
@@ -86,16 +107,25 @@ def build_app(state: WorkerState) -> Starlette:
                 encode=lambda _: text_ids,
             )
             generation = Generation(call, state)
-            await start(generation)
         except ProtocolError as exc:
             return _error(str(exc), exc.status)
-        except GrammarError as exc:
-            return _error(str(exc))
-        except WorkerBusy as exc:
-            return busy(str(exc))
+        disconnected = watch_client(request)
+        try:
+            await start(generation, disconnected)
+        except BaseException as exc:
+            disconnected.cancel()
+            if isinstance(exc, ProtocolError):
+                return _error(str(exc), exc.status)
+            if isinstance(exc, GrammarError):
+                return _error(str(exc))
+            if isinstance(exc, WorkerBusy):
+                return busy(str(exc))
+            if isinstance(exc, Cancelled):
+                return _error("client disconnected", 499)
+            raise
         if call.stream:
-            return _EventStream(generation, lambda: _release(generation))
-        return await _collect(generation, request)
+            return _EventStream(generation, lambda: _release(generation), disconnected)
+        return await _collect(generation, disconnected)
 
     async def encoded_text(body: Any) -> list[int] | None:
         """The ids of a body's `text` prompt, encoded on a thread by tokenizers' batch call, which releases the GIL
@@ -107,8 +137,7 @@ def build_app(state: WorkerState) -> Starlette:
         encodings = await asyncio.to_thread(tokenizer.encode_batch_fast, [text], add_special_tokens=False)
         return encodings[0].ids
 
-    async def _collect(generation: Generation, request: Request) -> Response:
-        disconnected = asyncio.ensure_future(wait_for_disconnect(request.receive))
+    async def _collect(generation: Generation, disconnected: asyncio.Future) -> Response:
         text, ids, payload = [], [], {}
         try:
             while not generation.done:
@@ -145,10 +174,18 @@ def build_app(state: WorkerState) -> Starlette:
             body = await request_json(request)
         except ProtocolError as exc:
             return _error(str(exc), exc.status)
-        rid = body.get("rid") if isinstance(body, dict) else None
-        if not isinstance(rid, str):
-            return _error('abort_request needs {"rid": str}')
-        abort(rid, "aborted by request")
+        if not isinstance(body, dict):
+            return _error('abort_request needs {"rid": str} or {"abort_all": true}')
+        rid, abort_all = body.get("rid"), body.get("abort_all", False)
+        if not isinstance(abort_all, bool):
+            return _error("abort_all must be a boolean")
+        if abort_all:  # SGLang's AbortReq: every request in flight
+            for running in list(active):
+                abort(running, "aborted by request")
+        elif isinstance(rid, str):
+            abort(rid, "aborted by request")
+        else:
+            return _error('abort_request needs {"rid": str} or {"abort_all": true}')
         return Response(status_code=200)
 
     async def health(_: Request) -> Response:
@@ -200,23 +237,31 @@ def build_app(state: WorkerState) -> Starlette:
             Route("/health", health, methods=["GET"]),
             Route("/get_model_info", model_info, methods=["GET"]),
             Route("/get_server_info", server_info, methods=["GET"]),
-            *vllm_routes(state, start, lambda g: _EventStream(g, lambda: _release(g))),
+            *vllm_routes(state, start, lambda g, watch: _EventStream(g, lambda: _release(g), watch), watch_client),
         ]
     )
 
 
-class _EventStream(Response):
-    """SSE of one generation that notices a client going away and always runs `release`."""
+def watch_client(request: Request) -> asyncio.Future:
+    """A future done once the client has gone away: one watcher from the request's start (its grammar compile) to
+    its answer's end, whose owner cancels it."""
+    return asyncio.ensure_future(wait_for_disconnect(request.receive))
 
-    def __init__(self, generation: Generation, release: Callable[[], None]):
+
+class _EventStream(Response):
+    """SSE of one generation that notices a client going away (`disconnected`, which it cancels at its end) and
+    always runs `release`."""
+
+    def __init__(self, generation: Generation, release: Callable[[], None], disconnected: asyncio.Future):
         self.status_code = 200
         self.raw_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
         self.background = None
         self.generation = generation
         self.release = release
+        self.disconnected = disconnected
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        disconnected = asyncio.ensure_future(wait_for_disconnect(receive))
+        disconnected = self.disconnected
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             generation = self.generation

@@ -8,6 +8,7 @@ exist for `backends.vllm.VLLMBackend`, which always streams.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import uuid
@@ -25,7 +26,7 @@ from backends.asgi import json_response, sse_frame
 from backends.json_types import as_integer
 from backends.worker.engine import EngineEvent, Finish
 from backends.worker.generations import Generation, WorkerBusy, WorkerState
-from backends.worker.grammar import GrammarError
+from backends.worker.grammar import Cancelled, GrammarError
 from backends.worker.protocol import (
     MAX_TOP_LOGPROBS,
     GenerateCall,
@@ -37,8 +38,9 @@ from backends.worker.protocol import (
 )
 from backends.worker.sampling import TokenChoice
 
-Start = Callable[[Generation], Awaitable[None]]
-Stream = Callable[[Generation], Response]
+Start = Callable[[Generation, asyncio.Future], Awaitable[None]]
+Stream = Callable[[Generation, asyncio.Future], Response]
+Watch = Callable[[Request], asyncio.Future]
 
 # vLLM sampling names this worker implements -> the SGLang name parse_generate validates.
 _SAMPLING = {
@@ -274,8 +276,8 @@ def _error(message: str, status: int = 400, kind: str = "BadRequestError") -> Re
     return json_response(error_body(message, status, kind), status)
 
 
-def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]:
-    """The vLLM endpoints, submitting through `start` and answering with `stream(generation)`."""
+def vllm_routes(state: WorkerState, start: Start, stream: Stream, watch: Watch) -> list[Route]:
+    """The vLLM endpoints, submitting through `start` and answering with `stream`, both given the client's watch."""
     model = state.model_path
 
     async def serve(request: Request, parse: Callable[[Any, WorkerState], VLLMGeneration]) -> Response:
@@ -287,15 +289,21 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream) -> list[Route]
             return _error(
                 f"The model `{generation.options.model}` does not exist. Valid aliases: {model}.", 404, "NotFoundError"
             )
+        disconnected = watch(request)
         try:
-            await start(generation)
-        except (ProtocolError, GrammarError) as exc:
-            return _error(str(exc))
-        except WorkerBusy as exc:
-            response = _error(str(exc), 503, "ServiceUnavailableError")
-            response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
-            return response
-        return stream(generation)
+            await start(generation, disconnected)
+        except BaseException as exc:
+            disconnected.cancel()
+            if isinstance(exc, ProtocolError | GrammarError):
+                return _error(str(exc))
+            if isinstance(exc, WorkerBusy):
+                response = _error(str(exc), 503, "ServiceUnavailableError")
+                response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
+                return response
+            if isinstance(exc, Cancelled):
+                return _error("client disconnected", 499, "ClientDisconnected")
+            raise
+        return stream(generation, disconnected)
 
     async def completions(request: Request) -> Response:
         return await serve(request, parse_completion)

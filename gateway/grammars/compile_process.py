@@ -1,14 +1,18 @@
 """A child process that builds and compiles one model's grammars, so that a compile over its budget can be killed.
 
 xgrammar's compiler is C++ and cannot be interrupted: a thread running it would keep burning a core after the
-request was refused. The child is a fork of the gateway (it holds the model's family and xgrammar's view of the
-vocabulary without loading them again) that serves one job at a time over a socket pair:
+request was refused. The child is a fork of its server (the gateway, or the bundled worker: it holds the grammar
+builder and xgrammar's view of the vocabulary without loading them again) that serves one job at a time over a
+socket pair:
 
-    parent → (chat, prompt)       child builds the family's grammar
+    parent → job arguments        child builds the grammar: build(*job), the family's for the gateway's (chat, prompt)
     child  → ("none",) | ("invalid", message, param) | ("too_deep",) | ("failed", traceback) | ("known", grammar)
              | ("built", key)
     parent → True (compile) | False (skip: the parent knows the key is over budget)
     child  → ("compiled", grammar, seconds) | ("uncompilable", grammar, message)
+
+The compiled grammar itself stays in the child: its JSON serialization can be hundreds of times its size (eight
+nested anyOf levels: 3.6 MB compiled, 377 MB of JSON; ten levels ran out of memory).
 
 Its CPU time is read from /proc while it works; the parent kills it past the budget.
 """
@@ -29,9 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
 from backends.xgrammar_compile import GrammarError, compile_grammar
-from gateway.families.base import Family
 from gateway.grammars.json import SchemaGrammarError
-from gateway.types import ChatRequest
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -48,10 +50,10 @@ def grammar_key(grammar: Grammar) -> str:
 class CompileProcess:
     """One forked child serving build-and-compile jobs; `kill()` ends it at once, whatever it is doing."""
 
-    def __init__(self, family: Family, info: xgr.TokenizerInfo):
+    def __init__(self, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo):
         ours, theirs = multiprocessing.Pipe()
         context = multiprocessing.get_context("fork")
-        self._process = context.Process(target=_serve, args=(theirs, ours, family, info), daemon=True)
+        self._process = context.Process(target=_serve, args=(theirs, ours, build, info), daemon=True)
         self._process.start()
         theirs.close()
         self.connection = ours
@@ -75,7 +77,9 @@ class CompileProcess:
         self.connection.close()
 
 
-def _serve(connection: Connection, parents_end: Connection, family: Family, info: xgr.TokenizerInfo) -> None:
+def _serve(
+    connection: Connection, parents_end: Connection, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo
+) -> None:
     """The child: answer jobs until the parent closes its end."""
     import xgrammar as xgr  # already loaded: the parent imported it to build `info`
 
@@ -85,22 +89,21 @@ def _serve(connection: Connection, parents_end: Connection, family: Family, info
     known: OrderedDict[str, None] = OrderedDict()
     while True:
         try:
-            chat, prompt = connection.recv()
+            job = connection.recv()
         except (EOFError, OSError):
             return
-        connection.send(_job(connection, compiler, known, family.grammar, chat, prompt))
+        connection.send(_job(connection, compiler, known, build, *job))
 
 
 def _job(
     connection: Connection,
     compiler: xgr.GrammarCompiler,
     known: OrderedDict[str, None],
-    build: Callable[[ChatRequest, str], Grammar | None],
-    chat: ChatRequest,
-    prompt: str,
+    build: Callable[..., Grammar | None],
+    *job: Any,
 ) -> tuple[Any, ...]:
     try:
-        grammar = build(chat, prompt)
+        grammar = build(*job)
     except SchemaGrammarError as e:
         return ("invalid", str(e), e.param)
     except RecursionError:  # a builder recursing past Python's limit: the schema, not this child, is at fault

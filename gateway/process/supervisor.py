@@ -50,7 +50,10 @@ class WorkerSpec(WorkerOptions):
         return cls(checkpoint=checkpoint, **{f.name: getattr(options, f.name) for f in fields(WorkerOptions)})
 
     def argv(self) -> list[str]:
+        # every grammar the gateway sends was built and compiled under its own budget (or none, as configured): the
+        # worker's check would compile it a second time, and refuse one near the budget by noise
         args = [sys.executable, "-m", "backends.worker", "--host", "127.0.0.1", "--port", "0"]
+        args += ["--grammar-compile-budget", "0"]
         if self.checkpoint is not None:
             args += ["--model", str(self.checkpoint)]
         for option in fields(WorkerOptions):

@@ -132,7 +132,7 @@ def test_a_config_backend_becomes_the_worker_flags(tmp_path):
     )
     argv = WorkerSpec.of(Path("/m.gguf"), backend).argv()
     assert argv[argv.index("backends.worker") + 1 :] == [
-        "--host", "127.0.0.1", "--port", "0", "--model", "/m.gguf",
+        "--host", "127.0.0.1", "--port", "0", "--grammar-compile-budget", "0", "--model", "/m.gguf",
         "--threads", "2", "--max-batch", "4", "--weights-dtype", "bf16", "--context-length", "512",
         "--cuda-graphs", "off",
     ]  # fmt: skip

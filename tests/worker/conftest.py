@@ -7,6 +7,7 @@ import queue
 
 import pytest
 import torch
+import xgrammar as xgr
 
 from backends.base import SamplingParams
 from backends.checkpoint import Checkpoint, load_checkpoint
@@ -52,8 +53,13 @@ def engine(checkpoint, weights):
 
 
 @pytest.fixture(scope="session")
-def grammars(checkpoint, model) -> GrammarCache:
-    return GrammarCache(tokenizer_info(checkpoint, model.vocab_size))
+def vocabulary_info(checkpoint, model) -> xgr.TokenizerInfo:
+    return tokenizer_info(checkpoint, model.vocab_size)
+
+
+@pytest.fixture(scope="session")
+def grammars(vocabulary_info) -> GrammarCache:
+    return GrammarCache(vocabulary_info)
 
 
 class Collector:

@@ -11,7 +11,7 @@ import pytest
 
 from backends.worker.__main__ import parse_args
 from backends.worker.engine import EngineEvent, EngineLoad, EngineRequest, SamplingParams
-from backends.worker.grammar import GrammarError
+from backends.worker.grammar import GrammarCache, GrammarError
 
 from .conftest import SLOTS, chat_ids, prompt_ids, submit
 
@@ -131,6 +131,22 @@ def test_a_grammar_ending_before_min_new_tokens_ends_the_output(engine, checkpoi
     assert results["beside"][1].finish.type == "length" and len(results["beside"][0]) == 6
 
 
+def test_a_grammar_that_allows_no_token_ends_its_request_alone(engine, checkpoint, grammars):
+    """A grammar can compile and still allow no token after a point (here after "ab": `dead` can neither go on nor
+    end). Its all -inf row failed the whole step when sampled (NaN probabilities), aborting every request beside it;
+    now it ends alone with an abort, from a decode step it shares with the request beside it."""
+    dead = grammars.compile("ebnf", 'root ::= "ab" dead\ndead ::= dead')
+    prompt = chat_ids(checkpoint, "Say ab.")
+    beside = submit(engine, "dead-beside", prompt, max_new_tokens=24, ignore_eos=True)
+    beside.next()  # running: its decode steps go on while the other request prefills and decodes
+    stuck = submit(engine, "dead-grammar", prompt, max_new_tokens=8, temperature=0.7, seed=1, grammar=dead)
+    ids, event = stuck.wait()
+    assert checkpoint.tokenizer.decode(ids) == "ab"
+    assert (event.finish.type, event.finish.message, event.error) == ("abort", "the grammar allows no next token", None)
+    ids, event = beside.wait()
+    assert event.finish.type == "length" and event.error is None and len(ids) == 23  # the first was taken above
+
+
 def test_grammar_cache_and_errors(grammars):
     assert grammars.compile("regex", "[a-z]+") is grammars.compile("regex", "[a-z]+")
     for kind, text in [
@@ -141,6 +157,17 @@ def test_grammar_cache_and_errors(grammars):
     ]:
         with pytest.raises(GrammarError):
             grammars.compile(kind, text)
+
+
+def test_the_grammar_cache_is_bounded_by_the_bytes_it_keeps(vocabulary_info):
+    """A grammar compiled within the budget can weigh tens of MB (an enum of 15,000 strings: 54 MB): the cache
+    counts xgrammar's memory_size_bytes, and always keeps the newest grammar."""
+    cache = GrammarCache(vocabulary_info, capacity_bytes=1)
+    first = cache.compile("regex", "[a-z]+")
+    assert first.memory_size_bytes > 1 and cache.compile("regex", "[a-z]+") is first
+    cache.compile("regex", "[0-9]+")
+    assert cache.compile("regex", "[a-z]+") is not first  # the second pushed it out: compiled again
+    assert (cache.stats.hits, cache.stats.misses) == (1, 3)
 
 
 def test_abort_frees_the_slot(engine, checkpoint):

@@ -9,13 +9,17 @@ import pytest
 from backends.worker import __main__ as worker_main
 
 
+@pytest.mark.parametrize("flag", ["--drain-timeout", "--grammar-compile-budget"])
 @pytest.mark.parametrize("value", ["-1", "nan", "inf", "x"])
-def test_a_drain_timeout_that_is_no_duration_is_refused_at_start_up(value, capsys):
+def test_a_duration_flag_that_is_no_duration_is_refused_at_start_up(flag, value, capsys):
     with pytest.raises(SystemExit) as exit:
-        worker_main.parse_args(["--drain-timeout", value])
-    assert (
-        exit.value.code == 2 and "argument --drain-timeout: must be a number of seconds >= 0" in capsys.readouterr().err
-    )
+        worker_main.parse_args([flag, value])
+    assert exit.value.code == 2 and f"argument {flag}: must be a number of seconds >= 0" in capsys.readouterr().err
+
+
+def test_the_grammar_compile_budget_defaults_to_the_gateways():
+    assert worker_main.parse_args([]).grammar_compile_budget == 2.0
+    assert worker_main.parse_args(["--grammar-compile-budget", "0"]).grammar_compile_budget == 0
 
 
 def test_the_drain_timeout_reaches_serve(monkeypatch):
@@ -25,11 +29,14 @@ def test_the_drain_timeout_reaches_serve(monkeypatch):
     async def serve(state, host: str, port: int, drain_timeout: float = 2.0) -> None:
         served.append((host, port, drain_timeout))
 
-    state = SimpleNamespace(engine=SimpleNamespace(stop=lambda: stopped.append(True)))
+    state = SimpleNamespace(
+        engine=SimpleNamespace(stop=lambda: stopped.append(True)),
+        grammars=SimpleNamespace(close=lambda: stopped.append("grammars")),
+    )
     monkeypatch.setattr(worker_main, "serve", serve)
     monkeypatch.setattr(worker_main, "build_state", lambda args: state)
     monkeypatch.setattr(worker_main, "refuse_unsupported_dtype", lambda args: None)
     monkeypatch.setattr(worker_main.torch, "set_num_threads", lambda n: None)
     monkeypatch.setattr(worker_main.gc, "freeze", lambda: None)
     worker_main.main(["--port", "22900", "--drain-timeout", "7.5"])
-    assert (served, stopped) == ([("127.0.0.1", 22900, 7.5)], [True])
+    assert (served, stopped) == ([("127.0.0.1", 22900, 7.5)], [True, "grammars"])  # the compile children too

@@ -1,0 +1,167 @@
+"""Compile children under a CPU-time budget per job: the gateway's compile budget (budget.py) and the bundled
+worker's grammars (backends/worker/grammar.py) both run their grammars through one.
+
+A job goes to a free `CompileProcess` (forked on first use; waiting for a free one is not charged); past `seconds`
+of the child's CPU time for the job it is killed (OverBudget), as it is when the job's `cancel` event is set
+(Cancelled: the client went away). Grammars known to cost more than the budget are remembered by their key and
+refused at once (`("over_budget",)`), without a compile.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from backends.base import Grammar
+from gateway.errors import APIError
+from gateway.grammars.compile_process import CompileProcess
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
+
+PROCESSES = 2
+"""Children per pool: two requests' grammars compile at once; a third waits for one of them."""
+REMEMBERED_OVER_BUDGET = 1024
+WALL_FACTOR = 10.0
+"""A child that has not answered after WALL_FACTOR x the budget in wall time (at least 30 s) is stuck, not busy."""
+POLL_S = 0.01
+
+
+class OverBudget(Exception):
+    """A child's CPU time for one job ran past the budget (the child is killed); `key` names the grammar (None:
+    its build alone ran past)."""
+
+    def __init__(self, key: str | None):
+        super().__init__(key)
+        self.key = key
+
+
+class Cancelled(Exception):
+    """The job's cancel event was set while its child worked (the child is killed)."""
+
+
+class CompilePool:
+    """Children that build and compile grammars, each job under a CPU-time budget of `seconds`."""
+
+    def __init__(
+        self,
+        build: Callable[..., Grammar | None],
+        tokenizer_info: Callable[[], xgr.TokenizerInfo],
+        seconds: float,
+    ):
+        self.seconds = seconds
+        self._build = build
+        self._tokenizer_info = tokenizer_info
+        self._info: xgr.TokenizerInfo | None = None
+        self._idle: queue.Queue[CompileProcess | None] = queue.Queue()
+        for _ in range(PROCESSES):
+            self._idle.put(None)  # a free place; its child is forked on first use
+        self._over_budget: OrderedDict[str, None] = OrderedDict()
+        """Keys of grammars (and of whatever else a user remembers) known to cost more than the budget."""
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _job(self, *job: Any, cancel: threading.Event | None = None) -> tuple[tuple[Any, ...], float]:
+        """A free child's answer to one job (forked when needed) and the CPU seconds the job cost it; a child over
+        budget (OverBudget), cancelled (Cancelled), stuck or gone is killed."""
+        child = self._idle.get()
+        try:
+            if child is not None and not child.alive:  # killed from outside (its process group signalled)
+                child.kill()  # reaps it and closes our end of its pipe
+                child = None
+            if child is None:
+                child = self._fork()
+            started_cpu = child.cpu_seconds()
+            reply = self._run(child, job, started_cpu, cancel)
+            spent = child.cpu_seconds() - started_cpu
+        except BaseException:  # over budget, cancelled, stuck or gone: the child's state is unknown, so it goes
+            if child is not None:
+                child.kill()
+            self._idle.put(None)
+            raise
+        self._idle.put(child)
+        return reply, spent
+
+    def prepare(self) -> None:
+        """xgrammar's view of the vocabulary built now (importing xgrammar, ~1.5 s), not by the first fork."""
+        with self._lock:
+            if self._info is None:
+                self._info = self._tokenizer_info()
+
+    def _fork(self) -> CompileProcess:
+        with self._lock:
+            if self._closed:
+                raise APIError("the server is shutting down", status=503, type="server_error", retry_after=1)
+        self.prepare()
+        return CompileProcess(self._build, self._info)
+
+    def _run(
+        self, child: CompileProcess, job: tuple[Any, ...], started_cpu: float, cancel: threading.Event | None
+    ) -> tuple[Any, ...]:
+        """The child's answer to one job; OverBudget when its CPU time runs past the budget."""
+        started = time.monotonic()
+        child.connection.send(job)
+        reply = self._reply(child, started_cpu, started, cancel)
+        if reply is not None and reply[0] == "built":
+            key = reply[1]
+            if self._known_over_budget(key):
+                child.connection.send(False)
+                self._reply(child, started_cpu, started, cancel)  # ("skipped",)
+                return ("over_budget",)
+            child.connection.send(True)
+            reply = self._reply(child, started_cpu, started, cancel)
+            if reply is None:
+                raise OverBudget(key)
+        if reply is None:  # the build alone ran past the budget
+            raise OverBudget(None)
+        return reply
+
+    def _reply(
+        self, child: CompileProcess, started_cpu: float, started: float, cancel: threading.Event | None
+    ) -> tuple[Any, ...] | None:
+        """The child's next message; None once its CPU time for this job is past the budget."""
+        wall_limit = max(30.0, WALL_FACTOR * self.seconds)
+        while not child.connection.poll(POLL_S):
+            if cancel is not None and cancel.is_set():
+                raise Cancelled
+            if child.cpu_seconds() - started_cpu > self.seconds:
+                return None
+            if time.monotonic() - started > wall_limit or not child.alive:
+                raise _compiler_failed()
+        try:
+            return child.connection.recv()
+        except EOFError:  # the child died with its answer unsent (killed from outside, or xgrammar crashed)
+            raise _compiler_failed() from None
+
+    def _known_over_budget(self, key: str) -> bool:
+        with self._lock:
+            if key in self._over_budget:
+                self._over_budget.move_to_end(key)
+                return True
+            return False
+
+    def _remember_over_budget(self, key: str) -> None:
+        with self._lock:
+            self._over_budget[key] = None
+            while len(self._over_budget) > REMEMBERED_OVER_BUDGET:
+                self._over_budget.popitem(last=False)
+
+    def close(self) -> None:
+        """Kill the idle children (a busy one is killed when its job returns)."""
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                child = self._idle.get_nowait()
+            except queue.Empty:
+                return
+            if child is not None:
+                child.kill()
+
+
+def _compiler_failed() -> APIError:
+    return APIError("the grammar compiler failed; try again", status=503, type="server_error", retry_after=1)
