@@ -68,6 +68,12 @@ class Fields:
             return None
         return self._given(key)[1]
 
+    def given(self, keys: tuple[str, ...]) -> list[str]:
+        """Those of the optional `keys` the body gives a value (not null), in their order: a read of any other
+        returns its default at once, so a caller may read these alone."""
+        value = self.value
+        return [key for key in keys if value.get(key) is not None]
+
     def has(self, key: str) -> bool:
         self.decl.field(key)
         return self.value.get(key) is not None
@@ -295,6 +301,7 @@ SETTINGS: dict[str, Field] = {
     "include_stop_str_in_output": boolean(False, "vLLM's: the matched stop string ends the output, kept."),
 }
 """The generation settings a chat or completions body declares."""
+_REFUSED_SETTINGS = ("logit_bias", *VLLM_REFUSED)
 
 
 def parse_model(fields: Fields) -> str:
@@ -303,7 +310,7 @@ def parse_model(fields: Fields) -> str:
 
 def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> GenerationSettings:
     """The generation settings of a chat or completions body (logprobs are read by the caller)."""
-    for key in ("logit_bias", *VLLM_REFUSED):
+    for key in fields.given(_REFUSED_SETTINGS):
         fields.refuse(key)
     fields.string("user")  # typed, though not used
     max_tokens = None
