@@ -499,3 +499,19 @@ def test_the_keys_read_only_when_given_are_declared_and_optional():
         assert not CHAT_FIELDS[key].required, key
     for key in (*_REFUSED, *_REFUSED_SETTINGS):
         assert CHAT_FIELDS[key].refused, key
+
+
+@pytest.mark.parametrize("decl", ["chat", "completion"])
+def test_settings_read_only_when_given_default_to_what_their_read_gives(decl):
+    """`parse_settings` reads these only when the body gives them: the GenerationSettings default each keeps is what
+    reading it absent (or null) gives, for both bodies that declare it."""
+    from gateway.validation.chat import CHAT
+    from gateway.validation.completions import COMPLETION
+    from gateway.validation.fields import _PLAIN_SETTINGS, GenerationSettings
+
+    defaults = GenerationSettings()
+    for body in ({}, dict.fromkeys(_PLAIN_SETTINGS)):
+        fields = Fields(body, CHAT if decl == "chat" else COMPLETION)
+        for key, read in _PLAIN_SETTINGS.items():
+            assert read(fields, key) == getattr(defaults, key), key
+            assert type(read(fields, key)) is type(getattr(defaults, key)), key
