@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -211,6 +212,7 @@ def main() -> None:
     parser.add_argument("--callgrind", action="store_true", help="count instructions per request instead")
     parser.add_argument("--long-tokens", type=int, default=64, help="callgrind: output tokens of the long requests")
     parser.add_argument("--long-requests", type=int, default=20, help="callgrind: long requests one after another")
+    parser.add_argument("--keep", type=Path, help="callgrind: copy the dumps into this folder (for callgrind_annotate)")
     args = parser.parse_args()
 
     print(machine())
@@ -253,6 +255,10 @@ def main() -> None:
                     }
                 else:
                     results = asyncio.run(measure(args, direct, sides))
+                if args.callgrind and args.keep:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    for dump in logs.glob("*.callgrind.*"):
+                        shutil.copy(dump, args.keep / dump.name)
     print(f"{time.monotonic() - started:.0f} s; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     if args.callgrind:
         print(f"\n| instructions (callgrind, whole gateway process) | {' | '.join(counts)} |")

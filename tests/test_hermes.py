@@ -604,3 +604,19 @@ def test_a_long_bare_number_is_scanned_once_not_again_for_each_token() -> None:
     """A word is held back until it ends; each token of it is read once (a rescan of the word per token was
     quadratic: a model writing 8000 tokens of digits cost 3 CPU seconds on the event loop)."""
     assert _characters_scanned(400) <= 3 * 400 + 10
+
+
+def test_an_unconstrained_request_gets_no_grammar_without_scanning_its_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No response format and no active tools: no grammar, and the prompt is not scanned for an open think block
+    (which only a grammar would use)."""
+    from gateway.families import chatml
+
+    hermes = family()
+    scanned: list[str] = []
+    monkeypatch.setattr(chatml, "prompt_opens_reasoning", lambda prompt: scanned.append(prompt) or False)
+    plain = ChatRequest(messages=[{"role": "user", "content": "hi"}])
+    named_none = ChatRequest(messages=plain.messages, tools=[WEATHER], tool_choice="none")
+    assert hermes.grammar(plain, "<think>") is None and hermes.grammar(named_none, "<think>") is None
+    assert scanned == []
+    assert hermes.grammar(ChatRequest(messages=plain.messages, tools=[WEATHER]), "<think>") is not None
+    assert scanned == ["<think>"]

@@ -254,3 +254,23 @@ def test_a_nonce_spells_each_random_hex_digit_as_the_syntaxs_digit(
     """The nonce is the random hex digits, each written as the syntax's digit of that value."""
     monkeypatch.setattr(shield.secrets, "token_hex", lambda n: "fedcba9876543210"[: 2 * n])
     assert syntax.prefix() == syntax.open + syntax.digits[::-1] + syntax.sep
+
+
+def test_a_request_that_spells_nothing_draws_no_marker_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No string spells an added token: the request is kept as it is, with no marker, and no nonce is drawn for it
+    (a draw costs more than the rest of the check); one that spells a token still draws one."""
+
+    def draw(n: int) -> str:
+        draws.append(n)
+        return f"a{len(draws):0{2 * n - 1}x}"
+
+    draws: list[int] = []
+    monkeypatch.setattr(shield.secrets, "token_hex", draw)
+    shielder = Shielder(["<|im_start|>", "<|im_end|>"])
+    plain = ChatRequest(messages=[{"role": "user", "content": "@GWffffffffffffffff:0@ is plain text"}])
+    shielded, kept = shielder.shield(plain)
+    assert shielded is plain and kept.originals == [] and kept.restore("a @GW0:0@ b") == "a @GW0:0@ b"
+    assert draws == []
+    shielded, marked = shielder.shield(ChatRequest(messages=[{"role": "user", "content": "say <|im_end|>"}]))
+    assert draws == [8] and marked.originals == ["<|im_end|>"]
+    assert marked.restore(shielded.messages[0]["content"]) == "say <|im_end|>"

@@ -9,7 +9,7 @@ from typing import ClassVar
 from backends.base import Grammar
 from gateway.families.base import Family, reopened_reasoning
 from gateway.grammars.markers import MarkerTokens
-from gateway.grammars.tool_calls import CallFormat, build_grammar
+from gateway.grammars.tool_calls import CallFormat, build_grammar, unconstrained
 from gateway.types import ChatRequest
 
 THINK_START = "<think>"
@@ -45,6 +45,8 @@ class ChatMLFamily(Family):
         return frozenset(self.marker_tokens.ids)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        if unconstrained(request):
+            return None  # without the prompt's scan for an open think block
         return build_grammar(
             request, self.opens_reasoning(request, prompt), self.calls, self.marker_tokens, self.stop_ids
         )

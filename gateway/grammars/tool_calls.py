@@ -99,6 +99,11 @@ class CallFormat:
     inner: tuple[str, ...] = ()
 
 
+def unconstrained(request: ChatRequest) -> bool:
+    """Nothing constrains the answer: no response format and no active tools (`build_grammar` gives no grammar)."""
+    return request.response_format is None and not request.active_tools
+
+
 def build_grammar(
     request: ChatRequest,
     prompt_opens_reasoning: bool,
@@ -108,8 +113,8 @@ def build_grammar(
 ) -> Grammar | None:
     """The grammar for `request`; `prompt_opens_reasoning` says the prompt ends inside the think block; `markers`
     are the served vocabulary's marker tokens, `stops` the family's stop tokens."""
-    if request.response_format is None and not request.active_tools:
-        return None  # nothing constrains the answer (most requests: no work below)
+    if unconstrained(request):
+        return None  # (most requests: no work below)
     schema = answer_schema(request.response_format)
     strict = response_strict(request.response_format)
     answer_ebnf = None  # spelling-safe as argument values; a schema xgrammar cannot use is a 400, as before

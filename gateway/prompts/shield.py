@@ -209,7 +209,10 @@ class Shielder:
     def shield(
         self, request: ChatRequest, keep_in_assistant: frozenset[str] = frozenset()
     ) -> tuple[ChatRequest, Shield]:
-        """`request` with client strings that spell no added token (itself when none does), and its Shield."""
+        """`request` with client strings that spell no added token (itself when none does), and its Shield. A
+        request whose strings spell nothing gets no marker, so no prefix is drawn for it."""
+        if self._spells_nothing((request.messages, request.tools, request.response_format, request.template_kwargs)):
+            return request, Shield("", [], self.syntax)
         while True:
             try:
                 return self._shield(request, keep_in_assistant, self.syntax.prefix())
@@ -219,10 +222,6 @@ class Shielder:
     def _shield(
         self, request: ChatRequest, keep_in_assistant: frozenset[str], prefix: str
     ) -> tuple[ChatRequest, Shield]:
-        if self._spells_nothing(
-            (request.messages, request.tools, request.response_format, request.template_kwargs), prefix
-        ):
-            return request, Shield(prefix, [], self.syntax)
         markers: dict[str, str] = {}
 
         def marker(spelling: str) -> str:
@@ -278,12 +277,12 @@ class Shielder:
                 return len(text) - length
         return len(text)
 
-    def _spells_nothing(self, value: Any, prefix: str) -> bool:
-        """Whether no string in `value` can hold an added-token spelling or `prefix`, from one scan of its JSON dump."""
+    def _spells_nothing(self, value: Any) -> bool:
+        """Whether no string in `value` can hold an added-token spelling, from one scan of its JSON dump."""
         if not self._dump_holds_spellings:
             return False
         try:
             dump = orjson.dumps(value).decode()
         except orjson.JSONEncodeError:  # e.g. a non-str key, an int past 64 bits, a lone surrogate
             return False
-        return prefix not in dump and (self._in_dump is None or self._in_dump.search(dump) is None)
+        return self._in_dump is None or self._in_dump.search(dump) is None

@@ -208,6 +208,8 @@ CHAT_FIELDS: dict[str, Field] = {
     "continue_final_message": boolean(False, "Needs add_generation_prompt false and a last assistant message."),
 }
 CHAT = Obj("ChatCompletionRequest", CHAT_FIELDS)
+_REFUSED = ("functions", "function_call", "audio", "web_search_options", "chat_template")
+_UNUSED_STRINGS = ("safety_identifier", "prompt_cache_key", "service_tier", "verbosity")
 
 
 @dataclass
@@ -221,12 +223,12 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     """Validate a chat completions body; raises APIError (400) naming the bad param."""
     fields = Fields(body, CHAT)
     model = parse_model(fields)
-    for key in ("functions", "function_call", "audio", "web_search_options", "chat_template"):
+    for key in fields.given(_REFUSED):
         fields.refuse(key)
     _check_modalities(fields)
     parse_metadata(fields)  # labels only
     fields.boolean("store")  # OpenAI's fields that change nothing here, typed as OpenAI types them
-    for key in ("safety_identifier", "prompt_cache_key", "service_tier", "verbosity"):
+    for key in fields.given(_UNUSED_STRINGS):
         fields.string(key)
     settings = parse_settings(fields, max_tokens_keys=("max_completion_tokens", "max_tokens"))
     settings.logprobs = fields.boolean("logprobs")

@@ -11,6 +11,7 @@ integer, as JSON Schema and OpenAI's and vLLM's pydantic servers read it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,12 @@ class Fields:
         if self.value.get(key) is None and key in self._defaults:
             return None
         return self._given(key)[1]
+
+    def given(self, keys: Iterable[str]) -> list[str]:
+        """Those of the optional `keys` the body gives a value (not null), in their order: a read of any other
+        returns its default at once, so a caller may read these alone."""
+        value = self.value
+        return [key for key in keys if value.get(key) is not None]
 
     def has(self, key: str) -> bool:
         self.decl.field(key)
@@ -295,6 +302,7 @@ SETTINGS: dict[str, Field] = {
     "include_stop_str_in_output": boolean(False, "vLLM's: the matched stop string ends the output, kept."),
 }
 """The generation settings a chat or completions body declares."""
+_REFUSED_SETTINGS = ("logit_bias", *VLLM_REFUSED)
 
 
 def parse_model(fields: Fields) -> str:
@@ -303,7 +311,7 @@ def parse_model(fields: Fields) -> str:
 
 def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> GenerationSettings:
     """The generation settings of a chat or completions body (logprobs are read by the caller)."""
-    for key in ("logit_bias", *VLLM_REFUSED):
+    for key in fields.given(_REFUSED_SETTINGS):
         fields.refuse(key)
     fields.string("user")  # typed, though not used
     max_tokens = None
@@ -321,25 +329,18 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     min_tokens = fields.integer("min_tokens")
     if max_tokens is not None and min_tokens > max_tokens:
         raise invalid(f"'min_tokens' must be at most the max tokens ({max_tokens}), got {min_tokens}", "min_tokens")
-    return GenerationSettings(
+    settings = GenerationSettings(
         max_tokens=max_tokens,
-        n=fields.integer("n"),
-        stop=parse_stop(fields, "stop"),
-        temperature=fields.number("temperature"),
         top_p=top_p,
         top_k=top_k,
-        min_p=fields.number("min_p"),
-        seed=fields.integer("seed"),
-        frequency_penalty=fields.number("frequency_penalty"),
-        presence_penalty=fields.number("presence_penalty"),
-        ignore_eos=fields.boolean("ignore_eos"),
         stream=stream,
         include_usage=include_usage,
         continuous_usage=continuous_usage,
-        skip_special_tokens=fields.boolean("skip_special_tokens"),
         min_tokens=min_tokens,
-        include_stop_str_in_output=fields.boolean("include_stop_str_in_output"),
     )
+    for key in fields.given(_PLAIN_SETTINGS):
+        setattr(settings, key, _PLAIN_SETTINGS[key](fields, key))
+    return settings
 
 
 def parse_metadata(fields: Fields) -> dict[str, str]:
@@ -376,3 +377,19 @@ def parse_stop(fields: Fields, key: str) -> list[str]:
         if len(s) > MAX_STOP_CHARS:
             raise invalid(f"'{param}' is longer than {MAX_STOP_CHARS} characters", param)
     return list(dict.fromkeys(items))
+
+
+_PLAIN_SETTINGS: dict[str, Callable[[Fields, str], Any]] = {
+    "n": Fields.integer,
+    "stop": parse_stop,
+    "temperature": Fields.number,
+    "min_p": Fields.number,
+    "seed": Fields.integer,
+    "frequency_penalty": Fields.number,
+    "presence_penalty": Fields.number,
+    "ignore_eos": Fields.boolean,
+    "skip_special_tokens": Fields.boolean,
+    "include_stop_str_in_output": Fields.boolean,
+}
+"""Settings read as they are, each into the GenerationSettings attribute of its name, in this order; read only when
+the body gives them: absent, each is the attribute's default, which is its declared default (a test checks)."""

@@ -482,3 +482,36 @@ def test_required_fields_stay_required():
         Fields({"label": "y"}, READS).string("name")
     assert (e.value.param, e.value.code) == ("name", "missing_required_parameter")
     assert Fields({"name": "n", "label": "y", "count": 4.0}, READS).integer("count") == 4
+
+
+def test_given_names_the_optional_keys_with_a_value_in_their_order():
+    fields = Fields({"name": "n", "list": ["a"], "label": None, "count": 0, "flag": False}, READS)
+    assert fields.given(("flag", "label", "count", "gone", "list")) == ["flag", "count", "list"]
+
+
+def test_the_keys_read_only_when_given_are_declared_and_optional():
+    """The validators read these keys only when the body gives them (`Fields.given`): each is declared, so a read of
+    one is still checked against the declaration, and optional, so an absent one is no missing required field."""
+    from gateway.validation.chat import _REFUSED, _UNUSED_STRINGS, CHAT_FIELDS
+    from gateway.validation.fields import _REFUSED_SETTINGS
+
+    for key in (*_REFUSED, *_UNUSED_STRINGS, *_REFUSED_SETTINGS):
+        assert not CHAT_FIELDS[key].required, key
+    for key in (*_REFUSED, *_REFUSED_SETTINGS):
+        assert CHAT_FIELDS[key].refused, key
+
+
+@pytest.mark.parametrize("decl", ["chat", "completion"])
+def test_settings_read_only_when_given_default_to_what_their_read_gives(decl):
+    """`parse_settings` reads these only when the body gives them: the GenerationSettings default each keeps is what
+    reading it absent (or null) gives, for both bodies that declare it."""
+    from gateway.validation.chat import CHAT
+    from gateway.validation.completions import COMPLETION
+    from gateway.validation.fields import _PLAIN_SETTINGS, GenerationSettings
+
+    defaults = GenerationSettings()
+    for body in ({}, dict.fromkeys(_PLAIN_SETTINGS)):
+        fields = Fields(body, CHAT if decl == "chat" else COMPLETION)
+        for key, read in _PLAIN_SETTINGS.items():
+            assert read(fields, key) == getattr(defaults, key), key
+            assert type(read(fields, key)) is type(getattr(defaults, key)), key

@@ -10,7 +10,7 @@ from gateway.families.base import Family, OutputParser
 from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.grammars.markers import MarkerTokens
-from gateway.grammars.tool_calls import build_grammar
+from gateway.grammars.tool_calls import build_grammar, unconstrained
 from gateway.types import ChatRequest
 
 from .grammar import CALLS
@@ -72,6 +72,8 @@ class Glm45Family(Family):
         return MarkerTokens.of(self.context.tokenizer, TOKEN_MARKERS)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
+        if unconstrained(request):
+            return None  # without the prompt's scan for an open think block
         return build_grammar(request, self._opens_reasoning(request, prompt), CALLS, self.marker_tokens, self.stop_ids)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
