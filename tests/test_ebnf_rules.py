@@ -8,9 +8,9 @@ import re
 
 import xgrammar as xgr
 
-from gateway.grammars.ebnf_rules import cheaper_rules, merged_rules, optional_tails
+from gateway.grammars.ebnf_rules import cheaper_rules, merged_rules, optional_tails, shared_text
 from gateway.grammars.json import compact_json_ebnf, xml_arguments_ebnf
-from gateway.grammars.safe_json import json_value_ebnf
+from gateway.grammars.safe_json import json_value_ebnf, xml_value_ebnf
 
 SPELLINGS = ("<|im_end|>",)
 _CASCADE = re.compile(r"^\S+ ::= \(\((\w+)\) \| \(.* \1\)\)$", re.MULTILINE)
@@ -139,3 +139,38 @@ def test_xml_members_keep_their_language():
                     text = space.join(f"<parameter={k}>\n{i}\n</parameter>" for i, k in enumerate(chosen))
                     assert before(text) == after(text), (required, text)
                     assert after(text) == (list(chosen) == sorted(chosen) and set(required) <= set(chosen))
+
+
+def test_xml_tag_text_is_one_rule_and_the_language_stays():
+    """The text around each parameter (`<parameter=`, `>` and a newline, a newline and `</parameter>`; GLM's key
+    and value tags) is written once, each member referring to it: the same lists of parameters."""
+    for style, write in (
+        ("qwen_xml", lambda k, v, nl: f"<parameter={k}>{nl}{v}{nl}</parameter>"),
+        ("glm_xml", lambda k, v, nl: f"<arg_key>{k}</arg_key>{nl}<arg_value>{v}</arg_value>"),
+    ):
+        for required in ("", "b"):
+            ebnf = xml_value_ebnf(_object("abc", required), style, SPELLINGS, "p", True)
+            assert '"<parameter=a"' not in ebnf and '"<arg_key>a"' not in ebnf  # fails before: a literal each
+            accepts = _acceptor(ebnf)
+            for size in range(4):
+                for chosen in itertools.permutations("abc", size):
+                    for nl in ("", "\n"):
+                        text = nl.join(write(k, i, nl) for i, k in enumerate(chosen))
+                        valid = list(chosen) == sorted(chosen) and set(required) <= set(chosen)
+                        assert accepts(text) == valid, (style, required, text)
+
+
+def test_shared_text_is_found_only_as_whole_elements():
+    ebnf = (
+        'root ::= (("x\\">" ("\\n" | "") ">" ("\\n" | "")* "<parameter=q"{2} [">"] "<parameter=r" ">" ("\\n" | "")))\n'
+    )
+    shared = shared_text(ebnf, ('">" ("\\n" | "")',), ("<parameter=",))
+    assert shared.splitlines() == [
+        'root ::= (("x\\">" ("\\n" | "") ">" ("\\n" | "")* "<parameter=q"{2} [">"] shared_text_1 "r" shared_text_0))',
+        'shared_text_0 ::= ((">" ("\\n" | "")))',
+        'shared_text_1 ::= (("<parameter="))',
+    ]
+    before, after = _acceptor(ebnf), _acceptor(shared)
+    for text in ('x">\n>\n\n<parameter=q<parameter=q><parameter=r>\n', 'x">><parameter=q<parameter=q"<parameter=r>'):
+        assert before(text) and after(text), text
+    assert not after('x">><parameter=q>'), "a repeated literal keeps its repetition"

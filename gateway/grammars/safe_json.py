@@ -31,7 +31,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from gateway.grammars.ebnf_rules import cheaper_rules
+from gateway.grammars.ebnf_rules import cheaper_rules, shared_text
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import scan
 
@@ -188,7 +188,7 @@ def _converted_value_ebnf(
         if safe is None:
             return None
         ebnf = safe
-    return cheaper_rules(_tight_values(ebnf, style))
+    return shared_text(cheaper_rules(_tight_values(ebnf, style)), *_SHARED_TAGS[style])
 
 
 _VALUE_SPACE = {
@@ -201,6 +201,14 @@ _VALUE_SPACE = {
 """Per XML style, the whitespace xgrammar lets surround a value that is not a raw string (an enum, a pattern, a
 number), and what replaces it: what the style's parser drops from a string value (GLM nothing, Qwen one newline
 each side), so a string literal parses as itself."""
+
+
+_SHARED_TAGS = {
+    "qwen_xml": (('">" ("\\n" | "")', '("\\n" | "") "</parameter>"'), ("<parameter=",)),
+    "glm_xml": (('"</arg_key>" [ \\n\\r\\t]* "<arg_value>"',), ("<arg_key>",)),
+}
+"""Per XML style, the tag text around each parameter (after `_VALUE_SPACE`) that `shared_text` writes once: the
+sequences, and the head of the literal that opens a parameter with its name."""
 
 
 _VALUE_ENDS = {"qwen_xml": ("\n</function>", "\n<parameter=")}
