@@ -74,6 +74,16 @@ _LITERAL_OR_CLASS = rf'"{_LITERAL_TEXT}*"|\[(?:[^\]\\]|\\.)*\]'
 """A string literal or a character class, matched whole so that no piece is found inside one."""
 
 
+def prefixed_rules(ebnf: str, prefix: str) -> str:
+    """`ebnf` with every rule it defines renamed `prefix` + its name (where defined and where referred to)."""
+    defined = set(_RULE_START.findall(ebnf))
+    return "".join(prefix + p if p in defined else p for p in _EBNF_PARTS.findall(ebnf))
+
+
+_EBNF_PARTS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|.', re.DOTALL)
+"""A string literal, a character class, an identifier, or any other character of an EBNF grammar."""
+
+
 def _rules(ebnf: str) -> list[tuple[str, str]]:
     """(name, body) of each rule, in order."""
     split = _RULE_START.split(ebnf)  # text before the first rule, then name, body, name, body, ...
