@@ -63,7 +63,7 @@ _STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
 _PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
 _RAW_BOUNDED_CHARS = re.compile(r"^(\S+_characters) ::= \(\(\[\\0-\\U0010ffff\]\)\)$", re.MULTILINE)
-_RAW_BOUNDED_VALUE = re.compile(r"^(\S+) ::= \(\((\1_characters\{\d+, \d+\})\)\)$", re.MULTILINE)
+_RAW_BOUNDED_VALUE = re.compile(r"^(\S+) ::= \(\(\1_characters\{(\d+), (\d+)\}\)\)$", re.MULTILINE)
 _UNION_VALUE = re.compile(r"^(\S+) ::= \(((?:\(\w+\) \| )+\(\w+\))\)$", re.MULTILINE)
 _SPACED_VALUE = re.compile(r'\[ \\n\\r\\t\]\* (\S+) \[ \\n\\r\\t\]\* ("</parameter>"|"</arg_value>")')
 _WS = "[ \\n\\r\\t]*"
@@ -266,10 +266,10 @@ def _raw_values_safe(ebnf: str, style: str, spellings: tuple[str, ...], bounded:
         lambda m: m.group(1) + ", ".join([m.group(2), *(json.dumps(s) for s in excludes)]) + ")", ebnf
     )
     ebnf = _RAW_BOUNDED_CHARS.sub(lambda m: f"{m.group(1)} ::= ([^{bounded}])", ebnf)
-    return None if free != 1 or "\\U0010ffff" in ebnf else _tight_bounded_values(ebnf, style)
+    return None if free != 1 or "\\U0010ffff" in ebnf else _tight_bounded_values(ebnf, style, bounded)
 
 
-def _tight_bounded_values(ebnf: str, style: str) -> str:
+def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     """`ebnf` with each length-bounded raw string that is a parameter's whole value written inline as
     `("" | "\\n") c{M,N} "</parameter>"` (qwen_xml) or `c{M,N} "</arg_value>"` (glm_xml), not the style's
     `ws value ws` with the count in its own rule; in a union of rules (`["string", "null"]`, `anyOf`) the bounded
@@ -281,9 +281,16 @@ def _tight_bounded_values(ebnf: str, style: str) -> str:
     decides where a count ends cheaply only when the count is inline and followed by one literal that starts with a
     character it excludes: the style's form costs ~1.1 s of CPU to compile for N = 40 on Qwen3's vocabulary,
     growing with N squared, this one ~20 ms for any N (bench/xml_bounded_string_bench.py).
+
+    With a least length M > 0 a qwen3_xml value's characters are no newline (`[^<\\n]{M,N}`): a value of M
+    characters that began or ended with one read as M - 1 (the parser strips it), below the schema's minLength.
+    Such a value cannot hold a newline (xgrammar decides a count's end cheaply only as above: a count followed by a
+    class that excludes the newline compiled in ~0.8 s, 40x).
     """
     lead = _VALUE_LEAD[style]
-    counts = dict(_RAW_BOUNDED_VALUE.findall(ebnf))
+    counts = {
+        name: _count(name, int(least), most, lead, bounded) for name, least, most in _RAW_BOUNDED_VALUE.findall(ebnf)
+    }
     unions = {name: re.findall(r"\((\w+)\)", body) for name, body in _UNION_VALUE.findall(ebnf)}
 
     def written(value: str, spaced: str, close: str) -> str:
@@ -295,6 +302,13 @@ def _tight_bounded_values(ebnf: str, style: str) -> str:
         return "(" + " | ".join(f"({written(a, f'{_WS} {a} {_WS} {close}', close)})" for a in alternatives) + ")"
 
     return _SPACED_VALUE.sub(lambda m: written(m[1], m[0], m[2]), ebnf)
+
+
+def _count(value: str, least: int, most: str, lead: str, bounded: str) -> str:
+    """A bounded raw value's characters, counted: with no newline where the style strips one and M > 0."""
+    if least and lead:
+        return f"[^{bounded}\\n]{{{least}, {most}}}"
+    return f"{value}_characters{{{least}, {most}}}"
 
 
 def _literals(schema: Any) -> list[str]:
