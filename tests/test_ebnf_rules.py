@@ -213,3 +213,16 @@ def test_a_pattern_xgrammar_writes_as_raw_literals_is_refused_or_dropped(pattern
     accepts = _acceptor(json_value_ebnf(schema, SPELLINGS, "p", False))
     assert not accepts('{"s": "a"b"}') and not accepts('{"s": "a\nb"}') and not accepts('{"s": "x\\"}')
     assert accepts('{"s": "a\\"b"}') and accepts('{"s": "x\\\\"}')
+
+
+@pytest.mark.parametrize(
+    ("style", "name"), [("qwen_xml", "a>b"), ("qwen_xml", "a\nb"), ("glm_xml", " a"), ("glm_xml", "")]
+)
+def test_a_parameter_name_the_parser_cannot_read_back_is_refused(style, name):
+    """qwen3_xml's parser reads `<parameter=([^>\\n]*)>` (`<parameter=a>b>` is parameter `a`), GLM's strips the
+    key and takes no empty one: such a name is a 400 naming the parameters, not a grammar for other names."""
+    schema = {"type": "object", "properties": {name: {"type": "integer"}}, "required": [name]}
+    with pytest.raises(SchemaGrammarError) as info:  # fails before: a grammar writing the name as it is
+        xml_value_ebnf(schema, style, SPELLINGS, "tools[0].function.parameters", True)
+    assert info.value.param == "tools[0].function.parameters.properties"
+    assert xml_value_ebnf(_object("ab"), style, SPELLINGS, "p", True) is not None

@@ -173,6 +173,7 @@ def _converted_value_ebnf(
     if style == "json":
         ebnf, own = compact_json_ebnf(schema, param), ()
     else:
+        _check_names(schema, style, param)
         ebnf, own = xml_arguments_ebnf(schema, style, param), _style_markers(style, spellings)
     if any(s in ebnf for s in spellings if s not in own) or len(_STRING_SUB.findall(ebnf)) != 1:
         return None  # a literal (property name, enum, const) spells a control token, or xgrammar's rules changed
@@ -236,6 +237,24 @@ _SHARED_TAGS = {
 }
 """Per XML style, the tag text around each parameter (after `_VALUE_SPACE`) that `shared_text` writes once: the
 sequences, and the head of the literal that opens a parameter with its name."""
+
+
+_UNWRITABLE_NAME = {
+    "qwen_xml": lambda name: ">" in name or "\n" in name,
+    "glm_xml": lambda name: not name or name != name.strip(),
+}
+"""Per XML style, a parameter name its parser cannot read back: qwen3_xml's reads `<parameter=([^>\n]*)>`, GLM's
+strips the key and takes no empty one."""
+
+
+def _check_names(schema: Any, style: str, param: str) -> None:
+    """SchemaGrammarError naming the first top-level property of `schema` that `style` cannot write as itself
+    (`<parameter=a>b>` reads as parameter `a`)."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    for name in properties if isinstance(properties, dict) else ():
+        if _UNWRITABLE_NAME[style](name):
+            message = f"the parameter name {json.dumps(name)} cannot be written in this model's call format"
+            raise SchemaGrammarError(message, f"{param}.properties" if param else param)
 
 
 _VALUE_ENDS = {"qwen_xml": ("\n</function>", "\n<parameter=")}
