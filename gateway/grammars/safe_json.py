@@ -31,6 +31,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from gateway.grammars.all_of import folded_all_of
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import scan
@@ -167,7 +168,7 @@ def _converted_value_ebnf(
     schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], param: str, strict: bool
 ) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
-    schema = _spell_safe(json.loads(schema_json), param, strict, firsts)
+    schema = _spell_safe(folded_all_of(json.loads(schema_json), param), param, strict, firsts)
     if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
         return None  # a property name, enum or const value spells a control token
     if style == "json":
