@@ -39,25 +39,19 @@ def folded_all_of(schema: Any, param: str, root: Any = None) -> Any:
     branches = out.pop("allOf", None)
     if not isinstance(branches, list):
         return out if branches is None else {**out, "allOf": branches}
-    parts = [_target(b, root, param) for b in branches]
     own = {k: v for k, v in out.items() if k not in _KEEP_ON_ROOT}
+    parts = [p for p in (own, *(_target(b, root, param) for b in branches)) if p is not True and p != {}]
+    if not all(isinstance(p, dict) for p in parts):
+        raise SchemaGrammarError("the JSON schema cannot be enforced: an allOf branch that is no object", param)
+    bound = sorted({k for p in parts for k in p.keys() & _SIBLING_BOUND})
+    if bound and len(parts) > 1:
+        raise SchemaGrammarError(
+            f"the JSON schema cannot be enforced: an allOf whose parts use {', '.join(bound)}", param
+        )
     merged: dict[str, Any] = {}
-    for part in [own, *parts]:
-        if part is True or part == {}:
-            continue
-        if not isinstance(part, dict):
-            raise SchemaGrammarError("the JSON schema cannot be enforced: an allOf branch that is no object", param)
+    for part in parts:
         for key, value in part.items():
             merged[key] = _merged(key, merged[key], value, param, root) if key in merged else value
-    if (
-        sum(1 for p in [own, *parts] if isinstance(p, dict) and p.keys() & _SIBLING_BOUND)
-        and len([p for p in [own, *parts] if p not in (True, {})]) > 1
-    ):
-        raise SchemaGrammarError(
-            "the JSON schema cannot be enforced: an allOf whose branches use "
-            + ", ".join(sorted({k for p in [own, *parts] if isinstance(p, dict) for k in p.keys() & _SIBLING_BOUND})),
-            param,
-        )
     return {**{k: v for k, v in out.items() if k in _KEEP_ON_ROOT}, **merged}
 
 
