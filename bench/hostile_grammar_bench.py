@@ -81,6 +81,9 @@ CASES: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "500 patterns": lambda: [
         _tool("f", _object({f"p{j}": {"type": "string", "pattern": "^[a-z]{1,8}(x|y)*$"} for j in range(500)}))
     ],
+    "500 distinct patterns": lambda: [
+        _tool("f", _object({f"p{j}": {"type": "string", "pattern": f"^[a-z]{{1,8}}(x|y{j})*$"} for j in range(500)}))
+    ],
     "16x16 arrays, 50 KB enum": lambda: [_tool("f", _object({"a": _array(_array({"enum": ["y" * 50_000]}))}))],
     "nesting 60": lambda: [_tool("f", _nested_objects(60))],
     "200 $ref params, 40 levels": lambda: [_tool("f", _ref_chain_parameters(200, 40))],

@@ -253,3 +253,26 @@ def test_a_value_that_spells_an_endless_tag_still_streams(qwen: Checkpoint) -> N
     streamed = "".join(d.tool_arguments for d in deltas)
     assert parser.saw_tool_call and streamed.startswith('{"a": "Paris", "b": "x')
     assert len(streamed) > 8000 - 2 * MAX_TAG_CHARS
+
+
+def test_a_bounded_value_read_is_never_below_its_min_length(qwen: Checkpoint) -> None:
+    """The parser strips one newline after `<parameter=K>` and one before `</parameter>`: a value of minLength
+    characters that began or ended with one read one short. Every text the grammar takes reads within bounds."""
+    from gateway.grammars.safe_json import xml_value_ebnf
+
+    schema = {"type": "object", "properties": {"v": {"type": "string", "minLength": 2, "maxLength": 4}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {**schema, "required": ["v"]}}}
+    ebnf = xml_value_ebnf({**schema, "required": ["v"]}, "qwen_xml", ("<|im_end|>",), "p", True)
+    compiled = xg.GrammarCompiler(xg.TokenizerInfo([]), cache_enabled=False).compile_grammar(ebnf)
+    taken = 0
+    for body in ("\na\n", "a\n", "\nab\n", "ab", "\n\na", "\nab", "\nabcd", "abcd\n", "a\nb", "\na\n\n"):
+        matcher = xg.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        if not (matcher.accept_string(f"<parameter=v>{body}</parameter>") and matcher.is_terminated()):
+            continue
+        taken += 1
+        text = f"<tool_call>\n<function=f>\n<parameter=v>{body}</parameter>\n</function>\n</tool_call>"
+        ids = qwen.tokenizer.encode(text, add_special_tokens=False).ids
+        detokenizer = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer))
+        (call,) = merged(feed(Qwen3XmlParser([tool]), detokenizer, ids, []))["calls"]
+        assert 2 <= len(call[1]["v"]) <= 4, repr(body)  # fails before: "\na\n" and "a\n" read as "a"
+    assert taken == 3  # "ab", "\nab", "\nabcd"

@@ -20,14 +20,12 @@ import json
 import re
 from typing import Any
 
+from gateway.grammars.ebnf_rules import prefixed_rules
 from gateway.grammars.safe_json import regex_grammar
 
 Format = dict[str, Any]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RULE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) ::=", re.MULTILINE)
-_EBNF_PARTS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|.', re.DOTALL)
-"""A string literal, a character class, an identifier, or any other character of an EBNF grammar."""
 _SHARED_KINDS = frozenset(
     {"sequence", "or", "optional", "star", "plus", "any_tokens", "exclude_token", "any_text", "dispatch"}
 )
@@ -117,9 +115,7 @@ class EbnfWriter:
         """The root rule of `ebnf`'s rules, renamed and written once per distinct text."""
         if ebnf not in self._embedded:
             prefix = f"g{len(self._embedded)}_"
-            defined = set(_RULE.findall(ebnf))
-            renamed = "".join(prefix + p if p in defined else p for p in _EBNF_PARTS.findall(ebnf))
-            self._rules.append(renamed.strip())
+            self._rules.append(prefixed_rules(ebnf, prefix).strip())
             self._embedded[ebnf] = prefix + "root"
         return self._embedded[ebnf]
 

@@ -67,7 +67,7 @@ class _Scanner:
             c = p[self.i]
             self.i += 1
             if c == "\\":
-                self.hit |= self._escape(in_class=False)[1]
+                self.hit |= bool(self._escape(in_class=False)[1])
             elif c == "[":
                 self.hit |= self._char_class()
             elif c == ".":
@@ -115,26 +115,28 @@ class _Scanner:
         self.count = max(self.count, int(m.group(1)), int(m.group(2) or 0))
         self.i = m.end()
 
-    def _escape(self, in_class: bool) -> tuple[int | None, bool]:
-        """The escape after a backslash at `self.i`: (its code point, None for a class escape; whether it can
-        match a scanned character). Consumes it."""
+    def _escape(self, in_class: bool) -> tuple[int | None, frozenset[int]]:
+        """The escape after a backslash at `self.i`: (its code point, None for a class escape; the scanned
+        characters it matches). Consumes it."""
         if self.i >= len(self.p):
             raise _Unknown
         c = self.p[self.i]
         self.i += 1
         if c in _CLASS_ESCAPES:
-            return None, _CLASS_ESCAPES[c]
+            return None, self.points if _CLASS_ESCAPES[c] else frozenset()
         if c in "xu":
-            point = self._code_point(c)
-            return point, point in self.points
+            return self._literal(self._code_point(c))
         if c in _CONTROL_ESCAPES or (c == "b" and in_class):
-            return _CONTROL_POINTS[c], False
+            return _CONTROL_POINTS[c], frozenset()
         if c == "c" and self.i < len(self.p) and self.p[self.i].isascii() and self.p[self.i].isalpha():
             self.i += 1
-            return ord(self.p[self.i - 1]) % 32, False
+            return ord(self.p[self.i - 1]) % 32, frozenset()
         if c.isalnum():  # \b \B \p{…} \k<…> \1 …: assertions and escapes the scan does not model
             raise _Unknown
-        return ord(c), ord(c) in self.points
+        return self._literal(ord(c))
+
+    def _literal(self, point: int) -> tuple[int, frozenset[int]]:
+        return point, self.points & {point}
 
     def _code_point(self, kind: str) -> int:
         """The code point of a `\\xHH`, `\\uHHHH` or `\\u{H…}` escape, after its letter; consumes it."""
@@ -153,31 +155,33 @@ class _Scanner:
             raise _Unknown
         return int(digits, 16)
 
-    def _class_atom(self) -> tuple[int | None, bool]:
-        """One class member at `self.i`: (its code point, None for a class escape; whether it matches a scanned character)."""
+    def _class_atom(self) -> tuple[int | None, frozenset[int]]:
+        """One class member at `self.i`: (its code point, None for a class escape; the scanned characters it
+        matches)."""
         c = self.p[self.i]
         self.i += 1
         if c == "\\":
             return self._escape(in_class=True)
-        return ord(c), ord(c) in self.points
+        return self._literal(ord(c))
 
     def _char_class(self) -> bool:
-        """Whether the class after `[` can match a scanned character (`[]` matches nothing, `[^]` anything); consumes it."""
+        """Whether the class after `[` can match a scanned character (`[]` matches nothing, `[^]` anything): a
+        negated one unless it lists every scanned character; consumes it."""
         p = self.p
         negated = p.startswith("^", self.i)
         self.i += negated
-        listed = False
+        listed: frozenset[int] = frozenset()
         while True:
             if self.i >= len(p):
                 raise _Unknown
             if p[self.i] == "]":
                 self.i += 1
-                return listed != negated
+                return listed != self.points if negated else bool(listed)
             low, matches = self._class_atom()
             if low is not None and p.startswith("-", self.i) and self.i + 1 < len(p) and p[self.i + 1] != "]":
                 self.i += 1
                 high, _ = self._class_atom()
                 if high is None or high < low:
                     raise _Unknown
-                matches = any(low <= p <= high for p in self.points)
+                matches = frozenset(point for point in self.points if low <= point <= high)
             listed |= matches

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from gateway.grammars.ebnf_rules import cheaper_rules
+from gateway.grammars.all_of import folded_all_of
+from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import scan
 
@@ -63,7 +64,7 @@ _STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
 _PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
 _RAW_BOUNDED_CHARS = re.compile(r"^(\S+_characters) ::= \(\(\[\\0-\\U0010ffff\]\)\)$", re.MULTILINE)
-_RAW_BOUNDED_VALUE = re.compile(r"^(\S+) ::= \(\((\1_characters\{\d+, \d+\})\)\)$", re.MULTILINE)
+_RAW_BOUNDED_VALUE = re.compile(r"^(\S+) ::= \(\(\1_characters\{(\d+), (\d+)\}\)\)$", re.MULTILINE)
 _UNION_VALUE = re.compile(r"^(\S+) ::= \(((?:\(\w+\) \| )+\(\w+\))\)$", re.MULTILINE)
 _SPACED_VALUE = re.compile(r'\[ \\n\\r\\t\]\* (\S+) \[ \\n\\r\\t\]\* ("</parameter>"|"</arg_value>")')
 _WS = "[ \\n\\r\\t]*"
@@ -167,12 +168,13 @@ def _converted_value_ebnf(
     schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], param: str, strict: bool
 ) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
-    schema = _spell_safe(json.loads(schema_json), param, strict, firsts)
+    schema = _spell_safe(folded_all_of(json.loads(schema_json), param), param, strict, firsts)
     if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
         return None  # a property name, enum or const value spells a control token
     if style == "json":
         ebnf, own = compact_json_ebnf(schema, param), ()
     else:
+        _check_names(schema, style, param)
         ebnf, own = xml_arguments_ebnf(schema, style, param), _style_markers(style, spellings)
     if any(s in ebnf for s in spellings if s not in own) or len(_STRING_SUB.findall(ebnf)) != 1:
         return None  # a literal (property name, enum, const) spells a control token, or xgrammar's rules changed
@@ -181,6 +183,7 @@ def _converted_value_ebnf(
     ebnf = _BOUNDED_CHARS.sub(
         lambda m: f'{m.group(1)} ::= ([^\\0-\\x1f\\"\\\\{bounded}] | ("\\\\" basic_escape))', ebnf
     )
+    ebnf = _plain_regexes(ebnf)
     if style == "json":
         return cheaper_rules(ebnf)
     if firsts:
@@ -188,7 +191,33 @@ def _converted_value_ebnf(
         if safe is None:
             return None
         ebnf = safe
-    return cheaper_rules(_tight_values(ebnf, style))
+    return shared_text(cheaper_rules(_tight_values(ebnf, style)), *_SHARED_TAGS[style])
+
+
+_JSON_STRING_REGEX = re.compile(r'^(\S+) ::= Regex\("((?:[^"\\]|\\["\\?\'])*)", json_string=true\)$', re.MULTILINE)
+"""A JSON string value's regex rule, its pattern printed with no escape but of a quote, a backslash or `?`."""
+_MAY_WRITE_CONTROL = re.compile(r"\\[^dw\W]|\[\^|\.|[\x00-\x1f\x7f]")
+"""What in a pattern (its escaped characters taken out, but for letter escapes) may match a control character."""
+
+
+def _plain_regexes(ebnf: str) -> str:
+    """`ebnf` with each `Regex("P", json_string=true)` rule whose pattern cannot match `"`, `\\` or a control
+    character written as `Grammar.from_regex(P)`'s EBNF: the same strings (json_string only takes those out), at
+    a fraction of the compile cost (xgrammar computes a regex rule's masks state by state: ~9 ms a pattern on
+    Qwen3's vocabulary, the EBNF ~0.2 ms), and equal patterns' rules merge."""
+
+    def plain(rule: re.Match[str]) -> str:
+        try:
+            pattern = re.sub(r"\\(.)", r"\1", rule[2])
+            if _may_need_escape(pattern):
+                return rule[0]
+            grammar = regex_grammar(pattern)
+        except (RuntimeError, ValueError):  # a pattern from_regex refuses
+            return rule[0]
+        name = rule[1]
+        return f"{name} ::= (({name}_re_root))\n" + prefixed_rules(grammar, f"{name}_re_").strip()
+
+    return _JSON_STRING_REGEX.sub(plain, ebnf)
 
 
 _VALUE_SPACE = {
@@ -201,6 +230,32 @@ _VALUE_SPACE = {
 """Per XML style, the whitespace xgrammar lets surround a value that is not a raw string (an enum, a pattern, a
 number), and what replaces it: what the style's parser drops from a string value (GLM nothing, Qwen one newline
 each side), so a string literal parses as itself."""
+
+
+_SHARED_TAGS = {
+    "qwen_xml": (('">" ("\\n" | "")', '("\\n" | "") "</parameter>"'), ("<parameter=",)),
+    "glm_xml": (('"</arg_key>" [ \\n\\r\\t]* "<arg_value>"',), ("<arg_key>",)),
+}
+"""Per XML style, the tag text around each parameter (after `_VALUE_SPACE`) that `shared_text` writes once: the
+sequences, and the head of the literal that opens a parameter with its name."""
+
+
+_UNWRITABLE_NAME = {
+    "qwen_xml": lambda name: ">" in name or "\n" in name,
+    "glm_xml": lambda name: not name or name != name.strip(),
+}
+"""Per XML style, a parameter name its parser cannot read back: qwen3_xml's reads `<parameter=([^>\n]*)>`, GLM's
+strips the key and takes no empty one."""
+
+
+def _check_names(schema: Any, style: str, param: str) -> None:
+    """SchemaGrammarError naming the first top-level property of `schema` that `style` cannot write as itself
+    (`<parameter=a>b>` reads as parameter `a`)."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    for name in properties if isinstance(properties, dict) else ():
+        if _UNWRITABLE_NAME[style](name):
+            message = f"the parameter name {json.dumps(name)} cannot be written in this model's call format"
+            raise SchemaGrammarError(message, f"{param}.properties" if param else param)
 
 
 _VALUE_ENDS = {"qwen_xml": ("\n</function>", "\n<parameter=")}
@@ -231,10 +286,10 @@ def _raw_values_safe(ebnf: str, style: str, spellings: tuple[str, ...], bounded:
         lambda m: m.group(1) + ", ".join([m.group(2), *(json.dumps(s) for s in excludes)]) + ")", ebnf
     )
     ebnf = _RAW_BOUNDED_CHARS.sub(lambda m: f"{m.group(1)} ::= ([^{bounded}])", ebnf)
-    return None if free != 1 or "\\U0010ffff" in ebnf else _tight_bounded_values(ebnf, style)
+    return None if free != 1 or "\\U0010ffff" in ebnf else _tight_bounded_values(ebnf, style, bounded)
 
 
-def _tight_bounded_values(ebnf: str, style: str) -> str:
+def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     """`ebnf` with each length-bounded raw string that is a parameter's whole value written inline as
     `("" | "\\n") c{M,N} "</parameter>"` (qwen_xml) or `c{M,N} "</arg_value>"` (glm_xml), not the style's
     `ws value ws` with the count in its own rule; in a union of rules (`["string", "null"]`, `anyOf`) the bounded
@@ -246,9 +301,16 @@ def _tight_bounded_values(ebnf: str, style: str) -> str:
     decides where a count ends cheaply only when the count is inline and followed by one literal that starts with a
     character it excludes: the style's form costs ~1.1 s of CPU to compile for N = 40 on Qwen3's vocabulary,
     growing with N squared, this one ~20 ms for any N (bench/xml_bounded_string_bench.py).
+
+    With a least length M > 0 a qwen3_xml value's characters are no newline (`[^<\\n]{M,N}`): a value of M
+    characters that began or ended with one read as M - 1 (the parser strips it), below the schema's minLength.
+    Such a value cannot hold a newline (xgrammar decides a count's end cheaply only as above: a count followed by a
+    class that excludes the newline compiled in ~0.8 s, 40x).
     """
     lead = _VALUE_LEAD[style]
-    counts = dict(_RAW_BOUNDED_VALUE.findall(ebnf))
+    counts = {
+        name: _count(name, int(least), most, lead, bounded) for name, least, most in _RAW_BOUNDED_VALUE.findall(ebnf)
+    }
     unions = {name: re.findall(r"\((\w+)\)", body) for name, body in _UNION_VALUE.findall(ebnf)}
 
     def written(value: str, spaced: str, close: str) -> str:
@@ -260,6 +322,13 @@ def _tight_bounded_values(ebnf: str, style: str) -> str:
         return "(" + " | ".join(f"({written(a, f'{_WS} {a} {_WS} {close}', close)})" for a in alternatives) + ")"
 
     return _SPACED_VALUE.sub(lambda m: written(m[1], m[0], m[2]), ebnf)
+
+
+def _count(value: str, least: int, most: str, lead: str, bounded: str) -> str:
+    """A bounded raw value's characters, counted: with no newline where the style strips one and M > 0."""
+    if least and lead:
+        return f"[^{bounded}\\n]{{{least}, {most}}}"
+    return f"{value}_characters{{{least}, {most}}}"
 
 
 def _literals(schema: Any) -> list[str]:
@@ -290,7 +359,7 @@ def _spell_safe(schema: Any, path: str, strict: bool, firsts: str) -> Any:
     out = dict(schema)
     pattern = out.get("pattern")
     if isinstance(pattern, str) and (
-        not usable_pattern(pattern, f"{path}.pattern", strict) or may_write(pattern, firsts)
+        not usable_pattern(pattern, f"{path}.pattern", strict, json_string=True) or may_write(pattern, firsts)
     ):
         del out["pattern"]
     if "format" in out and any(out["format"] in _UNSAFE_FORMATS_BY_FIRST.get(c, (out["format"],)) for c in firsts):
@@ -311,15 +380,26 @@ def _spell_safe(schema: Any, path: str, strict: bool, firsts: str) -> Any:
     return out
 
 
-def usable_pattern(pattern: str, param: str, strict: bool) -> bool:
-    """Whether xgrammar's schema converter takes `pattern`; when it does not and `strict`, SchemaGrammarError."""
+def usable_pattern(pattern: str, param: str, strict: bool, json_string: bool = False) -> bool:
+    """Whether xgrammar's schema converter takes `pattern` (for a JSON string value with `json_string`: and writes
+    it escaped); when it does not and `strict`, SchemaGrammarError."""
     try:
-        compact_json_ebnf({"type": "string", "pattern": pattern}, param)
+        ebnf = compact_json_ebnf({"type": "string", "pattern": pattern}, param)
+        if json_string and "Regex(" not in ebnf and _may_need_escape(pattern):
+            # xgrammar 0.2.9 writes a pattern it reads as plain text (`^a"b$`, `^a\nb$`) as EBNF literals, the
+            # quote, backslash or control character raw inside the JSON string: `"a"b"` is no JSON
+            raise SchemaGrammarError("the pattern cannot be enforced: its quote, backslash or control character", param)
     except SchemaGrammarError as exc:
         if strict:
             raise SchemaGrammarError(str(exc).replace("JSON schema", "pattern"), param) from None
         return False
     return True
+
+
+def _may_need_escape(pattern: str) -> bool:
+    """Whether a string matching `pattern` may hold `"`, `\\` or a control character (JSON writes them escaped)."""
+    facts = scan(pattern, '"\\')
+    return facts is None or facts.may_match or bool(_MAY_WRITE_CONTROL.search(re.sub(r"\\[^A-Za-z0-9]", "", pattern)))
 
 
 MAX_PATTERN_CHARS = 512

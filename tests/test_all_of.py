@@ -1,0 +1,68 @@
+"""`allOf` folded into one schema: xgrammar 0.2.9 made a many-branch allOf any JSON value."""
+
+from __future__ import annotations
+
+import pytest
+import xgrammar as xgr
+
+from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.safe_json import json_value_ebnf, xml_value_ebnf
+
+SPELLINGS = ("<|im_end|>",)
+_COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+
+
+def _accepts(ebnf: str, text: str) -> bool:
+    matcher = xgr.GrammarMatcher(_COMPILER.compile_grammar(ebnf), terminate_without_stop_token=True)
+    return matcher.accept_string(text) and matcher.is_terminated()
+
+
+BASE = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+
+
+@pytest.mark.parametrize(
+    ("schema", "taken", "refused"),
+    [
+        ({"allOf": [{"type": "integer", "minimum": 5}, {"maximum": 10}]}, ["5", "10"], ["3", "12", '"x"', "{}"]),
+        ({"allOf": [{"enum": [1, 2, 3]}, {"enum": [3, 4]}]}, ["3"], ["1", "4"]),
+        ({"allOf": [{"type": "number"}, {"type": "integer"}]}, ["2"], ["2.5"]),
+        (
+            {"type": "object", "properties": {"p": {"allOf": [{"$ref": "#/$defs/B"}, {"properties": {"y": {}}}]}},
+             "required": ["p"], "$defs": {"B": BASE}},
+            ['{"p": {"x": 1}}', '{"p": {"x": 1, "y": 2}}'],
+            ['{"p": {"y": 2}}', '{"p": {"x": "1"}}', '{"p": 3}'],
+        ),
+        (
+            {"allOf": [BASE, {"properties": {"x": {"minimum": 2}, "z": {"type": "string"}}, "required": ["z"]}]},
+            ['{"x": 2, "z": "a"}'],
+            ['{"x": 1, "z": "a"}', '{"x": 2}', '{"z": "a"}'],
+        ),
+    ],
+)  # fmt: skip
+def test_branches_fold_into_one_schema(schema, taken, refused):
+    ebnf = json_value_ebnf(schema, SPELLINGS, "p", True)
+    for text in taken:
+        assert _accepts(ebnf, text), text
+    for text in refused:
+        assert not _accepts(ebnf, text), text  # fails before: the allOf took any JSON value
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"allOf": [{"type": "string"}, {"type": "integer"}]},
+        {"allOf": [{"type": "object", "additionalProperties": False}, {"properties": {"a": {}}}]},
+        {"allOf": [{"type": "string", "pattern": "^a+$"}, {"pattern": "^a{2}$"}]},
+    ],
+)
+def test_an_allof_that_does_not_fold_exactly_is_refused(schema):
+    with pytest.raises(SchemaGrammarError) as info:  # fails before: a grammar taking any value
+        json_value_ebnf(schema, SPELLINGS, "response_format.json_schema.schema", True)
+    assert info.value.param == "response_format.json_schema.schema"
+
+
+def test_xml_arguments_fold_too():
+    schema = {"type": "object", "allOf": [BASE, {"properties": {"y": {"type": "integer"}}, "required": ["y"]}]}
+    ebnf = xml_value_ebnf(schema, "qwen_xml", SPELLINGS, "p", True)
+    assert _accepts(ebnf, "<parameter=x>\n1\n</parameter>\n<parameter=y>\n2\n</parameter>")
+    assert not _accepts(ebnf, "<parameter=x>\n1\n</parameter>")
