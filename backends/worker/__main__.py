@@ -17,6 +17,7 @@ import torch
 import uvicorn
 
 from backends.checkpoint import embedded_gguf_path, load_checkpoint
+from backends.compile_pool import DEFAULT_GRAMMAR_COMPILE_S
 from backends.worker.cpu_features import cpu_features, weights_dtype_refusal
 from backends.worker.cuda_graphs import CudaGraphDecoder
 from backends.worker.engine import Engine
@@ -26,7 +27,6 @@ from backends.worker.prefill_gemm import PrefillGemm, choose_prefill_gemm
 from backends.worker.server import WorkerState, build_app
 from backends.worker.threads import ThreadTuner, parse_threads, usable_cores
 from backends.worker.weights import LlamaWeights, load_weights
-from gateway.process.limits import DEFAULT_GRAMMAR_COMPILE_S
 
 
 def at_least(least: int) -> Callable[[str], int]:

@@ -12,10 +12,9 @@ import torch
 import xgrammar as xgr
 
 from backends.base import Grammar, GrammarKind
+from backends.compile_pool import Cancelled, CompilePool, CompilerUnavailable, OverBudget
+from backends.compile_process import grammar_key
 from backends.xgrammar_compile import GrammarError, compile_grammar, tokenizer_info
-from gateway.errors import APIError
-from gateway.grammars.compile_pool import Cancelled, CompilePool, OverBudget
-from gateway.grammars.compile_process import grammar_key
 
 __all__ = [
     "BatchMasker",
@@ -54,9 +53,10 @@ budget can weigh tens of MB (an enum of 15,000 strings: 54 MB in 1.2 CPU-s), so 
 class GrammarCache:
     """Compiles grammars, keeping the most recently used compiled ones by their exact text (at most `capacity` of
     them, `capacity_bytes` together, the newest always). With `budget_s` a miss is first compiled in a child process
-    (the gateway's compile pool) killed past that many CPU seconds: GrammarTooComplex, and a repeat of that grammar
-    is refused at once; once the child compiled it within the budget, it is compiled here (the compiled grammar
-    cannot travel: its JSON can be hundreds of times its size). Without a budget it compiles here only."""
+    (backends/compile_pool.py, as the gateway's) killed past that many CPU seconds: GrammarTooComplex, and a repeat
+    of that grammar is refused at once; once the child compiled it within the budget, it is compiled here (the
+    compiled grammar cannot travel: its JSON can be hundreds of times its size). Without a budget it compiles here
+    only."""
 
     def __init__(
         self,
@@ -115,7 +115,7 @@ class GrammarCache:
         except OverBudget as over:
             pool._remember_over_budget(over.key or grammar_key(grammar))
             raise self._too_complex(grammar) from None
-        except APIError as exc:
+        except CompilerUnavailable as exc:
             raise CompilerFailed(exc.message) from None
         if reply[0] == "over_budget":
             raise self._too_complex(grammar)

@@ -13,6 +13,7 @@ Waiting for a free child is not charged.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Callable
@@ -22,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from backends.base import Grammar
+from backends.compile_pool import CompilePool, CompilerUnavailable, OverBudget
+from backends.compile_process import BuildRefused
 from gateway.errors import APIError, invalid
 from gateway.families.base import Family
-from gateway.grammars.compile_pool import CompilePool, OverBudget
-from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.observability.requests import note_grammar_compile
 from gateway.types import ChatRequest
 
@@ -40,11 +42,12 @@ class GrammarBudget(CompilePool):
     grammars, and single schemas, `schema_pieces`)."""
 
     def __init__(self, family: Family, tokenizer_info: Callable[[], xgr.TokenizerInfo], seconds: float):
-        super().__init__(family.grammar, tokenizer_info, seconds)
+        super().__init__(functools.partial(_family_grammar, family), tokenizer_info, seconds)
 
     def build(self, chat: ChatRequest, prompt: str) -> Grammar | None:
         """The family's grammar for `chat`, compiled within the budget; blocking (call it off the event loop).
-        400 when the schema cannot become a grammar or costs more than the budget."""
+        400 when the schema cannot become a grammar or costs more than the budget; 503 to retry when the compile
+        child failed or the gateway is shutting down."""
         try:
             reply, _ = self._job(chat, prompt)
         except OverBudget as over:
@@ -52,6 +55,8 @@ class GrammarBudget(CompilePool):
                 self._remember_over_budget(over.key)
             note_grammar_compile(self.seconds, "over_budget")
             raise self._over(self._attribute(chat, prompt)) from None
+        except CompilerUnavailable as e:
+            raise APIError(e.message, status=503, type="server_error", retry_after=e.retry_after) from None
         if reply[0] == "over_budget":
             note_grammar_compile(None, "over_budget")
             raise self._over(self._attribute(chat, prompt))
@@ -96,7 +101,7 @@ class GrammarBudget(CompilePool):
                 if over.key is not None:
                     self._remember_over_budget(over.key)
                 return piece_param
-            except APIError:  # a stuck or failed child: the refusal stands, unattributed
+            except CompilerUnavailable:  # a stuck or failed child: the refusal stands, unattributed
                 break
             if reply[0] == "over_budget":
                 self._remember_over_budget(piece_key)
@@ -111,6 +116,14 @@ class GrammarBudget(CompilePool):
             param,
             "grammar_too_complex",
         )
+
+
+def _family_grammar(family: Family, chat: ChatRequest, prompt: str) -> Grammar | None:
+    """The compile child's build step: the family's grammar; a schema it cannot enforce is refused naming it."""
+    try:
+        return family.grammar(chat, prompt)
+    except SchemaGrammarError as e:
+        raise BuildRefused(str(e), e.param) from None
 
 
 def build_failed(chat: ChatRequest, trace: str) -> APIError:

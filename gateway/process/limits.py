@@ -7,13 +7,11 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from backends.compile_pool import DEFAULT_GRAMMAR_COMPILE_S
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.errors import APIError
 from gateway.process.client_timeouts import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S
 
-DEFAULT_GRAMMAR_COMPILE_S = 2.0
-"""CPU seconds a request's grammar may take to build and compile (a 5-tool grammar takes 0.03-0.13 s cold on the
-families' vocabularies; an enum of 20,000 strings 2.1 s; see gateway/grammars/budget.py)."""
 UNLIMITED_PATHS = frozenset({"/health", "/ready", "/metrics"})
 """Probes and scrapes are answered whatever the load."""
 

@@ -15,13 +15,13 @@ from collections import OrderedDict
 import httpx
 import pytest
 
+from backends.compile_process import _job
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from backends.xgrammar_compile import tokenizer_info
 from gateway.app import create_app
 from gateway.errors import APIError
 from gateway.grammars.budget import GrammarBudget
-from gateway.grammars.compile_process import _job
 from gateway.models.planning import chat_grammar
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import RequestRecord, begin_request, end_request
@@ -254,6 +254,23 @@ def test_a_builder_recursing_past_the_limit_is_answered_not_a_dead_child(tokeniz
     finally:
         sys.setrecursionlimit(limit)
     assert info.value.status == 400 and info.value.code == "grammar_too_complex"
+
+
+def test_a_schema_the_family_refuses_is_answered_invalid_by_the_child(tokenize_only):
+    """The compile child knows no gateway errors: the gateway's build step hands it a schema its family cannot enforce
+    as a refusal naming the schema, answered ("invalid", message, param), and the parent's 400 is the one the gateway
+    gives when it builds the grammar itself."""
+    disjoint = {"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"type": "integer"}]}}}
+    chat = ChatRequest(messages=USER, tools=[tool("t", disjoint)], tool_choice="required")
+    budget = GrammarBudget(tokenize_only.family, lambda: None, BUDGET_S)
+    reply = _job(None, None, OrderedDict(), budget._build, chat, "prompt")
+    assert reply[0] == "invalid" and "allOf of disjoint types" in reply[1]
+    with pytest.raises(APIError) as in_child:
+        budget._outcome(reply, chat)
+    with pytest.raises(APIError) as in_gateway:
+        chat_grammar(tokenize_only, chat, "prompt")
+    assert in_child.value.status == 400
+    assert (in_child.value.message, in_child.value.param) == (in_gateway.value.message, in_gateway.value.param)
 
 
 class _BrokenBuilder:

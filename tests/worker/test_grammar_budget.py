@@ -1,6 +1,7 @@
-"""The worker's grammar compile budget (the gateway's compile pool): a grammar sent straight to the worker compiles
-in a child process killed past its CPU budget, a 400 in the dialect's error shape; a client that leaves during the
-compile has its child killed and its request never reaches the engine. In process, real engine and vocabulary."""
+"""The worker's grammar compile budget (backends/compile_pool.py, the gateway's too): a grammar sent straight to the
+worker compiles in a child process killed past its CPU budget, a 400 in the dialect's error shape; a client that
+leaves during the compile has its child killed and its request never reaches the engine. In process, real engine and
+vocabulary."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import httpx
 import orjson
 import pytest
 
+from backends.compile_pool import PROCESSES
 from backends.worker.generations import WorkerState
 from backends.worker.grammar import GrammarCache
 from backends.worker.server import build_app
-from gateway.grammars.compile_pool import PROCESSES
 
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 BUDGET_S = 0.3

@@ -5,7 +5,7 @@ request was refused. The child is a fork of its server (the gateway, or the bund
 builder and xgrammar's view of the vocabulary without loading them again) that serves one job at a time over a
 socket pair:
 
-    parent → job arguments        child builds the grammar: build(*job), the family's for the gateway's (chat, prompt)
+    parent → job arguments        child builds the grammar: build(*job) (the gateway's: the family's, on (chat, prompt))
     child  → ("none",) | ("invalid", message, param) | ("too_deep",) | ("failed", traceback) | ("known", grammar)
              | ("built", key)
     parent → True (compile) | False (skip: the parent knows the key is over budget)
@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
 from backends.xgrammar_compile import GrammarError, compile_grammar
-from gateway.grammars.json import SchemaGrammarError
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -43,7 +42,17 @@ KNOWN_GRAMMARS = 256
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+class BuildRefused(ValueError):
+    """A build step's refusal of its input, answered as ("invalid", message, param): `param` names where it came
+    from."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
 def grammar_key(grammar: Grammar) -> str:
+    """The grammar's identity for the over-budget and compiled-within-budget memories."""
     return hashlib.sha256(f"{grammar.kind}\0{grammar.text}".encode()).hexdigest()
 
 
@@ -104,7 +113,7 @@ def _job(
 ) -> tuple[Any, ...]:
     try:
         grammar = build(*job)
-    except SchemaGrammarError as e:
+    except BuildRefused as e:
         return ("invalid", str(e), e.param)
     except RecursionError:  # a builder recursing past Python's limit: the schema, not this child, is at fault
         return ("too_deep",)
@@ -131,8 +140,8 @@ def _job(
 
 
 def _forget_parent(keep: Connection) -> None:
-    """Drop what the fork copied of the gateway's serving state: signal handlers that would wake its event loop,
-    and its sockets (a listener held open here would accept connections nobody serves after the gateway closes
+    """Drop what the fork copied of its server's serving state: signal handlers that would wake its event loop,
+    and its sockets (a listener held open here would accept connections nobody serves after the server closes
     it)."""
     signal.set_wakeup_fd(-1)
     for sig in (signal.SIGINT, signal.SIGTERM):

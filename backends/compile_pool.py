@@ -1,10 +1,12 @@
-"""Compile children under a CPU-time budget per job: the gateway's compile budget (budget.py) and the bundled
-worker's grammars (backends/worker/grammar.py) both run their grammars through one.
+"""Compile children under a CPU-time budget per job: the gateway's compile budget (gateway/grammars/budget.py) and
+the bundled worker's grammars (backends/worker/grammar.py) both run their grammars through one, each answering its
+errors in its own shape.
 
 A job goes to a free `CompileProcess` (forked on first use; waiting for a free one is not charged); past `seconds`
 of the child's CPU time for the job it is killed (OverBudget), as it is when the job's `cancel` event is set
 (Cancelled: the client went away). Grammars known to cost more than the budget are remembered by their key and
-refused at once (`("over_budget",)`), without a compile.
+refused at once (`("over_budget",)`), without a compile. A child stuck or gone, or a pool closed, is
+CompilerUnavailable (the caller may try again).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
-from gateway.errors import APIError
-from gateway.grammars.compile_process import CompileProcess
+from backends.compile_process import CompileProcess
 
 if TYPE_CHECKING:
     import xgrammar as xgr
 
+DEFAULT_GRAMMAR_COMPILE_S = 2.0
+"""CPU seconds a request's grammar may take to build and compile, the gateway's and the bundled worker's default (a
+5-tool grammar takes 0.03-0.13 s cold on the families' vocabularies; an enum of 20,000 strings 2.1 s; see
+gateway/grammars/budget.py)."""
 PROCESSES = 2
 """Children per pool: two requests' grammars compile at once; a third waits for one of them."""
 REMEMBERED_OVER_BUDGET = 1024
@@ -42,6 +47,15 @@ class OverBudget(Exception):
 
 class Cancelled(Exception):
     """The job's cancel event was set while its child worked (the child is killed)."""
+
+
+class CompilerUnavailable(Exception):
+    """No answer to the job: its child stuck or died, or the pool is closed; try again after `retry_after` s."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
 
 
 class CompilePool:
@@ -95,7 +109,7 @@ class CompilePool:
     def _fork(self) -> CompileProcess:
         with self._lock:
             if self._closed:
-                raise APIError("the server is shutting down", status=503, type="server_error", retry_after=1)
+                raise CompilerUnavailable("the server is shutting down")
         self.prepare()
         return CompileProcess(self._build, self._info)
 
@@ -163,5 +177,5 @@ class CompilePool:
                 child.kill()
 
 
-def _compiler_failed() -> APIError:
-    return APIError("the grammar compiler failed; try again", status=503, type="server_error", retry_after=1)
+def _compiler_failed() -> CompilerUnavailable:
+    return CompilerUnavailable("the grammar compiler failed; try again")
