@@ -133,8 +133,11 @@ def parse_generate(
     context_length: int,
     encode: Callable[[str], list[int]],
     stop_strings_wait_for_min: bool = False,
+    past_context: Callable[[int, int, int], str] | None = None,
 ) -> GenerateCall:
-    """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt."""
+    """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt. A prompt and max_new_tokens
+    past the context are refused with `past_context(prompt, max_new, context)` (SGLang's, for an explicit
+    max_new_tokens only, by default)."""
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
     reject_unknown(body, _TOP_LEVEL_KEYS, "request")
@@ -154,6 +157,10 @@ def parse_generate(
         if not is_neutral(sp.get(key), neutral):
             raise ProtocolError(f"sampling_params.{key} is not supported by this worker")
     sampling = _sampling(sp)
+    total = len(input_ids) + sampling.max_new_tokens
+    if total > context_length and (past_context is not None or sp.get("max_new_tokens") is not None):
+        message = past_context or sglang_past_context
+        raise ProtocolError(message(len(input_ids), sampling.max_new_tokens, context_length))
     if any(not 0 <= i < vocab_size for i in sampling.stop_token_ids):
         raise ProtocolError(f"stop_token_ids must be token ids in [0, {vocab_size})")
     min_new = _int(sp, "min_new_tokens", 0)
@@ -190,6 +197,17 @@ def parse_generate(
         min_new_tokens=min_new,
         stop_strings_wait_for_min=stop_strings_wait_for_min,
         return_text_in_logprobs=_bool(body, "return_text_in_logprobs", False, "request"),
+    )
+
+
+def sglang_past_context(prompt: int, max_new: int, context: int) -> str:
+    """SGLang's refusal of a prompt and an explicit max_new_tokens past the context (its TokenizerManager's request
+    validation; an absent max_new_tokens is capped instead)."""
+    return (
+        f"Requested token count exceeds the model's maximum context length of {context} tokens. You requested a "
+        f"total of {prompt + max_new} tokens: {prompt} tokens from the input messages and {max_new} tokens for the "
+        "completion. Please reduce the number of tokens in the input messages or the completion to fit within the "
+        "limit."
     )
 
 

@@ -428,6 +428,17 @@ def _parse_as_sglang(state: WorkerState, prompt: Any, params: dict, rid: str, lo
         context_length=state.engine.context_length,
         encode=_no_text,
         stop_strings_wait_for_min=True,
+        past_context=_past_context,
+    )
+
+
+def _past_context(prompt: int, max_tokens: int, context: int) -> str:
+    """vLLM's refusal of a prompt longer than the context leaves after max_tokens (its renderer's token length
+    check, defaulted max_tokens included)."""
+    return (
+        f"You passed {prompt} input tokens and requested {max_tokens} output tokens. However, the model's context "
+        f"length is only {context} tokens, resulting in a maximum input length of {context - max_tokens} tokens. "
+        "Please reduce the length of the input prompt."
     )
 
 

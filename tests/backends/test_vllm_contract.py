@@ -10,6 +10,7 @@ import pytest
 
 from backends.base import BackendError, GenerateRequest, Grammar, SamplingParams
 from backends.vllm import _StreamReader, completions_payload, generate_payload
+from tests.backends.conftest import CONTEXT
 from tests.backends.vllm_contract import ContractError
 
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
@@ -217,6 +218,19 @@ def test_worker_models_and_errors_are_vllms(oracle, worker_url):
         ("/v1/completions", {"prompt": PROMPT, "temperature": "1"}, "\ntemperature must be a finite number"),
         ("/inference/v1/generate", {"token_ids": PROMPT, "sampling_params": {"seed": 0.5}}, "sampling_params.seed "),
         ("/inference/v1/generate", {"token_ids": [-1], "sampling_params": {}}, "token_ids must be token ids in [0, "),
+        (  # vLLM refuses a prompt longer than the context leaves after max_tokens (16 by default)
+            "/v1/completions",
+            {"prompt": [PROMPT[0]] * (CONTEXT - 10)},
+            (
+                f"You passed {CONTEXT - 10} input tokens and requested 16 output tokens. However, the model's context "
+                f"length is only {CONTEXT} tokens, resulting in a maximum input length of {CONTEXT - 16} tokens."
+            ),
+        ),
+        (
+            "/inference/v1/generate",
+            {"token_ids": PROMPT, "sampling_params": {"max_tokens": CONTEXT}},
+            f"You passed 5 input tokens and requested {CONTEXT} output tokens.",
+        ),
     ],
 )
 def test_worker_refusals_name_the_vllm_fields_sent(worker_url, path, body, message):

@@ -84,3 +84,16 @@ def test_negative_seeds_are_taken_as_sglang_takes_them():
     # OpenAI's seed is any int64, and the gateway derives choice j's seed by wrapping seed + j in int64.
     for seed in (-1, -(1 << 63)):
         assert parse({"input_ids": PROMPT, "sampling_params": {"sampling_seed": seed}}).sampling.seed == seed
+
+
+@pytest.mark.parametrize("max_new", [2044, 4096])
+def test_an_explicit_max_new_tokens_past_the_context_is_refused_as_sglang_refuses_it(max_new):
+    with pytest.raises(
+        ProtocolError, match=f"maximum context length of 2048 tokens. You requested a total of {5 + max_new}"
+    ):
+        parse({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": max_new}})
+
+
+def test_a_prompt_and_max_new_tokens_that_fill_the_context_or_a_default_past_it_are_taken():
+    assert parse({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2043}}).sampling.max_new_tokens == 2043
+    assert parse({"input_ids": [1] * 2000}).sampling.max_new_tokens == 128  # SGLang caps an absent one instead
