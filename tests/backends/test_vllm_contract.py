@@ -189,6 +189,19 @@ def test_worker_stop_strings_min_tokens_and_cached_tokens_are_vllms(oracle, work
     assert oracle.check("generate_request", generate)["sampling"]["stop"] == ["6"]
 
 
+def test_worker_text_offsets_count_the_text_sent_as_vllms_do(oracle, worker_url):
+    """vLLM starts each chunk's offsets at the length of the text sent before it: a token a stop string holds back
+    moves no offset until its text is sent (the greedy " 5, 6," here holds " 6" back for the stop "6!")."""
+    body = {"prompt": COUNTING, "max_tokens": 6, "temperature": 0, "stop": ["6!"], "logprobs": 0, "stream": True}
+    with httpx.stream("POST", f"{worker_url}/v1/completions", json=body, timeout=60) as response:
+        choices = [oracle.check("completion_chunk", chunk)["choices"][0] for chunk in _sse(response)]
+    texts = [c["text"] for c in choices]
+    assert "".join(texts).startswith(" 5, 6,") and "" in texts[:-1]  # a chunk whose token was held back
+    for i, choice in enumerate(choices):
+        offsets, tokens = choice["logprobs"]["text_offset"], choice["logprobs"]["tokens"]
+        assert offsets == [len("".join(texts[:i])) + len("".join(tokens[:j])) for j in range(len(tokens))]
+
+
 def test_worker_models_and_errors_are_vllms(oracle, worker_url):
     models = oracle.check("model_list", httpx.get(f"{worker_url}/v1/models").json())
     assert models["data"][0]["id"].endswith(".gguf")
