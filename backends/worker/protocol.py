@@ -259,10 +259,10 @@ def _stop_strings(stop: Any) -> list[str]:
     if stop is None:
         return []
     stops = [stop] if isinstance(stop, str) else stop
+    if isinstance(stops, list) and len(stops) > MAX_STOP_STRINGS:  # before each is read: the list may be millions
+        raise ProtocolError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stops)}")
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise ProtocolError("stop must be a string or a list of strings")
-    if len(stops) > MAX_STOP_STRINGS:
-        raise ProtocolError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stops)}")
     for s in stops:
         if not s:
             raise ProtocolError("stop strings must not be empty")

@@ -140,10 +140,12 @@ def test_bodies_past_the_bytes_read_at_once_are_refused_with_503_and_their_bytes
     assert protocol.BODIES.held == 0
 
 
-def test_an_overlong_prompt_or_stop_id_list_is_refused_before_its_ids_are_read():
+def test_an_overlong_prompt_stop_id_or_stop_list_is_refused_before_its_ids_are_read():
     """Each id of a 64 MiB body was read on the event loop (~4 CPU-s) before its length was checked: a list
     holding a non-integer shows the length is checked first."""
     with pytest.raises(ProtocolError, match="the prompt has 2048 tokens; this model's context length is 2048"):
         parse({"input_ids": [*PROMPT, "x"] * 341 + [1, 2]})
     with pytest.raises(ProtocolError, match="stop_token_ids may hold at most 49152 ids"):
         parse({"input_ids": PROMPT, "sampling_params": {"stop_token_ids": ["x"] + [1] * 49152}})
+    with pytest.raises(ProtocolError, match="at most 32 stop strings are allowed, got 33"):
+        parse({"input_ids": PROMPT, "sampling_params": {"stop": [1] * 33}})
