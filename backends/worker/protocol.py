@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,19 +29,51 @@ class ProtocolError(ValueError):
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Longer request bodies are refused (413) as they arrive, not read into memory: a prompt of a million token ids
 is ~8 MB of JSON."""
+BODY_IDLE_TIMEOUT_S = 30.0
+"""A body that sends nothing for this long is refused (408): a client trickling its body holds a connection."""
+
+
+class BodyBytes:
+    """The bytes of request bodies read and not yet parsed, all requests together, up to `limit`."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held = 0
+
+
+BODIES = BodyBytes(4 * MAX_BODY_BYTES)
+"""Past it a body is refused (503) as it arrives: many large bodies at once would each hold up to 64 MiB."""
 
 
 async def request_json(request: Request) -> Any:
     """The request's body parsed as JSON; ProtocolError when it is not JSON (400), is longer than MAX_BODY_BYTES
-    (413) or the client left before it ended (499: nobody reads the answer)."""
+    (413), sends nothing for BODY_IDLE_TIMEOUT_S (408), would take BODIES past its limit (503) or the client left
+    before it ended (499: nobody reads the answer)."""
+    held = 0
+
+    async def receive() -> Any:
+        nonlocal held
+        async with asyncio.timeout(BODY_IDLE_TIMEOUT_S):
+            message = await request.receive()
+        size = len(message.get("body", b""))
+        if BODIES.held + size > BODIES.limit:
+            raise ProtocolError("the worker is reading too many request bodies at once; retry later", 503)
+        BODIES.held += size
+        held += size
+        return message
+
     try:
-        return await read_json_body(request.scope, request.receive, MAX_BODY_BYTES)
+        return await read_json_body(request.scope, receive, MAX_BODY_BYTES)
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"request body is not valid JSON: {exc}") from None
     except BodyTooLarge:
         raise ProtocolError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413) from None
     except ClientLeft:
         raise ProtocolError("the client left before its body ended", 499) from None
+    except TimeoutError:
+        raise ProtocolError(f"the request body sent nothing for {BODY_IDLE_TIMEOUT_S:g} s", 408) from None
+    finally:
+        BODIES.held -= held
 
 
 # Every key SGLang's SamplingParams accepts; anything else is rejected, as SGLang does.
@@ -133,27 +166,40 @@ def parse_generate(
     context_length: int,
     encode: Callable[[str], list[int]],
     stop_strings_wait_for_min: bool = False,
+    past_context: Callable[[int, int, int], str] | None = None,
 ) -> GenerateCall:
-    """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt."""
+    """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt. A prompt and max_new_tokens
+    past the context are refused with `past_context(prompt, max_new, context)` (SGLang's, for an explicit
+    max_new_tokens only, by default)."""
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
     reject_unknown(body, _TOP_LEVEL_KEYS, "request")
+    raw_ids = body.get("input_ids")
+    if isinstance(raw_ids, list) and len(raw_ids) >= context_length:  # before each id is read: up to 64 MiB of them
+        raise ProtocolError(_past_context_message(len(raw_ids), context_length))
     input_ids = _prompt_ids(body, encode)
     if not input_ids:
         raise ProtocolError("the prompt is empty")
+    if len(input_ids) >= context_length:
+        raise ProtocolError(_past_context_message(len(input_ids), context_length))
     if any(not 0 <= i < vocab_size for i in input_ids):
         raise ProtocolError(f"input_ids must be token ids in [0, {vocab_size})")
-    if len(input_ids) >= context_length:
-        raise ProtocolError(f"the prompt has {len(input_ids)} tokens; this model's context length is {context_length}")
     sp = body.get("sampling_params")
     sp = {} if sp is None else sp
     if not isinstance(sp, dict):
         raise ProtocolError("sampling_params must be an object")
     reject_unknown(sp, _SGLANG_SAMPLING_KEYS, "sampling_params")
+    stop_ids = sp.get("stop_token_ids")
+    if isinstance(stop_ids, list) and len(stop_ids) > vocab_size:  # more must repeat ids; each is read on the loop
+        raise ProtocolError(f"stop_token_ids may hold at most {vocab_size} ids (this model's vocabulary size)")
     for key, neutral in _NEUTRAL_ONLY.items():
         if not is_neutral(sp.get(key), neutral):
             raise ProtocolError(f"sampling_params.{key} is not supported by this worker")
     sampling = _sampling(sp)
+    total = len(input_ids) + sampling.max_new_tokens
+    if total > context_length and (past_context is not None or sp.get("max_new_tokens") is not None):
+        message = past_context or sglang_past_context
+        raise ProtocolError(message(len(input_ids), sampling.max_new_tokens, context_length))
     if any(not 0 <= i < vocab_size for i in sampling.stop_token_ids):
         raise ProtocolError(f"stop_token_ids must be token ids in [0, {vocab_size})")
     min_new = _int(sp, "min_new_tokens", 0)
@@ -193,15 +239,30 @@ def parse_generate(
     )
 
 
+def _past_context_message(prompt: int, context: int) -> str:
+    return f"the prompt has {prompt} tokens; this model's context length is {context}"
+
+
+def sglang_past_context(prompt: int, max_new: int, context: int) -> str:
+    """SGLang's refusal of a prompt and an explicit max_new_tokens past the context (its TokenizerManager's request
+    validation; an absent max_new_tokens is capped instead)."""
+    return (
+        f"Requested token count exceeds the model's maximum context length of {context} tokens. You requested a "
+        f"total of {prompt + max_new} tokens: {prompt} tokens from the input messages and {max_new} tokens for the "
+        "completion. Please reduce the number of tokens in the input messages or the completion to fit within the "
+        "limit."
+    )
+
+
 def _stop_strings(stop: Any) -> list[str]:
     """`stop`: one string or a list of them, each non-empty and bounded."""
     if stop is None:
         return []
     stops = [stop] if isinstance(stop, str) else stop
+    if isinstance(stops, list) and len(stops) > MAX_STOP_STRINGS:  # before each is read: the list may be millions
+        raise ProtocolError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stops)}")
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise ProtocolError("stop must be a string or a list of strings")
-    if len(stops) > MAX_STOP_STRINGS:
-        raise ProtocolError(f"at most {MAX_STOP_STRINGS} stop strings are allowed, got {len(stops)}")
     for s in stops:
         if not s:
             raise ProtocolError("stop strings must not be empty")

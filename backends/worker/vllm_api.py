@@ -143,6 +143,7 @@ class VLLMGeneration(Generation, ABC):
         self._eos = state.engine.eos_token_ids
         self._prompt_sent = False
         self._text_offset = 0
+        """The length of the text sent so far (vLLM's logprobs offsets start there)."""
 
     def frames(self, event: EngineEvent) -> bytes:
         payload = self.payload(event)
@@ -219,6 +220,7 @@ class CompletionGeneration(VLLMGeneration):
     def chunk(self, choice: dict[str, Any], text: str, ids: list[int], tokens: list[TokenChoice]) -> dict[str, Any]:
         choice["text"] = text
         choice["logprobs"] = self._logprobs(tokens) if self.call.return_logprob else None
+        self._text_offset += len(text)
         if self.options.return_token_ids:
             choice["token_ids"] = ids
         return self.envelope([choice])
@@ -227,17 +229,20 @@ class CompletionGeneration(VLLMGeneration):
         choice["prompt_token_ids"] = self.call.input_ids
 
     def _logprobs(self, tokens: list[TokenChoice]) -> dict[str, list]:
-        """OpenAI's legacy logprobs object: per token its text, offset, logprob and top alternatives."""
+        """OpenAI's legacy logprobs object: per token its text, offset, logprob and top alternatives. As vLLM's, the
+        offsets start at the length of the text sent in earlier chunks (text a stop string holds back is not) and
+        go on by each token's text."""
         out: dict[str, list] = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
+        offset = self._text_offset
         for t in tokens:
             text = self.token_text(t.token_id)
-            out["text_offset"].append(self._text_offset)
+            out["text_offset"].append(offset)
             out["token_logprobs"].append(t.logprob)
             out["tokens"].append(text)
             top = {text: t.logprob}
             top.update((self.token_text(i), lp) for i, lp in t.top)
             out["top_logprobs"].append(top)
-            self._text_offset += len(text)
+            offset += len(text)
         return out
 
 
@@ -428,6 +433,17 @@ def _parse_as_sglang(state: WorkerState, prompt: Any, params: dict, rid: str, lo
         context_length=state.engine.context_length,
         encode=_no_text,
         stop_strings_wait_for_min=True,
+        past_context=_past_context,
+    )
+
+
+def _past_context(prompt: int, max_tokens: int, context: int) -> str:
+    """vLLM's refusal of a prompt longer than the context leaves after max_tokens (its renderer's token length
+    check, defaulted max_tokens included)."""
+    return (
+        f"You passed {prompt} input tokens and requested {max_tokens} output tokens. However, the model's context "
+        f"length is only {context} tokens, resulting in a maximum input length of {context - max_tokens} tokens. "
+        "Please reduce the length of the input prompt."
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from backends.base import BackendError, GenerateRequest, Grammar, SamplingParams
 from backends.vllm import _StreamReader, completions_payload, generate_payload
+from tests.backends.conftest import CONTEXT
 from tests.backends.vllm_contract import ContractError
 
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
@@ -188,6 +189,19 @@ def test_worker_stop_strings_min_tokens_and_cached_tokens_are_vllms(oracle, work
     assert oracle.check("generate_request", generate)["sampling"]["stop"] == ["6"]
 
 
+def test_worker_text_offsets_count_the_text_sent_as_vllms_do(oracle, worker_url):
+    """vLLM starts each chunk's offsets at the length of the text sent before it: a token a stop string holds back
+    moves no offset until its text is sent (the greedy " 5, 6," here holds " 6" back for the stop "6!")."""
+    body = {"prompt": COUNTING, "max_tokens": 6, "temperature": 0, "stop": ["6!"], "logprobs": 0, "stream": True}
+    with httpx.stream("POST", f"{worker_url}/v1/completions", json=body, timeout=60) as response:
+        choices = [oracle.check("completion_chunk", chunk)["choices"][0] for chunk in _sse(response)]
+    texts = [c["text"] for c in choices]
+    assert "".join(texts).startswith(" 5, 6,") and "" in texts[:-1]  # a chunk whose token was held back
+    for i, choice in enumerate(choices):
+        offsets, tokens = choice["logprobs"]["text_offset"], choice["logprobs"]["tokens"]
+        assert offsets == [len("".join(texts[:i])) + len("".join(tokens[:j])) for j in range(len(tokens))]
+
+
 def test_worker_models_and_errors_are_vllms(oracle, worker_url):
     models = oracle.check("model_list", httpx.get(f"{worker_url}/v1/models").json())
     assert models["data"][0]["id"].endswith(".gguf")
@@ -217,6 +231,19 @@ def test_worker_models_and_errors_are_vllms(oracle, worker_url):
         ("/v1/completions", {"prompt": PROMPT, "temperature": "1"}, "\ntemperature must be a finite number"),
         ("/inference/v1/generate", {"token_ids": PROMPT, "sampling_params": {"seed": 0.5}}, "sampling_params.seed "),
         ("/inference/v1/generate", {"token_ids": [-1], "sampling_params": {}}, "token_ids must be token ids in [0, "),
+        (  # vLLM refuses a prompt longer than the context leaves after max_tokens (16 by default)
+            "/v1/completions",
+            {"prompt": [PROMPT[0]] * (CONTEXT - 10)},
+            (
+                f"You passed {CONTEXT - 10} input tokens and requested 16 output tokens. However, the model's context "
+                f"length is only {CONTEXT} tokens, resulting in a maximum input length of {CONTEXT - 16} tokens."
+            ),
+        ),
+        (
+            "/inference/v1/generate",
+            {"token_ids": PROMPT, "sampling_params": {"max_tokens": CONTEXT}},
+            f"You passed 5 input tokens and requested {CONTEXT} output tokens.",
+        ),
     ],
 )
 def test_worker_refusals_name_the_vllm_fields_sent(worker_url, path, body, message):

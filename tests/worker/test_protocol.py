@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
+import pytest
+from starlette.requests import Request
+
+from backends.worker import protocol
 from backends.worker.protocol import ProtocolError, parse_generate
 
 PROMPT = [504, 3575, 282, 4649, 314]
@@ -84,3 +88,64 @@ def test_negative_seeds_are_taken_as_sglang_takes_them():
     # OpenAI's seed is any int64, and the gateway derives choice j's seed by wrapping seed + j in int64.
     for seed in (-1, -(1 << 63)):
         assert parse({"input_ids": PROMPT, "sampling_params": {"sampling_seed": seed}}).sampling.seed == seed
+
+
+@pytest.mark.parametrize("max_new", [2044, 4096])
+def test_an_explicit_max_new_tokens_past_the_context_is_refused_as_sglang_refuses_it(max_new):
+    with pytest.raises(
+        ProtocolError, match=f"maximum context length of 2048 tokens. You requested a total of {5 + max_new}"
+    ):
+        parse({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": max_new}})
+
+
+def test_a_prompt_and_max_new_tokens_that_fill_the_context_or_a_default_past_it_are_taken():
+    assert parse({"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2043}}).sampling.max_new_tokens == 2043
+    assert parse({"input_ids": [1] * 2000}).sampling.max_new_tokens == 128  # SGLang caps an absent one instead
+
+
+def _request(messages: asyncio.Queue) -> Request:
+    return Request({"type": "http", "method": "POST", "headers": []}, messages.get)
+
+
+def test_a_body_that_stalls_is_refused_with_408(monkeypatch):
+    monkeypatch.setattr(protocol, "BODY_IDLE_TIMEOUT_S", 0.01)
+
+    async def scenario() -> ProtocolError:
+        messages: asyncio.Queue = asyncio.Queue()
+        messages.put_nowait({"type": "http.request", "body": b'{"input_ids": [1', "more_body": True})
+        with pytest.raises(ProtocolError) as refused:
+            await protocol.request_json(_request(messages))
+        return refused.value
+
+    assert asyncio.run(scenario()).status == 408
+    assert protocol.BODIES.held == 0
+
+
+def test_bodies_past_the_bytes_read_at_once_are_refused_with_503_and_their_bytes_given_back(monkeypatch):
+    monkeypatch.setattr(protocol, "BODIES", protocol.BodyBytes(limit=25))
+
+    async def scenario() -> tuple[int, int, object]:
+        first, second = asyncio.Queue(), asyncio.Queue()
+        first.put_nowait({"type": "http.request", "body": b'{"input_ids": [1,', "more_body": True})
+        reading = asyncio.create_task(protocol.request_json(_request(first)))
+        await asyncio.sleep(0)
+        second.put_nowait({"type": "http.request", "body": b'{"text": "a"}', "more_body": False})
+        with pytest.raises(ProtocolError) as refused:
+            await protocol.request_json(_request(second))
+        held = protocol.BODIES.held
+        first.put_nowait({"type": "http.request", "body": b" 2]}", "more_body": False})
+        return refused.value.status, held, await reading
+
+    assert asyncio.run(scenario()) == (503, 17, {"input_ids": [1, 2]})
+    assert protocol.BODIES.held == 0
+
+
+def test_an_overlong_prompt_stop_id_or_stop_list_is_refused_before_its_ids_are_read():
+    """Each id of a 64 MiB body was read on the event loop (~4 CPU-s) before its length was checked: a list
+    holding a non-integer shows the length is checked first."""
+    with pytest.raises(ProtocolError, match="the prompt has 2048 tokens; this model's context length is 2048"):
+        parse({"input_ids": [*PROMPT, "x"] * 341 + [1, 2]})
+    with pytest.raises(ProtocolError, match="stop_token_ids may hold at most 49152 ids"):
+        parse({"input_ids": PROMPT, "sampling_params": {"stop_token_ids": ["x"] + [1] * 49152}})
+    with pytest.raises(ProtocolError, match="at most 32 stop strings are allowed, got 33"):
+        parse({"input_ids": PROMPT, "sampling_params": {"stop": [1] * 33}})
