@@ -213,6 +213,7 @@ def _parse_gguf(path: Path) -> Checkpoint:
     field_value = lambda key: reader.fields[key].contents() if key in reader.fields else None
     bos_id, eos_id = field_value("tokenizer.ggml.bos_token_id"), field_value("tokenizer.ggml.eos_token_id")
     add_bos, add_eos = field_value("tokenizer.ggml.add_bos_token"), field_value("tokenizer.ggml.add_eos_token")
+    add_bos = gguf_adds_bos(pre, add_bos)
     tokenizer.post_processor = _special_tokens_processor(
         tokens, bos_id if add_bos else None, eos_id if add_eos else None
     )
@@ -242,6 +243,26 @@ def _parse_gguf(path: Path) -> Checkpoint:
         eos_token_ids=[eos_id] if eos_id is not None else [],
         control_token_ids=[i for i, t in enumerate(types) if t == _GGUF_CONTROL],
     )
+
+
+GGUF_BOS_PRE_TOKENIZERS = frozenset(
+    ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano")
+    + ("tekken", "chameleon")
+)
+"""`tokenizer.ggml.pre` values for which llama.cpp adds a BOS to a byte-level BPE (`gpt2`) vocabulary's text when
+the GGUF has no `tokenizer.ggml.add_bos_token` (src/llama-vocab.cpp, `llama_vocab::impl::load`, ggml-org/llama.cpp
+@00ad355e009e); any other adds none."""
+GGUF_ALWAYS_BOS_PRE_TOKENIZERS = frozenset(("gemma4", "granite-embed-multi-311m"))
+"""`tokenizer.ggml.pre` values for which llama.cpp adds a BOS even where the GGUF says `add_bos_token` false (its
+Gemma 4 workaround, ggml-org/llama.cpp#21500)."""
+
+
+def gguf_adds_bos(pre: str, add_bos: bool | None) -> bool:
+    """Whether llama.cpp adds a BOS to a byte-level BPE GGUF's text: its `add_bos_token` where it has one, else the
+    default of its pre-tokenizer `pre`."""
+    if pre in GGUF_ALWAYS_BOS_PRE_TOKENIZERS:
+        return True
+    return pre in GGUF_BOS_PRE_TOKENIZERS if add_bos is None else bool(add_bos)
 
 
 def _byte_level_bpe(

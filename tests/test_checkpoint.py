@@ -92,7 +92,7 @@ def test_bad_references_are_clear_errors(ref, error, message):
         load_checkpoint(ref)
 
 
-def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None) -> None:
+def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None, pre: str | None = None) -> None:
     """A llama GGUF with no tensors and a seven-token byte-level BPE vocabulary: <s>, </s>, h, i, Ġ, hi, a."""
     import gguf
 
@@ -102,6 +102,8 @@ def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None) -> None:
     writer.add_head_count(2)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_tokenizer_model("gpt2")
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
     writer.add_token_list(["<s>", "</s>", "h", "i", "Ġ", "hi", "a"])
     writer.add_token_types([3, 3, 1, 1, 1, 1, 1])
     writer.add_token_merges(["h i"])
@@ -134,6 +136,28 @@ def test_gguf_add_bos_and_eos_flags_become_the_post_processor(tmp_path, monkeypa
     assert tokenizer.encode("hi hi", add_special_tokens=False).ids == [5, 4, 5]
     assert tokenizer.encode("hi hi", add_special_tokens=True).ids == single
     assert tokenizer.encode("hi hi", "i", add_special_tokens=True).ids == pair
+    assert PromptEncoder(tokenizer).encode_prompt("hi hi", add_special_tokens=True) == single
+
+
+@pytest.mark.parametrize(
+    ("pre", "add_bos", "single"),
+    [
+        ("llama-bpe", None, [0, 5, 4, 5]),
+        ("tekken", None, [0, 5, 4, 5]),
+        ("llama-bpe", False, [5, 4, 5]),
+        ("qwen2", None, [5, 4, 5]),
+        ("smollm", None, [5, 4, 5]),
+        ("gemma4", False, [0, 5, 4, 5]),
+    ],
+)
+def test_a_gguf_without_add_bos_token_takes_llama_cpps_default_for_its_pre_tokenizer(
+    tmp_path, monkeypatch, pre, add_bos, single
+):
+    """llama.cpp (src/llama-vocab.cpp) adds a BOS to a Llama 3, tekken ... vocabulary's text unless the GGUF says
+    `add_bos_token` false, and always to Gemma 4's."""
+    monkeypatch.setenv(CACHE_ENV, "off")
+    write_tiny_gguf(tmp_path / "tiny.gguf", add_bos, None, pre)
+    tokenizer = load_checkpoint(tmp_path / "tiny.gguf").tokenizer
     assert PromptEncoder(tokenizer).encode_prompt("hi hi", add_special_tokens=True) == single
 
 
