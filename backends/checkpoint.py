@@ -251,17 +251,13 @@ GGUF_BOS_PRE_TOKENIZERS = frozenset(
 )
 """`tokenizer.ggml.pre` values for which llama.cpp adds a BOS to a byte-level BPE (`gpt2`) vocabulary's text when
 the GGUF has no `tokenizer.ggml.add_bos_token` (src/llama-vocab.cpp, `llama_vocab::impl::load`, ggml-org/llama.cpp
-@00ad355e009e); any other adds none."""
-GGUF_ALWAYS_BOS_PRE_TOKENIZERS = frozenset(("gemma4", "granite-embed-multi-311m"))
-"""`tokenizer.ggml.pre` values for which llama.cpp adds a BOS even where the GGUF says `add_bos_token` false (its
-Gemma 4 workaround, ggml-org/llama.cpp#21500)."""
+@00ad355e009e); any other adds none. (transformers' GGUF converter adds none for any `gpt2` vocabulary without the
+key, unlike the Hugging Face tokenizers these files came from, whose post-processors add Llama 3's and tekken's BOS.)"""
 
 
 def gguf_adds_bos(pre: str, add_bos: bool | None) -> bool:
-    """Whether llama.cpp adds a BOS to a byte-level BPE GGUF's text: its `add_bos_token` where it has one, else the
-    default of its pre-tokenizer `pre`."""
-    if pre in GGUF_ALWAYS_BOS_PRE_TOKENIZERS:
-        return True
+    """Whether a byte-level BPE GGUF's text gets a BOS: its `add_bos_token` where it has one, else llama.cpp's
+    default for its pre-tokenizer `pre`."""
     return pre in GGUF_BOS_PRE_TOKENIZERS if add_bos is None else bool(add_bos)
 
 

@@ -147,14 +147,13 @@ def test_gguf_add_bos_and_eos_flags_become_the_post_processor(tmp_path, monkeypa
         ("llama-bpe", False, [5, 4, 5]),
         ("qwen2", None, [5, 4, 5]),
         ("smollm", None, [5, 4, 5]),
-        ("gemma4", False, [0, 5, 4, 5]),
     ],
 )
 def test_a_gguf_without_add_bos_token_takes_llama_cpps_default_for_its_pre_tokenizer(
     tmp_path, monkeypatch, pre, add_bos, single
 ):
     """llama.cpp (src/llama-vocab.cpp) adds a BOS to a Llama 3, tekken ... vocabulary's text unless the GGUF says
-    `add_bos_token` false, and always to Gemma 4's."""
+    `add_bos_token` false; to Qwen's or SmolLM's none."""
     monkeypatch.setenv(CACHE_ENV, "off")
     write_tiny_gguf(tmp_path / "tiny.gguf", add_bos, None, pre)
     tokenizer = load_checkpoint(tmp_path / "tiny.gguf").tokenizer
