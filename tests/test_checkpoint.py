@@ -92,7 +92,9 @@ def test_bad_references_are_clear_errors(ref, error, message):
         load_checkpoint(ref)
 
 
-def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None, pre: str | None = None) -> None:
+def write_tiny_gguf(
+    path, add_bos: bool | None, add_eos: bool | None, pre: str | None = None, unk_and_pad: bool = False
+) -> None:
     """A llama GGUF with no tensors and a seven-token byte-level BPE vocabulary: <s>, </s>, h, i, Ġ, hi, a."""
     import gguf
 
@@ -109,6 +111,9 @@ def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None, pre: str |
     writer.add_token_merges(["h i"])
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(1)
+    if unk_and_pad:
+        writer.add_unk_token_id(6)
+        writer.add_pad_token_id(1)
     if add_bos is not None:
         writer.add_add_bos_token(add_bos)
     if add_eos is not None:
@@ -165,3 +170,72 @@ def test_embedded_gguf_adds_no_special_tokens(embedded):
     for text in SAMPLES:
         with_specials = embedded.tokenizer.encode(text, add_special_tokens=True).ids
         assert with_specials == embedded.tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def _write_word_level_dir(path, tok_cfg: dict, padding: bool) -> None:
+    """A Hugging Face directory with a word-level tokenizer.json (optionally padded with `<pad>`) and `tok_cfg`."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    words = ["<unk>", "<s>", "</s>", "<pad>", "<img>", "<b>", "hi"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens([AddedToken(w, special=True, normalized=False) for w in words[:6]])
+    if padding:
+        tokenizer.enable_padding(pad_id=3, pad_token="<pad>")
+    tokenizer.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+
+
+SPECIALS_TEMPLATE = (
+    "{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token }}|{{ image_token }}|{{ boi_token }}|"
+    "{{ sep_token is defined }}|{{ mask_token is defined }}|{% for m in messages %}{{ m.content }}{% endfor %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("tok_cfg", "padding"),
+    [
+        (
+            {
+                "bos_token": {"__type": "AddedToken", "content": "<s>", "special": True},
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": None,
+                "image_token": "<img>",
+                "extra_special_tokens": {"boi_token": "<b>"},
+                "add_bos_token": True,
+            },
+            True,
+        ),
+        ({"eos_token": "</s>", "pad_token": "<unk>"}, True),
+        ({"bos_token": "<s>", "mask_token": "<b>", "sep_token": "</s>"}, False),
+    ],
+)
+def test_named_special_tokens_reach_the_template_as_transformers_gives_them(tmp_path, tok_cfg, padding):
+    """transformers gives a template every named special token of the tokenizer (`special_tokens_map`), and the
+    request's template kwargs override them."""
+    from transformers import AutoTokenizer
+
+    from gateway.models.registry import served_model_from_checkpoint
+    from gateway.types import ChatRequest
+
+    _write_word_level_dir(tmp_path, tok_cfg, padding)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path))
+    checkpoint = load_checkpoint(tmp_path)
+    assert checkpoint.special_tokens == theirs.special_tokens_map
+    model = served_model_from_checkpoint("m", checkpoint, "hermes", None, {"chat_template": SPECIALS_TEMPLATE})
+    messages = [{"role": "user", "content": "hi"}]
+    for kwargs in ({}, {"unk_token": "U", "bos_token": "B"}):
+        request = ChatRequest(messages=messages, template_kwargs=kwargs)
+        expected = theirs.apply_chat_template(messages, chat_template=SPECIALS_TEMPLATE, tokenize=False, **kwargs)
+        assert model.family.render(request) == expected
+
+
+def test_a_ggufs_named_special_tokens_are_transformers(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    monkeypatch.setenv(CACHE_ENV, "off")
+    write_tiny_gguf(tmp_path / "tiny.gguf", None, None, unk_and_pad=True)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="tiny.gguf").special_tokens_map
+    assert load_checkpoint(tmp_path / "tiny.gguf").special_tokens == theirs
+    assert theirs == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "a", "pad_token": "</s>"}

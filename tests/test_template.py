@@ -60,8 +60,7 @@ def test_context_variables_and_helpers() -> None:
         source,
         tools=[{"type": "function"}],
         documents=[{"title": "T"}],
-        bos_token="<s>",
-        eos_token="</s>",
+        special_tokens={"bos_token": "<s>", "eos_token": "</s>"},
         add_generation_prompt=False,
         template_kwargs={"enable_thinking": False},
     )

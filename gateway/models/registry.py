@@ -87,6 +87,7 @@ def served_model_from_checkpoint(
         eos_token_ids=checkpoint.eos_token_ids,
         control_token_ids=checkpoint.control_token_ids,
         options=dict(options or {}),
+        special_tokens=dict(checkpoint.special_tokens),
     )
     return ServedModel(
         id=model_id,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
@@ -226,28 +226,25 @@ def render_chat_template(
     documents: list[dict[str, Any]] | None = None,
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
-    bos_token: str | None = None,
-    eos_token: str | None = None,
+    special_tokens: Mapping[str, str] | None = None,
     template_kwargs: dict[str, Any] | None = None,
     max_chars: int = MAX_RENDERED_CHARS,
 ) -> str:
     """Render a chat template the way `transformers.apply_chat_template(tokenize=False)` does.
 
-    `template_kwargs` (the request's chat_template_kwargs) are extra context
-    variables; they cannot override the named arguments. With
-    `continue_final_message` the prompt ends right after the last message's
-    content, so the model continues it.
+    `special_tokens` are the tokenizer's named special tokens (bos_token, eos_token, unk_token ..., transformers'
+    `special_tokens_map`: one it has none of is undefined). `template_kwargs` (the request's chat_template_kwargs)
+    are extra context variables that override those, as transformers lets them, but not the named arguments. With
+    `continue_final_message` the prompt ends right after the last message's content, so the model continues it.
     """
     if continue_final_message and add_generation_prompt:
         raise TemplateError("continue_final_message and add_generation_prompt cannot both be set")
-    context = dict(template_kwargs or {})
+    context = {**(special_tokens or {}), **(template_kwargs or {})}
     context.update(
         messages=template_messages(messages),
         tools=tools or None,
         documents=documents or None,
         add_generation_prompt=add_generation_prompt,
-        bos_token=bos_token or "",
-        eos_token=eos_token or "",
     )
     render = _render_continued if continue_final_message else _render
     try:

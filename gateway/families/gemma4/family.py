@@ -29,7 +29,7 @@ class Gemma4Family(Family):
         template = self.context.options.get("chat_template") or self.context.chat_template
         if not template:
             raise TemplateError("gemma4 needs the checkpoint's chat template (or options.chat_template)")
-        return render_request(template, request, self.context.bos_token, self.context.eos_token)
+        return render_request(template, request, self.context.special_tokens_map)
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(*STOP_TOKENS)
