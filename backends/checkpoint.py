@@ -225,8 +225,9 @@ def _parse_gguf(path: Path) -> Checkpoint:
     bos_id, eos_id = special_ids.get("bos_token"), special_ids.get("eos_token")
     add_bos, add_eos = field_value("tokenizer.ggml.add_bos_token"), field_value("tokenizer.ggml.add_eos_token")
     add_bos = gguf_adds_bos(pre, add_bos)
-    tokenizer.post_processor = _special_tokens_processor(
-        tokens, bos_id if add_bos else None, eos_id if add_eos else None
+    tokenizer.post_processor = special_tokens_processor(
+        (tokens[bos_id], bos_id) if add_bos and bos_id is not None else None,
+        (tokens[eos_id], eos_id) if add_eos and eos_id is not None else None,
     )
     names = {t.name for t in reader.tensors}
     n_heads = int(meta[f"{arch}.attention.head_count"])
@@ -295,23 +296,23 @@ def _byte_level_bpe(
     return tok
 
 
-def _special_tokens_processor(
-    tokens: list[str], bos_id: int | None, eos_id: int | None
+def special_tokens_processor(
+    bos: tuple[str, int] | None, eos: tuple[str, int] | None
 ) -> processors.TemplateProcessing | None:
-    """The post-processor that puts token `bos_id` before and `eos_id` after each sequence (either may be None), as
-    transformers' Llama tokenizer writes it from `add_bos_token`/`add_eos_token`; None when it adds nothing."""
-    if bos_id is None and eos_id is None:
+    """The post-processor that puts token `bos` (spelling, id) before and `eos` after each sequence (either may be
+    None), as transformers writes it from `add_bos_token`/`add_eos_token`; None when it adds nothing."""
+    if bos is None and eos is None:
         return None
 
     def around(sequence: str, type_id: int) -> str:
-        ends = [f"{tokens[bos_id]}:{type_id}"] if bos_id is not None else []
+        ends = [f"{bos[0]}:{type_id}"] if bos is not None else []
         ends.append(f"${sequence}:{type_id}")
-        return " ".join(ends + ([f"{tokens[eos_id]}:{type_id}"] if eos_id is not None else []))
+        return " ".join(ends + ([f"{eos[0]}:{type_id}"] if eos is not None else []))
 
     return processors.TemplateProcessing(
         single=around("A", 0),
         pair=f"{around('A', 0)} {around('B', 1)}",
-        special_tokens=[(tokens[i], i) for i in {bos_id, eos_id} - {None}],
+        special_tokens=[token for token in (bos, eos) if token is not None],
     )
 
 
@@ -378,7 +379,12 @@ def _dir_tokenizer(path: Path) -> tuple[Tokenizer, dict[str, str]]:
         return load_kimi_tokenizer(path), {}
     if (path / SENTENCEPIECE_V3).is_file():
         tokenizer = load_sentencepiece(path / SENTENCEPIECE_V3)
-        ids = zip(("bos_token", "eos_token"), boundary_ids(path / SENTENCEPIECE_V3), strict=True)
+        bos_id, eos_id = boundary_ids(path / SENTENCEPIECE_V3)
+        # vLLM encodes a Mistral model's text prompt with mistral-common, a BOS first and no EOS
+        # (`MistralTokenizer.encode`: `bos=add_special_tokens, eos=False`)
+        if bos_id is not None:
+            tokenizer.post_processor = special_tokens_processor((tokenizer.id_to_token(bos_id), bos_id), None)
+        ids = zip(("bos_token", "eos_token"), (bos_id, eos_id), strict=True)
         return tokenizer, {key: tokenizer.id_to_token(i) for key, i in ids if i is not None}
     raise FileNotFoundError(f"{path}: no tokenizer.json, tiktoken.model or {SENTENCEPIECE_V3}")
 

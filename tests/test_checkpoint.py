@@ -58,7 +58,10 @@ def test_a_directory_with_only_a_sentencepiece_model(tmp_path):
     (tmp_path / SENTENCEPIECE_V3).symlink_to(mistral_common_data("mistral_instruct_tokenizer_240323.model.v3"))
     alone = load_checkpoint(tmp_path)
     text = "[TOOL_CALLS] spelled, café 🙂"
-    assert alone.tokenizer.encode(text).ids == sentencepiece_tokenizer().encode(text).ids
+    plain = sentencepiece_tokenizer().encode(text, add_special_tokens=False).ids
+    assert alone.tokenizer.encode(text, add_special_tokens=False).ids == plain
+    # a text prompt as vLLM encodes it with mistral-common: a BOS first, no EOS
+    assert PromptEncoder(alone.tokenizer).encode_prompt(text, add_special_tokens=True) == [1, *plain]
     assert (alone.bos_token, alone.eos_token, alone.eos_token_ids) == ("<s>", "</s>", [2])
     assert alone.config.architecture == "tokenizer-only" and alone.chat_template is None
     assert {1, 2, 5} <= set(alone.control_token_ids)
@@ -223,6 +226,8 @@ def test_named_special_tokens_reach_the_template_as_transformers_gives_them(tmp_
     theirs = AutoTokenizer.from_pretrained(str(tmp_path))
     checkpoint = load_checkpoint(tmp_path)
     assert checkpoint.special_tokens == theirs.special_tokens_map
+    # transformers 5 drops a config's add_bos_token / add_eos_token where tokenizer.json is there: its post-processor
+    assert PromptEncoder(checkpoint.tokenizer).encode_prompt("hi", add_special_tokens=True) == theirs.encode("hi")
     model = served_model_from_checkpoint("m", checkpoint, "hermes", None, {"chat_template": SPECIALS_TEMPLATE})
     messages = [{"role": "user", "content": "hi"}]
     for kwargs in ({}, {"unk_token": "U", "bos_token": "B"}):
