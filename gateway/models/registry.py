@@ -63,7 +63,8 @@ class ServedModel:
         shielded, shield = self.shielder.shield(request, self.family.keep_in_assistant)
         note_shielded(len(shield.originals))
         text = self.family.render(shielded)
-        return shield.restore(text), self.encoder.encode_prompt(text, shield)
+        ids = self.encoder.encode_prompt(text, shield, add_special_tokens=request.add_special_tokens)
+        return shield.restore(text), ids
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`, added tokens spelled out."""
