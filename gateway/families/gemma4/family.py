@@ -23,6 +23,9 @@ class Gemma4Family(Family):
     """
 
     name = "gemma4"
+    keep_in_assistant = frozenset({CHANNEL, CHANNEL_END})
+    """Gemma 4's template strips an assistant turn's thought channel (`strip_thinking`, at `<|channel>` …
+    `<channel|>`): left tokens, the template sees them and the history is what vLLM renders."""
     recognition = (Recognition(tokens=frozenset({TURN, TURN_END, TOOL_CALL, TOOL_CALL_END, CHANNEL, CHANNEL_END})),)
 
     def render(self, request: ChatRequest) -> str:
