@@ -492,7 +492,8 @@ def subjects() -> dict[str, Callable[[], Subject]]:
         "llama3_json": _llama3,
         "mistral": lambda: _subject("mistral", _tekken(), "mistral"),
         "mistral_text_think": lambda: _subject("mistral_text_think", _tekken(), "mistral_text_think"),
-        "gemma4": _gemma4,
+        "gemma4": lambda: _gemma4("gemma4", "google/gemma-4-31B-it"),
+        "gemma4_launch": lambda: _gemma4("gemma4_launch", "llama.cpp gemma4"),
     }
 
 
@@ -622,15 +623,15 @@ def _corpus_template(template_id: str) -> str:
     return _corpus_entry(template_id)["template"]
 
 
-def _gemma4() -> Subject:
-    """Gemma 4's checkpoint template (google/gemma-4-31B-it, from the corpus) on a byte vocabulary with its control
-    tokens added: no package ships Gemma 4's vocabulary."""
+def _gemma4(label: str, template_id: str) -> Subject:
+    """A Gemma 4 checkpoint template from the corpus (its current revision, or its launch one) on a byte vocabulary
+    with its control tokens added: no package ships Gemma 4's vocabulary."""
     from backends.tiktoken_bpe import tokenizer_from_ranks
 
-    entry = _corpus_entry("google/gemma-4-31B-it")
+    entry = _corpus_entry(template_id)
     tokens = ["<bos>", "<eos>", "<pad>", *entry["control_tokens"]]
     specials = {256 + i: token for i, token in enumerate(tokens)}
     tokenizer = tokenizer_from_ranks({bytes([b]): b for b in range(256)}, specials, r"\s+|\S+")
-    subject = _subject("gemma4", tokenizer, "gemma4", entry["template"])
+    subject = _subject(label, tokenizer, "gemma4", entry["template"])
     subject.kwargs = ({"enable_thinking": True}, {"enable_thinking": False})
     return subject
