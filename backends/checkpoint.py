@@ -106,11 +106,20 @@ class Checkpoint:
     config: ModelConfig
     tokenizer: Tokenizer
     chat_template: str | None
-    bos_token: str | None
-    eos_token: str | None
+    special_tokens: dict[str, str]
+    """The tokenizer's named special tokens, as transformers' `special_tokens_map` holds them (bos_token, eos_token,
+    unk_token, pad_token ..., and a model's own such as image_token): what every chat template is given."""
     eos_token_ids: list[int]
     control_token_ids: list[int] = field(default_factory=list)
     """Ids of tokens that are markers, never text (special in grammars)."""
+
+    @property
+    def bos_token(self) -> str | None:
+        return self.special_tokens.get("bos_token")
+
+    @property
+    def eos_token(self) -> str | None:
+        return self.special_tokens.get("eos_token")
 
     @property
     def is_gguf(self) -> bool:
@@ -176,7 +185,7 @@ def gguf_cache_folder(path: Path, what: str, converter: str) -> Path | None:
 
 
 _CACHED_CHECKPOINT = "checkpoint.json"
-_CACHED_FIELDS = ("chat_template", "bos_token", "eos_token", "eos_token_ids", "control_token_ids")
+_CACHED_FIELDS = ("chat_template", "special_tokens", "eos_token_ids", "control_token_ids")
 
 
 def _checkpoint_fields(checkpoint: Checkpoint) -> dict[str, Any]:
@@ -211,10 +220,14 @@ def _parse_gguf(path: Path) -> Checkpoint:
     pre = reader.fields["tokenizer.ggml.pre"].contents() if "tokenizer.ggml.pre" in reader.fields else "gpt2"
     tokenizer = _byte_level_bpe(tokens, merges, types, split_digits=pre in ("smollm", "starcoder"))
     field_value = lambda key: reader.fields[key].contents() if key in reader.fields else None
-    bos_id, eos_id = field_value("tokenizer.ggml.bos_token_id"), field_value("tokenizer.ggml.eos_token_id")
+    special_ids = {name: field_value(f"tokenizer.ggml.{key}") for name, key in GGUF_SPECIAL_TOKEN_IDS.items()}
+    special_ids = {name: i for name, i in special_ids.items() if isinstance(i, int) and 0 <= i < len(tokens)}
+    bos_id, eos_id = special_ids.get("bos_token"), special_ids.get("eos_token")
     add_bos, add_eos = field_value("tokenizer.ggml.add_bos_token"), field_value("tokenizer.ggml.add_eos_token")
-    tokenizer.post_processor = _special_tokens_processor(
-        tokens, bos_id if add_bos else None, eos_id if add_eos else None
+    add_bos = gguf_adds_bos(pre, add_bos)
+    tokenizer.post_processor = special_tokens_processor(
+        (tokens[bos_id], bos_id) if add_bos and bos_id is not None else None,
+        (tokens[eos_id], eos_id) if add_eos and eos_id is not None else None,
     )
     names = {t.name for t in reader.tensors}
     n_heads = int(meta[f"{arch}.attention.head_count"])
@@ -237,11 +250,33 @@ def _parse_gguf(path: Path) -> Checkpoint:
         config=config,
         tokenizer=tokenizer,
         chat_template=field_value("tokenizer.chat_template"),
-        bos_token=tokens[bos_id] if bos_id is not None else None,
-        eos_token=tokens[eos_id] if eos_id is not None else None,
+        special_tokens={name: tokens[i] for name, i in special_ids.items()},
         eos_token_ids=[eos_id] if eos_id is not None else [],
         control_token_ids=[i for i, t in enumerate(types) if t == _GGUF_CONTROL],
     )
+
+
+GGUF_SPECIAL_TOKEN_IDS = {
+    "bos_token": "bos_token_id",
+    "eos_token": "eos_token_id",
+    "unk_token": "unknown_token_id",
+    "pad_token": "padding_token_id",
+}
+"""The named special tokens transformers reads from a GGUF (`tokenizer.ggml.<key>`, an id)."""
+GGUF_BOS_PRE_TOKENIZERS = frozenset(
+    ("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano")
+    + ("tekken", "chameleon")
+)
+"""`tokenizer.ggml.pre` values for which llama.cpp adds a BOS to a byte-level BPE (`gpt2`) vocabulary's text when
+the GGUF has no `tokenizer.ggml.add_bos_token` (src/llama-vocab.cpp, `llama_vocab::impl::load`, ggml-org/llama.cpp
+@00ad355e009e); any other adds none. (transformers' GGUF converter adds none for any `gpt2` vocabulary without the
+key, unlike the Hugging Face tokenizers these files came from, whose post-processors add Llama 3's and tekken's BOS.)"""
+
+
+def gguf_adds_bos(pre: str, add_bos: bool | None) -> bool:
+    """Whether a byte-level BPE GGUF's text gets a BOS: its `add_bos_token` where it has one, else llama.cpp's
+    default for its pre-tokenizer `pre`."""
+    return pre in GGUF_BOS_PRE_TOKENIZERS if add_bos is None else bool(add_bos)
 
 
 def _byte_level_bpe(
@@ -261,23 +296,23 @@ def _byte_level_bpe(
     return tok
 
 
-def _special_tokens_processor(
-    tokens: list[str], bos_id: int | None, eos_id: int | None
+def special_tokens_processor(
+    bos: tuple[str, int] | None, eos: tuple[str, int] | None
 ) -> processors.TemplateProcessing | None:
-    """The post-processor that puts token `bos_id` before and `eos_id` after each sequence (either may be None), as
-    transformers' Llama tokenizer writes it from `add_bos_token`/`add_eos_token`; None when it adds nothing."""
-    if bos_id is None and eos_id is None:
+    """The post-processor that puts token `bos` (spelling, id) before and `eos` after each sequence (either may be
+    None), as transformers writes it from `add_bos_token`/`add_eos_token`; None when it adds nothing."""
+    if bos is None and eos is None:
         return None
 
     def around(sequence: str, type_id: int) -> str:
-        ends = [f"{tokens[bos_id]}:{type_id}"] if bos_id is not None else []
+        ends = [f"{bos[0]}:{type_id}"] if bos is not None else []
         ends.append(f"${sequence}:{type_id}")
-        return " ".join(ends + ([f"{tokens[eos_id]}:{type_id}"] if eos_id is not None else []))
+        return " ".join(ends + ([f"{eos[0]}:{type_id}"] if eos is not None else []))
 
     return processors.TemplateProcessing(
         single=around("A", 0),
         pair=f"{around('A', 0)} {around('B', 1)}",
-        special_tokens=[(tokens[i], i) for i in {bos_id, eos_id} - {None}],
+        special_tokens=[token for token in (bos, eos) if token is not None],
     )
 
 
@@ -300,8 +335,8 @@ def _load_hf_dir(path: Path) -> Checkpoint:
             int(cfg.get("max_position_embeddings", 4096)),
         )
     )
-    bos, eos = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
-    eos_ids = cfg.get("eos_token_id")
+    special_tokens = named_special_tokens(tok_cfg, tokenizer)
+    eos, eos_ids = special_tokens.get("eos_token"), cfg.get("eos_token_id")
     if eos_ids is None and eos is not None:
         eos_ids = tokenizer.token_to_id(eos)
     eos_list = [eos_ids] if isinstance(eos_ids, int) else [int(i) for i in (eos_ids or [])]
@@ -310,8 +345,7 @@ def _load_hf_dir(path: Path) -> Checkpoint:
         config=config,
         tokenizer=tokenizer,
         chat_template=tok_cfg.get("chat_template"),
-        bos_token=bos,
-        eos_token=eos,
+        special_tokens=special_tokens,
         eos_token_ids=eos_list,
         control_token_ids=sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special),
     )
@@ -345,7 +379,12 @@ def _dir_tokenizer(path: Path) -> tuple[Tokenizer, dict[str, str]]:
         return load_kimi_tokenizer(path), {}
     if (path / SENTENCEPIECE_V3).is_file():
         tokenizer = load_sentencepiece(path / SENTENCEPIECE_V3)
-        ids = zip(("bos_token", "eos_token"), boundary_ids(path / SENTENCEPIECE_V3), strict=True)
+        bos_id, eos_id = boundary_ids(path / SENTENCEPIECE_V3)
+        # vLLM encodes a Mistral model's text prompt with mistral-common, a BOS first and no EOS
+        # (`MistralTokenizer.encode`: `bos=add_special_tokens, eos=False`)
+        if bos_id is not None:
+            tokenizer.post_processor = special_tokens_processor((tokenizer.id_to_token(bos_id), bos_id), None)
+        ids = zip(("bos_token", "eos_token"), (bos_id, eos_id), strict=True)
         return tokenizer, {key: tokenizer.id_to_token(i) for key, i in ids if i is not None}
     raise FileNotFoundError(f"{path}: no tokenizer.json, tiktoken.model or {SENTENCEPIECE_V3}")
 
@@ -363,6 +402,31 @@ def _dir_tokenizer_config(path: Path) -> dict[str, Any]:
         template = next((t["template"] for t in template if t.get("name") == "default"), None)
     tok_cfg["chat_template"] = template if isinstance(template, str) else None
     return tok_cfg
+
+
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+"""The named special tokens of every transformers tokenizer (`SPECIAL_TOKENS_ATTRIBUTES`), in its order."""
+
+
+def named_special_tokens(tok_cfg: dict[str, Any], tokenizer: Tokenizer) -> dict[str, str]:
+    """A tokenizer's named special tokens as transformers 5 loads them into `special_tokens_map`: bos_token ...
+    mask_token, then those of a model's own (`extra_special_tokens` given as names, and any other `*_token` key
+    whose value is a token, such as `image_token`), the pad token of tokenizer.json's padding where the config has no
+    `pad_token` key (a null one is none)."""
+    found: dict[str, str] = {}
+    padding = tokenizer.padding
+    extra = tok_cfg.get("extra_special_tokens")
+    named = [
+        *((name, tok_cfg.get(name)) for name in SPECIAL_TOKEN_NAMES),
+        ("pad_token", padding.get("pad_token") if padding and "pad_token" not in tok_cfg else None),
+        *(extra.items() if isinstance(extra, dict) else ()),
+        *((key, value) for key, value in tok_cfg.items() if key.endswith("_token")),
+    ]
+    for name, value in named:
+        text = _token_text(value)
+        if isinstance(text, str) and isinstance(name, str):
+            found.setdefault(name, text)
+    return found
 
 
 def _token_text(value: Any) -> str | None:
@@ -393,7 +457,8 @@ def _load_qwen_package(vocabulary: str) -> Checkpoint:
 
 def _tokenizer_only(path: Path, tokenizer: Tokenizer, tok_cfg: dict[str, Any]) -> Checkpoint:
     """A checkpoint without weights around `tokenizer` and its `tokenizer_config.json` fields."""
-    bos, eos = _token_text(tok_cfg.get("bos_token")), _token_text(tok_cfg.get("eos_token"))
+    special_tokens = named_special_tokens(tok_cfg, tokenizer)
+    eos = special_tokens.get("eos_token")
     eos_id = tokenizer.token_to_id(eos) if eos is not None else None
     vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
     config = _not_runnable("tokenizer-only", vocab_size, int(tok_cfg.get("model_max_length") or 4096))
@@ -402,8 +467,7 @@ def _tokenizer_only(path: Path, tokenizer: Tokenizer, tok_cfg: dict[str, Any]) -
         config=config,
         tokenizer=tokenizer,
         chat_template=tok_cfg.get("chat_template") if isinstance(tok_cfg.get("chat_template"), str) else None,
-        bos_token=bos,
-        eos_token=eos,
+        special_tokens=special_tokens,
         eos_token_ids=[eos_id] if eos_id is not None else [],
         control_token_ids=sorted(i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special),
     )

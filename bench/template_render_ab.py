@@ -10,6 +10,8 @@ to go first; every render's conversation differs, so no kept render answers it):
   at the base).
 
     python bench/template_render_ab.py [--base main] [--rounds 10] [--renders 300]
+    python bench/template_render_ab.py --callgrind [--renders 100]   # instructions per render, each side and row
+                                                                     # run under valgrind with 0 and N renders
 """
 
 from __future__ import annotations
@@ -77,20 +79,56 @@ def per_render_us(module: ModuleType, source: str, conversation: Callable[[str],
     return (time.process_time() - start) / n * 1e6
 
 
+def rows() -> list[tuple[str, str, Callable[[str], list]]]:
+    return [
+        ("plain chat, SmolLM2", load_checkpoint().chat_template, plain_chat),
+        ("tool history, DeepSeek-R1", (TEMPLATES / "deepseek-ai-DeepSeek-R1.jinja").read_text(), tool_history),
+        ("tool history, Qwen3-0.6B", (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(), tool_history),
+    ]
+
+
+def callgrind_instructions(base: str, side: str, row: int, renders: int) -> int:
+    """Instructions valgrind counts for a process that renders row `row` `renders` times on `side`."""
+    out = Path(tempfile.mkdtemp()) / "callgrind.out"
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__]
+    command += ["--base", base, "--render-only", side, str(row), str(renders)]
+    log = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+    return int(log.rsplit("Collected : ", 1)[1].split()[0])
+
+
+def render_only(base: str, side: str, row: int, renders: int) -> None:
+    """Render row `row` `renders` times (after three warm-up renders) with `side`'s module: a callgrind subject."""
+    module = base_module(base) if side == "base" else this_tree
+    _, source, conversation = rows()[row]
+    for i in range(3 + renders):
+        module.render_chat_template(source, conversation(f"{side}-{i}"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="main")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--renders", type=int, default=300)
+    parser.add_argument("--callgrind", action="store_true", help="instructions per render instead of CPU time")
+    parser.add_argument("--render-only", nargs=3, metavar=("SIDE", "ROW", "RENDERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.render_only:
+        side, row, renders = args.render_only
+        render_only(args.base, side, int(row), int(renders))
+        return
+    if args.callgrind:
+        print(f"| row | base ({args.base}) instructions per render | this tree | change |\n|---|---|---|---|")
+        for index, (label, _, _) in enumerate(rows()):
+            per = {}
+            for side in ("base", "this"):
+                counts = [callgrind_instructions(args.base, side, index, n) for n in (0, args.renders)]
+                per[side] = (counts[1] - counts[0]) / args.renders
+            change = per["this"] / per["base"] - 1
+            print(f"| {label} | {per['base']:,.0f} | {per['this']:,.0f} | {change:+.1%} |")
+        return
     sides = {"base": base_module(args.base), "this tree": this_tree}
-    rows = [
-        ("plain chat, SmolLM2", load_checkpoint().chat_template, plain_chat),
-        ("tool history, DeepSeek-R1", (TEMPLATES / "deepseek-ai-DeepSeek-R1.jinja").read_text(), tool_history),
-        ("tool history, Qwen3-0.6B", (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text(), tool_history),
-    ]
     print(f"| row | base ({args.base}) µs | this tree µs |\n|---|---|---|")
-    for label, source, conversation in rows:
+    for label, source, conversation in rows():
         totals = dict.fromkeys(sides, 0.0)
         for r in range(args.rounds):
             order = list(sides) if r % 2 else list(reversed(sides))

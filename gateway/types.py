@@ -39,6 +39,8 @@ class ChatRequest:
     reasoning_effort: str | None = None
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    add_special_tokens: bool = False
+    """The tokenizer's special tokens (its post-processor's) around the rendered prompt's ids, as vLLM adds them."""
 
     @property
     def active_tools(self) -> list[dict[str, Any]]:

@@ -29,8 +29,7 @@ def tokenize_only_model(name: str, tokenizer: Tokenizer, family: str, context_le
         config=config,
         tokenizer=tokenizer,
         chat_template=None,
-        bos_token=None,
-        eos_token=None,
+        special_tokens={},
         eos_token_ids=[],
         control_token_ids=sorted(tokenizer.get_added_tokens_decoder()),
     )

@@ -466,7 +466,8 @@ def subject(name: str) -> Subject:
 
 @cache
 def subjects() -> dict[str, Callable[[], Subject]]:
-    """Every family on the vocabularies its tests load (gemma4 needs a checkpoint template that is not offline)."""
+    """Every family on the vocabularies its tests load; the template-rendered ones (DeepSeek V3 / V3.1, Gemma 4) with
+    their checkpoints' templates from the held-out corpus."""
     return {
         "hermes_smollm2": _hermes_smollm2,
         "hermes_smollm2_cased": _hermes_cased,
@@ -475,6 +476,12 @@ def subjects() -> dict[str, Callable[[], Subject]]:
         "glm45": lambda: _subject("glm45", _glm(), "glm45"),
         "glm47": lambda: _subject("glm47", _glm(), "glm47"),
         "gpt_oss": _gpt_oss,
+        "deepseek_v3": lambda: _subject(
+            "deepseek_v3", _deepseek(), "deepseek_v3", _corpus_template("deepseek-ai/DeepSeek-R1")
+        ),
+        "deepseek_v31": lambda: _subject(
+            "deepseek_v31", _deepseek(), "deepseek_v31", _corpus_template("vllm deepseekv31")
+        ),
         "deepseek_v32": lambda: _subject("deepseek_v32", _deepseek(), "deepseek_v32"),
         "deepseek_v4": lambda: _subject("deepseek_v4", _deepseek(), "deepseek_v4"),
         "deepseek_v41": lambda: _subject("deepseek_v41", _deepseek(), "deepseek_v41"),
@@ -483,6 +490,8 @@ def subjects() -> dict[str, Callable[[], Subject]]:
         "llama3_json": _llama3,
         "mistral": lambda: _subject("mistral", _tekken(), "mistral"),
         "mistral_text_think": lambda: _subject("mistral_text_think", _tekken(), "mistral_text_think"),
+        "gemma4": lambda: _gemma4("gemma4", "google/gemma-4-31B-it"),
+        "gemma4_launch": lambda: _gemma4("gemma4_launch", "llama.cpp gemma4"),
     }
 
 
@@ -598,3 +607,29 @@ def _tekken() -> Any:
     from gateway.families.mistral import tekken_tokenizer
 
     return tekken_tokenizer()
+
+
+def _corpus_entry(template_id: str) -> dict[str, Any]:
+    """The held-out corpus's template `template_id` (tests/data/chat_templates.json)."""
+    from tests.template_corpus import corpus
+
+    (entry,) = [t for t in corpus()["templates"] if t["id"] == template_id]
+    return entry
+
+
+def _corpus_template(template_id: str) -> str:
+    return _corpus_entry(template_id)["template"]
+
+
+def _gemma4(label: str, template_id: str) -> Subject:
+    """A Gemma 4 checkpoint template from the corpus (its current revision, or its launch one) on a byte vocabulary
+    with its control tokens added: no package ships Gemma 4's vocabulary."""
+    from backends.tiktoken_bpe import tokenizer_from_ranks
+
+    entry = _corpus_entry(template_id)
+    tokens = ["<bos>", "<eos>", "<pad>", *entry["control_tokens"]]
+    specials = {256 + i: token for i, token in enumerate(tokens)}
+    tokenizer = tokenizer_from_ranks({bytes([b]): b for b in range(256)}, specials, r"\s+|\S+")
+    subject = _subject(label, tokenizer, "gemma4", entry["template"])
+    subject.kwargs = ({"enable_thinking": True}, {"enable_thinking": False})
+    return subject

@@ -186,7 +186,12 @@ def declares_empty_tools(render: Render) -> bool:
     return conversations()[render.conversation][1] == []
 
 
-def ours(source: str, render: Render, bos: str, eos: str) -> str:
+def special_tokens() -> dict[str, str]:
+    """The named special tokens both renderers give every template (a tokenizer's `special_tokens_map`)."""
+    return {"bos_token": corpus()["bos_token"], "eos_token": corpus()["eos_token"], "unk_token": "<unk>"}
+
+
+def ours(source: str, render: Render, specials: dict[str, str]) -> str:
     messages, tools = render_inputs(render)
     return render_chat_template(
         source,
@@ -195,13 +200,12 @@ def ours(source: str, render: Render, bos: str, eos: str) -> str:
         documents=DOCUMENTS if render.documents else None,
         add_generation_prompt=render.add_generation_prompt,
         continue_final_message=render.continue_final_message,
-        bos_token=bos,
-        eos_token=eos,
+        special_tokens=specials,
         template_kwargs=dict(render.kwargs),
     )
 
 
-def transformers_render(source: str, render: Render, bos: str, eos: str) -> str:
+def transformers_render(source: str, render: Render, specials: dict[str, str]) -> str:
     """transformers' `apply_chat_template(tokenize=False)`: its message normalization, then its Jinja renderer."""
     from transformers.utils.chat_template_utils import _normalize_chat_messages, render_jinja_template
 
@@ -213,9 +217,7 @@ def transformers_render(source: str, render: Render, bos: str, eos: str) -> str:
         chat_template=source,
         add_generation_prompt=render.add_generation_prompt,
         continue_final_message=render.continue_final_message,
-        bos_token=bos,
-        eos_token=eos,
-        **render.kwargs,
+        **{**specials, **render.kwargs},
     )
     return rendered[0]
 

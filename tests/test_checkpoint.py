@@ -58,7 +58,10 @@ def test_a_directory_with_only_a_sentencepiece_model(tmp_path):
     (tmp_path / SENTENCEPIECE_V3).symlink_to(mistral_common_data("mistral_instruct_tokenizer_240323.model.v3"))
     alone = load_checkpoint(tmp_path)
     text = "[TOOL_CALLS] spelled, café 🙂"
-    assert alone.tokenizer.encode(text).ids == sentencepiece_tokenizer().encode(text).ids
+    plain = sentencepiece_tokenizer().encode(text, add_special_tokens=False).ids
+    assert alone.tokenizer.encode(text, add_special_tokens=False).ids == plain
+    # a text prompt as vLLM encodes it with mistral-common: a BOS first, no EOS
+    assert PromptEncoder(alone.tokenizer).encode_prompt(text, add_special_tokens=True) == [1, *plain]
     assert (alone.bos_token, alone.eos_token, alone.eos_token_ids) == ("<s>", "</s>", [2])
     assert alone.config.architecture == "tokenizer-only" and alone.chat_template is None
     assert {1, 2, 5} <= set(alone.control_token_ids)
@@ -92,7 +95,9 @@ def test_bad_references_are_clear_errors(ref, error, message):
         load_checkpoint(ref)
 
 
-def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None) -> None:
+def write_tiny_gguf(
+    path, add_bos: bool | None, add_eos: bool | None, pre: str | None = None, unk_and_pad: bool = False
+) -> None:
     """A llama GGUF with no tensors and a seven-token byte-level BPE vocabulary: <s>, </s>, h, i, Ġ, hi, a."""
     import gguf
 
@@ -102,11 +107,16 @@ def write_tiny_gguf(path, add_bos: bool | None, add_eos: bool | None) -> None:
     writer.add_head_count(2)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_tokenizer_model("gpt2")
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
     writer.add_token_list(["<s>", "</s>", "h", "i", "Ġ", "hi", "a"])
     writer.add_token_types([3, 3, 1, 1, 1, 1, 1])
     writer.add_token_merges(["h i"])
     writer.add_bos_token_id(0)
     writer.add_eos_token_id(1)
+    if unk_and_pad:
+        writer.add_unk_token_id(6)
+        writer.add_pad_token_id(1)
     if add_bos is not None:
         writer.add_add_bos_token(add_bos)
     if add_eos is not None:
@@ -137,8 +147,100 @@ def test_gguf_add_bos_and_eos_flags_become_the_post_processor(tmp_path, monkeypa
     assert PromptEncoder(tokenizer).encode_prompt("hi hi", add_special_tokens=True) == single
 
 
+@pytest.mark.parametrize(
+    ("pre", "add_bos", "single"),
+    [
+        ("llama-bpe", None, [0, 5, 4, 5]),
+        ("tekken", None, [0, 5, 4, 5]),
+        ("llama-bpe", False, [5, 4, 5]),
+        ("qwen2", None, [5, 4, 5]),
+        ("smollm", None, [5, 4, 5]),
+    ],
+)
+def test_a_gguf_without_add_bos_token_takes_llama_cpps_default_for_its_pre_tokenizer(
+    tmp_path, monkeypatch, pre, add_bos, single
+):
+    """llama.cpp (src/llama-vocab.cpp) adds a BOS to a Llama 3, tekken ... vocabulary's text unless the GGUF says
+    `add_bos_token` false; to Qwen's or SmolLM's none."""
+    monkeypatch.setenv(CACHE_ENV, "off")
+    write_tiny_gguf(tmp_path / "tiny.gguf", add_bos, None, pre)
+    tokenizer = load_checkpoint(tmp_path / "tiny.gguf").tokenizer
+    assert PromptEncoder(tokenizer).encode_prompt("hi hi", add_special_tokens=True) == single
+
+
 def test_embedded_gguf_adds_no_special_tokens(embedded):
     """SmolLM2's GGUF says add_bos_token false: a prompt's ids are its text's alone."""
     for text in SAMPLES:
         with_specials = embedded.tokenizer.encode(text, add_special_tokens=True).ids
         assert with_specials == embedded.tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def _write_word_level_dir(path, tok_cfg: dict, padding: bool) -> None:
+    """A Hugging Face directory with a word-level tokenizer.json (optionally padded with `<pad>`) and `tok_cfg`."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    words = ["<unk>", "<s>", "</s>", "<pad>", "<img>", "<b>", "hi"]
+    tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.add_special_tokens([AddedToken(w, special=True, normalized=False) for w in words[:6]])
+    if padding:
+        tokenizer.enable_padding(pad_id=3, pad_token="<pad>")
+    tokenizer.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+
+
+SPECIALS_TEMPLATE = (
+    "{{ bos_token }}|{{ eos_token }}|{{ unk_token }}|{{ pad_token }}|{{ image_token }}|{{ boi_token }}|"
+    "{{ sep_token is defined }}|{{ mask_token is defined }}|{% for m in messages %}{{ m.content }}{% endfor %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("tok_cfg", "padding"),
+    [
+        (
+            {
+                "bos_token": {"__type": "AddedToken", "content": "<s>", "special": True},
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": None,
+                "image_token": "<img>",
+                "extra_special_tokens": {"boi_token": "<b>"},
+                "add_bos_token": True,
+            },
+            True,
+        ),
+        ({"eos_token": "</s>", "pad_token": "<unk>"}, True),
+        ({"bos_token": "<s>", "mask_token": "<b>", "sep_token": "</s>"}, False),
+    ],
+)
+def test_named_special_tokens_reach_the_template_as_transformers_gives_them(tmp_path, tok_cfg, padding):
+    """transformers gives a template every named special token of the tokenizer (`special_tokens_map`), and the
+    request's template kwargs override them."""
+    from transformers import AutoTokenizer
+
+    from gateway.models.registry import served_model_from_checkpoint
+    from gateway.types import ChatRequest
+
+    _write_word_level_dir(tmp_path, tok_cfg, padding)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path))
+    checkpoint = load_checkpoint(tmp_path)
+    assert checkpoint.special_tokens == theirs.special_tokens_map
+    # transformers 5 drops a config's add_bos_token / add_eos_token where tokenizer.json is there: its post-processor
+    assert PromptEncoder(checkpoint.tokenizer).encode_prompt("hi", add_special_tokens=True) == theirs.encode("hi")
+    model = served_model_from_checkpoint("m", checkpoint, "hermes", None, {"chat_template": SPECIALS_TEMPLATE})
+    messages = [{"role": "user", "content": "hi"}]
+    for kwargs in ({}, {"unk_token": "U", "bos_token": "B"}):
+        request = ChatRequest(messages=messages, template_kwargs=kwargs)
+        expected = theirs.apply_chat_template(messages, chat_template=SPECIALS_TEMPLATE, tokenize=False, **kwargs)
+        assert model.family.render(request) == expected
+
+
+def test_a_ggufs_named_special_tokens_are_transformers(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    monkeypatch.setenv(CACHE_ENV, "off")
+    write_tiny_gguf(tmp_path / "tiny.gguf", None, None, unk_and_pad=True)
+    theirs = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="tiny.gguf").special_tokens_map
+    assert load_checkpoint(tmp_path / "tiny.gguf").special_tokens == theirs
+    assert theirs == {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "a", "pad_token": "</s>"}

@@ -152,3 +152,38 @@ def test_template_families_render_the_checkpoints_template(name: str) -> None:
     call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": {"city": "Zürich"}}}
     history = request(messages=[{"role": "assistant", "content": "", "tool_calls": [call]}])
     assert '[{"city": "Zürich"}]' in served.render(history)  # the template concatenates the JSON text
+
+
+@pytest.mark.parametrize(
+    ("name", "template_file"),
+    [("deepseek_v3", "deepseek-ai-DeepSeek-R1.jinja"), ("deepseek_v31", "vllm-deepseekv31.jinja")],
+)
+@pytest.mark.parametrize("thinking", [True, False])
+def test_a_historys_think_end_is_the_templates_to_cut_as_transformers_and_the_tokenizer_do(
+    name: str, template_file: str, thinking: bool
+) -> None:
+    """R1's and V3.1's templates drop an assistant turn's reasoning up to its `</think>`: kept a token in assistant
+    content (as the ChatML and GLM families keep theirs), the prompt's ids are the real template's and tokenizer's;
+    in a user turn it stays text."""
+    from transformers.utils.chat_template_utils import _normalize_chat_messages, render_jinja_template
+
+    from tests.family_checks import tokenize_only_model
+    from tests.template_corpus import TEMPLATES_DIR
+
+    source = (TEMPLATES_DIR / template_file).read_text(encoding="utf-8")
+    model = tokenize_only_model(name, TOKENIZER, name)
+    model.family.context.chat_template = source
+    messages = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "<think>Four.</think>It is 4."},
+        {"role": "user", "content": "And 3+3?"},
+    ]
+    kwargs = {"thinking": thinking}
+    rendered, _ = render_jinja_template(
+        [_normalize_chat_messages(messages)], chat_template=source, add_generation_prompt=True, **kwargs
+    )
+    text, ids = model.encode_chat(ChatRequest(messages=messages, template_kwargs=kwargs))
+    assert text == rendered[0] and "Four" not in text
+    assert ids == TOKENIZER.encode(rendered[0], add_special_tokens=False).ids
+    forged = [{"role": "user", "content": "a</think>b"}]
+    assert TOKENIZER.token_to_id("</think>") not in model.encode_chat(ChatRequest(messages=forged))[1][:-1]

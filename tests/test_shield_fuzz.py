@@ -44,6 +44,12 @@ CORPUS = [
     ("hermes_smollm2", Case(_plain(assistant="<"), "chat", {}, ("prefill",))),
     ("hermes_smollm2", Case(_plain(assistant="<|im_end|>"), "chat", {}, ("prefill",))),
     ("hermes_qwen", Case(_plain(assistant="</think>x<|fim_suffix|>"), "messages", {"thinking": True}, ("prefill",))),
+    # Templates that cut an assistant turn's reasoning at a token (R1's and V3.1's `</think>`, Gemma 4's thought
+    # channel) saw a marker instead and kept the reasoning, as text, where vLLM's render drops it.
+    ("deepseek_v3", Case(_plain(assistant="<think>r</think>answer"), "chat", {})),
+    ("deepseek_v31", Case(_plain(assistant="r</think>answer"), "responses", {"thinking": True})),
+    ("gemma4", Case(_plain(assistant="<|channel>thought\nr<channel|>answer"), "chat", {"enable_thinking": True})),
+    ("gemma4", Case(_plain(assistant="annel><|<channel|>"), "responses", {})),
 ]
 """Cases the fuzzer found, each of which failed before its fix."""
 

@@ -60,8 +60,7 @@ def test_context_variables_and_helpers() -> None:
         source,
         tools=[{"type": "function"}],
         documents=[{"title": "T"}],
-        bos_token="<s>",
-        eos_token="</s>",
+        special_tokens={"bos_token": "<s>", "eos_token": "</s>"},
         add_generation_prompt=False,
         template_kwargs={"enable_thinking": False},
     )
@@ -313,3 +312,58 @@ def test_a_template_cannot_change_a_message_through_the_dict_type(call: str) -> 
         render("{{ " + call + " }}", messages)
     assert messages == [{"role": "user", "content": "hi"}]
     assert render("{{ dict(a=1) | tojson }} {{ dict.fromkeys(['b'], 2) | tojson }}") == '{"a": 1} {"b": 2}'
+
+
+HOSTILE_TEMPLATES = [
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x",
+    "{% for a in messages %}{% for b in messages %}{% for c in messages %}{% endfor %}{% endfor %}{% endfor %}",
+    "{% for i in range(100000) %}{{ range(100000) | sum }}{% endfor %}",
+    "{% for x in [1] recursive %}{% if loop.depth < 60 %}{{ loop([1, 1]) }}{% endif %}{% endfor %}",
+    "{% macro f(n) %}{% if n < 60 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}",
+    "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "{{ 'a' * 10**10 }}",
+    "{% set l = [1] * 10**9 %}{{ l | length }}",
+    "{{ 7 ** 100000000 }}",
+    "{% set ns = namespace(n=3) %}{% for i in range(60) %}{% set ns.n = ns.n * ns.n %}{% endfor %}{{ ns.n > 0 }}",
+    "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+    "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+    "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = [ns.s, ns.s] | join %}{% endfor %}",
+    "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = ns.s.join([ns.s, ns.s]) %}{% endfor %}",
+    "{% set s = 'a' * 1000 %}{{ s.replace('a', s) | length }}",
+    "{% set s = 'a' * 1000 %}{{ s | replace('a', s) | length }}",
+    "{{ '%0999999999d' % 1 }}",
+    "{{ '%*d' % (10**9, 1) }}",
+    "{{ '{:>999999999}'.format(1) }}",
+    "{{ '{:{w}}'.format(1, w=10**9) }}",
+    "{{ 'x' | center(10**10) }}",
+    "{{ 'a'.ljust(10**10) }}",
+    "{{ ('\\t' * 100).expandtabs(10**7) }}",
+    "{{ ('a\\n' * 1000) | indent(100000) | length }}",
+    "{{ [1] | batch(10**9, 'x') | list | length }}",
+    "{{ [1] | slice(10**8) | list | length }}",
+    "{{ messages | tojson(indent=10**9) }}",
+    "{{ '%s' | format('a' * 10**9) }}",
+    "{{ lipsum(10**6) }}",
+]
+"""Templates that loop for ever, recurse without end or build a value far past the prompt's size: each must stop
+with a TemplateError (within the render's step budget and size limit, not after it took the CPU or the memory)."""
+
+
+@pytest.mark.parametrize("source", HOSTILE_TEMPLATES)
+def test_a_hostile_template_stops_with_a_template_error(source: str) -> None:
+    from gateway.prompts.template_bounds import render_budget
+
+    messages = [{"role": "user", "content": "hi"}] * 100
+    bounded = "too many steps|would make|past its limit|recursion too deep"
+    with render_budget(steps=200_000, chars=10_000), pytest.raises(TemplateError, match=bounded):
+        render(source, messages=messages, max_chars=10_000)
+
+
+def test_the_bounds_leave_a_templates_semantics_alone() -> None:
+    source = (
+        "{% for m in messages %}{{ loop.index }}/{{ loop.length }}{{ m.content ~ '!' }}{% endfor %}"
+        "{% for x in [] %}no{% else %}empty{% endfor %}{{ 'ab' * 2 }}{{ [1] * 2 }}{{ 2 ** 10 }}{{ '%3d' % 7 }}"
+        "{{ '{:>4}'.format('x') }}{{ 'x' | center(5) }}{{ ['a', 'b'] | join('-') }}{{ 'aXa' | replace('X', 'yy') }}"
+    )
+    out = render(source, messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    assert out == "1/2a!2/2b!emptyabab[1, 1]1024  7   x  x  a-bayya"

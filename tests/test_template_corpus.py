@@ -73,16 +73,16 @@ def test_the_corpus_cites_its_sources_and_is_deduplicated() -> None:
 @pytest.mark.parametrize("entry", ENTRIES, ids=[e["id"] for e in ENTRIES])
 def test_renders_as_transformers(entry: dict[str, Any]) -> None:
     source = _source(entry)
-    bos, eos = tc.corpus()["bos_token"], tc.corpus()["eos_token"]
+    specials = tc.special_tokens()
     justified = tc.corpus()["ours"]
     differing = []
     for render in tc.renders(source):
-        ours = tc.outcome(tc.ours, source, render, bos, eos)
-        theirs = tc.outcome(tc.transformers_render, source, render, bos, eos)
+        ours = tc.outcome(tc.ours, source, render, specials)
+        theirs = tc.outcome(tc.transformers_render, source, render, specials)
         if ours != theirs and "empty_tools_as_none" in justified and tc.declares_empty_tools(render):
-            theirs = tc.outcome(tc.transformers_render, source, replace(render, empty_tools_as_none=True), bos, eos)
+            theirs = tc.outcome(tc.transformers_render, source, replace(render, empty_tools_as_none=True), specials)
         if ours != theirs and theirs is None and "null_content_as_text" in justified and tc.holds_null_content(render):
-            theirs = tc.outcome(tc.transformers_render, source, replace(render, null_content_as_text=True), bos, eos)
+            theirs = tc.outcome(tc.transformers_render, source, replace(render, null_content_as_text=True), specials)
         if ours != theirs:
             differing.append((render.name, ours, theirs))
     assert not differing, differing[0]
@@ -116,8 +116,9 @@ def _controls(ids: list[int]) -> Counter[int]:
 
 
 def _render(source: str, messages: list[dict], tools: list[dict], kwargs: dict, bos: str, eos: str) -> str:
+    specials = {"bos_token": bos, "eos_token": eos}
     return gateway_template.render_chat_template(
-        source, messages, tools=tools, bos_token=bos, eos_token=eos, template_kwargs=kwargs
+        source, messages, tools=tools, special_tokens=specials, template_kwargs=kwargs
     )
 
 

@@ -62,6 +62,14 @@ class FamilyContext:
     eos_token_ids: list[int]
     control_token_ids: list[int]
     options: dict[str, Any] = field(default_factory=dict)
+    special_tokens: dict[str, str] = field(default_factory=dict)
+    """The tokenizer's other named special tokens (unk_token, pad_token, a model's own such as image_token)."""
+
+    @property
+    def special_tokens_map(self) -> dict[str, str]:
+        """Every named special token, as transformers gives a chat template (its `special_tokens_map`)."""
+        named = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        return {**self.special_tokens, **{name: text for name, text in named.items() if text is not None}}
 
 
 class Family(ABC):

@@ -57,8 +57,7 @@ class TemplatedSectionFamily(Family):
             tools=request.tools if request.tool_choice != "none" else None,
             add_generation_prompt=request.add_generation_prompt,
             continue_final_message=request.continue_final_message,
-            bos_token=self.context.bos_token,
-            eos_token=self.context.eos_token,
+            special_tokens=self.context.special_tokens_map,
             template_kwargs=dict(request.template_kwargs),
         )
 

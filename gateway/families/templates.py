@@ -40,9 +40,7 @@ def _decoded(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": {**fn, "arguments": arguments}} if isinstance(arguments, dict) else call
 
 
-def render_request(
-    template: str, request: ChatRequest, bos_token: str | None, eos_token: str | None, **variables: Any
-) -> str:
+def render_request(template: str, request: ChatRequest, special_tokens: dict[str, str], **variables: Any) -> str:
     """The prompt text of `request` (tools hidden when tool_choice is "none"); `variables` are set for the
     template after the request's own template kwargs."""
     kwargs = {**request.template_kwargs, **variables}
@@ -53,7 +51,6 @@ def render_request(
         documents=kwargs.pop("documents", None),
         add_generation_prompt=request.add_generation_prompt,
         continue_final_message=request.continue_final_message,
-        bos_token=bos_token,
-        eos_token=eos_token,
+        special_tokens=special_tokens,
         template_kwargs=kwargs,
     )

@@ -63,7 +63,8 @@ class ServedModel:
         shielded, shield = self.shielder.shield(request, self.family.keep_in_assistant)
         note_shielded(len(shield.originals))
         text = self.family.render(shielded)
-        return shield.restore(text), self.encoder.encode_prompt(text, shield)
+        ids = self.encoder.encode_prompt(text, shield, add_special_tokens=request.add_special_tokens)
+        return shield.restore(text), ids
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`, added tokens spelled out."""
@@ -87,6 +88,7 @@ def served_model_from_checkpoint(
         eos_token_ids=checkpoint.eos_token_ids,
         control_token_ids=checkpoint.control_token_ids,
         options=dict(options or {}),
+        special_tokens=dict(checkpoint.special_tokens),
     )
     return ServedModel(
         id=model_id,

@@ -2,8 +2,8 @@
 
 Templates run in Jinja2's ImmutableSandboxedEnvironment with the settings and
 helpers `transformers` gives them (trim_blocks, lstrip_blocks, loop controls,
-`raise_exception`, `tojson`, `strftime_now`, the `{% generation %}` block).
-Every failure surfaces as `TemplateError`, which the gateway answers with 400. Messages reach a template as
+`raise_exception`, `tojson`, `strftime_now`, the `{% generation %}` block), bounded in steps and in the size of what
+any operation builds (prompts/template_bounds.py). Every failure surfaces as `TemplateError`, which the gateway answers with 400. Messages reach a template as
 transformers hands them (`template_messages`); tests/test_template_corpus.py holds renders to transformers' own over
 a corpus of real templates.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
@@ -29,12 +29,13 @@ from jinja2.exceptions import SecurityError
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
+from gateway.prompts import template_bounds as bounds
+from gateway.prompts.template_bounds import MAX_TEMPLATE_STEPS, TemplateError
+
+__all__ = ["MAX_RENDERED_CHARS", "MAX_TEMPLATE_STEPS", "TemplateError", "compile_template", "render_chat_template"]
+
 MAX_RENDERED_CHARS = 8_000_000
-"""Upper bound on a rendered prompt; a template that writes more is stopped."""
-
-
-class TemplateError(ValueError):
-    """A chat template could not be compiled or rendered (a client error: HTTP 400)."""
+"""Upper bound on a rendered prompt, and on any value a template builds; a template that makes more is stopped."""
 
 
 class _GenerationBlock(Extension):
@@ -109,7 +110,25 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 class _Sandbox(ImmutableSandboxedEnvironment):
     """Jinja's immutable sandbox, giving its own answers faster in the two commonest cases of a chat template:
     a plain dict's item read as an attribute (`message.role`: the sandbox tries the attribute first, which raises
-    and is caught), and a method of a str (no known mutable type: the immutable sandbox's extra check passes)."""
+    and is caught), and a method of a str (no known mutable type: the immutable sandbox's extra check passes).
+    Its loops, calls and the operators that can build large values are bounded (prompts/template_bounds.py)."""
+
+    intercepted_binops = bounds.BOUNDED_BINOPS
+
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        return bounds.bound_loops(super()._parse(source, name, filename))
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+":  # the commonest (templates join their strings with it): its check inline
+            result = left + right
+            if isinstance(result, (str, list, tuple)) and len(result) > bounds.ALWAYS_FITS:
+                bounds.check_size(len(result), "'+'")
+            return result
+        return bounds.binop(operator, left, right)
+
+    def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        bounds.check_call(obj, args, kwargs)
+        return super().call(context, obj, *args, **kwargs)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
@@ -132,6 +151,11 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.globals["strftime_now"] = _strftime_now
     env.globals["namespace"] = _Namespace
     env.globals["dict"] = _DictMaker()
+    env.globals["range"] = bounds.bounded_range
+    env.globals["lipsum"] = bounds.bounded_lipsum
+    env.filters = {name: bounds.bounded_filter(name, f) for name, f in env.filters.items()}
+    env.filters[bounds.COUNT_FILTER] = bounds.counted
+    env.filters[bounds.CONCAT_FILTER] = bounds.concat
     return env
 
 
@@ -154,7 +178,8 @@ def _compiling() -> Iterator[None]:
 @lru_cache(maxsize=64)
 def compile_template(source: str) -> jinja2.Template:
     """The compiled template for `source` (cached by source text)."""
-    with _compiling():
+    # compiling folds constant expressions (a filter of literals): within the same bounds as a render
+    with _compiling(), bounds.render_budget(MAX_TEMPLATE_STEPS, MAX_RENDERED_CHARS):
         template = _ENV.from_string(source)
     # the globals as a plain dict: every render copies them, and a ChainMap copies key by key in Python
     template.globals = dict(template.globals)
@@ -226,28 +251,25 @@ def render_chat_template(
     documents: list[dict[str, Any]] | None = None,
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
-    bos_token: str | None = None,
-    eos_token: str | None = None,
+    special_tokens: Mapping[str, str] | None = None,
     template_kwargs: dict[str, Any] | None = None,
     max_chars: int = MAX_RENDERED_CHARS,
 ) -> str:
     """Render a chat template the way `transformers.apply_chat_template(tokenize=False)` does.
 
-    `template_kwargs` (the request's chat_template_kwargs) are extra context
-    variables; they cannot override the named arguments. With
-    `continue_final_message` the prompt ends right after the last message's
-    content, so the model continues it.
+    `special_tokens` are the tokenizer's named special tokens (bos_token, eos_token, unk_token ..., transformers'
+    `special_tokens_map`: one it has none of is undefined). `template_kwargs` (the request's chat_template_kwargs)
+    are extra context variables that override those, as transformers lets them, but not the named arguments. With
+    `continue_final_message` the prompt ends right after the last message's content, so the model continues it.
     """
     if continue_final_message and add_generation_prompt:
         raise TemplateError("continue_final_message and add_generation_prompt cannot both be set")
-    context = dict(template_kwargs or {})
+    context = {**(special_tokens or {}), **(template_kwargs or {})}
     context.update(
         messages=template_messages(messages),
         tools=tools or None,
         documents=documents or None,
         add_generation_prompt=add_generation_prompt,
-        bos_token=bos_token or "",
-        eos_token=eos_token or "",
     )
     render = _render_continued if continue_final_message else _render
     try:
@@ -322,11 +344,12 @@ def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_char
     parts: list[str] = []
     size = 0
     try:
-        for part in template.generate(context):
-            size += len(part)
-            if size > max_chars:
-                raise TemplateError(f"rendered prompt exceeds {max_chars} characters")
-            parts.append(part)
+        with bounds.render_budget(MAX_TEMPLATE_STEPS, max_chars):
+            for part in template.generate(context):
+                size += len(part)
+                if size > max_chars:
+                    raise TemplateError(f"rendered prompt exceeds {max_chars} characters")
+                parts.append(part)
     except TemplateError:
         raise
     except jinja2.TemplateError as e:

@@ -206,6 +206,11 @@ CHAT_FIELDS: dict[str, Field] = {
     "reasoning_effort": string(choices=REASONING_EFFORTS),
     "add_generation_prompt": boolean(True),
     "continue_final_message": boolean(False, "Needs add_generation_prompt false and a last assistant message."),
+    "add_special_tokens": boolean(
+        False,
+        "The tokenizer's special tokens (e.g. BOS) around the rendered prompt, on top of those the template writes "
+        "(vLLM's: a second BOS where the template writes one).",
+    ),
 }
 CHAT = Obj("ChatCompletionRequest", CHAT_FIELDS)
 _REFUSED = ("functions", "function_call", "audio", "web_search_options", "chat_template")
@@ -248,6 +253,7 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
         reasoning_effort=fields.string("reasoning_effort"),
         add_generation_prompt=fields.boolean("add_generation_prompt"),
         continue_final_message=fields.boolean("continue_final_message"),
+        add_special_tokens=fields.boolean("add_special_tokens"),
     )
     _check_continuation(chat)
     return ChatCompletionRequest(model=model, chat=chat, settings=settings)

@@ -1,5 +1,5 @@
 """Completions and /tokenize text prompts get the tokenizer's special tokens (vLLM's `add_special_tokens`, true by
-default there); token-id prompts and chat prompts never do. Real tokenizers: Mistral's SentencePiece v3 with the
+default there); token-id prompts never do, chat prompts only when asked (vLLM's, false by default there). Real tokenizers: Mistral's SentencePiece v3 with the
 post-processor its Hugging Face tokenizer.json ships (BOS), the same with BOS and EOS, DeepSeek's (ByteLevel: none),
 the embedded SmolLM2 (none)."""
 
@@ -85,6 +85,12 @@ def test_tokenize_and_completions_add_bos_by_default_not_for_ids_or_chat(mistral
     assert tokenize(prompt=text, add_special_tokens=False) == without
     chat = tokenize(messages=[{"role": "user", "content": "hi"}])
     assert chat.count(BOS_ID) == 1 and chat[0] == BOS_ID  # the template's own BOS, no second one
+    # asked for, the tokenizer's own on top of the template's, as vLLM encodes the rendered prompt
+    assert tokenize(messages=[{"role": "user", "content": "hi"}], add_special_tokens=True) == [BOS_ID, *chat]
+    assert tokenize(messages=[{"role": "user", "content": "hi"}], add_special_tokens=False) == chat
+    body = {"model": "mistral-bos", "messages": [{"role": "user", "content": "hi"}], "add_special_tokens": True}
+    assert client.post("/v1/chat/completions", json=body).status_code == 200
+    assert server.bodies[-1]["input_ids"] == [BOS_ID, *chat]
 
     def complete(prompt, **fields) -> int:
         answer = client.post("/v1/completions", json={"model": "mistral-bos", "prompt": prompt, **fields}).json()

@@ -23,7 +23,7 @@ from gateway.families.values import tool_schemas
 from gateway.types import ChatRequest
 
 from .grammar import DsmlVocabulary, build_grammar
-from .markers import ASSISTANT, DSML, EOS, GROUNDING, TOOL_SEP, USER, V4, V32, V41, Dialect
+from .markers import ASSISTANT, DSML, EOS, GROUNDING, THINK_END, THINK_START, TOOL_SEP, USER, V4, V32, V41, Dialect
 from .modes import effort_budget, thinking_enabled
 from .parser import SECTIONS, DsmlParser, split_v3_call, split_v31_call
 from .prompt import V4_STYLE, V41_STYLE, Style, prompt_ends_in_reasoning, render_prompt
@@ -101,6 +101,9 @@ class DeepSeekV3Family(TemplatedSectionFamily):
     """DeepSeek V3 / R1: `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME` and ```json-fenced arguments."""
 
     name = "deepseek_v3"
+    keep_in_assistant = frozenset({THINK_START, THINK_END})
+    """R1's and V3.1's templates cut an assistant turn's reasoning at its `</think>`: left a token, the template sees
+    it and the history is what vLLM renders (the ChatML and GLM families keep theirs so too)."""
     markers = SECTIONS
     stop_tokens = (EOS,)
     recognition = (Recognition(tokens=V3_TOKENS, template=("```json",)),)  # V3 / R1 templates fence the arguments

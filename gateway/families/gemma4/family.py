@@ -23,13 +23,16 @@ class Gemma4Family(Family):
     """
 
     name = "gemma4"
+    keep_in_assistant = frozenset({CHANNEL, CHANNEL_END})
+    """Gemma 4's template strips an assistant turn's thought channel (`strip_thinking`, at `<|channel>` …
+    `<channel|>`): left tokens, the template sees them and the history is what vLLM renders."""
     recognition = (Recognition(tokens=frozenset({TURN, TURN_END, TOOL_CALL, TOOL_CALL_END, CHANNEL, CHANNEL_END})),)
 
     def render(self, request: ChatRequest) -> str:
         template = self.context.options.get("chat_template") or self.context.chat_template
         if not template:
             raise TemplateError("gemma4 needs the checkpoint's chat template (or options.chat_template)")
-        return render_request(template, request, self.context.bos_token, self.context.eos_token)
+        return render_request(template, request, self.context.special_tokens_map)
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(*STOP_TOKENS)

@@ -59,9 +59,7 @@ class Glm45Family(Family):
         return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
 
     def render(self, request: ChatRequest) -> str:
-        return render_request(
-            self.template, request, self.context.bos_token, self.context.eos_token, compact=self.compact
-        )
+        return render_request(self.template, request, self.context.special_tokens_map, compact=self.compact)
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(END_OF_TEXT, USER, OBSERVATION)

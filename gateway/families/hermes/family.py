@@ -31,7 +31,7 @@ class HermesFamily(ChatMLFamily):
 
     @cached_property
     def default_system_message(self) -> str | None:
-        return default_system_message(self.template, self.context.chat_template)
+        return default_system_message(self.template, self.context)
 
     def render(self, request: ChatRequest) -> str:
         return render_prompt(request, self.template, self.context, self.default_system_message)

@@ -27,12 +27,14 @@ def choose_template(context: FamilyContext) -> str:
     return BUILTIN_TEMPLATE
 
 
-def default_system_message(template: str, own: str | None) -> str | None:
+def default_system_message(template: str, context: FamilyContext) -> str | None:
     """The system text the checkpoint's own template adds when a conversation has none (SmolLM2 does), when we
     render with ours instead."""
+    own = context.chat_template
     if template != BUILTIN_TEMPLATE or not own:
         return None
-    probe = render_chat_template(own, [{"role": "user", "content": _PROBE}], add_generation_prompt=False)
+    user = [{"role": "user", "content": _PROBE}]
+    probe = render_chat_template(own, user, add_generation_prompt=False, special_tokens=context.special_tokens_map)
     head = _LEADING_SYSTEM_TURN.match(probe)
     return head.group(1) if head and _PROBE not in head.group(1) else None
 
@@ -49,7 +51,6 @@ def render_prompt(request: ChatRequest, template: str, context: FamilyContext, s
         documents=kwargs.pop("documents", None),
         add_generation_prompt=request.add_generation_prompt,
         continue_final_message=request.continue_final_message,
-        bos_token=context.bos_token,
-        eos_token=context.eos_token,
+        special_tokens=context.special_tokens_map,
         template_kwargs=kwargs,
     )

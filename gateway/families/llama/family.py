@@ -59,7 +59,7 @@ class Llama3Family(Family):
     def render(self, request: ChatRequest) -> str:
         if self.template is None:
             return render_native(request)
-        return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
+        return render_request(self.template, request, self.context.special_tokens_map)
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(*self.stops)

@@ -64,7 +64,7 @@ class MistralFamily(Family):
         return (
             render_native(request)
             if self.template is None
-            else render_request(self.template, request, self.context.bos_token, self.context.eos_token)
+            else render_request(self.template, request, self.context.special_tokens_map)
         )
 
     def stop_token_ids(self) -> list[int]:

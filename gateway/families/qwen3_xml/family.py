@@ -33,7 +33,7 @@ class Qwen3XmlFamily(ChatMLFamily):
         return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
 
     def render(self, request: ChatRequest) -> str:
-        return render_request(self.template, request, self.context.bos_token, self.context.eos_token)
+        return render_request(self.template, request, self.context.special_tokens_map)
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         """The parser of the gateway's output, which follows this family's grammar whenever tools are active (the

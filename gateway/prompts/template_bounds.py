@@ -1,0 +1,363 @@
+"""Bounds on what one chat-template render may cost: steps (loop iterations, calls, and the items the filters and
+calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
+formatted, concatenated; an integer raised or multiplied), so a template that loops for ever or builds a string
+past the prompt's limit stops with `TemplateError` instead of hanging or taking the memory of the process.
+
+The sandbox (prompts/template.py) routes its operators, calls and filters here; `bound_loops` rewrites a parsed
+template so that each `for` loop's items and each `~` concatenation pass through a counting filter. The budget is
+the current thread's, set by `render_budget` around one render; without one (a template rendered outside it)
+nothing is counted.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from string import Formatter
+from typing import Any
+
+from jinja2 import nodes
+from jinja2.runtime import LoopContext, Macro
+from jinja2.sandbox import safe_range
+
+MAX_TEMPLATE_STEPS = 20_000_000
+"""Steps one render may take (a loop's item, a call, an item a filter goes over in Python; a macro's or a recursive
+loop's call counts MACRO_STEPS)."""
+MACRO_STEPS = 64
+"""What a call of a macro (or of a recursive loop's `loop`) costs in steps: about as much CPU as 64 loop items."""
+MAX_RENDER_CPU_S = 10.0
+"""The thread CPU time one render may take, whatever its steps cost (a backstop to the step count)."""
+MAX_INTEGER_BITS = 1 << 20
+"""The largest integer (in bits) a template's `*` or `**` may make."""
+
+
+class TemplateError(ValueError):
+    """A chat template could not be compiled or rendered (a client error: HTTP 400); prompts/template.py's."""
+
+
+class _Budget:
+    __slots__ = ("chars", "deadline", "next_clock", "steps")
+
+    def __init__(self, steps: int, chars: int):
+        self.steps = steps
+        self.chars = chars
+        self.deadline = time.thread_time() + MAX_RENDER_CPU_S
+        self.next_clock = max(steps - _CLOCK_EVERY, -1)
+
+
+_CLOCK_EVERY = 4096
+"""Steps between two reads of the thread's CPU clock."""
+
+
+_STATE = threading.local()
+
+
+@contextmanager
+def render_budget(steps: int, chars: int) -> Iterator[None]:
+    """Renders in this thread, meanwhile, take at most `steps` steps and build no value of more than `chars` items;
+    within a budget already running here, they count against that one."""
+    if getattr(_STATE, "budget", None) is not None:
+        yield
+        return
+    _STATE.budget = _Budget(steps, chars)
+    try:
+        yield
+    finally:
+        _STATE.budget = None
+
+
+def charge(steps: int) -> None:
+    """Count `steps` against the current render's budget; TemplateError past it."""
+    budget = getattr(_STATE, "budget", None)
+    if budget is not None:
+        budget.steps -= steps
+        if budget.steps < budget.next_clock:
+            _checkpoint(budget)
+
+
+def _checkpoint(budget: _Budget) -> None:
+    """Past a few thousand steps since the last: refuse a render out of steps or past its CPU time."""
+    if budget.steps < 0:
+        raise TemplateError("chat template error: the template takes too many steps (a loop without end?)")
+    budget.next_clock = max(budget.steps - _CLOCK_EVERY, -1)
+    if time.thread_time() > budget.deadline:
+        raise TemplateError(f"chat template error: the render takes more than {MAX_RENDER_CPU_S:g} s of CPU")
+
+
+ALWAYS_FITS = 1 << 16
+"""A value of at most this many items is never refused (no render's limit is smaller): the common case costs no
+look-up of the budget."""
+
+
+def check_size(size: int, what: str) -> None:
+    """Refuse a value of `size` items (characters, elements) past the current render's limit."""
+    if size <= ALWAYS_FITS:
+        return
+    budget = getattr(_STATE, "budget", None)
+    if budget is not None and size > budget.chars:
+        raise TemplateError(f"chat template error: {what} would make a value of {size} items (at most {budget.chars})")
+
+
+def _items(value: Any) -> int:
+    """The items a filter that goes over `value` in Python takes steps for (a string's characters it does not)."""
+    return len(value) if isinstance(value, (list, tuple, dict)) else 0
+
+
+# -- for loops and concatenations ---------------------------------------------------------------------------------
+
+COUNT_FILTER = "gateway-count"
+"""The filter every `for` loop's items pass through (a name no template can spell: a filter name is an identifier)."""
+CONCAT_FILTER = "gateway-concat"
+"""The filter a `~` concatenation becomes."""
+
+
+def counted(items: Any) -> Any:
+    """`items`, each one charged a step as the loop takes it."""
+    budget = getattr(_STATE, "budget", None)
+    return items if budget is None else _counting(items, budget)
+
+
+def _counting(items: Any, budget: _Budget) -> Iterator[Any]:
+    for item in items:
+        budget.steps -= 1
+        if budget.steps < budget.next_clock:
+            _checkpoint(budget)
+        yield item
+
+
+def concat(parts: list[Any]) -> str:
+    """Jinja's `~`: the parts as strings, joined, within the size limit."""
+    texts = [str(part) for part in parts]
+    check_size(sum(map(len, texts)), "a '~' concatenation")
+    return "".join(texts)
+
+
+def bound_loops(template: nodes.Template) -> nodes.Template:
+    """`template` with each `for` loop's items counted and each `~` concatenation bounded."""
+    for loop in template.find_all(nodes.For):
+        loop.iter = nodes.Filter(loop.iter, COUNT_FILTER, [], [], None, None, lineno=loop.lineno)
+    for parent in template.find_all(nodes.Node):
+        for field in parent.fields:
+            value = getattr(parent, field, None)
+            if isinstance(value, nodes.Concat):
+                setattr(parent, field, _bounded_concat(value))
+            elif isinstance(value, list):
+                setattr(parent, field, [_bounded_concat(v) if isinstance(v, nodes.Concat) else v for v in value])
+    return template
+
+
+def _bounded_concat(node: nodes.Concat) -> nodes.Filter:
+    return nodes.Filter(
+        nodes.List(node.nodes, lineno=node.lineno), CONCAT_FILTER, [], [], None, None, lineno=node.lineno
+    )
+
+
+# -- operators --------------------------------------------------------------------------------------------------
+
+BOUNDED_BINOPS = frozenset({"*", "**", "+", "%"})
+"""The operators whose results are sized before they are made (`+`'s after: never more than twice its larger
+operand; the sandbox checks it inline, `binop` takes the others)."""
+
+
+def binop(operator_name: str, left: Any, right: Any) -> Any:
+    """`left <operator> right`, refused where its result would be past the limits."""
+    if operator_name == "*":
+        _check_product(left, right)
+        return left * right
+    if operator_name == "**":
+        _check_power(left, right)
+        return left**right
+    if isinstance(left, str):
+        check_percent_format(left, right)
+    return operator.mod(left, right)
+
+
+def _check_product(left: Any, right: Any) -> None:
+    for sequence, count in ((left, right), (right, left)):
+        if isinstance(sequence, (str, list, tuple)) and isinstance(count, int):
+            check_size(len(sequence) * max(count, 0), "'*'")
+            charge(max(count, 0) // 64)
+    if _is_int(left) and _is_int(right) and abs(left).bit_length() + abs(right).bit_length() > MAX_INTEGER_BITS:
+        raise TemplateError("chat template error: '*' would make an integer past its limit")
+
+
+def _check_power(base: Any, exponent: Any) -> None:
+    growing = _is_int(base) and _is_int(exponent) and exponent > 0 and abs(base) > 1
+    if growing and exponent * abs(base).bit_length() > MAX_INTEGER_BITS:
+        raise TemplateError("chat template error: '**' would make an integer past its limit")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?")
+
+
+def check_percent_format(text: str, values: Any) -> None:
+    """Refuse a `%` format whose widths or precisions (written, or `*` taken from `values`) pass the size limit."""
+    starred = False
+    for match in _PERCENT_SPEC.finditer(text):
+        for group in match.groups():
+            if group == "*":
+                starred = True
+            elif group is not None:
+                check_size(int(group), "a '%' format's width")
+    if starred:
+        for value in values if isinstance(values, tuple) else (values,):
+            if _is_int(value):
+                check_size(value, "a '%' format's width")
+
+
+def check_str_format(text: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Refuse a `str.format` whose format specs' widths or precisions (or nested fields) pass the size limit."""
+    try:
+        specs = [spec for _, field, spec, _ in Formatter().parse(text) if field is not None and spec]
+    except ValueError:
+        return  # malformed: format itself raises
+    for spec in specs:
+        for number in re.findall(r"\d+", spec):
+            check_size(int(number), "a format's width")
+        if "{" in spec:
+            for value in (*args, *kwargs.values()):
+                if _is_int(value):
+                    check_size(value, "a format's width")
+
+
+# -- calls and filters --------------------------------------------------------------------------------------------
+
+
+def check_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Charge a call (a macro's more), and size what a str method would make."""
+    charge(MACRO_STEPS if isinstance(obj, (Macro, LoopContext)) else 1)
+    owner = getattr(obj, "__self__", None)
+    name = getattr(obj, "__name__", "")
+    wrapped = getattr(obj, "__wrapped__", None)
+    if wrapped is not None and isinstance(getattr(wrapped, "__self__", None), str) and name in ("format", "format_map"):
+        mapping = args[0] if name == "format_map" and args and isinstance(args[0], dict) else kwargs
+        check_str_format(wrapped.__self__, args if name == "format" else (), mapping)
+    if not isinstance(owner, str):
+        return
+    if name in ("center", "ljust", "rjust", "zfill") and args and _is_int(args[0]):
+        check_size(args[0], f"str.{name}")
+    elif name == "expandtabs":
+        size = args[0] if args and _is_int(args[0]) else kwargs.get("tabsize", 8)
+        check_size(len(owner) * max(size if _is_int(size) else 8, 1), "str.expandtabs")
+    elif name == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
+        check_size(_replaced_size(owner, args[0], args[1]), "str.replace")
+    elif name == "join" and args:
+        check_size(_joined_size(owner, args[0]), "str.join")
+
+
+def _replaced_size(text: str, old: str, new: str) -> int:
+    return len(text) + (text.count(old) if old else len(text) + 1) * max(len(new) - len(old), 0)
+
+
+def _joined_size(separator: str, items: Any) -> int:
+    if not isinstance(items, (list, tuple)):
+        return 0  # an iterator: join reads it once, items of sizes known only then
+    return sum(len(item) for item in items if isinstance(item, str)) + len(separator) * max(len(items) - 1, 0)
+
+
+def _bounded_center(value: Any, width: Any = 80) -> None:
+    if _is_int(width):
+        check_size(width, "the 'center' filter")
+
+
+def _bounded_indent(value: Any, width: Any = 4, *args: Any, **kwargs: Any) -> None:
+    text = str(value)
+    pad = len(width) if isinstance(width, str) else width if _is_int(width) else 0
+    check_size(len(text) + (text.count("\n") + 1) * max(pad, 0), "the 'indent' filter")
+
+
+def _bounded_batch(value: Any, linecount: Any = 1, fill_with: Any = None) -> None:
+    if fill_with is not None and _is_int(linecount):
+        check_size(linecount, "the 'batch' filter")
+
+
+def _bounded_slice(value: Any, slices: Any = 1, fill_with: Any = None) -> None:
+    if _is_int(slices):
+        check_size(slices, "the 'slice' filter")
+
+
+def _bounded_format(value: Any, *args: Any, **kwargs: Any) -> None:
+    check_percent_format(str(value), kwargs or args)
+
+
+def _bounded_replace(value: Any, old: Any = "", new: Any = "", *args: Any) -> None:
+    if isinstance(old, str) and isinstance(new, str):
+        check_size(_replaced_size(str(value), old, new), "the 'replace' filter")
+
+
+def _bounded_join(value: Any, d: Any = "", *args: Any, **kwargs: Any) -> None:
+    if isinstance(value, (list, tuple)) and isinstance(d, str):
+        check_size(_joined_size(d, [str(item) for item in value]), "the 'join' filter")
+
+
+def _bounded_tojson(value: Any, *args: Any, indent: Any = None, **kwargs: Any) -> None:
+    indent = args[1] if len(args) > 1 and indent is None else indent
+    if _is_int(indent):
+        check_size(indent * 1024, "tojson's indent")
+
+
+FILTER_CHECKS: dict[str, Callable[..., None]] = {
+    "center": _bounded_center,
+    "indent": _bounded_indent,
+    "batch": _bounded_batch,
+    "slice": _bounded_slice,
+    "format": _bounded_format,
+    "replace": _bounded_replace,
+    "join": _bounded_join,
+    "tojson": _bounded_tojson,
+}
+"""Filters that can make a value far larger than their input, and the check run before each."""
+
+
+ITERATING_FILTERS = frozenset(
+    ("map", "select", "reject", "selectattr", "rejectattr", "groupby", "unique", "batch", "slice", "sum", "join")
+    + ("dictsort", "sort", "min", "max", "items")
+)
+"""Filters that go over their input's items in Python: charged a step per item."""
+
+
+def bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """Filter `function`, charging a step (and, going over its input in Python, a step per item), after `name`'s size
+    check where it has one."""
+    check = FILTER_CHECKS.get(name)
+    per_item = name in ITERATING_FILTERS
+    first_arg = 1 if getattr(function, "jinja_pass_arg", None) is not None else 0
+
+    @wraps(function)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        value_args = args[first_arg:]
+        charge(1 + (_items(value_args[0]) if per_item and value_args else 0))
+        if check is not None and value_args:
+            try:
+                check(*value_args, **kwargs)
+            except TypeError:  # arguments the filter itself refuses: it raises, as transformers' does
+                pass
+        return function(*args, **kwargs)
+
+    return bounded
+
+
+def bounded_range(*args: int) -> range:
+    """The sandbox's `range` (at most 100,000 items), charged its length."""
+    numbers = safe_range(*args)
+    charge(len(numbers))
+    return numbers
+
+
+def bounded_lipsum(n: Any = 5, html: Any = True, min: Any = 20, max: Any = 100) -> Any:
+    """Jinja's `lipsum`, within the size limit (its paragraphs times their words)."""
+    from jinja2.utils import generate_lorem_ipsum
+
+    if _is_int(n) and _is_int(max):
+        check_size(n * max * 16, "lipsum")
+        charge(n * max)
+    return generate_lorem_ipsum(n, html, min, max)
