@@ -31,13 +31,15 @@ Decisions (the gateway's documented behaviour):
   stream), so a call whose arguments closed is a call even when its body's
   `}` or `</tool_call>` was cut, as a Qwen3 XML call after `</function>` or a
   token-section body complete at the end. A bare word of the arguments
-  (number or literal) is held until it ends: a non-finite one (NaN,
-  Infinity, `1e999`: no JSON parser gives it back) before the call is sent
-  makes the body be read whole (no call: its text is content, as
-  `parse_whole_call` reads it); after, it goes as a JSON string, its text.
-  The call is sent at the first member's `,` whatever the chunking, so the
-  answer is the same however the output is cut. Other body layouts
-  are parsed whole at `</tool_call>`. A body that is not a call (a call without
+  (number, literal, or any other unquoted word) is held until it ends: one
+  JSON has (`true`, `false`, `null`, a finite number) goes verbatim, any
+  other (`True`, `None`, an unquoted key, NaN, Infinity, `1e999`: no JSON
+  parser gives it back) as a JSON string, its text, so the arguments a
+  client gets are JSON wherever the word stands. The call is sent at the
+  first member's `,` whatever the chunking, so the answer is the same
+  however the output is cut. Other body layouts are parsed whole at
+  `</tool_call>`, a non-finite number kept as its text there too
+  (`values.json_keeping_text`). A body that is not a call (a call without
   a name is none, as in qwen3_xml: `calls.is_call_name`) is returned as
   content, markers included. A call header cut off by the end of the output is
   dropped, never content, where `<tool_call>` is its token (the model opened a
@@ -64,7 +66,7 @@ from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import Trimmed
-from gateway.families.values import strict_json
+from gateway.families.values import json_keeping_text, strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -89,16 +91,17 @@ class _JsonEnd:
 
     A `<` outside a string also ends it: JSON never has one there, so the
     arguments were cut short and a marker follows. A bare word (number or
-    literal) is held back until it ends, so a non-finite one (`NaN`,
-    `Infinity`, `1e999`) is found before any of it is sent.
+    literal) is held back until it ends, so one JSON does not have (`True`,
+    `NaN`, `1e999`) is found before any of it is sent.
     """
 
     def __init__(self) -> None:
         self.done = False
         self.first_member_done = False
         """A `,` at the object's top level, or the `}` that closes it: its first member (if any) is complete."""
-        self.non_finite = ""
-        """The non-finite word the scan stopped before (empty: none); the caller reads it and clears it."""
+        self.not_json = ""
+        """The bare word JSON does not have that the scan stopped before (empty: none); the caller reads it and
+        clears it."""
         self._depth = 0
         self._in_string = False
         self._escaped = False
@@ -107,7 +110,8 @@ class _JsonEnd:
 
     def scan(self, text: str, final: bool = False) -> int:
         """How many characters of `text` still belong to the value and can be sent; the scan stops after the first
-        member's `,` (the call's release point, whatever the chunking) and before a non-finite word."""
+        member's `,` (the call's release point, whatever the chunking) and before a bare word JSON does
+        not have."""
         start, self._word_scanned = self._word_scanned, 0
         word = 0 if start else -1  # a word held back is read on from where the last scan stopped, not again
         for i, ch in enumerate(text[start:], start):
@@ -124,8 +128,8 @@ class _JsonEnd:
                     word = i
                 continue
             if word >= 0:
-                if _is_non_finite(text[word:i]):
-                    self.non_finite = text[word:i]
+                if _not_json(text[word:i]):
+                    self.not_json = text[word:i]
                     return word
                 word = -1
             if ch == '"':
@@ -147,22 +151,25 @@ class _JsonEnd:
         if word >= 0 and not final:
             self._word_scanned = len(text) - word
             return word
-        if word >= 0 and _is_non_finite(text[word:]):
-            self.non_finite = text[word:]
+        if word >= 0 and _not_json(text[word:]):
+            self.not_json = text[word:]
             return word
         return len(text)
 
 
 _DELIMITERS = frozenset('"{}[],:< \t\n\r')
-_NON_FINITE_WORDS = frozenset({"NaN", "Infinity", "-Infinity"})
+_JSON_LITERALS = frozenset({"true", "false", "null"})
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
 
-def _is_non_finite(word: str) -> bool:
-    """Whether a bare JSON word is a number `strict_json` refuses (as `parse_whole_call` reads the body): NaN,
-    Infinity, a float past a double's range; an integer past a double is JSON's, one past Python's digit limit not."""
-    if word not in _NON_FINITE_WORDS and not _JSON_NUMBER.fullmatch(word):
+def _not_json(word: str) -> bool:
+    """Whether a bare word is none JSON has (as `strict_json` reads it): a word but `true`, `false`, `null`, or a
+    number `strict_json` refuses (NaN, Infinity, a float past a double's range; an integer past a double is JSON's,
+    one past Python's digit limit not)."""
+    if word in _JSON_LITERALS:
         return False
+    if not _JSON_NUMBER.fullmatch(word):
+        return True
     try:
         strict_json(word)
     except ValueError:
@@ -171,9 +178,10 @@ def _is_non_finite(word: str) -> bool:
 
 
 def parse_whole_call(body: str) -> tuple[str, str] | None:
-    """(name, arguments JSON) of a complete call body, or None if it is not a call."""
+    """(name, arguments JSON) of a complete call body, or None if it is not a call; a number no JSON parser gives
+    back is kept as its text, as the streamed arguments keep it."""
     try:
-        call = strict_json(body)
+        call = json_keeping_text(body)
     except ValueError:
         return None
     if not isinstance(call, dict) or not is_call_name(call.get("name")):
@@ -181,7 +189,7 @@ def parse_whole_call(body: str) -> tuple[str, str] | None:
     arguments: Any = call.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = strict_json(arguments)
+            arguments = json_keeping_text(arguments)
         except ValueError:
             return None
     if not isinstance(arguments, dict):
@@ -229,10 +237,6 @@ class HermesParser(OutputParser):
         """In the call's tail: the body's `}` was read (a `,` now lists another call)."""
         self._listed = False
         """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
-        self._header_text = ""
-        """The current call's header (`{"name": …, "arguments": `), to read the body again whole."""
-        self._whole_body = False
-        """The call body is parsed whole at `</tool_call>` (its arguments held a non-finite number)."""
 
     @property
     def saw_tool_call(self) -> bool:
@@ -346,11 +350,10 @@ class HermesParser(OutputParser):
 
     def _call_header(self, final: bool) -> bool:
         close = self._find(TOOL_CALL_END)
-        header = None if self._whole_body else _CALL_HEADER.match(self._buffer)
+        header = _CALL_HEADER.match(self._buffer)
         name = json.loads(header["name"]) if header else None
         if header and (close < 0 or header.end() <= close) and is_call_name(name):
             self._held_call = [Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=name)]
-            self._header_text = header[0]
             self._drop(header.end())
             self._arguments = _JsonEnd()
             self._state = _State.CALL_ARGUMENTS
@@ -359,7 +362,6 @@ class HermesParser(OutputParser):
             body = self._buffer[:close]
             self._drop(close + len(TOOL_CALL_END))
             self._state = _State.CONTENT
-            self._whole_body = False
             call = parse_whole_call(body)
             if call is None:
                 self._emit_content(TOOL_CALL_START + body + TOOL_CALL_END)
@@ -375,7 +377,6 @@ class HermesParser(OutputParser):
                 self._emit_content(TOOL_CALL_START + self._buffer)
             self._drop(len(self._buffer))
             self._state = _State.CONTENT
-            self._whole_body = False
         return False
 
     def _call_arguments(self, final: bool) -> bool:
@@ -384,8 +385,8 @@ class HermesParser(OutputParser):
             self._send(Delta(tool_index=self._call_count, tool_arguments=self._buffer[:size]))
             self._buffer = self._buffer[size:]  # self._drop(size), inline: once per argument token
             self._base += size
-        if self._arguments.non_finite:
-            return self._non_finite_word()
+        if self._arguments.not_json:
+            return self._not_json_word()
         if self._arguments.first_member_done:
             self._release_call()
         if self._arguments.done:
@@ -393,21 +394,12 @@ class HermesParser(OutputParser):
             return True
         return size > 0 and bool(self._buffer)  # stopped at the first member's `,`: read on
 
-    def _non_finite_word(self) -> bool:
-        """The arguments hold NaN, Infinity or a float past a double, which no JSON parser gives back. A call not yet
-        sent is no call: its body is read again whole (its text is content, as `parse_whole_call` has it); a sent
-        one cannot be taken back, so the word goes as a JSON string (its text, as a typed value keeps it)."""
-        word, self._arguments.non_finite = self._arguments.non_finite, ""
-        if self._held_call is None:
-            self._send(Delta(tool_index=self._call_count, tool_arguments=json.dumps(word)))
-            self._drop(len(word))
-            return True
-        read = self._header_text + "".join([d.tool_arguments for d in self._held_call])
-        self._held_call = None
-        self._buffer = read + self._buffer
-        self._base -= len(read)
-        self._whole_body = True
-        self._state = _State.CALL_HEADER
+    def _not_json_word(self) -> bool:
+        """The arguments hold a bare word JSON does not have (`True`, NaN, Infinity, a float past a double): it goes
+        as a JSON string, its text (as a typed value keeps it), so the arguments stay JSON."""
+        word, self._arguments.not_json = self._arguments.not_json, ""
+        self._send(Delta(tool_index=self._call_count, tool_arguments=json.dumps(word, ensure_ascii=False)))
+        self._drop(len(word))
         return True
 
     def _call_tail(self, final: bool) -> bool:
