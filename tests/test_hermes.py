@@ -653,3 +653,28 @@ def test_an_unconstrained_request_gets_no_grammar_without_scanning_its_prompt(mo
     assert scanned == []
     assert hermes.grammar(ChatRequest(messages=plain.messages, tools=[WEATHER]), "<think>") is not None
     assert scanned == ["<think>"]
+
+
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        ('{"name": "f", "arguments": {"a": 1<x>}', []),  # cut short by a `<` that is no marker: held, then no call
+        ('{"name": "f", "arguments": {"a": 1<x>}</tool_call>', [{"name": "f", "arguments": '{"a": 1'}]),  # released
+        (
+            '{"name": "f", "arguments": {"a": 1 <x>}, {"name": "g", "arguments": {}}</tool_call>',
+            [{"name": "f", "arguments": '{"a": 1 '}],
+        ),
+        ('{"name": "f", "arguments": {}}, x, {"name": "g", "arguments": {}}', [{"name": "f", "arguments": "{}"}]),
+        ('{"name": "f", "arguments": {}} }, {"name": "g", "arguments": {}}', [{"name": "f", "arguments": "{}"}]),
+        (
+            '{"name": "f", "arguments": {}}\n, {"name": "g", "arguments": {}}',
+            [{"name": "f", "arguments": "{}"}, {"name": "g", "arguments": "{}"}],
+        ),
+    ],
+)
+def test_a_call_tail_reads_the_same_however_chunked(text: str, calls: list[dict[str, str]]) -> None:
+    """After the arguments, only whitespace, the body's `}` and a `,` listing another call count; anything else
+    makes the rest of the block junk, skipped up to `</tool_call>`, whichever chunk the junk came in."""
+    text = "<tool_call>" + text
+    for splits in ([], list(range(len(text))), *[[at] for at in range(len(text))]):
+        assert merge(run(text, splits=splits)[0])["tool_calls"] == calls, splits

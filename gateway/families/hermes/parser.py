@@ -20,6 +20,9 @@ Decisions (the gateway's documented behaviour):
   held back, so content never shows part of one.
 * A block holds one call body, or several listed with `,` (`{…}, {…}`, as
   SGLang's base detector reads them; the templates write one per block).
+  After a body's arguments anything but whitespace, the body's `}` and that
+  `,` (or arguments cut short by a `<`) makes the rest of the block junk,
+  skipped up to `</tool_call>`, whichever chunk it came in.
 * A call body `{"name": N, "arguments": {…}}` is held back until its first
   argument is complete (a `,` after the first member of the arguments
   object, or the `}` that closes the arguments, or `</tool_call>`); then the
@@ -58,7 +61,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from enum import auto
+from enum import Enum, auto
 from typing import Any
 
 from backends.stop_strings import held_prefix
@@ -86,6 +89,14 @@ class _State(ParserState):
     CALL_TAIL = auto()
 
 
+class _Tail(Enum):
+    """Where a call's tail (after its arguments, up to `</tool_call>`) stands."""
+
+    OPEN = auto()  # the arguments closed: whitespace, then the body's `}`
+    CLOSED = auto()  # the body's `}` was read: whitespace, then a `,` may list another call
+    JUNK = auto()  # anything else (or the arguments were cut short by a `<`): skipped up to a call marker
+
+
 class _JsonEnd:
     """Finds where a streamed JSON object ends, aware of strings and escapes.
 
@@ -107,6 +118,11 @@ class _JsonEnd:
         self._escaped = False
         self._word_scanned = 0
         """How much of the bare word the last scan stopped before was read: the next `text` starts with it."""
+
+    @property
+    def closed(self) -> bool:
+        """The value's brackets closed (it was not cut short by a `<`)."""
+        return self.done and self._depth == 0
 
     def scan(self, text: str, final: bool = False) -> int:
         """How many characters of `text` still belong to the value and can be sent; the scan stops after the first
@@ -233,8 +249,7 @@ class HermesParser(OutputParser):
         self._call_sent = False
         self._think_cut = False
         """A call token ended reasoning: the `</think>` token the model may still write after its calls is dropped."""
-        self._body_closed = False
-        """In the call's tail: the body's `}` was read (a `,` now lists another call)."""
+        self._tail = _Tail.OPEN
         self._listed = False
         """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
 
@@ -390,6 +405,7 @@ class HermesParser(OutputParser):
         if self._arguments.first_member_done:
             self._release_call()
         if self._arguments.done:
+            self._tail = _Tail.OPEN if self._arguments.closed else _Tail.JUNK
             self._state = _State.CALL_TAIL
             return True
         return size > 0 and bool(self._buffer)  # stopped at the first member's `,`: read on
@@ -403,11 +419,11 @@ class HermesParser(OutputParser):
         return True
 
     def _call_tail(self, final: bool) -> bool:
-        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` after
-        the body's `}` lists another call in the same block."""
-        comma = None if self._listed else _LISTED_CALL.match(self._buffer)
-        if comma and (self._body_closed or "}" in comma[0]):
-            self._release_call()
+        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` right
+        after the body's `}` lists another call in the same block. What a tail holds is read the same however it is
+        chunked: anything else in it makes it junk, skipped up to a call marker."""
+        comma = None if self._listed or self._tail is _Tail.JUNK else _LISTED_CALL.match(self._buffer)
+        if comma and ("}" in comma[0]) is (self._tail is _Tail.OPEN):  # the body's `}` once, then the `,`
             self._drop(comma.end())
             self._listed = True
         if self._listed:
@@ -417,13 +433,13 @@ class HermesParser(OutputParser):
             self._listed = False
             if self._buffer.startswith("{"):
                 self._call_count += 1
-                self._body_closed = False
                 self._state = _State.CALL_HEADER
                 return True
+            self._tail = _Tail.JUNK
         close = self._find(TOOL_CALL_END)
         reopen = self._find(TOOL_CALL_START)
-        if close >= 0 or reopen >= 0 or self._buffer.lstrip().startswith("}"):
-            self._release_call()
+        if close >= 0 or reopen >= 0:
+            self._release_call()  # arguments cut short by a `<` (still held when their first member was cut) end here
         if close >= 0 and (reopen < 0 or close < reopen):
             self._drop(close + len(TOOL_CALL_END))
             self._state = _State.CONTENT
@@ -431,12 +447,23 @@ class HermesParser(OutputParser):
             self._drop(reopen + len(TOOL_CALL_START))
             self._state = _State.CALL_HEADER
         else:
-            self._body_closed = self._body_closed or self._buffer.lstrip().startswith("}")
-            self._drop(len(self._buffer) - self._held(final, self._text_call_markers))
+            skipped = len(self._buffer) - self._held(final, self._text_call_markers)
+            self._read_tail(self._buffer[:skipped])
+            self._drop(skipped)
             return False
         self._call_count += 1
-        self._body_closed = False
         return True
+
+    def _read_tail(self, text: str) -> None:
+        """The tail moves on past `text`: the body's `}` closes it, anything but whitespace makes it junk."""
+        if self._tail is _Tail.JUNK:
+            return
+        rest = text.lstrip()
+        if self._tail is _Tail.OPEN and rest.startswith("}"):
+            self._tail = _Tail.CLOSED
+            rest = rest[1:].lstrip()
+        if rest:
+            self._tail = _Tail.JUNK
 
     def _send(self, delta: Delta) -> None:
         """A call's delta: held back with the call, or sent."""
