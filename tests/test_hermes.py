@@ -317,6 +317,39 @@ def test_the_call_is_sent_once_its_first_argument_is_complete_then_streams() -> 
     assert [d.tool_arguments for d in parser.feed([Piece("ng")])] == ["ng"]
 
 
+@pytest.mark.parametrize(
+    ("body", "arguments"),
+    [
+        ('{"p": True}', {"p": "True"}),
+        ('{"p": None, "q": [undefined, 1]}', {"p": "None", "q": ["undefined", 1]}),
+        ("{p: 1}", {"p": 1}),
+        ('{"a": 1, "p": False, "r": nan}', {"a": 1, "p": "False", "r": "nan"}),
+        ('{"a": [true, false, null, -0.5e3]}', {"a": [True, False, None, -500.0]}),
+    ],
+)
+def test_a_bare_word_json_lacks_goes_as_its_text_however_chunked(body: str, arguments: dict[str, Any]) -> None:
+    """Python's `True`, an unquoted key: before the call is released at its first argument or after, the word goes
+    as a JSON string, so the arguments a client gets are JSON, the same read whole or a character at a time; a word
+    JSON has goes verbatim."""
+    text = '<tool_call>{"name": "f", "arguments": ' + body + "}</tool_call>"
+    for splits in ([], list(range(len(text)))):
+        calls = merge(run(text, splits=splits)[0])["tool_calls"]
+        assert [c["name"] for c in calls] == ["f"] and json.loads(calls[0]["arguments"]) == arguments, splits
+
+
+@pytest.mark.parametrize(
+    ("body", "calls"),
+    [
+        ('{"p": tru', []),  # cut before the call is released: no call
+        ('{"a": 1, "p": tru', [{"name": "f", "arguments": '{"a": 1, "p": "tru"'}]),  # sent: stays, the word its text
+    ],
+)
+def test_a_bare_word_cut_by_the_end_of_the_output(body: str, calls: list[dict[str, str]]) -> None:
+    text = '<tool_call>{"name": "f", "arguments": ' + body
+    for splits in ([], list(range(len(text)))):
+        assert merge(run(text, splits=splits)[0])["tool_calls"] == calls, splits
+
+
 def test_parallel_calls_get_dense_indices_and_whitespace_between_is_dropped() -> None:
     text = (
         '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n\n'
@@ -620,3 +653,28 @@ def test_an_unconstrained_request_gets_no_grammar_without_scanning_its_prompt(mo
     assert scanned == []
     assert hermes.grammar(ChatRequest(messages=plain.messages, tools=[WEATHER]), "<think>") is not None
     assert scanned == ["<think>"]
+
+
+@pytest.mark.parametrize(
+    ("text", "calls"),
+    [
+        ('{"name": "f", "arguments": {"a": 1<x>}', []),  # cut short by a `<` that is no marker: held, then no call
+        ('{"name": "f", "arguments": {"a": 1<x>}</tool_call>', [{"name": "f", "arguments": '{"a": 1'}]),  # released
+        (
+            '{"name": "f", "arguments": {"a": 1 <x>}, {"name": "g", "arguments": {}}</tool_call>',
+            [{"name": "f", "arguments": '{"a": 1 '}],
+        ),
+        ('{"name": "f", "arguments": {}}, x, {"name": "g", "arguments": {}}', [{"name": "f", "arguments": "{}"}]),
+        ('{"name": "f", "arguments": {}} }, {"name": "g", "arguments": {}}', [{"name": "f", "arguments": "{}"}]),
+        (
+            '{"name": "f", "arguments": {}}\n, {"name": "g", "arguments": {}}',
+            [{"name": "f", "arguments": "{}"}, {"name": "g", "arguments": "{}"}],
+        ),
+    ],
+)
+def test_a_call_tail_reads_the_same_however_chunked(text: str, calls: list[dict[str, str]]) -> None:
+    """After the arguments, only whitespace, the body's `}` and a `,` listing another call count; anything else
+    makes the rest of the block junk, skipped up to `</tool_call>`, whichever chunk the junk came in."""
+    text = "<tool_call>" + text
+    for splits in ([], list(range(len(text))), *[[at] for at in range(len(text))]):
+        assert merge(run(text, splits=splits)[0])["tool_calls"] == calls, splits

@@ -1,7 +1,8 @@
 """No family sends a call's arguments holding NaN or Infinity: numbers past a double (`1e999`), which Python reads as
 inf and would write back as `Infinity`, and the NaN / Infinity literals are no JSON a client can parse. A typed value
-keeps its text as a string (as SGLang's test_nonfinite_coercion.py asks of its coercions, after vLLM#43984); a whole
-JSON body holding one is no call (each family's rule for a body that is not JSON)."""
+keeps its text as a string (as SGLang's test_nonfinite_coercion.py asks of its coercions, after vLLM#43984), and so
+does a whole JSON body holding one (`values.json_keeping_text`), in every family, as hermes' streamed arguments keep
+it: the same call streamed or not, and arguments a client can parse."""
 
 from __future__ import annotations
 
@@ -39,7 +40,11 @@ def test_no_call_holds_a_number_json_cannot_take_back(family: str, output: str) 
     tok = tokenizer(FAMILIES[family][1])
     parser = new_parser({"id": family, "tools": NUMBER}, family)
     deltas = feed(parser, Detokenizer(tok, added_tokens(tok)), tok.encode(output, add_special_tokens=False).ids)
-    for _, arguments in joined_calls(deltas):  # strict JSON, the value kept as its text; or no call at all
+    calls = joined_calls(deltas)
+    # a JSON body or a typed value keeps the call; a Python literal call list drops a call whose value writes as no
+    # JSON (`llama.pythonic_calls`, as vLLM's parser drops it)
+    assert [name for name, _ in calls] == ([] if family == "llama4_pythonic" else ["f"])
+    for _, arguments in calls:  # strict JSON, the value kept as its text
         assert isinstance(strict_json(arguments)["p"], str), arguments
 
 
@@ -50,10 +55,13 @@ def test_an_integer_past_the_digit_limit_stays_text() -> None:
     assert convert(digits, frozenset({"number"})) == digits
 
 
-STREAMED_HERMES = [  # (output, expected parse): streamed arguments, read whole or however chunked
-    ('<tool_call>{"name":"f","arguments":{"p": NaN}}</tool_call>', None),
-    ('<tool_call>\n{"name": "f", "arguments": {"p": 1e999, "q": 2}}\n</tool_call>', None),
-    ('<tool_call>{"name":"f","arguments":{"q": {"p": [Infinity]}}}</tool_call>', None),
+STREAMED_HERMES = [  # (output, expected arguments): read whole or however chunked
+    # other body layouts are read whole at </tool_call> (`parse_whole_call`): the word kept as its text there too
+    ('<tool_call>{"arguments": {"p": NaN}, "name": "f"}</tool_call>', {"p": "NaN"}),
+    ('<tool_call>{"name": "f", "arguments": "{\\"p\\": -1e999}"}</tool_call>', {"p": "-1e999"}),
+    ('<tool_call>{"name":"f","arguments":{"p": NaN}}</tool_call>', {"p": "NaN"}),
+    ('<tool_call>\n{"name": "f", "arguments": {"p": 1e999, "q": 2}}\n</tool_call>', {"p": "1e999", "q": 2}),
+    ('<tool_call>{"name":"f","arguments":{"q": {"p": [Infinity]}}}</tool_call>', {"q": {"p": ["Infinity"]}}),
     ('<tool_call>{"name":"f","arguments":{"q": 1, "p": -Infinity}}</tool_call>', {"q": 1, "p": "-Infinity"}),
     # an integer past a double's range is still JSON's (an int), streamed as read whole: not made a string
     ('<tool_call>{"name":"f","arguments":{"q": 1, "p": ' + "9" * 400 + "}}</tool_call>", {"q": 1, "p": int("9" * 400)}),
@@ -62,16 +70,12 @@ STREAMED_HERMES = [  # (output, expected parse): streamed arguments, read whole 
 
 @pytest.mark.parametrize(("output", "arguments"), STREAMED_HERMES)
 def test_hermes_streamed_arguments_agree_with_the_whole_body_however_chunked(output: str, arguments: Any) -> None:
-    """A body whose arguments hold a non-finite number before the call is sent is no call: its text is content, as
-    `parse_whole_call` reads it; one sent already keeps the word as a string."""
+    """A non-finite number goes as a JSON string, its text, wherever it stands in the arguments (before the call is
+    released at its first argument or after) and however the output is chunked, as the whole body keeps it."""
     case = {"id": output, "output": output, "tools": NUMBER}
     n = len(tokenizer("qwen").encode(output, add_special_tokens=False).ids)
     for cuts in chunkings(output, n):
-        parsed = parse(case, "hermes", cuts)
-        if arguments is None:
-            assert parsed == {"content": output, "reasoning": "", "calls": []}, cuts
-        else:
-            assert parsed["calls"] == [["f", arguments]], cuts
+        assert parse(case, "hermes", cuts) == {"content": "", "reasoning": "", "calls": [["f", arguments]]}, cuts
 
 
 @pytest.mark.parametrize(("family", "output"), OUTPUTS, ids=[family for family, _ in OUTPUTS])

@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from gateway.families.base import OutputParser
-from gateway.families.values import strict_json
+from gateway.families.values import json_keeping_text
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -135,9 +135,10 @@ def is_call_name(name: object) -> bool:
 
 
 def json_object(text: str) -> dict[str, Any] | None:
-    """`text` as a JSON object, or None when it is not one (NaN, Infinity and numbers past a double are not JSON)."""
+    """`text` as a JSON object, or None when it is not one; a number no JSON parser gives back (NaN, Infinity, past
+    a double) is kept as its text (`values.json_keeping_text`), so the arguments re-serialized from it are JSON."""
     try:
-        value = strict_json(text)
+        value = json_keeping_text(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

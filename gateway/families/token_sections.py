@@ -28,8 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from gateway.families.calls import CallParser, is_call_name
-from gateway.families.values import strict_json
+from gateway.families.calls import CallParser, is_call_name, json_object
 
 _QUOTE_OR_ESCAPE = re.compile(r'["\\]')
 
@@ -180,10 +179,7 @@ class SectionParser(CallParser):
         if split is None:
             return
         name, arguments = split
-        try:
-            value = strict_json(arguments)
-        except ValueError:
-            return
-        if not is_call_name(name) or not isinstance(value, dict):
+        value = json_object(arguments)
+        if not is_call_name(name) or value is None:
             return
         self._emit_call(name, json.dumps(value, ensure_ascii=False))

@@ -24,6 +24,20 @@ def strict_json(text: str) -> Any:
         raise ValueError("the JSON nests too deeply") from None
 
 
+def json_keeping_text(text: str) -> Any:
+    """`text` as JSON, a number no JSON parser gives back (NaN, Infinity, a float past a double) kept as its text, a
+    string (as a typed value and hermes' streamed arguments keep it); ValueError when it is not JSON otherwise."""
+    try:
+        return json.loads(text, parse_constant=str, parse_float=_float_or_text)
+    except RecursionError:
+        raise ValueError("the JSON nests too deeply") from None
+
+
+def _float_or_text(text: str) -> float | str:
+    value = float(text)
+    return text if math.isinf(value) else value
+
+
 def writes_as_json(value: Any) -> bool:
     """Whether `value` (a Python literal read from model text) writes as JSON: no NaN or infinity, JSON types only."""
     try:

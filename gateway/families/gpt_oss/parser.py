@@ -23,6 +23,7 @@ Decisions (the gateway's documented behaviour):
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from enum import Enum, auto
@@ -166,8 +167,7 @@ class HarmonyParser(CallParser):
         self._close_call()
 
     def _close_call(self) -> None:
-        arguments = "".join(self._arguments).strip()
+        value = json_object("".join(self._arguments))
         self._body = Body.DROP
-        if self._name is None or json_object(arguments) is None:
-            return
-        self._emit_call(self._name, arguments)
+        if self._name is not None and value is not None:
+            self._emit_call(self._name, json.dumps(value, ensure_ascii=False))

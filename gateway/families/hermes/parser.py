@@ -20,6 +20,9 @@ Decisions (the gateway's documented behaviour):
   held back, so content never shows part of one.
 * A block holds one call body, or several listed with `,` (`{…}, {…}`, as
   SGLang's base detector reads them; the templates write one per block).
+  After a body's arguments anything but whitespace, the body's `}` and that
+  `,` (or arguments cut short by a `<`) makes the rest of the block junk,
+  skipped up to `</tool_call>`, whichever chunk it came in.
 * A call body `{"name": N, "arguments": {…}}` is held back until its first
   argument is complete (a `,` after the first member of the arguments
   object, or the `}` that closes the arguments, or `</tool_call>`); then the
@@ -31,13 +34,15 @@ Decisions (the gateway's documented behaviour):
   stream), so a call whose arguments closed is a call even when its body's
   `}` or `</tool_call>` was cut, as a Qwen3 XML call after `</function>` or a
   token-section body complete at the end. A bare word of the arguments
-  (number or literal) is held until it ends: a non-finite one (NaN,
-  Infinity, `1e999`: no JSON parser gives it back) before the call is sent
-  makes the body be read whole (no call: its text is content, as
-  `parse_whole_call` reads it); after, it goes as a JSON string, its text.
-  The call is sent at the first member's `,` whatever the chunking, so the
-  answer is the same however the output is cut. Other body layouts
-  are parsed whole at `</tool_call>`. A body that is not a call (a call without
+  (number, literal, or any other unquoted word) is held until it ends: one
+  JSON has (`true`, `false`, `null`, a finite number) goes verbatim, any
+  other (`True`, `None`, an unquoted key, NaN, Infinity, `1e999`: no JSON
+  parser gives it back) as a JSON string, its text, so the arguments a
+  client gets are JSON wherever the word stands. The call is sent at the
+  first member's `,` whatever the chunking, so the answer is the same
+  however the output is cut. Other body layouts are parsed whole at
+  `</tool_call>`, a non-finite number kept as its text there too
+  (`values.json_keeping_text`). A body that is not a call (a call without
   a name is none, as in qwen3_xml: `calls.is_call_name`) is returned as
   content, markers included. A call header cut off by the end of the output is
   dropped, never content, where `<tool_call>` is its token (the model opened a
@@ -56,7 +61,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from enum import auto
+from enum import Enum, auto
 from typing import Any
 
 from backends.stop_strings import held_prefix
@@ -64,7 +69,7 @@ from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import Trimmed
-from gateway.families.values import strict_json
+from gateway.families.values import json_keeping_text, strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -84,30 +89,45 @@ class _State(ParserState):
     CALL_TAIL = auto()
 
 
+class _Tail(Enum):
+    """Where a call's tail (after its arguments, up to `</tool_call>`) stands."""
+
+    OPEN = auto()  # the arguments closed: whitespace, then the body's `}`
+    CLOSED = auto()  # the body's `}` was read: whitespace, then a `,` may list another call
+    JUNK = auto()  # anything else (or the arguments were cut short by a `<`): skipped up to a call marker
+
+
 class _JsonEnd:
     """Finds where a streamed JSON object ends, aware of strings and escapes.
 
     A `<` outside a string also ends it: JSON never has one there, so the
     arguments were cut short and a marker follows. A bare word (number or
-    literal) is held back until it ends, so a non-finite one (`NaN`,
-    `Infinity`, `1e999`) is found before any of it is sent.
+    literal) is held back until it ends, so one JSON does not have (`True`,
+    `NaN`, `1e999`) is found before any of it is sent.
     """
 
     def __init__(self) -> None:
         self.done = False
         self.first_member_done = False
         """A `,` at the object's top level, or the `}` that closes it: its first member (if any) is complete."""
-        self.non_finite = ""
-        """The non-finite word the scan stopped before (empty: none); the caller reads it and clears it."""
+        self.not_json = ""
+        """The bare word JSON does not have that the scan stopped before (empty: none); the caller reads it and
+        clears it."""
         self._depth = 0
         self._in_string = False
         self._escaped = False
         self._word_scanned = 0
         """How much of the bare word the last scan stopped before was read: the next `text` starts with it."""
 
+    @property
+    def closed(self) -> bool:
+        """The value's brackets closed (it was not cut short by a `<`)."""
+        return self.done and self._depth == 0
+
     def scan(self, text: str, final: bool = False) -> int:
         """How many characters of `text` still belong to the value and can be sent; the scan stops after the first
-        member's `,` (the call's release point, whatever the chunking) and before a non-finite word."""
+        member's `,` (the call's release point, whatever the chunking) and before a bare word JSON does
+        not have."""
         start, self._word_scanned = self._word_scanned, 0
         word = 0 if start else -1  # a word held back is read on from where the last scan stopped, not again
         for i, ch in enumerate(text[start:], start):
@@ -124,8 +144,8 @@ class _JsonEnd:
                     word = i
                 continue
             if word >= 0:
-                if _is_non_finite(text[word:i]):
-                    self.non_finite = text[word:i]
+                if _not_json(text[word:i]):
+                    self.not_json = text[word:i]
                     return word
                 word = -1
             if ch == '"':
@@ -147,22 +167,25 @@ class _JsonEnd:
         if word >= 0 and not final:
             self._word_scanned = len(text) - word
             return word
-        if word >= 0 and _is_non_finite(text[word:]):
-            self.non_finite = text[word:]
+        if word >= 0 and _not_json(text[word:]):
+            self.not_json = text[word:]
             return word
         return len(text)
 
 
 _DELIMITERS = frozenset('"{}[],:< \t\n\r')
-_NON_FINITE_WORDS = frozenset({"NaN", "Infinity", "-Infinity"})
+_JSON_LITERALS = frozenset({"true", "false", "null"})
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 
 
-def _is_non_finite(word: str) -> bool:
-    """Whether a bare JSON word is a number `strict_json` refuses (as `parse_whole_call` reads the body): NaN,
-    Infinity, a float past a double's range; an integer past a double is JSON's, one past Python's digit limit not."""
-    if word not in _NON_FINITE_WORDS and not _JSON_NUMBER.fullmatch(word):
+def _not_json(word: str) -> bool:
+    """Whether a bare word is none JSON has (as `strict_json` reads it): a word but `true`, `false`, `null`, or a
+    number `strict_json` refuses (NaN, Infinity, a float past a double's range; an integer past a double is JSON's,
+    one past Python's digit limit not)."""
+    if word in _JSON_LITERALS:
         return False
+    if not _JSON_NUMBER.fullmatch(word):
+        return True
     try:
         strict_json(word)
     except ValueError:
@@ -171,9 +194,10 @@ def _is_non_finite(word: str) -> bool:
 
 
 def parse_whole_call(body: str) -> tuple[str, str] | None:
-    """(name, arguments JSON) of a complete call body, or None if it is not a call."""
+    """(name, arguments JSON) of a complete call body, or None if it is not a call; a number no JSON parser gives
+    back is kept as its text, as the streamed arguments keep it."""
     try:
-        call = strict_json(body)
+        call = json_keeping_text(body)
     except ValueError:
         return None
     if not isinstance(call, dict) or not is_call_name(call.get("name")):
@@ -181,7 +205,7 @@ def parse_whole_call(body: str) -> tuple[str, str] | None:
     arguments: Any = call.get("arguments", {})
     if isinstance(arguments, str):
         try:
-            arguments = strict_json(arguments)
+            arguments = json_keeping_text(arguments)
         except ValueError:
             return None
     if not isinstance(arguments, dict):
@@ -225,14 +249,9 @@ class HermesParser(OutputParser):
         self._call_sent = False
         self._think_cut = False
         """A call token ended reasoning: the `</think>` token the model may still write after its calls is dropped."""
-        self._body_closed = False
-        """In the call's tail: the body's `}` was read (a `,` now lists another call)."""
+        self._tail = _Tail.OPEN
         self._listed = False
         """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
-        self._header_text = ""
-        """The current call's header (`{"name": …, "arguments": `), to read the body again whole."""
-        self._whole_body = False
-        """The call body is parsed whole at `</tool_call>` (its arguments held a non-finite number)."""
 
     @property
     def saw_tool_call(self) -> bool:
@@ -346,11 +365,10 @@ class HermesParser(OutputParser):
 
     def _call_header(self, final: bool) -> bool:
         close = self._find(TOOL_CALL_END)
-        header = None if self._whole_body else _CALL_HEADER.match(self._buffer)
+        header = _CALL_HEADER.match(self._buffer)
         name = json.loads(header["name"]) if header else None
         if header and (close < 0 or header.end() <= close) and is_call_name(name):
             self._held_call = [Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=name)]
-            self._header_text = header[0]
             self._drop(header.end())
             self._arguments = _JsonEnd()
             self._state = _State.CALL_ARGUMENTS
@@ -359,7 +377,6 @@ class HermesParser(OutputParser):
             body = self._buffer[:close]
             self._drop(close + len(TOOL_CALL_END))
             self._state = _State.CONTENT
-            self._whole_body = False
             call = parse_whole_call(body)
             if call is None:
                 self._emit_content(TOOL_CALL_START + body + TOOL_CALL_END)
@@ -375,7 +392,6 @@ class HermesParser(OutputParser):
                 self._emit_content(TOOL_CALL_START + self._buffer)
             self._drop(len(self._buffer))
             self._state = _State.CONTENT
-            self._whole_body = False
         return False
 
     def _call_arguments(self, final: bool) -> bool:
@@ -384,38 +400,30 @@ class HermesParser(OutputParser):
             self._send(Delta(tool_index=self._call_count, tool_arguments=self._buffer[:size]))
             self._buffer = self._buffer[size:]  # self._drop(size), inline: once per argument token
             self._base += size
-        if self._arguments.non_finite:
-            return self._non_finite_word()
+        if self._arguments.not_json:
+            return self._not_json_word()
         if self._arguments.first_member_done:
             self._release_call()
         if self._arguments.done:
+            self._tail = _Tail.OPEN if self._arguments.closed else _Tail.JUNK
             self._state = _State.CALL_TAIL
             return True
         return size > 0 and bool(self._buffer)  # stopped at the first member's `,`: read on
 
-    def _non_finite_word(self) -> bool:
-        """The arguments hold NaN, Infinity or a float past a double, which no JSON parser gives back. A call not yet
-        sent is no call: its body is read again whole (its text is content, as `parse_whole_call` has it); a sent
-        one cannot be taken back, so the word goes as a JSON string (its text, as a typed value keeps it)."""
-        word, self._arguments.non_finite = self._arguments.non_finite, ""
-        if self._held_call is None:
-            self._send(Delta(tool_index=self._call_count, tool_arguments=json.dumps(word)))
-            self._drop(len(word))
-            return True
-        read = self._header_text + "".join([d.tool_arguments for d in self._held_call])
-        self._held_call = None
-        self._buffer = read + self._buffer
-        self._base -= len(read)
-        self._whole_body = True
-        self._state = _State.CALL_HEADER
+    def _not_json_word(self) -> bool:
+        """The arguments hold a bare word JSON does not have (`True`, NaN, Infinity, a float past a double): it goes
+        as a JSON string, its text (as a typed value keeps it), so the arguments stay JSON."""
+        word, self._arguments.not_json = self._arguments.not_json, ""
+        self._send(Delta(tool_index=self._call_count, tool_arguments=json.dumps(word, ensure_ascii=False)))
+        self._drop(len(word))
         return True
 
     def _call_tail(self, final: bool) -> bool:
-        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` after
-        the body's `}` lists another call in the same block."""
-        comma = None if self._listed else _LISTED_CALL.match(self._buffer)
-        if comma and (self._body_closed or "}" in comma[0]):
-            self._release_call()
+        """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` right
+        after the body's `}` lists another call in the same block. What a tail holds is read the same however it is
+        chunked: anything else in it makes it junk, skipped up to a call marker."""
+        comma = None if self._listed or self._tail is _Tail.JUNK else _LISTED_CALL.match(self._buffer)
+        if comma and ("}" in comma[0]) is (self._tail is _Tail.OPEN):  # the body's `}` once, then the `,`
             self._drop(comma.end())
             self._listed = True
         if self._listed:
@@ -425,13 +433,13 @@ class HermesParser(OutputParser):
             self._listed = False
             if self._buffer.startswith("{"):
                 self._call_count += 1
-                self._body_closed = False
                 self._state = _State.CALL_HEADER
                 return True
+            self._tail = _Tail.JUNK
         close = self._find(TOOL_CALL_END)
         reopen = self._find(TOOL_CALL_START)
-        if close >= 0 or reopen >= 0 or self._buffer.lstrip().startswith("}"):
-            self._release_call()
+        if close >= 0 or reopen >= 0:
+            self._release_call()  # arguments cut short by a `<` (still held when their first member was cut) end here
         if close >= 0 and (reopen < 0 or close < reopen):
             self._drop(close + len(TOOL_CALL_END))
             self._state = _State.CONTENT
@@ -439,12 +447,23 @@ class HermesParser(OutputParser):
             self._drop(reopen + len(TOOL_CALL_START))
             self._state = _State.CALL_HEADER
         else:
-            self._body_closed = self._body_closed or self._buffer.lstrip().startswith("}")
-            self._drop(len(self._buffer) - self._held(final, self._text_call_markers))
+            skipped = len(self._buffer) - self._held(final, self._text_call_markers)
+            self._read_tail(self._buffer[:skipped])
+            self._drop(skipped)
             return False
         self._call_count += 1
-        self._body_closed = False
         return True
+
+    def _read_tail(self, text: str) -> None:
+        """The tail moves on past `text`: the body's `}` closes it, anything but whitespace makes it junk."""
+        if self._tail is _Tail.JUNK:
+            return
+        rest = text.lstrip()
+        if self._tail is _Tail.OPEN and rest.startswith("}"):
+            self._tail = _Tail.CLOSED
+            rest = rest[1:].lstrip()
+        if rest:
+            self._tail = _Tail.JUNK
 
     def _send(self, delta: Delta) -> None:
         """A call's delta: held back with the call, or sent."""

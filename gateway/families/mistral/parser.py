@@ -28,7 +28,7 @@ from enum import Enum, auto
 from typing import Any
 
 from gateway.families.calls import CallParser, JsonEnd, is_call_name, json_object
-from gateway.families.values import strict_json
+from gateway.families.values import json_keeping_text
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
@@ -54,7 +54,7 @@ class Mode(Enum):
 def array_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
     """The calls of a v3 `[{"name": …, "arguments": {…}}, …]` array, or None when it is not one."""
     try:
-        value = strict_json(text)
+        value = json_keeping_text(text)
     except ValueError:
         return None
     if not isinstance(value, list):
@@ -173,8 +173,8 @@ class MistralParser(CallParser):
         if self._array:
             for name, arguments in array_calls(body) or ():
                 self._emit_call(name, json.dumps(arguments, ensure_ascii=False))
-        elif json_object(body) is not None and "".join(self._name).strip():
-            self._emit_call("".join(self._name).strip(), body)
+        elif (value := json_object(body)) is not None and "".join(self._name).strip():
+            self._emit_call("".join(self._name).strip(), json.dumps(value, ensure_ascii=False))
         self._mode, self._json = Mode.CONTENT, []
         self._emit_text(Mode.CONTENT, text[end:])
 
