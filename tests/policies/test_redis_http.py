@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -191,6 +192,14 @@ def test_redis_killed_and_restarted_under_load(gateways, redis):
         scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("prometheus")).text
         errors = metric(scrape, "gateway:limiter_store_errors_total")
         assert errors >= 4, errors  # each refused (503) or admitted-open request counted
+        wait_until(partial(settled, gateway.base_url))  # what the outage missed landed once it answered
+        assert metric(scrape, "gateway:limiter_settles_dropped_total") == 0
+
+
+def settled(base_url: str) -> bool:
+    """No settlement waits in the gateway's backlog."""
+    scrape = httpx.get(f"{base_url}/metrics", headers=auth("prometheus")).text
+    return metric(scrape, "gateway:limiter_settles_pending") == 0
 
 
 def metric(exposition: str, name: str) -> float:
