@@ -135,11 +135,13 @@ class SettleBacklog:
         batch = [self._waiting.popitem(last=False) for _ in range(min(size, len(self._waiting)))]
         self._trying.update(batch)
         try:
-            landed = await asyncio.gather(*(self._try_once(missed) for _, missed in batch))
+            landed = await asyncio.gather(*(self._try_once(missed) for _, missed in batch), return_exceptions=True)
         finally:
             for holder, _ in batch:
                 self._trying.pop(holder, None)
-        missed = [(holder, settle) for (holder, settle), ok in zip(batch, landed, strict=True) if not ok]
+        for failure in (outcome for outcome in landed if isinstance(outcome, Exception)):
+            log.error("a settlement's retry failed: %r", failure)  # a bug, not the store: tried again all the same
+        missed = [(holder, settle) for (holder, settle), ok in zip(batch, landed, strict=True) if ok is not True]
         if not self.retry_delays_s:
             self._drop([settle for _, settle in missed], "no retries")
             return not missed
