@@ -163,10 +163,11 @@ class SettleBacklog:
                 wait.cancel()
 
     def _trim(self) -> None:
-        """Drop the oldest past `capacity`."""
-        if len(self._waiting) > self.capacity:
-            excess = [self._waiting.popitem(last=False)[1] for _ in range(len(self._waiting) - self.capacity)]
-            self._drop(excess, f"the backlog is full ({self.capacity})")
+        """Drop the oldest waiting past `capacity` (those being tried included)."""
+        excess = min(len(self._waiting), self.pending - self.capacity)
+        if excess > 0:
+            dropped = [self._waiting.popitem(last=False)[1] for _ in range(excess)]
+            self._drop(dropped, f"the backlog is full ({self.capacity})")
 
     def _give_up_before(self, missed_before: float) -> None:
         expired = []
