@@ -26,8 +26,9 @@ SETTLE_RETRY_DELAYS_S = (0.5, 1.0, 2.0)
 """The pauses before the first tries again (a closing limiter waits for them)."""
 RETRY_CAP_S = 30.0
 """The longest pause between two tries while the store stays away (the pause doubles after the first ones)."""
-AT_ONCE = 8
-"""Settlements tried at once once the store answers: an outage's backlog does not flood it the moment it is back."""
+AT_ONCE = 32
+"""Settlements tried at once once the store answers: half the connection pool (redis_calls.CALLS_AT_ONCE), so live
+requests keep their turns while an outage's backlog drains (10,000 in ~2 s on a loaded host, bench/RESULTS.md)."""
 CAPACITY = 10_000
 """Settlements held at most (about 1.3 KB each by tracemalloc: 13 MB); past it the oldest is dropped to its lease."""
 DROP_LOG_EVERY_S = 10.0
