@@ -8,7 +8,8 @@ import uuid
 
 import pytest
 
-from policies.limits import Limits, RedisLimiter
+from policies.limits import Admission, Limits, RedisLimiter
+from policies.limits.settle_backlog import MissedSettle, SettleBacklog
 from tests.faults.tcp_proxy import TcpFaultProxy
 
 pytestmark = pytest.mark.anyio
@@ -118,3 +119,37 @@ async def test_close_in_an_outage_leaves_the_backlog_to_its_leases_within_its_bu
         await asyncio.gather(*(limiter.settle(admission, 1) for admission in admissions))
         await asyncio.wait_for(limiter.close(), 30)
         assert limiter.settle_backlog.pending == 0 and limiter.settle_backlog.dropped == 20
+
+
+async def test_a_settlement_the_store_never_takes_is_given_up_and_counted(redis_server):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    with TcpFaultProxy(redis_server.port) as proxy:
+        limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.1)
+        limiter.settle_retry_delays_s = (0.05,)
+        limiter.settle_backlog.give_up_s = 0.2
+        admission = await limiter.admit(tenant, Limits(concurrent_requests=1), "a", 1)
+        proxy.set("blackhole")
+        await limiter.settle(admission, 1)
+        await asyncio.wait_for(limiter.settled(), 30)  # the worker gave up
+        assert (limiter.settle_backlog.pending, limiter.settle_backlog.dropped) == (0, 1)
+        proxy.set("pass")
+        await limiter.close()
+
+
+async def test_the_backlog_keeps_the_newest_and_tries_the_oldest_first():
+    """No store: a try that lands once the store is said to answer; capacity 3 of 5 added."""
+    tried: list[str] = []
+    answers, closing = asyncio.Event(), asyncio.Event()
+
+    async def try_once(missed: MissedSettle) -> bool:
+        tried.append(missed.admission.charge_id)
+        return answers.is_set()
+
+    backlog = SettleBacklog(try_once, answers, closing)
+    backlog.capacity, backlog.retry_delays_s = 3, (60.0,)
+    for charge in "abcde":
+        backlog.add(Admission(True, None, None, charge_id=charge, holder=charge), 1, False)
+    assert (backlog.pending, backlog.dropped) == (3, 2)
+    answers.set()  # the worker, pausing 60 s after its missed tries, goes at once
+    await asyncio.wait_for(backlog.drained(), 30)
+    assert tried == ["c", "d", "e"]  # each tried once: added as missed, the first pause came first
