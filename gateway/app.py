@@ -75,6 +75,8 @@ def create_app(
     for collector in policy_collectors(
         lambda: gate.limiter.store_errors if gate is not None else 0,
         lambda: len(gate.store.errors) if gate is not None else 0,
+        lambda: gate.limiter.settle_backlog.pending if gate is not None else 0,
+        lambda: gate.limiter.settle_backlog.dropped if gate is not None else 0,
     ):
         metrics.registry.register(collector)
     if tracing is not None:

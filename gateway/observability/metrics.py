@@ -311,9 +311,16 @@ class ScrapedValue(Collector):
         yield self._family(self._name, self._documentation, value=self._value())
 
 
-def policy_collectors(store_errors: Callable[[], int], policy_problems: Callable[[], int]) -> list[ScrapedValue]:
+def policy_collectors(
+    store_errors: Callable[[], int],
+    policy_problems: Callable[[], int],
+    settles_pending: Callable[[], int],
+    settles_dropped: Callable[[], int],
+) -> list[ScrapedValue]:
     """gateway:limiter_store_errors_total (calls to the limits' store that failed or timed out, each answered by the
-    tenant's on_store_error) and gateway:policy_problems (policy files the last load rejected, start-up included)."""
+    tenant's on_store_error), gateway:policy_problems (policy files the last load rejected, start-up included),
+    gateway:limiter_settles_pending (settlements the store missed, waiting to be tried again) and
+    gateway:limiter_settles_dropped_total (those left to their lease: the backlog full, given up, or at exit)."""
     return [
         ScrapedValue(
             CounterMetricFamily,
@@ -326,6 +333,18 @@ def policy_collectors(store_errors: Callable[[], int], policy_problems: Callable
             "gateway:policy_problems",
             "Policy files the last load rejected (each keeps its last good version; one never loaded, no tenant)",
             policy_problems,
+        ),
+        ScrapedValue(
+            GaugeMetricFamily,
+            "gateway:limiter_settles_pending",
+            "Settlements the limits' store missed, waiting to be tried again (bounded)",
+            settles_pending,
+        ),
+        ScrapedValue(
+            CounterMetricFamily,
+            "gateway:limiter_settles_dropped",
+            "Settlements the limits' store missed and the gateway stopped trying (their reservations expire by lease)",
+            settles_dropped,
         ),
     ]
 

@@ -1,6 +1,7 @@
 """Spans out over OTLP/HTTP (protobuf): the tracer provider, a batch processor and the exporter.
 
-Spans are queued (bounded: OTEL_BSP_MAX_QUEUE_SIZE, 2048 by default; past it new spans are dropped) and sent
+Spans are queued (bounded: OTEL_BSP_MAX_QUEUE_SIZE, 2048 by default; past it the oldest are dropped, counted in
+`gateway:trace_spans_dropped_total`) and sent
 by the processor's own thread, so a request never waits for the collector. A failed export is logged once
 per outage and counted in `gateway:trace_export_failures_total`; it never fails a request, and at exit a collector
 that does not answer holds the process for SHUTDOWN_TIMEOUT_S at most.
@@ -42,7 +43,8 @@ class Tracing:
         self.provider = TracerProvider(resource=_resource(config.service_name), sampler=sampler)
         """With no sampler given, the SDK reads OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG."""
         self.exporter = CountingExporter(OTLPSpanExporter(endpoint=endpoint, timeout=export_timeout_s), endpoint)
-        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
+        self.processor = CountingBatchProcessor(self.exporter)
+        self.provider.add_span_processor(self.processor)
         self.tracer = self.provider.get_tracer("llm-gateway")
         log.info("spans go to %s over OTLP/HTTP", endpoint)
         for name in ("OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"):
@@ -54,7 +56,7 @@ class Tracing:
         return Middleware(TracingMiddleware, tracer=self.tracer)
 
     def collector(self) -> Collector:
-        return _ExportCollector(self.exporter)
+        return _ExportCollector(self.exporter, self.processor)
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         """Send every span ended so far (blocks: not on the event loop)."""
@@ -123,6 +125,21 @@ class CountingExporter(SpanExporter):
         return self._exporter.force_flush(timeout_millis)
 
 
+class CountingBatchProcessor(BatchSpanProcessor):
+    """The SDK's batch processor (its queue bounded: OTEL_BSP_MAX_QUEUE_SIZE), counting the spans it drops when the
+    queue is full (a collector away or slower than the requests): the SDK says so in one log line, never how many."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        super().__init__(exporter)
+        self.dropped = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        queue = getattr(getattr(self, "_batch_processor", None), "_queue", None)  # the SDK's deque (1.45)
+        if queue is not None and len(queue) == queue.maxlen and span.context and span.context.trace_flags.sampled:
+            self.dropped += 1
+        super().on_end(span)
+
+
 class _Quiet(logging.Filter):
     """Drops the exporter's log lines while an outage has already been reported."""
 
@@ -133,10 +150,12 @@ class _Quiet(logging.Filter):
 
 
 class _ExportCollector(Collector):
-    """gateway:trace_export_failures_total{unit=batches|spans}, read at scrape time."""
+    """gateway:trace_export_failures_total{unit=batches|spans} and gateway:trace_spans_dropped_total, read at scrape
+    time."""
 
-    def __init__(self, exporter: CountingExporter):
+    def __init__(self, exporter: CountingExporter, processor: CountingBatchProcessor):
         self._exporter = exporter
+        self._processor = processor
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         failures = CounterMetricFamily(
@@ -145,3 +164,8 @@ class _ExportCollector(Collector):
         failures.add_metric(["batches"], self._exporter.failed_batches)
         failures.add_metric(["spans"], self._exporter.failed_spans)
         yield failures
+        yield CounterMetricFamily(
+            "gateway:trace_spans_dropped",
+            "Spans dropped because the export queue was full (the collector away or too slow)",
+            value=self._processor.dropped,
+        )

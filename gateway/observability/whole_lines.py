@@ -13,6 +13,12 @@ or a file never interleave their lines, however long.
 
 Python's buffered streams happen to make one write(2) of a line flushed at once too, but not after a partial write
 (a pipe, a signal), and they give no turn to lines past PIPE_BUF: this writes the bytes itself.
+
+A pipe, socket or terminal nobody reads (a log shipper that stopped) would block a write, and with it the event loop
+that writes access and audit lines: every request. So on those, a write waits for room BLOCKED_AFTER_S at most; past
+that the stream counts as blocked and its lines are dropped (`dropped`, no wait) until it has room again, when a line
+`{"dropped_lines": N, ...}` says how many went (after a newline ending a line cut short, if one was). A line past
+PIPE_BUF goes in PIPE_BUF pieces, each once there is room.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from typing import IO, Any
 
 PIPE_BUF = select.PIPE_BUF
 """The longest write(2) POSIX keeps whole on a pipe."""
+BLOCKED_AFTER_S = 1.0
+"""How long a write waits for room on a pipe, socket or terminal before its lines are dropped instead."""
 
 
 class WholeLines:
@@ -47,6 +55,15 @@ class WholeLines:
         self._lock_path = lock if shared else None
         self._lock_fd: int | None = None
         self._thread_lock = threading.Lock()
+        self._room: select.poll | None = None
+        if shared and self._fd is not None:
+            self._room = select.poll()
+            self._room.register(self._fd, select.POLLOUT)
+        self._blocked = False
+        self._cut = False
+        self._dropped_before = 0
+        self.dropped = 0
+        """Lines dropped because the stream had no room for BLOCKED_AFTER_S (a pipe nobody reads)."""
 
     @classmethod
     def append_to(cls, path: Path) -> WholeLines:
@@ -72,9 +89,42 @@ class WholeLines:
 
     def _write_all(self, line: bytes) -> None:
         assert self._fd is not None
+        if self._room is not None:
+            self._write_when_there_is_room(line)
+            return
         view = memoryview(line)
         while view:  # more than one write only when one was cut short (a pipe interrupted by a signal)
             view = view[os.write(self._fd, view) :]
+
+    def _write_when_there_is_room(self, line: bytes) -> None:
+        """Each PIPE_BUF piece once the stream has room (a write that small then never blocks); the line dropped
+        when it has none for BLOCKED_AFTER_S (none at all once blocked), and the drops said once it has room."""
+        assert self._fd is not None
+        if not self._has_room():
+            self._drop()
+            return
+        if self._blocked:
+            self._blocked = False
+            dropped = self.dropped - self._dropped_before
+            note = b'{"dropped_lines": %d, "why": "the stream had no room (nobody read it)"}\n' % dropped
+            line = (b"\n" if self._cut else b"") + note + line
+            self._cut = False
+        view = memoryview(line)
+        while view:
+            if len(view) < len(line) and not self._has_room():
+                self._cut = True
+                self._drop()
+                return
+            view = view[os.write(self._fd, view[:PIPE_BUF]) :]
+
+    def _has_room(self) -> bool:
+        assert self._room is not None
+        return bool(self._room.poll(0 if self._blocked else BLOCKED_AFTER_S * 1000))
+
+    def _drop(self) -> None:
+        if not self._blocked:
+            self._blocked, self._dropped_before = True, self.dropped
+        self.dropped += 1
 
     def _group_lock(self) -> int | None:
         """The lock file's descriptor (opened once); None when it cannot be (the group's directory is gone)."""

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from gateway.observability.tracing import SHUTDOWN_TIMEOUT_S
 from gateway.process.supervisor import WorkerSupervisor, die_with_parent
-from policies.limits.limiter import SETTLE_RETRY_DELAYS_S, STORE_TIMEOUT_S
+from policies.limits.limiter import STORE_TIMEOUT_S
+from policies.limits.settle_backlog import SETTLE_RETRY_DELAYS_S
 
 log = logging.getLogger(__name__)
 

@@ -12,20 +12,14 @@ from typing import Any
 
 from .headers import rate_limit_headers
 from .model import Admission, Limits, Verdict, WindowUse
+from .settle_backlog import MissedSettle, SettleBacklog
 
 log = logging.getLogger("policies.limits")
 
 
 MAX_TOKENS = 2**50  # hostile counts stay within Redis's 64-bit integers and Lua's exact doubles
-SETTLE_RETRY_DELAYS_S = (0.5, 1.0, 2.0)
-"""The pauses before a settlement the store missed is tried again quickly (a closing limiter waits for them)."""
 STORE_TIMEOUT_S = 0.5
 """The default bound of one call to the limiter's store (RedisLimiter; --redis-timeout)."""
-SETTLE_RETRY_CAP_S = 30.0
-"""The longest pause between two tries of a settlement the store missed (the pause doubles after the first retries)."""
-LATE_SETTLES_AT_ONCE = 8
-"""Settlements past their quick retries that call the store at once: the many an outage left waiting do not all
-open a connection the moment it answers again, nor pile timeouts on a store still away."""
 
 
 def _bounded(tokens: int) -> int:
@@ -42,13 +36,14 @@ class Limiter(ABC):
     def __init__(self) -> None:
         self._store_answers = asyncio.Event()
         self._closing = asyncio.Event()
-        self._late_settles = asyncio.Semaphore(LATE_SETTLES_AT_ONCE)
         self.store_healthy = True
         self.store_errors = 0
+        self.store_timeout_s = STORE_TIMEOUT_S
+        """The bound of one call to the store (how long `close()` gives each of the backlog's first tries)."""
         self._settling: set[asyncio.Task] = set()
-        self.settle_retry_delays_s: tuple[float, ...] = SETTLE_RETRY_DELAYS_S
-        self.settle_give_up_s = 900.0
-        """How long a settlement the store missed is tried again (the Redis limiter's default slot lease)."""
+        self.settle_backlog = SettleBacklog(self._retry, self._store_answers, self._closing)
+        """The settlements the store missed (settle_backlog.py): `pending`, `dropped`, `retry_delays_s`,
+        `give_up_s`, `capacity`."""
         self.background: list[Callable[[], Awaitable[None]]] = []
         """Tasks to run while the gateway serves (the Redis limiter's idle-connection sweep)."""
 
@@ -71,7 +66,7 @@ class Limiter(ABC):
             raise
         except StoreUnavailable as exc:
             self._store_failed("admit", tenant, exc)
-            self._track(self._settle_with_retries(reserved, 0, void=True))  # the store may have run it all the same
+            self.settle_backlog.add(reserved, 0, void=True, tried=False)  # the store may have run it all the same
             if limits.on_store_error == "open":
                 return Admission(True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id)
             return Admission(
@@ -106,7 +101,7 @@ class Limiter(ABC):
         else:
             if not verdict.allowed:
                 return
-        await self._settle_with_retries(admission, 0, void=True)  # unanswered: the store may have run it all the same
+        await self._settle_or_keep(admission, 0, void=True)  # unanswered: the store may have run it all the same
 
     async def settle(self, admission: Admission, used_tokens: int, *, void: bool = False) -> WindowUse | None:
         """Replace the reservation with real usage and release the slot; idempotent; survives cancellation.
@@ -115,16 +110,15 @@ class Limiter(ABC):
         serve it). Returns what the tenant's per-minute window holds once the first try landed (None when it did
         not, or nothing was reserved).
 
-        Returns after the first try; when the store is unreachable, tries again in the background after each of
-        `settle_retry_delays_s`, then (unless they are none, until `close()`) at once when the store answers another
-        call, else after a pause that doubles up to SETTLE_RETRY_CAP_S, for `settle_give_up_s` at most: a longer
-        outage must not leave the tenant's concurrency slot taken for the whole lease. A settle is idempotent, so a
-        try whose answer was lost does no harm.
+        Returns after the first try; when the store is unreachable, the settlement waits in `settle_backlog`, tried
+        again in the background (settle_backlog.py: once per pause while the store is away, for `give_up_s` at most,
+        `capacity` settlements at most): a longer outage must not leave the tenant's concurrency slot taken for the
+        whole lease. A settle is idempotent, so a try whose answer was lost does no harm.
         """
         if not admission.holder:
             return None
         first_try = asyncio.get_running_loop().create_future()
-        self._track(self._settle_with_retries(admission, 0 if void else _bounded(used_tokens), first_try, void=void))
+        self._track(self._settle_or_keep(admission, 0 if void else _bounded(used_tokens), first_try, void=void))
         return await asyncio.shield(first_try)
 
     def _track(self, work: Coroutine[Any, Any, None]) -> None:
@@ -133,28 +127,18 @@ class Limiter(ABC):
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
 
-    async def _settle_with_retries(
+    async def _settle_or_keep(
         self, admission: Admission, used_tokens: int, first_try: asyncio.Future | None = None, *, void: bool = False
     ) -> None:
+        """Try once; a settlement the store missed waits in the backlog."""
+        window = None
         try:
-            for delay in (0.0, *self.settle_retry_delays_s):
-                await asyncio.sleep(delay)
-                if (window := await self._settle_once(admission, used_tokens, void)) is not None:
-                    if first_try is not None and not first_try.done():
-                        first_try.set_result(window)
-                    return
-                if first_try is not None and not first_try.done():
-                    first_try.set_result(None)
-            if self.settle_retry_delays_s and await self._settle_when_the_store_answers(admission, used_tokens, void):
-                return
-            log.error(
-                "settlement lost for tenant %s charge %s: the store stayed unreachable",
-                admission.tenant,
-                admission.charge_id,
-            )
+            window = await self._settle_once(admission, used_tokens, void)
         finally:
             if first_try is not None and not first_try.done():
-                first_try.set_result(None)
+                first_try.set_result(window)
+        if window is None:
+            self.settle_backlog.add(admission, used_tokens, void)
 
     async def _settle_once(self, admission: Admission, used_tokens: int, void: bool) -> WindowUse | None:
         """The window's use after this settlement, or None when the store did not answer."""
@@ -166,26 +150,17 @@ class Limiter(ABC):
         self.store_healthy = True
         return window
 
-    async def _settle_when_the_store_answers(self, admission: Admission, used_tokens: int, void: bool) -> bool:
-        """Past the quick retries: try again whenever the store answers another call, or after a doubling pause,
-        until the settlement lands (True), the limiter closes or `settle_give_up_s` has passed."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.settle_give_up_s
-        pause = min(SETTLE_RETRY_CAP_S, self.settle_retry_delays_s[-1])
-        while not self._closing.is_set() and loop.time() < give_up:
-            waits = [asyncio.ensure_future(self._closing.wait()), asyncio.ensure_future(self._store_answers.wait())]
-            try:
-                await asyncio.wait(waits, timeout=min(pause, max(0.0, give_up - loop.time())))
-            finally:
-                for wait in waits:
-                    wait.cancel()
-            if self._closing.is_set():
-                return False
-            async with self._late_settles:
-                if await self._settle_once(admission, used_tokens, void) is not None:
-                    return True
-            pause = min(SETTLE_RETRY_CAP_S, pause * 2)
-        return False
+    async def _retry(self, missed: MissedSettle) -> bool:
+        return await self._settle_once(missed.admission, missed.used_tokens, missed.void) is not None
+
+    @property
+    def settle_retry_delays_s(self) -> tuple[float, ...]:
+        """The pauses before a settlement the store missed is tried again quickly (none: tried once, then dropped)."""
+        return self.settle_backlog.retry_delays_s
+
+    @settle_retry_delays_s.setter
+    def settle_retry_delays_s(self, delays: tuple[float, ...]) -> None:
+        self.settle_backlog.retry_delays_s = delays
 
     @property
     def store_healthy(self) -> bool:
@@ -230,8 +205,19 @@ class Limiter(ABC):
         """Wait for the settlements in flight (those retried in the background included)."""
         if self._settling:
             await asyncio.gather(*self._settling, return_exceptions=True)
+        await self.settle_backlog.drained()
 
     async def close(self) -> None:
-        """Wait for settlements in flight (those past their quick retries stop) and release the store's resources."""
+        """Wait for settlements in flight and the backlog's first retries (no longer than they take against a store
+        that does not answer: the rest are left to their lease), then release the store's resources."""
         self._closing.set()
-        await self.settled()
+        loop = asyncio.get_running_loop()
+        close_by = loop.time() + self.close_budget_s()
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
+        await self.settle_backlog.close(max(0.0, close_by - loop.time()))
+
+    def close_budget_s(self) -> float:
+        """The longest `close()` gives the backlog: its first retries, each try waiting for a turn and its call."""
+        delays = self.settle_retry_delays_s
+        return sum(delays) + (len(delays) + 1) * 2 * self.store_timeout_s

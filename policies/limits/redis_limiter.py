@@ -44,6 +44,7 @@ class RedisLimiter(Limiter):
         clock: Callable[[], float] | None = None,
     ) -> None:
         super().__init__()
+        self.store_timeout_s = timeout_s
         self._calls = BoundedRedis(url, timeout_s, password=password, health_check_interval=0)
         self._redis = self._calls.client
         self._prefix = prefix

@@ -230,6 +230,23 @@ def test_a_collector_that_never_answers_holds_the_exit_only_briefly(monkeypatch,
     assert "the spans still queued were not sent" in caplog.text
 
 
+def test_a_collector_that_never_answers_holds_a_bounded_queue_and_the_drops_are_counted(monkeypatch):
+    """Spans keep ending while a black-holed collector holds the export: the queue stays at its bound, the spans
+    past it are dropped and gateway:trace_spans_dropped_total says how many."""
+    monkeypatch.setattr(otlp, "SHUTDOWN_TIMEOUT_S", 0.2)
+    with socket.create_server(("127.0.0.1", 0)) as hole:
+        config = TracingConfig(endpoint=f"http://127.0.0.1:{hole.getsockname()[1]}")
+        tracing = Tracing(config, traces_endpoint(config), export_timeout_s=600)
+        bound = tracing.processor._batch_processor._max_queue_size
+        for _ in range(2 * bound):
+            with tracing.tracer.start_as_current_span("request"):
+                pass
+        queued = len(tracing.processor._batch_processor._queue)
+        (dropped,) = [s.value for m in tracing.collector().collect() for s in m.samples if "dropped" in s.name]
+        tracing.shutdown()
+    assert queued == bound and dropped == tracing.processor.dropped >= bound - 512  # one batch may be out
+
+
 def test_a_tenants_request_shows_its_admission_and_fair_queue_wait(model, backend, collector, tmp_path):
     key = "sk-tracing-0123456789abcdef"
     (tmp_path / "t.yaml").write_text(

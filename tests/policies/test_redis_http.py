@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -191,6 +192,14 @@ def test_redis_killed_and_restarted_under_load(gateways, redis):
         scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("prometheus")).text
         errors = metric(scrape, "gateway:limiter_store_errors_total")
         assert errors >= 4, errors  # each refused (503) or admitted-open request counted
+        wait_until(partial(settled, gateway.base_url))  # what the outage missed landed once it answered
+        assert metric(scrape, "gateway:limiter_settles_dropped_total") == 0
+
+
+def settled(base_url: str) -> bool:
+    """No settlement waits in the gateway's backlog."""
+    scrape = httpx.get(f"{base_url}/metrics", headers=auth("prometheus")).text
+    return metric(scrape, "gateway:limiter_settles_pending") == 0
 
 
 def metric(exposition: str, name: str) -> float:
@@ -274,3 +283,27 @@ def test_redis_that_stops_answering_mid_request(gateways, redis, redis_link):
     assert window == [prompt + 2, prompt + 3]  # as used: the stream's 3 tokens, the last request's 2; no 503 counted
     first.close()
     second.close()
+
+
+def test_a_burst_while_redis_runs_commands_but_never_answers(gateways, redis, redis_link):
+    """Redis runs what a gateway sends but no answer comes back (a stall) while 40 requests of a tenant failing open
+    and 40 failing closed arrive at once: each gets its answer (200 / 503) once its call timed out, and once Redis
+    answers again every admit it ran meanwhile is given back (no window entry from the burst stays)."""
+    gateway = gateways[0][0]
+    requests = [(auth(t), chat("m")) for t in ("opened", "closed") for _ in range(40)]
+    assert {a.status_code for a in asyncio.run(burst(gateway.base_url, requests))} == {200}  # pooled connections
+    with Redis(host="127.0.0.1", port=redis.port) as admin:
+        seconds, micros = admin.time()
+        stalled_at_ms = seconds * 1000 + micros // 1000
+        redis_link.set("stall")
+        try:
+            answers = asyncio.run(burst(gateway.base_url, requests))
+        finally:
+            redis_link.set("pass")
+        assert [a.status_code for a in answers] == [200] * 40 + [503] * 40
+        assert {a.json()["error"]["code"] for a in answers[40:]} == {"rate_limit_store_unavailable"}
+        wait_until(partial(settled, gateway.base_url))
+        ran = [admin.zcount(f"gw:limits:{{{t}}}:w", stalled_at_ms, "+inf") for t in ("opened", "closed")]
+    assert ran == [0, 0]
+    scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("prometheus")).text
+    assert metric(scrape, "gateway:limiter_settles_dropped_total") == 0
