@@ -1,6 +1,7 @@
 """Bounds on what one chat-template render may cost: steps (loop iterations, calls, and the items the filters and
 calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
-formatted, concatenated; an integer raised or multiplied), so a template that loops for ever or builds a string
+formatted, concatenated; an integer raised or multiplied; what any filter or call returned, and a list or mapping a
+filter writes out as text), so a template that loops for ever or builds a string
 past the prompt's limit stops with `TemplateError` instead of hanging or taking the memory of the process.
 
 The sandbox (prompts/template.py) routes its operators, calls and filters here; `bound_loops` rewrites a parsed
