@@ -66,3 +66,31 @@ def test_xml_arguments_fold_too():
     ebnf = xml_value_ebnf(schema, "qwen_xml", SPELLINGS, "p", True)
     assert _accepts(ebnf, "<parameter=x>\n1\n</parameter>\n<parameter=y>\n2\n</parameter>")
     assert not _accepts(ebnf, "<parameter=x>\n1\n</parameter>")
+
+
+NODE = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+
+
+def test_a_described_reference_of_a_recursive_model_stays_a_reference():
+    """pydantic v1 writes a described field as an allOf of its $ref: a tree of them is no recursion to inline."""
+    child = {"allOf": [{"$ref": "#/definitions/Node"}], "description": "the child"}
+    node = {**NODE, "properties": {**NODE["properties"], "child": child}}
+    ebnf = json_value_ebnf({"definitions": {"Node": node}, "$ref": "#/definitions/Node"}, SPELLINGS, "p", True)
+    assert _accepts(ebnf, '{"name": "a", "child": {"name": "b", "child": {"name": "c"}}}')
+    assert not _accepts(ebnf, '{"name": "a", "child": {"child": {"name": "c"}}}')  # fails before: RecursionError
+
+
+def test_a_reference_merged_within_itself_is_refused():
+    child = {"allOf": [{"$ref": "#/$defs/Node"}, {"minProperties": 1}]}
+    node = {**NODE, "properties": {"child": child}}
+    with pytest.raises(SchemaGrammarError, match="within itself"):  # fails before: RecursionError
+        json_value_ebnf({"$defs": {"Node": node}, "$ref": "#/$defs/Node"}, SPELLINGS, "p", True)
+
+
+def test_merged_references_that_double_at_each_level_are_refused():
+    defs = {"D0": {"type": "object"}}
+    for i in range(1, 30):
+        ref = {"allOf": [{"$ref": f"#/$defs/D{i - 1}"}, {"type": "object"}]}
+        defs[f"D{i}"] = {"type": "object", "properties": {"a": ref, "b": ref}}
+    with pytest.raises(SchemaGrammarError, match="more than 256"):  # fails before: 2**29 inlined copies
+        json_value_ebnf({"$defs": defs, "$ref": "#/$defs/D29"}, SPELLINGS, "p", True)

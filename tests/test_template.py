@@ -344,6 +344,13 @@ HOSTILE_TEMPLATES = [
     "{{ messages | tojson(indent=10**9) }}",
     "{{ '%s' | format('a' * 10**9) }}",
     "{{ lipsum(10**6) }}",
+    "{% set ns = namespace(s='\"') %}{% for i in range(60) %}{% set ns.s = ns.s | tojson %}{% endfor %}{{ ns.s|length }}",
+    "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = [ns.s, ns.s] | string %}{% endfor %}",
+    "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = '{}{}'.format(ns.s, ns.s) %}{% endfor %}",
+    "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = '%s%s' % (ns.s, ns.s) %}{% endfor %}",
+    "{% set l = ['a' * 60000] * 1000 %}{{ l | string | length }}",
+    "{% set l = ['a' * 60000] * 1000 %}{{ l | tojson | length }}",
+    "{% set l = [['a' * 60000] * 1000] %}{{ l | upper | length }}",
 ]
 """Templates that loop for ever, recurse without end or build a value far past the prompt's size: each must stop
 with a TemplateError (within the render's step budget and size limit, not after it took the CPU or the memory)."""

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -54,7 +55,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         if previous is None:
             raise _previous_not_found(parsed.previous_response_id)
         history, previous_output = previous["history"], previous["response"]["output"]
-    parsed.items = await _resolve_references(parsed.items, store, owner)
+    parsed.items = await resolve_references(parsed.items, store, owner, max_body)
     check_call_outputs(history, previous_output, parsed.items)
     chat = ChatRequest(
         messages=items_to_messages(history + parsed.items, parsed.instructions),
@@ -153,11 +154,12 @@ async def list_input_items(request: Request, store: ResponseStore) -> Response:
     )
 
 
-async def _resolve_references(
-    items: list[dict[str, Any]], store: ResponseStore, owner: str | None
+async def resolve_references(
+    items: list[dict[str, Any]], store: ResponseStore, owner: str | None, max_bytes: int
 ) -> list[dict[str, Any]]:
     """Each `item_reference` replaced by the item it names: one of a stored response of the same tenant (another
-    tenant's reads as missing), or OpenAI's 404."""
+    tenant's reads as missing), or OpenAI's 404. The items referenced weigh as if sent inline (each reference its
+    item's JSON): past `max_bytes`, the body bound, a 400, so a few bytes of references make no input of gigabytes."""
     wanted = [item["id"] for item in items if item["type"] == "item_reference"]
     if not wanted:
         return items
@@ -169,6 +171,13 @@ async def _resolve_references(
             "Try again with `store` set to true, or remove this item from your input.",
             status=404,
             param="input",
+        )
+    sizes = {item_id: len(orjson.dumps(item)) for item_id, item in found.items()}
+    if (resolved := sum(sizes[item_id] for item_id in wanted)) > max_bytes:
+        raise invalid(
+            f"the items 'input' references come to {resolved} bytes (each reference counts its item), past the "
+            f"{max_bytes}-byte bound of a request body",
+            "input",
         )
     return [found[item["id"]] if item["type"] == "item_reference" else item for item in items]
 

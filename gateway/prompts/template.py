@@ -128,7 +128,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
 
     def call(self, context: Any, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         bounds.check_call(obj, args, kwargs)
-        return super().call(context, obj, *args, **kwargs)
+        return bounds.check_built(super().call(context, obj, *args, **kwargs), "a call")
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:

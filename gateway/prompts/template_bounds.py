@@ -1,6 +1,7 @@
 """Bounds on what one chat-template render may cost: steps (loop iterations, calls, and the items the filters and
 calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
-formatted, concatenated; an integer raised or multiplied), so a template that loops for ever or builds a string
+formatted, concatenated; an integer raised or multiplied; what any filter or call returned, and a list or mapping a
+filter writes out as text), so a template that loops for ever or builds a string
 past the prompt's limit stops with `TemplateError` instead of hanging or taking the memory of the process.
 
 The sandbox (prompts/template.py) routes its operators, calls and filters here; `bound_loops` rewrites a parsed
@@ -103,6 +104,37 @@ def check_size(size: int, what: str) -> None:
         raise TemplateError(f"chat template error: {what} would make a value of {size} items (at most {budget.chars})")
 
 
+def check_built(value: Any, what: str) -> Any:
+    """`value`, refused when a string, list or tuple past the current render's limit: sized once made, so a chain of
+    operations that each multiply their input (`tojson` doubling backslashes, `'{}{}'.format(s, s)`) stops within a
+    few times the limit."""
+    if isinstance(value, (str, list, tuple)) and len(value) > ALWAYS_FITS:
+        check_size(len(value), what)
+    return value
+
+
+def text_size(value: Any, limit: int) -> int:
+    """The characters at least that `value` takes as text (its strings' lengths, a character per other item),
+    counted until past `limit`; a step charged per item gone over."""
+    size, pending, seen = 0, [value], 0
+    while pending and size <= limit:
+        item = pending.pop()
+        seen += 1
+        if isinstance(item, str):
+            size += len(item) + 2
+        elif isinstance(item, dict):
+            size += 2
+            pending += item.keys()
+            pending += item.values()
+        elif isinstance(item, (list, tuple)):
+            size += 2
+            pending += item
+        else:
+            size += 1
+    charge(seen)
+    return size
+
+
 def _items(value: Any) -> int:
     """The items a filter that goes over `value` in Python takes steps for (a string's characters it does not)."""
     return len(value) if isinstance(value, (list, tuple, dict)) else 0
@@ -174,7 +206,7 @@ def binop(operator_name: str, left: Any, right: Any) -> Any:
         return left**right
     if isinstance(left, str):
         check_percent_format(left, right)
-    return operator.mod(left, right)
+    return check_built(operator.mod(left, right), "'%'")
 
 
 def _check_product(left: Any, right: Any) -> None:
@@ -318,6 +350,21 @@ FILTER_CHECKS: dict[str, Callable[..., None]] = {
 """Filters that can make a value far larger than their input, and the check run before each."""
 
 
+_KEEPS_ITEMS = frozenset(
+    ("length", "count", "first", "last", "list", "random", "reverse", "default", "d", "attr", "items", "dictsort")
+    + ("map", "select", "reject", "selectattr", "rejectattr", "groupby", "unique", "batch", "slice", "sort", "min")
+    + ("max", "sum", "join", "abs", "bool", "int", "float", "round")
+)
+"""Filters that take a list or mapping without writing it out as text (those that do are sized first: `string`,
+`tojson`, `pprint`, `upper` ... of a list of one long string repeated)."""
+
+
+def _check_as_text(value: Any, name: str) -> None:
+    budget = getattr(_STATE, "budget", None)
+    if budget is not None:
+        check_size(text_size(value, max(budget.chars, ALWAYS_FITS)), f"the '{name}' filter")
+
+
 ITERATING_FILTERS = frozenset(
     ("map", "select", "reject", "selectattr", "rejectattr", "groupby", "unique", "batch", "slice", "sum", "join")
     + ("dictsort", "sort", "min", "max", "items")
@@ -341,7 +388,9 @@ def bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any
                 check(*value_args, **kwargs)
             except TypeError:  # arguments the filter itself refuses: it raises, as transformers' does
                 pass
-        return function(*args, **kwargs)
+        if value_args and isinstance(value_args[0], (list, tuple, dict)) and name not in _KEEPS_ITEMS:
+            _check_as_text(value_args[0], name)
+        return check_built(function(*args, **kwargs), f"the '{name}' filter")
 
     return bounded
 

@@ -265,3 +265,17 @@ def test_redis_down_is_a_503_or_an_error_event(door):
         assert events[-1]["type"] == "error" and events[-1]["code"] == "store_unavailable"
         door.say("Hello")
         assert httpx.post(f"{url}/v1/responses", json={**body, "store": False}, timeout=30).status_code == 200
+
+
+def test_references_resolve_within_the_body_bound():
+    """Each item_reference counts its item's bytes, as if it were sent inline: a few bytes of references to one
+    large stored item must not become an input far past the body bound (10,000 of a 16 MB item: 160 GB)."""
+    from gateway.api.responses import resolve_references
+
+    store = MemoryStore()
+    run(store.put({**record("r1"), "input_items": [{"id": "msg_big", "type": "message", "text": "x" * 300}]}))
+    references = [{"type": "item_reference", "id": "msg_big"}] * 3
+    assert len(run(resolve_references(references, store, None, 1200))) == 3
+    with pytest.raises(APIError) as refused:  # fails before: the input resolved, whatever its size
+        run(resolve_references(references * 2, store, None, 1200))
+    assert refused.value.status == 400 and refused.value.param == "input"
