@@ -1,15 +1,18 @@
 """A `text` prompt's token ids, refused unencoded when its length in characters already proves it past the context.
 
 Every token stands for at most K characters of the text (K: the longest token of the vocabulary, added tokens
-included), so a text of more than K * (context - 1) characters has at least `context` tokens. The bound holds only
-for a tokenizer that never drops characters before its model and whose model never covers a run of characters
-with one token outside its vocabulary (a fused unknown token): for any other, `max_chars_per_token` is None and the
-text is encoded whole.
+included), so a text of more than K * (context - 1) characters has at least `context` tokens. The characters the
+tokenizer spells in no token (a byte-level BPE without an unknown token drops a byte missing from its vocabulary:
+some ASCII controls in small vocabularies) are not counted. The bound holds only for a tokenizer that drops no
+other character, before its model or in it, and never covers a run of characters with one token outside its
+vocabulary (a fused unknown token, an added token taking the whitespace beside it): for any other, `text_bound`
+is None and the text is encoded whole.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from tokenizers import Tokenizer
@@ -22,18 +25,44 @@ _KEEPING_PRE_TOKENIZERS = frozenset({"ByteLevel", "Metaspace", "Digits", "Punctu
 _BYTE_TOKENS = frozenset(f"<0x{b:02X}>" for b in range(256))
 
 
-def max_chars_per_token(tokenizer: Tokenizer) -> int | None:
-    """The most characters of a prompt one token can stand for, or None when this tokenizer gives no such bound."""
+def _byte_level_chars() -> list[str]:
+    """The character each byte becomes in a byte-level vocabulary (GPT-2's: printable Latin-1 as itself, every
+    other byte 256 onwards in order)."""
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    others = iter(range(256, 512))
+    return [chr(byte) if byte in printable else chr(next(others)) for byte in range(256)]
+
+
+_BYTE_LEVEL_CHARS_BY_BYTE = _byte_level_chars()
+
+
+@dataclass(frozen=True)
+class TextBound:
+    """Each token stands for at most `chars_per_token` characters of a text, besides the `dropped` characters."""
+
+    chars_per_token: int
+    dropped: str = ""
+
+    def counted(self, text: str) -> int:
+        """The characters of `text` some token stands for."""
+        return len(text) - sum(text.count(char) for char in self.dropped)
+
+
+def text_bound(tokenizer: Tokenizer) -> TextBound | None:
+    """How many characters of a prompt one token can stand for, or None when this tokenizer gives no such bound."""
     spec = json.loads(tokenizer.to_str())
     if not (
         _keeps_length(spec.get("normalizer"), "normalizers")
         and _keeps_length(spec.get("pre_tokenizer"), "pretokenizers")
     ):
         return None
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    if not _never_fuses_unknowns(spec["model"], vocab):
+    if any(added.get("lstrip") or added.get("rstrip") for added in spec.get("added_tokens") or []):
         return None
-    return max(map(len, vocab), default=None)
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    dropped = _dropped_characters(spec, vocab)
+    if dropped is None or not vocab:
+        return None
+    return TextBound(max(map(len, vocab)), dropped)
 
 
 def _keeps_length(step: dict[str, Any] | None, sequence_key: str) -> bool:
@@ -52,24 +81,44 @@ def _keeps_length(step: dict[str, Any] | None, sequence_key: str) -> bool:
     return kind in _KEEPING_NORMALIZERS or kind in _KEEPING_PRE_TOKENIZERS
 
 
-def _never_fuses_unknowns(model: dict[str, Any], vocab: dict[str, int]) -> bool:
-    """A BPE model: each token covers at most its own string, an unknown character one token (unfused, or spelled
-    in byte tokens when all 256 are there)."""
+def _dropped_characters(spec: dict[str, Any], vocab: dict[str, int]) -> str | None:
+    """The characters a BPE model spells in no token, when each other character is spelled in tokens covering at
+    most their own strings: in byte tokens (all 256 there), byte-level characters, or one unfused unknown token;
+    None for any other model."""
+    model = spec["model"]
     if model.get("type") != "BPE":
+        return None
+    if model.get("byte_fallback") and _BYTE_TOKENS <= vocab.keys():
+        return ""
+    if _has_step(spec.get("pre_tokenizer"), "ByteLevel"):
+        missing = [byte for byte, char in enumerate(_BYTE_LEVEL_CHARS_BY_BYTE) if char not in vocab]
+        # A character of several bytes has a continuation byte (0x80-0xBF): spelled if those are all there.
+        if not any(0x80 <= byte < 0xC0 for byte in missing):
+            dropped = "".join(chr(byte) for byte in missing if byte < 0x80)
+            if not dropped or spec.get("normalizer") is None:  # counted in the text as the model meets them
+                return dropped
+    if model.get("unk_token") is not None and not model.get("fuse_unk"):
+        return ""
+    return None
+
+
+def _has_step(step: dict[str, Any] | None, kind: str) -> bool:
+    """`step` is of `kind` or a Sequence holding one."""
+    if step is None:
         return False
-    if model.get("unk_token") is None or not model.get("fuse_unk"):
-        return True
-    return bool(model.get("byte_fallback")) and _BYTE_TOKENS <= vocab.keys()
+    parts = step.get("normalizers") or step.get("pretokenizers") or []
+    return step.get("type") == kind or any(_has_step(part, kind) for part in parts)
 
 
-def encode_prompt_text(tokenizer: Tokenizer, text: str, context_length: int, chars_per_token: int | None) -> list[int]:
+def encode_prompt_text(tokenizer: Tokenizer, text: str, context_length: int, bound: TextBound | None) -> list[int]:
     """The ids of `text` (no special tokens added), by tokenizers' batch call, which releases the GIL (`encode`
     holds it: a long text stalled the event loop and the engine thread for seconds); ProtocolError, without
     encoding, for a text longer in characters than `context_length - 1` tokens can stand for."""
-    if chars_per_token is not None and len(text) > chars_per_token * (context_length - 1):
-        at_least = -(-len(text) // chars_per_token)
+    counted = len(text) if bound is None else bound.counted(text)
+    if bound is not None and counted > bound.chars_per_token * (context_length - 1):
+        at_least = -(-counted // bound.chars_per_token)
         raise ProtocolError(
-            f"the prompt has at least {at_least} tokens ({len(text)} characters, at most {chars_per_token} per "
+            f"the prompt has at least {at_least} tokens ({counted} characters, at most {bound.chars_per_token} per "
             f"token); this model's context length is {context_length}"
         )
     return tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids

@@ -21,7 +21,7 @@ from backends.worker.engine import EngineEvent, EngineRequest, Finish
 from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
 from backends.worker.grammar import Cancelled, CompilerFailed, GrammarError
 from backends.worker.handoff import LoopMailbox
-from backends.worker.prompt_text import encode_prompt_text, max_chars_per_token
+from backends.worker.prompt_text import encode_prompt_text, text_bound
 from backends.worker.protocol import ProtocolError, parse_generate, request_json
 from backends.worker.vllm_api import vllm_routes
 
@@ -128,7 +128,7 @@ def build_app(state: WorkerState) -> Starlette:
             return _EventStream(generation, lambda: _release(generation), disconnected)
         return await _collect(generation, disconnected)
 
-    chars_per_token = max_chars_per_token(state.checkpoint.tokenizer)
+    prompt_bound = text_bound(state.checkpoint.tokenizer)
 
     async def encoded_text(body: Any) -> list[int] | None:
         """The ids of a body's `text` prompt, encoded on a thread with the GIL released (see encode_prompt_text)."""
@@ -136,7 +136,7 @@ def build_app(state: WorkerState) -> Starlette:
         if not isinstance(text, str):
             return None
         tokenizer, context = state.checkpoint.tokenizer, state.engine.context_length
-        return await asyncio.to_thread(encode_prompt_text, tokenizer, text, context, chars_per_token)
+        return await asyncio.to_thread(encode_prompt_text, tokenizer, text, context, prompt_bound)
 
     async def _collect(generation: Generation, disconnected: asyncio.Future) -> Response:
         text, ids, payload = [], [], {}

@@ -51,7 +51,7 @@ def group(tmp_path_factory, checkpoint) -> Iterator[tuple[str, list[Path], subpr
 def _start_group(
     tmp: Path, checkpoint, backend_url: str, *flags: str, config: str = "", env: dict[str, str] | None = None
 ) -> Iterator[tuple[str, list[Path], subprocess.Popen[bytes]]]:
-    """`gateway serve --workers 2` on the stand-in at `backend_url` (`config`: more of the config file), ready:
+    """`gateway serve --workers 2 --no-grammar-warmup` on the stand-in at `backend_url` (`config`: more of the config file), ready:
     its URL, the metrics sockets and the parent process; killed at the end if still running."""
     checkpoint.tokenizer.save(str(tmp / "tokenizer.json"))  # each process loads it faster than the GGUF
     path = tmp / "gateway.yaml"
@@ -63,7 +63,8 @@ def _start_group(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = tmp / "gateway.log"
-    argv = ["serve", "--port", str(port), "--config", str(path), "--workers", "2", "--log-level", "warning", *flags]
+    argv = ["serve", "--port", str(port), "--config", str(path), "--workers", "2", "--log-level", "warning"]
+    argv += ["--no-grammar-warmup", *flags]  # no grammar here: each process starts without importing xgrammar, torch
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway.cli", *argv], cwd=ROOT, stderr=out, env={**os.environ, **(env or {})}
