@@ -4,6 +4,7 @@ text `<think>`."""
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from functools import cache, cached_property
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
+from .call_ids import with_template_call_ids
 from .grammar import build_grammar
 from .markers import EOS, INST, INST_END, TEKKEN_SPECIALS, TEXT_THINK, TOOL_CALLS
 from .parser import MistralParser
@@ -48,7 +50,8 @@ def sentencepiece_tokenizer(name: str = "mistral_instruct_tokenizer_240323.model
 class MistralFamily(Family):
     """`[TOOL_CALLS]` calls (v3 JSON arrays, v11+ `NAME[ARGS]{…}`), `[THINK]` reasoning; stop at `</s>`.
 
-    The checkpoint's chat template renders prompts when it handles tools, else the native v11+ encoder.
+    The checkpoint's chat template renders prompts when it handles tools, else the native v11+ encoder. Call ids
+    are 9 alphanumeric characters, and a history's ids are mapped to that shape for the template (`call_ids`).
     """
 
     name = "mistral"
@@ -61,11 +64,10 @@ class MistralFamily(Family):
         return choose_template(own, "", override) or None  # no builtin: the native encoder
 
     def render(self, request: ChatRequest) -> str:
-        return (
-            render_native(request)
-            if self.template is None
-            else render_request(self.template, request, self.context.special_tokens_map)
-        )
+        if self.template is None:
+            return render_native(request)  # writes no call ids
+        request = replace(request, messages=with_template_call_ids(request.messages))
+        return render_request(self.template, request, self.context.special_tokens_map)
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(EOS)

@@ -17,6 +17,7 @@ Decisions (the gateway's documented behaviour):
   of the output (`text_think=True`); only a `</think>` split across pieces is
   held back.
 * Text after a call's JSON is content.
+* Call ids are 9 alphanumeric characters (`call_ids`), the shape Mistral's templates take back in history.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from typing import Any
 
 from gateway.families.calls import CallParser, JsonEnd, is_call_name, json_object
 from gateway.families.values import json_keeping_text
-from gateway.ids import new_call_id
 from gateway.types import Delta
 
+from .call_ids import new_mistral_call_id
 from .markers import ARGS, CALL_ID, TEXT_THINK, TEXT_THINK_END, THINK, THINK_END, TOOL_CALLS
 
 MAX_NAME = 256
@@ -68,7 +69,7 @@ def array_calls(text: str) -> list[tuple[str, dict[str, Any]]] | None:
 class MistralParser(CallParser):
     """Token-aware Mistral output parser for one choice; the same deltas however the output is chunked."""
 
-    def __init__(self, text_think: bool = False, new_id: Callable[[], str] = new_call_id):
+    def __init__(self, text_think: bool = False, new_id: Callable[[], str] = new_mistral_call_id):
         super().__init__(new_id)
         self._mode = Mode.START if text_think else Mode.CONTENT
         self._held = ""  # START: a prefix of `<think>`; TEXT_REASONING: a prefix of `</think>`
