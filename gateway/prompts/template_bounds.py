@@ -1,10 +1,11 @@
-"""Bounds on what one chat-template render may cost: steps (loop iterations, calls, and the items the filters and
-calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
+"""Bounds on what one chat-template render may cost: steps (loop iterations, macro calls, and the items the filters
+and calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
 formatted, concatenated; an integer raised or multiplied), so a template that loops for ever or builds a string
 past the prompt's limit stops with `TemplateError` instead of hanging or taking the memory of the process.
 
 The sandbox (prompts/template.py) routes its operators, calls and filters here; `bound_loops` rewrites a parsed
-template so that each `for` loop's items and each `~` concatenation pass through a counting filter. The budget is
+template so that each `for` loop's items pass through a counting filter, and each `~` concatenation and chain of `+`
+through a sizing one. The budget is
 the current thread's, set by `render_budget` around one render; without one (a template rendered outside it)
 nothing is counted.
 """
@@ -27,8 +28,8 @@ from jinja2.runtime import LoopContext, Macro
 from jinja2.sandbox import safe_range
 
 MAX_TEMPLATE_STEPS = 20_000_000
-"""Steps one render may take (a loop's item, a call, an item a filter goes over in Python; a macro's or a recursive
-loop's call counts MACRO_STEPS)."""
+"""Steps one render may take (a loop's item, an item a filter goes over in Python; a macro's or a recursive loop's
+call counts MACRO_STEPS; any other call is bounded by its input)."""
 MACRO_STEPS = 64
 """What a call of a macro (or of a recursive loop's `loop`) costs in steps: about as much CPU as 64 loop items."""
 MAX_RENDER_CPU_S = 10.0
