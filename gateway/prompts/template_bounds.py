@@ -5,9 +5,8 @@ past the prompt's limit stops with `TemplateError` instead of hanging or taking 
 
 The sandbox (prompts/template.py) routes its operators, calls and filters here; `bound_loops` rewrites a parsed
 template so that each `for` loop's items pass through a counting filter, and each `~` concatenation and chain of `+`
-through a sizing one. The budget is
-the current thread's, set by `render_budget` around one render; without one (a template rendered outside it)
-nothing is counted.
+through a sizing one. The budget is the current thread's, set by `render_budget` around one render; without one (a
+template rendered outside it) nothing is counted.
 """
 
 from __future__ import annotations
