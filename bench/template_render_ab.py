@@ -39,12 +39,30 @@ CALL = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arg
 
 
 def base_module(commit: str) -> ModuleType:
-    """`gateway/prompts/template.py` as it is at `commit`, imported under its own name."""
-    text = subprocess.check_output(["git", "-C", str(ROOT), "show", f"{commit}:gateway/prompts/template.py"], text=True)
-    path = Path(tempfile.mkdtemp()) / "base_template.py"
+    """`gateway/prompts/template.py` as it is at `commit`, imported under its own name, with `commit`'s
+    `template_bounds.py` where it has one (not this tree's)."""
+    text = _show(commit, "gateway/prompts/template.py")
+    bounds = _show(commit, "gateway/prompts/template_bounds.py")
+    if bounds is not None:
+        _load("base_template_bounds", bounds)
+        text = text.replace("from gateway.prompts import template_bounds as", "import base_template_bounds as")
+        text = text.replace("from gateway.prompts.template_bounds import", "from base_template_bounds import")
+    return _load("base_template", text)
+
+
+def _show(commit: str, path: str) -> str | None:
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{commit}:{path}"], capture_output=True, text=True, check=False
+    )
+    return shown.stdout if shown.returncode == 0 else None
+
+
+def _load(name: str, text: str) -> ModuleType:
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(text)
-    spec = importlib.util.spec_from_file_location("base_template", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -327,6 +327,8 @@ HOSTILE_TEMPLATES = [
     "{% set ns = namespace(n=3) %}{% for i in range(60) %}{% set ns.n = ns.n * ns.n %}{% endfor %}{{ ns.n > 0 }}",
     "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
     "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+    "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s + ns.s + ns.s %}{% endfor %}",
+    "{% set ns = namespace(s=[1]) %}{% for i in range(60) %}{% set ns.s = ns.s + [2] + ns.s %}{% endfor %}",
     "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = [ns.s, ns.s] | join %}{% endfor %}",
     "{% set ns = namespace(s='a') %}{% for i in range(60) %}{% set ns.s = ns.s.join([ns.s, ns.s]) %}{% endfor %}",
     "{% set s = 'a' * 1000 %}{{ s.replace('a', s) | length }}",
@@ -374,3 +376,29 @@ def test_the_bounds_leave_a_templates_semantics_alone() -> None:
     )
     out = render(source, messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
     assert out == "1/2a!2/2b!emptyabab[1, 1]1024  7   x  x  a-bayya"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("{% for m in messages %}{{ '<' + m.role + ':' + m['content'] + '>' }}{% endfor %}", "<user:a><user:b>"),
+        ("{{ [1] + [2] + [3] }}{{ 1 + 2 + 3.5 }}{{ (1, ) + (2, ) + (3, ) }}", "[1, 2, 3]6.5(1, 2, 3)"),
+        ("{{ ('<' | escape) + '<' + '&' }}", "&lt;&lt;&amp;"),
+        ("{% set x = 'a' %}{{ x + x + x | upper }}", "aaA"),
+    ],
+)
+def test_a_chain_of_plus_adds_left_to_right_as_jinja_does(source: str, expected: str) -> None:
+    assert render(source, messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]) == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "error"),
+    [
+        ("{{ 'a' + 1 + missing.x }}", "TypeError"),  # the first `+` fails before `missing.x` is read
+        ("{{ 'a' + messages[0].role + 1 + messages[0].role }}", "TypeError"),
+        ("{{ 'a' + 'b' + missing.x }}", "undefined"),
+    ],
+)
+def test_a_chain_of_plus_raises_the_error_its_first_failing_step_does(source: str, error: str) -> None:
+    with pytest.raises(TemplateError, match=error):
+        render(source, messages=[{"role": "user", "content": "a"}])

@@ -156,6 +156,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.filters = {name: bounds.bounded_filter(name, f) for name, f in env.filters.items()}
     env.filters[bounds.COUNT_FILTER] = bounds.counted
     env.filters[bounds.CONCAT_FILTER] = bounds.concat
+    env.filters[bounds.PLUS_FILTER] = bounds.summed
     return env
 
 

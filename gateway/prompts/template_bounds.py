@@ -1,13 +1,19 @@
+<<<<<<< HEAD
 """Bounds on what one chat-template render may cost: steps (loop iterations, calls, and the items the filters and
 calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
 formatted, concatenated; an integer raised or multiplied; what any filter or call returned, and a list or mapping a
 filter writes out as text), so a template that loops for ever or builds a string
+=======
+"""Bounds on what one chat-template render may cost: steps (loop iterations, macro calls, and the items the filters
+and calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
+formatted, concatenated; an integer raised or multiplied), so a template that loops for ever or builds a string
+>>>>>>> perf13b
 past the prompt's limit stops with `TemplateError` instead of hanging or taking the memory of the process.
 
 The sandbox (prompts/template.py) routes its operators, calls and filters here; `bound_loops` rewrites a parsed
-template so that each `for` loop's items and each `~` concatenation pass through a counting filter. The budget is
-the current thread's, set by `render_budget` around one render; without one (a template rendered outside it)
-nothing is counted.
+template so that each `for` loop's items pass through a counting filter, and each `~` concatenation and chain of `+`
+through a sizing one. The budget is the current thread's, set by `render_budget` around one render; without one (a
+template rendered outside it) nothing is counted.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
 from string import Formatter
+from types import BuiltinMethodType, FunctionType, MethodType
 from typing import Any
 
 from jinja2 import nodes
@@ -27,8 +34,8 @@ from jinja2.runtime import LoopContext, Macro
 from jinja2.sandbox import safe_range
 
 MAX_TEMPLATE_STEPS = 20_000_000
-"""Steps one render may take (a loop's item, a call, an item a filter goes over in Python; a macro's or a recursive
-loop's call counts MACRO_STEPS)."""
+"""Steps one render may take (a loop's item, an item a filter goes over in Python; a macro's or a recursive loop's
+call counts MACRO_STEPS; any other call is bounded by its input)."""
 MACRO_STEPS = 64
 """What a call of a macro (or of a recursive loop's `loop`) costs in steps: about as much CPU as 64 loop items."""
 MAX_RENDER_CPU_S = 10.0
@@ -146,12 +153,23 @@ COUNT_FILTER = "gateway-count"
 """The filter every `for` loop's items pass through (a name no template can spell: a filter name is an identifier)."""
 CONCAT_FILTER = "gateway-concat"
 """The filter a `~` concatenation becomes."""
+PLUS_FILTER = "gateway-plus"
+"""The filter a chain of `+` becomes (one call for the chain rather than one per `+`)."""
+
+
+_SIZED = frozenset((list, tuple, dict, str, range))
+"""The types whose items a loop can count before it starts (all of them charged then, as it cannot go on for ever)."""
 
 
 def counted(items: Any) -> Any:
-    """`items`, each one charged a step as the loop takes it."""
+    """`items`, charged a step each: a container's at once, any other iterable's as the loop takes them."""
     budget = getattr(_STATE, "budget", None)
-    return items if budget is None else _counting(items, budget)
+    if budget is None:
+        return items
+    if type(items) in _SIZED:
+        charge(len(items))
+        return items
+    return _counting(items, budget)
 
 
 def _counting(items: Any, budget: _Budget) -> Iterator[Any]:
@@ -169,24 +187,74 @@ def concat(parts: list[Any]) -> str:
     return "".join(texts)
 
 
+def summed(first: Any, *rest: Any) -> Any:
+    """Jinja's `+` over a chain of operands, left to right, each sum within the size limit."""
+    for part in rest:
+        first = first + part
+        if (type(first) in _SEQUENCE_TYPES or isinstance(first, (str, list, tuple))) and len(first) > ALWAYS_FITS:
+            check_size(len(first), "'+'")
+    return first
+
+
+_SEQUENCE_TYPES = frozenset((str, list, tuple))
+"""The types a sum's size is checked for, looked up before `isinstance` tries their subclasses (a quarter faster)."""
+
+
 def bound_loops(template: nodes.Template) -> nodes.Template:
-    """`template` with each `for` loop's items counted and each `~` concatenation bounded."""
+    """`template` with each `for` loop's items counted, each `~` concatenation bounded and each chain of `+` whose
+    operands cannot fail summed in one bounded call."""
     for loop in template.find_all(nodes.For):
         loop.iter = nodes.Filter(loop.iter, COUNT_FILTER, [], [], None, None, lineno=loop.lineno)
     for parent in template.find_all(nodes.Node):
         for field in parent.fields:
             value = getattr(parent, field, None)
-            if isinstance(value, nodes.Concat):
-                setattr(parent, field, _bounded_concat(value))
+            if isinstance(value, nodes.Expr):
+                setattr(parent, field, _bounded(value))
             elif isinstance(value, list):
-                setattr(parent, field, [_bounded_concat(v) if isinstance(v, nodes.Concat) else v for v in value])
+                setattr(parent, field, [_bounded(v) if isinstance(v, nodes.Expr) else v for v in value])
     return template
 
 
-def _bounded_concat(node: nodes.Concat) -> nodes.Filter:
-    return nodes.Filter(
-        nodes.List(node.nodes, lineno=node.lineno), CONCAT_FILTER, [], [], None, None, lineno=node.lineno
+def _bounded(node: nodes.Expr) -> nodes.Expr:
+    if isinstance(node, nodes.Concat):
+        return nodes.Filter(
+            nodes.List(node.nodes, lineno=node.lineno), CONCAT_FILTER, [], [], None, None, lineno=node.lineno
+        )
+    if isinstance(node, nodes.Add):
+        return _summed_chain(node) or node
+    return node
+
+
+def _summed_chain(node: nodes.Add) -> nodes.Filter | None:
+    """`a + b + c ...` as one call of the `+` filter, where that cannot change which error the chain raises: its
+    operands are all evaluated before its first `+` (which can fail) runs, so each operand past the second must be
+    one that cannot fail then (a constant, a name, or an item or attribute of a name an earlier operand read one of:
+    that name is then no undefined)."""
+    operands: list[nodes.Expr] = []
+    while isinstance(node, nodes.Add):
+        operands.append(node.right)
+        node = node.left
+    operands = [node, *reversed(operands)]
+    if len(operands) < 3:
+        return None
+    read: set[str] = set()
+    for index, operand in enumerate(operands):
+        owner = _read_name(operand)
+        if index >= 2 and not isinstance(operand, (nodes.Const, nodes.Name)) and owner not in read:
+            return None
+        if owner is not None:
+            read.add(owner)
+    return nodes.Filter(operands[0], PLUS_FILTER, operands[1:], [], None, None, lineno=node.lineno)
+
+
+def _read_name(node: nodes.Expr) -> str | None:
+    """`x` for `x.attribute` or `x[constant]`, else None."""
+    key_is_constant = isinstance(node, nodes.Getattr) or (
+        isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const)
     )
+    if key_is_constant and isinstance(node.node, nodes.Name):
+        return node.node.name
+    return None
 
 
 # -- operators --------------------------------------------------------------------------------------------------
@@ -265,16 +333,30 @@ def check_str_format(text: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -
 
 
 def check_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Charge a call (a macro's more), and size what a str method would make."""
-    charge(MACRO_STEPS if isinstance(obj, (Macro, LoopContext)) else 1)
-    owner = getattr(obj, "__self__", None)
-    name = getattr(obj, "__name__", "")
-    wrapped = getattr(obj, "__wrapped__", None)
-    if wrapped is not None and isinstance(getattr(wrapped, "__self__", None), str) and name in ("format", "format_map"):
-        mapping = args[0] if name == "format_map" and args and isinstance(args[0], dict) else kwargs
-        check_str_format(wrapped.__self__, args if name == "format" else (), mapping)
-    if not isinstance(owner, str):
-        return
+    """Charge a macro's call (or a recursive loop's), and size what a str method would make; any other call is
+    bounded by its input (the loop it may be in is counted)."""
+    kind = type(obj)
+    if kind is BuiltinMethodType or kind is MethodType:
+        owner = obj.__self__
+        if isinstance(owner, str) and obj.__name__ in _GROWING_STR_METHODS:
+            _check_str_method(owner, obj.__name__, args, kwargs)
+    elif kind is FunctionType:
+        wrapped = getattr(obj, "__wrapped__", None)
+        name = obj.__name__
+        if wrapped is not None and isinstance(getattr(wrapped, "__self__", None), str) and name in _FORMATS:
+            mapping = args[0] if name == "format_map" and args and isinstance(args[0], dict) else kwargs
+            check_str_format(wrapped.__self__, args if name == "format" else (), mapping)
+    elif isinstance(obj, (Macro, LoopContext)):
+        charge(MACRO_STEPS)
+
+
+_FORMATS = frozenset(("format", "format_map"))
+"""The str methods the sandbox wraps (in a function of the same name) to format safely."""
+_GROWING_STR_METHODS = frozenset(("center", "ljust", "rjust", "zfill", "expandtabs", "replace", "join"))
+"""The str methods whose result can be far larger than their inputs: sized before they run."""
+
+
+def _check_str_method(owner: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     if name in ("center", "ljust", "rjust", "zfill") and args and _is_int(args[0]):
         check_size(args[0], f"str.{name}")
     elif name == "expandtabs":
@@ -373,10 +455,12 @@ ITERATING_FILTERS = frozenset(
 
 
 def bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """Filter `function`, charging a step (and, going over its input in Python, a step per item), after `name`'s size
-    check where it has one."""
+    """Filter `function`, going over its input in Python, charging a step per item, after `name`'s size check where it
+    has one; any other filter as it is (bounded by its input; the loop it may be in is counted)."""
     check = FILTER_CHECKS.get(name)
     per_item = name in ITERATING_FILTERS
+    if check is None and not per_item:
+        return function
     first_arg = 1 if getattr(function, "jinja_pass_arg", None) is not None else 0
 
     @wraps(function)

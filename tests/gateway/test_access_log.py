@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from gateway.observability.access_log import configure_logging, log_access
+from gateway.observability.access_log import access_line, configure_logging, log_access
 from gateway.observability.requests import RequestRecord
 
 
@@ -113,3 +113,14 @@ def test_an_access_line_makes_no_log_record_under_the_process_setup(own_logging,
     finally:
         logging.setLogRecordFactory(factory)
     assert made == []
+
+
+@pytest.mark.parametrize("elapsed", [0.0, 0.000004, 0.0123456, 1.005, 2.675, 123.456789])
+def test_access_line_times_are_milliseconds_to_two_places(elapsed: float) -> None:
+    record = RequestRecord("POST", "/v1/chat/completions", status=200, started=10.0)
+    record.first_token = 10.0 + elapsed / 2
+    line = json.loads(access_line(record, "/v1/chat/completions", 10.0 + elapsed))
+    for key, seconds in (("latency_ms", elapsed), ("ttft_ms", elapsed / 2)):
+        assert abs(line[key] - seconds * 1000) <= 0.005 + 1e-9
+        assert len(json.dumps(line[key]).partition(".")[2]) <= 2
+    assert len(json.dumps(line["ts"]).partition(".")[2]) <= 3
