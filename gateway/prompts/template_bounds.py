@@ -1,13 +1,7 @@
-<<<<<<< HEAD
-"""Bounds on what one chat-template render may cost: steps (loop iterations, calls, and the items the filters and
-calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
-formatted, concatenated; an integer raised or multiplied; what any filter or call returned, and a list or mapping a
-filter writes out as text), so a template that loops for ever or builds a string
-=======
 """Bounds on what one chat-template render may cost: steps (loop iterations, macro calls, and the items the filters
 and calls they make go over) and the size of any value an operation builds (a string or list repeated, joined, padded,
-formatted, concatenated; an integer raised or multiplied), so a template that loops for ever or builds a string
->>>>>>> perf13b
+formatted, concatenated; an integer raised or multiplied; what any filter or call returned, and a list or mapping a
+filter writes out as text), so a template that loops for ever or builds a string
 past the prompt's limit stops with `TemplateError` instead of hanging or taking the memory of the process.
 
 The sandbox (prompts/template.py) routes its operators, calls and filters here; `bound_loops` rewrites a parsed
@@ -456,11 +450,12 @@ ITERATING_FILTERS = frozenset(
 
 def bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     """Filter `function`, going over its input in Python, charging a step per item, after `name`'s size check where it
-    has one; any other filter as it is (bounded by its input; the loop it may be in is counted)."""
+    has one, its list or mapping input sized as text where it writes one out, its result sized once made; a filter
+    that keeps its input's items and needs none of these as it is (bounded by its input; the loop around is counted)."""
     check = FILTER_CHECKS.get(name)
     per_item = name in ITERATING_FILTERS
-    if check is None and not per_item:
-        return function
+    if check is None and not per_item and name in _KEEPS_ITEMS:
+        return function  # takes its input's items and makes nothing larger than it: bounded by its input
     first_arg = 1 if getattr(function, "jinja_pass_arg", None) is not None else 0
 
     @wraps(function)
