@@ -41,6 +41,7 @@ from gateway.models.registry import ServedModel, served_model
 from gateway.observability import access_log
 from gateway.observability.metrics import GatewayMetrics
 from gateway.observability.requests import RequestRecord
+from gateway.observability.whole_lines import WholeLines
 from gateway.process.config import load_config
 from gateway.process.launch import start_models
 from gateway.types import ChoiceStep
@@ -66,8 +67,9 @@ def stages() -> dict[str, Callable[[], object]]:
     registry = start_models(load_config(config), ExitStack())
     metrics = GatewayMetrics(registry)
     access_log.configure_logging("info")
+    devnull = WholeLines(open(os.devnull, "w"))  # noqa: SIM115  (open for the process's life)
     for handler in access_log.logging.getLogger().handlers:
-        handler.setStream(open(os.devnull, "w"))  # noqa: SIM115  (open for the process's life)
+        handler.lines = devnull
     parsed = parse_chat_completion(BODY)
     model = served_model(registry, MODEL)
     plan = plan_chat(model, parsed.chat, parsed.settings)
