@@ -116,9 +116,10 @@ async def test_close_in_an_outage_leaves_the_backlog_to_its_leases_within_its_bu
         limiter.settle_retry_delays_s = (0.05, 0.05)
         admissions = [await limiter.admit(tenant, Limits(), f"c{i}", 1) for i in range(20)]
         proxy.set("blackhole")
-        await asyncio.gather(*(limiter.settle(admission, 1) for admission in admissions))
+        windows = await asyncio.gather(*(limiter.settle(admission, 1) for admission in admissions))
         await asyncio.wait_for(limiter.close(), 30)
-        assert limiter.settle_backlog.pending == 0 and limiter.settle_backlog.dropped == 20
+        landed = sum(window is not None for window in windows)  # a first try the proxy let through (seen once in CI)
+        assert limiter.settle_backlog.pending == 0 and limiter.settle_backlog.dropped == 20 - landed
 
 
 async def test_a_settlement_the_store_never_takes_is_given_up_and_counted(redis_server):
