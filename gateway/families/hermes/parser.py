@@ -66,10 +66,10 @@ from typing import Any
 
 from backends.stop_strings import held_prefix
 from gateway.families.base import OutputParser, ParserState
-from gateway.families.calls import is_call_name
+from gateway.families.calls import is_call_name, json_object
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import Trimmed
-from gateway.families.values import json_keeping_text, strict_json
+from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -196,18 +196,12 @@ def _not_json(word: str) -> bool:
 def parse_whole_call(body: str) -> tuple[str, str] | None:
     """(name, arguments JSON) of a complete call body, or None if it is not a call; a number no JSON parser gives
     back is kept as its text, as the streamed arguments keep it."""
-    try:
-        call = json_keeping_text(body)
-    except ValueError:
-        return None
-    if not isinstance(call, dict) or not is_call_name(call.get("name")):
+    call = json_object(body)
+    if call is None or not is_call_name(call.get("name")):
         return None
     arguments: Any = call.get("arguments", {})
     if isinstance(arguments, str):
-        try:
-            arguments = json_keeping_text(arguments)
-        except ValueError:
-            return None
+        arguments = json_object(arguments)
     if not isinstance(arguments, dict):
         return None
     return call["name"], json.dumps(arguments, ensure_ascii=False)
