@@ -151,7 +151,7 @@ class _ByteLevelText:
     def __init__(self, tokenizer: Tokenizer):
         self._tokenizer = tokenizer
         self._bytes: dict[int, bytes] = {}
-        self._byte_of = {c: b for b, c in _BYTE_CHARS.items()}
+        self._byte_of = {c: b for b, c in BYTE_LEVEL_CHARS.items()}
         self._added = frozenset(tokenizer.get_added_tokens_decoder())
         self._size = tokenizer.get_vocab_size(with_added_tokens=True)
         self._pieces: dict[int, Piece | None] = {}
@@ -234,7 +234,8 @@ def _byte_chars() -> dict[int, str]:
     return chars
 
 
-_BYTE_CHARS = _byte_chars()
+BYTE_LEVEL_CHARS = _byte_chars()
+"""GPT-2's byte-level table: each byte's character (the detokenizer and the worker's text bound read it)."""
 
 
 def added_tokens(tokenizer: Tokenizer) -> tuple[dict[int, str], frozenset[int]]:

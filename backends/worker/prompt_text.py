@@ -17,23 +17,13 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from backends.detokenizer import BYTE_LEVEL_CHARS
 from backends.worker.protocol import ProtocolError
 
 # Normalizers and pre-tokenizers that never shorten the text (in characters) they are given.
 _KEEPING_NORMALIZERS = frozenset({"Prepend", "Lowercase", "NFD", "NFKD"})
 _KEEPING_PRE_TOKENIZERS = frozenset({"ByteLevel", "Metaspace", "Digits", "Punctuation"})
 _BYTE_TOKENS = frozenset(f"<0x{b:02X}>" for b in range(256))
-
-
-def _byte_level_chars() -> list[str]:
-    """The character each byte becomes in a byte-level vocabulary (GPT-2's: printable Latin-1 as itself, every
-    other byte 256 onwards in order)."""
-    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
-    others = iter(range(256, 512))
-    return [chr(byte) if byte in printable else chr(next(others)) for byte in range(256)]
-
-
-_BYTE_LEVEL_CHARS_BY_BYTE = _byte_level_chars()
 
 
 @dataclass(frozen=True)
@@ -91,7 +81,7 @@ def _dropped_characters(spec: dict[str, Any], vocab: dict[str, int]) -> str | No
     if model.get("byte_fallback") and _BYTE_TOKENS <= vocab.keys():
         return ""
     if _has_step(spec.get("pre_tokenizer"), "ByteLevel"):
-        missing = [byte for byte, char in enumerate(_BYTE_LEVEL_CHARS_BY_BYTE) if char not in vocab]
+        missing = [byte for byte, char in sorted(BYTE_LEVEL_CHARS.items()) if char not in vocab]
         # A character of several bytes has a continuation byte (0x80-0xBF): spelled if those are all there.
         if not any(0x80 <= byte < 0xC0 for byte in missing):
             dropped = "".join(chr(byte) for byte in missing if byte < 0x80)
