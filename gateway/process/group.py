@@ -31,7 +31,7 @@ from pathlib import Path
 from gateway.observability.tracing import SHUTDOWN_TIMEOUT_S
 from gateway.process.supervisor import WorkerSupervisor, die_with_parent
 from policies.limits.limiter import STORE_TIMEOUT_S
-from policies.limits.settle_backlog import SETTLE_RETRY_DELAYS_S
+from policies.limits.settle_backlog import SETTLE_RETRY_DELAYS_S, first_tries_s
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,8 @@ def exit_after_drain_s(store_timeout_s: float | None = None) -> float:
     """The longest a gateway process takes to exit once its drain is over: the settlements its limits store missed,
     tried again after each of SETTLE_RETRY_DELAYS_S (each try waits for a turn and its call, `store_timeout_s` each),
     then the spans still queued (SHUTDOWN_TIMEOUT_S), then a margin to exit."""
-    tries = len(SETTLE_RETRY_DELAYS_S) + 1
-    call_s = 2 * (store_timeout_s or STORE_TIMEOUT_S)
-    return sum(SETTLE_RETRY_DELAYS_S) + tries * call_s + SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S
+    backlog_s = first_tries_s(SETTLE_RETRY_DELAYS_S, store_timeout_s or STORE_TIMEOUT_S)
+    return backlog_s + SHUTDOWN_TIMEOUT_S + EXIT_MARGIN_S
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Any
 
 from .headers import rate_limit_headers
 from .model import Admission, Limits, Verdict, WindowUse
-from .settle_backlog import MissedSettle, SettleBacklog
+from .settle_backlog import MissedSettle, SettleBacklog, first_tries_s
 
 log = logging.getLogger("policies.limits")
 
@@ -219,5 +219,4 @@ class Limiter(ABC):
 
     def close_budget_s(self) -> float:
         """The longest `close()` gives the backlog: its first retries, each try waiting for a turn and its call."""
-        delays = self.settle_retry_delays_s
-        return sum(delays) + (len(delays) + 1) * 2 * self.store_timeout_s
+        return first_tries_s(self.settle_retry_delays_s, self.store_timeout_s)

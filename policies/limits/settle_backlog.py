@@ -24,6 +24,14 @@ log = logging.getLogger("policies.limits")
 
 SETTLE_RETRY_DELAYS_S = (0.5, 1.0, 2.0)
 """The pauses before the first tries again (a closing limiter waits for them)."""
+
+
+def first_tries_s(retry_delays_s: tuple[float, ...], store_timeout_s: float) -> float:
+    """The longest the first tries again take against a store that does not answer: their pauses, and each try
+    waiting for a turn and its call (`store_timeout_s` each); what a closing limiter gives its backlog."""
+    return sum(retry_delays_s) + (len(retry_delays_s) + 1) * 2 * store_timeout_s
+
+
 RETRY_CAP_S = 30.0
 """The longest pause between two tries while the store stays away (the pause doubles after the first ones)."""
 AT_ONCE = 32
