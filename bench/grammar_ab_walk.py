@@ -27,26 +27,21 @@ import xgrammar as xg
 
 from backends.xgrammar_compile import compile_grammar
 from gateway.types import ChatRequest
-from tests.grammar_walks import ASKS, SUBJECTS, walk
-
-
-def _fn(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": name, "parameters": parameters}}
-
+from tests.grammar_walks import ASKS, SUBJECTS, function_tool, walk
 
 _CODE = {"type": "string", "pattern": "^[a-z]{2}[0-9]$"}
 EXTRA_TOOLS = [
-    _fn("mixed", {"type": "object", "properties": {
+    function_tool("mixed", {"type": "object", "properties": {
         "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}, "d": {"type": "number"},
         "e": {"type": "integer"}, "f": {"type": "string", "enum": ["x", "", "y z", 1, None, True]}},
         "required": ["c"]}),
-    _fn("codes", {"type": "object", "properties": {"p": _CODE, "q": _CODE, "r": _CODE, "s": _CODE}}),
-    _fn("nested", {"type": "object", "properties": {
+    function_tool("codes", {"type": "object", "properties": {"p": _CODE, "q": _CODE, "r": _CODE, "s": _CODE}}),
+    function_tool("nested", {"type": "object", "properties": {
         "o": {"type": "object", "properties": {"u": {"type": "integer"}, "v": {"type": "integer"},
                                                "w": {"type": "string"}}},
         "k": {"type": "array", "items": {"type": "object", "properties": {"m": {"type": "integer"}}},
               "maxItems": 2}}, "required": ["k"]}),
-    _fn("extra", {"type": "object", "properties": {"g": {"type": "integer"}, "h": {"type": "integer"}},
+    function_tool("extra", {"type": "object", "properties": {"g": {"type": "integer"}, "h": {"type": "integer"}},
                   "additionalProperties": {"type": "integer"}}),
 ]  # fmt: skip
 

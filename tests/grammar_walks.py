@@ -39,25 +39,26 @@ from gateway.types import ChatRequest
 from tests.family_checks import added_tokens, feed, joined_calls
 
 
-def _fn(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+def function_tool(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A chat request's tool entry for a function named `name` taking `parameters`."""
     return {"type": "function", "function": {"name": name, "parameters": parameters}}
 
 
 TOOLS = [
-    _fn("get_weather", {"type": "object", "properties": {
+    function_tool("get_weather", {"type": "object", "properties": {
         "city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
         "required": ["city"]}),
-    _fn("search", {"type": "object", "properties": {
+    function_tool("search", {"type": "object", "properties": {
         "filter": {"type": "object", "properties": {
             "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
             "min": {"type": "number", "minimum": 0, "maximum": 10}}, "required": ["tags"]},
         "limit": {"type": "integer", "minimum": 1, "maximum": 100}}, "required": ["filter"]}),
-    _fn("place", {"type": "object", "$defs": {"point": {"type": "object", "properties": {
+    function_tool("place", {"type": "object", "$defs": {"point": {"type": "object", "properties": {
         "x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x", "y"]}},
         "properties": {"code": {"type": "string", "pattern": "^[a-z]{2}[0-9]{2}$"}, "at": {"$ref": "#/$defs/point"},
                        "flag": {"type": "boolean"}, "note": {"type": ["string", "null"]}},
         "required": ["code", "at"]}),
-    _fn("ping", {"type": "object", "properties": {}}),
+    function_tool("ping", {"type": "object", "properties": {}}),
 ]  # fmt: skip
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}, "score": {"type": "integer", "minimum": 0,
           "maximum": 5}}, "required": ["answer", "score"]}  # fmt: skip
