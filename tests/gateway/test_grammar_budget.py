@@ -131,7 +131,10 @@ def test_a_large_enum_over_the_budget_is_a_400_naming_the_response_schema_and_it
     # None (no compile) when the first refusal came from the compile; one budget again when the build alone ran past
     # it (no grammar key was made to remember: seen in CI runs of this session)
     assert record.grammar_compile_seconds in (None, BUDGET_S)
-    assert survivors <= {c._process.pid for c in children(budgeted.grammar_budget)}
+    if record.grammar_compile_seconds is None:  # no compile ran: no child was killed
+        assert survivors <= {c._process.pid for c in children(budgeted.grammar_budget)}
+    else:  # the build ran past the budget again: at most the child that ran it is gone, as the first one's was
+        assert len(survivors - {c._process.pid for c in children(budgeted.grammar_budget)}) <= 1
 
 
 def test_nested_any_of_in_one_of_several_tools_is_named_whether_called_by_name_or_not(budgeted):
