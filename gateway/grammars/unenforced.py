@@ -13,7 +13,8 @@ the rest of the schema is enforced and these keywords are not (docs/schemas.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
@@ -91,33 +92,64 @@ def _unenforced(node: dict[str, Any], root: Any) -> list[str]:
     return found
 
 
+@dataclass(frozen=True)
+class _Branch:
+    """What a oneOf branch says of the values it admits, read once."""
+
+    values: frozenset[tuple[str, Any]] | None
+    types: frozenset[str] | None
+    discriminators: dict[str, frozenset[tuple[str, Any]]]
+    """Its required properties whose values it lists (`const`, `enum`)."""
+
+
+_PAIRWISE = 64
+"""Branches compared pair by pair at most; a longer oneOf must be split whole by one discriminator (its values,
+or one property's)."""
+
+
 def _exclusive(branches: list[Any], root: Any, parent: dict[str, Any]) -> bool:
     """Whether no value can match two of `branches` (provably: by types, by values, or by a discriminating
     property every branch requires)."""
     objects_only = _types(parent) == {"object"}
-    resolved = [_resolved(b, root) for b in branches]
-    return all(_disjoint(a, b, root, objects_only) for i, a in enumerate(resolved) for b in resolved[i + 1 :])
-
-
-def _disjoint(a: Any, b: Any, root: Any, objects_only: bool) -> bool:
-    if a is False or b is False:
-        return True
-    if not (isinstance(a, dict) and isinstance(b, dict)):
+    facts = [_branch(b, root) for b in branches if b is not False]  # `false` admits nothing
+    if any(f is None for f in facts):
         return False
-    values_a, values_b = _values(a), _values(b)
-    if values_a is not None and values_b is not None and not values_a & values_b:
+    if len(facts) > _PAIRWISE:
+        return (
+            _split_by(facts, lambda f: f.values)
+            or (all(f.types == {"object"} for f in facts) or objects_only)
+            and any(_split_by(facts, lambda f, n=name: f.discriminators.get(n)) for name in facts[0].discriminators)
+        )
+    return all(_disjoint(a, b, objects_only) for i, a in enumerate(facts) for b in facts[i + 1 :])
+
+
+def _branch(schema: Any, root: Any) -> _Branch | None:
+    """A branch's facts; None for one that admits any value (`true`, or no schema object)."""
+    schema = _resolved(schema, root)
+    if not isinstance(schema, dict):
+        return None
+    discriminators = {}
+    for name in _required(schema):
+        values = _values(_resolved(_property(schema, name), root))
+        if values is not None:
+            discriminators[name] = values
+    return _Branch(_values(schema), _types(schema), discriminators)
+
+
+def _split_by(facts: list[_Branch], key: Callable[[_Branch], frozenset[Any] | None]) -> bool:
+    """Whether every branch lists values under `key` and no value is listed twice."""
+    sets = [key(f) for f in facts]
+    return all(s is not None for s in sets) and sum(map(len, sets)) == len(frozenset().union(*sets))
+
+
+def _disjoint(a: _Branch, b: _Branch, objects_only: bool) -> bool:
+    if a.values is not None and b.values is not None and not a.values & b.values:
         return True
-    types_a, types_b = _types(a), _types(b)
-    if types_a is not None and types_b is not None and not _types_overlap(types_a, types_b):
+    if a.types is not None and b.types is not None and not _types_overlap(a.types, b.types):
         return True
-    if not (objects_only or types_a == {"object"} or types_b == {"object"}):
+    if not (objects_only or a.types == {"object"} or b.types == {"object"}):
         return False  # `required` and `properties` say nothing of a value that is not an object
-    for name in _required(a) & _required(b):
-        value_a = _values(_resolved(_property(a, name), root))
-        value_b = _values(_resolved(_property(b, name), root))
-        if value_a is not None and value_b is not None and not value_a & value_b:
-            return True
-    return False
+    return any(not a.discriminators[n] & b.discriminators[n] for n in a.discriminators.keys() & b.discriminators)
 
 
 def _resolved(schema: Any, root: Any) -> Any:
@@ -142,14 +174,14 @@ def _required(schema: dict[str, Any]) -> set[str]:
     return {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
 
 
-def _values(schema: Any) -> set[tuple[str, Any]] | None:
+def _values(schema: Any) -> frozenset[tuple[str, Any]] | None:
     """The values a schema admits when it lists them (`const`, `enum`), as comparable keys; None when it does not."""
     if not isinstance(schema, dict):
         return None
     if "const" in schema:
-        return {_value_key(schema["const"])}
+        return frozenset([_value_key(schema["const"])])
     enum = schema.get("enum")
-    return {_value_key(v) for v in enum} if isinstance(enum, list) else None
+    return frozenset(_value_key(v) for v in enum) if isinstance(enum, list) else None
 
 
 def _value_key(value: Any) -> tuple[str, Any]:
@@ -162,19 +194,19 @@ def _value_key(value: Any) -> tuple[str, Any]:
 _JSON_TYPES = {bool: "boolean", str: "string", type(None): "null", list: "array", dict: "object", float: "number"}
 
 
-def _types(schema: Any) -> set[str] | None:
+def _types(schema: Any) -> frozenset[str] | None:
     """The JSON types a schema allows when it says (`type`, or its `const`/`enum` values'); None for any."""
     if not isinstance(schema, dict):
         return None
     kind = schema.get("type")
     if isinstance(kind, str):
-        return {kind}
+        return frozenset([kind])
     if isinstance(kind, list):
-        return {k for k in kind if isinstance(k, str)}
+        return frozenset(k for k in kind if isinstance(k, str))
     if "const" in schema:
-        return {_type_of(schema["const"])}
+        return frozenset([_type_of(schema["const"])])
     enum = schema.get("enum")
-    return {_type_of(v) for v in enum} if isinstance(enum, list) else None
+    return frozenset(_type_of(v) for v in enum) if isinstance(enum, list) else None
 
 
 def _type_of(value: Any) -> str:
@@ -185,6 +217,6 @@ def _type_of(value: Any) -> str:
     return _JSON_TYPES.get(type(value), "object")
 
 
-def _types_overlap(a: set[str], b: set[str]) -> bool:
+def _types_overlap(a: frozenset[str], b: frozenset[str]) -> bool:
     """Whether a value can have a type of each (every integer is a number)."""
     return bool(a & b) or ("number" in a and "integer" in b) or ("integer" in a and "number" in b)

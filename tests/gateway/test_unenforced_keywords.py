@@ -82,6 +82,21 @@ def test_what_is_enforced_exactly_is_not_found(schema):
     assert unenforced_keywords(schema, "p") == []
 
 
+def kind(i: int) -> dict:
+    return {"type": "object", "properties": {"kind": {"const": f"k{i}"}}, "required": ["kind"]}
+
+
+def test_a_long_one_of_is_judged_whole_by_one_discriminator():
+    """Past 64 branches no pair is compared (a 2,000-branch oneOf would be 2 million pairs): the branches must
+    list distinct values, or distinct values of one property they all require."""
+    for branches in ([{"const": i} for i in range(2000)], [kind(i) for i in range(2000)]):
+        assert unenforced_keywords({"oneOf": branches}, "p") == []
+        assert unenforced_keywords({"oneOf": [*branches, branches[7]]}, "p") == [("p", "oneOf")]
+    mixed = [*({"const": i} for i in range(100)), {"type": "string"}]  # exclusive, but not by one discriminator
+    assert unenforced_keywords({"oneOf": mixed}, "p") == [("p", "oneOf")]
+    assert unenforced_keywords({"oneOf": mixed[-64:]}, "p") == []
+
+
 @pytest.mark.parametrize(
     "branches, parent_type",
     [
