@@ -41,11 +41,15 @@ def check_strict_schemas(chat: ChatRequest) -> None:
 
 def unenforced_keywords(schema: Any, param: str) -> list[tuple[str, str]]:
     """Each place in `schema` (named under `param`) whose keyword no grammar enforces, with the keyword."""
-    return [(where, keyword) for node, where in _schemas(schema, param) for keyword in _unenforced(node, schema)]
+    return list(_found(schema, param))
+
+
+def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
+    return ((where, keyword) for node, where in _schemas(schema, param) for keyword in _unenforced(node, schema))
 
 
 def _check(schema: Any, param: str) -> None:
-    for where, keyword in unenforced_keywords(schema, param):
+    for where, keyword in _found(schema, param):
         if keyword == "oneOf":
             raise SchemaGrammarError(
                 "a strict schema's 'oneOf' must have branches that exclude each other (distinct types, distinct "
