@@ -14,21 +14,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from family_grammar_bench import PARAMETERS
 
 from gateway.grammars.unenforced import check_strict_schemas
 from gateway.types import ChatRequest
 
 USER = [{"role": "user", "content": "x"}]
-SMALL = {
-    "type": "object",
-    "properties": {
-        "query": {"type": "string"},
-        "limit": {"type": "integer"},
-        "mode": {"type": "string", "enum": ["fast", "exact"]},
-        "tags": {"type": "array", "items": {"type": "string"}},
-    },
-    "required": ["query", "mode"],
-}
+SMALL = PARAMETERS
 
 
 def kind(i: int) -> dict[str, Any]:
@@ -44,7 +38,7 @@ def request(*schemas: dict[str, Any]) -> ChatRequest:
 
 
 CASES = [
-    ("5 tools x 4 parameters", request(*[SMALL] * 5)),
+    ("5 tools x 5 parameters", request(*[SMALL] * 5)),
     ("2,000 properties", request({"type": "object", "properties": {f"p{i}": SMALL for i in range(2000)}})),
     ("oneOf of 60 tagged objects (pairwise)", request({"type": "object", "properties": {"a": {"oneOf": [kind(i) for i in range(60)]}}})),
     ("oneOf of 2,000 tagged objects", request({"type": "object", "properties": {"a": {"oneOf": [kind(i) for i in range(2000)]}}})),
