@@ -332,13 +332,14 @@ class _EndlessBuilder:
         return getattr(self._family, name)
 
 
-def test_a_request_whose_build_alone_ran_past_the_budget_is_refused_at_once_when_repeated(checkpoint, tokenize_only):
+def test_a_request_whose_build_alone_ran_past_the_budget_is_refused_at_once_when_repeated(budgeted, tokenize_only):
     """A build past the budget made no grammar key to remember: each repeat cost one budget again (and a child). The
     request's own key (its tools, tool choice and response format) is remembered: a repeat, even in another
     conversation, is refused without a build, naming the same schema."""
-    info = functools.partial(tokenizer_info, checkpoint, len(checkpoint.vocab))
+    budgeted.grammar_budget.prepare()  # the vocabulary's view, built once for the module
+    info = budgeted.grammar_budget._info
     model = dataclasses.replace(
-        tokenize_only, grammar_budget=GrammarBudget(_EndlessBuilder(tokenize_only.family), info, BUDGET_S)
+        tokenize_only, grammar_budget=GrammarBudget(_EndlessBuilder(tokenize_only.family), lambda: info, BUDGET_S)
     )
     tools = [tool("slow", SMALL)]
     try:
