@@ -4,8 +4,10 @@ errors in its own shape.
 
 A job goes to a free `CompileProcess` (forked on first use; waiting for a free one is not charged); past `seconds`
 of the child's CPU time for the job it is killed (OverBudget), as it is when the job's `cancel` event is set
-(Cancelled: the client went away). Grammars known to cost more than the budget are remembered by their key and
-refused at once (`("over_budget",)`), without a compile. A child stuck or gone, or a pool closed, is
+(Cancelled: the client went away). What ran past the budget is remembered by its keys and refused at once
+(`("over_budget",)`): the grammar's (once built), so a repeat costs no compile, and the job's own key, a cheap hash
+of what the grammar is built from given by the caller (`job(..., key=)`), so a repeat costs no build either (a build
+alone can run past the budget, before any grammar key exists). A child stuck or gone, or a pool closed, is
 CompilerUnavailable (the caller may try again).
 """
 
@@ -79,6 +81,23 @@ class CompilePool:
         self._lock = threading.Lock()
         self._closed = False
 
+    def job(
+        self, *job: Any, key: str | None = None, cancel: threading.Event | None = None
+    ) -> tuple[tuple[Any, ...], float]:
+        """A child's answer to one job and the CPU seconds it cost. With `key` (what the job builds from, hashed)
+        known over budget, ("over_budget",) at once without a child; a job over budget (OverBudget, raised) or
+        refused by its grammar's key has `key` remembered, and the grammar's key too once built."""
+        if key is not None and self.known_over_budget(key):
+            return ("over_budget",), 0.0
+        try:
+            reply, spent = self._job(*job, cancel=cancel)
+        except OverBudget as over:
+            self.remember_over_budget(key, over.key)
+            raise
+        if reply[0] == "over_budget":
+            self.remember_over_budget(key)
+        return reply, spent
+
     def _job(self, *job: Any, cancel: threading.Event | None = None) -> tuple[tuple[Any, ...], float]:
         """A free child's answer to one job (forked when needed) and the CPU seconds the job cost it; a child over
         budget (OverBudget), cancelled (Cancelled), stuck or gone is killed."""
@@ -122,7 +141,7 @@ class CompilePool:
         reply = self._reply(child, started_cpu, started, cancel)
         if reply is not None and reply[0] == "built":
             key = reply[1]
-            if self._known_over_budget(key):
+            if self.known_over_budget(key):
                 child.connection.send(False)
                 self._reply(child, started_cpu, started, cancel)  # ("skipped",)
                 return ("over_budget",)
@@ -151,16 +170,21 @@ class CompilePool:
         except EOFError:  # the child died with its answer unsent (killed from outside, or xgrammar crashed)
             raise _compiler_failed() from None
 
-    def _known_over_budget(self, key: str) -> bool:
+    def known_over_budget(self, key: str) -> bool:
+        """Whether `key` (a grammar's, a job's, or any the user remembered) is known to cost more than the budget."""
         with self._lock:
             if key in self._over_budget:
                 self._over_budget.move_to_end(key)
                 return True
             return False
 
-    def _remember_over_budget(self, key: str) -> None:
+    def remember_over_budget(self, *keys: str | None) -> None:
+        """Remember `keys` (None ones skipped) as costing more than the budget (the most recent 1,024 kept)."""
         with self._lock:
-            self._over_budget[key] = None
+            for key in keys:
+                if key is not None:
+                    self._over_budget[key] = None
+                    self._over_budget.move_to_end(key)
             while len(self._over_budget) > REMEMBERED_OVER_BUDGET:
                 self._over_budget.popitem(last=False)
 

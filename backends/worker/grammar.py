@@ -109,11 +109,9 @@ class GrammarCache:
 
     def _check_in_child(self, grammar: Grammar, cancel: threading.Event | None) -> None:
         """The grammar compiled in a child under the budget; raises when it is over it, uncompilable or cancelled."""
-        pool = self._pool
-        try:
-            reply, _ = pool._job(grammar, cancel=cancel)
-        except OverBudget as over:
-            pool._remember_over_budget(over.key or grammar_key(grammar))
+        try:  # the grammar comes built: its own key is the job's
+            reply, _ = self._pool.job(grammar, key=grammar_key(grammar), cancel=cancel)
+        except OverBudget:
             raise self._too_complex(grammar) from None
         except CompilerUnavailable as exc:
             raise CompilerFailed(exc.message) from None

@@ -7,7 +7,8 @@ family builds the grammar and xgrammar compiles it on the model's real vocabular
 backend is touched. With several schemas in play (tools, a response format) the refusal names the one whose
 grammar alone runs past the budget, tried one by one after the refusal (`_attribute`: under 2x the budget more,
 only for a grammar over budget), else `tools`. Grammars that compiled in time are remembered by the child (a
-repeat costs only its build), and grammars and schemas that did not by this object (a repeat is refused at once).
+repeat costs only its build), and grammars, schemas and requests (`request_key`: a build alone can run past the
+budget) that did not by the pool (a repeat is refused at once, the schema named from memory).
 Waiting for a free child is not charged.
 """
 
@@ -39,7 +40,7 @@ log = logging.getLogger("gateway.grammars")
 
 class GrammarBudget(CompilePool):
     """Builds and compiles one model's grammars under a CPU-time budget per request (over-budget keys remembered:
-    grammars, and single schemas, `schema_pieces`)."""
+    grammars, requests, `request_key`, and single schemas, `schema_pieces`)."""
 
     def __init__(self, family: Family, tokenizer_info: Callable[[], xgr.TokenizerInfo], seconds: float):
         super().__init__(functools.partial(_family_grammar, family), tokenizer_info, seconds)
@@ -49,17 +50,15 @@ class GrammarBudget(CompilePool):
         400 when the schema cannot become a grammar or costs more than the budget; 503 to retry when the compile
         child failed or the gateway is shutting down."""
         try:
-            reply, _ = self._job(chat, prompt)
-        except OverBudget as over:
-            if over.key is not None:
-                self._remember_over_budget(over.key)
+            reply, _ = self.job(chat, prompt, key=request_key(chat))
+        except OverBudget:
             note_grammar_compile(self.seconds, "over_budget")
             raise self._over(self._attribute(chat, prompt)) from None
         except CompilerUnavailable as e:
             raise APIError(e.message, status=503, type="server_error", retry_after=e.retry_after) from None
-        if reply[0] == "over_budget":
+        if reply[0] == "over_budget":  # known: named from memory, no schema tried alone again
             note_grammar_compile(None, "over_budget")
-            raise self._over(self._attribute(chat, prompt))
+            raise self._over(self._attribute(chat, prompt, try_alone=False))
         return self._outcome(reply, chat)
 
     def _outcome(self, reply: tuple[Any, ...], chat: ChatRequest) -> Grammar | None:
@@ -80,31 +79,29 @@ class GrammarBudget(CompilePool):
         note_grammar_compile(reply[2], "miss")
         return reply[1]
 
-    def _attribute(self, chat: ChatRequest, prompt: str) -> str:
-        """The schema an over-budget grammar's cost belongs to. With several in play, each is tried alone in a
-        child under the full budget while those tried before it cost less than the budget together (so this
-        costs under 2x the budget, and a schema found over it is remembered): the first over the budget alone is
-        named, else `tools` (their sum is what costs)."""
+    def _attribute(self, chat: ChatRequest, prompt: str, try_alone: bool = True) -> str:
+        """The schema an over-budget grammar's cost belongs to. With several in play, one known over the budget
+        alone is named; else (`try_alone`) each is tried alone in a child under the full budget while those tried
+        before it cost less than the budget together (so this costs under 2x the budget, and a schema found over
+        it is remembered): the first over the budget alone is named, else `tools` (their sum is what costs)."""
         param = schema_param(chat)
         if param != "tools":
             return param
+        pieces = schema_pieces(chat)
+        known = next((p for p, key, _ in pieces if self.known_over_budget(key)), None)
+        if known is not None or not try_alone:
+            return known or param
         spent = 0.0
-        for piece_param, piece_key, piece in schema_pieces(chat):
-            if self._known_over_budget(piece_key):
-                return piece_param
+        for piece_param, piece_key, piece in pieces:
             if spent >= self.seconds:
                 break
             try:
-                reply, cost = self._job(piece, prompt)
-            except OverBudget as over:
-                self._remember_over_budget(piece_key)
-                if over.key is not None:
-                    self._remember_over_budget(over.key)
+                reply, cost = self.job(piece, prompt, key=piece_key)
+            except OverBudget:
                 return piece_param
             except CompilerUnavailable:  # a stuck or failed child: the refusal stands, unattributed
                 break
             if reply[0] == "over_budget":
-                self._remember_over_budget(piece_key)
                 return piece_param
             spent += cost
         return param
@@ -152,6 +149,14 @@ def schema_pieces(chat: ChatRequest) -> list[tuple[str, str, ChatRequest]]:
 
 def _schema_key(schema: dict[str, Any]) -> str:
     return "schema:" + hashlib.sha256(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def request_key(chat: ChatRequest) -> str:
+    """What a request's grammar is built from, hashed: its tools, tool choice and response format (not its messages:
+    an agent's every turn sends the same tools). A request whose build alone ran past the budget made no grammar key;
+    this one is remembered instead, so its repeat is refused without a build."""
+    built_from = [chat.tools, chat.tool_choice, chat.parallel_tool_calls, chat.response_format]
+    return "request:" + hashlib.sha256(orjson.dumps(built_from, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def schema_param(chat: ChatRequest) -> str:

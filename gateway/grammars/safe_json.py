@@ -41,7 +41,7 @@ UNSAFE_FORMATS = frozenset({"email", "idn-email", "json-pointer", "relative-json
 _UNSAFE_FORMATS_BY_FIRST = {"<": UNSAFE_FORMATS, "[": UNSAFE_FORMATS | {"uri-template"}}
 """The same for each first character checked (uri-template's literal parts take `[`); any other drops every format."""
 
-_SUBSCHEMAS = (
+SUBSCHEMA_KEYS = (
     "items",
     "prefixItems",
     "anyOf",
@@ -59,7 +59,7 @@ _SUBSCHEMAS = (
     "unevaluatedItems",
 )
 """Keywords whose value is a schema or a list of schemas."""
-_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
 _PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
@@ -128,9 +128,9 @@ def unannotated(schema: Any) -> Any:
     for key, value in schema.items():
         if key in ANNOTATIONS:
             continue
-        if key in _SUBSCHEMAS:
+        if key in SUBSCHEMA_KEYS:
             out[key] = unannotated(value)
-        elif key in _SUBSCHEMA_MAPS and isinstance(value, dict):
+        elif key in SUBSCHEMA_MAPS and isinstance(value, dict):
             out[key] = {name: unannotated(sub) for name, sub in value.items()}
         else:
             out[key] = value
@@ -366,12 +366,12 @@ def _spell_safe(schema: Any, path: str, strict: bool, firsts: str) -> Any:
         del out["format"]
     if isinstance(out.get("patternProperties"), dict) and any(may_write(k, firsts) for k in out["patternProperties"]):
         return None
-    for key in _SUBSCHEMAS:
+    for key in SUBSCHEMA_KEYS:
         if isinstance(out.get(key), (dict, list)):
             out[key] = _spell_safe(out[key], f"{path}.{key}", strict, firsts)
             if out[key] is None:
                 return None
-    for key in _SUBSCHEMA_MAPS:
+    for key in SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
             mapped = {k: _spell_safe(v, f"{path}.{key}.{k}", strict, firsts) for k, v in out[key].items()}
             if any(v is None for v in mapped.values()):

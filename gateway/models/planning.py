@@ -14,6 +14,7 @@ from gateway.errors import APIError, invalid
 from gateway.grammars.budget import build_failed, too_deep
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.unenforced import check_strict_schemas
 from gateway.models.registry import ServedModel
 from gateway.observability.requests import note_grammar
 from gateway.observability.tracing import stage
@@ -148,8 +149,10 @@ def encode_chat(model: ServedModel, chat: ChatRequest, param: str = "messages") 
 def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
     """The family's grammar for the request (built and compiled under the model's compile budget when it has
     one); a schema that cannot be enforced, by xgrammar or by the backend's older xgrammar, or that costs more
-    than the budget, is a 400."""
+    than the budget, is a 400, as is a strict schema using a keyword no grammar enforces (grammars/unenforced.py,
+    checked here for every family)."""
     try:
+        check_strict_schemas(chat)
         if model.grammar_budget is not None and (chat.tools or chat.response_format):
             # only a client's schema can cost much to compile: a chat without one builds its grammar (if its
             # family has one without tools) here, without a round trip to a compile child

@@ -15,6 +15,7 @@ from tests.doors.conftest import named_events
 from tests.doors.stream_order import messages_order
 
 UNSATISFIABLE = {"type": "string", "minLength": 5, "maxLength": 2}
+CONDITIONAL = {"type": "object", "properties": {"a": {"type": "integer", "if": {"minimum": 5}, "then": {"maximum": 9}}}}
 """A schema no grammar can enforce (refused when the grammar is built, not by validation)."""
 WEATHER = {
     "name": "get_weather",
@@ -224,6 +225,19 @@ def test_count_tokens(door, client):
             400,
             "invalid_request_error",
             "output_config.format.schema:",
+        ),
+        (  # a strict tool (Anthropic's tools[].strict), and output_config (always enforced), with a keyword no
+            # grammar enforces: named down to the keyword
+            {"tools": [{"name": "f", "input_schema": CONDITIONAL, "strict": True}]},
+            400,
+            "invalid_request_error",
+            "tools[0].input_schema.properties.a.if:",
+        ),
+        (
+            {"output_config": {"format": {"type": "json_schema", "schema": CONDITIONAL}}},
+            400,
+            "invalid_request_error",
+            "output_config.format.schema.properties.a.if:",
         ),
     ],
 )

@@ -15,6 +15,7 @@ from tests.doors.stream_order import responses_order
 from tests.doors.weather_agent import run_weather_agent
 
 UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}
+ONE_OF = {"type": "object", "properties": {"n": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}
 """A schema no grammar can enforce (refused when the grammar is built, not by validation)."""
 WEATHER = {
     "type": "function",
@@ -351,6 +352,16 @@ def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door
         (
             {"text": {"format": {"type": "json_schema", "name": "x", "schema": UNSATISFIABLE}}},
             "text.format.schema",
+            None,
+        ),
+        (  # strict, with a keyword no grammar enforces: named down to the keyword
+            {"tools": [{"type": "function", "name": "f", "parameters": ONE_OF, "strict": True}]},
+            "tools[0].parameters.properties.n.oneOf",
+            None,
+        ),
+        (
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": ONE_OF, "strict": True}}},
+            "text.format.schema.properties.n.oneOf",
             None,
         ),
     ],

@@ -297,6 +297,7 @@ def test_a_completion_that_names_no_max_tokens_gets_openais_16(gateway):
 
 
 UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLength": 5, "maxLength": 2}}}
+NEGATED = {"type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}}}}
 
 
 @pytest.mark.parametrize(
@@ -333,6 +334,31 @@ UNSATISFIABLE = {"type": "object", "properties": {"a": {"type": "string", "minLe
             },
             400,
             "tools[1].function.parameters",
+            None,
+        ),
+        (  # a strict schema using a keyword no grammar enforces: named down to the keyword
+            "/v1/chat/completions",
+            {
+                "model": MODEL,
+                "messages": USER,
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": NEGATED, "strict": True}}],
+            },
+            400,
+            "tools[0].function.parameters.properties.a.not",
+            None,
+        ),
+        (
+            "/v1/chat/completions",
+            {
+                "model": MODEL,
+                "messages": USER,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "s", "schema": NEGATED, "strict": True},
+                },
+            },
+            400,
+            "response_format.json_schema.schema.properties.a.not",
             None,
         ),
         ("/v1/completions", {"model": MODEL, "prompt": [5, 49152]}, 400, "prompt[1]", None),

@@ -1,0 +1,226 @@
+"""JSON Schema keywords no grammar here enforces, and the refusal of a strict schema that uses one.
+
+xgrammar 0.2.9 (and the families' own argument grammars, which read `oneOf` as `anyOf` too) silently drops `not`,
+`if`/`then`/`else`, `dependentRequired`, `dependentSchemas`, `dependencies`, `contains` and `uniqueItems`, and
+reads `oneOf` as `anyOf` (a value matching two branches passes): measured, bench/RESULTS.md. A schema the client
+marked strict (a tool's `strict: true`; a json_schema response format's `strict: true`, which /v1/messages'
+`output_config.format` always is) promises that every answer matches it, so one using such a keyword is a 400
+naming the keyword's place, as OpenAI's strict mode refuses them. A `oneOf` whose branches are provably mutually
+exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. Without strict
+the rest of the schema is enforced and these keywords are not (docs/schemas.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
+from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS
+from gateway.types import ChatRequest
+
+UNENFORCED = ("not", "if", "dependentRequired", "dependentSchemas", "dependencies", "contains", "uniqueItems")
+"""Keywords the grammars drop (`then`/`else` mean nothing without `if`; `minContains`/`maxContains` without
+`contains`), and `oneOf` unless its branches are exclusive."""
+_REF_HOPS = 16
+
+
+def check_strict_schemas(chat: ChatRequest) -> None:
+    """SchemaGrammarError naming the first keyword no grammar enforces in a schema `chat` marks strict: an active
+    tool's with `strict: true`, a strict json_schema response format's."""
+    for tool in chat.active_tools:
+        parameters = tool["function"].get("parameters")
+        if tool["function"].get("strict") is True and isinstance(parameters, dict):
+            _check(parameters, f"tools[{chat.tools.index(tool)}].function.parameters")
+    if response_strict(chat.response_format):
+        _check(response_schema(chat.response_format), RESPONSE_SCHEMA_PARAM)
+
+
+def unenforced_keywords(schema: Any, param: str) -> list[tuple[str, str]]:
+    """Each place in `schema` (named under `param`) whose keyword no grammar enforces, with the keyword."""
+    return list(_found(schema, param))
+
+
+def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
+    return ((where, keyword) for node, where in _schemas(schema, param) for keyword in _unenforced(node, schema))
+
+
+def _check(schema: Any, param: str) -> None:
+    for where, keyword in _found(schema, param):
+        if keyword == "oneOf":
+            raise SchemaGrammarError(
+                "a strict schema's 'oneOf' must have branches that exclude each other (distinct types, distinct "
+                "const or enum values, or such a property every branch requires): this gateway's grammars enforce "
+                "'oneOf' as 'anyOf'; use anyOf, or strict false for best effort",
+                f"{where}.oneOf",
+            )
+        raise SchemaGrammarError(
+            f"a strict schema cannot use '{keyword}': this gateway's grammars do not enforce it (it would be "
+            "silently ignored); remove it, or set strict false for best effort",
+            f"{where}.{keyword}",
+        )
+
+
+def _schemas(node: Any, at: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every schema object in `node`, in document order, at schema positions only (a property named `not` is no
+    keyword); nesting is bounded by the doors' schema check (validation/schema_bounds.py)."""
+    if not isinstance(node, dict):
+        return
+    yield node, at
+    for key, value in node.items():
+        if key in SUBSCHEMA_KEYS and isinstance(value, dict):
+            yield from _schemas(value, f"{at}.{key}")
+        elif key in SUBSCHEMA_KEYS and isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from _schemas(item, f"{at}.{key}[{i}]")
+        elif key in SUBSCHEMA_MAPS and isinstance(value, dict):
+            for name, item in value.items():
+                yield from _schemas(item, f"{at}.{key}.{name}")
+
+
+def _unenforced(node: dict[str, Any], root: Any) -> list[str]:
+    found = []
+    for keyword in UNENFORCED:
+        value = node.get(keyword)
+        if keyword not in node or value is False or (value == {} and keyword.startswith("depend")):
+            continue  # uniqueItems false, no dependencies: nothing asserted
+        if keyword == "if" and "then" not in node and "else" not in node:
+            continue
+        found.append(keyword)
+    branches = node.get("oneOf")
+    if isinstance(branches, list) and not _exclusive(branches, root, node):
+        found.append("oneOf")
+    return found
+
+
+@dataclass(frozen=True)
+class _Branch:
+    """What a oneOf branch says of the values it admits, read once."""
+
+    values: frozenset[tuple[str, Any]] | None
+    types: frozenset[str] | None
+    discriminators: dict[str, frozenset[tuple[str, Any]]]
+    """Its required properties whose values it lists (`const`, `enum`)."""
+
+
+_PAIRWISE = 64
+"""Branches compared pair by pair at most; a longer oneOf must be split whole by one discriminator (its values,
+or one property's)."""
+
+
+def _exclusive(branches: list[Any], root: Any, parent: dict[str, Any]) -> bool:
+    """Whether no value can match two of `branches` (provably: by types, by values, or by a discriminating
+    property every branch requires)."""
+    objects_only = _types(parent) == {"object"}
+    facts = [_branch(b, root) for b in branches if b is not False]  # `false` admits nothing
+    if any(f is None for f in facts):
+        return False
+    if len(facts) > _PAIRWISE:
+        return (
+            _split_by(facts, lambda f: f.values)
+            or (all(f.types == {"object"} for f in facts) or objects_only)
+            and any(_split_by(facts, lambda f, n=name: f.discriminators.get(n)) for name in facts[0].discriminators)
+        )
+    return all(_disjoint(a, b, objects_only) for i, a in enumerate(facts) for b in facts[i + 1 :])
+
+
+def _branch(schema: Any, root: Any) -> _Branch | None:
+    """A branch's facts; None for one that admits any value (`true`, or no schema object)."""
+    schema = _resolved(schema, root)
+    if not isinstance(schema, dict):
+        return None
+    discriminators = {}
+    for name in _required(schema):
+        values = _values(_resolved(_property(schema, name), root))
+        if values is not None:
+            discriminators[name] = values
+    return _Branch(_values(schema), _types(schema), discriminators)
+
+
+def _split_by(facts: list[_Branch], key: Callable[[_Branch], frozenset[Any] | None]) -> bool:
+    """Whether every branch lists values under `key` and no value is listed twice."""
+    sets = [key(f) for f in facts]
+    return all(s is not None for s in sets) and sum(map(len, sets)) == len(frozenset().union(*sets))
+
+
+def _disjoint(a: _Branch, b: _Branch, objects_only: bool) -> bool:
+    if a.values is not None and b.values is not None and not a.values & b.values:
+        return True
+    if a.types is not None and b.types is not None and not _types_overlap(a.types, b.types):
+        return True
+    if not (objects_only or a.types == {"object"} or b.types == {"object"}):
+        return False  # `required` and `properties` say nothing of a value that is not an object
+    return any(not a.discriminators[n] & b.discriminators[n] for n in a.discriminators.keys() & b.discriminators)
+
+
+def _resolved(schema: Any, root: Any) -> Any:
+    """`schema` with its local `$ref` followed (its sibling keywords kept beside the target's)."""
+    for _ in range(_REF_HOPS):
+        if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
+            break
+        target = resolve_pointer(root, schema["$ref"])
+        if not isinstance(target, dict):
+            break
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    return schema
+
+
+def _property(schema: dict[str, Any], name: str) -> Any:
+    properties = schema.get("properties")
+    return properties.get(name) if isinstance(properties, dict) else None
+
+
+def _required(schema: dict[str, Any]) -> set[str]:
+    required = schema.get("required")
+    return {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+
+
+def _values(schema: Any) -> frozenset[tuple[str, Any]] | None:
+    """The values a schema admits when it lists them (`const`, `enum`), as comparable keys; None when it does not."""
+    if not isinstance(schema, dict):
+        return None
+    if "const" in schema:
+        return frozenset([_value_key(schema["const"])])
+    enum = schema.get("enum")
+    return frozenset(_value_key(v) for v in enum) if isinstance(enum, list) else None
+
+
+def _value_key(value: Any) -> tuple[str, Any]:
+    """JSON equality: 1 and 1.0 are one value, true and 1 are not."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return ("number", value)
+    return ("json", json.dumps(value, sort_keys=True))
+
+
+_JSON_TYPES = {bool: "boolean", str: "string", type(None): "null", list: "array", dict: "object", float: "number"}
+
+
+def _types(schema: Any) -> frozenset[str] | None:
+    """The JSON types a schema allows when it says (`type`, or its `const`/`enum` values'); None for any."""
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        return frozenset([kind])
+    if isinstance(kind, list):
+        return frozenset(k for k in kind if isinstance(k, str))
+    if "const" in schema:
+        return frozenset([_type_of(schema["const"])])
+    enum = schema.get("enum")
+    return frozenset(_type_of(v) for v in enum) if isinstance(enum, list) else None
+
+
+def _type_of(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return "integer"
+    if isinstance(value, float) and value.is_integer():
+        return "integer"
+    return _JSON_TYPES.get(type(value), "object")
+
+
+def _types_overlap(a: frozenset[str], b: frozenset[str]) -> bool:
+    """Whether a value can have a type of each (every integer is a number)."""
+    return bool(a & b) or ("number" in a and "integer" in b) or ("integer" in a and "number" in b)

@@ -1,0 +1,158 @@
+"""Strict schemas and the keywords no grammar enforces: xgrammar 0.2.9 drops `not`, `if`/`then`/`else`, the
+dependency keywords, `contains` and `uniqueItems`, and reads `oneOf` as `anyOf` (each shown on xgrammar itself
+below). Under strict they are a 400 naming their place; a `oneOf` of provably exclusive branches passes; without
+strict the rest of the schema is still enforced."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import xgrammar as xgr
+from xgrammar.testing import _is_grammar_accept_string
+
+from gateway.errors import APIError
+from gateway.grammars.unenforced import unenforced_keywords
+from gateway.models.planning import chat_grammar
+from gateway.types import ChatRequest
+
+USER = [{"role": "user", "content": "hi"}]
+PAIR = {"a": {"type": "integer"}, "b": {"type": "integer"}}
+
+
+def obj(**keywords) -> dict:
+    return {"type": "object", "properties": dict(PAIR), **keywords}
+
+
+IGNORED = [  # (schema, a value it refuses that xgrammar 0.2.9's grammar takes, the keyword)
+    ({"not": {"type": "string"}}, '"x"', "not"),
+    ({"type": "integer", "if": {"minimum": 5}, "then": {"maximum": 3}}, "7", "if"),
+    (obj(dependentRequired={"a": ["b"]}), '{"a": 1}', "dependentRequired"),
+    (obj(dependentSchemas={"a": {"required": ["b"]}}), '{"a": 1}', "dependentSchemas"),
+    (obj(dependencies={"a": ["b"]}), '{"a": 1}', "dependencies"),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"const": 5}}, "[1]", "contains"),
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "[1, 1]", "uniqueItems"),
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "1", "oneOf"),
+]
+
+
+@pytest.mark.parametrize("schema, refused, keyword", IGNORED, ids=[c[2] for c in IGNORED])
+def test_each_keyword_found_is_one_xgrammar_ignores(schema, refused, keyword):
+    """The list is what xgrammar does: its grammar takes a value the keyword refuses (were a newer xgrammar to
+    enforce one, this fails and the keyword can leave the list)."""
+    grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=True)
+    assert _is_grammar_accept_string(grammar, refused)
+    assert unenforced_keywords(schema, "p") == [("p", keyword)]
+
+
+def test_keywords_are_found_at_schema_positions_only():
+    schema = {
+        "type": "object",
+        "properties": {"not": {"type": "string"}, "if": {"type": "object", "properties": {"x": {"not": {}}}}},
+        "$defs": {"D": {"type": "array", "uniqueItems": False, "contains": {}}},
+    }
+    assert unenforced_keywords(schema, "p") == [("p.properties.if.properties.x", "not"), ("p.$defs.D", "contains")]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "if": {"minimum": 5}},  # no then, no else: nothing asserted
+        obj(dependentRequired={}, uniqueItems=False),
+        {"oneOf": [{"type": "integer"}, {"type": "string"}, {"type": ["null", "boolean"]}]},
+        {"oneOf": [{"const": "a"}, {"enum": ["b", "c"]}, {"const": 1}]},
+        {  # a discriminated union (pydantic's shape): a const property every branch requires
+            "type": "object",
+            "properties": {"pet": {"oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}], "discriminator": {}}},
+            "$defs": {
+                "Cat": {"type": "object", "properties": {"kind": {"const": "cat"}}, "required": ["kind"]},
+                "Dog": {"type": "object", "properties": {"kind": {"enum": ["dog"]}}, "required": ["kind", "bark"]},
+            },
+        },
+        {  # the parent says object: the branches' discriminator suffices
+            "type": "object",
+            "oneOf": [
+                {"properties": {"k": {"const": 1}}, "required": ["k"]},
+                {"properties": {"k": {"const": 2}}, "required": ["k"]},
+            ],
+        },
+    ],
+)
+def test_what_is_enforced_exactly_is_not_found(schema):
+    assert unenforced_keywords(schema, "p") == []
+
+
+def kind(i: int) -> dict:
+    return {"type": "object", "properties": {"kind": {"const": f"k{i}"}}, "required": ["kind"]}
+
+
+def test_a_long_one_of_is_judged_whole_by_one_discriminator():
+    """Past 64 branches no pair is compared (a 2,000-branch oneOf would be 2 million pairs): the branches must
+    list distinct values, or distinct values of one property they all require."""
+    for branches in ([{"const": i} for i in range(2000)], [kind(i) for i in range(2000)]):
+        assert unenforced_keywords({"oneOf": branches}, "p") == []
+        assert unenforced_keywords({"oneOf": [*branches, branches[7]]}, "p") == [("p", "oneOf")]
+    mixed = [*({"const": i} for i in range(100)), {"type": "string"}]  # exclusive, but not by one discriminator
+    assert unenforced_keywords({"oneOf": mixed}, "p") == [("p", "oneOf")]
+    assert unenforced_keywords({"oneOf": mixed[-64:]}, "p") == []
+
+
+@pytest.mark.parametrize(
+    "branches, parent_type",
+    [
+        ([{"type": "integer"}, {"type": "number"}], None),  # every integer is a number
+        ([{"const": 1}, {"const": 1.0}], None),  # one JSON value
+        ([{"type": "string"}, {"minLength": 2}], None),  # a branch of any type
+        (  # the discriminator binds objects only: "x" matches both
+            [
+                {"properties": {"k": {"const": 1}}, "required": ["k"]},
+                {"properties": {"k": {"const": 2}}, "required": ["k"]},
+            ],
+            None,
+        ),
+        (  # not required by both: {} matches both
+            [
+                {"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]},
+                {"type": "object", "properties": {"k": {"const": 2}}},
+            ],
+            "object",
+        ),
+    ],
+)
+def test_a_one_of_that_may_match_two_branches_is_found(branches, parent_type):
+    schema = {"oneOf": branches, **({"type": parent_type} if parent_type else {})}
+    assert unenforced_keywords(schema, "p") == [("p", "oneOf")]
+
+
+def tool(parameters: dict, strict: bool | None) -> dict:
+    strictness = {} if strict is None else {"strict": strict}
+    return {"type": "function", "function": {"name": "f", "parameters": parameters, **strictness}}
+
+
+NEGATED = {"type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}}}}
+
+
+def test_a_strict_tool_is_a_400_naming_the_keyword_and_a_loose_one_is_best_effort(tokenize_only):
+    chat = ChatRequest(messages=USER, tools=[tool(PAIR | {"type": "object"}, None), tool(NEGATED, True)])
+    with pytest.raises(APIError) as error:
+        chat_grammar(tokenize_only, chat, "prompt")
+    assert error.value.status == 400 and error.value.param == "tools[1].function.parameters.properties.a.not"
+    for strict in (None, False):  # the family's own rule for an omitted strict; no refusal of the keyword
+        chat = ChatRequest(messages=USER, tools=[tool(NEGATED, strict)], tool_choice="required")
+        assert chat_grammar(tokenize_only, chat, "prompt") is not None
+    unused = ChatRequest(messages=USER, tools=[tool(NEGATED, True)], tool_choice="none")  # no promise made
+    chat_grammar(tokenize_only, unused, "prompt")
+
+
+def test_a_strict_response_format_is_a_400_naming_the_keyword(tokenize_only):
+    schema = {"type": "object", "properties": {"n": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}}
+    for strict, refused in ((True, True), (False, False)):
+        response_format = {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": strict}}
+        chat = ChatRequest(messages=USER, response_format=response_format)
+        if not refused:
+            assert chat_grammar(tokenize_only, chat, "prompt") is not None
+            continue
+        with pytest.raises(APIError) as error:
+            chat_grammar(tokenize_only, chat, "prompt")
+        assert error.value.param == "response_format.json_schema.schema.properties.n.oneOf"
+        assert "anyOf" in error.value.message
