@@ -221,19 +221,14 @@ networkPolicy.prometheus does not say from where (with networkPolicy.enabled, re
 {{- $ms }}
 {{- end }}
 
-{{/* The HTTPRoute's timeouts {request, backendRequest}: the values', else the longest a request may take in the
-gateway (the longest model deadline, the longest fair-queue wait of the rendered policies, 30 s to plan), so that
-the gateway's own deadline answers first and a long stream is never cut by the implementation's default (Envoy's is
-15 s). backendRequest (one try from the Gateway to a gateway pod) defaults to the request timeout, never above it. */}}
-{{- define "llm-gateway.routeTimeouts" -}}
-{{- $route := .Values.httpRoute }}
-{{- $request := $route.requestTimeout }}
-{{- if not $request }}
+{{/* The longest a request may take in the gateway, in whole seconds: the longest model deadline, the longest
+fair-queue wait of the rendered policies (30 s, the gateway's default, with policies.enabled), and 30 s to plan. The
+HTTPRoute's timeout and the gateway's drain default to it, so neither cuts a request the gateway still serves. */}}
+{{- define "llm-gateway.longestRequestSeconds" -}}
 {{- $longest := 0.0 }}
 {{- range .Values.models }}
 {{- if ne .backend.type "none" }}
-{{- $deadline := (.backend.settings | default dict).request_timeout_s | default $.Values.gateway.requestTimeoutSeconds }}
-{{- $longest = maxf $longest $deadline }}
+{{- $longest = maxf $longest (include "llm-gateway.modelDeadline" (dict "ctx" $ "model" .)) }}
 {{- end }}
 {{- end }}
 {{- $queue := 0.0 }}
@@ -243,7 +238,47 @@ the gateway's own deadline answers first and a long stream is never cut by the i
 {{- with ($policy.limits | default dict).queue_timeout_s }}{{ $queue = maxf $queue . }}{{ end }}
 {{- end }}
 {{- end }}
-{{- $s := addf $longest $queue 30 | ceil | int64 }}
+{{- addf $longest $queue 30 | ceil | int64 }}
+{{- end }}
+
+{{/* A model's deadline in seconds (its backend.settings.request_timeout_s, else gateway.requestTimeoutSeconds);
+call with (dict "ctx" $ "model" $model). */}}
+{{- define "llm-gateway.modelDeadline" -}}
+{{- ((.model.backend.settings | default dict).request_timeout_s | default .ctx.Values.gateway.requestTimeoutSeconds) | float64 }}
+{{- end }}
+
+{{/* --drain-timeout: gateway.drain.timeoutSeconds, else the longest a request may take (requests in flight when a
+pod is replaced run to their end, as long as the route lets them). */}}
+{{- define "llm-gateway.drainTimeoutSeconds" -}}
+{{- $set := .Values.gateway.drain.timeoutSeconds }}
+{{- ternary (include "llm-gateway.longestRequestSeconds" .) (toString $set) (kindIs "invalid" $set) }}
+{{- end }}
+
+{{/* The gateway pod's terminationGracePeriodSeconds: its drain (--drain-delay, then --drain-timeout), then its exit,
+then gateway.terminationGraceMarginSeconds, so the kubelet's SIGKILL never cuts a drain or an exit the gateway still
+runs. The exit: 10 s to stop each embedded worker in turn (gateway/process/supervisor.py: WORKER_STOP_GRACE_S), and
+the gateway's own bound on what follows its drain (gateway/process/group.py: exit_after_drain_s): the settlements its
+limits store missed, tried again (policies/limits/settle_backlog.py: first_tries_s, 3.5 s of pauses and 4 tries of a
+turn and a call, --redis-timeout or 0.5 s each), 3 s to flush the spans and 1 s to exit. No preStop hook:
+--drain-delay is that wait, inside the gateway. */}}
+{{- define "llm-gateway.terminationGraceSeconds" -}}
+{{- $g := .Values.gateway }}
+{{- $embedded := 0 }}
+{{- range .Values.models }}{{ if eq .backend.type "embedded" }}{{ $embedded = add1 $embedded }}{{ end }}{{ end }}
+{{- $settle := addf 3.5 (mulf 8 (ternary 0.5 .Values.redis.timeoutSeconds (or (kindIs "invalid" .Values.redis.timeoutSeconds) (not (include "llm-gateway.redisEnabled" .))))) }}
+{{- $exit := addf (mul $embedded 10) $settle 3 1 }}
+{{- addf $g.drain.delaySeconds (include "llm-gateway.drainTimeoutSeconds" .) $exit $g.terminationGraceMarginSeconds | ceil | int64 }}
+{{- end }}
+
+{{/* The HTTPRoute's timeouts {request, backendRequest}: the values', else the longest a request may take in the
+gateway (above), so that the gateway's own deadline answers first and a long stream is never cut by the
+implementation's default (Envoy's is 15 s). backendRequest (one try from the Gateway to a gateway pod) defaults to
+the request timeout, never above it. */}}
+{{- define "llm-gateway.routeTimeouts" -}}
+{{- $route := .Values.httpRoute }}
+{{- $request := $route.requestTimeout }}
+{{- if not $request }}
+{{- $s := include "llm-gateway.longestRequestSeconds" . | int64 }}
 {{- $request = ternary (printf "%ds" $s) (printf "%dh%dm%ds" (div $s 3600) (div (mod $s 3600) 60) (mod $s 60)) (lt $s 100000) }}
 {{- end }}
 {{- $backend := $route.backendRequestTimeout | default $request }}
@@ -304,7 +339,7 @@ httpGet:
 {{- define "llm-gateway.args" -}}
 {{- $g := .Values.gateway }}
 {{- $args := list "serve" "--host" "0.0.0.0" "--port" (toString $g.port) "--config" "/etc/llm-gateway/config/gateway.yaml" }}
-{{- $args = concat $args (list "--drain-delay" (toString $g.drain.delaySeconds) "--drain-timeout" (toString $g.drain.timeoutSeconds)) }}
+{{- $args = concat $args (list "--drain-delay" (toString $g.drain.delaySeconds) "--drain-timeout" (include "llm-gateway.drainTimeoutSeconds" .)) }}
 {{- $args = concat $args (list "--log-level" $g.logLevel) }}
 {{- if .Values.policies.enabled }}
 {{- $args = concat $args (list "--policies" .Values.policies.mountPath) }}
