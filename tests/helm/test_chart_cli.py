@@ -152,15 +152,22 @@ def test_gateway_loads_the_rendered_config(values: str, tmp_path: Path):
 
 
 @pytest.mark.parametrize("values", [v for v in VALID if "type: worker" in (ROOT / "tests/helm/values" / v).read_text()])
-def test_worker_parses_the_rendered_command_line(values: str):
-    from backends.worker.__main__ import parse_args
+def test_worker_accepts_the_rendered_command_line(values: str):
+    """The worker's parser takes the rendered arguments, and its checks before loading anything pass (a refusal
+    there is a crash loop): CUDA visible exactly when the pod has a GPU."""
+    import torch
+
+    from backends.worker.__main__ import parse_args, refuse_unsupported_dtype
 
     for deployment in find(render(values), "Deployment"):
         if deployment["metadata"]["labels"]["app.kubernetes.io/component"] != "worker":
             continue
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         assert container["command"] == ["python", "-m", "backends.worker"]
-        args = parse_args(container["args"])
+        gpus = int(container["resources"].get("limits", {}).get("nvidia.com/gpu", 0))
+        with mock.patch.object(torch.cuda, "is_available", return_value=gpus > 0):
+            args = parse_args(container["args"])
+            refuse_unsupported_dtype(args)
         assert args.host == "0.0.0.0" and args.port == container["ports"][0]["containerPort"]
 
 
