@@ -139,7 +139,7 @@ def test_gateway_loads_the_rendered_config(values: str, tmp_path: Path):
     for model in yaml.safe_load(text)["models"]:
         checkpoint = model.get("checkpoint", "")
         if checkpoint.startswith(str(tmp_path)):
-            Path(checkpoint).mkdir(parents=True)
+            Path(checkpoint).mkdir(parents=True, exist_ok=True)  # models may share one
     path = tmp_path / "gateway.yaml"
     path.write_text(text)
     config = load_config(path)
