@@ -122,7 +122,8 @@ def test_gateway_accepts_the_rendered_command_line(values: str, tmp_path: Path):
 @pytest.mark.parametrize("values", VALID)
 def test_no_secret_reaches_the_command_line(values: str):
     """Whatever comes from a Secret (a Redis URL with its password, the password) stays in the environment: the
-    kubelet expands $(VAR) into argv, which every process of the node reads in /proc/PID/cmdline."""
+    kubelet expands $(VAR) into argv, which every process of the node reads in /proc/PID/cmdline; no URL with
+    credentials sits in a plain variable, an argument or a ConfigMap."""
     for _, template in pod_templates(render(values)):
         for container in template["spec"]["containers"]:
             secret = {e["name"] for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
@@ -130,6 +131,14 @@ def test_no_secret_reaches_the_command_line(values: str):
             if container["name"] == "redis":  # Redis overwrites its argv with its process title at start
                 secret -= {"REDIS_PASSWORD"}
             assert not referenced & secret, f"{values}: {container['name']} passes {referenced & secret} in argv"
+            plain = [e["value"] for e in container.get("env", []) if "value" in e]
+            assert not [v for v in plain + container.get("args", []) if CREDENTIALS_IN_URL.search(v)], values
+    for doc in find(render(values), "ConfigMap"):  # readable by more roles than Secrets are
+        assert not CREDENTIALS_IN_URL.search(json.dumps(doc["data"])), f"{values}: {doc['metadata']['name']}"
+
+
+CREDENTIALS_IN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s\"]*@")
+"""A URL that carries a user or a password."""
 
 
 @pytest.mark.parametrize("values", VALID)

@@ -114,6 +114,11 @@ ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart b
 {{- $_ := set $cfg "type" "worker" }}
 {{- else if has $backend.type (list "sglang" "vllm") }}
 {{- $_ := set $cfg "type" $backend.type }}
+{{- range concat (list) ($backend.urls | default list) (ternary (list $backend.url) (list) (not (empty $backend.url))) }}
+{{- if and (include "llm-gateway.urlHasCredentials" .) (not $.Values.gateway.configAsSecret) }}
+{{- fail (printf "models: %s: a backend URL carries credentials (user:password@); set gateway.configAsSecret=true, or the ConfigMap shows them to whoever may read ConfigMaps" $model.id) }}
+{{- end }}
+{{- end }}
 {{- if $backend.url }}
 {{- $_ := set $cfg "url" $backend.url }}
 {{- else if $backend.urls }}
@@ -151,6 +156,11 @@ pods of a backend.service with a selector, in the release namespace). */}}
 {{- end }}
 {{- end }}
 {{- toYaml (dict "backends" ($out | uniq)) }}
+{{- end }}
+
+{{/* "true" when a URL carries a user or password (scheme://user:password@host). */}}
+{{- define "llm-gateway.urlHasCredentials" -}}
+{{- if regexMatch "^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@" . }}true{{ end }}
 {{- end }}
 
 {{/* The TCP port a URL connects to: its own, else its scheme's (443 for https, 80 for http, 6379 for redis and
