@@ -76,6 +76,8 @@ def test_every_pod_is_restricted(values: str):
         assert spec["securityContext"]["runAsNonRoot"] is True, where
         assert spec["securityContext"]["runAsUser"] > 0, where
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        # fsGroup would otherwise chown every file of the model volume (or Redis' data) at each start
+        assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch", where
         assert not any(spec.get(k) for k in ("hostIPC", "hostPID", "hostNetwork")), where
         assert spec["automountServiceAccountToken"] is False, where
         for container in spec["containers"] + spec.get("initContainers", []):

@@ -308,12 +308,14 @@ the request timeout, never above it. */}}
 {{- if and $number (hasKey $units $unit) }}{{ mulf $number (get $units $unit) | floor | int64 }}{{ end }}
 {{- end }}
 
-{{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. */}}
+{{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. The volumes' ownership is
+changed only when their root's differs (a model volume of many gigabytes is not walked at every start). */}}
 {{- define "llm-gateway.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: {{ .uid }}
 runAsGroup: {{ .uid }}
 fsGroup: {{ .uid }}
+fsGroupChangePolicy: OnRootMismatch
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
