@@ -16,6 +16,7 @@ import yaml
 
 from gateway.process.group import exit_after_drain_s
 from gateway.process.supervisor import WORKER_STOP_GRACE_S
+from policies.policy import DEFAULT_QUEUE_TIMEOUT_S
 from tests.helm.chart import (
     CHART,
     EXTRA_PREFIX,
@@ -182,23 +183,16 @@ def test_a_pod_serving_the_embedded_model_has_the_memory_it_takes(values: str):
         assert quantity_bytes(limit) >= 1.2 * EMBEDDED_PEAK_MIB * 2**20, f"{values}: {limit}"
 
 
-def _longest_request_s(docs: list[dict]) -> float:
+def _longest_request_s(docs: list[dict], policy_queues: bool = True) -> float:
     """The longest a request may take in the gateway: its longest model deadline, the longest wait in a fair queue
-    (30 s by default with policies), 30 s to plan."""
-    deadline = max(
-        [
-            m["backend"]["request_timeout_s"]
-            for m in yaml.safe_load(gateway_config(docs))["models"]
-            if "request_timeout_s" in m["backend"]
-        ]
-        or [0]
-    )
+    (with policies: the gateway's default 30 s, or the longest of the rendered policies), 30 s to plan."""
+    deadlines = [m["backend"].get("request_timeout_s", 0) for m in yaml.safe_load(gateway_config(docs))["models"]]
     queue = 0
-    policies = [d for d in docs if d["metadata"]["name"].endswith("-policies")]
     if "--policies" in gateway_container(docs)["args"]:
+        policies = [d for d in docs if d["metadata"]["name"].endswith("-policies")] if policy_queues else []
         files = [yaml.safe_load(body) for d in policies for body in (d.get("data") or d.get("stringData")).values()]
-        queue = max([30] + [(f or {}).get("limits", {}).get("queue_timeout_s", 0) for f in files])
-    return deadline + queue + 30
+        queue = max([DEFAULT_QUEUE_TIMEOUT_S] + [(f or {}).get("limits", {}).get("queue_timeout_s", 0) for f in files])
+    return max(deadlines) + queue + 30
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -210,7 +204,7 @@ def test_termination_grace_covers_the_drain(values: str):
     docs = render(values)
     container = gateway_container(docs)
     drain = float(_arg(container, "--drain-timeout"))
-    assert drain >= _longest_request_s(docs), f"{values}: a rollout cuts requests running past {drain}s"
+    assert drain >= _longest_request_s(docs, policy_queues=False), f"{values}: a rollout cuts requests past {drain}s"
     drain += float(_arg(container, "--drain-delay"))
     embedded = sum(m["backend"]["type"] == "worker" for m in yaml.safe_load(gateway_config(docs))["models"])
     redis_timeout = float(_arg(container, "--redis-timeout")) if "--redis-timeout" in container["args"] else None
@@ -495,7 +489,11 @@ def test_config_changes_roll_the_pods_policy_changes_do_not(values: str):
     tenants = yaml.safe_load((VALUES / values).read_text())["policies"]["tenants"]
     tenant_name, tenant = next(iter(tenants.items()))
     new_key = {"id": "rotated", "sha256": "ab" * 32}
-    edited = {**tenant, "keys": tenant["keys"] + [new_key], "limits": {"requests_per_minute": 5}}
+    edited = {
+        **tenant,
+        "keys": tenant["keys"] + [new_key],
+        "limits": {"requests_per_minute": 5, "queue_timeout_s": 300},
+    }
     policies_changed = render(values, extra=yaml.safe_dump({"policies": {"tenants": {tenant_name: edited}}}))
     assert _policies_object(policies_changed) != _policies_object(base), "the policy edit must reach the cluster"
     assert _pod_template(policies_changed) == _pod_template(base), "a policy edit must not restart pods"
@@ -686,8 +684,11 @@ def test_the_route_never_cuts_a_request_the_gateway_still_serves(extra: dict):
     timeouts = _route_timeouts(docs)
     assert _seconds(timeouts["request"]) >= _longest_request_s(docs)
     assert timeouts["backendRequest"] == timeouts["request"]
-    # a pod replaced meanwhile lets such a request finish too
-    assert float(_arg(gateway_container(docs), "--drain-timeout")) == _seconds(timeouts["request"])
+    # a pod replaced meanwhile lets such a request finish too, tenants' own queue waits aside (a policy edit must
+    # not roll the pods)
+    assert float(_arg(gateway_container(docs), "--drain-timeout")) == math.ceil(
+        _longest_request_s(docs, policy_queues=False)
+    )
 
 
 def test_route_timeouts_are_overridable():

@@ -231,21 +231,25 @@ networkPolicy.prometheus does not say from where (with networkPolicy.enabled, re
 {{- $ms }}
 {{- end }}
 
-{{/* The longest a request may take in the gateway, in whole seconds: the longest model deadline, the longest
-fair-queue wait of the rendered policies (30 s, the gateway's default, with policies.enabled), and 30 s to plan. The
-HTTPRoute's timeout and the gateway's drain default to it, so neither cuts a request the gateway still serves. */}}
+{{/* The longest a request may take in the gateway, in whole seconds: the longest model deadline, the longest wait
+in a fair queue (with policies.enabled: 30 s, the gateway's default, or with "policyQueues" the longest queue_timeout_s
+of the rendered policies), and 30 s to plan. Call with (dict "ctx" $ "policyQueues" true|false). The HTTPRoute's
+timeout (policyQueues) and the gateway's drain (not: a policy edit must not roll the pods) default to it. */}}
 {{- define "llm-gateway.longestRequestSeconds" -}}
+{{- $v := .ctx.Values }}
 {{- $longest := 0.0 }}
-{{- range .Values.models }}
+{{- range $v.models }}
 {{- if ne .backend.type "none" }}
-{{- $longest = maxf $longest (include "llm-gateway.modelDeadline" (dict "ctx" $ "model" .)) }}
+{{- $longest = maxf $longest (include "llm-gateway.modelDeadline" (dict "ctx" $.ctx "model" .)) }}
 {{- end }}
 {{- end }}
 {{- $queue := 0.0 }}
-{{- if .Values.policies.enabled }}
+{{- if $v.policies.enabled }}
 {{- $queue = 30.0 }}
-{{- range $policy := prepend (values (.Values.policies.tenants | default dict)) (.Values.policies.defaults | default dict) }}
+{{- if .policyQueues }}
+{{- range $policy := prepend (values ($v.policies.tenants | default dict)) ($v.policies.defaults | default dict) }}
 {{- with ($policy.limits | default dict).queue_timeout_s }}{{ $queue = maxf $queue . }}{{ end }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- addf $longest $queue 30 | ceil | int64 }}
@@ -258,10 +262,11 @@ call with (dict "ctx" $ "model" $model). */}}
 {{- end }}
 
 {{/* --drain-timeout: gateway.drain.timeoutSeconds, else the longest a request may take (requests in flight when a
-pod is replaced run to their end, as long as the route lets them). */}}
+pod is replaced run to their end), with the gateway's default fair-queue wait: a tenant's own queue_timeout_s is
+left out, since the pod template would change with it and a policy edit would roll the pods. */}}
 {{- define "llm-gateway.drainTimeoutSeconds" -}}
 {{- $set := .Values.gateway.drain.timeoutSeconds }}
-{{- ternary (include "llm-gateway.longestRequestSeconds" .) (toString $set) (kindIs "invalid" $set) }}
+{{- ternary (include "llm-gateway.longestRequestSeconds" (dict "ctx" . "policyQueues" false)) (toString $set) (kindIs "invalid" $set) }}
 {{- end }}
 
 {{/* The gateway pod's terminationGracePeriodSeconds: its drain (--drain-delay, then --drain-timeout), then its exit,
@@ -288,7 +293,7 @@ the request timeout, never above it. */}}
 {{- $route := .Values.httpRoute }}
 {{- $request := $route.requestTimeout }}
 {{- if not $request }}
-{{- $s := include "llm-gateway.longestRequestSeconds" . | int64 }}
+{{- $s := include "llm-gateway.longestRequestSeconds" (dict "ctx" . "policyQueues" true) | int64 }}
 {{- $request = ternary (printf "%ds" $s) (printf "%dh%dm%ds" (div $s 3600) (div (mod $s 3600) 60) (mod $s 60)) (lt $s 100000) }}
 {{- end }}
 {{- $backend := $route.backendRequestTimeout | default $request }}
