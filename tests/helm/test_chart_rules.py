@@ -546,6 +546,9 @@ def test_no_raw_key_reaches_a_manifest():
 
 @pytest.mark.parametrize("values", VALID)
 def test_names_fit_63_characters_with_the_longest_release_name(values: str):
+    """Names and labels the API server takes, each object once (a second of one kind and name fails the install)."""
+    made = [(doc["kind"], doc["metadata"]["name"]) for doc in render(values, release=LONG_RELEASE)]
+    assert len(made) == len(set(made)), f"{values}: {sorted(m for m in made if made.count(m) > 1)}"
     for doc in render(values, release=LONG_RELEASE):
         name = doc["metadata"]["name"]
         assert len(name) <= 63 and DNS_LABEL.match(name), f"{values}: {doc['kind']} {name!r}"
