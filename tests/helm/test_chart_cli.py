@@ -122,7 +122,8 @@ def test_gateway_accepts_the_rendered_command_line(values: str, tmp_path: Path):
 @pytest.mark.parametrize("values", VALID)
 def test_no_secret_reaches_the_command_line(values: str):
     """Whatever comes from a Secret (a Redis URL with its password, the password) stays in the environment: the
-    kubelet expands $(VAR) into argv, which every process of the node reads in /proc/PID/cmdline."""
+    kubelet expands $(VAR) into argv, which every process of the node reads in /proc/PID/cmdline; no URL with
+    credentials sits in a plain variable, an argument or a ConfigMap."""
     for _, template in pod_templates(render(values)):
         for container in template["spec"]["containers"]:
             secret = {e["name"] for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
@@ -130,6 +131,14 @@ def test_no_secret_reaches_the_command_line(values: str):
             if container["name"] == "redis":  # Redis overwrites its argv with its process title at start
                 secret -= {"REDIS_PASSWORD"}
             assert not referenced & secret, f"{values}: {container['name']} passes {referenced & secret} in argv"
+            plain = [e["value"] for e in container.get("env", []) if "value" in e]
+            assert not [v for v in plain + container.get("args", []) if CREDENTIALS_IN_URL.search(v)], values
+    for doc in find(render(values), "ConfigMap"):  # readable by more roles than Secrets are
+        assert not CREDENTIALS_IN_URL.search(json.dumps(doc["data"])), f"{values}: {doc['metadata']['name']}"
+
+
+CREDENTIALS_IN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s\"]*@")
+"""A URL that carries a user or a password."""
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -139,7 +148,7 @@ def test_gateway_loads_the_rendered_config(values: str, tmp_path: Path):
     for model in yaml.safe_load(text)["models"]:
         checkpoint = model.get("checkpoint", "")
         if checkpoint.startswith(str(tmp_path)):
-            Path(checkpoint).mkdir(parents=True)
+            Path(checkpoint).mkdir(parents=True, exist_ok=True)  # models may share one
     path = tmp_path / "gateway.yaml"
     path.write_text(text)
     config = load_config(path)
@@ -152,15 +161,22 @@ def test_gateway_loads_the_rendered_config(values: str, tmp_path: Path):
 
 
 @pytest.mark.parametrize("values", [v for v in VALID if "type: worker" in (ROOT / "tests/helm/values" / v).read_text()])
-def test_worker_parses_the_rendered_command_line(values: str):
-    from backends.worker.__main__ import parse_args
+def test_worker_accepts_the_rendered_command_line(values: str):
+    """The worker's parser takes the rendered arguments, and its checks before loading anything pass (a refusal
+    there is a crash loop): CUDA visible exactly when the pod has a GPU."""
+    import torch
+
+    from backends.worker.__main__ import parse_args, refuse_unsupported_dtype
 
     for deployment in find(render(values), "Deployment"):
         if deployment["metadata"]["labels"]["app.kubernetes.io/component"] != "worker":
             continue
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         assert container["command"] == ["python", "-m", "backends.worker"]
-        args = parse_args(container["args"])
+        gpus = int(container["resources"].get("limits", {}).get("nvidia.com/gpu", 0))
+        with mock.patch.object(torch.cuda, "is_available", return_value=gpus > 0):
+            args = parse_args(container["args"])
+            refuse_unsupported_dtype(args)
         assert args.host == "0.0.0.0" and args.port == container["ports"][0]["containerPort"]
 
 

@@ -5,6 +5,7 @@ that fit 63 characters."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import tempfile
 from pathlib import Path
@@ -13,9 +14,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from gateway.observability.tracing import SHUTDOWN_TIMEOUT_S
 from gateway.process.group import exit_after_drain_s
 from gateway.process.supervisor import WORKER_STOP_GRACE_S
+from policies.policy import DEFAULT_QUEUE_TIMEOUT_S
 from tests.helm.chart import (
     CHART,
     EXTRA_PREFIX,
@@ -37,6 +38,10 @@ from tests.helm.chart import (
 )
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
 
 
 def _enabled(values: str, section: str) -> bool:
@@ -72,6 +77,8 @@ def test_every_pod_is_restricted(values: str):
         assert spec["securityContext"]["runAsNonRoot"] is True, where
         assert spec["securityContext"]["runAsUser"] > 0, where
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
+        # fsGroup would otherwise chown every file of the model volume (or Redis' data) at each start
+        assert spec["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch", where
         assert not any(spec.get(k) for k in ("hostIPC", "hostPID", "hostNetwork")), where
         assert spec["automountServiceAccountToken"] is False, where
         for container in spec["containers"] + spec.get("initContainers", []):
@@ -176,24 +183,45 @@ def test_a_pod_serving_the_embedded_model_has_the_memory_it_takes(values: str):
         assert quantity_bytes(limit) >= 1.2 * EMBEDDED_PEAK_MIB * 2**20, f"{values}: {limit}"
 
 
+def _longest_request_s(docs: list[dict], policy_queues: bool = True) -> float:
+    """The longest a request may take in the gateway: its longest model deadline, the longest wait in a fair queue
+    (with policies: the gateway's default 30 s, or the longest of the rendered policies), 30 s to plan."""
+    deadlines = [m["backend"].get("request_timeout_s", 0) for m in yaml.safe_load(gateway_config(docs))["models"]]
+    queue = 0
+    if "--policies" in gateway_container(docs)["args"]:
+        policies = [d for d in docs if d["metadata"]["name"].endswith("-policies")] if policy_queues else []
+        files = [yaml.safe_load(body) for d in policies for body in (d.get("data") or d.get("stringData")).values()]
+        queue = max([DEFAULT_QUEUE_TIMEOUT_S] + [(f or {}).get("limits", {}).get("queue_timeout_s", 0) for f in files])
+    return max(deadlines) + queue + 30
+
+
 @pytest.mark.parametrize("values", VALID)
 def test_termination_grace_covers_the_drain(values: str):
-    """The gateway's exit after its drain stops each embedded worker in turn (SIGTERM, SIGKILL past its grace), then
-    flushes its spans: the pod's grace period covers all of it, with a margin to spare."""
+    """A rollout or a node drain cuts no request the gateway still serves: by default the drain lasts as long as a
+    request may (its deadline, its fair-queue wait), and the pod's grace period covers the drain and the exit after
+    it (each embedded worker stopped in turn, the settlements Redis missed tried again at the rendered
+    --redis-timeout, the spans' flush), with a margin; a bundled worker's drain lasts its model's deadline."""
     docs = render(values)
     container = gateway_container(docs)
-    drain = float(_arg(container, "--drain-delay")) + float(_arg(container, "--drain-timeout"))
+    drain = float(_arg(container, "--drain-timeout"))
+    assert drain >= _longest_request_s(docs, policy_queues=False), f"{values}: a rollout cuts requests past {drain}s"
+    drain += float(_arg(container, "--drain-delay"))
     embedded = sum(m["backend"]["type"] == "worker" for m in yaml.safe_load(gateway_config(docs))["models"])
-    exit_s = drain + embedded * WORKER_STOP_GRACE_S + SHUTDOWN_TIMEOUT_S
+    redis_timeout = float(_arg(container, "--redis-timeout")) if "--redis-timeout" in container["args"] else None
+    longest = drain + embedded * WORKER_STOP_GRACE_S + exit_after_drain_s(redis_timeout)
     grace = gateway_deployment(docs)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert grace >= exit_s + 5, f"{values}: SIGKILL after {grace}s would cut an exit of up to {exit_s}s"
-    longest = drain + embedded * WORKER_STOP_GRACE_S + exit_after_drain_s()  # settlements retried too
-    assert grace >= longest, f"{values}: SIGKILL after {grace}s would cut an exit of up to {longest}s"
+    assert grace >= longest + 5, f"{values}: SIGKILL after {grace}s would cut an exit of up to {longest}s"
+    deadlines = {
+        m["backend"]["dns"]["host"].split(".")[0]: m["backend"]["request_timeout_s"]
+        for m in yaml.safe_load(gateway_config(docs))["models"]
+        if m["backend"].get("incremental")
+    }
     for workload, template in pod_templates(docs):  # a bundled worker's streams in flight when it is replaced
         if _component(template["metadata"]["labels"]) == "worker":
+            name = workload["metadata"]["name"]
             drain = float(_arg(template["spec"]["containers"][0], "--drain-timeout"))
             grace = template["spec"]["terminationGracePeriodSeconds"]
-            assert drain >= 30 and grace >= drain + 5, f"{values}: {workload['metadata']['name']}: {drain}, {grace}"
+            assert drain >= deadlines[name] and grace >= drain + 5, f"{values}: {name}: {drain}, {grace}"
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -213,6 +241,36 @@ def test_services_and_budgets_select_their_pods(values: str):
         chosen = [t for t in templates if selects(pdb["spec"]["selector"], t["metadata"]["labels"])]
         assert len(chosen) == 1, f"{values}: PodDisruptionBudget {pdb['metadata']['name']} selects {len(chosen)}"
         assert _component(pdb["metadata"]["labels"]) == _component(chosen[0]["metadata"]["labels"])
+
+
+def _fewest_replicas(docs: list[dict], workload: dict) -> int:
+    """The replicas a workload may run with: its own count, or its autoscaler's minimum."""
+    name = workload["metadata"]["name"]
+    scalers = [h for h in find(docs, "HorizontalPodAutoscaler") if h["spec"]["scaleTargetRef"]["name"] == name]
+    return scalers[0]["spec"]["minReplicas"] if scalers else workload["spec"].get("replicas", 1)
+
+
+def _evictable(budget: dict, replicas: int) -> int:
+    """Pods a PodDisruptionBudget lets a drain evict from `replicas` healthy ones (percentages rounded up)."""
+    spec = budget["spec"]
+
+    def scaled(value: int | str) -> int:
+        return math.ceil(int(value[:-1]) * replicas / 100) if isinstance(value, str) else value
+
+    if "minAvailable" in spec:
+        return replicas - scaled(spec["minAvailable"])
+    return scaled(spec["maxUnavailable"])
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_no_budget_blocks_a_node_drain(values: str):
+    """A budget that lets no pod go (maxUnavailable 0, minAvailable at the replica count) makes every node drain
+    wait for good; an unhealthy pod (crash looping) may always go, so it never holds a drain up either."""
+    docs = render(values)
+    for pdb in find(docs, "PodDisruptionBudget"):
+        (workload,) = [w for w, t in pod_templates(docs) if selects(pdb["spec"]["selector"], t["metadata"]["labels"])]
+        assert _evictable(pdb, _fewest_replicas(docs, workload)) >= 1, f"{values}: {pdb['metadata']['name']}"
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -431,7 +489,11 @@ def test_config_changes_roll_the_pods_policy_changes_do_not(values: str):
     tenants = yaml.safe_load((VALUES / values).read_text())["policies"]["tenants"]
     tenant_name, tenant = next(iter(tenants.items()))
     new_key = {"id": "rotated", "sha256": "ab" * 32}
-    edited = {**tenant, "keys": tenant["keys"] + [new_key], "limits": {"requests_per_minute": 5}}
+    edited = {
+        **tenant,
+        "keys": tenant["keys"] + [new_key],
+        "limits": {"requests_per_minute": 5, "queue_timeout_s": 300},
+    }
     policies_changed = render(values, extra=yaml.safe_dump({"policies": {"tenants": {tenant_name: edited}}}))
     assert _policies_object(policies_changed) != _policies_object(base), "the policy edit must reach the cluster"
     assert _pod_template(policies_changed) == _pod_template(base), "a policy edit must not restart pods"
@@ -484,12 +546,17 @@ def test_no_raw_key_reaches_a_manifest():
 
 @pytest.mark.parametrize("values", VALID)
 def test_names_fit_63_characters_with_the_longest_release_name(values: str):
+    """Names and labels the API server takes, each object once (a second of one kind and name fails the install)."""
+    made = [(doc["kind"], doc["metadata"]["name"]) for doc in render(values, release=LONG_RELEASE)]
+    assert len(made) == len(set(made)), f"{values}: {sorted(m for m in made if made.count(m) > 1)}"
     for doc in render(values, release=LONG_RELEASE):
         name = doc["metadata"]["name"]
         assert len(name) <= 63 and DNS_LABEL.match(name), f"{values}: {doc['kind']} {name!r}"
+        labels = dict(doc["metadata"].get("labels", {}))
         for _, template in pod_templates([doc]):
-            labels = {**doc["metadata"]["labels"], **template["metadata"]["labels"]}
-            assert all(len(str(v)) <= 63 for v in labels.values()), labels
+            labels |= template["metadata"]["labels"]
+        for key, value in labels.items():  # the API server refuses any other
+            assert LABEL_KEY.match(key) and LABEL_VALUE.match(value), f"{values}: {doc['kind']} {name}: {key}={value}"
     config = yaml.safe_load(gateway_config(render(values, release=LONG_RELEASE)))
     for model in config["models"]:
         if "dns" in model["backend"]:
@@ -617,14 +684,14 @@ def test_the_route_never_cuts_a_request_the_gateway_still_serves(extra: dict):
     route outlasts the longest a request may take in the gateway (its deadline, its wait in a fair queue), so the
     gateway's own deadline answers first."""
     docs = render(None, extra=yaml.safe_dump(extra))
-    deadline = max(m["backend"]["request_timeout_s"] for m in yaml.safe_load(gateway_config(docs))["models"])
-    queue = 0
-    if extra.get("policies", {}).get("enabled"):
-        files = [yaml.safe_load(body) for body in _policies_object(docs)["data"].values()]
-        queue = max([30] + [f.get("limits", {}).get("queue_timeout_s", 0) for f in files])
     timeouts = _route_timeouts(docs)
-    assert _seconds(timeouts["request"]) >= deadline + queue
+    assert _seconds(timeouts["request"]) >= _longest_request_s(docs)
     assert timeouts["backendRequest"] == timeouts["request"]
+    # a pod replaced meanwhile lets such a request finish too, tenants' own queue waits aside (a policy edit must
+    # not roll the pods)
+    assert float(_arg(gateway_container(docs), "--drain-timeout")) == math.ceil(
+        _longest_request_s(docs, policy_queues=False)
+    )
 
 
 def test_route_timeouts_are_overridable():

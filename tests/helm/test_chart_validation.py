@@ -111,8 +111,10 @@ def test_install_notes_tell_how_to_make_a_first_request(values: str):
     done = helm("install", "llm", str(CHART), "--dry-run=client", "--namespace", "llm", "-f", str(VALUES / values))
     notes = done.stdout.split("NOTES:", 1)[1]
     config = yaml.safe_load((VALUES / values).read_text()) or {}
-    first_model = (config.get("models") or [{"id": "smollm2-135m-instruct"}])[0]["id"]
-    assert f'"model": "{first_model}"' in notes and "/v1/chat/completions" in notes
+    models = config.get("models") or [{"id": "smollm2-135m-instruct", "backend": {"type": "embedded"}}]
+    generative = [m for m in models if m["backend"]["type"] != "none"]  # a tokenize-only model: /tokenize
+    first_model, path = (generative[0]["id"], "/v1/chat/completions") if generative else (models[0]["id"], "/tokenize")
+    assert f'"model": "{first_model}"' in notes and path in notes
     policies = config.get("policies", {}).get("enabled", False)
     assert ("authorization: Bearer" in notes) == policies
     assert ("WARNING: no tenant policies" in notes) != policies
@@ -121,10 +123,10 @@ def test_install_notes_tell_how_to_make_a_first_request(values: str):
     assert ("are not fair-queued" in notes) == (policies and bool(unqueued))
     forwarded = "port-forward svc/llm-llm-gateway 8000:80" in notes
     if config.get("ingress", {}).get("enabled"):  # the first request goes through the Ingress, over TLS
-        assert "curl -s https://llm.example.com/v1/chat/completions" in notes
+        assert f"curl -s https://llm.example.com{path}" in notes
         assert "port-forward" not in notes
     else:
-        assert forwarded and "curl -s http://127.0.0.1:8000/v1/chat/completions" in notes
+        assert forwarded and f"curl -s http://127.0.0.1:8000{path}" in notes
 
 
 def test_install_notes_give_https_only_to_hosts_with_tls():
@@ -137,6 +139,20 @@ def test_install_notes_give_https_only_to_hosts_with_tls():
     notes = done.stdout.split("NOTES:", 1)[1]
     assert "Endpoint: http://a.example.com/v1, https://b.example.com/v1" in notes
     assert "curl -s http://a.example.com/v1/chat/completions" in notes
+
+
+def test_install_notes_send_the_first_request_to_a_model_that_generates(tmp_path: Path):
+    """A tokenize-only model (backend none) answers chat with a 400: the first chat request goes to a model with a
+    backend, or, with none, the first request is a /tokenize."""
+    tokenize_only = {"id": "tok", "backend": {"type": "none"}}
+    for models, request in [
+        ([tokenize_only, {"id": "emb", "backend": {"type": "embedded"}}], "/v1/chat/completions -H"),
+        ([tokenize_only], "/tokenize -H"),
+    ]:
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump({"models": models}))
+        notes = helm("install", "llm", str(CHART), "--dry-run=client", "-f", str(path)).stdout.split("NOTES:", 1)[1]
+        assert f"8000{request}" in notes and f'"model": "{models[-1]["id"]}"' in notes
 
 
 def test_the_guide_examples_render(tmp_path: Path):

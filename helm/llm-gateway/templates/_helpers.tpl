@@ -114,6 +114,11 @@ ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart b
 {{- $_ := set $cfg "type" "worker" }}
 {{- else if has $backend.type (list "sglang" "vllm") }}
 {{- $_ := set $cfg "type" $backend.type }}
+{{- range concat (list) ($backend.urls | default list) (ternary (list $backend.url) (list) (not (empty $backend.url))) }}
+{{- if and (include "llm-gateway.urlHasCredentials" .) (not $.Values.gateway.configAsSecret) }}
+{{- fail (printf "models: %s: a backend URL carries credentials (user:password@); set gateway.configAsSecret=true, or the ConfigMap shows them to whoever may read ConfigMaps" $model.id) }}
+{{- end }}
+{{- end }}
 {{- if $backend.url }}
 {{- $_ := set $cfg "url" $backend.url }}
 {{- else if $backend.urls }}
@@ -151,6 +156,11 @@ pods of a backend.service with a selector, in the release namespace). */}}
 {{- end }}
 {{- end }}
 {{- toYaml (dict "backends" ($out | uniq)) }}
+{{- end }}
+
+{{/* "true" when a URL carries a user or password (scheme://user:password@host). */}}
+{{- define "llm-gateway.urlHasCredentials" -}}
+{{- if regexMatch "^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*@" . }}true{{ end }}
 {{- end }}
 
 {{/* The TCP port a URL connects to: its own, else its scheme's (443 for https, 80 for http, 6379 for redis and
@@ -221,29 +231,69 @@ networkPolicy.prometheus does not say from where (with networkPolicy.enabled, re
 {{- $ms }}
 {{- end }}
 
+{{/* The longest a request may take in the gateway, in whole seconds: the longest model deadline, the longest wait
+in a fair queue (with policies.enabled: 30 s, the gateway's default, or with "policyQueues" the longest queue_timeout_s
+of the rendered policies), and 30 s to plan. Call with (dict "ctx" $ "policyQueues" true|false). The HTTPRoute's
+timeout (policyQueues) and the gateway's drain (not: a policy edit must not roll the pods) default to it. */}}
+{{- define "llm-gateway.longestRequestSeconds" -}}
+{{- $v := .ctx.Values }}
+{{- $longest := 0.0 }}
+{{- range $v.models }}
+{{- if ne .backend.type "none" }}
+{{- $longest = maxf $longest (include "llm-gateway.modelDeadline" (dict "ctx" $.ctx "model" .)) }}
+{{- end }}
+{{- end }}
+{{- $queue := 0.0 }}
+{{- if $v.policies.enabled }}
+{{- $queue = 30.0 }}
+{{- if .policyQueues }}
+{{- range $policy := prepend (values ($v.policies.tenants | default dict)) ($v.policies.defaults | default dict) }}
+{{- with ($policy.limits | default dict).queue_timeout_s }}{{ $queue = maxf $queue . }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- addf $longest $queue 30 | ceil | int64 }}
+{{- end }}
+
+{{/* A model's deadline in seconds (its backend.settings.request_timeout_s, else gateway.requestTimeoutSeconds);
+call with (dict "ctx" $ "model" $model). */}}
+{{- define "llm-gateway.modelDeadline" -}}
+{{- ((.model.backend.settings | default dict).request_timeout_s | default .ctx.Values.gateway.requestTimeoutSeconds) | float64 }}
+{{- end }}
+
+{{/* --drain-timeout: gateway.drain.timeoutSeconds, else the longest a request may take (requests in flight when a
+pod is replaced run to their end), with the gateway's default fair-queue wait: a tenant's own queue_timeout_s is
+left out, since the pod template would change with it and a policy edit would roll the pods. */}}
+{{- define "llm-gateway.drainTimeoutSeconds" -}}
+{{- $set := .Values.gateway.drain.timeoutSeconds }}
+{{- ternary (include "llm-gateway.longestRequestSeconds" (dict "ctx" . "policyQueues" false)) (toString $set) (kindIs "invalid" $set) }}
+{{- end }}
+
+{{/* The gateway pod's terminationGracePeriodSeconds: its drain (--drain-delay, then --drain-timeout), then its exit,
+then gateway.terminationGraceMarginSeconds, so the kubelet's SIGKILL never cuts a drain or an exit the gateway still
+runs. The exit: 10 s to stop each embedded worker in turn (gateway/process/supervisor.py: WORKER_STOP_GRACE_S), and
+the gateway's own bound on what follows its drain (gateway/process/group.py: exit_after_drain_s): the settlements its
+limits store missed, tried again (policies/limits/settle_backlog.py: first_tries_s, 3.5 s of pauses and 4 tries of a
+turn and a call, --redis-timeout or 0.5 s each), 3 s to flush the spans and 1 s to exit. No preStop hook:
+--drain-delay is that wait, inside the gateway. */}}
+{{- define "llm-gateway.terminationGraceSeconds" -}}
+{{- $g := .Values.gateway }}
+{{- $embedded := 0 }}
+{{- range .Values.models }}{{ if eq .backend.type "embedded" }}{{ $embedded = add1 $embedded }}{{ end }}{{ end }}
+{{- $settle := addf 3.5 (mulf 8 (ternary 0.5 .Values.redis.timeoutSeconds (or (kindIs "invalid" .Values.redis.timeoutSeconds) (not (include "llm-gateway.redisEnabled" .))))) }}
+{{- $exit := addf (mul $embedded 10) $settle 3 1 }}
+{{- addf $g.drain.delaySeconds (include "llm-gateway.drainTimeoutSeconds" .) $exit $g.terminationGraceMarginSeconds | ceil | int64 }}
+{{- end }}
+
 {{/* The HTTPRoute's timeouts {request, backendRequest}: the values', else the longest a request may take in the
-gateway (the longest model deadline, the longest fair-queue wait of the rendered policies, 30 s to plan), so that
-the gateway's own deadline answers first and a long stream is never cut by the implementation's default (Envoy's is
-15 s). backendRequest (one try from the Gateway to a gateway pod) defaults to the request timeout, never above it. */}}
+gateway (above), so that the gateway's own deadline answers first and a long stream is never cut by the
+implementation's default (Envoy's is 15 s). backendRequest (one try from the Gateway to a gateway pod) defaults to
+the request timeout, never above it. */}}
 {{- define "llm-gateway.routeTimeouts" -}}
 {{- $route := .Values.httpRoute }}
 {{- $request := $route.requestTimeout }}
 {{- if not $request }}
-{{- $longest := 0.0 }}
-{{- range .Values.models }}
-{{- if ne .backend.type "none" }}
-{{- $deadline := (.backend.settings | default dict).request_timeout_s | default $.Values.gateway.requestTimeoutSeconds }}
-{{- $longest = maxf $longest $deadline }}
-{{- end }}
-{{- end }}
-{{- $queue := 0.0 }}
-{{- if .Values.policies.enabled }}
-{{- $queue = 30.0 }}
-{{- range $policy := prepend (values (.Values.policies.tenants | default dict)) (.Values.policies.defaults | default dict) }}
-{{- with ($policy.limits | default dict).queue_timeout_s }}{{ $queue = maxf $queue . }}{{ end }}
-{{- end }}
-{{- end }}
-{{- $s := addf $longest $queue 30 | ceil | int64 }}
+{{- $s := include "llm-gateway.longestRequestSeconds" (dict "ctx" . "policyQueues" true) | int64 }}
 {{- $request = ternary (printf "%ds" $s) (printf "%dh%dm%ds" (div $s 3600) (div (mod $s 3600) 60) (mod $s 60)) (lt $s 100000) }}
 {{- end }}
 {{- $backend := $route.backendRequestTimeout | default $request }}
@@ -263,12 +313,14 @@ the gateway's own deadline answers first and a long stream is never cut by the i
 {{- if and $number (hasKey $units $unit) }}{{ mulf $number (get $units $unit) | floor | int64 }}{{ end }}
 {{- end }}
 
-{{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. */}}
+{{/* Restricted pod security: non-root, RuntimeDefault seccomp, no service account token. The volumes' ownership is
+changed only when their root's differs (a model volume of many gigabytes is not walked at every start). */}}
 {{- define "llm-gateway.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: {{ .uid }}
 runAsGroup: {{ .uid }}
 fsGroup: {{ .uid }}
+fsGroupChangePolicy: OnRootMismatch
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
@@ -304,7 +356,7 @@ httpGet:
 {{- define "llm-gateway.args" -}}
 {{- $g := .Values.gateway }}
 {{- $args := list "serve" "--host" "0.0.0.0" "--port" (toString $g.port) "--config" "/etc/llm-gateway/config/gateway.yaml" }}
-{{- $args = concat $args (list "--drain-delay" (toString $g.drain.delaySeconds) "--drain-timeout" (toString $g.drain.timeoutSeconds)) }}
+{{- $args = concat $args (list "--drain-delay" (toString $g.drain.delaySeconds) "--drain-timeout" (include "llm-gateway.drainTimeoutSeconds" .)) }}
 {{- $args = concat $args (list "--log-level" $g.logLevel) }}
 {{- if .Values.policies.enabled }}
 {{- $args = concat $args (list "--policies" .Values.policies.mountPath) }}
