@@ -166,13 +166,14 @@ _STATUS_TEXT = {
     404: "Unknown model, stored response or path",
     405: "Method not allowed",
     413: "Body over the body limit",
+    415: "A compressed body (content-encoding other than identity)",
     429: "Over the tenant's limits; retry-after says when to try again",
     502: "The backend broke its stream",
     503: "Past --max-concurrency, or no backend can take the request (retry-after)",
     504: "The backend did not answer in time",
 }
-_GENERATION_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
-_BODY_ERRORS = (400, 401, 404, 413, 503)
+_GENERATION_ERRORS = (400, 401, 403, 404, 413, 415, 429, 502, 503, 504)
+_BODY_ERRORS = (400, 401, 404, 413, 415, 503)
 
 
 def _json(schema: Schema, stream: bool = False) -> dict[str, Any]:
