@@ -346,3 +346,23 @@ def test_a_last_assistant_turn_is_a_prefill_the_answer_continues(door):
     assert door.prompt().endswith("Paris?<|im_end|>\n<|im_start|>assistant\n")
     refused = post(door, messages=[*USER, {"role": "assistant", "content": "It is "}])
     assert refused.status_code == 400 and "trailing whitespace" in refused.json()["error"]["message"]
+
+
+def test_a_stop_sequence_the_thinking_restates_ends_the_answer_not_the_thinking(door):
+    """Stop strings were matched in the reasoning too: one the chain of thought restated cut it there and left no
+    answer (vLLM skips stops in reasoning content, PR #14550). They end the answer only, on every door."""
+    thought = "<think>The user wrote STOP, so weigh it.</think>Sunny, STOP and more."
+    door.say(thought)
+    message = create(door, messages=USER, max_tokens=100, stop_sequences=["STOP"])
+    assert [b.get("thinking", b.get("text")) for b in message["content"]] == [
+        "The user wrote STOP, so weigh it.",
+        "Sunny, ",
+    ]
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "STOP")
+    door.say(thought)
+    body = {"model": door.model.id, "messages": USER, "stop": ["STOP"], "stream": True}
+    chunks = httpx.post(f"{door.url}/v1/chat/completions", json=body, timeout=30).text.split("\n\n")
+    deltas = [json.loads(c.removeprefix("data: "))["choices"][0] for c in chunks if c.startswith("data: {")]
+    reasoning = "".join(d["delta"].get("reasoning_content", "") for d in deltas)
+    content = "".join(d["delta"].get("content") or "" for d in deltas)
+    assert (reasoning, content, deltas[-1]["finish_reason"]) == ("The user wrote STOP, so weigh it.", "Sunny, ", "stop")
