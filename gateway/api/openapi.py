@@ -143,9 +143,13 @@ ANSWERS: dict[str, Schema] = {
     "InputTokens": _obj({"input_tokens": _INT}),
     "Model": _obj(
         {"id": _STRING, "object": {"const": "model"}, "created": _INT, "owned_by": _STRING},
-        {"max_model_len": _INT},
+        # Anthropic's ModelInfo fields, for its clients
+        {"max_model_len": _INT, "type": {"const": "model"}, "display_name": _STRING, "created_at": _STRING},
     ),
-    "ModelList": _obj({"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}}),
+    "ModelList": _obj(
+        {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}},
+        {"has_more": {"type": "boolean"}, "first_id": _NULLABLE_STRING, "last_id": _NULLABLE_STRING},
+    ),
     "Tokens": _obj(
         {"tokens": {"type": "array", "items": _INT}, "count": _INT, "max_model_len": _INT, "prompt": _STRING},
         {"token_strs": {"type": "array", "items": _STRING}},
