@@ -71,7 +71,15 @@ async def start_chat(
     plan.sampling.max_new_tokens = policy.cap(plan.sampling.max_new_tokens)
     note_request("chat", rid, model.id, plan.sampling.max_new_tokens, settings)
     queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)
-    events = generate(model, rid, [(plan.ids, plan.sampling)], settings, plan.grammar, queued)
+    events = generate(
+        model,
+        rid,
+        [(plan.ids, plan.sampling)],
+        settings,
+        plan.grammar,
+        queued,
+        lambda: model.family.parser(chat, plan.prompt),
+    )
     with stage("gateway.admission"):
         events = await policy.admit(
             model,

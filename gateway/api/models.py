@@ -1,7 +1,9 @@
-"""GET /v1/models and /v1/models/{id}: the served models as OpenAI model cards."""
+"""GET /v1/models and /v1/models/{id}: the served models as OpenAI model cards that Anthropic's clients read too
+(its ModelInfo's type, display_name and created_at; its page's has_more, first_id and last_id)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.responses import Response
@@ -17,11 +19,16 @@ def model_card(model: ServedModel) -> dict[str, Any]:
         "created": model.created,
         "owned_by": "gateway",
         "max_model_len": model.context_length,
+        "type": "model",
+        "display_name": model.id,
+        "created_at": datetime.fromtimestamp(model.created, UTC).isoformat().replace("+00:00", "Z"),
     }
 
 
 async def list_models(registry: ModelRegistry) -> Response:
-    return json_response({"object": "list", "data": [model_card(m) for m in registry]})
+    cards = [model_card(m) for m in registry]
+    first, last = (cards[0]["id"], cards[-1]["id"]) if cards else (None, None)
+    return json_response({"object": "list", "data": cards, "has_more": False, "first_id": first, "last_id": last})
 
 
 async def get_model(registry: ModelRegistry, model_id: str) -> Response:

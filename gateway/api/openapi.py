@@ -143,9 +143,13 @@ ANSWERS: dict[str, Schema] = {
     "InputTokens": _obj({"input_tokens": _INT}),
     "Model": _obj(
         {"id": _STRING, "object": {"const": "model"}, "created": _INT, "owned_by": _STRING},
-        {"max_model_len": _INT},
+        # Anthropic's ModelInfo fields, for its clients
+        {"max_model_len": _INT, "type": {"const": "model"}, "display_name": _STRING, "created_at": _STRING},
     ),
-    "ModelList": _obj({"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}}),
+    "ModelList": _obj(
+        {"object": {"const": "list"}, "data": {"type": "array", "items": _ref("Model")}},
+        {"has_more": {"type": "boolean"}, "first_id": _NULLABLE_STRING, "last_id": _NULLABLE_STRING},
+    ),
     "Tokens": _obj(
         {"tokens": {"type": "array", "items": _INT}, "count": _INT, "max_model_len": _INT, "prompt": _STRING},
         {"token_strs": {"type": "array", "items": _STRING}},
@@ -166,13 +170,14 @@ _STATUS_TEXT = {
     404: "Unknown model, stored response or path",
     405: "Method not allowed",
     413: "Body over the body limit",
+    415: "A compressed body (content-encoding other than identity)",
     429: "Over the tenant's limits; retry-after says when to try again",
     502: "The backend broke its stream",
     503: "Past --max-concurrency, or no backend can take the request (retry-after)",
     504: "The backend did not answer in time",
 }
-_GENERATION_ERRORS = (400, 401, 403, 404, 413, 429, 502, 503, 504)
-_BODY_ERRORS = (400, 401, 404, 413, 503)
+_GENERATION_ERRORS = (400, 401, 403, 404, 413, 415, 429, 502, 503, 504)
+_BODY_ERRORS = (400, 401, 404, 413, 415, 503)
 
 
 def _json(schema: Schema, stream: bool = False) -> dict[str, Any]:

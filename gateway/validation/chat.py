@@ -103,6 +103,7 @@ MESSAGE = Variants(
                 "content": ASSISTANT_CONTENT,
                 "refusal": string("The model's refusal: the content when 'content' is absent."),
                 "reasoning_content": string("The reasoning before the answer."),
+                "reasoning": string("The same, under vLLM's name for it (both given: equal)."),
                 "tool_calls": array(TOOL_CALL, MAX_TOOL_CALLS),
                 "name": NAME,
             },
@@ -349,13 +350,24 @@ def _check_answered(calls: dict[str, bool], at: int, param: str) -> None:
         )
 
 
+def _reasoning(m: Fields) -> str | None:
+    """An assistant's reasoning: `reasoning_content`, or `reasoning` (vLLM renamed the field; clients written for it
+    send that), the same text when both are given."""
+    given, renamed = m.string("reasoning_content"), m.string("reasoning")
+    if given is not None and renamed is not None and given != renamed:
+        raise invalid(
+            "'reasoning' and 'reasoning_content' name the same field: give one, or the same text", m.param("reasoning")
+        )
+    return renamed if given is None else given
+
+
 def _message(m: Fields) -> dict[str, Any]:
     m = m.variant()
     role = m.string("role")
     out: dict[str, Any] = {"role": "system" if role == "developer" else role}
     out["content"] = _content(m)
     if role == "assistant":
-        reasoning = m.string("reasoning_content")
+        reasoning = _reasoning(m)
         if reasoning is not None:
             out["reasoning_content"] = reasoning
         calls = _tool_calls(m)

@@ -360,3 +360,35 @@ def test_a_last_assistant_turn_is_a_prefill_the_answer_continues(door):
     assert door.prompt().endswith("Paris?<|im_end|>\n<|im_start|>assistant\n")
     refused = post(door, messages=[*USER, {"role": "assistant", "content": "It is "}])
     assert refused.status_code == 400 and "trailing whitespace" in refused.json()["error"]["message"]
+
+
+def test_a_stop_sequence_the_thinking_restates_ends_the_answer_not_the_thinking(door):
+    """Stop strings were matched in the reasoning too: one the chain of thought restated cut it there and left no
+    answer (vLLM skips stops in reasoning content, PR #14550). They end the answer only, on every door."""
+    thought = "<think>The user wrote STOP, so weigh it.</think>Sunny, STOP and more."
+    door.say(thought)
+    message = create(door, messages=USER, max_tokens=100, stop_sequences=["STOP"])
+    assert [b.get("thinking", b.get("text")) for b in message["content"]] == [
+        "The user wrote STOP, so weigh it.",
+        "Sunny, ",
+    ]
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "STOP")
+    door.say(thought)
+    body = {"model": door.model.id, "messages": USER, "stop": ["STOP"], "stream": True}
+    chunks = httpx.post(f"{door.url}/v1/chat/completions", json=body, timeout=30).text.split("\n\n")
+    deltas = [json.loads(c.removeprefix("data: "))["choices"][0] for c in chunks if c.startswith("data: {")]
+    reasoning = "".join(d["delta"].get("reasoning_content", "") for d in deltas)
+    content = "".join(d["delta"].get("content") or "" for d in deltas)
+    assert (reasoning, content, deltas[-1]["finish_reason"]) == ("The user wrote STOP, so weigh it.", "Sunny, ", "stop")
+
+
+def test_the_model_list_reads_as_anthropic_models_too(door, client):
+    """Anthropic's SDK lists the same /v1/models: the cards carried OpenAI's fields only, so its ModelInfo came back
+    with no type, display_name or created_at (a datetime it declares required) and the page with no has_more."""
+    page = client.models.list()
+    assert [(m.id, m.type, m.display_name) for m in page.data] == [(door.model.id, "model", door.model.id)]
+    assert page.data[0].created_at.timestamp() == door.model.created and page.has_more is False
+    assert (page.first_id, page.last_id) == (door.model.id, door.model.id)
+    assert client.models.retrieve(door.model.id).created_at == page.data[0].created_at
+    card = httpx.get(f"{door.url}/v1/models/{door.model.id}", timeout=30).json()
+    assert (card["object"], card["created"], card["owned_by"]) == ("model", door.model.created, "gateway")  # OpenAI's

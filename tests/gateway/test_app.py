@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import re
 import socket
@@ -400,6 +401,20 @@ def test_invalid_json_and_unknown_route(gateway):
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed" and "x-request-id" in r.headers
     r = client.get("/v1/models/" + MODEL)  # a route with a path parameter: Starlette's router
     assert r.status_code == 200 and r.json()["id"] == MODEL
+
+
+def test_a_compressed_body_is_a_415_not_invalid_json(gateway):
+    """A gzip body was read as JSON text: a 400 'not valid UTF-8' that hid the cause. A content coding the gateway does
+    not decode is refused before the body is read (RFC 9110's 415), in each door's shape; identity is plain JSON."""
+    client, _ = gateway
+    body = gzip.compress(json.dumps({"model": MODEL, "prompt": "Hi"}).encode())
+    for path, shape in (("/tokenize", "error"), ("/v1/messages", "type")):
+        r = client.post(path, content=body, headers={"content-type": "application/json", "content-encoding": "gzip"})
+        assert r.status_code == 415, r.text
+        assert "gzip" in (r.json()["error"]["message"]) and shape in r.json()
+    assert r.json()["error"]["type"] == "invalid_request_error"
+    plain = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi"}, headers={"content-encoding": "identity"})
+    assert plain.status_code == 200 and plain.json()["count"] > 0
 
 
 def test_a_trailing_slash_is_the_same_route_never_a_redirect(gateway):

@@ -72,6 +72,22 @@ def test_messages_are_normalized():
     assert tool == {"role": "tool", "content": "42", "tool_call_id": "c1"}
 
 
+def test_an_assistant_reasoning_under_vllms_name_reaches_the_template():
+    """vLLM names the reasoning field `reasoning` (renamed from `reasoning_content`, vllm#27752), and clients written
+    for it send the history so: that field was ignored as unknown, and the model lost its earlier reasoning."""
+    said = {"role": "assistant", "content": "Sunny."}
+    for given in (
+        {"reasoning": "think"},
+        {"reasoning_content": "think"},
+        {"reasoning": "think", "reasoning_content": "think"},
+    ):
+        req = parse_chat_completion(chat(messages=[USER, {**said, **given}, USER]))
+        assert req.chat.messages[1] == {**said, "reasoning_content": "think"}
+    with pytest.raises(APIError) as e:
+        parse_chat_completion(chat(messages=[USER, {**said, "reasoning": "a", "reasoning_content": "b"}, USER]))
+    assert e.value.param == "messages[1].reasoning"
+
+
 def test_an_assistant_refusal_part_is_its_text_and_only_an_assistant_may_hold_one():
     """OpenAI's assistant content holds text and refusal parts; a replayed refusal part was a 400."""
     refusal = {"type": "refusal", "refusal": "I can't."}
