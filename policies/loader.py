@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -238,13 +239,27 @@ def load_policy(path: Path, defaults: Marked | None) -> Policy:
     for key in value.get("keys", []) if not errors else []:
         if isinstance(key.get("expires"), str):
             key["expires"] = dt.date.fromisoformat(key["expires"])
-    ids = [k["id"] for k in value.get("keys", [])] if not errors else []
-    for i, key_id in enumerate(ids):
-        if key_id in ids[:i]:
-            errors.append(_at(doc, str(path), ("keys", i, "id"), f"the key id {key_id!r} appears twice"))
+    errors += _repeated_keys(doc, str(path)) if not errors else []
+    queue_timeout = value.get("limits", {}).get("queue_timeout_s")
+    if not errors and queue_timeout is not None and not math.isfinite(queue_timeout):
+        errors.append(_at(doc, str(path), ("limits", "queue_timeout_s"), "must be a finite number of seconds"))
     if errors:
         raise PolicyFileError(errors)
     return _policy(value, str(path))
+
+
+def _repeated_keys(doc: Marked, file: str) -> list[PolicyError]:
+    """A key id, or a key hash, that a file lists twice (which entry a key is, its id and expiry, would be a guess)."""
+    errors = []
+    keys = doc.value.get("keys", [])
+    seen: dict[tuple[str, str], int] = {}
+    for i, key in enumerate(keys):
+        for field, value in (("id", key["id"]), ("sha256", key["sha256"].lower())):
+            if (field, value) in seen:
+                what = "key id" if field == "id" else f"key hash (of keys[{seen[field, value]}])"
+                errors.append(_at(doc, file, ("keys", i, field), f"the {what} {key[field]!r} appears twice"))
+            seen.setdefault((field, value), i)
+    return errors
 
 
 def _policy(value: dict[str, Any], source: str) -> Policy:
@@ -256,7 +271,7 @@ def _policy(value: dict[str, Any], source: str) -> Policy:
         tenant=value["tenant"],
         keys=tuple(Key(k["id"], k["sha256"].lower(), k.get("expires")) for k in value["keys"]),
         models=Globs(tuple(value.get("models", ()))),
-        limits=Limits(**{k: float(v) if k == "queue_timeout_s" else v for k, v in limits.items()}),
+        limits=Limits(**{k: float(v) if k == "queue_timeout_s" else int(v) for k, v in limits.items()}),  # 5.0: 5
         tools_allow=Globs(tuple(tools["allow"])) if "allow" in tools else None,
         tools_strict=tools.get("strict", "client"),
         priority=value.get("priority", "interactive"),

@@ -74,8 +74,18 @@ LOADER_ONLY = {
         "keys[1].id",
         "twice",
     ),
+    # one hash under two ids (one expired, say): which entry the key is would depend on their order
+    "key hash twice": (
+        GOOD.replace("models", f"  - id: k2\n    sha256: {HASH.upper()}\nmodels"),
+        6,
+        "keys[1].sha256",
+        "twice",
+    ),
+    # NaN passes every comparison a schema makes; asyncio timers at NaN or infinity never fire
+    "queue timeout NaN": (GOOD + "limits:\n  queue_timeout_s: .nan\n", 7, "limits.queue_timeout_s", "finite"),
+    "queue timeout infinite": (GOOD + "limits:\n  queue_timeout_s: .inf\n", 7, "limits.queue_timeout_s", "finite"),
 }
-"""Mistakes a JSON Schema cannot see (YAML itself, and uniqueness inside a list of objects)."""
+"""Mistakes a JSON Schema cannot see (YAML itself, uniqueness inside a list of objects, numbers that are not finite)."""
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -134,6 +144,14 @@ def test_good_file_passes_the_schema_and_loads(tmp_path):
     policy = load_policy(write(tmp_path, "t.yaml", GOOD), None)
     assert policy.tenant == "t" and policy.models.match("m-1") and not policy.models.match("x")
     assert policy.tools_allow is None and policy.tools_strict == "client" and policy.priority == "interactive"
+
+
+def test_whole_numbers_written_as_floats_are_integer_limits(tmp_path):
+    """JSON Schema's integers include 5.0: the limits must still be ints (the limiter refuses a float)."""
+    text = GOOD + "limits: {requests_per_minute: 5.0, max_tokens: 16.0, tokens_per_day: 1.0e+6}\n"
+    limits = load_policy(write(tmp_path, "t.yaml", text), None).limits
+    assert (limits.requests_per_minute, limits.max_tokens, limits.tokens_per_day) == (5, 16, 1_000_000)
+    assert type(limits.requests_per_minute) is type(limits.max_tokens) is type(limits.tokens_per_day) is int
 
 
 def test_every_error_of_a_file_is_reported(tmp_path):
