@@ -116,6 +116,7 @@ class RequestPolicy:
                                 await held.enter_async_context(slot)
                         finally:
                             deadlines.discard(deadline)
+                            tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)  # refused too
                     for waiting in deadlines:
                         if not waiting.expired():
                             waiting.reschedule(None)
@@ -127,7 +128,6 @@ class RequestPolicy:
                         code="rate_limit_exceeded",
                         retry_after=1,
                     ) from None
-                tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
                 async with aclosing(_taken(tenant, steps)) as taken:
                     async for step in taken:
                         yield step

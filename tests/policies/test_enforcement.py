@@ -130,6 +130,7 @@ async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path
         {"retry-after": "1"},
     )
     assert anthropic_error(error)["error"]["type"] == "rate_limit_error"
+    assert tenant.queue_wait_s > 0  # the audit line's queue_wait_ms: the wait that ended in the refusal
     left = {k: v for k, v in tenant.headers.items() if "remaining" in k}
     assert left == {
         "x-ratelimit-remaining-requests": "10",
