@@ -290,10 +290,21 @@ def policy_files(directory: Path) -> list[Path]:
     )
 
 
+OWN_FIELDS = ("tenant", "keys")
+"""Fields each tenant file names for itself: in `_defaults.yaml` they would give every tenant one name or one key."""
+
+
 def read_defaults(directory: Path) -> Marked | None:
-    """`_defaults.yaml` of a directory, or None when it has none."""
+    """`_defaults.yaml` of a directory, or None when it has none; naming a tenant or keys there is an error."""
     path = directory / DEFAULTS_FILE
-    return read_marked(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    doc = read_marked(path)
+    own = [f for f in OWN_FIELDS if f in doc.value]
+    if own:
+        errors = [_at(doc, str(path), (f,), "belongs in each tenant's own file, not in the defaults") for f in own]
+        raise PolicyFileError(errors)
+    return doc
 
 
 def conflicts(policies: dict[str, Policy], order: Iterable[str]) -> dict[str, PolicyError]:

@@ -174,6 +174,20 @@ def test_defaults_are_deep_merged_and_their_mistakes_point_into_the_defaults_fil
     assert (error.file, error.line, error.field) == (str(tmp_path / "_defaults.yaml"), 3, "limits.max_tokns")
 
 
+def test_defaults_may_not_name_a_tenant_or_keys(tmp_path):
+    """Merged under every file, they would make one tenant of a file that forgot its name, or its keys every
+    tenant's (a file without `keys` then passed with the defaults' key)."""
+    write(tmp_path, "_defaults.yaml", f"models: [m]\ntenant: shared\nkeys:\n  - id: k\n    sha256: {HASH}\n")
+    write(tmp_path, "t.yaml", "tenant: t\n")
+    good, errors = check_directory(tmp_path)
+    assert good == {}
+    assert [(Path(e.file).name, e.line, e.field) for e in errors] == [
+        ("_defaults.yaml", 2, "tenant"),
+        ("_defaults.yaml", 3, "keys"),
+    ]
+    assert "each tenant's own file" in errors[0].message
+
+
 def test_a_directory_rejects_clashing_tenants_and_shared_keys(tmp_path):
     write(tmp_path, "a.yaml", GOOD)
     write(tmp_path, "b.yaml", GOOD.replace("k1\n", "k9\n"))  # same tenant, same key hash
