@@ -18,6 +18,8 @@ came first: a run that arrives after its own settle leaves no reservation that n
 of a holder with nothing open changes nothing.
 """
 
+from .model import RETRY_SCAN
+
 MARK_MS = 120_000
 """How long a holder's admit or settle is remembered at least: far longer than a call to Redis can wait in flight."""
 MARK_BUCKET_MS = 10_000
@@ -25,8 +27,8 @@ MARK_BUCKET_MS = 10_000
 
 COMMON = (
     """
-local WINDOW, DAY, MARK, BUCKET = 60000, 86400000, """
-    + f"{MARK_MS}, {MARK_BUCKET_MS}"
+local WINDOW, DAY, MARK, BUCKET, RETRY_SCAN = 60000, 86400000, """
+    + f"{MARK_MS}, {MARK_BUCKET_MS}, {RETRY_SCAN}"
     + """
 local function marked(holder, now)  -- whether this holder's admit or settle ran in the last MARK ms
   for bucket = math.floor((now - MARK) / BUCKET), math.floor(now / BUCKET) do
@@ -94,9 +96,10 @@ local day = math.floor(now / DAY)
 local day_key = KEYS[6] .. day
 local function free_at(need, by_tokens)
   local freed, start = 0, 0
-  while true do
+  while true do  -- past the oldest RETRY_SCAN entries: when the whole window has left (an upper bound)
+    if start >= RETRY_SCAN then return reset_ms(now) end
     local batch = redis.call('ZRANGE', KEYS[1], start, start + 199, 'WITHSCORES')
-    if #batch == 0 then return WINDOW end
+    if #batch == 0 then return reset_ms(now) end
     local members = {}
     for i = 1, #batch, 2 do members[#members + 1] = batch[i] end
     local amounts = by_tokens and redis.call('HMGET', KEYS[2], unpack(members)) or nil

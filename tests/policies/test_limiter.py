@@ -9,7 +9,7 @@ import pytest
 
 from policies.limits import Limits, MemoryLimiter, RedisLimiter
 from policies.limits.headers import duration
-from policies.limits.model import FREE_JOINS
+from policies.limits.model import FREE_JOINS, RETRY_SCAN
 
 pytestmark = pytest.mark.anyio
 
@@ -75,6 +75,27 @@ async def test_the_window_slides_and_retry_after_is_exact(limiter, tenant, clock
     # No fixed-window doubling: 3 admitted in [+10, +60] and a new minute changes nothing.
     clock.now = T0 + 61
     assert (await limiter.admit(tenant, limits, charge(), 1)).retry_after_s == 9.0
+
+
+async def test_a_retry_that_needs_more_than_the_oldest_entries_read_is_when_the_window_has_left(limiter, tenant, clock):
+    """A refusal reads at most the window's oldest RETRY_SCAN entries to time its retry (a refused request must not
+    read a window of 100,000 entries: in Redis that held every tenant's calls for 0.4 s); a retry that needs more of
+    them to leave is when the newest leaves, an upper bound, never too early."""
+    limits = Limits(tokens_per_minute=RETRY_SCAN + 200)
+    admitted_ms = []
+    for i in range(RETRY_SCAN + 100):  # one token each, 1/64 s apart
+        clock.now = T0 + i / 64
+        admitted_ms.append(int(clock.now * 1000))
+        assert (await limiter.admit(tenant, limits, charge(), 1)).allowed
+    clock.now = T0 + 30
+
+    def leaves_s(entry: int) -> float:  # from now, when that admission leaves the window
+        return (admitted_ms[entry] + 60_000 - int(clock.now * 1000)) / 1000
+
+    within = await limiter.admit(tenant, limits, charge(), 200)  # the oldest 100 leaving make room
+    assert (within.limit, within.retry_after_s) == ("tokens_per_minute", leaves_s(99))
+    beyond = await limiter.admit(tenant, limits, charge(), RETRY_SCAN + 150)  # the oldest 1,050 must leave
+    assert (beyond.limit, beyond.retry_after_s) == ("tokens_per_minute", leaves_s(-1))
 
 
 async def test_settled_tokens_replace_the_reservation(limiter, tenant, clock):
