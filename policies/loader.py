@@ -93,7 +93,12 @@ def read_marked(path: Path) -> Marked:
         raise PolicyFileError([PolicyError(name, None, None, f"cannot be read: {exc}")]) from None
     if len(data) > MAX_FILE_BYTES:
         raise PolicyFileError([PolicyError(name, None, None, f"larger than {MAX_FILE_BYTES >> 20} MiB")])
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML never allows (NUL, other control characters)
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        line = text.count("\n", 0, exc.position) + 1
+        raise PolicyFileError([PolicyError(name, line, None, f"not YAML: the character #x{code:04x} is not allowed")])
     try:
         node = loader.get_single_node()
         marks: dict[FieldPath, tuple[str, int]] = {}
@@ -239,10 +244,10 @@ def load_policy(path: Path, defaults: Marked | None) -> Policy:
     for key in value.get("keys", []) if not errors else []:
         if isinstance(key.get("expires"), str):
             key["expires"] = dt.date.fromisoformat(key["expires"])
-    errors += _repeated_keys(doc, str(path)) if not errors else []
-    queue_timeout = value.get("limits", {}).get("queue_timeout_s")
-    if not errors and queue_timeout is not None and not math.isfinite(queue_timeout):
-        errors.append(_at(doc, str(path), ("limits", "queue_timeout_s"), "must be a finite number of seconds"))
+    if not errors:  # the schema held: the shapes below are known
+        errors += _repeated_keys(doc, str(path))
+        if not math.isfinite(value.get("limits", {}).get("queue_timeout_s", 0)):
+            errors.append(_at(doc, str(path), ("limits", "queue_timeout_s"), "must be a finite number of seconds"))
     if errors:
         raise PolicyFileError(errors)
     return _policy(value, str(path))

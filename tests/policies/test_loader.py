@@ -45,6 +45,7 @@ INVALID = {
         "a limit of 0 would refuse every request",
     ),
     "zero tokens_per_day": (GOOD + "limits:\n  tokens_per_day: 0\n", 7, "limits.tokens_per_day", "delete its file"),
+    "limits not a mapping": (GOOD + "limits: 5\n", 6, "limits", "object"),
     "max_tokens not a number": (GOOD + "limits:\n  max_tokens: lots\n", 7, "limits.max_tokens", "integer"),
     "strict mode": (GOOD + "tools:\n  strict: sometimes\n", 7, "tools.strict", "sometimes"),
     "priority": (GOOD + "priority: urgent\n", 6, "priority", "urgent"),
@@ -62,6 +63,8 @@ INVALID["no such date"] = (
 )
 LOADER_ONLY = {
     "YAML syntax": ("tenant: t\nkeys: [\n", 3, None, "not YAML"),
+    # a character YAML never allows: PyYAML refuses it before parsing (it crashed `policy check` and every reload)
+    "a NUL byte": (GOOD + "\x00\n", 6, None, "#x0000 is not allowed"),
     # aliases: a few lines of them spell billions of nodes ("billion laughs"), read in the reload forever
     "an alias": (GOOD.replace('["m-*"]', '&m ["m-*"]') + "tools:\n  allow: *m\n", 7, "tools.allow", "aliases"),
     "nested too deep": (GOOD + "limits: " + "[" * 40 + "]" * 40 + "\n", 6, "limits" + "[0]" * 16, "deeper than 16"),
