@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -92,7 +93,12 @@ def read_marked(path: Path) -> Marked:
         raise PolicyFileError([PolicyError(name, None, None, f"cannot be read: {exc}")]) from None
     if len(data) > MAX_FILE_BYTES:
         raise PolicyFileError([PolicyError(name, None, None, f"larger than {MAX_FILE_BYTES >> 20} MiB")])
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as exc:  # a character YAML never allows (NUL, other control characters)
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        line = text.count("\n", 0, exc.position) + 1
+        raise PolicyFileError([PolicyError(name, line, None, f"not YAML: the character #x{code:04x} is not allowed")])
     try:
         node = loader.get_single_node()
         marks: dict[FieldPath, tuple[str, int]] = {}
@@ -238,13 +244,27 @@ def load_policy(path: Path, defaults: Marked | None) -> Policy:
     for key in value.get("keys", []) if not errors else []:
         if isinstance(key.get("expires"), str):
             key["expires"] = dt.date.fromisoformat(key["expires"])
-    ids = [k["id"] for k in value.get("keys", [])] if not errors else []
-    for i, key_id in enumerate(ids):
-        if key_id in ids[:i]:
-            errors.append(_at(doc, str(path), ("keys", i, "id"), f"the key id {key_id!r} appears twice"))
+    if not errors:  # the schema held: the shapes below are known
+        errors += _repeated_keys(doc, str(path))
+        if not math.isfinite(value.get("limits", {}).get("queue_timeout_s", 0)):
+            errors.append(_at(doc, str(path), ("limits", "queue_timeout_s"), "must be a finite number of seconds"))
     if errors:
         raise PolicyFileError(errors)
     return _policy(value, str(path))
+
+
+def _repeated_keys(doc: Marked, file: str) -> list[PolicyError]:
+    """A key id, or a key hash, that a file lists twice (which entry a key is, its id and expiry, would be a guess)."""
+    errors = []
+    keys = doc.value.get("keys", [])
+    seen: dict[tuple[str, str], int] = {}
+    for i, key in enumerate(keys):
+        for field, value in (("id", key["id"]), ("sha256", key["sha256"].lower())):
+            if (field, value) in seen:
+                what = "key id" if field == "id" else f"key hash (of keys[{seen[field, value]}])"
+                errors.append(_at(doc, file, ("keys", i, field), f"the {what} {key[field]!r} appears twice"))
+            seen.setdefault((field, value), i)
+    return errors
 
 
 def _policy(value: dict[str, Any], source: str) -> Policy:
@@ -256,7 +276,7 @@ def _policy(value: dict[str, Any], source: str) -> Policy:
         tenant=value["tenant"],
         keys=tuple(Key(k["id"], k["sha256"].lower(), k.get("expires")) for k in value["keys"]),
         models=Globs(tuple(value.get("models", ()))),
-        limits=Limits(**{k: float(v) if k == "queue_timeout_s" else v for k, v in limits.items()}),
+        limits=Limits(**{k: float(v) if k == "queue_timeout_s" else int(v) for k, v in limits.items()}),  # 5.0: 5
         tools_allow=Globs(tuple(tools["allow"])) if "allow" in tools else None,
         tools_strict=tools.get("strict", "client"),
         priority=value.get("priority", "interactive"),
@@ -275,10 +295,21 @@ def policy_files(directory: Path) -> list[Path]:
     )
 
 
+OWN_FIELDS = ("tenant", "keys")
+"""Fields each tenant file names for itself: in `_defaults.yaml` they would give every tenant one name or one key."""
+
+
 def read_defaults(directory: Path) -> Marked | None:
-    """`_defaults.yaml` of a directory, or None when it has none."""
+    """`_defaults.yaml` of a directory, or None when it has none; naming a tenant or keys there is an error."""
     path = directory / DEFAULTS_FILE
-    return read_marked(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    doc = read_marked(path)
+    own = [f for f in OWN_FIELDS if f in doc.value]
+    if own:
+        errors = [_at(doc, str(path), (f,), "belongs in each tenant's own file, not in the defaults") for f in own]
+        raise PolicyFileError(errors)
+    return doc
 
 
 def conflicts(policies: dict[str, Policy], order: Iterable[str]) -> dict[str, PolicyError]:

@@ -53,10 +53,19 @@ class RequestPolicy:
         if ceiling is not None and requested is not None and requested > ceiling:
             raise invalid(f"'{param}' is {requested}; this API key allows at most {ceiling}", param)
 
-    def cap(self, max_new_tokens: int) -> int:
-        """The tenant's max-tokens ceiling as the default (and bound) of a request's token budget."""
-        ceiling = self.tenant and self.tenant.caller.policy.limits.max_tokens
-        return max_new_tokens if ceiling is None else min(max_new_tokens, ceiling)
+    def cap(self, max_new_tokens: int, asked: int | None = None, prompt_tokens: int = 0, choices: int = 1) -> int:
+        """The tenant's max-tokens ceiling as the default (and bound) of a request's token budget. A request that
+        asked for no max tokens (`asked` None) also gets no more than its tenant's token limits leave after its
+        prompt (`prompt_tokens`, all its prompts), shared by its `choices`: a default, unlike a number the client
+        sent, must not make a request that could never fit (OpenAI's limits do not refuse one either)."""
+        if self.tenant is None:
+            return max_new_tokens
+        limits = self.tenant.caller.policy.limits
+        bound = max_new_tokens if limits.max_tokens is None else min(max_new_tokens, limits.max_tokens)
+        for limit in (limits.tokens_per_minute, limits.tokens_per_day) if asked is None else ():
+            if limit is not None and limit - prompt_tokens >= choices:  # else the prompt (or n) is what to lower
+                bound = min(bound, (limit - prompt_tokens) // choices)
+        return bound
 
     def check_tools(
         self, chat: ChatRequest, body_tools: Sequence[Any] | None = None, params: DoorParams = CHAT_PARAMS
@@ -116,6 +125,7 @@ class RequestPolicy:
                                 await held.enter_async_context(slot)
                         finally:
                             deadlines.discard(deadline)
+                            tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)  # refused too
                     for waiting in deadlines:
                         if not waiting.expired():
                             waiting.reschedule(None)
@@ -127,7 +137,6 @@ class RequestPolicy:
                         code="rate_limit_exceeded",
                         retry_after=1,
                     ) from None
-                tenant.queue_wait_s = max(tenant.queue_wait_s, time.monotonic() - started)
                 async with aclosing(_taken(tenant, steps)) as taken:
                     async for step in taken:
                         yield step

@@ -68,7 +68,9 @@ async def start_chat(
     except APIError as e:
         e.param = params.of(e.param, chat, body_tools)
         raise
-    plan.sampling.max_new_tokens = policy.cap(plan.sampling.max_new_tokens)
+    plan.sampling.max_new_tokens = policy.cap(
+        plan.sampling.max_new_tokens, settings.max_tokens, len(plan.ids), settings.n
+    )
     note_request("chat", rid, model.id, plan.sampling.max_new_tokens, settings)
     queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)
     events = generate(

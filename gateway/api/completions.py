@@ -35,12 +35,19 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
             for i, p in enumerate(parsed.prompts)
         ]
     stop_ids = model.stop_token_ids
+    prompt_tokens = sum(len(ids) for ids, _ in prompts)
+    choices = len(prompts) * settings.n
     batch = [
         (
             ids,
             sampling_params(
                 settings,
-                policy.cap(token_budget(model, len(ids), settings.max_tokens, param, DEFAULT_MAX_TOKENS)),
+                policy.cap(
+                    token_budget(model, len(ids), settings.max_tokens, param, DEFAULT_MAX_TOKENS),
+                    settings.max_tokens,
+                    prompt_tokens,
+                    choices,
+                ),
                 stop_ids,
                 settings.skip_special_tokens,
             ),
@@ -51,7 +58,6 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     longest = max(len(ids) + sampling.max_new_tokens for ids, sampling in batch)
     note_request("text_completion", rid, model.id, max(sampling.max_new_tokens for _, sampling in batch), settings)
     events = generate(model, rid, batch, settings, None, policy.queued(model, longest))
-    prompt_tokens = sum(len(ids) for ids, _ in batch)
     budget = settings.n * sum(sampling.max_new_tokens for _, sampling in batch)
     with stage("gateway.admission"):
         events = await policy.admit(
@@ -61,7 +67,7 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
             events,
             prompt_param="prompt",
             prompt=parsed.prompts,
-            choices=len(batch) * settings.n,
+            choices=choices,
             n=settings.n,
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None

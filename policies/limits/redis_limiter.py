@@ -54,7 +54,7 @@ class RedisLimiter(Limiter):
         self._settle_script = self._redis.register_script(SETTLE)
         self.background += self._calls.background
 
-    def _keys(self, tenant: str, charge_id: str, holder: str) -> list[str]:
+    def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
         return [
             f"{base}:w",
@@ -65,7 +65,7 @@ class RedisLimiter(Limiter):
             # before that (plain c:, one reservation per charge) never read or settle these during a rolling upgrade
             f"{base}:d:",
             f"{base}:wj",
-            f"{base}:a:{holder}",
+            f"{base}:m:",
         ]
 
     def _now_arg(self) -> str:
@@ -87,7 +87,7 @@ class RedisLimiter(Limiter):
         try:
             async with self._calls.turn():
                 allowed, limit, retry, requests, tokens_used, reset = await self._admit_script(
-                    self._keys(tenant, charge_id, holder), args
+                    self._keys(tenant, charge_id), args
                 )
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
@@ -104,7 +104,7 @@ class RedisLimiter(Limiter):
         try:
             args = [self._now_arg(), holder, used_tokens, int(void)]
             async with self._calls.turn():
-                requests, tokens, reset = await self._settle_script(self._keys(tenant, charge_id, holder), args)
+                requests, tokens, reset = await self._settle_script(self._keys(tenant, charge_id), args)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
         return WindowUse(requests, tokens, reset)

@@ -6,8 +6,10 @@ entry is its holder and counts as a request, but a free join's, one of a charge'
 KEYS[4] the concurrency slots (holder -> lease end ms: one per admit, joins too), KEYS[5] the charge (fields m
 member, s served once, n open holders, j joins admitted, and per open admit h:<holder> its reserved tokens,
 d:<holder> its UTC day), KEYS[6] the prefix of the per-day counters (prefix .. UTC day number; derived keys of the
-same hash tag), KEYS[7] how many of the window's entries are free joins, KEYS[8] the holder's mark (set by its
-admit and by its settle, expiring after MARK_MS).
+same hash tag), KEYS[7] how many of the window's entries are free joins, KEYS[8] the prefix of the marks (the
+holders whose admit or settle ran: sets per MARK_BUCKET_MS of admit or settle time, prefix .. bucket number, each kept
+MARK_MS past its bucket's end; one set per tenant and 10 s, not one key per admission: 120,000 keys at 1,000
+admissions a second, at 149 bytes a mark, against 100).
 ARGV[1] is the time in ms, '' for the server's TIME (a test hook: tests pass their own clock).
 
 Both scripts are idempotent per holder, so a call sent again after its connection broke (redis_calls.py) never
@@ -16,14 +18,30 @@ came first: a run that arrives after its own settle leaves no reservation that n
 of a holder with nothing open changes nothing.
 """
 
+from .model import RETRY_SCAN
+
 MARK_MS = 120_000
-"""How long a holder's admit or settle is remembered: far longer than a call to Redis can wait in flight."""
+"""How long a holder's admit or settle is remembered at least: far longer than a call to Redis can wait in flight."""
+MARK_BUCKET_MS = 10_000
+"""The span of admit and settle times whose marks share one set (kept until MARK_MS after the span ends)."""
 
 COMMON = (
     """
-local WINDOW, DAY, MARK = 60000, 86400000, """
-    + str(MARK_MS)
+local WINDOW, DAY, MARK, BUCKET, RETRY_SCAN = 60000, 86400000, """
+    + f"{MARK_MS}, {MARK_BUCKET_MS}, {RETRY_SCAN}"
     + """
+local function marked(holder, now)  -- whether this holder's admit or settle ran in the last MARK ms
+  for bucket = math.floor((now - MARK) / BUCKET), math.floor(now / BUCKET) do
+    if redis.call('SISMEMBER', KEYS[8] .. bucket, holder) == 1 then return true end
+  end
+  return false
+end
+local function mark(holder, now)  -- remember it for MARK ms at least; returns where, for unmark
+  local bucket = math.floor(now / BUCKET)
+  redis.call('SADD', KEYS[8] .. bucket, holder)
+  redis.call('PEXPIRE', KEYS[8] .. bucket, (bucket + 1) * BUCKET + MARK - now)
+  return bucket
+end
 local function now_ms()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
   local t = redis.call('TIME')
@@ -70,16 +88,18 @@ local holder, lease = ARGV[7], tonumber(ARGV[8])
 expire(now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local count, sum = unpack(window_use())
-if redis.call('SET', KEYS[8], 1, 'PX', MARK, 'NX') == false then return {1, '', -1, count, sum, WINDOW} end  -- a rerun
+if marked(holder, now) then return {1, '', -1, count, sum, WINDOW} end  -- a rerun
+local marked_in = mark(holder, now)
 local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
 local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
 local day = math.floor(now / DAY)
 local day_key = KEYS[6] .. day
 local function free_at(need, by_tokens)
   local freed, start = 0, 0
-  while true do
+  while true do  -- past the oldest RETRY_SCAN entries: when the whole window has left (an upper bound)
+    if start >= RETRY_SCAN then return reset_ms(now) end
     local batch = redis.call('ZRANGE', KEYS[1], start, start + 199, 'WITHSCORES')
-    if #batch == 0 then return WINDOW end
+    if #batch == 0 then return reset_ms(now) end
     local members = {}
     for i = 1, #batch, 2 do members[#members + 1] = batch[i] end
     local amounts = by_tokens and redis.call('HMGET', KEYS[2], unpack(members)) or nil
@@ -109,7 +129,7 @@ if tpd >= 0 then
   if used + tokens > tpd then refuse('tokens_per_day', tokens > tpd and -1 or (day + 1) * DAY - now) end
 end
 if limit ~= '' then
-  redis.call('DEL', KEYS[8])  -- refused: nothing reserved, a rerun decides afresh
+  redis.call('SREM', KEYS[8] .. marked_in, holder)  -- refused: nothing reserved, a rerun decides afresh
   return {0, limit, retry, count, sum, reset_ms(now)}
 end
 local entry = holder
@@ -147,7 +167,7 @@ SETTLE = (
 local holder, used, void = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local now = now_ms()
 expire(now)
-redis.call('SET', KEYS[8], 1, 'PX', MARK)  -- an admit of this holder still in flight reserves nothing
+mark(holder, now)  -- an admit of this holder still in flight reserves nothing
 local function settled_use()
   local use = window_use()
   use[3] = reset_ms(now)

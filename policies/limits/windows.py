@@ -2,26 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Reversible, Sequence
+from itertools import islice
 
-from .model import CONCURRENCY_RETRY_MS, DAY_MS, WINDOW_MS, LimitName, Limits
+from .model import CONCURRENCY_RETRY_MS, DAY_MS, RETRY_SCAN, WINDOW_MS, LimitName, Limits
 
 
-def free_at(entries: Iterable[Sequence[int]], need: int, now: int) -> int:
-    """Milliseconds until the oldest (ts, weight) entries of the window have freed `need` weight."""
+def free_at(entries: Iterable[Sequence[int]], need: int, now: int, newest: int) -> int:
+    """Milliseconds until the oldest (ts, weight) entries of the window have freed `need` weight; past the oldest
+    RETRY_SCAN entries, until the whole window has left (its `newest` timestamp then leaves it)."""
     freed = 0
-    for ts, weight in entries:
+    for ts, weight in islice(entries, RETRY_SCAN):
         freed += weight
         if freed >= need:
             return max(0, ts + WINDOW_MS - now)
-    return WINDOW_MS
+    return max(0, newest + WINDOW_MS - now)
 
 
 def worst_refusal(
     limits: Limits,
     tokens: int,
     now: int,
-    log: Collection[Sequence[int]],
+    log: Reversible[Sequence[int]],
     window: tuple[int, int],
     slots: int,
     day_used: int,
@@ -37,11 +39,13 @@ def worst_refusal(
     refusals: list[tuple[LimitName, int | None]] = []
     rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
     requests, window_tokens = window
+    newest = next(reversed(log))[0] if log else now - WINDOW_MS
     if rpm is not None and not join and requests + 1 > rpm:
-        retry = None if rpm == 0 else free_at(((ts, n) for ts, _, n in log), requests + 1 - rpm, now)
+        retry = None if rpm == 0 else free_at(((ts, n) for ts, _, n in log), requests + 1 - rpm, now, newest)
         refusals.append(("requests_per_minute", retry))
     if tpm is not None and window_tokens + tokens > tpm:
-        retry = None if tokens > tpm else free_at(((ts, t) for ts, t, _ in log), window_tokens + tokens - tpm, now)
+        need = window_tokens + tokens - tpm
+        retry = None if tokens > tpm else free_at(((ts, t) for ts, t, _ in log), need, now, newest)
         refusals.append(("tokens_per_minute", retry))
     conc = limits.concurrent_requests
     if conc is not None and slots + 1 > conc:

@@ -70,6 +70,17 @@ def test_max_tokens_ceiling_and_default():
     assert (rules.cap(5000), rules.cap(7)) == (100, 7)
 
 
+def test_a_default_max_tokens_fits_the_tenants_token_limits():
+    """No max tokens asked: the default is what the token limits leave after the prompt, shared by the choices (a
+    context-sized default was a 400 for every such request of a tenant whose tokens_per_minute is below the context);
+    one asked for is checked against the limits as it is (admission's 400 names it)."""
+    rules = policy_with(limits=Limits(tokens_per_minute=1000, tokens_per_day=700))
+    assert rules.cap(8000, None, 100) == 600 and rules.cap(8000, None, 100, choices=4) == 150
+    assert rules.cap(8000, 8000, 100) == 8000 and rules.cap(50, None, 100) == 50
+    assert rules.cap(8000, None, 1000) == 8000  # the prompt alone is over: it is what to lower
+    assert policy_with(limits=Limits(tokens_per_minute=1000, max_tokens=64)).cap(8000, None, 100) == 64
+
+
 def test_inert_without_policies():
     rules = RequestPolicy(None, None)
     chat = chat_with(("anything", False))
@@ -130,6 +141,7 @@ async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path
         {"retry-after": "1"},
     )
     assert anthropic_error(error)["error"]["type"] == "rate_limit_error"
+    assert tenant.queue_wait_s > 0  # the audit line's queue_wait_ms: the wait that ended in the refusal
     left = {k: v for k, v in tenant.headers.items() if "remaining" in k}
     assert left == {
         "x-ratelimit-remaining-requests": "10",

@@ -45,6 +45,7 @@ INVALID = {
         "a limit of 0 would refuse every request",
     ),
     "zero tokens_per_day": (GOOD + "limits:\n  tokens_per_day: 0\n", 7, "limits.tokens_per_day", "delete its file"),
+    "limits not a mapping": (GOOD + "limits: 5\n", 6, "limits", "object"),
     "max_tokens not a number": (GOOD + "limits:\n  max_tokens: lots\n", 7, "limits.max_tokens", "integer"),
     "strict mode": (GOOD + "tools:\n  strict: sometimes\n", 7, "tools.strict", "sometimes"),
     "priority": (GOOD + "priority: urgent\n", 6, "priority", "urgent"),
@@ -62,6 +63,8 @@ INVALID["no such date"] = (
 )
 LOADER_ONLY = {
     "YAML syntax": ("tenant: t\nkeys: [\n", 3, None, "not YAML"),
+    # a character YAML never allows: PyYAML refuses it before parsing (it crashed `policy check` and every reload)
+    "a NUL byte": (GOOD + "\x00\n", 6, None, "#x0000 is not allowed"),
     # aliases: a few lines of them spell billions of nodes ("billion laughs"), read in the reload forever
     "an alias": (GOOD.replace('["m-*"]', '&m ["m-*"]') + "tools:\n  allow: *m\n", 7, "tools.allow", "aliases"),
     "nested too deep": (GOOD + "limits: " + "[" * 40 + "]" * 40 + "\n", 6, "limits" + "[0]" * 16, "deeper than 16"),
@@ -74,8 +77,18 @@ LOADER_ONLY = {
         "keys[1].id",
         "twice",
     ),
+    # one hash under two ids (one expired, say): which entry the key is would depend on their order
+    "key hash twice": (
+        GOOD.replace("models", f"  - id: k2\n    sha256: {HASH.upper()}\nmodels"),
+        6,
+        "keys[1].sha256",
+        "twice",
+    ),
+    # NaN passes every comparison a schema makes; asyncio timers at NaN or infinity never fire
+    "queue timeout NaN": (GOOD + "limits:\n  queue_timeout_s: .nan\n", 7, "limits.queue_timeout_s", "finite"),
+    "queue timeout infinite": (GOOD + "limits:\n  queue_timeout_s: .inf\n", 7, "limits.queue_timeout_s", "finite"),
 }
-"""Mistakes a JSON Schema cannot see (YAML itself, and uniqueness inside a list of objects)."""
+"""Mistakes a JSON Schema cannot see (YAML itself, uniqueness inside a list of objects, numbers that are not finite)."""
 
 
 def write(directory: Path, name: str, text: str) -> Path:
@@ -136,6 +149,14 @@ def test_good_file_passes_the_schema_and_loads(tmp_path):
     assert policy.tools_allow is None and policy.tools_strict == "client" and policy.priority == "interactive"
 
 
+def test_whole_numbers_written_as_floats_are_integer_limits(tmp_path):
+    """JSON Schema's integers include 5.0: the limits must still be ints (the limiter refuses a float)."""
+    text = GOOD + "limits: {requests_per_minute: 5.0, max_tokens: 16.0, tokens_per_day: 1.0e+6}\n"
+    limits = load_policy(write(tmp_path, "t.yaml", text), None).limits
+    assert (limits.requests_per_minute, limits.max_tokens, limits.tokens_per_day) == (5, 16, 1_000_000)
+    assert type(limits.requests_per_minute) is type(limits.max_tokens) is type(limits.tokens_per_day) is int
+
+
 def test_every_error_of_a_file_is_reported(tmp_path):
     path = write(tmp_path, "t.yaml", GOOD.replace(HASH, "nope") + "priority: urgent\nlimits: {max_tokens: -1}\n")
     with pytest.raises(PolicyFileError) as caught:
@@ -154,6 +175,20 @@ def test_defaults_are_deep_merged_and_their_mistakes_point_into_the_defaults_fil
         load_policy(path, read_defaults(tmp_path))
     [error] = caught.value.errors
     assert (error.file, error.line, error.field) == (str(tmp_path / "_defaults.yaml"), 3, "limits.max_tokns")
+
+
+def test_defaults_may_not_name_a_tenant_or_keys(tmp_path):
+    """Merged under every file, they would make one tenant of a file that forgot its name, or its keys every
+    tenant's (a file without `keys` then passed with the defaults' key)."""
+    write(tmp_path, "_defaults.yaml", f"models: [m]\ntenant: shared\nkeys:\n  - id: k\n    sha256: {HASH}\n")
+    write(tmp_path, "t.yaml", "tenant: t\n")
+    good, errors = check_directory(tmp_path)
+    assert good == {}
+    assert [(Path(e.file).name, e.line, e.field) for e in errors] == [
+        ("_defaults.yaml", 2, "tenant"),
+        ("_defaults.yaml", 3, "keys"),
+    ]
+    assert "each tenant's own file" in errors[0].message
 
 
 def test_a_directory_rejects_clashing_tenants_and_shared_keys(tmp_path):

@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.limits import Limits, RedisLimiter
 from policies.limits.redis_calls import CALLS_AT_ONCE, BoundedRedis
+from policies.limits.redis_scripts import MARK_MS
 from tests.faults.tcp_proxy import TcpFaultProxy
 
 pytestmark = pytest.mark.anyio
@@ -64,12 +65,43 @@ async def test_every_key_expires_by_itself(redis_server):
     admission = await limiter.admit(tenant, Limits(tokens_per_day=10**6), "c", 10)
     client = redis.Redis.from_url(redis_server.url)
 
-    async def ttls() -> list[int]:
-        return [await client.pttl(key) for key in await client.keys(f"ttl-test:{{{tenant}}}:*")]
+    async def ttls() -> list[int]:  # the marks' sets aside (the settle's may be the next 10 s's)
+        keys = [k for k in await client.keys(f"ttl-test:{{{tenant}}}:*") if b":m:" not in k]
+        return [await client.pttl(key) for key in keys]
 
-    assert len(await ttls()) == 7 and min(await ttls()) > 0  # window (3), slots, charge, day, the holder's mark
+    async def mark_ttls() -> list[int]:
+        return [await client.pttl(key) for key in await client.keys(f"ttl-test:{{{tenant}}}:m:*")]
+
+    assert len(await ttls()) == 6 and min(await ttls()) > 0  # window (3), slots, charge, day
+    assert len(await mark_ttls()) == 1 and min(await mark_ttls()) > 0  # the holder's mark
     await limiter.settle(admission, 5)
-    assert len(await ttls()) == 5 and min(await ttls()) > 0  # the charge and the emptied slots set are gone
+    assert len(await ttls()) == 4 and min(await ttls()) > 0  # the charge and the emptied slots set are gone
+    assert len(await mark_ttls()) in (1, 2) and min(await mark_ttls()) > 0
+    await client.aclose()
+    await limiter.close()
+
+
+async def test_marks_are_a_set_per_ten_seconds_not_a_key_per_admission_and_still_stop_every_rerun(redis_server):
+    """Each admit and settle marks its holder for MARK_MS at least (a rerun of the script, or an admit that arrives
+    after its own settle, reserves nothing); 40 admissions in one 10 s leave one mark set, not 40 keys."""
+    now = [1_000_000_000.0]
+    limiter = RedisLimiter(redis_server.url, prefix="mark-test", clock=lambda: now[0])
+    tenant, limits = f"t-{uuid.uuid4().hex[:8]}", Limits(requests_per_minute=1000, concurrent_requests=1000)
+    client = redis.Redis.from_url(redis_server.url)
+    for i in range(40):
+        await limiter.settle(await limiter.admit(tenant, limits, f"c{i}", 10), 10)
+    assert len(await client.keys(f"mark-test:{{{tenant}}}:*")) <= 6  # the window's 3, its day, one set of marks
+    assert len(await client.keys(f"mark-test:{{{tenant}}}:m:*")) == 1
+    slots = f"mark-test:{{{tenant}}}:slots"
+    first = await limiter.admit(tenant, limits, "once", 10)
+    now[0] += MARK_MS / 1000 - 1  # near the end of the mark's life: its admit run again reserves nothing
+    assert (await limiter._admit(tenant, limits, "once", 10, first.holder)).allowed
+    assert await client.zrange(slots, 0, -1) == [first.holder.encode()]
+    await limiter.settle(first, 10)
+    await limiter._settle(tenant, "late", "late-holder", 0, True)  # a settle that came before its admit
+    now[0] += MARK_MS / 1000 - 1
+    assert (await limiter._admit(tenant, limits, "late", 10, "late-holder")).allowed
+    assert await client.zcard(slots) == 0
     await client.aclose()
     await limiter.close()
 
