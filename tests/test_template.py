@@ -363,9 +363,24 @@ def test_a_hostile_template_stops_with_a_template_error(source: str) -> None:
     from gateway.prompts.template_bounds import render_budget
 
     messages = [{"role": "user", "content": "hi"}] * 100
-    bounded = "too many steps|would make|past its limit|recursion too deep"
+    bounded = "exceeded its limit of 200,000 steps|would make|past its limit|recursion too deep"
     with render_budget(steps=200_000, chars=10_000), pytest.raises(TemplateError, match=bounded):
         render(source, messages=messages, max_chars=10_000)
+
+
+def test_a_finite_render_past_the_step_limit_is_refused_naming_the_limit_and_the_conversation() -> None:
+    """A template whose work grows as the square of the messages (Gemma 4's does) ends, but past the step limit on a
+    long conversation: the refusal says the limit and how long the conversation was, not "a loop without end"."""
+    from gateway.prompts.template_bounds import render_budget
+
+    quadratic = "{% for m in messages %}{% for n in messages %}.{% endfor %}{% endfor %}"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    with render_budget(steps=5_000, chars=10_000), pytest.raises(TemplateError) as refused:
+        render(quadratic, [{"role": "user", "content": "hi"}] * 100, tools=tools, max_chars=20_000)
+    assert str(refused.value) == (
+        "chat template error: the template's work for this conversation (100 messages, 1 tool) exceeded its limit "
+        "of 5,000 steps"
+    )
 
 
 def test_the_bounds_leave_a_templates_semantics_alone() -> None:
