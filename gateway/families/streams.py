@@ -200,8 +200,8 @@ class StreamedCallParser(OutputParser):
         `CONTENT`; in `REASONING` a think end closes it, a think start before any reasoning text (the model
         opening again the block its prompt opened) is dropped, and a call start (when calls are parsed) ends it, to
         be handled in `CONTENT` (vLLM's Qwen3 reasoning parser likewise promotes such calls out of reasoning); the
-        think end such a call leaves behind is dropped in `CONTENT`. None when the marker was consumed so, else the
-        state in which the caller handles it."""
+        think end such a call leaves behind is dropped in `CONTENT`; any other marker in `REASONING` is reasoning text.
+        None when the marker was consumed so, else the state in which the caller handles it."""
         states = self.states
         if state is states["START"]:
             if marker == self.think[0]:
@@ -214,9 +214,11 @@ class StreamedCallParser(OutputParser):
                 return None
             if marker == self.think[0] and not self._out.reasoning_started:
                 return None
-            if marker == self.call_start and self._parse_calls:
-                self._cut.cut()
-                self._state = state = states["CONTENT"]
+            if marker != self.call_start or not self._parse_calls:
+                self._out.reasoning(marker)  # any other marker is reasoning text
+                return None
+            self._cut.cut()
+            self._state = state = states["CONTENT"]
         elif state is states["CONTENT"] and self._cut.takes_end(marker == self.think[1]):
             return None
         return state
