@@ -383,6 +383,22 @@ def test_a_finite_render_past_the_step_limit_is_refused_naming_the_limit_and_the
     )
 
 
+def test_a_render_past_its_budget_is_not_rendered_again_for_a_null_content(monkeypatch) -> None:
+    """A template that fails on a null content is rendered again with "" for it (as vLLM gives it); one that ran out
+    of steps or CPU is not: the second render would cost as much again (10 s of CPU twice)."""
+    from gateway.prompts import template as template_module
+    from gateway.prompts.template_bounds import render_budget
+
+    renders = []
+    bounded = template_module._render_bounded
+    monkeypatch.setattr(template_module, "_render_bounded", lambda *a: renders.append(1) or bounded(*a))
+    quadratic = "{% for m in messages %}{% for n in messages %}{{ n.content }}{% endfor %}{% endfor %}"
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}] * 50
+    with render_budget(steps=5_000, chars=100_000), pytest.raises(TemplateError, match="exceeded its limit"):
+        render(quadratic, messages, max_chars=100_000)
+    assert len(renders) == 1
+
+
 def test_the_bounds_leave_a_templates_semantics_alone() -> None:
     source = (
         "{% for m in messages %}{{ loop.index }}/{{ loop.length }}{{ m.content ~ '!' }}{% endfor %}"

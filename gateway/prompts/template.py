@@ -275,6 +275,8 @@ def render_chat_template(
     render = _render_continued if continue_final_message else _render
     try:
         return render(source, context, max_chars)
+    except bounds.RenderOverBudget:
+        raise  # another render of the same conversation would cost as much again
     except TemplateError:
         if not any(m.get("content", "") is None for m in messages):
             raise
@@ -352,10 +354,7 @@ def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_char
                     raise TemplateError(f"rendered prompt exceeds {max_chars} characters")
                 parts.append(part)
     except bounds.RenderOverBudget as e:
-        raise TemplateError(
-            f"chat template error: the template's work for this conversation ({_conversation_size(context)}) "
-            f"exceeded its limit of {e.limit}"
-        ) from None
+        raise bounds.RenderOverBudget(e.limit, _conversation_size(context)) from None
     except TemplateError:
         raise
     except jinja2.TemplateError as e:

@@ -46,10 +46,12 @@ class RenderOverBudget(TemplateError):
     """A render stopped past its steps or its CPU time: a loop without end, or a finite one too long for the limit
     (a template whose work grows as the square of the messages, on a long conversation)."""
 
-    def __init__(self, limit: str) -> None:
+    def __init__(self, limit: str, conversation: str = "") -> None:
+        """`limit`: the limit passed, in words (`20,000,000 steps`, `10 s of CPU`); `conversation`: how long the
+        conversation rendered was, in words (`3,000 messages, 2 tools`), where known."""
         self.limit = limit
-        """The limit passed, in words (`20,000,000 steps`, `10 s of CPU`)."""
-        super().__init__(f"chat template error: the template's work exceeded its limit of {limit}")
+        work = f"the template's work for this conversation ({conversation})" if conversation else "the template's work"
+        super().__init__(f"chat template error: {work} exceeded its limit of {limit}")
 
 
 class _Budget:
