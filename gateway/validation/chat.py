@@ -537,10 +537,21 @@ def json_schema_format(js: Fields) -> dict[str, Any]:
     return out
 
 
+_NOT_TEMPLATE_KWARGS = ("chat_template", "tokenize")
+"""Arguments of `apply_chat_template` that vLLM refuses in `chat_template_kwargs` (the template is resolved by then;
+a request's rendering is text): a 400 here too, not a template silently kept."""
+
+
 def _template_kwargs(fields: Fields) -> dict[str, Any]:
     kwargs = fields.mapping("chat_template_kwargs")
     if kwargs is None:
         return {}
+    for key in _NOT_TEMPLATE_KWARGS:
+        if key in kwargs:
+            param = f"chat_template_kwargs.{key}"
+            raise invalid(
+                f"'{param}' is not supported: {key} is the server's to choose", param, "unsupported_parameter"
+            )
     check_bounded(kwargs, "chat_template_kwargs")
     return dict(kwargs)
 

@@ -300,6 +300,8 @@ def test_settings():
         (chat(continue_final_message=True), "continue_final_message"),
         (chat(continue_final_message=True, add_generation_prompt=False), "continue_final_message"),
         (chat(chat_template_kwargs={"add_generation_prompt": "no"}), "chat_template_kwargs.add_generation_prompt"),
+        (chat(chat_template_kwargs={"chat_template": "{{ messages }}"}), "chat_template_kwargs.chat_template"),
+        (chat(chat_template_kwargs={"tokenize": True}), "chat_template_kwargs.tokenize"),
         (
             chat(add_generation_prompt=False, chat_template_kwargs={"continue_final_message": True}),
             "chat_template_kwargs.continue_final_message",  # the last message is the user's
