@@ -101,7 +101,7 @@ async def _slow_redis(server: RedisServer, args: argparse.Namespace) -> list[str
     """The rows of a Redis that answers late, then of one that does not answer."""
     with TcpFaultProxy(server.port) as proxy:
         limiter = RedisLimiter(proxy.url_for("redis"))
-        limiter.settle_retry_delays_s = ()  # a stalled settle is retried in the background: not timed here
+        limiter.settle_backlog.retry_delays_s = ()  # a stalled settle is retried in the background: not timed here
         proxy.set("delay", delay_s=args.slow_redis_ms / 1000)
         store = f"redis +{args.slow_redis_ms} ms per reply"
         slow = args.slow_requests, args.slow_concurrency

@@ -363,9 +363,40 @@ def test_a_hostile_template_stops_with_a_template_error(source: str) -> None:
     from gateway.prompts.template_bounds import render_budget
 
     messages = [{"role": "user", "content": "hi"}] * 100
-    bounded = "too many steps|would make|past its limit|recursion too deep"
+    bounded = "exceeded its limit of 200,000 steps|would make|past its limit|recursion too deep"
     with render_budget(steps=200_000, chars=10_000), pytest.raises(TemplateError, match=bounded):
         render(source, messages=messages, max_chars=10_000)
+
+
+def test_a_finite_render_past_the_step_limit_is_refused_naming_the_limit_and_the_conversation() -> None:
+    """A template whose work grows as the square of the messages (Gemma 4's does) ends, but past the step limit on a
+    long conversation: the refusal says the limit and how long the conversation was, not "a loop without end"."""
+    from gateway.prompts.template_bounds import render_budget
+
+    quadratic = "{% for m in messages %}{% for n in messages %}.{% endfor %}{% endfor %}"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    with render_budget(steps=5_000, chars=10_000), pytest.raises(TemplateError) as refused:
+        render(quadratic, [{"role": "user", "content": "hi"}] * 100, tools=tools, max_chars=20_000)
+    assert str(refused.value) == (
+        "chat template error: the template's work for this conversation (100 messages, 1 tool) exceeded its limit "
+        "of 5,000 steps"
+    )
+
+
+def test_a_render_past_its_budget_is_not_rendered_again_for_a_null_content(monkeypatch) -> None:
+    """A template that fails on a null content is rendered again with "" for it (as vLLM gives it); one that ran out
+    of steps or CPU is not: the second render would cost as much again (10 s of CPU twice)."""
+    from gateway.prompts import template as template_module
+    from gateway.prompts.template_bounds import render_budget
+
+    renders = []
+    bounded = template_module._render_bounded
+    monkeypatch.setattr(template_module, "_render_bounded", lambda *a: renders.append(1) or bounded(*a))
+    quadratic = "{% for m in messages %}{% for n in messages %}{{ n.content }}{% endfor %}{% endfor %}"
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}] * 50
+    with render_budget(steps=5_000, chars=100_000), pytest.raises(TemplateError, match="exceeded its limit"):
+        render(quadratic, messages, max_chars=100_000)
+    assert len(renders) == 1
 
 
 def test_the_bounds_leave_a_templates_semantics_alone() -> None:

@@ -160,6 +160,14 @@ def test_k2_thinking_and_a_terminator_inside_a_string() -> None:
     assert got == {"content": "", "reasoning": "Think.", "calls": [("write", {"s": value})]}
 
 
+def test_k2_calls_that_end_reasoning_leave_no_think_end_in_the_content() -> None:
+    """Kimi K2.5 calls without closing its think block; the `</think>` it may still write after them closes nothing
+    (dropped, as every family's parser drops it: `streams.ReasoningCut`); a later one is content."""
+    calls = K2.section_begin + k2_call("f", '{"a": 1}') + K2.section_end
+    got = k2("<think>plan" + calls + "</think>done</think>")
+    assert got == {"content": "done</think>", "reasoning": "plan", "calls": [("f", {"a": 1})]}
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.sampled_from(['"', "\\", "a", "é", "\n", "{", "}", *sorted(K2_TOKENS)]), max_size=12).map("".join),

@@ -55,6 +55,30 @@ class Trimmed:
         return out
 
 
+class ReasoningCut:
+    """The rule every family's parser keeps: a tool call's opening token inside reasoning ends the reasoning and opens
+    the call (the grammar keeps that token out of reasoning; vLLM's Qwen3 and DeepSeek V4 reasoning parsers end it
+    there too), and the `</think>` the model may still write after those calls closes nothing: the first one met
+    after the cut is dropped."""
+
+    __slots__ = ("awaits_end",)
+
+    def __init__(self) -> None:
+        self.awaits_end = False
+        """A call token ended reasoning and no `</think>` came since."""
+
+    def cut(self, *, end_token: bool = True) -> None:
+        """A call token ended reasoning; `end_token`: `</think>` is an added token (else its spelling is text)."""
+        self.awaits_end = end_token
+
+    def takes_end(self, is_think_end: bool) -> bool:
+        """Whether a `</think>` met after the cut is the one the cut left behind (dropped; a later one is not)."""
+        if is_think_end and self.awaits_end:
+            self.awaits_end = False
+            return True
+        return False
+
+
 class CallOutput:
     """The deltas a parser sends: trimmed content and reasoning, and tool calls whose arguments are written
     one typed argument at a time. A call is held back until its first argument (or the call) is complete,
@@ -150,13 +174,11 @@ class StreamedCallParser(OutputParser):
     """A parser whose output goes through a `CallOutput`, argument values typed by the request's tool schemas
     (GLM, Qwen3 XML). `states` is the subclass's state enum: it starts at `START`, or at `REASONING` when the
     prompt opened a think block; `think` is the family's (`<think>`, `</think>`) pair of added tokens, `call_start`
-    its call's opening token, which also ends reasoning (as the grammar keeps it out of reasoning)."""
+    its call's opening token, which also ends reasoning (`ReasoningCut`)."""
 
     states: ClassVar[type[Enum]]
     think: ClassVar[tuple[str, str]]
     call_start: ClassVar[str]
-    _think_cut = False
-    """A call token ended reasoning: the `</think>` the model may still write after its calls closes nothing."""
 
     def __init__(
         self, tools: Sequence[Mapping[str, Any]] = (), *, tool_calls: bool = True, in_reasoning: bool = False
@@ -167,6 +189,7 @@ class StreamedCallParser(OutputParser):
         self._parse_calls = tool_calls
         self._state = self.states["REASONING" if in_reasoning else "START"]
         self._out = CallOutput()
+        self._cut = ReasoningCut()
 
     @property
     def saw_tool_call(self) -> bool:
@@ -177,8 +200,8 @@ class StreamedCallParser(OutputParser):
         `CONTENT`; in `REASONING` a think end closes it, a think start before any reasoning text (the model
         opening again the block its prompt opened) is dropped, and a call start (when calls are parsed) ends it, to
         be handled in `CONTENT` (vLLM's Qwen3 reasoning parser likewise promotes such calls out of reasoning); the
-        think end such a call leaves behind is dropped in `CONTENT`. None when the marker was consumed so, else the
-        state in which the caller handles it."""
+        think end such a call leaves behind is dropped in `CONTENT`; any other marker in `REASONING` is reasoning text.
+        None when the marker was consumed so, else the state in which the caller handles it."""
         states = self.states
         if state is states["START"]:
             if marker == self.think[0]:
@@ -191,10 +214,11 @@ class StreamedCallParser(OutputParser):
                 return None
             if marker == self.think[0] and not self._out.reasoning_started:
                 return None
-            if marker == self.call_start and self._parse_calls:
-                self._think_cut = True
-                self._state = state = states["CONTENT"]
-        elif marker == self.think[1] and self._think_cut and state is states["CONTENT"]:
-            self._think_cut = False
+            if marker != self.call_start or not self._parse_calls:
+                self._out.reasoning(marker)  # any other marker is reasoning text
+                return None
+            self._cut.cut()
+            self._state = state = states["CONTENT"]
+        elif state is states["CONTENT"] and self._cut.takes_end(marker == self.think[1]):
             return None
         return state

@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.families.base import FamilyContext
 from gateway.prompts.template import render_chat_template, template_variables
 from gateway.types import ChatRequest
 
 
-def choose_template(own: str | None, builtin: str, override: str | None = None) -> str:
-    """The template in use: an explicit override, else the checkpoint's if it reads `tools`, else `builtin`."""
+def choose_template(context: FamilyContext, builtin: str) -> str:
+    """The template in use: the model's `options.chat_template`, else the checkpoint's if it reads `tools`, else
+    `builtin` (empty: the family's native encoder)."""
+    override = context.options.get("chat_template")
     if override:
         return override
+    own = context.chat_template
     if own and "tools" in template_variables(own):
         return own
     return builtin

@@ -17,7 +17,8 @@ Decisions (the gateway's documented behaviour):
   Reasoning runs from the start (when the prompt opened `<think>`, or the
   output opens it first, after whitespace at most) to the `</think>` token,
   or to a section or call begin token (Kimi K2.5 calls without closing its
-  think block); output cut inside reasoning stays reasoning.
+  think block; the `</think>` the model may still write after such calls is
+  dropped, `streams.ReasoningCut`); output cut inside reasoning stays reasoning.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from gateway.families.calls import CallParser, is_call_name, json_object
+from gateway.families.streams import ReasoningCut
 
 _QUOTE_OR_ESCAPE = re.compile(r'["\\]')
 
@@ -103,6 +105,7 @@ class SectionParser(CallParser):
         self._leading = ""
         self._header: list[str] = []
         self._body: _Body | None = None
+        self._cut = ReasoningCut()
 
     def _end(self) -> None:
         if self._mode is _Mode.BODY and not self._body.in_string:
@@ -158,6 +161,8 @@ class SectionParser(CallParser):
             elif spelling == m.section_end:
                 self._mode = _Mode.CONTENT
         elif spelling in (m.section_begin, m.call_begin):  # in reasoning too: calls end it (Kimi K2.5 omits `</think>`)
+            if mode is _Mode.REASONING:
+                self._cut.cut()
             self._content("")
             self._mode = _Mode.SECTION if spelling == m.section_begin else _Mode.HEADER
             self._header = []
@@ -170,6 +175,8 @@ class SectionParser(CallParser):
         elif spelling == m.think_start and not self._started:
             self._leading = ""
             self._mode = _Mode.REASONING
+        elif self._cut.takes_end(spelling == m.think_end):
+            return
         elif spelling not in m.call_tokens:  # a call marker outside a section is no text
             self._content(spelling)
 

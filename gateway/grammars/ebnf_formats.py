@@ -17,15 +17,13 @@ star, plus, regex, grammar, dispatch (`rules`, `loop`, `excludes`).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-from gateway.grammars.ebnf_rules import prefixed_rules
+from gateway.grammars.ebnf_rules import RULE_NAME, prefixed_rules
 from gateway.grammars.safe_json import regex_grammar
 
 Format = dict[str, Any]
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SHARED_KINDS = frozenset(
     {"sequence", "or", "optional", "star", "plus", "any_tokens", "exclude_token", "any_text", "dispatch"}
 )
@@ -78,7 +76,7 @@ class EbnfWriter:
             # each a rule of a rule, as the structural tag's conversion writes them: xgrammar writes `(x)+` as
             # `x r | x` (x twice)
             content = self.expression(fmt["content"])
-            if not _NAME.fullmatch(content):
+            if not RULE_NAME.fullmatch(content):
                 content = self._add_rule(content)
             return self._add_rule(f"({content}){_REPEATS[kind]}")
         if kind == "grammar":

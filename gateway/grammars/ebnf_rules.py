@@ -29,10 +29,14 @@ from __future__ import annotations
 
 import re
 
-_RULE_START = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) ::= ", re.MULTILINE)
-_PARTS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|\S')
+_NAME_TEXT = r"[A-Za-z_][A-Za-z0-9_]*"
+"""A rule name (an identifier) of xgrammar's EBNF, as a regex."""
+RULE_NAME = re.compile(_NAME_TEXT)
+_LITERAL_TEXT = r'(?:[^"\\]|\\.)'
+_LITERAL_OR_CLASS = rf'"{_LITERAL_TEXT}*"|\[(?:[^\]\\]|\\.)*\]'
+_RULE_START = re.compile(rf"^({_NAME_TEXT}) ::= ", re.MULTILINE)
+_PARTS = re.compile(rf"{_LITERAL_OR_CLASS}|{_NAME_TEXT}|\S")
 """A string literal, a character class, an identifier, or any other non-blank character of an EBNF body."""
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def cheaper_rules(ebnf: str) -> str:
@@ -64,13 +68,11 @@ def shared_text(ebnf: str, sequences: tuple[str, ...], literal_heads: tuple[str,
         return m[0]
 
     out = [(name, body if body.startswith(_CALLS) else pieces.sub(shared, body)) for name, body in rules]
-    used = {word for _, body in out for word in _NAME.findall(body)}
+    used = {word for _, body in out for word in RULE_NAME.findall(body)}
     return _text([*out, *((rule, f"(({text}))") for text, rule in texts.items() if rule in used)])
 
 
 _CALLS = ("TagDispatch(", "Regex(")
-_LITERAL_TEXT = r'(?:[^"\\]|\\.)'
-_LITERAL_OR_CLASS = rf'"{_LITERAL_TEXT}*"|\[(?:[^\]\\]|\\.)*\]'
 """A string literal or a character class, matched whole so that no piece is found inside one."""
 
 
@@ -80,7 +82,7 @@ def prefixed_rules(ebnf: str, prefix: str) -> str:
     return "".join(prefix + p if p in defined else p for p in _EBNF_PARTS.findall(ebnf))
 
 
-_EBNF_PARTS = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|.', re.DOTALL)
+_EBNF_PARTS = re.compile(rf"{_LITERAL_OR_CLASS}|{_NAME_TEXT}|.", re.DOTALL)
 """A string literal, a character class, an identifier, or any other character of an EBNF grammar."""
 
 
@@ -134,7 +136,7 @@ def optional_tails(ebnf: str) -> str:
     return _text(out)
 
 
-_ALTERNATIVE = re.compile(r"(?:(?<=^\()|(?<=\) \| ))\((.+?) ([A-Za-z_][A-Za-z0-9_]*)\)(?=\)$| \| \()")
+_ALTERNATIVE = re.compile(rf"(?:(?<=^\()|(?<=\) \| ))\((.+?) ({_NAME_TEXT})\)(?=\)$| \| \()")
 """A top-level alternative `(X T)` of a rule body `((…) | (…))` ending in a rule name T (checked by the caller)."""
 
 
@@ -162,7 +164,7 @@ def _optional_tail(body: str) -> tuple[str, str] | None:
     return (shape[2], shape[1]) if shape is not None and _one_sequence(shape[2]) else None
 
 
-_OPTIONAL_TAIL = re.compile(r"\(\(([A-Za-z_][A-Za-z0-9_]*)\) \| \((.+) \1\)\)", re.DOTALL)
+_OPTIONAL_TAIL = re.compile(rf"\(\(({_NAME_TEXT})\) \| \((.+) \1\)\)", re.DOTALL)
 
 
 def merged_rules(ebnf: str) -> str:
@@ -215,5 +217,5 @@ def _pieces(body: str) -> list[str]:
     return [*pieces, body[start:]]
 
 
-_IDENTIFIER = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|([A-Za-z_][A-Za-z0-9_]*)')
+_IDENTIFIER = re.compile(rf"{_LITERAL_OR_CLASS}|({_NAME_TEXT})")
 """A literal or a class (skipped: never renamed), or an identifier (the captured group)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,12 +79,17 @@ class _WholeLineHandler(logging.Handler):
         self.lines = lines
 
     def emit(self, record: logging.LogRecord) -> None:
+        self._write(lambda: (self.format(record) + "\n").encode("utf-8", "backslashreplace"), lambda: record)
+
+    def _write(self, data: Callable[[], bytes], record: Callable[[], logging.LogRecord]) -> None:
+        """`data()` written whole; a failure to make or write it reported through `handleError` with `record()`, as
+        StreamHandler.emit reports its own (a RecursionError goes on up)."""
         try:
-            self.lines.write((self.format(record) + "\n").encode("utf-8", "backslashreplace"))
+            self.lines.write(data())
         except RecursionError:
             raise
         except Exception:  # noqa: BLE001  (as StreamHandler.emit: a failed write is the handler's to report)
-            self.handleError(record)
+            self.handleError(record())
 
 
 class _LineHandler(_WholeLineHandler):
@@ -94,12 +100,7 @@ class _LineHandler(_WholeLineHandler):
 
     def write_line(self, line: bytes, level: int) -> None:
         """What `handle` does with an access record of message `line` (its filter passes every one), no record made."""
-        try:
-            self.lines.write(line + b"\n")
-        except RecursionError:
-            raise
-        except Exception:  # noqa: BLE001
-            self.handleError(_record(line.decode(), level))
+        self._write(lambda: line + b"\n", lambda: _record(line.decode(), level))
 
 
 @dataclass(frozen=True)

@@ -275,6 +275,8 @@ def render_chat_template(
     render = _render_continued if continue_final_message else _render
     try:
         return render(source, context, max_chars)
+    except bounds.RenderOverBudget:
+        raise  # another render of the same conversation would cost as much again
     except TemplateError:
         if not any(m.get("content", "") is None for m in messages):
             raise
@@ -351,6 +353,8 @@ def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_char
                 if size > max_chars:
                     raise TemplateError(f"rendered prompt exceeds {max_chars} characters")
                 parts.append(part)
+    except bounds.RenderOverBudget as e:
+        raise bounds.RenderOverBudget(e.limit, _conversation_size(context)) from None
     except TemplateError:
         raise
     except jinja2.TemplateError as e:
@@ -360,6 +364,12 @@ def _render_bounded(template: jinja2.Template, context: dict[str, Any], max_char
     except Exception as e:  # noqa: BLE001 - a template may raise anything; it is still the request's fault
         raise TemplateError(f"chat template error: {type(e).__name__}: {e}") from None
     return "".join(parts)
+
+
+def _conversation_size(context: dict[str, Any]) -> str:
+    """How long the conversation a render was given is, in words (`3,000 messages, 2 tools`)."""
+    counts = [(len(context.get("messages") or ()), "message"), (len(context.get("tools") or ()), "tool")]
+    return ", ".join(f"{n:,} {noun}{'' if n == 1 else 's'}" for n, noun in counts if n or noun == "message")
 
 
 def _cut_after_final_message(rendered: str, messages: list[dict[str, Any]]) -> str:

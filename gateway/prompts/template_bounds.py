@@ -42,10 +42,23 @@ class TemplateError(ValueError):
     """A chat template could not be compiled or rendered (a client error: HTTP 400); prompts/template.py's."""
 
 
+class RenderOverBudget(TemplateError):
+    """A render stopped past its steps or its CPU time: a loop without end, or a finite one too long for the limit
+    (a template whose work grows as the square of the messages, on a long conversation)."""
+
+    def __init__(self, limit: str, conversation: str = "") -> None:
+        """`limit`: the limit passed, in words (`20,000,000 steps`, `10 s of CPU`); `conversation`: how long the
+        conversation rendered was, in words (`3,000 messages, 2 tools`), where known."""
+        self.limit = limit
+        work = f"the template's work for this conversation ({conversation})" if conversation else "the template's work"
+        super().__init__(f"chat template error: {work} exceeded its limit of {limit}")
+
+
 class _Budget:
-    __slots__ = ("chars", "deadline", "next_clock", "steps")
+    __slots__ = ("chars", "deadline", "limit", "next_clock", "steps")
 
     def __init__(self, steps: int, chars: int):
+        self.limit = steps
         self.steps = steps
         self.chars = chars
         self.deadline = time.thread_time() + MAX_RENDER_CPU_S
@@ -85,10 +98,10 @@ def charge(steps: int) -> None:
 def _checkpoint(budget: _Budget) -> None:
     """Past a few thousand steps since the last: refuse a render out of steps or past its CPU time."""
     if budget.steps < 0:
-        raise TemplateError("chat template error: the template takes too many steps (a loop without end?)")
+        raise RenderOverBudget(f"{budget.limit:,} steps")
     budget.next_clock = max(budget.steps - _CLOCK_EVERY, -1)
     if time.thread_time() > budget.deadline:
-        raise TemplateError(f"chat template error: the render takes more than {MAX_RENDER_CPU_S:g} s of CPU")
+        raise RenderOverBudget(f"{MAX_RENDER_CPU_S:g} s of CPU")
 
 
 ALWAYS_FITS = 1 << 16

@@ -203,7 +203,10 @@ CHAT_FIELDS: dict[str, Field] = {
     "tool_choice": either(obj(TOOL_CHOICE), {"type": "string", "enum": list(TOOL_CHOICE_MODES)}),
     "parallel_tool_calls": boolean(True),
     "response_format": obj(RESPONSE_FORMAT),
-    "chat_template_kwargs": free_object("Extra variables for the chat template."),
+    "chat_template_kwargs": free_object(
+        "Extra variables for the chat template; an add_generation_prompt or continue_final_message in it replaces the "
+        "request's own (as vLLM's do)."
+    ),
     "reasoning_effort": string(choices=REASONING_EFFORTS),
     "add_generation_prompt": boolean(True),
     "continue_final_message": boolean(False, "Needs add_generation_prompt false and a last assistant message."),
@@ -244,19 +247,21 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     tools = parse_tools(fields)
     _check_tools_given(fields, tools)
     tool_choice, tools = parse_tool_choice(fields, tools)
+    template_kwargs = _template_kwargs(fields)
+    flags = _render_flags(fields, template_kwargs)
     chat = ChatRequest(
         messages=parse_messages(fields),
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=fields.boolean("parallel_tool_calls"),
         response_format=parse_response_format(fields),
-        template_kwargs=_template_kwargs(fields),
+        template_kwargs=template_kwargs,
         reasoning_effort=fields.string("reasoning_effort"),
-        add_generation_prompt=fields.boolean("add_generation_prompt"),
-        continue_final_message=fields.boolean("continue_final_message"),
+        add_generation_prompt=flags["add_generation_prompt"][0],
+        continue_final_message=flags["continue_final_message"][0],
         add_special_tokens=fields.boolean("add_special_tokens"),
     )
-    _check_continuation(chat)
+    _check_continuation(chat, flags["add_generation_prompt"][1], flags["continue_final_message"][1])
     return ChatCompletionRequest(model=model, chat=chat, settings=settings)
 
 
@@ -544,20 +549,56 @@ def json_schema_format(js: Fields) -> dict[str, Any]:
     return out
 
 
+_NOT_TEMPLATE_KWARGS = ("chat_template", "tokenize")
+"""Arguments of `apply_chat_template` that vLLM refuses in `chat_template_kwargs` (the template is resolved by then;
+a request's rendering is text): a 400 here too, not a template silently kept."""
+
+
 def _template_kwargs(fields: Fields) -> dict[str, Any]:
     kwargs = fields.mapping("chat_template_kwargs")
     if kwargs is None:
         return {}
+    for key in _NOT_TEMPLATE_KWARGS:
+        if key in kwargs:
+            param = f"chat_template_kwargs.{key}"
+            raise invalid(
+                f"'{param}' is not supported: {key} is the server's to choose", param, "unsupported_parameter"
+            )
     check_bounded(kwargs, "chat_template_kwargs")
     return dict(kwargs)
 
 
-def _check_continuation(chat: ChatRequest) -> None:
+_RENDER_FLAGS = ("add_generation_prompt", "continue_final_message")
+"""The request's render switches that `chat_template_kwargs` may also set: vLLM merges the kwargs over the request's
+fields and hands both to transformers' `apply_chat_template` as its arguments, so the kwargs' win."""
+
+
+def _render_flags(fields: Fields, template_kwargs: dict[str, Any]) -> dict[str, tuple[bool, str]]:
+    """Each render switch's value and the param that set it: `chat_template_kwargs`' (taken out of the template's
+    variables, as transformers takes its arguments out) where it has one, else the request's field. Both fields set
+    true is a 400 whatever the kwargs say (vLLM's request check reads the fields alone)."""
+    if all(fields.value.get(key) is True for key in _RENDER_FLAGS):
+        raise invalid(
+            "'continue_final_message' and 'add_generation_prompt' cannot both be true", "continue_final_message"
+        )
+    flags = {}
+    for key in _RENDER_FLAGS:
+        if key in template_kwargs:
+            param = f"chat_template_kwargs.{key}"
+            value = template_kwargs.pop(key)
+            if not isinstance(value, bool):
+                raise invalid(f"'{param}' must be a boolean", param)
+            flags[key] = (value, param)
+        else:
+            flags[key] = (fields.boolean(key), key)
+    return flags
+
+
+def _check_continuation(chat: ChatRequest, generation_param: str, continue_param: str) -> None:
     if not chat.continue_final_message:
         return
     if chat.add_generation_prompt:
-        raise invalid("'continue_final_message' needs 'add_generation_prompt' set to false", "continue_final_message")
+        param = generation_param if generation_param != "add_generation_prompt" else continue_param
+        raise invalid(f"'{continue_param}' needs '{generation_param}' set to false", param)
     if chat.messages[-1]["role"] != "assistant":
-        raise invalid(
-            "'continue_final_message' needs the last message to be from the assistant", "continue_final_message"
-        )
+        raise invalid(f"'{continue_param}' needs the last message to be from the assistant", continue_param)

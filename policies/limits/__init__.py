@@ -23,7 +23,7 @@ The API (a contract with the policy engine):
     the time until it is empty again; None when the first try did not land or nothing was reserved): a refusal's
     `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` (`headers.after_settle`).
     When the store is unreachable it returns after the first try and retries in the background
-    from a bounded backlog (`limiter.settle_backlog`: `settle_retry_delays_s`, then whenever the store answers again,
+    from a bounded backlog (`limiter.settle_backlog`: its `retry_delays_s`, then whenever the store answers again,
     for `give_up_s` at most, `capacity` settlements at most, the oldest dropped to its lease past it: an outage longer
     than the first retries must not hold a tenant's concurrency slot for the whole lease);
     `await limiter.close()` waits for settlements in flight (those past the first retries stop).

@@ -154,15 +154,6 @@ class Limiter(ABC):
         return await self._settle_once(missed.admission, missed.used_tokens, missed.void) is not None
 
     @property
-    def settle_retry_delays_s(self) -> tuple[float, ...]:
-        """The pauses before a settlement the store missed is tried again quickly (none: tried once, then dropped)."""
-        return self.settle_backlog.retry_delays_s
-
-    @settle_retry_delays_s.setter
-    def settle_retry_delays_s(self, delays: tuple[float, ...]) -> None:
-        self.settle_backlog.retry_delays_s = delays
-
-    @property
     def store_healthy(self) -> bool:
         """Whether the store's last call succeeded."""
         return self._store_answers.is_set()
@@ -219,4 +210,4 @@ class Limiter(ABC):
 
     def close_budget_s(self) -> float:
         """The longest `close()` gives the backlog: its first retries, each try waiting for a turn and its call."""
-        return first_tries_s(self.settle_retry_delays_s, self.store_timeout_s)
+        return first_tries_s(self.settle_backlog.retry_delays_s, self.store_timeout_s)

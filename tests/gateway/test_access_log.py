@@ -124,3 +124,34 @@ def test_access_line_times_are_milliseconds_to_two_places(elapsed: float) -> Non
         assert abs(line[key] - seconds * 1000) <= 0.005 + 1e-9
         assert len(json.dumps(line[key]).partition(".")[2]) <= 2
     assert len(json.dumps(line["ts"]).partition(".")[2]) <= 3
+
+
+class _BrokenLines:
+    """A `WholeLines` whose writes fail with `error`."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def write(self, data: bytes) -> None:
+        raise self.error
+
+
+def test_a_failed_write_is_the_handlers_to_report_and_a_recursion_error_goes_up(own_logging, monkeypatch):
+    """As StreamHandler.emit: a write that fails goes to `handleError` with the record (the direct access write makes
+    one then, holding the line); a RecursionError is raised on."""
+    configure_logging("info")
+    plain, access = logging.getLogger().handlers
+    reported: list[str] = []
+    for handler in (plain, access):
+        monkeypatch.setattr(handler, "handleError", lambda record: reported.append(record.getMessage()))
+        handler.lines = _BrokenLines(OSError("gone"))
+    record = RequestRecord("POST", "/v1/chat/completions", request_id="r-9", status=200)
+    log_access(record, "/v1/chat/completions", record.started)
+    logging.getLogger("gateway.test").warning("lost %s", "line")
+    assert len(reported) == 2 and json.loads(reported[0])["request_id"] == "r-9" and reported[1] == "lost line"
+    for handler in (plain, access):
+        handler.lines = _BrokenLines(RecursionError())
+    with pytest.raises(RecursionError):
+        log_access(record, "/v1/chat/completions", record.started)
+    with pytest.raises(RecursionError):
+        logging.getLogger("gateway.test").warning("deep")

@@ -315,6 +315,30 @@ def test_settings():
         (chat(chat_template_kwargs=nested(MAX_DEPTH + 1)), "chat_template_kwargs"),
         (chat(continue_final_message=True), "continue_final_message"),
         (chat(continue_final_message=True, add_generation_prompt=False), "continue_final_message"),
+        (chat(chat_template_kwargs={"add_generation_prompt": "no"}), "chat_template_kwargs.add_generation_prompt"),
+        (chat(chat_template_kwargs={"chat_template": "{{ messages }}"}), "chat_template_kwargs.chat_template"),
+        (chat(chat_template_kwargs={"tokenize": True}), "chat_template_kwargs.tokenize"),
+        (
+            chat(add_generation_prompt=False, chat_template_kwargs={"continue_final_message": True}),
+            "chat_template_kwargs.continue_final_message",  # the last message is the user's
+        ),
+        (
+            chat(
+                messages=[USER, {"role": "assistant", "content": "Sure"}],
+                continue_final_message=True,
+                add_generation_prompt=False,
+                chat_template_kwargs={"add_generation_prompt": True},
+            ),
+            "chat_template_kwargs.add_generation_prompt",
+        ),
+        (  # vLLM's request check reads the two fields alone
+            chat(
+                continue_final_message=True,
+                add_generation_prompt=True,
+                chat_template_kwargs={"add_generation_prompt": False},
+            ),
+            "continue_final_message",
+        ),
         (chat(logit_bias={"1": 5}), "logit_bias"),
         (chat(functions=[{"name": "f"}]), "functions"),
         (chat(audio={"voice": "x"}), "audio"),
@@ -356,6 +380,30 @@ def test_chat_errors_name_their_param(body, param):
     with pytest.raises(APIError) as e:
         parse_chat_completion(body)
     assert (e.value.status, e.value.param, e.value.type) == (400, param, "invalid_request_error")
+
+
+def test_chat_template_kwargs_set_the_render_switches_over_the_fields_as_vllm_merges_them():
+    """vLLM merges chat_template_kwargs over the request's fields and hands both to `apply_chat_template` as its
+    arguments: the kwargs' add_generation_prompt / continue_final_message win, and are no template variables."""
+    prefill = [USER, {"role": "assistant", "content": "Sure"}]
+    cases = [
+        (chat(chat_template_kwargs={"add_generation_prompt": False, "x": 1}), (False, False)),
+        (chat(add_generation_prompt=False, chat_template_kwargs={"add_generation_prompt": True}), (True, False)),
+        (
+            chat(messages=prefill, continue_final_message=True, chat_template_kwargs={"add_generation_prompt": False}),
+            (False, True),
+        ),
+        (
+            chat(
+                messages=prefill, chat_template_kwargs={"continue_final_message": True, "add_generation_prompt": False}
+            ),
+            (False, True),
+        ),
+    ]
+    for body, switches in cases:
+        parsed = parse_chat_completion(body).chat
+        assert (parsed.add_generation_prompt, parsed.continue_final_message) == switches, body
+        assert parsed.template_kwargs == ({"x": 1} if "x" in body["chat_template_kwargs"] else {}), body
 
 
 def test_a_whole_number_past_64_bits_is_refused_by_its_bounds():

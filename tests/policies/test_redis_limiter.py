@@ -109,7 +109,7 @@ async def test_marks_are_a_set_per_ten_seconds_not_a_key_per_admission_and_still
 @pytest.mark.parametrize("on_store_error", ["open", "closed"])
 async def test_a_dead_store_applies_the_tenants_choice_and_recovery_is_automatic(own_redis_server, on_store_error):
     limiter = RedisLimiter(own_redis_server.url, timeout_s=0.2)
-    limiter.settle_retry_delays_s = ()  # counted errors stay exact
+    limiter.settle_backlog.retry_delays_s = ()  # counted errors stay exact
     limits = Limits(requests_per_minute=2, on_store_error=on_store_error)
     before = await limiter.admit("acme", limits, "a", 1)
     assert before.allowed and limiter.store_healthy
@@ -144,7 +144,7 @@ async def test_scripts_flushed_are_reloaded(redis_server):
 
 async def test_a_settle_the_store_missed_is_retried(redis_server):
     limiter = RedisLimiter(redis_server.url, timeout_s=0.1)
-    limiter.settle_retry_delays_s = (0.3, 0.3)
+    limiter.settle_backlog.retry_delays_s = (0.3, 0.3)
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     limits = Limits(concurrent_requests=1, tokens_per_minute=1000)
     admission = await limiter.admit(tenant, limits, "a", 500)
@@ -203,7 +203,7 @@ async def test_an_admit_whose_answer_never_came_is_undone_once_the_store_answers
     )
     with TcpFaultProxy(redis_server.port) as proxy:
         limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.2)
-        limiter.settle_retry_delays_s = (0.3, 1.0)
+        limiter.settle_backlog.retry_delays_s = (0.3, 1.0)
         assert await limiter.probe_store()  # connected: the admit's script itself goes through and runs
         proxy.set("stall")
         stalled = await limiter.admit(tenant, limits, "a", 500)
@@ -238,7 +238,7 @@ async def test_a_settle_lost_in_an_outage_longer_than_the_retries_lands_once_red
     limits = Limits(concurrent_requests=1, tokens_per_minute=1000)
     with TcpFaultProxy(redis_server.port) as proxy:
         limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.1)
-        limiter.settle_retry_delays_s = (0.05,)
+        limiter.settle_backlog.retry_delays_s = (0.05,)
         admission = await limiter.admit(tenant, limits, "a", 500)
         proxy.set("blackhole")
         await limiter.settle(admission, 100)

@@ -95,7 +95,7 @@ async def test_a_client_kill_storm_around_a_burst_of_admits_keeps_the_counts_exa
     counted once (a rerun of one that ran reserves nothing), each settle applied once, no slot left taken."""
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     limiter = RedisLimiter(redis_server.url)
-    limiter.settle_retry_delays_s = (0.05, 0.1)
+    limiter.settle_backlog.retry_delays_s = (0.05, 0.1)
     killer = redis.Redis.from_url(redis_server.url)
     killed, calm = 0, asyncio.Event()
 

@@ -48,7 +48,7 @@ async def test_a_burst_in_an_outage_keeps_the_backlog_bounded_and_the_counts_exa
     )
     with TcpFaultProxy(redis_server.port) as proxy:
         limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.2)
-        limiter.settle_retry_delays_s = (0.05,)
+        limiter.settle_backlog.retry_delays_s = (0.05,)
         limiter.settle_backlog.capacity = CAPACITY
         held = [await limiter.admit(tenant, limits, f"held-{i}", 500) for i in range(HELD)]
         assert all(a.allowed for a in held)
@@ -77,7 +77,7 @@ async def test_admits_that_ran_while_their_answers_were_lost_are_all_given_back(
     limits = Limits(requests_per_minute=1000, tokens_per_minute=1_000_000, concurrent_requests=1000)
     with TcpFaultProxy(redis_server.port) as proxy:
         limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.2)
-        limiter.settle_retry_delays_s = (0.05,)
+        limiter.settle_backlog.retry_delays_s = (0.05,)
         assert await limiter.probe_store()
         tasks_before = _tasks()
         proxy.set("stall")
@@ -113,7 +113,7 @@ async def test_close_in_an_outage_leaves_the_backlog_to_its_leases_within_its_bu
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     with TcpFaultProxy(redis_server.port) as proxy:
         limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.1)
-        limiter.settle_retry_delays_s = (0.05, 0.05)
+        limiter.settle_backlog.retry_delays_s = (0.05, 0.05)
         admissions = [await limiter.admit(tenant, Limits(), f"c{i}", 1) for i in range(20)]
         proxy.set("blackhole")
         windows = await asyncio.gather(*(limiter.settle(admission, 1) for admission in admissions))
@@ -126,7 +126,7 @@ async def test_a_settlement_the_store_never_takes_is_given_up_and_counted(redis_
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     with TcpFaultProxy(redis_server.port) as proxy:
         limiter = RedisLimiter(proxy.url_for("redis"), timeout_s=0.1)
-        limiter.settle_retry_delays_s = (0.05,)
+        limiter.settle_backlog.retry_delays_s = (0.05,)
         limiter.settle_backlog.give_up_s = 0.2
         admission = await limiter.admit(tenant, Limits(concurrent_requests=1), "a", 1)
         proxy.set("blackhole")

@@ -45,6 +45,7 @@ from typing import Any
 
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
+from gateway.families.streams import ReasoningCut
 from gateway.families.token_sections import SectionMarkers
 from gateway.families.values import convert, is_plain_string, schema_types, strict_json
 from gateway.ids import new_call_id
@@ -137,8 +138,7 @@ class DsmlParser(OutputParser):
         self._reasoning_started = False
         self._leading = not in_reasoning
         """Content so far is whitespace at most: a `<think>` token here opens reasoning."""
-        self._think_cut = False
-        """A calls block ended reasoning: the `</think>` the model may still write after it closes nothing."""
+        self._cut = ReasoningCut()
         self._handlers = {
             _Mode.REASONING: self._in_reasoning,
             _Mode.CONTENT: self._in_content,
@@ -182,7 +182,7 @@ class DsmlParser(OutputParser):
         elif isinstance(event, Token) and event.text == THINK_START and not self._reasoning_started:
             return
         elif isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
-            self._think_cut = True
+            self._cut.cut()
             self._mode = _Mode.CONTENT
             self._in_content(event)
         else:
@@ -198,8 +198,7 @@ class DsmlParser(OutputParser):
                 self._mode = _Mode.REASONING
                 return
             self._leading = isinstance(event, Text) and not event.text.strip()
-        elif self._think_cut and isinstance(event, Token) and event.text == THINK_END:
-            self._think_cut = False
+        elif self._cut.takes_end(isinstance(event, Token) and event.text == THINK_END):
             return
         if isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
             self._held_space = ""

@@ -56,7 +56,7 @@ class Glm45Family(Family):
 
     @cached_property
     def template(self) -> str:
-        return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
+        return choose_template(self.context, BUILTIN_TEMPLATE)
 
     def render(self, request: ChatRequest) -> str:
         return render_request(self.template, request, self.context.special_tokens_map, compact=self.compact)

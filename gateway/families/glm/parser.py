@@ -88,9 +88,7 @@ class GlmParser(StreamedCallParser):
         state = self._think_marker(state, marker)
         if state is None:
             return
-        if state is _State.REASONING:
-            self._out.reasoning(marker)
-        elif state is _State.CONTENT:
+        if state is _State.CONTENT:
             if marker == TOOL_CALL_START and self._parse_calls:
                 self._name = ""
                 self._state = _State.NAME

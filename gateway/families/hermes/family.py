@@ -7,11 +7,12 @@ from functools import cached_property
 from gateway.families.base import OutputParser
 from gateway.families.chatml import TOOL_CALL_END, TOOL_CALL_START, TURN_END, TURN_START, ChatMLFamily
 from gateway.families.recognition import Recognition
+from gateway.families.templates import choose_template
 from gateway.types import ChatRequest
 
 from .grammar import CALLS
 from .parser import HermesParser
-from .prompt import choose_template, default_system_message, render_prompt
+from .prompt import BUILTIN_TEMPLATE, default_system_message, render_prompt
 
 
 class HermesFamily(ChatMLFamily):
@@ -26,8 +27,8 @@ class HermesFamily(ChatMLFamily):
 
     @cached_property
     def template(self) -> str:
-        """The template in use (see `prompt.choose_template`)."""
-        return choose_template(self.context)
+        """The template in use (`templates.choose_template`: ours where the checkpoint's has no tools)."""
+        return choose_template(self.context, BUILTIN_TEMPLATE)
 
     @cached_property
     def default_system_message(self) -> str | None:

@@ -68,7 +68,7 @@ from backends.stop_strings import held_prefix
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name, json_object
 from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
-from gateway.families.streams import Trimmed
+from gateway.families.streams import ReasoningCut, Trimmed
 from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
@@ -241,8 +241,7 @@ class HermesParser(OutputParser):
         self._held_call: list[Delta] | None = None
         """The current call's deltas, held back until its first argument is complete (None: not holding)."""
         self._call_sent = False
-        self._think_cut = False
-        """A call token ended reasoning: the `</think>` token the model may still write after its calls is dropped."""
+        self._cut = ReasoningCut()
         self._tail = _Tail.OPEN
         self._listed = False
         """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
@@ -318,7 +317,7 @@ class HermesParser(OutputParser):
         if call >= 0 and (end < 0 or call < end):
             self._emit_reasoning(self._buffer[:call])
             self._drop(call + len(TOOL_CALL_START))
-            self._think_cut = THINK_END in self._token_markers
+            self._cut.cut(end_token=THINK_END in self._token_markers)
             self._state = _State.CALL_HEADER
             return True
         if end >= 0:
@@ -344,10 +343,10 @@ class HermesParser(OutputParser):
             self._drop(len(self._buffer))
             return False
         start = self._find(TOOL_CALL_START)
-        if self._think_cut and 0 <= (end := self._find(THINK_END)) and (start < 0 or end < start):
+        if self._cut.awaits_end and 0 <= (end := self._find(THINK_END)) and (start < 0 or end < start):
+            self._cut.takes_end(True)
             self._emit_content(self._buffer[:end])
             self._drop(end + len(THINK_END))
-            self._think_cut = False
             return True
         if start >= 0:
             self._emit_content(self._buffer[:start])

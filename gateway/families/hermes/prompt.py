@@ -6,7 +6,7 @@ import re
 from importlib.resources import files
 
 from gateway.families.base import FamilyContext
-from gateway.prompts.template import render_chat_template, template_variables
+from gateway.prompts.template import render_chat_template
 from gateway.types import ChatRequest
 
 BUILTIN_TEMPLATE = files(__package__).joinpath("chat_template.jinja").read_text(encoding="utf-8")
@@ -14,17 +14,6 @@ BUILTIN_TEMPLATE = files(__package__).joinpath("chat_template.jinja").read_text(
 
 _LEADING_SYSTEM_TURN = re.compile(r"<\|im_start\|>system\n(.*?)<\|im_end\|>", re.DOTALL)
 _PROBE = "\x00probe\x00"
-
-
-def choose_template(context: FamilyContext) -> str:
-    """options["chat_template"], else the checkpoint's template if it handles tools, else ours."""
-    override = context.options.get("chat_template")
-    if override:
-        return override
-    own = context.chat_template
-    if own and "tools" in template_variables(own):
-        return own
-    return BUILTIN_TEMPLATE
 
 
 def default_system_message(template: str, context: FamilyContext) -> str | None:

@@ -53,8 +53,7 @@ class Llama3Family(Family):
 
     @cached_property
     def template(self) -> str | None:
-        own, override = self.context.chat_template, self.context.options.get("chat_template")
-        return choose_template(own, "", override) or None  # no builtin: the native encoder
+        return choose_template(self.context, "") or None  # no builtin: the native encoder
 
     def render(self, request: ChatRequest) -> str:
         if self.template is None:

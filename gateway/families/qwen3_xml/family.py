@@ -30,7 +30,7 @@ class Qwen3XmlFamily(ChatMLFamily):
 
     @cached_property
     def template(self) -> str:
-        return choose_template(self.context.chat_template, BUILTIN_TEMPLATE, self.context.options.get("chat_template"))
+        return choose_template(self.context, BUILTIN_TEMPLATE)
 
     def render(self, request: ChatRequest) -> str:
         return render_request(self.template, request, self.context.special_tokens_map)

@@ -143,9 +143,7 @@ class Qwen3XmlParser(StreamedCallParser):
         state = self._think_marker(self._state, marker)
         if state is None:
             return
-        if state is _State.REASONING:
-            self._out.reasoning(marker)
-        elif state is _State.CONTENT:
+        if state is _State.CONTENT:
             if marker == TOOL_CALL_START and self._parse_calls:
                 self._out.content(self._buffer)
                 self._buffer = ""
