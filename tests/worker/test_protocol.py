@@ -103,6 +103,23 @@ def test_a_prompt_and_max_new_tokens_that_fill_the_context_or_a_default_past_it_
     assert parse({"input_ids": [1] * 2000}).sampling.max_new_tokens == 128  # SGLang caps an absent one instead
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"text": "Paris", "sampling_params": {"temperature": -1}},
+        {"text": "Paris", "sampling_params": {"json_schema": "{}", "regex": "a"}},
+        {"text": "Paris", "top_logprobs_num": 99},
+        {"text": "Paris", "stream": "yes"},
+        {"text": "Paris", "sampling_params": {"stop": [""]}},
+    ],
+)
+def test_a_text_prompt_is_not_encoded_when_a_cheap_check_refuses_the_body(body):
+    encoded = []
+    with pytest.raises(ProtocolError):
+        parse_generate(body, vocab_size=49152, context_length=2048, encode=lambda text: encoded.append(text) or [1])
+    assert encoded == []
+
+
 def _request(messages: asyncio.Queue) -> Request:
     return Request({"type": "http", "method": "POST", "headers": []}, messages.get)
 
