@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +28,6 @@ class ProtocolError(ValueError):
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Longer request bodies are refused (413) as they arrive, not read into memory: a prompt of a million token ids
 is ~8 MB of JSON."""
-BODY_IDLE_TIMEOUT_S = 30.0
-"""A body that sends nothing for this long is refused (408): a client trickling its body holds a connection."""
 
 
 class BodyBytes:
@@ -47,14 +44,13 @@ BODIES = BodyBytes(4 * MAX_BODY_BYTES)
 
 async def request_json(request: Request) -> Any:
     """The request's body parsed as JSON; ProtocolError when it is not JSON (400), is longer than MAX_BODY_BYTES
-    (413), sends nothing for BODY_IDLE_TIMEOUT_S (408), would take BODIES past its limit (503) or the client left
-    before it ended (499: nobody reads the answer)."""
+    (413), would take BODIES past its limit (503) or the client left before it ended (499: nobody reads the answer;
+    a body too slow is cut off by the HTTP protocol, backends/client_timeouts.py, as a client that left)."""
     held = 0
 
     async def receive() -> Any:
         nonlocal held
-        async with asyncio.timeout(BODY_IDLE_TIMEOUT_S):
-            message = await request.receive()
+        message = await request.receive()
         size = len(message.get("body", b""))
         if BODIES.held + size > BODIES.limit:
             raise ProtocolError("the worker is reading too many request bodies at once; retry later", 503)
@@ -70,8 +66,6 @@ async def request_json(request: Request) -> Any:
         raise ProtocolError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413) from None
     except ClientLeft:
         raise ProtocolError("the client left before its body ended", 499) from None
-    except TimeoutError:
-        raise ProtocolError(f"the request body sent nothing for {BODY_IDLE_TIMEOUT_S:g} s", 408) from None
     finally:
         BODIES.held -= held
 

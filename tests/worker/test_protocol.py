@@ -124,20 +124,6 @@ def _request(messages: asyncio.Queue) -> Request:
     return Request({"type": "http", "method": "POST", "headers": []}, messages.get)
 
 
-def test_a_body_that_stalls_is_refused_with_408(monkeypatch):
-    monkeypatch.setattr(protocol, "BODY_IDLE_TIMEOUT_S", 0.01)
-
-    async def scenario() -> ProtocolError:
-        messages: asyncio.Queue = asyncio.Queue()
-        messages.put_nowait({"type": "http.request", "body": b'{"input_ids": [1', "more_body": True})
-        with pytest.raises(ProtocolError) as refused:
-            await protocol.request_json(_request(messages))
-        return refused.value
-
-    assert asyncio.run(scenario()).status == 408
-    assert protocol.BODIES.held == 0
-
-
 def test_bodies_past_the_bytes_read_at_once_are_refused_with_503_and_their_bytes_given_back(monkeypatch):
     monkeypatch.setattr(protocol, "BODIES", protocol.BodyBytes(limit=25))
 
