@@ -5,7 +5,10 @@ bodies and a send timer. The gateway and the bundled worker both serve through i
   trickling a header a byte at a time holds its connection (and a slot of --max-concurrency's budget) for ever. This
   timer starts when a connection opens and after each response, and only the end of a request's head stops it; the
   connection is then closed without an answer (as nginx's `client_header_timeout` does). A head is also bounded in
-  size (`MAX_HEAD_BYTES`: uvicorn and httptools bound neither the target nor a header's length; past it a 431).
+  size (`MAX_HEAD_BYTES`: uvicorn and httptools bound neither the target nor a header's length; past it a 431), and
+  at most `max_waiting_heads` connections wait for a head at once: past it the one waiting longest is closed (an
+  idle keep-alive connection, or a slow head; nginx also closes idle keep-alive connections first when short of
+  connections), so slow heads cannot take every descriptor from clients that send theirs at once.
 - Body: once the head is in, the body must keep coming: `header_timeout_s` without a byte of it (a `Content-Length`
   larger than what is sent, a chunked body that stops) closes the connection, and so does a body slower on the whole
   than `body_min_rate` bytes a second after a grace of `header_timeout_s` (Apache's mod_reqtimeout `MinRate`): a byte
@@ -30,6 +33,9 @@ DEFAULT_SEND_TIMEOUT_S = 60.0
 DEFAULT_BODY_MIN_RATE = 64 * 1024
 """Bytes a second a body must average (after its grace): 512 kbit/s, below any broadband uplink; a 16 MiB body may
 take 256 s and the grace."""
+MAX_WAITING_HEADS = 512
+"""Connections waiting for a request's head (new, or kept alive after an answer) at once, per server: half of the
+usual 1,024 descriptors a process may open."""
 MAX_HEAD_BYTES = 64 * 1024
 """A request line and headers longer than this are refused (431; nginx's default is 32 KiB, h11's 16 KiB). The
 count is of whole reads inside one head, so a head is cut somewhere below this plus two reads (256 KiB each)."""
@@ -44,10 +50,14 @@ def client_timeout_protocol(
     header_timeout_s: float,
     send_timeout_s: float | None,
     body_min_rate: float = DEFAULT_BODY_MIN_RATE,
+    max_waiting_heads: int = MAX_WAITING_HEADS,
 ) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol, closing a connection whose request head takes longer than `header_timeout_s`,
     whose body pauses that long or averages under `body_min_rate` bytes a second past that grace, or that takes no
-    bytes of its answer for `send_timeout_s` (None: no send timer)."""
+    bytes of its answer for `send_timeout_s` (None: no send timer); past `max_waiting_heads` connections waiting for
+    a head, the one waiting longest."""
+    waiting: dict[ClientTimeoutProtocol, None] = {}
+    """The connections waiting for a request's head, longest first (a dict keeps its order)."""
 
     class ClientTimeoutProtocol(HttpToolsProtocol):
         _read_timer: asyncio.TimerHandle | None = None
@@ -71,7 +81,7 @@ def client_timeout_protocol(
 
         def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def,override]
             super().connection_made(transport)
-            self._arm_read(self._close)
+            self._await_head()
 
         def data_received(self, data: bytes) -> None:
             inside = self._head_open
@@ -87,6 +97,7 @@ def client_timeout_protocol(
 
         def on_headers_complete(self) -> None:
             self._head_open = False
+            waiting.pop(self, None)
             super().on_headers_complete()
             self._in_body = True
             self._body_clock, self._body_bytes = self.loop.time(), 0
@@ -109,7 +120,7 @@ def client_timeout_protocol(
             super().on_response_complete()
             if not self.transport.is_closing() and not pipelined:
                 self._in_body = False
-                self._arm_read(self._close)  # the next request's head
+                self._await_head()  # the next request's
 
         def pause_writing(self) -> None:
             super().pause_writing()
@@ -123,6 +134,7 @@ def client_timeout_protocol(
                 self._send_timer = None
 
         def connection_lost(self, exc: Exception | None) -> None:
+            waiting.pop(self, None)
             self._disarm_read()
             if self._read_timer is not None:
                 self._read_timer.cancel()
@@ -131,6 +143,16 @@ def client_timeout_protocol(
                 self._send_timer.cancel()
                 self._send_timer = None
             super().connection_lost(exc)
+
+        def _await_head(self) -> None:
+            """A request's head is due within `header_timeout_s`; past `max_waiting_heads` connections waiting for
+            one, the one waiting longest is closed."""
+            self._arm_read(self._close)
+            waiting[self] = None
+            if len(waiting) > max_waiting_heads:
+                longest = next(iter(waiting))
+                del waiting[longest]
+                longest._close()
 
         def _arm_read(self, expire: Callable[[], None], allowed_from: float | None = None) -> None:
             """Read progress due within `header_timeout_s` from now, or from `allowed_from` if that is earlier

@@ -9,6 +9,7 @@ import asyncio
 import socket
 import threading
 import time
+from contextlib import ExitStack
 from types import SimpleNamespace
 
 import uvicorn
@@ -140,6 +141,24 @@ def test_a_head_past_its_size_bound_is_refused_with_431():
         with socket.create_connection(("127.0.0.1", port), timeout=10) as fitting:
             fitting.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES // 2) + b"\r\n\r\n")
             assert fitting.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_past_the_connections_waiting_for_a_head_the_one_waiting_longest_is_closed():
+    """Three connections send nothing where two may wait: the first is closed at once (not at the header timeout,
+    60 s here), the others are served, and a connection whose head is in (its 100 Continue came) does not count."""
+    app = Starlette(routes=[Route("/", _echo_length, methods=["POST"])])
+    protocol = client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S, max_waiting_heads=2)
+    request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+    with serve(app, lifespan="off", http=protocol) as url, ExitStack() as stack:
+        address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        in_body = stack.enter_context(socket.create_connection(address, timeout=10))
+        in_body.sendall(request + b"Expect: 100-continue\r\n\r\n")
+        assert in_body.recv(4096).startswith(b"HTTP/1.1 100")
+        first, second, third = (stack.enter_context(socket.create_connection(address, timeout=10)) for _ in "abc")
+        assert first.recv(1) == b""
+        for sock, rest in ((second, request + b"\r\nab"), (third, request + b"\r\nab"), (in_body, b"ab")):
+            sock.sendall(rest)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
 
 
 class _Clock:
