@@ -15,7 +15,7 @@ from backends.worker.__main__ import parse_args
 from backends.worker.engine import EngineEvent, EngineLoad, EngineRequest, SamplingParams
 from backends.worker.grammar import BatchMasker, GrammarCache, GrammarError
 
-from .conftest import SLOTS, chat_ids, prompt_ids, submit
+from .conftest import DEVICE, SLOTS, chat_ids, prompt_ids, submit
 
 PROMPTS = [
     "The capital of France is",
@@ -156,8 +156,9 @@ def test_a_row_ends_for_what_its_grammar_allows_never_for_its_logits_values(gram
     live = xgr.GrammarMatcher(grammars.compile("regex", "[ab]+"))
     dead = xgr.GrammarMatcher(grammars.compile("ebnf", 'root ::= "ab" dead\ndead ::= dead'))
     assert dead.accept_string("ab")  # after "ab" `dead` can neither go on nor end
-    logits = torch.full((3, vocab), float("nan"))
+    logits = torch.full((3, vocab), float("nan"), device=DEVICE)  # bench/gpu_check.sh: on CUDA
     assert BatchMasker(3, vocab).apply(logits, [live, None, dead]) == [2]
+    assert logits[2].isinf().all() and logits[0].isnan().any()  # masked all the same: the dead row wholly
 
 
 def test_grammar_cache_and_errors(grammars):
