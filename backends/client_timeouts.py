@@ -78,15 +78,18 @@ def client_timeout_protocol(
         """A request's head has begun and not ended."""
         _head_bytes = 0
         """Bytes of the reads that began and ended inside the open head."""
+        _heads_ended = 0
+        """Request heads this connection has read to their end."""
 
         def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def,override]
             super().connection_made(transport)
             self._await_head()
 
         def data_received(self, data: bytes) -> None:
-            inside = self._head_open
+            inside, ended = self._head_open, self._heads_ended
             super().data_received(data)
-            self._head_bytes = self._head_bytes + len(data) if inside and self._head_open else 0
+            within_one_head = inside and self._head_open and self._heads_ended == ended
+            self._head_bytes = self._head_bytes + len(data) if within_one_head else 0
             if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
                 self.transport.write(_HEAD_TOO_LARGE)
                 self.transport.close()
@@ -97,6 +100,7 @@ def client_timeout_protocol(
 
         def on_headers_complete(self) -> None:
             self._head_open = False
+            self._heads_ended += 1
             waiting.pop(self, None)
             super().on_headers_complete()
             self._in_body = True

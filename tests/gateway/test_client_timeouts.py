@@ -143,6 +143,25 @@ def test_a_head_past_its_size_bound_is_refused_with_431():
             assert fitting.recv(4096).startswith(b"HTTP/1.1 200")
 
 
+def test_a_pipelined_head_is_counted_from_its_own_start():
+    """A read that ends one head and begins the next starts the count again: the two heads together are past the
+    bound, each alone is not (the pauses let the server read each write on its own)."""
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    with serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: "
+            for part in (head, b"a" * (MAX_HEAD_BYTES * 3 // 4), b"\r\n\r\n" + head + b"a" * (MAX_HEAD_BYTES // 2)):
+                client.sendall(part)
+                time.sleep(0.05)
+            client.sendall(b"\r\n\r\n")
+            answers = b""
+            while answers.count(b"HTTP/1.1 200") < 2:
+                data = client.recv(4096)
+                assert data and b" 431 " not in answers, answers
+                answers += data
+
+
 def test_past_the_connections_waiting_for_a_head_the_one_waiting_longest_is_closed():
     """Three connections send nothing where two may wait: the first is closed at once (not at the header timeout,
     60 s here), the others are served, and a connection whose head is in (its 100 Continue came) does not count."""
