@@ -112,7 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-concurrency", type=_positive_int, help="requests served at once; past it a 503 (default: no limit)"
     )
     serve.add_argument(
-        "--header-timeout", type=_positive, help="seconds a request's headers may take to arrive (default: 10)"
+        "--header-timeout",
+        type=_positive,
+        help="seconds a request's line and headers may take to arrive; also the longest pause inside a body and the "
+        "grace before --body-min-rate counts (default: 10)",
+    )
+    serve.add_argument(
+        "--body-min-rate",
+        type=_positive,
+        metavar="BYTES",
+        help="bytes a second a request body must average once the header timeout has passed since its headers; a "
+        "slower one is cut off, however often it sends a byte (default: 65536)",
     )
     serve.add_argument(
         "--send-timeout",
@@ -223,6 +233,8 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.header_timeout_s = args.header_timeout
     if args.send_timeout is not None:
         limits.send_timeout_s = args.send_timeout
+    if args.body_min_rate is not None:
+        limits.body_min_rate = args.body_min_rate
     if args.workers is not None:
         limits.workers = args.workers
     if args.grammar_compile_budget is not None:
@@ -327,10 +339,10 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
 
     import uvicorn
 
+    from backends.client_timeouts import client_timeout_protocol
     from gateway.api.response_store import RedisStore
     from gateway.app import create_app
     from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
-    from gateway.process.client_timeouts import client_timeout_protocol
     from gateway.process.draining import DrainingServer, DrainState
     from gateway.process.launch import import_xgrammar, start_models, warm_grammars
     from gateway.process.policy_gate import policy_gate
@@ -388,7 +400,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             access_log=False,
             log_config=None,
             timeout_graceful_shutdown=args.drain_timeout,
-            http=client_timeout_protocol(limits.header_timeout_s, limits.send_timeout_s),
+            http=client_timeout_protocol(limits.header_timeout_s, limits.send_timeout_s, limits.body_min_rate),
         )
         DrainingServer(server_config, drain, args.drain_delay).run(sockets=[role.listening_socket()] if role else None)
     return 0

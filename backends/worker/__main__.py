@@ -17,6 +17,7 @@ import torch
 import uvicorn
 
 from backends.checkpoint import embedded_gguf_path, load_checkpoint
+from backends.client_timeouts import DEFAULT_HEADER_TIMEOUT_S, client_timeout_protocol
 from backends.compile_pool import DEFAULT_GRAMMAR_COMPILE_S
 from backends.worker.cpu_features import cpu_features, weights_dtype_refusal
 from backends.worker.cuda_graphs import CudaGraphDecoder
@@ -39,6 +40,22 @@ def at_least(least: int) -> Callable[[str], int]:
         return int(text)
 
     return integer
+
+
+BODY_MIN_RATE = 1024 * 1024
+"""Bytes a second a request body must average past its grace: the worker's clients (the gateway, a router) send
+from memory over the cluster's network; a 64 MiB body may take 64 s and the grace."""
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number > 0 (a header timeout or body rate of 0 would refuse every request)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
 
 
 def seconds(text: str) -> float:
@@ -105,6 +122,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2.0,
         help="on SIGTERM the listener closes at once and requests in flight get this many seconds to finish "
         "(default: 2; a pod being replaced wants its streams' length)",
+    )
+    parser.add_argument(
+        "--header-timeout",
+        type=positive,
+        default=DEFAULT_HEADER_TIMEOUT_S,
+        metavar="SECONDS",
+        help="seconds a request's line and headers may take to arrive (slow-loris: the connection is closed); also "
+        f"the longest pause inside a body and the grace before --body-min-rate counts (default: "
+        f"{DEFAULT_HEADER_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--body-min-rate",
+        type=positive,
+        default=BODY_MIN_RATE,
+        metavar="BYTES",
+        help="bytes a second a request body must average once the header timeout has passed since its headers; a "
+        f"slower one is cut off, however often it sends a byte (default: {BODY_MIN_RATE})",
     )
     parser.add_argument(
         "--grammar-compile-budget",
@@ -181,13 +215,25 @@ def choose_threads(threads: int | None, device: torch.device) -> tuple[ThreadTun
     return ThreadTuner(usable, usable, progress, start_up=True), usable
 
 
-async def serve(state: WorkerState, host: str, port: int, drain_timeout: float = 2.0) -> None:
+async def serve(
+    state: WorkerState,
+    host: str,
+    port: int,
+    drain_timeout: float = 2.0,
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT_S,
+    body_min_rate: float = BODY_MIN_RATE,
+) -> None:
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on TCP-protocol sockets, and Nagle's algorithm
     # holds small stream events back ~40 ms on a kept-alive connection
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    config = uvicorn.Config(build_app(state), log_level="warning", timeout_graceful_shutdown=drain_timeout)
+    config = uvicorn.Config(
+        build_app(state),
+        log_level="warning",
+        timeout_graceful_shutdown=drain_timeout,
+        http=client_timeout_protocol(header_timeout, None, body_min_rate),  # no send timer: the gateway reads
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started and not task.done():
@@ -224,7 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     gc.collect()
     gc.freeze()  # what loading left: full collections need not walk it while serving
     try:
-        asyncio.run(serve(state, args.host, args.port, args.drain_timeout))
+        asyncio.run(serve(state, args.host, args.port, args.drain_timeout, args.header_timeout, args.body_min_rate))
     finally:
         state.engine.stop()
         state.grammars.close()

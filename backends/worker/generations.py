@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
+
+from starlette.responses import Response
 
 from backends.asgi import sse_frame
 from backends.checkpoint import Checkpoint
 from backends.detokenizer import Detokenizer, added_tokens
 from backends.worker.engine import Engine, EngineEvent
-from backends.worker.grammar import GrammarCache
+from backends.worker.grammar import Cancelled, GrammarCache, GrammarError
 from backends.worker.metrics import WorkerMetrics
 from backends.worker.output_text import OutputText
-from backends.worker.protocol import GenerateCall, finish_reason, logprob_fields
+from backends.worker.protocol import GenerateCall, ProtocolError, finish_reason, logprob_fields
 
 
 @dataclass
@@ -34,6 +37,35 @@ class WorkerBusy(Exception):
     """The waiting queue is full: the client should retry later or elsewhere (503 with retry-after)."""
 
     RETRY_AFTER_S = 1
+
+
+Start = Callable[["Generation", asyncio.Future], Awaitable[None]]
+"""Hands a generation to the engine (its grammar compiled first), given the client's watch."""
+Refusal = Callable[[str, int, str], Response]
+"""A dialect's error answer: (message, status, vLLM's error type name)."""
+
+
+async def start_or_refusal(
+    start: Start, generation: Generation, disconnected: asyncio.Future, refusal: Refusal
+) -> Response | None:
+    """Start `generation`: None once started, else the dialect's answer to why it could not (400 for a bad request
+    or grammar, 503 + retry-after when busy, 499 when the client left); the watch is cancelled then."""
+    try:
+        await start(generation, disconnected)
+    except BaseException as exc:
+        disconnected.cancel()
+        if isinstance(exc, ProtocolError):
+            return refusal(str(exc), exc.status, "BadRequestError")
+        if isinstance(exc, GrammarError):
+            return refusal(str(exc), 400, "BadRequestError")
+        if isinstance(exc, WorkerBusy):
+            response = refusal(str(exc), 503, "ServiceUnavailableError")
+            response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
+            return response
+        if isinstance(exc, Cancelled):
+            return refusal("client disconnected", 499, "ClientDisconnected")
+        raise
+    return None
 
 
 def admit(state: WorkerState, starting: int = 0) -> None:

@@ -143,17 +143,28 @@ class BatchMasker:
     def __init__(self, max_rows: int, vocab_size: int):
         self._bitmask = xgr.allocate_token_bitmask(max_rows, vocab_size)
         self._vocab_size = vocab_size
+        tail = vocab_size % 32
+        self._last_word_bits = (1 << tail) - 1 if tail else -1
+        """The last word's bits that stand for tokens (the rest lie past the vocabulary): -1 (all) for a whole word."""
 
     def apply(self, logits: torch.Tensor, matchers: list[xgr.GrammarMatcher | None]) -> list[int]:
         """Mask row i of `logits` (n, V) to what matchers[i] allows; None rows are left as they are. The rows whose
         grammar allows no token at all (one that can neither go on nor end, such as `root ::= root`): nothing there
-        can be sampled (an all -inf row: NaN probabilities)."""
+        can be sampled (an all -inf row: NaN probabilities). Read from the bitmask on the host, never from the
+        logits: on CUDA that would wait for the device at every grammar step."""
         rows = [i for i, m in enumerate(matchers) if m is not None]
         if not rows:
             return []
         for i in rows:
             matchers[i].fill_next_token_bitmask(self._bitmask, i)
+        stuck = self._allowing_none(rows)
         bitmask = self._bitmask if logits.device.type == "cpu" else self._bitmask.to(logits.device, non_blocking=True)
         xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self._vocab_size, indices=rows)
-        allowed = logits[rows].isfinite().any(dim=-1).tolist()
+        return stuck
+
+    def _allowing_none(self, rows: list[int]) -> list[int]:
+        """The rows among `rows` whose bitmask allows no token of the vocabulary."""
+        words = self._bitmask[rows]  # a copy: the buffer itself is what the logits are masked with
+        words[:, -1] &= self._last_word_bits
+        allowed = words.ne(0).any(dim=1).tolist()
         return [i for i, some in zip(rows, allowed) if not some]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,8 +28,6 @@ class ProtocolError(ValueError):
 MAX_BODY_BYTES = 64 * 1024 * 1024
 """Longer request bodies are refused (413) as they arrive, not read into memory: a prompt of a million token ids
 is ~8 MB of JSON."""
-BODY_IDLE_TIMEOUT_S = 30.0
-"""A body that sends nothing for this long is refused (408): a client trickling its body holds a connection."""
 
 
 class BodyBytes:
@@ -47,14 +44,13 @@ BODIES = BodyBytes(4 * MAX_BODY_BYTES)
 
 async def request_json(request: Request) -> Any:
     """The request's body parsed as JSON; ProtocolError when it is not JSON (400), is longer than MAX_BODY_BYTES
-    (413), sends nothing for BODY_IDLE_TIMEOUT_S (408), would take BODIES past its limit (503) or the client left
-    before it ended (499: nobody reads the answer)."""
+    (413), would take BODIES past its limit (503) or the client left before it ended (499: nobody reads the answer;
+    a body too slow is cut off by the HTTP protocol, backends/client_timeouts.py, as a client that left)."""
     held = 0
 
     async def receive() -> Any:
         nonlocal held
-        async with asyncio.timeout(BODY_IDLE_TIMEOUT_S):
-            message = await request.receive()
+        message = await request.receive()
         size = len(message.get("body", b""))
         if BODIES.held + size > BODIES.limit:
             raise ProtocolError("the worker is reading too many request bodies at once; retry later", 503)
@@ -70,8 +66,6 @@ async def request_json(request: Request) -> Any:
         raise ProtocolError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413) from None
     except ClientLeft:
         raise ProtocolError("the client left before its body ended", 499) from None
-    except TimeoutError:
-        raise ProtocolError(f"the request body sent nothing for {BODY_IDLE_TIMEOUT_S:g} s", 408) from None
     finally:
         BODIES.held -= held
 
@@ -168,22 +162,13 @@ def parse_generate(
     stop_strings_wait_for_min: bool = False,
     past_context: Callable[[int, int, int], str] | None = None,
 ) -> GenerateCall:
-    """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt. A prompt and max_new_tokens
-    past the context are refused with `past_context(prompt, max_new, context)` (SGLang's, for an explicit
-    max_new_tokens only, by default)."""
+    """Validate a `/generate` body; `encode(text) -> ids` tokenizes a `text` prompt, once every check that needs no
+    ids has passed. A prompt and max_new_tokens past the context are refused with `past_context(prompt, max_new,
+    context)` (SGLang's, for an explicit max_new_tokens only, by default)."""
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
     reject_unknown(body, _TOP_LEVEL_KEYS, "request")
-    raw_ids = body.get("input_ids")
-    if isinstance(raw_ids, list) and len(raw_ids) >= context_length:  # before each id is read: up to 64 MiB of them
-        raise ProtocolError(_past_context_message(len(raw_ids), context_length))
-    input_ids = _prompt_ids(body, encode)
-    if not input_ids:
-        raise ProtocolError("the prompt is empty")
-    if len(input_ids) >= context_length:
-        raise ProtocolError(_past_context_message(len(input_ids), context_length))
-    if any(not 0 <= i < vocab_size for i in input_ids):
-        raise ProtocolError(f"input_ids must be token ids in [0, {vocab_size})")
+    prompt = _prompt(body, context_length)
     sp = body.get("sampling_params")
     sp = {} if sp is None else sp
     if not isinstance(sp, dict):
@@ -196,10 +181,6 @@ def parse_generate(
         if not is_neutral(sp.get(key), neutral):
             raise ProtocolError(f"sampling_params.{key} is not supported by this worker")
     sampling = _sampling(sp)
-    total = len(input_ids) + sampling.max_new_tokens
-    if total > context_length and (past_context is not None or sp.get("max_new_tokens") is not None):
-        message = past_context or sglang_past_context
-        raise ProtocolError(message(len(input_ids), sampling.max_new_tokens, context_length))
     if any(not 0 <= i < vocab_size for i in sampling.stop_token_ids):
         raise ProtocolError(f"stop_token_ids must be token ids in [0, {vocab_size})")
     min_new = _int(sp, "min_new_tokens", 0)
@@ -222,9 +203,9 @@ def parse_generate(
     rid = body.get("rid")
     if rid is not None and not isinstance(rid, str):
         raise ProtocolError("rid must be a string")
-    return GenerateCall(
+    call = GenerateCall(
         rid=rid or uuid.uuid4().hex,
-        input_ids=input_ids,
+        input_ids=[],
         sampling=sampling,
         grammar=grammar,
         stream=_bool(body, "stream", False, "request"),
@@ -237,6 +218,13 @@ def parse_generate(
         stop_strings_wait_for_min=stop_strings_wait_for_min,
         return_text_in_logprobs=_bool(body, "return_text_in_logprobs", False, "request"),
     )
+    call.input_ids = _checked_prompt(prompt, encode, vocab_size, context_length)
+    if len(call.input_ids) + sampling.max_new_tokens > context_length and (
+        past_context is not None or sp.get("max_new_tokens") is not None
+    ):
+        message = past_context or sglang_past_context
+        raise ProtocolError(message(len(call.input_ids), sampling.max_new_tokens, context_length))
+    return call
 
 
 def _past_context_message(prompt: int, context: int) -> str:
@@ -271,18 +259,37 @@ def _stop_strings(stop: Any) -> list[str]:
     return list(dict.fromkeys(stops))
 
 
-def _prompt_ids(body: dict, encode: Callable[[str], list[int]]) -> list[int]:
+def _prompt(body: dict, context_length: int) -> str | list[int]:
+    """The body's prompt as given: its `text`, or its `input_ids` read as integers (a list too long for the context
+    refused before each id is read: up to 64 MiB of them)."""
     ids, text = body.get("input_ids"), body.get("text")
     if (ids is None) == (text is None):
         raise ProtocolError("give exactly one of input_ids or text")
     if text is not None:
         if not isinstance(text, str):
             raise ProtocolError("text must be a string (batches are not supported)")
-        return encode(text)
+        return text
+    if isinstance(ids, list) and len(ids) >= context_length:
+        raise ProtocolError(_past_context_message(len(ids), context_length))
     token_ids = as_token_ids(ids)
     if token_ids is None:
         raise ProtocolError("input_ids must be a list of integers (batches are not supported)")
     return token_ids
+
+
+def _checked_prompt(
+    prompt: str | list[int], encode: Callable[[str], list[int]], vocab_size: int, context_length: int
+) -> list[int]:
+    """The prompt's ids (a text encoded, the costly step: after every cheap check of the body), non-empty, within
+    the context and the vocabulary."""
+    input_ids = encode(prompt) if isinstance(prompt, str) else prompt
+    if not input_ids:
+        raise ProtocolError("the prompt is empty")
+    if len(input_ids) >= context_length:
+        raise ProtocolError(_past_context_message(len(input_ids), context_length))
+    if any(not 0 <= i < vocab_size for i in input_ids):
+        raise ProtocolError(f"input_ids must be token ids in [0, {vocab_size})")
+    return input_ids
 
 
 def _sampling(sp: dict) -> SamplingParams:

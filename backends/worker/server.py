@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -18,8 +19,8 @@ from starlette.types import Receive, Scope, Send
 from backends.asgi import DONE_FRAME, json_response, wait_for_disconnect
 from backends.base import Grammar
 from backends.worker.engine import EngineEvent, EngineRequest, Finish
-from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit
-from backends.worker.grammar import Cancelled, CompilerFailed, GrammarError
+from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit, start_or_refusal
+from backends.worker.grammar import Cancelled, CompilerFailed
 from backends.worker.handoff import LoopMailbox
 from backends.worker.prompt_text import encode_prompt_text, text_bound
 from backends.worker.protocol import ProtocolError, parse_generate, request_json
@@ -30,11 +31,9 @@ def _error(message: str, status: int = 400) -> Response:
     return json_response({"error": {"message": message}}, status)
 
 
-def busy(message: str) -> Response:
-    """503 with retry-after: the waiting queue is full."""
-    response = _error(message, 503)
-    response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
-    return response
+def has_text_prompt(body: Any) -> bool:
+    """The body asks for a `text` prompt to be encoded (parse_generate then runs on a worker thread)."""
+    return isinstance(body, dict) and isinstance(body.get("text"), str)
 
 
 def build_app(state: WorkerState) -> Starlette:
@@ -100,43 +99,27 @@ def build_app(state: WorkerState) -> Starlette:
     async def generate(request: Request) -> Response:
         try:
             body = await request_json(request)
-            text_ids = await encoded_text(body)
-            call = parse_generate(
-                body,
-                vocab_size=state.engine.model.vocab_size,
-                context_length=state.engine.context_length,
-                encode=lambda _: text_ids,
-            )
+            parse = partial(parse_generate, body, vocab_size=model_vocab, context_length=context, encode=encode_text)
+            call = await asyncio.to_thread(parse) if has_text_prompt(body) else parse()
             generation = Generation(call, state)
         except ProtocolError as exc:
             return _error(str(exc), exc.status)
         disconnected = watch_client(request)
-        try:
-            await start(generation, disconnected)
-        except BaseException as exc:
-            disconnected.cancel()
-            if isinstance(exc, ProtocolError):
-                return _error(str(exc), exc.status)
-            if isinstance(exc, GrammarError):
-                return _error(str(exc))
-            if isinstance(exc, WorkerBusy):
-                return busy(str(exc))
-            if isinstance(exc, Cancelled):
-                return _error("client disconnected", 499)
-            raise
+        refused = await start_or_refusal(
+            start, generation, disconnected, lambda message, status, _: _error(message, status)
+        )
+        if refused is not None:
+            return refused
         if call.stream:
             return _EventStream(generation, lambda: _release(generation), disconnected)
         return await _collect(generation, disconnected)
 
     prompt_bound = text_bound(state.checkpoint.tokenizer)
+    model_vocab, context = state.engine.model.vocab_size, state.engine.context_length
 
-    async def encoded_text(body: Any) -> list[int] | None:
-        """The ids of a body's `text` prompt, encoded on a thread with the GIL released (see encode_prompt_text)."""
-        text = body.get("text") if isinstance(body, dict) and body.get("input_ids") is None else None
-        if not isinstance(text, str):
-            return None
-        tokenizer, context = state.checkpoint.tokenizer, state.engine.context_length
-        return await asyncio.to_thread(encode_prompt_text, tokenizer, text, context, prompt_bound)
+    def encode_text(text: str) -> list[int]:
+        """A `text` prompt's ids (on a worker thread: the tokenizer releases the GIL, see encode_prompt_text)."""
+        return encode_prompt_text(state.checkpoint.tokenizer, text, context, prompt_bound)
 
     async def _collect(generation: Generation, disconnected: asyncio.Future) -> Response:
         text, ids, payload = [], [], {}

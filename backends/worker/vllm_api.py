@@ -13,7 +13,7 @@ import re
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,7 @@ from starlette.routing import Route
 from backends.asgi import json_response, sse_frame
 from backends.json_types import as_integer
 from backends.worker.engine import EngineEvent, Finish
-from backends.worker.generations import Generation, WorkerBusy, WorkerState
-from backends.worker.grammar import Cancelled, GrammarError
+from backends.worker.generations import Generation, Start, WorkerState, start_or_refusal
 from backends.worker.protocol import (
     MAX_TOP_LOGPROBS,
     GenerateCall,
@@ -38,7 +37,6 @@ from backends.worker.protocol import (
 )
 from backends.worker.sampling import TokenChoice
 
-Start = Callable[[Generation, asyncio.Future], Awaitable[None]]
 Stream = Callable[[Generation, asyncio.Future], Response]
 Watch = Callable[[Request], asyncio.Future]
 
@@ -295,19 +293,9 @@ def vllm_routes(state: WorkerState, start: Start, stream: Stream, watch: Watch) 
                 f"The model `{generation.options.model}` does not exist. Valid aliases: {model}.", 404, "NotFoundError"
             )
         disconnected = watch(request)
-        try:
-            await start(generation, disconnected)
-        except BaseException as exc:
-            disconnected.cancel()
-            if isinstance(exc, ProtocolError | GrammarError):
-                return _error(str(exc))
-            if isinstance(exc, WorkerBusy):
-                response = _error(str(exc), 503, "ServiceUnavailableError")
-                response.headers["retry-after"] = str(WorkerBusy.RETRY_AFTER_S)
-                return response
-            if isinstance(exc, Cancelled):
-                return _error("client disconnected", 499, "ClientDisconnected")
-            raise
+        refused = await start_or_refusal(start, generation, disconnected, _error)
+        if refused is not None:
+            return refused
         return stream(generation, disconnected)
 
     async def completions(request: Request) -> Response:

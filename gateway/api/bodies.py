@@ -15,7 +15,7 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 async def read_json(request: Request, limit: int) -> Any:
     """The request's JSON body; 413 past `limit` bytes, 400 when it is not JSON, 499 (for the logs: nobody reads it)
-    when the client leaves before its body ended (or stalled in it: gateway/process/client_timeouts.py); 415 for a
+    when the client leaves before its body ended (or stalled in it: backends/client_timeouts.py); 415 for a
     content coding (gzip ...) it would have to decode, refused before the body is read."""
     coding = request.headers.get("content-encoding", "").strip().lower()
     if coding not in ("", "identity"):

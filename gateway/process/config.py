@@ -36,7 +36,9 @@ A YAML (or JSON) file:
     server:                           # optional; the CLI's --max-body-bytes / --max-concurrency override it
       max_body_bytes: 16777216        # a larger request body is a 413
       max_concurrency: 256            # requests served at once; past it a 503 with retry-after (default: none)
-      header_timeout_s: 10            # a request's headers must arrive within this (slow-loris; default: 10)
+      header_timeout_s: 10            # a request's headers must arrive within this (slow-loris; default: 10); also
+                                      #   the longest pause inside a body, and its grace before body_min_rate
+      body_min_rate: 65536            # bytes a second a body must average past that grace (default: 65536)
       send_timeout_s: 60              # a client taking no bytes of its answer this long is cut off (default: 60)
       workers: 2                      # gateway processes sharing the port (default: 1; the CLI's --workers wins)
       grammar_compile_s: 2            # CPU seconds a request's grammar may cost to build and compile, in a child
@@ -52,6 +54,7 @@ With no file, the gateway serves the embedded model on a bundled worker.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,7 +174,15 @@ def _server_limits(raw: Any, where: str) -> ServerLimits:
         raise ConfigError(f"{where}: expected a mapping")
     _only(
         raw,
-        {"max_body_bytes", "max_concurrency", "header_timeout_s", "send_timeout_s", "workers", "grammar_compile_s"},
+        {
+            "max_body_bytes",
+            "max_concurrency",
+            "header_timeout_s",
+            "send_timeout_s",
+            "body_min_rate",
+            "workers",
+            "grammar_compile_s",
+        },
         where,
     )
     limits = ServerLimits()
@@ -180,12 +191,12 @@ def _server_limits(raw: Any, where: str) -> ServerLimits:
         if budget is not None and (not isinstance(budget, int | float) or isinstance(budget, bool) or budget <= 0):
             raise ConfigError(f"{where}.grammar_compile_s: a positive number of seconds (or null) is required")
         limits.grammar_compile_s = None if budget is None else float(budget)
-    for key in ("header_timeout_s", "send_timeout_s"):
-        timeout = raw.get(key)
-        if timeout is not None:
-            if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-                raise ConfigError(f"{where}.{key}: a positive number of seconds is required")
-            setattr(limits, key, float(timeout))
+    for key, unit in (("header_timeout_s", "seconds"), ("send_timeout_s", "seconds"), ("body_min_rate", "bytes")):
+        number = raw.get(key)
+        if number is not None:
+            if not isinstance(number, int | float) or isinstance(number, bool) or not 0 < number < math.inf:
+                raise ConfigError(f"{where}.{key}: a positive number of {unit} is required")
+            setattr(limits, key, float(number))
     for key in ("max_body_bytes", "max_concurrency", "workers"):
         value = raw.get(key)
         if value is None:

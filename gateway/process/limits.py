@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from backends.client_timeouts import DEFAULT_BODY_MIN_RATE, DEFAULT_HEADER_TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S
 from backends.compile_pool import DEFAULT_GRAMMAR_COMPILE_S
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.errors import APIError
-from gateway.process.client_timeouts import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S
 
 UNLIMITED_PATHS = frozenset({"/health", "/ready", "/metrics"})
 """Probes and scrapes are answered whatever the load."""
@@ -25,6 +25,9 @@ class ServerLimits:
     """A request's headers must arrive within this many seconds of the connection opening (or the last response)."""
     send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
     """A client that takes no bytes of its answer for this many seconds (its socket's buffer full) is cut off."""
+    body_min_rate: float = DEFAULT_BODY_MIN_RATE
+    """Bytes a second a request body must average once `header_timeout_s` has passed since its headers (a body
+    trickled slower is cut off, however often it sends a byte)."""
     workers: int = 1
     """Gateway processes sharing the port (gateway/process/group.py)."""
     grammar_compile_s: float | None = DEFAULT_GRAMMAR_COMPILE_S

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.process.client_timeouts import client_timeout_protocol
+from backends.client_timeouts import client_timeout_protocol
 from tests.faults.conftest import (
     SETTLE_S,
     Deployment,

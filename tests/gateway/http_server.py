@@ -14,7 +14,7 @@ import uvicorn
 @contextmanager
 def serve(app, *, lifespan: str = "on", host: str = "127.0.0.1", port: int = 0, http: object = "auto") -> Iterator[str]:
     """Serve `app` on `host` (any 127.x.y.z works on Linux) until the block ends; yields its base URL. `http`: uvicorn's
-    HTTP protocol (the gateway's own, gateway/process/client_timeouts.py, to test its timeouts)."""
+    HTTP protocol (the gateway's own, backends/client_timeouts.py, to test its timeouts)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # so asyncio sets TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -39,3 +39,17 @@ def dead_url() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def head_refusal(port: int, max_head_bytes: int) -> bytes:
+    """The status line a server answers a head of one header sent in 16 KiB writes (at most 4x the bound past it
+    and two reads' worth, 512 KiB), or b"" when it closed the connection (the reset that closing with the client's
+    bytes unread sends may discard the answer before it is read); a server that does neither fails (the timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as endless:
+        try:
+            endless.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Endless: ")
+            for _ in range((4 * max_head_bytes + 512 * 1024) // 16384):
+                endless.sendall(b"a" * 16384)
+            return endless.recv(4096)[:12]
+        except ConnectionError:
+            return b""

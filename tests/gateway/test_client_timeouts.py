@@ -1,5 +1,7 @@
-"""Slow-loris: a client trickling its request headers is cut at the header timeout; a prompt one is served, and so
-is a pipelined one however long it runs. (Stalled bodies and clients that stop reading: tests/faults/test_tcp_faults.py.)"""
+"""Slow-loris: a client trickling its request headers is cut at the header timeout, one sending endless headers at
+their size bound, one trickling its body under the minimum rate; a prompt one is served, and so is a pipelined one
+however long it runs, and a body that keeps its rate however long it takes. (Stalled bodies and clients that stop
+reading: tests/faults/test_tcp_faults.py.)"""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import socket
 import threading
 import time
+from contextlib import ExitStack
 from types import SimpleNamespace
 
 import uvicorn
@@ -14,8 +17,8 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from gateway.process.client_timeouts import DEFAULT_SEND_TIMEOUT_S, client_timeout_protocol
-from tests.gateway.http_server import serve
+from backends.client_timeouts import DEFAULT_SEND_TIMEOUT_S, MAX_HEAD_BYTES, client_timeout_protocol
+from tests.gateway.http_server import head_refusal, serve
 
 TIMEOUT_S = 0.5
 
@@ -78,6 +81,103 @@ def test_a_pipelined_request_longer_than_the_header_timeout_is_answered():
                 data = client.recv(4096)
                 assert data, f"closed after {answers!r}"
                 answers += data
+
+
+BODY_MIN_RATE = 1000
+"""Bytes a second a body must average past the timeout's grace, here."""
+
+
+async def _echo_length(request):
+    return PlainTextResponse(str(len(await request.body())))
+
+
+def _closed_while_trickling(sock: socket.socket, data: bytes, pause_s: float) -> bool:
+    """Send `data` a byte every `pause_s`: whether the server closed the connection before the end."""
+    for byte in data:
+        try:
+            sock.sendall(bytes([byte]))
+        except OSError:
+            return True
+        sock.settimeout(pause_s)
+        try:
+            if sock.recv(1) == b"":
+                return True
+        except TimeoutError:
+            pass
+    return False
+
+
+def test_a_body_trickled_under_the_minimum_rate_is_cut_and_one_keeping_it_is_served():
+    """A byte every 0.1 s never pauses as long as the timeout (0.5 s): only the body's rate (10 bytes/s, under
+    1,000) cuts it, at the grace plus a few milliseconds its bytes earned. A body sent at ~2,000 bytes/s in pauses
+    of 0.1 s runs past the timeout twice and is served."""
+    app = Starlette(routes=[Route("/", _echo_length, methods=["POST"])])
+    protocol = client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S, body_min_rate=BODY_MIN_RATE)
+    with serve(app, lifespan="off", http=protocol) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as trickler:
+            trickler.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            assert _closed_while_trickling(trickler, b"x" * 60, 0.1), "a body of 10 bytes/s kept its connection"
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as steady:
+            steady.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n")
+            for _ in range(10):
+                time.sleep(0.1)
+                steady.sendall(b"x" * 200)
+            answer = b""
+            while not answer.endswith(b"2000"):
+                data = steady.recv(4096)
+                assert data, f"closed after {answer!r}"
+                answer += data
+            assert answer.startswith(b"HTTP/1.1 200")
+
+
+def test_a_head_past_its_size_bound_is_refused_with_431():
+    """uvicorn and httptools bound neither a request target nor a header's length: a head sent without end grew
+    the server's memory for as long as the header timeout let it."""
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    with serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        assert head_refusal(port, MAX_HEAD_BYTES) in (b"", b"HTTP/1.1 431")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as fitting:
+            fitting.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES // 2) + b"\r\n\r\n")
+            assert fitting.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_a_pipelined_head_is_counted_from_its_own_start():
+    """A read that ends one head and begins the next starts the count again: the two heads together are past the
+    bound, each alone is not (the pauses let the server read each write on its own)."""
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    with serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: "
+            for part in (head, b"a" * (MAX_HEAD_BYTES * 3 // 4), b"\r\n\r\n" + head + b"a" * (MAX_HEAD_BYTES // 2)):
+                client.sendall(part)
+                time.sleep(0.05)
+            client.sendall(b"\r\n\r\n")
+            answers = b""
+            while answers.count(b"HTTP/1.1 200") < 2:
+                data = client.recv(4096)
+                assert data and b" 431 " not in answers, answers
+                answers += data
+
+
+def test_past_the_connections_waiting_for_a_head_the_one_waiting_longest_is_closed():
+    """Three connections send nothing where two may wait: the first is closed at once (not at the header timeout,
+    60 s here), the others are served, and a connection whose head is in (its 100 Continue came) does not count."""
+    app = Starlette(routes=[Route("/", _echo_length, methods=["POST"])])
+    protocol = client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S, max_waiting_heads=2)
+    request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+    with serve(app, lifespan="off", http=protocol) as url, ExitStack() as stack:
+        address = ("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        in_body = stack.enter_context(socket.create_connection(address, timeout=10))
+        in_body.sendall(request + b"Expect: 100-continue\r\n\r\n")
+        assert in_body.recv(4096).startswith(b"HTTP/1.1 100")
+        first, second, third = (stack.enter_context(socket.create_connection(address, timeout=10)) for _ in "abc")
+        assert first.recv(1) == b""
+        for sock, rest in ((second, request + b"\r\nab"), (third, request + b"\r\nab"), (in_body, b"ab")):
+            sock.sendall(rest)
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
 
 
 class _Clock:

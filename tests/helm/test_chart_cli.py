@@ -237,7 +237,7 @@ def test_server_limits_reach_the_command_line():
         10,
         30,
     )
-    assert parsed.grammar_compile_budget == 1.5
+    assert parsed.grammar_compile_budget == 1.5 and parsed.body_min_rate == 32768
     assert _serve("defaults.yaml").grammar_compile_budget is None
 
 

@@ -8,12 +8,14 @@ import re
 
 import jsonschema
 import pytest
+import torch
+import xgrammar as xgr
 
 from backends.worker.__main__ import parse_args
 from backends.worker.engine import EngineEvent, EngineLoad, EngineRequest, SamplingParams
-from backends.worker.grammar import GrammarCache, GrammarError
+from backends.worker.grammar import BatchMasker, GrammarCache, GrammarError
 
-from .conftest import SLOTS, chat_ids, prompt_ids, submit
+from .conftest import DEVICE, SLOTS, chat_ids, prompt_ids, submit
 
 PROMPTS = [
     "The capital of France is",
@@ -145,6 +147,18 @@ def test_a_grammar_that_allows_no_token_ends_its_request_alone(engine, checkpoin
     assert (event.finish.type, event.finish.message, event.error) == ("abort", "the grammar allows no next token", None)
     ids, event = beside.wait()
     assert event.finish.type == "length" and event.error is None and len(ids) == 23  # the first was taken above
+
+
+def test_a_row_ends_for_what_its_grammar_allows_never_for_its_logits_values(grammars, vocabulary_info):
+    """Whether a row's grammar allows no token is read from the host bitmask (reading the masked logits waited for
+    the device at every grammar step on CUDA): a live grammar's row of NaN logits is not ended for its grammar."""
+    vocab = vocabulary_info.vocab_size
+    live = xgr.GrammarMatcher(grammars.compile("regex", "[ab]+"))
+    dead = xgr.GrammarMatcher(grammars.compile("ebnf", 'root ::= "ab" dead\ndead ::= dead'))
+    assert dead.accept_string("ab")  # after "ab" `dead` can neither go on nor end
+    logits = torch.full((3, vocab), float("nan"), device=DEVICE)  # bench/gpu_check.sh: on CUDA
+    assert BatchMasker(3, vocab).apply(logits, [live, None, dead]) == [2]
+    assert logits[2].isinf().all() and logits[0].isnan().any()  # masked all the same: the dead row wholly
 
 
 def test_grammar_cache_and_errors(grammars):

@@ -103,22 +103,25 @@ def test_a_prompt_and_max_new_tokens_that_fill_the_context_or_a_default_past_it_
     assert parse({"input_ids": [1] * 2000}).sampling.max_new_tokens == 128  # SGLang caps an absent one instead
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"text": "Paris", "sampling_params": {"temperature": -1}},
+        {"text": "Paris", "sampling_params": {"json_schema": "{}", "regex": "a"}},
+        {"text": "Paris", "top_logprobs_num": 99},
+        {"text": "Paris", "stream": "yes"},
+        {"text": "Paris", "sampling_params": {"stop": [""]}},
+    ],
+)
+def test_a_text_prompt_is_not_encoded_when_a_cheap_check_refuses_the_body(body):
+    encoded = []
+    with pytest.raises(ProtocolError):
+        parse_generate(body, vocab_size=49152, context_length=2048, encode=lambda text: encoded.append(text) or [1])
+    assert encoded == []
+
+
 def _request(messages: asyncio.Queue) -> Request:
     return Request({"type": "http", "method": "POST", "headers": []}, messages.get)
-
-
-def test_a_body_that_stalls_is_refused_with_408(monkeypatch):
-    monkeypatch.setattr(protocol, "BODY_IDLE_TIMEOUT_S", 0.01)
-
-    async def scenario() -> ProtocolError:
-        messages: asyncio.Queue = asyncio.Queue()
-        messages.put_nowait({"type": "http.request", "body": b'{"input_ids": [1', "more_body": True})
-        with pytest.raises(ProtocolError) as refused:
-            await protocol.request_json(_request(messages))
-        return refused.value
-
-    assert asyncio.run(scenario()).status == 408
-    assert protocol.BODIES.held == 0
 
 
 def test_bodies_past_the_bytes_read_at_once_are_refused_with_503_and_their_bytes_given_back(monkeypatch):

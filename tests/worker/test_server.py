@@ -16,9 +16,11 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from backends.checkpoint import load_checkpoint
+from backends.client_timeouts import MAX_HEAD_BYTES
 from backends.worker.protocol import MAX_BODY_BYTES
 from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.dashboard import exposed_families, queried_metrics
+from tests.gateway.http_server import head_refusal
 from tests.gateway.sglang_contract import api_types
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,6 +225,12 @@ def test_a_body_declared_past_the_limit_is_refused_before_it_is_read(base_url, p
         length = next(int(line.split(b":")[1]) for line in headers if line.lower().startswith(b"content-length"))
         body = answer.read(length).decode()
     assert status.startswith(b"HTTP/1.1 413 ") and f"larger than {MAX_BODY_BYTES} bytes" in body
+
+
+def test_a_head_past_its_size_bound_is_refused(base_url):
+    """The worker serves through the gateway's protocol (backends/client_timeouts.py): a head sent without end is
+    refused at its size bound (uvicorn's own let it grow for ever), so are a slow head and a trickled body."""
+    assert head_refusal(int(base_url.rsplit(":", 1)[1]), MAX_HEAD_BYTES) in (b"", b"HTTP/1.1 431")
 
 
 def test_a_text_prompt_past_the_context_in_characters_is_refused_unencoded(client):

@@ -378,6 +378,7 @@ httpGet:
 {{- if not (kindIs "invalid" $g.maxBodyBytes) }}{{ $args = concat $args (list "--max-body-bytes" (toString (int64 $g.maxBodyBytes))) }}{{ end }}
 {{- if not (kindIs "invalid" $g.maxConcurrency) }}{{ $args = concat $args (list "--max-concurrency" (toString (int64 $g.maxConcurrency))) }}{{ end }}
 {{- if not (kindIs "invalid" $g.headerTimeoutSeconds) }}{{ $args = concat $args (list "--header-timeout" (toString $g.headerTimeoutSeconds)) }}{{ end }}
+{{- if not (kindIs "invalid" $g.bodyMinRateBytes) }}{{ $args = concat $args (list "--body-min-rate" (toString $g.bodyMinRateBytes)) }}{{ end }}
 {{- if not (kindIs "invalid" $g.sendTimeoutSeconds) }}{{ $args = concat $args (list "--send-timeout" (toString $g.sendTimeoutSeconds)) }}{{ end }}
 {{- if not (kindIs "invalid" $g.grammarCompileBudgetSeconds) }}{{ $args = concat $args (list "--grammar-compile-budget" (toString $g.grammarCompileBudgetSeconds)) }}{{ end }}
 {{- if gt (int (default 1 $g.workers)) 1 }}
