@@ -63,7 +63,7 @@ TOOLS = [
 HELD_OUT_TOOLS = [
     function_tool("search", {"type": "object", "properties": {
         "traveller": {"type": "object", "properties": {
-            "name": {"type": "string", "minLength": 1},
+            "name": {"type": "string"},
             "age": {"type": "integer", "minimum": 0, "maximum": 120},
             "tags": {"type": "array", "items": {"type": "string", "enum": ["vip", "café", "日本", "a\"b"]}}},
             "required": ["name"], "additionalProperties": False},
