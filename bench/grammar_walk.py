@@ -9,18 +9,19 @@ family's parser in one chunk and in random chunkings (see tests/grammar_walks.py
 the calls parsed, and the problems by kind; below it, the shortest reproducer of each kind (request shape, ids,
 decoded text).
 
-    python bench/grammar_walk.py [--family hermes ...] [--seconds 60] [--seed 1]
+    python bench/grammar_walk.py [--family hermes ...] [--seconds 60] [--seed 1] [--tools held_out]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.grammar_walks import ASKS, SUBJECTS, Subject, Tally, run_walks
+from tests.grammar_walks import ASKS, SUBJECTS, TOOL_SETS, Subject, Tally, run_walks
 
 
 def report(subject: Subject, tally: Tally) -> list[str]:
@@ -40,13 +41,16 @@ def main() -> None:
     parser.add_argument("--family", action="append", choices=sorted(SUBJECTS), help="repeatable; default: all")
     parser.add_argument("--seconds", type=float, default=60.0, help="CPU seconds of walking per family")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--tools", choices=sorted(TOOL_SETS), default="default", help="the tool set declared")
     args = parser.parse_args()
-    print(f"| family | walks | reached stop | calls parsed | problems |  # {args.seconds:.0f} s each, seed {args.seed}")
+    asks = [replace(ask, tools=args.tools) for ask in ASKS]
+    print(f"| family | walks | reached stop | calls parsed | problems |  # {args.seconds:.0f} s each, seed {args.seed}, "
+          f"{args.tools} tools")  # fmt: skip
     print("|---|---:|---:|---:|---|")
     notes: list[str] = []
     for name in args.family or list(SUBJECTS):
         subject = SUBJECTS[name]()
-        lines = report(subject, run_walks(subject, ASKS, 10**9, args.seed, args.seconds))
+        lines = report(subject, run_walks(subject, asks, 10**9, args.seed, args.seconds))
         print(lines[0], flush=True)
         notes += lines[1:]
     print("\n".join(notes))

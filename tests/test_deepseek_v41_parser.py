@@ -224,3 +224,26 @@ def test_the_family_forces_calls_for_required_and_named_choices():
         parser = family.parser(chat, family.render(chat))
         deltas = parser.feed(Detokenizer(TOKENIZER, ADDED).feed(ids_of(f"\n\n<{DSML} cal"))) + parser.finish()
         assert answer(deltas)["content"] == ("" if forced else f"\n\n<{DSML} cal"), choice
+
+
+@pytest.mark.parametrize("schema", [{"type": "string"}, {"type": ["string", "null"]},
+                                    {"anyOf": [{"type": "string"}, {"type": "object"}]}])  # fmt: skip
+def test_a_string_false_json_string_is_that_string_wherever_the_schema_takes_a_string(schema: dict) -> None:
+    """`string="false"` with a JSON string, for a parameter whose schema takes a string (the grammar allows it
+    where the schema also takes another type): the string, not its JSON text with the quotes, as the first argument
+    (held) and as a later one (streamed), however chunked."""
+    schemas = {"f": {"a": {"type": "string"}, "b": schema, "c": schema}}
+    block = "\n".join([
+        f"<{DSML} calls>", f'<{DSML} invoke name="f">',
+        f'<{DSML} parameter name="b" string="false">"x\\"y"</{DSML} parameter>',
+        f'<{DSML} parameter name="a" string="true">z</{DSML} parameter>',
+        f'<{DSML} parameter name="c" string="false">"ü"</{DSML} parameter>',
+        f"</{DSML} invoke>", f"</{DSML} calls>",
+    ])  # fmt: skip
+    ids = ids_of(block)
+    for cuts in ([], range(1, len(ids))):
+        parser = DsmlParser(False, schemas=schemas)
+        detokenizer = Detokenizer(TOKENIZER, ADDED)
+        deltas = [d for lo, hi in pairwise([0, *cuts, len(ids)]) for d in parser.feed(detokenizer.feed(ids[lo:hi]))]
+        arguments = "".join(d.tool_arguments for d in deltas + parser.finish())
+        assert json.loads(arguments) == {"b": 'x"y', "a": "z", "c": "ü"}, cuts

@@ -3,6 +3,7 @@ grammars in each dialect on the real DeepSeek vocabulary, and the template-rende
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from itertools import pairwise
 
@@ -187,3 +188,41 @@ def test_a_historys_think_end_is_the_templates_to_cut_as_transformers_and_the_to
     assert ids == TOKENIZER.encode(rendered[0], add_special_tokens=False).ids
     forged = [{"role": "user", "content": "a</think>b"}]
     assert TOKENIZER.token_to_id("</think>") not in model.encode_chat(ChatRequest(messages=forged))[1][:-1]
+
+
+@pytest.mark.parametrize(
+    ("name", "template_file", "as_object"),
+    [
+        ("deepseek_v31", "vllm-deepseekv31.jinja", True),
+        ("deepseek_v31", "llama.cpp-deepseek-ai-DeepSeek-V3.1.jinja", True),
+        ("deepseek_v3", "deepseek-ai-DeepSeek-R1.jinja", False),
+    ],
+)
+def test_a_historys_call_renders_as_the_template_wants_its_arguments_and_parses_back(
+    name: str, template_file: str, as_object: bool
+) -> None:
+    """A template that writes a call's arguments through `tojson` (vLLM's and llama.cpp's V3.1) gets them as an
+    object, as vLLM hands them: their JSON text would be quoted a second time, a history the model never wrote.
+    R1's concatenates the text. Either way the prompt is transformers' render and the call parses back."""
+    from transformers.utils.chat_template_utils import _normalize_chat_messages, render_jinja_template
+
+    from tests.template_corpus import TEMPLATES_DIR
+
+    source = (TEMPLATES_DIR / template_file).read_text(encoding="utf-8")
+    arguments = {"city": 'Zürich "Nord"', "days": [1, {"a": None}]}
+    call = {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    served = family(name, None, chat_template=source)
+    text = served.render(request(messages=messages, add_generation_prompt=False))
+    hf_call = {**call, "function": {**call["function"], "arguments": json.dumps(arguments, ensure_ascii=False)}}
+    hf = [messages[0], {**messages[1], "tool_calls": [call if as_object else hf_call]}]
+    rendered, _ = render_jinja_template(
+        [_normalize_chat_messages(hf)], chat_template=source, bos_token="<｜begin▁of▁sentence｜>"
+    )
+    assert text == rendered[0]
+    head = served.render(request(messages=messages[:1]))
+    output = text[len(head) :].removesuffix(EOS)
+    parser = served.parser(request(), head)
+    ids = TOKENIZER.encode(output, add_special_tokens=False).ids
+    deltas = parser.feed(Detokenizer(TOKENIZER, ADDED).feed(ids)) + parser.finish()
+    assert [json.loads("".join(d.tool_arguments for d in deltas))] == [arguments]

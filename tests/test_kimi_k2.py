@@ -137,3 +137,26 @@ def test_grammar_takes_declared_calls_and_keeps_control_tokens_out_of_values(k2,
     assert not accepts(k2, compiler, required, "Sure.")
     thinking = "<|im_assistant|>assistant<|im_middle|><think>"
     assert accepts(k2, compiler, auto, "Plan.</think>" + section(call("get_weather", '{"city": "P"}')), thinking)
+
+
+def test_call_ids_name_the_call_as_k2_writes_them_counting_the_conversations_calls(k2) -> None:
+    """SGLang's and vLLM's K2 ids: `functions.NAME:N`, N counting every call of the conversation, so the history a
+    client sends back has K2's template write the header the model wrote (a random `call_…` id names no tool)."""
+    family, tokenizer, _ = k2
+    earlier = {
+        "id": "functions.get_weather:0",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": {}},
+    }
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [earlier]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
+    ]
+    output = section(call("get_weather", '{"city": "Oslo"}', 1), call("get_weather", '{"city": "Rome"}', 2))
+    added = {i: t.content for i, t in tokenizer.get_added_tokens_decoder().items()}
+    ids = tokenizer.encode(output, add_special_tokens=False).ids
+    for messages, first in ((history[:1], 0), (history, 1)):
+        parser = family.parser(ChatRequest(messages=messages, tools=[WEATHER]), "")
+        deltas = parser.feed(Detokenizer(tokenizer, added).feed(ids)) + parser.finish()
+        assert [d.tool_id for d in deltas if d.tool_id] == [f"functions.get_weather:{first + i}" for i in range(2)]

@@ -83,17 +83,50 @@ def test_native_prompt_with_tools_calls_and_results(model: ServedModel) -> None:
     tool_json = json.dumps(WEATHER, indent=4)
     assert text == (
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
-        "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|>"
+        "Environment: ipython\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for a "
         "function call with its proper arguments that best answers the given prompt.\n\nRespond in the format "
         '{"name": function name, "parameters": dictionary of argument name and its value}.Do not use variables.\n\n'
         f"{tool_json}\n\nWeather in Oslo?<|eot_id|>"
         '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", "parameters": {"city": "Oslo"}}<|eot_id|>'
-        "<|start_header_id|>ipython<|end_header_id|>\n\n-3 C<|eot_id|>"
+        '<|start_header_id|>ipython<|end_header_id|>\n\n"-3 C"<|eot_id|>'
         "<|start_header_id|>assistant<|end_header_id|>\n\n"
     )
     assert ids[0] == BOT and ids.count(EOT) == 4 and ids.count(START_HEADER) == 5
     assert model.family.stop_token_ids() == [EOT, EOM, 128001]
+
+
+LLAMA31_TEMPLATE = "meta-llama-Llama-3.1-8B-Instruct.jinja"
+PARITY_CALL = {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": {"city": " Zürich\n"}}}
+PARITY_CONVERSATIONS = [
+    [{"role": "user", "content": "  hi  "}, {"role": "assistant", "content": "\tyes \n"}, {"role": "user", "content": "more"}],
+    [{"role": "system", "content": " Be brief.\n"}, {"role": "user", "content": "Weather?"},
+     {"role": "assistant", "content": None, "tool_calls": [PARITY_CALL]},
+     {"role": "tool", "tool_call_id": "a", "content": '{"t": "-3 °C"}'}, {"role": "assistant", "content": " cold "}],
+    [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [PARITY_CALL]},
+     {"role": "tool", "tool_call_id": "a", "content": ""}],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools"), [(PARITY_CONVERSATIONS[0], []), *((m, [WEATHER]) for m in PARITY_CONVERSATIONS)]
+)
+def test_native_prompt_is_what_metas_llama31_template_renders(
+    model: ServedModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> None:
+    """The native encoder writes Meta's Llama 3.1 template (as transformers renders it): `Environment: ipython` with
+    tools, every text trimmed, a tool result as a JSON string."""
+    from transformers.utils.chat_template_utils import _normalize_chat_messages, render_jinja_template
+
+    from tests.template_corpus import TEMPLATES_DIR
+
+    source = (TEMPLATES_DIR / LLAMA31_TEMPLATE).read_text(encoding="utf-8")
+    hf = [{**m, "content": m["content"] or ""} for m in messages]
+    rendered, _ = render_jinja_template([_normalize_chat_messages(hf)], tools=tools or None, chat_template=source,
+                                        add_generation_prompt=True, bos_token="<|begin_of_text|>")  # fmt: skip
+    text, ids = model.encode_chat(ChatRequest(messages=messages, tools=tools))
+    assert text == rendered[0]
+    assert ids == model.tokenizer.encode(rendered[0], add_special_tokens=False).ids
 
 
 def test_client_written_control_tokens_stay_text(model: ServedModel) -> None:

@@ -73,11 +73,15 @@ class CallParser(OutputParser):
             self._out.append(Delta(content=content, reasoning=reasoning))
 
     def _emit_call(self, name: str, arguments: str) -> None:
-        """One whole call: its index, a fresh id, its name and its JSON arguments."""
+        """One whole call: its index, its id, its name and its JSON arguments."""
         self._out.append(
-            Delta(tool_index=self._calls, tool_id=self._new_id(), tool_name=name, tool_arguments=arguments)
+            Delta(tool_index=self._calls, tool_id=self._call_id(name), tool_name=name, tool_arguments=arguments)
         )
         self._calls += 1
+
+    def _call_id(self, name: str) -> str:
+        """The id of the next call, of tool `name`: a fresh one (a format whose ids name the call overrides this)."""
+        return self._new_id()
 
 
 class JsonEnd:

@@ -8,6 +8,7 @@ Options (model entry `options`): `chat_template` (a template to use instead of t
 from __future__ import annotations
 
 import json
+import re
 from abc import abstractmethod
 from functools import cached_property
 from typing import Any, ClassVar
@@ -50,10 +51,15 @@ class TemplatedSectionFamily(Family):
     def ids(self) -> SectionIds:
         return SectionIds.of(self.context.tokenizer, self.markers)
 
+    @cached_property
+    def argument_objects(self) -> bool:
+        """Whether the template takes a call's arguments as an object (see `takes_argument_objects`)."""
+        return takes_argument_objects(self.template)
+
     def render(self, request: ChatRequest) -> str:
         return render_chat_template(
             self.template,
-            with_argument_strings(request.messages),
+            request.messages if self.argument_objects else with_argument_strings(request.messages),
             tools=request.tools if request.tool_choice != "none" else None,
             add_generation_prompt=request.add_generation_prompt,
             continue_final_message=request.continue_final_message,
@@ -74,6 +80,18 @@ class TemplatedSectionFamily(Family):
     def in_reasoning(self, prompt: str) -> bool:
         """Whether the prompt ends inside a `<think>` block (a thinking generation prompt)."""
         return prompt.endswith(self.markers.think_start)
+
+
+_ARGUMENTS_TOJSON = re.compile(r"""arguments['"]?\]?\s*\|\s*tojson""")
+_ARGUMENTS_STRING_TEST = re.compile(r"""arguments['"]?\]?\s+is\s+(not\s+)?string""")
+
+
+def takes_argument_objects(template: str) -> bool:
+    """Whether `template` writes a call's arguments through `tojson` without testing for a string first (vLLM's and
+    llama.cpp's DeepSeek V3.1 templates, llama.cpp's Kimi K2): it wants them as an object, as vLLM hands them, where
+    their JSON text would come out quoted a second time. Other templates get the text (the official DeepSeek ones
+    concatenate it; Kimi K2's own tests for a string)."""
+    return bool(_ARGUMENTS_TOJSON.search(template)) and not _ARGUMENTS_STRING_TEST.search(template)
 
 
 def with_argument_strings(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

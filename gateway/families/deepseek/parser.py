@@ -19,7 +19,9 @@ Decisions (the gateway's documented behaviour):
 * Inside a value only `</｜DSML｜ parameter>` ends it; any other tag or token
   there is value text. A declared parameter's value is typed by its schema
   (`values.convert`, as the peers' schema-aware fixers: `string="true"` 42 for
-  an integer is 42, `string="false"` null for a string is "null"; the grammar
+  an integer is 42, `string="false"` null for a string is "null", a
+  `string="false"` JSON string is that string wherever the schema takes one,
+  the first argument or a later, streamed one; the grammar
   writes `string="true"` exactly for string parameters, so under it the two
   agree); otherwise `string="false"` values are JSON (re-serialized; not valid
   JSON → the raw text as a string), other values are raw strings.
@@ -233,7 +235,7 @@ class DsmlParser(OutputParser):
             types = schema_types(self._schemas.get(self._call.name, {}).get(key))
             self._value = value = _Value(key, attributes.get("string") == "false", types)
             self._mode = _Mode.VALUE
-            if self._call.index is not None and (is_plain_string(types) if types else not value.is_json):
+            if self._call.index is not None and not value.is_json and (is_plain_string(types) or not types):
                 self._value.streaming = True
                 self._arguments(self._key_prefix(self._value.key) + '"')
         elif event.closing and event.name == "invoke":
@@ -318,9 +320,11 @@ def _escaped(text: str) -> str:
 
 
 def _typed(text: str, is_json: bool, types: frozenset[str]) -> Any:
-    """A value: by the parameter's schema `types` when it has them (a string parameter's `string="false"` JSON
-    string is that string), else `string="false"` text as JSON, else (or not JSON) the text."""
+    """A value: by the parameter's schema `types` when it has them (a `string="false"` JSON string is that string
+    wherever the schema takes a string), else `string="false"` text as JSON, else (or not JSON) the text."""
     if types and not is_plain_string(types):
+        if is_json and "string" in types and isinstance(decoded := _json_or_none(text), str):
+            return decoded
         return convert(text, types)
     if is_json:
         try:
@@ -329,6 +333,13 @@ def _typed(text: str, is_json: bool, types: frozenset[str]) -> Any:
             return text
         return value if not types or isinstance(value, str) else text
     return text
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return strict_json(text)
+    except ValueError:
+        return None
 
 
 def _merged(deltas: list[Delta]) -> list[Delta]:

@@ -16,7 +16,7 @@ from gateway.types import ChatRequest
 
 from .grammar import ControlIds, build_grammar
 from .markers import CLOSE, END_OF_MSG, IM_END, K2_SECTIONS, OPEN, SEP
-from .parser import KimiK3Parser, split_k2_call
+from .parser import K2SectionParser, KimiK3Parser, split_k2_call
 from .prompt import open_channel, render_prompt
 
 
@@ -61,3 +61,7 @@ class KimiK2Family(TemplatedSectionFamily):
 
     def call_layout(self) -> CallLayout:
         return CallLayout(header="functions.{name}:", index=True)
+
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        earlier = sum(len(m.get("tool_calls") or ()) for m in request.messages)
+        return K2SectionParser(self.markers, self.call_splitter(request), self.in_reasoning(prompt), earlier)

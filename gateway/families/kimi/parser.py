@@ -35,6 +35,7 @@ from typing import Any
 
 from gateway.families.calls import CallParser, is_call_name
 from gateway.families.streams import json_fragment
+from gateway.families.token_sections import CallSplitter, SectionMarkers, SectionParser
 from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
@@ -61,6 +62,19 @@ def split_k2_call(
     if name.isdigit() and name not in (schemas or {}):
         name = _tool_taking(body, schemas or {})
     return None if name is None else (name, body)
+
+
+class K2SectionParser(SectionParser):
+    """K2's sections, each call's id `functions.NAME:N` as K2 writes it, N counting the conversation's calls from
+    `first` (SGLang's and vLLM's ids for K2): a client that sends the call back in its history has K2's template write
+    the header the model wrote (`<|tool_call_begin|>functions.NAME:N`), where a random id names no tool."""
+
+    def __init__(self, markers: SectionMarkers, split_call: CallSplitter, in_reasoning: bool, first: int):
+        super().__init__(markers, split_call, in_reasoning)
+        self._first = first
+
+    def _call_id(self, name: str) -> str:
+        return f"functions.{name}:{self._first + self._calls}"
 
 
 def _tool_taking(body: str, schemas: Mapping[str, Mapping[str, Any]]) -> str | None:

@@ -5,8 +5,12 @@ variant): a system turn with the knowledge cutoff and date, the tools as JSON
 in the first user turn with the instruction to answer with
 `{"name": …, "parameters": …}`, past calls written that way, tool results in
 `ipython` turns, every turn closed by `<|eot_id|>`, then the generation prompt
-`<|start_header_id|>assistant<|end_header_id|>\n\n`. Llama 4 checkpoints ship
-their own template; there is no native Llama 4 encoder.
+`<|start_header_id|>assistant<|end_header_id|>\n\n`. It writes what Meta's published Llama 3.1 template writes
+(tests/data/chat_templates/meta-llama-Llama-3.1-8B-Instruct.jinja, checked in tests/test_llama.py): `Environment:
+ipython` in the system turn when tools are declared, every message's text trimmed, a tool result as a JSON string
+(the template's `tojson`). Where that template raises, the encoder writes on: several calls in one turn are joined
+with `; ` (the gateway's parser reads them so). Llama 4 checkpoints ship their own template; there is no native
+Llama 4 encoder.
 """
 
 from __future__ import annotations
@@ -44,12 +48,15 @@ def render_native(request: ChatRequest) -> str:
     messages = list(request.messages)
     system = ""
     if messages and messages[0]["role"] in ("system", "developer"):
-        system = messages.pop(0).get("content") or ""
+        system = (messages.pop(0).get("content") or "").strip()
     date = request.template_kwargs.get("date_string") or DEFAULT_DATE
-    out = BEGIN_OF_TEXT + turn("system", f"Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n{system}")
     tools = request.tools if request.tool_choice != "none" else []
+    environment = "Environment: ipython\n" if tools else ""
+    out = BEGIN_OF_TEXT + turn(
+        "system", f"{environment}Cutting Knowledge Date: December 2023\nToday Date: {date}\n\n{system}"
+    )
     for msg in messages:
-        role, content = msg["role"], msg.get("content") or ""
+        role, content = msg["role"], (msg.get("content") or "").strip()
         if role == "user" and tools:
             listed = "".join(json.dumps(t, indent=4, ensure_ascii=False) + "\n\n" for t in tools)
             out += turn("user", TOOLS_INSTRUCTION + listed + content)
@@ -60,7 +67,7 @@ def render_native(request: ChatRequest) -> str:
             calls = msg.get("tool_calls") or []
             out += turn("assistant", "; ".join(map(call_text, calls)) if calls else content)
         elif role == "tool":
-            out += turn("ipython", content)
+            out += turn("ipython", json.dumps(msg.get("content") or "", ensure_ascii=False))
         else:
             raise TemplateError(f"Llama has no {role!r} role")
     if request.continue_final_message and messages and messages[-1]["role"] == "assistant":
