@@ -65,7 +65,7 @@ async def count_tokens(request: Request, registry: ModelRegistry, max_body: int)
     parsed = parse_messages_request(body, count_only=True)
     model = served_model(registry, parsed.model)
     chat = request_policy(request).check_tools(parsed.chat, body.get("tools") or (), MESSAGES_PARAMS)  # as rendered
-    _, ids = encode_chat(model, chat)
+    _, ids = encode_chat(model, chat, past_context_ok=True)
     return json_response({"input_tokens": len(ids)})
 
 

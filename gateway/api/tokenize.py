@@ -28,7 +28,7 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
         fields = Fields(body, TOKENIZE_CHAT)
         model = served_model(registry, parsed.model)
         chat = request_policy(request).check_tools(parsed.chat, body.get("tools") or ())  # as the chat door renders
-        text, ids = encode_chat(model, chat)
+        text, ids = encode_chat(model, chat, past_context_ok=True)
     else:
         fields = Fields(body, TOKENIZE_PROMPT)
         model = served_model(registry, fields.string("model"))
