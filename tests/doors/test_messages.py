@@ -255,6 +255,10 @@ def test_client_raises_typed_errors(door, client):
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model=door.model.id, max_tokens=8, messages=[])
     assert e.value.body["error"]["type"] == "invalid_request_error"
+    # the SDK reads Anthropic's `request-id` header: the same id as x-request-id (the access line's, the trace's)
+    assert e.value.request_id and e.value.request_id == e.value.response.headers["x-request-id"]
+    counted = client.messages.with_raw_response.count_tokens(model=door.model.id, messages=USER)
+    assert counted.request_id == counted.headers["x-request-id"]
 
 
 def test_failure_mid_stream_is_an_error_event(door):
