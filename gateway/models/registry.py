@@ -87,6 +87,10 @@ class ServedModel:
         at_least = bound.least_tokens(text)
         return at_least if at_least >= self.context_length else None
 
+    def count_tokens(self, text: str) -> int:
+        """The tokens of `text` encoded alone (added tokens matched): how usage counts a choice's reasoning."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`, added tokens spelled out."""
         return self.tokenizer.decode(ids, skip_special_tokens=False)
