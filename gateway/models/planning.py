@@ -68,6 +68,16 @@ async def plan_chat_off_loop(
     return await asyncio.to_thread(plan_chat, model, chat, settings, param)
 
 
+async def encode_chat_off_loop(
+    model: ServedModel, chat: ChatRequest, past_context_ok: bool = False
+) -> tuple[str, list[int]]:
+    """`encode_chat`, on a worker thread when the chat is costly to render and encode (/tokenize and count_tokens
+    encode a prompt past the context whole, as vLLM's and SGLang's /tokenize: up to the body limit, seconds)."""
+    if _cheap(chat):
+        return encode_chat(model, chat, past_context_ok=past_context_ok)
+    return await asyncio.to_thread(encode_chat, model, chat, past_context_ok=past_context_ok)
+
+
 def _cheap(chat: ChatRequest) -> bool:
     if len(chat.messages) > OFF_LOOP_MESSAGES or chat.tools or chat.response_format:
         return False
