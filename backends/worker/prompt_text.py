@@ -1,114 +1,21 @@
-"""A `text` prompt's token ids, refused unencoded when its length in characters already proves it past the context.
-
-Every token stands for at most K characters of the text (K: the longest token of the vocabulary, added tokens
-included), so a text of more than K * (context - 1) characters has at least `context` tokens. The characters the
-tokenizer spells in no token (a byte-level BPE without an unknown token drops a byte missing from its vocabulary:
-some ASCII controls in small vocabularies) are not counted. The bound holds only for a tokenizer that drops no
-other character, before its model or in it, and never covers a run of characters with one token outside its
-vocabulary (a fused unknown token, an added token taking the whitespace beside it): for any other, `text_bound`
-is None and the text is encoded whole.
-"""
+"""A `text` prompt's token ids, refused unencoded when its length in characters already proves it past the context
+(backends/prompt_text.py: the bound)."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from typing import Any
-
 from tokenizers import Tokenizer
 
-from backends.detokenizer import BYTE_LEVEL_CHARS
+from backends.prompt_text import TextBound
 from backends.worker.protocol import ProtocolError
-
-# Normalizers and pre-tokenizers that never shorten the text (in characters) they are given.
-_KEEPING_NORMALIZERS = frozenset({"Prepend", "Lowercase", "NFD", "NFKD"})
-_KEEPING_PRE_TOKENIZERS = frozenset({"ByteLevel", "Metaspace", "Digits", "Punctuation"})
-_BYTE_TOKENS = frozenset(f"<0x{b:02X}>" for b in range(256))
-
-
-@dataclass(frozen=True)
-class TextBound:
-    """Each token stands for at most `chars_per_token` characters of a text, besides the `dropped` characters."""
-
-    chars_per_token: int
-    dropped: str = ""
-
-    def counted(self, text: str) -> int:
-        """The characters of `text` some token stands for."""
-        return len(text) - sum(text.count(char) for char in self.dropped)
-
-
-def text_bound(tokenizer: Tokenizer) -> TextBound | None:
-    """How many characters of a prompt one token can stand for, or None when this tokenizer gives no such bound."""
-    spec = json.loads(tokenizer.to_str())
-    if not (
-        _keeps_length(spec.get("normalizer"), "normalizers")
-        and _keeps_length(spec.get("pre_tokenizer"), "pretokenizers")
-    ):
-        return None
-    if any(added.get("lstrip") or added.get("rstrip") for added in spec.get("added_tokens") or []):
-        return None
-    vocab = tokenizer.get_vocab(with_added_tokens=True)
-    dropped = _dropped_characters(spec, vocab)
-    if dropped is None or not vocab:
-        return None
-    return TextBound(max(map(len, vocab)), dropped)
-
-
-def _keeps_length(step: dict[str, Any] | None, sequence_key: str) -> bool:
-    """`step` (a normalizer or pre-tokenizer, maybe a Sequence) never drops a character."""
-    if step is None:
-        return True
-    kind = step.get("type")
-    if kind == "Sequence":
-        parts = step.get(sequence_key, [])
-        return all(_keeps_length(part, sequence_key) for part in parts)
-    if kind == "Replace":  # a literal pattern replaced by no shorter content
-        pattern = step.get("pattern", {})
-        return "String" in pattern and len(step.get("content", "")) >= len(pattern["String"])
-    if kind == "Split":
-        return step.get("behavior") != "Removed"
-    return kind in _KEEPING_NORMALIZERS or kind in _KEEPING_PRE_TOKENIZERS
-
-
-def _dropped_characters(spec: dict[str, Any], vocab: dict[str, int]) -> str | None:
-    """The characters a BPE model spells in no token, when each other character is spelled in tokens covering at
-    most their own strings: in byte tokens (all 256 there), byte-level characters, or one unfused unknown token;
-    None for any other model."""
-    model = spec["model"]
-    if model.get("type") != "BPE":
-        return None
-    if model.get("byte_fallback") and _BYTE_TOKENS <= vocab.keys():
-        return ""
-    if _has_step(spec.get("pre_tokenizer"), "ByteLevel"):
-        missing = [byte for byte, char in sorted(BYTE_LEVEL_CHARS.items()) if char not in vocab]
-        # A character of several bytes has a continuation byte (0x80-0xBF): spelled if those are all there.
-        if not any(0x80 <= byte < 0xC0 for byte in missing):
-            dropped = "".join(chr(byte) for byte in missing if byte < 0x80)
-            if not dropped or spec.get("normalizer") is None:  # counted in the text as the model meets them
-                return dropped
-    if model.get("unk_token") is not None and not model.get("fuse_unk"):
-        return ""
-    return None
-
-
-def _has_step(step: dict[str, Any] | None, kind: str) -> bool:
-    """`step` is of `kind` or a Sequence holding one."""
-    if step is None:
-        return False
-    parts = step.get("normalizers") or step.get("pretokenizers") or []
-    return step.get("type") == kind or any(_has_step(part, kind) for part in parts)
 
 
 def encode_prompt_text(tokenizer: Tokenizer, text: str, context_length: int, bound: TextBound | None) -> list[int]:
     """The ids of `text` (no special tokens added), by tokenizers' batch call, which releases the GIL (`encode`
     holds it: a long text stalled the event loop and the engine thread for seconds); ProtocolError, without
     encoding, for a text longer in characters than `context_length - 1` tokens can stand for."""
-    counted = len(text) if bound is None else bound.counted(text)
-    if bound is not None and counted > bound.chars_per_token * (context_length - 1):
-        at_least = -(-counted // bound.chars_per_token)
+    if bound is not None and (at_least := bound.least_tokens(text)) >= context_length:
         raise ProtocolError(
-            f"the prompt has at least {at_least} tokens ({counted} characters, at most {bound.chars_per_token} per "
-            f"token); this model's context length is {context_length}"
+            f"the prompt has at least {at_least} tokens ({bound.counted(text)} characters, at most "
+            f"{bound.chars_per_token} per token); this model's context length is {context_length}"
         )
     return tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids

@@ -18,11 +18,12 @@ from starlette.types import Receive, Scope, Send
 
 from backends.asgi import DONE_FRAME, json_response, wait_for_disconnect
 from backends.base import Grammar
+from backends.prompt_text import text_bound
 from backends.worker.engine import EngineEvent, EngineRequest, Finish
 from backends.worker.generations import Generation, WorkerBusy, WorkerState, admit, start_or_refusal
 from backends.worker.grammar import Cancelled, CompilerFailed
 from backends.worker.handoff import LoopMailbox
-from backends.worker.prompt_text import encode_prompt_text, text_bound
+from backends.worker.prompt_text import encode_prompt_text
 from backends.worker.protocol import ProtocolError, parse_generate, request_json
 from backends.worker.vllm_api import vllm_routes
 

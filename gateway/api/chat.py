@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -13,7 +13,7 @@ from gateway.api.bodies import read_json
 from gateway.api.door_params import CHAT_PARAMS, DoorParams
 from gateway.api.logprobs import TokenTexts, chat_logprobs
 from gateway.api.streaming import Events, respond
-from gateway.api.usage import usage
+from gateway.api.usage import reasoning_tokens, usage
 from gateway.errors import APIError
 from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
@@ -94,7 +94,8 @@ async def start_chat(
             choices=settings.n,
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
-    renderer = ChatRenderer([model.family.parser(chat, plan.prompt) for _ in range(settings.n)], texts, len(plan.ids))
+    parsers = [model.family.parser(chat, plan.prompt) for _ in range(settings.n)]
+    renderer = ChatRenderer(parsers, texts, len(plan.ids), model.count_tokens)
     return events, renderer
 
 
@@ -104,13 +105,23 @@ def _max_tokens_param(body: dict[str, Any]) -> str:
 
 
 class ChatRenderer:
-    """Choice steps → chat chunk choices (role, content / reasoning_content / tool_calls deltas, finish)."""
+    """Choice steps → chat chunk choices (role, content / reasoning_content / tool_calls deltas, finish); their
+    usage counts each choice's reasoning again with `count_tokens`."""
 
-    def __init__(self, parsers: Sequence[OutputParser], texts: TokenTexts | None, prompt_tokens: int):
+    def __init__(
+        self,
+        parsers: Sequence[OutputParser],
+        texts: TokenTexts | None,
+        prompt_tokens: int,
+        count_tokens: Callable[[str], int],
+    ):
         self._parsers = parsers
         self._texts = texts
         self._prompt_tokens = prompt_tokens
+        self._count_tokens = count_tokens
         self._completion_tokens = [0] * len(parsers)
+        self._reasoning: list[list[str]] = [[] for _ in parsers]
+        self._counted: list[tuple[tuple[int, int], int] | None] = [None] * len(parsers)
         self._cached_tokens = 0
         self._call_ids: list[dict[int, str]] = [{} for _ in parsers]
 
@@ -126,6 +137,8 @@ class ChatRenderer:
         self._cached_tokens = max(self._cached_tokens, step.cached_tokens)
         out = []
         delta = self._delta(index, deltas)
+        if "reasoning_content" in delta:
+            self._reasoning[index].append(delta["reasoning_content"])
         logprobs = {"content": chat_logprobs(step.logprobs, self._texts)} if self._texts and step.logprobs else None
         if delta or logprobs:
             out.append(_choice(index, delta, logprobs))
@@ -174,10 +187,24 @@ class ChatRenderer:
         return [f.choice(i, self._texts is not None) for i, f in enumerate(folded)]
 
     def usage(self) -> dict[str, Any]:
-        return usage(self._prompt_tokens, sum(self._completion_tokens), self._cached_tokens)
+        reasoned = any(self._reasoning)
+        reasoning = sum(map(self._reasoning_tokens, range(len(self._parsers)))) if reasoned else None
+        return usage(self._prompt_tokens, sum(self._completion_tokens), self._cached_tokens, reasoning)
 
     def choice_usage(self, index: int) -> dict[str, Any]:
+        """Without reasoning details, as vLLM's continuous usage (each chunk's: counting them there costs an encoding
+        of the reasoning so far per chunk)."""
         return usage(self._prompt_tokens, self._completion_tokens[index], self._cached_tokens)
+
+    def _reasoning_tokens(self, index: int) -> int:
+        """Choice `index`'s reasoning tokens, counted once for its reasoning and tokens so far (usage is read for the
+        usage chunk, the folded answer and the access line)."""
+        key = (len(self._reasoning[index]), self._completion_tokens[index])
+        counted = self._counted[index]
+        if counted is None or counted[0] != key:
+            reasoning = "".join(self._reasoning[index])
+            counted = self._counted[index] = (key, reasoning_tokens(key[1], reasoning, self._count_tokens))
+        return counted[1]
 
 
 def _choice(

@@ -16,7 +16,7 @@ from gateway.api.usage import usage
 from gateway.errors import invalid
 from gateway.generation.choices import generate
 from gateway.ids import new_id, now
-from gateway.models.planning import sampling_params, token_budget
+from gateway.models.planning import past_context, sampling_params, token_budget
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
 from gateway.types import ChoiceStep
@@ -81,8 +81,12 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
 
 def _prompt_ids(model: ServedModel, prompt: Prompt, param: str, add_special_tokens: bool) -> tuple[list[int], str]:
     """Token ids of one prompt: text is encoded with added-token spellings as tokens (and the tokenizer's special
-    tokens with `add_special_tokens`), ids are checked and kept as they are."""
+    tokens with `add_special_tokens`; refused unencoded when its length proves it past the context), ids are checked
+    and kept as they are."""
     if isinstance(prompt, str):
+        at_least = model.least_tokens(prompt)
+        if at_least is not None:
+            raise past_context(model, at_least, param)
         return model.encoder.encode_prompt(prompt, add_special_tokens=add_special_tokens), param
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
     bad = next((i for i, t in enumerate(prompt) if not 0 <= t < vocab), None)

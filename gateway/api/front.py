@@ -38,6 +38,8 @@ _CLIENT_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 Endpoint = Callable[[Request], Awaitable[Response]]
 _SENDS = "gateway.sends"
 """Scope key: `Front`'s `send` wrapper and the server's own `send` it wraps."""
+_ANTHROPIC = "/v1/messages"
+"""Anthropic's door's paths start so (count_tokens too): answers there name their id as Anthropic's do."""
 
 
 class GatewayApp(Starlette):
@@ -60,7 +62,8 @@ class GatewayApp(Starlette):
 
 class Front:
     """Per HTTP request: one trailing slash dropped from the path, the metrics record (counted, and its access line
-    written, before the last byte goes out), `x-request-id` (the client's own when it sent a sane one), the client's
+    written, before the last byte goes out), `x-request-id` (the client's own when it sent a sane one; `request-id` too
+    under /v1/messages, as Anthropic's), the client's
     well-formed `traceparent` forwarded to the backends, and a crash before the answer started turned into a 500
     body. Requests that arrive together start a few per loop iteration (`api/turns.py`). Other scopes go to
     `other`."""
@@ -85,6 +88,8 @@ class Front:
         record.trace_id = trace[3:35] if trace else ""
         scope.setdefault("state", {})["request_id"] = request_id
         id_header = (b"x-request-id", request_id.encode())
+        # Anthropic's SDKs read a response's id from `request-id` (into `_request_id`, and on every error they raise)
+        id_headers = [id_header, (b"request-id", id_header[1])] if scope["path"].startswith(_ANTHROPIC) else [id_header]
         metrics = self.metrics
         started = finished = False
 
@@ -105,7 +110,7 @@ class Front:
             if message["type"] == "http.response.start":
                 started = True
                 record.status = message["status"]
-                message["headers"] = [*message.get("headers", ()), id_header]
+                message["headers"] = [*message.get("headers", ()), *id_headers]
             elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 finish()
             await send(message)

@@ -23,7 +23,7 @@ from gateway.api.door_params import MESSAGES_PARAMS
 from gateway.api.streaming import respond_door
 from gateway.errors import APIError, anthropic_error
 from gateway.ids import item_id, tool_use_id
-from gateway.models.planning import encode_chat
+from gateway.models.planning import encode_chat_off_loop
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChoiceStep
 from gateway.validation.cut_json import completed_members
@@ -65,7 +65,7 @@ async def count_tokens(request: Request, registry: ModelRegistry, max_body: int)
     parsed = parse_messages_request(body, count_only=True)
     model = served_model(registry, parsed.model)
     chat = request_policy(request).check_tools(parsed.chat, body.get("tools") or (), MESSAGES_PARAMS)  # as rendered
-    _, ids = encode_chat(model, chat)
+    _, ids = await encode_chat_off_loop(model, chat, past_context_ok=True)
     return json_response({"input_tokens": len(ids)})
 
 

@@ -48,7 +48,10 @@ def _ref(name: str) -> Schema:
 
 _USAGE = _obj(
     {"prompt_tokens": _INT, "completion_tokens": _INT, "total_tokens": _INT},
-    {"prompt_tokens_details": _obj({"cached_tokens": _INT})},
+    {
+        "prompt_tokens_details": _obj({"cached_tokens": _INT}),
+        "completion_tokens_details": _obj({}, {"reasoning_tokens": _INT}),
+    },
 )
 _FINISH = {"type": ["string", "null"], "enum": ["stop", "length", "tool_calls", "content_filter", "abort", None]}
 _LOGPROBS = {"type": ["object", "null"]}

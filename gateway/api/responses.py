@@ -85,10 +85,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
             record = {"id": rid, "owner": owner, "response": response, "input_items": parsed.items}
             await store.put({**record, "history": history + parsed.items + output})
 
-    def count_tokens(text: str) -> int:
-        return len(model.tokenizer.encode(text, add_special_tokens=False).ids)
-
-    door = ResponsesDoor(renderer, _response(rid, model.id, parsed), keep, count_tokens)
+    door = ResponsesDoor(renderer, _response(rid, model.id, parsed), keep)
     return await respond_door(request, events, door, parsed.settings.stream)
 
 
@@ -280,17 +277,14 @@ class ResponsesDoor:
         renderer: ChatRenderer,
         response: dict[str, Any],
         keep: Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[None]],
-        count_tokens: Callable[[str], int],
     ):
         self._renderer = renderer
         self._response = response
         self._keep = keep
-        self._count_tokens = count_tokens
         self._seq = 0
         self._output: list[dict[str, Any]] = []
         self._open: _OpenItem | None = None
         self._finish_reason: str | None = None
-        self._reasoning: list[str] = []
         self._summary = response["reasoning"]["summary"] is not None
         """The request asked for a reasoning summary: the reasoning is given as one too."""
         self._text_logprobs = _TextLogprobs()
@@ -362,7 +356,6 @@ class ResponsesDoor:
         """The model's reasoning as the item's `reasoning_text` content (OpenAI's and vLLM's for open models), and
         as its summary too when the request asked for one (no other summary is made here)."""
         out = []
-        self._reasoning.append(text)
         if self._open is None or self._open.item["type"] != "reasoning":
             out += self._start({"id": item_id("rs"), "type": "reasoning", "summary": []})
             part = {"type": "reasoning_text", "text": ""}
@@ -448,7 +441,7 @@ class ResponsesDoor:
     def _usage(self) -> dict[str, Any]:
         chat = self._renderer.usage()
         output = chat["completion_tokens"]
-        reasoning = min(output, self._count_tokens("".join(self._reasoning))) if self._reasoning else 0
+        reasoning = chat.get("completion_tokens_details", {}).get("reasoning_tokens", 0)  # counted as chat's
         return {
             "input_tokens": chat["prompt_tokens"],
             # backends report cache hits only; writing the prefix cache is not billed apart here

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -10,7 +12,7 @@ from backends.json_types import as_integer
 from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.errors import invalid
-from gateway.models.planning import encode_chat
+from gateway.models.planning import OFF_LOOP_CHARS, encode_chat_off_loop
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.validation.chat import parse_chat_completion
 from gateway.validation.fields import Fields
@@ -28,12 +30,16 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
         fields = Fields(body, TOKENIZE_CHAT)
         model = served_model(registry, parsed.model)
         chat = request_policy(request).check_tools(parsed.chat, body.get("tools") or ())  # as the chat door renders
-        text, ids = encode_chat(model, chat)
+        text, ids = await encode_chat_off_loop(model, chat, past_context_ok=True)
     else:
         fields = Fields(body, TOKENIZE_PROMPT)
         model = served_model(registry, fields.string("model"))
-        text = fields.string("prompt")
-        ids = model.encoder.encode_prompt(text, add_special_tokens=fields.boolean("add_special_tokens"))
+        text, add_special_tokens = fields.string("prompt"), fields.boolean("add_special_tokens")
+        encode = model.encoder.encode_prompt
+        if len(text) > OFF_LOOP_CHARS:  # counted whole past the context, as vLLM's: encoded off the event loop
+            ids = await asyncio.to_thread(encode, text, add_special_tokens=add_special_tokens)
+        else:
+            ids = encode(text, add_special_tokens=add_special_tokens)
     answer = {"tokens": ids, "count": len(ids), "max_model_len": model.context_length, "prompt": text}
     if fields.boolean("return_token_strs"):
         answer["token_strs"] = [model.tokenizer.id_to_token(i) for i in ids]

@@ -15,7 +15,7 @@ from gateway.grammars.budget import build_failed, too_deep
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.unenforced import check_strict_schemas
-from gateway.models.registry import ServedModel
+from gateway.models.registry import PromptPastContext, ServedModel
 from gateway.observability.requests import note_grammar
 from gateway.observability.tracing import stage
 from gateway.prompts.template import TemplateError
@@ -66,6 +66,16 @@ async def plan_chat_off_loop(
     if _cheap(chat):
         return plan_chat(model, chat, settings, param)
     return await asyncio.to_thread(plan_chat, model, chat, settings, param)
+
+
+async def encode_chat_off_loop(
+    model: ServedModel, chat: ChatRequest, past_context_ok: bool = False
+) -> tuple[str, list[int]]:
+    """`encode_chat`, on a worker thread when the chat is costly to render and encode (/tokenize and count_tokens
+    encode a prompt past the context whole, as vLLM's and SGLang's /tokenize: up to the body limit, seconds)."""
+    if _cheap(chat):
+        return encode_chat(model, chat, past_context_ok=past_context_ok)
+    return await asyncio.to_thread(encode_chat, model, chat, past_context_ok=past_context_ok)
 
 
 def _cheap(chat: ChatRequest) -> bool:
@@ -138,12 +148,26 @@ def tools_share(model: ServedModel, chat: ChatRequest, prompt_tokens: int) -> st
     return f" ({bare} in the messages, {prompt_tokens - bare} in the tools)" if prompt_tokens > bare else ""
 
 
-def encode_chat(model: ServedModel, chat: ChatRequest, param: str = "messages") -> tuple[str, list[int]]:
-    """The rendered prompt and its ids; a template that refuses the messages is a 400 about `param`."""
+def encode_chat(
+    model: ServedModel, chat: ChatRequest, param: str = "messages", past_context_ok: bool = False
+) -> tuple[str, list[int]]:
+    """The rendered prompt and its ids; a template that refuses the messages is a 400 about `param`, as is (unless
+    `past_context_ok`) a prompt whose length in characters proves it past the context, refused unencoded."""
     try:
-        return model.encode_chat(chat)
+        return model.encode_chat(chat, past_context_ok)
     except TemplateError as e:
         raise invalid(f"the messages cannot be rendered: {e}", param) from None
+    except PromptPastContext as e:
+        raise past_context(model, e.at_least, param) from None
+
+
+def past_context(model: ServedModel, at_least: int, param: str) -> APIError:
+    """The 400 for a prompt of at least `at_least` tokens, known past the context before it was encoded."""
+    return invalid(
+        f"the prompt is at least {at_least} tokens; this model's context is {model.context_length} tokens",
+        param,
+        "context_length_exceeded",
+    )
 
 
 def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:

@@ -21,6 +21,14 @@ from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest
 
 
+class PromptPastContext(Exception):
+    """A rendered prompt its length in characters proves longer than the context, refused before it is encoded."""
+
+    def __init__(self, at_least: int):
+        super().__init__(f"the prompt has at least {at_least} tokens")
+        self.at_least = at_least
+
+
 @dataclass
 class ServedModel:
     """Everything the gateway needs to serve one model id."""
@@ -58,13 +66,30 @@ class ServedModel:
         """The family's stop ids in this vocabulary (`Family.stop_ids`: looked up once, not per request)."""
         return self.family.stop_ids
 
-    def encode_chat(self, request: ChatRequest) -> tuple[str, list[int]]:
-        """The rendered prompt and exactly the ids the backend receives."""
+    def encode_chat(self, request: ChatRequest, past_context_ok: bool = False) -> tuple[str, list[int]]:
+        """The rendered prompt and exactly the ids the backend receives; PromptPastContext, before encoding, for a
+        prompt whose length alone proves it past the context (unless `past_context_ok`: /tokenize counts it)."""
         shielded, shield = self.shielder.shield(request, self.family.keep_in_assistant)
         note_shielded(len(shield.originals))
         text = self.family.render(shielded)
+        prompt = shield.restore(text)
+        at_least = None if past_context_ok else self.least_tokens(prompt)
+        if at_least is not None:
+            raise PromptPastContext(at_least)
         ids = self.encoder.encode_prompt(text, shield, add_special_tokens=request.add_special_tokens)
-        return shield.restore(text), ids
+        return prompt, ids
+
+    def least_tokens(self, text: str) -> int | None:
+        """The fewest tokens `text` encodes into when its length in characters alone proves that past the context
+        (backends/prompt_text.py), else None: a text shorter than the context proves nothing, so costs one `len`."""
+        if len(text) < self.context_length or (bound := self.encoder.text_bound) is None:
+            return None
+        at_least = bound.least_tokens(text)
+        return at_least if at_least >= self.context_length else None
+
+    def count_tokens(self, text: str) -> int:
+        """The tokens of `text` encoded alone (added tokens matched): how usage counts a choice's reasoning."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
 
     def decode(self, ids: list[int]) -> str:
         """Text of `ids`, added tokens spelled out."""

@@ -23,10 +23,13 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from functools import cached_property
 from typing import Self
 
 from tokenizers import Tokenizer
 
+from backends.prompt_text import TextBound, text_bound
 from gateway.prompts.shield import Shield, spelling_pattern
 
 
@@ -108,6 +111,15 @@ class PromptEncoder:
             for piece in region:
                 ids += known[piece]
         return ids
+
+    @cached_property
+    def text_bound(self) -> TextBound | None:
+        """The most characters one token of an encoded prompt stands for (plain regions by the plain copy, each
+        added-token spelling one token), or None when its tokenizer gives no bound; read at the first long prompt."""
+        bound = text_bound(self._plain)
+        if bound is None or not self.added:
+            return bound
+        return replace(bound, chars_per_token=max(bound.chars_per_token, *map(len, self.added)))
 
     def encode_plain(self, text: str) -> list[int]:
         """Ids of `text` with no added token matched (client text is always encoded this way); a fresh list."""

@@ -75,12 +75,16 @@ BLOCK = Variants(
         ),
         "thinking": Obj(
             "AnthropicThinkingBlock",
-            {"type": string(required=True, choices=("thinking",)), "thinking": string(required=True)},
+            {
+                "type": string(required=True, choices=("thinking",)),
+                "thinking": string(required=True),
+                "signature": string(required=True),
+            },
             "In an assistant turn.",
         ),
         "redacted_thinking": Obj(
             "AnthropicRedactedThinkingBlock",
-            {"type": string(required=True, choices=("redacted_thinking",))},
+            {"type": string(required=True, choices=("redacted_thinking",)), "data": string(required=True)},
             "In an assistant turn; skipped.",
         ),
         "tool_use": Obj(
@@ -397,9 +401,10 @@ def _assistant(blocks: list[Fields], used: set[str]) -> list[dict[str, Any]]:
         if kind == "text":
             texts.append(_block_text(b))
         elif kind == "thinking":
+            b.string("signature")  # required, as Anthropic's: a thinking block given back whole
             thinking.append(b.string("thinking"))
         elif kind == "redacted_thinking":
-            continue  # encrypted by another provider: nothing this model can read
+            b.string("data")  # required, as Anthropic's; encrypted by another provider: nothing this model can read
         elif kind == "tool_use":
             arguments = b.mapping("input")
             check_bounded(arguments, b.param("input"))

@@ -3,6 +3,7 @@ every body and event checked against the anthropic package's types."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import anthropic
@@ -162,6 +163,31 @@ def test_count_tokens(door, client):
     assert counted.input_tokens == len(door.server.bodies[-1]["input_ids"])
 
 
+def test_counting_a_prompt_past_the_context_encodes_it_whole_off_the_event_loop(door, monkeypatch):
+    """count_tokens and /tokenize count a prompt past the context (vLLM's and SGLang's /tokenize do: no context
+    check there), encoding a long one on a worker thread (no running event loop there) so other streams go on."""
+    plain, on_loop = door.model.encoder._plain, []
+
+    class Watched:
+        def encode_batch_fast(self, texts, **kwargs):
+            on_loop.append(asyncio._get_running_loop() is not None)
+            return plain.encode_batch_fast(texts, **kwargs)
+
+    monkeypatch.setattr(door.model.encoder, "_plain", Watched())
+    long = [{"role": "user", "content": "word " * door.model.context_length}]
+    counted = post_json(door, "/v1/messages/count_tokens", messages=long)["input_tokens"]
+    tokenized = post_json(door, "/tokenize", messages=long)
+    prompt = post_json(door, "/tokenize", prompt="prompt " + long[0]["content"])
+    assert counted == tokenized["count"] > door.model.context_length and prompt["count"] > door.model.context_length
+    assert on_loop and not any(on_loop)  # (the second chat's regions are memoized: not encoded again)
+
+
+def post_json(door, path: str, **body) -> dict:
+    r = httpx.post(f"{door.url}{path}", json={"model": door.model.id, **body}, timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
 @pytest.mark.parametrize(
     "body, status, kind, names",
     [
@@ -255,6 +281,10 @@ def test_client_raises_typed_errors(door, client):
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model=door.model.id, max_tokens=8, messages=[])
     assert e.value.body["error"]["type"] == "invalid_request_error"
+    # the SDK reads Anthropic's `request-id` header: the same id as x-request-id (the access line's, the trace's)
+    assert e.value.request_id and e.value.request_id == e.value.response.headers["x-request-id"]
+    counted = client.messages.with_raw_response.count_tokens(model=door.model.id, messages=USER)
+    assert counted.request_id == counted.headers["x-request-id"]
 
 
 def test_failure_mid_stream_is_an_error_event(door):

@@ -109,6 +109,21 @@ def test_reasoning_item_and_tokens(door):
     assert summarized["content"] == reasoning["content"]
 
 
+def test_chat_usage_counts_the_reasoning_as_responses_does(door, client):
+    """OpenAI's chat usage has completion_tokens_details.reasoning_tokens: counted as Responses counts it, in the
+    answer and in a stream's usage chunk; an answer that did not reason has no details."""
+    reasoned = len(door.model.encoder.encode_plain("Weighing it."))
+    ask = {"model": door.model.id, "messages": [{"role": "user", "content": "Weather?"}]}
+    door.say("<think>Weighing it.</think>Sunny.")
+    answer = client.chat.completions.create(**ask, n=2)
+    assert answer.usage.completion_tokens_details.reasoning_tokens == 2 * reasoned
+    door.say("<think>Weighing it.</think>Sunny.")
+    chunks = list(client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == reasoned
+    door.say("Sunny.")
+    assert client.chat.completions.create(**ask).usage.completion_tokens_details is None
+
+
 def test_forced_function_call(door, client):
     door.say(CALL)
     response = client.responses.create(

@@ -252,12 +252,23 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
             {},
             "messages[2].content[1]",
         ),
+        (
+            [ASKED, {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}]}],
+            {},
+            "messages[1].content[0].signature",
+        ),
+        (
+            [ASKED, {"role": "assistant", "content": [{"type": "redacted_thinking"}, {"type": "text", "text": "ok"}]}],
+            {},
+            "messages[1].content[0].data",
+        ),
     ],
 )
 def test_anthropic_errors_name_the_param(messages, extra, param):
     """Anthropic's rules: non-empty content (but a last assistant turn) and text blocks of more than whitespace, a
     tool_result answering a tool_use of the turn before (once), every tool_use answered in the next turn, tool_use
-    ids unique in the conversation, tool names of letters, digits, '_' and '-' (at most 128)."""
+    ids unique in the conversation, tool names of letters, digits, '_' and '-' (at most 128), a thinking block's
+    signature and a redacted_thinking block's data."""
     with pytest.raises(APIError) as e:
         parse_messages_request({"model": "m", "max_tokens": 5, "messages": messages, **extra})
     assert e.value.status == 400 and e.value.param == param

@@ -52,9 +52,9 @@ def test_a_costly_chat_is_planned_on_another_thread(tokenize_only):
         def __getattr__(self, name):
             return getattr(tokenize_only, name)
 
-        def encode_chat(self, chat):
+        def encode_chat(self, chat, past_context_ok=False):
             threads.append(threading.get_ident())
-            return original(chat)
+            return original(chat, past_context_ok)
 
     asyncio.run(plan_chat_off_loop(Watching(), parsed.chat, parsed.settings))
     assert threads and threads[0] != threading.get_ident()

@@ -9,7 +9,8 @@ import time
 import pytest
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
-from backends.worker.prompt_text import TextBound, encode_prompt_text, text_bound
+from backends.prompt_text import TextBound, text_bound
+from backends.worker.prompt_text import encode_prompt_text
 from backends.worker.protocol import ProtocolError
 
 
