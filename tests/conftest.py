@@ -24,8 +24,10 @@ running. tests/e2e/test_openai_client.py, -n0, on the 2 cores at load average 5-
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("gateway", "backends", "policies", "tests")
-"""The repository's packages: every process the tests start (~40 gateways, workers, fault backends, oracles)
-imports a few hundred of their modules."""
+"""The repository's packages: every process the tests start (dozens a run: gateways, workers, fault backends,
+oracles) imports a few hundred of their modules."""
+TEST_MODULE = re.compile(r"[/\\]test_[^/\\]*\.py$")
+"""Left to pytest, which compiles its own assertion-rewritten copy."""
 
 sys.dont_write_bytecode = False
 """This machine sets PYTHONDONTWRITEBYTECODE=1, so no process writes the repository's bytecode and each one compiled
@@ -36,8 +38,8 @@ Python does by default), their assertion-rewritten test modules too; the process
 
 def pytest_configure(config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or -n0's only process): before any test process starts
-        for package in SOURCES:  # up-to-date files are only looked at; test modules get pytest's own rewritten copy
-            compileall.compile_dir(ROOT / package, quiet=1, rx=re.compile(r"[/\\]test_[^/\\]*\.py$"))
+        for package in SOURCES:  # a file whose bytecode is current is only looked at
+            compileall.compile_dir(ROOT / package, quiet=1, rx=TEST_MODULE)
 
 
 SHARED_SCOPES = ("tests/e2e/", "tests/worker/", "tests/backends/test_vllm_")
@@ -60,7 +62,7 @@ out the units with the most tests first, which left the slowest (few tests each)
 process at the end of a measured run."""
 
 
-class _FilesAndSharedFolders(LoadFileScheduling):
+class _FilesAndSharedScopes(LoadFileScheduling):
     """`--dist loadfile`, except that each prefix of SHARED_SCOPES is one unit and SLOW_FIRST's go out first."""
 
     _ordered = False
@@ -79,7 +81,7 @@ class _FilesAndSharedFolders(LoadFileScheduling):
 
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") == "loadfile":
-        return _FilesAndSharedFolders(config, log)
+        return _FilesAndSharedScopes(config, log)
     return None
 
 
