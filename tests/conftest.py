@@ -1,12 +1,16 @@
-"""Suite-wide: OpenMP threads that sleep when they wait, how pytest-xdist shares the tests between its two
-processes, and one TLS context for every httpx client the tests make."""
+"""Suite-wide: OpenMP threads that sleep when they wait, the repository's bytecode compiled once, how pytest-xdist
+shares the tests between its two processes, and one TLS context for every httpx client the tests make."""
 
 from __future__ import annotations
 
+import compileall
 import functools
 import os
+import re
 import ssl
+import sys
 from collections import OrderedDict
+from pathlib import Path
 
 import httpx._transports.default as httpx_transports
 from xdist.scheduler import LoadFileScheduling
@@ -18,9 +22,30 @@ libgomp's default lets a waiting thread spin for its whole time slice while the 
 running. tests/e2e/test_openai_client.py, -n0, on the 2 cores at load average 5-6: 150 / 110 CPU-s and 198 /
 163 s with the default, 26 / 24 CPU-s and 27 / 30 s passive (bench/RESULTS.md, "Test-suite CPU, session 8")."""
 
-SHARED_SCOPES = ("tests/e2e/",)
-"""Folders whose files share a session fixture that is costly to start (tests/e2e: one `gateway serve` with its
-model): all their files go to one process, so the fixture starts once."""
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("gateway", "backends", "policies", "tests")
+"""The repository's packages: every process the tests start (dozens a run: gateways, workers, fault backends,
+oracles) imports a few hundred of their modules."""
+TEST_MODULE = re.compile(r"[/\\]test_[^/\\]*\.py$")
+"""Left to pytest, which compiles its own assertion-rewritten copy."""
+
+sys.dont_write_bytecode = False
+"""This machine sets PYTHONDONTWRITEBYTECODE=1, so no process writes the repository's bytecode and each one compiled
+its modules from source. The pytest processes now write it beside the sources (`__pycache__/`, ignored by git, as
+Python does by default), their assertion-rewritten test modules too; the processes they start still write nothing
+(the variable stays set) but read what is there. Site-packages' bytecode is read as before."""
+
+
+def pytest_configure(config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or -n0's only process): before any test process starts
+        for package in SOURCES:  # a file whose bytecode is current is only looked at
+            compileall.compile_dir(ROOT / package, quiet=1, rx=TEST_MODULE)
+
+
+SHARED_SCOPES = ("tests/e2e/", "tests/worker/", "tests/backends/test_vllm_")
+"""Path prefixes whose files share a session fixture that is costly to start, so that all of a prefix's files go to
+one process and the fixture starts once: tests/e2e one `gateway serve` with its model; tests/worker the in-process
+model and engine (~2.4 CPU-s to build each); tests/backends/test_vllm_* one worker process (`worker_url`)."""
 
 
 SLOW_FIRST = (
@@ -37,14 +62,14 @@ out the units with the most tests first, which left the slowest (few tests each)
 process at the end of a measured run."""
 
 
-class _FilesAndSharedFolders(LoadFileScheduling):
-    """`--dist loadfile`, except that each folder of SHARED_SCOPES is one unit and SLOW_FIRST's go out first."""
+class _FilesAndSharedScopes(LoadFileScheduling):
+    """`--dist loadfile`, except that each prefix of SHARED_SCOPES is one unit and SLOW_FIRST's go out first."""
 
     _ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        return next((folder for folder in SHARED_SCOPES if path.startswith(folder)), path)
+        return next((prefix for prefix in SHARED_SCOPES if path.startswith(prefix)), path)
 
     def _assign_work_unit(self, node) -> None:
         if not self._ordered:  # the queue is complete before the first unit goes out
@@ -56,7 +81,7 @@ class _FilesAndSharedFolders(LoadFileScheduling):
 
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") == "loadfile":
-        return _FilesAndSharedFolders(config, log)
+        return _FilesAndSharedScopes(config, log)
     return None
 
 
