@@ -79,17 +79,17 @@ class _WholeLineHandler(logging.Handler):
         self.lines = lines
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._write(lambda: (self.format(record) + "\n").encode("utf-8", "backslashreplace"), lambda: record)
-
-    def _write(self, data: Callable[[], bytes], record: Callable[[], logging.LogRecord]) -> None:
-        """`data()` written whole; a failure to make or write it reported through `handleError` with `record()`, as
-        StreamHandler.emit reports its own (a RecursionError goes on up)."""
         try:
-            self.lines.write(data())
-        except RecursionError:
-            raise
+            self.lines.write((self.format(record) + "\n").encode("utf-8", "backslashreplace"))
         except Exception:  # noqa: BLE001  (as StreamHandler.emit: a failed write is the handler's to report)
-            self.handleError(record())
+            self._failed(lambda: record)
+
+    def _failed(self, record: Callable[[], logging.LogRecord]) -> None:
+        """In an `except` clause: the failure to make or write a line reported through `handleError` with
+        `record()`, as StreamHandler.emit reports its own (a RecursionError goes on up)."""
+        if isinstance(sys.exc_info()[1], RecursionError):
+            raise  # noqa: PLE0704  (re-raises the exception being handled by the caller's except clause)
+        self.handleError(record())
 
 
 class _LineHandler(_WholeLineHandler):
@@ -100,7 +100,10 @@ class _LineHandler(_WholeLineHandler):
 
     def write_line(self, line: bytes, level: int) -> None:
         """What `handle` does with an access record of message `line` (its filter passes every one), no record made."""
-        self._write(lambda: line + b"\n", lambda: _record(line.decode(), level))
+        try:  # the hot path: no closure made unless the write fails
+            self.lines.write(line + b"\n")
+        except Exception:  # noqa: BLE001
+            self._failed(lambda: _record(line.decode(), level))
 
 
 @dataclass(frozen=True)
