@@ -64,6 +64,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         parallel_tool_calls=parsed.parallel_tool_calls,
         response_format=parsed.response_format,
         reasoning_effort=parsed.reasoning_effort,
+        strict_by_default=True,
     )
     if not chat.messages:
         raise invalid("'input' must hold at least one item", "input")

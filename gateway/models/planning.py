@@ -14,7 +14,7 @@ from gateway.errors import APIError, invalid
 from gateway.grammars.budget import build_failed, too_deep
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
-from gateway.grammars.unenforced import check_strict_schemas
+from gateway.grammars.unenforced import check_strict_schemas, strict_where_possible
 from gateway.models.registry import PromptPastContext, ServedModel
 from gateway.observability.requests import note_grammar
 from gateway.observability.tracing import stage
@@ -174,7 +174,32 @@ def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar 
     """The family's grammar for the request (built and compiled under the model's compile budget when it has
     one); a schema that cannot be enforced, by xgrammar or by the backend's older xgrammar, or that costs more
     than the budget, is a 400, as is a strict schema using a keyword no grammar enforces (grammars/unenforced.py,
-    checked here for every family)."""
+    checked here for every family). With `chat.strict_by_default`, a tool that omits `strict` is built strict, and
+    best effort where strict refuses its schema."""
+    if not chat.strict_by_default:
+        return _grammar(model, chat, prompt)
+    trial, promoted = strict_where_possible(chat)
+    while True:
+        try:
+            return _grammar(model, trial, prompt)
+        except APIError as e:
+            refused = _refused_tool(e, promoted)
+            if refused is None:
+                raise
+            promoted.discard(refused)
+            tools = list(trial.tools)
+            tools[refused] = chat.tools[refused]
+            trial = replace(trial, tools=tools)
+
+
+def _refused_tool(error: APIError, tools: set[int]) -> int | None:
+    """Which of `tools` (indexes) a 400 refuses as unenforceable (not as too costly), if one."""
+    if error.status != 400 or error.code is not None or not error.param:
+        return None
+    return next((i for i in tools if error.param.startswith(f"tools[{i}].function.parameters")), None)
+
+
+def _grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
     try:
         check_strict_schemas(chat)
         if model.grammar_budget is not None and (chat.tools or chat.response_format):

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import invalid
+from gateway.grammars.unenforced import strict_able
 from gateway.ids import item_id
 from gateway.validation.chat import (
     FUNCTION_CALL,
@@ -468,7 +469,7 @@ def _tool_echo(tool: dict[str, Any]) -> dict[str, Any]:
         "name": fn["name"],
         "description": fn.get("description"),
         "parameters": fn["parameters"],
-        "strict": fn.get("strict", False),
+        "strict": fn["strict"] if "strict" in fn else strict_able(tool),  # omitted: strict where it can be
     }
 
 

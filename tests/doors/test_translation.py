@@ -110,6 +110,19 @@ def test_a_json_schema_format_is_repeated_with_its_description_null_when_none_wa
     assert responses(input="x", text={"format": described}).echo["text"]["format"]["description"] == "d"
 
 
+def test_a_function_tool_omitting_strict_is_repeated_strict_where_its_schema_allows():
+    """OpenAI's Responses default (FunctionToolParam: "Default `true`"; strict where the schema can be, else best
+    effort); a strict the client gave is repeated as given."""
+    plain = {"type": "object", "properties": {"a": {"type": "string"}}}
+    negated = {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}
+    tools = [
+        {"type": "function", "name": "p", "parameters": plain},
+        {"type": "function", "name": "n", "parameters": negated, "strict": None},
+        {"type": "function", "name": "f", "parameters": plain, "strict": False},
+    ]
+    assert [t["strict"] for t in responses(input="x", tools=tools).echo["tools"]] == [True, False, False]
+
+
 def test_a_call_without_a_message_before_it_opens_an_assistant_turn():
     parsed = responses(input=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])
     assert items_to_messages(parsed.items, None) == [
