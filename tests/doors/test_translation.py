@@ -165,7 +165,7 @@ def test_anthropic_request_maps_to_chat():
             "max_tokens": 30_000,
             "system": [{"type": "text", "text": "sys"}],
             "stop_sequences": ["END"],
-            "top_k": 5,
+            "top_p": 0.95,  # the least Anthropic takes with thinking on
             "thinking": {"type": "enabled", "budget_tokens": 20_000},
             "tools": [{"name": "f", "input_schema": {"type": "object"}}],
             "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},  # forced is refused with thinking
@@ -204,7 +204,40 @@ def test_anthropic_request_maps_to_chat():
     ]
     assert chat.tool_choice == "auto" and chat.parallel_tool_calls is False
     assert chat.template_kwargs == {"enable_thinking": True, "thinking": True} and chat.reasoning_effort == "high"
-    assert (settings.max_tokens, settings.stop, settings.top_k) == (30_000, ["END"], 5)
+    assert (settings.max_tokens, settings.stop, settings.top_p) == (30_000, ["END"], 0.95)
+
+
+THINKING_ON = ({"type": "enabled", "budget_tokens": 1024}, {"type": "adaptive"})
+
+
+@pytest.mark.parametrize("thinking", THINKING_ON, ids=["enabled", "adaptive"])
+@pytest.mark.parametrize(
+    "sampling, param, words",
+    [
+        ({"temperature": 0.5}, "temperature", "`temperature` may only be set to 1 when thinking is enabled"),
+        ({"temperature": 0}, "temperature", "`temperature` may only be set to 1"),
+        ({"top_k": 5}, "top_k", "`top_k` must be unset when thinking is enabled."),
+        ({"top_k": 0}, "top_k", "`top_k` must be unset"),
+        ({"top_p": 0.9}, "top_p", "`top_p` must be between 0.95 and 1"),
+    ],
+)
+def test_thinking_refuses_sampling_changes_as_anthropic_does(thinking, sampling, param, words):
+    """Anthropic's extended-thinking guide: thinking is not compatible with temperature or top_k changes, and
+    top_p only from 0.95 to 1 (its 400s: "`temperature` may only be set to 1 when thinking is enabled or in
+    adaptive mode", "`top_k` must be unset when thinking is enabled")."""
+    body = {"model": "m", "max_tokens": 2048, "messages": [ASKED], "thinking": thinking, **sampling}
+    with pytest.raises(APIError) as error:
+        parse_messages_request(body)
+    assert error.value.param == param and words in error.value.message
+    del body["thinking"]  # the same sampling without thinking is taken
+    parse_messages_request(body)
+
+
+@pytest.mark.parametrize("thinking", THINKING_ON, ids=["enabled", "adaptive"])
+def test_thinking_takes_its_default_sampling_spelled_out(thinking):
+    body = {"model": "m", "max_tokens": 2048, "messages": [ASKED], "thinking": thinking}
+    settings = parse_messages_request({**body, "temperature": 1, "top_p": 1}).settings
+    assert (settings.temperature, settings.top_p, settings.top_k) == (1, 1, -1)
 
 
 ASKED = {"role": "user", "content": "q"}
