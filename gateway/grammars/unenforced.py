@@ -45,10 +45,11 @@ def strict_where_possible(chat: ChatRequest) -> tuple[ChatRequest, set[int]]:
     strict ... Responses requests will attempt to normalize your schema into strict mode when possible, and will
     fall back to non-strict, best-effort function calling if the schema cannot be made compatible" (its
     function-calling guide; the SDK's FunctionToolParam: "Default `true`")."""
+    active = {id(tool) for tool in chat.active_tools}
     promoted = {
         i
         for i, tool in enumerate(chat.tools)
-        if "strict" not in tool["function"] and any(tool is a for a in chat.active_tools) and strict_able(tool)
+        if "strict" not in tool["function"] and id(tool) in active and strict_able(tool)
     }
     if not promoted:
         return chat, promoted
