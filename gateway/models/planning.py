@@ -191,29 +191,27 @@ def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar 
     """The family's grammar for the request (built and compiled under the model's compile budget when it has
     one); a schema that cannot be enforced, by xgrammar or by the backend's older xgrammar, or that costs more
     than the budget, is a 400, as is a strict schema using a keyword no grammar enforces (grammars/unenforced.py,
-    checked here for every family). With `chat.strict_by_default`, a tool that omits `strict` is built strict, and
-    best effort where strict refuses its schema."""
+    checked here for every family). With `chat.strict_by_default`, the tools that omit `strict` are built strict
+    where their schemas use no unenforced keyword, and all best effort if a strict build refuses one of them."""
     if not chat.strict_by_default:
         return _grammar(model, chat, prompt)
     trial, promoted = strict_where_possible(chat)
-    while True:
+    if promoted:
         try:
             return _grammar(model, trial, prompt)
         except APIError as e:
-            refused = _refused_tool(e, promoted)
-            if refused is None:
+            if not _refuses_one_of(e, promoted):
                 raise
-            promoted.discard(refused)
-            tools = list(trial.tools)
-            tools[refused] = chat.tools[refused]
-            trial = replace(trial, tools=tools)
+    # the client's own tools: those omitting strict best effort, all at once (one more build at most, however many
+    # tools a strict build would refuse one by one)
+    return _grammar(model, chat, prompt)
 
 
-def _refused_tool(error: APIError, tools: set[int]) -> int | None:
-    """Which of `tools` (indexes) a 400 refuses as unenforceable (not as too costly), if one."""
+def _refuses_one_of(error: APIError, tools: set[int]) -> bool:
+    """Whether a 400 refuses one of `tools` (indexes) as unenforceable (not as too costly)."""
     if error.status != 400 or error.code is not None or not error.param:
-        return None
-    return next((i for i in tools if error.param.startswith(f"tools[{i}].function.parameters")), None)
+        return False
+    return any(error.param.startswith(f"tools[{i}].function.parameters") for i in tools)
 
 
 def _grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:

@@ -162,7 +162,7 @@ CONTROL_TEXT = {"type": "object", "properties": {"a": {"const": "<|im_end|>"}}, 
 """A schema whose values must spell a control token: no safe grammar, a 400 under strict, any object otherwise."""
 
 
-def test_an_omitted_strict_is_strict_where_the_schema_allows_under_strict_by_default(tokenize_only):
+def test_an_omitted_strict_is_strict_where_the_schema_allows_under_strict_by_default(tokenize_only, monkeypatch):
     """The Responses API's default: strict where the schema can be, else best effort (never a 400 for it)."""
     plain, negated, control = (tool(s, None) for s in (PAIR | {"type": "object"}, NEGATED, CONTROL_TEXT))
     chat = ChatRequest(messages=USER, tools=[plain, negated, control, tool(NEGATED, False)], strict_by_default=True)
@@ -173,6 +173,12 @@ def test_an_omitted_strict_is_strict_where_the_schema_allows_under_strict_by_def
     with pytest.raises(APIError) as error:  # the same schema, strict by the client's word: refused
         chat_grammar(tokenize_only, ChatRequest(messages=USER, tools=[tool(CONTROL_TEXT, True)]), "prompt")
     assert error.value.param == "tools[0].function.parameters"
+    builds = []
+    family_grammar = tokenize_only.family.grammar
+    monkeypatch.setattr(tokenize_only.family, "grammar", lambda *a: builds.append(1) or family_grammar(*a))
+    many = [{**tool(CONTROL_TEXT, None), "function": {"name": f"f{i}", "parameters": CONTROL_TEXT}} for i in range(8)]
+    assert chat_grammar(tokenize_only, ChatRequest(messages=USER, tools=many, strict_by_default=True), "p") is not None
+    assert len(builds) == 2  # strict, then all best effort: not one more build per refused tool
     # not by default (chat completions, messages): an omitted strict is best effort, nothing promoted
     assert (
         strict_where_possible(ChatRequest(messages=USER, tools=[tool(NEGATED, True)], tool_choice="none"))[1] == set()
