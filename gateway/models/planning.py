@@ -9,6 +9,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import orjson
+
 from backends.base import Grammar, SamplingParams
 from gateway.errors import APIError, invalid
 from gateway.grammars.budget import build_failed, too_deep
@@ -99,7 +101,27 @@ def costly_text(chars: int) -> bool:
 def _cheap(chat: ChatRequest) -> bool:
     if len(chat.messages) > OFF_LOOP_MESSAGES or chat.tools or chat.response_format:
         return False
-    return not costly_text(sum(len(m["content"]) for m in chat.messages if isinstance(m.get("content"), str)))
+    chars = _json_chars(chat.template_kwargs) if chat.template_kwargs else 0
+    for m in chat.messages:
+        content = m.get("content")
+        if type(content) is str:
+            chars += len(content)
+        if len(m) > 2:  # more than role and content: an assistant's reasoning or calls may be long too
+            reasoning, calls = m.get("reasoning_content"), m.get("tool_calls")
+            if reasoning:
+                chars += len(reasoning)
+            if calls:
+                for call in calls:
+                    chars += _json_chars(call["function"]["arguments"])
+    return not costly_text(chars)
+
+
+def _json_chars(value: object) -> int:
+    """The length of `value` as JSON (the text a template writes of it); past what JSON holds, costly."""
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return OFF_LOOP_CHARS + 1
 
 
 def token_budget(

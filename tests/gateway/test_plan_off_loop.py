@@ -6,6 +6,7 @@ import asyncio
 import threading
 from types import SimpleNamespace
 
+import orjson
 import pytest
 
 from gateway.api.completions import _prompts_ids
@@ -33,6 +34,9 @@ def test_the_plan_is_the_same_on_and_off_the_loop(tokenize_only, messages):
     assert (off_loop.prompt, off_loop.ids, off_loop.sampling) == (on_loop.prompt, on_loop.ids, on_loop.sampling)
 
 
+USER_AGAIN = {"role": "user", "content": "and?"}
+
+
 def test_only_costly_chats_leave_the_loop():
     assert planning._cheap(chat_of(3).chat)
     assert not planning._cheap(chat_of(planning.OFF_LOOP_MESSAGES + 1).chat)
@@ -41,6 +45,14 @@ def test_only_costly_chats_leave_the_loop():
         {"model": "m", "messages": [{"role": "user", "content": "x" * (planning.OFF_LOOP_CHARS + 1)}]}
     )
     assert not planning._cheap(big.chat)
+    long = "x" * (planning.OFF_LOOP_CHARS + 1)  # client text the template renders, outside any content
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": orjson.dumps({"a": long}).decode()}}
+    for said in ({"reasoning_content": long}, {"tool_calls": [call]}):
+        turns = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", **said}]
+        turns += [{"role": "tool", "tool_call_id": "c1", "content": "r"}] if "tool_calls" in said else []
+        assert not planning._cheap(parse_chat_completion({"model": "m", "messages": [*turns, USER_AGAIN]}).chat)
+    kwargs = parse_chat_completion({"model": "m", "messages": [USER_AGAIN], "chat_template_kwargs": {"k": long}})
+    assert not planning._cheap(kwargs.chat)
 
 
 def test_a_costly_chat_is_planned_on_another_thread(tokenize_only):
