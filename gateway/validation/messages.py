@@ -325,6 +325,9 @@ def _messages(fields: Fields) -> list[dict[str, Any]]:
                 _refuse_media(b)
             parts = [b.variant() for b in parts]
             turn = _assistant(parts, used) if role == "assistant" else _user(parts, calls, answered, user_text)
+            if last and parts and parts[-1].get("type") in ("thinking", "redacted_thinking"):
+                # Anthropic's words; a prefill is text to continue: the thinking alone would be dropped unseen
+                raise invalid("The final block in an assistant message cannot be `thinking`.", m.param("content"))
         if role == "assistant":
             ids = {c["id"] for c in turn[-1].get("tool_calls", ())}
             if ids:

@@ -241,6 +241,7 @@ def test_thinking_takes_its_default_sampling_spelled_out(thinking):
 
 
 ASKED = {"role": "user", "content": "q"}
+THOUGHT = {"type": "thinking", "thinking": "hm", "signature": "s"}
 CALLED = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}
 RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
 
@@ -290,6 +291,10 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
         ),
         ([ASKED, {"role": "assistant", "content": CALLED["content"] * 2}], {}, "messages[1].content[1].id"),
         ([ASKED, CALLED, {"role": "user", "content": [RESULT]}, CALLED], {}, "messages[3].content[0].id"),
+        *(  # Anthropic: "The final block in an assistant message cannot be `thinking`." (a prefill is text)
+            ([ASKED, {"role": "assistant", "content": [THOUGHT, *blocks]}], {}, "messages[1].content")
+            for blocks in ([], [{"type": "text", "text": "so"}, {"type": "redacted_thinking", "data": "d"}])
+        ),
         ([ASKED], {"tools": [{"name": "files.read", "input_schema": {"type": "object"}}]}, "tools[0].name"),
         ([ASKED], {"tools": [{"name": "a:b", "input_schema": {"type": "object"}}]}, "tools[0].name"),
         ([ASKED], {"tools": [{"name": "x" * 129, "input_schema": {"type": "object"}}]}, "tools[0].name"),
