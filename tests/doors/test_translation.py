@@ -6,7 +6,7 @@ import pytest
 
 from gateway.errors import APIError
 from gateway.validation.messages import parse_messages_request
-from gateway.validation.responses import items_to_messages, parse_responses_request
+from gateway.validation.responses import check_reasoning_followed, items_to_messages, parse_responses_request
 
 CALL_ARGS = '{"city": "Paris"}'
 
@@ -108,6 +108,39 @@ def test_a_json_schema_format_is_repeated_with_its_description_null_when_none_wa
     }
     described = {"type": "json_schema", "name": "s", "schema": schema, "description": "d", "strict": True}
     assert responses(input="x", text={"format": described}).echo["text"]["format"]["description"] == "d"
+
+
+def thought(text: str, rid: str = "rs_1") -> dict:
+    return {"type": "reasoning", "id": rid, "summary": [{"type": "summary_text", "text": text}]}
+
+
+@pytest.mark.parametrize(
+    "items, at",
+    [
+        ([{"role": "user", "content": "q"}, thought("t")], 1),  # at the end: nothing to follow
+        ([{"role": "user", "content": "q"}, thought("t"), thought("u", "rs_2"), {"role": "user", "content": "r"}], 1),
+    ],
+)
+def test_a_reasoning_item_without_its_following_output_is_refused_in_openais_words(items, at):
+    """OpenAI: "Item 'rs_…' of type 'reasoning' was provided without its required following item." (param
+    `input`); it would have been dropped, or joined a later assistant turn."""
+    with pytest.raises(APIError) as error:
+        check_reasoning_followed(responses(input=items).items)
+    assert error.value.param == f"input[{at}]"
+    assert error.value.message == "Item 'rs_1' of type 'reasoning' was provided without its required following item."
+
+
+def test_reasoning_joins_its_own_turn_and_the_reasoning_between_text_and_calls_is_kept_whole():
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    items = responses(
+        input=[thought("a"), {"role": "assistant", "content": "On it."}, thought("b", "rs_2"), call]
+    ).items
+    check_reasoning_followed(items)
+    assert items_to_messages(items, None)[0]["reasoning_content"] == "a\nb"  # the second no longer replaces the first
+    # a stored response cut during its reasoning: no later turn takes that reasoning
+    cut = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q"}]}, thought("cut")]
+    later = responses(input=[{"role": "user", "content": "again"}, {"role": "assistant", "content": "ok"}]).items
+    assert "reasoning_content" not in items_to_messages(cut + later, None)[-1]
 
 
 def test_a_function_tool_omitting_strict_is_repeated_strict_where_its_schema_allows():
