@@ -41,6 +41,9 @@ class ChatRequest:
     continue_final_message: bool = False
     add_special_tokens: bool = False
     """The tokenizer's special tokens (its post-processor's) around the rendered prompt's ids, as vLLM adds them."""
+    strict_by_default: bool = False
+    """A tool that omits `strict` is strict where its schema can be, else best effort (the Responses API's
+    default: grammars/unenforced.py::strict_where_possible); otherwise it is best effort."""
 
     @property
     def active_tools(self) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from gateway.api.usage import usage
 from gateway.errors import invalid
 from gateway.generation.choices import generate
 from gateway.ids import new_id, now
-from gateway.models.planning import past_context, sampling_params, token_budget
+from gateway.models.planning import encode_texts_off_loop, past_context, sampling_params, token_budget
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
 from gateway.types import ChoiceStep
@@ -30,10 +30,7 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     policy = request_policy(request)
     policy.check_max_tokens(settings.max_tokens, "max_tokens")
     with stage("gateway.render"):
-        prompts = [
-            _prompt_ids(model, p, "prompt" if len(parsed.prompts) == 1 else f"prompt[{i}]", parsed.add_special_tokens)
-            for i, p in enumerate(parsed.prompts)
-        ]
+        prompts = await _prompts_ids(model, parsed.prompts, parsed.add_special_tokens)
     stop_ids = model.stop_token_ids
     prompt_tokens = sum(len(ids) for ids, _ in prompts)
     choices = len(prompts) * settings.n
@@ -79,22 +76,34 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
     return await respond(request, events, renderer, envelope, settings, "text_completion")
 
 
-def _prompt_ids(model: ServedModel, prompt: Prompt, param: str, add_special_tokens: bool) -> tuple[list[int], str]:
-    """Token ids of one prompt: text is encoded with added-token spellings as tokens (and the tokenizer's special
-    tokens with `add_special_tokens`; refused unencoded when its length proves it past the context), ids are checked
-    and kept as they are."""
-    if isinstance(prompt, str):
-        at_least = model.least_tokens(prompt)
-        if at_least is not None:
-            raise past_context(model, at_least, param)
-        return model.encoder.encode_prompt(prompt, add_special_tokens=add_special_tokens), param
+async def _prompts_ids(
+    model: ServedModel, prompts: Sequence[Prompt], add_special_tokens: bool
+) -> list[tuple[list[int], str]]:
+    """Each prompt's token ids and param: texts are encoded with added-token spellings as tokens (and the
+    tokenizer's special tokens with `add_special_tokens`; refused unencoded when a length proves one past the
+    context; off the event loop when long), ids are checked and kept as they are."""
+    params = ["prompt"] if len(prompts) == 1 else [f"prompt[{i}]" for i in range(len(prompts))]
+    texts = []
+    for prompt, param in zip(prompts, params):
+        if isinstance(prompt, str):
+            at_least = model.least_tokens(prompt)
+            if at_least is not None:
+                raise past_context(model, at_least, param)
+            texts.append(prompt)
+        else:
+            _check_ids(model, prompt, param)
+    encoded = iter(await encode_texts_off_loop(model, texts, add_special_tokens))
+    return [(next(encoded) if isinstance(p, str) else list(p), param) for p, param in zip(prompts, params)]
+
+
+def _check_ids(model: ServedModel, ids: Sequence[int], param: str) -> None:
+    """A 400 naming the first id outside the vocabulary."""
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
-    bad = next((i for i, t in enumerate(prompt) if not 0 <= t < vocab), None)
+    bad = next((i for i, t in enumerate(ids) if not 0 <= t < vocab), None)
     if bad is not None:
         raise invalid(
-            f"'{param}[{bad}]' is token id {prompt[bad]}, outside this model's vocabulary of {vocab}", f"{param}[{bad}]"
+            f"'{param}[{bad}]' is token id {ids[bad]}, outside this model's vocabulary of {vocab}", f"{param}[{bad}]"
         )
-    return list(prompt), param
 
 
 def _prompt_text(model: ServedModel, prompt: Prompt) -> str:

@@ -197,6 +197,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def _http_error_response(scope: Scope, exc: HTTPException) -> Response:
+    """The router's refusal in the door's shape, with its headers (a 405's `Allow`: RFC 9110 requires it)."""
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
     message = f"{exc.detail}: {scope['method']} {scope['path']}"
-    return APIError(message, status=exc.status_code, code=code).response(scope["path"])
+    response = APIError(message, status=exc.status_code, code=code).response(scope["path"])
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response

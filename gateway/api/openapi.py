@@ -84,6 +84,7 @@ ANSWERS: dict[str, Schema] = {
                         "message": _obj(
                             {"role": {"const": "assistant"}, "content": _NULLABLE_STRING},
                             {
+                                "reasoning": _NULLABLE_STRING,
                                 "reasoning_content": _NULLABLE_STRING,
                                 "tool_calls": {"type": "array", "items": _TOOL_CALL_OUT},
                             },

@@ -32,6 +32,7 @@ from gateway.validation.responses import (
     RETRIEVE_QUERY,
     ResponsesRequest,
     check_call_outputs,
+    check_reasoning_followed,
     items_to_messages,
     parse_responses_request,
 )
@@ -57,6 +58,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         history, previous_output = previous["history"], previous["response"]["output"]
     parsed.items = await resolve_references(parsed.items, store, owner, max_body)
     check_call_outputs(history, previous_output, parsed.items)
+    check_reasoning_followed(parsed.items)
     chat = ChatRequest(
         messages=items_to_messages(history + parsed.items, parsed.instructions),
         tools=parsed.tools,
@@ -64,6 +66,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         parallel_tool_calls=parsed.parallel_tool_calls,
         response_format=parsed.response_format,
         reasoning_effort=parsed.reasoning_effort,
+        strict_by_default=True,
     )
     if not chat.messages:
         raise invalid("'input' must hold at least one item", "input")

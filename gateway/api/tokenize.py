@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -12,7 +10,7 @@ from backends.json_types import as_integer
 from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.errors import invalid
-from gateway.models.planning import OFF_LOOP_CHARS, encode_chat_off_loop
+from gateway.models.planning import encode_chat_off_loop, encode_texts_off_loop
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.validation.chat import parse_chat_completion
 from gateway.validation.fields import Fields
@@ -34,12 +32,9 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
     else:
         fields = Fields(body, TOKENIZE_PROMPT)
         model = served_model(registry, fields.string("model"))
-        text, add_special_tokens = fields.string("prompt"), fields.boolean("add_special_tokens")
-        encode = model.encoder.encode_prompt
-        if len(text) > OFF_LOOP_CHARS:  # counted whole past the context, as vLLM's: encoded off the event loop
-            ids = await asyncio.to_thread(encode, text, add_special_tokens=add_special_tokens)
-        else:
-            ids = encode(text, add_special_tokens=add_special_tokens)
+        text = fields.string("prompt")
+        # counted whole past the context, as vLLM's: a long one encoded off the event loop
+        (ids,) = await encode_texts_off_loop(model, [text], fields.boolean("add_special_tokens"))
     answer = {"tokens": ids, "count": len(ids), "max_model_len": model.context_length, "prompt": text}
     if fields.boolean("return_token_strs"):
         answer["token_strs"] = [model.tokenizer.id_to_token(i) for i in ids]

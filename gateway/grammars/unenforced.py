@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
@@ -37,6 +37,32 @@ def check_strict_schemas(chat: ChatRequest) -> None:
             _check(parameters, f"tools[{chat.tools.index(tool)}].function.parameters")
     if response_strict(chat.response_format):
         _check(response_schema(chat.response_format), RESPONSE_SCHEMA_PARAM)
+
+
+def strict_where_possible(chat: ChatRequest) -> tuple[ChatRequest, set[int]]:
+    """`chat` with each active tool that omits `strict` made strict where its schema uses no keyword left
+    unenforced, and the indexes (in `chat.tools`) of the tools so made strict. OpenAI's Responses API: "If you omit
+    strict ... Responses requests will attempt to normalize your schema into strict mode when possible, and will
+    fall back to non-strict, best-effort function calling if the schema cannot be made compatible" (its
+    function-calling guide; the SDK's FunctionToolParam: "Default `true`")."""
+    active = {id(tool) for tool in chat.active_tools}
+    promoted = {
+        i
+        for i, tool in enumerate(chat.tools)
+        if "strict" not in tool["function"] and id(tool) in active and strict_able(tool)
+    }
+    if not promoted:
+        return chat, promoted
+    tools = [
+        {**t, "function": {**t["function"], "strict": True}} if i in promoted else t for i, t in enumerate(chat.tools)
+    ]
+    return replace(chat, tools=tools), promoted
+
+
+def strict_able(tool: dict[str, Any]) -> bool:
+    """Whether a tool's schema uses no keyword the grammars leave unenforced (so strict can keep its promise)."""
+    parameters = tool["function"].get("parameters")
+    return not isinstance(parameters, dict) or next(_found(parameters, ""), None) is None
 
 
 def unenforced_keywords(schema: Any, param: str) -> list[tuple[str, str]]:

@@ -9,12 +9,14 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import orjson
+
 from backends.base import Grammar, SamplingParams
 from gateway.errors import APIError, invalid
 from gateway.grammars.budget import build_failed, too_deep
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
-from gateway.grammars.unenforced import check_strict_schemas
+from gateway.grammars.unenforced import check_strict_schemas, strict_where_possible
 from gateway.models.registry import PromptPastContext, ServedModel
 from gateway.observability.requests import note_grammar
 from gateway.observability.tracing import stage
@@ -78,11 +80,48 @@ async def encode_chat_off_loop(
     return await asyncio.to_thread(encode_chat, model, chat, past_context_ok=past_context_ok)
 
 
+async def encode_texts_off_loop(model: ServedModel, texts: Sequence[str], add_special_tokens: bool) -> list[list[int]]:
+    """Each raw prompt text's ids (no template: /tokenize's prompt, /v1/completions' texts), on a worker thread when
+    they are costly to encode (a prompt under the context bound may hold ~650K characters: ~0.6 s of CPU)."""
+
+    def encode() -> list[list[int]]:
+        return [model.encoder.encode_prompt(text, add_special_tokens=add_special_tokens) for text in texts]
+
+    if costly_text(sum(map(len, texts))):
+        return await asyncio.to_thread(encode)
+    return encode()
+
+
+def costly_text(chars: int) -> bool:
+    """Whether rendering or encoding a prompt of `chars` characters is costly enough to leave the event loop for a
+    worker thread: the one rule of the chat, /tokenize and completions paths."""
+    return chars > OFF_LOOP_CHARS
+
+
 def _cheap(chat: ChatRequest) -> bool:
     if len(chat.messages) > OFF_LOOP_MESSAGES or chat.tools or chat.response_format:
         return False
-    chars = sum(len(m["content"]) for m in chat.messages if isinstance(m.get("content"), str))
-    return chars <= OFF_LOOP_CHARS
+    chars = _json_chars(chat.template_kwargs) if chat.template_kwargs else 0
+    for m in chat.messages:
+        content = m.get("content")
+        if type(content) is str:
+            chars += len(content)
+        if len(m) > 2:  # more than role and content: an assistant's reasoning or calls may be long too
+            reasoning, calls = m.get("reasoning_content"), m.get("tool_calls")
+            if reasoning:
+                chars += len(reasoning)
+            if calls:
+                for call in calls:
+                    chars += _json_chars(call["function"]["arguments"])
+    return not costly_text(chars)
+
+
+def _json_chars(value: object) -> int:
+    """The length of `value` as JSON (the text a template writes of it); past what JSON holds, costly."""
+    try:
+        return len(orjson.dumps(value))
+    except (TypeError, orjson.JSONEncodeError):
+        return OFF_LOOP_CHARS + 1
 
 
 def token_budget(
@@ -174,7 +213,30 @@ def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar 
     """The family's grammar for the request (built and compiled under the model's compile budget when it has
     one); a schema that cannot be enforced, by xgrammar or by the backend's older xgrammar, or that costs more
     than the budget, is a 400, as is a strict schema using a keyword no grammar enforces (grammars/unenforced.py,
-    checked here for every family)."""
+    checked here for every family). With `chat.strict_by_default`, the tools that omit `strict` are built strict
+    where their schemas use no unenforced keyword, and all best effort if a strict build refuses one of them."""
+    if not chat.strict_by_default:
+        return _grammar(model, chat, prompt)
+    trial, promoted = strict_where_possible(chat)
+    if promoted:
+        try:
+            return _grammar(model, trial, prompt)
+        except APIError as e:
+            if not _refuses_one_of(e, promoted):
+                raise
+    # the client's own tools: those omitting strict best effort, all at once (one more build at most, however many
+    # tools a strict build would refuse one by one)
+    return _grammar(model, chat, prompt)
+
+
+def _refuses_one_of(error: APIError, tools: set[int]) -> bool:
+    """Whether a 400 refuses one of `tools` (indexes) as unenforceable (not as too costly)."""
+    if error.status != 400 or error.code is not None or not error.param:
+        return False
+    return any(error.param.startswith(f"tools[{i}].function.parameters") for i in tools)
+
+
+def _grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
     try:
         check_strict_schemas(chat)
         if model.grammar_budget is not None and (chat.tools or chat.response_format):

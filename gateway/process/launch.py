@@ -84,6 +84,7 @@ def _start_model(
     else:
         backend = _start_backend(entry, stack, background)
     model = served_model_from_checkpoint(entry.id, checkpoint, family, backend, entry.options, entry.default_max_tokens)
+    model.encoder.text_bound  # noqa: B018  (the prompt character bound read now, not by the first long prompt)
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)
     model.grammar_target = entry.backend.xgrammar or PINNED_XGRAMMAR.get(entry.backend.type) or version("xgrammar")

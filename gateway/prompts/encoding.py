@@ -115,7 +115,8 @@ class PromptEncoder:
     @cached_property
     def text_bound(self) -> TextBound | None:
         """The most characters one token of an encoded prompt stands for (plain regions by the plain copy, each
-        added-token spelling one token), or None when its tokenizer gives no bound; read at the first long prompt."""
+        added-token spelling one token), or None when its tokenizer gives no bound; read as the model loads
+        (gateway/process/launch.py), else at the first long prompt."""
         bound = text_bound(self._plain)
         if bound is None or not self.added:
             return bound

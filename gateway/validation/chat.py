@@ -316,10 +316,12 @@ def _plain_message(m: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def check_tool_turns(messages: list[dict[str, Any]], param: str) -> None:
-    """OpenAI's rule: tool messages answer the assistant message with 'tool_calls' right before them, and every call
-    of that message is answered before the conversation moves on (a last assistant turn may leave its calls open)."""
-    calls: dict[str, bool] = {}
-    """The last assistant turn's call ids → answered yet; empty when the messages before are not its tool turn."""
+    """OpenAI's rule: tool messages answer the assistant message with 'tool_calls' right before them, each call once,
+    and every call of that message is answered before the conversation moves on (a last assistant turn may leave its
+    calls open)."""
+    calls: dict[str, int | None] = {}
+    """The last assistant turn's call ids → the message that answered it, if one did; empty when the messages before
+    are not its tool turn."""
     called_at = 0
     for i, m in enumerate(messages):
         if m["role"] == "tool":
@@ -334,19 +336,25 @@ def check_tool_turns(messages: list[dict[str, Any]], param: str) -> None:
                     f"'tool_call_id' of '{call_id}' not found in 'tool_calls' of previous message",
                     f"{param}[{i}].tool_call_id",
                 )
-            calls[call_id] = True
+            if calls[call_id] is not None:  # OpenAI's words (a second answer would reach the model as another result)
+                raise invalid(
+                    f"Invalid parameter: Duplicate value for 'tool_call_id' of '{call_id}' in "
+                    f"{param}[{calls[call_id]}] and {param}[{i}].",
+                    f"{param}[{i}].tool_call_id",
+                )
+            calls[call_id] = i
             continue
         if calls:
             _check_answered(calls, called_at, param)
         tool_calls = m.get("tool_calls")
-        calls = dict.fromkeys((c["id"] for c in tool_calls), False) if tool_calls else {}
+        calls = dict.fromkeys(c["id"] for c in tool_calls) if tool_calls else {}
         called_at = i
-    if calls and any(calls.values()):
+    if calls and any(answered is not None for answered in calls.values()):
         _check_answered(calls, called_at, param)
 
 
-def _check_answered(calls: dict[str, bool], at: int, param: str) -> None:
-    missing = [call_id for call_id, answered in calls.items() if not answered]
+def _check_answered(calls: dict[str, int | None], at: int, param: str) -> None:
+    missing = [call_id for call_id, answered in calls.items() if answered is None]
     if missing:
         raise invalid(
             "An assistant message with 'tool_calls' must be followed by tool messages responding to each "

@@ -201,9 +201,8 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
     template_kwargs, effort = _thinking(fields, settings.max_tokens)
-    if template_kwargs.get("thinking") and tool_choice not in ("auto", "none"):
-        # Anthropic's refusal, word for word: a forced call would skip the thinking the request asked for
-        raise invalid("Thinking may not be enabled when tool_choice forces tool use.", "tool_choice")
+    if template_kwargs.get("thinking"):
+        _check_thinking_compatible(fields, tool_choice)
     output = fields.obj("output_config")
     response_format, output_effort = _output_config(output) if output else (None, None)
     messages = _system(fields) + _messages(fields)
@@ -326,6 +325,9 @@ def _messages(fields: Fields) -> list[dict[str, Any]]:
                 _refuse_media(b)
             parts = [b.variant() for b in parts]
             turn = _assistant(parts, used) if role == "assistant" else _user(parts, calls, answered, user_text)
+            if last and parts and parts[-1].get("type") in ("thinking", "redacted_thinking"):
+                # Anthropic's words; a prefill is text to continue: the thinking alone would be dropped unseen
+                raise invalid("The final block in an assistant message cannot be `thinking`.", m.param("content"))
         if role == "assistant":
             ids = {c["id"] for c in turn[-1].get("tool_calls", ())}
             if ids:
@@ -468,6 +470,25 @@ def _thinking(fields: Fields, max_tokens: int | None) -> tuple[dict[str, Any], s
             )
         effort = next((e for bound, e in THINKING_EFFORT if budget < bound), "high")
     return {"enable_thinking": True, "thinking": True}, effort
+
+
+THINKING_MIN_TOP_P = 0.95
+
+
+def _check_thinking_compatible(fields: Fields, tool_choice: str | dict[str, Any]) -> None:
+    """Anthropic's rules with thinking on (enabled or adaptive): "Thinking isn't compatible with temperature or top_k
+    modifications as well as forced tool use", and top_p only between 0.95 and 1 (its extended-thinking guide);
+    each a 400 in its words as its API answers them."""
+    if tool_choice not in ("auto", "none"):  # a forced call would skip the thinking the request asked for
+        raise invalid("Thinking may not be enabled when tool_choice forces tool use.", "tool_choice")
+    temperature = fields.get("temperature")
+    if temperature is not None and temperature != 1:
+        raise invalid("`temperature` may only be set to 1 when thinking is enabled or in adaptive mode.", "temperature")
+    if fields.get("top_k") is not None:
+        raise invalid("`top_k` must be unset when thinking is enabled.", "top_k")
+    top_p = fields.get("top_p")
+    if top_p is not None and top_p < THINKING_MIN_TOP_P:
+        raise invalid(f"`top_p` must be between {THINKING_MIN_TOP_P} and 1 when thinking is enabled.", "top_p")
 
 
 def _output_config(output: Fields) -> tuple[dict[str, Any] | None, str | None]:

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import invalid
+from gateway.grammars.unenforced import strict_able
 from gateway.ids import item_id
 from gateway.validation.chat import (
     FUNCTION_CALL,
@@ -415,6 +416,28 @@ def check_call_outputs(
                 raise invalid(f"No tool output found for function call {open_calls[0]}.", f"input[{i}]")
 
 
+def check_reasoning_followed(items: list[dict[str, Any]]) -> None:
+    """OpenAI's rule: a reasoning item comes with the output that followed it (an assistant message or a function
+    call, after any more reasoning): "Item 'rs_…' of type 'reasoning' was provided without its required following
+    item." (openai-node#1567, openai-agents-js#326). Alone at the end it would be dropped, before a user message
+    it would join a later turn."""
+    waiting: tuple[int, str] | None = None
+    """The first reasoning item not followed yet: its index and id."""
+    for i, item in enumerate(items):
+        kind = item["type"]
+        if kind == "reasoning":
+            waiting = waiting or (i, item["id"])
+        elif kind == "function_call" or (kind == "message" and item["role"] == "assistant"):
+            waiting = None
+        elif waiting is not None:
+            break
+    if waiting is not None:
+        at, rid = waiting
+        raise invalid(
+            f"Item '{rid}' of type 'reasoning' was provided without its required following item.", f"input[{at}]"
+        )
+
+
 def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> list[dict[str, Any]]:
     """Canonical items → chat messages: calls join the assistant turn before them, reasoning the turn after it."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
@@ -426,10 +449,13 @@ def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> 
             continue
         if kind == "function_call_output":
             messages.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
+            reasoning = []  # a stored response's reasoning that no output followed (cut short) joins no later turn
             continue
         if kind == "message":
             role = "system" if item["role"] == "developer" else item["role"]
             messages.append({"role": role, "content": "".join(p["text"] for p in item["content"])})
+            if role != "assistant":
+                reasoning = []
         else:  # function_call
             if not messages or messages[-1]["role"] != "assistant":
                 messages.append({"role": "assistant", "content": None})
@@ -439,7 +465,8 @@ def items_to_messages(items: list[dict[str, Any]], instructions: str | None) -> 
                 {"id": item["call_id"], "type": "function", "function": call}
             )
         if reasoning and messages[-1]["role"] == "assistant":
-            messages[-1]["reasoning_content"] = "\n".join(reasoning)
+            before = messages[-1].get("reasoning_content")  # reasoning between the turn's text and its calls
+            messages[-1]["reasoning_content"] = "\n".join([before, *reasoning] if before else reasoning)
             reasoning = []
     return messages
 
@@ -468,7 +495,7 @@ def _tool_echo(tool: dict[str, Any]) -> dict[str, Any]:
         "name": fn["name"],
         "description": fn.get("description"),
         "parameters": fn["parameters"],
-        "strict": fn.get("strict", False),
+        "strict": fn["strict"] if "strict" in fn else strict_able(tool),  # omitted: strict where it can be
     }
 
 

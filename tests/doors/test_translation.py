@@ -6,7 +6,7 @@ import pytest
 
 from gateway.errors import APIError
 from gateway.validation.messages import parse_messages_request
-from gateway.validation.responses import items_to_messages, parse_responses_request
+from gateway.validation.responses import check_reasoning_followed, items_to_messages, parse_responses_request
 
 CALL_ARGS = '{"city": "Paris"}'
 
@@ -110,6 +110,52 @@ def test_a_json_schema_format_is_repeated_with_its_description_null_when_none_wa
     assert responses(input="x", text={"format": described}).echo["text"]["format"]["description"] == "d"
 
 
+def thought(text: str, rid: str = "rs_1") -> dict:
+    return {"type": "reasoning", "id": rid, "summary": [{"type": "summary_text", "text": text}]}
+
+
+@pytest.mark.parametrize(
+    "items, at",
+    [
+        ([{"role": "user", "content": "q"}, thought("t")], 1),  # at the end: nothing to follow
+        ([{"role": "user", "content": "q"}, thought("t"), thought("u", "rs_2"), {"role": "user", "content": "r"}], 1),
+    ],
+)
+def test_a_reasoning_item_without_its_following_output_is_refused_in_openais_words(items, at):
+    """OpenAI: "Item 'rs_…' of type 'reasoning' was provided without its required following item." (param
+    `input`); it would have been dropped, or joined a later assistant turn."""
+    with pytest.raises(APIError) as error:
+        check_reasoning_followed(responses(input=items).items)
+    assert error.value.param == f"input[{at}]"
+    assert error.value.message == "Item 'rs_1' of type 'reasoning' was provided without its required following item."
+
+
+def test_reasoning_joins_its_own_turn_and_the_reasoning_between_text_and_calls_is_kept_whole():
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    items = responses(
+        input=[thought("a"), {"role": "assistant", "content": "On it."}, thought("b", "rs_2"), call]
+    ).items
+    check_reasoning_followed(items)
+    assert items_to_messages(items, None)[0]["reasoning_content"] == "a\nb"  # the second no longer replaces the first
+    # a stored response cut during its reasoning: no later turn takes that reasoning
+    cut = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "q"}]}, thought("cut")]
+    later = responses(input=[{"role": "user", "content": "again"}, {"role": "assistant", "content": "ok"}]).items
+    assert "reasoning_content" not in items_to_messages(cut + later, None)[-1]
+
+
+def test_a_function_tool_omitting_strict_is_repeated_strict_where_its_schema_allows():
+    """OpenAI's Responses default (FunctionToolParam: "Default `true`"; strict where the schema can be, else best
+    effort); a strict the client gave is repeated as given."""
+    plain = {"type": "object", "properties": {"a": {"type": "string"}}}
+    negated = {"type": "object", "properties": {"a": {"not": {"type": "string"}}}}
+    tools = [
+        {"type": "function", "name": "p", "parameters": plain},
+        {"type": "function", "name": "n", "parameters": negated, "strict": None},
+        {"type": "function", "name": "f", "parameters": plain, "strict": False},
+    ]
+    assert [t["strict"] for t in responses(input="x", tools=tools).echo["tools"]] == [True, False, False]
+
+
 def test_a_call_without_a_message_before_it_opens_an_assistant_turn():
     parsed = responses(input=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}])
     assert items_to_messages(parsed.items, None) == [
@@ -152,7 +198,7 @@ def test_anthropic_request_maps_to_chat():
             "max_tokens": 30_000,
             "system": [{"type": "text", "text": "sys"}],
             "stop_sequences": ["END"],
-            "top_k": 5,
+            "top_p": 0.95,  # the least Anthropic takes with thinking on
             "thinking": {"type": "enabled", "budget_tokens": 20_000},
             "tools": [{"name": "f", "input_schema": {"type": "object"}}],
             "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},  # forced is refused with thinking
@@ -191,10 +237,44 @@ def test_anthropic_request_maps_to_chat():
     ]
     assert chat.tool_choice == "auto" and chat.parallel_tool_calls is False
     assert chat.template_kwargs == {"enable_thinking": True, "thinking": True} and chat.reasoning_effort == "high"
-    assert (settings.max_tokens, settings.stop, settings.top_k) == (30_000, ["END"], 5)
+    assert (settings.max_tokens, settings.stop, settings.top_p) == (30_000, ["END"], 0.95)
+
+
+THINKING_ON = ({"type": "enabled", "budget_tokens": 1024}, {"type": "adaptive"})
+
+
+@pytest.mark.parametrize("thinking", THINKING_ON, ids=["enabled", "adaptive"])
+@pytest.mark.parametrize(
+    "sampling, param, words",
+    [
+        ({"temperature": 0.5}, "temperature", "`temperature` may only be set to 1 when thinking is enabled"),
+        ({"temperature": 0}, "temperature", "`temperature` may only be set to 1"),
+        ({"top_k": 5}, "top_k", "`top_k` must be unset when thinking is enabled."),
+        ({"top_k": 0}, "top_k", "`top_k` must be unset"),
+        ({"top_p": 0.9}, "top_p", "`top_p` must be between 0.95 and 1"),
+    ],
+)
+def test_thinking_refuses_sampling_changes_as_anthropic_does(thinking, sampling, param, words):
+    """Anthropic's extended-thinking guide: thinking is not compatible with temperature or top_k changes, and
+    top_p only from 0.95 to 1 (its 400s: "`temperature` may only be set to 1 when thinking is enabled or in
+    adaptive mode", "`top_k` must be unset when thinking is enabled")."""
+    body = {"model": "m", "max_tokens": 2048, "messages": [ASKED], "thinking": thinking, **sampling}
+    with pytest.raises(APIError) as error:
+        parse_messages_request(body)
+    assert error.value.param == param and words in error.value.message
+    del body["thinking"]  # the same sampling without thinking is taken
+    parse_messages_request(body)
+
+
+@pytest.mark.parametrize("thinking", THINKING_ON, ids=["enabled", "adaptive"])
+def test_thinking_takes_its_default_sampling_spelled_out(thinking):
+    body = {"model": "m", "max_tokens": 2048, "messages": [ASKED], "thinking": thinking}
+    settings = parse_messages_request({**body, "temperature": 1, "top_p": 1}).settings
+    assert (settings.temperature, settings.top_p, settings.top_k) == (1, 1, -1)
 
 
 ASKED = {"role": "user", "content": "q"}
+THOUGHT = {"type": "thinking", "thinking": "hm", "signature": "s"}
 CALLED = {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}
 RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
 
@@ -244,6 +324,10 @@ RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
         ),
         ([ASKED, {"role": "assistant", "content": CALLED["content"] * 2}], {}, "messages[1].content[1].id"),
         ([ASKED, CALLED, {"role": "user", "content": [RESULT]}, CALLED], {}, "messages[3].content[0].id"),
+        *(  # Anthropic: "The final block in an assistant message cannot be `thinking`." (a prefill is text)
+            ([ASKED, {"role": "assistant", "content": [THOUGHT, *blocks]}], {}, "messages[1].content")
+            for blocks in ([], [{"type": "text", "text": "so"}, {"type": "redacted_thinking", "data": "d"}])
+        ),
         ([ASKED], {"tools": [{"name": "files.read", "input_schema": {"type": "object"}}]}, "tools[0].name"),
         ([ASKED], {"tools": [{"name": "a:b", "input_schema": {"type": "object"}}]}, "tools[0].name"),
         ([ASKED], {"tools": [{"name": "x" * 129, "input_schema": {"type": "object"}}]}, "tools[0].name"),

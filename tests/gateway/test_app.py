@@ -399,6 +399,7 @@ def test_invalid_json_and_unknown_route(gateway):
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found" and "x-request-id" in r.headers
     r = client.get("/v1/chat/completions")  # a route matched by path, not by method
     assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed" and "x-request-id" in r.headers
+    assert r.headers["allow"] == "POST"  # RFC 9110: a 405 names the methods the route takes
     r = client.get("/v1/models/" + MODEL)  # a route with a path parameter: Starlette's router
     assert r.status_code == 200 and r.json()["id"] == MODEL
 

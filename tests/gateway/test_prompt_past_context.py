@@ -3,9 +3,11 @@ each completions prompt: the same 400 as one encoded and found too long); /token
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from gateway.api.completions import _prompt_ids
+from gateway.api.completions import _prompts_ids
 from gateway.errors import APIError
 from gateway.models.planning import encode_chat
 from gateway.types import ChatRequest
@@ -52,7 +54,7 @@ def test_a_chat_past_the_context_by_its_length_is_refused_unencoded(model):
 
 def test_a_completions_prompt_past_the_context_by_its_length_is_refused_unencoded(model):
     with pytest.raises(APIError) as refused:
-        _prompt_ids(model, _past_context(model), "prompt[1]", True)
+        asyncio.run(_prompts_ids(model, ["a", _past_context(model)], True))
     assert (refused.value.param, refused.value.code) == ("prompt[1]", "context_length_exceeded")
     assert model.encoder._plain.encoded == 0
 
@@ -61,4 +63,5 @@ def test_tokenize_counts_a_chat_past_the_context_and_short_prompts_are_encoded(m
     text = "x" * (model.context_length + 10)  # past the context in tokens, within the bound's characters
     chat = ChatRequest(messages=[{"role": "user", "content": text}])
     assert len(encode_chat(model, chat, past_context_ok=True)[1]) > 0
-    assert _prompt_ids(model, text, "prompt", False)[0] == model.tokenizer.encode(text, add_special_tokens=False).ids
+    ((ids, _),) = asyncio.run(_prompts_ids(model, [text], False))
+    assert ids == model.tokenizer.encode(text, add_special_tokens=False).ids

@@ -353,7 +353,8 @@ def test_settings():
             chat(messages=[USER, {**CALLING, "tool_calls": [*CALLING["tool_calls"], CALL_2]}, ANSWER]),
             "messages[1].tool_calls",
         ),
-        (chat(messages=[USER, CALLING, ANSWER, ANSWER, USER, ANSWER]), "messages[5].role"),
+        (chat(messages=[USER, CALLING, ANSWER, USER, ANSWER]), "messages[4].role"),
+        (chat(messages=[USER, CALLING, ANSWER, ANSWER]), "messages[3].tool_call_id"),  # one call answered twice
         (chat(modalities=["text", "audio"]), "modalities"),
         (chat(modalities=["video"]), "modalities[0]"),
         (chat(modalities="text"), "modalities"),
@@ -380,6 +381,16 @@ def test_chat_errors_name_their_param(body, param):
     with pytest.raises(APIError) as e:
         parse_chat_completion(body)
     assert (e.value.status, e.value.param, e.value.type) == (400, param, "invalid_request_error")
+
+
+def test_a_call_answered_twice_is_refused_in_openais_words():
+    """OpenAI: "Invalid parameter: Duplicate value for 'tool_call_id' of 'call_…' in messages[7] and messages[8]."
+    (agno#5116, search2ai#30); Anthropic refuses the same in its words (validation/messages.py)."""
+    with pytest.raises(APIError) as error:
+        parse_chat_completion(chat(messages=[USER, CALLING, ANSWER, {**ANSWER, "content": "rain"}]))
+    assert error.value.message == (
+        "Invalid parameter: Duplicate value for 'tool_call_id' of 'c1' in messages[2] and messages[3]."
+    )
 
 
 def test_chat_template_kwargs_set_the_render_switches_over_the_fields_as_vllm_merges_them():

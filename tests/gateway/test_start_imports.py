@@ -28,6 +28,7 @@ START_AND_PLAIN_CHAT = textwrap.dedent(
         registry = start_models(config, stack)
         create_app(registry)
         (model,) = registry
+        assert "text_bound" in vars(model.encoder)  # the prompt bound read at load, not by the first long prompt
         assert model.grammar_budget is not None
         plain = parse_chat_completion({"model": model.id, "messages": [{"role": "user", "content": "hi"}]})
         assert plan_chat(model, plain.chat, plain.settings).grammar is None

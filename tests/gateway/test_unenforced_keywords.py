@@ -12,7 +12,7 @@ import xgrammar as xgr
 from xgrammar.testing import _is_grammar_accept_string
 
 from gateway.errors import APIError
-from gateway.grammars.unenforced import unenforced_keywords
+from gateway.grammars.unenforced import strict_where_possible, unenforced_keywords
 from gateway.models.planning import chat_grammar
 from gateway.types import ChatRequest
 
@@ -156,3 +156,30 @@ def test_a_strict_response_format_is_a_400_naming_the_keyword(tokenize_only):
             chat_grammar(tokenize_only, chat, "prompt")
         assert error.value.param == "response_format.json_schema.schema.properties.n.oneOf"
         assert "anyOf" in error.value.message
+
+
+CONTROL_TEXT = {"type": "object", "properties": {"a": {"const": "<|im_end|>"}}, "required": ["a"]}
+"""A schema whose values must spell a control token: no safe grammar, a 400 under strict, any object otherwise."""
+
+
+def test_an_omitted_strict_is_strict_where_the_schema_allows_under_strict_by_default(tokenize_only, monkeypatch):
+    """The Responses API's default: strict where the schema can be, else best effort (never a 400 for it)."""
+    plain, negated, control = (tool(s, None) for s in (PAIR | {"type": "object"}, NEGATED, CONTROL_TEXT))
+    chat = ChatRequest(messages=USER, tools=[plain, negated, control, tool(NEGATED, False)], strict_by_default=True)
+    promoted, indexes = strict_where_possible(chat)
+    assert indexes == {0, 2} and [t["function"].get("strict") for t in promoted.tools] == [True, None, True, False]
+    assert chat.tools[0]["function"].keys() == {"name", "parameters"}  # the request's own tools untouched
+    assert chat_grammar(tokenize_only, chat, "prompt") is not None  # the control text falls back, as the keyword does
+    with pytest.raises(APIError) as error:  # the same schema, strict by the client's word: refused
+        chat_grammar(tokenize_only, ChatRequest(messages=USER, tools=[tool(CONTROL_TEXT, True)]), "prompt")
+    assert error.value.param == "tools[0].function.parameters"
+    builds = []
+    family_grammar = tokenize_only.family.grammar
+    monkeypatch.setattr(tokenize_only.family, "grammar", lambda *a: builds.append(1) or family_grammar(*a))
+    many = [{**tool(CONTROL_TEXT, None), "function": {"name": f"f{i}", "parameters": CONTROL_TEXT}} for i in range(8)]
+    assert chat_grammar(tokenize_only, ChatRequest(messages=USER, tools=many, strict_by_default=True), "p") is not None
+    assert len(builds) == 2  # strict, then all best effort: not one more build per refused tool
+    # not by default (chat completions, messages): an omitted strict is best effort, nothing promoted
+    assert (
+        strict_where_possible(ChatRequest(messages=USER, tools=[tool(NEGATED, True)], tool_choice="none"))[1] == set()
+    )
