@@ -4,7 +4,9 @@ vocabulary, the ambiguous and unknown cases, and what `gateway serve` says and d
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
+import signal
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -219,6 +221,16 @@ def test_serving_without_a_family_infers_it(tmp_path: Path) -> None:
     with ExitStack() as stack:
         registry = start_models(GatewayConfig(models=[entry]), stack)
     assert registry.get("glm").family.name == "glm47"
+
+
+def test_a_start_that_fails_in_the_calling_process_leaves_garbage_collection_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gateway serve` collects no garbage while it starts; a start that fails turns collection back on."""
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # this process keeps pytest's handlers
+    checkpoint = synthetic_checkpoint(tmp_path / "glm", GLM, "glm4_moe")  # a tie: inference fails
+    argv = ["serve", "--model", str(checkpoint), "--backend-url", "http://127.0.0.1:9", "--no-grammar-warmup"]
+    assert main(argv) == 1 and gc.isenabled()
 
 
 def test_the_cli_says_what_to_do_when_it_cannot_tell(tmp_path: Path) -> None:
