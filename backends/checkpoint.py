@@ -125,10 +125,15 @@ class Checkpoint:
     def is_gguf(self) -> bool:
         return self.path.is_file() and self.path.suffix == ".gguf"
 
+    @property
+    def vocab_size(self) -> int:
+        """The ids a model of this checkpoint has: the config's, or the tokenizer's with its added tokens if more."""
+        return max(self.config.vocab_size, self.tokenizer.get_vocab_size(with_added_tokens=True))
+
     @cached_property
     def vocab(self) -> list[str]:
-        """Token strings indexed by id, in the tokenizer's own (byte-level) spelling."""
-        size = max(self.config.vocab_size, self.tokenizer.get_vocab_size(with_added_tokens=True))
+        """Token strings indexed by id (`vocab_size` of them), in the tokenizer's own (byte-level) spelling."""
+        size = self.vocab_size
         out = [""] * size
         for token, idx in self.tokenizer.get_vocab(with_added_tokens=True).items():
             if idx < size:

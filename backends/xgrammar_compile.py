@@ -35,7 +35,8 @@ def tokenizer_info(checkpoint: Checkpoint, vocab_size: int) -> xgr.TokenizerInfo
 def _vocab_type(checkpoint: Checkpoint) -> xgr.VocabType:
     import xgrammar as xgr
 
-    decoder = json.loads(checkpoint.tokenizer.to_str()).get("decoder") or {}
+    decoder = checkpoint.tokenizer.decoder  # its own document only: the whole tokenizer's is its vocabulary
+    decoder = json.loads(decoder.__getstate__()) if decoder is not None else {}
     kinds = {decoder.get("type")} | {d.get("type") for d in decoder.get("decoders", [])}
     if "ByteLevel" in kinds:
         return xgr.VocabType.BYTE_LEVEL

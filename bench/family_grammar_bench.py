@@ -40,7 +40,8 @@ from gateway.families.base import FamilyContext
 from gateway.families.deepseek import DeepSeekV41Family
 from gateway.families.deepseek import grammar as deepseek_grammar
 from gateway.families.gemma4 import Gemma4Family
-from gateway.families.glm.family import GLM_TOKENS, Glm47Family
+from gateway.families.glm.claims import GLM_TOKENS
+from gateway.families.glm.family import Glm47Family
 from gateway.families.glm.markers import END_OF_TEXT, TOKEN_MARKERS
 from gateway.families.gpt_oss import harmony_tokenizer
 from gateway.families.gpt_oss.family import GptOssFamily

@@ -33,6 +33,7 @@ from gateway.families.chatml import TOKEN_MARKERS
 from gateway.families.deepseek import DsmlParser
 from gateway.families.deepseek.markers import (
     DSML,
+    SECTIONS,
     TOOL_CALL_BEGIN,
     TOOL_CALL_END,
     TOOL_CALLS_BEGIN,
@@ -42,7 +43,7 @@ from gateway.families.deepseek.markers import (
     V41,
     Dialect,
 )
-from gateway.families.deepseek.parser import SECTIONS, split_v3_call, split_v31_call
+from gateway.families.deepseek.parser import split_v3_call, split_v31_call
 from gateway.families.gemma4 import Gemma4Parser
 from gateway.families.glm import GlmParser
 from gateway.families.gpt_oss import HarmonyParser

@@ -1,14 +1,16 @@
-"""`gateway serve` start-up against an external backend, checkouts interleaved: CPU to ready, first grammar request.
+"""`gateway serve` start-up, checkouts interleaved: CPU to ready, first grammar request.
 
 Starts bench/fast_backend.py once, then per round each checkout's `gateway serve --backend-url` in turn (the order
-rotating each round): the gateway process's CPU seconds (user + system, from /proc) from spawn until /ready
-answers 200 and the wall time to it; `--settle` seconds later (its CPU by then), one chat request with a json_schema
+rotating each round); with `--bundled`, no external backend: each gateway serves the embedded model with its bundled
+worker (`--threads 2`). Measured: the gateway process's CPU seconds (user + system, from /proc) from spawn until
+/ready answers 200, the same for the gateway and every process under it (the worker, compile children) and the wall
+time to it; `--settle` seconds later (its CPU by then), one chat request with a json_schema
 response_format, the first grammar that process builds (whatever it still has to load for it, the compile child's
 fork, the compile), its wall latency and the CPU it cost the gateway and its compile child together; then one with
 another schema (a warm process).
 
     python bench/serve_start_ab.py --tree base=/tmp/base-checkout --tree branch=. [--tree 'lazy=. --no-grammar-warmup']
-        [--runs 5] [--port 38000] [--settle 0]
+        [--runs 5] [--port 38000] [--settle 0] [--bundled]
 """
 
 from __future__ import annotations
@@ -53,6 +55,11 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU of a process and of every live process under it."""
+    return cpu_seconds(pid) + sum(tree_cpu(child) for child in children(pid))
+
+
 def family_cpu(pid: int) -> float:
     """CPU of the gateway and its live children (the compile processes)."""
     return cpu_seconds(pid) + sum(cpu_seconds(child) for child in children(pid))
@@ -83,12 +90,13 @@ def grammar_request(client: httpx.Client, url: str, schema: dict) -> float:
     return elapsed
 
 
-def one_run(tree: Path, flags: list[str], port: int, backend_port: int, settle: float) -> dict[str, float]:
-    """One gateway process of `tree`: its start, its first grammar request `settle` seconds after it is ready (its
-    CPU by then too), and a second grammar request."""
+def one_run(tree: Path, flags: list[str], port: int, backend_port: int | None, settle: float) -> dict[str, float]:
+    """One gateway process of `tree` (with its bundled worker when there is no `backend_port`): its start, its first
+    grammar request `settle` seconds after it is ready (its CPU by then too), and a second grammar request."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [PYTHON, "-m", "gateway.cli", "serve", "--port", str(port), "--log-level", "warning"]
-    command += ["--backend-url", f"http://127.0.0.1:{backend_port}", *flags]
+    backend = ["--backend-url", f"http://127.0.0.1:{backend_port}"] if backend_port else ["--threads", "2"]
+    command += [*backend, *flags]
     url = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -103,7 +111,11 @@ def one_run(tree: Path, flags: list[str], port: int, backend_port: int, settle: 
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.02)
-            row = {"start_wall_s": time.perf_counter() - started, "start_cpu_s": cpu_seconds(proc.pid)}
+            row = {
+                "start_wall_s": time.perf_counter() - started,
+                "start_cpu_s": cpu_seconds(proc.pid),
+                "start_tree_cpu_s": tree_cpu(proc.pid),
+            }
             time.sleep(settle)
             before = family_cpu(proc.pid)
             row["settled_cpu_s"] = before
@@ -124,20 +136,24 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="rounds; each starts every checkout's gateway once")
     parser.add_argument("--port", type=int, default=38000, help="the backend's port; gateways use the next ones")
     parser.add_argument("--settle", type=float, default=0.0, help="seconds between ready and the first grammar request")
+    parser.add_argument("--bundled", action="store_true", help="the embedded model on each gateway's bundled worker")
     args = parser.parse_args()
     trees = [(name, spec.split()) for name, spec in (t.split("=", 1) for t in args.tree)]
-    backend = start_backend(args.port)
+    backend = None if args.bundled else start_backend(args.port)
     rows: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
     try:
         for run in range(args.runs):
             order = trees[run % len(trees) :] + trees[: run % len(trees)]
             for name, (path, *flags) in order:
-                row = one_run(Path(path).resolve(), flags, args.port + 1, args.port, args.settle)
+                row = one_run(
+                    Path(path).resolve(), flags, args.port + 1, None if backend is None else args.port, args.settle
+                )
                 rows[name].append(row)
                 print(f"run {run} {name:>10}: " + "  ".join(f"{k} {v:.3f}" for k, v in row.items()), flush=True)
     finally:
-        backend.terminate()
-        backend.wait(30)
+        if backend is not None:
+            backend.terminate()
+            backend.wait(30)
     columns = list(next(iter(rows.values()))[0])
     print(f"\n| checkout | {' | '.join(columns)} |")
     print(f"|---|{'---|' * len(columns)}")

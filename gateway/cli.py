@@ -337,6 +337,10 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     if role is None and config.server.workers > 1:
         return _serve_group(config, args, argv)  # the parent: it loads no model and imports no app
 
+    # The start's imports and loads (xgrammar brings torch and transformers: a few hundred thousand objects that all
+    # live on) set off no collection, which would walk them all for no garbage (~0.3 CPU-s a start): one collection
+    # before the freeze below, then collection is on again.
+    gc.disable()
     import uvicorn
 
     from backends.client_timeouts import client_timeout_protocol
@@ -350,12 +354,14 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     try:
         tracing = start_tracing(config.tracing)
     except TracingUnavailable as exc:
+        gc.enable()
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
     importing = threading.Thread(target=import_xgrammar, name="grammar-warmup")  # an exit waits for its import
     if args.grammar_warmup:
         importing.start()  # beside the models' start (tokenizers, a worker loading its weights)
     with ExitStack() as stack:  # stops the workers on every way out
+        stack.callback(gc.enable)  # a start that fails (a caller in the same process keeps its collection)
         if tracing is not None:
             stack.callback(tracing.shutdown)  # the spans still queued go out
         try:
@@ -375,6 +381,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
         )
         gc.collect()
         gc.freeze()  # the tokenizers and tables loaded above: full collections need not walk them again
+        gc.enable()
         print(
             f"gateway: serving {', '.join(m.id for m in registry)} on http://{args.host}:{args.port}/v1",
             file=sys.stderr,

@@ -33,6 +33,13 @@ def test_embedded_gguf(embedded):
         assert embedded.tokenizer.decode(ids, skip_special_tokens=False) == text
 
 
+def test_the_vocabulary_size_is_known_before_the_vocabulary_is_read():
+    """A start sizes the compile budget's vocabulary without building it (the budget reads it when first needed)."""
+    fresh = load_checkpoint()
+    assert fresh.vocab_size == 49152 and "vocab" not in vars(fresh)
+    assert len(fresh.vocab) == fresh.vocab_size
+
+
 def test_hf_directory_loads_like_the_gguf(embedded, tmp_path):
     write_hf_metadata(embedded, tmp_path)
     hf = load_checkpoint(tmp_path)

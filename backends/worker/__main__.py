@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from backends.worker import passive_waits  # noqa: F401  # isort: skip (before torch: libgomp reads its wait policy once)
+from backends.worker import start_collection  # noqa: F401  # isort: skip (before torch: no collection while starting)
 
 import torch
 import uvicorn
@@ -269,6 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     state = build_state(args)
     gc.collect()
     gc.freeze()  # what loading left: full collections need not walk it while serving
+    gc.enable()  # off while starting (backends/worker/start_collection.py)
     try:
         asyncio.run(serve(state, args.host, args.port, args.drain_timeout, args.header_timeout, args.body_min_rate))
     finally:

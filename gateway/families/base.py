@@ -16,7 +16,6 @@ from functools import cached_property
 from typing import Any, ClassVar
 
 from backends.base import Grammar
-from gateway.families.recognition import CheckpointFacts, Recognition, best_score
 from gateway.types import ChatRequest, Delta, Piece
 
 
@@ -78,14 +77,6 @@ class Family(ABC):
     name: ClassVar[str]
     keep_in_assistant: ClassVar[frozenset[str]] = frozenset()
     """Added-token spellings that stay tokens in an assistant's content and reasoning."""
-    recognition: ClassVar[tuple[Recognition, ...]] = ()
-    """How this family recognises a checkpoint when none is named. Not inherited: a variant states its own rules,
-    and one with none (a variant sharing another's vocabulary and template) is used only when named."""
-
-    @classmethod
-    def claims(cls, facts: CheckpointFacts) -> int:
-        """How strongly this family claims a checkpoint (0: not one of its own): its best matching rule's score."""
-        return best_score(vars(cls).get("recognition", ()), facts)
 
     def __init__(self, context: FamilyContext):
         self.context = context

@@ -1,5 +1,5 @@
-"""What the ChatML families (hermes, qwen3_xml) share: the turn, `<think>` and `<tool_call>` added tokens, and a
-`Family` base that stops at `<|im_end|>`, keeps those tokens in assistant history and sees a reopened think block."""
+"""What the ChatML families (hermes, qwen3_xml) share: a `Family` base that stops at `<|im_end|>`, keeps the
+`<think>` and `<tool_call>` added tokens (`chatml_tokens.py`) in assistant history and sees a reopened think block."""
 
 from __future__ import annotations
 
@@ -8,19 +8,10 @@ from typing import ClassVar
 
 from backends.base import Grammar
 from gateway.families.base import Family, reopened_reasoning
+from gateway.families.chatml_tokens import THINK_END, THINK_START, TOKEN_MARKERS, TURN_END, TURN_START
 from gateway.grammars.markers import MarkerTokens
 from gateway.grammars.tool_calls import CallFormat, build_grammar, unconstrained
 from gateway.types import ChatRequest
-
-THINK_START = "<think>"
-THINK_END = "</think>"
-TOOL_CALL_START = "<tool_call>"
-TOOL_CALL_END = "</tool_call>"
-TURN_START = "<|im_start|>"
-TURN_END = "<|im_end|>"
-
-TOKEN_MARKERS = frozenset({THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END})
-"""Added tokens in every Qwen vocabulary: structure only as those tokens, text when spelled with ordinary ones."""
 
 
 def prompt_opens_reasoning(prompt: str) -> bool:

@@ -248,10 +248,10 @@ def known_family(name: Any, where: str) -> str | None:
     """`name` when it is a registered family (None stays None: the family is inferred); ConfigError otherwise."""
     if name is None:
         return None
-    from gateway.families import families  # imports every family: only when one is named
+    from gateway.families import family_names  # every family package's claims, none of its code
 
-    if not isinstance(name, str) or name not in families():
-        raise ConfigError(f"{where}: unknown model family {name!r}; known: {', '.join(families())}")
+    if not isinstance(name, str) or name not in family_names():
+        raise ConfigError(f"{where}: unknown model family {name!r}; known: {', '.join(family_names())}")
     return name
 
 

@@ -92,7 +92,9 @@ def _start_model(
     if slots is not None and backend is not None:
         model.choice_slots = ChoiceSlots(slots)
     if grammar_compile_s is not None:
-        info = functools.partial(tokenizer_info, checkpoint, len(checkpoint.vocab))
+        info = functools.partial(
+            tokenizer_info, checkpoint, checkpoint.vocab_size
+        )  # the vocabulary read when first needed
         model.grammar_budget = GrammarBudget(model.family, info, grammar_compile_s)
     return model
 

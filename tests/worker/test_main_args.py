@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from types import SimpleNamespace
 
 import pytest
@@ -48,3 +49,26 @@ def test_the_drain_timeout_and_client_bounds_reach_serve(monkeypatch):
     monkeypatch.setattr(worker_main.gc, "freeze", lambda: None)
     worker_main.main(["--port", "22900", "--drain-timeout", "7.5", "--header-timeout", "3", "--body-min-rate", "5e3"])
     assert (served, stopped) == ([("127.0.0.1", 22900, 7.5, 3.0, 5000.0)], [True, "grammars"])  # compile children too
+
+
+def test_the_worker_serves_with_garbage_collection_on(monkeypatch):
+    """`python -m backends.worker` starts with automatic collection off (backends/worker/start_collection.py) and
+    serves with it on; a process that only imports the module (this one) keeps its own."""
+    assert gc.isenabled()
+    collecting: list[bool] = []
+
+    async def serve(*args: object) -> None:
+        collecting.append(gc.isenabled())
+
+    state = SimpleNamespace(engine=SimpleNamespace(stop=lambda: None), grammars=SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(worker_main, "serve", serve)
+    monkeypatch.setattr(worker_main, "build_state", lambda args: state)
+    monkeypatch.setattr(worker_main, "refuse_unsupported_dtype", lambda args: None)
+    monkeypatch.setattr(worker_main.torch, "set_num_threads", lambda n: None)
+    monkeypatch.setattr(worker_main.gc, "freeze", lambda: None)
+    gc.disable()  # as the worker's own start has it
+    try:
+        worker_main.main(["--port", "22901"])
+    finally:
+        gc.enable()
+    assert collecting == [True]

@@ -1,11 +1,26 @@
 """DeepSeek V3, V3.1, V3.2, V4 and V4.1: one family per output-format version, sharing markers, prompts and parsers."""
 
-from .family import DeepSeekV3Family, DeepSeekV4Family, DeepSeekV31Family, DeepSeekV32Family, DeepSeekV41Family
-from .parser import DsmlParser
+from gateway.families import lazy_exports
 
-FAMILIES = (DeepSeekV3Family, DeepSeekV31Family, DeepSeekV32Family, DeepSeekV4Family, DeepSeekV41Family)
+from .claims import RECOGNITION
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".family": (
+            "FAMILIES",
+            "DeepSeekV3Family",
+            "DeepSeekV4Family",
+            "DeepSeekV31Family",
+            "DeepSeekV32Family",
+            "DeepSeekV41Family",
+        ),
+        ".parser": ("DsmlParser",),
+    },
+)
 __all__ = [
     "FAMILIES",
+    "RECOGNITION",
     "DeepSeekV3Family",
     "DeepSeekV4Family",
     "DeepSeekV31Family",

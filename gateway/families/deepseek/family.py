@@ -15,7 +15,6 @@ from typing import ClassVar
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
-from gateway.families.recognition import Recognition
 from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
 from gateway.families.token_sections import CallSplitter
@@ -23,16 +22,11 @@ from gateway.families.values import tool_schemas
 from gateway.types import ChatRequest
 
 from .grammar import DsmlVocabulary, build_grammar
-from .markers import ASSISTANT, DSML, EOS, GROUNDING, THINK_END, THINK_START, TOOL_SEP, USER, V4, V32, V41, Dialect
+from .markers import EOS, GROUNDING, SECTIONS, THINK_END, THINK_START, V4, V32, V41, Dialect
 from .modes import effort_budget, thinking_enabled
-from .parser import SECTIONS, DsmlParser, split_v3_call, split_v31_call
+from .parser import DsmlParser, split_v3_call, split_v31_call
 from .prompt import V4_STYLE, V41_STYLE, Style, prompt_ends_in_reasoning, render_prompt
 from .prompt_v32 import render_prompt_v32
-
-V3_TOKENS = frozenset({USER, ASSISTANT, *SECTIONS.call_tokens})
-"""V3's chat and tool-call tokens, kept by every later version: V3 to V3.2 differ only in templates and config."""
-V4_TOKENS = frozenset({USER, ASSISTANT, DSML, *GROUNDING})
-"""What V4's vocabulary adds: the DSML token and the grounding tokens. V4 and V4.1 share it (and ship no template)."""
 
 
 class DeepSeekV41Family(Family):
@@ -42,8 +36,6 @@ class DeepSeekV41Family(Family):
     keep_in_assistant = GROUNDING
     dialect: ClassVar[Dialect] = V41
     style: ClassVar[Style] = V41_STYLE
-    recognition = (Recognition(tokens=V4_TOKENS), Recognition(tokens=V4_TOKENS, template=(V41.calls_open,)))
-    """The V4 vocabulary alone means V4.1, the newest format on it; V4 needs a template that says so, or a name."""
 
     def render(self, request: ChatRequest) -> str:
         return render_prompt(request, self._thinking(request), effort_budget(request), self.style)
@@ -80,7 +72,6 @@ class DeepSeekV4Family(DeepSeekV41Family):
     name = "deepseek_v4"
     dialect = V4
     style = V4_STYLE
-    recognition = (Recognition(tokens=V4_TOKENS, template=(V4.calls_open,)),)
 
 
 class DeepSeekV32Family(DeepSeekV41Family):
@@ -88,10 +79,6 @@ class DeepSeekV32Family(DeepSeekV41Family):
 
     name = "deepseek_v32"
     dialect = V32
-    recognition = (
-        Recognition(tokens=V3_TOKENS, architectures=frozenset({"deepseek_v32"})),  # V3.2 ships no Jinja template
-        Recognition(tokens=V3_TOKENS, template=(V32.calls_open,)),
-    )
 
     def render(self, request: ChatRequest) -> str:
         return render_prompt_v32(request, self._thinking(request))
@@ -106,7 +93,6 @@ class DeepSeekV3Family(TemplatedSectionFamily):
     it and the history is what vLLM renders (the ChatML and GLM families keep theirs so too)."""
     markers = SECTIONS
     stop_tokens = (EOS,)
-    recognition = (Recognition(tokens=V3_TOKENS, template=("```json",)),)  # V3 / R1 templates fence the arguments
 
     def call_splitter(self, request: ChatRequest) -> CallSplitter:
         return split_v3_call
@@ -119,10 +105,12 @@ class DeepSeekV31Family(DeepSeekV3Family):
     """DeepSeek V3.1: `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>` and bare JSON arguments."""
 
     name = "deepseek_v31"
-    recognition = (Recognition(tokens=V3_TOKENS, template=(f"['name'] + '{TOOL_SEP}'",)),)  # the name, then the sep
 
     def call_splitter(self, request: ChatRequest) -> CallSplitter:
         return split_v31_call
 
     def call_layout(self) -> CallLayout:
         return CallLayout(header="{name}")
+
+
+FAMILIES = (DeepSeekV3Family, DeepSeekV31Family, DeepSeekV32Family, DeepSeekV4Family, DeepSeekV41Family)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from gateway.families.token_sections import SectionMarkers
+
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
 USER = "<｜User｜>"
@@ -23,6 +25,10 @@ TOOL_CALLS_END = "<｜tool▁calls▁end｜>"
 TOOL_CALL_BEGIN = "<｜tool▁call▁begin｜>"
 TOOL_CALL_END = "<｜tool▁call▁end｜>"
 TOOL_SEP = "<｜tool▁sep｜>"
+SECTIONS = SectionMarkers(
+    TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_SEP, ignored=frozenset({EOS})
+)
+"""V3 / V3.1 calls: `<｜tool▁calls▁begin｜>` (`<｜tool▁call▁begin｜>` … `<｜tool▁sep｜>` … `<｜tool▁call▁end｜>`)+."""
 
 
 @dataclass(frozen=True)

@@ -48,24 +48,12 @@ from typing import Any
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.streams import ReasoningCut
-from gateway.families.token_sections import SectionMarkers
 from gateway.families.values import convert, is_plain_string, schema_types, strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
 from .lexer import Event, Lexer, Tag, Text, Token
-from .markers import (
-    EOS,
-    THINK_END,
-    THINK_START,
-    TOOL_CALL_BEGIN,
-    TOOL_CALL_END,
-    TOOL_CALLS_BEGIN,
-    TOOL_CALLS_END,
-    TOOL_SEP,
-    V41,
-    Dialect,
-)
+from .markers import EOS, THINK_END, THINK_START, V41, Dialect
 
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\u2028\u2029]')
@@ -79,10 +67,6 @@ class _Mode(ParserState):
     VALUE = auto()
 
 
-SECTIONS = SectionMarkers(
-    TOOL_CALLS_BEGIN, TOOL_CALLS_END, TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_SEP, ignored=frozenset({EOS})
-)
-"""V3 / V3.1 calls: `<｜tool▁calls▁begin｜>` (`<｜tool▁call▁begin｜>` … `<｜tool▁sep｜>` … `<｜tool▁call▁end｜>`)+."""
 _FENCED = re.compile(r"([^\n]*)\n```(?:json)?[ \t]*\n(.*?)\s*```\s*", re.DOTALL)
 
 

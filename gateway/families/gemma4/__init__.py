@@ -1,7 +1,14 @@
 """Gemma 4: `<|tool_call>call:NAME{…}` calls in Gemma's object notation, `<|channel>thought` reasoning."""
 
-from .family import Gemma4Family
-from .parser import Gemma4Parser
+from gateway.families import lazy_exports
 
-FAMILIES = (Gemma4Family,)
-__all__ = ["FAMILIES", "Gemma4Family", "Gemma4Parser"]
+from .claims import RECOGNITION
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".family": ("FAMILIES", "Gemma4Family"),
+        ".parser": ("Gemma4Parser",),
+    },
+)
+__all__ = ["FAMILIES", "RECOGNITION", "Gemma4Family", "Gemma4Parser"]

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
-from gateway.families.recognition import Recognition
 from gateway.families.templates import render_request
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import CHANNEL, CHANNEL_END, STOP_TOKENS, TOOL_CALL, TOOL_CALL_END, TURN, TURN_END
+from .markers import CHANNEL, CHANNEL_END, STOP_TOKENS
 from .parser import Gemma4Parser
 
 
@@ -26,7 +25,6 @@ class Gemma4Family(Family):
     keep_in_assistant = frozenset({CHANNEL, CHANNEL_END})
     """Gemma 4's template strips an assistant turn's thought channel (`strip_thinking`, at `<|channel>` …
     `<channel|>`): left tokens, the template sees them and the history is what vLLM renders."""
-    recognition = (Recognition(tokens=frozenset({TURN, TURN_END, TOOL_CALL, TOOL_CALL_END, CHANNEL, CHANNEL_END})),)
 
     def render(self, request: ChatRequest) -> str:
         template = self.context.options.get("chat_template") or self.context.chat_template
@@ -42,3 +40,6 @@ class Gemma4Family(Family):
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return Gemma4Parser()
+
+
+FAMILIES = (Gemma4Family,)

@@ -7,7 +7,6 @@ from typing import ClassVar
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
-from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.grammars.markers import MarkerTokens
 from gateway.grammars.tool_calls import build_grammar, unconstrained
@@ -19,7 +18,6 @@ from .markers import (
     ARG_KEY_START,
     ARG_VALUE_END,
     ARG_VALUE_START,
-    ASSISTANT,
     END_OF_TEXT,
     OBSERVATION,
     THINK_END,
@@ -33,12 +31,6 @@ from .markers import (
 from .parser import GlmParser
 from .prompt import BUILTIN_TEMPLATE
 
-GLM_TOKENS = frozenset(
-    {USER, ASSISTANT, OBSERVATION, TOOL_CALL_START, TOOL_CALL_END, ARG_KEY_START, ARG_KEY_END, ARG_VALUE_START,
-     ARG_VALUE_END}
-)  # fmt: skip
-"""GLM-4.5's added tokens, kept by 4.6, 4.7 and 5.x: the vocabulary alone cannot tell the two layouts apart."""
-
 
 class Glm45Family(Family):
     """GLM-4.5 / 4.6: `<tool_call>NAME\\n<arg_key>K</arg_key>\\n<arg_value>V</arg_value>\\n…</tool_call>`."""
@@ -49,10 +41,6 @@ class Glm45Family(Family):
         {THINK_START, THINK_END, TOOL_CALL_START, TOOL_CALL_END, ARG_KEY_START, ARG_KEY_END, ARG_VALUE_START,
          ARG_VALUE_END}
     )  # fmt: skip
-    recognition = (
-        Recognition(tokens=GLM_TOKENS),
-        Recognition(tokens=GLM_TOKENS, template=("</arg_key>\n<arg_value>",)),
-    )
 
     @cached_property
     def template(self) -> str:
@@ -88,4 +76,6 @@ class Glm47Family(Glm45Family):
 
     name = "glm47"
     compact = True
-    recognition = (Recognition(tokens=GLM_TOKENS), Recognition(tokens=GLM_TOKENS, template=("</arg_key><arg_value>",)))
+
+
+FAMILIES = (Glm45Family, Glm47Family)

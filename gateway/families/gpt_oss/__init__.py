@@ -1,7 +1,14 @@
 """gpt-oss (OpenAI Harmony): native prompt encoder, token-aware channel parser and structural tags bound to token ids."""
 
-from .family import GptOssFamily, harmony_tokenizer
-from .parser import HarmonyParser
+from gateway.families import lazy_exports
 
-FAMILIES = (GptOssFamily,)
-__all__ = ["FAMILIES", "GptOssFamily", "HarmonyParser", "harmony_tokenizer"]
+from .claims import RECOGNITION
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".family": ("FAMILIES", "GptOssFamily", "harmony_tokenizer"),
+        ".parser": ("HarmonyParser",),
+    },
+)
+__all__ = ["FAMILIES", "RECOGNITION", "GptOssFamily", "HarmonyParser", "harmony_tokenizer"]

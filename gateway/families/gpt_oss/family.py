@@ -7,11 +7,10 @@ from tokenizers import Tokenizer
 from backends.base import Grammar
 from backends.quicktok_vocab import O200K_PATTERN, quicktok_tokenizer
 from gateway.families.base import Family, OutputParser
-from gateway.families.recognition import Recognition
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import CONTROL_TOKENS, STOP_TOKENS
+from .markers import STOP_TOKENS
 from .parser import HarmonyParser
 from .prompt import render_prompt
 
@@ -28,7 +27,6 @@ class GptOssFamily(Family):
     """
 
     name = "gpt_oss"
-    recognition = (Recognition(tokens=frozenset(CONTROL_TOKENS)),)  # o200k_harmony's Harmony tokens
 
     def render(self, request: ChatRequest) -> str:
         return render_prompt(request)
@@ -41,3 +39,6 @@ class GptOssFamily(Family):
 
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         return HarmonyParser.after(prompt)
+
+
+FAMILIES = (GptOssFamily,)

@@ -1,7 +1,14 @@
 """Hermes (ChatML): the checkpoint's or our tool-aware template, `<think>` reasoning, `<tool_call>` JSON calls."""
 
-from .family import HermesFamily
-from .parser import HermesParser
+from gateway.families import lazy_exports
 
-FAMILIES = (HermesFamily,)
-__all__ = ["FAMILIES", "HermesFamily", "HermesParser"]
+from .claims import RECOGNITION
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".family": ("FAMILIES", "HermesFamily"),
+        ".parser": ("HermesParser",),
+    },
+)
+__all__ = ["FAMILIES", "RECOGNITION", "HermesFamily", "HermesParser"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from gateway.families.base import OutputParser
-from gateway.families.chatml import TOOL_CALL_END, TOOL_CALL_START, TURN_END, TURN_START, ChatMLFamily
-from gateway.families.recognition import Recognition
+from gateway.families.chatml import ChatMLFamily
 from gateway.families.templates import choose_template
 from gateway.types import ChatRequest
 
@@ -20,10 +19,6 @@ class HermesFamily(ChatMLFamily):
 
     name = "hermes"
     calls = CALLS
-    recognition = (
-        Recognition(tokens=frozenset({TURN_START, TURN_END})),  # ChatML (the embedded SmolLM2)
-        Recognition(tokens=frozenset({TURN_START, TURN_END, TOOL_CALL_START, TOOL_CALL_END})),  # Qwen2.5 / Qwen3
-    )
 
     @cached_property
     def template(self) -> str:
@@ -45,3 +40,6 @@ class HermesFamily(ChatMLFamily):
             continues=request.continue_final_message,
             token_markers=self.marker_spellings,
         )
+
+
+FAMILIES = (HermesFamily,)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+from gateway.families.chatml_tokens import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.grammars.reasoning import ThinkBlock
 from gateway.grammars.tool_calls import CallBody, CallFormat, arguments_format
 

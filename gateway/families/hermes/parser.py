@@ -67,7 +67,7 @@ from typing import Any
 from backends.stop_strings import held_prefix
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name, json_object
-from gateway.families.chatml import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
+from gateway.families.chatml_tokens import THINK_END, THINK_START, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import ReasoningCut, Trimmed
 from gateway.families.values import strict_json
 from gateway.ids import new_call_id

@@ -1,9 +1,15 @@
 """Kimi K3 (XTML: native prompt encoder, token-aware parser, structural tags bound to token ids) and Kimi K2."""
 
-from backends.kimi_tokenizer import load_kimi_tokenizer
+from gateway.families import lazy_exports
 
-from .family import KimiK2Family, KimiK3Family
-from .parser import KimiK3Parser
+from .claims import RECOGNITION
 
-FAMILIES = (KimiK2Family, KimiK3Family)
-__all__ = ["FAMILIES", "KimiK2Family", "KimiK3Family", "KimiK3Parser", "load_kimi_tokenizer"]
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".family": ("FAMILIES", "KimiK2Family", "KimiK3Family"),
+        ".parser": ("KimiK3Parser",),
+        "backends.kimi_tokenizer": ("load_kimi_tokenizer",),
+    },
+)
+__all__ = ["FAMILIES", "RECOGNITION", "KimiK2Family", "KimiK3Family", "KimiK3Parser", "load_kimi_tokenizer"]

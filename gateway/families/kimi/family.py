@@ -7,7 +7,6 @@ from functools import cached_property, partial
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
-from gateway.families.recognition import Recognition
 from gateway.families.section_grammar import CallLayout
 from gateway.families.templated import TemplatedSectionFamily
 from gateway.families.token_sections import CallSplitter
@@ -15,7 +14,7 @@ from gateway.families.values import tool_schemas
 from gateway.types import ChatRequest
 
 from .grammar import ControlIds, build_grammar
-from .markers import CLOSE, END_OF_MSG, IM_END, K2_SECTIONS, OPEN, SEP
+from .markers import END_OF_MSG, IM_END, K2_SECTIONS
 from .parser import K2SectionParser, KimiK3Parser, split_k2_call
 from .prompt import open_channel, render_prompt
 
@@ -28,7 +27,6 @@ class KimiK3Family(Family):
     """
 
     name = "kimi_k3"
-    recognition = (Recognition(tokens=frozenset({OPEN, CLOSE, SEP, END_OF_MSG})),)
 
     @cached_property
     def control_ids(self) -> ControlIds:
@@ -54,7 +52,6 @@ class KimiK2Family(TemplatedSectionFamily):
     name = "kimi_k2"
     markers = K2_SECTIONS
     stop_tokens = (IM_END,)
-    recognition = (Recognition(tokens=frozenset({IM_END, *K2_SECTIONS.call_tokens})),)
 
     def call_splitter(self, request: ChatRequest) -> CallSplitter:
         return partial(split_k2_call, schemas=tool_schemas(request.active_tools))
@@ -65,3 +62,6 @@ class KimiK2Family(TemplatedSectionFamily):
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         earlier = sum(len(m.get("tool_calls") or ()) for m in request.messages)
         return K2SectionParser(self.markers, self.call_splitter(request), self.in_reasoning(prompt), earlier)
+
+
+FAMILIES = (KimiK2Family, KimiK3Family)

@@ -11,23 +11,12 @@ from backends.conversion_cache import cached_tokenizer
 from backends.quicktok_vocab import LLAMA3_PATTERN, quicktok_data, read_vocab
 from backends.tiktoken_bpe import tokenizer_from_ranks
 from gateway.families.base import Family, OutputParser
-from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
 from .grammar import build_grammar
-from .markers import (
-    END_HEADER,
-    EOT,
-    EOT4,
-    HEADER_END,
-    HEADER_START,
-    LLAMA3_STOPS,
-    LLAMA4_STOPS,
-    START_HEADER,
-    llama31_specials,
-)
+from .markers import LLAMA3_STOPS, LLAMA4_STOPS, llama31_specials
 from .parser import LLAMA3_JSON, LLAMA4_PYTHONIC, CallSyntax, LlamaParser
 from .prompt import render_native
 
@@ -49,7 +38,6 @@ class Llama3Family(Family):
     name = "llama3_json"
     syntax: CallSyntax = LLAMA3_JSON
     stops: tuple[str, ...] = LLAMA3_STOPS
-    recognition = (Recognition(tokens=frozenset({START_HEADER, END_HEADER, EOT})),)
 
     @cached_property
     def template(self) -> str | None:
@@ -83,9 +71,11 @@ class Llama4Family(Llama3Family):
     name = "llama4_pythonic"
     syntax = LLAMA4_PYTHONIC
     stops = LLAMA4_STOPS
-    recognition = (Recognition(tokens=frozenset({HEADER_START, HEADER_END, EOT4})),)
 
     def render(self, request: ChatRequest) -> str:
         if self.template is None:
             raise TemplateError("llama4_pythonic needs the checkpoint's chat template (or options.chat_template)")
         return super().render(request)
+
+
+FAMILIES = (Llama3Family, Llama4Family)

@@ -14,17 +14,14 @@ from backends.base import Grammar
 from backends.sentencepiece_tokenizer import load_sentencepiece
 from backends.tekken import load_tekken
 from gateway.families.base import Family, OutputParser
-from gateway.families.recognition import Recognition
 from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
 from .call_ids import with_template_call_ids
 from .grammar import build_grammar
-from .markers import EOS, INST, INST_END, TEKKEN_SPECIALS, TEXT_THINK, TOOL_CALLS
+from .markers import EOS, TEKKEN_SPECIALS
 from .parser import MistralParser
 from .prompt import render_native
-
-MISTRAL_TOKENS = frozenset({INST, INST_END, TOOL_CALLS})
 
 
 def mistral_common_data(name: str) -> Path:
@@ -56,7 +53,6 @@ class MistralFamily(Family):
 
     name = "mistral"
     text_think = False
-    recognition = (Recognition(tokens=MISTRAL_TOKENS),)
 
     @cached_property
     def template(self) -> str | None:
@@ -83,7 +79,6 @@ class MistralTextThinkFamily(MistralFamily):
 
     name = "mistral_text_think"
     text_think = True
-    recognition = (Recognition(tokens=MISTRAL_TOKENS, template=(TEXT_THINK,)),)  # a template that asks for `<think>`
 
 
 FAMILIES = (MistralFamily, MistralTextThinkFamily)

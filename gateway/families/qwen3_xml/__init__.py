@@ -1,7 +1,14 @@
 """Qwen XML tool calls (Qwen3-Coder, Qwen3.5 and later): ChatML prompts, token-aware parser, structural tags."""
 
-from .family import Qwen3XmlFamily
-from .parser import Qwen3XmlParser
+from gateway.families import lazy_exports
 
-FAMILIES = (Qwen3XmlFamily,)
-__all__ = ["FAMILIES", "Qwen3XmlFamily", "Qwen3XmlParser"]
+from .claims import RECOGNITION
+
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        ".family": ("FAMILIES", "Qwen3XmlFamily"),
+        ".parser": ("Qwen3XmlParser",),
+    },
+)
+__all__ = ["FAMILIES", "RECOGNITION", "Qwen3XmlFamily", "Qwen3XmlParser"]

@@ -5,17 +5,13 @@ from __future__ import annotations
 from functools import cached_property
 
 from gateway.families.base import OutputParser
-from gateway.families.chatml import TOOL_CALL_END, TOOL_CALL_START, TURN_END, TURN_START, ChatMLFamily
-from gateway.families.recognition import Recognition
+from gateway.families.chatml import ChatMLFamily
 from gateway.families.templates import choose_template, render_request
 from gateway.types import ChatRequest
 
 from .grammar import CALLS
-from .markers import FUNCTION_OPEN, PARAMETER_OPEN, QWEN35_VOCABULARY
 from .parser import Qwen3XmlParser
 from .prompt import BUILTIN_TEMPLATE
-
-CHATML_CALLS = frozenset({TURN_START, TURN_END, TOOL_CALL_START, TOOL_CALL_END})
 
 
 class Qwen3XmlFamily(ChatMLFamily):
@@ -23,10 +19,6 @@ class Qwen3XmlFamily(ChatMLFamily):
 
     name = "qwen3_xml"
     calls = CALLS
-    recognition = (
-        Recognition(tokens=CHATML_CALLS, template=(FUNCTION_OPEN, PARAMETER_OPEN)),  # Qwen3-Coder's template
-        Recognition(tokens=CHATML_CALLS | QWEN35_VOCABULARY),  # Qwen3.5's vocabulary, with or without template
-    )
 
     @cached_property
     def template(self) -> str:
@@ -44,3 +36,6 @@ class Qwen3XmlFamily(ChatMLFamily):
             tool_calls=bool(request.active_tools),
             in_reasoning=self.opens_reasoning(request, prompt),
         )
+
+
+FAMILIES = (Qwen3XmlFamily,)

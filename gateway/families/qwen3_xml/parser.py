@@ -37,7 +37,7 @@ from enum import auto
 from typing import Any
 
 from gateway.families.base import ParserState
-from gateway.families.chatml import THINK_END, THINK_START, TOKEN_MARKERS, TOOL_CALL_END, TOOL_CALL_START
+from gateway.families.chatml_tokens import THINK_END, THINK_START, TOKEN_MARKERS, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import StreamedCallParser
 from gateway.families.values import schema_types
 from gateway.types import Delta, Piece
