@@ -121,6 +121,11 @@ def read_marked(path: Path) -> Marked:
     return Marked(value, marks)
 
 
+TEXT_FIELDS = frozenset({"sha256", "id", "tenant"})
+"""Fields that are text whatever YAML would make of them unquoted: a key hash of 64 decimal digits is an integer to
+YAML (and one of digits 0-7 with a leading 0 an octal one, its zeros lost)."""
+
+
 def _build(
     loader: yaml.SafeLoader, node: yaml.Node, path: FieldPath, file: str, marks, errors, seen: set[int], at: int = 0
 ) -> Any:
@@ -151,6 +156,8 @@ def _build(
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, item, (*path, i), file, marks, errors, seen) for i, item in enumerate(node.value)]
+    if path and path[-1] in TEXT_FIELDS and node.tag != "tag:yaml.org,2002:null" and node.style is None:
+        return node.value  # an unquoted hash of digits only (or 0-7: octal) is its text, not a number
     try:
         return loader.construct_object(node, deep=True)
     except ValueError:  # a timestamp-looking scalar that is no date (2027-13-45): the schema says why

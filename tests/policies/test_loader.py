@@ -149,6 +149,14 @@ def test_good_file_passes_the_schema_and_loads(tmp_path):
     assert policy.tools_allow is None and policy.tools_strict == "client" and policy.priority == "interactive"
 
 
+@pytest.mark.parametrize("digits", ["1234567890" * 6 + "1234", "0" + "1234567" * 9, "0" * 64])
+def test_an_unquoted_hash_of_digits_is_the_hash_not_a_number(tmp_path, digits):
+    """YAML reads 64 decimal digits as an integer (digits 0-7 after a 0 as an octal one): the key's text counts."""
+    text = f"tenant: 2024\nkeys:\n  - id: 7\n    sha256: {digits}\nmodels: [m]\n"
+    policy = load_policy(write(tmp_path, "t.yaml", text), None)
+    assert (policy.tenant, policy.keys[0].id, policy.keys[0].sha256) == ("2024", "7", digits)
+
+
 def test_whole_numbers_written_as_floats_are_integer_limits(tmp_path):
     """JSON Schema's integers include 5.0: the limits must still be ints (the limiter refuses a float)."""
     text = GOOD + "limits: {requests_per_minute: 5.0, max_tokens: 16.0, tokens_per_day: 1.0e+6}\n"

@@ -177,6 +177,8 @@ def test_keys_missing_unknown_expired_and_header_styles(client):
     assert expired.status_code == 401 and "expired on 2020-01-31" in expired.json()["error"]["message"]
     for header in ("api-key", "x-api-key"):
         assert client.get("/v1/models", headers={header: key_of("beta")}).status_code == 200
+    for bearer in ("Bearer\t", "bearer  ", "BEARER \t"):  # RFC 7235 says SP; a tab or two spaces are no other key
+        assert client.get("/v1/models", headers={"authorization": bearer + key_of("beta")}).status_code == 200
     two_keys = [("authorization", f"Bearer {key_of('alpha')}"), ("authorization", f"Bearer {key_of('gamma')}")]
     ambiguous = client.get("/v1/models", headers=two_keys)  # the last one used to win: which tenant, a guess
     assert ambiguous.status_code == 401 and "several different 'authorization'" in ambiguous.json()["error"]["message"]
