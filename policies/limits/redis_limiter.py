@@ -71,7 +71,9 @@ class RedisLimiter(Limiter):
     def _now_arg(self) -> str:
         return "" if self._clock is None else str(int(self._clock() * 1000))
 
-    async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
+    async def _admit(
+        self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str, least: int | None = None
+    ) -> Verdict:
         args = [
             self._now_arg(),
             tokens,
@@ -83,10 +85,11 @@ class RedisLimiter(Limiter):
             self._lease_ms,
             CONCURRENCY_RETRY_MS,
             FREE_JOINS,
+            _arg(least),
         ]
         try:
             async with self._calls.turn():
-                allowed, limit, retry, requests, tokens_used, reset = await self._admit_script(
+                allowed, limit, retry, requests, tokens_used, reset, reserved = await self._admit_script(
                     self._keys(tenant, charge_id), args
                 )
         except RedisError as exc:
@@ -98,6 +101,7 @@ class RedisLimiter(Limiter):
             requests=requests,
             tokens=tokens_used,
             reset_ms=reset,
+            reserved=reserved,
         )
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:

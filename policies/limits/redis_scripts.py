@@ -80,7 +80,8 @@ ADMIT = (
     COMMON
     + """
 -- ARGV: 1 now, 2 tokens, 3 rpm, 4 tpm, 5 concurrency, 6 tokens per day (-1: unlimited), 7 holder, 8 lease ms,
--- 9 the retry ms of a concurrency refusal, 10 FREE_JOINS
+-- 9 the retry ms of a concurrency refusal, 10 FREE_JOINS, 11 least (-1: none; else reserve what the token limits
+-- leave, up to tokens, and no fewer than least: windows.fitted)
 local now = now_ms()
 local tokens, rpm, tpm, conc, tpd = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
   tonumber(ARGV[6])
@@ -88,12 +89,21 @@ local holder, lease = ARGV[7], tonumber(ARGV[8])
 expire(now)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 local count, sum = unpack(window_use())
-if marked(holder, now) then return {1, '', -1, count, sum, WINDOW} end  -- a rerun
+if marked(holder, now) then  -- a rerun: what the first run reserved, when it is still open
+  return {1, '', -1, count, sum, WINDOW, tonumber(redis.call('HGET', KEYS[5], 'h:' .. holder) or tokens)}
+end
 local marked_in = mark(holder, now)
 local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
 local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
 local day = math.floor(now / DAY)
 local day_key = KEYS[6] .. day
+local least = tonumber(ARGV[11])
+if least >= 0 and least < tokens then
+  local room = tokens
+  if tpm >= 0 then room = math.min(room, tpm - sum) end
+  if tpd >= 0 then room = math.min(room, tpd - tonumber(redis.call('GET', day_key) or '0')) end
+  tokens = math.max(least, room)
+end
 local function free_at(need, by_tokens)
   local freed, start = 0, 0
   while true do  -- past the oldest RETRY_SCAN entries: when the whole window has left (an upper bound)
@@ -130,7 +140,7 @@ if tpd >= 0 then
 end
 if limit ~= '' then
   redis.call('SREM', KEYS[8] .. marked_in, holder)  -- refused: nothing reserved, a rerun decides afresh
-  return {0, limit, retry, count, sum, reset_ms(now)}
+  return {0, limit, retry, count, sum, reset_ms(now), 0}
 end
 local entry = holder
 if free_join then  -- the same request: not counted
@@ -155,7 +165,7 @@ redis.call('PEXPIREAT', day_key, (day + 2) * DAY)
 redis.call('HSET', KEYS[5], 'h:' .. holder, tokens, 'd:' .. holder, day)
 redis.call('HINCRBY', KEYS[5], 'n', 1)
 redis.call('PEXPIRE', KEYS[5], math.max(lease, 2 * DAY))  -- a long request still settles its day
-return {1, '', -1, count, sum + tokens, WINDOW}
+return {1, '', -1, count, sum + tokens, WINDOW, tokens}
 """
 )
 

@@ -64,6 +64,7 @@ def deployment(
     write_tenant(policies, "tpm", models=["m-shared"], limits={"tokens_per_minute": 10000, "max_tokens": 64})
     write_tenant(policies, "quiet", models=["m-shared"], audit=False)
     write_tenant(policies, "tiny", models=["m-shared"], limits={"tokens_per_minute": 60})
+    write_tenant(policies, "window", models=["m-shared"], limits={"tokens_per_minute": 100, "max_tokens": 4096})
     write_tenant(policies, "prometheus", metrics=True)
     write_tenant(policies, "strict", models=["m-shared"], tools={"strict": "always"})
     expired = write_tenant(policies, "expired", models=["m-*"])
@@ -318,6 +319,19 @@ def test_a_request_that_can_never_fit_a_token_limit_is_a_400(client):
     assert never.status_code == 400 and never.json()["error"]["code"] == "tokens_exceed_limit", never.text
     assert never.json()["error"]["param"] == "prompt"  # the prompt alone is over: no max_tokens would make it fit
     assert "retry-after" not in never.headers
+
+
+def test_a_request_without_max_tokens_takes_what_the_window_leaves(client):
+    """Its default budget was all tokens_per_minute leaves after its prompt, reserved whole: a 429 whenever the window
+    held anything. It gets what the window leaves, and ends there (incomplete: max_output_tokens)."""
+    body = {"model": "m-shared", "input": "hi"}
+    first = client.post("/v1/responses", headers=auth("window"), json={**body, "max_output_tokens": 16})
+    assert first.status_code == 200, first.text
+    second = client.post("/v1/responses", headers=auth("window"), json=body)
+    assert second.status_code == 200, second.text
+    used = first.json()["usage"]["total_tokens"] + second.json()["usage"]["total_tokens"]
+    assert second.json()["incomplete_details"] == {"reason": "max_output_tokens"} and used == 100
+    assert second.headers["x-ratelimit-remaining-tokens"] == "0"
 
 
 def test_rate_limit_headers_on_success(client):
