@@ -412,7 +412,7 @@ def test_ready_shows_the_policy_store_and_no_model_id(client):
     body = client.get("/ready").json()
     assert body["models"] == {"ready": len(MODELS), "total": len(MODELS)}  # an open route: ids are for tenants
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 10 and body["policies"]["problems"] == 0
+    assert body["policies"]["tenants"] == 11 and body["policies"]["problems"] == 0
 
 
 def test_only_a_metrics_tenants_key_reads_metrics(client):
