@@ -56,15 +56,15 @@ class RedisLimiter(Limiter):
 
     def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
-        return [
-            f"{base}:w",
-            f"{base}:wa",
-            f"{base}:wt",
+        return [  # w2, wa2, ws2, wb2: windows counted by time (redis_scripts.py); replicas of a release before it
+            f"{base}:w2",  # (w, wa, wt, wj: counted entry by entry) never read them during a rolling upgrade
+            f"{base}:wa2",
+            f"{base}:ws2",
             f"{base}:slots",
             f"{base}:c2:{charge_id}",  # c2: charges that keep each admission's reservation; replicas of a release
             # before that (plain c:, one reservation per charge) never read or settle these during a rolling upgrade
             f"{base}:d:",
-            f"{base}:wj",
+            f"{base}:wb2",
             f"{base}:m:",
         ]
 
