@@ -44,10 +44,20 @@ class PolicyError:
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
+MAX_REPORTED = 50
+"""Problems reported per file at most, then how many more: a file of 100,000 unknown fields logged 100,000 lines at
+each reload."""
+MAX_MESSAGE = 300
+"""Characters of a schema message at most (they quote the value at fault: a list of 100,000 globs, say)."""
+
+
 class PolicyFileError(Exception):
-    """A file that cannot be used; `errors` says every reason."""
+    """A file that cannot be used; `errors` says every reason (the first MAX_REPORTED, then how many more)."""
 
     def __init__(self, errors: list[PolicyError]):
+        if len(errors) > MAX_REPORTED:
+            more = PolicyError(errors[0].file, None, None, f"{len(errors) - MAX_REPORTED} more problems")
+            errors = [*errors[:MAX_REPORTED], more]
         super().__init__("\n".join(map(str, errors)))
         self.errors = errors
 
@@ -226,6 +236,12 @@ def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
             )
         elif error.validator == "oneOf" and path == ("audit",):
             message = "must be true, false or {prompts: true|false}"
+        elif error.validator == "maxItems":
+            message = f"at most {error.validator_value} entries, not {len(error.instance)}"
+        elif error.validator == "maxLength":
+            message = f"at most {error.validator_value} characters, not {len(error.instance)}"
+        if len(message) > MAX_MESSAGE:
+            message = message[: MAX_MESSAGE - 1] + "…"
         out.append(_at(doc, file, path, message))
     unique = {(e.file, e.field): e for e in reversed(out)}  # one error per field (pattern and format agree)
     return sorted(unique.values(), key=lambda e: (e.line or 0, e.field or ""))
