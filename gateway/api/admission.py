@@ -299,9 +299,10 @@ def _refusal(verdict: LimiterAdmission, limits: Limits, asked: _Asked, params: t
         )
     if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
         limit, (prompt_param, max_tokens_param) = getattr(limits, verdict.limit), params
-        if asked.prompt_tokens > limit:
+        if asked.prompt_tokens >= limit:  # no max tokens (1 at least) and no n would make it fit
+            over = "more than" if asked.prompt_tokens > limit else "leaving no token of"
             return invalid(
-                f"the prompt is {asked.prompt_tokens} tokens, more than this API key's {verdict.limit} of {limit}",
+                f"the prompt is {asked.prompt_tokens} tokens, {over} this API key's {verdict.limit} of {limit}",
                 prompt_param,
                 "tokens_exceed_limit",
             )

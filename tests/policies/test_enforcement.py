@@ -157,10 +157,11 @@ async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("prompt_tokens", "param"), [(10, "max_output_tokens"), (70, "input")])
+@pytest.mark.parametrize(("prompt_tokens", "param"), [(10, "max_output_tokens"), (70, "input"), (60, "input")])
 async def test_a_request_that_never_fits_a_token_limit_names_the_field_to_lower(tmp_path, prompt_tokens, param):
     """The 400 names the door's own field: its max tokens (`max_output_tokens` on the Responses door, not
-    `max_tokens`), or its prompt when the prompt alone is over the limit (no max tokens would make it fit)."""
+    `max_tokens`), or its prompt when the prompt alone is over the limit or leaves no token of it for the answer (no
+    max tokens would make it fit: it named a max tokens field the client may not even have sent)."""
     gate = PolicyGate(PolicyStore(tmp_path), MemoryLimiter())
     policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(tokens_per_minute=60))
     rules = RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), "rid"), gate)
