@@ -66,8 +66,9 @@ local function tally(ts, tokens, requests)  -- add to the window's sums: its tot
   for _, sum in ipairs({{'t', tokens}, {'r', requests}}) do
     if sum[2] ~= 0 then
       redis.call('HINCRBY', KEYS[3], sum[1], sum[2])
-      redis.call('HINCRBY', KEYS[7], sum[1] .. int(ts), sum[2])
-      redis.call('HINCRBY', KEYS[7], string.upper(sum[1]) .. int(math.floor(ts / 1000)), sum[2])
+      for _, field in ipairs({sum[1] .. int(ts), string.upper(sum[1]) .. int(math.floor(ts / 1000))}) do
+        if redis.call('HINCRBY', KEYS[7], field, sum[2]) == 0 then redis.call('HDEL', KEYS[7], field) end
+      end
     end
   end
 end
@@ -107,8 +108,6 @@ local function clean(done)  -- take up to CLEAN entries that left the window (an
     entries[#entries + 1] = old[i]
     sums[#sums + 1] = 't' .. int(ts)
     sums[#sums + 1] = 'r' .. int(ts)
-    local second = math.floor(ts / 1000)
-    if (second + 1) * 1000 - 1 <= done then sums[#sums + 1] = 'T' .. int(second); sums[#sums + 1] = 'R' .. int(second) end
   end
   redis.call('ZREM', KEYS[1], unpack(entries))
   redis.call('HDEL', KEYS[2], unpack(entries))
@@ -128,6 +127,12 @@ local function expire(now)  -- the window's sums lose what left it; returns the 
     if tokens ~= 0 then redis.call('HINCRBY', KEYS[3], 't', -tokens) end
     if requests ~= 0 then redis.call('HINCRBY', KEYS[3], 'r', -requests) end
     redis.call('HSET', KEYS[3], 'c', int(cutoff))
+    local seconds = {}  -- the sums of the seconds that have now left whole
+    for s = math.floor((done + 1) / 1000), math.floor((cutoff + 1) / 1000) - 1 do
+      seconds[#seconds + 1] = 'T' .. int(s)
+      seconds[#seconds + 1] = 'R' .. int(s)
+    end
+    if #seconds > 0 then redis.call('HDEL', KEYS[7], unpack(seconds)) end
     done = cutoff
   end
   clean(done)

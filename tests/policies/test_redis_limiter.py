@@ -338,3 +338,20 @@ async def test_a_burst_that_left_the_window_is_taken_out_a_bounded_slice_per_cal
     assert await client.zcard(window) == 1
     await client.aclose()
     await limiter.close()
+
+
+async def test_a_busy_windows_sums_hold_only_what_is_in_it(redis_server):
+    """The per-ms and per-second sums of admissions that left, or were voided, are taken out: a tenant always busy
+    keeps its keys alive, so anything left behind would pile up for as long as it stays busy."""
+    now = [1_000_000_000.0]
+    limiter = RedisLimiter(redis_server.url, prefix="sums-test", clock=lambda: now[0])
+    tenant, limits = f"t-{uuid.uuid4().hex[:8]}", Limits(requests_per_minute=1000, tokens_per_minute=10**6)
+    client = redis.Redis.from_url(redis_server.url)
+    for i in range(300):  # 3.5 minutes, one in three served nothing
+        await limiter.settle(await limiter.admit(tenant, limits, f"c{i}", 7), 5, void=i % 3 == 0)
+        now[0] += 0.7
+    entries = await client.zcard(f"sums-test:{{{tenant}}}:w2")
+    assert entries <= 60 / 0.7 * 2 / 3 + 1  # the window's own
+    assert await client.hlen(f"sums-test:{{{tenant}}}:wb2") <= 2 * entries + 2 * 61  # their ms and seconds
+    await client.aclose()
+    await limiter.close()
