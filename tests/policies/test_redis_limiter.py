@@ -314,7 +314,7 @@ async def test_a_burst_that_left_the_window_is_taken_out_a_bounded_slice_per_cal
     while the rest waits for later calls; a window all of whose entries left goes at once."""
     t0 = 1_000_000_000.0
     now = [t0]
-    limiter = RedisLimiter(redis_server.url, prefix="burst-test", clock=lambda: now[0])
+    limiter = RedisLimiter(redis_server.url, prefix="burst-test", clock=lambda: now[0], timeout_s=30)  # a busy host
     tenant, limits = f"t-{uuid.uuid4().hex[:8]}", Limits(requests_per_minute=10_000, tokens_per_minute=10**6)
     client = redis.Redis.from_url(redis_server.url)
     window = f"burst-test:{{{tenant}}}:w2"
