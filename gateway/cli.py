@@ -251,15 +251,15 @@ def redis_client_options(args: argparse.Namespace, env: Mapping[str, str] = os.e
 
 
 def _check_workers(config: GatewayConfig, args: argparse.Namespace) -> None:
-    """Tenant limits counted in one process's memory would be wrong in a group: they need the shared store; a model's
-    backend slots are divided among the processes, one at least each."""
+    """Tenant limits counted in one process's memory would be wrong in a group: they need the shared store; with
+    policies a model's backend slots are divided among the processes' fair queues, one at least each."""
     workers = config.server.workers
     if workers > 1 and args.policies is not None and not args.redis:
         raise ConfigError(
             f"{workers} gateway processes with --policies need --redis: each process would count the tenant "
             "limits on its own (pass --redis URL, or --workers 1)"
         )
-    for i, entry in enumerate(config.models):
+    for i, entry in enumerate(config.models if args.policies is not None else ()):
         slots = entry.gateway_slots()
         if slots is not None and slots < workers:
             field = "max_running" if entry.max_running is not None else "backend.max_batch"
@@ -369,8 +369,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
         if tracing is not None:
             stack.callback(tracing.shutdown)  # the spans still queued go out
         try:
-            process = (role.index, role.count) if role else (0, 1)
-            registry = start_models(config, stack, role.worker_urls if role else None, process)
+            registry = start_models(config, stack, role.worker_urls if role else None)
         except (RuntimeError, ValueError, OSError) as exc:
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
             return 1
@@ -379,6 +378,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             warm_grammars(registry)
         redis_options = redis_client_options(args)
         lock = role.lines_lock if role else None
+        process = (role.index, role.count) if role else (0, 1)  # its share of each model's fair queue
         gate = (
             policy_gate(args.policies, args.redis, args.audit_log, config, redis_options, lock, process)
             if args.policies

@@ -29,23 +29,15 @@ def _say(message: str) -> None:
     print(f"gateway: {message}", file=sys.stderr, flush=True)
 
 
-def start_models(
-    config: GatewayConfig,
-    stack: ExitStack,
-    worker_urls: dict[str, str] | None = None,
-    process: tuple[int, int] = (0, 1),
-) -> ModelRegistry:
+def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str, str] | None = None) -> ModelRegistry:
     """Load every configured model; workers started here are stopped when `stack` closes, and
     restarted by the registry's background tasks if they die. A model in `worker_urls` uses the bundled
-    worker another process started (and supervises) at that URL. `process`: this process's index in its group and
-    their count (its share of each model's backend slots)."""
+    worker another process started (and supervises) at that URL."""
     background: list[Callable[[], Awaitable[None]]] = []
     budget = config.server.grammar_compile_s
     urls = worker_urls or {}
     load = functools.cache(load_checkpoint)  # models on one checkpoint share its tokenizer (and what is built on it)
-    models = [
-        _start_model(entry, stack, background, urls.get(entry.id), load, budget, process) for entry in config.models
-    ]
+    models = [_start_model(entry, stack, background, urls.get(entry.id), load, budget) for entry in config.models]
     for model in models:
         if model.grammar_budget is not None:
             stack.callback(model.grammar_budget.close)
@@ -83,7 +75,6 @@ def _start_model(
     worker_url: str | None,
     load: Callable[[str | None], Checkpoint],
     grammar_compile_s: float | None = None,
-    process: tuple[int, int] = (0, 1),
 ) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
     checkpoint = load(entry.checkpoint)
@@ -96,7 +87,7 @@ def _start_model(
     if entry.backend.context_length:
         model.context_length = min(model.context_length, entry.backend.context_length)
     model.grammar_target = entry.backend.xgrammar or PINNED_XGRAMMAR.get(entry.backend.type) or version("xgrammar")
-    slots = backend_slots(entry, *process)
+    slots = backend_slots(entry)
     if slots is not None and backend is not None:
         model.choice_slots = ChoiceSlots(slots)
     if grammar_compile_s is not None:

@@ -343,8 +343,8 @@ def test_the_config_file_names_the_process_count(tmp_path):
 
 
 def test_a_models_backend_slots_are_divided_exactly_among_the_groups_processes(tmp_path):
-    """Each process had a fair queue (and choice slots) of the model's whole `max_running`: N processes sent N times
-    what the backends run at once. Each now holds its share, the remainder to the first ones."""
+    """Each process had a fair queue of the model's whole `max_running`: N processes sent N times what the backends
+    run at once. Each now holds its share, the remainder to the first ones."""
     entry = ModelEntry("m", max_running=10)
     assert [backend_slots(entry, i, 4) for i in range(4)] == [3, 3, 2, 2]
     worker = ModelEntry("w", backend=BackendConfig(type="worker"))  # a bundled worker's batch: 8 by default
@@ -357,5 +357,6 @@ def test_a_models_backend_slots_are_divided_exactly_among_the_groups_processes(t
 def test_a_group_larger_than_a_models_backend_slots_is_refused(tmp_path, capsys):
     path = tmp_path / "gateway.yaml"
     path.write_text("models:\n  - id: m\n    max_running: 2\n    backend: {type: none}\n")
-    assert main(["serve", "--config", str(path), "--workers", "3"]) == 2
+    group = ["serve", "--config", str(path), "--workers", "3", "--policies", str(tmp_path), "--redis", "redis://r:1"]
+    assert main(group) == 2
     assert "models[0].max_running: 2 backend slots of 'm' cannot be divided among 3" in capsys.readouterr().err

@@ -106,7 +106,7 @@ ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart b
 {{- with $model.defaultMaxTokens }}{{ $_ := set $out "default_max_tokens" . }}{{ end }}
 {{- with $model.maxRunning }}{{ $_ := set $out "max_running" . }}{{ end }}
 {{- $processes := int (default 1 $.Values.gateway.workers) }}
-{{- if and $model.maxRunning (gt $processes (int $model.maxRunning)) }}
+{{- if and $.Values.policies.enabled $model.maxRunning (gt $processes (int $model.maxRunning)) }}
 {{- fail (printf "models: %s: maxRunning %d cannot be divided among gateway.workers %d processes (each needs one slot at least); the gateway refuses to start" $model.id (int $model.maxRunning) $processes) }}
 {{- end }}
 {{- $cfg := dict "request_timeout_s" $.Values.gateway.requestTimeoutSeconds }}
