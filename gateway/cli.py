@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         config = _serve_config(args)
         _check_exposure(args)
         override_limits(config.server, args)
-        _check_workers(config.server.workers, args)
+        _check_workers(config, args)
     except ConfigError as exc:
         print(f"gateway: {exc}", file=sys.stderr)
         return 2
@@ -250,13 +250,23 @@ def redis_client_options(args: argparse.Namespace, env: Mapping[str, str] = os.e
     return options
 
 
-def _check_workers(workers: int, args: argparse.Namespace) -> None:
-    """Tenant limits counted in one process's memory would be wrong in a group: they need the shared store."""
+def _check_workers(config: GatewayConfig, args: argparse.Namespace) -> None:
+    """Tenant limits counted in one process's memory would be wrong in a group: they need the shared store; with
+    policies a model's backend slots are divided among the processes' fair queues, one at least each."""
+    workers = config.server.workers
     if workers > 1 and args.policies is not None and not args.redis:
         raise ConfigError(
             f"{workers} gateway processes with --policies need --redis: each process would count the tenant "
             "limits on its own (pass --redis URL, or --workers 1)"
         )
+    for i, entry in enumerate(config.models if args.policies is not None else ()):
+        slots = entry.gateway_slots()
+        if slots is not None and slots < workers:
+            field = "max_running" if entry.max_running is not None else "backend.max_batch"
+            raise ConfigError(
+                f"models[{i}].{field}: {slots} backend slots of {entry.id!r} cannot be divided among {workers} "
+                "gateway processes (--workers): each needs one at least; raise it or lower --workers"
+            )
 
 
 def _http_url(text: str) -> str:
@@ -374,8 +384,9 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             warm_grammars(registry)
         redis_options = redis_client_options(args)
         lock = role.lines_lock if role else None
+        process = (role.index, role.count) if role else (0, 1)  # its share of each model's fair queue
         gate = (
-            policy_gate(args.policies, args.redis, args.audit_log, config, redis_options, lock)
+            policy_gate(args.policies, args.redis, args.audit_log, config, redis_options, lock, process)
             if args.policies
             else None
         )

@@ -51,7 +51,7 @@ def presented_keys(headers: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
     for name in (b"authorization", b"api-key", b"x-api-key"):
         text = values.get(name, b"").decode("latin-1").strip()
         if name == b"authorization":
-            scheme, _, text = text.partition(" ")
+            scheme, _, text = text.replace("\t", " ").partition(" ")  # RFC 7235 says SP; clients send HTAB too
             text = text.strip() if scheme.lower() == "bearer" else ""
         if text:
             keys.setdefault(text, name.decode())

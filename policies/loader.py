@@ -44,10 +44,20 @@ class PolicyError:
         return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
 
 
+MAX_REPORTED = 50
+"""Problems reported per file at most, then how many more: a file of 100,000 unknown fields logged 100,000 lines at
+each reload."""
+MAX_MESSAGE = 300
+"""Characters of a schema message at most (they quote the value at fault: a list of 100,000 globs, say)."""
+
+
 class PolicyFileError(Exception):
-    """A file that cannot be used; `errors` says every reason."""
+    """A file that cannot be used; `errors` says every reason (the first MAX_REPORTED, then how many more)."""
 
     def __init__(self, errors: list[PolicyError]):
+        if len(errors) > MAX_REPORTED:
+            more = PolicyError(errors[0].file, None, None, f"{len(errors) - MAX_REPORTED} more problems")
+            errors = [*errors[:MAX_REPORTED], more]
         super().__init__("\n".join(map(str, errors)))
         self.errors = errors
 
@@ -121,6 +131,11 @@ def read_marked(path: Path) -> Marked:
     return Marked(value, marks)
 
 
+TEXT_FIELDS = frozenset({"sha256", "id", "tenant"})
+"""Fields that are text whatever YAML would make of them unquoted: a key hash of 64 decimal digits is an integer to
+YAML (and one of digits 0-7 with a leading 0 an octal one, its zeros lost)."""
+
+
 def _build(
     loader: yaml.SafeLoader, node: yaml.Node, path: FieldPath, file: str, marks, errors, seen: set[int], at: int = 0
 ) -> Any:
@@ -151,6 +166,8 @@ def _build(
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, item, (*path, i), file, marks, errors, seen) for i, item in enumerate(node.value)]
+    if path and path[-1] in TEXT_FIELDS and node.tag != "tag:yaml.org,2002:null" and node.style is None:
+        return node.value  # an unquoted hash of digits only (or 0-7: octal) is its text, not a number
     try:
         return loader.construct_object(node, deep=True)
     except ValueError:  # a timestamp-looking scalar that is no date (2027-13-45): the schema says why
@@ -219,6 +236,12 @@ def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
             )
         elif error.validator == "oneOf" and path == ("audit",):
             message = "must be true, false or {prompts: true|false}"
+        elif error.validator == "maxItems":
+            message = f"at most {error.validator_value} entries, not {len(error.instance)}"
+        elif error.validator == "maxLength":
+            message = f"at most {error.validator_value} characters, not {len(error.instance)}"
+        if len(message) > MAX_MESSAGE:
+            message = message[: MAX_MESSAGE - 1] + "…"
         out.append(_at(doc, file, path, message))
     unique = {(e.file, e.field): e for e in reversed(out)}  # one error per field (pattern and format agree)
     return sorted(unique.values(), key=lambda e: (e.line or 0, e.field or ""))

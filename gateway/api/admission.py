@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from backends.base import BackendError
+from backends.base import BackendError, SamplingParams
 from gateway.api.door_params import CHAT_PARAMS, DoorParams
 from gateway.api.tenancy import PolicyGate, TenantRequest, tenant_of
 from gateway.errors import APIError, invalid, rate_limited
@@ -148,26 +148,30 @@ class RequestPolicy:
         model: ServedModel,
         prompt_tokens: int,
         completion_tokens: int,
-        events: Events,
+        start: Callable[[], Events],
         *,
         prompt_param: str,
         max_tokens_param: str = "max_tokens",
         prompt: Any = None,
         choices: int = 1,
         n: int | None = None,
+        defaulted: Sequence[SamplingParams] = (),
     ) -> Events:
         """Admit a request of `prompt_tokens` that may generate `completion_tokens` (all `choices`, `n` samples of
         each prompt: all the choices when None, as for a chat's one prompt; 1 on a door without `n`):
         400 over max_prompt_tokens, 429 (or 503 when the store is down and the tenant fails closed)
-        when the limiter refuses. Returns `events`, settling the
-        real usage when they end; call it before anything reaches the backend. Without policies, the choices
-        are counted against the model's backend slots instead (gateway/models/slots.py)."""
+        when the limiter refuses. `defaulted`: the budgets of a request that set no max tokens: it takes what the
+        tenant's token limits leave now (up to `completion_tokens`), refused only when that is less than one token
+        per choice, and these budgets are lowered to it (the answer then ends with finish_reason length).
+        Returns the events of `start()` (called once admitted), settling the real usage when they end.
+        Without policies, the choices are counted against the model's backend slots instead
+        (gateway/models/slots.py)."""
         tenant = self.tenant
         if tenant is None or self._gate is None:
             if model.choice_slots is None:
-                return events
+                return start()
             model.choice_slots.check(choices)
-            return model.choice_slots.hold(choices, events)
+            return model.choice_slots.hold(choices, start())
         policy = tenant.caller.policy
         tenant.model = model.id
         tenant.prompt_tokens = prompt_tokens
@@ -181,13 +185,23 @@ class RequestPolicy:
             )
         reserved = prompt_tokens + completion_tokens
         limiter = self._gate.limiter
+        least = min(reserved, prompt_tokens + choices) if defaulted else None
         verdict = await limiter.admit(
-            policy.tenant, policy.limiter_limits, f"{policy.tenant}:{tenant.request_id}", reserved
+            policy.tenant, policy.limiter_limits, f"{policy.tenant}:{tenant.request_id}", reserved, least=least
         )
         tenant.headers = _headers(verdict.headers, verdict.reset_at_s, tenant.anthropic)
         if not verdict.allowed:
             asked = _Asked(prompt_tokens, reserved, choices, choices if n is None else n)
             raise _refusal(verdict, policy.limits, asked, (prompt_param, max_tokens_param))
+        if defaulted and verdict.reserved < reserved:
+            each = (verdict.reserved - prompt_tokens) // choices
+            for sampling in defaulted:
+                sampling.max_new_tokens = min(sampling.max_new_tokens, each)
+        try:
+            events = start()
+        except BaseException:
+            await limiter.settle(verdict, 0, void=True)
+            raise
         counted = _Usage(prompt_tokens)
 
         async def release() -> None:
@@ -285,9 +299,10 @@ def _refusal(verdict: LimiterAdmission, limits: Limits, asked: _Asked, params: t
         )
     if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
         limit, (prompt_param, max_tokens_param) = getattr(limits, verdict.limit), params
-        if asked.prompt_tokens > limit:
+        if asked.prompt_tokens >= limit:  # no max tokens (1 at least) and no n would make it fit
+            over = "more than" if asked.prompt_tokens > limit else "leaving no token of"
             return invalid(
-                f"the prompt is {asked.prompt_tokens} tokens, more than this API key's {verdict.limit} of {limit}",
+                f"the prompt is {asked.prompt_tokens} tokens, {over} this API key's {verdict.limit} of {limit}",
                 prompt_param,
                 "tokens_exceed_limit",
             )

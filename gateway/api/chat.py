@@ -72,26 +72,31 @@ async def start_chat(
         plan.sampling.max_new_tokens, settings.max_tokens, len(plan.ids), settings.n
     )
     note_request("chat", rid, model.id, plan.sampling.max_new_tokens, settings)
-    queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)
-    events = generate(
-        model,
-        rid,
-        [(plan.ids, plan.sampling)],
-        settings,
-        plan.grammar,
-        queued,
-        lambda: model.family.parser(chat, plan.prompt),
-    )
+
+    def start() -> Events:
+        """The choices' steps, once admitted (a default budget may have been lowered to what the limits leave)."""
+        queued = policy.queued(model, len(plan.ids) + plan.sampling.max_new_tokens)
+        return generate(
+            model,
+            rid,
+            [(plan.ids, plan.sampling)],
+            settings,
+            plan.grammar,
+            queued,
+            lambda: model.family.parser(chat, plan.prompt),
+        )
+
     with stage("gateway.admission"):
         events = await policy.admit(
             model,
             len(plan.ids),
             settings.n * plan.sampling.max_new_tokens,
-            events,
+            start,
             prompt_param=param,
             max_tokens_param=max_tokens_param,
             prompt=plan.prompt,
             choices=settings.n,
+            defaulted=[plan.sampling] if settings.max_tokens is None else (),
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     parsers = [model.family.parser(chat, plan.prompt) for _ in range(settings.n)]

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.api.logprobs import TokenTexts, completion_logprobs
-from gateway.api.streaming import respond
+from gateway.api.streaming import Events, respond
 from gateway.api.usage import usage
 from gateway.errors import invalid
 from gateway.generation.choices import generate
@@ -52,20 +52,24 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
         for ids, param in prompts
     ]
     rid = new_id("cmpl")
-    longest = max(len(ids) + sampling.max_new_tokens for ids, sampling in batch)
     note_request("text_completion", rid, model.id, max(sampling.max_new_tokens for _, sampling in batch), settings)
-    events = generate(model, rid, batch, settings, None, policy.queued(model, longest))
+
+    def start() -> Events:
+        longest = max(len(ids) + sampling.max_new_tokens for ids, sampling in batch)
+        return generate(model, rid, batch, settings, None, policy.queued(model, longest))
+
     budget = settings.n * sum(sampling.max_new_tokens for _, sampling in batch)
     with stage("gateway.admission"):
         events = await policy.admit(
             model,
             prompt_tokens,
             budget,
-            events,
+            start,
             prompt_param="prompt",
             prompt=parsed.prompts,
             choices=choices,
             n=settings.n,
+            defaulted=[sampling for _, sampling in batch] if settings.max_tokens is None else (),
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     skipped = frozenset(model.family.context.control_token_ids) if settings.skip_special_tokens else frozenset()

@@ -11,7 +11,8 @@ A YAML (or JSON) file:
         options: {}                   # family options, e.g. chat_template: <jinja text>
         default_max_tokens: 1024      # for requests that name no max_tokens (default: the context left)
         max_running: 8                # with --policies: choices sent to the backend at once; more wait in the
-                                      #   model's fair queue (default: a bundled worker's max_batch, else none)
+                                      #   model's fair queue (default: a bundled worker's max_batch, else none);
+                                      #   for this gateway: --workers N divides it exactly (at least 1 each)
         backend:
           type: worker                # worker (bundled, started here) | sglang | vllm | none (tokenize only)
           threads: auto               # worker only: auto (measured, within the cores and CPU quota) or a number
@@ -104,6 +105,10 @@ class BackendConfig(WorkerOptions):
     model: str | None = None
 
 
+WORKER_SLOTS = 8
+"""The bundled worker's default max_batch (backends/worker/__main__.py)."""
+
+
 @dataclass
 class ModelEntry:
     id: str
@@ -115,6 +120,15 @@ class ModelEntry:
     default_max_tokens: int | None = None
     backend: BackendConfig = field(default_factory=BackendConfig)
     max_running: int | None = None
+
+    def gateway_slots(self) -> int | None:
+        """How many choices the model's backends run at once, for the whole gateway (all its `--workers` processes):
+        `max_running`, else a bundled worker's batch; None when unknown."""
+        if self.max_running is not None:
+            return self.max_running
+        if self.backend.type == "worker":
+            return self.backend.max_batch or WORKER_SLOTS
+        return None
 
 
 @dataclass

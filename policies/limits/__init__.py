@@ -7,11 +7,12 @@ The API (a contract with the policy engine):
 - `Limiter`, one interface for two stores: `MemoryLimiter(clock=time.time)` (one process) and
   `RedisLimiter(url, prefix=..., lease_s=900, timeout_s=0.5)` (exact across replicas: one Lua script per call,
   atomic, on the server's clock, keys that expire by themselves).
-  - `await limiter.admit(tenant, limits, charge_id, tokens) -> Admission`: reserves one request, one concurrency
-    slot and `tokens` (prompt tokens + the request's max tokens) against every limit at once, or nothing. An admit
+  - `await limiter.admit(tenant, limits, charge_id, tokens, least=None) -> Admission`: reserves one request, one
+    concurrency slot and `tokens` (prompt tokens + the request's max tokens) against every limit at once, or nothing. An admit
     whose `charge_id` names a charge still open (a retry on another replica) joins it: the same request, which
     requests_per_minute does not count again (past the charge's first FREE_JOINS joins it does), but it runs too, so
-    it reserves its own slot and tokens, refused past those limits.
+    it reserves its own slot and tokens, refused past those limits. With `least`, the token reservation is what
+    tokens_per_minute and tokens_per_day leave, up to `tokens`, refused below `least` (`Admission.reserved`).
     Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
     answers, whatever was reserved is taken back whole (request, tokens, slot; a joined charge stays).
   - `await limiter.settle(admission, used_tokens, void=False)`: replaces the reservation with real usage (prompt +

@@ -47,8 +47,12 @@ class Limiter(ABC):
         self.background: list[Callable[[], Awaitable[None]]] = []
         """Tasks to run while the gateway serves (the Redis limiter's idle-connection sweep)."""
 
-    async def admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int) -> Admission:
+    async def admit(
+        self, tenant: str, limits: Limits, charge_id: str, tokens: int, *, least: int | None = None
+    ) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
+        With `least`, fewer tokens will do: the reservation is what tokens_per_minute and tokens_per_day leave, up to
+        `tokens`, and is refused only when they leave less than `least` (`Admission.reserved` says how many).
 
         An admit with the `charge_id` of a charge still open joins it: the same request, so requests_per_minute
         neither counts nor refuses it (past the charge's first FREE_JOINS joins, it does), but it runs too, so it
@@ -57,8 +61,10 @@ class Limiter(ABC):
         back.
         """
         holder = uuid.uuid4().hex
-        attempt = asyncio.ensure_future(self._admit(tenant, limits, charge_id, _bounded(tokens), holder))
-        reserved = Admission(True, None, None, tenant=tenant, charge_id=charge_id, holder=holder)
+        tokens = _bounded(tokens)
+        least = None if least is None else _bounded(least)
+        attempt = asyncio.ensure_future(self._admit(tenant, limits, charge_id, tokens, holder, least))
+        reserved = Admission(True, None, None, tenant=tenant, charge_id=charge_id, holder=holder, reserved=tokens)
         try:
             verdict = await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -68,7 +74,9 @@ class Limiter(ABC):
             self._store_failed("admit", tenant, exc)
             self.settle_backlog.add(reserved, 0, void=True, tried=False)  # the store may have run it all the same
             if limits.on_store_error == "open":
-                return Admission(True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id)
+                return Admission(
+                    True, None, None, status=200, store_error=True, tenant=tenant, charge_id=charge_id, reserved=tokens
+                )
             return Admission(
                 False,
                 "store",
@@ -91,6 +99,7 @@ class Limiter(ABC):
             charge_id=charge_id,
             holder=holder if verdict.allowed else "",
             reset_at_s=time.time() + verdict.reset_ms / 1000,
+            reserved=verdict.reserved if verdict.allowed else 0,
         )
 
     async def _undo(self, attempt: asyncio.Future, admission: Admission) -> None:
@@ -181,8 +190,11 @@ class Limiter(ABC):
         """Raise StoreUnavailable when the store does not answer (a store in this process always does)."""
 
     @abstractmethod
-    async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
-        """Check every limit and reserve, atomically; raise StoreUnavailable when the store cannot answer."""
+    async def _admit(
+        self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str, least: int | None = None
+    ) -> Verdict:
+        """Check every limit and reserve, atomically (`tokens`, or with `least` what the token limits leave, as
+        windows.fitted); raise StoreUnavailable when the store cannot answer."""
 
     @abstractmethod
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from .limiter import Limiter
 from .model import DAY_MS, FREE_JOINS, WINDOW_MS, Limits, Verdict, WindowUse
-from .windows import worst_refusal
+from .windows import fitted, worst_refusal
 
 
 @dataclass
@@ -61,7 +61,9 @@ class MemoryLimiter(Limiter):
     def _now(self) -> int:
         return int(self._clock() * 1000)
 
-    async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
+    async def _admit(
+        self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str, least: int | None = None
+    ) -> Verdict:
         now = self._now()
         state = self._tenants.setdefault(tenant, _Tenant())
         state.expire(now)
@@ -69,6 +71,8 @@ class MemoryLimiter(Limiter):
         free_join = charge is not None and charge.joins < FREE_JOINS
         day = now // DAY_MS
         window = (state.requests, state.tokens)
+        if least is not None and least < tokens:
+            tokens = fitted(limits, tokens, least, state.tokens, state.days.get(day, 0))
         refusal = worst_refusal(
             limits,
             tokens,
@@ -93,7 +97,7 @@ class MemoryLimiter(Limiter):
         state.days = {d: n for d, n in state.days.items() if d >= day - 1}
         state.days[day] = state.days.get(day, 0) + tokens
         charge.holders[holder] = (tokens, day)
-        return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now))
+        return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), tokens)
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         state = self._tenants.get(tenant)

@@ -52,6 +52,8 @@ class Verdict:
     requests: int
     tokens: int
     reset_ms: int
+    reserved: int = 0
+    """The tokens this admission reserved (an admit with `least` reserves what the token limits leave)."""
 
 
 class WindowUse(NamedTuple):
@@ -77,3 +79,4 @@ class Admission:
     charge_id: str = ""
     holder: str = ""  # this admit's handle on the charge; "" when nothing was reserved (settle is then a no-op)
     reset_at_s: float = 0.0  # when the per-minute window is empty again (epoch seconds; `x-ratelimit-reset-*`)
+    reserved: int = 0  # the tokens reserved (fewer than asked when an admit with `least` took what the limits left)

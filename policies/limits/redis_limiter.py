@@ -56,22 +56,24 @@ class RedisLimiter(Limiter):
 
     def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
-        return [
-            f"{base}:w",
-            f"{base}:wa",
-            f"{base}:wt",
+        return [  # w2, wa2, ws2, wb2: windows counted by time (redis_scripts.py); replicas of a release before it
+            f"{base}:w2",  # (w, wa, wt, wj: counted entry by entry) never read them during a rolling upgrade
+            f"{base}:wa2",
+            f"{base}:ws2",
             f"{base}:slots",
             f"{base}:c2:{charge_id}",  # c2: charges that keep each admission's reservation; replicas of a release
             # before that (plain c:, one reservation per charge) never read or settle these during a rolling upgrade
             f"{base}:d:",
-            f"{base}:wj",
+            f"{base}:wb2",
             f"{base}:m:",
         ]
 
     def _now_arg(self) -> str:
         return "" if self._clock is None else str(int(self._clock() * 1000))
 
-    async def _admit(self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str) -> Verdict:
+    async def _admit(
+        self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str, least: int | None = None
+    ) -> Verdict:
         args = [
             self._now_arg(),
             tokens,
@@ -83,10 +85,11 @@ class RedisLimiter(Limiter):
             self._lease_ms,
             CONCURRENCY_RETRY_MS,
             FREE_JOINS,
+            _arg(least),
         ]
         try:
             async with self._calls.turn():
-                allowed, limit, retry, requests, tokens_used, reset = await self._admit_script(
+                allowed, limit, retry, requests, tokens_used, reset, reserved = await self._admit_script(
                     self._keys(tenant, charge_id), args
                 )
         except RedisError as exc:
@@ -98,6 +101,7 @@ class RedisLimiter(Limiter):
             requests=requests,
             tokens=tokens_used,
             reset_ms=reset,
+            reserved=reserved,
         )
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:

@@ -19,6 +19,17 @@ def free_at(entries: Iterable[Sequence[int]], need: int, now: int, newest: int) 
     return max(0, newest + WINDOW_MS - now)
 
 
+def fitted(limits: Limits, tokens: int, least: int, window_tokens: int, day_used: int) -> int:
+    """`tokens`, or what the token limits leave when that is less, but never fewer than `least` (the admission is then
+    checked, and refused, for `least`): a request whose budget is a default takes what it can use now."""
+    room = tokens
+    if limits.tokens_per_minute is not None:
+        room = min(room, limits.tokens_per_minute - window_tokens)
+    if limits.tokens_per_day is not None:
+        room = min(room, limits.tokens_per_day - day_used)
+    return max(least, room)
+
+
 def worst_refusal(
     limits: Limits,
     tokens: int,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from gateway.process.policy_gate import WORKER_SLOTS
+from gateway.process.config import WORKER_SLOTS
 from tests.e2e.conftest import pid_alive
 
 USER = [{"role": "user", "content": "Name a city."}]

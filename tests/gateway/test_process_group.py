@@ -23,8 +23,9 @@ import pytest
 
 from gateway.cli import main
 from gateway.observability.process_metrics import counters_only, merge_expositions
-from gateway.process.config import ConfigError, load_config
+from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, load_config
 from gateway.process.group import ProcessGroup, listen
+from gateway.process.policy_gate import backend_slots, policy_gate
 from tests.gateway.http_server import serve
 from tests.gateway.otlp_receiver import Collector
 from tests.gateway.sglang_standin import Script, SGLangStandIn
@@ -339,3 +340,23 @@ def test_the_config_file_names_the_process_count(tmp_path):
     path.write_text("models:\n  - id: m\n    backend: {type: none}\nserver: {workers: 0}\n")
     with pytest.raises(ConfigError, match=r"server\.workers: a positive integer"):
         load_config(path)
+
+
+def test_a_models_backend_slots_are_divided_exactly_among_the_groups_processes(tmp_path):
+    """Each process had a fair queue of the model's whole `max_running`: N processes sent N times what the backends
+    run at once. Each now holds its share, the remainder to the first ones."""
+    entry = ModelEntry("m", max_running=10)
+    assert [backend_slots(entry, i, 4) for i in range(4)] == [3, 3, 2, 2]
+    worker = ModelEntry("w", backend=BackendConfig(type="worker"))  # a bundled worker's batch: 8 by default
+    assert [backend_slots(worker, i, 3) for i in range(3)] == [3, 3, 2] and backend_slots(worker) == 8
+    config = GatewayConfig(models=[entry, worker])
+    queues = [policy_gate(tmp_path, None, tmp_path / "audit.jsonl", config, process=(i, 3)).queues for i in range(3)]
+    assert [q["m"].capacity for q in queues] == [4, 3, 3] and sum(q["w"].capacity for q in queues) == 8
+
+
+def test_a_group_larger_than_a_models_backend_slots_is_refused(tmp_path, capsys):
+    path = tmp_path / "gateway.yaml"
+    path.write_text("models:\n  - id: m\n    max_running: 2\n    backend: {type: none}\n")
+    group = ["serve", "--config", str(path), "--workers", "3", "--policies", str(tmp_path), "--redis", "redis://r:1"]
+    assert main(group) == 2
+    assert "models[0].max_running: 2 backend slots of 'm' cannot be divided among 3" in capsys.readouterr().err

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from gateway.cli import _PER_MODEL_FLAGS, _check_exposure, _check_workers, build_parser
-from gateway.process.config import BackendConfig, load_config
+from gateway.process.config import BackendConfig, GatewayConfig, load_config
+from gateway.process.limits import ServerLimits
 from gateway.process.policy_gate import backend_slots
 from tests.dashboard import DASHBOARD
 from tests.helm.chart import (
@@ -116,7 +117,7 @@ def test_gateway_accepts_the_rendered_command_line(values: str, tmp_path: Path):
     if parsed.policies is not None:
         parsed.policies = tmp_path
     _check_exposure(parsed)
-    _check_workers(parsed.workers or 1, parsed)
+    _check_workers(GatewayConfig(models=[], server=ServerLimits(workers=parsed.workers or 1)), parsed)
 
 
 @pytest.mark.parametrize("values", VALID)
@@ -158,6 +159,8 @@ def test_gateway_loads_the_rendered_config(values: str, tmp_path: Path):
         assert entry.backend.request_timeout_s == 600
         if model.get("maxRunning"):  # the slots of the model's fair queue (tenants share them fairly)
             assert backend_slots(entry) == model["maxRunning"]
+    config.server.workers = _serve(values).workers or 1
+    _check_workers(config, _serve(values))  # each of the pod's processes gets one slot of each model at least
 
 
 @pytest.mark.parametrize("values", [v for v in VALID if "type: worker" in (ROOT / "tests/helm/values" / v).read_text()])

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from backends.base import BackendError
+from backends.base import BackendError, SamplingParams
 from gateway.api.admission import RequestPolicy
 from gateway.api.tenancy import PolicyGate, TenantRequest
 from gateway.errors import APIError, anthropic_error, from_backend
@@ -129,7 +129,9 @@ async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path
     async with queue.slot("another", 1, 1, 10):  # the model's one slot is busy
         tenant = TenantRequest(Caller(policy, policy.keys[0]), "rid", anthropic=True)
         rules = RequestPolicy(tenant, gate)
-        events = await rules.admit(model, 30, 10, rules.queued(model, 40)(never_reached()), prompt_param="messages")
+        events = await rules.admit(
+            model, 30, 10, lambda: rules.queued(model, 40)(never_reached()), prompt_param="messages"
+        )
         with pytest.raises(BackendError) as refused:
             async for _ in events:
                 pass
@@ -155,10 +157,11 @@ async def test_a_request_the_fair_queue_refuses_counts_against_no_limit(tmp_path
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize(("prompt_tokens", "param"), [(10, "max_output_tokens"), (70, "input")])
+@pytest.mark.parametrize(("prompt_tokens", "param"), [(10, "max_output_tokens"), (70, "input"), (60, "input")])
 async def test_a_request_that_never_fits_a_token_limit_names_the_field_to_lower(tmp_path, prompt_tokens, param):
     """The 400 names the door's own field: its max tokens (`max_output_tokens` on the Responses door, not
-    `max_tokens`), or its prompt when the prompt alone is over the limit (no max tokens would make it fit)."""
+    `max_tokens`), or its prompt when the prompt alone is over the limit or leaves no token of it for the answer (no
+    max tokens would make it fit: it named a max tokens field the client may not even have sent)."""
     gate = PolicyGate(PolicyStore(tmp_path), MemoryLimiter())
     policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(tokens_per_minute=60))
     rules = RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), "rid"), gate)
@@ -218,7 +221,9 @@ async def test_a_queue_refusal_says_what_remains_while_its_charge_has_other_admi
     async def admitted():
         tenant = TenantRequest(Caller(policy, policy.keys[0]), "rid")
         rules = RequestPolicy(tenant, gate)
-        return tenant, await rules.admit(model, 30, 10, rules.queued(model, 40)(never_reached()), prompt_param="m")
+        return tenant, await rules.admit(
+            model, 30, 10, lambda: rules.queued(model, 40)(never_reached()), prompt_param="m"
+        )
 
     async with queue.slot("another", 1, 1, 10):  # the model's one slot is busy
         first, free, free_too, counted = [await admitted() for _ in range(4)]  # one id: a charge and three joins
@@ -250,7 +255,7 @@ async def test_a_backend_failure_before_any_output_counts_against_no_limit(tmp_p
             yield 0, ChoiceStep([], completion_tokens=4)
         raise BackendError("no backend replica could take the request", status=503, retryable=True)
 
-    events = await rules.admit(SimpleNamespace(id="m"), 30, 10, failing(), prompt_param="messages")
+    events = await rules.admit(SimpleNamespace(id="m"), 30, 10, failing, prompt_param="messages")
     with pytest.raises(BackendError):
         async for _ in events:
             pass
@@ -279,7 +284,7 @@ async def test_a_void_settle_times_the_reset_from_what_the_window_still_holds(tm
         raise BackendError("no backend replica could take the request", status=503, retryable=True)
         yield
 
-    events = await rules.admit(SimpleNamespace(id="m"), 30, 10, failing(), prompt_param="messages")
+    events = await rules.admit(SimpleNamespace(id="m"), 30, 10, failing, prompt_param="messages")
     assert tenant.headers["x-ratelimit-reset-requests"] == "1m0s"  # its own entry is the window's newest
     with pytest.raises(BackendError):
         async for _ in events:
@@ -305,8 +310,12 @@ async def test_a_client_that_left_before_a_backend_took_its_request_is_not_charg
     for request_id in ("left", "taken"):
         tenant = TenantRequest(Caller(policy, policy.keys[0]), request_id)
         rules = RequestPolicy(tenant, gate)
-        each = rules.queued(model, 40)  # as generate() takes it
-        events = await rules.admit(model, 30, 10, each(backend()) if each else backend(), prompt_param="messages")
+
+        def start(rules: RequestPolicy = rules):
+            each = rules.queued(model, 40)  # as generate() takes it
+            return each(backend()) if each else backend()
+
+        events = await rules.admit(model, 30, 10, start, prompt_param="messages")
         if request_id == "taken":
             await anext(events)
         await events.aclose()
@@ -316,3 +325,46 @@ async def test_a_client_that_left_before_a_backend_took_its_request_is_not_charg
         await gate.limiter.settle(remaining, 0, void=True)
         left = remaining.headers["x-ratelimit-remaining-requests"], remaining.headers["x-ratelimit-remaining-tokens"]
         assert left == {"left": ("9", "1000"), "taken": ("8", "969")}[request_id]
+
+
+@pytest.mark.anyio
+async def test_a_request_without_max_tokens_takes_what_the_token_limits_leave(tmp_path, limiter):
+    """No max tokens asked: the default budget (the ceiling, the context, or all tokens_per_minute leaves after the
+    prompt) was reserved whole, so such a request was a 429 whenever the window held anything. It now reserves what
+    the window and the day leave, its budget lowered to that before it starts, and is refused only when they leave
+    less than one token per choice; a budget the client set is reserved as it is (a 429)."""
+    gate = PolicyGate(PolicyStore(tmp_path), limiter)
+    policy = Policy("t", (Key("k", "0" * 64),), Globs(("*",)), Limits(tokens_per_minute=1000, tokens_per_day=1500))
+    await limiter.admit("t", policy.limiter_limits, "earlier", 400)  # one request, still running
+    started: list[int] = []
+
+    async def request(budgets: list[SamplingParams], asked: int = 900) -> tuple[TenantRequest, list[int]]:
+        tenant = TenantRequest(Caller(policy, policy.keys[0]), uuid.uuid4().hex)
+
+        async def answer():
+            started.extend(b.max_new_tokens for b in budgets)
+            for i, budget in enumerate(budgets):
+                yield i, ChoiceStep([], completion_tokens=budget.max_new_tokens, finish_reason="length")
+
+        wanted = sum(b.max_new_tokens for b in budgets) if budgets else asked
+        events = await RequestPolicy(tenant, gate).admit(
+            SimpleNamespace(id="m"),
+            100,
+            wanted,
+            answer,
+            prompt_param="m",
+            choices=max(1, len(budgets)),
+            defaulted=budgets,
+        )
+        return tenant, [step.completion_tokens async for _, step in events]
+
+    with pytest.raises(APIError) as refused:
+        await request([])  # a budget the client set: 100 + 900 reserved against the 600 left
+    assert refused.value.status == 429
+    _, produced = await request([SamplingParams(max_new_tokens=450) for _ in range(2)])
+    assert produced == started == [250, 250]  # 500 left after the prompt, shared by the 2 choices
+    probe = await limiter.admit("t", policy.limiter_limits, "probe", 0)
+    assert probe.headers["x-ratelimit-remaining-tokens"] == "0"  # 400 + the 600 it used
+    with pytest.raises(APIError) as refused:  # it needs one token more than the window leaves
+        await request([SamplingParams(max_new_tokens=900)])
+    assert refused.value.status == 429 and started == [250, 250]

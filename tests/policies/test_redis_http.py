@@ -279,7 +279,7 @@ def test_redis_that_stops_answering_mid_request(gateways, redis, redis_link):
     with Redis(host="127.0.0.1", port=redis.port) as admin:
         wait_until(lambda: admin.zcard("gw:limits:{single}:slots") == 0)  # the last request's settlement too
         assert not list(admin.scan_iter("gw:limits:{single}:c2:*"))  # every charge settled and closed
-        window = sorted(int(v) for v in admin.hvals("gw:limits:{single}:wa"))
+        window = sorted(int(v) for v in admin.hvals("gw:limits:{single}:wa2"))
     assert window == [prompt + 2, prompt + 3]  # as used: the stream's 3 tokens, the last request's 2; no 503 counted
     first.close()
     second.close()
@@ -303,7 +303,7 @@ def test_a_burst_while_redis_runs_commands_but_never_answers(gateways, redis, re
         assert [a.status_code for a in answers] == [200] * 40 + [503] * 40
         assert {a.json()["error"]["code"] for a in answers[40:]} == {"rate_limit_store_unavailable"}
         wait_until(partial(settled, gateway.base_url))
-        ran = [admin.zcount(f"gw:limits:{{{t}}}:w", stalled_at_ms, "+inf") for t in ("opened", "closed")]
+        ran = [admin.zcount(f"gw:limits:{{{t}}}:w2", stalled_at_ms, "+inf") for t in ("opened", "closed")]
     assert ran == [0, 0]
     scrape = httpx.get(f"{gateway.base_url}/metrics", headers=auth("prometheus")).text
     assert metric(scrape, "gateway:limiter_settles_dropped_total") == 0

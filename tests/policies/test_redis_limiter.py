@@ -17,7 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.limits import Limits, RedisLimiter
 from policies.limits.redis_calls import CALLS_AT_ONCE, BoundedRedis
-from policies.limits.redis_scripts import MARK_MS
+from policies.limits.redis_scripts import CLEAN_PER_CALL, MARK_MS
 from tests.faults.tcp_proxy import TcpFaultProxy
 
 pytestmark = pytest.mark.anyio
@@ -72,10 +72,10 @@ async def test_every_key_expires_by_itself(redis_server):
     async def mark_ttls() -> list[int]:
         return [await client.pttl(key) for key in await client.keys(f"ttl-test:{{{tenant}}}:m:*")]
 
-    assert len(await ttls()) == 6 and min(await ttls()) > 0  # window (3), slots, charge, day
+    assert len(await ttls()) == 7 and min(await ttls()) > 0  # window (4), slots, charge, day
     assert len(await mark_ttls()) == 1 and min(await mark_ttls()) > 0  # the holder's mark
     await limiter.settle(admission, 5)
-    assert len(await ttls()) == 4 and min(await ttls()) > 0  # the charge and the emptied slots set are gone
+    assert len(await ttls()) == 5 and min(await ttls()) > 0  # the charge and the emptied slots set are gone
     assert len(await mark_ttls()) in (1, 2) and min(await mark_ttls()) > 0
     await client.aclose()
     await limiter.close()
@@ -90,7 +90,7 @@ async def test_marks_are_a_set_per_ten_seconds_not_a_key_per_admission_and_still
     client = redis.Redis.from_url(redis_server.url)
     for i in range(40):
         await limiter.settle(await limiter.admit(tenant, limits, f"c{i}", 10), 10)
-    assert len(await client.keys(f"mark-test:{{{tenant}}}:*")) <= 6  # the window's 3, its day, one set of marks
+    assert len(await client.keys(f"mark-test:{{{tenant}}}:*")) <= 7  # the window's 4, its day, one set of marks
     assert len(await client.keys(f"mark-test:{{{tenant}}}:m:*")) == 1
     slots = f"mark-test:{{{tenant}}}:slots"
     first = await limiter.admit(tenant, limits, "once", 10)
@@ -305,3 +305,53 @@ async def test_a_turn_fails_once_no_call_is_answered_for_the_timeout(redis_serve
     stalled.set()
     await asyncio.gather(*holders)
     await calls.client.aclose()
+
+
+async def test_a_burst_that_left_the_window_is_taken_out_a_bounded_slice_per_call_and_counts_stay_exact(redis_server):
+    """One script freed every aged-out entry of a window at once: after a burst, the next call's work (and Redis's
+    stall, for every tenant) grew with the burst. A call now takes CLEAN_PER_CALL of them out at most, and the counts
+    leave by time (more than AGED_ENTRIES at once: by the sums of their milliseconds and seconds), so they are exact
+    while the rest waits for later calls; a window all of whose entries left goes at once."""
+    t0 = 1_000_000_000.0
+    now = [t0]
+    limiter = RedisLimiter(redis_server.url, prefix="burst-test", clock=lambda: now[0], timeout_s=30)  # a busy host
+    tenant, limits = f"t-{uuid.uuid4().hex[:8]}", Limits(requests_per_minute=10_000, tokens_per_minute=10**6)
+    client = redis.Redis.from_url(redis_server.url)
+    window = f"burst-test:{{{tenant}}}:w2"
+
+    async def one(i: int) -> None:  # reserves 7, uses 5; two of every 50 served nothing (taken back)
+        await limiter.settle(await limiter.admit(tenant, limits, f"b{i}", 7), 5, void=i % 25 == 0)
+
+    for group in range(12):  # 50 admissions every 10 ms
+        now[0] = t0 + group / 100
+        await asyncio.gather(*(one(group * 50 + i) for i in range(50)))
+    now[0] = t0 + 30
+    await limiter.admit(tenant, limits, "kept", 11)  # still in the window when the burst has left it
+    for call, (at, left_in_burst) in enumerate([(60.105, 48), (60.3, 0)], start=1):
+        now[0] = t0 + at  # first the 11 groups up to 100 ms leave (528 admissions: by sums), then the last one
+        admission = await limiter.admit(tenant, limits, f"after{call}", 3)
+        assert admission.headers["x-ratelimit-remaining-requests"] == str(10_000 - left_in_burst - 1 - call)
+        assert admission.headers["x-ratelimit-remaining-tokens"] == str(10**6 - 5 * left_in_burst - 11 - 3 * call)
+        assert await client.zcard(window) == 12 * 48 - call * CLEAN_PER_CALL + 1 + call  # the voided ones left
+    now[0] += 61  # all of it left: the keys go at once (UNLINK frees a large one aside)
+    assert (await limiter.admit(tenant, limits, "alone", 3)).headers["x-ratelimit-remaining-requests"] == "9999"
+    assert await client.zcard(window) == 1
+    await client.aclose()
+    await limiter.close()
+
+
+async def test_a_busy_windows_sums_hold_only_what_is_in_it(redis_server):
+    """The per-ms and per-second sums of admissions that left, or were voided, are taken out: a tenant always busy
+    keeps its keys alive, so anything left behind would pile up for as long as it stays busy."""
+    now = [1_000_000_000.0]
+    limiter = RedisLimiter(redis_server.url, prefix="sums-test", clock=lambda: now[0])
+    tenant, limits = f"t-{uuid.uuid4().hex[:8]}", Limits(requests_per_minute=1000, tokens_per_minute=10**6)
+    client = redis.Redis.from_url(redis_server.url)
+    for i in range(300):  # 3.5 minutes, one in three served nothing
+        await limiter.settle(await limiter.admit(tenant, limits, f"c{i}", 7), 5, void=i % 3 == 0)
+        now[0] += 0.7
+    entries = await client.zcard(f"sums-test:{{{tenant}}}:w2")
+    assert entries <= 60 / 0.7 * 2 / 3 + 1  # the window's own
+    assert await client.hlen(f"sums-test:{{{tenant}}}:wb2") <= 2 * entries + 2 * 61  # their ms and seconds
+    await client.aclose()
+    await limiter.close()

@@ -23,11 +23,11 @@ async def counted(url: str, tenant: str) -> dict[str, int]:
     client = redis.Redis.from_url(url)
     base = f"gw:limits:{{{tenant}}}"
     try:
-        entries, joins = await client.zcard(f"{base}:w"), int(await client.get(f"{base}:wj") or 0)
+        requests, tokens = await client.hmget(f"{base}:ws2", "r", "t")
         days = [int(await client.get(key)) async for key in client.scan_iter(f"{base}:d:*")]
         return {
-            "requests": entries - joins,
-            "tokens": int(await client.get(f"{base}:wt") or 0),
+            "requests": int(requests or 0),
+            "tokens": int(tokens or 0),
             "slots": await client.zcard(f"{base}:slots"),
             "day": sum(days),
         }

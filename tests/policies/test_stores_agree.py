@@ -25,19 +25,28 @@ limits_st = st.builds(
 )
 op_st = st.one_of(
     st.tuples(st.just("admit"), st.integers(0, 5), st.integers(0, 250)),  # charge id (reused: joins), tokens
+    st.tuples(st.just("fit"), st.integers(0, 5), st.integers(0, 250)),  # the same, taking what the limits leave
     st.tuples(st.just("settle"), st.integers(0, 20), st.integers(0, 300)),  # which earlier admission, used tokens
     st.tuples(st.just("wait"), st.floats(0, 40).map(lambda s: round(s, 3)), st.just(0)),
 )
 
 
 def _answer(admission) -> tuple:
-    return admission.allowed, admission.limit, admission.retry_after_s, admission.headers, admission.status
+    return (
+        admission.allowed,
+        admission.limit,
+        admission.retry_after_s,
+        admission.headers,
+        admission.status,
+        (admission.reserved),
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(limits=limits_st, ops=st.lists(op_st, max_size=30))
 @example(limits=Limits(requests_per_minute=2), ops=[("admit", 0, 1)] * 6)  # joins past FREE_JOINS are requests
 @example(limits=Limits(tokens_per_minute=100, tokens_per_day=150), ops=[("admit", 0, 60), ("settle", 0, 90)] * 2)
+@example(limits=Limits(tokens_per_minute=100, tokens_per_day=150), ops=[("admit", 0, 60), ("fit", 1, 90)] * 2)
 def test_memory_and_redis_answer_alike(redis_server, limits, ops):
     asyncio.run(_lockstep(redis_server.url, limits, ops))
 
@@ -55,17 +64,19 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
         for kind, a, b in ops:
             if kind == "wait":
                 now[0] += a
-            elif kind == "admit":
-                charge_id = f"c{a}"
-                m, r = await memory.admit(tenant, limits, charge_id, b), await redis.admit(tenant, limits, charge_id, b)
+            elif kind in ("admit", "fit"):
+                charge_id, least = f"c{a}", (min(b, 1 + b // 8) if kind == "fit" else None)
+                m = await memory.admit(tenant, limits, charge_id, b, least=least)
+                r = await redis.admit(tenant, limits, charge_id, b, least=least)
                 assert _answer(m) == _answer(r)
                 if m.allowed:
+                    assert m.reserved == b if least is None else least <= m.reserved <= b
                     is_join = bool(open_holders.get(charge_id))
                     if not is_join or joins[charge_id] >= FREE_JOINS:
                         counted_at.append(now[0])
                     joins[charge_id] = joins[charge_id] + 1 if is_join else 0
                     open_holders[charge_id] = open_holders.get(charge_id, 0) + 1
-                    charged.append([int(now[0] * 1000), b])
+                    charged.append([int(now[0] * 1000), m.reserved])
                     admitted.append((charge_id, m, r, charged[-1]))
                     _assert_tokens_within(limits, charged)
             elif admitted:

@@ -64,6 +64,7 @@ def deployment(
     write_tenant(policies, "tpm", models=["m-shared"], limits={"tokens_per_minute": 10000, "max_tokens": 64})
     write_tenant(policies, "quiet", models=["m-shared"], audit=False)
     write_tenant(policies, "tiny", models=["m-shared"], limits={"tokens_per_minute": 60})
+    write_tenant(policies, "window", models=["m-shared"], limits={"tokens_per_minute": 100, "max_tokens": 4096})
     write_tenant(policies, "prometheus", metrics=True)
     write_tenant(policies, "strict", models=["m-shared"], tools={"strict": "always"})
     expired = write_tenant(policies, "expired", models=["m-*"])
@@ -177,6 +178,8 @@ def test_keys_missing_unknown_expired_and_header_styles(client):
     assert expired.status_code == 401 and "expired on 2020-01-31" in expired.json()["error"]["message"]
     for header in ("api-key", "x-api-key"):
         assert client.get("/v1/models", headers={header: key_of("beta")}).status_code == 200
+    for bearer in ("Bearer\t", "bearer  ", "BEARER \t"):  # RFC 7235 says SP; a tab or two spaces are no other key
+        assert client.get("/v1/models", headers={"authorization": bearer + key_of("beta")}).status_code == 200
     two_keys = [("authorization", f"Bearer {key_of('alpha')}"), ("authorization", f"Bearer {key_of('gamma')}")]
     ambiguous = client.get("/v1/models", headers=two_keys)  # the last one used to win: which tenant, a guess
     assert ambiguous.status_code == 401 and "several different 'authorization'" in ambiguous.json()["error"]["message"]
@@ -318,6 +321,19 @@ def test_a_request_that_can_never_fit_a_token_limit_is_a_400(client):
     assert "retry-after" not in never.headers
 
 
+def test_a_request_without_max_tokens_takes_what_the_window_leaves(client):
+    """Its default budget was all tokens_per_minute leaves after its prompt, reserved whole: a 429 whenever the window
+    held anything. It gets what the window leaves, and ends there (incomplete: max_output_tokens)."""
+    body = {"model": "m-shared", "input": "hi"}
+    first = client.post("/v1/responses", headers=auth("window"), json={**body, "max_output_tokens": 16})
+    assert first.status_code == 200, first.text
+    second = client.post("/v1/responses", headers=auth("window"), json=body)
+    assert second.status_code == 200, second.text
+    used = first.json()["usage"]["total_tokens"] + second.json()["usage"]["total_tokens"]
+    assert second.json()["incomplete_details"] == {"reason": "max_output_tokens"} and used == 100
+    assert second.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
 def test_rate_limit_headers_on_success(client):
     response = client.post("/v1/chat/completions", headers=auth("rpm20"), json=chat("m-shared"))
     assert response.status_code == 200
@@ -396,7 +412,7 @@ def test_ready_shows_the_policy_store_and_no_model_id(client):
     body = client.get("/ready").json()
     assert body["models"] == {"ready": len(MODELS), "total": len(MODELS)}  # an open route: ids are for tenants
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 10 and body["policies"]["problems"] == 0
+    assert body["policies"]["tenants"] == 11 and body["policies"]["problems"] == 0
 
 
 def test_only_a_metrics_tenants_key_reads_metrics(client):

@@ -105,6 +105,10 @@ ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart b
 {{- with $model.options }}{{ $_ := set $out "options" . }}{{ end }}
 {{- with $model.defaultMaxTokens }}{{ $_ := set $out "default_max_tokens" . }}{{ end }}
 {{- with $model.maxRunning }}{{ $_ := set $out "max_running" . }}{{ end }}
+{{- $processes := int (default 1 $.Values.gateway.workers) }}
+{{- if and $.Values.policies.enabled $model.maxRunning (gt $processes (int $model.maxRunning)) }}
+{{- fail (printf "models: %s: maxRunning %d cannot be divided among gateway.workers %d processes (each needs one slot at least); the gateway refuses to start" $model.id (int $model.maxRunning) $processes) }}
+{{- end }}
 {{- $cfg := dict "request_timeout_s" $.Values.gateway.requestTimeoutSeconds }}
 {{- if eq $backend.type "worker" }}
 {{- $w := include "llm-gateway.workerSettings" (dict "ctx" $ "model" $model) | fromYaml }}
