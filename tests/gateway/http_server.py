@@ -43,13 +43,22 @@ def dead_url() -> str:
 
 def head_refusal(port: int, max_head_bytes: int) -> bytes:
     """The status line a server answers a head of one header sent in 16 KiB writes (at most 4x the bound past it
-    and two reads' worth, 512 KiB), or b"" when it closed the connection (the reset that closing with the client's
-    bytes unread sends may discard the answer before it is read); a server that does neither fails (the timeout)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as endless:
+    and two reads' worth, 512 KiB), or b"" when the connection was reset first."""
+    return answer_while_sending(port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Endless: ", 4 * max_head_bytes + 512 * 1024)[:12]
+
+
+def answer_while_sending(port: int, start: bytes, more: int) -> bytes:
+    """What a server answers a client that sends `start` and then `more` bytes in 16 KiB writes before it reads:
+    b"" when the connection was reset (a server that closes with the client's bytes unread sends a reset, which
+    can discard its answer before it is read); a server that neither answers nor closes fails (the timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
         try:
-            endless.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Endless: ")
-            for _ in range((4 * max_head_bytes + 512 * 1024) // 16384):
-                endless.sendall(b"a" * 16384)
-            return endless.recv(4096)[:12]
+            client.sendall(start)
+            for _ in range(more // 16384):
+                client.sendall(b"a" * 16384)
+            answer = b""
+            while data := client.recv(65536):
+                answer += data
+            return answer
         except ConnectionError:
             return b""
