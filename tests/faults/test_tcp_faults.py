@@ -7,7 +7,6 @@ only requests tell. After every test no backend stream is left open and nothing 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -36,6 +35,7 @@ from tests.faults.conftest import (
 )
 from tests.faults.fault_backend import REPLY
 from tests.faults.tcp_proxy import TcpFaultProxy
+from tests.gateway.http_server import small_send_buffers
 
 CLIENT_TIMEOUT_S = 0.5
 """The gateway's header, body and send timeouts here."""
@@ -73,18 +73,6 @@ def deployment(
     protocol = small_send_buffers(client_timeout_protocol(CLIENT_TIMEOUT_S, send_timeout_s=CLIENT_TIMEOUT_S))
     with gateway_in_process(models, tmp_path_factory.mktemp("wire"), http=protocol, max_body_bytes=100_000) as (url, _):
         yield Deployment(os.getpid(), port_of_url(url), models, [backend], in_process=True)
-
-
-def small_send_buffers(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
-    """`protocol` with the kernel's send buffer of each connection at its least: a client that stops reading fills it
-    within a few answer chunks (autotuned, it took megabytes of answer, 6-10 s of output at load 15-20)."""
-
-    class SmallSendBuffer(protocol):  # type: ignore[misc,valid-type]
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-            super().connection_made(transport)
-
-    return SmallSendBuffer
 
 
 @pytest.fixture
