@@ -262,7 +262,8 @@ def client_timeout_protocol(
             if self._lingering or self.transport.is_closing():
                 return
             self._lingering, self._in_body = True, False
-            self.transport.write_eof()  # asyncio and uvloop send it once their buffer is written
+            if self.transport.can_write_eof():  # (TCP; not TLS) asyncio and uvloop send it once their buffer is out
+                self.transport.write_eof()
             self.flow.resume_reading()
             self._await_head()
 
