@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from backends.checkpoint import embedded_gguf_path, load_checkpoint
 from backends.worker.cpu_features import cpu_features
+from backends.worker.threads import describe_cpus
 
 PROMPTS = [
     "The capital of France is",
@@ -322,7 +323,10 @@ def main() -> None:
         f"threads={args.threads} worker_threads={args.worker_threads or args.threads} new_tokens={args.tokens} "
         f"torch={torch.__version__} device={args.device}"
     )
-    print(f"cpu: {cpu_features().describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()})")
+    print(
+        f"cpu: {cpu_features().describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()}; "
+        f"{describe_cpus()})"
+    )
     if args.device == "cuda":
         print(f"gpu: {torch.cuda.get_device_name()}")
     prefill_heads = "".join(f" prefill tok/s ({n} tokens) |" for n in args.prefill)

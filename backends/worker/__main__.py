@@ -32,7 +32,7 @@ from backends.worker.grammar import GrammarCache, tokenizer_info
 from backends.worker.model import LlamaModel, layer_products
 from backends.worker.prefill_gemm import PrefillGemm, choose_prefill_gemm
 from backends.worker.server import WorkerState, build_app
-from backends.worker.threads import ThreadTuner, parse_threads, usable_cores
+from backends.worker.threads import ThreadTuner, describe_cpus, parse_threads, usable_cores
 from backends.worker.weights import LlamaWeights, load_weights
 
 
@@ -274,7 +274,7 @@ def refuse_unsupported_dtype(args: argparse.Namespace) -> None:
     if args.device != "cpu":
         return
     features = cpu_features()
-    progress(f"CPU {features.describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()})")
+    progress(f"CPU {features.describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()}; {describe_cpus()})")
     refusal = weights_dtype_refusal(args.weights_dtype, args.device, features)
     if refusal is not None:
         progress(f"error: {refusal}")
