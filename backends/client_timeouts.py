@@ -136,9 +136,19 @@ def client_timeout_protocol(
             within_one_head = inside and self._head_open and self._heads_ended == ended
             self._head_bytes = self._head_bytes + len(data) if within_one_head else 0
             if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
-                self._refuse(_HEAD_TOO_LARGE)
+                if self._answering():
+                    self._close()
+                else:
+                    self._refuse(_HEAD_TOO_LARGE)
+
+        def _answering(self) -> bool:
+            """An earlier request's answer is still due: a refusal of the next, pipelined one would be read as it."""
+            return self.cycle is not None and not self.cycle.response_complete
 
         def send_400_response(self, msg: str) -> None:
+            if self._answering():
+                self._close()
+                return
             transport, self.transport = self.transport, _CloseLingers(self.transport, lambda: None)
             try:
                 super().send_400_response(msg)  # its answer, and no close: a lingering one

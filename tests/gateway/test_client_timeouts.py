@@ -12,9 +12,10 @@ import time
 from contextlib import ExitStack
 from types import SimpleNamespace
 
+import pytest
 import uvicorn
 from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 from backends.client_timeouts import DEFAULT_SEND_TIMEOUT_S, MAX_HEAD_BYTES, client_timeout_protocol
@@ -172,6 +173,33 @@ def test_an_answer_before_the_body_ends_reaches_a_client_still_sending_and_ends_
             head = b"POST / HTTP/1.1\r\nHost: x\r\nConnection: %s\r\nContent-Length: %d\r\n\r\n" % (connection, size)
             answer = answer_while_sending(port, head, size)
             assert answer.startswith(b"HTTP/1.1 413 ") and answer.endswith(b"too large"), (connection, answer)
+
+
+@pytest.mark.parametrize(
+    ("second", "more"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-Endless: ", 4 * MAX_HEAD_BYTES + 512 * 1024),
+        (b"GET / HTTP/1.1\r\nNo Colon\r\n", 0),
+    ],
+    ids=["head-past-its-bound", "unparsable"],
+)
+def test_a_refusal_of_a_request_pipelined_behind_an_answer_is_not_sent_as_that_answer(second, more):
+    """A 431 (or uvicorn's 400) was written at once, before or inside the first request's answer: the client took
+    it for that answer, and the answer's next write failed after the refusal's FIN. Now such a connection is
+    closed."""
+
+    async def slow_stream(request):
+        async def parts():
+            for _ in range(5):
+                await asyncio.sleep(0.1)
+                yield b"part "
+
+        return StreamingResponse(parts())
+
+    app = Starlette(routes=[Route("/", slow_stream)])
+    with serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url:
+        answer = answer_while_sending(int(url.rsplit(":", 1)[1]), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + second, more)
+        assert answer.count(b"HTTP/1.1 ") <= 1 and b" 431 " not in answer and b" 400 " not in answer, answer
 
 
 def test_a_pipelined_head_is_counted_from_its_own_start():
