@@ -278,12 +278,14 @@ def client_timeout_protocol(
             self._await_head()
 
         def _body_stalled(self) -> None:
-            if self.flow.read_paused:  # the app has not read what came: the client is not the one stalling
+            cycle = self.cycle
+            if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
+                # the app has not read what came, or not yet asked for the body: the client is not the one stalling
                 self._body_clock = self.loop.time() - self._body_bytes / body_min_rate
                 self._arm_read(self._body_stalled)
-            elif self.cycle is not None and not self.cycle.response_started:
-                self.cycle.disconnected = True  # the app's next receive() says the client left; its answer is dropped
-                self.cycle.message_event.set()
+            elif cycle is not None and not cycle.response_started:
+                cycle.disconnected = True  # the app's next receive() says the client left; its answer is dropped
+                cycle.message_event.set()
                 self._refuse(body_too_slow)
             else:
                 self._close()

@@ -148,6 +148,27 @@ def test_a_head_past_its_size_bound_is_refused_with_431():
             assert fitting.recv(4096).startswith(b"HTTP/1.1 200")
 
 
+def test_a_client_waiting_for_100_continue_is_not_cut_while_the_app_has_not_asked_for_the_body():
+    """uvicorn sends `100 Continue` when the app first reads the body: an app reading it later than the body
+    timeout had the waiting client cut as a stalled body."""
+
+    async def late_reader(request):
+        await asyncio.sleep(2 * TIMEOUT_S)
+        return PlainTextResponse(str(len(await request.body())))
+
+    app = Starlette(routes=[Route("/", late_reader, methods=["POST"])])
+    protocol = client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S)
+    with serve(app, lifespan="off", http=protocol) as url, socket.create_connection(address_of(url), timeout=10) as c:
+        c.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+        assert c.recv(4096).startswith(b"HTTP/1.1 100 ")
+        c.sendall(b"ab")
+        assert c.recv(4096).startswith(b"HTTP/1.1 200 ")
+
+
+def address_of(url: str) -> tuple[str, int]:
+    return "127.0.0.1", int(url.rsplit(":", 1)[1])
+
+
 def test_a_request_uvicorn_cannot_parse_is_answered_though_the_client_sends_on():
     """uvicorn answers 400 and closed at once: the reset that closing with the client's bytes unread sent destroyed
     the answer before a client still writing could read it."""
