@@ -130,6 +130,9 @@ def test_a_client_that_stops_reading_its_stream_is_cut_and_its_slot_freed(checkp
         reader.sendall(f"POST /generate HTTP/1.1\r\nHost: w\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
         assert reader.recv(16).startswith(b"HTTP/1.1 200")  # then it reads nothing more
         freed_by = time.monotonic() + 120
+        while engine.stats.decode_tokens == decoded:  # in a slot (the status line may come before the engine has it)
+            assert time.monotonic() < freed_by, "the request never started decoding"
+            time.sleep(0.05)
         while engine.active_requests():
             assert time.monotonic() < freed_by, "the worker holds the request of a client that stopped reading"
             time.sleep(0.05)
