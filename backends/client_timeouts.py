@@ -6,15 +6,23 @@ bodies and a send timer. The gateway and the bundled worker both serve through i
   timer starts when a connection opens and after each response, and only the end of a request's head stops it; the
   connection is then closed without an answer (as nginx's `client_header_timeout` does). A head is also bounded in
   size (`MAX_HEAD_BYTES`: uvicorn and httptools bound neither the target nor a header's length; past it a 431), and
-  at most `max_waiting_heads` connections wait for a head at once: past it the one waiting longest is closed (an
-  idle keep-alive connection, or a slow head; nginx also closes idle keep-alive connections first when short of
-  connections), so slow heads cannot take every descriptor from clients that send theirs at once.
+  at most `max_waiting_heads` connections wait for a head at once (lingering ones, below, count too): past it the
+  one waiting longest is closed (an idle keep-alive connection, or a slow head; nginx also closes idle keep-alive
+  connections first when short of connections), so slow heads cannot take every descriptor from clients that send
+  theirs at once.
 - Body: once the head is in, the body must keep coming: `header_timeout_s` without a byte of it (a `Content-Length`
-  larger than what is sent, a chunked body that stops) closes the connection, and so does a body slower on the whole
+  larger than what is sent, a chunked body that stops) cuts the request, and so does a body slower on the whole
   than `body_min_rate` bytes a second after a grace of `header_timeout_s` (Apache's mod_reqtimeout `MinRate`): a byte
-  every few seconds would otherwise hold the connection and the body's bytes read so far for ever. The request then
-  ends as a client that left. Time while the server itself paused reading (the app has not read what came) does not
-  count: a deadline passing then starts the body's clock again.
+  every few seconds would otherwise hold the connection and the body's bytes read so far for ever. The client gets a
+  408 (as from mod_reqtimeout) unless its answer had begun, and the app's request ends as a client that left. Time
+  while the server itself paused reading (the app has not read what came) does not count: a deadline passing then
+  starts the body's clock again.
+- Lingering close: an answer given while the client is still sending (a 431, uvicorn's 400 for a request it cannot
+  parse, a 408, an app's 413 or other answer before the body ended) must not be followed by a plain close: closing
+  a socket with unread bytes sends a reset, and a client still writing its request then loses the answer before it
+  reads it. So the answer is followed by a FIN, and what the client still sends is read and dropped, for at most
+  `header_timeout_s` and `LINGER_BYTES`, until it closes its side (nginx's `lingering_close`); the connection is
+  not kept alive.
 - Sending: a client that stops reading (its TCP window full) while an answer streams would hold the request, its
   backend requests and its tenant's slots for as long as it keeps the socket open: once the socket's write buffer
   is full, `send_timeout_s` without it draining aborts the connection (as nginx's `send_timeout`, 60 s), and the
@@ -33,31 +41,57 @@ DEFAULT_SEND_TIMEOUT_S = 60.0
 DEFAULT_BODY_MIN_RATE = 64 * 1024
 """Bytes a second a body must average (after its grace): 512 kbit/s, below any broadband uplink; a 16 MiB body may
 take 256 s and the grace."""
-MAX_WAITING_HEADS = 512
+DEFAULT_MAX_WAITING_HEADS = 512
 """Connections waiting for a request's head (new, or kept alive after an answer) at once, per server: half of the
 usual 1,024 descriptors a process may open."""
+LINGER_BYTES = 128 * 1024 * 1024
+"""Bytes read and dropped after an answer given while the client was still sending: twice the largest body a server
+here takes (the worker refuses one declared past its 64 MiB before reading it, and the client still sends it all);
+past them the connection closes at once."""
 MAX_HEAD_BYTES = 64 * 1024
 """A request line and headers longer than this are refused (431; nginx's default is 32 KiB, h11's 16 KiB). The
 count is of whole reads inside one head, so a head is cut somewhere below this plus two reads (256 KiB each)."""
-_TOO_LARGE_TEXT = f"the request line and headers are over {MAX_HEAD_BYTES // 1024} KiB\n".encode()
-_HEAD_TOO_LARGE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8\r\n"
-    b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(_TOO_LARGE_TEXT), _TOO_LARGE_TEXT)
+
+
+def plain_answer(status: str, text: str) -> bytes:
+    """A whole HTTP/1.1 answer with a plain-text body, closing the connection."""
+    body = text.encode()
+    return (
+        f"HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+_HEAD_TOO_LARGE = plain_answer(
+    "431 Request Header Fields Too Large", f"the request line and headers are over {MAX_HEAD_BYTES // 1024} KiB\n"
 )
+
+
+class _CloseLingers:
+    """A transport as uvicorn's code that closes after an answer sees it: the same writes, and `close` in place of
+    its close (a lingering one where the client may still be sending)."""
+
+    def __init__(self, transport: asyncio.Transport, close: Callable[[], None]):
+        self.write, self.is_closing, self.close = transport.write, transport.is_closing, close
 
 
 def client_timeout_protocol(
     header_timeout_s: float,
     send_timeout_s: float | None,
     body_min_rate: float = DEFAULT_BODY_MIN_RATE,
-    max_waiting_heads: int = MAX_WAITING_HEADS,
+    max_waiting_heads: int = DEFAULT_MAX_WAITING_HEADS,
 ) -> type[HttpToolsProtocol]:
     """uvicorn's httptools protocol, closing a connection whose request head takes longer than `header_timeout_s`,
-    whose body pauses that long or averages under `body_min_rate` bytes a second past that grace, or that takes no
-    bytes of its answer for `send_timeout_s` (None: no send timer); past `max_waiting_heads` connections waiting for
-    a head, the one waiting longest."""
+    whose body pauses that long or averages under `body_min_rate` bytes a second past that grace (a 408), or that
+    takes no bytes of its answer for `send_timeout_s` (None: no send timer); past `max_waiting_heads` connections
+    waiting for a head, the one waiting longest. An answer given while the client is still sending is followed by
+    a lingering close."""
     waiting: dict[ClientTimeoutProtocol, None] = {}
-    """The connections waiting for a request's head, longest first (a dict keeps its order)."""
+    """The connections waiting for a request's head (or lingering), longest first (a dict keeps its order)."""
+    body_too_slow = plain_answer(
+        "408 Request Timeout",
+        f"the request body paused for {header_timeout_s:g} s or came slower than {body_min_rate:g} bytes a second\n",
+    )
 
     class ClientTimeoutProtocol(HttpToolsProtocol):
         _read_timer: asyncio.TimerHandle | None = None
@@ -80,19 +114,47 @@ def client_timeout_protocol(
         """Bytes of the reads that began and ended inside the open head."""
         _heads_ended = 0
         """Request heads this connection has read to their end."""
+        _lingering = False
+        """An answer went out while the client was still sending: what it sends now is read and dropped."""
+        _lingered = 0
+        """Bytes read and dropped since."""
 
         def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def,override]
             super().connection_made(transport)
             self._await_head()
 
         def data_received(self, data: bytes) -> None:
+            if self._lingering:
+                self._lingered += len(data)
+                if self._lingered > LINGER_BYTES:
+                    self._close()
+                return
             inside, ended = self._head_open, self._heads_ended
             super().data_received(data)
+            if self._lingering:  # uvicorn answered 400: a request it cannot parse
+                return
             within_one_head = inside and self._head_open and self._heads_ended == ended
             self._head_bytes = self._head_bytes + len(data) if within_one_head else 0
             if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
-                self.transport.write(_HEAD_TOO_LARGE)
-                self.transport.close()
+                if self._answering():
+                    self._close()
+                else:
+                    self._refuse(_HEAD_TOO_LARGE)
+
+        def _answering(self) -> bool:
+            """An earlier request's answer is still due: a refusal of the next, pipelined one would be read as it."""
+            return self.cycle is not None and not self.cycle.response_complete
+
+        def send_400_response(self, msg: str) -> None:
+            if self._answering():
+                self._close()
+                return
+            transport, self.transport = self.transport, _CloseLingers(self.transport, lambda: None)
+            try:
+                super().send_400_response(msg)  # its answer, and no close: a lingering one
+            finally:
+                self.transport = transport
+            self._linger()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -103,6 +165,9 @@ def client_timeout_protocol(
             self._heads_ended += 1
             waiting.pop(self, None)
             super().on_headers_complete()
+            cycle = self.cycle
+            if cycle is not None and cycle.scope is self.scope and not cycle.keep_alive:  # closed after its answer
+                cycle.transport = _CloseLingers(self.transport, self._close_answered)
             self._in_body = True
             self._body_clock, self._body_bytes = self.loop.time(), 0
             self._arm_read(self._body_stalled)
@@ -122,8 +187,11 @@ def client_timeout_protocol(
         def on_response_complete(self) -> None:
             pipelined = bool(self.pipeline)  # the next request is in already (and starts now): no head to wait for
             super().on_response_complete()
-            if not self.transport.is_closing() and not pipelined:
-                self._in_body = False
+            if self.transport.is_closing() or pipelined:
+                return
+            if self._in_body or self._lingering:  # answered before its body ended: not kept alive
+                self._linger()
+            else:
                 self._await_head()  # the next request's
 
         def pause_writing(self) -> None:
@@ -185,10 +253,40 @@ def client_timeout_protocol(
             if not self.transport.is_closing():
                 self.transport.close()
 
+        def _refuse(self, answer: bytes) -> None:
+            self.transport.write(answer)
+            self._linger()
+
+        def _close_answered(self) -> None:
+            """uvicorn's close once a request's answer is sent (the client asked for it): lingering while the
+            request's body is still coming."""
+            if self._in_body:
+                self._linger()
+            else:
+                self.transport.close()
+
+        def _linger(self) -> None:
+            """Once the answer is written, a FIN; what the client still sends is dropped until it closes, for at
+            most `header_timeout_s` and LINGER_BYTES (the connection waits as a head does)."""
+            self._unset_keepalive_if_required()
+            if self._lingering or self.transport.is_closing():
+                return
+            self._lingering, self._in_body = True, False
+            if self.transport.can_write_eof():  # (TCP; not TLS) asyncio and uvloop send it once their buffer is out
+                self.transport.write_eof()
+            self.flow.resume_reading()
+            self._await_head()
+
         def _body_stalled(self) -> None:
-            if self.flow.read_paused:  # the app has not read what came: the client is not the one stalling
+            cycle = self.cycle
+            if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
+                # the app has not read what came, or not yet asked for the body: the client is not the one stalling
                 self._body_clock = self.loop.time() - self._body_bytes / body_min_rate
                 self._arm_read(self._body_stalled)
+            elif cycle is not None and not cycle.response_started:
+                cycle.disconnected = True  # the app's next receive() says the client left; its answer is dropped
+                cycle.message_event.set()
+                self._refuse(body_too_slow)
             else:
                 self._close()
 

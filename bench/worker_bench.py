@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from backends.checkpoint import embedded_gguf_path, load_checkpoint
 from backends.worker.cpu_features import cpu_features
+from backends.worker.threads import describe_cpus
 
 PROMPTS = [
     "The capital of France is",
@@ -173,12 +174,53 @@ def agreement(outputs: list[list[int]], reference: list[list[int]]) -> str:
 
 
 def load_transformers(device: str):
-    """The embedded model in transformers (float32) on `device`."""
+    """The embedded model in transformers (float32) on `device`: read from its GGUF by transformers, or, where
+    `accelerate` (which that needs) is absent, transformers' `LlamaForCausalLM` holding the worker's own dequantized
+    weights (the same numbers: its logits match the worker's)."""
     from transformers import AutoModelForCausalLM
 
     path = embedded_gguf_path()
+    try:
+        import accelerate  # noqa: F401
+    except ImportError:
+        return llama_from_worker_weights().to(device).eval()
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     return model.to(device).eval()
+
+
+def llama_from_worker_weights():
+    """transformers' `LlamaForCausalLM` built from the embedded checkpoint's config and the worker's weights."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from backends.worker.weights import load_weights
+
+    checkpoint = load_checkpoint(None)
+    c, weights = checkpoint.config, load_weights(checkpoint)
+    config = LlamaConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden,
+        intermediate_size=c.ffn,
+        num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads,
+        num_key_value_heads=c.n_kv_heads,
+        head_dim=c.head_dim,
+        rope_theta=c.rope_base,
+        rms_norm_eps=c.rms_eps,
+        max_position_embeddings=c.context_length,
+        tie_word_embeddings=c.tied_embeddings,
+        torch_dtype=torch.float32,
+    )
+    state = {"model.embed_tokens.weight": weights.embedding, "model.norm.weight": weights.final_norm}
+    state["lm_head.weight"] = weights.lm_head
+    for i, layer in enumerate(weights.layers):
+        names = {"self_attn.q_proj": layer.q, "self_attn.k_proj": layer.k, "self_attn.v_proj": layer.v}
+        names |= {"self_attn.o_proj": layer.o, "mlp.gate_proj": layer.gate, "mlp.up_proj": layer.up}
+        names |= {"mlp.down_proj": layer.down, "input_layernorm": layer.attn_norm}
+        names["post_attention_layernorm"] = layer.ffn_norm
+        state |= {f"model.layers.{i}.{name}.weight": tensor for name, tensor in names.items()}
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(state, strict=False)
+    return model
 
 
 def _finished(device: str) -> float:
@@ -281,7 +323,10 @@ def main() -> None:
         f"threads={args.threads} worker_threads={args.worker_threads or args.threads} new_tokens={args.tokens} "
         f"torch={torch.__version__} device={args.device}"
     )
-    print(f"cpu: {cpu_features().describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()})")
+    print(
+        f"cpu: {cpu_features().describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()}; "
+        f"{describe_cpus()})"
+    )
     if args.device == "cuda":
         print(f"gpu: {torch.cuda.get_device_name()}")
     prefill_heads = "".join(f" prefill tok/s ({n} tokens) |" for n in args.prefill)

@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 from backends.checkpoint import load_checkpoint
 from backends.worker.model import LlamaModel, layer_products
 from backends.worker.prefill_gemm import FORCED_ATEN_FROM, choose_prefill_gemm
+from backends.worker.threads import describe_cpus
 from backends.worker.weights import load_weights
 from bench.worker_bench import PROMPTS, load_transformers
 from bench.worker_decode_cpu import cpu_and_wall
@@ -89,7 +90,8 @@ def main() -> None:
     load_after = os.getloadavg()[0]
     print(
         f"threads={args.threads} chunk={args.chunk} rounds={args.rounds} torch={torch.__version__} "
-        f"dispatch={torch.backends.cpu.get_cpu_capability()} load average {load_before:.2f} -> {load_after:.2f}"
+        f"dispatch={torch.backends.cpu.get_cpu_capability()} ({describe_cpus()}) load average {load_before:.2f} -> "
+        f"{load_after:.2f}"
     )
     print(auto.describe(0.0).replace("+0 MB", "+ float32 weights"))
     print("| engine | prompt tokens | tok/s (wall), median | vs transformers | CPU s, median | vs transformers (CPU) |")

@@ -130,6 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds a client may take no bytes of its answer (its socket full) before it is cut off (default: 60)",
     )
     serve.add_argument(
+        "--max-waiting-heads",
+        type=_positive_int,
+        metavar="N",
+        help="connections that may wait for a request's head at once (idle kept-alive ones, slow heads), per gateway "
+        "process; past it the one waiting longest is closed (default: 512)",
+    )
+    serve.add_argument(
         "--grammar-compile-budget",
         type=_non_negative,
         metavar="SECONDS",
@@ -235,6 +242,8 @@ def override_limits(limits: ServerLimits, args: argparse.Namespace) -> None:
         limits.send_timeout_s = args.send_timeout
     if args.body_min_rate is not None:
         limits.body_min_rate = args.body_min_rate
+    if args.max_waiting_heads is not None:
+        limits.max_waiting_heads = args.max_waiting_heads
     if args.workers is not None:
         limits.workers = args.workers
     if args.grammar_compile_budget is not None:
@@ -418,7 +427,9 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
             access_log=False,
             log_config=None,
             timeout_graceful_shutdown=args.drain_timeout,
-            http=client_timeout_protocol(limits.header_timeout_s, limits.send_timeout_s, limits.body_min_rate),
+            http=client_timeout_protocol(
+                limits.header_timeout_s, limits.send_timeout_s, limits.body_min_rate, limits.max_waiting_heads
+            ),
         )
         DrainingServer(server_config, drain, args.drain_delay).run(sockets=[role.listening_socket()] if role else None)
     return 0

@@ -16,9 +16,15 @@ from backends.worker import start_collection  # noqa: F401  # isort: skip (befor
 
 import torch
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from backends.checkpoint import embedded_gguf_path, load_checkpoint
-from backends.client_timeouts import DEFAULT_HEADER_TIMEOUT_S, client_timeout_protocol
+from backends.client_timeouts import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_WAITING_HEADS,
+    DEFAULT_SEND_TIMEOUT_S,
+    client_timeout_protocol,
+)
 from backends.compile_pool import DEFAULT_GRAMMAR_COMPILE_S
 from backends.worker.cpu_features import cpu_features, weights_dtype_refusal
 from backends.worker.cuda_graphs import CudaGraphDecoder
@@ -27,7 +33,7 @@ from backends.worker.grammar import GrammarCache, tokenizer_info
 from backends.worker.model import LlamaModel, layer_products
 from backends.worker.prefill_gemm import PrefillGemm, choose_prefill_gemm
 from backends.worker.server import WorkerState, build_app
-from backends.worker.threads import ThreadTuner, parse_threads, usable_cores
+from backends.worker.threads import ThreadTuner, describe_cpus, parse_threads, usable_cores
 from backends.worker.weights import LlamaWeights, load_weights
 
 
@@ -142,6 +148,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"slower one is cut off, however often it sends a byte (default: {BODY_MIN_RATE})",
     )
     parser.add_argument(
+        "--send-timeout",
+        type=positive,
+        default=DEFAULT_SEND_TIMEOUT_S,
+        metavar="SECONDS",
+        help="seconds a client may take no bytes of its answer (its socket full) before it is cut off and its "
+        f"request aborted, freeing its slot (default: {DEFAULT_SEND_TIMEOUT_S:g}, as the gateway's)",
+    )
+    parser.add_argument(
+        "--max-waiting-heads",
+        type=at_least(1),
+        default=DEFAULT_MAX_WAITING_HEADS,
+        metavar="N",
+        help="connections that may wait for a request's head at once (idle kept-alive ones, slow heads); past it "
+        f"the one waiting longest is closed (default: {DEFAULT_MAX_WAITING_HEADS})",
+    )
+    parser.add_argument(
         "--grammar-compile-budget",
         type=seconds,
         default=DEFAULT_GRAMMAR_COMPILE_S,
@@ -216,13 +238,13 @@ def choose_threads(threads: int | None, device: torch.device) -> tuple[ThreadTun
     return ThreadTuner(usable, usable, progress, start_up=True), usable
 
 
+def client_protocol(args: argparse.Namespace) -> type[HttpToolsProtocol]:
+    """uvicorn's HTTP protocol bounding clients as the flags say (backends/client_timeouts.py)."""
+    return client_timeout_protocol(args.header_timeout, args.send_timeout, args.body_min_rate, args.max_waiting_heads)
+
+
 async def serve(
-    state: WorkerState,
-    host: str,
-    port: int,
-    drain_timeout: float = 2.0,
-    header_timeout: float = DEFAULT_HEADER_TIMEOUT_S,
-    body_min_rate: float = BODY_MIN_RATE,
+    state: WorkerState, host: str, port: int, http: type[HttpToolsProtocol], drain_timeout: float = 2.0
 ) -> None:
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on TCP-protocol sockets, and Nagle's algorithm
     # holds small stream events back ~40 ms on a kept-alive connection
@@ -233,7 +255,7 @@ async def serve(
         build_app(state),
         log_level="warning",
         timeout_graceful_shutdown=drain_timeout,
-        http=client_timeout_protocol(header_timeout, None, body_min_rate),  # no send timer: the gateway reads
+        http=http,
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -253,7 +275,7 @@ def refuse_unsupported_dtype(args: argparse.Namespace) -> None:
     if args.device != "cpu":
         return
     features = cpu_features()
-    progress(f"CPU {features.describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()})")
+    progress(f"CPU {features.describe()} (torch dispatch {torch.backends.cpu.get_cpu_capability()}; {describe_cpus()})")
     refusal = weights_dtype_refusal(args.weights_dtype, args.device, features)
     if refusal is not None:
         progress(f"error: {refusal}")
@@ -272,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     gc.freeze()  # what loading left: full collections need not walk it while serving
     gc.enable()  # off while starting (backends/worker/start_collection.py)
     try:
-        asyncio.run(serve(state, args.host, args.port, args.drain_timeout, args.header_timeout, args.body_min_rate))
+        asyncio.run(serve(state, args.host, args.port, client_protocol(args), args.drain_timeout))
     finally:
         state.engine.stop()
         state.grammars.close()

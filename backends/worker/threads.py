@@ -13,7 +13,7 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -29,6 +29,8 @@ SWITCH_MARGIN = 0.9
 thread wins over all cores only so)."""
 
 
+CPU_SYSFS = Path("/sys/devices/system/cpu")
+"""Where Linux lays out each CPU's topology (cpuN/topology/thread_siblings_list)."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 """Where a container sees its own cgroup (v2: cpu.max; v1: cpu/cpu.cfs_quota_us and cpu.cfs_period_us)."""
 
@@ -39,6 +41,25 @@ def usable_cores(cgroup_root: Path = CGROUP_ROOT) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     quota = _cgroup_quota(cgroup_root)
     return max(1, min(cores, math.ceil(quota))) if quota is not None else cores
+
+
+def physical_cores(cpus: Iterable[int], sysfs: Path = CPU_SYSFS) -> int | None:
+    """The cores `cpus` run on (hyper-threads of one core count once), or None where the topology is unreadable:
+    two threads on one core's siblings share its FMA units, which a prefill's products keep busy."""
+    siblings = set()
+    for cpu in cpus:
+        try:
+            siblings.add((sysfs / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text().strip())
+        except OSError:
+            return None
+    return len(siblings)
+
+
+def describe_cpus(sysfs: Path = CPU_SYSFS) -> str:
+    """The CPUs this process may run on, and on how many cores (for the start-up line and the benches)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = physical_cores(cpus, sysfs)
+    return f"{len(cpus)} CPUs in the affinity" + (f" on {cores} cores" if cores is not None else "")
 
 
 def _cgroup_quota(root: Path) -> float | None:

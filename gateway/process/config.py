@@ -41,6 +41,8 @@ A YAML (or JSON) file:
                                       #   the longest pause inside a body, and its grace before body_min_rate
       body_min_rate: 65536            # bytes a second a body must average past that grace (default: 65536)
       send_timeout_s: 60              # a client taking no bytes of its answer this long is cut off (default: 60)
+      max_waiting_heads: 512          # connections waiting for a request's head at once, per process; past it the
+                                      #   one waiting longest is closed (default: 512)
       workers: 2                      # gateway processes sharing the port (default: 1; the CLI's --workers wins)
       grammar_compile_s: 2            # CPU seconds a request's grammar may cost to build and compile, in a child
                                       #   process killed past it (400 naming the schema); null: no budget
@@ -194,6 +196,7 @@ def _server_limits(raw: Any, where: str) -> ServerLimits:
             "header_timeout_s",
             "send_timeout_s",
             "body_min_rate",
+            "max_waiting_heads",
             "workers",
             "grammar_compile_s",
         },
@@ -211,7 +214,7 @@ def _server_limits(raw: Any, where: str) -> ServerLimits:
             if not isinstance(number, int | float) or isinstance(number, bool) or not 0 < number < math.inf:
                 raise ConfigError(f"{where}.{key}: a positive number of {unit} is required")
             setattr(limits, key, float(number))
-    for key in ("max_body_bytes", "max_concurrency", "workers"):
+    for key in ("max_body_bytes", "max_concurrency", "max_waiting_heads", "workers"):
         value = raw.get(key)
         if value is None:
             continue

@@ -7,7 +7,12 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from backends.client_timeouts import DEFAULT_BODY_MIN_RATE, DEFAULT_HEADER_TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S
+from backends.client_timeouts import (
+    DEFAULT_BODY_MIN_RATE,
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_WAITING_HEADS,
+    DEFAULT_SEND_TIMEOUT_S,
+)
 from backends.compile_pool import DEFAULT_GRAMMAR_COMPILE_S
 from gateway.api.bodies import DEFAULT_MAX_BODY_BYTES
 from gateway.errors import APIError
@@ -28,6 +33,8 @@ class ServerLimits:
     body_min_rate: float = DEFAULT_BODY_MIN_RATE
     """Bytes a second a request body must average once `header_timeout_s` has passed since its headers (a body
     trickled slower is cut off, however often it sends a byte)."""
+    max_waiting_heads: int = DEFAULT_MAX_WAITING_HEADS
+    """Connections waiting for a request's head at once, per process; past it the one waiting longest is closed."""
     workers: int = 1
     """Gateway processes sharing the port (gateway/process/group.py)."""
     grammar_compile_s: float | None = DEFAULT_GRAMMAR_COMPILE_S

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -34,6 +35,21 @@ def serve(app, *, lifespan: str = "on", host: str = "127.0.0.1", port: int = 0, 
         sock.close()
 
 
+def small_send_buffers(protocol: type[asyncio.Protocol], high_water: int | None = None) -> type[asyncio.Protocol]:
+    """`protocol` with the kernel's send buffer of each connection at its least (and the transport's buffer paused
+    past `high_water` bytes, else asyncio's 64 KiB): a client that stops reading fills them within a few answer
+    chunks (autotuned, it took megabytes of answer, 6-10 s of output at load 15-20)."""
+
+    class SmallSendBuffer(protocol):  # type: ignore[misc,valid-type]
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            if high_water is not None:
+                transport.set_write_buffer_limits(high=high_water)
+            super().connection_made(transport)
+
+    return SmallSendBuffer
+
+
 def dead_url() -> str:
     """A local URL nobody listens on: connections to it are refused."""
     with socket.socket() as s:
@@ -43,13 +59,22 @@ def dead_url() -> str:
 
 def head_refusal(port: int, max_head_bytes: int) -> bytes:
     """The status line a server answers a head of one header sent in 16 KiB writes (at most 4x the bound past it
-    and two reads' worth, 512 KiB), or b"" when it closed the connection (the reset that closing with the client's
-    bytes unread sends may discard the answer before it is read); a server that does neither fails (the timeout)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as endless:
+    and two reads' worth, 512 KiB), or b"" when the connection was reset first."""
+    return answer_while_sending(port, b"GET / HTTP/1.1\r\nHost: x\r\nX-Endless: ", 4 * max_head_bytes + 512 * 1024)[:12]
+
+
+def answer_while_sending(port: int, start: bytes, more: int) -> bytes:
+    """What a server answers a client that sends `start` and then `more` bytes in 16 KiB writes before it reads:
+    b"" when the connection was reset (a server that closes with the client's bytes unread sends a reset, which
+    can discard its answer before it is read); a server that neither answers nor closes fails (the timeout)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
         try:
-            endless.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Endless: ")
-            for _ in range((4 * max_head_bytes + 512 * 1024) // 16384):
-                endless.sendall(b"a" * 16384)
-            return endless.recv(4096)[:12]
+            client.sendall(start)
+            for _ in range(more // 16384):
+                client.sendall(b"a" * 16384)
+            answer = b""
+            while data := client.recv(65536):
+                answer += data
+            return answer
         except ConnectionError:
             return b""

@@ -12,13 +12,14 @@ import time
 from contextlib import ExitStack
 from types import SimpleNamespace
 
+import pytest
 import uvicorn
 from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
+from starlette.responses import PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 from backends.client_timeouts import DEFAULT_SEND_TIMEOUT_S, MAX_HEAD_BYTES, client_timeout_protocol
-from tests.gateway.http_server import head_refusal, serve
+from tests.gateway.http_server import answer_while_sending, head_refusal, serve
 
 TIMEOUT_S = 0.5
 
@@ -91,33 +92,37 @@ async def _echo_length(request):
     return PlainTextResponse(str(len(await request.body())))
 
 
-def _closed_while_trickling(sock: socket.socket, data: bytes, pause_s: float) -> bool:
-    """Send `data` a byte every `pause_s`: whether the server closed the connection before the end."""
+def _answer_while_trickling(sock: socket.socket, data: bytes, pause_s: float) -> bytes | None:
+    """Send `data` a byte every `pause_s`: what the server sent before the end (b"" for a close), else None."""
     for byte in data:
         try:
             sock.sendall(bytes([byte]))
         except OSError:
-            return True
+            return b""
         sock.settimeout(pause_s)
         try:
-            if sock.recv(1) == b"":
-                return True
+            return sock.recv(4096)
         except TimeoutError:
             pass
-    return False
+    return None
 
 
 def test_a_body_trickled_under_the_minimum_rate_is_cut_and_one_keeping_it_is_served():
     """A byte every 0.1 s never pauses as long as the timeout (0.5 s): only the body's rate (10 bytes/s, under
-    1,000) cuts it, at the grace plus a few milliseconds its bytes earned. A body sent at ~2,000 bytes/s in pauses
-    of 0.1 s runs past the timeout twice and is served."""
+    1,000) cuts it, at the grace plus a few milliseconds its bytes earned, with a 408 (it was cut without a word);
+    what it sends on is read and dropped until the connection closes, the timeout later. A body sent at ~2,000
+    bytes/s in pauses of 0.1 s runs past the timeout twice and is served."""
     app = Starlette(routes=[Route("/", _echo_length, methods=["POST"])])
     protocol = client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S, body_min_rate=BODY_MIN_RATE)
     with serve(app, lifespan="off", http=protocol) as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as trickler:
             trickler.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
-            assert _closed_while_trickling(trickler, b"x" * 60, 0.1), "a body of 10 bytes/s kept its connection"
+            answer = _answer_while_trickling(trickler, b"x" * 60, 0.1)
+            assert answer is not None, "a body of 10 bytes/s kept its connection"
+            assert answer.startswith(b"HTTP/1.1 408 "), answer
+            assert _answer_while_trickling(trickler, b"x" * 200, 0.1) in (b"", None)  # FIN after the answer ...
+            assert _answer_while_trickling(trickler, b"x" * 200, 0.1) == b""  # ... then closed, not held
         with socket.create_connection(("127.0.0.1", port), timeout=10) as steady:
             steady.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n")
             for _ in range(10):
@@ -137,10 +142,85 @@ def test_a_head_past_its_size_bound_is_refused_with_431():
     app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
     with serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url:
         port = int(url.rsplit(":", 1)[1])
-        assert head_refusal(port, MAX_HEAD_BYTES) in (b"", b"HTTP/1.1 431")
+        assert head_refusal(port, MAX_HEAD_BYTES) == b"HTTP/1.1 431"  # not lost to a reset: a lingering close
         with socket.create_connection(("127.0.0.1", port), timeout=10) as fitting:
             fitting.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (MAX_HEAD_BYTES // 2) + b"\r\n\r\n")
             assert fitting.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_a_client_waiting_for_100_continue_is_not_cut_while_the_app_has_not_asked_for_the_body():
+    """uvicorn sends `100 Continue` when the app first reads the body: an app reading it later than the body
+    timeout had the waiting client cut as a stalled body."""
+
+    async def late_reader(request):
+        await asyncio.sleep(2 * TIMEOUT_S)
+        return PlainTextResponse(str(len(await request.body())))
+
+    app = Starlette(routes=[Route("/", late_reader, methods=["POST"])])
+    protocol = client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S)
+    with serve(app, lifespan="off", http=protocol) as url, socket.create_connection(address_of(url), timeout=10) as c:
+        c.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+        assert c.recv(4096).startswith(b"HTTP/1.1 100 ")
+        c.sendall(b"ab")
+        assert c.recv(4096).startswith(b"HTTP/1.1 200 ")
+
+
+def address_of(url: str) -> tuple[str, int]:
+    return "127.0.0.1", int(url.rsplit(":", 1)[1])
+
+
+def test_a_request_uvicorn_cannot_parse_is_answered_though_the_client_sends_on():
+    """uvicorn answers 400 and closed at once: the reset that closing with the client's bytes unread sent destroyed
+    the answer before a client still writing could read it."""
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    with serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url:
+        answer = answer_while_sending(int(url.rsplit(":", 1)[1]), b"GET / HTTP/1.1\r\nNo Colon\r\n", 1024 * 1024)
+        assert answer.startswith(b"HTTP/1.1 400 "), answer
+
+
+async def _refuse_unread(request):
+    return PlainTextResponse("too large", status_code=413)
+
+
+def test_an_answer_before_the_body_ends_reaches_a_client_still_sending_and_ends_the_connection():
+    """An app refusing a body before reading it (a 413 by its Content-Length): the client sends the whole body
+    before it reads. Asking for `Connection: close`, uvicorn closed under it (a reset); kept alive, the rest is
+    read and dropped, then the connection ends (not kept alive with a body half sent)."""
+    app = Starlette(routes=[Route("/", _refuse_unread, methods=["POST"])])
+    size = 4 * 1024 * 1024
+    with serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        for connection in (b"close", b"keep-alive"):
+            head = b"POST / HTTP/1.1\r\nHost: x\r\nConnection: %s\r\nContent-Length: %d\r\n\r\n" % (connection, size)
+            answer = answer_while_sending(port, head, size)
+            assert answer.startswith(b"HTTP/1.1 413 ") and answer.endswith(b"too large"), (connection, answer)
+
+
+@pytest.mark.parametrize(
+    ("second", "more"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\nX-Endless: ", 4 * MAX_HEAD_BYTES + 512 * 1024),
+        (b"GET / HTTP/1.1\r\nNo Colon\r\n", 0),
+    ],
+    ids=["head-past-its-bound", "unparsable"],
+)
+def test_a_refusal_of_a_request_pipelined_behind_an_answer_is_not_sent_as_that_answer(second, more):
+    """A 431 (or uvicorn's 400) was written at once, before or inside the first request's answer: the client took
+    it for that answer, and the answer's next write failed after the refusal's FIN. Now such a connection is
+    closed."""
+
+    async def slow_stream(request):
+        async def parts():
+            for _ in range(5):
+                await asyncio.sleep(0.1)
+                yield b"part "
+
+        return StreamingResponse(parts())
+
+    app = Starlette(routes=[Route("/", slow_stream)])
+    with serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url:
+        answer = answer_while_sending(int(url.rsplit(":", 1)[1]), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + second, more)
+        assert answer.count(b"HTTP/1.1 ") <= 1 and b" 431 " not in answer and b" 400 " not in answer, answer
 
 
 def test_a_pipelined_head_is_counted_from_its_own_start():

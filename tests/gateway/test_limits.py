@@ -48,11 +48,14 @@ def test_past_the_concurrency_limit_a_request_gets_a_503_with_retry_after(checkp
 def test_server_limits_from_the_config_file(tmp_path):
     path = tmp_path / "gateway.yaml"
     path.write_text(
-        "models: [{id: m, backend: {type: none}}]\nserver: {max_body_bytes: 1000, max_concurrency: 8, header_timeout_s: 3, send_timeout_s: 20, body_min_rate: 4096}\n"
+        "models: [{id: m, backend: {type: none}}]\nserver: {max_body_bytes: 1000, max_concurrency: 8, header_timeout_s: 3, send_timeout_s: 20, body_min_rate: 4096, max_waiting_heads: 9}\n"
     )
     limits = load_config(path).server
     assert (limits.max_body_bytes, limits.max_concurrency, limits.header_timeout_s) == (1000, 8, 3.0)
-    assert (limits.send_timeout_s, limits.body_min_rate) == (20.0, 4096.0)
+    assert (limits.send_timeout_s, limits.body_min_rate, limits.max_waiting_heads) == (20.0, 4096.0, 9)
+    path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {max_waiting_heads: 0}\n")
+    with pytest.raises(ConfigError, match="server.max_waiting_heads"):
+        load_config(path)
     path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {max_concurrency: 0}\n")
     with pytest.raises(ConfigError, match="server.max_concurrency"):
         load_config(path)
@@ -71,11 +74,13 @@ def test_cli_limits_override_the_config(tmp_path):
     path.write_text("models: [{id: m, backend: {type: none}}]\nserver: {max_concurrency: 8}\n")
     args = build_parser().parse_args(
         ["serve", "--config", str(path), "--max-concurrency", "3", "--header-timeout", "2.5", "--send-timeout", "7"]
-        + ["--body-min-rate", "1e5"]
+        + ["--body-min-rate", "1e5", "--max-waiting-heads", "40"]
     )
     config = _serve_config(args)
+    assert config.server.max_waiting_heads == 512
     override_limits(config.server, args)
     assert (config.server.max_concurrency, config.server.max_body_bytes) == (3, 16 * 1024 * 1024)
+    assert config.server.max_waiting_heads == 40
     assert (config.server.header_timeout_s, config.server.send_timeout_s, config.server.body_min_rate) == (2.5, 7, 1e5)
 
 

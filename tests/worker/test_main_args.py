@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from backends.client_timeouts import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_MAX_WAITING_HEADS, DEFAULT_SEND_TIMEOUT_S
 from backends.worker import __main__ as worker_main
 
 
@@ -18,7 +19,7 @@ def test_a_duration_flag_that_is_no_duration_is_refused_at_start_up(flag, value,
     assert exit.value.code == 2 and f"argument {flag}: must be a number of seconds >= 0" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flag", ["--header-timeout", "--body-min-rate"])
+@pytest.mark.parametrize("flag", ["--header-timeout", "--body-min-rate", "--send-timeout"])
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "x"])
 def test_a_client_bound_that_would_refuse_every_request_is_refused_at_start_up(flag, value, capsys):
     with pytest.raises(SystemExit) as exit:
@@ -35,8 +36,8 @@ def test_the_drain_timeout_and_client_bounds_reach_serve(monkeypatch):
     served: list[tuple] = []
     stopped: list[bool] = []
 
-    async def serve(state, host: str, port: int, *bounds: float) -> None:
-        served.append((host, port, *bounds))
+    async def serve(state, host: str, port: int, http: tuple, drain_timeout: float) -> None:
+        served.append((host, port, http, drain_timeout))
 
     state = SimpleNamespace(
         engine=SimpleNamespace(stop=lambda: stopped.append(True)),
@@ -47,8 +48,14 @@ def test_the_drain_timeout_and_client_bounds_reach_serve(monkeypatch):
     monkeypatch.setattr(worker_main, "refuse_unsupported_dtype", lambda args: None)
     monkeypatch.setattr(worker_main.torch, "set_num_threads", lambda n: None)
     monkeypatch.setattr(worker_main.gc, "freeze", lambda: None)
+    monkeypatch.setattr(worker_main, "client_timeout_protocol", lambda *bounds: bounds)
     worker_main.main(["--port", "22900", "--drain-timeout", "7.5", "--header-timeout", "3", "--body-min-rate", "5e3"])
-    assert (served, stopped) == ([("127.0.0.1", 22900, 7.5, 3.0, 5000.0)], [True, "grammars"])  # compile children too
+    worker_main.main(["--port", "22900", "--send-timeout", "4", "--max-waiting-heads", "9"])
+    assert served == [
+        ("127.0.0.1", 22900, (3.0, DEFAULT_SEND_TIMEOUT_S, 5000.0, DEFAULT_MAX_WAITING_HEADS), 7.5),
+        ("127.0.0.1", 22900, (DEFAULT_HEADER_TIMEOUT_S, 4.0, worker_main.BODY_MIN_RATE, 9), 2.0),
+    ]
+    assert stopped == [True, "grammars"] * 2  # compile children too
 
 
 def test_the_worker_serves_with_garbage_collection_on(monkeypatch):
@@ -72,3 +79,10 @@ def test_the_worker_serves_with_garbage_collection_on(monkeypatch):
     finally:
         gc.enable()
     assert collecting == [True]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "x"])
+def test_a_waiting_heads_bound_under_one_is_refused_at_start_up(value, capsys):
+    with pytest.raises(SystemExit) as exit:
+        worker_main.parse_args(["--max-waiting-heads", value])
+    assert exit.value.code == 2 and "argument --max-waiting-heads: must be an integer >= 1" in capsys.readouterr().err

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.nn.functional as F
 
+from backends.worker import prefill_gemm
 from backends.worker.__main__ import parse_args
 from backends.worker.model import _Linear
 from backends.worker.prefill_gemm import FORCED_ATEN_FROM, PrefillGemm, aten_from, choose_prefill_gemm
@@ -32,6 +35,22 @@ def test_auto_times_both_kernels_at_a_quarter_chunk_and_a_chunk_on_one_thread():
     assert all(onednn > 0 and aten > 0 for onednn, aten in gemm.timings.values())
     assert gemm.aten_from == aten_from(gemm.timings)
     assert "8 rows: oneDNN" in gemm.describe(0.0) and "32 rows: oneDNN" in gemm.describe(0.0)
+
+
+def test_the_probe_counts_the_kernels_cpu_time_not_time_off_the_cpu(monkeypatch):
+    """Timed by the wall clock, a kernel whose thread lost the CPU to another process (a sleep, here) looked slow,
+    and on a loaded host that made the probe give ATen the prefill for the process's life; its CPU time does not
+    count the wait."""
+    weights = [torch.randn(512, 256)]
+    onednn = prefill_gemm._onednn
+
+    def descheduled(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.02)
+        return onednn(x, packed)
+
+    monkeypatch.setattr(prefill_gemm, "_onednn", descheduled)
+    timings = prefill_gemm.time_products(weights, [64])
+    assert timings[64][0] < 0.02, timings
 
 
 def test_forced_modes_do_not_time():

@@ -1,16 +1,20 @@
-"""Requests at the worker's app before they are handed to the engine (in process, real engine): aborts that arrive
-meanwhile, admission while grammars compile."""
+"""Requests at the worker's app (in process, real engine): aborts that arrive before they are handed to the engine,
+admission while grammars compile, a client that stops reading its stream."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
+import time
 
 import httpx
 
+from backends.worker.__main__ import client_protocol, parse_args
 from backends.worker.generations import WorkerState
 from backends.worker.server import build_app
+from tests.gateway.http_server import serve, small_send_buffers
 
 PROMPT = [504, 3575, 282, 4649, 314]  # "The capital of France is"
 
@@ -108,3 +112,33 @@ def test_abort_all_ends_every_request_in_flight(checkpoint, engine, grammars):
         meta = answer.json()["meta_info"]
         assert meta["finish_reason"] == {"type": "abort", "message": "aborted by request"}
         assert meta["completion_tokens"] < 400
+
+
+def test_a_client_that_stops_reading_its_stream_is_cut_and_its_slot_freed(checkpoint, engine, grammars):
+    """The worker had no send timer: a client that stopped reading a stream held its request's slot and KV for as
+    long as it kept the socket open. Here `--send-timeout 0.5`, small socket buffers, and a reader that takes the
+    answer's first bytes and then nothing: the connection is cut and the request aborted before its 1,000 tokens."""
+    protocol = small_send_buffers(client_protocol(parse_args(["--send-timeout", "0.5"])), high_water=4096)
+    app = build_app(WorkerState(checkpoint, engine, grammars, model_path="test"))
+    sampling = {"max_new_tokens": 1000, "ignore_eos": True, "temperature": 0}
+    logprobs = {"return_logprob": True, "top_logprobs_num": 20}  # ~2 KB an event: the buffers fill in a few tokens
+    body = json.dumps({"input_ids": PROMPT, "sampling_params": sampling, "stream": True, **logprobs})
+    decoded = engine.stats.decode_tokens
+    with serve(app, lifespan="off", http=protocol) as url, socket.socket() as reader:
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+        reader.sendall(f"POST /generate HTTP/1.1\r\nHost: w\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+        assert reader.recv(16).startswith(b"HTTP/1.1 200")  # then it reads nothing more
+        freed_by = time.monotonic() + 120
+        while engine.stats.decode_tokens == decoded:  # in a slot (the status line may come before the engine has it)
+            assert time.monotonic() < freed_by, "the request never started decoding"
+            time.sleep(0.05)
+        while engine.active_requests():
+            assert time.monotonic() < freed_by, "the worker holds the request of a client that stopped reading"
+            time.sleep(0.05)
+        assert engine.stats.decode_tokens - decoded < sampling["max_new_tokens"]  # aborted, not finished
+        reader.settimeout(10)
+        rest = b""
+        while data := reader.recv(65536):
+            rest += data
+        assert b"data: [DONE]" not in rest  # cut, not ended

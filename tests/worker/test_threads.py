@@ -18,7 +18,9 @@ from backends.worker.threads import (
     FIRST_PROBE_AFTER,
     PROBE_STEPS,
     ThreadTuner,
+    describe_cpus,
     measure,
+    physical_cores,
     start_up_count,
     usable_cores,
 )
@@ -145,6 +147,18 @@ def _cgroup(root, files: dict[str, str]):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     return root
+
+
+@pytest.mark.parametrize(
+    ("siblings", "cores"), [({0: "0", 1: "1"}, 2), ({0: "0-1", 1: "0-1"}, 1), ({0: "0,2", 2: "0,2", 1: "1,3"}, 2)]
+)
+def test_physical_cores_count_the_hyper_threads_of_a_core_once(tmp_path, siblings, cores):
+    for cpu, text in siblings.items():
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(text + "\n")
+    assert physical_cores(siblings, tmp_path) == cores
+    assert physical_cores([*siblings, 7], tmp_path) is None  # unreadable: unknown, not guessed
+    assert describe_cpus(tmp_path / "absent").endswith("CPUs in the affinity")
 
 
 @pytest.mark.parametrize(
