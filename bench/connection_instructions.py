@@ -1,6 +1,6 @@
 """Instructions per connection of the HTTP protocol the gateway serves through, counted by callgrind in one process.
 
-One connection's life, in memory (no socket: a transport that keeps what is written) on uvloop, as the request
+One connection's life, in memory (no socket: `tests/gateway/http_server.py`'s transport) on uvloop, as the request
 bench's probes open one per request: made, one POST head and body in one read, a 3-message streamed answer from a
 trivial ASGI app, closed. Counted for uvicorn's own `HttpToolsProtocol` and for `backends/client_timeouts.py`'s
 protocol on it (the head, body and send timers, the head's size bound): their difference is what the timers cost a
@@ -13,7 +13,6 @@ connection. Each is run `--connections` times after a warm-up, callgrind countin
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import subprocess
 from pathlib import Path
@@ -25,38 +24,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from backends.client_timeouts import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S, client_timeout_protocol
+from tests.gateway.http_server import serve_connection
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":1}'
 REQUEST = (
     b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(BODY), BODY)
 )
-
-
-class Transport:
-    """What uvicorn's protocol asks of a transport, in memory."""
-
-    def __init__(self) -> None:
-        self.written: list[bytes] = []
-        self.closing = False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def write(self, data: bytes) -> None:
-        self.written.append(data)
-
-    def close(self) -> None:
-        self.closing = True
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 async def app(scope: dict, receive: Any, send: Any) -> None:
@@ -71,16 +45,10 @@ async def app(scope: dict, receive: Any, send: Any) -> None:
 async def connections(protocol_class: type[HttpToolsProtocol], config: uvicorn.Config, count: int) -> None:
     """`count` connections, one after another, through `protocol_class`."""
     state = ServerState()
-    loop = asyncio.get_running_loop()
     for _ in range(count):
-        transport = Transport()
-        protocol = protocol_class(config=config, server_state=state, app_state={}, _loop=loop)
-        protocol.connection_made(transport)  # type: ignore[arg-type]
-        protocol.data_received(REQUEST)
-        await asyncio.gather(*state.tasks)
-        protocol.connection_lost(None)
-        if not transport.written[0].startswith(b"HTTP/1.1 200"):
-            raise RuntimeError(f"unexpected answer: {transport.written[0]!r}")
+        _, written = await serve_connection(protocol_class, config, state, REQUEST)
+        if not written.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"unexpected answer: {written[:64]!r}")
 
 
 def counted(out: str, dump: int, protocol_class: type[HttpToolsProtocol], count: int) -> float:

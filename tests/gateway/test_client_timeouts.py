@@ -18,7 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from backends.client_timeouts import DEFAULT_SEND_TIMEOUT_S, MAX_HEAD_BYTES, client_timeout_protocol
-from tests.gateway.http_server import head_refusal, serve
+from tests.gateway.http_server import head_refusal, serve, serve_connection
 
 TIMEOUT_S = 0.5
 
@@ -234,32 +234,6 @@ def test_moving_the_read_deadline_sets_no_timer_and_it_still_expires_on_time():
     assert len(closed) == 1 and clock.timers == []
 
 
-class _Transport:
-    """What uvicorn's protocol asks of a transport, in memory: what it writes, whether it closed."""
-
-    def __init__(self) -> None:
-        self.written = b""
-        self.closing = False
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def close(self) -> None:
-        self.closing = True
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 def test_the_timers_state_stays_out_of_the_connections_dict():
     """uvicorn's own attributes nearly fill the 30 a CPython 3.11 instance keeps inline; the timers' state in its
     __dict__ would turn that into a plain dict, slower for every attribute read of every callback (~40 K instructions
@@ -267,17 +241,8 @@ def test_the_timers_state_stays_out_of_the_connections_dict():
     app = Starlette(routes=[Route("/", _echo_length, methods=["POST"])])
     config = uvicorn.Config(app, lifespan="off", log_level="warning")
     config.load()
-    loop = asyncio.new_event_loop()
-    try:
-        state = uvicorn.server.ServerState()
-        protocol_class = client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S)
-        protocol = protocol_class(config=config, server_state=state, app_state={}, _loop=loop)
-        transport = _Transport()
-        protocol.connection_made(transport)
-        protocol.data_received(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nab")
-        loop.run_until_complete(asyncio.gather(*state.tasks))
-        protocol.connection_lost(None)
-    finally:
-        loop.close()
-    assert transport.written.startswith(b"HTTP/1.1 200") and transport.written.endswith(b"2")
+    request = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nab"
+    protocol_class = client_timeout_protocol(TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S)
+    protocol, written = asyncio.run(serve_connection(protocol_class, config, uvicorn.server.ServerState(), request))
+    assert written.startswith(b"HTTP/1.1 200") and written.endswith(b"2")
     assert [name for name in vars(protocol) if name.startswith("_")] == []
