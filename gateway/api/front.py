@@ -141,7 +141,7 @@ class Front:
             finish()
             # `finish` holds the scope, which would hold it back through `send_noting`: a reference cycle that
             # left the request's scope, record and uvicorn's cycle and transport to the garbage collector
-            del scope[_SENDS]
+            scope.pop(_SENDS, None)
 
 
 def more_body_send(scope: Scope, send: Send) -> Send:
