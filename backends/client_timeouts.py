@@ -94,33 +94,53 @@ def client_timeout_protocol(
     )
 
     class ClientTimeoutProtocol(HttpToolsProtocol):
-        _read_timer: asyncio.TimerHandle | None = None
+        # Slots, each set in `connection_made`, not class defaults: uvicorn's own 28 attributes nearly fill the 30
+        # an instance keeps inline (its type's shared keys); more in its __dict__ made that a plain dict, slower to
+        # read for every attribute of the connection. uvicorn's methods are called by name, not through super(),
+        # which builds an object each call (a request's callbacks run a dozen times).
+        __slots__ = (
+            "_body_bytes",
+            "_body_clock",
+            "_head_bytes",
+            "_head_open",
+            "_heads_ended",
+            "_in_body",
+            "_lingered",
+            "_lingering",
+            "_read_deadline",
+            "_read_timer",
+            "_send_timer",
+        )
+        _read_timer: asyncio.TimerHandle | None
         """Fires at or before the read deadline: the head's, or the body's. Moving the deadline later (a request's
         head, its body's bytes, the next request: several times a request) moves no timer; the timer, when it fires
         early, waits on for the rest."""
-        _read_deadline: float | None = None
-        """Loop time by which the read must make progress (None: no read deadline)."""
-        _read_expired: Callable[[], None] | None = None
-        """What the read deadline's passing does."""
-        _send_timer: asyncio.TimerHandle | None = None
-        _in_body = False
+        _read_deadline: float | None
+        """Loop time by which the read must make progress (None: no read deadline); its passing closes the
+        connection, or inside a body checks the body's stall (`_body_stalled`)."""
+        _send_timer: asyncio.TimerHandle | None
+        _in_body: bool
         """Between a request's head and its body's end."""
-        _body_clock = 0.0
+        _body_clock: float
         """Loop time the body's rate is counted from."""
-        _body_bytes = 0
-        _head_open = False
+        _body_bytes: int
+        _head_open: bool
         """A request's head has begun and not ended."""
-        _head_bytes = 0
+        _head_bytes: int
         """Bytes of the reads that began and ended inside the open head."""
-        _heads_ended = 0
+        _heads_ended: int
         """Request heads this connection has read to their end."""
-        _lingering = False
+        _lingering: bool
         """An answer went out while the client was still sending: what it sends now is read and dropped."""
-        _lingered = 0
+        _lingered: int
         """Bytes read and dropped since."""
 
         def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def,override]
-            super().connection_made(transport)
+            HttpToolsProtocol.connection_made(self, transport)
+            self._read_timer = self._read_deadline = self._send_timer = None
+            self._in_body = self._head_open = self._lingering = False
+            self._lingered = 0
+            self._body_clock, self._body_bytes, self._head_bytes, self._heads_ended = 0.0, 0, 0, 0
             self._await_head()
 
         def data_received(self, data: bytes) -> None:
@@ -129,17 +149,20 @@ def client_timeout_protocol(
                 if self._lingered > LINGER_BYTES:
                     self._close()
                 return
-            inside, ended = self._head_open, self._heads_ended
-            super().data_received(data)
+            if not self._head_open:  # a read beginning outside a head counts for none (most reads)
+                HttpToolsProtocol.data_received(self, data)
+                return
+            ended = self._heads_ended
+            HttpToolsProtocol.data_received(self, data)
             if self._lingering:  # uvicorn answered 400: a request it cannot parse
                 return
-            within_one_head = inside and self._head_open and self._heads_ended == ended
-            self._head_bytes = self._head_bytes + len(data) if within_one_head else 0
-            if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
-                if self._answering():
-                    self._close()
-                else:
-                    self._refuse(_HEAD_TOO_LARGE)
+            if self._head_open and self._heads_ended == ended:  # began and ended inside one head
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+                    if self._answering():
+                        self._close()
+                    else:
+                        self._refuse(_HEAD_TOO_LARGE)
 
         def _answering(self) -> bool:
             """An earlier request's answer is still due: a refusal of the next, pipelined one would be read as it."""
@@ -151,42 +174,45 @@ def client_timeout_protocol(
                 return
             transport, self.transport = self.transport, _CloseLingers(self.transport, lambda: None)
             try:
-                super().send_400_response(msg)  # its answer, and no close: a lingering one
+                HttpToolsProtocol.send_400_response(self, msg)  # its answer, and no close: a lingering one
             finally:
                 self.transport = transport
             self._linger()
 
         def on_message_begin(self) -> None:
-            super().on_message_begin()
+            HttpToolsProtocol.on_message_begin(self)
             self._head_open = True
+            self._head_bytes = 0
 
         def on_headers_complete(self) -> None:
             self._head_open = False
             self._heads_ended += 1
             waiting.pop(self, None)
-            super().on_headers_complete()
+            HttpToolsProtocol.on_headers_complete(self)
             cycle = self.cycle
             if cycle is not None and cycle.scope is self.scope and not cycle.keep_alive:  # closed after its answer
                 cycle.transport = _CloseLingers(self.transport, self._close_answered)
             self._in_body = True
-            self._body_clock, self._body_bytes = self.loop.time(), 0
-            self._arm_read(self._body_stalled)
+            self._body_clock = now = self.loop.time()
+            self._body_bytes = 0
+            self._arm_read(now + header_timeout_s)
 
         def on_body(self, body: bytes) -> None:
-            super().on_body(body)
-            if self._in_body:
+            HttpToolsProtocol.on_body(self, body)
+            if self._in_body:  # due within the timeout from now, or from the time its bytes earned if earlier
                 self._body_bytes += len(body)
-                self._arm_read(self._body_stalled, self._body_clock + self._body_bytes / body_min_rate)
+                earned = self._body_clock + self._body_bytes / body_min_rate
+                self._arm_read(min(self.loop.time(), earned) + header_timeout_s)
 
         def on_message_complete(self) -> None:
             if self._in_body:  # (an answer sent before the body ended has armed the next head's timer instead)
                 self._in_body = False
-                self._disarm_read()
-            super().on_message_complete()
+                self._read_deadline = None  # a timer still pending finds nothing due
+            HttpToolsProtocol.on_message_complete(self)
 
         def on_response_complete(self) -> None:
             pipelined = bool(self.pipeline)  # the next request is in already (and starts now): no head to wait for
-            super().on_response_complete()
+            HttpToolsProtocol.on_response_complete(self)
             if self.transport.is_closing() or pipelined:
                 return
             if self._in_body or self._lingering:  # answered before its body ended: not kept alive
@@ -195,49 +221,42 @@ def client_timeout_protocol(
                 self._await_head()  # the next request's
 
         def pause_writing(self) -> None:
-            super().pause_writing()
+            HttpToolsProtocol.pause_writing(self)
             if self._send_timer is None and send_timeout_s is not None:
                 self._send_timer = self.loop.call_later(send_timeout_s, self._send_stalled)
 
         def resume_writing(self) -> None:
-            super().resume_writing()
+            HttpToolsProtocol.resume_writing(self)
             if self._send_timer is not None:
                 self._send_timer.cancel()
                 self._send_timer = None
 
         def connection_lost(self, exc: Exception | None) -> None:
             waiting.pop(self, None)
-            self._disarm_read()
+            self._read_deadline = None
             if self._read_timer is not None:
                 self._read_timer.cancel()
                 self._read_timer = None
             if self._send_timer is not None:
                 self._send_timer.cancel()
                 self._send_timer = None
-            super().connection_lost(exc)
+            HttpToolsProtocol.connection_lost(self, exc)
 
         def _await_head(self) -> None:
             """A request's head is due within `header_timeout_s`; past `max_waiting_heads` connections waiting for
             one, the one waiting longest is closed."""
-            self._arm_read(self._close)
+            self._arm_read(self.loop.time() + header_timeout_s)
             waiting[self] = None
             if len(waiting) > max_waiting_heads:
                 longest = next(iter(waiting))
                 del waiting[longest]
                 longest._close()
 
-        def _arm_read(self, expire: Callable[[], None], allowed_from: float | None = None) -> None:
-            """Read progress due within `header_timeout_s` from now, or from `allowed_from` if that is earlier
-            (a body's rate: its clock plus the time its bytes earned)."""
-            now = self.loop.time()
-            start = now if allowed_from is None else min(now, allowed_from)
-            self._read_deadline = deadline = start + header_timeout_s
-            self._read_expired = expire
+        def _arm_read(self, deadline: float) -> None:
+            """Read progress due by loop time `deadline`."""
+            self._read_deadline = deadline
             if self._read_timer is None:
                 self._read_timer = self.loop.call_at(deadline, self._read_due)
-
-        def _disarm_read(self) -> None:
-            self._read_deadline = None  # a timer still pending finds nothing due
 
         def _read_due(self) -> None:
             deadline, self._read_timer = self._read_deadline, None
@@ -247,7 +266,10 @@ def client_timeout_protocol(
                 self._read_timer = self.loop.call_at(deadline, self._read_due)
                 return
             self._read_deadline = None
-            self._read_expired()
+            if self._in_body:
+                self._body_stalled()
+            else:
+                self._close()
 
         def _close(self) -> None:
             if not self.transport.is_closing():
@@ -281,8 +303,9 @@ def client_timeout_protocol(
             cycle = self.cycle
             if self.flow.read_paused or (cycle is not None and cycle.waiting_for_100_continue):
                 # the app has not read what came, or not yet asked for the body: the client is not the one stalling
-                self._body_clock = self.loop.time() - self._body_bytes / body_min_rate
-                self._arm_read(self._body_stalled)
+                now = self.loop.time()
+                self._body_clock = now - self._body_bytes / body_min_rate
+                self._arm_read(now + header_timeout_s)
             elif cycle is not None and not cycle.response_started:
                 cycle.disconnected = True  # the app's next receive() says the client left; its answer is dropped
                 cycle.message_event.set()

@@ -188,6 +188,9 @@ class Router(Backend):
         pool = [r for r in self._replicas if r not in tried and r.eligible()]
         if not pool:
             return None
+        if len(pool) == 1 and not hashes:  # one replica, a prompt too short for affinity: what the rest would pick
+            self._turn += 1
+            return pool[0]
         least = min(r.outstanding for r in pool)
         by_url = {r.url: r for r in pool}
         for url in self._affinity.candidates(hashes):

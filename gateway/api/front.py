@@ -139,6 +139,9 @@ class Front:
             end_request(token)
             current_traceparent.reset(trace_token)
             finish()
+            # `finish` holds the scope, which would hold it back through `send_noting`: a reference cycle that
+            # left the request's scope, record and uvicorn's cycle and transport to the garbage collector
+            scope.pop(_SENDS, None)
 
 
 def more_body_send(scope: Scope, send: Send) -> Send:

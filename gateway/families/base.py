@@ -64,9 +64,10 @@ class FamilyContext:
     special_tokens: dict[str, str] = field(default_factory=dict)
     """The tokenizer's other named special tokens (unk_token, pad_token, a model's own such as image_token)."""
 
-    @property
+    @cached_property
     def special_tokens_map(self) -> dict[str, str]:
-        """Every named special token, as transformers gives a chat template (its `special_tokens_map`)."""
+        """Every named special token, as transformers gives a chat template (its `special_tokens_map`); built once
+        (every render reads it; a context is not changed once made, `dataclasses.replace` makes another)."""
         named = {"bos_token": self.bos_token, "eos_token": self.eos_token}
         return {**self.special_tokens, **{name: text for name, text in named.items() if text is not None}}
 

@@ -237,9 +237,11 @@ def _refuses_one_of(error: APIError, tools: set[int]) -> bool:
 
 
 def _grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | None:
+    schemas = bool(chat.tools or chat.response_format)
     try:
-        check_strict_schemas(chat)
-        if model.grammar_budget is not None and (chat.tools or chat.response_format):
+        if schemas:
+            check_strict_schemas(chat)
+        if model.grammar_budget is not None and schemas:
             # only a client's schema can cost much to compile: a chat without one builds its grammar (if its
             # family has one without tools) here, without a round trip to a compile child
             grammar = model.grammar_budget.build(chat, prompt)

@@ -73,9 +73,10 @@ class ServedModel:
         note_shielded(len(shield.originals))
         text = self.family.render(shielded)
         prompt = shield.restore(text)
-        at_least = None if past_context_ok else self.least_tokens(prompt)
-        if at_least is not None:
-            raise PromptPastContext(at_least)
+        if not past_context_ok and len(prompt) >= self.context_length:  # (shorter proves nothing: most prompts)
+            at_least = self.least_tokens(prompt)
+            if at_least is not None:
+                raise PromptPastContext(at_least)
         ids = self.encoder.encode_prompt(text, shield, add_special_tokens=request.add_special_tokens)
         return prompt, ids
 

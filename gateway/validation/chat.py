@@ -248,7 +248,7 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     _check_tools_given(fields, tools)
     tool_choice, tools = parse_tool_choice(fields, tools)
     template_kwargs = _template_kwargs(fields)
-    flags = _render_flags(fields, template_kwargs)
+    (add_generation_prompt, generation_param), (continue_final, continue_param) = _render_flags(fields, template_kwargs)
     chat = ChatRequest(
         messages=parse_messages(fields),
         tools=tools,
@@ -257,11 +257,11 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
         response_format=parse_response_format(fields),
         template_kwargs=template_kwargs,
         reasoning_effort=fields.string("reasoning_effort"),
-        add_generation_prompt=flags["add_generation_prompt"][0],
-        continue_final_message=flags["continue_final_message"][0],
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final,
         add_special_tokens=fields.boolean("add_special_tokens"),
     )
-    _check_continuation(chat, flags["add_generation_prompt"][1], flags["continue_final_message"][1])
+    _check_continuation(chat, generation_param, continue_param)
     return ChatCompletionRequest(model=model, chat=chat, settings=settings)
 
 
@@ -581,24 +581,26 @@ _RENDER_FLAGS = ("add_generation_prompt", "continue_final_message")
 fields and hands both to transformers' `apply_chat_template` as its arguments, so the kwargs' win."""
 
 
-def _render_flags(fields: Fields, template_kwargs: dict[str, Any]) -> dict[str, tuple[bool, str]]:
-    """Each render switch's value and the param that set it: `chat_template_kwargs`' (taken out of the template's
-    variables, as transformers takes its arguments out) where it has one, else the request's field. Both fields set
-    true is a 400 whatever the kwargs say (vLLM's request check reads the fields alone)."""
-    if all(fields.value.get(key) is True for key in _RENDER_FLAGS):
-        raise invalid(
-            "'continue_final_message' and 'add_generation_prompt' cannot both be true", "continue_final_message"
-        )
-    flags = {}
+def _render_flags(fields: Fields, template_kwargs: dict[str, Any]) -> list[tuple[bool, str]]:
+    """Each render switch's value and the param that set it, in `_RENDER_FLAGS`' order: `chat_template_kwargs`'
+    (taken out of the template's variables, as transformers takes its arguments out) where it has one, else the
+    request's field. Both fields set true is a 400 whatever the kwargs say (vLLM's request check reads the fields
+    alone)."""
+    generation, continuation = _RENDER_FLAGS
+    if fields.value.get(generation) is True and fields.value.get(continuation) is True:
+        raise invalid(f"'{continuation}' and '{generation}' cannot both be true", continuation)
+    if not template_kwargs:  # (most requests)
+        return [(fields.boolean(generation), generation), (fields.boolean(continuation), continuation)]
+    flags = []
     for key in _RENDER_FLAGS:
         if key in template_kwargs:
             param = f"chat_template_kwargs.{key}"
             value = template_kwargs.pop(key)
             if not isinstance(value, bool):
                 raise invalid(f"'{param}' must be a boolean", param)
-            flags[key] = (value, param)
+            flags.append((value, param))
         else:
-            flags[key] = (fields.boolean(key), key)
+            flags.append((fields.boolean(key), key))
     return flags
 
 

@@ -1,4 +1,5 @@
-"""Run an ASGI app under a real uvicorn server on a free local port, in a background thread."""
+"""Run an ASGI app under a real uvicorn server on a free local port, in a background thread; or one connection
+through uvicorn's HTTP protocol in memory."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 
 @contextmanager
@@ -78,3 +81,43 @@ def answer_while_sending(port: int, start: bytes, more: int) -> bytes:
             return answer
         except ConnectionError:
             return b""
+
+
+class MemoryTransport:
+    """What uvicorn's HTTP protocol asks of a transport, in memory: what it writes, whether it closed."""
+
+    def __init__(self) -> None:
+        self.written = b""
+        self.closing = False
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(name, default)
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closing = True
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def serve_connection(
+    protocol_class: type[HttpToolsProtocol], config: uvicorn.Config, state: ServerState, request: bytes
+) -> tuple[HttpToolsProtocol, bytes]:
+    """One connection through `protocol_class` (`config` loaded), in memory in the running loop: made, `request` in
+    one read, its answer, closed. The protocol, and what it wrote."""
+    transport = MemoryTransport()
+    protocol = protocol_class(config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop())
+    protocol.connection_made(transport)  # type: ignore[arg-type]
+    protocol.data_received(request)
+    await asyncio.gather(*state.tasks)
+    protocol.connection_lost(None)
+    return protocol, transport.written

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 from gateway.api.front import Front, more_body_send
 from gateway.api.turns import PER_ITERATION
@@ -90,3 +92,20 @@ def test_requests_arriving_together_take_turns_behind_front() -> None:
 
     asyncio.run(main())
     assert log == [*(f"/r{i}" for i in range(PER_ITERATION)), "answer to /r0", f"/r{PER_ITERATION}"]
+
+
+def test_a_request_behind_front_leaves_no_reference_cycle() -> None:
+    """What a request held goes with its last reference, not at a garbage collection: a cycle through the scope
+    left each request's scope, record and server objects (the server's `send` among them) to the collector."""
+
+    async def server_send(message: dict) -> None:
+        pass
+
+    send = weakref.ref(server_send)
+    gc.disable()
+    try:
+        asyncio.run(Front(_streaming_app, _streaming_app, GatewayMetrics())(_scope(), _receive, server_send))
+        del server_send
+        assert send() is None
+    finally:
+        gc.enable()
