@@ -241,6 +241,9 @@ def client_timeout_protocol(
                 self._send_timer.cancel()
                 self._send_timer = None
             HttpToolsProtocol.connection_lost(self, exc)
+            cycle = self.cycle
+            if cycle is not None:  # its _CloseLingers leads back here: a cycle the collector would have to find
+                cycle.transport = self.transport
 
         def _await_head(self) -> None:
             """A request's head is due within `header_timeout_s`; past `max_waiting_heads` connections waiting for
