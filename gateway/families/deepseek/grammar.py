@@ -306,7 +306,7 @@ class _Writer:
         JSON of `fallback`. A schema xgrammar cannot use is a 400 (SchemaGrammarError naming `param`)."""
         vocabulary = self.vocabulary
         spellings, in_strings = vocabulary.json_spellings, vocabulary.in_json_strings
-        ebnf = json_value_ebnf(schema, spellings, param, True, in_strings=in_strings)
+        ebnf = json_value_ebnf(schema, spellings, param, True, in_strings=in_strings, exact=strict)
         if ebnf is None and strict:
             raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
         if ebnf is None:
