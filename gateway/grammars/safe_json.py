@@ -11,9 +11,11 @@ spellings (a JSON string can still hold them escaped, as `\\u003c…`);
 length-bounded strings take the spellings' first characters (`<`, and `[` for
 Mistral's `[TOOL_CALLS]`…) only as escapes. A `pattern` that could match one of
 them is narrowed to one that cannot (`patterns.narrowed`), or dropped where a
-literal needs one; a `format` whose xgrammar grammar could write one is a pattern
-of ours (`string_formats.py`), narrowed the same way; a schema with a literal that spells a control token, or a `patternProperties` key
-pattern that could match a first character, has no safe JSON grammar (None).
+literal needs one (a 400 under the client's strict, `exact`) or, best effort, where
+narrowing would cost much to compile; most `format`s are patterns of ours
+(`string_formats.py`), narrowed the same way. A schema with a literal that spells
+a control token, or a `patternProperties` key pattern that could match a first
+character, has no safe JSON grammar (None).
 Every spelling must start with ASCII punctuation.
 
 The XML argument styles (`qwen_xml`, `glm_xml`: `xml_value_ebnf`) write string values raw, with no escape: a
@@ -381,7 +383,7 @@ def _spell_safe(schema: Any, path: str, strict: bool, exact: bool, firsts: str) 
     if isinstance(pattern, str):
         safe = pattern if usable_pattern(pattern, f"{path}.pattern", strict, json_string=True) else None
         if safe is not None and may_write(safe, firsts):
-            safe = narrowed(safe, firsts)
+            safe = narrowed(safe, firsts) if exact or not _counted(safe) else None
             safe = safe if safe is not None and usable_pattern(safe, "", False, json_string=True) else None
         if safe is None and exact:
             raise SchemaGrammarError(
@@ -412,6 +414,18 @@ _UNSAFE_PATTERN = (
     "control tokens start with, which a value writes only escaped; exclude them (e.g. [^<] for .), or set strict "
     "false for best effort"
 )
+
+
+_NARROWED_COUNT = 4
+"""A narrowed pattern's class makes it a `json_string` regex, whose counted repetitions cost compile time
+(`^.{1,100}$` ~1.5 s on Qwen3's vocabulary, `^\\S{1,12}$` ~0.1 s: bench/RESULTS.md): best effort drops a pattern
+counting past this rather than narrow it (the formats' own counts are below it); strict narrows it whatever the cost
+(the compile budget bounds it)."""
+
+
+def _counted(pattern: str) -> bool:
+    facts = scan(pattern)
+    return facts is None or facts.largest_count > _NARROWED_COUNT
 
 
 def _own_format(schema: dict[str, Any], firsts: str) -> dict[str, Any]:

@@ -1,27 +1,36 @@
 """String `format`s: which the grammars enforce, as xgrammar's own grammar or as a pattern of ours.
 
-xgrammar 0.2.9's schema converter enforces `date-time`, `time`, `date`, `duration`, `hostname`, `ipv4`, `ipv6`,
-`uuid`, `uri` and `uri-reference` with grammars that write no `<` or `[` (the first characters of the families'
-control-token spellings): `XGRAMMAR_FORMATS`. Its `email` (a quoted local part), `json-pointer` and
-`relative-json-pointer` grammars can write `<`, and its `uri-template` `[`, so a value could spell a control token:
-those are `OWN_PATTERNS` here, bounded patterns whose classes `patterns.narrowed` takes the spellings' first
-characters out of (a subset of the format: `email` without a quoted local part). `idn-email` (which xgrammar
-ignores) is `email` with non-ASCII letters. Any other format (`idn-hostname`, `iri`, `regex`, `int32`, …) xgrammar
-ignores: best effort without strict, a 400 under strict (`unenforced.py`).
+xgrammar 0.2.9's schema converter enforces `duration`, `hostname`, `ipv6`, `uuid`, `uri` and `uri-reference`, with
+grammars that write no `<` or `[` (the first characters of the families' control-token spellings):
+`XGRAMMAR_FORMATS`. The rest are `OWN_PATTERNS`, bounded patterns whose classes `patterns.narrowed` takes the
+spellings' first characters out of, each admitting only valid values (a few valid ones not: `email` with a quoted
+local part, a leap second, a pointer with a control character). Measured on 0.2.9: its `date` takes 2024-02-30 and 2023-02-29,
+its `time` and `date-time` a second 60 at any minute, its `ipv4` leading zeros (`01.2.3.4`); its `email` (a quoted local part), `json-pointer` and `relative-json-pointer` can write `<`, its
+`uri-template` `[`, so a value could spell a control token; it ignores `idn-email`. Any other format
+(`idn-hostname`, `iri`, `regex`, `int32`, …) it ignores: best effort without strict, a 400 under strict
+(`unenforced.py`).
 """
 
 from __future__ import annotations
 
-XGRAMMAR_FORMATS = frozenset(
-    {"date-time", "time", "date", "duration", "hostname", "ipv4", "ipv6", "uuid", "uri", "uri-reference"}
-)
-"""Formats xgrammar 0.2.9 enforces with a grammar whose only punctuation is none of `<`, `[` (measured: its EBNF)."""
-XGRAMMAR_PUNCTUATION = "!#$%&'()*+,-./:;=?@_~"
-"""The ASCII punctuation those grammars can write (uri's): a control-token spelling starting with one of these
-drops them instead."""
+XGRAMMAR_FORMATS = frozenset({"duration", "hostname", "ipv6", "uuid", "uri", "uri-reference"})
+"""Formats xgrammar 0.2.9 enforces exactly with a grammar that writes neither `<` nor `[` (measured: its EBNF)."""
 
+_YEAR = "(?:[0-9]{3}[1-9]|[0-9]{2}[1-9]0|[0-9][1-9]00|[1-9]000)"
+"""0001-9999 (Python's, and so jsonschema's, dates start at year 1)."""
+_LEAP_YEAR = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_DATE = (
+    f"(?:{_YEAR}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+    f"|02-(?:0[1-9]|1[0-9]|2[0-8]))|{_LEAP_YEAR}-02-29)"
+)
+"""RFC 3339 full-date: each month's days, February's 29th in leap years only."""
+_TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:[Zz]|[+\\-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+"""RFC 3339 full-time without the leap second (valid only at 23:59:60 UTC of a day that had one)."""
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_HOST_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9\\-]*[A-Za-z0-9])?"
+"""RFC 1123: letters, digits and inner hyphens (its 63 characters at most not counted, as in xgrammar's hostname:
+`{0,61}` costs ~160 ms to compile)."""
 _ATEXT = "A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-"
-_LABEL = "[A-Za-z0-9](?:[A-Za-z0-9\\-]{0,61}[A-Za-z0-9])?"
 _IDN = "\\u00a0-\\ud7ff\\uf900-\\ufdcf\\ufdf0-\\uffef"
 """RFC 6531's (and RFC 6570's) non-ASCII characters in the Basic Multilingual Plane."""
 _POINTER = "(?:/(?:[ !#-.0-\\[\\]-}\\u007f-\\uffff]|~[01])*)*"
@@ -31,13 +40,18 @@ _URI_VAR = "(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})"
 _URI_VARSPEC = f"{_URI_VAR}(?:\\.?{_URI_VAR})*(?::[1-9][0-9]{{0,3}}|\\*)?"
 
 OWN_PATTERNS = {
-    "email": f"^[{_ATEXT}]+(?:\\.[{_ATEXT}]+)*@{_LABEL}(?:\\.{_LABEL})*$",
+    "date": f"^{_DATE}$",
+    "time": f"^{_TIME}$",
+    "date-time": f"^{_DATE}[Tt]{_TIME}$",
+    "ipv4": f"^{_OCTET}(?:\\.{_OCTET}){{3}}$",
+    "email": f"^[{_ATEXT}]+(?:\\.[{_ATEXT}]+)*@{_HOST_LABEL}(?:\\.{_HOST_LABEL})*$",
     "idn-email": f"^[{_ATEXT}{_IDN}]+(?:\\.[{_ATEXT}{_IDN}]+)*@[A-Za-z0-9\\-{_IDN}]+(?:\\.[A-Za-z0-9\\-{_IDN}]+)*$",
     "json-pointer": f"^{_POINTER}$",
     "relative-json-pointer": f"^(?:0|[1-9][0-9]*)(?:#|{_POINTER})$",
     "uri-template": f"^(?:{_URI_LITERAL}|\\{{[+#./;?&=,!@|]?{_URI_VARSPEC}(?:,{_URI_VARSPEC})*\\}})*$",
 }
-"""Formats enforced as these patterns (RFC 5321/6531, 6901, draft-handrews relative pointers, RFC 6570 level 4)."""
+"""Formats enforced as these patterns (RFC 3339, 2673, 5321/6531, 6901, draft-handrews relative pointers, RFC 6570
+level 4); a domain's label and total lengths (63, 253) are not bounded, as in xgrammar's `hostname`."""
 
 ENFORCED_FORMATS = XGRAMMAR_FORMATS | OWN_PATTERNS.keys()
 """Every format a JSON value's grammar enforces (on a schema whose `type` is `string`)."""

@@ -19,13 +19,30 @@ from gateway.grammars.string_formats import OWN_PATTERNS
 ANGLE = ("<|im_end|>",)
 BRACKET = ("<|im_end|>", "[TOOL_CALLS]")
 
-FORMAT_CASES = {  # format: (values it takes, values it refuses)
+FORMAT_CASES = {  # format: (values it takes, values it refuses); xgrammar 0.2.9's own date, time, date-time, ipv4
+    # take the refused ones of the first four rows
+    "date": (["2024-02-29", "2000-02-29", "2023-12-31", "0001-01-01"], ["2023-02-29", "1900-02-29", "2024-06-31"]),
+    "time": (["23:59:59Z", "08:30:00.5+05:30", "00:00:00z"], ["12:00:60Z", "24:00:00Z", "12:00:00", "1:00:00Z"]),
+    "date-time": (
+        ["2024-02-29T10:00:00Z", "2024-01-01t00:00:00-01:00"],
+        ["2023-02-29T10:00:00Z", "2024-01-01T10:00:60Z"],
+    ),
+    "ipv4": (["1.2.3.4", "255.255.255.255", "0.0.0.0"], ["01.2.3.4", "256.1.1.1", "1.2.3"]),
     "email": (["a@b.co", "first.last+tag@ex-ample.com", "x@y", "o'neil@a.b"], ["a@", "@b", "a..b@c", "a b@c"]),
     "idn-email": (["用户@例子.广告", "a@b.co"], ["a@", "用户"]),
     "json-pointer": (["", "/a", "/a~0b/~1c", "/ x/"], ["a", "/~2"]),
     "relative-json-pointer": (["0", "1#", "2/a/b"], ["01", "#", "-1/a"]),
     "uri-template": (["http://ex.com/{id}", "/s{?q,lang}", "{+path:10}/x", "{var*}"], ["{}", "{a b}", "{a", "%zz"]),
 }
+
+
+def test_xgrammar_formats_replaced_by_ours_take_invalid_values():
+    """Why date, time, date-time and ipv4 are patterns of ours: xgrammar 0.2.9's own grammars take these."""
+    for fmt, value in [("date", "2023-02-29"), ("time", "12:00:60Z"), ("date-time", "2024-06-31T10:00:00Z")]:
+        grammar = xgr.Grammar.from_json_schema(json.dumps({"type": "string", "format": fmt}))
+        assert _is_grammar_accept_string(grammar, json.dumps(value)), fmt
+    grammar = xgr.Grammar.from_json_schema(json.dumps({"type": "string", "format": "ipv4"}))
+    assert _is_grammar_accept_string(grammar, '"01.2.3.4"')
 
 
 def takes(ebnf: str, value: str) -> bool:
