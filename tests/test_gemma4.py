@@ -258,6 +258,11 @@ def test_a_string_closes_only_at_the_quote_token(tokenizer, gemma_compiler) -> N
 def test_schemas_that_cannot_be_spelled_out_keep_free_text(tokenizer, gemma_compiler) -> None:
     recursive = {"type": "object", "properties": {"n": {"$ref": "#"}}}
     assert takes(tokenizer, gemma_compiler, recursive, "{anything:", QUOTE, "x", QUOTE, "}")
+    assert takes(tokenizer, gemma_compiler, recursive, "{}")
+    # the free text still ends with the brace, so the parser reads a call (tests/grammar_walks.py FORCED: `{` alone
+    # was taken, and no call read under tool_choice "required")
+    assert not takes(tokenizer, gemma_compiler, recursive, "{")
+    assert not takes(tokenizer, gemma_compiler, {"type": "object", "properties": {"k": {"enum": ["a<b"]}}}, "{k:")
     optional_only = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": ["string", "null"]}}}
     ok = lambda *parts: takes(tokenizer, gemma_compiler, optional_only, *parts)
     assert ok("{}") and ok("{b:null}") and ok("{a:1.5e-05,b:", QUOTE, "x", QUOTE, "}")

@@ -181,6 +181,11 @@ def test_unusable_json_schema_is_a_400_only_for_strict_tools(vocab) -> None:
     ("schema", "value", "ok"),
     [
         ({"type": "string", "pattern": "^[A-Z]{3}$"}, "ABC", True),
+        ({"type": "string", "format": "date"}, "2024-02-29", True),  # a format is its pattern (string_formats.py)
+        ({"type": "string", "format": "date"}, "2023-02-29", False),
+        ({"type": "string", "format": "email"}, "not an email", False),
+        ({"type": "string", "format": "uuid"}, "0c4ff2a3-3b8e-4d5e-9f00-5a1b2c3d4e5f", True),
+        ({"type": "string", "format": "uuid"}, "0c4ff2a3", False),
         ({"type": "string", "pattern": "^[A-Z]{3}$"}, "ABCD", False),
         ({"type": "string", "pattern": "^[A-Z]{3}$"}, "abc", False),
         ({"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "2024-05-01", True),

@@ -13,6 +13,8 @@ its `time` and `date-time` a second 60 at any minute, its `ipv4` leading zeros (
 
 from __future__ import annotations
 
+from typing import Any
+
 XGRAMMAR_FORMATS = frozenset({"duration", "hostname", "ipv6", "uuid", "uri", "uri-reference"})
 """Formats xgrammar 0.2.9 enforces exactly with a grammar that writes neither `<` nor `[` (measured: its EBNF)."""
 
@@ -53,6 +55,19 @@ OWN_PATTERNS = {
 """Formats enforced as these patterns (RFC 3339, 2673, 5321/6531, 6901, draft-handrews relative pointers, RFC 6570
 level 4); a domain's label and total lengths (63, 253) are not bounded, as in xgrammar's `hostname`."""
 
+_DURATION_TIME = "T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)"
+RAW_PATTERNS = OWN_PATTERNS | {
+    "uuid": "^[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}$",
+    "hostname": f"^{_HOST_LABEL}(?:\\.{_HOST_LABEL})*$",
+    "duration": (
+        "^P(?:(?:[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)"
+        f"(?:{_DURATION_TIME})?|{_DURATION_TIME}|[0-9]+W)$"
+    ),
+}
+"""The patterns of the formats a raw (unquoted) string value enforces (DeepSeek DSML, Kimi K3), where xgrammar's
+schema converter is not used: ours, and xgrammar's `uuid`, `hostname`, `duration` written as patterns (RFC 3339
+appendix A); `ipv6`, `uri` and `uri-reference` have none."""
+
 ENFORCED_FORMATS = XGRAMMAR_FORMATS | OWN_PATTERNS.keys()
 """Every format a JSON value's grammar enforces (on a schema whose `type` is `string`)."""
 
@@ -60,3 +75,14 @@ ENFORCED_FORMATS = XGRAMMAR_FORMATS | OWN_PATTERNS.keys()
 def format_pattern(fmt: str) -> str | None:
     """The pattern of ours that enforces `fmt`, None when xgrammar's grammar does or none does."""
     return OWN_PATTERNS.get(fmt)
+
+
+def raw_string_pattern(schema: Any) -> str | None:
+    """The pattern a raw string value of `schema` must match: its format's (`RAW_PATTERNS`; the format wins over a
+    `pattern` beside it, as in xgrammar's JSON), else its `pattern`; None for neither."""
+    if not isinstance(schema, dict):
+        return None
+    fmt = schema.get("format")
+    own = RAW_PATTERNS.get(fmt) if isinstance(fmt, str) else None
+    pattern = schema.get("pattern")
+    return own or (pattern if isinstance(pattern, str) else None)

@@ -57,6 +57,7 @@ from gateway.grammars.json import response_strict as answer_strict
 from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 from gateway.grammars.reasoning import ThinkBlock, with_reasoning
 from gateway.grammars.safe_json import json_value_ebnf, raw_pattern_ebnf
+from gateway.grammars.string_formats import raw_string_pattern
 from gateway.types import ChatRequest
 
 from .markers import DSML, THINK_END, THINK_START, V4, V32, V41, Dialect
@@ -296,7 +297,7 @@ class _Writer:
         strings = [v for v in _choices(schema) or [] if isinstance(v, str) and not any(s in v for s in excludes)]
         if strings:
             return _or([_const(v) for v in strings])
-        pattern = schema.get("pattern") if isinstance(schema, dict) else None
+        pattern = raw_string_pattern(schema)
         if isinstance(pattern, str) and (ebnf := raw_pattern_ebnf(pattern, f"{where.param}.pattern", True)):
             return {"type": "grammar", "grammar": ebnf}
         return self.raw_text()
