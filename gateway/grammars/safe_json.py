@@ -383,7 +383,7 @@ def _spell_safe(schema: Any, path: str, strict: bool, exact: bool, firsts: str) 
     if isinstance(pattern, str):
         safe = pattern if usable_pattern(pattern, f"{path}.pattern", strict, json_string=True) else None
         if safe is not None and may_write(safe, firsts):
-            safe = narrowed(safe, firsts) if exact or not _counted(safe) else None
+            safe = narrowed(safe, firsts) if exact else cheaply_narrowed(safe, firsts)
             safe = safe if safe is not None and usable_pattern(safe, "", False, json_string=True) else None
         if safe is None and exact:
             raise SchemaGrammarError(
@@ -423,9 +423,10 @@ counting past this rather than narrow it (the formats' own counts are below it);
 (the compile budget bounds it)."""
 
 
-def _counted(pattern: str) -> bool:
+def cheaply_narrowed(pattern: str, firsts: str) -> str | None:
+    """`patterns.narrowed(pattern, firsts)` unless the pattern counts past `_NARROWED_COUNT` (then None)."""
     facts = scan(pattern)
-    return facts is None or facts.largest_count > _NARROWED_COUNT
+    return None if facts is None or facts.largest_count > _NARROWED_COUNT else narrowed(pattern, firsts)
 
 
 def _own_format(schema: dict[str, Any], firsts: str) -> dict[str, Any]:

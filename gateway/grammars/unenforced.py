@@ -57,8 +57,9 @@ def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]
     for node, where in _schemas(schema, param):
         for keyword in _unenforced(node, schema):
             yield where, keyword, None
-        for keyword, why in _string_gaps(node):
-            yield where, keyword, why
+        if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
+            for keyword, why in _string_gaps(node):
+                yield where, keyword, why
 
 
 _STRING_KEYWORDS = ("format", "pattern", "minLength", "maxLength")
@@ -70,7 +71,7 @@ def _string_gaps(node: dict[str, Any]) -> list[tuple[str, str]]:
     with why."""
     present = [k for k in _STRING_KEYWORDS if k in node]
     kinds = _types(node)
-    if not present or (kinds is not None and "string" not in kinds):
+    if kinds is not None and "string" not in kinds:
         return []  # a string keyword asserts nothing of a value of another type
     if "type" not in node:
         if "const" in node or "enum" in node:
