@@ -155,13 +155,13 @@ def _check_firsts(spellings: tuple[str, ...]) -> None:
         raise ValueError("every excluded spelling must start with ASCII punctuation")
 
 
+_Strictness = tuple[bool, bool]
+"""(refuse a pattern xgrammar cannot use, refuse one that must be dropped to keep control tokens out)."""
+_Spellings = tuple[str, ...]
+
+
 def _value_ebnf(
-    schema_json: str,
-    style: str,
-    spellings: tuple[str, ...],
-    in_strings: tuple[str, ...],
-    param: str,
-    strict: tuple[bool, bool],
+    schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, param: str, strict: _Strictness
 ) -> str | None:
     """The EBNF of `json_value_ebnf` (style "json") or `xml_value_ebnf`, kept by everything but `param`: equal
     schemas at many places (a tool's 1,000 integer parameters) convert once. `param` only names a refusal, so a
@@ -174,20 +174,14 @@ def _value_ebnf(
 
 @lru_cache(maxsize=1024)
 def _kept_value_ebnf(
-    schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], strict: tuple[bool, bool]
+    schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, strict: _Strictness
 ) -> str | None:
     return _converted_value_ebnf(schema_json, style, spellings, in_strings, "", strict)
 
 
 def _converted_value_ebnf(
-    schema_json: str,
-    style: str,
-    spellings: tuple[str, ...],
-    in_strings: tuple[str, ...],
-    param: str,
-    strict: tuple[bool, bool],
+    schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, param: str, strict: _Strictness
 ) -> str | None:
-    """`_value_ebnf`, `strict` being (refuse a pattern xgrammar cannot use, refuse one that must be dropped)."""
     firsts = "".join(sorted({s[0] for s in spellings}))
     schema = _spell_safe(folded_all_of(json.loads(schema_json), param), param, *strict, firsts)
     if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
