@@ -247,6 +247,11 @@ def test_unusable_raw_string_schema_is_a_400_only_for_strict_tools(vocab) -> Non
     lookahead = {"type": "string", "pattern": "^(?=.*\\d)[a-z\\d]+$"}  # xgrammar would ignore (?=…): not enforced
     assert build_grammar(request(one_arg(lookahead, strict=True)), "response", vocab[2]) is not None
     assert takes(vocab, lookahead, "string", "No Digits!")
+    ipv6 = {"type": "string", "format": "ipv6"}  # enforced in JSON, no raw pattern: refused under strict
+    with pytest.raises(SchemaGrammarError) as info:
+        build_grammar(request(one_arg(ipv6, strict=True)), "response", vocab[2])
+    assert info.value.param == "tools[0].function.parameters.properties.x.format"
+    assert takes(vocab, ipv6, "string", "not an address")  # best effort
     backwards = {"type": "string", "minLength": 5, "maxLength": 2}
     with pytest.raises(SchemaGrammarError) as info:
         build_grammar(request(one_arg(backwards, strict=True)), "response", vocab[2])

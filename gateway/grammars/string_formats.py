@@ -13,7 +13,10 @@ its `time` and `date-time` a second 60 at any minute, its `ipv4` leading zeros (
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from gateway.grammars.json import SchemaGrammarError
 
 XGRAMMAR_FORMATS = frozenset({"duration", "hostname", "ipv6", "uuid", "uri", "uri-reference"})
 """Formats xgrammar 0.2.9 enforces exactly with a grammar that writes neither `<` nor `[` (measured: its EBNF)."""
@@ -77,12 +80,19 @@ def format_pattern(fmt: str) -> str | None:
     return OWN_PATTERNS.get(fmt)
 
 
-def raw_string_pattern(schema: Any) -> str | None:
+def raw_string_pattern(schema: Any, param: str = "", strict: bool = False) -> str | None:
     """The pattern a raw string value of `schema` must match: its format's (`RAW_PATTERNS`; the format wins over a
-    `pattern` beside it, as in xgrammar's JSON), else its `pattern`; None for neither."""
+    `pattern` beside it, as in xgrammar's JSON), else its `pattern`; None for neither. Under `strict` a format
+    enforced in JSON but with no raw pattern (`ipv6`, `uri`, `uri-reference`) is a SchemaGrammarError naming it."""
     if not isinstance(schema, dict):
         return None
     fmt = schema.get("format")
     own = RAW_PATTERNS.get(fmt) if isinstance(fmt, str) else None
+    if strict and own is None and fmt in ENFORCED_FORMATS:
+        raise SchemaGrammarError(
+            f"a strict schema's format {json.dumps(fmt)} is not enforced on this model's raw string arguments; "
+            "use a pattern, or set strict false for best effort",
+            f"{param}.format",
+        )
     pattern = schema.get("pattern")
     return own or (pattern if isinstance(pattern, str) else None)

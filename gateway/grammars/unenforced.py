@@ -8,7 +8,7 @@ marked strict (a tool's `strict: true`; a json_schema response format's `strict:
 naming the keyword's place, as OpenAI's strict mode refuses them. A `oneOf` whose branches are provably mutually
 exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. The string
 keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
-beside a `format` (the format wins), `minLength`/`maxLength` beside either, and any of them in a schema that does
+beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either, and any of them in a schema that does
 not say `"type": "string"` (xgrammar then takes any value). Without strict the rest of the schema is enforced and
 these keywords are not (docs/schemas.md).
 """
@@ -16,6 +16,7 @@ these keywords are not (docs/schemas.md).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +64,11 @@ def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]
 
 
 _STRING_KEYWORDS = ("format", "pattern", "minLength", "maxLength")
+_ESCAPES = re.compile(r"\\.")
+_CLASSES = re.compile(r"\[\^?\]?[^\]]*\]")
+_LOOKAHEAD = re.compile(r"\(\?[=!]")
+"""A lookahead group, found once escapes and classes are taken out: xgrammar 0.2.9 matches a pattern as if it had
+none (`^(?=.*\\d)[a-z\\d]+$` takes "abc"); lookbehinds and other groups it refuses (a 400 under strict already)."""
 _STRICT_FORMATS = ", ".join(sorted(ENFORCED_FORMATS))
 
 
@@ -84,6 +90,8 @@ def _string_gaps(node: dict[str, Any]) -> list[tuple[str, str]]:
         gaps.append(
             ("format", f"the format {json.dumps(fmt)} is not enforced; the formats enforced: {_STRICT_FORMATS}")
         )
+    if isinstance(node.get("pattern"), str) and _LOOKAHEAD.search(_CLASSES.sub("", _ESCAPES.sub("", node["pattern"]))):
+        gaps.append(("pattern", "'pattern' lookahead ((?=…), (?!…)) is ignored (the rest of the pattern is enforced)"))
     if "format" in node and "pattern" in node:
         gaps.append(("pattern", "a 'pattern' beside a 'format' is not enforced (the format is); keep one"))
     if "format" in node or "pattern" in node:

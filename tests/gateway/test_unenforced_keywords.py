@@ -166,6 +166,8 @@ STRING_GAPS = [  # (schema, a value it refuses that xgrammar 0.2.9's grammar tak
     ({"type": "string", "format": "date", "minLength": 11}, '"2024-01-01"', "minLength"),
     ({"format": "date"}, '"x"', "format"),
     ({"pattern": "^a$", "maxLength": 1}, '"bb"', "pattern"),
+    ({"type": "string", "pattern": "^(?=.*\\d)[a-z\\d]+$"}, '"abc"', "pattern"),
+    ({"type": "string", "pattern": "^(?!a)[a-z]+$"}, '"abc"', "pattern"),
 ]
 
 
@@ -182,6 +184,7 @@ def test_each_string_keyword_found_is_one_xgrammar_drops(schema, refused, keywor
         *({"type": ["string", "null"], "format": f} for f in ("date-time", "email", "uuid", "json-pointer")),
         {"type": "integer", "format": "int32"},  # a string format asserts nothing of an integer
         {"type": "string", "pattern": "^a$"},
+        {"type": "string", "pattern": "^[(?=]\\(?=a$"},  # no lookahead: a class and an escaped parenthesis
         {"type": "string", "minLength": 1, "maxLength": 3},
         {"enum": ["a", "b"], "pattern": "^a$"},
     ],

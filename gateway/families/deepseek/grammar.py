@@ -297,7 +297,7 @@ class _Writer:
         strings = [v for v in _choices(schema) or [] if isinstance(v, str) and not any(s in v for s in excludes)]
         if strings:
             return _or([_const(v) for v in strings])
-        pattern = raw_string_pattern(schema)
+        pattern = raw_string_pattern(schema, where.param, where.strict)
         if isinstance(pattern, str) and (ebnf := raw_pattern_ebnf(pattern, f"{where.param}.pattern", True)):
             return {"type": "grammar", "grammar": ebnf}
         return self.raw_text()

@@ -149,7 +149,7 @@ class _Builder:
 
     def string(self, schema: dict[str, Any], required: bool, where: Where) -> Format:
         """A raw string body: its pattern when that can be enforced, else its minLength, else any text."""
-        pattern = raw_string_pattern(schema)
+        pattern = raw_string_pattern(schema, where.param, where.strict)
         if isinstance(pattern, str):
             ebnf = raw_pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
             if ebnf is not None:
