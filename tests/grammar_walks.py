@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from itertools import pairwise
 from typing import Any
@@ -42,6 +44,13 @@ from tests.family_checks import added_tokens, feed, joined_calls
 def function_tool(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """A chat request's tool entry for a function named `name` taking `parameters`."""
     return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+def strict_tool(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """`function_tool` with `strict: true`."""
+    tool = function_tool(name, parameters)
+    tool["function"]["strict"] = True
+    return tool
 
 
 TOOLS = [
@@ -92,7 +101,24 @@ HELD_OUT_TOOLS = [
 enums, const, bounded numbers, a unicode pattern, anyOf, nullable and optional fields; "search" is the named tool.
 String lengths and number magnitudes are left out: families document not enforcing maxLength (gemma4, kimi) and
 keeping a number past a double as its text (values.py)."""
-TOOL_SETS = {"default": TOOLS, "held_out": HELD_OUT_TOOLS}
+STRICT_STRING_TOOLS = [
+    strict_tool("contact", {"type": "object", "properties": {
+        "email": {"type": "string", "format": "email"}, "when": {"type": "string", "format": "date-time"},
+        "id": {"type": "string", "format": "uuid"}, "ptr": {"type": "string", "format": "json-pointer"},
+        "day": {"type": ["string", "null"], "format": "date"},
+        "code": {"type": "string", "pattern": "^[^ \\t\\n]{2,6}$"}},
+        "required": ["email", "when", "id", "ptr", "day", "code"], "additionalProperties": False}),
+    function_tool("search", {"type": "object", "properties": {
+        "word": {"type": "string", "pattern": "^[^ \\t\\n]+$"}, "line": {"type": "string", "pattern": "^.*$"},
+        "kind": {"enum": ["<|im_end", "</tool_call", "[TOOL", "a<b", "plain"]},
+        "cfg": {"const": {"a": [1, "x<y"], "b": None}}},
+        "required": ["word", "line", "kind", "cfg"]}),
+]  # fmt: skip
+"""A third tool set (--tools strict_strings): formats under strict (enforced, our patterns or xgrammar's), patterns
+narrowed to exclude the control tokens' first characters (a counted one under strict only), enum values that start
+like a marker, a const object; "search" is the named tool. Formats are checked (`_FORMATS`). No `\\s` in a pattern:
+jsonschema's is Python's, which takes U+001C-U+001F as space, JSON Schema's (ECMA's) is not."""
+TOOL_SETS = {"default": TOOLS, "held_out": HELD_OUT_TOOLS, "strict_strings": STRICT_STRING_TOOLS}
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string"}, "score": {"type": "integer", "minimum": 0,
           "maximum": 5}}, "required": ["answer", "score"]}  # fmt: skip
 RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
@@ -497,9 +523,29 @@ def _answer(content: str) -> list[str]:
     return [f"ANSWER: {content!r}: {error.message}"] if error else []
 
 
+def _json_pointer(value: object) -> bool:
+    tokens = value.split("/")[1:] if isinstance(value, str) and value.startswith("/") else []
+    return not isinstance(value, str) or value == "" or all(re.fullmatch("(?:[^~]|~[01])*", t) for t in tokens)
+
+
+def _date_time(value: object) -> bool:
+    if not isinstance(value, str):
+        return True
+    try:
+        return "T" in value.upper() and datetime.fromisoformat(value.upper()) is not None
+    except ValueError:
+        return False
+
+
+_FORMATS = jsonschema.FormatChecker()
+_FORMATS.checks("json-pointer")(_json_pointer)
+_FORMATS.checks("date-time")(_date_time)
+"""jsonschema's own checkers and the two it lacks without optional packages (independent of the grammars')."""
+
+
 def _validator(schema: dict[str, Any]) -> Any:
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema)
+    return cls(schema, format_checker=_FORMATS)
 
 
 def _leaks(subject: Subject, ids: Sequence[int], got: Parse) -> list[str]:

@@ -331,6 +331,16 @@ def test_refs_any_of_and_patterns_decide_raw_values(compiler, checkpoint):
     assert not place(param("code", "po25"), at, param("n", "1"))
 
 
+def test_a_raw_string_keeps_its_format(compiler, checkpoint):
+    """A `format` is enforced on a raw string as its pattern (gateway/grammars/string_formats.py): before, any text."""
+    schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}, "required": ["d"]}
+    tool = {"type": "function", "function": {"name": "day", "parameters": schema, "strict": True}}
+    req = request(tools=[tool], tool_choice="required")
+    assert accepts(compiler, checkpoint, req, calls(invoke("day", param("d", "2024-02-29"))))
+    assert not accepts(compiler, checkpoint, req, calls(invoke("day", param("d", "2023-02-29"))))
+    assert not accepts(compiler, checkpoint, req, calls(invoke("day", param("d", "tomorrow"))))
+
+
 def parameters_tool(count: int, schema: dict, **extra) -> dict:
     """One tool of `count` required parameters of `schema` (each with its own description)."""
     props = {f"p{j}": {**schema, "description": f"parameter {j}"} for j in range(count)}

@@ -195,11 +195,12 @@ def test_a_pattern_that_cannot_write_a_quote_escape_or_control_is_plain_ebnf():
 
 
 def test_a_class_that_negates_one_first_character_may_write_another():
-    """Mistral's spellings start with `<` or `[`: `[^<]` can write `[TOOL_CALLS]`, so the pattern is dropped and
-    the string excludes the spelling."""
+    """Mistral's spellings start with `<` or `[`: `[^<]` can write `[TOOL_CALLS]`, so the pattern is narrowed to
+    `[^[<]` (still enforced, no `[` at all)."""
     schema = {"type": "string", "pattern": "^[^<]*$"}
     accepts = _acceptor(json_value_ebnf(schema, ("<s>", "[TOOL_CALLS]"), "p", True))
-    assert accepts('"a[TOOL"') and not accepts('"a[TOOL_CALLS]"')  # fails before: the pattern kept it
+    assert not accepts('"a[TOOL_CALLS]"')  # fails before the pattern was dropped: the pattern kept it
+    assert accepts('"a>b"') and not accepts('"a[TOOL"') and not accepts('"a<b"')
 
 
 @pytest.mark.parametrize("pattern", ['^a"b$', "^a\\nb$", "^x\\\\$", "^a\\u0022b$"])

@@ -246,6 +246,14 @@ def test_what_the_typed_grammar_takes_the_parser_reads(tokenizer, gemma_compiler
     assert json.loads(call.arguments_raw) == {"city": "Oslo", "days": -3, "tags": ["a"], "opts": {"deep": False}}
 
 
+def test_a_pattern_that_could_write_a_special_token_is_narrowed(tokenizer, gemma_compiler) -> None:
+    """`^[^ ]+$` could write `<`: enforced as `^[^< ]+$` (before: dropped, any text passed)."""
+    schema = {"type": "object", "properties": {"w": {"type": "string", "pattern": "^[^ ]+$"}}, "required": ["w"]}
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, schema, *parts)
+    assert ok("{w:", QUOTE, "a>b", QUOTE, "}")
+    assert not ok("{w:", QUOTE, "a b", QUOTE, "}") and not ok("{w:", QUOTE, "a<b", QUOTE, "}")
+
+
 def test_a_string_closes_only_at_the_quote_token(tokenizer, gemma_compiler) -> None:
     """The quote's spelling is text inside a string; no other control token can enter one."""
     ok = lambda *parts: takes(tokenizer, gemma_compiler, TYPED, *parts)
@@ -258,6 +266,11 @@ def test_a_string_closes_only_at_the_quote_token(tokenizer, gemma_compiler) -> N
 def test_schemas_that_cannot_be_spelled_out_keep_free_text(tokenizer, gemma_compiler) -> None:
     recursive = {"type": "object", "properties": {"n": {"$ref": "#"}}}
     assert takes(tokenizer, gemma_compiler, recursive, "{anything:", QUOTE, "x", QUOTE, "}")
+    assert takes(tokenizer, gemma_compiler, recursive, "{}")
+    # the free text still ends with the brace, so the parser reads a call (tests/grammar_walks.py FORCED: `{` alone
+    # was taken, and no call read under tool_choice "required")
+    assert not takes(tokenizer, gemma_compiler, recursive, "{")
+    assert not takes(tokenizer, gemma_compiler, {"type": "object", "properties": {"k": {"enum": ["a<b"]}}}, "{k:")
     optional_only = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": ["string", "null"]}}}
     ok = lambda *parts: takes(tokenizer, gemma_compiler, optional_only, *parts)
     assert ok("{}") and ok("{b:null}") and ok("{a:1.5e-05,b:", QUOTE, "x", QUOTE, "}")

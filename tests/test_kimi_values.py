@@ -121,12 +121,21 @@ def test_length_bounded_json_strings_take_lt_only_escaped(vocab) -> None:
     assert not takes(vocab, schema, "array", '["', SEP, '"]')
 
 
-def test_patterns_and_formats_that_could_write_a_control_token_are_dropped(vocab) -> None:
+def test_patterns_and_formats_that_could_write_a_control_token_are_narrowed(vocab) -> None:
     risky = {"type": "object", "properties": {"u": {"type": "string", "pattern": "^\\S+$"}}, "required": ["u"]}
     assert takes(vocab, risky, "object", '{"u": "a', CLOSE, 'b"}') is False
-    assert takes(vocab, risky, "object", '{"u": "has space"}')  # the dropped pattern is not enforced
+    assert not takes(vocab, risky, "object", '{"u": "has space"}')  # narrowed to `[^\\s<]`: still enforced
+    assert takes(vocab, risky, "object", '{"u": "a>b"}')
+    literal = {"type": "object", "properties": {"u": {"type": "string", "pattern": "^<\\w+>$"}}, "required": ["u"]}
+    assert takes(vocab, literal, "object", '{"u": "has space"}')  # a literal "<" cannot be narrowed: dropped
     email = {"type": "object", "properties": {"m": {"type": "string", "format": "email"}}, "required": ["m"]}
     assert not takes(vocab, email, "object", '{"m": "\\"', OPEN, '\\"@a.b"}')
+    assert takes(vocab, email, "object", '{"m": "ana.b+x@example.com"}')
+    assert not takes(vocab, email, "object", '{"m": "not an email"}')  # enforced as our pattern, not dropped
+    pointer = {"type": "object", "properties": {"j": {"type": "string", "format": "json-pointer"}}, "required": ["j"]}
+    assert takes(vocab, pointer, "object", '{"j": "/a/b~1c"}')
+    assert not takes(vocab, pointer, "object", '{"j": "a/b"}')
+    assert not takes(vocab, pointer, "object", '{"j": "/a', OPEN, '"}')
     safe = {"type": "object", "properties": {"c": {"type": "string", "pattern": "^[a-z]+$"}}, "required": ["c"]}
     assert takes(vocab, safe, "object", '{"c": "abc"}')
     assert not takes(vocab, safe, "object", '{"c": "aBc"}')  # a pattern that cannot write "<" stays enforced
@@ -172,13 +181,21 @@ def test_unusable_json_schema_is_a_400_only_for_strict_tools(vocab) -> None:
     ("schema", "value", "ok"),
     [
         ({"type": "string", "pattern": "^[A-Z]{3}$"}, "ABC", True),
+        ({"type": "string", "format": "date"}, "2024-02-29", True),  # a format is its pattern (string_formats.py)
+        ({"type": "string", "format": "date"}, "2023-02-29", False),
+        ({"type": "string", "format": "email"}, "not an email", False),
+        ({"type": "string", "format": "uuid"}, "0c4ff2a3-3b8e-4d5e-9f00-5a1b2c3d4e5f", True),
+        ({"type": "string", "format": "uuid"}, "0c4ff2a3", False),
         ({"type": "string", "pattern": "^[A-Z]{3}$"}, "ABCD", False),
         ({"type": "string", "pattern": "^[A-Z]{3}$"}, "abc", False),
         ({"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "2024-05-01", True),
         ({"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"}, "2024-5-1", False),
         ({"type": "string", "pattern": "^[\\w.+-]+@[\\w-]+\\.[\\w.]+$"}, "ana@example.com", True),
         ({"type": "string", "pattern": "^[\\w.+-]+@[\\w-]+\\.[\\w.]+$"}, "ana at example", False),
-        ({"type": "string", "pattern": "^\\S+$"}, "has spaces", True),  # could write "<": not enforced
+        ({"type": "string", "pattern": "^\\S+$"}, "has spaces", False),  # narrowed to `[^\\s<]`: enforced
+        ({"type": "string", "pattern": "^\\S+$"}, "a<b", False),
+        ({"type": "string", "pattern": "^\\S+$"}, "a>b", True),
+        ({"type": "string", "pattern": "^<\\w+>$"}, "a b", True),  # a literal "<": not enforced
         ({"type": "string", "pattern": "[a-z]+"}, "A1 b", True),  # unanchored means "contains": not enforced
         ({"type": "string", "pattern": "^a{100000}$"}, "b", True),  # too costly: not enforced
         ({"type": "string", "maxLength": 5}, "abcdef", True),  # not enforced: max_chars costs ~40 ms a mask
@@ -230,6 +247,11 @@ def test_unusable_raw_string_schema_is_a_400_only_for_strict_tools(vocab) -> Non
     lookahead = {"type": "string", "pattern": "^(?=.*\\d)[a-z\\d]+$"}  # xgrammar would ignore (?=…): not enforced
     assert build_grammar(request(one_arg(lookahead, strict=True)), "response", vocab[2]) is not None
     assert takes(vocab, lookahead, "string", "No Digits!")
+    ipv6 = {"type": "string", "format": "ipv6"}  # enforced in JSON, no raw pattern: refused under strict
+    with pytest.raises(SchemaGrammarError) as info:
+        build_grammar(request(one_arg(ipv6, strict=True)), "response", vocab[2])
+    assert info.value.param == "tools[0].function.parameters.properties.x.format"
+    assert takes(vocab, ipv6, "string", "not an address")  # best effort
     backwards = {"type": "string", "minLength": 5, "maxLength": 2}
     with pytest.raises(SchemaGrammarError) as info:
         build_grammar(request(one_arg(backwards, strict=True)), "response", vocab[2])
@@ -325,7 +347,8 @@ def test_pattern_ebnf_reports_where_and_why() -> None:
     assert info.value.param.endswith(".x.pattern")
     assert str(info.value).startswith("the pattern cannot be enforced: Regex parsing error")
     assert pattern_ebnf("^(a$", "p", strict=False) is None
-    assert pattern_ebnf("^\\S+$", "p", strict=True) is None and pattern_ebnf("^[a-z]+$", "p", strict=True) is not None
+    assert pattern_ebnf("^<\\S+$", "p", strict=True) is None and pattern_ebnf("^[a-z]+$", "p", strict=True) is not None
+    assert "<]" in pattern_ebnf("^\\S+$", "p", strict=True)  # narrowed: no "<"
 
 
 def test_a_strict_tools_unusable_pattern_reaches_the_client_as_a_400(tmp_path) -> None:

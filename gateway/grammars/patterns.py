@@ -9,6 +9,10 @@ wrong; a pattern it does not understand is reported as None. It also reports
 whether the pattern is anchored at both ends (`^…$` with no top-level `|`,
 which is how JSON Schema's search semantics become xgrammar's full match) and
 the largest repetition count (`{n}`, `{n,m}`), which drives compile cost.
+
+`narrowed` rewrites a pattern that can write those characters into one that cannot and matches only strings the
+pattern matches: each `.`, class escape and class that could match one excludes them (`\\S` → `[^\\s<]`); a
+literal that spells one cannot be narrowed.
 """
 
 from __future__ import annotations
@@ -41,12 +45,47 @@ class _Unknown(Exception):
 
 def scan(pattern: str, chars: str = "<") -> PatternFacts | None:
     """The facts of `pattern` about `chars` (ASCII punctuation); None when its syntax is not understood."""
-    if not chars or not all(c.isascii() and _PUNCTUATION.fullmatch(c) for c in chars):
-        raise ValueError("the scanned characters must be ASCII punctuation")
     try:
-        return _Scanner(pattern, frozenset(map(ord, chars))).run()
+        return _scanner(pattern, chars).run()
     except _Unknown:
         return None
+
+
+def narrowed(pattern: str, chars: str = "<") -> str | None:
+    """`pattern` rewritten so that no string it matches holds one of `chars` (ASCII punctuation), every string it
+    matches one `pattern` matches: `.`, class escapes and classes that could match them exclude them. None when a
+    literal (or a class escape inside a class) matches one, or the syntax is not understood."""
+    scanner = _scanner(pattern, chars)
+    try:
+        scanner.run()
+    except _Unknown:
+        return None
+    if scanner.stuck:
+        return None
+    out, at = [], 0
+    for start, end, text in scanner.edits:
+        out += [pattern[at:start], text]
+        at = end
+    result = "".join(out) + pattern[at:]
+    facts = scan(result, chars)
+    return result if facts is not None and not facts.may_match else None
+
+
+def _scanner(pattern: str, chars: str) -> _Scanner:
+    if not chars or not all(c.isascii() and _PUNCTUATION.fullmatch(c) for c in chars):
+        raise ValueError("the scanned characters must be ASCII punctuation")
+    return _Scanner(pattern, frozenset(map(ord, chars)))
+
+
+def _class_char(point: int) -> str:
+    """A code point as a character class member, escaped unless it is a letter or digit."""
+    if point < 0x80 and chr(point).isalnum():
+        return chr(point)
+    return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}" if point < 0x10000 else chr(point)
+
+
+def _range_text(low: int, high: int) -> str:
+    return _class_char(low) if low == high else f"{_class_char(low)}-{_class_char(high)}"
 
 
 class _Scanner:
@@ -59,6 +98,13 @@ class _Scanner:
         self.depth = 0
         self.top_level_or = False
         self.inner_anchor = False
+        self.edits: list[tuple[int, int, str]] = []
+        """Spans of the pattern and their narrowed text (`narrowed`), in order."""
+        self.stuck = False
+        """A literal matches a scanned character: no narrowing."""
+
+    def _excluded(self) -> str:
+        return "".join(_class_char(point) for point in sorted(self.points))
 
     def run(self) -> PatternFacts:
         p = self.p
@@ -67,11 +113,12 @@ class _Scanner:
             c = p[self.i]
             self.i += 1
             if c == "\\":
-                self.hit |= bool(self._escape(in_class=False)[1])
+                self._outer_escape()
             elif c == "[":
                 self.hit |= self._char_class()
             elif c == ".":
                 self.hit = True
+                self.edits.append((self.i - 1, self.i, f"[^\\n\\r\\u2028\\u2029{self._excluded()}]"))
             elif c == "(":
                 self.depth += 1
                 self._group_head()
@@ -89,12 +136,25 @@ class _Scanner:
                 ends = self.i > 1
             elif c in "^$":
                 self.inner_anchor = True
-            else:
-                self.hit |= ord(c) in self.points
+            elif ord(c) in self.points:
+                self.hit = self.stuck = True
         if self.depth:
             raise _Unknown
         anchored = starts and ends and not self.top_level_or and not self.inner_anchor
         return PatternFacts(anchored, self.hit, self.count)
+
+    def _outer_escape(self) -> None:
+        """An escape outside a class: a class escape that matches a scanned character is narrowed
+        (`\\S` → `[^\\s<]`); a literal one cannot be."""
+        start = self.i - 1
+        point, matches = self._escape(in_class=False)
+        if not matches:
+            return
+        self.hit = True
+        if point is not None:
+            self.stuck = True
+        else:
+            self.edits.append((start, self.i, f"[^\\{self.p[self.i - 1].lower()}{self._excluded()}]"))
 
     def _group_head(self) -> None:
         """Consumes `?:` or `?<name>` after `(`; lookarounds and other `(?` forms are not followed."""
@@ -166,18 +226,24 @@ class _Scanner:
 
     def _char_class(self) -> bool:
         """Whether the class after `[` can match a scanned character (`[]` matches nothing, `[^]` anything): a
-        negated one unless it lists every scanned character; consumes it."""
-        p = self.p
+        negated one unless it lists every scanned character; consumes it, and notes its narrowed text."""
+        p, start = self.p, self.i - 1
         negated = p.startswith("^", self.i)
         self.i += negated
         listed: frozenset[int] = frozenset()
+        kept: list[str] = []
         while True:
             if self.i >= len(p):
                 raise _Unknown
             if p[self.i] == "]":
                 self.i += 1
-                return listed != self.points if negated else bool(listed)
+                hit = listed != self.points if negated else bool(listed)
+                if hit:
+                    self._narrow_class(start, negated, kept)
+                return hit
+            at = self.i
             low, matches = self._class_atom()
+            high = low
             if low is not None and p.startswith("-", self.i) and self.i + 1 < len(p) and p[self.i + 1] != "]":
                 self.i += 1
                 high, _ = self._class_atom()
@@ -185,3 +251,33 @@ class _Scanner:
                     raise _Unknown
                 matches = frozenset(point for point in self.points if low <= point <= high)
             listed |= matches
+            if not matches:
+                kept.append(p[at : self.i])
+            elif low is None:
+                kept.append("")  # a class escape with a scanned character inside a class: no narrowing
+                self.stuck |= not negated
+            else:
+                kept += self._split(low, high)
+
+    def _split(self, low: int, high: int) -> list[str]:
+        """The range low..high without the scanned characters, as class members."""
+        pieces, at = [], low
+        for point in sorted(q for q in self.points if low <= q <= high):
+            if at < point:
+                pieces.append(_range_text(at, point - 1))
+            at = point + 1
+        if at <= high:
+            pieces.append(_range_text(at, high))
+        return pieces
+
+    def _narrow_class(self, start: int, negated: bool, kept: list[str]) -> None:
+        """Notes the class from `start` to here narrowed: a negated one with the scanned characters added, a plain
+        one with its members but those."""
+        if negated:
+            body = self.p[start + 2 : self.i - 1]
+            body = "\\-" + body[1:] if body.startswith("-") else body  # not read as a range after the added ones
+            self.edits.append((start, self.i, f"[^{self._excluded()}{body}]"))
+        elif any(kept):
+            self.edits.append((start, self.i, "[" + "".join(kept) + "]"))
+        else:
+            self.stuck = True

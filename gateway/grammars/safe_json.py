@@ -9,10 +9,13 @@ JSON values are compact one-line JSON (`gateway.grammars.json`: `", "` and
 `": "`) whose string content is an xgrammar `TagDispatch` that excludes the
 spellings (a JSON string can still hold them escaped, as `\\u003c…`);
 length-bounded strings take the spellings' first characters (`<`, and `[` for
-Mistral's `[TOOL_CALLS]`…) only as escapes. `pattern`s that could match one of
-them and the formats whose grammar can write one are dropped from the schema; a
-schema with a literal that spells a control token, or a `patternProperties` key
-pattern that could match a first character, has no safe JSON grammar (None).
+Mistral's `[TOOL_CALLS]`…) only as escapes. A `pattern` that could match one of
+them is narrowed to one that cannot (`patterns.narrowed`), or dropped where a
+literal needs one (a 400 under the client's strict, `exact`) or, best effort, where
+narrowing would cost much to compile; most `format`s are patterns of ours
+(`string_formats.py`), narrowed the same way. A schema with a literal that spells
+a control token, or a `patternProperties` key pattern that could match a first
+character, has no safe JSON grammar (None).
 Every spelling must start with ASCII punctuation.
 
 The XML argument styles (`qwen_xml`, `glm_xml`: `xml_value_ebnf`) write string values raw, with no escape: a
@@ -34,12 +37,11 @@ from typing import Any
 from gateway.grammars.all_of import folded_all_of
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
-from gateway.grammars.patterns import scan
+from gateway.grammars.patterns import narrowed, scan
+from gateway.grammars.string_formats import XGRAMMAR_FORMATS, format_pattern
 
-UNSAFE_FORMATS = frozenset({"email", "idn-email", "json-pointer", "relative-json-pointer"})
-"""String formats whose xgrammar 0.2.9 grammar can write `<` (email's quoted local part, JSON pointers)."""
-_UNSAFE_FORMATS_BY_FIRST = {"<": UNSAFE_FORMATS, "[": UNSAFE_FORMATS | {"uri-template"}}
-"""The same for each first character checked (uri-template's literal parts take `[`); any other drops every format."""
+_XGRAMMAR_FORMAT_FIRSTS = frozenset("<[")
+"""First characters xgrammar's own format grammars cannot write (string_formats.py); any other drops them."""
 
 SUBSCHEMA_KEYS = (
     "items",
@@ -89,26 +91,34 @@ def _safe_string_sub(spellings: tuple[str, ...]) -> str:
 
 
 def json_value_ebnf(
-    schema: Any, spellings: tuple[str, ...], param: str, strict: bool, in_strings: tuple[str, ...] | None = None
+    schema: Any,
+    spellings: tuple[str, ...],
+    param: str,
+    strict: bool,
+    in_strings: tuple[str, ...] | None = None,
+    exact: bool = False,
 ) -> str | None:
     """Compact JSON matching `schema` with none of `spellings` (each starting with ASCII punctuation) in any
     string (`in_strings` instead, when given: e.g. their `prefixes`); None when there is none.
 
     Raises SchemaGrammarError (with `param`, or the path of the offending pattern) when xgrammar cannot use the
-    schema; a pattern it cannot use is dropped instead, unless `strict`.
+    schema; a pattern it cannot use is dropped instead, unless `strict`; a pattern that could write a spelling's
+    first character and cannot be narrowed is dropped, unless `exact` (the client's strict).
     """
     _check_firsts(spellings)
     schema_json = json.dumps(unannotated(schema), ensure_ascii=False)
-    return _value_ebnf(schema_json, "json", spellings, in_strings or spellings, param, strict)
+    return _value_ebnf(schema_json, "json", spellings, in_strings or spellings, param, (strict, exact))
 
 
-def xml_value_ebnf(schema: Any, style: str, spellings: tuple[str, ...], param: str, strict: bool) -> str | None:
+def xml_value_ebnf(
+    schema: Any, style: str, spellings: tuple[str, ...], param: str, strict: bool, exact: bool = False
+) -> str | None:
     """Arguments matching `schema` in xgrammar's XML argument `style` (`qwen_xml`, `glm_xml`) with none of
     `spellings` in a raw value and none of their `prefixes` in a JSON string; None when there is none. Raises as
     `json_value_ebnf`."""
     _check_firsts(spellings)
     schema_json = json.dumps(unannotated(schema), ensure_ascii=False)
-    return _value_ebnf(schema_json, style, spellings, prefixes(spellings), param, strict)
+    return _value_ebnf(schema_json, style, spellings, prefixes(spellings), param, (strict, exact))
 
 
 ANNOTATIONS = frozenset(
@@ -145,8 +155,13 @@ def _check_firsts(spellings: tuple[str, ...]) -> None:
         raise ValueError("every excluded spelling must start with ASCII punctuation")
 
 
+_Strictness = tuple[bool, bool]
+"""(refuse a pattern xgrammar cannot use, refuse one that must be dropped to keep control tokens out)."""
+_Spellings = tuple[str, ...]
+
+
 def _value_ebnf(
-    schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], param: str, strict: bool
+    schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, param: str, strict: _Strictness
 ) -> str | None:
     """The EBNF of `json_value_ebnf` (style "json") or `xml_value_ebnf`, kept by everything but `param`: equal
     schemas at many places (a tool's 1,000 integer parameters) convert once. `param` only names a refusal, so a
@@ -159,16 +174,16 @@ def _value_ebnf(
 
 @lru_cache(maxsize=1024)
 def _kept_value_ebnf(
-    schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], strict: bool
+    schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, strict: _Strictness
 ) -> str | None:
     return _converted_value_ebnf(schema_json, style, spellings, in_strings, "", strict)
 
 
 def _converted_value_ebnf(
-    schema_json: str, style: str, spellings: tuple[str, ...], in_strings: tuple[str, ...], param: str, strict: bool
+    schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, param: str, strict: _Strictness
 ) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
-    schema = _spell_safe(folded_all_of(json.loads(schema_json), param), param, strict, firsts)
+    schema = _spell_safe(folded_all_of(json.loads(schema_json), param), param, *strict, firsts)
     if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
         return None  # a property name, enum or const value spells a control token
     if style == "json":
@@ -348,36 +363,80 @@ def _literals(schema: Any) -> list[str]:
     return found
 
 
-def _spell_safe(schema: Any, path: str, strict: bool, firsts: str) -> Any:
-    """`schema` without the string keywords whose grammar could write one of `firsts`; None when a key pattern
-    could."""
+def _spell_safe(schema: Any, path: str, strict: bool, exact: bool, firsts: str) -> Any:
+    """`schema` with no string keyword whose grammar could write one of `firsts`: a pattern narrowed, or dropped
+    (under `exact` a SchemaGrammarError naming it); None when a key pattern could. `strict`: a pattern xgrammar
+    cannot use is a SchemaGrammarError too."""
     if isinstance(schema, list):
-        items = [_spell_safe(s, f"{path}[{i}]", strict, firsts) for i, s in enumerate(schema)]
+        items = [_spell_safe(s, f"{path}[{i}]", strict, exact, firsts) for i, s in enumerate(schema)]
         return None if any(i is None for i in items) else items
     if not isinstance(schema, dict):
         return schema
-    out = dict(schema)
+    out = _own_format(dict(schema), firsts)
     pattern = out.get("pattern")
-    if isinstance(pattern, str) and (
-        not usable_pattern(pattern, f"{path}.pattern", strict, json_string=True) or may_write(pattern, firsts)
-    ):
-        del out["pattern"]
-    if "format" in out and any(out["format"] in _UNSAFE_FORMATS_BY_FIRST.get(c, (out["format"],)) for c in firsts):
-        del out["format"]
+    if isinstance(pattern, str):
+        safe = pattern if usable_pattern(pattern, f"{path}.pattern", strict, json_string=True) else None
+        if safe is not None and may_write(safe, firsts):
+            safe = narrowed(safe, firsts) if exact else cheaply_narrowed(safe, firsts)
+            safe = safe if safe is not None and usable_pattern(safe, "", False, json_string=True) else None
+        if safe is None and exact:
+            raise SchemaGrammarError(
+                _UNSAFE_PATTERN.format(json.dumps("".join(sorted(set(firsts))))), f"{path}.pattern"
+            )
+        if safe is None:
+            del out["pattern"]
+        else:
+            out["pattern"] = safe
     if isinstance(out.get("patternProperties"), dict) and any(may_write(k, firsts) for k in out["patternProperties"]):
         return None
     for key in SUBSCHEMA_KEYS:
         if isinstance(out.get(key), (dict, list)):
-            out[key] = _spell_safe(out[key], f"{path}.{key}", strict, firsts)
+            out[key] = _spell_safe(out[key], f"{path}.{key}", strict, exact, firsts)
             if out[key] is None:
                 return None
     for key in SUBSCHEMA_MAPS:
         if isinstance(out.get(key), dict):
-            mapped = {k: _spell_safe(v, f"{path}.{key}.{k}", strict, firsts) for k, v in out[key].items()}
+            mapped = {k: _spell_safe(v, f"{path}.{key}.{k}", strict, exact, firsts) for k, v in out[key].items()}
             if any(v is None for v in mapped.values()):
                 return None
             out[key] = mapped
     return out
+
+
+_UNSAFE_PATTERN = (
+    "the pattern cannot be enforced: a string it matches may need one of the characters {} that this model's "
+    "control tokens start with, which a value writes only escaped; exclude them (e.g. [^<] for .), or set strict "
+    "false for best effort"
+)
+
+
+_NARROWED_COUNT = 4
+"""A narrowed pattern's class makes it a `json_string` regex, whose counted repetitions cost compile time
+(`^.{1,100}$` ~1.5 s on Qwen3's vocabulary, `^\\S{1,12}$` ~0.1 s: bench/RESULTS.md): best effort drops a pattern
+counting past this rather than narrow it (the formats' own counts are below it); strict narrows it whatever the cost
+(the compile budget bounds it)."""
+
+
+def cheaply_narrowed(pattern: str, firsts: str) -> str | None:
+    """`patterns.narrowed(pattern, firsts)` unless the pattern counts past `_NARROWED_COUNT` (then None)."""
+    facts = scan(pattern)
+    return None if facts is None or facts.largest_count > _NARROWED_COUNT else narrowed(pattern, firsts)
+
+
+def _own_format(schema: dict[str, Any], firsts: str) -> dict[str, Any]:
+    """`schema` with a `format` enforced by a pattern of ours (string_formats.py) as that pattern (the format wins
+    over a `pattern` beside it, as in xgrammar), and an xgrammar format dropped where a first character is one its
+    grammar could write."""
+    fmt = schema.get("format")
+    if not isinstance(fmt, str):
+        return schema
+    own = format_pattern(fmt)
+    if own is not None:
+        del schema["format"]
+        schema["pattern"] = own
+    elif fmt in XGRAMMAR_FORMATS and not _XGRAMMAR_FORMAT_FIRSTS.issuperset(firsts):
+        del schema["format"]
+    return schema
 
 
 def usable_pattern(pattern: str, param: str, strict: bool, json_string: bool = False) -> bool:
@@ -411,13 +470,16 @@ both)."""
 def raw_pattern_ebnf(pattern: str, param: str, strict: bool) -> str | None:
     """EBNF for a raw (unquoted, unescaped) string value matching `pattern`, or None when it is not enforced: only
     an anchored (`^…$`), cheap pattern that cannot match `<` (the first character of every control-token spelling
-    that a raw value must not hold) is.
+    that a raw value must not hold), or that `patterns.narrowed` rewrites into one that cannot, is.
 
     Raises SchemaGrammarError (with `param`) for a pattern xgrammar cannot use, when `strict`.
     """
     if not usable_pattern(pattern, param, strict):
         return None
     facts = scan(pattern)
+    if facts is not None and facts.may_match:
+        pattern = narrowed(pattern) or pattern
+        facts = scan(pattern)
     if facts is None or not facts.anchored or facts.may_match:
         return None
     if len(pattern) > MAX_PATTERN_CHARS or facts.largest_count > MAX_PATTERN_COUNT:
@@ -485,7 +547,9 @@ def safe_json_format(schema: Any, spellings: tuple[str, ...], param: str, strict
 
 def safe_json_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> str:
     """The EBNF of `safe_json_format`."""
-    return _or_any_object(lambda s, st: json_value_ebnf(s, spellings, param, st), schema, param, strict, strict)
+    return _or_any_object(
+        lambda s, st: json_value_ebnf(s, spellings, param, st, exact=strict), schema, param, strict, strict
+    )
 
 
 def safe_arguments_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool, style: str = "json") -> str:
@@ -496,8 +560,8 @@ def safe_arguments_ebnf(schema: Any, spellings: tuple[str, ...], param: str, str
 
     def convert(s: Any, st: bool) -> str | None:
         if style == "json":
-            return json_value_ebnf(s, spellings, param, st, in_strings=prefixes(spellings))
-        return xml_value_ebnf(s, style, spellings, param, st)
+            return json_value_ebnf(s, spellings, param, st, in_strings=prefixes(spellings), exact=strict)
+        return xml_value_ebnf(s, style, spellings, param, st, exact=strict)
 
     return _or_any_object(convert, schema, param, strict, refuse_unusable=True)
 

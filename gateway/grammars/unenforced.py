@@ -6,13 +6,17 @@ reads `oneOf` as `anyOf` (a value matching two branches passes): measured, bench
 marked strict (a tool's `strict: true`; a json_schema response format's `strict: true`, which /v1/messages'
 `output_config.format` always is) promises that every answer matches it, so one using such a keyword is a 400
 naming the keyword's place, as OpenAI's strict mode refuses them. A `oneOf` whose branches are provably mutually
-exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. Without strict
-the rest of the schema is enforced and these keywords are not (docs/schemas.md).
+exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. The string
+keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
+beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either, and any of them in a schema that does
+not say `"type": "string"` (xgrammar then takes any value). Without strict the rest of the schema is enforced and
+these keywords are not (docs/schemas.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -20,6 +24,7 @@ from typing import Any
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
 from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS
+from gateway.grammars.string_formats import ENFORCED_FORMATS
 from gateway.types import ChatRequest
 
 UNENFORCED = ("not", "if", "dependentRequired", "dependentSchemas", "dependencies", "contains", "uniqueItems")
@@ -71,11 +76,64 @@ def unenforced_keywords(schema: Any, param: str) -> list[tuple[str, str]]:
 
 
 def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
-    return ((where, keyword) for node, where in _schemas(schema, param) for keyword in _unenforced(node, schema))
+    return ((where, keyword) for where, keyword, _ in _found_why(schema, param))
+
+
+def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]:
+    """Each place, its keyword, and why it is not enforced where that is more than the keyword itself."""
+    for node, where in _schemas(schema, param):
+        for keyword in _unenforced(node, schema):
+            yield where, keyword, None
+        if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
+            for keyword, why in _string_gaps(node):
+                yield where, keyword, why
+
+
+_STRING_KEYWORDS = ("format", "pattern", "minLength", "maxLength")
+_ESCAPES = re.compile(r"\\.")
+_CLASSES = re.compile(r"\[\^?\]?[^\]]*\]")
+_LOOKAHEAD = re.compile(r"\(\?[=!]")
+"""A lookahead group, found once escapes and classes are taken out: xgrammar 0.2.9 matches a pattern as if it had
+none (`^(?=.*\\d)[a-z\\d]+$` takes "abc"); lookbehinds and other groups it refuses (a 400 under strict already)."""
+_STRICT_FORMATS = ", ".join(sorted(ENFORCED_FORMATS))
+
+
+def _string_gaps(node: dict[str, Any]) -> list[tuple[str, str]]:
+    """The string keywords of `node` xgrammar 0.2.9's schema converter drops (measured: bench/RESULTS.md), each
+    with why."""
+    present = [k for k in _STRING_KEYWORDS if k in node]
+    kinds = _types(node)
+    if kinds is not None and "string" not in kinds:
+        return []  # a string keyword asserts nothing of a value of another type
+    if "type" not in node:
+        if "const" in node or "enum" in node:
+            return []
+        why = 'is enforced only in a schema that says "type": "string" (without it any value passes)'
+        return [(present[0], f"'{present[0]}' {why}")]
+    gaps = []
+    fmt = node.get("format")
+    if "format" in node and fmt not in ENFORCED_FORMATS:
+        gaps.append(
+            ("format", f"the format {json.dumps(fmt)} is not enforced; the formats enforced: {_STRICT_FORMATS}")
+        )
+    if isinstance(node.get("pattern"), str) and _LOOKAHEAD.search(_CLASSES.sub("", _ESCAPES.sub("", node["pattern"]))):
+        gaps.append(("pattern", "'pattern' lookahead ((?=…), (?!…)) is ignored (the rest of the pattern is enforced)"))
+    if "format" in node and "pattern" in node:
+        gaps.append(("pattern", "a 'pattern' beside a 'format' is not enforced (the format is); keep one"))
+    if "format" in node or "pattern" in node:
+        for length in ("minLength", "maxLength"):
+            if length in node:
+                why = f"'{length}' beside a 'pattern' or 'format' is not enforced; write the length into the pattern"
+                gaps.append((length, why))
+    return gaps
 
 
 def _check(schema: Any, param: str) -> None:
-    for where, keyword in _found(schema, param):
+    for where, keyword, why in _found_why(schema, param):
+        if why is not None:
+            raise SchemaGrammarError(
+                f"a strict schema's {why}; or set strict false for best effort", f"{where}.{keyword}"
+            )
         if keyword == "oneOf":
             raise SchemaGrammarError(
                 "a strict schema's 'oneOf' must have branches that exclude each other (distinct types, distinct "

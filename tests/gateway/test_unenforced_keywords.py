@@ -102,7 +102,7 @@ def test_a_long_one_of_is_judged_whole_by_one_discriminator():
     [
         ([{"type": "integer"}, {"type": "number"}], None),  # every integer is a number
         ([{"const": 1}, {"const": 1.0}], None),  # one JSON value
-        ([{"type": "string"}, {"minLength": 2}], None),  # a branch of any type
+        ([{"type": "string"}, {"minimum": 2}], None),  # a branch of any type
         (  # the discriminator binds objects only: "x" matches both
             [
                 {"properties": {"k": {"const": 1}}, "required": ["k"]},
@@ -183,3 +183,47 @@ def test_an_omitted_strict_is_strict_where_the_schema_allows_under_strict_by_def
     assert (
         strict_where_possible(ChatRequest(messages=USER, tools=[tool(NEGATED, True)], tool_choice="none"))[1] == set()
     )
+
+
+STRING_GAPS = [  # (schema, a value it refuses that xgrammar 0.2.9's grammar takes, the keyword refused)
+    ({"type": "string", "format": "idn-hostname"}, '"not a host name!"', "format"),
+    ({"type": "string", "format": "int32"}, '"x"', "format"),
+    ({"type": "string", "format": "date", "pattern": "^1"}, '"2024-01-01"', "pattern"),
+    ({"type": "string", "pattern": "^a+$", "maxLength": 2}, '"aaaa"', "maxLength"),
+    ({"type": "string", "format": "date", "minLength": 11}, '"2024-01-01"', "minLength"),
+    ({"format": "date"}, '"x"', "format"),
+    ({"pattern": "^a$", "maxLength": 1}, '"bb"', "pattern"),
+    ({"type": "string", "pattern": "^(?=.*\\d)[a-z\\d]+$"}, '"abc"', "pattern"),
+    ({"type": "string", "pattern": "^(?!a)[a-z]+$"}, '"abc"', "pattern"),
+]
+
+
+@pytest.mark.parametrize("schema, refused, keyword", STRING_GAPS, ids=[json.dumps(c[0]) for c in STRING_GAPS])
+def test_each_string_keyword_found_is_one_xgrammar_drops(schema, refused, keyword):
+    grammar = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=True)
+    assert _is_grammar_accept_string(grammar, refused)
+    assert unenforced_keywords(schema, "p") == [("p", keyword)]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        *({"type": ["string", "null"], "format": f} for f in ("date-time", "email", "uuid", "json-pointer")),
+        {"type": "integer", "format": "int32"},  # a string format asserts nothing of an integer
+        {"type": "string", "pattern": "^a$"},
+        {"type": "string", "pattern": "^[(?=]\\(?=a$"},  # no lookahead: a class and an escaped parenthesis
+        {"type": "string", "minLength": 1, "maxLength": 3},
+        {"enum": ["a", "b"], "pattern": "^a$"},
+    ],
+)
+def test_string_keywords_a_grammar_enforces_pass(schema):
+    assert unenforced_keywords(schema, "p") == []
+
+
+def test_a_strict_unknown_format_is_a_400_naming_it(tokenize_only):
+    schema = {"type": "object", "properties": {"h": {"type": "string", "format": "idn-hostname"}}, "required": ["h"]}
+    with pytest.raises(APIError) as error:
+        chat_grammar(tokenize_only, ChatRequest(messages=USER, tools=[tool(schema, True)]), "prompt")
+    assert error.value.param == "tools[0].function.parameters.properties.h.format"
+    assert "idn-hostname" in error.value.message and "email" in error.value.message
+    assert chat_grammar(tokenize_only, ChatRequest(messages=USER, tools=[tool(schema, False)]), "prompt")

@@ -57,6 +57,7 @@ from gateway.grammars.json import response_strict as answer_strict
 from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 from gateway.grammars.reasoning import ThinkBlock, with_reasoning
 from gateway.grammars.safe_json import json_value_ebnf, raw_pattern_ebnf
+from gateway.grammars.string_formats import raw_string_pattern
 from gateway.types import ChatRequest
 
 from .markers import DSML, THINK_END, THINK_START, V4, V32, V41, Dialect
@@ -296,7 +297,7 @@ class _Writer:
         strings = [v for v in _choices(schema) or [] if isinstance(v, str) and not any(s in v for s in excludes)]
         if strings:
             return _or([_const(v) for v in strings])
-        pattern = schema.get("pattern") if isinstance(schema, dict) else None
+        pattern = raw_string_pattern(schema, where.param, where.strict)
         if isinstance(pattern, str) and (ebnf := raw_pattern_ebnf(pattern, f"{where.param}.pattern", True)):
             return {"type": "grammar", "grammar": ebnf}
         return self.raw_text()
@@ -306,7 +307,7 @@ class _Writer:
         JSON of `fallback`. A schema xgrammar cannot use is a 400 (SchemaGrammarError naming `param`)."""
         vocabulary = self.vocabulary
         spellings, in_strings = vocabulary.json_spellings, vocabulary.in_json_strings
-        ebnf = json_value_ebnf(schema, spellings, param, True, in_strings=in_strings)
+        ebnf = json_value_ebnf(schema, spellings, param, True, in_strings=in_strings, exact=strict)
         if ebnf is None and strict:
             raise SchemaGrammarError("the JSON schema cannot be enforced without control-token text", param)
         if ebnf is None:

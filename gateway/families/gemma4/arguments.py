@@ -17,9 +17,9 @@ the members after it spelled n optional ones out n²/2 times).
 
 Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
 `maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `pattern` as a `regex`
-between the quotes (full match, as xgrammar reads a schema's pattern), unless the pattern could write the first
-character of a special token's spelling (then, like a pattern xgrammar cannot use, it is dropped and the string is
-free); an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
+between the quotes (full match, as xgrammar reads a schema's pattern); one that could write the first character of a
+special token's spelling is narrowed not to (`safe_json.cheaply_narrowed`), or where it cannot be (a literal `<`, a
+count past 4), like a pattern xgrammar cannot use, dropped and the string is free; an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
 kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
 (`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md).
 """
@@ -32,7 +32,7 @@ from typing import Any
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
-from gateway.grammars.safe_json import may_write, usable_pattern
+from gateway.grammars.safe_json import cheaply_narrowed, may_write, usable_pattern
 
 Format = dict[str, Any]
 MAX_DEPTH = 6
@@ -176,10 +176,13 @@ class ArgumentFormats:
         return _or(formats)
 
     def _string_body(self, schema: dict[str, Any]) -> Format:
-        """A string's text between the quotes: its pattern, or any text."""
+        """A string's text between the quotes: its pattern (narrowed where it could write a special token's first
+        character and counts little, `safe_json.cheaply_narrowed`), or any text."""
         pattern = schema.get("pattern")
         usable = isinstance(pattern, str) and usable_pattern(pattern, "pattern", strict=False)
-        return {"type": "regex", "pattern": pattern} if usable and not may_write(pattern, self.firsts) else self.raw
+        if usable and may_write(pattern, self.firsts):
+            pattern = cheaply_narrowed(pattern, self.firsts)
+        return {"type": "regex", "pattern": pattern} if usable and pattern is not None else self.raw
 
     def _array(self, schema: dict[str, Any], depth: int) -> Format | None:
         item = self._value(schema.get("items"), depth + 1)

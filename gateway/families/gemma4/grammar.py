@@ -103,9 +103,8 @@ def _call(tool: dict[str, Any], token: Any, body: Format, values: ArgumentFormat
     name = tool["function"]["name"]
     arguments = None if values is None else values.arguments(arguments_schema(tool))
     if arguments is None:
-        return _seq(
-            token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{name}{{"}, body, token(TOOL_CALL_END)
-        )
+        opening = {"type": "const_string", "value": f"{CALL_PREFIX}{name}{{"}
+        return _seq(token(TOOL_CALL), opening, body, {"type": "const_string", "value": "}"}, token(TOOL_CALL_END))
     return _seq(
         token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{name}"}, arguments, token(TOOL_CALL_END)
     )

@@ -54,6 +54,7 @@ from backends.base import Grammar
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.safe_json import raw_pattern_ebnf
+from gateway.grammars.string_formats import raw_string_pattern
 from gateway.types import ChatRequest
 
 from .argument_types import Alternative, SchemaDocument, literal_text
@@ -148,7 +149,7 @@ class _Builder:
 
     def string(self, schema: dict[str, Any], required: bool, where: Where) -> Format:
         """A raw string body: its pattern when that can be enforced, else its minLength, else any text."""
-        pattern = schema.get("pattern")
+        pattern = raw_string_pattern(schema, where.param, where.strict)
         if isinstance(pattern, str):
             ebnf = raw_pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
             if ebnf is not None:

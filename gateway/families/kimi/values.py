@@ -26,7 +26,7 @@ MAX_MIN_LENGTH = 64
 
 def json_value_ebnf(schema: Any, param: str, strict: bool) -> str | None:
     """Compact JSON matching `schema` with no K3 control-token spelling in any string (see safe_json)."""
-    return safe_json.json_value_ebnf(schema, SPELLINGS, param, strict)
+    return safe_json.json_value_ebnf(schema, SPELLINGS, param, strict, exact=strict)
 
 
 def min_length_body(min_length: int) -> list[Format]:
