@@ -4,11 +4,13 @@ Where bench/family_roundtrip.py writes calls alone, each turn here also holds te
 (thinking on), and inputs none of the earlier checks use: combining marks, right-to-left text, zero-width and
 line/paragraph separators, a lone `\\r`, NUL, whitespace-only values, tool names with dots and dashes, values that
 spell another family's markers or a JSON fragment, parallel calls of one tool, deep nesting. For each turn the
-text after the generation prompt is tokenized and parsed whole, cut once at every token, token by token, and cut
-short at every token (a max_tokens cut: the parser must not raise). A mismatch is a turn whose calls, content
-(stripped) or reasoning (stripped, thinking on) differ from what was rendered, or differ between chunkings.
+text after the generation prompt (client strings shielded, as the gateway encodes them) is parsed whole, cut once
+at every token, token by token, and cut short at every token (a max_tokens cut: the parser must not raise); fed one
+token at a time, the deltas sent so far must always begin the whole output's (a parser sends only what is certain).
+A problem is a turn whose calls, content (stripped) or reasoning (stripped, where the template kept it) differ from
+what was rendered, or between chunkings. `--splices N`: N random splices of those turns per family instead.
 
-    python bench/family_hunt.py [--family hermes ...] [--show 2]
+    python bench/family_hunt.py [--family hermes ...] [--show 2] [--splices 300 --seed 1]
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest, Delta
 from tests.family_checks import added_tokens, feed, joined_calls
+
+HUNTED = {**SUBJECTS, "kimi_k3": ("kimi_k3", "kimi_k3", None, (None, None))}
+"""bench/family_roundtrip.py's subjects and Kimi K3. Not Llama 4: its published template writes every argument as an
+unescaped quoted string (`n="2"`, a quote or newline inside a value breaks the call), so its history is not what the
+model writes."""
 
 
 def _tool(name: str, properties: dict[str, Any]) -> dict[str, Any]:
@@ -126,12 +133,47 @@ def turn_ids(family: Family, turn: tuple[str, str, list[tuple[str, dict[str, Any
     # As the gateway does: client strings that spell an added token stay plain text (a model writes them so).
     shielded, shield = Shielder(added_tokens(tok).values()).shield(answered, family.keep_in_assistant)
     full = family.render(shielded)
-    at = len(head) if full.startswith(head) else _common_prefix(head, full, added_tokens(tok).values())
+    at = len(head) if full.startswith(head) else _turn_start(head, full, added_tokens(tok).values())
     ids = PromptEncoder(tok).encode_prompt(full[at:], shield)
     stops = set(family.stop_token_ids())
     while ids and (ids[-1] in stops or not tok.decode(ids[-1:], skip_special_tokens=False).strip()):
         ids.pop()
     return asked, head, ids
+
+
+def _turn_start(head: str, full: str, spellings: Any) -> int:
+    """Where the assistant's turn starts in `full` when the history does not repeat the generation prompt (vLLM's
+    V3.1 template indents the history's tags): after the added token the generation prompt ends with, and the
+    whitespace the template put after it; else where the two renders part."""
+    at = _common_prefix(head, full, spellings)
+    closing = next((s for s in spellings if head.endswith(s)), None)
+    found = full.find(closing, at) if closing else -1
+    if found == -1:
+        return at
+    end = found + len(closing)
+    return end + len(full[end:]) - len(full[end:].lstrip(" "))
+
+
+def _retracted(family: Family, asked: ChatRequest, head: str, ids: list[int]) -> int | None:
+    """The first token after which the deltas sent so far are not a prefix of the whole output's (content,
+    reasoning, each call's name and arguments): a parser sends only what is certain. None when there is none."""
+    tok = family.context.tokenizer
+
+    def texts(deltas: list[Delta]) -> tuple[str, str, list[tuple[str, str]]]:
+        return "".join(d.content for d in deltas), "".join(d.reasoning for d in deltas), joined_calls(deltas)
+
+    content, reasoning, calls = texts(feed(family.parser(asked, head), Detokenizer(tok, added_tokens(tok)), ids))
+    parser, detok, sent = family.parser(asked, head), Detokenizer(tok, added_tokens(tok)), []
+    for at in range(len(ids)):
+        sent += parser.feed(detok.feed(ids[at : at + 1]))
+        so_far, thought, begun = texts(sent)
+        if not (content.startswith(so_far) and reasoning.startswith(thought) and len(begun) <= len(calls)):
+            return at
+        if any(
+            name != whole_name or not whole.startswith(part) for (name, part), (whole_name, whole) in zip(begun, calls)
+        ):
+            return at
+    return None
 
 
 def hunt(family: Family, turn, thinking: bool) -> tuple[int, list[str]]:
@@ -160,6 +202,9 @@ def hunt(family: Family, turn, thinking: bool) -> tuple[int, list[str]]:
     tried += 1
     if (each := run(range(1, len(ids)))) != whole:
         problems.append(f"token by token: {each} vs whole {whole}")
+    tried += len(ids)
+    if (at := _retracted(family, asked, head, ids)) is not None:
+        problems.append(f"token {at} of {text!r}: deltas sent so far are not how the whole output begins")
     for upto in range(1, len(ids)):
         tried += 1
         try:
@@ -176,23 +221,23 @@ def hunt(family: Family, turn, thinking: bool) -> tuple[int, list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--family", action="append", choices=sorted(SUBJECTS), help="repeatable; default: all")
+    parser.add_argument("--family", action="append", choices=sorted(HUNTED), help="repeatable; default: all")
     parser.add_argument("--show", type=int, default=2, help="problems printed per family")
     parser.add_argument("--splices", type=int, default=0, help="random splices of rendered turns per family")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.splices:
         print("| family (template) | spliced outputs | problems |\n|---|---:|---:|")
-        for label in args.family or list(SUBJECTS):
-            tried, problems = splice_hunt(subject(label), args.splices, args.seed)
+        for label in args.family or list(HUNTED):
+            tried, problems = splice_hunt(subject(label, HUNTED), args.splices, args.seed)
             print(f"| {label} | {tried} | {len(problems)} |", flush=True)
             for problem in problems[: args.show]:
                 print(f"    {label}: {problem[:900]}", flush=True)
         return
     print("| family (template) | turns | cases | turns with a problem |\n|---|---:|---:|---:|")
     notes: list[str] = []
-    for label in args.family or list(SUBJECTS):
-        family = subject(label)
+    for label in args.family or list(HUNTED):
+        family = subject(label, HUNTED)
         turns = cases = bad = 0
         for thinking in (False, True):
             for index, turn in enumerate(TURNS):

@@ -73,8 +73,10 @@ CALLS: list[list[tuple[str, dict[str, Any]]]] = [
 ]  # fmt: skip
 
 
-def subject(label: str) -> Family:
-    family, vocabulary, template, (bos, eos) = SUBJECTS[label]
+def subject(
+    label: str, subjects: dict[str, tuple[str, str, str | None, tuple[str | None, str | None]]] = SUBJECTS
+) -> Family:
+    family, vocabulary, template, (bos, eos) = subjects[label]
     tok = tokenizer(vocabulary)
     source = (TEMPLATES_DIR / template).read_text(encoding="utf-8") if template else None
     return get_family(family)(FamilyContext(tok, source, bos, eos, [], sorted(added_tokens(tok))))
