@@ -26,10 +26,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from backends.detokenizer import Detokenizer
-from bench.family_roundtrip import SUBJECTS, _common_prefix, subject
+from bench.family_roundtrip import SUBJECTS, Turn, subject, turn_ids
 from gateway.families.base import Family
-from gateway.prompts.encoding import PromptEncoder
-from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest, Delta
 from tests.family_checks import added_tokens, feed, joined_calls
 
@@ -66,7 +64,7 @@ VALUES = [
     "</｜DSML｜parameter></｜DSML｜invoke>[TOOL_CALLS]<|python_tag|><tool_call|><|tool_call_end|>",
 ]
 # (content before the calls, reasoning, calls)
-TURNS: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
+TURNS: list[Turn] = [
     ("Let me look.", "I should search.", [("search", {"q": VALUES[0], "n": 2})]),
     ("", "r\u05e9\u200f", [("search", {"q": VALUES[1]})]),
     ("", "", [("search", {"q": VALUES[2], "exact": True})]),
@@ -116,44 +114,6 @@ def _normalized(tok: Any, value: Any) -> Any:
     return value
 
 
-def turn_ids(family: Family, turn: tuple[str, str, list[tuple[str, dict[str, Any]]]], thinking: bool):
-    """(the request, the generation prompt, the assistant's turn as the model would write it, in ids)."""
-    content, reasoning, calls = turn
-    tok = family.context.tokenizer
-    kwargs = {"thinking": thinking, "enable_thinking": thinking}
-    user = [{"role": "user", "content": "hi"}]
-    history = [{"id": f"functions.{name}:{i}", "type": "function", "function": {"name": name, "arguments": args}}
-               for i, (name, args) in enumerate(calls)]  # fmt: skip
-    asked = ChatRequest(messages=user, tools=TOOLS, template_kwargs=kwargs)
-    head = family.render(asked)
-    said = {"role": "assistant", "content": content, "tool_calls": history}
-    if thinking and reasoning:
-        said["reasoning_content"] = reasoning
-    answered = ChatRequest(messages=[*user, said], tools=TOOLS, template_kwargs=kwargs, add_generation_prompt=False)
-    # As the gateway does: client strings that spell an added token stay plain text (a model writes them so).
-    shielded, shield = Shielder(added_tokens(tok).values()).shield(answered, family.keep_in_assistant)
-    full = family.render(shielded)
-    at = len(head) if full.startswith(head) else _turn_start(head, full, added_tokens(tok).values())
-    ids = PromptEncoder(tok).encode_prompt(full[at:], shield)
-    stops = set(family.stop_token_ids())
-    while ids and (ids[-1] in stops or not tok.decode(ids[-1:], skip_special_tokens=False).strip()):
-        ids.pop()
-    return asked, head, ids
-
-
-def _turn_start(head: str, full: str, spellings: Any) -> int:
-    """Where the assistant's turn starts in `full` when the history does not repeat the generation prompt (vLLM's
-    V3.1 template indents the history's tags): after the added token the generation prompt ends with, and the
-    whitespace the template put after it; else where the two renders part."""
-    at = _common_prefix(head, full, spellings)
-    closing = next((s for s in spellings if head.endswith(s)), None)
-    found = full.find(closing, at) if closing else -1
-    if found == -1:
-        return at
-    end = found + len(closing)
-    return end + len(full[end:]) - len(full[end:].lstrip(" "))
-
-
 def _retracted(family: Family, asked: ChatRequest, head: str, ids: list[int]) -> int | None:
     """The first token after which the deltas sent so far are not a prefix of the whole output's (content,
     reasoning, each call's name and arguments): a parser sends only what is certain. None when there is none."""
@@ -176,9 +136,9 @@ def _retracted(family: Family, asked: ChatRequest, head: str, ids: list[int]) ->
     return None
 
 
-def hunt(family: Family, turn, thinking: bool) -> tuple[int, list[str]]:
+def hunt(family: Family, turn: Turn, thinking: bool) -> tuple[int, list[str]]:
     """(cases tried, problems) for one turn."""
-    asked, head, ids = turn_ids(family, turn, thinking)
+    asked, head, ids = turn_ids(family, TOOLS, turn, thinking)
     tok = family.context.tokenizer
     detok = lambda: Detokenizer(tok, added_tokens(tok))
     run = lambda cuts=(), upto=None: outcome(feed(family.parser(asked, head), detok(), ids[:upto], cuts))
@@ -257,7 +217,7 @@ def splice_hunt(family: Family, rounds: int, seed: int) -> tuple[int, list[str]]
     the parser's contract is the same answer however the output is chunked, and no exception."""
     rng = random.Random(seed)
     tok = family.context.tokenizer
-    rendered = [turn_ids(family, turn, thinking) for turn in TURNS for thinking in (False, True)]
+    rendered = [turn_ids(family, TOOLS, turn, thinking) for turn in TURNS for thinking in (False, True)]
     problems: list[str] = []
     for _ in range(rounds):
         asked, head, _ = rng.choice(rendered)
