@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from backends.detokenizer import Detokenizer
 from gateway.families import get_family
 from gateway.families.base import Family, FamilyContext
+from gateway.prompts.encoding import PromptEncoder
+from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest
 from tests.family_checks import added_tokens, feed, joined_calls
 from tests.template_corpus import TEMPLATES_DIR
@@ -60,6 +62,8 @@ TOOLS = [
     {"type": "function", "function": {"name": "ping", "description": "d", "parameters": {"type": "object",
                                                                                         "properties": {}}}},
 ]  # fmt: skip
+Turn = tuple[str, str, list[tuple[str, dict[str, Any]]]]
+"""An assistant turn: its content, its reasoning and its calls (name, arguments)."""
 CALLS: list[list[tuple[str, dict[str, Any]]]] = [
     [("ping", {})],
     [("get_weather", {"city": "Zürich 東京 😀", "days": 3})],
@@ -73,8 +77,10 @@ CALLS: list[list[tuple[str, dict[str, Any]]]] = [
 ]  # fmt: skip
 
 
-def subject(label: str) -> Family:
-    family, vocabulary, template, (bos, eos) = SUBJECTS[label]
+def subject(
+    label: str, subjects: dict[str, tuple[str, str, str | None, tuple[str | None, str | None]]] = SUBJECTS
+) -> Family:
+    family, vocabulary, template, (bos, eos) = subjects[label]
     tok = tokenizer(vocabulary)
     source = (TEMPLATES_DIR / template).read_text(encoding="utf-8") if template else None
     return get_family(family)(FamilyContext(tok, source, bos, eos, [], sorted(added_tokens(tok))))
@@ -83,25 +89,53 @@ def subject(label: str) -> Family:
 def round_trip(family: Family, calls: list[tuple[str, dict[str, Any]]], thinking: bool) -> tuple[str, Any, Any]:
     """(the output cut from the history, the calls wanted, the calls parsed whole or, where it differs, chunked)."""
     tok = family.context.tokenizer
-    kwargs = {"thinking": thinking, "enable_thinking": thinking}
-    user = [{"role": "user", "content": "hi"}]
-    history = [{"id": f"functions.{name}:{i}", "type": "function", "function": {"name": name, "arguments": args}}
-               for i, (name, args) in enumerate(calls)]  # fmt: skip
-    asked = ChatRequest(messages=user, tools=TOOLS, template_kwargs=kwargs)
-    head = family.render(asked)
-    answered = [*user, {"role": "assistant", "content": "", "tool_calls": history}]
-    full = family.render(
-        ChatRequest(messages=answered, tools=TOOLS, template_kwargs=kwargs, add_generation_prompt=False)
-    )
-    at = len(head) if full.startswith(head) else _common_prefix(head, full, added_tokens(tok).values())
-    ids = tok.encode(full[at:], add_special_tokens=False).ids
-    stops = set(family.stop_token_ids())
-    while ids and (ids[-1] in stops or not tok.decode(ids[-1:], skip_special_tokens=False).strip()):
-        ids.pop()
+    asked, head, ids = turn_ids(family, TOOLS, ("", "", calls), thinking)
     detokenizer = lambda: Detokenizer(tok, added_tokens(tok))
     got = [_parsed(c) for c in joined_calls(feed(family.parser(asked, head), detokenizer(), ids))]
     each = [_parsed(c) for c in joined_calls(feed(family.parser(asked, head), detokenizer(), ids, range(1, len(ids))))]
     return tok.decode(ids, skip_special_tokens=False), [list(c) for c in calls], got if each == got else (got, each)
+
+
+def turn_ids(
+    family: Family, tools: list[dict[str, Any]], turn: Turn, thinking: bool
+) -> tuple[ChatRequest, str, list[int]]:
+    """(the request, its generation prompt, the assistant's `turn` (content, reasoning, calls) rendered as history
+    and cut out as the model would write it, in ids: client strings shielded as the gateway encodes them, the stop
+    token and trailing whitespace dropped)."""
+    content, reasoning, calls = turn
+    tok = family.context.tokenizer
+    kwargs = {"thinking": thinking, "enable_thinking": thinking}
+    user = [{"role": "user", "content": "hi"}]
+    history = [{"id": f"functions.{name}:{i}", "type": "function", "function": {"name": name, "arguments": args}}
+               for i, (name, args) in enumerate(calls)]  # fmt: skip
+    asked = ChatRequest(messages=user, tools=tools, template_kwargs=kwargs)
+    head = family.render(asked)
+    said = {"role": "assistant", "content": content, "tool_calls": history}
+    if thinking and reasoning:
+        said["reasoning_content"] = reasoning
+    answered = ChatRequest(messages=[*user, said], tools=tools, template_kwargs=kwargs, add_generation_prompt=False)
+    # As the gateway does: client strings that spell an added token stay plain text (a model writes them so).
+    shielded, shield = Shielder(added_tokens(tok).values()).shield(answered, family.keep_in_assistant)
+    full = family.render(shielded)
+    at = len(head) if full.startswith(head) else _turn_start(head, full, added_tokens(tok).values())
+    ids = PromptEncoder(tok).encode_prompt(full[at:], shield)
+    stops = set(family.stop_token_ids())
+    while ids and (ids[-1] in stops or not tok.decode(ids[-1:], skip_special_tokens=False).strip()):
+        ids.pop()
+    return asked, head, ids
+
+
+def _turn_start(head: str, full: str, spellings: Any) -> int:
+    """Where the assistant's turn starts in `full` when the history does not repeat the generation prompt (vLLM's
+    V3.1 template indents the history's tags): after the added token the generation prompt ends with, and the
+    whitespace the template put after it; else where the two renders part."""
+    at = _common_prefix(head, full, spellings)
+    closing = next((s for s in spellings if head.endswith(s)), None)
+    found = full.find(closing, at) if closing else -1
+    if found == -1:
+        return at
+    end = found + len(closing)
+    return end + len(full[end:]) - len(full[end:].lstrip(" "))
 
 
 def _common_prefix(head: str, full: str, spellings: Any) -> int:

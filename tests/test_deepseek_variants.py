@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 import xgrammar as xgr
@@ -15,7 +16,7 @@ from backends.detokenizer import Detokenizer
 from backends.worker.grammar import tokenizer_info
 from gateway.families import get_family
 from gateway.families.base import FamilyContext
-from gateway.families.deepseek.markers import EOS, V4, V32, V41, Dialect
+from gateway.families.deepseek.markers import BOS, EOS, V4, V32, V41, Dialect
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest, Delta
 
@@ -71,6 +72,20 @@ def test_v32_prompt_layout() -> None:
     assert prompt.endswith("\n\n<function_results>\n<result>sunny</result>\n</function_results>\n\n</think>")
     thinking = family("deepseek_v32").render(request(template_kwargs={"thinking": True}))
     assert thinking == "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜><think>"
+
+
+def test_v32_declarations_spell_the_reference_encoders_tools_block() -> None:
+    """The system turn with tools, byte for byte as DeepSeek's `encoding_dsv32.py` writes it (llama.cpp's V3.2
+    template spells the same block, blank lines included; it differs elsewhere, so only the system turn is compared)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    source = (Path(__file__).parent / "data/chat_templates/llama.cpp-deepseek-ai-DeepSeek-V3.2.jinja").read_text()
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "q"}]
+    ours = family("deepseek_v32").render(request(messages=messages, tools=[WEATHER]))
+    (reference,), _ = render_jinja_template(
+        [messages], tools=[WEATHER], chat_template=source, add_generation_prompt=True, bos_token=BOS
+    )
+    assert ours.split("<｜User｜>")[0] == reference.split("<｜User｜>")[0]
 
 
 def test_v4_prompt_has_no_system_token_and_its_own_tags() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from tokenizers import Tokenizer
 from gateway.families.gpt_oss import HarmonyParser, harmony_tokenizer
 from gateway.families.gpt_oss.grammar import build_grammar
 from gateway.families.gpt_oss.markers import CALL, CHANNEL, CONSTRAIN, CONTROL_TOKENS, END, MESSAGE, RETURN, START
+from gateway.families.gpt_oss.prompt import render_prompt
 from gateway.grammars.compat import newer_features
 from gateway.models.registry import ServedModel
 from gateway.types import ChatRequest
@@ -95,8 +97,8 @@ def test_prompt_layout_with_tools_and_history(model: ServedModel) -> None:
     assert (
         "<|start|>developer<|message|># Instructions\n\nBe brief.\n\n# Tools\n\n## functions\n\n"
         "namespace functions {\n\n// Weather now.\ntype get_weather = (_: {\n// City name\ncity: string,\n"
-        'unit?: "c" | "f", // default: "c"\ndays?: number | null,\ntags?: string[],\n}) => any;\n\n'
-        "type get_time = () => any;\n\n} // namespace functions<|end|>"
+        'unit?: "c" | "f", // default: c\ndays?: number | null,\ntags?: string[],\n}) => any;\n\n'
+        "type get_time = (_: {\n}) => any;\n\n} // namespace functions<|end|>"
     ) in text
     assert text.endswith(
         "<|start|>user<|message|>Weather?<|end|>"
@@ -106,6 +108,18 @@ def test_prompt_layout_with_tools_and_history(model: ServedModel) -> None:
         "<|start|>assistant"
     )
     assert model.decode(ids) == text
+
+
+HARMONY_RENDERS = json.loads((Path(__file__).parent / "data/harmony_renders.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", list(HARMONY_RENDERS))
+def test_prompt_equals_openai_harmonys_render(name: str) -> None:
+    """openai-harmony 0.0.8's renders (recorded by bench/harmony_parity.py): tool declarations of every schema shape
+    (oneOf, anyOf, enums, defaults, nullable, nested objects and arrays, titles, examples) and plain conversations."""
+    case = HARMONY_RENDERS[name]
+    request = chat(*case["messages"], tools=case["tools"], template_kwargs={"current_date": case["date"]})
+    assert render_prompt(request) == case["harmony"]
 
 
 def test_past_reasoning_is_dropped_and_answers_are_final(model: ServedModel) -> None:

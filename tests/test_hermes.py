@@ -253,6 +253,15 @@ def test_prompt_opened_reasoning_runs_until_think_end() -> None:
     assert (result["reasoning"], result["content"]) == ("Simple.", "2 + 2 = 4.")
 
 
+def test_only_one_think_the_model_writes_again_is_dropped_however_chunked() -> None:
+    """The prompt opened the think block and the model writes `<think>` twice: the first is the block it already
+    is in, the second is reasoning text, whole or cut between the two (the cut dropped both)."""
+    text = "<think><think> x\n</think>\n\nA"
+    for splits in ([], [7], list(range(1, len(text)))):
+        result = parse(text, in_reasoning=True, splits=splits)
+        assert (result["reasoning"], result["content"]) == ("<think> x", "A"), splits
+
+
 def test_unclosed_reasoning_stays_reasoning_at_the_end() -> None:
     assert parse("<think>\nStill thinking", in_reasoning=False)["reasoning"] == "Still thinking"
     assert parse("Still thinking", in_reasoning=True) == {

@@ -255,6 +255,24 @@ def test_a_value_that_spells_an_endless_tag_still_streams(qwen: Checkpoint) -> N
     assert len(streamed) > 8000 - 2 * MAX_TAG_CHARS
 
 
+@pytest.mark.parametrize("spaces", [MAX_TAG_CHARS - 56, MAX_TAG_CHARS - 24, MAX_TAG_CHARS - 23, MAX_TAG_CHARS + 40])
+def test_whitespace_after_a_value_parses_alike_however_chunked(qwen: Checkpoint, spaces: int) -> None:
+    """Whitespace between `</parameter>` and the next tag (xgrammar's qwen_xml style lets any run through) is held
+    back at most MAX_TAG_CHARS characters while streaming; whole, the same bound applies, so a run past it leaves
+    the `</parameter>` in the value in one chunk as token by token (it used to end the value only in one chunk)."""
+    text = f"<tool_call>\n<function=f>\n<parameter=a>\nParis\n</parameter>{' ' * spaces}\n</function>\n</tool_call>"
+    strings = {"type": "object", "properties": {"a": {"type": "string"}}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": strings}}]
+    ids = qwen.tokenizer.encode(text, add_special_tokens=False).ids
+    parsed = [
+        merged(feed(Qwen3XmlParser(tools), Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer)), ids, cuts))
+        for cuts in ([], range(1, len(ids)), [len(ids) - 3])
+    ]
+    assert parsed[0] == parsed[1] == parsed[2]
+    held = len("\n</parameter>") + spaces + len("\n</function>") - 1  # the most a feed holds before the tag ends
+    assert (parsed[0]["calls"] == [("f", {"a": "Paris"})]) == (held <= MAX_TAG_CHARS)
+
+
 def test_a_bounded_value_read_is_never_below_its_min_length(qwen: Checkpoint) -> None:
     """The parser strips one newline after `<parameter=K>` and one before `</parameter>`: a value of minLength
     characters that began or ended with one read one short. Every text the grammar takes reads within bounds."""

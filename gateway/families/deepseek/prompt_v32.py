@@ -25,6 +25,7 @@ from .markers import ASSISTANT, BOS, EOS, THINK_END, THINK_START, USER, V32
 from .prompt import continues_final, render_calls, render_prefill
 
 _TOOLS = f"""## Tools
+
 You have access to a set of tools you can use to answer the user's question.
 You can invoke functions by writing a "{V32.calls_open}" block like the following as part of your reply to the user:
 {V32.calls_open}
@@ -36,15 +37,21 @@ You can invoke functions by writing a "{V32.calls_open}" block like the followin
 ...
 {V32.invoke_close}
 {V32.calls_close}
+
 String and scalar parameters should be specified as is without any escaping or quotes, while lists and objects should use JSON format. The "string" attribute should be set to "true" for string type parameters and "false" for other types (numbers, booleans, arrays, objects).
+
 If the thinking_mode is enabled, then after function results you should strongly consider outputting a thinking block. Here is an example:
+
 {V32.calls_open}
 ...
 {V32.calls_close}
+
 <function_results>
 ...
 </function_results>
+
 {THINK_START}...thinking about results{THINK_END}
+
 Here are the functions available in JSONSchema format:
 <functions>
 {{schemas}}

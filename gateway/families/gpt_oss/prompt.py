@@ -3,7 +3,7 @@
 `<|start|>ROLE<|message|>…<|end|>` per message: a system message (identity,
 knowledge cutoff, date, reasoning effort, the valid channels), a developer
 message (the client's system/developer instructions, the `functions`
-namespace in TypeScript-like syntax, response formats), the conversation
+namespace in openai-harmony's TypeScript-like syntax, typescript.py, response formats), the conversation
 (assistant reasoning on `analysis`, preambles on `commentary`, answers on
 `final`, calls `to=functions.NAME` on `commentary` with content type
 `json` as the template writes them, results from `functions.NAME
@@ -21,6 +21,7 @@ from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
 from .markers import ANALYSIS, CALL, CHANNEL, COMMENTARY, END, FINAL, MESSAGE, START
+from .typescript import tool_namespace
 
 IDENTITY = "You are ChatGPT, a large language model trained by OpenAI."
 KNOWLEDGE_CUTOFF = "2024-06"
@@ -56,64 +57,6 @@ def system_message(request: ChatRequest) -> str:
     if request.tools:
         lines.append("Calls to these tools must go to the commentary channel: 'functions'.")
     return message("system", "\n".join(lines))
-
-
-def typescript_type(schema: Any, indent: str = "") -> str:
-    """A JSON schema written as the TypeScript-like type Harmony's tool namespace uses."""
-    if not isinstance(schema, dict):
-        return "any"
-    for union in ("oneOf", "anyOf"):
-        if isinstance(schema.get(union), list):
-            return " | ".join(typescript_type(s, indent) for s in schema[union])
-    if "enum" in schema and isinstance(schema["enum"], list):
-        return " | ".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"])
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        return " | ".join(typescript_type({**schema, "type": k}, indent) for k in kind)
-    if kind == "array":
-        items = schema.get("items")
-        inner = typescript_type(items, indent) if items else "any"
-        return f"Array<{inner}>" if " | " in inner else f"{inner}[]"
-    if kind == "object":
-        properties = schema.get("properties")
-        if isinstance(properties, dict) and properties:
-            return "{\n" + object_fields(schema, indent + "  ") + f"{indent}}}"
-        return "object"
-    if kind == "integer":
-        return "number"
-    if kind in ("string", "number", "boolean", "null"):
-        return kind
-    return "any"
-
-
-def object_fields(schema: dict[str, Any], indent: str = "") -> str:
-    """The fields of an object schema, one per line, with their descriptions and defaults as comments."""
-    required = set(schema.get("required") or ())
-    lines: list[str] = []
-    for name, spec in schema.get("properties", {}).items():
-        spec = spec if isinstance(spec, dict) else {}
-        if spec.get("description"):
-            lines += [f"{indent}// {line}" for line in str(spec["description"]).splitlines() or [""]]
-        field = f"{indent}{name}{'' if name in required else '?'}: {typescript_type(spec, indent)},"
-        if "default" in spec:
-            field += f" // default: {json.dumps(spec['default'], ensure_ascii=False)}"
-        lines.append(field)
-    return "".join(f"{line}\n" for line in lines)
-
-
-def tool_namespace(tools: list[dict[str, Any]]) -> str:
-    """The `functions` namespace: one `type NAME = (_: {…}) => any;` per tool."""
-    out = "## functions\n\nnamespace functions {\n\n"
-    for tool in tools:
-        fn = tool["function"]
-        if fn.get("description"):
-            out += "".join(f"// {line}\n" for line in str(fn["description"]).splitlines())
-        parameters = fn.get("parameters") or {}
-        if parameters.get("properties"):
-            out += f"type {fn['name']} = (_: {{\n{object_fields(parameters)}}}) => any;\n\n"
-        else:
-            out += f"type {fn['name']} = () => any;\n\n"
-    return out + "} // namespace functions"
 
 
 def response_formats(response_format: dict[str, Any] | None) -> str | None:

@@ -245,6 +245,8 @@ class HermesParser(OutputParser):
         self._tail = _Tail.OPEN
         self._listed = False
         """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
+        self._rethought = False
+        """Before any reasoning: the `<think>` the model wrote again was dropped."""
 
     @property
     def saw_tool_call(self) -> bool:
@@ -332,8 +334,9 @@ class HermesParser(OutputParser):
         """Before any reasoning text: a `<think>` the model writes again after the one its prompt opened is dropped
         (one block); False while the buffer could still become one."""
         self._drop(len(self._buffer) - len(self._buffer.lstrip()))
-        if self._find(THINK_START) == 0:
+        if not self._rethought and self._find(THINK_START) == 0:
             self._drop(len(THINK_START))
+            self._rethought = True  # one only: a second is text, whether it came in this piece or a later one
         rest = self._buffer
         return final or bool(rest) and (THINK_START in self._token_markers or not THINK_START.startswith(rest))
 

@@ -47,7 +47,7 @@ def sentencepiece_tokenizer(name: str = "mistral_instruct_tokenizer_240323.model
 class MistralFamily(Family):
     """`[TOOL_CALLS]` calls (v3 JSON arrays, v11+ `NAME[ARGS]{…}`), `[THINK]` reasoning; stop at `</s>`.
 
-    The checkpoint's chat template renders prompts when it handles tools, else the native v11+ encoder. Call ids
+    The checkpoint's chat template renders prompts when it handles tools, else the native v13 encoder. Call ids
     are 9 alphanumeric characters, and a history's ids are mapped to that shape for the template (`call_ids`).
     """
 

@@ -1,9 +1,10 @@
-"""Mistral prompts: the checkpoint's chat template when it handles tools, else a native encoder (tokenizer v11+ layout).
+"""Mistral prompts: the checkpoint's chat template when it handles tools, else a native encoder (tokenizer v13 layout).
 
-Native layout, as mistral-common's instruct tokenizers (v11 / v13) lay out a
-request: `<s>`, the system prompt in `[SYSTEM_PROMPT]…[/SYSTEM_PROMPT]`, the
-tools as one JSON list in `[AVAILABLE_TOOLS]…[/AVAILABLE_TOOLS]` before the
-last user turn, user turns in `[INST]…[/INST]`, assistant reasoning in
+Native layout, as mistral-common's v13 instruct tokenizer lays out a request
+(no call ids): `<s>`, each system message where it stands in
+`[SYSTEM_PROMPT]…[/SYSTEM_PROMPT]`, the tools as one JSON list in
+`[AVAILABLE_TOOLS]…[/AVAILABLE_TOOLS]` before the first user turn (v11 put
+them before the last), user turns in `[INST]…[/INST]`, assistant reasoning in
 `[THINK]…[/THINK]` (kept only after the last user turn), answers and
 `[TOOL_CALLS]NAME[ARGS]{…}` calls closed by `</s>`, tool results in
 `[TOOL_RESULTS]…[/TOOL_RESULTS]`. The generation prompt is the last `[/INST]`
@@ -47,16 +48,18 @@ def calls_text(calls: list[dict[str, Any]]) -> str:
 
 
 def render_native(request: ChatRequest) -> str:
-    """The v11+ Mistral prompt of `request`."""
+    """The v13 Mistral prompt of `request` (mistral-common's `InstructTokenizerV13`)."""
     messages = request.messages
-    system = "\n\n".join(m.get("content") or "" for m in messages if m["role"] in ("system", "developer"))
+    first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), -1)
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
     tools = request.tools if request.tool_choice != "none" else []
-    out = BOS + (f"{SYSTEM_PROMPT}{system}{SYSTEM_PROMPT_END}" if system else "")
+    out = BOS
     for i, msg in enumerate(messages):
         role, content = msg["role"], msg.get("content") or ""
-        if role == "user":
-            if i == last_user and tools:
+        if role in ("system", "developer"):
+            out += f"{SYSTEM_PROMPT}{content}{SYSTEM_PROMPT_END}"
+        elif role == "user":
+            if i == first_user and tools:
                 out += AVAILABLE_TOOLS + json.dumps(tools, ensure_ascii=False) + AVAILABLE_TOOLS_END
             out += f"{INST}{content}{INST_END}"
         elif role == "assistant":
@@ -67,6 +70,6 @@ def render_native(request: ChatRequest) -> str:
                 out += EOS
         elif role == "tool":
             out += f"{TOOL_RESULTS}{content}{TOOL_RESULTS_END}"
-        elif role not in ("system", "developer"):
+        else:
             raise TemplateError(f"Mistral has no {role!r} role")
     return out

@@ -14,7 +14,9 @@ Decisions:
 * A value loses one leading and one trailing newline, nothing else. It ends
   at `</parameter>` followed (after whitespace) by `<parameter=` or
   `</function>`, or at a newline followed by either (a missing
-  `</parameter>`); other tag spellings inside a value are its text.
+  `</parameter>`); other tag spellings inside a value are its text. An end
+  whose text up to that tag passes MAX_TAG_CHARS is value text, whole as
+  when streamed (a feed holds no longer tail).
 * Values are typed by the tool's schema (`values.convert`); a plain string
   parameter streams as a JSON string while it arrives, others when complete.
 * A call is held back until its first argument (or `</function>`) is
@@ -48,8 +50,9 @@ _FUNCTION = re.compile(r"\s*<function=([^>\s][^>\n]*)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
 _FUNCTION_END = re.compile(r"\s*</function>")
 _VALUE_END = re.compile(
-    r"\n?</parameter>(?=\s*(?:<parameter=[^>\n]*>|</function>))|\n(?=<parameter=[^>\n]*>|</function>)"
+    r"\n?</parameter>(?=(\s*(?:<parameter=[^>\n]*>|</function>)))|\n(?=(<parameter=[^>\n]*>|</function>))"
 )
+"""A value's end; group 1 or 2 is the tag after it, which only the lookahead reads."""
 _NEXT_TAGS = (PARAMETER_OPEN, FUNCTION_CLOSE)
 MAX_TAG_CHARS = 256
 """Text held back as a possible tag (a name, whitespace between tags) is at most this long: beyond, it is text,
@@ -61,6 +64,20 @@ def _could_become(text: str, literals: Iterable[str]) -> bool:
     if len(text) > MAX_TAG_CHARS:
         return False
     return any(lit.startswith(text) or (text.startswith(lit) and not {">", "\n"} & set(text)) for lit in literals)
+
+
+def _value_end(text: str) -> tuple[int, int] | None:
+    """(start, end) of the first value end in `text` that a feed holding a value's tail at most MAX_TAG_CHARS
+    long (`_held_value_tail`) also reads as one: from its first character up to the tag after it, all but that
+    tag's last character fit. A `\n</parameter>` one character too long ends at its `<` (the newline stays in the
+    value, as a feed gave it out). The same answer for the whole output as for its tail, however it was cut."""
+    for end in _VALUE_END.finditer(text):
+        start, reach = end.start(), max(end.end(1), end.end(2))
+        if reach - start - 1 <= MAX_TAG_CHARS:
+            return start, end.end()
+        if text.startswith("\n" + PARAMETER_CLOSE, start) and reach - start - 2 <= MAX_TAG_CHARS:
+            return start + 1, end.end()
+    return None
 
 
 def _value_end_could_start(text: str) -> bool:
@@ -255,10 +272,10 @@ class Qwen3XmlParser(StreamedCallParser):
             self._out.argument_text(self._buffer)
             self._buffer = ""
             return False
-        end = _VALUE_END.search(self._buffer)
+        end = _value_end(self._buffer)
         if end:
-            self._out.argument_text(self._buffer[: end.start()])
-            self._buffer = self._buffer[end.end() :]
+            self._out.argument_text(self._buffer[: end[0]])
+            self._buffer = self._buffer[end[1] :]
             self._out.end_argument()
             self._state = _State.BODY
             return True
