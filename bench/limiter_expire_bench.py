@@ -13,22 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
 import tempfile
 from pathlib import Path
 
 import redis
 
-parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-parser.add_argument("--burst", type=int, default=100_000)
-parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
-ARGS = parser.parse_args()
-sys.path.insert(0, str(ARGS.tree.resolve()))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
-
-from policies.limits import Limits, RedisLimiter
-from tests.redis_server import RedisServer
-
+REPOSITORY = Path(__file__).resolve().parents[1]
 AT_ONCE = 64
 
 
@@ -39,6 +31,9 @@ def script_usec(admin: redis.Redis) -> tuple[int, int]:
 
 
 async def run(url: str, burst: int) -> list[tuple[str, float]]:
+    """Redis's time for the burst's calls and the calls after it left, and the entries left."""
+    from policies.limits import Limits, RedisLimiter  # from --tree's checkout (main puts it first on the path)
+
     now = [1_000_000.0]
     limiter = RedisLimiter(url, prefix="bench", clock=lambda: now[0], timeout_s=60)  # a loaded host
     limits = Limits(requests_per_minute=10**7, tokens_per_minute=10**12)
@@ -70,9 +65,15 @@ async def run(url: str, burst: int) -> list[tuple[str, float]]:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as server:
-        rows = asyncio.run(run(server.url, ARGS.burst))
-    print(f"burst {ARGS.burst}, limiter of {ARGS.tree}")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--burst", type=int, default=100_000)
+    parser.add_argument("--tree", type=Path, default=REPOSITORY)
+    args = parser.parse_args()
+    sys.path[:0] = [str(args.tree.resolve()), str(REPOSITORY)]
+    redis_server = importlib.import_module("tests.redis_server")
+    with tempfile.TemporaryDirectory() as tmp, redis_server.RedisServer(Path(tmp)) as server:
+        rows = asyncio.run(run(server.url, args.burst))
+    print(f"burst {args.burst}, limiter of {args.tree}")
     print(f"| {'call':<34} | {'Redis ms':>9} |")
     print(f"|{'-' * 36}|{'-' * 11}:|")
     for label, value in rows:
