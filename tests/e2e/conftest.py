@@ -93,7 +93,12 @@ def gateway() -> GatewayProcess:
     # rambling answers (tool_choice auto) stop there instead of at the embedded default of 512.
     proc = GatewayProcess("--default-max-tokens", "64")
     yield proc
-    proc.stop()
+    children = proc.children()  # its worker (restarted by tests/e2e/test_lifecycle.py) and nothing else
+    assert proc.stop() == 0, proc.stderr()  # SIGTERM: exit code 0
+    deadline = time.monotonic() + 15
+    while any(pid_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(pid) for pid in children), "a worker outlived the gateway"
 
 
 @pytest.fixture(scope="session")
