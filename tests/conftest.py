@@ -10,9 +10,11 @@ import re
 import ssl
 import sys
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx._transports.default as httpx_transports
+import pytest
 from xdist.scheduler import LoadFileScheduling
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -42,10 +44,15 @@ def pytest_configure(config) -> None:
             compileall.compile_dir(ROOT / package, quiet=1, rx=TEST_MODULE)
 
 
-SHARED_SCOPES = ("tests/e2e/", "tests/worker/", "tests/backends/test_vllm_")
-"""Path prefixes whose files share a session fixture that is costly to start, so that all of a prefix's files go to
-one process and the fixture starts once: tests/e2e one `gateway serve` with its model; tests/worker the in-process
-model and engine (~2.4 CPU-s to build each); tests/backends/test_vllm_* one worker process (`worker_url`)."""
+SHARED_SCOPES = (
+    ("tests/e2e/",),
+    ("tests/worker/",),
+    ("tests/backends/test_vllm_", "tests/gateway/test_app_worker.py"),
+)
+"""Groups of path prefixes whose files share a session fixture that is costly to start, so that all of a group's
+files go to one process (one unit, named by its first prefix) and the fixture starts once: tests/e2e one `gateway
+serve` with its model; tests/worker the in-process model and engine (~2.4 CPU-s to build each); the vLLM dialect's
+tests and the gateway's in front of the worker one worker process (`worker_url`, ~4 CPU-s to start)."""
 
 
 SLOW_FIRST = (
@@ -63,13 +70,13 @@ process at the end of a measured run."""
 
 
 class _FilesAndSharedScopes(LoadFileScheduling):
-    """`--dist loadfile`, except that each prefix of SHARED_SCOPES is one unit and SLOW_FIRST's go out first."""
+    """`--dist loadfile`, except that each group of SHARED_SCOPES is one unit and SLOW_FIRST's go out first."""
 
     _ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        return next((prefix for prefix in SHARED_SCOPES if path.startswith(prefix)), path)
+        return next((group[0] for group in SHARED_SCOPES if path.startswith(group)), path)
 
     def _assign_work_unit(self, node) -> None:
         if not self._ordered:  # the queue is complete before the first unit goes out
@@ -83,6 +90,23 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") == "loadfile":
         return _FilesAndSharedScopes(config, log)
     return None
+
+
+WORKER_CONTEXT = 1024
+"""The context of the shared worker (`worker_url`): room for a prompt with tools and 900 generated tokens."""
+
+
+@pytest.fixture(scope="session")
+def worker_url() -> Iterator[str]:
+    """The bundled worker (the embedded model) as a process on a free port, speaking both the SGLang and the vLLM
+    dialects; its users are one unit of SHARED_SCOPES, so it starts once a run."""
+    from gateway.process.supervisor import WorkerProcess, WorkerSpec
+
+    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=2, context_length=WORKER_CONTEXT))
+    try:
+        yield worker.wait_ready()
+    finally:
+        worker.stop()
 
 
 _create_ssl_context = httpx_transports.create_ssl_context
