@@ -17,6 +17,10 @@ import pytest
 from backends.checkpoint import EMBEDDED_MODEL_ID
 
 ROOT = Path(__file__).resolve().parents[2]
+NO_GRAMMAR_WARMUP = "--no-grammar-warmup"
+"""For a gateway whose tests are not about grammars (faults, drain, policies): importing xgrammar (torch and
+transformers with it) and building each model's vocabulary view are left to the first request that needs a grammar,
+as the flag's lazy mode does, instead of every start paying them. The session gateway here keeps the default."""
 
 
 def free_port() -> int:
