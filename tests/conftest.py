@@ -8,6 +8,7 @@ import functools
 import os
 import re
 import ssl
+import subprocess
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -42,6 +43,32 @@ def pytest_configure(config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or -n0's only process): before any test process starts
         for package in SOURCES:  # a file whose bytecode is current is only looked at
             compileall.compile_dir(ROOT / package, quiet=1, rx=TEST_MODULE)
+        if (config.getoption("numprocesses", None) or 0) > 1:
+            _convert_the_embedded_model()
+
+
+CONVERT_THE_EMBEDDED_MODEL = (
+    "from backends.checkpoint import load_checkpoint\n"
+    "from backends.worker.weights import load_weights\n"
+    "load_weights(load_checkpoint())\n"
+)
+
+
+def _convert_the_embedded_model() -> None:
+    """The embedded GGUF's metadata and float32 weights into the conversion cache once, before the test processes
+    start. Their cache key holds the GGUF's path, so a fresh clone's new .venv converts them (3.4 + 5.1 CPU-s), and
+    both xdist processes' first units (the e2e gateway and its worker, tests/worker's in-process model, the
+    conformance run) converted them side by side; when the cache has them this only looks."""
+    from backends.checkpoint import embedded_gguf_path, gguf_cache_folder
+
+    path = embedded_gguf_path()
+    metadata = gguf_cache_folder(path, "metadata", str(ROOT / "backends" / "checkpoint.py"))
+    weights = gguf_cache_folder(path, "float32 weights", str(ROOT / "backends" / "worker" / "weights.py"))
+    if metadata is None or weights is None:  # the cache is off: each process converts, as it would anyway
+        return
+    if (metadata / "checkpoint.json").is_file() and (weights / "model.safetensors").is_file():
+        return
+    subprocess.run([sys.executable, "-c", CONVERT_THE_EMBEDDED_MODEL], cwd=ROOT, check=True)  # torch stays out of here
 
 
 SHARED_SCOPES = (
