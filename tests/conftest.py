@@ -8,11 +8,14 @@ import functools
 import os
 import re
 import ssl
+import subprocess
 import sys
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx._transports.default as httpx_transports
+import pytest
 from xdist.scheduler import LoadFileScheduling
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -40,12 +43,43 @@ def pytest_configure(config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or -n0's only process): before any test process starts
         for package in SOURCES:  # a file whose bytecode is current is only looked at
             compileall.compile_dir(ROOT / package, quiet=1, rx=TEST_MODULE)
+        if (config.getoption("numprocesses", None) or 0) > 1:
+            _convert_the_embedded_model()
 
 
-SHARED_SCOPES = ("tests/e2e/", "tests/worker/", "tests/backends/test_vllm_")
-"""Path prefixes whose files share a session fixture that is costly to start, so that all of a prefix's files go to
-one process and the fixture starts once: tests/e2e one `gateway serve` with its model; tests/worker the in-process
-model and engine (~2.4 CPU-s to build each); tests/backends/test_vllm_* one worker process (`worker_url`)."""
+CONVERT_THE_EMBEDDED_MODEL = (
+    "from backends.checkpoint import load_checkpoint\n"
+    "from backends.worker.weights import load_weights\n"
+    "load_weights(load_checkpoint())\n"
+)
+
+
+def _convert_the_embedded_model() -> None:
+    """The embedded GGUF's metadata and float32 weights into the conversion cache once, before the test processes
+    start. Their cache key holds the GGUF's path, so a fresh clone's new .venv converts them (3.4 + 5.1 CPU-s), and
+    both xdist processes' first units (the e2e gateway and its worker, tests/worker's in-process model, the
+    conformance run) converted them side by side; when the cache has them this only looks."""
+    from backends.checkpoint import embedded_gguf_path, gguf_cache_folder
+
+    path = embedded_gguf_path()
+    metadata = gguf_cache_folder(path, "metadata", str(ROOT / "backends" / "checkpoint.py"))
+    weights = gguf_cache_folder(path, "float32 weights", str(ROOT / "backends" / "worker" / "weights.py"))
+    if metadata is None or weights is None:  # the cache is off: each process converts, as it would anyway
+        return
+    if (metadata / "checkpoint.json").is_file() and (weights / "model.safetensors").is_file():
+        return
+    subprocess.run([sys.executable, "-c", CONVERT_THE_EMBEDDED_MODEL], cwd=ROOT, check=True)  # torch stays out of here
+
+
+SHARED_SCOPES = (
+    ("tests/e2e/",),
+    ("tests/worker/",),
+    ("tests/backends/test_vllm_", "tests/gateway/test_app_worker.py"),
+)
+"""Groups of path prefixes whose files share a session fixture that is costly to start, so that all of a group's
+files go to one process (one unit, named by its first prefix) and the fixture starts once: tests/e2e one `gateway
+serve` with its model; tests/worker the in-process model and engine (~2.4 CPU-s to build each); the vLLM dialect's
+tests and the gateway's in front of the worker one worker process (`worker_url`, ~4 CPU-s to start)."""
 
 
 SLOW_FIRST = (
@@ -63,13 +97,13 @@ process at the end of a measured run."""
 
 
 class _FilesAndSharedScopes(LoadFileScheduling):
-    """`--dist loadfile`, except that each prefix of SHARED_SCOPES is one unit and SLOW_FIRST's go out first."""
+    """`--dist loadfile`, except that each group of SHARED_SCOPES is one unit and SLOW_FIRST's go out first."""
 
     _ordered = False
 
     def _split_scope(self, nodeid: str) -> str:
         path = nodeid.split("::", 1)[0]
-        return next((prefix for prefix in SHARED_SCOPES if path.startswith(prefix)), path)
+        return next((group[0] for group in SHARED_SCOPES if path.startswith(group)), path)
 
     def _assign_work_unit(self, node) -> None:
         if not self._ordered:  # the queue is complete before the first unit goes out
@@ -83,6 +117,23 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") == "loadfile":
         return _FilesAndSharedScopes(config, log)
     return None
+
+
+WORKER_CONTEXT = 1024
+"""The context of the shared worker (`worker_url`): room for a prompt with tools and 900 generated tokens."""
+
+
+@pytest.fixture(scope="session")
+def worker_url() -> Iterator[str]:
+    """The bundled worker (the embedded model) as a process on a free port, speaking both the SGLang and the vLLM
+    dialects; its users are one unit of SHARED_SCOPES, so it starts once a run."""
+    from gateway.process.supervisor import WorkerProcess, WorkerSpec
+
+    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=2, context_length=WORKER_CONTEXT))
+    try:
+        yield worker.wait_ready()
+    finally:
+        worker.stop()
 
 
 _create_ssl_context = httpx_transports.create_ssl_context

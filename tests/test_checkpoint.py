@@ -13,6 +13,7 @@ from gateway.families.mistral import sentencepiece_tokenizer
 from gateway.families.mistral.family import mistral_common_data
 from gateway.families.recognition import CheckpointFacts
 from gateway.prompts.encoding import PromptEncoder
+from tests.tiny_gguf import write_tiny_gguf
 
 SAMPLES = ["Hello world 12345!", "<|im_start|>user\nhi<|im_end|>", "  héllo\n\n  x", "café 2026 🙂"]
 
@@ -100,38 +101,6 @@ def test_a_directory_without_a_tokenizer_file_is_a_clear_error(tmp_path):
 def test_bad_references_are_clear_errors(ref, error, message):
     with pytest.raises(error, match=message):
         load_checkpoint(ref)
-
-
-def write_tiny_gguf(
-    path, add_bos: bool | None, add_eos: bool | None, pre: str | None = None, unk_and_pad: bool = False
-) -> None:
-    """A llama GGUF with no tensors and a seven-token byte-level BPE vocabulary: <s>, </s>, h, i, Ġ, hi, a."""
-    import gguf
-
-    writer = gguf.GGUFWriter(str(path), "llama")
-    for name, value in [("block_count", 1), ("embedding_length", 8), ("feed_forward_length", 16)]:
-        writer.add_uint32(f"llama.{name}", value)
-    writer.add_head_count(2)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_tokenizer_model("gpt2")
-    if pre is not None:
-        writer.add_tokenizer_pre(pre)
-    writer.add_token_list(["<s>", "</s>", "h", "i", "Ġ", "hi", "a"])
-    writer.add_token_types([3, 3, 1, 1, 1, 1, 1])
-    writer.add_token_merges(["h i"])
-    writer.add_bos_token_id(0)
-    writer.add_eos_token_id(1)
-    if unk_and_pad:
-        writer.add_unk_token_id(6)
-        writer.add_pad_token_id(1)
-    if add_bos is not None:
-        writer.add_add_bos_token(add_bos)
-    if add_eos is not None:
-        writer.add_add_eos_token(add_eos)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ Converted tokenizers: tests/test_tokenizer_cache.py."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from backends.conversion_cache import (
 from backends.tiktoken_bpe import tokenizer_from_ranks
 from backends.worker import weights as weights_module
 from backends.worker.weights import _LAYER_FIELDS, LlamaWeights, load_weights
+from tests.tiny_gguf import write_tiny_gguf
 
 METADATA = ("metadata", str(Path(__file__).parents[1] / "backends" / "checkpoint.py"))
 
@@ -38,11 +38,15 @@ def metadata_folder(path: Path) -> Path | None:
 
 @pytest.fixture(scope="module")
 def cold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Checkpoint, LlamaWeights]]:
-    """The embedded model parsed and dequantized from the GGUF file into an empty cache (which it fills)."""
+    """A tiny GGUF quantized as the embedded model is (tests/tiny_gguf.py) parsed and dequantized into an empty
+    cache, which it fills. The cache's code is the same for any GGUF: the embedded model's 135M weights cost ~10
+    CPU-s to dequantize and write here, and every gateway and worker the suite starts reads them from the cache."""
+    folder = tmp_path_factory.mktemp("cache")
+    write_tiny_gguf(folder / "tiny.gguf", weights=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("cache")))
-        assert not metadata_folder(embedded_gguf_path()).exists()
-        checkpoint = load_checkpoint()
+        patch.setenv(CACHE_ENV, str(folder / "cache"))
+        assert not metadata_folder(folder / "tiny.gguf").exists()
+        checkpoint = load_checkpoint(folder / "tiny.gguf")
         yield checkpoint, load_weights(checkpoint)
 
 
@@ -52,10 +56,11 @@ def test_a_second_load_reads_the_converted_copy(cold: tuple[Checkpoint, LlamaWei
     assert sorted(p.name for p in folder.iterdir()) == ["checkpoint.json", "tokenizer.json"]
     weights = gguf_cache_folder(parsed.path, "float32 weights", weights_module.__file__)
     assert [p.name for p in weights.iterdir()] == ["model.safetensors"]
-    cached = load_checkpoint()
+    cached = load_checkpoint(parsed.path)
     assert cached.path == parsed.path and cached.config == parsed.config
     fields = ("chat_template", "bos_token", "eos_token", "eos_token_ids", "control_token_ids")
     assert [getattr(cached, f) for f in fields] == [getattr(parsed, f) for f in fields]
+    assert cached.chat_template and cached.control_token_ids == [0, 1]
     assert cached.tokenizer.to_str() == parsed.tokenizer.to_str()
 
 
@@ -72,7 +77,7 @@ def test_cached_weights_equal_the_dequantized_ones(cold: tuple[Checkpoint, Llama
 def test_a_changed_file_parameter_or_converter_gets_a_new_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     copy, converter = tmp_path / "model.gguf", tmp_path / "converter.py"
-    shutil.copyfile(embedded_gguf_path(), copy)
+    write_tiny_gguf(copy)
     converter.write_text("v1")
     before = keyed_folder("gguf", [copy], "p", [converter])
     assert before.parent == tmp_path / "cache" / "gguf"

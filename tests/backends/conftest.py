@@ -1,4 +1,5 @@
-"""Shared fixtures: the bundled worker as a real process, and vLLM's own protocol models (when set up)."""
+"""Shared fixtures: vLLM's own protocol models (when set up); the bundled worker as a real process is tests/conftest.py's
+`worker_url`."""
 
 from __future__ import annotations
 
@@ -9,26 +10,17 @@ import pytest
 from tokenizers import Tokenizer
 
 from backends.checkpoint import load_checkpoint
-from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.backends.vllm_contract import VLLMOracle
+from tests.conftest import WORKER_CONTEXT
 
 ROOT = Path(__file__).resolve().parents[2]
-CONTEXT = 256
+CONTEXT = WORKER_CONTEXT
+"""The context of the worker these tests share with tests/gateway/test_app_worker.py (`worker_url`)."""
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="session")
-def worker_url() -> Iterator[str]:
-    """A worker (the embedded model) on a free port, speaking both the SGLang and the vLLM dialects."""
-    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=2, context_length=CONTEXT))
-    try:
-        yield worker.wait_ready()
-    finally:
-        worker.stop()
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,10 @@ import pytest
 from backends.checkpoint import EMBEDDED_MODEL_ID
 
 ROOT = Path(__file__).resolve().parents[2]
+NO_GRAMMAR_WARMUP = "--no-grammar-warmup"
+"""For a gateway whose tests are not about grammars (faults, drain, policies): importing xgrammar (torch and
+transformers with it) and building each model's vocabulary view are left to the first request that needs a grammar,
+as the flag's lazy mode does, instead of every start paying them. The session gateway here keeps the default."""
 
 
 def free_port() -> int:
@@ -93,7 +97,12 @@ def gateway() -> GatewayProcess:
     # rambling answers (tool_choice auto) stop there instead of at the embedded default of 512.
     proc = GatewayProcess("--default-max-tokens", "64")
     yield proc
-    proc.stop()
+    children = proc.children()  # its worker (restarted by tests/e2e/test_lifecycle.py) and nothing else
+    assert proc.stop() == 0, proc.stderr()  # SIGTERM: exit code 0
+    deadline = time.monotonic() + 15
+    while any(pid_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(pid) for pid in children), "a worker outlived the gateway"
 
 
 @pytest.fixture(scope="session")

@@ -19,8 +19,8 @@ from tests.e2e.conftest import ROOT, GatewayProcess, pid_alive
 
 def test_a_group_of_two_shares_one_worker_merges_metrics_and_stops_on_ctrl_c():
     """`--workers 2` on the bundled worker: the parent starts the worker once, both processes answer chats through it,
-    /metrics merges their counts, and SIGINT stops the group and the worker (SIGTERM is the way
-    test_a_worker_that_dies_is_restarted stops its single gateway, with the same checks)."""
+    /metrics merges their counts, and SIGINT stops the group and the worker (SIGTERM is the way the session gateway
+    is stopped, with the same checks: tests/e2e/conftest.py)."""
     gw = GatewayProcess("--workers", "2")
     try:
         found = re.search(r"metrics sockets are in (\S+)", gw.stderr())
@@ -90,23 +90,17 @@ def test_bad_config_is_a_clear_error(tmp_path):
     assert "backend.type" in out.stderr and "teleport" in out.stderr
 
 
-def test_a_worker_that_dies_is_restarted():
-    gw = GatewayProcess()
-    try:
-        (first,) = gw.children()
-        os.kill(first, signal.SIGKILL)
-        body = {"model": EMBEDDED_MODEL_ID, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
-        deadline = time.monotonic() + 300  # a bound for an event that must happen, not a speed check
-        while True:
-            assert time.monotonic() < deadline, f"no worker came back:\n{gw.stderr()}"
-            workers = [p for p in gw.children() if p != first]
-            if workers and httpx.post(f"{gw.base_url}/v1/chat/completions", json=body, timeout=60).status_code == 200:
-                break
-            time.sleep(0.5)
-        assert not pid_alive(first)
-    finally:
-        assert gw.stop() == 0  # SIGTERM: exit code 0, and no worker left behind
-    deadline = time.monotonic() + 15
-    while pid_alive(workers[0]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not pid_alive(workers[0]), "the restarted worker outlived the gateway"
+def test_a_worker_that_dies_is_restarted(gateway, model_id):
+    """The session gateway's worker is killed: the gateway starts another, which answers. At the end of the session
+    tests/e2e/conftest.py stops the gateway with SIGTERM: exit code 0, and no worker (this restarted one) left."""
+    (first,) = [pid for pid in gateway.children() if "backends.worker" in _command(pid)]
+    os.kill(first, signal.SIGKILL)
+    body = {"model": model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    deadline = time.monotonic() + 300  # a bound for an event that must happen, not a speed check
+    while True:
+        assert time.monotonic() < deadline, f"no worker came back:\n{gateway.stderr()}"
+        workers = [p for p in gateway.children() if p != first and "backends.worker" in _command(p)]
+        if workers and httpx.post(f"{gateway.base_url}/v1/chat/completions", json=body, timeout=60).status_code == 200:
+            break
+        time.sleep(0.5)
+    assert not pid_alive(first)

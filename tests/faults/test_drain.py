@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import GatewayProcess
+from tests.e2e.conftest import NO_GRAMMAR_WARMUP, GatewayProcess
 from tests.faults.conftest import (
     DONE,
     WAIT_S,
@@ -53,7 +53,9 @@ def test_sigterm_lets_the_stream_in_flight_finish(smollm2: Path, tmp_path: Path)
         backend = FaultBackend(smollm2)
         stack.callback(backend.stop)
         model = replicas(MODEL, smollm2, [backend.url], health_interval_s=0.5)
-        gateway = GatewayProcess("--drain-delay", "0.5", config=write_config(tmp_path / "gateway.yaml", [model]))
+        gateway = GatewayProcess(
+            "--drain-delay", "0.5", NO_GRAMMAR_WARMUP, config=write_config(tmp_path / "gateway.yaml", [model])
+        )
         stack.callback(gateway.stop)  # it is ready once the backend serves
         start(backend)
         backend.set(delay=0.1)  # the reply streams for about four seconds

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import GatewayProcess, free_port
+from tests.e2e.conftest import NO_GRAMMAR_WARMUP, GatewayProcess, free_port
 from tests.faults.conftest import (
     DONE,
     BackendProcess,
@@ -103,7 +103,7 @@ def deployment(backends: Backends, smollm2: Path, tmp_path_factory: pytest.TempP
         replicas(DOWN, smollm2, [f"http://127.0.0.1:{free_port()}" for _ in range(2)], health_interval_s=0.5),
     ]
     config = write_config(tmp_path_factory.mktemp("faults") / "gateway.yaml", models)
-    gateway = GatewayProcess(config=config, ready_path="/health")  # DOWN's replicas never come up
+    gateway = GatewayProcess(NO_GRAMMAR_WARMUP, config=config, ready_path="/health")  # DOWN's replicas never come up
     try:
         start(*b.all())
         yield Deployment(gateway.proc.pid, gateway.port, models, b.all())

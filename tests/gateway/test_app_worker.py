@@ -1,4 +1,5 @@
-"""The gateway in front of the real bundled worker (SmolLM2-135M on CPU), over real HTTP."""
+"""The gateway in front of the real bundled worker (SmolLM2-135M on CPU), over real HTTP: the worker process the
+vLLM dialect's tests use too (`worker_url`, tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from backends.checkpoint import EMBEDDED_MODEL_ID
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
 from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
-from gateway.process.supervisor import WorkerProcess, WorkerSpec
 from tests.gateway.http_server import serve
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,15 +29,6 @@ WEATHER = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def worker_url() -> Iterator[str]:
-    worker = WorkerProcess(WorkerSpec(threads=2, max_batch=4, context_length=1024))
-    try:
-        yield worker.wait_ready()
-    finally:
-        worker.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import yaml
 
 from backends.checkpoint import load_checkpoint
 from policies.auth import hash_key
-from tests.e2e.conftest import GatewayProcess
+from tests.e2e.conftest import NO_GRAMMAR_WARMUP, GatewayProcess
 from tests.faults.conftest import USER, replicas, sse, write_config
 from tests.faults.fault_backend import reply_ids
 
@@ -49,7 +49,9 @@ def models_config(path: Path, checkpoint: Path, url: str, ids: list[str], **entr
 
 @contextmanager
 def policy_gateway(config: Path, policies: Path, *args: str) -> Iterator[GatewayProcess]:
-    gateway = GatewayProcess("--policies", str(policies), *args, config=config, startup_timeout=STARTUP_S)
+    gateway = GatewayProcess(
+        "--policies", str(policies), NO_GRAMMAR_WARMUP, *args, config=config, startup_timeout=STARTUP_S
+    )
     try:
         yield gateway
     finally:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from backends.checkpoint import EMBEDDED_MODEL_ID
-from tests.e2e.conftest import GatewayProcess
+from tests.e2e.conftest import NO_GRAMMAR_WARMUP, GatewayProcess
 from tests.faults.conftest import sse
 from tests.policies.deployment import audit_lines, auth, chat, write_tenant
 
@@ -27,7 +27,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory):
     write_tenant(policies, "chatty", models=[EMBEDDED_MODEL_ID])
     write_tenant(policies, "elsewhere", models=["other-*"])
     audit = root / "audit"
-    process = GatewayProcess("--default-max-tokens", "64", "--policies", str(policies), "--audit-log", str(audit))
+    process = GatewayProcess(
+        "--default-max-tokens", "64", "--policies", str(policies), "--audit-log", str(audit), NO_GRAMMAR_WARMUP
+    )
     try:
         yield process, audit
     finally:

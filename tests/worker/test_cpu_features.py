@@ -20,6 +20,7 @@ from backends.worker.cpu_features import (
     weights_dtype_refusal,
 )
 from backends.worker.model import LlamaModel
+from tests.e2e.conftest import NO_GRAMMAR_WARMUP
 
 from .conftest import prompt_ids
 
@@ -185,9 +186,8 @@ def test_gateway_serve_reports_the_workers_refusal(tmp_path):
     config.write_text(
         "models:\n  - id: smol\n    backend: {type: worker, threads: 1, weights_dtype: bf16, device: cpu}\n"
     )
-    done = _python(
-        "-m", "gateway.cli", "serve", "--port", "0", "--config", str(config), WORKER_CPUINFO=str(tmp_path / "cpuinfo")
-    )
+    serve = ["-m", "gateway.cli", "serve", "--port", "0", "--config", str(config), NO_GRAMMAR_WARMUP]
+    done = _python(*serve, WORKER_CPUINFO=str(tmp_path / "cpuinfo"))
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "[worker] error: --weights-dtype bf16 cannot run on this CPU" in done.stderr
     assert "gateway: startup failed: worker did not become ready (exit code 2)" in done.stderr
