@@ -7,6 +7,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
 from importlib.metadata import version
+from typing import TYPE_CHECKING
 
 from backends.base import Backend
 from backends.checkpoint import Checkpoint, load_checkpoint
@@ -24,6 +25,9 @@ from gateway.process.config import PINNED_XGRAMMAR, BackendConfig, GatewayConfig
 from gateway.process.policy_gate import backend_slots
 from gateway.process.supervisor import WorkerSpec, WorkerSupervisor
 
+if TYPE_CHECKING:
+    import xgrammar as xgr
+
 
 def _say(message: str) -> None:
     print(f"gateway: {message}", file=sys.stderr, flush=True)
@@ -37,7 +41,18 @@ def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str,
     budget = config.server.grammar_compile_s
     urls = worker_urls or {}
     load = functools.cache(load_checkpoint)  # models on one checkpoint share its tokenizer (and what is built on it)
-    models = [_start_model(entry, stack, background, urls.get(entry.id), load, budget) for entry in config.models]
+    views: dict[int, Callable[[], xgr.TokenizerInfo]] = {}  # by checkpoint (each kept alive by `load`)
+
+    def vocabulary_view(checkpoint: Checkpoint) -> Callable[[], xgr.TokenizerInfo]:
+        """xgrammar's view of the checkpoint's vocabulary, built when first needed (~1 s for 150K tokens): one for
+        the models sharing a checkpoint, not one each."""
+        build = functools.partial(tokenizer_info, checkpoint, checkpoint.vocab_size)
+        return views.setdefault(id(checkpoint), functools.cache(build))
+
+    models = [
+        _start_model(entry, stack, background, urls.get(entry.id), load, vocabulary_view, budget)
+        for entry in config.models
+    ]
     for model in models:
         if model.grammar_budget is not None:
             stack.callback(model.grammar_budget.close)
@@ -74,6 +89,7 @@ def _start_model(
     background: list[Callable[[], Awaitable[None]]],
     worker_url: str | None,
     load: Callable[[str | None], Checkpoint],
+    vocabulary_view: Callable[[Checkpoint], Callable[[], xgr.TokenizerInfo]],
     grammar_compile_s: float | None = None,
 ) -> ServedModel:
     _say(f"{entry.id}: loading tokenizer from {entry.checkpoint or 'the embedded model'}")
@@ -92,10 +108,7 @@ def _start_model(
     if slots is not None and backend is not None:
         model.choice_slots = ChoiceSlots(slots)
     if grammar_compile_s is not None:
-        info = functools.partial(
-            tokenizer_info, checkpoint, checkpoint.vocab_size
-        )  # the vocabulary read when first needed
-        model.grammar_budget = GrammarBudget(model.family, info, grammar_compile_s)
+        model.grammar_budget = GrammarBudget(model.family, vocabulary_view(checkpoint), grammar_compile_s)
     return model
 
 

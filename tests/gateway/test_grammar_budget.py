@@ -11,6 +11,7 @@ import functools
 import os
 import sys
 from collections import OrderedDict
+from contextlib import ExitStack
 
 import httpx
 import pytest
@@ -25,6 +26,8 @@ from gateway.grammars.budget import GrammarBudget
 from gateway.models.planning import chat_grammar
 from gateway.models.registry import ModelRegistry
 from gateway.observability.requests import RequestRecord, begin_request, end_request
+from gateway.process import launch
+from gateway.process.config import GatewayConfig, ModelEntry
 from gateway.process.launch import warm_grammars
 from gateway.types import ChatRequest
 from tests.gateway.http_server import serve
@@ -110,6 +113,19 @@ def test_a_warmup_builds_the_vocabulary_view_once_and_the_first_child_uses_it(ch
         assert grammar is not None and record.grammar_cache == "miss" and built == [True]
     finally:
         model.grammar_budget.close()
+
+
+def test_models_sharing_a_checkpoint_share_one_vocabulary_view(monkeypatch):
+    """Twenty model names on one checkpoint built xgrammar's view of its vocabulary twenty times at warm-up."""
+    built = []
+    monkeypatch.setattr(launch, "tokenizer_info", lambda *args: built.append(args) or tokenizer_info(*args))
+    entries = [ModelEntry(id=f"m{i}") for i in range(3)]
+    for entry in entries:
+        entry.backend.type = "none"
+    with ExitStack() as stack:
+        registry = launch.start_models(GatewayConfig(models=entries), stack)
+        warm_grammars(registry)
+        assert len(built) == 1 and all(model.grammar_budget is not None for model in registry)
 
 
 def test_a_large_enum_over_the_budget_is_a_400_naming_the_response_schema_and_its_child_is_killed(budgeted):
