@@ -270,11 +270,28 @@ def test_schemas_that_cannot_be_spelled_out_keep_free_text(tokenizer, gemma_comp
     # the free text still ends with the brace, so the parser reads a call (tests/grammar_walks.py FORCED: `{` alone
     # was taken, and no call read under tool_choice "required")
     assert not takes(tokenizer, gemma_compiler, recursive, "{")
-    assert not takes(tokenizer, gemma_compiler, {"type": "object", "properties": {"k": {"enum": ["a<b"]}}}, "{k:")
+    spelled = {"type": "object", "properties": {"k": {"enum": [f"a{TOOL_CALL}b"]}}}  # free text too
+    assert takes(tokenizer, gemma_compiler, spelled, "{x}") and not takes(tokenizer, gemma_compiler, spelled, "{k:")
     optional_only = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": ["string", "null"]}}}
     ok = lambda *parts: takes(tokenizer, gemma_compiler, optional_only, *parts)
     assert ok("{}") and ok("{b:null}") and ok("{a:1.5e-05,b:", QUOTE, "x", QUOTE, "}")
     assert not ok("{,b:null}") and not ok("{a:1,}")
+
+
+def test_literals_holding_no_whole_special_spelling_keep_the_schema(tokenizer, gemma_compiler) -> None:
+    """An enum value, const or key with a `<` (`a<b`, `<|`, `<b>`) is no special token: the tool keeps its schema
+    (it fell back to free text, which took `{}` and unparseable text); a const object is spelled out, its strings
+    between quote tokens; what the grammar takes the parser reads."""
+    schema = {"type": "object", "required": ["kind", "cfg", "<k>"], "properties": {
+        "kind": {"enum": ["a<b", "<|", "plain"]}, "cfg": {"const": {"a": [1, "x<y"], "b": None}},
+        "<k>": {"type": "boolean"}}}  # fmt: skip
+    parts = ("{kind:", QUOTE, "<|", QUOTE, ",cfg:{a:[1,", QUOTE, "x<y", QUOTE, "],b:null},<k>:true}")
+    ok = lambda *p: takes(tokenizer, gemma_compiler, schema, *p)
+    assert ok(*parts)
+    assert not ok("{}") and not ok("{x}")  # fails before: free text
+    assert not ok(*parts[:4], ",cfg:{a:[1],b:null},<k>:true}")  # the const is the const
+    call = parse(tokenizer, ids_of(tokenizer, TOOL_CALL, "call:f", *parts, TOOL_CALL_END)).tool_calls[0]
+    assert json.loads(call.arguments_raw) == {"kind": "<|", "cfg": {"a": [1, "x<y"], "b": None}, "<k>": True}
 
 
 REFERENCED = {
