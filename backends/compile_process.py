@@ -37,7 +37,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
-from backends.xgrammar_compile import GrammarError, compile_grammar
+from backends.xgrammar_compile import GrammarError, compile_grammar, out_of_memory
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -163,18 +163,13 @@ def _job(
     try:
         compile_grammar(compiler, grammar.kind, grammar.text)
     except GrammarError as e:
-        if _out_of_memory(e.__cause__):
+        if out_of_memory(e.__cause__):
             return ("out_of_memory",)
         return ("uncompilable", grammar, str(e))
     known[key] = None
     while len(known) > KNOWN_GRAMMARS:
         known.popitem(last=False)
     return ("compiled", grammar, time.process_time() - started)
-
-
-def _out_of_memory(error: BaseException | None) -> bool:
-    """Whether xgrammar's error is an allocation that failed (its std::bad_alloc comes as a RuntimeError)."""
-    return isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and "bad_alloc" in str(error))
 
 
 def _forget_parent(keep: Connection) -> None:
