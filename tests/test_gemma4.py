@@ -254,6 +254,15 @@ def test_a_pattern_that_could_write_a_special_token_is_narrowed(tokenizer, gemma
     assert not ok("{w:", QUOTE, "a b", QUOTE, "}") and not ok("{w:", QUOTE, "a<b", QUOTE, "}")
 
 
+def test_a_string_format_is_enforced_as_its_raw_pattern(tokenizer, gemma_compiler) -> None:
+    """A string between quote tokens is raw, as DeepSeek's and Kimi's: its `format` holds as their raw pattern
+    (`string_formats.raw_string_pattern`; before: any text, `""` for a date)."""
+    schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}, "required": ["d"]}
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, schema, *parts)
+    assert ok("{d:", QUOTE, "2024-02-29", QUOTE, "}")
+    assert not ok("{d:", QUOTE, QUOTE, "}") and not ok("{d:", QUOTE, "2023-02-29", QUOTE, "}")
+
+
 def test_a_string_closes_only_at_the_quote_token(tokenizer, gemma_compiler) -> None:
     """The quote's spelling is text inside a string; no other control token can enter one."""
     ok = lambda *parts: takes(tokenizer, gemma_compiler, TYPED, *parts)

@@ -17,7 +17,7 @@ tails, one rule each (`_members`: linear in the members, where one alternative p
 the members after it spelled n optional ones out n²/2 times).
 
 Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
-`maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `pattern` as a `regex`
+`maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `format` (its raw pattern, `string_formats.raw_string_pattern`) or `pattern` as a `regex`
 between the quotes (full match, as xgrammar reads a schema's pattern); one that could write the first character of a
 special token's spelling is narrowed not to (`safe_json.cheaply_narrowed`), or where it cannot be (a literal `<`, a
 count past 4), like a pattern xgrammar cannot use, dropped and the string is free; an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
@@ -34,6 +34,7 @@ from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.safe_json import cheaply_narrowed, holds_spelling, may_write, usable_pattern
+from gateway.grammars.string_formats import raw_string_pattern
 
 Format = dict[str, Any]
 MAX_DEPTH = 6
@@ -207,10 +208,10 @@ class ArgumentFormats:
         return None if written is None else _seq(_const(f"{key}:"), written)
 
     def _string_body(self, schema: dict[str, Any]) -> Format:
-        """A string's text between the quotes: its pattern (narrowed where it could write a special token's first
+        """A string's text between the quotes: its format's raw pattern or its pattern (`raw_string_pattern`; narrowed where it could write a special token's first
         character and counts little, `safe_json.cheaply_narrowed`), or any text."""
-        pattern = schema.get("pattern")
-        usable = isinstance(pattern, str) and usable_pattern(pattern, "pattern", strict=False)
+        pattern = raw_string_pattern(schema)
+        usable = pattern is not None and usable_pattern(pattern, "pattern", strict=False)
         if usable and may_write(pattern, self.firsts):
             pattern = cheaply_narrowed(pattern, self.firsts)
         return {"type": "regex", "pattern": pattern} if usable and pattern is not None else self.raw
