@@ -3,7 +3,9 @@ the bundled worker's grammars (backends/worker/grammar.py) both run their gramma
 errors in its own shape.
 
 A job goes to a free `CompileProcess` (forked on first use; waiting for a free one is not charged); past `seconds`
-of the child's CPU time for the job it is killed (OverBudget), as it is when the job's `cancel` event is set
+of the child's CPU time for the job it is killed (OverBudget), as it is when the job needed more memory than the
+child's bound (`memory_mib` past what it had at the fork: backends/compile_process.py; OverBudget too, and a fresh
+child takes its place), and when the job's `cancel` event is set
 (Cancelled: the client went away). What ran past the budget is remembered by its keys and refused at once
 (`("over_budget",)`): the grammar's (once built), so a repeat costs no compile, and the job's own key, a cheap hash
 of what the grammar is built from given by the caller (`job(..., key=)`), so a repeat costs no build either (a build
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
-from backends.compile_process import CompileProcess
+from backends.compile_process import MEMORY_MIB, CompileProcess
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -39,8 +41,8 @@ POLL_S = 0.01
 
 
 class OverBudget(Exception):
-    """A child's CPU time for one job ran past the budget (the child is killed); `key` names the grammar (None:
-    its build alone ran past)."""
+    """A child's CPU time for one job ran past the budget, or its memory past its bound (the child is killed); `key`
+    names the grammar (None: its build alone ran past)."""
 
     def __init__(self, key: str | None):
         super().__init__(key)
@@ -61,15 +63,18 @@ class CompilerUnavailable(Exception):
 
 
 class CompilePool:
-    """Children that build and compile grammars, each job under a CPU-time budget of `seconds`."""
+    """Children that build and compile grammars, each job under a CPU-time budget of `seconds` and each child under
+    a memory bound of `memory_mib` past what it had at the fork."""
 
     def __init__(
         self,
         build: Callable[..., Grammar | None],
         tokenizer_info: Callable[[], xgr.TokenizerInfo],
         seconds: float,
+        memory_mib: int = MEMORY_MIB,
     ):
         self.seconds = seconds
+        self.memory_mib = memory_mib
         self._build = build
         self._tokenizer_info = tokenizer_info
         self._info: xgr.TokenizerInfo | None = None
@@ -130,15 +135,18 @@ class CompilePool:
             if self._closed:
                 raise CompilerUnavailable("the server is shutting down")
         self.prepare()
-        return CompileProcess(self._build, self._info)
+        return CompileProcess(self._build, self._info, self.memory_mib)
 
     def _run(
         self, child: CompileProcess, job: tuple[Any, ...], started_cpu: float, cancel: threading.Event | None
     ) -> tuple[Any, ...]:
-        """The child's answer to one job; OverBudget when its CPU time runs past the budget."""
+        """The child's answer to one job; OverBudget when its CPU time runs past the budget or its memory past the
+        bound."""
         started = time.monotonic()
         child.connection.send(job)
         reply = self._reply(child, started_cpu, started, cancel)
+        if reply is not None and reply[0] == "out_of_memory":  # the build alone needed too much
+            raise OverBudget(None)
         if reply is not None and reply[0] == "built":
             key = reply[1]
             if self.known_over_budget(key):
@@ -147,7 +155,7 @@ class CompilePool:
                 return ("over_budget",)
             child.connection.send(True)
             reply = self._reply(child, started_cpu, started, cancel)
-            if reply is None:
+            if reply is None or reply[0] == "out_of_memory":
                 raise OverBudget(key)
         if reply is None:  # the build alone ran past the budget
             raise OverBudget(None)

@@ -10,11 +10,15 @@ socket pair:
              | ("built", key)
     parent → True (compile) | False (skip: the parent knows the key is over budget)
     child  → ("compiled", grammar, seconds) | ("uncompilable", grammar, message)
+    any step: ("out_of_memory",)  (the job needed more than the child's memory bound)
 
 The compiled grammar itself stays in the child: its JSON serialization can be hundreds of times its size (eight
 nested anyOf levels: 3.6 MB compiled, 377 MB of JSON; ten levels ran out of memory).
 
-Its CPU time is read from /proc while it works; the parent kills it past the budget.
+Its CPU time is read from /proc while it works; the parent kills it past the budget. Its memory is bounded too
+(RLIMIT_DATA: what it had at the fork plus `memory_mib`): a schema that grows the compiler past it (xgrammar's
+std::bad_alloc, Python's MemoryError) is answered ("out_of_memory",), not a child killed by the kernel's OOM killer
+nor the server's memory spent.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import os
+import resource
 import signal
 import stat
 import time
@@ -32,7 +37,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
-from backends.xgrammar_compile import GrammarError, compile_grammar
+from backends.xgrammar_compile import GrammarError, compile_grammar, out_of_memory
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -40,6 +45,12 @@ if TYPE_CHECKING:
 KNOWN_GRAMMARS = 256
 """Grammars a child remembers as compiled within budget (a repeat costs only its build)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MEMORY_MIB = 512
+"""Memory a child may take for its jobs beyond what it had at the fork (MiB). Measured (the least RLIMIT_DATA
+headroom that compiles, one thread): an enum of 20,000 strings (past the default CPU budget) fits in 96 MiB on
+SmolLM2's 49K vocabulary (not in 50) and in 64 MiB on Qwen3's 151K; 8 nested anyOf levels in 8 MiB; so this is
+5x the largest grammar measured. A hostile enum of 2,000 strings x 2,000 characters reaches it after 0.64 CPU-s on
+SmolLM2 (a 400 within the 2 s budget) and 86 CPU-s on Qwen3."""
 
 
 class BuildRefused(ValueError):
@@ -59,10 +70,11 @@ def grammar_key(grammar: Grammar) -> str:
 class CompileProcess:
     """One forked child serving build-and-compile jobs; `kill()` ends it at once, whatever it is doing."""
 
-    def __init__(self, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo):
+    def __init__(self, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo, memory_mib: int = MEMORY_MIB):
         ours, theirs = multiprocessing.Pipe()
         context = multiprocessing.get_context("fork")
-        self._process = context.Process(target=_serve, args=(theirs, ours, build, info), daemon=True)
+        args = (theirs, ours, build, info, memory_mib)
+        self._process = context.Process(target=_serve, args=args, daemon=True)
         self._process.start()
         theirs.close()
         self.connection = ours
@@ -87,13 +99,18 @@ class CompileProcess:
 
 
 def _serve(
-    connection: Connection, parents_end: Connection, build: Callable[..., Grammar | None], info: xgr.TokenizerInfo
+    connection: Connection,
+    parents_end: Connection,
+    build: Callable[..., Grammar | None],
+    info: xgr.TokenizerInfo,
+    memory_mib: int,
 ) -> None:
     """The child: answer jobs until the parent closes its end."""
     import xgrammar as xgr  # already loaded: the parent imported it to build `info`
 
     parents_end.close()
     _forget_parent(connection)
+    _bound_memory(memory_mib)
     compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
     known: OrderedDict[str, None] = OrderedDict()
     while True:
@@ -101,7 +118,19 @@ def _serve(
             job = connection.recv()
         except (EOFError, OSError):
             return
-        connection.send(_job(connection, compiler, known, build, *job))
+        try:
+            reply = _job(connection, compiler, known, build, *job)
+        except MemoryError:
+            reply = ("out_of_memory",)
+        connection.send(reply)
+
+
+def _bound_memory(memory_mib: int) -> None:
+    """Limit the child's data (heap and private mappings, RLIMIT_DATA) to what it holds now plus `memory_mib`."""
+    with open("/proc/self/status") as f:
+        held_kib = next(int(line.split()[1]) for line in f if line.startswith("VmData:"))
+    limit = held_kib * 1024 + (memory_mib << 20)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
 def _job(
@@ -117,6 +146,8 @@ def _job(
         return ("invalid", str(e), e.param)
     except RecursionError:  # a builder recursing past Python's limit: the schema, not this child, is at fault
         return ("too_deep",)
+    except MemoryError:
+        return ("out_of_memory",)
     except Exception:  # noqa: BLE001  (a builder's defect met on this schema: answered, the parent logs it)
         return ("failed", traceback.format_exc())
     if grammar is None:
@@ -132,6 +163,8 @@ def _job(
     try:
         compile_grammar(compiler, grammar.kind, grammar.text)
     except GrammarError as e:
+        if out_of_memory(e.__cause__):
+            return ("out_of_memory",)
         return ("uncompilable", grammar, str(e))
     known[key] = None
     while len(known) > KNOWN_GRAMMARS:

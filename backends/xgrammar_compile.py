@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     import xgrammar as xgr
 
 
+def out_of_memory(error: BaseException | None) -> bool:
+    """Whether xgrammar's error is an allocation that failed (its std::bad_alloc comes as a RuntimeError): a compile
+    child past its memory bound (backends/compile_process.py), not a grammar it refuses."""
+    return isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and "bad_alloc" in str(error))
+
+
 class GrammarError(ValueError):
     """The grammar text could not be compiled."""
 

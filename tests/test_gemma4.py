@@ -254,6 +254,15 @@ def test_a_pattern_that_could_write_a_special_token_is_narrowed(tokenizer, gemma
     assert not ok("{w:", QUOTE, "a b", QUOTE, "}") and not ok("{w:", QUOTE, "a<b", QUOTE, "}")
 
 
+def test_a_string_format_is_enforced_as_its_raw_pattern(tokenizer, gemma_compiler) -> None:
+    """A string between quote tokens is raw, as DeepSeek's and Kimi's: its `format` holds as their raw pattern
+    (`string_formats.raw_string_pattern`; before: any text, `""` for a date)."""
+    schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}, "required": ["d"]}
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, schema, *parts)
+    assert ok("{d:", QUOTE, "2024-02-29", QUOTE, "}")
+    assert not ok("{d:", QUOTE, QUOTE, "}") and not ok("{d:", QUOTE, "2023-02-29", QUOTE, "}")
+
+
 def test_a_string_closes_only_at_the_quote_token(tokenizer, gemma_compiler) -> None:
     """The quote's spelling is text inside a string; no other control token can enter one."""
     ok = lambda *parts: takes(tokenizer, gemma_compiler, TYPED, *parts)
@@ -270,11 +279,28 @@ def test_schemas_that_cannot_be_spelled_out_keep_free_text(tokenizer, gemma_comp
     # the free text still ends with the brace, so the parser reads a call (tests/grammar_walks.py FORCED: `{` alone
     # was taken, and no call read under tool_choice "required")
     assert not takes(tokenizer, gemma_compiler, recursive, "{")
-    assert not takes(tokenizer, gemma_compiler, {"type": "object", "properties": {"k": {"enum": ["a<b"]}}}, "{k:")
+    spelled = {"type": "object", "properties": {"k": {"enum": [f"a{TOOL_CALL}b"]}}}  # free text too
+    assert takes(tokenizer, gemma_compiler, spelled, "{x}") and not takes(tokenizer, gemma_compiler, spelled, "{k:")
     optional_only = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": ["string", "null"]}}}
     ok = lambda *parts: takes(tokenizer, gemma_compiler, optional_only, *parts)
     assert ok("{}") and ok("{b:null}") and ok("{a:1.5e-05,b:", QUOTE, "x", QUOTE, "}")
     assert not ok("{,b:null}") and not ok("{a:1,}")
+
+
+def test_literals_holding_no_whole_special_spelling_keep_the_schema(tokenizer, gemma_compiler) -> None:
+    """An enum value, const or key with a `<` (`a<b`, `<|`, `<b>`) is no special token: the tool keeps its schema
+    (it fell back to free text, which took `{}` and unparseable text); a const object is spelled out, its strings
+    between quote tokens; what the grammar takes the parser reads."""
+    schema = {"type": "object", "required": ["kind", "cfg", "<k>"], "properties": {
+        "kind": {"enum": ["a<b", "<|", "plain"]}, "cfg": {"const": {"a": [1, "x<y"], "b": None}},
+        "<k>": {"type": "boolean"}}}  # fmt: skip
+    parts = ("{kind:", QUOTE, "<|", QUOTE, ",cfg:{a:[1,", QUOTE, "x<y", QUOTE, "],b:null},<k>:true}")
+    ok = lambda *p: takes(tokenizer, gemma_compiler, schema, *p)
+    assert ok(*parts)
+    assert not ok("{}") and not ok("{x}")  # fails before: free text
+    assert not ok(*parts[:4], ",cfg:{a:[1],b:null},<k>:true}")  # the const is the const
+    call = parse(tokenizer, ids_of(tokenizer, TOOL_CALL, "call:f", *parts, TOOL_CALL_END)).tool_calls[0]
+    assert json.loads(call.arguments_raw) == {"kind": "<|", "cfg": {"a": [1, "x<y"], "b": None}, "<k>": True}
 
 
 REFERENCED = {

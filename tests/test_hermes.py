@@ -262,6 +262,17 @@ def test_only_one_think_the_model_writes_again_is_dropped_however_chunked() -> N
         assert (result["reasoning"], result["content"]) == ("<think> x", "A"), splits
 
 
+def test_think_tokens_written_again_read_the_same_one_token_at_a_time() -> None:
+    """As the text case above, with `<think>` as its added token (Qwen3): one dropped after the block opened."""
+    markers = frozenset({"<tool_call>", "</tool_call>", "<think>", "</think>"})
+    pieces = [Piece("<think>", 151667), Piece("<think>", 151667), Piece(" "), Piece("<think>", 151667), Piece("=>")]
+    for in_reasoning, want in ((False, "<think>=>"), (True, "<think> <think>=>")):
+        for chunks in ([pieces], [[p] for p in pieces]):
+            parser = HermesParser(in_reasoning=in_reasoning, token_markers=markers)
+            deltas = [d for chunk in chunks for d in parser.feed(chunk)] + parser.finish()
+            assert merge(deltas)["reasoning"] == want
+
+
 def test_unclosed_reasoning_stays_reasoning_at_the_end() -> None:
     assert parse("<think>\nStill thinking", in_reasoning=False)["reasoning"] == "Still thinking"
     assert parse("Still thinking", in_reasoning=True) == {
@@ -490,6 +501,7 @@ SAMPLES = [
     '<thin>no</think> text <tool_call>bad</tool_call>\n<tool_call>\n{"name": "g", "arguments": {"s": "<',
     'reasoning only</think>answer<tool_call>{"arguments": {}, "name": "late"}</tool_call>',
     '<tool_call>{"name": "a", "arguments": {"x": 1}} , {"name": "b", "arguments": {}}, junk</tool_call> tail',
+    "<think> <think><think>=><|file_sep|>>p<\n</tool_call></think>ok",  # a grammar walk's (grammar15)
 ]
 
 

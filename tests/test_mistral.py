@@ -276,6 +276,21 @@ def test_strict_omitted_true_and_false(tokenizer, plain, compiler) -> None:
     assert build_grammar(required(one_arg({"const": "[TOOL_CALLS]"})), tokenizer) is not None
 
 
+def test_a_literal_that_only_begins_like_a_control_token_keeps_the_schema(tokenizer, plain, compiler) -> None:
+    """`"[TOOL"` is the excluded prefix of `[TOOL_CALLS]`, not a control token: the tool keeps its schema (it fell
+    back to any object, so `{}` missed the required key); a literal holding a whole spelling still falls back, and
+    a string is still kept from writing the prefix unescaped."""
+    kinds = one_arg({"enum": ["[TOOL", "<SPEC", "plain"]})
+    call = lambda arguments: (CALLS, "f", ARGS, arguments)
+    assert accepts(tokenizer, plain, compiler, required(kinds), *call('{"x": "[TOOL"}'))
+    assert accepts(tokenizer, plain, compiler, required(kinds), *call('{"x": "<SPEC"}'))
+    assert not accepts(tokenizer, plain, compiler, required(kinds), *call("{}"))
+    assert not accepts(tokenizer, plain, compiler, required(kinds), *call('{"x": "other"}'))
+    whole = required(one_arg({"enum": ["[TOOL_CALLS]", "plain"]}))
+    assert accepts(tokenizer, plain, compiler, whole, *call("{}"))  # best effort: any object
+    assert not accepts(tokenizer, plain, compiler, required(one_arg({"type": "string"})), *call('{"x": "[TOOL"}'))
+
+
 def test_no_control_token_inside_the_response_json(tokenizer, plain, compiler) -> None:
     schema = {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]}
     fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}

@@ -29,7 +29,7 @@ __all__ = [
 
 
 class GrammarTooComplex(GrammarError):
-    """The grammar costs more CPU time to compile than the worker's budget."""
+    """The grammar costs more CPU time or memory to compile than the worker's budget."""
 
 
 class CompilerFailed(Exception):
@@ -123,7 +123,8 @@ class GrammarCache:
     def _too_complex(self, grammar: Grammar) -> GrammarTooComplex:
         return GrammarTooComplex(
             f"the {grammar.kind} costs more than this worker's grammar compile budget of {self._pool.seconds:g} s "
-            "of CPU; simplify it (large enums, nested anyOf, long repetitions)"
+            f"of CPU and {self._pool.memory_mib} MiB of memory; simplify it (large enums, nested anyOf, long "
+            "repetitions)"
         )
 
     def close(self) -> None:

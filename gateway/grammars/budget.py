@@ -3,7 +3,8 @@
 A schema within every static bound can still cost seconds to compile (measured on SmolLM2's vocabulary, one
 thread: an enum of 20,000 strings 2.1 s; twelve nested anyOf levels 0.9 s to build and 7.2 s to compile). The
 family builds the grammar and xgrammar compiles it on the model's real vocabulary in a `CompileProcess`; past
-`seconds` of its CPU time the child is killed and the request is a 400 naming the schema (`param`), before any
+`seconds` of its CPU time, or past its memory bound (`memory_mib`), the child is killed (a fresh one takes its
+place) and the request is a 400 naming the schema (`param`), before any
 backend is touched. With several schemas in play (tools, a response format) the refusal names the one whose
 grammar alone runs past the budget, tried one by one after the refusal (`_attribute`: under 2x the budget more,
 only for a grammar over budget), else `tools`. Grammars that compiled in time are remembered by the child (a
@@ -25,7 +26,7 @@ import orjson
 
 from backends.base import Grammar
 from backends.compile_pool import CompilePool, CompilerUnavailable, OverBudget
-from backends.compile_process import BuildRefused
+from backends.compile_process import MEMORY_MIB, BuildRefused
 from gateway.errors import APIError, invalid
 from gateway.families.base import Family
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
@@ -42,8 +43,14 @@ class GrammarBudget(CompilePool):
     """Builds and compiles one model's grammars under a CPU-time budget per request (over-budget keys remembered:
     grammars, requests, `request_key`, and single schemas, `schema_pieces`)."""
 
-    def __init__(self, family: Family, tokenizer_info: Callable[[], xgr.TokenizerInfo], seconds: float):
-        super().__init__(functools.partial(_family_grammar, family), tokenizer_info, seconds)
+    def __init__(
+        self,
+        family: Family,
+        tokenizer_info: Callable[[], xgr.TokenizerInfo],
+        seconds: float,
+        memory_mib: int = MEMORY_MIB,
+    ):
+        super().__init__(functools.partial(_family_grammar, family), tokenizer_info, seconds, memory_mib)
 
     def build(self, chat: ChatRequest, prompt: str) -> Grammar | None:
         """The family's grammar for `chat`, compiled within the budget; blocking (call it off the event loop).
@@ -109,7 +116,8 @@ class GrammarBudget(CompilePool):
     def _over(self, param: str) -> APIError:
         return invalid(
             f"the grammar this request's schema needs costs more than this gateway's compile budget of "
-            f"{self.seconds:g} s of CPU; simplify the schema (large enums, nested anyOf, long repetitions)",
+            f"{self.seconds:g} s of CPU and {self.memory_mib} MiB of memory; simplify the schema (large enums, "
+            "nested anyOf, long repetitions)",
             param,
             "grammar_too_complex",
         )

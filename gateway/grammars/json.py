@@ -15,6 +15,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from backends.xgrammar_compile import out_of_memory
+
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 RESPONSE_SCHEMA_PARAM = "response_format.json_schema.schema"
 _XGRAMMAR_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[04:12:08] /project/cpp/x.cc:94: "
@@ -60,6 +62,8 @@ def _converted(convert: Callable[[], str], param: str) -> str:
     try:
         return convert()
     except (RuntimeError, ValueError, TypeError) as exc:
+        if out_of_memory(exc):  # no refusal of the schema: the compile child's memory bound was met
+            raise MemoryError(str(exc)) from exc
         reason = _XGRAMMAR_LOCATION.sub(
             "", str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         )

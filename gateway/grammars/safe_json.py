@@ -184,14 +184,14 @@ def _converted_value_ebnf(
 ) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
     schema = _spell_safe(folded_all_of(json.loads(schema_json), param), param, *strict, firsts)
-    if schema is None or any(s in literal for literal in _literals(schema) for s in spellings):
+    if schema is None or holds_spelling("\0".join(_literals(schema)), spellings):
         return None  # a property name, enum or const value spells a control token
     if style == "json":
         ebnf, own = compact_json_ebnf(schema, param), ()
     else:
         _check_names(schema, style, param)
         ebnf, own = xml_arguments_ebnf(schema, style, param), _style_markers(style, spellings)
-    if any(s in ebnf for s in spellings if s not in own) or len(_STRING_SUB.findall(ebnf)) != 1:
+    if holds_spelling(ebnf, tuple(s for s in spellings if s not in own)) or len(_STRING_SUB.findall(ebnf)) != 1:
         return None  # a literal (property name, enum, const) spells a control token, or xgrammar's rules changed
     ebnf = _STRING_SUB.sub(lambda _: _safe_string_sub(in_strings), ebnf)
     bounded = "".join("\\" + c if c in "\\]^-[" else c for c in firsts)
@@ -518,6 +518,28 @@ def prefixes(spellings: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted({s[:EXCLUDED_CHARS] for s in spellings}))
 
 
+def holds_spelling(text: str, spellings: tuple[str, ...]) -> bool:
+    """Whether `text` holds one of `spellings` whole (a literal that only begins like one, `"[TOOL"`, does not):
+    each of their `prefixes` found, then the spellings behind it looked up by length, so a vocabulary's 1,000
+    reserved spellings (`<SPECIAL_12>`…) cost a few scans of `text`, not 1,000."""
+    for prefix, lengths, whole in _by_prefix(spellings):
+        at = text.find(prefix)
+        while at >= 0:
+            if any(text[at : at + n] in whole for n in lengths):
+                return True
+            at = text.find(prefix, at + 1)
+    return False
+
+
+@lru_cache(maxsize=64)
+def _by_prefix(spellings: tuple[str, ...]) -> tuple[tuple[str, tuple[int, ...], frozenset[str]], ...]:
+    """`spellings` grouped by their `prefixes`: each prefix, the lengths of its spellings, and the spellings."""
+    groups: dict[str, set[str]] = {}
+    for spelling in spellings:
+        groups.setdefault(spelling[:EXCLUDED_CHARS], set()).add(spelling)
+    return tuple((p, tuple(sorted({len(s) for s in g})), frozenset(g)) for p, g in groups.items())
+
+
 @lru_cache(maxsize=16)
 def added_spellings(tokenizer: Any, markers: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """The whole spellings of `tokenizer`'s special added tokens that start with ASCII punctuation (every one in
@@ -538,17 +560,22 @@ def control_spellings(tokenizer: Any) -> tuple[str, ...]:
     return prefixes(added_spellings(tokenizer))
 
 
-def safe_json_format(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> dict[str, Any]:
-    """A structural-tag `grammar` format for compact JSON matching `schema` with no spelling in a string. A schema
-    without such a grammar is a SchemaGrammarError (a 400 naming `param`) when the client asked for `strict`,
-    else any JSON object (seed 001: an omitted `strict` enforces what can be enforced)."""
-    return {"type": "grammar", "grammar": safe_json_ebnf(schema, spellings, param, strict)}
+def safe_json_format(
+    schema: Any, spellings: tuple[str, ...], param: str, strict: bool, in_strings: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """A structural-tag `grammar` format for compact JSON matching `schema` with no spelling in a string
+    (`in_strings` instead, when given: e.g. their `prefixes`; a literal is checked for the whole `spellings`). A
+    schema without such a grammar is a SchemaGrammarError (a 400 naming `param`) when the client asked for
+    `strict`, else any JSON object (seed 001: an omitted `strict` enforces what can be enforced)."""
+    return {"type": "grammar", "grammar": safe_json_ebnf(schema, spellings, param, strict, in_strings)}
 
 
-def safe_json_ebnf(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> str:
+def safe_json_ebnf(
+    schema: Any, spellings: tuple[str, ...], param: str, strict: bool, in_strings: tuple[str, ...] | None = None
+) -> str:
     """The EBNF of `safe_json_format`."""
     return _or_any_object(
-        lambda s, st: json_value_ebnf(s, spellings, param, st, exact=strict), schema, param, strict, strict
+        lambda s, st: json_value_ebnf(s, spellings, param, st, in_strings, exact=strict), schema, param, strict, strict
     )
 
 

@@ -370,3 +370,47 @@ def test_a_request_whose_build_alone_ran_past_the_budget_is_refused_at_once_when
         assert (record.grammar_cache, record.grammar_compile_seconds) == ("over_budget", None)
     finally:
         model.grammar_budget.close()
+
+
+LONG_ENUM = {"enum": [f"{i:04}" * 500 for i in range(2000)]}
+"""2,000 values of 2,000 characters: xgrammar's compile grows by ~800 MiB a CPU-second on SmolLM2 (the bound is met
+within the memory the child's heap held free at the fork, whatever the test process freed before, plus 16 MiB)."""
+
+
+class _HoggingBuilder:
+    """A family whose build of a tool named "hog" first allocates 64 MiB (as a schema whose conversion grows)."""
+
+    def __init__(self, family):
+        self._family = family
+
+    def grammar(self, chat: ChatRequest, prompt: str):
+        if any(t["function"]["name"] == "hog" for t in chat.tools or []):
+            bytearray(64 << 20)
+        return self._family.grammar(chat, prompt)
+
+    def __getattr__(self, name):
+        return getattr(self._family, name)
+
+
+def test_a_grammar_past_the_childs_memory_bound_is_a_400_naming_it_and_a_fresh_child_serves_on(budgeted, tokenize_only):
+    """The compile child's memory is bounded (here 16 MiB past the fork, the CPU budget out of reach): xgrammar's
+    failed allocation in a compile, or Python's in a build, is the over-budget 400 naming the schema, never a 500 or
+    a dead pool; the child goes and the next job forks a fresh one."""
+    budgeted.grammar_budget.prepare()
+    info = budgeted.grammar_budget._info
+    budget = GrammarBudget(_HoggingBuilder(tokenize_only.family), lambda: info, 60.0, memory_mib=16)
+    model = dataclasses.replace(tokenize_only, grammar_budget=budget)
+    try:
+        error, _ = refusal(model, ChatRequest(messages=USER, response_format=schema_format(LONG_ENUM)))
+        assert (error.status, error.code) == (400, "grammar_too_complex") and "16 MiB of memory" in error.message, (
+            error.message
+        )
+        assert error.param == "response_format.json_schema.schema"
+        assert children(budget) == []  # the child that ran out is gone
+        error, _ = refusal(model, ChatRequest(messages=USER, tools=[tool("hog", SMALL)], tool_choice="required"))
+        assert (error.code, error.param) == ("grammar_too_complex", "tools[0].function.parameters")
+        grammar, record = grammar_of(model, ChatRequest(messages=USER, response_format=schema_format(SMALL)))
+        assert grammar is not None and record.grammar_cache == "miss"
+        assert len(children(budget)) == 1
+    finally:
+        budget.close()

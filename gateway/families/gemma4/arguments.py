@@ -9,14 +9,15 @@ places is one rule there, referred to). Formats have no references of their own,
 * a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
   `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
 * a grammar past MAX_FORMATS formats (inlined references and counted array items add up) has no format.
-With no format the call keeps free text; so has one whose key or enum string holds `<` (a literal is text, and
-text could spell a control token). Properties are written in the schema's declared order with `,` and no space;
+With no format the call keeps free text; so has one whose key or enum string holds a special token's whole spelling
+(a literal is text; one that only begins like a spelling, `<b>` or `<|`, is fine: what follows it is a quote token
+or `:`). Properties are written in the schema's declared order with `,` and no space;
 every required one must come, optional ones may: after each member that may come first, the rest is a chain of
 tails, one rule each (`_members`: linear in the members, where one alternative per first member with a copy of
 the members after it spelled n optional ones out n²/2 times).
 
 Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
-`maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `pattern` as a `regex`
+`maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `format` (its raw pattern, `string_formats.raw_string_pattern`) or `pattern` as a `regex`
 between the quotes (full match, as xgrammar reads a schema's pattern); one that could write the first character of a
 special token's spelling is narrowed not to (`safe_json.cheaply_narrowed`), or where it cannot be (a literal `<`, a
 count past 4), like a pattern xgrammar cannot use, dropped and the string is free; an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
@@ -32,7 +33,8 @@ from typing import Any
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
-from gateway.grammars.safe_json import cheaply_narrowed, may_write, usable_pattern
+from gateway.grammars.safe_json import cheaply_narrowed, holds_spelling, may_write, usable_pattern
+from gateway.grammars.string_formats import raw_string_pattern
 
 Format = dict[str, Any]
 MAX_DEPTH = 6
@@ -65,13 +67,14 @@ class _TooLarge(Exception):
 
 
 class ArgumentFormats:
-    """Formats for values of a schema; `quote` is the `<|"|>` token format, `raw` a string's body, `firsts` the
-    characters no bounded string may write (the first ones of the special tokens' spellings)."""
+    """Formats for values of a schema; `quote` is the `<|"|>` token format, `raw` a string's body, `spellings` the
+    special tokens' (no literal may hold one; no bounded string may write their first characters, `firsts`)."""
 
-    def __init__(self, quote: Format, raw: Format, firsts: str):
+    def __init__(self, quote: Format, raw: Format, spellings: tuple[str, ...]):
         self.quote = quote
         self.raw = raw
-        self.firsts = firsts
+        self.spellings = spellings
+        self.firsts = "".join(sorted({s[0] for s in spellings}))
         self._root: Any = None
         self._inlining: list[str] = []
         self._formats = 0
@@ -99,7 +102,7 @@ class ArgumentFormats:
         if not {"type", "enum", "const", "anyOf", "oneOf"} & schema.keys():
             return self._free(depth)
         if "enum" in schema or "const" in schema:
-            return self._literals(schema["enum"] if "enum" in schema else [schema["const"]])
+            return self._literals(schema["enum"] if "enum" in schema else [schema["const"]], depth)
         if "anyOf" in schema or "oneOf" in schema:
             return self._any(schema.get("anyOf") or schema.get("oneOf"), depth)
         kind = schema.get("type")
@@ -154,32 +157,61 @@ class ArgumentFormats:
         formats = [self._value(o, depth) for o in options] if isinstance(options, list) and options else [None]
         return None if any(f is None for f in formats) else _or(formats)
 
-    def _literals(self, values: Any) -> Format | None:
+    def _literals(self, values: Any, depth: int) -> Format | None:
         if not isinstance(values, list) or not values:
             return None
         formats: list[Format] = []
         strings: list[Format] = []  # between one pair of quotes: xgrammar compiles the texts as one trie, where
         # each in quotes of its own (10,000 values) took ~1.8 s to compile on Qwen3's vocabulary
         for v in values:
-            if isinstance(v, str) and "<" in v:
-                return None  # written as text, it could spell a control token
+            if isinstance(v, str) and holds_spelling(v, self.spellings):
+                return None  # written as text, it would spell a control token
             if isinstance(v, str):
                 if not strings:
                     formats.append(_seq(self.quote, {"type": "or", "elements": strings}, self.quote))
                 strings.append(_const(v))
-            elif v is None or isinstance(v, (bool, int, float)):
-                formats.append(
-                    _const("null" if v is None else "true" if v is True else "false" if v is False else repr(v))
-                )
+            elif (literal := self._literal(v, depth)) is not None:
+                formats.append(literal)
             else:
                 return None
         return _or(formats)
 
+    def _literal(self, value: Any, depth: int) -> Format | None:
+        """One value written as itself (a const or enum object or array spelled out member by member); None where a
+        string or key would spell a special token, a key cannot be written bare, or it nests past MAX_DEPTH."""
+        if value is None or isinstance(value, (bool, int, float)):
+            return _const(
+                "null" if value is None else "true" if value is True else "false" if value is False else repr(value)
+            )
+        if isinstance(value, str):
+            return None if holds_spelling(value, self.spellings) else _seq(self.quote, _const(value), self.quote)
+        if depth >= MAX_DEPTH or not isinstance(value, (list, dict)):
+            return None
+        if isinstance(value, list):
+            parts = [self._literal(v, depth + 1) for v in value]
+        else:
+            parts = [self._literal_member(k, v, depth + 1) for k, v in value.items()]
+        if any(p is None for p in parts):
+            return None
+        self._formats += len(parts)
+        if self._formats > MAX_FORMATS:
+            raise _TooLarge
+        opening, closing = ("[", "]") if isinstance(value, list) else ("{", "}")
+        written: list[Format] = [_const(opening)]
+        for i, part in enumerate(parts):
+            written += [_const(","), part] if i else [part]
+        return _seq(*written, _const(closing))
+
+    def _literal_member(self, key: str, value: Any, depth: int) -> Format | None:
+        """`key:value` of an object written as itself; None where the key cannot be written bare."""
+        written = self._literal(value, depth) if self._bare_key(key) else None
+        return None if written is None else _seq(_const(f"{key}:"), written)
+
     def _string_body(self, schema: dict[str, Any]) -> Format:
-        """A string's text between the quotes: its pattern (narrowed where it could write a special token's first
+        """A string's text between the quotes: its format's raw pattern or its pattern (`raw_string_pattern`; narrowed where it could write a special token's first
         character and counts little, `safe_json.cheaply_narrowed`), or any text."""
-        pattern = schema.get("pattern")
-        usable = isinstance(pattern, str) and usable_pattern(pattern, "pattern", strict=False)
+        pattern = raw_string_pattern(schema)
+        usable = pattern is not None and usable_pattern(pattern, "pattern", strict=False)
         if usable and may_write(pattern, self.firsts):
             pattern = cheaply_narrowed(pattern, self.firsts)
         return {"type": "regex", "pattern": pattern} if usable and pattern is not None else self.raw
@@ -208,10 +240,15 @@ class ArgumentFormats:
         members: list[tuple[Format, bool]] = []
         for key, sub in properties.items():
             value = self._value(sub, depth + 1)
-            if value is None or any(c in key for c in ":,{}<"):
+            if value is None or not self._bare_key(key):
                 return None
             members.append((_seq(_const(f"{key}:"), value), key in required))
         return _seq(_const("{"), self._members(members), _const("}"))
+
+    def _bare_key(self, key: str) -> bool:
+        """Whether a key can be written bare: none of `:,{}` in it, and no special token spelled where it stands
+        (`{key:` or `,key:`)."""
+        return not any(c in key for c in ":,{}") and not holds_spelling(f"{{{key}:\0,{key}:", self.spellings)
 
     def _members(self, members: list[tuple[Format, bool]]) -> Format:
         """Declared order, the first written member without a comma, in linear size and flat nesting. The members

@@ -37,7 +37,7 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
-from gateway.grammars.safe_json import added_spellings, control_spellings, safe_json_format, special_ids
+from gateway.grammars.safe_json import added_spellings, prefixes, safe_json_format, special_ids
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
@@ -66,13 +66,14 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
     json_answer = None
     if schema is not None:
         strict = response_strict(request.response_format)
-        json_answer = safe_json_format(schema, control_spellings(tokenizer), RESPONSE_SCHEMA_PARAM, strict)
+        spellings = added_spellings(tokenizer)
+        json_answer = safe_json_format(schema, spellings, RESPONSE_SCHEMA_PARAM, strict, in_strings=prefixes(spellings))
     if not tools:
         return _structural_tag(_seq(reasoning, json_answer))
     quote = tokenizer.token_to_id(QUOTE)
     values = None
     if quote is not None:
-        values = ArgumentFormats({"type": "token", "token": quote}, text, _firsts(tokenizer))
+        values = ArgumentFormats({"type": "token", "token": quote}, text, added_spellings(tokenizer))
     body = {"type": "any_tokens", "exclude_tokens": [i for i in text["exclude_tokens"] if i != quote]}
     calls = [_call(t, token, body, values) for t in tools]
     call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
@@ -90,11 +91,6 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
     if response is not None:  # the call's answer is the tool's: the model stops at <|tool_response>
         answer = _seq(answer, {"type": "optional", "content": {"type": "token", "token": response}})
     return _structural_tag(_seq(reasoning, answer))
-
-
-def _firsts(tokenizer: Any) -> str:
-    """The first characters of the special tokens' spellings: text that cannot write one cannot write a token."""
-    return "".join(sorted({s[0] for s in added_spellings(tokenizer)}))
 
 
 def _call(tool: dict[str, Any], token: Any, body: Format, values: ArgumentFormats | None) -> Format:

@@ -15,7 +15,8 @@ Policy:
   "auto", EITHER calls OR that JSON (no free text).
 * The v3 JSON-array format (Mistral 7B v0.3) gets no call grammar.
 * No JSON string can hold a control token's spelling (the vocabulary's
-  special tokens: `[TOOL_CALLS]`, `</s>`, … and `<SPECIAL_…` by its prefix), so a
+  special tokens: `[TOOL_CALLS]`, `</s>`, … each by its first 5 characters,
+  `[TOOL`, `<SPEC`; a literal, as an enum value, only whole), so a
   backend whose xgrammar vocabulary spells control tokens as text (SGLang,
   vLLM) cannot put `[ARGS]` inside a value (`gateway.grammars.safe_json`;
   length-bounded strings take `<` and `[` only escaped); a schema with no such
@@ -29,7 +30,7 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
-from gateway.grammars.safe_json import control_spellings, safe_json_format
+from gateway.grammars.safe_json import added_spellings, prefixes, safe_json_format
 from gateway.grammars.tool_calls import arguments_schema
 from gateway.types import ChatRequest
 
@@ -50,10 +51,10 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
         return None  # a vocabulary without [ARGS] (v3) writes JSON arrays: no call grammar
     token = lambda t: {"type": "token", "token": ids[t]}
     text: Format = {"type": "any_tokens", "exclude_tokens": sorted(ids.values())}
-    spellings = control_spellings(tokenizer)
+    spellings = added_spellings(tokenizer)
     thinking = {"type": "optional", "content": {"type": "sequence", "elements": [token(THINK), text, token(THINK_END)]}}
     strict = response_strict(request.response_format)
-    json_answer = None if schema is None else safe_json_format(schema, spellings, RESPONSE_SCHEMA_PARAM, strict)
+    json_answer = None if schema is None else _safe_json(schema, spellings, RESPONSE_SCHEMA_PARAM, strict)
     if tools:
         names = {t["function"]["name"] for t in tools}
         calls = [
@@ -78,6 +79,12 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
 
 def _call(tool: dict[str, Any], param: str, token: Any, spellings: tuple[str, ...]) -> Format:
     fn = tool["function"]
-    arguments = safe_json_format(arguments_schema(tool), spellings, param, fn.get("strict") is True)
+    arguments = _safe_json(arguments_schema(tool), spellings, param, fn.get("strict") is True)
     parts = [token(TOOL_CALLS), {"type": "const_string", "value": fn["name"]}, token(ARGS)]
     return {"type": "sequence", "elements": [*parts, arguments]}
+
+
+def _safe_json(schema: Any, spellings: tuple[str, ...], param: str, strict: bool) -> Format:
+    """`safe_json_format` with the spellings' `prefixes` out of strings and a literal refused only where it holds a
+    whole spelling (`"[TOOL"` is a fine enum value; `"[TOOL_CALLS]"` is not)."""
+    return safe_json_format(schema, spellings, param, strict, in_strings=prefixes(spellings))
