@@ -36,7 +36,9 @@ PROCESSES = 2
 """Children per pool: two requests' grammars compile at once; a third waits for one of them."""
 REMEMBERED_OVER_BUDGET = 1024
 WALL_FACTOR = 10.0
-"""A child that has not answered after WALL_FACTOR x the budget in wall time (at least 30 s) is stuck, not busy."""
+STUCK_MIN_S = 30.0
+"""A child that has neither answered nor gained CPU time for WALL_FACTOR x the budget in wall time (at least
+STUCK_MIN_S) is stuck, not busy: one starved of a core on a loaded host still gains some, and its CPU budget ends it."""
 POLL_S = 0.01
 
 
@@ -142,19 +144,18 @@ class CompilePool:
     ) -> tuple[Any, ...]:
         """The child's answer to one job; OverBudget when its CPU time runs past the budget or its memory past the
         bound."""
-        started = time.monotonic()
         child.connection.send(job)
-        reply = self._reply(child, started_cpu, started, cancel)
+        reply = self._reply(child, started_cpu, cancel)
         if reply is not None and reply[0] == "out_of_memory":  # the build alone needed too much
             raise OverBudget(None)
         if reply is not None and reply[0] == "built":
             key = reply[1]
             if self.known_over_budget(key):
                 child.connection.send(False)
-                self._reply(child, started_cpu, started, cancel)  # ("skipped",)
+                self._reply(child, started_cpu, cancel)  # ("skipped",)
                 return ("over_budget",)
             child.connection.send(True)
-            reply = self._reply(child, started_cpu, started, cancel)
+            reply = self._reply(child, started_cpu, cancel)
             if reply is None or reply[0] == "out_of_memory":
                 raise OverBudget(key)
         if reply is None:  # the build alone ran past the budget
@@ -162,16 +163,21 @@ class CompilePool:
         return reply
 
     def _reply(
-        self, child: CompileProcess, started_cpu: float, started: float, cancel: threading.Event | None
+        self, child: CompileProcess, started_cpu: float, cancel: threading.Event | None
     ) -> tuple[Any, ...] | None:
         """The child's next message; None once its CPU time for this job is past the budget."""
-        wall_limit = max(30.0, WALL_FACTOR * self.seconds)
+        stuck_after = max(STUCK_MIN_S, WALL_FACTOR * self.seconds)
+        gained, last_gain = started_cpu, time.monotonic()
         while not child.connection.poll(POLL_S):
             if cancel is not None and cancel.is_set():
                 raise Cancelled
-            if child.cpu_seconds() - started_cpu > self.seconds:
+            spent = child.cpu_seconds()
+            if spent - started_cpu > self.seconds:
                 return None
-            if time.monotonic() - started > wall_limit or not child.alive:
+            now = time.monotonic()
+            if spent > gained:
+                gained, last_gain = spent, now
+            elif now - last_gain > stuck_after or not child.alive:
                 raise _compiler_failed()
         try:
             return child.connection.recv()

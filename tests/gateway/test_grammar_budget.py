@@ -10,12 +10,15 @@ import dataclasses
 import functools
 import os
 import sys
+import time
 from collections import OrderedDict
 from contextlib import ExitStack
 
 import httpx
 import pytest
 
+from backends import compile_pool
+from backends.compile_pool import CompilePool, CompilerUnavailable
 from backends.compile_process import _job
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
@@ -126,6 +129,32 @@ def test_models_sharing_a_checkpoint_share_one_vocabulary_view(monkeypatch):
         registry = launch.start_models(GatewayConfig(models=entries), stack)
         warm_grammars(registry)
         assert len(built) == 1 and all(model.grammar_budget is not None for model in registry)
+
+
+def _sliver_then_nothing(kind: str, seconds: float) -> None:
+    """A build that runs `seconds` of wall time: a sliver of CPU every 0.1 s (a child starved of a core on a loaded
+    host) or none (stuck)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        spin = time.thread_time() + (0.02 if kind == "starved" else 0)
+        while time.thread_time() < spin:
+            pass
+        time.sleep(0.1)
+
+
+def test_a_child_starved_of_cpu_is_waited_for_and_one_gaining_none_is_stuck(checkpoint, monkeypatch):
+    """At load 20 a 2 CPU-s compile takes ~30 s of wall time: the stuck rule (no answer for 10x the budget, at least
+    30 s) answered 503 "the grammar compiler failed" where the budget's 400 was due. Stuck now means no CPU gained."""
+    monkeypatch.setattr(compile_pool, "STUCK_MIN_S", 0.4)
+    monkeypatch.setattr(compile_pool, "WALL_FACTOR", 0.01)
+    pool = CompilePool(_sliver_then_nothing, functools.partial(tokenizer_info, checkpoint, len(checkpoint.vocab)), 5)
+    try:
+        assert pool.job("starved", 1.0)[0] == ("none",)  # 1 s of wall time, past the 0.4 s, yet not stuck
+        with pytest.raises(CompilerUnavailable):
+            pool.job("stuck", 3.0)
+        assert pool.job("starved", 0.1)[0] == ("none",)  # a fresh child serves on
+    finally:
+        pool.close()
 
 
 def test_a_large_enum_over_the_budget_is_a_400_naming_the_response_schema_and_its_child_is_killed(budgeted):
