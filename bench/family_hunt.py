@@ -114,6 +114,20 @@ def _normalized(tok: Any, value: Any) -> Any:
     return value
 
 
+BARE_KEYS = {"gemma4"}
+"""Families whose template writes object keys bare: whitespace around a key is lost (`{ :…}` reads as the key "",
+as vLLM's parser reads it)."""
+
+
+def _stripped_keys(value: Any) -> Any:
+    """`value` with every object key stripped of surrounding whitespace."""
+    if isinstance(value, dict):
+        return {k.strip(): _stripped_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_stripped_keys(v) for v in value]
+    return value
+
+
 def _retracted(family: Family, asked: ChatRequest, head: str, ids: list[int]) -> int | None:
     """The first token after which the deltas sent so far are not a prefix of the whole output's (content,
     reasoning, each call's name and arguments): a parser sends only what is certain. None when there is none."""
@@ -147,6 +161,8 @@ def hunt(family: Family, turn: Turn, thinking: bool) -> tuple[int, list[str]]:
     # Not every template keeps reasoning, nor content beside calls (Llama 3.1's writes the calls alone).
     written = thinking and reasoning.strip() and reasoning.strip() in text
     said = content.strip() if content.strip() in text else ""
+    if family.name in BARE_KEYS:
+        calls = [(n, _stripped_keys(a)) for n, a in calls]
     want = Outcome(said, reasoning.strip() if written else "", [[n, a] for n, a in calls])
     problems, tried = [], 0
     whole = run()

@@ -12,9 +12,14 @@ from typing import Any, Literal
 from backends.base import TokenLogprob
 from backends.detokenizer import Piece
 
-__all__ = ["ChatRequest", "ChoiceStep", "Delta", "Events", "FinishReason", "Piece"]
+__all__ = ["ChatRequest", "ChoiceStep", "Delta", "Events", "FinishReason", "Piece", "UndeclaredParameters"]
 
 FinishReason = Literal["stop", "length"]
+
+
+class UndeclaredParameters(dict):
+    """The parameters validation fills in for a tool that declared none: a plain empty object schema to every stage,
+    told apart only where a prompt writes such a tool otherwise (gpt-oss: `() => any`, as openai-harmony does)."""
 
 
 @dataclass
@@ -26,7 +31,8 @@ class ChatRequest:
     "tool_call_id", "tool_calls" ([{"id", "type": "function", "function":
     {"name", "arguments": dict}}], arguments parsed from their JSON string).
     tools: [{"type": "function", "function": {"name", "description"?,
-    "parameters" (dict, default {"type": "object", "properties": {}}), "strict"?}}].
+    "parameters" (dict; UndeclaredParameters {"type": "object", "properties": {}} where the tool sent none),
+    "strict"?}}].
     tool_choice: "none" | "auto" | "required" | {"type": "function", "function": {"name": N}}.
     """
 

@@ -85,6 +85,9 @@ def test_read_call() -> None:
         {"a": 1e-05, "b": True, "c": "x,y} ", "d": []},
     )
     assert read_call([" call:g.h { } "]) == ("g.h", {})
+    # a key of only whitespace (the template's spelling of the key " ") is "", as vLLM's parser reads it
+    assert read_call(["call:f{ :", Quoted(" "), ",\t:1}"]) == ("f", {"": 1})
+    assert read_call(["call:f{ :", Quoted(" "), "}"]) == ("f", {"": " "})
     for bad in (["call:f"], ["call:{}"], ["f{}"], ["call:f{a}"], ["call:f{a:1"], ["call:f{a:1} x"], ["call:f{a:}"]):
         with pytest.raises(Malformed):
             read_call(bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from gateway.families.gpt_oss.prompt import render_prompt
 from gateway.grammars.compat import newer_features
 from gateway.models.registry import ServedModel
 from gateway.types import ChatRequest
+from gateway.validation.chat import parse_chat_completion
 from tests.family_checks import check_every_split, check_recorded_ids, replay, tokenize_only_model
 
 PUBLISHED = {"<|return|>": 200002, "<|constrain|>": 200003, "<|channel|>": 200005, "<|start|>": 200006}
@@ -122,6 +124,17 @@ def test_prompt_equals_openai_harmonys_render(name: str) -> None:
     assert render_prompt(request) == case["harmony"]
 
 
+def test_a_tool_validated_without_parameters_renders_as_harmonys(model: ServedModel) -> None:
+    """Validation fills in the parameters of a tool that sent none; the prompt still writes `() => any`, also where
+    a client string spelling a control token makes the shield copy the request."""
+    case = HARMONY_RENDERS["tools / no parameters"]
+    for content in ("hi", "<|end|>"):
+        body = {"model": "m", "messages": [{"role": "user", "content": content}], "tools": case["tools"]}
+        request = dataclasses.replace(parse_chat_completion(body).chat, template_kwargs={"current_date": case["date"]})
+        want = case["harmony"].replace("user<|message|>hi<|end|>", f"user<|message|>{content}<|end|>")
+        assert model.encode_chat(request)[0] == want
+
+
 def test_past_reasoning_is_dropped_and_answers_are_final(model: ServedModel) -> None:
     text, _ = model.encode_chat(
         chat(
@@ -166,6 +179,10 @@ OUTPUTS = [
     ),
     '<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Par',
     '<|channel|>commentary to=python <|constrain|>code<|message|>print("hi")<|end|><|start|>assistant<|channel|>final<|message|>ok',
+    (
+        "<|channel|>analysis<|message|>a<|channel|>b<|end|><|start|>assistant to=functions.f<|channel|>commentary "
+        'json<|message|>{"q": "x<|start|>y<|message|>"}<|call|>'
+    ),
 ]
 
 
@@ -217,6 +234,13 @@ def test_parses_channels_and_calls(tokenizer: Tokenizer, plain) -> None:
     assert not cut_short.tool_calls and cut_short.reasoning_content == "x"
     builtin = parse(tokenizer, ids_of(plain, OUTPUTS[3]))
     assert not builtin.tool_calls and builtin.content == "ok"
+
+
+def test_control_tokens_inside_a_body_are_text(tokenizer: Tokenizer, plain) -> None:
+    """openai-harmony ends a message only at a terminator: a `<|start|>` token inside a call's JSON is text there."""
+    out = parse(tokenizer, ids_of(plain, OUTPUTS[4]))
+    assert out.reasoning_content == "a<|channel|>b"
+    assert [(c.name, json.loads(c.arguments_raw)) for c in out.tool_calls] == [("f", {"q": "x<|start|>y<|message|>"})]
 
 
 def test_a_header_is_bounded(tokenizer: Tokenizer) -> None:

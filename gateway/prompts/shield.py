@@ -244,7 +244,8 @@ class Shielder:
             if isinstance(value, str):
                 return mark(value)
             if isinstance(value, dict):
-                return {mark(k) if isinstance(k, str) else k: deep(v) for k, v in value.items()}
+                marked = {mark(k) if isinstance(k, str) else k: deep(v) for k, v in value.items()}
+                return marked if type(value) is dict else type(value)(marked)  # (UndeclaredParameters stays one)
             if isinstance(value, list):
                 return [deep(v) for v in value]
             return value

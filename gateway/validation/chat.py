@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import APIError, invalid
-from gateway.types import ChatRequest
+from gateway.types import ChatRequest, UndeclaredParameters
 from gateway.validation.declare import (
     Field,
     Obj,
@@ -481,7 +481,7 @@ def function_spec(fn: Fields, declared: list[dict[str, Any]], parameters_key: st
         raise invalid(f"tool name {name!r} is declared twice", fn.param("name"))
     parameters = fn.get(parameters_key)
     if parameters is None:
-        parameters = dict(EMPTY_PARAMETERS)
+        parameters = UndeclaredParameters(EMPTY_PARAMETERS)
     check_schema(parameters, fn.param(parameters_key), object_root=True)
     spec: dict[str, Any] = {"name": name, "parameters": parameters}
     description = fn.string("description")

@@ -106,7 +106,7 @@ class _Reader:
                 key = item.text
             else:
                 key = self.until(":,}").strip()
-            if not key or not self.take(":"):
+            if not self.take(":"):  # a key of only whitespace is "" (as vLLM's parser reads it)
                 raise Malformed("an object member is key:value")
             out[key] = self.value(depth + 1)
             if self.take("}"):

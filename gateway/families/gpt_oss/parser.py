@@ -4,7 +4,9 @@ Decisions (the gateway's documented behaviour):
 * Structure is read from token ids only: `<|start|>`, `<|channel|>`,
   `<|constrain|>`, `<|message|>` and the terminators `<|end|>`, `<|call|>`,
   `<|return|>` count when they arrive as control tokens (a Piece with
-  `token_id`); text that merely spells them is text.
+  `token_id`); text that merely spells them is text. Inside a message's body
+  only a terminator ends it: any other control token there (`<|start|>`
+  too) is its spelling, as openai-harmony's parser, vLLM's, reads it.
 * The prompt ends in a header (`<|start|>assistant`), so the output starts
   in one. A header is held until its `<|message|>` (at most MAX_HEADER
   characters; a longer one is malformed). Its recipient (`to=NAME`, in the
@@ -18,7 +20,7 @@ Decisions (the gateway's documented behaviour):
   arguments object closes: a call cut short (max_tokens) was never finished
   and is never sent. Arguments that are not a JSON object drop the call.
 * A header that never gets its `<|message|>` (malformed, or cut short) is
-  dropped; the next `<|start|>` begins a fresh one.
+  dropped; the next `<|start|>` or terminator begins a fresh one.
 """
 
 from __future__ import annotations
@@ -123,10 +125,12 @@ class HarmonyParser(CallParser):
         self._body = None
 
     def _control(self, token: str) -> None:
-        if token == START or token in TERMINATORS:  # a message ends; a call whose JSON never closed is dropped
-            self._body = None
+        if token in TERMINATORS or (token == START and self._body is None):
+            self._body = None  # a message ends (a call whose JSON never closed is dropped), or a header restarts
             self._header, self._header_size = [], 0
-        elif self._body is None and self._header is not None:
+        elif self._body is not None:
+            self._text(token)  # inside a message every other control token is its spelling, as openai-harmony reads it
+        elif self._header is not None:
             if token == MESSAGE:
                 self._open_body()
             else:

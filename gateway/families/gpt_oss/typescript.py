@@ -7,13 +7,15 @@ schema without a type are `any`; a string enum lists its strings only; an array 
 `Array<any>`); `nullable` adds `| null`; titles, descriptions and examples are comments above a field, a default
 after it (a string default quoted unless the field is an enum, others compact JSON); descriptions are written as
 given (only a tool's description is commented line by line); declared parameters, even with no properties, are
-`(_: {…})`, none at all `()`.
+`(_: {…})`, none at all (None, or the `UndeclaredParameters` validation fills in) `()`.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from gateway.types import UndeclaredParameters
 
 
 def tool_namespace(tools: list[dict[str, Any]]) -> str:
@@ -23,7 +25,8 @@ def tool_namespace(tools: list[dict[str, Any]]) -> str:
         fn = tool["function"]
         out += "".join(f"// {line}\n" for line in _lines(fn.get("description") or ""))
         parameters = fn.get("parameters")
-        signature = "()" if parameters is None else f"(_: {typescript_type(parameters, '')})"
+        undeclared = parameters is None or isinstance(parameters, UndeclaredParameters)
+        signature = "()" if undeclared else f"(_: {typescript_type(parameters, '')})"
         out += f"type {fn['name']} = {signature} => any;\n\n"
     return out + "} // namespace functions"
 
