@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
@@ -27,10 +27,12 @@ class _Tenant:
 
     An entry leaves the counts when its time is at or before `done` (the last call's cutoff): a call subtracts what
     was admitted since the last cutoff by those sums (about 2,000 read at most, however many entries left) and takes
-    at most CLEAN_PER_CALL aged-out entries out of `log`, so a call after a burst is no stall (Redis does the same).
+    at most CLEAN_PER_CALL aged-out entries out of `log` (a log all of which left is set aside whole, and cleaned from
+    there), so a call after a burst is no stall (Redis does the same).
     """
 
     log: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)  # holder -> [ts ms, tokens, 1 request|0 join]
+    aged: deque[OrderedDict[str, list[int]]] = field(default_factory=deque)  # logs all of which left, being cleaned
     requests: int = 0  # the window's requests (its entries less the joins)
     tokens: int = 0  # the sum of the window's tokens
     done: int | None = None  # entries at or before this ms have left the window (None: none admitted yet)
@@ -46,8 +48,11 @@ class _Tenant:
         """Take what was admitted up to `now - WINDOW_MS` out of the counts; clean a few aged-out entries."""
         cutoff = now - WINDOW_MS
         if self.done is None or not self.log or next(reversed(self.log.values()))[0] <= cutoff:
-            self.requests = self.tokens = 0  # all of it left
+            self.requests = self.tokens = 0  # all of it left: its entries wait aside, so none is read as in it
             self.ms_sums, self.second_sums = {}, {}
+            if self.log:
+                self.aged.append(self.log)
+                self.log = OrderedDict()
         elif cutoff > self.done:
             tokens, requests = self._between(self.done, cutoff)
             self.tokens -= tokens
@@ -69,7 +74,17 @@ class _Tenant:
         return tokens, requests
 
     def _clean(self) -> None:
-        for _ in range(CLEAN_PER_CALL):
+        """Take up to CLEAN_PER_CALL entries that left the window out: of the logs set aside first, then of `log`."""
+        budget = CLEAN_PER_CALL
+        while self.aged and budget:
+            log = self.aged[0]
+            taken = min(budget, len(log))
+            for _ in range(taken):
+                log.popitem(last=False)
+            budget -= taken
+            if not log:
+                self.aged.popleft()
+        for _ in range(budget):
             if not self.log:
                 return
             holder, (ts, _, _) = next(iter(self.log.items()))

@@ -382,6 +382,7 @@ async def test_after_a_burst_a_memory_call_takes_a_bounded_slice_of_it_out_and_c
             refused = await limiter.admit(tenant, tight, "over", 20)
             assert (refused.limit, refused.retry_after_s) == ("tokens_per_minute", 0.005)
     assert sorted(state.second_sums) == [int(T0), int(T0) + 30, int(T0) + 60]  # the burst's leaves when it is whole
-    clock.now += 61  # all of it left: the counts and sums go at once, the entries a slice a call
+    clock.now += 61  # all of it left: the counts and sums go at once, its entries aside (a slice a call)
     assert (await limiter.admit(tenant, limits, "alone", 3)).headers["x-ratelimit-remaining-requests"] == "9999"
-    assert len(state.log) == entries[-1] - CLEAN_PER_CALL + 1 and len(state.ms_sums) == 1
+    assert len(state.log) == len(state.ms_sums) == 1
+    assert [len(log) for log in state.aged] == [entries[-1] - CLEAN_PER_CALL]
