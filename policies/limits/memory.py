@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 
 from .limiter import Limiter
-from .model import DAY_MS, FREE_JOINS, WINDOW_MS, Limits, Verdict, WindowUse
+from .model import CLEAN_PER_CALL, DAY_MS, FREE_JOINS, RETRY_SCAN, WINDOW_MS, Limits, Verdict, WindowUse
 from .windows import fitted, worst_refusal
 
 
@@ -22,26 +23,108 @@ class _Charge:
 
 @dataclass
 class _Tenant:
+    """One tenant's window: its entries in admission order, and sums by ms and by second of those still in it.
+
+    An entry leaves the counts when its time is at or before `done` (the last call's cutoff): a call subtracts what
+    was admitted since the last cutoff by those sums (about 2,000 read at most, however many entries left) and takes
+    at most CLEAN_PER_CALL aged-out entries out of `log` (a log all of which left is set aside whole, and cleaned from
+    there), so a call after a burst is no stall (Redis does the same).
+    """
+
     log: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)  # holder -> [ts ms, tokens, 1 request|0 join]
-    requests: int = 0  # the log's requests (its entries less the joins)
-    tokens: int = 0  # the sum of the log's tokens
+    aged: deque[OrderedDict[str, list[int]]] = field(default_factory=deque)  # logs all of which left, being cleaned
+    requests: int = 0  # the window's requests (its entries less the joins)
+    tokens: int = 0  # the sum of the window's tokens
+    done: int | None = None  # entries at or before this ms have left the window (None: none admitted yet)
+    ms_sums: dict[int, list[int]] = field(
+        default_factory=dict
+    )  # ms -> its [tokens, requests], until its entries are cleaned
+    second_sums: dict[int, list[int]] = field(default_factory=dict)  # second -> the same, until it has left whole
     slots: set[str] = field(default_factory=set)
     days: dict[int, int] = field(default_factory=dict)  # UTC day number -> tokens charged that day
     charges: dict[str, _Charge] = field(default_factory=dict)  # open charges by charge id
 
     def expire(self, now: int) -> None:
-        while self.log:
-            ts, _, _ = next(iter(self.log.values()))
-            if ts > now - WINDOW_MS:
+        """Take what was admitted up to `now - WINDOW_MS` out of the counts; clean a few aged-out entries."""
+        cutoff = now - WINDOW_MS
+        if self.done is None or not self.log or next(reversed(self.log.values()))[0] <= cutoff:
+            self.requests = self.tokens = 0  # all of it left: its entries wait aside, so none is read as in it
+            self.ms_sums, self.second_sums = {}, {}
+            if self.log:
+                self.aged.append(self.log)
+                self.log = OrderedDict()
+        elif cutoff > self.done:
+            tokens, requests = self._between(self.done, cutoff)
+            self.tokens -= tokens
+            self.requests -= requests
+            for second in range((self.done + 1) // 1000, (cutoff + 1) // 1000):  # the seconds that left whole
+                self.second_sums.pop(second, None)
+        self.done = max(cutoff, self.done if self.done is not None else cutoff)
+        self._clean()
+
+    def _between(self, after: int, upto: int) -> tuple[int, int]:
+        """The tokens and requests admitted in (after, upto] ms (less than WINDOW_MS): whole seconds by their sums."""
+        tokens = requests = 0
+        ms = after + 1
+        while ms <= upto:
+            whole = ms % 1000 == 0 and ms + 999 <= upto
+            t, r = (self.second_sums.get(ms // 1000) if whole else self.ms_sums.get(ms)) or (0, 0)
+            tokens, requests = tokens + t, requests + r
+            ms += 1000 if whole else 1
+        return tokens, requests
+
+    def _clean(self) -> None:
+        """Take up to CLEAN_PER_CALL entries that left the window out: of the logs set aside first, then of `log`."""
+        budget = CLEAN_PER_CALL
+        while self.aged and budget:
+            log = self.aged[0]
+            taken = min(budget, len(log))
+            for _ in range(taken):
+                log.popitem(last=False)
+            budget -= taken
+            if not log:
+                self.aged.popleft()
+        for _ in range(budget):
+            if not self.log:
                 return
-            self.drop(next(iter(self.log)))
+            holder, (ts, _, _) = next(iter(self.log.items()))
+            if ts > self.done:
+                return
+            del self.log[holder]
+            self.ms_sums.pop(ts, None)
+
+    def add(self, holder: str, ts: int, tokens: int, request: int) -> None:
+        self.log[holder] = [ts, tokens, request]
+        if self.done is None or ts > self.done:  # not when the clock went back past the window
+            self.tally(ts, tokens, request)
+
+    def tally(self, ts: int, tokens: int, requests: int) -> None:
+        """Add to the window's counts and to the sums of `ts`'s ms and second."""
+        self.tokens += tokens
+        self.requests += requests
+        for sums, key in ((self.ms_sums, ts), (self.second_sums, ts // 1000)):
+            pair = sums.setdefault(key, [0, 0])
+            pair[0] += tokens
+            pair[1] += requests
+            if pair == [0, 0]:  # its entries were taken back: no key left for the cleaning to miss
+                del sums[key]
+
+    def live(self, holder: str) -> list[int] | None:
+        """An admission's entry while it is in the window, else None."""
+        entry = self.log.get(holder)
+        return entry if entry is not None and self.done is not None and entry[0] > self.done else None
 
     def drop(self, holder: str) -> None:
         """Take an admission's entry out of the window (nothing when it left already)."""
-        entry = self.log.pop(holder, None)
+        entry = self.live(holder)
         if entry is not None:
-            self.tokens -= entry[1]
-            self.requests -= entry[2]
+            del self.log[holder]
+            self.tally(entry[0], -entry[1], -entry[2])
+
+    def window(self) -> Iterator[list[int]]:
+        """The window's entries, oldest first, among the oldest RETRY_SCAN entries not yet cleaned (a refusal's
+        retry past them is when the whole window has left, an upper bound, as past RETRY_SCAN window entries)."""
+        return (e for e in islice(self.log.values(), RETRY_SCAN) if self.done is None or e[0] > self.done)
 
     def reset_ms(self, now: int) -> int:
         return max(0, next(reversed(self.log.values()))[0] + WINDOW_MS - now) if self.log else 0
@@ -77,8 +160,9 @@ class MemoryLimiter(Limiter):
             limits,
             tokens,
             now,
-            state.log.values(),
+            state.window,
             window,
+            state.reset_ms(now),
             len(state.slots),
             state.days.get(day, 0),
             join=free_join,
@@ -90,9 +174,7 @@ class MemoryLimiter(Limiter):
         else:
             charge.joins += 1
         request = int(not free_join)  # a join's tokens and slot are its own in any case
-        state.log[holder] = [now, tokens, request]
-        state.requests += request
-        state.tokens += tokens
+        state.add(holder, now, tokens, request)
         state.slots.add(holder)
         state.days = {d: n for d, n in state.days.items() if d >= day - 1}
         state.days[day] = state.days.get(day, 0) + tokens
@@ -110,10 +192,10 @@ class MemoryLimiter(Limiter):
             return WindowUse(state.requests, state.tokens, state.reset_ms(now))
         reserved, day = charge.holders.pop(holder)
         delta = used_tokens - reserved  # this admit's reservation becomes its usage (a void's: nothing)
-        entry = state.log.get(holder)
+        entry = state.live(holder)
         if entry is not None:
             entry[1] += delta
-            state.tokens += delta
+            state.tally(entry[0], delta, 0)
         if day in state.days:
             state.days[day] += delta
         state.slots.discard(holder)

@@ -10,6 +10,9 @@ DAY_MS = 86_400_000
 RETRY_SCAN = 1000
 """The oldest window entries a refusal reads to time its retry: past them, the retry is when the whole window has left
 (an upper bound): a refusal that read a 100,000-entry window held Redis (every tenant, every replica) for 0.4 s."""
+CLEAN_PER_CALL = 100
+"""Aged-out window entries (and, in Redis, ended leases) one call takes out of a store at most: the counts never wait
+for it (they lose what left the window by sums of its milliseconds and seconds)."""
 CONCURRENCY_RETRY_MS = 1000  # a concurrency slot frees when a request ends, which no store can predict
 FREE_JOINS = 2
 """Joins of one charge that requests_per_minute does not count: a retry is the same request, and OpenAI's and

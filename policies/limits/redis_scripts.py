@@ -27,14 +27,12 @@ came first: a run that arrives after its own settle leaves no reservation that n
 of a holder with nothing open changes nothing.
 """
 
-from .model import RETRY_SCAN
+from .model import CLEAN_PER_CALL, RETRY_SCAN
 
 MARK_MS = 120_000
 """How long a holder's admit or settle is remembered at least: far longer than a call to Redis can wait in flight."""
 MARK_BUCKET_MS = 10_000
 """The span of admit and settle times whose marks share one set (kept until MARK_MS after the span ends)."""
-CLEAN_PER_CALL = 100
-"""Aged-out window entries (and ended leases) one call takes out of the keys at most: the sums never wait for it."""
 AGED_ENTRIES = 500
 """Up to this many admissions leaving the window in one call are subtracted by their own amounts; more, by the sums
 of their milliseconds and seconds (about 4,000 hash fields, however many they are)."""

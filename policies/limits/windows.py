@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Reversible, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import islice
 
 from .model import CONCURRENCY_RETRY_MS, DAY_MS, RETRY_SCAN, WINDOW_MS, LimitName, Limits
 
 
-def free_at(entries: Iterable[Sequence[int]], need: int, now: int, newest: int) -> int:
+def free_at(entries: Iterable[Sequence[int]], need: int, reset_ms: int, now: int) -> int:
     """Milliseconds until the oldest (ts, weight) entries of the window have freed `need` weight; past the oldest
-    RETRY_SCAN entries, until the whole window has left (its `newest` timestamp then leaves it)."""
+    RETRY_SCAN entries, `reset_ms` (until the whole window has left)."""
     freed = 0
     for ts, weight in islice(entries, RETRY_SCAN):
         freed += weight
         if freed >= need:
             return max(0, ts + WINDOW_MS - now)
-    return max(0, newest + WINDOW_MS - now)
+    return reset_ms
 
 
 def fitted(limits: Limits, tokens: int, least: int, window_tokens: int, day_used: int) -> int:
@@ -34,8 +34,9 @@ def worst_refusal(
     limits: Limits,
     tokens: int,
     now: int,
-    log: Reversible[Sequence[int]],
+    log: Callable[[], Iterable[Sequence[int]]],
     window: tuple[int, int],
+    reset_ms: int,
     slots: int,
     day_used: int,
     *,
@@ -43,20 +44,19 @@ def worst_refusal(
 ) -> tuple[LimitName, int | None] | None:
     """The limit that refuses this admission for longest (None retry: never fits), or None when every limit admits.
 
-    `log` holds the window's (timestamp ms, tokens, 1 for a request or 0 for a join) entries, oldest first; `window`
-    its (requests, tokens). A `join` (an admit of a charge still open) is no new request: requests_per_minute does
-    not apply to it; its tokens, its slot and its day's tokens do.
+    `log()` gives the window's (timestamp ms, tokens, 1 for a request or 0 for a join) entries, oldest first; `window`
+    its (requests, tokens); `reset_ms` when all of it has left. A `join` (an admit of a charge still open) is no new
+    request: requests_per_minute does not apply to it; its tokens, its slot and its day's tokens do.
     """
     refusals: list[tuple[LimitName, int | None]] = []
     rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
     requests, window_tokens = window
-    newest = next(reversed(log))[0] if log else now - WINDOW_MS
     if rpm is not None and not join and requests + 1 > rpm:
-        retry = None if rpm == 0 else free_at(((ts, n) for ts, _, n in log), requests + 1 - rpm, now, newest)
+        retry = None if rpm == 0 else free_at(((ts, n) for ts, _, n in log()), requests + 1 - rpm, reset_ms, now)
         refusals.append(("requests_per_minute", retry))
     if tpm is not None and window_tokens + tokens > tpm:
         need = window_tokens + tokens - tpm
-        retry = None if tokens > tpm else free_at(((ts, t) for ts, t, _ in log), need, now, newest)
+        retry = None if tokens > tpm else free_at(((ts, t) for ts, t, _ in log()), need, reset_ms, now)
         refusals.append(("tokens_per_minute", retry))
     conc = limits.concurrent_requests
     if conc is not None and slots + 1 > conc:

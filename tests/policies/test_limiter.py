@@ -9,7 +9,7 @@ import pytest
 
 from policies.limits import Limits, MemoryLimiter, RedisLimiter
 from policies.limits.headers import duration
-from policies.limits.model import FREE_JOINS, RETRY_SCAN
+from policies.limits.model import CLEAN_PER_CALL, FREE_JOINS, RETRY_SCAN
 
 pytestmark = pytest.mark.anyio
 
@@ -349,3 +349,40 @@ async def test_hostile_token_counts_are_bounded(limiter, tenant):
 def test_limits_refuse_nonsense(fields):
     with pytest.raises(ValueError, match=next(iter(fields))):
         Limits(**fields)
+
+
+async def test_after_a_burst_a_memory_call_takes_a_bounded_slice_of_it_out_and_counts_stay_exact(tenant, clock):
+    """The in-memory store freed every aged-out entry of a window in the call that found them: one admit 70 s after
+    100,000 admissions took ~50 ms of the event loop's CPU, stalling every request. A call now takes CLEAN_PER_CALL of
+    them out at most; the counts lose what left by the sums of its milliseconds and seconds, so they stay exact, the
+    refusals' retries skip what is left of the aged-out entries, and the sums hold only what is in the window."""
+    limiter = MemoryLimiter(clock=clock)
+    limits = Limits(requests_per_minute=10_000, tokens_per_minute=10**6)
+
+    async def one(i: int) -> None:  # reserves 7, uses 5; two of every 50 served nothing (taken back)
+        await limiter.settle(await limiter.admit(tenant, limits, f"b{i}", 7), 5, void=i % 25 == 0)
+
+    for group in range(12):  # 50 admissions every 10 ms
+        clock.now = T0 + group / 100
+        await asyncio.gather(*(one(group * 50 + i) for i in range(50)))
+    clock.now = T0 + 30
+    await limiter.admit(tenant, limits, "kept", 11)  # still in the window when the burst has left it
+    state = limiter._tenants[tenant]
+    entries = [12 * 48 - CLEAN_PER_CALL + 2, 12 * 48 - 3 * CLEAN_PER_CALL + 3]  # the voided left; one call refuses
+    for call, (at, left_in_burst) in enumerate([(60.105, 48), (60.3, 0)], start=1):
+        clock.now = T0 + at  # first the 11 groups up to 100 ms leave (528 admissions), then the last one
+        admission = await limiter.admit(tenant, limits, f"after{call}", 3)
+        assert admission.headers["x-ratelimit-remaining-requests"] == str(10_000 - left_in_burst - 1 - call)
+        assert admission.headers["x-ratelimit-remaining-tokens"] == str(10**6 - 5 * left_in_burst - 11 - 3 * call)
+        assert len(state.log) == entries[call - 1]
+        if (
+            call == 1
+        ):  # 20 tokens over: the last group's oldest 4 must leave, the 476 aged-out ones before them free none
+            tight = Limits(tokens_per_minute=5 * 48 + 11 + 3)
+            refused = await limiter.admit(tenant, tight, "over", 20)
+            assert (refused.limit, refused.retry_after_s) == ("tokens_per_minute", 0.005)
+    assert sorted(state.second_sums) == [int(T0), int(T0) + 30, int(T0) + 60]  # the burst's leaves when it is whole
+    clock.now += 61  # all of it left: the counts and sums go at once, its entries aside (a slice a call)
+    assert (await limiter.admit(tenant, limits, "alone", 3)).headers["x-ratelimit-remaining-requests"] == "9999"
+    assert len(state.log) == len(state.ms_sums) == 1
+    assert [len(log) for log in state.aged] == [entries[-1] - CLEAN_PER_CALL]
