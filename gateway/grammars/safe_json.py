@@ -23,7 +23,8 @@ free raw string is xgrammar's `xml_string` TagDispatch with the whole spellings 
 stays writable), a length-bounded one takes no first character at all, and the JSON inside (arrays, objects)
 is the spelling-safe JSON above. Around a value that is not a raw string (an enum, a pattern, a number) the
 styles allow any whitespace, which a string parameter's parser keeps: it is cut to what the parser drops
-(`_tight_values`), so a string literal parses as itself.
+(`_tight_values`), so a string literal parses as itself. Between qwen_xml's tags the whitespace and the free names
+are bounded (`_bounded_layout`): the qwen3_xml parser reads a value's end only within MAX_TAG_CHARS.
 """
 
 from __future__ import annotations
