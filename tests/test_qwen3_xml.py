@@ -273,6 +273,60 @@ def test_whitespace_after_a_value_parses_alike_however_chunked(qwen: Checkpoint,
     assert (parsed[0]["calls"] == [("f", {"a": "Paris"})]) == (held <= MAX_TAG_CHARS)
 
 
+def _longest_space(matcher: xg.GrammarMatcher) -> int:
+    """How many spaces in a row `matcher` takes next (up to twice MAX_TAG_CHARS)."""
+    spaces = 0
+    while spaces < 2 * MAX_TAG_CHARS and matcher.accept_string(" "):
+        spaces += 1
+    return spaces
+
+
+@pytest.mark.parametrize(("first", "second"), [("a", "exact"), ("a" * 229, "e" * 229), ("b", "")])
+def test_whitespace_the_grammar_takes_between_tags_parses_alike_however_chunked(
+    qwen: Checkpoint, first: str, second: str
+) -> None:
+    """xgrammar's qwen_xml style let any run of whitespace between `</parameter>` and the next tag, while the parser
+    reads a value's end only within MAX_TAG_CHARS: a grammar walk wrote 280 spaces there and `exact` came back a
+    string. The longest runs the grammar takes, before the next parameter and before `</function>`, parse as the
+    call whole and token by token (`second` empty: a free parameter of the longest name the grammar writes)."""
+    from gateway.grammars.safe_json import xml_value_ebnf
+
+    schema = {"type": "object", "properties": {first: {"type": "string"}}, "required": [first]}
+    if second:
+        schema["properties"][second] = {"type": "boolean"}
+        schema["required"].append(second)
+    else:
+        schema["additionalProperties"] = {"type": "boolean"}
+    ebnf = xml_value_ebnf(schema, "qwen_xml", ("<|im_end|>",), "p", True)
+    matcher = xg.GrammarMatcher(
+        xg.GrammarCompiler(xg.TokenizerInfo([]), cache_enabled=False).compile_grammar(ebnf),
+        terminate_without_stop_token=True,
+    )
+    head = f"<parameter={first}>\nParis\n</parameter>"
+    assert matcher.accept_string(head)
+    between = " " * _longest_space(matcher)
+    name = second
+    if not second:  # the free name: as long as the grammar takes
+        assert matcher.accept_string("<parameter=x")
+        while len(name) < 2 * MAX_TAG_CHARS and matcher.accept_string("x"):
+            name += "x"
+        name = "x" + name
+        tail = ">\ntrue\n</parameter>"
+    else:
+        tail = f"<parameter={name}>\ntrue\n</parameter>"
+    assert matcher.accept_string(tail)
+    after = " " * _longest_space(matcher)
+    assert matcher.is_terminated()
+    arguments = f"{head}{between}<parameter={name}>\ntrue\n</parameter>{after}"
+    text = f"<tool_call>\n<function=f>\n{arguments}\n</function>\n</tool_call>"
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    ids = qwen.tokenizer.encode(text, add_special_tokens=False).ids
+    expected = [("f", {first: "Paris", name: True})]
+    for cuts in ([], range(1, len(ids))):
+        detokenizer = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer))
+        assert merged(feed(Qwen3XmlParser(tools), detokenizer, ids, cuts))["calls"] == expected, len(between)
+
+
 def test_a_bounded_value_read_is_never_below_its_min_length(qwen: Checkpoint) -> None:
     """The parser strips one newline after `<parameter=K>` and one before `</parameter>`: a value of minLength
     characters that began or ended with one read one short. Every text the grammar takes reads within bounds."""
@@ -294,3 +348,18 @@ def test_a_bounded_value_read_is_never_below_its_min_length(qwen: Checkpoint) ->
         (call,) = merged(feed(Qwen3XmlParser([tool]), detokenizer, ids, []))["calls"]
         assert 2 <= len(call[1]["v"]) <= 4, repr(body)  # fails before: "\na\n" and "a\n" read as "a"
     assert taken == 3  # "ab", "\nab", "\nabcd"
+
+
+def test_a_parameter_name_too_long_to_read_back_is_refused() -> None:
+    """The parser reads `<parameter=NAME>` after a value only within MAX_TAG_CHARS: a name that long is a 400."""
+    from gateway.grammars.json import SchemaGrammarError
+    from gateway.grammars.safe_json import xml_value_ebnf
+
+    for length, refused in ((229, False), (230, True)):
+        schema = {"type": "object", "properties": {"n" * length: {"type": "integer"}}}
+        try:
+            xml_value_ebnf(schema, "qwen_xml", ("<|im_end|>",), "tools[0]", True)
+        except SchemaGrammarError as exc:
+            assert refused and exc.param == "tools[0].properties"
+        else:
+            assert not refused

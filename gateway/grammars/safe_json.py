@@ -23,7 +23,8 @@ free raw string is xgrammar's `xml_string` TagDispatch with the whole spellings 
 stays writable), a length-bounded one takes no first character at all, and the JSON inside (arrays, objects)
 is the spelling-safe JSON above. Around a value that is not a raw string (an enum, a pattern, a number) the
 styles allow any whitespace, which a string parameter's parser keeps: it is cut to what the parser drops
-(`_tight_values`), so a string literal parses as itself.
+(`_tight_values`), so a string literal parses as itself. Between qwen_xml's tags the whitespace and the free names
+are bounded (`_bounded_layout`): the qwen3_xml parser reads a value's end only within MAX_TAG_CHARS.
 """
 
 from __future__ import annotations
@@ -206,7 +207,7 @@ def _converted_value_ebnf(
         if safe is None:
             return None
         ebnf = safe
-    return shared_text(cheaper_rules(_tight_values(ebnf, style)), *_SHARED_TAGS[style])
+    return shared_text(cheaper_rules(_bounded_layout(_tight_values(ebnf, style), style)), *_SHARED_TAGS[style])
 
 
 _JSON_STRING_REGEX = re.compile(r'^(\S+) ::= Regex\("((?:[^"\\]|\\["\\?\'])*)", json_string=true\)$', re.MULTILINE)
@@ -255,8 +256,40 @@ _SHARED_TAGS = {
 sequences, and the head of the literal that opens a parameter with its name."""
 
 
+_LAYOUT_CHARS = 230
+"""qwen_xml: a parameter name is shorter than this. The qwen3_xml parser reads a value's end only when
+`\n</parameter>`, the whitespace after it and `<parameter=NAME>` come within MAX_TAG_CHARS (256 = 24 + 232)."""
+_LAYOUT_SPACE = 8
+"""qwen_xml: whitespace between tags, at most (fewer before a literal name of more than `_LAYOUT_CHARS` less this).
+xgrammar's compile cost grows with a count: 229 made a 3-parameter tool's 43 ms 329 ms on Qwen3's vocabulary."""
+_FREE_NAME = '"<parameter=" xml_variable_name'
+"""qwen_xml: a name the schema leaves free (`additionalProperties`): at most 64 characters in the grammar (a count
+of 200 cost 1.2 s to compile)."""
+_NAMED_TAG = re.compile(r'\[ \\n\\r\\t\]\* ("<parameter=((?:[^"\\]|\\.)*)")')
+_JSON_RULE = re.compile(r'"[{\[,:]"')
+
+
+def _bounded_layout(ebnf: str, style: str) -> str:
+    """qwen_xml `ebnf` (values already tight) with each run of whitespace between tags bounded, and free names, so
+    that the qwen3_xml parser reads every output it takes alike whole and streamed (xgrammar's style lets any run
+    through); a JSON value's own whitespace (rules with `{`, `[`, `,` or `:`) stays free."""
+    if style != "qwen_xml":
+        return ebnf
+    if _FREE_NAME in ebnf:  # 1 + 7 + 8 x 7 characters: one count of 63 cost 3x as much to compile (~450 ms)
+        ebnf = ebnf.replace(_FREE_NAME, '"<parameter=" [a-zA-Z_] [a-zA-Z0-9_]{0, 7} xml_name_block{0, 7}')
+        ebnf += "\nxml_name_block ::= (([a-zA-Z0-9_]{8}))\n"
+
+    def named(tag: re.Match[str]) -> str:
+        most = min(_LAYOUT_SPACE, max(1, _LAYOUT_CHARS - len(tag[2])))  # the escaped name: never shorter
+        return f"[ \\n\\r\\t]{{0, {most}}} {tag[1]}"
+
+    ebnf = _NAMED_TAG.sub(named, ebnf)
+    spaced = f"[ \\n\\r\\t]{{0, {_LAYOUT_SPACE}}}"
+    return "\n".join(line if _JSON_RULE.search(line) else line.replace(_WS, spaced) for line in ebnf.split("\n"))
+
+
 _UNWRITABLE_NAME = {
-    "qwen_xml": lambda name: ">" in name or "\n" in name,
+    "qwen_xml": lambda name: ">" in name or "\n" in name or len(name) >= _LAYOUT_CHARS,
     "glm_xml": lambda name: not name or name != name.strip(),
 }
 """Per XML style, a parameter name its parser cannot read back: qwen3_xml's reads `<parameter=([^>\n]*)>`, GLM's
