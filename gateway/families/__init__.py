@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
@@ -88,12 +89,14 @@ def infer_family(facts: CheckpointFacts) -> str:
 def lazy_exports(package: str, modules: Mapping[str, tuple[str, ...]]) -> Callable[[str], Any]:
     """A family package's module `__getattr__` (PEP 562): each name listed under a module (relative to `package`,
     or absolute) is read from it when first asked for, so that importing the package for its `RECOGNITION`
-    imports none of them."""
+    imports none of them; once read, it is the package's own attribute (no second lookup)."""
     homes = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         if name not in homes:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        return getattr(importlib.import_module(homes[name], package), name)
+        value = getattr(importlib.import_module(homes[name], package), name)
+        setattr(sys.modules[package], name, value)
+        return value
 
     return __getattr__
