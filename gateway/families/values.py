@@ -84,13 +84,14 @@ def _parameters(schema: Any) -> Parameters:
     return parameters
 
 
-def argument_types(schemas: Mapping[str, Parameters], tool: str, key: str) -> frozenset[str]:
-    """The JSON types argument `key` of `tool` may take (`schema_types`): by its declared schema, else by the tool's
-    schema of other names (`Parameters.other`); none known when neither says."""
+def argument_types(schemas: Mapping[str, Mapping[str, Any]], tool: str, key: str) -> frozenset[str]:
+    """The JSON types argument `key` of `tool` may take (`schema_types`): by its declared schema in `schemas` (by
+    tool name, as `tool_schemas` gives them), else by the tool's schema of other names (`Parameters.other`); none
+    known when neither says."""
     parameters = schemas.get(tool)
     if parameters is None:
         return frozenset()
-    return schema_types(parameters.get(key, parameters.other))
+    return schema_types(parameters.get(key, getattr(parameters, "other", None)))
 
 
 def schema_types(schema: Mapping[str, Any] | None) -> frozenset[str]:

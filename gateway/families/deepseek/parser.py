@@ -48,7 +48,7 @@ from typing import Any
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.streams import ReasoningCut
-from gateway.families.values import Parameters, argument_types, convert, is_plain_string, strict_json
+from gateway.families.values import argument_types, convert, is_plain_string, strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -107,7 +107,7 @@ class DsmlParser(OutputParser):
         in_reasoning: bool,
         forced_calls: bool = False,
         dialect: Dialect = V41,
-        schemas: Mapping[str, Parameters] | None = None,
+        schemas: Mapping[str, Mapping[str, Any]] | None = None,
     ):
         """`forced_calls`: the answer is calls only (a tag cut off at the end is dropped, not content); `dialect`: the
         DSML version whose calls tag opens a block; `schemas`: the request's tools' parameter schemas, by tool name."""
