@@ -49,19 +49,14 @@ CHARS_PER_FORMAT = 100
 MAX_COUNTED = 16
 """The largest `minItems` / `maxItems` spelled out (each counted item is a copy of the item's formats)."""
 _NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
-NOT_KEPT = (
-    "allOf",
-    "minLength",
-    "maxLength",
-    "prefixItems",
-    "minProperties",
-    "maxProperties",
-    "propertyNames",
-    "patternProperties",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-)
-"""Keywords no format here enforces (the rest of the schema is): a SchemaGrammarError under strict. Those no
+NOT_KEPT = {
+    None: ("allOf", "unevaluatedProperties", "unevaluatedItems"),
+    "string": ("minLength", "maxLength"),
+    "array": ("prefixItems",),
+    "object": ("minProperties", "maxProperties", "propertyNames", "patternProperties"),
+}
+"""Keywords no format here enforces (the rest of the schema is), any schema's (None) and a type's (each asserts
+nothing of another type's value; all of them where no type is said): a SchemaGrammarError under strict. Those no
 family's grammar enforces (`not`, `if`, …) are refused before (gateway/grammars/unenforced.py)."""
 
 
@@ -129,15 +124,28 @@ class ArgumentFormats:
                 f"{where}.{keyword}",
             )
 
+    def _keywords_kept(self, schema: dict[str, Any], where: str) -> None:
+        """`_dropped` for the first keyword of `schema` in NOT_KEPT that applies to its type: a list of types has each
+        checked as a schema of its own, a `$ref` its target merged, a literal is itself; with no type, all apply."""
+        kind = schema.get("type")
+        if isinstance(kind, str):
+            kinds: tuple[str | None, ...] = (None, kind)
+        elif {"type", "$ref", "enum", "const"} & schema.keys():
+            kinds = (None,)
+        else:
+            kinds = tuple(NOT_KEPT)
+        for keyword in (k for each in kinds for k in NOT_KEPT.get(each, ())):
+            if keyword in schema:
+                self._dropped(where, keyword)
+
     def _value(self, schema: Any, depth: int, where: str) -> Format | None:
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
             return None
         self._formats += 1
         if self._formats > MAX_FORMATS:
             raise _TooLarge
-        for keyword in NOT_KEPT:
-            if keyword in schema:
-                self._dropped(where, keyword)
+        if self._strict:
+            self._keywords_kept(schema, where)
         if "$ref" in schema:
             return self._reference(schema, depth, where)
         if not {"type", "enum", "const", "anyOf", "oneOf"} & schema.keys():
