@@ -9,7 +9,8 @@ places is one rule there, referred to). Formats have no references of their own,
 * a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
   `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
 * a grammar past MAX_FORMATS formats (inlined references and counted array items add up) has no format.
-With no format the call keeps free text; so has one whose key or enum string holds a special token's whole spelling
+With no format the call takes any arguments (`free_arguments`; a 400 under strict: grammar.py); so has one whose key
+or enum string holds a special token's whole spelling
 (a literal is text; one that only begins like a spelling, `<b>` or `<|`, is fine: what follows it is a quote token
 or `:`). Properties are written in the schema's declared order with `,` and no space;
 every required one must come, optional ones may: after each member that may come first, the rest is a chain of
@@ -22,7 +23,9 @@ between the quotes (full match, as xgrammar reads a schema's pattern); one that 
 special token's spelling is narrowed not to (`safe_json.cheaply_narrowed`), or where it cannot be (a literal `<`, a
 count past 4), like a pattern xgrammar cannot use, dropped and the string is free; an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
 kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
-(`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md).
+(`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md). Under the tool's `strict: true` nothing is left out
+silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, an object's values' schema without
+`properties`) is a SchemaGrammarError naming its place, and a pattern is narrowed whatever its count.
 """
 
 from __future__ import annotations

@@ -22,8 +22,10 @@ Policy:
   0.2.9 and, being text, would take the quote's spelling for the token. Local
   `$ref`s are inlined, free-form objects and values take any value three
   levels deep; a schema those formats still cannot spell out (a recursive or
-  remote `$ref`, nesting past six levels) keeps free text inside `{…}` (no
-  special token but `<|"|>`).
+  remote `$ref`, nesting past six levels) takes any arguments in Gemma's
+  notation (free text inside `{…}` took `call:f{x}`, which the parser reads as
+  no call), and is a 400 when the tool says `strict: true`, as is a keyword the
+  formats leave out (arguments.py).
 * response_format json_object / json_schema: the answer is that JSON, no
   control token's spelling in a string (`gateway.grammars.safe_json`); with
   tools and "auto", either calls only or that JSON (never free text, which
