@@ -24,6 +24,7 @@ from gateway.families.gemma4.markers import (
 )
 from gateway.families.gemma4.parser import Malformed, Quoted, read_call
 from gateway.grammars.compat import newer_features
+from gateway.grammars.json import SchemaGrammarError
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 from tests.family_checks import check_every_split, replay, tokenize_only_model
@@ -88,7 +89,10 @@ def test_read_call() -> None:
     # a key of only whitespace (the template's spelling of the key " ") is "", as vLLM's parser reads it
     assert read_call(["call:f{ :", Quoted(" "), ",\t:1}"]) == ("f", {"": 1})
     assert read_call(["call:f{ :", Quoted(" "), "}"]) == ("f", {"": " "})
-    for bad in (["call:f"], ["call:{}"], ["f{}"], ["call:f{a}"], ["call:f{a:1"], ["call:f{a:1} x"], ["call:f{a:}"]):
+    # a key with no value is "", as vLLM's parser reads it (malformed before)
+    assert read_call(["call:f{a:}"]) == ("f", {"a": ""})
+    assert read_call(["call:f{a: ,b:{c:}}"]) == ("f", {"a": "", "b": {"c": ""}})
+    for bad in (["call:f"], ["call:{}"], ["f{}"], ["call:f{a}"], ["call:f{a:1"], ["call:f{a:1} x"], ["call:f{a:"]):
         with pytest.raises(Malformed):
             read_call(bad)
     with pytest.raises(Malformed, match="deep"):
@@ -275,15 +279,23 @@ def test_a_string_closes_only_at_the_quote_token(tokenizer, gemma_compiler) -> N
     assert not ok("{city:", QUOTE, "a", CHANNEL, "b", QUOTE, "}")
 
 
-def test_schemas_that_cannot_be_spelled_out_keep_free_text(tokenizer, gemma_compiler) -> None:
+def test_schemas_that_cannot_be_spelled_out_take_any_arguments(tokenizer, gemma_compiler) -> None:
+    """A schema the formats cannot spell out took free text inside `{…}`: `call:f{x}` or `call:f{�}`, which the
+    parser reads as no call. Now any arguments in Gemma's notation, as a tool that declares no schema; a 400
+    under the tool's `strict: true`, as the other families refuse a schema they cannot enforce."""
     recursive = {"type": "object", "properties": {"n": {"$ref": "#"}}}
     assert takes(tokenizer, gemma_compiler, recursive, "{anything:", QUOTE, "x", QUOTE, "}")
     assert takes(tokenizer, gemma_compiler, recursive, "{}")
-    # the free text still ends with the brace, so the parser reads a call (tests/grammar_walks.py FORCED: `{` alone
-    # was taken, and no call read under tool_choice "required")
     assert not takes(tokenizer, gemma_compiler, recursive, "{")
-    spelled = {"type": "object", "properties": {"k": {"enum": [f"a{TOOL_CALL}b"]}}}  # free text too
-    assert takes(tokenizer, gemma_compiler, spelled, "{x}") and not takes(tokenizer, gemma_compiler, spelled, "{k:")
+    assert not takes(tokenizer, gemma_compiler, recursive, "{x}")  # fails before
+    assert not takes(tokenizer, gemma_compiler, recursive, "{\ufffd}")  # fails before
+    spelled = {"type": "object", "properties": {"k": {"enum": [f"a{TOOL_CALL}b"]}}}  # any arguments too
+    assert not takes(tokenizer, gemma_compiler, spelled, "{x}") and not takes(tokenizer, gemma_compiler, spelled, "{k:")
+    assert takes(tokenizer, gemma_compiler, spelled, "{k:1}")
+    for schema in (recursive, spelled):
+        with pytest.raises(SchemaGrammarError) as refused:
+            takes(tokenizer, gemma_compiler, schema, "{}", strict=True)
+        assert refused.value.param == "tools[0].function.parameters"
     optional_only = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": ["string", "null"]}}}
     ok = lambda *parts: takes(tokenizer, gemma_compiler, optional_only, *parts)
     assert ok("{}") and ok("{b:null}") and ok("{a:1.5e-05,b:", QUOTE, "x", QUOTE, "}")
@@ -383,7 +395,7 @@ def test_long_strings_copied_by_counted_arrays_are_counted(tokenizer) -> None:
     schema = {"type": "object", "properties": {"a": array(array({"enum": ["y" * 50_000]}))}}
     tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
     text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools), tokenizer).text
-    assert len(text) < 10_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text
+    assert text == _any_arguments_grammar(tokenizer)  # too large to spell out: any arguments
 
 
 def test_excluded_special_ids_copied_by_counted_arrays_are_counted() -> None:
@@ -395,4 +407,44 @@ def test_excluded_special_ids_copied_by_counted_arrays_are_counted() -> None:
     schema = {"type": "object", "properties": {"a": array(array({"type": "string"}))}}
     tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
     text = build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools), many_specials).text
-    assert len(text) < 200_000 and '"call:f{"' in text  # too large to spell out: the call keeps free text
+    assert text == _any_arguments_grammar(many_specials)  # too large to spell out: any arguments
+
+
+def _any_arguments_grammar(tokenizer: Tokenizer) -> str:
+    """The grammar of one tool `f` that declares no schema (any arguments)."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    return build_grammar(ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools), tokenizer).text
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [({"type": "string", "maxLength": 3}, "s.maxLength"), ({"type": "string", "minLength": 1}, "s.minLength"),
+     ({"type": "array", "items": {"type": "integer"}, "maxItems": 40}, "s.maxItems"),
+     ({"type": "array", "items": {"anyOf": [{"type": "null"}, {"type": "object", "minProperties": 1}]}},
+      "s.items.anyOf[1].minProperties"),
+     ({"type": "string", "pattern": "^.{0,99}$"}, None), ({"type": "object", "additionalProperties": {"type": "integer"}},
+      "s.additionalProperties"), ({"type": "integer", "maxLength": 3}, "")],
+)  # fmt: skip
+def test_a_strict_tool_whose_keyword_is_not_kept_is_refused(
+    tokenizer, schema: dict[str, Any], where: str | None
+) -> None:
+    """These formats keep no string length, no count past MAX_COUNTED, no object size…: a tool that says `strict:
+    true` got a grammar without them (a promise broken); now a 400 naming the keyword, as the other families refuse
+    a keyword their grammar cannot keep. Without strict the rest of the schema is enforced, as before. A pattern
+    that could write `<` is narrowed under strict whatever its count (`^.{0,99}$`; best effort drops it)."""
+    parameters = {"type": "object", "properties": {"s": schema}, "required": ["s"]}
+
+    def grammar(strict: bool) -> str:
+        tool = {"type": "function", "function": {"name": "f", "parameters": parameters, "strict": strict}}
+        return build_grammar(ChatRequest(messages=[], tools=[tool], tool_choice="required"), tokenizer).text
+
+    assert grammar(False)
+    if where == "":  # a string keyword asserts nothing of an integer: nothing is left out
+        assert grammar(True)
+        return
+    if where is None:
+        assert "<" in grammar(True) and "99" in grammar(True)
+        return
+    with pytest.raises(SchemaGrammarError) as refused:
+        grammar(True)
+    assert refused.value.param == f"tools[0].function.parameters.properties.{where}"

@@ -153,7 +153,8 @@ def test_the_call_streams_once_its_first_argument_is_complete(qwen: Checkpoint) 
     [("7", {"type": "integer"}, 7), ("007", {"type": "string"}, "007"), ("True", {"type": "boolean"}, True),
      ("null", {"type": ["string", "null"]}, None), ("null", {"type": "string"}, "null"), ("1e20", {"type": "number"}, 1e20),
      ("{'a': 1}", {"type": "object"}, {"a": 1}), ("some text", {"anyOf": [{"type": "integer"}, {"type": "string"}]},
-     "some text"), ("[1]", {}, [1])],
+     "some text"), ("[1]", {}, [1]), ("  null", {"type": ["string", "null"]}, "  null"),
+     (" 5", {"anyOf": [{"type": "string"}, {"type": "integer"}]}, " 5"), (" 5", {"type": "integer"}, 5)],
 )  # fmt: skip
 def test_values_follow_the_schema(qwen: Checkpoint, value: str, schema: dict[str, Any], expected: Any) -> None:
     tool = {
@@ -363,3 +364,54 @@ def test_a_parameter_name_too_long_to_read_back_is_refused() -> None:
             assert refused and exc.param == "tools[0].properties"
         else:
             assert not refused
+
+
+def _arguments(qwen: Checkpoint, tool: dict[str, Any], arguments: str, by_token: bool = False) -> dict[str, Any]:
+    """The arguments of the one call whose `<parameter=…>` elements are `arguments`, fed whole or token by token."""
+    text = f"<tool_call>\n<function={tool['function']['name']}>\n{arguments}\n</function>\n</tool_call>"
+    ids = qwen.tokenizer.encode(text, add_special_tokens=False).ids
+    detokenizer = Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer))
+    cuts = list(range(1, len(ids))) if by_token else []
+    (call,) = merged(feed(Qwen3XmlParser([tool]), detokenizer, ids, cuts))["calls"]
+    return call[1]
+
+
+def test_a_bounded_union_writes_other_types_bare_and_reads_back_valid(qwen: Checkpoint) -> None:
+    """A union of a length-bounded string and other types let whitespace precede the other types' values (8
+    spaces and `null`), which the parser, as vLLM's and SGLang's, reads as a string (`  null` is no null): 12
+    characters past maxLength. Now the other types take only the newline the parser strips, and every body the
+    grammar takes reads back valid, whole and token by token."""
+    import jsonschema
+
+    from gateway.grammars.safe_json import xml_value_ebnf
+
+    schema = {"type": "object", "properties": {"s": {"type": ["string", "null"], "maxLength": 9}}, "required": ["s"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    ebnf = xml_value_ebnf(schema, "qwen_xml", ("<|im_end|>",), "p", True)
+    compiled = xg.GrammarCompiler(xg.TokenizerInfo([]), cache_enabled=False).compile_grammar(ebnf)
+    taken = []
+    for body in ("null", "\nnull\n", "  null", " " * 8 + "null", "\n" + " " * 8 + "null", "null  ", "\t\nnull"):
+        matcher = xg.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        if not (matcher.accept_string(f"<parameter=s>{body}</parameter>") and matcher.is_terminated()):
+            continue
+        taken.append(body)
+        whole, by_token = (_arguments(qwen, tool, f"<parameter=s>{body}</parameter>", t) for t in (False, True))
+        assert whole == by_token, repr(body)
+        jsonschema.validate(whole, schema)
+    assert taken == ["null", "\nnull\n", "  null", "null  ", "\t\nnull"]  # before: 8 spaces and `null` too
+
+
+@pytest.mark.parametrize(
+    ("additional", "value", "expected"),
+    [({"type": "string"}, "true", "true"), ({"type": "integer"}, "7", 7), ({"type": ["string", "null"]}, "null", None),
+     (True, "true", True), ({}, "[1]", [1])],
+)  # fmt: skip
+def test_an_additional_parameter_follows_its_declared_type(
+    qwen: Checkpoint, additional: Any, value: str, expected: Any
+) -> None:
+    """A parameter the schema leaves to `additionalProperties` is typed by it, as a declared one by its own: `true`
+    for `{"type": "string"}` came back a boolean. Where it declares no type, JSON as before."""
+    parameters = {"type": "object", "properties": {"n": {"type": "integer"}}, "additionalProperties": additional}
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
+    got = _arguments(qwen, tool, f"<parameter=n>\n1\n</parameter>\n<parameter=extra>\n{value}\n</parameter>")
+    assert got == {"n": 1, "extra": expected}

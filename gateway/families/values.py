@@ -58,13 +58,40 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def tool_schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-    """Each offered tool's parameter schemas (`properties`), by tool name."""
+class Parameters(dict[str, Any]):
+    """A tool's declared parameter schemas by name (its `properties`); `other`: the schema of any name not declared
+    (its `additionalProperties` when that is a schema and no `patternProperties` claims some names), else None."""
+
+    other: Mapping[str, Any] | None = None
+
+
+def tool_schemas(tools: Iterable[Mapping[str, Any]]) -> dict[str, Parameters]:
+    """Each offered tool's `Parameters`, by tool name."""
     return {
-        fn["name"]: (fn.get("parameters") or {}).get("properties") or {}
+        fn["name"]: _parameters(fn.get("parameters"))
         for fn in (t.get("function", t) for t in tools)
         if isinstance(fn, Mapping) and isinstance(fn.get("name"), str)
     }
+
+
+def _parameters(schema: Any) -> Parameters:
+    schema = schema if isinstance(schema, Mapping) else {}
+    properties = schema.get("properties")
+    parameters = Parameters(properties if isinstance(properties, Mapping) else {})
+    other = schema.get("additionalProperties")
+    if isinstance(other, Mapping) and not schema.get("patternProperties"):
+        parameters.other = other
+    return parameters
+
+
+def argument_types(schemas: Mapping[str, Mapping[str, Any]], tool: str, key: str) -> frozenset[str]:
+    """The JSON types argument `key` of `tool` may take (`schema_types`): by its declared schema in `schemas` (by
+    tool name, as `tool_schemas` gives them), else by the tool's schema of other names (`Parameters.other`); none
+    known when neither says."""
+    parameters = schemas.get(tool)
+    if parameters is None:
+        return frozenset()
+    return schema_types(parameters.get(key, getattr(parameters, "other", None)))
 
 
 def schema_types(schema: Mapping[str, Any] | None) -> frozenset[str]:
@@ -90,8 +117,10 @@ def is_plain_string(types: frozenset[str]) -> bool:
 
 
 def convert(raw: str, types: frozenset[str]) -> Any:
-    """The JSON value of parameter text `raw` for a parameter of `types` (none known: JSON if it parses, else text)."""
-    if is_plain_string(types):
+    """The JSON value of parameter text `raw` for a parameter of `types` (none known: JSON if it parses, else text).
+    Where a string is one of the types, text with whitespace around it is that string (`  null` is no null, as
+    vLLM's and SGLang's Qwen3-Coder parsers read it; the XML grammars write another type's value bare)."""
+    if is_plain_string(types) or ("string" in types and raw != raw.strip()):
         return raw
     for kind in _ORDER if types else ("json",):
         if kind in types or kind == "json":

@@ -341,7 +341,9 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     """`ebnf` with each length-bounded raw string that is a parameter's whole value written inline as
     `("" | "\\n") c{M,N} "</parameter>"` (qwen_xml) or `c{M,N} "</arg_value>"` (glm_xml), not the style's
     `ws value ws` with the count in its own rule; in a union of rules (`["string", "null"]`, `anyOf`) the bounded
-    alternative is written so and each other one as the style does, with its own closing tag.
+    alternative is written so and each other one with only the whitespace the parser strips around it and its own
+    closing tag (as `_tight_values` writes a value that is no union): text with more whitespace is the string's
+    (`values.convert`), so `  null` can only be the string, never null written loosely.
 
     The qwen3_xml parser strips one newline after `<parameter=K>` and one before `</parameter>`, GLM's none, so
     every value read is at most N characters (the style's whitespace left it unbounded); every shorter value stays
@@ -355,7 +357,7 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     Such a value cannot hold a newline (xgrammar decides a count's end cheaply only as above: a count followed by a
     class that excludes the newline compiled in ~0.8 s, 40x).
     """
-    lead = _VALUE_LEAD[style]
+    lead, tight_close = _VALUE_LEAD[style], _VALUE_SPACE[style][1][1]
     counts = {
         name: _count(name, int(least), most, lead, bounded) for name, least, most in _RAW_BOUNDED_VALUE.findall(ebnf)
     }
@@ -367,7 +369,7 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
         alternatives = unions.get(value, ())
         if not any(a in counts for a in alternatives):
             return spaced
-        return "(" + " | ".join(f"({written(a, f'{_WS} {a} {_WS} {close}', close)})" for a in alternatives) + ")"
+        return "(" + " | ".join(f"({written(a, f'{lead}{a} {tight_close}', close)})" for a in alternatives) + ")"
 
     return _SPACED_VALUE.sub(lambda m: written(m[1], m[0], m[2]), ebnf)
 

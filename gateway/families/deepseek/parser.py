@@ -48,7 +48,7 @@ from typing import Any
 from gateway.families.base import OutputParser, ParserState
 from gateway.families.calls import is_call_name
 from gateway.families.streams import ReasoningCut
-from gateway.families.values import convert, is_plain_string, schema_types, strict_json
+from gateway.families.values import argument_types, convert, is_plain_string, strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
@@ -216,7 +216,7 @@ class DsmlParser(OutputParser):
         if not event.closing and event.name == "parameter":
             attributes = _attributes(event)
             key = attributes.get("name", "")
-            types = schema_types(self._schemas.get(self._call.name, {}).get(key))
+            types = argument_types(self._schemas, self._call.name, key)
             self._value = value = _Value(key, attributes.get("string") == "false", types)
             self._mode = _Mode.VALUE
             if self._call.index is not None and not value.is_json and (is_plain_string(types) or not types):
@@ -309,7 +309,7 @@ def _typed(text: str, is_json: bool, types: frozenset[str]) -> Any:
     if types and not is_plain_string(types):
         if is_json and "string" in types and isinstance(decoded := _json_or_none(text), str):
             return decoded
-        return convert(text, types)
+        return convert(text.strip() if is_json else text, types)  # JSON's whitespace is no string's
     if is_json:
         try:
             value = strict_json(text)

@@ -9,7 +9,8 @@ places is one rule there, referred to). Formats have no references of their own,
 * a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
   `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
 * a grammar past MAX_FORMATS formats (inlined references and counted array items add up) has no format.
-With no format the call keeps free text; so has one whose key or enum string holds a special token's whole spelling
+With no format the call takes any arguments (`free_arguments`; a 400 under strict: grammar.py); so has one whose key
+or enum string holds a special token's whole spelling
 (a literal is text; one that only begins like a spelling, `<b>` or `<|`, is fine: what follows it is a quote token
 or `:`). Properties are written in the schema's declared order with `,` and no space;
 every required one must come, optional ones may: after each member that may come first, the rest is a chain of
@@ -22,7 +23,9 @@ between the quotes (full match, as xgrammar reads a schema's pattern); one that 
 special token's spelling is narrowed not to (`safe_json.cheaply_narrowed`), or where it cannot be (a literal `<`, a
 count past 4), like a pattern xgrammar cannot use, dropped and the string is free; an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
 kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
-(`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md).
+(`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md). Under the tool's `strict: true` nothing is left out
+silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, an object's values' schema without
+`properties`) is a SchemaGrammarError naming its place, and a pattern is narrowed whatever its count.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
+from gateway.grammars.patterns import narrowed
 from gateway.grammars.safe_json import cheaply_narrowed, holds_spelling, may_write, usable_pattern
 from gateway.grammars.string_formats import raw_string_pattern
 
@@ -48,6 +52,15 @@ CHARS_PER_FORMAT = 100
 MAX_COUNTED = 16
 """The largest `minItems` / `maxItems` spelled out (each counted item is a copy of the item's formats)."""
 _NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+NOT_KEPT = {
+    None: ("allOf", "unevaluatedProperties", "unevaluatedItems"),
+    "string": ("minLength", "maxLength"),
+    "array": ("prefixItems",),
+    "object": ("minProperties", "maxProperties", "propertyNames", "patternProperties"),
+}
+"""Keywords no format here enforces (the rest of the schema is), any schema's (None) and a type's (each asserts
+nothing of another type's value; all of them where no type is said): a SchemaGrammarError under strict. Those no
+family's grammar enforces (`not`, `if`, …) are refused before (gateway/grammars/unenforced.py)."""
 
 
 def _const(text: str) -> Format:
@@ -78,48 +91,89 @@ class ArgumentFormats:
         self._root: Any = None
         self._inlining: list[str] = []
         self._formats = 0
+        self._strict = False
 
-    def arguments(self, schema: Any) -> Format | None:
-        """The `{…}` of a call whose parameters are `schema` as one EBNF (`ebnf_formats`: a format object used in
-        several places, such as an object's member tails, written once), or None when it cannot be spelled out."""
+    def arguments(self, schema: Any, param: str = "", strict: bool = False) -> Format | None:
+        """The `{…}` of a call whose parameters are `schema` (at `param` in the request) as one EBNF (`ebnf_formats`:
+        a format object used in several places, such as an object's member tails, written once), or None when it
+        cannot be spelled out. `strict`: a keyword these formats cannot keep is a SchemaGrammarError naming it."""
         if not isinstance(schema, dict) or schema.get("type") != "object":
             return None
-        self._root, self._inlining, self._formats = schema, [], 0
+        self._root, self._inlining, self._formats, self._strict = schema, [], 0, strict
         try:
-            value = self._value(schema, 0)
+            value = self._value(schema, 0, param)
         except _TooLarge:
             return None
         return None if value is None else {"type": "grammar", "grammar": EbnfWriter().grammar(value)}
 
-    def _value(self, schema: Any, depth: int) -> Format | None:
+    def free_arguments(self) -> Format | None:
+        """Any arguments `{key:value,…}`, values nested FREE_DEPTH levels deep or as deep as fits in MAX_FORMATS (a
+        vocabulary of thousands of special tokens, which every string excludes): what a schema that cannot be spelled
+        out keeps, so that a call the grammar takes is one the parser reads; None when not even one level fits."""
+        for levels in range(FREE_DEPTH, 0, -1):
+            self._formats = 0
+            try:
+                return {"type": "grammar", "grammar": EbnfWriter().grammar(self._containers(0, levels)[1])}
+            except _TooLarge:
+                continue
+        return None
+
+    def _dropped(self, where: str, keyword: str, why: str = "is not enforced") -> None:
+        """A keyword at `where` these formats do not keep: under strict, a SchemaGrammarError naming it."""
+        if self._strict:
+            raise SchemaGrammarError(
+                f"a strict schema's '{keyword}' {why} in this model's call notation; remove it, or set strict false "
+                "for best effort",
+                f"{where}.{keyword}",
+            )
+
+    def _keywords_kept(self, schema: dict[str, Any], where: str) -> None:
+        """`_dropped` for the first keyword of `schema` in NOT_KEPT that applies to its type: a list of types has each
+        checked as a schema of its own, a `$ref` its target merged, a literal is itself; with no type, all apply."""
+        kind = schema.get("type")
+        if isinstance(kind, str):
+            kinds: tuple[str | None, ...] = (None, kind)
+        elif {"type", "$ref", "enum", "const"} & schema.keys():
+            kinds = (None,)
+        else:
+            kinds = tuple(NOT_KEPT)
+        for keyword in (k for each in kinds for k in NOT_KEPT.get(each, ())):
+            if keyword in schema:
+                self._dropped(where, keyword)
+
+    def _value(self, schema: Any, depth: int, where: str) -> Format | None:
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
             return None
         self._formats += 1
         if self._formats > MAX_FORMATS:
             raise _TooLarge
+        if self._strict:
+            self._keywords_kept(schema, where)
         if "$ref" in schema:
-            return self._reference(schema, depth)
+            return self._reference(schema, depth, where)
         if not {"type", "enum", "const", "anyOf", "oneOf"} & schema.keys():
             return self._free(depth)
         if "enum" in schema or "const" in schema:
             return self._literals(schema["enum"] if "enum" in schema else [schema["const"]], depth)
         if "anyOf" in schema or "oneOf" in schema:
-            return self._any(schema.get("anyOf") or schema.get("oneOf"), depth)
+            key = "anyOf" if "anyOf" in schema else "oneOf"
+            options = schema[key] if isinstance(schema[key], list) else None
+            return self._any(options, depth, [f"{where}.{key}[{i}]" for i in range(len(options or ()))])
         kind = schema.get("type")
         if isinstance(kind, list):
-            return self._any([{**schema, "type": k} for k in kind], depth)
+            return self._any([{**schema, "type": k} for k in kind], depth, [where] * len(kind))
         build: dict[str, Callable[[], Format | None]] = {
-            "string": lambda: _seq(self.quote, self._string_body(schema), self.quote),
-            "integer": lambda: _number(schema, INTEGER),
-            "number": lambda: _number(schema, NUMBER),
+            "string": lambda: _seq(self.quote, self._string_body(schema, where), self.quote),
+            "integer": lambda: self._number(schema, INTEGER, where),
+            "number": lambda: self._number(schema, NUMBER, where),
             "boolean": lambda: _or([_const("true"), _const("false")]),
             "null": lambda: _const("null"),
-            "array": lambda: self._array(schema, depth),
-            "object": lambda: self._object(schema, depth),
+            "array": lambda: self._array(schema, depth, where),
+            "object": lambda: self._object(schema, depth, where),
         }
         return build[kind]() if kind in build else None
 
-    def _reference(self, schema: dict[str, Any], depth: int) -> Format | None:
+    def _reference(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
         """A local `$ref` inlined (its sibling keywords kept); None for a recursive, remote or dangling one."""
         ref = schema["$ref"]
         target = resolve_pointer(self._root, ref) if isinstance(ref, str) and ref not in self._inlining else None
@@ -127,7 +181,7 @@ class ArgumentFormats:
             return None
         self._inlining.append(ref)
         try:
-            return self._value({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, depth)
+            return self._value({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, depth, where)
         finally:
             self._inlining.pop()
 
@@ -153,8 +207,8 @@ class ArgumentFormats:
         member = _seq({"type": "regex", "pattern": FREE_KEY}, _const(":"), inner)
         return [_seq(_const("["), _counted(inner), _const("]")), _seq(_const("{"), _counted(member), _const("}"))]
 
-    def _any(self, options: Any, depth: int) -> Format | None:
-        formats = [self._value(o, depth) for o in options] if isinstance(options, list) and options else [None]
+    def _any(self, options: list[Any] | None, depth: int, wheres: list[str]) -> Format | None:
+        formats = [self._value(o, depth, w) for o, w in zip(options, wheres, strict=True)] if options else [None]
         return None if any(f is None for f in formats) else _or(formats)
 
     def _literals(self, values: Any, depth: int) -> Format | None:
@@ -207,43 +261,67 @@ class ArgumentFormats:
         written = self._literal(value, depth) if self._bare_key(key) else None
         return None if written is None else _seq(_const(f"{key}:"), written)
 
-    def _string_body(self, schema: dict[str, Any]) -> Format:
-        """A string's text between the quotes: its format's raw pattern or its pattern (`raw_string_pattern`; narrowed where it could write a special token's first
-        character and counts little, `safe_json.cheaply_narrowed`), or any text."""
-        pattern = raw_string_pattern(schema)
-        usable = pattern is not None and usable_pattern(pattern, "pattern", strict=False)
+    def _string_body(self, schema: dict[str, Any], where: str) -> Format:
+        """A string's text between the quotes: its format's raw pattern or its pattern (`raw_string_pattern`; narrowed
+        where it could write a special token's first character and counts little, `safe_json.cheaply_narrowed`), or
+        any text (a pattern dropped so: `_dropped`)."""
+        pattern = raw_string_pattern(schema, where, self._strict)
+        usable = pattern is not None and usable_pattern(pattern, f"{where}.pattern", self._strict)
         if usable and may_write(pattern, self.firsts):
-            pattern = cheaply_narrowed(pattern, self.firsts)
+            pattern = narrowed(pattern, self.firsts) if self._strict else cheaply_narrowed(pattern, self.firsts)
+            if pattern is None:
+                self._dropped(where, "pattern", "may write a special token's first character and cannot be narrowed")
         return {"type": "regex", "pattern": pattern} if usable and pattern is not None else self.raw
 
-    def _array(self, schema: dict[str, Any], depth: int) -> Format | None:
-        item = self._value(schema.get("items"), depth + 1)
+    def _array(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
+        item = self._value(schema.get("items"), depth + 1, f"{where}.items")
         if item is None:
             return None
         low, high = _count(schema, "minItems"), _count(schema, "maxItems")
-        low = low if low <= MAX_COUNTED else 0
-        high = high if high is not None and low <= high <= MAX_COUNTED else None
+        if low > MAX_COUNTED:
+            self._dropped(where, "minItems", f"past {MAX_COUNTED} is not enforced")
+            low = 0
+        if high is not None and not low <= high <= MAX_COUNTED:
+            self._dropped(where, "maxItems", f"past {MAX_COUNTED} is not enforced")
+            high = None
         self._formats += (low + (high or 0)) * _count_formats(item)  # the copies spelled out
         if self._formats > MAX_FORMATS:
             raise _TooLarge
         items = _counted(item, low, high)
         return _seq(_const("["), _const("]")) if items is None else _seq(_const("["), items, _const("]"))
 
-    def _object(self, schema: dict[str, Any], depth: int) -> Format | None:
+    def _object(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
         properties = schema.get("properties")
         if not isinstance(properties, dict) or not properties:
-            if schema.get("additionalProperties", True) is False:
+            other = schema.get("additionalProperties", True)
+            if other is False:
                 return _seq(_const("{"), _const("}"))
+            if isinstance(other, dict) and other:  # its members' values are free
+                self._dropped(where, "additionalProperties")
             containers = self._containers(depth, FREE_DEPTH)
             return containers[1] if containers else None
         required = set(schema.get("required") or [])
         members: list[tuple[Format, bool]] = []
         for key, sub in properties.items():
-            value = self._value(sub, depth + 1)
+            value = self._value(sub, depth + 1, f"{where}.properties.{key}")
             if value is None or not self._bare_key(key):
                 return None
             members.append((_seq(_const(f"{key}:"), value), key in required))
         return _seq(_const("{"), self._members(members), _const("}"))
+
+    def _number(self, schema: dict[str, Any], plain: str, where: str) -> Format:
+        """An integer or number: xgrammar's EBNF of it where the schema bounds it, else the plain regex."""
+        bounds = {
+            k: v for k in _NUMBER_BOUNDS if isinstance(v := schema.get(k), (int, float)) and not isinstance(v, bool)
+        }
+        if not bounds:
+            return {"type": "regex", "pattern": plain}
+        try:
+            ebnf = compact_json_ebnf({"type": schema["type"], **bounds}, where)
+        except SchemaGrammarError:
+            self._dropped(where, next(iter(bounds)), "cannot be enforced (nor the other bounds beside it)")
+            return {"type": "regex", "pattern": plain}
+        return {"type": "grammar", "grammar": ebnf}
 
     def _bare_key(self, key: str) -> bool:
         """Whether a key can be written bare: none of `:,{}` in it, and no special token spelled where it stands
@@ -286,18 +364,6 @@ def _counted(item: Format, low: int = 0, high: int | None = None) -> Format | No
         tail = {"type": "optional", "content": later if tail is None else _seq(later, tail)}
     items = _seq(item, *[later] * (max(low, 1) - 1), *([tail] if tail is not None else []))
     return items if low else {"type": "optional", "content": items}
-
-
-def _number(schema: dict[str, Any], plain: str) -> Format:
-    """An integer or number: xgrammar's EBNF of it where the schema bounds it, else the plain regex."""
-    bounds = {k: v for k in _NUMBER_BOUNDS if isinstance(v := schema.get(k), (int, float)) and not isinstance(v, bool)}
-    if not bounds:
-        return {"type": "regex", "pattern": plain}
-    try:
-        ebnf = compact_json_ebnf({"type": schema["type"], **bounds}, "parameters")
-    except SchemaGrammarError:
-        return {"type": "regex", "pattern": plain}
-    return {"type": "grammar", "grammar": ebnf}
 
 
 def _count(schema: dict[str, Any], key: str) -> Any:

@@ -22,8 +22,10 @@ Policy:
   0.2.9 and, being text, would take the quote's spelling for the token. Local
   `$ref`s are inlined, free-form objects and values take any value three
   levels deep; a schema those formats still cannot spell out (a recursive or
-  remote `$ref`, nesting past six levels) keeps free text inside `{…}` (no
-  special token but `<|"|>`).
+  remote `$ref`, nesting past six levels) takes any arguments in Gemma's
+  notation (free text inside `{…}` took `call:f{x}`, which the parser reads as
+  no call), and is a 400 when the tool says `strict: true`, as is a keyword the
+  formats leave out (arguments.py).
 * response_format json_object / json_schema: the answer is that JSON, no
   control token's spelling in a string (`gateway.grammars.safe_json`); with
   tools and "auto", either calls only or that JSON (never free text, which
@@ -36,9 +38,9 @@ import json
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, response_schema, response_strict
+from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
 from gateway.grammars.safe_json import added_spellings, prefixes, safe_json_format, special_ids
-from gateway.grammars.tool_calls import arguments_schema
+from gateway.grammars.tool_calls import arguments_schema, indexed_active_tools
 from gateway.types import ChatRequest
 
 from .arguments import ArgumentFormats
@@ -75,7 +77,7 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
     if quote is not None:
         values = ArgumentFormats({"type": "token", "token": quote}, text, added_spellings(tokenizer))
     body = {"type": "any_tokens", "exclude_tokens": [i for i in text["exclude_tokens"] if i != quote]}
-    calls = [_call(t, token, body, values) for t in tools]
+    calls = [_call(t, token, body, values, f"tools[{i}].function.parameters") for i, t in indexed_active_tools(request)]
     call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
     one = isinstance(request.tool_choice, dict) or not request.parallel_tool_calls
     only_calls = call if one else {"type": "plus", "content": call}
@@ -93,17 +95,30 @@ def build_grammar(request: ChatRequest, tokenizer: Any) -> Grammar | None:
     return _structural_tag(_seq(reasoning, answer))
 
 
-def _call(tool: dict[str, Any], token: Any, body: Format, values: ArgumentFormats | None) -> Format:
-    """`<|tool_call>call:NAME{…}<tool_call|>`: arguments by the schema where it can be spelled out, else free text
-    (`body`: quotes allowed)."""
+def _call(tool: dict[str, Any], token: Any, body: Format, values: ArgumentFormats | None, param: str) -> Format:
+    """`<|tool_call>call:NAME{…}<tool_call|>`: arguments by the schema where it can be spelled out, else any
+    arguments (or, with no quote token in the vocabulary, free text: `body`); a SchemaGrammarError naming `param`
+    instead when the tool says `strict: true` (as the other families refuse a schema they cannot enforce)."""
     name = tool["function"]["name"]
-    arguments = None if values is None else values.arguments(arguments_schema(tool))
+    strict = tool["function"].get("strict") is True
+    arguments = None if values is None else values.arguments(arguments_schema(tool), param, strict)
+    if arguments is None and strict:
+        raise SchemaGrammarError(_NOT_SPELLED_OUT, param)
+    if arguments is None and values is not None:
+        arguments = values.free_arguments()
     if arguments is None:
         opening = {"type": "const_string", "value": f"{CALL_PREFIX}{name}{{"}
         return _seq(token(TOOL_CALL), opening, body, {"type": "const_string", "value": "}"}, token(TOOL_CALL_END))
     return _seq(
         token(TOOL_CALL), {"type": "const_string", "value": f"{CALL_PREFIX}{name}"}, arguments, token(TOOL_CALL_END)
     )
+
+
+_NOT_SPELLED_OUT = (
+    "the JSON schema cannot be enforced in this model's call notation (a recursive, remote or unresolved $ref, "
+    "nesting past 6 levels, a key or enum string holding a special token's spelling, a key with one of ':,{}', or "
+    "a schema too large to spell out); set strict false for best effort"
+)
 
 
 def _structural_tag(fmt: Format) -> Grammar:

@@ -13,7 +13,9 @@ Decisions (the gateway's documented behaviour):
   whole: `call:NAME{key:value,…}` in Gemma's object notation (bare keys, which
   may hold spaces; strings between `<|"|>`; numbers, true, false, null; nested
   objects and arrays, at most MAX_DEPTH deep), emitted as one call with JSON
-  arguments. A call that is malformed, or cut short (max_tokens), is never sent.
+  arguments; a key with no value (`{a:}`, `{a:,b:1}`) is the empty string, as
+  vLLM's parser reads it. A call that is malformed, or cut short (max_tokens),
+  is never sent.
 * Text around calls is content, verbatim.
 """
 
@@ -108,7 +110,7 @@ class _Reader:
                 key = self.until(":,}").strip()
             if not self.take(":"):  # a key of only whitespace is "" (as vLLM's parser reads it)
                 raise Malformed("an object member is key:value")
-            out[key] = self.value(depth + 1)
+            out[key] = "" if self.peek() in (",", "}") else self.value(depth + 1)  # `{a:}`: "", as vLLM reads it
             if self.take("}"):
                 return out
             if not self.take(","):

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from enum import Enum, auto
 
 from gateway.families.streams import StreamedCallParser
-from gateway.families.values import schema_types
+from gateway.families.values import argument_types
 from gateway.types import Delta, Piece
 
 from .markers import (
@@ -111,9 +111,7 @@ class GlmParser(StreamedCallParser):
             self._state = _State.KEY
         elif marker == ARG_VALUE_START and self._key:
             name = self._name.strip()
-            self._out.start_argument(
-                self._key.strip(), schema_types(self._schemas.get(name, {}).get(self._key.strip()))
-            )
+            self._out.start_argument(self._key.strip(), argument_types(self._schemas, name, self._key.strip()))
             self._state = _State.VALUE
         elif marker == TOOL_CALL_END:
             self._open_call()

@@ -41,7 +41,7 @@ from typing import Any
 from gateway.families.base import ParserState
 from gateway.families.chatml_tokens import THINK_END, THINK_START, TOKEN_MARKERS, TOOL_CALL_END, TOOL_CALL_START
 from gateway.families.streams import StreamedCallParser
-from gateway.families.values import schema_types
+from gateway.families.values import argument_types
 from gateway.types import Delta, Piece
 
 from .markers import FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, PARAMETER_OPEN
@@ -244,9 +244,7 @@ class Qwen3XmlParser(StreamedCallParser):
         parameter = _PARAMETER.match(self._buffer)
         if parameter:
             self._buffer = self._buffer[parameter.end() :]
-            self._out.start_argument(
-                parameter[1], schema_types(self._schemas.get(self._function, {}).get(parameter[1]))
-            )
+            self._out.start_argument(parameter[1], argument_types(self._schemas, self._function, parameter[1]))
             self._value_started = False
             self._state = _State.VALUE
             return True
