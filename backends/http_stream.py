@@ -175,6 +175,12 @@ class _Connection(asyncio.Protocol):
     def close(self) -> None:
         self.transport.close()  # type: ignore[union-attr]
 
+    def closed_unanswered(self, error: BaseException) -> bool:
+        """`error` is the server closing this connection before any byte of an answer (a kept connection it closed
+        as the request went out: sent again on a fresh one), not partway through the head (a server that failed:
+        never sent the request again)."""
+        return not self._raw and isinstance(error, asyncio.IncompleteReadError | ConnectionResetError | BrokenPipeError)
+
     def give_up(self, error: OSError) -> None:
         """Stop waiting for the answer: whoever waits gets `error` (a failure of the backend), and the connection
         is dropped."""
@@ -363,7 +369,7 @@ class StreamPool:
                 return connection, _Response.parse_head(await connection.read_head())
             except _BROKEN as e:
                 connection.close()
-                if reused and _closed_before_answering(e):
+                if reused and connection.closed_unanswered(e):
                     continue  # the server closed this idle connection as we sent: try a fresh one
                 raise _broken(self.base_url, e) from None
             except BaseException:
@@ -654,13 +660,6 @@ def _whole_chunk(data: bytes) -> bytes | None:
     except ValueError:
         return None
     return parts[1] if size > 0 and size == len(parts[1]) else None
-
-
-def _closed_before_answering(error: BaseException) -> bool:
-    """The server closed the connection before any byte of an answer (a stale keep-alive connection)."""
-    if isinstance(error, asyncio.IncompleteReadError):
-        return not error.partial
-    return isinstance(error, ConnectionResetError | BrokenPipeError)
 
 
 def _broken(base_url: str, error: BaseException) -> BackendError:
