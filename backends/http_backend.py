@@ -21,17 +21,26 @@ class HTTPBackend(Backend):
     """A backend server at `base_url`: streamed generations, health checks and other small calls on one lean
     keep-alive pool (backends/http_stream.py), which closes the connections the server closed while idle."""
 
-    def __init__(self, base_url: str, *, connect_timeout: float = 5.0, health_timeout: float = 5.0):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        connect_timeout: float = 5.0,
+        health_timeout: float = 5.0,
+        head_timeout: float | None = 30.0,
+    ):
         self.base_url = base_url.rstrip("/")
         self._health_timeout = health_timeout
-        self._streams = StreamPool(self.base_url, connect_timeout=connect_timeout, refused=http_error)
+        self._streams = StreamPool(
+            self.base_url, connect_timeout=connect_timeout, head_timeout_s=head_timeout, refused=http_error
+        )
 
     def _stream_lines(self, path: str, body: bytes) -> PostedLines:
         """POST `body` and give the response's lines, a socket read's batch at a time; entered only once the
         server accepted (200); its `read_rest_later()` leaves what follows the finish to the connection.
 
         A refusal is a BackendError with the server's status (`http_error`); a connection that fails before or
-        during the stream is a retryable 503.
+        during the stream, or a server that sends no answer's head within `head_timeout`, is a retryable 503.
         """
         return self._streams.post_lines(path, body)
 

@@ -7,12 +7,15 @@ a buffer copy and two coroutines per read. This client sends a JSON POST and han
 lines as bytes, a socket read's worth at a time, cut in the read's own callback (`post_lines`), or makes a small
 call (`call`: health checks, aborts), reusing connections between requests. An idle connection the server closed
 is closed here at once (a pool that waits for the next request holds a CLOSE-WAIT socket for as long as the
-backend is idle), and dropped from the pool within `sweep_s`.
+backend is idle), and dropped from the pool within `sweep_s`. A server that takes the request but sends no answer's
+head within `head_timeout_s` (give or take two sweeps) has its connection closed: the request fails as retryable, so
+the router can move it to another replica before any output.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -86,7 +89,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        self._lost_error = exc
+        if self._lost_error is None:  # else the pool gave up on this connection (`give_up`): its error stands
+            self._lost_error = exc
         if not self._closed.done():
             self._closed.set_result(None)
         if self._drained is not None and not self._drained.done():
@@ -170,6 +174,19 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.transport.close()  # type: ignore[union-attr]
+
+    def closed_unanswered(self, error: BaseException) -> bool:
+        """`error` is the server closing this connection before any byte of an answer (a kept connection it closed
+        as the request went out: sent again on a fresh one), not partway through the head (a server that failed:
+        never sent the request again)."""
+        return not self._raw and isinstance(error, asyncio.IncompleteReadError | ConnectionResetError | BrokenPipeError)
+
+    def give_up(self, error: OSError) -> None:
+        """Stop waiting for the answer: whoever waits gets `error` (a failure of the backend), and the connection
+        is dropped."""
+        self.lost, self._lost_error = True, error
+        self.transport.abort()  # type: ignore[union-attr]
+        self._wake()
 
     async def wait_closed(self) -> None:
         await self._closed
@@ -286,6 +303,7 @@ class StreamPool:
         keepalive_s: float = 4.0,
         max_idle: int = 256,
         sweep_s: float = 1.0,
+        head_timeout_s: float | None = 30.0,
         refused: Callable[[int, bytes], Exception] = HTTPStatusError,
     ):
         url = urlsplit(base_url)
@@ -305,6 +323,12 @@ class StreamPool:
         """Connections whose answer's rest is being read (`PostedLines.read_rest_later`), and since when."""
         self._sweep_s = sweep_s
         self._sweep: asyncio.TimerHandle | None = None
+        self._head_timeout_s = head_timeout_s
+        self._head_sweeps = None if head_timeout_s is None else max(1, math.ceil(head_timeout_s / sweep_s))
+        """The sweeps a connection may wait for an answer's head through (None: no limit)."""
+        self._asking: dict[_Connection, int] = {}
+        """Connections sent a request and waiting for its answer's head, and the sweeps they waited through (a
+        count, not a time: no clock read or float per request)."""
         self.base_url = base_url
 
     def post_lines(self, path: str, body: bytes) -> PostedLines:
@@ -337,17 +361,22 @@ class StreamPool:
             reused = connection is not None
             if connection is None:
                 connection = await self._connect()
+            self._asking[connection] = 0
+            if self._sweep is None and self._head_sweeps is not None:
+                self._sweep_later()
             try:
                 await connection.send(request + body)
                 return connection, _Response.parse_head(await connection.read_head())
             except _BROKEN as e:
                 connection.close()
-                if reused and _closed_before_answering(e):
+                if reused and connection.closed_unanswered(e):
                     continue  # the server closed this idle connection as we sent: try a fresh one
                 raise _broken(self.base_url, e) from None
             except BaseException:
                 connection.close()
                 raise
+            finally:
+                del self._asking[connection]
 
     def _take_idle(self) -> _Connection | None:
         while self._idle:
@@ -407,8 +436,8 @@ class StreamPool:
 
     def _sweep_idle(self) -> None:
         """Close idle connections the server closed (else their sockets sit in CLOSE-WAIT until the next
-        request) or that outlived the keep-alive, and those whose answer's rest took longer than `sweep_s`; again
-        every `sweep_s` while any are left."""
+        request) or that outlived the keep-alive, those whose answer's rest took longer than `sweep_s`, and those
+        whose answer's head is late; again every `sweep_s` while any are left."""
         self._sweep = None
         usable = []
         for connection in self._idle:
@@ -422,8 +451,20 @@ class StreamPool:
             if since < late:
                 del self._finishing[connection]
                 connection.close()
-        if usable or self._finishing:
+        self._time_out_heads()
+        if usable or self._finishing or self._asking:
             self._sweep_later()
+
+    def _time_out_heads(self) -> None:
+        """Give up on the connections whose answer's head took longer than `head_timeout_s` (this sweep's check)."""
+        limit = self._head_sweeps
+        if limit is None:
+            return
+        for connection, sweeps in list(self._asking.items()):
+            if sweeps >= limit:
+                connection.give_up(TimeoutError(f"no answer within {self._head_timeout_s:g} s"))
+            else:
+                self._asking[connection] = sweeps + 1
 
     async def close(self) -> None:
         if self._sweep is not None:
@@ -621,13 +662,6 @@ def _whole_chunk(data: bytes) -> bytes | None:
     return parts[1] if size > 0 and size == len(parts[1]) else None
 
 
-def _closed_before_answering(error: BaseException) -> bool:
-    """The server closed the connection before any byte of an answer (a stale keep-alive connection)."""
-    if isinstance(error, asyncio.IncompleteReadError):
-        return not error.partial
-    return isinstance(error, ConnectionResetError | BrokenPipeError)
-
-
 def _broken(base_url: str, error: BaseException) -> BackendError:
     return BackendError(f"backend {base_url} failed: {describe_failure(error)}", status=503, retryable=True)
 
@@ -637,7 +671,7 @@ def describe_failure(error: BaseException) -> str:
     if isinstance(error, asyncio.IncompleteReadError):
         return "the connection closed before the answer ended"
     if isinstance(error, TimeoutError):
-        return "timed out"
+        return str(error) or "timed out"
     if isinstance(error, ConnectionResetError):
         return "the connection was reset"
     if isinstance(error, BrokenPipeError):

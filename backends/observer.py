@@ -16,7 +16,7 @@ class RouterObserver:
         """An attempt of a request is about to be sent to `replica`."""
 
     def retried(self, replica: str, error: BackendError) -> None:
-        """An attempt on `replica` failed with `error` before any output and the request moves on."""
+        """An attempt on `replica` failed with `error` before any output and another replica takes the request."""
 
     def failed(self, replica: str, error: BackendError) -> None:
         """An attempt on `replica` ended with `error` (retried or not)."""

@@ -7,8 +7,11 @@
   replica fed by the outcome of real requests. A check that goes unanswered in time does not mark down a
   replica that delivered output since the previous check: it is busy, not dead (and the late answer may be
   the gateway's own busy event loop's doing).
-- Retries: a connection failure, a 429 or a 5xx moves the request to another replica, but only while
-  nothing has been yielded; after the first chunk a failure goes to the caller.
+- Failover: a connection refused or reset, an answer's head that does not come in time (the HTTP client's
+  `head_timeout`), a 429 or a 5xx moves the request to another replica (never one already tried, at most
+  `max_attempts` in all, within the one deadline), but only while nothing has been yielded; after the first
+  chunk a failure goes to the caller, so a stream never repeats or reorders output. The failed try counts
+  for its replica's breaker; the caller's admission (a tenant's reservation) covers every try.
 - Deadlines: `request_timeout_s` bounds a request from its first try to its last chunk, and once a
   stream has started, `stall_timeout_s` bounds the silence between two chunks (a hung replica that
   keeps its connection open).
@@ -127,6 +130,9 @@ class Router(Backend):
             replica = self._choose(hashes, tried)
             if replica is None:
                 break
+            if last is not None:  # a failover: the previous replica failed before any output
+                log.warning("request %s failed on %s, moving to %s: %s", request.rid, tried[-1].url, replica.url, last)
+                self.observer.retried(tried[-1].url, last)
             tried.append(replica)
             self._affinity.record(hashes, replica.url)
             attempt = _Attempt(self, replica)
@@ -164,8 +170,6 @@ class Router(Backend):
                 attempt.failed(e)
                 if attempt.yielded or not e.retryable:
                     raise
-                log.warning("request %s failed on %s, trying another replica: %s", request.rid, replica.url, e)
-                self.observer.retried(replica.url, e)
                 last = e
             finally:
                 clock.stop()

@@ -41,6 +41,8 @@ def access_line(record: RequestRecord, route: str, ended: float) -> bytes:
         "ttft_ms": None if record.first_token is None else _milliseconds(record.first_token - record.started),
         "latency_ms": _milliseconds(ended - record.started),
     }
+    if record.failed_over:
+        line["failed_over"] = list(record.failed_over)
     if record.trace_id:
         line["trace_id"] = record.trace_id
     if record.error:

@@ -26,8 +26,8 @@ from backends.observer import RouterObserver
 from backends.router import Router
 from backends.vllm_buckets import E2E_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
 from gateway.models.registry import ModelRegistry
-from gateway.observability.requests import RequestRecord, note_dispatch
-from gateway.observability.tracing import note_replica
+from gateway.observability.requests import RequestRecord, note_dispatch, note_failover
+from gateway.observability.tracing import note_replica, note_replica_failed
 
 # fmt: off
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
@@ -147,7 +147,10 @@ class GatewayMetrics:
             "gateway:shielded_spellings", "Added-token spellings typed by clients, shielded", model, registry=r
         )
         self.retries = Counter(
-            "gateway:backend_retries", "Attempts moved to another replica", ["model_name", "replica"], registry=r
+            "gateway:backend_retries",
+            "Requests moved off a replica (it failed before any output) to another",
+            ["model_name", "replica"],
+            registry=r,
         )
         self.backend_errors = Counter(
             "gateway:backend_errors",
@@ -277,6 +280,8 @@ class RouterMetrics(RouterObserver):
 
     def retried(self, replica: str, error: BackendError) -> None:
         self._metrics.retries.labels(self._model, replica).inc()
+        note_failover(replica)
+        note_replica_failed(replica, error)
 
     def failed(self, replica: str, error: BackendError) -> None:
         self._metrics.backend_errors.labels(self._model, replica, str(error.status)).inc()

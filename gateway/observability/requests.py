@@ -31,6 +31,9 @@ class RequestRecord:
     dispatched: float | None = None
     """When the first backend attempt was sent."""
     replica: str = ""
+    """The replica of the latest backend attempt (the one that answered, once it did)."""
+    failed_over: tuple[str, ...] = ()
+    """Replicas that failed this request before any output, each then left for another (in order)."""
     first_token: float | None = None
     last_token: float | None = None
     prompt_tokens: int = 0
@@ -110,6 +113,13 @@ def note_dispatch(replica: str) -> None:
         if record.dispatched is None:
             record.dispatched = time.perf_counter()
         record.replica = replica
+
+
+def note_failover(replica: str) -> None:
+    """The attempt on `replica` failed before any output and the request moves to another replica."""
+    record = _current.get()
+    if record is not None:
+        record.failed_over += (replica,)
 
 
 def note_grammar(seconds: float) -> None:

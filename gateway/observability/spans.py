@@ -20,7 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from backends.base import Backend, GenerateChunk, GenerateRequest
+from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest
 from backends.trace_context import current_traceparent
 from gateway.observability.requests import RequestRecord, current_request
 from gateway.observability.tracing import current_spans
@@ -159,6 +159,11 @@ class RequestSpans:
         parts = urlsplit(url)
         span.set_attributes({"server.address": parts.hostname or url, "server.port": parts.port or 80})
         span.add_event("dispatch", {"url.full": url})
+
+    def note_replica_failed(self, url: str, error: BackendError) -> None:
+        span = _attempt.get()
+        if span is not None:
+            span.add_event("failover", {"url.full": url, "error.type": error.code or str(error.status)})
 
     def timed_door(self, door: Any) -> Any:
         return _TimedDoor(door, self)

@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from backends.base import Backend, GenerateChunk, GenerateRequest
+from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest
 
 current_spans: ContextVar[Any] = ContextVar("gateway_spans", default=None)
 """The request's `spans.RequestSpans` while a traced request is served, else None."""
@@ -82,6 +82,13 @@ def note_replica(url: str) -> None:
     spans = current_spans.get()
     if spans is not None:
         spans.note_replica(url)
+
+
+def note_replica_failed(url: str, error: BackendError) -> None:
+    """The attempt on the replica at `url` failed with `error` before any output; another replica is tried."""
+    spans = current_spans.get()
+    if spans is not None:
+        spans.note_replica_failed(url, error)
 
 
 def traced_door(door: D) -> D:

@@ -25,7 +25,10 @@ A YAML (or JSON) file:
           request_timeout_s: 600      # deadline of one request, first try to last token (null: none)
           stall_timeout_s: 60         # once output started, the longest silence before the replica counts
                                       #   as failed (null: none)
-          max_attempts: 3             # replicas tried before the first token (connect failure, 429, 5xx)
+          head_timeout_s: 30          # a replica that took the request but sent no answer's head (status line)
+                                      #   within this is failed and the request moves on (null: none)
+          max_attempts: 3             # replicas tried before the first token (connect failure, reset, silence,
+                                      #   429, 5xx); never one twice, never after output, within request_timeout_s
           health_interval_s: 5        # active GET /health of every replica
           xgrammar: 0.2.7             # the backend's xgrammar (default: sglang 0.2.7, vllm 0.2.8, worker
                                       #   the installed one); a grammar it would ignore is refused
@@ -99,6 +102,7 @@ class BackendConfig(WorkerOptions):
     dns: DNSConfig | None = None
     request_timeout_s: float | None = 600.0
     stall_timeout_s: float | None = 60.0
+    head_timeout_s: float | None = 30.0
     max_attempts: int = 3
     health_interval_s: float = 5.0
     xgrammar: str | None = None
@@ -294,7 +298,7 @@ def _backend(raw: dict, where: str) -> BackendConfig:
         raise ConfigError(f"{where}: url, urls and dns are for sglang and vllm backends")
     if backend.api not in VLLM_APIS:
         raise ConfigError(f"{where}.api: {backend.api!r} is not one of {VLLM_APIS}")
-    for name in ("request_timeout_s", "stall_timeout_s", "health_interval_s"):
+    for name in ("request_timeout_s", "stall_timeout_s", "head_timeout_s", "health_interval_s"):
         value = getattr(backend, name)
         if value is not None and (not isinstance(value, int | float) or value <= 0):
             raise ConfigError(f"{where}.{name}: a positive number of seconds is required")

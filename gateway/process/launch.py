@@ -128,12 +128,13 @@ def _start_backend(
     cfg = entry.backend
     if cfg.type == "none":
         return None
+    head = cfg.head_timeout_s
     if cfg.type == "sglang":
-        return _router(cfg, lambda url: SGLangBackend(url, incremental=cfg.incremental))
+        return _router(cfg, lambda url: SGLangBackend(url, incremental=cfg.incremental, head_timeout=head))
     if cfg.type == "vllm":
-        return _router(cfg, lambda url: VLLMBackend(url, api=cfg.api, model=cfg.model))
+        return _router(cfg, lambda url: VLLMBackend(url, api=cfg.api, model=cfg.model, head_timeout=head))
     supervisor, worker_url = _start_worker(entry, stack)
-    router = _router(cfg, lambda url: SGLangBackend(url, incremental=True), [worker_url])
+    router = _router(cfg, lambda url: SGLangBackend(url, incremental=True, head_timeout=head), [worker_url])
     background.append(functools.partial(supervisor.watch, lambda url: router.set_urls([url])))
     return router
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 
@@ -249,6 +250,77 @@ async def test_a_connect_past_its_timeout_is_unreachable():
         finally:
             for filler in fillers:
                 filler.close()
+
+
+async def test_a_server_that_takes_the_request_but_never_answers_fails_at_the_head_timeout():
+    """Accepted, read, then silence (a hung server with its socket open): a retryable 503 once `head_timeout_s`
+    passed (the router then moves the request), not a wait until the request's deadline."""
+    async with raw_server(lambda n, req: []) as (url, per_connection):
+        pool = StreamPool(url, head_timeout_s=0.05, sweep_s=0.05)
+        with pytest.raises(BackendError) as info:
+            await lines_of(pool)
+        assert info.value.status == 503 and info.value.retryable
+        assert str(info.value).endswith("failed: no answer within 0.05 s"), str(info.value)
+        await pool.close()
+    assert per_connection == [1]  # given up, not tried again on a fresh connection
+
+
+async def test_a_kept_connection_reset_inside_the_head_is_not_sent_the_request_again():
+    """A reset after part of the head is a server that failed, not a kept connection it had closed: the request is
+    not sent to the same server again on a fresh connection (the router moves it to another replica)."""
+    requests = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal requests
+        with suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0]))
+                requests += 1
+                if requests > 1:
+                    break
+                writer.write(b"".join(chunked(b"ok\n")))
+            writer.write(b"HTTP/1.1 200")
+            await writer.drain()
+            await asyncio.sleep(0.05)  # the client reads the head's start (same loop) before the reset
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()  # with SO_LINGER 0: an RST
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        pool = StreamPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        assert await lines_of(pool) == [b"ok"]
+        with pytest.raises(BackendError) as info:
+            await lines_of(pool)  # on the kept connection
+        assert info.value.status == 503 and info.value.retryable
+        assert requests == 2, requests  # not a third time on a fresh connection
+        await pool.close()
+    finally:
+        server.close()
+
+
+async def test_the_head_timeout_bounds_the_head_only():
+    """A head in time, then a body slower than the head timeout: the whole answer (the stall limit is the router's)."""
+    body_sent = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head, *rest = chunked(b"late\n")
+        writer.write(head)
+        await asyncio.sleep(0.3)  # several sweeps and head timeouts
+        writer.write(b"".join(rest))
+        body_sent.set()
+        await reader.read()  # until the client closes (or keeps it: the server closes below)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        pool = StreamPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", head_timeout_s=0.05, sweep_s=0.05)
+        assert await lines_of(pool) == [b"late"]
+        assert body_sent.is_set()
+        await pool.close()
+    finally:
+        server.close()
 
 
 async def test_leaving_early_closes_the_connection():

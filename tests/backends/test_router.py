@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Iterator
-from contextlib import ExitStack, aclosing
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, aclosing, asynccontextmanager, suppress
 
 import pytest
 
 from backends.base import BackendError, GenerateRequest, SamplingParams
 from backends.discovery import DNSService
+from backends.observer import RouterObserver
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from tests.gateway.http_server import dead_url, serve
@@ -131,6 +132,67 @@ async def test_overload_and_server_errors_are_retried_before_any_output(standins
         for i in range(2):
             assert await output(r, request(f"r{i}")) == IDS
         assert len(bad.bodies) == 1 and len(good.bodies) == 2
+    finally:
+        await r.close()
+
+
+class Failovers(RouterObserver):
+    """The replicas a request was moved off, as the router tells its observer."""
+
+    def __init__(self) -> None:
+        self.moved: list[str] = []
+
+    def retried(self, replica: str, error: BackendError) -> None:
+        self.moved.append(replica)
+
+
+@asynccontextmanager
+async def silent_on_generate() -> AsyncIterator[str]:
+    """A server that answers its health check, then takes every generation request and never answers it (its
+    socket stays open: a hung replica); yields its URL."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with suppress(ConnectionError, asyncio.IncompleteReadError):
+            while (await reader.readuntil(b"\r\n\r\n")).startswith(b"GET /health"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            await reader.read()  # the request's body, then nothing until the client gives up
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+async def test_a_replica_that_takes_requests_but_never_answers_is_left_for_another(standins):
+    good, good_url = standins[0]
+    async with silent_on_generate() as silent_url:
+        r = Router(
+            lambda url: SGLangBackend(url, incremental=True, head_timeout=0.05),
+            urls=[silent_url, good_url],
+            policy=RoutingPolicy(health_interval_s=60, failure_threshold=2, cooldown_s=60),
+        )
+        r.observer = failovers = Failovers()
+        try:
+            for i in range(4):
+                assert await output(r, request(f"r{i}")) == IDS
+            assert len(good.bodies) == 4
+            assert failovers.moved == [silent_url, silent_url]  # each fails once, then its breaker opens
+            assert not r.replicas[0].breaker.available()
+        finally:
+            await r.close()
+
+
+async def test_a_failure_with_no_other_replica_to_take_it_is_no_failover(standins):
+    bad, bad_url = standins[0]
+    bad.script = lambda body: Script(refuse=503)
+    r = router([bad_url], RoutingPolicy(health_interval_s=60))
+    r.observer = failovers = Failovers()
+    try:
+        with pytest.raises(BackendError) as info:
+            await output(r, request("r"))
+        assert info.value.status == 503 and failovers.moved == []
     finally:
         await r.close()
 

@@ -197,6 +197,10 @@ class TcpFaultProxy:
         return self._call(_run(lambda: len(self.links)))
 
     def stop(self) -> None:
+        """Stop listening (its port refuses connections from now on) and close every link; again: nothing."""
+        if not self._thread.is_alive():
+            return
+
         async def shut() -> None:
             assert self._server is not None
             self._server.close()

@@ -8,10 +8,13 @@ only requests tell. After every test no backend stream is left open and nothing 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -41,6 +44,12 @@ CLIENT_TIMEOUT_S = 0.5
 """The gateway's header, body and send timeouts here."""
 DEADLINE_S = 1.0
 CASES = ["stalled", "cut", "not-http", "stale", "endless-body"]
+FAILOVER = "failover"
+"""Three replicas: one about to refuse connections, one about to reset inside its answer's head, one healthy."""
+SILENT = "silent"
+"""Two replicas: one about to take requests and never answer, one healthy; a short head timeout."""
+AFTER_OUTPUT = "after-output"
+"""Two replicas: one about to break after its first events, one healthy."""
 NOT_READING = "not-reading"
 """Its stream runs until the client's window is full (a deadline would end it first)."""
 TRICKLED = "trickled"
@@ -58,9 +67,27 @@ def wire(smollm2: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
         backend.stop()
 
 
+@dataclass
+class FailingReplicas:
+    """Proxies to the wire's backend, each a replica that fails the way its test sets (all pass at first)."""
+
+    refusing: TcpFaultProxy
+    resetting: TcpFaultProxy
+    silent: TcpFaultProxy
+
+
+@pytest.fixture(scope="module")
+def failing(wire: tuple[FaultBackend, TcpFaultProxy]) -> Iterator[FailingReplicas]:
+    with ExitStack() as stack:
+        yield FailingReplicas(*(stack.enter_context(TcpFaultProxy(wire[0].port)) for _ in range(3)))
+
+
 @pytest.fixture(scope="module")
 def deployment(
-    wire: tuple[FaultBackend, TcpFaultProxy], smollm2: Path, tmp_path_factory: pytest.TempPathFactory
+    wire: tuple[FaultBackend, TcpFaultProxy],
+    failing: FailingReplicas,
+    smollm2: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployment]:
     backend, proxy = wire
     models = [
@@ -70,6 +97,14 @@ def deployment(
     models += [
         replicas(case, smollm2, [proxy.url_for("http")], health_interval_s=60) for case in (NOT_READING, TRICKLED)
     ]
+    healthy = backend.url
+    models += [
+        replicas(FAILOVER, smollm2, [failing.refusing.url_for("http"), failing.resetting.url_for("http"), healthy]),
+        replicas(SILENT, smollm2, [failing.silent.url_for("http"), healthy], head_timeout_s=0.2),
+        replicas(AFTER_OUTPUT, smollm2, [failing.resetting.url_for("http"), healthy]),
+    ]
+    for model in models[-3:]:
+        model["backend"]["health_interval_s"] = 60  # checked once, at the start, while every replica passes
     protocol = small_send_buffers(client_timeout_protocol(CLIENT_TIMEOUT_S, send_timeout_s=CLIENT_TIMEOUT_S))
     with gateway_in_process(models, tmp_path_factory.mktemp("wire"), http=protocol, max_body_bytes=100_000) as (url, _):
         yield Deployment(os.getpid(), port_of_url(url), models, [backend], in_process=True)
@@ -121,6 +156,68 @@ def test_a_backend_that_sends_its_head_then_stalls_runs_into_the_deadline(client
     proxy.set("stall", after=response_head_bytes(wire[0]))
     for stream in (True, False):
         assert_error_response(client.post("/v1/chat/completions", json=chat("stalled", stream=stream)), 504, "timeout")
+
+
+def failovers(client: httpx.Client, model: str) -> dict[str, float]:
+    """gateway:backend_retries_total of `model` by replica, from /metrics."""
+    found = {}
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("gateway:backend_retries_total{") and f'model_name="{model}"' in line:
+            found[line.split('replica="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def assert_replies(response: httpx.Response) -> None:
+    """A whole answer (streamed or not) with the fault backend's reply."""
+    assert response.status_code == 200, response.text
+    streamed = response.headers["content-type"].startswith("text/event-stream")
+    text = text_of(list(sse(response))) if streamed else response.json()["choices"][0]["message"]["content"]
+    assert text and REPLY.startswith(text), text
+
+
+def answered(lines: list[logging.LogRecord], model: str) -> list[dict[str, object]]:
+    """The access lines of `model`'s chat requests among `lines`."""
+    parsed = [json.loads(r.getMessage()) for r in lines if r.name == "gateway.access" and r.levelno == logging.INFO]
+    return [line for line in parsed if line["model"] == model and line["path"] == "/v1/chat/completions"]
+
+
+def test_replicas_that_refuse_or_reset_before_any_output_are_failed_over(client, wire, failing, caplog):
+    """One replica refuses connections, one resets inside its answer's head, one serves: every request succeeds,
+    each failed replica is tried (its failovers counted), and the access line names the replica that answered."""
+    failing.refusing.stop()  # it passed its health check; now its port refuses connections
+    failing.resetting.set("cut", after=12, rst=True)  # `HTTP/1.1 200`, then an RST
+    refusing, resetting = failing.refusing.url_for("http"), failing.resetting.url_for("http")
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        for i in range(6):
+            assert_replies(client.post("/v1/chat/completions", json=chat(FAILOVER, stream=i % 2 == 0)))
+    moved = failovers(client, FAILOVER)
+    assert moved.get(refusing, 0) >= 1 and moved.get(resetting, 0) >= 1, moved
+    lines = answered(caplog.records, FAILOVER)
+    assert len(lines) == 6 and {line["replica"] for line in lines} == {wire[0].url}, lines
+    assert {r for line in lines for r in line.get("failed_over", ())} == {refusing, resetting}, lines
+
+
+def test_a_replica_that_takes_requests_and_never_answers_is_failed_over(client, failing):
+    failing.silent.set("blackhole")
+    for stream in (True, False):  # one of the two goes to the silent replica first
+        assert_replies(client.post("/v1/chat/completions", json=chat(SILENT, stream=stream)))
+    assert list(failovers(client, SILENT)) == [failing.silent.url_for("http")]
+
+
+def test_a_replica_that_breaks_after_output_is_not_failed_over(client, wire, failing):
+    failing.resetting.set("cut", after=response_head_bytes(wire[0]) + 300)  # a few events in
+    outcomes = set()
+    for _ in range(2):  # one on each replica
+        with client.stream("POST", "/v1/chat/completions", json=chat(AFTER_OUTPUT, stream=True)) as response:
+            assert response.status_code == 200, response.read()
+            events = list(sse(response))
+        assert text_of(events) and REPLY.startswith(text_of(events)), events
+        if any(isinstance(e, dict) and "error" in e for e in events):
+            assert_error_then_done(events, "backend_error")  # the text so far, the error, never a second try
+            outcomes.add("error")
+        else:
+            outcomes.add("whole")
+    assert outcomes == {"error", "whole"} and failovers(client, AFTER_OUTPUT) == {}
 
 
 def test_a_backend_cut_inside_a_frame_is_an_error_event_after_text(client, wire, proxy):

@@ -20,13 +20,14 @@ def test_replicas_and_routing_settings(tmp_path):
         config(
             tmp_path,
             "{type: sglang, urls: [http://a:1, http://b:1], request_timeout_s: 30, max_attempts: 2, "
-            "health_interval_s: 1.5, xgrammar: 0.2.7}",
+            "health_interval_s: 1.5, head_timeout_s: 7, xgrammar: 0.2.7}",
         )
         .models[0]
         .backend
     )
     assert backend.urls == ["http://a:1", "http://b:1"]
     assert (backend.request_timeout_s, backend.max_attempts, backend.health_interval_s) == (30, 2, 1.5)
+    assert backend.head_timeout_s == 7
     assert backend.xgrammar == "0.2.7"
 
 
@@ -51,6 +52,7 @@ def test_dns_service(tmp_path):
         ("{type: sglang, url: http://a:1, request_timeout_s: 0}", "request_timeout_s: a positive number"),
         ("{type: sglang, url: http://a:1, health_interval_s: fast}", "health_interval_s: a positive number"),
         ("{type: sglang, url: http://a:1, max_attempts: 0}", "max_attempts: a positive integer"),
+        ("{type: sglang, url: http://a:1, head_timeout_s: -1}", "head_timeout_s: a positive number"),
         ("{type: sglang, url: http://a:1, xgrammar: latest}", "xgrammar: a version like 0.2.7"),
         ("{threads: many}", 'threads: a positive integer or "auto"'),
         ("{threads: 0}", 'threads: a positive integer or "auto"'),

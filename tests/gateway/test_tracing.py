@@ -35,6 +35,8 @@ from tests.gateway.test_metrics import samples, value
 TOKENS = "Sunny and warm today."
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
+TWO_REPLICAS = "two-replicas"
+"""A model over a replica that refuses every request (503), then the good backend."""
 
 
 @pytest.fixture(scope="module")
@@ -57,17 +59,28 @@ def backend(model) -> Iterator[SimpleNamespace]:
         yield SimpleNamespace(server=server, url=url, n_ids=len(ids))
 
 
-def _gateway(model, backend, tracing: Tracing | None):
+def _gateway(model, backend, tracing: Tracing | None, refusing_url: str | None = None):
+    """The gateway serving `model` from `backend`, and with `refusing_url`, TWO_REPLICAS from it, then `backend`."""
     router = Router(lambda u: SGLangBackend(u, incremental=True), urls=[backend.url], policy=RoutingPolicy())
-    return create_app(ModelRegistry([dataclasses.replace(model, backend=router)]), tracing=tracing)
+    models = [dataclasses.replace(model, backend=router)]
+    if refusing_url is not None:
+        two = Router(lambda u: SGLangBackend(u, incremental=True), urls=[refusing_url, backend.url])
+        models.append(dataclasses.replace(model, id=TWO_REPLICAS, backend=two))
+    return create_app(ModelRegistry(models), tracing=tracing)
 
 
 @pytest.fixture(scope="module")
 def traced(model, backend, collector) -> Iterator[SimpleNamespace]:
     config = TracingConfig(endpoint=collector.url, service_name="gateway-under-test")
     tracing = Tracing(config, traces_endpoint(config))
-    with serve(_gateway(model, backend, tracing)) as base, httpx.Client(base_url=base, timeout=30) as client:
-        yield SimpleNamespace(client=client, tracing=tracing)
+    refusing = SGLangStandIn(incremental=True)
+    refusing.script = lambda body: Script(refuse=503)
+    with (
+        serve(refusing.app) as refusing_url,
+        serve(_gateway(model, backend, tracing, refusing_url)) as base,
+        httpx.Client(base_url=base, timeout=30) as client,
+    ):
+        yield SimpleNamespace(client=client, tracing=tracing, refusing_url=refusing_url)
     tracing.shutdown()
 
 
@@ -122,6 +135,19 @@ def test_a_chat_request_is_one_trace_under_the_callers_span_with_its_stages(trac
     assert backend.server.headers[-1]["traceparent"] == f"00-{CLIENT_TRACE}-{call['id']}-01"
     assert children["gateway.parse"]["attributes"]["gateway.parse.steps"] >= 1
     assert all(server["start"] <= s["start"] <= s["end"] <= server["end"] for s in children.values())
+
+
+def test_a_failover_is_an_event_of_the_backend_span_which_names_the_replica_that_answered(traced, collector, backend):
+    calls = []
+    for trace in ("5bf92f3577b34da6a3ce929d0e0e4731", "5bf92f3577b34da6a3ce929d0e0e4732"):  # the replicas take turns
+        body = {"model": TWO_REPLICAS, "messages": USER, "max_tokens": 4}
+        _request(traced, "/v1/chat/completions", body, {"traceparent": f"00-{trace}-{CLIENT_SPAN}-01"})
+        calls.append(_only(collector.trace(trace), name=f"chat {TWO_REPLICAS}"))
+    events = sorted(call["events"].count("dispatch") for call in calls)
+    assert events == [1, 2]  # one went straight to the backend, the other met the refusing replica first
+    moved = next(call for call in calls if "failover" in call["events"])
+    assert [e for e in moved["events"] if e in ("dispatch", "failover")] == ["dispatch", "failover", "dispatch"]
+    assert moved["attributes"]["server.port"] == int(backend.url.rsplit(":", 1)[1])
 
 
 def test_the_other_doors_take_the_same_path_and_a_new_trace_reaches_the_backend(traced, collector, backend):

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from policies.auth import hash_key
-from tests.faults.conftest import FaultBackend
+from tests.faults.conftest import FaultBackend, replicas
+from tests.faults.tcp_proxy import TcpFaultProxy
 from tests.policies.deployment import (
     auth,
     burst,
@@ -29,6 +31,8 @@ from tests.policies.deployment import (
 )
 
 MODELS = ["m-alpha", "m-beta", "m-shared"]
+FAILOVER = "failover"
+"""A model of two replicas: the fault backend through a fault proxy (cut in the test), then the backend itself."""
 NOWHERE = "m-none"
 TOOLS = ["get_weather", "search", "delete_all"]
 ALLOWED_MODELS = {"alpha": {"m-alpha", "m-shared"}, "beta": {"m-beta", "m-shared"}, "gamma": set(MODELS)}
@@ -48,8 +52,17 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
+def failing_replica(standin_backend: FaultBackend) -> Iterator[TcpFaultProxy]:
+    with TcpFaultProxy(standin_backend.port) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
 def deployment(
-    smollm2: Path, standin_backend: FaultBackend, tmp_path_factory: pytest.TempPathFactory
+    smollm2: Path,
+    standin_backend: FaultBackend,
+    failing_replica: TcpFaultProxy,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("tenants")
     policies = root / "policies"
@@ -67,11 +80,14 @@ def deployment(
     write_tenant(policies, "window", models=["m-shared"], limits={"tokens_per_minute": 100, "max_tokens": 4096})
     write_tenant(policies, "prometheus", metrics=True)
     write_tenant(policies, "strict", models=["m-shared"], tools={"strict": "always"})
+    write_tenant(policies, FAILOVER, models=[FAILOVER], limits={"tokens_per_minute": 10000})
     expired = write_tenant(policies, "expired", models=["m-*"])
     expired.write_text(expired.read_text().replace("  sha256", "  expires: 2020-01-31\n  sha256"))
     audit = root / "audit.jsonl"
     backend = standin_backend
     config = models_config(root / "gateway.yaml", smollm2, backend.url, MODELS)
+    two = replicas(FAILOVER, smollm2, [failing_replica.url_for("http"), backend.url], health_interval_s=60)
+    config.write_text(yaml.safe_dump({"models": [*yaml.safe_load(config.read_text())["models"], two]}))
     with policy_gateway(config, policies, "--audit-log", str(audit)) as gateway:
         yield Deployment(gateway.base_url, audit, backend, gateway)
 
@@ -410,9 +426,10 @@ def test_audit_lines_name_tenant_and_key_id_never_the_key(deployment, client):
 
 def test_ready_shows_the_policy_store_and_no_model_id(client):
     body = client.get("/ready").json()
-    assert body["models"] == {"ready": len(MODELS), "total": len(MODELS)}  # an open route: ids are for tenants
+    served = len(MODELS) + 1  # FAILOVER too
+    assert body["models"] == {"ready": served, "total": served}  # an open route: ids are for tenants
     assert body["policies"]["store"] == "memory" and body["policies"]["store_reachable"] is True
-    assert body["policies"]["tenants"] == 11 and body["policies"]["problems"] == 0
+    assert body["policies"]["tenants"] == 12 and body["policies"]["problems"] == 0
 
 
 def test_only_a_metrics_tenants_key_reads_metrics(client):
@@ -424,3 +441,26 @@ def test_only_a_metrics_tenants_key_reads_metrics(client):
     assert client.get("/metrics").status_code == 401
     scraped = client.get("/metrics", headers=auth("prometheus"))
     assert scraped.status_code == 200 and 'tenant="alpha"' in scraped.text and 'model_name="m-alpha"' in scraped.text
+
+
+def test_a_request_moved_to_another_replica_is_charged_once(deployment, client, failing_replica):
+    """A replica that drops the request before any output (it reached the backend: the work was started there) and
+    another that answers: one admission, one reservation, one settlement of what was produced."""
+    failing_replica.set("cut", after=0, rst=True)
+    ids = [f"failover-{i}-{time.monotonic_ns()}" for i in range(2)]  # the replicas take turns: one meets the cut
+    for rid in ids:
+        response = client.post(
+            "/v1/chat/completions", headers={**auth(FAILOVER), "x-request-id": rid}, json=chat(FAILOVER, max_tokens=2)
+        )
+        assert response.status_code == 200, response.text
+    assert failing_replica.accepted >= 1  # a request went there first
+    lines = wait_for_audit(deployment.audit, ids)
+    assert [line["completion_tokens"] for line in lines] == [2, 2]
+    prompt = lines[0]["prompt_tokens"]
+    probe = client.post("/v1/chat/completions", headers=auth(FAILOVER), json=chat(FAILOVER, max_tokens=1))
+    assert probe.status_code == 200, probe.text
+    used = 2 * (prompt + 2) + (prompt + 1)  # the two as produced, the probe as reserved
+    assert int(probe.headers["x-ratelimit-remaining-tokens"]) == 10000 - used
+    metrics = client.get("/metrics", headers=auth("prometheus")).text
+    moved = f'gateway:backend_retries_total{{model_name="{FAILOVER}",replica="{failing_replica.url_for("http")}"}} '
+    assert any(line.startswith(moved) and float(line[len(moved) :]) >= 1 for line in metrics.splitlines()), metrics
