@@ -158,7 +158,9 @@ class ChatRenderer:
             out.append(_choice(index, delta, logprobs))
         if step.finish_reason is not None:
             tool_calls = step.finish_reason == "stop" and parser.saw_tool_call
-            out.append(_choice(index, {}, finish_reason="tool_calls" if tool_calls else step.finish_reason))
+            finish = _choice(index, {}, finish_reason="tool_calls" if tool_calls else step.finish_reason)
+            finish["stop_reason"] = step.stop_reason  # vLLM's, on the finishing chunk only
+            out.append(finish)
         return out
 
     def _delta(self, index: int, deltas: Sequence[Delta]) -> dict[str, Any]:
@@ -236,6 +238,7 @@ class _Folded:
         self.calls: dict[int, dict[str, Any]] = {}
         self.logprobs: list[dict[str, Any]] = []
         self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
         delta = chunk["delta"]
@@ -250,7 +253,8 @@ class _Folded:
             merged["function"]["arguments"] += call.get("function", {}).get("arguments", "")
         if chunk["logprobs"]:
             self.logprobs += chunk["logprobs"]["content"]
-        self.finish_reason = chunk["finish_reason"] or self.finish_reason
+        if chunk["finish_reason"]:
+            self.finish_reason, self.stop_reason = chunk["finish_reason"], chunk["stop_reason"]
 
     def choice(self, index: int, with_logprobs: bool) -> dict[str, Any]:
         content = "".join(self.content)
@@ -265,4 +269,10 @@ class _Folded:
         if self.calls:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
         logprobs = {"content": self.logprobs} if with_logprobs else None
-        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": self.finish_reason}
+        return {
+            "index": index,
+            "message": message,
+            "logprobs": logprobs,
+            "finish_reason": self.finish_reason,
+            "stop_reason": self.stop_reason,
+        }
