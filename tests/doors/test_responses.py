@@ -219,6 +219,14 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
     positions = [prompt.index(t) for t in turns]
     assert positions == sorted(positions)
 
+    again = [{"type": "function_call_output", "call_id": call.call_id, "output": "rain"}]
+    with pytest.raises(openai.BadRequestError) as twice:  # answered in an earlier turn already
+        client.responses.create(model=door.model.id, previous_response_id=third.id, input=again)
+    assert twice.value.body["param"] == "input[0].call_id" and "Duplicate value for 'call_id'" in str(twice.value)
+    reused = [{"type": "function_call", "call_id": call.call_id, "name": "get_weather", "arguments": "{}"}, *again]
+    door.say("Rain now.")  # the same id called again, then answered: a new call, not a second answer
+    assert client.responses.create(model=door.model.id, previous_response_id=third.id, input=reused).output_text
+
     assert client.responses.retrieve(third.id).model_dump() == third.model_dump()
     url = f"{door.url}/v1/responses/{third.id}"
     assert httpx.get(url, params={"stream": "false"}).json()["id"] == third.id
@@ -340,6 +348,17 @@ def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door
                     {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
                     {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
                     {"type": "function_call_output", "call_id": "c2", "output": "rain"},
+                ]
+            },
+            "input[2].call_id",
+            None,
+        ),
+        (  # one call answered twice (chat's rule for tool messages: each call once)
+            {
+                "input": [
+                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+                    {"type": "function_call_output", "call_id": "c1", "output": "rain"},
                 ]
             },
             "input[2].call_id",
