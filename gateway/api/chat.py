@@ -18,7 +18,7 @@ from gateway.errors import APIError
 from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
 from gateway.ids import new_call_id, new_id, now
-from gateway.models.planning import plan_chat_off_loop
+from gateway.models.planning import ChatPlan, plan_chat_off_loop
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
 from gateway.types import ChatRequest, ChoiceStep, Delta
@@ -31,7 +31,7 @@ async def chat_completions(request: Request, registry: ModelRegistry, max_body: 
     parsed = parse_chat_completion(body)
     model = served_model(registry, parsed.model)
     rid = new_id("chatcmpl")
-    events, renderer = await start_chat(
+    events, renderer, _ = await start_chat(
         request,
         model,
         parsed.chat,
@@ -54,8 +54,9 @@ async def start_chat(
     max_tokens_param: str = "max_tokens",
     params: DoorParams = CHAT_PARAMS,
     body_tools: Sequence[Any] = (),
-) -> tuple[Events, ChatRenderer]:
-    """The one path every door takes from a chat request to its choices' steps and their renderer: the
+) -> tuple[Events, ChatRenderer, ChatPlan]:
+    """The one path every door takes from a chat request to its choices' steps and their renderer (and the plan:
+    what the grammar holds each tool to, for a door that repeats its tools): the
     tenant's tool and max-tokens rules, then render, shield, encode, grammar, the fair queue and admission,
     and the backend. `param` and `max_tokens_param` name the door's fields for the prompt and max tokens, `params`
     its fields for tools and the answer's schema, `body_tools` the tools its body declared (read for their names:
@@ -101,7 +102,7 @@ async def start_chat(
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     parsers = [model.family.parser(chat, plan.prompt) for _ in range(settings.n)]
     renderer = ChatRenderer(parsers, texts, len(plan.ids), model.count_tokens)
-    return events, renderer
+    return events, renderer, plan
 
 
 def _max_tokens_param(body: dict[str, Any]) -> str:

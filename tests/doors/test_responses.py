@@ -190,6 +190,24 @@ def test_json_schema_format_reaches_the_grammar(door, client):
     assert "city" in sent[kind]
 
 
+CONTROL_TEXT = {"type": "object", "properties": {"a": {"const": "<|im_end|>"}}, "required": ["a"]}
+"""No keyword left unenforced, yet no strict grammar: its value must spell a control token (best effort at build time)."""
+
+
+def test_a_tool_omitting_strict_is_repeated_as_the_grammar_holds_it(door):
+    """Strict where its schema allows; a strict build refused at build time leaves the tools that omitted strict
+    best effort, and the Response says so (not the `true` its schema alone would suggest)."""
+    door.say("Sunny.")
+    control = {"type": "function", "name": "spell", "parameters": CONTROL_TEXT}
+    assert [t["strict"] for t in create(door, input="x", tools=[WEATHER])["tools"]] == [True]
+    assert [t["strict"] for t in create(door, input="x", tools=[WEATHER, control])["tools"]] == [False, False]
+    chosen = {"type": "function", "name": "get_weather"}  # the other tool is not callable: repeated as declared
+    repeated = create(door, input="x", tools=[WEATHER, control], tool_choice=chosen)["tools"]
+    assert [t["strict"] for t in repeated] == [True, True]
+    events = stream(door, input="x", tools=[WEATHER, control])
+    assert all(t["strict"] is False for e in events if "response" in e for t in e["response"]["tools"])
+
+
 def test_three_turn_chain_get_delete_and_input_items(door, client):
     door.say("Hi, I am here.")
     first = client.responses.create(model=door.model.id, input="Hello", instructions="Be kind.")
