@@ -68,12 +68,14 @@ async def choice_steps(
                 if keep_stop:
                     pieces.append(Piece(matcher.matched))
             step = ChoiceStep(pieces, logprobs, finish, count, chunk.cached_tokens, matcher.matched)
+            if finish is None:
+                if step.pieces or step.logprobs:
+                    yield index, step
+                continue
             if finish == "stop" and matcher.matched is None and chunk.matched_stop != eos:
                 step.stop_token = chunk.matched_stop
-            if step.pieces or step.logprobs or finish is not None:
-                yield index, step
-            if finish is not None:
-                return
+            yield index, step
+            return
     finally:
         await chunks.aclose()
     raise BackendError("the backend stream ended without a finish reason", retryable=True)

@@ -7,7 +7,7 @@ import asyncio
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -33,9 +33,10 @@ class ChatPlan:
     ids: list[int]
     grammar: Grammar | None
     sampling: SamplingParams
-    tool_strict: dict[str, bool] = field(default_factory=dict)
-    """Each active tool's name → whether the grammar holds it strictly (a tool that omitted `strict` may have been
-    made strict, or left best effort when a strict build refused: what a door that repeats its tools says)."""
+    tool_strict: dict[str, bool] | None = None
+    """Each active tool's name → whether the grammar holds it strictly (None: the chat has no tools). A tool that
+    omitted `strict` may have been made strict, or left best effort when a strict build refused: what a door that
+    repeats its tools says."""
 
 
 def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSettings, param: str = "messages") -> ChatPlan:
