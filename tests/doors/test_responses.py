@@ -331,6 +331,13 @@ def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door
     assert (e.value.body["param"], e.value.body["code"]) == ("response_id", "response_not_found")
 
 
+def _call_answered_by(*call_ids: str) -> dict:
+    """A body whose input is a get_weather call `c1`, then an output for each of `call_ids`."""
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    outputs = [{"type": "function_call_output", "call_id": c, "output": "sunny"} for c in call_ids]
+    return {"input": [call, *outputs]}
+
+
 @pytest.mark.parametrize(
     "body, param, code",
     [
@@ -360,28 +367,10 @@ def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door
         ({"input": "x" * 40_000}, "input", "context_length_exceeded"),
         ({"max_output_tokens": 0}, "max_output_tokens", None),
         ({"max_output_tokens": 15}, "max_output_tokens", None),  # OpenAI's least is 16
-        (  # an output answering no function_call (OpenAI: "No tool call found for function call output")
-            {
-                "input": [
-                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
-                    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
-                    {"type": "function_call_output", "call_id": "c2", "output": "rain"},
-                ]
-            },
-            "input[2].call_id",
-            None,
-        ),
-        (  # one call answered twice (chat's rule for tool messages: each call once)
-            {
-                "input": [
-                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
-                    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
-                    {"type": "function_call_output", "call_id": "c1", "output": "rain"},
-                ]
-            },
-            "input[2].call_id",
-            None,
-        ),
+        # an output answering no function_call (OpenAI: "No tool call found for function call output")
+        (_call_answered_by("c1", "c2"), "input[2].call_id", None),
+        # one call answered twice (chat's rule for tool messages: each call once)
+        (_call_answered_by("c1", "c1"), "input[2].call_id", None),
         (  # a call left unanswered when the user speaks again
             {
                 "input": [
