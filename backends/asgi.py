@@ -26,10 +26,19 @@ class ClientLeft(Exception):
     """The client went away before its request body ended."""
 
 
+class BodyTimedOut(ClientLeft):
+    """The request body stopped coming, or came too slowly: the server cut it and answered 408 itself
+    (backends/client_timeouts.py); the app's own answer goes nowhere, but its logs and metrics should say 408."""
+
+
+BODY_TIMED_OUT = "body_timed_out"
+"""The scope key the server sets (true) on a request whose body it cut for stalling (a 408 already sent)."""
+
+
 async def read_json_body(scope: Scope, receive: Receive, limit: int) -> Any:
     """The request's body parsed as JSON (orjson.JSONDecodeError when it is not): BodyTooLarge past `limit` bytes,
     by its content-length before any is read, else as the bytes arrive (chunked bodies too); ClientLeft when the
-    client goes away before the body ends."""
+    client goes away before the body ends (BodyTimedOut when the server cut it for stalling)."""
     for name, value in scope["headers"]:
         if name == b"content-length" and value.isdigit() and int(value) > limit:
             raise BodyTooLarge(limit)
@@ -37,7 +46,7 @@ async def read_json_body(scope: Scope, receive: Receive, limit: int) -> Any:
     while True:  # what Request.stream() does, without an async generator per request
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise ClientLeft
+            raise BodyTimedOut if scope.get(BODY_TIMED_OUT) else ClientLeft
         body += message.get("body", b"")
         if len(body) > limit:
             raise BodyTooLarge(limit)

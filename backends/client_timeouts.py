@@ -14,7 +14,8 @@ bodies and a send timer. The gateway and the bundled worker both serve through i
   larger than what is sent, a chunked body that stops) cuts the request, and so does a body slower on the whole
   than `body_min_rate` bytes a second after a grace of `header_timeout_s` (Apache's mod_reqtimeout `MinRate`): a byte
   every few seconds would otherwise hold the connection and the body's bytes read so far for ever. The client gets a
-  408 (as from mod_reqtimeout) unless its answer had begun, and the app's request ends as a client that left. Time
+  408 (as from mod_reqtimeout) unless its answer had begun, and the app's request ends as a client that left, its
+  scope marked `BODY_TIMED_OUT` (the app's body read raises `BodyTimedOut`: its records say 408). Time
   while the server itself paused reading (the app has not read what came) does not count: a deadline passing then
   starts the body's clock again.
 - Lingering close: an answer given while the client is still sending (a 431, uvicorn's 400 for a request it cannot
@@ -35,6 +36,8 @@ import asyncio
 from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from backends.asgi import BODY_TIMED_OUT
 
 DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_SEND_TIMEOUT_S = 60.0
@@ -310,6 +313,7 @@ def client_timeout_protocol(
                 self._body_clock = now - self._body_bytes / body_min_rate
                 self._arm_read(now + header_timeout_s)
             elif cycle is not None and not cycle.response_started:
+                cycle.scope[BODY_TIMED_OUT] = True  # so the app's logs and metrics say 408, not a client that left
                 cycle.disconnected = True  # the app's next receive() says the client left; its answer is dropped
                 cycle.message_event.set()
                 self._refuse(body_too_slow)

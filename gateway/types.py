@@ -91,6 +91,13 @@ class ChoiceStep:
     cached_tokens: int = 0
     stop_string: str | None = None
     """The client's stop string that ended the choice, if one did."""
+    stop_token: int | None = None
+    """The stop token that ended the choice, unless it is the model's EOS token (vLLM's `stop_reason` so)."""
+
+    @property
+    def stop_reason(self) -> str | int | None:
+        """vLLM's `stop_reason`: the stop string or stop token id that ended the choice; None for EOS and length."""
+        return self.stop_string if self.stop_string is not None else self.stop_token
 
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]

@@ -18,7 +18,7 @@ from gateway.errors import APIError
 from gateway.families.base import OutputParser
 from gateway.generation.choices import generate
 from gateway.ids import new_call_id, new_id, now
-from gateway.models.planning import plan_chat_off_loop
+from gateway.models.planning import ChatPlan, plan_chat_off_loop
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
 from gateway.types import ChatRequest, ChoiceStep, Delta
@@ -31,7 +31,7 @@ async def chat_completions(request: Request, registry: ModelRegistry, max_body: 
     parsed = parse_chat_completion(body)
     model = served_model(registry, parsed.model)
     rid = new_id("chatcmpl")
-    events, renderer = await start_chat(
+    events, renderer, _ = await start_chat(
         request,
         model,
         parsed.chat,
@@ -54,8 +54,9 @@ async def start_chat(
     max_tokens_param: str = "max_tokens",
     params: DoorParams = CHAT_PARAMS,
     body_tools: Sequence[Any] = (),
-) -> tuple[Events, ChatRenderer]:
-    """The one path every door takes from a chat request to its choices' steps and their renderer: the
+) -> tuple[Events, ChatRenderer, ChatPlan]:
+    """The one path every door takes from a chat request to its choices' steps and their renderer (and the plan:
+    what the grammar holds each tool to, for a door that repeats its tools): the
     tenant's tool and max-tokens rules, then render, shield, encode, grammar, the fair queue and admission,
     and the backend. `param` and `max_tokens_param` name the door's fields for the prompt and max tokens, `params`
     its fields for tools and the answer's schema, `body_tools` the tools its body declared (read for their names:
@@ -101,7 +102,7 @@ async def start_chat(
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     parsers = [model.family.parser(chat, plan.prompt) for _ in range(settings.n)]
     renderer = ChatRenderer(parsers, texts, len(plan.ids), model.count_tokens)
-    return events, renderer
+    return events, renderer, plan
 
 
 def _max_tokens_param(body: dict[str, Any]) -> str:
@@ -158,7 +159,9 @@ class ChatRenderer:
             out.append(_choice(index, delta, logprobs))
         if step.finish_reason is not None:
             tool_calls = step.finish_reason == "stop" and parser.saw_tool_call
-            out.append(_choice(index, {}, finish_reason="tool_calls" if tool_calls else step.finish_reason))
+            finish = _choice(index, {}, finish_reason="tool_calls" if tool_calls else step.finish_reason)
+            finish["stop_reason"] = step.stop_reason  # vLLM's, on the finishing chunk only
+            out.append(finish)
         return out
 
     def _delta(self, index: int, deltas: Sequence[Delta]) -> dict[str, Any]:
@@ -236,6 +239,7 @@ class _Folded:
         self.calls: dict[int, dict[str, Any]] = {}
         self.logprobs: list[dict[str, Any]] = []
         self.finish_reason: str | None = None
+        self.stop_reason: str | int | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
         delta = chunk["delta"]
@@ -250,7 +254,8 @@ class _Folded:
             merged["function"]["arguments"] += call.get("function", {}).get("arguments", "")
         if chunk["logprobs"]:
             self.logprobs += chunk["logprobs"]["content"]
-        self.finish_reason = chunk["finish_reason"] or self.finish_reason
+        if chunk["finish_reason"]:
+            self.finish_reason, self.stop_reason = chunk["finish_reason"], chunk["stop_reason"]
 
     def choice(self, index: int, with_logprobs: bool) -> dict[str, Any]:
         content = "".join(self.content)
@@ -265,4 +270,10 @@ class _Folded:
         if self.calls:
             message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
         logprobs = {"content": self.logprobs} if with_logprobs else None
-        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": self.finish_reason}
+        return {
+            "index": index,
+            "message": message,
+            "logprobs": logprobs,
+            "finish_reason": self.finish_reason,
+            "stop_reason": self.stop_reason,
+        }

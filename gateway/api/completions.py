@@ -150,17 +150,21 @@ class CompletionRenderer:
         if text or logprobs:
             out.append(_choice(index, text, logprobs))
         if step.finish_reason is not None:
-            out.append(_choice(index, "", None, step.finish_reason))
+            finish = _choice(index, "", None, step.finish_reason)
+            finish["stop_reason"] = step.stop_reason  # vLLM's, on the finishing chunk (not on every chunk as vLLM)
+            out.append(finish)
         return out
 
     def fold(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        folded = [_choice(i, "", _no_logprobs() if self._texts else None) for i in range(len(self._completion_tokens))]
+        choices = range(len(self._completion_tokens))
+        folded = [{**_choice(i, "", _no_logprobs() if self._texts else None), "stop_reason": None} for i in choices]
         for chunk in chunks:
             choice = folded[chunk["index"]]
             choice["text"] += chunk["text"]
             for key, values in (chunk["logprobs"] or {}).items():
                 choice["logprobs"][key] += values
-            choice["finish_reason"] = chunk["finish_reason"] or choice["finish_reason"]
+            if chunk["finish_reason"]:
+                choice["finish_reason"], choice["stop_reason"] = chunk["finish_reason"], chunk["stop_reason"]
         return folded
 
     def usage(self) -> dict[str, Any]:

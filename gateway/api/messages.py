@@ -46,7 +46,7 @@ async def create_message(request: Request, registry: ModelRegistry, max_body: in
     parsed = parse_messages_request(body)
     model = served_model(registry, parsed.model)
     rid = item_id("msg")
-    events, renderer = await start_chat(
+    events, renderer, _ = await start_chat(
         request,
         model,
         parsed.chat,

@@ -55,6 +55,10 @@ _USAGE = _obj(
 )
 _FINISH = {"type": ["string", "null"], "enum": ["stop", "length", "tool_calls", "content_filter", "abort", None]}
 _LOGPROBS = {"type": ["object", "null"]}
+_STOP_REASON = {
+    "description": "vLLM's: the stop string or stop token id that ended the choice; null for EOS and length",
+    "type": ["string", "integer", "null"],
+}
 _TOOL_CALL_OUT = _obj(
     {"id": _STRING, "type": {"const": "function"}, "function": _obj({"name": _STRING, "arguments": _STRING})}
 )
@@ -91,6 +95,7 @@ ANSWERS: dict[str, Schema] = {
                         ),
                         "logprobs": _LOGPROBS,
                         "finish_reason": _FINISH,
+                        "stop_reason": _STOP_REASON,
                     }
                 ),
             },
@@ -105,7 +110,15 @@ ANSWERS: dict[str, Schema] = {
             "model": _STRING,
             "choices": {
                 "type": "array",
-                "items": _obj({"index": _INT, "text": _STRING, "logprobs": _LOGPROBS, "finish_reason": _FINISH}),
+                "items": _obj(
+                    {
+                        "index": _INT,
+                        "text": _STRING,
+                        "logprobs": _LOGPROBS,
+                        "finish_reason": _FINISH,
+                        "stop_reason": _STOP_REASON,
+                    }
+                ),
             },
             "usage": _ref("Usage"),
         }

@@ -71,7 +71,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     if not chat.messages:
         raise invalid("'input' must hold at least one item", "input")
     rid = item_id("resp")
-    events, renderer = await start_chat(
+    events, renderer, plan = await start_chat(
         request,
         model,
         chat,
@@ -88,6 +88,9 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
             record = {"id": rid, "owner": owner, "response": response, "input_items": parsed.items}
             await store.put({**record, "history": history + parsed.items + output})
 
+    held = plan.tool_strict or {}
+    for tool in parsed.echo["tools"]:  # as the grammar holds it (an omitted strict may have fallen back)
+        tool["strict"] = held.get(tool["name"], tool["strict"])
     door = ResponsesDoor(renderer, _response(rid, model.id, parsed), keep)
     return await respond_door(request, events, door, parsed.settings.stream)
 

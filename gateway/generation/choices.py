@@ -26,12 +26,14 @@ async def choice_steps(
     index: int = 0,
     keep_stop: bool = False,
     reasoning: OutputParser | None = None,
+    eos: int | None = None,
 ) -> Events:
     """Stream choice `index` of a generation; a matched stop string ends it (closing the backend stream aborts
     the request), kept at the end of the text with `keep_stop` (vLLM's include_stop_str_in_output); none ends
     within the sampling's first `min_new_tokens` tokens (vLLM's min_tokens), nor inside the reasoning that
     `reasoning` (a parser of the choice's own) reads. Its steps come tagged already, so one choice reaches the
-    answer with no layer in between."""
+    answer with no layer in between. The last step names the stop token that ended the choice unless it is `eos`,
+    the model's EOS token (vLLM's stop_reason is null for EOS and the token's id for any other stop token)."""
     matcher = StopMatcher(stops)
     unarmed = request.sampling.min_new_tokens
     gate = ReasoningGate(reasoning) if stops and reasoning is not None else None
@@ -66,10 +68,14 @@ async def choice_steps(
                 if keep_stop:
                     pieces.append(Piece(matcher.matched))
             step = ChoiceStep(pieces, logprobs, finish, count, chunk.cached_tokens, matcher.matched)
-            if step.pieces or step.logprobs or finish is not None:
-                yield index, step
-            if finish is not None:
-                return
+            if finish is None:
+                if step.pieces or step.logprobs:
+                    yield index, step
+                continue
+            if finish == "stop" and matcher.matched is None and chunk.matched_stop != eos:
+                step.stop_token = chunk.matched_stop
+            yield index, step
+            return
     finally:
         await chunks.aclose()
     raise BackendError("the backend stream ended without a finish reason", retryable=True)
@@ -191,6 +197,7 @@ def generate(
                 index,
                 settings.include_stop_str_in_output,
                 reasoning() if reasoning and settings.stop else None,
+                model.eos_token_id,
             )
             streams.append(each(steps) if each else steps)
     return merge(streams)

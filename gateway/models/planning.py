@@ -33,6 +33,10 @@ class ChatPlan:
     ids: list[int]
     grammar: Grammar | None
     sampling: SamplingParams
+    tool_strict: dict[str, bool] | None = None
+    """Each active tool's name → whether the grammar holds it strictly (None: the chat has no tools). A tool that
+    omitted `strict` may have been made strict, or left best effort when a strict build refused: what a door that
+    repeats its tools says."""
 
 
 def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSettings, param: str = "messages") -> ChatPlan:
@@ -45,13 +49,17 @@ def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSetting
         )
     started = time.perf_counter()
     with stage("gateway.grammar"):
-        grammar = chat_grammar(model, chat, prompt)
+        grammar, built = _chat_grammar(model, chat, prompt)
     if grammar is not None:
         note_grammar(time.perf_counter() - started)
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
     keep_markers = grammar is not None or bool(chat.active_tools)
     skip_special = settings.skip_special_tokens and not keep_markers
-    return ChatPlan(prompt, ids, grammar, sampling_params(settings, max_new, model.stop_token_ids, skip_special))
+    sampling = sampling_params(settings, max_new, model.stop_token_ids, skip_special)
+    if not built.tools:
+        return ChatPlan(prompt, ids, grammar, sampling)
+    strict = {t["function"]["name"]: t["function"].get("strict") is True for t in built.active_tools}
+    return ChatPlan(prompt, ids, grammar, sampling, strict)
 
 
 OFF_LOOP_MESSAGES = 16
@@ -215,18 +223,23 @@ def chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar 
     than the budget, is a 400, as is a strict schema using a keyword no grammar enforces (grammars/unenforced.py,
     checked here for every family). With `chat.strict_by_default`, the tools that omit `strict` are built strict
     where their schemas use no unenforced keyword, and all best effort if a strict build refuses one of them."""
+    return _chat_grammar(model, chat, prompt)[0]
+
+
+def _chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> tuple[Grammar | None, ChatRequest]:
+    """`chat_grammar`, and the chat it was built for (its tools' `strict` what the grammar holds them to)."""
     if not chat.strict_by_default:
-        return _grammar(model, chat, prompt)
+        return _grammar(model, chat, prompt), chat
     trial, promoted = strict_where_possible(chat)
     if promoted:
         try:
-            return _grammar(model, trial, prompt)
+            return _grammar(model, trial, prompt), trial
         except APIError as e:
             if not _refuses_one_of(e, promoted):
                 raise
     # the client's own tools: those omitting strict best effort, all at once (one more build at most, however many
     # tools a strict build would refuse one by one)
-    return _grammar(model, chat, prompt)
+    return _grammar(model, chat, prompt), chat
 
 
 def _refuses_one_of(error: APIError, tools: set[int]) -> bool:

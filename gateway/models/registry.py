@@ -61,6 +61,12 @@ class ServedModel:
         """Added-token id → its exact spelling (what the detokenizer emits as a token Piece)."""
         return {i: spelling for spelling, i in self.encoder.added.items()}
 
+    @cached_property
+    def eos_token_id(self) -> int | None:
+        """The tokenizer's EOS token (`eos_token`), the one stop token vLLM names no `stop_reason` for."""
+        spelling = self.family.context.eos_token
+        return None if spelling is None else self.tokenizer.token_to_id(spelling)
+
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
         """The family's stop ids in this vocabulary (`Family.stop_ids`: looked up once, not per request)."""

@@ -170,7 +170,15 @@ MESSAGES_FIELDS: dict[str, Field] = {
     "output_config": obj(OUTPUT_CONFIG),
 }
 MESSAGES = Obj("AnthropicMessagesRequest", MESSAGES_FIELDS)
-COUNT_TOKENS = Obj("AnthropicCountTokensRequest", {**MESSAGES_FIELDS, "max_tokens": MAX_TOKENS})
+MESSAGES_ONLY = ("max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "container")
+"""The Messages fields count_tokens does not take (the anthropic SDK's MessageCountTokensParams has model, messages,
+system, tools, tool_choice, thinking, output_config and the ones no gateway serves): a 400 there, as Anthropic's
+API answers any input it does not declare ("Extra inputs are not permitted"), so a client that counts with the
+body it will send learns that the count covers the prompt alone."""
+COUNT_TOKENS = Obj(
+    "AnthropicCountTokensRequest",
+    {**MESSAGES_FIELDS, **dict.fromkeys(MESSAGES_ONLY, refused("Extra inputs are not permitted (a Messages field)"))},
+)
 
 
 @dataclass
@@ -184,20 +192,9 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     """Validate a Messages body (`count_only`: a count_tokens body, no max_tokens); raises APIError (400)."""
     fields = Fields(body, COUNT_TOKENS if count_only else MESSAGES)
     model = parse_model(fields)
-    for key in ("mcp_servers", "container"):
+    for key in ("mcp_servers", *(MESSAGES_ONLY if count_only else ("container",))):
         fields.refuse(key)
-    top_p, top_k = parse_top_p_top_k(fields)
-    settings = GenerationSettings(
-        max_tokens=fields.integer("max_tokens"),
-        stop=_stop_sequences(fields),
-        temperature=fields.number("temperature"),
-        top_p=top_p,
-        top_k=top_k,
-        stream=fields.boolean("stream"),
-    )
-    metadata = fields.obj("metadata")
-    if metadata is not None:
-        metadata.string("user_id")  # it only labels the request, but Anthropic refuses a user_id of another type
+    settings = GenerationSettings() if count_only else _settings(fields)
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)
     template_kwargs, effort = _thinking(fields, settings.max_tokens)
@@ -219,6 +216,23 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
         continue_final_message=prefill,
     )
     return MessagesRequest(model=model, chat=chat, settings=settings)
+
+
+def _settings(fields: Fields) -> GenerationSettings:
+    """How to generate: max_tokens, stop_sequences, the sampling settings, stream (metadata checked)."""
+    top_p, top_k = parse_top_p_top_k(fields)
+    settings = GenerationSettings(
+        max_tokens=fields.integer("max_tokens"),
+        stop=_stop_sequences(fields),
+        temperature=fields.number("temperature"),
+        top_p=top_p,
+        top_k=top_k,
+        stream=fields.boolean("stream"),
+    )
+    metadata = fields.obj("metadata")
+    if metadata is not None:
+        metadata.string("user_id")  # it only labels the request, but Anthropic refuses a user_id of another type
+    return settings
 
 
 def _stop_sequences(fields: Fields) -> list[str]:

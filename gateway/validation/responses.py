@@ -395,21 +395,41 @@ def check_call_outputs(
 ) -> None:
     """OpenAI's rules for the input: each function_call_output answers a function_call before it (in the input or
     the previous responses' history), and a function_call (of the input, or the previous response's output) is
-    answered before a user, system or developer message follows it (the assistant's own text may)."""
+    answered before a user, system or developer message follows it (the assistant's own text may). A call is
+    answered once, as chat's tool messages answer each call once (a second output would reach the model as another
+    result of the same call; OpenAI's wording for Responses not confirmed: chat's words)."""
     calls = {item["call_id"]: True for item in history if item["type"] == "function_call"}
     """call_id → answered; the earlier turns' calls count as answered (their order was checked when they came)."""
     calls.update((item["call_id"], False) for item in previous_output if item["type"] == "function_call")
+    answered_at: dict[str, str] = {}
+    """call_id → where the output that answered it is (the earlier turns' outputs too), until the id is called again."""
+    for item in history:
+        if item["type"] == "function_call_output":
+            answered_at[item["call_id"]] = "an earlier turn"
+        elif item["type"] == "function_call":
+            answered_at.pop(item["call_id"], None)
+    for item in previous_output:
+        if item["type"] == "function_call":
+            answered_at.pop(item["call_id"], None)
     for i, item in enumerate(items):
         kind = item["type"]
         if kind == "function_call":
             calls[item["call_id"]] = False
+            answered_at.pop(item["call_id"], None)
         elif kind == "function_call_output":
-            if item["call_id"] not in calls:
+            call_id = item["call_id"]
+            if call_id not in calls:
                 raise invalid(
-                    f"No tool call found for function call output with call_id {item['call_id']}.",
+                    f"No tool call found for function call output with call_id {call_id}.", f"input[{i}].call_id"
+                )
+            if call_id in answered_at:
+                raise invalid(
+                    f"Invalid parameter: Duplicate value for 'call_id' of '{call_id}' in {answered_at[call_id]} and "
+                    f"input[{i}].",
                     f"input[{i}].call_id",
                 )
-            calls[item["call_id"]] = True
+            calls[call_id] = True
+            answered_at[call_id] = f"input[{i}]"
         elif kind == "message" and item["role"] != "assistant":
             open_calls = [call_id for call_id, answered in calls.items() if not answered]
             if open_calls:

@@ -8,7 +8,9 @@ import orjson
 import pytest
 
 from backends.asgi import (
+    BODY_TIMED_OUT,
     DONE_FRAME,
+    BodyTimedOut,
     BodyTooLarge,
     ClientLeft,
     json_response,
@@ -66,14 +68,14 @@ def test_wait_for_disconnect_returns_only_on_disconnect():
     assert asyncio.run(scenario()) == ["http.request", "http.disconnect"]
 
 
-def _read(messages: list[dict], limit: int, headers: list | None = None):
-    """read_json_body over `messages` as the ASGI server would deliver them."""
+def _read(messages: list[dict], limit: int, headers: list | None = None, **scope):
+    """read_json_body over `messages` as the ASGI server would deliver them (`scope`: its further keys)."""
     queue = list(messages)
 
     async def receive():
         return queue.pop(0)
 
-    return asyncio.run(read_json_body({"headers": headers or []}, receive, limit))
+    return asyncio.run(read_json_body({"headers": headers or [], **scope}, receive, limit))
 
 
 def test_a_body_is_read_in_parts_up_to_its_limit():
@@ -83,7 +85,10 @@ def test_a_body_is_read_in_parts_up_to_its_limit():
         _read(parts, limit=7)
     with pytest.raises(BodyTooLarge):  # a declared length past it: refused before a byte is read
         _read([], limit=7, headers=[(b"content-length", b"8")])
-    with pytest.raises(ClientLeft):
+    with pytest.raises(ClientLeft) as left:
         _read([parts[0], {"type": "http.disconnect"}], limit=8)
+    assert not isinstance(left.value, BodyTimedOut)
+    with pytest.raises(BodyTimedOut):  # the server cut the body for stalling (and answered 408 itself)
+        _read([parts[0], {"type": "http.disconnect"}], limit=8, **{BODY_TIMED_OUT: True})
     with pytest.raises(orjson.JSONDecodeError):
         _read([{"type": "http.request", "body": b"{"}], limit=8)

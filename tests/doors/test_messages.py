@@ -161,6 +161,37 @@ def test_count_tokens(door, client):
     create(door, messages=USER, system="sys")
     counted = client.messages.count_tokens(model=door.model.id, messages=USER, system="sys")
     assert counted.input_tokens == len(door.server.bodies[-1]["input_ids"])
+    thinking, output_config = {"type": "adaptive"}, {"format": {"type": "json_schema", "schema": {"type": "object"}}}
+    options = {
+        "tools": [WEATHER],
+        "tool_choice": {"type": "auto"},
+        "thinking": thinking,
+        "output_config": output_config,
+    }
+    counted = client.messages.count_tokens(model=door.model.id, messages=USER, system="sys", **options)
+    assert counted.input_tokens > len(door.server.bodies[-1]["input_ids"])  # the tools' share
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"max_tokens": 64},
+        {"temperature": 0.5},
+        {"top_p": 0.9},
+        {"top_k": 5},
+        {"stop_sequences": ["END"]},
+        {"stream": True},
+        {"metadata": {"user_id": "u"}},
+    ],
+)
+def test_count_tokens_refuses_a_messages_field_in_anthropics_shape(door, extra):
+    """Anthropic's count_tokens takes model, messages, system, tools, tool_choice, thinking, output_config (its SDK's
+    MessageCountTokensParams); any other input is its 400 invalid_request_error."""
+    r = httpx.post(f"{door.url}/v1/messages/count_tokens", json={"model": door.model.id, "messages": USER, **extra})
+    assert r.status_code == 400, r.text
+    error = ErrorResponse.model_validate(r.json()).error
+    (key,) = extra
+    assert error.type == "invalid_request_error" and key in error.message and "not permitted" in error.message
 
 
 def test_counting_a_prompt_past_the_context_encodes_it_whole_off_the_event_loop(door, monkeypatch):

@@ -190,6 +190,22 @@ def test_json_schema_format_reaches_the_grammar(door, client):
     assert "city" in sent[kind]
 
 
+CONTROL_TEXT = {"type": "object", "properties": {"a": {"const": "<|im_end|>"}}, "required": ["a"]}
+"""No keyword left unenforced, yet no strict grammar: its value must spell a control token (best effort at build time)."""
+
+
+def test_a_tool_omitting_strict_is_repeated_as_the_grammar_holds_it(door):
+    """Strict where its schema allows; a strict build refused at build time leaves the tools that omitted strict
+    best effort, and the Response says so (not the `true` its schema alone would suggest)."""
+    door.say("Sunny.")
+    control = {"type": "function", "name": "spell", "parameters": CONTROL_TEXT}
+    assert [t["strict"] for t in create(door, input="x", tools=[WEATHER])["tools"]] == [True]
+    assert [t["strict"] for t in create(door, input="x", tools=[WEATHER, control])["tools"]] == [False, False]
+    chosen = {"type": "function", "name": "get_weather"}  # the other tool is not callable: repeated as declared
+    repeated = create(door, input="x", tools=[WEATHER, control], tool_choice=chosen)["tools"]
+    assert [t["strict"] for t in repeated] == [True, True]
+
+
 def test_three_turn_chain_get_delete_and_input_items(door, client):
     door.say("Hi, I am here.")
     first = client.responses.create(model=door.model.id, input="Hello", instructions="Be kind.")
@@ -218,6 +234,14 @@ def test_three_turn_chain_get_delete_and_input_items(door, client):
     turns = ["Hello", "Hi, I am here.", "Weather in Paris?", '"get_weather"', "sunny, 21 C"]
     positions = [prompt.index(t) for t in turns]
     assert positions == sorted(positions)
+
+    again = [{"type": "function_call_output", "call_id": call.call_id, "output": "rain"}]
+    with pytest.raises(openai.BadRequestError) as twice:  # answered in an earlier turn already
+        client.responses.create(model=door.model.id, previous_response_id=third.id, input=again)
+    assert twice.value.body["param"] == "input[0].call_id" and "Duplicate value for 'call_id'" in str(twice.value)
+    reused = [{"type": "function_call", "call_id": call.call_id, "name": "get_weather", "arguments": "{}"}, *again]
+    door.say("Rain now.")  # the same id called again, then answered: a new call, not a second answer
+    assert client.responses.create(model=door.model.id, previous_response_id=third.id, input=reused).output_text
 
     assert client.responses.retrieve(third.id).model_dump() == third.model_dump()
     url = f"{door.url}/v1/responses/{third.id}"
@@ -305,6 +329,13 @@ def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door
     assert (e.value.body["param"], e.value.body["code"]) == ("response_id", "response_not_found")
 
 
+def _call_answered_by(*call_ids: str) -> dict:
+    """A body whose input is a get_weather call `c1`, then an output for each of `call_ids`."""
+    call = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"}
+    outputs = [{"type": "function_call_output", "call_id": c, "output": "sunny"} for c in call_ids]
+    return {"input": [call, *outputs]}
+
+
 @pytest.mark.parametrize(
     "body, param, code",
     [
@@ -334,17 +365,10 @@ def test_cancel_is_a_400_for_a_stored_response_and_a_404_for_an_unknown_one(door
         ({"input": "x" * 40_000}, "input", "context_length_exceeded"),
         ({"max_output_tokens": 0}, "max_output_tokens", None),
         ({"max_output_tokens": 15}, "max_output_tokens", None),  # OpenAI's least is 16
-        (  # an output answering no function_call (OpenAI: "No tool call found for function call output")
-            {
-                "input": [
-                    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
-                    {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
-                    {"type": "function_call_output", "call_id": "c2", "output": "rain"},
-                ]
-            },
-            "input[2].call_id",
-            None,
-        ),
+        # an output answering no function_call (OpenAI: "No tool call found for function call output")
+        (_call_answered_by("c1", "c2"), "input[2].call_id", None),
+        # one call answered twice (chat's rule for tool messages: each call once)
+        (_call_answered_by("c1", "c1"), "input[2].call_id", None),
         (  # a call left unanswered when the user speaks again
             {
                 "input": [

@@ -40,7 +40,7 @@ def chat(client, model_id, **kw):
 
 def merge_stream(chunks) -> dict:
     """Fold streamed deltas the way a client does."""
-    content, reasoning, calls, finish, usage = "", "", {}, None, None
+    content, reasoning, calls, finish, stop_reason, usage = "", "", {}, None, None, None
     for chunk in chunks:
         if chunk.usage is not None:
             usage = chunk.usage
@@ -57,12 +57,14 @@ def merge_stream(chunks) -> dict:
                     assert not slot["name"], "name sent twice"
                     slot["name"] = tc.function.name
                 slot["arguments"] += (tc.function.arguments or "") if tc.function else ""
-            finish = choice.finish_reason or finish
+            if choice.finish_reason:
+                finish, stop_reason = choice.finish_reason, (choice.model_extra or {}).get("stop_reason")
     return {
         "content": content,
         "reasoning": reasoning,
         "calls": [calls[i] for i in sorted(calls)],
         "finish": finish,
+        "stop_reason": stop_reason,
         "usage": usage,
     }
 
@@ -87,6 +89,7 @@ def test_stream_equals_non_stream(client, model_id):
     merged = merge_stream(chat(client, model_id, max_tokens=40, stream=True))
     assert merged["content"] == whole.choices[0].message.content
     assert merged["finish"] == whole.choices[0].finish_reason
+    assert merged["stop_reason"] is whole.choices[0].model_extra["stop_reason"] is None  # the EOS, or the length limit
 
 
 def test_max_tokens_gives_length(client, model_id):
@@ -169,13 +172,12 @@ def test_stop_string_ends_output_before_it(client, model_id):
     cut = full.index(stop)
     for stream in (False, True):
         r = chat(client, model_id, max_tokens=40, stop=[stop], stream=stream)
-        got = (
-            merge_stream(r)
-            if stream
-            else {"content": r.choices[0].message.content, "finish": r.choices[0].finish_reason}
-        )
-        assert got["content"] == full[:cut]
-        assert got["finish"] == "stop"
+        if stream:
+            got = merge_stream(r)
+        else:
+            c = r.choices[0]
+            got = {"content": c.message.content, "finish": c.finish_reason, "stop_reason": c.model_extra["stop_reason"]}
+        assert (got["content"], got["finish"], got["stop_reason"]) == (full[:cut], "stop", stop)  # vLLM's stop_reason
 
 
 def test_n_choices(client, model_id):

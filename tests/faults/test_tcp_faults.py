@@ -295,7 +295,7 @@ def test_a_client_that_stops_reading_is_cut_and_frees_its_requests(client, deplo
     ids=["content-length", "chunked"],
 )
 def test_a_body_that_stops_coming_is_a_408_and_closes_the_connection(client, deployment, head, sent):
-    before = chat_requests(client, "499")
+    before, left = chat_requests(client, "408"), chat_requests(client, "499")
     with socket.create_connection(("127.0.0.1", deployment.port), timeout=30) as s:
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n\r\n" + sent)
         answer = s.makefile("rb").read()  # cut by the gateway at the body timeout: a 408, then closed
@@ -304,10 +304,11 @@ def test_a_body_that_stops_coming_is_a_408_and_closes_the_connection(client, dep
     # reused is a reset (the 408's FIN comes at once, before that close has reached the client)
     with deployment.client() as fresh:
         counted_by = time.monotonic() + SETTLE_S
-        while chat_requests(fresh, "499") == before:  # counted as a client that left ...
+        while chat_requests(fresh, "408") == before:  # counted as the 408 it was answered ...
             assert time.monotonic() < counted_by, fresh.get("/metrics").text
             time.sleep(0.05)
-        assert chat_requests(fresh, "500") == 0  # ... not as a crash
+        assert chat_requests(fresh, "499") == left and chat_requests(fresh, "500") == 0  # ... not as a client that
+        # left, nor as a crash
 
 
 def chat_requests(client: httpx.Client, status: str) -> float:

@@ -72,6 +72,7 @@ def test_chat_answer_with_usage_and_request_id(gateway):
             "message": {"role": "assistant", "content": "It is sunny.", "refusal": None},
             "logprobs": None,
             "finish_reason": "stop",
+            "stop_reason": None,  # vLLM's: the model's EOS token ended it
         }
     ]
     sent = server.bodies[-1]
@@ -191,7 +192,16 @@ def test_stop_string_cuts_and_aborts(gateway):
         "".join(e["choices"][0]["delta"].get("content", "") for e in events) == "Hello "
     )  # text before the stop string, its last space included
     assert events[-1]["choices"][0]["finish_reason"] == "stop"
+    assert events[-1]["choices"][0]["stop_reason"] == "STOP"  # vLLM's, on the finishing chunk only
+    assert all("stop_reason" not in e["choices"][0] for e in events[:-1])
     assert server.closed[server.bodies[-1]["rid"]].wait(WAIT_S)
+    body = chat(client, stop=["STOP"]).json()
+    assert (body["choices"][0]["finish_reason"], body["choices"][0]["stop_reason"]) == ("stop", "STOP")
+    body = {"model": MODEL, "prompt": "x", "stop": ["never", "STOP"]}
+    choice = client.post("/v1/completions", json=body).json()["choices"][0]
+    assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == ("Hello ", "stop", "STOP")
+    events = sse(client.post("/v1/completions", json={**body, "stream": True}))
+    assert (events[-1]["choices"][0]["finish_reason"], events[-1]["choices"][0]["stop_reason"]) == ("stop", "STOP")
 
 
 def test_length_finish(gateway):
@@ -199,6 +209,7 @@ def test_length_finish(gateway):
     say(server, "one two three four five")
     body = chat(client, max_completion_tokens=3).json()
     assert body["choices"][0]["finish_reason"] == "length" and body["usage"]["completion_tokens"] == 3
+    assert body["choices"][0]["stop_reason"] is None
     assert server.bodies[-1]["sampling_params"]["max_new_tokens"] == 3
 
 
@@ -263,7 +274,8 @@ def test_completions_text_and_ids(gateway):
         "/v1/completions", json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8}
     ).json()
     assert body["object"] == "text_completion"
-    assert body["choices"] == [{"index": 0, "text": " Paris.", "logprobs": None, "finish_reason": "stop"}]
+    choice = {"index": 0, "text": " Paris.", "logprobs": None, "finish_reason": "stop", "stop_reason": None}
+    assert body["choices"] == [choice]
     body = client.post("/v1/completions", json={"model": MODEL, "prompt": [[5, 6], [7]], "n": 2, "logprobs": 1}).json()
     assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3]
     assert sorted(b["input_ids"] for b in server.bodies[-4:]) == [[5, 6], [5, 6], [7], [7]]

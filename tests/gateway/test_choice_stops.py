@@ -42,6 +42,8 @@ async def steps_of(
     end: int | None = None,
     min_tokens: int = 0,
     keep_stop: bool = False,
+    eos: int | None = None,
+    steps: list | None = None,
 ) -> tuple[str, int, int, str | None]:
     tokenizer = checkpoint.tokenizer
     ids = tokenizer.encode(text, add_special_tokens=False).ids
@@ -49,7 +51,11 @@ async def steps_of(
     request = GenerateRequest("r", [1], sampling, logprobs=True)
     detokenizer = Detokenizer(tokenizer, added_tokens(tokenizer)[0])
     text, logprobs, last = "", 0, None
-    async for _, step in choice_steps(Chunked(ids, size, end), request, detokenizer, stops, keep_stop=keep_stop):
+    async for _, step in choice_steps(
+        Chunked(ids, size, end), request, detokenizer, stops, keep_stop=keep_stop, eos=eos
+    ):
+        if steps is not None:
+            steps.append(step)
         text += "".join(p.text for p in step.pieces)
         logprobs += len(step.logprobs)
         last = step
@@ -90,3 +96,22 @@ async def test_min_tokens_lets_no_stop_string_end_the_output_before_it(checkpoin
 @pytest.mark.parametrize("size", [1, 100])
 async def test_include_stop_str_in_output_keeps_the_matched_stop(checkpoint, size):
     assert await steps_of(checkpoint, size, ["END"], keep_stop=True) == ("Sunny. END", 4, 4, "stop")
+
+
+@pytest.mark.parametrize("size", [1, 3])
+async def test_the_last_step_names_what_stopped_the_choice_as_vllms_stop_reason(checkpoint, size):
+    """A stop string, or a stop token other than the model's EOS (vLLM names no stop_reason for EOS, nor for
+    length)."""
+    im_end, endoftext = (checkpoint.tokenizer.token_to_id(t) for t in ("<|im_end|>", "<|endoftext|>"))
+    cases = [
+        (["END"], im_end, "END"),
+        (["zzz"], endoftext, endoftext),
+        (["zzz"], im_end, None),
+        ([], endoftext, endoftext),
+        (["zzz"], None, None),  # length
+    ]
+    for stops, end, reason in cases:
+        steps: list = []
+        await steps_of(checkpoint, size, stops, "Sunny. END", end, eos=im_end, steps=steps)
+        assert steps[-1].stop_reason == reason, (stops, end)
+        assert all(step.stop_reason is None for step in steps[:-1])

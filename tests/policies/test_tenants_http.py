@@ -292,6 +292,14 @@ def test_token_counts_hold_to_the_tenants_tool_rules(client):
         assert plain.json()[field] != counted.json()[field], path  # the flag is in the prompt: the test can fail
 
 
+def test_a_response_repeats_each_tool_strict_as_the_tenants_rule_made_it(client):
+    """`tools.strict: always` holds a tool the client sent non-strict to its schema: the Response says so."""
+    body = {"model": "m-shared", "input": "hi", "tools": [{**flat_tool("get_weather"), "strict": False}]}
+    made = client.post("/v1/responses", headers=auth("strict"), json=body)
+    assert made.status_code == 200 and made.json()["tools"][0]["strict"] is True, made.text
+    assert client.post("/v1/responses", headers=auth("gamma"), json=body).json()["tools"][0]["strict"] is False
+
+
 def test_a_declared_tool_outside_the_allowlist_is_refused_though_allowed_tools_leaves_it_out(client):
     kept = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [tool("get_weather")]}}
     body = chat("m-shared", tools=[tool("get_weather"), tool("search")], tool_choice=kept)
