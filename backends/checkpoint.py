@@ -121,6 +121,12 @@ class Checkpoint:
     def eos_token(self) -> str | None:
         return self.special_tokens.get("eos_token")
 
+    @cached_property
+    def eos_token_id(self) -> int | None:
+        """The tokenizer's own EOS token (`eos_token`): of the end tokens (`eos_token_ids`, the model config's), the
+        one vLLM names no `stop_reason` for."""
+        return None if self.eos_token is None else self.tokenizer.token_to_id(self.eos_token)
+
     @property
     def is_gguf(self) -> bool:
         return self.path.is_file() and self.path.suffix == ".gguf"

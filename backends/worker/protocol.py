@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
-from backends.asgi import BodyTooLarge, ClientLeft, read_json_body
+from backends.asgi import BodyTimedOut, BodyTooLarge, ClientLeft, read_json_body
 from backends.base import Grammar, SamplingParams
 from backends.json_types import as_integer, as_token_ids, is_number
 from backends.worker.engine import Finish
@@ -44,8 +44,8 @@ BODIES = BodyBytes(4 * MAX_BODY_BYTES)
 
 async def request_json(request: Request) -> Any:
     """The request's body parsed as JSON; ProtocolError when it is not JSON (400), is longer than MAX_BODY_BYTES
-    (413), would take BODIES past its limit (503) or the client left before it ended (499: nobody reads the answer;
-    a body too slow is cut off by the HTTP protocol, backends/client_timeouts.py, as a client that left)."""
+    (413), would take BODIES past its limit (503), the client left before it ended (499: nobody reads the answer) or
+    it stalled (408, as the HTTP protocol answered when it cut the body, backends/client_timeouts.py)."""
     held = 0
 
     async def receive() -> Any:
@@ -64,6 +64,8 @@ async def request_json(request: Request) -> Any:
         raise ProtocolError(f"request body is not valid JSON: {exc}") from None
     except BodyTooLarge:
         raise ProtocolError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413) from None
+    except BodyTimedOut:  # the server answered 408 already (this answer goes nowhere): the records say 408 too
+        raise ProtocolError("the request body paused or came too slowly", 408) from None
     except ClientLeft:
         raise ProtocolError("the client left before its body ended", 499) from None
     finally:

@@ -138,7 +138,7 @@ class VLLMGeneration(Generation, ABC):
         super().__init__(call, state)
         self.options = options
         self.created = int(time.time())
-        self._eos = state.engine.eos_token_ids
+        self._eos = state.checkpoint.eos_token_id
         self._prompt_sent = False
         self._text_offset = 0
         """The length of the text sent so far (vLLM's logprobs offsets start there)."""
@@ -193,11 +193,12 @@ class VLLMGeneration(Generation, ABC):
         return self.decoded_token(token_id)
 
     def _stop_reason(self, finish: Finish | None) -> int | str | None:
-        """vLLM's stop_reason: the stop token id or stop string that ended the output; None for EOS, length and
-        abort."""
+        """vLLM's stop_reason: the stop token id or stop string that ended the output; None for length, abort and
+        the tokenizer's EOS (vLLM's check_stop), not for the config's other end tokens (a generation-config EOS
+        joins the request's stop_token_ids there: its id is named)."""
         if finish is None or finish.type != "stop":
             return None
-        if finish.matched in self._eos and not self.call.sampling.ignore_eos:
+        if finish.matched == self._eos and not self.call.sampling.ignore_eos:
             return None
         return finish.matched
 

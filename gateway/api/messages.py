@@ -167,7 +167,8 @@ class MessagesDoor:
             reason = "tool_use"
         else:
             reason = "stop_sequence" if self._stop_string is not None else "end_turn"
-        delta = {"stop_reason": reason, "stop_sequence": self._stop_string}
+        # Anthropic names the stop sequence only when it is the reason: null after a tool call one ended too
+        delta = {"stop_reason": reason, "stop_sequence": self._stop_string if reason == "stop_sequence" else None}
         return [
             *([] if self._started else self._message_start()),
             *self._stop(),

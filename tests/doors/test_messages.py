@@ -116,6 +116,18 @@ def test_stop_reasons_and_thinking(door):
     assert body["content"][0]["text"] == "Sunny. "
 
 
+def test_a_stop_sequence_after_a_tool_call_is_not_named_by_a_tool_use_stop(door):
+    """Anthropic's stop_sequence is null unless stop_reason is stop_sequence: a stop sequence matched after a
+    tool call (stop_reason tool_use) was named anyway, streamed and not."""
+    say = {"messages": USER, "tools": [WEATHER], "stop_sequences": ["END"]}
+    door.say(CALL + " END and more")
+    body = create(door, **say)
+    door.say(CALL + " END and more")
+    (delta,) = [e["delta"] for e in stream(door, **say) if e["type"] == "message_delta"]
+    assert (body["stop_reason"], body["stop_sequence"]) == ("tool_use", None)
+    assert delta == {"stop_reason": "tool_use", "stop_sequence": None}
+
+
 def test_forced_tool_use_and_its_result(door, client):
     door.say(CALL)
     message = client.messages.create(

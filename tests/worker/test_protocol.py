@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from starlette.requests import Request
 
+from backends.asgi import BODY_TIMED_OUT
 from backends.worker import protocol
 from backends.worker.protocol import ProtocolError, parse_generate
 
@@ -120,8 +121,25 @@ def test_a_text_prompt_is_not_encoded_when_a_cheap_check_refuses_the_body(body):
     assert encoded == []
 
 
-def _request(messages: asyncio.Queue) -> Request:
-    return Request({"type": "http", "method": "POST", "headers": []}, messages.get)
+def _request(messages: asyncio.Queue, **scope) -> Request:
+    return Request({"type": "http", "method": "POST", "headers": [], **scope}, messages.get)
+
+
+@pytest.mark.parametrize(("scope", "status"), [({}, 499), ({BODY_TIMED_OUT: True}, 408)])
+def test_a_body_cut_short_is_recorded_as_408_when_the_server_cut_it_for_stalling_else_499(scope, status):
+    """The HTTP protocol answers a stalled body 408 itself and marks the scope: the worker's answer (what its
+    records see) says 408 too, as the gateway's does; a client that just left is a 499."""
+
+    async def scenario() -> int:
+        messages = asyncio.Queue()
+        messages.put_nowait({"type": "http.request", "body": b'{"input_ids": [1,', "more_body": True})
+        messages.put_nowait({"type": "http.disconnect"})
+        with pytest.raises(ProtocolError) as refused:
+            await protocol.request_json(_request(messages, **scope))
+        return refused.value.status
+
+    assert asyncio.run(scenario()) == status
+    assert protocol.BODIES.held == 0
 
 
 def test_bodies_past_the_bytes_read_at_once_are_refused_with_503_and_their_bytes_given_back(monkeypatch):
