@@ -69,3 +69,13 @@ def test_free_names_within_the_bound() -> None:
         assert not _takes(ebnf, name), name
     unbounded = "root ::= name\n" + free_name_rules(["n", "name"], None, "name")
     assert _takes(unbounded, "n" + "q" * 300) and not _takes(unbounded, "name")
+
+
+def test_an_any_of_branch_s_free_names_exclude_its_declared_ones() -> None:
+    """Free names exclude the declared names of every top-level branch together (a branch's own included)."""
+    branch = {"type": "object", "required": ["a"], "additionalProperties": True}
+    schema = {"anyOf": [{**branch, "properties": {"a": {"type": "integer"}}}, {**branch, "required": ["b"],
+              "properties": {"b": {"type": "integer"}}}]}  # fmt: skip
+    assert _arguments("glm_xml", schema, ("a", "1"), ("c", "x"))
+    assert not _arguments("glm_xml", schema, ("a", "1"), ("a", "x"))
+    assert not _arguments("glm_xml", schema, ("b", "1"), ("b", "x"))
