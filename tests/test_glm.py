@@ -6,6 +6,7 @@ embedded SmolLM2 vocabulary, so the tags are single added tokens as in GLM's own
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from gateway.grammars.compat import newer_features
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest
-from tests.family_checks import added_tokens, feed, merged
+from tests.family_checks import added_tokens, feed, joined_calls, merged
 
 TAGS = (*sorted(TOKEN_MARKERS), "<|user|>", "<|observation|>", "<|assistant|>", "<|endoftext|>", "<tool_response>",
         "</tool_response>", "[gMASK]", "<sop>", "<|system|>")  # fmt: skip
@@ -149,6 +150,44 @@ def test_grammar_compiles_and_keeps_to_the_schema(tokenizer: Tokenizer) -> None:
     bad_days = "x</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>O</arg_value><arg_key>days</arg_key>" \
         "<arg_value>many</arg_value></tool_call>"  # fmt: skip
     assert not accepts(forced, bad_days)
+
+
+def test_an_additional_parameter_never_repeats_a_declared_one(tokenizer: Tokenizer) -> None:
+    """The family's grammar (its tags as tokens): a free parameter may not take the declared `days` again, its
+    strict prefix `day` it may."""
+    glm = family(tokenizer)
+    strings = [tokenizer.id_to_token(i) for i in range(tokenizer.get_vocab_size())]
+    compiler = xg.GrammarCompiler(xg.TokenizerInfo(strings, xg.VocabType.BYTE_LEVEL, stop_token_ids=[0]))
+    encoder = PromptEncoder(tokenizer)
+    parameters = {**WEATHER["function"]["parameters"], "additionalProperties": True}
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": parameters}}
+    req = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[tool], tool_choice="required")
+    grammar = glm.grammar(req, glm.render(req))
+    assert grammar is not None
+    compiled = compiler.compile_structural_tag(grammar.text)
+    head = "x</think><tool_call>get_weather<arg_key>city</arg_key><arg_value>O</arg_value><arg_key>days</arg_key>" \
+        "<arg_value>3</arg_value><arg_key>"  # fmt: skip
+
+    def accepts(free: str) -> bool:
+        matcher = xg.GrammarMatcher(compiled)
+        text = f"{head}{free}</arg_key><arg_value>many</arg_value></tool_call>"
+        return all(matcher.accept_token(i) for i in encoder.encode_prompt(text))
+
+    assert accepts("day") and accepts("days_left")
+    assert not accepts("days")  # taken before: `days` twice, the last no integer
+
+
+def test_a_key_written_twice_reads_as_its_last_value(tokenizer: Tokenizer) -> None:
+    """Without the grammar a model may write a key twice: the arguments stream as written (both keys), which a JSON
+    reader takes as the last value at the first key's place, as vLLM's glm4_moe parser does (a dict)."""
+    text = "<tool_call>get_weather<arg_key>days</arg_key><arg_value>1</arg_value><arg_key>city</arg_key>" \
+        "<arg_value>Oslo</arg_value><arg_key>days</arg_key><arg_value>2</arg_value></tool_call>"  # fmt: skip
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    for cuts in ([], list(range(1, len(ids)))):
+        deltas = feed(GlmParser([WEATHER]), Detokenizer(tokenizer, added_tokens(tokenizer)), ids, cuts)
+        ((_, arguments),) = joined_calls(deltas)
+        assert arguments == '{"days": 1, "city": "Oslo", "days": 2}'
+        assert list(json.loads(arguments).items()) == [("days", 2), ("city", "Oslo")]
 
 
 def test_client_typed_tags_stay_text(tokenizer: Tokenizer) -> None:

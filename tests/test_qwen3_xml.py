@@ -18,7 +18,7 @@ from gateway.families.qwen3_xml.parser import MAX_TAG_CHARS
 from gateway.prompts.encoding import PromptEncoder
 from gateway.prompts.shield import Shielder
 from gateway.types import ChatRequest, Delta, Piece
-from tests.family_checks import added_tokens, feed, merged
+from tests.family_checks import added_tokens, feed, joined_calls, merged
 
 WEATHER = {
     "type": "function",
@@ -415,3 +415,14 @@ def test_an_additional_parameter_follows_its_declared_type(
     tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
     got = _arguments(qwen, tool, f"<parameter=n>\n1\n</parameter>\n<parameter=extra>\n{value}\n</parameter>")
     assert got == {"n": 1, "extra": expected}
+
+
+def test_a_parameter_written_twice_reads_as_its_last_value(qwen: Checkpoint) -> None:
+    """Without the grammar a model may write a parameter twice: the arguments stream as written (both keys), which
+    a JSON reader takes as the last value at the first key's place, as vLLM's qwen3_coder parser does (a dict)."""
+    text = "<tool_call>\n<function=get_weather>\n<parameter=days>\n1\n</parameter>\n<parameter=city>\nOslo\n" \
+        "</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>"  # fmt: skip
+    for cuts in ([], range(1, len(qwen.tokenizer.encode(text, add_special_tokens=False).ids))):
+        ((_, arguments),) = joined_calls(replay(qwen, text, list(cuts)))
+        assert arguments == '{"days": 1, "city": "Oslo", "days": 2}'
+        assert list(json.loads(arguments).items()) == [("days", 2), ("city", "Oslo")]

@@ -37,6 +37,7 @@ from typing import Any
 
 from gateway.grammars.all_of import folded_all_of
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
+from gateway.grammars.free_names import FREE_NAME_RULE, free_name_rules
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import narrowed, scan
 from gateway.grammars.string_formats import XGRAMMAR_FORMATS, format_pattern
@@ -207,7 +208,8 @@ def _converted_value_ebnf(
         if safe is None:
             return None
         ebnf = safe
-    return shared_text(cheaper_rules(_bounded_layout(_tight_values(ebnf, style), style)), *_SHARED_TAGS[style])
+    ebnf = _distinct_free_names(_tight_values(ebnf, style), style, schema)
+    return shared_text(cheaper_rules(_bounded_layout(ebnf, style)), *_SHARED_TAGS[style])
 
 
 _JSON_STRING_REGEX = re.compile(r'^(\S+) ::= Regex\("((?:[^"\\]|\\["\\?\'])*)", json_string=true\)$', re.MULTILINE)
@@ -263,6 +265,7 @@ _LAYOUT_SPACE = 8
 """qwen_xml: whitespace between tags, at most (fewer before a literal name of more than `_LAYOUT_CHARS` less this).
 xgrammar's compile cost grows with a count: 229 made a 3-parameter tool's 43 ms 329 ms on Qwen3's vocabulary."""
 _FREE_NAME = '"<parameter=" xml_variable_name'
+_FREE_NAME_CHARS = 64
 """qwen_xml: a name the schema leaves free (`additionalProperties`): at most 64 characters in the grammar (a count
 of 200 cost 1.2 s to compile)."""
 _NAMED_TAG = re.compile(r'\[ \\n\\r\\t\]\* ("<parameter=((?:[^"\\]|\\.)*)")')
@@ -286,6 +289,39 @@ def _bounded_layout(ebnf: str, style: str) -> str:
     ebnf = _NAMED_TAG.sub(named, ebnf)
     spaced = f"[ \\n\\r\\t]{{0, {_LAYOUT_SPACE}}}"
     return "\n".join(line if _JSON_RULE.search(line) else line.replace(_WS, spaced) for line in ebnf.split("\n"))
+
+
+_FREE_NAME_MOST = {"qwen_xml": _FREE_NAME_CHARS, "glm_xml": None}
+"""Per XML style, the longest free name its grammar writes (GLM's: any, as xgrammar's)."""
+_BUILTIN_OBJECT = re.compile(r"^xml_(?:object|object_properties|variable_name) ::= ")
+_VARIABLE_NAME = re.compile(r"\bxml_variable_name\b")
+
+
+def _distinct_free_names(ebnf: str, style: str, schema: Any) -> str:
+    """`ebnf` of XML `style` whose free names (`additionalProperties`) are none of the schema's declared names
+    (`free_names`): xgrammar's let a free parameter repeat a declared one (`n` twice, the last no integer) or
+    write an optional one skipped, its own schema unchecked. The declared names are the arguments object's and its
+    `anyOf` / `oneOf` branches' together (a branch's free names exclude another's declared ones too)."""
+    declared = _declared_names(schema)
+    if not declared or FREE_NAME_RULE not in ebnf:  # no free name, or xgrammar's rules changed (tests catch it)
+        return ebnf
+    lines = ebnf.split("\n")
+    named = [_VARIABLE_NAME.sub("xml_free_name", line) if not _BUILTIN_OBJECT.match(line) else line for line in lines]
+    if named == lines:
+        return ebnf
+    return "\n".join(named) + "\n" + free_name_rules(declared, _FREE_NAME_MOST[style], "xml_free_name") + "\n"
+
+
+def _declared_names(schema: Any) -> set[str]:
+    """The property names an arguments `schema` declares at its top, its `anyOf` / `oneOf` branches' included."""
+    if not isinstance(schema, dict):
+        return set()
+    properties = schema.get("properties")
+    names = set(properties) if isinstance(properties, dict) else set()
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key) if isinstance(schema.get(key), list) else ():
+            names |= _declared_names(branch)
+    return names
 
 
 _UNWRITABLE_NAME = {

