@@ -7,11 +7,12 @@ for parts it never calls. A gateway process only builds grammars (`Grammar`), co
 (`TokenizerInfo`, `VocabType`) and compiles (`GrammarCompiler`, in its compile children, forks that inherit what is
 loaded here). `without_torch()` (called by `gateway serve` before anything imports xgrammar) makes `xgrammar()`
 load just those modules of the installed package: its native library and `exception`, `grammar`, `compiler` and
-`tokenizer_info`, the package's own code, with torch, numpy, sentencepiece and tiktoken unimportable while they
-load (each is an optional import there) and transformers a stand-in naming the two classes `tokenizer_info` imports
-(used only by `TokenizerInfo.from_huggingface`, which a gateway never calls). Measured on xgrammar 0.2.9: 0.2 CPU-s,
-~45 MB. Any other process (the bundled worker, which needs xgrammar's matcher and torch; the tests) gets the whole
-package, as does a process that already imported it or torch.
+`tokenizer_info`, the package's own code, with torch, numpy, sentencepiece and tiktoken unimportable to the thread
+that loads them (each is an optional import there; other threads import as usual) and transformers a stand-in naming
+the two classes `tokenizer_info` imports (used only by `TokenizerInfo.from_huggingface`, which a gateway never
+calls; in sys.modules only while `tokenizer_info` loads). Measured on xgrammar 0.2.9: 0.1-0.2 CPU-s, ~45 MB. Any
+other process (the bundled worker, which needs xgrammar's matcher and torch; the tests) gets the whole package, as
+does a process that already imported it or torch.
 
 A future xgrammar that moves what this relies on fails the load with XGrammarLayoutError naming the version this
 was written for, never a half-loaded module: `gateway serve` reports it as a start-up error.
@@ -20,6 +21,8 @@ was written for, never a half-loaded module: `gateway serve` reports it as a sta
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import threading
@@ -64,6 +67,8 @@ def xgrammar() -> Any:
     """xgrammar's `Grammar`, `GrammarCompiler`, `CompiledGrammar`, `TokenizerInfo` and `VocabType` (the whole
     package, or only those after `without_torch()`), loaded on the first call."""
     global _loaded
+    if _loaded is not None:  # without the lock: a compile child (a fork) may have been forked while another held it
+        return _loaded
     with _lock:
         if _loaded is None:
             light = _torch_free and "xgrammar" not in sys.modules and "torch" not in sys.modules
@@ -99,20 +104,37 @@ def _load_without_torch() -> types.SimpleNamespace:
 
 
 def _load_modules(package: types.ModuleType) -> dict[str, types.ModuleType]:
-    """xgrammar's `_MODULES` imported into `package` with `_LEFT_OUT` unimportable and transformers a stand-in."""
-    stand_in = types.ModuleType("transformers", "stand-in: xgrammar's tokenizer_info names these two classes")
-    stand_in.PreTrainedTokenizerBase = type("PreTrainedTokenizerBase", (), {})  # type: ignore[attr-defined]
-    stand_in.PreTrainedTokenizerFast = type("PreTrainedTokenizerFast", (stand_in.PreTrainedTokenizerBase,), {})  # type: ignore[attr-defined]
-    blocked: dict[str, types.ModuleType | None] = {name: None for name in _LEFT_OUT if name not in sys.modules}
-    if "transformers" not in sys.modules:
-        blocked["transformers"] = stand_in
-    sys.modules.update(blocked)
+    """xgrammar's `_MODULES` imported into `package`, `_LEFT_OUT` refused to this thread and transformers a stand-in."""
+    left_out = _LeftOut()
+    sys.meta_path.insert(0, left_out)
     sys.modules["xgrammar"] = package
     try:
         return {name: importlib.import_module(f"xgrammar.{name}") for name in _MODULES}
     finally:
-        for name in blocked:
-            del sys.modules[name]
+        sys.meta_path.remove(left_out)
+        if left_out.stand_in is not None and sys.modules.get("transformers") is left_out.stand_in:
+            del sys.modules["transformers"]
+
+
+class _LeftOut(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """For the thread that made it: `_LEFT_OUT` not found, transformers a stand-in with the two classes xgrammar's
+    `tokenizer_info` imports. Other threads' imports pass by."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.stand_in: types.ModuleType | None = None
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if threading.get_ident() != self.thread:
+            return None
+        if name in _LEFT_OUT:
+            raise ModuleNotFoundError(f"{name} is left out of xgrammar's torch-free load", name=name)
+        return importlib.util.spec_from_loader(name, self) if name == "transformers" else None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.PreTrainedTokenizerBase = type("PreTrainedTokenizerBase", (), {})  # type: ignore[attr-defined]
+        module.PreTrainedTokenizerFast = type("PreTrainedTokenizerFast", (module.PreTrainedTokenizerBase,), {})  # type: ignore[attr-defined]
+        self.stand_in = module
 
 
 def _not_loaded(name: str) -> Any:

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 import tomllib
 from importlib.metadata import version
 from pathlib import Path
@@ -17,7 +18,7 @@ import xgrammar as xgr
 
 from backends.checkpoint import load_checkpoint
 from backends.xgrammar_compile import compile_grammar, tokenizer_info
-from backends.xgrammar_core import WRITTEN_FOR
+from backends.xgrammar_core import WRITTEN_FOR, _LeftOut
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = '{"type": "object", "properties": {"id": {"type": "string", "format": "uuid"}, "n": {"type": "integer"}}}'
@@ -108,3 +109,17 @@ def test_the_load_was_written_for_the_pinned_xgrammar():
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert f"xgrammar=={WRITTEN_FOR}" in dependencies
     assert version("xgrammar") == WRITTEN_FOR
+
+
+def test_only_the_loading_thread_is_refused_torch_and_given_the_transformers_stand_in():
+    """A model's checkpoint read meanwhile in another thread (a GGUF's reader imports numpy) imports as usual."""
+    left_out = _LeftOut()
+    others: list[object] = []
+    thread = threading.Thread(target=lambda: others.extend(left_out.find_spec(m) for m in ("numpy", "transformers")))
+    thread.start()
+    thread.join()
+    assert others == [None, None]
+    with pytest.raises(ModuleNotFoundError, match="numpy is left out"):
+        left_out.find_spec("numpy")
+    assert left_out.find_spec("transformers").loader is left_out
+    assert left_out.find_spec("tokenizers") is None
