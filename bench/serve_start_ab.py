@@ -1,6 +1,7 @@
 """`gateway serve` start-up, checkouts interleaved: CPU to ready, first grammar request.
 
-Starts bench/fast_backend.py once, then per round each checkout's `gateway serve --backend-url` in turn (the order
+Starts bench/fast_backend.py once, then per round each checkout's `gateway serve` on it (a config naming it an incremental
+SGLang backend) in turn (the order
 rotating each round); with `--bundled`, no external backend: each gateway serves the embedded model with its bundled
 worker (`--threads 2`). Measured: the gateway process's CPU seconds (user + system, from /proc) from spawn until
 /ready answers 200, the same for the gateway and every process under it (the worker, compile children) and the wall
@@ -133,11 +134,16 @@ def one_run(tree: Path, flags: list[str], port: int, backend_port: int | None, s
     grammar request `settle` seconds after it is ready (its CPU by then too), and a second grammar request."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [PYTHON, "-m", "gateway.cli", "serve", "--port", str(port), "--log-level", "warning"]
-    backend = ["--backend-url", f"http://127.0.0.1:{backend_port}"] if backend_port else ["--threads", "2"]
-    command += [*backend, *flags]
     url = f"http://127.0.0.1:{port}"
     serving = int(flags[flags.index("--workers") + 1]) if "--workers" in flags else 1
-    with tempfile.TemporaryFile() as log:
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as config, tempfile.TemporaryFile() as log:
+        backend = ["--threads", "2"]
+        if backend_port:  # fast_backend streams incremental output_ids, which `--backend-url` does not expect
+            backend = ["--config", config.name]
+            url_line = f"backend: {{type: sglang, url: 'http://127.0.0.1:{backend_port}', incremental: true}}"
+            config.write(f"models:\n  - id: {MODEL}\n    {url_line}\n")
+            config.flush()
+        command += [*backend, *flags]
         started = time.perf_counter()
         proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
