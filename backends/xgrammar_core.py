@@ -2,7 +2,7 @@
 
 `import xgrammar` runs the package's `__init__`, which imports its token-mask kernels (torch, at module level in
 `matcher.py`, and again through tvm_ffi, which imports torch when it can) and its Hugging Face adapter
-(`tokenizer_info.py` imports transformers at module level): ~1.7 CPU-s and ~220 MB of a gateway process's start,
+(`tokenizer_info.py` imports transformers at module level): ~1.7 CPU-s and ~210 MB of a gateway process's start,
 for parts it never calls. A gateway process only builds grammars (`Grammar`), converts a vocabulary
 (`TokenizerInfo`, `VocabType`) and compiles (`GrammarCompiler`, in its compile children, forks that inherit what is
 loaded here). `without_torch()` (called by `gateway serve` before anything imports xgrammar) makes `xgrammar()`
@@ -10,8 +10,8 @@ load just those modules of the installed package: its native library and `except
 `tokenizer_info`, the package's own code, with torch, numpy, sentencepiece and tiktoken unimportable to the thread
 that loads them (each is an optional import there; other threads import as usual) and transformers a stand-in naming
 the two classes `tokenizer_info` imports (used only by `TokenizerInfo.from_huggingface`, which a gateway never
-calls; in sys.modules only while `tokenizer_info` loads). Measured on xgrammar 0.2.9: 0.1-0.2 CPU-s, ~45 MB. Any
-other process (the bundled worker, which needs xgrammar's matcher and torch; the tests) gets the whole package, as
+calls; in sys.modules only while `tokenizer_info` loads). Measured on xgrammar 0.2.9, after the gateway's own
+imports: 0.1-0.25 CPU-s and ~21 MB of RSS, where the whole package takes ~2 CPU-s and ~243 MB. Any other process (the bundled worker, which needs xgrammar's matcher and torch; the tests) gets the whole package, as
 does a process that already imported it or torch.
 
 A future xgrammar that moves what this relies on fails the load with XGrammarLayoutError naming the version this

@@ -1,18 +1,16 @@
 """`gateway serve` start-up, checkouts interleaved: CPU to ready, first grammar request.
 
-Starts bench/fast_backend.py once, then per round each checkout's `gateway serve` on it (a config naming it an incremental
-SGLang backend) in turn (the order
-rotating each round); with `--bundled`, no external backend: each gateway serves the embedded model with its bundled
-worker (`--threads 2`). Measured: the gateway process's CPU seconds (user + system, from /proc) from spawn until
-/ready answers 200, the same for the gateway and every process under it (the worker, compile children) and the wall
-time to it, and the gateway's resident memory then (VmRSS, and its peak VmHWM). With `--workers N` in a checkout's
-flags, "the gateway" is every `gateway.cli` process of the group (the parent and its N serving processes): CPU and
-RSS summed, the peak the largest, counted once each has written its "serving" line and /ready answers 200.
-`--settle` seconds later (its CPU by then), one chat request with a json_schema
-response_format, the first grammar that process builds (whatever it still has to load for it, the compile child's
-fork, the compile), its wall latency and the CPU it cost the gateway processes and their compile children
-together (not the worker); then one with
-another schema (a warm process).
+Starts bench/fast_backend.py once, then per round each checkout's `gateway serve` on it (a config naming it an
+incremental SGLang backend) in turn (the order rotating each round); with `--bundled`, no external backend: each
+gateway serves the embedded model with its bundled worker (`--threads 2`). Measured: the gateway process's CPU
+seconds (user + system, from /proc) from spawn until /ready answers 200, the same for the gateway and every process
+under it (the worker, compile children) and the wall time to it, and the gateway's resident memory then (VmRSS, and
+its peak VmHWM). With `--workers N` in a checkout's flags, "the gateway" is every `gateway.cli` process of the group
+(the parent and its N serving processes): CPU and RSS summed, the peak the largest, counted once each has written
+its "serving" line and /ready answers 200. `--settle` seconds later (its CPU by then), one chat request with a
+json_schema response_format, the first grammar that process builds (whatever it still has to load for it, the
+compile child's fork, the compile), its wall latency and the CPU it cost the gateway processes and their compile
+children together (not the worker); then one with another schema (a warm process).
 
     python bench/serve_start_ab.py --tree base=/tmp/base-checkout --tree branch=. [--tree 'lazy=. --no-grammar-warmup']
         [--tree 'group=. --workers 2']
