@@ -71,8 +71,8 @@ def import_xgrammar() -> None:
 
 def warm_grammars(registry: ModelRegistry) -> None:
     """Each compile budget's view of its vocabulary built now (`--grammar-warmup`), so that the first request
-    needing a grammar does not wait for it."""
-    import_xgrammar()  # a model without a compile budget builds its grammars in this process
+    needing a grammar does not wait for it. XGrammarLayoutError when xgrammar cannot be loaded."""
+    xgrammar()  # a model without a compile budget builds its grammars in this process
     for model in registry:
         if model.grammar_budget is not None:
             model.grammar_budget.prepare()
