@@ -127,7 +127,7 @@ class CompilePool:
         return reply, spent
 
     def prepare(self) -> None:
-        """xgrammar's view of the vocabulary built now (importing xgrammar, ~1.5 s), not by the first fork."""
+        """xgrammar's view of the vocabulary built now (loading xgrammar first), not by the first fork."""
         with self._lock:
             if self._info is None:
                 self._info = self._tokenizer_info()

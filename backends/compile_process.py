@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from backends.base import Grammar
 from backends.xgrammar_compile import GrammarError, compile_grammar, out_of_memory
+from backends.xgrammar_core import xgrammar
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -106,12 +107,10 @@ def _serve(
     memory_mib: int,
 ) -> None:
     """The child: answer jobs until the parent closes its end."""
-    import xgrammar as xgr  # already loaded: the parent imported it to build `info`
-
     parents_end.close()
     _forget_parent(connection)
     _bound_memory(memory_mib)
-    compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+    compiler = xgrammar().GrammarCompiler(info, max_threads=1, cache_enabled=False)  # loaded: `info` is its
     known: OrderedDict[str, None] = OrderedDict()
     while True:
         try:

@@ -1,8 +1,8 @@
 """xgrammar's view of a checkpoint's vocabulary, and a grammar compiled by its kind: the bundled worker and the
 gateway's compile budget share them.
 
-xgrammar is imported when a vocabulary is first converted, not with this module: importing it loads torch and
-transformers (about 1.3 CPU-s), which a gateway process that never builds a grammar does not need.
+xgrammar is loaded when a vocabulary is first converted, not with this module (backends/xgrammar_core.py: the
+whole package, torch and transformers with it, or in a gateway process only its grammar compiler).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from backends.base import GrammarKind
 from backends.checkpoint import Checkpoint
+from backends.xgrammar_core import xgrammar
 
 if TYPE_CHECKING:
     import xgrammar as xgr
@@ -29,7 +30,7 @@ class GrammarError(ValueError):
 
 def tokenizer_info(checkpoint: Checkpoint, vocab_size: int) -> xgr.TokenizerInfo:
     """xgrammar's view of the vocabulary: control tokens are special (never text), eos ids stop."""
-    import xgrammar as xgr
+    xgr = xgrammar()
 
     control = set(checkpoint.control_token_ids)
     vocab = [("" if i in control else token) for i, token in enumerate(checkpoint.vocab[:vocab_size])]
@@ -39,7 +40,7 @@ def tokenizer_info(checkpoint: Checkpoint, vocab_size: int) -> xgr.TokenizerInfo
 
 
 def _vocab_type(checkpoint: Checkpoint) -> xgr.VocabType:
-    import xgrammar as xgr
+    xgr = xgrammar()
 
     decoder = checkpoint.tokenizer.decoder  # its own document only: the whole tokenizer's is its vocabulary
     decoder = json.loads(decoder.__getstate__()) if decoder is not None else {}

@@ -1,15 +1,19 @@
 """`gateway serve` start-up, checkouts interleaved: CPU to ready, first grammar request.
 
-Starts bench/fast_backend.py once, then per round each checkout's `gateway serve --backend-url` in turn (the order
-rotating each round); with `--bundled`, no external backend: each gateway serves the embedded model with its bundled
-worker (`--threads 2`). Measured: the gateway process's CPU seconds (user + system, from /proc) from spawn until
-/ready answers 200, the same for the gateway and every process under it (the worker, compile children) and the wall
-time to it; `--settle` seconds later (its CPU by then), one chat request with a json_schema
-response_format, the first grammar that process builds (whatever it still has to load for it, the compile child's
-fork, the compile), its wall latency and the CPU it cost the gateway and its compile child together; then one with
-another schema (a warm process).
+Starts bench/fast_backend.py once, then per round each checkout's `gateway serve` on it (a config naming it an
+incremental SGLang backend) in turn (the order rotating each round); with `--bundled`, no external backend: each
+gateway serves the embedded model with its bundled worker (`--threads 2`). Measured: the gateway process's CPU
+seconds (user + system, from /proc) from spawn until /ready answers 200, the same for the gateway and every process
+under it (the worker, compile children) and the wall time to it, and the gateway's resident memory then (VmRSS, and
+its peak VmHWM). With `--workers N` in a checkout's flags, "the gateway" is every `gateway.cli` process of the group
+(the parent and its N serving processes): CPU and RSS summed, the peak the largest, counted once each has written
+its "serving" line and /ready answers 200. `--settle` seconds later (its CPU by then), one chat request with a
+json_schema response_format, the first grammar that process builds (whatever it still has to load for it, the
+compile child's fork, the compile), its wall latency and the CPU it cost the gateway processes and their compile
+children together (not the worker); then one with another schema (a warm process).
 
     python bench/serve_start_ab.py --tree base=/tmp/base-checkout --tree branch=. [--tree 'lazy=. --no-grammar-warmup']
+        [--tree 'group=. --workers 2']
         [--runs 5] [--port 38000] [--settle 0] [--bundled]
 """
 
@@ -20,8 +24,10 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -60,9 +66,40 @@ def tree_cpu(pid: int) -> float:
     return cpu_seconds(pid) + sum(tree_cpu(child) for child in children(pid))
 
 
-def family_cpu(pid: int) -> float:
-    """CPU of the gateway and its live children (the compile processes)."""
-    return cpu_seconds(pid) + sum(cpu_seconds(child) for child in children(pid))
+def grammar_cpu(gateways: list[int]) -> float:
+    """CPU of the gateway processes and their compile children (forks: their command line is their parent's)."""
+    total = 0.0
+    for pid in gateways:
+        total += cpu_seconds(pid)
+        total += sum(cpu_seconds(c) for c in children(pid) if c not in gateways and cmdline(c) == cmdline(pid))
+    return total
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def gateway_pids(pid: int) -> list[int]:
+    """The gateway process and every `gateway.cli` process under it (a group's serving processes)."""
+    found = [pid]
+    for child in children(pid):
+        if b"gateway.cli" in cmdline(child):
+            found += gateway_pids(child)
+    return found
+
+
+def memory_mb(pid: int, field: str) -> float:
+    """One of /proc/PID/status's memory fields (VmRSS, VmHWM) in MB; 0 once the process is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def start_backend(port: int) -> subprocess.Popen[str]:
@@ -95,36 +132,53 @@ def one_run(tree: Path, flags: list[str], port: int, backend_port: int | None, s
     grammar request `settle` seconds after it is ready (its CPU by then too), and a second grammar request."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [PYTHON, "-m", "gateway.cli", "serve", "--port", str(port), "--log-level", "warning"]
-    backend = ["--backend-url", f"http://127.0.0.1:{backend_port}"] if backend_port else ["--threads", "2"]
-    command += [*backend, *flags]
     url = f"http://127.0.0.1:{port}"
-    started = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        with httpx.Client() as client:
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{tree}: gateway exited with {proc.returncode}")
-                try:
-                    if client.get(f"{url}/ready", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.02)
-            row = {
-                "start_wall_s": time.perf_counter() - started,
-                "start_cpu_s": cpu_seconds(proc.pid),
-                "start_tree_cpu_s": tree_cpu(proc.pid),
-            }
-            time.sleep(settle)
-            before = family_cpu(proc.pid)
-            row["settled_cpu_s"] = before
-            row["first_grammar_ms"] = grammar_request(client, url, SCHEMAS[0]) * 1e3
-            row["first_grammar_cpu_s"] = family_cpu(proc.pid) - before
-            row["second_grammar_ms"] = grammar_request(client, url, SCHEMAS[1]) * 1e3
-    finally:
-        proc.terminate()
-        proc.wait(30)
+    serving = int(flags[flags.index("--workers") + 1]) if "--workers" in flags else 1
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as config, tempfile.TemporaryFile() as log:
+        backend = ["--threads", "2"]
+        if backend_port:  # fast_backend streams incremental output_ids, which `--backend-url` does not expect
+            backend = ["--config", config.name]
+            url_line = f"backend: {{type: sglang, url: 'http://127.0.0.1:{backend_port}', incremental: true}}"
+            config.write(f"models:\n  - id: {MODEL}\n    {url_line}\n")
+            config.flush()
+        command += [*backend, *flags]
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            return _measured(proc, url, log, serving, started, settle)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+
+
+def _measured(
+    proc: subprocess.Popen[bytes], url: str, log: IO[bytes], serving: int, started: float, settle: float
+) -> dict[str, float]:
+    with httpx.Client() as client:
+        while True:
+            log.seek(0)
+            if proc.poll() is not None:
+                raise RuntimeError(f"gateway exited with {proc.returncode}: {log.read()[-2000:]!r}")
+            try:
+                if log.read().count(b"gateway: serving") >= serving and client.get(f"{url}/ready").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.02)
+        gateways = gateway_pids(proc.pid)
+        row = {
+            "start_wall_s": time.perf_counter() - started,
+            "start_cpu_s": sum(cpu_seconds(pid) for pid in gateways),
+            "start_tree_cpu_s": tree_cpu(proc.pid),
+            "rss_mb": sum(memory_mb(pid, "VmRSS") for pid in gateways),
+            "peak_rss_mb": max(memory_mb(pid, "VmHWM") for pid in gateways),
+        }
+        time.sleep(settle)
+        before = grammar_cpu(gateways)
+        row["settled_cpu_s"] = before
+        row["first_grammar_ms"] = grammar_request(client, url, SCHEMAS[0]) * 1e3
+        row["first_grammar_cpu_s"] = grammar_cpu(gateways) - before
+        row["second_grammar_ms"] = grammar_request(client, url, SCHEMAS[1]) * 1e3
     return row
 
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 from backends.xgrammar_compile import out_of_memory
+from backends.xgrammar_core import xgrammar  # loaded at its first call: a gateway that builds no grammar never pays it
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 RESPONSE_SCHEMA_PARAM = "response_format.json_schema.schema"
@@ -72,14 +73,10 @@ def _converted(convert: Callable[[], str], param: str) -> str:
 
 @lru_cache(maxsize=1024)
 def _ebnf(schema_json: str) -> str:
-    import xgrammar as xgr  # here, not at the top: a gateway that builds no grammar never pays its import
-
-    return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False))
+    return str(xgrammar().Grammar.from_json_schema(schema_json, any_whitespace=False))
 
 
 @lru_cache(maxsize=1024)
 def _xml_ebnf(schema_json: str, style: str) -> str:
-    import xgrammar as xgr
-
     fmt = {"type": "json_schema", "json_schema": json.loads(schema_json), "style": style}
-    return str(xgr.Grammar.from_structural_tag(json.dumps({"type": "structural_tag", "format": fmt})))
+    return str(xgrammar().Grammar.from_structural_tag(json.dumps({"type": "structural_tag", "format": fmt})))

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from backends.xgrammar_core import xgrammar
 from gateway.grammars.all_of import folded_all_of
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.free_names import FREE_NAME_RULE, free_name_rules
@@ -564,9 +565,7 @@ def raw_pattern_ebnf(pattern: str, param: str, strict: bool) -> str | None:
 @lru_cache(maxsize=1024)
 def regex_grammar(pattern: str) -> str:
     """xgrammar's EBNF for a regex (kept: the JSON values here and the structural tags' regex formats share it)."""
-    import xgrammar as xgr  # here, not at the top: a gateway that builds no grammar never pays its import
-
-    return str(xgr.Grammar.from_regex(pattern))
+    return str(xgrammar().Grammar.from_regex(pattern))
 
 
 def may_write(pattern: str, chars: str = "<") -> bool:

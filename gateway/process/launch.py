@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,7 @@ from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from backends.vllm import VLLMBackend
 from backends.xgrammar_compile import tokenizer_info
+from backends.xgrammar_core import XGrammarLayoutError, xgrammar
 from gateway.families import FamilyInferenceError, infer_family
 from gateway.families.recognition import CheckpointFacts
 from gateway.grammars.budget import GrammarBudget
@@ -60,15 +62,17 @@ def start_models(config: GatewayConfig, stack: ExitStack, worker_urls: dict[str,
 
 
 def import_xgrammar() -> None:
-    """xgrammar (torch and transformers with it) imported now (`--grammar-warmup`, in a thread beside the models'
-    start), not by the first request needing a grammar."""
-    import xgrammar  # noqa: F401
+    """xgrammar's grammar compiler loaded now (`--grammar-warmup`, in a thread beside the models' start), not by the
+    first request needing a grammar. Its error (XGrammarLayoutError) is raised again, and reported, by
+    `warm_grammars`."""
+    with contextlib.suppress(XGrammarLayoutError):
+        xgrammar()
 
 
 def warm_grammars(registry: ModelRegistry) -> None:
     """Each compile budget's view of its vocabulary built now (`--grammar-warmup`), so that the first request
-    needing a grammar does not wait for it."""
-    import_xgrammar()  # a model without a compile budget builds its grammars in this process
+    needing a grammar does not wait for it. XGrammarLayoutError when xgrammar cannot be loaded."""
+    xgrammar()  # a model without a compile budget builds its grammars in this process
     for model in registry:
         if model.grammar_budget is not None:
             model.grammar_budget.prepare()

@@ -1,0 +1,144 @@
+"""xgrammar's grammar builder and compiler, for a process that runs no model: loaded without torch or transformers.
+
+`import xgrammar` runs the package's `__init__`, which imports its token-mask kernels (torch, at module level in
+`matcher.py`, and again through tvm_ffi, which imports torch when it can) and its Hugging Face adapter
+(`tokenizer_info.py` imports transformers at module level): ~1.7 CPU-s and ~210 MB of a gateway process's start,
+for parts it never calls. A gateway process only builds grammars (`Grammar`), converts a vocabulary
+(`TokenizerInfo`, `VocabType`) and compiles (`GrammarCompiler`, in its compile children, forks that inherit what is
+loaded here). `without_torch()` (called by `gateway serve` before anything imports xgrammar) makes `xgrammar()`
+load just those modules of the installed package: its native library and `exception`, `grammar`, `compiler` and
+`tokenizer_info`, the package's own code, with torch, numpy, sentencepiece and tiktoken unimportable to the thread
+that loads them (each is an optional import there; other threads import as usual) and transformers a stand-in naming
+the two classes `tokenizer_info` imports (used only by `TokenizerInfo.from_huggingface`, which a gateway never
+calls; in sys.modules only while `tokenizer_info` loads). Measured on xgrammar 0.2.9, after the gateway's own
+imports: 0.1-0.25 CPU-s and ~21 MB of RSS, where the whole package takes ~2 CPU-s and ~243 MB. Any other process (the bundled worker, which needs xgrammar's matcher and torch; the tests) gets the whole package, as
+does a process that already imported it or torch.
+
+A future xgrammar that moves what this relies on fails the load with XGrammarLayoutError naming the version this
+was written for, never a half-loaded module: `gateway serve` reports it as a start-up error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+import types
+from importlib.metadata import version
+from typing import Any
+
+WRITTEN_FOR = "0.2.9"
+"""The xgrammar version (pyproject's pin) whose module layout the torch-free load was written against."""
+_LEFT_OUT = ("torch", "numpy", "sentencepiece", "tiktoken")
+"""Optional imports of the modules loaded here (tvm_ffi's tensor interop, xgrammar's tokenizer adapters)."""
+_MODULES = ("exception", "load_binding", "grammar", "compiler", "tokenizer_info")
+"""Loaded in this order: `load_binding` registers the native types the others' bindings name."""
+_NAMES = {
+    "grammar": ("Grammar",),
+    "compiler": ("GrammarCompiler", "CompiledGrammar"),
+    "tokenizer_info": ("TokenizerInfo", "VocabType"),
+}
+_REQUIRED = {
+    "Grammar": ("from_json_schema", "from_regex", "from_structural_tag", "from_ebnf"),
+    "GrammarCompiler": ("compile_json_schema", "compile_regex", "compile_grammar", "compile_structural_tag"),
+    "VocabType": ("RAW", "BYTE_LEVEL", "BYTE_FALLBACK"),
+}
+
+_lock = threading.Lock()
+_torch_free = False
+_loaded: Any = None
+
+
+class XGrammarLayoutError(ImportError):
+    """The installed xgrammar cannot be loaded without torch: its modules moved (an ImportError: no grammar's
+    refusal, which xgrammar raises as RuntimeError or ValueError)."""
+
+
+def without_torch() -> None:
+    """This process runs no model: `xgrammar()` loads only the grammar compiler (call before anything imports it)."""
+    global _torch_free
+    _torch_free = True
+
+
+def xgrammar() -> Any:
+    """xgrammar's `Grammar`, `GrammarCompiler`, `CompiledGrammar`, `TokenizerInfo` and `VocabType` (the whole
+    package, or only those after `without_torch()`), loaded on the first call."""
+    global _loaded
+    if _loaded is not None:  # without the lock: a compile child (a fork) may have been forked while another held it
+        return _loaded
+    with _lock:
+        if _loaded is None:
+            light = _torch_free and "xgrammar" not in sys.modules and "torch" not in sys.modules
+            _loaded = _load_without_torch() if light else importlib.import_module("xgrammar")
+        return _loaded
+
+
+def _load_without_torch() -> types.SimpleNamespace:
+    installed = version("xgrammar")
+    try:
+        spec = importlib.util.find_spec("xgrammar")
+        if spec is None or spec.submodule_search_locations is None:
+            raise ImportError("no xgrammar package")
+        package = importlib.util.module_from_spec(spec)  # its __init__ is not run
+        modules = _load_modules(package)
+        names = {name: getattr(modules[module], name) for module, listed in _NAMES.items() for name in listed}
+        missing = [
+            f"{owner}.{attr}" for owner, attrs in _REQUIRED.items() for attr in attrs if not hasattr(names[owner], attr)
+        ]
+        if missing:
+            raise AttributeError(f"missing {', '.join(missing)}")
+    except Exception as exc:  # whatever a changed layout raises, reported as one error
+        for name in [m for m in sys.modules if m == "xgrammar" or m.startswith("xgrammar.")]:
+            del sys.modules[name]
+        raise XGrammarLayoutError(
+            f"xgrammar {installed} cannot be loaded without torch ({type(exc).__name__}: {exc}); this gateway's "
+            f"torch-free load was written for xgrammar {WRITTEN_FOR} (pyproject's pin): install that version"
+        ) from exc
+    for name, value in names.items():
+        setattr(package, name, value)
+    package.__getattr__ = _not_loaded  # `import xgrammar` here finds this package: anything else is named as left out
+    return types.SimpleNamespace(**names)
+
+
+def _load_modules(package: types.ModuleType) -> dict[str, types.ModuleType]:
+    """xgrammar's `_MODULES` imported into `package`, `_LEFT_OUT` refused to this thread and transformers a stand-in."""
+    left_out = _LeftOut()
+    sys.meta_path.insert(0, left_out)
+    sys.modules["xgrammar"] = package
+    try:
+        return {name: importlib.import_module(f"xgrammar.{name}") for name in _MODULES}
+    finally:
+        sys.meta_path.remove(left_out)
+        if left_out.stand_in is not None and sys.modules.get("transformers") is left_out.stand_in:
+            del sys.modules["transformers"]
+
+
+class _LeftOut(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """For the thread that made it: `_LEFT_OUT` not found, transformers a stand-in with the two classes xgrammar's
+    `tokenizer_info` imports. Other threads' imports pass by."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.stand_in: types.ModuleType | None = None
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if threading.get_ident() != self.thread:
+            return None
+        if name in _LEFT_OUT:
+            raise ModuleNotFoundError(f"{name} is left out of xgrammar's torch-free load", name=name)
+        return importlib.util.spec_from_loader(name, self) if name == "transformers" else None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.PreTrainedTokenizerBase = type("PreTrainedTokenizerBase", (), {})  # type: ignore[attr-defined]
+        module.PreTrainedTokenizerFast = type("PreTrainedTokenizerFast", (module.PreTrainedTokenizerBase,), {})  # type: ignore[attr-defined]
+        self.stand_in = module
+
+
+def _not_loaded(name: str) -> Any:
+    raise AttributeError(
+        f"xgrammar.{name} is not loaded in this process: it loaded only xgrammar's grammar compiler, without torch "
+        "(backends/xgrammar_core.py)"
+    )
