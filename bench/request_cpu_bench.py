@@ -43,7 +43,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overhead_bench import (  # the bench folder is not a package: its path is added above
+from callgrind_counts import dump_total  # the bench folder is not a package: its path is added above
+from overhead_bench import (
     CONFIG,
     MESSAGES,
     MODEL,
@@ -103,8 +104,7 @@ async def counted(pid: int, out: Path, work: Awaitable[T]) -> tuple[int, T]:
     for command in (["-i", "off"], ["-d"]):
         await callgrind_control(pid, *command)
     dumps = out.parent.glob(f"{out.name}.{pid}.*")
-    dump = max(dumps, key=lambda path: int(path.suffix[1:])).read_text()
-    return int(next(line for line in dump.splitlines() if line.startswith("totals:")).split()[1]), value
+    return dump_total(max(dumps, key=lambda path: int(path.suffix[1:]))), value
 
 
 async def sequential_instructions(side: Side, pid: int, count: int, out: Path) -> float:
