@@ -6,6 +6,7 @@ streams or folds any door the same way, and `respond` is the chat / completions 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
@@ -101,26 +102,24 @@ async def _stream(
     send_more: Send,
     send: Send,
 ) -> None:
-    """The SSE body, sent by the one loop that reads the steps and frames them: one body message per backend step
-    (the opening goes with the first step; the closing, `[DONE]` and the body's end with the last), so a step's
-    frames leave together and a short answer costs two writes."""
+    """The SSE body: one body message per backend step (the opening goes with the first step; the closing, `[DONE]`
+    and the body's end with the last), so a step's frames leave together and a short answer costs two writes. The
+    first message is sent at once, in the caller's own step right after the head (in a burst, a task started for it
+    would send the first token only after whatever else the loop has ready); the steps after it are read and sent by
+    `_steps` in a task of its own (a step wakes that task alone, not the server's and middleware's frames above the
+    answer; a cancelled answer cancels it)."""
     frames: list[bytes] = []
     ending = b""
-    frame, step, next_step = door.frame, door.step, events.__anext__  # looked up once, not per step
+    frame = door.frame
     try:
         frames = [frame(item) for item in door.opening()]
-        current = first
-        while current is not None:
-            for item in step(*current):
+        if first is not None:
+            for item in door.step(*first):
                 frames.append(frame(item))
             if frames:
                 await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
                 frames.clear()
-            try:  # `__anext__` awaited as it is: `anext(events, None)` would wrap every step in an awaitable of its own
-                current = await next_step()
-            except StopAsyncIteration:
-                break
-            note(current[1])
+            await asyncio.ensure_future(_steps(events, door, note, send_more, frames))
         ending = b"".join([*frames, *(frame(item) for item in await door.closing())])
     except OSError:
         raise  # the client's connection failed, not the answer
@@ -136,6 +135,25 @@ async def _stream(
         await events.aclose()
         note_usage(door.usage())
     await send({"type": "http.response.body", "body": ending + door.end, "more_body": False})
+
+
+async def _steps(
+    events: Events, door: Door, note: Callable[[ChoiceStep], None], send_more: Send, frames: list[bytes]
+) -> None:
+    """The steps after the first, framed and sent one body message each (`frames` keeps those of a step that failed
+    before they were sent: they go before the error's)."""
+    frame, step, next_step = door.frame, door.step, events.__anext__  # looked up once, not per step
+    while True:
+        try:  # `__anext__` awaited as it is: `anext(events, None)` would wrap every step in an awaitable of its own
+            current = await next_step()
+        except StopAsyncIteration:
+            return
+        note(current[1])
+        for item in step(*current):
+            frames.append(frame(item))
+        if frames:
+            await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
+            frames.clear()
 
 
 async def _failure(door: Door, error: APIError) -> bytes:
