@@ -105,21 +105,54 @@ async def _stream(
     """The SSE body: one body message per backend step (the opening goes with the first step; the closing, `[DONE]`
     and the body's end with the last), so a step's frames leave together and a short answer costs two writes. The
     first message is sent at once, in the caller's own step right after the head (in a burst, a task started for it
-    would send the first token only after whatever else the loop has ready); the steps after it are read and sent by
-    `_steps` in a task of its own (a step wakes that task alone, not the server's and middleware's frames above the
-    answer; a cancelled answer cancels it)."""
+    would send the first token only after whatever else the loop has ready); the steps after it, and the end, are
+    sent by `_rest` in a task of its own (a step wakes that task alone, not the server's and middleware's frames above
+    the answer; a cancelled answer cancels it)."""
     frames: list[bytes] = []
-    ending = b""
-    frame = door.frame
+    error: BaseException | None = None
     try:
-        frames = [frame(item) for item in door.opening()]
+        frames = [door.frame(item) for item in door.opening()]
         if first is not None:
             for item in door.step(*first):
+                frames.append(door.frame(item))
+            if frames:
+                await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
+                frames.clear()
+    except BaseException as e:  # noqa: BLE001 (answered, or raised on, by `_rest` as it answers its own)
+        error = e
+    rest = _rest(events, door, note, send_more, send, frames, error, more=first is not None)
+    await (asyncio.ensure_future(rest) if first is not None and error is None else rest)
+
+
+async def _rest(
+    events: Events,
+    door: Door,
+    note: Callable[[ChoiceStep], None],
+    send_more: Send,
+    send: Send,
+    frames: list[bytes],
+    error: BaseException | None,
+    more: bool,
+) -> None:
+    """After the first message: the next steps (when `more`), each framed and sent as one body message, then the
+    closing, `[DONE]` and the body's end (what `frames` holds goes first); an `error` of the first message, or of
+    these, ends the stream with its error event (a client's broken connection, or a cancellation, is raised on)."""
+    ending = b""
+    frame, step, next_step = door.frame, door.step, events.__anext__  # looked up once, not per step
+    try:
+        if error is not None:
+            raise error
+        while more:
+            try:  # `__anext__` awaited as it is: `anext(events, None)` would wrap every step in an awaitable of its own
+                current = await next_step()
+            except StopAsyncIteration:
+                break
+            note(current[1])
+            for item in step(*current):
                 frames.append(frame(item))
             if frames:
                 await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
                 frames.clear()
-            await asyncio.ensure_future(_steps(events, door, note, send_more, frames))
         ending = b"".join([*frames, *(frame(item) for item in await door.closing())])
     except OSError:
         raise  # the client's connection failed, not the answer
@@ -135,25 +168,6 @@ async def _stream(
         await events.aclose()
         note_usage(door.usage())
     await send({"type": "http.response.body", "body": ending + door.end, "more_body": False})
-
-
-async def _steps(
-    events: Events, door: Door, note: Callable[[ChoiceStep], None], send_more: Send, frames: list[bytes]
-) -> None:
-    """The steps after the first, framed and sent one body message each (`frames` keeps those of a step that failed
-    before they were sent: they go before the error's)."""
-    frame, step, next_step = door.frame, door.step, events.__anext__  # looked up once, not per step
-    while True:
-        try:  # `__anext__` awaited as it is: `anext(events, None)` would wrap every step in an awaitable of its own
-            current = await next_step()
-        except StopAsyncIteration:
-            return
-        note(current[1])
-        for item in step(*current):
-            frames.append(frame(item))
-        if frames:
-            await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
-            frames.clear()
 
 
 async def _failure(door: Door, error: APIError) -> bytes:
