@@ -13,8 +13,7 @@ connection. Each is run `--connections` times after a warm-up, callgrind countin
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,10 @@ import uvicorn
 import uvloop
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from callgrind_counts import counted  # the bench folder is not a package: its path is added above
 
 from backends.client_timeouts import DEFAULT_HEADER_TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S, client_timeout_protocol
 from tests.gateway.http_server import serve_connection
@@ -51,26 +54,16 @@ async def connections(protocol_class: type[HttpToolsProtocol], config: uvicorn.C
             raise RuntimeError(f"unexpected answer: {written[:64]!r}")
 
 
-def counted(out: str, dump: int, protocol_class: type[HttpToolsProtocol], count: int) -> float:
+def per_connection(out: str, dump: int, protocol_class: type[HttpToolsProtocol], count: int) -> float:
     """Instructions per connection through `protocol_class` (callgrind's dump number `dump` of this process)."""
-
-    def control(*command: str) -> None:
-        subprocess.run(["callgrind_control", *command, str(os.getpid())], check=True, capture_output=True)
-
     config = uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False)
     config.load()
     loop = uvloop.new_event_loop()
     try:
         loop.run_until_complete(connections(protocol_class, config, 50))
-        control("-z")
-        control("-i", "on")
-        loop.run_until_complete(connections(protocol_class, config, count))
-        control("-i", "off")
-        control("-d")
+        return counted(out, dump, lambda: loop.run_until_complete(connections(protocol_class, config, count))) / count
     finally:
         loop.close()
-    text = Path(f"{out}.{os.getpid()}.{dump}").read_text()
-    return int(next(line for line in text.splitlines() if line.startswith("totals:")).split()[1]) / count
 
 
 def main() -> None:
@@ -79,8 +72,8 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/connections", help="callgrind's --callgrind-out-file, less its .%%p")
     args = parser.parse_args()
     timed = client_timeout_protocol(DEFAULT_HEADER_TIMEOUT_S, DEFAULT_SEND_TIMEOUT_S)
-    bare = counted(args.out, 1, HttpToolsProtocol, args.connections)
-    with_timers = counted(args.out, 2, timed, args.connections)
+    bare = per_connection(args.out, 1, HttpToolsProtocol, args.connections)
+    with_timers = per_connection(args.out, 2, timed, args.connections)
     print("| protocol | instructions per connection |\n|---|---:|")
     print(f"| uvicorn's HttpToolsProtocol | {bare:,.0f} |")
     print(f"| client_timeout_protocol (backends/client_timeouts.py) | {with_timers:,.0f} |")

@@ -19,15 +19,22 @@ figure no other load on the machine changes; no bursts then (their timing means 
 `--long-requests` requests of `--long-tokens` tokens each are counted the same way: what one adds over a 1-token
 request, per token it adds, is the gateway's cost per streamed token (each event read alone: keep the stand-in's
 `--interval-ms` well above the gateway's time per event under callgrind, ~2 ms quiet; 40 on a busy machine).
+With `--segments` too, callgrind dumps its counts at each connection accepted and each socket write (uvloop's), and
+the 1-token requests' instructions are split where they leave the process: accepted → backend request written →
+response head → first token's body → last body → next connection (medians; the long requests are then skipped).
+What comes before the first token's body is what a burst's time to first token waits on.
 
     python bench/request_cpu_bench.py [--base main] [--port 0] [--rounds 6] [--requests 200] [--streams 64] [--tokens 32]
     python bench/request_cpu_bench.py --callgrind [--base main] [--requests 200] [--long-tokens 64] [--interval-ms 40]
+    python bench/request_cpu_bench.py --callgrind --segments [--base main] [--requests 50]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import math
 import os
 import shutil
 import statistics
@@ -43,7 +50,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from overhead_bench import (  # the bench folder is not a package: its path is added above
+from callgrind_counts import dump_total  # the bench folder is not a package: its path is added above
+from overhead_bench import (
     CONFIG,
     MESSAGES,
     MODEL,
@@ -78,9 +86,26 @@ def extract(ref: str, into: Path) -> str:
     ).stdout.strip()
 
 
-def gateway_cmd(port: int, config: Path, callgrind: Path | None) -> list[str]:
-    """`gateway serve` on `port`; under callgrind (counting nothing until told) when `callgrind` names its output."""
+ACCEPT = "*UVStreamServer__on_listen*"
+WRITE = "*UVStream__try_write*"
+"""uvloop's functions that accept a connection and write to a socket: `--segments` dumps the counts before each."""
+SEGMENTS = (
+    "accepted → backend request written",
+    "→ response head written",
+    "→ first token's body written",
+    "→ last body written",
+    "→ next connection accepted",
+)
+"""A 1-token request's segments, each ending at a dump: four writes after its connection is accepted, then the next
+connection's accept (its connection closed and its access line written in between)."""
+
+
+def gateway_cmd(port: int, config: Path, callgrind: Path | None, segments: bool = False) -> list[str]:
+    """`gateway serve` on `port`; under callgrind (counting nothing until told) when `callgrind` names its output,
+    dumping at each accept and socket write with `segments`."""
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}.%p"]
+    if segments:
+        valgrind += [f"--dump-before={ACCEPT}", f"--dump-before={WRITE}"]
     serve = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config)]
     return [*valgrind, *serve] if callgrind else serve
 
@@ -94,21 +119,26 @@ async def callgrind_control(pid: int, *command: str) -> None:
         raise RuntimeError(f"callgrind_control {' '.join(command)} {pid} failed")
 
 
-async def counted(pid: int, out: Path, work: Awaitable[T]) -> tuple[int, T]:
-    """The instructions the process `pid` (under callgrind, writing `out`.<pid>) ran while `work` ran, and its value
-    (read from the process's newest dump, `out`.<pid>.<n>)."""
+async def counted(pid: int, out: Path, work: Awaitable[T]) -> tuple[int, T, list[Path]]:
+    """The instructions the process `pid` (under callgrind, writing `out`.<pid>) ran while `work` ran, its value, and
+    the dumps they were read from, in order (`out`.<pid>.<n>: one, or more where the process dumps on triggers)."""
+
+    def dumps() -> list[Path]:
+        return sorted(out.parent.glob(f"{out.name}.{pid}.*"), key=lambda path: int(path.suffix[1:]))
+
+    before = len(dumps())
     for command in (["-z"], ["-i", "on"]):
         await callgrind_control(pid, *command)
     value = await work
     for command in (["-i", "off"], ["-d"]):
         await callgrind_control(pid, *command)
-    dumps = out.parent.glob(f"{out.name}.{pid}.*")
-    dump = max(dumps, key=lambda path: int(path.suffix[1:])).read_text()
-    return int(next(line for line in dump.splitlines() if line.startswith("totals:")).split()[1]), value
+    new = dumps()[before:]
+    return sum(map(dump_total, new)), value, new
 
 
-async def sequential_instructions(side: Side, pid: int, count: int, out: Path) -> float:
-    """Instructions the gateway `pid` (under callgrind, writing `out`.<pid>) ran per request over `count` requests."""
+async def sequential_instructions(side: Side, pid: int, count: int, out: Path) -> tuple[float, dict[str, float] | None]:
+    """Instructions the gateway `pid` (under callgrind, writing `out`.<pid>) ran per request over `count` requests,
+    and their SEGMENTS' medians when it dumps at its accepts and writes."""
     for n in range(20):
         await probe(side, -1 - n)  # warm-up, not counted
 
@@ -116,8 +146,29 @@ async def sequential_instructions(side: Side, pid: int, count: int, out: Path) -
         for n in range(count):
             await probe(side, -1000 - n)
 
-    instructions, _ = await counted(pid, out, requests())
-    return instructions / count
+    instructions, _, dumps = await counted(pid, out, requests())
+    return instructions / count, (request_segments(dumps) if len(dumps) > 1 else None)
+
+
+def request_segments(dumps: list[Path]) -> dict[str, float]:
+    """SEGMENTS' median instructions over the requests whose dumps (each ending before the trigger it names) come in
+    the expected order: an accept, four writes, the next accept."""
+    triggers = [_trigger(dump) for dump in dumps]
+    accepts = [i for i, trigger in enumerate(triggers) if trigger == "accept"]
+    counts: list[list[int]] = []
+    for start, end in itertools.pairwise(accepts):
+        if end - start == len(SEGMENTS) and all(t == "write" for t in triggers[start + 1 : end]):
+            counts.append([dump_total(dump) for dump in dumps[start + 1 : end + 1]])
+    if not counts:
+        raise RuntimeError("no request's dumps came in the expected order")
+    return {name: statistics.median(c[i] for c in counts) for i, name in enumerate(SEGMENTS)}
+
+
+def _trigger(dump: Path) -> str:
+    """What made callgrind write `dump`: "accept", "write" or something else (the bench's own `-d`)."""
+    with dump.open() as lines:
+        desc = next((line for line in lines if line.startswith("desc: Trigger:")), "")
+    return "accept" if "on_listen" in desc else "write" if "try_write" in desc else "other"
 
 
 async def long_requests(side: Side, count: int, tokens: int) -> None:
@@ -133,13 +184,18 @@ WARM_TOKENS = 256
 has served a while (each id's bytes are learned once per process, at ~15 K instructions)."""
 
 
-async def callgrind_counts(side: Side, pid: int, args: argparse.Namespace, out: Path) -> tuple[float, float]:
+async def callgrind_counts(
+    side: Side, pid: int, args: argparse.Namespace, out: Path
+) -> tuple[float, float, dict[str, float] | None]:
     """Instructions per 1-token request, and per output token: (a `--long-tokens` request less a 1-token one) over
-    the tokens it adds; after a request of WARM_TOKENS (not counted)."""
+    the tokens it adds (not counted with `--segments`: nan); after a request of WARM_TOKENS (not counted). Then the
+    1-token requests' segments, with `--segments`."""
     await long_requests(side, 1, WARM_TOKENS)
-    per_request = await sequential_instructions(side, pid, args.requests, out)
-    instructions, _ = await counted(pid, out, long_requests(side, args.long_requests, args.long_tokens))
-    return per_request, (instructions / args.long_requests - per_request) / (args.long_tokens - 1)
+    per_request, segments = await sequential_instructions(side, pid, args.requests, out)
+    if args.segments:
+        return per_request, math.nan, segments
+    instructions, _, _ = await counted(pid, out, long_requests(side, args.long_requests, args.long_tokens))
+    return per_request, (instructions / args.long_requests - per_request) / (args.long_tokens - 1), None
 
 
 async def sequential_cpu(side: Side, pid: int, count: int) -> float:
@@ -212,6 +268,7 @@ def main() -> None:
     parser.add_argument("--callgrind", action="store_true", help="count instructions per request instead")
     parser.add_argument("--long-tokens", type=int, default=64, help="callgrind: output tokens of the long requests")
     parser.add_argument("--long-requests", type=int, default=20, help="callgrind: long requests one after another")
+    parser.add_argument("--segments", action="store_true", help="callgrind: split a request where it writes")
     parser.add_argument("--keep", type=Path, help="callgrind: copy the dumps into this folder (for callgrind_annotate)")
     args = parser.parse_args()
 
@@ -230,7 +287,10 @@ def main() -> None:
                 else {base: free_port(), "this tree": free_port()}
             )
             outs = {name: logs / f"{'base' if name == base else 'tree'}.callgrind" for name in ports}
-            cmds = {name: gateway_cmd(ports[name], config, outs[name] if args.callgrind else None) for name in ports}
+            cmds = {
+                name: gateway_cmd(ports[name], config, outs[name] if args.callgrind else None, args.segments)
+                for name in ports
+            }
             env = {**os.environ, "PYTHONPATH": str(base_tree)}
             with (
                 process(cmds[base], logs / "base.log", base_tree, env) as base_gateway,
@@ -273,6 +333,8 @@ def main() -> None:
             + " | ".join(f"{c[1]:,.0f}" for c in counts.values())
             + " |"
         )
+        for segment in SEGMENTS if args.segments else ():
+            print(f"| {segment} (median) | " + " | ".join(f"{c[2][segment]:,.0f}" for c in counts.values()) + " |")
     else:
         report(results, list(sides), args)
 

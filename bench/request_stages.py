@@ -16,7 +16,6 @@ import argparse
 import gc
 import itertools
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -27,7 +26,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fast_backend import paragraph_ids  # the bench folder is not a package: its path is added above
+from callgrind_counts import counted  # the bench folder is not a package: its path is added above
+from fast_backend import paragraph_ids
 from overhead_bench import CONFIG, MODEL, chat_body
 
 from backends.detokenizer import Detokenizer
@@ -122,22 +122,16 @@ def token_stages(model: ServedModel, parsed: ChatCompletionRequest, plan: ChatPl
     }
 
 
-def counted(out: str, dump: int, work: Callable[[], object], calls: int) -> float:
-    """Instructions per call of `work` (callgrind's dump number `dump` of this process)."""
-
-    def control(*command: str) -> None:
-        subprocess.run(["callgrind_control", *command, str(os.getpid())], check=True, capture_output=True)
-
+def per_call(out: str, dump: int, work: Callable[[], object], calls: int) -> float:
+    """Instructions per call of `work` (callgrind's dump number `dump` of this process), after a warm-up."""
     for _ in range(50):
         work()
-    control("-z")
-    control("-i", "on")
-    for _ in range(calls):
-        work()
-    control("-i", "off")
-    control("-d")
-    text = Path(f"{out}.{os.getpid()}.{dump}").read_text()
-    return int(next(line for line in text.splitlines() if line.startswith("totals:")).split()[1]) / calls
+
+    def calls_of_work() -> None:
+        for _ in range(calls):
+            work()
+
+    return counted(out, dump, calls_of_work) / calls
 
 
 def main() -> None:
@@ -153,7 +147,7 @@ def main() -> None:
     chosen = [
         name for name in every if name != loop and (not args.stage or any(name.startswith(s) for s in args.stage))
     ]
-    counts = {name: counted(args.out, i, every[name], args.calls) for i, name in enumerate([loop, *chosen], 1)}
+    counts = {name: per_call(args.out, i, every[name], args.calls) for i, name in enumerate([loop, *chosen], 1)}
     print("| stage | instructions per call |\n|---|---:|")
     for name in chosen:
         print(f"| {name} | {counts[name] - counts[loop]:,.0f} |")

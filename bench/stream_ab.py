@@ -57,7 +57,7 @@ async def phase_instructions(side: Side, pid: int, args: argparse.Namespace, out
     """Instructions the gateway `pid` (under callgrind, writing `out`.<pid>) ran per output token over one phase."""
     # warm-up, not counted: past the stand-in's cycle of ids, each of which the detokenizer learns once
     await run_phase(side, args.streams, min(args.tokens, WARM_TOKENS), 0.0, {"machine": None})
-    instructions, phase = await counted(pid, out, run_phase(side, args.streams, args.tokens, 0.0, {"machine": None}))
+    instructions, phase, _ = await counted(pid, out, run_phase(side, args.streams, args.tokens, 0.0, {"machine": None}))
     return instructions / phase.tokens
 
 

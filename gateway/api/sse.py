@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -26,8 +25,8 @@ BodyWriter = Callable[[Send, Send], Awaitable[None]]
 
 
 class SSEResponse(Response):
-    """An event stream's answer: the head, then the body `write_body` sends straight to `send` (the loop that reads
-    the steps frames and sends them: no async iterator between it and the socket); a client that leaves (seen by
+    """An event stream's answer: the head, then at once the body `write_body` sends straight to `send` (the loop that
+    reads the steps frames and sends them: no async iterator between it and the socket); a client that leaves (seen by
     `watch`, which this answer stops when it ends) ends it quietly, and `events`, what the body reads, is closed
     however it ends. A Response as Starlette's StreamingResponse is one: its own constructor, its own `__call__`."""
 
@@ -45,9 +44,9 @@ class SSEResponse(Response):
             if not self.watch.left:
                 with self.watch:
                     await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-                    # The body in a task of its own: a step wakes that task alone, not every frame of the server and
-                    # the middleware above this answer (a client that leaves cancels this task, and so that one).
-                    await asyncio.ensure_future(self.write_body(more_body_send(scope, send), send))
+                    # in this step: the writer sends its first message now, its later ones from a task of its own
+                    # (api/streaming.py::_stream; a client that leaves cancels this task, and so that one)
+                    await self.write_body(more_body_send(scope, send), send)
             if self.watch.left:
                 note_client_closed()
         finally:

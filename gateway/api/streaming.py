@@ -6,6 +6,7 @@ streams or folds any door the same way, and `respond` is the chat / completions 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
@@ -101,26 +102,57 @@ async def _stream(
     send_more: Send,
     send: Send,
 ) -> None:
-    """The SSE body, sent by the one loop that reads the steps and frames them: one body message per backend step
-    (the opening goes with the first step; the closing, `[DONE]` and the body's end with the last), so a step's
-    frames leave together and a short answer costs two writes."""
+    """The SSE body: one body message per backend step (the opening goes with the first step; the closing, `[DONE]`
+    and the body's end with the last), so a step's frames leave together and a short answer costs two writes. The
+    first message is sent at once, in the caller's own step right after the head (in a burst, a task started for it
+    would send the first token only after whatever else the loop has ready); the steps after it, and the end, are
+    sent by `_rest` in a task of its own (a step wakes that task alone, not the server's and middleware's frames above
+    the answer; a cancelled answer cancels it)."""
     frames: list[bytes] = []
-    ending = b""
-    frame, step, next_step = door.frame, door.step, events.__anext__  # looked up once, not per step
+    error: BaseException | None = None
     try:
-        frames = [frame(item) for item in door.opening()]
-        current = first
-        while current is not None:
-            for item in step(*current):
-                frames.append(frame(item))
+        frames = [door.frame(item) for item in door.opening()]
+        if first is not None:
+            for item in door.step(*first):
+                frames.append(door.frame(item))
             if frames:
                 await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
                 frames.clear()
+    except BaseException as e:  # noqa: BLE001 (answered, or raised on, by `_rest` as it answers its own)
+        error = e
+    rest = _rest(events, door, note, send_more, send, frames, error, more=first is not None)
+    await (asyncio.ensure_future(rest) if first is not None and error is None else rest)
+
+
+async def _rest(
+    events: Events,
+    door: Door,
+    note: Callable[[ChoiceStep], None],
+    send_more: Send,
+    send: Send,
+    frames: list[bytes],
+    error: BaseException | None,
+    more: bool,
+) -> None:
+    """After the first message: the next steps (when `more`), each framed and sent as one body message, then the
+    closing, `[DONE]` and the body's end (what `frames` holds goes first); an `error` of the first message, or of
+    these, ends the stream with its error event (a client's broken connection, or a cancellation, is raised on)."""
+    ending = b""
+    frame, step, next_step = door.frame, door.step, events.__anext__  # looked up once, not per step
+    try:
+        if error is not None:
+            raise error
+        while more:
             try:  # `__anext__` awaited as it is: `anext(events, None)` would wrap every step in an awaitable of its own
                 current = await next_step()
             except StopAsyncIteration:
                 break
             note(current[1])
+            for item in step(*current):
+                frames.append(frame(item))
+            if frames:
+                await send_more({"type": "http.response.body", "body": b"".join(frames), "more_body": True})
+                frames.clear()
         ending = b"".join([*frames, *(frame(item) for item in await door.closing())])
     except OSError:
         raise  # the client's connection failed, not the answer

@@ -3,9 +3,14 @@ one backend step leaves as one write (the opening with the first step; usage, [D
 
 from __future__ import annotations
 
+import asyncio
+import functools
+
 import pytest
 
 from backends.asgi import DONE_FRAME, sse_frame
+from gateway.api.disconnect import ClientWatch
+from gateway.api.sse import SSEResponse
 from gateway.api.streaming import _chunk_frame_ends, _ChunkDoor, _stream
 from gateway.types import ChoiceStep, Piece
 
@@ -64,6 +69,51 @@ async def test_one_write_per_step_with_the_opening_first_and_the_usage_last():
         ("last", "http.response.body", frame([], r.usage()) + DONE_FRAME, False),  # the body's end goes with [DONE]
     ]
     assert noted == [steps[1][1]]  # the first step is noted by the caller, when it arrives
+
+
+@pytest.mark.anyio
+async def test_the_first_step_leaves_with_the_head_and_the_rest_from_a_task_of_its_own():
+    """In a burst, the first token must not wait behind the work the loop has ready when the head goes out (other
+    requests'): the answer sends it in the same step; the later steps are read by a task of their own, which a
+    cancelled answer cancels."""
+    loop = asyncio.get_running_loop()
+    sent, tasks, closed = [], [], []
+
+    async def events():
+        try:
+            tasks.append(asyncio.current_task())
+            yield (0, ChoiceStep([Piece("b")], completion_tokens=2))
+            await asyncio.sleep(10)
+        finally:
+            closed.append(True)
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            loop.call_soon(sent.append, "other work")
+        sent.append(message.get("body", "head"))
+
+    async def receive():
+        await asyncio.sleep(10)
+
+    stream = events()
+    door = _ChunkDoor(_Renderer(), ENVELOPE, False, "chat.completion")
+    first = (0, ChoiceStep([Piece("a")], completion_tokens=1))
+    write = functools.partial(_stream, first, stream, door, lambda step: None)
+    answer = asyncio.ensure_future(SSEResponse(write, stream, ClientWatch(receive))({"type": "http"}, receive, send))
+    await asyncio.sleep(0.05)
+    r = _Renderer()
+    frame = lambda choices: sse_frame({**ENVELOPE, "choices": choices})
+    assert sent == [
+        "head",
+        frame(r.opening()) + frame(r.step(*first)),
+        "other work",
+        frame(r.step(0, ChoiceStep([Piece("b")]))),
+    ]
+    assert tasks[0] is not answer and not tasks[0].done()
+    answer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await answer
+    assert tasks[0].cancelled() and closed == [True]
 
 
 @pytest.fixture
