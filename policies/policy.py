@@ -54,6 +54,7 @@ class Globs:
         return self._regex.match(name) is not None
 
 
+UNLIMITED = LimiterLimits()
 MODEL_LIMITS_CACHE = 4096
 """Model ids whose limits a ModelLimits remembers (the registry's models: a bound, not a working set)."""
 
@@ -80,7 +81,8 @@ class ModelLimits:
             if len(self._found) >= MODEL_LIMITS_CACHE:
                 self._found.clear()
             first = next((i for i, p in enumerate(self._patterns) if p.match(model)), None)
-            self._found[model] = None if first is None else self.entries[first][1]
+            limits = None if first is None else self.entries[first][1]
+            self._found[model] = None if limits is None or limits == UNLIMITED else limits  # {}: nothing to count
         return self._found[model]
 
 

@@ -234,15 +234,21 @@ def test_defaults_are_deep_merged_and_their_mistakes_point_into_the_defaults_fil
 def test_a_models_limits_are_the_first_glob_it_matches_and_a_tenant_replaces_the_defaults_whole(tmp_path):
     """`limits.models` is read in order, so a tenant's entries are not merged after the defaults' (whose `*` would then
     come first and win for every model)."""
-    write(tmp_path, "_defaults.yaml", "limits:\n  requests_per_minute: 9\n  models:\n    '*': {requests_per_minute: 3}\n")
+    write(
+        tmp_path, "_defaults.yaml", "limits:\n  requests_per_minute: 9\n  models:\n    '*': {requests_per_minute: 3}\n"
+    )
     defaults = read_defaults(tmp_path)
     inherited = load_policy(write(tmp_path, "t.yaml", GOOD), defaults)
     assert inherited.model_limits.for_model("m-1").requests_per_minute == 3
-    text = GOOD + "limits:\n  models:\n    m-big: {tokens_per_minute: 500}\n    m-*: {requests_per_minute: 2}\n"
+    text = (
+        GOOD
+        + "limits:\n  models:\n    m-big: {tokens_per_minute: 500}\n    m-free: {}\n    m-*: {requests_per_minute: 2}\n"
+    )
     policy = load_policy(write(tmp_path, "t.yaml", text), defaults)
     big, other = policy.model_limits.for_model("m-big"), policy.model_limits.for_model("m-1")
     assert (big.tokens_per_minute, big.requests_per_minute, other.requests_per_minute) == (500, None, 2)
     assert policy.model_limits.for_model("x") is None  # no glob matches: only the tenant's own limits
+    assert policy.model_limits.for_model("m-free") is None  # matched first by {}: the same
     assert policy.limits.requests_per_minute == 9 and policy.limiter_limits.requests_per_minute == 9
 
 
