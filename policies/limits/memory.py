@@ -215,26 +215,32 @@ class MemoryLimiter(Limiter):
         charge = state.charges.get(charge_id)
         free_join = charge is not None and charge.joins < FREE_JOINS
         day = now // DAY_MS
-        scopes = [(state, limits)] if own is None else [(state, limits), (own, model_limits)]
         if least is not None and least < tokens:
-            tokens = min(fitted(lim, tokens, least, w.tokens, w.days.get(day, 0)) for w, lim in scopes)
-        refusals = [w.refusal(lim, tokens, now, free_join) for w, lim in scopes]
-        refusal = worst(refusals)
+            tokens = fitted(limits, tokens, least, state.tokens, state.days.get(day, 0))
+            if own is not None:
+                tokens = fitted(model_limits, tokens, least, own.tokens, own.days.get(day, 0))  # within both
+        refusal, scope = state.refusal(limits, tokens, now, free_join), "tenant"
+        if own is not None:
+            theirs = own.refusal(model_limits, tokens, now, free_join)
+            pick = worst((refusal, theirs))
+            if pick is not None and (refusal, theirs).index(pick) == 1:  # the tenant's on a tie, as worst()
+                refusal, scope = theirs, "model"
         model_use = None if own is None else own.use(now)
         if refusal is not None:
-            scope = "tenant" if refusals.index(refusal) == 0 else "model"  # the tenant's on a tie, as worst()
-            use = state.use(now)
-            return Verdict(False, refusal[0], refusal[1], *use[:3], scope=scope, model_use=model_use)
+            return Verdict(
+                False, *refusal, state.requests, state.tokens, state.reset_ms(now), scope=scope, model_use=model_use
+            )
         if charge is None:
             charge = state.charges[charge_id] = _Charge(holder, model if own is not None else "", {})
         else:
             charge.joins += 1
         request = int(not free_join)  # a join's tokens and slot are its own in any case
-        for window, _ in scopes:
-            window.reserve(holder, now, tokens, request)
+        state.reserve(holder, now, tokens, request)
+        if own is not None:
+            own.reserve(holder, now, tokens, request)
+            model_use = own.use(now)
         charge.holders[holder] = (tokens, day, model if own is not None else "")
-        model_use = None if own is None else own.use(now)
-        return Verdict(True, None, None, *state.use(now)[:3], tokens, model_use=model_use)
+        return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), tokens, model_use=model_use)
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         state = self._tenants.get(tenant)
@@ -248,10 +254,11 @@ class MemoryLimiter(Limiter):
         reserved, day, model = charge.holders.pop(holder)
         delta = used_tokens - reserved  # this admit's reservation becomes its usage (a void's: nothing)
         own = state.models.get(model) if model else None
+        drop = void and holder != charge.member  # a join that served nothing leaves no trace
+        state.settle(holder, delta, day, drop)
         if own is not None:
             own.expire(now)
-        for window in (state, own) if own is not None else (state,):
-            window.settle(holder, delta, day, drop=void and holder != charge.member)  # a void join leaves no trace
+            own.settle(holder, delta, day, drop)
         charge.served = charge.served or not void
         if not charge.holders:
             if not charge.served:  # no admit served the request: it is taken back
@@ -262,4 +269,4 @@ class MemoryLimiter(Limiter):
                         theirs.expire(now)
                     theirs.drop(charge.member)
             del state.charges[charge_id]
-        return state.use(now)._replace(model=None if own is None else own.use(now))
+        return WindowUse(state.requests, state.tokens, state.reset_ms(now), None if own is None else own.use(now))

@@ -64,7 +64,7 @@ def worst_refusal(
     tpd = limits.tokens_per_day
     if tpd is not None and day_used + tokens > tpd:
         refusals.append(("tokens_per_day", None if tokens > tpd else (now // DAY_MS + 1) * DAY_MS - now))
-    return worst(refusals)
+    return worst(refusals) if refusals else None
 
 
 def worst(refusals: Sequence[tuple[LimitName, int | None] | None]) -> tuple[LimitName, int | None] | None:

@@ -68,6 +68,12 @@ def _answer(admission) -> tuple:
     + [("admit", 3, 10, "llama-70b"), ("wait", 30.0, 0, ""), ("void", 0, 0, ""), ("admit", 4, 30, "llama-70b")]
     + [("admit", 1, 20, "other"), ("void", 1, 0, ""), ("wait", 31.0, 0, ""), ("admit", 5, 90, "llama-70b")],
 )
+@example(  # the model's own concurrency: its slot frees on settle; another model's request takes none of it
+    limits=Limits(),
+    model_limits=Limits(concurrent_requests=1, tokens_per_day=100),
+    ops=[("admit", 0, 5, "llama-70b"), ("admit", 1, 5, "llama-70b"), ("admit", 2, 5, "other")]
+    + [("settle", 0, 50, ""), ("admit", 3, 5, "llama-70b"), ("fit", 4, 90, "llama-70b")],
+)
 def test_memory_and_redis_answer_alike(redis_server, limits, model_limits, ops):
     asyncio.run(_lockstep(redis_server.url, limits, model_limits, ops))
 
