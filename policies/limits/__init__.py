@@ -22,8 +22,9 @@ The API (a contract with the policy engine):
     refused admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the
     charge. `void=True`: the admission served nothing (refused by a fair queue, its client left before a backend took it): its
     tokens and, unless another admit of its charge served it (or, still open, may serve it), its request are taken
-    back. Returns the tenant's per-minute window use after it (`WindowUse(requests, tokens, reset_ms)`, reset_ms
-    the time until it is empty again; None when the first try did not land or nothing was reserved): a refusal's
+    back; the same in its model's window when it was admitted with `model_limits`. Returns the tenant's per-minute
+    window use after it (`WindowUse(requests, tokens, reset_ms, model)`, reset_ms the time until it is empty again,
+    `model` the model's window, or None; None when the first try did not land or nothing was reserved): a refusal's
     `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` (`headers.after_settle`).
     When the store is unreachable it returns after the first try and retries in the background
     from a bounded backlog (`limiter.settle_backlog`: its `retry_delays_s`, then whenever the store answers again,
