@@ -8,6 +8,11 @@ time per request (this process: the whole cost in memory, the client side with R
 The sliding windows fill as they would under load: every admission stays in its tenant's window for a minute.
 
     python bench/policy_bench.py [--requests 20000] [--concurrency 16] [--tenants 8] [--slow-redis-ms 200]
+                                 [--model-limits]
+
+With --model-limits, every request's model has limits of its own too (`limits.models`: the same four, never
+refusing), so each admit and settle counts in two windows. A last line gives Redis's own time per script call
+(`INFO commandstats`: what every other tenant's calls wait behind).
 
 With --slow-redis-ms, side by side in the same run: the same Redis behind tests/faults/tcp_proxy.py holding every
 reply that long (--slow-requests per row, --slow-concurrency in flight), and stalled (no reply at all; limits that
@@ -42,11 +47,15 @@ LIMITS = Limits(
     on_store_error="open",
 )
 _charges = itertools.count()
+MODEL_LIMITS: Limits | None = None
+"""The model's own limits (--model-limits: LIMITS), or None."""
 
 
 async def _one(limiter: Limiter, tenant: str) -> int:
     start = time.perf_counter_ns()
-    admission = await limiter.admit(tenant, LIMITS, f"charge-{next(_charges)}", 1200)
+    charge = f"charge-{next(_charges)}"
+    own = {} if MODEL_LIMITS is None else {"model": "m", "model_limits": MODEL_LIMITS}
+    admission = await limiter.admit(tenant, LIMITS, charge, 1200, **own)
     await limiter.settle(admission, 700)
     elapsed = time.perf_counter_ns() - start
     if not admission.allowed:
@@ -118,6 +127,7 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as server:
         limiter = RedisLimiter(server.url)
         rows += await _bench(limiter, "redis (local)", args, args.requests, args.concurrency)
+        scripts = await limiter._redis.info("commandstats")
         await limiter.close()
         if args.slow_redis_ms:
             rows += await _slow_redis(server, args)
@@ -130,6 +140,8 @@ async def main(args: argparse.Namespace) -> None:
     print("| store | load | requests | p50 ms | p99 ms | requests/s | client CPU µs/request |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
+    calls = scripts.get("cmdstat_evalsha", {})
+    print(f"redis (local): {calls.get('calls', 0)} script calls, {calls.get('usec_per_call', 0):.2f} µs of Redis each")
 
 
 if __name__ == "__main__":
@@ -140,6 +152,9 @@ if __name__ == "__main__":
     parser.add_argument("--slow-redis-ms", type=int, default=0, help="also time a Redis that answers this late")
     parser.add_argument("--slow-requests", type=int, default=500)
     parser.add_argument("--slow-concurrency", type=int, default=50)
+    parser.add_argument("--model-limits", action="store_true", help="each request's model has limits of its own too")
+    if parser.parse_args().model_limits:
+        MODEL_LIMITS = LIMITS
     try:
         import uvloop
     except ImportError:

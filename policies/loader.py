@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from policies.policy import DEFAULT_QUEUE_TIMEOUT_S, Globs, Key, Limits, Policy
+from policies.limits import Limits as LimiterLimits
+from policies.policy import DEFAULT_QUEUE_TIMEOUT_S, Globs, Key, Limits, ModelLimits, Policy
 
 if TYPE_CHECKING:
     import jsonschema
@@ -174,14 +175,20 @@ def _build(
         return node.value
 
 
+REPLACED = frozenset({("limits", "models")})
+"""Mappings a tenant's file replaces whole, as lists: `limits.models` is read in order (the first glob a model matches
+wins), so a merge would put the defaults' globs before the tenant's own."""
+
+
 def merged(defaults: Marked | None, own: Marked) -> Marked:
-    """`own` deep-merged over `defaults`: mappings merge, anything else (lists too) is replaced."""
+    """`own` deep-merged over `defaults`: mappings merge (but those in REPLACED), anything else (lists too) is
+    replaced."""
     if defaults is None:
         return own
     marks = dict(defaults.marks)
 
     def merge(base: Any, top: Any, path: FieldPath) -> Any:
-        if isinstance(base, dict) and isinstance(top, dict):
+        if isinstance(base, dict) and isinstance(top, dict) and path not in REPLACED:
             out = dict(base)
             for key, value in top.items():
                 out[key] = merge(base.get(key), value, (*path, key))
@@ -236,7 +243,7 @@ def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
             )
         elif error.validator == "oneOf" and path == ("audit",):
             message = "must be true, false or {prompts: true|false}"
-        elif error.validator == "maxItems":
+        elif error.validator in ("maxItems", "maxProperties"):
             message = f"at most {error.validator_value} entries, not {len(error.instance)}"
         elif error.validator == "maxLength":
             message = f"at most {error.validator_value} characters, not {len(error.instance)}"
@@ -293,6 +300,7 @@ def _repeated_keys(doc: Marked, file: str) -> list[PolicyError]:
 def _policy(value: dict[str, Any], source: str) -> Policy:
     limits = dict(value.get("limits", {}))
     limits.setdefault("queue_timeout_s", DEFAULT_QUEUE_TIMEOUT_S)
+    per_model = limits.pop("models", {})
     tools = value.get("tools", {})
     audit = value.get("audit", True)
     return Policy(
@@ -300,6 +308,9 @@ def _policy(value: dict[str, Any], source: str) -> Policy:
         keys=tuple(Key(k["id"], k["sha256"].lower(), k.get("expires")) for k in value["keys"]),
         models=Globs(tuple(value.get("models", ()))),
         limits=Limits(**{k: float(v) if k == "queue_timeout_s" else int(v) for k, v in limits.items()}),  # 5.0: 5
+        model_limits=ModelLimits(
+            tuple((glob, LimiterLimits(**own, on_store_error="closed")) for glob, own in per_model.items())
+        ),
         tools_allow=Globs(tuple(tools["allow"])) if "allow" in tools else None,
         tools_strict=tools.get("strict", "client"),
         priority=value.get("priority", "interactive"),

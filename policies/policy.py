@@ -54,6 +54,38 @@ class Globs:
         return self._regex.match(name) is not None
 
 
+UNLIMITED = LimiterLimits()
+MODEL_LIMITS_CACHE = 4096
+"""Model ids whose limits a ModelLimits remembers (the registry's models: a bound, not a working set)."""
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    """A tenant's limits per model: (glob, limits) in the file's order; a model id's limits are those of the first
+    glob it matches (none: only the tenant's own apply). Each model has its own counts, even when one glob matches
+    several."""
+
+    entries: tuple[tuple[str, LimiterLimits], ...] = ()
+    _patterns: tuple[re.Pattern[str], ...] = field(init=False, repr=False, compare=False)
+    _found: dict[str, LimiterLimits | None] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_patterns", tuple(re.compile(fnmatch.translate(g)) for g, _ in self.entries))
+        object.__setattr__(self, "_found", {})
+
+    def for_model(self, model: str) -> LimiterLimits | None:
+        """The limits of the first glob `model` matches, or None (at most 1,000 globs read, once per model id)."""
+        if not self.entries:
+            return None
+        if model not in self._found:
+            if len(self._found) >= MODEL_LIMITS_CACHE:
+                self._found.clear()
+            first = next((i for i, p in enumerate(self._patterns) if p.match(model)), None)
+            limits = None if first is None else self.entries[first][1]
+            self._found[model] = None if limits is None or limits == UNLIMITED else limits  # {}: nothing to count
+        return self._found[model]
+
+
 @dataclass(frozen=True)
 class Policy:
     """Everything the gateway enforces for one tenant."""
@@ -62,6 +94,8 @@ class Policy:
     keys: tuple[Key, ...]
     models: Globs
     limits: Limits = Limits()
+    model_limits: ModelLimits = ModelLimits()
+    """Its limits per model (`limits.models`), under its own."""
     tools_allow: Globs | None = None
     """None: any tool name."""
     tools_strict: str = "client"

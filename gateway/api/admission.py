@@ -24,9 +24,9 @@ from gateway.models.registry import ServedModel
 from gateway.observability.tracing import stage
 from gateway.types import ChatRequest, ChoiceStep
 from policies.limits import Admission as LimiterAdmission
+from policies.limits import Limits as LimiterLimits
 from policies.limits import QueueTimeout
 from policies.limits.headers import after_settle, anthropic_rate_limit_headers
-from policies.policy import Limits
 
 Events = AsyncIterator[tuple[int, ChoiceStep]]
 Steps = AsyncIterator[tuple[int, ChoiceStep]]
@@ -186,13 +186,21 @@ class RequestPolicy:
         reserved = prompt_tokens + completion_tokens
         limiter = self._gate.limiter
         least = min(reserved, prompt_tokens + choices) if defaulted else None
+        own = policy.model_limits.for_model(model.id)
         verdict = await limiter.admit(
-            policy.tenant, policy.limiter_limits, f"{policy.tenant}:{tenant.request_id}", reserved, least=least
+            policy.tenant,
+            policy.limiter_limits,
+            f"{policy.tenant}:{tenant.request_id}",
+            reserved,
+            least=least,
+            model=model.id,
+            model_limits=own,
         )
         tenant.headers = _headers(verdict.headers, verdict.reset_at_s, tenant.anthropic)
         if not verdict.allowed:
             asked = _Asked(prompt_tokens, reserved, choices, choices if n is None else n)
-            raise _refusal(verdict, policy.limits, asked, (prompt_param, max_tokens_param))
+            limits = own if verdict.scope == "model" and own is not None else policy.limiter_limits
+            raise _refusal(verdict, limits, asked, (prompt_param, max_tokens_param))
         if defaulted and verdict.reserved < reserved:
             each = (verdict.reserved - prompt_tokens) // choices
             for sampling in defaulted:
@@ -212,7 +220,8 @@ class RequestPolicy:
             window = await limiter.settle(verdict, used, void=void)
             if void and window is not None:  # its error says what remains, and when it resets, once it is taken back
                 reset_at_s = time.time() + window.reset_ms / 1000
-                tenant.headers = _headers(after_settle(verdict.headers, window), reset_at_s, tenant.anthropic)
+                settled = after_settle(verdict.headers, window, policy.limiter_limits, own)
+                tenant.headers = _headers(settled, reset_at_s, tenant.anthropic)
 
         tenant.release = release
         return _settled(events, counted, tenant)
@@ -286,10 +295,11 @@ class _Asked:
         return f"lower {max_tokens_param} and n", max_tokens_param
 
 
-def _refusal(verdict: LimiterAdmission, limits: Limits, asked: _Asked, params: tuple[str, str]) -> APIError:
+def _refusal(verdict: LimiterAdmission, limits: LimiterLimits, asked: _Asked, params: tuple[str, str]) -> APIError:
     """The error of a refused admission: 503 (store down, failing closed), 400 (the request alone is over a token
     limit: it would never fit; naming the prompt's field when the prompt alone is, else the max tokens' field of
-    `params` or `n`, whichever the client can lower), else 429 with OpenAI's code and type."""
+    `params` or `n`, whichever the client can lower), else 429 with OpenAI's code and type. `limits`: those of the
+    refusing scope (the tenant's own, or its limits for the model), whose limit the message names."""
     if verdict.status == 503:
         return APIError(
             "the rate-limit store is unreachable and this API key's policy fails closed",
@@ -297,12 +307,15 @@ def _refusal(verdict: LimiterAdmission, limits: Limits, asked: _Asked, params: t
             code="rate_limit_store_unavailable",
             type="server_error",
         )
+    whose = ""  # whose limit refused, when the model has limits of its own too
+    if verdict.model:
+        whose = f" for the model {verdict.model!r}" if verdict.scope == "model" else " across all models"
     if verdict.retry_after_s is None and verdict.limit in ("tokens_per_minute", "tokens_per_day"):
         limit, (prompt_param, max_tokens_param) = getattr(limits, verdict.limit), params
         if asked.prompt_tokens >= limit:  # no max tokens (1 at least) and no n would make it fit
             over = "more than" if asked.prompt_tokens > limit else "leaving no token of"
             return invalid(
-                f"the prompt is {asked.prompt_tokens} tokens, {over} this API key's {verdict.limit} of {limit}",
+                f"the prompt is {asked.prompt_tokens} tokens, {over} this API key's {verdict.limit}{whose} of {limit}",
                 prompt_param,
                 "tokens_exceed_limit",
             )
@@ -310,9 +323,9 @@ def _refusal(verdict: LimiterAdmission, limits: Limits, asked: _Asked, params: t
         counted = "prompt + max tokens" if asked.n == 1 else "prompt + max tokens of each choice"
         return invalid(
             f"this request needs up to {asked.reserved} tokens ({counted}), more than this API key's "
-            f"{verdict.limit} of {limit}: {advice}",
+            f"{verdict.limit}{whose} of {limit}: {advice}",
             param,
             "tokens_exceed_limit",
         )
     kind = "tokens" if verdict.limit in ("tokens_per_minute", "tokens_per_day") else "requests"
-    return rate_limited(f"rate limit reached: {verdict.limit}", kind)
+    return rate_limited(f"rate limit reached: {verdict.limit}{whose}", kind)

@@ -7,21 +7,24 @@ The API (a contract with the policy engine):
 - `Limiter`, one interface for two stores: `MemoryLimiter(clock=time.time)` (one process) and
   `RedisLimiter(url, prefix=..., lease_s=900, timeout_s=0.5)` (exact across replicas: one Lua script per call,
   atomic, on the server's clock, keys that expire by themselves).
-  - `await limiter.admit(tenant, limits, charge_id, tokens, least=None) -> Admission`: reserves one request, one
+  - `await limiter.admit(tenant, limits, charge_id, tokens, least=None, model="", model_limits=None) -> Admission`: reserves one request, one
     concurrency slot and `tokens` (prompt tokens + the request's max tokens) against every limit at once, or nothing. An admit
     whose `charge_id` names a charge still open (a retry on another replica) joins it: the same request, which
     requests_per_minute does not count again (past the charge's first FREE_JOINS joins it does), but it runs too, so
     it reserves its own slot and tokens, refused past those limits. With `least`, the token reservation is what
     tokens_per_minute and tokens_per_day leave, up to `tokens`, refused below `least` (`Admission.reserved`).
-    Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
+    With `model_limits` (the tenant's limits for `model`), the model's own window, slots and day quota are checked
+    and reserved in the same atomic step: admitted only when both allow (`Admission.scope` says whose limit refused,
+    `Admission.model` the model whose limits applied), settled alike. Charge ids are per tenant. Token counts are bounded to 2**50. If the caller is cancelled while the store
     answers, whatever was reserved is taken back whole (request, tokens, slot; a joined charge stays).
   - `await limiter.settle(admission, used_tokens, void=False)`: replaces the reservation with real usage (prompt +
     completion tokens produced) and releases the slot when the charge's last admit settles; idempotent, a no-op for a
     refused admission, shielded from cancellation (call it from a `finally`). A joined admit's usage adds to the
     charge. `void=True`: the admission served nothing (refused by a fair queue, its client left before a backend took it): its
     tokens and, unless another admit of its charge served it (or, still open, may serve it), its request are taken
-    back. Returns the tenant's per-minute window use after it (`WindowUse(requests, tokens, reset_ms)`, reset_ms
-    the time until it is empty again; None when the first try did not land or nothing was reserved): a refusal's
+    back; the same in its model's window when it was admitted with `model_limits`. Returns the tenant's per-minute
+    window use after it (`WindowUse(requests, tokens, reset_ms, model)`, reset_ms the time until it is empty again,
+    `model` the model's window, or None; None when the first try did not land or nothing was reserved): a refusal's
     `x-ratelimit-remaining-*` and `x-ratelimit-reset-*` (`headers.after_settle`).
     When the store is unreachable it returns after the first try and retries in the background
     from a bounded backlog (`limiter.settle_backlog`: its `retry_delays_s`, then whenever the store answers again,

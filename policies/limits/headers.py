@@ -26,37 +26,62 @@ def duration(ms: int) -> str:
     return seconds
 
 
-def rate_limit_headers(limits: Limits, verdict: Verdict) -> dict[str, str]:
-    """The `x-ratelimit-*` headers for the per-minute limits a tenant has, and `retry-after` on a refusal.
+def window_headers(
+    limits: Limits,
+    use: tuple[int, int, int],
+    model_limits: Limits | None = None,
+    model_use: tuple[int, int, int] | None = None,
+    refused: tuple[str | None, str] | None = None,
+) -> dict[str, str]:
+    """`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for the per-minute limits that apply: of each kind, the
+        one with the least remaining, the tenant's own or its model's (`model_limits`, whose window is `model_use`; the
+        model's on a tie, the narrower), or the one that refused (`refused`: (kind, scope)). A window's use is (requests,
+    tokens, reset ms), as in WindowUse.
 
-    `reset` is OpenAI's "time until the limit resets to its initial state": when the sliding window is empty again.
+        `reset` is OpenAI's "time until the limit resets to its initial state": when that sliding window is empty again.
     """
     headers: dict[str, str] = {}
-    reset = duration(verdict.reset_ms)
-    for kind, limit, used in (
-        ("requests", limits.requests_per_minute, verdict.requests),
-        ("tokens", limits.tokens_per_minute, verdict.tokens),
-    ):
-        if limit is not None:
+    written: dict[int, str] = {}  # reset ms -> as written (both kinds share one window's, most often)
+    for kind, field, used_at in KINDS:
+        limit = getattr(limits, field)
+        chosen = None if limit is None else (limit, use[used_at], use[2])
+        own = None if model_limits is None or model_use is None else getattr(model_limits, field)
+        if own is not None and refused != (kind, "tenant"):
+            used = model_use[used_at]
+            if chosen is None or refused == (kind, "model") or own - used <= chosen[0] - chosen[1]:
+                chosen = (own, used, model_use[2])
+        if chosen is not None:
+            limit, used, reset_ms = chosen
             headers[f"x-ratelimit-limit-{kind}"] = str(limit)
             headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, limit - used))
-            headers[f"x-ratelimit-reset-{kind}"] = reset
+            if reset_ms not in written:
+                written[reset_ms] = duration(reset_ms)
+            headers[f"x-ratelimit-reset-{kind}"] = written[reset_ms]
+    return headers
+
+
+KINDS = (("requests", "requests_per_minute", 0), ("tokens", "tokens_per_minute", 1))
+"""Each kind of the headers: its per-minute limit, and where a WindowUse holds its count."""
+REFUSED_KIND = {"requests_per_minute": "requests", "tokens_per_minute": "tokens"}
+
+
+def rate_limit_headers(limits: Limits, verdict: Verdict, model_limits: Limits | None = None) -> dict[str, str]:
+    """The `x-ratelimit-*` headers (window_headers) after an admit, and `retry-after` on a refusal."""
+    refused = None if verdict.allowed else (REFUSED_KIND.get(verdict.limit or ""), verdict.scope)
+    use = (verdict.requests, verdict.tokens, verdict.reset_ms)
+    headers = window_headers(limits, use, model_limits, verdict.model_use, refused)
     if not verdict.allowed and verdict.retry_ms is not None:
         headers["retry-after"] = str(max(1, math.ceil(verdict.retry_ms / 1000)))
         headers["retry-after-ms"] = str(max(0, verdict.retry_ms))
     return headers
 
 
-def after_settle(headers: Mapping[str, str], window: WindowUse) -> dict[str, str]:
-    """`headers` with their `x-ratelimit-remaining-*` and `-reset-*` recomputed from what the window holds now (after
-    a settle)."""
-    out = dict(headers)
-    reset = duration(window.reset_ms)
-    for kind, used in (("requests", window.requests), ("tokens", window.tokens)):
-        if f"x-ratelimit-remaining-{kind}" in out:
-            out[f"x-ratelimit-remaining-{kind}"] = str(max(0, int(out[f"x-ratelimit-limit-{kind}"]) - used))
-            out[f"x-ratelimit-reset-{kind}"] = reset
-    return out
+def after_settle(
+    headers: Mapping[str, str], window: WindowUse, limits: Limits, model_limits: Limits | None = None
+) -> dict[str, str]:
+    """`headers` with their `x-ratelimit-*` recomputed from what the windows hold now (after a settle)."""
+    out = {k: v for k, v in headers.items() if not k.startswith("x-ratelimit-")}
+    return {**out, **window_headers(limits, window, model_limits, window.model)}
 
 
 def anthropic_rate_limit_headers(openai: Mapping[str, str], reset_at_s: float) -> dict[str, str]:

@@ -48,7 +48,15 @@ class Limiter(ABC):
         """Tasks to run while the gateway serves (the Redis limiter's idle-connection sweep)."""
 
     async def admit(
-        self, tenant: str, limits: Limits, charge_id: str, tokens: int, *, least: int | None = None
+        self,
+        tenant: str,
+        limits: Limits,
+        charge_id: str,
+        tokens: int,
+        *,
+        least: int | None = None,
+        model: str = "",
+        model_limits: Limits | None = None,
     ) -> Admission:
         """Reserve one request, one concurrency slot and `tokens` against every window at once, or nothing.
         With `least`, fewer tokens will do: the reservation is what tokens_per_minute and tokens_per_day leave, up to
@@ -59,12 +67,21 @@ class Limiter(ABC):
         reserves its own slot and tokens (minute and day) like any admit, refused past those limits. When the caller
         is cancelled while the store answers, or the store's answer is lost, whatever the store reserved is taken
         back.
+
+        `model_limits`: the tenant's limits for `model` (its window, slots and day quota of its own, under the tenant's
+        own `limits`): admitted only when both allow it, checked and reserved in the same atomic step, and settled
+        with it. A refusal says whose limit refused (`Admission.scope`).
         """
         holder = uuid.uuid4().hex
         tokens = _bounded(tokens)
         least = None if least is None else _bounded(least)
-        attempt = asyncio.ensure_future(self._admit(tenant, limits, charge_id, tokens, holder, least))
-        reserved = Admission(True, None, None, tenant=tenant, charge_id=charge_id, holder=holder, reserved=tokens)
+        model = model if model_limits is not None else ""
+        attempt = asyncio.ensure_future(
+            self._admit(tenant, limits, charge_id, tokens, holder, least, model, model_limits)
+        )
+        reserved = Admission(
+            True, None, None, tenant=tenant, charge_id=charge_id, holder=holder, reserved=tokens, model=model
+        )
         try:
             verdict = await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -93,13 +110,15 @@ class Limiter(ABC):
             allowed=verdict.allowed,
             limit=verdict.limit,
             retry_after_s=retry,
-            headers=rate_limit_headers(limits, verdict),
+            headers=rate_limit_headers(limits, verdict, model_limits),
             status=200 if verdict.allowed else 429,
             tenant=tenant,
             charge_id=charge_id,
             holder=holder if verdict.allowed else "",
             reset_at_s=time.time() + verdict.reset_ms / 1000,
             reserved=verdict.reserved if verdict.allowed else 0,
+            scope=verdict.scope,
+            model=model,
         )
 
     async def _undo(self, attempt: asyncio.Future, admission: Admission) -> None:
@@ -191,18 +210,28 @@ class Limiter(ABC):
 
     @abstractmethod
     async def _admit(
-        self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str, least: int | None = None
+        self,
+        tenant: str,
+        limits: Limits,
+        charge_id: str,
+        tokens: int,
+        holder: str,
+        least: int | None = None,
+        model: str = "",
+        model_limits: Limits | None = None,
     ) -> Verdict:
-        """Check every limit and reserve, atomically (`tokens`, or with `least` what the token limits leave, as
-        windows.fitted); raise StoreUnavailable when the store cannot answer."""
+        """Check every limit, the tenant's and (`model_limits`) its model's, and reserve against both, atomically
+        (`tokens`, or with `least` what the token limits leave, as windows.fitted); raise StoreUnavailable when the
+        store cannot answer."""
 
     @abstractmethod
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         """Settle this holder of the charge once: its own reservation becomes `used_tokens`, its slot is freed; raise
         StoreUnavailable when the store cannot answer. `void`: its admit served no request (its caller left, or never
         heard the answer): it gives back its own reservation and slot, and the charge's request too when it was the
-        last admit open and none served it, as if never made. Returns the window's use after it (also when the
-        holder had settled already)."""
+        last admit open and none served it, as if never made; the same in the window of the model the holder was
+        admitted under, when it had limits of its own. Returns the window's use after it (also when the holder had
+        settled already; `model`: that model's window, when the holder was open and had one)."""
 
     async def settled(self) -> None:
         """Wait for the settlements in flight (those retried in the background included)."""

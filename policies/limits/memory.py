@@ -9,21 +9,33 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from .limiter import Limiter
-from .model import CLEAN_PER_CALL, DAY_MS, FREE_JOINS, RETRY_SCAN, WINDOW_MS, Limits, Verdict, WindowUse
-from .windows import fitted, worst_refusal
+from .model import (
+    CLEAN_PER_CALL,
+    DAY_MS,
+    FREE_JOINS,
+    RETRY_SCAN,
+    WINDOW_MS,
+    LimitName,
+    Limits,
+    Verdict,
+    WindowUse,
+)
+from .windows import fitted, worst, worst_refusal
 
 
 @dataclass
 class _Charge:
     member: str  # the first admit's holder: its window entry is the charge's one request
-    holders: dict[str, tuple[int, int]]  # open admits (the first's included) -> (tokens reserved, UTC day)
+    member_model: str  # the model whose own window holds the member's entry too ("" none)
+    holders: dict[str, tuple[int, int, str]]  # open admits (the first's included) -> (tokens reserved, UTC day, model)
     served: bool = False  # an admit settled having served the request (not void)
     joins: int = 0  # joins admitted: the first FREE_JOINS are the same request, each further one a request too
 
 
 @dataclass
-class _Tenant:
-    """One tenant's window: its entries in admission order, and sums by ms and by second of those still in it.
+class _Window:
+    """One window (a tenant's, or its limits' for one model): its entries in admission order, and sums by ms and by
+    second of those still in it, its concurrency slots and its tokens per UTC day.
 
     An entry leaves the counts when its time is at or before `done` (the last call's cutoff): a call subtracts what
     was admitted since the last cutoff by those sums (about 2,000 read at most, however many entries left) and takes
@@ -42,7 +54,6 @@ class _Tenant:
     second_sums: dict[int, list[int]] = field(default_factory=dict)  # second -> the same, until it has left whole
     slots: set[str] = field(default_factory=set)
     days: dict[int, int] = field(default_factory=dict)  # UTC day number -> tokens charged that day
-    charges: dict[str, _Charge] = field(default_factory=dict)  # open charges by charge id
 
     def expire(self, now: int) -> None:
         """Take what was admitted up to `now - WINDOW_MS` out of the counts; clean a few aged-out entries."""
@@ -129,6 +140,45 @@ class _Tenant:
     def reset_ms(self, now: int) -> int:
         return max(0, next(reversed(self.log.values()))[0] + WINDOW_MS - now) if self.log else 0
 
+    def use(self, now: int) -> WindowUse:
+        return WindowUse(self.requests, self.tokens, self.reset_ms(now))
+
+    def refusal(self, limits: Limits, tokens: int, now: int, join: bool) -> tuple[LimitName, int | None] | None:
+        """The limit of `limits` that refuses `tokens` more for longest, or None."""
+        day_used = self.days.get(now // DAY_MS, 0)
+        window = (self.requests, self.tokens)
+        return worst_refusal(
+            limits, tokens, now, self.window, window, self.reset_ms(now), len(self.slots), day_used, join=join
+        )
+
+    def reserve(self, holder: str, now: int, tokens: int, request: int) -> None:
+        """Count an admission: its entry, its slot and its day's tokens."""
+        day = now // DAY_MS
+        self.add(holder, now, tokens, request)
+        self.slots.add(holder)
+        self.days = {d: n for d, n in self.days.items() if d >= day - 1}
+        self.days[day] = self.days.get(day, 0) + tokens
+
+    def settle(self, holder: str, delta: int, day: int, drop: bool) -> None:
+        """An admission's reservation changed by `delta` (its usage replaces it), its slot freed, its entry `drop`ped."""
+        entry = self.live(holder)
+        if entry is not None:
+            entry[1] += delta
+            self.tally(entry[0], delta, 0)
+        if day in self.days:
+            self.days[day] += delta
+        self.slots.discard(holder)
+        if drop:
+            self.drop(holder)
+
+
+@dataclass
+class _Tenant(_Window):
+    """A tenant's own window, its open charges, and the windows of its models that have limits of their own."""
+
+    charges: dict[str, _Charge] = field(default_factory=dict)  # open charges by charge id
+    models: dict[str, _Window] = field(default_factory=dict)  # model id -> its window (models of the registry)
+
 
 class MemoryLimiter(Limiter):
     """Sliding one-minute logs, a per-UTC-day counter and concurrency slots per tenant, in this process.
@@ -145,41 +195,52 @@ class MemoryLimiter(Limiter):
         return int(self._clock() * 1000)
 
     async def _admit(
-        self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str, least: int | None = None
+        self,
+        tenant: str,
+        limits: Limits,
+        charge_id: str,
+        tokens: int,
+        holder: str,
+        least: int | None = None,
+        model: str = "",
+        model_limits: Limits | None = None,
     ) -> Verdict:
         now = self._now()
         state = self._tenants.setdefault(tenant, _Tenant())
         state.expire(now)
+        own = None
+        if model_limits is not None:
+            own = state.models.setdefault(model, _Window())
+            own.expire(now)
         charge = state.charges.get(charge_id)
         free_join = charge is not None and charge.joins < FREE_JOINS
         day = now // DAY_MS
-        window = (state.requests, state.tokens)
         if least is not None and least < tokens:
             tokens = fitted(limits, tokens, least, state.tokens, state.days.get(day, 0))
-        refusal = worst_refusal(
-            limits,
-            tokens,
-            now,
-            state.window,
-            window,
-            state.reset_ms(now),
-            len(state.slots),
-            state.days.get(day, 0),
-            join=free_join,
-        )
+            if own is not None:
+                tokens = fitted(model_limits, tokens, least, own.tokens, own.days.get(day, 0))  # within both
+        refusal, scope = state.refusal(limits, tokens, now, free_join), "tenant"
+        if own is not None:
+            theirs = own.refusal(model_limits, tokens, now, free_join)
+            pick = worst((refusal, theirs))
+            if pick is not None and (refusal, theirs).index(pick) == 1:  # the tenant's on a tie, as worst()
+                refusal, scope = theirs, "model"
+        model_use = None if own is None else own.use(now)
         if refusal is not None:
-            return Verdict(False, refusal[0], refusal[1], state.requests, state.tokens, state.reset_ms(now))
+            return Verdict(
+                False, *refusal, state.requests, state.tokens, state.reset_ms(now), scope=scope, model_use=model_use
+            )
         if charge is None:
-            charge = state.charges[charge_id] = _Charge(holder, {})
+            charge = state.charges[charge_id] = _Charge(holder, model if own is not None else "", {})
         else:
             charge.joins += 1
         request = int(not free_join)  # a join's tokens and slot are its own in any case
-        state.add(holder, now, tokens, request)
-        state.slots.add(holder)
-        state.days = {d: n for d, n in state.days.items() if d >= day - 1}
-        state.days[day] = state.days.get(day, 0) + tokens
-        charge.holders[holder] = (tokens, day)
-        return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), tokens)
+        state.reserve(holder, now, tokens, request)
+        if own is not None:
+            own.reserve(holder, now, tokens, request)
+            model_use = own.use(now)
+        charge.holders[holder] = (tokens, day, model if own is not None else "")
+        return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), tokens, model_use=model_use)
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         state = self._tenants.get(tenant)
@@ -189,21 +250,23 @@ class MemoryLimiter(Limiter):
         state.expire(now)
         charge = state.charges.get(charge_id)
         if charge is None or holder not in charge.holders:
-            return WindowUse(state.requests, state.tokens, state.reset_ms(now))
-        reserved, day = charge.holders.pop(holder)
+            return state.use(now)
+        reserved, day, model = charge.holders.pop(holder)
         delta = used_tokens - reserved  # this admit's reservation becomes its usage (a void's: nothing)
-        entry = state.live(holder)
-        if entry is not None:
-            entry[1] += delta
-            state.tally(entry[0], delta, 0)
-        if day in state.days:
-            state.days[day] += delta
-        state.slots.discard(holder)
-        if void and holder != charge.member:
-            state.drop(holder)  # a join that served nothing leaves no trace
+        own = state.models.get(model) if model else None
+        drop = void and holder != charge.member  # a join that served nothing leaves no trace
+        state.settle(holder, delta, day, drop)
+        if own is not None:
+            own.expire(now)
+            own.settle(holder, delta, day, drop)
         charge.served = charge.served or not void
         if not charge.holders:
-            if not charge.served:
-                state.drop(charge.member)  # no admit served the request: it is taken back
+            if not charge.served:  # no admit served the request: it is taken back
+                state.drop(charge.member)
+                theirs = state.models.get(charge.member_model)
+                if theirs is not None:
+                    if theirs is not own:
+                        theirs.expire(now)
+                    theirs.drop(charge.member)
             del state.charges[charge_id]
-        return WindowUse(state.requests, state.tokens, state.reset_ms(now))
+        return WindowUse(state.requests, state.tokens, state.reset_ms(now), None if own is None else own.use(now))

@@ -20,6 +20,8 @@ Anthropic's client libraries retry twice by default. Each further join counts as
 sent under one id stay bounded by requests_per_minute x (1 + FREE_JOINS) when no other limit bounds them."""
 
 LimitName = Literal["requests_per_minute", "tokens_per_minute", "concurrent_requests", "tokens_per_day", "store"]
+Scope = Literal["tenant", "model"]
+"""Whose limit refused: the tenant's own, or the tenant's limits for the request's model."""
 
 
 @dataclass(frozen=True)
@@ -57,15 +59,22 @@ class Verdict:
     reset_ms: int
     reserved: int = 0
     """The tokens this admission reserved (an admit with `least` reserves what the token limits leave)."""
+    scope: Scope = "tenant"
+    """Whose `limit` refused (when one did)."""
+    model_use: WindowUse | None = None
+    """What the model's window holds, as `requests`, `tokens` and `reset_ms` say the tenant's (None: the model has no
+    limits of its own)."""
 
 
 class WindowUse(NamedTuple):
     """What a tenant's per-minute window holds: its requests (entries less free joins) and their tokens, and the
-    milliseconds until it is empty again (0 when it is: `x-ratelimit-reset-*`)."""
+    milliseconds until it is empty again (0 when it is: `x-ratelimit-reset-*`); `model`: the same for the window of
+    the settled admission's model when it had limits of its own."""
 
     requests: int
     tokens: int
     reset_ms: int
+    model: WindowUse | None = None
 
 
 @dataclass(frozen=True)
@@ -83,3 +92,5 @@ class Admission:
     holder: str = ""  # this admit's handle on the charge; "" when nothing was reserved (settle is then a no-op)
     reset_at_s: float = 0.0  # when the per-minute window is empty again (epoch seconds; `x-ratelimit-reset-*`)
     reserved: int = 0  # the tokens reserved (fewer than asked when an admit with `least` took what the limits left)
+    scope: Scope = "tenant"  # whose `limit` refused: the tenant's own or its limits for the model
+    model: str = ""  # the model whose own limits applied too ("" when none did)

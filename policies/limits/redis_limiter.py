@@ -20,6 +20,17 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _use(answer: list[int]) -> WindowUse | None:
+    """A script's (requests, tokens, reset ms) of a model's window; -1s: none."""
+    return None if answer[0] == -1 else WindowUse(*answer)
+
+
+def model_key(model: str) -> str:
+    """The part of a model's keys after the tenant's `M:` prefix: its length first, so no model id's keys can be
+    another's, whatever characters it holds."""
+    return f"{len(model)}:{model}"
+
+
 class RedisLimiter(Limiter):
     """The MemoryLimiter's windows, slots and day counters in Redis, shared by every replica that uses `url`.
 
@@ -66,14 +77,24 @@ class RedisLimiter(Limiter):
             f"{base}:d:",
             f"{base}:wb2",
             f"{base}:m:",
+            f"{base}:M:",  # the prefix of the tenant's windows per model (model_key), derived keys of the same tag
         ]
 
     def _now_arg(self) -> str:
         return "" if self._clock is None else str(int(self._clock() * 1000))
 
     async def _admit(
-        self, tenant: str, limits: Limits, charge_id: str, tokens: int, holder: str, least: int | None = None
+        self,
+        tenant: str,
+        limits: Limits,
+        charge_id: str,
+        tokens: int,
+        holder: str,
+        least: int | None = None,
+        model: str = "",
+        model_limits: Limits | None = None,
     ) -> Verdict:
+        own = model_limits or Limits()
         args = [
             self._now_arg(),
             tokens,
@@ -86,14 +107,18 @@ class RedisLimiter(Limiter):
             CONCURRENCY_RETRY_MS,
             FREE_JOINS,
             _arg(least),
+            _arg(own.requests_per_minute),
+            _arg(own.tokens_per_minute),
+            _arg(own.concurrent_requests),
+            _arg(own.tokens_per_day),
+            "" if model_limits is None else model_key(model),
         ]
         try:
             async with self._calls.turn():
-                allowed, limit, retry, requests, tokens_used, reset, reserved = await self._admit_script(
-                    self._keys(tenant, charge_id), args
-                )
+                answer = await self._admit_script(self._keys(tenant, charge_id), args)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
+        allowed, limit, retry, requests, tokens_used, reset, reserved, scope, *model_use = answer
         return Verdict(
             allowed=bool(allowed),
             limit=_text(limit) or None,
@@ -102,16 +127,18 @@ class RedisLimiter(Limiter):
             tokens=tokens_used,
             reset_ms=reset,
             reserved=reserved,
+            scope="model" if _text(scope) == "model" else "tenant",
+            model_use=_use(model_use),
         )
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         try:
             args = [self._now_arg(), holder, used_tokens, int(void)]
             async with self._calls.turn():
-                requests, tokens, reset = await self._settle_script(self._keys(tenant, charge_id), args)
+                answer = await self._settle_script(self._keys(tenant, charge_id), args)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
-        return WindowUse(requests, tokens, reset)
+        return WindowUse(*answer[:3], model=_use(answer[3:]))
 
     async def _ping(self) -> None:
         try:

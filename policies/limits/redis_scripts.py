@@ -10,7 +10,10 @@ per-day counters (prefix .. UTC day number; derived keys of the same hash tag), 
 (t<ms>, r<ms>) and per second (T<s>, R<s>), KEYS[8] the prefix of the marks (the holders whose admit or settle ran:
 sets per MARK_BUCKET_MS of admit or settle time, prefix .. bucket number, each kept MARK_MS past its bucket's end;
 one set per tenant and 10 s, not one key per admission: 120,000 keys at 1,000 admissions a second, at 149 bytes a
-mark, against 100).
+mark, against 100), KEYS[9] the prefix of the tenant's scopes per model: a model with limits of its own has the
+same window, slots and day keys as the tenant's (KEYS[1-4], 6, 7) under KEYS[9] .. model_key (derived keys of the
+same hash tag), and an admit checks and reserves both in one call (the charge records each holder's model, 'p:',
+and the member's, 'M', so its settle reaches the same windows).
 
 **Bounded work per call, exact counts.** Admissions leave the window's sums by time, not entry by entry: a call
 subtracts what was admitted between the last call's cutoff and its own, by the entries' own amounts when they are
@@ -60,22 +63,30 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local function int(n) return string.format('%d', n) end
-local function tally(ts, tokens, requests)  -- add to the window's sums: its total, its ms's and its second's
+-- A scope: the keys of one window, its slots and its day counters: the tenant's own (KEYS), or those of its limits
+-- for one model (derived from a prefix of the same hash tag)
+local TENANT = {w = KEYS[1], wa = KEYS[2], ws = KEYS[3], slots = KEYS[4], d = KEYS[6], wb = KEYS[7]}
+local function model_scope(prefix)
+  if prefix == nil or prefix == '' then return nil end
+  return {w = prefix .. ':w2', wa = prefix .. ':wa2', ws = prefix .. ':ws2', slots = prefix .. ':slots',
+          d = prefix .. ':d:', wb = prefix .. ':wb2'}
+end
+local function tally(s, ts, tokens, requests)  -- add to the window's sums: its total, its ms's and its second's
   for _, sum in ipairs({{'t', tokens}, {'r', requests}}) do
     if sum[2] ~= 0 then
-      redis.call('HINCRBY', KEYS[3], sum[1], sum[2])
+      redis.call('HINCRBY', s.ws, sum[1], sum[2])
       for _, field in ipairs({sum[1] .. int(ts), string.upper(sum[1]) .. int(math.floor(ts / 1000))}) do
-        if redis.call('HINCRBY', KEYS[7], field, sum[2]) == 0 then redis.call('HDEL', KEYS[7], field) end
+        if redis.call('HINCRBY', s.wb, field, sum[2]) == 0 then redis.call('HDEL', s.wb, field) end
       end
     end
   end
 end
-local function aged(from, to)  -- the tokens and requests admitted in (from, to] ms (less than WINDOW)
+local function aged(s, from, to)  -- the tokens and requests admitted in (from, to] ms (less than WINDOW)
   local tokens, requests = 0, 0
-  if redis.call('ZCOUNT', KEYS[1], '(' .. int(from), int(to)) <= AGED_ENTRIES then  -- few: their own amounts
-    local entries = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. int(from), int(to))
+  if redis.call('ZCOUNT', s.w, '(' .. int(from), int(to)) <= AGED_ENTRIES then  -- few: their own amounts
+    local entries = redis.call('ZRANGEBYSCORE', s.w, '(' .. int(from), int(to))
     if #entries == 0 then return 0, 0 end
-    for i, amount in ipairs(redis.call('HMGET', KEYS[2], unpack(entries))) do
+    for i, amount in ipairs(redis.call('HMGET', s.wa, unpack(entries))) do
       tokens = tokens + (tonumber(amount) or 0)
       if string.sub(entries[i], 1, 2) ~= 'j:' then requests = requests + 1 end
     end
@@ -87,18 +98,18 @@ local function aged(from, to)  -- the tokens and requests admitted in (from, to]
   if first == last then ms(from, to) else
     if from + 1 > first * 1000 then ms(from, (first + 1) * 1000 - 1) else first = first - 1 end
     if to < (last + 1) * 1000 - 1 then ms(last * 1000 - 1, to) else last = last + 1 end
-    for s = first + 1, last - 1 do fields[#fields + 1] = 'T' .. int(s); fields[#fields + 1] = 'R' .. int(s) end
+    for sec = first + 1, last - 1 do fields[#fields + 1] = 'T' .. int(sec); fields[#fields + 1] = 'R' .. int(sec) end
   end
   for start = 1, #fields, 1000 do  -- within Lua's stack
-    local values = redis.call('HMGET', KEYS[7], unpack(fields, start, math.min(#fields, start + 999)))
+    local values = redis.call('HMGET', s.wb, unpack(fields, start, math.min(#fields, start + 999)))
     for i = 1, #values, 2 do
       tokens, requests = tokens + (tonumber(values[i]) or 0), requests + (tonumber(values[i + 1]) or 0)
     end
   end
   return tokens, requests
 end
-local function clean(done)  -- take up to CLEAN entries that left the window (and their sums) out of its keys
-  local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', done, 'WITHSCORES', 'LIMIT', 0, CLEAN)
+local function clean(s, done)  -- take up to CLEAN entries that left the window (and their sums) out of its keys
+  local old = redis.call('ZRANGEBYSCORE', s.w, '-inf', done, 'WITHSCORES', 'LIMIT', 0, CLEAN)
   if #old == 0 then return end
   local entries, sums = {}, {}
   for i = 1, #old, 2 do
@@ -107,48 +118,60 @@ local function clean(done)  -- take up to CLEAN entries that left the window (an
     sums[#sums + 1] = 't' .. int(ts)
     sums[#sums + 1] = 'r' .. int(ts)
   end
-  redis.call('ZREM', KEYS[1], unpack(entries))
-  redis.call('HDEL', KEYS[2], unpack(entries))
-  redis.call('HDEL', KEYS[7], unpack(sums))
+  redis.call('ZREM', s.w, unpack(entries))
+  redis.call('HDEL', s.wa, unpack(entries))
+  redis.call('HDEL', s.wb, unpack(sums))
 end
-local function expire(now)  -- the window's sums lose what left it; returns the time up to which entries left it
+local function expire(s, now)  -- the window's sums lose what left it; returns the time up to which entries left it
   local cutoff = now - WINDOW
-  local done = tonumber(redis.call('HGET', KEYS[3], 'c') or '')
+  local done = tonumber(redis.call('HGET', s.ws, 'c') or '')
   if not done then return cutoff end  -- an empty window
-  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  local newest = redis.call('ZRANGE', s.w, -1, -1, 'WITHSCORES')
   if #newest == 0 or tonumber(newest[2]) <= cutoff then  -- all of it left (UNLINK: a large key is freed aside)
-    redis.call('UNLINK', KEYS[1], KEYS[2], KEYS[3], KEYS[7])
+    redis.call('UNLINK', s.w, s.wa, s.ws, s.wb)
     return cutoff
   end
   if cutoff > done then  -- less than WINDOW: the newest entry came after the last cutoff
-    local tokens, requests = aged(done, cutoff)
-    if tokens ~= 0 then redis.call('HINCRBY', KEYS[3], 't', -tokens) end
-    if requests ~= 0 then redis.call('HINCRBY', KEYS[3], 'r', -requests) end
-    redis.call('HSET', KEYS[3], 'c', int(cutoff))
+    local tokens, requests = aged(s, done, cutoff)
+    if tokens ~= 0 then redis.call('HINCRBY', s.ws, 't', -tokens) end
+    if requests ~= 0 then redis.call('HINCRBY', s.ws, 'r', -requests) end
+    redis.call('HSET', s.ws, 'c', int(cutoff))
     local seconds = {}  -- the sums of the seconds that have now left whole
-    for s = math.floor((done + 1) / 1000), math.floor((cutoff + 1) / 1000) - 1 do
-      seconds[#seconds + 1] = 'T' .. int(s)
-      seconds[#seconds + 1] = 'R' .. int(s)
+    for sec = math.floor((done + 1) / 1000), math.floor((cutoff + 1) / 1000) - 1 do
+      seconds[#seconds + 1] = 'T' .. int(sec)
+      seconds[#seconds + 1] = 'R' .. int(sec)
     end
-    if #seconds > 0 then redis.call('HDEL', KEYS[7], unpack(seconds)) end
+    if #seconds > 0 then redis.call('HDEL', s.wb, unpack(seconds)) end
     done = cutoff
   end
-  clean(done)
+  clean(s, done)
   return done
 end
-local function window_use()  -- the window's requests (entries less free joins) and tokens
-  local sums = redis.call('HMGET', KEYS[3], 'r', 't')
+local function window_use(s)  -- the window's requests (entries less free joins) and tokens
+  local sums = redis.call('HMGET', s.ws, 'r', 't')
   return {tonumber(sums[1]) or 0, tonumber(sums[2]) or 0}
 end
-local function reset_ms(now, done)
-  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local function reset_ms(s, now, done)
+  local newest = redis.call('ZRANGE', s.w, -1, -1, 'WITHSCORES')
   if #newest == 0 or tonumber(newest[2]) <= done then return 0 end
   return math.max(0, tonumber(newest[2]) + WINDOW - now)
 end
-local function free_slots(now)  -- the leases that ended, CLEAN at most; returns the slots still held
-  local ended = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, CLEAN)
-  if #ended > 0 then redis.call('ZREM', KEYS[4], unpack(ended)) end
-  return redis.call('ZCOUNT', KEYS[4], '(' .. int(now), '+inf')
+local function free_slots(s, now)  -- the leases that ended, CLEAN at most; returns the slots still held
+  local ended = redis.call('ZRANGEBYSCORE', s.slots, '-inf', now, 'LIMIT', 0, CLEAN)
+  if #ended > 0 then redis.call('ZREM', s.slots, unpack(ended)) end
+  return redis.call('ZCOUNT', s.slots, '(' .. int(now), '+inf')
+end
+local function live(s, done, e)  -- an entry's admit time while it is in the window, else nil
+  local at = tonumber(redis.call('ZSCORE', s.w, e) or '')
+  if at and at > done then return at end
+end
+local function drop(s, done, e)  -- take an admission's entry out of the window (nothing when it left already)
+  local at = live(s, done, e)
+  if not at then return end
+  local request = string.sub(e, 1, 2) == 'j:' and 0 or 1
+  tally(s, at, -tonumber(redis.call('HGET', s.wa, e) or '0'), -request)
+  redis.call('ZREM', s.w, e)
+  redis.call('HDEL', s.wa, e)
 end
 """
 )
@@ -158,38 +181,56 @@ ADMIT = (
     + """
 -- ARGV: 1 now, 2 tokens, 3 rpm, 4 tpm, 5 concurrency, 6 tokens per day (-1: unlimited), 7 holder, 8 lease ms,
 -- 9 the retry ms of a concurrency refusal, 10 FREE_JOINS, 11 least (-1: none; else reserve what the token limits
--- leave, up to tokens, and no fewer than least: windows.fitted)
+-- leave, up to tokens, and no fewer than least: windows.fitted), 12-15 the model's rpm, tpm, concurrency and tokens
+-- per day, 16 the model's key ('' when it has no limits of its own: its scope is KEYS[9] .. ARGV[16])
 local now = now_ms()
-local tokens, rpm, tpm, conc, tpd = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
-  tonumber(ARGV[6])
-local holder, lease = ARGV[7], tonumber(ARGV[8])
-local done = expire(now)
-local held = free_slots(now)
-local count, sum = unpack(window_use())
+local tokens = tonumber(ARGV[2])
+local holder, lease, model = ARGV[7], tonumber(ARGV[8]), ARGV[16]
+local scopes = {{s = TENANT, name = 'tenant', first = 3}}
+if model ~= '' then scopes[2] = {s = model_scope(KEYS[9] .. model), name = 'model', first = 12} end
+local day = math.floor(now / DAY)
+for _, sc in ipairs(scopes) do
+  sc.rpm, sc.tpm, sc.conc, sc.tpd = tonumber(ARGV[sc.first]), tonumber(ARGV[sc.first + 1]),
+    tonumber(ARGV[sc.first + 2]), tonumber(ARGV[sc.first + 3])
+  sc.done = expire(sc.s, now)
+  sc.held = free_slots(sc.s, now)
+  sc.count, sc.sum = unpack(window_use(sc.s))
+  sc.day_key = sc.s.d .. day
+  sc.day_used = tonumber(redis.call('GET', sc.day_key) or '0')
+end
+local function answer(allowed, limit, retry, reserved, scope, added)  -- added: the tokens this admission counted
+  local out = {allowed, limit, retry, 0, 0, 0, reserved, scope, -1, -1, -1}
+  for i, sc in ipairs(scopes) do
+    local reset = added and WINDOW or reset_ms(sc.s, now, sc.done)
+    local at = i == 1 and 4 or 9
+    out[at], out[at + 1], out[at + 2] = sc.count, sc.sum + (added or 0), reset
+  end
+  return out
+end
 if marked(holder, now) then  -- a rerun: what the first run reserved, when it is still open
-  return {1, '', -1, count, sum, WINDOW, tonumber(redis.call('HGET', KEYS[5], 'h:' .. holder) or tokens)}
+  return answer(1, '', -1, tonumber(redis.call('HGET', KEYS[5], 'h:' .. holder) or tokens), '', 0)
 end
 local marked_in = mark(holder, now)
 local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
 local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
-local day = math.floor(now / DAY)
-local day_key = KEYS[6] .. day
 local least = tonumber(ARGV[11])
 if least >= 0 and least < tokens then
   local room = tokens
-  if tpm >= 0 then room = math.min(room, tpm - sum) end
-  if tpd >= 0 then room = math.min(room, tpd - tonumber(redis.call('GET', day_key) or '0')) end
+  for _, sc in ipairs(scopes) do
+    if sc.tpm >= 0 then room = math.min(room, sc.tpm - sc.sum) end
+    if sc.tpd >= 0 then room = math.min(room, sc.tpd - sc.day_used) end
+  end
   tokens = math.max(least, room)
 end
-local function free_at(need, by_tokens)
+local function free_at(sc, need, by_tokens)
   local freed, start = 0, 0
   while true do  -- past the oldest RETRY_SCAN entries: when the whole window has left (an upper bound)
-    if start >= RETRY_SCAN then return reset_ms(now, done) end
-    local batch = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. int(done), '+inf', 'WITHSCORES', 'LIMIT', start, 200)
-    if #batch == 0 then return reset_ms(now, done) end
+    if start >= RETRY_SCAN then return reset_ms(sc.s, now, sc.done) end
+    local batch = redis.call('ZRANGEBYSCORE', sc.s.w, '(' .. int(sc.done), '+inf', 'WITHSCORES', 'LIMIT', start, 200)
+    if #batch == 0 then return reset_ms(sc.s, now, sc.done) end
     local members = {}
     for i = 1, #batch, 2 do members[#members + 1] = batch[i] end
-    local amounts = by_tokens and redis.call('HMGET', KEYS[2], unpack(members)) or nil
+    local amounts = by_tokens and redis.call('HMGET', sc.s.wa, unpack(members)) or nil
     for i = 1, #members do
       local request = string.sub(members[i], 1, 2) ~= 'j:' and 1 or 0
       freed = freed + (by_tokens and (tonumber(amounts[i]) or 0) or request)
@@ -198,52 +239,53 @@ local function free_at(need, by_tokens)
     start = start + 200
   end
 end
-local limit, retry = '', -2  -- retry -1: never fits
-local function refuse(name, ms)
-  if retry ~= -1 and (ms == -1 or ms > retry) then limit, retry = name, ms end
+local limit, retry, scope = '', -2, ''  -- retry -1: never fits; the first refusal of the longest retry wins
+local function refuse(sc, name, ms)
+  if retry ~= -1 and (ms == -1 or ms > retry) then limit, retry, scope = name, ms, sc.name end
 end
-if rpm >= 0 and not free_join and count + 1 > rpm then
-  refuse('requests_per_minute', rpm == 0 and -1 or free_at(count + 1 - rpm, false))
-end
-if tpm >= 0 and sum + tokens > tpm then
-  refuse('tokens_per_minute', tokens > tpm and -1 or free_at(sum + tokens - tpm, true))
-end
-if conc >= 0 and held + 1 > conc then
-  refuse('concurrent_requests', conc == 0 and -1 or tonumber(ARGV[9]))
-end
-if tpd >= 0 then
-  local used = tonumber(redis.call('GET', day_key) or '0')
-  if used + tokens > tpd then refuse('tokens_per_day', tokens > tpd and -1 or (day + 1) * DAY - now) end
+for _, sc in ipairs(scopes) do
+  if sc.rpm >= 0 and not free_join and sc.count + 1 > sc.rpm then
+    refuse(sc, 'requests_per_minute', sc.rpm == 0 and -1 or free_at(sc, sc.count + 1 - sc.rpm, false))
+  end
+  if sc.tpm >= 0 and sc.sum + tokens > sc.tpm then
+    refuse(sc, 'tokens_per_minute', tokens > sc.tpm and -1 or free_at(sc, sc.sum + tokens - sc.tpm, true))
+  end
+  if sc.conc >= 0 and sc.held + 1 > sc.conc then
+    refuse(sc, 'concurrent_requests', sc.conc == 0 and -1 or tonumber(ARGV[9]))
+  end
+  if sc.tpd >= 0 and sc.day_used + tokens > sc.tpd then
+    refuse(sc, 'tokens_per_day', tokens > sc.tpd and -1 or (day + 1) * DAY - now)
+  end
 end
 if limit ~= '' then
   redis.call('SREM', KEYS[8] .. marked_in, holder)  -- refused: nothing reserved, a rerun decides afresh
-  return {0, limit, retry, count, sum, reset_ms(now, done), 0}
+  return answer(0, limit, retry, 0, scope, nil)
 end
 local entry = holder
-if free_join then  -- the same request: not counted
-  entry = 'j:' .. holder
-else
-  count = count + 1
-end
+if free_join then entry = 'j:' .. holder end  -- the same request: not counted
 if member then
   redis.call('HINCRBY', KEYS[5], 'j', 1)
 else
-  redis.call('HSET', KEYS[5], 'm', holder, 's', 0, 'j', 0)
+  redis.call('HSET', KEYS[5], 'm', holder, 's', 0, 'j', 0, 'M', model)
 end
-local at = math.max(now, done + 1)  -- in the window even when the clock went back
-redis.call('ZADD', KEYS[1], at, entry)
-redis.call('HSET', KEYS[2], entry, tokens)
-redis.call('HSET', KEYS[3], 'c', int(done))
-tally(at, tokens, free_join and 0 or 1)
-for _, i in ipairs({1, 2, 3, 7}) do redis.call('PEXPIRE', KEYS[i], WINDOW + 1000) end
-redis.call('ZADD', KEYS[4], now + lease, holder)
-redis.call('PEXPIRE', KEYS[4], lease)
-redis.call('INCRBY', day_key, tokens)
-redis.call('PEXPIREAT', day_key, (day + 2) * DAY)
-redis.call('HSET', KEYS[5], 'h:' .. holder, tokens, 'd:' .. holder, day)
+for _, sc in ipairs(scopes) do
+  local s = sc.s
+  local at = math.max(now, sc.done + 1)  -- in the window even when the clock went back
+  redis.call('ZADD', s.w, at, entry)
+  redis.call('HSET', s.wa, entry, tokens)
+  redis.call('HSET', s.ws, 'c', int(sc.done))
+  tally(s, at, tokens, free_join and 0 or 1)
+  for _, key in ipairs({s.w, s.wa, s.ws, s.wb}) do redis.call('PEXPIRE', key, WINDOW + 1000) end
+  redis.call('ZADD', s.slots, now + lease, holder)
+  redis.call('PEXPIRE', s.slots, lease)
+  redis.call('INCRBY', sc.day_key, tokens)
+  redis.call('PEXPIREAT', sc.day_key, (day + 2) * DAY)
+  if not free_join then sc.count = sc.count + 1 end
+end
+redis.call('HSET', KEYS[5], 'h:' .. holder, tokens, 'd:' .. holder, day, 'p:' .. holder, model)
 redis.call('HINCRBY', KEYS[5], 'n', 1)
 redis.call('PEXPIRE', KEYS[5], math.max(lease, 2 * DAY))  -- a long request still settles its day
-return {1, '', -1, count, sum + tokens, WINDOW, tokens}
+return answer(1, '', -1, tokens, '', tokens)
 """
 )
 
@@ -251,48 +293,53 @@ SETTLE = (
     COMMON
     + """
 -- ARGV: 1 now, 2 holder, 3 used tokens, 4 '1' when the holder's admit served no request (void)
--- Returns the window's use after it: {requests, tokens, ms until it is empty}
+-- Returns the windows' use after it: {requests, tokens, ms until it is empty} of the tenant's, then of the model's
+-- the holder was admitted under (-1s when it had no limits of its own, or the holder had settled)
 local holder, used, void = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local now = now_ms()
-local done = expire(now)
+local done = expire(TENANT, now)
 mark(holder, now)  -- an admit of this holder still in flight reserves nothing
-local function settled_use()
-  local use = window_use()
-  use[3] = reset_ms(now, done)
-  return use
+local own = redis.call('HMGET', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'm', 'p:' .. holder, 'M')
+local model = own[1] and own[4] or ''
+local scopes = {{s = TENANT, done = done}}
+if model ~= '' then
+  local s = model_scope(KEYS[9] .. model)
+  scopes[2] = {s = s, done = expire(s, now)}
 end
-local own = redis.call('HMGET', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'm')
+local function settled_use()
+  local out = {-1, -1, -1, -1, -1, -1}
+  for i, sc in ipairs(scopes) do
+    local use = window_use(sc.s)
+    out[3 * i - 2], out[3 * i - 1], out[3 * i] = use[1], use[2], reset_ms(sc.s, now, sc.done)
+  end
+  return out
+end
 if not own[1] then return settled_use() end
-redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder)
+redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'p:' .. holder)
 local member = own[3]
 local entry = redis.call('HEXISTS', KEYS[2], 'j:' .. holder) == 1 and 'j:' .. holder or holder
-local function live(e)  -- an entry's admit time while it is in the window, else nil
-  local at = tonumber(redis.call('ZSCORE', KEYS[1], e) or '')
-  if at and at > done then return at end
-end
-local function drop(e)  -- take an admission's entry out of the window (nothing when it left already)
-  local at = live(e)
-  if not at then return end
-  local request = string.sub(e, 1, 2) == 'j:' and 0 or 1
-  tally(at, -tonumber(redis.call('HGET', KEYS[2], e) or '0'), -request)
-  redis.call('ZREM', KEYS[1], e)
-  redis.call('HDEL', KEYS[2], e)
-end
 local delta = used - tonumber(own[1])  -- this admit's reservation becomes its usage (a void's: nothing)
-local at = live(entry)
-if at then
-  redis.call('HINCRBY', KEYS[2], entry, delta)
-  tally(at, delta, 0)
+for _, sc in ipairs(scopes) do
+  local s = sc.s
+  local at = live(s, sc.done, entry)
+  if at then
+    redis.call('HINCRBY', s.wa, entry, delta)
+    tally(s, at, delta, 0)
+  end
+  if redis.call('EXISTS', s.d .. own[2]) == 1 then redis.call('INCRBY', s.d .. own[2], delta) end
+  redis.call('ZREM', s.slots, holder)  -- each admit's own slot
+  if void and holder ~= member then drop(s, sc.done, entry) end  -- a join that served nothing leaves no trace
 end
-if redis.call('EXISTS', KEYS[6] .. own[2]) == 1 then redis.call('INCRBY', KEYS[6] .. own[2], delta) end
-redis.call('ZREM', KEYS[4], holder)  -- each admit's own slot
-if void then
-  if holder ~= member then drop(entry) end  -- a join that served nothing leaves no trace
-else
-  redis.call('HSET', KEYS[5], 's', 1)
-end
+if not void then redis.call('HSET', KEYS[5], 's', 1) end
 if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then
-  if redis.call('HGET', KEYS[5], 's') == '0' then drop(member) end  -- no admit served the request: taken back
+  if redis.call('HGET', KEYS[5], 's') == '0' then  -- no admit served the request: taken back
+    drop(TENANT, done, member)
+    local theirs = own[5] or ''
+    if theirs ~= '' then
+      local s = theirs == model and scopes[2].s or model_scope(KEYS[9] .. theirs)
+      drop(s, theirs == model and scopes[2].done or expire(s, now), member)
+    end
+  end
   redis.call('DEL', KEYS[5])
 end
 return settled_use()

@@ -64,7 +64,12 @@ def worst_refusal(
     tpd = limits.tokens_per_day
     if tpd is not None and day_used + tokens > tpd:
         refusals.append(("tokens_per_day", None if tokens > tpd else (now // DAY_MS + 1) * DAY_MS - now))
-    if not refusals:
-        return None
-    never = [r for r in refusals if r[1] is None]
-    return never[0] if never else max(refusals, key=lambda r: r[1])
+    return worst(refusals) if refusals else None
+
+
+def worst(refusals: Sequence[tuple[LimitName, int | None] | None]) -> tuple[LimitName, int | None] | None:
+    """The refusal that lasts longest: the first that never fits, else the first of the longest retries (None: none
+    refused). Per scope, then across the tenant's and its model's (the same answer as over all of them at once)."""
+    found = [r for r in refusals if r is not None]
+    never = [r for r in found if r[1] is None]
+    return never[0] if never else max(found, key=lambda r: r[1], default=None)

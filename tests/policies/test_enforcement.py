@@ -19,7 +19,8 @@ from gateway.errors import APIError, anthropic_error, from_backend
 from gateway.types import ChatRequest, ChoiceStep
 from policies.auth import Caller
 from policies.limits import FairQueue, MemoryLimiter, RedisLimiter
-from policies.policy import Globs, Key, Limits, Policy
+from policies.limits import Limits as LimiterLimits
+from policies.policy import Globs, Key, Limits, ModelLimits, Policy
 from policies.store import PolicyStore
 
 
@@ -368,3 +369,42 @@ async def test_a_request_without_max_tokens_takes_what_the_token_limits_leave(tm
     with pytest.raises(APIError) as refused:  # it needs one token more than the window leaves
         await request([SamplingParams(max_new_tokens=900)])
     assert refused.value.status == 429 and started == [250, 250]
+
+
+@pytest.mark.anyio
+async def test_a_refusal_names_whose_limit_refused_the_models_or_the_tenants(tmp_path, limiter):
+    """A model with limits of its own (`limits.models`): its 429 names its limit and the model, with that limit's
+    headers; the tenant's own limit still holds across its models, and its refusal says so; a request that can never
+    fit the model's token limit is a 400 naming it."""
+    gate = PolicyGate(PolicyStore(tmp_path), limiter)
+    per_model = ModelLimits((("llama-*", LimiterLimits(requests_per_minute=1, tokens_per_minute=50)),))
+    policy = Policy(
+        f"t-{uuid.uuid4().hex[:8]}", (Key("k", "0" * 64),), Globs(("*",)), Limits(requests_per_minute=2), per_model
+    )
+
+    async def served():
+        yield 0, ChoiceStep([], completion_tokens=1, finish_reason="stop")
+
+    async def ask(model: str, rid: str, max_tokens: int = 5) -> tuple[dict[str, str], APIError | None]:
+        """The request's rate-limit headers, and its error (None: served)."""
+        rules = RequestPolicy(TenantRequest(Caller(policy, policy.keys[0]), rid), gate)
+        try:
+            events = await rules.admit(SimpleNamespace(id=model), 5, max_tokens, served, prompt_param="messages")
+            async for _ in events:
+                pass
+        except APIError as error:
+            return rules.tenant.headers, error
+        return rules.tenant.headers, None
+
+    _, never = await ask("llama-70b", "r0", max_tokens=100)
+    assert (never.status, never.param) == (400, "max_tokens")
+    assert "tokens_per_minute for the model 'llama-70b' of 50" in str(never)
+    headers, error = await ask("llama-70b", "r1")
+    assert error is None and headers["x-ratelimit-limit-requests"] == "1"
+    headers, error = await ask("llama-70b", "r2")
+    assert (error.status, str(error)) == (429, "rate limit reached: requests_per_minute for the model 'llama-70b'")
+    assert (headers["x-ratelimit-limit-requests"], headers["retry-after"]) == ("1", "60")
+    assert (await ask("other", "r3"))[1] is None
+    headers, error = await ask("llama-8b", "r4")  # the model's own window has room: the tenant's does not
+    assert str(error) == "rate limit reached: requests_per_minute across all models"
+    assert headers["x-ratelimit-limit-requests"] == "2"

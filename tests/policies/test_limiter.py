@@ -386,3 +386,77 @@ async def test_after_a_burst_a_memory_call_takes_a_bounded_slice_of_it_out_and_c
     assert (await limiter.admit(tenant, limits, "alone", 3)).headers["x-ratelimit-remaining-requests"] == "9999"
     assert len(state.log) == len(state.ms_sums) == 1
     assert [len(log) for log in state.aged] == [entries[-1] - CLEAN_PER_CALL]
+
+
+async def test_a_models_own_limit_refuses_while_the_tenants_admits_and_says_it_is_the_models(limiter, tenant, clock):
+    own = Limits(requests_per_minute=2, tokens_per_minute=100)
+    tenant_wide = Limits(requests_per_minute=10)
+    for _ in range(2):
+        assert (await limiter.admit(tenant, tenant_wide, charge(), 10, model="big", model_limits=own)).allowed
+    clock.now += 10
+    refused = await limiter.admit(tenant, tenant_wide, charge(), 10, model="big", model_limits=own)
+    assert (refused.allowed, refused.limit, refused.scope, refused.model) == (
+        False,
+        "requests_per_minute",
+        "model",
+        "big",
+    )
+    assert refused.retry_after_s == 50.0 and refused.headers["retry-after"] == "50"
+    assert (
+        refused.headers["x-ratelimit-limit-requests"] == "2"
+        and refused.headers["x-ratelimit-remaining-requests"] == "0"
+    )
+    assert refused.headers["x-ratelimit-remaining-tokens"] == "80"  # the model's tokens (the tenant has no such limit)
+    other = await limiter.admit(tenant, tenant_wide, charge(), 10, model="small")  # a model without limits of its own
+    assert (
+        other.allowed and other.headers["x-ratelimit-remaining-requests"] == "7"
+    )  # the tenant's, the refusal not counted
+    assert "x-ratelimit-limit-tokens" not in other.headers
+
+
+async def test_the_tenants_own_limits_hold_over_all_its_models(limiter, tenant):
+    tenant_wide = Limits(requests_per_minute=3)
+    own = Limits(requests_per_minute=5, tokens_per_minute=100)
+    for model in ("a", "a", "b"):
+        assert (await limiter.admit(tenant, tenant_wide, charge(), 10, model=model, model_limits=own)).allowed
+    refused = await limiter.admit(tenant, tenant_wide, charge(), 10, model="a", model_limits=own)
+    assert (refused.allowed, refused.limit, refused.scope) == (False, "requests_per_minute", "tenant")
+    assert (
+        refused.headers["x-ratelimit-limit-requests"] == "3"
+    )  # the limit that refused, though the model has more left
+    assert refused.headers["x-ratelimit-remaining-tokens"] == "80"  # model a's window: the refusal reserved nothing
+
+
+async def test_a_settle_and_a_void_reach_the_models_window_as_the_tenants(limiter, tenant):
+    own = Limits(tokens_per_minute=100, concurrent_requests=1)
+    first = await limiter.admit(tenant, Limits(), charge(), 60, model="m", model_limits=own)
+    busy = await limiter.admit(tenant, Limits(), charge(), 1, model="m", model_limits=own)
+    assert (busy.limit, busy.scope, busy.retry_after_s) == ("concurrent_requests", "model", 1.0)
+    window = await limiter.settle(first, 20)  # the reservation becomes its usage in both windows; the slot is free
+    assert (window.tokens, window.model.tokens, window.model.requests) == (20, 20, 1)
+    second = await limiter.admit(tenant, Limits(), charge(), 80, model="m", model_limits=own)
+    assert second.allowed and second.headers["x-ratelimit-remaining-tokens"] == "0"
+    window = await limiter.settle(second, 0, void=True)  # it served nothing: taken back from both
+    assert window.model[:2] == (1, 20) and window[:2] == (1, 20)
+    fitted = await limiter.admit(
+        tenant, Limits(tokens_per_minute=1000), charge(), 500, least=5, model="m", model_limits=own
+    )
+    assert fitted.reserved == 80  # what the model's window leaves, under what the tenant's does
+
+
+async def test_a_changed_model_limit_applies_at_once_and_requests_in_flight_still_settle(limiter, tenant):
+    """Hot reload: the counts are the model's, whatever its limits say now; an admission made under the old limits
+    (or before its model had any) settles in the windows it was admitted in."""
+    two = Limits(requests_per_minute=2, concurrent_requests=1)
+    in_flight = await limiter.admit(tenant, Limits(), charge(), 5, model="m", model_limits=two)
+    assert not (await limiter.admit(tenant, Limits(), charge(), 5, model="m", model_limits=two)).allowed
+    three = Limits(requests_per_minute=3, concurrent_requests=2)  # the file was edited
+    assert (await limiter.admit(tenant, Limits(), charge(), 5, model="m", model_limits=three)).allowed
+    refused = await limiter.admit(tenant, Limits(), charge(), 5, model="m", model_limits=three)
+    assert (refused.limit, refused.scope) == ("concurrent_requests", "model")
+    unlimited = await limiter.admit(tenant, Limits(), charge(), 5, model="m")  # its limits were removed
+    assert unlimited.allowed and unlimited.model == ""
+    await limiter.settle(in_flight, 5)  # admitted under the first version: frees its slot in the model's window
+    again = await limiter.admit(tenant, Limits(), charge(), 5, model="m", model_limits=Limits(concurrent_requests=2))
+    assert again.allowed
+    await limiter.settle(unlimited, 5)

@@ -54,6 +54,19 @@ INVALID = {
     "missing keys": ("tenant: t\nmodels: [a]\n", 1, "keys", "required"),
     "key without id": (f"tenant: t\nkeys:\n  - sha256: {HASH}\n", 3, "keys[0].id", "required"),
     "models not a list": (GOOD.replace('["m-*"]', "m-*"), 5, "models", "array"),
+    "unknown per-model limit": (
+        GOOD + "limits:\n  models:\n    m-1: {max_tokens: 5}\n",
+        8,
+        "limits.models.m-1.max_tokens",
+        "unknown field",
+    ),
+    "zero per-model limit": (
+        GOOD + "limits:\n  models:\n    m-1:\n      tokens_per_minute: 0\n",
+        9,
+        "limits.models.m-1.tokens_per_minute",
+        "a limit of 0 would refuse every request",
+    ),
+    "per-model limits not a mapping": (GOOD + "limits:\n  models: [m-1]\n", 7, "limits.models", "object"),
 }
 INVALID["no such date"] = (
     GOOD.replace(f"sha256: {HASH}", f"sha256: {HASH}\n    expires: 2027-13-45"),
@@ -171,6 +184,14 @@ def test_a_hostile_file_is_refused_cheaply_and_reported_in_a_bounded_number_of_l
     assert [(e.field, e.message) for e in caught.value.errors] == [
         ("tools.allow[0]", "at most 256 characters, not 257")
     ]
+    model_limits = GOOD + "limits:\n  models:\n" + "".join(f"    m-{i}: {{}}\n" for i in range(1001))
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy(write(tmp_path, "t.yaml", model_limits), None)
+    assert [(e.field, e.message) for e in caught.value.errors] == [("limits.models", "at most 1000 entries, not 1001")]
+    long_glob = GOOD + "limits:\n  models: {" + "a" * 257 + ": {}}\n"
+    with pytest.raises(PolicyFileError) as caught:
+        load_policy(write(tmp_path, "t.yaml", long_glob), None)
+    assert [e.field for e in caught.value.errors] == ["limits.models"]
     not_a_map = GOOD + "limits: [" + ", ".join(["1"] * 5000) + "]\n"
     with pytest.raises(PolicyFileError) as caught:
         load_policy(write(tmp_path, "t.yaml", not_a_map), None)
@@ -208,6 +229,27 @@ def test_defaults_are_deep_merged_and_their_mistakes_point_into_the_defaults_fil
         load_policy(path, read_defaults(tmp_path))
     [error] = caught.value.errors
     assert (error.file, error.line, error.field) == (str(tmp_path / "_defaults.yaml"), 3, "limits.max_tokns")
+
+
+def test_a_models_limits_are_the_first_glob_it_matches_and_a_tenant_replaces_the_defaults_whole(tmp_path):
+    """`limits.models` is read in order, so a tenant's entries are not merged after the defaults' (whose `*` would then
+    come first and win for every model)."""
+    write(
+        tmp_path, "_defaults.yaml", "limits:\n  requests_per_minute: 9\n  models:\n    '*': {requests_per_minute: 3}\n"
+    )
+    defaults = read_defaults(tmp_path)
+    inherited = load_policy(write(tmp_path, "t.yaml", GOOD), defaults)
+    assert inherited.model_limits.for_model("m-1").requests_per_minute == 3
+    text = (
+        GOOD
+        + "limits:\n  models:\n    m-big: {tokens_per_minute: 500}\n    m-free: {}\n    m-*: {requests_per_minute: 2}\n"
+    )
+    policy = load_policy(write(tmp_path, "t.yaml", text), defaults)
+    big, other = policy.model_limits.for_model("m-big"), policy.model_limits.for_model("m-1")
+    assert (big.tokens_per_minute, big.requests_per_minute, other.requests_per_minute) == (500, None, 2)
+    assert policy.model_limits.for_model("x") is None  # no glob matches: only the tenant's own limits
+    assert policy.model_limits.for_model("m-free") is None  # matched first by {}: the same
+    assert policy.limits.requests_per_minute == 9 and policy.limiter_limits.requests_per_minute == 9
 
 
 def test_defaults_may_not_name_a_tenant_or_keys(tmp_path):

@@ -34,6 +34,7 @@ from tests.policies.deployment import (
 from tests.redis_server import RedisServer
 from tests.sockets import CLOSE_WAIT, ESTABLISHED, connections_to
 
+PER_MODEL = {"requests_per_minute": 7}
 RECOVER_S = 10.0
 """Upper bound for the gateways to use Redis again once it is back; never a speed check."""
 
@@ -70,6 +71,7 @@ def gateways(
     write_tenant(policies, "refused", models=["m"], limits={"requests_per_minute": 10, "tokens_per_minute": 10000})
     write_tenant(policies, "conc3", models=["m"], limits={"concurrent_requests": 3})
     write_tenant(policies, "tpm1000", models=["m"], limits={"tokens_per_minute": 1000})
+    write_tenant(policies, "permodel", models=["m"], limits={"requests_per_minute": 100, "models": {"m*": PER_MODEL}})
     backend = standin_backend
     with ExitStack() as stack:
         config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
@@ -93,6 +95,23 @@ def test_fifty_clients_on_two_replicas_against_20_requests_per_minute_get_exactl
 
     statuses = Counter(r.status_code for r in asyncio.run(both()))
     assert statuses == {200: 20, 429: 30}
+
+
+def test_a_models_own_limit_is_exact_across_replicas_and_its_refusals_name_the_model(gateways):
+    """`limits.models` through real HTTP: 20 requests at once on the two replicas, the model's 7 per minute admitted
+    exactly (the tenant's own 100 left room), each 429 naming the model's limit with its headers."""
+    gateways = gateways[0]
+
+    async def both():
+        halves = [burst(g.base_url, [(auth("permodel"), chat("m"))] * 10) for g in gateways]
+        return [r for half in await asyncio.gather(*halves) for r in half]
+
+    responses = asyncio.run(both())
+    assert Counter(r.status_code for r in responses) == {200: 7, 429: 13}
+    for refused in (r for r in responses if r.status_code == 429):
+        assert refused.json()["error"]["message"] == "rate limit reached: requests_per_minute for the model 'm'"
+        assert refused.headers["x-ratelimit-limit-requests"] == "7"
+        assert refused.headers["x-ratelimit-remaining-requests"] == "0" and int(refused.headers["retry-after"]) >= 1
 
 
 def test_concurrency_and_tokens_are_exact_across_replicas_under_one_burst(gateways):

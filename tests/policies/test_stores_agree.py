@@ -1,7 +1,8 @@
 """The two stores are one algorithm: random sequences of admits, settles and clock moves get the same answers from
 the in-memory limiter and the Lua scripts in Redis, and never more than the limit in any 60 s: a join (a charge id
 reused while open) reserves its own tokens, which settle to its own usage, and is no new request unless the charge
-had FREE_JOINS joins already."""
+had FREE_JOINS joins already. With the tenant's limits for a model too (`model_limits`), both windows answer alike
+and neither is ever passed; void settles (requests that served nothing) are taken back alike."""
 
 from __future__ import annotations
 
@@ -23,11 +24,14 @@ limits_st = st.builds(
     concurrent_requests=st.none() | st.integers(0, 4),
     tokens_per_day=st.none() | st.integers(0, 900),
 )
+MODELS = ("llama-70b", "other")  # the tenant has limits of its own for the first (when model_limits is given)
+model_st = st.sampled_from(MODELS)
 op_st = st.one_of(
-    st.tuples(st.just("admit"), st.integers(0, 5), st.integers(0, 250)),  # charge id (reused: joins), tokens
-    st.tuples(st.just("fit"), st.integers(0, 5), st.integers(0, 250)),  # the same, taking what the limits leave
-    st.tuples(st.just("settle"), st.integers(0, 20), st.integers(0, 300)),  # which earlier admission, used tokens
-    st.tuples(st.just("wait"), st.floats(0, 40).map(lambda s: round(s, 3)), st.just(0)),
+    st.tuples(st.just("admit"), st.integers(0, 5), st.integers(0, 250), model_st),  # charge id (reused: joins), tokens
+    st.tuples(st.just("fit"), st.integers(0, 5), st.integers(0, 250), model_st),  # the same, taking what limits leave
+    st.tuples(st.just("settle"), st.integers(0, 20), st.integers(0, 300), st.just("")),  # which admission, used tokens
+    st.tuples(st.just("void"), st.integers(0, 20), st.just(0), st.just("")),  # which admission: it served nothing
+    st.tuples(st.just("wait"), st.floats(0, 40).map(lambda s: round(s, 3)), st.just(0), st.just("")),
 )
 
 
@@ -38,56 +42,90 @@ def _answer(admission) -> tuple:
         admission.retry_after_s,
         admission.headers,
         admission.status,
-        (admission.reserved),
+        admission.reserved,
+        admission.scope,
+        admission.model,
     )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(limits=limits_st, ops=st.lists(op_st, max_size=30))
-@example(limits=Limits(requests_per_minute=2), ops=[("admit", 0, 1)] * 6)  # joins past FREE_JOINS are requests
-@example(limits=Limits(tokens_per_minute=100, tokens_per_day=150), ops=[("admit", 0, 60), ("settle", 0, 90)] * 2)
-@example(limits=Limits(tokens_per_minute=100, tokens_per_day=150), ops=[("admit", 0, 60), ("fit", 1, 90)] * 2)
-def test_memory_and_redis_answer_alike(redis_server, limits, ops):
-    asyncio.run(_lockstep(redis_server.url, limits, ops))
+@given(limits=limits_st, model_limits=st.none() | limits_st, ops=st.lists(op_st, max_size=30))
+@example(limits=Limits(requests_per_minute=2), model_limits=None, ops=[("admit", 0, 1, "other")] * 6)  # joins past
+@example(  # FREE_JOINS are requests
+    limits=Limits(tokens_per_minute=100, tokens_per_day=150),
+    model_limits=None,
+    ops=[("admit", 0, 60, "other"), ("settle", 0, 90, "")] * 2,
+)
+@example(
+    limits=Limits(tokens_per_minute=100, tokens_per_day=150),
+    model_limits=None,
+    ops=[("admit", 0, 60, "other"), ("fit", 1, 90, "other")] * 2,
+)
+@example(  # the model's window refuses, then frees as the tenant's does; a void member is taken back from both
+    limits=Limits(requests_per_minute=5, tokens_per_minute=400),
+    model_limits=Limits(requests_per_minute=2, tokens_per_minute=100, concurrent_requests=2),
+    ops=[("admit", 0, 40, "llama-70b"), ("fit", 1, 90, "llama-70b"), ("admit", 2, 10, "other")]
+    + [("admit", 3, 10, "llama-70b"), ("wait", 30.0, 0, ""), ("void", 0, 0, ""), ("admit", 4, 30, "llama-70b")]
+    + [("admit", 1, 20, "other"), ("void", 1, 0, ""), ("wait", 31.0, 0, ""), ("admit", 5, 90, "llama-70b")],
+)
+@example(  # the model's own concurrency: its slot frees on settle; another model's request takes none of it
+    limits=Limits(),
+    model_limits=Limits(concurrent_requests=1, tokens_per_day=100),
+    ops=[("admit", 0, 5, "llama-70b"), ("admit", 1, 5, "llama-70b"), ("admit", 2, 5, "other")]
+    + [("settle", 0, 50, ""), ("admit", 3, 5, "llama-70b"), ("fit", 4, 90, "llama-70b")],
+)
+def test_memory_and_redis_answer_alike(redis_server, limits, model_limits, ops):
+    asyncio.run(_lockstep(redis_server.url, limits, model_limits, ops))
 
 
-async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
+async def _lockstep(url: str, limits: Limits, model_limits: Limits | None, ops: list[tuple]) -> None:
     now = [T0]
     memory, redis = MemoryLimiter(clock=lambda: now[0]), RedisLimiter(url, clock=lambda: now[0])
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     admitted: list[tuple] = []  # (charge id, memory's admission, redis's admission)
     open_holders: dict[str, int] = {}  # charge id -> admissions not yet settled
     joins: dict[str, int] = {}  # charge id -> joins admitted while it was open
-    counted_at: list[float] = []  # when each admission counted as a request (all but a charge's first FREE_JOINS joins)
-    charged: list[list[int]] = []  # [admit time ms, tokens reserved, then used] of every admission, joins included
+    counted_at: list[tuple[float, str]] = []  # when each admission counted as a request (all but a charge's first
+    # FREE_JOINS joins), and its model
+    charged: list[list] = []  # [admit time ms, tokens reserved, then used, model] of every admission, joins included
+    voided = False  # a void settle took a request back: the counts below no longer bound what the stores hold
     try:
-        for kind, a, b in ops:
+        for kind, a, b, model in ops:
             if kind == "wait":
                 now[0] += a
             elif kind in ("admit", "fit"):
                 charge_id, least = f"c{a}", (min(b, 1 + b // 8) if kind == "fit" else None)
-                m = await memory.admit(tenant, limits, charge_id, b, least=least)
-                r = await redis.admit(tenant, limits, charge_id, b, least=least)
+                own = model_limits if model == MODELS[0] else None
+                m = await memory.admit(tenant, limits, charge_id, b, least=least, model=model, model_limits=own)
+                r = await redis.admit(tenant, limits, charge_id, b, least=least, model=model, model_limits=own)
                 assert _answer(m) == _answer(r)
                 if m.allowed:
                     assert m.reserved == b if least is None else least <= m.reserved <= b
                     is_join = bool(open_holders.get(charge_id))
                     if not is_join or joins[charge_id] >= FREE_JOINS:
-                        counted_at.append(now[0])
+                        counted_at.append((now[0], model))
                     joins[charge_id] = joins[charge_id] + 1 if is_join else 0
                     open_holders[charge_id] = open_holders.get(charge_id, 0) + 1
-                    charged.append([int(now[0] * 1000), m.reserved])
+                    charged.append([int(now[0] * 1000), m.reserved, model])
                     admitted.append((charge_id, m, r, charged[-1]))
-                    _assert_tokens_within(limits, charged)
+                    if not voided:
+                        _assert_tokens_within(limits, charged)
+                        if own is not None:
+                            _assert_tokens_within(model_limits, [c for c in charged if c[2] == MODELS[0]])
+                elif m.scope == "model":
+                    assert own is not None and m.model == model
             elif admitted:
                 charge_id, m, r, tokens = admitted.pop(a % len(admitted))
-                await memory.settle(m, b)
-                await redis.settle(r, b)
+                void = kind == "void"
+                assert await memory.settle(m, b, void=void) == await redis.settle(r, b, void=void)
                 open_holders[charge_id] -= 1
                 tokens[1] = b
-        if limits.requests_per_minute is not None:
-            for start in counted_at:
-                assert sum(start <= t < start + 60 for t in counted_at) <= limits.requests_per_minute
+                voided = voided or void
+        for scope_limits, model in ((limits, None), (model_limits, MODELS[0])):
+            counted = [t for t, m in counted_at if model in (None, m)]
+            if scope_limits is not None and scope_limits.requests_per_minute is not None and not voided:
+                for start in counted:
+                    assert sum(start <= t < start + 60 for t in counted) <= scope_limits.requests_per_minute
         if limits.concurrent_requests is not None:
             assert sum(open_holders.values()) <= limits.concurrent_requests  # joins hold slots too
         assert memory.store_errors == redis.store_errors == 0
@@ -95,10 +133,10 @@ async def _lockstep(url: str, limits: Limits, ops: list[tuple]) -> None:
         await redis.close()
 
 
-def _assert_tokens_within(limits: Limits, charged: list[list[int]]) -> None:
+def _assert_tokens_within(limits: Limits, charged: list[list]) -> None:
     """Just after an admission: what the window and the day hold, reservations and usage, joins' too, fits."""
     now = charged[-1][0]
     if limits.tokens_per_minute is not None:
-        assert sum(n for t, n in charged if t > now - 60_000) <= limits.tokens_per_minute
+        assert sum(n for t, n, _ in charged if t > now - 60_000) <= limits.tokens_per_minute
     if limits.tokens_per_day is not None:
-        assert sum(n for t, n in charged if t // 86_400_000 == now // 86_400_000) <= limits.tokens_per_day
+        assert sum(n for t, n, _ in charged if t // 86_400_000 == now // 86_400_000) <= limits.tokens_per_day
