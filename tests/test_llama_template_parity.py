@@ -16,7 +16,8 @@ from tests.template_corpus import TEMPLATES_DIR
 
 META = (TEMPLATES_DIR / "meta-llama-Llama-3.1-8B-Instruct.jinja").read_text(encoding="utf-8")
 """meta-llama/Llama-3.1-8B-Instruct's `chat_template` (tokenizer_config.json; tests/data/chat_templates.json gives
-where it was copied from); Llama 3.2's text models and 3.3 ship it with `strftime_now` for the date."""
+where it was copied from). A checkpoint that ships its own template (Llama 3.2's dates by `strftime_now`) renders
+through it, not through the native encoder."""
 SPECIALS = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
 
 WEATHER = {

@@ -1,9 +1,9 @@
 """Llama prompts: the checkpoint's chat template when it handles tools, else a native Llama 3.1 JSON-tools encoder.
 
-The native encoder writes what Meta's Llama 3.1 chat template writes (the `chat_template` of
-meta-llama/Llama-3.1-8B-Instruct, also Llama 3.2's and 3.3's; tests/data/chat_templates/
-meta-llama-Llama-3.1-8B-Instruct.jinja, byte-checked in tests/test_llama_template_parity.py), with its
-chat_template_kwargs `tools_in_user_message` (default true), `date_string` and `builtin_tools`:
+The native encoder writes what Meta's Llama 3.1 chat template writes (meta-llama/Llama-3.1-8B-Instruct's
+`chat_template`, tests/data/chat_templates/meta-llama-Llama-3.1-8B-Instruct.jinja, byte-checked in
+tests/test_llama_template_parity.py), with its chat_template_kwargs `tools_in_user_message` (default true),
+`date_string`, `builtin_tools` and `custom_tools` (kwargs of the wrong type are a TemplateError):
 
 - a system turn: `Environment: ipython` when tools or builtin tools are declared, `Tools: …` naming the builtin tools
   (but code_interpreter), the knowledge cutoff and date, the tools as JSON when they are not in the user message,
