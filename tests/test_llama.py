@@ -12,11 +12,13 @@ import xgrammar as xg
 from canitoolcall.fixtures import load_fixtures
 from tokenizers import Tokenizer
 
+from gateway.errors import APIError
 from gateway.families.llama import LLAMA3_JSON, LLAMA4_PYTHONIC, LlamaParser, llama3_tokenizer
 from gateway.families.llama.grammar import build_grammar
 from gateway.families.llama.parser import CallSyntax, pythonic_calls
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
+from gateway.models.planning import encode_chat
 from gateway.models.registry import ServedModel
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest, Piece
@@ -127,6 +129,24 @@ def test_native_prompt_is_what_metas_llama31_template_renders(
     text, ids = model.encode_chat(ChatRequest(messages=messages, tools=tools))
     assert text == rendered[0]
     assert ids == model.tokenizer.encode(rendered[0], add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize(
+    ("messages", "kwargs", "says"),
+    [
+        ([{"role": "system", "content": "hi"}], {}, "first user message"),
+        ([{"role": "user", "content": "hi"}], {"builtin_tools": "brave_search"}, "builtin_tools"),
+        ([{"role": "user", "content": "hi"}], {"date_string": 26}, "date_string"),
+    ],
+)
+def test_tools_with_no_message_to_carry_them_or_mistyped_kwargs_are_a_400(
+    model: ServedModel, messages: list[dict[str, Any]], kwargs: dict[str, Any], says: str
+) -> None:
+    """Meta's template raises for tools with no message after the system turn; kwargs of the wrong type are refused."""
+    chat = ChatRequest(messages=messages, tools=[WEATHER], template_kwargs=kwargs)
+    with pytest.raises(APIError, match=says) as refused:
+        encode_chat(model, chat)
+    assert (refused.value.status, refused.value.param) == (400, "messages")
 
 
 def test_client_written_control_tokens_stay_text(model: ServedModel) -> None:
