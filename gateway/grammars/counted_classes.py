@@ -137,6 +137,8 @@ def _class_text(ranges: Ranges) -> str:
 
 
 def _char(point: int) -> str:
+    """A class member: an ASCII letter or digit as itself, else a fixed-width escape (xgrammar reads `\\x` greedily:
+    `\\x5da` is U+05DA)."""
     if point < 0x80 and chr(point).isalnum():
         return chr(point)
-    return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"
+    return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"
