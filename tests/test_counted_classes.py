@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import xgrammar as xgr
 
-from gateway.grammars.counted_classes import json_string_ebnf
+from gateway.grammars.counted_classes import CHUNKED_SPAN, json_string_ebnf
 from gateway.grammars.patterns import narrowed
 from gateway.grammars.safe_json import json_value_ebnf, regex_grammar
 
@@ -32,6 +32,10 @@ PATTERNS = [  # (pattern, a class its counted characters come from, a head and a
     (narrowed(r"^\D{2,5}x.{0,3}$"), r"[^0-9<]", "", ""),
     (narrowed(r"^.{3,}$"), r"[^<]", "", ""),
     (r"^[^<\s]{4}$", r"\S", "", ""),
+    (r"^[a-z]{1,100}$", r"[a-z]", "", ""),  # narrow classes, written in chunks
+    (r"^\w{3,30}$", r"\w", "", ""),
+    (r"^x[a-c]{0,20}y$", r"[a-c]", "x", "y"),
+    (r"^[A-Za-z0-9._-]{1,64}@example\.com$", r"[a-z.]", "", "@example.com"),
 ]
 
 
@@ -82,7 +86,8 @@ def test_the_written_pattern_takes_exactly_the_strings_of_xgrammars_rule(
         written = json.dumps(text, ensure_ascii=False)
         assert mine(written) == theirs(written), (pattern, text)
         if not _ECMA_ONLY & set(text):
-            assert mine(written) == bool(re.fullmatch(pattern, text) and _json_raw(text)), (pattern, text)
+            flags = re.ASCII if "\\w" in pattern else 0  # ECMA's \w is ASCII; its \s is Unicode, as Python's
+            assert mine(written) == bool(re.fullmatch(pattern, text, flags) and _json_raw(text)), (pattern, text)
 
 
 @pytest.mark.parametrize(
@@ -98,3 +103,13 @@ def test_patterns_that_need_no_escape_are_written_as_before() -> None:
         {"type": "string", "pattern": r"^[A-Z]{2}\d{4,10}$"}, SPELLINGS, "p", strict=True, exact=True
     )
     assert ebnf is not None and "root_1 ::= ((root_1_re_root))" in ebnf
+
+
+@pytest.mark.parametrize("least", [0, 3])
+def test_a_chunked_count_takes_every_length_of_its_span_and_no_other(least: int) -> None:
+    for span in range(CHUNKED_SPAN, 3 * CHUNKED_SPAN):
+        ebnf = json_string_ebnf(regex_grammar(f"^[a-c]{{{least},{least + span}}}$"))
+        assert ebnf is not None and "_chunk" in ebnf
+        accepts = _accepts(ebnf)
+        taken = [n for n in range(least + span + 3) if accepts("abc" * (n // 3) + "abc"[: n % 3])]
+        assert taken == list(range(least, least + span + 1)), span

@@ -25,33 +25,64 @@ _CLASS_RULE = re.compile(r"^(root_\d+) ::= \(\(\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)$"
 _QUOTED_RULE = re.compile(r'^(\S+) ::= \(\("\\"" (\S+) "\\""\)\)$', re.MULTILINE)
 _SEQUENCE_RULE = re.compile(r"^(\S+) ::= \(\(([^()|]*)\)\)$", re.MULTILINE)
 
+_CODE_POINTS = 0x110000
+_BROAD = 0x80000
+"""A class of at least this many characters is broad: counted up to the closing quote, xgrammar settles its tokens
+at all counts at once (`.`, `[^<]`, `\\S`); a narrower one (`[a-z]`, `\\w`) costs a mask per count."""
+CHUNKED_SPAN = 16
+"""A narrow class counted over at least this span (`{m, m + 16}`) is written in chunks (`_chunked`)."""
+
 Ranges = list[tuple[int, int]]
 
 
 def json_string_ebnf(regex_ebnf: str) -> str | None:
-    """`regex_ebnf` (xgrammar's `Grammar.from_regex` of a pattern) with `"`, `\\` and controls out of every class:
-    the language of the pattern's `json_string` regex rule; None unless its root is one sequence of class rules
-    (one at least counted) and literals with no escape."""
+    """`regex_ebnf` (xgrammar's `Grammar.from_regex` of a pattern) with `"`, `\\` and controls out of every class,
+    a narrow class counted over a long span in chunks: the language of the pattern's `json_string` regex rule.
+    None unless its root is one sequence of class rules and literals with no escape, where a broad class is counted
+    or a narrow one chunked (else xgrammar's rule costs no more)."""
     lines = regex_ebnf.strip().splitlines()
     root = _ROOT.match(lines[0]) if lines else None
     classes = {m[1]: m for m in map(_CLASS_RULE.match, lines[1:]) if m}
     if root is None or len(classes) != len(lines) - 1:
         return None
     items = list(_ITEM.finditer(root[1]))
-    if " ".join(m[0] for m in items) != root[1] or not any(m[2] for m in items):
+    if " ".join(m[0] for m in items) != root[1] or any(m[1] and m[1] not in classes for m in items):
         return None
-    if any(m[1] and m[1] not in classes for m in items):
-        return None
-    rules = [lines[0]]
+    rules, sizes = [], {}
     for name, rule in classes.items():
         ranges = _class_ranges(rule[3])
         if ranges is None:
             return None
         kept = _union(ranges + list(_JSON_ESCAPED)) if rule[2] else _minus(ranges, _JSON_ESCAPED)
-        if not kept:
+        sizes[name] = _size(kept) if not rule[2] else _CODE_POINTS - _size(kept)
+        if not sizes[name]:
             return None  # a class with no JSON-raw character: xgrammar's rule and the EBNF would print differently
         rules.append(f"{name} ::= (([{rule[2]}{_class_text(kept)}]))")
-    return "\n".join(rules) + "\n"
+    written, pays = [], False
+    for item in items:
+        name, least, most = item[1], int(item[2] or 1), int(item[3] or 1)
+        if item[2] and sizes[name] >= _BROAD:
+            pays = True
+        if name and sizes[name] < _BROAD and most - least >= CHUNKED_SPAN:
+            written.append(_chunked(name, least, most, rules))
+            pays = True
+        else:
+            written.append(item[0])
+    return "\n".join([f"root ::= (({' '.join(w for w in written if w)}))", *rules]) + "\n" if pays else None
+
+
+def _chunked(name: str, least: int, most: int, rules: list[str]) -> str:
+    """`name{least, most}` (a class) as `name{least}` and a tail rule of k-character chunks: a span d = q*k + r
+    as `chunk{0, q-1} name{0, k-1}` (0..q*k-1 more) or `chunk{q} name{0, r}` (q*k..d more), one way for each
+    length. xgrammar unzips a count into a position each; here ~3*sqrt(d) (`[a-z]{1,100}` ~250 -> ~60 ms)."""
+    span = most - least
+    k = round(span**0.5)
+    q, r = divmod(span, k)
+    chunk, tail = f"{name}_chunk", f"{name}_tail_{least}_{most}"
+    rules.append(f"{chunk} ::= (({name}{{{k}, {k}}}))")
+    last = f" {name}{{0, {r}}}" if r else ""
+    rules.append(f"{tail} ::= (({chunk}{{0, {q - 1}}} {name}{{0, {k - 1}}}) | ({chunk}{{{q}, {q}}}{last}))")
+    return f"{name}{{{least}, {least}}} {tail}" if least else tail
 
 
 def inlined_into_quotes(ebnf: str, names: set[str]) -> str:
@@ -118,6 +149,10 @@ def _union(ranges: Ranges) -> Ranges:
         else:
             out.append((low, high))
     return out
+
+
+def _size(ranges: Ranges) -> int:
+    return sum(high - low + 1 for low, high in ranges)
 
 
 def _minus(ranges: Ranges, taken: tuple[tuple[int, int], ...]) -> Ranges:

@@ -224,9 +224,9 @@ def _plain_regexes(ebnf: str) -> str:
     """`ebnf` with each `Regex("P", json_string=true)` rule whose pattern cannot match `"`, `\\` or a control
     character written as `Grammar.from_regex(P)`'s EBNF: the same strings (json_string only takes those out), at
     a fraction of the compile cost (xgrammar computes a regex rule's masks state by state: ~9 ms a pattern on
-    Qwen3's vocabulary, the EBNF ~0.2 ms), and equal patterns' rules merge. A pattern that can match them is
-    written so too where its EBNF is counted classes and literals (`counted_classes.json_string_ebnf`: those
-    characters out of its classes)."""
+    Qwen3's vocabulary, the EBNF ~0.2 ms), and equal patterns' rules merge. A pattern of classes and literals with a
+    long count is written as `counted_classes.json_string_ebnf` (those characters out of its classes, whether it can
+    match them or not), inlined between the quotes."""
 
     counted: set[str] = set()
 
@@ -235,12 +235,12 @@ def _plain_regexes(ebnf: str) -> str:
         try:
             pattern = re.sub(r"\\(.)", r"\1", rule[2])
             grammar = regex_grammar(pattern)
-            if _may_need_escape(pattern):
-                counts = json_string_ebnf(grammar)
-                if counts is None:
-                    return rule[0]
+            counts = json_string_ebnf(grammar)
+            if counts is not None:
                 counted.add(name)
                 return prefixed_rules(counts, f"{name}_re_").replace(f"{name}_re_root ::=", f"{name} ::=", 1).strip()
+            if _may_need_escape(pattern):
+                return rule[0]
         except (RuntimeError, ValueError):  # a pattern from_regex refuses
             return rule[0]
         return f"{name} ::= (({name}_re_root))\n" + prefixed_rules(grammar, f"{name}_re_").strip()
