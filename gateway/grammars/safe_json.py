@@ -37,7 +37,7 @@ from typing import Any
 
 from backends.xgrammar_core import xgrammar
 from gateway.grammars.all_of import folded_all_of
-from gateway.grammars.counted_classes import inlined_into_quotes, json_string_ebnf
+from gateway.grammars.counted_classes import inlined_into_quotes, json_string_ebnf, repeats_natively
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.free_names import FREE_NAME_RULE, free_name_rules
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
@@ -226,7 +226,7 @@ def _plain_regexes(ebnf: str) -> str:
     a fraction of the compile cost (xgrammar computes a regex rule's masks state by state: ~9 ms a pattern on
     Qwen3's vocabulary, the EBNF ~0.2 ms), and equal patterns' rules merge. A pattern of classes and literals with a
     long count is written as `counted_classes.json_string_ebnf` (those characters out of its classes, whether it can
-    match them or not), inlined between the quotes."""
+    match them or not), inlined between the quotes; one counting past xgrammar's unzipping stays its regex rule."""
 
     counted: set[str] = set()
 
@@ -235,6 +235,8 @@ def _plain_regexes(ebnf: str) -> str:
         try:
             pattern = re.sub(r"\\(.)", r"\1", rule[2])
             grammar = regex_grammar(pattern)
+            if repeats_natively(grammar):
+                return rule[0]
             counts = json_string_ebnf(grammar)
             if counts is not None:
                 counted.add(name)
