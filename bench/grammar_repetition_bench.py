@@ -9,13 +9,19 @@ off, on each vocabulary: SmolLM2's (the embedded model, 49k) and Qwen3's (151k).
 of process CPU time. A cell of "-" is a schema the gateway has no grammar for.
 
     python bench/grammar_repetition_bench.py [--repeats 3] [--vocab smollm2 --vocab qwen3]
+
+`--masks N` instead walks the gateway's grammar of a few rewritten patterns N times at random on each vocabulary and
+checks xgrammar's own grammar allows the same next tokens after every prefix (equal languages, token by token), but
+for tokens that make the bytes invalid UTF-8, which its regex rule allows (`\\xf0` then `\\x80`) and ours refuses.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import functools
 import json
+import random
 import statistics
 import sys
 import time
@@ -25,10 +31,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np
 import xgrammar as xg
 
 from backends.checkpoint import load_checkpoint
 from gateway.grammars import safe_json
+from gateway.grammars.patterns import narrowed
 from gateway.grammars.string_formats import OWN_PATTERNS, XGRAMMAR_FORMATS
 
 SPELLINGS = ("<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
@@ -105,14 +113,70 @@ def row(compilers: list[xg.GrammarCompiler], label: str, schema: dict[str, Any],
     return f"| {label} | " + " | ".join(cells) + " |"
 
 
+MASK_PATTERNS = [r"^.{1,20}$", r"^[^<]{0,12}$", r"^\S{1,12}$", r"^[a-z]{1,40}$", r"^x[a-c]{0,20}y$", r"^\w{3,30}$"]
+"""Counts small enough that xgrammar's own grammar compiles quickly, each shape the rewrites take."""
+
+
+def equal_masks(compiler: xg.GrammarCompiler, pattern: str, walks: int, rng: random.Random) -> tuple[int, int]:
+    """Random token walks of the gateway's grammar for a string of `pattern`, replayed on xgrammar's own: after every
+    prefix the same next tokens (stop tokens included), but for tokens xgrammar's regex allows that make the bytes
+    invalid UTF-8 (an overlong `\\xf0\\x80…`), which ours refuses; else AssertionError. Returns (steps, such
+    tokens seen)."""
+    schema = _string(pattern=narrowed(pattern) or pattern)
+    theirs = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+    ours = compiler.compile_grammar(safe_json.json_value_ebnf(schema, SPELLINGS, "bench", strict=True, exact=True))
+    vocab = theirs.tokenizer_info.decoded_vocab
+    size, steps, invalid = len(vocab), 0, 0
+    for _ in range(walks):
+        matchers, text = [xg.GrammarMatcher(theirs), xg.GrammarMatcher(ours)], b""
+        while not matchers[1].is_terminated():
+            their_mask, our_mask = (_allowed(matcher, size) for matcher in matchers)
+            assert not (our_mask & ~their_mask).any(), (pattern, text)
+            extra = np.flatnonzero(their_mask & ~our_mask)
+            assert not any(_utf8_prefix(text + vocab[i]) for i in extra), (pattern, text)
+            invalid += len(extra)
+            allowed = np.flatnonzero(our_mask)
+            if not len(allowed):  # the string closed, and the vocabulary has no stop token
+                break
+            token = int(rng.choice(allowed))
+            assert all(matcher.accept_token(token) for matcher in matchers)
+            text, steps = text + vocab[token], steps + 1
+    return steps, invalid
+
+
+def _allowed(matcher: xg.GrammarMatcher, size: int) -> np.ndarray:
+    mask = xg.allocate_token_bitmask(1, size)
+    matcher.fill_next_token_bitmask(mask)
+    return np.unpackbits(mask[0].numpy().view(np.uint8), bitorder="little")[:size].astype(bool)
+
+
+def _utf8_prefix(data: bytes) -> bool:
+    """Whether `data` is valid UTF-8 or the start of it."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--vocab", action="append", choices=sorted(VOCABS))
     parser.add_argument("--only", help="rows whose label contains this text")
+    parser.add_argument("--masks", type=int, default=0, help="instead: this many mask-comparing walks a pattern")
     args = parser.parse_args()
     names = args.vocab or list(VOCABS)
     compilers = [xg.GrammarCompiler(vocabulary(name), cache_enabled=False, max_threads=1) for name in names]
+    if args.masks:
+        rng = random.Random(1)
+        for name, compiler in zip(names, compilers, strict=True):
+            for pattern in MASK_PATTERNS:
+                steps, invalid = equal_masks(compiler, pattern, args.masks, rng)
+                print(
+                    f"{name} `{pattern}`: equal masks over {steps} steps ({invalid} invalid-UTF-8 tokens only theirs)"
+                )
+        return
     print("| shape | " + " | ".join(f"{n} xgrammar ms | {n} ours ms" for n in names) + " |")
     print("|---|" + "---:|---:|" * len(names))
     for label, schema in SHAPES:
