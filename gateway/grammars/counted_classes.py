@@ -1,0 +1,195 @@
+"""A JSON string pattern of counted character classes as plain EBNF, which xgrammar compiles in milliseconds.
+
+xgrammar 0.2.9 writes a `pattern` whose strings may hold `"`, `\\` or a control character as a
+`Regex("…", json_string=true)` rule, compiled state by state: a counted class costs a token mask per count, ~25 ms
+each on a 150k vocabulary (`^.{1,100}$` ~1.5 s of CPU, `^\\S{1,12}$` ~0.13 s). That rule's language is the
+pattern's strings with none of those characters (it takes no escape: `"a\\"b"` is refused), so for a pattern that
+`Grammar.from_regex` prints as one sequence of character classes (counted or not) and literals, the same language
+is that EBNF with `"`, `\\` and U+0000-U+001F taken out of every class. Written so, a class counted up to the
+string's closing quote, in the quote's own rule, compiles in ~20 ms whatever its count when the class is broad
+(`.`, a negated class, `\\S`): xgrammar then settles the tokens at all counts at once. A narrow class (`[a-z]`,
+`\\w`) still costs a mask per count, so a long count of one is written in chunks of ~sqrt(span) characters (4x
+cheaper at `{1,100}`). Any other shape (groups, alternatives, `+`), or one with neither a broad class counted nor a
+long narrow count, is left as it was (None).
+"""
+
+from __future__ import annotations
+
+import re
+
+_JSON_ESCAPED = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
+"""What a JSON string writes only escaped, which xgrammar's `json_string` regex never writes: controls, `"`, `\\`."""
+_SINGLE_ESCAPES = {"0": 0, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
+_HEX_WIDTHS = {"x": 2, "u": 4, "U": 8}
+_ROOT = re.compile(r"^root ::= \(\((.*)\)\)$")
+_ITEM = re.compile(r'(root_\d+)(?:\{(\d+), (-?\d+)\})?|"([^"\\]*)"')
+_CLASS_RULE = re.compile(r"^(root_\d+) ::= \(\(\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)$")
+_QUOTED_RULE = re.compile(r'^(\S+) ::= \(\("\\"" (\S+) "\\""\)\)$', re.MULTILINE)
+_SEQUENCE_RULE = re.compile(r"^(\S+) ::= \(\(([^()|]*)\)\)$", re.MULTILINE)
+
+_CODE_POINTS = 0x110000
+_BROAD = 0x80000
+"""A class of at least this many characters is broad: counted up to the closing quote, xgrammar settles its tokens
+at all counts at once (`.`, `[^<]`, `\\S`); a narrower one (`[a-z]`, `\\w`) costs a mask per count."""
+CHUNKED_SPAN = 16
+"""A narrow class counted over at least this span (`{m, m + 16}`) is written in chunks (`_chunked`)."""
+
+_UNZIPPED_COUNT = 128
+"""xgrammar 0.2.9 writes a count up to this as a position each; past it (`{0,256}`) a repeat it compiles cheaply."""
+_COUNT = re.compile(r"\{(\d+), (-?\d+)\}")
+
+Ranges = list[tuple[int, int]]
+
+
+def repeats_natively(regex_ebnf: str) -> bool:
+    """Whether `regex_ebnf` counts past `_UNZIPPED_COUNT` (`.{0,256}`): xgrammar's own regex rule compiles in ~5 ms,
+    its printed EBNF or ours (`[a-z]{0,300}`: ~480 and ~60 ms on Qwen3's vocabulary) cost more."""
+    return any(int(low) > _UNZIPPED_COUNT or int(high) > _UNZIPPED_COUNT for low, high in _COUNT.findall(regex_ebnf))
+
+
+def json_string_ebnf(regex_ebnf: str) -> str | None:
+    """`regex_ebnf` (xgrammar's `Grammar.from_regex` of a pattern) with `"`, `\\` and controls out of every class,
+    a narrow class counted over a long span in chunks: the language of the pattern's `json_string` regex rule.
+    None unless its root is one sequence of class rules and literals with no escape, where a broad class is counted
+    or a narrow one chunked (else xgrammar's rule costs no more)."""
+    lines = regex_ebnf.strip().splitlines()
+    root = _ROOT.match(lines[0]) if lines else None
+    classes = {m[1]: m for m in map(_CLASS_RULE.match, lines[1:]) if m}
+    if root is None or len(classes) != len(lines) - 1:
+        return None
+    items = list(_ITEM.finditer(root[1]))
+    if " ".join(m[0] for m in items) != root[1] or any(m[1] and m[1] not in classes for m in items):
+        return None
+    rules, sizes = [], {}
+    for name, rule in classes.items():
+        ranges = _class_ranges(rule[3])
+        if ranges is None:
+            return None
+        kept = _union(ranges + list(_JSON_ESCAPED)) if rule[2] else _minus(ranges, _JSON_ESCAPED)
+        sizes[name] = _size(kept) if not rule[2] else _CODE_POINTS - _size(kept)
+        if not sizes[name]:
+            return None  # a class with no JSON-raw character: xgrammar's rule and the EBNF would print differently
+        rules.append(f"{name} ::= (([{rule[2]}{_class_text(kept)}]))")
+    written, pays = [], False
+    for item in items:
+        name, least, most = item[1], int(item[2] or 1), int(item[3] or 1)
+        if item[2] and sizes[name] >= _BROAD:
+            pays = True
+        if name and sizes[name] < _BROAD and most - least >= CHUNKED_SPAN:
+            written.append(_chunked(name, least, most, rules))
+            pays = True
+        else:
+            written.append(item[0])
+    return "\n".join([f"root ::= (({' '.join(w for w in written if w)}))", *rules]) + "\n" if pays else None
+
+
+def _chunked(name: str, least: int, most: int, rules: list[str]) -> str:
+    """`name{least, most}` (a class) as `name{least}` and a tail rule of k-character chunks: a span d = q*k + r
+    as `chunk{0, q-1} name{0, k-1}` (0..q*k-1 more) or `chunk{q} name{0, r}` (q*k..d more), one way for each
+    length. xgrammar unzips a count into a position each; here ~3*sqrt(d) (`[a-z]{1,100}` ~250 -> ~60 ms)."""
+    span = most - least
+    k = round(span**0.5)
+    q, r = divmod(span, k)
+    chunk, tail = f"{name}_chunk_{k}", f"{name}_tail_{least}_{most}"
+    last = f" {name}{{0, {r}}}" if r else ""
+    for rule in (
+        f"{chunk} ::= (({name}{{{k}, {k}}}))",
+        f"{tail} ::= (({chunk}{{0, {q - 1}}} {name}{{0, {k - 1}}}) | ({chunk}{{{q}, {q}}}{last}))",
+    ):
+        if rule not in rules:  # the same class counted alike twice
+            rules.append(rule)
+    return f"{name}{{{least}, {least}}} {tail}" if least else tail
+
+
+def inlined_into_quotes(ebnf: str, names: set[str]) -> str:
+    """`ebnf` with each rule `S ::= (("\\"" N "\\""))`, N one of `names` (a rule `N ::= ((ITEMS))`), written
+    `S ::= (("\\"" ITEMS "\\""))`, and N dropped where nothing else refers to it: xgrammar settles a broad class
+    counted up to the closing quote at all counts at once only when the quote is in the count's own rule."""
+    bodies = {m[1]: m[2] for m in _SEQUENCE_RULE.finditer(ebnf) if m[1] in names}
+
+    def inline(rule: re.Match[str]) -> str:
+        body = bodies.get(rule[2])
+        return rule[0] if body is None else f'{rule[1]} ::= (("\\"" {body} "\\""))'
+
+    ebnf = _QUOTED_RULE.sub(inline, ebnf)
+    for name in bodies:
+        if not re.search(rf"(?<![\w]){name}(?![\w])(?! ::=)", ebnf):
+            ebnf = re.sub(rf"^{name} ::= .*\n?", "", ebnf, flags=re.MULTILINE)
+    return ebnf
+
+
+def _class_ranges(body: str) -> Ranges | None:
+    """The code point ranges of a class body as xgrammar prints it (`a-z`, `\\n`, `\\xa0`, `\\u2028`, `\\]`); None
+    for anything else."""
+    points: list[int] = []
+    ranges: Ranges = []
+    i = 0
+    while i < len(body):
+        point, i = _point(body, i)
+        if point is None:
+            return None
+        if body.startswith("-", i) and i + 1 < len(body):
+            high, i = _point(body, i + 1)
+            if high is None or high < point:
+                return None
+            ranges.append((point, high))
+        else:
+            points.append(point)
+    return _union(ranges + [(p, p) for p in points])
+
+
+def _point(body: str, i: int) -> tuple[int | None, int]:
+    """The code point at `body[i]` (a character or an escape) and the index after it."""
+    if body[i] != "\\":
+        return ord(body[i]), i + 1
+    if i + 1 >= len(body):
+        return None, i + 1
+    c = body[i + 1]
+    if c in _SINGLE_ESCAPES:
+        return _SINGLE_ESCAPES[c], i + 2
+    if c in _HEX_WIDTHS:
+        digits = body[i + 2 : i + 2 + _HEX_WIDTHS[c]]
+        if len(digits) != _HEX_WIDTHS[c] or not re.fullmatch(r"[0-9a-fA-F]+", digits):
+            return None, i + 2
+        return int(digits, 16), i + 2 + len(digits)
+    if c.isascii() and not c.isalnum():
+        return ord(c), i + 2
+    return None, i + 2
+
+
+def _union(ranges: Ranges) -> Ranges:
+    out: Ranges = []
+    for low, high in sorted(ranges):
+        if out and low <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], high))
+        else:
+            out.append((low, high))
+    return out
+
+
+def _size(ranges: Ranges) -> int:
+    return sum(high - low + 1 for low, high in ranges)
+
+
+def _minus(ranges: Ranges, taken: tuple[tuple[int, int], ...]) -> Ranges:
+    out = ranges
+    for t_low, t_high in taken:
+        out = [
+            piece
+            for low, high in out
+            for piece in ((low, min(high, t_low - 1)), (max(low, t_high + 1), high))
+            if piece[0] <= piece[1]
+        ]
+    return out
+
+
+def _class_text(ranges: Ranges) -> str:
+    return "".join(_char(low) if low == high else f"{_char(low)}-{_char(high)}" for low, high in ranges)
+
+
+def _char(point: int) -> str:
+    """A class member: an ASCII letter or digit as itself, else a fixed-width escape (xgrammar reads `\\x` greedily:
+    `\\x5da` is U+05DA)."""
+    if point < 0x80 and chr(point).isalnum():
+        return chr(point)
+    return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"

@@ -1,0 +1,125 @@
+"""A JSON string pattern of counted classes written as plain EBNF: the same strings as xgrammar's json_string regex
+rule (and as Python's `re.fullmatch` with JSON's unescaped characters), sampled at random, valid and near-valid."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable
+
+import pytest
+import xgrammar as xgr
+
+from gateway.grammars.counted_classes import CHUNKED_SPAN, json_string_ebnf
+from gateway.grammars.patterns import narrowed
+from gateway.grammars.safe_json import json_value_ebnf, regex_grammar
+
+SPELLINGS = ("<|im_end|>",)
+_COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+ALPHABET = 'abxyZ059 -_.@/é\u3000\U0001f600"\\\t\n\r\x1f\x7f<]\u2028\x85\ufeff'
+"""Letters, digits, spaces, JSON's escaped characters, `<` and `]`, and characters ECMA and Python class differently
+(`\\x85` is Python's `\\s` only, `\\ufeff` ECMA's only): these two are checked against xgrammar's rule, not `re`."""
+_ECMA_ONLY = frozenset("\x85\ufeff")
+
+PATTERNS = [  # (pattern, a class its counted characters come from, a head and a tail it must have)
+    (narrowed(r"^.{1,100}$"), r"[^<]", "", ""),
+    (r"^[^<]{1,100}$", r"[^<]", "", ""),
+    (narrowed(r"^\S{1,12}$"), r"[^\s<]", "", ""),
+    (narrowed(r"^.{0,40}$"), r"[^<]", "", ""),
+    (r"^x[^<]{2,5}y$", r"[^<]", "x", "y"),
+    (r'^[^a-c\]\\"<]{1,5}$', r"[^<a]", "", ""),
+    (narrowed(r"^\D{2,5}x.{0,3}$"), r"[^0-9<]", "", ""),
+    (narrowed(r"^.{3,}$"), r"[^<]", "", ""),
+    (r"^[^<\s]{4}$", r"\S", "", ""),
+    (r"^[a-z]{1,100}$", r"[a-z]", "", ""),  # narrow classes, written in chunks
+    (r"^\w{3,30}$", r"\w", "", ""),
+    (r"^x[a-c]{0,20}y$", r"[a-c]", "x", "y"),
+    (r"^[A-Za-z0-9._-]{1,64}@example\.com$", r"[a-z.]", "", "@example.com"),
+]
+
+
+def _accepts(ebnf_or_compiled: str | xgr.CompiledGrammar) -> Callable[[str], bool]:
+    compiled = _COMPILER.compile_grammar(ebnf_or_compiled) if isinstance(ebnf_or_compiled, str) else ebnf_or_compiled
+
+    def accepts(text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        return matcher.accept_string(text) and matcher.is_terminated()
+
+    return accepts
+
+
+def _samples(pattern: str, takes: str, head: str, tail: str, rng: random.Random, count: int) -> list[str]:
+    """Strings at the pattern's length bounds and between, of characters it takes that JSON writes unescaped, every
+    third one character away (any of ALPHABET)."""
+    counts = [int(n) for n in re.findall(r"\{(\d+)(?:,(\d*))?\}", pattern) for n in n if n]
+    lengths = sorted({0, 1, 2, *counts, *(n + 1 for n in counts), *(n - 1 for n in counts if n)})
+    chars = [c for c in ALPHABET if re.fullmatch(takes, c) and _json_raw(c)]
+    out = []
+    for i in range(count):
+        length = lengths[i] if i < len(lengths) else rng.randint(0, max(counts) + 3)
+        text = head + "".join(rng.choice(chars) for _ in range(length)) + tail
+        if i % 3 == 2 and text:  # near-valid: one character swapped for any
+            at = rng.randrange(len(text))
+            text = text[:at] + rng.choice(ALPHABET) + text[at + 1 :]
+        out.append(text)
+    return out
+
+
+def _json_raw(text: str) -> bool:
+    """Whether a JSON string writes `text` with no escape (xgrammar's json_string regex takes no escape)."""
+    return not any(c in '"\\' or ord(c) < 0x20 for c in text)
+
+
+@pytest.mark.parametrize(("pattern", "takes", "head", "tail"), PATTERNS)
+def test_the_written_pattern_takes_exactly_the_strings_of_xgrammars_rule(
+    pattern: str, takes: str, head: str, tail: str
+) -> None:
+    schema = {"type": "string", "pattern": pattern}
+    ours = json_value_ebnf(schema, SPELLINGS, "p", strict=True, exact=True)
+    assert ours is not None and "Regex(" not in ours  # written as EBNF (main kept xgrammar's regex rule here)
+    theirs = _accepts(_COMPILER.compile_json_schema(json.dumps(schema), any_whitespace=False))
+    mine = _accepts(ours)
+    rng = random.Random(pattern)
+    samples = _samples(pattern, takes, head, tail, rng, 160)
+    taken = 0
+    for text in samples:
+        written = json.dumps(text, ensure_ascii=False)
+        assert mine(written) == theirs(written), (pattern, text)
+        taken += theirs(written)
+        if not _ECMA_ONLY & set(text):
+            flags = re.ASCII if "\\w" in pattern else 0  # ECMA's \w is ASCII; its \s is Unicode, as Python's
+            assert mine(written) == bool(re.fullmatch(pattern, text, flags) and _json_raw(text)), (pattern, text)
+    assert 5 <= taken <= len(samples) - 5  # both sides of the language are sampled
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"^(ab){1,3}$", r"^(?:a|b){2,4}$", r"^.+$", r"^a\d*b$", r"^[a-z]+x{2}$", r"^\"{1,3}$", r"^[\x00-\x1f]{2}$"],
+)
+def test_other_shapes_stay_xgrammars(pattern: str) -> None:
+    assert json_string_ebnf(regex_grammar(pattern)) is None
+
+
+def test_patterns_that_need_no_escape_are_written_as_before() -> None:
+    ebnf = json_value_ebnf(
+        {"type": "string", "pattern": r"^[A-Z]{2}\d{4,10}$"}, SPELLINGS, "p", strict=True, exact=True
+    )
+    assert ebnf is not None and "root_1 ::= ((root_1_re_root))" in ebnf
+
+
+@pytest.mark.parametrize("least", [0, 3])
+def test_a_chunked_count_takes_every_length_of_its_span_and_no_other(least: int) -> None:
+    for span in range(CHUNKED_SPAN, 3 * CHUNKED_SPAN):
+        ebnf = json_string_ebnf(regex_grammar(f"^[a-c]{{{least},{least + span}}}$"))
+        assert ebnf is not None and "_chunk" in ebnf
+        accepts = _accepts(ebnf)
+        taken = [n for n in range(least + span + 3) if accepts("abc" * (n // 3) + "abc"[: n % 3])]
+        assert taken == list(range(least, least + span + 1)), span
+
+
+@pytest.mark.parametrize("pattern", [r"^.{0,256}$", r"^[a-z]{0,300}$", r"^x.{200,300}$"])
+def test_counts_past_xgrammars_unzipping_stay_its_regex_rule(pattern: str) -> None:
+    """xgrammar compiles these as a repeat (~5 ms); its printed EBNF cost ~480 ms (`[a-z]{0,300}`, Qwen3's)."""
+    ebnf = json_value_ebnf({"type": "string", "pattern": pattern}, SPELLINGS, "p", strict=True, exact=True)
+    assert ebnf is not None and "Regex(" in ebnf
