@@ -1,7 +1,7 @@
 """Policy hot reload: the CPU time of one `PolicyStore.reload()` over N tenant files (and a `_defaults.yaml`).
 
 Rows, for each --tenants count: the first load (every file read and parsed), a reload after one tenant's file
-changed, after `_defaults.yaml` changed (every tenant re-derived), with nothing changed, and a verifying reload (what
+changed, after `_defaults.yaml` changed (a limit every tenant inherits: every tenant re-derived), with nothing changed, and a verifying reload (what
 SIGHUP does: every file read again and compared by content). CPU seconds are `time.process_time()` of this process,
 the median of --repeats reloads (each after its own change). The files are written, then left --settle-s seconds
 (what a reload needs to trust a file's stat), as the files of a running gateway are.
@@ -30,10 +30,10 @@ from policies.store import PolicyStore
 
 DEFAULTS = """models: ["smollm2-*"]
 limits:
-  requests_per_minute: {rpm}
+  requests_per_minute: 600
   tokens_per_minute: 200000
   concurrent_requests: 16
-  max_tokens: 4096
+  max_tokens: {max_tokens}
 tools:
   strict: client
 priority: interactive
@@ -72,7 +72,7 @@ def measure(tenants: int, repeats: int, settle_s: float) -> dict[str, float]:
     """Median CPU seconds of each kind of reload over a directory of `tenants` files."""
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        (directory / "_defaults.yaml").write_text(DEFAULTS.format(rpm=600))
+        (directory / "_defaults.yaml").write_text(DEFAULTS.format(max_tokens=4096))
         for i in range(tenants):
             (directory / f"tenant-{i}.yaml").write_text(tenant_text(i))
         time.sleep(settle_s)
@@ -84,7 +84,7 @@ def measure(tenants: int, repeats: int, settle_s: float) -> dict[str, float]:
         for r in range(repeats):
             (directory / f"tenant-{r}.yaml").write_text(tenant_text(r, rpm=61 + r))
             rows["one file changed"].append(cpu_s(store.reload))
-            (directory / "_defaults.yaml").write_text(DEFAULTS.format(rpm=601 + r))
+            (directory / "_defaults.yaml").write_text(DEFAULTS.format(max_tokens=4097 + r))
             rows["_defaults.yaml changed"].append(cpu_s(store.reload))
             time.sleep(settle_s)  # the changed files settle: a reload then trusts their stat again
             store.reload()
@@ -92,7 +92,8 @@ def measure(tenants: int, repeats: int, settle_s: float) -> dict[str, float]:
             forced = (lambda: store.reload(verify=True)) if verifying else store.reload
             rows["SIGHUP (verify every file)"].append(cpu_s(forced))
         assert store.errors == [] and len(store.tenants) == tenants, store.errors[:3]
-        assert store.tenants[f"tenant-{repeats - 1}"].limits.requests_per_minute == 61 + repeats - 1
+        last = store.tenants[f"tenant-{repeats - 1}"].limits
+        assert (last.requests_per_minute, last.max_tokens) == (61 + repeats - 1, 4097 + repeats - 1)
         out.update({name: statistics.median(values) for name, values in rows.items()})
         return out
 
