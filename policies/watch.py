@@ -85,7 +85,7 @@ class PolicyWatcher:
                 pass
 
     async def _reload(self, verify: bool) -> None:
-        """Reload the store off the event loop (~0.7 ms of CPU per file parsed: the changed ones; `verify`, SIGHUP's,
+        """Reload the store off the event loop (~1 ms of CPU per file parsed: the changed ones; `verify`, SIGHUP's,
         reads every file to compare its content); a reload that fails itself (a loader bug) keeps every policy and the
         watcher going, logged and counted as a failure."""
         try:

@@ -54,6 +54,21 @@ def test_a_change_of_the_defaults_re_derives_every_tenant_without_parsing_their_
     assert {p.limits.max_tokens for p in store.tenants.values()} == {200}
 
 
+def test_defaults_that_break_a_tenant_are_reported_at_their_line_and_its_last_good_version_stays(tmp_path):
+    """The documents are kept without their lines (half their memory): a problem found on re-deriving says its line."""
+    store = directory(tmp_path)
+    (tmp_path / "t1.yaml").write_text(tenant("t1") + "  max_tokens: 50\n")  # its own: the defaults' never apply
+    assert store.reload() == []
+    good = store.tenants["t0"]
+    (tmp_path / "_defaults.yaml").write_text("limits:\n  max_tokens: 0\n")
+    errors = store.reload()
+    assert [(Path(e.file).name, e.line, e.field) for e in errors] == [
+        ("_defaults.yaml", 2, "limits.max_tokens"),
+        ("_defaults.yaml", 2, "limits.max_tokens"),
+    ]
+    assert store.tenants["t0"] is good and store.tenants["t1"].limits.max_tokens == 50
+
+
 def test_broken_defaults_keep_every_tenant_and_their_repair_applies(tmp_path):
     store = directory(tmp_path)
     (tmp_path / "_defaults.yaml").write_text("tenant: everyone\n")
