@@ -97,16 +97,11 @@ class ParsedFiles:
         """The tenant files this reload checked and built a Policy of (theirs or the defaults' content changed)."""
 
     def defaults(self, path: Path) -> Read | None:
-        """`_defaults.yaml` at `path`, or None where there is none; PolicyFileError when it does not load."""
-        if not path.is_file():
-            return None
-        read = self._read(path, _defaults)
-        if read.errors:
-            raise PolicyFileError(list(read.errors))
-        return read
+        """`_defaults.yaml` at `path` (its `errors` say why it does not load), or None where there is none."""
+        return self._read(path, _defaults) if path.is_file() else None
 
     def policy(self, path: Path, defaults: Read | None) -> Derived:
-        """The tenant file at `path` with `defaults`: the last reload's result while neither changed."""
+        """The tenant file at `path` with `defaults` (which loaded): the last reload's result while neither changed."""
         own = self._read(path, parse_marked)
         if own.doc is None:
             return own.errors

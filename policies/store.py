@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from policies.loader import DEFAULTS_FILE, PolicyError, PolicyFileError, conflicts, policy_files
+from policies.loader import DEFAULTS_FILE, PolicyError, conflicts, policy_files
 from policies.parsed import ParsedFiles
 from policies.policy import Key, Policy
 
@@ -38,10 +38,10 @@ class PolicyStore:
         try:
             defaults = parsed.defaults(self.directory / DEFAULTS_FILE)
             paths = policy_files(self.directory)
-        except PolicyFileError as exc:  # every tenant depends on the defaults: keep everything as it is
-            return self._report(exc.errors)
         except OSError as exc:
             return self._report([PolicyError(str(self.directory), None, None, f"cannot be read: {exc}")])
+        if defaults is not None and defaults.errors:  # every tenant depends on the defaults: keep everything as it is
+            return self._report(list(defaults.errors))
         files: dict[str, Policy] = {}
         changed: list[str] = []
         for path in paths:

@@ -75,6 +75,10 @@ def test_broken_defaults_keep_every_tenant_and_their_repair_applies(tmp_path):
     [error] = store.reload()
     assert (Path(error.file).name, error.field) == ("_defaults.yaml", "tenant")
     assert {p.limits.max_tokens for p in store.tenants.values()} == {100}
+    (tmp_path / "_defaults.yaml").write_text("priority: batch\n" * 61)  # 60 problems: the first 50, then a count
+    for _ in range(2):  # read, then known
+        errors = store.reload()
+        assert len(errors) == 51 and errors[-1].message == "10 more problems"
     (tmp_path / "_defaults.yaml").write_text(DEFAULTS.format(max_tokens=300))
     assert store.reload() == []
     assert {p.limits.max_tokens for p in store.tenants.values()} == {300}
