@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from policies.loader import PolicyError, PolicyFileError, conflicts, load_policy, policy_files, read_defaults
+from policies.loader import DEFAULTS_FILE, PolicyError, conflicts, policy_files
+from policies.parsed import ParsedFiles
 from policies.policy import Key, Policy
 
 log = logging.getLogger(__name__)
@@ -24,30 +25,36 @@ class PolicyStore:
         self.errors: list[PolicyError] = []
         """The problems of the last reload (files rejected, their last good version kept)."""
         self.reloads = 0
+        self.parsed_files: ParsedFiles | None = None
+        """What the last reload read and derived, which the next reuses where its files did not change."""
 
-    def reload(self) -> list[PolicyError]:
+    def reload(self, verify: bool = False) -> list[PolicyError]:
         """Read the directory again; apply every good file, keep the last good version of a broken one,
-        drop removed files. Returns (and logs) the problems."""
+        drop removed files. Only files changed since the last reload are parsed again (all of them checked again when
+        `_defaults.yaml` changed); `verify` compares every file's content, not only its stat. Returns (and logs) the
+        problems."""
         errors: list[PolicyError] = []
+        parsed = ParsedFiles(self.parsed_files, verify)
         try:
-            defaults = read_defaults(self.directory)
+            defaults = parsed.defaults(self.directory / DEFAULTS_FILE)
             paths = policy_files(self.directory)
-        except PolicyFileError as exc:  # every tenant depends on the defaults: keep everything as it is
-            return self._report(exc.errors)
         except OSError as exc:
             return self._report([PolicyError(str(self.directory), None, None, f"cannot be read: {exc}")])
+        if defaults is not None and defaults.errors:  # every tenant depends on the defaults: keep everything as it is
+            return self._report(list(defaults.errors))
         files: dict[str, Policy] = {}
         changed: list[str] = []
         for path in paths:
             name = str(path)
-            try:
-                files[name] = load_policy(path, defaults)
-            except PolicyFileError as exc:
-                errors += exc.errors
+            result = parsed.policy(path, defaults)
+            if not isinstance(result, Policy):
+                errors += result
                 if name in self._files:
                     files[name] = self._files[name]
                 continue
-            if files[name] != self._files.get(name):
+            files[name] = result
+            last = self._files.get(name)
+            if result is not last and result != last:
                 changed.append(name)
         reverted: set[str] = set()
         while True:  # last good versions (which held together) claim first; a new version that clashes is rejected
@@ -64,6 +71,7 @@ class PolicyStore:
                     del files[name]
         self._files = files
         self._by_hash = {k.sha256: (p, k) for p in files.values() for k in p.keys}
+        self.parsed_files = parsed
         self.reloads += 1
         return self._report(errors)
 

@@ -77,18 +77,19 @@ class PolicyWatcher:
                 if self.due() or forced:  # the state that held still is what counts as loaded: a later look could
                     # see a writer's first half, and a second half that leaves size and mtime alike would go unseen
                     self._loaded, self._changing = self._seen, None
-                    await self._reload()
+                    await self._reload(verify=forced)
         finally:
             try:
                 loop.remove_signal_handler(signal.SIGHUP)
             except (RuntimeError, ValueError):
                 pass
 
-    async def _reload(self) -> None:
-        """Reload the store off the event loop (~0.7 ms of CPU per file); a reload that fails itself (a loader bug)
-        keeps every policy and the watcher going, logged and counted as a failure."""
+    async def _reload(self, verify: bool) -> None:
+        """Reload the store off the event loop (~1 ms of CPU per file parsed: the changed ones; `verify`, SIGHUP's,
+        reads every file to compare its content); a reload that fails itself (a loader bug) keeps every policy and the
+        watcher going, logged and counted as a failure."""
         try:
-            errors = await asyncio.to_thread(self.store.reload)
+            errors = await asyncio.to_thread(self.store.reload, verify)
         except Exception:
             log.exception("policy reload failed: every policy stays as it was")
             ok = False

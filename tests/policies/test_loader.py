@@ -378,7 +378,7 @@ def test_a_reload_reads_the_files_off_the_event_loop(tmp_path, monkeypatch):
     watcher = PolicyWatcher(store, poll_s=0.01)
     threads: list[threading.Thread] = []
     reload = store.reload
-    monkeypatch.setattr(store, "reload", lambda: threads.append(threading.current_thread()) or reload())
+    monkeypatch.setattr(store, "reload", lambda verify: threads.append(threading.current_thread()) or reload(verify))
 
     async def watched() -> None:
         task = asyncio.create_task(watcher.run())
@@ -402,10 +402,10 @@ def test_a_reload_that_fails_itself_keeps_the_watcher_going(tmp_path, monkeypatc
     watcher = PolicyWatcher(store, poll_s=0.01, on_reload=outcomes.append)
     reload, failures = store.reload, [RuntimeError("a loader bug")]
 
-    def failing_once():
+    def failing_once(verify: bool):
         if failures:
             raise failures.pop()
-        return reload()
+        return reload(verify)
 
     monkeypatch.setattr(store, "reload", failing_once)
 
