@@ -517,15 +517,12 @@ class PostedLines:
 class _Response:
     """A response head: its status, whether the connection stays open after it, and its body's framing."""
 
-    def __init__(self, status: int, headers: dict[bytes, bytes], http10: bool):
+    __slots__ = ("body", "keep_alive", "status")
+
+    def __init__(self, status: int, chunked: bool, length: int | None, keep_alive: bool):
         self.status = status
-        connection = headers.get(b"connection", b"").lower()
-        chunked = headers.get(b"transfer-encoding", b"").lower().find(b"chunked") >= 0
-        length = headers.get(b"content-length")
-        self.body = BodyLines(chunked, int(length) if length is not None and not chunked else None)
-        self.keep_alive = (chunked or length is not None) and (
-            connection.find(b"keep-alive") >= 0 if http10 else connection.find(b"close") < 0
-        )
+        self.body = BodyLines(chunked, length)
+        self.keep_alive = keep_alive
 
     @property
     def complete(self) -> bool:
@@ -534,18 +531,46 @@ class _Response:
 
     @classmethod
     def parse_head(cls, head: bytes) -> _Response:
-        status_line, *lines = head[:-4].split(b"\r\n")
-        version, status, *_ = status_line.split(b" ", 2)
-        headers: dict[bytes, bytes] = {}
-        for line in lines:
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower()] = value.strip()
-        return cls(int(status), headers, version == b"HTTP/1.0")
+        """The response of `head`, its framing read once per distinct head: a server sends the same head to every
+        stream (the date aside, within a second), and a Python step per field line costs more than the rest of
+        reading a one-token answer's head and first event."""
+        framing = _framings.get(head)
+        if framing is None:
+            framing = _framing(head)
+            if len(_framings) >= MAX_KNOWN_HEADS:
+                _framings.clear()
+            _framings[head] = framing
+        return cls(*framing)
+
+
+MAX_KNOWN_HEADS = 256
+"""How many distinct heads' framings are kept (`_Response.parse_head`)."""
+_framings: dict[bytes, tuple[int, bool, int | None, bool]] = {}
+
+
+def _framing(head: bytes) -> tuple[int, bool, int | None, bool]:
+    """A head's status, whether its body is chunked, its length (None: chunked or until the connection closes),
+    and whether the connection stays open after the body."""
+    status_line, *lines = head[:-4].split(b"\r\n")
+    version, status, *_ = status_line.split(b" ", 2)
+    headers: dict[bytes, bytes] = {}
+    for line in lines:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    connection = headers.get(b"connection", b"").lower()
+    chunked = headers.get(b"transfer-encoding", b"").lower().find(b"chunked") >= 0
+    length = headers.get(b"content-length")
+    keep_alive = (chunked or length is not None) and (
+        connection.find(b"keep-alive") >= 0 if version == b"HTTP/1.0" else connection.find(b"close") < 0
+    )
+    return int(status), chunked, int(length) if length is not None and not chunked else None, keep_alive
 
 
 class BodyLines:
     """An HTTP/1.1 response body fed as it arrives (chunked, `length` bytes, or until the connection closes),
     cut into lines: bytes in, lines out, so a whole socket read costs one call."""
+
+    __slots__ = ("_chunked", "_crlf", "_framing", "_left", "_pending", "_trailers", "complete", "overrun")
 
     def __init__(self, chunked: bool, length: int | None):
         self.complete = length == 0 and not chunked
