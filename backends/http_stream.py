@@ -202,18 +202,22 @@ class _Connection(asyncio.Protocol):
             if self.lost:
                 raise ConnectionResetError("the connection closed while the request was sent")
 
-    async def _more(self) -> None:
-        """Wait for the next read (or the connection's end: an IncompleteReadError, or the error that ended it)."""
+    def _more(self) -> asyncio.Future[None]:
+        """What to await for the next read (a future: no coroutine per wait); raises at once once the connection
+        ended (an IncompleteReadError, or the error that ended it)."""
         if self.lost:
             if self._lost_error is not None:
                 raise self._lost_error
             raise asyncio.IncompleteReadError(b"".join(self._raw), None)
-        self._woken = self._loop.create_future()
-        await self._woken
+        self._woken = woken = self._loop.create_future()
+        return woken
 
     async def read_head(self) -> bytes:
         """The response head, up to and including its blank line; what follows stays for the body."""
         while True:
+            if not self._raw:  # nothing read yet (the request was just sent): nothing to look at
+                await self._more()
+                continue
             raw = self._raw[0] if len(self._raw) == 1 else b"".join(self._raw)
             if not raw.startswith(b"HTTP/") and not b"HTTP/".startswith(raw):
                 raise ValueError(f"an answer that is not HTTP: {raw[:16]!r}")  # no blank line may ever come
@@ -223,7 +227,7 @@ class _Connection(asyncio.Protocol):
                 return raw[: end + 4]
             if len(raw) > MAX_HEAD:
                 raise ValueError(f"a response head over {MAX_HEAD} bytes")
-            self._raw = [raw] if raw else []
+            self._raw = [raw]
             await self._more()
 
     async def read_raw(self, body: BodyLines, limit: int) -> bytes:
@@ -587,7 +591,16 @@ class BodyLines:
         """The lines that `data` completes (and the body's last, unterminated line once the body is complete)."""
         whole = None
         if self._chunked and not (self._left or self._crlf or self._framing or self._trailers):
-            whole = _whole_chunk(data)  # a read of exactly one chunk holding no CRLF (one event, usually)
+            # A read of exactly one whole non-empty chunk (size line, data, CRLF) whose data holds no CRLF (one event,
+            # usually): one split (a `find` per part would cost more), in line (a call per event costs as much).
+            parts = data.split(b"\r\n", 3)  # at most 4 parts, however many chunks the read holds
+            if len(parts) == 3 and not parts[2]:
+                try:
+                    size = int(parts[0], 16)  # a `;extension` is a ValueError
+                except ValueError:
+                    size = 0
+                if size and size == len(parts[1]):
+                    whole = parts[1]
         data = self.bytes_of(data) if whole is None else whole
         # Whole lines (one event, usually) that no `\r\n` ends: a lone `\r` stays in its line either way.
         if not self._pending and data[-1:] == b"\n" and (whole is not None or data.find(b"\r") < 0):
@@ -672,19 +685,6 @@ def _chunk_size(line: bytes) -> int:
         return int(line.split(b";", 1)[0], 16)
     except ValueError:
         raise ValueError(f"a chunk size that is not hexadecimal: {line[:16]!r}") from None
-
-
-def _whole_chunk(data: bytes) -> bytes | None:
-    """The data of `data` when it is exactly one whole non-empty chunk (size line, data, CRLF) and its data holds no
-    CRLF, else None (one split: a `find` per part would cost more)."""
-    parts = data.split(b"\r\n", 3)  # at most 4 parts, however many chunks the read holds
-    if len(parts) != 3 or parts[2]:
-        return None
-    try:
-        size = int(parts[0], 16)  # a `;extension` is a ValueError
-    except ValueError:
-        return None
-    return parts[1] if size > 0 and size == len(parts[1]) else None
 
 
 def _broken(base_url: str, error: BaseException) -> BackendError:
