@@ -541,14 +541,18 @@ class _Response:
         framing = _framings.get(head)
         if framing is None:
             framing = _framing(head)
-            if len(_framings) >= MAX_KNOWN_HEADS:
-                _framings.clear()
-            _framings[head] = framing
+            if len(head) <= MAX_KNOWN_HEAD_BYTES:
+                if len(_framings) >= MAX_KNOWN_HEADS:
+                    _framings.clear()
+                _framings[head] = framing
         return cls(*framing)
 
 
 MAX_KNOWN_HEADS = 256
 """How many distinct heads' framings are kept (`_Response.parse_head`)."""
+MAX_KNOWN_HEAD_BYTES = 2048
+"""The longest head whose framing is kept (a server's usual head is a few hundred bytes): the kept heads take at most
+MAX_KNOWN_HEADS times this much memory, whatever a server sends."""
 _framings: dict[bytes, tuple[int, bool, int | None, bool]] = {}
 
 

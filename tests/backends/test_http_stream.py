@@ -13,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.base import BackendError, GenerateRequest, SamplingParams
-from backends.http_stream import MAX_KNOWN_HEADS, BodyLines, HTTPStatusError, StreamPool, _framings, _Response
+from backends.http_stream import (
+    MAX_KNOWN_HEAD_BYTES,
+    MAX_KNOWN_HEADS,
+    BodyLines,
+    HTTPStatusError,
+    StreamPool,
+    _framings,
+    _Response,
+)
 from backends.sglang import SGLangBackend
 from backends.trace_context import current_traceparent
 from tests.sockets import ESTABLISHED, close_wait_sockets, eventually, tcp_sockets
@@ -500,6 +508,8 @@ def test_a_repeated_head_is_read_once_and_its_answers_share_no_body_state():
         sized = _Response.parse_head(b"HTTP/1.0 404 Not Found\r\nContent-Length: %d\r\n\r\n" % n)
         assert (sized.status, sized.body.complete, sized.keep_alive) == (404, n == 0, False)
     assert len(_framings) <= MAX_KNOWN_HEADS
+    long_head = b"HTTP/1.1 200 OK\r\nx-pad: %s\r\nContent-Length: 0\r\n\r\n" % (b"p" * MAX_KNOWN_HEAD_BYTES)
+    assert _Response.parse_head(long_head).body.complete and long_head not in _framings  # memory stays bounded
 
 
 def test_body_lines_sized_and_until_close():
