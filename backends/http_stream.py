@@ -202,18 +202,22 @@ class _Connection(asyncio.Protocol):
             if self.lost:
                 raise ConnectionResetError("the connection closed while the request was sent")
 
-    async def _more(self) -> None:
-        """Wait for the next read (or the connection's end: an IncompleteReadError, or the error that ended it)."""
+    def _more(self) -> asyncio.Future[None]:
+        """What to await for the next read (a future: no coroutine per wait); raises at once once the connection
+        ended (an IncompleteReadError, or the error that ended it)."""
         if self.lost:
             if self._lost_error is not None:
                 raise self._lost_error
             raise asyncio.IncompleteReadError(b"".join(self._raw), None)
-        self._woken = self._loop.create_future()
-        await self._woken
+        self._woken = woken = self._loop.create_future()
+        return woken
 
     async def read_head(self) -> bytes:
         """The response head, up to and including its blank line; what follows stays for the body."""
         while True:
+            if not self._raw:  # nothing read yet (the request was just sent): nothing to look at
+                await self._more()
+                continue
             raw = self._raw[0] if len(self._raw) == 1 else b"".join(self._raw)
             if not raw.startswith(b"HTTP/") and not b"HTTP/".startswith(raw):
                 raise ValueError(f"an answer that is not HTTP: {raw[:16]!r}")  # no blank line may ever come
@@ -223,7 +227,7 @@ class _Connection(asyncio.Protocol):
                 return raw[: end + 4]
             if len(raw) > MAX_HEAD:
                 raise ValueError(f"a response head over {MAX_HEAD} bytes")
-            self._raw = [raw] if raw else []
+            self._raw = [raw]
             await self._more()
 
     async def read_raw(self, body: BodyLines, limit: int) -> bytes:
@@ -517,15 +521,12 @@ class PostedLines:
 class _Response:
     """A response head: its status, whether the connection stays open after it, and its body's framing."""
 
-    def __init__(self, status: int, headers: dict[bytes, bytes], http10: bool):
+    __slots__ = ("body", "keep_alive", "status")
+
+    def __init__(self, status: int, chunked: bool, length: int | None, keep_alive: bool):
         self.status = status
-        connection = headers.get(b"connection", b"").lower()
-        chunked = headers.get(b"transfer-encoding", b"").lower().find(b"chunked") >= 0
-        length = headers.get(b"content-length")
-        self.body = BodyLines(chunked, int(length) if length is not None and not chunked else None)
-        self.keep_alive = (chunked or length is not None) and (
-            connection.find(b"keep-alive") >= 0 if http10 else connection.find(b"close") < 0
-        )
+        self.body = BodyLines(chunked, length)
+        self.keep_alive = keep_alive
 
     @property
     def complete(self) -> bool:
@@ -534,18 +535,50 @@ class _Response:
 
     @classmethod
     def parse_head(cls, head: bytes) -> _Response:
-        status_line, *lines = head[:-4].split(b"\r\n")
-        version, status, *_ = status_line.split(b" ", 2)
-        headers: dict[bytes, bytes] = {}
-        for line in lines:
-            name, _, value = line.partition(b":")
-            headers[name.strip().lower()] = value.strip()
-        return cls(int(status), headers, version == b"HTTP/1.0")
+        """The response of `head`, its framing read once per distinct head: a server sends the same head to every
+        stream (the date aside, within a second), and a Python step per field line costs more than the rest of
+        reading a one-token answer's head and first event."""
+        framing = _framings.get(head)
+        if framing is None:
+            framing = _framing(head)
+            if len(head) <= MAX_KNOWN_HEAD_BYTES:
+                if len(_framings) >= MAX_KNOWN_HEADS:
+                    _framings.clear()
+                _framings[head] = framing
+        return cls(*framing)
+
+
+MAX_KNOWN_HEADS = 256
+"""How many distinct heads' framings are kept (`_Response.parse_head`)."""
+MAX_KNOWN_HEAD_BYTES = 2048
+"""The longest head whose framing is kept (a server's usual head is a few hundred bytes): the kept heads take at most
+MAX_KNOWN_HEADS times this much memory, whatever a server sends."""
+_framings: dict[bytes, tuple[int, bool, int | None, bool]] = {}
+
+
+def _framing(head: bytes) -> tuple[int, bool, int | None, bool]:
+    """A head's status, whether its body is chunked, its length (None: chunked or until the connection closes),
+    and whether the connection stays open after the body."""
+    status_line, *lines = head[:-4].split(b"\r\n")
+    version, status, *_ = status_line.split(b" ", 2)
+    headers: dict[bytes, bytes] = {}
+    for line in lines:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    connection = headers.get(b"connection", b"").lower()
+    chunked = headers.get(b"transfer-encoding", b"").lower().find(b"chunked") >= 0
+    length = headers.get(b"content-length")
+    keep_alive = (chunked or length is not None) and (
+        connection.find(b"keep-alive") >= 0 if version == b"HTTP/1.0" else connection.find(b"close") < 0
+    )
+    return int(status), chunked, int(length) if length is not None and not chunked else None, keep_alive
 
 
 class BodyLines:
     """An HTTP/1.1 response body fed as it arrives (chunked, `length` bytes, or until the connection closes),
     cut into lines: bytes in, lines out, so a whole socket read costs one call."""
+
+    __slots__ = ("_chunked", "_crlf", "_framing", "_left", "_pending", "_trailers", "complete", "overrun")
 
     def __init__(self, chunked: bool, length: int | None):
         self.complete = length == 0 and not chunked
@@ -562,7 +595,16 @@ class BodyLines:
         """The lines that `data` completes (and the body's last, unterminated line once the body is complete)."""
         whole = None
         if self._chunked and not (self._left or self._crlf or self._framing or self._trailers):
-            whole = _whole_chunk(data)  # a read of exactly one chunk holding no CRLF (one event, usually)
+            # A read of exactly one whole non-empty chunk (size line, data, CRLF) whose data holds no CRLF (one event,
+            # usually): one split (a `find` per part would cost more), in line (a call per event costs as much).
+            parts = data.split(b"\r\n", 3)  # at most 4 parts, however many chunks the read holds
+            if len(parts) == 3 and not parts[2]:
+                try:
+                    size = int(parts[0], 16)  # a `;extension` is a ValueError
+                except ValueError:
+                    size = 0
+                if size and size == len(parts[1]):
+                    whole = parts[1]
         data = self.bytes_of(data) if whole is None else whole
         # Whole lines (one event, usually) that no `\r\n` ends: a lone `\r` stays in its line either way.
         if not self._pending and data[-1:] == b"\n" and (whole is not None or data.find(b"\r") < 0):
@@ -647,19 +689,6 @@ def _chunk_size(line: bytes) -> int:
         return int(line.split(b";", 1)[0], 16)
     except ValueError:
         raise ValueError(f"a chunk size that is not hexadecimal: {line[:16]!r}") from None
-
-
-def _whole_chunk(data: bytes) -> bytes | None:
-    """The data of `data` when it is exactly one whole non-empty chunk (size line, data, CRLF) and its data holds no
-    CRLF, else None (one split: a `find` per part would cost more)."""
-    parts = data.split(b"\r\n", 3)  # at most 4 parts, however many chunks the read holds
-    if len(parts) != 3 or parts[2]:
-        return None
-    try:
-        size = int(parts[0], 16)  # a `;extension` is a ValueError
-    except ValueError:
-        return None
-    return parts[1] if size > 0 and size == len(parts[1]) else None
 
 
 def _broken(base_url: str, error: BaseException) -> BackendError:

@@ -7,9 +7,7 @@ from collections.abc import Awaitable
 from types import TracebackType
 from typing import Self, TypeVar
 
-from starlette.types import Receive
-
-from backends.asgi import wait_for_disconnect
+from starlette.types import Message, Receive
 
 T = TypeVar("T")
 
@@ -30,11 +28,19 @@ class ClientWatch:
         self.left = False
         self._serving: asyncio.Task | None = None
         self._cancelled = False
-        self._watcher = asyncio.get_running_loop().create_task(wait_for_disconnect(receive))
-        self._watcher.add_done_callback(self._client_left)
+        self._receive = receive
+        self._watch()
 
-    def _client_left(self, watcher: asyncio.Future[None]) -> None:
+    def _watch(self) -> None:
+        """Wait for the server's next message in a task of its own (the receive itself: no coroutine around it)."""
+        self._watcher = watcher = asyncio.get_running_loop().create_task(self._receive())
+        watcher.add_done_callback(self._received)
+
+    def _received(self, watcher: asyncio.Future[Message]) -> None:
         if watcher.cancelled():
+            return
+        if watcher.exception() is None and watcher.result()["type"] != "http.disconnect":
+            self._watch()  # not the client leaving (nothing else comes once the body was read): wait on
             return
         self.left = True
         if self._serving is not None:

@@ -13,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.base import BackendError, GenerateRequest, SamplingParams
-from backends.http_stream import BodyLines, HTTPStatusError, StreamPool
+from backends.http_stream import (
+    MAX_KNOWN_HEAD_BYTES,
+    MAX_KNOWN_HEADS,
+    BodyLines,
+    HTTPStatusError,
+    StreamPool,
+    _framings,
+    _Response,
+)
 from backends.sglang import SGLangBackend
 from backends.trace_context import current_traceparent
 from tests.sockets import ESTABLISHED, close_wait_sockets, eventually, tcp_sockets
@@ -487,6 +495,21 @@ def test_body_lines_the_same_however_the_bytes_arrive():
     reader = BodyLines(chunked=True, length=None)
     reader.feed(body + b"HTTP/1.1")
     assert reader.complete and reader.overrun
+
+
+def test_a_repeated_head_is_read_once_and_its_answers_share_no_body_state():
+    head = b"HTTP/1.1 200 OK\r\nServer: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+    first, second = _Response.parse_head(head), _Response.parse_head(head)
+    assert _framings[head] == (200, True, None, True)
+    assert first.body is not second.body
+    assert first.body.feed(b"3\r\nab\n\r\n0\r\n\r\n") == [b"ab"] and first.complete
+    assert not second.body.complete and second.body.feed(b"2\r\nc\n\r\n") == [b"c"]
+    for n in range(MAX_KNOWN_HEADS + 1):  # distinct heads (sized answers): the memo stays bounded
+        sized = _Response.parse_head(b"HTTP/1.0 404 Not Found\r\nContent-Length: %d\r\n\r\n" % n)
+        assert (sized.status, sized.body.complete, sized.keep_alive) == (404, n == 0, False)
+    assert len(_framings) <= MAX_KNOWN_HEADS
+    long_head = b"HTTP/1.1 200 OK\r\nx-pad: %s\r\nContent-Length: 0\r\n\r\n" % (b"p" * MAX_KNOWN_HEAD_BYTES)
+    assert _Response.parse_head(long_head).body.complete and long_head not in _framings  # memory stays bounded
 
 
 def test_body_lines_sized_and_until_close():

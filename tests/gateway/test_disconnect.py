@@ -37,6 +37,27 @@ def test_guarded_work_gives_its_value_while_the_client_stays() -> None:
     asyncio.run(main())
 
 
+def test_only_the_disconnect_message_counts_as_the_client_leaving() -> None:
+    async def main() -> None:
+        messages = [{"type": "http.request", "body": b"", "more_body": False}, {"type": "http.disconnect"}]
+        arrived = asyncio.Event()
+
+        async def receive() -> dict:
+            await arrived.wait()
+            return messages.pop(0)
+
+        watch = ClientWatch(receive)
+        arrived.set()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert messages == [{"type": "http.disconnect"}] and not watch.left  # a stray message: still watching
+        with pytest.raises(ClientDisconnected):
+            await watch.guard(asyncio.sleep(10))
+        assert watch.left and not messages
+
+    asyncio.run(main())
+
+
 def test_a_client_that_leaves_cancels_the_guarded_work_and_only_it() -> None:
     async def main() -> None:
         client, cleaned = Client(), []
