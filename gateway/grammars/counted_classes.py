@@ -16,14 +16,16 @@ long narrow count, is left as it was (None).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _JSON_ESCAPED = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
 """What a JSON string writes only escaped, which xgrammar's `json_string` regex never writes: controls, `"`, `\\`."""
 _SINGLE_ESCAPES = {"0": 0, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
 _HEX_WIDTHS = {"x": 2, "u": 4, "U": 8}
 _ROOT = re.compile(r"^root ::= \(\((.*)\)\)$")
-_ITEM = re.compile(r'(root_\d+)(?:\{(\d+), (-?\d+)\})?|"([^"\\]*)"')
-_CLASS_RULE = re.compile(r"^(root_\d+) ::= \(\(\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)$")
+_ITEM = re.compile(r'([A-Za-z_]\w*)(?:\{(\d+), (-?\d+)\})?|"([^"\\]*)"')
+_CLASS_RULE = re.compile(r"^([A-Za-z_]\w*) ::= \(\(\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _QUOTED_RULE = re.compile(r'^(\S+) ::= \(\("\\"" (\S+) "\\""\)\)$', re.MULTILINE)
 _SEQUENCE_RULE = re.compile(r"^(\S+) ::= \(\(([^()|]*)\)\)$", re.MULTILINE)
 
@@ -39,6 +41,7 @@ _UNZIPPED_COUNT = 128
 _COUNT = re.compile(r"\{(\d+), (-?\d+)\}")
 
 Ranges = list[tuple[int, int]]
+Taken = tuple[tuple[int, int], ...]
 
 
 def repeats_natively(regex_ebnf: str) -> bool:
@@ -57,18 +60,31 @@ def json_string_ebnf(regex_ebnf: str) -> str | None:
     classes = {m[1]: m for m in map(_CLASS_RULE.match, lines[1:]) if m}
     if root is None or len(classes) != len(lines) - 1:
         return None
-    items = list(_ITEM.finditer(root[1]))
-    if " ".join(m[0] for m in items) != root[1] or any(m[1] and m[1] not in classes for m in items):
+    counted = counted_sequence(root[1], classes, _JSON_ESCAPED)
+    if counted is None:
+        return None
+    written, rules = counted
+    return "\n".join([f"root ::= (({written}))", *rules]) + "\n"
+
+
+def counted_sequence(items_text: str, classes: dict[str, re.Match[str]], taken: Taken) -> tuple[str, list[str]] | None:
+    """A rule body `items_text` of class rules (`classes`, `_CLASS_RULE` matches) and literals with no escape, with
+    the `taken` code points out of every class and a narrow class counted over a long span in chunks: the body and
+    the rules it needs (the classes rewritten, the chunks). None for any other body, or one where neither a broad
+    class is counted nor a narrow one chunked (it costs no more as it was)."""
+    items = list(_ITEM.finditer(items_text))
+    if " ".join(m[0] for m in items) != items_text or any(m[1] and m[1] not in classes for m in items):
         return None
     rules, sizes = [], {}
-    for name, rule in classes.items():
+    for name in dict.fromkeys(m[1] for m in items if m[1]):
+        rule = classes[name]
         ranges = _class_ranges(rule[3])
         if ranges is None:
             return None
-        kept = _union(ranges + list(_JSON_ESCAPED)) if rule[2] else _minus(ranges, _JSON_ESCAPED)
+        kept = _union(ranges + list(taken)) if rule[2] else _minus(ranges, taken)
         sizes[name] = _size(kept) if not rule[2] else _CODE_POINTS - _size(kept)
         if not sizes[name]:
-            return None  # a class with no JSON-raw character: xgrammar's rule and the EBNF would print differently
+            return None  # a class with no character left: xgrammar's rule and the EBNF would print differently
         rules.append(f"{name} ::= (([{rule[2]}{_class_text(kept)}]))")
     written, pays = [], False
     for item in items:
@@ -80,7 +96,27 @@ def json_string_ebnf(regex_ebnf: str) -> str | None:
             pays = True
         else:
             written.append(item[0])
-    return "\n".join([f"root ::= (({' '.join(w for w in written if w)}))", *rules]) + "\n" if pays else None
+    return (" ".join(w for w in written if w), rules) if pays else None
+
+
+def sequence_writer(ebnf: str) -> Callable[[str], tuple[str, list[str]] | None]:
+    """For a rule of `ebnf` (followed through rules that only name another, `N ::= ((M))`), its body as
+    `counted_sequence` writes it with its classes as they are, and the rules that body needs that `ebnf` lacks; None
+    as `counted_sequence` (a raw XML value's pattern, which xgrammar writes as from_regex's rules)."""
+    bodies = {m[1]: m[2] for m in _SEQUENCE_RULE.finditer(ebnf)}
+    classes = {m[1]: m for m in map(_CLASS_RULE.match, ebnf.splitlines()) if m}
+
+    def written(name: str) -> tuple[str, list[str]] | None:
+        seen = set()
+        while _NAME.fullmatch(bodies.get(name, "")) and name not in seen:
+            seen.add(name)
+            name = bodies[name]
+        counted = counted_sequence(bodies[name], classes, ()) if name in bodies else None
+        if counted is None:
+            return None
+        return counted[0], [rule for rule in counted[1] if rule.split(" ::= ", 1)[0] not in classes]
+
+    return written
 
 
 def _chunked(name: str, least: int, most: int, rules: list[str]) -> str:
@@ -171,7 +207,7 @@ def _size(ranges: Ranges) -> int:
     return sum(high - low + 1 for low, high in ranges)
 
 
-def _minus(ranges: Ranges, taken: tuple[tuple[int, int], ...]) -> Ranges:
+def _minus(ranges: Ranges, taken: Taken) -> Ranges:
     out = ranges
     for t_low, t_high in taken:
         out = [
