@@ -173,3 +173,21 @@ def test_a_raw_xml_value_of_counted_classes_takes_exactly_the_strings_it_took(
             assert mine(written) == theirs(written), (pattern, written)
             taken += theirs(written)
     assert 5 <= taken <= 5 * len(texts) - 5
+
+
+@pytest.mark.parametrize("style", ["json", *sorted(XML_PARAMETERS)])
+def test_best_effort_enforces_a_narrowed_pattern_it_writes_as_plain_ebnf_and_drops_the_rest(style: str) -> None:
+    """Without the client's strict, a pattern that could write `<` and counts past 4 was dropped (its json_string
+    regex cost ~1.5 s to compile); written as counted classes it costs ~20-40 ms, so it is narrowed and enforced."""
+
+    def accepts(pattern: str, value: str) -> bool:
+        schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": pattern}}, "required": ["a"]}
+        if style == "json":
+            ebnf = json_value_ebnf(schema, XML_SPELLINGS, "p", strict=True, exact=False)
+            return _accepts(ebnf)(json.dumps({"a": value}, separators=(", ", ": ")))
+        ebnf = safe_json.xml_value_ebnf(schema, style, XML_SPELLINGS, "p", strict=True, exact=False)
+        return _accepts(ebnf)(XML_PARAMETERS[style](value, "", ""))
+
+    assert accepts(r"^.{1,100}$", "x" * 100) and not accepts(r"^.{1,100}$", "x" * 101)
+    assert not accepts(r"^.{1,100}$", "a<b")  # narrowed
+    assert accepts(r"^(a.){1,30}$", "free text")  # a group: still dropped
