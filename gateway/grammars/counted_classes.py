@@ -67,11 +67,14 @@ def json_string_ebnf(regex_ebnf: str) -> str | None:
     return "\n".join([f"root ::= (({written}))", *rules]) + "\n"
 
 
-def counted_sequence(items_text: str, classes: dict[str, re.Match[str]], taken: Taken) -> tuple[str, list[str]] | None:
+def counted_sequence(
+    items_text: str, classes: dict[str, re.Match[str]], taken: Taken, unending: str = ""
+) -> tuple[str, list[str]] | None:
     """A rule body `items_text` of class rules (`classes`, `_CLASS_RULE` matches) and literals with no escape, with
     the `taken` code points out of every class and a narrow class counted over a long span in chunks: the body and
-    the rules it needs (the classes rewritten, the chunks). None for any other body, or one where neither a broad
-    class is counted nor a narrow one chunked (it costs no more as it was)."""
+    the rules it needs (the classes rewritten, the chunks). None for any other body, one that ends in a class
+    holding a character of `unending` (what follows it: the count's end is not settled there), or one where
+    neither a broad class is counted nor a narrow one chunked (it costs no more as it was)."""
     items = list(_ITEM.finditer(items_text))
     if " ".join(m[0] for m in items) != items_text or any(m[1] and m[1] not in classes for m in items):
         return None
@@ -85,6 +88,8 @@ def counted_sequence(items_text: str, classes: dict[str, re.Match[str]], taken: 
         sizes[name] = _size(kept) if not rule[2] else _CODE_POINTS - _size(kept)
         if not sizes[name]:
             return None  # a class with no character left: xgrammar's rule and the EBNF would print differently
+        if name == items[-1][1] and any(_holds(kept, bool(rule[2]), c) for c in unending):
+            return None
         rules.append(f"{name} ::= (([{rule[2]}{_class_text(kept)}]))")
     written, pays = [], False
     for item in items:
@@ -99,10 +104,37 @@ def counted_sequence(items_text: str, classes: dict[str, re.Match[str]], taken: 
     return (" ".join(w for w in written if w), rules) if pays else None
 
 
-def sequence_writer(ebnf: str) -> Callable[[str], tuple[str, list[str]] | None]:
+def counts_settle(regex_ebnf: str, ends: str) -> bool:
+    """Whether in `regex_ebnf` (`Grammar.from_regex`'s, one sequence of classes and literals) each broad class counted
+    over a span is followed by a literal whose first character it does not hold, or ends it and holds none of
+    `ends` (what may follow the value): only there does xgrammar settle the count's end cheaply
+    (`[^<]{1,100} "x"` costs ~2.5 s to compile on Qwen3's vocabulary, as its own rule does)."""
+    lines = regex_ebnf.strip().splitlines()
+    root = _ROOT.match(lines[0]) if lines else None
+    classes = {m[1]: m for m in map(_CLASS_RULE.match, lines[1:]) if m}
+    items = list(_ITEM.finditer(root[1])) if root else []
+    if root is None or " ".join(m[0] for m in items) != root[1] or any(m[1] and m[1] not in classes for m in items):
+        return False
+    for item, after in zip(items, [*items[1:], None], strict=True):
+        if not item[1] or not item[2] or item[2] == item[3]:
+            continue
+        ranges, negated = _class_ranges(classes[item[1]][3]), bool(classes[item[1]][2])
+        if ranges is None:
+            return False
+        if (_CODE_POINTS - _size(ranges) if negated else _size(ranges)) < _BROAD:
+            continue  # a narrow class: chunked
+        if after is not None and not after[4]:
+            return False  # a class follows
+        if any(_holds(ranges, negated, c) for c in (ends if after is None else after[4][0])):
+            return False
+    return True
+
+
+def sequence_writer(ebnf: str, unending: str = "") -> Callable[[str], tuple[str, list[str]] | None]:
     """For a rule of `ebnf` (followed through rules that only name another, `N ::= ((M))`), its body as
-    `counted_sequence` writes it with its classes as they are, and the rules that body needs that `ebnf` lacks; None
-    as `counted_sequence` (a raw XML value's pattern, which xgrammar writes as from_regex's rules)."""
+    `counted_sequence` writes it with its classes as they are (ending in none holding a character of `unending`),
+    and the rules that body needs that `ebnf` lacks; None as `counted_sequence` (a raw XML value's pattern, which
+    xgrammar writes as from_regex's rules)."""
     bodies = {m[1]: m[2] for m in _SEQUENCE_RULE.finditer(ebnf)}
     classes = {m[1]: m for m in map(_CLASS_RULE.match, ebnf.splitlines()) if m}
 
@@ -111,7 +143,7 @@ def sequence_writer(ebnf: str) -> Callable[[str], tuple[str, list[str]] | None]:
         while _NAME.fullmatch(bodies.get(name, "")) and name not in seen:
             seen.add(name)
             name = bodies[name]
-        counted = counted_sequence(bodies[name], classes, ()) if name in bodies else None
+        counted = counted_sequence(bodies[name], classes, (), unending) if name in bodies else None
         if counted is None:
             return None
         return counted[0], [rule for rule in counted[1] if rule.split(" ::= ", 1)[0] not in classes]
@@ -201,6 +233,11 @@ def _union(ranges: Ranges) -> Ranges:
         else:
             out.append((low, high))
     return out
+
+
+def _holds(ranges: Ranges, negated: bool, char: str) -> bool:
+    """Whether the class of `ranges` (their complement, `negated`) holds `char`."""
+    return any(low <= ord(char) <= high for low, high in ranges) != negated
 
 
 def _size(ranges: Ranges) -> int:

@@ -37,7 +37,13 @@ from typing import Any
 
 from backends.xgrammar_core import xgrammar
 from gateway.grammars.all_of import folded_all_of
-from gateway.grammars.counted_classes import inlined_into_quotes, json_string_ebnf, repeats_natively, sequence_writer
+from gateway.grammars.counted_classes import (
+    counts_settle,
+    inlined_into_quotes,
+    json_string_ebnf,
+    repeats_natively,
+    sequence_writer,
+)
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.free_names import FREE_NAME_RULE, free_name_rules
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
@@ -415,7 +421,7 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
         name: _count(name, int(least), most, lead, bounded) for name, least, most in _RAW_BOUNDED_VALUE.findall(ebnf)
     }
     unions = {name: re.findall(r"\((\w+)\)", body) for name, body in _UNION_VALUE.findall(ebnf)}
-    sequence, added = lru_cache(maxsize=None)(sequence_writer(ebnf)), {}
+    sequence, added = lru_cache(maxsize=None)(sequence_writer(ebnf, "\n" if lead else "")), {}
 
     def written(value: str, spaced: str, close: str) -> str:
         if value in counts:
@@ -530,7 +536,11 @@ def _narrowed_if_cheap(pattern: str, firsts: str) -> str | None:
         grammar = regex_grammar(safe) if safe is not None else ""
     except (RuntimeError, ValueError):  # a pattern from_regex refuses
         return None
-    return safe if grammar and not repeats_natively(grammar) and json_string_ebnf(grammar) is not None else None
+    if not grammar or repeats_natively(grammar):
+        return None
+    in_xml = sequence_writer(grammar, "\n")("root")  # qwen_xml's, where an optional newline follows
+    cheap = in_xml is not None and json_string_ebnf(grammar) is not None and counts_settle(grammar, "\n<")
+    return safe if cheap else None
 
 
 def _own_format(schema: dict[str, Any], firsts: str) -> dict[str, Any]:
