@@ -10,7 +10,8 @@ string's closing quote, in the quote's own rule, compiles in ~20 ms whatever its
 (`.`, a negated class, `\\S`): xgrammar then settles the tokens at all counts at once. A narrow class (`[a-z]`,
 `\\w`) still costs a mask per count, so a long count of one is written in chunks of ~sqrt(span) characters (4x
 cheaper at `{1,100}`). Any other shape (groups, alternatives, `+`), or one with neither a broad class counted nor a
-long narrow count, is left as it was (None).
+long narrow count, is left as it was (None). A raw XML value (qwen_xml, glm_xml) of such a pattern is the same
+sequence with its classes as they are, written up to its closing tag (`sequence_writer`; safe_json inlines it).
 """
 
 from __future__ import annotations
