@@ -421,15 +421,18 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
         name: _count(name, int(least), most, lead, bounded) for name, least, most in _RAW_BOUNDED_VALUE.findall(ebnf)
     }
     unions = {name: re.findall(r"\((\w+)\)", body) for name, body in _UNION_VALUE.findall(ebnf)}
-    sequence, added = lru_cache(maxsize=None)(sequence_writer(ebnf, "\n" if lead else "")), {}
+    sequence, added = lru_cache(maxsize=None)(sequence_writer(ebnf, newline=bool(lead))), {}
 
     def written(value: str, spaced: str, close: str) -> str:
         if value in counts:
             return f"{lead}{counts[value]} {close}"
         if (counted := sequence(value)) is not None:
-            added.update(dict.fromkeys(counted[1]))
-            closes = [close, f'"\\n{close[1:]}'] if lead else [close]  # the newline the parser strips, or none
-            return lead + "(" + " | ".join(f"({counted[0]} {c})" for c in closes) + ")"
+            body, before_newline, rules = counted
+            added.update(dict.fromkeys(rules))
+            ends = [f"({body} {close})"]
+            if lead and before_newline is not None:  # the newline the parser strips
+                ends.append(f'({before_newline} "\\n{close[1:]})')
+            return lead + "(" + " | ".join(ends) + ")"
         alternatives = unions.get(value, ())
         if not any(a in counts or sequence(a) is not None for a in alternatives):
             return spaced
@@ -538,9 +541,7 @@ def _narrowed_if_cheap(pattern: str, firsts: str) -> str | None:
         return None
     if not grammar or repeats_natively(grammar):
         return None
-    in_xml = sequence_writer(grammar, "\n")("root")  # qwen_xml's, where an optional newline follows
-    cheap = in_xml is not None and json_string_ebnf(grammar) is not None and counts_settle(grammar, "\n<")
-    return safe if cheap else None
+    return safe if json_string_ebnf(grammar) is not None and counts_settle(grammar, "\n<") else None
 
 
 def _own_format(schema: dict[str, Any], firsts: str) -> dict[str, Any]:
