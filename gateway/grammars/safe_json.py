@@ -414,7 +414,8 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     A value whose rule is a pattern's classes and literals with a count that costs (`counted_classes.sequence_writer`:
     `^.{1,100}$`, `[a-z]{1,100}` chunked) is inlined the same way, the same strings: qwen_xml's optional newline
     before the closing tag as two alternatives, `(s "</parameter>") | (s "\\n</parameter>")` (one optional newline
-    between them costs as much as the count in its own rule: ~2.3 s against ~30 ms on Qwen3's vocabulary).
+    between them costs as much as the count in its own rule: ~2.3 s against ~30 ms on Qwen3's vocabulary); where
+    s ends in a class holding the newline, the second is s with that count full, chunked (~100 ms).
     """
     lead, tight_close = _VALUE_LEAD[style], _VALUE_SPACE[style][1][1]
     counts = {
@@ -530,7 +531,8 @@ def cheaply_narrowed(pattern: str, firsts: str) -> str | None:
 def _narrowed_if_cheap(pattern: str, firsts: str) -> str | None:
     """`cheaply_narrowed`, or the narrowed pattern where it counts more but is classes and literals counted at most
     `counted_classes`' unzipping: a JSON string writes it as plain EBNF up to its closing quote, a raw XML value
-    up to its closing tag (`^.{1,100}$` ~20-40 ms of compile on Qwen3's vocabulary, not ~1.5-2.5 s)."""
+    up to its closing tag (`^.{1,100}$` ~20-40 ms of compile on Qwen3's vocabulary, not ~1.5-2.5 s), where what
+    follows each broad count ends it (`counts_settle`: not `^.{1,100}x$`)."""
     cheap = cheaply_narrowed(pattern, firsts)
     if cheap is not None:
         return cheap
