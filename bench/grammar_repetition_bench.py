@@ -4,9 +4,11 @@ Each row is one schema shape that produces a counted repetition (`minLength`/`ma
 `minItems`/`maxItems`, an integer range, the string formats of string_formats.py). "xgrammar" is
 `GrammarCompiler.compile_json_schema(schema, any_whitespace=False)`, as-is; "ours" is the gateway's JSON value
 grammar for it (`safe_json.json_value_ebnf` with ChatML's control-token spellings: narrowed patterns, own formats,
-the rewrites of ebnf_rules.py and counted_classes.py) built and compiled. Both on one thread with xgrammar's cache
-off, on each vocabulary: SmolLM2's (the embedded model, 49k) and Qwen3's (151k). Cells: median of --repeats, ms
-of process CPU time. A cell of "-" is a schema the gateway has no grammar for.
+the rewrites of ebnf_rules.py and counted_classes.py) built and compiled; rows named for an XML style (`qwen_xml`,
+`glm_xml`) are an arguments object of one such raw value, xgrammar's own grammar its style's, ours
+`safe_json.xml_value_ebnf`. Both on one thread with xgrammar's cache off, on each vocabulary: SmolLM2's (the
+embedded model, 49k) and Qwen3's (151k). Cells: median of --repeats, ms of process CPU time. A cell of "-" is a
+schema the gateway has no grammar for.
 
     python bench/grammar_repetition_bench.py [--repeats 3] [--vocab smollm2 --vocab qwen3]
 
@@ -36,6 +38,7 @@ import xgrammar as xg
 
 from backends.checkpoint import load_checkpoint
 from gateway.grammars import safe_json
+from gateway.grammars.json import xml_arguments_ebnf
 from gateway.grammars.patterns import narrowed
 from gateway.grammars.string_formats import OWN_PATTERNS, XGRAMMAR_FORMATS
 
@@ -60,6 +63,9 @@ PATTERNS = [
     r"^\w{3,30}$",
     r"^[A-Za-z0-9._-]{1,64}@example\.com$",
 ]
+XML_STYLES = ("qwen_xml", "glm_xml")
+XML_PATTERNS = [r"^.{1,100}$", r"^[^<]{1,100}$", r"^[a-z]{1,100}$", r"^\w{3,30}$", r"^x[^<]{2,5}y\.[a-z]{1,40}$"]
+"""Raw (unquoted) XML values: the same counted classes inlined before the value's closing tag."""
 SHAPES: list[tuple[str, dict[str, Any]]] = [
     *((f"string length {lo}..{hi}", _string(minLength=lo, maxLength=hi)) for lo, hi in [(1, 10), (1, 100), (5, 20)]),
     *((f"string length {lo}..{hi}", _string(minLength=lo, maxLength=hi)) for lo, hi in [(0, 256), (100, 1000)]),
@@ -70,6 +76,7 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("integer 1..1000", {"type": "integer", "minimum": 1, "maximum": 1000}),
     ("integer -5..123456", {"type": "integer", "minimum": -5, "maximum": 123456}),
     *((f"format {f}", _string(format=f)) for f in sorted(OWN_PATTERNS) + sorted(XGRAMMAR_FORMATS)),
+    *((f"{style} pattern `{p}`", _string(pattern=p)) for style in XML_STYLES for p in XML_PATTERNS),
 ]
 
 
@@ -89,15 +96,21 @@ def cpu_ms(run: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def theirs(compiler: xg.GrammarCompiler, schema: dict[str, Any]) -> None:
-    compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+def theirs(compiler: xg.GrammarCompiler, schema: dict[str, Any], style: str) -> None:
+    if style == "json":
+        compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+    else:
+        compiler.compile_grammar(xml_arguments_ebnf(schema, style, "bench"))
 
 
-def ours(compiler: xg.GrammarCompiler, schema: dict[str, Any]) -> bool:
+def ours(compiler: xg.GrammarCompiler, schema: dict[str, Any], style: str) -> bool:
     """The gateway's grammar for `schema` built (its caches cleared) and compiled; False when it has none."""
     safe_json._kept_value_ebnf.cache_clear()
     safe_json.regex_grammar.cache_clear()
-    ebnf = safe_json.json_value_ebnf(schema, SPELLINGS, "bench", strict=True, exact=True)
+    if style == "json":
+        ebnf = safe_json.json_value_ebnf(schema, SPELLINGS, "bench", strict=True, exact=True)
+    else:
+        ebnf = safe_json.xml_value_ebnf(schema, style, SPELLINGS, "bench", strict=True, exact=True)
     if ebnf is None:
         return False
     compiler.compile_grammar(ebnf)
@@ -105,11 +118,16 @@ def ours(compiler: xg.GrammarCompiler, schema: dict[str, Any]) -> bool:
 
 
 def row(compilers: list[xg.GrammarCompiler], label: str, schema: dict[str, Any], repeats: int) -> str:
+    """A table row; a label starting with an XML style (`qwen_xml …`) is an arguments object `{"a": schema}` in it,
+    xgrammar's own grammar its XML style's (`xml_arguments_ebnf`)."""
+    style = label.split()[0] if label.split()[0] in XML_STYLES else "json"
+    if style != "json":
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
     cells = []
     for compiler in compilers:
-        cells.append(f"{cpu_ms(functools.partial(theirs, compiler, schema), repeats):.0f}")
-        built = ours(compiler, schema)
-        cells.append(f"{cpu_ms(functools.partial(ours, compiler, schema), repeats):.0f}" if built else "-")
+        cells.append(f"{cpu_ms(functools.partial(theirs, compiler, schema, style), repeats):.0f}")
+        built = ours(compiler, schema, style)
+        cells.append(f"{cpu_ms(functools.partial(ours, compiler, schema, style), repeats):.0f}" if built else "-")
     return f"| {label} | " + " | ".join(cells) + " |"
 
 

@@ -11,9 +11,10 @@ from collections.abc import Callable
 import pytest
 import xgrammar as xgr
 
+from gateway.grammars import safe_json
 from gateway.grammars.counted_classes import CHUNKED_SPAN, json_string_ebnf
 from gateway.grammars.patterns import narrowed
-from gateway.grammars.safe_json import json_value_ebnf, regex_grammar
+from gateway.grammars.safe_json import json_value_ebnf, prefixes, regex_grammar
 
 SPELLINGS = ("<|im_end|>",)
 _COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
@@ -49,12 +50,14 @@ def _accepts(ebnf_or_compiled: str | xgr.CompiledGrammar) -> Callable[[str], boo
     return accepts
 
 
-def _samples(pattern: str, takes: str, head: str, tail: str, rng: random.Random, count: int) -> list[str]:
-    """Strings at the pattern's length bounds and between, of characters it takes that JSON writes unescaped, every
-    third one character away (any of ALPHABET)."""
+def _samples(
+    pattern: str, takes: str, head: str, tail: str, rng: random.Random, count: int, raw: bool = False
+) -> list[str]:
+    """Strings at the pattern's length bounds and between, of characters it takes that JSON writes unescaped (any
+    it takes, when `raw`), every third one character away (any of ALPHABET)."""
     counts = [int(n) for n in re.findall(r"\{(\d+)(?:,(\d*))?\}", pattern) for n in n if n]
     lengths = sorted({0, 1, 2, *counts, *(n + 1 for n in counts), *(n - 1 for n in counts if n)})
-    chars = [c for c in ALPHABET if re.fullmatch(takes, c) and _json_raw(c)]
+    chars = [c for c in ALPHABET if re.fullmatch(takes, c) and (raw or _json_raw(c))]
     out = []
     for i in range(count):
         length = lengths[i] if i < len(lengths) else rng.randint(0, max(counts) + 3)
@@ -123,3 +126,86 @@ def test_counts_past_xgrammars_unzipping_stay_its_regex_rule(pattern: str) -> No
     """xgrammar compiles these as a repeat (~5 ms); its printed EBNF cost ~480 ms (`[a-z]{0,300}`, Qwen3's)."""
     ebnf = json_value_ebnf({"type": "string", "pattern": pattern}, SPELLINGS, "p", strict=True, exact=True)
     assert ebnf is not None and "Regex(" in ebnf
+
+
+XML_SPELLINGS = ("<tool_call>", "</tool_call>", "<|im_end|>", "<|im_start|>")
+XML_PARAMETERS = {  # style: a parameter `a` of `value` as the style writes it, with the whitespace around it
+    "qwen_xml": lambda value, before, after: f"<parameter=a>{before}{value}{after}</parameter>",
+    "glm_xml": lambda value, before, after: f"<arg_key>a</arg_key>\n<arg_value>{before}{value}{after}</arg_value>",
+}
+
+
+def _xml_ebnf(schema: dict, style: str, rewritten: bool, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The arguments grammar of `schema` in `style`, uncached (its values' counted classes inlined before their
+    closing tag, or not: as before that rewrite)."""
+    with monkeypatch.context() as patched:
+        if not rewritten:
+            patched.setattr(safe_json, "sequence_writer", lambda ebnf, newline: lambda name: None)
+        ebnf = safe_json._converted_value_ebnf(
+            json.dumps(schema), style, XML_SPELLINGS, prefixes(XML_SPELLINGS), "p", (True, True)
+        )
+    assert ebnf is not None
+    return ebnf
+
+
+@pytest.mark.parametrize("style", sorted(XML_PARAMETERS))
+@pytest.mark.parametrize(("pattern", "takes", "head", "tail"), PATTERNS)
+def test_a_raw_xml_value_of_counted_classes_takes_exactly_the_strings_it_took(
+    style: str, pattern: str, takes: str, head: str, tail: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The value inlined before its closing tag (twice, with and without qwen3_xml's stripped newline: ~2.5 s -> ~30
+    ms of compile on Qwen3's vocabulary for `^.{1,100}$`) takes what the grammar of its own rules took."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": ["string", "null"], "pattern": pattern}, "b": {"type": "integer"}},
+        "required": ["a"],
+    }
+    ours = _xml_ebnf(schema, style, True, monkeypatch)
+    before = _xml_ebnf(schema, style, False, monkeypatch)
+    assert ours != before
+    mine, theirs = _accepts(ours), _accepts(before)
+    rng = random.Random(pattern + style)
+    texts = [*_samples(pattern, takes, head, tail, rng, 60, raw=True), "null"]
+    taken = 0
+    for text in texts:
+        for around in ("", "\n"), ("\n", ""), ("\n", "\n"), ("", ""), (" ", ""):
+            written = XML_PARAMETERS[style](text, *around)
+            assert mine(written) == theirs(written), (pattern, written)
+            taken += theirs(written)
+    assert 5 <= taken <= 5 * len(texts) - 5
+
+
+@pytest.mark.parametrize("style", ["json", *sorted(XML_PARAMETERS)])
+def test_best_effort_enforces_a_narrowed_pattern_it_writes_as_plain_ebnf_and_drops_the_rest(style: str) -> None:
+    """Without the client's strict, a pattern that could write `<` and counts past 4 was dropped (its json_string
+    regex cost ~1.5 s to compile); written as counted classes it costs ~20-40 ms, so it is narrowed and enforced."""
+
+    def accepts(pattern: str, value: str) -> bool:
+        schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": pattern}}, "required": ["a"]}
+        if style == "json":
+            ebnf = json_value_ebnf(schema, XML_SPELLINGS, "p", strict=True, exact=False)
+            return _accepts(ebnf)(json.dumps({"a": value}, separators=(", ", ": ")))
+        ebnf = safe_json.xml_value_ebnf(schema, style, XML_SPELLINGS, "p", strict=True, exact=False)
+        return _accepts(ebnf)(XML_PARAMETERS[style](value, "", ""))
+
+    assert accepts(r"^.{1,100}$", "x" * 100) and not accepts(r"^.{1,100}$", "x" * 101)
+    assert not accepts(r"^.{1,100}$", "a<b")  # narrowed
+    assert accepts(r"^(a.){1,30}$", "free text")  # a group: still dropped
+    assert accepts(r"^.{1,100}x$", "free text")  # `x` does not end the count cheaply (~2.5 s): dropped
+    assert accepts(r"^[^a]{1,100}$", "a")  # qwen_xml's optional newline does not either: dropped
+
+
+def test_a_qwen_xml_value_ending_in_a_class_that_holds_the_newline_takes_it_before_the_tag_only_at_full_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`c{1,20}` then qwen3_xml's optional newline, c holding it: written `c{1,20} "</parameter>"` or
+    `c{20} "\\n</parameter>"` (the newline never continues the count: ~2.3 s -> ~130 ms at {1,100}), the same."""
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": r"^[^<]{1,20}$"}}, "required": ["a"]}
+    ours = _xml_ebnf(schema, "qwen_xml", True, monkeypatch)
+    assert "_chunk_" in ours
+    mine, theirs = _accepts(ours), _accepts(_xml_ebnf(schema, "qwen_xml", False, monkeypatch))
+    for n in range(23):
+        for value in "a" * n, "a" * (n - 1) + "\n", "\n" * n, "\n" + "a" * (n - 1):
+            for around in ("", ""), ("\n", ""), ("", "\n"), ("\n", "\n"), ("", "\n\n"):
+                written = XML_PARAMETERS["qwen_xml"](value, *around)
+                assert mine(written) == theirs(written), repr(written)

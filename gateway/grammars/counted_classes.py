@@ -10,20 +10,23 @@ string's closing quote, in the quote's own rule, compiles in ~20 ms whatever its
 (`.`, a negated class, `\\S`): xgrammar then settles the tokens at all counts at once. A narrow class (`[a-z]`,
 `\\w`) still costs a mask per count, so a long count of one is written in chunks of ~sqrt(span) characters (4x
 cheaper at `{1,100}`). Any other shape (groups, alternatives, `+`), or one with neither a broad class counted nor a
-long narrow count, is left as it was (None).
+long narrow count, is left as it was (None). A raw XML value (qwen_xml, glm_xml) of such a pattern is the same
+sequence with its classes as they are, written up to its closing tag (`sequence_writer`; safe_json inlines it).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _JSON_ESCAPED = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
 """What a JSON string writes only escaped, which xgrammar's `json_string` regex never writes: controls, `"`, `\\`."""
 _SINGLE_ESCAPES = {"0": 0, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
 _HEX_WIDTHS = {"x": 2, "u": 4, "U": 8}
 _ROOT = re.compile(r"^root ::= \(\((.*)\)\)$")
-_ITEM = re.compile(r'(root_\d+)(?:\{(\d+), (-?\d+)\})?|"([^"\\]*)"')
-_CLASS_RULE = re.compile(r"^(root_\d+) ::= \(\(\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)$")
+_ITEM = re.compile(r'([A-Za-z_]\w*)(?:\{(\d+), (-?\d+)\})?|"([^"\\]*)"')
+_CLASS_RULE = re.compile(r"^([A-Za-z_]\w*) ::= \(\(\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _QUOTED_RULE = re.compile(r'^(\S+) ::= \(\("\\"" (\S+) "\\""\)\)$', re.MULTILINE)
 _SEQUENCE_RULE = re.compile(r"^(\S+) ::= \(\(([^()|]*)\)\)$", re.MULTILINE)
 
@@ -39,6 +42,7 @@ _UNZIPPED_COUNT = 128
 _COUNT = re.compile(r"\{(\d+), (-?\d+)\}")
 
 Ranges = list[tuple[int, int]]
+Taken = tuple[tuple[int, int], ...]
 
 
 def repeats_natively(regex_ebnf: str) -> bool:
@@ -57,18 +61,33 @@ def json_string_ebnf(regex_ebnf: str) -> str | None:
     classes = {m[1]: m for m in map(_CLASS_RULE.match, lines[1:]) if m}
     if root is None or len(classes) != len(lines) - 1:
         return None
-    items = list(_ITEM.finditer(root[1]))
-    if " ".join(m[0] for m in items) != root[1] or any(m[1] and m[1] not in classes for m in items):
+    counted = counted_sequence(root[1], classes, _JSON_ESCAPED)
+    if counted is None:
+        return None
+    written, rules = counted
+    return "\n".join([f"root ::= (({' '.join(written)}))", *rules]) + "\n"
+
+
+def counted_sequence(
+    items_text: str, classes: dict[str, re.Match[str]], taken: Taken
+) -> tuple[list[str], list[str]] | None:
+    """A rule body `items_text` of class rules (`classes`, `_CLASS_RULE` matches) and literals with no escape, with
+    the `taken` code points out of every class and a narrow class counted over a long span in chunks: the body's
+    items and the rules they need (the classes rewritten, the chunks). None for any other body, or one where
+    neither a broad class is counted nor a narrow one chunked (it costs no more as it was)."""
+    items = list(_ITEM.finditer(items_text))
+    if " ".join(m[0] for m in items) != items_text or any(m[1] and m[1] not in classes for m in items):
         return None
     rules, sizes = [], {}
-    for name, rule in classes.items():
+    for name in dict.fromkeys(m[1] for m in items if m[1]):
+        rule = classes[name]
         ranges = _class_ranges(rule[3])
         if ranges is None:
             return None
-        kept = _union(ranges + list(_JSON_ESCAPED)) if rule[2] else _minus(ranges, _JSON_ESCAPED)
+        kept = _union(ranges + list(taken)) if rule[2] else _minus(ranges, taken)
         sizes[name] = _size(kept) if not rule[2] else _CODE_POINTS - _size(kept)
         if not sizes[name]:
-            return None  # a class with no JSON-raw character: xgrammar's rule and the EBNF would print differently
+            return None  # a class with no character left: xgrammar's rule and the EBNF would print differently
         rules.append(f"{name} ::= (([{rule[2]}{_class_text(kept)}]))")
     written, pays = [], False
     for item in items:
@@ -80,7 +99,86 @@ def json_string_ebnf(regex_ebnf: str) -> str | None:
             pays = True
         else:
             written.append(item[0])
-    return "\n".join([f"root ::= (({' '.join(w for w in written if w)}))", *rules]) + "\n" if pays else None
+    return (written, rules) if pays else None
+
+
+def counts_settle(regex_ebnf: str, ends: str) -> bool:
+    """Whether in `regex_ebnf` (`Grammar.from_regex`'s, one sequence of classes and literals) each broad class counted
+    over a span is followed by a literal whose first character it does not hold, or ends it and holds none of
+    `ends` (what may follow the value): only there does xgrammar settle the count's end cheaply
+    (`[^<]{1,100} "x"` costs ~2.5 s to compile on Qwen3's vocabulary, as its own rule does)."""
+    lines = regex_ebnf.strip().splitlines()
+    root = _ROOT.match(lines[0]) if lines else None
+    classes = {m[1]: m for m in map(_CLASS_RULE.match, lines[1:]) if m}
+    items = list(_ITEM.finditer(root[1])) if root else []
+    if root is None or " ".join(m[0] for m in items) != root[1] or any(m[1] and m[1] not in classes for m in items):
+        return False
+    for item, after in zip(items, [*items[1:], None], strict=True):
+        if not item[1] or not item[2] or item[2] == item[3]:
+            continue
+        ranges, negated = _class_ranges(classes[item[1]][3]), bool(classes[item[1]][2])
+        if ranges is None:
+            return False
+        if (_CODE_POINTS - _size(ranges) if negated else _size(ranges)) < _BROAD:
+            continue  # a narrow class: chunked
+        if after is not None and not after[4]:
+            return False  # a class follows
+        if any(_holds(ranges, negated, c) for c in (ends if after is None else after[4][0])):
+            return False
+    return True
+
+
+Written = tuple[str, str | None, list[str]]
+"""A raw XML value's sequence: its body, the body that a newline then the closing tag may follow (None: no other
+than the body), and the rules they need."""
+
+
+def sequence_writer(ebnf: str, newline: bool = False) -> Callable[[str], Written | None]:
+    """For a rule of `ebnf` (followed through rules that only name another, `N ::= ((M))`), its body as
+    `counted_sequence` writes it with its classes as they are, and the rules that body needs that `ebnf` lacks; None
+    as `counted_sequence` (a raw XML value's pattern, which xgrammar writes as from_regex's rules). With `newline`
+    (qwen_xml's optional newline before the closing tag) a body ending in `c{m, n}`, `c` holding the newline, is
+    followed by the newline only as `c{n}` (the same strings: a shorter value's newline is `c`'s own), chunked,
+    so that the newline never continues a count (~2.3 s of compile on Qwen3's vocabulary, ~130 ms chunked)."""
+    bodies = {m[1]: m[2] for m in _SEQUENCE_RULE.finditer(ebnf)}
+    classes = {m[1]: m for m in map(_CLASS_RULE.match, ebnf.splitlines()) if m}
+
+    def written(name: str) -> Written | None:
+        seen = set()
+        while _NAME.fullmatch(bodies.get(name, "")) and name not in seen:
+            seen.add(name)
+            name = bodies[name]
+        counted = counted_sequence(bodies[name], classes, ()) if name in bodies else None
+        if counted is None:
+            return None
+        items, rules = counted
+        last = list(_ITEM.finditer(bodies[name]))[-1]
+        before_newline: str | None = " ".join(items)
+        if newline and last[2] and _holds_newline(classes[last[1]]):
+            most = int(last[3])
+            before_newline = None if most < 0 else " ".join([*items[:-1], _fixed(last[1], most, rules)])
+        return " ".join(items), before_newline, [rule for rule in rules if rule.split(" ::= ", 1)[0] not in classes]
+
+    return written
+
+
+def _holds_newline(rule: re.Match[str]) -> bool:
+    ranges = _class_ranges(rule[3])
+    return ranges is not None and _holds(ranges, bool(rule[2]), "\n")
+
+
+def _fixed(name: str, count: int, rules: list[str]) -> str:
+    """`name{count, count}` (a class), a long count as chunks of ~sqrt(count) characters: a position each costs a
+    token mask where xgrammar cannot settle the count's end (a broad class before a newline it holds)."""
+    if count < CHUNKED_SPAN:
+        return f"{name}{{{count}, {count}}}"
+    k = round(count**0.5)
+    q, r = divmod(count, k)
+    chunk = f"{name}_chunk_{k}"
+    rule = f"{chunk} ::= (({name}{{{k}, {k}}}))"
+    if rule not in rules:
+        rules.append(rule)
+    return f"{chunk}{{{q}, {q}}}" + (f" {name}{{{r}, {r}}}" if r else "")
 
 
 def _chunked(name: str, least: int, most: int, rules: list[str]) -> str:
@@ -167,11 +265,16 @@ def _union(ranges: Ranges) -> Ranges:
     return out
 
 
+def _holds(ranges: Ranges, negated: bool, char: str) -> bool:
+    """Whether the class of `ranges` (their complement, `negated`) holds `char`."""
+    return any(low <= ord(char) <= high for low, high in ranges) != negated
+
+
 def _size(ranges: Ranges) -> int:
     return sum(high - low + 1 for low, high in ranges)
 
 
-def _minus(ranges: Ranges, taken: tuple[tuple[int, int], ...]) -> Ranges:
+def _minus(ranges: Ranges, taken: Taken) -> Ranges:
     out = ranges
     for t_low, t_high in taken:
         out = [

@@ -78,10 +78,11 @@ def _scanner(pattern: str, chars: str) -> _Scanner:
 
 
 def _class_char(point: int) -> str:
-    """A code point as a character class member, escaped unless it is a letter or digit."""
+    """A code point as a character class member, escaped unless it is a letter or digit: `\\uHHHH`, never `\\xHH`,
+    which xgrammar reads greedily (`[^\\x3ca]` is `[^\\u03ca]`: `<` allowed)."""
     if point < 0x80 and chr(point).isalnum():
         return chr(point)
-    return f"\\x{point:02x}" if point < 0x100 else f"\\u{point:04x}" if point < 0x10000 else chr(point)
+    return f"\\u{point:04x}" if point < 0x10000 else chr(point)
 
 
 def _range_text(low: int, high: int) -> str:

@@ -37,7 +37,13 @@ from typing import Any
 
 from backends.xgrammar_core import xgrammar
 from gateway.grammars.all_of import folded_all_of
-from gateway.grammars.counted_classes import inlined_into_quotes, json_string_ebnf, repeats_natively
+from gateway.grammars.counted_classes import (
+    counts_settle,
+    inlined_into_quotes,
+    json_string_ebnf,
+    repeats_natively,
+    sequence_writer,
+)
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.free_names import FREE_NAME_RULE, free_name_rules
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
@@ -404,22 +410,37 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     characters that began or ended with one read as M - 1 (the parser strips it), below the schema's minLength.
     Such a value cannot hold a newline (xgrammar decides a count's end cheaply only as above: a count followed by a
     class that excludes the newline compiled in ~0.8 s, 40x).
+
+    A value whose rule is a pattern's classes and literals with a count that costs (`counted_classes.sequence_writer`:
+    `^.{1,100}$`, `[a-z]{1,100}` chunked) is inlined the same way, the same strings: qwen_xml's optional newline
+    before the closing tag as two alternatives, `(s "</parameter>") | (s "\\n</parameter>")` (one optional newline
+    between them costs as much as the count in its own rule: ~2.3 s against ~30 ms on Qwen3's vocabulary); where
+    s ends in a class holding the newline, the second is s with that count full, chunked (~100 ms).
     """
     lead, tight_close = _VALUE_LEAD[style], _VALUE_SPACE[style][1][1]
     counts = {
         name: _count(name, int(least), most, lead, bounded) for name, least, most in _RAW_BOUNDED_VALUE.findall(ebnf)
     }
     unions = {name: re.findall(r"\((\w+)\)", body) for name, body in _UNION_VALUE.findall(ebnf)}
+    sequence, added = lru_cache(maxsize=None)(sequence_writer(ebnf, newline=bool(lead))), {}
 
     def written(value: str, spaced: str, close: str) -> str:
         if value in counts:
             return f"{lead}{counts[value]} {close}"
+        if (counted := sequence(value)) is not None:
+            body, before_newline, rules = counted
+            added.update(dict.fromkeys(rules))
+            ends = [f"({body} {close})"]
+            if lead and before_newline is not None:  # the newline the parser strips
+                ends.append(f'({before_newline} "\\n{close[1:]})')
+            return lead + "(" + " | ".join(ends) + ")"
         alternatives = unions.get(value, ())
-        if not any(a in counts for a in alternatives):
+        if not any(a in counts or sequence(a) is not None for a in alternatives):
             return spaced
         return "(" + " | ".join(f"({written(a, f'{lead}{a} {tight_close}', close)})" for a in alternatives) + ")"
 
-    return _SPACED_VALUE.sub(lambda m: written(m[1], m[0], m[2]), ebnf)
+    ebnf = _SPACED_VALUE.sub(lambda m: written(m[1], m[0], m[2]), ebnf)
+    return "\n".join([ebnf.rstrip("\n"), *added]) + "\n"
 
 
 def _count(value: str, least: int, most: str, lead: str, bounded: str) -> str:
@@ -460,7 +481,7 @@ def _spell_safe(schema: Any, path: str, strict: bool, exact: bool, firsts: str) 
     if isinstance(pattern, str):
         safe = pattern if usable_pattern(pattern, f"{path}.pattern", strict, json_string=True) else None
         if safe is not None and may_write(safe, firsts):
-            safe = narrowed(safe, firsts) if exact else cheaply_narrowed(safe, firsts)
+            safe = narrowed(safe, firsts) if exact else _narrowed_if_cheap(safe, firsts)
             safe = safe if safe is not None and usable_pattern(safe, "", False, json_string=True) else None
         if safe is None and exact:
             raise SchemaGrammarError(
@@ -496,7 +517,8 @@ _UNSAFE_PATTERN = (
 _NARROWED_COUNT = 4
 """A narrowed pattern's class makes it a `json_string` regex, whose counted repetitions cost compile time
 (`^.{1,100}$` ~1.5 s on Qwen3's vocabulary, `^\\S{1,12}$` ~0.1 s: bench/RESULTS.md): best effort drops a pattern
-counting past this rather than narrow it (the formats' own counts are below it); strict narrows it whatever the cost
+counting past this rather than narrow it (the formats' own counts are below it), unless it is written as plain EBNF
+(`_narrowed_if_cheap`: JSON and XML values; Gemma 4's regex formats are not); strict narrows it whatever the cost
 (the compile budget bounds it)."""
 
 
@@ -504,6 +526,24 @@ def cheaply_narrowed(pattern: str, firsts: str) -> str | None:
     """`patterns.narrowed(pattern, firsts)` unless the pattern counts past `_NARROWED_COUNT` (then None)."""
     facts = scan(pattern)
     return None if facts is None or facts.largest_count > _NARROWED_COUNT else narrowed(pattern, firsts)
+
+
+def _narrowed_if_cheap(pattern: str, firsts: str) -> str | None:
+    """`cheaply_narrowed`, or the narrowed pattern where it counts more but is classes and literals counted at most
+    `counted_classes`' unzipping: a JSON string writes it as plain EBNF up to its closing quote, a raw XML value
+    up to its closing tag (`^.{1,100}$` ~20-40 ms of compile on Qwen3's vocabulary, not ~1.5-2.5 s), where what
+    follows each broad count ends it (`counts_settle`: not `^.{1,100}x$`)."""
+    cheap = cheaply_narrowed(pattern, firsts)
+    if cheap is not None:
+        return cheap
+    safe = narrowed(pattern, firsts)
+    try:
+        grammar = regex_grammar(safe) if safe is not None else ""
+    except (RuntimeError, ValueError):  # a pattern from_regex refuses
+        return None
+    if not grammar or repeats_natively(grammar):
+        return None
+    return safe if json_string_ebnf(grammar) is not None and counts_settle(grammar, "\n<") else None
 
 
 def _own_format(schema: dict[str, Any], firsts: str) -> dict[str, Any]:
