@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from gateway.grammars.patterns import class_range
+
 _JSON_ESCAPED = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))
 """What a JSON string writes only escaped, which xgrammar's `json_string` regex never writes: controls, `"`, `\\`."""
 _SINGLE_ESCAPES = {"0": 0, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
@@ -88,7 +90,8 @@ def counted_sequence(
         sizes[name] = _size(kept) if not rule[2] else _CODE_POINTS - _size(kept)
         if not sizes[name]:
             return None  # a class with no character left: xgrammar's rule and the EBNF would print differently
-        rules.append(f"{name} ::= (([{rule[2]}{_class_text(kept)}]))")
+        members = "".join(class_range(low, high) for low, high in kept)
+        rules.append(f"{name} ::= (([{rule[2]}{members}]))")
     written, pays = [], False
     for item in items:
         name, least, most = item[1], int(item[2] or 1), int(item[3] or 1)
@@ -284,15 +287,3 @@ def _minus(ranges: Ranges, taken: Taken) -> Ranges:
             if piece[0] <= piece[1]
         ]
     return out
-
-
-def _class_text(ranges: Ranges) -> str:
-    return "".join(_char(low) if low == high else f"{_char(low)}-{_char(high)}" for low, high in ranges)
-
-
-def _char(point: int) -> str:
-    """A class member: an ASCII letter or digit as itself, else a fixed-width escape (xgrammar reads `\\x` greedily:
-    `\\x5da` is U+05DA)."""
-    if point < 0x80 and chr(point).isalnum():
-        return chr(point)
-    return f"\\u{point:04x}" if point < 0x10000 else f"\\U{point:08x}"

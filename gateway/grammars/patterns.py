@@ -85,7 +85,8 @@ def _class_char(point: int) -> str:
     return f"\\u{point:04x}" if point < 0x10000 else chr(point)
 
 
-def _range_text(low: int, high: int) -> str:
+def class_range(low: int, high: int) -> str:
+    """`low`..`high` as character class text, for xgrammar's regexes and EBNF alike."""
     return _class_char(low) if low == high else f"{_class_char(low)}-{_class_char(high)}"
 
 
@@ -265,10 +266,10 @@ class _Scanner:
         pieces, at = [], low
         for point in sorted(q for q in self.points if low <= q <= high):
             if at < point:
-                pieces.append(_range_text(at, point - 1))
+                pieces.append(class_range(at, point - 1))
             at = point + 1
         if at <= high:
-            pieces.append(_range_text(at, high))
+            pieces.append(class_range(at, high))
         return pieces
 
     def _narrow_class(self, start: int, negated: bool, kept: list[str]) -> None:
