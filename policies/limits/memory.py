@@ -208,9 +208,9 @@ class MemoryLimiter(Limiter):
         now = self._now()
         state = self._tenants.setdefault(tenant, _Tenant())
         state.expire(now)
-        own = None
+        own, counted = None, ""  # `counted`: the model whose window this admit counts in ("" for none)
         if model_limits is not None:
-            own = state.models.setdefault(model, _Window())
+            own, counted = state.models.setdefault(model, _Window()), model
             own.expire(now)
         charge = state.charges.get(charge_id)
         free_join = charge is not None and charge.joins < FREE_JOINS
@@ -231,7 +231,7 @@ class MemoryLimiter(Limiter):
                 False, *refusal, state.requests, state.tokens, state.reset_ms(now), scope=scope, model_use=model_use
             )
         if charge is None:
-            charge = state.charges[charge_id] = _Charge(holder, model if own is not None else "", {})
+            charge = state.charges[charge_id] = _Charge(holder, counted, {})
         else:
             charge.joins += 1
         request = int(not free_join)  # a join's tokens and slot are its own in any case
@@ -239,7 +239,7 @@ class MemoryLimiter(Limiter):
         if own is not None:
             own.reserve(holder, now, tokens, request)
             model_use = own.use(now)
-        charge.holders[holder] = (tokens, day, model if own is not None else "")
+        charge.holders[holder] = (tokens, day, counted)
         return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), tokens, model_use=model_use)
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
