@@ -448,3 +448,43 @@ def test_a_strict_tool_whose_keyword_is_not_kept_is_refused(
     with pytest.raises(SchemaGrammarError) as refused:
         grammar(True)
     assert refused.value.param == f"tools[0].function.parameters.properties.{where}"
+
+
+def test_keywords_beside_a_union_hold_for_each_branch(tokenizer, gemma_compiler) -> None:
+    """`anyOf` / `oneOf` branches read alone dropped the keywords beside them (`{"required": ["a"]}` took any value,
+    `minimum` beside the union nothing): each branch is now folded with them, strict or not."""
+    either = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+        "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+    }
+    bounded = {"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 5, "description": "n"}
+    schema = {"type": "object", "properties": {"e": either, "n": bounded}, "required": ["e", "n"]}
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, schema, *parts, strict=True)
+    assert ok("{e:{a:1},n:7}") and ok("{e:{b:", QUOTE, "x", QUOTE, "},n:", QUOTE, "s", QUOTE, "}")
+    assert ok("{e:{a:1,b:", QUOTE, "x", QUOTE, "},n:5}")
+    assert not ok("{e:{zzz:1},n:7}") and not ok("{e:{},n:7}") and not ok("{e:{a:", QUOTE, "1", QUOTE, "},n:7}")
+    assert not ok("{e:{a:1},n:4}")
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword"),
+    [({"type": "array", "items": {"type": "integer"}, "anyOf": [{"items": {"minimum": 0}}, {"maxItems": 2}]},
+      "items"),
+     ({"minimum": 3, "oneOf": [{"$ref": "#/$defs/N"}, {"type": "null"}]}, "minimum")],
+)  # fmt: skip
+def test_keywords_beside_a_union_that_cannot_be_folded_are_refused_under_strict(
+    tokenizer, schema: dict[str, Any], keyword: str
+) -> None:
+    """Two parts saying `items` (their meaning depends on siblings) or a `$ref` branch: not folded, so the keyword
+    beside the union is not enforced: a 400 naming it under strict (it was silently dropped); best effort drops it."""
+    parameters = {"type": "object", "properties": {"s": schema}, "$defs": {"N": {"type": "integer"}}}
+
+    def grammar(strict: bool) -> str:
+        tool = {"type": "function", "function": {"name": "f", "parameters": parameters, "strict": strict}}
+        return build_grammar(ChatRequest(messages=[], tools=[tool], tool_choice="required"), tokenizer).text
+
+    assert grammar(False)
+    with pytest.raises(SchemaGrammarError) as refused:
+        grammar(True)
+    assert refused.value.param == f"tools[0].function.parameters.properties.s.{keyword}"
