@@ -92,7 +92,23 @@ def test_read_call() -> None:
     # a key with no value is "", as vLLM's parser reads it (malformed before)
     assert read_call(["call:f{a:}"]) == ("f", {"a": ""})
     assert read_call(["call:f{a: ,b:{c:}}"]) == ("f", {"a": "", "b": {"c": ""}})
-    for bad in (["call:f"], ["call:{}"], ["f{}"], ["call:f{a}"], ["call:f{a:1"], ["call:f{a:1} x"], ["call:f{a:"]):
+    # commas that separate nothing add nothing, as vLLM's parser skips them (malformed before)
+    assert read_call(["call:f{a:[1,,2],b:[,", Quoted("x"), ", ,],,c:{,},}"]) == (
+        "f",
+        {"a": [1, 2], "b": ["x"], "c": {}},
+    )
+    assert read_call(["call:f{,}"]) == ("f", {}) and read_call(["call:f{a:[,]}"]) == ("f", {"a": []})
+    for bad in (
+        ["call:f"],
+        ["call:{}"],
+        ["f{}"],
+        ["call:f{a}"],
+        ["call:f{a:1"],
+        ["call:f{a:1} x"],
+        ["call:f{a:"],
+        ["call:f{a:[1 [2]]}"],
+        ["call:f{a:[1,"],
+    ):
         with pytest.raises(Malformed):
             read_call(bad)
     with pytest.raises(Malformed, match="deep"):
