@@ -4,6 +4,7 @@ byte-level vocabulary with Gemma 4's control tokens as added tokens (the conform
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -25,6 +26,8 @@ from gateway.families.gemma4.markers import (
 from gateway.families.gemma4.parser import Malformed, Quoted, read_call
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.unenforced import strict_where_possible
+from gateway.models.planning import chat_grammar
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 from tests.family_checks import check_every_split, replay, tokenize_only_model
@@ -504,3 +507,24 @@ def test_keywords_beside_a_union_that_cannot_be_folded_are_refused_under_strict(
     with pytest.raises(SchemaGrammarError) as refused:
         grammar(True)
     assert refused.value.param == f"tools[0].function.parameters.properties.s.{keyword}"
+
+
+def test_a_tool_omitting_strict_whose_keyword_is_not_kept_is_built_once_best_effort(tokenizer, monkeypatch) -> None:
+    """The Responses API makes a tool that omits `strict` strict where it can be: a `maxLength` (which every other
+    family's grammar keeps) was promoted, refused by this family's strict build, then rebuilt best effort (two
+    builds). Now the family says it cannot keep it first: one build; a schema it keeps is still promoted."""
+    model = tokenize_only_model("gemma-4", tokenizer, "gemma4")
+    builds: list[int] = []
+    family_grammar = model.family.grammar
+    monkeypatch.setattr(model.family, "grammar", lambda *a: builds.append(1) or family_grammar(*a))
+    bounded = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}}
+    nested = {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/$defs/S"}}},
+              "$defs": {"S": {"type": "string", "minLength": 1}}}  # fmt: skip
+    plain = {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer", "maxLength": 3}}}
+    tools = [
+        {"type": "function", "function": {"name": f"f{i}", "parameters": p}} for i, p in enumerate([bounded, nested])
+    ]
+    chat = ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools, strict_by_default=True)
+    assert chat_grammar(model, chat, "") is not None and len(builds) == 1
+    keeps = [{"type": "function", "function": {"name": "g", "parameters": plain}}, *tools]
+    assert strict_where_possible(replace(chat, tools=keeps), model.family.keeps_strict)[1] == {0}

@@ -39,7 +39,14 @@ from gateway.grammars.all_of import folded_all_of
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
-from gateway.grammars.safe_json import cheaply_narrowed, holds_spelling, may_write, usable_pattern
+from gateway.grammars.safe_json import (
+    SUBSCHEMA_KEYS,
+    SUBSCHEMA_MAPS,
+    cheaply_narrowed,
+    holds_spelling,
+    may_write,
+    usable_pattern,
+)
 from gateway.grammars.string_formats import raw_string_pattern
 
 Format = dict[str, Any]
@@ -141,18 +148,10 @@ class ArgumentFormats:
             )
 
     def _keywords_kept(self, schema: dict[str, Any], where: str) -> None:
-        """`_dropped` for the first keyword of `schema` in NOT_KEPT that applies to its type: a list of types has each
-        checked as a schema of its own, a `$ref` its target merged, a literal is itself; with no type, all apply."""
-        kind = schema.get("type")
-        if isinstance(kind, str):
-            kinds: tuple[str | None, ...] = (None, kind)
-        elif {"type", "$ref", "enum", "const"} & schema.keys():
-            kinds = (None,)
-        else:
-            kinds = tuple(NOT_KEPT)
-        for keyword in (k for each in kinds for k in NOT_KEPT.get(each, ())):
-            if keyword in schema:
-                self._dropped(where, keyword)
+        """`_dropped` for the first keyword of `schema` in NOT_KEPT that applies to its type (`not_kept`)."""
+        keyword = not_kept(schema)
+        if keyword is not None:
+            self._dropped(where, keyword)
 
     def _value(self, schema: Any, depth: int, where: str) -> Format | None:
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
@@ -375,6 +374,39 @@ class ArgumentFormats:
             raise _TooLarge
         alternatives = _or([_seq(member, tails[k]) for k, (member, _) in enumerate(members[: last + 1])])
         return alternatives if first_required is not None else {"type": "optional", "content": alternatives}
+
+
+def not_kept(schema: dict[str, Any]) -> str | None:
+    """The first keyword of `schema` in NOT_KEPT that applies to its type: a list of types has each checked as a
+    schema of its own, a `$ref` its target merged, a literal is itself; with no type, all apply."""
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        kinds: tuple[str | None, ...] = (None, kind)
+    elif {"type", "$ref", "enum", "const"} & schema.keys():
+        kinds = (None,)
+    else:
+        kinds = tuple(NOT_KEPT)
+    return next((k for each in kinds for k in NOT_KEPT.get(each, ()) if k in schema), None)
+
+
+def kept_under_strict(parameters: Any) -> bool:
+    """False where a schema anywhere in `parameters` (its `$defs` too) has a keyword these formats do not keep
+    (`not_kept`, a count past MAX_COUNTED), which a strict build refuses; True otherwise (the build decides the
+    rest: a recursive `$ref`, a pattern that cannot be narrowed…)."""
+    stack = [parameters]
+    while stack:
+        schema = stack.pop()
+        if isinstance(schema, list):
+            stack += schema
+            continue
+        if not isinstance(schema, dict):
+            continue
+        counts = [c for c in (schema.get("minItems"), schema.get("maxItems")) if isinstance(c, int)]
+        if not_kept(schema) is not None or any(c > MAX_COUNTED for c in counts):
+            return False
+        stack += [schema[k] for k in SUBSCHEMA_KEYS if k in schema]
+        stack += [sub for k in SUBSCHEMA_MAPS if isinstance(schema.get(k), dict) for sub in schema[k].values()]
+    return True
 
 
 def _folded(beside: dict[str, Any], option: Any, where: str) -> dict[str, Any] | None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
 from gateway.families.templates import render_request
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 
+from .arguments import kept_under_strict
 from .grammar import build_grammar
 from .markers import CHANNEL, CHANNEL_END, STOP_TOKENS
 from .parser import Gemma4Parser
@@ -31,6 +34,9 @@ class Gemma4Family(Family):
         if not template:
             raise TemplateError("gemma4 needs the checkpoint's chat template (or options.chat_template)")
         return render_request(template, request, self.context.special_tokens_map)
+
+    def keeps_strict(self, parameters: Any) -> bool:
+        return kept_under_strict(parameters)
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(*STOP_TOKENS)
