@@ -21,7 +21,9 @@ class Gemma4Family(Family):
     `<|tool_response>` (the model waits for the tool's answer).
 
     Prompts come from the checkpoint's own chat template (or options.chat_template): Gemma 4 ships one, and
-    no native encoder is kept here.
+    no native encoder is kept here. Its current revision renders in time quadratic in the messages (two forward
+    scans per message: ~1.2 s of CPU for 800 messages, bench/gemma4_render_bench.py); the template bounds
+    (prompts/template_bounds.py) refuse a render past 10 s of CPU with a 400.
     """
 
     name = "gemma4"
