@@ -219,21 +219,43 @@ class ArgumentFormats:
 
     def _union(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
         """An `anyOf` / `oneOf` (`oneOf` read as `anyOf`: unenforced.py refuses a strict one not shown exclusive). The
-        keywords beside it that assert something (SIBLING_ASSERTIONS) hold for every branch, so each branch is folded
-        with them (`all_of.folded_all_of`: exact, or refused). Where a branch cannot be folded (a `$ref` branch, two
-        parts saying `items`, disjoint types…) they are dropped, the branches alone kept: under strict, a
-        SchemaGrammarError naming the one that does not fold."""
+        keywords beside it that assert something (SIBLING_ASSERTIONS) hold for every branch, so each branch (a
+        local `$ref` one its target) is folded with them (`all_of.folded_all_of`: exact, or refused). A branch that
+        cannot be (two parts saying `items`, disjoint types…) is kept alone, without them: under strict, a
+        SchemaGrammarError naming the keyword that does not fold."""
         key = "anyOf" if "anyOf" in schema else "oneOf"
-        options = schema[key] if isinstance(schema[key], list) else None
-        wheres = [f"{where}.{key}[{i}]" for i in range(len(options or ()))]
+        options = schema[key] if isinstance(schema[key], list) and schema[key] else None
+        if options is None:
+            return None
         beside = {k: v for k, v in schema.items() if k in SIBLING_ASSERTIONS and k != key}
-        if beside and options:
-            folded = [_folded(beside, option, where) for option in options]
-            if all(f is not None for f in folded):
-                options = folded
-            else:
+        formats: list[Format] = []
+        for i, option in enumerate(options):
+            ref = option.get("$ref") if beside and isinstance(option, dict) else None
+            target = self._target(option) if beside else option
+            branch = _folded(beside, target, where) if beside and target is not None else option
+            if branch is None:
                 self._dropped(where, _unfolded(beside, options), f"beside '{key}' cannot be merged into its branches")
-        return self._any(options, depth, wheres)
+                branch, ref = option, None
+            if isinstance(ref, str) and branch is not option:
+                self._inlining.append(ref)  # the target inlined here: a reference back to it is recursion
+            try:
+                value = self._value(branch, depth, f"{where}.{key}[{i}]")
+            finally:
+                if isinstance(ref, str) and branch is not option:
+                    self._inlining.pop()
+            if value is None:
+                return None
+            formats.append(value)
+        return _or(formats)
+
+    def _target(self, option: Any) -> Any:
+        """A union's branch, a local `$ref` one its target with the branch's other keywords (as `_reference`
+        merges them); None for a recursive, remote or dangling reference."""
+        if not isinstance(option, dict) or "$ref" not in option:
+            return option
+        ref = option["$ref"]
+        target = resolve_pointer(self._root, ref) if isinstance(ref, str) and ref not in self._inlining else None
+        return {**target, **{k: v for k, v in option.items() if k != "$ref"}} if isinstance(target, dict) else None
 
     def _any(self, options: list[Any] | None, depth: int, wheres: list[str]) -> Format | None:
         formats = [self._value(o, depth, w) for o, w in zip(options, wheres, strict=True)] if options else [None]
