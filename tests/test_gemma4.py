@@ -4,6 +4,7 @@ byte-level vocabulary with Gemma 4's control tokens as added tokens (the conform
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -25,6 +26,8 @@ from gateway.families.gemma4.markers import (
 from gateway.families.gemma4.parser import Malformed, Quoted, read_call
 from gateway.grammars.compat import newer_features
 from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.unenforced import strict_where_possible
+from gateway.models.planning import chat_grammar
 from gateway.prompts.template import TemplateError
 from gateway.types import ChatRequest
 from tests.family_checks import check_every_split, replay, tokenize_only_model
@@ -92,7 +95,23 @@ def test_read_call() -> None:
     # a key with no value is "", as vLLM's parser reads it (malformed before)
     assert read_call(["call:f{a:}"]) == ("f", {"a": ""})
     assert read_call(["call:f{a: ,b:{c:}}"]) == ("f", {"a": "", "b": {"c": ""}})
-    for bad in (["call:f"], ["call:{}"], ["f{}"], ["call:f{a}"], ["call:f{a:1"], ["call:f{a:1} x"], ["call:f{a:"]):
+    # commas that separate nothing add nothing, as vLLM's parser skips them (malformed before)
+    assert read_call(["call:f{a:[1,,2],b:[,", Quoted("x"), ", ,],,c:{,},}"]) == (
+        "f",
+        {"a": [1, 2], "b": ["x"], "c": {}},
+    )
+    assert read_call(["call:f{,}"]) == ("f", {}) and read_call(["call:f{a:[,]}"]) == ("f", {"a": []})
+    for bad in (
+        ["call:f"],
+        ["call:{}"],
+        ["f{}"],
+        ["call:f{a}"],
+        ["call:f{a:1"],
+        ["call:f{a:1} x"],
+        ["call:f{a:"],
+        ["call:f{a:[1 [2]]}"],
+        ["call:f{a:[1,"],
+    ):
         with pytest.raises(Malformed):
             read_call(bad)
     with pytest.raises(Malformed, match="deep"):
@@ -448,3 +467,66 @@ def test_a_strict_tool_whose_keyword_is_not_kept_is_refused(
     with pytest.raises(SchemaGrammarError) as refused:
         grammar(True)
     assert refused.value.param == f"tools[0].function.parameters.properties.{where}"
+
+
+def test_keywords_beside_a_union_hold_for_each_branch(tokenizer, gemma_compiler) -> None:
+    """`anyOf` / `oneOf` branches read alone dropped the keywords beside them (`{"required": ["a"]}` took any value,
+    `minimum` beside the union nothing): each branch is now folded with them, strict or not."""
+    either = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+        "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+    }
+    bounded = {"anyOf": [{"$ref": "#/$defs/N"}, {"type": "string"}], "minimum": 5, "description": "n"}
+    schema = {"type": "object", "properties": {"e": either, "n": bounded}, "required": ["e", "n"],
+              "$defs": {"N": {"type": "integer"}}}  # fmt: skip
+    ok = lambda *parts: takes(tokenizer, gemma_compiler, schema, *parts, strict=True)
+    assert ok("{e:{a:1},n:7}") and ok("{e:{b:", QUOTE, "x", QUOTE, "},n:", QUOTE, "s", QUOTE, "}")
+    assert ok("{e:{a:1,b:", QUOTE, "x", QUOTE, "},n:5}")
+    assert not ok("{e:{zzz:1},n:7}") and not ok("{e:{},n:7}") and not ok("{e:{a:", QUOTE, "1", QUOTE, "},n:7}")
+    assert not ok("{e:{a:1},n:4}")
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword"),
+    [({"type": "array", "items": {"type": "integer"}, "anyOf": [{"items": {"minimum": 0}}, {"maxItems": 2}]},
+      "items"),
+     ({"type": "string", "anyOf": [{"type": "integer"}, {"type": "string"}]}, "type")],
+)  # fmt: skip
+def test_keywords_beside_a_union_that_cannot_be_folded_are_refused_under_strict(
+    tokenizer, schema: dict[str, Any], keyword: str
+) -> None:
+    """Two parts saying `items` (their meaning depends on siblings) or disjoint types: not folded, so the keyword
+    beside the union is not enforced there: a 400 naming it under strict (it was silently dropped); best effort
+    keeps that branch alone."""
+    parameters = {"type": "object", "properties": {"s": schema}, "$defs": {"N": {"type": "integer"}}}
+
+    def grammar(strict: bool) -> str:
+        tool = {"type": "function", "function": {"name": "f", "parameters": parameters, "strict": strict}}
+        return build_grammar(ChatRequest(messages=[], tools=[tool], tool_choice="required"), tokenizer).text
+
+    assert grammar(False)
+    with pytest.raises(SchemaGrammarError) as refused:
+        grammar(True)
+    assert refused.value.param == f"tools[0].function.parameters.properties.s.{keyword}"
+
+
+def test_a_tool_omitting_strict_whose_keyword_is_not_kept_is_built_once_best_effort(tokenizer, monkeypatch) -> None:
+    """The Responses API makes a tool that omits `strict` strict where it can be: a `maxLength` (which every other
+    family's grammar keeps) was promoted, refused by this family's strict build, then rebuilt best effort (two
+    builds). Now the family says it cannot keep it first: one build; a schema it keeps is still promoted."""
+    model = tokenize_only_model("gemma-4", tokenizer, "gemma4")
+    builds: list[int] = []
+    family_grammar = model.family.grammar
+    monkeypatch.setattr(model.family, "grammar", lambda *a: builds.append(1) or family_grammar(*a))
+    bounded = {"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}}
+    nested = {"type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/$defs/S"}}},
+              "$defs": {"S": {"type": "string", "minLength": 1}}}  # fmt: skip
+    plain = {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer", "maxLength": 3}}}
+    tools = [
+        {"type": "function", "function": {"name": f"f{i}", "parameters": p}} for i, p in enumerate([bounded, nested])
+    ]
+    chat = ChatRequest(messages=[{"role": "user", "content": "x"}], tools=tools, strict_by_default=True)
+    assert chat_grammar(model, chat, "") is not None and len(builds) == 1
+    keeps = [{"type": "function", "function": {"name": "g", "parameters": plain}}, *tools]
+    assert strict_where_possible(replace(chat, tools=keeps), model.family.keeps_strict)[1] == {0}

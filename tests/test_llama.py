@@ -226,6 +226,29 @@ def test_with_no_tool_to_call_no_call_opens_mid_text(tokenizer: Tokenizer, plain
     assert result.content == text and not result.tool_calls
 
 
+@pytest.mark.parametrize(
+    "tools", [{"tools": [WEATHER], "tool_choice": "none"}, {}], ids=["tool_choice none", "no tools"]
+)
+@pytest.mark.parametrize(
+    ("parts", "content"),
+    [(OUTPUTS[0], OUTPUTS[0][0]),
+     ((PYTHON_TAG, '{"name": "f", "parameters": {}}', EOM), '{"name": "f", "parameters": {}}'),
+     ((" ", OUTPUTS[2][0]), " " + OUTPUTS[2][0])],
+    ids=["call first", "call after the tag", "JSON answer"],
+)  # fmt: skip
+def test_with_no_tool_to_call_a_call_opening_the_output_is_content(
+    tokenizer: Tokenizer, plain, tools: dict, parts: tuple[Any, ...], content: str
+) -> None:
+    """With nothing the model may call, vLLM runs no tool parser (its `tool_choice_auto` needs `request.tools` and
+    a choice other than "none"): a Llama 3 call at the very start of the output, or after `<|python_tag|>`, is text.
+    Ours made a tool_call of it (finish_reason "tool_calls" for a request with no tool); the tag token is dropped as
+    vLLM's detokenizer skips it."""
+    family = tokenize_only_model("llama-3", tokenizer, "llama3_json").family
+    request = ChatRequest(messages=[{"role": "user", "content": "x"}], **tools)
+    result = replay(family.parser(request, ""), tokenizer, ids_of(plain, *parts))
+    assert result.content == content and not result.tool_calls
+
+
 def test_pythonic_calls_take_literals_only() -> None:
     assert pythonic_calls("[f(a=[1, {'b': None}], c=True)]") == [("f", {"a": [1, {"b": None}], "c": True})]
     assert pythonic_calls("[f(x)]") is None and pythonic_calls("[f(a=g())]") is None

@@ -110,6 +110,12 @@ class Family(ABC):
         family can see what its generation prompt already opened (a think block, a channel).
         """
 
+    def keeps_strict(self, parameters: Any) -> bool:
+        """Whether this family's grammar may hold a tool whose schema is `parameters` to strict: False where it
+        surely leaves a keyword out, so a tool that omits `strict` is built best effort at once (no strict build
+        that refuses it first, planning.chat_grammar). True where unsure: the strict build then decides."""
+        return True
+
     @abstractmethod
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         """A fresh incremental parser for one choice of this request; `prompt` as for `grammar`."""

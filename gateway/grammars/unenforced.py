@@ -44,9 +44,12 @@ def check_strict_schemas(chat: ChatRequest) -> None:
         _check(response_schema(chat.response_format), RESPONSE_SCHEMA_PARAM)
 
 
-def strict_where_possible(chat: ChatRequest) -> tuple[ChatRequest, set[int]]:
+def strict_where_possible(
+    chat: ChatRequest, keeps: Callable[[Any], bool] = lambda parameters: True
+) -> tuple[ChatRequest, set[int]]:
     """`chat` with each active tool that omits `strict` made strict where its schema uses no keyword left
-    unenforced, and the indexes (in `chat.tools`) of the tools so made strict. OpenAI's Responses API: "If you omit
+    unenforced (and `keeps` its parameters: the family's grammar can hold them, Family.keeps_strict), and the
+    indexes (in `chat.tools`) of the tools so made strict. OpenAI's Responses API: "If you omit
     strict ... Responses requests will attempt to normalize your schema into strict mode when possible, and will
     fall back to non-strict, best-effort function calling if the schema cannot be made compatible" (its
     function-calling guide; the SDK's FunctionToolParam: "Default `true`")."""
@@ -54,7 +57,10 @@ def strict_where_possible(chat: ChatRequest) -> tuple[ChatRequest, set[int]]:
     promoted = {
         i
         for i, tool in enumerate(chat.tools)
-        if "strict" not in tool["function"] and id(tool) in active and strict_able(tool)
+        if "strict" not in tool["function"]
+        and id(tool) in active
+        and strict_able(tool)
+        and keeps(tool["function"].get("parameters"))
     }
     if not promoted:
         return chat, promoted

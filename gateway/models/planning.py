@@ -230,7 +230,7 @@ def _chat_grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> tuple[G
     """`chat_grammar`, and the chat it was built for (its tools' `strict` what the grammar holds them to)."""
     if not chat.strict_by_default:
         return _grammar(model, chat, prompt), chat
-    trial, promoted = strict_where_possible(chat)
+    trial, promoted = strict_where_possible(chat, model.family.keeps_strict)
     if promoted:
         try:
             return _grammar(model, trial, prompt), trial

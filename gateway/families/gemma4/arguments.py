@@ -25,7 +25,8 @@ count past 4), like a pattern xgrammar cannot use, dropped and the string is fre
 kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
 (`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md). Under the tool's `strict: true` nothing is left out
 silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, an object's values' schema without
-`properties`) is a SchemaGrammarError naming its place, and a pattern is narrowed whatever its count.
+`properties`) is a SchemaGrammarError naming its place, and a pattern is narrowed whatever its count. The keywords
+beside an `anyOf` / `oneOf` are folded into each branch (`_union`); where they cannot be, best effort drops them.
 """
 
 from __future__ import annotations
@@ -34,10 +35,18 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.all_of import folded_all_of
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
-from gateway.grammars.safe_json import cheaply_narrowed, holds_spelling, may_write, usable_pattern
+from gateway.grammars.safe_json import (
+    SUBSCHEMA_KEYS,
+    SUBSCHEMA_MAPS,
+    cheaply_narrowed,
+    holds_spelling,
+    may_write,
+    usable_pattern,
+)
 from gateway.grammars.string_formats import raw_string_pattern
 
 Format = dict[str, Any]
@@ -51,6 +60,17 @@ CHARS_PER_FORMAT = 100
 """Spelled-out text that weighs one format where it is copied (MAX_FORMATS: at most ~500 KB of copies a tool)."""
 MAX_COUNTED = 16
 """The largest `minItems` / `maxItems` spelled out (each counted item is a copy of the item's formats)."""
+SIBLING_ASSERTIONS = frozenset(
+    {"type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+     "maxLength", "minLength", "pattern", "format", "maxItems", "minItems", "uniqueItems", "maxContains",
+     "minContains", "contains", "items", "prefixItems", "additionalItems", "unevaluatedItems", "maxProperties",
+     "minProperties", "required", "properties", "patternProperties", "additionalProperties", "propertyNames",
+     "unevaluatedProperties", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "anyOf", "oneOf",
+     "not", "if", "then", "else"}
+)  # fmt: skip
+"""JSON Schema's assertion keywords: beside an `anyOf` / `oneOf` each holds for every branch (annotations, `$defs`
+and keywords JSON Schema does not know, such as OpenAPI's `discriminator`, assert nothing)."""
+_BOUND_TO_SIBLINGS = ("items", "prefixItems", "additionalItems", "additionalProperties", "patternProperties")
 _NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 NOT_KEPT = {
     None: ("allOf", "unevaluatedProperties", "unevaluatedItems"),
@@ -128,18 +148,10 @@ class ArgumentFormats:
             )
 
     def _keywords_kept(self, schema: dict[str, Any], where: str) -> None:
-        """`_dropped` for the first keyword of `schema` in NOT_KEPT that applies to its type: a list of types has each
-        checked as a schema of its own, a `$ref` its target merged, a literal is itself; with no type, all apply."""
-        kind = schema.get("type")
-        if isinstance(kind, str):
-            kinds: tuple[str | None, ...] = (None, kind)
-        elif {"type", "$ref", "enum", "const"} & schema.keys():
-            kinds = (None,)
-        else:
-            kinds = tuple(NOT_KEPT)
-        for keyword in (k for each in kinds for k in NOT_KEPT.get(each, ())):
-            if keyword in schema:
-                self._dropped(where, keyword)
+        """`_dropped` for the first keyword of `schema` in NOT_KEPT that applies to its type (`not_kept`)."""
+        keyword = not_kept(schema)
+        if keyword is not None:
+            self._dropped(where, keyword)
 
     def _value(self, schema: Any, depth: int, where: str) -> Format | None:
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
@@ -153,12 +165,10 @@ class ArgumentFormats:
             return self._reference(schema, depth, where)
         if not {"type", "enum", "const", "anyOf", "oneOf"} & schema.keys():
             return self._free(depth)
+        if "anyOf" in schema or "oneOf" in schema:
+            return self._union(schema, depth, where)
         if "enum" in schema or "const" in schema:
             return self._literals(schema["enum"] if "enum" in schema else [schema["const"]], depth)
-        if "anyOf" in schema or "oneOf" in schema:
-            key = "anyOf" if "anyOf" in schema else "oneOf"
-            options = schema[key] if isinstance(schema[key], list) else None
-            return self._any(options, depth, [f"{where}.{key}[{i}]" for i in range(len(options or ()))])
         kind = schema.get("type")
         if isinstance(kind, list):
             return self._any([{**schema, "type": k} for k in kind], depth, [where] * len(kind))
@@ -206,6 +216,46 @@ class ArgumentFormats:
             raise _TooLarge
         member = _seq({"type": "regex", "pattern": FREE_KEY}, _const(":"), inner)
         return [_seq(_const("["), _counted(inner), _const("]")), _seq(_const("{"), _counted(member), _const("}"))]
+
+    def _union(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
+        """An `anyOf` / `oneOf` (`oneOf` read as `anyOf`: unenforced.py refuses a strict one not shown exclusive). The
+        keywords beside it that assert something (SIBLING_ASSERTIONS) hold for every branch, so each branch (a
+        local `$ref` one its target) is folded with them (`all_of.folded_all_of`: exact, or refused). A branch that
+        cannot be (two parts saying `items`, disjoint types…) is kept alone, without them: under strict, a
+        SchemaGrammarError naming the keyword that does not fold."""
+        key = "anyOf" if "anyOf" in schema else "oneOf"
+        options = schema[key] if isinstance(schema[key], list) and schema[key] else None
+        if options is None:
+            return None
+        beside = {k: v for k, v in schema.items() if k in SIBLING_ASSERTIONS and k != key}
+        formats: list[Format] = []
+        for i, option in enumerate(options):
+            ref = option.get("$ref") if beside and isinstance(option, dict) else None
+            target = self._target(option) if beside else option
+            branch = _folded(beside, target, where) if beside and target is not None else option
+            if branch is None:
+                self._dropped(where, _unfolded(beside, options), f"beside '{key}' cannot be merged into its branches")
+                branch, ref = option, None
+            if isinstance(ref, str) and branch is not option:
+                self._inlining.append(ref)  # the target inlined here: a reference back to it is recursion
+            try:
+                value = self._value(branch, depth, f"{where}.{key}[{i}]")
+            finally:
+                if isinstance(ref, str) and branch is not option:
+                    self._inlining.pop()
+            if value is None:
+                return None
+            formats.append(value)
+        return _or(formats)
+
+    def _target(self, option: Any) -> Any:
+        """A union's branch, a local `$ref` one its target with the branch's other keywords (as `_reference`
+        merges them); None for a recursive, remote or dangling reference."""
+        if not isinstance(option, dict) or "$ref" not in option:
+            return option
+        ref = option["$ref"]
+        target = resolve_pointer(self._root, ref) if isinstance(ref, str) and ref not in self._inlining else None
+        return {**target, **{k: v for k, v in option.items() if k != "$ref"}} if isinstance(target, dict) else None
 
     def _any(self, options: list[Any] | None, depth: int, wheres: list[str]) -> Format | None:
         formats = [self._value(o, depth, w) for o, w in zip(options, wheres, strict=True)] if options else [None]
@@ -346,6 +396,58 @@ class ArgumentFormats:
             raise _TooLarge
         alternatives = _or([_seq(member, tails[k]) for k, (member, _) in enumerate(members[: last + 1])])
         return alternatives if first_required is not None else {"type": "optional", "content": alternatives}
+
+
+def not_kept(schema: dict[str, Any]) -> str | None:
+    """The first keyword of `schema` in NOT_KEPT that applies to its type: a list of types has each checked as a
+    schema of its own, a `$ref` its target merged, a literal is itself; with no type, all apply."""
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        kinds: tuple[str | None, ...] = (None, kind)
+    elif {"type", "$ref", "enum", "const"} & schema.keys():
+        kinds = (None,)
+    else:
+        kinds = tuple(NOT_KEPT)
+    return next((k for each in kinds for k in NOT_KEPT.get(each, ()) if k in schema), None)
+
+
+def kept_under_strict(parameters: Any) -> bool:
+    """False where a schema anywhere in `parameters` (its `$defs` too) has a keyword these formats do not keep
+    (`not_kept`, a count past MAX_COUNTED), which a strict build refuses; True otherwise (the build decides the
+    rest: a recursive `$ref`, a pattern that cannot be narrowed…)."""
+    stack = [parameters]
+    while stack:
+        schema = stack.pop()
+        if isinstance(schema, list):
+            stack += schema
+            continue
+        if not isinstance(schema, dict):
+            continue
+        counts = [c for c in (schema.get("minItems"), schema.get("maxItems")) if isinstance(c, int)]
+        if not_kept(schema) is not None or any(c > MAX_COUNTED for c in counts):
+            return False
+        stack += [schema[k] for k in SUBSCHEMA_KEYS if k in schema]
+        stack += [sub for k in SUBSCHEMA_MAPS if isinstance(schema.get(k), dict) for sub in schema[k].values()]
+    return True
+
+
+def _folded(beside: dict[str, Any], option: Any, where: str) -> dict[str, Any] | None:
+    """A union's branch with the keywords `beside` the union folded in, where exact; None where not (a `$ref` in
+    the branch, which the fold would resolve against no root, or an overlap `folded_all_of` refuses)."""
+    if not isinstance(option, dict) or "$ref" in option:
+        return None
+    try:
+        folded = folded_all_of({"allOf": [beside, option]}, where)
+    except SchemaGrammarError:
+        return None
+    return folded if isinstance(folded, dict) and "allOf" not in folded else None
+
+
+def _unfolded(beside: dict[str, Any], options: list[Any]) -> str:
+    """The keyword beside a union to name where its branches cannot be folded: one a branch says otherwise, else one
+    whose meaning depends on the keywords beside it (`items`, `additionalProperties`…), else the first."""
+    clash = (k for k in beside if any(isinstance(o, dict) and k in o and o[k] != beside[k] for o in options))
+    return next(clash, next((k for k in beside if k in _BOUND_TO_SIBLINGS), next(iter(beside))))
 
 
 def _later(member: Format, required: bool) -> Format:

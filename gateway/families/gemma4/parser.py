@@ -14,7 +14,9 @@ Decisions (the gateway's documented behaviour):
   may hold spaces; strings between `<|"|>`; numbers, true, false, null; nested
   objects and arrays, at most MAX_DEPTH deep), emitted as one call with JSON
   arguments; a key with no value (`{a:}`, `{a:,b:1}`) is the empty string, as
-  vLLM's parser reads it. A call that is malformed, or cut short (max_tokens),
+  vLLM's parser reads it; commas that separate nothing (`[1,,2]`, `[1,]`,
+  `{a:1,,b:2}`) add no item or member, as vLLM's parser skips them (our
+  grammar never writes them; a backend without it can). A call that is malformed, or cut short (max_tokens),
   is never sent.
 * Text around calls is content, verbatim.
 """
@@ -97,11 +99,17 @@ class _Reader:
     def rest(self) -> str:
         return "".join(i if isinstance(i, str) else i.text for i in self._items[self._at :])
 
+    def skip_empty(self) -> None:
+        """Commas that separate nothing (`[1,,2]`, `[1,]`, `{,a:1}`): no item, as vLLM's parser reads them."""
+        while self.take(","):
+            pass
+
     def object(self, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        if self.take("}"):
-            return out
         while True:
+            self.skip_empty()
+            if self.take("}"):
+                return out
             item = self.peek()
             if isinstance(item, Quoted):
                 self._at += 1
@@ -111,20 +119,17 @@ class _Reader:
             if not self.take(":"):  # a key of only whitespace is "" (as vLLM's parser reads it)
                 raise Malformed("an object member is key:value")
             out[key] = "" if self.peek() in (",", "}") else self.value(depth + 1)  # `{a:}`: "", as vLLM reads it
-            if self.take("}"):
-                return out
-            if not self.take(","):
+            if not self.take(",") and self.peek() != "}":
                 raise Malformed("object members are separated by ','")
 
     def array(self, depth: int) -> list[Any]:
         out: list[Any] = []
-        if self.take("]"):
-            return out
         while True:
-            out.append(self.value(depth + 1))
+            self.skip_empty()
             if self.take("]"):
                 return out
-            if not self.take(","):
+            out.append(self.value(depth + 1))
+            if not self.take(",") and self.peek() != "]":
                 raise Malformed("array items are separated by ','")
 
     def value(self, depth: int) -> Any:

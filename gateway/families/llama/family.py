@@ -77,5 +77,10 @@ class Llama4Family(Llama3Family):
             raise TemplateError("llama4_pythonic needs the checkpoint's chat template (or options.chat_template)")
         return super().render(request)
 
+    def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
+        """A call list opening the output is read even with no tool to call (as vLLM's llama4_pythonic parser tests
+        read it, tests/data/parser_corpus.json's vllm-llama4-* cases; Llama 4 has no mid-text trigger)."""
+        return LlamaParser(self.syntax)
+
 
 FAMILIES = (Llama3Family, Llama4Family)

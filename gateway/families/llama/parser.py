@@ -22,9 +22,10 @@ Decisions (the gateway's documented behaviour):
   forced calls (their grammar allows nothing else): a call cut short is never
   sent, nor shown as content. Turn-end tokens (`<|eot_id|>`, `<|eom_id|>`, `<|python_end|>`, …)
   are dropped.
-* With no tool the model may call (none offered, or `tool_choice: "none"`) no call opens mid-text: no grammar
-  has the trigger then, and text that quotes a call-shaped object is an answer (hermes, GLM and Qwen3 XML read
-  no call at all then, and vLLM runs no tool parser).
+* With no tool the model may call (none offered, or `tool_choice: "none"`) a Llama 3 output is content, a
+  call-shaped object opening it or after `<|python_tag|>` too (the tag itself is dropped, as vLLM's detokenizer
+  skips it): vLLM runs no tool parser then (its `tool_choice_auto` needs `request.tools`), hermes, GLM and Qwen3
+  XML read no call either, and no grammar has a call then. (Llama 4's family still reads a call list: family.py.)
 """
 
 from __future__ import annotations
@@ -132,10 +133,11 @@ class LlamaParser(CallParser):
         tool_calls: bool = True,
     ):
         """`forced_calls`: the grammar allows calls only (a value cut at the end is dropped, as after a tag);
-        `tool_calls` false (no tool the model may call, so no grammar trigger): no call opens mid-text."""
+        `tool_calls` false (no tool the model may call): no call at all, the output is content."""
         super().__init__(new_id)
         self._syntax = syntax if tool_calls else replace(syntax, trigger=None)
-        self._mode = Mode.START
+        self._reads_calls = tool_calls
+        self._mode = Mode.START if tool_calls else Mode.CONTENT
         self._tagged = forced_calls
         self._space = ""
         self._value: list[str] = []
@@ -158,7 +160,7 @@ class LlamaParser(CallParser):
             return
         self._content(self._held)  # a token ends what the held text could have become
         self._held = ""
-        if token == self._syntax.tag:
+        if token == self._syntax.tag and self._reads_calls:
             self._mode, self._tagged, self._space = Mode.START, True, ""
         # elsewhere turn ends and other control tokens carry no text
 
