@@ -430,6 +430,40 @@ def test_a_compressed_body_is_a_415_not_invalid_json(gateway):
     assert plain.status_code == 200 and plain.json()["count"] > 0
 
 
+POST_DOORS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/tokenize",
+    "/detokenize",
+)
+
+
+def test_a_body_of_another_content_type_is_refused_in_each_doors_shape(gateway):
+    """A text/plain or form body was parsed as JSON all the same; it is OpenAI's 400 `unsupported_content_type` (vLLM
+    answers 400 too), Anthropic's shape under /v1/messages. JSON with a charset, a +json type, or no Content-Type at
+    all (FastAPI's, so SGLang's) is read."""
+    client, _ = gateway
+    body = json.dumps({"model": MODEL, "prompt": "Hi"}).encode()
+    for path in POST_DOORS:
+        for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+            r = client.post(path, content=body, headers={"content-type": kind})
+            assert r.status_code == 400, (path, kind, r.text)
+            error = r.json()["error"]
+            assert error["type"] == "invalid_request_error" and kind in error["message"], (path, r.text)
+            if path.startswith("/v1/messages"):
+                assert r.json()["type"] == "error"  # Anthropic's shape
+            else:
+                assert error["code"] == "unsupported_content_type"
+    counted = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi"}).json()["count"]
+    for kind in ("application/json; charset=utf-8", "Application/JSON", "application/vnd.api+json", None):
+        headers = {} if kind is None else {"content-type": kind}
+        r = client.post("/tokenize", content=body, headers=headers)
+        assert r.status_code == 200 and r.json()["count"] == counted, (kind, r.text)
+
+
 def test_a_trailing_slash_is_the_same_route_never_a_redirect(gateway):
     """Starlette answered `POST /v1/chat/completions/` with a 307, which curl without -L and clients that follow it
     with a GET lose the body to; the path is served as without the slash (a path parameter's route too), and an
