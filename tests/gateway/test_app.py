@@ -202,6 +202,8 @@ def test_stop_string_cuts_and_aborts(gateway):
     assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == ("Hello ", "stop", "STOP")
     events = sse(client.post("/v1/completions", json={**body, "stream": True}))
     assert (events[-1]["choices"][0]["finish_reason"], events[-1]["choices"][0]["stop_reason"]) == ("stop", "STOP")
+    # vLLM's completions stream writes stop_reason on every chunk, null until the finishing one (its chat stream not)
+    assert len(events) > 1 and all(e["choices"][0]["stop_reason"] is None for e in events[:-1])
 
 
 def test_length_finish(gateway):
