@@ -15,8 +15,12 @@ import pytest
 
 from backends.checkpoint import EMBEDDED_MODEL_ID
 from backends.sglang import SGLangBackend
+from gateway.api.tokenize import requested_model
 from gateway.app import create_app
+from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
+from gateway.validation.fields import Fields
+from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_PROMPT
 from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, fake_logprob
 
@@ -520,6 +524,25 @@ def test_models_tokens_health(gateway):
     assert client.get("/ready").status_code == 200
     server.healthy = False
     assert client.get("/ready").status_code == 503
+
+
+def test_tokenize_serves_the_one_model_when_the_body_names_none(gateway, tokenize_only):
+    """vLLM's /tokenize and /detokenize take `model` as optional (its requests declare `model: str | None = None`) and
+    serve their model; ours required it. One model served: that one; several: a 400 naming `model`."""
+    client, _ = gateway
+    named = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi"}).json()
+    assert client.post("/tokenize", json={"prompt": "Hi"}).json() == named
+    chat = client.post("/tokenize", json={"model": MODEL, "messages": USER}).json()
+    assert client.post("/tokenize", json={"messages": USER}).json() == chat
+    assert client.post("/detokenize", json={"tokens": named["tokens"]}).json() == {"prompt": "Hi"}
+    wrong = client.post("/tokenize", json={"model": 5, "prompt": "Hi"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "model"
+    two = ModelRegistry([tokenize_only, dataclasses.replace(tokenize_only, id="other")])
+    for decl in (TOKENIZE_PROMPT, DETOKENIZE):
+        with pytest.raises(APIError) as refused:
+            requested_model(two, Fields({"prompt": "Hi", "tokens": [1]}, decl))
+        assert (refused.value.status, refused.value.param) == (400, "model") and "2 models" in refused.value.message
+    assert requested_model(two, Fields({"model": "other", "prompt": "Hi"}, TOKENIZE_PROMPT)).id == "other"
 
 
 def test_body_limit_and_unreachable_backend(tokenize_only):
