@@ -20,11 +20,14 @@ from gateway.models.planning import encode_texts_off_loop, past_context, samplin
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
 from gateway.types import ChoiceStep
-from gateway.validation.completions import DEFAULT_MAX_TOKENS, Prompt, parse_completion
+from gateway.validation.completions import COMPLETION, DEFAULT_MAX_TOKENS, Prompt, parse_completion
+from gateway.validation.fields import note_ignored
 
 
 async def completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    parsed = parse_completion(await read_json(request, max_body))
+    body = await read_json(request, max_body)
+    note_ignored(body, COMPLETION)
+    parsed = parse_completion(body)
     model = served_model(registry, parsed.model)
     settings = parsed.settings
     policy = request_policy(request)

@@ -13,7 +13,7 @@ from gateway.errors import invalid
 from gateway.models.planning import encode_chat_off_loop, encode_texts_off_loop
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.validation.chat import parse_chat_completion
-from gateway.validation.fields import Fields
+from gateway.validation.fields import Fields, note_ignored
 from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_CHAT, TOKENIZE_PROMPT
 
 
@@ -25,12 +25,14 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
         if body.get("prompt") is not None:  # which of the two to encode would be a guess
             raise invalid("give either 'prompt' or 'messages', not both", "prompt")
         fields = Fields(body, TOKENIZE_CHAT)
+        note_ignored(body, TOKENIZE_CHAT)
         model = requested_model(registry, fields)
         parsed = parse_chat_completion(body if body.get("model") is not None else {**body, "model": model.id})
         chat = request_policy(request).check_tools(parsed.chat, body.get("tools") or ())  # as the chat door renders
         text, ids = await encode_chat_off_loop(model, chat, past_context_ok=True)
     else:
         fields = Fields(body, TOKENIZE_PROMPT)
+        note_ignored(body, TOKENIZE_PROMPT)
         model = requested_model(registry, fields)
         text = fields.string("prompt")
         # counted whole past the context, as vLLM's: a long one encoded off the event loop
@@ -43,7 +45,9 @@ async def tokenize(request: Request, registry: ModelRegistry, max_body: int) -> 
 
 async def detokenize(request: Request, registry: ModelRegistry, max_body: int) -> Response:
     """`{"model"?, "tokens": [ids]}` → `{"prompt": text}` with added tokens spelled out."""
-    fields = Fields(await read_json(request, max_body), DETOKENIZE)
+    body = await read_json(request, max_body)
+    fields = Fields(body, DETOKENIZE)
+    note_ignored(body, DETOKENIZE)
     model = requested_model(registry, fields)
     vocab = model.tokenizer.get_vocab_size(with_added_tokens=True)
     ids = [as_integer(t) for t in fields.array("tokens")]  # an integral float is an id, as the schema says
