@@ -1,8 +1,8 @@
 """Validation shared by /v1/chat/completions and /v1/completions: typed field reads and generation settings.
 
 Policy: unknown top-level fields are ignored, as vLLM and SGLang do, so that
-clients sending vendor extras keep working (each door names them on the request's record: `note_ignored`); known fields whose meaning the
-gateway cannot honour (logit_bias, best_of > 1, suffix, audio, the legacy
+clients sending vendor extras keep working (each door names them on the request's record: `note_ignored`); known
+fields whose meaning the gateway cannot honour (logit_bias, best_of > 1, suffix, audio, the legacy
 functions API, and vLLM's guided_*, beam search ...) are refused with a 400 rather than silently dropped. JSON null
 means "not given" for every optional field. An integral float (`"n": 1.0`) is an
 integer, as JSON Schema and OpenAI's and vLLM's pydantic servers read it.
