@@ -22,12 +22,13 @@ from gateway.models.planning import ChatPlan, plan_chat_off_loop
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
 from gateway.types import ChatRequest, ChoiceStep, Delta
-from gateway.validation.chat import parse_chat_completion
-from gateway.validation.fields import GenerationSettings
+from gateway.validation.chat import CHAT, parse_chat_completion
+from gateway.validation.fields import GenerationSettings, note_ignored
 
 
 async def chat_completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
     body = await read_json(request, max_body)
+    note_ignored(body, CHAT)
     parsed = parse_chat_completion(body)
     model = served_model(registry, parsed.model)
     rid = new_id("chatcmpl")

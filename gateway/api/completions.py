@@ -20,11 +20,14 @@ from gateway.models.planning import encode_texts_off_loop, past_context, samplin
 from gateway.models.registry import ModelRegistry, ServedModel, served_model
 from gateway.observability.tracing import note_request, stage
 from gateway.types import ChoiceStep
-from gateway.validation.completions import DEFAULT_MAX_TOKENS, Prompt, parse_completion
+from gateway.validation.completions import COMPLETION, DEFAULT_MAX_TOKENS, Prompt, parse_completion
+from gateway.validation.fields import note_ignored
 
 
 async def completions(request: Request, registry: ModelRegistry, max_body: int) -> Response:
-    parsed = parse_completion(await read_json(request, max_body))
+    body = await read_json(request, max_body)
+    note_ignored(body, COMPLETION)
+    parsed = parse_completion(body)
     model = served_model(registry, parsed.model)
     settings = parsed.settings
     policy = request_policy(request)
@@ -150,14 +153,12 @@ class CompletionRenderer:
         if text or logprobs:
             out.append(_choice(index, text, logprobs))
         if step.finish_reason is not None:
-            finish = _choice(index, "", None, step.finish_reason)
-            finish["stop_reason"] = step.stop_reason  # vLLM's, on the finishing chunk (not on every chunk as vLLM)
-            out.append(finish)
+            out.append(_choice(index, "", None, step.finish_reason, step.stop_reason))
         return out
 
     def fold(self, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         choices = range(len(self._completion_tokens))
-        folded = [{**_choice(i, "", _no_logprobs() if self._texts else None), "stop_reason": None} for i in choices]
+        folded = [_choice(i, "", _no_logprobs() if self._texts else None) for i in choices]
         for chunk in chunks:
             choice = folded[chunk["index"]]
             choice["text"] += chunk["text"]
@@ -176,8 +177,24 @@ class CompletionRenderer:
         return usage(self._prompt_sizes[index // per_prompt], self._completion_tokens[index], self._cached_tokens)
 
 
-def _choice(index: int, text: str, logprobs: dict[str, Any] | None, finish_reason: str | None = None) -> dict[str, Any]:
-    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+def _choice(
+    index: int,
+    text: str,
+    logprobs: dict[str, Any] | None,
+    finish_reason: str | None = None,
+    stop_reason: str | int | None = None,
+) -> dict[str, Any]:
+    """A completion choice; `stop_reason` on every chunk, null until the finishing one, as vLLM's completions stream
+    (serving_completion.py builds each chunk's CompletionResponseStreamChoice with `stop_reason=output.stop_reason`,
+    so the key is set, null included, in every chunk its `exclude_unset` dump writes; its chat stream sets it on the
+    finishing chunk only, api/chat.py)."""
+    return {
+        "index": index,
+        "text": text,
+        "logprobs": logprobs,
+        "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
+    }
 
 
 def _no_logprobs() -> dict[str, list[Any]]:

@@ -27,7 +27,8 @@ from gateway.models.planning import encode_chat_off_loop
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChoiceStep
 from gateway.validation.cut_json import completed_members
-from gateway.validation.messages import parse_messages_request
+from gateway.validation.fields import note_ignored
+from gateway.validation.messages import COUNT_TOKENS, MESSAGES, parse_messages_request
 
 _TEXT_BLOCKS = {"text": ("text", "text_delta"), "thinking": ("thinking", "thinking_delta")}
 """Block type → the field its text is in and the type of its deltas."""
@@ -43,6 +44,7 @@ def thinking_signature(digest: bytes) -> str:
 
 async def create_message(request: Request, registry: ModelRegistry, max_body: int) -> Response:
     body = await read_json(request, max_body)
+    note_ignored(body, MESSAGES)
     parsed = parse_messages_request(body)
     model = served_model(registry, parsed.model)
     rid = item_id("msg")
@@ -62,6 +64,7 @@ async def create_message(request: Request, registry: ModelRegistry, max_body: in
 
 async def count_tokens(request: Request, registry: ModelRegistry, max_body: int) -> Response:
     body = await read_json(request, max_body)
+    note_ignored(body, COUNT_TOKENS)
     parsed = parse_messages_request(body, count_only=True)
     model = served_model(registry, parsed.model)
     chat = request_policy(request).check_tools(parsed.chat, body.get("tools") or (), MESSAGES_PARAMS)  # as rendered

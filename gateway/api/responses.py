@@ -26,9 +26,10 @@ from gateway.errors import APIError, invalid
 from gateway.ids import item_id
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChatRequest, ChoiceStep
-from gateway.validation.fields import Fields
+from gateway.validation.fields import Fields, note_ignored
 from gateway.validation.responses import (
     INPUT_ITEMS_QUERY,
+    RESPONSES,
     RETRIEVE_QUERY,
     ResponsesRequest,
     check_call_outputs,
@@ -46,6 +47,7 @@ def request_owner(request: Request) -> str | None:
 
 async def create_response(request: Request, registry: ModelRegistry, store: ResponseStore, max_body: int) -> Response:
     body = await read_json(request, max_body)
+    note_ignored(body, RESPONSES)
     parsed = parse_responses_request(body)
     model = served_model(registry, parsed.model)
     owner = request_owner(request)

@@ -49,6 +49,8 @@ def access_line(record: RequestRecord, route: str, ended: float) -> bytes:
         line["error"] = record.error
     if record.client_closed:
         line["client_closed"] = True
+    if record.ignored_fields:
+        line["ignored_fields"] = list(record.ignored_fields)
     return orjson.dumps(line)
 
 

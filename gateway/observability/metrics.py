@@ -158,6 +158,12 @@ class GatewayMetrics:
             ["model_name", "replica", "status"],
             registry=r,
         )
+        self.ignored_fields = Counter(
+            "gateway:requests_with_ignored_fields",
+            "Requests whose body held top-level fields the door does not declare (ignored, as vLLM and SGLang do)",
+            ["route"],
+            registry=r,
+        )
         self.policy_reloads = Counter(
             "gateway:policy_reloads", "Tenant policy reloads by outcome", ["outcome"], registry=r
         )
@@ -180,6 +186,8 @@ class GatewayMetrics:
         if counter is None:
             counter = self._request_counts[key] = _Tally(self.requests.labels(model, route, str(record.status), key[3]))
         counter.inc(1)
+        if record.ignored_fields:
+            self.ignored_fields.labels(route).inc()
         if record.grammar_cache:  # counted for refused requests too (over budget)
             self.grammar_cache.labels(model, record.grammar_cache).inc()
         if not record.generating:

@@ -52,6 +52,8 @@ class RequestRecord:
     """The code (else the type) of the error the answer carried, a stream's error event after its 200 included."""
     client_closed: bool = False
     """The client left while its stream was being sent (the status stays the 200 it was sent)."""
+    ignored_fields: tuple[str, ...] = ()
+    """Top-level body fields the door does not declare, ignored (at most `IGNORED_SHOWN`, each cut to 64 characters)."""
 
 
 _current: ContextVar[RequestRecord | None] = ContextVar("gateway_request", default=None)
@@ -90,6 +92,17 @@ def note_error(code: str) -> None:
     record = _current.get()
     if record is not None:
         record.error = code
+
+
+IGNORED_SHOWN = 8
+"""Ignored field names a record keeps: the access line stays short whatever a body holds."""
+
+
+def note_ignored_fields(names: list[str]) -> None:
+    """The body held these top-level fields (the first `IGNORED_SHOWN`), which its door does not declare and ignores."""
+    record = _current.get()
+    if record is not None:
+        record.ignored_fields = tuple(name[:64] for name in names)
 
 
 def note_client_closed() -> None:

@@ -1,8 +1,8 @@
 """Validation shared by /v1/chat/completions and /v1/completions: typed field reads and generation settings.
 
 Policy: unknown top-level fields are ignored, as vLLM and SGLang do, so that
-clients sending vendor extras keep working; known fields whose meaning the
-gateway cannot honour (logit_bias, best_of > 1, suffix, audio, the legacy
+clients sending vendor extras keep working (each door names them on the request's record: `note_ignored`); known
+fields whose meaning the gateway cannot honour (logit_bias, best_of > 1, suffix, audio, the legacy
 functions API, and vLLM's guided_*, beam search ...) are refused with a 400 rather than silently dropped. JSON null
 means "not given" for every optional field. An integral float (`"n": 1.0`) is an
 integer, as JSON Schema and OpenAI's and vLLM's pydantic servers read it.
@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from backends.json_types import as_integer, is_number
 from gateway.errors import invalid
+from gateway.observability.requests import IGNORED_SHOWN, note_ignored_fields
 from gateway.validation.declare import (
     Field,
     Obj,
@@ -305,6 +307,16 @@ SETTINGS: dict[str, Field] = {
 }
 """The generation settings a chat or completions body declares."""
 _REFUSED_SETTINGS = ("logit_bias", *VLLM_REFUSED)
+
+
+def note_ignored(body: Any, decl: Obj) -> None:
+    """Note on the request's record (its access line, `gateway:requests_with_ignored_fields`) the top-level keys of
+    `body` that `decl` does not declare: ignored, as vLLM ignores them (its request models allow extras and log them
+    at debug: "The following fields were present in the request but ignored"), where OpenAI's API answers 400
+    "Unrecognized request argument supplied: X" and Anthropic's "X: Extra inputs are not permitted"."""
+    declared = decl.fields
+    if isinstance(body, dict) and not body.keys() <= declared.keys():  # one pass in C for the bodies that hold none
+        note_ignored_fields(list(islice((key for key in body if key not in declared), IGNORED_SHOWN)))
 
 
 def parse_model(fields: Fields) -> str:

@@ -171,13 +171,16 @@ MESSAGES_FIELDS: dict[str, Field] = {
 }
 MESSAGES = Obj("AnthropicMessagesRequest", MESSAGES_FIELDS)
 MESSAGES_ONLY = ("max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "container")
-"""The Messages fields count_tokens does not take (the anthropic SDK's MessageCountTokensParams has model, messages,
-system, tools, tool_choice, thinking, output_config and the ones no gateway serves): a 400 there, as Anthropic's
-API answers any input it does not declare ("Extra inputs are not permitted"), so a client that counts with the
-body it will send learns that the count covers the prompt alone."""
+"""The Messages fields count_tokens does not take (the anthropic SDK's MessageCountTokensParams, generated from its
+OpenAPI spec, has model, messages, system, tools, tool_choice, thinking, output_config, cache_control, and no
+max_tokens, stop_sequences, sampling, stream, metadata or container): a 400 there, as Anthropic's API answers
+("max_tokens: Extra inputs are not permitted": proxies strip max_tokens from count_tokens for it, e.g.
+Wei-Shaw/sub2api#4913), so a client that counts with the body it will send learns that the count covers the prompt
+alone."""
+EXTRA_INPUT = "Extra inputs are not permitted"
 COUNT_TOKENS = Obj(
     "AnthropicCountTokensRequest",
-    {**MESSAGES_FIELDS, **dict.fromkeys(MESSAGES_ONLY, refused("Extra inputs are not permitted (a Messages field)"))},
+    {**MESSAGES_FIELDS, **dict.fromkeys(MESSAGES_ONLY, refused(f"{EXTRA_INPUT} (a Messages field)"))},
 )
 
 
@@ -192,8 +195,11 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
     """Validate a Messages body (`count_only`: a count_tokens body, no max_tokens); raises APIError (400)."""
     fields = Fields(body, COUNT_TOKENS if count_only else MESSAGES)
     model = parse_model(fields)
-    for key in ("mcp_servers", *(MESSAGES_ONLY if count_only else ("container",))):
-        fields.refuse(key)
+    fields.refuse("mcp_servers")
+    if not count_only:
+        fields.refuse("container")
+    if count_only and (extra := fields.given(MESSAGES_ONLY)):
+        raise invalid(EXTRA_INPUT, extra[0], "unsupported_parameter")  # Anthropic's: "max_tokens: Extra inputs ..."
     settings = GenerationSettings() if count_only else _settings(fields)
     tools = _tools(fields)
     tool_choice, parallel = _tool_choice(fields, tools)

@@ -198,12 +198,12 @@ def test_count_tokens(door, client):
 )
 def test_count_tokens_refuses_a_messages_field_in_anthropics_shape(door, extra):
     """Anthropic's count_tokens takes model, messages, system, tools, tool_choice, thinking, output_config (its SDK's
-    MessageCountTokensParams); any other input is its 400 invalid_request_error."""
+    MessageCountTokensParams); a Messages-only field is its 400 invalid_request_error, in its words."""
     r = httpx.post(f"{door.url}/v1/messages/count_tokens", json={"model": door.model.id, "messages": USER, **extra})
     assert r.status_code == 400, r.text
     error = ErrorResponse.model_validate(r.json()).error
     (key,) = extra
-    assert error.type == "invalid_request_error" and key in error.message and "not permitted" in error.message
+    assert (error.type, error.message) == ("invalid_request_error", f"{key}: Extra inputs are not permitted")
 
 
 def test_counting_a_prompt_past_the_context_encodes_it_whole_off_the_event_loop(door, monkeypatch):

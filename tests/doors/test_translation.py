@@ -358,6 +358,20 @@ def test_anthropic_errors_name_the_param(messages, extra, param):
     assert e.value.status == 400 and e.value.param == param
 
 
+def test_a_last_assistant_turn_of_thinking_then_text_is_a_prefill_that_keeps_its_thinking():
+    """Anthropic refuses a last assistant turn that ends in thinking (above); thinking then text is a prefill: its
+    text is continued, its thinking kept as the turn's reasoning. Anthropic's rule that with thinking on the final
+    assistant turn of a tool loop opens with a thinking block ("Expected `thinking` or `redacted_thinking`, but found
+    `text`") is not enforced: it guards Claude's signed thinking (README's Messages section says why)."""
+    prefill = {"role": "assistant", "content": [THOUGHT, {"type": "text", "text": "It is"}]}
+    chat = parse_messages_request({"model": "m", "max_tokens": 5, "messages": [ASKED, prefill]}).chat
+    assert chat.continue_final_message and not chat.add_generation_prompt
+    assert (chat.messages[-1]["content"], chat.messages[-1]["reasoning_content"]) == ("It is", "hm")
+    loop = [ASKED, CALLED, {"role": "user", "content": [RESULT]}]
+    thinking = {"type": "enabled", "budget_tokens": 1024}
+    parse_messages_request({"model": "m", "max_tokens": 2048, "messages": loop, "thinking": thinking})
+
+
 def test_anthropic_rules_that_hold():
     """A last assistant turn may be empty (a prefill) or leave its tool_use open; stop_sequences past OpenAI's 4."""
     both = {"role": "assistant", "content": [*CALLED["content"], {**CALLED["content"][0], "id": "t2"}]}

@@ -15,8 +15,12 @@ import pytest
 
 from backends.checkpoint import EMBEDDED_MODEL_ID
 from backends.sglang import SGLangBackend
+from gateway.api.tokenize import requested_model
 from gateway.app import create_app
+from gateway.errors import APIError
 from gateway.models.registry import ModelRegistry
+from gateway.validation.fields import Fields
+from gateway.validation.tokenize import DETOKENIZE, TOKENIZE_PROMPT
 from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, fake_logprob
 
@@ -202,6 +206,8 @@ def test_stop_string_cuts_and_aborts(gateway):
     assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == ("Hello ", "stop", "STOP")
     events = sse(client.post("/v1/completions", json={**body, "stream": True}))
     assert (events[-1]["choices"][0]["finish_reason"], events[-1]["choices"][0]["stop_reason"]) == ("stop", "STOP")
+    # vLLM's completions stream writes stop_reason on every chunk, null until the finishing one (its chat stream not)
+    assert len(events) > 1 and all(e["choices"][0]["stop_reason"] is None for e in events[:-1])
 
 
 def test_length_finish(gateway):
@@ -430,6 +436,40 @@ def test_a_compressed_body_is_a_415_not_invalid_json(gateway):
     assert plain.status_code == 200 and plain.json()["count"] > 0
 
 
+POST_DOORS = (
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/v1/responses",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/tokenize",
+    "/detokenize",
+)
+
+
+def test_a_body_of_another_content_type_is_refused_in_each_doors_shape(gateway):
+    """A text/plain or form body was parsed as JSON all the same; it is OpenAI's 400 `unsupported_content_type` (vLLM
+    answers 400 too), Anthropic's shape under /v1/messages. JSON with a charset, a +json type, or no Content-Type at
+    all (FastAPI's, so SGLang's) is read."""
+    client, _ = gateway
+    body = json.dumps({"model": MODEL, "prompt": "Hi"}).encode()
+    for path in POST_DOORS:
+        for kind in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+            r = client.post(path, content=body, headers={"content-type": kind})
+            assert r.status_code == 400, (path, kind, r.text)
+            error = r.json()["error"]
+            assert error["type"] == "invalid_request_error" and kind in error["message"], (path, r.text)
+            if path.startswith("/v1/messages"):
+                assert r.json()["type"] == "error"  # Anthropic's shape
+            else:
+                assert error["code"] == "unsupported_content_type"
+    counted = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi"}).json()["count"]
+    for kind in ("application/json; charset=utf-8", "Application/JSON", "application/vnd.api+json", None):
+        headers = {} if kind is None else {"content-type": kind}
+        r = client.post("/tokenize", content=body, headers=headers)
+        assert r.status_code == 200 and r.json()["count"] == counted, (kind, r.text)
+
+
 def test_a_trailing_slash_is_the_same_route_never_a_redirect(gateway):
     """Starlette answered `POST /v1/chat/completions/` with a 307, which curl without -L and clients that follow it
     with a GET lose the body to; the path is served as without the slash (a path parameter's route too), and an
@@ -484,6 +524,25 @@ def test_models_tokens_health(gateway):
     assert client.get("/ready").status_code == 200
     server.healthy = False
     assert client.get("/ready").status_code == 503
+
+
+def test_tokenize_serves_the_one_model_when_the_body_names_none(gateway, tokenize_only):
+    """vLLM's /tokenize and /detokenize take `model` as optional (its requests declare `model: str | None = None`) and
+    serve their model; ours required it. One model served: that one; several: a 400 naming `model`."""
+    client, _ = gateway
+    named = client.post("/tokenize", json={"model": MODEL, "prompt": "Hi"}).json()
+    assert client.post("/tokenize", json={"prompt": "Hi"}).json() == named
+    chat = client.post("/tokenize", json={"model": MODEL, "messages": USER}).json()
+    assert client.post("/tokenize", json={"messages": USER}).json() == chat
+    assert client.post("/detokenize", json={"tokens": named["tokens"]}).json() == {"prompt": "Hi"}
+    wrong = client.post("/tokenize", json={"model": 5, "prompt": "Hi"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "model"
+    two = ModelRegistry([tokenize_only, dataclasses.replace(tokenize_only, id="other")])
+    for decl in (TOKENIZE_PROMPT, DETOKENIZE):
+        with pytest.raises(APIError) as refused:
+            requested_model(two, Fields({"prompt": "Hi", "tokens": [1]}, decl))
+        assert (refused.value.status, refused.value.param) == (400, "model") and "2 models" in refused.value.message
+    assert requested_model(two, Fields({"model": "other", "prompt": "Hi"}, TOKENIZE_PROMPT)).id == "other"
 
 
 def test_body_limit_and_unreachable_backend(tokenize_only):

@@ -189,6 +189,35 @@ def test_access_lines_say_how_an_answer_failed_or_was_cut_short(gateway, caplog)
     ]
 
 
+def test_top_level_fields_a_door_ignores_are_named_in_the_access_line_and_counted(gateway, caplog):
+    """Undeclared top-level fields are ignored, as vLLM ignores them (OpenAI's API refuses them), but no longer
+    silently: the access line names them (the first 8, cut to 64 characters) and
+    `gateway:requests_with_ignored_fields_total` counts their requests by route; declared fields are not named."""
+    client = gateway.client
+    sent = [
+        ("/v1/chat/completions", {"model": MODEL, "messages": USER, "max_tokens": 1, "prediction": {}, "x_vendor": 1}),
+        ("/v1/messages/count_tokens", {"model": MODEL, "messages": USER, "context_management": {}}),
+        ("/tokenize", {"model": MODEL, "messages": USER, "return_token_strs": True}),
+        ("/tokenize", {"model": MODEL, "prompt": "Hi", **{f"{i:02}" + "k" * 99: i for i in range(20)}}),
+    ]
+    before = samples(client)
+    with caplog.at_level(logging.INFO, logger="gateway.access"):
+        for path, body in sent:
+            assert client.post(path, json=body).status_code == 200, path
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.access"][-len(sent) :]
+    assert [(line["path"], line.get("ignored_fields")) for line in lines] == [
+        ("/v1/chat/completions", ["prediction", "x_vendor"]),
+        ("/v1/messages/count_tokens", ["context_management"]),
+        ("/tokenize", None),
+        ("/tokenize", [f"{i:02}" + "k" * 62 for i in range(8)]),
+    ]
+    after = samples(client)
+    name = "gateway:requests_with_ignored_fields_total"
+    for route, count in (("/v1/chat/completions", 1), ("/v1/messages/count_tokens", 1), ("/tokenize", 1)):
+        had = value(before, name, route=route) if (name, frozenset({("route", route)})) in before else 0
+        assert value(after, name, route=route) - had == count, route
+
+
 def test_tallies_expose_what_the_library_own_updates_expose():
     """A `_Tally` (the per-request updates without the library's per-call checks) leaves the exposition as the
     library's own `inc` and `observe` do: every bucket edge, between edges, zero, past the last, NaN, infinity."""
