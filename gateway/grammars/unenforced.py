@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
-from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS
+from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
 from gateway.grammars.string_formats import ENFORCED_FORMATS
 from gateway.types import ChatRequest
 
@@ -93,6 +94,27 @@ def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]
         if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
             for keyword, why in _string_gaps(node):
                 yield where, keyword, why
+    for gap in _sibling_gaps(schema, param):
+        yield gap.where, gap.keyword, gap.why
+
+
+def _sibling_gaps(schema: Any, param: str) -> list[SiblingGap]:
+    """The keywords beside an `anyOf` / `oneOf` that the grammars cannot fold into its branches (all_of.py): they
+    hold only where folded. A schema with no such keyword costs one walk."""
+    if not any(_beside_union(node) for node, _ in _schemas(schema, param)):
+        return []
+    gaps: list[SiblingGap] = []
+    try:
+        folded_all_of(unannotated(schema), param, gaps)
+    except SchemaGrammarError:  # an allOf that does not fold: the build refuses it (a 400 naming it)
+        pass
+    return gaps
+
+
+def _beside_union(node: dict[str, Any]) -> bool:
+    """Whether `node` says an `anyOf` / `oneOf` and an assertion beside it."""
+    unions = [k for k in UNIONS if k in node]
+    return bool(unions) and any(k in SIBLING_ASSERTIONS for k in node if k != unions[0])
 
 
 _STRING_KEYWORDS = ("format", "pattern", "minLength", "maxLength")
