@@ -117,7 +117,7 @@ class _Folder:
             return [self.fold(s, f"{where}[{i}]") for i, s in enumerate(schema)]
         if not isinstance(schema, dict):
             return schema
-        out = {k: self._folded_value(k, v, f"{where}.{k}") for k, v in schema.items()}
+        out = {k: self._folded_value(k, v, where) if isinstance(v, (dict, list)) else v for k, v in schema.items()}
         branches = out.pop("allOf", None)
         if not isinstance(branches, list):
             out = out if branches is None else {**out, "allOf": branches}
@@ -216,6 +216,8 @@ class _Folder:
     def _unions(self, node: dict[str, Any], where: str) -> dict[str, Any]:
         """`node` with the assertions beside its `anyOf` (else `oneOf`) folded into each of its branches (a branch
         that then admits nothing left out); where a branch does not fold, a SiblingGap."""
+        if "anyOf" not in node and "oneOf" not in node:
+            return node
         key = next((k for k in UNIONS if isinstance(node.get(k), list) and node[k]), None)
         beside = {k: v for k, v in node.items() if k in SIBLING_ASSERTIONS and k != key} if key else {}
         if not beside:
@@ -253,14 +255,15 @@ class _Folder:
             self.gaps.append(SiblingGap(where, keyword, why))
         return branch
 
-    def _folded_value(self, key: str, value: Any, where: str) -> Any:
+    def _folded_value(self, key: str, value: Any, parent: str) -> Any:
+        if key in ("const", "enum", "required", "examples", "default"):
+            return value
+        where = f"{parent}.{key}"
         if key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas") and isinstance(
             value, dict
         ):
             return {k: self.fold(v, f"{where}.{k}") for k, v in value.items()}
-        if key in ("const", "enum", "required", "examples", "default"):
-            return value
-        return self.fold(value, where) if isinstance(value, (dict, list)) else value
+        return self.fold(value, where)
 
     def _target(self, branch: Any) -> Any:
         """`branch`, or the schema its lone local `$ref` points to (followed up to _MAX_REF_HOPS), folded."""

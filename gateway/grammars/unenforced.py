@@ -9,8 +9,9 @@ naming the keyword's place, as OpenAI's strict mode refuses them. A `oneOf` whos
 exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. The string
 keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
 beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either, and any of them in a schema that does
-not say `"type": "string"` (xgrammar then takes any value). Without strict the rest of the schema is enforced and
-these keywords are not (docs/schemas.md).
+not say `"type": "string"` (xgrammar then takes any value), and a keyword beside an `anyOf` / `oneOf` that cannot be
+folded exactly into each branch (all_of.py: xgrammar drops it). Without strict the rest of the schema is enforced
+and these keywords are not (docs/schemas.md).
 """
 
 from __future__ import annotations
@@ -88,21 +89,21 @@ def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
 
 def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]:
     """Each place, its keyword, and why it is not enforced where that is more than the keyword itself."""
+    beside_union = False
     for node, where in _schemas(schema, param):
+        beside_union = beside_union or _beside_union(node)
         for keyword in _unenforced(node, schema):
             yield where, keyword, None
         if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
             for keyword, why in _string_gaps(node):
                 yield where, keyword, why
-    for gap in _sibling_gaps(schema, param):
+    for gap in _sibling_gaps(schema, param) if beside_union else ():
         yield gap.where, gap.keyword, gap.why
 
 
 def _sibling_gaps(schema: Any, param: str) -> list[SiblingGap]:
     """The keywords beside an `anyOf` / `oneOf` that the grammars cannot fold into its branches (all_of.py): they
-    hold only where folded. A schema with no such keyword costs one walk."""
-    if not any(_beside_union(node) for node, _ in _schemas(schema, param)):
-        return []
+    hold only where folded."""
     gaps: list[SiblingGap] = []
     try:
         folded_all_of(unannotated(schema), param, gaps)
@@ -113,8 +114,10 @@ def _sibling_gaps(schema: Any, param: str) -> list[SiblingGap]:
 
 def _beside_union(node: dict[str, Any]) -> bool:
     """Whether `node` says an `anyOf` / `oneOf` and an assertion beside it."""
-    unions = [k for k in UNIONS if k in node]
-    return bool(unions) and any(k in SIBLING_ASSERTIONS for k in node if k != unions[0])
+    if "anyOf" not in node and "oneOf" not in node:
+        return False
+    union = next(k for k in UNIONS if k in node)
+    return any(k in SIBLING_ASSERTIONS for k in node if k != union)
 
 
 _STRING_KEYWORDS = ("format", "pattern", "minLength", "maxLength")
