@@ -5,6 +5,7 @@ itself: the grammar takes a candidate value iff `jsonschema` validates it."""
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import jsonschema
@@ -30,7 +31,7 @@ CONTACT = {
     "properties": {"email": {"type": "string"}, "phone": {"type": "string"}, "name": {"type": "string"}},
     "required": ["name"],
     "additionalProperties": False,
-    "anyOf": [{"required": ["email"]}, {"required": ["phone"]}],
+    "anyOf": [{"required": ["email"]}, {"required": ["phone"]}, {"required": ["fax"]}],
 }
 BOUNDED = {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 3}], "minimum": 5}
 TYPED = {"type": "string", "anyOf": [{"type": "integer"}, {"enum": ["a", "b", 3]}, {"const": 7}], "maxLength": 1}
@@ -49,7 +50,7 @@ CASES = [
     (TYPED, ['"a"', '"b"', "3", "7", '"c"', '"ab"']),
     (ITEMS, ["[]", "[10]", "[10, 11]", "[0, -1]", "[5]", "[5, 5]", "[1]", "[10, 0]", "[10, 11, 12]"]),
     (NESTED, ['{"at": {"x": 1}}', '{"at": {"y": 2}}', '{"at": {"x": 1, "y": 2}}', '{"at": {}}', '{"at": {"x": "1"}}']),
-    ({"type": "object", "properties": {"p": BOUNDED, "q": CONTACT}},
+    ({"type": "object", "properties": {"p": BOUNDED, "q": CONTACT}, "additionalProperties": False},
      ['{"p": 6}', '{"p": 4}', '{"q": {"phone": "1", "name": "n"}}', '{"q": {"name": "n"}}', '{"p": 5, "q": {}}']),
 ]  # fmt: skip
 
@@ -62,6 +63,50 @@ def test_the_grammar_takes_what_the_schema_validates(schema: dict[str, Any], can
     assert True in verdicts.values() and False in verdicts.values()  # the candidates tell the schemas apart
     for text, valid in verdicts.items():
         assert _accepts(ebnf, text) == valid, text  # fails before: the siblings dropped, invalid values taken
+
+
+def _atoms(schema: Any, names: list[str], values: list[Any]) -> None:
+    """The property names (in the order met) and the literal values a schema mentions, bounds one either side."""
+    if isinstance(schema, list):
+        for item in schema:
+            _atoms(item, names, values)
+    if not isinstance(schema, dict):
+        return
+    for key, value in schema.items():
+        if key == "properties":
+            names += [n for n in value if n not in names]
+        if key in ("const", "enum"):
+            values += value if key == "enum" else [value]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            values += [value - 1, value, value + 1]
+        elif isinstance(value, (dict, list)):
+            _atoms(value, names, values)
+
+
+def _sample(rng: random.Random, names: list[str], values: list[Any], depth: int = 0) -> Any:
+    """A random JSON value made of the schema's names and values, near what it admits and what it refuses."""
+    kind = rng.randrange(4 if depth < 2 else 2)
+    if kind == 0:
+        return rng.choice([*values, "", "a", "aa", "abcd", 0, 2.5, True, None])
+    if kind == 1:
+        return rng.choice(values) if values and rng.random() < 0.5 else rng.randrange(-2, 12)
+    if kind == 2:
+        return [_sample(rng, names, values, depth + 1) for _ in range(rng.randrange(4))]
+    return {n: _sample(rng, names, values, depth + 1) for n in names if rng.random() < 0.5}
+
+
+@pytest.mark.parametrize(("schema", "candidates"), CASES)
+def test_random_values_near_the_schema_are_taken_iff_valid(schema: dict[str, Any], candidates: list[str]) -> None:
+    """Seeded: values drawn from the schema's own names, literals and bounds, objects in declared order."""
+    ebnf = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
+    validator = jsonschema.Draft202012Validator(schema)
+    names, values = [], []
+    _atoms(schema, names, values)
+    rng = random.Random(17)
+    texts = {json.dumps(_sample(rng, names, values), separators=(", ", ": ")) for _ in range(150)}
+    verdicts = {text: validator.is_valid(json.loads(text)) for text in texts | set(candidates)}
+    wrong = [text for text, valid in verdicts.items() if _accepts(ebnf, text) != valid]
+    assert not wrong, wrong
 
 
 UNFOLDABLE = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a+$", "anyOf": [

@@ -183,6 +183,10 @@ class _Folder:
                     continue
                 merged[key] = self._merged(key, merged[key], value, where) if key in merged else value
         merged.update(special)
+        if merged.get("additionalProperties") is False and "patternProperties" not in merged:
+            undeclared = set(merged.get("required") or ()) - set(merged.get("properties") or ())
+            if undeclared:  # required, yet no name outside `properties` allowed
+                raise _Empty("the JSON schema cannot be enforced: a required property no schema allows", self.param)
         return self._unions(_values_admitted(merged, self.param), where)
 
     def _merged_group(self, used: set[str], parts: list[dict[str, Any]], where: str) -> dict[str, Any]:
