@@ -26,6 +26,7 @@ else that branch is kept alone (the keywords not enforced there, as xgrammar did
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, NamedTuple
 
 from gateway.grammars.json import SchemaGrammarError
@@ -247,7 +248,8 @@ class _Folder:
     def _gap(self, where: str, key: str, beside: dict[str, Any], branch: Any, reason: str) -> Any:
         """`branch` alone, the keyword beside the union that does not fold into it recorded (a SchemaGrammarError
         naming it when exact)."""
-        keyword = unfolded_keyword(beside, [branch])
+        named = (k for k in beside if re.search(rf"(?<![\w$]){re.escape(k)}(?!\w)", reason))
+        keyword = next(named, None) or unfolded_keyword(beside, [branch])
         reason = reason.removeprefix("the JSON schema cannot be enforced: ").replace(
             "an allOf whose parts use", "both use"
         )
@@ -361,6 +363,10 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     rest = {k: v for k, v in schema.items() if k not in _VALUE_KEYWORDS}
     if not rest.keys() & SIBLING_ASSERTIONS or not schema.keys() & set(_VALUE_KEYWORDS):
         return schema
+    if _mentions(rest, _UNCHECKED):
+        raise SchemaGrammarError(
+            f"the JSON schema cannot be enforced: enum or const values beside {' or '.join(sorted(_UNCHECKED))}", param
+        )
     # imported here: only a merge with listed values needs it (tests/gateway/test_start_imports.py)
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
@@ -380,6 +386,25 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
             "the JSON schema cannot be enforced: enum or const values beside assertions that cannot be checked", param
         ) from None
     return schema
+
+
+_UNCHECKED = frozenset({"pattern", "patternProperties", "propertyNames", "format"})
+"""Keywords the values are not checked against: Python's `re` backtracks exponentially on a hostile pattern
+(`^(a+)+$` against 28 `a`s and a `!`: 7 s of CPU), and jsonschema does not check a `format`."""
+
+
+def _mentions(value: Any, keys: frozenset[str]) -> bool:
+    """Whether `value` holds an object with one of `keys` at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.keys() & keys:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _size(value: Any, most: int) -> int:
