@@ -15,7 +15,8 @@ import xgrammar as xgr
 from gateway.grammars.all_of import SiblingGap, folded_all_of
 from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.safe_json import json_value_ebnf
-from gateway.grammars.unenforced import strict_able, unenforced_keywords
+from gateway.grammars.unenforced import check_strict_schemas, strict_able, unenforced_keywords
+from gateway.types import ChatRequest
 
 SPELLINGS = ("<|im_end|>",)
 _COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
@@ -121,6 +122,16 @@ def test_a_sibling_that_cannot_be_folded_is_refused_under_strict() -> None:
     with pytest.raises(SchemaGrammarError) as refused:
         json_value_ebnf(UNFOLDABLE, SPELLINGS, "p", True, exact=True)
     assert refused.value.param == "p.properties.s.pattern"
+
+
+def test_a_strict_response_format_names_the_keyword_that_does_not_fold() -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "c", "strict": True, "schema": UNFOLDABLE}}
+    with pytest.raises(SchemaGrammarError) as refused:  # fails before: accepted, the pattern silently dropped
+        check_strict_schemas(ChatRequest(messages=[], response_format=fmt))
+    assert refused.value.param == "response_format.json_schema.schema.properties.s.pattern"
+    assert "'pattern' beside 'anyOf' cannot be folded" in str(refused.value)
+    folding = {**fmt, "json_schema": {**fmt["json_schema"], "schema": CONTACT}}
+    check_strict_schemas(ChatRequest(messages=[], response_format=folding))  # folds exactly: no refusal
 
 
 def test_best_effort_keeps_the_branch_that_does_not_fold_alone() -> None:

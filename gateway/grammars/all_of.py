@@ -228,8 +228,8 @@ class _Folder:
         if not beside:
             return node
         branches: list[Any] = node[key]
-        copies = _size(beside, _MAX_COPIED + 1) * (len(branches) - 1)
-        self.copied += copies
+        if self.copied <= _MAX_COPIED:  # each fold walks the keywords beside (a lone branch's too) once per copy
+            self.copied += _size(beside, _MAX_COPIED + 1) * max(1, len(branches) - 1)
         folded: list[Any] = []
         for i, branch in enumerate(branches):
             try:
