@@ -133,9 +133,7 @@ class _Folder:
             )
         try:
             merged = self._merged_parts(parts, where)
-        except (
-            _Empty
-        ) as exc:  # no `false` schema for xgrammar (it refuses one): refused, as an allOf that admits nothing
+        except _Empty as exc:  # xgrammar refuses a `false` schema: an allOf that admits nothing is refused
             raise SchemaGrammarError(str(exc), self.param) from None
         return {**{k: v for k, v in out.items() if k in _KEEP_ON_ROOT}, **merged}
 
@@ -182,7 +180,7 @@ class _Folder:
             for key, value in part.items():
                 if key in special:
                     continue
-                merged[key] = self._merged(key, merged[key], value, where) if key in merged else value
+                merged[key] = self._merged(key, merged[key], value) if key in merged else value
         merged.update(special)
         if merged.get("additionalProperties") is False and "patternProperties" not in merged:
             undeclared = set(merged.get("required") or ()) - set(merged.get("properties") or ())
@@ -304,7 +302,7 @@ class _Folder:
         finally:
             del self.inlining[-len(refs) :]
 
-    def _merged(self, key: str, first: Any, second: Any, where: str) -> Any:
+    def _merged(self, key: str, first: Any, second: Any) -> Any:
         """The one keyword that asserts both `first` and `second`."""
         if json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True):
             return first
