@@ -172,3 +172,16 @@ def test_listed_values_are_not_checked_against_a_pattern() -> None:
     gaps: list[SiblingGap] = []
     folded_all_of(schema, "p", gaps)
     assert [(g.where, g.keyword) for g in gaps] == [("p", "pattern")]
+
+
+def test_a_discriminator_required_beside_a_oneof_makes_its_branches_exclusive() -> None:
+    """`required` beside the oneOf holds for each branch: distinct `kind` consts then exclude each other (strict
+    refused this oneOf as one that might match twice)."""
+    schema = {"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"], "oneOf": [
+        {"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}},
+        {"properties": {"kind": {"const": "b"}, "y": {"type": "string"}}}]}  # fmt: skip
+    assert unenforced_keywords(schema, "p") == []  # fails before: [("p", "oneOf")]
+    ebnf = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
+    assert _accepts(ebnf, '{"kind": "a", "x": 1}') and _accepts(ebnf, '{"kind": "b", "y": "s"}')
+    assert not _accepts(ebnf, '{"kind": "c"}') and not _accepts(ebnf, '{"x": 1}')
+    assert unenforced_keywords({**schema, "required": []}, "p") == [("p", "oneOf")]

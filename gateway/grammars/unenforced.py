@@ -230,7 +230,8 @@ def _exclusive(branches: list[Any], root: Any, parent: dict[str, Any]) -> bool:
     """Whether no value can match two of `branches` (provably: by types, by values, or by a discriminating
     property every branch requires)."""
     objects_only = _types(parent) == {"object"}
-    facts = [_branch(b, root) for b in branches if b is not False]  # `false` admits nothing
+    required = _required(parent)  # beside the oneOf, so every branch's too (all_of.py folds it in)
+    facts = [_branch(b, root, required) for b in branches if b is not False]  # `false` admits nothing
     if any(f is None for f in facts):
         return False
     if len(facts) > _PAIRWISE:
@@ -242,13 +243,14 @@ def _exclusive(branches: list[Any], root: Any, parent: dict[str, Any]) -> bool:
     return all(_disjoint(a, b, objects_only) for i, a in enumerate(facts) for b in facts[i + 1 :])
 
 
-def _branch(schema: Any, root: Any) -> _Branch | None:
-    """A branch's facts; None for one that admits any value (`true`, or no schema object)."""
+def _branch(schema: Any, root: Any, required: set[str]) -> _Branch | None:
+    """A branch's facts (`required`: the names the union's parent requires too); None for one that admits any
+    value (`true`, or no schema object)."""
     schema = _resolved(schema, root)
     if not isinstance(schema, dict):
         return None
     discriminators = {}
-    for name in _required(schema):
+    for name in _required(schema) | required:
         values = _values(_resolved(_property(schema, name), root))
         if values is not None:
             discriminators[name] = values
