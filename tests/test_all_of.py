@@ -26,6 +26,19 @@ BASE = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": 
         ({"allOf": [{"type": "integer", "minimum": 5}, {"maximum": 10}]}, ["5", "10"], ["3", "12", '"x"', "{}"]),
         ({"allOf": [{"enum": [1, 2, 3]}, {"enum": [3, 4]}]}, ["3"], ["1", "4"]),
         ({"allOf": [{"type": "number"}, {"type": "integer"}]}, ["2"], ["2.5"]),
+        ({"allOf": [{"enum": [1, 2, 3]}, {"minimum": 2}]}, ["2", "3"], ["1"]),
+        (
+            {"allOf": [{"type": "object", "additionalProperties": False}, {"properties": {"a": {}}}]},
+            ["{}"],
+            ['{"a": 1}'],
+        ),
+        (
+            {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+                       {"properties": {"a": {"minimum": 3}, "b": {}}}]},
+            ['{"a": 3}', "{}"],
+            ['{"a": 2}', '{"a": 3, "b": 1}'],
+        ),
+        ({"type": "array", "allOf": [{"items": {"type": "integer"}}, {"items": {"maximum": 2}}]}, ["[1, 2]"], ["[3]"]),
         (
             {"type": "object", "properties": {"p": {"allOf": [{"$ref": "#/$defs/B"}, {"properties": {"y": {}}}]}},
              "required": ["p"], "$defs": {"B": BASE}},
@@ -51,7 +64,7 @@ def test_branches_fold_into_one_schema(schema, taken, refused):
     "schema",
     [
         {"allOf": [{"type": "string"}, {"type": "integer"}]},
-        {"allOf": [{"type": "object", "additionalProperties": False}, {"properties": {"a": {}}}]},
+        {"allOf": [{"type": "object", "patternProperties": {"^a": {}}}, {"additionalProperties": False}]},
         {"allOf": [{"type": "string", "pattern": "^a+$"}, {"pattern": "^a{2}$"}]},
     ],
 )

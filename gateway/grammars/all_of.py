@@ -1,61 +1,128 @@
-"""`allOf` folded into one schema before xgrammar sees it.
+"""`allOf` folded into one schema, and the keywords beside an `anyOf` / `oneOf` into each branch, before xgrammar
+sees them.
 
 xgrammar 0.2.9 converts an `allOf` of more than one branch into any JSON value (`{"allOf": [{"type": "integer",
 "minimum": 5}, {"maximum": 10}]}` took `"x"` and `12`): a grammar that admits what the schema refuses. Here the
 branches (and the schema's own keywords beside `allOf`) become one schema where that is exact: a branch that is
 only a local `$ref` is its target; keywords that only one part has are all kept (each is its own assertion);
-keywords several parts have are merged where the intersection is one keyword (`type`, `required`, `properties`,
-`enum`, `const`, the bounds); any other overlap, or a keyword whose meaning depends on its siblings
-(`additionalProperties`, `items`, `$ref`, …) beside another part, is a SchemaGrammarError (a 400 when enforced).
+keywords several parts have are merged where the intersection is one keyword (`type`, `required`, `properties`
+with `additionalProperties`, `items`, `enum`, `const`, the bounds); a `const` / `enum` beside other assertions keeps
+only the values they admit (xgrammar writes the values alone); any other overlap, or a keyword whose meaning depends
+on its siblings (`patternProperties`, `prefixItems`, `$ref`, …) beside another part saying one of them, is a
+SchemaGrammarError (a 400 when enforced).
 An `allOf` of one part (annotations were taken out before: safe_json.unannotated) is that part, its `$ref` left for
 xgrammar: pydantic v1 wraps every described reference so (`{"allOf": [{"$ref": ...}], "description": ...}`),
 recursive models included. Only a `$ref` merged with another part is inlined: one that
 refers back to itself, or more than _MAX_INLINED of them (each may double the schema), is a SchemaGrammarError.
+
+xgrammar also reads an `anyOf` / `oneOf` alone, the keywords beside it dropped (`{"anyOf": [{"type": "integer"},
+{"type": "string"}], "minimum": 5}` took 3). JSON Schema asserts them as well: `{anyOf: [A, B], K}` is
+`{anyOf: [A∧K, B∧K]}` (oneOf alike). Each branch is folded with them as an allOf is; a branch that admits no value
+then (disjoint types) is left out. Where a branch cannot be folded exactly, or the copies would pass
+_MAX_COPIED values, the keyword is a `SiblingGap`: refused under the client's strict (unenforced.py names it),
+else that branch is kept alone (the keywords not enforced there, as xgrammar did).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, NamedTuple
 
 from gateway.grammars.json import SchemaGrammarError
 
 _LEAST = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
 _MOST = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties"})
-_SIBLING_BOUND = frozenset(
-    {"additionalProperties", "patternProperties", "items", "prefixItems", "additionalItems", "unevaluatedProperties",
-     "unevaluatedItems", "if", "then", "else", "contains", "minContains", "maxContains", "$ref", "$dynamicRef"}
+_BOUND_GROUPS = (
+    frozenset({"properties", "patternProperties", "additionalProperties", "unevaluatedProperties"}),
+    frozenset({"items", "prefixItems", "additionalItems", "unevaluatedItems", "contains", "minContains",
+               "maxContains"}),
+    frozenset({"if", "then", "else"}),
+    frozenset({"$ref", "$dynamicRef"}),
 )  # fmt: skip
-"""Keywords whose meaning depends on other keywords of the same schema object: never merged with another part."""
+"""Keywords whose meaning depends on other keywords of their group in the same schema object: merged with another
+part saying one of them only where `_MERGEABLE` (`properties` with `additionalProperties`, schema `items`)."""
+_MERGEABLE = (frozenset({"properties", "additionalProperties"}), frozenset({"items"}), frozenset(), frozenset())
 _KEEP_ON_ROOT = frozenset({"$defs", "definitions", "$schema", "$id"})
 _MAX_REF_HOPS = 16
 _MAX_INLINED = 256
 """`$ref` targets inlined into merged allOf parts, per schema."""
+UNIONS = ("anyOf", "oneOf")
+SIBLING_ASSERTIONS = frozenset(
+    {"type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+     "maxLength", "minLength", "pattern", "format", "maxItems", "minItems", "uniqueItems", "maxContains",
+     "minContains", "contains", "items", "prefixItems", "additionalItems", "unevaluatedItems", "maxProperties",
+     "minProperties", "required", "properties", "patternProperties", "additionalProperties", "propertyNames",
+     "unevaluatedProperties", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "anyOf", "oneOf",
+     "not", "if", "then", "else"}
+)  # fmt: skip
+"""JSON Schema's assertion keywords: beside an `anyOf` / `oneOf` each holds for every branch (annotations, `$defs`
+and keywords JSON Schema does not know, such as OpenAPI's `discriminator`, assert nothing)."""
+_MAX_COPIED = 20_000
+"""Schema values the folds of one schema may copy into union branches (the keywords beside a union, once per branch
+but the first): many branches times many keywords, nested, would grow the schema geometrically."""
 
 
-def folded_all_of(schema: Any, param: str) -> Any:
+class SiblingGap(NamedTuple):
+    """A keyword beside a union not folded into one of its branches: where the union is, the keyword, and why."""
+
+    where: str
+    keyword: str
+    why: str
+
+
+class _Empty(SchemaGrammarError):
+    """Parts that no value can match together (disjoint types, enums, consts)."""
+
+
+def folded_all_of(schema: Any, param: str, gaps: list[SiblingGap] | None = None, exact: bool = False) -> Any:
     """`schema` with every `allOf` folded into its schema object (raises SchemaGrammarError naming `param` where
-    that is not exact)."""
-    return _Folder(schema, param).fold(schema)
+    that is not exact) and every union's sibling assertions into its branches: where that is not exact, a
+    SchemaGrammarError naming the keyword's place under `param` when `exact`, else the branch kept alone and the
+    keyword added to `gaps`."""
+    return _Folder(schema, param, gaps, exact).fold(schema, param)
+
+
+def folded_branch(beside: dict[str, Any], branch: Any, where: str) -> Any:
+    """A union's branch with the keywords `beside` the union folded in: one schema, `False` where it admits no value,
+    None where the fold is not exact (a `$ref` in the branch, resolved against no root; an overlap not merged)."""
+    if not isinstance(branch, dict) or "$ref" in branch:
+        return None
+    try:
+        folded = _Folder({}, where, None, True).conjunction([beside, branch], where)
+    except SchemaGrammarError:
+        return None
+    return folded if folded is False or (isinstance(folded, dict) and "allOf" not in folded) else None
+
+
+def unfolded_keyword(beside: dict[str, Any], branches: list[Any]) -> str:
+    """The keyword beside a union to name where its branches cannot be folded: one a branch says otherwise, else one
+    whose meaning depends on the keywords beside it (`items`, `additionalProperties`…), else the first."""
+    clash = (k for k in beside if any(isinstance(b, dict) and k in b and b[k] != beside[k] for b in branches))
+    bound = (k for k in beside if any(k in group for group in _BOUND_GROUPS))
+    return next(clash, next(bound, next(iter(beside))))
 
 
 class _Folder:
-    """One schema's fold: its root (for local `$ref`s), the references being inlined, how many were."""
+    """One schema's fold: its root (for local `$ref`s), the references being inlined, how many were, the values
+    copied into union branches, and what to do where a union's siblings do not fold."""
 
-    def __init__(self, root: Any, param: str) -> None:
-        self.root, self.param = root, param
+    def __init__(self, root: Any, param: str, gaps: list[SiblingGap] | None, exact: bool) -> None:
+        self.root, self.param, self.gaps, self.exact = root, param, gaps, exact
         self.inlining: list[str] = []
         self.inlined = 0
+        self.copied = 0
 
-    def fold(self, schema: Any) -> Any:
+    def fold(self, schema: Any, where: str) -> Any:
         if isinstance(schema, list):
-            return [self.fold(s) for s in schema]
+            return [self.fold(s, f"{where}[{i}]") for i, s in enumerate(schema)]
         if not isinstance(schema, dict):
             return schema
-        out = {k: self._folded_value(k, v) for k, v in schema.items()}
+        out = {k: self._folded_value(k, v, where) if isinstance(v, (dict, list)) else v for k, v in schema.items()}
         branches = out.pop("allOf", None)
         if not isinstance(branches, list):
-            return out if branches is None else {**out, "allOf": branches}
+            out = out if branches is None else {**out, "allOf": branches}
+            return self._unions(out, where)
         own = {k: v for k, v in out.items() if k not in _KEEP_ON_ROOT}
         parts = _parts(own, branches)
         if len(parts) > 1:
@@ -64,25 +131,143 @@ class _Folder:
             raise SchemaGrammarError(
                 "the JSON schema cannot be enforced: an allOf branch that is no object", self.param
             )
-        bound = sorted({k for p in parts for k in p.keys() & _SIBLING_BOUND})
-        if bound and len(parts) > 1:
+        try:
+            merged = self._merged_parts(parts, where)
+        except _Empty as exc:  # xgrammar refuses a `false` schema: an allOf that admits nothing is refused
+            raise SchemaGrammarError(str(exc), self.param) from None
+        return {**{k: v for k, v in out.items() if k in _KEEP_ON_ROOT}, **merged}
+
+    def conjunction(self, schemas: list[Any], where: str) -> Any:
+        """One schema asserting all of `schemas` (already folded), `False` where no value can match them all
+        (SchemaGrammarError where they do not merge exactly)."""
+        if any(s is False for s in schemas):
+            return False
+        try:
+            return self._conjunction(schemas, where)
+        except _Empty:
+            return False
+
+    def _conjunction(self, schemas: list[Any], where: str) -> Any:
+        parts = _parts({}, schemas)
+        if len(parts) > 1:
+            parts = _parts({}, [self._target(p) for p in parts])
+        if not parts:
+            return {}
+        if not all(isinstance(p, dict) for p in parts):
             raise SchemaGrammarError(
-                f"the JSON schema cannot be enforced: an allOf whose parts use {', '.join(bound)}", self.param
+                "the JSON schema cannot be enforced: an allOf branch that is no object", self.param
             )
+        return self._merged_parts(parts, where)
+
+    def _merged_parts(self, parts: list[dict[str, Any]], where: str) -> dict[str, Any]:
+        """The one schema object asserting every part (each a folded schema object), its unions folded."""
+        if len(parts) == 1:
+            return self._unions(parts[0], where)
+        special: dict[str, Any] = {}
+        for group, mergeable in zip(_BOUND_GROUPS, _MERGEABLE, strict=True):
+            saying = [p for p in parts if p.keys() & group]
+            if len(saying) < 2:
+                continue
+            used = {k for p in saying for k in p.keys() & group}
+            if not used <= mergeable or (used == {"items"} and any(not _is_schema(p["items"]) for p in saying)):
+                raise SchemaGrammarError(
+                    f"the JSON schema cannot be enforced: an allOf whose parts use {', '.join(sorted(used))}",
+                    self.param,
+                )
+            special.update(self._merged_group(used, saying, where))
         merged: dict[str, Any] = {}
         for part in parts:
             for key, value in part.items():
+                if key in special:
+                    continue
                 merged[key] = self._merged(key, merged[key], value) if key in merged else value
-        return {**{k: v for k, v in out.items() if k in _KEEP_ON_ROOT}, **merged}
+        merged.update(special)
+        if merged.get("additionalProperties") is False and "patternProperties" not in merged:
+            undeclared = set(merged.get("required") or ()) - set(merged.get("properties") or ())
+            if undeclared:  # required, yet no name outside `properties` allowed
+                raise _Empty("the JSON schema cannot be enforced: a required property no schema allows", self.param)
+        return self._unions(_values_admitted(merged, self.param), where)
 
-    def _folded_value(self, key: str, value: Any) -> Any:
+    def _merged_group(self, used: set[str], parts: list[dict[str, Any]], where: str) -> dict[str, Any]:
+        """`items` (each part's, all asserted), or `properties` with `additionalProperties`: a member is each part's
+        schema for its name, or that part's `additionalProperties` where it does not list it."""
+        if used == {"items"}:
+            items = self.conjunction([p["items"] for p in parts], f"{where}.items")
+            if items is False:
+                raise SchemaGrammarError("the JSON schema cannot be enforced: items that admit nothing", self.param)
+            return {"items": items}
+        names = list(dict.fromkeys(n for p in parts for n in (p.get("properties") or {})))
+        others = [p.get("additionalProperties", True) for p in parts]
+        rest = self.conjunction(others, f"{where}.additionalProperties")
+        properties: dict[str, Any] = {}
+        for name in names:
+            schemas = [(p.get("properties") or {}).get(name, other) for p, other in zip(parts, others, strict=True)]
+            member = self.conjunction(schemas, f"{where}.properties.{name}")
+            if member is not False:
+                properties[name] = member
+            elif rest is not False:  # left out, the name would fall to additionalProperties
+                raise SchemaGrammarError(
+                    "the JSON schema cannot be enforced: a property that admits nothing", self.param
+                )
+            elif any(name in (p.get("required") or ()) for p in parts):
+                raise _Empty("the JSON schema cannot be enforced: a required property that admits nothing", self.param)
+        out: dict[str, Any] = {"properties": properties}
+        if any("additionalProperties" in p for p in parts):
+            out["additionalProperties"] = rest
+        return out
+
+    def _unions(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        """`node` with the assertions beside its `anyOf` (else `oneOf`) folded into each of its branches (a branch
+        that then admits nothing left out); where a branch does not fold, a SiblingGap."""
+        if "anyOf" not in node and "oneOf" not in node:
+            return node
+        key = next((k for k in UNIONS if isinstance(node.get(k), list) and node[k]), None)
+        beside = {k: v for k, v in node.items() if k in SIBLING_ASSERTIONS and k != key} if key else {}
+        if not beside:
+            return node
+        branches: list[Any] = node[key]
+        if self.copied <= _MAX_COPIED:  # each fold walks the keywords beside (a lone branch's too) once per copy
+            self.copied += _size(beside, _MAX_COPIED + 1) * max(1, len(branches) - 1)
+        folded: list[Any] = []
+        for i, branch in enumerate(branches):
+            try:
+                if self.copied > _MAX_COPIED:
+                    raise SchemaGrammarError(f"would copy more than {_MAX_COPIED} schema values into its branches", "")
+                one = self.conjunction([beside, branch], f"{where}.{key}[{i}]")
+            except SchemaGrammarError as exc:
+                one = self._gap(where, key, beside, branch, str(exc))
+            if one is not False:
+                folded.append(one)
+        if not folded:
+            folded = [self._gap(where, key, beside, b, "no branch would admit a value") for b in branches]
+        kept = {k: v for k, v in node.items() if k not in beside or k == key}
+        return {**kept, key: folded}
+
+    def _gap(self, where: str, key: str, beside: dict[str, Any], branch: Any, reason: str) -> Any:
+        """`branch` alone, the keyword beside the union that does not fold into it recorded (a SchemaGrammarError
+        naming it when exact)."""
+        named = (k for k in beside if re.search(rf"(?<![\w$]){re.escape(k)}(?!\w)", reason))
+        keyword = next(named, None) or unfolded_keyword(beside, [branch])
+        reason = reason.removeprefix("the JSON schema cannot be enforced: ").replace(
+            "an allOf whose parts use", "both use"
+        )
+        reason = reason.replace("an allOf whose branches both say", "both say")
+        why = f"'{keyword}' beside '{key}' cannot be folded into each of its branches ({reason})"
+        if self.exact:
+            raise SchemaGrammarError(f"the JSON schema cannot be enforced: {why}", f"{where}.{keyword}")
+        if self.gaps is not None and not any(g.where == where and g.keyword == keyword for g in self.gaps):
+            self.gaps.append(SiblingGap(where, keyword, why))
+        return branch
+
+    def _folded_value(self, key: str, value: Any, parent: str) -> Any:
+        if key in ("const", "enum", "required", "examples", "default"):
+            return value
+        where = f"{parent}.{key}"
         if key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas") and isinstance(
             value, dict
         ):
-            return {k: self.fold(v) for k, v in value.items()}
-        if key in ("const", "enum", "required", "examples", "default"):
-            return value
-        return self.fold(value) if isinstance(value, (dict, list)) else value
+            return {k: self.fold(v, f"{where}.{k}") for k, v in value.items()}
+        return self.fold(value, where)
 
     def _target(self, branch: Any) -> Any:
         """`branch`, or the schema its lone local `$ref` points to (followed up to _MAX_REF_HOPS), folded."""
@@ -113,7 +298,7 @@ class _Folder:
             )
         self.inlining += refs
         try:
-            return self.fold(branch)
+            return self.fold(branch, self.param + refs[-1][1:].replace("/", "."))
         finally:
             del self.inlining[-len(refs) :]
 
@@ -133,19 +318,18 @@ class _Folder:
             both = [t for t in a if t in b or (t == "integer" and "number" in b)]
             both += [t for t in b if t == "integer" and "number" in a and t not in both]
             if not both:
-                raise SchemaGrammarError("the JSON schema cannot be enforced: an allOf of disjoint types", self.param)
+                raise _Empty("the JSON schema cannot be enforced: an allOf of disjoint types", self.param)
             return both[0] if len(both) == 1 else both
         if key == "enum" and isinstance(first, list) and isinstance(second, list):
             seconds = {json.dumps(v, sort_keys=True) for v in second}
             both = [v for v in first if json.dumps(v, sort_keys=True) in seconds]
             if not both:
-                raise SchemaGrammarError("the JSON schema cannot be enforced: an allOf of disjoint enums", self.param)
+                raise _Empty("the JSON schema cannot be enforced: an allOf of disjoint enums", self.param)
             return both
-        if key == "properties" and isinstance(first, dict) and isinstance(second, dict):
-            out = dict(first)
-            for name, sub in second.items():
-                out[name] = self.fold({"allOf": [first[name], sub]}) if name in first else sub
-            return out
+        if key == "const":
+            if numbers and first == second:
+                return first
+            raise _Empty("the JSON schema cannot be enforced: an allOf of distinct consts", self.param)
         raise SchemaGrammarError(
             f"the JSON schema cannot be enforced: an allOf whose branches both say {key}", self.param
         )
@@ -166,3 +350,73 @@ class _Folder:
 def _parts(own: dict[str, Any], branches: list[Any]) -> list[Any]:
     """The schemas an allOf asserts, those that assert nothing (true, {}) left out."""
     return [p for p in (own, *branches) if p is not True and p != {}]
+
+
+_VALUE_KEYWORDS = ("const", "enum")
+
+
+def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
+    """`schema` whose `const` / `enum` keeps only the values its other assertions admit (xgrammar writes the values
+    alone, whatever else the schema says); _Empty where none is left."""
+    rest = {k: v for k, v in schema.items() if k not in _VALUE_KEYWORDS}
+    if not rest.keys() & SIBLING_ASSERTIONS or not schema.keys() & set(_VALUE_KEYWORDS):
+        return schema
+    if _mentions(rest, _UNCHECKED):
+        raise SchemaGrammarError(
+            f"the JSON schema cannot be enforced: enum or const values beside {' or '.join(sorted(_UNCHECKED))}", param
+        )
+    # imported here: only a merge with listed values needs it (tests/gateway/test_start_imports.py)
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from referencing.exceptions import Unresolvable
+
+    try:
+        admits = Draft202012Validator(rest).is_valid
+        if "const" in schema and not admits(schema["const"]):
+            raise _Empty("the JSON schema cannot be enforced: a const its siblings refuse", param)
+        if isinstance(schema.get("enum"), list):
+            values = [v for v in schema["enum"] if admits(v)]
+            if not values:
+                raise _Empty("the JSON schema cannot be enforced: enum values all refused by their siblings", param)
+            schema = {**schema, "enum": values}
+    except (SchemaError, Unresolvable, RecursionError):
+        raise SchemaGrammarError(
+            "the JSON schema cannot be enforced: enum or const values beside assertions that cannot be checked", param
+        ) from None
+    return schema
+
+
+_UNCHECKED = frozenset({"pattern", "patternProperties", "propertyNames", "format"})
+"""Keywords the values are not checked against: Python's `re` backtracks exponentially on a hostile pattern
+(`^(a+)+$` against 28 `a`s and a `!`: 7 s of CPU), and jsonschema does not check a `format`."""
+
+
+def _mentions(value: Any, keys: frozenset[str]) -> bool:
+    """Whether `value` holds an object with one of `keys` at any depth."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.keys() & keys:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _size(value: Any, most: int) -> int:
+    """How many JSON values `value` holds, counted up to `most`."""
+    count, stack = 0, [value]
+    while stack and count < most:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
+def _is_schema(value: Any) -> bool:
+    return isinstance(value, (dict, bool))

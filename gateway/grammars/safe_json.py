@@ -193,7 +193,8 @@ def _converted_value_ebnf(
     schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, param: str, strict: _Strictness
 ) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
-    schema = _spell_safe(folded_all_of(json.loads(schema_json), param), param, *strict, firsts)
+    folded = folded_all_of(json.loads(schema_json), param, exact=strict[1])
+    schema = _spell_safe(folded, param, *strict, firsts)
     if schema is None or holds_spelling("\0".join(_literals(schema)), spellings):
         return None  # a property name, enum or const value spells a control token
     if style == "json":
@@ -351,10 +352,10 @@ strips the key and takes no empty one."""
 
 
 def _check_names(schema: Any, style: str, param: str) -> None:
-    """SchemaGrammarError naming the first top-level property of `schema` that `style` cannot write as itself
-    (`<parameter=a>b>` reads as parameter `a`)."""
-    properties = schema.get("properties") if isinstance(schema, dict) else None
-    for name in properties if isinstance(properties, dict) else ():
+    """SchemaGrammarError naming the first top-level property of `schema` (its `anyOf` / `oneOf` branches' too, where
+    the keywords beside them were folded) that `style` cannot write as itself (`<parameter=a>b>` reads as parameter
+    `a`)."""
+    for name in sorted(_declared_names(schema)):
         if _UNWRITABLE_NAME[style](name):
             message = f"the parameter name {json.dumps(name)} cannot be written in this model's call format"
             raise SchemaGrammarError(message, f"{param}.properties" if param else param)

@@ -9,8 +9,9 @@ naming the keyword's place, as OpenAI's strict mode refuses them. A `oneOf` whos
 exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. The string
 keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
 beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either, and any of them in a schema that does
-not say `"type": "string"` (xgrammar then takes any value). Without strict the rest of the schema is enforced and
-these keywords are not (docs/schemas.md).
+not say `"type": "string"` (xgrammar then takes any value), and a keyword beside an `anyOf` / `oneOf` that cannot be
+folded exactly into each branch (all_of.py: xgrammar drops it). Without strict the rest of the schema is enforced
+and these keywords are not (docs/schemas.md).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
-from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS
+from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
 from gateway.grammars.string_formats import ENFORCED_FORMATS
 from gateway.types import ChatRequest
 
@@ -87,12 +89,35 @@ def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
 
 def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]:
     """Each place, its keyword, and why it is not enforced where that is more than the keyword itself."""
+    beside_union = False
     for node, where in _schemas(schema, param):
+        beside_union = beside_union or _beside_union(node)
         for keyword in _unenforced(node, schema):
             yield where, keyword, None
         if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
             for keyword, why in _string_gaps(node):
                 yield where, keyword, why
+    for gap in _sibling_gaps(schema, param) if beside_union else ():
+        yield gap.where, gap.keyword, gap.why
+
+
+def _sibling_gaps(schema: Any, param: str) -> list[SiblingGap]:
+    """The keywords beside an `anyOf` / `oneOf` that the grammars cannot fold into its branches (all_of.py): they
+    hold only where folded."""
+    gaps: list[SiblingGap] = []
+    try:
+        folded_all_of(unannotated(schema), param, gaps)
+    except SchemaGrammarError:  # an allOf that does not fold: the build refuses it (a 400 naming it)
+        pass
+    return gaps
+
+
+def _beside_union(node: dict[str, Any]) -> bool:
+    """Whether `node` says an `anyOf` / `oneOf` and an assertion beside it."""
+    if "anyOf" not in node and "oneOf" not in node:
+        return False
+    union = next(k for k in UNIONS if k in node)
+    return any(k in SIBLING_ASSERTIONS for k in node if k != union)
 
 
 _STRING_KEYWORDS = ("format", "pattern", "minLength", "maxLength")
@@ -205,7 +230,8 @@ def _exclusive(branches: list[Any], root: Any, parent: dict[str, Any]) -> bool:
     """Whether no value can match two of `branches` (provably: by types, by values, or by a discriminating
     property every branch requires)."""
     objects_only = _types(parent) == {"object"}
-    facts = [_branch(b, root) for b in branches if b is not False]  # `false` admits nothing
+    required = _required(parent)  # beside the oneOf, so every branch's too (all_of.py folds it in)
+    facts = [_branch(b, root, required) for b in branches if b is not False]  # `false` admits nothing
     if any(f is None for f in facts):
         return False
     if len(facts) > _PAIRWISE:
@@ -217,13 +243,14 @@ def _exclusive(branches: list[Any], root: Any, parent: dict[str, Any]) -> bool:
     return all(_disjoint(a, b, objects_only) for i, a in enumerate(facts) for b in facts[i + 1 :])
 
 
-def _branch(schema: Any, root: Any) -> _Branch | None:
-    """A branch's facts; None for one that admits any value (`true`, or no schema object)."""
+def _branch(schema: Any, root: Any, required: set[str]) -> _Branch | None:
+    """A branch's facts (`required`: the names the union's parent requires too); None for one that admits any
+    value (`true`, or no schema object)."""
     schema = _resolved(schema, root)
     if not isinstance(schema, dict):
         return None
     discriminators = {}
-    for name in _required(schema):
+    for name in _required(schema) | required:
         values = _values(_resolved(_property(schema, name), root))
         if values is not None:
             discriminators[name] = values

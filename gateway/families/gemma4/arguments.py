@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
-from gateway.grammars.all_of import folded_all_of
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, folded_branch, unfolded_keyword
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
@@ -60,17 +60,6 @@ CHARS_PER_FORMAT = 100
 """Spelled-out text that weighs one format where it is copied (MAX_FORMATS: at most ~500 KB of copies a tool)."""
 MAX_COUNTED = 16
 """The largest `minItems` / `maxItems` spelled out (each counted item is a copy of the item's formats)."""
-SIBLING_ASSERTIONS = frozenset(
-    {"type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
-     "maxLength", "minLength", "pattern", "format", "maxItems", "minItems", "uniqueItems", "maxContains",
-     "minContains", "contains", "items", "prefixItems", "additionalItems", "unevaluatedItems", "maxProperties",
-     "minProperties", "required", "properties", "patternProperties", "additionalProperties", "propertyNames",
-     "unevaluatedProperties", "dependentRequired", "dependentSchemas", "dependencies", "allOf", "anyOf", "oneOf",
-     "not", "if", "then", "else"}
-)  # fmt: skip
-"""JSON Schema's assertion keywords: beside an `anyOf` / `oneOf` each holds for every branch (annotations, `$defs`
-and keywords JSON Schema does not know, such as OpenAPI's `discriminator`, assert nothing)."""
-_BOUND_TO_SIBLINGS = ("items", "prefixItems", "additionalItems", "additionalProperties", "patternProperties")
 _NUMBER_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 NOT_KEPT = {
     None: ("allOf", "unevaluatedProperties", "unevaluatedItems"),
@@ -220,9 +209,9 @@ class ArgumentFormats:
     def _union(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
         """An `anyOf` / `oneOf` (`oneOf` read as `anyOf`: unenforced.py refuses a strict one not shown exclusive). The
         keywords beside it that assert something (SIBLING_ASSERTIONS) hold for every branch, so each branch (a
-        local `$ref` one its target) is folded with them (`all_of.folded_all_of`: exact, or refused). A branch that
-        cannot be (two parts saying `items`, disjoint types…) is kept alone, without them: under strict, a
-        SchemaGrammarError naming the keyword that does not fold."""
+        local `$ref` one its target) is folded with them (`all_of.folded_branch`, as the JSON grammars fold them); one
+        that then admits no value (disjoint types) is left out. A branch that cannot be folded exactly (two parts
+        saying `prefixItems`…) is kept alone, without them: under strict, a SchemaGrammarError naming the keyword."""
         key = "anyOf" if "anyOf" in schema else "oneOf"
         options = schema[key] if isinstance(schema[key], list) and schema[key] else None
         if options is None:
@@ -232,9 +221,13 @@ class ArgumentFormats:
         for i, option in enumerate(options):
             ref = option.get("$ref") if beside and isinstance(option, dict) else None
             target = self._target(option) if beside else option
-            branch = _folded(beside, target, where) if beside and target is not None else option
+            branch = folded_branch(beside, target, where) if beside and target is not None else option
+            if branch is False:
+                continue  # with the keywords beside the union it admits no value (disjoint types…)
             if branch is None:
-                self._dropped(where, _unfolded(beside, options), f"beside '{key}' cannot be merged into its branches")
+                self._dropped(
+                    where, unfolded_keyword(beside, options), f"beside '{key}' cannot be merged into its branches"
+                )
                 branch, ref = option, None
             if isinstance(ref, str) and branch is not option:
                 self._inlining.append(ref)  # the target inlined here: a reference back to it is recursion
@@ -246,7 +239,7 @@ class ArgumentFormats:
             if value is None:
                 return None
             formats.append(value)
-        return _or(formats)
+        return _or(formats) if formats else None
 
     def _target(self, option: Any) -> Any:
         """A union's branch, a local `$ref` one its target with the branch's other keywords (as `_reference`
@@ -429,25 +422,6 @@ def kept_under_strict(parameters: Any) -> bool:
         stack += [schema[k] for k in SUBSCHEMA_KEYS if k in schema]
         stack += [sub for k in SUBSCHEMA_MAPS if isinstance(schema.get(k), dict) for sub in schema[k].values()]
     return True
-
-
-def _folded(beside: dict[str, Any], option: Any, where: str) -> dict[str, Any] | None:
-    """A union's branch with the keywords `beside` the union folded in, where exact; None where not (a `$ref` in
-    the branch, which the fold would resolve against no root, or an overlap `folded_all_of` refuses)."""
-    if not isinstance(option, dict) or "$ref" in option:
-        return None
-    try:
-        folded = folded_all_of({"allOf": [beside, option]}, where)
-    except SchemaGrammarError:
-        return None
-    return folded if isinstance(folded, dict) and "allOf" not in folded else None
-
-
-def _unfolded(beside: dict[str, Any], options: list[Any]) -> str:
-    """The keyword beside a union to name where its branches cannot be folded: one a branch says otherwise, else one
-    whose meaning depends on the keywords beside it (`items`, `additionalProperties`…), else the first."""
-    clash = (k for k in beside if any(isinstance(o, dict) and k in o and o[k] != beside[k] for o in options))
-    return next(clash, next((k for k in beside if k in _BOUND_TO_SIBLINGS), next(iter(beside))))
 
 
 def _later(member: Format, required: bool) -> Format:

@@ -1,0 +1,187 @@
+"""Keywords beside an `anyOf` / `oneOf` hold for each branch: xgrammar 0.2.9 read the union alone (`minimum` beside
+it, `properties` and `required` beside `anyOf: [{required: [a]}, {required: [b]}]` dropped). Checked on xgrammar
+itself: the grammar takes a candidate value iff `jsonschema` validates it."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import jsonschema
+import pytest
+import xgrammar as xgr
+
+from gateway.grammars.all_of import SiblingGap, folded_all_of
+from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.safe_json import json_value_ebnf
+from gateway.grammars.unenforced import check_strict_schemas, strict_able, unenforced_keywords
+from gateway.types import ChatRequest
+
+SPELLINGS = ("<|im_end|>",)
+_COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+
+
+def _accepts(ebnf: str, text: str) -> bool:
+    matcher = xgr.GrammarMatcher(_COMPILER.compile_grammar(ebnf), terminate_without_stop_token=True)
+    return matcher.accept_string(text) and matcher.is_terminated()
+
+
+CONTACT = {
+    "type": "object",
+    "properties": {"email": {"type": "string"}, "phone": {"type": "string"}, "name": {"type": "string"}},
+    "required": ["name"],
+    "additionalProperties": False,
+    "anyOf": [{"required": ["email"]}, {"required": ["phone"]}, {"required": ["fax"]}],
+}
+BOUNDED = {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 3}], "minimum": 5}
+TYPED = {"type": "string", "anyOf": [{"type": "integer"}, {"enum": ["a", "b", 3]}, {"const": 7}], "maxLength": 1}
+ITEMS = {"type": "array", "items": {"type": "integer"}, "maxItems": 2, "anyOf": [
+    {"items": {"minimum": 10}}, {"items": {"maximum": 0}}, {"$ref": "#/$defs/Short"}], "$defs": {"Short": {
+    "maxItems": 1, "items": {"const": 5}}}}  # fmt: skip
+NESTED = {"type": "object", "properties": {"at": {"$ref": "#/$defs/Point"}}, "required": ["at"],
+          "additionalProperties": False, "$defs": {"Point": {
+              "type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+              "additionalProperties": False, "anyOf": [{"required": ["x"]}, {"required": ["y"]}],
+              "minProperties": 1}}}  # fmt: skip
+CASES = [
+    (CONTACT, ['{"email": "e", "name": "a"}', '{"phone": "p", "name": "a"}', '{"email": "e", "phone": "p", "name": "a"}',
+               '{"name": "a"}', '{"email": "e"}', '{"email": 1, "name": "a"}']),
+    (BOUNDED, ["5", "7", "4", "-1", '"abc"', '"abcd"', "5.5"]),
+    (TYPED, ['"a"', '"b"', "3", "7", '"c"', '"ab"']),
+    (ITEMS, ["[]", "[10]", "[10, 11]", "[0, -1]", "[5]", "[5, 5]", "[1]", "[10, 0]", "[10, 11, 12]"]),
+    (NESTED, ['{"at": {"x": 1}}', '{"at": {"y": 2}}', '{"at": {"x": 1, "y": 2}}', '{"at": {}}', '{"at": {"x": "1"}}']),
+    ({"type": "object", "properties": {"p": BOUNDED, "q": CONTACT}, "additionalProperties": False},
+     ['{"p": 6}', '{"p": 4}', '{"q": {"phone": "1", "name": "n"}}', '{"q": {"name": "n"}}', '{"p": 5, "q": {}}']),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("schema", "candidates"), CASES)
+def test_the_grammar_takes_what_the_schema_validates(schema: dict[str, Any], candidates: list[str]) -> None:
+    ebnf = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
+    validator = jsonschema.Draft202012Validator(schema)
+    verdicts = {text: validator.is_valid(json.loads(text)) for text in candidates}
+    assert True in verdicts.values() and False in verdicts.values()  # the candidates tell the schemas apart
+    for text, valid in verdicts.items():
+        assert _accepts(ebnf, text) == valid, text  # fails before: the siblings dropped, invalid values taken
+
+
+def _atoms(schema: Any, names: list[str], values: list[Any]) -> None:
+    """The property names (in the order met) and the literal values a schema mentions, bounds one either side."""
+    if isinstance(schema, list):
+        for item in schema:
+            _atoms(item, names, values)
+    if not isinstance(schema, dict):
+        return
+    for key, value in schema.items():
+        if key == "properties":
+            names += [n for n in value if n not in names]
+        if key in ("const", "enum"):
+            values += value if key == "enum" else [value]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            values += [value - 1, value, value + 1]
+        elif isinstance(value, (dict, list)):
+            _atoms(value, names, values)
+
+
+def _sample(rng: random.Random, names: list[str], values: list[Any], depth: int = 0) -> Any:
+    """A random JSON value made of the schema's names and values, near what it admits and what it refuses."""
+    kind = rng.randrange(4 if depth < 2 else 2)
+    if kind == 0:
+        return rng.choice([*values, "", "a", "aa", "abcd", 0, 2.5, True, None])
+    if kind == 1:
+        return rng.choice(values) if values and rng.random() < 0.5 else rng.randrange(-2, 12)
+    if kind == 2:
+        return [_sample(rng, names, values, depth + 1) for _ in range(rng.randrange(4))]
+    return {n: _sample(rng, names, values, depth + 1) for n in names if rng.random() < 0.5}
+
+
+@pytest.mark.parametrize(("schema", "candidates"), CASES)
+def test_random_values_near_the_schema_are_taken_iff_valid(schema: dict[str, Any], candidates: list[str]) -> None:
+    """Seeded: values drawn from the schema's own names, literals and bounds, objects in declared order."""
+    ebnf = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
+    validator = jsonschema.Draft202012Validator(schema)
+    names, values = [], []
+    _atoms(schema, names, values)
+    rng = random.Random(17)
+    texts = {json.dumps(_sample(rng, names, values), separators=(", ", ": ")) for _ in range(150)}
+    verdicts = {text: validator.is_valid(json.loads(text)) for text in texts | set(candidates)}
+    wrong = [text for text, valid in verdicts.items() if _accepts(ebnf, text) != valid]
+    assert not wrong, wrong
+
+
+UNFOLDABLE = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a+$", "anyOf": [
+    {"type": "string", "pattern": "^a{2}$"}, {"type": "string"}]}}}  # fmt: skip
+
+
+def test_a_sibling_that_cannot_be_folded_is_refused_under_strict() -> None:
+    """Two patterns are no one pattern: the fold is not exact, so strict refuses the keyword, naming its place."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": UNFOLDABLE}}
+    assert unenforced_keywords(UNFOLDABLE, "p") == [("p.properties.s", "pattern")]  # fails before: not reported
+    assert not strict_able(tool)
+    with pytest.raises(SchemaGrammarError) as refused:
+        json_value_ebnf(UNFOLDABLE, SPELLINGS, "p", True, exact=True)
+    assert refused.value.param == "p.properties.s.pattern"
+
+
+def test_a_strict_response_format_names_the_keyword_that_does_not_fold() -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "c", "strict": True, "schema": UNFOLDABLE}}
+    with pytest.raises(SchemaGrammarError) as refused:  # fails before: accepted, the pattern silently dropped
+        check_strict_schemas(ChatRequest(messages=[], response_format=fmt))
+    assert refused.value.param == "response_format.json_schema.schema.properties.s.pattern"
+    assert "'pattern' beside 'anyOf' cannot be folded" in str(refused.value)
+    folding = {**fmt, "json_schema": {**fmt["json_schema"], "schema": CONTACT}}
+    check_strict_schemas(ChatRequest(messages=[], response_format=folding))  # folds exactly: no refusal
+
+
+def test_best_effort_keeps_the_branch_that_does_not_fold_alone() -> None:
+    gaps: list[SiblingGap] = []
+    folded = folded_all_of(UNFOLDABLE, "p", gaps)
+    assert folded["properties"]["s"]["anyOf"] == [{"type": "string", "pattern": "^a{2}$"},
+                                                  {"type": "string", "pattern": "^a+$"}]  # fmt: skip
+    assert [(g.where, g.keyword) for g in gaps] == [("p.properties.s", "pattern")]
+    ebnf = json_value_ebnf(UNFOLDABLE, SPELLINGS, "p", True)
+    assert _accepts(ebnf, '{"s": "aa"}') and _accepts(ebnf, '{"s": "aaa"}') and not _accepts(ebnf, '{"s": "b"}')
+
+
+def test_many_branches_times_many_siblings_are_bounded() -> None:
+    """Each level's siblings copied into 50 branches, nested, grow as 50**levels: past the bound the siblings are a
+    gap (strict: refused), in bounded time and memory."""
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(3):
+        siblings = {f"k{i}": schema for i in range(4)}
+        schema = {"type": "object", "properties": siblings, "anyOf": [{"required": [f"k{i}"]} for i in range(50)]}
+    gaps: list[SiblingGap] = []
+    folded_all_of(schema, "p", gaps)
+    assert gaps and all("would copy more than" in g.why for g in gaps)
+    with pytest.raises(SchemaGrammarError, match="would copy more than"):
+        folded_all_of(schema, "p", exact=True)
+
+
+def test_a_schema_without_union_siblings_is_unchanged() -> None:
+    schema = {"type": "object", "properties": {"a": {"anyOf": [{"type": "integer"}, {"type": "null"}]}},
+              "$defs": {"D": {"oneOf": [{"const": 1}, {"const": 2}]}}}  # fmt: skip
+    assert folded_all_of(schema, "p") == schema
+    assert unenforced_keywords(schema, "p") == []
+
+
+def test_listed_values_are_not_checked_against_a_pattern() -> None:
+    """A const / enum folded with a `pattern` would be checked by Python's `re`, which backtracks exponentially on
+    `^(a+)+$` (7 s of CPU for 28 `a`s and a `!`; fails before: that long, more for a longer value): a gap instead."""
+    schema = {"type": "string", "pattern": "^(a+)+$", "anyOf": [{"enum": ["a" * 60 + "!"]}, {"maxLength": 9}]}
+    gaps: list[SiblingGap] = []
+    folded_all_of(schema, "p", gaps)
+    assert [(g.where, g.keyword) for g in gaps] == [("p", "pattern")]
+
+
+def test_a_discriminator_required_beside_a_oneof_makes_its_branches_exclusive() -> None:
+    """`required` beside the oneOf holds for each branch: distinct `kind` consts then exclude each other (strict
+    refused this oneOf as one that might match twice)."""
+    schema = {"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"], "oneOf": [
+        {"properties": {"kind": {"const": "a"}, "x": {"type": "integer"}}},
+        {"properties": {"kind": {"const": "b"}, "y": {"type": "string"}}}]}  # fmt: skip
+    assert unenforced_keywords(schema, "p") == []  # fails before: [("p", "oneOf")]
+    ebnf = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
+    assert _accepts(ebnf, '{"kind": "a", "x": 1}') and _accepts(ebnf, '{"kind": "b", "y": "s"}')
+    assert not _accepts(ebnf, '{"kind": "c"}') and not _accepts(ebnf, '{"x": 1}')
+    assert unenforced_keywords({**schema, "required": []}, "p") == [("p", "oneOf")]
