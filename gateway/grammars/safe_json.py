@@ -408,7 +408,11 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     sequence, added = lru_cache(maxsize=None)(sequence_writer(ebnf, newline=bool(lead))), {}
     classes = {m[1]: m for m in _CLASS_LINE.finditer(ebnf)}
 
+    literals = {m[1]: _LITERAL.findall(m[2]) for m in _LITERALS_RULE.finditer(ebnf)}
+
     def written(value: str, spaced: str, close: str) -> str:
+        if lead and any(t.startswith("\\n") or t.endswith("\\n") for t in literals.get(value, ())):
+            return f'"\\n" {value} "\\n{close[1:]}'  # an enum or const string a stripped newline would cut
         if value in counts:
             return f"{lead}{counts[value]} {close}"
         if (counted := sequence(value)) is not None:
@@ -426,6 +430,9 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     return "\n".join([ebnf.rstrip("\n"), *added]) + "\n"
 
 
+_LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_LITERALS_RULE = re.compile(r'^(\S+) ::= (\(\("(?:[^"\\]|\\.)*"\)(?: \| \("(?:[^"\\]|\\.)*"\))*\))$', re.MULTILINE)
+"""A rule of literals only (an enum's, a const's)."""
 _CLASS_LINE = re.compile(r"^(\w+) ::= \(\(\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)$", re.MULTILINE)
 _BODY_ITEM = re.compile(r'"[^"\\]*"|(\w+?)(?:_tail_\d+_\d+|\{(\d+), (-?\d+)\})?(?= |$)')
 """An item of a raw value's sequence (`counted_classes.sequence_writer`): a literal (no escape: never a newline), a
