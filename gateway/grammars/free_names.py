@@ -11,6 +11,13 @@ Each trie node costs xgrammar a few token masks: on Qwen3's vocabulary a tool wi
 declared parameters compiles in ~230 ms of CPU (qwen_xml) instead of ~140, with 30 in ~0.7 s instead of ~0.14, with
 300 in ~1.6 s instead of ~0.24 (glm_xml ~0.1, 0.3, 0.7 s: bench/xml_free_names_bench.py); a schema without free
 names is untouched, and the compile budget bounds a hostile one.
+
+Each arguments object has its own names (`distinct_free_names`): the root, each `anyOf` / `oneOf` branch (a name
+declared only in another branch is free here) and the object a local `$ref` names; its `patternProperties` keys
+lose its declared names too (`key_patterns`). Two free parameters can still share a name (`extra` twice: a grammar
+cannot remember the names written): the parsers stream both keys, which a JSON reader takes as the last value at
+the first key's place, as vLLM's parsers build a dict (last wins). A free name that matches a pattern key is not
+refused either (JSON Schema types it by the pattern's schema; the grammar by `additionalProperties`').
 """
 
 from __future__ import annotations

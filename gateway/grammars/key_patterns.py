@@ -171,27 +171,50 @@ def key_pattern_rules(pattern: str, declared: Iterable[str], rule: str) -> str |
     where it matches none of them, its syntax is not followed or the rules would pass `_MOST_STATES`."""
     try:
         parsed = sre_parse.parse(pattern)
-        if parsed.state.flags & ~(sre.SRE_FLAG_UNICODE):
+        if parsed.state.flags & ~sre.SRE_FLAG_UNICODE:
             raise _Unsupported
         automaton = _Automaton()
         first, last, nullable = automaton.sequence(list(parsed), edges=True)
     except (_Unsupported, sre.error, RecursionError, OverflowError):
         return None
-    names = set(declared)
+    if any(not chars for chars in automaton.chars):
+        return None
+    bodies = _with_trie(automaton, first, last | ({-1} if nullable else set()), set(declared), rule)
+    if bodies is None:
+        return None
+    live = _productive(bodies)
+    free = f"{rule}_free"
+    lines = []
+    for name, body in bodies.items():
+        kept = [
+            f"({text} {target})" if target else f"({text})" for text, target in body if not target or target in live
+        ]
+        if name in live or name == rule:
+            lines.append(f"{name} ::= ({' | '.join(kept) or _NOTHING})")
+    for p in _reachable(automaton, first):
+        escaped = [f"({_text(automaton.chars[q])} {free}_{q})" for q in sorted(automaton.follow[p])]
+        ends = ['("")'] if p in last else []
+        lines.append(f"{free}_{p} ::= ({' | '.join(escaped + ends)})")
+    return "\n".join(lines)
+
+
+def _with_trie(
+    automaton: _Automaton, first: set[int], last: set[int], names: set[str], rule: str
+) -> dict[str, list[tuple[str, str | None]]] | None:
+    """The automaton (position -1 its start) walked with the trie of `names`' prefixes from (start, ""): each state's
+    alternatives, a character into the next state or a class out of the trie into the automaton's own rule of a
+    position (`{rule}_free_P`, None for the state), or the empty end. None when no name is refused or past
+    `_MOST_STATES`."""
     trie: dict[str, set[int]] = {"": set()}
     for name in names:
         for depth in range(len(name)):
             trie.setdefault(name[:depth], set()).add(ord(name[depth]))
             trie.setdefault(name[: depth + 1], set())
-    if any(not chars for chars in automaton.chars):
-        return None
-    free = f"{rule}_free"
     ids: dict[tuple[int, str], str] = {(-1, ""): rule}
-    bodies: dict[str, list[tuple[str, str | None]]] = {}  # a trie state's alternatives: text, the state it enters
-    todo, excluded = [(-1, "")], False
+    bodies: dict[str, list[tuple[str, str | None]]] = {}
+    todo, refused = [(-1, "")], False
     while todo:
-        state = todo.pop()
-        p, prefix = state
+        p, prefix = state = todo.pop()
         children = {point: prefix + chr(point) for point in trie[prefix]}
         alternatives: list[tuple[str, str | None]] = []
         for q in sorted(first if p < 0 else automaton.follow[p]):
@@ -203,25 +226,14 @@ def key_pattern_rules(pattern: str, declared: Iterable[str], rule: str) -> str |
                     alternatives.append((_text([(point, point)]), ids[(q, child)]))
             rest = _minus(automaton.chars[q], tuple((c, c) for c in children))
             if rest:
-                alternatives.append((f"{_text(rest)} {free}_{q}", None))
-        if (nullable if p < 0 else p in last) and prefix not in names:
-            alternatives.append(('""', None))
-        elif nullable if p < 0 else p in last:
-            excluded = True
+                alternatives.append((f"{_text(rest)} {rule}_free_{q}", None))
+        if p in last:
+            refused |= prefix in names
+            alternatives += [] if prefix in names else [('""', None)]
         bodies[ids[state]] = alternatives
         if len(bodies) + len(automaton.chars) > _MOST_STATES:
             return None
-    if not excluded:
-        return None
-    live = _productive(bodies)
-    lines = [
-        f"{name} ::= ({' | '.join(f'({text} {target})' if target else f'({text})' for text, target in body if target in live or target is None) or _NOTHING})"
-        for name, body in bodies.items()
-        if name in live or name == rule
-    ]
-    escaped = _reachable(automaton, first)
-    lines += [f"{free}_{p} ::= ({_alternatives(automaton, automaton.follow[p], p in last, free)})" for p in escaped]
-    return "\n".join(lines)
+    return bodies if refused else None
 
 
 _NOTHING = "[^\\0-\\U0010ffff]"
@@ -239,11 +251,6 @@ def _productive(bodies: dict[str, list[tuple[str, str | None]]]) -> set[str]:
                 live.add(name)
                 grown = True
     return live
-
-
-def _alternatives(automaton: _Automaton, nexts: set[int], final: bool, free: str) -> str:
-    alternatives = [f"({_text(automaton.chars[q])} {free}_{q})" for q in sorted(nexts)]
-    return " | ".join([*alternatives, *(['("")'] if final else [])]) or _NOTHING
 
 
 def _reachable(automaton: _Automaton, first: set[int]) -> list[int]:
