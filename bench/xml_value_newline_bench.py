@@ -19,6 +19,7 @@ from typing import Any
 VALUES: dict[str, dict[str, Any]] = {
     "^[^<]{1,100}$": {"type": "string", "pattern": "^[^<]{1,100}$"},
     "^[^<]{5,100}$": {"type": "string", "pattern": "^[^<]{5,100}$"},
+    "^[^<]{50,100}$": {"type": "string", "pattern": "^[^<]{50,100}$"},
     "^[^<]{40}$": {"type": "string", "pattern": "^[^<]{40}$"},
     "^[^<]{0,100}$": {"type": "string", "pattern": "^[^<]{0,100}$"},
     "^[a-z]{1,100}$": {"type": "string", "pattern": "^[a-z]{1,100}$"},
