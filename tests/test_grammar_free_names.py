@@ -109,6 +109,10 @@ def test_free_names_behind_a_root_ref_exclude_its_declared_ones(style: str) -> N
     assert not _arguments(style, schema, ("n", "1"), ("n", "x"))  # taken before
     legacy = {"anyOf": [{"$ref": "#/definitions/B"}], "definitions": {"B": {"$ref": "#/definitions/A"}, "A": SCHEMA}}
     assert not _arguments(style, legacy, ("n", "1"), ("name", "a"), ("name", "b"))
+    branch = {"properties": {"b": {"type": "integer"}}, "required": ["b"], "additionalProperties": True}
+    branches = {"anyOf": [{"$ref": "#/$defs/A"}, branch], "$defs": {"A": SCHEMA}}
+    assert _arguments(style, branches, ("b", "1"), ("n", "x"))  # `n` is declared in the other branch only
+    assert not _arguments(style, branches, ("n", "1"), ("name", "a"), ("name", "b"))
 
 
 PATTERNS = ["^[a-z]+$", "^x_[0-9]{1,3}$", "^(foo|bar)_\\d*$", "^n$", "^n.*$", "a|bc?", "^[^<>]{0,4}$", "^\\w+\\s?$"]

@@ -51,6 +51,10 @@ _MOST_STATES = 2048
 """Positions of the automaton (a count is written out: `[a-z]{1,64}` is 64) and rules of the product, at most."""
 
 
+_Part = tuple[set[int], set[int], bool]
+"""A part of a pattern in the automaton: the positions it may start and end at, and whether it may be empty."""
+
+
 class _Unsupported(Exception):
     """Syntax outside what the automaton follows, or an automaton too large."""
 
@@ -67,7 +71,7 @@ class _Automaton:
         self.chars: list[Chars] = []
         self.follow: list[set[int]] = []
 
-    def position(self, chars: Chars) -> tuple[set[int], set[int], bool]:
+    def position(self, chars: Chars) -> _Part:
         if len(self.chars) >= _MOST_STATES:
             raise _Unsupported
         self.chars.append(chars)
@@ -75,18 +79,25 @@ class _Automaton:
         p = len(self.chars) - 1
         return {p}, {p}, False
 
-    def sequence(self, items: Iterable[Any], edges: bool = False) -> tuple[set[int], set[int], bool]:
-        first: set[int] = set()
-        last: set[int] = set()
-        nullable = True
+    def sequence(self, items: Iterable[Any], edges: bool = False) -> _Part:
+        """Items one after another; with `edges`, `^` first and `$` last are the full match xgrammar writes."""
         items = list(items)
+        parts = []
         for i, item in enumerate(items):
             if item[0] is sre.AT:
                 at_edge = edges and (i == 0 or i == len(items) - 1)
                 if not at_edge or item[1] not in (sre.AT_BEGINNING, sre.AT_END, sre.AT_END_STRING):
                     raise _Unsupported
                 continue
-            f, la, n = self.item(item)
+            parts.append(self.item(item))
+        return self.chain(parts)
+
+    def chain(self, parts: list[_Part]) -> _Part:
+        """The parts one after another: each one's last positions followed by the next's first."""
+        first: set[int] = set()
+        last: set[int] = set()
+        nullable = True
+        for f, la, n in parts:
             for p in last:
                 self.follow[p] |= f
             first = first | f if nullable else first
@@ -94,7 +105,7 @@ class _Automaton:
             nullable = nullable and n
         return first, last, nullable
 
-    def item(self, item: tuple[Any, Any]) -> tuple[set[int], set[int], bool]:
+    def item(self, item: tuple[Any, Any]) -> _Part:
         op, av = item
         if op is sre.LITERAL:
             return self.position([(av, av)])
@@ -120,7 +131,7 @@ class _Automaton:
             return self.repeat(*av)
         raise _Unsupported
 
-    def repeat(self, least: int, most: int, body: Any) -> tuple[set[int], set[int], bool]:
+    def repeat(self, least: int, most: int, body: Any) -> _Part:
         """`body{least, most}` as `least` copies, then `most - least` optional ones (or a starred one)."""
         copies = least + (1 if most == sre.MAXREPEAT else most - least)
         if copies > _MOST_STATES:
@@ -133,16 +144,7 @@ class _Automaton:
                     self.follow[p] |= f
                 n = True
             parts.append((f, la, n or i >= least))
-        first: set[int] = set()
-        last: set[int] = set()
-        nullable = True
-        for f, la, n in parts:
-            for p in last:
-                self.follow[p] |= f
-            first = first | f if nullable else first
-            last = la | last if n else la
-            nullable = nullable and n
-        return first, last, nullable
+        return self.chain(parts)
 
 
 def _class(members: list[tuple[Any, Any]]) -> Chars:
