@@ -137,10 +137,11 @@ XML_PARAMETERS = {  # style: a parameter `a` of `value` as the style writes it, 
 
 def _xml_ebnf(schema: dict, style: str, rewritten: bool, monkeypatch: pytest.MonkeyPatch) -> str:
     """The arguments grammar of `schema` in `style`, uncached (its values' counted classes inlined before their
-    closing tag, or not: as before that rewrite)."""
+    closing tag, or not: as before that rewrite, qwen_xml's value between the style's optional newlines)."""
     with monkeypatch.context() as patched:
         if not rewritten:
             patched.setattr(safe_json, "sequence_writer", lambda ebnf, newline: lambda name: None)
+            patched.setattr(safe_json, "_may_write_newline", lambda value, bodies, classes: False)
         ebnf = safe_json._converted_value_ebnf(
             json.dumps(schema), style, XML_SPELLINGS, prefixes(XML_SPELLINGS), "p", (True, True)
         )

@@ -357,15 +357,18 @@ def test_a_bounded_value_read_is_never_below_its_min_length(qwen: Checkpoint) ->
       ["\n\n\n", "\nx", "\nx\n", "\nx\n\n"]),
      ({"type": "string", "pattern": "^[^<]{2,5}$"}, ("\nab", "\na\n", "\n\n\n", "\n\na\n", "\nabcde\n", "\nabcd\n\n"),
       ["\nab", "\n\na\n", "\nabcde\n", "\nabcd\n\n"]),
-     ({"enum": ["\n", "a"]}, ("\n", "\n\n", "\n\n\n", "a", "\na\n"), ["\n\n\n", "\na\n"])],
+     ({"enum": ["\n", "a"]}, ("\n", "\n\n", "\n\n\n", "a", "\na\n"), ["\n\n\n", "\na\n"]),
+     ({"type": "string", "pattern": "^[^<]+$"}, ("\n", "\n\n", "\n\n\n", "x", "\nx", "\nx\n"), ["\n\n\n", "\nx\n"]),
+     ({"type": "string", "minLength": 2}, ("\n\n", "\n\n\n", "\n\n\n\n", "\nab", "\nab\n"), ["\n\n\n\n", "\nab\n"])],
 )  # fmt: skip
 def test_a_pattern_or_enum_value_reads_back_as_one_it_allows(
     qwen: Checkpoint, value: dict[str, Any], bodies: tuple[str, ...], taken: list[str]
 ) -> None:
     """The parser strips one newline after `<parameter=K>` and one before `</parameter>` (vLLM's qwen3_coder
-    parser too): `[^<]{1,100}` took `\n` alone, read as "". The grammar now takes a value's leading newline always,
-    and a value that would read one short only written with its trailing one: every body it takes reads back as
-    one the schema allows, and `\n` itself round-trips as Qwen3-Coder writes it (`\n\n\n`)."""
+    parser too): `[^<]{1,100}`, `[^<]+` and `minLength` took `\n` alone, read as "". The grammar now takes a
+    value's leading newline always, and a value that would read one short only written with its trailing one:
+    every body it takes reads back as one the schema allows, and `\n` itself round-trips as Qwen3-Coder writes it
+    (`\n\n\n`)."""
     import jsonschema
 
     from gateway.grammars.safe_json import xml_value_ebnf

@@ -399,8 +399,10 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     `^.{1,100}$`, `[a-z]{1,100}` chunked) is inlined the same way: qwen_xml's leading newline always, its optional
     newline before the closing tag as two alternatives, `(s "</parameter>") | (s "\\n</parameter>")` (one optional
     newline between them costs as much as the count in its own rule: ~2.3 s against ~30 ms on Qwen3's vocabulary),
-    written so that what the parser reads back is one of s (`_read_as_written`). An enum or const string that
-    begins or ends with a newline is written with both newlines (the parser strips one each side).
+    written so that what the parser reads back is one of s (`_read_as_written`). Any other qwen_xml value that may
+    write a newline (an enum, a pattern of xgrammar's own rules, `minLength` alone) is written with both newlines
+    the parser strips, always: `[^<]+` took `\\n` alone, read as "" (an unbounded count or a recursion settles
+    its end cheaply even then: ~10-80 ms, as before).
     """
     lead, tight_close = _VALUE_LEAD[style], _VALUE_SPACE[style][1][1]
     counts = {
@@ -410,11 +412,9 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     sequence, added = lru_cache(maxsize=None)(sequence_writer(ebnf, newline=bool(lead))), {}
     classes = {m[1]: m for m in _CLASS_LINE.finditer(ebnf)}
 
-    literals = {m[1]: _LITERAL.findall(m[2]) for m in _LITERALS_RULE.finditer(ebnf)}
+    bodies = {m[1]: m[2] for m in _RULE_LINE.finditer(ebnf)}
 
     def written(value: str, spaced: str, close: str) -> str:
-        if lead and any(t.startswith("\\n") or t.endswith("\\n") for t in literals.get(value, ())):
-            return f'"\\n" {value} "\\n{close[1:]}'  # an enum or const string a stripped newline would cut
         if value in counts:
             return f"{lead}{counts[value]} {close}"
         if (counted := sequence(value)) is not None:
@@ -425,6 +425,8 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
             return f"({body} {close})"
         alternatives = unions.get(value, ())
         if not any(a in counts or sequence(a) is not None for a in alternatives):
+            if lead and _may_write_newline(value, bodies, classes):
+                return f'"\\n" {value} "\\n{close[1:]}'  # both newlines the parser strips, always
             return spaced
         return "(" + " | ".join(f"({written(a, f'{lead}{a} {tight_close}', close)})" for a in alternatives) + ")"
 
@@ -432,10 +434,10 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     return "\n".join([ebnf.rstrip("\n"), *added]) + "\n"
 
 
-_LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
-_LITERALS_RULE = re.compile(r'^(\S+) ::= (\(\("(?:[^"\\]|\\.)*"\)(?: \| \("(?:[^"\\]|\\.)*"\))*\))$', re.MULTILINE)
-"""A rule of literals only (an enum's, a const's)."""
-_CLASS_LINE = re.compile(r"^(\w+) ::= \(\(\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)$", re.MULTILINE)
+_RULE_LINE = re.compile(r"^(\S+) ::= (.*)$", re.MULTILINE)
+_RULE_TEXT = re.compile(r'"((?:[^"\\]|\\.)*)"|\[(\^?)((?:[^\]\\]|\\.)*)\]|([A-Za-z_]\w*)')
+"""In a rule's body: a literal, a class, or a name (a rule's, or `Regex` / `TagDispatch`)."""
+_CLASS_LINE = re.compile(r"^(\w+) ::= \(\(?\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)?$", re.MULTILINE)
 _BODY_ITEM = re.compile(r'"[^"\\]*"|(\w+?)(?:_tail_\d+_\d+|\{(\d+), (-?\d+)\})?(?= |$)')
 """An item of a raw value's sequence (`counted_classes.sequence_writer`): a literal (no escape: never a newline), a
 class (counted), or a class's chunked tail (`c_tail_0_40`: maybe empty)."""
@@ -481,6 +483,25 @@ def _read_as_written(
     added.update(dict.fromkeys(rules))
     longer = f" | ({prefix}{name}{{{least + 1}, {most}}} {close})" if most != least else ""
     return f"(({shortest}{other} {close}){longer}{full})"
+
+
+def _may_write_newline(value: str, bodies: dict[str, str], classes: dict[str, re.Match[str]]) -> bool:
+    """Whether the rule `value` (of `bodies`) may write a newline anywhere (a class or literal that holds one, a
+    regex or a rule not understood): JSON (`basic_*`) and free strings (`xml_*`, any value reads as a string) aside,
+    which never begin or end with one or take any."""
+    seen, todo = {value}, [value]
+    while todo:
+        for literal, negated, members, name in _RULE_TEXT.findall(bodies.get(todo.pop(), "Regex")):
+            if name in ("Regex", "TagDispatch") or "\\n" in literal:
+                return True
+            if members or negated:
+                ranges = _class_ranges(members)
+                if ranges is None or any(low <= 0x0A <= high for low, high in ranges) != bool(negated):
+                    return True
+            elif name and name not in seen and not name.startswith(("basic_", "xml_")):
+                seen.add(name)
+                todo.append(name)
+    return False
 
 
 def _may_end_in_newline(items: list[re.Match[str]], classes: dict[str, re.Match[str]]) -> bool | None:
