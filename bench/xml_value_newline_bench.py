@@ -24,7 +24,9 @@ VALUES: dict[str, dict[str, Any]] = {
     "^[^<]{0,100}$": {"type": "string", "pattern": "^[^<]{0,100}$"},
     "^[a-z]{1,100}$": {"type": "string", "pattern": "^[a-z]{1,100}$"},
     "^x[^<]{0,40}$ (exact layout)": {"type": "string", "pattern": "^x[^<]{0,40}$"},
-    'enum ["\\n", "a"]': {"enum": ["\n", "a"]},
+    "^[^<]+$ (both newlines)": {"type": "string", "pattern": "^[^<]+$"},
+    "minLength 1 (both newlines)": {"type": "string", "minLength": 1},
+    'enum ["\\n", "a"] (both newlines)': {"enum": ["\n", "a"]},
 }
 
 
