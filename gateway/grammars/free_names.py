@@ -149,7 +149,7 @@ def distinct_free_names(ebnf: str, schema: Any, most: int | None) -> str:
             line = _VARIABLE_NAME.sub(rule, line)
         lines.append(line)
     written = [free_name_rules(declared, most, rule) for declared, rule in rules.items()]
-    return "\n".join(lines).rstrip("\n") + "\n" + "\n".join(written) + "\n"
+    return "\n".join([*lines, *written]).rstrip("\n") + "\n"
 
 
 def object_names(schema: Any) -> dict[str, tuple[set[str], list[str]]]:
