@@ -3,7 +3,8 @@
 A tool with N declared parameters (names drawn from a seeded list) and `additionalProperties: true`, its arguments
 EBNF (`safe_json.xml_value_ebnf`) in each XML style, compiled cold (`GrammarCompiler(cache_enabled=False)`) with the
 free names excluding the declared ones (`gateway.grammars.free_names`) and without (xgrammar's free names), the two
-interleaved; the median of --repeats, ms of process CPU time.
+interleaved; the median of --repeats, ms of process CPU time. A second table: free names beyond one object (`anyOf`
+branches, a root `$ref`, a `patternProperties` key that matches the declared names: `_shapes`).
 
     python bench/xml_free_names_bench.py [--repeats 3]
 """
@@ -36,6 +37,19 @@ def _schema(size: int) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "additionalProperties": True}
 
 
+def _shapes(size: int) -> dict[str, dict[str, Any]]:
+    """Free names beyond one object: two `anyOf` branches of `size` // 2 declared names each (a trie each), the
+    object behind a root `$ref`, and a `patternProperties` key `^[a-z_0-9]+$` that matches every declared name."""
+    plain = _schema(size)
+    half = dict(list(plain["properties"].items())[: size // 2])
+    other = dict(list(plain["properties"].items())[size // 2 :])
+    return {
+        f"anyOf 2 x {size // 2}": {"anyOf": [{**plain, "properties": half}, {**plain, "properties": other}]},
+        f"$ref, {size}": {"$ref": "#/$defs/A", "$defs": {"A": plain}},
+        f"patternProperties key, {size}": {**plain, "patternProperties": {"^[a-z_0-9]+$": {"type": "integer"}}},
+    }
+
+
 def _compile_ms(info: xg.TokenizerInfo, schema: dict[str, Any], style: str, exclude: bool) -> float:
     original = safe_json._distinct_free_names
     if not exclude:
@@ -66,7 +80,17 @@ def main() -> None:
                 for exclude in (False, True):
                     runs[exclude].append(_compile_ms(info, schema, style, exclude))
             before, after = (statistics.median(runs[e]) for e in (False, True))
-            print(f"| {style} | {size} | {before:.0f} | {after:.0f} |")
+            print(f"| {style} | {size} | {before:.0f} | {after:.0f} |", flush=True)
+    print("\n| style | schema | xgrammar's free names (ms) | declared excluded (ms) |")
+    print("| --- | --- | --- | --- |")
+    for style in ("qwen_xml", "glm_xml"):
+        for label, schema in _shapes(30).items():
+            runs = {False: [], True: []}
+            for _ in range(args.repeats):
+                for exclude in (False, True):
+                    runs[exclude].append(_compile_ms(info, schema, style, exclude))
+            before, after = (statistics.median(runs[e]) for e in (False, True))
+            print(f"| {style} | {label} | {before:.0f} | {after:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,18 @@
-"""XML-style arguments (`glm_xml`, `qwen_xml`): a free parameter name (`additionalProperties`) is never a declared one,
-and no parameter is written twice; a declared name's prefix and extensions stay free names."""
+"""XML-style arguments (`glm_xml`, `qwen_xml`): a free parameter name (`additionalProperties`) or pattern key
+(`patternProperties`) is never a declared name of its object, and no declared parameter is written twice; a declared
+name's prefix and extensions stay free names."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import xgrammar as xg
 
 from gateway.grammars.free_names import free_name_rules
+from gateway.grammars.key_patterns import key_pattern_rules
 from gateway.grammars.safe_json import xml_value_ebnf
 
 SCHEMA = {
@@ -23,11 +27,19 @@ LAYOUT = {  # a parameter as each style writes it
 }
 
 
-def _takes(ebnf: str, text: str) -> bool:
-    """Whether the grammar `ebnf` takes `text` whole (compiled without a vocabulary: only the text counts)."""
+def _taker(ebnf: str) -> Callable[[str], bool]:
+    """Whether the grammar `ebnf` takes a text whole (compiled once, without a vocabulary: only the text counts)."""
     compiled = xg.GrammarCompiler(xg.TokenizerInfo([]), cache_enabled=False).compile_grammar(ebnf)
-    matcher = xg.GrammarMatcher(compiled, terminate_without_stop_token=True)
-    return matcher.accept_string(text) and matcher.is_terminated()
+
+    def takes(text: str) -> bool:
+        matcher = xg.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        return matcher.accept_string(text) and matcher.is_terminated()
+
+    return takes
+
+
+def _takes(ebnf: str, text: str) -> bool:
+    return _taker(ebnf)(text)
 
 
 def _arguments(style: str, schema: dict[str, Any], *parameters: tuple[str, str]) -> bool:
@@ -71,11 +83,62 @@ def test_free_names_within_the_bound() -> None:
     assert _takes(unbounded, "n" + "q" * 300) and not _takes(unbounded, "name")
 
 
-def test_an_any_of_branch_s_free_names_exclude_its_declared_ones() -> None:
-    """Free names exclude the declared names of every top-level branch together (a branch's own included)."""
+def test_an_any_of_branch_s_free_names_exclude_only_its_own_declared_ones() -> None:
+    """A branch's free names exclude its own declared names, not another branch's: `b`, declared only in the second
+    branch, is a free name of the first (refused before: every branch excluded every branch's names)."""
     branch = {"type": "object", "required": ["a"], "additionalProperties": True}
     schema = {"anyOf": [{**branch, "properties": {"a": {"type": "integer"}}}, {**branch, "required": ["b"],
               "properties": {"b": {"type": "integer"}}}]}  # fmt: skip
-    assert _arguments("glm_xml", schema, ("a", "1"), ("c", "x"))
-    assert not _arguments("glm_xml", schema, ("a", "1"), ("a", "x"))
-    assert not _arguments("glm_xml", schema, ("b", "1"), ("b", "x"))
+    for style in LAYOUT:
+        assert _arguments(style, schema, ("a", "1"), ("c", "x"))
+        assert _arguments(style, schema, ("a", "1"), ("b", "x"))
+        assert _arguments(style, schema, ("b", "1"), ("a", "x"))
+        assert not _arguments(style, schema, ("a", "1"), ("a", "x"))
+        assert not _arguments(style, schema, ("b", "1"), ("b", "x"))
+
+
+@pytest.mark.parametrize("style", ["glm_xml", "qwen_xml"])
+def test_a_pattern_key_is_no_declared_name(style: str) -> None:
+    """A `patternProperties` key that matches a declared name wrote it again (`n` twice, the last a string where
+    `n` is an integer: the parser keeps the last)."""
+    schema = {"properties": {"n": {"type": "integer"}}, "required": ["n"],
+              "patternProperties": {"^[a-z]+$": {"type": "string"}, "^x_[0-9]+$": {"type": "integer"}}}  # fmt: skip
+    assert _arguments(style, schema, ("n", "1"), ("nn", "x"), ("x_1", "2"))
+    assert not _arguments(style, schema, ("n", "1"), ("n", "x"))
+    assert not _arguments(style, schema, ("n", "1"), ("nn1", "x"))  # the pattern's own language still holds
+    declared = {**schema, "properties": {"n": {"type": "integer"}, "x_1": {"type": "string"}}}
+    assert _arguments(style, declared, ("n", "1"), ("x_1", "s"), ("x_12", "2"))
+    assert not _arguments(style, declared, ("n", "1"), ("x_1", "s"), ("x_1", "2"))
+
+
+@pytest.mark.parametrize("style", ["glm_xml", "qwen_xml"])
+def test_free_names_behind_a_root_ref_exclude_its_declared_ones(style: str) -> None:
+    schema = {"$ref": "#/$defs/A", "$defs": {"A": {**SCHEMA, "type": "object"}}}
+    assert _arguments(style, schema, ("n", "1"), ("extra", "x"))
+    assert not _arguments(style, schema, ("n", "1"), ("n", "x"))  # taken before
+    legacy = {"anyOf": [{"$ref": "#/definitions/B"}], "definitions": {"B": {"$ref": "#/definitions/A"}, "A": SCHEMA}}
+    assert not _arguments(style, legacy, ("n", "1"), ("name", "a"), ("name", "b"))
+    branch = {"properties": {"b": {"type": "integer"}}, "required": ["b"], "additionalProperties": True}
+    branches = {"anyOf": [{"$ref": "#/$defs/A"}, branch], "$defs": {"A": SCHEMA}}
+    assert _arguments(style, branches, ("b", "1"), ("n", "x"))  # `n` is declared in the other branch only
+    assert not _arguments(style, branches, ("n", "1"), ("name", "a"), ("name", "b"))
+
+
+PATTERNS = ["^[a-z]+$", "^x_[0-9]{1,3}$", "^(foo|bar)_\\d*$", "^n$", "^n.*$", "a|bc?", "^[^<>]{0,4}$", "^\\w+\\s?$"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_a_key_pattern_s_rules_take_its_full_matches_but_the_declared_names(pattern: str) -> None:
+    names = ["n", "name", "na1", "x_1", "x_12", "foo_", "bar_9", "a", "b", "", "ab", "a b"]
+    ours = _taker("root ::= key\n" + (key_pattern_rules(pattern, names, "key") or ""))
+    regex = _taker(str(xg.Grammar.from_regex(pattern)))
+    rng = random.Random(pattern)
+    alphabet = sorted(set("".join(names)) | set("abz019_< \n"))
+    words = set(names) | {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(200)}
+    for word in sorted(words):
+        assert ours(word) == (regex(word) and word not in names), repr(word)
+
+
+def test_a_key_pattern_of_other_syntax_or_that_matches_no_declared_name_keeps_xgrammars() -> None:
+    for pattern in ("(?i)^n$", "^a(?=b)", "^(a)\\1$", "a^b", "^[a-z]{1,3000}$", "^m+$"):
+        assert key_pattern_rules(pattern, ["n"], "key") is None, pattern

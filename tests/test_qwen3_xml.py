@@ -351,6 +351,43 @@ def test_a_bounded_value_read_is_never_below_its_min_length(qwen: Checkpoint) ->
     assert taken == 3  # "ab", "\nab", "\nabcd"
 
 
+@pytest.mark.parametrize(
+    ("value", "bodies", "taken"),
+    [({"type": "string", "pattern": "^[^<]{1,100}$"}, ("\n", "\n\n", "\n\n\n", "\nx", "x", "\nx\n", "\nx\n\n"),
+      ["\n\n\n", "\nx", "\nx\n", "\nx\n\n"]),
+     ({"type": "string", "pattern": "^[^<]{2,5}$"}, ("\nab", "\na\n", "\n\n\n", "\n\na\n", "\nabcde\n", "\nabcd\n\n"),
+      ["\nab", "\n\na\n", "\nabcde\n", "\nabcd\n\n"]),
+     ({"enum": ["\n", "a"]}, ("\n", "\n\n", "\n\n\n", "a", "\na\n"), ["\n\n\n", "\na\n"]),
+     ({"type": "string", "pattern": "^[^<]+$"}, ("\n", "\n\n", "\n\n\n", "x", "\nx", "\nx\n"), ["\n\n\n", "\nx\n"]),
+     ({"type": "string", "minLength": 2}, ("\n\n", "\n\n\n", "\n\n\n\n", "\nab", "\nab\n"), ["\n\n\n\n", "\nab\n"])],
+)  # fmt: skip
+def test_a_pattern_or_enum_value_reads_back_as_one_it_allows(
+    qwen: Checkpoint, value: dict[str, Any], bodies: tuple[str, ...], taken: list[str]
+) -> None:
+    """The parser strips one newline after `<parameter=K>` and one before `</parameter>` (vLLM's qwen3_coder
+    parser too): `[^<]{1,100}`, `[^<]+` and `minLength` took `\n` alone, read as "". The grammar now takes a
+    value's leading newline always, and a value that would read one short only written with its trailing one:
+    every body it takes reads back as one the schema allows, and `\n` itself round-trips as Qwen3-Coder writes it
+    (`\n\n\n`)."""
+    import jsonschema
+
+    from gateway.grammars.safe_json import xml_value_ebnf
+
+    schema = {"type": "object", "properties": {"v": value}, "required": ["v"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    ebnf = xml_value_ebnf(schema, "qwen_xml", ("<|im_end|>",), "p", True)
+    compiled = xg.GrammarCompiler(xg.TokenizerInfo([]), cache_enabled=False).compile_grammar(ebnf)
+    took = []
+    for body in bodies:
+        matcher = xg.GrammarMatcher(compiled, terminate_without_stop_token=True)
+        if matcher.accept_string(f"<parameter=v>{body}</parameter>") and matcher.is_terminated():
+            took.append(body)
+            jsonschema.validate(_arguments(qwen, tool, f"<parameter=v>{body}</parameter>"), schema)
+    assert took == taken
+    if "\n\n\n" in taken:
+        assert _arguments(qwen, tool, "<parameter=v>\n\n\n</parameter>") == {"v": "\n"}
+
+
 def test_a_parameter_name_too_long_to_read_back_is_refused() -> None:
     """The parser reads `<parameter=NAME>` after a value only within MAX_TAG_CHARS: a name that long is a 400."""
     from gateway.grammars.json import SchemaGrammarError

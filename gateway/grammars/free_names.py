@@ -11,12 +11,22 @@ Each trie node costs xgrammar a few token masks: on Qwen3's vocabulary a tool wi
 declared parameters compiles in ~230 ms of CPU (qwen_xml) instead of ~140, with 30 in ~0.7 s instead of ~0.14, with
 300 in ~1.6 s instead of ~0.24 (glm_xml ~0.1, 0.3, 0.7 s: bench/xml_free_names_bench.py); a schema without free
 names is untouched, and the compile budget bounds a hostile one.
+
+Each arguments object has its own names (`distinct_free_names`): the root, each `anyOf` / `oneOf` branch (a name
+declared only in another branch is free here) and the object a local `$ref` names; its `patternProperties` keys
+lose its declared names too (`key_patterns`). Two free parameters can still share a name (`extra` twice: a grammar
+cannot remember the names written): the parsers stream both keys, which a JSON reader takes as the last value at
+the first key's place, as vLLM's parsers build a dict (last wins). A free name that matches a pattern key is not
+refused either (JSON Schema types it by the pattern's schema; the grammar by `additionalProperties`').
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
+
+from gateway.grammars.key_patterns import key_pattern_rules
 
 FREE_NAME_RULE = "xml_variable_name ::= (([a-zA-Z_] [a-zA-Z0-9_]*))"
 """xgrammar's free-name rule, as it prints it: the names rewritten here are those it writes."""
@@ -93,3 +103,83 @@ def _char_class(chars: frozenset[str]) -> str:
         else:
             runs.append([code, code])
     return "[" + "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in runs) + "]"
+
+
+_RULE_NAME = re.compile(r"^(\S+) ::= ")
+_OWN_SUFFIX = re.compile(r"(?:_additional_properties(?:_\d+)?|_\d+)?")
+"""What follows an object's rule name in the rules xgrammar writes a free name in."""
+_KEY_LINE = re.compile(r"^(\S+)_pp_(\d+)_key ::= .*$")
+_VARIABLE_NAME = re.compile(r"\bxml_variable_name\b")
+_BUILTIN_OBJECT = re.compile(r"^xml_(?:object|object_properties|variable_name) ::= ")
+_REF = re.compile(r"#/(\$defs|definitions)/(\w+)")
+_REF_RULE = {"$defs": "defs", "definitions": "definitions"}
+"""Where a `$ref` may point (`#/$defs/NAME`), and the head of the rule name xgrammar gives the object there."""
+
+
+def distinct_free_names(ebnf: str, schema: Any, most: int | None) -> str:
+    """xgrammar's XML-style arguments `ebnf` for `schema` with each object's free names (`additionalProperties`)
+    and pattern keys (`patternProperties`, `key_patterns`) none of that object's declared names: the arguments
+    object, its `anyOf` / `oneOf` branches and the `$defs` / `definitions` they refer to, each known by the rules
+    xgrammar names after it (`root`, `root_case_0`, `defs_A`). A rule of another name (xgrammar's naming changed)
+    takes the names every object declares. Two free parameters may still share a name (a grammar cannot count
+    them): the parser keeps both, a JSON reader the last, as vLLM's dict does."""
+    objects = object_names(schema)
+    everything = sorted({name for names, _ in objects.values() for name in names})
+    if not everything:
+        return ebnf
+    rules: dict[tuple[str, ...], str] = {}
+    lines: list[str] = []
+    for line in ebnf.split("\n"):
+        key = _KEY_LINE.match(line)
+        owner = objects.get(key[1]) if key else None
+        if key and owner and int(key[2]) < len(owner[1]):
+            rule = f"xml_key_{len(lines)}"
+            written = key_pattern_rules(owner[1][int(key[2])], owner[0], rule)
+            if written is not None:
+                lines += [f"{key[1]}_pp_{key[2]}_key ::= (({rule}))", written]
+                continue
+        name = _RULE_NAME.match(line)
+        if name is None or _BUILTIN_OBJECT.match(line) or not _VARIABLE_NAME.search(line):
+            lines.append(line)
+            continue
+        owners = [o for o in objects if name[1].startswith(o) and _OWN_SUFFIX.fullmatch(name[1], len(o))]
+        declared = tuple(sorted(set().union(*(objects[o][0] for o in owners)))) if owners else tuple(everything)
+        if declared:
+            rule = rules.setdefault(declared, "xml_free_name" + (f"_set{len(rules)}" if rules else ""))
+            line = _VARIABLE_NAME.sub(rule, line)
+        lines.append(line)
+    written = [free_name_rules(declared, most, rule) for declared, rule in rules.items()]
+    return "\n".join([*lines, *written]).rstrip("\n") + "\n"
+
+
+def object_names(schema: Any) -> dict[str, tuple[set[str], list[str]]]:
+    """The rule name xgrammar gives each XML arguments object of `schema` (see `distinct_free_names`): its
+    declared names and its `patternProperties` keys. An object behind a `$ref` other than `#/$defs/NAME` or
+    `#/definitions/NAME`, or with `$ref` beside other keywords, is left out."""
+    found: dict[str, tuple[set[str], list[str]]] = {}
+    root = schema if isinstance(schema, dict) else {}
+
+    seen: set[str] = set()
+
+    def walk(node: Any, rule: str) -> None:
+        if not isinstance(node, dict) or rule in seen:
+            return
+        seen.add(rule)
+        ref = node.get("$ref")
+        if ref is not None:
+            target = _REF.fullmatch(ref) if isinstance(ref, str) else None
+            defs = root.get(target[1]) if target else None
+            if target and isinstance(defs, dict) and not (node.keys() - {"$ref", *_REF_RULE}):
+                walk(defs.get(target[2]), f"{_REF_RULE[target[1]]}_{target[2]}")
+            return
+        properties, patterns = node.get("properties"), node.get("patternProperties")
+        found[rule] = (
+            set(properties) if isinstance(properties, dict) else set(),
+            list(patterns) if isinstance(patterns, dict) else [],
+        )
+        for key in ("anyOf", "oneOf"):
+            for i, branch in enumerate(node.get(key) if isinstance(node.get(key), list) else ()):
+                walk(branch, f"{rule}_case_{i}")
+
+    walk(schema, "root")
+    return found

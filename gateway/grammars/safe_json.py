@@ -38,6 +38,9 @@ from typing import Any
 from backends.xgrammar_core import xgrammar
 from gateway.grammars.all_of import folded_all_of
 from gateway.grammars.counted_classes import (
+    _class_ranges,
+    _fixed,
+    _minus,
     counts_settle,
     inlined_into_quotes,
     json_string_ebnf,
@@ -45,9 +48,9 @@ from gateway.grammars.counted_classes import (
     sequence_writer,
 )
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
-from gateway.grammars.free_names import FREE_NAME_RULE, free_name_rules
+from gateway.grammars.free_names import FREE_NAME_RULE, distinct_free_names
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
-from gateway.grammars.patterns import narrowed, scan
+from gateway.grammars.patterns import class_range, narrowed, scan
 from gateway.grammars.string_formats import XGRAMMAR_FORMATS, format_pattern
 
 _XGRAMMAR_FORMAT_FIRSTS = frozenset("<[")
@@ -312,35 +315,16 @@ def _bounded_layout(ebnf: str, style: str) -> str:
 
 _FREE_NAME_MOST = {"qwen_xml": _FREE_NAME_CHARS, "glm_xml": None}
 """Per XML style, the longest free name its grammar writes (GLM's: any, as xgrammar's)."""
-_BUILTIN_OBJECT = re.compile(r"^xml_(?:object|object_properties|variable_name) ::= ")
-_VARIABLE_NAME = re.compile(r"\bxml_variable_name\b")
 
 
 def _distinct_free_names(ebnf: str, style: str, schema: Any) -> str:
-    """`ebnf` of XML `style` whose free names (`additionalProperties`) are none of the schema's declared names
-    (`free_names`): xgrammar's let a free parameter repeat a declared one (`n` twice, the last no integer) or
-    write an optional one skipped, its own schema unchecked. The declared names are the arguments object's and its
-    `anyOf` / `oneOf` branches' together (a branch's free names exclude another's declared ones too)."""
-    declared = _declared_names(schema)
-    if not declared or FREE_NAME_RULE not in ebnf:  # no free name, or xgrammar's rules changed (tests catch it)
+    """`ebnf` of XML `style` whose free names (`additionalProperties`) and pattern keys (`patternProperties`) are
+    none of their object's declared names (`free_names.distinct_free_names`): xgrammar's let a free parameter
+    repeat a declared one (`n` twice, the last no integer) or write an optional one skipped, its own schema
+    unchecked."""
+    if FREE_NAME_RULE not in ebnf:  # xgrammar's rules changed (tests catch it)
         return ebnf
-    lines = ebnf.split("\n")
-    named = [_VARIABLE_NAME.sub("xml_free_name", line) if not _BUILTIN_OBJECT.match(line) else line for line in lines]
-    if named == lines:
-        return ebnf
-    return "\n".join(named) + "\n" + free_name_rules(declared, _FREE_NAME_MOST[style], "xml_free_name") + "\n"
-
-
-def _declared_names(schema: Any) -> set[str]:
-    """The property names an arguments `schema` declares at its top, its `anyOf` / `oneOf` branches' included."""
-    if not isinstance(schema, dict):
-        return set()
-    properties = schema.get("properties")
-    names = set(properties) if isinstance(properties, dict) else set()
-    for key in ("anyOf", "oneOf"):
-        for branch in schema.get(key) if isinstance(schema.get(key), list) else ():
-            names |= _declared_names(branch)
-    return names
+    return distinct_free_names(ebnf, schema, _FREE_NAME_MOST[style])
 
 
 _UNWRITABLE_NAME = {
@@ -413,10 +397,13 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     class that excludes the newline compiled in ~0.8 s, 40x).
 
     A value whose rule is a pattern's classes and literals with a count that costs (`counted_classes.sequence_writer`:
-    `^.{1,100}$`, `[a-z]{1,100}` chunked) is inlined the same way, the same strings: qwen_xml's optional newline
-    before the closing tag as two alternatives, `(s "</parameter>") | (s "\\n</parameter>")` (one optional newline
-    between them costs as much as the count in its own rule: ~2.3 s against ~30 ms on Qwen3's vocabulary); where
-    s ends in a class holding the newline, the second is s with that count full, chunked (~100 ms).
+    `^.{1,100}$`, `[a-z]{1,100}` chunked) is inlined the same way: qwen_xml's leading newline always, its optional
+    newline before the closing tag as two alternatives, `(s "</parameter>") | (s "\\n</parameter>")` (one optional
+    newline between them costs as much as the count in its own rule: ~2.3 s against ~30 ms on Qwen3's vocabulary),
+    written so that what the parser reads back is one of s (`_read_as_written`). Any other qwen_xml value that may
+    write a newline (an enum, a pattern of xgrammar's own rules, `minLength` alone) is written with both newlines
+    the parser strips, always: `[^<]+` took `\\n` alone, read as "" (an unbounded count or a recursion settles
+    its end cheaply even then: ~10-80 ms, as before).
     """
     lead, tight_close = _VALUE_LEAD[style], _VALUE_SPACE[style][1][1]
     counts = {
@@ -424,6 +411,9 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     }
     unions = {name: re.findall(r"\((\w+)\)", body) for name, body in _UNION_VALUE.findall(ebnf)}
     sequence, added = lru_cache(maxsize=None)(sequence_writer(ebnf, newline=bool(lead))), {}
+    classes = {m[1]: m for m in _CLASS_LINE.finditer(ebnf)}
+
+    bodies = {m[1]: m[2] for m in _RULE_LINE.finditer(ebnf)}
 
     def written(value: str, spaced: str, close: str) -> str:
         if value in counts:
@@ -431,17 +421,104 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
         if (counted := sequence(value)) is not None:
             body, before_newline, rules = counted
             added.update(dict.fromkeys(rules))
-            ends = [f"({body} {close})"]
-            if lead and before_newline is not None:  # the newline the parser strips
-                ends.append(f'({before_newline} "\\n{close[1:]})')
-            return lead + "(" + " | ".join(ends) + ")"
+            if lead:
+                return '"\\n" ' + _read_as_written(body, before_newline, close, classes, added)
+            return f"({body} {close})"
         alternatives = unions.get(value, ())
         if not any(a in counts or sequence(a) is not None for a in alternatives):
+            if lead and _may_write_newline(value, bodies, classes):
+                return f'"\\n" {value} "\\n{close[1:]}'  # both newlines the parser strips, always
             return spaced
         return "(" + " | ".join(f"({written(a, f'{lead}{a} {tight_close}', close)})" for a in alternatives) + ")"
 
     ebnf = _SPACED_VALUE.sub(lambda m: written(m[1], m[0], m[2]), ebnf)
     return "\n".join([ebnf.rstrip("\n"), *added]) + "\n"
+
+
+_RULE_LINE = re.compile(r"^(\S+) ::= (.*)$", re.MULTILINE)
+_RULE_TEXT = re.compile(r'"((?:[^"\\]|\\.)*)"|\[(\^?)((?:[^\]\\]|\\.)*)\]|([A-Za-z_]\w*)')
+"""In a rule's body: a literal, a class, or a name (a rule's, or `Regex` / `TagDispatch`)."""
+_CLASS_LINE = re.compile(r"^(\w+) ::= \(\(?\[(\^?)((?:[^\]\\]|\\.)*)\]\)\)?$", re.MULTILINE)
+_BODY_ITEM = re.compile(r'"[^"\\]*"|(\w+?)(?:_tail_\d+_\d+|\{(\d+), (-?\d+)\})?(?= |$)')
+"""An item of a raw value's sequence (`counted_classes.sequence_writer`): a literal (no escape: never a newline), a
+class (counted), or a class's chunked tail (`c_tail_0_40`: maybe empty)."""
+_NEWLINE = ((0x0A, 0x0A),)
+
+
+def _read_as_written(
+    body: str, before_newline: str | None, close: str, classes: dict[str, re.Match[str]], added: dict[str, None]
+) -> str:
+    """qwen_xml: a raw value's sequence `body` (after the newline the parser strips first, which the grammar
+    makes the value's lead: a value that began with a newline read one short) up to `close`, written so that the
+    value the parser reads, one trailing newline dropped, is one `body` matches (`[^<]{1,100}` read `\n` as "").
+    A body that cannot end in a newline: itself, then the stripped newline or not. One ending in `c{m, n}`, `c`
+    holding the newline, nothing before it ending in one where m = 0: as written (a dropped newline leaves a count
+    of `c`), or the full count then the stripped newline (`before_newline`). With m > 0: `c{m-1}` (chunked) then
+    `c'` (`c` without the newline), or `c{m+1, n}` (one dropped leaves m), or the full count then the newline.
+    Any other is the value then that newline always (exact; its count's end may cost xgrammar a mask per count:
+    `c{39} c'` cost ~570 ms to compile on Qwen3's vocabulary, chunked ~80)."""
+    closing = f'"\\n{close[1:]}'
+    items = list(_BODY_ITEM.finditer(body))
+    exact = f"({body} {closing})"
+    if " ".join(m[0] for m in items) != body or any(m[1] and m[1] not in classes for m in items):
+        return exact
+    newline_last = _may_end_in_newline(items, classes)
+    if newline_last is None:
+        return exact
+    if not newline_last:
+        return f"(({body} {close}) | ({body} {closing}))"
+    last, prefix = items[-1], body[: items[-1].start()]
+    if last[2] is None or _may_end_in_newline(items[:-1], classes) is not False and last[2] == "0":
+        return exact
+    full = f" | ({before_newline} {closing})" if before_newline is not None else ""
+    least, most, name = int(last[2]), int(last[3]), last[1]
+    if least == 0:
+        return f"(({body} {close}){full})"
+    rule = classes[name]
+    ranges = _class_ranges(rule[3]) or []
+    kept = _minus(ranges, _NEWLINE) if not rule[2] else sorted([*ranges, *_NEWLINE])
+    other = f"{name}_no_newline"
+    added[f"{other} ::= (([{rule[2]}{''.join(class_range(low, high) for low, high in kept)}]))"] = None
+    rules: list[str] = []
+    shortest = prefix + (_fixed(name, least - 1, rules) + " " if least > 1 else "")
+    added.update(dict.fromkeys(rules))
+    longer = f" | ({prefix}{name}{{{least + 1}, {most}}} {close})" if most != least else ""
+    return f"(({shortest}{other} {close}){longer}{full})"
+
+
+def _may_write_newline(value: str, bodies: dict[str, str], classes: dict[str, re.Match[str]]) -> bool:
+    """Whether the rule `value` (of `bodies`) may write a newline anywhere (a class or literal that holds one, a
+    regex or a rule not understood): JSON (`basic_*`) and free strings (`xml_*`, any value reads as a string) aside,
+    which never begin or end with one or take any."""
+    seen, todo = {value}, [value]
+    while todo:
+        for literal, negated, members, name in _RULE_TEXT.findall(bodies.get(todo.pop(), "Regex")):
+            if name in ("Regex", "TagDispatch") or "\\n" in literal:
+                return True
+            if members or negated:
+                ranges = _class_ranges(members)
+                if ranges is None or any(low <= 0x0A <= high for low, high in ranges) != bool(negated):
+                    return True
+            elif name and name not in seen and not name.startswith(("basic_", "xml_")):
+                seen.add(name)
+                todo.append(name)
+    return False
+
+
+def _may_end_in_newline(items: list[re.Match[str]], classes: dict[str, re.Match[str]]) -> bool | None:
+    """Whether a string of the sequence `items` (`_BODY_ITEM` matches) may end in a newline; None when a class is
+    not understood."""
+    for item in reversed(items):
+        if not item[1]:
+            return False  # a literal: never empty, never a newline
+        ranges = _class_ranges(classes[item[1]][3])
+        if ranges is None:
+            return None
+        if any(low <= 0x0A <= high for low, high in ranges) != bool(classes[item[1]][2]):
+            return True
+        if item[0] == item[1] or item[2] and int(item[2]) > 0:
+            return False  # a class once, or counted at least once
+    return False
 
 
 def _count(value: str, least: int, most: str, lead: str, bounded: str) -> str:

@@ -11,9 +11,9 @@ Decisions:
 * A value is raw text up to `</arg_value>`, whitespace kept; tag tokens inside it are its text, except a
   `</tool_call>` token that ends the output or is followed by another call (a missing `</arg_value>`).
   Values are typed by the tool's schema; a plain string parameter streams as a JSON string.
-* A key written twice (the grammar writes none twice; an output no grammar constrained may) streams as written,
-  both keys in the arguments: a JSON reader takes the last value at the first key's place, the dict vLLM's
-  glm4_moe parser builds.
+* A key written twice (the grammar writes no declared one twice, but may two free ones of a name; an output no
+  grammar constrained may) streams as written, both keys in the arguments: a JSON reader takes the last value at
+  the first key's place, the dict vLLM's glm4_moe parser builds.
 * A call is held back until its first argument (or `</tool_call>`) is complete, then sent with the arguments
   so far and streamed; a call cut off before that is no call, and so is a call without a name (dropped whole,
   as the token-section parsers drop any malformed call: its tags are no content).

@@ -28,10 +28,10 @@ Decisions:
   constrained. The gateway's grammar checks the calls that the `<tool_call>`
   token opens and lets free text spell anything else, so under it a spelled
   `<function=…>` is content: its arguments were never checked.
-* A parameter written twice (the grammar writes none twice; an output no grammar
-  constrained may) streams as written, both keys in the arguments: a JSON
-  reader takes the last value at the first key's place, the dict vLLM's
-  qwen3_coder parser builds.
+* A parameter written twice (the grammar writes no declared one twice, but two
+  free ones of a name it cannot count; an output no grammar constrained may)
+  streams as written, both keys in the arguments: a JSON reader takes the last
+  value at the first key's place, the dict vLLM's qwen3_coder parser builds.
 * Content and reasoning lose leading and trailing whitespace.
 """
 
