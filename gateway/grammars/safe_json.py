@@ -48,7 +48,7 @@ from gateway.grammars.counted_classes import (
     sequence_writer,
 )
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
-from gateway.grammars.free_names import FREE_NAME_RULE, distinct_free_names
+from gateway.grammars.free_names import FREE_NAME_RULE, distinct_free_names, object_names
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
 from gateway.grammars.patterns import class_range, narrowed, scan
 from gateway.grammars.string_formats import XGRAMMAR_FORMATS, format_pattern
@@ -336,10 +336,10 @@ strips the key and takes no empty one."""
 
 
 def _check_names(schema: Any, style: str, param: str) -> None:
-    """SchemaGrammarError naming the first top-level property of `schema` (its `anyOf` / `oneOf` branches' too, where
-    the keywords beside them were folded) that `style` cannot write as itself (`<parameter=a>b>` reads as parameter
-    `a`)."""
-    for name in sorted(_declared_names(schema)):
+    """SchemaGrammarError naming the first parameter `schema` declares (its `anyOf` / `oneOf` branches' too, where
+    the keywords beside them were folded, and a `$ref`'s target: `free_names.object_names`) that `style` cannot write
+    as itself (`<parameter=a>b>` reads as parameter `a`)."""
+    for name in sorted({name for names, _ in object_names(schema).values() for name in names}):
         if _UNWRITABLE_NAME[style](name):
             message = f"the parameter name {json.dumps(name)} cannot be written in this model's call format"
             raise SchemaGrammarError(message, f"{param}.properties" if param else param)
