@@ -197,6 +197,48 @@ async def test_a_failure_with_no_other_replica_to_take_it_is_no_failover(standin
         await r.close()
 
 
+MALFORMED = {
+    "invalid-json": b'data: {"output_ids": [1\n\n',
+    "wrong-shape": b'data: {"output_ids": "not ids", "meta_info": {}}\n\n',
+    "not-an-object": b"data: [1, 2]\n\n",
+}
+"""First events no SGLang server sends: the replica broke the protocol."""
+
+
+@pytest.mark.parametrize("garbage", MALFORMED.values(), ids=MALFORMED.keys())
+async def test_a_malformed_stream_before_any_output_is_failed_over(standins, garbage):
+    (bad, bad_url), (good, good_url) = standins[:2]
+    bad.script = lambda body: Script(ids=IDS, garbage_after=0, garbage=garbage)
+    r = router([bad_url, good_url], RoutingPolicy(health_interval_s=60, failure_threshold=1, cooldown_s=60))
+    r.observer = failovers = Failovers()
+    try:
+        for i in range(2):  # one of the two goes to the broken replica first
+            assert await output(r, request(f"r{i}")) == IDS
+        assert len(bad.bodies) == 1 and len(good.bodies) == 2 and failovers.moved == [bad_url]
+        assert [rep.breaker.available() for rep in r.replicas] == [False, True]  # a failure of its replica
+    finally:
+        await r.close()
+
+
+async def test_a_malformed_stream_with_no_other_replica_is_a_502(standins):
+    """Broken, not busy: a 502 naming what was wrong (no 503, no Retry-After), each replica tried once."""
+    for server, _ in standins[:2]:
+        server.script = lambda body: Script(ids=IDS, garbage_after=0, garbage=MALFORMED["invalid-json"])
+    for urls in ([standins[0][1]], [url for _, url in standins[:2]]):
+        r = router(urls, RoutingPolicy(health_interval_s=60))
+        r.observer = failovers = Failovers()
+        try:
+            with pytest.raises(BackendError) as info:
+                await output(r, request("r"))
+        finally:
+            await r.close()
+        error = info.value
+        assert (error.status, error.retryable, error.retry_after) == (502, False, None)
+        assert str(error).startswith("backend sent invalid JSON in its stream"), error
+        assert len(failovers.moved) == len(urls) - 1
+    assert [len(server.bodies) for server, _ in standins] == [2, 1, 0]
+
+
 async def test_client_errors_are_not_retried(standins):
     (bad, bad_url), (good, good_url) = standins[:2]
     bad.script = lambda body: Script(refuse=400)
