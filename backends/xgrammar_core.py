@@ -15,7 +15,10 @@ imports: 0.1-0.25 CPU-s and ~21 MB of RSS, where the whole package takes ~2 CPU-
 does a process that already imported it or torch.
 
 A future xgrammar that moves what this relies on fails the load with XGrammarLayoutError naming the version this
-was written for, never a half-loaded module: `gateway serve` reports it as a start-up error.
+was written for, never a half-loaded module: `gateway serve` reports it as a start-up error. Without the grammar
+warm-up (which loads it at start), `check_layout()` finds the modules without running them (~0.5 ms): any xgrammar
+but the one this was written for is loaded at start all the same, so a moved internal still fails the start, not
+the first grammar request.
 """
 
 from __future__ import annotations
@@ -76,6 +79,32 @@ def xgrammar() -> Any:
         return _loaded
 
 
+def check_layout() -> None:
+    """At start, without loading xgrammar: its modules this load imports are found (not run), and an xgrammar other
+    than the one it was written for (whose layout the tests check) is loaded now. XGrammarLayoutError otherwise."""
+    if not _torch_free or _loaded is not None:
+        return
+    installed = version("xgrammar")
+    if installed != WRITTEN_FOR:
+        xgrammar()
+        return
+    spec = importlib.util.find_spec("xgrammar")
+    where = None if spec is None else spec.submodule_search_locations
+    names = [f"xgrammar.{name}" for name in _MODULES]
+    missing = (
+        names if where is None else [n for n in names if importlib.machinery.PathFinder.find_spec(n, where) is None]
+    )
+    if missing:
+        raise _layout_error(installed, ImportError(f"no module {', '.join(missing)}"))
+
+
+def _layout_error(installed: str, cause: Exception) -> XGrammarLayoutError:
+    return XGrammarLayoutError(
+        f"xgrammar {installed} cannot be loaded without torch ({type(cause).__name__}: {cause}); this gateway's "
+        f"torch-free load was written for xgrammar {WRITTEN_FOR} (pyproject's pin): install that version"
+    )
+
+
 def _load_without_torch() -> types.SimpleNamespace:
     installed = version("xgrammar")
     try:
@@ -93,10 +122,7 @@ def _load_without_torch() -> types.SimpleNamespace:
     except Exception as exc:  # whatever a changed layout raises, reported as one error
         for name in [m for m in sys.modules if m == "xgrammar" or m.startswith("xgrammar.")]:
             del sys.modules[name]
-        raise XGrammarLayoutError(
-            f"xgrammar {installed} cannot be loaded without torch ({type(exc).__name__}: {exc}); this gateway's "
-            f"torch-free load was written for xgrammar {WRITTEN_FOR} (pyproject's pin): install that version"
-        ) from exc
+        raise _layout_error(installed, exc) from exc
     for name, value in names.items():
         setattr(package, name, value)
     package.__getattr__ = _not_loaded  # `import xgrammar` here finds this package: anything else is named as left out
