@@ -16,7 +16,7 @@ does a process that already imported it or torch.
 
 A future xgrammar that moves what this relies on fails the load with XGrammarLayoutError naming the version this
 was written for, never a half-loaded module: `gateway serve` reports it as a start-up error. Without the grammar
-warm-up (which loads it at start), `check_layout()` finds the modules without running them (~0.5 ms): any xgrammar
+warm-up (which loads it at start), `check_layout()` finds the modules without running them (under 5 ms): any xgrammar
 but the one this was written for is loaded at start all the same, so a moved internal still fails the start, not
 the first grammar request.
 """

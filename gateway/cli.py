@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="load xgrammar's grammar compiler (~0.2 CPU-s) beside the models' start and convert the vocabularies "
         "before serving, so that the first request needing a grammar (tools, response_format) does not wait for "
         "them (default: on; --no-grammar-warmup: at the first such request, and a process that never needs one "
-        "never pays it: only its modules are found at start, ~0.5 ms)",
+        "never pays it: only its modules are found at start, under 5 ms)",
     )
     serve.add_argument(
         "--log-level",
@@ -385,7 +385,7 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
         importing.start()  # beside the models' start (tokenizers, a worker loading its weights)
     else:
         try:
-            check_layout()  # ~0.5 ms: a moved xgrammar internal fails the start, not the first grammar request
+            check_layout()  # under 5 ms: a moved xgrammar internal fails the start, not the first grammar request
         except XGrammarLayoutError as exc:
             gc.enable()
             print(f"gateway: startup failed: {exc}", file=sys.stderr)
