@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import gc
 import math
 import socket
@@ -202,8 +201,7 @@ def build_state(args: argparse.Namespace) -> WorkerState:
     del weights
     if args.device == "cpu" and args.weights_dtype == "fp32":
         progress(gemm.describe(model.plain_weight_bytes / 1e6))
-    vocabulary = functools.partial(tokenizer_info, checkpoint, model.vocab_size)  # built by the first grammar
-    grammars = GrammarCache(vocabulary, budget_s=args.grammar_compile_budget or None)
+    grammars = GrammarCache(tokenizer_info(checkpoint, model.vocab_size), budget_s=args.grammar_compile_budget or None)
     engine = Engine(
         model,
         checkpoint.eos_token_ids,

@@ -1,26 +1,20 @@
 """Grammar-constrained decoding with xgrammar: compile (cached; under a CPU-time budget in a child process), then
-mask a batch of logits each step. xgrammar (and transformers, which it imports) is loaded by the first grammar, not
-by the worker's start."""
+mask a batch of logits each step."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
+import xgrammar as xgr
 
 from backends.base import Grammar, GrammarKind
 from backends.compile_pool import Cancelled, CompilePool, CompilerUnavailable, OverBudget
 from backends.compile_process import grammar_key
 from backends.xgrammar_compile import GrammarError, compile_grammar, tokenizer_info
-from backends.xgrammar_core import xgrammar
-
-if TYPE_CHECKING:
-    import xgrammar as xgr
 
 __all__ = [
     "BatchMasker",
@@ -62,44 +56,23 @@ class GrammarCache:
     (backends/compile_pool.py, as the gateway's) killed past that many CPU seconds: GrammarTooComplex, and a repeat
     of that grammar is refused at once; once the child compiled it within the budget, it is compiled here (the
     compiled grammar cannot travel: its JSON can be hundreds of times its size). Without a budget it compiles here
-    only. xgrammar's view of the vocabulary (`vocabulary()`, and xgrammar with it) is built by the first miss."""
+    only."""
 
     def __init__(
         self,
-        vocabulary: Callable[[], xgr.TokenizerInfo],
+        info: xgr.TokenizerInfo,
         capacity: int = 128,
         budget_s: float | None = None,
         capacity_bytes: int = CACHED_BYTES,
     ):
         self.stats = GrammarStats()
-        self._vocabulary = vocabulary
-        self._info: xgr.TokenizerInfo | None = None
-        self._compiler: xgr.GrammarCompiler | None = None
-        self._pool = None if budget_s is None else CompilePool(_given, self._vocabulary_once, budget_s)
+        self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+        self._pool = None if budget_s is None else CompilePool(_given, lambda: info, budget_s)
         self._compiled: OrderedDict[tuple[str, str], tuple[xgr.CompiledGrammar, int]] = OrderedDict()
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
         self._bytes = 0
         self._lock = threading.Lock()
-        self._loading = threading.Lock()
-        """Held while the first miss builds the vocabulary's view and the compiler (a second waits for them)."""
-
-    def _vocabulary_once(self) -> xgr.TokenizerInfo:
-        """xgrammar's view of the vocabulary, built by the first caller (this process's compiler, the pool's fork)."""
-        with self._loading:
-            if self._info is None:
-                self._info = self._vocabulary()
-            return self._info
-
-    def _compiler_now(self) -> xgr.GrammarCompiler:
-        compiler = self._compiler
-        if compiler is None:
-            info = self._vocabulary_once()
-            with self._loading:
-                if self._compiler is None:
-                    self._compiler = xgrammar().GrammarCompiler(info, cache_enabled=False)
-                compiler = self._compiler
-        return compiler
 
     def compile(self, kind: GrammarKind, text: str, cancel: threading.Event | None = None) -> xgr.CompiledGrammar:
         """The compiled grammar for `text`; blocking. GrammarError with xgrammar's reason, GrammarTooComplex past the
@@ -114,7 +87,7 @@ class GrammarCache:
         try:
             if self._pool is not None:
                 self._check_in_child(Grammar(kind, text), cancel)
-            compiled = compile_grammar(self._compiler_now(), kind, text)
+            compiled = compile_grammar(self._compiler, kind, text)
         finally:
             with self._lock:
                 self.stats.misses += 1
@@ -169,9 +142,7 @@ class BatchMasker:
     """One bitmask buffer for the whole batch: fill the constrained rows, apply them in one call."""
 
     def __init__(self, max_rows: int, vocab_size: int):
-        self._rows = max_rows
-        self._bitmask: torch.Tensor | None = None
-        """xgrammar's bitmask buffer, allocated for the first batch with a grammar."""
+        self._bitmask = xgr.allocate_token_bitmask(max_rows, vocab_size)
         self._vocab_size = vocab_size
         tail = vocab_size % 32
         self._last_word_bits = (1 << tail) - 1 if tail else -1
@@ -185,19 +156,16 @@ class BatchMasker:
         rows = [i for i, m in enumerate(matchers) if m is not None]
         if not rows:
             return []
-        xgr = xgrammar()
-        if self._bitmask is None:
-            self._bitmask = xgr.allocate_token_bitmask(self._rows, self._vocab_size)
         for i in rows:
             matchers[i].fill_next_token_bitmask(self._bitmask, i)
-        stuck = self._allowing_none(self._bitmask, rows)
+        stuck = self._allowing_none(rows)
         bitmask = self._bitmask if logits.device.type == "cpu" else self._bitmask.to(logits.device, non_blocking=True)
         xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self._vocab_size, indices=rows)
         return stuck
 
-    def _allowing_none(self, bitmask: torch.Tensor, rows: list[int]) -> list[int]:
+    def _allowing_none(self, rows: list[int]) -> list[int]:
         """The rows among `rows` whose bitmask allows no token of the vocabulary."""
-        words = bitmask[rows]  # a copy: the buffer itself is what the logits are masked with
+        words = self._bitmask[rows]  # a copy: the buffer itself is what the logits are masked with
         words[:, -1] &= self._last_word_bits
         allowed = words.ne(0).any(dim=1).tolist()
         return [i for i, some in zip(rows, allowed) if not some]

@@ -59,7 +59,7 @@ def vocabulary_info(checkpoint, model) -> xgr.TokenizerInfo:
 
 @pytest.fixture(scope="session")
 def grammars(vocabulary_info) -> GrammarCache:
-    return GrammarCache(lambda: vocabulary_info)
+    return GrammarCache(vocabulary_info)
 
 
 class Collector:

@@ -176,7 +176,7 @@ def test_grammar_cache_and_errors(grammars):
 def test_the_grammar_cache_is_bounded_by_the_bytes_it_keeps(vocabulary_info):
     """A grammar compiled within the budget can weigh tens of MB (an enum of 15,000 strings: 54 MB): the cache
     counts xgrammar's memory_size_bytes, and always keeps the newest grammar."""
-    cache = GrammarCache(lambda: vocabulary_info, capacity_bytes=1)
+    cache = GrammarCache(vocabulary_info, capacity_bytes=1)
     first = cache.compile("regex", "[a-z]+")
     assert first.memory_size_bytes > 1 and cache.compile("regex", "[a-z]+") is first
     cache.compile("regex", "[0-9]+")

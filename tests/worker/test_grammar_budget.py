@@ -40,7 +40,7 @@ def children(cache: GrammarCache) -> list:
 
 @pytest.fixture(scope="module")
 def budgeted(vocabulary_info):
-    cache = GrammarCache(lambda: vocabulary_info, budget_s=BUDGET_S)
+    cache = GrammarCache(vocabulary_info, budget_s=BUDGET_S)
     yield cache
     cache.close()
 
@@ -87,7 +87,7 @@ def test_a_client_gone_during_the_compile_has_its_child_killed_and_never_reaches
 ):
     """The client's one disconnect watcher starts with the compile: once it fires, the compile's child is killed
     (under a budget it would not reach) and the answer ends; the request is never prefilled and its rid is free."""
-    cache = GrammarCache(lambda: vocabulary_info, budget_s=600)
+    cache = GrammarCache(vocabulary_info, budget_s=600)
     app = build_app(WorkerState(checkpoint, engine, cache, model_path="test"))
     body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 4, "json_schema": HOSTILE}, "rid": "leaves"}
     prefilled = engine.stats.prefill_tokens
