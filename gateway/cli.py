@@ -366,6 +366,13 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     from backends.xgrammar_core import XGrammarLayoutError, check_layout, without_torch
 
     without_torch()  # this process runs no model: xgrammar's grammar compiler alone, ~1.7 CPU-s and ~210 MB less
+    if not args.grammar_warmup:  # (the warm-up loads it at start)
+        try:
+            check_layout()  # under 5 ms: a moved xgrammar internal fails the start, not the first grammar request
+        except XGrammarLayoutError as exc:
+            gc.enable()
+            print(f"gateway: startup failed: {exc}", file=sys.stderr)
+            return 1
     from backends.client_timeouts import client_timeout_protocol
     from gateway.api.response_store import RedisStore
     from gateway.app import create_app
@@ -383,13 +390,6 @@ def _serve(config: GatewayConfig, args: argparse.Namespace, argv: list[str]) -> 
     importing = threading.Thread(target=import_xgrammar, name="grammar-warmup")  # an exit waits for its import
     if args.grammar_warmup:
         importing.start()  # beside the models' start (tokenizers, a worker loading its weights)
-    else:
-        try:
-            check_layout()  # under 5 ms: a moved xgrammar internal fails the start, not the first grammar request
-        except XGrammarLayoutError as exc:
-            gc.enable()
-            print(f"gateway: startup failed: {exc}", file=sys.stderr)
-            return 1
     with ExitStack() as stack:  # stops the workers on every way out
         stack.callback(gc.enable)  # a start that fails (a caller in the same process keeps its collection)
         if tracing is not None:
