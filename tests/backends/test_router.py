@@ -220,23 +220,25 @@ async def test_a_malformed_stream_before_any_output_is_failed_over(standins, gar
         await r.close()
 
 
-async def test_a_malformed_stream_with_no_other_replica_is_a_502(standins):
-    """Broken, not busy: a 502 naming what was wrong (no 503, no Retry-After), each replica tried once."""
-    for server, _ in standins[:2]:
+@pytest.mark.parametrize("replicas, max_attempts, tries", [(1, 3, 1), (2, 3, 2), (3, 2, 2)])
+async def test_a_malformed_stream_with_no_other_replica_to_try_is_a_502(standins, replicas, max_attempts, tries):
+    """Broken, not busy: a 502 naming what was wrong (no 503, no Retry-After), each replica tried once at most,
+    `max_attempts` in all."""
+    for server, _ in standins:
         server.script = lambda body: Script(ids=IDS, garbage_after=0, garbage=MALFORMED["invalid-json"])
-    for urls in ([standins[0][1]], [url for _, url in standins[:2]]):
-        r = router(urls, RoutingPolicy(health_interval_s=60))
-        r.observer = failovers = Failovers()
-        try:
-            with pytest.raises(BackendError) as info:
-                await output(r, request("r"))
-        finally:
-            await r.close()
-        error = info.value
-        assert (error.status, error.retryable, error.retry_after) == (502, False, None)
-        assert str(error).startswith("backend sent invalid JSON in its stream"), error
-        assert len(failovers.moved) == len(urls) - 1
-    assert [len(server.bodies) for server, _ in standins] == [2, 1, 0]
+    r = router([url for _, url in standins[:replicas]], RoutingPolicy(health_interval_s=60, max_attempts=max_attempts))
+    r.observer = failovers = Failovers()
+    try:
+        with pytest.raises(BackendError) as info:
+            await output(r, request("r"))
+    finally:
+        await r.close()
+    error = info.value
+    assert (error.status, error.retryable, error.retry_after) == (502, False, None)
+    assert str(error).startswith("backend sent invalid JSON in its stream"), error
+    assert (f"(the last of {tries} replicas tried)" in str(error)) == (tries > 1), error
+    assert sorted(len(server.bodies) for server, _ in standins) == [0] * (3 - tries) + [1] * tries
+    assert len(failovers.moved) == tries - 1
 
 
 async def test_client_errors_are_not_retried(standins):
