@@ -1,5 +1,5 @@
 """xgrammar's import in a process that has torch (the bundled worker's case): the whole package against
-backends/xgrammar_core.py's loader with torch and numpy allowed and `matcher` added (transformers still a stand-in).
+backends/xgrammar_core.py's `without_transformers()` load (the compiler and matcher, transformers a stand-in).
 
     python bench/worker_xgrammar_import.py [--runs 5]
 
@@ -23,15 +23,11 @@ def rss():
         if line.startswith("VmRSS"):
             return int(line.split()[1]) / 1024
 import torch
-import backends.xgrammar_core as core
+from backends.xgrammar_core import without_transformers, xgrammar
 cpu, mb = time.process_time(), rss()
-if sys.argv[1] == "whole":
-    import xgrammar
-else:  # the worker's needs: the compiler, the matcher and the bitmask functions; torch is there already
-    core._LEFT_OUT = ("sentencepiece", "tiktoken")
-    core._MODULES += ("matcher",)
-    core._NAMES["matcher"] = ("GrammarMatcher", "allocate_token_bitmask", "apply_token_bitmask_inplace")
-    core._load_without_torch()
+if sys.argv[1] == "partial":  # the worker's start: the compiler, the matcher and the bitmask functions
+    without_transformers()
+xgrammar()
 print(time.process_time() - cpu, rss() - mb, "transformers" in sys.modules)
 """
 LOADS = {"whole": "whole package", "partial": "compiler + matcher, transformers a stand-in"}
@@ -52,8 +48,7 @@ def main() -> None:
     print(f"| load (median of {args.runs}) | CPU s | RSS MB | transformers imported |")
     print("|---|---:|---:|---|")
     for load, runs in rows.items():
-        cpu = statistics.median(r[0] for r in runs)
-        mb = statistics.median(r[1] for r in runs)
+        cpu, mb = (statistics.median(r[i] for r in runs) for i in (0, 1))
         print(f"| {LOADS[load]} | {cpu:.3f} | {mb:.1f} | {runs[0][2]} |")
 
 
