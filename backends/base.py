@@ -137,6 +137,11 @@ class BackendError(Exception):
         """Seconds a client should wait before trying again, when known."""
 
 
+class MalformedStream(BackendError):
+    """The replica's stream broke the protocol (invalid JSON, an event of the wrong shape): its failure, not the
+    request's. Before any output the router moves the request to another replica; with none left, a 502."""
+
+
 class Backend(ABC):
     """A server that turns token ids into token ids."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from backends.base import Backend, BackendError, GenerateChunk, joined
+from backends.base import Backend, BackendError, GenerateChunk, MalformedStream, joined
 from backends.http_stream import PostedLines, StreamPool
 
 SSE_DATA = b"data:"
@@ -112,7 +112,7 @@ def batch_chunk(
 def stream_event(line: bytes, on_error: Callable[[Any], BackendError] = event_error) -> dict[str, Any] | str | None:
     """One SSE line of a backend stream: None for a line with no data, SSE_DONE, or the event object.
 
-    Invalid JSON, a non-object and an `error` event (mapped by `on_error`) are BackendErrors.
+    Invalid JSON and a non-object are MalformedStream; an `error` event is `on_error`'s BackendError.
     """
     if line[:5] != SSE_DATA:
         return None
@@ -122,9 +122,9 @@ def stream_event(line: bytes, on_error: Callable[[Any], BackendError] = event_er
     try:
         event = orjson.loads(data)
     except orjson.JSONDecodeError as e:
-        raise BackendError(f"backend sent invalid JSON in its stream: {e}") from None
+        raise MalformedStream(f"backend sent invalid JSON in its stream: {e}") from None
     if not isinstance(event, dict):
-        raise BackendError("backend sent a stream event that is not an object")
+        raise MalformedStream("backend sent a stream event that is not an object")
     if "error" in event:
         raise on_error(event["error"])
     return event
@@ -135,16 +135,16 @@ SHAPE_ERRORS = (TypeError, ValueError, AttributeError, KeyError, IndexError)
 try costs nothing per event, unlike a context manager)."""
 
 
-def shape_error(error: Exception) -> BackendError:
-    """A stream event of the wrong shape: a BackendError, not a crash."""
-    return BackendError(f"backend sent a stream event of the wrong shape: {error!r}")
+def shape_error(error: Exception) -> MalformedStream:
+    """A stream event of the wrong shape: a MalformedStream, not a crash."""
+    return MalformedStream(f"backend sent a stream event of the wrong shape: {error!r}")
 
 
 def token_ids(value: Any, field: str) -> list[int]:
-    """`value` as a list of token ids; anything else is a BackendError."""
+    """`value` as a list of token ids; anything else is a MalformedStream."""
     if type(value) is not list:
-        raise BackendError(f"backend sent {field} that is not a list of token ids")
+        raise MalformedStream(f"backend sent {field} that is not a list of token ids")
     for i in value:
         if type(i) is not int:
-            raise BackendError(f"backend sent {field} that is not a list of token ids")
+            raise MalformedStream(f"backend sent {field} that is not a list of token ids")
     return value

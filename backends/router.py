@@ -8,8 +8,9 @@
   replica that delivered output since the previous check: it is busy, not dead (and the late answer may be
   the gateway's own busy event loop's doing).
 - Failover: a connection refused or reset, an answer's head that does not come in time (the HTTP client's
-  `head_timeout`), a 429 or a 5xx moves the request to another replica (never one already tried, at most
-  `max_attempts` in all, within the one deadline), but only while nothing has been yielded; after the first
+  `head_timeout`), a 429, a 5xx or a malformed stream (`MalformedStream`) moves the request to another replica
+  (never one already tried, at most `max_attempts` in all, within the one deadline), but only while nothing has
+  been yielded; with no replica left a malformed stream is a 502 (the replicas are broken, not busy); after the first
   chunk a failure goes to the caller, so a stream never repeats or reorders output. The failed try counts
   for its replica's breaker; the caller's admission (a tenant's reservation) covers every try.
 - Deadlines: `request_timeout_s` bounds a request from its first try to its last chunk, and once a
@@ -28,7 +29,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest
+from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest, MalformedStream
 from backends.circuit_breaker import CircuitBreaker
 from backends.discovery import DNSService, Resolver, resolve_addresses
 from backends.observer import RouterObserver
@@ -168,7 +169,7 @@ class Router(Backend):
                     await chunks.aclose()
             except BackendError as e:
                 attempt.failed(e)
-                if attempt.yielded or not e.retryable:
+                if attempt.yielded or not (e.retryable or isinstance(e, MalformedStream)):
                     raise
                 last = e
             finally:
@@ -206,7 +207,10 @@ class Router(Backend):
         return lightest[self._turn % len(lightest)]
 
     def _unavailable(self, last: BackendError | None, tries: int) -> BackendError:
-        """The error when no replica could take the request: 503 with a Retry-After."""
+        """The error when no replica could take the request: 503 with a Retry-After (a 429 passed on; a malformed
+        stream a 502)."""
+        if isinstance(last, MalformedStream):  # broken, not busy: no Retry-After, no 503
+            return last if tries == 1 else MalformedStream(f"{last} (the last of {tries} replicas tried)")
         waits = [r.breaker.retry_in() for r in self._replicas if not r.draining and r.healthy]
         retry_after = max(1, math.ceil(min(waits) if waits else self.policy.health_interval_s))
         if last is not None and last.status == 429:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from backends.base import BackendError, GenerateChunk, GenerateRequest, TokenLogprob
+from backends.base import BackendError, GenerateChunk, GenerateRequest, MalformedStream, TokenLogprob
 from backends.http_backend import (
     SHAPE_ERRORS,
     SSE_DONE,
@@ -139,12 +139,12 @@ class _StreamReader:
     def _chunk(self, event: dict[str, Any]) -> GenerateChunk:
         meta = event.get("meta_info") or {}
         if type(meta) is not dict:
-            raise BackendError("backend sent meta_info that is not an object")
+            raise MalformedStream("backend sent meta_info that is not an object")
         ids = token_ids(event.get("output_ids") or [], "output_ids")
         if not self.incremental:
             counted = meta.get("completion_tokens")
             if type(counted) is int and counted > len(ids):  # cumulative ids are all the tokens counted so far
-                raise BackendError(_DELTAS_UNEXPECTED)
+                raise MalformedStream(_DELTAS_UNEXPECTED)
             ids = self._new(ids, "_seen_ids")
         finish = meta.get("finish_reason")
         reason, matched = None, None
@@ -158,7 +158,7 @@ class _StreamReader:
                     retryable=not (isinstance(status, int) and 400 <= status < 500),
                 )
             if reason not in ("stop", "length"):
-                raise BackendError(f"backend sent an unknown finish reason {finish!r}")
+                raise MalformedStream(f"backend sent an unknown finish reason {finish!r}")
             matched = finish.get("matched") if isinstance(finish.get("matched"), int) else None
         get = meta.get
         logprobs = None if get("output_token_logprobs") is None else self._logprobs(meta)
@@ -180,7 +180,7 @@ class _StreamReader:
             return list(items)
         seen = getattr(self, seen_attr)
         if len(items) < seen:
-            raise BackendError("backend's cumulative stream went backwards")
+            raise MalformedStream("backend's cumulative stream went backwards")
         setattr(self, seen_attr, len(items))
         return items[seen:]
 

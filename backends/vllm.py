@@ -15,7 +15,15 @@ from typing import Any, Literal
 
 import orjson
 
-from backends.base import LOGPROB_FLOOR, BackendError, GenerateChunk, GenerateRequest, Grammar, TokenLogprob
+from backends.base import (
+    LOGPROB_FLOOR,
+    BackendError,
+    GenerateChunk,
+    GenerateRequest,
+    Grammar,
+    MalformedStream,
+    TokenLogprob,
+)
 from backends.http_backend import (
     SHAPE_ERRORS,
     SSE_DONE,
@@ -185,11 +193,11 @@ class _StreamReader:
 
     def _choice(self, choice: Any) -> GenerateChunk | None:
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            raise BackendError("backend sent a choice this single-choice request did not ask for")
+            raise MalformedStream("backend sent a choice this single-choice request did not ask for")
         if self._finished is not None:
-            raise BackendError("backend sent output after the finish reason")
+            raise MalformedStream("backend sent output after the finish reason")
         if "token_ids" not in choice:
-            raise BackendError("backend sent no token_ids (needs vLLM with return_token_ids)")
+            raise MalformedStream("backend sent no token_ids (needs vLLM with return_token_ids)")
         ids = token_ids(choice["token_ids"], "token_ids")
         self._completion_tokens += len(ids)
         if ids:
@@ -220,11 +228,11 @@ class _StreamReader:
             return "stop", self._last_id if stop_reason is None else None
         if reason == "abort":
             raise BackendError("backend aborted the request", status=503, retryable=True)
-        raise BackendError(f"backend sent an unknown finish reason {reason!r}")
+        raise MalformedStream(f"backend sent an unknown finish reason {reason!r}")
 
     def _usage(self, usage: dict[str, Any]) -> None:
         if self._finished is None:
-            raise BackendError("backend sent usage before the finish reason")
+            raise MalformedStream("backend sent usage before the finish reason")
         details = usage.get("prompt_tokens_details") or {}
         self._finished.prompt_tokens = int(usage.get("prompt_tokens") or self._prompt_tokens)
         self._finished.completion_tokens = int(usage.get("completion_tokens") or self._completion_tokens)
@@ -241,7 +249,7 @@ def _completion_logprobs(logprobs: Any, ids: list[int], k: int) -> list[TokenLog
     values = logprobs.get("token_logprobs") or []
     tops = logprobs.get("top_logprobs") or [None] * len(values)
     if not len(values) == len(tops) == len(ids):
-        raise BackendError("backend sent logprobs that do not match its token ids")
+        raise MalformedStream("backend sent logprobs that do not match its token ids")
     out = []
     for token_id, value, top in zip(ids, values, tops):
         candidates = ((_token_id(key), float(lp)) for key, lp in (top or {}).items())
@@ -253,7 +261,7 @@ def _generate_logprobs(logprobs: Any, ids: list[int], k: int) -> list[TokenLogpr
     """Generate-API logprobs: integer token ids, top candidates as a list."""
     content = logprobs.get("content") or []
     if [entry.get("token_id") for entry in content] != ids:
-        raise BackendError("backend sent logprobs that do not match its token ids")
+        raise MalformedStream("backend sent logprobs that do not match its token ids")
     return [
         TokenLogprob(
             int(entry["token_id"]),
@@ -266,7 +274,7 @@ def _generate_logprobs(logprobs: Any, ids: list[int], k: int) -> list[TokenLogpr
 
 def _token_id(key: str) -> int:
     if not key.startswith(_TOKEN_ID):
-        raise BackendError(f"backend sent logprob token {key!r}, not `token_id:N` (return_tokens_as_token_ids)")
+        raise MalformedStream(f"backend sent logprob token {key!r}, not `token_id:N` (return_tokens_as_token_ids)")
     return int(key[len(_TOKEN_ID) :])
 
 

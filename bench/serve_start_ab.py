@@ -5,12 +5,14 @@ incremental SGLang backend) in turn (the order rotating each round); with `--bun
 gateway serves the embedded model with its bundled worker (`--threads 2`). Measured: the gateway process's CPU
 seconds (user + system, from /proc) from spawn until /ready answers 200, the same for the gateway and every process
 under it (the worker, compile children) and the wall time to it, and the gateway's resident memory then (VmRSS, and
-its peak VmHWM). With `--workers N` in a checkout's flags, "the gateway" is every `gateway.cli` process of the group
+its peak VmHWM; `tree_rss_mb`: with every process under it, a bundled worker). With `--workers N` in a checkout's
+flags, "the gateway" is every `gateway.cli` process of the group
 (the parent and its N serving processes): CPU and RSS summed, the peak the largest, counted once each has written
 its "serving" line and /ready answers 200. `--settle` seconds later (its CPU by then), one chat request with a
 json_schema response_format, the first grammar that process builds (whatever it still has to load for it, the
 compile child's fork, the compile), its wall latency and the CPU it cost the gateway processes and their compile
-children together (not the worker); then one with another schema (a warm process).
+children together (not the worker; `first_grammar_tree_cpu_s`: every process, the worker's too); then one with
+another schema (a warm process).
 
     python bench/serve_start_ab.py --tree base=/tmp/base-checkout --tree branch=. [--tree 'lazy=. --no-grammar-warmup']
         [--tree 'group=. --workers 2']
@@ -64,6 +66,11 @@ def children(pid: int) -> list[int]:
 def tree_cpu(pid: int) -> float:
     """CPU of a process and of every live process under it."""
     return cpu_seconds(pid) + sum(tree_cpu(child) for child in children(pid))
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of a process and of every live process under it (a bundled worker's too)."""
+    return memory_mb(pid, "VmRSS") + sum(tree_rss_mb(child) for child in children(pid))
 
 
 def grammar_cpu(gateways: list[int]) -> float:
@@ -171,13 +178,15 @@ def _measured(
             "start_cpu_s": sum(cpu_seconds(pid) for pid in gateways),
             "start_tree_cpu_s": tree_cpu(proc.pid),
             "rss_mb": sum(memory_mb(pid, "VmRSS") for pid in gateways),
+            "tree_rss_mb": tree_rss_mb(proc.pid),
             "peak_rss_mb": max(memory_mb(pid, "VmHWM") for pid in gateways),
         }
         time.sleep(settle)
-        before = grammar_cpu(gateways)
+        before, before_tree = grammar_cpu(gateways), tree_cpu(proc.pid)
         row["settled_cpu_s"] = before
         row["first_grammar_ms"] = grammar_request(client, url, SCHEMAS[0]) * 1e3
         row["first_grammar_cpu_s"] = grammar_cpu(gateways) - before
+        row["first_grammar_tree_cpu_s"] = tree_cpu(proc.pid) - before_tree
         row["second_grammar_ms"] = grammar_request(client, url, SCHEMAS[1]) * 1e3
     return row
 

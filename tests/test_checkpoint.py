@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from gateway.families import infer_family
 from gateway.families.mistral import sentencepiece_tokenizer
 from gateway.families.mistral.family import mistral_common_data
 from gateway.families.recognition import CheckpointFacts
+from gateway.models.registry import served_model_from_checkpoint
 from gateway.prompts.encoding import PromptEncoder
 from tests.tiny_gguf import write_tiny_gguf
 
@@ -142,6 +144,15 @@ def test_a_gguf_without_add_bos_token_takes_llama_cpps_default_for_its_pre_token
     write_tiny_gguf(tmp_path / "tiny.gguf", add_bos, None, pre)
     tokenizer = load_checkpoint(tmp_path / "tiny.gguf").tokenizer
     assert PromptEncoder(tokenizer).encode_prompt("hi hi", add_special_tokens=True) == single
+
+
+def test_a_served_model_names_its_checkpoints_eos_and_looks_it_up_no_other_way(embedded):
+    """One source of the EOS id (vLLM's null `stop_reason`): the checkpoint's, which the worker reads too; the
+    served model keeps the id it is given and never spells its family's `eos_token` again."""
+    model = served_model_from_checkpoint("m", embedded, "hermes", None)
+    assert model.eos_token_id == embedded.eos_token_id == embedded.tokenizer.token_to_id("<|im_end|>")
+    end_of_text = embedded.tokenizer.token_to_id("<|endoftext|>")
+    assert replace(model, eos_token_id=end_of_text).eos_token_id == end_of_text  # the family still says <|im_end|>
 
 
 def test_embedded_gguf_adds_no_special_tokens(embedded):

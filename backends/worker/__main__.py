@@ -35,6 +35,7 @@ from backends.worker.prefill_gemm import PrefillGemm, choose_prefill_gemm
 from backends.worker.server import WorkerState, build_app
 from backends.worker.threads import ThreadTuner, describe_cpus, parse_threads, usable_cores
 from backends.worker.weights import LlamaWeights, load_weights
+from backends.xgrammar_core import without_transformers
 
 
 def at_least(least: int) -> Callable[[str], int]:
@@ -289,6 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     # slower (2 cores, 2 threads: 42-46 against 32-34 ms a batch-1 step): this thread works on one.
     torch.set_num_threads(1)
     refuse_unsupported_dtype(args)
+    without_transformers()  # xgrammar's compiler and matcher, not its Hugging Face adapters: ~0.44 CPU-s, ~24 MB less
     state = build_state(args)
     gc.collect()
     gc.freeze()  # what loading left: full collections need not walk it while serving

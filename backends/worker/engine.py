@@ -9,10 +9,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
-import xgrammar as xgr
 
 from backends.base import SamplingParams
 from backends.detokenizer import Piece
@@ -23,6 +22,10 @@ from backends.worker.prefix_cache import PrefixCache, common_prefix
 from backends.worker.sampling import HostCopy, RequestSampler, TokenChoice, choose_tokens, token_logprobs
 from backends.worker.static_decode import StaticDecoder
 from backends.worker.threads import ThreadTuner
+from backends.xgrammar_core import xgrammar
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +332,7 @@ class Engine:
             stop_ids = set(request.params.stop_token_ids)
             if not request.params.ignore_eos:
                 stop_ids |= self.eos_token_ids
-            matcher = xgr.GrammarMatcher(request.grammar) if request.grammar is not None else None
+            matcher = xgrammar().GrammarMatcher(request.grammar) if request.grammar is not None else None
             sampler = RequestSampler(request.params, self.model.vocab_size)
             running = _Running(
                 request, place.slot, sampler, matcher, frozenset(stop_ids), reused=place.reused, prefilled=place.reused

@@ -7,14 +7,18 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
-import xgrammar as xgr
 
 from backends.base import Grammar, GrammarKind
 from backends.compile_pool import Cancelled, CompilePool, CompilerUnavailable, OverBudget
 from backends.compile_process import grammar_key
 from backends.xgrammar_compile import GrammarError, compile_grammar, tokenizer_info
+from backends.xgrammar_core import xgrammar
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
 
 __all__ = [
     "BatchMasker",
@@ -66,7 +70,7 @@ class GrammarCache:
         capacity_bytes: int = CACHED_BYTES,
     ):
         self.stats = GrammarStats()
-        self._compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+        self._compiler = xgrammar().GrammarCompiler(info, cache_enabled=False)
         self._pool = None if budget_s is None else CompilePool(_given, lambda: info, budget_s)
         self._compiled: OrderedDict[tuple[str, str], tuple[xgr.CompiledGrammar, int]] = OrderedDict()
         self._capacity = capacity
@@ -142,6 +146,8 @@ class BatchMasker:
     """One bitmask buffer for the whole batch: fill the constrained rows, apply them in one call."""
 
     def __init__(self, max_rows: int, vocab_size: int):
+        xgr = xgrammar()
+        self._apply_bitmask = xgr.apply_token_bitmask_inplace
         self._bitmask = xgr.allocate_token_bitmask(max_rows, vocab_size)
         self._vocab_size = vocab_size
         tail = vocab_size % 32
@@ -160,7 +166,7 @@ class BatchMasker:
             matchers[i].fill_next_token_bitmask(self._bitmask, i)
         stuck = self._allowing_none(rows)
         bitmask = self._bitmask if logits.device.type == "cpu" else self._bitmask.to(logits.device, non_blocking=True)
-        xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self._vocab_size, indices=rows)
+        self._apply_bitmask(logits, bitmask, vocab_size=self._vocab_size, indices=rows)
         return stuck
 
     def _allowing_none(self, rows: list[int]) -> list[int]:

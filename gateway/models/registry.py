@@ -46,6 +46,9 @@ class ServedModel:
     """Builds and compiles grammars in child processes under a CPU budget (None: built here, unbounded)."""
     choice_slots: ChoiceSlots | None = None
     """The backends' slots, counted per choice without tenant policies (None: not known, not counted)."""
+    eos_token_id: int | None = None
+    """The tokenizer's EOS token, the one stop token vLLM names no `stop_reason` for: the checkpoint's
+    (`Checkpoint.eos_token_id`, which the worker's vLLM API reads too), never looked up a second way."""
     shielder: Shielder = field(init=False)
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -60,12 +63,6 @@ class ServedModel:
     def added_ids(self) -> dict[int, str]:
         """Added-token id → its exact spelling (what the detokenizer emits as a token Piece)."""
         return {i: spelling for spelling, i in self.encoder.added.items()}
-
-    @cached_property
-    def eos_token_id(self) -> int | None:
-        """The tokenizer's EOS token (`eos_token`), the one stop token vLLM names no `stop_reason` for."""
-        spelling = self.family.context.eos_token
-        return None if spelling is None else self.tokenizer.token_to_id(spelling)
 
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
@@ -128,6 +125,7 @@ def served_model_from_checkpoint(
         encoder=PromptEncoder(checkpoint.tokenizer),
         backend=backend,
         context_length=checkpoint.config.context_length,
+        eos_token_id=checkpoint.eos_token_id,
         default_max_tokens=default_max_tokens,
     )
 

@@ -197,6 +197,50 @@ async def test_a_failure_with_no_other_replica_to_take_it_is_no_failover(standin
         await r.close()
 
 
+MALFORMED = {
+    "invalid-json": b'data: {"output_ids": [1\n\n',
+    "wrong-shape": b'data: {"output_ids": "not ids", "meta_info": {}}\n\n',
+    "not-an-object": b"data: [1, 2]\n\n",
+}
+"""First events no SGLang server sends: the replica broke the protocol."""
+
+
+@pytest.mark.parametrize("garbage", MALFORMED.values(), ids=MALFORMED.keys())
+async def test_a_malformed_stream_before_any_output_is_failed_over(standins, garbage):
+    (bad, bad_url), (good, good_url) = standins[:2]
+    bad.script = lambda body: Script(ids=IDS, garbage_after=0, garbage=garbage)
+    r = router([bad_url, good_url], RoutingPolicy(health_interval_s=60, failure_threshold=1, cooldown_s=60))
+    r.observer = failovers = Failovers()
+    try:
+        for i in range(2):  # one of the two goes to the broken replica first
+            assert await output(r, request(f"r{i}")) == IDS
+        assert len(bad.bodies) == 1 and len(good.bodies) == 2 and failovers.moved == [bad_url]
+        assert [rep.breaker.available() for rep in r.replicas] == [False, True]  # a failure of its replica
+    finally:
+        await r.close()
+
+
+@pytest.mark.parametrize("replicas, max_attempts, tries", [(1, 3, 1), (2, 3, 2), (3, 2, 2)])
+async def test_a_malformed_stream_with_no_other_replica_to_try_is_a_502(standins, replicas, max_attempts, tries):
+    """Broken, not busy: a 502 naming what was wrong (no 503, no Retry-After), each replica tried once at most,
+    `max_attempts` in all."""
+    for server, _ in standins:
+        server.script = lambda body: Script(ids=IDS, garbage_after=0, garbage=MALFORMED["invalid-json"])
+    r = router([url for _, url in standins[:replicas]], RoutingPolicy(health_interval_s=60, max_attempts=max_attempts))
+    r.observer = failovers = Failovers()
+    try:
+        with pytest.raises(BackendError) as info:
+            await output(r, request("r"))
+    finally:
+        await r.close()
+    error = info.value
+    assert (error.status, error.retryable, error.retry_after) == (502, False, None)
+    assert str(error).startswith("backend sent invalid JSON in its stream"), error
+    assert (f"(the last of {tries} replicas tried)" in str(error)) == (tries > 1), error
+    assert sorted(len(server.bodies) for server, _ in standins) == [0] * (3 - tries) + [1] * tries
+    assert len(failovers.moved) == tries - 1
+
+
 async def test_client_errors_are_not_retried(standins):
     (bad, bad_url), (good, good_url) = standins[:2]
     bad.script = lambda body: Script(refuse=400)

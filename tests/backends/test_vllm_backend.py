@@ -10,9 +10,9 @@ import time
 import httpx
 import pytest
 
-from backends.base import BackendError, GenerateChunk, GenerateRequest, Grammar, SamplingParams
+from backends.base import BackendError, GenerateChunk, GenerateRequest, Grammar, MalformedStream, SamplingParams
 from backends.sglang import SGLangBackend
-from backends.vllm import VLLMBackend
+from backends.vllm import VLLMBackend, _StreamReader
 from tests.backends.conftest import CONTEXT
 from tests.gateway.http_server import dead_url
 
@@ -163,3 +163,24 @@ async def test_unreachable_backend_is_retryable():
             await collect(backend, request())
         assert e.value.retryable and e.value.status == 503
     assert await VLLMBackend(dead).ready() is False
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [b'data: {"choices": [{"index": 0, "text": "x"}]}'],  # no token_ids
+        [b'data: {"choices": [{"index": 1, "token_ids": [5]}]}'],
+        [b'data: {"choices": [{"index": 0, "token_ids": ["5"]}]}'],
+        [b'data: {"choices": [{"index": 0, "token_ids": [5], "finish_reason": "exploded"}]}'],
+        [b'data: {"usage": {"prompt_tokens": 5, "completion_tokens": 1}}'],
+        [b'data: {"choices": [{"index": 0, "token_ids": [5], "finish_reason": "length"}]}'] * 2,
+        [b'data: {"choices": [{"index": 0, "token_ids": [5], "logprobs": {"token_logprobs": []}}]}'],
+    ],
+    ids=["no-token-ids", "other-choice", "not-ids", "unknown-finish", "early-usage", "after-finish", "logprobs"],
+)
+async def test_a_stream_that_breaks_vllms_protocol_is_a_malformed_stream(events):
+    """What the router moves to another replica before any output (a refusal of the request would not be)."""
+    reader = _StreamReader("completions", request())
+    with pytest.raises(MalformedStream):
+        for line in events:
+            reader.line(line)

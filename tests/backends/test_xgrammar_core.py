@@ -88,19 +88,26 @@ MOVED = textwrap.dedent(
     from gateway.cli import main
     from gateway.process.draining import DrainingServer
 
-    xgrammar_core._MODULES += ("moved_away",)  # as if a future xgrammar renamed a module this load imports
     DrainingServer.run = lambda self, sockets=None: None  # a start that got through serves nothing: main() returns 0
     serve = ["serve", "--backend-url", "http://127.0.0.1:9", "--port", "9", "--log-level", "warning"]
-    codes = [main(serve), main([*serve, "--grammar-compile-budget", "0"])]  # with compile children, and without
+    lazy = [*serve, "--no-grammar-warmup"]
+    codes = [main(lazy)]  # the pinned layout: checked, not loaded
+    xgrammar_core._MODULES += ("moved_away",)  # as if a future xgrammar renamed a module this load imports
+    codes += [main(serve), main([*serve, "--grammar-compile-budget", "0"])]  # with compile children, and without
+    codes += [main(lazy)]  # without the warm-up: its modules found, not run
+    xgrammar_core.WRITTEN_FOR = "0.1.0"  # another xgrammar than the load was written for: loaded at start
+    codes += [main(lazy)]
     print(*codes, sorted(m for m in sys.modules if m.split(".")[0] in ("xgrammar", "torch", "transformers")))
     """
 )
 
 
 def test_a_moved_xgrammar_internal_is_a_start_up_error_naming_the_version_it_was_written_for():
+    """With the grammar warm-up or without it: never the first grammar request's error."""
     done = run(MOVED)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["1", "1", "[]"]  # refused to start; nothing half-loaded left behind
+    assert done.stdout.split() == ["0", "1", "1", "1", "1", "[]"]  # refused to start; nothing half-loaded left behind
+    assert done.stderr.count("gateway: startup failed: xgrammar") == 4
     assert f"gateway: startup failed: xgrammar {version('xgrammar')} cannot be loaded without torch" in done.stderr
     assert "xgrammar.moved_away" in done.stderr
     assert f"written for xgrammar {WRITTEN_FOR}" in done.stderr

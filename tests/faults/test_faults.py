@@ -49,7 +49,7 @@ SOLO_CASES = [
     ("throttled",),
 ]
 """Each case has a model of its own over the solo backend, alone, with a 1 s deadline."""
-RETRIED = [("refuse503", 0), ("refuse429", 0), ("truncated", 0)]
+RETRIED = [("refuse503", 0), ("refuse429", 0), ("truncated", 0), ("malformed", 0), ("wrong_shape", 0)]
 """Failures before the first token that another replica makes good: each has a model of its own
 over the failing backend, then the solo one, health checked once only (so only requests tell)."""
 KILL_PAIR = "kill-pair"
@@ -174,6 +174,8 @@ def test_failure_before_the_first_token_is_retried_on_another_replica(client, ba
         assert text and REPLY.startswith(text), text
     assert failing.stats()["generate_requests"] > failed_before, "the failing replica was never tried"
     assert other.stats()["generate_requests"] == served_before + 4
+    retries = f'gateway:backend_retries_total{{model_name="{model}",replica="{failing.url}"}}'
+    assert any(line.startswith(retries) for line in client.get("/metrics").text.splitlines()), "no failover counted"
 
 
 @pytest.mark.parametrize("mode", BROKEN)
@@ -191,20 +193,23 @@ def test_broken_stream_after_output_is_an_error_event(client, backends, mode):
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 @pytest.mark.parametrize(
-    "mode, status, code",
+    "mode, status, code, says",
     [
-        ("malformed", 502, "backend_error"),
-        ("wrong_shape", 502, "backend_error"),
-        ("truncated", 503, "backend_unavailable"),  # retryable, and no other replica could take it
+        ("malformed", 502, "backend_error", "backend sent invalid JSON in its stream"),
+        ("wrong_shape", 502, "backend_error", "backend sent meta_info that is not an object"),
+        ("truncated", 503, "backend_unavailable", "no backend replica"),  # retryable, and no other replica to take it
     ],
 )
-def test_broken_stream_before_output_is_a_clean_error(client, backends, mode, status, code, stream):
+def test_broken_stream_before_output_is_a_clean_error(client, backends, mode, status, code, says, stream):
+    """With its one replica broken, the answer says what was wrong; only the retryable failure asks for a retry."""
     model = solo("before", mode, stream)
     backends.solo.set(mode=mode, after=0)
     response = client.post("/v1/chat/completions", json=chat(model, stream=stream))
-    assert_error_response(response, status, code)
+    assert assert_error_response(response, status, code)["message"].startswith(says)
     if status == 503:
         assert_retry_after(response)
+    else:
+        assert "retry-after" not in response.headers
     recover(client, backends.solo, model)
 
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import queue
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -159,6 +163,51 @@ def test_a_row_ends_for_what_its_grammar_allows_never_for_its_logits_values(gram
     logits = torch.full((3, vocab), float("nan"), device=DEVICE)  # bench/gpu_check.sh: on CUDA
     assert BatchMasker(3, vocab).apply(logits, [live, None, dead]) == [2]
     assert logits[2].isinf().all() and logits[0].isnan().any()  # masked all the same: the dead row wholly
+
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = '{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}'
+WORKER_START = textwrap.dedent(
+    f"""
+    import json, sys
+
+    import torch
+
+    from backends.worker import __main__ as worker
+    from backends.worker.grammar import BatchMasker
+
+    async def first_grammar_step(state, *serving):  # instead of serving: one grammar's first masked step
+        import xgrammar
+
+        compiled = state.grammars.compile("json_schema", {SCHEMA!r})
+        matcher = xgrammar.GrammarMatcher(compiled)
+        logits = torch.zeros((1, state.engine.model.vocab_size))
+        BatchMasker(1, logits.shape[1]).apply(logits, [matcher])
+        try:
+            xgrammar.BatchGrammarMatcher
+        except AttributeError as exc:
+            left = str(exc)
+        allowed = logits[0].isfinite().nonzero().flatten().tolist()
+        print(json.dumps([allowed, matcher.accept_token(allowed[0]), left, "transformers" in sys.modules]))
+
+    worker.serve = first_grammar_step
+    worker.main(["--threads", "1", "--max-batch", "1", "--context-length", "64", "--grammar-compile-budget", "0"])
+    """
+)
+
+
+def test_the_worker_loads_xgrammars_compiler_and_matcher_without_transformers(grammars, vocabulary_info):
+    """Its start (`main()`) loads xgrammar's compiler and matcher, not the package's Hugging Face adapters
+    (transformers: ~0.44 CPU-s, ~24 MB), and a grammar's first step masks what the whole package masks."""
+    done = subprocess.run([sys.executable, "-c", WORKER_START], cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    allowed, accepted, left, transformers = json.loads(done.stdout.splitlines()[-1])
+    logits = torch.zeros((1, vocabulary_info.vocab_size))
+    BatchMasker(1, vocabulary_info.vocab_size).apply(
+        logits, [xgr.GrammarMatcher(grammars.compile("json_schema", SCHEMA))]
+    )
+    assert allowed == logits[0].isfinite().nonzero().flatten().tolist() and accepted
+    assert "BatchGrammarMatcher is not loaded in this process" in left and not transformers
 
 
 def test_grammar_cache_and_errors(grammars):
