@@ -1,31 +1,35 @@
 """Scans that stop once they have found what they look for: a parsed chat template's `for` loops whose every later
-iteration would do nothing get a `{% break %}` at the end of their body, taken once that is so. The render's text
-is the same; its cost no longer grows with the items left after the find.
+iteration would do nothing get a `{% if <done> %}{% break %}{% endif %}` at the end of each branch that can make
+that so. The render's text is the same; its cost no longer grows with the items left after the find.
 
 A scan is a loop whose body is, after assignments that cannot fail once they have not (`prefix`), one `{% if %}`
 guarded by a flag: a test of one attribute of a name (`ns.found`) that the loop does not rebind, read before anything
 else in the test. Two shapes:
 
 - `{% if not ns.found and ... %}…{% endif %}` (no elif, no else): once the flag test is false, an iteration does
-  nothing;
+  nothing; the check ends the branch;
 - `{% if ns.stopped or ... %}{% elif ... %}…{% else %}…{% endif %}` with an empty first branch: once the flag test is
-  true, an iteration takes that branch and does nothing.
+  true, an iteration takes that branch and does nothing; the check ends every other branch.
 
-Why the break changes no render that completes: the check runs at the end of an iteration, with the flag as the next
-iteration's guard will read it; between the two, nothing runs but the loop taking its next item (no template code:
-the items of a list, a range or a Jinja filter's generator) and binding its target (never the flag's name). The
-iteration after the check would then run only the prefix (assignments to loop-local names, which Jinja does not let
-out of the loop, each from the loop's counters and values the loop does not change, by `+` and `-`: what did not
-fail does not fail) and the flag test (no call, no error: it read the same attribute a moment before), and so would
-every one after it. Steps charged for the loop's items are the same where they are charged before it runs (a list,
-a range: prompts/template_bounds.py); for a lazy sequence the skipped items are not charged.
+Why the break changes no render that completes: the `if` is the last statement of the loop's body, so the check
+runs at the end of the iteration, with the flag as the next iteration's guard will read it; between the two, nothing
+runs but the loop taking its next item (no template code: the items of a list, a range or a Jinja filter's
+generator) and binding its target (never the flag's name). The iteration after the check would then run only the
+prefix (assignments to loop-local names, which Jinja does not let out of the loop, each from the loop's counters and
+names it does not change or their lengths, by `+` and `-`: what did not fail does not fail) and the flag test (no
+call, no error: it read the same attribute a moment before), and so would every one after it. A flag that becomes
+done elsewhere (a `continue` skipping the check, a macro in the test setting it) leaves the loop as it was, only
+slower. Steps charged for the loop's items are the same where they are charged before it runs (a list, a range:
+prompts/template_bounds.py); for a lazy sequence the skipped items are not charged.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from jinja2 import nodes
 
-__all__ = ["end_finished_scans", "finished_scan"]
+__all__ = ["Scan", "end_finished_scans", "finished_scan"]
 
 _COUNTERS = frozenset(("index", "index0", "revindex", "revindex0", "first", "last", "length", "depth", "depth0"))
 """The `loop` attributes that are numbers (or booleans) in every iteration."""
@@ -34,18 +38,34 @@ _FLAG_TESTS = frozenset(("true", "false", "none", "defined", "undefined", "boole
 _FLAG_COMPARISONS = frozenset(("eq", "ne"))
 
 
+@dataclass(frozen=True)
+class Scan:
+    """A loop every later iteration of which does nothing once `flag` (a test of `ns.attribute`) is `done_when`;
+    `branches`: the bodies at whose end that can first hold."""
+
+    flag: nodes.Expr
+    done_when: bool
+    branches: list[list[nodes.Node]]
+
+    def stop(self) -> nodes.If:
+        """`{% if <done> %}{% break %}{% endif %}`, its nodes new."""
+        lineno = self.flag.lineno
+        done = _copy(self.flag) if self.done_when else nodes.Not(_copy(self.flag), lineno=lineno)
+        stop = nodes.If(done, [nodes.Break(lineno=lineno)], [], [], lineno=lineno)
+        return stop.set_environment(self.flag.environment) if hasattr(self.flag, "environment") else stop
+
+
 def end_finished_scans(template: nodes.Template) -> int:
-    """Give every finished-scan loop of `template` its `break`; how many loops got one."""
-    scans = [(loop, done) for loop in template.find_all(nodes.For) if (done := finished_scan(loop)) is not None]
-    for loop, done in scans:
-        stop = nodes.If(done, [nodes.Break(lineno=loop.lineno)], [], [], lineno=loop.lineno)
-        loop.body.append(stop.set_environment(loop.environment) if hasattr(loop, "environment") else stop)
+    """Give every finished scan of `template` its `break`; how many loops got one."""
+    scans = [scan for loop in template.find_all(nodes.For) if (scan := finished_scan(loop)) is not None]
+    for scan in scans:
+        for branch in scan.branches:
+            branch.append(scan.stop())
     return len(scans)
 
 
-def finished_scan(loop: nodes.For) -> nodes.Expr | None:
-    """The test that holds at the end of an iteration of `loop` when every later iteration would do nothing; None
-    where `loop` is no scan this module can prove that of."""
+def finished_scan(loop: nodes.For) -> Scan | None:
+    """`loop` as a scan; None where it is no scan this module can prove every later iteration of does nothing."""
     if loop.recursive or loop.test is not None or loop.else_ or not loop.body:
         return None
     *prefix, guard = loop.body
@@ -55,16 +75,15 @@ def finished_scan(loop: nodes.For) -> nodes.Expr | None:
     written = {ref.name for ref in loop.find_all(nodes.NSRef)}
     if not all(_harmless_assignment(statement, bound, written) for statement in prefix):
         return None
-    if not guard.elif_ and not guard.else_:
-        flag, finished_when = _leftmost(guard.test, nodes.And), False  # the flag test false: no branch taken
-    elif not guard.body:
-        flag, finished_when = _leftmost(guard.test, nodes.Or), True  # the flag test true: the empty branch taken
+    if not guard.elif_ and not guard.else_:  # the flag test false: no branch taken
+        scan = Scan(_leftmost(guard.test, nodes.And), False, [guard.body])
+    elif not guard.body:  # the flag test true: the empty branch taken
+        others = [branch.body for branch in guard.elif_] + ([guard.else_] if guard.else_ else [])
+        scan = Scan(_leftmost(guard.test, nodes.Or), True, others)
     else:
         return None
-    name = _flag_name(flag)
-    if name is None or name in bound or name == "loop":
-        return None
-    return _copy(flag) if finished_when else nodes.Not(_copy(flag), lineno=loop.lineno)
+    name = _flag_name(scan.flag)
+    return None if name is None or name in bound or name == "loop" else scan
 
 
 def _leftmost(test: nodes.Expr, chain: type[nodes.BinExpr]) -> nodes.Expr:
