@@ -8,6 +8,9 @@ taking turns to go first, every round's text new so no kept render answers it), 
 pass rewrote in the template.
 
     python bench/scan_exit_bench.py [--sizes 50,200,800] [--rounds 3] [--templates google-gemma-4-31B-it,...]
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/scan.cg.%p \
+        python bench/scan_exit_bench.py --callgrind /tmp/scan.cg [--sizes 50,200]   # millions of instructions
+                                                                                    # per render instead of ms
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from callgrind_counts import counted
 from gemma4_render_bench import TEMPLATES, context
 from template_scaling_bench import bounded_render, cpu_s
 
@@ -44,8 +48,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="50,200,800")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--templates", default=DEFAULT_TEMPLATES)
+    parser.add_argument("--callgrind", help="this process runs under callgrind writing to CALLGRIND.%%p: count")
     args = parser.parse_args()
-    print("| template | shape | messages | before CPU ms | after CPU ms | after / before | scans stopped |")
+    unit = "M instructions" if args.callgrind else "CPU ms"
+    dumps = iter(range(1, 1 << 20))
+    print(f"| template | shape | messages | before {unit} | after {unit} | after / before | scans stopped |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for name in args.templates.split(","):
         source = (TEMPLATES / f"{name}.jinja").read_text()
@@ -58,7 +65,12 @@ def main() -> None:
                 for round_ in range(args.rounds):
                     order = list(sides.items()) if round_ % 2 == 0 else list(sides.items())[::-1]
                     for side, render in order:
-                        times[side] += cpu_s(render, context(size, shape, round_)) * 1000 / args.rounds
+                        conversation = context(size, shape, round_)
+                        if args.callgrind:
+                            work = counted(args.callgrind, next(dumps), lambda: render(conversation)) / 1e6  # noqa: B023
+                        else:
+                            work = cpu_s(render, conversation) * 1000
+                        times[side] += work / args.rounds
                 ratio = times["after"] / times["before"]
                 print(
                     f"| {name} | {shape} | {size:,} | {times['before']:.1f} | {times['after']:.1f} | {ratio:.2f} "

@@ -6,6 +6,7 @@ long conversations: chats, agents' tool loops, parallel calls, reasoning) that t
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,6 +77,8 @@ LEFT_ALONE = {
     "{% set ns.found = true %}{% endif %}{% endfor %}",
     "product before the if": "{% for x in xs %}{% set y = 'a' * loop.index %}{% if not ns.found %}{{ y }}"
     "{% set ns.found = true %}{% endif %}{% endfor %}",
+    "a later item fails what comes before the if": "{% for x in xs %}{% set y = x + 1 %}{% if not ns.found %}"
+    "{% set ns.found = true %}{% endif %}{% endfor %}",
     "namespace attribute before the if": "{% for x in xs %}{% set y = ns.n + 1 %}{% if not ns.found %}"
     "{% set ns.found = true %}{% endif %}{% endfor %}",
     "recursive loop": "{% for x in xs recursive %}{% if not ns.found %}{% set ns.found = true %}{% endif %}"
@@ -106,18 +109,20 @@ def test_a_loop_it_cannot_prove_is_left_alone(source: str) -> None:
     assert finished_scan(_first_loop(NS + source)) is None
 
 
-def _outcome(environment: Any, source: str, context: dict[str, Any]) -> str:
-    try:
-        return gateway_template._render_bounded(environment.from_string(source), context, 1 << 20)
-    except TemplateError as e:
-        return f"error: {e}"
+def _outcomes(environment: Any, source: str) -> list[str]:
+    """The template's render of each of CONTEXTS, or its error."""
+    template, out = environment.from_string(source), []
+    for context in CONTEXTS:
+        try:
+            out.append(gateway_template._render_bounded(template, context, 1 << 20))
+        except TemplateError as e:
+            out.append(f"error: {e}")
+    return out
 
 
 @pytest.mark.parametrize("source", [*REWRITTEN.values(), *LEFT_ALONE.values()], ids=[*REWRITTEN, *LEFT_ALONE])
 def test_every_case_renders_the_same_with_and_without_the_break(source: str) -> None:
-    ended = gateway_template._environment()
-    for context in CONTEXTS:
-        assert _outcome(ended, NS + source, context) == _outcome(_PLAIN, NS + source, context), context
+    assert _outcomes(gateway_template._environment(), NS + source) == _outcomes(_PLAIN, NS + source)
 
 
 def _steps(environment: Any, source: str, context: dict[str, Any]) -> int:
@@ -131,6 +136,43 @@ def test_the_break_stops_the_loop() -> None:
     source = NS + REWRITTEN["flag set deeper, output in the branch"].replace("in xs", "in xs | map('int')")
     context = {"xs": [0, 3, 0, 0, 0, 0]}
     assert _steps(gateway_template._environment(), source, context) < _steps(_PLAIN, source, context)
+
+
+FLAGS = ("not ns.found", "ns.found", "ns.found == false", "ns.found != true", "ns.role is none", "ns.found is true")
+GUARD_RESTS = ("", " and x > 1", " and (x + 1) > 2", " or x == 3")
+STATEMENTS = (
+    "{{ x }}",
+    "{% set ns.found = true %}",
+    "{% set ns.found = false %}",
+    "{% set ns.role = x %}",
+    "{% set ns.found = x > 2 %}",
+    "{% if x == 2 %}{% set ns.found = not ns.found %}{% endif %}",
+    "{% if x == 0 %}{% continue %}{% endif %}",
+    "{% set ns.n = ns.n + 1 %}",
+)
+
+
+def _random_loop(draw: random.Random) -> str:
+    """A loop shaped like a scan, or nearly: a prefix or not, either shape of guard, a random branch."""
+    prefix = draw.choice(("", "{% set i = (xs | length) - loop.index0 %}", "{% set i = x %}", "{% set i = x + 1 %}"))
+    guard = draw.choice(FLAGS) + draw.choice(GUARD_RESTS)
+    branch = "".join(draw.choices(STATEMENTS, k=draw.randint(1, 4)))
+    if draw.random() < 0.5:
+        body = f"{{% if {guard} %}}{branch}{{% endif %}}"
+    else:
+        other = "".join(draw.choices(STATEMENTS, k=draw.randint(1, 3)))
+        body = f"{{% if {guard} %}}{{% elif x > 2 %}}{branch}{{% else %}}{other}{{% endif %}}"
+    return f"{{% for x in xs %}}{prefix}{body}{{% endfor %}}{{{{ ns.found }}}},{{{{ ns.role }}}},{{{{ ns.n }}}}"
+
+
+def test_random_loops_render_the_same_with_and_without_the_break() -> None:
+    draw = random.Random(17)
+    ended, rewritten = gateway_template._environment(), 0
+    for _ in range(80):
+        source = NS + _random_loop(draw)
+        rewritten += finished_scan(_first_loop(source)) is not None
+        assert _outcomes(ended, source) == _outcomes(_PLAIN, source), source
+    assert rewritten > 12
 
 
 # -- the corpus ------------------------------------------------------------------------------------------------------
