@@ -162,7 +162,8 @@ def _random_loop(draw: random.Random) -> str:
     else:
         other = "".join(draw.choices(STATEMENTS, k=draw.randint(1, 3)))
         body = f"{{% if {guard} %}}{{% elif x > 2 %}}{branch}{{% else %}}{other}{{% endif %}}"
-    return f"{{% for x in xs %}}{prefix}{body}{{% endfor %}}{{{{ ns.found }}}},{{{{ ns.role }}}},{{{{ ns.n }}}}"
+    loop = f"{{% for x in xs %}}{prefix}{body}{{% endfor %}}"
+    return f"{{% set i = 0 %}}{loop}{{{{ ns.found }}}},{{{{ ns.role }}}},{{{{ ns.n }}}},{{{{ i }}}}"  # i: loop-local
 
 
 def test_random_loops_render_the_same_with_and_without_the_break() -> None:
