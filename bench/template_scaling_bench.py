@@ -46,9 +46,14 @@ def plain_render(source: str) -> Callable[[dict[str, Any]], str]:
     return env.from_string(source).render
 
 
-def bounded_render(source: str) -> Callable[[dict[str, Any]], tuple[str, int]]:
-    """The gateway's render of the template (its bounds on), and the steps it charged."""
-    template = gateway_template.compile_template(source)
+def bounded_render(source: str, end_finished_scans: bool = True) -> Callable[[dict[str, Any]], tuple[str, int]]:
+    """The gateway's render of the template (its bounds on), and the steps it charged; `end_finished_scans=False`:
+    its loops as written (prompts/loop_exit.py's pass off)."""
+    if end_finished_scans:
+        template = gateway_template.compile_template(source)
+    else:
+        template = gateway_template._environment(end_finished_scans=False).from_string(source)
+        template.globals = dict(template.globals)  # as compile_template has it
 
     def render(context: dict[str, Any]) -> tuple[str, int]:
         with bounds.render_budget(bounds.MAX_TEMPLATE_STEPS, 1 << 30):

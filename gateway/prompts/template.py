@@ -3,7 +3,8 @@
 Templates run in Jinja2's ImmutableSandboxedEnvironment with the settings and
 helpers `transformers` gives them (trim_blocks, lstrip_blocks, loop controls,
 `raise_exception`, `tojson`, `strftime_now`, the `{% generation %}` block), bounded in steps and in the size of what
-any operation builds (prompts/template_bounds.py). Every failure surfaces as `TemplateError`, which the gateway answers with 400. Messages reach a template as
+any operation builds (prompts/template_bounds.py); a loop that scans for something stops once it has found it, its
+text unchanged (prompts/loop_exit.py). Every failure surfaces as `TemplateError`, which the gateway answers with 400. Messages reach a template as
 transformers hands them (`template_messages`); tests/test_template_corpus.py holds renders to transformers' own over
 a corpus of real templates.
 
@@ -30,6 +31,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 from gateway.prompts import template_bounds as bounds
+from gateway.prompts.loop_exit import end_finished_scans
 from gateway.prompts.template_bounds import MAX_TEMPLATE_STEPS, TemplateError
 
 __all__ = ["MAX_RENDERED_CHARS", "MAX_TEMPLATE_STEPS", "TemplateError", "compile_template", "render_chat_template"]
@@ -114,9 +116,14 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     Its loops, calls and the operators that can build large values are bounded (prompts/template_bounds.py)."""
 
     intercepted_binops = bounds.BOUNDED_BINOPS
+    ends_finished_scans = True
+    """Whether a loop that only scans for something stops once it has found it (prompts/loop_exit.py)."""
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
-        return bounds.bound_loops(super()._parse(source, name, filename))
+        template = super()._parse(source, name, filename)
+        if self.ends_finished_scans:
+            end_finished_scans(template)
+        return bounds.bound_loops(template)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "+":  # the commonest (templates join their strings with it): its check inline
@@ -144,8 +151,10 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         return super().is_safe_attribute(obj, attr, value)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
+def _environment(end_finished_scans: bool = True) -> ImmutableSandboxedEnvironment:
+    """The sandbox templates compile in; `end_finished_scans=False`: loops left as written (to compare with)."""
     env = _Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _GenerationBlock])
+    env.ends_finished_scans = end_finished_scans
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
