@@ -71,12 +71,12 @@ def json_string_ebnf(regex_ebnf: str) -> str | None:
 
 
 def counted_sequence(
-    items_text: str, classes: dict[str, re.Match[str]], taken: Taken
+    items_text: str, classes: dict[str, re.Match[str]], taken: Taken, chunk: bool = True
 ) -> tuple[list[str], list[str]] | None:
     """A rule body `items_text` of class rules (`classes`, `_CLASS_RULE` matches) and literals with no escape, with
-    the `taken` code points out of every class and a narrow class counted over a long span in chunks: the body's
-    items and the rules they need (the classes rewritten, the chunks). None for any other body, or one where
-    neither a broad class is counted nor a narrow one chunked (it costs no more as it was)."""
+    the `taken` code points out of every class and a narrow class counted over a long span in chunks (unless not
+    `chunk`): the body's items and the rules they need (the classes rewritten, the chunks). None for any other body,
+    or one where neither a broad class is counted nor a narrow one chunked (it costs no more as it was)."""
     items = list(_ITEM.finditer(items_text))
     if " ".join(m[0] for m in items) != items_text or any(m[1] and m[1] not in classes for m in items):
         return None
@@ -97,7 +97,7 @@ def counted_sequence(
         name, least, most = item[1], int(item[2] or 1), int(item[3] or 1)
         if item[2] and sizes[name] >= _BROAD:
             pays = True
-        if name and sizes[name] < _BROAD and most - least >= CHUNKED_SPAN:
+        if chunk and name and sizes[name] < _BROAD and most - least >= CHUNKED_SPAN:
             written.append(_chunked(name, least, most, rules))
             pays = True
         else:
@@ -136,13 +136,14 @@ Written = tuple[str, str | None, list[str]]
 than the body), and the rules they need."""
 
 
-def sequence_writer(ebnf: str, newline: bool = False) -> Callable[[str], Written | None]:
+def sequence_writer(ebnf: str, newline: bool = False, chunk: bool = True) -> Callable[[str], Written | None]:
     """For a rule of `ebnf` (followed through rules that only name another, `N ::= ((M))`), its body as
     `counted_sequence` writes it with its classes as they are, and the rules that body needs that `ebnf` lacks; None
     as `counted_sequence` (a raw XML value's pattern, which xgrammar writes as from_regex's rules). With `newline`
     (qwen_xml's optional newline before the closing tag) a body ending in `c{m, n}`, `c` holding the newline, is
     followed by the newline only as `c{n}` (the same strings: a shorter value's newline is `c`'s own), chunked,
-    so that the newline never continues a count (~2.3 s of compile on Qwen3's vocabulary, ~130 ms chunked)."""
+    so that the newline never continues a count (~2.3 s of compile on Qwen3's vocabulary, ~130 ms chunked). Not
+    `chunk`: narrow counts as they are (`counted_sequence`)."""
     bodies = {m[1]: m[2] for m in _SEQUENCE_RULE.finditer(ebnf)}
     classes = {m[1]: m for m in map(_CLASS_RULE.match, ebnf.splitlines()) if m}
 
@@ -151,7 +152,7 @@ def sequence_writer(ebnf: str, newline: bool = False) -> Callable[[str], Written
         while _NAME.fullmatch(bodies.get(name, "")) and name not in seen:
             seen.add(name)
             name = bodies[name]
-        counted = counted_sequence(bodies[name], classes, ()) if name in bodies else None
+        counted = counted_sequence(bodies[name], classes, (), chunk) if name in bodies else None
         if counted is None:
             return None
         items, rules = counted
@@ -170,8 +171,9 @@ def closed_value(ebnf: str, close: str) -> str | None:
     as `sequence_writer` writes it, then `close` (an EBNF expression starting with a literal whose first character
     the value cannot hold: DeepSeek's `"</" Token(…) " parameter>\\n"`) in the same rule: xgrammar settles the counts
     there cheaply (`^.{1,100}$` ~20 ms of compile on Qwen3's vocabulary, ~2.4 s with the close in another rule).
-    None where `sequence_writer` leaves the value as it was (no count that costs)."""
-    counted = sequence_writer(ebnf)("root")
+    None where no broad class is counted. A narrow one is not chunked: chunks settle a count's end only per token,
+    each token mask then ~1-5 ms against ~20 us (`[a-z]{1,100}`, Qwen3's vocabulary; bench/RESULTS.md, rawpat17)."""
+    counted = sequence_writer(ebnf, chunk=False)("root")
     if counted is None:
         return None
     body, _, added = counted
