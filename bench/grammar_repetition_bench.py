@@ -160,7 +160,15 @@ def row(compilers: list[xg.GrammarCompiler], label: str, schema: dict[str, Any],
     return f"| {label} | " + " | ".join(cells) + " |"
 
 
-MASK_PATTERNS = [r"^.{1,20}$", r"^[^<]{0,12}$", r"^\S{1,12}$", r"^[a-z]{1,40}$", r"^x[a-c]{0,20}y$", r"^\w{3,30}$"]
+MASK_PATTERNS = [
+    r"^.{1,20}$",
+    r"^[^<]{0,12}$",
+    r"^\S{1,12}$",
+    r"^[a-z]{1,40}$",
+    r"^x[a-c]{0,20}y$",
+    r"^\w{3,30}$",
+    "^[a-zé\u3000-\u303f]{1,30}$",
+]
 """Counts small enough that xgrammar's own grammar compiles quickly, each shape the rewrites take."""
 
 
