@@ -80,7 +80,7 @@ def counted_sequence(
     items = list(_ITEM.finditer(items_text))
     if " ".join(m[0] for m in items) != items_text or any(m[1] and m[1] not in classes for m in items):
         return None
-    rules, sizes = [], {}
+    rules, sizes, names = [], {}, {}
     for name in dict.fromkeys(m[1] for m in items if m[1]):
         rule = classes[name]
         ranges = _class_ranges(rule[3])
@@ -90,9 +90,11 @@ def counted_sequence(
         sizes[name] = _size(kept) if not rule[2] else _CODE_POINTS - _size(kept)
         if not sizes[name]:
             return None  # a class with no character left: xgrammar's rule and the EBNF would print differently
-        rules.append(f"{name} ::= (({_negated(kept, bool(rule[2]))}))")
+        written = _negated(kept, bool(rule[2]))
+        names[name] = name if written == f"[{rule[2]}{rule[3]}]" else f"{name}_negated"  # a rule of its own
+        rules.append(f"{names[name]} ::= (({written}))")
     pays = any(m[2] and (sizes[m[1]] >= _BROAD or int(m[3]) - int(m[2]) >= COSTLY_SPAN) for m in items)
-    return ([m[0] for m in items], rules) if pays else None
+    return ([names[m[1]] + m[0][len(m[1]) :] if m[1] else m[0] for m in items], rules) if pays else None
 
 
 def _negated(ranges: Ranges, negated: bool) -> str:
