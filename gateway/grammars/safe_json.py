@@ -412,7 +412,7 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     class that excludes the newline compiled in ~0.8 s, 40x).
 
     A value whose rule is a pattern's classes and literals with a count that costs (`counted_classes.sequence_writer`:
-    `^.{1,100}$`, `[a-z]{1,100}` chunked) is inlined the same way, the same strings: qwen_xml's optional newline
+    `^.{1,100}$`, `[a-z]{1,100}`, classes written negated) is inlined the same way, the same strings: qwen_xml's optional newline
     before the closing tag as two alternatives, `(s "</parameter>") | (s "\\n</parameter>")` (one optional newline
     between them costs as much as the count in its own rule: ~2.3 s against ~30 ms on Qwen3's vocabulary); where
     s ends in a class holding the newline, the second is s with that count full, chunked (~100 ms).
