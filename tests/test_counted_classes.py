@@ -198,14 +198,16 @@ def test_best_effort_enforces_a_narrowed_pattern_it_writes_as_plain_ebnf_and_dro
     assert accepts(r"^[^a]{1,100}$", "a")  # qwen_xml's optional newline does not either: dropped
 
 
+@pytest.mark.parametrize("pattern", [r"^[^<]{1,20}$", "^[a-z\\n]{1,20}$"])
 def test_a_qwen_xml_value_ending_in_a_class_that_holds_the_newline_takes_it_before_the_tag_only_at_full_count(
-    monkeypatch: pytest.MonkeyPatch,
+    pattern: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`c{1,20}` then qwen3_xml's optional newline, c holding it: written `c{1,20} "</parameter>"` or
-    `c{20} "\\n</parameter>"` (the newline never continues the count: ~2.3 s -> ~130 ms at {1,100}), the same."""
-    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": r"^[^<]{1,20}$"}}, "required": ["a"]}
+    `c{20} "\\n</parameter>"` (the newline never continues the count: ~2.3 s -> ~130 ms at {1,100}), the same; the
+    full count of the class as written (negated: `[a-z\\n]` is `[^\\x00-\\x09\\x0b-\\x60\\x7b-\\U0010ffff]`)."""
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": pattern}}, "required": ["a"]}
     ours = _xml_ebnf(schema, "qwen_xml", True, monkeypatch)
-    assert "_chunk_" in ours
+    assert "_chunk_" in ours and ("_negated_chunk_" in ours) == ("a-z" in pattern)
     mine, theirs = _accepts(ours), _accepts(_xml_ebnf(schema, "qwen_xml", False, monkeypatch))
     for n in range(23):
         for value in "a" * n, "a" * (n - 1) + "\n", "\n" * n, "\n" + "a" * (n - 1):

@@ -91,7 +91,7 @@ def counted_sequence(
         if not sizes[name]:
             return None  # a class with no character left: xgrammar's rule and the EBNF would print differently
         written = _negated(kept, bool(rule[2]))
-        names[name] = name if written == f"[{rule[2]}{rule[3]}]" else f"{name}_negated"  # a rule of its own
+        names[name] = f"{name}_negated" if written.startswith("[^") and not rule[2] else name  # a rule of its own
         rules.append(f"{names[name]} ::= (({written}))")
     pays = any(m[2] and (sizes[m[1]] >= _BROAD or int(m[3]) - int(m[2]) >= COSTLY_SPAN) for m in items)
     return ([names[m[1]] + m[0][len(m[1]) :] if m[1] else m[0] for m in items], rules) if pays else None
@@ -163,7 +163,8 @@ def sequence_writer(ebnf: str, newline: bool = False) -> Callable[[str], Written
         before_newline: str | None = " ".join(items)
         if newline and last[2] and _holds_newline(classes[last[1]]):
             most = int(last[3])
-            before_newline = None if most < 0 else " ".join([*items[:-1], _fixed(last[1], most, rules)])
+            written_class = items[-1].split("{", 1)[0]  # the class as written (negated)
+            before_newline = None if most < 0 else " ".join([*items[:-1], _fixed(written_class, most, rules)])
         return " ".join(items), before_newline, [rule for rule in rules if rule.split(" ::= ", 1)[0] not in classes]
 
     return written
