@@ -22,6 +22,7 @@ from tests.schema_language import accepts, atoms, sample
 SPELLINGS = ("<|im_end|>",)
 UNLISTED = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"]}
 TYPED_REST = {**UNLISTED, "additionalProperties": {"type": "integer", "minimum": 3}}
+UNEVALUATED = {**UNLISTED, "unevaluatedProperties": {"type": "integer"}}
 ONLY_REQUIRED = {"type": "object", "required": ["c"]}
 DEEP = {"type": "array", "items": {"$ref": "#/$defs/P"}, "maxItems": 2, "$defs": {"P": {
     "type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x", "y"],
@@ -35,6 +36,7 @@ CASES = [  # each schema, its names no `properties` lists (the grammar writes th
         ['{"a": "x"}', '{"a": "x", "b": 1}', '{"a": "x", "b": {"q": [null]}}', '{"b": 1}', '{"a": 1, "b": 1}'],
     ),
     (TYPED_REST, ["b"], ['{"a": "x", "b": 3}', '{"a": "x", "b": 2}', '{"a": "x", "b": "s"}', '{"a": "x"}']),
+    (UNEVALUATED, ["b"], ['{"a": "x", "b": 2}', '{"a": "x", "b": "s"}', '{"a": "x"}']),
     (ONLY_REQUIRED, ["c"], ['{"c": 1}', '{"c": null}', "{}"]),
     (
         DEEP,
@@ -88,7 +90,15 @@ NOTHING = {"type": "object", "properties": {"a": {"type": "string"}}, "required"
 PATTERNED = {"type": "object", "patternProperties": {"^b": {"type": "integer"}}, "required": ["b"]}
 
 
-@pytest.mark.parametrize("schema", [NOTHING, PATTERNED, {"type": "object", "properties": {"o": NOTHING}}])
+@pytest.mark.parametrize(
+    "schema",
+    [
+        NOTHING,
+        PATTERNED,
+        {"type": "object", "properties": {"o": NOTHING}},
+        {**UNEVALUATED, "unevaluatedProperties": False},
+    ],
+)
 def test_a_name_that_cannot_be_declared_is_refused_under_strict(schema: dict[str, Any]) -> None:
     where = "p.properties.o" if "o" in schema.get("properties", {}) else "p"
     with pytest.raises(SchemaGrammarError) as refused:  # fails before: a grammar taking objects without b
