@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import pytest
-import xgrammar as xgr
 
 from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.safe_json import json_value_ebnf, xml_value_ebnf
+from tests.schema_language import accepts
 
 SPELLINGS = ("<|im_end|>",)
-_COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
-
-
-def _accepts(ebnf: str, text: str) -> bool:
-    matcher = xgr.GrammarMatcher(_COMPILER.compile_grammar(ebnf), terminate_without_stop_token=True)
-    return matcher.accept_string(text) and matcher.is_terminated()
-
-
 BASE = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
 
 
@@ -55,9 +47,9 @@ BASE = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": 
 def test_branches_fold_into_one_schema(schema, taken, refused):
     ebnf = json_value_ebnf(schema, SPELLINGS, "p", True)
     for text in taken:
-        assert _accepts(ebnf, text), text
+        assert accepts(ebnf, text), text
     for text in refused:
-        assert not _accepts(ebnf, text), text  # fails before: the allOf took any JSON value
+        assert not accepts(ebnf, text), text  # fails before: the allOf took any JSON value
 
 
 @pytest.mark.parametrize(
@@ -77,8 +69,8 @@ def test_an_allof_that_does_not_fold_exactly_is_refused(schema):
 def test_xml_arguments_fold_too():
     schema = {"type": "object", "allOf": [BASE, {"properties": {"y": {"type": "integer"}}, "required": ["y"]}]}
     ebnf = xml_value_ebnf(schema, "qwen_xml", SPELLINGS, "p", True)
-    assert _accepts(ebnf, "<parameter=x>\n1\n</parameter>\n<parameter=y>\n2\n</parameter>")
-    assert not _accepts(ebnf, "<parameter=x>\n1\n</parameter>")
+    assert accepts(ebnf, "<parameter=x>\n1\n</parameter>\n<parameter=y>\n2\n</parameter>")
+    assert not accepts(ebnf, "<parameter=x>\n1\n</parameter>")
 
 
 NODE = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -89,8 +81,8 @@ def test_a_described_reference_of_a_recursive_model_stays_a_reference():
     child = {"allOf": [{"$ref": "#/definitions/Node"}], "description": "the child"}
     node = {**NODE, "properties": {**NODE["properties"], "child": child}}
     ebnf = json_value_ebnf({"definitions": {"Node": node}, "$ref": "#/definitions/Node"}, SPELLINGS, "p", True)
-    assert _accepts(ebnf, '{"name": "a", "child": {"name": "b", "child": {"name": "c"}}}')
-    assert not _accepts(ebnf, '{"name": "a", "child": {"child": {"name": "c"}}}')  # fails before: RecursionError
+    assert accepts(ebnf, '{"name": "a", "child": {"name": "b", "child": {"name": "c"}}}')
+    assert not accepts(ebnf, '{"name": "a", "child": {"child": {"name": "c"}}}')  # fails before: RecursionError
 
 
 def test_a_reference_merged_within_itself_is_refused():

@@ -10,23 +10,15 @@ from typing import Any
 
 import jsonschema
 import pytest
-import xgrammar as xgr
 
 from gateway.grammars.all_of import SiblingGap, folded_all_of
 from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.safe_json import json_value_ebnf
 from gateway.grammars.unenforced import check_strict_schemas, strict_able, unenforced_keywords
 from gateway.types import ChatRequest
+from tests.schema_language import accepts, atoms, sample
 
 SPELLINGS = ("<|im_end|>",)
-_COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
-
-
-def _accepts(ebnf: str, text: str) -> bool:
-    matcher = xgr.GrammarMatcher(_COMPILER.compile_grammar(ebnf), terminate_without_stop_token=True)
-    return matcher.accept_string(text) and matcher.is_terminated()
-
-
 CONTACT = {
     "type": "object",
     "properties": {"email": {"type": "string"}, "phone": {"type": "string"}, "name": {"type": "string"}},
@@ -63,37 +55,7 @@ def test_the_grammar_takes_what_the_schema_validates(schema: dict[str, Any], can
     verdicts = {text: validator.is_valid(json.loads(text)) for text in candidates}
     assert True in verdicts.values() and False in verdicts.values()  # the candidates tell the schemas apart
     for text, valid in verdicts.items():
-        assert _accepts(ebnf, text) == valid, text  # fails before: the siblings dropped, invalid values taken
-
-
-def _atoms(schema: Any, names: list[str], values: list[Any]) -> None:
-    """The property names (in the order met) and the literal values a schema mentions, bounds one either side."""
-    if isinstance(schema, list):
-        for item in schema:
-            _atoms(item, names, values)
-    if not isinstance(schema, dict):
-        return
-    for key, value in schema.items():
-        if key == "properties":
-            names += [n for n in value if n not in names]
-        if key in ("const", "enum"):
-            values += value if key == "enum" else [value]
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            values += [value - 1, value, value + 1]
-        elif isinstance(value, (dict, list)):
-            _atoms(value, names, values)
-
-
-def _sample(rng: random.Random, names: list[str], values: list[Any], depth: int = 0) -> Any:
-    """A random JSON value made of the schema's names and values, near what it admits and what it refuses."""
-    kind = rng.randrange(4 if depth < 2 else 2)
-    if kind == 0:
-        return rng.choice([*values, "", "a", "aa", "abcd", 0, 2.5, True, None])
-    if kind == 1:
-        return rng.choice(values) if values and rng.random() < 0.5 else rng.randrange(-2, 12)
-    if kind == 2:
-        return [_sample(rng, names, values, depth + 1) for _ in range(rng.randrange(4))]
-    return {n: _sample(rng, names, values, depth + 1) for n in names if rng.random() < 0.5}
+        assert accepts(ebnf, text) == valid, text  # fails before: the siblings dropped, invalid values taken
 
 
 @pytest.mark.parametrize(("schema", "candidates"), CASES)
@@ -102,11 +64,11 @@ def test_random_values_near_the_schema_are_taken_iff_valid(schema: dict[str, Any
     ebnf = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
     validator = jsonschema.Draft202012Validator(schema)
     names, values = [], []
-    _atoms(schema, names, values)
+    atoms(schema, names, values)
     rng = random.Random(17)
-    texts = {json.dumps(_sample(rng, names, values), separators=(", ", ": ")) for _ in range(150)}
+    texts = {json.dumps(sample(rng, names, values), separators=(", ", ": ")) for _ in range(150)}
     verdicts = {text: validator.is_valid(json.loads(text)) for text in texts | set(candidates)}
-    wrong = [text for text, valid in verdicts.items() if _accepts(ebnf, text) != valid]
+    wrong = [text for text, valid in verdicts.items() if accepts(ebnf, text) != valid]
     assert not wrong, wrong
 
 
@@ -141,7 +103,7 @@ def test_best_effort_keeps_the_branch_that_does_not_fold_alone() -> None:
                                                   {"type": "string", "pattern": "^a+$"}]  # fmt: skip
     assert [(g.where, g.keyword) for g in gaps] == [("p.properties.s", "pattern")]
     ebnf = json_value_ebnf(UNFOLDABLE, SPELLINGS, "p", True)
-    assert _accepts(ebnf, '{"s": "aa"}') and _accepts(ebnf, '{"s": "aaa"}') and not _accepts(ebnf, '{"s": "b"}')
+    assert accepts(ebnf, '{"s": "aa"}') and accepts(ebnf, '{"s": "aaa"}') and not accepts(ebnf, '{"s": "b"}')
 
 
 def test_many_branches_times_many_siblings_are_bounded() -> None:
@@ -182,6 +144,6 @@ def test_a_discriminator_required_beside_a_oneof_makes_its_branches_exclusive() 
         {"properties": {"kind": {"const": "b"}, "y": {"type": "string"}}}]}  # fmt: skip
     assert unenforced_keywords(schema, "p") == []  # fails before: [("p", "oneOf")]
     ebnf = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
-    assert _accepts(ebnf, '{"kind": "a", "x": 1}') and _accepts(ebnf, '{"kind": "b", "y": "s"}')
-    assert not _accepts(ebnf, '{"kind": "c"}') and not _accepts(ebnf, '{"x": 1}')
+    assert accepts(ebnf, '{"kind": "a", "x": 1}') and accepts(ebnf, '{"kind": "b", "y": "s"}')
+    assert not accepts(ebnf, '{"kind": "c"}') and not accepts(ebnf, '{"x": 1}')
     assert unenforced_keywords({**schema, "required": []}, "p") == [("p", "oneOf")]

@@ -20,6 +20,25 @@ from backends.xgrammar_core import xgrammar  # loaded at its first call: a gatew
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 RESPONSE_SCHEMA_PARAM = "response_format.json_schema.schema"
+SUBSCHEMA_KEYS = (
+    "items",
+    "prefixItems",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "additionalProperties",
+    "additionalItems",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
+"""Keywords whose value is a schema or a list of schemas."""
+SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _XGRAMMAR_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[04:12:08] /project/cpp/x.cc:94: "
 
 

@@ -49,32 +49,20 @@ from gateway.grammars.counted_classes import (
 )
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
 from gateway.grammars.free_names import FREE_NAME_RULE, distinct_free_names, object_names
-from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf, xml_arguments_ebnf
+from gateway.grammars.json import (
+    SUBSCHEMA_KEYS,
+    SUBSCHEMA_MAPS,
+    SchemaGrammarError,
+    compact_json_ebnf,
+    xml_arguments_ebnf,
+)
 from gateway.grammars.patterns import class_range, narrowed, scan
+from gateway.grammars.required import declared_required
 from gateway.grammars.string_formats import XGRAMMAR_FORMATS, format_pattern
 
 _XGRAMMAR_FORMAT_FIRSTS = frozenset("<[")
 """First characters xgrammar's own format grammars cannot write (string_formats.py); any other drops them."""
 
-SUBSCHEMA_KEYS = (
-    "items",
-    "prefixItems",
-    "anyOf",
-    "oneOf",
-    "allOf",
-    "additionalProperties",
-    "additionalItems",
-    "contains",
-    "not",
-    "if",
-    "then",
-    "else",
-    "propertyNames",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-)
-"""Keywords whose value is a schema or a list of schemas."""
-SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _STRING_SUB = re.compile(r"^basic_string_sub ::= .*$", re.MULTILINE)
 _PUNCTUATION = re.compile(r"[^\w\s]", re.ASCII)
 _BOUNDED_CHARS = re.compile(r'^(\S+_characters) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.MULTILINE)
@@ -196,7 +184,7 @@ def _converted_value_ebnf(
     schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, param: str, strict: _Strictness
 ) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
-    folded = folded_all_of(json.loads(schema_json), param, exact=strict[1])
+    folded = declared_required(folded_all_of(json.loads(schema_json), param, exact=strict[1]), param, strict[1])
     schema = _spell_safe(folded, param, *strict, firsts)
     if schema is None or holds_spelling("\0".join(_literals(schema)), spellings):
         return None  # a property name, enum or const value spells a control token

@@ -25,6 +25,7 @@ from typing import Any
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
+from gateway.grammars.required import declared_required
 from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
 from gateway.grammars.string_formats import ENFORCED_FORMATS
 from gateway.types import ChatRequest
@@ -89,27 +90,35 @@ def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
 
 def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]:
     """Each place, its keyword, and why it is not enforced where that is more than the keyword itself."""
-    beside_union = False
+    folds = False
     for node, where in _schemas(schema, param):
-        beside_union = beside_union or _beside_union(node)
+        folds = folds or _beside_union(node) or _unlisted_required(node)
         for keyword in _unenforced(node, schema):
             yield where, keyword, None
         if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
             for keyword, why in _string_gaps(node):
                 yield where, keyword, why
-    for gap in _sibling_gaps(schema, param) if beside_union else ():
+    for gap in _fold_gaps(schema, param) if folds else ():
         yield gap.where, gap.keyword, gap.why
 
 
-def _sibling_gaps(schema: Any, param: str) -> list[SiblingGap]:
+def _fold_gaps(schema: Any, param: str) -> list[SiblingGap]:
     """The keywords beside an `anyOf` / `oneOf` that the grammars cannot fold into its branches (all_of.py): they
-    hold only where folded."""
+    hold only where folded; and the required names the folded schema cannot declare (required.py)."""
     gaps: list[SiblingGap] = []
     try:
-        folded_all_of(unannotated(schema), param, gaps)
+        declared_required(folded_all_of(unannotated(schema), param, gaps), param, gaps=gaps)
     except SchemaGrammarError:  # an allOf that does not fold: the build refuses it (a 400 naming it)
         pass
     return gaps
+
+
+def _unlisted_required(node: dict[str, Any]) -> bool:
+    """Whether `node` requires a name its own `properties` does not list (the fold may still list it: a union's
+    branch saying only `required`)."""
+    required, properties = node.get("required"), node.get("properties")
+    listed = properties if isinstance(properties, dict) else {}
+    return isinstance(required, list) and any(isinstance(r, str) and r not in listed for r in required)
 
 
 def _beside_union(node: dict[str, Any]) -> bool:
