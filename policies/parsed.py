@@ -96,6 +96,11 @@ class ParsedFiles:
         self.derived: list[str] = []
         """The tenant files this reload checked and built a Policy of (theirs or the defaults' content changed)."""
 
+    @property
+    def reused(self) -> int:
+        """The files this reload read whose parsed YAML it took from the last one (unchanged stat or content)."""
+        return len(self._reads) - len(self.parsed)
+
     def defaults(self, path: Path) -> Read | None:
         """`_defaults.yaml` at `path` (its `errors` say why it does not load), or None where there is none."""
         return self._read(path, _defaults) if path.is_file() else None
