@@ -214,6 +214,7 @@ class MemoryLimiter(Limiter):
             own.expire(now)
         charge = state.charges.get(charge_id)
         free_join = charge is not None and charge.joins < FREE_JOINS
+        free_here = free_join and charge.member_model == counted  # the model's window counted the first admit
         day = now // DAY_MS
         if least is not None and least < tokens:
             tokens = fitted(limits, tokens, least, state.tokens, state.days.get(day, 0))
@@ -221,7 +222,7 @@ class MemoryLimiter(Limiter):
                 tokens = fitted(model_limits, tokens, least, own.tokens, own.days.get(day, 0))  # within both
         refusal, scope = state.refusal(limits, tokens, now, free_join), "tenant"
         if own is not None:
-            theirs = own.refusal(model_limits, tokens, now, free_join)
+            theirs = own.refusal(model_limits, tokens, now, free_here)
             pick = worst((refusal, theirs))
             if pick is not None and (refusal, theirs).index(pick) == 1:  # the tenant's on a tie, as worst()
                 refusal, scope = theirs, "model"
@@ -237,7 +238,7 @@ class MemoryLimiter(Limiter):
         request = int(not free_join)  # a join's tokens and slot are its own in any case
         state.reserve(holder, now, tokens, request)
         if own is not None:
-            own.reserve(holder, now, tokens, request)
+            own.reserve(holder, now, tokens, int(not free_here))
             model_use = own.use(now)
         charge.holders[holder] = (tokens, day, counted)
         return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), tokens, model_use=model_use)

@@ -213,6 +213,10 @@ end
 local marked_in = mark(holder, now)
 local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
 local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
+local member_model = member and redis.call('HGET', KEYS[5], 'M') or ''
+for _, sc in ipairs(scopes) do  -- a free join is free where the first admit counted: not another model's window
+  sc.free = free_join and (sc.name == 'tenant' or member_model == model)
+end
 local least = tonumber(ARGV[11])
 if least >= 0 and least < tokens then
   local room = tokens
@@ -244,7 +248,7 @@ local function refuse(sc, name, ms)
   if retry ~= -1 and (ms == -1 or ms > retry) then limit, retry, scope = name, ms, sc.name end
 end
 for _, sc in ipairs(scopes) do
-  if sc.rpm >= 0 and not free_join and sc.count + 1 > sc.rpm then
+  if sc.rpm >= 0 and not sc.free and sc.count + 1 > sc.rpm then
     refuse(sc, 'requests_per_minute', sc.rpm == 0 and -1 or free_at(sc, sc.count + 1 - sc.rpm, false))
   end
   if sc.tpm >= 0 and sc.sum + tokens > sc.tpm then
@@ -261,8 +265,6 @@ if limit ~= '' then
   redis.call('SREM', KEYS[8] .. marked_in, holder)  -- refused: nothing reserved, a rerun decides afresh
   return answer(0, limit, retry, 0, scope, nil)
 end
-local entry = holder
-if free_join then entry = 'j:' .. holder end  -- the same request: not counted
 if member then
   redis.call('HINCRBY', KEYS[5], 'j', 1)
 else
@@ -271,16 +273,17 @@ end
 for _, sc in ipairs(scopes) do
   local s = sc.s
   local at = math.max(now, sc.done + 1)  -- in the window even when the clock went back
+  local entry = sc.free and 'j:' .. holder or holder  -- a free join is the same request: not counted
   redis.call('ZADD', s.w, at, entry)
   redis.call('HSET', s.wa, entry, tokens)
   redis.call('HSET', s.ws, 'c', int(sc.done))
-  tally(s, at, tokens, free_join and 0 or 1)
+  tally(s, at, tokens, sc.free and 0 or 1)
   for _, key in ipairs({s.w, s.wa, s.ws, s.wb}) do redis.call('PEXPIRE', key, WINDOW + 1000) end
   redis.call('ZADD', s.slots, now + lease, holder)
   redis.call('PEXPIRE', s.slots, lease)
   redis.call('INCRBY', sc.day_key, tokens)
   redis.call('PEXPIREAT', sc.day_key, (day + 2) * DAY)
-  if not free_join then sc.count = sc.count + 1 end
+  if not sc.free then sc.count = sc.count + 1 end
 end
 redis.call('HSET', KEYS[5], 'h:' .. holder, tokens, 'd:' .. holder, day, 'p:' .. holder, model)
 redis.call('HINCRBY', KEYS[5], 'n', 1)
@@ -317,10 +320,10 @@ end
 if not own[1] then return settled_use() end
 redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'p:' .. holder)
 local member = own[3]
-local entry = redis.call('HEXISTS', KEYS[2], 'j:' .. holder) == 1 and 'j:' .. holder or holder
 local delta = used - tonumber(own[1])  -- this admit's reservation becomes its usage (a void's: nothing)
 for _, sc in ipairs(scopes) do
   local s = sc.s
+  local entry = redis.call('HEXISTS', s.wa, 'j:' .. holder) == 1 and 'j:' .. holder or holder  -- free here or not
   local at = live(s, sc.done, entry)
   if at then
     redis.call('HINCRBY', s.wa, entry, delta)

@@ -414,6 +414,32 @@ async def test_a_models_own_limit_refuses_while_the_tenants_admits_and_says_it_i
     assert "x-ratelimit-limit-tokens" not in other.headers
 
 
+async def test_a_retry_under_the_same_id_for_another_model_is_a_request_of_that_models_window(limiter, tenant):
+    """A join (the same x-request-id, its charge still open) for another model than its first admit's: the tenant's
+    window counts it as the same request (FREE_JOINS), but the model's own window never counted the first, so there it
+    is a request of its own: `limits.models` requests_per_minute is never passed through joins (it was: every open
+    request lent FREE_JOINS uncounted requests to any model). A join for the first admit's model stays free in both."""
+    one = Limits(requests_per_minute=1)
+    tenant_wide = Limits(requests_per_minute=10)
+    first = await limiter.admit(tenant, tenant_wide, "r1", 5, model="other")  # no limits of its own; still open
+    join = await limiter.admit(tenant, tenant_wide, "r1", 5, model="llama", model_limits=one)
+    assert join.allowed and join.headers["x-ratelimit-remaining-requests"] == "0"  # llama's window: 1 request
+    again = await limiter.admit(tenant, tenant_wide, "r1", 5, model="llama", model_limits=one)
+    assert (again.allowed, again.limit, again.scope) == (False, "requests_per_minute", "model")
+    fresh = await limiter.admit(tenant, tenant_wide, charge(), 5, model="llama", model_limits=one)
+    assert (fresh.allowed, fresh.scope) == (False, "model")
+    probe = await limiter.admit(tenant, tenant_wide, charge(), 5, model="other")
+    assert probe.headers["x-ratelimit-remaining-requests"] == "8"  # the tenant's: r1 (its join free) and the probe
+    window = await limiter.settle(join, 0, void=True)  # the join served nothing: taken back from llama's window
+    assert window.model[:2] == (0, 0) and window[:2] == (2, 10)
+    own = await limiter.admit(tenant, tenant_wide, "r2", 5, model="llama", model_limits=one)
+    retry = await limiter.admit(tenant, tenant_wide, "r2", 5, model="llama", model_limits=one)
+    assert own.allowed and retry.allowed  # a retry for the same model: the same request in both windows
+    assert retry.headers["x-ratelimit-remaining-requests"] == "0"
+    for admission in (first, probe, own, retry):
+        await limiter.settle(admission, 5)
+
+
 async def test_the_tenants_own_limits_hold_over_all_its_models(limiter, tenant):
     tenant_wide = Limits(requests_per_minute=3)
     own = Limits(requests_per_minute=5, tokens_per_minute=100)
