@@ -134,8 +134,28 @@ class _Window:
 
     def window(self) -> Iterator[list[int]]:
         """The window's entries, oldest first, among the oldest RETRY_SCAN entries not yet cleaned (a refusal's
-        retry past them is when the whole window has left, an upper bound, as past RETRY_SCAN window entries)."""
+        retry past them is read by the sums: `free_by_sums`)."""
         return (e for e in islice(self.log.values(), RETRY_SCAN) if self.done is None or e[0] > self.done)
+
+    def free_by_sums(self, need: int, index: int, now: int) -> int:
+        """Milliseconds until the window's oldest admissions have freed `need` tokens (`index` 0) or requests (1),
+        read by the sums of their seconds, then of the milliseconds of the second where they have (about 2,000 read at
+        most, however many entries, aged-out ones not yet cleaned included, come first in the log)."""
+        if not self.log or self.done is None:
+            return self.reset_ms(now)
+        newest = next(reversed(self.log.values()))[0]
+        freed, ms = 0, self.done + 1
+        while ms <= newest:
+            if ms % 1000 == 0:  # a whole second in the window: by its sum, unless `need` is freed within it
+                weight = (self.second_sums.get(ms // 1000) or (0, 0))[index]
+                if freed + weight < need:
+                    freed, ms = freed + weight, ms + 1000
+                    continue
+            freed += (self.ms_sums.get(ms) or (0, 0))[index]
+            if freed >= need:
+                return max(0, ms + WINDOW_MS - now)
+            ms += 1
+        return self.reset_ms(now)
 
     def reset_ms(self, now: int) -> int:
         return max(0, next(reversed(self.log.values()))[0] + WINDOW_MS - now) if self.log else 0
@@ -147,9 +167,11 @@ class _Window:
         """The limit of `limits` that refuses `tokens` more for longest, or None."""
         day_used = self.days.get(now // DAY_MS, 0)
         window = (self.requests, self.tokens)
-        return worst_refusal(
-            limits, tokens, now, self.window, window, self.reset_ms(now), len(self.slots), day_used, join=join
-        )
+
+        def by_sums(need: int, index: int) -> int:
+            return self.free_by_sums(need, index, now)
+
+        return worst_refusal(limits, tokens, now, self.window, window, by_sums, len(self.slots), day_used, join=join)
 
     def reserve(self, holder: str, now: int, tokens: int, request: int) -> None:
         """Count an admission: its entry, its slot and its day's tokens."""

@@ -1,8 +1,8 @@
 """The Lua scripts of RedisLimiter: the same checks as windows.py, atomic in Redis, on the server's clock.
 
 Keys of one tenant (all under one hash tag): KEYS[1] the window's sorted set (entry -> admit time ms: an admit's
-entry is its holder and counts as a request, but a free join's, one of a charge's first FREE_JOINS joins, is
-'j:' .. holder and counts only its tokens), KEYS[2] its hash (entry -> tokens), KEYS[3] the window's sums (t tokens,
+entry is its holder and counts as a request, but a free join's, one of a charge's first FREE_JOINS joins, in a
+window that counted the charge's first admit, is 'j:' .. holder and counts only its tokens), KEYS[2] its hash (entry -> tokens), KEYS[3] the window's sums (t tokens,
 r requests, c the time in ms up to which admissions have left the sums), KEYS[4] the concurrency slots (holder ->
 lease end ms: one per admit, joins too), KEYS[5] the charge (fields m member, s served once, n open holders, j joins
 admitted, and per open admit h:<holder> its reserved tokens, d:<holder> its UTC day), KEYS[6] the prefix of the
@@ -226,10 +226,49 @@ if least >= 0 and least < tokens then
   end
   tokens = math.max(least, room)
 end
+local function free_by_sums(sc, need, by_tokens)  -- free_at's time, read by the sums of the window's seconds, then of
+  -- the ms of the second where `need` has left (about 2,000 fields at most, however many entries)
+  local s, ms_field, second_field = sc.s, by_tokens and 't' or 'r', by_tokens and 'T' or 'R'
+  local newest = redis.call('ZRANGE', s.w, -1, -1, 'WITHSCORES')
+  if #newest == 0 then return reset_ms(s, now, sc.done) end
+  local last, freed = tonumber(newest[2]), 0
+  local function by_ms(from, to)  -- the first ms of [from, to] by which `need` has left, or nil
+    if from > to then return nil end
+    local fields = {}
+    for m = from, to do fields[#fields + 1] = ms_field .. int(m) end
+    local values = redis.call('HMGET', s.wb, unpack(fields))
+    for i = 1, #values do
+      freed = freed + (tonumber(values[i]) or 0)
+      if freed >= need then return from + i - 1 end
+    end
+  end
+  local first = sc.done + 1
+  local second = math.floor(first / 1000)
+  if first % 1000 ~= 0 then  -- the part of the first second still in the window
+    local at = by_ms(first, math.min(last, second * 1000 + 999))
+    if at then return math.max(0, at + WINDOW - now) end
+    second = second + 1
+  end
+  local fields = {}
+  for sec = second, math.floor(last / 1000) do fields[#fields + 1] = second_field .. int(sec) end
+  if #fields == 0 then return reset_ms(s, now, sc.done) end
+  local values = redis.call('HMGET', s.wb, unpack(fields))
+  for i = 1, #values do
+    local weight = tonumber(values[i]) or 0
+    if freed + weight >= need then
+      local sec = second + i - 1
+      local at = by_ms(sec * 1000, math.min(last, sec * 1000 + 999))
+      if at then return math.max(0, at + WINDOW - now) end
+      break
+    end
+    freed = freed + weight
+  end
+  return reset_ms(s, now, sc.done)
+end
 local function free_at(sc, need, by_tokens)
   local freed, start = 0, 0
-  while true do  -- past the oldest RETRY_SCAN entries: when the whole window has left (an upper bound)
-    if start >= RETRY_SCAN then return reset_ms(sc.s, now, sc.done) end
+  while true do  -- past the oldest RETRY_SCAN entries: read by the sums
+    if start >= RETRY_SCAN then return free_by_sums(sc, need, by_tokens) end
     local batch = redis.call('ZRANGEBYSCORE', sc.s.w, '(' .. int(sc.done), '+inf', 'WITHSCORES', 'LIMIT', start, 200)
     if #batch == 0 then return reset_ms(sc.s, now, sc.done) end
     local members = {}

@@ -77,10 +77,11 @@ async def test_the_window_slides_and_retry_after_is_exact(limiter, tenant, clock
     assert (await limiter.admit(tenant, limits, charge(), 1)).retry_after_s == 9.0
 
 
-async def test_a_retry_that_needs_more_than_the_oldest_entries_read_is_when_the_window_has_left(limiter, tenant, clock):
+async def test_a_retry_that_needs_more_than_the_oldest_entries_read_is_timed_by_the_sums(limiter, tenant, clock):
     """A refusal reads at most the window's oldest RETRY_SCAN entries to time its retry (a refused request must not
     read a window of 100,000 entries: in Redis that held every tenant's calls for 0.4 s); a retry that needs more of
-    them to leave is when the newest leaves, an upper bound, never too early."""
+    them to leave is read by the sums of the window's seconds and milliseconds: exact too (it was when the newest
+    leaves, an upper bound: 41 s here)."""
     limits = Limits(tokens_per_minute=RETRY_SCAN + 200)
     batches = [RETRY_SCAN // 10] * 10 + [50, 50]  # one token each; a batch a second (admitted at once)
     for second, size in enumerate(batches):
@@ -91,7 +92,7 @@ async def test_a_retry_that_needs_more_than_the_oldest_entries_read_is_when_the_
     within = await limiter.admit(tenant, limits, charge(), 200)  # the oldest 100 (second 0) leaving make room
     assert (within.limit, within.retry_after_s) == ("tokens_per_minute", 30.0)
     beyond = await limiter.admit(tenant, limits, charge(), RETRY_SCAN + 150)  # the oldest 1,050 (to second 10)
-    assert (beyond.limit, beyond.retry_after_s) == ("tokens_per_minute", 41.0)  # when second 11's leave
+    assert (beyond.limit, beyond.retry_after_s) == ("tokens_per_minute", 40.0)  # when second 10's leave
 
 
 async def test_settled_tokens_replace_the_reservation(limiter, tenant, clock):
