@@ -227,13 +227,27 @@ if least >= 0 and least < tokens then
   tokens = math.max(least, room)
 end
 local function free_by_sums(sc, need, by_tokens)  -- free_at's time, read by the sums of the window's seconds, then of
-  -- the ms of the second where `need` has left (about 2,000 fields at most, however many entries)
+  -- the second where `need` has left (and the part of the first second in the window) by its entries when they are
+  -- few (AGED_ENTRIES), else by the sums of its ms (about 2,000 fields at most, however many entries)
   local s, ms_field, second_field = sc.s, by_tokens and 't' or 'r', by_tokens and 'T' or 'R'
   local newest = redis.call('ZRANGE', s.w, -1, -1, 'WITHSCORES')
   if #newest == 0 then return reset_ms(s, now, sc.done) end
   local last, freed = tonumber(newest[2]), 0
   local function by_ms(from, to)  -- the first ms of [from, to] by which `need` has left, or nil
     if from > to then return nil end
+    if redis.call('ZCOUNT', s.w, int(from), int(to)) <= AGED_ENTRIES then  -- few: their own amounts
+      local entries = redis.call('ZRANGEBYSCORE', s.w, int(from), int(to), 'WITHSCORES')
+      if #entries == 0 then return nil end
+      local members = {}
+      for i = 1, #entries, 2 do members[#members + 1] = entries[i] end
+      local amounts = by_tokens and redis.call('HMGET', s.wa, unpack(members)) or nil
+      for i = 1, #members do
+        local request = string.sub(members[i], 1, 2) ~= 'j:' and 1 or 0
+        freed = freed + (by_tokens and (tonumber(amounts[i]) or 0) or request)
+        if freed >= need then return tonumber(entries[2 * i]) end
+      end
+      return nil
+    end
     local fields = {}
     for m = from, to do fields[#fields + 1] = ms_field .. int(m) end
     local values = redis.call('HMGET', s.wb, unpack(fields))
