@@ -152,14 +152,18 @@ def test_a_retry_behind_aged_out_entries_not_yet_cleaned_is_timed_alike(redis_se
 
     async def run() -> list:
         now = [T0]
-        memory, redis = MemoryLimiter(clock=lambda: now[0]), RedisLimiter(redis_server.url, clock=lambda: now[0])
+        memory = MemoryLimiter(clock=lambda: now[0])
+        # exactness is checked here, not the store's deadline (a loaded machine can take longer than 0.5 s)
+        redis = RedisLimiter(redis_server.url, clock=lambda: now[0], timeout_s=5.0)
         tenant, answers = f"t-{uuid.uuid4().hex[:8]}", []
         try:
             for at, admits, tokens in steps:
                 now[0] = T0 + at
                 for limiter in (memory, redis):
-                    ids = [uuid.uuid4().hex for _ in range(admits)]
-                    made = await asyncio.gather(*(limiter.admit(tenant, limits, i, tokens) for i in ids))
+                    made = []
+                    for start in range(0, admits, 20):  # 20 at once
+                        ids = [uuid.uuid4().hex for _ in range(min(20, admits - start))]
+                        made += await asyncio.gather(*(limiter.admit(tenant, limits, i, tokens) for i in ids))
                     answers.append(sorted(repr(_answer(a)) for a in made))  # in any order of arrival
         finally:
             await redis.close()
