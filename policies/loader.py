@@ -224,10 +224,13 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def schema_errors(doc: Marked, file: str) -> list[PolicyError]:
-    """What policy.schema.json says is wrong with `doc`, each at the line of the field at fault."""
+def schema_errors(
+    doc: Marked, file: str, found: Iterable[jsonschema.ValidationError] | None = None
+) -> list[PolicyError]:
+    """What policy.schema.json says is wrong with `doc` (`found`: the schema's errors of it, when already known), each
+    at the line of the field at fault."""
     out = []
-    for error in validator().iter_errors(_jsonable(doc.value)):
+    for error in validator().iter_errors(_jsonable(doc.value)) if found is None else found:
         path: FieldPath = tuple(error.absolute_path)
         message = error.message
         if error.validator == "additionalProperties":
@@ -279,11 +282,101 @@ def load_policy(path: Path, defaults: Marked | None) -> Policy:
     return derive_policy(str(path), read_marked(path), defaults)
 
 
-def derive_policy(file: str, own: Marked, defaults: Marked | None) -> Policy:
+PARTS_APART = frozenset(
+    {"$schema", "$id", "$comment", "title", "description", "type", "additionalProperties", "required", "properties"}
+)
+"""An object's schema of these keywords alone checks each of its `properties` on its value alone (the rest look at the
+names of its fields, never at their values): a field's value valid once is valid in any document that holds it."""
+
+
+@cache
+def stand_ins() -> tuple[dict[FieldPath, tuple[int, Any, bool]], frozenset[FieldPath]]:
+    """For each field of policy.schema.json checked apart (its object's schema is of PARTS_APART): its bit in
+    `KnownValid`, a small value its schema accepts and whether its object requires it (else a valid one is left out of
+    a check); and the paths of the objects whose fields are checked apart."""
+    values: dict[FieldPath, tuple[int, Any, bool]] = {}
+    apart: set[FieldPath] = set()
+
+    def walk(subschema: Any, path: FieldPath) -> None:
+        if not isinstance(subschema, dict) or "properties" not in subschema or not set(subschema) <= PARTS_APART:
+            return
+        apart.add(path)
+        for name, field_schema in subschema["properties"].items():
+            check = validator().evolve(schema=field_schema)
+            tried = [*field_schema.get("enum", ())[:1], True, 1, "a", [], {}]
+            found = [v for v in tried if check.is_valid(v)]
+            if found:
+                values[(*path, name)] = (len(values), found[0], name in subschema.get("required", ()))
+            walk(field_schema, (*path, name))
+
+    walk(schema(), ())
+    return values, frozenset(apart)
+
+
+@dataclass
+class KnownValid:
+    """The fields found valid of a tenant file's content (`own`) and of the defaults' (`defaults`), as bits of
+    `stand_ins()`: a merged document is checked with each such field it holds whole from one file replaced by its
+    stand-in (the schema's errors are the same: that field had none), so a change of `_defaults.yaml` does not check
+    every tenant's keys again. Each check adds to them: a field held whole from one file with no error under it."""
+
+    own: int = 0
+    defaults: int = 0
+
+    def checked(self, doc: Any, own: Any, defaults: Any) -> tuple[Any, list[tuple[FieldPath, int, bool]]]:
+        """`doc` (`own` merged over `defaults`) to check, each known-valid field it holds whole from one file stood in
+        for; and the fields still checked whole from one file (what a check of it learns: path, bit, whether own)."""
+        values, apart = stand_ins()
+        learnable: list[tuple[FieldPath, int, bool]] = []
+        if () not in apart:
+            return doc, learnable
+
+        def lean(value: dict[str, Any], mine: dict[str, Any], base: dict[str, Any], path: FieldPath) -> dict[str, Any]:
+            out = {}
+            for key, merged_value in value.items():
+                at = (*path, key)
+                bit, stand_in, required = values.get(at, (-1, None, True))
+                both = key in mine and key in base and isinstance(mine[key], dict) and isinstance(base[key], dict)
+                if both and at not in REPLACED:  # merged from both files: checked whole, or field by field
+                    if at not in apart:
+                        out[key] = merged_value
+                    elif (fields := lean(merged_value, mine[key], base[key], at)) or required or stand_in != {}:
+                        out[key] = fields  # (left out: none but known-valid ones, and {} is valid there)
+                    continue
+                if bit < 0:
+                    out[key] = merged_value
+                elif not (self.own if key in mine else self.defaults) >> bit & 1:
+                    out[key] = merged_value
+                    learnable.append((at, bit, key in mine))
+                elif required:
+                    out[key] = stand_in
+            return out
+
+        return lean(doc, own, defaults if isinstance(defaults, dict) else {}, ()), learnable
+
+    def learn(self, learnable: list[tuple[FieldPath, int, bool]], found: list[jsonschema.ValidationError]) -> None:
+        """Add the fields of `learnable` under which the check found no error."""
+        faulty = [tuple(e.absolute_path) for e in found]
+        for path, bit, mine in learnable:
+            if not any(f[: len(path)] == path for f in faulty):
+                if mine:
+                    self.own |= 1 << bit
+                else:
+                    self.defaults |= 1 << bit
+
+
+def derive_policy(file: str, own: Marked, defaults: Marked | None, known: KnownValid | None = None) -> Policy:
     """The tenant file `file`, read as `own`, with the directory's defaults as a Policy (neither is changed: a reload
-    derives again from both when the defaults change); PolicyFileError says every problem."""
+    derives again from both when the defaults change); PolicyFileError says every problem. `known`: the fields of
+    either file found valid before (and to learn), whose check is skipped."""
     doc = merged(defaults, own)
-    errors = schema_errors(doc, file)
+    if known is None:
+        errors = schema_errors(doc, file)
+    else:
+        checked, learnable = known.checked(doc.value, own.value, defaults.value if defaults is not None else None)
+        found = list(validator().iter_errors(_jsonable(checked)))
+        known.learn(learnable, found)
+        errors = schema_errors(doc, file, found)
     value = doc.value
     if not errors:  # the schema held: the shapes below are known
         errors += _repeated_keys(doc, file)

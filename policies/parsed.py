@@ -13,6 +13,7 @@ from pathlib import Path
 
 from policies.loader import (
     MAX_FILE_BYTES,
+    KnownValid,
     Marked,
     PolicyError,
     PolicyFileError,
@@ -70,13 +71,13 @@ def _defaults(name: str, data: bytes) -> Marked:
     return checked_defaults(name, parse_marked(name, data))
 
 
-def _derive(name: str, own: Read, defaults: Read | None) -> Derived:
+def _derive(name: str, own: Read, defaults: Read | None, known: KnownValid) -> Derived:
     try:
-        return derive_policy(name, own.doc, defaults.doc if defaults is not None else None)
+        return derive_policy(name, own.doc, defaults.doc if defaults is not None else None, known)
     except PolicyFileError:
         pass  # said again below, each problem at its line
     try:
-        return derive_policy(name, own.marked(), defaults.marked() if defaults is not None else None)
+        return derive_policy(name, own.marked(), defaults.marked() if defaults is not None else None, known)
     except PolicyFileError as exc:
         return tuple(exc.errors)
 
@@ -91,10 +92,18 @@ class ParsedFiles:
         self._verify = verify
         self._reads: dict[str, Read] = {}
         self._derived: dict[str, tuple[tuple[bytes, bytes | None], Derived]] = {}
+        self._last_valid = last._valid if last is not None else {}
+        self._valid: dict[bytes, int] = {}
+        """Per content (its digest): the fields found valid under the schema (`KnownValid`), whose check is skipped."""
         self.parsed: list[str] = []
         """The files whose YAML this reload parsed."""
         self.derived: list[str] = []
         """The tenant files this reload checked and built a Policy of (theirs or the defaults' content changed)."""
+
+    @property
+    def reused(self) -> int:
+        """The files this reload read whose parsed YAML it took from the last one (unchanged stat or content)."""
+        return len(self._reads) - len(self.parsed)
 
     def defaults(self, path: Path) -> Read | None:
         """`_defaults.yaml` at `path` (its `errors` say why it does not load), or None where there is none."""
@@ -108,13 +117,24 @@ class ParsedFiles:
         name = str(path)
         key = (own.digest, defaults.digest if defaults is not None else None)
         last = self._last_derived.get(name)
+        known = KnownValid(self._valid_of(own), self._valid_of(defaults) if defaults is not None else 0)
         if last is not None and last[0] == key:
             result = last[1]
         else:
             self.derived.append(name)
-            result = _derive(name, own, defaults)
+            result = _derive(name, own, defaults, known)
+            self._valid[own.digest] = known.own
+            if defaults is not None:
+                self._valid[defaults.digest] = known.defaults
         self._derived[name] = (key, result)
         return result
+
+    def _valid_of(self, read: Read) -> int:
+        """The fields of `read`'s content found valid so far (kept while a file holds that content)."""
+        found = self._valid.get(read.digest)
+        if found is None:
+            found = self._valid[read.digest] = self._last_valid.get(read.digest, 0)
+        return found
 
     def _read(self, path: Path, parse: Callable[[str, bytes], Marked]) -> Read:
         name = str(path)

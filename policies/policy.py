@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -39,6 +40,17 @@ class Limits:
     queue_timeout_s: float = DEFAULT_QUEUE_TIMEOUT_S
 
 
+GLOBS_CACHE = 4096
+"""Lists of globs whose regex is remembered: tenants share theirs (the defaults' models, a model's globs), and a reload
+after a change of `_defaults.yaml` builds every tenant's Policy again."""
+
+
+@functools.lru_cache(maxsize=GLOBS_CACHE)
+def globs_regex(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex matching any of `patterns` (fnmatch globs, case-sensitive), or nothing when there is none."""
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")
+
+
 @dataclass(frozen=True)
 class Globs:
     """Names or fnmatch globs, matched case-sensitively."""
@@ -47,8 +59,7 @@ class Globs:
     _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        joined = "|".join(f"(?:{fnmatch.translate(p)})" for p in self.patterns) or "(?!)"
-        object.__setattr__(self, "_regex", re.compile(joined))
+        object.__setattr__(self, "_regex", globs_regex(self.patterns))
 
     def match(self, name: str) -> bool:
         return self._regex.match(name) is not None
@@ -70,7 +81,7 @@ class ModelLimits:
     _found: dict[str, LimiterLimits | None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_patterns", tuple(re.compile(fnmatch.translate(g)) for g, _ in self.entries))
+        object.__setattr__(self, "_patterns", tuple(globs_regex((g,)) for g, _ in self.entries))
         object.__setattr__(self, "_found", {})
 
     def for_model(self, model: str) -> LimiterLimits | None:

@@ -27,6 +27,8 @@ class PolicyStore:
         self.reloads = 0
         self.parsed_files: ParsedFiles | None = None
         """What the last reload read and derived, which the next reuses where its files did not change."""
+        self.last_read: ParsedFiles | None = None
+        """What the last reload read, applied or not (broken defaults keep every policy: nothing is applied)."""
 
     def reload(self, verify: bool = False) -> list[PolicyError]:
         """Read the directory again; apply every good file, keep the last good version of a broken one,
@@ -34,7 +36,7 @@ class PolicyStore:
         `_defaults.yaml` changed); `verify` compares every file's content, not only its stat. Returns (and logs) the
         problems."""
         errors: list[PolicyError] = []
-        parsed = ParsedFiles(self.parsed_files, verify)
+        parsed = self.last_read = ParsedFiles(self.parsed_files, verify)
         try:
             defaults = parsed.defaults(self.directory / DEFAULTS_FILE)
             paths = policy_files(self.directory)

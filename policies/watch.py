@@ -1,4 +1,4 @@
-"""Hot reload: poll a policy directory (names, mtimes, sizes, and the `..data` link a Kubernetes
+"""Hot reload: poll a policy directory (names and each file's `Stamp`, and the `..data` link a Kubernetes
 ConfigMap or Secret mount swaps atomically) and reload the store once a change has held still for a whole poll (a
 file written in place is read whole, never empty or half-written); SIGHUP reloads at once."""
 
@@ -11,6 +11,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
+from policies.parsed import Stamp
 from policies.store import PolicyStore
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,8 @@ POLL_S = 0.25
 
 
 def snapshot(directory: Path) -> tuple:
-    """What a change of any policy file changes."""
+    """What a change of any policy file changes: each one's `Stamp`, the one a reload trusts (its ctime too: a rewrite
+    that keeps size and mtime, `touch -r`, would be read by a reload but trigger none)."""
     entries = []
     try:
         with os.scandir(directory) as it:
@@ -28,7 +30,7 @@ def snapshot(directory: Path) -> tuple:
                     st = entry.stat()  # follows links: a ConfigMap's files are links into ..data
                 except OSError:
                     continue
-                entries.append((entry.name, st.st_mtime_ns, st.st_size, st.st_ino))
+                entries.append((entry.name, Stamp.of(st)))
         data = os.path.realpath(directory / "..data") if (directory / "..data").exists() else None
     except OSError:
         return ("unreadable",)
@@ -94,11 +96,14 @@ class PolicyWatcher:
             log.exception("policy reload failed: every policy stays as it was")
             ok = False
         else:
+            read = self.store.last_read
             log.warning(
-                "policies reloaded from %s: %d tenants, %d problems",
+                "policies reloaded from %s: %d tenants, %d problems, %d files parsed, %d reused",
                 self.store.directory,
                 len(self.store.tenants),
                 len(errors),
+                len(read.parsed) if read is not None else 0,
+                read.reused if read is not None else 0,
             )
             ok = not errors
         if self.on_reload is not None:

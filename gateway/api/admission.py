@@ -53,16 +53,26 @@ class RequestPolicy:
         if ceiling is not None and requested is not None and requested > ceiling:
             raise invalid(f"'{param}' is {requested}; this API key allows at most {ceiling}", param)
 
-    def cap(self, max_new_tokens: int, asked: int | None = None, prompt_tokens: int = 0, choices: int = 1) -> int:
+    def cap(
+        self, max_new_tokens: int, asked: int | None = None, prompt_tokens: int = 0, choices: int = 1, model: str = ""
+    ) -> int:
         """The tenant's max-tokens ceiling as the default (and bound) of a request's token budget. A request that
-        asked for no max tokens (`asked` None) also gets no more than its tenant's token limits leave after its
-        prompt (`prompt_tokens`, all its prompts), shared by its `choices`: a default, unlike a number the client
-        sent, must not make a request that could never fit (OpenAI's limits do not refuse one either)."""
+        asked for no max tokens (`asked` None) also gets no more than its tenant's token limits, and those of its
+        `model` (`limits.models`), leave after its prompt (`prompt_tokens`, all its prompts), shared by its
+        `choices`: a default, unlike a number the client sent, must not make a request that could never fit (OpenAI's
+        limits do not refuse one either)."""
         if self.tenant is None:
             return max_new_tokens
-        limits = self.tenant.caller.policy.limits
+        policy = self.tenant.caller.policy
+        limits = policy.limits
         bound = max_new_tokens if limits.max_tokens is None else min(max_new_tokens, limits.max_tokens)
-        for limit in (limits.tokens_per_minute, limits.tokens_per_day) if asked is None else ():
+        if asked is not None:
+            return bound
+        own = policy.model_limits.for_model(model)
+        token_limits = [limits.tokens_per_minute, limits.tokens_per_day]
+        if own is not None:
+            token_limits += [own.tokens_per_minute, own.tokens_per_day]
+        for limit in token_limits:
             if limit is not None and limit - prompt_tokens >= choices:  # else the prompt (or n) is what to lower
                 bound = min(bound, (limit - prompt_tokens) // choices)
         return bound

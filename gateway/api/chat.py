@@ -71,7 +71,7 @@ async def start_chat(
         e.param = params.of(e.param, chat, body_tools)
         raise
     plan.sampling.max_new_tokens = policy.cap(
-        plan.sampling.max_new_tokens, settings.max_tokens, len(plan.ids), settings.n
+        plan.sampling.max_new_tokens, settings.max_tokens, len(plan.ids), settings.n, model.id
     )
     note_request("chat", rid, model.id, plan.sampling.max_new_tokens, settings)
 

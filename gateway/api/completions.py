@@ -47,6 +47,7 @@ async def completions(request: Request, registry: ModelRegistry, max_body: int) 
                     settings.max_tokens,
                     prompt_tokens,
                     choices,
+                    model.id,
                 ),
                 stop_ids,
                 settings.skip_special_tokens,

@@ -134,8 +134,28 @@ class _Window:
 
     def window(self) -> Iterator[list[int]]:
         """The window's entries, oldest first, among the oldest RETRY_SCAN entries not yet cleaned (a refusal's
-        retry past them is when the whole window has left, an upper bound, as past RETRY_SCAN window entries)."""
+        retry past them is read by the sums: `free_by_sums`)."""
         return (e for e in islice(self.log.values(), RETRY_SCAN) if self.done is None or e[0] > self.done)
+
+    def free_by_sums(self, need: int, index: int, now: int) -> int:
+        """Milliseconds until the window's oldest admissions have freed `need` tokens (`index` 0) or requests (1),
+        read by the sums of their seconds, then of the milliseconds of the second where they have (about 2,000 read at
+        most, however many entries, aged-out ones not yet cleaned included, come first in the log)."""
+        if not self.log or self.done is None:
+            return self.reset_ms(now)
+        newest = next(reversed(self.log.values()))[0]
+        freed, ms = 0, self.done + 1
+        while ms <= newest:
+            if ms % 1000 == 0:  # a whole second in the window: by its sum, unless `need` is freed within it
+                weight = (self.second_sums.get(ms // 1000) or (0, 0))[index]
+                if freed + weight < need:
+                    freed, ms = freed + weight, ms + 1000
+                    continue
+            freed += (self.ms_sums.get(ms) or (0, 0))[index]
+            if freed >= need:
+                return max(0, ms + WINDOW_MS - now)
+            ms += 1
+        return self.reset_ms(now)
 
     def reset_ms(self, now: int) -> int:
         return max(0, next(reversed(self.log.values()))[0] + WINDOW_MS - now) if self.log else 0
@@ -147,9 +167,11 @@ class _Window:
         """The limit of `limits` that refuses `tokens` more for longest, or None."""
         day_used = self.days.get(now // DAY_MS, 0)
         window = (self.requests, self.tokens)
-        return worst_refusal(
-            limits, tokens, now, self.window, window, self.reset_ms(now), len(self.slots), day_used, join=join
-        )
+
+        def by_sums(need: int, index: int) -> int:
+            return self.free_by_sums(need, index, now)
+
+        return worst_refusal(limits, tokens, now, self.window, window, by_sums, len(self.slots), day_used, join=join)
 
     def reserve(self, holder: str, now: int, tokens: int, request: int) -> None:
         """Count an admission: its entry, its slot and its day's tokens."""
@@ -214,6 +236,7 @@ class MemoryLimiter(Limiter):
             own.expire(now)
         charge = state.charges.get(charge_id)
         free_join = charge is not None and charge.joins < FREE_JOINS
+        free_here = free_join and charge.member_model == counted  # the model's window counted the first admit
         day = now // DAY_MS
         if least is not None and least < tokens:
             tokens = fitted(limits, tokens, least, state.tokens, state.days.get(day, 0))
@@ -221,7 +244,7 @@ class MemoryLimiter(Limiter):
                 tokens = fitted(model_limits, tokens, least, own.tokens, own.days.get(day, 0))  # within both
         refusal, scope = state.refusal(limits, tokens, now, free_join), "tenant"
         if own is not None:
-            theirs = own.refusal(model_limits, tokens, now, free_join)
+            theirs = own.refusal(model_limits, tokens, now, free_here)
             pick = worst((refusal, theirs))
             if pick is not None and (refusal, theirs).index(pick) == 1:  # the tenant's on a tie, as worst()
                 refusal, scope = theirs, "model"
@@ -237,7 +260,7 @@ class MemoryLimiter(Limiter):
         request = int(not free_join)  # a join's tokens and slot are its own in any case
         state.reserve(holder, now, tokens, request)
         if own is not None:
-            own.reserve(holder, now, tokens, request)
+            own.reserve(holder, now, tokens, int(not free_here))
             model_use = own.use(now)
         charge.holders[holder] = (tokens, day, counted)
         return Verdict(True, None, None, state.requests, state.tokens, state.reset_ms(now), tokens, model_use=model_use)

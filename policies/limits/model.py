@@ -8,8 +8,9 @@ from typing import Literal, NamedTuple
 WINDOW_MS = 60_000
 DAY_MS = 86_400_000
 RETRY_SCAN = 1000
-"""The oldest window entries a refusal reads to time its retry: past them, the retry is when the whole window has left
-(an upper bound): a refusal that read a 100,000-entry window held Redis (every tenant, every replica) for 0.4 s."""
+"""The oldest window entries a refusal reads to time its retry: past them, the same time is read by the sums of the
+window's seconds and milliseconds (about 2,000 read at most): a refusal that read a 100,000-entry window held Redis
+(every tenant, every replica) for 0.4 s."""
 CLEAN_PER_CALL = 100
 """Aged-out window entries (and, in Redis, ended leases) one call takes out of a store at most: the counts never wait
 for it (they lose what left the window by sums of its milliseconds and seconds)."""

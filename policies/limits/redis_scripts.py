@@ -1,8 +1,8 @@
 """The Lua scripts of RedisLimiter: the same checks as windows.py, atomic in Redis, on the server's clock.
 
 Keys of one tenant (all under one hash tag): KEYS[1] the window's sorted set (entry -> admit time ms: an admit's
-entry is its holder and counts as a request, but a free join's, one of a charge's first FREE_JOINS joins, is
-'j:' .. holder and counts only its tokens), KEYS[2] its hash (entry -> tokens), KEYS[3] the window's sums (t tokens,
+entry is its holder and counts as a request, but a free join's, one of a charge's first FREE_JOINS joins, in a
+window that counted the charge's first admit, is 'j:' .. holder and counts only its tokens), KEYS[2] its hash (entry -> tokens), KEYS[3] the window's sums (t tokens,
 r requests, c the time in ms up to which admissions have left the sums), KEYS[4] the concurrency slots (holder ->
 lease end ms: one per admit, joins too), KEYS[5] the charge (fields m member, s served once, n open holders, j joins
 admitted, and per open admit h:<holder> its reserved tokens, d:<holder> its UTC day), KEYS[6] the prefix of the
@@ -213,6 +213,10 @@ end
 local marked_in = mark(holder, now)
 local member = redis.call('HGET', KEYS[5], 'm')  -- set: a join (its tokens and slot its own)
 local free_join = member and tonumber(redis.call('HGET', KEYS[5], 'j') or '0') < tonumber(ARGV[10])
+local member_model = member and redis.call('HGET', KEYS[5], 'M') or ''
+for _, sc in ipairs(scopes) do  -- a free join is free where the first admit counted: not another model's window
+  sc.free = free_join and (sc.name == 'tenant' or member_model == model)
+end
 local least = tonumber(ARGV[11])
 if least >= 0 and least < tokens then
   local room = tokens
@@ -222,10 +226,63 @@ if least >= 0 and least < tokens then
   end
   tokens = math.max(least, room)
 end
+local function free_by_sums(sc, need, by_tokens)  -- free_at's time, read by the sums of the window's seconds, then of
+  -- the second where `need` has left (and the part of the first second in the window) by its entries when they are
+  -- few (AGED_ENTRIES), else by the sums of its ms (about 2,000 fields at most, however many entries)
+  local s, ms_field, second_field = sc.s, by_tokens and 't' or 'r', by_tokens and 'T' or 'R'
+  local newest = redis.call('ZRANGE', s.w, -1, -1, 'WITHSCORES')
+  if #newest == 0 then return reset_ms(s, now, sc.done) end
+  local last, freed = tonumber(newest[2]), 0
+  local function by_ms(from, to)  -- the first ms of [from, to] by which `need` has left, or nil
+    if from > to then return nil end
+    if redis.call('ZCOUNT', s.w, int(from), int(to)) <= AGED_ENTRIES then  -- few: their own amounts
+      local entries = redis.call('ZRANGEBYSCORE', s.w, int(from), int(to), 'WITHSCORES')
+      if #entries == 0 then return nil end
+      local members = {}
+      for i = 1, #entries, 2 do members[#members + 1] = entries[i] end
+      local amounts = by_tokens and redis.call('HMGET', s.wa, unpack(members)) or nil
+      for i = 1, #members do
+        local request = string.sub(members[i], 1, 2) ~= 'j:' and 1 or 0
+        freed = freed + (by_tokens and (tonumber(amounts[i]) or 0) or request)
+        if freed >= need then return tonumber(entries[2 * i]) end
+      end
+      return nil
+    end
+    local fields = {}
+    for m = from, to do fields[#fields + 1] = ms_field .. int(m) end
+    local values = redis.call('HMGET', s.wb, unpack(fields))
+    for i = 1, #values do
+      freed = freed + (tonumber(values[i]) or 0)
+      if freed >= need then return from + i - 1 end
+    end
+  end
+  local first = sc.done + 1
+  local second = math.floor(first / 1000)
+  if first % 1000 ~= 0 then  -- the part of the first second still in the window
+    local at = by_ms(first, math.min(last, second * 1000 + 999))
+    if at then return math.max(0, at + WINDOW - now) end
+    second = second + 1
+  end
+  local fields = {}
+  for sec = second, math.floor(last / 1000) do fields[#fields + 1] = second_field .. int(sec) end
+  if #fields == 0 then return reset_ms(s, now, sc.done) end
+  local values = redis.call('HMGET', s.wb, unpack(fields))
+  for i = 1, #values do
+    local weight = tonumber(values[i]) or 0
+    if freed + weight >= need then
+      local sec = second + i - 1
+      local at = by_ms(sec * 1000, math.min(last, sec * 1000 + 999))
+      if at then return math.max(0, at + WINDOW - now) end
+      break
+    end
+    freed = freed + weight
+  end
+  return reset_ms(s, now, sc.done)
+end
 local function free_at(sc, need, by_tokens)
   local freed, start = 0, 0
-  while true do  -- past the oldest RETRY_SCAN entries: when the whole window has left (an upper bound)
-    if start >= RETRY_SCAN then return reset_ms(sc.s, now, sc.done) end
+  while true do  -- past the oldest RETRY_SCAN entries: read by the sums
+    if start >= RETRY_SCAN then return free_by_sums(sc, need, by_tokens) end
     local batch = redis.call('ZRANGEBYSCORE', sc.s.w, '(' .. int(sc.done), '+inf', 'WITHSCORES', 'LIMIT', start, 200)
     if #batch == 0 then return reset_ms(sc.s, now, sc.done) end
     local members = {}
@@ -244,7 +301,7 @@ local function refuse(sc, name, ms)
   if retry ~= -1 and (ms == -1 or ms > retry) then limit, retry, scope = name, ms, sc.name end
 end
 for _, sc in ipairs(scopes) do
-  if sc.rpm >= 0 and not free_join and sc.count + 1 > sc.rpm then
+  if sc.rpm >= 0 and not sc.free and sc.count + 1 > sc.rpm then
     refuse(sc, 'requests_per_minute', sc.rpm == 0 and -1 or free_at(sc, sc.count + 1 - sc.rpm, false))
   end
   if sc.tpm >= 0 and sc.sum + tokens > sc.tpm then
@@ -261,8 +318,6 @@ if limit ~= '' then
   redis.call('SREM', KEYS[8] .. marked_in, holder)  -- refused: nothing reserved, a rerun decides afresh
   return answer(0, limit, retry, 0, scope, nil)
 end
-local entry = holder
-if free_join then entry = 'j:' .. holder end  -- the same request: not counted
 if member then
   redis.call('HINCRBY', KEYS[5], 'j', 1)
 else
@@ -271,16 +326,17 @@ end
 for _, sc in ipairs(scopes) do
   local s = sc.s
   local at = math.max(now, sc.done + 1)  -- in the window even when the clock went back
+  local entry = sc.free and 'j:' .. holder or holder  -- a free join is the same request: not counted
   redis.call('ZADD', s.w, at, entry)
   redis.call('HSET', s.wa, entry, tokens)
   redis.call('HSET', s.ws, 'c', int(sc.done))
-  tally(s, at, tokens, free_join and 0 or 1)
+  tally(s, at, tokens, sc.free and 0 or 1)
   for _, key in ipairs({s.w, s.wa, s.ws, s.wb}) do redis.call('PEXPIRE', key, WINDOW + 1000) end
   redis.call('ZADD', s.slots, now + lease, holder)
   redis.call('PEXPIRE', s.slots, lease)
   redis.call('INCRBY', sc.day_key, tokens)
   redis.call('PEXPIREAT', sc.day_key, (day + 2) * DAY)
-  if not free_join then sc.count = sc.count + 1 end
+  if not sc.free then sc.count = sc.count + 1 end
 end
 redis.call('HSET', KEYS[5], 'h:' .. holder, tokens, 'd:' .. holder, day, 'p:' .. holder, model)
 redis.call('HINCRBY', KEYS[5], 'n', 1)
@@ -317,10 +373,10 @@ end
 if not own[1] then return settled_use() end
 redis.call('HDEL', KEYS[5], 'h:' .. holder, 'd:' .. holder, 'p:' .. holder)
 local member = own[3]
-local entry = redis.call('HEXISTS', KEYS[2], 'j:' .. holder) == 1 and 'j:' .. holder or holder
 local delta = used - tonumber(own[1])  -- this admit's reservation becomes its usage (a void's: nothing)
 for _, sc in ipairs(scopes) do
   local s = sc.s
+  local entry = redis.call('HEXISTS', s.wa, 'j:' .. holder) == 1 and 'j:' .. holder or holder  -- free here or not
   local at = live(s, sc.done, entry)
   if at then
     redis.call('HINCRBY', s.wa, entry, delta)

@@ -7,16 +7,20 @@ from itertools import islice
 
 from .model import CONCURRENCY_RETRY_MS, DAY_MS, RETRY_SCAN, WINDOW_MS, LimitName, Limits
 
+SumsRetry = Callable[[int, int], int]
+"""(need, 0 for tokens or 1 for requests) -> milliseconds until the window's oldest admissions have freed `need`,
+read by the sums of their seconds and milliseconds (bounded, however many entries)."""
 
-def free_at(entries: Iterable[Sequence[int]], need: int, reset_ms: int, now: int) -> int:
+
+def free_at(entries: Iterable[Sequence[int]], need: int, by_sums: Callable[[int], int], now: int) -> int:
     """Milliseconds until the oldest (ts, weight) entries of the window have freed `need` weight; past the oldest
-    RETRY_SCAN entries, `reset_ms` (until the whole window has left)."""
+    RETRY_SCAN entries, `by_sums(need)`: the same time, read by the window's sums."""
     freed = 0
     for ts, weight in islice(entries, RETRY_SCAN):
         freed += weight
         if freed >= need:
             return max(0, ts + WINDOW_MS - now)
-    return reset_ms
+    return by_sums(need)
 
 
 def fitted(limits: Limits, tokens: int, least: int, window_tokens: int, day_used: int) -> int:
@@ -36,7 +40,7 @@ def worst_refusal(
     now: int,
     log: Callable[[], Iterable[Sequence[int]]],
     window: tuple[int, int],
-    reset_ms: int,
+    by_sums: SumsRetry,
     slots: int,
     day_used: int,
     *,
@@ -45,18 +49,19 @@ def worst_refusal(
     """The limit that refuses this admission for longest (None retry: never fits), or None when every limit admits.
 
     `log()` gives the window's (timestamp ms, tokens, 1 for a request or 0 for a join) entries, oldest first; `window`
-    its (requests, tokens); `reset_ms` when all of it has left. A `join` (an admit of a charge still open) is no new
+    its (requests, tokens); `by_sums` times a retry that needs more than its oldest RETRY_SCAN entries. A `join` (an admit of a charge still open) is no new
     request: requests_per_minute does not apply to it; its tokens, its slot and its day's tokens do.
     """
     refusals: list[tuple[LimitName, int | None]] = []
     rpm, tpm = limits.requests_per_minute, limits.tokens_per_minute
     requests, window_tokens = window
     if rpm is not None and not join and requests + 1 > rpm:
-        retry = None if rpm == 0 else free_at(((ts, n) for ts, _, n in log()), requests + 1 - rpm, reset_ms, now)
+        need = requests + 1 - rpm
+        retry = None if rpm == 0 else free_at(((ts, n) for ts, _, n in log()), need, lambda n: by_sums(n, 1), now)
         refusals.append(("requests_per_minute", retry))
     if tpm is not None and window_tokens + tokens > tpm:
         need = window_tokens + tokens - tpm
-        retry = None if tokens > tpm else free_at(((ts, t) for ts, t, _ in log()), need, reset_ms, now)
+        retry = None if tokens > tpm else free_at(((ts, t) for ts, t, _ in log()), need, lambda n: by_sums(n, 0), now)
         refusals.append(("tokens_per_minute", retry))
     conc = limits.concurrent_requests
     if conc is not None and slots + 1 > conc:

@@ -82,6 +82,19 @@ def test_a_default_max_tokens_fits_the_tenants_token_limits():
     assert policy_with(limits=Limits(tokens_per_minute=1000, max_tokens=64)).cap(8000, None, 100) == 64
 
 
+def test_a_default_max_tokens_fits_the_models_token_limits_too():
+    """`limits.models`: a model's own token limits bound a request's default budget as the tenant's do (admission
+    fitted both, but the budget before it, which the fair queue charges and the request's record shows, was the
+    tenant's alone); another model's, or a budget the client set, are not lowered."""
+    per_model = ModelLimits((("llama-*", LimiterLimits(tokens_per_minute=300, tokens_per_day=2000)),))
+    rules = policy_with(limits=Limits(tokens_per_minute=1000), model_limits=per_model)
+    assert rules.cap(8000, None, 100, model="llama-70b") == 200
+    assert rules.cap(8000, None, 100, choices=4, model="llama-70b") == 50
+    assert rules.cap(8000, None, 100, model="other") == rules.cap(8000, None, 100) == 900
+    assert rules.cap(8000, 8000, 100, model="llama-70b") == 8000
+    assert rules.cap(8000, None, 300, model="llama-70b") == 700  # the prompt fills the model's: the tenant's bound
+
+
 def test_inert_without_policies():
     rules = RequestPolicy(None, None)
     chat = chat_with(("anything", False))

@@ -77,10 +77,11 @@ async def test_the_window_slides_and_retry_after_is_exact(limiter, tenant, clock
     assert (await limiter.admit(tenant, limits, charge(), 1)).retry_after_s == 9.0
 
 
-async def test_a_retry_that_needs_more_than_the_oldest_entries_read_is_when_the_window_has_left(limiter, tenant, clock):
+async def test_a_retry_that_needs_more_than_the_oldest_entries_read_is_timed_by_the_sums(limiter, tenant, clock):
     """A refusal reads at most the window's oldest RETRY_SCAN entries to time its retry (a refused request must not
     read a window of 100,000 entries: in Redis that held every tenant's calls for 0.4 s); a retry that needs more of
-    them to leave is when the newest leaves, an upper bound, never too early."""
+    them to leave is read by the sums of the window's seconds and milliseconds: exact too (it was when the newest
+    leaves, an upper bound: 41 s here)."""
     limits = Limits(tokens_per_minute=RETRY_SCAN + 200)
     batches = [RETRY_SCAN // 10] * 10 + [50, 50]  # one token each; a batch a second (admitted at once)
     for second, size in enumerate(batches):
@@ -91,7 +92,7 @@ async def test_a_retry_that_needs_more_than_the_oldest_entries_read_is_when_the_
     within = await limiter.admit(tenant, limits, charge(), 200)  # the oldest 100 (second 0) leaving make room
     assert (within.limit, within.retry_after_s) == ("tokens_per_minute", 30.0)
     beyond = await limiter.admit(tenant, limits, charge(), RETRY_SCAN + 150)  # the oldest 1,050 (to second 10)
-    assert (beyond.limit, beyond.retry_after_s) == ("tokens_per_minute", 41.0)  # when second 11's leave
+    assert (beyond.limit, beyond.retry_after_s) == ("tokens_per_minute", 40.0)  # when second 10's leave
 
 
 async def test_settled_tokens_replace_the_reservation(limiter, tenant, clock):
@@ -412,6 +413,32 @@ async def test_a_models_own_limit_refuses_while_the_tenants_admits_and_says_it_i
         other.allowed and other.headers["x-ratelimit-remaining-requests"] == "7"
     )  # the tenant's, the refusal not counted
     assert "x-ratelimit-limit-tokens" not in other.headers
+
+
+async def test_a_retry_under_the_same_id_for_another_model_is_a_request_of_that_models_window(limiter, tenant):
+    """A join (the same x-request-id, its charge still open) for another model than its first admit's: the tenant's
+    window counts it as the same request (FREE_JOINS), but the model's own window never counted the first, so there it
+    is a request of its own: `limits.models` requests_per_minute is never passed through joins (it was: every open
+    request lent FREE_JOINS uncounted requests to any model). A join for the first admit's model stays free in both."""
+    one = Limits(requests_per_minute=1)
+    tenant_wide = Limits(requests_per_minute=10)
+    first = await limiter.admit(tenant, tenant_wide, "r1", 5, model="other")  # no limits of its own; still open
+    join = await limiter.admit(tenant, tenant_wide, "r1", 5, model="llama", model_limits=one)
+    assert join.allowed and join.headers["x-ratelimit-remaining-requests"] == "0"  # llama's window: 1 request
+    again = await limiter.admit(tenant, tenant_wide, "r1", 5, model="llama", model_limits=one)
+    assert (again.allowed, again.limit, again.scope) == (False, "requests_per_minute", "model")
+    fresh = await limiter.admit(tenant, tenant_wide, charge(), 5, model="llama", model_limits=one)
+    assert (fresh.allowed, fresh.scope) == (False, "model")
+    probe = await limiter.admit(tenant, tenant_wide, charge(), 5, model="other")
+    assert probe.headers["x-ratelimit-remaining-requests"] == "8"  # the tenant's: r1 (its join free) and the probe
+    window = await limiter.settle(join, 0, void=True)  # the join served nothing: taken back from llama's window
+    assert window.model[:2] == (0, 0) and window[:2] == (2, 10)
+    own = await limiter.admit(tenant, tenant_wide, "r2", 5, model="llama", model_limits=one)
+    retry = await limiter.admit(tenant, tenant_wide, "r2", 5, model="llama", model_limits=one)
+    assert own.allowed and retry.allowed  # a retry for the same model: the same request in both windows
+    assert retry.headers["x-ratelimit-remaining-requests"] == "0"
+    for admission in (first, probe, own, retry):
+        await limiter.settle(admission, 5)
 
 
 async def test_the_tenants_own_limits_hold_over_all_its_models(limiter, tenant):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import os
 import subprocess
 import sys
@@ -323,6 +324,30 @@ def test_a_file_written_in_place_is_reloaded_once_it_holds_still(tmp_path):
     assert watcher.due()
     store.reload()
     assert store.lookup(HASH)[0].models.patterns == ("m-*", "other")
+
+
+def test_a_rewrite_that_restores_size_and_mtime_triggers_a_reload_that_says_what_it_parsed(tmp_path, caplog):
+    """A file rewritten to the same size with its mtime restored (`touch -r`, a copy that keeps mtimes) changes only
+    its ctime: the watcher's look compared name, mtime, size and inode, so the change a reload would read triggered
+    none (until SIGHUP or another change). The reload's line says how many files it parsed and how many it reused."""
+    rpm10, rpm20 = (GOOD + f"limits:\n  requests_per_minute: {n}\n" for n in (10, 20))
+    path = write(tmp_path, "t.yaml", rpm10)
+    write(tmp_path, "u.yaml", GOOD.replace("tenant: t", "tenant: u").replace(HASH, "b" * 64))
+    store = PolicyStore(tmp_path)
+    store.reload()
+    watcher = PolicyWatcher(store)
+    before = path.stat()
+    while path.stat().st_ctime_ns == before.st_ctime_ns:  # a later ctime tick (no clock can set it back)
+        path.write_text(rpm20)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert not watcher.due()  # changed since the last look...
+    assert watcher.due()  # ... and held still
+    caplog.set_level(logging.WARNING, logger=watch.__name__)
+    asyncio.run(watcher._reload(verify=False))
+    assert store.lookup(HASH)[0].limits.requests_per_minute == 20
+    lines = [r.getMessage() for r in caplog.records if r.name == watch.__name__ and r.levelno == logging.WARNING]
+    assert lines == [f"policies reloaded from {tmp_path}: 2 tenants, 0 problems, 1 files parsed, 1 reused"]
 
 
 def test_a_writer_that_starts_right_after_the_look_that_found_the_directory_still_is_reloaded_once_done(

@@ -64,6 +64,7 @@ def deployment(smollm2: Path, standin_backend: FaultBackend, tmp_path_factory: p
     write_tenant(mount.staging, "steady", models=["m"], limits={"max_tokens": 2})
     write_tenant(mount.staging, "leaver", models=["m"])
     write_tenant(mount.staging, "hup", models=["m"])
+    write_tenant(mount.staging, "watcher", metrics=True)
     mount.publish()
     backend = standin_backend
     config = models_config(root / "gateway.yaml", smollm2, backend.url, ["m"])
@@ -152,20 +153,30 @@ def test_a_request_in_flight_keeps_the_policy_it_was_admitted_under(deployment):
     assert [c["finish_reason"] for e in rest[:-1] for c in e["choices"] if c["finish_reason"]] == ["length"]
 
 
-def test_sighup_reloads_at_once(deployment):
+def test_a_rewrite_that_keeps_size_and_mtime_is_reloaded_and_sighup_reloads_at_once(deployment):
+    """A rewrite in place that keeps the size, inode and mtime (`touch -r`) changes the ctime, which the watcher's look
+    now compares: reloaded by the poll (it waited for SIGHUP). SIGHUP reloads with nothing changed too (counted)."""
     gateway, mount, _ = deployment
     path = mount.live / "hup.yaml"
-    assert status(gateway, "hup") == 200
+    assert status(gateway, "hup") == 200 and _models(gateway, "hup") == ["m"]
     stat = path.stat()
-    with open(path, "r+") as f:  # the same size, inode and mtime: only SIGHUP can tell
+    with open(path, "r+") as f:
         text = f.read()
         f.seek(0)
         f.write(text.replace("models:\n- m", "models:\n- x"))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    time.sleep(1.5)  # three polls
-    assert status(gateway, "hup") == 200 and _models(gateway, "hup") == ["m"]
-    os.kill(gateway.proc.pid, signal.SIGHUP)
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (stat.st_size, stat.st_mtime_ns)
     wait_until(lambda: _models(gateway, "hup") == [])
+    reloads = _reloads(gateway)
+    os.kill(gateway.proc.pid, signal.SIGHUP)  # nothing changed: no poll would reload
+    wait_until(lambda: _reloads(gateway) > reloads)
+
+
+def _reloads(gateway) -> float:
+    """The gateway's policy reloads so far, each outcome (a file broken by another test makes them failures) counted
+    (`/metrics`, read with the key of a tenant allowed to)."""
+    text = httpx.get(f"{gateway.base_url}/metrics", headers=auth("watcher"), timeout=30).text
+    return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith("gateway:policy_reloads_total{"))
 
 
 def _models(gateway, tenant: str) -> list[str]:
