@@ -116,7 +116,7 @@ async def limiter(request, clock):
         yield MemoryLimiter(clock=lambda: clock.now)
         return
     server = request.getfixturevalue("redis_server")
-    redis = RedisLimiter(server.url, prefix=f"enforcement:{uuid.uuid4().hex}", clock=lambda: clock.now)
+    redis = RedisLimiter(server.url, prefix=f"enforcement:{uuid.uuid4().hex}", clock=lambda: clock.now, timeout_s=5.0)
     yield redis
     await redis.close()
 

@@ -80,7 +80,8 @@ def test_memory_and_redis_answer_alike(redis_server, limits, model_limits, ops):
 
 async def _lockstep(url: str, limits: Limits, model_limits: Limits | None, ops: list[tuple]) -> None:
     now = [T0]
-    memory, redis = MemoryLimiter(clock=lambda: now[0]), RedisLimiter(url, clock=lambda: now[0])
+    # 5 s a call: a store refusal at 0.5 s on a loaded machine is load, not disagreement
+    memory, redis = MemoryLimiter(clock=lambda: now[0]), RedisLimiter(url, clock=lambda: now[0], timeout_s=5.0)
     tenant = f"t-{uuid.uuid4().hex[:8]}"
     admitted: list[tuple] = []  # (charge id, memory's admission, redis's admission)
     open_holders: dict[str, int] = {}  # charge id -> admissions not yet settled
