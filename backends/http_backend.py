@@ -96,7 +96,13 @@ def batch_chunk(
     """One socket read's lines as one chunk (None: they held no output), parsed up to the stream's end (`ended()`
     after a line). An event that fails ends the batch: its error comes beside the output before it, which the
     caller passes on first."""
-    new: list[GenerateChunk] = []
+    if len(lines) == 2 and not lines[1] and lines[0]:  # one event and its blank line (most reads): no loop
+        try:
+            new = parse(lines[0])
+        except BackendError as e:
+            return None, e
+        return (new[0] if len(new) == 1 else joined(new) if new else None), None
+    new = []
     failure = None
     try:
         for line in lines:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from functools import cache
 from itertools import pairwise
@@ -699,3 +700,49 @@ def test_a_call_tail_reads_the_same_however_chunked(text: str, calls: list[dict[
     text = "<tool_call>" + text
     for splits in ([], list(range(len(text))), *[[at] for at in range(len(text))]):
         assert merge(run(text, splits=splits)[0])["tool_calls"] == calls, splits
+
+
+_FED_ATOMS = ["<tool_call>", "</tool_call>", "<think>", "</think>", " ", "\n", "hi", "a b", "<", "  x  ", "é"]
+_FED_ATOMS += ['{"name": "f", "arguments": {"x": 1}}', ",", "}", '"']
+_MARKERS = frozenset(["<tool_call>", "</tool_call>", "<think>", "</think>"])
+
+
+class _StepsOnly(HermesParser):
+    """The parser with every piece through its state steps (no fast path for plain content text)."""
+
+    def feed(self, pieces):
+        if self._token_markers and (len(pieces) != 1 or pieces[0].token_id is not None):
+            self._mark_tokens(pieces)
+        self._buffer += "".join(p.text for p in pieces)
+        return self._advance(final=False)
+
+
+def test_plain_content_pieces_parse_as_the_state_steps_parse_them() -> None:
+    """`feed`'s shortcut for one piece of content text with no `<` gives, piece by piece, the deltas the state steps
+    give (seeded random outputs of markers, calls and text, as tokens or text, however cut, with every option)."""
+    rng = random.Random(13)
+    for _ in range(400):
+        options = {
+            "tool_calls": rng.random() < 0.8,
+            "in_reasoning": rng.random() < 0.3,
+            "forced_calls": rng.random() < 0.2,
+            "continues": rng.random() < 0.2,
+            "token_markers": _MARKERS if rng.random() < 0.5 else frozenset(),
+        }
+        fed: list[list[Piece]] = []
+        for atom in (rng.choice(_FED_ATOMS) for _ in range(rng.randint(1, 12))):
+            if atom in options["token_markers"] and rng.random() < 0.8:
+                fed.append([Piece(atom, 7)])
+                continue
+            cut = rng.randint(1, len(atom))
+            parts = [atom[:cut], atom[cut:]] if cut < len(atom) else [atom]
+            fed += [[Piece(p) for p in parts]] if rng.random() < 0.2 else [[Piece(p)] for p in parts]
+        ours, steps = HermesParser(**options), _StepsOnly(**options)
+
+        def seen(deltas: list[Delta]) -> list[tuple]:
+            return [(d.content, d.reasoning, d.tool_index, d.tool_name, d.tool_arguments) for d in deltas]
+
+        for pieces in fed:
+            assert seen(ours.feed(pieces)) == seen(steps.feed(pieces)), (options, fed)
+        assert seen(ours.finish()) == seen(steps.finish()), (options, fed)
+        assert ours.saw_tool_call == steps.saw_tool_call

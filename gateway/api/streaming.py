@@ -107,7 +107,7 @@ async def _stream(
     first message is sent at once, in the caller's own step right after the head (in a burst, a task started for it
     would send the first token only after whatever else the loop has ready); the steps after it, and the end, are
     sent by `_rest` in a task of its own (a step wakes that task alone, not the server's and middleware's frames above
-    the answer; a cancelled answer cancels it)."""
+    the answer; a cancelled answer cancels it), unless the first step ended its choice."""
     frames: list[bytes] = []
     error: BaseException | None = None
     try:
@@ -121,7 +121,10 @@ async def _stream(
     except BaseException as e:  # noqa: BLE001 (answered, or raised on, by `_rest` as it answers its own)
         error = e
     rest = _rest(events, door, note, send_more, send, frames, error, more=first is not None)
-    await (asyncio.ensure_future(rest) if first is not None and error is None else rest)
+    # A first step that ended its choice (a one-token answer, or a whole answer in one read) leaves nothing to wait
+    # for but the end (of one choice): read here, as a task would cost a loop turn and more than the rest itself.
+    waits = first is not None and error is None and first[1].finish_reason is None
+    await (asyncio.ensure_future(rest) if waits else rest)
 
 
 async def _rest(

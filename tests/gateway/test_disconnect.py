@@ -16,12 +16,18 @@ class Client:
     def __init__(self) -> None:
         self._left = asyncio.Event()
         self.sent: list[dict] = []
+        self.waiting = 0
+        """Calls of `receive` in progress."""
 
     def leave(self) -> None:
         self._left.set()
 
     async def receive(self) -> dict:
-        await self._left.wait()
+        self.waiting += 1
+        try:
+            await self._left.wait()
+        finally:
+            self.waiting -= 1
         return {"type": "http.disconnect"}
 
     async def send(self, message: dict) -> None:
@@ -40,17 +46,19 @@ def test_guarded_work_gives_its_value_while_the_client_stays() -> None:
 def test_only_the_disconnect_message_counts_as_the_client_leaving() -> None:
     async def main() -> None:
         messages = [{"type": "http.request", "body": b"", "more_body": False}, {"type": "http.disconnect"}]
-        arrived = asyncio.Event()
+        arrivals = [asyncio.Event(), asyncio.Event()]
 
         async def receive() -> dict:
-            await arrived.wait()
+            await arrivals[0].wait()
+            arrivals.pop(0)
             return messages.pop(0)
 
         watch = ClientWatch(receive)
-        arrived.set()
+        arrivals[0].set()
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert messages == [{"type": "http.disconnect"}] and not watch.left  # a stray message: still watching
+        arrivals[0].set()
         with pytest.raises(ClientDisconnected):
             await watch.guard(asyncio.sleep(10))
         assert watch.left and not messages
@@ -79,6 +87,35 @@ def test_a_client_that_leaves_cancels_the_guarded_work_and_only_it() -> None:
         with pytest.raises(ClientDisconnected):  # gone already: the work does not start
             await watch.guard(work())
         assert cleaned == [True]
+
+    asyncio.run(main())
+
+
+def test_a_client_gone_before_the_watch_is_seen_at_once_and_bare_yields_are_stepped() -> None:
+    """The receive's first step runs as the watch starts (no loop turn first); a receive that yields bare (an
+    `asyncio.sleep(0)`) is stepped again on the next turn, as a task would."""
+
+    async def main() -> None:
+        client = Client()
+        client.leave()
+        watch = ClientWatch(client.receive)
+        assert watch.left
+        with pytest.raises(ClientDisconnected):
+            await watch.guard(asyncio.sleep(10))
+
+        turns = []
+
+        async def receive() -> dict:
+            for turn in range(3):
+                turns.append(turn)
+                await asyncio.sleep(0)
+            return {"type": "http.disconnect"}
+
+        watch = ClientWatch(receive)
+        assert turns == [0] and not watch.left
+        with pytest.raises(ClientDisconnected):
+            await watch.guard(asyncio.sleep(10))
+        assert turns == [0, 1, 2] and watch.left
 
     asyncio.run(main())
 
@@ -143,8 +180,7 @@ def test_an_sse_answer_sends_every_event_then_its_end() -> None:
         await SSEResponse(_writer(stream), stream, watch)({"type": "http"}, client.receive, client.send)
         bodies = [(m["body"], m["more_body"]) for m in client.sent[1:]]
         assert bodies == [(b"data: 1\n\n", True), (b"data: [DONE]\n\n", True), (b"", False)]
-        await asyncio.sleep(0)
-        assert watch._watcher.cancelled()  # the watch ends with the answer
+        assert client.waiting == 0  # the watch ends with the answer: its receive is closed where it waited
 
     asyncio.run(main())
 

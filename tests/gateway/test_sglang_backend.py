@@ -6,6 +6,7 @@ import httpx
 import pytest
 
 from backends.base import BackendError, GenerateRequest, Grammar, SamplingParams
+from backends.http_backend import batch_chunk
 from backends.sglang import SGLangBackend, _StreamReader, generate_payload
 from tests.gateway.http_server import dead_url
 from tests.gateway.sglang_contract import ContractError, api_types
@@ -165,3 +166,28 @@ def test_token_counts_read_as_int_of_what_came(sent, read) -> None:
     chunk = _StreamReader(incremental=True)._chunk({"output_ids": [1], "meta_info": meta})
     assert (chunk.prompt_tokens, chunk.completion_tokens, chunk.cached_tokens) == (read, read, read)
     assert all(type(n) is int for n in (chunk.prompt_tokens, chunk.completion_tokens, chunk.cached_tokens))
+
+
+def test_a_read_of_one_event_reads_as_the_same_event_among_others() -> None:
+    """`batch_chunk` on a read of one event and its blank line (its fast path) gives what the general loop gives for
+    the same lines: the chunk, an error event's BackendError beside no output, nothing for `[DONE]` or a blank."""
+    event = b'data: {"output_ids":[5,6],"meta_info":{"completion_tokens":2,"finish_reason":null}}'
+    lines_of = {
+        "event": [event, b""],
+        "error": [b'data: {"error":{"message":"boom","code":500}}', b""],
+        "done": [b"data: [DONE]", b""],
+        "blank": [b"", b""],
+    }
+    for name, lines in lines_of.items():
+        fast = _StreamReader(incremental=True)
+        general = _StreamReader(incremental=True)
+        chunk, failure = batch_chunk(lines, fast.chunks, fast.ended)
+        expected, expected_failure = batch_chunk([*lines, b""], general.chunks, general.ended)  # not one event
+        assert chunk == expected, name
+        assert (type(failure), str(failure)) == (type(expected_failure), str(expected_failure)), name
+        assert (fast.done, fast.finished) == (general.done, general.finished), name
+    chunk, _ = batch_chunk(lines_of["event"], _StreamReader(incremental=True).chunks, lambda: False)
+    assert chunk is not None and chunk.output_ids == [5, 6] and chunk.completion_tokens == 2
+    assert isinstance(
+        batch_chunk(lines_of["error"], _StreamReader(incremental=True).chunks, lambda: False)[1], BackendError
+    )

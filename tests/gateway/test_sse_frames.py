@@ -116,6 +116,32 @@ async def test_the_first_step_leaves_with_the_head_and_the_rest_from_a_task_of_i
     assert tasks[0].cancelled() and closed == [True]
 
 
+@pytest.mark.anyio
+async def test_a_first_step_that_ends_its_choice_is_followed_by_the_end_in_the_answers_own_task():
+    """A one-token answer (its first step has the finish) starts no task for its end: the events are read to their
+    end, and the end sent, by the answer itself, with the same bytes."""
+    sent, tasks = [], []
+
+    async def events():
+        tasks.append(asyncio.current_task())
+        return
+        yield
+
+    async def send(message):
+        sent.append((message["body"], message["more_body"]))
+
+    door = _ChunkDoor(_Renderer(), ENVELOPE, True, "chat.completion")
+    first = (0, ChoiceStep([Piece("a")], finish_reason="length", completion_tokens=1))
+    await _stream(first, events(), door, lambda step: None, send, send)
+    r = _Renderer()
+    frame = lambda choices, usage=None: sse_frame({**ENVELOPE, "choices": choices, "usage": usage})
+    assert sent == [
+        (frame(r.opening()) + b"".join(frame([c]) for c in r.step(*first)), True),
+        (frame([], r.usage()) + DONE_FRAME, False),
+    ]
+    assert tasks == [asyncio.current_task()]
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -253,6 +253,19 @@ class HermesParser(OutputParser):
         return self._call_count > 0 or self._call_sent
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
+        if (
+            self._state is _State.CONTENT
+            and not self._buffer
+            and len(pieces) == 1
+            and pieces[0].token_id is None
+            and "<" not in pieces[0].text
+        ):
+            # Most steps: one piece of text in content, none of it a marker's (every marker starts with `<`): what
+            # `_in_content` makes of it (no call starts, nothing held back), without its steps.
+            text = pieces[0].text
+            self._base += len(text)
+            out = self._content.push(text)
+            return [Delta(out)] if out else []  # positional: `content` is its first field (keywords cost a dict)
         if self._token_markers and (len(pieces) != 1 or pieces[0].token_id is not None):
             self._mark_tokens(pieces)
         self._buffer += pieces[0].text if len(pieces) == 1 else "".join([p.text for p in pieces])
