@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -101,8 +102,8 @@ async def start_chat(
             defaulted=[plan.sampling] if settings.max_tokens is None else (),
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
-    parsers = [model.family.parser(chat, plan.prompt) for _ in range(settings.n)]
-    renderer = ChatRenderer(parsers, texts, len(plan.ids), model.count_tokens)
+    parser = functools.partial(model.family.parser, chat, plan.prompt)
+    renderer = ChatRenderer(settings.n, parser, texts, len(plan.ids), model.count_tokens)
     return events, renderer, plan
 
 
@@ -122,30 +123,36 @@ LiteLLM's Delta, llama_index, strands). A reasoning chunk grows by ~19 bytes (23
 
 class ChatRenderer:
     """Choice steps → chat chunk choices (role, content / reasoning (REASONING_NAMES) / tool_calls deltas, finish);
-    their usage counts each choice's reasoning again with `count_tokens`."""
+    their usage counts each choice's reasoning again with `count_tokens`. Each of the `choices` reads its output with
+    a parser of its own, made by `parser` at the choice's first step: after its backend request went out (a family's
+    parser costs ~30 K instructions to build, which the backend need not wait for)."""
 
     def __init__(
         self,
-        parsers: Sequence[OutputParser],
+        choices: int,
+        parser: Callable[[], OutputParser],
         texts: TokenTexts | None,
         prompt_tokens: int,
         count_tokens: Callable[[str], int],
     ):
-        self._parsers = parsers
+        self._parsers: list[OutputParser | None] = [None] * choices
+        self._new_parser = parser
         self._texts = texts
         self._prompt_tokens = prompt_tokens
         self._count_tokens = count_tokens
-        self._completion_tokens = [0] * len(parsers)
-        self._reasoning: list[list[str]] = [[] for _ in parsers]
-        self._counted: list[tuple[tuple[int, int], int] | None] = [None] * len(parsers)
+        self._completion_tokens = [0] * choices
+        self._reasoning: list[list[str]] = [[] for _ in range(choices)]
+        self._counted: list[tuple[tuple[int, int], int] | None] = [None] * choices
         self._cached_tokens = 0
-        self._call_ids: list[dict[int, str]] = [{} for _ in parsers]
+        self._call_ids: list[dict[int, str]] = [{} for _ in range(choices)]
 
     def opening(self) -> list[dict[str, Any]]:
         return [_choice(i, {"role": "assistant", "content": ""}) for i in range(len(self._parsers))]
 
     def step(self, index: int, step: ChoiceStep) -> list[dict[str, Any]]:
         parser = self._parsers[index]
+        if parser is None:
+            parser = self._parsers[index] = self._new_parser()
         deltas = parser.feed(step.pieces)
         if step.finish_reason is not None:
             deltas += parser.finish()
