@@ -119,7 +119,8 @@ class Router(Backend):
         return list(self._replicas)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[GenerateChunk]:
-        await self._start()
+        if not self._up:  # (every request after the first start: no coroutine to await)
+            await self._start()
         loop = asyncio.get_running_loop()
         timeout = self.policy.request_timeout_s
         deadline = None if timeout is None else loop.time() + timeout
@@ -190,7 +191,11 @@ class Router(Backend):
         )
 
     def _choose(self, hashes: list[int], tried: list[Replica]) -> Replica | None:
-        pool = [r for r in self._replicas if r not in tried and r.eligible()]
+        replicas = self._replicas
+        if len(replicas) == 1:  # (a model of one replica: its pool without a comprehension; only read below)
+            pool = replicas if replicas[0] not in tried and replicas[0].eligible() else []
+        else:
+            pool = [r for r in replicas if r not in tried and r.eligible()]
         if not pool:
             return None
         if len(pool) == 1 and not hashes:  # one replica, a prompt too short for affinity: what the rest would pick

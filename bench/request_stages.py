@@ -106,7 +106,9 @@ def token_stages(model: ServedModel, parsed: ChatCompletionRequest, plan: ChatPl
     detokenizer = Detokenizer(model.tokenizer, model.added_ids)
     for token in ids:  # every id of the cycle learned (once per process), as in a gateway that has served a while
         detokenizer.feed([token])
-    renderer = ChatRenderer([model.family.parser(parsed.chat, plan.prompt)], None, len(plan.ids), model.count_tokens)
+    renderer = ChatRenderer(
+        1, lambda: model.family.parser(parsed.chat, plan.prompt), None, len(plan.ids), model.count_tokens
+    )
     envelope = {"id": "chatcmpl-0", "object": "chat.completion.chunk", "created": 0, "model": model.id}
     door = _ChunkDoor(renderer, envelope, True, "chat.completion")
     step = ChoiceStep(detokenizer.feed([ids[1]]), [], None, 7, 0, None)

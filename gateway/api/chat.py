@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -101,8 +102,8 @@ async def start_chat(
             defaulted=[plan.sampling] if settings.max_tokens is None else (),
         )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
-    parsers = [model.family.parser(chat, plan.prompt) for _ in range(settings.n)]
-    renderer = ChatRenderer(parsers, texts, len(plan.ids), model.count_tokens)
+    parser = functools.partial(model.family.parser, chat, plan.prompt)
+    renderer = ChatRenderer(settings.n, parser, texts, len(plan.ids), model.count_tokens)
     return events, renderer, plan
 
 
@@ -122,30 +123,38 @@ LiteLLM's Delta, llama_index, strands). A reasoning chunk grows by ~19 bytes (23
 
 class ChatRenderer:
     """Choice steps → chat chunk choices (role, content / reasoning (REASONING_NAMES) / tool_calls deltas, finish);
-    their usage counts each choice's reasoning again with `count_tokens`."""
+    their usage counts each choice's reasoning again with `count_tokens`. Each of the `choices` reads its output with
+    a parser of its own, made by `parser` at the choice's first step: after its backend request went out (a family's
+    parser costs ~30 K instructions to build, which the backend need not wait for)."""
 
     def __init__(
         self,
-        parsers: Sequence[OutputParser],
+        choices: int,
+        parser: Callable[[], OutputParser],
         texts: TokenTexts | None,
         prompt_tokens: int,
         count_tokens: Callable[[str], int],
     ):
-        self._parsers = parsers
+        self._parsers: list[OutputParser | None] = [None] * choices
+        self._new_parser = parser
         self._texts = texts
         self._prompt_tokens = prompt_tokens
         self._count_tokens = count_tokens
-        self._completion_tokens = [0] * len(parsers)
-        self._reasoning: list[list[str]] = [[] for _ in parsers]
-        self._counted: list[tuple[tuple[int, int], int] | None] = [None] * len(parsers)
+        self._completion_tokens = [0] * choices
+        self._reasoning: dict[int, list[str]] = {}
+        """Each choice's reasoning texts, from its first (no list per choice made up front)."""
+        self._counted: list[tuple[tuple[int, int], int] | None] = [None] * choices
         self._cached_tokens = 0
-        self._call_ids: list[dict[int, str]] = [{} for _ in parsers]
+        self._call_ids: dict[tuple[int, int], str] = {}
+        """(choice, tool index) → the call's id."""
 
     def opening(self) -> list[dict[str, Any]]:
         return [_choice(i, {"role": "assistant", "content": ""}) for i in range(len(self._parsers))]
 
     def step(self, index: int, step: ChoiceStep) -> list[dict[str, Any]]:
         parser = self._parsers[index]
+        if parser is None:
+            parser = self._parsers[index] = self._new_parser()
         deltas = parser.feed(step.pieces)
         if step.finish_reason is not None:
             deltas += parser.finish()
@@ -154,7 +163,7 @@ class ChatRenderer:
         out = []
         delta = self._delta(index, deltas)
         if "reasoning_content" in delta:
-            self._reasoning[index].append(delta["reasoning_content"])
+            self._reasoning.setdefault(index, []).append(delta["reasoning_content"])
         logprobs = {"content": chat_logprobs(step.logprobs, self._texts)} if self._texts and step.logprobs else None
         if delta or logprobs:
             out.append(_choice(index, delta, logprobs))
@@ -182,11 +191,10 @@ class ChatRenderer:
             call = calls.get(d.tool_index)
             if call is None:
                 call = calls[d.tool_index] = {"index": d.tool_index}
-                if d.tool_index not in self._call_ids[index]:  # the first delta of a call names it
-                    self._call_ids[index][d.tool_index] = d.tool_id or new_call_id()
-                    call.update(
-                        id=self._call_ids[index][d.tool_index], type="function", function={"name": d.tool_name or ""}
-                    )
+                named = (index, d.tool_index)
+                if named not in self._call_ids:  # the first delta of a call names it
+                    self._call_ids[named] = d.tool_id or new_call_id()
+                    call.update(id=self._call_ids[named], type="function", function={"name": d.tool_name or ""})
                 call.setdefault("function", {})["arguments"] = ""
             call["function"]["arguments"] += d.tool_arguments
         out: dict[str, Any] = {}
@@ -205,7 +213,7 @@ class ChatRenderer:
         return [f.choice(i, self._texts is not None) for i, f in enumerate(folded)]
 
     def usage(self) -> dict[str, Any]:
-        reasoned = any(self._reasoning)
+        reasoned = any(self._reasoning.values())
         reasoning = sum(map(self._reasoning_tokens, range(len(self._parsers)))) if reasoned else None
         return usage(self._prompt_tokens, sum(self._completion_tokens), self._cached_tokens, reasoning)
 
@@ -217,10 +225,11 @@ class ChatRenderer:
     def _reasoning_tokens(self, index: int) -> int:
         """Choice `index`'s reasoning tokens, counted once for its reasoning and tokens so far (usage is read for the
         usage chunk, the folded answer and the access line)."""
-        key = (len(self._reasoning[index]), self._completion_tokens[index])
+        texts = self._reasoning.get(index, ())
+        key = (len(texts), self._completion_tokens[index])
         counted = self._counted[index]
         if counted is None or counted[0] != key:
-            reasoning = "".join(self._reasoning[index])
+            reasoning = "".join(texts)
             counted = self._counted[index] = (key, reasoning_tokens(key[1], reasoning, self._count_tokens))
         return counted[1]
 

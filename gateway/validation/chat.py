@@ -249,20 +249,20 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     tool_choice, tools = parse_tool_choice(fields, tools)
     template_kwargs = _template_kwargs(fields)
     (add_generation_prompt, generation_param), (continue_final, continue_param) = _render_flags(fields, template_kwargs)
-    chat = ChatRequest(
-        messages=parse_messages(fields),
-        tools=tools,
-        tool_choice=tool_choice,
-        parallel_tool_calls=fields.boolean("parallel_tool_calls"),
-        response_format=parse_response_format(fields),
-        template_kwargs=template_kwargs,
-        reasoning_effort=fields.string("reasoning_effort"),
-        add_generation_prompt=add_generation_prompt,
-        continue_final_message=continue_final,
-        add_special_tokens=fields.boolean("add_special_tokens"),
+    chat = ChatRequest(  # positional, in the dataclass's field order: keywords cost ~4.5 K instructions more
+        parse_messages(fields),  # messages
+        tools,
+        tool_choice,
+        fields.boolean("parallel_tool_calls"),
+        parse_response_format(fields),  # response_format
+        template_kwargs,
+        fields.string("reasoning_effort"),
+        add_generation_prompt,
+        continue_final,  # continue_final_message
+        fields.boolean("add_special_tokens"),
     )
     _check_continuation(chat, generation_param, continue_param)
-    return ChatCompletionRequest(model=model, chat=chat, settings=settings)
+    return ChatCompletionRequest(model, chat, settings)
 
 
 def _check_tools_given(fields: Fields, tools: list[dict[str, Any]]) -> None:

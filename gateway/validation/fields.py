@@ -77,26 +77,32 @@ class Fields:
         value = self.value
         if value.keys().isdisjoint(keys):  # (most bodies give none of them: one pass in C)
             return []
-        return [key for key in keys if value.get(key) is not None]
+        # the keys present picked out in C (`filter`), their values looked at in Python: a step per key given
+        return [key for key in filter(value.__contains__, keys) if value[key] is not None]
 
     def has(self, key: str) -> bool:
         self.decl.field(key)
         return self.value.get(key) is not None
 
+    def _field(self, key: str) -> Field:
+        """The key's declaration."""
+        return self._declared.get(key) or self.decl.field(key)  # a Variants' key, or the error of an undeclared one
+
     def _given(self, key: str, required: bool | None = None) -> tuple[Field, Any]:
         """The key's declaration and value; a missing required value is a 400."""
-        f = self._declared.get(key) or self.decl.field(key)  # a Variants' key, or the error of an undeclared one
+        f = self._field(key)
         v = self.value.get(key)
         if v is None and (f.required if required is None else required):
             raise invalid(f"'{self.param(key)}' is required", self.param(key), "missing_required_parameter")
         return f, v
 
     def string(self, key: str, *, required: bool | None = None) -> str | None:
-        if self.value.get(key) is None and required is None and key in self._defaults:
-            return self._defaults[key]
-        f, v = self._given(key, required)
+        v = self.value.get(key)
         if v is None:
-            return f.default
+            if required is None and key in self._defaults:
+                return self._defaults[key]
+            return self._given(key, required)[0].default
+        f = self._field(key)
         if not isinstance(v, str):
             raise invalid(f"'{self.param(key)}' must be a string", self.param(key))
         if f.choices and v not in f.choices:
@@ -108,28 +114,26 @@ class Fields:
         return v
 
     def boolean(self, key: str) -> bool:
-        if self.value.get(key) is None and key in self._defaults:
-            return self._defaults[key]
-        f, v = self._given(key)
+        v = self.value.get(key)
         if v is None:
-            return f.default
+            return self._defaults[key] if key in self._defaults else self._given(key)[0].default
+        self._field(key)
         if not isinstance(v, bool):
             raise invalid(f"'{self.param(key)}' must be a boolean", self.param(key))
         return v
 
     def integer(self, key: str) -> int | None:
         """An integer (an integral float such as 1.0 is taken, as JSON Schema and pydantic take it) within bounds."""
-        if self.value.get(key) is None and key in self._defaults:
-            return self._defaults[key]
-        f, v = self._given(key)
+        v = self.value.get(key)
         if v is None:
-            return f.default
-        number = as_integer(v)
+            return self._defaults[key] if key in self._defaults else self._given(key)[0].default
+        f = self._field(key)
+        number = v if type(v) is int else as_integer(v)  # (an int as it is: most integers sent)
         if number is None:
             # a whole number too long for 64 bits arrives as a float: the bounds say what was wrong with it
             bounds = f" between {f.lo} and {f.hi}" if f.lo is not None and is_number(v) else ""
             raise invalid(f"'{self.param(key)}' must be an integer{bounds}", self.param(key))
-        return self._bounded(key, f, number)
+        return number if f.lo <= number <= f.hi else self._bounded(key, f, number)
 
     def integer_text(self, key: str) -> int | None:
         """An integer written in decimal digits (a query parameter)."""
@@ -141,14 +145,13 @@ class Fields:
         return self._bounded(key, f, int(v))
 
     def number(self, key: str) -> float:
-        if self.value.get(key) is None and key in self._defaults:
-            return self._defaults[key]
-        f, v = self._given(key)
+        v = self.value.get(key)
         if v is None:
-            return f.default
+            return self._defaults[key] if key in self._defaults else self._given(key)[0].default
+        f = self._field(key)
         if not is_number(v):
             raise invalid(f"'{self.param(key)}' must be a number", self.param(key))
-        return float(self._bounded(key, f, v))
+        return float(v if f.lo <= v <= f.hi else self._bounded(key, f, v))
 
     def _bounded(self, key: str, f: Field, v: float) -> float:
         if not f.lo <= v <= f.hi:
@@ -344,14 +347,10 @@ def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> Gener
     if max_tokens is not None and min_tokens > max_tokens:
         raise invalid(f"'min_tokens' must be at most the max tokens ({max_tokens}), got {min_tokens}", "min_tokens")
     settings = GenerationSettings(
-        max_tokens=max_tokens,
-        top_p=top_p,
-        top_k=top_k,
-        stream=stream,
-        include_usage=include_usage,
-        continuous_usage=continuous_usage,
-        min_tokens=min_tokens,
-    )
+        max_tokens
+    )  # the rest set after: a dataclass's keywords cost ~0.5 K instructions each
+    settings.top_p, settings.top_k, settings.min_tokens = top_p, top_k, min_tokens
+    settings.stream, settings.include_usage, settings.continuous_usage = stream, include_usage, continuous_usage
     for key in fields.given(_PLAIN_SETTINGS):
         setattr(settings, key, _PLAIN_SETTINGS[key](fields, key))
     return settings

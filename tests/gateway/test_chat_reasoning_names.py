@@ -10,7 +10,7 @@ def test_reasoning_goes_out_under_both_names_in_each_delta_and_in_the_folded_mes
     """vllm#27752 named it `reasoning` (vllm#33402 removed `reasoning_content`); clients written for DeepSeek's API
     and older vLLM read `reasoning_content` alone (Dify, the AI SDK's multi-turn threading)."""
     chat = ChatRequest(messages=[{"role": "user", "content": "hi"}])
-    renderer = ChatRenderer([tokenize_only.family.parser(chat, "")], None, 3, tokenize_only.count_tokens)
+    renderer = ChatRenderer(1, lambda: tokenize_only.family.parser(chat, ""), None, 3, tokenize_only.count_tokens)
     said = ["<think>", "plan", " more", "</think>", "done"]
     chunks = [
         c for i, text in enumerate(said) for c in renderer.step(0, ChoiceStep([Piece(text)], completion_tokens=i + 1))
