@@ -39,6 +39,7 @@ from gateway.grammars.all_of import SIBLING_ASSERTIONS, folded_branch, unfolded_
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
+from gateway.grammars.required import declared_required, undeclared
 from gateway.grammars.safe_json import (
     SUBSCHEMA_KEYS,
     SUBSCHEMA_MAPS,
@@ -334,6 +335,8 @@ class ArgumentFormats:
         return _seq(_const("["), _const("]")) if items is None else _seq(_const("["), items, _const("]"))
 
     def _object(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
+        if undeclared(schema):  # its required names written too, as the JSON grammars declare them (required.py)
+            schema = declared_required(schema, where, self._strict)
         properties = schema.get("properties")
         if not isinstance(properties, dict) or not properties:
             other = schema.get("additionalProperties", True)
