@@ -77,18 +77,23 @@ NESTED = {"type": "object", "properties": {"o": {"$ref": "#/$defs/P"}}, "require
           "required": ["x", "y"], "additionalProperties": {"enum": [1, "s"]}}}}  # fmt: skip
 BRANCHES = {"type": "object", "properties": {"k": {"type": "integer"}},
             "anyOf": [{"required": ["k"]}, {"required": ["z"]}]}  # fmt: skip
-CASES = [  # each schema, the names an object drawn writes (in the order the grammar writes them), and the name it
-    # is nested under (its other names then refused there by `additionalProperties: false`)
-    (TOP, ["city", "days"], None),
-    (TYPED_REST, ["city", "days"], None),
-    (NESTED, ["x", "y"], "o"),
-    (BRANCHES, ["k", "z"], None),
+CASES = [  # each schema, the names an object drawn writes (in the order the grammar writes them), the name it is
+    # nested under (its other names then refused there by `additionalProperties: false`), and candidates
+    (TOP, ["city", "days"], None, [{"city": "x", "days": 1}, {"city": "x", "days": {"q": [None]}}, {"city": "x"}]),
+    (TYPED_REST, ["city", "days"], None, [{"city": "x", "days": 3}, {"city": "x", "days": 2}, {"city": "x"}]),
+    (NESTED, ["x", "y"], "o", [{"o": {"x": 1, "y": "s"}}, {"o": {"x": 1, "y": 2}}, {"o": {"x": 1}}]),
+    (BRANCHES, ["k", "z"], None, [{"k": 1}, {"z": 0}, {"k": 1, "z": [0]}, {}, {"k": "1", "z": 0}]),
 ]
 
 
-@pytest.mark.parametrize(("schema", "names", "nest"), CASES)
+@pytest.mark.parametrize(("schema", "names", "nest", "candidates"), CASES)
 def test_calls_are_taken_iff_their_arguments_validate(
-    tokenizer: Tokenizer, compiler: xg.GrammarCompiler, schema: dict[str, Any], names: list[str], nest: str | None
+    tokenizer: Tokenizer,
+    compiler: xg.GrammarCompiler,
+    schema: dict[str, Any],
+    names: list[str],
+    nest: str | None,
+    candidates: list[dict[str, Any]],
 ) -> None:
     """Seeded: objects drawn from the names, the schema's literals and bounds (schema_language.sample), at the top
     or under `nest`; written in Gemma's notation, read back by the parser as written."""
@@ -98,13 +103,12 @@ def test_calls_are_taken_iff_their_arguments_validate(
     atoms(schema, [], values)
     rng = random.Random(17)
     verdicts: dict[str, tuple[bool, bool]] = {}
-    for _ in range(300):
-        drawn = {n: sample(rng, names, values, 1) for n in names if rng.random() < 0.5}
-        arguments = {nest: drawn} if nest and rng.random() < 0.75 else drawn
+    drawn = [{n: sample(rng, names, values, 1) for n in names if rng.random() < 0.5} for _ in range(300)]
+    for arguments in candidates + [{nest: d} if nest and rng.random() < 0.75 else d for d in drawn]:
         taken, read = calls.read(arguments)
         assert read == arguments  # the parser reads the notation as written
         verdicts[json.dumps(read)] = (taken, validator.is_valid(read))
-    assert {valid for _, valid in verdicts.values()} == {True, False}  # the draws hold both
+    assert {valid for _, valid in verdicts.values()} == {True, False}  # the candidates hold both
     wrong = [text for text, (taken, valid) in verdicts.items() if taken != valid]
     assert not wrong, wrong  # fails before: an object without the unlisted name taken, one with it refused
 
