@@ -15,7 +15,10 @@ or enum string holds a special token's whole spelling
 or `:`). Properties are written in the schema's declared order with `,` and no space;
 every required one must come, optional ones may: after each member that may come first, the rest is a chain of
 tails, one rule each (`_members`: linear in the members, where one alternative per first member with a copy of
-the members after it spelled n optional ones out n²/2 times).
+the members after it spelled n optional ones out n²/2 times). A required name that `properties` does not list is
+written after them with the schema `additionalProperties` gives it (absent: any value), declared as the JSON
+grammars declare it (`gateway.grammars.required`, after the union fold and a `$ref`'s merge); where it cannot be
+(`additionalProperties: false`…), a SchemaGrammarError naming the `required` under strict, else the object as before.
 
 Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
 `maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `format` (its raw pattern, `string_formats.raw_string_pattern`) or `pattern` as a `regex`
