@@ -35,9 +35,10 @@ def compiler(tokenizer: Tokenizer) -> xg.GrammarCompiler:
     return xg.GrammarCompiler(xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[STOP]))
 
 
-def _request(parameters: dict[str, Any], strict: bool = False) -> ChatRequest:
-    tool = {"type": "function", "function": {"name": "f", "parameters": parameters, "strict": strict}}
-    return ChatRequest(messages=[], tools=[tool], tool_choice="required")
+def _request(parameters: dict[str, Any], strict: bool | None = None) -> ChatRequest:
+    """One tool `f`, `strict` omitted where None (best effort; `strict: false` takes any arguments)."""
+    function = {"name": "f", "parameters": parameters} | ({} if strict is None else {"strict": strict})
+    return ChatRequest(messages=[], tools=[{"type": "function", "function": function}], tool_choice="required")
 
 
 def notation(value: Any) -> list[str]:
@@ -114,15 +115,17 @@ def test_calls_are_taken_iff_their_arguments_validate(
 
 
 def test_a_value_of_any_schema_is_offered(tokenizer: Tokenizer, compiler: xg.GrammarCompiler) -> None:
-    """`{}` (and a name declared with `additionalProperties` absent) takes any value in the notation, but not none."""
+    """`{}`, `true` and a name declared with `additionalProperties` absent take any value in the notation, but not
+    none (`true` took no schema: any arguments)."""
     for schema in (
         {"type": "object", "properties": {"v": {}}, "required": ["v"]},
         {"type": "object", "required": ["v"]},
+        {"type": "object", "properties": {"v": True}, "required": ["v"]},
     ):
         calls = Calls(tokenizer, compiler, schema)
         for value in (1, -2.5, "s", "", None, True, [1, "a"], {"k": [None]}, {}):
             assert calls.read({"v": value}) == (True, {"v": value}), (schema, value)
-        assert calls.read({}) == (False, {})  # fails before on the second: `{}` taken, `v` never required
+        assert calls.read({}) == (False, {})  # fails before on the last two: `{}` taken, `v` never required
 
 
 NOTHING = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"],

@@ -147,6 +147,8 @@ class ArgumentFormats:
             self._dropped(where, keyword)
 
     def _value(self, schema: Any, depth: int, where: str) -> Format | None:
+        if schema is True:  # the schema any value matches, as `{}`
+            schema = {}
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
             return None
         self._formats += 1
