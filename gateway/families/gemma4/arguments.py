@@ -15,7 +15,10 @@ or enum string holds a special token's whole spelling
 or `:`). Properties are written in the schema's declared order with `,` and no space;
 every required one must come, optional ones may: after each member that may come first, the rest is a chain of
 tails, one rule each (`_members`: linear in the members, where one alternative per first member with a copy of
-the members after it spelled n optional ones out n²/2 times).
+the members after it spelled n optional ones out n²/2 times). A required name that `properties` does not list is
+written after them with the schema `additionalProperties` gives it (absent: any value), declared as the JSON
+grammars declare it (`gateway.grammars.required`, after the union fold and a `$ref`'s merge); where it cannot be
+(`additionalProperties: false`…), a SchemaGrammarError naming the `required` under strict, else the object as before.
 
 Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
 `maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `format` (its raw pattern, `string_formats.raw_string_pattern`) or `pattern` as a `regex`
@@ -39,6 +42,7 @@ from gateway.grammars.all_of import SIBLING_ASSERTIONS, folded_branch, unfolded_
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
+from gateway.grammars.required import declared_required, undeclared
 from gateway.grammars.safe_json import (
     SUBSCHEMA_KEYS,
     SUBSCHEMA_MAPS,
@@ -143,6 +147,8 @@ class ArgumentFormats:
             self._dropped(where, keyword)
 
     def _value(self, schema: Any, depth: int, where: str) -> Format | None:
+        if schema is True:  # the schema any value matches, as `{}`
+            schema = {}
         if not isinstance(schema, dict) or depth > MAX_DEPTH:
             return None
         self._formats += 1
@@ -334,6 +340,8 @@ class ArgumentFormats:
         return _seq(_const("["), _const("]")) if items is None else _seq(_const("["), items, _const("]"))
 
     def _object(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
+        if undeclared(schema):  # its required names written too, as the JSON grammars declare them (required.py)
+            schema = declared_required(schema, where, self._strict)
         properties = schema.get("properties")
         if not isinstance(properties, dict) or not properties:
             other = schema.get("additionalProperties", True)
