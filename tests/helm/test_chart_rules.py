@@ -33,6 +33,7 @@ from tests.helm.chart import (
     pod_templates,
     quantity_bytes,
     render,
+    render_again,
     render_text,
     selects,
 )
@@ -506,10 +507,25 @@ def test_an_extra_values_document_leaves_no_file_behind():
 
 
 def test_redis_url_changes_roll_the_pods():
-    base = _pod_template(render("redis-external.yaml"))["metadata"]["annotations"]
-    moved = _pod_template(render("redis-external.yaml", "redis.url=redis://redis-2.data:6379/0"))["metadata"]
+    key = "secretChecksumKey=a-key-kept-with-the-secret-values"
+    base = _pod_template(render("redis-external.yaml", key))["metadata"]["annotations"]
+    again = _pod_template(render_again("redis-external.yaml", key))["metadata"]["annotations"]
+    moved = _pod_template(render("redis-external.yaml", key, "redis.url=redis://redis-2.data:6379/0"))["metadata"]
+    assert again == base, "an unchanged Secret must not roll the pods"
     assert moved["annotations"]["checksum/redis-url"] != base["checksum/redis-url"]
     assert moved["annotations"]["checksum/config"] == base["checksum/config"]
+
+
+@pytest.mark.parametrize("key", ["", "a-key-kept-with-the-secret-values"])
+def test_a_checksum_does_not_confirm_a_guess_of_the_secret(key: str):
+    """Whoever reads pod specs knows the chart and may guess the values: rendering them with the right password must
+    not give the same annotation (a plain sha256 of the Secret would, so a weak password falls to a dictionary)."""
+    sets = ("redis.url=redis://:hunter2@redis-master.data:6379/2", "gateway.configAsSecret=true")
+    seen = _pod_template(render("redis-external.yaml", *sets, f"secretChecksumKey={key}"))["metadata"]["annotations"]
+    guess = render_again("redis-external.yaml", *sets)  # the right values, not the key (given, or drawn in the render)
+    guessed = _pod_template(guess)["metadata"]["annotations"]
+    for annotation in ("checksum/redis-url", "checksum/config"):
+        assert seen[annotation] != guessed[annotation], annotation
 
 
 @pytest.mark.parametrize("values", [v for v in VALID if _enabled(v, "policies")])

@@ -212,8 +212,44 @@ one; drawn once per render (every template that includes it gets the same). */}}
 generated anew on the next upgrade: Redis and the gateway take the new one together). */}}
 {{- define "llm-gateway.redisAuthChecksum" -}}
 {{- if and .Values.redis.enabled (not .Values.redis.auth.existingSecret) }}
-checksum/redis-auth: {{ include "llm-gateway.redisGeneratedPassword" . | sha256sum }}
+checksum/redis-auth: {{ include "llm-gateway.secretChecksum" (dict "ctx" . "content" (include "llm-gateway.redisGeneratedPassword" .)) }}
 {{- end }}
+{{- end }}
+
+{{/* "true" when a pod annotation hashes what a Secret of the chart holds: the Redis URL, the generated Redis
+password, the configuration with gateway.configAsSecret. */}}
+{{- define "llm-gateway.hasSecretChecksums" -}}
+{{- $url := and (include "llm-gateway.redisEnabled" .) (not .Values.redis.existingSecret) }}
+{{- $auth := and .Values.redis.enabled (not .Values.redis.auth.existingSecret) }}
+{{- if or $url $auth .Values.gateway.configAsSecret }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding the key of the secret-derived checksums (when secretChecksumKey does not give it). */}}
+{{- define "llm-gateway.checksumKeySecretName" -}}
+{{- printf "%s-checksum-key" (include "llm-gateway.fullname" .) }}
+{{- end }}
+
+{{/* The key of the secret-derived checksums: secretChecksumKey, else the one the chart's Secret already holds (an
+upgrade keeps it, so unchanged Secrets roll no pod), else a new one; drawn once per render. */}}
+{{- define "llm-gateway.checksumKey" -}}
+{{- if not (hasKey .Values "_checksumKey") }}
+{{- $key := .Values.secretChecksumKey | default "" | toString }}
+{{- if not $key }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "llm-gateway.checksumKeySecretName" .) }}
+{{- $kept := (($old | default dict).data | default dict).key }}
+{{- $key = ternary (b64dec (toString $kept)) (randAlphaNum 43) (not (empty $kept)) }}
+{{- end }}
+{{- $_ := set .Values "_checksumKey" $key }}
+{{- end }}
+{{- .Values._checksumKey }}
+{{- end }}
+
+{{/* A pod annotation's checksum of what a Secret holds, keyed (sha256(key + sha256(key + content))) with a key only
+Secrets hold: a plain sha256 would let whoever reads pod specs test guesses of a weak password offline. Call with
+(dict "ctx" $ "content" text). */}}
+{{- define "llm-gateway.secretChecksum" -}}
+{{- $key := include "llm-gateway.checksumKey" .ctx }}
+{{- print $key (print $key .content | sha256sum) | sha256sum }}
 {{- end }}
 
 {{/* "true" when the default NetworkPolicies leave the bundled workers open: a ServiceMonitor scrapes them and
