@@ -621,6 +621,33 @@ def test_bundled_gpu_worker():
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
 
 
+def _worker_tmp(docs: list[dict]) -> dict[str, dict]:
+    """Each bundled worker's /tmp emptyDir, by Deployment name."""
+    return {
+        workload["metadata"]["name"]: next(v["emptyDir"] for v in pods["spec"]["volumes"] if v["name"] == "tmp")
+        for workload, pods in pod_templates(docs)
+        if workload["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    }
+
+
+def test_a_workers_tmp_is_sized_for_the_float32_copy_of_its_weights():
+    """/tmp holds the conversion cache, where a GGUF's weights are written as float32 (4 bytes a parameter): sized
+    from the parameter count, else the memory limit (the worker holds that copy in memory), plus 2Gi; or as given."""
+    gib = 2**30
+    sized = _worker_tmp(render("scheduling-and-secrets.yaml"))
+    by_count = quantity_bytes(sized["gw-llm-gateway-mistral-7b-instruct-v0"]["sizeLimit"])
+    assert 4 * 7.25e9 + 2 * gib <= by_count < 4 * 7.25e9 + 2 * gib + 2**20
+    assert sized["gw-llm-gateway-mistral-b"] == {"medium": "Memory", "sizeLimit": "30Gi"}
+    by_memory = _worker_tmp(render("gpu-worker.yaml"))["gw-llm-gateway-llama-3-2-1b-instruct"]
+    assert by_memory == {"sizeLimit": f"{50 * 1024}Mi"}  # its memory limit, 48Gi, and 2Gi
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_no_workers_tmp_is_unbounded(values: str):
+    for name, tmp in _worker_tmp(render(values)).items():
+        assert quantity_bytes(tmp["sizeLimit"]) >= 2**30, f"{name}: an unbounded /tmp can fill the node's disk"
+
+
 def test_a_node_drain_never_evicts_every_replica_of_a_bundled_worker():
     name = "gw-llm-gateway-llama-3-2-1b-instruct"  # two replicas
     assert one(render("gpu-worker.yaml"), "PodDisruptionBudget", name)["spec"]["maxUnavailable"] == 1

@@ -81,6 +81,32 @@ ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart b
 {{- toYaml (mergeOverwrite (deepCopy .ctx.Values.worker) (deepCopy (.model.worker | default dict))) }}
 {{- end }}
 
+{{/* The sizeLimit of a worker's /tmp (worker.tmp): its own, else 4 bytes per parameter (the float32 copy of a GGUF
+checkpoint the conversion cache writes there) plus 2Gi, else the pod's memory limit plus 2Gi (the worker holds that
+copy in memory while it writes it). Call with (dict "model" $model "worker" $w). */}}
+{{- define "llm-gateway.workerTmpSize" -}}
+{{- $tmp := .worker.tmp | default dict }}
+{{- $headroom := 2147483648.0 }}
+{{- if not (kindIs "invalid" $tmp.sizeLimit) }}
+{{- $tmp.sizeLimit }}
+{{- else }}
+{{- $bytes := 0.0 }}
+{{- if not (kindIs "invalid" $tmp.parameters) }}
+{{- $count := toString $tmp.parameters }}
+{{- $digits := regexFind "^[0-9.eE+]+" $count }}
+{{- $unit := trimPrefix $digits $count }}
+{{- $scale := dict "" 1 "K" 1e3 "M" 1e6 "B" 1e9 "T" 1e12 }}
+{{- if or (not $digits) (not (hasKey $scale $unit)) }}{{ fail (printf "models: %s: worker.tmp.parameters %v: a count such as 8B, 135M or 7.2e9" .model.id $tmp.parameters) }}{{ end }}
+{{- $bytes = addf (mulf 4 (float64 $digits) (get $scale $unit)) $headroom }}
+{{- else if include "llm-gateway.quantityBytes" (((.worker.resources | default dict).limits | default dict).memory | default "") }}
+{{- $bytes = addf (include "llm-gateway.quantityBytes" .worker.resources.limits.memory) $headroom }}
+{{- else }}
+{{- fail (printf "models: %s: worker.tmp: set sizeLimit, or parameters (the model's parameter count: its float32 copy takes 4 bytes each on the node's disk), or a memory limit to derive the /tmp size from" .model.id) }}
+{{- end }}
+{{- printf "%dMi" (divf $bytes 1048576 | ceil | int64) }}
+{{- end }}
+{{- end }}
+
 {{/* The xgrammar the worker image has (pyproject.toml pins it; a test keeps the two equal). */}}
 {{- define "llm-gateway.workerXgrammar" -}}0.2.9{{- end }}
 
