@@ -1,5 +1,6 @@
 {{/* Names, labels and the pieces several templates share. */}}
 
+
 {{- define "llm-gateway.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
