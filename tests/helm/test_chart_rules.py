@@ -516,6 +516,13 @@ def test_redis_url_changes_roll_the_pods():
     assert moved["annotations"]["checksum/config"] == base["checksum/config"]
 
 
+def test_the_checksum_key_secret_exists_exactly_when_a_drawn_key_is_used():
+    key_secret = f"{RELEASE}-llm-gateway-checksum-key"
+    assert find(render("redis-inchart.yaml"), "Secret", key_secret), "the drawn key must be kept for the next upgrade"
+    assert not find(render("redis-inchart.yaml", "secretChecksumKey=given"), "Secret", key_secret)
+    assert not find(render("cpu-demo.yaml"), "Secret", key_secret), "no Secret hashed, no key"
+
+
 @pytest.mark.parametrize("key", ["", "a-key-kept-with-the-secret-values"])
 def test_a_checksum_does_not_confirm_a_guess_of_the_secret(key: str):
     """Whoever reads pod specs knows the chart and may guess the values: rendering them with the right password must
