@@ -57,10 +57,19 @@ def render_text(values: str | None = None, *sets: str, release: str = RELEASE, e
         return helm(*args, "-f", document.name).stdout
 
 
+def documents(text: str) -> list[dict]:
+    """The manifests of a rendered text as dicts."""
+    return [doc for doc in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if doc]
+
+
 def render(values: str | None = None, *sets: str, release: str = RELEASE, extra: str = "") -> list[dict]:
     """The rendered manifests as dicts (a fresh copy each call)."""
-    text = render_text(values, *sets, release=release, extra=extra)
-    return [doc for doc in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if doc]
+    return documents(render_text(values, *sets, release=release, extra=extra))
+
+
+def render_again(values: str | None = None, *sets: str, release: str = RELEASE, extra: str = "") -> list[dict]:
+    """A second, uncached rendering (what drawn values, e.g. generated keys, give another time)."""
+    return documents(render_text.__wrapped__(values, *sets, release=release, extra=extra))
 
 
 def find(docs: list[dict], kind: str, name: str | None = None) -> list[dict]:

@@ -31,6 +31,7 @@ from tests.helm.fake_apiserver import fake_apiserver
 from tests.redis_server import _free_port
 
 AUTH_SECRET = f"{RELEASE}-llm-gateway-redis-auth"
+CHECKSUM_KEY_SECRET = f"{RELEASE}-llm-gateway-checksum-key"
 
 
 def _redis(docs: list[dict]) -> tuple[dict, dict]:
@@ -65,28 +66,40 @@ def _password(docs: list[dict]) -> str:
 def test_an_upgrade_keeps_the_password_the_cluster_holds(tmp_path):
     """`helm upgrade` reads the Secret back (`lookup`, here from an API server that holds it): the same password,
     the same checksums, so neither Redis nor the gateway pods roll; a first install draws a new one."""
-    kept = "the-password-an-earlier-install-drew"
-    secret = {
+    kept, key = "the-password-an-earlier-install-drew", "the-checksum-key-an-earlier-install-drew"
+    secrets = [_kept_secret(AUTH_SECRET, "password", kept), _kept_secret(CHECKSUM_KEY_SECRET, "key", key)]
+    server_side = ("--dry-run=server", "--disable-openapi-validation", "-n", NAMESPACE, "--set", "redis.enabled=true")
+    with fake_apiserver(secrets, tmp_path) as kubeconfig:
+        done = helm("template", RELEASE, str(CHART), *server_side, "--kubeconfig", str(kubeconfig))
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert _password(docs) == kept
+    assert base64.b64decode(one(docs, "Secret", CHECKSUM_KEY_SECRET)["data"]["key"]).decode() == key
+    template, _ = _redis(docs)
+    gateway = gateway_deployment(docs)["spec"]["template"]
+    for pods in (template, gateway):
+        assert pods["metadata"]["annotations"]["checksum/redis-auth"] == _keyed_sha256(key, kept)
+    assert _password(render(None, "redis.enabled=true")) != kept
+
+
+def _kept_secret(name: str, field: str, value: str) -> dict:
+    """A Secret as an earlier release left it (helm checks it owns what exists)."""
+    return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {  # as the earlier release left it (helm checks it owns what exists)
-            "name": AUTH_SECRET,
+        "metadata": {
+            "name": name,
             "namespace": NAMESPACE,
             "labels": {"app.kubernetes.io/managed-by": "Helm"},
             "annotations": {"meta.helm.sh/release-name": RELEASE, "meta.helm.sh/release-namespace": NAMESPACE},
         },
-        "data": {"password": base64.b64encode(kept.encode()).decode()},
+        "data": {field: base64.b64encode(value.encode()).decode()},
     }
-    server_side = ("--dry-run=server", "--disable-openapi-validation", "-n", NAMESPACE, "--set", "redis.enabled=true")
-    with fake_apiserver([secret], tmp_path) as kubeconfig:
-        done = helm("template", RELEASE, str(CHART), *server_side, "--kubeconfig", str(kubeconfig))
-    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
-    assert _password(docs) == kept
-    template, _ = _redis(docs)
-    gateway = gateway_deployment(docs)["spec"]["template"]
-    for pods in (template, gateway):
-        assert pods["metadata"]["annotations"]["checksum/redis-auth"] == hashlib.sha256(kept.encode()).hexdigest()
-    assert _password(render(None, "redis.enabled=true")) != kept
+
+
+def _keyed_sha256(key: str, content: str) -> str:
+    """The chart's checksum of what a Secret holds: sha256(key + sha256(key + content)), hex."""
+    inner = hashlib.sha256((key + content).encode()).hexdigest()
+    return hashlib.sha256((key + inner).encode()).hexdigest()
 
 
 def test_a_password_secret_of_ones_own_serves_the_in_chart_and_an_external_redis():

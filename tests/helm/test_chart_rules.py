@@ -33,6 +33,7 @@ from tests.helm.chart import (
     pod_templates,
     quantity_bytes,
     render,
+    render_again,
     render_text,
     selects,
 )
@@ -506,10 +507,32 @@ def test_an_extra_values_document_leaves_no_file_behind():
 
 
 def test_redis_url_changes_roll_the_pods():
-    base = _pod_template(render("redis-external.yaml"))["metadata"]["annotations"]
-    moved = _pod_template(render("redis-external.yaml", "redis.url=redis://redis-2.data:6379/0"))["metadata"]
+    key = "secretChecksumKey=a-key-kept-with-the-secret-values"
+    base = _pod_template(render("redis-external.yaml", key))["metadata"]["annotations"]
+    again = _pod_template(render_again("redis-external.yaml", key))["metadata"]["annotations"]
+    moved = _pod_template(render("redis-external.yaml", key, "redis.url=redis://redis-2.data:6379/0"))["metadata"]
+    assert again == base, "an unchanged Secret must not roll the pods"
     assert moved["annotations"]["checksum/redis-url"] != base["checksum/redis-url"]
     assert moved["annotations"]["checksum/config"] == base["checksum/config"]
+
+
+def test_the_checksum_key_secret_exists_exactly_when_a_drawn_key_is_used():
+    key_secret = f"{RELEASE}-llm-gateway-checksum-key"
+    assert find(render("redis-inchart.yaml"), "Secret", key_secret), "the drawn key must be kept for the next upgrade"
+    assert not find(render("redis-inchart.yaml", "secretChecksumKey=given"), "Secret", key_secret)
+    assert not find(render("cpu-demo.yaml"), "Secret", key_secret), "no Secret hashed, no key"
+
+
+@pytest.mark.parametrize("key", ["", "a-key-kept-with-the-secret-values"])
+def test_a_checksum_does_not_confirm_a_guess_of_the_secret(key: str):
+    """Whoever reads pod specs knows the chart and may guess the values: rendering them with the right password must
+    not give the same annotation (a plain sha256 of the Secret would, so a weak password falls to a dictionary)."""
+    sets = ("redis.url=redis://:hunter2@redis-master.data:6379/2", "gateway.configAsSecret=true")
+    seen = _pod_template(render("redis-external.yaml", *sets, f"secretChecksumKey={key}"))["metadata"]["annotations"]
+    guess = render_again("redis-external.yaml", *sets)  # the right values, not the key (given, or drawn in the render)
+    guessed = _pod_template(guess)["metadata"]["annotations"]
+    for annotation in ("checksum/redis-url", "checksum/config"):
+        assert seen[annotation] != guessed[annotation], annotation
 
 
 @pytest.mark.parametrize("values", [v for v in VALID if _enabled(v, "policies")])
@@ -603,6 +626,33 @@ def test_bundled_gpu_worker():
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "models-ro", "readOnly": True}
     assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
+
+
+def _worker_tmp(docs: list[dict]) -> dict[str, dict]:
+    """Each bundled worker's /tmp emptyDir, by Deployment name."""
+    return {
+        workload["metadata"]["name"]: next(v["emptyDir"] for v in pods["spec"]["volumes"] if v["name"] == "tmp")
+        for workload, pods in pod_templates(docs)
+        if workload["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    }
+
+
+def test_a_workers_tmp_is_sized_for_the_float32_copy_of_its_weights():
+    """/tmp holds the conversion cache, where a GGUF's weights are written as float32 (4 bytes a parameter): sized
+    from the parameter count, else the memory limit (the worker holds that copy in memory), plus 2Gi; or as given."""
+    gib = 2**30
+    sized = _worker_tmp(render("scheduling-and-secrets.yaml"))
+    by_count = quantity_bytes(sized["gw-llm-gateway-mistral-7b-instruct-v0"]["sizeLimit"])
+    assert 4 * 7.25e9 + 2 * gib <= by_count < 4 * 7.25e9 + 2 * gib + 2**20
+    assert sized["gw-llm-gateway-mistral-b"] == {"medium": "Memory", "sizeLimit": "30Gi"}
+    by_memory = _worker_tmp(render("gpu-worker.yaml"))["gw-llm-gateway-llama-3-2-1b-instruct"]
+    assert by_memory == {"sizeLimit": f"{50 * 1024}Mi"}  # its memory limit, 48Gi, and 2Gi
+
+
+@pytest.mark.parametrize("values", VALID)
+def test_no_workers_tmp_is_unbounded(values: str):
+    for name, tmp in _worker_tmp(render(values)).items():
+        assert quantity_bytes(tmp["sizeLimit"]) >= 2**30, f"{name}: an unbounded /tmp can fill the node's disk"
 
 
 def test_a_node_drain_never_evicts_every_replica_of_a_bundled_worker():

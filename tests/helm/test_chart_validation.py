@@ -164,3 +164,25 @@ def test_the_guide_examples_render(tmp_path: Path):
         path = tmp_path / f"example-{i}.yaml"
         path.write_text(example)
         helm("template", "r", str(CHART), "-f", str(path))
+
+
+def test_the_defaults_name_the_chart_version_they_come_with():
+    """values.yaml's defaultsOfChart is how a render tells its own defaults from a previous chart's: bump it with
+    Chart.yaml's version."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["defaultsOfChart"] == CHART_META["version"]
+
+
+@pytest.mark.parametrize(
+    ("earlier", "named"),
+    [("defaultsOfChart=null", "an earlier chart"), ("defaultsOfChart=0.0.9", "chart 0.0.9")],
+)
+def test_an_upgrade_with_the_previous_charts_defaults_is_refused_with_the_way_out(earlier: str, named: str):
+    """`helm upgrade --reuse-values` renders with the previous chart's defaults in place of values.yaml: an old drain
+    timeout (30 s) kept, settings added since absent (here as --set null makes them). The render must say so and how
+    to upgrade, before any template trips over a missing setting, rather than roll pods with stale defaults."""
+    previous = (earlier, "gateway.drain.timeoutSeconds=30", "redis.enabled=true", "redis.auth=null", "worker.tmp=null")
+    args = ["template", "r", str(CHART), "-f", str(VALUES / "gpu-worker.yaml")]
+    done = helm(*args, *[a for pair in previous for a in ("--set", pair)], check=False)
+    assert done.returncode != 0
+    assert f"these values carry the defaults of {named}" in done.stderr, done.stderr
+    assert "--reset-then-reuse-values" in done.stderr

@@ -1,5 +1,6 @@
 {{/* Names, labels and the pieces several templates share. */}}
 
+
 {{- define "llm-gateway.name" -}}
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -79,6 +80,32 @@ ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart b
 {{/* The settings of a model's worker: the `worker` defaults overridden by the model's own mapping. */}}
 {{- define "llm-gateway.workerSettings" -}}
 {{- toYaml (mergeOverwrite (deepCopy .ctx.Values.worker) (deepCopy (.model.worker | default dict))) }}
+{{- end }}
+
+{{/* The sizeLimit of a worker's /tmp (worker.tmp): its own, else 4 bytes per parameter (the float32 copy of a GGUF
+checkpoint the conversion cache writes there) plus 2Gi, else the pod's memory limit plus 2Gi (the worker holds that
+copy in memory while it writes it). Call with (dict "model" $model "worker" $w). */}}
+{{- define "llm-gateway.workerTmpSize" -}}
+{{- $tmp := .worker.tmp | default dict }}
+{{- $headroom := 2147483648.0 }}
+{{- if not (kindIs "invalid" $tmp.sizeLimit) }}
+{{- $tmp.sizeLimit }}
+{{- else }}
+{{- $bytes := 0.0 }}
+{{- if not (kindIs "invalid" $tmp.parameters) }}
+{{- $count := toString $tmp.parameters }}
+{{- $digits := regexFind "^[0-9.eE+]+" $count }}
+{{- $unit := trimPrefix $digits $count }}
+{{- $scale := dict "" 1 "K" 1e3 "M" 1e6 "B" 1e9 "T" 1e12 }}
+{{- if or (not $digits) (not (hasKey $scale $unit)) }}{{ fail (printf "models: %s: worker.tmp.parameters %v: a count such as 8B, 135M or 7.2e9" .model.id $tmp.parameters) }}{{ end }}
+{{- $bytes = addf (mulf 4 (float64 $digits) (get $scale $unit)) $headroom }}
+{{- else if include "llm-gateway.quantityBytes" (((.worker.resources | default dict).limits | default dict).memory | default "") }}
+{{- $bytes = addf (include "llm-gateway.quantityBytes" .worker.resources.limits.memory) $headroom }}
+{{- else }}
+{{- fail (printf "models: %s: worker.tmp: set sizeLimit, or parameters (the model's parameter count: its float32 copy takes 4 bytes each on the node's disk), or a memory limit to derive the /tmp size from" .model.id) }}
+{{- end }}
+{{- printf "%dMi" (divf $bytes 1048576 | ceil | int64) }}
+{{- end }}
 {{- end }}
 
 {{/* The xgrammar the worker image has (pyproject.toml pins it; a test keeps the two equal). */}}
@@ -212,8 +239,44 @@ one; drawn once per render (every template that includes it gets the same). */}}
 generated anew on the next upgrade: Redis and the gateway take the new one together). */}}
 {{- define "llm-gateway.redisAuthChecksum" -}}
 {{- if and .Values.redis.enabled (not .Values.redis.auth.existingSecret) }}
-checksum/redis-auth: {{ include "llm-gateway.redisGeneratedPassword" . | sha256sum }}
+checksum/redis-auth: {{ include "llm-gateway.secretChecksum" (dict "ctx" . "content" (include "llm-gateway.redisGeneratedPassword" .)) }}
 {{- end }}
+{{- end }}
+
+{{/* "true" when a pod annotation hashes what a Secret of the chart holds: the Redis URL, the generated Redis
+password, the configuration with gateway.configAsSecret. */}}
+{{- define "llm-gateway.hasSecretChecksums" -}}
+{{- $url := and (include "llm-gateway.redisEnabled" .) (not .Values.redis.existingSecret) }}
+{{- $auth := and .Values.redis.enabled (not .Values.redis.auth.existingSecret) }}
+{{- if or $url $auth .Values.gateway.configAsSecret }}true{{ end }}
+{{- end }}
+
+{{/* The Secret holding the key of the secret-derived checksums (when secretChecksumKey does not give it). */}}
+{{- define "llm-gateway.checksumKeySecretName" -}}
+{{- printf "%s-checksum-key" (include "llm-gateway.fullname" .) }}
+{{- end }}
+
+{{/* The key of the secret-derived checksums: secretChecksumKey, else the one the chart's Secret already holds (an
+upgrade keeps it, so unchanged Secrets roll no pod), else a new one; drawn once per render. */}}
+{{- define "llm-gateway.checksumKey" -}}
+{{- if not (hasKey .Values "_checksumKey") }}
+{{- $key := .Values.secretChecksumKey | default "" | toString }}
+{{- if not $key }}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (include "llm-gateway.checksumKeySecretName" .) }}
+{{- $kept := (($old | default dict).data | default dict).key }}
+{{- $key = ternary (b64dec (toString $kept)) (randAlphaNum 43) (not (empty $kept)) }}
+{{- end }}
+{{- $_ := set .Values "_checksumKey" $key }}
+{{- end }}
+{{- .Values._checksumKey }}
+{{- end }}
+
+{{/* A pod annotation's checksum of what a Secret holds, keyed (sha256(key + sha256(key + content))) with a key only
+Secrets hold: a plain sha256 would let whoever reads pod specs test guesses of a weak password offline. Call with
+(dict "ctx" $ "content" text). */}}
+{{- define "llm-gateway.secretChecksum" -}}
+{{- $key := include "llm-gateway.checksumKey" .ctx }}
+{{- print $key (print $key .content | sha256sum) | sha256sum }}
 {{- end }}
 
 {{/* "true" when the default NetworkPolicies leave the bundled workers open: a ServiceMonitor scrapes them and
