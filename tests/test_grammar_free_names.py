@@ -131,15 +131,20 @@ PATTERNS = ["^[a-z]+$", "^x_[0-9]{1,3}$", "^(foo|bar)_\\d*$", "^n$", "^n.*$", "a
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_a_key_pattern_s_rules_take_its_full_matches_but_the_declared_names(pattern: str) -> None:
+@pytest.mark.parametrize("most", [None, 5])
+def test_a_key_pattern_s_rules_take_its_full_matches_but_the_declared_names(pattern: str, most: int | None) -> None:
+    """With `most` (qwen_xml), none longer and none with `>` or a newline (its parser reads neither back)."""
     names = ["n", "name", "na1", "x_1", "x_12", "foo_", "bar_9", "a", "b", "", "ab", "a b"]
-    ours = _taker("root ::= key\n" + (key_pattern_rules(pattern, names, "key") or ""))
+    unreadable = [(0x0A, 0x0A), (0x3E, 0x3E)] if most else []
+    rules = key_pattern_rules(pattern, names, "key", most, unreadable)
+    ours = _taker("root ::= key\n" + (rules or str(xg.Grammar.from_regex(pattern)).replace("root ::=", "key ::=")))
     regex = _taker(str(xg.Grammar.from_regex(pattern)))
     rng = random.Random(pattern)
-    alphabet = sorted(set("".join(names)) | set("abz019_< \n"))
-    words = set(names) | {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(200)}
+    alphabet = sorted(set("".join(names)) | set("abz019_<> \n"))
+    words = set(names) | {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8))) for _ in range(200)}
     for word in sorted(words):
-        assert ours(word) == (regex(word) and word not in names), repr(word)
+        readable = most is None or (len(word) <= most and ">" not in word and "\n" not in word)
+        assert ours(word) == (regex(word) and word not in names and readable), repr(word)
 
 
 def test_a_key_pattern_of_other_syntax_or_that_matches_no_declared_name_keeps_xgrammars() -> None:

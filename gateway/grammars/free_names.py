@@ -16,8 +16,8 @@ Each arguments object has its own names (`distinct_free_names`): the root, each 
 declared only in another branch is free here) and the object a local `$ref` names; its `patternProperties` keys
 lose its declared names too (`key_patterns`). Two free parameters can still share a name (`extra` twice: a grammar
 cannot remember the names written): the parsers stream both keys, which a JSON reader takes as the last value at
-the first key's place, as vLLM's parsers build a dict (last wins). A free name that matches a pattern key is not
-refused either (JSON Schema types it by the pattern's schema; the grammar by `additionalProperties`').
+the first key's place, as vLLM's parsers build a dict (last wins). A free name is none a pattern key of its object
+matches (`unmatched_names`: JSON Schema types that name by the pattern's schema, not `additionalProperties`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@ declared names' prefixes: a key may end where the automaton accepts unless its t
 and once it leaves the trie it is the automaton's own rules. Character classes mean what xgrammar's regexes mean
 (`.` any character, `\\d` `[0-9]`, `\\w` `[a-zA-Z0-9_]`, `\\s` its whitespace list). A pattern of other syntax
 (flags, lookarounds, back-references, anchors inside it), or whose automaton or product passes `_MOST_STATES`,
-has no such rules (None): the caller keeps xgrammar's key.
+has no such rules (None): the caller keeps xgrammar's key. Where the style bounds a name (qwen_xml: 64
+characters, none of `>` or a newline, which its parser cannot read back), the walk counts the characters, and a
+state in a pattern's closing loop (`[a-z]+`) ends in a count of blocks of 8 (`loop_rules`: ~60 ms to compile
+`^[a-z]+$` on Qwen3's vocabulary, 64 chained states ~180 ms).
 """
 
 from __future__ import annotations
@@ -223,7 +226,7 @@ def key_pattern_rules(
     bodies = _walk(parsed, set(declared), rule, most if counted else None, list(unreadable))
     if bodies is None:
         return None
-    refused, alternatives = bodies
+    refused, alternatives, loops = bodies
     chars = parsed.automaton.chars
     narrowed = any(_minus(c, tuple(unreadable)) != c for c in chars) if unreadable else False
     if not (refused or counted or narrowed):
@@ -236,7 +239,25 @@ def key_pattern_rules(
         ]
         if name in live or name == rule:
             lines.append(f"{name} ::= ({' | '.join(kept) or _NOTHING})")
-    return "\n".join(lines)
+    return "\n".join(lines + loop_rules(loops, rule))
+
+
+Loops = dict[tuple[str, int], Chars]
+"""Counted loops a walk ends in: (a tag of the class, characters left) and the class."""
+
+
+def loop_rules(loops: Loops, rule: str) -> list[str]:
+    """`{rule}_loop_T_N`: 0 .. N characters of a class, as up to 7 or a block of 8 and 0 .. N - 8 more (xgrammar's
+    compile cost grows with a count: `free_names` counts its tails so)."""
+    lines, blocks = [], set()
+    needed = {(p, left - 8 * k): chars for (p, left), chars in loops.items() for k in range(left // 8 + 1)}
+    for (p, left), chars in sorted(needed.items()):
+        more = f" | ({rule}_block_{p} {rule}_loop_{p}_{left - 8})" if left >= 8 else ""
+        lines.append(f"{rule}_loop_{p}_{left} ::= (({_text(chars)}{{0, {min(left, 7)}}}){more})")
+        if left >= 8 and p not in blocks:
+            blocks.add(p)
+            lines.append(f"{rule}_block_{p} ::= (({_text(chars)}{{8}}))")
+    return lines
 
 
 def unwritten(pattern: str, most: int | None, unreadable: Chars = ()) -> bool:
@@ -258,10 +279,11 @@ written (0 when not counted)."""
 
 def _walk(
     parsed: Parsed, names: set[str], rule: str, most: int | None, unreadable: Chars
-) -> tuple[bool, dict[str, list[tuple[str, str | None]]]] | None:
+) -> tuple[bool, dict[str, list[tuple[str, str | None]]], Loops] | None:
     """The automaton walked with the trie of `names`' prefixes (and a count of the characters when `most`): each
-    state's alternatives, a class into the next state, or the empty end; and whether a declared name was refused.
-    None past `_MOST_STATES`."""
+    state's alternatives, a class into the next state, or the empty end; whether a declared name was refused; and
+    the counted loops a state off the trie ends in (`_loop_rules`: position, characters left). None past
+    `_MOST_STATES`."""
     automaton, last = parsed.automaton, parsed.last | ({-1} if parsed.nullable else set())
     trie: dict[str, set[int]] = {"": set()}
     for name in names:
@@ -271,6 +293,7 @@ def _walk(
     ids: dict[_State, str] = {(-1, "", 0): rule}
     bodies: dict[str, list[tuple[str, str | None]]] = {}
     todo, refused = [(-1, "", 0)], False
+    loops: Loops = {}
 
     def target(state: _State) -> str:
         if state not in ids:
@@ -280,6 +303,11 @@ def _walk(
 
     while todo:
         p, prefix, written = state = todo.pop()
+        if most is not None and prefix is None and p in parsed.last and p >= 0 and automaton.follow[p] == {p}:
+            chars = _minus(automaton.chars[p], tuple(unreadable))  # the pattern's tail, `c*`: counted in blocks
+            loops[(str(p), most - written)] = chars
+            bodies[ids[state]] = [(f"{rule}_loop_{p}_{most - written}", None)] if chars else [('""', None)]
+            continue
         count = written + 1 if most is not None else 0
         children = {point: prefix + chr(point) for point in trie[prefix]} if prefix is not None else {}
         alternatives: list[tuple[str, str | None]] = []
@@ -297,7 +325,7 @@ def _walk(
         bodies[ids[state]] = alternatives
         if len(bodies) > _MOST_STATES:
             return None
-    return refused, bodies
+    return refused, bodies, loops
 
 
 _NOTHING = "[^\\0-\\U0010ffff]"

@@ -7,7 +7,9 @@ anywhere unless `^` opens it, up to the end only where `$` closes it), so the ru
 patterns' position automata (`key_patterns.Parsed`, one set of positions for them all) with the declared names'
 trie and, when bounded, a count of the characters: a name may end where no pattern has matched and its text is no
 declared name, and a walk whose patterns can no longer match, off the trie, goes on as any name characters
-(`free_names.tail_rules`). The walk reads the name class's 63 characters one by one and joins those of one target
+(`free_names`' tails); one that only loops until a pattern matches (`b` searched: any name characters but `b`) as
+a count of blocks of 8 (`key_patterns.loop_rules`). While a pattern may still match, a bounded walk counts each
+character (a state per length: qwen_xml's 64). The walk reads the name class's 63 characters one by one and joins those of one target
 into a class. None where a pattern's syntax is not followed or the walk passes `key_patterns._MOST_STATES` (the
 caller keeps the names less the declared ones: a gap, refused under strict).
 """
@@ -17,7 +19,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gateway.grammars.counted_classes import _union
-from gateway.grammars.key_patterns import _MOST_STATES, _NOTHING, Parsed, _holds, _productive, _text, parsed_pattern
+from gateway.grammars.key_patterns import (
+    _MOST_STATES,
+    _NOTHING,
+    Loops,
+    Parsed,
+    _holds,
+    _productive,
+    _text,
+    loop_rules,
+    parsed_pattern,
+)
 
 _FIRST = "ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
 _REST = "0123456789" + _FIRST
@@ -45,6 +57,7 @@ def unmatched_name_rules(
     tails: dict[int | None, str] = {}
     todo = [(start, "", 0)]
     bodies: dict[str, list[tuple[str, str | None]]] = {}
+    loop_tags: dict[str, str] = {}
 
     def step(positions: _Positions, char: str) -> _Positions | None:
         """The positions after `char`, None once a pattern has matched for good (no `$` after its end)."""
@@ -58,8 +71,18 @@ def unmatched_name_rules(
                     reached.add((i, q))
         return frozenset(reached)
 
+    loops: Loops = {}
     while todo:
         positions, prefix, written = state = todo.pop()
+        ended = any(p >= 0 and p in automata[i].last for i, p in positions)
+        if most is not None and prefix is None and not ended:
+            kept = [c for c in _REST if step(positions, c) == positions]
+            if all(c in kept or step(positions, c) is None for c in _REST):  # `c*` until a pattern matches
+                tag = "".join(kept)
+                tag = loop_tags.setdefault(tag, str(len(loop_tags)))
+                loops[(tag, most - written)] = _union([(ord(c), ord(c)) for c in kept])
+                bodies[ids[state]] = [(f"{rule}_loop_{tag}_{most - written}", None)]
+                continue
         targets: dict[str, list[str]] = {}
         for char in (_REST if written or prefix != "" else _FIRST) if most is None or written < most else "":
             after = step(positions, char)
@@ -81,7 +104,6 @@ def unmatched_name_rules(
             (_text(_union([(ord(c), ord(c)) for c in chars])), target or None)
             for target, chars in sorted(targets.items())
         ]
-        ended = any(p >= 0 and p in automata[i].last for i, p in positions)
         if written and prefix not in names and not ended:
             alternatives.append(('""', None))
         bodies[ids[state]] = alternatives
@@ -98,4 +120,4 @@ def unmatched_name_rules(
         ]
         if name in live or name == rule:
             lines.append(f"{name} ::= ({' | '.join(kept) or _NOTHING})")
-    return "\n".join(lines), tails
+    return "\n".join(lines + loop_rules(loops, rule)), tails
