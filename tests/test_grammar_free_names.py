@@ -187,8 +187,8 @@ def test_free_names_are_the_names_no_pattern_matches(patterns: list[str], most: 
     rules, tails = unmatched_name_rules(patterns, declared, most, "name") or ("", {})
     ours = _taker("\n".join(["root ::= name", rules, *_tail_rules(tails, "name")]))
     rng = random.Random(repr((patterns, most)))
-    words = {"".join(rng.choice("abcdxz_019A") for _ in range(rng.randint(0, 8))) for _ in range(300)}
-    for word in sorted(words | set(declared)):
+    words = {"".join(rng.choice("abcdxz_019A") for _ in range(rng.randint(0, 8))) for _ in range(600)}
+    for word in sorted(words | set(declared) | {"x_a1b", "x_ab1", "x_a1_", "aaa1b", "bA", "Ab", "x_A", "a_1b"}):
         free = bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word)) and (most is None or len(word) <= most)
         expected = free and word not in declared and not any(re.search(p, word) for p in patterns)
         assert ours(word) == expected, (word, patterns)
@@ -202,3 +202,11 @@ def test_free_names_beside_a_pattern_not_followed_are_refused_under_strict() -> 
             xml_value_ebnf(schema, style, ("<|im_end|>",), "p", True, exact=True)
         assert refused.value.param == f"p.{keyword}"
         assert xml_value_ebnf(schema, style, ("<|im_end|>",), "p", True) is not None  # best effort: the gap stays
+
+
+def test_free_names_beside_a_pattern_stay_within_the_bound() -> None:
+    """qwen_xml's bound holds where a pattern may still match (a chain counted in blocks of 8, never longer)."""
+    rules, tails = unmatched_name_rules(["^[a-z]+$"], ["n"], 64, "name") or ("", {})
+    ours = _taker("\n".join(["root ::= name", rules, *_tail_rules(tails, "name")]))
+    assert ours("a" * 40 + "B") and ours("B" + "a" * 63) and ours("a1") and ours("n1")
+    assert not ours("a" * 64) and not ours("a" * 64 + "B") and not ours("B" + "a" * 64) and not ours("n")

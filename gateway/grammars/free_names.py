@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gateway.grammars.json import SchemaGrammarError
-from gateway.grammars.key_patterns import Chars, key_pattern_rules, unwritten
+from gateway.grammars.key_patterns import Chars, key_pattern_rules, shared_bound, unwritten
 from gateway.grammars.unmatched_names import unmatched_name_rules
 
 FREE_NAME_RULE = "xml_variable_name ::= (([a-zA-Z_] [a-zA-Z0-9_]*))"
@@ -55,7 +55,7 @@ def free_name_rules(declared: Iterable[str], most: int | None, rule: str) -> str
     for prefix in sorted(trie, key=len, reverse=True):  # a node's children first: one that writes nothing is left out
         nexts = trie[prefix]
         alternatives = [f'("{c}" {ids[prefix + c]})' for c in sorted(nexts) if prefix + c in ids]
-        left = None if most is None else _shared_bound(most - len(prefix) - 1)
+        left = None if most is None else shared_bound(most - len(prefix) - 1)
         escapes = (_REST if prefix else _FIRST) - nexts
         if escapes and (left is None or left >= 0):
             tail = "" if left == 0 else " " + tails.setdefault(left, f"{rule}_tail_{'any' if left is None else left}")
@@ -87,13 +87,6 @@ def _tail_rules(tails: dict[int | None, str], rule: str) -> list[str]:
     if needed and needed[-1] >= _BLOCK:
         lines.append(f"{block} ::= (({chars}{{{_BLOCK}}}))")
     return lines
-
-
-def _shared_bound(left: int) -> int:
-    """The characters a name may take after it leaves the trie with `left` to go: `left` less its excess over a
-    multiple of 8 less 1 (a name that leaves it past its first character may come up to 7 short of `most`), so
-    the tails of all depths share one chain of rules (one per depth cost 2.5x the compile)."""
-    return left if left < _BLOCK else left - (left + 1) % _BLOCK
 
 
 def _char_class(chars: frozenset[str]) -> str:

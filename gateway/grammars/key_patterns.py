@@ -242,6 +242,13 @@ def key_pattern_rules(
     return "\n".join(lines + loop_rules(loops, rule))
 
 
+def shared_bound(left: int) -> int:
+    """The characters a name may take after it leaves the trie with `left` to go: `left` less its excess over a
+    multiple of 8 less 1 (a name that leaves it past its first character may come up to 7 short of `most`), so
+    the tails of all depths share one chain of rules (one per depth cost 2.5x the compile)."""
+    return left if left < 8 else left - (left + 1) % 8
+
+
 Loops = dict[tuple[str, int], Chars]
 """Counted loops a walk ends in: (a tag of the class, characters left) and the class."""
 
@@ -305,8 +312,9 @@ def _walk(
         p, prefix, written = state = todo.pop()
         if most is not None and prefix is None and p in parsed.last and p >= 0 and automaton.follow[p] == {p}:
             chars = _minus(automaton.chars[p], tuple(unreadable))  # the pattern's tail, `c*`: counted in blocks
-            loops[(str(p), most - written)] = chars
-            bodies[ids[state]] = [(f"{rule}_loop_{p}_{most - written}", None)] if chars else [('""', None)]
+            left = most - written
+            loops[(str(p), left)] = chars
+            bodies[ids[state]] = [(f"{rule}_loop_{p}_{left}", None)] if chars else [('""', None)]
             continue
         count = written + 1 if most is not None else 0
         children = {point: prefix + chr(point) for point in trie[prefix]} if prefix is not None else {}

@@ -7,9 +7,10 @@ anywhere unless `^` opens it, up to the end only where `$` closes it), so the ru
 patterns' position automata (`key_patterns.Parsed`, one set of positions for them all) with the declared names'
 trie and, when bounded, a count of the characters: a name may end where no pattern has matched and its text is no
 declared name, and a walk whose patterns can no longer match, off the trie, goes on as any name characters
-(`free_names`' tails); one that only loops until a pattern matches (`b` searched: any name characters but `b`) as
-a count of blocks of 8 (`key_patterns.loop_rules`). While a pattern may still match, a bounded walk counts each
-character (a state per length: qwen_xml's 64). The walk reads the name class's 63 characters one by one and joins those of one target
+(`free_names`' tails). Bounded, a state off the trie that some characters leave as it is and the others end
+(a pattern matched) or leave for good (no pattern can match after: any name characters follow) is a count in
+blocks of 8 (`_chain_rules`: 64 chained states for `^[a-z_0-9]+$` cost ~600 ms to compile on Qwen3's vocabulary),
+the names it takes up to 7 short of `most` as the tails. The walk reads the name class's 63 characters one by one and joins those of one target
 into a class. None where a pattern's syntax is not followed or the walk passes `key_patterns._MOST_STATES` (the
 caller keeps the names less the declared ones: a gap, refused under strict).
 """
@@ -22,15 +23,15 @@ from gateway.grammars.counted_classes import _union
 from gateway.grammars.key_patterns import (
     _MOST_STATES,
     _NOTHING,
-    Loops,
     Parsed,
     _holds,
     _productive,
     _text,
-    loop_rules,
     parsed_pattern,
+    shared_bound,
 )
 
+_BLOCK = 8
 _FIRST = "ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
 _REST = "0123456789" + _FIRST
 _Positions = frozenset[tuple[int, int]]
@@ -49,15 +50,14 @@ def unmatched_name_rules(
     automata: list[Parsed] = [p for p in parsed if p is not None]
     if any(p.nullable and not (p.begins and p.ends) for p in automata):
         return f"{rule} ::= ({_NOTHING})", {}  # a pattern that matches the empty text somewhere matches every name
-    names = set(declared)
-    prefixes = {name[:depth] for name in names for depth in range(len(name) + 1)}
+    names: set[str] = set()
     start: _Positions = frozenset((i, -1) for i in range(len(automata)))
     unanchored = frozenset((i, -1) for i, p in enumerate(automata) if not p.begins)
     ids: dict[tuple[_Positions, str | None, int], str] = {(start, "", 0): rule}
     tails: dict[int | None, str] = {}
     todo = [(start, "", 0)]
     bodies: dict[str, list[tuple[str, str | None]]] = {}
-    loop_tags: dict[str, str] = {}
+    chain_tags: dict[tuple[str, str, bool], str] = {}
 
     def step(positions: _Positions, char: str) -> _Positions | None:
         """The positions after `char`, None once a pattern has matched for good (no `$` after its end)."""
@@ -71,17 +71,26 @@ def unmatched_name_rules(
                     reached.add((i, q))
         return frozenset(reached)
 
-    loops: Loops = {}
+    chains: dict[tuple[str, int], tuple[str, str, bool]] = {}
+    for name in declared:  # a name a pattern matches is no free name anyway: its trie would cost for nothing
+        positions: _Positions | None = start
+        for char in name:
+            positions = step(positions, char) if positions is not None else None
+        if positions is not None and not any(p >= 0 and p in automata[i].last for i, p in positions):
+            names.add(name)
+    prefixes = {name[:depth] for name in names for depth in range(len(name) + 1)}
     while todo:
         positions, prefix, written = state = todo.pop()
         ended = any(p >= 0 and p in automata[i].last for i, p in positions)
-        if most is not None and prefix is None and not ended:
-            kept = [c for c in _REST if step(positions, c) == positions]
-            if all(c in kept or step(positions, c) is None for c in _REST):  # `c*` until a pattern matches
-                tag = "".join(kept)
-                tag = loop_tags.setdefault(tag, str(len(loop_tags)))
-                loops[(tag, most - written)] = _union([(ord(c), ord(c)) for c in kept])
-                bodies[ids[state]] = [(f"{rule}_loop_{tag}_{most - written}", None)]
+        if most is not None and prefix is None:
+            moves = {c: step(positions, c) for c in _REST}
+            kept = "".join(c for c, after in moves.items() if after == positions)
+            exits = "".join(c for c, after in moves.items() if after is not None and after != positions)
+            if kept and all(not moves[c] for c in exits) and (exits or not ended):  # `k*`, then `e` and any
+                tag = chain_tags.setdefault((kept, exits, not ended), str(len(chain_tags)))
+                for left in range(most - written, -1, -_BLOCK):
+                    chains[(tag, left)] = (kept, exits, not ended)
+                bodies[ids[state]] = [(f"{rule}_chain_{tag}_{most - written}", None)]
                 continue
         targets: dict[str, list[str]] = {}
         for char in (_REST if written or prefix != "" else _FIRST) if most is None or written < most else "":
@@ -91,7 +100,7 @@ def unmatched_name_rules(
             child = prefix + char if prefix is not None and prefix + char in prefixes else None
             count = written + 1
             if not after and child is None:
-                left = None if most is None else most - count
+                left = None if most is None else shared_bound(most - count)
                 target = tails.setdefault(left, f"{rule}_tail_{'any' if left is None else left}") if left != 0 else ""
             else:
                 key = (after, child, count if most is not None else 1)
@@ -101,8 +110,7 @@ def unmatched_name_rules(
                 target = ids[key]
             targets.setdefault(target, []).append(char)
         alternatives: list[tuple[str, str | None]] = [
-            (_text(_union([(ord(c), ord(c)) for c in chars])), target or None)
-            for target, chars in sorted(targets.items())
+            (_class("".join(chars)), target or None) for target, chars in sorted(targets.items())
         ]
         if written and prefix not in names and not ended:
             alternatives.append(('""', None))
@@ -120,4 +128,35 @@ def unmatched_name_rules(
         ]
         if name in live or name == rule:
             lines.append(f"{name} ::= ({' | '.join(kept) or _NOTHING})")
-    return "\n".join(lines + loop_rules(loops, rule)), tails
+    return "\n".join(lines + _chain_rules(chains, tails, rule)), tails
+
+
+def _chain_rules(
+    chains: dict[tuple[str, int], tuple[str, str, bool]], tails: dict[int | None, str], rule: str
+) -> list[str]:
+    """`{rule}_chain_T_N`: up to N characters of a state off the trie that `kept` leaves as it is and `exits` leave
+    for good (no pattern can match after): in blocks of 8 as the tails, `k{0,7} e` then any characters up to 7
+    short of N (the tails shared), the end where the state may end, or `k{8}` and the chain of N - 8."""
+    lines = []
+    for (tag, left), (kept, exits, ends) in sorted(chains.items()):
+        k = _class(kept)
+        alternatives = [f"({k}{{0, {min(left, _BLOCK - 1)}}})"] if ends else []
+        for kept_most, rest in _exits(left) if exits else ():
+            tail = f" {tails.setdefault(rest, f'{rule}_tail_{rest}')}" if rest else ""
+            alternatives.append(f"({k}{{{kept_most}}} {_class(exits)}{tail})")
+        if left >= _BLOCK:
+            alternatives.append(f"({k}{{{_BLOCK}}} {rule}_chain_{tag}_{left - _BLOCK})")
+        lines.append(f"{rule}_chain_{tag}_{left} ::= ({' | '.join(alternatives) or _NOTHING})")
+    return lines
+
+
+def _exits(left: int) -> list[tuple[str, int]]:
+    """How a chain of `left` characters to go may leave: kept characters (a count), then an exit and a tail of at
+    most the characters returned; each split where fewer than 8 are left, else `0, 7` and a shared tail."""
+    if left < _BLOCK:
+        return [(str(kept), left - 1 - kept) for kept in range(left)]
+    return [(f"0, {_BLOCK - 1}", shared_bound(left - _BLOCK))]
+
+
+def _class(chars: str) -> str:
+    return _text(_union([(ord(c), ord(c)) for c in chars]))
