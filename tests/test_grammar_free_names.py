@@ -210,3 +210,7 @@ def test_free_names_beside_a_pattern_stay_within_the_bound() -> None:
     ours = _taker("\n".join(["root ::= name", rules, *_tail_rules(tails, "name")]))
     assert ours("a" * 40 + "B") and ours("B" + "a" * 63) and ours("a1") and ours("n1")
     assert not ours("a" * 64) and not ours("a" * 64 + "B") and not ours("B" + "a" * 64) and not ours("n")
+    rules, tails = unmatched_name_rules(["^x_[a-z]+$", "b"], [], 64, "name") or ("", {})
+    chained = _taker("\n".join(["root ::= name", rules, *_tail_rules(tails, "name")]))  # a chain into a chain
+    assert chained("x_a1" + "a" * 53) and chained("x_" + "a" * 30 + "1" + "a" * 20) and chained("x_a_")
+    assert not chained("x_a1" + "a" * 61) and not chained("x_ab1") and not chained("x_a1b") and not chained("x_a")

@@ -36,6 +36,9 @@ _FIRST = "ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz"
 _REST = "0123456789" + _FIRST
 _Positions = frozenset[tuple[int, int]]
 """(pattern, position) pairs a walk may be at; position -1 a pattern's start."""
+_Chain = tuple[str, str, bool, str | None]
+"""A chain's kept characters, its exits, whether a name may end in it, and the chain its exits lead to (None:
+any characters)."""
 
 
 def unmatched_name_rules(
@@ -57,7 +60,8 @@ def unmatched_name_rules(
     tails: dict[int | None, str] = {}
     todo = [(start, "", 0)]
     bodies: dict[str, list[tuple[str, str | None]]] = {}
-    chain_tags: dict[tuple[str, str, bool], str] = {}
+    kinds: dict[_Chain, str] = {}
+    chain_of: dict[_Positions, str | None] = {}
 
     def step(positions: _Positions, char: str) -> _Positions | None:
         """The positions after `char`, None once a pattern has matched for good (no `$` after its end)."""
@@ -71,27 +75,38 @@ def unmatched_name_rules(
                     reached.add((i, q))
         return frozenset(reached)
 
-    chains: dict[tuple[str, int], tuple[str, str, bool]] = {}
+    def ended(positions: _Positions) -> bool:
+        return any(p >= 0 and p in automata[i].last for i, p in positions)
+
+    def chain(positions: _Positions) -> str | None:
+        """The tag of the chain a state off the trie at `positions` is (`_chain_rules`), None where it is none."""
+        if positions not in chain_of:
+            chain_of[positions] = None  # a cycle through other positions is no chain
+            moves = {c: step(positions, c) for c in _REST}
+            kept = "".join(c for c, after in moves.items() if after == positions)
+            exits = "".join(c for c, after in moves.items() if after is not None and after != positions)
+            afters = {moves[c] for c in exits}
+            then = chain(next(iter(afters))) if len(afters) == 1 and next(iter(afters)) else None
+            if kept and len(afters) <= 1 and (exits or not ended(positions)) and (then or not any(afters)):
+                kind = (kept, exits, not ended(positions), then)
+                chain_of[positions] = kinds.setdefault(kind, str(len(kinds)))
+        return chain_of[positions]
+
     for name in declared:  # a name a pattern matches is no free name anyway: its trie would cost for nothing
         positions: _Positions | None = start
         for char in name:
             positions = step(positions, char) if positions is not None else None
-        if positions is not None and not any(p >= 0 and p in automata[i].last for i, p in positions):
+        if positions is not None and not ended(positions):
             names.add(name)
     prefixes = {name[:depth] for name in names for depth in range(len(name) + 1)}
+    chains: set[tuple[str, int]] = set()
     while todo:
         positions, prefix, written = state = todo.pop()
-        ended = any(p >= 0 and p in automata[i].last for i, p in positions)
-        if most is not None and prefix is None:
-            moves = {c: step(positions, c) for c in _REST}
-            kept = "".join(c for c, after in moves.items() if after == positions)
-            exits = "".join(c for c, after in moves.items() if after is not None and after != positions)
-            if kept and all(not moves[c] for c in exits) and (exits or not ended):  # `k*`, then `e` and any
-                tag = chain_tags.setdefault((kept, exits, not ended), str(len(chain_tags)))
-                for left in range(most - written, -1, -_BLOCK):
-                    chains[(tag, left)] = (kept, exits, not ended)
-                bodies[ids[state]] = [(f"{rule}_chain_{tag}_{most - written}", None)]
-                continue
+        tag = chain(positions) if most is not None and prefix is None else None
+        if tag is not None and most is not None:
+            bodies[ids[state]] = [(f"{rule}_chain_{tag}_{most - written}", None)]
+            chains.add((tag, most - written))
+            continue
         targets: dict[str, list[str]] = {}
         for char in (_REST if written or prefix != "" else _FIRST) if most is None or written < most else "":
             after = step(positions, char)
@@ -112,11 +127,12 @@ def unmatched_name_rules(
         alternatives: list[tuple[str, str | None]] = [
             (_class("".join(chars)), target or None) for target, chars in sorted(targets.items())
         ]
-        if written and prefix not in names and not ended:
+        if written and prefix not in names and not ended(positions):
             alternatives.append(('""', None))
         bodies[ids[state]] = alternatives
         if len(bodies) > _MOST_STATES:
             return None
+    bodies = _merged(bodies)
     tail_names = set(tails.values())
     live = _productive({name: [(t, None if g in tail_names else g) for t, g in b] for name, b in bodies.items()})
     lines = []
@@ -128,34 +144,56 @@ def unmatched_name_rules(
         ]
         if name in live or name == rule:
             lines.append(f"{name} ::= ({' | '.join(kept) or _NOTHING})")
-    return "\n".join(lines + _chain_rules(chains, tails, rule)), tails
+    return "\n".join(lines + _chain_rules(chains, {tag: kind for kind, tag in kinds.items()}, tails, rule)), tails
 
 
 def _chain_rules(
-    chains: dict[tuple[str, int], tuple[str, str, bool]], tails: dict[int | None, str], rule: str
+    chains: set[tuple[str, int]], kinds: dict[str, _Chain], tails: dict[int | None, str], rule: str
 ) -> list[str]:
-    """`{rule}_chain_T_N`: up to N characters of a state off the trie that `kept` leaves as it is and `exits` leave
-    for good (no pattern can match after): in blocks of 8 as the tails, `k{0,7} e` then any characters up to 7
-    short of N (the tails shared), the end where the state may end, or `k{8}` and the chain of N - 8."""
-    lines = []
-    for (tag, left), (kept, exits, ends) in sorted(chains.items()):
+    """`{rule}_chain_T_N`: up to N characters of a state off the trie that `kept` characters leave as it is and
+    `exits` leave for one other state (a chain too, or none: any characters follow), the others ending the name (a
+    pattern matched): in blocks of 8 as the tails, `k{a} e` then the next chain of at most N - a - 1 characters
+    (`_exits`), the end where the state may end, or `k{8}`
+    and the chain of N - 8."""
+    lines, todo, done = [], sorted(chains), set()
+    while todo:
+        tag, left = todo.pop()
+        if (tag, left) in done:
+            continue
+        done.add((tag, left))
+        kept, exits, ends, then = kinds[tag]
         k = _class(kept)
         alternatives = [f"({k}{{0, {min(left, _BLOCK - 1)}}})"] if ends else []
         for kept_most, rest in _exits(left) if exits else ():
-            tail = f" {tails.setdefault(rest, f'{rule}_tail_{rest}')}" if rest else ""
-            alternatives.append(f"({k}{{{kept_most}}} {_class(exits)}{tail})")
+            if then is not None:
+                todo.append((then, rest))
+                after = f" {rule}_chain_{then}_{rest}"
+            else:
+                after = f" {tails.setdefault(rest, f'{rule}_tail_{rest}')}" if rest else ""
+            alternatives.append(f"({k}{{{kept_most}}} {_class(exits)}{after})")
         if left >= _BLOCK:
+            todo.append((tag, left - _BLOCK))
             alternatives.append(f"({k}{{{_BLOCK}}} {rule}_chain_{tag}_{left - _BLOCK})")
         lines.append(f"{rule}_chain_{tag}_{left} ::= ({' | '.join(alternatives) or _NOTHING})")
     return lines
 
 
-def _exits(left: int) -> list[tuple[str, int]]:
-    """How a chain of `left` characters to go may leave: kept characters (a count), then an exit and a tail of at
-    most the characters returned; each split where fewer than 8 are left, else `0, 7` and a shared tail."""
-    if left < _BLOCK:
-        return [(str(kept), left - 1 - kept) for kept in range(left)]
-    return [(f"0, {_BLOCK - 1}", shared_bound(left - _BLOCK))]
+def _merged(bodies: dict[str, list[tuple[str, str | None]]]) -> dict[str, list[tuple[str, str | None]]]:
+    """`bodies` with states of equal alternatives one rule (the first: the start stays), until none are equal: the
+    trie's nodes whose names to come are alike, as `free_names` shares them."""
+    while True:
+        first: dict[tuple[tuple[str, str | None], ...], str] = {}
+        alias = {name: first.setdefault(tuple(body), name) for name, body in bodies.items()}
+        alias = {name: kept for name, kept in alias.items() if kept != name}
+        if not alias:
+            return bodies
+        bodies = {n: [(t, alias.get(g, g) if g else g) for t, g in b] for n, b in bodies.items() if n not in alias}
+
+
+def _exits(left: int) -> list[tuple[int, int]]:
+    """How a chain of `left` characters to go may leave within its block: `a` kept characters, an exit, then at most
+    `left - a - 1` more (up to 7 short of it where 8 or more are left: `free_names.shared_bound`)."""
+    return [(kept, shared_bound(left - 1 - kept)) for kept in range(min(left, _BLOCK))]
 
 
 def _class(chars: str) -> str:
