@@ -10,7 +10,7 @@ and once it leaves the trie it is the automaton's own rules. Character classes m
 (flags, lookarounds, back-references, anchors inside it), or whose automaton or product passes `_MOST_STATES`,
 has no such rules (None): the caller keeps xgrammar's key. Where the style bounds a name (qwen_xml: 64
 characters, none of `>` or a newline, which its parser cannot read back), the walk counts the characters, and a
-state in a pattern's closing loop (`[a-z]+`) ends in a count of blocks of 8 (`loop_rules`: ~60 ms to compile
+state in a pattern's closing loop (`[a-z]+`) ends in a count of blocks of 8 (`_loop_rules`: ~60 ms to compile
 `^[a-z]+$` on Qwen3's vocabulary, 64 chained states ~180 ms).
 """
 
@@ -239,7 +239,7 @@ def key_pattern_rules(
         ]
         if name in live or name == rule:
             lines.append(f"{name} ::= ({' | '.join(kept) or _NOTHING})")
-    return "\n".join(lines + loop_rules(loops, rule))
+    return "\n".join(lines + _loop_rules(loops, rule))
 
 
 def shared_bound(left: int) -> int:
@@ -253,7 +253,7 @@ Loops = dict[tuple[str, int], Chars]
 """Counted loops a walk ends in: (a tag of the class, characters left) and the class."""
 
 
-def loop_rules(loops: Loops, rule: str) -> list[str]:
+def _loop_rules(loops: Loops, rule: str) -> list[str]:
     """`{rule}_loop_T_N`: 0 .. N characters of a class, as up to 7 or a block of 8 and 0 .. N - 8 more (xgrammar's
     compile cost grows with a count: `free_names` counts its tails so)."""
     lines, blocks = [], set()
