@@ -39,7 +39,9 @@ def _schema(size: int) -> dict[str, Any]:
 
 def _shapes(size: int) -> dict[str, dict[str, Any]]:
     """Free names beyond one object: two `anyOf` branches of `size` // 2 declared names each (a trie each), the
-    object behind a root `$ref`, and a `patternProperties` key `^[a-z_0-9]+$` that matches every declared name."""
+    object behind a root `$ref`, a `patternProperties` key `^[a-z_0-9]+$` that matches every declared name (the
+    free names, none it matches, are only those with a capital), a key `^[a-z]+$` alone (qwen_xml: counted to 64
+    characters), and free names that no key `^x_[a-z]+$` or `b` matches."""
     plain = _schema(size)
     half = dict(list(plain["properties"].items())[: size // 2])
     other = dict(list(plain["properties"].items())[size // 2 :])
@@ -47,13 +49,18 @@ def _shapes(size: int) -> dict[str, dict[str, Any]]:
         f"anyOf 2 x {size // 2}": {"anyOf": [{**plain, "properties": half}, {**plain, "properties": other}]},
         f"$ref, {size}": {"$ref": "#/$defs/A", "$defs": {"A": plain}},
         f"patternProperties key, {size}": {**plain, "patternProperties": {"^[a-z_0-9]+$": {"type": "integer"}}},
+        "key ^[a-z]+$ alone": {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "string"}}},
+        f"keys ^x_[a-z]+$, b + additionalProperties, {size}": {
+            **plain,
+            "patternProperties": {"^x_[a-z]+$": {"type": "boolean"}, "b": {"type": "integer"}},
+        },
     }
 
 
 def _compile_ms(info: xg.TokenizerInfo, schema: dict[str, Any], style: str, exclude: bool) -> float:
     original = safe_json._distinct_free_names
     if not exclude:
-        safe_json._distinct_free_names = lambda ebnf, style, schema: ebnf
+        safe_json._distinct_free_names = lambda ebnf, *_: ebnf
     try:
         safe_json._kept_value_ebnf.cache_clear()
         ebnf = safe_json.xml_value_ebnf(schema, style, ("<|im_end|>",), "p", False)

@@ -5,15 +5,18 @@ name's prefix and extensions stay free names."""
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import xgrammar as xg
 
-from gateway.grammars.free_names import free_name_rules
+from gateway.grammars.free_names import _tail_rules, free_name_rules
+from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.key_patterns import key_pattern_rules
 from gateway.grammars.safe_json import xml_value_ebnf
+from gateway.grammars.unmatched_names import unmatched_name_rules
 
 SCHEMA = {
     "type": "object",
@@ -128,17 +131,86 @@ PATTERNS = ["^[a-z]+$", "^x_[0-9]{1,3}$", "^(foo|bar)_\\d*$", "^n$", "^n.*$", "a
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_a_key_pattern_s_rules_take_its_full_matches_but_the_declared_names(pattern: str) -> None:
+@pytest.mark.parametrize("most", [None, 5])
+def test_a_key_pattern_s_rules_take_its_full_matches_but_the_declared_names(pattern: str, most: int | None) -> None:
+    """With `most` (qwen_xml), none longer and none with `>` or a newline (its parser reads neither back)."""
     names = ["n", "name", "na1", "x_1", "x_12", "foo_", "bar_9", "a", "b", "", "ab", "a b"]
-    ours = _taker("root ::= key\n" + (key_pattern_rules(pattern, names, "key") or ""))
+    unreadable = [(0x0A, 0x0A), (0x3E, 0x3E)] if most else []
+    rules = key_pattern_rules(pattern, names, "key", most, unreadable)
+    ours = _taker("root ::= key\n" + (rules or str(xg.Grammar.from_regex(pattern)).replace("root ::=", "key ::=")))
     regex = _taker(str(xg.Grammar.from_regex(pattern)))
     rng = random.Random(pattern)
-    alphabet = sorted(set("".join(names)) | set("abz019_< \n"))
-    words = set(names) | {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(200)}
+    alphabet = sorted(set("".join(names)) | set("abz019_<> \n"))
+    words = set(names) | {"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8))) for _ in range(200)}
     for word in sorted(words):
-        assert ours(word) == (regex(word) and word not in names), repr(word)
+        readable = most is None or (len(word) <= most and ">" not in word and "\n" not in word)
+        assert ours(word) == (regex(word) and word not in names and readable), repr(word)
 
 
 def test_a_key_pattern_of_other_syntax_or_that_matches_no_declared_name_keeps_xgrammars() -> None:
     for pattern in ("(?i)^n$", "^a(?=b)", "^(a)\\1$", "a^b", "^[a-z]{1,3000}$", "^m+$"):
         assert key_pattern_rules(pattern, ["n"], "key") is None, pattern
+
+
+def test_qwen_xml_pattern_keys_are_as_short_as_free_names_and_readable() -> None:
+    """qwen_xml wrote a pattern key of any length (`<parameter=` + 300 `a`: the parser reads a name within 256
+    characters) and with `>` (`<parameter=a>b>` reads as `a`); GLM's keys stay unbounded."""
+    schema = {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "string"}, "^q[^<]q$": {"type": "integer"}}}
+    assert _arguments("qwen_xml", schema, ("a" * 64, "x"), ("q_q", "1"))
+    assert not _arguments("qwen_xml", schema, ("a" * 65, "x"))
+    assert not _arguments("qwen_xml", schema, ("a" * 300, "x"))
+    assert not _arguments(
+        "qwen_xml", {"type": "object", "patternProperties": {"^q[^<]q$": {"type": "integer"}}}, ("q>q", "1")
+    )
+    assert _arguments("glm_xml", schema, ("a" * 300, "x"), ("q>q", "1"))
+
+
+@pytest.mark.parametrize("style", ["glm_xml", "qwen_xml"])
+def test_a_free_name_a_pattern_matches_is_no_free_name(style: str) -> None:
+    """`additionalProperties` types only names no pattern key matches: `x_a` = 5 was taken as a free integer where
+    the pattern's schema says boolean."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}},
+              "patternProperties": {"^x_[a-z]+$": {"type": "boolean"}, "b": {"type": "boolean"}},
+              "additionalProperties": {"type": "integer"}}  # fmt: skip
+    assert _arguments(style, schema, ("n", "1"), ("x_a", "true"), ("x_", "5"), ("x_a1", "5"), ("y", "5"))
+    for name in ("x_a", "x_abc", "b", "ab", "abc"):  # `b` unanchored: any name holding it
+        assert not _arguments(style, schema, ("n", "1"), (name, "5")), name
+
+
+UNMATCHED = [["^x_[a-z]+$"], ["b"], ["^a", "z$"], ["^[a-c]{2}$", "_\\d"], ["^(ab|c)*d$"], ["^$"]]
+
+
+@pytest.mark.parametrize("patterns", UNMATCHED)
+@pytest.mark.parametrize("most", [None, 6])
+def test_free_names_are_the_names_no_pattern_matches(patterns: list[str], most: int | None) -> None:
+    declared = ["n", "ab", "x_a1"]
+    rules, tails = unmatched_name_rules(patterns, declared, most, "name") or ("", {})
+    ours = _taker("\n".join(["root ::= name", rules, *_tail_rules(tails, "name")]))
+    rng = random.Random(repr((patterns, most)))
+    words = {"".join(rng.choice("abcdxz_019A") for _ in range(rng.randint(0, 8))) for _ in range(600)}
+    for word in sorted(words | set(declared) | {"x_a1b", "x_ab1", "x_a1_", "aaa1b", "bA", "Ab", "x_A", "a_1b"}):
+        free = bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", word)) and (most is None or len(word) <= most)
+        expected = free and word not in declared and not any(re.search(p, word) for p in patterns)
+        assert ours(word) == expected, (word, patterns)
+
+
+def test_free_names_beside_a_pattern_not_followed_are_refused_under_strict() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}},
+              "patternProperties": {"^x[a-z]{1,3000}$": {"type": "string"}}, "additionalProperties": True}  # fmt: skip
+    for style, keyword in (("glm_xml", "additionalProperties"), ("qwen_xml", "patternProperties")):  # qwen: too long
+        with pytest.raises(SchemaGrammarError) as refused:
+            xml_value_ebnf(schema, style, ("<|im_end|>",), "p", True, exact=True)
+        assert refused.value.param == f"p.{keyword}"
+        assert xml_value_ebnf(schema, style, ("<|im_end|>",), "p", True) is not None  # best effort: the gap stays
+
+
+def test_free_names_beside_a_pattern_stay_within_the_bound() -> None:
+    """qwen_xml's bound holds where a pattern may still match (a chain counted in blocks of 8, never longer)."""
+    rules, tails = unmatched_name_rules(["^[a-z]+$"], ["n"], 64, "name") or ("", {})
+    ours = _taker("\n".join(["root ::= name", rules, *_tail_rules(tails, "name")]))
+    assert ours("a" * 40 + "B") and ours("B" + "a" * 63) and ours("a1") and ours("n1")
+    assert not ours("a" * 64) and not ours("a" * 64 + "B") and not ours("B" + "a" * 64) and not ours("n")
+    rules, tails = unmatched_name_rules(["^x_[a-z]+$", "b"], [], 64, "name") or ("", {})
+    chained = _taker("\n".join(["root ::= name", rules, *_tail_rules(tails, "name")]))  # a chain into a chain
+    assert chained("x_a1" + "a" * 53) and chained("x_" + "a" * 30 + "1" + "a" * 20) and chained("x_a_")
+    assert not chained("x_a1" + "a" * 61) and not chained("x_ab1") and not chained("x_a1b") and not chained("x_a")

@@ -463,3 +463,16 @@ def test_a_parameter_written_twice_reads_as_its_last_value(qwen: Checkpoint) -> 
         ((_, arguments),) = joined_calls(replay(qwen, text, list(cuts)))
         assert arguments == '{"days": 1, "city": "Oslo", "days": 2}'
         assert list(json.loads(arguments).items()) == [("days", 2), ("city", "Oslo")]
+
+
+def test_a_pattern_key_s_value_follows_the_pattern_s_schema(qwen: Checkpoint) -> None:
+    """A name a `patternProperties` pattern matches is typed by the pattern's schema, others by
+    `additionalProperties` (`x_a` = "5" for a string pattern was read as the integer 5, which the schema refuses)."""
+    parameters = {"type": "object", "patternProperties": {"^x_": {"type": "string"}, "b": {"type": ["string", "null"]}},
+                  "additionalProperties": {"type": "integer"}}  # fmt: skip
+    parser = Qwen3XmlParser([{"type": "function", "function": {"name": "f", "parameters": parameters}}])
+    arguments = {"x_a": "5", "ab": "7", "n": "5", "bnull": "null"}
+    text = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in arguments.items())
+    ids = qwen.tokenizer.encode(f"<tool_call>\n<function=f>\n{text}</function>\n</tool_call>", add_special_tokens=False)
+    deltas = parser.feed(Detokenizer(qwen.tokenizer, added_tokens(qwen.tokenizer)).feed(ids.ids)) + parser.finish()
+    assert merged(deltas)["calls"] == [("f", {"x_a": "5", "ab": "7", "n": 5, "bnull": None})]

@@ -59,9 +59,11 @@ def _finite_float(text: str) -> float:
 
 
 class Parameters(dict[str, Any]):
-    """A tool's declared parameter schemas by name (its `properties`); `other`: the schema of any name not declared
-    (its `additionalProperties` when that is a schema and no `patternProperties` claims some names), else None."""
+    """A tool's declared parameter schemas by name (its `properties`); `patterns`: its `patternProperties`, each
+    pattern compiled (None where Python's `re` cannot read it); `other`: the schema of a name neither declares nor
+    matches (its `additionalProperties` when that is a schema), else None."""
 
+    patterns: tuple[tuple[re.Pattern[str] | None, Any], ...] = ()
     other: Mapping[str, Any] | None = None
 
 
@@ -78,20 +80,40 @@ def _parameters(schema: Any) -> Parameters:
     schema = schema if isinstance(schema, Mapping) else {}
     properties = schema.get("properties")
     parameters = Parameters(properties if isinstance(properties, Mapping) else {})
+    patterns = schema.get("patternProperties")
+    if isinstance(patterns, Mapping):
+        parameters.patterns = tuple((_compiled(p), s) for p, s in patterns.items())
     other = schema.get("additionalProperties")
-    if isinstance(other, Mapping) and not schema.get("patternProperties"):
+    if isinstance(other, Mapping):
         parameters.other = other
     return parameters
 
 
+def _compiled(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern)
+    except (re.error, TypeError, RecursionError, OverflowError):
+        return None
+
+
 def argument_types(schemas: Mapping[str, Mapping[str, Any]], tool: str, key: str) -> frozenset[str]:
     """The JSON types argument `key` of `tool` may take (`schema_types`): by its declared schema in `schemas` (by
-    tool name, as `tool_schemas` gives them), else by the tool's schema of other names (`Parameters.other`); none
-    known when neither says."""
+    tool name, as `tool_schemas` gives them), else by the `patternProperties` schemas whose pattern it matches (the
+    types they all allow), else by the tool's schema of other names (`Parameters.other`); none known when neither
+    says or a pattern cannot be read."""
     parameters = schemas.get(tool)
     if parameters is None:
         return frozenset()
-    return schema_types(parameters.get(key, getattr(parameters, "other", None)))
+    if key in parameters:
+        return schema_types(parameters[key])
+    patterns = getattr(parameters, "patterns", ())
+    if any(pattern is None for pattern, _ in patterns):
+        return frozenset()
+    matched = [schema_types(schema) for pattern, schema in patterns if pattern is not None and pattern.search(key)]
+    if matched:
+        known = [types for types in matched if types]
+        return frozenset.intersection(*known) if known else frozenset()
+    return schema_types(getattr(parameters, "other", None))
 
 
 def schema_types(schema: Mapping[str, Any] | None) -> frozenset[str]:

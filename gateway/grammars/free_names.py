@@ -16,17 +16,20 @@ Each arguments object has its own names (`distinct_free_names`): the root, each 
 declared only in another branch is free here) and the object a local `$ref` names; its `patternProperties` keys
 lose its declared names too (`key_patterns`). Two free parameters can still share a name (`extra` twice: a grammar
 cannot remember the names written): the parsers stream both keys, which a JSON reader takes as the last value at
-the first key's place, as vLLM's parsers build a dict (last wins). A free name that matches a pattern key is not
-refused either (JSON Schema types it by the pattern's schema; the grammar by `additionalProperties`').
+the first key's place, as vLLM's parsers build a dict (last wins). A free name is none a pattern key of its object
+matches (`unmatched_names`: JSON Schema types that name by the pattern's schema, not `additionalProperties`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
-from gateway.grammars.key_patterns import key_pattern_rules
+from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.key_patterns import Chars, key_pattern_rules, shared_bound, unwritten
+from gateway.grammars.unmatched_names import unmatched_name_rules
 
 FREE_NAME_RULE = "xml_variable_name ::= (([a-zA-Z_] [a-zA-Z0-9_]*))"
 """xgrammar's free-name rule, as it prints it: the names rewritten here are those it writes."""
@@ -52,7 +55,7 @@ def free_name_rules(declared: Iterable[str], most: int | None, rule: str) -> str
     for prefix in sorted(trie, key=len, reverse=True):  # a node's children first: one that writes nothing is left out
         nexts = trie[prefix]
         alternatives = [f'("{c}" {ids[prefix + c]})' for c in sorted(nexts) if prefix + c in ids]
-        left = None if most is None else _shared_bound(most - len(prefix) - 1)
+        left = None if most is None else shared_bound(most - len(prefix) - 1)
         escapes = (_REST if prefix else _FIRST) - nexts
         if escapes and (left is None or left >= 0):
             tail = "" if left == 0 else " " + tails.setdefault(left, f"{rule}_tail_{'any' if left is None else left}")
@@ -86,13 +89,6 @@ def _tail_rules(tails: dict[int | None, str], rule: str) -> list[str]:
     return lines
 
 
-def _shared_bound(left: int) -> int:
-    """The characters a name may take after it leaves the trie with `left` to go: `left` less its excess over a
-    multiple of 8 less 1 (a name that leaves it past its first character may come up to 7 short of `most`), so
-    the tails of all depths share one chain of rules (one per depth cost 2.5x the compile)."""
-    return left if left < _BLOCK else left - (left + 1) % _BLOCK
-
-
 def _char_class(chars: frozenset[str]) -> str:
     """`chars` (name characters: nothing to escape) as an EBNF class of ranges."""
     codes = sorted(map(ord, chars))
@@ -108,7 +104,7 @@ def _char_class(chars: frozenset[str]) -> str:
 _RULE_NAME = re.compile(r"^(\S+) ::= ")
 _OWN_SUFFIX = re.compile(r"(?:_additional_properties(?:_\d+)?|_\d+)?")
 """What follows an object's rule name in the rules xgrammar writes a free name in."""
-_KEY_LINE = re.compile(r"^(\S+)_pp_(\d+)_key ::= .*$")
+_KEY_LINE = re.compile(r"^(\S+)_(pp|prop)_(\d+)_key ::= .*$")
 _VARIABLE_NAME = re.compile(r"\bxml_variable_name\b")
 _BUILTIN_OBJECT = re.compile(r"^xml_(?:object|object_properties|variable_name) ::= ")
 _REF = re.compile(r"#/(\$defs|definitions)/(\w+)")
@@ -116,40 +112,81 @@ _REF_RULE = {"$defs": "defs", "definitions": "definitions"}
 """Where a `$ref` may point (`#/$defs/NAME`), and the head of the rule name xgrammar gives the object there."""
 
 
-def distinct_free_names(ebnf: str, schema: Any, most: int | None) -> str:
+def distinct_free_names(
+    ebnf: str, schema: Any, most: int | None, unreadable: Chars = (), strict_param: str | None = None
+) -> str:
     """xgrammar's XML-style arguments `ebnf` for `schema` with each object's free names (`additionalProperties`)
     and pattern keys (`patternProperties`, `key_patterns`) none of that object's declared names: the arguments
     object, its `anyOf` / `oneOf` branches and the `$defs` / `definitions` they refer to, each known by the rules
     xgrammar names after it (`root`, `root_case_0`, `defs_A`). A rule of another name (xgrammar's naming changed)
     takes the names every object declares. Two free parameters may still share a name (a grammar cannot count
-    them): the parser keeps both, a JSON reader the last, as vLLM's dict does."""
+    them): the parser keeps both, a JSON reader the last, as vLLM's dict does. Pattern keys are at most `most`
+    characters and none of `unreadable` (`key_patterns`), free names none a pattern key matches
+    (`unmatched_names`); where either cannot be written and `strict_param` names the schema, a
+    SchemaGrammarError names the keyword (else the gap stays, best effort)."""
     objects = object_names(schema)
     everything = sorted({name for names, _ in objects.values() for name in names})
-    if not everything:
+    all_patterns = sorted({pattern for _, patterns in objects.values() for pattern in patterns})
+    if not everything and not all_patterns:
         return ebnf
-    rules: dict[tuple[str, ...], str] = {}
+    rules: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = {}
     lines: list[str] = []
     for line in ebnf.split("\n"):
         key = _KEY_LINE.match(line)
         owner = objects.get(key[1]) if key else None
-        if key and owner and int(key[2]) < len(owner[1]):
+        if key and owner and int(key[3]) < len(owner[1]):
             rule = f"xml_key_{len(lines)}"
-            written = key_pattern_rules(owner[1][int(key[2])], owner[0], rule)
+            pattern = owner[1][int(key[3])]
+            written = key_pattern_rules(pattern, owner[0], rule, most, unreadable)
             if written is not None:
-                lines += [f"{key[1]}_pp_{key[2]}_key ::= (({rule}))", written]
+                lines += [f"{key[1]}_{key[2]}_{key[3]}_key ::= (({rule}))", written]
                 continue
+            if strict_param is not None and unwritten(pattern, most, unreadable):
+                raise SchemaGrammarError(
+                    f"the parameter names the pattern {json.dumps(pattern)} matches cannot all be written in this "
+                    f"model's call format (at most {most} characters, none of {_shown(unreadable)}); bound it, or "
+                    "set strict false for best effort",
+                    f"{strict_param}.patternProperties",
+                )
         name = _RULE_NAME.match(line)
         if name is None or _BUILTIN_OBJECT.match(line) or not _VARIABLE_NAME.search(line):
             lines.append(line)
             continue
         owners = [o for o in objects if name[1].startswith(o) and _OWN_SUFFIX.fullmatch(name[1], len(o))]
         declared = tuple(sorted(set().union(*(objects[o][0] for o in owners)))) if owners else tuple(everything)
-        if declared:
-            rule = rules.setdefault(declared, "xml_free_name" + (f"_set{len(rules)}" if rules else ""))
+        patterns = tuple(sorted({p for o in owners for p in objects[o][1]})) if owners else tuple(all_patterns)
+        if declared or patterns:
+            rule = rules.setdefault((declared, patterns), "xml_free_name" + (f"_set{len(rules)}" if rules else ""))
             line = _VARIABLE_NAME.sub(rule, line)
         lines.append(line)
-    written = [free_name_rules(declared, most, rule) for declared, rule in rules.items()]
+    written = [
+        _free_rules(declared, patterns, most, rule, strict_param) for (declared, patterns), rule in rules.items()
+    ]
     return "\n".join([*lines, *written]).rstrip("\n") + "\n"
+
+
+def _free_rules(
+    declared: tuple[str, ...], patterns: tuple[str, ...], most: int | None, rule: str, strict_param: str | None
+) -> str:
+    """The free names of an object: none of `declared`, none a pattern of `patterns` matches (`unmatched_names`)
+    where that can be written; where not, a SchemaGrammarError when `strict_param`, else the names less the
+    declared ones."""
+    if patterns:
+        unmatched = unmatched_name_rules(patterns, declared, most, rule)
+        if unmatched is not None:
+            return "\n".join([unmatched[0], *_tail_rules(unmatched[1], rule)])
+        if strict_param is not None:
+            raise SchemaGrammarError(
+                "the free parameter names ('additionalProperties') cannot be kept from the names a "
+                "'patternProperties' pattern matches in this model's call format (a pattern's syntax or size); "
+                "set 'additionalProperties' false, or strict false for best effort",
+                f"{strict_param}.additionalProperties",
+            )
+    return free_name_rules(declared, most, rule)
+
+
+def _shown(unreadable: Chars) -> str:
+    return json.dumps("".join(chr(low) for low, _ in unreadable)) if unreadable else "nothing"
 
 
 def object_names(schema: Any) -> dict[str, tuple[set[str], list[str]]]:

@@ -8,11 +8,15 @@ declared names' prefixes: a key may end where the automaton accepts unless its t
 and once it leaves the trie it is the automaton's own rules. Character classes mean what xgrammar's regexes mean
 (`.` any character, `\\d` `[0-9]`, `\\w` `[a-zA-Z0-9_]`, `\\s` its whitespace list). A pattern of other syntax
 (flags, lookarounds, back-references, anchors inside it), or whose automaton or product passes `_MOST_STATES`,
-has no such rules (None): the caller keeps xgrammar's key.
+has no such rules (None): the caller keeps xgrammar's key. Where the style bounds a name (qwen_xml: 64
+characters, none of `>` or a newline, which its parser cannot read back), the walk counts the characters, and a
+state in a pattern's closing loop (`[a-z]+`) ends in a count of blocks of 8 (`_loop_rules`: ~60 ms to compile
+`^[a-z]+$` on Qwen3's vocabulary, 64 chained states ~180 ms).
 """
 
 from __future__ import annotations
 
+import math
 import re._constants as sre
 import re._parser as sre_parse
 from collections.abc import Iterable
@@ -168,74 +172,168 @@ def _text(chars: Chars) -> str:
     return "[" + "".join(class_range(low, high) for low, high in chars) + "]"
 
 
-def key_pattern_rules(pattern: str, declared: Iterable[str], rule: str) -> str | None:
-    """EBNF rules, `rule` the one to reference, for a full match of `pattern` that is none of `declared`; None
-    where it matches none of them, its syntax is not followed or the rules would pass `_MOST_STATES`."""
-    try:
+class Parsed:
+    """A pattern's automaton: its first and last positions, whether it takes the empty text, and whether `^` opens
+    it and `$` closes it (JSON Schema searches a pattern; xgrammar writes a key as its full match)."""
+
+    def __init__(self, pattern: str) -> None:
         parsed = sre_parse.parse(pattern)
         if parsed.state.flags & ~sre.SRE_FLAG_UNICODE:
             raise _Unsupported
-        automaton = _Automaton()
-        first, last, nullable = automaton.sequence(list(parsed), edges=True)
+        items = list(parsed)
+        self.begins = bool(items) and items[0] == (sre.AT, sre.AT_BEGINNING)
+        self.ends = len(items) > int(self.begins) and items[-1][0] is sre.AT and items[-1][1] != sre.AT_BEGINNING
+        self.automaton = _Automaton()
+        self.first, self.last, self.nullable = self.automaton.sequence(items, edges=True)
+
+    def longest(self) -> float:
+        """The most characters a full match takes (infinity when a loop is reachable)."""
+        follow, memo, open_ = self.automaton.follow, {}, set()
+
+        def depth(p: int) -> float:
+            if p in open_:
+                return math.inf
+            if p not in memo:
+                open_.add(p)
+                memo[p] = 1 + max((depth(q) for q in follow[p]), default=0)
+                open_.discard(p)
+            return memo[p]
+
+        return max((depth(p) for p in self.first), default=0)
+
+
+def parsed_pattern(pattern: str) -> Parsed | None:
+    """`pattern`'s automaton, or None where its syntax is not followed, a class is empty or it passes
+    `_MOST_STATES`."""
+    try:
+        parsed = Parsed(pattern)
     except (_Unsupported, sre.error, RecursionError, OverflowError):
         return None
-    if any(not chars for chars in automaton.chars):
+    return None if any(not chars for chars in parsed.automaton.chars) else parsed
+
+
+def key_pattern_rules(
+    pattern: str, declared: Iterable[str], rule: str, most: int | None = None, unreadable: Chars = ()
+) -> str | None:
+    """EBNF rules, `rule` the one to reference, for a full match of `pattern` that is none of `declared`, of at most
+    `most` characters and none of `unreadable` (what the style's parser cannot read back in a name); None where
+    xgrammar's key already is that, its syntax is not followed or the rules would pass `_MOST_STATES` (`unwritten`
+    tells these apart)."""
+    parsed = parsed_pattern(pattern)
+    if parsed is None:
         return None
-    bodies = _with_trie(automaton, first, last | ({-1} if nullable else set()), set(declared), rule)
+    counted = most is not None and parsed.longest() > most
+    bodies = _walk(parsed, set(declared), rule, most if counted else None, list(unreadable))
     if bodies is None:
         return None
-    live = _productive(bodies)
-    free = f"{rule}_free"
+    refused, alternatives, loops = bodies
+    chars = parsed.automaton.chars
+    narrowed = any(_minus(c, tuple(unreadable)) != c for c in chars) if unreadable else False
+    if not (refused or counted or narrowed):
+        return None
+    live = _productive(alternatives)
     lines = []
-    for name, body in bodies.items():
+    for name, body in alternatives.items():
         kept = [
             f"({text} {target})" if target else f"({text})" for text, target in body if not target or target in live
         ]
         if name in live or name == rule:
             lines.append(f"{name} ::= ({' | '.join(kept) or _NOTHING})")
-    for p in _reachable(automaton, first):
-        escaped = [f"({_text(automaton.chars[q])} {free}_{q})" for q in sorted(automaton.follow[p])]
-        ends = ['("")'] if p in last else []
-        lines.append(f"{free}_{p} ::= ({' | '.join(escaped + ends)})")
-    return "\n".join(lines)
+    return "\n".join(lines + _loop_rules(loops, rule))
 
 
-def _with_trie(
-    automaton: _Automaton, first: set[int], last: set[int], names: set[str], rule: str
-) -> dict[str, list[tuple[str, str | None]]] | None:
-    """The automaton (position -1 its start) walked with the trie of `names`' prefixes from (start, ""): each state's
-    alternatives, a character into the next state or a class out of the trie into the automaton's own rule of a
-    position (`{rule}_free_P`, None for the state), or the empty end. None when no name is refused or past
+def shared_bound(left: int) -> int:
+    """The characters a name may take after it leaves the trie with `left` to go: `left` less its excess over a
+    multiple of 8 less 1 (a name that leaves it past its first character may come up to 7 short of `most`), so
+    the tails of all depths share one chain of rules (one per depth cost 2.5x the compile)."""
+    return left if left < 8 else left - (left + 1) % 8
+
+
+Loops = dict[tuple[str, int], Chars]
+"""Counted loops a walk ends in: (a tag of the class, characters left) and the class."""
+
+
+def _loop_rules(loops: Loops, rule: str) -> list[str]:
+    """`{rule}_loop_T_N`: 0 .. N characters of a class, as up to 7 or a block of 8 and 0 .. N - 8 more (xgrammar's
+    compile cost grows with a count: `free_names` counts its tails so)."""
+    lines, blocks = [], set()
+    needed = {(p, left - 8 * k): chars for (p, left), chars in loops.items() for k in range(left // 8 + 1)}
+    for (p, left), chars in sorted(needed.items()):
+        more = f" | ({rule}_block_{p} {rule}_loop_{p}_{left - 8})" if left >= 8 else ""
+        lines.append(f"{rule}_loop_{p}_{left} ::= (({_text(chars)}{{0, {min(left, 7)}}}){more})")
+        if left >= 8 and p not in blocks:
+            blocks.add(p)
+            lines.append(f"{rule}_block_{p} ::= (({_text(chars)}{{8}}))")
+    return lines
+
+
+def unwritten(pattern: str, most: int | None, unreadable: Chars = ()) -> bool:
+    """Whether xgrammar's key for `pattern` may be longer than `most` or hold `unreadable` and no rules here can
+    say otherwise (`key_pattern_rules` gave None for want of syntax or states)."""
+    if most is None and not unreadable:
+        return False
+    return key_pattern_rules(pattern, (), "k", most, unreadable) is None and (
+        (parsed := parsed_pattern(pattern)) is None
+        or (most is not None and parsed.longest() > most)
+        or any(_minus(c, tuple(unreadable)) != c for c in parsed.automaton.chars)
+    )
+
+
+_State = tuple[int, str | None, int]
+"""A position (-1 the start), the declared names' prefix written (None once off their trie), the characters
+written (0 when not counted)."""
+
+
+def _walk(
+    parsed: Parsed, names: set[str], rule: str, most: int | None, unreadable: Chars
+) -> tuple[bool, dict[str, list[tuple[str, str | None]]], Loops] | None:
+    """The automaton walked with the trie of `names`' prefixes (and a count of the characters when `most`): each
+    state's alternatives, a class into the next state, or the empty end; whether a declared name was refused; and
+    the counted loops a state off the trie ends in (`_loop_rules`: position, characters left). None past
     `_MOST_STATES`."""
+    automaton, last = parsed.automaton, parsed.last | ({-1} if parsed.nullable else set())
     trie: dict[str, set[int]] = {"": set()}
     for name in names:
         for depth in range(len(name)):
             trie.setdefault(name[:depth], set()).add(ord(name[depth]))
             trie.setdefault(name[: depth + 1], set())
-    ids: dict[tuple[int, str], str] = {(-1, ""): rule}
+    ids: dict[_State, str] = {(-1, "", 0): rule}
     bodies: dict[str, list[tuple[str, str | None]]] = {}
-    todo, refused = [(-1, "")], False
+    todo, refused = [(-1, "", 0)], False
+    loops: Loops = {}
+
+    def target(state: _State) -> str:
+        if state not in ids:
+            ids[state] = f"{rule}_{len(ids)}"
+            todo.append(state)
+        return ids[state]
+
     while todo:
-        p, prefix = state = todo.pop()
-        children = {point: prefix + chr(point) for point in trie[prefix]}
+        p, prefix, written = state = todo.pop()
+        if most is not None and prefix is None and p in parsed.last and p >= 0 and automaton.follow[p] == {p}:
+            chars = _minus(automaton.chars[p], tuple(unreadable))  # the pattern's tail, `c*`: counted in blocks
+            left = most - written
+            loops[(str(p), left)] = chars
+            bodies[ids[state]] = [(f"{rule}_loop_{p}_{left}", None)] if chars else [('""', None)]
+            continue
+        count = written + 1 if most is not None else 0
+        children = {point: prefix + chr(point) for point in trie[prefix]} if prefix is not None else {}
         alternatives: list[tuple[str, str | None]] = []
-        for q in sorted(first if p < 0 else automaton.follow[p]):
+        for q in sorted(parsed.first if p < 0 else automaton.follow[p]) if most is None or written < most else ():
+            chars = _minus(automaton.chars[q], tuple(unreadable))
             for point, child in sorted(children.items()):
-                if _holds(automaton.chars[q], point):
-                    if (q, child) not in ids:
-                        ids[(q, child)] = f"{rule}_{len(ids)}"
-                        todo.append((q, child))
-                    alternatives.append((_text([(point, point)]), ids[(q, child)]))
-            rest = _minus(automaton.chars[q], tuple((c, c) for c in children))
+                if _holds(chars, point):
+                    alternatives.append((_text([(point, point)]), target((q, child, count))))
+            rest = _minus(chars, tuple((c, c) for c in children))
             if rest:
-                alternatives.append((f"{_text(rest)} {rule}_free_{q}", None))
+                alternatives.append((_text(rest), target((q, None, count))))
         if p in last:
             refused |= prefix in names
             alternatives += [] if prefix in names else [('""', None)]
         bodies[ids[state]] = alternatives
-        if len(bodies) + len(automaton.chars) > _MOST_STATES:
+        if len(bodies) > _MOST_STATES:
             return None
-    return bodies if refused else None
+    return refused, bodies, loops
 
 
 _NOTHING = "[^\\0-\\U0010ffff]"
@@ -253,13 +351,3 @@ def _productive(bodies: dict[str, list[tuple[str, str | None]]]) -> set[str]:
                 live.add(name)
                 grown = True
     return live
-
-
-def _reachable(automaton: _Automaton, first: set[int]) -> list[int]:
-    seen, todo = set(first), list(first)
-    while todo:
-        for q in automaton.follow[todo.pop()]:
-            if q not in seen:
-                seen.add(q)
-                todo.append(q)
-    return sorted(seen)

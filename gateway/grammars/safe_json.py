@@ -208,7 +208,7 @@ def _converted_value_ebnf(
         if safe is None:
             return None
         ebnf = safe
-    ebnf = _distinct_free_names(_tight_values(ebnf, style), style, schema)
+    ebnf = _distinct_free_names(_tight_values(ebnf, style), style, schema, param if strict[1] else None)
     return shared_text(cheaper_rules(_bounded_layout(ebnf, style)), *_SHARED_TAGS[style])
 
 
@@ -302,17 +302,19 @@ def _bounded_layout(ebnf: str, style: str) -> str:
 
 
 _FREE_NAME_MOST = {"qwen_xml": _FREE_NAME_CHARS, "glm_xml": None}
-"""Per XML style, the longest free name its grammar writes (GLM's: any, as xgrammar's)."""
+"""Per XML style, the longest free name or pattern key its grammar writes (GLM's: any, as xgrammar's)."""
+_NAME_UNREADABLE = {"qwen_xml": [(0x0A, 0x0A), (0x3E, 0x3E)], "glm_xml": []}
+"""Per XML style, characters its parser cannot read back in a pattern key (qwen3_xml's `<parameter=([^>\n]*)>`)."""
 
 
-def _distinct_free_names(ebnf: str, style: str, schema: Any) -> str:
+def _distinct_free_names(ebnf: str, style: str, schema: Any, strict_param: str | None = None) -> str:
     """`ebnf` of XML `style` whose free names (`additionalProperties`) and pattern keys (`patternProperties`) are
     none of their object's declared names (`free_names.distinct_free_names`): xgrammar's let a free parameter
     repeat a declared one (`n` twice, the last no integer) or write an optional one skipped, its own schema
     unchecked."""
     if FREE_NAME_RULE not in ebnf:  # xgrammar's rules changed (tests catch it)
         return ebnf
-    return distinct_free_names(ebnf, schema, _FREE_NAME_MOST[style])
+    return distinct_free_names(ebnf, schema, _FREE_NAME_MOST[style], _NAME_UNREADABLE[style], strict_param)
 
 
 _UNWRITABLE_NAME = {
