@@ -204,6 +204,13 @@ def test_required_strings_are_non_empty_optional_ones_may_be_empty(vocab) -> Non
     )
 
 
+EITHER = {
+    "type": "object",
+    "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+    "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+}
+
+
 @pytest.mark.parametrize(
     ("schema", "kind", "value", "ok"),
     [
@@ -238,6 +245,14 @@ def test_required_strings_are_non_empty_optional_ones_may_be_empty(vocab) -> Non
         ({"const": "fixed"}, "string", "other", False),
         ({"allOf": [{"type": "integer"}, {"maximum": 9}]}, "number", "7", True),
         ({"allOf": [{"type": "integer"}, {"maximum": 9}]}, "number", "70", False),
+        # the assertions beside a union hold for each branch (all_of.folded_branch)
+        ({"anyOf": [{"type": "integer"}, {"type": "null"}], "minimum": 5}, "number", "3", False),
+        ({"anyOf": [{"type": "integer"}, {"type": "null"}], "minimum": 5}, "number", "7", True),
+        ({"anyOf": [{"type": "integer"}, {"type": "null"}], "minimum": 5}, "null", "null", True),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}], "minLength": 3}, "string", "ab", False),
+        ({"anyOf": [{"type": "string"}, {"type": "integer"}], "type": "integer"}, "string", "abc", False),
+        (EITHER, "object", "{}", False),
+        (EITHER, "object", '{"b": "q"}', True),
     ],
 )
 def test_typed_arguments(vocab, schema: dict, kind: str, value: str, ok: bool) -> None:
