@@ -420,3 +420,11 @@ def test_a_raw_string_keeps_the_assertions_beside_its_union(compiler, checkpoint
     assert accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "4", False))))
     assert not accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "b"))))
     assert not accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "2", False))))
+
+
+def test_free_parameters_may_share_a_name(compiler, checkpoint):
+    """A tool that declares no properties takes any parameters, one name twice too (a grammar cannot remember the
+    names written): the parser streams both keys, read as vLLM's dict reads them (last wins; test_deepseek_v41_parser)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    req = request(tools=[tool], tool_choice="required")
+    assert accepts(compiler, checkpoint, req, calls(invoke("f", param("extra", "a"), param("extra", "2", False))))

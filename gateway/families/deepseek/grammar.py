@@ -9,7 +9,8 @@ Policy (the same as the hermes family's):
   tools and "auto" the answer is EITHER calls OR the JSON.
 * a prompt that opened `<think>` gets its reasoning up to `</think>` first.
 * a tool that says `strict: false` takes any parameters (names, raw or JSON values), as hermes, qwen3_xml and
-  glm take any JSON object for it.
+  glm take any JSON object for it; so does one that declares no `properties`. Two free parameters may share a
+  name: the parser streams both keys, read as vLLM's dict reads them (last wins; grammars/free_names.py).
 
 Markers: where the served vocabulary has `｜DSML｜` as an added token (V4,
 V4.1), every tag is `<` or `</`, that token by id, then its words as text,
