@@ -407,3 +407,24 @@ def test_a_counted_raw_value_ends_at_its_closing_tag_in_the_counts_rule(compiler
 
     assert takes("x") and takes("é" * 100) and takes("a b>c")
     assert not takes("") and not takes("x" * 101) and not takes("a<b") and not takes("a\nb")
+
+
+def test_a_raw_string_keeps_the_assertions_beside_its_union(compiler, checkpoint):
+    """The keywords beside an `anyOf` hold for its string branch's raw value, folded into it (all_of.folded_branch):
+    before, a union's raw value was any text whatever its string branch said."""
+    either = {"anyOf": [{"type": "string", "pattern": "^a+$"}, {"type": "integer"}], "minimum": 3}
+    schema = {"type": "object", "properties": {"x": either}, "required": ["x"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema, "strict": True}}
+    req = request(tools=[tool], tool_choice="required")
+    assert accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "aa"))))
+    assert accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "4", False))))
+    assert not accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "b"))))
+    assert not accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "2", False))))
+
+
+def test_free_parameters_may_share_a_name(compiler, checkpoint):
+    """A tool that declares no properties takes any parameters, one name twice too (a grammar cannot remember the
+    names written): the parser streams both keys, read as vLLM's dict reads them (last wins; test_deepseek_v41_parser)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    req = request(tools=[tool], tool_choice="required")
+    assert accepts(compiler, checkpoint, req, calls(invoke("f", param("extra", "a"), param("extra", "2", False))))

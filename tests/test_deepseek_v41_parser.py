@@ -111,6 +111,16 @@ def test_calls_after_text_with_typed_values():
     assert len({c["id"] for c in result["calls"]}) == 2
 
 
+def test_a_name_written_twice_streams_both_keys_and_reads_as_the_last():
+    """Free parameters (a tool without declared properties) may share a name: both keys are streamed, and a JSON
+    reader keeps the last value, as vLLM's parsers build a dict."""
+    parameter = '<｜DSML｜ parameter name="extra" string="{}">{}</｜DSML｜ parameter>'
+    body = parameter.format("true", "a") + "\n" + parameter.format("false", "2")
+    block = f'\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name="f">\n{body}\n</｜DSML｜ invoke>\n</｜DSML｜ calls>'
+    streamed = answer(run(ids_of(block + EOS)))["calls"][0]["arguments"]
+    assert streamed == '{"extra": "a", "extra": 2}' and json.loads(streamed) == {"extra": 2}
+
+
 def test_a_spelled_marker_is_text_and_marker_tokens_in_a_value_are_value_text():
     spelled = PLAIN.encode_plain(f"Write <{DSML} calls> to call.")
     assert 128825 not in spelled

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import xgrammar as xg
 
 from backends.kimi_tokenizer import load_kimi_tokenizer
 from gateway.families.kimi.grammar import ControlIds, build_grammar
 from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
+from gateway.families.kimi.parser import typed_value
 from gateway.prompts.encoding import PromptEncoder
 from gateway.types import ChatRequest
+from tests.schema_language import atoms, sample
+from tests.test_any_of_siblings import CONTACT, TYPED
 from tests.test_kimi_tokenizer import write_synthetic_checkpoint
 
 _CONTROL = re.compile("(" + "|".join(map(re.escape, (OPEN, CLOSE, SEP, END_OF_MSG))) + ")")
@@ -204,6 +209,13 @@ def test_required_strings_are_non_empty_optional_ones_may_be_empty(vocab) -> Non
     )
 
 
+EITHER = {
+    "type": "object",
+    "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+    "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+}
+
+
 @pytest.mark.parametrize(
     ("schema", "kind", "value", "ok"),
     [
@@ -238,6 +250,14 @@ def test_required_strings_are_non_empty_optional_ones_may_be_empty(vocab) -> Non
         ({"const": "fixed"}, "string", "other", False),
         ({"allOf": [{"type": "integer"}, {"maximum": 9}]}, "number", "7", True),
         ({"allOf": [{"type": "integer"}, {"maximum": 9}]}, "number", "70", False),
+        # the assertions beside a union hold for each branch (all_of.folded_branch)
+        ({"anyOf": [{"type": "integer"}, {"type": "null"}], "minimum": 5}, "number", "3", False),
+        ({"anyOf": [{"type": "integer"}, {"type": "null"}], "minimum": 5}, "number", "7", True),
+        ({"anyOf": [{"type": "integer"}, {"type": "null"}], "minimum": 5}, "null", "null", True),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}], "minLength": 3}, "string", "ab", False),
+        ({"anyOf": [{"type": "string"}, {"type": "integer"}], "type": "integer"}, "string", "abc", False),
+        (EITHER, "object", "{}", False),
+        (EITHER, "object", '{"b": "q"}', True),
     ],
 )
 def test_typed_arguments(vocab, schema: dict, kind: str, value: str, ok: bool) -> None:
@@ -518,3 +538,44 @@ def test_a_deep_definition_is_written_once_for_all_its_arguments(vocab) -> None:
     grammar = build_grammar(request(parameters_tool(200, {"$ref": "#/$defs/d0"}, **{"$defs": defs})), "think", vocab[2])
     assert len(grammar.text) < 60_000
     vocab[1].compile_structural_tag(grammar.text)
+
+
+UNION_SIBLINGS = [
+    {"anyOf": [{"type": "integer"}, {"type": "null"}], "minimum": 5},
+    {"anyOf": [{"type": "string"}, {"type": "null"}], "minLength": 2},
+    {"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 2}], "minimum": 5},
+    {"anyOf": [{"$ref": "#/$defs/Word"}, {"type": "integer"}], "minLength": 3, "maximum": 4},
+    EITHER,
+    CONTACT,
+    TYPED,
+]
+XTML_OF = {str: "string", bool: "boolean", type(None): "null", int: "number", float: "number", list: "array"}
+
+
+@pytest.mark.parametrize("schema", UNION_SIBLINGS)
+def test_union_sibling_values_are_taken_iff_their_read_back_validates(vocab, schema: dict) -> None:
+    """Seeded values near the schema, written as K3 writes them and read back as the parser does (raw strings,
+    typed_value): the grammar takes one iff jsonschema validates it (before the fold, each schema here had some
+    taken wrongly: the union read alone, or the argument left free)."""
+    encoder, compiler, ids, eos = vocab
+    params = {"type": "object", "properties": {"x": schema}, "required": ["x"], "$defs": {"Word": {"type": "string"}}}
+    grammar = build_grammar(request(tool("f", params, strict=True)), "response", ids, False)
+    compiled = compiler.compile_structural_tag(grammar.text)
+    validator = jsonschema.Draft202012Validator(params)
+    names: list[str] = []
+    values: list[Any] = []
+    atoms(schema, names, values)
+    rng = random.Random(17)
+    drawn = {json.dumps(v) for v in (sample(rng, names, values) for _ in range(120)) if v != ""}  # required: non-empty
+    wrong = []
+    for text in drawn:
+        value = json.loads(text)
+        kind = XTML_OF.get(type(value), "object")
+        body = value if kind == "string" else json.dumps(value, separators=(", ", ": "))
+        matcher = xg.GrammarMatcher(compiled)
+        output = ids_of(encoder, f"{CLOSE}response{SEP}", section(call("f", arg("x", kind, body))))
+        taken = all(matcher.accept_token(t) for t in output) and matcher.accept_token(eos)
+        back = body if kind == "string" else typed_value(body)
+        if taken != validator.is_valid({"x": back}):
+            wrong.append(body)
+    assert not wrong, wrong

@@ -9,7 +9,8 @@ Policy (the same as the hermes family's):
   tools and "auto" the answer is EITHER calls OR the JSON.
 * a prompt that opened `<think>` gets its reasoning up to `</think>` first.
 * a tool that says `strict: false` takes any parameters (names, raw or JSON values), as hermes, qwen3_xml and
-  glm take any JSON object for it.
+  glm take any JSON object for it; so does one that declares no `properties`. Two free parameters may share a
+  name: the parser streams both keys, read as vLLM's dict reads them (last wins; grammars/free_names.py).
 
 Markers: where the served vocabulary has `｜DSML｜` as an added token (V4,
 V4.1), every tag is `<` or `</`, that token by id, then its words as text,
@@ -51,6 +52,7 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
 from gateway.grammars.counted_classes import closed_value
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
@@ -303,7 +305,13 @@ class _Writer:
 
     def string_value(self, schema: Any, where: _Where) -> Format:
         """A raw value: one of its string choices that holds no excluded spelling, or its pattern where that is
-        enforced (`safe_json.raw_pattern_ebnf`), else any text without an excluded spelling."""
+        enforced (`safe_json.raw_pattern_ebnf`), else any text without an excluded spelling; a union with assertions
+        beside it, one of its string branches' raw values, each folded with them (`_string_branches`)."""
+        branches = _string_branches(schema, where)
+        if branches is not None:
+            values = [self.string_value(branch, where) for branch in branches]
+            unique = list({json.dumps(v, sort_keys=True): v for v in values}.values())
+            return self.raw_text() if not unique or self.raw_text() in unique else _or(unique)
         excludes = (DSML, *self.vocabulary.raw_excludes)
         strings = [v for v in _choices(schema) or [] if isinstance(v, str) and not any(s in v for s in excludes)]
         if strings:
@@ -355,6 +363,44 @@ def _value_kinds(schema: Any, root: Any, depth: int = 0) -> tuple[bool, bool]:
         return True, True
     each = [_value_kinds(b, root, depth + 1) for b in branches]
     return any(raw for raw, _ in each), any(parsed for _, parsed in each)
+
+
+def _string_branches(schema: Any, where: _Where) -> list[Any] | None:
+    """The branches of `schema`'s `anyOf` / `oneOf` that admit a string, each with the assertions beside the union
+    folded in (`all_of.folded_branch`, as the JSON values' `safe_json` folds them: a `pattern` or `enum` beside
+    `anyOf: [string, null]` holds for the raw string too); None where `schema` says no union with assertions beside
+    it (its own keywords are the raw value's). A branch that does not fold exactly is kept alone, best effort: under
+    strict a SchemaGrammarError naming the keyword (unenforced.py refuses it before any build)."""
+    key = next((k for k in UNIONS if isinstance(schema, dict) and isinstance(schema.get(k), list) and schema[k]), None)
+    beside = {k: v for k, v in schema.items() if k in SIBLING_ASSERTIONS and k != key} if key else {}
+    if not beside:
+        return None
+    branches = []
+    for branch in schema[key]:
+        target = _target(branch, schema)
+        folded = folded_branch(beside, target, where.param) if target is not None else None
+        if folded is None and where.strict:
+            keyword = unfolded_keyword(beside, schema[key])
+            raise SchemaGrammarError(
+                f"the JSON schema cannot be enforced: '{keyword}' beside '{key}' cannot be folded into its branches",
+                f"{where.param}.{keyword}",
+            )
+        one = branch if folded is None else folded
+        if one is not False and _value_kinds(one, schema)[0]:
+            branches.append(one)
+    return branches
+
+
+def _target(branch: Any, root: Any) -> Any:
+    """A union's branch, a local `$ref` one its target with the branch's other keywords; None where it does not
+    resolve."""
+    if not isinstance(branch, dict) or "$ref" not in branch:
+        return branch
+    ref = branch["$ref"]
+    target = resolve_pointer(root, ref) if isinstance(ref, str) else None
+    if not isinstance(target, dict) or "$ref" in target:
+        return None
+    return {**target, **{k: v for k, v in branch.items() if k != "$ref"}}
 
 
 def _choices(schema: Any) -> list[Any] | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch
 
 XTML_TYPE = {
     "string": "string",
@@ -110,18 +111,38 @@ class SchemaDocument:
             return [_literal(schema["const"])]
         if isinstance(schema.get("enum"), list) and schema["enum"]:
             return [_literal(v) for v in schema["enum"]]
-        for key in ("anyOf", "oneOf"):
+        for key in UNIONS:
             branches = schema.get(key)
             if isinstance(branches, list) and branches:
+                beside = {k: v for k, v in schema.items() if k in SIBLING_ASSERTIONS and k != key}
                 # each branch looked into once: twice made nested anyOf cost 2^depth
-                each = [self._alternatives(b, seen) if isinstance(b, dict) else [] for b in branches]
-                return [alt for found in each for alt in found] if all(each) else []
+                each = [self._branch_alternatives(b, beside, seen) for b in branches]
+                kept = [found for found in each if found is not None]
+                return [alt for found in kept for alt in found] if kept and all(kept) else []
         kinds = schema.get("type")
         kinds = [kinds] if isinstance(kinds, str) else kinds
         if not isinstance(kinds, list) or not all(k in XTML_TYPE for k in kinds):
             return []
         base = {k: v for k, v in schema.items() if k not in ("type", "anyOf", "oneOf", "allOf", *_REF_KEYS)}
         return [Alternative(XTML_TYPE[k], {**base, "type": k}) for k in kinds]
+
+    def _branch_alternatives(
+        self, branch: Any, beside: dict[str, Any], seen: frozenset[str]
+    ) -> list[Alternative] | None:
+        """A union branch's alternatives, the assertions `beside` the union folded into it (`all_of.folded_branch`,
+        as the JSON grammars fold them); None where it then admits no value (disjoint types). A branch that does
+        not fold exactly is read alone: unenforced.py refuses that keyword under strict before any grammar."""
+        if not isinstance(branch, dict):
+            return []
+        if not beside:
+            return self._alternatives(branch, seen)
+        merged = self._merged(branch, seen)
+        if merged is None:
+            return []
+        folded = folded_branch(beside, merged[0], "")
+        if folded is False:
+            return None
+        return self._alternatives(merged[0] if folded is None else folded, merged[1])
 
     def _merged(self, schema: dict[str, Any], seen: frozenset[str]) -> tuple[dict[str, Any], frozenset[str]] | None:
         """`schema` with its `$ref` target and `allOf` branches folded in (its own keywords win)."""
