@@ -15,6 +15,7 @@ from gateway.prompts.template import (
     renders_purely,
     template_variables,
 )
+from tests.template_corpus import TEMPLATES_DIR
 
 smollm2 = cache(load_checkpoint)
 
@@ -318,6 +319,12 @@ HOSTILE_TEMPLATES = [
     "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x",
     "{% for a in messages %}{% for b in messages %}{% for c in messages %}{% endfor %}{% endfor %}{% endfor %}",
     "{% for i in range(100000) %}{{ range(100000) | sum }}{% endfor %}",
+    "{% for i in range(99999) %}{% for j in range(99999) %}{% if j < 0 %}{% break %}{% endif %}{% endfor %}{% endfor %}",
+    "{% for i in range(100000) %}{{ range(100000) | list | length }}{% if i < 0 %}{% break %}{% endif %}{% endfor %}",
+    (
+        "{% for a in messages %}{% for b in messages %}{% for c in messages %}{% if c is none %}{% break %}{% endif %}"
+        "{% endfor %}{% endfor %}{% endfor %}"
+    ),
     "{% for x in [1] recursive %}{% if loop.depth < 60 %}{{ loop([1, 1]) }}{% endif %}{% endfor %}",
     "{% macro f(n) %}{% if n < 60 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}",
     "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
@@ -381,6 +388,63 @@ def test_a_finite_render_past_the_step_limit_is_refused_naming_the_limit_and_the
         "chat template error: the template's work for this conversation (100 messages, 1 tool) exceeded its limit "
         "of 5,000 steps"
     )
+
+
+GEMMA4_SCAN = (
+    "{% for m in messages %}{% set ns = namespace(found=false) %}"
+    "{% for j in range(loop.index0 + 1, messages | length) %}{% if not ns.found %}"
+    "{% if messages[j].role != 'tool' %}{% set ns.found = true %}{{ j }}{% endif %}{% endif %}{% endfor %}"
+    ".{% endfor %}"
+)
+"""Gemma 4's forward scan: for every message, the later ones up to the next that is no tool result (the gateway
+stops the loop there, prompts/loop_exit.py); n²/2 items as written, about 2n as it runs."""
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        GEMMA4_SCAN,
+        "{% for m in messages %}{% for j in range(loop.index0, 100000) %}{{ j }}{% break %}{% endfor %}{% endfor %}",
+        (
+            "{% for m in messages %}{% for n in messages %}{% if n is mapping %}{% break %}{% endif %}{% endfor %}"
+            ".{% endfor %}"
+        ),
+        "{% for m in messages %}{% for c in m.content * 1000 %}{{ c }}{% break %}{% endfor %}{% endfor %}",
+    ],
+)
+def test_a_loop_that_ends_early_is_charged_the_items_it_ran(source: str) -> None:
+    """A loop with a `break` of its own is charged an item as it takes it, a loop's `range(...)` only so: 200
+    messages each scanning a few items render within 5,000 steps (charged whole, the inner loops took 20,000+)."""
+    from gateway.prompts.template_bounds import render_budget
+
+    with render_budget(steps=5_000, chars=100_000):
+        assert render(source, [{"role": "user", "content": "hi"}] * 200, max_chars=100_000)
+
+
+def test_gemma4_on_a_long_chat_is_charged_its_scans_as_they_run() -> None:
+    """Gemma 4's template on 300 messages: about 11,000 steps as it runs (101,000 with each scan's range charged
+    whole: 5,000 messages came to 25,000,000, past the render's limit, in a third of a CPU-second)."""
+    from gateway.prompts.template_bounds import render_budget
+
+    source = (TEMPLATES_DIR / "google-gemma-4-31B-it.jinja").read_text(encoding="utf-8")
+    messages = [{"role": ("user", "assistant")[i % 2], "content": f"message {i}"} for i in range(300)]
+    with render_budget(steps=50_000, chars=1_000_000):
+        prompt = render(source, messages, max_chars=1_000_000)
+    assert prompt.count("message ") == 300
+
+
+def test_a_loop_that_ends_early_keeps_its_length_and_its_range_stays_the_templates() -> None:
+    """The count as it runs leaves `loop.length`, `loop.last` and `loop.revindex` as they were, and a `range` the
+    template defined itself is called as written."""
+    source = (
+        "{% for i in range(5) %}{{ i }}{{ loop.length }}{{ loop.revindex }}{{ loop.last }}"
+        "{% if i == 1 %}{% break %}{% endif %}{% endfor %}|"
+        "{% for m in messages %}{{ loop.length }}{{ loop.last }}{% if loop.index == 2 %}{% break %}{% endif %}"
+        "{% endfor %}|{% for k in {'a': 1, 'b': 2} %}{{ k }}{{ loop.length }}{% break %}{% endfor %}|"
+        "{% macro range(n) %}ab{% endmacro %}{% for c in range(1) %}{{ c }}{% break %}{% endfor %}"
+    )
+    out = render(source, [{"role": "user", "content": "a"}] * 3)
+    assert out == "055False154False|3False3False|a2|a"
 
 
 def test_a_render_past_its_budget_is_not_rendered_again_for_a_null_content(monkeypatch) -> None:

@@ -35,7 +35,7 @@ from backends.worker.prefill_gemm import PrefillGemm, choose_prefill_gemm
 from backends.worker.server import WorkerState, build_app
 from backends.worker.threads import ThreadTuner, describe_cpus, parse_threads, usable_cores
 from backends.worker.weights import LlamaWeights, load_weights
-from backends.xgrammar_core import without_transformers
+from backends.xgrammar_core import XGrammarLayoutError, without_transformers, xgrammar
 
 
 def at_least(least: int) -> Callable[[str], int]:
@@ -184,6 +184,7 @@ def build_state(args: argparse.Namespace) -> WorkerState:
     """Load checkpoint, weights, model, grammar compiler, and start the engine thread."""
     began = time.perf_counter()
     path = args.model or str(embedded_gguf_path())
+    xgrammar()  # before the weights: an xgrammar whose layout moved fails the start at once (XGrammarLayoutError)
     progress(f"loading {path}")
     tuner, threads = choose_threads(args.threads, torch.device(args.device))
     checkpoint = load_checkpoint(path)
@@ -291,7 +292,11 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     refuse_unsupported_dtype(args)
     without_transformers()  # xgrammar's compiler and matcher, not its Hugging Face adapters: ~0.44 CPU-s, ~24 MB less
-    state = build_state(args)
+    try:
+        state = build_state(args)
+    except XGrammarLayoutError as exc:
+        progress(f"error: startup failed: {exc}")
+        raise SystemExit(1) from None
     gc.collect()
     gc.freeze()  # what loading left: full collections need not walk it while serving
     gc.enable()  # off while starting (backends/worker/start_collection.py)

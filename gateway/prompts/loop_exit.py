@@ -19,8 +19,8 @@ prefix (assignments to loop-local names, which Jinja does not let out of the loo
 names it does not change or their lengths, by `+` and `-`: what did not fail does not fail) and the flag test (no
 call, no error: it read the same attribute a moment before), and so would every one after it. A flag that becomes
 done elsewhere (a `continue` skipping the check, a macro in the test setting it) leaves the loop as it was, only
-slower. Steps charged for the loop's items are the same where they are charged before it runs (a list, a range:
-prompts/template_bounds.py); for a lazy sequence the skipped items are not charged.
+slower. A loop with a `break` is charged the items it takes (prompts/template_bounds.py): the skipped ones cost no
+steps either.
 """
 
 from __future__ import annotations

@@ -164,6 +164,8 @@ def _environment(end_finished_scans: bool = True) -> ImmutableSandboxedEnvironme
     env.globals["lipsum"] = bounds.bounded_lipsum
     env.filters = {name: bounds.bounded_filter(name, f) for name, f in env.filters.items()}
     env.filters[bounds.COUNT_FILTER] = bounds.counted
+    env.filters[bounds.COUNT_AS_RUN_FILTER] = bounds.counted_as_run
+    env.filters[bounds.LOOP_RANGE_FILTER] = bounds.loop_range
     env.filters[bounds.CONCAT_FILTER] = bounds.concat
     env.filters[bounds.PLUS_FILTER] = bounds.summed
     return env

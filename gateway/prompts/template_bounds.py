@@ -6,7 +6,9 @@ past the prompt's limit stops with `TemplateError` instead of hanging or taking 
 
 The sandbox (prompts/template.py) routes its operators, calls and filters here; `bound_loops` rewrites a parsed
 template so that each `for` loop's items pass through a counting filter, and each `~` concatenation and chain of `+`
-through a sizing one. The budget is the current thread's, set by `render_budget` around one render; without one (a
+through a sizing one. A loop is charged the iterations it runs: one that has no `{% break %}` of its own runs all
+its items (charged at its start, in one call), one that has is charged an item as it takes it; a `range(...)` a loop
+goes over is charged only so (any other range its length when made: a `|list`, a `|sum` of it goes over it all). The budget is the current thread's, set by `render_budget` around one render; without one (a
 template rendered outside it) nothing is counted.
 """
 
@@ -23,8 +25,8 @@ from string import Formatter
 from types import BuiltinMethodType, FunctionType, MethodType
 from typing import Any
 
-from jinja2 import nodes
-from jinja2.runtime import LoopContext, Macro
+from jinja2 import nodes, pass_context
+from jinja2.runtime import Context, LoopContext, Macro
 from jinja2.sandbox import safe_range
 
 MAX_TEMPLATE_STEPS = 20_000_000
@@ -157,7 +159,12 @@ def _items(value: Any) -> int:
 # -- for loops and concatenations ---------------------------------------------------------------------------------
 
 COUNT_FILTER = "gateway-count"
-"""The filter every `for` loop's items pass through (a name no template can spell: a filter name is an identifier)."""
+"""The filter the items of a `for` loop without a `break` of its own pass through (a name no template can spell: a
+filter name is an identifier)."""
+COUNT_AS_RUN_FILTER = "gateway-count-as-run"
+"""The filter the items of a `for` loop that can end early (a `break` of its own) pass through."""
+LOOP_RANGE_FILTER = "gateway-loop-range"
+"""The filter a `for` loop's `range(...)` becomes: the range, not charged as made (the loop charges what it runs)."""
 CONCAT_FILTER = "gateway-concat"
 """The filter a `~` concatenation becomes."""
 PLUS_FILTER = "gateway-plus"
@@ -177,6 +184,42 @@ def counted(items: Any) -> Any:
         charge(len(items))
         return items
     return _counting(items, budget)
+
+
+def counted_as_run(items: Any) -> Any:
+    """`items`, charged a step each as the loop takes it (a loop that can end early: the items it skips cost
+    nothing); a container keeps its length (`loop.length`, `loop.last` read it, not a copy)."""
+    budget = getattr(_STATE, "budget", None)
+    if budget is None:
+        return items
+    if type(items) in _SIZED:
+        return _CountedAsRun(items, budget)
+    return _counting(items, budget)
+
+
+class _CountedAsRun:
+    """A container whose iteration charges a step per item taken."""
+
+    __slots__ = ("budget", "items")
+
+    def __init__(self, items: Any, budget: _Budget) -> None:
+        self.items = items
+        self.budget = budget
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Any]:
+        return _counting(self.items, self.budget)
+
+
+@pass_context
+def loop_range(context: Context, function: Any, *args: Any) -> Any:
+    """`function(*args)` for a loop's `range(...)`: the sandbox's range (at most 100,000 items) uncharged, as the loop
+    charges the items it runs; a `range` the template rebound called as any call is."""
+    if function is bounded_range:
+        return safe_range(*args)
+    return context.environment.call(context, function, *args)
 
 
 def _counting(items: Any, budget: _Budget) -> Iterator[Any]:
@@ -211,7 +254,9 @@ def bound_loops(template: nodes.Template) -> nodes.Template:
     """`template` with each `for` loop's items counted, each `~` concatenation bounded and each chain of `+` whose
     operands cannot fail summed in one bounded call."""
     for loop in template.find_all(nodes.For):
-        loop.iter = nodes.Filter(loop.iter, COUNT_FILTER, [], [], None, None, lineno=loop.lineno)
+        items = _range_of_loop(loop.iter) or loop.iter
+        counter = COUNT_AS_RUN_FILTER if _can_end_early(loop.body) else COUNT_FILTER
+        loop.iter = nodes.Filter(items, counter, [], [], None, None, lineno=loop.lineno)
     for parent in template.find_all(nodes.Node):
         for field in parent.fields:
             value = getattr(parent, field, None)
@@ -220,6 +265,30 @@ def bound_loops(template: nodes.Template) -> nodes.Template:
             elif isinstance(value, list):
                 setattr(parent, field, [_bounded(v) if isinstance(v, nodes.Expr) else v for v in value])
     return template
+
+
+def _range_of_loop(items: nodes.Expr) -> nodes.Filter | None:
+    """`range(...)` as a loop's items: the same call through the loop's range filter; else None."""
+    if not isinstance(items, nodes.Call) or items.kwargs or items.dyn_args or items.dyn_kwargs:
+        return None
+    if not (isinstance(items.node, nodes.Name) and items.node.name == "range"):
+        return None
+    return nodes.Filter(items.node, LOOP_RANGE_FILTER, items.args, [], None, None, lineno=items.lineno)
+
+
+def _can_end_early(body: list[nodes.Node]) -> bool:
+    """Whether a loop's body has a `{% break %}` of its own (not one of a loop inside it; one in an inner loop's
+    `else` is the outer loop's)."""
+    pending: list[nodes.Node] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, nodes.Break):
+            return True
+        if isinstance(node, nodes.For):
+            pending += node.else_
+        else:
+            pending += node.iter_child_nodes()
+    return False
 
 
 def _bounded(node: nodes.Expr) -> nodes.Expr:

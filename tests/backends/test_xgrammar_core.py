@@ -114,6 +114,28 @@ def test_a_moved_xgrammar_internal_is_a_start_up_error_naming_the_version_it_was
     assert "Traceback" not in done.stderr
 
 
+WORKER_MOVED = textwrap.dedent(
+    """
+    from backends import xgrammar_core
+    from backends.worker.__main__ import main
+
+    xgrammar_core._MODULES += ("moved_away",)  # as if a future xgrammar renamed a module this load imports
+    main(["--device", "cpu", "--threads", "1", "--port", "9"])
+    """
+)
+
+
+def test_a_moved_xgrammar_internal_fails_the_workers_start_in_one_line_before_its_weights_load():
+    """The bundled worker's start (`python -m backends.worker`), as the gateway's: one line naming the version it
+    was written for and what is missing, exit 1; not a traceback after the model has loaded."""
+    done = run(WORKER_MOVED)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"[worker] error: startup failed: xgrammar {version('xgrammar')} cannot be loaded")
+    assert "xgrammar.moved_away" in last and f"written for xgrammar {WRITTEN_FOR}" in last
+    assert "Traceback" not in done.stderr and "[worker] loading" not in done.stderr
+
+
 def test_the_load_was_written_for_the_pinned_xgrammar():
     """A new pin means checking the torch-free load against that version's layout (and updating WRITTEN_FOR)."""
     dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
