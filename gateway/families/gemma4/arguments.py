@@ -6,7 +6,12 @@ null, arrays and nested objects, sent as one EBNF (`gateway.grammars.ebnf_format
 places is one rule there, referred to). Formats have no references of their own, so a schema is spelled out whole:
 * a local `$ref` (`#`, `#/$defs/X`, any JSON pointer into the tool's parameters) is inlined; a reference to
   itself (a recursive schema), a remote one or one that does not resolve has no format (None);
-* a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
+* a schema with no `type` (nor literal, union or `$ref`) is read as xgrammar 0.2.9 reads it for the other families'
+  JSON (`implied_type`): an object beside `properties` / `additionalProperties` / `unevaluatedProperties`, else an
+  array beside `items` / `prefixItems` / `unevaluatedItems`, else any value, whose type keywords (`minimum`,
+  `required`, `minItems`…: TYPE_KEYWORDS) are then not enforced. JSON Schema would take a value of another type there
+  too (`{"properties": …}` takes `1`); every family refuses it;
+* a free-form object (no `properties`) or value takes any value FREE_DEPTH levels deep (keys
   `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
 * a grammar past MAX_FORMATS formats (inlined references and counted array items add up) has no format.
 With no format the call takes any arguments (`free_arguments`; a 400 under strict: grammar.py); so has one whose key
@@ -28,8 +33,10 @@ count past 4), like a pattern xgrammar cannot use, dropped and the string is fre
 kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
 (`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md). Under the tool's `strict: true` nothing is left out
 silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, an object's values' schema without
-`properties`) is a SchemaGrammarError naming its place, and a pattern is narrowed whatever its count. The keywords
-beside an `anyOf` / `oneOf` are folded into each branch (`_union`); where they cannot be, best effort drops them.
+`properties`, a type's keyword in a schema written as any value) is a SchemaGrammarError naming its place (stricter
+than the JSON grammars, which refuse only a string keyword there: unenforced.py), and a pattern is narrowed whatever
+its count. The keywords beside an `anyOf` / `oneOf` are folded into each branch (`_union`); where they cannot be,
+best effort drops them.
 """
 
 from __future__ import annotations
