@@ -4,6 +4,7 @@ its parser reads back (tests/test_gemma4_required_names.py, tests/test_gemma4_un
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import Any
 
 import xgrammar as xg
@@ -18,13 +19,16 @@ from tests.test_gemma4 import SPECIALS, ids_of, parse
 STOP = 261
 
 
+@cache
 def byte_tokenizer() -> Tokenizer:
-    """One token a byte, and Gemma 4's special tokens."""
+    """One token a byte, and Gemma 4's special tokens (one for all tests)."""
     return tokenizer_from_ranks({bytes([b]): b for b in range(256)}, SPECIALS, r"\s+|\S+")
 
 
-def byte_compiler(tokenizer: Tokenizer) -> xg.GrammarCompiler:
-    """A compiler for `tokenizer`'s vocabulary, STOP its stop token."""
+@cache
+def byte_compiler() -> xg.GrammarCompiler:
+    """A compiler for `byte_tokenizer`'s vocabulary, STOP its stop token."""
+    tokenizer = byte_tokenizer()
     strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
     return xg.GrammarCompiler(xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[STOP]))
 

@@ -26,7 +26,7 @@ def tokenizer() -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def compiler(tokenizer: Tokenizer) -> xg.GrammarCompiler:
-    return byte_compiler(tokenizer)
+    return byte_compiler()
 
 
 TOP = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city", "days"]}
