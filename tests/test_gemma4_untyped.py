@@ -37,6 +37,7 @@ CASES = [  # parameters; candidates beside the seeded draws; a value of another 
     (_tool({"$ref": "#/$defs/P"}, {"P": REQUIRED_A}), [{"o": {"a": 2}}, {"o": {}}], {"o": [1]}),
     (_tool({**REQUIRED_A, "items": {"type": "integer"}, "minimum": 3}), [{"o": {"a": 1}}, {"o": {}}], {"o": [1]}),
     (_tool({"anyOf": [REQUIRED_A, {"type": "null"}]}), [{"o": {"a": 1}}, {"o": None}, {"o": {}}], {"o": 2}),
+    (_tool({"type": "array"}), [{"o": []}, {"o": ["s", 1]}, {"o": "s"}], None),  # no `items`: any items
     (_tool({"enum": [1, "a", None]}), [{"o": 1}, {"o": "a"}, {"o": None}, {"o": 2}], None),
 ]  # fmt: skip
 

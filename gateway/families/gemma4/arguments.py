@@ -340,6 +340,7 @@ class ArgumentFormats:
         return {"type": "regex", "pattern": pattern} if usable and pattern is not None else self.raw
 
     def _array(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
+        # no `items`: any items, as JSON Schema says (xgrammar 0.2.9 beside `maxItems` takes none: `[]` alone)
         item = self._value(schema.get("items", True), depth + 1, f"{where}.items")
         if item is None:
             return None
