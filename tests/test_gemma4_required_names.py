@@ -13,62 +13,20 @@ import pytest
 import xgrammar as xg
 from tokenizers import Tokenizer
 
-from backends.tiktoken_bpe import tokenizer_from_ranks
 from gateway.families.gemma4.grammar import build_grammar
-from gateway.families.gemma4.markers import QUOTE, TOOL_CALL, TOOL_CALL_END
 from gateway.grammars.json import SchemaGrammarError
-from gateway.types import ChatRequest
+from tests.gemma4_calls import Calls, byte_compiler, byte_tokenizer, one_tool
 from tests.schema_language import atoms, sample
-from tests.test_gemma4 import SPECIALS, ids_of, parse
-
-STOP = 261
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    return tokenizer_from_ranks({bytes([b]): b for b in range(256)}, SPECIALS, r"\s+|\S+")
+    return byte_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def compiler(tokenizer: Tokenizer) -> xg.GrammarCompiler:
-    strings = [tokenizer.id_to_token(i) or "" for i in range(tokenizer.get_vocab_size())]
-    return xg.GrammarCompiler(xg.TokenizerInfo(strings, vocab_type=xg.VocabType.BYTE_LEVEL, stop_token_ids=[STOP]))
-
-
-def _request(parameters: dict[str, Any], strict: bool | None = None) -> ChatRequest:
-    """One tool `f`, `strict` omitted where None (best effort; `strict: false` takes any arguments)."""
-    function = {"name": "f", "parameters": parameters} | ({} if strict is None else {"strict": strict})
-    return ChatRequest(messages=[], tools=[{"type": "function", "function": function}], tool_choice="required")
-
-
-def notation(value: Any) -> list[str]:
-    """`value` in Gemma's object notation, as `ids_of` parts (strings between quote tokens, no spaces)."""
-    if isinstance(value, str):
-        return [QUOTE, value, QUOTE]
-    if isinstance(value, (dict, list)):
-        pairs = value.items() if isinstance(value, dict) else ((None, v) for v in value)
-        parts = ["{" if isinstance(value, dict) else "["]
-        for i, (key, item) in enumerate(pairs):
-            parts += ([","] if i else []) + ([f"{key}:"] if key is not None else []) + notation(item)
-        return [*parts, "}" if isinstance(value, dict) else "]"]
-    return [json.dumps(value)]
-
-
-class Calls:
-    """One tool `f` with `parameters`: whether its grammar takes a call, and the arguments the parser reads back."""
-
-    def __init__(self, tokenizer: Tokenizer, compiler: xg.GrammarCompiler, parameters: dict[str, Any]):
-        grammar = build_grammar(_request(parameters, strict=True), tokenizer)
-        assert grammar is not None
-        self._compiled = compiler.compile_structural_tag(grammar.text)
-        self._tokenizer = tokenizer
-
-    def read(self, arguments: dict[str, Any]) -> tuple[bool, Any]:
-        ids = ids_of(self._tokenizer, TOOL_CALL, "call:f", *notation(arguments), TOOL_CALL_END)
-        matcher = xg.GrammarMatcher(self._compiled)
-        taken = all(matcher.accept_token(t) for t in ids) and matcher.accept_token(STOP)
-        calls = parse(self._tokenizer, ids).tool_calls
-        return taken, json.loads(calls[0].arguments_raw)
+    return byte_compiler()
 
 
 TOP = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city", "days"]}
@@ -148,6 +106,6 @@ def test_a_name_that_cannot_be_declared_is_refused_under_strict(
     """No object matches (`additionalProperties: false`): a 400 naming the `required` under strict, as the JSON
     grammars refuse it (required.py); best effort builds (the name not enforced, as there)."""
     with pytest.raises(SchemaGrammarError) as refused:  # fails before: a grammar taking objects without `b`
-        build_grammar(_request(schema, strict=True), tokenizer)
+        build_grammar(one_tool(schema, strict=True), tokenizer)
     assert refused.value.param == f"tools[0].function.parameters{where}.required" and '"b"' in str(refused.value)
-    assert build_grammar(_request(schema), tokenizer) is not None
+    assert build_grammar(one_tool(schema), tokenizer) is not None

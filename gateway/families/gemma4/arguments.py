@@ -6,7 +6,12 @@ null, arrays and nested objects, sent as one EBNF (`gateway.grammars.ebnf_format
 places is one rule there, referred to). Formats have no references of their own, so a schema is spelled out whole:
 * a local `$ref` (`#`, `#/$defs/X`, any JSON pointer into the tool's parameters) is inlined; a reference to
   itself (a recursive schema), a remote one or one that does not resolve has no format (None);
-* a free-form object (no `properties`) or value (no `type`) takes any value FREE_DEPTH levels deep (keys
+* a schema with no `type` (nor literal, union or `$ref`) is read as xgrammar 0.2.9 reads it for the other families'
+  JSON (`implied_type`): an object beside `properties` / `additionalProperties` / `unevaluatedProperties`, else an
+  array beside `items` / `prefixItems` / `unevaluatedItems`, else any value, whose type keywords (`minimum`,
+  `required`, `minItems`…: TYPE_KEYWORDS) are then not enforced. JSON Schema would take a value of another type there
+  too (`{"properties": …}` takes `1`); every family refuses it;
+* a free-form object (no `properties`) or value takes any value FREE_DEPTH levels deep (keys
   `FREE_KEY`, so no key can spell a control token); deeper, or past MAX_DEPTH in all, has no format;
 * a grammar past MAX_FORMATS formats (inlined references and counted array items add up) has no format.
 With no format the call takes any arguments (`free_arguments`; a 400 under strict: grammar.py); so has one whose key
@@ -28,8 +33,10 @@ count past 4), like a pattern xgrammar cannot use, dropped and the string is fre
 kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
 (`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md). Under the tool's `strict: true` nothing is left out
 silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, an object's values' schema without
-`properties`) is a SchemaGrammarError naming its place, and a pattern is narrowed whatever its count. The keywords
-beside an `anyOf` / `oneOf` are folded into each branch (`_union`); where they cannot be, best effort drops them.
+`properties`, a type's keyword in a schema written as any value) is a SchemaGrammarError naming its place (stricter
+than the JSON grammars, which refuse only a string keyword there: unenforced.py), and a pattern is narrowed whatever
+its count. The keywords beside an `anyOf` / `oneOf` are folded into each branch (`_union`); where they cannot be,
+best effort drops them.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
-from gateway.grammars.all_of import SIBLING_ASSERTIONS, folded_branch, unfolded_keyword
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
@@ -72,8 +79,16 @@ NOT_KEPT = {
     "object": ("minProperties", "maxProperties", "propertyNames", "patternProperties"),
 }
 """Keywords no format here enforces (the rest of the schema is), any schema's (None) and a type's (each asserts
-nothing of another type's value; all of them where no type is said): a SchemaGrammarError under strict. Those no
-family's grammar enforces (`not`, `if`, …) are refused before (gateway/grammars/unenforced.py)."""
+nothing of another type's value; all of them where no type is said nor read, `implied_type`): a SchemaGrammarError
+under strict. Those no family's grammar enforces (`not`, `if`, …) are refused before (gateway/grammars/unenforced.py)."""
+OBJECT_SIGNS = frozenset({"properties", "additionalProperties", "unevaluatedProperties"})
+ARRAY_SIGNS = frozenset({"items", "prefixItems", "unevaluatedItems"})
+"""The keywords that make xgrammar 0.2.9 read a schema with no `type` as an object (first) or an array: measured,
+`Grammar.from_json_schema`; `required`, `minProperties`, `patternProperties`, `minItems`… alone leave it any value."""
+TYPE_KEYWORDS = ("required", "minProperties", "maxProperties", "propertyNames", "patternProperties", "minItems",
+                 "maxItems", "pattern", "format", "minLength", "maxLength", *_NUMBER_BOUNDS)  # fmt: skip
+"""Keywords that assert something of one type's values: in a schema written as any value (no `type` said nor read)
+none is enforced, as in xgrammar's reading; a SchemaGrammarError under strict."""
 
 
 def _const(text: str) -> Format:
@@ -158,6 +173,8 @@ class ArgumentFormats:
             self._keywords_kept(schema, where)
         if "$ref" in schema:
             return self._reference(schema, depth, where)
+        if (implied := implied_type(schema)) is not None:
+            schema = {**schema, "type": implied}  # read as xgrammar reads it: the other families' JSON agree
         if not {"type", "enum", "const", "anyOf", "oneOf"} & schema.keys():
             return self._free(depth)
         if "anyOf" in schema or "oneOf" in schema:
@@ -323,7 +340,8 @@ class ArgumentFormats:
         return {"type": "regex", "pattern": pattern} if usable and pattern is not None else self.raw
 
     def _array(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
-        item = self._value(schema.get("items"), depth + 1, f"{where}.items")
+        # no `items`: any items, as JSON Schema says (xgrammar 0.2.9 beside `maxItems` takes none: `[]` alone)
+        item = self._value(schema.get("items", True), depth + 1, f"{where}.items")
         if item is None:
             return None
         low, high = _count(schema, "minItems"), _count(schema, "maxItems")
@@ -399,37 +417,60 @@ class ArgumentFormats:
         return alternatives if first_required is not None else {"type": "optional", "content": alternatives}
 
 
+def implied_type(schema: dict[str, Any]) -> str | None:
+    """The type xgrammar 0.2.9 reads in a schema that says none (nor a literal, a union or a `$ref`): "object" beside
+    an OBJECT_SIGNS keyword, else "array" beside an ARRAY_SIGNS one; None otherwise (said, or any value). JSON Schema
+    would also admit values of other types (`{"properties": …}` takes `1`); every family's grammar reads it so."""
+    if {"type", "enum", "const", "anyOf", "oneOf", "$ref"} & schema.keys():
+        return None
+    return "object" if OBJECT_SIGNS & schema.keys() else "array" if ARRAY_SIGNS & schema.keys() else None
+
+
 def not_kept(schema: dict[str, Any]) -> str | None:
     """The first keyword of `schema` in NOT_KEPT that applies to its type: a list of types has each checked as a
-    schema of its own, a `$ref` its target merged, a literal is itself; with no type, all apply."""
-    kind = schema.get("type")
+    schema of its own, a `$ref` its target merged, a literal is itself; with no type said nor read
+    (`implied_type`), all apply, and in a schema written as any value the TYPE_KEYWORDS too."""
+    kind = schema.get("type", implied_type(schema))
     if isinstance(kind, str):
         kinds: tuple[str | None, ...] = (None, kind)
     elif {"type", "$ref", "enum", "const"} & schema.keys():
         kinds = (None,)
     else:
         kinds = tuple(NOT_KEPT)
-    return next((k for each in kinds for k in NOT_KEPT.get(each, ()) if k in schema), None)
+    found = next((k for each in kinds for k in NOT_KEPT.get(each, ()) if k in schema), None)
+    if found is None and kind is None and not {"$ref", "enum", "const", "anyOf", "oneOf"} & schema.keys():
+        found = next((k for k in TYPE_KEYWORDS if k in schema), None)
+    return found
 
 
 def kept_under_strict(parameters: Any) -> bool:
     """False where a schema anywhere in `parameters` (its `$defs` too) has a keyword these formats do not keep
     (`not_kept`, a count past MAX_COUNTED), which a strict build refuses; True otherwise (the build decides the
-    rest: a recursive `$ref`, a pattern that cannot be narrowed…)."""
-    stack = [parameters]
+    rest: a recursive `$ref`, a pattern that cannot be narrowed…). A union's branch is judged as `_union` builds
+    it, with the keywords beside the union folded in (`_branches`)."""
+    stack: list[tuple[Any, Any]] = [(parameters, parameters)]  # each schema, and the schema its keywords are judged in
     while stack:
-        schema = stack.pop()
+        schema, judged = stack.pop()
         if isinstance(schema, list):
-            stack += schema
+            stack += [(s, s) for s in schema]
             continue
         if not isinstance(schema, dict):
             continue
         counts = [c for c in (schema.get("minItems"), schema.get("maxItems")) if isinstance(c, int)]
-        if not_kept(schema) is not None or any(c > MAX_COUNTED for c in counts):
+        if (isinstance(judged, dict) and not_kept(judged) is not None) or any(c > MAX_COUNTED for c in counts):
             return False
-        stack += [schema[k] for k in SUBSCHEMA_KEYS if k in schema]
-        stack += [sub for k in SUBSCHEMA_MAPS if isinstance(schema.get(k), dict) for sub in schema[k].values()]
+        stack += [p for k in SUBSCHEMA_KEYS if k in schema for p in _branches(schema, k)]
+        stack += [(sub, sub) for k in SUBSCHEMA_MAPS if isinstance(schema.get(k), dict) for sub in schema[k].values()]
     return True
+
+
+def _branches(schema: dict[str, Any], key: str) -> list[tuple[Any, Any]]:
+    """`schema[key]`, and for a union's branches each folded with the keywords beside the union where that is exact
+    (as `_union` builds it: a branch saying only `required` is then an object's; False where it admits no value)."""
+    beside = {k: v for k, v in schema.items() if k in SIBLING_ASSERTIONS and k != key}
+    if key not in UNIONS or not beside or not isinstance(schema[key], list):
+        return [(schema[key], schema[key])]
+    return [(o, o if (f := folded_branch(beside, o, "")) is None else f) for o in schema[key]]
 
 
 def _later(member: Format, required: bool) -> Format:
