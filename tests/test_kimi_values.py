@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -401,3 +402,7 @@ def test_a_tool_omitting_strict_with_a_long_raw_max_length_is_built_best_effort_
     prompt, _ = model.encode_chat(chat)
     assert strict_where_possible(chat, model.family.keeps_strict)[1] == set()
     assert chat_grammar(model, chat, prompt) is not None
+    strict = replace(chat, tools=[tool("f", large, strict=True)], strict_by_default=False)
+    with pytest.raises(APIError) as info:
+        chat_grammar(model, strict, prompt)
+    assert (info.value.status, info.value.param) == (400, "tools[0].function.parameters.properties.x.maxLength")
