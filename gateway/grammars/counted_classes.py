@@ -294,6 +294,11 @@ def _minus(ranges: Ranges, taken: Taken) -> Ranges:
     return out
 
 
+def is_length(value: object) -> bool:
+    """Whether `value` is a `minLength` / `maxLength` a grammar counts (an int in 0..2**31; others are ignored)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
 def length_bounded(regex_ebnf: str, low: int, high: int | None) -> str | None:
     """`regex_ebnf` (`Grammar.from_regex`'s, one sequence of classes and literals) with its strings' length held to
     `low`..`high` (None: no most) by narrowing its one counted item's count, or as it is where its length is fixed

@@ -54,7 +54,7 @@ from typing import Any
 from backends.base import Grammar
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
-from gateway.grammars.counted_classes import bounded_text, closed_value, length_bounded
+from gateway.grammars.counted_classes import bounded_text, closed_value, is_length, length_bounded
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.json import response_strict as answer_strict
@@ -353,7 +353,7 @@ def _length_bounds(schema: Any, where: _Where) -> tuple[int, int | None] | None:
     """A raw string's `minLength` .. `maxLength` (None: no most), out-of-range ones ignored; None for neither. A
     minLength above maxLength is a SchemaGrammarError under strict (no value has it), else maxLength is ignored."""
     low, high = (schema.get(k) if isinstance(schema, dict) else None for k in ("minLength", "maxLength"))
-    low, high = (v if _count(v) else None for v in (low, high))
+    low, high = (v if is_length(v) else None for v in (low, high))
     if low is None and high is None:
         return None
     if low is not None and high is not None and high < low:
@@ -364,10 +364,6 @@ def _length_bounds(schema: Any, where: _Where) -> tuple[int, int | None] | None:
             )
         high = None
     return low or 0, high
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
 def _value_kinds(schema: Any, root: Any, depth: int = 0) -> tuple[bool, bool]:

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.counted_classes import bounded_text, closed_value
+from gateway.grammars.counted_classes import bounded_text, closed_value, is_length
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.safe_json import raw_pattern_ebnf
@@ -164,7 +164,7 @@ class _Builder:
                 return {"type": "grammar", "grammar": closed_value(ebnf) or ebnf}
         low = _min_length(schema, required, where)
         high = schema.get("maxLength")
-        if _count(high) and high >= low:
+        if is_length(high) and high >= low:
             if high <= MAX_SETTLED_LENGTH:
                 return {"type": "grammar", "grammar": bounded_text(low, high, excluded="<")}
             if where.strict:
@@ -300,7 +300,7 @@ def keeps_raw_lengths(parameters: Any) -> bool:
     for schema in properties.values():
         for alt in document.alternatives(schema) or []:
             high = (alt.schema or {}).get("maxLength")
-            if alt.xtml_type == "string" and alt.literals is None and _count(high) and high > MAX_SETTLED_LENGTH:
+            if alt.xtml_type == "string" and alt.literals is None and is_length(high) and high > MAX_SETTLED_LENGTH:
                 return False
     return True
 
@@ -309,16 +309,12 @@ def _min_length(schema: dict[str, Any], required: bool, where: Where) -> int:
     """minLength of a string schema, a required one at least 1; an out-of-range bound is ignored, and a
     minLength above maxLength is a SchemaGrammarError when `strict` (nothing could satisfy it)."""
     low, high = (schema.get(k) for k in ("minLength", "maxLength"))
-    low = low if _count(low) else 0
-    if _count(high) and high < low and where.strict:
+    low = low if is_length(low) else 0
+    if is_length(high) and high < low and where.strict:
         raise SchemaGrammarError(
             f"the string cannot be enforced: minLength {low} is greater than maxLength {high}", where.param
         )
     return max(low, 1 if required else 0)
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
 def _optional(content: Format) -> Format:
