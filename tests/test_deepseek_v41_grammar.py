@@ -496,3 +496,11 @@ def test_a_raw_string_without_length_keywords_keeps_its_grammar(vocabulary):
     plain = {"type": "object", "properties": {"x": {"type": "string"}, "y": {"type": "string", "pattern": "^a+$"}}}
     text = grammar_of(request(tools=[{"type": "function", "function": {"name": "f", "parameters": plain}}]), vocabulary)
     assert hashlib.sha256(text.text.encode()).hexdigest() == PLAIN_GRAMMAR_SHA256
+
+
+def test_a_length_beside_a_pattern_left_out_is_left_out_too(compiler, checkpoint):
+    """Best effort, a pattern the raw value cannot hold (it needs `<`) leaves the value any text, its length too: a
+    length alone would refuse every `<`, so the pattern could never be met."""
+    schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "^<b>$", "maxLength": 5}}}
+    req = request(tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}], tool_choice="required")
+    assert accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "<b>"))))

@@ -322,7 +322,7 @@ class _Writer:
         bounds = _length_bounds(schema, where)
         if bounds is not None and ebnf is not None:
             ebnf = length_bounded(ebnf, *bounds) or ebnf  # not simple: the pattern alone (strict refused it before)
-        elif bounds is not None:
+        elif bounds is not None and pattern is None:  # a pattern left out (it needs `<`): the length too
             ebnf = bounded_text(
                 *bounds, excluded="".join({s[0] for s in (_OPENING_TAG, *self.vocabulary.raw_excludes)})
             )
