@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import random
+import re
 
 import pytest
 import xgrammar as xgr
 from canitoolcall.fixtures import load_fixtures
 
 from backends.checkpoint import Checkpoint, load_checkpoint
+from backends.detokenizer import Detokenizer
 from backends.worker.grammar import tokenizer_info
 from gateway.families.deepseek.grammar import DsmlVocabulary, build_grammar
 from gateway.families.deepseek.markers import (
@@ -21,6 +25,8 @@ from gateway.families.deepseek.markers import (
     THINK_START,
     V41,
 )
+from gateway.families.deepseek.parser import DsmlParser
+from gateway.grammars.json import SchemaGrammarError
 from gateway.types import ChatRequest
 
 WEATHER = {
@@ -428,3 +434,73 @@ def test_free_parameters_may_share_a_name(compiler, checkpoint):
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     req = request(tools=[tool], tool_choice="required")
     assert accepts(compiler, checkpoint, req, calls(invoke("f", param("extra", "a"), param("extra", "2", False))))
+
+
+ANY_CHARS = "ab1 é你<\n"
+PLAIN_GRAMMAR_SHA256 = "905e99d1e2307774992b29fe7fc06228aa913e0092ba2d4f176089aa9c3d400d"
+"""The grammar text of a raw string and a raw pattern with no length keyword, as main built it before lengths."""
+
+
+def _parsed_value(checkpoint: Checkpoint, ids: list[int]) -> str:
+    """The raw value `x` the real parser reads back from a forced call's ids."""
+    added = {i: t.content for i, t in checkpoint.tokenizer.get_added_tokens_decoder().items()}
+    parser, detokenizer = DsmlParser(False, forced_calls=True, dialect=V41), Detokenizer(checkpoint.tokenizer, added)
+    deltas = parser.feed(detokenizer.feed(ids)) + parser.feed(detokenizer.flush()) + parser.finish()
+    return json.loads("".join(d.tool_arguments for d in deltas))["x"]
+
+
+def _samples(rng: random.Random, alphabet: str, suffixes: tuple[str, ...]) -> list[str]:
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randrange(7))) + rng.choice(suffixes) for _ in range(40)]
+
+
+@pytest.mark.parametrize(
+    ("schema", "alphabet", "suffixes"),
+    [
+        ({"type": "string", "maxLength": 2}, ANY_CHARS, ("",)),
+        ({"type": "string", "minLength": 2, "maxLength": 4}, ANY_CHARS, ("",)),
+        ({"type": "string", "minLength": 3}, ANY_CHARS, ("",)),
+        ({"type": "string", "pattern": "^[ab]{1,64}@x$", "maxLength": 4}, "ab1", ("", "@x", "@y")),
+        ({"type": "string", "pattern": "^[ab]{2}-[ab1]*$", "minLength": 4}, "ab-", ("", "1")),  # pattern only
+    ],
+)
+def test_a_raw_strings_length_is_enforced_exactly(compiler, checkpoint, vocabulary, schema, alphabet, suffixes):
+    """A raw value holds `minLength` .. `maxLength` characters (before, any length), with its pattern where both are
+    given and its count can be narrowed; every sample the grammar takes the real parser reads back as written. The
+    value holds no `<` (narrowed, as a raw pattern is)."""
+    tool = {"name": "f", "parameters": {"type": "object", "properties": {"x": schema}, "required": ["x"]}}
+    req = request(tools=[{"type": "function", "function": tool}], tool_choice="required")
+    compiled = compiler.compile_structural_tag(grammar_of(req, vocabulary).text)
+    simple = "*" not in schema.get("pattern", "")
+    high = schema.get("maxLength", 10**9)
+    for value in _samples(random.Random(json.dumps(schema)), alphabet, suffixes):
+        ids = checkpoint.tokenizer.encode(calls(invoke("f", param("x", value))), add_special_tokens=False).ids
+        matcher = xgr.GrammarMatcher(compiled)
+        taken = all(matcher.accept_token(i) for i in [*ids, *checkpoint.eos_token_ids]) and matcher.is_terminated()
+        fits = re.fullmatch(schema.get("pattern", "^[^<]*$").strip("^$"), value) is not None and "<" not in value
+        in_bounds = schema.get("minLength", 0) <= len(value) <= high or not simple
+        assert taken is (fits and in_bounds), value
+        if taken:
+            assert _parsed_value(checkpoint, ids) == value
+
+
+def test_a_strict_raw_string_with_impossible_bounds_is_refused(vocabulary):
+    schema = {"type": "object", "properties": {"x": {"type": "string", "minLength": 3, "maxLength": 2}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema, "strict": True}}
+    with pytest.raises(SchemaGrammarError) as refused:
+        grammar_of(request(tools=[tool]), vocabulary)
+    assert refused.value.param == "tools[0].function.parameters.properties.x.maxLength"
+
+
+def test_a_raw_string_without_length_keywords_keeps_its_grammar(vocabulary):
+    """The length enforcement adds nothing where no length keyword is given (the grammar text as before)."""
+    plain = {"type": "object", "properties": {"x": {"type": "string"}, "y": {"type": "string", "pattern": "^a+$"}}}
+    text = grammar_of(request(tools=[{"type": "function", "function": {"name": "f", "parameters": plain}}]), vocabulary)
+    assert hashlib.sha256(text.text.encode()).hexdigest() == PLAIN_GRAMMAR_SHA256
+
+
+def test_a_length_beside_a_pattern_left_out_is_left_out_too(compiler, checkpoint):
+    """Best effort, a pattern the raw value cannot hold (it needs `<`) leaves the value any text, its length too: a
+    length alone would refuse every `<`, so the pattern could never be met."""
+    schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "^<b>$", "maxLength": 5}}}
+    req = request(tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}], tool_choice="required")
+    assert accepts(compiler, checkpoint, req, calls(invoke("f", param("x", "<b>"))))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ import xgrammar as xg
 from backends.base import Grammar
 from backends.checkpoint import load_checkpoint
 from gateway.errors import APIError
-from gateway.families.kimi.grammar import build_grammar
+from gateway.families.kimi.grammar import MAX_SETTLED_LENGTH, build_grammar
 from gateway.families.kimi.markers import CLOSE, END_OF_MSG, OPEN, SEP
 from gateway.families.kimi.values import MAX_MIN_LENGTH, json_value_ebnf
 from gateway.grammars.compat import newer_features
@@ -25,6 +26,7 @@ from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.patterns import scan
 from gateway.grammars.safe_json import MAX_PATTERN_COUNT
 from gateway.grammars.safe_json import raw_pattern_ebnf as pattern_ebnf
+from gateway.grammars.unenforced import strict_where_possible
 from gateway.models.planning import chat_grammar
 from gateway.models.registry import served_model_from_checkpoint
 from gateway.types import ChatRequest
@@ -371,3 +373,36 @@ def test_a_strict_tools_unusable_pattern_reaches_the_client_as_a_400(tmp_path) -
     with pytest.raises(APIError) as info:
         chat_grammar(model, chat, prompt)
     assert (info.value.status, info.value.param) == (400, "tools[0].function.parameters.properties.x.pattern")
+
+
+def test_a_raw_strings_small_max_length_is_enforced_and_a_larger_one_refused_under_strict(vocab) -> None:
+    """A maxLength up to MAX_SETTLED_LENGTH is a counted class (before, any length passed even under strict); a
+    larger one, which costs ~25 ms of compile a character at the value's end, is a 400 naming it under strict."""
+    small = {"type": "string", "maxLength": 2}
+    assert takes(vocab, small, "string", "ab") and takes(vocab, small, "string", "你")
+    assert not takes(vocab, small, "string", "xyz") and not takes(vocab, small, "string", "a<")
+    assert not takes(vocab, {**small, "minLength": 2}, "string", "a")
+    large = {"type": "string", "maxLength": MAX_SETTLED_LENGTH + 1}
+    with pytest.raises(SchemaGrammarError) as info:
+        build_grammar(request(one_arg(large, strict=True)), "response", vocab[2])
+    assert info.value.param == "tools[0].function.parameters.properties.x.maxLength"
+    assert takes(vocab, large, "string", "x" * 10)  # best effort: dropped, as documented
+
+
+def test_a_tool_omitting_strict_with_a_long_raw_max_length_is_built_best_effort_at_once(tmp_path) -> None:
+    """Family.keeps_strict says no for a raw maxLength the strict build refuses: the Responses default (strict where
+    possible) builds such a tool best effort with one build, not a refused strict one first."""
+    model = served_model_from_checkpoint("k3", load_checkpoint(kimi_directory(tmp_path)), "kimi_k3", None)
+    large = {"type": "object", "properties": {"x": {"type": "string", "maxLength": 100}}}
+    small = {"type": "object", "properties": {"x": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]}}}
+    nested = {"type": "object", "properties": {"x": {"type": "array", "items": {"type": "string", "maxLength": 100}}}}
+    assert not model.family.keeps_strict(large)
+    assert model.family.keeps_strict(small) and model.family.keeps_strict(nested)  # JSON values keep maxLength
+    chat = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[tool("f", large)], strict_by_default=True)
+    prompt, _ = model.encode_chat(chat)
+    assert strict_where_possible(chat, model.family.keeps_strict)[1] == set()
+    assert chat_grammar(model, chat, prompt) is not None
+    strict = replace(chat, tools=[tool("f", large, strict=True)], strict_by_default=False)
+    with pytest.raises(APIError) as info:
+        chat_grammar(model, strict, prompt)
+    assert (info.value.status, info.value.param) == (400, "tools[0].function.parameters.properties.x.maxLength")

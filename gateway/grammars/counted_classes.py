@@ -292,3 +292,44 @@ def _minus(ranges: Ranges, taken: Taken) -> Ranges:
             if piece[0] <= piece[1]
         ]
     return out
+
+
+def is_length(value: object) -> bool:
+    """Whether `value` is a `minLength` / `maxLength` a grammar counts (an int in 0..2**31; others are ignored)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def length_bounded(regex_ebnf: str, low: int, high: int | None) -> str | None:
+    """`regex_ebnf` (`Grammar.from_regex`'s, one sequence of classes and literals) with its strings' length held to
+    `low`..`high` (None: no most) by narrowing its one counted item's count, or as it is where its length is fixed
+    and within them; None where the bound is no such simple narrowing (two items counted, `+` written as a
+    recursion, a length the pattern's strings can never have)."""
+    lines = regex_ebnf.strip().splitlines()
+    root = _ROOT.match(lines[0]) if lines else None
+    classes = {m[1] for m in map(_CLASS_RULE.match, lines[1:]) if m}
+    items = list(_ITEM.finditer(root[1])) if root else []
+    if root is None or " ".join(m[0] for m in items) != root[1] or any(m[1] and m[1] not in classes for m in items):
+        return None
+    counted = [m for m in items if m[1] and m[2] and m[2] != m[3]]
+    fixed = sum(len(m[4]) if m[4] is not None else int(m[2] or 1) for m in items if m not in counted)
+    if not counted:
+        return regex_ebnf if low <= fixed and (high is None or fixed <= high) else None
+    if len(counted) > 1:
+        return None
+    item = counted[0]
+    least, most = int(item[2]), int(item[3])
+    least = max(least, low - fixed)
+    if high is not None:
+        most = high - fixed if most < 0 else min(most, high - fixed)
+    if most >= 0 and most < least:
+        return None
+    body = f"{root[1][: item.start()]}{item[1]}{{{least}, {most}}}{root[1][item.end() :]}"
+    return "\n".join([f"root ::= (({body}))", *lines[1:]]) + "\n"
+
+
+def bounded_text(low: int, high: int | None, excluded: str) -> str:
+    """EBNF for any text of `low`..`high` characters (None: no most) holding none of `excluded`, as from_regex
+    prints a counted class (`closed_value` writes it up to a raw value's closing tag)."""
+    points = _union([(ord(c), ord(c)) for c in excluded])
+    excluded_class = "".join(class_range(a, b) for a, b in points)
+    return f"root ::= ((root_1{{{low}, {-1 if high is None else high}}}))\nroot_1 ::= (([^{excluded_class}]))\n"

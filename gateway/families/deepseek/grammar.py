@@ -35,7 +35,8 @@ the vocabulary's special added tokens (`DsmlVocabulary.special_starts`), and `<�
 only as a whole tag `<｜DSML｜ … >`, which the parser keeps in the value as the
 model writes when it quotes DSML (a recorded V4.1 output does); an enum value
 is one of its strings, a pattern its regex where `safe_json.raw_pattern_ebnf`
-enforces it. A JSON value is `safe_json`'s compact JSON whose strings exclude
+enforces it, a `minLength` / `maxLength` a counted class without `<` (`counted_classes.bounded_text`; beside a
+pattern, its one count narrowed, `length_bounded`), counted up to the closing tag. A JSON value is `safe_json`'s compact JSON whose strings exclude
 the same starts and the markers whole (they can write them escaped),
 and so is a response_format answer. Built grammars are cached by their inputs
 and vocabulary. The calls block goes to the backend as one EBNF (`gateway.grammars.ebnf_formats`), in which
@@ -53,7 +54,7 @@ from typing import Any
 from backends.base import Grammar
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
-from gateway.grammars.counted_classes import closed_value
+from gateway.grammars.counted_classes import bounded_text, closed_value, is_length, length_bounded
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.json import response_strict as answer_strict
@@ -317,9 +318,15 @@ class _Writer:
         if strings:
             return _or([_const(v) for v in strings])
         pattern = raw_string_pattern(schema, where.param, where.strict)
-        if isinstance(pattern, str) and (ebnf := raw_pattern_ebnf(pattern, f"{where.param}.pattern", True)):
-            return {"type": "grammar", "grammar": ebnf}
-        return self.raw_text()
+        ebnf = raw_pattern_ebnf(pattern, f"{where.param}.pattern", True) if isinstance(pattern, str) else None
+        bounds = _length_bounds(schema, where)
+        if bounds is not None and ebnf is not None:
+            ebnf = length_bounded(ebnf, *bounds) or ebnf  # not simple: the pattern alone (strict refused it before)
+        elif bounds is not None and pattern is None:  # a pattern left out (it needs `<`): the length too
+            ebnf = bounded_text(
+                *bounds, excluded="".join({s[0] for s in (_OPENING_TAG, *self.vocabulary.raw_excludes)})
+            )
+        return {"type": "grammar", "grammar": ebnf} if ebnf is not None else self.raw_text()
 
     def json_value(self, schema: Any, param: str, strict: bool, fallback: Any) -> Format:
         """Compact JSON of `schema` whose strings hold no marker; where it has none, a 400 when `strict`, else
@@ -340,6 +347,23 @@ class _Where:
 
     param: str
     strict: bool
+
+
+def _length_bounds(schema: Any, where: _Where) -> tuple[int, int | None] | None:
+    """A raw string's `minLength` .. `maxLength` (None: no most), out-of-range ones ignored; None for neither. A
+    minLength above maxLength is a SchemaGrammarError under strict (no value has it), else maxLength is ignored."""
+    low, high = (schema.get(k) if isinstance(schema, dict) else None for k in ("minLength", "maxLength"))
+    low, high = (v if is_length(v) else None for v in (low, high))
+    if low is None and high is None:
+        return None
+    if low is not None and high is not None and high < low:
+        if where.strict:
+            raise SchemaGrammarError(
+                f"the string cannot be enforced: minLength {low} is greater than maxLength {high}",
+                f"{where.param}.maxLength",
+            )
+        high = None
+    return low or 0, high
 
 
 def _value_kinds(schema: Any, root: Any, depth: int = 0) -> tuple[bool, bool]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from functools import cached_property, partial
+from typing import Any
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
@@ -13,7 +14,7 @@ from gateway.families.token_sections import CallSplitter
 from gateway.families.values import tool_schemas
 from gateway.types import ChatRequest
 
-from .grammar import ControlIds, build_grammar
+from .grammar import ControlIds, build_grammar, keeps_raw_lengths
 from .markers import END_OF_MSG, IM_END, K2_SECTIONS
 from .parser import K2SectionParser, KimiK3Parser, split_k2_call
 from .prompt import open_channel, render_prompt
@@ -37,6 +38,9 @@ class KimiK3Family(Family):
 
     def stop_token_ids(self) -> list[int]:
         return self.stop_ids_of(END_OF_MSG)
+
+    def keeps_strict(self, parameters: Any) -> bool:
+        return keeps_raw_lengths(parameters)
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         always_strict = bool(self.context.options.get("strict_tools", False))

@@ -33,11 +33,14 @@ Policy (the K3 grammar-hardening rules):
   Ambiguous schemas, explicit `strict: false` and tools without declared
   properties get the parser-compatible XTML fallback: any argument tags.
 * Values: JSON ones are compact one-line JSON; raw strings keep their
-  `pattern` / `minLength` where that is sound and cheap (values.py). Their
-  `maxLength` is not enforced: xgrammar's `max_chars` makes every free-text
-  token's mask about 40 ms at a 129K vocabulary (bench/RESULTS.md), and a
-  bounded regex compiles in about a second. A schema xgrammar cannot use is a 400 naming it when the tool
-  says `strict: true`; otherwise that value is free text without control
+  `pattern` / `minLength` where that is sound and cheap (values.py), and a
+  `maxLength` up to `MAX_SETTLED_LENGTH` (a counted class without `<`). A
+  larger `maxLength` is not enforced: xgrammar's `max_chars` makes every
+  free-text token's mask about 40 ms at a 129K vocabulary (bench/RESULTS.md),
+  and a count ending at the closing control token (which settles nothing)
+  costs ~25 ms of compile a character; under strict it is a 400 naming it
+  (and `keeps_raw_lengths` says so before any build). A schema xgrammar cannot use is a 400 naming it when the
+  tool says `strict: true`; otherwise that value is free text without control
   tokens, so guidance never turns a valid request into an error.
 * response_format json: the response channel holds that JSON; under auto
   with tools, EITHER that response OR a tools section (after an empty
@@ -51,7 +54,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from backends.base import Grammar
-from gateway.grammars.counted_classes import closed_value
+from gateway.grammars.counted_classes import bounded_text, closed_value, is_length
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.safe_json import raw_pattern_ebnf
@@ -63,6 +66,10 @@ from .markers import CLOSE, END_OF_MSG, OPEN, SEP, SPELLINGS, escape_attr
 from .values import json_value_ebnf, min_length_body
 
 Format = dict[str, Any]
+MAX_SETTLED_LENGTH = 4
+"""A raw string's maxLength up to this is enforced (a counted class between control tokens: on a 151k vocabulary
+~26 ms of compile and ~3 ms a token mask at 4, ~92 ms and ~7 ms at 8, ~1.4 s at 64: bench/raw_length_bench.py); a
+larger one is a 400 under strict and dropped under best effort."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,17 @@ class _Builder:
             if ebnf is not None:  # classes negated: a count before a literal costs ~5 ms, not ~150 (closed_value)
                 return {"type": "grammar", "grammar": closed_value(ebnf) or ebnf}
         low = _min_length(schema, required, where)
+        high = schema.get("maxLength")
+        if is_length(high) and high >= low:
+            if high <= MAX_SETTLED_LENGTH:
+                return {"type": "grammar", "grammar": bounded_text(low, high, excluded="<")}
+            if where.strict:
+                raise SchemaGrammarError(
+                    f"a strict raw string's maxLength over {MAX_SETTLED_LENGTH} is not enforced on this model "
+                    "(its count costs ~25 ms of compile a character at the value's end); use a smaller maxLength "
+                    "or a pattern, or set strict false for best effort",
+                    f"{where.param}.maxLength",
+                )
         return self.text(nonempty=low == 1) if low <= 1 else _seq(*min_length_body(low))
 
     def loose_argument(self) -> Format:
@@ -272,20 +290,31 @@ def _star(content: Format) -> Format:
     return {"type": "star", "content": content}
 
 
+def keeps_raw_lengths(parameters: Any) -> bool:
+    """Whether no raw string argument of a tool whose schema is `parameters` has a `maxLength` over
+    `MAX_SETTLED_LENGTH`, which a strict build refuses (Family.keeps_strict)."""
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(properties, dict):
+        return True
+    document = SchemaDocument(parameters)
+    for schema in properties.values():
+        for alt in document.alternatives(schema) or []:
+            high = (alt.schema or {}).get("maxLength")
+            if alt.xtml_type == "string" and alt.literals is None and is_length(high) and high > MAX_SETTLED_LENGTH:
+                return False
+    return True
+
+
 def _min_length(schema: dict[str, Any], required: bool, where: Where) -> int:
     """minLength of a string schema, a required one at least 1; an out-of-range bound is ignored, and a
     minLength above maxLength is a SchemaGrammarError when `strict` (nothing could satisfy it)."""
     low, high = (schema.get(k) for k in ("minLength", "maxLength"))
-    low = low if _count(low) else 0
-    if _count(high) and high < low and where.strict:
+    low = low if is_length(low) else 0
+    if is_length(high) and high < low and where.strict:
         raise SchemaGrammarError(
             f"the string cannot be enforced: minLength {low} is greater than maxLength {high}", where.param
         )
     return max(low, 1 if required else 0)
-
-
-def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
 def _optional(content: Format) -> Format:

@@ -5,7 +5,7 @@ Raw string bodies (K3 writes `type="string"` values unquoted, with no escape)
 enforce a `pattern` only when it is anchored (`^…$`), cannot match `<` and is
 cheap enough (`safe_json.raw_pattern_ebnf`); a `minLength` is a counted regex prefix, then `any_text`
 excluding the spellings without their leading `<` so that none can straddle
-into it. `maxLength` is not enforced (see grammar.py).
+into it. A `maxLength` is enforced only up to `grammar.MAX_SETTLED_LENGTH` (see grammar.py).
 """
 
 from __future__ import annotations
