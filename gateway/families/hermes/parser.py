@@ -140,6 +140,8 @@ class _JsonEnd:
         """How many characters of `text` still belong to the value and can be sent; the scan stops after the first
         member's `,` (the call's release point, whatever the chunking) and before a bare word JSON does
         not have."""
+        if self._in_string and not self._escaped and '"' not in text and "\\" not in text:
+            return len(text)  # inside a string that goes on (most argument tokens): nothing to scan for
         start, self._word_scanned = self._word_scanned, 0
         word = 0 if start else -1  # a word held back is read on from where the last scan stopped, not again
         for i, ch in enumerate(text[start:], start):
