@@ -313,18 +313,22 @@ def counted_per_token(out: str, dumps: Iterator[int], family: Family, pieces: li
     return instructions / len(pieces), result[0]
 
 
+def rows(args: argparse.Namespace) -> Iterator[tuple[Family, int]]:
+    """The families asked for (all by default), each with every size."""
+    for family in FAMILIES:
+        if not args.family or family.name in args.family:
+            yield from ((family, size) for size in args.sizes)
+
+
 def callgrind_table(args: argparse.Namespace) -> None:
     """Per family and size: instructions per token of our parser (no peer)."""
     dumps = itertools.count(1)
     print("| family | tokens | instructions/token | calls |")
     print("|---|---:|---:|---:|")
-    for family in FAMILIES:
-        if args.family and family.name not in args.family:
-            continue
-        for size in args.sizes:
-            pieces, _ = synthetic_output(family, size)
-            per_token, calls = counted_per_token(args.callgrind, dumps, family, pieces)
-            print(f"| {family.name} | {len(pieces)} | {per_token:,.0f} | {calls} |", flush=True)
+    for family, size in rows(args):
+        pieces, _ = synthetic_output(family, size)
+        per_token, calls = counted_per_token(args.callgrind, dumps, family, pieces)
+        print(f"| {family.name} | {len(pieces)} | {per_token:,.0f} | {calls} |", flush=True)
 
 
 def main() -> None:
@@ -340,19 +344,16 @@ def main() -> None:
         return
     print("| family | tokens | ours µs/token | ours calls | peer | peer µs/token | peer calls |")
     print("|---|---:|---:|---:|---|---:|---:|")
-    for family in FAMILIES:
-        if args.family and family.name not in args.family:
-            continue
-        for size in args.sizes:
-            pieces, after_think = synthetic_output(family, size)
-            seconds, calls = min(ours(family, pieces) for _ in range(3))
-            runs_peer = Path(args.peer_python).exists() and (args.peer_max is None or size <= args.peer_max)
-            theirs = peer(args.peer_python, family, pieces, after_think) if runs_peer else None
-            peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
-            name = family.peer.split(":")[1]
-            print(
-                f"| {family.name} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {name} | {peer_cells} |"
-            )
+    for family, size in rows(args):
+        pieces, after_think = synthetic_output(family, size)
+        seconds, calls = min(ours(family, pieces) for _ in range(3))
+        runs_peer = Path(args.peer_python).exists() and (args.peer_max is None or size <= args.peer_max)
+        theirs = peer(args.peer_python, family, pieces, after_think) if runs_peer else None
+        peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
+        name = family.peer.split(":")[1]
+        print(
+            f"| {family.name} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {name} | {peer_cells} |"
+        )
 
 
 if __name__ == "__main__":
