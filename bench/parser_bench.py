@@ -11,20 +11,26 @@ one call with a long string argument, and its peer gets all of it.
 
     python bench/parser_bench.py [--peer-python /tmp/peer-venv/bin/python] [--sizes 1000 8000 32000]
         [--family NAME ...] [--peer-max TOKENS]
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/parser.cg.%p \
+        python bench/parser_bench.py --callgrind /tmp/parser.cg --sizes 2000   # instructions per token, no peer
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from callgrind_counts import counted
 
 from bench.kimi_parse_bench import run_peer, words
 from bench.kimi_parse_bench import synthetic_output as kimi_k3_output
@@ -298,28 +304,56 @@ def peer(python: str, family: Family, pieces: list[Piece], after_think: int) -> 
     return run_peer(python, PEER_SCRIPT, [family.peer, TOOL, [p.text for p in pieces[after_think:]]])
 
 
+def counted_per_token(out: str, dumps: Iterator[int], family: Family, pieces: list[Piece]) -> tuple[float, int]:
+    """Instructions per piece to stream `pieces` (a warm second run: the first fills regex and import caches),
+    counted by this process's callgrind writing to `out`.%p, and the calls seen."""
+    ours(family, pieces)
+    result: list[int] = []
+    instructions = counted(out, next(dumps), lambda: result.append(ours(family, pieces)[1]))
+    return instructions / len(pieces), result[0]
+
+
+def rows(args: argparse.Namespace) -> Iterator[tuple[Family, int]]:
+    """The families asked for (all by default), each with every size."""
+    for family in FAMILIES:
+        if not args.family or family.name in args.family:
+            yield from ((family, size) for size in args.sizes)
+
+
+def callgrind_table(args: argparse.Namespace) -> None:
+    """Per family and size: instructions per token of our parser (no peer)."""
+    dumps = itertools.count(1)
+    print("| family | tokens | instructions/token | calls |")
+    print("|---|---:|---:|---:|")
+    for family, size in rows(args):
+        pieces, _ = synthetic_output(family, size)
+        per_token, calls = counted_per_token(args.callgrind, dumps, family, pieces)
+        print(f"| {family.name} | {len(pieces)} | {per_token:,.0f} | {calls} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 8000, 32000])
     parser.add_argument("--peer-python", default=os.environ.get("PARSER_PEER_PYTHON", "/tmp/peer-venv/bin/python"))
     parser.add_argument("--family", action="append", help="only these families (default: all)")
     parser.add_argument("--peer-max", type=int, help="largest size the peer runs (some peers are quadratic)")
+    parser.add_argument("--callgrind", help="this process runs under callgrind writing to CALLGRIND.%%p: count")
     args = parser.parse_args()
+    if args.callgrind:
+        callgrind_table(args)
+        return
     print("| family | tokens | ours µs/token | ours calls | peer | peer µs/token | peer calls |")
     print("|---|---:|---:|---:|---|---:|---:|")
-    for family in FAMILIES:
-        if args.family and family.name not in args.family:
-            continue
-        for size in args.sizes:
-            pieces, after_think = synthetic_output(family, size)
-            seconds, calls = min(ours(family, pieces) for _ in range(3))
-            runs_peer = Path(args.peer_python).exists() and (args.peer_max is None or size <= args.peer_max)
-            theirs = peer(args.peer_python, family, pieces, after_think) if runs_peer else None
-            peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
-            name = family.peer.split(":")[1]
-            print(
-                f"| {family.name} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {name} | {peer_cells} |"
-            )
+    for family, size in rows(args):
+        pieces, after_think = synthetic_output(family, size)
+        seconds, calls = min(ours(family, pieces) for _ in range(3))
+        runs_peer = Path(args.peer_python).exists() and (args.peer_max is None or size <= args.peer_max)
+        theirs = peer(args.peer_python, family, pieces, after_think) if runs_peer else None
+        peer_cells = f"{theirs[0] / len(pieces) * 1e6:.1f} | {theirs[1]}" if theirs else "n/a | n/a"
+        name = family.peer.split(":")[1]
+        print(
+            f"| {family.name} | {len(pieces)} | {seconds / len(pieces) * 1e6:.2f} | {calls} | {name} | {peer_cells} |"
+        )
 
 
 if __name__ == "__main__":

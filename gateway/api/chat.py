@@ -176,12 +176,16 @@ class ChatRenderer:
 
     def _delta(self, index: int, deltas: Sequence[Delta]) -> dict[str, Any]:
         """One OpenAI delta for the step: text joined, each call's fragments joined under its index."""
-        if len(deltas) == 1 and deltas[0].tool_index is None:  # most steps: one piece of text
+        if len(deltas) == 1:
             only = deltas[0]
-            text: dict[str, Any] = {"content": only.content} if only.content else {}
-            if only.reasoning:
-                text["reasoning"] = text["reasoning_content"] = only.reasoning  # REASONING_NAMES, spelled out
-            return text
+            if only.tool_index is None:  # most steps: one piece of text
+                text: dict[str, Any] = {"content": only.content} if only.content else {}
+                if only.reasoning:
+                    text["reasoning"] = text["reasoning_content"] = only.reasoning  # REASONING_NAMES, spelled out
+                return text
+            if (index, only.tool_index) in self._call_ids and not only.content and not only.reasoning:
+                # a named call's next arguments (most steps of a long argument): what the loop below makes of it
+                return {"tool_calls": [{"index": only.tool_index, "function": {"arguments": only.tool_arguments}}]}
         content = "".join(d.content for d in deltas)
         reasoning = "".join(d.reasoning for d in deltas)
         calls: dict[int, dict[str, Any]] = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from enum import Enum
+from json.encoder import encode_basestring
 from typing import Any, ClassVar
 
 from gateway.families.base import OutputParser
@@ -14,12 +15,12 @@ from gateway.families.values import convert, is_plain_string, tool_schemas
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
-_STRING = json.JSONEncoder(ensure_ascii=False).encode
-
 
 def json_fragment(text: str) -> str:
-    """`text` escaped as the inside of a JSON string (fragments concatenate to the escaped whole)."""
-    return _STRING(text)[1:-1]
+    """`text` escaped as the inside of a JSON string (fragments concatenate to the escaped whole); `json`'s C
+    escaper called directly (what `JSONEncoder(ensure_ascii=False).encode` runs for a string, less its Python frame:
+    once per streamed argument token)."""
+    return encode_basestring(text)[1:-1]
 
 
 class Trimmed:
@@ -97,6 +98,8 @@ class CallOutput:
         """The current call has no name: its deltas go nowhere and it takes no index."""
         self._arguments = 0
         self._types: frozenset[str] = frozenset()
+        self._plain = False
+        """The current argument is a plain string (`is_plain_string` of its types): its text streams."""
         self._value = ""
 
     def take(self) -> list[Delta]:
@@ -123,22 +126,22 @@ class CallOutput:
 
     def start_argument(self, key: str, types: frozenset[str]) -> None:
         """An argument of JSON `types` begins: a plain string streams, any other value waits for its end."""
-        self._types, self._value = types, ""
-        quote = '"' if is_plain_string(types) else ""
+        self._types, self._value, self._plain = types, "", is_plain_string(types)
+        quote = '"' if self._plain else ""
         self._send(("{" if self._arguments == 0 else ", ") + json.dumps(key, ensure_ascii=False) + ": " + quote)
         self._arguments += 1
 
     def argument_text(self, text: str) -> None:
         if not text:
             return
-        if is_plain_string(self._types):
+        if self._plain:
             self._send(json_fragment(text))
         else:
             self._value += text
 
     def end_argument(self) -> None:
         value = convert(self._value, self._types)
-        self._send('"' if is_plain_string(self._types) else json.dumps(value, ensure_ascii=False))
+        self._send('"' if self._plain else json.dumps(value, ensure_ascii=False))
         self._release()
 
     def close_call(self) -> None:

@@ -67,6 +67,11 @@ class _Mode(Enum):
     BODY = auto()
 
 
+_REASONING, _CONTENT, _SECTION, _HEADER, _BODY = _Mode.REASONING, _Mode.CONTENT, _Mode.SECTION, _Mode.HEADER, _Mode.BODY
+"""The modes as module names, read per token: in Python 3.11 `Enum` class attributes go through its metaclass's
+`__getattr__` hook (~500 instructions a read; a module name ~10)."""
+
+
 @dataclass
 class _Body:
     """A call's body text and whether its JSON scan ends inside a string."""
@@ -100,7 +105,7 @@ class SectionParser(CallParser):
         super().__init__()
         self._markers = markers
         self._split = split_call
-        self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
+        self._mode = _REASONING if in_reasoning else _CONTENT
         self._started = False
         self._leading = ""
         self._header: list[str] = []
@@ -108,9 +113,9 @@ class SectionParser(CallParser):
         self._cut = ReasoningCut()
 
     def _end(self) -> None:
-        if self._mode is _Mode.BODY and not self._body.in_string:
+        if self._mode is _BODY and not self._body.in_string:
             self._end_call()
-        self._mode = _Mode.CONTENT
+        self._mode = _CONTENT
         self._content("")
 
     def _content(self, text: str) -> None:
@@ -123,58 +128,58 @@ class SectionParser(CallParser):
 
     def _text(self, text: str) -> None:
         mode = self._mode
-        if mode is _Mode.REASONING:
+        if mode is _REASONING:
             self._started = True
             self._text_delta(reasoning=text)
-        elif mode is _Mode.CONTENT:
+        elif mode is _CONTENT:
             if self._started or not text.isspace():
                 self._content(text)
             else:  # whitespace before anything else: a `<think>` may still open the output
                 self._leading += text
-        elif mode is _Mode.HEADER:
+        elif mode is _HEADER:
             self._header.append(text)
-        elif mode is _Mode.BODY:
+        elif mode is _BODY:
             self._body.add(text)
 
     def _control(self, spelling: str) -> None:
         m, mode = self._markers, self._mode
         if spelling in m.ignored:
             return
-        if mode is _Mode.BODY:
+        if mode is _BODY:
             if spelling == m.call_end and not self._body.in_string:
                 self._end_call()
-                self._mode = _Mode.SECTION
+                self._mode = _SECTION
             else:
                 self._body.add(spelling)
-        elif mode is _Mode.HEADER:
+        elif mode is _HEADER:
             if spelling == m.arguments_begin:
                 self._body = _Body()
-                self._mode = _Mode.BODY
+                self._mode = _BODY
             elif spelling == m.section_end:
-                self._mode = _Mode.CONTENT
+                self._mode = _CONTENT
             elif spelling != m.call_begin:
                 self._header.append(spelling)
-        elif mode is _Mode.SECTION:
+        elif mode is _SECTION:
             if spelling == m.call_begin:
                 self._header = []
-                self._mode = _Mode.HEADER
+                self._mode = _HEADER
             elif spelling == m.section_end:
-                self._mode = _Mode.CONTENT
+                self._mode = _CONTENT
         elif spelling in (m.section_begin, m.call_begin):  # in reasoning too: calls end it (Kimi K2.5 omits `</think>`)
-            if mode is _Mode.REASONING:
+            if mode is _REASONING:
                 self._cut.cut()
             self._content("")
-            self._mode = _Mode.SECTION if spelling == m.section_begin else _Mode.HEADER
+            self._mode = _SECTION if spelling == m.section_begin else _HEADER
             self._header = []
-        elif mode is _Mode.REASONING:
+        elif mode is _REASONING:
             if spelling == m.think_end:
-                self._mode = _Mode.CONTENT
+                self._mode = _CONTENT
             elif not (spelling == m.think_start and not self._started):
                 self._started = True
                 self._text_delta(reasoning=spelling)
         elif spelling == m.think_start and not self._started:
             self._leading = ""
-            self._mode = _Mode.REASONING
+            self._mode = _REASONING
         elif self._cut.takes_end(spelling == m.think_end):
             return
         elif spelling not in m.call_tokens:  # a call marker outside a section is no text

@@ -67,6 +67,11 @@ class _Mode(ParserState):
     VALUE = auto()
 
 
+_REASONING, _CONTENT, _CALLS, _INVOKE, _VALUE = _Mode.REASONING, _Mode.CONTENT, _Mode.CALLS, _Mode.INVOKE, _Mode.VALUE
+"""The modes as module names, read per token: in Python 3.11 `Enum` class attributes go through its metaclass's
+`__getattr__` hook (~500 instructions a read; a module name ~10)."""
+
+
 _FENCED = re.compile(r"([^\n]*)\n```(?:json)?[ \t]*\n(.*?)\s*```\s*", re.DOTALL)
 
 
@@ -114,7 +119,7 @@ class DsmlParser(OutputParser):
         self._forced_calls = forced_calls
         self._schemas = schemas or {}
         self._calls_name = dialect.calls.strip()
-        self._mode = _Mode.REASONING if in_reasoning else _Mode.CONTENT
+        self._mode = _REASONING if in_reasoning else _CONTENT
         self._lexer = Lexer()
         self._out: list[Delta] = []
         self._held_space = ""
@@ -126,11 +131,11 @@ class DsmlParser(OutputParser):
         """Content so far is whitespace at most: a `<think>` token here opens reasoning."""
         self._cut = ReasoningCut()
         self._handlers = {
-            _Mode.REASONING: self._in_reasoning,
-            _Mode.CONTENT: self._in_content,
-            _Mode.CALLS: self._in_calls,
-            _Mode.INVOKE: self._in_invoke,
-            _Mode.VALUE: self._in_value,
+            _REASONING: self._in_reasoning,
+            _CONTENT: self._in_content,
+            _CALLS: self._in_calls,
+            _INVOKE: self._in_invoke,
+            _VALUE: self._in_value,
         }
 
     @property
@@ -143,11 +148,11 @@ class DsmlParser(OutputParser):
         return self._take()
 
     def finish(self) -> list[Delta]:
-        if self._forced_calls and self._mode is _Mode.CONTENT:  # what the lexer holds is a cut tag
+        if self._forced_calls and self._mode is _CONTENT:  # what the lexer holds is a cut tag
             self._held_space = ""
         else:
             self._events(self._lexer.finish())
-        if self._mode is _Mode.CONTENT and self._held_space:
+        if self._mode is _CONTENT and self._held_space:
             self._content(self._held_space)
             self._held_space = ""
         return self._take()
@@ -164,12 +169,12 @@ class DsmlParser(OutputParser):
 
     def _in_reasoning(self, event: Event) -> None:
         if isinstance(event, Token) and event.text == THINK_END:
-            self._mode = _Mode.CONTENT
+            self._mode = _CONTENT
         elif isinstance(event, Token) and event.text == THINK_START and not self._reasoning_started:
             return
         elif isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
             self._cut.cut()
-            self._mode = _Mode.CONTENT
+            self._mode = _CONTENT
             self._in_content(event)
         else:
             text = _spelling(event)
@@ -181,14 +186,14 @@ class DsmlParser(OutputParser):
             if isinstance(event, Token) and event.text == THINK_START:
                 self._held_space = ""
                 self._leading = False
-                self._mode = _Mode.REASONING
+                self._mode = _REASONING
                 return
             self._leading = isinstance(event, Text) and not event.text.strip()
         elif self._cut.takes_end(isinstance(event, Token) and event.text == THINK_END):
             return
         if isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
             self._held_space = ""
-            self._mode = _Mode.CALLS
+            self._mode = _CALLS
             return
         text = self._held_space + _spelling(event)
         body = text.rstrip()
@@ -203,10 +208,10 @@ class DsmlParser(OutputParser):
         if not isinstance(event, Tag):
             return
         if event.closing and event.name == self._calls_name:
-            self._mode = _Mode.CONTENT
+            self._mode = _CONTENT
         elif not event.closing and event.name == "invoke":
             self._call = _Call(_attributes(event).get("name", ""))
-            self._mode = _Mode.INVOKE
+            self._mode = _INVOKE
             if event.self_closing:
                 self._end_call()
 
@@ -218,7 +223,7 @@ class DsmlParser(OutputParser):
             key = attributes.get("name", "")
             types = argument_types(self._schemas, self._call.name, key)
             self._value = value = _Value(key, attributes.get("string") == "false", types)
-            self._mode = _Mode.VALUE
+            self._mode = _VALUE
             if self._call.index is not None and not value.is_json and (is_plain_string(types) or not types):
                 self._value.streaming = True
                 self._arguments(self._key_prefix(self._value.key) + '"')
@@ -226,7 +231,7 @@ class DsmlParser(OutputParser):
             self._end_call()
         elif event.closing and event.name == self._calls_name:
             self._end_call()
-            self._mode = _Mode.CONTENT
+            self._mode = _CONTENT
 
     def _in_value(self, event: Event) -> None:
         value = self._value
@@ -242,7 +247,7 @@ class DsmlParser(OutputParser):
     def _end_value(self) -> None:
         value, call = self._value, self._call
         self._value = None
-        self._mode = _Mode.INVOKE
+        self._mode = _INVOKE
         if value.streaming:
             self._arguments('"')
         else:
@@ -260,7 +265,7 @@ class DsmlParser(OutputParser):
         else:
             self._arguments("}")
         self._call = None
-        self._mode = _Mode.CALLS
+        self._mode = _CALLS
 
     def _key_prefix(self, key: str) -> str:
         return ("{" if self._call.arguments == 0 else ", ") + _json(key) + ": "

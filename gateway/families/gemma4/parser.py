@@ -158,6 +158,11 @@ class Mode(Enum):
     CALL = auto()
 
 
+_CONTENT, _REASONING, _CALL = Mode.CONTENT, Mode.REASONING, Mode.CALL
+"""The modes as module names, read per token: in Python 3.11 `Enum` class attributes go through its metaclass's
+`__getattr__` hook (~500 instructions a read; a module name ~10)."""
+
+
 class Gemma4Parser(CallParser):
     """Token-aware Gemma 4 output parser for one choice; the same deltas however the output is chunked."""
 
@@ -165,7 +170,7 @@ class Gemma4Parser(CallParser):
 
     def __init__(self, new_id: Callable[[], str] = new_call_id):
         super().__init__(new_id)
-        self._mode = Mode.CONTENT
+        self._mode = _CONTENT
         self._label = ""  # reasoning: the part of the channel name "thought\n" read so far
         self._label_done = False
         self._newlines = ""  # reasoning: trailing newlines held back
@@ -173,21 +178,21 @@ class Gemma4Parser(CallParser):
         self._quoted: list[str] | None = None
 
     def _end(self) -> None:
-        self._mode, self._call, self._quoted = Mode.CONTENT, [], None
+        self._mode, self._call, self._quoted = _CONTENT, [], None
 
     def _control(self, token: str) -> None:
         mode = self._mode
-        if mode is Mode.CALL:
+        if mode is _CALL:
             self._call_control(token)
-        elif token == CHANNEL and mode is Mode.CONTENT:
-            self._mode, self._label, self._label_done, self._newlines = Mode.REASONING, "", False, ""
-        elif token == CHANNEL_END and mode is Mode.REASONING:
-            self._mode = Mode.CONTENT  # a held channel name or trailing newlines are not reasoning
+        elif token == CHANNEL and mode is _CONTENT:
+            self._mode, self._label, self._label_done, self._newlines = _REASONING, "", False, ""
+        elif token == CHANNEL_END and mode is _REASONING:
+            self._mode = _CONTENT  # a held channel name or trailing newlines are not reasoning
         elif token == TOOL_CALL:
-            if mode is Mode.REASONING:
+            if mode is _REASONING:
                 self._control(CHANNEL_END)
-            self._mode, self._call, self._quoted = Mode.CALL, [], None
-        elif mode is Mode.REASONING:
+            self._mode, self._call, self._quoted = _CALL, [], None
+        elif mode is _REASONING:
             self._text(token)  # a stray control token inside reasoning is text
 
     def _call_control(self, token: str) -> None:
@@ -205,7 +210,7 @@ class Gemma4Parser(CallParser):
             self._call.append(token)
 
     def _end_call(self) -> None:
-        self._mode = Mode.CONTENT
+        self._mode = _CONTENT
         try:
             name, arguments = read_call(self._call)
         except Malformed:
@@ -219,9 +224,9 @@ class Gemma4Parser(CallParser):
         self._calls += 1
 
     def _text(self, text: str) -> None:
-        if self._mode is Mode.CONTENT:
+        if self._mode is _CONTENT:
             self._out.append(Delta(content=text))
-        elif self._mode is Mode.CALL:
+        elif self._mode is _CALL:
             (self._quoted if self._quoted is not None else self._call).append(text)
         else:
             self._reasoning(text)

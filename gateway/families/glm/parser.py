@@ -53,6 +53,12 @@ class _State(Enum):
     VALUE_OR_END = auto()  # a </tool_call> token inside a value: the call's end, or value text
 
 
+_START, _REASONING, _CONTENT, _NAME = _State.START, _State.REASONING, _State.CONTENT, _State.NAME
+_KEY, _BETWEEN, _VALUE, _VALUE_OR_END = _State.KEY, _State.BETWEEN, _State.VALUE, _State.VALUE_OR_END
+"""The states as module names, read per token: in Python 3.11 `Enum` class attributes go through its metaclass's
+`__getattr__` hook (~500 instructions a read; a module name ~10)."""
+
+
 class GlmParser(StreamedCallParser):
     """Streams reasoning, content and tool calls out of GLM output."""
 
@@ -72,7 +78,7 @@ class GlmParser(StreamedCallParser):
         return self._out.take()
 
     def finish(self) -> list[Delta]:
-        if self._state is _State.VALUE_OR_END:  # the output ended right after it: the call's end
+        if self._state is _VALUE_OR_END:  # the output ended right after it: the call's end
             self._end_value()
             self._end_call()
         self._out.drop_held_call()
@@ -80,66 +86,66 @@ class GlmParser(StreamedCallParser):
 
     def _marker(self, marker: str) -> None:
         state = self._state
-        if state is _State.VALUE_OR_END:
+        if state is _VALUE_OR_END:
             if marker == TOOL_CALL_START:  # the next call starts: read the marker as content would
                 self._end_value()
                 self._end_call()
-                self._state = state = _State.CONTENT
+                self._state = state = _CONTENT
             else:
                 self._out.argument_text(TOOL_CALL_END)
-                self._state = state = _State.VALUE
+                self._state = state = _VALUE
         state = self._think_marker(state, marker)
         if state is None:
             return
-        if state is _State.CONTENT:
+        if state is _CONTENT:
             if marker == TOOL_CALL_START and self._parse_calls:
                 self._name = ""
-                self._state = _State.NAME
+                self._state = _NAME
             else:
                 self._out.content(marker)
-        elif state is _State.VALUE:
+        elif state is _VALUE:
             if marker == ARG_VALUE_END:
                 self._end_value()
-                self._state = _State.BETWEEN
+                self._state = _BETWEEN
             elif marker == TOOL_CALL_END:
-                self._state = _State.VALUE_OR_END
+                self._state = _VALUE_OR_END
             else:
                 self._out.argument_text(marker)
-        elif state is _State.KEY:
+        elif state is _KEY:
             if marker == ARG_KEY_END:
-                self._state = _State.BETWEEN
+                self._state = _BETWEEN
         elif marker == ARG_KEY_START:
             self._open_call()
             self._key = ""
-            self._state = _State.KEY
+            self._state = _KEY
         elif marker == ARG_VALUE_START and self._key:
             name = self._name.strip()
             self._out.start_argument(self._key.strip(), argument_types(self._schemas, name, self._key.strip()))
-            self._state = _State.VALUE
+            self._state = _VALUE
         elif marker == TOOL_CALL_END:
             self._open_call()
             self._end_call()
-            self._state = _State.CONTENT
+            self._state = _CONTENT
 
     def _text(self, text: str) -> None:
         state = self._state
-        if state is _State.VALUE_OR_END:
+        if state is _VALUE_OR_END:
             self._out.argument_text(TOOL_CALL_END)
-            self._state = state = _State.VALUE
-        if state is _State.START:
+            self._state = state = _VALUE
+        if state is _START:
             if not text.strip():
                 self._out.content(text)
                 return
-            self._state = state = _State.CONTENT
-        if state is _State.REASONING:
+            self._state = state = _CONTENT
+        if state is _REASONING:
             self._out.reasoning(text)
-        elif state is _State.CONTENT:
+        elif state is _CONTENT:
             self._out.content(text)
-        elif state is _State.NAME:
+        elif state is _NAME:
             self._name += text
-        elif state is _State.KEY:
+        elif state is _KEY:
             self._key += text
-        elif state is _State.VALUE:
+        elif state is _VALUE:
             self._out.argument_text(text)
 
     def _open_call(self) -> None:

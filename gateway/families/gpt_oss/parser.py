@@ -65,6 +65,11 @@ class Body(Enum):
     DROP = auto()
 
 
+_REASONING, _CONTENT, _CALL, _DROP = Body.REASONING, Body.CONTENT, Body.CALL, Body.DROP
+"""The bodies as module names, read per token: in Python 3.11 `Enum` class attributes go through its metaclass's
+`__getattr__` hook (~500 instructions a read; a module name ~10)."""
+
+
 def read_header(parts: Sequence[HeaderPart]) -> tuple[Body, str | None]:
     """What a message with this header holds, and the function name of a call.
 
@@ -85,13 +90,13 @@ def read_header(parts: Sequence[HeaderPart]) -> tuple[Body, str | None]:
             after_channel = False
     if recipient is not None:
         if recipient.startswith(FUNCTIONS) and len(recipient) > len(FUNCTIONS):
-            return Body.CALL, recipient[len(FUNCTIONS) :]
-        return Body.DROP, None
+            return _CALL, recipient[len(FUNCTIONS) :]
+        return _DROP, None
     if channel == ANALYSIS:
-        return Body.REASONING, None
+        return _REASONING, None
     if channel in (COMMENTARY, FINAL):
-        return Body.CONTENT, None
-    return Body.DROP, None
+        return _CONTENT, None
+    return _DROP, None
 
 
 class HarmonyParser(CallParser):
@@ -148,11 +153,11 @@ class HarmonyParser(CallParser):
                 self._header_size += len(text)
                 if self._header_size > MAX_HEADER:
                     self._header = None
-        elif body is Body.REASONING:
+        elif body is _REASONING:
             self._out.append(Delta(reasoning=text))
-        elif body is Body.CONTENT:
+        elif body is _CONTENT:
             self._out.append(Delta(content=text))
-        elif body is Body.CALL:
+        elif body is _CALL:
             self._argument_text(text)
 
     def _open_body(self) -> None:
@@ -172,6 +177,6 @@ class HarmonyParser(CallParser):
 
     def _close_call(self) -> None:
         value = json_object("".join(self._arguments))
-        self._body = Body.DROP
+        self._body = _DROP
         if self._name is not None and value is not None:
             self._emit_call(self._name, json.dumps(value, ensure_ascii=False))

@@ -77,7 +77,9 @@ _JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
 _LISTED_CALL = re.compile(r"\s*(?:\}\s*)?,")
 """After a call's arguments: the body's `}` (unless already read), then the `,` that lists another call (a `{`
 follows)."""
-_CALL_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*(?P<name>' + _JSON_STRING + r')\s*,\s*"arguments"\s*:\s*(?=\{)')
+_CALL_HEADER_PATTERN = re.compile(
+    r'\s*\{\s*"name"\s*:\s*(?P<name>' + _JSON_STRING + r')\s*,\s*"arguments"\s*:\s*(?=\{)'
+)
 
 
 class _State(ParserState):
@@ -89,12 +91,22 @@ class _State(ParserState):
     CALL_TAIL = auto()
 
 
+_START, _REASONING, _CONTENT = _State.START, _State.REASONING, _State.CONTENT
+_CALL_HEADER, _CALL_ARGUMENTS, _CALL_TAIL = _State.CALL_HEADER, _State.CALL_ARGUMENTS, _State.CALL_TAIL
+"""The states as module names, read per token: in Python 3.11 `Enum` class attributes go through its metaclass's
+`__getattr__` hook (~500 instructions a read; a module name ~10)."""
+
+
 class _Tail(Enum):
     """Where a call's tail (after its arguments, up to `</tool_call>`) stands."""
 
     OPEN = auto()  # the arguments closed: whitespace, then the body's `}`
     CLOSED = auto()  # the body's `}` was read: whitespace, then a `,` may list another call
     JUNK = auto()  # anything else (or the arguments were cut short by a `<`): skipped up to a call marker
+
+
+_TAIL_OPEN, _TAIL_CLOSED, _TAIL_JUNK = _Tail.OPEN, _Tail.CLOSED, _Tail.JUNK
+"""The tail's positions as module names (read per token, as the states)."""
 
 
 class _JsonEnd:
@@ -128,6 +140,8 @@ class _JsonEnd:
         """How many characters of `text` still belong to the value and can be sent; the scan stops after the first
         member's `,` (the call's release point, whatever the chunking) and before a bare word JSON does
         not have."""
+        if self._in_string and not self._escaped and '"' not in text and "\\" not in text:
+            return len(text)  # inside a string that goes on (most argument tokens): nothing to scan for
         start, self._word_scanned = self._word_scanned, 0
         word = 0 if start else -1  # a word held back is read on from where the last scan stopped, not again
         for i, ch in enumerate(text[start:], start):
@@ -225,7 +239,7 @@ class HermesParser(OutputParser):
         `token_markers`: the markers that count only as their added token."""
         self._parse_calls = tool_calls
         self._forced_calls = forced_calls
-        self._state = _State.REASONING if in_reasoning else _State.CONTENT if continues else _State.START
+        self._state = _REASONING if in_reasoning else _CONTENT if continues else _START
         self._buffer = ""
         self._token_markers = token_markers
         self._text_call_markers = tuple(m for m in (TOOL_CALL_END, TOOL_CALL_START) if m not in token_markers)
@@ -242,7 +256,7 @@ class HermesParser(OutputParser):
         """The current call's deltas, held back until its first argument is complete (None: not holding)."""
         self._call_sent = False
         self._cut = ReasoningCut()
-        self._tail = _Tail.OPEN
+        self._tail = _TAIL_OPEN
         self._listed = False
         """In the call's tail: the `,` after the body was read (a `{` next opens another call)."""
         self._rethought = False
@@ -254,7 +268,7 @@ class HermesParser(OutputParser):
 
     def feed(self, pieces: Sequence[Piece]) -> list[Delta]:
         if (
-            self._state is _State.CONTENT
+            self._state is _CONTENT
             and not self._buffer
             and len(pieces) == 1
             and pieces[0].token_id is None
@@ -298,7 +312,7 @@ class HermesParser(OutputParser):
     def finish(self) -> list[Delta]:
         out = self._advance(final=True)
         self._held_call = None  # a call cut off before its first argument was complete is no call
-        if self._state is _State.CONTENT and not self.saw_tool_call and (space := self._content.flush()):
+        if self._state is _CONTENT and not self.saw_tool_call and (space := self._content.flush()):
             out.append(Delta(content=space))
         return out
 
@@ -315,13 +329,13 @@ class HermesParser(OutputParser):
         self._drop(len(self._buffer) - len(self._buffer.lstrip()))  # whitespace may come before the think block
         if self._find(THINK_START) == 0:
             self._drop(len(THINK_START))
-            self._state = _State.REASONING
+            self._state = _REASONING
             return True
         if not final and (
             not self._buffer or (THINK_START not in self._token_markers and THINK_START.startswith(self._buffer))
         ):
             return False
-        self._state = _State.CONTENT
+        self._state = _CONTENT
         return True
 
     def _in_reasoning(self, final: bool) -> bool:
@@ -333,12 +347,12 @@ class HermesParser(OutputParser):
             self._emit_reasoning(self._buffer[:call])
             self._drop(call + len(TOOL_CALL_START))
             self._cut.cut(end_token=THINK_END in self._token_markers)
-            self._state = _State.CALL_HEADER
+            self._state = _CALL_HEADER
             return True
         if end >= 0:
             self._emit_reasoning(self._buffer[:end])
             self._drop(end + len(THINK_END))
-            self._state = _State.CONTENT
+            self._state = _CONTENT
             return True
         self._emit_reasoning(self._take_unheld(final, THINK_END))
         return False
@@ -367,25 +381,25 @@ class HermesParser(OutputParser):
         if start >= 0:
             self._emit_content(self._buffer[:start])
             self._drop(start + len(TOOL_CALL_START))
-            self._state = _State.CALL_HEADER
+            self._state = _CALL_HEADER
             return True
         self._emit_content(self._take_unheld(final and not self._forced_calls, TOOL_CALL_START))
         return False
 
     def _call_header(self, final: bool) -> bool:
         close = self._find(TOOL_CALL_END)
-        header = _CALL_HEADER.match(self._buffer)
+        header = _CALL_HEADER_PATTERN.match(self._buffer)
         name = json.loads(header["name"]) if header else None
         if header and (close < 0 or header.end() <= close) and is_call_name(name):
             self._held_call = [Delta(tool_index=self._call_count, tool_id=new_call_id(), tool_name=name)]
             self._drop(header.end())
             self._arguments = _JsonEnd()
-            self._state = _State.CALL_ARGUMENTS
+            self._state = _CALL_ARGUMENTS
             return True
         if close >= 0:
             body = self._buffer[:close]
             self._drop(close + len(TOOL_CALL_END))
-            self._state = _State.CONTENT
+            self._state = _CONTENT
             call = parse_whole_call(body)
             if call is None:
                 self._emit_content(TOOL_CALL_START + body + TOOL_CALL_END)
@@ -400,7 +414,7 @@ class HermesParser(OutputParser):
             if not self._forced_calls and TOOL_CALL_START not in self._token_markers:
                 self._emit_content(TOOL_CALL_START + self._buffer)
             self._drop(len(self._buffer))
-            self._state = _State.CONTENT
+            self._state = _CONTENT
         return False
 
     def _call_arguments(self, final: bool) -> bool:
@@ -414,8 +428,8 @@ class HermesParser(OutputParser):
         if self._arguments.first_member_done:
             self._release_call()
         if self._arguments.done:
-            self._tail = _Tail.OPEN if self._arguments.closed else _Tail.JUNK
-            self._state = _State.CALL_TAIL
+            self._tail = _TAIL_OPEN if self._arguments.closed else _TAIL_JUNK
+            self._state = _CALL_TAIL
             return True
         return size > 0 and bool(self._buffer)  # stopped at the first member's `,`: read on
 
@@ -431,8 +445,8 @@ class HermesParser(OutputParser):
         """Skip the rest of the call (`}` and whitespace) up to `</tool_call>`, or a next `<tool_call>`; a `,` right
         after the body's `}` lists another call in the same block. What a tail holds is read the same however it is
         chunked: anything else in it makes it junk, skipped up to a call marker."""
-        comma = None if self._listed or self._tail is _Tail.JUNK else _LISTED_CALL.match(self._buffer)
-        if comma and ("}" in comma[0]) is (self._tail is _Tail.OPEN):  # the body's `}` once, then the `,`
+        comma = None if self._listed or self._tail is _TAIL_JUNK else _LISTED_CALL.match(self._buffer)
+        if comma and ("}" in comma[0]) is (self._tail is _TAIL_OPEN):  # the body's `}` once, then the `,`
             self._drop(comma.end())
             self._listed = True
         if self._listed:
@@ -442,19 +456,19 @@ class HermesParser(OutputParser):
             self._listed = False
             if self._buffer.startswith("{"):
                 self._call_count += 1
-                self._state = _State.CALL_HEADER
+                self._state = _CALL_HEADER
                 return True
-            self._tail = _Tail.JUNK
+            self._tail = _TAIL_JUNK
         close = self._find(TOOL_CALL_END)
         reopen = self._find(TOOL_CALL_START)
         if close >= 0 or reopen >= 0:
             self._release_call()  # arguments cut short by a `<` (still held when their first member was cut) end here
         if close >= 0 and (reopen < 0 or close < reopen):
             self._drop(close + len(TOOL_CALL_END))
-            self._state = _State.CONTENT
+            self._state = _CONTENT
         elif reopen >= 0:
             self._drop(reopen + len(TOOL_CALL_START))
-            self._state = _State.CALL_HEADER
+            self._state = _CALL_HEADER
         else:
             skipped = len(self._buffer) - self._held(final, self._text_call_markers)
             self._read_tail(self._buffer[:skipped])
@@ -465,14 +479,14 @@ class HermesParser(OutputParser):
 
     def _read_tail(self, text: str) -> None:
         """The tail moves on past `text`: the body's `}` closes it, anything but whitespace makes it junk."""
-        if self._tail is _Tail.JUNK:
+        if self._tail is _TAIL_JUNK:
             return
         rest = text.lstrip()
-        if self._tail is _Tail.OPEN and rest.startswith("}"):
-            self._tail = _Tail.CLOSED
+        if self._tail is _TAIL_OPEN and rest.startswith("}"):
+            self._tail = _TAIL_CLOSED
             rest = rest[1:].lstrip()
         if rest:
-            self._tail = _Tail.JUNK
+            self._tail = _TAIL_JUNK
 
     def _send(self, delta: Delta) -> None:
         """A call's delta: held back with the call, or sent."""
@@ -505,11 +519,11 @@ class HermesParser(OutputParser):
 
 
 _STEPS = {
-    _State.START: HermesParser._start,
-    _State.REASONING: HermesParser._in_reasoning,
-    _State.CONTENT: HermesParser._in_content,
-    _State.CALL_HEADER: HermesParser._call_header,
-    _State.CALL_ARGUMENTS: HermesParser._call_arguments,
-    _State.CALL_TAIL: HermesParser._call_tail,
+    _START: HermesParser._start,
+    _REASONING: HermesParser._in_reasoning,
+    _CONTENT: HermesParser._in_content,
+    _CALL_HEADER: HermesParser._call_header,
+    _CALL_ARGUMENTS: HermesParser._call_arguments,
+    _CALL_TAIL: HermesParser._call_tail,
 }
 """Each state's step (looked up once per fed chunk, not built each time)."""

@@ -121,6 +121,11 @@ class Mode(Enum):
     CONTENT = auto()
 
 
+_START, _HOLD, _AFTER, _CONTENT = Mode.START, Mode.HOLD, Mode.AFTER, Mode.CONTENT
+"""The modes as module names, read per token: in Python 3.11 `Enum` class attributes go through its metaclass's
+`__getattr__` hook (~500 instructions a read; a module name ~10)."""
+
+
 class LlamaParser(CallParser):
     """Llama output parser for one choice; the same deltas however the output is chunked."""
 
@@ -137,7 +142,7 @@ class LlamaParser(CallParser):
         super().__init__(new_id)
         self._syntax = syntax if tool_calls else replace(syntax, trigger=None)
         self._reads_calls = tool_calls
-        self._mode = Mode.START if tool_calls else Mode.CONTENT
+        self._mode = _START if tool_calls else _CONTENT
         self._tagged = forced_calls
         self._space = ""
         self._value: list[str] = []
@@ -148,31 +153,31 @@ class LlamaParser(CallParser):
     def _end(self) -> None:
         self._content(self._held)
         self._held = ""
-        if self._mode is Mode.HOLD and not self._tagged:
+        if self._mode is _HOLD and not self._tagged:
             self._content(self._space + "".join(self._value))
-        elif self._mode is Mode.START and not self._tagged:
+        elif self._mode is _START and not self._tagged:
             self._content(self._space)
-        self._mode, self._value, self._space = Mode.CONTENT, [], ""
+        self._mode, self._value, self._space = _CONTENT, [], ""
 
     def _control(self, token: str) -> None:
-        if self._mode is Mode.HOLD:
+        if self._mode is _HOLD:
             self._text(token)  # inside a value (a JSON string) a control token is its text
             return
         self._content(self._held)  # a token ends what the held text could have become
         self._held = ""
         if token == self._syntax.tag and self._reads_calls:
-            self._mode, self._tagged, self._space = Mode.START, True, ""
+            self._mode, self._tagged, self._space = _START, True, ""
         # elsewhere turn ends and other control tokens carry no text
 
     def _text(self, text: str) -> None:
         while text:
-            if self._mode is Mode.CONTENT:
+            if self._mode is _CONTENT:
                 text = self._in_content(text)
                 continue
-            if self._mode is Mode.HOLD:
+            if self._mode is _HOLD:
                 text = self._hold(text)
                 continue
-            lead = text.lstrip(_SEPARATORS) if self._mode is Mode.AFTER else text.lstrip()
+            lead = text.lstrip(_SEPARATORS) if self._mode is _AFTER else text.lstrip()
             skipped = text[: len(text) - len(lead)]
             if not lead:
                 self._space += skipped
@@ -182,8 +187,8 @@ class LlamaParser(CallParser):
                 self._hold_value()
             else:  # no call: the space before is content too (after calls, less the `;` separators)
                 space = self._space + skipped
-                lead = (space.replace(";", "") if self._mode is Mode.AFTER else space) + lead
-                self._mode, self._space = Mode.CONTENT, ""
+                lead = (space.replace(";", "") if self._mode is _AFTER else space) + lead
+                self._mode, self._space = _CONTENT, ""
             text = lead
 
     def _in_content(self, text: str) -> str:
@@ -204,7 +209,7 @@ class LlamaParser(CallParser):
         return ""
 
     def _hold_value(self) -> None:
-        self._mode, self._value, self._closing = Mode.HOLD, [], JsonEnd(self._syntax.quotes)
+        self._mode, self._value, self._closing = _HOLD, [], JsonEnd(self._syntax.quotes)
 
     def _hold(self, text: str) -> str:
         """Feed a held value; the text after it once it closes."""
@@ -217,11 +222,11 @@ class LlamaParser(CallParser):
         calls = self._syntax.read(value)
         if calls is None:
             self._content(self._space + value)
-            self._mode = Mode.CONTENT
+            self._mode = _CONTENT
         else:
             for name, arguments in calls:
                 self._emit_call(name, json.dumps(arguments, ensure_ascii=False))
-            self._mode = Mode.AFTER
+            self._mode = _AFTER
         self._space, self._value = "", []
         return text[end:]
 

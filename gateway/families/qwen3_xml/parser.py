@@ -114,6 +114,12 @@ class _State(ParserState):
     AFTER = auto()  # after </function>: expecting </tool_call>
 
 
+_START, _REASONING, _CONTENT, _CALL = _State.START, _State.REASONING, _State.CONTENT, _State.CALL
+_BODY, _VALUE, _AFTER = _State.BODY, _State.VALUE, _State.AFTER
+"""The states as module names, read per token: in Python 3.11 `Enum` class attributes go through its metaclass's
+`__getattr__` hook (~500 instructions a read; a module name ~10)."""
+
+
 class Qwen3XmlParser(StreamedCallParser):
     """Streams reasoning, content and tool calls out of Qwen XML output."""
 
@@ -141,7 +147,7 @@ class Qwen3XmlParser(StreamedCallParser):
         for piece in pieces:
             if piece.token_id is not None and piece.text in TOKEN_MARKERS:
                 self._advance(final=False)
-                if self._state is not _State.VALUE:  # inside a value a marker token is text
+                if self._state is not _VALUE:  # inside a value a marker token is text
                     self._marker(piece.text)
                     continue
             self._buffer += piece.text
@@ -150,9 +156,9 @@ class Qwen3XmlParser(StreamedCallParser):
 
     def finish(self) -> list[Delta]:
         self._advance(final=True)
-        if self._state is _State.VALUE and self._out.streaming_call:
+        if self._state is _VALUE and self._out.streaming_call:
             self._out.argument_text(self._buffer)
-        elif self._state is _State.CONTENT and self._buffer:
+        elif self._state is _CONTENT and self._buffer:
             self._out.content(self._buffer)
         self._buffer = ""
         self._out.drop_held_call()
@@ -164,21 +170,21 @@ class Qwen3XmlParser(StreamedCallParser):
         state = self._think_marker(self._state, marker)
         if state is None:
             return
-        if state is _State.CONTENT:
+        if state is _CONTENT:
             if marker == TOOL_CALL_START and self._parse_calls:
                 self._out.content(self._buffer)
                 self._buffer = ""
-                self._state = _State.CALL
+                self._state = _CALL
             elif marker != TOOL_CALL_END or not self._parse_calls:
                 self._buffer += marker
-        elif state is _State.AFTER:
-            self._state = _State.CALL if marker == TOOL_CALL_START else _State.CONTENT
-        elif marker == TOOL_CALL_END and state is _State.BODY:
+        elif state is _AFTER:
+            self._state = _CALL if marker == TOOL_CALL_START else _CONTENT
+        elif marker == TOOL_CALL_END and state is _BODY:
             self._out.close_call()
-            self._state = _State.CONTENT
+            self._state = _CONTENT
         elif marker == TOOL_CALL_END:  # a call that never named its function
             self._buffer = ""
-            self._state = _State.CONTENT
+            self._state = _CONTENT
 
     # text
 
@@ -189,7 +195,7 @@ class Qwen3XmlParser(StreamedCallParser):
 
     def _start(self, final: bool) -> bool:
         if self._buffer.strip() or final:
-            self._state = _State.CONTENT
+            self._state = _CONTENT
             return True
         return False
 
@@ -208,7 +214,7 @@ class Qwen3XmlParser(StreamedCallParser):
             if head and head[1] in self._schemas:
                 self._out.content(self._buffer[: match.start()])
                 self._buffer = self._buffer[match.start() :]
-                self._state = _State.CALL
+                self._state = _CALL
                 return True
         held = 0 if final else self._held_function_prefix()
         self._out.content(self._buffer[: len(self._buffer) - held])
@@ -236,12 +242,12 @@ class Qwen3XmlParser(StreamedCallParser):
                 return False
             if could_become:  # a header cut off by the end of the output: no call, and no markup in content
                 self._buffer = ""
-            self._state = _State.CONTENT  # not a call: its text is content, however the output was chunked
+            self._state = _CONTENT  # not a call: its text is content, however the output was chunked
             return bool(self._buffer)
         self._buffer = self._buffer[head.end() :]
         self._function = head[1]
         self._out.open_call(head[1])
-        self._state = _State.BODY
+        self._state = _BODY
         return True
 
     def _in_body(self, final: bool) -> bool:
@@ -250,13 +256,13 @@ class Qwen3XmlParser(StreamedCallParser):
             self._buffer = self._buffer[parameter.end() :]
             self._out.start_argument(parameter[1], argument_types(self._schemas, self._function, parameter[1]))
             self._value_started = False
-            self._state = _State.VALUE
+            self._state = _VALUE
             return True
         end = _FUNCTION_END.match(self._buffer)
         if end:
             self._buffer = self._buffer[end.end() :]
             self._out.close_call()
-            self._state = _State.AFTER
+            self._state = _AFTER
             return True
         if not final and _could_become(self._buffer.lstrip(), _NEXT_TAGS):
             return False
@@ -279,7 +285,7 @@ class Qwen3XmlParser(StreamedCallParser):
             self._out.argument_text(self._buffer[: end[0]])
             self._buffer = self._buffer[end[1] :]
             self._out.end_argument()
-            self._state = _State.BODY
+            self._state = _BODY
             return True
         keep = 0 if final else self._held_value_tail()
         self._out.argument_text(self._buffer[: len(self._buffer) - keep])
@@ -299,16 +305,16 @@ class Qwen3XmlParser(StreamedCallParser):
             self._buffer = ""
             return False
         self._buffer = text
-        self._state = _State.CONTENT
+        self._state = _CONTENT
         return True
 
 
 _STEPS = {
-    _State.START: Qwen3XmlParser._start,
-    _State.REASONING: Qwen3XmlParser._in_reasoning,
-    _State.CONTENT: Qwen3XmlParser._in_content,
-    _State.CALL: Qwen3XmlParser._in_call,
-    _State.BODY: Qwen3XmlParser._in_body,
-    _State.VALUE: Qwen3XmlParser._in_value,
-    _State.AFTER: Qwen3XmlParser._after_function,
+    _START: Qwen3XmlParser._start,
+    _REASONING: Qwen3XmlParser._in_reasoning,
+    _CONTENT: Qwen3XmlParser._in_content,
+    _CALL: Qwen3XmlParser._in_call,
+    _BODY: Qwen3XmlParser._in_body,
+    _VALUE: Qwen3XmlParser._in_value,
+    _AFTER: Qwen3XmlParser._after_function,
 }
