@@ -122,7 +122,7 @@ class _Folder:
         branches = out.pop("allOf", None)
         if not isinstance(branches, list):
             out = out if branches is None else {**out, "allOf": branches}
-            return self._unions(out, where)
+            return self._unions(self._listed(out, where), where)
         own = {k: v for k, v in out.items() if k not in _KEEP_ON_ROOT}
         parts = _parts(own, branches)
         if len(parts) > 1:
@@ -242,6 +242,24 @@ class _Folder:
             folded = [self._gap(where, key, beside, b, "no branch would admit a value") for b in branches]
         kept = {k: v for k, v in node.items() if k not in beside or k == key}
         return {**kept, key: folded}
+
+    def _listed(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        """`node` whose `const` / `enum` keeps only the values its sibling assertions admit (`_values_admitted`);
+        where they cannot be checked or admit none, a SchemaGrammarError naming the keyword's place when exact, else
+        `node` as it was (the siblings not enforced, as xgrammar does) and a SiblingGap."""
+        keyword = next((k for k in _VALUE_KEYWORDS if k in node), None)
+        if keyword is None or not (node.keys() - set(_VALUE_KEYWORDS)) & SIBLING_ASSERTIONS:
+            return node
+        try:
+            return _values_admitted(node, self.param)
+        except SchemaGrammarError as exc:
+            reason = str(exc).removeprefix("the JSON schema cannot be enforced: ")
+            why = f"'{keyword}' values beside other assertions are written alone ({reason})"
+            if self.exact:
+                raise SchemaGrammarError(f"the JSON schema cannot be enforced: {why}", f"{where}.{keyword}") from None
+            if self.gaps is not None and not any(g.where == where and g.keyword == keyword for g in self.gaps):
+                self.gaps.append(SiblingGap(where, keyword, why))
+            return node
 
     def _gap(self, where: str, key: str, beside: dict[str, Any], branch: Any, reason: str) -> Any:
         """`branch` alone, the keyword beside the union that does not fold into it recorded (a SchemaGrammarError
