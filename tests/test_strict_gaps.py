@@ -20,11 +20,13 @@ from tests.schema_language import accepts, atoms, sample
 
 SPELLINGS = ("<|im_end|>",)
 LISTED = {"type": "object", "properties": {"e": {"enum": ["a", "bb", 1, 7], "maxLength": 1, "minimum": 5},
-          "c": {"const": "xyz", "type": "string", "minLength": 1}}, "additionalProperties": False}  # fmt: skip
+          "c": {"const": "xyz", "type": "string", "minLength": 1},
+          "t": {"type": ["integer", "null"], "enum": [1, 2.5, "3", None, True]}}, "additionalProperties": False}  # fmt: skip
 COUNTED = {"type": "object", "properties": {"one": {"type": "array", "maxItems": 1},
            "some": {"type": ["array", "null"], "minItems": 1, "maxItems": 2}}, "additionalProperties": False}  # fmt: skip
 CASES = [
-    (LISTED, ['{"e": "a"}', '{"e": "bb"}', '{"e": 1}', '{"e": 7}', '{"c": "xyz"}', "{}"]),
+    (LISTED, ['{"e": "a"}', '{"e": "bb"}', '{"e": 1}', '{"e": 7}', '{"c": "xyz"}', "{}", '{"t": 1}', '{"t": 2.5}',
+              '{"t": "3"}', '{"t": null}', '{"t": true}']),
     (COUNTED, ['{"one": ["s"]}', '{"one": []}', '{"one": [1, 2]}', '{"some": []}', '{"some": [{}, "a"]}',
                '{"some": [1, 2, 3]}', '{"some": null}']),
 ]  # fmt: skip
@@ -44,7 +46,8 @@ def _language_wrong(schema: dict[str, Any], candidates: list[str]) -> list[str]:
 
 @pytest.mark.parametrize(("schema", "candidates"), CASES)
 def test_the_grammar_takes_what_the_schema_validates(schema: dict[str, Any], candidates: list[str]) -> None:
-    """Fails before: `"bb"` and `1` taken beside maxLength / minimum; `["s"]` refused, `minItems` a refusal."""
+    """Fails before: `"bb"`, `1`, `2.5`, `true` taken beside maxLength / minimum / type; `["s"]` refused, `minItems`
+    a refusal."""
     assert unenforced_keywords(schema, "p") == []
     assert not _language_wrong(schema, candidates)
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from gateway.grammars.json import SchemaGrammarError
@@ -379,6 +380,9 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     rest = {k: v for k, v in schema.items() if k not in _VALUE_KEYWORDS}
     if not rest.keys() & SIBLING_ASSERTIONS or not schema.keys() & set(_VALUE_KEYWORDS):
         return schema
+    typed = listed_of_type(schema)
+    if typed is not None:  # the common case, `type` beside: no validator built
+        return schema if typed else _values_kept(schema, lambda v: _of_type(v, schema["type"]), param)
     if _mentions(rest, _UNCHECKED):
         raise SchemaGrammarError(
             f"the JSON schema cannot be enforced: enum or const values beside {' or '.join(sorted(_UNCHECKED))}", param
@@ -389,19 +393,52 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     from referencing.exceptions import Unresolvable
 
     try:
-        admits = Draft202012Validator(rest).is_valid
-        if "const" in schema and not admits(schema["const"]):
-            raise _Empty("the JSON schema cannot be enforced: a const its siblings refuse", param)
-        if isinstance(schema.get("enum"), list):
-            values = [v for v in schema["enum"] if admits(v)]
-            if not values:
-                raise _Empty("the JSON schema cannot be enforced: enum values all refused by their siblings", param)
-            schema = {**schema, "enum": values}
+        return _values_kept(schema, Draft202012Validator(rest).is_valid, param)
     except (SchemaError, Unresolvable, RecursionError):
         raise SchemaGrammarError(
             "the JSON schema cannot be enforced: enum or const values beside assertions that cannot be checked", param
         ) from None
+
+
+def _values_kept(schema: dict[str, Any], admits: Callable[[Any], bool], param: str) -> dict[str, Any]:
+    """`schema` whose `const` / `enum` keeps only the values `admits`; _Empty where none is left."""
+    if "const" in schema and not admits(schema["const"]):
+        raise _Empty("the JSON schema cannot be enforced: a const its siblings refuse", param)
+    if isinstance(schema.get("enum"), list):
+        values = [v for v in schema["enum"] if admits(v)]
+        if not values:
+            raise _Empty("the JSON schema cannot be enforced: enum values all refused by their siblings", param)
+        schema = {**schema, "enum": values}
     return schema
+
+
+def listed_of_type(schema: dict[str, Any]) -> bool | None:
+    """For a schema whose only assertion beside its `const` / `enum` is a `type` (a name or a list of names): whether
+    every value it lists has that type; None for any other schema."""
+    kind = schema.get("type")
+    others = schema.keys() - {"type", *_VALUE_KEYWORDS}
+    if not (isinstance(kind, (str, list)) and not others & SIBLING_ASSERTIONS):
+        return None
+    listed = [schema["const"]] if "const" in schema else schema.get("enum")
+    return isinstance(listed, list) and all(_of_type(v, kind) for v in listed)
+
+
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "boolean": (bool,), "null": (type(None),), "array": (list,), "object": (dict,),
+    "number": (int, float),
+}  # fmt: skip
+
+
+def _of_type(value: Any, kind: str | list[Any]) -> bool:
+    """Whether a JSON value has the type `kind` names (or one of them): JSON Schema's, where 1.0 is an integer and
+    `true` no number."""
+    if isinstance(kind, list):
+        return any(_of_type(value, k) for k in kind)
+    if isinstance(value, bool):
+        return kind == "boolean"
+    if kind == "integer":
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    return isinstance(kind, str) and isinstance(value, _PYTHON_TYPES.get(kind, ()))
 
 
 _UNCHECKED = frozenset({"pattern", "patternProperties", "propertyNames", "format"})

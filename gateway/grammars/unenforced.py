@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
-from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of, listed_of_type
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
 from gateway.grammars.required import declared_required
 from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
@@ -148,10 +148,12 @@ def untyped_keyword(node: dict[str, Any]) -> str | None:
 
 
 def _listed_beside(node: dict[str, Any]) -> bool:
-    """Whether `node` lists its values (`const`, `enum`) beside another assertion (all_of.py filters them)."""
-    return ("const" in node or "enum" in node) and any(
+    """Whether `node` lists its values (`const`, `enum`) beside another assertion (all_of.py filters them), but a
+    `type` that every value has."""
+    listed = ("const" in node or "enum" in node) and any(
         k in SIBLING_ASSERTIONS and k not in ("const", "enum") for k in node
     )
+    return listed and listed_of_type(node) is not True
 
 
 def _unlisted_required(node: dict[str, Any]) -> bool:
