@@ -21,6 +21,11 @@ xgrammar also reads an `anyOf` / `oneOf` alone, the keywords beside it dropped (
 then (disjoint types) is left out. Where a branch cannot be folded exactly, or the copies would pass
 _MAX_COPIED values, the keyword is a `SiblingGap`: refused under the client's strict (unenforced.py names it),
 else that branch is kept alone (the keywords not enforced there, as xgrammar did).
+
+Any schema's `const` / `enum` beside other assertions keeps only the values they admit, merged or not
+(`_Folder._listed`): xgrammar writes the values alone (`{"enum": ["a", "bb"], "maxLength": 1}` took `"bb"`). Where
+they cannot be checked (a pattern's backtracking, a `$ref`) or admit none, a SiblingGap naming the `enum` / `const`
+(a SchemaGrammarError when exact).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ exclusive is enforced exactly (where no value can match two branches, anyOf is o
 keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
 beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either, and any of them in a schema that does
 not say `"type": "string"` (xgrammar then takes any value), and a keyword beside an `anyOf` / `oneOf` that cannot be
-folded exactly into each branch (all_of.py: xgrammar drops it). Without strict the rest of the schema is enforced
+folded exactly into each branch (all_of.py: xgrammar drops it), `enum` / `const` values not checkable against the
+keywords beside them (all_of.py), and a type's keyword in a schema with no type said nor read (`untyped_keyword`:
+xgrammar writes any value). Without strict the rest of the schema is enforced
 and these keywords are not (docs/schemas.md).
 """
 
