@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.grammars.json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS
+from gateway.grammars.json import rewritten_bottom_up
 
 _SAY_ITEMS = frozenset({"items", "prefixItems", "unevaluatedItems"})
 
@@ -20,27 +20,12 @@ _SAY_ITEMS = frozenset({"items", "prefixItems", "unevaluatedItems"})
 def counted_items(schema: Any) -> Any:
     """`schema` with every counted array that says no items given `items: {}`; the very same object where there is
     none (its grammar byte for byte as before)."""
-    if isinstance(schema, list):
-        items = [counted_items(s) for s in schema]
-        return schema if all(a is b for a, b in zip(items, schema, strict=True)) else items
-    if not isinstance(schema, dict):
-        return schema
-    out = schema
-    for key, value in schema.items():
-        if key in SUBSCHEMA_KEYS and isinstance(value, (dict, list)):
-            new = counted_items(value)
-        elif key in SUBSCHEMA_MAPS and isinstance(value, dict):
-            mapped = {k: counted_items(v) for k, v in value.items()}
-            new = value if all(mapped[k] is value[k] for k in value) else mapped
-        else:
-            continue
-        if new is not value:
-            out = {**out, key: new}
-    if _says_array(out) and ("minItems" in out or "maxItems" in out) and not _SAY_ITEMS & out.keys():
-        return {**out, "items": {}}
-    return out
+    return rewritten_bottom_up(schema, "", lambda node, _: _with_items(node))
 
 
-def _says_array(schema: dict[str, Any]) -> bool:
+def _with_items(schema: dict[str, Any]) -> dict[str, Any]:
     kind = schema.get("type")
-    return kind == "array" or (isinstance(kind, list) and "array" in kind)
+    says_array = kind == "array" or (isinstance(kind, list) and "array" in kind)
+    if says_array and ("minItems" in schema or "maxItems" in schema) and not _SAY_ITEMS & schema.keys():
+        return {**schema, "items": {}}
+    return schema
