@@ -84,3 +84,13 @@ def test_what_no_grammar_enforces_is_refused_under_strict(schema: dict[str, Any]
 )
 def test_a_keyword_whose_type_is_said_or_read_is_not_found(schema: dict[str, Any]) -> None:
     assert unenforced_keywords(schema, "p") == []
+
+
+@pytest.mark.parametrize("sibling", [{"multipleOf": 0}, {"minimum": "x"}, {"type": "integer", "maximum": []}])
+def test_values_beside_a_keyword_the_validator_cannot_read_are_a_gap_not_a_crash(sibling: dict[str, Any]) -> None:
+    """The doors do not check a bound's kind: jsonschema raised ZeroDivisionError / TypeError (a 500)."""
+    schema = {"type": "object", "properties": {"k": {"enum": [1, 2], **sibling}}}
+    assert unenforced_keywords(schema, "p") == [("p.properties.k", "enum")]
+    assert json_value_ebnf(schema, SPELLINGS, "p", False)
+    with pytest.raises(SchemaGrammarError, match="cannot be checked"):
+        json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)

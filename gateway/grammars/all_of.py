@@ -399,7 +399,10 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
 
     try:
         return _values_kept(schema, Draft202012Validator(rest).is_valid, param)
-    except (SchemaError, Unresolvable, RecursionError):
+    except _Empty:
+        raise
+    except (SchemaError, Unresolvable, RecursionError, TypeError, ValueError, ArithmeticError, AttributeError):
+        # a keyword of the wrong kind the doors do not check (`minimum: "x"`, `multipleOf: 0`) fails the validator
         raise SchemaGrammarError(
             "the JSON schema cannot be enforced: enum or const values beside assertions that cannot be checked", param
         ) from None
