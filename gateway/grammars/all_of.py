@@ -21,12 +21,18 @@ xgrammar also reads an `anyOf` / `oneOf` alone, the keywords beside it dropped (
 then (disjoint types) is left out. Where a branch cannot be folded exactly, or the copies would pass
 _MAX_COPIED values, the keyword is a `SiblingGap`: refused under the client's strict (unenforced.py names it),
 else that branch is kept alone (the keywords not enforced there, as xgrammar did).
+
+Any schema's `const` / `enum` beside other assertions keeps only the values they admit, merged or not
+(`_Folder._listed`): xgrammar writes the values alone (`{"enum": ["a", "bb"], "maxLength": 1}` took `"bb"`). Where
+they cannot be checked (a pattern's backtracking, a `$ref`) or admit none, a SiblingGap naming the `enum` / `const`
+(a SchemaGrammarError when exact).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from gateway.grammars.json import SchemaGrammarError
@@ -122,7 +128,7 @@ class _Folder:
         branches = out.pop("allOf", None)
         if not isinstance(branches, list):
             out = out if branches is None else {**out, "allOf": branches}
-            return self._unions(out, where)
+            return self._unions(self._listed(out, where), where)
         own = {k: v for k, v in out.items() if k not in _KEEP_ON_ROOT}
         parts = _parts(own, branches)
         if len(parts) > 1:
@@ -243,6 +249,24 @@ class _Folder:
         kept = {k: v for k, v in node.items() if k not in beside or k == key}
         return {**kept, key: folded}
 
+    def _listed(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+        """`node` whose `const` / `enum` keeps only the values its sibling assertions admit (`_values_admitted`);
+        where they cannot be checked or admit none, a SchemaGrammarError naming the keyword's place when exact, else
+        `node` as it was (the siblings not enforced, as xgrammar does) and a SiblingGap."""
+        keyword = next((k for k in _VALUE_KEYWORDS if k in node), None)
+        if keyword is None or not (node.keys() - set(_VALUE_KEYWORDS)) & SIBLING_ASSERTIONS:
+            return node
+        try:
+            return _values_admitted(node, self.param)
+        except SchemaGrammarError as exc:
+            reason = str(exc).removeprefix("the JSON schema cannot be enforced: ")
+            why = f"'{keyword}' values beside other assertions are written alone ({reason})"
+            if self.exact:
+                raise SchemaGrammarError(f"the JSON schema cannot be enforced: {why}", f"{where}.{keyword}") from None
+            if self.gaps is not None and not any(g.where == where and g.keyword == keyword for g in self.gaps):
+                self.gaps.append(SiblingGap(where, keyword, why))
+            return node
+
     def _gap(self, where: str, key: str, beside: dict[str, Any], branch: Any, reason: str) -> Any:
         """`branch` alone, the keyword beside the union that does not fold into it recorded (a SchemaGrammarError
         naming it when exact)."""
@@ -361,6 +385,9 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     rest = {k: v for k, v in schema.items() if k not in _VALUE_KEYWORDS}
     if not rest.keys() & SIBLING_ASSERTIONS or not schema.keys() & set(_VALUE_KEYWORDS):
         return schema
+    typed = listed_of_type(schema)
+    if typed is not None:  # the common case, `type` beside: no validator built
+        return schema if typed else _values_kept(schema, lambda v: _of_type(v, schema["type"]), param)
     if _mentions(rest, _UNCHECKED):
         raise SchemaGrammarError(
             f"the JSON schema cannot be enforced: enum or const values beside {' or '.join(sorted(_UNCHECKED))}", param
@@ -371,19 +398,55 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     from referencing.exceptions import Unresolvable
 
     try:
-        admits = Draft202012Validator(rest).is_valid
-        if "const" in schema and not admits(schema["const"]):
-            raise _Empty("the JSON schema cannot be enforced: a const its siblings refuse", param)
-        if isinstance(schema.get("enum"), list):
-            values = [v for v in schema["enum"] if admits(v)]
-            if not values:
-                raise _Empty("the JSON schema cannot be enforced: enum values all refused by their siblings", param)
-            schema = {**schema, "enum": values}
-    except (SchemaError, Unresolvable, RecursionError):
+        return _values_kept(schema, Draft202012Validator(rest).is_valid, param)
+    except _Empty:
+        raise
+    except (SchemaError, Unresolvable, RecursionError, TypeError, ValueError, ArithmeticError, AttributeError):
+        # a keyword of the wrong kind the doors do not check (`minimum: "x"`, `multipleOf: 0`) fails the validator
         raise SchemaGrammarError(
             "the JSON schema cannot be enforced: enum or const values beside assertions that cannot be checked", param
         ) from None
+
+
+def _values_kept(schema: dict[str, Any], admits: Callable[[Any], bool], param: str) -> dict[str, Any]:
+    """`schema` whose `const` / `enum` keeps only the values `admits`; _Empty where none is left."""
+    if "const" in schema and not admits(schema["const"]):
+        raise _Empty("the JSON schema cannot be enforced: a const its siblings refuse", param)
+    if isinstance(schema.get("enum"), list):
+        values = [v for v in schema["enum"] if admits(v)]
+        if not values:
+            raise _Empty("the JSON schema cannot be enforced: enum values all refused by their siblings", param)
+        schema = {**schema, "enum": values}
     return schema
+
+
+def listed_of_type(schema: dict[str, Any]) -> bool | None:
+    """For a schema whose only assertion beside its `const` / `enum` is a `type` (a name or a list of names): whether
+    every value it lists has that type; None for any other schema."""
+    kind = schema.get("type")
+    others = schema.keys() - {"type", *_VALUE_KEYWORDS}
+    if not (isinstance(kind, (str, list)) and not others & SIBLING_ASSERTIONS):
+        return None
+    listed = [schema["const"]] if "const" in schema else schema.get("enum")
+    return isinstance(listed, list) and all(_of_type(v, kind) for v in listed)
+
+
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "boolean": (bool,), "null": (type(None),), "array": (list,), "object": (dict,),
+    "number": (int, float),
+}  # fmt: skip
+
+
+def _of_type(value: Any, kind: str | list[Any]) -> bool:
+    """Whether a JSON value has the type `kind` names (or one of them): JSON Schema's, where 1.0 is an integer and
+    `true` no number."""
+    if isinstance(kind, list):
+        return any(_of_type(value, k) for k in kind)
+    if isinstance(value, bool):
+        return kind == "boolean"
+    if kind == "integer":
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    return isinstance(kind, str) and isinstance(value, _PYTHON_TYPES.get(kind, ()))
 
 
 _UNCHECKED = frozenset({"pattern", "patternProperties", "propertyNames", "format"})

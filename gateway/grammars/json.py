@@ -39,6 +39,31 @@ SUBSCHEMA_KEYS = (
 )
 """Keywords whose value is a schema or a list of schemas."""
 SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def rewritten_bottom_up(node: Any, where: str, visit: Callable[[dict[str, Any], str], Any]) -> Any:
+    """`node` with `visit(schema, where)` in place of each schema object at a schema position (SUBSCHEMA_KEYS,
+    SUBSCHEMA_MAPS), its subschemas rewritten first; the very same objects where nothing changed (their grammar byte
+    for byte as before)."""
+    if isinstance(node, list):
+        items = [rewritten_bottom_up(s, f"{where}[{i}]", visit) for i, s in enumerate(node)]
+        return node if all(a is b for a, b in zip(items, node, strict=True)) else items
+    if not isinstance(node, dict):
+        return node
+    out = node
+    for key, value in node.items():
+        if key in SUBSCHEMA_KEYS and isinstance(value, (dict, list)):
+            new = rewritten_bottom_up(value, f"{where}.{key}", visit)
+        elif key in SUBSCHEMA_MAPS and isinstance(value, dict):
+            mapped = {k: rewritten_bottom_up(v, f"{where}.{key}.{k}", visit) for k, v in value.items()}
+            new = value if all(mapped[k] is value[k] for k in value) else mapped
+        else:
+            continue
+        if new is not value:
+            out = {**out, key: new}
+    return visit(out, where)
+
+
 _XGRAMMAR_LOCATION = re.compile(r"^\[[\d:]+\] \S+:\d+: ")  # "[04:12:08] /project/cpp/x.cc:94: "
 
 

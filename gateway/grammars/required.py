@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from gateway.grammars.all_of import SiblingGap
-from gateway.grammars.json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, SchemaGrammarError
+from gateway.grammars.json import SchemaGrammarError, rewritten_bottom_up
 
 _OBJECT_KEYWORDS = ("properties", "additionalProperties", "patternProperties")
 """Keywords that make xgrammar read a schema with no `type` as an object (without one, `required` alone: any value)."""
@@ -30,7 +30,7 @@ def declared_required(schema: Any, param: str, exact: bool = False, gaps: list[S
     very same object where there is none (its grammar byte for byte as before). Where a name cannot be declared, a
     SchemaGrammarError naming its `required` under `param` when `exact`, else the object left as it was and the
     name added to `gaps`."""
-    return _declared(schema, param, exact, gaps)
+    return rewritten_bottom_up(schema, param, lambda node, where: _declared(node, where, exact, gaps))
 
 
 def undeclared(node: Any) -> list[str]:
@@ -46,23 +46,8 @@ def undeclared(node: Any) -> list[str]:
     return [name for name in dict.fromkeys(node["required"]) if isinstance(name, str) and name not in properties]
 
 
-def _declared(node: Any, where: str, exact: bool, gaps: list[SiblingGap] | None) -> Any:
-    if isinstance(node, list):
-        items = [_declared(s, f"{where}[{i}]", exact, gaps) for i, s in enumerate(node)]
-        return node if all(a is b for a, b in zip(items, node, strict=True)) else items
-    if not isinstance(node, dict):
-        return node
-    out = node
-    for key, value in node.items():
-        if key in SUBSCHEMA_KEYS and isinstance(value, (dict, list)):
-            new = _declared(value, f"{where}.{key}", exact, gaps)
-        elif key in SUBSCHEMA_MAPS and isinstance(value, dict):
-            mapped = {k: _declared(v, f"{where}.{key}.{k}", exact, gaps) for k, v in value.items()}
-            new = value if all(mapped[k] is value[k] for k in value) else mapped
-        else:
-            continue
-        if new is not value:
-            out = {**out, key: new}
+def _declared(out: dict[str, Any], where: str, exact: bool, gaps: list[SiblingGap] | None) -> dict[str, Any]:
+    """One object schema (its subschemas done) with its undeclared required names declared."""
     names = undeclared(out)
     if not names or "$ref" in out or "$dynamicRef" in out:  # a reference's target may list them: xgrammar's own
         return out

@@ -10,7 +10,9 @@ exclusive is enforced exactly (where no value can match two branches, anyOf is o
 keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
 beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either, and any of them in a schema that does
 not say `"type": "string"` (xgrammar then takes any value), and a keyword beside an `anyOf` / `oneOf` that cannot be
-folded exactly into each branch (all_of.py: xgrammar drops it). Without strict the rest of the schema is enforced
+folded exactly into each branch (all_of.py: xgrammar drops it), `enum` / `const` values not checkable against the
+keywords beside them (all_of.py), and a type's keyword in a schema with no type said nor read (`untyped_keyword`:
+xgrammar writes any value). Without strict the rest of the schema is enforced
 and these keywords are not (docs/schemas.md).
 """
 
@@ -23,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
-from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of, listed_of_type
 from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
 from gateway.grammars.required import declared_required
 from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
@@ -92,25 +94,68 @@ def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]
     """Each place, its keyword, and why it is not enforced where that is more than the keyword itself."""
     folds = False
     for node, where in _schemas(schema, param):
-        folds = folds or _beside_union(node) or _unlisted_required(node)
+        folds = folds or _beside_union(node) or _unlisted_required(node) or _listed_beside(node)
         for keyword in _unenforced(node, schema):
             yield where, keyword, None
         if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
             for keyword, why in _string_gaps(node):
                 yield where, keyword, why
-    for gap in _fold_gaps(schema, param) if folds else ():
+    untyped = any(untyped_keyword(node) is not None for node, _ in _schemas(schema, param, _NOT_WRITTEN))
+    folded, gaps = _folded(schema, param) if folds or untyped else (None, [])
+    for gap in gaps:
         yield gap.where, gap.keyword, gap.why
+    for node, where in _schemas(folded, param, _NOT_WRITTEN) if untyped else ():
+        keyword = untyped_keyword(node)
+        if keyword is not None:
+            why = f"'{keyword}' is enforced only in a schema that says its \"type\" (without it any value passes)"
+            yield where, keyword, why
 
 
-def _fold_gaps(schema: Any, param: str) -> list[SiblingGap]:
-    """The keywords beside an `anyOf` / `oneOf` that the grammars cannot fold into its branches (all_of.py): they
-    hold only where folded; and the required names the folded schema cannot declare (required.py)."""
+def _folded(schema: Any, param: str) -> tuple[Any, list[SiblingGap]]:
+    """`schema` as the grammars read it (all_of.py's folds; None where an allOf does not fold: the build refuses it,
+    a 400 naming it), and the keywords they leave unenforced there: those beside an `anyOf` / `oneOf` that cannot be
+    folded into its branches, `const` / `enum` values not checked against their siblings (all_of.py), the required
+    names the folded schema cannot declare (required.py)."""
     gaps: list[SiblingGap] = []
     try:
-        declared_required(folded_all_of(unannotated(schema), param, gaps), param, gaps=gaps)
-    except SchemaGrammarError:  # an allOf that does not fold: the build refuses it (a 400 naming it)
-        pass
-    return gaps
+        folded = folded_all_of(unannotated(schema), param, gaps)
+        declared_required(folded, param, gaps=gaps)
+    except SchemaGrammarError:
+        return None, gaps
+    return folded, gaps
+
+
+OBJECT_SIGNS = frozenset({"properties", "additionalProperties", "unevaluatedProperties"})
+ARRAY_SIGNS = frozenset({"items", "prefixItems", "unevaluatedItems"})
+"""The keywords that make xgrammar 0.2.9 read a schema with no `type` as an object (first) or an array (measured:
+`Grammar.from_json_schema`); `required`, `minProperties`, `patternProperties`, `minItems`, `minimum`… alone leave it
+any value."""
+TYPED_KEYWORDS = ("required", "minProperties", "maxProperties", "propertyNames", "patternProperties", "minItems",
+                  "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")  # fmt: skip
+"""Keywords that assert something of one type's values, but the string ones (`_string_gaps` names those): none is
+enforced in a schema written as any value (no `type` said nor read), as gemma4/arguments.py reads it too."""
+_NOT_WRITTEN = frozenset({"not", "if", "then", "else", "contains", "dependentSchemas", "propertyNames"})
+"""Keywords whose schemas no grammar writes a value by: refused themselves (`_unenforced`), asserting nothing
+(`if` alone) or only of names (strings)."""
+_SAYS_VALUES = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$dynamicRef"})
+
+
+def untyped_keyword(node: dict[str, Any]) -> str | None:
+    """The first TYPED_KEYWORDS keyword of a schema that xgrammar writes as any value: no `type` said nor read from
+    OBJECT_SIGNS / ARRAY_SIGNS, no literal, union or reference (JSON Schema would take any value of another type and
+    one of that type only where the keyword holds; the grammars take any, so a strict schema is refused)."""
+    if _SAYS_VALUES & node.keys() or (OBJECT_SIGNS | ARRAY_SIGNS) & node.keys():
+        return None
+    return next((k for k in TYPED_KEYWORDS if k in node), None)
+
+
+def _listed_beside(node: dict[str, Any]) -> bool:
+    """Whether `node` lists its values (`const`, `enum`) beside another assertion (all_of.py filters them), but a
+    `type` that every value has."""
+    listed = ("const" in node or "enum" in node) and any(
+        k in SIBLING_ASSERTIONS and k not in ("const", "enum") for k in node
+    )
+    return listed and listed_of_type(node) is not True
 
 
 def _unlisted_required(node: dict[str, Any]) -> bool:
@@ -188,21 +233,24 @@ def _check(schema: Any, param: str) -> None:
         )
 
 
-def _schemas(node: Any, at: str) -> Iterator[tuple[dict[str, Any], str]]:
+def _schemas(node: Any, at: str, skip: frozenset[str] = frozenset()) -> Iterator[tuple[dict[str, Any], str]]:
     """Every schema object in `node`, in document order, at schema positions only (a property named `not` is no
-    keyword); nesting is bounded by the doors' schema check (validation/schema_bounds.py)."""
+    keyword), but those under a `skip` keyword; nesting is bounded by the doors' schema check
+    (validation/schema_bounds.py)."""
     if not isinstance(node, dict):
         return
     yield node, at
     for key, value in node.items():
+        if key in skip:
+            continue
         if key in SUBSCHEMA_KEYS and isinstance(value, dict):
-            yield from _schemas(value, f"{at}.{key}")
+            yield from _schemas(value, f"{at}.{key}", skip)
         elif key in SUBSCHEMA_KEYS and isinstance(value, list):
             for i, item in enumerate(value):
-                yield from _schemas(item, f"{at}.{key}[{i}]")
+                yield from _schemas(item, f"{at}.{key}[{i}]", skip)
         elif key in SUBSCHEMA_MAPS and isinstance(value, dict):
             for name, item in value.items():
-                yield from _schemas(item, f"{at}.{key}.{name}")
+                yield from _schemas(item, f"{at}.{key}.{name}", skip)
 
 
 def _unenforced(node: dict[str, Any], root: Any) -> list[str]:
