@@ -52,7 +52,7 @@ from gateway.families.values import argument_types, convert, is_plain_string, st
 from gateway.ids import new_call_id
 from gateway.types import Delta, Piece
 
-from .lexer import Event, Lexer, Tag, Text, Token
+from .lexer import Event, Lexer, Tag, Token
 from .markers import EOS, THINK_END, THINK_START, V41, Dialect
 
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
@@ -158,21 +158,20 @@ class DsmlParser(OutputParser):
         return self._take()
 
     def _take(self) -> list[Delta]:
-        out, self._out = _merged(self._out), []
-        return out
+        out, self._out = self._out, []
+        return out if len(out) < 2 else _merged(out)
 
     def _events(self, events: Iterable[Event]) -> None:
         for event in events:
-            if isinstance(event, Token) and event.text == EOS:
-                continue
-            self._handlers[self._mode](event)
+            if type(event) is not Token or event.text != EOS:
+                self._handlers[self._mode](event)
 
     def _in_reasoning(self, event: Event) -> None:
-        if isinstance(event, Token) and event.text == THINK_END:
+        if type(event) is Token and event.text == THINK_END:
             self._mode = _CONTENT
-        elif isinstance(event, Token) and event.text == THINK_START and not self._reasoning_started:
+        elif type(event) is Token and event.text == THINK_START and not self._reasoning_started:
             return
-        elif isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
+        elif type(event) is Tag and not event.closing and event.name == self._calls_name:
             self._cut.cut()
             self._mode = _CONTENT
             self._in_content(event)
@@ -183,15 +182,15 @@ class DsmlParser(OutputParser):
 
     def _in_content(self, event: Event) -> None:
         if self._leading:
-            if isinstance(event, Token) and event.text == THINK_START:
+            if type(event) is Token and event.text == THINK_START:
                 self._held_space = ""
                 self._leading = False
                 self._mode = _REASONING
                 return
-            self._leading = isinstance(event, Text) and not event.text.strip()
-        elif self._cut.takes_end(isinstance(event, Token) and event.text == THINK_END):
+            self._leading = type(event) is str and not event.strip()
+        elif self._cut.takes_end(type(event) is Token and event.text == THINK_END):
             return
-        if isinstance(event, Tag) and not event.closing and event.name == self._calls_name:
+        if type(event) is Tag and not event.closing and event.name == self._calls_name:
             self._held_space = ""
             self._mode = _CALLS
             return
@@ -205,7 +204,7 @@ class DsmlParser(OutputParser):
             self._out.append(Delta(content=text))
 
     def _in_calls(self, event: Event) -> None:
-        if not isinstance(event, Tag):
+        if type(event) is not Tag:
             return
         if event.closing and event.name == self._calls_name:
             self._mode = _CONTENT
@@ -216,7 +215,7 @@ class DsmlParser(OutputParser):
                 self._end_call()
 
     def _in_invoke(self, event: Event) -> None:
-        if not isinstance(event, Tag):
+        if type(event) is not Tag:
             return
         if not event.closing and event.name == "parameter":
             attributes = _attributes(event)
@@ -235,10 +234,13 @@ class DsmlParser(OutputParser):
 
     def _in_value(self, event: Event) -> None:
         value = self._value
-        if isinstance(event, Tag) and event.closing and event.name == "parameter":
+        if type(event) is str:
+            text = event  # most events: a token of the value
+        elif type(event) is Tag and event.closing and event.name == "parameter":
             self._end_value()
             return
-        text = _spelling(event)
+        else:
+            text = _spelling(event)
         if value.streaming:
             self._arguments(_escaped(text))
         else:
@@ -292,7 +294,9 @@ class DsmlParser(OutputParser):
 
 
 def _spelling(event: Event) -> str:
-    return event.raw if isinstance(event, Tag) else event.text
+    if type(event) is str:
+        return event
+    return event.raw if type(event) is Tag else event.text
 
 
 def _attributes(tag: Tag) -> dict[str, str]:
