@@ -5,6 +5,7 @@ A DSML tag is `<` or `</`, then the `｜DSML｜` token, then text up to `>`
 that merely spells `｜DSML｜` stays text. A trailing `<` / `</` is held until
 the next piece says whether a tag starts; a tag that does not close within
 `MAX_TAG_BODY` characters, or is interrupted by another token, is text again.
+The end-of-sentence token is no event.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from gateway.types import Piece
 
-from .markers import DSML
+from .markers import DSML, EOS
 
 MAX_TAG_BODY = 1024
 _HOLDS = ("<", "/")
@@ -80,7 +81,8 @@ class Lexer:
             self._held = ""
             return
         self._release(events)
-        events.append(Token(spelling) if spelling != DSML else spelling)
+        if spelling != EOS:  # the end of the output is no event (it only releases what is held)
+            events.append(Token(spelling) if spelling != DSML else spelling)
 
     def _text(self, text: str, events: list[Event]) -> None:
         if self._tag is not None:
