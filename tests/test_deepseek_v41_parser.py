@@ -216,6 +216,17 @@ def test_token_by_token_equals_whole(text, in_reasoning):
     assert without_ids(answer(run(ids, in_reasoning, range(1, len(ids))))) == whole
 
 
+@pytest.mark.parametrize("text", ["Is a <", "Then </", "Ends a/", "Path a/b"])
+def test_text_held_for_a_possible_tag_is_released_by_the_end_token(text):
+    """A trailing `<` / `</` waits for a tag; the end-of-sentence token releases it and is itself no text."""
+    ids = ids_of(text + EOS)
+    expected = {"content": text, "reasoning": "", "calls": []}
+    assert answer(run(ids)) == expected
+    assert answer(run(ids, cuts=range(1, len(ids)))) == expected
+    value = render_calls([call("echo", text=text)])
+    assert arguments(answer(run(ids_of(value + EOS), cuts=range(1, len(ids_of(value)))))) == [("echo", {"text": text})]
+
+
 @pytest.mark.parametrize("cut", ["\n\n<", f"\n\n<{DSML}", f"\n\n<{DSML} cal", f"</think>\n\n<{DSML} calls"])
 def test_a_calls_tag_cut_at_the_end_is_dropped_when_calls_were_forced(cut):
     ids = ids_of(cut)
