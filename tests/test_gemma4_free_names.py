@@ -1,10 +1,11 @@
 """Gemma 4's notation writes the names `properties` does not list as xgrammar 0.2.9 writes them for the other
 families' JSON: after the declared ones, typed by `additionalProperties` (`true`, `{}` or a schema), else by
-`unevaluatedProperties`, none where neither is said (xgrammar writes none: docs/schemas.md) and none where the one
-read is false (`{"unevaluatedProperties": false}` is `{}` alone). It refused every free name beside `properties`, and
-took any object for `unevaluatedProperties: false`. A free name is none of the declared ones (the parser, last wins,
-would read a declared name's second value), which xgrammar does not exclude, and one of the XML styles' free
-names (`[A-Za-z_][A-Za-z0-9_]*`: `free_names`)."""
+`unevaluatedProperties` (without `properties` too: the values were free, a 400 under strict); none where neither is
+said (xgrammar writes none: docs/schemas.md) and none where the one read is false (`{"unevaluatedProperties":
+false}` is `{}` alone). It refused every free name beside `properties`, and took any object for
+`unevaluatedProperties: false`. A free name is none of the declared ones (the parser, last wins, would read a
+declared name's second value), which xgrammar does not exclude, and one of the XML styles' free names
+(`[A-Za-z_][A-Za-z0-9_]*`: `free_names`)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ CASES = [  # parameters (one property `o`, the object under test), candidates be
     (_tool({"type": "object", "properties": A}), [{"o": {"a": 1}}, {"o": {"a": 1, "b": 2}}]),
     (_tool({"type": "object", "properties": A, "additionalProperties": True, "unevaluatedProperties": False}),
      [{"o": {"a": 1, "b": 2}}]),
+    (_tool({"type": "object", "additionalProperties": {"type": "integer"}}),
+     [{"o": {}}, {"o": {"b": 1, "a0": 2}}, {"o": {"b": "s"}}]),
     (_tool({"unevaluatedProperties": False}), [{"o": {}}, {"o": {"b": 1}}, {"o": 1}]),
     (_tool({"type": "object", "unevaluatedProperties": False}), [{"o": {}}, {"o": {"b": 1}}]),
     (_tool({"type": "object", "properties": A, "unevaluatedProperties": False}),
@@ -90,19 +93,25 @@ def test_a_free_name_is_a_name_and_no_declared_one() -> None:
 
 
 def test_free_names_under_strict() -> None:
-    """Strict: free names typed by additionalProperties' schema are enforced, so the tool builds and types them."""
-    parameters = _tool({"type": "object", "properties": A, "additionalProperties": {"type": "integer"}})
-    calls = Calls(byte_tokenizer(), byte_compiler(), parameters)
-    assert calls.read({"o": {"a": 1, "b": 2}})[0] and not calls.read({"o": {"a": 1, "b": "s"}})[0]
+    """Strict: free names typed by additionalProperties' schema are enforced, so the tool builds and types them
+    (beside `properties` or not: without, the values' schema was a 400)."""
+    for o in ({"type": "object", "properties": A, "additionalProperties": {"type": "integer"}},
+              {"type": "object", "additionalProperties": {"type": "integer"}}):  # fmt: skip
+        calls = Calls(byte_tokenizer(), byte_compiler(), _tool(o))
+        assert calls.read({"o": {"b": 2}})[0] and not calls.read({"o": {"b": "s"}})[0]
 
 
 def test_free_values_with_no_format_leave_the_free_names_out() -> None:
     """additionalProperties' schema that cannot be spelled out (a dangling `$ref`): the declared members are still
-    enforced, with no free name (as before); under strict a 400 naming additionalProperties."""
+    enforced, with no free name (as before), and without `properties` the object's values are free (as before);
+    under strict a 400 naming additionalProperties."""
     parameters = _tool({"type": "object", "properties": A, "additionalProperties": {"$ref": "#/$defs/none"}})
     calls = Calls(byte_tokenizer(), byte_compiler(), parameters, strict=None)
     assert calls.read({"o": {"a": 1}})[0] and not calls.read({"o": {"a": "s"}})[0]
     assert not calls.read({"o": {"a": 1, "b": {}}})[0]
-    with pytest.raises(SchemaGrammarError) as refused:
-        build_grammar(one_tool(parameters, strict=True), byte_tokenizer())
-    assert refused.value.param == "tools[0].function.parameters.properties.o.additionalProperties"
+    untyped = _tool({"type": "object", "additionalProperties": {"$ref": "#/$defs/none"}})
+    assert Calls(byte_tokenizer(), byte_compiler(), untyped, strict=None).read({"o": {"b": "s"}})[0]  # any object
+    for refused_parameters in (parameters, untyped):
+        with pytest.raises(SchemaGrammarError) as refused:
+            build_grammar(one_tool(refused_parameters, strict=True), byte_tokenizer())
+        assert refused.value.param == "tools[0].function.parameters.properties.o.additionalProperties"

@@ -26,8 +26,9 @@ grammars declare it (`gateway.grammars.required`, after the union fold and a `$r
 (`additionalProperties: false`…), a SchemaGrammarError naming the `required` under strict, else the object as before.
 Names `properties` does not list are written as xgrammar 0.2.9 writes them (`others_schema`): beside
 `additionalProperties` (else `unevaluatedProperties`) `true` or a schema, any number after the declared members,
-named as the XML styles' free names less the declared ones (`free_names.free_name_rules`), typed by that schema;
-none where neither is said or it is false (`{"unevaluatedProperties": false}`: `{}`).
+named as the XML styles' free names less the declared ones (`free_names.free_name_rules`), typed by that schema
+(without `properties` too, where the schema says something: else FREE_KEY names of free values); none where
+neither is said or it is false (`{"unevaluatedProperties": false}`: `{}`).
 
 Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
 `maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `format` (its raw pattern, `string_formats.raw_string_pattern`) or `pattern` as a `regex`
@@ -36,8 +37,7 @@ special token's spelling is narrowed not to (`safe_json.cheaply_narrowed`), or w
 count past 4), like a pattern xgrammar cannot use, dropped and the string is free; an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
 kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
 (`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md). Under the tool's `strict: true` nothing is left out
-silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, an object's values' schema without
-`properties`, a type's keyword in a schema written as any value) is a SchemaGrammarError naming its place (stricter
+silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, a type's keyword in a schema written as any value) is a SchemaGrammarError naming its place (stricter
 than the JSON grammars, which refuse only a string keyword there: unenforced.py), and a pattern is narrowed whatever
 its count. The keywords beside an `anyOf` / `oneOf` are folded into each branch (`_union`); where they cannot be,
 best effort drops them.
@@ -371,8 +371,9 @@ class ArgumentFormats:
             other = True if other is None else other
             if other is False:
                 return _seq(_const("{"), _const("}"))
-            if isinstance(other, dict) and other:  # its members' values are free
-                self._dropped(where, "additionalProperties")
+            typed = self._with_free_names(None, [], other, depth, where) if isinstance(other, dict) and other else None
+            if typed is not None:  # its members' values typed, named as beside `properties`
+                return typed
             containers = self._containers(depth, FREE_DEPTH)
             return containers[1] if containers else None
         required = set(schema.get("required") or [])
@@ -387,20 +388,24 @@ class ArgumentFormats:
             return _seq(_const("{"), declared, _const("}"))
         return self._with_free_names(declared, list(properties), other, depth, where)
 
-    def _with_free_names(self, declared: Format, names: list[str], other: Any, depth: int, where: str) -> Format | None:
-        """`{…}` of the declared members (`_members`), then any number of `,name:value` as xgrammar writes free names
+    def _with_free_names(
+        self, declared: Format | None, names: list[str], other: Any, depth: int, where: str
+    ) -> Format | None:
+        """`{…}` of the declared members (`_members`; None: no `properties`), then any number of `,name:value` as xgrammar writes free names
         (after the declared ones), the value meeting `other` (additionalProperties' schema) and the name one of the XML
         styles' free names, none of `names` (`free_names.free_name_rules`: the parser would read a declared name's
-        second value, last wins). Where `other` has no format (a recursive `$ref`…), no free name: under strict a
-        SchemaGrammarError naming `additionalProperties`."""
+        second value, last wins). Where `other` has no format (a recursive `$ref`…), no free name (None without
+        `properties`: the caller writes free values): under strict a SchemaGrammarError naming `additionalProperties`."""
         value = self._value(other, depth + 1, f"{where}.additionalProperties")
         if value is None:
             self._dropped(where, "additionalProperties", "cannot be spelled out")
-            return _seq(_const("{"), declared, _const("}"))
+            return None if declared is None else _seq(_const("{"), declared, _const("}"))
         key = {"type": "grammar", "grammar": free_name_rules(names, None, "root")}
         self._formats += _count_formats(key)
         free = _seq(key, _const(":"), value)
         more: Format = {"type": "star", "content": _seq(_const(","), free)}
+        if declared is None:
+            return _seq(_const("{"), {"type": "optional", "content": _seq(free, more)}, _const("}"))
         if declared.get("type") != "optional":  # a required member: the declared ones come first
             return _seq(_const("{"), declared, more, _const("}"))
         body = _or([_seq(declared["content"], more), _seq(free, more)])
