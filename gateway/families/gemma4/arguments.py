@@ -391,11 +391,12 @@ class ArgumentFormats:
     def _with_free_names(
         self, declared: Format | None, names: list[str], other: Any, depth: int, where: str
     ) -> Format | None:
-        """`{…}` of the declared members (`_members`; None: no `properties`), then any number of `,name:value` as xgrammar writes free names
-        (after the declared ones), the value meeting `other` (additionalProperties' schema) and the name one of the XML
-        styles' free names, none of `names` (`free_names.free_name_rules`: the parser would read a declared name's
-        second value, last wins). Where `other` has no format (a recursive `$ref`…), no free name (None without
-        `properties`: the caller writes free values): under strict a SchemaGrammarError naming `additionalProperties`."""
+        """`{…}` of the declared members (`_members`; None: no `properties`), then any number of `,name:value` as
+        xgrammar writes free names (after the declared ones), the value meeting `other` (additionalProperties'
+        schema), the name one of the XML styles' free names and none of `names` (`free_names.free_name_rules`: the
+        parser would read a declared name's second value, last wins). Where `other` has no format (a dangling
+        `$ref`…), no free name (None without `properties`: the caller writes free values); under strict a
+        SchemaGrammarError naming `additionalProperties`."""
         value = self._value(other, depth + 1, f"{where}.additionalProperties")
         if value is None:
             self._dropped(where, "additionalProperties", "cannot be spelled out")
