@@ -24,6 +24,11 @@ the members after it spelled n optional ones out n²/2 times). A required name t
 written after them with the schema `additionalProperties` gives it (absent: any value), declared as the JSON
 grammars declare it (`gateway.grammars.required`, after the union fold and a `$ref`'s merge); where it cannot be
 (`additionalProperties: false`…), a SchemaGrammarError naming the `required` under strict, else the object as before.
+Names `properties` does not list are written as xgrammar 0.2.9 writes them (`others_schema`): beside
+`additionalProperties` (else `unevaluatedProperties`) `true` or a schema, any number after the declared members,
+named as the XML styles' free names less the declared ones (`free_names.free_name_rules`), typed by that schema
+(without `properties` too, where the schema says something: else FREE_KEY names of free values); none where
+neither is said or it is false (`{"unevaluatedProperties": false}`: `{}`).
 
 Bounds hold as in the other families' JSON (xgrammar's own conversion of the keywords): a number's `minimum`,
 `maximum` (exclusive too) and `multipleOf` as xgrammar's EBNF of that number; a string's `format` (its raw pattern, `string_formats.raw_string_pattern`) or `pattern` as a `regex`
@@ -32,8 +37,7 @@ special token's spelling is narrowed not to (`safe_json.cheaply_narrowed`), or w
 count past 4), like a pattern xgrammar cannot use, dropped and the string is free; an array's `minItems` / `maxItems` spelled out item by item up to MAX_COUNTED items (a larger bound is not
 kept). A string's `minLength` / `maxLength` are not kept: a counted regex over a whole vocabulary compiles slowly
 (`[^<]{0,40}` alone: ~0.8 s on Qwen3's, bench/RESULTS.md). Under the tool's `strict: true` nothing is left out
-silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, an object's values' schema without
-`properties`, a type's keyword in a schema written as any value) is a SchemaGrammarError naming its place (stricter
+silently: a keyword not kept (those, NOT_KEPT, a bound xgrammar cannot convert, a type's keyword in a schema written as any value) is a SchemaGrammarError naming its place (stricter
 than the JSON grammars, which refuse only a string keyword there: unenforced.py), and a pattern is narrowed whatever
 its count. The keywords beside an `anyOf` / `oneOf` are folded into each branch (`_union`); where they cannot be,
 best effort drops them.
@@ -47,6 +51,7 @@ from typing import Any
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
 from gateway.grammars.ebnf_formats import EbnfWriter
+from gateway.grammars.free_names import free_name_rules
 from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
 from gateway.grammars.required import declared_required, undeclared
@@ -361,12 +366,14 @@ class ArgumentFormats:
         if undeclared(schema):  # its required names written too, as the JSON grammars declare them (required.py)
             schema = declared_required(schema, where, self._strict)
         properties = schema.get("properties")
+        other = others_schema(schema)
         if not isinstance(properties, dict) or not properties:
-            other = schema.get("additionalProperties", True)
+            other = True if other is None else other
             if other is False:
                 return _seq(_const("{"), _const("}"))
-            if isinstance(other, dict) and other:  # its members' values are free
-                self._dropped(where, "additionalProperties")
+            typed = self._with_free_names(None, [], other, depth, where) if isinstance(other, dict) and other else None
+            if typed is not None:  # its members' values typed, named as beside `properties`
+                return typed
             containers = self._containers(depth, FREE_DEPTH)
             return containers[1] if containers else None
         required = set(schema.get("required") or [])
@@ -376,7 +383,34 @@ class ArgumentFormats:
             if value is None or not self._bare_key(key):
                 return None
             members.append((_seq(_const(f"{key}:"), value), key in required))
-        return _seq(_const("{"), self._members(members), _const("}"))
+        declared = self._members(members)
+        if other is None or other is False:
+            return _seq(_const("{"), declared, _const("}"))
+        return self._with_free_names(declared, list(properties), other, depth, where)
+
+    def _with_free_names(
+        self, declared: Format | None, names: list[str], other: Any, depth: int, where: str
+    ) -> Format | None:
+        """`{…}` of the declared members (`_members`; None: no `properties`), then any number of `,name:value` as
+        xgrammar writes free names (after the declared ones), the value meeting `other` (additionalProperties'
+        schema), the name one of the XML styles' free names and none of `names` (`free_names.free_name_rules`: the
+        parser would read a declared name's second value, last wins). Where `other` has no format (a dangling
+        `$ref`…), no free name (None without `properties`: the caller writes free values); under strict a
+        SchemaGrammarError naming `additionalProperties`."""
+        value = self._value(other, depth + 1, f"{where}.additionalProperties")
+        if value is None:
+            self._dropped(where, "additionalProperties", "cannot be spelled out")
+            return None if declared is None else _seq(_const("{"), declared, _const("}"))
+        key = {"type": "grammar", "grammar": free_name_rules(names, None, "root")}
+        self._formats += _count_formats(key)
+        free = _seq(key, _const(":"), value)
+        more: Format = {"type": "star", "content": _seq(_const(","), free)}
+        if declared is None:
+            return _seq(_const("{"), {"type": "optional", "content": _seq(free, more)}, _const("}"))
+        if declared.get("type") != "optional":  # a required member: the declared ones come first
+            return _seq(_const("{"), declared, more, _const("}"))
+        body = _or([_seq(declared["content"], more), _seq(free, more)])
+        return _seq(_const("{"), {"type": "optional", "content": body}, _const("}"))
 
     def _number(self, schema: dict[str, Any], plain: str, where: str) -> Format:
         """An integer or number: xgrammar's EBNF of it where the schema bounds it, else the plain regex."""
@@ -415,6 +449,13 @@ class ArgumentFormats:
             raise _TooLarge
         alternatives = _or([_seq(member, tails[k]) for k, (member, _) in enumerate(members[: last + 1])])
         return alternatives if first_required is not None else {"type": "optional", "content": alternatives}
+
+
+def others_schema(schema: dict[str, Any]) -> Any:
+    """The schema of the names `properties` does not list, as xgrammar 0.2.9 reads it: `additionalProperties`, else
+    `unevaluatedProperties` (its `false`: no other name), else None (beside `properties`: no other name written, as
+    xgrammar writes none; without: any name)."""
+    return schema.get("additionalProperties", schema.get("unevaluatedProperties"))
 
 
 def implied_type(schema: dict[str, Any]) -> str | None:
