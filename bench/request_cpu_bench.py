@@ -27,6 +27,7 @@ What comes before the first token's body is what a burst's time to first token w
     python bench/request_cpu_bench.py [--base main] [--port 0] [--rounds 6] [--requests 200] [--streams 64] [--tokens 32]
     python bench/request_cpu_bench.py --callgrind [--base main] [--requests 200] [--long-tokens 64] [--interval-ms 40]
     python bench/request_cpu_bench.py --callgrind --segments [--base main] [--requests 50]
+    python bench/request_cpu_bench.py --callgrind --base HEAD --tree-args=--no-proxy-headers   (a flag's A/B)
 """
 
 from __future__ import annotations
@@ -100,13 +101,15 @@ SEGMENTS = (
 connection's accept (its connection closed and its access line written in between)."""
 
 
-def gateway_cmd(port: int, config: Path, callgrind: Path | None, segments: bool = False) -> list[str]:
-    """`gateway serve` on `port`; under callgrind (counting nothing until told) when `callgrind` names its output,
-    dumping at each accept and socket write with `segments`."""
+def gateway_cmd(
+    port: int, config: Path, callgrind: Path | None, segments: bool = False, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """`gateway serve` on `port` (with `extra` flags); under callgrind (counting nothing until told) when `callgrind`
+    names its output, dumping at each accept and socket write with `segments`."""
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={callgrind}.%p"]
     if segments:
         valgrind += [f"--dump-before={ACCEPT}", f"--dump-before={WRITE}"]
-    serve = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config)]
+    serve = [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port), "--config", str(config), *extra]
     return [*valgrind, *serve] if callgrind else serve
 
 
@@ -269,6 +272,12 @@ def main() -> None:
     parser.add_argument("--long-tokens", type=int, default=64, help="callgrind: output tokens of the long requests")
     parser.add_argument("--long-requests", type=int, default=20, help="callgrind: long requests one after another")
     parser.add_argument("--segments", action="store_true", help="callgrind: split a request where it writes")
+    parser.add_argument(
+        "--tree-args",
+        default="",
+        help="more `gateway serve` flags for this tree's gateway, space-separated (a flag's A/B: --base HEAD "
+        "--tree-args=--no-proxy-headers)",
+    )
     parser.add_argument("--keep", type=Path, help="callgrind: copy the dumps into this folder (for callgrind_annotate)")
     args = parser.parse_args()
 
@@ -288,7 +297,13 @@ def main() -> None:
             )
             outs = {name: logs / f"{'base' if name == base else 'tree'}.callgrind" for name in ports}
             cmds = {
-                name: gateway_cmd(ports[name], config, outs[name] if args.callgrind else None, args.segments)
+                name: gateway_cmd(
+                    ports[name],
+                    config,
+                    outs[name] if args.callgrind else None,
+                    args.segments,
+                    tuple(args.tree_args.split()) if name == "this tree" else (),
+                )
                 for name in ports
             }
             env = {**os.environ, "PYTHONPATH": str(base_tree)}

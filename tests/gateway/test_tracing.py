@@ -3,6 +3,7 @@ HTTP server on 127.0.0.1 that decodes them as a collector does (tests/gateway/ot
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import logging
@@ -13,20 +14,22 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+import uvicorn
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 
 from backends.router import Router, RoutingPolicy
 from backends.sglang import SGLangBackend
 from gateway.app import create_app
-from gateway.cli import build_parser
+from gateway.cli import build_parser, main, uvicorn_config
 from gateway.models.registry import ModelRegistry, served_model_from_checkpoint
 from gateway.observability import otlp
 from gateway.observability.otlp import Tracing
 from gateway.observability.tracing import TracingConfig, traces_endpoint
 from gateway.observability.tracing_setup import TracingUnavailable, start_tracing
 from gateway.process.config import BackendConfig, ConfigError, GatewayConfig, ModelEntry, load_config
+from gateway.process.limits import ServerLimits
 from gateway.process.policy_gate import policy_gate
-from tests.gateway.http_server import dead_url, serve
+from tests.gateway.http_server import dead_url, serve, serve_connection
 from tests.gateway.otlp_receiver import Collector
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 from tests.gateway.test_app import MODEL, USER, WEATHER
@@ -77,10 +80,10 @@ def traced(model, backend, collector) -> Iterator[SimpleNamespace]:
     refusing.script = lambda body: Script(refuse=503)
     with (
         serve(refusing.app) as refusing_url,
-        serve(_gateway(model, backend, tracing, refusing_url)) as base,
+        serve(app := _gateway(model, backend, tracing, refusing_url)) as base,
         httpx.Client(base_url=base, timeout=30) as client,
     ):
-        yield SimpleNamespace(client=client, tracing=tracing, refusing_url=refusing_url)
+        yield SimpleNamespace(client=client, tracing=tracing, refusing_url=refusing_url, app=app)
     tracing.shutdown()
 
 
@@ -332,3 +335,55 @@ def test_the_cli_flag_and_a_missing_sdk_are_clear(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "gateway.observability.otlp", None)  # as if the SDK were not installed
     with pytest.raises(TracingUnavailable, match="pip install opentelemetry-sdk"):
         start_tracing(TracingConfig(endpoint="http://c:4318"))
+
+
+@pytest.mark.parametrize(
+    ("flags", "scheme", "client"),
+    [
+        ([], "https", ("203.0.113.7", 0)),  # today's default: the peer 127.0.0.1 is a trusted proxy
+        (["--no-proxy-headers"], "http", ("127.0.0.1", 50000)),
+        (["--forwarded-allow-ips", "10.0.0.0/8,fd00::1"], "http", ("127.0.0.1", 50000)),  # an untrusted peer
+    ],
+)
+def test_the_proxy_header_flags_decide_the_spans_scheme_and_the_client_address(
+    traced, collector, flags, scheme, client
+):
+    """A request from 127.0.0.1 carrying X-Forwarded-Proto / X-Forwarded-For, through the gateway's own uvicorn
+    configuration and HTTP protocol (in memory: the peer is 127.0.0.1) into the traced gateway."""
+    config = uvicorn_config(traced.app, build_parser().parse_args(["serve", *flags]), ServerLimits())
+    config.load()
+    trace_id = hashlib.sha256(repr(flags).encode()).hexdigest()[:32]
+    request = (
+        f"GET /v1/models HTTP/1.1\r\nHost: x\r\ntraceparent: 00-{trace_id}-{CLIENT_SPAN}-01\r\n"
+        "X-Forwarded-Proto: https\r\nX-Forwarded-For: 203.0.113.7\r\nConnection: close\r\n\r\n"
+    ).encode()
+    protocol, written = asyncio.run(
+        serve_connection(config.http_protocol_class, config, uvicorn.server.ServerState(), request)
+    )
+    assert written.startswith(b"HTTP/1.1 200"), written[:200]
+    assert traced.tracing.flush()
+    assert _only(collector.trace(trace_id), kind=ProtoSpan.SPAN_KIND_SERVER)["attributes"]["url.scheme"] == scheme
+    assert protocol.scope["client"] == client
+
+
+def test_the_proxy_header_flags_reach_uvicorn(capsys):
+    parser = build_parser()
+    on = uvicorn_config(
+        None, parser.parse_args(["serve", "--forwarded-allow-ips", "10.1.2.3, 10.0.0.0/8"]), ServerLimits()
+    )
+    assert on.proxy_headers and on.forwarded_allow_ips == "10.1.2.3, 10.0.0.0/8"
+    assert (
+        uvicorn_config(
+            None, parser.parse_args(["serve", "--forwarded-allow-ips", "*"]), ServerLimits()
+        ).forwarded_allow_ips
+        == "*"
+    )
+    off = uvicorn_config(
+        None, parser.parse_args(["serve", "--no-proxy-headers", "--drain-timeout", "7"]), ServerLimits()
+    )
+    assert not off.proxy_headers and off.timeout_graceful_shutdown == 7
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--forwarded-allow-ips", "10.0.0.1,proxy.local"])
+    assert "'proxy.local' is not an IP address or network" in capsys.readouterr().err
+    assert main(["serve", "--no-proxy-headers", "--forwarded-allow-ips", "10.0.0.1"]) == 2
+    assert "--forwarded-allow-ips needs --proxy-headers" in capsys.readouterr().err

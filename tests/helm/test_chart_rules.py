@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from backends.checkpoint import EMBEDDED_MODEL_ID
 from gateway.process.group import exit_after_drain_s
 from gateway.process.supervisor import WORKER_STOP_GRACE_S
 from policies.policy import DEFAULT_QUEUE_TIMEOUT_S
@@ -653,6 +654,32 @@ def test_a_workers_tmp_is_sized_for_the_float32_copy_of_its_weights():
 def test_no_workers_tmp_is_unbounded(values: str):
     for name, tmp in _worker_tmp(render(values)).items():
         assert quantity_bytes(tmp["sizeLimit"]) >= 2**30, f"{name}: an unbounded /tmp can fill the node's disk"
+
+
+def _gateway_tmp(docs: list[dict]) -> dict:
+    return next(
+        v["emptyDir"] for v in gateway_deployment(docs)["spec"]["template"]["spec"]["volumes"] if v["name"] == "tmp"
+    )
+
+
+def test_the_gateway_pods_tmp_is_bounded_and_fits_the_embedded_models_float32_copy():
+    """The embedded model's worker writes its weights as float32 into /tmp (4 bytes a parameter: 135M of them), and
+    an audit file may live there: the default bounds /tmp with room for both; a given size and medium are kept, and
+    null lifts the bound."""
+    parameters = float(re.search(r"-(\d+)m-", EMBEDDED_MODEL_ID).group(1)) * 1e6
+    default = _gateway_tmp(render("cpu-demo.yaml"))  # the embedded model
+    assert set(default) == {"sizeLimit"} and quantity_bytes(default["sizeLimit"]) >= 4 * parameters + 2**30
+    assert _gateway_tmp(render("config-secret.yaml")) == {"medium": "Memory", "sizeLimit": "4Gi"}
+    assert _gateway_tmp(render("defaults.yaml", "gateway.tmp.sizeLimit=null")) == {}
+    in_bytes = render("defaults.yaml", extra="gateway: {tmp: {sizeLimit: 3000000000}}")  # a float64 in helm
+    assert _gateway_tmp(in_bytes) == {"sizeLimit": 3000000000}
+
+
+def test_the_proxy_header_values_become_the_gateways_flags():
+    assert "--no-proxy-headers" in gateway_container(render("networkpolicy-on.yaml"))["args"]
+    args = gateway_container(render("config-secret.yaml"))["args"]
+    assert args[args.index("--forwarded-allow-ips") + 1] == "10.0.0.0/8, fd00::/8"
+    assert not {"--forwarded-allow-ips", "--no-proxy-headers"} & set(gateway_container(render("defaults.yaml"))["args"])
 
 
 def test_a_node_drain_never_evicts_every_replica_of_a_bundled_worker():

@@ -448,6 +448,14 @@ httpGet:
 {{- if not (kindIs "invalid" $g.bodyMinRateBytes) }}{{ $args = concat $args (list "--body-min-rate" (toString $g.bodyMinRateBytes)) }}{{ end }}
 {{- if not (kindIs "invalid" $g.sendTimeoutSeconds) }}{{ $args = concat $args (list "--send-timeout" (toString $g.sendTimeoutSeconds)) }}{{ end }}
 {{- if not (kindIs "invalid" $g.grammarCompileBudgetSeconds) }}{{ $args = concat $args (list "--grammar-compile-budget" (toString $g.grammarCompileBudgetSeconds)) }}{{ end }}
+{{- if eq $g.proxyHeaders false }}
+{{- if $g.forwardedAllowIps }}
+{{- fail "gateway.forwardedAllowIps names the proxies whose X-Forwarded-* headers count: it needs gateway.proxyHeaders=true (the gateway refuses --forwarded-allow-ips with --no-proxy-headers)" }}
+{{- end }}
+{{- $args = append $args "--no-proxy-headers" }}
+{{- else if $g.forwardedAllowIps }}
+{{- $args = concat $args (list "--forwarded-allow-ips" $g.forwardedAllowIps) }}
+{{- end }}
 {{- if gt (int (default 1 $g.workers)) 1 }}
 {{- if and .Values.policies.enabled (not (include "llm-gateway.redisEnabled" .)) }}
 {{- fail "gateway.workers > 1 with policies.enabled needs Redis (redis.enabled or redis.url): each gateway process would count the tenant limits on its own" }}
