@@ -5,11 +5,12 @@ It speaks the native dialect as `backends/sglang.py` reads it in incremental mod
 token carrying only the new id, finish `{"type": "length"}` on the last, then `data: [DONE]`.
 It ignores stops and sampling settings and always sends `max_new_tokens` tokens, cycling through
 the ids of an English paragraph encoded with the embedded tokenizer. The first token goes out as
-soon as the request is read (prefill costs nothing here); after that one "decode step" every
+soon as the request is read (prefill costs nothing here, unless `--prefill-ms`: the response head goes out at
+once and the first token that much later, in a write of its own, as a real server's do); after that one "decode step" every
 `--interval-ms` gives each running stream its next token, as a continuous-batching GPU server
 does (0: no pacing, as fast as the event loop writes). Also `GET /health` and `POST /abort_request`.
 
-    python bench/fast_backend.py [--port 0] [--interval-ms 15]
+    python bench/fast_backend.py [--port 0] [--interval-ms 15] [--prefill-ms 0]
 
 Prints `READY <port>` once listening.
 """
@@ -97,7 +98,8 @@ class DecodeSteps:
 class FastBackend:
     """The server's state: the id cycle, the step schedule and the aborted request ids."""
 
-    def __init__(self, ids: list[int], starts: list[int], interval: float):
+    def __init__(self, ids: list[int], starts: list[int], interval: float, prefill: float = 0.0):
+        self._prefill = prefill
         self._ids = [str(i).encode() for i in ids]
         self._starts = starts
         self._steps = DecodeSteps(interval) if interval > 0 else None
@@ -138,6 +140,8 @@ class FastBackend:
         for k in range(1, tokens + 1):
             if k > 1 and self._steps is not None:
                 await self._steps.next()
+            elif k == 1 and self._prefill:
+                await asyncio.sleep(self._prefill)
             if rid in self._aborted:
                 self._aborted.discard(rid)
                 return
@@ -150,8 +154,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="0: a free port (printed on the READY line)")
     parser.add_argument("--interval-ms", type=float, default=15.0, help="time between decode steps; 0: no pacing")
+    parser.add_argument("--prefill-ms", type=float, default=0.0, help="time from the response head to the first token")
     args = parser.parse_args()
-    backend = FastBackend(*paragraph_ids(), args.interval_ms / 1e3)
+    backend = FastBackend(*paragraph_ids(), args.interval_ms / 1e3, args.prefill_ms / 1e3)
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and accepted ones inherit it.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

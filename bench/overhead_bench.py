@@ -257,10 +257,13 @@ def wait_ready(url: str, proc: subprocess.Popen[str], log: Path, timeout: float 
 
 
 @contextmanager
-def stand_in(logs: Path, interval_ms: float, port: int = 0) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """The fast stand-in (a decode step every `interval_ms`, on `port`: 0 a free one), ready: (its process, its
-    port)."""
+def stand_in(
+    logs: Path, interval_ms: float, port: int = 0, prefill_ms: float = 0.0
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """The fast stand-in (a decode step every `interval_ms`, the first token `prefill_ms` after the response head, on
+    `port`: 0 a free one), ready: (its process, its port)."""
     cmd = [sys.executable, "bench/fast_backend.py", "--interval-ms", str(interval_ms), "--port", str(port)]
+    cmd += ["--prefill-ms", str(prefill_ms)]
     with process(cmd, logs / "stand-in.log") as standin:
         port = _ready_port(logs / "stand-in.log", standin)
         wait_ready(f"http://127.0.0.1:{port}/health", standin, logs / "stand-in.log")

@@ -23,10 +23,13 @@ With `--segments` too, callgrind dumps its counts at each connection accepted an
 the 1-token requests' instructions are split where they leave the process: accepted → backend request written →
 response head → first token's body → last body → next connection (medians; the long requests are then skipped).
 What comes before the first token's body is what a burst's time to first token waits on.
+With `--prefill-ms` the stand-in sends each response's head at once and its first token that much later, in a
+write of its own (a real server's prefill): the gateway then reads the head and the first event apart, as it does
+in front of SGLang or vLLM (without it the two usually come in one read, under callgrind always).
 
     python bench/request_cpu_bench.py [--base main] [--port 0] [--rounds 6] [--requests 200] [--streams 64] [--tokens 32]
     python bench/request_cpu_bench.py --callgrind [--base main] [--requests 200] [--long-tokens 64] [--interval-ms 40]
-    python bench/request_cpu_bench.py --callgrind --segments [--base main] [--requests 50]
+    python bench/request_cpu_bench.py --callgrind --segments [--base main] [--requests 50] [--prefill-ms 100]
     python bench/request_cpu_bench.py --callgrind --base HEAD --tree-args=--no-proxy-headers   (a flag's A/B)
 """
 
@@ -267,6 +270,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=64, help="streams of a burst")
     parser.add_argument("--tokens", type=int, default=32, help="output tokens per burst stream")
     parser.add_argument("--interval-ms", type=float, default=15.0, help="the stand-in's decode step")
+    parser.add_argument("--prefill-ms", type=float, default=0.0, help="the stand-in's time from head to first token")
     parser.add_argument("--port", type=int, default=0, help="first of three ports: stand-in, base, this (0: free ones)")
     parser.add_argument("--callgrind", action="store_true", help="count instructions per request instead")
     parser.add_argument("--long-tokens", type=int, default=64, help="callgrind: output tokens of the long requests")
@@ -286,7 +290,7 @@ def main() -> None:
         logs, base_tree = Path(tmp), Path(tmp) / "base"
         base_tree.mkdir()
         base = f"base {extract(args.base, base_tree)} ({args.base})"
-        with stand_in(logs, args.interval_ms, args.port) as (_, standin_port):
+        with stand_in(logs, args.interval_ms, args.port, args.prefill_ms) as (_, standin_port):
             url = f"http://127.0.0.1:{standin_port}"
             config = logs / "gateway.yaml"
             config.write_text(CONFIG.format(model=MODEL, url=url))
