@@ -648,6 +648,8 @@ def test_a_workers_tmp_is_sized_for_the_float32_copy_of_its_weights():
     assert sized["gw-llm-gateway-mistral-b"] == {"medium": "Memory", "sizeLimit": "30Gi"}
     by_memory = _worker_tmp(render("gpu-worker.yaml"))["gw-llm-gateway-llama-3-2-1b-instruct"]
     assert by_memory == {"sizeLimit": f"{50 * 1024}Mi"}  # its memory limit, 48Gi, and 2Gi
+    in_bytes = render("gpu-worker.yaml", extra="worker: {tmp: {sizeLimit: 3000000000}}")  # a float64 in helm
+    assert _worker_tmp(in_bytes)["gw-llm-gateway-llama-3-2-1b-instruct"] == {"sizeLimit": 3000000000}  # not 3e+09
 
 
 @pytest.mark.parametrize("values", VALID)

@@ -82,6 +82,12 @@ ids with one slug (a-b, A_B; or alike in their first 22 characters) told apart b
 {{- toYaml (mergeOverwrite (deepCopy .ctx.Values.worker) (deepCopy (.model.worker | default dict))) }}
 {{- end }}
 
+{{/* A quantity given in values as it is, a whole number as digits (YAML reads 3000000000 as a float, which would
+render as 3e+09). */}}
+{{- define "llm-gateway.quantity" -}}
+{{- ternary (int64 .) . (kindIs "float64" .) }}
+{{- end }}
+
 {{/* The sizeLimit of a worker's /tmp (worker.tmp): its own, else 4 bytes per parameter (the float32 copy of a GGUF
 checkpoint the conversion cache writes there) plus 2Gi, else the pod's memory limit plus 2Gi (the worker holds that
 copy in memory while it writes it). Call with (dict "model" $model "worker" $w). */}}
@@ -89,7 +95,7 @@ copy in memory while it writes it). Call with (dict "model" $model "worker" $w).
 {{- $tmp := .worker.tmp | default dict }}
 {{- $headroom := 2147483648.0 }}
 {{- if not (kindIs "invalid" $tmp.sizeLimit) }}
-{{- $tmp.sizeLimit }}
+{{- include "llm-gateway.quantity" $tmp.sizeLimit }}
 {{- else }}
 {{- $bytes := 0.0 }}
 {{- if not (kindIs "invalid" $tmp.parameters) }}
