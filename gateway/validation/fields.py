@@ -110,11 +110,13 @@ class Fields:
     def present(self, reads: Reads) -> list[str]:
         """Those of `reads`' fields the body gives a value (not null), in `reads`' order."""
         value = self.value
-        rank = reads.rank
-        present = rank.keys() & value.keys()  # (in C, walking the body's keys: fewer than the fields read)
-        if not present:
-            return []
-        return [key for key in sorted(present, key=rank.__getitem__) if value[key] is not None]
+        present = list(reads.rank.keys() & value.keys())  # (in C, walking the body's keys: fewer than those read)
+        if not present:  # (most bodies)
+            return present
+        present.sort(key=reads.rank.__getitem__)
+        if None in map(value.__getitem__, present):  # (a null given: no comprehension's frame for the others)
+            return [key for key in present if value[key] is not None]
+        return present
 
     def has(self, key: str) -> bool:
         self.decl.field(key)
