@@ -50,12 +50,27 @@ Reader = Callable[["Fields", str], Any]
 class Reads:
     """Optional fields of one declaration that `Fields.read` reads in one step, in this order."""
 
+    SHAPES = 256
+    """Bodies' key orders remembered (`present_in`); clients send a few, each of its own."""
+
     def __init__(self, decl: Obj, readers: dict[str, Reader], **defaults: Any):
         self.readers = readers
         self.rank = {key: i for i, key in enumerate(readers)}
         """Each field's place in the order."""
         self.defaults: dict[str, Any] = {key: decl.optional_defaults[key] for key in readers} | defaults
         """Each field's value when the body leaves it out (or null): its declared default unless given here."""
+        self._present: dict[tuple[str, ...], list[str]] = {}
+
+    def present_in(self, keys: tuple[str, ...]) -> list[str]:
+        """Those of these fields among a body's `keys`, in this order (never to be changed: remembered by `keys`)."""
+        present = self._present.get(keys)
+        if present is None:
+            present = sorted(self.rank.keys() & keys, key=self.rank.__getitem__)
+            if len(self._present) >= self.SHAPES:
+                self._present.clear()
+            if len(keys) <= 64:  # (a hostile body's many keys are not kept)
+                self._present[keys] = present
+        return present
 
 
 class Fields:
@@ -99,24 +114,17 @@ class Fields:
         """Each of `reads`' fields' value: the defaults of those the body leaves out (or null) in one step, the typed
         read of each it gives in `reads`' order (so the first error is the one reading each in turn raises). When the
         body gives none, the dict is `reads`' own: read it, never change it."""
-        present = self.present(reads)
-        if not present:  # (most bodies)
-            return reads.defaults
-        values = reads.defaults.copy()
-        for key in present:
-            values[key] = reads.readers[key](self, key)
-        return values
+        given = self.read_given(reads)
+        return reads.defaults | given if given else reads.defaults
 
-    def present(self, reads: Reads) -> list[str]:
-        """Those of `reads`' fields the body gives a value (not null), in `reads`' order."""
+    def read_given(self, reads: Reads) -> dict[str, Any]:
+        """The typed values of those of `reads`' fields the body gives (not null), read in `reads`' order."""
         value = self.value
-        present = list(reads.rank.keys() & value.keys())  # (in C, walking the body's keys: fewer than those read)
-        if not present:  # (most bodies)
-            return present
-        present.sort(key=reads.rank.__getitem__)
-        if None in map(value.__getitem__, present):  # (a null given: no comprehension's frame for the others)
-            return [key for key in present if value[key] is not None]
-        return present
+        given = {}
+        for key in reads.present_in(tuple(value)):
+            if value[key] is not None:
+                given[key] = reads.readers[key](self, key)
+        return given
 
     def has(self, key: str) -> bool:
         self.decl.field(key)
@@ -378,8 +386,8 @@ def parse_settings(fields: Fields, reads: SettingsReads) -> GenerationSettings:
     settings.top_p, settings.top_k = backend_top_p_top_k(head["top_p"], head["top_k"])
     settings.min_tokens, settings.stream = min_tokens, head["stream"]
     settings.include_usage, settings.continuous_usage = head["stream_options"]
-    for key in fields.present(reads.plain):
-        setattr(settings, key, reads.plain.readers[key](fields, key))
+    for key, value in fields.read_given(reads.plain).items():
+        setattr(settings, key, value)
     return settings
 
 
