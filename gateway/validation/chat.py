@@ -28,9 +28,12 @@ from gateway.validation.fields import (
     TOP_LOGPROBS,
     Fields,
     GenerationSettings,
+    Reader,
+    Reads,
     parse_metadata,
     parse_model,
     parse_settings,
+    settings_reads,
 )
 from gateway.validation.schema_bounds import check_bounded, check_schema
 
@@ -217,8 +220,6 @@ CHAT_FIELDS: dict[str, Field] = {
     ),
 }
 CHAT = Obj("ChatCompletionRequest", CHAT_FIELDS)
-_REFUSED = ("functions", "function_call", "audio", "web_search_options", "chat_template")
-_UNUSED_STRINGS = ("safety_identifier", "prompt_cache_key", "service_tier", "verbosity")
 
 
 @dataclass
@@ -232,37 +233,50 @@ def parse_chat_completion(body: Any) -> ChatCompletionRequest:
     """Validate a chat completions body; raises APIError (400) naming the bad param."""
     fields = Fields(body, CHAT)
     model = parse_model(fields)
-    for key in fields.given(_REFUSED):
-        fields.refuse(key)
-    _check_modalities(fields)
-    parse_metadata(fields)  # labels only
-    fields.boolean("store")  # OpenAI's fields that change nothing here, typed as OpenAI types them
-    for key in fields.given(_UNUSED_STRINGS):
-        fields.string(key)
-    settings = parse_settings(fields, max_tokens_keys=("max_completion_tokens", "max_tokens"))
-    settings.logprobs = fields.boolean("logprobs")
-    settings.top_logprobs = fields.integer("top_logprobs")
+    settings = parse_settings(fields, _SETTINGS_READS)  # with the labels before and logprobs after
     if settings.top_logprobs and not settings.logprobs:
         raise invalid("'top_logprobs' requires 'logprobs' to be true", "top_logprobs")
-    tools = parse_tools(fields)
-    _check_tools_given(fields, tools)
-    tool_choice, tools = parse_tool_choice(fields, tools)
-    template_kwargs = _template_kwargs(fields)
-    (add_generation_prompt, generation_param), (continue_final, continue_param) = _render_flags(fields, template_kwargs)
+    tool_choice, tools = _tools(fields)
+    template_kwargs, ((add_generation_prompt, generation_param), (continue_final, continue_param)) = _rendering(fields)
+    messages = parse_messages(fields)
+    tail = fields.read(_TAIL_READS)
     chat = ChatRequest(  # positional, in the dataclass's field order: keywords cost ~4.5 K instructions more
-        parse_messages(fields),  # messages
+        messages,
         tools,
         tool_choice,
-        fields.boolean("parallel_tool_calls"),
-        parse_response_format(fields),  # response_format
+        tail["parallel_tool_calls"],
+        tail["response_format"],
         template_kwargs,
-        fields.string("reasoning_effort"),
+        tail["reasoning_effort"],
         add_generation_prompt,
         continue_final,  # continue_final_message
-        fields.boolean("add_special_tokens"),
+        tail["add_special_tokens"],
     )
     _check_continuation(chat, generation_param, continue_param)
     return ChatCompletionRequest(model, chat, settings)
+
+
+_TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
+
+
+def _tools(fields: Fields) -> tuple[str | dict[str, Any], list[dict[str, Any]]]:
+    """The tool choice and the tools the prompt declares."""
+    if not fields.given(_TOOL_FIELDS):  # (most bodies: their defaults)
+        return "auto", []
+    tools = parse_tools(fields)
+    _check_tools_given(fields, tools)
+    return parse_tool_choice(fields, tools)
+
+
+_RENDER_FIELDS = ("chat_template_kwargs", "add_generation_prompt", "continue_final_message")
+
+
+def _rendering(fields: Fields) -> tuple[dict[str, Any], list[tuple[bool, str]]]:
+    """The chat template's extra variables and the render switches (`_render_flags`)."""
+    if not fields.given(_RENDER_FIELDS):  # (most bodies: their defaults)
+        return {}, [(CHAT.optional_defaults[key], key) for key in _RENDER_FLAGS]
+    template_kwargs = _template_kwargs(fields)
+    return template_kwargs, _render_flags(fields, template_kwargs)
 
 
 def _check_tools_given(fields: Fields, tools: list[dict[str, Any]]) -> None:
@@ -280,9 +294,9 @@ def _needs_tools(key: str) -> APIError:
     return invalid(f"Invalid value for '{key}': '{key}' is only allowed when 'tools' are specified.", key)
 
 
-def _check_modalities(fields: Fields) -> None:
+def _check_modalities(fields: Fields, key: str) -> None:
     """`modalities`: the output's kinds, of which this gateway produces text only."""
-    for i, kind in enumerate(fields.array("modalities") or ()):
+    for i, kind in enumerate(fields.array(key) or ()):
         if kind not in MODALITIES:
             raise invalid(f"'modalities[{i}]' must be one of 'text', 'audio', got {kind!r}", f"modalities[{i}]")
         if kind == "audio":
@@ -529,8 +543,8 @@ def _named(item: Fields, names: list[str], flat: bool) -> str:
     return name
 
 
-def parse_response_format(fields: Fields) -> dict[str, Any] | None:
-    rf = fields.obj("response_format")
+def parse_response_format(fields: Fields, key: str = "response_format") -> dict[str, Any] | None:
+    rf = fields.obj(key)
     if rf is None:
         return None
     rf = rf.variant()
@@ -612,3 +626,29 @@ def _check_continuation(chat: ChatRequest, generation_param: str, continue_param
         raise invalid(f"'{continue_param}' needs '{generation_param}' set to false", param)
     if chat.messages[-1]["role"] != "assistant":
         raise invalid(f"'{continue_param}' needs the last message to be from the assistant", continue_param)
+
+
+_LABELS: dict[str, Reader] = {
+    **dict.fromkeys(("functions", "function_call", "audio", "web_search_options", "chat_template"), Fields.refuse),
+    "modalities": _check_modalities,
+    "metadata": parse_metadata,  # labels only
+    "store": Fields.boolean,  # OpenAI's fields that change nothing here, typed as OpenAI types them
+    **dict.fromkeys(("safety_identifier", "prompt_cache_key", "service_tier", "verbosity"), Fields.string),
+}
+"""A chat body's fields checked before its settings, their values unused."""
+_SETTINGS_READS = settings_reads(
+    CHAT,
+    _LABELS,
+    ("max_completion_tokens", "max_tokens"),
+    {"logprobs": Fields.boolean, "top_logprobs": Fields.integer},
+)
+_TAIL_READS = Reads(
+    CHAT,
+    {
+        "parallel_tool_calls": Fields.boolean,
+        "response_format": parse_response_format,
+        "reasoning_effort": Fields.string,
+        "add_special_tokens": Fields.boolean,
+    },
+)
+"""A chat body's fields read after its messages."""

@@ -16,6 +16,7 @@ from gateway.validation.fields import (
     GenerationSettings,
     parse_model,
     parse_settings,
+    settings_reads,
 )
 
 MAX_PROMPTS = 16
@@ -58,6 +59,7 @@ COMPLETION_FIELDS: dict[str, Field] = {
 COMPLETION = Obj(
     "CompletionRequest", COMPLETION_FIELDS, extra={"description": f"At most {MAX_CHOICES} prompts times n."}
 )
+_SETTINGS_READS = settings_reads(COMPLETION, {"suffix": Fields.refuse}, ("max_tokens",))
 
 
 @dataclass
@@ -73,8 +75,7 @@ def parse_completion(body: Any) -> CompletionRequest:
     """Validate a completions body; raises APIError (400) naming the bad param."""
     fields = Fields(body, COMPLETION)
     model = parse_model(fields)
-    fields.refuse("suffix")
-    settings = parse_settings(fields, max_tokens_keys=("max_tokens",))
+    settings = parse_settings(fields, _SETTINGS_READS)  # with `suffix` refused before
     best_of = fields.integer("best_of")
     if best_of not in (None, settings.n):
         raise invalid("'best_of' must equal 'n': candidates are not ranked", "best_of", "unsupported_parameter")

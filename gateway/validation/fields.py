@@ -43,6 +43,36 @@ MAX_NEW_TOKENS = 1 << 20
 _INT64 = 1 << 63
 
 
+Reader = Callable[["Fields", str], Any]
+"""A typed read of one field (`Fields.boolean`, `Fields.integer`, ...) or a function of the same shape."""
+
+
+class Reads:
+    """Optional fields of one declaration that `Fields.read` reads in one step, in this order."""
+
+    SHAPES = 256
+    """Bodies' key orders remembered (`present_in`); clients send a few, each of its own."""
+
+    def __init__(self, decl: Obj, readers: dict[str, Reader], **defaults: Any):
+        self.readers = readers
+        self.rank = {key: i for i, key in enumerate(readers)}
+        """Each field's place in the order."""
+        self.defaults: dict[str, Any] = {key: decl.optional_defaults[key] for key in readers} | defaults
+        """Each field's value when the body leaves it out (or null): its declared default unless given here."""
+        self._present: dict[tuple[str, ...], list[str]] = {}
+
+    def present_in(self, keys: tuple[str, ...]) -> list[str]:
+        """Those of these fields among a body's `keys`, in this order (never to be changed: remembered by `keys`)."""
+        present = self._present.get(keys)
+        if present is None:
+            present = sorted(self.rank.keys() & keys, key=self.rank.__getitem__)
+            if len(self._present) >= self.SHAPES:
+                self._present.clear()
+            if len(keys) <= 64:  # (a hostile body's many keys are not kept)
+                self._present[keys] = present
+        return present
+
+
 class Fields:
     """Typed reads from one JSON object through its declaration; every error names the offending param path."""
 
@@ -79,6 +109,22 @@ class Fields:
             return []
         # the keys present picked out in C (`filter`), their values looked at in Python: a step per key given
         return [key for key in filter(value.__contains__, keys) if value[key] is not None]
+
+    def read(self, reads: Reads) -> dict[str, Any]:
+        """Each of `reads`' fields' value: the defaults of those the body leaves out (or null) in one step, the typed
+        read of each it gives in `reads`' order (so the first error is the one reading each in turn raises). When the
+        body gives none, the dict is `reads`' own: read it, never change it."""
+        given = self.read_given(reads)
+        return reads.defaults | given if given else reads.defaults
+
+    def read_given(self, reads: Reads) -> dict[str, Any]:
+        """The typed values of those of `reads`' fields the body gives (not null), read in `reads`' order."""
+        value = self.value
+        given = {}
+        for key in reads.present_in(tuple(value)):
+            if value[key] is not None:
+                given[key] = reads.readers[key](self, key)
+        return given
 
     def has(self, key: str) -> bool:
         self.decl.field(key)
@@ -326,53 +372,45 @@ def parse_model(fields: Fields) -> str:
     return fields.string("model")
 
 
-def parse_settings(fields: Fields, *, max_tokens_keys: tuple[str, ...]) -> GenerationSettings:
-    """The generation settings of a chat or completions body (logprobs are read by the caller)."""
-    for key in fields.given(_REFUSED_SETTINGS):
-        fields.refuse(key)
-    fields.string("user")  # typed, though not used
-    max_tokens = None
-    for key in max_tokens_keys:  # each checked, the first given wins
-        given = fields.integer(key)
-        if max_tokens is None:
-            max_tokens = given
-    stream = fields.boolean("stream")
-    options = fields.obj("stream_options")
-    include_usage = options.boolean("include_usage") if options else False
-    continuous_usage = include_usage and options.boolean("continuous_usage_stats")
-    if options is not None and not stream:
-        raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
-    top_p, top_k = parse_top_p_top_k(fields)
-    min_tokens = fields.integer("min_tokens")
+def parse_settings(fields: Fields, reads: SettingsReads) -> GenerationSettings:
+    """The generation settings of a chat or completions body, read as `reads` says (with the door's own fields read
+    in `reads.head` and `reads.plain`)."""
+    head = fields.read(reads.head)
+    max_tokens = next((head[key] for key in reads.max_tokens_keys if head[key] is not None), None)
+    min_tokens = head["min_tokens"]
     if max_tokens is not None and min_tokens > max_tokens:
         raise invalid(f"'min_tokens' must be at most the max tokens ({max_tokens}), got {min_tokens}", "min_tokens")
     settings = GenerationSettings(
         max_tokens
     )  # the rest set after: a dataclass's keywords cost ~0.5 K instructions each
-    settings.top_p, settings.top_k, settings.min_tokens = top_p, top_k, min_tokens
-    settings.stream, settings.include_usage, settings.continuous_usage = stream, include_usage, continuous_usage
-    for key in fields.given(_PLAIN_SETTINGS):
-        setattr(settings, key, _PLAIN_SETTINGS[key](fields, key))
+    settings.top_p, settings.top_k = backend_top_p_top_k(head["top_p"], head["top_k"])
+    settings.min_tokens, settings.stream = min_tokens, head["stream"]
+    settings.include_usage, settings.continuous_usage = head["stream_options"]
+    for key, value in fields.read_given(reads.plain).items():
+        setattr(settings, key, value)
     return settings
 
 
-def parse_metadata(fields: Fields) -> dict[str, str]:
+def parse_metadata(fields: Fields, key: str = "metadata") -> dict[str, str]:
     """`metadata`: at most 16 string pairs, keys of at most 64 characters, values of at most 512."""
-    meta = fields.mapping("metadata")
+    meta = fields.mapping(key)
     if meta is None:
         return {}
     if len(meta) > MAX_METADATA:
-        raise invalid(f"'metadata' has more than {MAX_METADATA} keys", "metadata")
-    for key, value in meta.items():
-        if len(key) > 64 or not isinstance(value, str) or len(value) > 512:
-            raise invalid("'metadata' keys are at most 64 characters and values strings of at most 512", "metadata")
+        raise invalid(f"'{key}' has more than {MAX_METADATA} keys", key)
+    for name, value in meta.items():
+        if len(name) > 64 or not isinstance(value, str) or len(value) > 512:
+            raise invalid(f"'{key}' keys are at most 64 characters and values strings of at most 512", key)
     return dict(meta)
 
 
 def parse_top_p_top_k(fields: Fields) -> tuple[float, int]:
     """`top_p` and `top_k` as the backend takes them (top_k -1: off)."""
-    top_p = fields.number("top_p")
-    top_k = fields.integer("top_k")
+    return backend_top_p_top_k(fields.number("top_p"), fields.integer("top_k"))
+
+
+def backend_top_p_top_k(top_p: float, top_k: int) -> tuple[float, int]:
+    """A body's `top_p` and `top_k` as the backend takes them (top_k -1: off)."""
     # top_p 0 means "only the most likely token": SGLang needs top_p > 0, so say it with top_k.
     return top_p or 1.0, 1 if top_p == 0 else (top_k or -1)
 
@@ -392,7 +430,7 @@ def parse_stop(fields: Fields, key: str) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-_PLAIN_SETTINGS: dict[str, Callable[[Fields, str], Any]] = {
+_PLAIN_SETTINGS: dict[str, Reader] = {
     "n": Fields.integer,
     "stop": parse_stop,
     "temperature": Fields.number,
@@ -406,3 +444,52 @@ _PLAIN_SETTINGS: dict[str, Callable[[Fields, str], Any]] = {
 }
 """Settings read as they are, each into the GenerationSettings attribute of its name, in this order; read only when
 the body gives them: absent, each is the attribute's default, which is its declared default (a test checks)."""
+
+
+def _stream_options(fields: Fields, key: str) -> tuple[bool, bool]:
+    """`stream_options`' include_usage and continuous usage; it needs `stream` true (read before it)."""
+    options = fields.obj(key)
+    include_usage = options.boolean("include_usage")
+    continuous_usage = include_usage and options.boolean("continuous_usage_stats")
+    if not fields.boolean("stream"):
+        raise invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    return include_usage, continuous_usage
+
+
+@dataclass(frozen=True)
+class SettingsReads:
+    """How a door reads its body's generation settings (`settings_reads` makes one)."""
+
+    head: Reads
+    """The door's own fields read before the settings, then the settings up to min_tokens: one step."""
+    max_tokens_keys: tuple[str, ...]
+    """The fields of the max tokens: each checked, the first given wins."""
+    plain: Reads
+    """The settings read as they are after min_tokens is checked, each into the GenerationSettings attribute of its
+    name (`_PLAIN_SETTINGS`, then the door's own)."""
+
+
+def settings_reads(
+    decl: Obj,
+    before: dict[str, Reader],
+    max_tokens_keys: tuple[str, ...],
+    plain: dict[str, Reader] | None = None,
+) -> SettingsReads:
+    """The reads of `decl`'s settings: the door's own fields `before` them (their values unused), and its `plain`
+    ones read after the shared plain settings."""
+    head = {
+        **before,
+        **dict.fromkeys(_REFUSED_SETTINGS, Fields.refuse),
+        "user": Fields.string,  # typed, though not used
+        **dict.fromkeys(max_tokens_keys, Fields.integer),
+        "stream": Fields.boolean,
+        "stream_options": _stream_options,
+        "top_p": Fields.number,
+        "top_k": Fields.integer,
+        "min_tokens": Fields.integer,
+    }
+    return SettingsReads(
+        Reads(decl, head, stream_options=(False, False)),
+        max_tokens_keys,
+        Reads(decl, {**_PLAIN_SETTINGS, **(plain or {})}),
+    )

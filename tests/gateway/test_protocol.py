@@ -9,7 +9,7 @@ from gateway.errors import APIError
 from gateway.validation.chat import EMPTY_PARAMETERS, MESSAGE, _message, _plain_message, parse_chat_completion
 from gateway.validation.completions import MAX_CHOICES, parse_completion
 from gateway.validation.declare import Obj, array, boolean, integer, number, obj, refused, string
-from gateway.validation.fields import MAX_N, Fields
+from gateway.validation.fields import MAX_N, Fields, Reads
 from gateway.validation.schema_bounds import MAX_DEPTH
 
 USER = {"role": "user", "content": "hi"}
@@ -564,29 +564,74 @@ def test_given_names_the_optional_keys_with_a_value_in_their_order():
     assert fields.given(("flag", "label", "count", "gone", "list")) == ["flag", "count", "list"]
 
 
+def test_read_takes_the_defaults_of_the_keys_left_out_and_reads_the_given_ones_in_order():
+    reads = Reads(
+        READS, {"flag": Fields.boolean, "label": Fields.string, "count": Fields.integer, "gone": Fields.refuse}
+    )
+    assert Fields({"name": "n", "label": None}, READS).read(reads) == {
+        "flag": True,
+        "label": "x",
+        "count": 3,
+        "gone": None,
+    }
+    given = Fields({"name": "n", "count": 4.0, "flag": False}, READS).read(reads)
+    assert given == {"flag": False, "label": "x", "count": 4, "gone": None}
+    assert reads.defaults["flag"] is True  # the defaults themselves unchanged
+    with pytest.raises(APIError) as e:
+        Fields({"name": "n", "count": "x", "label": 5, "gone": 1}, READS).read(reads)
+    assert e.value.param == "label"  # the first of `reads`' keys, not of the body's
+    with pytest.raises(KeyError):  # a required or undeclared key is no optional read
+        Reads(READS, {"name": Fields.string})
+
+
+def test_reads_remember_a_bounded_number_of_body_key_orders_each_giving_the_read_order():
+    reads = Reads(READS, {"flag": Fields.boolean, "label": Fields.string, "count": Fields.integer})
+    assert reads.present_in(("count", "name", "flag")) == ["flag", "count"]
+    assert reads.present_in(("flag", "count")) == ["flag", "count"]
+    assert reads.present_in(("count", "name", "flag")) == ["flag", "count"]  # remembered, the same
+    assert reads.present_in(tuple(f"x{i}" for i in range(65)) + ("label",)) == ["label"]
+    assert len(reads._present) == 2  # a body of more than 64 keys is not remembered
+    for i in range(Reads.SHAPES + 10):
+        assert reads.present_in((f"y{i}", "label")) == ["label"]
+    assert len(reads._present) <= Reads.SHAPES
+
+
 def test_the_keys_read_only_when_given_are_declared_and_optional():
-    """The validators read these keys only when the body gives them (`Fields.given`): each is declared, so a read of
-    one is still checked against the declaration, and optional, so an absent one is no missing required field."""
-    from gateway.validation.chat import _REFUSED, _UNUSED_STRINGS, CHAT_FIELDS
+    """The validators read these keys only when the body gives them (`Fields.given`, `Fields.read`): each is declared,
+    so a read of one is still checked against the declaration, and optional, so an absent one is no missing required
+    field; the default each takes when left out is what its read gives it absent."""
+    from gateway.validation.chat import _RENDER_FIELDS, _SETTINGS_READS, _TAIL_READS, _TOOL_FIELDS, CHAT
+    from gateway.validation.completions import _SETTINGS_READS as COMPLETION_READS
+    from gateway.validation.completions import COMPLETION
     from gateway.validation.fields import _REFUSED_SETTINGS
 
-    for key in (*_REFUSED, *_UNUSED_STRINGS, *_REFUSED_SETTINGS):
-        assert not CHAT_FIELDS[key].required, key
-    for key in (*_REFUSED, *_REFUSED_SETTINGS):
-        assert CHAT_FIELDS[key].refused, key
+    for key in (*_TOOL_FIELDS, *_RENDER_FIELDS, *_REFUSED_SETTINGS):
+        assert not CHAT.fields[key].required, key
+    for key in _REFUSED_SETTINGS:
+        assert CHAT.fields[key].refused, key
+    for decl, reads in ((CHAT, _SETTINGS_READS.head), (CHAT, _TAIL_READS), (COMPLETION, COMPLETION_READS.head)):
+        for key, read in reads.readers.items():
+            if read is Fields.refuse:
+                assert decl.fields[key].refused, key
+            elif key not in ("stream_options", "modalities", "metadata"):  # (the last two's values are unused)
+                assert read(Fields({}, decl), key) == reads.defaults[key], key
+    assert Fields({}, CHAT).read(_SETTINGS_READS.head)["stream_options"] == (False, False)
 
 
 @pytest.mark.parametrize("decl", ["chat", "completion"])
 def test_settings_read_only_when_given_default_to_what_their_read_gives(decl):
     """`parse_settings` reads these only when the body gives them: the GenerationSettings default each keeps is what
     reading it absent (or null) gives, for both bodies that declare it."""
+    from gateway.validation.chat import _SETTINGS_READS as CHAT_READS
     from gateway.validation.chat import CHAT
+    from gateway.validation.completions import _SETTINGS_READS as COMPLETION_READS
     from gateway.validation.completions import COMPLETION
-    from gateway.validation.fields import _PLAIN_SETTINGS, GenerationSettings
+    from gateway.validation.fields import GenerationSettings
 
     defaults = GenerationSettings()
-    for body in ({}, dict.fromkeys(_PLAIN_SETTINGS)):
+    plain = (CHAT_READS if decl == "chat" else COMPLETION_READS).plain.readers
+    for body in ({}, dict.fromkeys(plain)):
         fields = Fields(body, CHAT if decl == "chat" else COMPLETION)
-        for key, read in _PLAIN_SETTINGS.items():
+        for key, read in plain.items():
             assert read(fields, key) == getattr(defaults, key), key
             assert type(read(fields, key)) is type(getattr(defaults, key)), key
