@@ -104,6 +104,7 @@ def client_timeout_protocol(
         __slots__ = (
             "_body_bytes",
             "_body_clock",
+            "_closes_early",
             "_head_bytes",
             "_head_open",
             "_heads_ended",
@@ -137,11 +138,14 @@ def client_timeout_protocol(
         """An answer went out while the client was still sending: what it sends now is read and dropped."""
         _lingered: int
         """Bytes read and dropped since."""
+        _closes_early: bool
+        """A read ended inside a kept-alive request's body: an answer begun before the body's end says `connection:
+        close` (`_closes_if_answered_early`), until the body ends unanswered."""
 
         def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def,override]
             HttpToolsProtocol.connection_made(self, transport)
             self._read_timer = self._read_deadline = self._send_timer = None
-            self._in_body = self._head_open = self._lingering = False
+            self._in_body = self._head_open = self._lingering = self._closes_early = False
             self._lingered = 0
             self._body_clock, self._body_bytes, self._head_bytes, self._heads_ended = 0.0, 0, 0, 0
             self._await_head()
@@ -154,11 +158,15 @@ def client_timeout_protocol(
                 return
             if not self._head_open:  # a read beginning outside a head counts for none (most reads)
                 HttpToolsProtocol.data_received(self, data)
+                if self._in_body and not self._closes_early:
+                    self._closes_if_answered_early()
                 return
             ended = self._heads_ended
             HttpToolsProtocol.data_received(self, data)
             if self._lingering:  # uvicorn answered 400: a request it cannot parse
                 return
+            if self._in_body and not self._closes_early:
+                self._closes_if_answered_early()
             if self._head_open and self._heads_ended == ended:  # began and ended inside one head
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
@@ -211,7 +219,23 @@ def client_timeout_protocol(
             if self._in_body:  # (an answer sent before the body ended has armed the next head's timer instead)
                 self._in_body = False
                 self._read_deadline = None  # a timer still pending finds nothing due
+                if self._closes_early:
+                    self._closes_early = False
+                    cycle = self.cycle
+                    if cycle is not None and not cycle.response_started:  # unanswered yet: kept alive after all
+                        cycle.keep_alive, cycle.transport = True, self.transport
             HttpToolsProtocol.on_message_complete(self)
+
+        def _closes_if_answered_early(self) -> None:
+            """A read ended inside a kept-alive request's body: an answer the app begins before the body's end (a
+            401 from the head alone) is not kept alive (`on_response_complete`), so it must say `connection:
+            close`: a client reusing the connection at once sent its next request into the close (httpx: "Server
+            disconnected without sending a response"). Undone when the body ends before the answer begins."""
+            cycle = self.cycle
+            if cycle is not None and cycle.scope is self.scope and cycle.keep_alive and not cycle.response_started:
+                self._closes_early = True
+                cycle.keep_alive = False
+                cycle.transport = _CloseLingers(self.transport, self._close_answered)
 
         def on_response_complete(self) -> None:
             pipelined = bool(self.pipeline)  # the next request is in already (and starts now): no head to wait for

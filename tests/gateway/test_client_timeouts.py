@@ -195,6 +195,27 @@ def test_an_answer_before_the_body_ends_reaches_a_client_still_sending_and_ends_
             head = b"POST / HTTP/1.1\r\nHost: x\r\nConnection: %s\r\nContent-Length: %d\r\n\r\n" % (connection, size)
             answer = answer_while_sending(port, head, size)
             assert answer.startswith(b"HTTP/1.1 413 ") and answer.endswith(b"too large"), (connection, answer)
+            assert b"\r\nconnection: close\r\n" in answer.lower(), answer  # the client must not reuse it
+
+
+def test_a_body_split_over_reads_and_answered_after_its_end_keeps_its_connection():
+    """A body whose first part came in a read of its own (its answer would have said `connection: close` had it
+    begun before the body's end): read whole, then answered, the connection is kept alive and serves the next."""
+    app = Starlette(routes=[Route("/", _echo_length, methods=["POST"])])
+    with (
+        serve(app, lifespan="off", http=client_timeout_protocol(60, DEFAULT_SEND_TIMEOUT_S)) as url,
+        socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as client,
+    ):
+        for _ in range(2):
+            client.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n" + b"x" * 1000)
+            time.sleep(0.05)  # whether or not the server read the parts apart, the answer is the same
+            client.sendall(b"x" * 1000)
+            answer = b""
+            while not answer.endswith(b"2000"):
+                data = client.recv(4096)
+                assert data, f"closed after {answer!r}"
+                answer += data
+            assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" not in answer.lower(), answer
 
 
 @pytest.mark.parametrize(
