@@ -71,6 +71,9 @@ class ChatRequest:
 class Delta:
     """One OpenAI delta: content, reasoning, or a fragment of tool call `tool_index`."""
 
+    # Per-token paths build it positionally (`Delta(text)`, `Delta("", text)`, `Delta("", "", index, None, None,
+    # fragment)`): keywords make each call build a dict, ~1 K instructions a delta (bench/RESULTS.md, delta17).
+
     content: str = ""
     reasoning: str = ""
     tool_index: int | None = None

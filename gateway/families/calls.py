@@ -70,7 +70,7 @@ class CallParser(OutputParser):
             last.content += content
             last.reasoning += reasoning
         else:
-            self._out.append(Delta(content=content, reasoning=reasoning))
+            self._out.append(Delta(content, reasoning))
 
     def _emit_call(self, name: str, arguments: str) -> None:
         """One whole call: its index, its id, its name and its JSON arguments."""

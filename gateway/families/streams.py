@@ -113,11 +113,11 @@ class CallOutput:
 
     def reasoning(self, text: str) -> None:
         if out := self._reasoning.push(text):
-            self.deltas.append(Delta(reasoning=out))
+            self.deltas.append(Delta("", out))
 
     def content(self, text: str) -> None:
         if out := self._content.push(text):
-            self.deltas.append(Delta(content=out))
+            self.deltas.append(Delta(out))
 
     def open_call(self, name: str) -> None:
         self._nameless = not is_call_name(name)
@@ -163,7 +163,7 @@ class CallOutput:
     def _send(self, fragment: str) -> None:
         if self._nameless:
             return
-        delta = Delta(tool_index=self._calls, tool_arguments=fragment)
+        delta = Delta("", "", self._calls, None, None, fragment)
         (self._held if self._held is not None else self.deltas).append(delta)
 
     def _release(self) -> None:

@@ -175,7 +175,7 @@ class DsmlParser(OutputParser):
         else:
             text = _spelling(event)
             self._reasoning_started = self._reasoning_started or not text.isspace()
-            self._out.append(Delta(reasoning=text))
+            self._out.append(Delta("", text))
 
     def _in_content(self, event: Event) -> None:
         if self._leading:
@@ -198,7 +198,7 @@ class DsmlParser(OutputParser):
 
     def _content(self, text: str) -> None:
         if text:
-            self._out.append(Delta(content=text))
+            self._out.append(Delta(text))
 
     def _in_calls(self, event: Event) -> None:
         if type(event) is not Tag:

@@ -225,7 +225,7 @@ class Gemma4Parser(CallParser):
 
     def _text(self, text: str) -> None:
         if self._mode is _CONTENT:
-            self._out.append(Delta(content=text))
+            self._out.append(Delta(text))
         elif self._mode is _CALL:
             (self._quoted if self._quoted is not None else self._call).append(text)
         else:
@@ -243,4 +243,4 @@ class Gemma4Parser(CallParser):
         body = text.rstrip("\n")
         self._newlines = text[len(body) :]
         if body:
-            self._out.append(Delta(reasoning=body))
+            self._out.append(Delta("", body))

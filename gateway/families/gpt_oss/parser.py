@@ -154,9 +154,9 @@ class HarmonyParser(CallParser):
                 if self._header_size > MAX_HEADER:
                     self._header = None
         elif body is _REASONING:
-            self._out.append(Delta(reasoning=text))
+            self._out.append(Delta("", text))
         elif body is _CONTENT:
-            self._out.append(Delta(content=text))
+            self._out.append(Delta(text))
         elif body is _CALL:
             self._argument_text(text)
 

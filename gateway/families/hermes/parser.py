@@ -313,7 +313,7 @@ class HermesParser(OutputParser):
         out = self._advance(final=True)
         self._held_call = None  # a call cut off before its first argument was complete is no call
         if self._state is _CONTENT and not self.saw_tool_call and (space := self._content.flush()):
-            out.append(Delta(content=space))
+            out.append(Delta(space))
         return out
 
     def _advance(self, final: bool) -> list[Delta]:
@@ -420,7 +420,7 @@ class HermesParser(OutputParser):
     def _call_arguments(self, final: bool) -> bool:
         size = self._arguments.scan(self._buffer, final)
         if size:
-            self._send(Delta(tool_index=self._call_count, tool_arguments=self._buffer[:size]))
+            self._send(Delta("", "", self._call_count, None, None, self._buffer[:size]))
             self._buffer = self._buffer[size:]  # self._drop(size), inline: once per argument token
             self._base += size
         if self._arguments.not_json:
@@ -437,7 +437,7 @@ class HermesParser(OutputParser):
         """The arguments hold a bare word JSON does not have (`True`, NaN, Infinity, a float past a double): it goes
         as a JSON string, its text (as a typed value keeps it), so the arguments stay JSON."""
         word, self._arguments.not_json = self._arguments.not_json, ""
-        self._send(Delta(tool_index=self._call_count, tool_arguments=json.dumps(word, ensure_ascii=False)))
+        self._send(Delta("", "", self._call_count, None, None, json.dumps(word, ensure_ascii=False)))
         self._drop(len(word))
         return True
 
@@ -511,11 +511,11 @@ class HermesParser(OutputParser):
 
     def _emit_reasoning(self, text: str) -> None:
         if out := self._reasoning.push(text):
-            self._out.append(Delta(reasoning=out))
+            self._out.append(Delta("", out))
 
     def _emit_content(self, text: str) -> None:
         if out := self._content.push(text):
-            self._out.append(Delta(content=out))
+            self._out.append(Delta(out))
 
 
 _STEPS = {

@@ -232,4 +232,4 @@ class LlamaParser(CallParser):
 
     def _content(self, text: str) -> None:
         if text:
-            self._out.append(Delta(content=text))
+            self._out.append(Delta(text))

@@ -188,4 +188,4 @@ class MistralParser(CallParser):
     def _emit_text(self, mode: Mode, text: str) -> None:
         if not text:
             return
-        self._out.append(Delta(reasoning=text) if mode is _REASONING else Delta(content=text))
+        self._out.append(Delta("", text) if mode is _REASONING else Delta(text))
