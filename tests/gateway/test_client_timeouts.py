@@ -108,6 +108,16 @@ def _answer_while_trickling(sock: socket.socket, data: bytes, pause_s: float) ->
     return None
 
 
+def _answer_ending(sock: socket.socket, end: bytes) -> bytes:
+    """What the server sends up to `end` (it must not close before)."""
+    answer = b""
+    while not answer.endswith(end):
+        data = sock.recv(4096)
+        assert data, f"closed after {answer!r}"
+        answer += data
+    return answer
+
+
 def test_a_body_trickled_under_the_minimum_rate_is_cut_and_one_keeping_it_is_served():
     """A byte every 0.1 s never pauses as long as the timeout (0.5 s): only the body's rate (10 bytes/s, under
     1,000) cuts it, at the grace plus a few milliseconds its bytes earned, with a 408 (it was cut without a word);
@@ -129,12 +139,7 @@ def test_a_body_trickled_under_the_minimum_rate_is_cut_and_one_keeping_it_is_ser
             for _ in range(10):
                 time.sleep(0.1)
                 steady.sendall(b"x" * 200)
-            answer = b""
-            while not answer.endswith(b"2000"):
-                data = steady.recv(4096)
-                assert data, f"closed after {answer!r}"
-                answer += data
-            assert answer.startswith(b"HTTP/1.1 200")
+            assert _answer_ending(steady, b"2000").startswith(b"HTTP/1.1 200")
 
 
 def test_a_head_past_its_size_bound_is_refused_with_431():
@@ -210,11 +215,7 @@ def test_a_body_split_over_reads_and_answered_after_its_end_keeps_its_connection
             client.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n" + b"x" * 1000)
             time.sleep(0.05)  # whether or not the server read the parts apart, the answer is the same
             client.sendall(b"x" * 1000)
-            answer = b""
-            while not answer.endswith(b"2000"):
-                data = client.recv(4096)
-                assert data, f"closed after {answer!r}"
-                answer += data
+            answer = _answer_ending(client, b"2000")
             assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" not in answer.lower(), answer
 
 
