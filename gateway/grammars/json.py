@@ -39,6 +39,11 @@ SUBSCHEMA_KEYS = (
 )
 """Keywords whose value is a schema or a list of schemas."""
 SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+OBJECT_SIGNS = frozenset({"properties", "additionalProperties", "unevaluatedProperties"})
+ARRAY_SIGNS = frozenset({"items", "prefixItems", "unevaluatedItems"})
+"""The keywords that make xgrammar 0.2.9 read a schema with no `type` as an object (first) or an array (measured:
+`Grammar.from_json_schema`); `required`, `minProperties`, `patternProperties`, `minItems`, `minimum`… alone leave it
+any value."""
 
 
 def rewritten_bottom_up(node: Any, where: str, visit: Callable[[dict[str, Any], str], Any]) -> Any:

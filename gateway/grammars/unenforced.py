@@ -26,7 +26,14 @@ from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of, listed_of_type
-from gateway.grammars.json import RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema, response_strict
+from gateway.grammars.json import (
+    ARRAY_SIGNS,
+    OBJECT_SIGNS,
+    RESPONSE_SCHEMA_PARAM,
+    SchemaGrammarError,
+    response_schema,
+    response_strict,
+)
 from gateway.grammars.required import declared_required
 from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
 from gateway.grammars.string_formats import ENFORCED_FORMATS
@@ -125,11 +132,6 @@ def _folded(schema: Any, param: str) -> tuple[Any, list[SiblingGap]]:
     return folded, gaps
 
 
-OBJECT_SIGNS = frozenset({"properties", "additionalProperties", "unevaluatedProperties"})
-ARRAY_SIGNS = frozenset({"items", "prefixItems", "unevaluatedItems"})
-"""The keywords that make xgrammar 0.2.9 read a schema with no `type` as an object (first) or an array (measured:
-`Grammar.from_json_schema`); `required`, `minProperties`, `patternProperties`, `minItems`, `minimum`… alone leave it
-any value."""
 TYPED_KEYWORDS = ("required", "minProperties", "maxProperties", "propertyNames", "patternProperties", "minItems",
                   "maxItems", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")  # fmt: skip
 """Keywords that assert something of one type's values, but the string ones (`_string_gaps` names those): none is

@@ -52,7 +52,7 @@ from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.free_names import free_name_rules
-from gateway.grammars.json import SchemaGrammarError, compact_json_ebnf
+from gateway.grammars.json import ARRAY_SIGNS, OBJECT_SIGNS, SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
 from gateway.grammars.required import declared_required, undeclared
 from gateway.grammars.safe_json import (
@@ -86,10 +86,6 @@ NOT_KEPT = {
 """Keywords no format here enforces (the rest of the schema is), any schema's (None) and a type's (each asserts
 nothing of another type's value; all of them where no type is said nor read, `implied_type`): a SchemaGrammarError
 under strict. Those no family's grammar enforces (`not`, `if`, …) are refused before (gateway/grammars/unenforced.py)."""
-OBJECT_SIGNS = frozenset({"properties", "additionalProperties", "unevaluatedProperties"})
-ARRAY_SIGNS = frozenset({"items", "prefixItems", "unevaluatedItems"})
-"""The keywords that make xgrammar 0.2.9 read a schema with no `type` as an object (first) or an array: measured,
-`Grammar.from_json_schema`; `required`, `minProperties`, `patternProperties`, `minItems`… alone leave it any value."""
 TYPE_KEYWORDS = ("required", "minProperties", "maxProperties", "propertyNames", "patternProperties", "minItems",
                  "maxItems", "pattern", "format", "minLength", "maxLength", *_NUMBER_BOUNDS)  # fmt: skip
 """Keywords that assert something of one type's values: in a schema written as any value (no `type` said nor read)
