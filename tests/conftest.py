@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx._transports.default as httpx_transports
 import pytest
+from hypothesis import settings as hypothesis_settings
 from xdist.scheduler import LoadFileScheduling
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -24,6 +25,13 @@ runs more torch threads than the machine has cores (two xdist processes, each wi
 libgomp's default lets a waiting thread spin for its whole time slice while the thread it waits for is not
 running. tests/e2e/test_openai_client.py, -n0, on the 2 cores at load average 5-6: 150 / 110 CPU-s and 198 /
 163 s with the default, 26 / 24 CPU-s and 27 / 30 s passive (bench/RESULTS.md, "Test-suite CPU, session 8")."""
+
+hypothesis_settings.register_profile("suite", derandomize=True, database=None)
+hypothesis_settings.register_profile("explore", derandomize=False)
+hypothesis_settings.load_profile(os.environ.get("GATEWAY_HYPOTHESIS_PROFILE", "suite"))
+"""Property tests draw the same cases on every run (seeded from each test's name), so a run's verdict depends on the
+code alone; `GATEWAY_HYPOTHESIS_PROFILE=explore` draws fresh cases each run (and keeps hypothesis' example database)
+to hunt for new failures by hand. A test's own `@settings` (max_examples, deadline) still applies over either."""
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("gateway", "backends", "policies", "tests")
