@@ -71,6 +71,7 @@ class _Link:
             for pump in pumps:
                 pump.cancel()
             self.close()
+            await asyncio.gather(*pumps, return_exceptions=True)
 
     async def _to_upstream(self) -> None:
         while data := await self.client_reader.read(65536):
@@ -141,6 +142,8 @@ class TcpFaultProxy:
         self.upstream_port = upstream_port
         self.fault = Fault()
         self.links: set[_Link] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        """The connection handlers running now: `stop()` waits for them before the loop stops."""
         self.accepted = 0
         """Client connections accepted so far."""
         self.stale_hits = 0
@@ -207,10 +210,16 @@ class TcpFaultProxy:
             for link in list(self.links):
                 link.close()
             self._downstream.set()
+            if self._handlers:  # their links are closed: each ends at its next read
+                await asyncio.wait(self._handlers, timeout=5)
+            for handler in self._handlers:
+                handler.cancel()
+            await asyncio.gather(*self._handlers, return_exceptions=True)
 
         self._call(shut())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
+        self._loop.close()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -224,11 +233,15 @@ class TcpFaultProxy:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         link = _Link(self, (reader, writer))
+        handler = asyncio.current_task()
+        assert handler is not None
         self.links.add(link)
+        self._handlers.add(handler)
         try:
             await link.run()
         finally:
             self.links.discard(link)
+            self._handlers.discard(handler)
 
     def _call(self, work):  # type: ignore[no-untyped-def]
         return asyncio.run_coroutine_threadsafe(work, self._loop).result(10)
