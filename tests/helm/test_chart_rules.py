@@ -153,6 +153,22 @@ def test_an_audit_file_beside_a_read_only_mount_is_refused(audit_log: str, refus
     assert done.returncode != 0 and refusal in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("sets", "volume"),
+    [
+        ([], {"name": "audit", "emptyDir": {"sizeLimit": "1Gi"}}),
+        (["gateway.auditLogSizeLimit=300Mi"], {"name": "audit", "emptyDir": {"sizeLimit": "300Mi"}}),
+        (["gateway.auditLogSizeLimit=null"], {"name": "audit", "emptyDir": {}}),
+    ],
+)
+def test_an_audit_file_in_a_folder_of_its_own_is_bounded(sets: list[str], volume: dict):
+    """The gateway appends to its audit file and never rotates it: its emptyDir has a sizeLimit unless set null."""
+    audit = ["policies.enabled=true", "gateway.auditLogFile=/var/log/llm-gateway/audit.jsonl"]
+    pod = gateway_deployment(render(None, *audit, *sets))["spec"]["template"]["spec"]
+    assert [v for v in pod["volumes"] if v["name"] == "audit"] == [volume]
+    assert {"name": "audit", "mountPath": "/var/log/llm-gateway"} in pod["containers"][0]["volumeMounts"]
+
+
 @pytest.mark.parametrize("values", VALID)
 def test_probes_on_the_right_paths_and_ports(values: str):
     for workload, template in pod_templates(render(values)):
