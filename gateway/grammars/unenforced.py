@@ -8,7 +8,8 @@ marked strict (a tool's `strict: true`; a json_schema response format's `strict:
 naming the keyword's place, as OpenAI's strict mode refuses them. A `oneOf` whose branches are provably mutually
 exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. The string
 keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
-beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either, and any of them in a schema that does
+beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either (but
+where the family's grammar holds the pair itself: Family.raw_lengths_held, DeepSeek's raw strings), and any of them in a schema that does
 not say `"type": "string"` (xgrammar then takes any value), and a keyword beside an `anyOf` / `oneOf` that cannot be
 folded exactly into each branch (all_of.py: xgrammar drops it), `enum` / `const` values not checkable against the
 keywords beside them (all_of.py), and a type's keyword in a schema with no type said nor read (`untyped_keyword`:

@@ -36,7 +36,9 @@ only as a whole tag `<｜DSML｜ … >`, which the parser keeps in the value as 
 model writes when it quotes DSML (a recorded V4.1 output does); an enum value
 is one of its strings, a pattern its regex where `safe_json.raw_pattern_ebnf`
 enforces it, a `minLength` / `maxLength` a counted class without `<` (`counted_classes.bounded_text`; beside a
-pattern, its one count narrowed, `length_bounded`), counted up to the closing tag. A JSON value is `safe_json`'s compact JSON whose strings exclude
+pattern, its one count that varies narrowed, `length_bounds.length_bounded`, where none can be a 400 under strict:
+`raw_lengths_held`), counted up to the closing tag. (A counted value that admits a `<` no close follows needs a rule
+per count left, ~36 ms of compile a character: bench/RESULTS.md, dsml18.) A JSON value is `safe_json`'s compact JSON whose strings exclude
 the same starts and the markers whole (they can write them escaped),
 and so is a response_format answer. Built grammars are cached by their inputs
 and vocabulary. The calls block goes to the backend as one EBNF (`gateway.grammars.ebnf_formats`), in which
