@@ -539,6 +539,7 @@ def test_a_strict_pattern_beside_a_length_is_held_where_one_count_holds_both(mod
         ({"type": "string", "pattern": "^<b>$", "maxLength": 5}, "x.maxLength"),  # a pattern needing `<`
         ({"type": ["string", "null"], "pattern": "^[a-z]+$", "maxLength": 3}, "x.maxLength"),  # JSON may write it
         ({"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}}, "x.items.maxLength"),
+        ({"type": "string", "pattern": "^[a-z]+$", "maxLength": "3"}, "x.maxLength"),  # no length counted
     ],
 )
 def test_a_strict_pattern_beside_a_length_no_count_holds_stays_refused(model, string, place):

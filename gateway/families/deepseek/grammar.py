@@ -360,12 +360,15 @@ def raw_lengths_held(parameters: Any) -> frozenset[str]:
 
 
 def _raw_pair(schema: Any) -> bool:
-    """Whether `schema` is a raw string with a `pattern` and a length that `string_value` writes together."""
+    """Whether `schema` is a raw string with a `pattern` and a length (each given one counted: `is_length`) that
+    `string_value` writes together."""
+    lengths = [schema[k] for k in ("minLength", "maxLength") if k in schema] if isinstance(schema, dict) else []
     return (
         isinstance(schema, dict)
         and schema.get("type") in ("string", ["string"])
         and isinstance(schema.get("pattern"), str)
-        and ("minLength" in schema or "maxLength" in schema)
+        and bool(lengths)
+        and all(map(is_length, lengths))
         and not _NOT_PAIRED & schema.keys()
     )
 
