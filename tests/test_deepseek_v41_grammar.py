@@ -14,6 +14,7 @@ from canitoolcall.fixtures import load_fixtures
 from backends.checkpoint import Checkpoint, load_checkpoint
 from backends.detokenizer import Detokenizer
 from backends.worker.grammar import tokenizer_info
+from gateway.errors import APIError
 from gateway.families.deepseek.grammar import DsmlVocabulary, build_grammar
 from gateway.families.deepseek.markers import (
     CALLS_CLOSE,
@@ -27,6 +28,8 @@ from gateway.families.deepseek.markers import (
 )
 from gateway.families.deepseek.parser import DsmlParser
 from gateway.grammars.json import SchemaGrammarError
+from gateway.models.planning import chat_grammar
+from gateway.models.registry import ServedModel, served_model_from_checkpoint
 from gateway.types import ChatRequest
 
 WEATHER = {
@@ -454,33 +457,99 @@ def _samples(rng: random.Random, alphabet: str, suffixes: tuple[str, ...]) -> li
 
 
 @pytest.mark.parametrize(
-    ("schema", "alphabet", "suffixes"),
+    ("schema", "alphabet", "suffixes", "held"),
     [
-        ({"type": "string", "maxLength": 2}, ANY_CHARS, ("",)),
-        ({"type": "string", "minLength": 2, "maxLength": 4}, ANY_CHARS, ("",)),
-        ({"type": "string", "minLength": 3}, ANY_CHARS, ("",)),
-        ({"type": "string", "pattern": "^[ab]{1,64}@x$", "maxLength": 4}, "ab1", ("", "@x", "@y")),
-        ({"type": "string", "pattern": "^[ab]{2}-[ab1]*$", "minLength": 4}, "ab-", ("", "1")),  # pattern only
+        ({"type": "string", "maxLength": 2}, ANY_CHARS, ("",), True),
+        ({"type": "string", "minLength": 2, "maxLength": 4}, ANY_CHARS, ("",), True),
+        ({"type": "string", "minLength": 3}, ANY_CHARS, ("",), True),
+        ({"type": "string", "pattern": "^[ab]{1,64}@x$", "maxLength": 4}, "ab1", ("", "@x", "@y"), True),
+        ({"type": "string", "pattern": "^[ab]{2}-[ab1]*$", "minLength": 4}, "ab-", ("", "1"), True),  # `*` counted
+        ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 4}, "ab1", ("",), True),  # `+` counted
+        ({"type": "string", "pattern": "^a?$", "minLength": 1}, "ab", ("",), True),
+        ({"type": "string", "pattern": "^[A-Z][a-z]*$", "minLength": 2, "maxLength": 4}, "Aab", ("",), True),
+        ({"type": "string", "pattern": "^[ab]{1,2}-[ab]{0,2}$", "maxLength": 5}, "ab-", ("",), True),  # implied
+        ({"type": "string", "pattern": "^[ab]+-[ab1]*$", "maxLength": 4}, "ab-", ("", "1"), False),  # pattern only
     ],
 )
-def test_a_raw_strings_length_is_enforced_exactly(compiler, checkpoint, vocabulary, schema, alphabet, suffixes):
+def test_a_raw_strings_length_is_enforced_exactly(compiler, checkpoint, vocabulary, schema, alphabet, suffixes, held):
     """A raw value holds `minLength` .. `maxLength` characters (before, any length), with its pattern where both are
-    given and its count can be narrowed; every sample the grammar takes the real parser reads back as written. The
-    value holds no `<` (narrowed, as a raw pattern is)."""
+    given and one count holds them (before, only a pattern's one `{m,n}`: `+`, `*` and `?` were left unbounded);
+    every sample the grammar takes the real parser reads back as written. The value holds no `<` (narrowed, as a raw
+    pattern is). Where no count holds both (two that vary), the pattern alone, best effort."""
     tool = {"name": "f", "parameters": {"type": "object", "properties": {"x": schema}, "required": ["x"]}}
     req = request(tools=[{"type": "function", "function": tool}], tool_choice="required")
     compiled = compiler.compile_structural_tag(grammar_of(req, vocabulary).text)
-    simple = "*" not in schema.get("pattern", "")
     high = schema.get("maxLength", 10**9)
     for value in _samples(random.Random(json.dumps(schema)), alphabet, suffixes):
         ids = checkpoint.tokenizer.encode(calls(invoke("f", param("x", value))), add_special_tokens=False).ids
         matcher = xgr.GrammarMatcher(compiled)
         taken = all(matcher.accept_token(i) for i in [*ids, *checkpoint.eos_token_ids]) and matcher.is_terminated()
         fits = re.fullmatch(schema.get("pattern", "^[^<]*$").strip("^$"), value) is not None and "<" not in value
-        in_bounds = schema.get("minLength", 0) <= len(value) <= high or not simple
+        in_bounds = schema.get("minLength", 0) <= len(value) <= high or not held
         assert taken is (fits and in_bounds), value
         if taken:
             assert _parsed_value(checkpoint, ids) == value
+
+
+@pytest.fixture(scope="module")
+def model(checkpoint: Checkpoint) -> ServedModel:
+    return served_model_from_checkpoint("ds", checkpoint, "deepseek_v41", None)
+
+
+def _strict_call(model: ServedModel, string: dict, strict: bool = True) -> tuple[ChatRequest, str]:
+    """A chat forcing a call of `f(x)`, `x` of schema `string`, and its prompt."""
+    parameters = {"type": "object", "properties": {"x": string}, "required": ["x"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters, "strict": strict}}
+    chat = request(tools=[tool], tool_choice="required")
+    return chat, model.encode_chat(chat)[0]
+
+
+@pytest.mark.parametrize(
+    ("string", "good", "bad"),
+    [
+        ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 10}, "abcdefghij", ("abcdefghijk", "", "ab1")),
+        ({"type": "string", "pattern": "^[a-z]+$", "maxLength": 100000}, "abc", ("ab1",)),  # a hostile bound
+        ({"type": "string", "pattern": "^[a-z]{2,8}$", "minLength": 4}, "abcd", ("abc", "abcdefghi")),
+        ({"type": "string", "pattern": "^x-[0-9]*$", "minLength": 3, "maxLength": 5}, "x-123", ("x-", "x-1234")),
+    ],
+)
+def test_a_strict_pattern_beside_a_length_is_held_where_one_count_holds_both(model, compiler, checkpoint, string,
+                                                                             good, bad):  # fmt: skip
+    """Under strict a `pattern` beside `minLength` / `maxLength` was a 400 (unenforced.py: xgrammar's JSON drops the
+    length); a raw value holds both where one count does (`^[a-z]+$` within 10: `[a-z]{1,10}`)."""
+    chat, prompt = _strict_call(model, string)
+    compiled = compiler.compile_structural_tag(chat_grammar(model, chat, prompt).text)
+
+    def takes(value: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiled)
+        ids = checkpoint.tokenizer.encode(calls(invoke("f", param("x", value))), add_special_tokens=False).ids
+        return all(matcher.accept_token(i) for i in [*ids, *checkpoint.eos_token_ids]) and matcher.is_terminated()
+
+    assert takes(good) and not any(takes(value) for value in bad)
+    assert _parsed_value(checkpoint, checkpoint.tokenizer.encode(calls(invoke("f", param("x", good))),
+                                                                 add_special_tokens=False).ids) == good  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("string", "place"),
+    [
+        ({"type": "string", "pattern": "^[a-z]+@[a-z]+$", "maxLength": 10}, "x.maxLength"),  # two counts vary
+        ({"type": "string", "pattern": "^(ab)+$", "minLength": 2, "maxLength": 8}, "x.minLength"),  # a group
+        ({"type": "string", "pattern": "^[a-z]{2}$", "maxLength": 1}, "x.maxLength"),  # no string that short
+        ({"type": "string", "pattern": "^<b>$", "maxLength": 5}, "x.maxLength"),  # a pattern needing `<`
+        ({"type": ["string", "null"], "pattern": "^[a-z]+$", "maxLength": 3}, "x.maxLength"),  # JSON may write it
+        ({"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}}, "x.items.maxLength"),
+        ({"type": "string", "pattern": "^[a-z]+$", "maxLength": "3"}, "x.maxLength"),  # no length counted
+    ],
+)
+def test_a_strict_pattern_beside_a_length_no_count_holds_stays_refused(model, string, place):
+    """Where one count cannot hold both (or the value is JSON, whose strings xgrammar writes without the length),
+    strict stays a 400 naming the length, as before; best effort builds the pattern alone."""
+    chat, prompt = _strict_call(model, string)
+    with pytest.raises(APIError) as refused:
+        chat_grammar(model, chat, prompt)
+    assert (refused.value.status, refused.value.param) == (400, f"tools[0].function.parameters.properties.{place}")
+    assert chat_grammar(model, *_strict_call(model, string, strict=False)) is not None
 
 
 def test_a_strict_raw_string_with_impossible_bounds_is_refused(vocabulary):

@@ -116,6 +116,12 @@ class Family(ABC):
         that refuses it first, planning.chat_grammar). True where unsure: the strict build then decides."""
         return True
 
+    def raw_lengths_held(self, parameters: Any) -> frozenset[str]:
+        """The places in a tool's `parameters` (`.properties.x`) where this family's grammar holds a `minLength` /
+        `maxLength` beside a `pattern` itself, a strict build refusing what it cannot hold exactly; elsewhere
+        grammars/unenforced.py refuses such a length under strict. None by default."""
+        return frozenset()
+
     @abstractmethod
     def parser(self, request: ChatRequest, prompt: str) -> OutputParser:
         """A fresh incremental parser for one choice of this request; `prompt` as for `grammar`."""

@@ -8,7 +8,8 @@ marked strict (a tool's `strict: true`; a json_schema response format's `strict:
 naming the keyword's place, as OpenAI's strict mode refuses them. A `oneOf` whose branches are provably mutually
 exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. The string
 keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
-beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either, and any of them in a schema that does
+beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either (but
+where the family's grammar holds the pair itself: Family.raw_lengths_held, DeepSeek's raw strings), and any of them in a schema that does
 not say `"type": "string"` (xgrammar then takes any value), and a keyword beside an `anyOf` / `oneOf` that cannot be
 folded exactly into each branch (all_of.py: xgrammar drops it), `enum` / `const` values not checkable against the
 keywords beside them (all_of.py), and a type's keyword in a schema with no type said nor read (`untyped_keyword`:
@@ -45,13 +46,18 @@ UNENFORCED = ("not", "if", "dependentRequired", "dependentSchemas", "dependencie
 _REF_HOPS = 16
 
 
-def check_strict_schemas(chat: ChatRequest) -> None:
+def check_strict_schemas(
+    chat: ChatRequest, lengths_held: Callable[[Any], frozenset[str]] = lambda p: frozenset()
+) -> None:
     """SchemaGrammarError naming the first keyword no grammar enforces in a schema `chat` marks strict: an active
-    tool's with `strict: true`, a strict json_schema response format's."""
+    tool's with `strict: true`, a strict json_schema response format's. `lengths_held` gives the places in a tool's
+    parameters (`.properties.x`) where the family's grammar holds a length beside a pattern itself
+    (Family.raw_lengths_held): no length there is refused here."""
     for tool in chat.active_tools:
         parameters = tool["function"].get("parameters")
         if tool["function"].get("strict") is True and isinstance(parameters, dict):
-            _check(parameters, f"tools[{chat.tools.index(tool)}].function.parameters")
+            param = f"tools[{chat.tools.index(tool)}].function.parameters"
+            _check(parameters, param, frozenset(param + place for place in lengths_held(parameters)))
     if response_strict(chat.response_format):
         _check(response_schema(chat.response_format), RESPONSE_SCHEMA_PARAM)
 
@@ -97,15 +103,18 @@ def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
     return ((where, keyword) for where, keyword, _ in _found_why(schema, param))
 
 
-def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]:
-    """Each place, its keyword, and why it is not enforced where that is more than the keyword itself."""
+def _found_why(
+    schema: Any, param: str, lengths_held: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, str, str | None]]:
+    """Each place, its keyword, and why it is not enforced where that is more than the keyword itself; a length
+    beside a pattern at one of the `lengths_held` places (the family's grammar holds it) is not."""
     folds = False
     for node, where in _schemas(schema, param):
         folds = folds or _beside_union(node) or _unlisted_required(node) or _listed_beside(node)
         for keyword in _unenforced(node, schema):
             yield where, keyword, None
         if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
-            for keyword, why in _string_gaps(node):
+            for keyword, why in _string_gaps(node, where in lengths_held):
                 yield where, keyword, why
     untyped = any(untyped_keyword(node) is not None for node, _ in _schemas(schema, param, _NOT_WRITTEN))
     folded, gaps = _folded(schema, param) if folds or untyped else (None, [])
@@ -185,9 +194,9 @@ none (`^(?=.*\\d)[a-z\\d]+$` takes "abc"); lookbehinds and other groups it refus
 _STRICT_FORMATS = ", ".join(sorted(ENFORCED_FORMATS))
 
 
-def _string_gaps(node: dict[str, Any]) -> list[tuple[str, str]]:
+def _string_gaps(node: dict[str, Any], lengths_held: bool = False) -> list[tuple[str, str]]:
     """The string keywords of `node` xgrammar 0.2.9's schema converter drops (measured: bench/RESULTS.md), each
-    with why."""
+    with why; a length beside a pattern not where the family's grammar holds it (`lengths_held`)."""
     present = [k for k in _STRING_KEYWORDS if k in node]
     kinds = _types(node)
     if kinds is not None and "string" not in kinds:
@@ -207,7 +216,7 @@ def _string_gaps(node: dict[str, Any]) -> list[tuple[str, str]]:
         gaps.append(("pattern", "'pattern' lookahead ((?=…), (?!…)) is ignored (the rest of the pattern is enforced)"))
     if "format" in node and "pattern" in node:
         gaps.append(("pattern", "a 'pattern' beside a 'format' is not enforced (the format is); keep one"))
-    if "format" in node or "pattern" in node:
+    if ("format" in node or "pattern" in node) and not lengths_held:
         for length in ("minLength", "maxLength"):
             if length in node:
                 why = f"'{length}' beside a 'pattern' or 'format' is not enforced; write the length into the pattern"
@@ -215,8 +224,8 @@ def _string_gaps(node: dict[str, Any]) -> list[tuple[str, str]]:
     return gaps
 
 
-def _check(schema: Any, param: str) -> None:
-    for where, keyword, why in _found_why(schema, param):
+def _check(schema: Any, param: str, lengths_held: frozenset[str] = frozenset()) -> None:
+    for where, keyword, why in _found_why(schema, param, lengths_held):
         if why is not None:
             raise SchemaGrammarError(
                 f"a strict schema's {why}; or set strict false for best effort", f"{where}.{keyword}"

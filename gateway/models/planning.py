@@ -253,7 +253,7 @@ def _grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | No
     schemas = bool(chat.tools or chat.response_format)
     try:
         if schemas:
-            check_strict_schemas(chat)
+            check_strict_schemas(chat, model.family.raw_lengths_held)
         if model.grammar_budget is not None and schemas:
             # only a client's schema can cost much to compile: a chat without one builds its grammar (if its
             # family has one without tools) here, without a round trip to a compile child

@@ -12,7 +12,8 @@ import xgrammar as xgr
 from xgrammar.testing import _is_grammar_accept_string
 
 from gateway.errors import APIError
-from gateway.grammars.unenforced import strict_where_possible, unenforced_keywords
+from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.unenforced import check_strict_schemas, strict_where_possible, unenforced_keywords
 from gateway.models.planning import chat_grammar
 from gateway.types import ChatRequest
 
@@ -218,6 +219,24 @@ def test_each_string_keyword_found_is_one_xgrammar_drops(schema, refused, keywor
 )
 def test_string_keywords_a_grammar_enforces_pass(schema):
     assert unenforced_keywords(schema, "p") == []
+
+
+def test_a_length_beside_a_pattern_passes_only_where_the_family_holds_it():
+    """A family's grammar that holds a length beside a pattern at a place (Family.raw_lengths_held: DeepSeek's raw
+    strings) passes it there; any other place, and any family that holds none, is still refused."""
+    pair = {"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}
+    schema = {"type": "object", "properties": {"x": pair, "y": {"type": "array", "items": pair}}}
+    chat = ChatRequest(messages=USER, tools=[tool(schema, True)])
+    with pytest.raises(SchemaGrammarError) as refused:
+        check_strict_schemas(chat, lambda parameters: frozenset({".properties.x"}))
+    assert refused.value.param == "tools[0].function.parameters.properties.y.items.maxLength"
+    with pytest.raises(SchemaGrammarError) as refused:
+        check_strict_schemas(chat)
+    assert refused.value.param == "tools[0].function.parameters.properties.x.maxLength"
+    check_strict_schemas(
+        ChatRequest(messages=USER, tools=[tool({"type": "object", "properties": {"x": pair}}, True)]),
+        lambda parameters: frozenset({".properties.x"}),
+    )
 
 
 def test_a_strict_unknown_format_is_a_400_naming_it(tokenize_only):

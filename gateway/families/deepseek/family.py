@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from backends.base import Grammar
 from gateway.families.base import Family, OutputParser
@@ -21,7 +21,7 @@ from gateway.families.token_sections import CallSplitter
 from gateway.families.values import tool_schemas
 from gateway.types import ChatRequest
 
-from .grammar import DsmlVocabulary, build_grammar
+from .grammar import DsmlVocabulary, build_grammar, raw_lengths_held
 from .markers import EOS, GROUNDING, SECTIONS, THINK_END, THINK_START, V4, V32, V41, Dialect
 from .modes import effort_budget, thinking_enabled
 from .parser import DsmlParser, split_v3_call, split_v31_call
@@ -45,6 +45,9 @@ class DeepSeekV41Family(Family):
 
     def grammar(self, request: ChatRequest, prompt: str) -> Grammar | None:
         return build_grammar(request, self._in_reasoning(request), self.dialect, self.dsml_vocabulary)
+
+    def raw_lengths_held(self, parameters: Any) -> frozenset[str]:
+        return raw_lengths_held(parameters)
 
     @cached_property
     def dsml_vocabulary(self) -> DsmlVocabulary:

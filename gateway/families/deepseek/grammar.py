@@ -36,7 +36,9 @@ only as a whole tag `<｜DSML｜ … >`, which the parser keeps in the value as 
 model writes when it quotes DSML (a recorded V4.1 output does); an enum value
 is one of its strings, a pattern its regex where `safe_json.raw_pattern_ebnf`
 enforces it, a `minLength` / `maxLength` a counted class without `<` (`counted_classes.bounded_text`; beside a
-pattern, its one count narrowed, `length_bounded`), counted up to the closing tag. A JSON value is `safe_json`'s compact JSON whose strings exclude
+pattern, its one count that varies narrowed, `length_bounds.length_bounded`, where none can be a 400 under strict:
+`raw_lengths_held`), counted up to the closing tag. (A counted value that admits a `<` no close follows needs a rule
+per count left, ~36 ms of compile a character: bench/RESULTS.md, dsml18.) A JSON value is `safe_json`'s compact JSON whose strings exclude
 the same starts and the markers whole (they can write them escaped),
 and so is a response_format answer. Built grammars are cached by their inputs
 and vocabulary. The calls block goes to the backend as one EBNF (`gateway.grammars.ebnf_formats`), in which
@@ -54,10 +56,11 @@ from typing import Any
 from backends.base import Grammar
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
-from gateway.grammars.counted_classes import bounded_text, closed_value, is_length, length_bounded
+from gateway.grammars.counted_classes import bounded_text, closed_value, is_length
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
 from gateway.grammars.json import response_strict as answer_strict
+from gateway.grammars.length_bounds import length_bounded
 from gateway.grammars.markers import TEXT_MARKERS, MarkerTokens
 from gateway.grammars.reasoning import ThinkBlock, with_reasoning
 from gateway.grammars.safe_json import json_value_ebnf, raw_pattern_ebnf
@@ -75,6 +78,8 @@ _SCHEMA_DEFINITIONS = ("$defs", "definitions")
 _DIALECTS = (V32, V4, V41)
 _ANY_VALUE: dict[str, Any] = {}
 _MAX_REF_DEPTH = 8
+_NOT_PAIRED = frozenset({"format", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"})
+"""Keywords beside which a raw string's pattern and length are not written as one count (`raw_lengths_held`)."""
 _OPENING_TAG = "<" + DSML
 _CLOSING_TAG = "</" + DSML
 _TAG_BODY = r'([^"<>｜]|"[^"<｜]*")*>'
@@ -320,9 +325,12 @@ class _Writer:
         pattern = raw_string_pattern(schema, where.param, where.strict)
         ebnf = raw_pattern_ebnf(pattern, f"{where.param}.pattern", True) if isinstance(pattern, str) else None
         bounds = _length_bounds(schema, where)
-        if bounds is not None and ebnf is not None:
-            ebnf = length_bounded(ebnf, *bounds) or ebnf  # not simple: the pattern alone (strict refused it before)
-        elif bounds is not None and pattern is None:  # a pattern left out (it needs `<`): the length too
+        if bounds is not None and pattern is not None:
+            bounded = length_bounded(ebnf, *bounds) if ebnf is not None else None
+            if bounded is None and where.strict:
+                raise _length_beside_pattern(schema, where)
+            ebnf = bounded or ebnf  # best effort: the pattern alone (left out too where it needs `<`)
+        elif bounds is not None:
             ebnf = bounded_text(
                 *bounds, excluded="".join({s[0] for s in (_OPENING_TAG, *self.vocabulary.raw_excludes)})
             )
@@ -339,6 +347,30 @@ class _Writer:
         if ebnf is None:
             ebnf = json_value_ebnf(fallback, spellings, param, True, in_strings=in_strings)
         return {"type": "grammar", "grammar": ebnf}
+
+
+def raw_lengths_held(parameters: Any) -> frozenset[str]:
+    """The places (`.properties.x`) of a tool's `parameters` whose raw string value holds its `pattern` and its
+    `minLength` / `maxLength` together, a strict build refusing a pair it cannot hold exactly (`string_value`): a
+    property of type string alone, without a `format`, union, reference or listed values (Family.raw_lengths_held)."""
+    properties = parameters.get("properties") if isinstance(parameters, dict) else None
+    if not isinstance(properties, dict):
+        return frozenset()
+    return frozenset(f".properties.{name}" for name, schema in properties.items() if _raw_pair(schema))
+
+
+def _raw_pair(schema: Any) -> bool:
+    """Whether `schema` is a raw string with a `pattern` and a length (each given one counted: `is_length`) that
+    `string_value` writes together."""
+    lengths = [schema[k] for k in ("minLength", "maxLength") if k in schema] if isinstance(schema, dict) else []
+    return (
+        isinstance(schema, dict)
+        and schema.get("type") in ("string", ["string"])
+        and isinstance(schema.get("pattern"), str)
+        and bool(lengths)
+        and all(map(is_length, lengths))
+        and not _NOT_PAIRED & schema.keys()
+    )
 
 
 @dataclass(frozen=True)
@@ -364,6 +396,19 @@ def _length_bounds(schema: Any, where: _Where) -> tuple[int, int | None] | None:
             )
         high = None
     return low or 0, high
+
+
+def _length_beside_pattern(schema: dict[str, Any], where: _Where) -> SchemaGrammarError:
+    """The strict 400 for a length the raw value cannot hold exactly with its pattern, named as unenforced.py names
+    a length beside a pattern (its first length keyword)."""
+    keyword = next(k for k in ("minLength", "maxLength") if k in schema)
+    return SchemaGrammarError(
+        f"a strict schema's '{keyword}' beside this 'pattern' is not enforced on this model's raw string arguments "
+        "(only a pattern of literals and character classes with one count that varies, or whose counts imply the "
+        "length, and whose strings have such a length); write the length into the pattern, or set strict false for "
+        "best effort",
+        f"{where.param}.{keyword}",
+    )
 
 
 def _value_kinds(schema: Any, root: Any, depth: int = 0) -> tuple[bool, bool]:
