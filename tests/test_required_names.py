@@ -10,6 +10,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import xgrammar
 
 from gateway.grammars.all_of import SiblingGap
 from gateway.grammars.json import SchemaGrammarError
@@ -97,6 +98,17 @@ def test_random_values_near_the_schema_are_taken_iff_valid(
     assert len({verdicts[t] for t in texts}) == 2  # the draws hold both valid and invalid values
     wrong = [text for text, valid in verdicts.items() if accepts(ebnf, text) != valid]
     assert not wrong, wrong
+
+
+def test_xgrammar_reads_a_ref_alone() -> None:
+    """Why a `required` beside a `$ref` is folded with its target: xgrammar 0.2.9's own grammar drops every keyword
+    beside the reference (its `required`, even a `type` that refuses the target's objects)."""
+    dropped = {**REFERENCED, "type": "string"}
+    own = str(xgrammar.Grammar.from_json_schema(json.dumps(dropped), any_whitespace=False))
+    assert accepts(own, "{}") and accepts(own, '{"x": 1}') and not accepts(own, '"s"')
+    assert not jsonschema.Draft202012Validator(dropped).is_valid({})
+    ebnf = json_value_ebnf(REFERENCED, SPELLINGS, "p", True, exact=True)
+    assert not accepts(ebnf, "{}") and accepts(ebnf, '{"x": 1, "z": 1}')  # fails before: `{}` taken
 
 
 def test_xml_arguments_write_the_required_name() -> None:
