@@ -39,6 +39,9 @@ PATTERNS_REST = {"type": "object", "patternProperties": {"^b": {"type": "integer
 A = {"type": "object", "properties": {"x": {"type": "integer"}}, "additionalProperties": {"enum": [1, "s"]}}
 REFERENCED = {"$ref": "#/$defs/A", "required": ["x", "z"], "$defs": {"A": A}}
 """xgrammar 0.2.9 reads a `$ref` alone: A's objects, `x` and `z` optional."""
+CHAINED = {"$ref": "#/$defs/R", "required": ["z"], "$defs": {"R": {"$ref": "#/$defs/Q", "required": ["x"]},
+           "Q": {"$ref": "#/$defs/A"}, "A": A}}  # fmt: skip
+"""A target that is a `$ref` with a `required` beside too, to one that is only a `$ref`: each hop folded."""
 CASES = [  # each schema, its names no `properties` lists (the grammar writes them last), candidates
     (
         UNLISTED,
@@ -65,6 +68,7 @@ CASES = [  # each schema, its names no `properties` lists (the grammar writes th
         ["z"],
         ['{"x": 1, "z": "s"}', '{"x": 1, "z": 1}', '{"x": 1}', '{"z": 1}', '{"x": 1, "z": 2}', "{}"],
     ),
+    (CHAINED, ["z"], ['{"x": 1, "z": "s"}', '{"x": 1}', '{"z": 1}', '{"x": 1, "z": 2}', "{}"]),
 ]
 
 

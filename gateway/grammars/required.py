@@ -31,8 +31,8 @@ from gateway.grammars.key_patterns import searched
 _OBJECT_KEYWORDS = ("properties", "additionalProperties", "patternProperties")
 """Keywords that make xgrammar read a schema with no `type` as an object (without one, `required` alone: any value)."""
 _APPLICATORS = ("anyOf", "oneOf", "allOf", "$ref", "$dynamicRef", "if", "dependentSchemas")
-_SAYS_TYPE = frozenset({"type", "enum", "const", "anyOf", "oneOf", *_OBJECT_KEYWORDS})
-"""Keywords by which xgrammar writes a schema as other than any value."""
+_SAYS_TYPE = frozenset({"type", "enum", "const", "anyOf", "oneOf", "$ref", *_OBJECT_KEYWORDS})
+"""Keywords by which xgrammar writes a schema as other than any value (a `$ref`: its target's)."""
 _MAX_INLINED = 256
 """`$ref` targets folded with a `required` beside them, per schema (each may double it)."""
 _ROOT_ONLY = ("$defs", "definitions")

@@ -24,7 +24,7 @@ every required one must come, optional ones may: after each member that may come
 tails, one rule each (`_members`: linear in the members, where one alternative per first member with a copy of
 the members after it spelled n optional ones out n²/2 times). A required name that `properties` does not list is
 written after them with the schema `additionalProperties` gives it (absent: any value), declared as the JSON
-grammars declare it (`gateway.grammars.required`, after the union fold and a `$ref`'s merge); where it cannot be
+grammars declare it (`gateway.grammars.required`, after the union fold and a `$ref`'s fold); where it cannot be
 (`additionalProperties: false`…), a SchemaGrammarError naming the `required` under strict, else the object as before.
 Names `properties` does not list are written as xgrammar 0.2.9 writes them (`others_schema`): beside
 `additionalProperties` (else `unevaluatedProperties`) `true` or a schema, any number after the declared members,
