@@ -119,6 +119,12 @@ def test_xml_arguments_write_the_required_name() -> None:
     ebnf = xml_value_ebnf(UNLISTED, "qwen_xml", SPELLINGS, "p", True)
     assert accepts(ebnf, "<parameter=a>\nx\n</parameter>\n<parameter=b>\n1\n</parameter>")
     assert not accepts(ebnf, "<parameter=a>\nx\n</parameter>")  # fails before: taken, b never written
+    ebnf = xml_value_ebnf(REFERENCED, "qwen_xml", SPELLINGS, "p", True)
+    assert accepts(ebnf, "<parameter=x>\n1\n</parameter>\n<parameter=z>\ns\n</parameter>")
+    assert not accepts(ebnf, "<parameter=x>\n1\n</parameter>")  # fails before: z never required
+    ebnf = xml_value_ebnf(PATTERNS, "qwen_xml", SPELLINGS, "p", True)
+    assert accepts(ebnf, "<parameter=bc>\n3\n</parameter>")
+    assert not accepts(ebnf, "<parameter=bc>\n2\n</parameter>") and not accepts(ebnf, "")  # fails before: "" taken
 
 
 NOTHING = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"],
