@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 
 from gateway.families.gemma4.grammar import build_grammar
 from gateway.grammars.json import SchemaGrammarError
+from gateway.grammars.safe_json import json_value_ebnf
 from tests.gemma4_calls import Calls, byte_compiler, byte_tokenizer, one_tool
 from tests.schema_language import atoms, sample
 
@@ -36,12 +37,27 @@ NESTED = {"type": "object", "properties": {"o": {"$ref": "#/$defs/P"}}, "require
           "required": ["x", "y"], "additionalProperties": {"enum": [1, "s"]}}}}  # fmt: skip
 BRANCHES = {"type": "object", "properties": {"k": {"type": "integer"}},
             "anyOf": [{"required": ["k"]}, {"required": ["z"]}]}  # fmt: skip
+REFERENCED = {"type": "object", "properties": {"o": {"$ref": "#/$defs/P", "required": ["y", "z"]}}, "required": ["o"],
+              "additionalProperties": False, "$defs": {"P": {"type": "object", "properties": {"x": {"type": "integer"},
+              "y": {"type": "integer"}}, "required": ["x"], "additionalProperties": {"enum": [1, "s"]}}}}  # fmt: skip
+"""A `required` beside a `$ref`: both asserted (the keywords beside once replaced the target's: `x` not required)."""
 CASES = [  # each schema, the names an object drawn writes (in the order the grammar writes them), the name it is
     # nested under (its other names then refused there by `additionalProperties: false`), and candidates
     (TOP, ["city", "days"], None, [{"city": "x", "days": 1}, {"city": "x", "days": {"q": [None]}}, {"city": "x"}]),
     (TYPED_REST, ["city", "days"], None, [{"city": "x", "days": 3}, {"city": "x", "days": 2}, {"city": "x"}]),
     (NESTED, ["x", "y"], "o", [{"o": {"x": 1, "y": "s"}}, {"o": {"x": 1, "y": 2}}, {"o": {"x": 1}}]),
     (BRANCHES, ["k", "z"], None, [{"k": 1}, {"z": 0}, {"k": 1, "z": [0]}, {}, {"k": "1", "z": 0}]),
+    (
+        REFERENCED,
+        ["x", "y", "z"],
+        "o",
+        [
+            {"o": {"x": 1, "y": 2, "z": "s"}},
+            {"o": {"y": 2, "z": 1}},
+            {"o": {"x": 1, "y": 2}},
+            {"o": {"x": 1, "y": 2, "z": 2}},
+        ],
+    ),
 ]
 
 
@@ -109,3 +125,31 @@ def test_a_name_that_cannot_be_declared_is_refused_under_strict(
         build_grammar(one_tool(schema, strict=True), tokenizer)
     assert refused.value.param == f"tools[0].function.parameters{where}.required" and '"b"' in str(refused.value)
     assert build_grammar(one_tool(schema), tokenizer) is not None
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"o": {"$ref": "#/$defs/Any", "required": ["b"]}}, "$defs": {"Any": {}}},
+        {"type": "object", "properties": {"o": {"$ref": "#/$defs/N", "required": ["b"]}},
+         "$defs": {"N": {"type": "object", "additionalProperties": False}}},
+        REFERENCED,
+    ],
+)  # fmt: skip
+def test_a_required_beside_a_ref_is_refused_where_the_json_grammars_refuse_it(
+    tokenizer: Tokenizer, schema: dict[str, Any]
+) -> None:
+    """Under strict both refuse the same `required` (the target says no type; no object matches both), or neither."""
+    param = "tools[0].function.parameters"
+    refusals = []
+    for build in (
+        lambda: build_grammar(one_tool(schema, strict=True), tokenizer),
+        lambda: json_value_ebnf(schema, ("<|im_end|>",), param, True, exact=True),
+    ):
+        try:
+            build()
+            refusals.append(None)
+        except SchemaGrammarError as exc:
+            refusals.append(exc.param)
+    assert refusals[0] == refusals[1]
+    assert refusals[0] in (None, f"{param}.properties.o.required") and (refusals[0] is None) == (schema is REFERENCED)

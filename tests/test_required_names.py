@@ -10,6 +10,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import xgrammar
 
 from gateway.grammars.all_of import SiblingGap
 from gateway.grammars.json import SchemaGrammarError
@@ -29,6 +30,18 @@ DEEP = {"type": "array", "items": {"$ref": "#/$defs/P"}, "maxItems": 2, "$defs":
     "additionalProperties": {"enum": [1, "s"]}}}}  # fmt: skip
 BRANCHES = {"type": "object", "properties": {"k": {"type": "integer"}},
             "anyOf": [{"required": ["k"]}, {"required": ["z"]}]}  # fmt: skip
+PATTERNS = {"type": "object", "patternProperties": {"^b": {"type": "integer"}, "c$": {"type": "number", "minimum": 3}},
+            "required": ["bc"], "additionalProperties": {"type": "string"}}  # fmt: skip
+"""`bc` matches both patterns: an integer of at least 3."""
+PATTERNS_REST = {"type": "object", "patternProperties": {"^b": {"type": "integer"}}, "required": ["z"],
+                 "additionalProperties": {"enum": [1, "s"]}}  # fmt: skip
+"""`z` matches no pattern: additionalProperties' schema."""
+A = {"type": "object", "properties": {"x": {"type": "integer"}}, "additionalProperties": {"enum": [1, "s"]}}
+REFERENCED = {"$ref": "#/$defs/A", "required": ["x", "z"], "$defs": {"A": A}}
+"""xgrammar 0.2.9 reads a `$ref` alone: A's objects, `x` and `z` optional."""
+CHAINED = {"$ref": "#/$defs/R", "required": ["z"], "$defs": {"R": {"$ref": "#/$defs/Q", "required": ["x"]},
+           "Q": {"$ref": "#/$defs/A"}, "A": A}}  # fmt: skip
+"""A target that is a `$ref` with a `required` beside too, to one that is only a `$ref`: each hop folded."""
 CASES = [  # each schema, its names no `properties` lists (the grammar writes them last), candidates
     (
         UNLISTED,
@@ -44,6 +57,18 @@ CASES = [  # each schema, its names no `properties` lists (the grammar writes th
         ["[]", '[{"x": 1, "y": 1}]', '[{"x": 1, "y": "s"}, {"x": 2, "y": 1}]', '[{"x": 1}]', '[{"x": 1, "y": 2}]'],
     ),
     (BRANCHES, ["z"], ['{"k": 1}', '{"z": 0}', '{"k": 1, "z": [0]}', "{}", '{"k": "1", "z": 0}']),
+    (
+        PATTERNS,
+        ["bc", "z"],
+        ['{"bc": 3}', '{"bc": 2}', '{"bc": 3.5}', '{"bc": "3"}', '{"bc": 3, "z": "s"}', '{"bc": 3, "z": 1}', "{}"],
+    ),
+    (PATTERNS_REST, ["z"], ['{"z": 1}', '{"z": "s"}', '{"z": 1, "b": 2}', '{"z": 2}', '{"b": 1}', "{}"]),
+    (
+        REFERENCED,
+        ["z"],
+        ['{"x": 1, "z": "s"}', '{"x": 1, "z": 1}', '{"x": 1}', '{"z": 1}', '{"x": 1, "z": 2}', "{}"],
+    ),
+    (CHAINED, ["z"], ['{"x": 1, "z": "s"}', '{"x": 1}', '{"z": 1}', '{"x": 1, "z": 2}', "{}"]),
 ]
 
 
@@ -79,32 +104,56 @@ def test_random_values_near_the_schema_are_taken_iff_valid(
     assert not wrong, wrong
 
 
+def test_xgrammar_reads_a_ref_alone() -> None:
+    """Why a `required` beside a `$ref` is folded with its target: xgrammar 0.2.9's own grammar drops every keyword
+    beside the reference (its `required`, even a `type` that refuses the target's objects)."""
+    dropped = {**REFERENCED, "type": "string"}
+    own = str(xgrammar.Grammar.from_json_schema(json.dumps(dropped), any_whitespace=False))
+    assert accepts(own, "{}") and accepts(own, '{"x": 1}') and not accepts(own, '"s"')
+    assert not jsonschema.Draft202012Validator(dropped).is_valid({})
+    ebnf = json_value_ebnf(REFERENCED, SPELLINGS, "p", True, exact=True)
+    assert not accepts(ebnf, "{}") and accepts(ebnf, '{"x": 1, "z": 1}')  # fails before: `{}` taken
+
+
 def test_xml_arguments_write_the_required_name() -> None:
     ebnf = xml_value_ebnf(UNLISTED, "qwen_xml", SPELLINGS, "p", True)
     assert accepts(ebnf, "<parameter=a>\nx\n</parameter>\n<parameter=b>\n1\n</parameter>")
     assert not accepts(ebnf, "<parameter=a>\nx\n</parameter>")  # fails before: taken, b never written
+    ebnf = xml_value_ebnf(REFERENCED, "qwen_xml", SPELLINGS, "p", True)
+    assert accepts(ebnf, "<parameter=x>\n1\n</parameter>\n<parameter=z>\ns\n</parameter>")
+    assert not accepts(ebnf, "<parameter=x>\n1\n</parameter>")  # fails before: z never required
+    ebnf = xml_value_ebnf(PATTERNS, "qwen_xml", SPELLINGS, "p", True)
+    assert accepts(ebnf, "<parameter=bc>\n3\n</parameter>")
+    assert not accepts(ebnf, "<parameter=bc>\n2\n</parameter>") and not accepts(ebnf, "")  # fails before: "" taken
 
 
 NOTHING = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a", "b"],
            "additionalProperties": False}  # fmt: skip
-PATTERNED = {"type": "object", "patternProperties": {"^b": {"type": "integer"}}, "required": ["b"]}
 
 
 @pytest.mark.parametrize(
-    "schema",
+    ("schema", "where"),
     [
-        NOTHING,
-        PATTERNED,
-        {"type": "object", "properties": {"o": NOTHING}},
-        {**UNEVALUATED, "unevaluatedProperties": False},
+        (NOTHING, ""),
+        ({"type": "object", "properties": {"o": NOTHING}}, ".properties.o"),
+        ({**UNEVALUATED, "unevaluatedProperties": False}, ""),
+        ({"type": "object", "patternProperties": {"^(b)\\1": {}}, "required": ["b"]}, ""),  # a back-reference
+        ({"type": "object", "patternProperties": {"^b": {"type": "integer"}, "b$": {"type": "string"}},
+          "required": ["b"]}, ""),  # both match: no value is both
+        ({"type": "object", "properties": {"o": {"$ref": "#/$defs/N", "required": ["b"]}},
+          "$defs": {"N": {"type": "object", "additionalProperties": False}}}, ".properties.o"),
+        ({"type": "object", "properties": {"o": {"$ref": "#/$defs/Any", "required": ["b"]}}, "$defs": {"Any": {}}},
+         ".properties.o"),  # the target says no type: any value
+        ({"type": "object", "properties": {"o": {"$ref": "#/$defs/P", "properties": {"c": {}}, "required": ["b"]}},
+          "$defs": {"P": {"type": "object", "patternProperties": {"^a": {}}}}}, ".properties.o"),  # not folded
+        ({"type": "object", "properties": {"o": {"$ref": "#", "required": ["b"]}}}, ".properties.o.properties.o"),
     ],
-)
-def test_a_name_that_cannot_be_declared_is_refused_under_strict(schema: dict[str, Any]) -> None:
-    where = "p.properties.o" if "o" in schema.get("properties", {}) else "p"
+)  # fmt: skip
+def test_a_name_that_cannot_be_declared_is_refused_under_strict(schema: dict[str, Any], where: str) -> None:
     with pytest.raises(SchemaGrammarError) as refused:  # fails before: a grammar taking objects without b
         json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
-    assert refused.value.param == f"{where}.required" and '"b"' in str(refused.value)
-    assert unenforced_keywords(schema, "p") == [(where, "required")]
+    assert refused.value.param == f"p{where}.required" and '"b"' in str(refused.value)
+    assert unenforced_keywords(schema, "p") == [(f"p{where}", "required")]
     assert not strict_able({"type": "function", "function": {"name": "f", "parameters": schema}})
     json_value_ebnf(schema, SPELLINGS, "p", True)  # best effort: built as before, the name reported above
 

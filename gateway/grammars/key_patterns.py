@@ -12,6 +12,8 @@ has no such rules (None): the caller keeps xgrammar's key. Where the style bound
 characters, none of `>` or a newline, which its parser cannot read back), the walk counts the characters, and a
 state in a pattern's closing loop (`[a-z]+`) ends in a count of blocks of 8 (`_loop_rules`: ~60 ms to compile
 `^[a-z]+$` on Qwen3's vocabulary, 64 chained states ~180 ms).
+The same automaton says whether JSON Schema's pattern matches a name (`searched`: searched in it, every start
+followed at once, in bounded work; required.py declares a required name by the patterns it matches).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class _Automaton:
     def __init__(self) -> None:
         self.chars: list[Chars] = []
         self.follow: list[set[int]] = []
+        self.possessive = False
 
     def position(self, chars: Chars) -> _Part:
         if len(self.chars) >= _MOST_STATES:
@@ -132,6 +135,7 @@ class _Automaton:
                 first, last, nullable = first | f, last | la, nullable or n
             return first, last, nullable
         if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+            self.possessive |= op is sre.POSSESSIVE_REPEAT  # `a*+a` matches nothing: not this automaton's language
             return self.repeat(*av)
         raise _Unsupported
 
@@ -183,6 +187,7 @@ class Parsed:
         items = list(parsed)
         self.begins = bool(items) and items[0] == (sre.AT, sre.AT_BEGINNING)
         self.ends = len(items) > int(self.begins) and items[-1][0] is sre.AT and items[-1][1] != sre.AT_BEGINNING
+        self.ends_as_z = self.ends and items[-1][1] == sre.AT_END_STRING
         self.automaton = _Automaton()
         self.first, self.last, self.nullable = self.automaton.sequence(items, edges=True)
 
@@ -201,6 +206,27 @@ class Parsed:
 
         return max((depth(p) for p in self.first), default=0)
 
+    def searches(self, text: str, most_work: int) -> bool | None:
+        """Whether a part of `text` is a full match (at its start where `^` opens the pattern, at its end where `$`
+        closes it), every start followed at once: at most the automaton's positions a character; None past
+        `most_work` (each position a character reaches, and 32 edges followed, one unit)."""
+        chars, follow = self.automaton.chars, self.automaton.follow
+        active: set[int] = set()
+        for k in range(len(text) + 1):
+            starts = not self.begins or k == 0
+            if (active & self.last or (starts and self.nullable)) and (not self.ends or k == len(text)):
+                return True
+            if k == len(text) or not (active or starts):
+                return False
+            point = ord(text[k])
+            nexts = [follow[p] for p in active] + ([self.first] if starts else [])
+            reached = set().union(*nexts)
+            most_work -= len(reached) + sum(map(len, nexts)) // 32
+            if most_work < 0:
+                return None
+            active = {q for q in reached if _holds(chars[q], point)}
+        return False
+
 
 def parsed_pattern(pattern: str) -> Parsed | None:
     """`pattern`'s automaton, or None where its syntax is not followed, a class is empty or it passes
@@ -210,6 +236,23 @@ def parsed_pattern(pattern: str) -> Parsed | None:
     except (_Unsupported, sre.error, RecursionError, OverflowError):
         return None
     return None if any(not chars for chars in parsed.automaton.chars) else parsed
+
+
+_SEARCH_WORK = 200_000
+"""Work `searched` does for one name at most (`Parsed.searches`: ~0.05 s of CPU)."""
+
+
+def searched(pattern: str, name: str) -> bool | None:
+    """Whether JSON Schema's `pattern` matches `name` (searched in it, not anchored), in time bounded by
+    `_SEARCH_WORK`; None where this cannot say exactly: a name not of printable ASCII (`.`, `\\d`, `\\w`, `\\s` mean
+    the same there in ECMA 262, Python and xgrammar), syntax the automaton does not follow, a possessive repeat,
+    `\\Z` (ECMA 262 reads a `Z`), or past the bound."""
+    if not all(" " <= c <= "~" for c in name):
+        return None
+    parsed = parsed_pattern(pattern)
+    if parsed is None or parsed.automaton.possessive or parsed.ends_as_z:
+        return None
+    return parsed.searches(name, _SEARCH_WORK)
 
 
 def key_pattern_rules(

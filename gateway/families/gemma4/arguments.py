@@ -4,7 +4,9 @@
 between them `any_tokens` excluding every special token), numbers as regexes, true / false /
 null, arrays and nested objects, sent as one EBNF (`gateway.grammars.ebnf_formats`: a format object held in several
 places is one rule there, referred to). Formats have no references of their own, so a schema is spelled out whole:
-* a local `$ref` (`#`, `#/$defs/X`, any JSON pointer into the tool's parameters) is inlined; a reference to
+* a local `$ref` (`#`, `#/$defs/X`, any JSON pointer into the tool's parameters) is inlined, the keywords beside it
+  folded with its target (both asserted: `gateway.grammars.conjoined`; where that is not exact, a SchemaGrammarError
+  naming the keyword under strict, else the keywords in place of the target's); a reference to
   itself (a recursive schema), a remote one or one that does not resolve has no format (None);
 * a schema with no `type` (nor literal, union or `$ref`) is read as xgrammar 0.2.9 reads it for the other families'
   JSON (`implied_type`): an object beside `properties` / `additionalProperties` / `unevaluatedProperties`, else an
@@ -22,7 +24,7 @@ every required one must come, optional ones may: after each member that may come
 tails, one rule each (`_members`: linear in the members, where one alternative per first member with a copy of
 the members after it spelled n optional ones out n²/2 times). A required name that `properties` does not list is
 written after them with the schema `additionalProperties` gives it (absent: any value), declared as the JSON
-grammars declare it (`gateway.grammars.required`, after the union fold and a `$ref`'s merge); where it cannot be
+grammars declare it (`gateway.grammars.required`, after the union fold and a `$ref`'s fold); where it cannot be
 (`additionalProperties: false`…), a SchemaGrammarError naming the `required` under strict, else the object as before.
 Names `properties` does not list are written as xgrammar 0.2.9 writes them (`others_schema`): beside
 `additionalProperties` (else `unevaluatedProperties`) `true` or a schema, any number after the declared members,
@@ -45,11 +47,13 @@ best effort drops them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
+from gateway.grammars.conjoined import conjoined
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.free_names import free_name_rules
 from gateway.grammars.json import ARRAY_SIGNS, OBJECT_SIGNS, SchemaGrammarError, compact_json_ebnf
@@ -197,14 +201,27 @@ class ArgumentFormats:
         return build[kind]() if kind in build else None
 
     def _reference(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
-        """A local `$ref` inlined (its sibling keywords kept); None for a recursive, remote or dangling one."""
+        """A local `$ref` inlined, the keywords beside it folded with its target (`conjoined`: both asserted, as
+        the JSON grammars fold a `required` beside one); None for a recursive, remote or dangling one."""
         ref = schema["$ref"]
         target = resolve_pointer(self._root, ref) if isinstance(ref, str) and ref not in self._inlining else None
         if not isinstance(target, dict):
             return None
+        beside = {k: v for k, v in schema.items() if k != "$ref"}
+        merged = {**target, **beside}  # a target that is a `$ref` too: followed next, with these beside it
+        if beside.keys() & SIBLING_ASSERTIONS and "$ref" not in target:
+            try:
+                merged, reason = conjoined([target, beside], where), "no value matches both"
+            except SchemaGrammarError as exc:
+                merged, reason = None, str(exc).removeprefix("the JSON schema cannot be enforced: ")
+            if not isinstance(merged, dict):
+                keyword = "required" if "required" in beside else unfolded_keyword(beside, [target])
+                names = f"{json.dumps(beside['required'], ensure_ascii=False)} " if keyword == "required" else ""
+                self._dropped(where, keyword, f"{names}beside '$ref' is not folded with its target {ref} ({reason})")
+                merged = {**target, **beside}
         self._inlining.append(ref)
         try:
-            return self._value({**target, **{k: v for k, v in schema.items() if k != "$ref"}}, depth, where)
+            return self._value(merged, depth, where)
         finally:
             self._inlining.pop()
 
@@ -360,7 +377,7 @@ class ArgumentFormats:
 
     def _object(self, schema: dict[str, Any], depth: int, where: str) -> Format | None:
         if undeclared(schema):  # its required names written too, as the JSON grammars declare them (required.py)
-            schema = declared_required(schema, where, self._strict)
+            schema = declared_required(schema, where, self._strict, root=self._root)
         properties = schema.get("properties")
         other = others_schema(schema)
         if not isinstance(properties, dict) or not properties:
