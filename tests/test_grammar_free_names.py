@@ -4,9 +4,13 @@ name's prefix and extensions stay free names."""
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +21,8 @@ from gateway.grammars.json import SchemaGrammarError
 from gateway.grammars.key_patterns import key_pattern_rules
 from gateway.grammars.safe_json import xml_value_ebnf
 from gateway.grammars.unmatched_names import unmatched_name_rules
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SCHEMA = {
     "type": "object",
@@ -214,3 +220,22 @@ def test_free_names_beside_a_pattern_stay_within_the_bound() -> None:
     chained = _taker("\n".join(["root ::= name", rules, *_tail_rules(tails, "name")]))  # a chain into a chain
     assert chained("x_a1" + "a" * 53) and chained("x_" + "a" * 30 + "1" + "a" * 20) and chained("x_a_")
     assert not chained("x_a1" + "a" * 61) and not chained("x_ab1") and not chained("x_a1b") and not chained("x_a")
+
+
+def test_free_name_rules_are_the_same_under_every_hash_seed():
+    """The rules (and so a grammar's text, its cache key) do not depend on the order a set of names iterates in."""
+    script = (
+        "from gateway.grammars.free_names import free_name_rules\n"
+        "print(free_name_rules(['alpha', 'beta', 'bet', 'gamma', 'al', 'zeta', 'zed'], 12, 'r'))\n"
+    )
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": str(seed), "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in range(1, 5)
+    }
+    assert len(texts) == 1

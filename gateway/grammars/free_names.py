@@ -52,7 +52,7 @@ def free_name_rules(declared: Iterable[str], most: int | None, rule: str) -> str
     tails: dict[int | None, str] = {}
     lines: list[str] = []
     bodies: dict[str, str] = {}
-    for prefix in sorted(trie, key=len, reverse=True):  # a node's children first: one that writes nothing is left out
+    for prefix in sorted(trie, key=lambda p: (-len(p), p)):  # a node's children first; the same order every run
         nexts = trie[prefix]
         alternatives = [f'("{c}" {ids[prefix + c]})' for c in sorted(nexts) if prefix + c in ids]
         left = None if most is None else shared_bound(most - len(prefix) - 1)
