@@ -35,6 +35,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from gateway.grammars.ecma_patterns import PatternSearch, Unchecked
 from gateway.grammars.json import SchemaGrammarError
 
 _LEAST = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
@@ -118,17 +119,23 @@ class _Folder:
         self.inlining: list[str] = []
         self.inlined = 0
         self.copied = 0
+        self.search = PatternSearch()
+        self.settling = 0
+        """Above 0 while the branches of a union none of which admits a value are folded again, none left out."""
 
-    def fold(self, schema: Any, where: str) -> Any:
+    def fold(self, schema: Any, where: str, branch: bool = False) -> Any:
+        """`schema` folded; where it is a union's `branch` and admits no value, _Empty (the union leaves it out)."""
         if isinstance(schema, list):
             return [self.fold(s, f"{where}[{i}]") for i, s in enumerate(schema)]
         if not isinstance(schema, dict):
             return schema
-        out = {k: self._folded_value(k, v, where) if isinstance(v, (dict, list)) else v for k, v in schema.items()}
+        out = {
+            k: self._folded_value(k, v, where, branch) if isinstance(v, (dict, list)) else v for k, v in schema.items()
+        }
         branches = out.pop("allOf", None)
         if not isinstance(branches, list):
             out = out if branches is None else {**out, "allOf": branches}
-            return self._unions(self._listed(out, where), where)
+            return self._unions(self._listed(out, where, branch), where, branch)
         own = {k: v for k, v in out.items() if k not in _KEEP_ON_ROOT}
         parts = _parts(own, branches)
         if len(parts) > 1:
@@ -138,8 +145,10 @@ class _Folder:
                 "the JSON schema cannot be enforced: an allOf branch that is no object", self.param
             )
         try:
-            merged = self._merged_parts(parts, where)
+            merged = self._merged_parts(parts, where, branch)
         except _Empty as exc:  # xgrammar refuses a `false` schema: an allOf that admits nothing is refused
+            if branch:
+                raise
             raise SchemaGrammarError(str(exc), self.param) from None
         return {**{k: v for k, v in out.items() if k in _KEEP_ON_ROOT}, **merged}
 
@@ -165,10 +174,11 @@ class _Folder:
             )
         return self._merged_parts(parts, where)
 
-    def _merged_parts(self, parts: list[dict[str, Any]], where: str) -> dict[str, Any]:
-        """The one schema object asserting every part (each a folded schema object), its unions folded."""
+    def _merged_parts(self, parts: list[dict[str, Any]], where: str, branch: bool = False) -> dict[str, Any]:
+        """The one schema object asserting every part (each a folded schema object), its unions folded (_Empty where
+        it admits no value and is a union's `branch`)."""
         if len(parts) == 1:
-            return self._unions(parts[0], where)
+            return self._unions(parts[0], where, branch)
         special: dict[str, Any] = {}
         for group, mergeable in zip(_BOUND_GROUPS, _MERGEABLE, strict=True):
             saying = [p for p in parts if p.keys() & group]
@@ -192,7 +202,7 @@ class _Folder:
             undeclared = set(merged.get("required") or ()) - set(merged.get("properties") or ())
             if undeclared:  # required, yet no name outside `properties` allowed
                 raise _Empty("the JSON schema cannot be enforced: a required property no schema allows", self.param)
-        return self._unions(_values_admitted(merged, self.param), where)
+        return self._unions(_values_admitted(merged, self.param, self.search), where, branch)
 
     def _merged_group(self, used: set[str], parts: list[dict[str, Any]], where: str) -> dict[str, Any]:
         """`items` (each part's, all asserted), or `properties` with `additionalProperties`: a member is each part's
@@ -222,9 +232,10 @@ class _Folder:
             out["additionalProperties"] = rest
         return out
 
-    def _unions(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+    def _unions(self, node: dict[str, Any], where: str, branch: bool = False) -> dict[str, Any]:
         """`node` with the assertions beside its `anyOf` (else `oneOf`) folded into each of its branches (a branch
-        that then admits nothing left out); where a branch does not fold, a SiblingGap."""
+        that then admits nothing left out; none left: _Empty where `node` is a union's `branch`, else each kept
+        alone as a SiblingGap); where a branch does not fold, a SiblingGap."""
         if "anyOf" not in node and "oneOf" not in node:
             return node
         key = next((k for k in UNIONS if isinstance(node.get(k), list) and node[k]), None)
@@ -235,30 +246,35 @@ class _Folder:
         if self.copied <= _MAX_COPIED:  # each fold walks the keywords beside (a lone branch's too) once per copy
             self.copied += _size(beside, _MAX_COPIED + 1) * max(1, len(branches) - 1)
         folded: list[Any] = []
-        for i, branch in enumerate(branches):
+        for i, option in enumerate(branches):
             try:
                 if self.copied > _MAX_COPIED:
                     raise SchemaGrammarError(f"would copy more than {_MAX_COPIED} schema values into its branches", "")
-                one = self.conjunction([beside, branch], f"{where}.{key}[{i}]")
+                one = self.conjunction([beside, option], f"{where}.{key}[{i}]")
             except SchemaGrammarError as exc:
-                one = self._gap(where, key, beside, branch, str(exc))
+                one = self._gap(where, key, beside, option, str(exc))
             if one is not False:
                 folded.append(one)
         if not folded:
+            if branch:
+                raise _Empty("the JSON schema cannot be enforced: no branch would admit a value", self.param)
             folded = [self._gap(where, key, beside, b, "no branch would admit a value") for b in branches]
         kept = {k: v for k, v in node.items() if k not in beside or k == key}
         return {**kept, key: folded}
 
-    def _listed(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+    def _listed(self, node: dict[str, Any], where: str, branch: bool) -> dict[str, Any]:
         """`node` whose `const` / `enum` keeps only the values its sibling assertions admit (`_values_admitted`);
-        where they cannot be checked or admit none, a SchemaGrammarError naming the keyword's place when exact, else
-        `node` as it was (the siblings not enforced, as xgrammar does) and a SiblingGap."""
+        where they admit none and `node` is a union's `branch`, _Empty; where they cannot be checked or admit none,
+        a SchemaGrammarError naming the keyword's place when exact, else `node` as it was (the siblings not
+        enforced, as xgrammar does) and a SiblingGap."""
         keyword = next((k for k in _VALUE_KEYWORDS if k in node), None)
         if keyword is None or not (node.keys() - set(_VALUE_KEYWORDS)) & SIBLING_ASSERTIONS:
             return node
         try:
-            return _values_admitted(node, self.param)
+            return _values_admitted(node, self.param, self.search)
         except SchemaGrammarError as exc:
+            if branch and isinstance(exc, _Empty):
+                raise
             reason = str(exc).removeprefix("the JSON schema cannot be enforced: ")
             why = f"'{keyword}' values beside other assertions are written alone ({reason})"
             if self.exact:
@@ -283,7 +299,7 @@ class _Folder:
             self.gaps.append(SiblingGap(where, keyword, why))
         return branch
 
-    def _folded_value(self, key: str, value: Any, parent: str) -> Any:
+    def _folded_value(self, key: str, value: Any, parent: str, branch: bool) -> Any:
         if key in ("const", "enum", "required", "examples", "default"):
             return value
         where = f"{parent}.{key}"
@@ -291,7 +307,31 @@ class _Folder:
             value, dict
         ):
             return {k: self.fold(v, f"{where}.{k}") for k, v in value.items()}
+        if key in UNIONS and isinstance(value, list):
+            return self._branches(value, where, branch)
         return self.fold(value, where)
+
+    def _branches(self, branches: list[Any], where: str, branch: bool) -> list[Any]:
+        """A union's branches folded, those that admit no value left out (with their gaps: JSON Schema's union
+        takes what the others take); where none is left, _Empty when the union's schema is itself a `branch`, else
+        each folded again as it was (none left out: the gaps are recorded, or raised when exact)."""
+        kept = []
+        for i, one in enumerate(branches):
+            mark = len(self.gaps) if self.gaps is not None else 0
+            try:
+                kept.append(self.fold(one, f"{where}[{i}]", branch=not self.settling))
+            except _Empty:
+                if self.gaps is not None:
+                    del self.gaps[mark:]
+        if kept or not branches:
+            return kept
+        if branch:
+            raise _Empty("the JSON schema cannot be enforced: no branch would admit a value", self.param)
+        self.settling += 1
+        try:
+            return [self.fold(one, f"{where}[{i}]") for i, one in enumerate(branches)]
+        finally:
+            self.settling -= 1
 
     def _target(self, branch: Any) -> Any:
         """`branch`, or the schema its lone local `$ref` points to (followed up to _MAX_REF_HOPS), folded."""
@@ -379,7 +419,7 @@ def _parts(own: dict[str, Any], branches: list[Any]) -> list[Any]:
 _VALUE_KEYWORDS = ("const", "enum")
 
 
-def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
+def _values_admitted(schema: dict[str, Any], param: str, search: PatternSearch) -> dict[str, Any]:
     """`schema` whose `const` / `enum` keeps only the values its other assertions admit (xgrammar writes the values
     alone, whatever else the schema says); _Empty where none is left."""
     rest = {k: v for k, v in schema.items() if k not in _VALUE_KEYWORDS}
@@ -388,6 +428,7 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     typed = listed_of_type(schema)
     if typed is not None:  # the common case, `type` beside: no validator built
         return schema if typed else _values_kept(schema, lambda v: _of_type(v, schema["type"]), param)
+    pattern = rest.pop("pattern", None) if isinstance(rest.get("pattern"), str) else None
     if _mentions(rest, _UNCHECKED):
         raise SchemaGrammarError(
             f"the JSON schema cannot be enforced: enum or const values beside {' or '.join(sorted(_UNCHECKED))}", param
@@ -397,10 +438,17 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     from jsonschema.exceptions import SchemaError
     from referencing.exceptions import Unresolvable
 
+    valid = Draft202012Validator(rest).is_valid if rest.keys() & SIBLING_ASSERTIONS else lambda v: True
     try:
-        return _values_kept(schema, Draft202012Validator(rest).is_valid, param)
+        if pattern is None:
+            return _values_kept(schema, valid, param)
+        return _values_kept(schema, lambda v: valid(v) and (not isinstance(v, str) or search(pattern, v)), param)
     except _Empty:
         raise
+    except Unchecked as exc:
+        raise SchemaGrammarError(
+            f"the JSON schema cannot be enforced: enum or const values beside a pattern not checked ({exc})", param
+        ) from None
     except (SchemaError, Unresolvable, RecursionError, TypeError, ValueError, ArithmeticError, AttributeError):
         # a keyword of the wrong kind the doors do not check (`minimum: "x"`, `multipleOf: 0`) fails the validator
         raise SchemaGrammarError(
@@ -450,8 +498,9 @@ def _of_type(value: Any, kind: str | list[Any]) -> bool:
 
 
 _UNCHECKED = frozenset({"pattern", "patternProperties", "propertyNames", "format"})
-"""Keywords the values are not checked against: Python's `re` backtracks exponentially on a hostile pattern
-(`^(a+)+$` against 28 `a`s and a `!`: 7 s of CPU), and jsonschema does not check a `format`."""
+"""Keywords the values are not checked against, but a `pattern` of the schema itself (ecma_patterns.py): jsonschema
+searches the others' patterns with Python's `re`, which backtracks exponentially on a hostile one (`^(a+)+$`
+against 28 `a`s and a `!`: 7 s of CPU), and does not check a `format`."""
 
 
 def _mentions(value: Any, keys: frozenset[str]) -> bool:

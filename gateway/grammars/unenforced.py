@@ -37,6 +37,7 @@ from gateway.grammars.json import (
 from gateway.grammars.required import declared_required
 from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
 from gateway.grammars.string_formats import ENFORCED_FORMATS
+from gateway.grammars.used_defs import used_definitions
 from gateway.types import ChatRequest
 
 UNENFORCED = ("not", "if", "dependentRequired", "dependentSchemas", "dependencies", "contains", "uniqueItems")
@@ -98,7 +99,9 @@ def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
 
 
 def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]:
-    """Each place, its keyword, and why it is not enforced where that is more than the keyword itself."""
+    """Each place, its keyword, and why it is not enforced where that is more than the keyword itself (in the
+    definitions a reference reaches: used_defs.py)."""
+    schema = used_definitions(schema)
     folds = False
     for node, where in _schemas(schema, param):
         folds = folds or _beside_union(node) or _unlisted_required(node) or _listed_beside(node)

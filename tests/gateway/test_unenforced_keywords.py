@@ -48,7 +48,11 @@ def test_each_keyword_found_is_one_xgrammar_ignores(schema, refused, keyword):
 def test_keywords_are_found_at_schema_positions_only():
     schema = {
         "type": "object",
-        "properties": {"not": {"type": "string"}, "if": {"type": "object", "properties": {"x": {"not": {}}}}},
+        "properties": {
+            "not": {"type": "string"},
+            "if": {"type": "object", "properties": {"x": {"not": {}}}},
+            "d": {"$ref": "#/$defs/D"},
+        },
         "$defs": {"D": {"type": "array", "uniqueItems": False, "contains": {}}},
     }
     assert unenforced_keywords(schema, "p") == [("p.properties.if.properties.x", "not"), ("p.$defs.D", "contains")]
