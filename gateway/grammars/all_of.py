@@ -102,6 +102,22 @@ def folded_branch(beside: dict[str, Any], branch: Any, where: str) -> Any:
     return folded if folded is False or (isinstance(folded, dict) and "allOf" not in folded) else None
 
 
+def admitted_values(schema: dict[str, Any], search: PatternSearch | None = None) -> list[Any] | None:
+    """The `const` (as one) / `enum` values of `schema` that its other assertions admit, as the JSON value grammars
+    keep them (`_Folder._listed`): for the families that write listed values themselves; None where it lists none or
+    they cannot be checked (`search`: the schema's pattern searches, a budget of their own where None)."""
+    listed = [schema["const"]] if "const" in schema else schema.get("enum")
+    if not isinstance(listed, list):
+        return None
+    try:
+        kept = _values_admitted(schema, "", search or PatternSearch())
+    except _Empty:
+        return []
+    except SchemaGrammarError:
+        return None
+    return [kept["const"]] if "const" in kept else kept["enum"]
+
+
 def unfolded_keyword(beside: dict[str, Any], branches: list[Any]) -> str:
     """The keyword beside a union to name where its branches cannot be folded: one a branch says otherwise, else one
     whose meaning depends on the keywords beside it (`items`, `additionalProperties`…), else the first."""
