@@ -82,12 +82,19 @@ class _Empty(SchemaGrammarError):
     """Parts that no value can match together (disjoint types, enums, consts)."""
 
 
-def folded_all_of(schema: Any, param: str, gaps: list[SiblingGap] | None = None, exact: bool = False) -> Any:
+def folded_all_of(
+    schema: Any,
+    param: str,
+    gaps: list[SiblingGap] | None = None,
+    exact: bool = False,
+    search: PatternSearch | None = None,
+) -> Any:
     """`schema` with every `allOf` folded into its schema object (raises SchemaGrammarError naming `param` where
     that is not exact) and every union's sibling assertions into its branches: where that is not exact, a
     SchemaGrammarError naming the keyword's place under `param` when `exact`, else the branch kept alone and the
-    keyword added to `gaps`."""
-    return _Folder(schema, param, gaps, exact).fold(schema, param)
+    keyword added to `gaps`. `search`: the pattern searches of listed values, shared by the schemas of one request
+    (a budget of this schema's own where None)."""
+    return _Folder(schema, param, gaps, exact, search).fold(schema, param)
 
 
 def folded_branch(beside: dict[str, Any], branch: Any, where: str) -> Any:
@@ -130,12 +137,14 @@ class _Folder:
     """One schema's fold: its root (for local `$ref`s), the references being inlined, how many were, the values
     copied into union branches, and what to do where a union's siblings do not fold."""
 
-    def __init__(self, root: Any, param: str, gaps: list[SiblingGap] | None, exact: bool) -> None:
+    def __init__(
+        self, root: Any, param: str, gaps: list[SiblingGap] | None, exact: bool, search: PatternSearch | None = None
+    ) -> None:
         self.root, self.param, self.gaps, self.exact = root, param, gaps, exact
         self.inlining: list[str] = []
         self.inlined = 0
         self.copied = 0
-        self.search = PatternSearch()
+        self.search = search or PatternSearch()
         self.settling = 0
         """Above 0 while the branches of a union none of which admits a value are folded again, none left out."""
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of, listed_of_type
+from gateway.grammars.ecma_patterns import PatternSearch
 from gateway.grammars.json import (
     ARRAY_SIGNS,
     OBJECT_SIGNS,
@@ -48,13 +49,15 @@ _REF_HOPS = 16
 
 def check_strict_schemas(chat: ChatRequest) -> None:
     """SchemaGrammarError naming the first keyword no grammar enforces in a schema `chat` marks strict: an active
-    tool's with `strict: true`, a strict json_schema response format's."""
+    tool's with `strict: true`, a strict json_schema response format's (their listed values' pattern searches
+    bounded together: ecma_patterns.SECONDS)."""
+    search = PatternSearch()
     for tool in chat.active_tools:
         parameters = tool["function"].get("parameters")
         if tool["function"].get("strict") is True and isinstance(parameters, dict):
-            _check(parameters, f"tools[{chat.tools.index(tool)}].function.parameters")
+            _check(parameters, f"tools[{chat.tools.index(tool)}].function.parameters", search)
     if response_strict(chat.response_format):
-        _check(response_schema(chat.response_format), RESPONSE_SCHEMA_PARAM)
+        _check(response_schema(chat.response_format), RESPONSE_SCHEMA_PARAM, search)
 
 
 def strict_where_possible(
@@ -67,12 +70,13 @@ def strict_where_possible(
     fall back to non-strict, best-effort function calling if the schema cannot be made compatible" (its
     function-calling guide; the SDK's FunctionToolParam: "Default `true`")."""
     active = {id(tool) for tool in chat.active_tools}
+    search = PatternSearch()
     promoted = {
         i
         for i, tool in enumerate(chat.tools)
         if "strict" not in tool["function"]
         and id(tool) in active
-        and strict_able(tool)
+        and strict_able(tool, search)
         and keeps(tool["function"].get("parameters"))
     }
     if not promoted:
@@ -83,10 +87,11 @@ def strict_where_possible(
     return replace(chat, tools=tools), promoted
 
 
-def strict_able(tool: dict[str, Any]) -> bool:
-    """Whether a tool's schema uses no keyword the grammars leave unenforced (so strict can keep its promise)."""
+def strict_able(tool: dict[str, Any], search: PatternSearch | None = None) -> bool:
+    """Whether a tool's schema uses no keyword the grammars leave unenforced (so strict can keep its promise);
+    `search`: the listed values' pattern searches, shared by the tools of one request."""
     parameters = tool["function"].get("parameters")
-    return not isinstance(parameters, dict) or next(_found(parameters, ""), None) is None
+    return not isinstance(parameters, dict) or next(_found(parameters, "", search), None) is None
 
 
 def unenforced_keywords(schema: Any, param: str) -> list[tuple[str, str]]:
@@ -94,11 +99,11 @@ def unenforced_keywords(schema: Any, param: str) -> list[tuple[str, str]]:
     return list(_found(schema, param))
 
 
-def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
-    return ((where, keyword) for where, keyword, _ in _found_why(schema, param))
+def _found(schema: Any, param: str, search: PatternSearch | None = None) -> Iterator[tuple[str, str]]:
+    return ((where, keyword) for where, keyword, _ in _found_why(schema, param, search))
 
 
-def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]:
+def _found_why(schema: Any, param: str, search: PatternSearch | None = None) -> Iterator[tuple[str, str, str | None]]:
     """Each place, its keyword, and why it is not enforced where that is more than the keyword itself (in the
     definitions a reference reaches: used_defs.py)."""
     schema = used_definitions(schema)
@@ -111,7 +116,7 @@ def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]
             for keyword, why in _string_gaps(node):
                 yield where, keyword, why
     untyped = any(untyped_keyword(node) is not None for node, _ in _schemas(schema, param, _NOT_WRITTEN))
-    folded, gaps = _folded(schema, param) if folds or untyped else (None, [])
+    folded, gaps = _folded(schema, param, search) if folds or untyped else (None, [])
     for gap in gaps:
         yield gap.where, gap.keyword, gap.why
     for node, where in _schemas(folded, param, _NOT_WRITTEN) if untyped else ():
@@ -121,14 +126,14 @@ def _found_why(schema: Any, param: str) -> Iterator[tuple[str, str, str | None]]
             yield where, keyword, why
 
 
-def _folded(schema: Any, param: str) -> tuple[Any, list[SiblingGap]]:
+def _folded(schema: Any, param: str, search: PatternSearch | None) -> tuple[Any, list[SiblingGap]]:
     """`schema` as the grammars read it (all_of.py's folds; None where an allOf does not fold: the build refuses it,
     a 400 naming it), and the keywords they leave unenforced there: those beside an `anyOf` / `oneOf` that cannot be
     folded into its branches, `const` / `enum` values not checked against their siblings (all_of.py), the required
     names the folded schema cannot declare (required.py)."""
     gaps: list[SiblingGap] = []
     try:
-        folded = folded_all_of(unannotated(schema), param, gaps)
+        folded = folded_all_of(unannotated(schema), param, gaps, search=search)
         declared_required(folded, param, gaps=gaps)
     except SchemaGrammarError:
         return None, gaps
@@ -218,8 +223,8 @@ def _string_gaps(node: dict[str, Any]) -> list[tuple[str, str]]:
     return gaps
 
 
-def _check(schema: Any, param: str) -> None:
-    for where, keyword, why in _found_why(schema, param):
+def _check(schema: Any, param: str, search: PatternSearch) -> None:
+    for where, keyword, why in _found_why(schema, param, search):
         if why is not None:
             raise SchemaGrammarError(
                 f"a strict schema's {why}; or set strict false for best effort", f"{where}.{keyword}"
