@@ -18,14 +18,18 @@ refers back to itself, or more than _MAX_INLINED of them (each may double the sc
 xgrammar also reads an `anyOf` / `oneOf` alone, the keywords beside it dropped (`{"anyOf": [{"type": "integer"},
 {"type": "string"}], "minimum": 5}` took 3). JSON Schema asserts them as well: `{anyOf: [A, B], K}` is
 `{anyOf: [A∧K, B∧K]}` (oneOf alike). Each branch is folded with them as an allOf is; a branch that admits no value
-then (disjoint types) is left out. Where a branch cannot be folded exactly, or the copies would pass
-_MAX_COPIED values, the keyword is a `SiblingGap`: refused under the client's strict (unenforced.py names it),
-else that branch is kept alone (the keywords not enforced there, as xgrammar did).
+then (disjoint types), or alone (listed values its keywords all refuse, an allOf of disjoint parts), is left out:
+the union takes what the others take (none left: each branch as it was, its gap recorded). Where a branch cannot be
+folded exactly, or the copies would pass _MAX_COPIED values, the keyword is a `SiblingGap`: refused under the
+client's strict (unenforced.py names it), else that branch is kept alone (the keywords not enforced there, as
+xgrammar did).
 
 Any schema's `const` / `enum` beside other assertions keeps only the values they admit, merged or not
-(`_Folder._listed`): xgrammar writes the values alone (`{"enum": ["a", "bb"], "maxLength": 1}` took `"bb"`). Where
-they cannot be checked (a pattern's backtracking, a `$ref`) or admit none, a SiblingGap naming the `enum` / `const`
-(a SchemaGrammarError when exact).
+(`_Folder._listed`): xgrammar writes the values alone (`{"enum": ["a", "bb"], "maxLength": 1}` took `"bb"`). Its own
+`pattern` is searched as ECMA-262 reads it, within a time budget (ecma_patterns.py). Where they cannot be checked (a
+pattern not translated or past the budget, one nested deeper, a `format`, a `$ref`) or admit none, a SiblingGap
+naming the `enum` / `const` (a SchemaGrammarError when exact). The families that write listed values themselves
+(Gemma 4, Kimi K3, DeepSeek's raw strings) keep the same ones (`admitted_values`).
 """
 
 from __future__ import annotations
