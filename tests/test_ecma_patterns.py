@@ -92,6 +92,17 @@ def test_a_hostile_pattern_spends_the_budget_and_nothing_more_is_searched() -> N
         search("^a$", "a")
 
 
+def test_a_pattern_that_ran_out_of_time_spends_a_fresh_budget_at_once() -> None:
+    """Remembered: the JSON grammars fold each of a family's argument values with a budget of its own, so 128
+    values beside one hostile pattern would each spend one (fails before: each fresh budget searched it again)."""
+    with pytest.raises(Unchecked):
+        PatternSearch(seconds=0.05)("^(a|aa)*$", "a" * 90 + "!")
+    fresh = PatternSearch()
+    with pytest.raises(Unchecked):
+        fresh("^(a|aa)*$", "aa")
+    assert fresh.left == 0
+
+
 def test_a_value_past_the_basic_plane_is_not_checked() -> None:
     """ECMA-262 without the `u` flag reads U+1F600 as two code units (`^.$` refuses it; Python takes it)."""
     with pytest.raises(Unchecked, match="U\\+FFFF"):

@@ -1,5 +1,5 @@
 """A JSON Schema `pattern` (ECMA-262, searched: not anchored unless it says so) tested on a listed value with the
-`regex` module, where the two dialects read the pattern alike, within a time budget per schema.
+`regex` module, where the two dialects read the pattern alike, within a time budget per request.
 
 all_of.py keeps only the `enum` / `const` values a `pattern` beside them admits (xgrammar writes the values alone).
 Python's `re` has no time bound (`^(a+)+$` against 28 `a`s and a `!`: 7 s of CPU); `regex` takes a timeout. The
@@ -9,8 +9,8 @@ newline), `\\d` `\\w` `\\s` as ECMA's classes (ASCII digits and word characters,
 code-point escapes, groups as non-capturing, `\\b` under the ASCII flag. Anything else (a backreference,
 lookaround, named group, `\\p{…}`, `\\c`, a `{` that is no count, a class with a negated shorthand or a nested `[`,
 a quantifier after another…) has no translation: the values are not checked (a gap, all_of.py). So is a value with
-a character past U+FFFF or a surrogate (ECMA-262 without the `u` flag reads one as two code units), and any search
-once the schema's SECONDS are spent.
+a character past U+FFFF or a surrogate (ECMA-262 without the `u` flag reads one as two code units), any search
+once the budget's SECONDS are spent, as they are by a pattern that ran out of time before (_TIMED_OUT).
 """
 
 from __future__ import annotations
@@ -39,8 +39,14 @@ class Unchecked(Exception):
     """A pattern not translated, a value not comparable, or the time spent: the values are not checked."""
 
 
+_TIMED_OUT: dict[str, None] = {}
+"""Patterns whose search ran out of time (the latest _MOST_TIMED_OUT): not searched again by any budget (the JSON
+grammars fold each value schema of a family's arguments with a budget of its own)."""
+_MOST_TIMED_OUT = 256
+
+
 class PatternSearch:
-    """One schema's searches: SECONDS in all, each (pattern, value) searched once."""
+    """One request's (or schema's) searches: SECONDS in all, each (pattern, value) searched once."""
 
     def __init__(self, seconds: float = SECONDS) -> None:
         self.left = seconds
@@ -59,6 +65,8 @@ class PatternSearch:
             raise Unchecked("a pattern whose ECMA-262 and Python readings may differ")
         if _WIDE.search(value):
             raise Unchecked("a value with a character past U+FFFF")
+        if pattern in _TIMED_OUT:
+            self.left = 0  # as if it ran out of time here again
         if self.left <= 0:
             raise Unchecked(f"more than {SECONDS} s of pattern searches")
         start = time.thread_time()  # the budget counts this thread's CPU time: the same on a loaded machine
@@ -66,6 +74,9 @@ class PatternSearch:
             return compiled.search(value, timeout=self.left) is not None
         except TimeoutError:
             self.left = 0
+            _TIMED_OUT[pattern] = None
+            if len(_TIMED_OUT) > _MOST_TIMED_OUT:
+                del _TIMED_OUT[next(iter(_TIMED_OUT))]
             raise Unchecked(f"more than {SECONDS} s of pattern searches") from None
         finally:
             self.left -= time.thread_time() - start
