@@ -30,18 +30,20 @@ def used_definitions(schema: Any) -> Any:
     used (or some reference is not followed)."""
     if not isinstance(schema, dict):
         return schema
+    entries: set[_Path] = set()
     try:
-        used = _used(schema)
+        used = _used(schema, entries)
     except _Unsure:
         return schema
-    return _pruned(schema, (), used)
+    return schema if entries <= used else _pruned(schema, (), used)
 
 
-def _used(root: dict[str, Any]) -> set[_Path]:
-    """The paths of the definition entries reached from `root` (its own `$id` aside) through references."""
+def _used(root: dict[str, Any], entries: set[_Path]) -> set[_Path]:
+    """The paths of the definition entries reached from `root` (its own `$id` aside) through references; `entries`
+    gets those of every entry met on the way (the reached ones' own definitions too)."""
     used: set[_Path] = set()
     refs: list[str] = []
-    _references(root, (), refs, schema=True, top=True)
+    _references(root, (), refs, entries, top=True)
     while refs:
         tokens = _pointer(refs.pop())
         for j in range(len(tokens)):
@@ -52,18 +54,23 @@ def _used(root: dict[str, Any]) -> set[_Path]:
             entry = tokens[: j + 2]
             if entry not in used:
                 used.add(entry)
-                _references(_at(root, entry), entry, refs, schema=True)
+                _references(_at(root, entry), entry, refs, entries)
     return used
 
 
-def _references(node: Any, path: _Path, refs: list[str], schema: bool, top: bool = False) -> None:
-    """Each `$ref` in `node` added to `refs`, but those inside the definitions maps of its schema objects (`schema`:
-    `node` is at a schema position; a value elsewhere is read whole, any `$ref` in it taken as one)."""
-    stack: list[tuple[Any, bool, bool]] = [(node, schema, top)]
+def _references(node: Any, path: _Path, refs: list[str], entries: set[_Path], top: bool = False) -> None:
+    """Each `$ref` in the schema `node` (at `path`) added to `refs`, but those inside the definitions maps of its
+    schema objects, whose entries go to `entries` (a value at no schema position is read whole, any `$ref` in it
+    taken as one)."""
+    stack: list[tuple[Any, _Path | None, bool]] = [(node, path, top)]  # path None: no schema position
     while stack:
-        item, at_schema, at_top = stack.pop()
+        item, at, at_top = stack.pop()
         if isinstance(item, list):
-            stack.extend((v, at_schema, False) for v in item)
+            stack.extend(
+                (v, None if at is None else (*at, str(i)), False)
+                for i, v in enumerate(item)
+                if isinstance(v, (dict, list))
+            )
             continue
         if not isinstance(item, dict):
             continue
@@ -74,12 +81,14 @@ def _references(node: Any, path: _Path, refs: list[str], schema: bool, top: bool
                 refs.append(value)
             elif key in _OTHER_REFERENCES and not (at_top and key == "$id"):
                 raise _Unsure
-            elif at_schema and key in _DEFINITIONS and isinstance(value, dict):
-                continue  # reached only through a reference
-            elif at_schema and key in SUBSCHEMA_MAPS and isinstance(value, dict):
-                stack.extend((v, True, False) for v in value.values())
+            elif not isinstance(value, (dict, list)):
+                continue
+            elif at is not None and key in _DEFINITIONS and isinstance(value, dict):
+                entries.update((*at, key, name) for name in value)  # reached only through a reference
+            elif at is not None and key in SUBSCHEMA_MAPS and isinstance(value, dict):
+                stack.extend((v, (*at, key, name), False) for name, v in value.items())
             else:
-                stack.append((value, at_schema and key in SUBSCHEMA_KEYS, False))
+                stack.append((value, (*at, key) if at is not None and key in SUBSCHEMA_KEYS else None, False))
 
 
 def _pointer(ref: str) -> _Path:
