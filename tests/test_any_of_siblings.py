@@ -127,13 +127,89 @@ def test_a_schema_without_union_siblings_is_unchanged() -> None:
     assert unenforced_keywords(schema, "p") == []
 
 
-def test_listed_values_are_not_checked_against_a_pattern() -> None:
-    """A const / enum folded with a `pattern` would be checked by Python's `re`, which backtracks exponentially on
-    `^(a+)+$` (7 s of CPU for 28 `a`s and a `!`; fails before: that long, more for a longer value): a gap instead."""
-    schema = {"type": "string", "pattern": "^(a+)+$", "anyOf": [{"enum": ["a" * 60 + "!"]}, {"maxLength": 9}]}
+def test_listed_values_beside_a_hostile_pattern_are_a_gap_in_bounded_time() -> None:
+    """A const / enum folded with a `pattern` is searched with a time budget (ecma_patterns.py): Python's `re`
+    backtracks exponentially on `^(a+)+$` (7 s of CPU for 28 `a`s and a `!`), `regex` on `^(a|a)*$`; past the
+    budget the values are not checked, a gap naming the pattern beside the union (the branch kept alone)."""
+    schema = {"type": "string", "pattern": "^(a|a)*$", "anyOf": [{"enum": ["a" * 60 + "!"]}, {"maxLength": 9}]}
     gaps: list[SiblingGap] = []
     folded_all_of(schema, "p", gaps)
     assert [(g.where, g.keyword) for g in gaps] == [("p", "pattern")]
+    assert "pattern searches" in gaps[0].why
+
+
+PATTERNED = {"type": "string", "pattern": "^a", "anyOf": [{"enum": ["ab", "b", "a\n"]}, {"const": "ba"},
+             {"enum": ["y", "ax"]}]}  # fmt: skip
+
+
+def test_listed_values_beside_a_pattern_keep_those_it_matches() -> None:
+    """Fails before: a gap (the values not checked, refused under strict). `"b"`, `"y"` and the const `"ba"` do not
+    match: the const's branch admits nothing and is left out."""
+    assert folded_all_of(PATTERNED, "p", exact=True) == {"anyOf": [
+        {"type": "string", "pattern": "^a", "enum": ["ab", "a\n"]},
+        {"type": "string", "pattern": "^a", "enum": ["ax"]}]}  # fmt: skip
+    assert unenforced_keywords(PATTERNED, "p") == []
+    ebnf = json_value_ebnf(PATTERNED, SPELLINGS, "p", True, exact=True)
+    for text, valid in [('"ab"', True), ('"a\\n"', True), ('"ax"', True), ('"b"', False), ('"ba"', False),
+                        ('"y"', False), ('"a"', False)]:  # fmt: skip
+        assert accepts(ebnf, text) == valid, text
+
+
+EMPTY_BRANCH = {"anyOf": [{"enum": ["a"], "maxLength": 0}, {"type": "integer"}]}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        EMPTY_BRANCH,
+        {"type": "object", "properties": {"k": {"oneOf": [{"const": 4, "minimum": 5}, {"type": "string"}]}}},
+        {"anyOf": [{"allOf": [{"type": "string"}, {"type": "integer"}]}, {"type": "integer"}]},
+        {"anyOf": [{"anyOf": [{"enum": ["a"], "maxLength": 0}, {"const": 1, "type": "string"}]}, {"type": "integer"}]},
+    ],
+)
+def test_a_branch_that_admits_nothing_is_left_out(schema: dict[str, Any]) -> None:
+    """Fails before: the values no sibling admits a gap (a 400 under strict; an allOf of disjoint types a 400 even
+    best effort). No value matches the branch, so the union takes what the others take."""
+    assert unenforced_keywords(schema, "p") == []
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema, "strict": True}}
+    check_strict_schemas(ChatRequest(messages=[], tools=[tool]))
+    ebnf = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in ["a", "", 1, 4, "s", {"k": "s"}, {"k": 4}, {"k": 1}]:
+        text = json.dumps(value)
+        assert accepts(ebnf, text) == validator.is_valid(value), text
+
+
+def test_a_union_whose_every_branch_admits_nothing_is_refused_under_strict() -> None:
+    """No branch left: the values are a gap as before, naming each branch's `enum`; best effort kept as they were."""
+    schema = {"anyOf": [{"enum": ["a"], "maxLength": 0}, {"enum": ["bb"], "maxLength": 1}]}
+    assert unenforced_keywords(schema, "p") == [("p.anyOf[0]", "enum"), ("p.anyOf[1]", "enum")]
+    with pytest.raises(SchemaGrammarError) as refused:
+        json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
+    assert refused.value.param == "p.anyOf[0].enum"
+    ebnf = json_value_ebnf(schema, SPELLINGS, "p", False)
+    assert accepts(ebnf, '"a"') and accepts(ebnf, '"bb"')
+
+
+def test_the_gaps_of_a_branch_left_out_are_not_reported() -> None:
+    """A branch that admits nothing says nothing of the values: the keyword its property cannot fold is no gap."""
+    unfoldable = {"type": "integer", "multipleOf": 3, "anyOf": [{"type": "integer", "multipleOf": 2}, {"type": "null"}]}
+    alive = {"type": "object", "enum": [{"x": 6}], "minProperties": 1, "properties": {"x": unfoldable}}
+    assert unenforced_keywords({"anyOf": [alive, {"type": "integer"}]}, "p") == [
+        ("p.anyOf[0].properties.x", "multipleOf")]  # fmt: skip
+    dead = {**alive, "minProperties": 2}
+    assert unenforced_keywords({"anyOf": [dead, {"type": "integer"}]}, "p") == []
+
+
+def test_nested_unions_of_branches_that_admit_nothing_are_bounded() -> None:
+    """Each level's every branch admits nothing: the union is folded again once, as it was (no branch left out),
+    not once per level and branch (2**levels)."""
+    schema: dict[str, Any] = {"enum": ["a"], "maxLength": 0}
+    for _ in range(40):
+        schema = {"anyOf": [schema, {"enum": ["b"], "maxLength": 0}]}
+    gaps: list[SiblingGap] = []
+    folded_all_of(schema, "p", gaps)
+    assert len(gaps) == 41
 
 
 def test_a_discriminator_required_beside_a_oneof_makes_its_branches_exclusive() -> None:

@@ -340,6 +340,25 @@ def test_refs_any_of_and_patterns_decide_raw_values(compiler, checkpoint):
     assert not place(param("code", "po25"), at, param("n", "1"))
 
 
+@pytest.mark.parametrize(
+    ("schema", "value", "ok"),
+    [
+        ({"type": "string", "enum": ["ab", "b"], "pattern": "^a"}, "ab", True),
+        ({"type": "string", "enum": ["ab", "b"], "pattern": "^a"}, "b", False),
+        ({"type": "string", "enum": ["a", "bb"], "maxLength": 1}, "bb", False),
+        ({"type": "string", "pattern": "^a", "anyOf": [{"enum": ["ab", "b"]}, {"const": "ba"}]}, "ab", True),
+        ({"type": "string", "pattern": "^a", "anyOf": [{"enum": ["ab", "b"]}, {"const": "ba"}]}, "ba", False),
+    ],
+)
+def test_raw_listed_values_are_those_their_keywords_admit(compiler, checkpoint, schema, value, ok):
+    """A raw string's `enum` / `const` values as the JSON grammars keep them (all_of.admitted_values): before, every
+    listed value was written, whatever `pattern` or `maxLength` beside them said."""
+    parameters = {"type": "object", "properties": {"s": schema}, "required": ["s"]}
+    tool = {"type": "function", "function": {"name": "f", "parameters": parameters, "strict": True}}
+    req = request(tools=[tool], tool_choice="required")
+    assert accepts(compiler, checkpoint, req, calls(invoke("f", param("s", value)))) is ok
+
+
 def test_a_raw_string_keeps_its_format(compiler, checkpoint):
     """A `format` is enforced on a raw string as its pattern (gateway/grammars/string_formats.py): before, any text."""
     schema = {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}, "required": ["d"]}

@@ -258,6 +258,12 @@ EITHER = {
         ({"anyOf": [{"type": "string"}, {"type": "integer"}], "type": "integer"}, "string", "abc", False),
         (EITHER, "object", "{}", False),
         (EITHER, "object", '{"b": "q"}', True),
+        # listed values only where the keywords beside them admit them; a branch admitting none left out
+        ({"enum": ["ab", "b"], "pattern": "^a"}, "string", "ab", True),
+        ({"enum": ["ab", "b"], "pattern": "^a"}, "string", "b", False),
+        ({"enum": ["a", "bb"], "maxLength": 1}, "string", "bb", False),
+        ({"anyOf": [{"enum": ["a"], "maxLength": 0}, {"type": "integer"}]}, "string", "a", False),
+        ({"anyOf": [{"enum": ["a"], "maxLength": 0}, {"type": "integer"}]}, "number", "4", True),
     ],
 )
 def test_typed_arguments(vocab, schema: dict, kind: str, value: str, ok: bool) -> None:

@@ -18,14 +18,18 @@ refers back to itself, or more than _MAX_INLINED of them (each may double the sc
 xgrammar also reads an `anyOf` / `oneOf` alone, the keywords beside it dropped (`{"anyOf": [{"type": "integer"},
 {"type": "string"}], "minimum": 5}` took 3). JSON Schema asserts them as well: `{anyOf: [A, B], K}` is
 `{anyOf: [A∧K, B∧K]}` (oneOf alike). Each branch is folded with them as an allOf is; a branch that admits no value
-then (disjoint types) is left out. Where a branch cannot be folded exactly, or the copies would pass
-_MAX_COPIED values, the keyword is a `SiblingGap`: refused under the client's strict (unenforced.py names it),
-else that branch is kept alone (the keywords not enforced there, as xgrammar did).
+then (disjoint types), or alone (listed values its keywords all refuse, an allOf of disjoint parts), is left out:
+the union takes what the others take (none left: each branch as it was, its gap recorded). Where a branch cannot be
+folded exactly, or the copies would pass _MAX_COPIED values, the keyword is a `SiblingGap`: refused under the
+client's strict (unenforced.py names it), else that branch is kept alone (the keywords not enforced there, as
+xgrammar did).
 
 Any schema's `const` / `enum` beside other assertions keeps only the values they admit, merged or not
-(`_Folder._listed`): xgrammar writes the values alone (`{"enum": ["a", "bb"], "maxLength": 1}` took `"bb"`). Where
-they cannot be checked (a pattern's backtracking, a `$ref`) or admit none, a SiblingGap naming the `enum` / `const`
-(a SchemaGrammarError when exact).
+(`_Folder._listed`): xgrammar writes the values alone (`{"enum": ["a", "bb"], "maxLength": 1}` took `"bb"`). Its own
+`pattern` is searched as ECMA-262 reads it, within a time budget (ecma_patterns.py). Where they cannot be checked (a
+pattern not translated or past the budget, one nested deeper, a `format`, a `$ref`) or admit none, a SiblingGap
+naming the `enum` / `const` (a SchemaGrammarError when exact). The families that write listed values themselves
+(Gemma 4, Kimi K3, DeepSeek's raw strings) keep the same ones (`admitted_values`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from gateway.grammars.ecma_patterns import PatternSearch, Unchecked
 from gateway.grammars.json import SchemaGrammarError
 
 _LEAST = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties"})
@@ -81,12 +86,19 @@ class _Empty(SchemaGrammarError):
     """Parts that no value can match together (disjoint types, enums, consts)."""
 
 
-def folded_all_of(schema: Any, param: str, gaps: list[SiblingGap] | None = None, exact: bool = False) -> Any:
+def folded_all_of(
+    schema: Any,
+    param: str,
+    gaps: list[SiblingGap] | None = None,
+    exact: bool = False,
+    search: PatternSearch | None = None,
+) -> Any:
     """`schema` with every `allOf` folded into its schema object (raises SchemaGrammarError naming `param` where
     that is not exact) and every union's sibling assertions into its branches: where that is not exact, a
     SchemaGrammarError naming the keyword's place under `param` when `exact`, else the branch kept alone and the
-    keyword added to `gaps`."""
-    return _Folder(schema, param, gaps, exact).fold(schema, param)
+    keyword added to `gaps`. `search`: the pattern searches of listed values, shared by the schemas of one request
+    (a budget of this schema's own where None)."""
+    return _Folder(schema, param, gaps, exact, search).fold(schema, param)
 
 
 def folded_branch(beside: dict[str, Any], branch: Any, where: str) -> Any:
@@ -101,6 +113,22 @@ def folded_branch(beside: dict[str, Any], branch: Any, where: str) -> Any:
     return folded if folded is False or (isinstance(folded, dict) and "allOf" not in folded) else None
 
 
+def admitted_values(schema: dict[str, Any], search: PatternSearch | None = None) -> list[Any] | None:
+    """The `const` (as one) / `enum` values of `schema` that its other assertions admit, as the JSON value grammars
+    keep them (`_Folder._listed`): for the families that write listed values themselves; None where it lists none or
+    they cannot be checked (`search`: the schema's pattern searches, a budget of their own where None)."""
+    listed = [schema["const"]] if "const" in schema else schema.get("enum")
+    if not isinstance(listed, list):
+        return None
+    try:
+        kept = _values_admitted(schema, "", search or PatternSearch())
+    except _Empty:
+        return []
+    except SchemaGrammarError:
+        return None
+    return [kept["const"]] if "const" in kept else kept["enum"]
+
+
 def unfolded_keyword(beside: dict[str, Any], branches: list[Any]) -> str:
     """The keyword beside a union to name where its branches cannot be folded: one a branch says otherwise, else one
     whose meaning depends on the keywords beside it (`items`, `additionalProperties`…), else the first."""
@@ -113,22 +141,30 @@ class _Folder:
     """One schema's fold: its root (for local `$ref`s), the references being inlined, how many were, the values
     copied into union branches, and what to do where a union's siblings do not fold."""
 
-    def __init__(self, root: Any, param: str, gaps: list[SiblingGap] | None, exact: bool) -> None:
+    def __init__(
+        self, root: Any, param: str, gaps: list[SiblingGap] | None, exact: bool, search: PatternSearch | None = None
+    ) -> None:
         self.root, self.param, self.gaps, self.exact = root, param, gaps, exact
         self.inlining: list[str] = []
         self.inlined = 0
         self.copied = 0
+        self.search = search or PatternSearch()
+        self.settling = 0
+        """Above 0 while the branches of a union none of which admits a value are folded again, none left out."""
 
-    def fold(self, schema: Any, where: str) -> Any:
+    def fold(self, schema: Any, where: str, branch: bool = False) -> Any:
+        """`schema` folded; where it is a union's `branch` and admits no value, _Empty (the union leaves it out)."""
         if isinstance(schema, list):
             return [self.fold(s, f"{where}[{i}]") for i, s in enumerate(schema)]
         if not isinstance(schema, dict):
             return schema
-        out = {k: self._folded_value(k, v, where) if isinstance(v, (dict, list)) else v for k, v in schema.items()}
+        out = {
+            k: self._folded_value(k, v, where, branch) if isinstance(v, (dict, list)) else v for k, v in schema.items()
+        }
         branches = out.pop("allOf", None)
         if not isinstance(branches, list):
             out = out if branches is None else {**out, "allOf": branches}
-            return self._unions(self._listed(out, where), where)
+            return self._unions(self._listed(out, where, branch), where, branch)
         own = {k: v for k, v in out.items() if k not in _KEEP_ON_ROOT}
         parts = _parts(own, branches)
         if len(parts) > 1:
@@ -138,8 +174,10 @@ class _Folder:
                 "the JSON schema cannot be enforced: an allOf branch that is no object", self.param
             )
         try:
-            merged = self._merged_parts(parts, where)
+            merged = self._merged_parts(parts, where, branch)
         except _Empty as exc:  # xgrammar refuses a `false` schema: an allOf that admits nothing is refused
+            if branch:
+                raise
             raise SchemaGrammarError(str(exc), self.param) from None
         return {**{k: v for k, v in out.items() if k in _KEEP_ON_ROOT}, **merged}
 
@@ -165,10 +203,11 @@ class _Folder:
             )
         return self._merged_parts(parts, where)
 
-    def _merged_parts(self, parts: list[dict[str, Any]], where: str) -> dict[str, Any]:
-        """The one schema object asserting every part (each a folded schema object), its unions folded."""
+    def _merged_parts(self, parts: list[dict[str, Any]], where: str, branch: bool = False) -> dict[str, Any]:
+        """The one schema object asserting every part (each a folded schema object), its unions folded (_Empty where
+        it admits no value and is a union's `branch`)."""
         if len(parts) == 1:
-            return self._unions(parts[0], where)
+            return self._unions(parts[0], where, branch)
         special: dict[str, Any] = {}
         for group, mergeable in zip(_BOUND_GROUPS, _MERGEABLE, strict=True):
             saying = [p for p in parts if p.keys() & group]
@@ -192,7 +231,7 @@ class _Folder:
             undeclared = set(merged.get("required") or ()) - set(merged.get("properties") or ())
             if undeclared:  # required, yet no name outside `properties` allowed
                 raise _Empty("the JSON schema cannot be enforced: a required property no schema allows", self.param)
-        return self._unions(_values_admitted(merged, self.param), where)
+        return self._unions(_values_admitted(merged, self.param, self.search), where, branch)
 
     def _merged_group(self, used: set[str], parts: list[dict[str, Any]], where: str) -> dict[str, Any]:
         """`items` (each part's, all asserted), or `properties` with `additionalProperties`: a member is each part's
@@ -222,9 +261,10 @@ class _Folder:
             out["additionalProperties"] = rest
         return out
 
-    def _unions(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+    def _unions(self, node: dict[str, Any], where: str, branch: bool = False) -> dict[str, Any]:
         """`node` with the assertions beside its `anyOf` (else `oneOf`) folded into each of its branches (a branch
-        that then admits nothing left out); where a branch does not fold, a SiblingGap."""
+        that then admits nothing left out; none left: _Empty where `node` is a union's `branch`, else each kept
+        alone as a SiblingGap); where a branch does not fold, a SiblingGap."""
         if "anyOf" not in node and "oneOf" not in node:
             return node
         key = next((k for k in UNIONS if isinstance(node.get(k), list) and node[k]), None)
@@ -235,30 +275,35 @@ class _Folder:
         if self.copied <= _MAX_COPIED:  # each fold walks the keywords beside (a lone branch's too) once per copy
             self.copied += _size(beside, _MAX_COPIED + 1) * max(1, len(branches) - 1)
         folded: list[Any] = []
-        for i, branch in enumerate(branches):
+        for i, option in enumerate(branches):
             try:
                 if self.copied > _MAX_COPIED:
                     raise SchemaGrammarError(f"would copy more than {_MAX_COPIED} schema values into its branches", "")
-                one = self.conjunction([beside, branch], f"{where}.{key}[{i}]")
+                one = self.conjunction([beside, option], f"{where}.{key}[{i}]")
             except SchemaGrammarError as exc:
-                one = self._gap(where, key, beside, branch, str(exc))
+                one = self._gap(where, key, beside, option, str(exc))
             if one is not False:
                 folded.append(one)
         if not folded:
+            if branch:
+                raise _Empty("the JSON schema cannot be enforced: no branch would admit a value", self.param)
             folded = [self._gap(where, key, beside, b, "no branch would admit a value") for b in branches]
         kept = {k: v for k, v in node.items() if k not in beside or k == key}
         return {**kept, key: folded}
 
-    def _listed(self, node: dict[str, Any], where: str) -> dict[str, Any]:
+    def _listed(self, node: dict[str, Any], where: str, branch: bool) -> dict[str, Any]:
         """`node` whose `const` / `enum` keeps only the values its sibling assertions admit (`_values_admitted`);
-        where they cannot be checked or admit none, a SchemaGrammarError naming the keyword's place when exact, else
-        `node` as it was (the siblings not enforced, as xgrammar does) and a SiblingGap."""
+        where they admit none and `node` is a union's `branch`, _Empty; where they cannot be checked or admit none,
+        a SchemaGrammarError naming the keyword's place when exact, else `node` as it was (the siblings not
+        enforced, as xgrammar does) and a SiblingGap."""
         keyword = next((k for k in _VALUE_KEYWORDS if k in node), None)
         if keyword is None or not (node.keys() - set(_VALUE_KEYWORDS)) & SIBLING_ASSERTIONS:
             return node
         try:
-            return _values_admitted(node, self.param)
+            return _values_admitted(node, self.param, self.search)
         except SchemaGrammarError as exc:
+            if branch and isinstance(exc, _Empty):
+                raise
             reason = str(exc).removeprefix("the JSON schema cannot be enforced: ")
             why = f"'{keyword}' values beside other assertions are written alone ({reason})"
             if self.exact:
@@ -283,7 +328,7 @@ class _Folder:
             self.gaps.append(SiblingGap(where, keyword, why))
         return branch
 
-    def _folded_value(self, key: str, value: Any, parent: str) -> Any:
+    def _folded_value(self, key: str, value: Any, parent: str, branch: bool) -> Any:
         if key in ("const", "enum", "required", "examples", "default"):
             return value
         where = f"{parent}.{key}"
@@ -291,7 +336,31 @@ class _Folder:
             value, dict
         ):
             return {k: self.fold(v, f"{where}.{k}") for k, v in value.items()}
+        if key in UNIONS and isinstance(value, list):
+            return self._branches(value, where, branch)
         return self.fold(value, where)
+
+    def _branches(self, branches: list[Any], where: str, branch: bool) -> list[Any]:
+        """A union's branches folded, those that admit no value left out (with their gaps: JSON Schema's union
+        takes what the others take); where none is left, _Empty when the union's schema is itself a `branch`, else
+        each folded again as it was (none left out: the gaps are recorded, or raised when exact)."""
+        kept = []
+        for i, one in enumerate(branches):
+            mark = len(self.gaps) if self.gaps is not None else 0
+            try:
+                kept.append(self.fold(one, f"{where}[{i}]", branch=not self.settling))
+            except _Empty:
+                if self.gaps is not None:
+                    del self.gaps[mark:]
+        if kept or not branches:
+            return kept
+        if branch:
+            raise _Empty("the JSON schema cannot be enforced: no branch would admit a value", self.param)
+        self.settling += 1
+        try:
+            return [self.fold(one, f"{where}[{i}]") for i, one in enumerate(branches)]
+        finally:
+            self.settling -= 1
 
     def _target(self, branch: Any) -> Any:
         """`branch`, or the schema its lone local `$ref` points to (followed up to _MAX_REF_HOPS), folded."""
@@ -379,7 +448,7 @@ def _parts(own: dict[str, Any], branches: list[Any]) -> list[Any]:
 _VALUE_KEYWORDS = ("const", "enum")
 
 
-def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
+def _values_admitted(schema: dict[str, Any], param: str, search: PatternSearch) -> dict[str, Any]:
     """`schema` whose `const` / `enum` keeps only the values its other assertions admit (xgrammar writes the values
     alone, whatever else the schema says); _Empty where none is left."""
     rest = {k: v for k, v in schema.items() if k not in _VALUE_KEYWORDS}
@@ -388,6 +457,7 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     typed = listed_of_type(schema)
     if typed is not None:  # the common case, `type` beside: no validator built
         return schema if typed else _values_kept(schema, lambda v: _of_type(v, schema["type"]), param)
+    pattern = rest.pop("pattern", None) if isinstance(rest.get("pattern"), str) else None
     if _mentions(rest, _UNCHECKED):
         raise SchemaGrammarError(
             f"the JSON schema cannot be enforced: enum or const values beside {' or '.join(sorted(_UNCHECKED))}", param
@@ -397,10 +467,17 @@ def _values_admitted(schema: dict[str, Any], param: str) -> dict[str, Any]:
     from jsonschema.exceptions import SchemaError
     from referencing.exceptions import Unresolvable
 
+    valid = Draft202012Validator(rest).is_valid if rest.keys() & SIBLING_ASSERTIONS else lambda v: True
     try:
-        return _values_kept(schema, Draft202012Validator(rest).is_valid, param)
+        if pattern is None:
+            return _values_kept(schema, valid, param)
+        return _values_kept(schema, lambda v: valid(v) and (not isinstance(v, str) or search(pattern, v)), param)
     except _Empty:
         raise
+    except Unchecked as exc:
+        raise SchemaGrammarError(
+            f"the JSON schema cannot be enforced: enum or const values beside a pattern not checked ({exc})", param
+        ) from None
     except (SchemaError, Unresolvable, RecursionError, TypeError, ValueError, ArithmeticError, AttributeError):
         # a keyword of the wrong kind the doors do not check (`minimum: "x"`, `multipleOf: 0`) fails the validator
         raise SchemaGrammarError(
@@ -450,8 +527,9 @@ def _of_type(value: Any, kind: str | list[Any]) -> bool:
 
 
 _UNCHECKED = frozenset({"pattern", "patternProperties", "propertyNames", "format"})
-"""Keywords the values are not checked against: Python's `re` backtracks exponentially on a hostile pattern
-(`^(a+)+$` against 28 `a`s and a `!`: 7 s of CPU), and jsonschema does not check a `format`."""
+"""Keywords the values are not checked against, but a `pattern` of the schema itself (ecma_patterns.py): jsonschema
+searches the others' patterns with Python's `re`, which backtracks exponentially on a hostile one (`^(a+)+$`
+against 28 `a`s and a `!`: 7 s of CPU), and does not check a `format`."""
 
 
 def _mentions(value: Any, keys: frozenset[str]) -> bool:

@@ -60,6 +60,7 @@ from gateway.grammars.json import (
 from gateway.grammars.patterns import class_range, narrowed, scan
 from gateway.grammars.required import declared_required
 from gateway.grammars.string_formats import XGRAMMAR_FORMATS, format_pattern
+from gateway.grammars.used_defs import used_definitions
 
 _XGRAMMAR_FORMAT_FIRSTS = frozenset("<[")
 """First characters xgrammar's own format grammars cannot write (string_formats.py); any other drops them."""
@@ -185,7 +186,8 @@ def _converted_value_ebnf(
     schema_json: str, style: str, spellings: _Spellings, in_strings: _Spellings, param: str, strict: _Strictness
 ) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
-    folded = declared_required(folded_all_of(json.loads(schema_json), param, exact=strict[1]), param, strict[1])
+    used = used_definitions(json.loads(schema_json))
+    folded = declared_required(folded_all_of(used, param, exact=strict[1]), param, strict[1])
     folded = counted_items(folded)
     schema = _spell_safe(folded, param, *strict, firsts)
     if schema is None or holds_spelling("\0".join(_literals(schema)), spellings):

@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of, listed_of_type
+from gateway.grammars.ecma_patterns import PatternSearch
 from gateway.grammars.json import (
     ARRAY_SIGNS,
     OBJECT_SIGNS,
@@ -38,6 +39,7 @@ from gateway.grammars.json import (
 from gateway.grammars.required import declared_required
 from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
 from gateway.grammars.string_formats import ENFORCED_FORMATS
+from gateway.grammars.used_defs import used_definitions
 from gateway.types import ChatRequest
 
 UNENFORCED = ("not", "if", "dependentRequired", "dependentSchemas", "dependencies", "contains", "uniqueItems")
@@ -50,16 +52,18 @@ def check_strict_schemas(
     chat: ChatRequest, lengths_held: Callable[[Any], frozenset[str]] = lambda p: frozenset()
 ) -> None:
     """SchemaGrammarError naming the first keyword no grammar enforces in a schema `chat` marks strict: an active
-    tool's with `strict: true`, a strict json_schema response format's. `lengths_held` gives the places in a tool's
-    parameters (`.properties.x`) where the family's grammar holds a length beside a pattern itself
-    (Family.raw_lengths_held): no length there is refused here."""
+    tool's with `strict: true`, a strict json_schema response format's (their listed values' pattern searches
+    bounded together: ecma_patterns.SECONDS). `lengths_held` gives the places in a tool's parameters
+    (`.properties.x`) where the family's grammar holds a length beside a pattern itself (Family.raw_lengths_held):
+    no length there is refused here."""
+    search = PatternSearch()
     for tool in chat.active_tools:
         parameters = tool["function"].get("parameters")
         if tool["function"].get("strict") is True and isinstance(parameters, dict):
             param = f"tools[{chat.tools.index(tool)}].function.parameters"
-            _check(parameters, param, frozenset(param + place for place in lengths_held(parameters)))
+            _check(parameters, param, search, frozenset(param + place for place in lengths_held(parameters)))
     if response_strict(chat.response_format):
-        _check(response_schema(chat.response_format), RESPONSE_SCHEMA_PARAM)
+        _check(response_schema(chat.response_format), RESPONSE_SCHEMA_PARAM, search)
 
 
 def strict_where_possible(
@@ -72,12 +76,13 @@ def strict_where_possible(
     fall back to non-strict, best-effort function calling if the schema cannot be made compatible" (its
     function-calling guide; the SDK's FunctionToolParam: "Default `true`")."""
     active = {id(tool) for tool in chat.active_tools}
+    search = PatternSearch()
     promoted = {
         i
         for i, tool in enumerate(chat.tools)
         if "strict" not in tool["function"]
         and id(tool) in active
-        and strict_able(tool)
+        and strict_able(tool, search)
         and keeps(tool["function"].get("parameters"))
     }
     if not promoted:
@@ -88,10 +93,11 @@ def strict_where_possible(
     return replace(chat, tools=tools), promoted
 
 
-def strict_able(tool: dict[str, Any]) -> bool:
-    """Whether a tool's schema uses no keyword the grammars leave unenforced (so strict can keep its promise)."""
+def strict_able(tool: dict[str, Any], search: PatternSearch | None = None) -> bool:
+    """Whether a tool's schema uses no keyword the grammars leave unenforced (so strict can keep its promise);
+    `search`: the listed values' pattern searches, shared by the tools of one request."""
     parameters = tool["function"].get("parameters")
-    return not isinstance(parameters, dict) or next(_found(parameters, ""), None) is None
+    return not isinstance(parameters, dict) or next(_found(parameters, "", search), None) is None
 
 
 def unenforced_keywords(schema: Any, param: str) -> list[tuple[str, str]]:
@@ -99,15 +105,17 @@ def unenforced_keywords(schema: Any, param: str) -> list[tuple[str, str]]:
     return list(_found(schema, param))
 
 
-def _found(schema: Any, param: str) -> Iterator[tuple[str, str]]:
-    return ((where, keyword) for where, keyword, _ in _found_why(schema, param))
+def _found(schema: Any, param: str, search: PatternSearch | None = None) -> Iterator[tuple[str, str]]:
+    return ((where, keyword) for where, keyword, _ in _found_why(schema, param, search))
 
 
 def _found_why(
-    schema: Any, param: str, lengths_held: frozenset[str] = frozenset()
+    schema: Any, param: str, search: PatternSearch | None = None, lengths_held: frozenset[str] = frozenset()
 ) -> Iterator[tuple[str, str, str | None]]:
-    """Each place, its keyword, and why it is not enforced where that is more than the keyword itself; a length
-    beside a pattern at one of the `lengths_held` places (the family's grammar holds it) is not."""
+    """Each place, its keyword, and why it is not enforced where that is more than the keyword itself (in the
+    definitions a reference reaches: used_defs.py); a length beside a pattern at one of the `lengths_held` places
+    (the family's grammar holds it) is not."""
+    schema = used_definitions(schema)
     folds = False
     for node, where in _schemas(schema, param):
         folds = folds or _beside_union(node) or _unlisted_required(node) or _listed_beside(node)
@@ -117,7 +125,7 @@ def _found_why(
             for keyword, why in _string_gaps(node, where in lengths_held):
                 yield where, keyword, why
     untyped = any(untyped_keyword(node) is not None for node, _ in _schemas(schema, param, _NOT_WRITTEN))
-    folded, gaps = _folded(schema, param) if folds or untyped else (None, [])
+    folded, gaps = _folded(schema, param, search) if folds or untyped else (None, [])
     for gap in gaps:
         yield gap.where, gap.keyword, gap.why
     for node, where in _schemas(folded, param, _NOT_WRITTEN) if untyped else ():
@@ -127,14 +135,14 @@ def _found_why(
             yield where, keyword, why
 
 
-def _folded(schema: Any, param: str) -> tuple[Any, list[SiblingGap]]:
+def _folded(schema: Any, param: str, search: PatternSearch | None) -> tuple[Any, list[SiblingGap]]:
     """`schema` as the grammars read it (all_of.py's folds; None where an allOf does not fold: the build refuses it,
     a 400 naming it), and the keywords they leave unenforced there: those beside an `anyOf` / `oneOf` that cannot be
     folded into its branches, `const` / `enum` values not checked against their siblings (all_of.py), the required
     names the folded schema cannot declare (required.py)."""
     gaps: list[SiblingGap] = []
     try:
-        folded = folded_all_of(unannotated(schema), param, gaps)
+        folded = folded_all_of(unannotated(schema), param, gaps, search=search)
         declared_required(folded, param, gaps=gaps)
     except SchemaGrammarError:
         return None, gaps
@@ -224,8 +232,8 @@ def _string_gaps(node: dict[str, Any], lengths_held: bool = False) -> list[tuple
     return gaps
 
 
-def _check(schema: Any, param: str, lengths_held: frozenset[str] = frozenset()) -> None:
-    for where, keyword, why in _found_why(schema, param, lengths_held):
+def _check(schema: Any, param: str, search: PatternSearch, lengths_held: frozenset[str] = frozenset()) -> None:
+    for where, keyword, why in _found_why(schema, param, search, lengths_held):
         if why is not None:
             raise SchemaGrammarError(
                 f"a strict schema's {why}; or set strict false for best effort", f"{where}.{keyword}"

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from gateway.errors import invalid
+from gateway.grammars.ecma_patterns import PatternSearch
 from gateway.grammars.unenforced import strict_able
 from gateway.ids import item_id
 from gateway.validation.chat import (
@@ -290,8 +291,9 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         metadata=parse_metadata(fields),
         include=include,
     )
+    search = PatternSearch()  # the tools' listed values searched within one budget
     request.echo = {
-        "tools": [_tool_echo(t) for t in tools],
+        "tools": [_tool_echo(t, search) for t in tools],
         "tool_choice": fields.get("tool_choice") or "auto",
         "text": text_echo,
         "reasoning": {"effort": effort, "summary": summary},
@@ -508,14 +510,14 @@ def _text_format(text: Fields | None) -> tuple[dict[str, Any] | None, dict[str, 
     return {"type": "json_schema", "json_schema": spec}, {"format": echo}
 
 
-def _tool_echo(tool: dict[str, Any]) -> dict[str, Any]:
+def _tool_echo(tool: dict[str, Any], search: PatternSearch) -> dict[str, Any]:
     fn = tool["function"]
     return {
         "type": "function",
         "name": fn["name"],
         "description": fn.get("description"),
         "parameters": fn["parameters"],
-        "strict": fn["strict"] if "strict" in fn else strict_able(tool),  # omitted: strict where it can be
+        "strict": fn["strict"] if "strict" in fn else strict_able(tool, search),  # omitted: strict where it can be
     }
 
 

@@ -49,7 +49,11 @@ def test_each_keyword_found_is_one_xgrammar_ignores(schema, refused, keyword):
 def test_keywords_are_found_at_schema_positions_only():
     schema = {
         "type": "object",
-        "properties": {"not": {"type": "string"}, "if": {"type": "object", "properties": {"x": {"not": {}}}}},
+        "properties": {
+            "not": {"type": "string"},
+            "if": {"type": "object", "properties": {"x": {"not": {}}}},
+            "d": {"$ref": "#/$defs/D"},
+        },
         "$defs": {"D": {"type": "array", "uniqueItems": False, "contains": {}}},
     }
     assert unenforced_keywords(schema, "p") == [("p.properties.if.properties.x", "not"), ("p.$defs.D", "contains")]
@@ -246,3 +250,20 @@ def test_a_strict_unknown_format_is_a_400_naming_it(tokenize_only):
     assert error.value.param == "tools[0].function.parameters.properties.h.format"
     assert "idn-hostname" in error.value.message and "email" in error.value.message
     assert chat_grammar(tokenize_only, ChatRequest(messages=USER, tools=[tool(schema, False)]), "prompt")
+
+
+def test_the_tools_of_one_request_share_one_pattern_search_budget():
+    """Listed values beside a pattern are searched (ecma_patterns.py) within one budget for all of a request's tools:
+    a hostile pattern spends it, and the tools after it are not made strict (their values not checked), so a
+    request of 128 such tools costs one budget, not 128. Fails before: no tool made strict (values beside a pattern
+    were never checked)."""
+
+    def tool(name: str, pattern: str, values: list[str]) -> dict:
+        schema = {"type": "object", "properties": {"k": {"enum": values, "pattern": pattern}}}
+        return {"type": "function", "function": {"name": name, "parameters": schema}}
+
+    tools = [tool("a", "^a", ["ab", "b"]), tool("h", "^(a|a)*$", ["a" * 60 + "!"]), tool("b", "^b", ["ab", "b"])]
+    _, promoted = strict_where_possible(ChatRequest(messages=USER, tools=tools))
+    assert promoted == {0}
+    _, alone = strict_where_possible(ChatRequest(messages=USER, tools=[tools[2]]))
+    assert alone == {0}

@@ -55,7 +55,7 @@ from typing import Any
 
 from backends.base import Grammar
 from gateway.families.json_pointer import resolve_pointer
-from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, admitted_values, folded_branch, unfolded_keyword
 from gateway.grammars.counted_classes import bounded_text, closed_value, is_length
 from gateway.grammars.ebnf_formats import EbnfWriter
 from gateway.grammars.json import ANY_OBJECT, RESPONSE_SCHEMA_PARAM, SchemaGrammarError, response_schema
@@ -444,7 +444,7 @@ def _string_branches(schema: Any, where: _Where) -> list[Any] | None:
     beside = {k: v for k, v in schema.items() if k in SIBLING_ASSERTIONS and k != key} if key else {}
     if not beside:
         return None
-    branches = []
+    branches, empty = [], []  # `empty`: branches whose listed values are all refused (no value)
     for branch in schema[key]:
         target = _target(branch, schema)
         folded = folded_branch(beside, target, where.param) if target is not None else None
@@ -456,8 +456,8 @@ def _string_branches(schema: Any, where: _Where) -> list[Any] | None:
             )
         one = branch if folded is None else folded
         if one is not False and _value_kinds(one, schema)[0]:
-            branches.append(one)
-    return branches
+            (empty if isinstance(one, dict) and admitted_values(one) == [] else branches).append(one)
+    return branches or empty
 
 
 def _target(branch: Any, root: Any) -> Any:
@@ -473,12 +473,12 @@ def _target(branch: Any, root: Any) -> Any:
 
 
 def _choices(schema: Any) -> list[Any] | None:
+    """A literal schema's values that its other keywords admit (as the JSON grammars keep them); all of them where
+    none is, or they cannot be checked (unenforced.py refuses that under strict)."""
     if not isinstance(schema, dict):
         return None
-    if "const" in schema:
-        return [schema["const"]]
-    enum = schema.get("enum")
-    return list(enum) if isinstance(enum, list) and enum else None
+    listed = [schema["const"]] if "const" in schema else schema.get("enum")
+    return (admitted_values(schema) or list(listed)) if isinstance(listed, list) and listed else None
 
 
 def _const(value: str) -> Format:

@@ -52,9 +52,10 @@ from collections.abc import Callable
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
-from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch, unfolded_keyword
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, admitted_values, folded_branch, unfolded_keyword
 from gateway.grammars.conjoined import conjoined
 from gateway.grammars.ebnf_formats import EbnfWriter
+from gateway.grammars.ecma_patterns import PatternSearch
 from gateway.grammars.free_names import free_name_rules
 from gateway.grammars.json import ARRAY_SIGNS, OBJECT_SIGNS, SchemaGrammarError, compact_json_ebnf
 from gateway.grammars.patterns import narrowed
@@ -125,6 +126,7 @@ class ArgumentFormats:
         self._inlining: list[str] = []
         self._formats = 0
         self._strict = False
+        self._search = PatternSearch()
 
     def arguments(self, schema: Any, param: str = "", strict: bool = False) -> Format | None:
         """The `{…}` of a call whose parameters are `schema` (at `param` in the request) as one EBNF (`ebnf_formats`:
@@ -133,6 +135,7 @@ class ArgumentFormats:
         if not isinstance(schema, dict) or schema.get("type") != "object":
             return None
         self._root, self._inlining, self._formats, self._strict = schema, [], 0, strict
+        self._search = PatternSearch()
         try:
             value = self._value(schema, 0, param)
         except _TooLarge:
@@ -185,7 +188,7 @@ class ArgumentFormats:
         if "anyOf" in schema or "oneOf" in schema:
             return self._union(schema, depth, where)
         if "enum" in schema or "const" in schema:
-            return self._literals(schema["enum"] if "enum" in schema else [schema["const"]], depth)
+            return self._literals(self._listed(schema, where), depth)
         kind = schema.get("type")
         if isinstance(kind, list):
             return self._any([{**schema, "type": k} for k in kind], depth, [where] * len(kind))
@@ -251,14 +254,16 @@ class ArgumentFormats:
         """An `anyOf` / `oneOf` (`oneOf` read as `anyOf`: unenforced.py refuses a strict one not shown exclusive). The
         keywords beside it that assert something (SIBLING_ASSERTIONS) hold for every branch, so each branch (a
         local `$ref` one its target) is folded with them (`all_of.folded_branch`, as the JSON grammars fold them); one
-        that then admits no value (disjoint types) is left out. A branch that cannot be folded exactly (two parts
-        saying `prefixItems`…) is kept alone, without them: under strict, a SchemaGrammarError naming the keyword."""
+        that then admits no value (disjoint types, listed values its keywords all refuse) is left out. A branch that
+        cannot be folded exactly (two parts saying `prefixItems`…) is kept alone, without them: under strict, a
+        SchemaGrammarError naming the keyword."""
         key = "anyOf" if "anyOf" in schema else "oneOf"
         options = schema[key] if isinstance(schema[key], list) and schema[key] else None
         if options is None:
             return None
         beside = {k: v for k, v in schema.items() if k in SIBLING_ASSERTIONS and k != key}
-        formats: list[Format] = []
+        chosen: list[tuple[int, Any, Any, Any]] = []
+        empty: list[tuple[int, Any, Any, Any]] = []  # branches whose listed values are all refused: no value
         for i, option in enumerate(options):
             ref = option.get("$ref") if beside and isinstance(option, dict) else None
             target = self._target(option) if beside else option
@@ -270,17 +275,25 @@ class ArgumentFormats:
                     where, unfolded_keyword(beside, options), f"beside '{key}' cannot be merged into its branches"
                 )
                 branch, ref = option, None
-            if isinstance(ref, str) and branch is not option:
-                self._inlining.append(ref)  # the target inlined here: a reference back to it is recursion
-            try:
-                value = self._value(branch, depth, f"{where}.{key}[{i}]")
-            finally:
-                if isinstance(ref, str) and branch is not option:
-                    self._inlining.pop()
+            nothing = isinstance(branch, dict) and admitted_values(branch, self._search) == []
+            (empty if nothing else chosen).append((i, option, branch, ref))
+        formats: list[Format] = []
+        for i, option, branch, ref in chosen or empty:  # none admitting a value: each as it is (`_listed`)
+            value = self._option(option, branch, ref, depth, f"{where}.{key}[{i}]")
             if value is None:
                 return None
             formats.append(value)
         return _or(formats) if formats else None
+
+    def _option(self, option: Any, branch: Any, ref: Any, depth: int, where: str) -> Format | None:
+        """A union's branch (`option`, folded as `branch`) written, its `$ref` target (`ref`) inlined there."""
+        if isinstance(ref, str) and branch is not option:
+            self._inlining.append(ref)  # the target inlined here: a reference back to it is recursion
+        try:
+            return self._value(branch, depth, where)
+        finally:
+            if isinstance(ref, str) and branch is not option:
+                self._inlining.pop()
 
     def _target(self, option: Any) -> Any:
         """A union's branch, a local `$ref` one its target with the branch's other keywords (as `_reference`
@@ -294,6 +307,17 @@ class ArgumentFormats:
     def _any(self, options: list[Any] | None, depth: int, wheres: list[str]) -> Format | None:
         formats = [self._value(o, depth, w) for o, w in zip(options, wheres, strict=True)] if options else [None]
         return None if any(f is None for f in formats) else _or(formats)
+
+    def _listed(self, schema: dict[str, Any], where: str) -> Any:
+        """A literal schema's values that its other keywords admit (`all_of.admitted_values`, as the JSON grammars
+        keep them); where none is, or they cannot be checked, all of them, those keywords not kept (`_dropped`)."""
+        listed = schema["enum"] if "enum" in schema else [schema["const"]]
+        admitted = admitted_values(schema, self._search) if isinstance(listed, list) else listed
+        if admitted:
+            return admitted
+        keyword = "enum" if "enum" in schema else "const"
+        self._dropped(where, keyword, "values are written without the keywords beside them (none or not checked)")
+        return listed
 
     def _literals(self, values: Any, depth: int) -> Format | None:
         if not isinstance(values, list) or not values:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
-from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, folded_branch
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, admitted_values, folded_branch
 
 XTML_TYPE = {
     "string": "string",
@@ -107,10 +107,9 @@ class SchemaDocument:
         if merged is None:
             return []
         schema, seen = merged
-        if "const" in schema:
-            return [_literal(schema["const"])]
-        if isinstance(schema.get("enum"), list) and schema["enum"]:
-            return [_literal(v) for v in schema["enum"]]
+        if "const" in schema or (isinstance(schema.get("enum"), list) and schema["enum"]):
+            listed = [schema["const"]] if "const" in schema else schema["enum"]
+            return [_literal(v) for v in admitted_values(schema) or listed]  # as the JSON grammars keep them
         for key in UNIONS:
             branches = schema.get(key)
             if isinstance(branches, list) and branches:
@@ -130,19 +129,21 @@ class SchemaDocument:
         self, branch: Any, beside: dict[str, Any], seen: frozenset[str]
     ) -> list[Alternative] | None:
         """A union branch's alternatives, the assertions `beside` the union folded into it (`all_of.folded_branch`,
-        as the JSON grammars fold them); None where it then admits no value (disjoint types). A branch that does
-        not fold exactly is read alone: unenforced.py refuses that keyword under strict before any grammar."""
+        as the JSON grammars fold them); None where it then admits no value (disjoint types, listed values its
+        keywords all refuse). A branch that does not fold exactly is read alone: unenforced.py refuses that keyword
+        under strict before any grammar."""
         if not isinstance(branch, dict):
             return []
         if not beside:
-            return self._alternatives(branch, seen)
+            return None if admitted_values(branch) == [] else self._alternatives(branch, seen)
         merged = self._merged(branch, seen)
         if merged is None:
             return []
         folded = folded_branch(beside, merged[0], "")
-        if folded is False:
+        one = merged[0] if folded is None else folded
+        if folded is False or admitted_values(one) == []:
             return None
-        return self._alternatives(merged[0] if folded is None else folded, merged[1])
+        return self._alternatives(one, merged[1])
 
     def _merged(self, schema: dict[str, Any], seen: frozenset[str]) -> tuple[dict[str, Any], frozenset[str]] | None:
         """`schema` with its `$ref` target and `allOf` branches folded in (its own keywords win)."""
