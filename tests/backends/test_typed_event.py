@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backends import sglang, vllm
 from backends.base import BackendError, GenerateRequest, SamplingParams
 from backends.typed_event import typed_event
 
+UNTIMED = [HealthCheck.too_slow, HealthCheck.data_too_large]
+"""No check that depends on the machine's speed (nor on how much one case draws): the verdict is the code's."""
 INTS = st.one_of(
     st.integers(-3, 300),
     st.sampled_from([2**31, 2**63 - 1, 2**63, 2**64 - 1, 2**64, 2**70, -(2**63), -(2**63) - 1]),
@@ -149,7 +151,7 @@ def _same_reads(typed, general, stream: list[bytes], read: str, state: list[str]
 
 
 @pytest.mark.parametrize("incremental", [True, False])
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None, suppress_health_check=UNTIMED)
 @given(stream=st.lists(lines(sglang_events()), min_size=1, max_size=4))
 def test_sglang_typed_read_reads_as_the_general_read(incremental: bool, stream: list[bytes]) -> None:
     typed, general = sglang._StreamReader(incremental), _GeneralSGLang(incremental)
@@ -157,7 +159,7 @@ def test_sglang_typed_read_reads_as_the_general_read(incremental: bool, stream: 
 
 
 @pytest.mark.parametrize("api", ["completions", "generate"])
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None, suppress_health_check=UNTIMED)
 @given(stream=st.lists(lines(vllm_events()), min_size=1, max_size=4), top=st.integers(0, 2))
 def test_vllm_typed_read_reads_as_the_general_read(api: vllm.VLLMApi, stream: list[bytes], top: int) -> None:
     request = GenerateRequest("r", [1, 2, 3], SamplingParams(max_new_tokens=8), logprobs=top > 0, top_logprobs=top)
