@@ -116,9 +116,9 @@ class _Finish(msgspec.Struct, gc=False):
 
 class _Meta(msgspec.Struct, gc=False):
     finish_reason: _Finish | None = None
-    prompt_tokens: Int | None = None
-    completion_tokens: Int | None = None
-    cached_tokens: Int | None = None
+    prompt_tokens: Int = 0  # (a null count, as any field of another type, goes the general way: no union to check)
+    completion_tokens: Int = 0
+    cached_tokens: Int = 0
     output_token_logprobs: msgspec.Raw = NO_RAW
     output_top_logprobs: msgspec.Raw = NO_RAW
 
@@ -126,7 +126,7 @@ class _Meta(msgspec.Struct, gc=False):
 class _Event(TypedEvent, gc=False):
     """The fields of a `/generate` event the reader uses (backends/typed_event.py)."""
 
-    output_ids: list[Int] | None = None
+    output_ids: list[Int] = msgspec.field(default_factory=list)
     meta_info: _Meta | None = None
 
 
@@ -179,7 +179,7 @@ class _StreamReader:
             (tokens, read), (top, top_read) = raw_value(meta.output_token_logprobs), raw_value(meta.output_top_logprobs)
             if not (read and top_read):
                 return None
-        ids = event.output_ids or []
+        ids = event.output_ids
         return self._made(ids, finish, tokens, top, meta.prompt_tokens, meta.completion_tokens, meta.cached_tokens)
 
     def _chunk(self, event: dict[str, Any]) -> GenerateChunk:
