@@ -246,13 +246,13 @@ class _StreamReader:
         if ids:
             self._last_id = ids[-1]
         reason, matched = self._finish(finish, stop_reason)
-        chunk = GenerateChunk(
-            output_ids=ids,
-            logprobs=self._logprobs(logprobs, ids, self._top) if logprobs else None,
-            finish_reason=reason,
-            matched_stop=matched,
-            prompt_tokens=self._prompt_tokens,
-            completion_tokens=self._completion_tokens,
+        chunk = GenerateChunk(  # positional: the dataclass's field order (keywords cost more per event)
+            ids,
+            self._logprobs(logprobs, ids, self._top) if logprobs else None,
+            reason,
+            matched,
+            self._prompt_tokens,
+            self._completion_tokens,
         )
         if reason is None:
             return chunk if ids else None
