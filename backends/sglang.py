@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import orjson
 
 from backends.base import BackendError, GenerateChunk, GenerateRequest, MalformedStream, TokenLogprob
@@ -24,6 +25,7 @@ from backends.http_backend import (
     stream_event,
     token_ids,
 )
+from backends.typed_event import NO_RAW, Int, TypedEvent, raw_value, typed_event
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,30 @@ class SGLangBackend(HTTPBackend):
         await super().close()
 
 
+class _Finish(msgspec.Struct, gc=False):
+    type: str
+    matched: Int | str | None = None
+
+
+class _Meta(msgspec.Struct, gc=False):
+    finish_reason: _Finish | None = None
+    prompt_tokens: Int = 0  # (a null count, as any field of another type, goes the general way: no union to check)
+    completion_tokens: Int = 0
+    cached_tokens: Int = 0
+    output_token_logprobs: msgspec.Raw = NO_RAW
+    output_top_logprobs: msgspec.Raw = NO_RAW
+
+
+class _Event(TypedEvent, gc=False):
+    """The fields of a `/generate` event the reader uses (backends/typed_event.py)."""
+
+    output_ids: list[Int] = msgspec.field(default_factory=list)
+    meta_info: _Meta | None = None
+
+
+_decode = msgspec.json.Decoder(_Event).decode
+
+
 class _StreamReader:
     """Turns SSE lines of one `/generate` stream into GenerateChunks of new output only."""
 
@@ -123,32 +149,67 @@ class _StreamReader:
 
     def chunks(self, line: bytes) -> list[GenerateChunk]:
         """The new output of one line (none, or one chunk)."""
-        event = stream_event(line)
-        if type(event) is not dict:
-            if event == SSE_DONE:
-                self.done = True
-            return []
+        typed = typed_event(line, _decode)
         try:
-            chunk = self._chunk(event)
+            chunk = None if typed is None else self._typed_chunk(typed)
+            if chunk is None:
+                event = stream_event(line)
+                if type(event) is not dict:
+                    if event == SSE_DONE:
+                        self.done = True
+                    return []
+                chunk = self._chunk(event)
         except SHAPE_ERRORS as e:
             raise shape_error(e) from None
         if chunk.finish_reason is not None:
             self.finished = True
         return [chunk]
 
+    def _typed_chunk(self, event: _Event) -> GenerateChunk | None:
+        """The chunk of a typed event with a stop, a length or no finish; None: the general read reads it (an abort's
+        status and message, an unknown reason, logprobs orjson refuses)."""
+        meta = event.meta_info
+        if meta is None:
+            return None
+        finish = meta.finish_reason
+        if finish is not None and finish.type != "stop" and finish.type != "length":
+            return None
+        tokens = top = None
+        if meta.output_token_logprobs or meta.output_top_logprobs:  # (no call for the usual event without them)
+            (tokens, read), (top, top_read) = raw_value(meta.output_token_logprobs), raw_value(meta.output_top_logprobs)
+            if not (read and top_read):
+                return None
+        ids = event.output_ids
+        return self._made(ids, finish, tokens, top, meta.prompt_tokens, meta.completion_tokens, meta.cached_tokens)
+
     def _chunk(self, event: dict[str, Any]) -> GenerateChunk:
         meta = event.get("meta_info") or {}
         if type(meta) is not dict:
             raise MalformedStream("backend sent meta_info that is not an object")
         ids = token_ids(event.get("output_ids") or [], "output_ids")
+        get = meta.get
+        return self._made(
+            ids,
+            get("finish_reason"),
+            get("output_token_logprobs"),
+            get("output_top_logprobs"),
+            get("prompt_tokens"),
+            get("completion_tokens"),
+            get("cached_tokens"),
+        )
+
+    def _made(
+        self, ids: list[int], finish: Any, tokens: Any, top: Any, prompt: Any, completion: Any, cached: Any
+    ) -> GenerateChunk:
+        """The chunk of an event's values (a general read's, or a typed read's: `finish` then a `_Finish`)."""
         if not self.incremental:
-            counted = meta.get("completion_tokens")
-            if type(counted) is int and counted > len(ids):  # cumulative ids are all the tokens counted so far
+            if type(completion) is int and completion > len(ids):  # cumulative ids: all the tokens counted so far
                 raise MalformedStream(_DELTAS_UNEXPECTED)
             ids = self._new(ids, "_seen_ids")
-        finish = meta.get("finish_reason")
         reason, matched = None, None
-        if type(finish) is dict:
+        if type(finish) is _Finish:
+            reason, matched = finish.type, finish.matched if type(finish.matched) is int else None
+        elif type(finish) is dict:
             reason = finish.get("type")
             if reason == "abort":
                 status = finish.get("status_code")
@@ -160,9 +221,7 @@ class _StreamReader:
             if reason not in ("stop", "length"):
                 raise MalformedStream(f"backend sent an unknown finish reason {finish!r}")
             matched = finish.get("matched") if isinstance(finish.get("matched"), int) else None
-        get = meta.get
-        logprobs = None if get("output_token_logprobs") is None else self._logprobs(meta)
-        prompt, completion, cached = get("prompt_tokens"), get("completion_tokens"), get("cached_tokens")
+        logprobs = None if tokens is None else self._logprobs(tokens, top)
         return GenerateChunk(  # positional: the dataclass's field order (keywords cost more per event)
             ids,
             logprobs,
@@ -184,9 +243,8 @@ class _StreamReader:
         setattr(self, seen_attr, len(items))
         return items[seen:]
 
-    def _logprobs(self, meta: dict[str, Any]) -> list[TokenLogprob]:
-        tokens = meta["output_token_logprobs"]
-        top = meta.get("output_top_logprobs") or []
+    def _logprobs(self, tokens: Any, top: Any) -> list[TokenLogprob]:
+        top = top or []
         start = 0 if self.incremental else self._seen_logprobs
         new = self._new(tokens, "_seen_logprobs")
         out = []

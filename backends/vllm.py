@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Any, Literal
 
+import msgspec
 import orjson
 
 from backends.base import (
@@ -34,6 +35,7 @@ from backends.http_backend import (
     stream_event,
     token_ids,
 )
+from backends.typed_event import NO_RAW, Int, TypedEvent, raw_value, typed_event
 
 VLLMApi = Literal["completions", "generate"]
 
@@ -153,6 +155,23 @@ class VLLMBackend(HTTPBackend):
             raise BackendError(f"backend {self.base_url} sent no model in /v1/models", retryable=True) from None
 
 
+class _Choice(msgspec.Struct, gc=False):
+    token_ids: list[Int]
+    index: Int = 0
+    finish_reason: str | None = None
+    stop_reason: Int | str | None = None
+    logprobs: msgspec.Raw = NO_RAW
+
+
+class _Event(TypedEvent, gc=False):
+    """The fields of a streamed event the reader uses (backends/typed_event.py)."""
+
+    choices: list[_Choice] | None = None
+
+
+_decode = msgspec.json.Decoder(_Event).decode
+
+
 class _StreamReader:
     """Turns the SSE lines of one vLLM stream into GenerateChunks; the finishing one waits for the usage chunk."""
 
@@ -170,19 +189,36 @@ class _StreamReader:
 
     def line(self, line: bytes) -> list[GenerateChunk]:
         """The chunks ready after this line (none, one, or the held finishing chunk)."""
-        event = stream_event(line, _event_error)
-        if event == SSE_DONE:
-            self.done = True
-            return self.end()
-        if not isinstance(event, dict):
-            return []
+        typed = typed_event(line, _decode)
         try:
+            if typed is not None and (chunks := self._typed_chunks(typed)) is not None:
+                return chunks
+            event = stream_event(line, _event_error)
+            if event == SSE_DONE:
+                self.done = True
+                return self.end()
+            if not isinstance(event, dict):
+                return []
             if isinstance(event.get("usage"), dict) and not event.get("choices"):
                 self._usage(event["usage"])
                 return []
             return [chunk for choice in event.get("choices") or () if (chunk := self._choice(choice)) is not None]
         except SHAPE_ERRORS as e:
             raise shape_error(e) from None
+
+    def _typed_chunks(self, event: _Event) -> list[GenerateChunk] | None:
+        """The chunks of a typed event of one choice; None: the general read reads it (a usage chunk, other choices,
+        logprobs orjson refuses)."""
+        choices = event.choices
+        if choices is None or len(choices) != 1 or choices[0].index != 0:
+            return None
+        choice = choices[0]
+        logprobs, read = raw_value(choice.logprobs) if choice.logprobs else (None, True)
+        if not read:
+            return None
+        self._not_finished()
+        chunk = self._output(choice.token_ids, choice.finish_reason, choice.stop_reason, logprobs)
+        return [] if chunk is None else [chunk]
 
     def end(self) -> list[GenerateChunk]:
         """At the end of the stream: the held finishing chunk; without one the stream broke off."""
@@ -194,22 +230,29 @@ class _StreamReader:
     def _choice(self, choice: Any) -> GenerateChunk | None:
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             raise MalformedStream("backend sent a choice this single-choice request did not ask for")
-        if self._finished is not None:
-            raise MalformedStream("backend sent output after the finish reason")
+        self._not_finished()
         if "token_ids" not in choice:
             raise MalformedStream("backend sent no token_ids (needs vLLM with return_token_ids)")
         ids = token_ids(choice["token_ids"], "token_ids")
+        return self._output(ids, choice.get("finish_reason"), choice.get("stop_reason"), choice.get("logprobs"))
+
+    def _not_finished(self) -> None:
+        if self._finished is not None:
+            raise MalformedStream("backend sent output after the finish reason")
+
+    def _output(self, ids: list[int], finish: Any, stop_reason: Any, logprobs: Any) -> GenerateChunk | None:
+        """A choice's chunk: the output (None when empty), or held as the finishing one (then None)."""
         self._completion_tokens += len(ids)
         if ids:
             self._last_id = ids[-1]
-        reason, matched = self._finish(choice.get("finish_reason"), choice.get("stop_reason"))
-        chunk = GenerateChunk(
-            output_ids=ids,
-            logprobs=self._logprobs(choice.get("logprobs"), ids, self._top) if choice.get("logprobs") else None,
-            finish_reason=reason,
-            matched_stop=matched,
-            prompt_tokens=self._prompt_tokens,
-            completion_tokens=self._completion_tokens,
+        reason, matched = self._finish(finish, stop_reason)
+        chunk = GenerateChunk(  # positional: the dataclass's field order (keywords cost more per event)
+            ids,
+            self._logprobs(logprobs, ids, self._top) if logprobs else None,
+            reason,
+            matched,
+            self._prompt_tokens,
+            self._completion_tokens,
         )
         if reason is None:
             return chunk if ids else None

@@ -30,10 +30,12 @@ from callgrind_counts import counted  # the bench folder is not a package: its p
 from fast_backend import paragraph_ids
 from overhead_bench import CONFIG, MODEL, chat_body
 
+from backends.base import GenerateRequest, SamplingParams
 from backends.detokenizer import Detokenizer
 from backends.http_backend import batch_chunk
 from backends.http_stream import BodyLines
 from backends.sglang import _StreamReader
+from backends.vllm import _StreamReader as VLLMReader
 from gateway.api.chat import ChatRenderer
 from gateway.api.streaming import _ChunkDoor
 from gateway.models.planning import ChatPlan, plan_chat
@@ -48,6 +50,19 @@ from gateway.types import ChoiceStep
 from gateway.validation.chat import ChatCompletionRequest, parse_chat_completion
 
 BODY = orjson.loads(chat_body(1))
+SGLANG_EVENT = (  # tokenizer_manager's meta_info (SGLang 0.5.23, metrics off), an incremental event
+    b'data: {"text":" the","output_ids":[4219],"meta_info":{"id":"4b1d8c6e2f0a4c7e9b3d5f1a2c4e6b8d",'
+    b'"finish_reason":null,"prompt_tokens":31,"weight_version":"default","num_retractions":0,"reasoning_tokens":0,'
+    b'"completion_tokens":7,"cached_tokens":0}}'
+)
+VLLM_EVENT = (
+    b'data: {"id":"cmpl-1","object":"text_completion","created":1733140000,"model":"m","choices":[{"index":0,'
+    b'"text":" the","logprobs":null,"finish_reason":null,"stop_reason":null,"token_ids":[4219],'
+    b'"prompt_logprobs":null,"prompt_token_ids":null}],"usage":null}'
+)
+VLLM_GENERATE_EVENT = (
+    b'data: {"request_id":"r","choices":[{"index":0,"logprobs":null,"finish_reason":null,"token_ids":[4219]}]}'
+)
 """The overhead bench's streamed chat, for one token."""
 TURNS = [
     {"role": "system", "content": "Be brief."},
@@ -103,6 +118,9 @@ def token_stages(model: ServedModel, parsed: ChatCompletionRequest, plan: ChatPl
     event = line + b"\n\n"
     chunk = b"%x\r\n" % len(event) + event + b"\r\n"
     body, reader = BodyLines(chunked=True, length=None), _StreamReader(incremental=True)
+    sglang_reader = _StreamReader(incremental=True)
+    request = GenerateRequest("r", plan.ids, SamplingParams(1 << 30))
+    completions, generate = VLLMReader("completions", request), VLLMReader("generate", request)
     detokenizer = Detokenizer(model.tokenizer, model.added_ids)
     for token in ids:  # every id of the cycle learned (once per process), as in a gateway that has served a while
         detokenizer.feed([token])
@@ -118,6 +136,11 @@ def token_stages(model: ServedModel, parsed: ChatCompletionRequest, plan: ChatPl
         "token: batch_chunk (the event's lines, SGLang's reader)": lambda: batch_chunk(
             [line, b""], reader.chunks, reader.ended
         ),
+        "token: SGLang 0.5.23's event (its meta_info's extra fields), the reader's chunks": lambda: (
+            sglang_reader.chunks(SGLANG_EVENT)
+        ),
+        "token: vLLM /v1/completions event, the reader's line": lambda: completions.line(VLLM_EVENT),
+        "token: vLLM /inference/v1/generate event, the reader's line": lambda: generate.line(VLLM_GENERATE_EVENT),
         "token: detokenizer.feed (one id)": lambda: detokenizer.feed([next(cycle)]),
         "token: ChoiceStep": lambda: ChoiceStep([], [], None, 7, 0, None),
         "token: renderer.step and frame (one piece of text)": lambda: [door.frame(c) for c in door.step(0, step)],
