@@ -256,10 +256,10 @@ class _ModelSeries:
 class _Tally:
     """A counter's or histogram's child updated as its own `inc` / `observe` update it, less the checks they make on
     every call (a child of a labelled parent, an amount not below zero: the gateway's own, always so) and the value
-    holder's lock (~2 K instructions an update, a third of a request's metrics): every update of a `_Tally` runs on
-    the event loop's thread, and a scrape from any thread reads each float whole. A histogram's bucket is found by
-    bisection rather than a loop. Writes prometheus_client's value holders: tests/gateway/test_metrics.py checks
-    the exposition against the library's own updates."""
+    holder's lock (~2 K instructions an update, over half a generation's `record_request`): every update of a
+    `_Tally` runs on the event loop's thread, and a scrape from any thread reads each float whole. A histogram's
+    bucket is found by bisection rather than a loop. Writes prometheus_client's value holders:
+    tests/gateway/test_metrics.py checks the exposition against the library's own updates."""
 
     __slots__ = ("inc", "observe")
 
