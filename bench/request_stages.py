@@ -97,6 +97,8 @@ def stages() -> dict[str, Callable[[], object]]:
     record.prompt_tokens, record.completion_tokens, record.finish_reasons = len(plan.ids), 1, ["length"]
     ended = record.started + 0.03
     many_turns = {**BODY, "messages": TURNS}
+    line = access_log.access_line(record, "/v1/chat/completions", ended) + b"\n"
+    to_file = WholeLines.append_to(config.parent / "access.log")
     return {
         "nothing (the loop's own cost, taken off the others)": lambda: None,
         "parse_chat_completion (the overhead bench's body)": lambda: parse_chat_completion(BODY),
@@ -105,6 +107,7 @@ def stages() -> dict[str, Callable[[], object]]:
         "family.parser": lambda: model.family.parser(parsed.chat, plan.prompt),
         "metrics.record_request": lambda: metrics.record_request(record, "/v1/chat/completions", ended),
         "log_access": lambda: access_log.log_access(record, "/v1/chat/completions", ended),
+        "WholeLines.write (an access line appended to a file)": lambda: to_file.write(line),
         **token_stages(model, parsed, plan),
     }
 

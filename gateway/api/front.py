@@ -116,7 +116,8 @@ class Front:
             await send(message)
 
         scope[_SENDS] = (send_noting, send)
-        trace_token = current_traceparent.set(trace)  # forwarded to this request's backend attempts
+        # forwarded to this request's backend attempts (none to set when the client sent none and none is set)
+        trace_token = current_traceparent.set(trace) if trace or current_traceparent.get() else None
         token = begin_request(record)
         metrics.in_flight.add(record)
         try:
@@ -137,7 +138,8 @@ class Front:
             raise
         finally:
             end_request(token)
-            current_traceparent.reset(trace_token)
+            if trace_token is not None:
+                current_traceparent.reset(trace_token)
             finish()
             # `finish` holds the scope, which would hold it back through `send_noting`: a reference cycle that
             # left the request's scope, record and uvicorn's cycle and transport to the garbage collector

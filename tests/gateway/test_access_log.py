@@ -80,6 +80,25 @@ def test_handlers_and_filters_added_after_the_setup_see_every_access_line(own_lo
     assert _access_line_written(capsys) != ""
 
 
+def test_a_filter_on_the_setups_access_handler_or_no_propagation_leaves_the_line_to_logging(own_logging, capsys):
+    """The direct write also stops once the setup's own access handler gets a filter, or the access logger stops
+    propagating to the root: logging's path then drops the line, as it would without the direct write."""
+    configure_logging("info")
+    _, lines = logging.getLogger().handlers
+    lines.addFilter(lambda r: False)
+    try:
+        assert _access_line_written(capsys) == ""
+    finally:
+        lines.filters.pop()
+    access = logging.getLogger("gateway.access")
+    access.propagate = False
+    try:
+        assert _access_line_written(capsys) == ""
+    finally:
+        access.propagate = True
+    assert _access_line_written(capsys) != ""
+
+
 def test_the_direct_write_is_what_logging_writes(own_logging, capsys):
     """The line written without a LogRecord and the one logging's own path writes (a handler of the access logger
     that takes nothing forces that path) are the same bytes, latency aside."""

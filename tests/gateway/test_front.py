@@ -6,6 +6,7 @@ import asyncio
 import gc
 import weakref
 
+from backends.trace_context import current_traceparent
 from gateway.api.front import Front, more_body_send
 from gateway.api.turns import PER_ITERATION
 from gateway.observability.metrics import GatewayMetrics
@@ -109,3 +110,27 @@ def test_a_request_behind_front_leaves_no_reference_cycle() -> None:
         assert send() is None
     finally:
         gc.enable()
+
+
+def test_the_clients_traceparent_is_current_for_its_request_alone() -> None:
+    """A well-formed `traceparent` is the current one while its request runs, and only then: the next request
+    without one, and the caller once both ended, see none (Front sets it only when there is one to set)."""
+    trace = "00-" + "1" * 32 + "-" + "2" * 16 + "-01"
+    seen: list[str | None] = []
+
+    async def app(scope, receive, send) -> None:
+        seen.append(current_traceparent.get())
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def server_send(message: dict) -> None:
+        pass
+
+    async def both() -> str | None:
+        front = Front(app, app, GatewayMetrics())
+        await front({**_scope(), "headers": [(b"traceparent", trace.encode())]}, _receive, server_send)
+        await front(_scope(), _receive, server_send)
+        return current_traceparent.get()
+
+    assert asyncio.run(both()) is None
+    assert seen == [trace, None]
