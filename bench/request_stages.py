@@ -18,11 +18,13 @@ import itertools
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
+from starlette.requests import Request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -34,7 +36,7 @@ from backends.detokenizer import Detokenizer
 from backends.http_backend import batch_chunk
 from backends.http_stream import BodyLines
 from backends.sglang import _StreamReader
-from gateway.api.chat import ChatRenderer
+from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.streaming import _ChunkDoor
 from gateway.models.planning import ChatPlan, plan_chat
 from gateway.models.registry import ServedModel, served_model
@@ -47,6 +49,7 @@ from gateway.process.launch import start_models
 from gateway.types import ChoiceStep
 from gateway.validation.chat import ChatCompletionRequest, parse_chat_completion
 
+T = TypeVar("T")
 BODY = orjson.loads(chat_body(1))
 """The overhead bench's streamed chat, for one token."""
 TURNS = [
@@ -82,16 +85,33 @@ def stages() -> dict[str, Callable[[], object]]:
     record.prompt_tokens, record.completion_tokens, record.finish_reasons = len(plan.ids), 1, ["length"]
     ended = record.started + 0.03
     many_turns = {**BODY, "messages": TURNS}
+    many = parse_chat_completion(many_turns)
+    request = Request({"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [], "state": {}})
     return {
         "nothing (the loop's own cost, taken off the others)": lambda: None,
         "parse_chat_completion (the overhead bench's body)": lambda: parse_chat_completion(BODY),
         f"parse_chat_completion ({len(TURNS)} messages)": lambda: parse_chat_completion(many_turns),
         "plan_chat (render and prompt kept)": lambda: plan_chat(model, parsed.chat, parsed.settings),
+        f"plan_chat ({len(TURNS)} messages, render and prompt kept)": lambda: plan_chat(
+            model, many.chat, many.settings
+        ),
+        "start_chat (plan, admission, the choices' set-up; nothing sent)": lambda: _driven(
+            start_chat(request, model, parsed.chat, parsed.settings, "chatcmpl-0")
+        ),
         "family.parser": lambda: model.family.parser(parsed.chat, plan.prompt),
         "metrics.record_request": lambda: metrics.record_request(record, "/v1/chat/completions", ended),
         "log_access": lambda: access_log.log_access(record, "/v1/chat/completions", ended),
         **token_stages(model, parsed, plan),
     }
+
+
+def _driven(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The value of a coroutine that awaits nothing (the chat door's start for a request without policies)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("the coroutine awaited something")
 
 
 def token_stages(model: ServedModel, parsed: ChatCompletionRequest, plan: ChatPlan) -> dict[str, Callable[[], object]]:
