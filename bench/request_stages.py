@@ -18,11 +18,13 @@ import itertools
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
+from starlette.requests import Request
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -36,7 +38,7 @@ from backends.http_backend import batch_chunk
 from backends.http_stream import BodyLines
 from backends.sglang import _StreamReader
 from backends.vllm import _StreamReader as VLLMReader
-from gateway.api.chat import ChatRenderer
+from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.streaming import _ChunkDoor
 from gateway.models.planning import ChatPlan, plan_chat
 from gateway.models.registry import ServedModel, served_model
@@ -49,6 +51,7 @@ from gateway.process.launch import start_models
 from gateway.types import ChoiceStep
 from gateway.validation.chat import ChatCompletionRequest, parse_chat_completion
 
+T = TypeVar("T")
 BODY = orjson.loads(chat_body(1))
 SGLANG_EVENT = (  # tokenizer_manager's meta_info (SGLang 0.5.23, metrics off), an incremental event
     b'data: {"text":" the","output_ids":[4219],"meta_info":{"id":"4b1d8c6e2f0a4c7e9b3d5f1a2c4e6b8d",'
@@ -99,17 +102,34 @@ def stages() -> dict[str, Callable[[], object]]:
     many_turns = {**BODY, "messages": TURNS}
     line = access_log.access_line(record, "/v1/chat/completions", ended) + b"\n"
     to_file = WholeLines.append_to(config.parent / "access.log")
+    many = parse_chat_completion(many_turns)
+    request = Request({"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": [], "state": {}})
     return {
         "nothing (the loop's own cost, taken off the others)": lambda: None,
         "parse_chat_completion (the overhead bench's body)": lambda: parse_chat_completion(BODY),
         f"parse_chat_completion ({len(TURNS)} messages)": lambda: parse_chat_completion(many_turns),
         "plan_chat (render and prompt kept)": lambda: plan_chat(model, parsed.chat, parsed.settings),
+        f"plan_chat ({len(TURNS)} messages, render and prompt kept)": lambda: plan_chat(
+            model, many.chat, many.settings
+        ),
+        "start_chat (plan, admission, the choices' set-up; nothing sent)": lambda: _driven(
+            start_chat(request, model, parsed.chat, parsed.settings, "chatcmpl-0")
+        ),
         "family.parser": lambda: model.family.parser(parsed.chat, plan.prompt),
         "metrics.record_request": lambda: metrics.record_request(record, "/v1/chat/completions", ended),
         "log_access": lambda: access_log.log_access(record, "/v1/chat/completions", ended),
         "WholeLines.write (an access line appended to a file)": lambda: to_file.write(line),
         **token_stages(model, parsed, plan),
     }
+
+
+def _driven(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The value of a coroutine that awaits nothing (the chat door's start for a request without policies)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("the coroutine awaited something")
 
 
 def token_stages(model: ServedModel, parsed: ChatCompletionRequest, plan: ChatPlan) -> dict[str, Callable[[], object]]:

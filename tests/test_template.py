@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from functools import cache
+from unittest import mock
 
 import pytest
 
@@ -233,6 +235,62 @@ def test_kept_renders_tell_apart_contexts_that_differ_in_key_order_or_size_cap()
         render(source, [], tools=[{"a": 1, "b": 2}], max_chars=10)
 
 
+READS_EVERY_ARGUMENT = (
+    "{{ bos_token }}|{{ x }}|{{ tools | tojson }}|{{ documents | tojson }}|{{ add_generation_prompt }}|"
+    "{% for m in messages %}{{ m.role }}:{{ m.thinking }}:{{ m.content }};{% endfor %}"
+)
+"""A template whose text shows every argument of a render (the continued message's end too)."""
+KEPT_BASE = {
+    "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes "}],
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "documents": [{"text": "d"}],
+    "add_generation_prompt": False,
+    "continue_final_message": True,
+    "special_tokens": {"bos_token": "<s>"},
+    "template_kwargs": {"x": 1},
+    "max_chars": 1000,
+}
+ONE_ARGUMENT_CHANGED = {
+    "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "no "}],
+    "reasoning": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "yes ", "reasoning_content": "r"},
+    ],
+    "tools": [{"type": "function", "function": {"name": "g"}}],
+    "documents": [{"text": "e"}],
+    "continue_final_message": False,
+    "add_generation_prompt": True,
+    "special_tokens": {"bos_token": "<bos>"},
+    "template_kwargs": {"x": 2},
+    "max_chars": 60,
+}
+
+
+@pytest.mark.parametrize("changed", list(ONE_ARGUMENT_CHANGED))
+def test_a_kept_render_is_given_only_for_the_same_arguments(changed: str) -> None:
+    """Each argument of a render changed alone after a render with all of them was kept: the render is a fresh
+    render's, never the kept one (a key that left an argument out would give the kept text back)."""
+    from gateway.prompts import template
+
+    argument = "messages" if changed == "reasoning" else changed
+    others = {**KEPT_BASE, argument: ONE_ARGUMENT_CHANGED[changed]}
+    if changed == "add_generation_prompt":
+        others["continue_final_message"] = False  # the two cannot both be set
+    with mock.patch.object(template, "_RENDERS", template._Renders()):
+        kept = render(READS_EVERY_ARGUMENT, **KEPT_BASE)
+        assert render(READS_EVERY_ARGUMENT, **copy.deepcopy(KEPT_BASE)) is kept
+        try:
+            again = render(READS_EVERY_ARGUMENT, **others)
+        except TemplateError as e:  # the smaller size cap
+            again = str(e)
+    with mock.patch.object(template, "_RENDERS", template._Renders(entries=0)):
+        try:
+            fresh = render(READS_EVERY_ARGUMENT, **others)
+        except TemplateError as e:
+            fresh = str(e)
+    assert again == fresh != kept
+
+
 @pytest.mark.parametrize(
     "source",
     [
@@ -246,8 +304,8 @@ def test_a_template_that_reads_the_clock_or_chance_is_rendered_afresh(source: st
     from gateway.prompts import template
 
     assert not renders_purely(source)
-    assert template._RENDERS.key(source, {"messages": []}, 1000) is None
-    assert template._RENDERS.key("{{ messages }}", {"messages": []}, 1000) is not None
+    assert template._RENDERS.find(source, ([],), 1000) == (None, None)
+    assert template._RENDERS.find("{{ messages }}", ([],), 1000)[0] is not None
     render(source)  # renders (nothing kept)
 
 

@@ -36,8 +36,9 @@ NO_DEADLINE_S = 1e9
 
 
 def request_policy(request: Request) -> RequestPolicy:
-    """The policy step of `request` (inert when the gateway runs without policies)."""
-    return RequestPolicy(tenant_of(request), request.scope.get("state", {}).get("gate"))
+    """The policy step of `request` (inert when the gateway runs without policies: one for every such request)."""
+    tenant, gate = tenant_of(request), request.scope.get("state", {}).get("gate")
+    return _INERT if tenant is None and gate is None else RequestPolicy(tenant, gate)
 
 
 class RequestPolicy:
@@ -153,6 +154,13 @@ class RequestPolicy:
 
         return in_queue
 
+    def admit_unlimited(self, model: ServedModel, choices: int, start: Callable[[], Events]) -> Events | None:
+        """`admit` for a request without policies, which awaits nothing (a caller spares the coroutine): the events
+        of `start()`, its `choices` counted against the model's backend slots; None for a request with policies."""
+        if self.tenant is not None and self._gate is not None:
+            return None
+        return _slotted(model, choices, start)
+
     async def admit(
         self,
         model: ServedModel,
@@ -178,10 +186,7 @@ class RequestPolicy:
         (gateway/models/slots.py)."""
         tenant = self.tenant
         if tenant is None or self._gate is None:
-            if model.choice_slots is None:
-                return start()
-            model.choice_slots.check(choices)
-            return model.choice_slots.hold(choices, start())
+            return _slotted(model, choices, start)
         policy = tenant.caller.policy
         tenant.model = model.id
         tenant.prompt_tokens = prompt_tokens
@@ -235,6 +240,19 @@ class RequestPolicy:
 
         tenant.release = release
         return _settled(events, counted, tenant)
+
+
+def _slotted(model: ServedModel, choices: int, start: Callable[[], Events]) -> Events:
+    """The events of `start()`, its `choices` counted against the model's backend slots (gateway/models/slots.py)
+    where they are known: a request without policies."""
+    if model.choice_slots is None:
+        return start()
+    model.choice_slots.check(choices)
+    return model.choice_slots.hold(choices, start())
+
+
+_INERT = RequestPolicy(None, None)
+"""The policy step of every request served without policies (it holds nothing of a request's own)."""
 
 
 async def _taken(tenant: TenantRequest, steps: Steps) -> Steps:

@@ -90,17 +90,19 @@ async def start_chat(
         )
 
     with stage("gateway.admission"):
-        events = await policy.admit(
-            model,
-            len(plan.ids),
-            settings.n * plan.sampling.max_new_tokens,
-            start,
-            prompt_param=param,
-            max_tokens_param=max_tokens_param,
-            prompt=plan.prompt,
-            choices=settings.n,
-            defaulted=[plan.sampling] if settings.max_tokens is None else (),
-        )
+        events = policy.admit_unlimited(model, settings.n, start)
+        if events is None:
+            events = await policy.admit(
+                model,
+                len(plan.ids),
+                settings.n * plan.sampling.max_new_tokens,
+                start,
+                prompt_param=param,
+                max_tokens_param=max_tokens_param,
+                prompt=plan.prompt,
+                choices=settings.n,
+                defaulted=[plan.sampling] if settings.max_tokens is None else (),
+            )
     texts = TokenTexts(model.tokenizer, model.added_ids) if settings.logprobs else None
     parser = functools.partial(model.family.parser, chat, plan.prompt)
     renderer = ChatRenderer(settings.n, parser, texts, len(plan.ids), model.count_tokens)

@@ -101,7 +101,7 @@ class CallFormat:
 
 def unconstrained(request: ChatRequest) -> bool:
     """Nothing constrains the answer: no response format and no active tools (`build_grammar` gives no grammar)."""
-    return request.response_format is None and not request.active_tools
+    return request.response_format is None and not (request.tools and request.active_tools)
 
 
 def build_grammar(

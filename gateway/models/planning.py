@@ -44,16 +44,14 @@ def plan_chat(model: ServedModel, chat: ChatRequest, settings: GenerationSetting
     `param` names the field a prompt that does not fit, or cannot be rendered, is blamed on."""
     with stage("gateway.render"):
         prompt, ids = encode_chat(model, chat, param)
-        max_new = token_budget(
-            model, len(ids), settings.max_tokens, param, prompt_parts=lambda: tools_share(model, chat, len(ids))
-        )
+        max_new = token_budget(model, len(ids), settings.max_tokens, param, prompt_parts=_tools_share(model, chat, ids))
     started = time.perf_counter()
     with stage("gateway.grammar"):
         grammar, built = _chat_grammar(model, chat, prompt)
     if grammar is not None:
         note_grammar(time.perf_counter() - started)
     # The parser must see the family's markers, so the backend keeps special tokens whenever they matter.
-    keep_markers = grammar is not None or bool(chat.active_tools)
+    keep_markers = grammar is not None or (bool(chat.tools) and bool(chat.active_tools))
     skip_special = settings.skip_special_tokens and not keep_markers
     sampling = sampling_params(settings, max_new, model.stop_token_ids, skip_special)
     if not built.tools:
@@ -183,6 +181,12 @@ def sampling_params(
     )
 
 
+def _tools_share(model: ServedModel, chat: ChatRequest, ids: list[int]) -> Callable[[], str] | None:
+    """`tools_share` of the prompt `ids` as token_budget's `prompt_parts`; None for a chat without tools (nothing to
+    tell apart: no closure made per request)."""
+    return (lambda: tools_share(model, chat, len(ids))) if chat.tools else None
+
+
 def tools_share(model: ServedModel, chat: ChatRequest, prompt_tokens: int) -> str:
     """The tools' share of a prompt that does not fit, as `(N in the messages, M in the tools)` (empty when they add
     nothing): OpenAI's context error names the functions' share so, its `param` staying `messages`."""
@@ -268,6 +272,8 @@ def _grammar(model: ServedModel, chat: ChatRequest, prompt: str) -> Grammar | No
         raise
     except Exception:  # noqa: BLE001  (built here: a builder's defect met on this schema, as in a compile child)
         raise build_failed(chat, traceback.format_exc()) from None
+    if grammar is None:
+        return None
     unsupported = newer_features(grammar, model.grammar_target)
     if unsupported:
         param = "tools" if chat.active_tools else "response_format"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import re
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -29,6 +28,7 @@ from typing import Self
 from tokenizers import Tokenizer
 
 from backends.prompt_text import TextBound, text_bound
+from gateway.prompts.kept import Kept
 from gateway.prompts.shield import Shield, spelling_pattern
 
 
@@ -62,10 +62,8 @@ class PromptEncoder:
         self._special_ends = _special_ends(tokenizer, self._plain)
         self._memo: OrderedDict[str, list[int]] = OrderedDict()
         self._memo_size = memo_size
-        self._prompts: OrderedDict[str, list[int]] = OrderedDict()
-        self._prompts_kept = prompts
+        self._prompts: Kept[str, list[int]] = Kept(prompts)  # the event loop and planning threads share the encoder
         self._prompt_chars = prompt_chars
-        self._prompts_lock = threading.Lock()  # the event loop and planning threads share the encoder
 
     def encode_prompt(self, text: str, shield: Shield | None = None, add_special_tokens: bool = False) -> list[int]:
         """Ids of a rendered prompt: spelled added tokens are tokens, everything else plain text.
@@ -84,16 +82,11 @@ class PromptEncoder:
         whole = type(text) is str and len(text) <= self._prompt_chars and (shield is None or not shield.originals)
         if not whole:
             return self._encode_prompt(text, shield)
-        with self._prompts_lock:
-            kept = self._prompts.get(text)
-            if kept is not None:
-                self._prompts.move_to_end(text)
-                return list(kept)
+        kept = self._prompts.get(text)
+        if kept is not None:
+            return list(kept)
         ids = self._encode_prompt(text, None)
-        with self._prompts_lock:
-            self._prompts[text] = list(ids)
-            while len(self._prompts) > self._prompts_kept:
-                self._prompts.popitem(last=False)
+        self._prompts.keep(text, list(ids))
         return ids
 
     def _encode_prompt(self, text: str, shield: Shield | None) -> list[int]:

@@ -205,6 +205,8 @@ class Shielder:
         self.syntax = next((m for m in (ASCII_MARKERS, PRIVATE_MARKERS) if m.safe_for(spellings)), None)
         if self.syntax is None:
             raise ValueError("no marker syntax is safe for this vocabulary's added tokens")
+        self._unmarked = Shield("", [], self.syntax)
+        """The Shield of every request whose strings spell nothing: no marker, no prefix (one, never changed)."""
 
     def shield(
         self, request: ChatRequest, keep_in_assistant: frozenset[str] = frozenset()
@@ -212,7 +214,7 @@ class Shielder:
         """`request` with client strings that spell no added token (itself when none does), and its Shield. A
         request whose strings spell nothing gets no marker, so no prefix is drawn for it."""
         if self._spells_nothing((request.messages, request.tools, request.response_format, request.template_kwargs)):
-            return request, Shield("", [], self.syntax)
+            return request, self._unmarked
         while True:
             try:
                 return self._shield(request, keep_in_assistant, self.syntax.prefix())

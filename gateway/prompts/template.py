@@ -9,14 +9,13 @@ transformers hands them (`template_messages`); tests/test_template_corpus.py hol
 a corpus of real templates.
 
 A template that reads no clock or randomness renders the same text for the same context, so its renders are kept
-(`_Renders`, keyed by the context's JSON: the same messages, tools and flags in the same order render once).
+(`_Renders`, keyed by the JSON of the arguments the context is built from: the same messages, tools and flags in the
+same order render once, and are found again without building the context).
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,6 +30,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 from gateway.prompts import template_bounds as bounds
+from gateway.prompts.kept import Kept
 from gateway.prompts.loop_exit import end_finished_scans
 from gateway.prompts.template_bounds import MAX_TEMPLATE_STEPS, TemplateError
 
@@ -209,40 +209,36 @@ def renders_purely(source: str) -> bool:
 
 
 class _Renders:
-    """Renders of pure templates, keyed by the template and its context's JSON (insertion order kept, so contexts
-    that differ only in key order, which a template can see, stay apart); least recently used out first. A context
-    that orjson cannot dump or whose JSON is past `max_key_bytes` is not kept. The contexts hold what parsed request
-    bodies hold (dicts, lists, str, int, float, bool, None; never inf or NaN, which orjson's parser refuses and its
-    dump would write as null), so equal dumps are equal contexts. Shared by the event loop and the planning threads."""
+    """Renders of pure templates, keyed by the template, the JSON of the arguments it was rendered with (the
+    messages, tools, documents, flags, special tokens and template kwargs: everything its context is built from) and
+    the size cap; found before any context is built. Insertion order is kept in the JSON, so arguments that differ
+    only in key order, which a template can see, stay apart; least recently used out first (`kept.Kept`: found with
+    no lock). Arguments that orjson cannot dump or whose JSON is past `max_key_bytes` are not kept. They hold what
+    parsed request bodies hold (dicts, lists, str, int, float, bool, None; never inf or NaN, which orjson's parser
+    refuses and its dump would write as null), so equal dumps are equal arguments, which build equal contexts."""
 
     def __init__(self, entries: int = 128, max_key_bytes: int = 32 * 1024):
-        self._entries = entries
         self._max_key_bytes = max_key_bytes
-        self._kept: OrderedDict[tuple[str, bytes, int], str] = OrderedDict()
-        self._lock = threading.Lock()
+        self._kept: Kept[tuple[str, bytes, int], str] = Kept(entries)
 
-    def key(self, source: str, context: dict[str, Any], max_chars: int) -> tuple[str, bytes, int] | None:
-        """The key of a render of `source` with `context` and `max_chars`; None: not to be kept."""
+    def find(
+        self, source: str, arguments: tuple[Any, ...], max_chars: int
+    ) -> tuple[tuple[str, bytes, int] | None, str | None]:
+        """The key of a render of `source` with `arguments` and `max_chars` (None: not to be kept), and the render
+        kept under it (None: none is)."""
         if not _purity(source):
-            return None
+            return None, None
         try:
-            dump = orjson.dumps(context)
+            dump = orjson.dumps(arguments)
         except orjson.JSONEncodeError:  # e.g. an int past 64 bits, a lone surrogate
-            return None
-        return (source, dump, max_chars) if len(dump) <= self._max_key_bytes else None
-
-    def get(self, key: tuple[str, bytes, int]) -> str | None:
-        with self._lock:
-            text = self._kept.get(key)
-            if text is not None:
-                self._kept.move_to_end(key)
-            return text
+            return None, None
+        if len(dump) > self._max_key_bytes:
+            return None, None
+        key = (source, dump, max_chars)
+        return key, self._kept.get(key)
 
     def keep(self, key: tuple[str, bytes, int], text: str) -> None:
-        with self._lock:
-            self._kept[key] = text
-            while len(self._kept) > self._entries:
-                self._kept.popitem(last=False)
+        self._kept.keep(key, text)
 
 
 _RENDERS = _Renders()
@@ -276,13 +272,43 @@ def render_chat_template(
     """
     if continue_final_message and add_generation_prompt:
         raise TemplateError("continue_final_message and add_generation_prompt cannot both be set")
-    context = {**(special_tokens or {}), **(template_kwargs or {})}
-    context.update(
-        messages=template_messages(messages),
-        tools=tools or None,
-        documents=documents or None,
-        add_generation_prompt=add_generation_prompt,
+    arguments = (
+        messages,
+        tools,
+        documents,
+        add_generation_prompt,
+        continue_final_message,
+        special_tokens,
+        template_kwargs,
     )
+    key, rendered = _RENDERS.find(source, arguments, max_chars)  # before any context is built for the template
+    if rendered is None:
+        rendered = _render_anew(source, *arguments, max_chars)
+        if key is not None:
+            _RENDERS.keep(key, rendered)
+    return rendered
+
+
+def _render_anew(
+    source: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    documents: list[dict[str, Any]] | None,
+    add_generation_prompt: bool,
+    continue_final_message: bool,
+    special_tokens: Mapping[str, str] | None,
+    template_kwargs: dict[str, Any] | None,
+    max_chars: int,
+) -> str:
+    """`render_chat_template`'s render, not kept: the template's context built from the arguments, then rendered."""
+    context = {  # (a name of `template_kwargs` among these keeps its place, with the value given here)
+        **(special_tokens or {}),
+        **(template_kwargs or {}),
+        "messages": template_messages(messages),
+        "tools": tools or None,
+        "documents": documents or None,
+        "add_generation_prompt": add_generation_prompt,
+    }
     render = _render_continued if continue_final_message else _render
     try:
         return render(source, context, max_chars)
@@ -322,14 +348,8 @@ def template_messages(messages: list[dict[str, Any]], null_content: str | None =
 
 
 def _render(source: str, context: dict[str, Any], max_chars: int) -> str:
-    """The template rendered with `context`: a kept render, or a new one (kept when the template is pure)."""
-    key = _RENDERS.key(source, context, max_chars)
-    rendered = _RENDERS.get(key) if key is not None else None
-    if rendered is None:
-        rendered = _render_bounded(compile_template(source), context, max_chars)
-        if key is not None:
-            _RENDERS.keep(key, rendered)
-    return rendered
+    """The template rendered with `context`."""
+    return _render_bounded(compile_template(source), context, max_chars)
 
 
 _CONTINUE = "\ue000gateway:continue\ue000"
