@@ -179,9 +179,12 @@ def _listed_beside(node: dict[str, Any]) -> bool:
 
 def _unlisted_required(node: dict[str, Any]) -> bool:
     """Whether `node` requires a name its own `properties` does not list (the fold may still list it: a union's
-    branch saying only `required`)."""
+    branch saying only `required`), or says a `required` beside a `$ref` (required.py folds the two where that is
+    exact, whatever `properties` lists: the same test then says whether it is)."""
     required, properties = node.get("required"), node.get("properties")
     listed = properties if isinstance(properties, dict) else {}
+    if isinstance(required, list) and isinstance(node.get("$ref"), str):
+        return True
     return isinstance(required, list) and any(isinstance(r, str) and r not in listed for r in required)
 
 
