@@ -180,3 +180,39 @@ def test_a_schema_with_every_required_name_listed_is_the_same_object() -> None:
     gaps: list[SiblingGap] = []
     assert declared_required(schema, "p", gaps=gaps) is schema and not gaps
     assert declared_required({"type": "string", "required": ["x"]}, "p") == {"type": "string", "required": ["x"]}
+
+
+PATTERN_TARGET = {"type": "object", "patternProperties": {"^a": {}}}
+AGREEING = [  # whether the strict build takes each schema, predicted: every required name beside `$ref` listed
+    {"$ref": "#/$defs/P", "properties": {"b": {}}, "required": ["b"], "$defs": {"P": PATTERN_TARGET}},  # not exact
+    {"type": "object", "properties": {"o": {"$ref": "#/$defs/P", "properties": {"b": {}}, "required": ["b"]}},
+     "$defs": {"P": PATTERN_TARGET}},
+    {"$ref": "#/$defs/S", "properties": {"b": {"type": "integer"}}, "required": ["b"],
+     "$defs": {"S": {"type": "object", "properties": {"b": {"type": "string"}}}}},  # `b` admits nothing
+    {"type": "object", "properties": {"o": {"$ref": "#", "properties": {"b": {}}, "required": ["b"]}}},  # recursive
+    {"$ref": "#/$defs/I", "properties": {"b": {"type": "integer"}}, "required": ["b"],
+     "$defs": {"I": {"type": "object", "properties": {"b": {"type": "integer", "minimum": 1}}}}},  # exact
+    {"$ref": "#/$defs/A", "required": ["x"], "$defs": {"A": {**A, "required": ["x"]}}},  # the target requires it
+    REFERENCED,
+    CHAINED,
+    PATTERNS_REST,
+    UNLISTED,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("schema", AGREEING)
+def test_the_strict_prediction_agrees_with_the_strict_build(schema: dict[str, Any]) -> None:
+    """`strict_where_possible` makes a tool strict only where the strict build then takes it (before: a `required`
+    beside a `$ref` whose names `properties` lists was never checked, and the build refused the fold)."""
+    try:
+        built = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True) is not None
+    except SchemaGrammarError:
+        built = False
+    assert strict_able({"type": "function", "function": {"name": "f", "parameters": schema}}) == built
+    assert (unenforced_keywords(schema, "p") == []) == built
+
+
+def test_some_schemas_agreeing_are_refused_and_some_built() -> None:
+    """The set above tells the two apart (the agreement is no accident of one verdict)."""
+    verdicts = {strict_able({"type": "function", "function": {"name": "f", "parameters": s}}) for s in AGREEING}
+    assert verdicts == {True, False}

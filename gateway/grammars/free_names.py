@@ -172,9 +172,9 @@ def _free_rules(
     where that can be written; where not, a SchemaGrammarError when `strict_param`, else the names less the
     declared ones."""
     if patterns:
-        unmatched = unmatched_name_rules(patterns, declared, most, rule)
-        if unmatched is not None:
-            return "\n".join([unmatched[0], *_tail_rules(unmatched[1], rule)])
+        unclaimed = unclaimed_name_rules(patterns, declared, most, rule)
+        if unclaimed is not None:
+            return unclaimed
         if strict_param is not None:
             raise SchemaGrammarError(
                 "the free parameter names ('additionalProperties') cannot be kept from the names a "
@@ -183,6 +183,14 @@ def _free_rules(
                 f"{strict_param}.additionalProperties",
             )
     return free_name_rules(declared, most, rule)
+
+
+def unclaimed_name_rules(patterns: Iterable[str], declared: Iterable[str], most: int | None, rule: str) -> str | None:
+    """EBNF rules, `rule` the one to reference, for a free name (`[a-zA-Z_] [a-zA-Z0-9_]*`, at most `most`
+    characters: any number when None) that is none of `declared` and that no pattern of `patterns` matches
+    (`unmatched_names`); None where that cannot be written (a pattern's syntax or size)."""
+    unmatched = unmatched_name_rules(patterns, declared, most, rule)
+    return None if unmatched is None else "\n".join([unmatched[0], *_tail_rules(unmatched[1], rule)])
 
 
 def _shown(unreadable: Chars) -> str:

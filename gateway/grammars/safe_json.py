@@ -57,6 +57,7 @@ from gateway.grammars.json import (
     compact_json_ebnf,
     xml_arguments_ebnf,
 )
+from gateway.grammars.json_free_names import marked_free_names, written_free_names
 from gateway.grammars.patterns import class_range, narrowed, scan
 from gateway.grammars.required import declared_required
 from gateway.grammars.string_formats import XGRAMMAR_FORMATS, format_pattern
@@ -193,7 +194,8 @@ def _converted_value_ebnf(
     if schema is None or holds_spelling("\0".join(_literals(schema)), spellings):
         return None  # a property name, enum or const value spells a control token
     if style == "json":
-        ebnf, own = compact_json_ebnf(schema, param), ()
+        schema, marks = marked_free_names(schema, param, strict[1])
+        ebnf, own = written_free_names(compact_json_ebnf(schema, param), marks), ()
     else:
         _check_names(schema, style, param)
         ebnf, own = xml_arguments_ebnf(schema, style, param), _style_markers(style, spellings)

@@ -36,6 +36,7 @@ from gateway.grammars.json import (
     response_schema,
     response_strict,
 )
+from gateway.grammars.json_free_names import marked_free_names
 from gateway.grammars.required import declared_required
 from gateway.grammars.safe_json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS, unannotated
 from gateway.grammars.string_formats import ENFORCED_FORMATS
@@ -119,6 +120,7 @@ def _found_why(
     folds = False
     for node, where in _schemas(schema, param):
         folds = folds or _beside_union(node) or _unlisted_required(node) or _listed_beside(node)
+        folds = folds or "patternProperties" in node
         for keyword in _unenforced(node, schema):
             yield where, keyword, None
         if "format" in node or "pattern" in node or "minLength" in node or "maxLength" in node:
@@ -139,11 +141,12 @@ def _folded(schema: Any, param: str, search: PatternSearch | None) -> tuple[Any,
     """`schema` as the grammars read it (all_of.py's folds; None where an allOf does not fold: the build refuses it,
     a 400 naming it), and the keywords they leave unenforced there: those beside an `anyOf` / `oneOf` that cannot be
     folded into its branches, `const` / `enum` values not checked against their siblings (all_of.py), the required
-    names the folded schema cannot declare (required.py)."""
+    names the folded schema cannot declare (required.py), the free names that cannot be kept from its pattern keys
+    (json_free_names.py)."""
     gaps: list[SiblingGap] = []
     try:
         folded = folded_all_of(unannotated(schema), param, gaps, search=search)
-        declared_required(folded, param, gaps=gaps)
+        marked_free_names(declared_required(folded, param, gaps=gaps), param, False, gaps)
     except SchemaGrammarError:
         return None, gaps
     return folded, gaps
@@ -179,9 +182,12 @@ def _listed_beside(node: dict[str, Any]) -> bool:
 
 def _unlisted_required(node: dict[str, Any]) -> bool:
     """Whether `node` requires a name its own `properties` does not list (the fold may still list it: a union's
-    branch saying only `required`)."""
+    branch saying only `required`), or says a `required` beside a `$ref` (required.py folds the two where that is
+    exact, whatever `properties` lists: the same test then says whether it is)."""
     required, properties = node.get("required"), node.get("properties")
     listed = properties if isinstance(properties, dict) else {}
+    if isinstance(required, list) and isinstance(node.get("$ref"), str):
+        return True
     return isinstance(required, list) and any(isinstance(r, str) and r not in listed for r in required)
 
 

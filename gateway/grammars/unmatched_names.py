@@ -46,7 +46,7 @@ def unmatched_name_rules(
 ) -> tuple[str, dict[int | None, str]] | None:
     """EBNF rules, `rule` the one to reference, for a name of the free-name class of at most `most` characters (any
     number when None) that is none of `declared` and that no pattern of `patterns` matches, and the tails it refers
-    to (characters left, or None for any: `free_names.tail_rules` writes them); None where not representable."""
+    to (characters left, or None for any: `free_names.unclaimed_name_rules` writes them); None where not representable."""
     parsed = [parsed_pattern(p) for p in patterns]
     if any(p is None for p in parsed):
         return None
