@@ -1,7 +1,7 @@
 """CPU time per generated token of the worker's engine, in process: one request alone against N at once, and what
 the engine thread spent it on.
 
-    python bench/worker_batch_cpu.py [--threads 1] [--tokens 64] [--concurrent 8] [--rounds 3]
+    python bench/worker_batch_cpu.py [--threads 1] [--tokens 64] [--concurrent 8] [--rounds 3] [--split]
 
 Issue #13 asks that N requests at once decode >= 5x the tokens/s of one. Over HTTP on a shared host wall-clock
 rates swing; the engine thread's CPU time does not wait for other processes (with one torch thread it is the
@@ -14,6 +14,11 @@ float32 logits: what a CPU without a bfloat16 screen for several rows runs). The
 benches take it: one request's CPU per decode token (its prefill left out, as `worker_bench.py`'s batch-1 rate
 leaves out its first token) against the N requests' CPU per token with their prefill in (as the aggregate rate
 has it). Prints medians, the load average before and after, and the greedy head in use.
+
+`--split` also times, inside the decode forward, the layers' products and the attention calls (the rest of the
+forward is its other ops: norms, RoPE, KV writes, the mask, residual adds), and inside the head part the bfloat16
+screen (the rest: its float32 rescoring, or the full logits, and the per-row token hand-off). Each timed call costs
+~1 us of clock reads (~150 a step), added to the forward's figures.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -40,6 +46,8 @@ from backends.worker.weights import load_weights
 from bench.worker_bench import PROMPTS
 
 PARTS = ("prefill forward", "decode forward", "head and token choice")
+SPLIT = {"decode: products": "decode forward", "decode: attention": "decode forward", "head: screen": PARTS[2]}
+"""With `--split`: parts timed only while the part they belong to runs (the prefill's products are not the decode's)."""
 
 
 def thread_cpu_seconds(native_id: int) -> float:
@@ -51,17 +59,35 @@ class PartClock:
     """CPU seconds of the calling thread spent inside wrapped callables, by part."""
 
     def __init__(self):
-        self.seconds = dict.fromkeys(PARTS, 0.0)
+        self.seconds = dict.fromkeys([*PARTS, *SPLIT], 0.0)
+        self.running: str | None = None
+        """The outer part being timed now."""
 
     def wrap(self, part: str, function: Callable) -> Callable:
+        """Time `function` as `part`: an outer part, or a part of SPLIT counted only inside its outer one."""
+        within = SPLIT.get(part)
+
         def timed(*args, **kwargs):
-            began = time.thread_time()
+            if within is not None and self.running != within:
+                return function(*args, **kwargs)
+            outer, began = self.running, time.thread_time()
+            if within is None:
+                self.running = part
             try:
                 return function(*args, **kwargs)
             finally:
+                self.running = outer
                 self.seconds[part] += time.thread_time() - began
 
         return timed
+
+    def split(self, model: LlamaModel) -> None:
+        """Time the products and attention of `model`'s decode forward and its greedy head's screen."""
+        for linear in (linear for layer in model.layers for linear in layer.linears):
+            linear._matmul = self.wrap("decode: products", linear._matmul)
+        F.scaled_dot_product_attention = self.wrap("decode: attention", F.scaled_dot_product_attention)
+        if model.greedy_head is not None:
+            model.greedy_head.screen = self.wrap("head: screen", model.greedy_head.screen)
 
 
 def generate(engine: Engine, prompts: list[list[int]], tokens: int) -> int:
@@ -91,6 +117,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--split", action="store_true", help="time the decode's products, attention, head screen")
     args = parser.parse_args()
     torch.set_num_threads(1)
     checkpoint = load_checkpoint(None)
@@ -100,6 +127,8 @@ def main() -> None:
     model.hidden = clock.wrap("decode forward", model.hidden)
     engine = Engine(model, [], prefix_cache=False, threads=args.threads)
     engine._sample_and_emit = clock.wrap("head and token choice", engine._sample_and_emit)
+    if args.split:
+        clock.split(model)
     engine.start()
     engine_thread = engine._thread.native_id
     prompts = [checkpoint.tokenizer.encode(p).ids for p in PROMPTS]
@@ -110,9 +139,10 @@ def main() -> None:
         model.greedy_head = head if screen else None
         before, parts = thread_cpu_seconds(engine_thread), dict(clock.seconds)
         generated = generate(engine, batch, args.tokens)
-        spent = {part: clock.seconds[part] - parts[part] for part in PARTS}
+        spent = {part: clock.seconds[part] - parts[part] for part in clock.seconds}
         spent["all"] = thread_cpu_seconds(engine_thread) - before
         spent["rest"] = spent["all"] - sum(spent[part] for part in PARTS)
+        spent["decode: other ops"] = spent["decode forward"] - spent["decode: products"] - spent["decode: attention"]
         return {part: seconds / generated for part, seconds in spent.items()}
 
     cases = {
@@ -132,7 +162,8 @@ def main() -> None:
         f"dispatch={torch.backends.cpu.get_cpu_capability()} greedy head: "
         f"{head.describe() if head is not None else 'none'}; load average {load_before:.2f} -> {os.getloadavg()[0]:.2f}"
     )
-    columns = ("all", *PARTS, "rest")
+    split = ("decode: products", "decode: attention", "decode: other ops", "head: screen") if args.split else ()
+    columns = ("all", *PARTS, "rest", *split)
     print("| case | " + " | ".join(f"engine CPU ms per token: {c}" for c in columns) + " |")
     print("|---|" + "---:|" * len(columns))
     medians = {

@@ -272,6 +272,8 @@ class LlamaModel:
         batch, q_len = positions.shape
         rows, groups, end = batch * q_len, c.n_heads // c.n_kv_heads, first_slot + batch
         mask = _attention_mask(positions, key_len, groups)
+        if q_len == 1:
+            return self._decode_attention(batch, first_slot, key_len, mask)
 
         def masked(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
             q = q.view(batch, q_len, c.n_kv_heads, groups, c.head_dim).transpose(1, 2)
@@ -291,17 +293,9 @@ class LlamaModel:
         position 0, which is causal (the upper key blocks are skipped); else None."""
         c = self.config
         batch, q_len = positions.shape
-        rows, groups, end = batch * q_len, c.n_heads // c.n_kv_heads, first_slot + batch
+        end = first_slot + batch
         if q_len == 1 and bool((positions == key_len - 1).all()):
-
-            def decode(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-                q = q.view(batch, c.n_kv_heads, groups, c.head_dim)
-                out = F.scaled_dot_product_attention(
-                    q, keys[first_slot:end, :, :key_len], values[first_slot:end, :, :key_len]
-                )
-                return out.view(rows, -1)
-
-            return decode
+            return self._decode_attention(batch, first_slot, key_len)
         if batch == 1 and key_len == q_len and torch.equal(positions[0], torch.arange(q_len, device=positions.device)):
 
             def causal(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -313,10 +307,28 @@ class LlamaModel:
                     is_causal=True,
                     enable_gqa=True,
                 )
-                return out.transpose(1, 2).reshape(rows, -1)
+                return out.transpose(1, 2).reshape(q_len, -1)
 
             return causal
         return None
+
+    def _decode_attention(
+        self, batch: int, first_slot: int, key_len: int, mask: torch.Tensor | None = None
+    ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """Attention of a decode step (one query per row): the query heads sharing a KV head are its query rows,
+        a view of the step's queries with no transpose or copy; `mask` (batch, 1, groups, key_len) where the rows'
+        positions differ (the same tensors the general masked path hands SDPA, in fewer view ops a layer)."""
+        c = self.config
+        groups, end = c.n_heads // c.n_kv_heads, first_slot + batch
+
+        def decode(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+            q = q.view(batch, c.n_kv_heads, groups, c.head_dim)
+            out = F.scaled_dot_product_attention(
+                q, keys[first_slot:end, :, :key_len], values[first_slot:end, :, :key_len], attn_mask=mask
+            )
+            return out.view(batch, -1)
+
+        return decode
 
     def _kv_writer(
         self, write_positions: torch.Tensor, first_slot: int, static: bool = False

@@ -112,6 +112,31 @@ def test_lone_decode_step_matches_the_batched_path(model, checkpoint):
     assert int(batched[0].argmax()) == int(alone[0].argmax())
 
 
+def test_decode_rows_at_different_positions_attend_as_the_multi_query_layout(model):
+    """A decode step whose rows are at different positions hands SDPA its queries as a plain view (one query per
+    row) with the mask: bit-identical to the (batch, q_len, ...) layout a multi-query masked forward builds."""
+    c = model.config
+    batch, groups, key_len = 3, c.n_heads // c.n_kv_heads, 9
+    positions = torch.tensor([[8], [3], [5]])
+    keys, values = model.cache.per_layer[0]
+    generator = torch.Generator().manual_seed(0)
+    keys[:batch, :, :key_len] = torch.randn(batch, c.n_kv_heads, key_len, c.head_dim, generator=generator)
+    values[:batch, :, :key_len] = torch.randn(batch, c.n_kv_heads, key_len, c.head_dim, generator=generator)
+    qkv = torch.randn(batch, c.n_heads * c.head_dim + 2 * c.n_kv_heads * c.head_dim, generator=generator)
+    q = qkv[:, : c.n_heads * c.head_dim]  # strided, as the forward slices it
+    attend = model._attention(positions, 0, key_len)
+    layout = q.view(batch, 1, c.n_kv_heads, groups, c.head_dim).transpose(1, 2).reshape(batch, c.n_kv_heads, groups, -1)
+    mask = torch.zeros(batch, 1, groups, key_len).masked_fill_(
+        torch.arange(key_len) > positions.view(-1, 1, 1, 1), -torch.inf
+    )
+    expected = F.scaled_dot_product_attention(
+        layout, keys[:batch, :, :key_len], values[:batch, :, :key_len], attn_mask=mask
+    )
+    assert torch.equal(
+        attend(q, keys, values), expected.view(batch, c.n_kv_heads, 1, -1).transpose(1, 2).reshape(batch, -1)
+    )
+
+
 def test_prefill_of_several_slots_matches_each_alone(model, checkpoint):
     """Chunks of several slots in one forward (one at position 0, one continuing a cached prefix, one of a
     single token) give each chunk's hidden state and keys as its own forward does."""
