@@ -1,9 +1,11 @@
 """Calls to Redis whose connection breaks are sent again, and never count twice: the server's idle close racing a
-call, an answer lost after the script ran (a fault proxy), a `CLIENT KILL` storm around a burst of admits."""
+call, an answer lost after the script ran (a fault proxy), a `CLIENT KILL` storm around a burst of admits; an answer
+corrupted on its way back is a store error, never a crash, and what its call reserved is taken back."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import pytest
@@ -130,6 +132,29 @@ async def test_a_client_kill_storm_around_a_burst_of_admits_keeps_the_counts_exa
     }
     await limiter.close()
     await killer.aclose()
+
+
+@pytest.mark.parametrize("on_store_error", ["closed", "open"])
+async def test_an_admit_whose_answer_came_back_corrupted_is_a_store_error_and_reserves_nothing(
+    redis_server, link, on_store_error
+):
+    """The admit script ran, its answer was corrupted from its Nth byte on: redis-py's parser raised ValueError (no
+    RedisError: the request's 500, for a tenant failing open too) and its reservation (request, tokens, day and
+    the concurrency slot, for the 900 s lease) stayed. Now each is the tenant's store error, taken back once the
+    store answers cleanly."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(link.url_for("redis"))
+    limits = dataclasses.replace(LIMITS, on_store_error=on_store_error)
+    assert await limiter.probe_store()
+    for after in range(1, 41):  # the admit's answer is longer: every one is cut somewhere inside it
+        link.set("corrupt", after=after)
+        admission = await limiter.admit(tenant, limits, f"a{after}", 10)
+        assert admission.store_error and admission.allowed == (on_store_error == "open"), after
+    link.set("pass")
+    assert await limiter.probe_store()
+    await limiter.settled()
+    assert await counted(redis_server.url, tenant) == {"requests": 0, "tokens": 0, "slots": 0, "day": 0}
+    await limiter.close()
 
 
 async def test_the_response_store_reads_through_a_connection_the_server_closed(redis_server, link):
