@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as redis
 
 from gateway.api.response_store import RedisStore
+from gateway.errors import APIError
 from policies.limits import Limits, RedisLimiter
 from tests.faults.tcp_proxy import TcpFaultProxy
 
@@ -166,4 +167,20 @@ async def test_the_response_store_reads_through_a_connection_the_server_closed(r
     link.lose_answers(1, skip=1)  # past the owner check's GET, the DEL ran; its rerun finds nothing to delete
     assert await store.delete("resp_1", "acme")
     assert await store.get("resp_1", "acme") is None
+    await store.close()
+
+
+async def test_a_stored_response_corrupted_on_its_way_back_is_a_503(redis_server, link):
+    """A record's bytes corrupted past its length line parse as a bulk string whose JSON did not: a 500 before."""
+    store = RedisStore(link.url_for("redis"), prefix=f"r-{uuid.uuid4().hex[:8]}:")
+    item = {"id": "msg_1", "type": "message", "role": "user", "content": "hi"}
+    record = {"id": "resp_1", "owner": "acme", "response": {"id": "resp_1"}, "input_items": [item]}
+    await store.put(record)
+    link.set("corrupt", after=12)  # each answer's first 12 bytes, then garbage
+    for read in (store.get("resp_1", "acme"), store.get_items(["msg_1"], "acme")):
+        with pytest.raises(APIError) as refused:
+            await read
+        assert refused.value.status == 503
+    link.set("pass")
+    assert await store.get_items(["msg_1"], "acme") == {"msg_1": item}
     await store.close()
