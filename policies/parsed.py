@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,6 +57,8 @@ class Read:
     digest: bytes
     doc: Marked | None
     errors: tuple[PolicyError, ...]
+    moving: bool = False
+    """Changed since the watcher's look found it still (a writer at work): not read, no doc and no problem."""
 
     def marked(self) -> Marked:
         """The document with the line of each field, parsed again."""
@@ -84,9 +86,12 @@ def _derive(name: str, own: Read, defaults: Read | None, known: KnownValid) -> D
 
 class ParsedFiles:
     """One reload's files, reusing what `last` (the previous reload's, or None) read and derived; `verify`: compare
-    every file's content to its last version whatever its stat says (SIGHUP: an operator asks for a full re-read)."""
+    every file's content to its last version whatever its stat says (SIGHUP: an operator asks for a full re-read);
+    `held`: each file's stamp by name when the watcher found the directory still (a file read with another is
+    `moving`)."""
 
-    def __init__(self, last: ParsedFiles | None = None, verify: bool = False):
+    def __init__(self, last: ParsedFiles | None = None, verify: bool = False, held: Mapping[str, Stamp] | None = None):
+        self._held = held
         self._last_reads = last._reads if last is not None else {}
         self._last_derived = last._derived if last is not None else {}
         self._verify = verify
@@ -155,6 +160,8 @@ class ParsedFiles:
         except OSError as exc:
             error = PolicyError(name, None, None, f"cannot be read: {exc}")
             return Read(name, Stamp(0, 0, 0, 0, 0), False, b"", b"", None, (error,))
+        if self._held is not None and self._held.get(path.name) != stamp:  # written since the look: maybe half
+            return Read(name, stamp, False, b"", b"", None, (), moving=True)
         settled = max(stamp.ctime_ns, stamp.mtime_ns) < read_at - RECENT_NS
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if last is not None and last.digest == digest:

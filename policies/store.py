@@ -4,10 +4,11 @@ last good version), and looked up by key hash."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 from policies.loader import DEFAULTS_FILE, PolicyError, conflicts, policy_files
-from policies.parsed import ParsedFiles
+from policies.parsed import ParsedFiles, Stamp
 from policies.policy import Key, Policy
 
 log = logging.getLogger(__name__)
@@ -30,19 +31,23 @@ class PolicyStore:
         self.last_read: ParsedFiles | None = None
         """What the last reload read, applied or not (broken defaults keep every policy: nothing is applied)."""
 
-    def reload(self, verify: bool = False) -> list[PolicyError]:
+    def reload(self, verify: bool = False, held: Mapping[str, Stamp] | None = None) -> list[PolicyError]:
         """Read the directory again; apply every good file, keep the last good version of a broken one,
         drop removed files. Only files changed since the last reload are parsed again (all of them checked again when
-        `_defaults.yaml` changed); `verify` compares every file's content, not only its stat. Returns (and logs) the
-        problems."""
+        `_defaults.yaml` changed); `verify` compares every file's content, not only its stat. `held`: each file's stamp
+        when the watcher found the directory still; a file whose stamp differs as it is read is being written again
+        (its half may parse): its last good version stays, new files wait, changed defaults keep every policy, until
+        the next reload. Returns (and logs) the problems."""
         errors: list[PolicyError] = []
-        parsed = self.last_read = ParsedFiles(self.parsed_files, verify)
+        parsed = self.last_read = ParsedFiles(self.parsed_files, verify, held)
         try:
             defaults = parsed.defaults(self.directory / DEFAULTS_FILE)
             paths = policy_files(self.directory)
         except OSError as exc:
             return self._report([PolicyError(str(self.directory), None, None, f"cannot be read: {exc}")])
-        if defaults is not None and defaults.errors:  # every tenant depends on the defaults: keep everything as it is
+        if defaults is not None and defaults.moving:  # every tenant depends on the defaults: keep everything as it is
+            return self.errors
+        if defaults is not None and defaults.errors:
             return self._report(list(defaults.errors))
         files: dict[str, Policy] = {}
         changed: list[str] = []
