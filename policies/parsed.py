@@ -141,6 +141,14 @@ class ParsedFiles:
             found = self._valid[read.digest] = self._last_valid.get(read.digest, 0)
         return found
 
+    def _as_held(self, path: Path) -> bool:
+        """Whether `path`, just read, is still as the watcher's look found it (stat as the look stats: followed links,
+        whatever an overlay file system's fstat says)."""
+        try:
+            return Stamp.of(os.stat(path)) == self._held.get(path.name)
+        except OSError:
+            return False
+
     def _read(self, path: Path, parse: Callable[[str, bytes], Marked]) -> Read:
         name = str(path)
         last = self._last_reads.get(name)
@@ -160,7 +168,7 @@ class ParsedFiles:
         except OSError as exc:
             error = PolicyError(name, None, None, f"cannot be read: {exc}")
             return Read(name, Stamp(0, 0, 0, 0, 0), False, b"", b"", None, (error,))
-        if self._held is not None and self._held.get(path.name) != stamp:  # written since the look: maybe half
+        if self._held is not None and not self._as_held(path):  # written since the look, or meanwhile: maybe half
             return Read(name, stamp, False, b"", b"", None, (), moving=True)
         settled = max(stamp.ctime_ns, stamp.mtime_ns) < read_at - RECENT_NS
         digest = hashlib.blake2b(data, digest_size=16).digest()
