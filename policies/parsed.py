@@ -65,6 +65,11 @@ class Read:
         return parse_marked(self.name, self.data)
 
 
+def _moving(name: str) -> Read:
+    """The file `name` as the watcher's look did not find it (changed, created or removed since): not read."""
+    return Read(name, Stamp(0, 0, 0, 0, 0), False, b"", b"", None, (), moving=True)
+
+
 Derived = Policy | tuple[PolicyError, ...]
 """A tenant file with the defaults: its Policy, or every problem."""
 
@@ -111,8 +116,13 @@ class ParsedFiles:
         return len(self._reads) - len(self.parsed)
 
     def defaults(self, path: Path) -> Read | None:
-        """`_defaults.yaml` at `path` (its `errors` say why it does not load), or None where there is none."""
-        return self._read(path, _defaults) if path.is_file() else None
+        """`_defaults.yaml` at `path` (its `errors` say why it does not load), or None where there is none (`moving`
+        when the watcher's look saw one: removed since, maybe to be written again)."""
+        if path.is_file():
+            return self._read(path, _defaults)
+        if self._held is not None and path.name in self._held:
+            return _moving(str(path))
+        return None
 
     def policy(self, path: Path, defaults: Read | None) -> Derived:
         """The tenant file at `path` with `defaults` (which loaded): the last reload's result while neither changed."""
@@ -169,7 +179,7 @@ class ParsedFiles:
             error = PolicyError(name, None, None, f"cannot be read: {exc}")
             return Read(name, Stamp(0, 0, 0, 0, 0), False, b"", b"", None, (error,))
         if self._held is not None and not self._as_held(path):  # written since the look, or meanwhile: maybe half
-            return Read(name, stamp, False, b"", b"", None, (), moving=True)
+            return _moving(name)
         settled = max(stamp.ctime_ns, stamp.mtime_ns) < read_at - RECENT_NS
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if last is not None and last.digest == digest:
