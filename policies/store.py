@@ -36,8 +36,8 @@ class PolicyStore:
         drop removed files. Only files changed since the last reload are parsed again (all of them checked again when
         `_defaults.yaml` changed); `verify` compares every file's content, not only its stat. `held`: each file's stamp
         when the watcher found the directory still; a file whose stamp differs as it is read is being written again
-        (its half may parse): its last good version stays, new files wait, changed defaults keep every policy, until
-        the next reload. Returns (and logs) the problems."""
+        (its half may parse), or removed since: its last good version stays, new files wait, changed defaults keep
+        every policy, until the next reload. Returns (and logs) the problems."""
         errors: list[PolicyError] = []
         parsed = self.last_read = ParsedFiles(self.parsed_files, verify, held)
         try:
@@ -63,6 +63,8 @@ class PolicyStore:
             last = self._files.get(name)
             if result is not last and result != last:
                 changed.append(name)
+        if held is not None:  # removed since the look (replaced the long way, maybe): gone at a later reload
+            files |= {n: p for n, p in self._files.items() if n not in files and Path(n).name in held}
         reverted: set[str] = set()
         while True:  # last good versions (which held together) claim first; a new version that clashes is rejected
             kept = [f for f in sorted(files) if f not in changed or f in reverted]

@@ -230,12 +230,14 @@ def test_a_warm_store_reports_exactly_what_a_fresh_one_does_as_the_defaults_chan
 
 def test_defaults_or_a_new_file_written_after_the_watchers_look_wait_for_the_next_reload(tmp_path):
     """Stamps the watcher's look found still (`held`): `_defaults.yaml` changed or removed since (a writer at work:
-    its half, or its absence, would re-derive every tenant) keeps every policy as it is, and a file created since is
-    not read yet; both apply once a look finds them still."""
+    its half, or its absence, would re-derive every tenant) keeps every policy as it is, a file created since is not
+    read yet, and one removed since keeps its tenant (rm, then write: a 401 meanwhile); each applies once a look
+    finds the directory still."""
     store = directory(tmp_path)
     held = watch.stamps(watch.snapshot(tmp_path))
     (tmp_path / "_defaults.yaml").write_text("limits:\n")  # the first half of `limits: {max_tokens: 200}`
     (tmp_path / "t9.yaml").write_text(tenant("t9"))
+    (tmp_path / "t1.yaml").unlink()
     assert store.reload(held=held) == []
     assert sorted(store.tenants) == ["t0", "t1", "t2"]
     assert {p.limits.max_tokens for p in store.tenants.values()} == {100}
@@ -244,5 +246,5 @@ def test_defaults_or_a_new_file_written_after_the_watchers_look_wait_for_the_nex
     assert {p.limits.max_tokens for p in store.tenants.values()} == {100}
     (tmp_path / "_defaults.yaml").write_text(DEFAULTS.format(max_tokens=200))
     assert store.reload(held=watch.stamps(watch.snapshot(tmp_path))) == []
-    assert sorted(store.tenants) == ["t0", "t1", "t2", "t9"]
+    assert sorted(store.tenants) == ["t0", "t2", "t9"]
     assert {p.limits.max_tokens for p in store.tenants.values()} == {200}
