@@ -57,17 +57,10 @@ class Read:
     digest: bytes
     doc: Marked | None
     errors: tuple[PolicyError, ...]
-    moving: bool = False
-    """Changed since the watcher's look found it still (a writer at work): not read, no doc and no problem."""
 
     def marked(self) -> Marked:
         """The document with the line of each field, parsed again."""
         return parse_marked(self.name, self.data)
-
-
-def _moving(name: str) -> Read:
-    """The file `name` as the watcher's look did not find it (changed, created or removed since): not read."""
-    return Read(name, Stamp(0, 0, 0, 0, 0), False, b"", b"", None, (), moving=True)
 
 
 Derived = Policy | tuple[PolicyError, ...]
@@ -92,11 +85,13 @@ def _derive(name: str, own: Read, defaults: Read | None, known: KnownValid) -> D
 class ParsedFiles:
     """One reload's files, reusing what `last` (the previous reload's, or None) read and derived; `verify`: compare
     every file's content to its last version whatever its stat says (SIGHUP: an operator asks for a full re-read);
-    `held`: each file's stamp by name when the watcher found the directory still (a file read with another is
-    `moving`)."""
+    `held`: each file's stamp by name when the watcher found the directory still (`moving` once a file is read with
+    another one, or `_defaults.yaml` is gone since)."""
 
     def __init__(self, last: ParsedFiles | None = None, verify: bool = False, held: Mapping[str, Stamp] | None = None):
         self._held = held
+        self.moving = False
+        """Whether a file changed since the watcher's look (its content then not read: no doc, no problem)."""
         self._last_reads = last._reads if last is not None else {}
         self._last_derived = last._derived if last is not None else {}
         self._verify = verify
@@ -120,8 +115,7 @@ class ParsedFiles:
         when the watcher's look saw one: removed since, maybe to be written again)."""
         if path.is_file():
             return self._read(path, _defaults)
-        if self._held is not None and path.name in self._held:
-            return _moving(str(path))
+        self.moving = self._held is not None and path.name in self._held
         return None
 
     def policy(self, path: Path, defaults: Read | None) -> Derived:
@@ -179,7 +173,8 @@ class ParsedFiles:
             error = PolicyError(name, None, None, f"cannot be read: {exc}")
             return Read(name, Stamp(0, 0, 0, 0, 0), False, b"", b"", None, (error,))
         if self._held is not None and not self._as_held(path):  # written since the look, or meanwhile: maybe half
-            return _moving(name)
+            self.moving = True
+            return Read(name, stamp, False, b"", b"", None, ())
         settled = max(stamp.ctime_ns, stamp.mtime_ns) < read_at - RECENT_NS
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if last is not None and last.digest == digest:

@@ -35,9 +35,9 @@ class PolicyStore:
         """Read the directory again; apply every good file, keep the last good version of a broken one,
         drop removed files. Only files changed since the last reload are parsed again (all of them checked again when
         `_defaults.yaml` changed); `verify` compares every file's content, not only its stat. `held`: each file's stamp
-        when the watcher found the directory still; a file whose stamp differs as it is read is being written again
-        (its half may parse), or removed since: its last good version stays, new files wait, changed defaults keep
-        every policy, until the next reload. Returns (and logs) the problems."""
+        when the watcher found the directory still; a file whose stamp differs as it is read (being written again: its
+        half may parse), or removed since, makes this reload apply nothing: every policy stays as it is until a reload
+        whose files are all as its look found them. Returns (and logs) the problems."""
         errors: list[PolicyError] = []
         parsed = self.last_read = ParsedFiles(self.parsed_files, verify, held)
         try:
@@ -45,7 +45,7 @@ class PolicyStore:
             paths = policy_files(self.directory)
         except OSError as exc:
             return self._report([PolicyError(str(self.directory), None, None, f"cannot be read: {exc}")])
-        if defaults is not None and defaults.moving:  # every tenant depends on the defaults: keep everything as it is
+        if parsed.moving:  # every tenant depends on the defaults: keep everything as it is
             return self.errors
         if defaults is not None and defaults.errors:
             return self._report(list(defaults.errors))
@@ -63,8 +63,9 @@ class PolicyStore:
             last = self._files.get(name)
             if result is not last and result != last:
                 changed.append(name)
-        if held is not None:  # removed since the look (replaced the long way, maybe): gone at a later reload
-            files |= {n: p for n, p in self._files.items() if n not in files and Path(n).name in held}
+        listed = {str(path) for path in paths}
+        if parsed.moving or held is not None and any(n not in listed and Path(n).name in held for n in self._files):
+            return self.errors  # changed since the look (a rename, a write, an rm before a write): the next reload
         reverted: set[str] = set()
         while True:  # last good versions (which held together) claim first; a new version that clashes is rejected
             kept = [f for f in sorted(files) if f not in changed or f in reverted]
