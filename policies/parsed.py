@@ -138,6 +138,13 @@ class ParsedFiles:
         self._derived[name] = (key, result)
         return result
 
+    def tenant(self, path: Path) -> str | None:
+        """The `tenant` the file at `path` names as this reload read it (it may not load), or None."""
+        read = self._reads.get(str(path))
+        value = read.doc.value if read is not None and read.doc is not None else None
+        tenant = value.get("tenant") if isinstance(value, dict) else None
+        return tenant if isinstance(tenant, str) else None
+
     def _valid_of(self, read: Read) -> int:
         """The fields of `read`'s content found valid so far (kept while a file holds that content)."""
         found = self._valid.get(read.digest)

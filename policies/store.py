@@ -51,19 +51,20 @@ class PolicyStore:
             return self._report(list(defaults.errors))
         files: dict[str, Policy] = {}
         changed: list[str] = []
+        listed = {str(path) for path in paths}
         for path in paths:
             name = str(path)
             result = parsed.policy(path, defaults)
             if not isinstance(result, Policy):
                 errors += result
-                if name in self._files:
-                    files[name] = self._files[name]
+                kept = name if name in self._files else self._renamed(parsed.tenant(path), listed)
+                if kept is not None:
+                    files[kept] = self._files[kept]
                 continue
             files[name] = result
             last = self._files.get(name)
             if result is not last and result != last:
                 changed.append(name)
-        listed = {str(path) for path in paths}
         if parsed.moving or held is not None and any(n not in listed and Path(n).name in held for n in self._files):
             return self.errors  # changed since the look (a rename, a write, an rm before a write): the next reload
         reverted: set[str] = set()
@@ -84,6 +85,12 @@ class PolicyStore:
         self.parsed_files = parsed
         self.reloads += 1
         return self._report(errors)
+
+    def _renamed(self, tenant: str | None, listed: set[str]) -> str | None:
+        """The file of `tenant`'s last good version when that file is gone (renamed to one that does not load now:
+        with defaults it fails, say), or None."""
+        gone = (name for name, policy in self._files.items() if policy.tenant == tenant and name not in listed)
+        return next(gone, None) if tenant is not None else None
 
     def _report(self, errors: list[PolicyError]) -> list[PolicyError]:
         for error in errors:

@@ -248,3 +248,17 @@ def test_defaults_or_a_new_file_written_after_the_watchers_look_wait_for_the_nex
     assert store.reload(held=watch.stamps(watch.snapshot(tmp_path))) == []
     assert sorted(store.tenants) == ["t0", "t2", "t9"]
     assert {p.limits.max_tokens for p in store.tenants.values()} == {200}
+
+
+def test_a_renamed_file_that_does_not_load_keeps_its_tenants_last_good_version(tmp_path):
+    """A rename (t1.yaml -> t1b.yaml) met defaults that break every tenant in one reload: the last good versions were
+    found by file name, so t1's was lost (its keys a 401 until the defaults were repaired); the others' stayed."""
+    store = directory(tmp_path)
+    good = store.tenants["t1"]
+    os.replace(tmp_path / "t1.yaml", tmp_path / "t1b.yaml")
+    (tmp_path / "_defaults.yaml").write_text("priority: urgent\n")
+    assert len(store.reload()) == 3
+    assert store.tenants["t1"] is good and sorted(store.tenants) == ["t0", "t1", "t2"]
+    (tmp_path / "_defaults.yaml").write_text(DEFAULTS.format(max_tokens=200))
+    assert store.reload() == []
+    assert store.tenants["t1"].limits.max_tokens == 200 and Path(store.tenants["t1"].source).name == "t1b.yaml"
