@@ -45,7 +45,7 @@ class PolicyStore:
             paths = policy_files(self.directory)
         except OSError as exc:
             return self._report([PolicyError(str(self.directory), None, None, f"cannot be read: {exc}")])
-        if parsed.moving:  # every tenant depends on the defaults: keep everything as it is
+        if parsed.moving:  # the defaults changed since the look: every tenant depends on them, keep everything
             return self.errors
         if defaults is not None and defaults.errors:
             return self._report(list(defaults.errors))
@@ -57,16 +57,16 @@ class PolicyStore:
             result = parsed.policy(path, defaults)
             if not isinstance(result, Policy):
                 errors += result
-                kept = name if name in self._files else self._renamed(parsed.tenant(path), listed)
-                if kept is not None:
-                    files[kept] = self._files[kept]
+                last_good = name if name in self._files else self._renamed(parsed.tenant(path), listed)
+                if last_good is not None:
+                    files[last_good] = self._files[last_good]
                 continue
             files[name] = result
             last = self._files.get(name)
             if result is not last and result != last:
                 changed.append(name)
         if parsed.moving or held is not None and any(n not in listed and Path(n).name in held for n in self._files):
-            return self.errors  # changed since the look (a rename, a write, an rm before a write): the next reload
+            return self.errors  # changed since the look (a write, a rename, an rm before a write): the next reload's
         reverted: set[str] = set()
         while True:  # last good versions (which held together) claim first; a new version that clashes is rejected
             kept = [f for f in sorted(files) if f not in changed or f in reverted]
