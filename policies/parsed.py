@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,9 +84,14 @@ def _derive(name: str, own: Read, defaults: Read | None, known: KnownValid) -> D
 
 class ParsedFiles:
     """One reload's files, reusing what `last` (the previous reload's, or None) read and derived; `verify`: compare
-    every file's content to its last version whatever its stat says (SIGHUP: an operator asks for a full re-read)."""
+    every file's content to its last version whatever its stat says (SIGHUP: an operator asks for a full re-read);
+    `held`: each file's stamp by name when the watcher found the directory still (`moving` once a file is read with
+    another one, or `_defaults.yaml` is gone since)."""
 
-    def __init__(self, last: ParsedFiles | None = None, verify: bool = False):
+    def __init__(self, last: ParsedFiles | None = None, verify: bool = False, held: Mapping[str, Stamp] | None = None):
+        self._held = held
+        self.moving = False
+        """Whether a file changed since the watcher's look (its content then not read: no doc, no problem)."""
         self._last_reads = last._reads if last is not None else {}
         self._last_derived = last._derived if last is not None else {}
         self._verify = verify
@@ -106,8 +111,12 @@ class ParsedFiles:
         return len(self._reads) - len(self.parsed)
 
     def defaults(self, path: Path) -> Read | None:
-        """`_defaults.yaml` at `path` (its `errors` say why it does not load), or None where there is none."""
-        return self._read(path, _defaults) if path.is_file() else None
+        """`_defaults.yaml` at `path` (its `errors` say why it does not load), or None where there is none (`moving`
+        when the watcher's look saw one: removed since, maybe to be written again)."""
+        if path.is_file():
+            return self._read(path, _defaults)
+        self.moving = self._held is not None and path.name in self._held
+        return None
 
     def policy(self, path: Path, defaults: Read | None) -> Derived:
         """The tenant file at `path` with `defaults` (which loaded): the last reload's result while neither changed."""
@@ -129,12 +138,27 @@ class ParsedFiles:
         self._derived[name] = (key, result)
         return result
 
+    def tenant(self, path: Path) -> str | None:
+        """The `tenant` the file at `path` names as this reload read it (it may not load), or None."""
+        read = self._reads.get(str(path))
+        value = read.doc.value if read is not None and read.doc is not None else None
+        tenant = value.get("tenant") if isinstance(value, dict) else None
+        return tenant if isinstance(tenant, str) else None
+
     def _valid_of(self, read: Read) -> int:
         """The fields of `read`'s content found valid so far (kept while a file holds that content)."""
         found = self._valid.get(read.digest)
         if found is None:
             found = self._valid[read.digest] = self._last_valid.get(read.digest, 0)
         return found
+
+    def _as_held(self, path: Path) -> bool:
+        """Whether `path`, just read, is still as the watcher's look found it (stat as the look stats: followed links,
+        whatever an overlay file system's fstat says)."""
+        try:
+            return Stamp.of(os.stat(path)) == self._held.get(path.name)
+        except OSError:
+            return False
 
     def _read(self, path: Path, parse: Callable[[str, bytes], Marked]) -> Read:
         name = str(path)
@@ -155,6 +179,9 @@ class ParsedFiles:
         except OSError as exc:
             error = PolicyError(name, None, None, f"cannot be read: {exc}")
             return Read(name, Stamp(0, 0, 0, 0, 0), False, b"", b"", None, (error,))
+        if self._held is not None and not self._as_held(path):  # written since the look, or meanwhile: maybe half
+            self.moving = True
+            return Read(name, stamp, False, b"", b"", None, ())
         settled = max(stamp.ctime_ns, stamp.mtime_ns) < read_at - RECENT_NS
         digest = hashlib.blake2b(data, digest_size=16).digest()
         if last is not None and last.digest == digest:

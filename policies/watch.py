@@ -8,7 +8,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from policies.parsed import Stamp
@@ -35,6 +35,11 @@ def snapshot(directory: Path) -> tuple:
     except OSError:
         return ("unreadable",)
     return (data, tuple(sorted(entries)))
+
+
+def stamps(state: tuple) -> dict[str, Stamp] | None:
+    """Each file's `Stamp` in a `snapshot`; None for a directory that could not be read."""
+    return dict(state[1]) if len(state) == 2 else None
 
 
 class PolicyWatcher:
@@ -79,19 +84,20 @@ class PolicyWatcher:
                 if self.due() or forced:  # the state that held still is what counts as loaded: a later look could
                     # see a writer's first half, and a second half that leaves size and mtime alike would go unseen
                     self._loaded, self._changing = self._seen, None
-                    await self._reload(verify=forced)
+                    await self._reload(verify=forced, held=stamps(self._loaded))
         finally:
             try:
                 loop.remove_signal_handler(signal.SIGHUP)
             except (RuntimeError, ValueError):
                 pass
 
-    async def _reload(self, verify: bool) -> None:
+    async def _reload(self, verify: bool, held: Mapping[str, Stamp] | None = None) -> None:
         """Reload the store off the event loop (~1 ms of CPU per file parsed: the changed ones; `verify`, SIGHUP's,
-        reads every file to compare its content); a reload that fails itself (a loader bug) keeps every policy and the
-        watcher going, logged and counted as a failure."""
+        reads every file to compare its content; `held`: the files as the look that found them still saw them, a file
+        changed since being a writer at work, read at a later reload); a reload that fails itself (a loader bug) keeps
+        every policy and the watcher going, logged and counted as a failure."""
         try:
-            errors = await asyncio.to_thread(self.store.reload, verify)
+            errors = await asyncio.to_thread(self.store.reload, verify, held)
         except Exception:
             log.exception("policy reload failed: every policy stays as it was")
             ok = False

@@ -171,15 +171,14 @@ class RedisStore:
             held = {i: rid.decode() for i, rid in zip(ids, rids) if rid is not None}
             wanted = list(set(held.values()))
             data = await redis.mget([self.prefix + rid for rid in wanted]) if wanted else []
-        return pick_items(held, {rid: _record(d, owner) for rid, d in zip(wanted, data)})
+            return pick_items(held, {rid: _record(d, owner) for rid, d in zip(wanted, data)})  # a corrupt one: a 503
 
     def _item_key(self, item_id: str, owner: str | None) -> str:
         return self.prefix + "item:" + orjson.dumps([owner, item_id]).decode()
 
     async def get(self, rid: str, owner: str | None) -> Record | None:
         async with _reachable(), self._calls.turn() as redis:
-            data = await redis.get(self.prefix + rid)
-        return _record(data, owner)
+            return _record(await redis.get(self.prefix + rid), owner)  # read in the turn: a corrupt record is a 503
 
     async def delete(self, rid: str, owner: str | None) -> bool:
         if await self.get(rid, owner) is None:

@@ -10,6 +10,10 @@ RECONNECTS times: a pooled connection the server closed just as a call went out 
 `CLIENT KILL`, a restart) is not a store error. The call may have run before its answer was lost, so every call made
 through a BoundedRedis must be idempotent (GET, SET, DEL; the limiter's scripts are, per admission). A call that
 timed out is not sent again: a stalled store fails within `timeout_s`, not a multiple of it.
+
+An answer that does not parse (a corrupted one: redis-py's parser reads a broken length or integer line with `int()`,
+a ValueError that is no RedisError) is InvalidResponse, a RedisError like any store failure: the caller's store error
+(a 503, or the tenant's `on_store_error`), never a crash, and the limiter takes back what the call may have reserved.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import InvalidResponse
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .redis_idle import sweep_idle_forever
@@ -56,12 +61,14 @@ class BoundedRedis:
     @asynccontextmanager
     async def turn(self) -> AsyncIterator[redis.Redis]:
         """One of the CALLS_AT_ONCE calls; redis-py's TimeoutError (a RedisError) once no call was answered for
-        timeout_s while this one waited."""
+        timeout_s while this one waited; InvalidResponse for an answer read in the turn that does not parse."""
         loop = asyncio.get_running_loop()
         await self._wait_for_turn(loop, loop.time())
         try:
             yield self.client
             self._answered_at = loop.time()
+        except ValueError as exc:  # redis-py disconnected the connection it could not read: the next call has a new one
+            raise InvalidResponse(f"Redis sent an answer that does not parse: {exc}") from exc
         finally:
             self._calls.release()
 

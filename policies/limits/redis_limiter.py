@@ -20,6 +20,29 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _sized(answer: list, count: int) -> list:
+    """`answer` when it is a list of `count` values, as the script returns; else ValueError (a corrupted answer)."""
+    if not isinstance(answer, list) or len(answer) != count:
+        raise ValueError(f"a limiter script's answer of an unknown shape: {answer!r:.200}")
+    return answer
+
+
+def _verdict(answer: list) -> Verdict:
+    """The admit script's answer (redis_scripts.ADMIT) as a Verdict."""
+    allowed, limit, retry, requests, tokens_used, reset, reserved, scope, *model_use = _sized(answer, 11)
+    return Verdict(
+        allowed=bool(allowed),
+        limit=_text(limit) or None,
+        retry_ms=None if retry == -1 or allowed else retry,
+        requests=requests,
+        tokens=tokens_used,
+        reset_ms=reset,
+        reserved=reserved,
+        scope="model" if _text(scope) == "model" else "tenant",
+        model_use=_use(model_use),
+    )
+
+
 def _use(answer: list[int]) -> WindowUse | None:
     """A script's (requests, tokens, reset ms) of a model's window; -1s: none."""
     return None if answer[0] == -1 else WindowUse(*answer)
@@ -114,31 +137,19 @@ class RedisLimiter(Limiter):
             "" if model_limits is None else model_key(model),
         ]
         try:
-            async with self._calls.turn():
-                answer = await self._admit_script(self._keys(tenant, charge_id), args)
+            async with self._calls.turn():  # the answer read in the turn: one that does not parse is a RedisError
+                return _verdict(await self._admit_script(self._keys(tenant, charge_id), args))
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
-        allowed, limit, retry, requests, tokens_used, reset, reserved, scope, *model_use = answer
-        return Verdict(
-            allowed=bool(allowed),
-            limit=_text(limit) or None,
-            retry_ms=None if retry == -1 or allowed else retry,
-            requests=requests,
-            tokens=tokens_used,
-            reset_ms=reset,
-            reserved=reserved,
-            scope="model" if _text(scope) == "model" else "tenant",
-            model_use=_use(model_use),
-        )
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
         try:
             args = [self._now_arg(), holder, used_tokens, int(void)]
             async with self._calls.turn():
                 answer = await self._settle_script(self._keys(tenant, charge_id), args)
+                return WindowUse(*_sized(answer, 6)[:3], model=_use(answer[3:]))
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
-        return WindowUse(*answer[:3], model=_use(answer[3:]))
 
     async def _ping(self) -> None:
         try:

@@ -1,15 +1,18 @@
 """Calls to Redis whose connection breaks are sent again, and never count twice: the server's idle close racing a
-call, an answer lost after the script ran (a fault proxy), a `CLIENT KILL` storm around a burst of admits."""
+call, an answer lost after the script ran (a fault proxy), a `CLIENT KILL` storm around a burst of admits; an answer
+corrupted on its way back is a store error, never a crash, and what its call reserved is taken back."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 
 import pytest
 import redis.asyncio as redis
 
 from gateway.api.response_store import RedisStore
+from gateway.errors import APIError
 from policies.limits import Limits, RedisLimiter
 from tests.faults.tcp_proxy import TcpFaultProxy
 
@@ -132,6 +135,29 @@ async def test_a_client_kill_storm_around_a_burst_of_admits_keeps_the_counts_exa
     await killer.aclose()
 
 
+@pytest.mark.parametrize("on_store_error", ["closed", "open"])
+async def test_an_admit_whose_answer_came_back_corrupted_is_a_store_error_and_reserves_nothing(
+    redis_server, link, on_store_error
+):
+    """The admit script ran, its answer was corrupted from its Nth byte on: redis-py's parser raised ValueError (no
+    RedisError: the request's 500, for a tenant failing open too) and its reservation (request, tokens, day and
+    the concurrency slot, for the 900 s lease) stayed. Now each is the tenant's store error, taken back once the
+    store answers cleanly."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(link.url_for("redis"))
+    limits = dataclasses.replace(LIMITS, on_store_error=on_store_error)
+    assert await limiter.probe_store()
+    for after in range(1, 41):  # the admit's answer is longer: every one is cut somewhere inside it
+        link.set("corrupt", after=after)
+        admission = await limiter.admit(tenant, limits, f"a{after}", 10)
+        assert admission.store_error and admission.allowed == (on_store_error == "open"), after
+    link.set("pass")
+    assert await limiter.probe_store()
+    await limiter.settled()
+    assert await counted(redis_server.url, tenant) == {"requests": 0, "tokens": 0, "slots": 0, "day": 0}
+    await limiter.close()
+
+
 async def test_the_response_store_reads_through_a_connection_the_server_closed(redis_server, link):
     store = RedisStore(link.url_for("redis"), prefix=f"r-{uuid.uuid4().hex[:8]}:")
     record = {"id": "resp_1", "owner": "acme", "response": {"id": "resp_1"}, "input_items": []}
@@ -141,4 +167,20 @@ async def test_the_response_store_reads_through_a_connection_the_server_closed(r
     link.lose_answers(1, skip=1)  # past the owner check's GET, the DEL ran; its rerun finds nothing to delete
     assert await store.delete("resp_1", "acme")
     assert await store.get("resp_1", "acme") is None
+    await store.close()
+
+
+async def test_a_stored_response_corrupted_on_its_way_back_is_a_503(redis_server, link):
+    """A record's bytes corrupted past its length line parse as a bulk string whose JSON did not: a 500 before."""
+    store = RedisStore(link.url_for("redis"), prefix=f"r-{uuid.uuid4().hex[:8]}:")
+    item = {"id": "msg_1", "type": "message", "role": "user", "content": "hi"}
+    record = {"id": "resp_1", "owner": "acme", "response": {"id": "resp_1"}, "input_items": [item]}
+    await store.put(record)
+    link.set("corrupt", after=12)  # each answer's first 12 bytes, then garbage
+    for read in (store.get("resp_1", "acme"), store.get_items(["msg_1"], "acme")):
+        with pytest.raises(APIError) as refused:
+            await read
+        assert refused.value.status == 503
+    link.set("pass")
+    assert await store.get_items(["msg_1"], "acme") == {"msg_1": item}
     await store.close()

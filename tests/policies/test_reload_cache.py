@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from policies import loader, parsed
+from policies import loader, parsed, watch
 from policies.auth import hash_key
 from policies.store import PolicyStore
 
@@ -226,3 +226,39 @@ def test_a_warm_store_reports_exactly_what_a_fresh_one_does_as_the_defaults_chan
         assert {n: r for n, (_, r) in derived.items()} == {
             n: r for n, (_, r) in fresh_store.parsed_files._derived.items()
         }
+
+
+def test_defaults_or_a_new_file_written_after_the_watchers_look_wait_for_the_next_reload(tmp_path):
+    """Stamps the watcher's look found still (`held`): `_defaults.yaml` changed or removed since (a writer at work:
+    its half, or its absence, would re-derive every tenant) keeps every policy as it is, a file created since is not
+    read yet, and one removed since keeps its tenant (rm, then write: a 401 meanwhile); each applies once a look
+    finds the directory still."""
+    store = directory(tmp_path)
+    held = watch.stamps(watch.snapshot(tmp_path))
+    (tmp_path / "_defaults.yaml").write_text("limits:\n")  # the first half of `limits: {max_tokens: 200}`
+    (tmp_path / "t9.yaml").write_text(tenant("t9"))
+    (tmp_path / "t1.yaml").unlink()
+    assert store.reload(held=held) == []
+    assert sorted(store.tenants) == ["t0", "t1", "t2"]
+    assert {p.limits.max_tokens for p in store.tenants.values()} == {100}
+    (tmp_path / "_defaults.yaml").unlink()  # replaced the long way: removed, then written again
+    assert store.reload(held=held) == []
+    assert {p.limits.max_tokens for p in store.tenants.values()} == {100}
+    (tmp_path / "_defaults.yaml").write_text(DEFAULTS.format(max_tokens=200))
+    assert store.reload(held=watch.stamps(watch.snapshot(tmp_path))) == []
+    assert sorted(store.tenants) == ["t0", "t2", "t9"]
+    assert {p.limits.max_tokens for p in store.tenants.values()} == {200}
+
+
+def test_a_renamed_file_that_does_not_load_keeps_its_tenants_last_good_version(tmp_path):
+    """A rename (t1.yaml -> t1b.yaml) met defaults that break every tenant in one reload: the last good versions were
+    found by file name, so t1's was lost (its keys a 401 until the defaults were repaired); the others' stayed."""
+    store = directory(tmp_path)
+    good = store.tenants["t1"]
+    os.replace(tmp_path / "t1.yaml", tmp_path / "t1b.yaml")
+    (tmp_path / "_defaults.yaml").write_text("priority: urgent\n")
+    assert len(store.reload()) == 3
+    assert store.tenants["t1"] is good and sorted(store.tenants) == ["t0", "t1", "t2"]
+    (tmp_path / "_defaults.yaml").write_text(DEFAULTS.format(max_tokens=200))
+    assert store.reload() == []
+    assert store.tenants["t1"].limits.max_tokens == 200 and Path(store.tenants["t1"].source).name == "t1b.yaml"
