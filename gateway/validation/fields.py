@@ -78,7 +78,7 @@ class Reads:
 class Fields:
     """Typed reads from one JSON object through its declaration; every error names the offending param path."""
 
-    __slots__ = ("value", "decl", "path", "_declared", "_defaults", "_keys")
+    __slots__ = ("_declared", "_defaults", "_keys", "decl", "path", "value")
 
     def __init__(self, value: Any, decl: Obj | Variants, path: str = ""):
         if not isinstance(value, dict):
