@@ -399,7 +399,11 @@ def parse_settings(fields: Fields, reads: SettingsReads) -> GenerationSettings:
     """The generation settings of a chat or completions body, read as `reads` says (with the door's own fields read
     in `reads.head` and `reads.plain`)."""
     head = fields.read(reads.head)
-    max_tokens = next((head[key] for key in reads.max_tokens_keys if head[key] is not None), None)
+    max_tokens = None
+    for key in reads.max_tokens_keys:  # (not `next` of a generator: ~1.5 K instructions more)
+        if head[key] is not None:
+            max_tokens = head[key]
+            break
     min_tokens = head["min_tokens"]
     if max_tokens is not None and min_tokens > max_tokens:
         raise invalid(f"'min_tokens' must be at most the max tokens ({max_tokens}), got {min_tokens}", "min_tokens")

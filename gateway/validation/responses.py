@@ -45,9 +45,10 @@ from gateway.validation.fields import (
     TOP_P,
     Fields,
     GenerationSettings,
+    Reads,
+    backend_top_p_top_k,
     parse_metadata,
     parse_model,
-    parse_top_p_top_k,
 )
 
 MIN_OUTPUT_TOKENS = 16
@@ -249,9 +250,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     """Validate a Responses create body; raises APIError (400) naming the bad param."""
     fields = Fields(body, RESPONSES)
     model = parse_model(fields)
-    for key in ("background", "conversation", "prompt"):
-        fields.refuse(key)
-    truncation = fields.string("truncation")
+    truncation = fields.read(_OPENING)["truncation"]
     if truncation == "auto":
         raise invalid("'truncation' 'auto' is not supported: the input is never truncated", "truncation")
     include = _include(fields)
@@ -263,32 +262,34 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     reasoning = fields.obj("reasoning")
     effort = reasoning.string("effort") if reasoning else None
     summary = reasoning.string("summary") if reasoning else None
-    top_p, top_k = parse_top_p_top_k(fields)
+    sampling = fields.read(_SAMPLING)
+    top_p, top_k = backend_top_p_top_k(sampling["top_p"], sampling["top_k"])
     settings = GenerationSettings(
-        max_tokens=fields.integer("max_output_tokens"),
-        temperature=fields.number("temperature"),
+        max_tokens=sampling["max_output_tokens"],
+        temperature=sampling["temperature"],
         top_p=top_p,
         top_k=top_k,
-        frequency_penalty=fields.number("frequency_penalty"),
-        presence_penalty=fields.number("presence_penalty"),
+        frequency_penalty=sampling["frequency_penalty"],
+        presence_penalty=sampling["presence_penalty"],
         logprobs="message.output_text.logprobs" in include,
-        top_logprobs=fields.integer("top_logprobs"),
-        stream=fields.boolean("stream"),
+        top_logprobs=sampling["top_logprobs"],
+        stream=sampling["stream"],
     )
-    parallel = fields.boolean("parallel_tool_calls")
+    items = parse_input(fields)
+    closing = fields.read(_CLOSING)
     request = ResponsesRequest(
         model=model,
-        items=parse_input(fields),
-        instructions=fields.string("instructions"),
+        items=items,
+        instructions=closing["instructions"],
         tools=active,
         tool_choice=tool_choice,
-        parallel_tool_calls=parallel,
+        parallel_tool_calls=sampling["parallel_tool_calls"],
         response_format=response_format,
         reasoning_effort=effort,
         settings=settings,
-        store=fields.boolean("store"),
-        previous_response_id=fields.string("previous_response_id"),
-        metadata=parse_metadata(fields),
+        store=closing["store"],
+        previous_response_id=closing["previous_response_id"],
+        metadata=closing["metadata"] or {},
         include=include,
     )
     search = PatternSearch()  # the tools' listed values searched within one budget
@@ -299,15 +300,48 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         "reasoning": {"effort": effort, "summary": summary},
         "truncation": truncation,
         "temperature": settings.temperature,
-        "top_p": fields.number("top_p"),
+        "top_p": sampling["top_p"],
         "top_logprobs": settings.top_logprobs,
         "max_output_tokens": settings.max_tokens,
         "frequency_penalty": settings.frequency_penalty,
         "presence_penalty": settings.presence_penalty,
-        "max_tool_calls": fields.integer("max_tool_calls"),
-        **{key: fields.string(key) for key in _REPEATED},
+        "max_tool_calls": closing["max_tool_calls"],
+        **{key: closing[key] for key in _REPEATED},
     }
     return request
+
+
+_OPENING = Reads(
+    RESPONSES, {**dict.fromkeys(("background", "conversation", "prompt"), Fields.refuse), "truncation": Fields.string}
+)
+"""A Responses body's fields read first (after its model), in this order."""
+_SAMPLING = Reads(
+    RESPONSES,
+    {
+        "top_p": Fields.number,
+        "top_k": Fields.integer,
+        "max_output_tokens": Fields.integer,
+        "temperature": Fields.number,
+        "frequency_penalty": Fields.number,
+        "presence_penalty": Fields.number,
+        "top_logprobs": Fields.integer,
+        "stream": Fields.boolean,
+        "parallel_tool_calls": Fields.boolean,
+    },
+)
+"""Its settings, read after its tools and formats."""
+_CLOSING = Reads(
+    RESPONSES,
+    {
+        "instructions": Fields.string,
+        "store": Fields.boolean,
+        "previous_response_id": Fields.string,
+        "metadata": parse_metadata,  # (None when left out)
+        "max_tool_calls": Fields.integer,
+        **dict.fromkeys(_REPEATED, Fields.string),
+    },
+)
+"""Its fields read after its input."""
 
 
 def parse_input(fields: Fields) -> list[dict[str, Any]]:

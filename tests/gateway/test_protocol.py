@@ -605,12 +605,14 @@ def test_the_keys_read_only_when_given_are_declared_and_optional():
     from gateway.validation.completions import _SETTINGS_READS as COMPLETION_READS
     from gateway.validation.completions import COMPLETION
     from gateway.validation.fields import _REFUSED_SETTINGS
+    from gateway.validation.responses import _CLOSING, _OPENING, _SAMPLING, RESPONSES
 
     for key in (*_TOOL_FIELDS, *_RENDER_FIELDS, *_REFUSED_SETTINGS):
         assert not CHAT.fields[key].required, key
     for key in _REFUSED_SETTINGS:
         assert CHAT.fields[key].refused, key
-    for decl, reads in ((CHAT, _SETTINGS_READS.head), (CHAT, _TAIL_READS), (COMPLETION, COMPLETION_READS.head)):
+    runs = [(CHAT, _SETTINGS_READS.head), (CHAT, _TAIL_READS), (COMPLETION, COMPLETION_READS.head)]
+    for decl, reads in [*runs, (RESPONSES, _OPENING), (RESPONSES, _SAMPLING), (RESPONSES, _CLOSING)]:
         for key, read in reads.readers.items():
             if read is Fields.refuse:
                 assert decl.fields[key].refused, key
