@@ -262,7 +262,8 @@ class Fields:
         items = self.array(key, required=required)
         if not items:
             return []
-        return [self.item(key, i) for i in range(len(items))]
+        decl, param = self._field(key).items, self.param(key)
+        return [Fields(item, decl, f"{param}[{i}]") for i, item in enumerate(items)]
 
     def item(self, key: str, i: int) -> Fields:
         """The declared object at index `i` of the array at `key` (read by `array` already)."""

@@ -638,3 +638,81 @@ def test_settings_read_only_when_given_default_to_what_their_read_gives(decl):
         for key, read in plain.items():
             assert read(fields, key) == getattr(defaults, key), key
             assert type(read(fields, key)) is type(getattr(defaults, key)), key
+
+
+@pytest.mark.parametrize(
+    ("options", "stream", "usage"),
+    [
+        ({}, True, (False, False)),
+        ({"include_usage": None, "continuous_usage_stats": "x"}, True, (False, False)),  # (read only with usage)
+        ({"include_usage": False, "continuous_usage_stats": 5}, True, (False, False)),
+        ({"include_usage": True}, True, (True, False)),
+        ({"include_usage": True, "continuous_usage_stats": None}, True, (True, False)),
+        ({"include_usage": True, "continuous_usage_stats": False}, True, (True, False)),
+        ({"include_usage": True, "continuous_usage_stats": True}, True, (True, True)),
+        ({"include_usage": 0}, True, "stream_options.include_usage"),  # (0 == False, but no boolean)
+        ({"include_usage": 1}, True, "stream_options.include_usage"),
+        ({"include_usage": True, "continuous_usage_stats": 1}, True, "stream_options.continuous_usage_stats"),
+        ({"include_usage": True, "continuous_usage_stats": 0}, True, "stream_options.continuous_usage_stats"),
+        ({"include_usage": True}, False, "stream_options"),
+        ({"include_usage": True}, None, "stream_options"),
+        ([], True, "stream_options"),
+    ],
+)
+def test_stream_options_values_and_refusals(options, stream, usage):
+    body = chat(stream=stream, stream_options=options)
+    if isinstance(usage, str):
+        with pytest.raises(APIError) as e:
+            parse_chat_completion(body)
+        assert (e.value.status, e.value.param) == (400, usage)
+    else:
+        settings = parse_chat_completion(body).settings
+        assert (settings.include_usage, settings.continuous_usage) == usage
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        (0.5, 0.5),
+        (1, 1.0),
+        (0.0, 0.0),
+        (2.0, 2.0),
+        (2.5, "temperature"),
+        (-0.5, "temperature"),
+        (True, "temperature"),
+        ("0.5", "temperature"),
+    ],
+)
+def test_numbers_read_as_floats_within_bounds(value, read):
+    if isinstance(read, str):
+        with pytest.raises(APIError) as e:
+            parse_chat_completion(chat(temperature=value))
+        assert (e.value.status, e.value.param) == (400, read)
+    else:
+        temperature = parse_chat_completion(chat(temperature=value)).settings.temperature
+        assert (temperature, type(temperature)) == (read, float)
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ({"type": "text"}, None),
+        ({"type": "text", "json_schema": 5}, None),  # (a case's undeclared keys ignored)
+        ({"type": "json_object"}, {"type": "json_object"}),
+        ({"type": "json_schema", "json_schema": {"name": "n", "schema": {}}}, "json_schema"),
+        ({"type": 5}, "response_format.type"),
+        ({"type": "xml"}, "response_format.type"),
+        ({}, "response_format.type"),
+        (["json_object"], "response_format"),
+    ],
+)
+def test_response_formats_and_refusals(value, read):
+    body = chat(response_format=value)
+    if read == "json_schema":
+        assert parse_chat_completion(body).chat.response_format["type"] == "json_schema"
+    elif isinstance(read, str):
+        with pytest.raises(APIError) as e:
+            parse_chat_completion(body)
+        assert (e.value.status, e.value.param) == (400, read)
+    else:
+        assert parse_chat_completion(body).chat.response_format == read
