@@ -6,7 +6,7 @@ cost; without, `time.process_time` per call (the machine's load moves it). Run i
 PYTHONPATH to count that tree's validators (this file needs only `bench/callgrind_counts.py` beside it):
 
     PYTHONPATH=$TREE valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/valid.%p \\
-        .venv/bin/python bench/validation_bench.py --callgrind /tmp/valid [BODY ...]
+        .venv/bin/python bench/validation_bench.py --callgrind /tmp/valid [--one-by-one] [--calls 300] [BODY ...]
 """
 
 from __future__ import annotations
@@ -84,8 +84,9 @@ MESSAGES_BODY = {
 COMPLETION = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0.5, "stream": True}
 
 
-def bodies() -> dict[str, Callable[[], object]]:
-    """Each body's validation, by name (imported here, so that the tree on PYTHONPATH is the one counted)."""
+def bodies(one_by_one: bool = False) -> dict[str, Callable[[], object]]:
+    """Each body's validation, by name (imported here, so that the tree on PYTHONPATH is the one counted);
+    `one_by_one`: chat bodies of model and messages plus the 17-field body's other fields, one more each."""
     from gateway.validation.chat import parse_chat_completion
     from gateway.validation.completions import parse_completion
     from gateway.validation.messages import parse_messages_request
@@ -94,6 +95,11 @@ def bodies() -> dict[str, Callable[[], object]]:
     def chat(body: dict[str, Any]) -> Callable[[], object]:
         return lambda: parse_chat_completion(body)
 
+    if one_by_one:
+        keys = list(CHAT_17)
+        return {
+            f"chat: + {keys[n - 1]} ({n})": chat({k: CHAT_17[k] for k in keys[:n]}) for n in range(2, len(keys) + 1)
+        }
     return {
         "chat: model, messages": chat({"model": MODEL, "messages": MESSAGES}),
         "chat: the overhead bench's body (7 fields)": chat(CHAT_BENCH),
@@ -124,9 +130,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--callgrind", metavar="OUT", help="callgrind's --callgrind-out-file, less its .%%p")
+    parser.add_argument("--one-by-one", action="store_true", help="chat bodies of 2 to 17 fields, one more each")
     parser.add_argument("body", nargs="*", help="bodies to validate (default: all), by the start of their name")
     args = parser.parse_args()
-    every = {"(the loop alone)": lambda: None, **bodies()}
+    every = {"(the loop alone)": lambda: None, **bodies(args.one_by_one)}
     gc.collect()
     gc.freeze()  # as `gateway serve` does before serving
     chosen = [name for name in every if not args.body or any(name.startswith(b) for b in args.body)]
