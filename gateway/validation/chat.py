@@ -306,7 +306,10 @@ def _check_modalities(fields: Fields, key: str) -> None:
 def parse_messages(fields: Fields) -> list[dict[str, Any]]:
     raw = fields.array("messages") or []
     if all(type(m) is dict for m in raw):  # (else `items` names the first that is no object, before any is read)
-        messages = [_plain_message(m) or _message(fields.item("messages", i)) for i, m in enumerate(raw)]
+        messages = list(map(_plain_message, raw))
+        if None not in messages:  # (most chats: plain turns only, which hold no tool turn to check)
+            return messages
+        messages = [m or _message(fields.item("messages", i)) for i, m in enumerate(messages)]
     else:
         messages = [_message(m) for m in fields.items("messages")]
     check_tool_turns(messages, "messages")

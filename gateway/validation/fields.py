@@ -124,23 +124,19 @@ class Fields:
         each it gives in `reads`' order (so the first error is the one reading each in turn raises). When the body
         gives none, the dict is `reads`' own: read it, never change it."""
         present = reads.present_in(self._keys or self._key_order())
-        if not present:
-            return reads.defaults
+        return self._read_into(reads.defaults.copy(), present) if present else reads.defaults
+
+    def read_given(self, reads: Reads) -> dict[str, Any]:
+        """The typed values of those of `reads`' fields the body gives (not null), read in `reads`' order."""
+        return self._read_into({}, reads.present_in(self._keys or self._key_order()))
+
+    def _read_into(self, out: dict[str, Any], present: list[tuple[str, Reader]]) -> dict[str, Any]:
+        """`out` with the typed value of each of the `present` fields the body gives (not null), read in order."""
         value = self.value
-        out = reads.defaults.copy()
         for key, reader in present:
             if value[key] is not None:
                 out[key] = reader(self, key)
         return out
-
-    def read_given(self, reads: Reads) -> dict[str, Any]:
-        """The typed values of those of `reads`' fields the body gives (not null), read in `reads`' order."""
-        value = self.value
-        given = {}
-        for key, reader in reads.present_in(self._keys or self._key_order()):
-            if value[key] is not None:
-                given[key] = reader(self, key)
-        return given
 
     def _key_order(self) -> tuple[str, ...]:
         """The object's keys in its order, taken once."""
@@ -169,7 +165,7 @@ class Fields:
             if required is None and key in self._defaults:
                 return self._defaults[key]
             return self._given(key, required)[0].default
-        f = self._field(key)
+        f = self._declared.get(key) or self._field(key)  # (the look-up in line: a call less, ~0.4 K instructions)
         if not isinstance(v, str):
             raise invalid(f"'{self.param(key)}' must be a string", self.param(key))
         if f.choices and v not in f.choices:
@@ -184,7 +180,8 @@ class Fields:
         v = self.value.get(key)
         if v is None:
             return self._defaults[key] if key in self._defaults else self._given(key)[0].default
-        self._field(key)
+        if key not in self._declared:
+            self._field(key)
         if not isinstance(v, bool):
             raise invalid(f"'{self.param(key)}' must be a boolean", self.param(key))
         return v
@@ -194,7 +191,7 @@ class Fields:
         v = self.value.get(key)
         if v is None:
             return self._defaults[key] if key in self._defaults else self._given(key)[0].default
-        f = self._field(key)
+        f = self._declared.get(key) or self._field(key)
         number = v if type(v) is int else as_integer(v)  # (an int as it is: most integers sent)
         if number is None:
             # a whole number too long for 64 bits arrives as a float: the bounds say what was wrong with it
@@ -215,7 +212,7 @@ class Fields:
         v = self.value.get(key)
         if v is None:
             return self._defaults[key] if key in self._defaults else self._given(key)[0].default
-        f = self._field(key)
+        f = self._declared.get(key) or self._field(key)
         if type(v) is float and f.lo <= v <= f.hi:  # (most numbers sent; NaN fails the bounds)
             return v
         if not is_number(v):

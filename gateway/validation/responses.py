@@ -349,7 +349,22 @@ def parse_input(fields: Fields) -> list[dict[str, Any]]:
     v = fields.get("input")
     if isinstance(v, str):
         return [_message_item("user", [{"type": "input_text", "text": v}])]
+    raw = fields.array("input")
+    if all(type(item) is dict for item in raw):  # (else `items` names the first that is no object, before any is read)
+        plain = list(map(_plain_item, raw))
+        return [item or _item(fields.item("input", i).variant()) for i, item in enumerate(plain)]
     return [_item(item.variant()) for item in fields.items("input")]
+
+
+def _plain_item(item: dict[str, Any]) -> dict[str, Any] | None:
+    """A message item of a role and a string content (and its type, "message"), as `_item` reads it, without its
+    field-by-field reads; None for any other item."""
+    if len(item) != 2 and (len(item) != 3 or item.get("type") != "message"):
+        return None
+    role, content = item.get("role"), item.get("content")
+    if type(content) is not str or type(role) is not str or role not in _ROLES:
+        return None
+    return _message_item(role, _as_parts([content], "output_text" if role == "assistant" else "input_text"))
 
 
 def _item(f: Fields) -> dict[str, Any]:
@@ -406,7 +421,11 @@ def _message_item(role: str, content: list[dict[str, Any]], given_id: str | None
 def _parts(f: Fields, key: str, text_type: str) -> list[dict[str, Any]]:
     """A message's content (a string or text parts) as parts of `text_type`."""
     v = f.get(key)
-    texts = [v] if isinstance(v, str) else [_part_text(p) for p in f.items(key)]
+    return _as_parts([v] if isinstance(v, str) else [_part_text(p) for p in f.items(key)], text_type)
+
+
+def _as_parts(texts: list[str], text_type: str) -> list[dict[str, Any]]:
+    """Texts as content parts of `text_type`."""
     if text_type == "output_text":
         return [{"type": "output_text", "text": t, "annotations": []} for t in texts]
     return [{"type": text_type, "text": t} for t in texts]

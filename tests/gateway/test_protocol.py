@@ -716,3 +716,42 @@ def test_response_formats_and_refusals(value, read):
         assert (e.value.status, e.value.param) == (400, read)
     else:
         assert parse_chat_completion(body).chat.response_format == read
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"role": "user", "content": "hi"},
+        {"content": "hi", "role": "assistant"},
+        {"type": "message", "role": "developer", "content": "hi"},
+        {"role": "system", "content": ""},
+    ],
+)
+def test_a_plain_responses_message_item_reads_as_any_other_message(item):
+    """A message item of a role and a string content is taken without its field-by-field reads: the same canonical
+    item as that message read field by field (an ignored key makes it no plain item)."""
+    from gateway.validation.responses import parse_responses_request
+
+    def canonical(item):
+        (out,) = parse_responses_request({"model": "m", "input": [item]}).items
+        assert out.pop("id").startswith("msg")
+        return out
+
+    assert canonical(item) == canonical({**item, "ignored": 1})
+
+
+@pytest.mark.parametrize(
+    ("item", "param"),
+    [
+        ({"role": "tool", "content": "hi"}, "input[0].role"),
+        ({"role": 5, "content": "hi"}, "input[0].role"),
+        ({"role": "user", "content": 5}, "input[0].content"),
+        ({"type": "reasoning", "role": "user", "content": "hi"}, "input[0].summary"),
+    ],
+)
+def test_message_items_like_plain_ones_are_refused_as_before(item, param):
+    from gateway.validation.responses import parse_responses_request
+
+    with pytest.raises(APIError) as e:
+        parse_responses_request({"model": "m", "input": [{"role": "user", "content": "ok"}, item]})
+    assert (e.value.status, e.value.param) == (400, param.replace("[0]", "[1]"))
