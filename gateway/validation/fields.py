@@ -429,11 +429,6 @@ def parse_metadata(fields: Fields, key: str = "metadata") -> dict[str, str]:
     return dict(meta)
 
 
-def parse_top_p_top_k(fields: Fields) -> tuple[float, int]:
-    """`top_p` and `top_k` as the backend takes them (top_k -1: off)."""
-    return backend_top_p_top_k(fields.number("top_p"), fields.integer("top_k"))
-
-
 def backend_top_p_top_k(top_p: float, top_k: int) -> tuple[float, int]:
     """A body's `top_p` and `top_k` as the backend takes them (top_k -1: off)."""
     # top_p 0 means "only the most likely token": SGLang needs top_p > 0, so say it with top_k.

@@ -605,6 +605,8 @@ def test_the_keys_read_only_when_given_are_declared_and_optional():
     from gateway.validation.completions import _SETTINGS_READS as COMPLETION_READS
     from gateway.validation.completions import COMPLETION
     from gateway.validation.fields import _REFUSED_SETTINGS
+    from gateway.validation.messages import _AFTER_MAX_TOKENS, MESSAGES
+    from gateway.validation.messages import _SAMPLING as MESSAGES_SAMPLING
     from gateway.validation.responses import _CLOSING, _OPENING, _SAMPLING, RESPONSES
 
     for key in (*_TOOL_FIELDS, *_RENDER_FIELDS, *_REFUSED_SETTINGS):
@@ -612,11 +614,13 @@ def test_the_keys_read_only_when_given_are_declared_and_optional():
     for key in _REFUSED_SETTINGS:
         assert CHAT.fields[key].refused, key
     runs = [(CHAT, _SETTINGS_READS.head), (CHAT, _TAIL_READS), (COMPLETION, COMPLETION_READS.head)]
-    for decl, reads in [*runs, (RESPONSES, _OPENING), (RESPONSES, _SAMPLING), (RESPONSES, _CLOSING)]:
+    runs += [(RESPONSES, _OPENING), (RESPONSES, _SAMPLING), (RESPONSES, _CLOSING)]
+    for decl, reads in [*runs, (MESSAGES, MESSAGES_SAMPLING), (MESSAGES, _AFTER_MAX_TOKENS)]:
         for key, read in reads.readers.items():
             if read is Fields.refuse:
                 assert decl.fields[key].refused, key
-            elif key not in ("stream_options", "modalities", "metadata"):  # (the last two's values are unused)
+            elif key not in ("stream_options", "modalities", "metadata", "stop_sequences"):  # (values unused, or
+                # stop_sequences: None taken as [] by its door)
                 assert read(Fields({}, decl), key) == reads.defaults[key], key
     assert Fields({}, CHAT).read(_SETTINGS_READS.head)["stream_options"] == (False, False)
 
