@@ -231,14 +231,14 @@ def _settings(fields: Fields) -> GenerationSettings:
     top_p, top_k = backend_top_p_top_k(sampling["top_p"], sampling["top_k"])
     max_tokens = fields.integer("max_tokens")
     rest = fields.read(_AFTER_MAX_TOKENS)
-    return GenerationSettings(
-        max_tokens=max_tokens,
-        stop=rest["stop_sequences"] or [],
-        temperature=rest["temperature"],
-        top_p=top_p,
-        top_k=top_k,
-        stream=rest["stream"],
+    settings = GenerationSettings(max_tokens)  # the rest set after (keywords cost more)
+    settings.stop, settings.temperature, settings.stream = (
+        rest["stop_sequences"] or [],
+        rest["temperature"],
+        rest["stream"],
     )
+    settings.top_p, settings.top_k = top_p, top_k
+    return settings
 
 
 def _stop_sequences(fields: Fields, key: str) -> list[str]:

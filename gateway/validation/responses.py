@@ -264,17 +264,11 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     summary = reasoning.string("summary") if reasoning else None
     sampling = fields.read(_SAMPLING)
     top_p, top_k = backend_top_p_top_k(sampling["top_p"], sampling["top_k"])
-    settings = GenerationSettings(
-        max_tokens=sampling["max_output_tokens"],
-        temperature=sampling["temperature"],
-        top_p=top_p,
-        top_k=top_k,
-        frequency_penalty=sampling["frequency_penalty"],
-        presence_penalty=sampling["presence_penalty"],
-        logprobs="message.output_text.logprobs" in include,
-        top_logprobs=sampling["top_logprobs"],
-        stream=sampling["stream"],
-    )
+    settings = GenerationSettings(sampling["max_output_tokens"])  # the rest set after (keywords cost more)
+    settings.temperature, settings.top_p, settings.top_k = sampling["temperature"], top_p, top_k
+    settings.frequency_penalty, settings.presence_penalty = sampling["frequency_penalty"], sampling["presence_penalty"]
+    settings.logprobs, settings.top_logprobs = "message.output_text.logprobs" in include, sampling["top_logprobs"]
+    settings.stream = sampling["stream"]
     items = parse_input(fields)
     closing = fields.read(_CLOSING)
     request = ResponsesRequest(
