@@ -351,21 +351,44 @@ def parse_input(fields: Fields) -> list[dict[str, Any]]:
 
 
 def _plain_item(item: dict[str, Any]) -> dict[str, Any] | None:
-    """A message item of a role and a string content (and its type, "message"), as `_item` reads it, without its
+    """A message item of a role and a content of text (and its type, "message"), as `_item` reads it, without its
     field-by-field reads; None for any other item."""
     if len(item) != 2 and (len(item) != 3 or item.get("type") != "message"):
         return None
-    role, content = item.get("role"), item.get("content")
-    if type(content) is not str or type(role) is not str or role not in _ROLES:
+    role = item.get("role")
+    if type(role) is not str or role not in _ROLES:
         return None
-    return _message_item(role, _as_parts([content], "output_text" if role == "assistant" else "input_text"))
+    texts = _plain_texts(item.get("content"))
+    return None if texts is None else _message_item(role, _as_parts(texts, _TEXT_TYPE[role]))
+
+
+_TEXT_TYPE = {"assistant": "output_text"} | dict.fromkeys(("user", "system", "developer"), "input_text")
+"""The type of a message's text parts by its role."""
+
+
+def _plain_texts(content: Any) -> list[str] | None:
+    """The texts of a string content, or of input_text / output_text parts each with a string text, as `_parts`
+    reads them; None for any other content."""
+    if type(content) is str:
+        return [content]
+    if type(content) is not list or len(content) > MAX_CONTENT_PARTS:
+        return None
+    texts = []
+    for part in content:
+        if type(part) is not dict or part.get("type") not in ("input_text", "output_text"):
+            return None
+        text = part.get("text")
+        if type(text) is not str:
+            return None
+        texts.append(text)
+    return texts
 
 
 def _item(f: Fields) -> dict[str, Any]:
     kind = f.string("type")
     if kind == "message":
         role = f.string("role")
-        parts = _parts(f, "content", "output_text" if role == "assistant" else "input_text")
+        parts = _parts(f, "content", _TEXT_TYPE[role])
         return _message_item(role, parts, f.string("id"))
     if kind == "function_call":
         name = f.string("name")

@@ -729,6 +729,10 @@ def test_response_formats_and_refusals(value, read):
         {"content": "hi", "role": "assistant"},
         {"type": "message", "role": "developer", "content": "hi"},
         {"role": "system", "content": ""},
+        {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "output_text", "text": "b"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": []}]},
+        {"role": "assistant", "content": [{"type": "input_text", "text": "a"}, {"type": "refusal", "refusal": "no"}]},
+        {"type": "message", "role": "user", "content": []},
     ],
 )
 def test_a_plain_responses_message_item_reads_as_any_other_message(item):
@@ -751,6 +755,12 @@ def test_a_plain_responses_message_item_reads_as_any_other_message(item):
         ({"role": 5, "content": "hi"}, "input[0].role"),
         ({"role": "user", "content": 5}, "input[0].content"),
         ({"type": "reasoning", "role": "user", "content": "hi"}, "input[0].summary"),
+        ({"role": "user", "content": [{"type": "input_text", "text": 5}]}, "input[0].content[0].text"),
+        ({"role": "user", "content": [{"type": "input_text"}]}, "input[0].content[0].text"),
+        ({"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}, "input[0].content[0]"),
+        ({"role": "user", "content": [{"type": "text", "text": "a"}]}, "input[0].content[0].type"),
+        ({"role": "user", "content": ["a"]}, "input[0].content[0]"),
+        ({"role": "user", "content": [{"type": "input_text", "text": "a"}] * 1001}, "input[0].content"),
     ],
 )
 def test_message_items_like_plain_ones_are_refused_as_before(item, param):
@@ -758,4 +768,4 @@ def test_message_items_like_plain_ones_are_refused_as_before(item, param):
 
     with pytest.raises(APIError) as e:
         parse_responses_request({"model": "m", "input": [{"role": "user", "content": "ok"}, item]})
-    assert (e.value.status, e.value.param) == (400, param.replace("[0]", "[1]"))
+    assert (e.value.status, e.value.param) == (400, param.replace("[0]", "[1]", 1))
