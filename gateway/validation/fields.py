@@ -94,7 +94,9 @@ class Fields:
 
     def variant(self) -> Fields:
         """This object read through the declaration of its case (its `type`)."""
-        return Fields(self.value, self.decl.cases[self.string(self.decl.key)], self.path)
+        cases, kind = self.decl.cases, self.value.get(self.decl.key)
+        case = cases.get(kind) if type(kind) is str else None  # (a case named: taken at once)
+        return Fields(self.value, case or cases[self.string(self.decl.key)], self.path)
 
     def param(self, key: str | int) -> str:
         if isinstance(key, int):
