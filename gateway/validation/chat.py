@@ -274,7 +274,7 @@ _RENDER_FIELDS = ("chat_template_kwargs", "add_generation_prompt", "continue_fin
 def _rendering(fields: Fields) -> tuple[dict[str, Any], list[tuple[bool, str]]]:
     """The chat template's extra variables and the render switches (`_render_flags`)."""
     if not fields.given(_RENDER_FIELDS):  # (most bodies: their defaults)
-        return {}, [(CHAT.optional_defaults[key], key) for key in _RENDER_FLAGS]
+        return {}, _DEFAULT_RENDER_FLAGS
     template_kwargs = _template_kwargs(fields)
     return template_kwargs, _render_flags(fields, template_kwargs)
 
@@ -306,7 +306,10 @@ def _check_modalities(fields: Fields, key: str) -> None:
 def parse_messages(fields: Fields) -> list[dict[str, Any]]:
     raw = fields.array("messages") or []
     if all(type(m) is dict for m in raw):  # (else `items` names the first that is no object, before any is read)
-        messages = [_plain_message(m) or _message(fields.item("messages", i)) for i, m in enumerate(raw)]
+        messages = list(map(_plain_message, raw))
+        if None not in messages:  # (most chats: plain turns only, which hold no tool turn to check)
+            return messages
+        messages = [m or _message(fields.item("messages", i)) for i, m in enumerate(messages)]
     else:
         messages = [_message(m) for m in fields.items("messages")]
     check_tool_turns(messages, "messages")
@@ -544,6 +547,12 @@ def _named(item: Fields, names: list[str], flat: bool) -> str:
 
 
 def parse_response_format(fields: Fields, key: str = "response_format") -> dict[str, Any] | None:
+    given = fields.get(key)
+    kind = given.get("type") if type(given) is dict else None
+    if kind == "json_object":  # (the two formats of nothing but their type, valid as they are)
+        return {"type": "json_object"}
+    if kind == "text":
+        return None
     rf = fields.obj(key)
     if rf is None:
         return None
@@ -593,6 +602,8 @@ def _template_kwargs(fields: Fields) -> dict[str, Any]:
 _RENDER_FLAGS = ("add_generation_prompt", "continue_final_message")
 """The request's render switches that `chat_template_kwargs` may also set: vLLM merges the kwargs over the request's
 fields and hands both to transformers' `apply_chat_template` as its arguments, so the kwargs' win."""
+_DEFAULT_RENDER_FLAGS = [(CHAT.optional_defaults[key], key) for key in _RENDER_FLAGS]
+"""`_render_flags` of a body that gives no render field (read it, never change it)."""
 
 
 def _render_flags(fields: Fields, template_kwargs: dict[str, Any]) -> list[tuple[bool, str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 Schema = dict[str, Any]
 Refs = dict[str, Schema]
@@ -128,6 +128,9 @@ class Variants:
     cases: dict[str, Obj]
     default: str | None = None
     """The case of an object that names none."""
+    fields: ClassVar[dict[str, Field]] = {}
+    """No fields of its own (its cases have them; its key's declaration is `field`'s)."""
+    optional_defaults: ClassVar[dict[str, Any]] = {}
 
     def field(self, key: str) -> Field:
         if key != self.key:

@@ -39,9 +39,10 @@ from gateway.validation.fields import (
     TOP_P,
     Fields,
     GenerationSettings,
+    Reads,
+    backend_top_p_top_k,
     parse_model,
     parse_stop,
-    parse_top_p_top_k,
 )
 from gateway.validation.schema_bounds import check_bounded, check_schema
 
@@ -226,33 +227,46 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
 
 def _settings(fields: Fields) -> GenerationSettings:
     """How to generate: max_tokens, stop_sequences, the sampling settings, stream (metadata checked)."""
-    top_p, top_k = parse_top_p_top_k(fields)
-    settings = GenerationSettings(
-        max_tokens=fields.integer("max_tokens"),
-        stop=_stop_sequences(fields),
-        temperature=fields.number("temperature"),
-        top_p=top_p,
-        top_k=top_k,
-        stream=fields.boolean("stream"),
+    sampling = fields.read(_SAMPLING)
+    top_p, top_k = backend_top_p_top_k(sampling["top_p"], sampling["top_k"])
+    max_tokens = fields.integer("max_tokens")
+    rest = fields.read(_AFTER_MAX_TOKENS)
+    settings = GenerationSettings(max_tokens)  # the rest set after (keywords cost more)
+    settings.stop, settings.temperature, settings.stream = (
+        rest["stop_sequences"] or [],
+        rest["temperature"],
+        rest["stream"],
     )
-    metadata = fields.obj("metadata")
-    if metadata is not None:
-        metadata.string("user_id")  # it only labels the request, but Anthropic refuses a user_id of another type
+    settings.top_p, settings.top_k = top_p, top_k
     return settings
 
 
-def _stop_sequences(fields: Fields) -> list[str]:
+def _stop_sequences(fields: Fields, key: str) -> list[str]:
     """`stop_sequences`: a list (Anthropic refuses a bare string), each holding more than whitespace; refused in
     Anthropic's words."""
-    given = fields.get("stop_sequences")
+    given = fields.get(key)
     if given is not None and not isinstance(given, list):
-        raise invalid("Input should be a valid list", "stop_sequences")
-    for i, stop in enumerate(fields.array("stop_sequences") or ()):
+        raise invalid("Input should be a valid list", key)
+    for i, stop in enumerate(fields.array(key) or ()):
         if stop == "":
-            raise invalid("each stop sequence must be non-empty", f"stop_sequences[{i}]")
+            raise invalid("each stop sequence must be non-empty", f"{key}[{i}]")
         if isinstance(stop, str) and stop.isspace():
-            raise invalid("each stop sequence must contain non-whitespace", f"stop_sequences[{i}]")
-    return parse_stop(fields, "stop_sequences")
+            raise invalid("each stop sequence must contain non-whitespace", f"{key}[{i}]")
+    return parse_stop(fields, key)
+
+
+def _metadata(fields: Fields, key: str) -> None:
+    """`metadata`: it only labels the request, but Anthropic refuses a user_id of another type than a string."""
+    fields.obj(key).string("user_id")
+
+
+_SAMPLING = Reads(MESSAGES, {"top_p": Fields.number, "top_k": Fields.integer})
+"""A Messages body's fields read first of its settings, then its max_tokens (required) ..."""
+_AFTER_MAX_TOKENS = Reads(
+    MESSAGES,
+    {"stop_sequences": _stop_sequences, "temperature": Fields.number, "stream": Fields.boolean, "metadata": _metadata},
+)
+"""... then these, in this order."""
 
 
 def _prefill(messages: list[dict[str, Any]]) -> bool:

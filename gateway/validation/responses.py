@@ -45,9 +45,10 @@ from gateway.validation.fields import (
     TOP_P,
     Fields,
     GenerationSettings,
+    Reads,
+    backend_top_p_top_k,
     parse_metadata,
     parse_model,
-    parse_top_p_top_k,
 )
 
 MIN_OUTPUT_TOKENS = 16
@@ -249,9 +250,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     """Validate a Responses create body; raises APIError (400) naming the bad param."""
     fields = Fields(body, RESPONSES)
     model = parse_model(fields)
-    for key in ("background", "conversation", "prompt"):
-        fields.refuse(key)
-    truncation = fields.string("truncation")
+    truncation = fields.read(_OPENING)["truncation"]
     if truncation == "auto":
         raise invalid("'truncation' 'auto' is not supported: the input is never truncated", "truncation")
     include = _include(fields)
@@ -263,32 +262,28 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     reasoning = fields.obj("reasoning")
     effort = reasoning.string("effort") if reasoning else None
     summary = reasoning.string("summary") if reasoning else None
-    top_p, top_k = parse_top_p_top_k(fields)
-    settings = GenerationSettings(
-        max_tokens=fields.integer("max_output_tokens"),
-        temperature=fields.number("temperature"),
-        top_p=top_p,
-        top_k=top_k,
-        frequency_penalty=fields.number("frequency_penalty"),
-        presence_penalty=fields.number("presence_penalty"),
-        logprobs="message.output_text.logprobs" in include,
-        top_logprobs=fields.integer("top_logprobs"),
-        stream=fields.boolean("stream"),
-    )
-    parallel = fields.boolean("parallel_tool_calls")
+    sampling = fields.read(_SAMPLING)
+    top_p, top_k = backend_top_p_top_k(sampling["top_p"], sampling["top_k"])
+    settings = GenerationSettings(sampling["max_output_tokens"])  # the rest set after (keywords cost more)
+    settings.temperature, settings.top_p, settings.top_k = sampling["temperature"], top_p, top_k
+    settings.frequency_penalty, settings.presence_penalty = sampling["frequency_penalty"], sampling["presence_penalty"]
+    settings.logprobs, settings.top_logprobs = "message.output_text.logprobs" in include, sampling["top_logprobs"]
+    settings.stream = sampling["stream"]
+    items = parse_input(fields)
+    closing = fields.read(_CLOSING)
     request = ResponsesRequest(
         model=model,
-        items=parse_input(fields),
-        instructions=fields.string("instructions"),
+        items=items,
+        instructions=closing["instructions"],
         tools=active,
         tool_choice=tool_choice,
-        parallel_tool_calls=parallel,
+        parallel_tool_calls=sampling["parallel_tool_calls"],
         response_format=response_format,
         reasoning_effort=effort,
         settings=settings,
-        store=fields.boolean("store"),
-        previous_response_id=fields.string("previous_response_id"),
-        metadata=parse_metadata(fields),
+        store=closing["store"],
+        previous_response_id=closing["previous_response_id"],
+        metadata=closing["metadata"] or {},
         include=include,
     )
     search = PatternSearch()  # the tools' listed values searched within one budget
@@ -299,15 +294,48 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         "reasoning": {"effort": effort, "summary": summary},
         "truncation": truncation,
         "temperature": settings.temperature,
-        "top_p": fields.number("top_p"),
+        "top_p": sampling["top_p"],
         "top_logprobs": settings.top_logprobs,
         "max_output_tokens": settings.max_tokens,
         "frequency_penalty": settings.frequency_penalty,
         "presence_penalty": settings.presence_penalty,
-        "max_tool_calls": fields.integer("max_tool_calls"),
-        **{key: fields.string(key) for key in _REPEATED},
+        "max_tool_calls": closing["max_tool_calls"],
+        **{key: closing[key] for key in _REPEATED},
     }
     return request
+
+
+_OPENING = Reads(
+    RESPONSES, {**dict.fromkeys(("background", "conversation", "prompt"), Fields.refuse), "truncation": Fields.string}
+)
+"""A Responses body's fields read first (after its model), in this order."""
+_SAMPLING = Reads(
+    RESPONSES,
+    {
+        "top_p": Fields.number,
+        "top_k": Fields.integer,
+        "max_output_tokens": Fields.integer,
+        "temperature": Fields.number,
+        "frequency_penalty": Fields.number,
+        "presence_penalty": Fields.number,
+        "top_logprobs": Fields.integer,
+        "stream": Fields.boolean,
+        "parallel_tool_calls": Fields.boolean,
+    },
+)
+"""Its settings, read after its tools and formats."""
+_CLOSING = Reads(
+    RESPONSES,
+    {
+        "instructions": Fields.string,
+        "store": Fields.boolean,
+        "previous_response_id": Fields.string,
+        "metadata": parse_metadata,  # (None when left out)
+        "max_tool_calls": Fields.integer,
+        **dict.fromkeys(_REPEATED, Fields.string),
+    },
+)
+"""Its fields read after its input."""
 
 
 def parse_input(fields: Fields) -> list[dict[str, Any]]:
@@ -315,14 +343,52 @@ def parse_input(fields: Fields) -> list[dict[str, Any]]:
     v = fields.get("input")
     if isinstance(v, str):
         return [_message_item("user", [{"type": "input_text", "text": v}])]
+    raw = fields.array("input")
+    if all(type(item) is dict for item in raw):  # (else `items` names the first that is no object, before any is read)
+        plain = list(map(_plain_item, raw))
+        return [item or _item(fields.item("input", i).variant()) for i, item in enumerate(plain)]
     return [_item(item.variant()) for item in fields.items("input")]
+
+
+def _plain_item(item: dict[str, Any]) -> dict[str, Any] | None:
+    """A message item of a role and a content of text (and its type, "message"), as `_item` reads it, without its
+    field-by-field reads; None for any other item."""
+    if len(item) != 2 and (len(item) != 3 or item.get("type") != "message"):
+        return None
+    role = item.get("role")
+    if type(role) is not str or role not in _ROLES:
+        return None
+    texts = _plain_texts(item.get("content"))
+    return None if texts is None else _message_item(role, _as_parts(texts, _TEXT_TYPE[role]))
+
+
+_TEXT_TYPE = {"assistant": "output_text"} | dict.fromkeys(("user", "system", "developer"), "input_text")
+"""The type of a message's text parts by its role."""
+
+
+def _plain_texts(content: Any) -> list[str] | None:
+    """The texts of a string content, or of input_text / output_text parts each with a string text, as `_parts`
+    reads them; None for any other content."""
+    if type(content) is str:
+        return [content]
+    if type(content) is not list or len(content) > MAX_CONTENT_PARTS:
+        return None
+    texts = []
+    for part in content:
+        if type(part) is not dict or part.get("type") not in ("input_text", "output_text"):
+            return None
+        text = part.get("text")
+        if type(text) is not str:
+            return None
+        texts.append(text)
+    return texts
 
 
 def _item(f: Fields) -> dict[str, Any]:
     kind = f.string("type")
     if kind == "message":
         role = f.string("role")
-        parts = _parts(f, "content", "output_text" if role == "assistant" else "input_text")
+        parts = _parts(f, "content", _TEXT_TYPE[role])
         return _message_item(role, parts, f.string("id"))
     if kind == "function_call":
         name = f.string("name")
@@ -372,7 +438,11 @@ def _message_item(role: str, content: list[dict[str, Any]], given_id: str | None
 def _parts(f: Fields, key: str, text_type: str) -> list[dict[str, Any]]:
     """A message's content (a string or text parts) as parts of `text_type`."""
     v = f.get(key)
-    texts = [v] if isinstance(v, str) else [_part_text(p) for p in f.items(key)]
+    return _as_parts([v] if isinstance(v, str) else [_part_text(p) for p in f.items(key)], text_type)
+
+
+def _as_parts(texts: list[str], text_type: str) -> list[dict[str, Any]]:
+    """Texts as content parts of `text_type`."""
     if text_type == "output_text":
         return [{"type": "output_text", "text": t, "annotations": []} for t in texts]
     return [{"type": text_type, "text": t} for t in texts]

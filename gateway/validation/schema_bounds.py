@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from itertools import repeat
 from typing import Any
 
 from gateway.errors import invalid
@@ -35,6 +36,7 @@ _SCHEMA_ONE = (
     "propertyNames",
     "unevaluatedProperties",
 )
+_SUBSCHEMA_KEYS = frozenset((*_SCHEMA_MAPS, *_SCHEMA_LISTS, *_SCHEMA_ONE, "items"))
 
 
 def check_bounded(value: Any, param: str) -> None:
@@ -49,9 +51,9 @@ def check_bounded(value: Any, param: str) -> None:
         if nodes > MAX_NODES:
             raise invalid(f"'{param}' holds more than {MAX_NODES} values", param)
         if isinstance(v, dict):
-            stack.extend((c, depth + 1) for c in v.values())
+            stack.extend(zip(v.values(), repeat(depth + 1)))  # (pairs made in C)
         elif isinstance(v, list):
-            stack.extend((c, depth + 1) for c in v)
+            stack.extend(zip(v, repeat(depth + 1)))
 
 
 def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
@@ -68,7 +70,9 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
             continue
         if not isinstance(node, dict):
             raise invalid(f"'{where}' must be a schema (an object or a boolean)", where)
-        _check_type(node.get("type"), f"{where}.type")
+        kind = node.get("type")
+        if not (kind is None or type(kind) is str and kind in _JSON_TYPES):  # (most: one type's name, or none)
+            _check_type(kind, f"{where}.type")
         required = node.get("required")
         if required is not None and not (isinstance(required, list) and all(isinstance(r, str) for r in required)):
             raise invalid(f"'{where}.required' must be an array of strings", f"{where}.required")
@@ -78,6 +82,8 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
         enum = node.get("enum")
         if enum is not None and not isinstance(enum, list):
             raise invalid(f"'{where}.enum' must be an array", f"{where}.enum")
+        if node.keys().isdisjoint(_SUBSCHEMA_KEYS):  # (most nodes hold no subschema: one pass in C)
+            continue
         for key in _SCHEMA_MAPS:
             sub = node.get(key)
             if sub is None:

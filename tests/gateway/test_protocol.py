@@ -586,13 +586,14 @@ def test_read_takes_the_defaults_of_the_keys_left_out_and_reads_the_given_ones_i
 
 def test_reads_remember_a_bounded_number_of_body_key_orders_each_giving_the_read_order():
     reads = Reads(READS, {"flag": Fields.boolean, "label": Fields.string, "count": Fields.integer})
-    assert reads.present_in(("count", "name", "flag")) == ["flag", "count"]
-    assert reads.present_in(("flag", "count")) == ["flag", "count"]
-    assert reads.present_in(("count", "name", "flag")) == ["flag", "count"]  # remembered, the same
-    assert reads.present_in(tuple(f"x{i}" for i in range(65)) + ("label",)) == ["label"]
+    flag, label, count = reads.readers.items()
+    assert reads.present_in(("count", "name", "flag")) == [flag, count]
+    assert reads.present_in(("flag", "count")) == [flag, count]
+    assert reads.present_in(("count", "name", "flag")) == [flag, count]  # remembered, the same
+    assert reads.present_in(tuple(f"x{i}" for i in range(65)) + ("label",)) == [label]
     assert len(reads._present) == 2  # a body of more than 64 keys is not remembered
     for i in range(Reads.SHAPES + 10):
-        assert reads.present_in((f"y{i}", "label")) == ["label"]
+        assert reads.present_in((f"y{i}", "label")) == [label]
     assert len(reads._present) <= Reads.SHAPES
 
 
@@ -604,16 +605,22 @@ def test_the_keys_read_only_when_given_are_declared_and_optional():
     from gateway.validation.completions import _SETTINGS_READS as COMPLETION_READS
     from gateway.validation.completions import COMPLETION
     from gateway.validation.fields import _REFUSED_SETTINGS
+    from gateway.validation.messages import _AFTER_MAX_TOKENS, MESSAGES
+    from gateway.validation.messages import _SAMPLING as MESSAGES_SAMPLING
+    from gateway.validation.responses import _CLOSING, _OPENING, _SAMPLING, RESPONSES
 
     for key in (*_TOOL_FIELDS, *_RENDER_FIELDS, *_REFUSED_SETTINGS):
         assert not CHAT.fields[key].required, key
     for key in _REFUSED_SETTINGS:
         assert CHAT.fields[key].refused, key
-    for decl, reads in ((CHAT, _SETTINGS_READS.head), (CHAT, _TAIL_READS), (COMPLETION, COMPLETION_READS.head)):
+    runs = [(CHAT, _SETTINGS_READS.head), (CHAT, _TAIL_READS), (COMPLETION, COMPLETION_READS.head)]
+    runs += [(RESPONSES, _OPENING), (RESPONSES, _SAMPLING), (RESPONSES, _CLOSING)]
+    for decl, reads in [*runs, (MESSAGES, MESSAGES_SAMPLING), (MESSAGES, _AFTER_MAX_TOKENS)]:
         for key, read in reads.readers.items():
             if read is Fields.refuse:
                 assert decl.fields[key].refused, key
-            elif key not in ("stream_options", "modalities", "metadata"):  # (the last two's values are unused)
+            elif key not in ("stream_options", "modalities", "metadata", "stop_sequences"):  # (values unused, or
+                # stop_sequences: None taken as [] by its door)
                 assert read(Fields({}, decl), key) == reads.defaults[key], key
     assert Fields({}, CHAT).read(_SETTINGS_READS.head)["stream_options"] == (False, False)
 
@@ -635,3 +642,130 @@ def test_settings_read_only_when_given_default_to_what_their_read_gives(decl):
         for key, read in plain.items():
             assert read(fields, key) == getattr(defaults, key), key
             assert type(read(fields, key)) is type(getattr(defaults, key)), key
+
+
+@pytest.mark.parametrize(
+    ("options", "stream", "usage"),
+    [
+        ({}, True, (False, False)),
+        ({"include_usage": None, "continuous_usage_stats": "x"}, True, (False, False)),  # (read only with usage)
+        ({"include_usage": False, "continuous_usage_stats": 5}, True, (False, False)),
+        ({"include_usage": True}, True, (True, False)),
+        ({"include_usage": True, "continuous_usage_stats": None}, True, (True, False)),
+        ({"include_usage": True, "continuous_usage_stats": False}, True, (True, False)),
+        ({"include_usage": True, "continuous_usage_stats": True}, True, (True, True)),
+        ({"include_usage": 0}, True, "stream_options.include_usage"),  # (0 == False, but no boolean)
+        ({"include_usage": 1}, True, "stream_options.include_usage"),
+        ({"include_usage": True, "continuous_usage_stats": 1}, True, "stream_options.continuous_usage_stats"),
+        ({"include_usage": True, "continuous_usage_stats": 0}, True, "stream_options.continuous_usage_stats"),
+        ({"include_usage": True}, False, "stream_options"),
+        ({"include_usage": True}, None, "stream_options"),
+        ([], True, "stream_options"),
+    ],
+)
+def test_stream_options_values_and_refusals(options, stream, usage):
+    body = chat(stream=stream, stream_options=options)
+    if isinstance(usage, str):
+        with pytest.raises(APIError) as e:
+            parse_chat_completion(body)
+        assert (e.value.status, e.value.param) == (400, usage)
+    else:
+        settings = parse_chat_completion(body).settings
+        assert (settings.include_usage, settings.continuous_usage) == usage
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        (0.5, 0.5),
+        (1, 1.0),
+        (0.0, 0.0),
+        (2.0, 2.0),
+        (2.5, "temperature"),
+        (-0.5, "temperature"),
+        (True, "temperature"),
+        ("0.5", "temperature"),
+    ],
+)
+def test_numbers_read_as_floats_within_bounds(value, read):
+    if isinstance(read, str):
+        with pytest.raises(APIError) as e:
+            parse_chat_completion(chat(temperature=value))
+        assert (e.value.status, e.value.param) == (400, read)
+    else:
+        temperature = parse_chat_completion(chat(temperature=value)).settings.temperature
+        assert (temperature, type(temperature)) == (read, float)
+
+
+@pytest.mark.parametrize(
+    ("value", "read"),
+    [
+        ({"type": "text"}, None),
+        ({"type": "text", "json_schema": 5}, None),  # (a case's undeclared keys ignored)
+        ({"type": "json_object"}, {"type": "json_object"}),
+        ({"type": "json_schema", "json_schema": {"name": "n", "schema": {}}}, "json_schema"),
+        ({"type": 5}, "response_format.type"),
+        ({"type": "xml"}, "response_format.type"),
+        ({}, "response_format.type"),
+        (["json_object"], "response_format"),
+    ],
+)
+def test_response_formats_and_refusals(value, read):
+    body = chat(response_format=value)
+    if read == "json_schema":
+        assert parse_chat_completion(body).chat.response_format["type"] == "json_schema"
+    elif isinstance(read, str):
+        with pytest.raises(APIError) as e:
+            parse_chat_completion(body)
+        assert (e.value.status, e.value.param) == (400, read)
+    else:
+        assert parse_chat_completion(body).chat.response_format == read
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"role": "user", "content": "hi"},
+        {"content": "hi", "role": "assistant"},
+        {"type": "message", "role": "developer", "content": "hi"},
+        {"role": "system", "content": ""},
+        {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "output_text", "text": "b"}]},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "a", "annotations": []}]},
+        {"role": "assistant", "content": [{"type": "input_text", "text": "a"}, {"type": "refusal", "refusal": "no"}]},
+        {"type": "message", "role": "user", "content": []},
+    ],
+)
+def test_a_plain_responses_message_item_reads_as_any_other_message(item):
+    """A message item of a role and a string content is taken without its field-by-field reads: the same canonical
+    item as that message read field by field (an ignored key makes it no plain item)."""
+    from gateway.validation.responses import parse_responses_request
+
+    def canonical(item):
+        (out,) = parse_responses_request({"model": "m", "input": [item]}).items
+        assert out.pop("id").startswith("msg")
+        return out
+
+    assert canonical(item) == canonical({**item, "ignored": 1})
+
+
+@pytest.mark.parametrize(
+    ("item", "param"),
+    [
+        ({"role": "tool", "content": "hi"}, "input[0].role"),
+        ({"role": 5, "content": "hi"}, "input[0].role"),
+        ({"role": "user", "content": 5}, "input[0].content"),
+        ({"type": "reasoning", "role": "user", "content": "hi"}, "input[0].summary"),
+        ({"role": "user", "content": [{"type": "input_text", "text": 5}]}, "input[0].content[0].text"),
+        ({"role": "user", "content": [{"type": "input_text"}]}, "input[0].content[0].text"),
+        ({"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}, "input[0].content[0]"),
+        ({"role": "user", "content": [{"type": "text", "text": "a"}]}, "input[0].content[0].type"),
+        ({"role": "user", "content": ["a"]}, "input[0].content[0]"),
+        ({"role": "user", "content": [{"type": "input_text", "text": "a"}] * 1001}, "input[0].content"),
+    ],
+)
+def test_message_items_like_plain_ones_are_refused_as_before(item, param):
+    from gateway.validation.responses import parse_responses_request
+
+    with pytest.raises(APIError) as e:
+        parse_responses_request({"model": "m", "input": [{"role": "user", "content": "ok"}, item]})
+    assert (e.value.status, e.value.param) == (400, param.replace("[0]", "[1]", 1))
