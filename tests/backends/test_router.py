@@ -297,15 +297,16 @@ def vocab_request(rid: str) -> GenerateRequest:
 
 
 FAILURES = {
-    "error-event-400": (Script(ids=IDS, error_after=0), 400),
+    "error-event-400": (Script(ids=IDS, error_after=0, error_code=400), 400),
     "error-event-503": (Script(ids=IDS, error_after=0, error_code=503), None),
+    "error-event-no-code": (Script(ids=IDS, error_after=0), 502),
     "abort-400": (Script(ids=IDS, abort_after=0, abort_status=400), 400),
     "abort-500": (Script(ids=IDS, abort_after=0, abort_status=500), None),
     "abort-503": (Script(ids=IDS, abort_after=0, abort_status=503), None),
     "abort-plain": (Script(ids=IDS, abort_after=0), None),
 }
 """A 200, then a failure SGLang reports in the stream, and the status the client gets (None: failed over). SGLang's
-error event is a request's ValueError (code 400); an abort's status_code says whose it is: 400 the request's
+error event is a request's ValueError (code 400; one with no code says nothing of whose it is: a 502); an abort's status_code says whose it is: 400 the request's
 (prompt past the KV budget, a bad stop_regex), 500 the server's (out of memory, a grammar or sampler fault), 503
 busy (retracted, timed out), none a plain abort (/abort_request, a paused or stopping server)."""
 

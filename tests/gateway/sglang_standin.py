@@ -33,9 +33,10 @@ class Script:
     hold_after: int | None = None
     """Send this many tokens, then nothing more until the client goes away."""
     error_after: int | None = None
-    """Send this many tokens, then an error event, as SGLang's http_server writes a request's ValueError."""
-    error_code: int = 400
-    """The error event's `code` (SGLang's: the ValueError's status_code, else 400)."""
+    """Send this many tokens, then an error event."""
+    error_code: int | None = None
+    """The error event's `code`, the status of the failure: SGLang 0.5.23's http_server writes one for a request's
+    ValueError, 400; None leaves it out (its contract allows that), a failure of no known kind."""
     abort_after: int | None = None
     """Send this many tokens, then a finish of type abort (SGLang's FINISH_ABORT) with `abort_status`."""
     abort_status: int | None = None
@@ -171,8 +172,10 @@ class SGLangStandIn:
         return _event(api_types.GenerateResponse, {"text": "", "output_ids": shown, "meta_info": meta})
 
 
-def _error_event(message: str, code: int) -> dict[str, Any]:
-    """SGLang 0.5.23's error event (http_server.py's stream_results, on a ValueError)."""
+def _error_event(message: str, code: int | None) -> dict[str, Any]:
+    """An error event; with a code, SGLang 0.5.23's (http_server.py's stream_results, on a request's ValueError)."""
+    if code is None:
+        return {"error": {"message": message}}
     return {"error": {"message": message, "type": "invalid_request_error", "code": code, "retryable": False}}
 
 

@@ -118,7 +118,7 @@ def test_a_requests_own_error_in_the_stream_is_a_400_with_the_servers_message(to
     """SGLang answers 200, then an error event for a request's ValueError (code 400, e.g. a prompt past its context):
     the client gets that 400 and the message, not a 502, and no other replica is asked."""
     server, url = standin
-    server.script = lambda body: Script(ids=[1, 2], error_after=0)
+    server.script = lambda body: Script(ids=[1, 2], error_after=0, error_code=400)
     with gateway_for(tokenize_only, [url], RoutingPolicy(health_interval_s=60)) as base:
         client = httpx.Client(base_url=base, timeout=WAIT_S)
         for stream in (False, True):
