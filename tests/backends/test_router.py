@@ -9,7 +9,15 @@ from contextlib import ExitStack, aclosing, asynccontextmanager, suppress
 
 import pytest
 
-from backends.base import BackendError, GenerateRequest, MalformedStream, SamplingParams
+from backends.base import (
+    BackendError,
+    GenerateChunk,
+    GenerateRequest,
+    MalformedStream,
+    SamplingParams,
+    TokenLogprob,
+    check_vocabulary,
+)
 from backends.discovery import DNSService
 from backends.observer import RouterObserver
 from backends.router import Router, RoutingPolicy
@@ -290,6 +298,27 @@ async def test_an_id_outside_the_vocabulary_with_no_other_replica_is_a_502(stand
             await output(r, vocab_request("r"))
     finally:
         await r.close()
+
+
+@pytest.mark.parametrize(
+    "chunk, bad",
+    [
+        (GenerateChunk([5, VOCAB - 1]), None),
+        (GenerateChunk([5, VOCAB, -1]), VOCAB),
+        (GenerateChunk([], finish_reason="stop"), None),
+        (GenerateChunk([5], [TokenLogprob(5, -0.1, [(5, -0.1), (VOCAB - 1, -2.0)])]), None),
+        (GenerateChunk([5], [TokenLogprob(5, -0.1, [(5, -0.1), (VOCAB + 7, -2.0)])]), VOCAB + 7),
+        (GenerateChunk([5], [TokenLogprob(-3, -0.1)]), -3),
+    ],
+)
+def test_the_first_chunk_check_reads_its_ids_and_logprob_candidates(chunk, bad):
+    """Every id the gateway would look up (the output's, a logprob's token and candidates) is checked, the first
+    outside the vocabulary named."""
+    if bad is None:
+        check_vocabulary(chunk, VOCAB)
+    else:
+        with pytest.raises(MalformedStream, match=f"token id {bad}, outside"):
+            check_vocabulary(chunk, VOCAB)
 
 
 def vocab_request(rid: str) -> GenerateRequest:
