@@ -70,6 +70,9 @@ class GenerateRequest:
     grammar: Grammar | None = None
     logprobs: bool = False
     top_logprobs: int = 0
+    vocab_size: int | None = None
+    """The ids the output may hold are 0 to vocab_size - 1: the router refuses a first chunk with any other as a
+    MalformedStream, failed over (None: not checked)."""
 
 
 LOGPROB_FLOOR = -9999.0
@@ -140,6 +143,20 @@ class BackendError(Exception):
 class MalformedStream(BackendError):
     """The replica's stream broke the protocol (invalid JSON, an event of the wrong shape): its failure, not the
     request's. Before any output the router moves the request to another replica; with none left, a 502."""
+
+
+def outside_vocabulary(token_id: int, size: int) -> str:
+    """What a backend did wrong sending `token_id` for a vocabulary of `size` ids."""
+    return f"the backend sent token id {token_id}, outside the vocabulary (0 to {size - 1})"
+
+
+def check_vocabulary(chunk: GenerateChunk, size: int) -> None:
+    """A chunk with an id (output, or a logprob's candidate) outside a vocabulary of `size` ids is a MalformedStream."""
+    ids = chunk.output_ids
+    if chunk.logprobs:
+        ids = [*ids, *(i for entry in chunk.logprobs for i in (entry.token_id, *(c for c, _ in entry.top)))]
+    if ids and (min(ids) < 0 or max(ids) >= size):
+        raise MalformedStream(outside_vocabulary(next(i for i in ids if not 0 <= i < size), size))
 
 
 class Backend(ABC):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer, decoders
 
-from .base import BackendError
+from .base import BackendError, outside_vocabulary
 
 _REPLACEMENT = "\ufffd"
 
@@ -218,7 +218,7 @@ def check_token_id(token_id: int, size: int) -> None:
     """A backend's id outside the vocabulary of `size` ids (negative, or past its last id) is a broken answer, a 502: tokenizers
     would raise OverflowError for some and decode others as nothing."""
     if not 0 <= token_id < size:
-        raise BackendError(f"the backend sent token id {token_id}, outside the vocabulary (0 to {size - 1})")
+        raise BackendError(outside_vocabulary(token_id, size))
 
 
 def _byte_chars() -> dict[int, str]:

@@ -80,13 +80,23 @@ def http_error(status: int, body: bytes) -> BackendError:
     if isinstance(parsed, dict):
         error = parsed.get("error", parsed)
         message = str(error.get("message", message)) if isinstance(error, dict) else str(error)
-    retryable = status >= 500 or status == 429
-    return BackendError(f"backend refused the request ({status}): {message}", status=status, retryable=retryable)
+    return refused(status, message)
+
+
+def refused(status: int, message: Any, what: str = "backend refused the request") -> BackendError:
+    """The server's refusal with an HTTP status (400 to 599): a 4xx is the request's own (passed on, never tried
+    elsewhere), a 429 or a 5xx the replica's (retryable: another replica, or a later try, may take it)."""
+    return BackendError(f"{what} ({status}): {message}", status=status, retryable=status >= 500 or status == 429)
 
 
 def event_error(error: Any) -> BackendError:
-    """A mid-stream `{"error": ...}` event."""
+    """A mid-stream `{"error": ...}` event: its `code` is the HTTP status the server gave the failure (SGLang's
+    http_server: 400, or the ValueError's own status_code; vLLM's ErrorResponse: 400 validation, 500 engine or
+    generation error, 503 retryable), read as a refusal with that status; without one a 502."""
     message = error.get("message", error) if isinstance(error, dict) else error
+    code = error.get("code") if isinstance(error, dict) else None
+    if type(code) is int and 400 <= code < 600:
+        return refused(code, message)
     return BackendError(f"backend failed: {message}")
 
 

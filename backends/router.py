@@ -8,10 +8,12 @@
   replica that delivered output since the previous check: it is busy, not dead (and the late answer may be
   the gateway's own busy event loop's doing).
 - Failover: a connection refused or reset, an answer's head that does not come in time (the HTTP client's
-  `head_timeout`), a 429, a 5xx or a malformed stream (`MalformedStream`) moves the request to another replica
-  (never one already tried, at most `max_attempts` in all, within the one deadline), but only while nothing has
-  been yielded; with no replica left a malformed stream is a 502 (the replicas are broken, not busy); after the first
-  chunk a failure goes to the caller, so a stream never repeats or reorders output. The failed try counts
+  `head_timeout`), a 429 or a 5xx (a refusal's status, or the one a stream's error event or abort names: the
+  replica's failure) or a malformed stream (`MalformedStream`; a first chunk with an id outside the request's
+  `vocab_size` is one) moves the request to another replica (never one already tried, at most `max_attempts` in
+  all, within the one deadline), but only while nothing has been yielded; a 4xx is the request's own, passed on
+  untried elsewhere; with no replica left a malformed stream is a 502 (the replicas are broken, not busy); after
+  the first chunk a failure goes to the caller, so a stream never repeats or reorders output. The failed try counts
   for its replica's breaker; the caller's admission (a tenant's reservation) covers every try.
 - Deadlines: `request_timeout_s` bounds a request from its first try to its last chunk, and once a
   stream has started, `stall_timeout_s` bounds the silence between two chunks (a hung replica that
@@ -29,7 +31,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest, MalformedStream
+from backends.base import Backend, BackendError, GenerateChunk, GenerateRequest, MalformedStream, check_vocabulary
 from backends.circuit_breaker import CircuitBreaker
 from backends.discovery import DNSService, Resolver, resolve_addresses
 from backends.observer import RouterObserver
@@ -139,6 +141,7 @@ class Router(Backend):
             self._affinity.record(hashes, replica.url)
             attempt = _Attempt(self, replica)
             clock = _AttemptClock(loop, deadline)
+            vocab = request.vocab_size  # the first chunk's ids checked (None: checked, or nothing to check against)
             try:
                 # One try, inline (not a generator of its own: this loop runs once per chunk of every stream);
                 # closed in the finally below (as `aclosing` would, without its two awaits per try).
@@ -159,6 +162,9 @@ class Router(Backend):
                             clock.waiting = None
                         if stall is not None:  # from the first chunk on, a silent backend is a stalled one
                             clock.next_chunk_within(stall)
+                        if vocab is not None and chunk is not None:  # before any output: a bad id fails over
+                            check_vocabulary(chunk, vocab)
+                            vocab = None
                         if chunk is None or chunk.finish_reason is not None:
                             attempt.verdict = True  # the caller may close the stream once it has the finish
                         if chunk is None:

@@ -21,6 +21,7 @@ from backends.http_backend import (
     SSE_DONE,
     HTTPBackend,
     batch_chunk,
+    refused,
     shape_error,
     stream_event,
     token_ids,
@@ -211,13 +212,10 @@ class _StreamReader:
             reason, matched = finish.type, finish.matched if type(finish.matched) is int else None
         elif type(finish) is dict:
             reason = finish.get("type")
-            if reason == "abort":
+            if reason == "abort":  # SGLang's FINISH_ABORT: 400 the request's own; 500, 503 or none the server's
                 status = finish.get("status_code")
-                raise BackendError(
-                    f"backend aborted the request: {finish.get('message') or 'no reason given'}",
-                    status=status if isinstance(status, int) and 400 <= status < 600 else 503,
-                    retryable=not (isinstance(status, int) and 400 <= status < 500),
-                )
+                status = status if type(status) is int and 400 <= status < 600 else 503
+                raise refused(status, finish.get("message") or "no reason given", "backend aborted the request")
             if reason not in ("stop", "length"):
                 raise MalformedStream(f"backend sent an unknown finish reason {finish!r}")
             matched = finish.get("matched") if isinstance(finish.get("matched"), int) else None

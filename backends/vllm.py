@@ -193,7 +193,7 @@ class _StreamReader:
         try:
             if typed is not None and (chunks := self._typed_chunks(typed)) is not None:
                 return chunks
-            event = stream_event(line, _event_error)
+            event = stream_event(line)
             if event == SSE_DONE:
                 self.done = True
                 return self.end()
@@ -324,12 +324,3 @@ def _token_id(key: str) -> int:
 def _logprob(value: Any) -> float:
     """A logprob; vLLM sends null where it has none and floors -inf at -9999."""
     return float(value) if value is not None else LOGPROB_FLOOR
-
-
-def _event_error(error: Any) -> BackendError:
-    """A mid-stream `{"error": {...}}` event: vLLM's code says whether retrying can help."""
-    if not isinstance(error, dict):
-        return BackendError(f"backend failed: {error}")
-    code = error.get("code")
-    status = code if isinstance(code, int) and 400 <= code < 600 else 502
-    return BackendError(f"backend failed: {error.get('message', error)}", status=status, retryable=status >= 500)

@@ -186,6 +186,7 @@ def generate(
                 grammar,
                 settings.logprobs,
                 settings.top_logprobs,
+                model.vocab_size,
             )
             detokenizer = Detokenizer(model.tokenizer, model.added_ids)
             index = p * settings.n + j

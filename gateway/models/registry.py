@@ -64,6 +64,11 @@ class ServedModel:
         """Added-token id → its exact spelling (what the detokenizer emits as a token Piece)."""
         return {i: spelling for spelling, i in self.encoder.added.items()}
 
+    @cached_property
+    def vocab_size(self) -> int:
+        """The tokenizer's ids, added tokens included: a backend's output id outside them is a broken answer."""
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
     @property
     def stop_token_ids(self) -> tuple[int, ...]:
         """The family's stop ids in this vocabulary (`Family.stop_ids`: looked up once, not per request)."""

@@ -9,7 +9,15 @@ from contextlib import ExitStack, aclosing, asynccontextmanager, suppress
 
 import pytest
 
-from backends.base import BackendError, GenerateRequest, SamplingParams
+from backends.base import (
+    BackendError,
+    GenerateChunk,
+    GenerateRequest,
+    MalformedStream,
+    SamplingParams,
+    TokenLogprob,
+    check_vocabulary,
+)
 from backends.discovery import DNSService
 from backends.observer import RouterObserver
 from backends.router import Router, RoutingPolicy
@@ -257,6 +265,103 @@ async def test_client_errors_are_not_retried(standins):
         assert all(rep.breaker.available() for rep in r.replicas)  # a refusal is not a failure
     finally:
         await r.close()
+
+
+ONE_FAILURE = RoutingPolicy(health_interval_s=60, failure_threshold=1, cooldown_s=60)
+"""A replica that failed once is not chosen again (its breaker opens): which replica took what is certain."""
+VOCAB = 100
+"""The vocabulary of the requests below: IDS are in it."""
+
+
+@pytest.mark.parametrize("bad_id", [-1, VOCAB, 2**40])
+async def test_an_id_outside_the_vocabulary_before_any_output_is_failed_over(standins, bad_id):
+    """A first chunk with an id the tokenizer does not have is a malformed stream: the replica's, moved elsewhere.
+    (After output the detokenizer refuses it, an error on the stream: tests/faults.)"""
+    (bad, bad_url), (good, good_url) = standins[:2]
+    bad.script = lambda body: Script(ids=[bad_id, *IDS])
+    r = router([bad_url, good_url], ONE_FAILURE)
+    r.observer = failovers = Failovers()
+    try:
+        for i in range(2):  # one of the two goes to the broken replica first
+            assert await output(r, vocab_request(f"r{i}")) == IDS
+        assert len(bad.bodies) == 1 and len(good.bodies) == 2 and failovers.moved == [bad_url]
+    finally:
+        await r.close()
+
+
+async def test_an_id_outside_the_vocabulary_with_no_other_replica_is_a_502(standins):
+    bad, bad_url = standins[0]
+    bad.script = lambda body: Script(ids=[VOCAB, *IDS])
+    r = router([bad_url], RoutingPolicy(health_interval_s=60))
+    try:
+        with pytest.raises(MalformedStream, match=f"token id {VOCAB}, outside the vocabulary \\(0 to {VOCAB - 1}\\)"):
+            await output(r, vocab_request("r"))
+    finally:
+        await r.close()
+
+
+@pytest.mark.parametrize(
+    "chunk, bad",
+    [
+        (GenerateChunk([5, VOCAB - 1]), None),
+        (GenerateChunk([5, VOCAB, -1]), VOCAB),
+        (GenerateChunk([], finish_reason="stop"), None),
+        (GenerateChunk([5], [TokenLogprob(5, -0.1, [(5, -0.1), (VOCAB - 1, -2.0)])]), None),
+        (GenerateChunk([5], [TokenLogprob(5, -0.1, [(5, -0.1), (VOCAB + 7, -2.0)])]), VOCAB + 7),
+        (GenerateChunk([5], [TokenLogprob(-3, -0.1)]), -3),
+    ],
+)
+def test_the_first_chunk_check_reads_its_ids_and_logprob_candidates(chunk, bad):
+    """Every id the gateway would look up (the output's, a logprob's token and candidates) is checked, the first
+    outside the vocabulary named."""
+    if bad is None:
+        check_vocabulary(chunk, VOCAB)
+    else:
+        with pytest.raises(MalformedStream, match=f"token id {bad}, outside"):
+            check_vocabulary(chunk, VOCAB)
+
+
+def vocab_request(rid: str) -> GenerateRequest:
+    return GenerateRequest(rid=rid, input_ids=[1, 2, 3], sampling=SamplingParams(16), vocab_size=VOCAB)
+
+
+FAILURES = {
+    "error-event-400": (Script(ids=IDS, error_after=0, error_code=400), 400),
+    "error-event-503": (Script(ids=IDS, error_after=0, error_code=503), None),
+    "error-event-no-code": (Script(ids=IDS, error_after=0), 502),
+    "abort-400": (Script(ids=IDS, abort_after=0, abort_status=400), 400),
+    "abort-500": (Script(ids=IDS, abort_after=0, abort_status=500), None),
+    "abort-503": (Script(ids=IDS, abort_after=0, abort_status=503), None),
+    "abort-plain": (Script(ids=IDS, abort_after=0), None),
+}
+"""A 200, then a failure SGLang reports in the stream, and the status the client gets (None: failed over). SGLang's
+error event is a request's ValueError (code 400; one with no code says nothing of whose it is: a 502); an abort's status_code says whose it is: 400 the request's
+(prompt past the KV budget, a bad stop_regex), 500 the server's (out of memory, a grammar or sampler fault), 503
+busy (retracted, timed out), none a plain abort (/abort_request, a paused or stopping server)."""
+
+
+@pytest.mark.parametrize("script, status", FAILURES.values(), ids=FAILURES.keys())
+async def test_a_failure_the_stream_reports_before_output_is_the_requests_or_failed_over(standins, script, status):
+    (bad, bad_url), (good, good_url) = standins[:2]
+    bad.script = lambda body: script
+    r = router([bad_url, good_url], ONE_FAILURE)
+    r.observer = failovers = Failovers()
+    try:
+        results = []
+        for i in range(2):  # one of the two goes to the failing replica first
+            try:
+                results.append(await output(r, request(f"r{i}")))
+            except BackendError as e:
+                results.append((e.status, e.retryable, str(e)))
+    finally:
+        await r.close()
+    if status is None:
+        assert results == [IDS, IDS] and len(bad.bodies) == 1 and len(good.bodies) == 2
+        assert failovers.moved == [bad_url]
+    else:  # the request's own: passed on with the server's message, not tried elsewhere
+        refusal = next(x for x in results if x != IDS)
+        assert refusal[:2] == (status, False) and "scripted" in refusal[2], refusal
+        assert len(bad.bodies) == 1 and len(good.bodies) == 1 and failovers.moved == []
 
 
 async def test_failure_after_output_is_not_retried(standins):

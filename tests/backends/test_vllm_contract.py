@@ -339,7 +339,13 @@ def test_reader_maps_error_events_and_aborts(oracle):
     oracle.check("error", error)
     with pytest.raises(BackendError) as e:
         _read(_lines(_chunk([7]), error))
-    assert (e.value.status, e.value.retryable) == (500, True)
+    assert (e.value.status, e.value.retryable) == (500, True)  # an engine's or generation's error: failed over
+    message = "This model's maximum context length is 2048 tokens."
+    own = {"error": {"message": message, "type": "BadRequestError", "param": "max_tokens", "code": 400}}
+    oracle.check("error", own)  # a VLLMValidationError's, the request's own: the client's 400 with the message
+    with pytest.raises(BackendError) as e:
+        _read(_lines(own))
+    assert (e.value.status, e.value.retryable) == (400, False) and message in str(e.value)
     with pytest.raises(BackendError, match="aborted") as e:
         _read(_lines(_chunk([7], "abort")))
     assert e.value.retryable

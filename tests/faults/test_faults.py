@@ -49,7 +49,7 @@ SOLO_CASES = [
     ("throttled",),
 ]
 """Each case has a model of its own over the solo backend, alone, with a 1 s deadline."""
-RETRIED = [("refuse503", 0), ("refuse429", 0), ("truncated", 0), ("malformed", 0), ("wrong_shape", 0)]
+RETRIED = [("refuse503", 0), ("refuse429", 0), ("truncated", 0), ("malformed", 0), ("wrong_shape", 0), ("bad_id", 0)]
 """Failures before the first token that another replica makes good: each has a model of its own
 over the failing backend, then the solo one, health checked once only (so only requests tell)."""
 KILL_PAIR = "kill-pair"
@@ -229,7 +229,8 @@ def test_slow_replica_runs_into_the_deadline(client, backends):
 
 @pytest.mark.parametrize("token", [-1, 10**6, 2**40])
 def test_a_token_id_outside_the_vocabulary_is_a_502(client, backends, token):
-    """Before any output a 502, after some an error event: never a 500 from the detokenizer, nor a token dropped."""
+    """Before any output a 502 (with no other replica to move to), after some an error event: never a 500 from the
+    detokenizer, nor a token dropped."""
     model = solo("bad_id")
     backends.solo.set(mode="bad_id", after=0, token=token)
     assert_error_response(client.post("/v1/chat/completions", json=chat(model, stream=False)), 502, "backend_error")

@@ -34,6 +34,13 @@ class Script:
     """Send this many tokens, then nothing more until the client goes away."""
     error_after: int | None = None
     """Send this many tokens, then an error event."""
+    error_code: int | None = None
+    """The error event's `code`, the status of the failure: SGLang 0.5.23's http_server writes one for a request's
+    ValueError, 400; None leaves it out (its contract allows that), a failure of no known kind."""
+    abort_after: int | None = None
+    """Send this many tokens, then a finish of type abort (SGLang's FINISH_ABORT) with `abort_status`."""
+    abort_status: int | None = None
+    """The abort's status_code: 400 the request's own, 500 or 503 the server's, None a plain abort ("Aborted")."""
     garbage_after: int | None = None
     """Send this many tokens, then `garbage` (bytes no contract checks), then end the stream."""
     garbage: bytes = b"data: {not json\n\n"
@@ -121,8 +128,11 @@ class SGLangStandIn:
                 if script.hold_after is not None and len(sent) == script.hold_after:
                     await asyncio.Event().wait()
                 if script.error_after is not None and len(sent) == script.error_after:
-                    yield _event(api_types.GenerateStreamError, {"error": {"message": "scripted failure"}})
-                    return
+                    yield _event(api_types.GenerateStreamError, _error_event("scripted failure", script.error_code))
+                    break
+                if script.abort_after is not None and len(sent) == script.abort_after:
+                    yield self._output(request, sent, _abort(script.abort_status), new=0, cached=script.cached_tokens)
+                    break
                 if script.garbage_after is not None and len(sent) == script.garbage_after:
                     yield script.garbage
                     return
@@ -160,6 +170,21 @@ class SGLangStandIn:
                 [[fake_logprob(t) - k, t + k, None] for k in range(request.top_logprobs_num or 0)] for t in shown
             ]
         return _event(api_types.GenerateResponse, {"text": "", "output_ids": shown, "meta_info": meta})
+
+
+def _error_event(message: str, code: int | None) -> dict[str, Any]:
+    """An error event; with a code, SGLang 0.5.23's (http_server.py's stream_results, on a request's ValueError)."""
+    if code is None:
+        return {"error": {"message": message}}
+    return {"error": {"message": message, "type": "invalid_request_error", "code": code, "retryable": False}}
+
+
+def _abort(status: int | None) -> dict[str, Any]:
+    """SGLang's FINISH_ABORT.to_json(): a plain abort says "Aborted" with no status."""
+    if status is None:
+        return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+    kind = "BadRequestError" if status == 400 else "InternalServerError"
+    return {"type": "abort", "message": f"scripted abort ({status})", "status_code": status, "err_type": kind}
 
 
 def fake_logprob(token_id: int) -> float:

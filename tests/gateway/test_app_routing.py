@@ -92,6 +92,42 @@ def test_deadline_is_504_before_output_and_an_error_event_after(tokenize_only, s
         assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) != ""
 
 
+@pytest.mark.parametrize("failure", ["bad_id", "abort"])
+def test_a_replica_failing_before_output_is_passed_over(tokenize_only, standin, failure):
+    """An id outside the model's vocabulary (the gateway's requests carry it) or an abort of the server's own (500:
+    out of memory) in a replica's first chunk: the request moves to the other replica, the client sees none of it."""
+    good, url = standin
+    bad = SGLangStandIn(incremental=True)
+    ids = tokenize_only.encoder.encode_plain("Sunny and warm.") + [2]
+    past_last = tokenize_only.tokenizer.get_vocab_size(with_added_tokens=True)
+    bad.script = lambda body: (
+        Script(ids=[past_last, *ids]) if failure == "bad_id" else Script(ids, abort_after=0, abort_status=500)
+    )
+    policy = RoutingPolicy(health_interval_s=60, failure_threshold=1, cooldown_s=60)
+    with serve(bad.app) as bad_url, gateway_for(tokenize_only, [bad_url, url], policy) as base:
+        client = httpx.Client(base_url=base, timeout=WAIT_S)
+        for stream in (False, True, False, True):
+            r = chat(client, stream=stream)
+            assert r.status_code == 200, r.text
+            text = "".join(e["choices"][0]["delta"].get("content", "") for e in sse(r)) if stream else r.json()
+            assert "Sunny and warm." in str(text)
+    assert len(bad.bodies) == 1 and len(good.bodies) == 4
+
+
+def test_a_requests_own_error_in_the_stream_is_a_400_with_the_servers_message(tokenize_only, standin):
+    """SGLang answers 200, then an error event for a request's ValueError (code 400, e.g. a prompt past its context):
+    the client gets that 400 and the message, not a 502, and no other replica is asked."""
+    server, url = standin
+    server.script = lambda body: Script(ids=[1, 2], error_after=0, error_code=400)
+    with gateway_for(tokenize_only, [url], RoutingPolicy(health_interval_s=60)) as base:
+        client = httpx.Client(base_url=base, timeout=WAIT_S)
+        for stream in (False, True):
+            r = chat(client, stream=stream)
+            assert r.status_code == 400, r.text
+            error = r.json()["error"]
+            assert error["code"] == "backend_rejected" and error["message"].endswith("(400): scripted failure"), error
+
+
 def test_ready_says_503_while_draining_but_requests_are_served(tokenize_only, standin):
     _, url = standin
     drain = DrainState()
