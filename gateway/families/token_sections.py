@@ -15,7 +15,8 @@ Decisions (the gateway's documented behaviour):
 * Text outside a section is content, verbatim; text inside a section but
   outside a call is dropped, and so is a call marker token outside a section.
   Reasoning runs from the start (when the prompt opened `<think>`, or the
-  output opens it first, after whitespace at most) to the `</think>` token,
+  output opens it first, after whitespace at most; a `<think>` the model writes
+  again where the prompt opened one, after whitespace at most, is dropped) to the `</think>` token,
   or to a section or call begin token (Kimi K2.5 calls without closing its
   think block; the `</think>` the model may still write after such calls is
   dropped, `streams.ReasoningCut`); output cut inside reasoning stays reasoning.
@@ -129,7 +130,7 @@ class SectionParser(CallParser):
     def _text(self, text: str) -> None:
         mode = self._mode
         if mode is _REASONING:
-            self._started = True
+            self._started = self._started or not text.isspace()  # a `<think>` after whitespace is still the opening one
             self._text_delta(reasoning=text)
         elif mode is _CONTENT:
             if self._started or not text.isspace():

@@ -28,6 +28,9 @@ Decisions (the gateway's documented behaviour):
 * A call is announced (dense index, `call_…` id, name) when its first argument
   is complete or its invoke closes, so output cut inside a call's first
   argument yields no call; an invoke without a name is no call (dropped whole).
+  An invoke with no parameter whose text is a JSON object takes that object as
+  its arguments (V3.2 sometimes writes them so, as SGLang's V3.2 detector reads
+  them; the grammar writes parameters only).
   From then on string values stream as they arrive;
   the argument fragments concatenate to the call's JSON arguments. A call
   cut after its announcement stays as sent, as OpenAI does on "length".
@@ -46,7 +49,7 @@ from enum import auto
 from typing import Any
 
 from gateway.families.base import OutputParser, ParserState
-from gateway.families.calls import is_call_name
+from gateway.families.calls import is_call_name, json_object
 from gateway.families.streams import ReasoningCut
 from gateway.families.values import argument_types, convert, is_plain_string, strict_json
 from gateway.ids import new_call_id
@@ -92,6 +95,8 @@ class _Call:
     index: int | None = None
     """Set once the call is announced."""
     arguments: int = 0
+    body: list[str] = field(default_factory=list)
+    """The invoke's text before any parameter (a JSON arguments object, in V3.2's other form)."""
 
 
 @dataclass
@@ -212,6 +217,8 @@ class DsmlParser(OutputParser):
                 self._end_call()
 
     def _in_invoke(self, event: Event) -> None:
+        if type(event) is str and self._call.arguments == 0:
+            self._call.body.append(event)
         if type(event) is not Tag:
             return
         if not event.closing and event.name == "parameter":
@@ -260,7 +267,7 @@ class DsmlParser(OutputParser):
     def _end_call(self) -> None:
         call = self._call
         if call.index is None:
-            self._announce("{}")
+            self._announce(_json(json_object("".join(call.body)) or {}))
         else:
             self._arguments("}")
         self._call = None

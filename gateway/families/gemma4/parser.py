@@ -17,7 +17,8 @@ Decisions (the gateway's documented behaviour):
   vLLM's parser reads it; commas that separate nothing (`[1,,2]`, `[1,]`,
   `{a:1,,b:2}`) add no item or member, as vLLM's parser skips them (our
   grammar never writes them; a backend without it can). A call that is malformed, or cut short (max_tokens),
-  is never sent.
+  is never sent; one the model closed with `<turn|>` instead of `<tool_call|>` (the turn's end, when the
+  backend hands the stop token on) is read as closed, as vLLM's parser reads it.
 * Text around calls is content, verbatim.
 """
 
@@ -34,10 +35,20 @@ from gateway.families.values import strict_json
 from gateway.ids import new_call_id
 from gateway.types import Delta
 
-from .markers import CALL_PREFIX, CHANNEL, CHANNEL_END, CONTROL_TOKENS, QUOTE, THOUGHT, TOOL_CALL, TOOL_CALL_END
+from .markers import (
+    CALL_PREFIX,
+    CHANNEL,
+    CHANNEL_END,
+    CONTROL_TOKENS,
+    QUOTE,
+    THOUGHT,
+    TOOL_CALL,
+    TOOL_CALL_END,
+    TURN_END,
+)
 
 MAX_DEPTH = 64
-_CONTROL = frozenset(CONTROL_TOKENS)
+_CONTROL = frozenset((*CONTROL_TOKENS, TURN_END))
 _LABEL = THOUGHT + "\n"
 
 
@@ -184,6 +195,8 @@ class Gemma4Parser(CallParser):
         mode = self._mode
         if mode is _CALL:
             self._call_control(token)
+        elif token == TURN_END:
+            self._text(token)  # outside a call the end of turn is text, as any other piece
         elif token == CHANNEL and mode is _CONTENT:
             self._mode, self._label, self._label_done, self._newlines = _REASONING, "", False, ""
         elif token == CHANNEL_END and mode is _REASONING:
@@ -204,7 +217,7 @@ class Gemma4Parser(CallParser):
                 self._quoted = None
         elif self._quoted is not None:
             self._quoted.append(token)  # inside a string every other control token is text
-        elif token == TOOL_CALL_END:
+        elif token in (TOOL_CALL_END, TURN_END):  # a turn that ends after a call's body ends the call
             self._end_call()
         else:
             self._call.append(token)

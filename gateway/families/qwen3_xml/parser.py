@@ -22,7 +22,8 @@ Decisions:
 * A call is held back until its first argument (or `</function>`) is
   complete, then sent with the arguments so far and streamed; a call cut off
   before that is no call; text after `<tool_call>` that cannot become
-  `<function=NAME>` is content. With `bare_calls`, a `<function=NAME>` in
+  `<function=NAME>`, NAME of the characters a tool name may hold, is content
+  (vLLM drops a `<function={{ tc.name }}>` call an unrendered template wrote). With `bare_calls`, a `<function=NAME>` in
   content, NAME an offered tool, opens a call without `<tool_call>`
   (Qwen3-Coder sometimes omits it): only for output that no grammar
   constrained. The gateway's grammar checks the calls that the `<tool_call>`
@@ -50,7 +51,9 @@ from gateway.types import Delta, Piece
 
 from .markers import FUNCTION_CLOSE, FUNCTION_OPEN, PARAMETER_CLOSE, PARAMETER_OPEN
 
-_FUNCTION = re.compile(r"\s*<function=([^>\s][^>\n]*)>")
+_FUNCTION = re.compile(r"\s*<function=([A-Za-z0-9_.:-]+)>")
+"""A call's header: its name one the gateway accepts for a tool (`validation/chat.py::TOOL_NAME`), so a header no tool
+could be named by (an unrendered template's `<function={{ tc.name }}>`) is no call."""
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]*)>")
 _FUNCTION_END = re.compile(r"\s*</function>")
 _VALUE_END = re.compile(
