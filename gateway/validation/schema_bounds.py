@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from decimal import Decimal
 from typing import Any
 
 from gateway.errors import invalid
@@ -25,6 +27,9 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _NON_EMPTY_LISTS = ("anyOf", "oneOf")
 """Empty, they admit no value: the grammar would match nothing and the output would not be JSON."""
+NUMBER_PLACES = 6
+"""Decimal places of the numbers xgrammar writes for a `number` with a range: one holding none of them (`minimum`
+1e-7, `maximum` 9e-7) became an empty grammar, and a 200 came back with '{"a": }' as content or tool arguments."""
 _SCHEMA_ONE = (
     "additionalProperties",
     "not",
@@ -75,6 +80,12 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
         pattern = node.get("pattern")
         if pattern is not None:
             check_pattern(pattern, f"{where}.pattern")
+        if node.get("type") == "number" and _empty_range(node):
+            raise invalid(
+                f"'{where}' has a range holding no number of at most {NUMBER_PLACES} decimal places, which is what "
+                "the grammar can write",
+                where,
+            )
         enum = node.get("enum")
         if enum is not None and not isinstance(enum, list):
             raise invalid(f"'{where}.enum' must be an array", f"{where}.enum")
@@ -102,6 +113,22 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
             stack.extend((s, f"{where}.items[{i}]") for i, s in enumerate(items))
         elif items is not None:
             stack.append((items, f"{where}.items"))
+
+
+def _empty_range(node: dict[str, Any]) -> bool:
+    """Whether a number schema's bounds leave no multiple of 10^-NUMBER_PLACES between them (its shortest decimal
+    spelling, as xgrammar reads it); bounds that are not numbers are left to the grammar builder."""
+    low = high = None
+    for key, sign in (("minimum", 1), ("exclusiveMinimum", 1), ("maximum", -1), ("exclusiveMaximum", -1)):
+        bound = node.get(key)
+        if isinstance(bound, (int, float)) and not isinstance(bound, bool) and Decimal(str(bound)).is_finite():
+            scaled = Decimal(str(bound)).scaleb(NUMBER_PLACES) * sign  # an upper bound negated: rounds like a lower
+            step = math.floor(scaled) + 1 if key.startswith("exclusive") else math.ceil(scaled)
+            if sign > 0:
+                low = step if low is None else max(low, step)
+            else:
+                high = -step if high is None else min(high, -step)
+    return low is not None and high is not None and low > high
 
 
 def _check_type(value: Any, where: str) -> None:
