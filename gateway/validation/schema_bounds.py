@@ -22,6 +22,7 @@ WIDE_ATOM = 4
 UNBOUNDED_COUNT = 8
 """What `*`, `+` and `{n,}` count as in the weight."""
 _COUNT = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
+_GROUP_PREFIX = re.compile(r"\?(?::|=|!|<=|<!|<[A-Za-z_$][\w$]*>)")
 _JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -140,11 +141,18 @@ def _check_type(value: Any, where: str) -> None:
 
 
 def check_pattern(pattern: Any, where: str) -> None:
-    """400 unless `pattern` is a string short and simple enough to compile quickly into a grammar."""
+    """400 unless `pattern` is a string, no quantifier in it repeats nothing, and it is short and simple enough to
+    compile quickly into a grammar."""
     if not isinstance(pattern, str):
         raise invalid(f"'{where}' must be a string", where)
     if len(pattern) > MAX_PATTERN_CHARS:
         raise invalid(f"'{where}' is longer than {MAX_PATTERN_CHARS} characters", where, "pattern_too_complex")
+    if _repeats_nothing(pattern):
+        raise invalid(
+            f"'{where}' is not an ECMA-262 regular expression: a quantifier has nothing to repeat (at the start, "
+            "after '(', '|', an anchor or another quantifier)",
+            where,
+        )
     if pattern_weight(pattern) > MAX_PATTERN_WEIGHT:
         raise invalid(
             f"'{where}' repeats too much to be enforced quickly (counted repetitions, multiplied out, "
@@ -152,6 +160,41 @@ def check_pattern(pattern: Any, where: str) -> None:
             where,
             "pattern_too_complex",
         )
+
+
+def _repeats_nothing(pattern: str) -> bool:
+    """Whether a quantifier in `pattern` has nothing to repeat, ECMA-262's SyntaxError (`a{1}{2}`, `a**`, `^*`):
+    xgrammar read `a{1}{2}` as `a{2}` and answered by a pattern no JSON Schema validator compiles. One `?` after a
+    quantifier makes it lazy."""
+    repeatable = lazy = False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        count = _COUNT.match(pattern, i) if c == "{" else None
+        if c == "?" and lazy:
+            lazy, i = False, i + 1
+        elif c in "*+?" or count:
+            if not repeatable:
+                return True
+            repeatable, lazy = False, True
+            i = count.end() if count else i + 1
+        elif c == "[":
+            i = _class_end(pattern, i)
+            repeatable, lazy = True, False
+        else:
+            group = _GROUP_PREFIX.match(pattern, i + 1) if c == "(" else None
+            repeatable, lazy = c not in "(|^$", False
+            i = group.end() if group else i + (2 if c == "\\" else 1)
+    return False
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index after the character class opening at `start` (a `]` first in it is a member; escapes skipped)."""
+    i = start + 1 + pattern.startswith("^", start + 1)
+    i += pattern.startswith("]", i)
+    while i < len(pattern) and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    return i + 1
 
 
 def pattern_weight(pattern: str) -> int:
