@@ -59,6 +59,7 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
             raise _previous_not_found(parsed.previous_response_id)
         history, previous_output = previous["history"], previous["response"]["output"]
     parsed.items = await resolve_references(parsed.items, store, owner, max_body)
+    check_unique_ids(parsed.items)
     check_call_outputs(history, previous_output, parsed.items)
     check_reasoning_followed(parsed.items)
     chat = ChatRequest(
@@ -185,6 +186,19 @@ async def resolve_references(
             "input",
         )
     return [found[item["id"]] if item["type"] == "item_reference" else item for item in items]
+
+
+def check_unique_ids(items: list[dict[str, Any]]) -> None:
+    """OpenAI's 400 for an input holding one item twice (inline, or an `item_reference` to one already there): the
+    model would read it twice. Its words, `param` "input"."""
+    seen: set[str] = set()
+    for item in items:
+        if item["id"] in seen:
+            raise invalid(
+                f"Duplicate item found with id {item['id']}. Remove duplicate items from your input and try again.",
+                "input",
+            )
+        seen.add(item["id"])
 
 
 def _not_found(rid: str, param: str) -> APIError:

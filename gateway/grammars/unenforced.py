@@ -8,7 +8,7 @@ marked strict (a tool's `strict: true`; a json_schema response format's `strict:
 naming the keyword's place, as OpenAI's strict mode refuses them. A `oneOf` whose branches are provably mutually
 exclusive is enforced exactly (where no value can match two branches, anyOf is oneOf) and passes. The string
 keywords xgrammar drops are refused the same way: a `format` no grammar enforces (string_formats.py), a `pattern`
-beside a `format` (the format wins) or with a lookahead (ignored), `minLength`/`maxLength` beside either (but
+beside a `format` (the format wins) or with a lookahead or an inner anchor (ignored), `minLength`/`maxLength` beside either (but
 where the family's grammar holds the pair itself: Family.raw_lengths_held, DeepSeek's raw strings), and any of them in a schema that does
 not say `"type": "string"` (xgrammar then takes any value), and a keyword beside an `anyOf` / `oneOf` that cannot be
 folded exactly into each branch (all_of.py: xgrammar drops it), `enum` / `const` values not checkable against the
@@ -206,6 +206,36 @@ _LOOKAHEAD = re.compile(r"\(\?[=!]")
 """A lookahead group, found once escapes and classes are taken out: xgrammar 0.2.9 matches a pattern as if it had
 none (`^(?=.*\\d)[a-z\\d]+$` takes "abc"); lookbehinds and other groups it refuses (a 400 under strict already)."""
 _STRICT_FORMATS = ", ".join(sorted(ENFORCED_FORMATS))
+_GROUP_OPENING = re.compile(r"\((?:\?:)?")
+_MIRRORED = str.maketrans("()", ")(")
+
+
+def _inner_anchor(pattern: str) -> bool:
+    """Whether a `^` may follow, or a `$` precede, a consumed character on its branch: xgrammar 0.2.9 ignores an
+    anchor not at the pattern's start or end (`a^b` takes "ab", which the pattern never matches)."""
+    flat = _GROUP_OPENING.sub("(", _CLASSES.sub("x", _ESCAPES.sub("x", pattern)))
+    return _consumed_before(flat, "^") or _consumed_before(flat[::-1].translate(_MIRRORED), "$")
+
+
+def _consumed_before(flat: str, anchor: str) -> bool:
+    """Whether `anchor` occurs in `flat` (escapes and classes one character, groups plain) where its branch may
+    have consumed a character before it (a group, or any character but an anchor, counts as one)."""
+    consumed, starts = [False], [False]  # per open group: its branch so far, and what it began with
+    for c in flat:
+        if c == "(":
+            starts.append(consumed[-1])
+            consumed.append(consumed[-1])
+        elif c == "|":
+            consumed[-1] = starts[-1]
+        elif c == ")" and len(consumed) > 1:
+            starts.pop()
+            consumed.pop()
+            consumed[-1] = True
+        elif c == anchor and consumed[-1]:
+            return True
+        elif c not in "^$":
+            consumed[-1] = True
+    return False
 
 
 def _string_gaps(node: dict[str, Any], lengths_held: bool = False) -> list[tuple[str, str]]:
@@ -228,6 +258,8 @@ def _string_gaps(node: dict[str, Any], lengths_held: bool = False) -> list[tuple
         )
     if isinstance(node.get("pattern"), str) and _LOOKAHEAD.search(_CLASSES.sub("", _ESCAPES.sub("", node["pattern"]))):
         gaps.append(("pattern", "'pattern' lookahead ((?=…), (?!…)) is ignored (the rest of the pattern is enforced)"))
+    if isinstance(node.get("pattern"), str) and _inner_anchor(node["pattern"]):
+        gaps.append(("pattern", "'pattern' anchor (^, $) not at its start or end is ignored"))
     if "format" in node and "pattern" in node:
         gaps.append(("pattern", "a 'pattern' beside a 'format' is not enforced (the format is); keep one"))
     if ("format" in node or "pattern" in node) and not lengths_held:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from decimal import Decimal
 from itertools import repeat
 from typing import Any
 
@@ -21,11 +23,15 @@ WIDE_ATOM = 4
 UNBOUNDED_COUNT = 8
 """What `*`, `+` and `{n,}` count as in the weight."""
 _COUNT = re.compile(r"\{(\d+)(?:(,)(\d*))?\}")
+_GROUP_PREFIX = re.compile(r"\?(?::|=|!|<=|<!|<[A-Za-z_$][\w$]*>)")
 _JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _NON_EMPTY_LISTS = ("anyOf", "oneOf")
 """Empty, they admit no value: the grammar would match nothing and the output would not be JSON."""
+NUMBER_PLACES = 6
+"""Decimal places of the numbers xgrammar writes for a `number` with a range: one holding none of them (`minimum`
+1e-7, `maximum` 9e-7) became an empty grammar, and a 200 came back with '{"a": }' as content or tool arguments."""
 _SCHEMA_ONE = (
     "additionalProperties",
     "not",
@@ -79,6 +85,12 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
         pattern = node.get("pattern")
         if pattern is not None:
             check_pattern(pattern, f"{where}.pattern")
+        if node.get("type") == "number" and _empty_range(node):
+            raise invalid(
+                f"'{where}' has a range holding no number of at most {NUMBER_PLACES} decimal places, which is what "
+                "the grammar can write",
+                where,
+            )
         enum = node.get("enum")
         if enum is not None and not isinstance(enum, list):
             raise invalid(f"'{where}.enum' must be an array", f"{where}.enum")
@@ -110,6 +122,22 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
             stack.append((items, f"{where}.items"))
 
 
+def _empty_range(node: dict[str, Any]) -> bool:
+    """Whether a number schema's bounds leave no multiple of 10^-NUMBER_PLACES between them (its shortest decimal
+    spelling, as xgrammar reads it); bounds that are not numbers are left to the grammar builder."""
+    low = high = None
+    for key, sign in (("minimum", 1), ("exclusiveMinimum", 1), ("maximum", -1), ("exclusiveMaximum", -1)):
+        bound = node.get(key)
+        if isinstance(bound, (int, float)) and not isinstance(bound, bool) and Decimal(str(bound)).is_finite():
+            scaled = Decimal(str(bound)).scaleb(NUMBER_PLACES) * sign  # an upper bound negated: rounds like a lower
+            step = math.floor(scaled) + 1 if key.startswith("exclusive") else math.ceil(scaled)
+            if sign > 0:
+                low = step if low is None else max(low, step)
+            else:
+                high = -step if high is None else min(high, -step)
+    return low is not None and high is not None and low > high
+
+
 def _check_type(value: Any, where: str) -> None:
     names = value if isinstance(value, list) else [value] if value is not None else []
     if not isinstance(value, (str, list, type(None))) or any(
@@ -119,11 +147,18 @@ def _check_type(value: Any, where: str) -> None:
 
 
 def check_pattern(pattern: Any, where: str) -> None:
-    """400 unless `pattern` is a string short and simple enough to compile quickly into a grammar."""
+    """400 unless `pattern` is a string, no quantifier in it repeats nothing, and it is short and simple enough to
+    compile quickly into a grammar."""
     if not isinstance(pattern, str):
         raise invalid(f"'{where}' must be a string", where)
     if len(pattern) > MAX_PATTERN_CHARS:
         raise invalid(f"'{where}' is longer than {MAX_PATTERN_CHARS} characters", where, "pattern_too_complex")
+    if _repeats_nothing(pattern):
+        raise invalid(
+            f"'{where}' is not an ECMA-262 regular expression: a quantifier has nothing to repeat (at the start, "
+            "after '(', '|', an anchor or another quantifier)",
+            where,
+        )
     if pattern_weight(pattern) > MAX_PATTERN_WEIGHT:
         raise invalid(
             f"'{where}' repeats too much to be enforced quickly (counted repetitions, multiplied out, "
@@ -131,6 +166,41 @@ def check_pattern(pattern: Any, where: str) -> None:
             where,
             "pattern_too_complex",
         )
+
+
+def _repeats_nothing(pattern: str) -> bool:
+    """Whether a quantifier in `pattern` has nothing to repeat, ECMA-262's SyntaxError (`a{1}{2}`, `a**`, `^*`):
+    xgrammar read `a{1}{2}` as `a{2}` and answered by a pattern no JSON Schema validator compiles. One `?` after a
+    quantifier makes it lazy."""
+    repeatable = lazy = False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        count = _COUNT.match(pattern, i) if c == "{" else None
+        if c == "?" and lazy:
+            lazy, i = False, i + 1
+        elif c in "*+?" or count:
+            if not repeatable:
+                return True
+            repeatable, lazy = False, True
+            i = count.end() if count else i + 1
+        elif c == "[":
+            i = _class_end(pattern, i)
+            repeatable, lazy = True, False
+        else:
+            group = _GROUP_PREFIX.match(pattern, i + 1) if c == "(" else None
+            repeatable, lazy = c not in "(|^$", False
+            i = group.end() if group else i + (2 if c == "\\" else 1)
+    return False
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index after the character class opening at `start` (a `]` first in it is a member; escapes skipped)."""
+    i = start + 1 + pattern.startswith("^", start + 1)
+    i += pattern.startswith("]", i)
+    while i < len(pattern) and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    return i + 1
 
 
 def pattern_weight(pattern: str) -> int:

@@ -288,6 +288,23 @@ def test_an_item_reference_brings_a_stored_item_back(door):
         assert r.json()["error"]["message"].startswith(f"Item with id '{missing}' not found.")
 
 
+def test_an_item_given_twice_is_openais_400(door):
+    """Found by probing: one item twice in `input` (inline, or an item_reference to an item already there) was
+    rendered twice. OpenAI's words: "Duplicate item found with id msg_1. Remove duplicate items from your input and
+    try again.", `param` "input"."""
+    door.say("ok")
+    stored = create(door, input=[{"id": "msg_asked", "role": "user", "content": "Weather?"}])["output"][0]["id"]
+    question = {"id": "msg_1", "role": "user", "content": "Weather?"}
+    for duplicated, inputs in (
+        ("msg_1", [question, question]),
+        (stored, [{"type": "item_reference", "id": stored}, {"type": "item_reference", "id": stored}]),
+        ("msg_asked", [{"type": "item_reference", "id": "msg_asked"}, {**question, "id": "msg_asked"}]),
+    ):
+        r = httpx.post(f"{door.url}/v1/responses", json={"model": door.model.id, "input": inputs}, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+        assert r.json()["error"]["message"].startswith(f"Duplicate item found with id {duplicated}.")
+
+
 def test_store_false_keeps_nothing(door, client):
     door.say("ok")
     response = client.responses.create(model=door.model.id, input="hi", store=False)

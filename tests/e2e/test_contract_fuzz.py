@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -94,8 +95,11 @@ def map_body(context: Any, body: Any) -> Any:
             body[key] = least  # a value out of bounds stays: the case means it to be refused
     if context.operation.path != "/v1/messages" and all(body.get(k) is None for k in keys):
         body[keys[-1]] = _LEAST.get(keys[-1], TINY)  # no budget named: the gateway's default would be 64 tokens
-    if context.operation.path == "/v1/responses" and _plain_text(body.get("text")):
-        body["text"] = {"format": SHORT_ANSWER}  # at least 16 tokens allowed: a plain answer would use them all
+    text = body.get("text")
+    if context.operation.path == "/v1/responses" and _plain_text(text):
+        # at least 16 tokens allowed: a plain answer would use them all; text's other fields kept (a negative case's
+        # bad `verbosity` must stay bad)
+        body["text"] = {**(text or {}), "format": SHORT_ANSWER}
     return body
 
 
@@ -277,3 +281,21 @@ def test_request_view_caps_request_arrays_only():
     assert served_valid[("POST", "/v1/chat/completions")](long_chat)
     assert not view_valid[("POST", "/v1/chat/completions")](long_chat)
     assert view_valid[("POST", "/v1/chat/completions")]({**long_chat, "messages": long_chat["messages"][:2]})
+
+
+def test_the_body_hook_keeps_a_negative_case_invalid():
+    """Found by an explore run: a Responses case whose only flaw was `text.verbosity` had its whole `text` replaced by
+    the short-answer format, was valid after the hook, was answered 200, and failed negative_data_rejection."""
+    served_valid = body_validators(build_document())[("POST", "/v1/responses")]
+    context = SimpleNamespace(operation=SimpleNamespace(path="/v1/responses"))
+    for text in (
+        {"verbosity": 0},
+        {"format": None, "verbosity": []},
+        {"format": {"type": "text"}, "verbosity": "loud"},
+    ):
+        body = map_body(context, {"model": "m", "input": "hi", "text": dict(text)})
+        assert not served_valid(body), body
+    assert map_body(context, {"model": "m", "input": "hi", "text": {"verbosity": "low"}})["text"] == {
+        "verbosity": "low",
+        "format": SHORT_ANSWER,
+    }

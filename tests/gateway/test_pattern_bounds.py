@@ -58,3 +58,22 @@ def test_a_pattern_must_be_a_string():
     with pytest.raises(APIError) as error:
         parse_chat_completion(tool_body(5))  # type: ignore[arg-type]
     assert error.value.param.endswith(".pattern")
+
+
+NOTHING_TO_REPEAT = [r"^a{1}{2}$", "^a**$", "a+*", "a???", "a{1}??", "^*a", "(*a)", "a|*b", "a$*", "(?:b)?*", "{1}"]
+"""ECMA-262 SyntaxErrors ("Nothing to repeat"; checked with node's `new RegExp(p, "u")`)."""
+LAZY_OR_LITERAL = [r"^a*?$", "a??", r"a{1}?", r"a{2,}?", r"\**", "[*]+", "(?:a)*", "a+?b", r"[\]]+", "(|a)*"]
+
+
+@pytest.mark.parametrize("pattern", NOTHING_TO_REPEAT)
+def test_a_quantifier_with_nothing_to_repeat_is_a_400(pattern):
+    """Found by probing: xgrammar read `^a{1}{2}$` as `^a{2}$`, and a strict answer `{"code": "aa"}` came back for
+    a pattern no JSON Schema validator compiles."""
+    with pytest.raises(APIError) as error:
+        parse_chat_completion(tool_body(pattern))
+    assert error.value.status == 400 and error.value.param == "tools[0].function.parameters.properties.code.pattern"
+
+
+@pytest.mark.parametrize("pattern", LAZY_OR_LITERAL)
+def test_a_lazy_or_literal_repeat_passes(pattern):
+    parse_chat_completion(schema_body(pattern))

@@ -201,6 +201,10 @@ STRING_GAPS = [  # (schema, a value it refuses that xgrammar 0.2.9's grammar tak
     ({"pattern": "^a$", "maxLength": 1}, '"bb"', "pattern"),
     ({"type": "string", "pattern": "^(?=.*\\d)[a-z\\d]+$"}, '"abc"', "pattern"),
     ({"type": "string", "pattern": "^(?!a)[a-z]+$"}, '"abc"', "pattern"),
+    ({"type": "string", "pattern": "a^b"}, '"ab"', "pattern"),  # found by probing: strict content '{"a": "ab"}'
+    ({"type": "string", "pattern": "^$a"}, '"a"', "pattern"),
+    ({"type": "string", "pattern": "(a$)b"}, '"ab"', "pattern"),
+    ({"type": "string", "pattern": "x?^a"}, '"xa"', "pattern"),
 ]
 
 
@@ -218,6 +222,7 @@ def test_each_string_keyword_found_is_one_xgrammar_drops(schema, refused, keywor
         {"type": "integer", "format": "int32"},  # a string format asserts nothing of an integer
         {"type": "string", "pattern": "^a$"},
         {"type": "string", "pattern": "^[(?=]\\(?=a$"},  # no lookahead: a class and an escaped parenthesis
+        *({"type": "string", "pattern": p} for p in ("(^a|b)c$", "^a$|^b$", "(?:^a|^b)+$", "[$^]\\$a", "^(a|b$)")),
         {"type": "string", "minLength": 1, "maxLength": 3},
     ],
 )
