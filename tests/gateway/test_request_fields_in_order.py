@@ -61,6 +61,12 @@ def test_each_choices_backend_request_holds_its_own_fields(tokenize_only):
     asyncio.run(run())
     first, second = sorted(backend.requests, key=lambda r: r.rid)
     assert first == GenerateRequest(
-        rid="chatcmpl-x-0", input_ids=[1, 2, 3], sampling=sampling, grammar=grammar, logprobs=True, top_logprobs=3
+        rid="chatcmpl-x-0",
+        input_ids=[1, 2, 3],
+        sampling=sampling,
+        grammar=grammar,
+        logprobs=True,
+        top_logprobs=3,
+        vocab_size=model.vocab_size,
     )
     assert (second.rid, second.sampling.seed, second.logprobs, second.top_logprobs) == ("chatcmpl-x-1", 2, True, 3)
