@@ -23,10 +23,14 @@ from typing import Any
 from gateway.grammars.all_of import SiblingGap
 from gateway.grammars.free_names import unclaimed_name_rules
 from gateway.grammars.json import SchemaGrammarError, rewritten_bottom_up
+from gateway.grammars.key_patterns import key_pattern_rules, parsed_pattern, searched
 
 _MARK = "free-name-mark-{}"
 """A marked pattern key (its number after it): a literal xgrammar prints as it is."""
 _RULE = "json_free_name_{}"
+_KEY_RULE = "json_pattern_key_{}"
+_UNQUOTED = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
+"""What xgrammar's pattern key writes only escaped, which it never does (a JSON string's `"`, `\\`, controls)."""
 _RESTS = ("additionalProperties", "unevaluatedProperties")
 
 
@@ -37,34 +41,56 @@ def marked_free_names(
     (the very same `schema` where there is none), and each mark's names as EBNF: the rule to reference and the
     rules (`written_free_names` puts them in). Where a rest cannot be so written: a SchemaGrammarError naming it
     under `param` when `exact`, else the object as it was and the rest added to `gaps`."""
-    marks: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[str, str, str]] = {}
+    marks: dict[tuple[Any, ...], tuple[str, str, str]] = {}
     salt: list[int] = []
 
+    def marked(key: tuple[Any, ...], rule: str, rules: str) -> str:
+        if not salt:
+            salt.append(_unused_salt(schema))
+        if key not in marks:
+            marks[key] = (_MARK.format(f"{salt[0]}-{len(marks)}"), rule, rules)
+        return marks[key][0]
+
+    def refused(keyword: str, where: str, why: str) -> None:
+        if exact:
+            raise SchemaGrammarError(f"the JSON schema cannot be enforced: {why}", f"{where}.{keyword}")
+        if gaps is not None:
+            gaps.append(SiblingGap(where, keyword, why))
+
     def visit(node: dict[str, Any], where: str) -> Any:
-        rest = _rest(node)
-        if rest is None:
+        properties, patterns = node.get("properties"), node.get("patternProperties")
+        if not (isinstance(properties, dict) and properties and isinstance(patterns, dict) and patterns):
             return node
-        patterns, declared = tuple(node["patternProperties"]), tuple(node["properties"])
-        if (patterns, declared) not in marks:
+        keys, why = _pattern_keys(patterns, tuple(properties), len(marks))
+        if why is not None:
+            refused("patternProperties", where, why)
+            return node
+        rest = _rest(node)
+        out = node
+        if keys:
+            renamed = {(marked(*keys[k]) if k in keys else k): v for k, v in patterns.items()}
+            out = {**node, "patternProperties": renamed}
+        if rest is None:
+            return out
+        names = (tuple(patterns), tuple(properties))
+        if names not in marks:
             rule = _RULE.format(len(marks))
-            rules = unclaimed_name_rules(patterns, declared, None, rule)
+            rules = unclaimed_name_rules(names[0], names[1], None, rule)
             if rules is None:
                 why = (
                     f"'{rest}' beside 'patternProperties' and 'properties': its names cannot be kept from the names "
                     "a pattern matches (the pattern's syntax or size); set it false, or list the names"
                 )
-                if exact:
-                    raise SchemaGrammarError(f"the JSON schema cannot be enforced: {why}", f"{where}.{rest}")
-                if gaps is not None:
-                    gaps.append(SiblingGap(where, rest, why))
-                return node
-            if not salt:
-                salt.append(_unused_salt(schema))
-            marks[patterns, declared] = (_MARK.format(f"{salt[0]}-{len(marks)}"), rule, rules)
-        mark = marks[patterns, declared][0]
-        kept = {k: v for k, v in node.items() if k not in _RESTS}
+                refused(rest, where, why)
+                return out
+            marked(names, rule, rules)
+        kept = {k: v for k, v in out.items() if k not in _RESTS}
         value = {} if node[rest] is True else node[rest]
-        return {**kept, "patternProperties": {**node["patternProperties"], mark: value}, "additionalProperties": False}
+        return {
+            **kept,
+            "patternProperties": {**out["patternProperties"], marks[names][0]: value},
+            "additionalProperties": False,
+        }
 
     out = rewritten_bottom_up(schema, param, visit)
     return out, {mark: (rule, rules) for mark, rule, rules in marks.values()}
@@ -86,6 +112,30 @@ def written_free_names(ebnf: str, marks: dict[str, tuple[str, str]]) -> str:
         r'^(\S+) ::= Regex\("(' + "|".join(map(re.escape, marks)) + r')", json_string=true\)$', re.MULTILINE
     )
     return "\n".join([found.sub(key, ebnf).rstrip("\n"), *used]) + "\n"
+
+
+def _pattern_keys(
+    patterns: dict[str, Any], declared: tuple[str, ...], count: int
+) -> tuple[dict[str, tuple[tuple[Any, ...], str, str]], str | None]:
+    """Each pattern key xgrammar would write as one of the `declared` names too (its full match), with what marks
+    it (`marked`'s arguments: the key, the rule, the rules of its names but those), numbered from `count`; or why
+    a pattern cannot be kept from them."""
+    keys: dict[str, tuple[tuple[Any, ...], str, str]] = {}
+    for pattern in patterns:
+        if not any(searched(pattern, name) is not False for name in declared):
+            continue  # no declared name holds a match: none is its full match either
+        rule = _KEY_RULE.format(count + len(keys))
+        if key_pattern_rules(pattern, declared, rule) is None and parsed_pattern(pattern) is not None:
+            continue  # its full matches are none of the declared names: xgrammar's key as it is
+        rules = key_pattern_rules(pattern, declared, rule, None, _UNQUOTED)
+        if rules is None:
+            why = (
+                f"'patternProperties' {json.dumps(pattern, ensure_ascii=False)} beside 'properties': its keys "
+                "cannot be kept from the declared names it matches (the pattern's syntax or size)"
+            )
+            return {}, why
+        keys[pattern] = (("key", pattern, declared), rule, rules)
+    return keys, None
 
 
 def _unused_salt(schema: Any) -> int:
