@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from gateway.grammars.all_of import SiblingGap
-from gateway.grammars.free_names import unclaimed_name_rules
+from gateway.grammars.free_names import free_name_rules, unclaimed_name_rules
 from gateway.grammars.json import SchemaGrammarError, rewritten_bottom_up
 from gateway.grammars.key_patterns import key_pattern_rules, parsed_pattern, searched
 
@@ -54,17 +54,17 @@ def marked_free_names(
     def refused(keyword: str, where: str, why: str) -> None:
         if exact:
             raise SchemaGrammarError(f"the JSON schema cannot be enforced: {why}", f"{where}.{keyword}")
-        if gaps is not None:
+        if gaps is not None and not any(g.where == where and g.keyword == keyword for g in gaps):
             gaps.append(SiblingGap(where, keyword, why))
 
     def visit(node: dict[str, Any], where: str) -> Any:
         properties, patterns = node.get("properties"), node.get("patternProperties")
-        if not (isinstance(properties, dict) and properties and isinstance(patterns, dict) and patterns):
+        if not (isinstance(properties, dict) and properties):
             return node
+        patterns = patterns if isinstance(patterns, dict) else {}
         keys, why = _pattern_keys(patterns, tuple(properties), len(marks))
         if why is not None:
             refused("patternProperties", where, why)
-            return node
         rest = _rest(node)
         out = node
         if keys:
@@ -75,7 +75,7 @@ def marked_free_names(
         names = (tuple(patterns), tuple(properties))
         if names not in marks:
             rule = _RULE.format(len(marks))
-            rules = unclaimed_name_rules(names[0], names[1], None, rule)
+            rules = unclaimed_name_rules(*names, None, rule) if patterns else free_name_rules(names[1], None, rule)
             if rules is None:
                 why = (
                     f"'{rest}' beside 'patternProperties' and 'properties': its names cannot be kept from the names "
@@ -88,7 +88,7 @@ def marked_free_names(
         value = {} if node[rest] is True else node[rest]
         return {
             **kept,
-            "patternProperties": {**out["patternProperties"], marks[names][0]: value},
+            "patternProperties": {**out.get("patternProperties", {}), marks[names][0]: value},
             "additionalProperties": False,
         }
 
@@ -146,9 +146,6 @@ def _unused_salt(schema: Any) -> int:
 
 def _rest(node: dict[str, Any]) -> str | None:
     """The keyword giving the names of `node` neither its `properties` nor its `patternProperties` claim, where
-    xgrammar writes them as any string (both listing names, the rest no `false`)."""
-    properties, patterns = node.get("properties"), node.get("patternProperties")
-    if not (isinstance(properties, dict) and properties and isinstance(patterns, dict) and patterns):
-        return None
+    xgrammar writes them as any string, or any escaped (`properties` listing names, the rest no `false`)."""
     rest = next((k for k in _RESTS if k in node), None)
     return rest if rest is not None and isinstance(node[rest], (bool, dict)) and node[rest] is not False else None

@@ -50,7 +50,6 @@ from gateway.grammars.counted_classes import (
     sequence_writer,
 )
 from gateway.grammars.ebnf_rules import cheaper_rules, prefixed_rules, shared_text
-from gateway.grammars.escaped_names import plain_free_names
 from gateway.grammars.free_names import FREE_NAME_RULE, distinct_free_names, object_names
 from gateway.grammars.json import (
     SUBSCHEMA_KEYS,
@@ -202,7 +201,6 @@ def _converted_value_ebnf(
     else:
         _check_names(schema, style, param)
         ebnf, own = xml_arguments_ebnf(schema, style, param), _style_markers(style, spellings)
-    ebnf = plain_free_names(ebnf)
     if holds_spelling(ebnf, tuple(s for s in spellings if s not in own)) or len(_STRING_SUB.findall(ebnf)) != 1:
         return None  # a literal (property name, enum, const) spells a control token, or xgrammar's rules changed
     ebnf = _STRING_SUB.sub(lambda _: _safe_string_sub(in_strings), ebnf)
