@@ -1,17 +1,23 @@
-"""A JSON object's free names (`additionalProperties`) beside its pattern keys (`patternProperties`): none of them.
+"""A JSON object's free names (`additionalProperties`) and pattern keys (`patternProperties`) beside its declared
+names (`properties`): none of them a declared name, no free name a pattern key.
 
 JSON Schema types a name by `additionalProperties` only where neither `properties` nor a `patternProperties`
 pattern claims it. xgrammar 0.2.9 writes an object with both `properties` and `patternProperties` and a rest schema
 (`additionalProperties`, else `unevaluatedProperties`, not `false`) with its extra names as any string, the rest's
 value beside: `{"properties": {"a": …}, "patternProperties": {"^b": {"type": "integer"}}, "additionalProperties":
-{"enum": [1, "s"]}}` took `{"b": "s"}` (`b` must be an integer) and `{"a": 1}` (`a`'s own schema unchecked).
-(Without `properties` it writes the pattern keys alone and no other name, and with the rest `false` or absent no
-other name: narrowings, every object written valid.) Here such an object's rest becomes one more pattern key,
-marked, the rest `false`; xgrammar writes it as its other pattern keys, and the marked key's rule is then the free
-names of `free_names.unclaimed_name_rules`: `[a-zA-Z_] [a-zA-Z0-9_]*` (a narrowing: a free name of other
-characters is not written), none declared, none a pattern matches (all the patterns as one automaton, bounded).
-Where a pattern cannot be followed so (its syntax, or past the automaton's bound) the rest is not enforced: under
-the client's strict a 400 naming it, best effort xgrammar's grammar and the keyword listed (unenforced.py).
+{"enum": [1, "s"]}}` took `{"b": "s"}` (`b` must be an integer) and `{"a": 1}` (`a`'s own schema unchecked); with
+no pattern, as a trie of the declared names that takes any escape (`{"\\u0061": 1}` is `{"a": 1}`). (Without
+`properties` it writes the pattern keys alone and no other name, and with the rest `false` or absent no other name:
+narrowings, every object written valid.) Here such an object's rest becomes one more pattern key, marked, the rest
+`false`; xgrammar writes it as its other pattern keys, and the marked key's rule is then the free names of
+`free_names.unclaimed_name_rules` (`free_name_rules` beside no pattern): `[a-zA-Z_] [a-zA-Z0-9_]*` (a narrowing: a
+free name of other characters is not written; ~5x cheaper to compile than xgrammar's trie, bench/RESULTS.md), none
+declared, none a pattern matches (all the patterns as one automaton, bounded). Where a pattern cannot be followed
+so (its syntax, or past the automaton's bound) the rest is not enforced: under the client's strict a 400 naming
+it, best effort xgrammar's grammar and the keyword listed (unenforced.py).
+A pattern key xgrammar would write as a declared name (its full match: `^b` writes `b`) is marked too, its rule
+`key_patterns.key_pattern_rules` less the declared names (claimed_names.py folds the pattern's schema into theirs),
+where that cannot be written a `patternProperties` gap the same way.
 """
 
 from __future__ import annotations
@@ -37,10 +43,11 @@ _RESTS = ("additionalProperties", "unevaluatedProperties")
 def marked_free_names(
     schema: Any, param: str, exact: bool, gaps: list[SiblingGap] | None = None
 ) -> tuple[Any, dict[str, tuple[str, str]]]:
-    """`schema` with each object's rest beside `properties` and `patternProperties` one more pattern key, marked
-    (the very same `schema` where there is none), and each mark's names as EBNF: the rule to reference and the
-    rules (`written_free_names` puts them in). Where a rest cannot be so written: a SchemaGrammarError naming it
-    under `param` when `exact`, else the object as it was and the rest added to `gaps`."""
+    """`schema` with each object's rest beside `properties` one more pattern key, marked, and each pattern key that
+    could write a declared name marked (the very same `schema` where there is none), and each mark's names as EBNF:
+    the rule to reference and the rules (`written_free_names` puts them in). Where a rest or pattern key cannot be
+    so written: a SchemaGrammarError naming it under `param` when `exact`, else the object left so and the keyword
+    added to `gaps`."""
     marks: dict[tuple[Any, ...], tuple[str, str, str]] = {}
     salt: list[int] = []
 
