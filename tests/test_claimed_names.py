@@ -120,11 +120,17 @@ def test_the_xml_style_folds_the_patterns_too() -> None:
     [
         {"type": "object", "properties": {"b": {"type": "integer"}}, "patternProperties": {"^x": {"type": "string"}}},
         {"type": "object", "patternProperties": {"^b": {"type": "integer"}}, "additionalProperties": True},
+        {
+            "type": "object",
+            "properties": {"x_id": {"type": "string"}},
+            "patternProperties": {"^x_": {"type": "string"}},
+        },
         {"type": "object", "properties": {"a": {"type": "string"}}},
         {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": False},
     ],
 )
 def test_other_objects_keep_xgrammars_grammar(schema: dict[str, Any]) -> None:
-    """No pattern matching a declared name, no free name beside a declared one: the grammar is xgrammar's."""
+    """No pattern matching a declared name (or one whose schema is the name's: any value its key writes fits), no
+    free name beside a declared one: the grammar is xgrammar's."""
     plain = json_value_ebnf(schema, SPELLINGS, "p", True, exact=True)
     assert "json_pattern_key" not in plain and "json_free_name" not in plain

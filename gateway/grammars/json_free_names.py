@@ -69,7 +69,7 @@ def marked_free_names(
         if not (isinstance(properties, dict) and properties):
             return node
         patterns = patterns if isinstance(patterns, dict) else {}
-        keys, why = _pattern_keys(patterns, tuple(properties), len(marks))
+        keys, why = _pattern_keys(patterns, properties, len(marks))
         if why is not None:
             refused("patternProperties", where, why)
         rest = _rest(node)
@@ -122,15 +122,19 @@ def written_free_names(ebnf: str, marks: dict[str, tuple[str, str]]) -> str:
 
 
 def _pattern_keys(
-    patterns: dict[str, Any], declared: tuple[str, ...], count: int
+    patterns: dict[str, Any], properties: dict[str, Any], count: int
 ) -> tuple[dict[str, tuple[tuple[Any, ...], str, str]], str | None]:
-    """Each pattern key xgrammar would write as one of the `declared` names too (its full match), with what marks
-    it (`marked`'s arguments: the key, the rule, the rules of its names but those), numbered from `count`; or why
-    a pattern cannot be kept from them."""
+    """Each pattern key xgrammar would write as a declared name too (its full match) with a value the name's schema
+    may refuse, with what marks it (`marked`'s arguments: the key, the rule, the rules of its names but the declared
+    ones), numbered from `count`; or why a pattern cannot be kept from them."""
     keys: dict[str, tuple[tuple[Any, ...], str, str]] = {}
-    for pattern in patterns:
-        if not any(searched(pattern, name) is not False for name in declared):
+    declared = tuple(properties)
+    for pattern, schema in patterns.items():
+        found = {name: searched(pattern, name) for name in declared}
+        if not any(f is not False for f in found.values()):
             continue  # no declared name holds a match: none is its full match either
+        if all(f is False or (f and properties[n] == schema) for n, f in found.items()):
+            continue  # each name it matches has its schema (folded: claimed_names.py): any value it writes fits
         rule = _KEY_RULE.format(count + len(keys))
         if key_pattern_rules(pattern, declared, rule) is None and parsed_pattern(pattern) is not None:
             continue  # its full matches are none of the declared names: xgrammar's key as it is
