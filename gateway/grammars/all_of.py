@@ -101,6 +101,16 @@ def folded_all_of(
     return _Folder(schema, param, gaps, exact, search).fold(schema, param)
 
 
+def conjunction(schemas: list[Any], where: str) -> Any:
+    """One schema asserting all of `schemas` (folded as one exact `allOf`), `False` where no value matches them all;
+    a SchemaGrammarError naming `where` where the fold is not exact."""
+    conjoined = {"allOf": list(schemas)}
+    try:
+        return _Folder(conjoined, where, None, True).fold(conjoined, where, branch=True)
+    except _Empty:
+        return False
+
+
 def folded_branch(beside: dict[str, Any], branch: Any, where: str) -> Any:
     """A union's branch with the keywords `beside` the union folded in: one schema, `False` where it admits no value,
     None where the fold is not exact (a `$ref` in the branch, resolved against no root; an overlap not merged)."""

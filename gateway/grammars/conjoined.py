@@ -13,18 +13,18 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
-from gateway.grammars.all_of import SIBLING_ASSERTIONS, folded_all_of
+from gateway.grammars.all_of import SIBLING_ASSERTIONS, conjunction
 from gateway.grammars.json import SchemaGrammarError
 
 _MAX_HOPS = 16
 
 
 def conjoined(schemas: list[Any], where: str) -> Any:
-    """One schema asserting every one of `schemas` (`False` where one of them is); a SchemaGrammarError naming
-    `where`, saying why, where that is not exact or no value matches them all."""
+    """One schema asserting every one of `schemas` (`False` where no value matches them all); a SchemaGrammarError
+    naming `where`, saying why, where that is not exact."""
     if any(s is False for s in schemas):
         return False
-    folded = folded_all_of({"allOf": list(schemas)}, where, exact=True)
+    folded = conjunction(list(schemas), where)
     if _refs_beside(folded) > sum(_refs_beside(s) for s in schemas):
         raise SchemaGrammarError("the JSON schema cannot be enforced: a $ref merged with other keywords", where)
     return folded

@@ -37,6 +37,7 @@ from typing import Any
 
 from backends.xgrammar_core import xgrammar
 from gateway.grammars.all_of import folded_all_of
+from gateway.grammars.claimed_names import claimed_names
 from gateway.grammars.counted_arrays import counted_items
 from gateway.grammars.counted_classes import (
     _class_ranges,
@@ -188,7 +189,8 @@ def _converted_value_ebnf(
 ) -> str | None:
     firsts = "".join(sorted({s[0] for s in spellings}))
     used = used_definitions(json.loads(schema_json))
-    folded = declared_required(folded_all_of(used, param, exact=strict[1]), param, strict[1])
+    folded = claimed_names(folded_all_of(used, param, exact=strict[1]), param, strict[1])
+    folded = declared_required(folded, param, strict[1])
     folded = counted_items(folded)
     schema = _spell_safe(folded, param, *strict, firsts)
     if schema is None or holds_spelling("\0".join(_literals(schema)), spellings):

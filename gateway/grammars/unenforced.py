@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway.families.json_pointer import resolve_pointer
 from gateway.grammars.all_of import SIBLING_ASSERTIONS, UNIONS, SiblingGap, folded_all_of, listed_of_type
+from gateway.grammars.claimed_names import claimed_names
 from gateway.grammars.ecma_patterns import PatternSearch
 from gateway.grammars.json import (
     ARRAY_SIGNS,
@@ -140,13 +141,15 @@ def _found_why(
 def _folded(schema: Any, param: str, search: PatternSearch | None) -> tuple[Any, list[SiblingGap]]:
     """`schema` as the grammars read it (all_of.py's folds; None where an allOf does not fold: the build refuses it,
     a 400 naming it), and the keywords they leave unenforced there: those beside an `anyOf` / `oneOf` that cannot be
-    folded into its branches, `const` / `enum` values not checked against their siblings (all_of.py), the required
+    folded into its branches, `const` / `enum` values not checked against their siblings (all_of.py), the pattern
+    schemas not folded into a declared name they match (claimed_names.py), the required
     names the folded schema cannot declare (required.py), the free names that cannot be kept from its pattern keys
     (json_free_names.py)."""
     gaps: list[SiblingGap] = []
     try:
         folded = folded_all_of(unannotated(schema), param, gaps, search=search)
-        marked_free_names(declared_required(folded, param, gaps=gaps), param, False, gaps)
+        claimed = claimed_names(folded, param, gaps=gaps)
+        marked_free_names(declared_required(claimed, param, gaps=gaps), param, False, gaps)
     except SchemaGrammarError:
         return None, gaps
     return folded, gaps
