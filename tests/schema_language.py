@@ -3,10 +3,14 @@ schema: tests that a grammar's language is the schema's (tests/test_any_of_sibli
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
+import jsonschema
 import xgrammar as xgr
+
+from gateway.grammars.safe_json import json_value_ebnf
 
 _COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
 
@@ -15,6 +19,16 @@ def accepts(ebnf: str, text: str) -> bool:
     """Whether the grammar `ebnf` takes `text` whole."""
     matcher = xgr.GrammarMatcher(_COMPILER.compile_grammar(ebnf), terminate_without_stop_token=True)
     return matcher.accept_string(text) and matcher.is_terminated()
+
+
+def exact_verdicts(schema: Any, candidates: list[str], spellings: tuple[str, ...]) -> tuple[str, dict[str, bool]]:
+    """The exact JSON grammar of `schema` (a tool's, `spellings` the control tokens) and each candidate's verdict by
+    jsonschema, the candidates holding both valid and invalid texts (else they would not tell the schemas apart)."""
+    ebnf = json_value_ebnf(schema, spellings, "p", True, exact=True)
+    validator = jsonschema.Draft202012Validator(schema)
+    verdicts = {text: validator.is_valid(json.loads(text)) for text in candidates}
+    assert True in verdicts.values() and False in verdicts.values()
+    return ebnf, verdicts
 
 
 def atoms(schema: Any, names: list[str], values: list[Any]) -> None:
