@@ -1,0 +1,76 @@
+"""Redis restarted without its data: a replica re-registers its open admissions before its next call for their
+tenant runs, so concurrency limits stay exact and the open admissions' settlements still apply (once, never
+negative)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from policies.limits import Limits, RedisLimiter
+from tests.policies.test_redis_reconnects import counted
+
+pytestmark = pytest.mark.anyio
+
+
+def restart(server) -> None:
+    """Kill redis-server and start it again on its port: every key is gone (no persistence)."""
+    server.kill()
+    server.start()
+
+
+async def test_two_open_streams_still_hold_their_slots_after_a_restart(own_redis_server):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(own_redis_server.url)
+    limits = Limits(concurrent_requests=2, tokens_per_day=10**6)
+    streams = [await limiter.admit(tenant, limits, f"s{i}", 100) for i in range(2)]
+    assert all(s.allowed for s in streams)
+    restart(own_redis_server)
+    for i in (3, 4):  # both admitted before: four ran at once
+        refused = await limiter.admit(tenant, limits, f"n{i}", 100)
+        assert not refused.allowed and refused.limit == "concurrent_requests" and not refused.store_error
+    assert limiter.restores == 1
+    assert await counted(own_redis_server.url, tenant) == {"requests": 0, "tokens": 0, "slots": 2, "day": 200}
+    await limiter.settle(streams[0], 30)  # did nothing before: the slot and its tokens were gone
+    assert await counted(own_redis_server.url, tenant) == {"requests": 0, "tokens": 0, "slots": 1, "day": 130}
+    third = await limiter.admit(tenant, limits, "n5", 100)
+    assert third.allowed
+    for admission, used in ((streams[1], 40), (third, 50)):
+        await limiter.settle(admission, used)
+    assert await counted(own_redis_server.url, tenant) == {"requests": 1, "tokens": 50, "slots": 0, "day": 120}
+    assert limiter.store_errors == 0
+    await limiter.close()
+
+
+async def test_a_settlement_that_first_meets_the_restart_applies_once_and_never_goes_negative(own_redis_server):
+    """Another request admitted after the restart (by another replica) is not undercounted by the open one's
+    settlement, which used to subtract its unused reservation from the new day counter."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    replica, other = RedisLimiter(own_redis_server.url), RedisLimiter(own_redis_server.url)
+    limits = Limits(concurrent_requests=5, tokens_per_day=10**6)
+    stream = await replica.admit(tenant, limits, "s", 1000)
+    restart(own_redis_server)
+    fresh = await other.admit(tenant, limits, "f", 100)  # `other` holds nothing open: it notices nothing
+    assert fresh.allowed and other.restores == 0
+    await replica.settle(stream, 10)
+    await replica.settle(stream, 10)  # settling twice is still a no-op
+    assert replica.restores == 1
+    assert await counted(own_redis_server.url, tenant) == {"requests": 1, "tokens": 100, "slots": 1, "day": 110}
+    await other.settle(fresh, 0, void=True)
+    assert await counted(own_redis_server.url, tenant) == {"requests": 0, "tokens": 0, "slots": 0, "day": 10}
+    for limiter in (replica, other):
+        await limiter.close()
+
+
+async def test_a_models_slots_are_restored_with_the_tenants(own_redis_server):
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(own_redis_server.url)
+    tenant_limits, model_limits = Limits(concurrent_requests=10), Limits(concurrent_requests=1)
+    stream = await limiter.admit(tenant, tenant_limits, "s", 10, model="m", model_limits=model_limits)
+    restart(own_redis_server)
+    refused = await limiter.admit(tenant, tenant_limits, "n", 10, model="m", model_limits=model_limits)
+    assert not refused.allowed and refused.scope == "model" and refused.limit == "concurrent_requests"
+    await limiter.settle(stream, 10)
+    assert (await limiter.admit(tenant, tenant_limits, "n2", 10, model="m", model_limits=model_limits)).allowed
+    await limiter.close()
