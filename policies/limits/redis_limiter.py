@@ -10,12 +10,16 @@ from typing import TypeVar
 
 from redis.exceptions import RedisError
 
-from .limiter import STORE_TIMEOUT_S, Limiter, StoreUnavailable
+from .limiter import STORE_TIMEOUT_S, Limiter, StoreUnavailable, log
 from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict, WindowUse
 from .redis_calls import BoundedRedis
 from .redis_scripts import ADMIT, RESTORE, SETTLE
 
 T = TypeVar("T")
+
+RESTART_CHECK_S = 1.0
+"""Seconds between two reads of Redis's run_id: the longest before a replica re-registers its open admissions after a
+restart when it makes no call for their tenants (another replica's admissions are exact again from then on)."""
 
 MARKER_SPARE_MS = 60_000
 """A replica's marker outlives its newest admission's lease by this much, so it never expires while one is open."""
@@ -119,7 +123,10 @@ class RedisLimiter(Limiter):
         """This replica's open admissions per tenant, by holder."""
         self.restores = 0
         """Times this replica re-registered a tenant's open admissions after Redis lost them."""
-        self.background += self._calls.background
+        self.restart_check_s = RESTART_CHECK_S
+        self.run_id: str | None = None
+        """Redis's run_id when `_watch_restarts` last read it (None before its first read)."""
+        self.background += [*self._calls.background, self._watch_restarts]
 
     def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
@@ -171,6 +178,21 @@ class RedisLimiter(Limiter):
         async with self._calls.turn():
             await self._restore_script(keys, args)
         self.restores += 1
+
+    async def _watch_restarts(self) -> None:
+        """Every `restart_check_s`: when Redis's run_id (INFO server) changed, re-register every tenant's open
+        admissions of this replica, so the other replicas count them without waiting for this one's next call."""
+        while True:
+            await asyncio.sleep(self.restart_check_s)
+            try:
+                async with self._calls.turn():
+                    seen = (await self._redis.info("server")).get("run_id")
+                if self.run_id is not None and seen != self.run_id:
+                    for tenant in list(self._open):
+                        await self._restore(tenant)
+                self.run_id = seen
+            except RedisError as exc:  # unreachable: the next check (or call) notices the restart
+                log.debug("checking Redis for a restart failed: %s", exc)
 
     def _now_arg(self) -> str:
         return "" if self._clock is None else str(int(self._clock() * 1000))

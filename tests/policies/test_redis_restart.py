@@ -4,7 +4,9 @@ negative)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -74,3 +76,35 @@ async def test_a_models_slots_are_restored_with_the_tenants(own_redis_server):
     await limiter.settle(stream, 10)
     assert (await limiter.admit(tenant, tenant_limits, "n2", 10, model="m", model_limits=model_limits)).allowed
     await limiter.close()
+
+
+async def until(done: Callable[[], bool]) -> None:
+    """Wait for `done()`, polled, 30 s at most (a bound, not a measure)."""
+    async with asyncio.timeout(30):
+        while not done():
+            await asyncio.sleep(0.01)
+
+
+async def test_another_replica_counts_the_open_streams_once_their_replica_checked_for_a_restart(own_redis_server):
+    """Replica B holds nothing open for the tenant, so its own calls cannot notice the restart: A's periodic
+    run_id check re-registers A's streams, and B is refused from then on."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    a, b = RedisLimiter(own_redis_server.url), RedisLimiter(own_redis_server.url)
+    a.restart_check_s = 0.02
+    limits = Limits(concurrent_requests=2)
+    streams = [await a.admit(tenant, limits, f"s{i}", 10) for i in range(2)]
+    watcher = asyncio.create_task(a._watch_restarts())
+    try:
+        await until(lambda: a.run_id is not None)
+        restart(own_redis_server)
+        await until(lambda: a.restores == 1)
+    finally:
+        watcher.cancel()
+    refused = await b.admit(tenant, limits, "n", 10)
+    assert not refused.allowed and refused.limit == "concurrent_requests"
+    for stream in streams:
+        await a.settle(stream, 7)
+    assert await counted(own_redis_server.url, tenant) == {"requests": 0, "tokens": 0, "slots": 0, "day": 14}
+    assert (await b.admit(tenant, limits, "n2", 10)).allowed
+    for limiter in (a, b):
+        await limiter.close()
