@@ -209,6 +209,7 @@ class RedisLimiter(Limiter):
         model_limits: Limits | None = None,
     ) -> Verdict:
         own = model_limits or Limits()
+        scope = "" if model_limits is None else model_key(model)
         args = [
             self._now_arg(),
             tokens,
@@ -225,7 +226,7 @@ class RedisLimiter(Limiter):
             _arg(own.tokens_per_minute),
             _arg(own.concurrent_requests),
             _arg(own.tokens_per_day),
-            "" if model_limits is None else model_key(model),
+            scope,
         ]
         keys = self._keys(tenant, charge_id) + [self._marker(tenant)]
         lease_end = asyncio.get_running_loop().time() + self._lease_ms / 1000
@@ -240,7 +241,7 @@ class RedisLimiter(Limiter):
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
         if verdict.allowed:
-            own = _Open(charge_id, verdict.reserved, args[-1], lease_end)
+            own = _Open(charge_id, verdict.reserved, scope, lease_end)
             self._open.setdefault(tenant, {})[holder] = own
         return verdict
 

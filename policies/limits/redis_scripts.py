@@ -416,13 +416,14 @@ RESTORE = (
 -- tokens in today's quota; then sets the replica's marker KEYS[10]. Per-minute windows are not restored (docs).
 -- KEYS[10 + i]: the charge of the i-th admission. ARGV: 1 now, 2 the marker's life in ms, then per admission four:
 -- holder, reserved tokens, model key ('' when none), the ms left of its lease. An admission its charge holds is left
--- as it is (restored already, or admitted again), so a restore sent twice counts once.
+-- as it is (restored already), and so is one marked (settled since it was restored: a restore sent while its settle
+-- was in flight), so a restore sent twice counts once and never brings back a settled slot.
 local now = now_ms()
 local day = math.floor(now / DAY)
 for i = 0, (#ARGV - 2) / 4 - 1 do
   local holder, tokens, model, lease = ARGV[3 + 4 * i], tonumber(ARGV[4 + 4 * i]), ARGV[5 + 4 * i], tonumber(ARGV[6 + 4 * i])
   local charge = KEYS[11 + i]
-  if redis.call('HEXISTS', charge, 'h:' .. holder) == 0 then
+  if redis.call('HEXISTS', charge, 'h:' .. holder) == 0 and not marked(holder, now) then
     local scopes = {TENANT}
     if model ~= '' then scopes[2] = model_scope(KEYS[9] .. model) end
     for _, s in ipairs(scopes) do

@@ -108,3 +108,17 @@ async def test_another_replica_counts_the_open_streams_once_their_replica_checke
     assert (await b.admit(tenant, limits, "n2", 10)).allowed
     for limiter in (a, b):
         await limiter.close()
+
+
+async def test_a_restore_that_arrives_after_the_settlement_brings_no_slot_back(own_redis_server):
+    """The watcher's restore sent while the admission's settle was in flight: Redis ran the settle first."""
+    tenant = f"t-{uuid.uuid4().hex[:8]}"
+    limiter = RedisLimiter(own_redis_server.url)
+    stream = await limiter.admit(tenant, Limits(concurrent_requests=1), "s", 10)
+    stale = dict(limiter._open[tenant])  # what the watcher read before the settle's answer came back
+    restart(own_redis_server)
+    await limiter.settle(stream, 4)
+    limiter._open[tenant] = stale
+    await limiter._restore(tenant)
+    assert await counted(own_redis_server.url, tenant) == {"requests": 0, "tokens": 0, "slots": 0, "day": 4}
+    await limiter.close()
