@@ -13,7 +13,8 @@ one set per tenant and 10 s, not one key per admission: 120,000 keys at 1,000 ad
 mark, against 100), KEYS[9] the prefix of the tenant's scopes per model: a model with limits of its own has the
 same window, slots and day keys as the tenant's (KEYS[1-4], 6, 7) under KEYS[9] .. model_key (derived keys of the
 same hash tag), and an admit checks and reserves both in one call (the charge records each holder's model, 'p:',
-and the member's, 'M', so its settle reaches the same windows).
+and the member's, 'M', so its settle reaches the same windows), KEYS[10] the calling replica's marker (set while it
+holds open admissions of the tenant: gone means Redis lost them, and RESTORE re-registers them; redis_limiter.py).
 
 **Bounded work per call, exact counts.** Admissions leave the window's sums by time, not entry by entry: a call
 subtracts what was admitted between the last call's cutoff and its own, by the entries' own amounts when they are
