@@ -147,7 +147,8 @@ class RedisLimiter(Limiter):
         return f"{self._prefix}:{{{tenant}}}:r:{self._replica}"
 
     def _live(self, tenant: str) -> dict[str, _Open]:
-        """The tenant's open admissions whose leases have not ended (those that have are forgotten)."""
+        """The tenant's open admissions whose leases have not ended (those that have are forgotten: read at each
+        restore and each run_id check, not per call, which only asks whether the tenant has any)."""
         held = self._open.get(tenant, {})
         now = asyncio.get_running_loop().time()
         for holder in [h for h, o in held.items() if o.lease_end <= now]:
@@ -187,8 +188,9 @@ class RedisLimiter(Limiter):
             try:
                 async with self._calls.turn():
                     seen = (await self._redis.info("server")).get("run_id")
-                if self.run_id is not None and seen != self.run_id:
-                    for tenant in list(self._open):
+                restarted = self.run_id is not None and seen != self.run_id
+                for tenant in list(self._open):  # those whose leases all ended are forgotten
+                    if self._live(tenant) and restarted:
                         await self._restore(tenant)
                 self.run_id = seen
             except RedisError as exc:  # unreachable: the next check (or call) notices the restart
@@ -233,7 +235,7 @@ class RedisLimiter(Limiter):
 
         async def call() -> Verdict | bytes:
             async with self._calls.turn():  # the answer read in the turn: one that does not parse is a RedisError
-                answer = await self._admit_script(keys, [*args, int(bool(self._live(tenant))), self._marker_ms])
+                answer = await self._admit_script(keys, [*args, int(tenant in self._open), self._marker_ms])
                 return answer if answer == b"lost" else _verdict(answer)
 
         try:
@@ -249,7 +251,7 @@ class RedisLimiter(Limiter):
         keys = self._keys(tenant, charge_id) + [self._marker(tenant)]
 
         async def call() -> list | bytes:
-            args = [self._now_arg(), holder, used_tokens, int(void), int(holder in self._live(tenant))]
+            args = [self._now_arg(), holder, used_tokens, int(void), int(holder in self._open.get(tenant, ()))]
             async with self._calls.turn():
                 answer = await self._settle_script(keys, args)
                 return answer if answer == b"lost" else _sized(answer, 6)
