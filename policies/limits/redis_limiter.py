@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 from redis.exceptions import RedisError
 
-from .limiter import STORE_TIMEOUT_S, Limiter, StoreUnavailable
+from .limiter import STORE_TIMEOUT_S, Limiter, StoreUnavailable, log
 from .model import CONCURRENCY_RETRY_MS, FREE_JOINS, Limits, Verdict, WindowUse
 from .redis_calls import BoundedRedis
-from .redis_scripts import ADMIT, SETTLE
+from .redis_scripts import ADMIT, RESTORE, SETTLE
+
+T = TypeVar("T")
+
+RESTART_CHECK_S = 1.0
+"""Seconds between two reads of Redis's run_id: the longest before a replica re-registers its open admissions after a
+restart when it makes no call for their tenants (another replica's admissions are exact again from then on)."""
+
+MARKER_SPARE_MS = 60_000
+"""A replica's marker outlives its newest admission's lease by this much, so it never expires while one is open."""
 
 
 def _arg(limit: int | None) -> int:
@@ -54,6 +67,18 @@ def model_key(model: str) -> str:
     return f"{len(model)}:{model}"
 
 
+@dataclass(frozen=True)
+class _Open:
+    """An admission of this replica that Redis holds open: what a restore re-registers."""
+
+    charge_id: str
+    tokens: int
+    model: str
+    """Its model's key (model_key), '' when the model had no limits of its own."""
+    lease_end: float
+    """Loop time by which its lease has surely ended in Redis (taken before the admit was sent)."""
+
+
 class RedisLimiter(Limiter):
     """The MemoryLimiter's windows, slots and day counters in Redis, shared by every replica that uses `url`.
 
@@ -65,6 +90,11 @@ class RedisLimiter(Limiter):
     closed (redis_idle.py); scripts are reloaded when the server lost them (NOSCRIPT). A script whose connection broke
     is sent again (redis_calls.py): both are idempotent per holder (redis_scripts.py). `timeout_s` bounds each call.
     `clock` (seconds) replaces the server's clock: a test hook.
+
+    Redis that lost its data (a restart without persistence) loses the slots of open requests. Each replica keeps
+    its own open admissions and, per tenant where it holds some, a marker key in Redis; an admit or settle for that
+    tenant finds the marker gone (in the same script call: no round trip more), and the replica then re-registers
+    its open admissions of the tenant (RESTORE) before that call runs again (docs/limits.md).
     """
 
     def __init__(
@@ -83,10 +113,20 @@ class RedisLimiter(Limiter):
         self._redis = self._calls.client
         self._prefix = prefix
         self._lease_ms = int(lease_s * 1000)
+        self._marker_ms = self._lease_ms + MARKER_SPARE_MS
         self._clock = clock
         self._admit_script = self._redis.register_script(ADMIT)
         self._settle_script = self._redis.register_script(SETTLE)
-        self.background += self._calls.background
+        self._restore_script = self._redis.register_script(RESTORE)
+        self._replica = uuid.uuid4().hex
+        self._open: dict[str, dict[str, _Open]] = {}
+        """This replica's open admissions per tenant, by holder."""
+        self.restores = 0
+        """Times this replica re-registered a tenant's open admissions after Redis lost them."""
+        self.restart_check_s = RESTART_CHECK_S
+        self.run_id: str | None = None
+        """Redis's run_id when `_watch_restarts` last read it (None before its first read)."""
+        self.background += [*self._calls.background, self._watch_restarts]
 
     def _keys(self, tenant: str, charge_id: str) -> list[str]:
         base = f"{self._prefix}:{{{tenant}}}"
@@ -103,6 +143,59 @@ class RedisLimiter(Limiter):
             f"{base}:M:",  # the prefix of the tenant's windows per model (model_key), derived keys of the same tag
         ]
 
+    def _marker(self, tenant: str) -> str:
+        return f"{self._prefix}:{{{tenant}}}:r:{self._replica}"
+
+    def _live(self, tenant: str) -> dict[str, _Open]:
+        """The tenant's open admissions whose leases have not ended (those that have are forgotten: read at each
+        restore and each run_id check, not per call, which only asks whether the tenant has any)."""
+        held = self._open.get(tenant, {})
+        now = asyncio.get_running_loop().time()
+        for holder in [h for h, o in held.items() if o.lease_end <= now]:
+            del held[holder]
+        if not held:
+            self._open.pop(tenant, None)
+        return held
+
+    async def _restoring(self, tenant: str, call: Callable[[], Awaitable[T | bytes]]) -> T:
+        """`call`'s answer; when it is 'lost' (Redis lost this replica's marker), the tenant's open admissions
+        are re-registered first and `call` is sent again, once."""
+        answer = await call()
+        if answer == b"lost":
+            await self._restore(tenant)
+            answer = await call()
+        if answer == b"lost":
+            raise StoreUnavailable("Redis lost its data again while this replica restored its open admissions")
+        return answer
+
+    async def _restore(self, tenant: str) -> None:
+        """Re-register the tenant's open admissions of this replica (RESTORE), and its marker."""
+        held = list(self._live(tenant).items())
+        now = asyncio.get_running_loop().time()
+        keys, args = self._keys(tenant, "") + [self._marker(tenant)], [self._now_arg(), self._marker_ms]
+        for holder, own in held:
+            keys.append(self._keys(tenant, own.charge_id)[4])
+            args += [holder, own.tokens, own.model, max(1, int((own.lease_end - now) * 1000))]
+        async with self._calls.turn():
+            await self._restore_script(keys, args)
+        self.restores += 1
+
+    async def _watch_restarts(self) -> None:
+        """Every `restart_check_s`: when Redis's run_id (INFO server) changed, re-register every tenant's open
+        admissions of this replica, so the other replicas count them without waiting for this one's next call."""
+        while True:
+            await asyncio.sleep(self.restart_check_s)
+            try:
+                async with self._calls.turn():
+                    seen = (await self._redis.info("server")).get("run_id")
+                restarted = self.run_id is not None and seen != self.run_id
+                for tenant in list(self._open):  # those whose leases all ended are forgotten
+                    if self._live(tenant) and restarted:
+                        await self._restore(tenant)
+                self.run_id = seen
+            except RedisError as exc:  # unreachable: the next check (or call) notices the restart
+                log.debug("checking Redis for a restart failed: %s", exc)
+
     def _now_arg(self) -> str:
         return "" if self._clock is None else str(int(self._clock() * 1000))
 
@@ -118,6 +211,7 @@ class RedisLimiter(Limiter):
         model_limits: Limits | None = None,
     ) -> Verdict:
         own = model_limits or Limits()
+        scope = "" if model_limits is None else model_key(model)
         args = [
             self._now_arg(),
             tokens,
@@ -134,22 +228,42 @@ class RedisLimiter(Limiter):
             _arg(own.tokens_per_minute),
             _arg(own.concurrent_requests),
             _arg(own.tokens_per_day),
-            "" if model_limits is None else model_key(model),
+            scope,
         ]
-        try:
+        keys = self._keys(tenant, charge_id) + [self._marker(tenant)]
+        lease_end = asyncio.get_running_loop().time() + self._lease_ms / 1000
+
+        async def call() -> Verdict | bytes:
             async with self._calls.turn():  # the answer read in the turn: one that does not parse is a RedisError
-                return _verdict(await self._admit_script(self._keys(tenant, charge_id), args))
+                answer = await self._admit_script(keys, [*args, int(tenant in self._open), self._marker_ms])
+                return answer if answer == b"lost" else _verdict(answer)
+
+        try:
+            verdict = await self._restoring(tenant, call)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
+        if verdict.allowed:
+            own = _Open(charge_id, verdict.reserved, scope, lease_end)
+            self._open.setdefault(tenant, {})[holder] = own
+        return verdict
 
     async def _settle(self, tenant: str, charge_id: str, holder: str, used_tokens: int, void: bool) -> WindowUse:
-        try:
-            args = [self._now_arg(), holder, used_tokens, int(void)]
+        keys = self._keys(tenant, charge_id) + [self._marker(tenant)]
+
+        async def call() -> list | bytes:
+            args = [self._now_arg(), holder, used_tokens, int(void), int(holder in self._open.get(tenant, ()))]
             async with self._calls.turn():
-                answer = await self._settle_script(self._keys(tenant, charge_id), args)
-                return WindowUse(*_sized(answer, 6)[:3], model=_use(answer[3:]))
+                answer = await self._settle_script(keys, args)
+                return answer if answer == b"lost" else _sized(answer, 6)
+
+        try:
+            answer = await self._restoring(tenant, call)
         except RedisError as exc:
             raise StoreUnavailable(str(exc)) from exc
+        self._open.get(tenant, {}).pop(holder, None)
+        if not self._open.get(tenant, True):
+            del self._open[tenant]
+        return WindowUse(*answer[:3], model=_use(answer[3:]))
 
     async def _ping(self) -> None:
         try:

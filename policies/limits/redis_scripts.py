@@ -13,7 +13,8 @@ one set per tenant and 10 s, not one key per admission: 120,000 keys at 1,000 ad
 mark, against 100), KEYS[9] the prefix of the tenant's scopes per model: a model with limits of its own has the
 same window, slots and day keys as the tenant's (KEYS[1-4], 6, 7) under KEYS[9] .. model_key (derived keys of the
 same hash tag), and an admit checks and reserves both in one call (the charge records each holder's model, 'p:',
-and the member's, 'M', so its settle reaches the same windows).
+and the member's, 'M', so its settle reaches the same windows), KEYS[10] the calling replica's marker (set while it
+holds open admissions of the tenant: gone means Redis lost them, and RESTORE re-registers them; redis_limiter.py).
 
 **Bounded work per call, exact counts.** Admissions leave the window's sums by time, not entry by entry: a call
 subtracts what was admitted between the last call's cutoff and its own, by the entries' own amounts when they are
@@ -182,7 +183,9 @@ ADMIT = (
 -- ARGV: 1 now, 2 tokens, 3 rpm, 4 tpm, 5 concurrency, 6 tokens per day (-1: unlimited), 7 holder, 8 lease ms,
 -- 9 the retry ms of a concurrency refusal, 10 FREE_JOINS, 11 least (-1: none; else reserve what the token limits
 -- leave, up to tokens, and no fewer than least: windows.fitted), 12-15 the model's rpm, tpm, concurrency and tokens
--- per day, 16 the model's key ('' when it has no limits of its own: its scope is KEYS[9] .. ARGV[16])
+-- per day, 16 the model's key ('' when it has no limits of its own: its scope is KEYS[9] .. ARGV[16]), 17 '1' when
+-- this replica holds open admissions of the tenant (then its marker KEYS[10] must exist, else Redis lost them: the
+-- answer is 'lost', nothing done), 18 the marker's life in ms (set on every admission)
 local now = now_ms()
 local tokens = tonumber(ARGV[2])
 local holder, lease, model = ARGV[7], tonumber(ARGV[8]), ARGV[16]
@@ -207,6 +210,7 @@ local function answer(allowed, limit, retry, reserved, scope, added)  -- added: 
   end
   return out
 end
+if ARGV[17] == '1' and redis.call('EXISTS', KEYS[10]) == 0 then return 'lost' end  -- restore this replica's first
 if marked(holder, now) then  -- a rerun: what the first run reserved, when it is still open
   return answer(1, '', -1, tonumber(redis.call('HGET', KEYS[5], 'h:' .. holder) or tokens), '', 0)
 end
@@ -341,6 +345,7 @@ end
 redis.call('HSET', KEYS[5], 'h:' .. holder, tokens, 'd:' .. holder, day, 'p:' .. holder, model)
 redis.call('HINCRBY', KEYS[5], 'n', 1)
 redis.call('PEXPIRE', KEYS[5], math.max(lease, 2 * DAY))  -- a long request still settles its day
+redis.call('SET', KEYS[10], 1, 'PX', ARGV[18])
 return answer(1, '', -1, tokens, '', tokens)
 """
 )
@@ -350,7 +355,9 @@ SETTLE = (
     + """
 -- ARGV: 1 now, 2 holder, 3 used tokens, 4 '1' when the holder's admit served no request (void)
 -- Returns the windows' use after it: {requests, tokens, ms until it is empty} of the tenant's, then of the model's
--- the holder was admitted under (-1s when it had no limits of its own, or the holder had settled)
+-- the holder was admitted under (-1s when it had no limits of its own, or the holder had settled); 'lost' (nothing
+-- done) when ARGV[5] is '1' (the holder is one this replica restores) and its marker KEYS[10] is gone
+if ARGV[5] == '1' and redis.call('EXISTS', KEYS[10]) == 0 then return 'lost' end
 local holder, used, void = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1'
 local now = now_ms()
 local done = expire(TENANT, now)
@@ -399,5 +406,40 @@ if redis.call('HINCRBY', KEYS[5], 'n', -1) <= 0 then
   redis.call('DEL', KEYS[5])
 end
 return settled_use()
+"""
+)
+
+RESTORE = (
+    COMMON
+    + """
+-- Re-registers one replica's open admissions of a tenant after Redis lost them (a restart without persistence):
+-- their slots (for what is left of their leases), their charges (so their settlements apply) and their reserved
+-- tokens in today's quota; then sets the replica's marker KEYS[10]. Per-minute windows are not restored (docs).
+-- KEYS[10 + i]: the charge of the i-th admission. ARGV: 1 now, 2 the marker's life in ms, then per admission four:
+-- holder, reserved tokens, model key ('' when none), the ms left of its lease. An admission its charge holds is left
+-- as it is (restored already), and so is one marked (settled since it was restored: a restore sent while its settle
+-- was in flight), so a restore sent twice counts once and never brings back a settled slot.
+local now = now_ms()
+local day = math.floor(now / DAY)
+for i = 0, (#ARGV - 2) / 4 - 1 do
+  local holder, tokens, model, lease = ARGV[3 + 4 * i], tonumber(ARGV[4 + 4 * i]), ARGV[5 + 4 * i], tonumber(ARGV[6 + 4 * i])
+  local charge = KEYS[11 + i]
+  if redis.call('HEXISTS', charge, 'h:' .. holder) == 0 and not marked(holder, now) then
+    local scopes = {TENANT}
+    if model ~= '' then scopes[2] = model_scope(KEYS[9] .. model) end
+    for _, s in ipairs(scopes) do
+      redis.call('ZADD', s.slots, now + lease, holder)
+      if redis.call('PTTL', s.slots) < lease then redis.call('PEXPIRE', s.slots, lease) end
+      redis.call('INCRBY', s.d .. day, tokens)
+      redis.call('PEXPIREAT', s.d .. day, (day + 2) * DAY)
+    end
+    if redis.call('HSETNX', charge, 'm', holder) == 1 then redis.call('HSET', charge, 's', 0, 'j', 0, 'M', model) end
+    redis.call('HSET', charge, 'h:' .. holder, tokens, 'd:' .. holder, day, 'p:' .. holder, model)
+    redis.call('HINCRBY', charge, 'n', 1)
+    redis.call('PEXPIRE', charge, math.max(lease, 2 * DAY))
+  end
+end
+redis.call('SET', KEYS[10], 1, 'PX', ARGV[2])
+return 1
 """
 )
