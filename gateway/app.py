@@ -77,6 +77,7 @@ def create_app(
         lambda: len(gate.store.errors) if gate is not None else 0,
         lambda: gate.limiter.settle_backlog.pending if gate is not None else 0,
         lambda: gate.limiter.settle_backlog.dropped if gate is not None else 0,
+        lambda: gate.limiter.restores if gate is not None else 0,
     ):
         metrics.registry.register(collector)
     if tracing is not None:

@@ -336,11 +336,14 @@ def policy_collectors(
     policy_problems: Callable[[], int],
     settles_pending: Callable[[], int],
     settles_dropped: Callable[[], int],
+    restores: Callable[[], int],
 ) -> list[ScrapedValue]:
     """gateway:limiter_store_errors_total (calls to the limits' store that failed or timed out, each answered by the
     tenant's on_store_error), gateway:policy_problems (policy files the last load rejected, start-up included),
-    gateway:limiter_settles_pending (settlements the store missed, waiting to be tried again) and
-    gateway:limiter_settles_dropped_total (those left to their lease: the backlog full, given up, or at exit)."""
+    gateway:limiter_settles_pending (settlements the store missed, waiting to be tried again),
+    gateway:limiter_settles_dropped_total (those left to their lease: the backlog full, given up, or at exit) and
+    gateway:limiter_store_restores_total (times a tenant's open admissions were registered again after the store
+    lost its data: a Redis restart without persistence)."""
     return [
         ScrapedValue(
             CounterMetricFamily,
@@ -365,6 +368,12 @@ def policy_collectors(
             "gateway:limiter_settles_dropped",
             "Settlements the limits' store missed and the gateway stopped trying (their reservations expire by lease)",
             settles_dropped,
+        ),
+        ScrapedValue(
+            CounterMetricFamily,
+            "gateway:limiter_store_restores",
+            "Times a tenant's open admissions were registered again after the limits' store lost its data",
+            restores,
         ),
     ]
 

@@ -38,6 +38,8 @@ class Limiter(ABC):
         self._closing = asyncio.Event()
         self.store_healthy = True
         self.store_errors = 0
+        self.restores = 0
+        """Times this replica re-registered a tenant's open admissions after the store lost them (Redis only)."""
         self.store_timeout_s = STORE_TIMEOUT_S
         """The bound of one call to the store (how long `close()` gives each of the backlog's first tries)."""
         self._settling: set[asyncio.Task] = set()

@@ -121,8 +121,6 @@ class RedisLimiter(Limiter):
         self._replica = uuid.uuid4().hex
         self._open: dict[str, dict[str, _Open]] = {}
         """This replica's open admissions per tenant, by holder."""
-        self.restores = 0
-        """Times this replica re-registered a tenant's open admissions after Redis lost them."""
         self.restart_check_s = RESTART_CHECK_S
         self.run_id: str | None = None
         """Redis's run_id when `_watch_restarts` last read it (None before its first read)."""

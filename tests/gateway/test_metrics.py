@@ -295,3 +295,18 @@ def test_a_policy_file_rejected_at_start_up_shows_in_the_metrics(tmp_path):
         broken.unlink()
         gate.store.reload()
         assert value(samples(client), "gateway:policy_problems") == 0
+
+
+def test_the_limiter_store_restores_are_exposed(tmp_path):
+    """gateway:limiter_store_restores_total reads the limiter's count of re-registrations after the store lost its
+    data (tests/policies/test_redis_restart.py makes real ones; here the count is read at each scrape)."""
+    key = "sk-prometheus"
+    (tmp_path / "prometheus.yaml").write_text(
+        f"tenant: prometheus\nkeys:\n  - id: p\n    sha256: {hash_key(key)}\nmetrics: true\n"
+    )
+    gate = policy_gate(tmp_path, None, None, GatewayConfig(models=[]))
+    app = create_app(ModelRegistry([]), gate=gate)
+    with serve(app) as url, httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}) as client:
+        assert value(samples(client), "gateway:limiter_store_restores_total") == 0
+        gate.limiter.restores += 2
+        assert value(samples(client), "gateway:limiter_store_restores_total") == 2
