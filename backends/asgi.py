@@ -10,6 +10,8 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope
 
+from backends.exact_json import loads
+
 DONE_FRAME = b"data: [DONE]\n\n"
 """The last frame of an OpenAI-style (and SGLang-style) event stream."""
 
@@ -36,7 +38,8 @@ BODY_TIMED_OUT = "body_timed_out"
 
 
 async def read_json_body(scope: Scope, receive: Receive, limit: int) -> Any:
-    """The request's body parsed as JSON (orjson.JSONDecodeError when it is not): BodyTooLarge past `limit` bytes,
+    """The request's body parsed as JSON (orjson.JSONDecodeError when it is not; WideInteger for an integer past 64
+    bits, backends/exact_json.py): BodyTooLarge past `limit` bytes,
     by its content-length before any is read, else as the bytes arrive (chunked bodies too); ClientLeft when the
     client goes away before the body ends (BodyTimedOut when the server cut it for stalling)."""
     for name, value in scope["headers"]:
@@ -51,7 +54,7 @@ async def read_json_body(scope: Scope, receive: Receive, limit: int) -> Any:
         if len(body) > limit:
             raise BodyTooLarge(limit)
         if not message.get("more_body", False):
-            return orjson.loads(body)
+            return loads(body)
 
 
 def json_response(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -82,6 +82,12 @@ def invalid(message: str, param: str | None, code: str | None = None) -> APIErro
     return APIError(message, param=param, code=code)
 
 
+def wide_integer(param: str | None, what: str) -> APIError:
+    """The 400 for an integer past 64 bits (`what`: where it is), which the JSON parser would turn into a float."""
+    message = f"{what} is an integer past 64 bits, which this gateway cannot take exactly; send a smaller one"
+    return invalid(message, param, "integer_too_large")
+
+
 def rate_limited(message: str, kind: str = "requests", retry_after: int | None = None) -> APIError:
     """A 429 in OpenAI's rate-limit shape: type `requests` or `tokens` (what ran out), code `rate_limit_exceeded`
     (Anthropic's `rate_limit_error` under /v1/messages)."""

@@ -12,6 +12,7 @@ from starlette.requests import Request
 
 from backends.asgi import BodyTimedOut, BodyTooLarge, ClientLeft, read_json_body
 from backends.base import Grammar, SamplingParams
+from backends.exact_json import WideInteger
 from backends.json_types import as_integer, as_token_ids, is_number
 from backends.worker.engine import Finish
 from backends.worker.sampling import TokenChoice
@@ -62,6 +63,8 @@ async def request_json(request: Request) -> Any:
         return await read_json_body(request.scope, receive, MAX_BODY_BYTES)
     except orjson.JSONDecodeError as exc:
         raise ProtocolError(f"request body is not valid JSON: {exc}") from None
+    except WideInteger as exc:
+        raise ProtocolError(f"request body holds {exc}") from None
     except BodyTooLarge:
         raise ProtocolError(f"the request body is larger than {MAX_BODY_BYTES} bytes", 413) from None
     except BodyTimedOut:  # the server answered 408 already (this answer goes nowhere): the records say 408 too

@@ -159,7 +159,7 @@ class RequestPolicy:
         of `start()`, its `choices` counted against the model's backend slots; None for a request with policies."""
         if self.tenant is not None and self._gate is not None:
             return None
-        return _slotted(model, choices, start)
+        return _slotted(model, choices, None, start)
 
     async def admit(
         self,
@@ -186,7 +186,7 @@ class RequestPolicy:
         (gateway/models/slots.py)."""
         tenant = self.tenant
         if tenant is None or self._gate is None:
-            return _slotted(model, choices, start)
+            return _slotted(model, choices, n, start)
         policy = tenant.caller.policy
         tenant.model = model.id
         tenant.prompt_tokens = prompt_tokens
@@ -242,12 +242,12 @@ class RequestPolicy:
         return _settled(events, counted, tenant)
 
 
-def _slotted(model: ServedModel, choices: int, start: Callable[[], Events]) -> Events:
-    """The events of `start()`, its `choices` counted against the model's backend slots (gateway/models/slots.py)
-    where they are known: a request without policies."""
+def _slotted(model: ServedModel, choices: int, n: int | None, start: Callable[[], Events]) -> Events:
+    """The events of `start()`, its `choices` (`n` samples of each prompt) counted against the model's backend
+    slots (gateway/models/slots.py) where they are known: a request without policies."""
     if model.choice_slots is None:
         return start()
-    model.choice_slots.check(choices)
+    model.choice_slots.check(choices, n)
     return model.choice_slots.hold(choices, start())
 
 

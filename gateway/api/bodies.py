@@ -15,7 +15,8 @@ import orjson
 from starlette.requests import Request
 
 from backends.asgi import BodyTimedOut, BodyTooLarge, ClientLeft, read_json_body
-from gateway.errors import CLIENT_CLOSED, APIError, invalid
+from backends.exact_json import WideInteger
+from gateway.errors import CLIENT_CLOSED, APIError, invalid, wide_integer
 
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
@@ -45,6 +46,8 @@ async def read_json(request: Request, limit: int) -> Any:
         raise APIError("the client left before its body ended", status=CLIENT_CLOSED, code="client_closed") from None
     except orjson.JSONDecodeError as e:
         raise invalid(f"the body is not valid JSON: {e}", None, "invalid_json") from None
+    except WideInteger as e:  # orjson would make it a float: a changed value
+        raise wide_integer(e.place or None, f"'{e.place}'" if e.place else "the body") from None
 
 
 def _is_json(content_type: bytes) -> bool:

@@ -30,14 +30,21 @@ class ChoiceSlots:
         self._wait_s = wait_s
         self._freed = asyncio.Condition()
 
-    def check(self, choices: int, param: str = "n") -> None:
-        """400 naming `param` when `choices` could never run together on this model."""
-        if choices > self.capacity:
-            raise invalid(
-                f"this request asks for {choices} choices; this model runs at most {self.capacity} at once",
-                param,
-                "too_many_choices",
-            )
+    def check(self, choices: int, n: int | None = None) -> None:
+        """400 when `choices` (`n` samples of each prompt; all of them when None) could never run together on this
+        model, naming the field to lower: `n` when it alone is over the slots, else `prompt` when the prompts alone
+        are, else `n` (fewer samples keep every prompt in the request)."""
+        if choices <= self.capacity:
+            return
+        n = choices if n is None else n
+        prompts = choices // n
+        param = "prompt" if prompts > self.capacity >= n else "n"
+        how = f" ({prompts} prompts, n={n} each)" if prompts > 1 else ""
+        raise invalid(
+            f"this request asks for {choices} choices{how}; this model runs at most {self.capacity} at once",
+            param,
+            "too_many_choices",
+        )
 
     async def hold(self, choices: int, events: AsyncIterator[T]) -> AsyncIterator[T]:
         """`events`, once `choices` slots are counted for them (released when they end); a 503 with retry-after

@@ -8,7 +8,8 @@ from typing import Any
 
 import orjson
 
-from gateway.errors import APIError, invalid
+from backends.exact_json import WideInteger, loads
+from gateway.errors import APIError, invalid, wide_integer
 from gateway.types import ChatRequest, UndeclaredParameters
 from gateway.validation.declare import (
     Field,
@@ -470,9 +471,11 @@ def parse_arguments(fn: Fields) -> dict[str, Any]:
         value = raw
     elif isinstance(raw, str):
         try:
-            value = orjson.loads(raw) if raw.strip() else {}
+            value = loads(raw) if raw.strip() else {}
         except orjson.JSONDecodeError as e:
             raise invalid(f"'{param}' is not valid JSON: {e}", param) from None
+        except WideInteger as e:
+            raise wide_integer(param, f"'{e.place or 'the value'}' in '{param}'") from None
     else:
         raise invalid(f"'{param}' must be a JSON string", param)
     if not isinstance(value, dict):

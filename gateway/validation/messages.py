@@ -165,16 +165,27 @@ MESSAGES_FIELDS: dict[str, Field] = {
     "top_k": integer(0, 1 << 30, doc="0: off."),
     "stream": STREAM,
     "metadata": obj(METADATA),
+    "service_tier": string("Not used: one tier.", choices=("auto", "standard_only")),
     "tools": array(TOOL, MAX_TOOLS),
     "tool_choice": obj(TOOL_CHOICE),
     "thinking": obj(THINKING),
     "output_config": obj(OUTPUT_CONFIG),
 }
 MESSAGES = Obj("AnthropicMessagesRequest", MESSAGES_FIELDS)
-MESSAGES_ONLY = ("max_tokens", "stop_sequences", "temperature", "top_p", "top_k", "stream", "metadata", "container")
+MESSAGES_ONLY = (
+    "max_tokens",
+    "stop_sequences",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stream",
+    "metadata",
+    "service_tier",
+    "container",
+)
 """The Messages fields count_tokens does not take (the anthropic SDK's MessageCountTokensParams, generated from its
 OpenAPI spec, has model, messages, system, tools, tool_choice, thinking, output_config, cache_control, and no
-max_tokens, stop_sequences, sampling, stream, metadata or container): a 400 there, as Anthropic's API answers
+max_tokens, stop_sequences, sampling, stream, metadata, service_tier or container): a 400 there, as Anthropic's API answers
 ("max_tokens: Extra inputs are not permitted": proxies strip max_tokens from count_tokens for it, e.g.
 Wei-Shaw/sub2api#4913), so a client that counts with the body it will send learns that the count covers the prompt
 alone."""
@@ -226,7 +237,7 @@ def parse_messages_request(body: Any, *, count_only: bool = False) -> MessagesRe
 
 
 def _settings(fields: Fields) -> GenerationSettings:
-    """How to generate: max_tokens, stop_sequences, the sampling settings, stream (metadata checked)."""
+    """How to generate: max_tokens, stop_sequences, the sampling settings, stream (metadata, service_tier checked)."""
     sampling = fields.read(_SAMPLING)
     top_p, top_k = backend_top_p_top_k(sampling["top_p"], sampling["top_k"])
     max_tokens = fields.integer("max_tokens")
@@ -264,7 +275,13 @@ _SAMPLING = Reads(MESSAGES, {"top_p": Fields.number, "top_k": Fields.integer})
 """A Messages body's fields read first of its settings, then its max_tokens (required) ..."""
 _AFTER_MAX_TOKENS = Reads(
     MESSAGES,
-    {"stop_sequences": _stop_sequences, "temperature": Fields.number, "stream": Fields.boolean, "metadata": _metadata},
+    {
+        "stop_sequences": _stop_sequences,
+        "temperature": Fields.number,
+        "stream": Fields.boolean,
+        "metadata": _metadata,
+        "service_tier": Fields.string,  # one tier: checked as Anthropic's, not used
+    },
 )
 """... then these, in this order."""
 

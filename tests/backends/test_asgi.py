@@ -19,6 +19,7 @@ from backends.asgi import (
     wait_for_disconnect,
 )
 from backends.base import BackendError
+from backends.exact_json import WideInteger
 from backends.http_backend import SSE_DONE, stream_event
 
 VALUES = [{"text": "line one\nline two", "emoji": "😀"}, {"nested": {"a": [1, 2.5, None, True]}}, {"": "\r\n\x00"}]
@@ -92,3 +93,5 @@ def test_a_body_is_read_in_parts_up_to_its_limit():
         _read([parts[0], {"type": "http.disconnect"}], limit=8, **{BODY_TIMED_OUT: True})
     with pytest.raises(orjson.JSONDecodeError):
         _read([{"type": "http.request", "body": b"{"}], limit=8)
+    with pytest.raises(WideInteger):  # orjson would make it a float (backends/exact_json.py)
+        _read([{"type": "http.request", "body": b'{"seed": 18446744073709551616}'}], limit=64)

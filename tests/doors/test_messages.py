@@ -67,6 +67,13 @@ def test_text_message(door, client):
     assert door.prompt().startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi<|im_end|>")
 
 
+@pytest.mark.parametrize("tier", ["auto", "standard_only"])
+def test_anthropics_service_tiers_are_taken(door, client, tier):
+    door.say("Hello there")
+    message = client.messages.create(model=door.model.id, max_tokens=64, messages=USER, service_tier=tier)
+    assert message.content[0].text == "Hello there"
+
+
 @pytest.mark.parametrize(
     "script, extra",
     [
@@ -194,6 +201,7 @@ def test_count_tokens(door, client):
         {"stop_sequences": ["END"]},
         {"stream": True},
         {"metadata": {"user_id": "u"}},
+        {"service_tier": "auto"},
     ],
 )
 def test_count_tokens_refuses_a_messages_field_in_anthropics_shape(door, extra):
@@ -278,6 +286,7 @@ def post_json(door, path: str, **body) -> dict:
         ({"stop_sequences": "END"}, 400, "invalid_request_error", "stop_sequences: Input should be a valid list"),
         ({"stop_sequences": ["END", ""]}, 400, "invalid_request_error", "each stop sequence must be non-empty"),
         ({"metadata": {"user_id": 5}}, 400, "invalid_request_error", "metadata.user_id"),
+        ({"service_tier": "zz"}, 400, "invalid_request_error", "service_tier"),
         ({"messages": [{"role": "user", "content": "x" * 40_000}]}, 400, "invalid_request_error", "messages"),
         (  # refused by the grammar, named as this door's body names it
             {"tools": [WEATHER, {"name": "f", "input_schema": {"type": "object", "properties": {"a": UNSATISFIABLE}}}]},

@@ -1,6 +1,7 @@
-"""Without tenant policies, a request's `n` is counted against the model's backend slots over real HTTP (SGLang
-stand-in): n above the slots is a 400 naming `n`; several choices that do not fit in the free slots wait, then get a
-503 with retry-after, never taking the slots other clients hold; a single choice is never held back."""
+"""Without tenant policies, a request's choices are counted against the model's backend slots over real HTTP (SGLang
+stand-in): choices above the slots are a 400 naming `n` (or `prompt` when the prompts alone are over); several
+choices that do not fit in the free slots wait, then get a 503 with retry-after, never taking the slots other
+clients hold; a single choice is never held back."""
 
 from __future__ import annotations
 
@@ -61,6 +62,28 @@ def test_n_above_the_models_slots_is_a_400_naming_n(gateway):
     assert answer.json()["error"]["param"] == "n" and answer.json()["error"]["code"] == "too_many_choices"
     assert server.bodies == []
     assert ask(client, SLOTS).status_code == 200 and len(server.bodies) == SLOTS
+
+
+@pytest.mark.parametrize(
+    ("prompts", "n", "param"),
+    [
+        (SLOTS + 1, None, "prompt"),  # the choices come from the prompts alone
+        (SLOTS + 1, 1, "prompt"),
+        (1, SLOTS + 1, "n"),
+        (SLOTS + 1, SLOTS + 1, "n"),  # n alone is over: the client set it above the slots
+        (2, SLOTS // 2 + 1, "n"),  # each fits alone; fewer samples keep every prompt
+    ],
+)
+def test_completions_too_many_choices_names_the_field_to_lower(gateway, prompts, n, param):
+    client, server, _ = gateway
+    body = {"model": MODEL, "prompt": ["Weather?"] * prompts, "max_tokens": 8} | ({} if n is None else {"n": n})
+    answer = client.post("/v1/completions", json=body)
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["code"] == "too_many_choices" and error["param"] == param
+    assert f"{prompts * (n or 1)} choices" in error["message"]
+    if prompts > 1:
+        assert f"{prompts} prompts, n={n or 1} each" in error["message"]
+    assert server.bodies == []
 
 
 def test_choices_that_do_not_fit_the_free_slots_wait_then_503_and_single_choices_still_pass(gateway):

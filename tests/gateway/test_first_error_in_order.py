@@ -123,6 +123,7 @@ MESSAGES_BAD: dict[str, Any] = {
     "temperature": 9,
     "stream": "x",
     "metadata": 5,
+    "service_tier": "zz",
     "tools": 5,
     "tool_choice": 5,
     "thinking": 5,
