@@ -26,6 +26,7 @@ from gateway.api.openapi import openapi
 from gateway.api.response_store import MemoryStore, ResponseStore
 from gateway.api.responses import (
     cancel_response,
+    count_input_tokens,
     create_response,
     delete_response,
     get_response,
@@ -91,6 +92,9 @@ def create_app(
 
     async def responses(request: Request) -> Response:
         return await create_response(request, models_for(request, registry), store, max_body_bytes)
+
+    async def response_tokens(request: Request) -> Response:
+        return await count_input_tokens(request, models_for(request, registry), store, max_body_bytes)
 
     async def stored_response(request: Request) -> Response:
         if request.method == "DELETE":
@@ -167,6 +171,7 @@ def create_app(
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", complete, methods=["POST"]),
         Route("/v1/responses", responses, methods=["POST"]),
+        Route("/v1/responses/input_tokens", response_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", stored_response, methods=["GET", "DELETE"]),
         Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", cancel, methods=["POST"]),

@@ -25,6 +25,7 @@ REQUEST_BODIES: dict[str, Obj | tuple[Obj, ...]] = {
     "/v1/chat/completions": CHAT,
     "/v1/completions": COMPLETION,
     "/v1/responses": RESPONSES,
+    "/v1/responses/input_tokens": RESPONSES,
     "/v1/messages": MESSAGES,
     "/v1/messages/count_tokens": COUNT_TOKENS,
     "/tokenize": (TOKENIZE_CHAT, TOKENIZE_PROMPT),
@@ -158,6 +159,7 @@ ANSWERS: dict[str, Schema] = {
         }
     ),
     "InputTokens": _obj({"input_tokens": _INT}),
+    "ResponseInputTokens": _obj({"object": {"const": "response.input_tokens"}, "input_tokens": _INT}),
     "Model": _obj(
         {"id": _STRING, "object": {"const": "model"}, "created": _INT, "owned_by": _STRING},
         # Anthropic's ModelInfo fields, for its clients
@@ -274,6 +276,9 @@ def build_document() -> dict[str, Any]:
         "/v1/responses": _with_links(
             _post("/v1/responses", "Create a response", "Response", _GENERATION_ERRORS, refs, stream=True),
             {"GetResponse": "get_response", "DeleteResponse": "delete_response", "ListInputItems": "list_input_items"},
+        ),
+        "/v1/responses/input_tokens": _post(
+            "/v1/responses/input_tokens", "Count a Responses prompt", "ResponseInputTokens", _BODY_ERRORS, refs
         ),
         "/v1/responses/{response_id}": stored,
         "/v1/responses/{response_id}/input_items": {

@@ -1,4 +1,5 @@
-"""The OpenAI Responses API: POST /v1/responses and the stored responses' GET, DELETE, input_items and cancel.
+"""The OpenAI Responses API: POST /v1/responses (and its input_tokens count), the stored responses' GET, DELETE,
+input_items and cancel.
 
 A request becomes the same chat request as /v1/chat/completions; `ResponsesDoor` turns the chat
 chunks that `ChatRenderer` makes into Responses events, and the body is those events folded.
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backends.asgi import json_response, sse_frame
+from gateway.api.admission import request_policy
 from gateway.api.bodies import read_json
 from gateway.api.chat import ChatRenderer, start_chat
 from gateway.api.door_params import RESPONSES_PARAMS
@@ -24,6 +26,7 @@ from gateway.api.streaming import respond_door
 from gateway.api.tenancy import tenant_of
 from gateway.errors import APIError, invalid
 from gateway.ids import item_id
+from gateway.models.planning import encode_chat_off_loop
 from gateway.models.registry import ModelRegistry, served_model
 from gateway.types import ChatRequest, ChoiceStep
 from gateway.validation.fields import Fields, note_ignored
@@ -45,12 +48,11 @@ def request_owner(request: Request) -> str | None:
     return None if tenant is None else tenant.caller.policy.tenant
 
 
-async def create_response(request: Request, registry: ModelRegistry, store: ResponseStore, max_body: int) -> Response:
-    body = await read_json(request, max_body)
-    note_ignored(body, RESPONSES)
-    parsed = parse_responses_request(body)
-    model = served_model(registry, parsed.model)
-    owner = request_owner(request)
+async def _chat_of(
+    parsed: ResponsesRequest, store: ResponseStore, owner: str | None, max_body: int
+) -> tuple[ChatRequest, list[dict[str, Any]]]:
+    """The chat a Responses body asks for (its previous response's history first, references resolved), and that
+    history; `parsed.items` resolved in place."""
     history: list[dict[str, Any]] = []
     previous_output: list[dict[str, Any]] = []
     if parsed.previous_response_id is not None:
@@ -73,6 +75,16 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
     )
     if not chat.messages:
         raise invalid("'input' must hold at least one item", "input")
+    return chat, history
+
+
+async def create_response(request: Request, registry: ModelRegistry, store: ResponseStore, max_body: int) -> Response:
+    body = await read_json(request, max_body)
+    note_ignored(body, RESPONSES)
+    parsed = parse_responses_request(body)
+    model = served_model(registry, parsed.model)
+    owner = request_owner(request)
+    chat, history = await _chat_of(parsed, store, owner, max_body)
     rid = item_id("resp")
     events, renderer, plan = await start_chat(
         request,
@@ -96,6 +108,21 @@ async def create_response(request: Request, registry: ModelRegistry, store: Resp
         tool["strict"] = held.get(tool["name"], tool["strict"])
     door = ResponsesDoor(renderer, _response(rid, model.id, parsed), keep)
     return await respond_door(request, events, door, parsed.settings.stream)
+
+
+async def count_input_tokens(
+    request: Request, registry: ModelRegistry, store: ResponseStore, max_body: int
+) -> Response:
+    """POST /v1/responses/input_tokens: the prompt a create with this body would send, counted whole (as
+    /v1/messages/count_tokens counts a Messages prompt)."""
+    body = await read_json(request, max_body)
+    note_ignored(body, RESPONSES)
+    parsed = parse_responses_request(body)
+    model = served_model(registry, parsed.model)
+    chat, _ = await _chat_of(parsed, store, request_owner(request), max_body)
+    chat = request_policy(request).check_tools(chat, body.get("tools") or (), RESPONSES_PARAMS)  # as rendered
+    _, ids = await encode_chat_off_loop(model, chat, past_context_ok=True)
+    return json_response({"object": "response.input_tokens", "input_tokens": len(ids)})
 
 
 async def get_response(request: Request, store: ResponseStore) -> Response:

@@ -144,6 +144,24 @@ def test_forced_function_call(door, client):
     assert json.loads("".join(deltas)) == {"city": "Paris"} and done["arguments"] == "".join(deltas)
 
 
+def test_input_tokens_count_is_the_prompt_a_create_sends(door, client):
+    """`client.responses.input_tokens.count` (POST /v1/responses/input_tokens) counts the prompt the same body
+    would send, the previous response's turns and the tools included; a bad body is the create's 400."""
+    door.say("Hi, I am here.")
+    first = client.responses.create(model=door.model.id, input="Hello", instructions="Be kind.")
+    door.say("ok")
+    body = {"model": door.model.id, "input": "Weather?", "previous_response_id": first.id, "tools": [WEATHER]}
+    client.responses.create(**body)
+    counted = client.responses.input_tokens.count(**body)
+    assert counted.object == "response.input_tokens"
+    assert counted.input_tokens == len(door.server.bodies[-1]["input_ids"])
+    alone = client.responses.input_tokens.count(model=door.model.id, input="Weather?")
+    assert 0 < alone.input_tokens < counted.input_tokens
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.responses.input_tokens.count(model=door.model.id, input="x", previous_response_id="resp_nope")
+    assert bad.value.body["param"] == "previous_response_id"
+
+
 def test_length_is_incomplete(door):
     door.say(COUNTING)
     body = create(door, input="Count", max_output_tokens=16)
