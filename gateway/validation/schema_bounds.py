@@ -85,7 +85,7 @@ def check_schema(schema: Any, param: str, *, object_root: bool) -> None:
         pattern = node.get("pattern")
         if pattern is not None:
             check_pattern(pattern, f"{where}.pattern")
-        if node.get("type") == "number" and _empty_range(node):
+        if kind == "number" and _empty_range(node):
             raise invalid(
                 f"'{where}' has a range holding no number of at most {NUMBER_PLACES} decimal places, which is what "
                 "the grammar can write",
@@ -128,8 +128,9 @@ def _empty_range(node: dict[str, Any]) -> bool:
     low = high = None
     for key, sign in (("minimum", 1), ("exclusiveMinimum", 1), ("maximum", -1), ("exclusiveMaximum", -1)):
         bound = node.get(key)
-        if isinstance(bound, (int, float)) and not isinstance(bound, bool) and Decimal(str(bound)).is_finite():
-            scaled = Decimal(str(bound)).scaleb(NUMBER_PLACES) * sign  # an upper bound negated: rounds like a lower
+        exact = Decimal(str(bound)) if isinstance(bound, (int, float)) and not isinstance(bound, bool) else None
+        if exact is not None and exact.is_finite():
+            scaled = exact.scaleb(NUMBER_PLACES) * sign  # an upper bound negated: rounds like a lower
             step = math.floor(scaled) + 1 if key.startswith("exclusive") else math.ceil(scaled)
             if sign > 0:
                 low = step if low is None else max(low, step)
