@@ -196,7 +196,8 @@ class Fields:
         f = self._declared.get(key) or self._field(key)
         number = v if type(v) is int else as_integer(v)  # (an int as it is: most integers sent)
         if number is None:
-            # a whole number too long for 64 bits arrives as a float: the bounds say what was wrong with it
+            # a float past 2^53 (`1e22`) is no exact integer: the bounds say what was wrong with it (an integer
+            # past 64 bits never gets here: backends/exact_json.py refuses it where the body is read)
             bounds = f" between {f.lo} and {f.hi}" if f.lo is not None and is_number(v) else ""
             raise invalid(f"'{self.param(key)}' must be an integer{bounds}", self.param(key))
         return number if f.lo <= number <= f.hi else self._bounded(key, f, number)
