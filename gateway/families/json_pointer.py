@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -11,13 +12,20 @@ def resolve_pointer(root: Any, pointer: str) -> Any:
         return root
     if not pointer.startswith("#/"):
         return None
+    try:
+        return value_at(root, [segment.replace("~1", "/").replace("~0", "~") for segment in pointer[2:].split("/")])
+    except LookupError:
+        return None
+
+
+def value_at(root: Any, tokens: Iterable[str]) -> Any:
+    """The value a pointer's unescaped `tokens` name inside `root`; LookupError where one names nothing."""
     node = root
-    for segment in pointer[2:].split("/"):
-        key = segment.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
+    for token in tokens:
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
         else:
-            return None
+            raise LookupError(token)
     return node

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.families.json_pointer import value_at
 from gateway.grammars.json import SUBSCHEMA_KEYS, SUBSCHEMA_MAPS
 
 _DEFINITIONS = ("$defs", "definitions")
@@ -102,15 +103,10 @@ def _pointer(ref: str) -> _Path:
 
 def _at(root: Any, path: _Path) -> Any:
     """The value at `path` in `root`; _Unsure where there is none (a reference xgrammar does not resolve)."""
-    node = root
-    for token in path:
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            raise _Unsure
-    return node
+    try:
+        return value_at(root, path)
+    except LookupError:
+        raise _Unsure from None
 
 
 def _pruned(node: Any, path: _Path, used: set[_Path]) -> Any:
