@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.values import MutexValue
 
 from backends.base import BackendError
 from backends.circuit_breaker import BreakerState
@@ -259,7 +260,9 @@ class _Tally:
     holder's lock (~2 K instructions an update, over half a generation's `record_request`): every update of a
     `_Tally` runs on the event loop's thread, and a scrape from any thread reads each float whole. A histogram's
     bucket is found by bisection rather than a loop. Writes prometheus_client's value holders:
-    tests/gateway/test_metrics.py checks the exposition against the library's own updates."""
+    tests/gateway/test_metrics.py checks the exposition against the library's own updates. Holders of another kind
+    than the in-memory one (prometheus_client's multiprocess mode, PROMETHEUS_MULTIPROC_DIR: each update written to
+    a file) are updated through the child's own `inc` / `observe`."""
 
     __slots__ = ("inc", "observe")
 
@@ -272,14 +275,14 @@ class _Tally:
                 if not isnan(amount):  # NaN falls in no bucket (the library's loop finds none)
                     buckets[bisect_left(bounds, amount)]._value += 1
 
-            self.observe = observe
+            self.observe = observe if type(total) is MutexValue else child.observe
         else:
             value = child._value
 
             def inc(amount: float) -> None:
                 value._value += amount
 
-            self.inc = inc
+            self.inc = inc if type(value) is MutexValue else child.inc
 
 
 class RouterMetrics(RouterObserver):

@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import httpx
@@ -25,6 +29,8 @@ from tests.dashboard import exposed_families, queried_metrics
 from tests.gateway.http_server import dead_url, serve
 from tests.gateway.sglang_standin import Script, SGLangStandIn
 from tests.gateway.test_app import MODEL, USER
+
+ROOT = Path(__file__).resolve().parents[2]
 
 TOKENS = "Sunny and warm today."
 
@@ -245,6 +251,33 @@ def test_tallies_expose_what_the_library_own_updates_expose():
 
     assert exposition(tallied) == exposition(library)
     assert 'h_bucket{le="0.0001",m="x"} 3.0' in exposition(library)  # 0.0, 1e-9 and the edge itself
+
+
+MULTIPROCESS_TALLY = """
+import sys
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+from gateway.observability.metrics import _Tally
+_Tally(Counter("c", "c", ["m"]).labels("x")).inc(3)
+_Tally(Histogram("h", "h", ["m"], buckets=(1.0,)).labels("x")).observe(0.5)
+registry = CollectorRegistry()
+MultiProcessCollector(registry)
+sys.stdout.write(generate_latest(registry).decode())
+"""
+
+
+def test_tallies_write_through_the_library_in_its_multiprocess_mode(tmp_path):
+    """With PROMETHEUS_MULTIPROC_DIR set, prometheus_client keeps each value in a file: a `_Tally` updates it through
+    the child's own `inc` / `observe` (a write to the in-memory float would never reach the file)."""
+    done = subprocess.run(
+        [sys.executable, "-c", MULTIPROCESS_TALLY],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert 'c_total{m="x"} 3.0' in lines and 'h_sum{m="x"} 0.5' in lines and 'h_bucket{le="1.0",m="x"} 1.0' in lines
 
 
 def test_tenant_labels_are_capped():
